@@ -1,0 +1,1 @@
+//! quench-ptx
