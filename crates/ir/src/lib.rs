@@ -1,1 +1,19 @@
-//! quench-ir
+//! quench-ir: the typed SSA kernel IR with structured control flow.
+//!
+//! - [`types`]: value types (scalars, packed pairs, vectors, pointers, MMA fragments)
+//! - [`ops`]: operations, explicit about rounding, approximation, caching and scope
+//! - [`func`]: kernels, blocks, instructions
+//! - [`builder`]: a Rust API to write kernels
+//! - [`verify`]: the verifier
+
+pub mod builder;
+pub mod func;
+pub mod ops;
+pub mod types;
+pub mod verify;
+
+pub use builder::Builder;
+pub use func::{Block, Function, Inst, Param, SharedDecl, Value};
+pub use ops::*;
+pub use types::{AddrSpace, FragRole, FragType, MmaShape, Scalar, Type};
+pub use verify::{verify, VerifyError};
