@@ -212,6 +212,31 @@ impl Builder {
     pub fn shr(&mut self, a: Value, b: Value) -> Value {
         self.bin(BinOp::Shr, a, b)
     }
+    /// `a op c` with `c` a constant of `a`'s type (integers; `c` zero-extended).
+    fn with_const(&mut self, op: BinOp, a: Value, c: u32) -> Value {
+        let ty = self.ty(a);
+        let cv = self.const_bits(ty, c as u64);
+        self.bin(op, a, cv)
+    }
+    pub fn add_const(&mut self, a: Value, c: u32) -> Value {
+        self.with_const(BinOp::Add, a, c)
+    }
+    pub fn mul_const(&mut self, a: Value, c: u32) -> Value {
+        self.with_const(BinOp::Mul, a, c)
+    }
+    pub fn and_const(&mut self, a: Value, c: u32) -> Value {
+        self.with_const(BinOp::And, a, c)
+    }
+    /// Shift left by a constant amount.
+    pub fn shl_const(&mut self, a: Value, c: u32) -> Value {
+        let cv = self.const_u32(c);
+        self.bin(BinOp::Shl, a, cv)
+    }
+    /// Shift right by a constant amount.
+    pub fn shr_const(&mut self, a: Value, c: u32) -> Value {
+        let cv = self.const_u32(c);
+        self.bin(BinOp::Shr, a, cv)
+    }
     /// a*b+c with one rounding (to nearest even).
     pub fn fma(&mut self, a: Value, b: Value, c: Value) -> Value {
         let ty = self.ty(a);
