@@ -1,0 +1,283 @@
+//! The decoder-only transformers: llama, qwen2 and qwen3.
+
+use crate::attention::{attention, AttentionShape};
+use crate::config::ModelConfig;
+use crate::error::{CpuError, Result};
+use crate::kv_cache::KvCache;
+use crate::load;
+use crate::math::{rms_norm, silu};
+use crate::matrix::{linear, Matrix};
+use crate::names::{DecoderLayerTensor as L, DecoderTensor, Naming};
+use crate::real::Real;
+use crate::rope::{rope_frequencies, RopeTable};
+use crate::source::TensorSource;
+
+/// Which positions [`Decoder::forward`] returns logits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token fed (what decoding needs).
+    Last,
+    /// Every token fed (what teacher-forced checking needs).
+    All,
+}
+
+/// A decoder model with its weights in memory as `T`.
+pub struct Decoder<T> {
+    config: ModelConfig,
+    token_embedding: Matrix<T>,
+    layers: Vec<Layer<T>>,
+    output_norm: Vec<T>,
+    /// `None` when tied to the token embedding.
+    output: Option<Matrix<T>>,
+    rope_freqs: Vec<f64>,
+}
+
+struct Layer<T> {
+    attn_norm: Vec<T>,
+    q: Matrix<T>,
+    k: Matrix<T>,
+    v: Matrix<T>,
+    qkv_bias: Option<[Vec<T>; 3]>,
+    qk_norm: Option<[Vec<T>; 2]>,
+    attn_output: Matrix<T>,
+    ffn_norm: Vec<T>,
+    gate: Matrix<T>,
+    up: Matrix<T>,
+    down: Matrix<T>,
+}
+
+fn name(t: DecoderTensor, naming: Naming) -> String {
+    t.name(naming)
+        .expect("every decoder tensor but RopeFreqs has a name in both namings")
+}
+
+impl<T: Real> Decoder<T> {
+    /// Reads every weight the config calls for, checking each shape.
+    ///
+    /// The output projection is read when present and `config.tied_embeddings` is false;
+    /// otherwise the token embedding serves as output. A GGUF `rope_freqs.weight` (Llama 3
+    /// scaling, precomputed) is applied when present.
+    pub fn load(config: ModelConfig, src: &dyn TensorSource, naming: Naming) -> Result<Self> {
+        if !config.arch.is_decoder() {
+            return Err(CpuError::UnsupportedArch {
+                arch: config.arch.name().into(),
+                what: "the decoder",
+            });
+        }
+        config.validate()?;
+        let c = &config;
+        let (dim, hd) = (c.hidden, c.head_dim);
+        let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
+        let token_embedding = load::matrix(
+            src,
+            &name(DecoderTensor::TokenEmbedding, naming),
+            c.vocab,
+            dim,
+        )?;
+        let output_name = name(DecoderTensor::Output, naming);
+        let output = if c.tied_embeddings {
+            None
+        } else {
+            Some(load::matrix(src, &output_name, c.vocab, dim)?)
+        };
+        let rope_factors = match DecoderTensor::RopeFreqs.name(naming) {
+            Some(n) if src.contains(&n) => Some(load::vector::<f64>(src, &n, hd / 2)?),
+            _ => None,
+        };
+        let rope_freqs = rope_frequencies(c, rope_factors.as_deref());
+        let mut layers = Vec::with_capacity(c.layers);
+        for n in 0..c.layers {
+            let ln = |t| name(DecoderTensor::Layer(n, t), naming);
+            let qkv_bias = if c.qkv_bias {
+                Some([
+                    load::vector(src, &ln(L::QBias), q_width)?,
+                    load::vector(src, &ln(L::KBias), kv_width)?,
+                    load::vector(src, &ln(L::VBias), kv_width)?,
+                ])
+            } else {
+                None
+            };
+            let qk_norm = if c.qk_norm {
+                Some([
+                    load::vector(src, &ln(L::QNorm), hd)?,
+                    load::vector(src, &ln(L::KNorm), hd)?,
+                ])
+            } else {
+                None
+            };
+            layers.push(Layer {
+                attn_norm: load::vector(src, &ln(L::AttnNorm), dim)?,
+                q: load::matrix(src, &ln(L::Q), q_width, dim)?,
+                k: load::matrix(src, &ln(L::K), kv_width, dim)?,
+                v: load::matrix(src, &ln(L::V), kv_width, dim)?,
+                qkv_bias,
+                qk_norm,
+                attn_output: load::matrix(src, &ln(L::AttnOutput), dim, q_width)?,
+                ffn_norm: load::vector(src, &ln(L::FfnNorm), dim)?,
+                gate: load::matrix(src, &ln(L::Gate), c.ffn, dim)?,
+                up: load::matrix(src, &ln(L::Up), c.ffn, dim)?,
+                down: load::matrix(src, &ln(L::Down), dim, c.ffn)?,
+            });
+        }
+        let output_norm = load::vector(src, &name(DecoderTensor::OutputNorm, naming), dim)?;
+        Ok(Decoder {
+            config,
+            token_embedding,
+            layers,
+            output_norm,
+            output,
+            rope_freqs,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// An empty cache that accepts up to the model's `max_positions` positions.
+    pub fn new_cache(&self) -> KvCache<T> {
+        self.new_cache_with_limit(self.config.max_positions)
+    }
+
+    /// An empty cache that accepts up to `limit` positions (capped at `max_positions`).
+    pub fn new_cache_with_limit(&self, limit: usize) -> KvCache<T> {
+        let c = &self.config;
+        KvCache::new(
+            c.layers,
+            c.kv_heads * c.head_dim,
+            limit.min(c.max_positions),
+        )
+    }
+
+    /// Feeds `tokens` at the positions after those already in `cache`, appends their keys and
+    /// values to it, and returns `[rows, vocab]` logits (one row, or one per token).
+    ///
+    /// On error the cache is left as it was.
+    pub fn forward(
+        &self,
+        cache: &mut KvCache<T>,
+        tokens: &[u32],
+        logits: Logits,
+    ) -> Result<Matrix<T>> {
+        let c = &self.config;
+        if tokens.is_empty() {
+            return Err(CpuError::NoTokens);
+        }
+        let start = cache.len();
+        if start + tokens.len() > cache.limit() {
+            return Err(CpuError::ContextOverflow {
+                limit: cache.limit(),
+                used: start,
+                added: tokens.len(),
+            });
+        }
+        if cache.layers.len() != c.layers {
+            return Err(CpuError::Config {
+                field: "layers",
+                reason: format!(
+                    "the cache has {} layers but the model {}; use Decoder::new_cache",
+                    cache.layers.len(),
+                    c.layers
+                ),
+            });
+        }
+        let mut x = Matrix::zeros(tokens.len(), c.hidden);
+        for (t, &token) in tokens.iter().enumerate() {
+            let row = usize::try_from(token).ok().filter(|&r| r < c.vocab).ok_or(
+                CpuError::TokenOutOfRange {
+                    token,
+                    vocab: c.vocab,
+                },
+            )?;
+            x.row_mut(t).copy_from_slice(self.token_embedding.row(row));
+        }
+
+        let rope = RopeTable::<T>::new(&self.rope_freqs, start, tokens.len());
+        for (layer, layer_cache) in self.layers.iter().zip(&mut cache.layers) {
+            let (keys, values) = (&mut layer_cache.keys, &mut layer_cache.values);
+            self.attention_block(layer, &mut x, &rope, start, keys, values);
+            self.ffn_block(layer, &mut x);
+        }
+        cache.advance(tokens.len());
+
+        let mut h = match logits {
+            Logits::All => x,
+            Logits::Last => {
+                let last = x.row(tokens.len() - 1).to_vec();
+                Matrix::from_vec(1, c.hidden, last).expect("one row of hidden width")
+            }
+        };
+        for t in 0..h.rows() {
+            rms_norm(h.row_mut(t), &self.output_norm, c.norm_eps);
+        }
+        let output = self.output.as_ref().unwrap_or(&self.token_embedding);
+        Ok(linear(&h, output, None))
+    }
+
+    /// `x += o_proj(attention(rope(q), rope(k), v))` over the normed `x`, appending this
+    /// run's keys and values to the layer's cache first.
+    fn attention_block(
+        &self,
+        layer: &Layer<T>,
+        x: &mut Matrix<T>,
+        rope: &RopeTable<T>,
+        start: usize,
+        keys: &mut Vec<T>,
+        values: &mut Vec<T>,
+    ) {
+        let c = &self.config;
+        let hd = c.head_dim;
+        let mut h = x.clone();
+        for t in 0..h.rows() {
+            rms_norm(h.row_mut(t), &layer.attn_norm, c.norm_eps);
+        }
+        let bias = |i: usize| layer.qkv_bias.as_ref().map(|b| b[i].as_slice());
+        let mut q = linear(&h, &layer.q, bias(0));
+        let mut k = linear(&h, &layer.k, bias(1));
+        let v = linear(&h, &layer.v, bias(2));
+        for t in 0..h.rows() {
+            for head in q.row_mut(t).chunks_mut(hd) {
+                if let Some([q_norm, _]) = &layer.qk_norm {
+                    rms_norm(head, q_norm, c.norm_eps);
+                }
+                rope.rotate(head, t, c.rope_style);
+            }
+            for head in k.row_mut(t).chunks_mut(hd) {
+                if let Some([_, k_norm]) = &layer.qk_norm {
+                    rms_norm(head, k_norm, c.norm_eps);
+                }
+                rope.rotate(head, t, c.rope_style);
+            }
+        }
+        keys.extend_from_slice(k.as_slice());
+        values.extend_from_slice(v.as_slice());
+        let shape = AttentionShape {
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: hd,
+            causal_start: Some(start),
+        };
+        let attn = attention(&q, keys, values, start + h.rows(), &shape);
+        let out = linear(&attn, &layer.attn_output, None);
+        for (a, b) in x.as_mut_slice().iter_mut().zip(out.as_slice()) {
+            *a += *b;
+        }
+    }
+
+    /// `x += down(silu(gate(h)) · up(h))` with `h` the normed `x`.
+    fn ffn_block(&self, layer: &Layer<T>, x: &mut Matrix<T>) {
+        let mut h = x.clone();
+        for t in 0..h.rows() {
+            rms_norm(h.row_mut(t), &layer.ffn_norm, self.config.norm_eps);
+        }
+        let mut gate = linear(&h, &layer.gate, None);
+        let up = linear(&h, &layer.up, None);
+        for (g, u) in gate.as_mut_slice().iter_mut().zip(up.as_slice()) {
+            *g = silu(*g) * *u;
+        }
+        let out = linear(&gate, &layer.down, None);
+        for (a, b) in x.as_mut_slice().iter_mut().zip(out.as_slice()) {
+            *a += *b;
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! Reading tensors of an expected shape out of a [`TensorSource`].
+
+use crate::error::{CpuError, Result};
+use crate::matrix::Matrix;
+use crate::real::Real;
+use crate::source::TensorSource;
+
+/// A `[rows, cols]` tensor as a matrix of `T`.
+pub(crate) fn matrix<T: Real>(
+    src: &dyn TensorSource,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Matrix<T>> {
+    let data = tensor(src, name, &[rows, cols])?;
+    Ok(Matrix::from_vec(rows, cols, data).expect("shape checked by tensor()"))
+}
+
+/// A `[len]` tensor as a vector of `T`.
+pub(crate) fn vector<T: Real>(src: &dyn TensorSource, name: &str, len: usize) -> Result<Vec<T>> {
+    tensor(src, name, &[len])
+}
+
+fn tensor<T: Real>(src: &dyn TensorSource, name: &str, dims: &[usize]) -> Result<Vec<T>> {
+    let (found, data) = src.get(name)?;
+    if found != dims || data.len() != dims.iter().product::<usize>() {
+        return Err(CpuError::Shape {
+            name: name.to_owned(),
+            expected: dims.to_vec(),
+            found,
+        });
+    }
+    Ok(data.into_iter().map(T::from_f32).collect())
+}

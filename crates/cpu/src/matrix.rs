@@ -1,0 +1,112 @@
+//! A row-major matrix and the one matrix product every layer uses.
+
+use rayon::prelude::*;
+
+use crate::math::dot;
+use crate::real::Real;
+
+/// A dense row-major matrix: `rows` rows of `cols` elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Matrix<T> {
+    rows: usize,
+    cols: usize,
+    data: Vec<T>,
+}
+
+impl<T: Real> Matrix<T> {
+    pub fn zeros(rows: usize, cols: usize) -> Self {
+        Matrix {
+            rows,
+            cols,
+            data: vec![T::ZERO; rows * cols],
+        }
+    }
+
+    /// `None` when `data` does not hold exactly `rows * cols` elements.
+    pub fn from_vec(rows: usize, cols: usize, data: Vec<T>) -> Option<Self> {
+        (rows.checked_mul(cols) == Some(data.len())).then_some(Matrix { rows, cols, data })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn row(&self, i: usize) -> &[T] {
+        &self.data[i * self.cols..(i + 1) * self.cols]
+    }
+
+    pub fn row_mut(&mut self, i: usize) -> &mut [T] {
+        &mut self.data[i * self.cols..(i + 1) * self.cols]
+    }
+
+    pub fn as_slice(&self) -> &[T] {
+        &self.data
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.data
+    }
+
+    pub fn into_vec(self) -> Vec<T> {
+        self.data
+    }
+
+    /// The matrix with its elements converted to `f32`.
+    pub fn to_f32(&self) -> Matrix<f32> {
+        Matrix {
+            rows: self.rows,
+            cols: self.cols,
+            data: self.data.iter().map(|v| v.to_f32()).collect(),
+        }
+    }
+}
+
+/// How many weight rows one parallel task takes: enough work to amortize scheduling, few enough
+/// that a 576-wide projection still spreads over every core.
+const ROWS_PER_TASK: usize = 32;
+
+/// `y[t][o] = bias[o] + Σ_i x[t][i] · w[o][i]`: a linear layer with the weight stored as
+/// `[out_features, in_features]`, parallel over blocks of weight rows.
+///
+/// Panics if the shapes disagree; every caller checks shapes when the weights are loaded.
+pub fn linear<T: Real>(x: &Matrix<T>, w: &Matrix<T>, bias: Option<&[T]>) -> Matrix<T> {
+    assert_eq!(x.cols, w.cols, "linear: input width differs from weight width");
+    if let Some(b) = bias {
+        assert_eq!(b.len(), w.rows, "linear: bias length differs from weight rows");
+    }
+    let (n, m) = (x.rows, w.rows);
+    // Computed transposed ([out][token]) so that each task owns a contiguous block and each
+    // weight row is read once for all tokens; one token (decode) needs no transpose.
+    let mut yt = vec![T::ZERO; m * n];
+    yt.par_chunks_mut(ROWS_PER_TASK * n)
+        .enumerate()
+        .for_each(|(block, out)| {
+            let first = block * ROWS_PER_TASK;
+            for (r, out_row) in out.chunks_mut(n).enumerate() {
+                let o = first + r;
+                let w_row = w.row(o);
+                let b = bias.map_or(T::ZERO, |b| b[o]);
+                for (t, y) in out_row.iter_mut().enumerate() {
+                    *y = dot(w_row, x.row(t)) + b;
+                }
+            }
+        });
+    if n == 1 {
+        return Matrix {
+            rows: 1,
+            cols: m,
+            data: yt,
+        };
+    }
+    let mut y = Matrix::zeros(n, m);
+    for o in 0..m {
+        for t in 0..n {
+            y.data[t * m + o] = yt[o * n + t];
+        }
+    }
+    y
+}
