@@ -32,7 +32,10 @@ pub enum ModelError {
     },
 
     #[error("bad magic {found:02x?}: not a {format} file")]
-    BadMagic { format: &'static str, found: Vec<u8> },
+    BadMagic {
+        format: &'static str,
+        found: Vec<u8>,
+    },
 
     #[error("{format} version {version} is not supported (supported: {supported})")]
     UnsupportedVersion {
@@ -50,7 +53,11 @@ pub enum ModelError {
     },
 
     #[error("{what} {count} is absurd (limit {limit})")]
-    AbsurdCount { what: String, count: u64, limit: u64 },
+    AbsurdCount {
+        what: String,
+        count: u64,
+        limit: u64,
+    },
 
     #[error("{what} is not valid UTF-8")]
     InvalidUtf8 { what: String },

@@ -1,0 +1,104 @@
+//! Dequantization of ggml tensor data to f32, bit-exact with the `gguf` Python package.
+
+mod floats;
+mod kquants;
+mod legacy;
+
+pub use floats::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use kquants::{
+    dequant_q2_k, dequant_q3_k, dequant_q4_k, dequant_q5_k, dequant_q6_k, unpack_k_scales,
+    Q2_K_BYTES, Q3_K_BYTES, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QK_K,
+};
+pub use legacy::{
+    dequant_q4_0, dequant_q4_1, dequant_q5_0, dequant_q5_1, dequant_q8_0, Q4_0_BYTES, Q4_1_BYTES,
+    Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES,
+};
+
+use crate::{GgmlType, ModelError};
+
+/// The f16 stored little-endian at `block[at..at + 2]`, as f32.
+fn f16_at(block: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]))
+}
+
+/// Dequantizes `n` elements of `ggml_type` stored in `bytes`, which must be exactly their size.
+pub fn dequantize(ggml_type: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>, ModelError> {
+    // Validate before allocating: `n` may come from a file.
+    check_size(ggml_type, bytes, n)?;
+    let mut out = vec![0.0; n];
+    dequantize_into(ggml_type, bytes, &mut out)?;
+    Ok(out)
+}
+
+/// Dequantizes into `out`; `bytes` must be exactly the size of `out.len()` elements.
+pub fn dequantize_into(
+    ggml_type: GgmlType,
+    bytes: &[u8],
+    out: &mut [f32],
+) -> Result<(), ModelError> {
+    check_size(ggml_type, bytes, out.len())?;
+    match ggml_type {
+        GgmlType::F32 => elements(bytes, out, |b: [u8; 4]| f32::from_le_bytes(b)),
+        GgmlType::F16 => elements(bytes, out, |b: [u8; 2]| f16_to_f32(u16::from_le_bytes(b))),
+        GgmlType::BF16 => elements(bytes, out, |b: [u8; 2]| bf16_to_f32(u16::from_le_bytes(b))),
+        GgmlType::Q4_0 => blocks(bytes, out, dequant_q4_0),
+        GgmlType::Q4_1 => blocks(bytes, out, dequant_q4_1),
+        GgmlType::Q5_0 => blocks(bytes, out, dequant_q5_0),
+        GgmlType::Q5_1 => blocks(bytes, out, dequant_q5_1),
+        GgmlType::Q8_0 => blocks(bytes, out, dequant_q8_0),
+        GgmlType::Q2_K => blocks(bytes, out, dequant_q2_k),
+        GgmlType::Q3_K => blocks(bytes, out, dequant_q3_k),
+        GgmlType::Q4_K => blocks(bytes, out, dequant_q4_k),
+        GgmlType::Q5_K => blocks(bytes, out, dequant_q5_k),
+        GgmlType::Q6_K => blocks(bytes, out, dequant_q6_k),
+        other => {
+            return Err(ModelError::Unsupported {
+                what: format!("dequantization of ggml type {other} (id {})", other.id()),
+            })
+        }
+    }
+    Ok(())
+}
+
+fn check_size(ggml_type: GgmlType, bytes: &[u8], n: usize) -> Result<(), ModelError> {
+    let expected = ggml_type
+        .bytes_for(n as u64)
+        .ok_or_else(|| ModelError::BadShape {
+            dims: vec![n as u64],
+            reason: format!(
+                "not a whole number of {ggml_type} blocks ({})",
+                ggml_type.block_size()
+            ),
+        })?;
+    if expected != bytes.len() as u64 {
+        return Err(ModelError::SizeMismatch {
+            what: format!("{n} elements of {ggml_type}"),
+            expected,
+            actual: bytes.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Applies a per-element conversion; sizes were checked by the caller.
+fn elements<const B: usize>(bytes: &[u8], out: &mut [f32], convert: impl Fn([u8; B]) -> f32) {
+    for (chunk, o) in bytes.as_chunks::<B>().0.iter().zip(out) {
+        *o = convert(*chunk);
+    }
+}
+
+/// Applies a per-block dequantizer; sizes were checked by the caller.
+fn blocks<const B: usize, const N: usize>(
+    bytes: &[u8],
+    out: &mut [f32],
+    dequant: fn(&[u8; B], &mut [f32; N]),
+) {
+    for (block, o) in bytes
+        .as_chunks::<B>()
+        .0
+        .iter()
+        .zip(out.as_chunks_mut::<N>().0)
+    {
+        dequant(block, o);
+    }
+}

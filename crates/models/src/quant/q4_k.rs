@@ -1,0 +1,135 @@
+//! Quantization to Q4_K. The `gguf` package has no Q4_K quantizer to match, so this one is
+//! judged by its error (see the tests), not by bits.
+//!
+//! Each 32-element sub-block gets the affine map `x ≈ s·q − o` (`q` in 0..=15, `s, o ≥ 0`)
+//! with the least squared error that a few rounds of "round to the grid, refit `s` and `o` by
+//! least squares" find, starting from the min/max map. The eight `s` and `o` are then stored
+//! as 6-bit multiples of the f16 super-block factors `d = max s / 63` and `dmin = max o / 63`,
+//! and the quants are chosen against the scales as stored.
+
+use crate::dequant::{f16_to_f32, f32_to_f16, Q4_K_BYTES, QK_K};
+
+const REFINE_ROUNDS: usize = 6;
+
+/// An affine 4-bit map `x ≈ scale·q − offset`.
+#[derive(Clone, Copy)]
+struct Affine {
+    scale: f32,
+    offset: f32,
+}
+
+impl Affine {
+    fn quant(self, x: f32) -> u8 {
+        if self.scale == 0.0 {
+            return 0;
+        }
+        ((x + self.offset) / self.scale).round().clamp(0.0, 15.0) as u8
+    }
+
+    fn squared_error(self, xs: &[f32]) -> f64 {
+        xs.iter()
+            .map(|&x| {
+                let r = f64::from(self.scale * f32::from(self.quant(x)) - self.offset - x);
+                r * r
+            })
+            .sum()
+    }
+
+    /// The least-squares `(scale, offset)` for the quants that `self` assigns to `xs`, with
+    /// the offset held at zero when the free fit would make it negative.
+    fn refit(self, xs: &[f32]) -> Option<Affine> {
+        let n = xs.len() as f64;
+        let (mut sq, mut sqq, mut sx, mut sqx) = (0.0, 0.0, 0.0, 0.0);
+        for &x in xs {
+            let q = f64::from(self.quant(x));
+            let x = f64::from(x);
+            sq += q;
+            sqq += q * q;
+            sx += x;
+            sqx += q * x;
+        }
+        let det = n * sqq - sq * sq;
+        if det <= 0.0 {
+            return None;
+        }
+        let mut scale = (n * sqx - sq * sx) / det;
+        let mut offset = (scale * sq - sx) / n;
+        if offset < 0.0 {
+            offset = 0.0;
+            scale = sqx / sqq;
+        }
+        (scale > 0.0).then_some(Affine {
+            scale: scale as f32,
+            offset: offset as f32,
+        })
+    }
+}
+
+fn fit_sub_block(xs: &[f32]) -> Affine {
+    let lo = xs.iter().fold(0.0f32, |m, &x| m.min(x));
+    let hi = xs.iter().fold(lo, |m, &x| m.max(x));
+    let mut best = Affine {
+        scale: (hi - lo) / 15.0,
+        offset: -lo,
+    };
+    let mut best_err = best.squared_error(xs);
+    let mut current = best;
+    for _ in 0..REFINE_ROUNDS {
+        let Some(next) = current.refit(xs) else { break };
+        let err = next.squared_error(xs);
+        if err < best_err {
+            best = next;
+            best_err = err;
+        }
+        current = next;
+    }
+    best
+}
+
+/// The 6-bit multiplier of `factor` closest to `value`.
+fn six_bit(value: f32, factor: f32) -> u8 {
+    if factor == 0.0 {
+        return 0;
+    }
+    (value / factor).round().clamp(0.0, 63.0) as u8
+}
+
+/// Packs eight 6-bit scales and mins into 12 bytes; the inverse of
+/// [`crate::dequant::unpack_k_scales`].
+fn pack_k_scales(scales: &[u8; 8], mins: &[u8; 8]) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    for j in 0..4 {
+        s[j] = scales[j] | ((scales[j + 4] >> 4) << 6);
+        s[j + 4] = mins[j] | ((mins[j + 4] >> 4) << 6);
+        s[j + 8] = (scales[j + 4] & 0x0f) | ((mins[j + 4] & 0x0f) << 4);
+    }
+    s
+}
+
+/// Quantizes one super-block. Inputs must be finite; the caller checks that `d` and `dmin`
+/// came out finite.
+pub fn quantize_q4_k(x: &[f32; QK_K], out: &mut [u8; Q4_K_BYTES]) {
+    let fits: [Affine; 8] = std::array::from_fn(|j| fit_sub_block(&x[32 * j..32 * (j + 1)]));
+    let max_scale = fits.iter().fold(0.0f32, |m, f| m.max(f.scale));
+    let max_offset = fits.iter().fold(0.0f32, |m, f| m.max(f.offset));
+    let d_bits = f32_to_f16(max_scale / 63.0);
+    let dmin_bits = f32_to_f16(max_offset / 63.0);
+    let (d, dmin) = (f16_to_f32(d_bits), f16_to_f32(dmin_bits));
+    let scales: [u8; 8] = std::array::from_fn(|j| six_bit(fits[j].scale, d));
+    let mins: [u8; 8] = std::array::from_fn(|j| six_bit(fits[j].offset, dmin));
+
+    out[0..2].copy_from_slice(&d_bits.to_le_bytes());
+    out[2..4].copy_from_slice(&dmin_bits.to_le_bytes());
+    out[4..16].copy_from_slice(&pack_k_scales(&scales, &mins));
+    let qs = &mut out[16..];
+    qs.fill(0);
+    for (i, &v) in x.iter().enumerate() {
+        let j = i / 32;
+        // The same products the dequantizer forms, so `q` is chosen against the stored map.
+        let stored = Affine {
+            scale: d * f32::from(scales[j]),
+            offset: dmin * f32::from(mins[j]),
+        };
+        qs[32 * (i / 64) + i % 32] |= stored.quant(v) << (4 * (j % 2));
+    }
+}
