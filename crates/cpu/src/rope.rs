@@ -78,3 +78,88 @@ impl<T: Real> RopeTable<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Arch;
+
+    fn llama31_config() -> ModelConfig {
+        ModelConfig {
+            arch: Arch::Llama,
+            hidden: 4096,
+            layers: 1,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            ffn: 14336,
+            vocab: 128256,
+            max_positions: 131072,
+            norm_eps: 1e-5,
+            rope_theta: 500_000.0,
+            rope_scaling: Some(Llama3Scaling {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_positions: 8192,
+            }),
+            rope_style: RopeStyle::HalfSplit,
+            tied_embeddings: false,
+            qkv_bias: false,
+            qk_norm: false,
+            type_vocab: 0,
+        }
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_divides_low_and_blends_between() {
+        let scaled_config = llama31_config();
+        let plain_config = ModelConfig {
+            rope_scaling: None,
+            ..scaled_config.clone()
+        };
+        let scaled = rope_frequencies(&scaled_config, None);
+        let plain = rope_frequencies(&plain_config, None);
+        assert_eq!(plain.len(), 64);
+        assert_eq!(plain[0], 1.0);
+        let wavelen = |f: f64| 2.0 * std::f64::consts::PI / f;
+        let mut blended = 0;
+        for (s, p) in scaled.iter().zip(&plain) {
+            let ratio = p / s;
+            if wavelen(*p) < 2048.0 {
+                assert_eq!(ratio, 1.0);
+            } else if wavelen(*p) > 8192.0 {
+                assert!((ratio - 8.0).abs() < 1e-12);
+            } else {
+                assert!(ratio > 1.0 && ratio < 8.0, "ratio {ratio}");
+                blended += 1;
+            }
+        }
+        assert!(blended > 0, "no frequency in the blended band");
+        // Scaled frequencies still fall monotonically.
+        assert!(scaled.windows(2).all(|w| w[0] > w[1]));
+
+        // GGUF's precomputed divisors give the same frequencies.
+        let divisors: Vec<f64> = plain.iter().zip(&scaled).map(|(p, s)| p / s).collect();
+        let from_divisors = rope_frequencies(&plain_config, Some(&divisors));
+        for (a, b) in from_divisors.iter().zip(&scaled) {
+            assert!((a - b).abs() <= 1e-15 * b);
+        }
+    }
+
+    #[test]
+    fn both_pairings_rotate_by_the_same_angles() {
+        let freqs = [1.0, 0.1];
+        let table = RopeTable::<f64>::new(&freqs, 3, 2);
+        // Position 4 (offset 1): angles 4 and 0.4.
+        let mut half = [1.0, 2.0, 3.0, 4.0]; // pairs (1, 3) and (2, 4)
+        let mut adjacent = [1.0, 3.0, 2.0, 4.0]; // the same pairs, adjacent
+        table.rotate(&mut half, 1, RopeStyle::HalfSplit);
+        table.rotate(&mut adjacent, 1, RopeStyle::Adjacent);
+        let rot = |a: f64, b: f64, t: f64| (a * t.cos() - b * t.sin(), a * t.sin() + b * t.cos());
+        let (a0, b0) = rot(1.0, 3.0, 4.0);
+        let (a1, b1) = rot(2.0, 4.0, 0.4);
+        assert_eq!(half, [a0, a1, b0, b1]);
+        assert_eq!(adjacent, [a0, b0, a1, b1]);
+    }
+}
