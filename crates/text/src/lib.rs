@@ -1,1 +1,29 @@
-//! quench-text
+//! quench-text: tokenizers and chat templates.
+//!
+//! - [`Tokenizer`]: byte-level BPE (GPT-2 family), SentencePiece-style BPE over scored
+//!   vocabularies, and WordPiece (BERT), built from GGUF tokenizer metadata
+//!   ([`Tokenizer::from_gguf_vocab`]) or a Hugging Face `tokenizer.json`
+//!   ([`Tokenizer::from_tokenizer_json`]); encodes and decodes as the Hugging Face
+//!   `tokenizers` package does, token for token.
+//! - [`ChatTemplate`]: Jinja chat templates rendered as transformers renders them.
+
+mod added_tokens;
+mod bpe;
+mod byte_level;
+mod chat_template;
+mod decode;
+mod error;
+mod gguf_vocab;
+mod normalize;
+mod pretokenize;
+mod sentencepiece;
+mod tokenizer;
+mod tokenizer_json;
+mod unicode;
+mod vocab;
+mod wordpiece;
+
+pub use chat_template::{ChatTemplate, Message};
+pub use error::{Result, TextError};
+pub use gguf_vocab::GgufVocab;
+pub use tokenizer::{DecodeStream, Tokenizer};
