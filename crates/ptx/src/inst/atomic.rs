@@ -1,0 +1,77 @@
+//! Fences and atomic read-modify-write operations.
+
+use quench_ir::{AddrSpace, AtomOp, Ordering, Scalar, Scope, Type, Value};
+
+use super::expect;
+use crate::emitter::{Emitter, Res};
+
+pub(super) fn fence(e: &mut Emitter, ord: Ordering, scope: Scope) -> Res<()> {
+    if ord == Ordering::Relaxed {
+        return Err("a relaxed fence orders nothing; use acquire, release, acq_rel or sc".into());
+    }
+    e.line(format!("fence.{}.{}", ord.name(), scope.name()));
+    Ok(())
+}
+
+/// The `.op.type` of an atomic on `s`, or why there is none.
+fn op_type(op: AtomOp, s: Scalar) -> Res<String> {
+    let none = || Err(format!("atomic `{}` on {s} has no PTX instruction", op.name()));
+    let bits = || format!("b{}", s.bits());
+    let t = match op {
+        AtomOp::Add => match s {
+            Scalar::I32 | Scalar::U32 | Scalar::U64 | Scalar::F32 | Scalar::F64 => s.name().to_string(),
+            // Two's complement addition is the same for both signs; PTX has only u64.
+            Scalar::I64 => "u64".into(),
+            Scalar::F16 | Scalar::BF16 | Scalar::F16x2 | Scalar::BF16x2 => format!("noftz.{s}"),
+            _ => return none(),
+        },
+        AtomOp::Min | AtomOp::Max => match s {
+            Scalar::I32 | Scalar::U32 | Scalar::I64 | Scalar::U64 => s.name().to_string(),
+            _ => return none(),
+        },
+        AtomOp::And | AtomOp::Or | AtomOp::Xor if s.is_int() && s.bits() >= 32 => bits(),
+        AtomOp::Exch if s != Scalar::Pred && s.bits() >= 32 => bits(),
+        AtomOp::Cas if s != Scalar::Pred && s.bits() >= 16 => bits(),
+        _ => return none(),
+    };
+    Ok(format!("{}.{t}", op.name()))
+}
+
+/// `atom.{sem}.{scope}.{space}.{op}.{type}`. PTX atomics take relaxed, acquire,
+/// release or acq_rel; a sequentially consistent one is a `fence.sc` followed by an
+/// acquire atomic, the mapping the PTX memory model gives for seq_cst RMWs.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn atomic(
+    e: &mut Emitter,
+    d: Value,
+    op: AtomOp,
+    ord: Ordering,
+    scope: Scope,
+    ptr: Value,
+    a: Value,
+    b: Option<Value>,
+) -> Res<()> {
+    let space = match e.ty(ptr)? {
+        Type::Ptr(s @ (AddrSpace::Global | AddrSpace::Shared), _) => s,
+        t => return Err(format!("atomics work on global or shared pointers, not a {t}")),
+    };
+    let s = e.scalar(a)?;
+    expect(e, d, Type::Scalar(s))?;
+    let ot = op_type(op, s)?;
+    let operands = match (op, b) {
+        (AtomOp::Cas, Some(b)) if e.ty(b)? == Type::Scalar(s) => format!("{}, {}", e.reg1(a)?, e.reg1(b)?),
+        (AtomOp::Cas, _) => return Err(format!("cas needs a compare and a new value, both {s}")),
+        (_, None) => e.reg1(a)?,
+        (_, Some(_)) => return Err(format!("atomic `{}` takes one operand", op.name())),
+    };
+    let sem = match ord {
+        Ordering::SeqCst => {
+            e.line(format!("fence.sc.{}", scope.name()));
+            Ordering::Acquire.name()
+        }
+        o => o.name(),
+    };
+    let (pr, dr) = (e.reg1(ptr)?, e.def1(d)?);
+    e.line(format!("atom.{sem}.{}.{}.{ot} {dr}, [{pr}], {operands}", scope.name(), space.name()));
+    Ok(())
+}
