@@ -1,1 +1,25 @@
-//! quench-rt
+//! quench-rt: the executor contract and its backends.
+//!
+//! - [`Executor`]: allocate, copy, load, launch on streams, time with events, capture
+//!   and replay graphs; every backend implements it and reports errors as values.
+//! - [`KernelAbi`]: a kernel's interface, derived from the IR and checked on every
+//!   launch (argument count and types, launch shape, shared memory).
+//! - [`InterpExecutor`]: the IR interpreter on the CPU.
+//! - [`CudaExecutor`]: the NVIDIA driver, loaded at run time.
+//! - [`list_devices`]: the CUDA devices present.
+
+pub mod abi;
+mod alloc_table;
+mod checks;
+pub mod cuda;
+pub mod devices;
+pub mod error;
+pub mod executor;
+pub mod interp;
+
+pub use abi::{AbiParam, KernelAbi, ParamKind};
+pub use cuda::{CacheStats, CudaExecutor};
+pub use devices::{list_devices, DeviceInfo};
+pub use error::RtError;
+pub use executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};
+pub use interp::InterpExecutor;

@@ -1,0 +1,266 @@
+//! The interpreter backend: the executor contract over `quench_ir::interp`, so that
+//! everything above the runtime runs without a GPU.
+//!
+//! Every operation completes before it returns, so streams are trivially in order and
+//! events read the interpreter's virtual clock. A capture records launches; a replay
+//! checks and runs them again.
+
+use std::collections::BTreeMap;
+
+use quench_ir::interp::{self, Device, LaunchConfig};
+use quench_ir::Function;
+
+use crate::abi::KernelAbi;
+use crate::alloc_table::Allocations;
+use crate::checks::{check_launch, DeviceLimits};
+use crate::error::RtError;
+use crate::executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};
+
+struct Loaded {
+    f: Function,
+    abi: KernelAbi,
+}
+
+/// One recorded launch of a captured graph.
+#[derive(Clone)]
+struct Recorded {
+    kernel: KernelId,
+    launch: Launch,
+    args: Vec<Arg>,
+}
+
+pub struct InterpExecutor {
+    dev: Device,
+    allocs: Allocations,
+    kernels: Vec<Loaded>,
+    streams: u32,
+    /// Virtual time at which each event was recorded; `None` once released.
+    events: Vec<Option<u64>>,
+    graphs: Vec<Option<Vec<Recorded>>>,
+    /// Open captures: stream → launches recorded so far.
+    captures: BTreeMap<u32, Vec<Recorded>>,
+}
+
+impl Default for InterpExecutor {
+    fn default() -> Self {
+        InterpExecutor::new()
+    }
+}
+
+impl InterpExecutor {
+    pub fn new() -> InterpExecutor {
+        InterpExecutor {
+            dev: Device::new(),
+            allocs: Allocations::default(),
+            kernels: vec![],
+            streams: 1,
+            events: vec![],
+            graphs: vec![],
+            captures: BTreeMap::new(),
+        }
+    }
+
+    /// The interpreted device (its memory and virtual clock).
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    fn kernel(&self, k: KernelId) -> Result<&Loaded, RtError> {
+        self.kernels.get(k.0 as usize).ok_or(RtError::UnknownHandle { kind: "kernel", id: k.0 as u64 })
+    }
+
+    fn check_stream(&self, s: StreamId) -> Result<(), RtError> {
+        if s.0 < self.streams {
+            Ok(())
+        } else {
+            Err(RtError::UnknownHandle { kind: "stream", id: s.0 as u64 })
+        }
+    }
+
+    fn event(&self, e: EventId) -> Result<u64, RtError> {
+        self.events
+            .get(e.0 as usize)
+            .copied()
+            .flatten()
+            .ok_or(RtError::UnknownHandle { kind: "event", id: e.0 as u64 })
+    }
+
+    /// Refuse an operation that cannot be part of a graph while a capture is open.
+    fn refuse_during_capture(&self, what: &str) -> Result<(), RtError> {
+        match self.captures.keys().next() {
+            Some(s) => Err(RtError::Capture {
+                message: format!("{what} is not allowed while stream {s} is capturing"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn run(&mut self, r: &Recorded) -> Result<(), RtError> {
+        let loaded = self.kernel(r.kernel)?;
+        check_launch(&loaded.abi, &r.launch, &r.args, &DeviceLimits::SM90, &self.allocs)?;
+        let cfg = LaunchConfig {
+            grid: r.launch.grid,
+            block: r.launch.block,
+            dynamic_shared_bytes: r.launch.dynamic_shared_bytes,
+        };
+        let bits: Vec<u64> = r.args.iter().map(Arg::bits).collect();
+        let kernel = r.kernel.0 as usize;
+        let f = &self.kernels[kernel].f;
+        interp::launch(f, &cfg, &bits, &mut self.dev)
+            .map(|_stats| ())
+            .map_err(|e| RtError::Interp { kernel: f.name.clone(), message: e.to_string() })
+    }
+
+    fn mem_err(e: impl std::fmt::Display) -> RtError {
+        RtError::InterpMemory { message: e.to_string() }
+    }
+}
+
+impl Executor for InterpExecutor {
+    fn backend(&self) -> &'static str {
+        "interp"
+    }
+
+    fn device_name(&self) -> String {
+        "quench interpreter (sm_90 model)".to_string()
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<DevicePtr, RtError> {
+        self.refuse_during_capture("allocation")?;
+        if bytes == 0 {
+            return Err(RtError::Memory { message: "cannot allocate 0 bytes".into() });
+        }
+        let addr = self.dev.mem.alloc(bytes).map_err(Self::mem_err)?;
+        self.allocs.insert(addr, bytes);
+        Ok(DevicePtr(addr))
+    }
+
+    fn free(&mut self, p: DevicePtr) -> Result<(), RtError> {
+        self.refuse_during_capture("free")?;
+        self.allocs.remove(p.0)?;
+        self.dev.mem.free(p.0).map_err(Self::mem_err)
+    }
+
+    fn copy_to_device(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), RtError> {
+        self.refuse_during_capture("copy to device")?;
+        self.allocs.check_range(dst.0, src.len() as u64, "copy to device")?;
+        self.dev.mem.write(dst.0, src).map_err(Self::mem_err)
+    }
+
+    fn copy_to_host(&mut self, src: DevicePtr, dst: &mut [u8]) -> Result<(), RtError> {
+        self.refuse_during_capture("copy to host")?;
+        self.allocs.check_range(src.0, dst.len() as u64, "copy to host")?;
+        self.dev.mem.read(src.0, dst).map_err(Self::mem_err)
+    }
+
+    fn copy_device_to_device(&mut self, dst: DevicePtr, src: DevicePtr, bytes: u64) -> Result<(), RtError> {
+        self.refuse_during_capture("device-to-device copy")?;
+        self.allocs.check_range(src.0, bytes, "device-to-device copy (source)")?;
+        self.allocs.check_range(dst.0, bytes, "device-to-device copy (destination)")?;
+        let len = usize::try_from(bytes)
+            .map_err(|_| RtError::Memory { message: format!("copy of {bytes} bytes exceeds host memory") })?;
+        let mut staging = vec![0u8; len];
+        self.dev.mem.read(src.0, &mut staging).map_err(Self::mem_err)?;
+        self.dev.mem.write(dst.0, &staging).map_err(Self::mem_err)
+    }
+
+    fn load(&mut self, f: &Function) -> Result<KernelId, RtError> {
+        quench_ir::verify(f)?;
+        let abi = KernelAbi::from_function(f)?;
+        self.kernels.push(Loaded { f: f.clone(), abi });
+        Ok(KernelId(self.kernels.len() as u32 - 1))
+    }
+
+    fn abi(&self, k: KernelId) -> Result<&KernelAbi, RtError> {
+        Ok(&self.kernel(k)?.abi)
+    }
+
+    fn launch(&mut self, k: KernelId, launch: &Launch, args: &[Arg], stream: StreamId) -> Result<(), RtError> {
+        self.check_stream(stream)?;
+        let r = Recorded { kernel: k, launch: *launch, args: args.to_vec() };
+        if let Some(rec) = self.captures.get_mut(&stream.0) {
+            let loaded = self.kernels.get(k.0 as usize).ok_or(RtError::UnknownHandle { kind: "kernel", id: k.0 as u64 })?;
+            check_launch(&loaded.abi, launch, args, &DeviceLimits::SM90, &self.allocs)?;
+            rec.push(r);
+            return Ok(());
+        }
+        self.run(&r)
+    }
+
+    fn create_stream(&mut self) -> Result<StreamId, RtError> {
+        self.streams += 1;
+        Ok(StreamId(self.streams - 1))
+    }
+
+    fn record_event(&mut self, stream: StreamId) -> Result<EventId, RtError> {
+        self.check_stream(stream)?;
+        if self.captures.contains_key(&stream.0) {
+            return Err(RtError::Capture { message: format!("cannot record an event on stream {} while it is capturing", stream.0) });
+        }
+        self.events.push(Some(self.dev.clock_ns));
+        Ok(EventId(self.events.len() as u32 - 1))
+    }
+
+    fn elapsed_ms(&mut self, start: EventId, end: EventId) -> Result<f32, RtError> {
+        let (t0, t1) = (self.event(start)?, self.event(end)?);
+        Ok(((t1 as f64 - t0 as f64) / 1e6) as f32)
+    }
+
+    fn release_event(&mut self, e: EventId) -> Result<(), RtError> {
+        self.event(e)?;
+        self.events[e.0 as usize] = None;
+        Ok(())
+    }
+
+    fn begin_capture(&mut self, stream: StreamId) -> Result<(), RtError> {
+        self.check_stream(stream)?;
+        if self.captures.contains_key(&stream.0) {
+            return Err(RtError::Capture { message: format!("stream {} is already capturing", stream.0) });
+        }
+        self.captures.insert(stream.0, vec![]);
+        Ok(())
+    }
+
+    fn end_capture(&mut self, stream: StreamId) -> Result<GraphId, RtError> {
+        self.check_stream(stream)?;
+        let rec = self
+            .captures
+            .remove(&stream.0)
+            .ok_or_else(|| RtError::Capture { message: format!("stream {} is not capturing", stream.0) })?;
+        self.graphs.push(Some(rec));
+        Ok(GraphId(self.graphs.len() as u32 - 1))
+    }
+
+    fn replay(&mut self, g: GraphId, stream: StreamId) -> Result<(), RtError> {
+        self.check_stream(stream)?;
+        let launches = self
+            .graphs
+            .get(g.0 as usize)
+            .cloned()
+            .flatten()
+            .ok_or(RtError::UnknownHandle { kind: "graph", id: g.0 as u64 })?;
+        // Replaying into a capturing stream nests the graph's launches in the capture.
+        if let Some(rec) = self.captures.get_mut(&stream.0) {
+            rec.extend(launches);
+            return Ok(());
+        }
+        for r in &launches {
+            self.run(r)?;
+        }
+        Ok(())
+    }
+
+    fn release_graph(&mut self, g: GraphId) -> Result<(), RtError> {
+        match self.graphs.get_mut(g.0 as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(RtError::UnknownHandle { kind: "graph", id: g.0 as u64 }),
+        }
+    }
+
+    fn synchronize(&mut self) -> Result<(), RtError> {
+        self.refuse_during_capture("synchronize")
+    }
+}

@@ -1,0 +1,112 @@
+//! The CUDA backend. Without a GPU (as in CI) only the refusal is checked: creating an
+//! executor must return `NoGpu` with a reason, not panic. With a GPU the whole
+//! contract runs, plus the kernel cache.
+
+mod common;
+
+use std::path::PathBuf;
+
+use quench_rt::{list_devices, CudaExecutor, Executor, RtError, StreamId};
+
+fn gpu(cache: Option<PathBuf>) -> Option<CudaExecutor> {
+    match CudaExecutor::with_cache_dir(0, cache) {
+        Ok(ex) => Some(ex),
+        Err(RtError::NoGpu { reason }) => {
+            assert!(!reason.is_empty());
+            println!("skipped: no GPU ({reason})");
+            None
+        }
+        Err(other) => panic!("opening CUDA device 0 failed with something other than NoGpu: {other}"),
+    }
+}
+
+fn scratch_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("quench-rt-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn no_gpu_is_an_error_not_a_panic() {
+    let opened = std::panic::catch_unwind(|| CudaExecutor::new(0).map(|ex| ex.device_name()));
+    match opened {
+        Err(_) => panic!("CudaExecutor::new panicked"),
+        Ok(Ok(name)) => println!("GPU present: {name}"),
+        Ok(Err(RtError::NoGpu { reason })) => println!("no GPU: {reason}"),
+        Ok(Err(other)) => panic!("expected NoGpu, got {other}"),
+    }
+    // A device that does not exist is NoGpu too.
+    assert!(matches!(CudaExecutor::new(10_000), Err(RtError::NoGpu { .. })));
+}
+
+#[test]
+fn device_listing_agrees_with_opening() {
+    match list_devices() {
+        Ok(devices) => {
+            assert!(!devices.is_empty());
+            for (i, d) in devices.iter().enumerate() {
+                assert_eq!(d.ordinal, i as u32);
+                assert!(d.compute_capability.0 >= 1 && d.total_memory_bytes > 0 && !d.name.is_empty());
+                assert!(d.driver_version.starts_with(|c: char| c.is_ascii_digit()) && d.driver_version.contains('.'));
+                println!("{d:?}");
+            }
+            let ex = gpu(None).expect("a listed device opens");
+            assert_eq!(ex.info(), &devices[0]);
+        }
+        Err(RtError::NoGpu { reason }) => {
+            println!("skipped: no GPU ({reason})");
+            assert!(matches!(CudaExecutor::new(0), Err(RtError::NoGpu { .. })));
+        }
+        Err(other) => panic!("list_devices: {other}"),
+    }
+}
+
+#[test]
+fn contract_on_the_gpu() {
+    let Some(mut ex) = gpu(None) else { return };
+    common::all(&mut ex);
+    let ms = common::events_measure(&mut ex);
+    println!("one saxpy launch: {ms} ms");
+}
+
+#[test]
+fn compiled_kernels_are_cached_on_disk() {
+    let dir = scratch_dir("cubin-cache");
+    let Some(mut first) = gpu(Some(dir.clone())) else { return };
+    let mut rng = common::rng("compiled_kernels_are_cached_on_disk");
+    first.load(&common::saxpy()).expect("load");
+    assert_eq!((first.cache_stats().misses, first.cache_stats().hits), (1, 0));
+    assert_eq!(first.cache_stats().write_failures, 0, "{:?}", first.cache_problem());
+    drop(first);
+
+    let mut second = gpu(Some(dir.clone())).expect("GPU");
+    let k = second.load(&common::saxpy()).expect("load from cache");
+    assert_eq!((second.cache_stats().misses, second.cache_stats().hits), (0, 1));
+    let p = common::Problem::new(&mut second, &mut rng, 999);
+    second.launch(k, &p.launch(), &p.args(), StreamId::DEFAULT).expect("launch");
+    p.check(&mut second, 1, "kernel loaded from the cache");
+    drop(second);
+
+    // Damage the cubin: the entry is discarded, the kernel compiled again and re-cached.
+    let cubin = std::fs::read_dir(&dir)
+        .expect("cache dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "cubin"))
+        .expect("a cubin in the cache");
+    let mut bytes = std::fs::read(&cubin).expect("read cubin");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&cubin, &bytes).expect("write cubin");
+    let mut third = gpu(Some(dir.clone())).expect("GPU");
+    let k = third.load(&common::saxpy()).expect("load after damage");
+    let st = third.cache_stats();
+    assert_eq!((st.hits, st.misses, st.discarded), (0, 1, 1));
+    let p = common::Problem::new(&mut third, &mut rng, 77);
+    third.launch(k, &p.launch(), &p.args(), StreamId::DEFAULT).expect("launch");
+    p.check(&mut third, 1, "kernel compiled again after the damaged entry");
+    drop(third);
+    let mut fourth = gpu(Some(dir.clone())).expect("GPU");
+    fourth.load(&common::saxpy()).expect("load");
+    assert_eq!(fourth.cache_stats().hits, 1, "the rebuilt entry is used");
+    let _ = std::fs::remove_dir_all(dir);
+}
