@@ -18,6 +18,7 @@ struct ShardIndex {
     weight_map: BTreeMap<String, String>,
 }
 
+#[derive(Debug)]
 pub struct HfCheckpoint {
     config: HfConfig,
     shards: Vec<(PathBuf, SafetensorsFile)>,

@@ -72,6 +72,18 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
 }
 
+impl std::fmt::Debug for GgufFile {
+    /// A summary: the metadata and tensor lists can be long.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("alignment", &self.alignment)
+            .field("metadata_entries", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
 impl GgufFile {
     /// Maps and parses `path`. Errors name the file.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, ModelError> {

@@ -117,23 +117,28 @@ impl<'a> GgufWriter<'a> {
             .map_err(io_err)
     }
 
-    /// Streams the file: the header (built in memory, it is small), then the tensor data.
+    /// Streams the file: the header (built in memory, it is small), then the tensor data,
+    /// each tensor padded to the alignment (the last one too, as llama.cpp's writers do).
     pub fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
         let mut header = Vec::new();
-        let offsets = self.write_header(&mut header);
+        self.write_header(&mut header);
         w.write_all(&header)?;
-        let mut written = 0u64;
-        for (t, offset) in self.tensors.iter().zip(offsets) {
-            w.write_all(&vec![0u8; (offset - written) as usize])?;
+        let alignment = self.alignment();
+        for t in &self.tensors {
             w.write_all(t.bytes)?;
-            written = offset + t.bytes.len() as u64;
+            let len = t.bytes.len() as u64;
+            w.write_all(&vec![0u8; (len.next_multiple_of(alignment) - len) as usize])?;
         }
         Ok(())
     }
 
-    /// Appends the header and the padding after it; returns each tensor's data offset.
-    fn write_header(&self, out: &mut Vec<u8>) -> Vec<u64> {
-        let alignment = self.alignment.unwrap_or(DEFAULT_ALIGNMENT);
+    fn alignment(&self) -> u64 {
+        self.alignment.unwrap_or(DEFAULT_ALIGNMENT)
+    }
+
+    /// Appends the header and the padding after it.
+    fn write_header(&self, out: &mut Vec<u8>) {
+        let alignment = self.alignment();
         out.extend_from_slice(MAGIC);
         out.extend(3u32.to_le_bytes());
         out.extend((self.tensors.len() as u64).to_le_bytes());
@@ -143,7 +148,6 @@ impl<'a> GgufWriter<'a> {
             out.extend(value.value_type().id().to_le_bytes());
             value.encode(out);
         }
-        let mut offsets = Vec::with_capacity(self.tensors.len());
         let mut next = 0u64;
         for t in &self.tensors {
             encode_string(&t.name, out);
@@ -153,10 +157,8 @@ impl<'a> GgufWriter<'a> {
             }
             out.extend(t.ggml_type.id().to_le_bytes());
             out.extend(next.to_le_bytes());
-            offsets.push(next);
             next = (next + t.bytes.len() as u64).next_multiple_of(alignment);
         }
         out.resize((out.len() as u64).next_multiple_of(alignment) as usize, 0);
-        offsets
     }
 }

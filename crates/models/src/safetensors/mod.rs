@@ -155,6 +155,16 @@ pub struct SafetensorsFile {
     metadata: BTreeMap<String, String>,
 }
 
+impl std::fmt::Debug for SafetensorsFile {
+    /// A summary: the tensor list can be long.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SafetensorsFile")
+            .field("tensors", &self.tensors.len())
+            .field("metadata", &self.metadata)
+            .finish()
+    }
+}
+
 impl SafetensorsFile {
     /// Maps and parses `path`. Errors name the file.
     pub fn open(path: impl AsRef<Path>) -> Result<SafetensorsFile, ModelError> {
