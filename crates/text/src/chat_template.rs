@@ -67,21 +67,19 @@ impl ChatTemplate {
 
     /// Renders plain text messages.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let messages: Vec<serde_json::Value> = messages
-            .iter()
-            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-            .collect();
-        self.render_json(&messages, add_generation_prompt, None)
+        self.render_serialize(messages, add_generation_prompt, None::<&()>)
     }
 
-    /// Renders messages given as JSON objects (tool calls, structured content...) and the
-    /// tool definitions, as transformers' `apply_chat_template(..., tools=...)`.
-    pub fn render_json(
-        &self,
-        messages: &[serde_json::Value],
-        add_generation_prompt: bool,
-        tools: Option<&[serde_json::Value]>,
-    ) -> Result<String> {
+    /// Renders any serializable messages (tool calls, structured content...) and tool
+    /// definitions, as transformers' `apply_chat_template(messages, tools=...)`. Maps keep
+    /// the order they serialize in (struct fields in declaration order), which `tojson`
+    /// output depends on; note that `serde_json::Value` objects are sorted by key unless
+    /// serde_json's `preserve_order` feature is on.
+    pub fn render_serialize<M, T>(&self, messages: &M, add_generation_prompt: bool, tools: Option<&T>) -> Result<String>
+    where
+        M: Serialize + ?Sized,
+        T: Serialize + ?Sized,
+    {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(render_error)?;
         let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
