@@ -1,0 +1,82 @@
+//! Host-side data: seeded random inputs and the byte images of f32/bf16 arrays.
+
+use half::bf16;
+use quench_ir::Scalar;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// The generator every case draws from: the same seed gives the same inputs on every
+/// machine.
+pub fn rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// `n` values with magnitude uniform in `[lo, hi]` (`lo > 0`, so never zero) and a random
+/// sign.
+pub fn signed(rng: &mut ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let m = rng.gen_range(lo..=hi);
+            if rng.gen::<bool>() {
+                -m
+            } else {
+                m
+            }
+        })
+        .collect()
+}
+
+/// `n` values uniform in `[lo, hi]`.
+pub fn uniform(rng: &mut ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(lo..=hi)).collect()
+}
+
+/// Round each value to bf16 (to nearest even). With magnitudes of at least 2^-126 the
+/// results are never zero.
+pub fn to_bf16(v: &[f32]) -> Vec<bf16> {
+    v.iter().map(|&x| bf16::from_f32(x)).collect()
+}
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn bf16_bytes(v: &[bf16]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect()
+}
+
+pub fn f32_from_bytes(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+pub fn bf16_from_bytes(b: &[u8]) -> Vec<bf16> {
+    b.chunks_exact(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()
+}
+
+/// Decode an array of `elem` into f64 for comparison. `None` for element types the
+/// library never produces as outputs (predicates, packed pairs).
+pub fn decode(elem: Scalar, b: &[u8]) -> Option<Vec<f64>> {
+    let n = elem.bytes() as usize;
+    if n == 0 || elem.is_packed() {
+        return None;
+    }
+    Some(
+        b.chunks_exact(n)
+            .map(|c| match elem {
+                Scalar::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+                Scalar::F64 => f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+                Scalar::BF16 => bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64(),
+                Scalar::F16 => half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64(),
+                Scalar::I8 => c[0] as i8 as f64,
+                Scalar::U8 => c[0] as f64,
+                Scalar::I16 => i16::from_le_bytes([c[0], c[1]]) as f64,
+                Scalar::U16 => u16::from_le_bytes([c[0], c[1]]) as f64,
+                Scalar::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+                Scalar::U32 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+                Scalar::I64 => i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64,
+                Scalar::U64 => u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64,
+                Scalar::Pred | Scalar::F16x2 | Scalar::BF16x2 => f64::NAN,
+            })
+            .collect(),
+    )
+}

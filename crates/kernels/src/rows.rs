@@ -1,0 +1,63 @@
+//! How one block walks one row: the row is cut into 16-byte groups, and thread `t` of a
+//! block of `threads` visits groups `t, t + threads, t + 2·threads, ...` in that order —
+//! consecutive threads read consecutive 16 bytes, so every warp load is coalesced.
+//!
+//! The group count is known when the kernel is built, so the walk is a loop of constant
+//! trip count over the groups every thread has, then one guarded step for the threads
+//! that have one more.
+
+use quench_ir::{Builder, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowWalk {
+    pub groups: u32,
+    pub threads: u32,
+}
+
+impl RowWalk {
+    /// Emit the walk for thread `tid`: `step(k, group, carried)` returns the new carried
+    /// values; the final ones are returned.
+    pub fn emit(
+        &self,
+        k: &mut Builder,
+        tid: Value,
+        init: &[Value],
+        step: &dyn Fn(&mut Builder, Value, &[Value]) -> Vec<Value>,
+    ) -> Vec<Value> {
+        let full = self.groups / self.threads;
+        let rem = self.groups % self.threads;
+        let threads = self.threads;
+        let mut carried = init.to_vec();
+        if full > 0 {
+            let lo = k.const_u32(0);
+            let hi = k.const_u32(full);
+            let one = k.const_u32(1);
+            carried = k.for_range(lo, hi, one, &carried, |k, j, c| {
+                let off = k.mul_const(j, threads);
+                let g = k.add(off, tid);
+                step(k, g, c)
+            });
+        }
+        if rem > 0 {
+            let types: Vec<_> = carried.iter().map(|v| k.ty(*v)).collect();
+            let r = k.const_u32(rem);
+            let has = k.lt(tid, r);
+            let before = carried.clone();
+            carried = k.if_else(
+                has,
+                &types,
+                |k| {
+                    let g = k.add_const(tid, full * threads);
+                    step(k, g, &before)
+                },
+                |_| before.clone(),
+            );
+        }
+        carried
+    }
+
+    /// The host twin: the groups thread `t` visits, in order.
+    pub fn groups_of(&self, t: u32) -> impl Iterator<Item = u32> {
+        (t..self.groups).step_by(self.threads as usize)
+    }
+}

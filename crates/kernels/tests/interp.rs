@@ -1,0 +1,117 @@
+//! Every library kernel on small shapes through the interpreter executor, against its
+//! reference: bit-exact where the kernel is exact, within the bound otherwise — and then
+//! the deliberately wrong references must fail that bound.
+//!
+//! Inputs are fresh for each run: the seed comes from `QUENCH_SEED` if set, else from
+//! the clock, and is printed so that a failure can be replayed.
+
+use quench_kernels::{compare, compare_controls, find, run_case, Check, KernelCase};
+use quench_rt::InterpExecutor;
+
+fn seed() -> u64 {
+    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
+    s
+}
+
+fn case(kernel: &str, params: &str) -> KernelCase {
+    let spec = find(kernel).expect("kernel in the library");
+    let p = spec.parse_params(params).expect("valid parameters");
+    spec.make_case(&p, seed()).expect("case")
+}
+
+/// Run a case, check every output, and check that every control fails.
+fn check(case: &KernelCase) {
+    let mut exec = InterpExecutor::new();
+    let out = run_case(&mut exec, case).unwrap_or_else(|e| panic!("{e}"));
+    for r in compare(case, &out).expect("comparable outputs") {
+        eprintln!("{} {}: {r}", case.name, case.shape);
+        assert!(r.passed, "{} {} failed its check:\n{r}", case.name, case.shape);
+    }
+    for e in &case.expected {
+        if let Check::Bound { explain, .. } = &e.check {
+            eprintln!("  bound: {explain}");
+        }
+    }
+    let controls = compare_controls(case, &out).expect("comparable controls");
+    let bounded = case.expected.iter().any(|e| matches!(e.check, Check::Bound { .. }));
+    assert_eq!(bounded, !controls.is_empty(), "{}: a bound needs a wrong-answer control", case.name);
+    for (what, r) in controls {
+        eprintln!("  control `{what}`: {r}");
+        assert!(!r.passed, "{}: the wrong reference `{what}` passed the bound", case.name);
+        assert!(r.mismatches * 2 > r.elements, "{}: `{what}` failed on only {} elements", case.name, r.mismatches);
+    }
+}
+
+#[test]
+fn add_f32() {
+    // 250 vector groups and 3 trailing elements.
+    check(&case("add_f32", "n=1003 threads=64"));
+}
+
+#[test]
+fn add_bf16() {
+    // 128 vector groups and 5 trailing elements.
+    check(&case("add_bf16", "n=1029 threads=64"));
+}
+
+#[test]
+fn silu_mul_bf16() {
+    check(&case("silu_mul_bf16", "n=779 threads=64"));
+}
+
+#[test]
+fn reduce_sum_f32() {
+    // 81 groups over 64 threads: one full walk step and a guarded one.
+    check(&case("reduce_sum_f32", "rows=3 cols=324 threads=64"));
+    // One warp: no shared-memory stage.
+    check(&case("reduce_sum_f32", "rows=2 cols=100 threads=32"));
+}
+
+#[test]
+fn reduce_max_f32() {
+    check(&case("reduce_max_f32", "rows=3 cols=324 threads=64"));
+}
+
+#[test]
+fn rmsnorm_bf16() {
+    check(&case("rmsnorm_bf16", "rows=3 cols=584 threads=64"));
+}
+
+#[test]
+fn softmax_f32() {
+    check(&case("softmax_f32", "rows=3 cols=376 threads=64"));
+}
+
+#[test]
+fn gemv_bf16() {
+    // 61 rows (not a multiple of 8 warps); 169 chunks: one unrolled step of 128, then
+    // a full step of 32 and a partial one of 9.
+    check(&case("gemv_bf16", "rows=61 cols=1352 warps=8 unroll=4"));
+}
+
+#[test]
+fn gemm_bf16_default_tile() {
+    // 2 blocks of 128x128, 3 k-steps (both stages used, odd count).
+    check(&case("gemm_bf16", "m=256 n=128 k=96 bm=128 bn=128"));
+}
+
+#[test]
+fn gemm_bf16_small_tile() {
+    check(&case("gemm_bf16", "m=64 n=128 k=64 bm=64 bn=64"));
+}
+
+/// The harness itself must be able to fail: a launch that leaves outputs unwritten
+/// leaves poison, which the check catches.
+#[test]
+fn unwritten_output_fails() {
+    let mut c = case("reduce_sum_f32", "rows=4 cols=64 threads=32");
+    c.launch.grid[0] = 3;
+    let out = run_case(&mut InterpExecutor::new(), &c).unwrap_or_else(|e| panic!("{e}"));
+    let r = compare(&c, &out).expect("comparable").remove(0);
+    assert!(!r.passed && r.mismatches == 1, "{r}");
+    assert_eq!(r.first_mismatches[0].index, 3);
+    assert!(r.first_mismatches[0].got.is_nan());
+}
