@@ -98,12 +98,7 @@ impl<T: Real> Encoder<T> {
                 c.max_positions,
                 dim,
             )?,
-            type_embedding: load::matrix(
-                src,
-                &name(BertTensor::TypeEmbedding),
-                c.type_vocab,
-                dim,
-            )?,
+            type_embedding: load::matrix(src, &name(BertTensor::TypeEmbedding), c.type_vocab, dim)?,
             embedding_norm: norm(
                 BertTensor::EmbeddingNormWeight,
                 BertTensor::EmbeddingNormBias,

@@ -103,7 +103,7 @@ impl ModelConfig {
                 });
             }
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(CpuError::Config {
                 field: "kv_heads",
                 reason: format!("{} does not divide heads = {}", self.kv_heads, self.heads),
@@ -138,7 +138,7 @@ impl ModelConfig {
                 });
             }
         } else {
-            if self.head_dim % 2 != 0 {
+            if !self.head_dim.is_multiple_of(2) {
                 return Err(CpuError::Config {
                     field: "head_dim",
                     reason: format!("{} is odd; RoPE rotates pairs", self.head_dim),

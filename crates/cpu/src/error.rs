@@ -26,6 +26,9 @@ pub enum CpuError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    #[error(transparent)]
+    Checkpoint(#[from] quench_models::ModelError),
+
     #[error("no tokens given")]
     NoTokens,
 
@@ -42,7 +45,11 @@ pub enum CpuError {
         "context overflow: {used} positions already used plus {added} new tokens exceed \
          the context limit of {limit} tokens"
     )]
-    ContextOverflow { limit: usize, used: usize, added: usize },
+    ContextOverflow {
+        limit: usize,
+        used: usize,
+        added: usize,
+    },
 
     #[error(
         "prompt of {prompt_len} tokens does not fit the context limit of {limit} tokens \

@@ -4,7 +4,7 @@ use crate::decoder::{Decoder, Logits};
 use crate::error::{CpuError, Result};
 use crate::kv_cache::KvCache;
 use crate::real::Real;
-use crate::sampling::{SamplingParams, Sampler};
+use crate::sampling::{Sampler, SamplingParams};
 
 /// A model that takes tokens and gives the logits of the last one.
 pub trait CausalLm {
@@ -58,7 +58,9 @@ impl<T: Real> CausalLm for Session<'_, T> {
     }
 
     fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        let logits = self.decoder.forward(&mut self.cache, tokens, Logits::Last)?;
+        let logits = self
+            .decoder
+            .forward(&mut self.cache, tokens, Logits::Last)?;
         Ok(logits.row(0).iter().map(|v| v.to_f32()).collect())
     }
 }
@@ -211,7 +213,11 @@ impl<'a> TextStream<'a> {
     /// Text handed out is never taken back: if the detokenizer rewrote earlier text, what
     /// follows continues after the part already handed out.
     fn release_to(&mut self, end: usize) -> String {
-        let piece = self.decoded.get(self.released..end).unwrap_or("").to_owned();
+        let piece = self
+            .decoded
+            .get(self.released..end)
+            .unwrap_or("")
+            .to_owned();
         self.released = self.released.max(end);
         piece
     }

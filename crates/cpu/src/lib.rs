@@ -13,6 +13,7 @@
 
 mod attention;
 mod bert;
+mod checkpoint;
 mod config;
 mod decoder;
 mod error;
@@ -39,7 +40,7 @@ pub use names::{BertLayerTensor, BertTensor, DecoderLayerTensor, DecoderTensor, 
 pub use real::Real;
 pub use rope::rope_frequencies;
 pub use sampling::{
-    apply_repetition_penalty, argmax, min_p_filter, top_k_filter, top_p_filter, Candidate,
-    Sampler, SamplingParams,
+    apply_repetition_penalty, argmax, min_p_filter, top_k_filter, top_p_filter, Candidate, Sampler,
+    SamplingParams,
 };
 pub use source::{MemorySource, TensorSource};

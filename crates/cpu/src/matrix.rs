@@ -74,9 +74,16 @@ const ROWS_PER_TASK: usize = 32;
 ///
 /// Panics if the shapes disagree; every caller checks shapes when the weights are loaded.
 pub fn linear<T: Real>(x: &Matrix<T>, w: &Matrix<T>, bias: Option<&[T]>) -> Matrix<T> {
-    assert_eq!(x.cols, w.cols, "linear: input width differs from weight width");
+    assert_eq!(
+        x.cols, w.cols,
+        "linear: input width differs from weight width"
+    );
     if let Some(b) = bias {
-        assert_eq!(b.len(), w.rows, "linear: bias length differs from weight rows");
+        assert_eq!(
+            b.len(),
+            w.rows,
+            "linear: bias length differs from weight rows"
+        );
     }
     let (n, m) = (x.rows, w.rows);
     // Computed transposed ([out][token]) so that each task owns a contiguous block and each

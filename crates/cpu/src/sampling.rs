@@ -167,7 +167,7 @@ impl Sampler {
         if logits.iter().any(|v| v.is_nan()) {
             return Err(CpuError::BadLogits { what: "NaN" });
         }
-        if logits.iter().any(|&v| v == f32::INFINITY) {
+        if logits.contains(&f32::INFINITY) {
             return Err(CpuError::BadLogits { what: "+infinity" });
         }
         let p = &self.params;
@@ -183,7 +183,9 @@ impl Sampler {
             return Ok(vec![Candidate { token, prob: 1.0 }]);
         }
         let t = p.temperature as f64;
-        let max = logits.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+        let max = logits
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
         let mut candidates: Vec<Candidate> = logits
             .iter()
             .enumerate()

@@ -27,9 +27,15 @@ fn f32_logits_are_within_the_fp64_bound() {
         let reference = all_logits::<f64>(&config, &src, Naming::HuggingFace, &tokens);
         let got = all_logits::<f32>(&config, &src, Naming::HuggingFace, &tokens);
         let (count, worst) = logit_violations(&reference, &got);
-        assert_eq!(count, 0, "{arch:?}: {count} logits out of bound, worst by {worst}");
+        assert_eq!(
+            count, 0,
+            "{arch:?}: {count} logits out of bound, worst by {worst}"
+        );
         // The logits must be spread enough for the bound to mean something.
-        let spread = reference.as_slice().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let spread = reference
+            .as_slice()
+            .iter()
+            .fold(0.0f64, |m, v| m.max(v.abs()));
         assert!(spread > 2.0, "{arch:?}: logits only reach {spread}");
 
         // Control: the wrong RoPE pairing must fail the same check.
@@ -131,7 +137,8 @@ fn tied_output_falls_back_to_the_embedding_and_untied_requires_it() {
     let tokens = Filler::new(801).tokens(6, config.vocab);
     let a = all_logits::<f64>(&tied, &src, Naming::HuggingFace, &tokens);
     let embedding = src.get("model.embed_tokens.weight").unwrap();
-    src.insert("lm_head.weight", embedding.0, embedding.1).unwrap();
+    src.insert("lm_head.weight", embedding.0, embedding.1)
+        .unwrap();
     let b = all_logits::<f64>(&config, &src, Naming::HuggingFace, &tokens);
     assert_eq!(a, b);
     assert_ne!(output.1, src.get("lm_head.weight").unwrap().1);
@@ -142,8 +149,12 @@ fn wrong_shapes_and_tokens_are_refused_by_name() {
     let config = tiny_config(Arch::Qwen2);
     let mut src = random_decoder(&config, 900);
     let (_, bias) = src.remove("model.layers.1.self_attn.k_proj.bias").unwrap();
-    src.insert("model.layers.1.self_attn.k_proj.bias", vec![bias.len() - 1], bias[1..].to_vec())
-        .unwrap();
+    src.insert(
+        "model.layers.1.self_attn.k_proj.bias",
+        vec![bias.len() - 1],
+        bias[1..].to_vec(),
+    )
+    .unwrap();
     let err = Decoder::<f32>::load(config.clone(), &src, Naming::HuggingFace)
         .err()
         .unwrap();
@@ -155,8 +166,16 @@ fn wrong_shapes_and_tokens_are_refused_by_name() {
     let src = random_decoder(&config, 901);
     let model = Decoder::<f32>::load(config.clone(), &src, Naming::HuggingFace).unwrap();
     let mut cache = model.new_cache();
-    let err = model.forward(&mut cache, &[1, 61, 2], Logits::Last).unwrap_err();
-    assert!(matches!(err, CpuError::TokenOutOfRange { token: 61, vocab: 61 }));
+    let err = model
+        .forward(&mut cache, &[1, 61, 2], Logits::Last)
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        CpuError::TokenOutOfRange {
+            token: 61,
+            vocab: 61
+        }
+    ));
     assert!(matches!(
         model.forward(&mut cache, &[], Logits::Last),
         Err(CpuError::NoTokens)
@@ -173,7 +192,9 @@ fn context_overflow_is_an_error_that_leaves_the_cache_alone() {
     assert_eq!(cache.limit(), 10);
     let tokens = Filler::new(1001).tokens(8, config.vocab);
     model.forward(&mut cache, &tokens, Logits::Last).unwrap();
-    let err = model.forward(&mut cache, &[1, 2, 3], Logits::Last).unwrap_err();
+    let err = model
+        .forward(&mut cache, &[1, 2, 3], Logits::Last)
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "context overflow: 8 positions already used plus 3 new tokens exceed the context \
@@ -183,7 +204,10 @@ fn context_overflow_is_an_error_that_leaves_the_cache_alone() {
     model.forward(&mut cache, &[1, 2], Logits::Last).unwrap();
     assert_eq!(cache.len(), 10);
     // The model's own limit caps a larger request.
-    assert_eq!(model.new_cache_with_limit(1000).limit(), config.max_positions);
+    assert_eq!(
+        model.new_cache_with_limit(1000).limit(),
+        config.max_positions
+    );
 }
 
 #[test]
@@ -201,7 +225,10 @@ fn invalid_configs_are_refused_by_name() {
     let err = Decoder::<f32>::load(tiny_config(Arch::Bert), &src, Naming::HuggingFace)
         .err()
         .unwrap();
-    assert_eq!(err.to_string(), "bert models are not supported by the decoder");
+    assert_eq!(
+        err.to_string(),
+        "bert models are not supported by the decoder"
+    );
 }
 
 #[test]

@@ -35,7 +35,10 @@ impl CausalLm for Scripted {
         self.limit
     }
     fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        assert!(self.fed.len() + tokens.len() <= self.limit, "fed past the limit");
+        assert!(
+            self.fed.len() + tokens.len() <= self.limit,
+            "fed past the limit"
+        );
         let prompt_len = *self.prompt_len.get_or_insert(tokens.len());
         self.fed.extend_from_slice(tokens);
         let next = self.script[self.fed.len() - prompt_len];
@@ -60,7 +63,11 @@ fn options(max_new_tokens: usize, stops: &[&str]) -> GenerateOptions {
     }
 }
 
-fn run(script: &[u32], limit: usize, opts: &GenerateOptions) -> (quench_cpu::Generation, Vec<(u32, String)>) {
+fn run(
+    script: &[u32],
+    limit: usize,
+    opts: &GenerateOptions,
+) -> (quench_cpu::Generation, Vec<(u32, String)>) {
     let mut model = Scripted::new(script, limit);
     let mut pieces = Vec::new();
     let g = generate(&mut model, &detokenize, &[6, 7], opts, &mut |t, s| {
@@ -100,7 +107,10 @@ fn stop_strings_cut_the_text_and_are_never_streamed() {
 
     // The earliest of several stop strings wins.
     let (g, _) = run(&[1, 2, 3, 4, 0], 100, &options(10, &["ld", "lo"]));
-    assert_eq!((g.text.as_str(), g.finish), ("Hel", FinishReason::Stop("lo".into())));
+    assert_eq!(
+        (g.text.as_str(), g.finish),
+        ("Hel", FinishReason::Stop("lo".into()))
+    );
 }
 
 #[test]
@@ -124,11 +134,21 @@ fn a_prompt_longer_than_the_context_is_refused_by_name() {
     let model = Decoder::<f32>::load(config.clone(), &src, Naming::HuggingFace).unwrap();
     let mut session = Session::with_limit(&model, 16);
     let prompt = Filler::new(1201).tokens(17, config.vocab);
-    let err = generate(&mut session, &|_| String::new(), &prompt, &options(4, &[]), &mut |_, _| {})
-        .unwrap_err();
+    let err = generate(
+        &mut session,
+        &|_| String::new(),
+        &prompt,
+        &options(4, &[]),
+        &mut |_, _| {},
+    )
+    .unwrap_err();
     assert!(matches!(
         err,
-        CpuError::PromptTooLong { prompt_len: 17, limit: 16, used: 0 }
+        CpuError::PromptTooLong {
+            prompt_len: 17,
+            limit: 16,
+            used: 0
+        }
     ));
     assert_eq!(
         err.to_string(),
@@ -161,16 +181,38 @@ fn sessions_continue_and_seeded_sampling_repeats() {
     let a = generate(&mut first, &text, &prompt, &opts, &mut |_, _| {}).unwrap();
     // The session holds the prompt and every drawn token but the last.
     assert_eq!(first.position(), prompt.len() + a.tokens.len() - 1);
-    let b = generate(&mut Session::new(&model), &text, &prompt, &opts, &mut |_, _| {}).unwrap();
+    let b = generate(
+        &mut Session::new(&model),
+        &text,
+        &prompt,
+        &opts,
+        &mut |_, _| {},
+    )
+    .unwrap();
     assert_eq!(a, b);
     assert_eq!(a.text, text(&a.tokens));
 
     // Continuing a session: feeding the last token then a new turn works like one prompt.
     let mut turn: Vec<u32> = vec![*a.tokens.last().unwrap()];
     turn.extend(Filler::new(1302).tokens(3, config.vocab));
-    let greedy = GenerateOptions { sampling: SamplingParams::greedy(), ..opts.clone() };
+    let greedy = GenerateOptions {
+        sampling: SamplingParams::greedy(),
+        ..opts.clone()
+    };
     let continued = generate(&mut first, &text, &turn, &greedy, &mut |_, _| {}).unwrap();
-    let whole: Vec<u32> = prompt.iter().chain(&a.tokens[..a.tokens.len() - 1]).chain(&turn).copied().collect();
-    let fresh = generate(&mut Session::new(&model), &text, &whole, &greedy, &mut |_, _| {}).unwrap();
+    let whole: Vec<u32> = prompt
+        .iter()
+        .chain(&a.tokens[..a.tokens.len() - 1])
+        .chain(&turn)
+        .copied()
+        .collect();
+    let fresh = generate(
+        &mut Session::new(&model),
+        &text,
+        &whole,
+        &greedy,
+        &mut |_, _| {},
+    )
+    .unwrap();
     assert_eq!(continued.tokens, fresh.tokens);
 }

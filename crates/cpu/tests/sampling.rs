@@ -72,7 +72,10 @@ fn the_same_seed_draws_the_same_tokens() {
     };
     let a = draw(&params);
     assert_eq!(a, draw(&params));
-    let other = SamplingParams { seed: 1235, ..params };
+    let other = SamplingParams {
+        seed: 1235,
+        ..params
+    };
     assert_ne!(a, draw(&other));
 }
 
@@ -106,7 +109,15 @@ fn filters_keep_what_they_should() {
     assert_eq!(c, sorted);
 
     // Cumulative: 0.5, 0.7, 0.85, 0.95, 1.0.
-    for (p, kept) in [(0.3, 1), (0.5, 1), (0.6, 2), (0.7, 2), (0.71, 3), (0.9, 4), (1.0, 5)] {
+    for (p, kept) in [
+        (0.3, 1),
+        (0.5, 1),
+        (0.6, 2),
+        (0.7, 2),
+        (0.71, 3),
+        (0.9, 4),
+        (1.0, 5),
+    ] {
         let mut c = sorted.clone();
         top_p_filter(&mut c, p);
         assert_eq!(c.len(), kept, "top_p {p}");
@@ -124,7 +135,12 @@ fn filters_keep_what_they_should() {
 fn the_distribution_applies_every_filter_and_renormalizes() {
     // Probabilities 0.4, 0.3, 0.2, 0.1 at temperature 1.
     let logits: Vec<f32> = [1.0f32, 4.0, 2.0, 3.0].iter().map(|p| p.ln()).collect();
-    let dist = |params| Sampler::new(params).unwrap().distribution(&logits, &[]).unwrap();
+    let dist = |params| {
+        Sampler::new(params)
+            .unwrap()
+            .distribution(&logits, &[])
+            .unwrap()
+    };
 
     let all = dist(sampled(1.0, 0, 1.0, 0.0, 0));
     assert_eq!(tokens(&all), [1, 3, 2, 0]);

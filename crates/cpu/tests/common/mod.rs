@@ -65,7 +65,12 @@ pub fn random_decoder(c: &ModelConfig, seed: u64) -> MemorySource {
         f.values(rows * cols, 0.0, gain * (3.0 / cols as f32).sqrt())
     };
     let v = lin(&mut f, c.vocab, d, 1.0);
-    put(&mut src, hf(DecoderTensor::TokenEmbedding), vec![c.vocab, d], v);
+    put(
+        &mut src,
+        hf(DecoderTensor::TokenEmbedding),
+        vec![c.vocab, d],
+        v,
+    );
     if !c.tied_embeddings {
         let v = lin(&mut f, c.vocab, d, 3.0);
         put(&mut src, hf(DecoderTensor::Output), vec![c.vocab, d], v);
@@ -145,7 +150,8 @@ pub fn to_gguf_layout(hf: &MemorySource, c: &ModelConfig, permute: bool) -> Memo
             let cols = if dims.len() == 2 { dims[1] } else { 1 };
             data = permute_rows(&data, heads, c.head_dim, cols);
         }
-        out.insert(&t.name(Naming::Gguf).unwrap(), dims, data).unwrap();
+        out.insert(&t.name(Naming::Gguf).unwrap(), dims, data)
+            .unwrap();
     }
     out
 }
@@ -158,7 +164,8 @@ fn permute_rows(data: &[f32], heads: usize, hd: usize, cols: usize) -> Vec<f32> 
             for j in 0..hd / 2 {
                 let from = h * hd + half * hd / 2 + j;
                 let to = h * hd + 2 * j + half;
-                out[to * cols..(to + 1) * cols].copy_from_slice(&data[from * cols..(from + 1) * cols]);
+                out[to * cols..(to + 1) * cols]
+                    .copy_from_slice(&data[from * cols..(from + 1) * cols]);
             }
         }
     }
@@ -175,11 +182,31 @@ pub fn random_bert(c: &ModelConfig, seed: u64, prefix: &str) -> MemorySource {
         f.values(rows * cols, 0.0, gain * (3.0 / cols as f32).sqrt())
     };
     let mut tensors = vec![
-        (BertTensor::WordEmbedding, vec![c.vocab, d], f.values(c.vocab * d, 0.0, 1.0)),
-        (BertTensor::PositionEmbedding, vec![c.max_positions, d], f.values(c.max_positions * d, 0.0, 0.5)),
-        (BertTensor::TypeEmbedding, vec![c.type_vocab, d], f.values(c.type_vocab * d, 0.0, 0.5)),
-        (BertTensor::EmbeddingNormWeight, vec![d], f.values(d, 1.0, 0.2)),
-        (BertTensor::EmbeddingNormBias, vec![d], f.values(d, 0.0, 0.2)),
+        (
+            BertTensor::WordEmbedding,
+            vec![c.vocab, d],
+            f.values(c.vocab * d, 0.0, 1.0),
+        ),
+        (
+            BertTensor::PositionEmbedding,
+            vec![c.max_positions, d],
+            f.values(c.max_positions * d, 0.0, 0.5),
+        ),
+        (
+            BertTensor::TypeEmbedding,
+            vec![c.type_vocab, d],
+            f.values(c.type_vocab * d, 0.0, 0.5),
+        ),
+        (
+            BertTensor::EmbeddingNormWeight,
+            vec![d],
+            f.values(d, 1.0, 0.2),
+        ),
+        (
+            BertTensor::EmbeddingNormBias,
+            vec![d],
+            f.values(d, 0.0, 0.2),
+        ),
     ];
     for n in 0..c.layers {
         let t = |t| BertTensor::Layer(n, t);
@@ -203,7 +230,8 @@ pub fn random_bert(c: &ModelConfig, seed: u64, prefix: &str) -> MemorySource {
         ]);
     }
     for (t, dims, v) in tensors {
-        src.insert(&t.name(Naming::HuggingFace, prefix), dims, v).unwrap();
+        src.insert(&t.name(Naming::HuggingFace, prefix), dims, v)
+            .unwrap();
     }
     src
 }
@@ -211,14 +239,17 @@ pub fn random_bert(c: &ModelConfig, seed: u64, prefix: &str) -> MemorySource {
 /// The FP64 check of DESIGN.md: every logit within `0.05 + 0.003·|ref|` of the reference.
 /// Returns how many logits break the bound and the largest excess.
 pub fn logit_violations(reference: &Matrix<f64>, got: &Matrix<f32>) -> (usize, f64) {
-    assert_eq!((reference.rows(), reference.cols()), (got.rows(), got.cols()));
+    assert_eq!(
+        (reference.rows(), reference.cols()),
+        (got.rows(), got.cols())
+    );
     let mut count = 0;
     let mut worst = 0.0f64;
     for (r, g) in reference.as_slice().iter().zip(got.as_slice()) {
         let err = (*g as f64 - r).abs();
         let bound = 0.05 + 0.003 * r.abs();
         // A NaN error must count as a violation.
-        if !(err <= bound) {
+        if err.is_nan() || err > bound {
             count += 1;
             worst = worst.max(err - bound);
         }
@@ -233,7 +264,11 @@ pub fn max_rel_diff(a: &[f64], b: &[f64]) -> f64 {
         .zip(b)
         .map(|(x, y)| {
             let d = (x - y).abs() / (1.0 + x.abs());
-            if d.is_nan() { f64::INFINITY } else { d }
+            if d.is_nan() {
+                f64::INFINITY
+            } else {
+                d
+            }
         })
         .fold(0.0, f64::max)
 }
