@@ -19,7 +19,13 @@ pub(crate) struct AddedToken {
 
 impl AddedToken {
     pub(crate) fn plain(content: String, id: u32) -> Self {
-        AddedToken { content, id, lstrip: false, rstrip: false, single_word: false }
+        AddedToken {
+            content,
+            id,
+            lstrip: false,
+            rstrip: false,
+            single_word: false,
+        }
     }
 }
 
@@ -43,12 +49,16 @@ fn is_word_char(c: char) -> bool {
     static WORD: OnceLock<Option<regex::Regex>> = OnceLock::new();
     let word = WORD.get_or_init(|| regex::Regex::new(r"^\w$").ok());
     let mut buf = [0u8; 4];
-    word.as_ref().is_some_and(|w| w.is_match(c.encode_utf8(&mut buf)))
+    word.as_ref()
+        .is_some_and(|w| w.is_match(c.encode_utf8(&mut buf)))
 }
 
 impl AddedTokens {
     pub(crate) fn new(tokens: Vec<AddedToken>) -> Result<Self> {
-        let tokens: Vec<AddedToken> = tokens.into_iter().filter(|t| !t.content.is_empty()).collect();
+        let tokens: Vec<AddedToken> = tokens
+            .into_iter()
+            .filter(|t| !t.content.is_empty())
+            .collect();
         let matcher = if tokens.is_empty() {
             None
         } else {
@@ -64,7 +74,11 @@ impl AddedTokens {
     /// Cuts `text` into plain text and added tokens, in order; empty text parts are left out.
     pub(crate) fn split<'a>(&self, text: &'a str) -> Vec<Segment<'a>> {
         let Some(matcher) = &self.matcher else {
-            return if text.is_empty() { vec![] } else { vec![Segment::Text(text)] };
+            return if text.is_empty() {
+                vec![]
+            } else {
+                vec![Segment::Text(text)]
+            };
         };
         let mut out = Vec::new();
         let mut done = 0;
@@ -111,16 +125,35 @@ mod tests {
 
     #[test]
     fn longest_token_wins() {
-        let a = added(vec![AddedToken::plain("<|im".into(), 1), AddedToken::plain("<|im_start|>".into(), 2)]);
-        assert_eq!(a.split("x<|im_start|>y"), [Segment::Text("x"), Segment::Token(2), Segment::Text("y")]);
+        let a = added(vec![
+            AddedToken::plain("<|im".into(), 1),
+            AddedToken::plain("<|im_start|>".into(), 2),
+        ]);
+        assert_eq!(
+            a.split("x<|im_start|>y"),
+            [Segment::Text("x"), Segment::Token(2), Segment::Text("y")]
+        );
     }
 
     #[test]
     fn strips_and_single_word() {
-        let mask = AddedToken { lstrip: true, rstrip: true, ..AddedToken::plain("<mask>".into(), 7) };
-        let word = AddedToken { single_word: true, ..AddedToken::plain("ok".into(), 8) };
+        let mask = AddedToken {
+            lstrip: true,
+            rstrip: true,
+            ..AddedToken::plain("<mask>".into(), 7)
+        };
+        let word = AddedToken {
+            single_word: true,
+            ..AddedToken::plain("ok".into(), 8)
+        };
         let a = added(vec![mask, word]);
-        assert_eq!(a.split("a  <mask> b"), [Segment::Text("a"), Segment::Token(7), Segment::Text("b")]);
-        assert_eq!(a.split("book ok"), [Segment::Text("book "), Segment::Token(8)]);
+        assert_eq!(
+            a.split("a  <mask> b"),
+            [Segment::Text("a"), Segment::Token(7), Segment::Text("b")]
+        );
+        assert_eq!(
+            a.split("book ok"),
+            [Segment::Text("book "), Segment::Token(8)]
+        );
     }
 }

@@ -45,16 +45,29 @@ impl Bpe {
     ) -> Result<Self> {
         let mut table = HashMap::new();
         for (rank, (left, right)) in merges.into_iter().enumerate() {
-            let bad = |reason| TextError::BadMerge { index: rank, merge: format!("{left} {right}"), reason };
-            let l = vocab.id(&left).ok_or_else(|| bad("left part is not in the vocabulary"))?;
-            let r = vocab.id(&right).ok_or_else(|| bad("right part is not in the vocabulary"))?;
+            let bad = |reason| TextError::BadMerge {
+                index: rank,
+                merge: format!("{left} {right}"),
+                reason,
+            };
+            let l = vocab
+                .id(&left)
+                .ok_or_else(|| bad("left part is not in the vocabulary"))?;
+            let r = vocab
+                .id(&right)
+                .ok_or_else(|| bad("right part is not in the vocabulary"))?;
             let result = vocab
                 .id(&format!("{left}{right}"))
                 .ok_or_else(|| bad("merged token is not in the vocabulary"))?;
             let rank = u32::try_from(rank).map_err(|_| bad("more than 2^32 merges"))?;
             table.entry((l, r)).or_insert(Merge { rank, result });
         }
-        Ok(Bpe { merges: table, ignore_merges, unk, fuse_unk })
+        Ok(Bpe {
+            merges: table,
+            ignore_merges,
+            unk,
+            fuse_unk,
+        })
     }
 
     /// Appends the ids of one pre-token (already in the vocabulary's alphabet).
@@ -84,7 +97,12 @@ impl Bpe {
                 },
             };
             let i = symbols.len();
-            symbols.push(Symbol { id, prev: i.checked_sub(1), next: None, alive: true });
+            symbols.push(Symbol {
+                id,
+                prev: i.checked_sub(1),
+                next: None,
+                alive: true,
+            });
             if i > 0 {
                 symbols[i - 1].next = Some(i);
             }
@@ -92,20 +110,27 @@ impl Bpe {
 
         // Candidate merges: (rank, left position), smallest first; stale ones are skipped.
         let mut heap = BinaryHeap::new();
-        let candidate = |symbols: &[Symbol], left: usize| -> Option<Reverse<(u32, usize, u32, u32)>> {
-            let right = symbols[left].next?;
-            let (l, r) = (symbols[left].id, symbols[right].id);
-            self.merges.get(&(l, r)).map(|m| Reverse((m.rank, left, l, r)))
-        };
+        let candidate =
+            |symbols: &[Symbol], left: usize| -> Option<Reverse<(u32, usize, u32, u32)>> {
+                let right = symbols[left].next?;
+                let (l, r) = (symbols[left].id, symbols[right].id);
+                self.merges
+                    .get(&(l, r))
+                    .map(|m| Reverse((m.rank, left, l, r)))
+            };
         for i in 0..symbols.len() {
             heap.extend(candidate(&symbols, i));
         }
         while let Some(Reverse((_, left, l, r))) = heap.pop() {
-            let Some(right) = symbols[left].next else { continue };
+            let Some(right) = symbols[left].next else {
+                continue;
+            };
             if !symbols[left].alive || symbols[left].id != l || symbols[right].id != r {
                 continue;
             }
-            let Some(merge) = self.merges.get(&(l, r)) else { continue };
+            let Some(merge) = self.merges.get(&(l, r)) else {
+                continue;
+            };
             symbols[left].id = merge.result;
             symbols[right].alive = false;
             let after = symbols[right].next;
@@ -127,7 +152,9 @@ mod tests {
     use super::*;
 
     fn toy() -> (Vocab, Bpe) {
-        let tokens = ["a", "b", "c", "ab", "bc", "abc", "aa"].map(String::from).to_vec();
+        let tokens = ["a", "b", "c", "ab", "bc", "abc", "aa"]
+            .map(String::from)
+            .to_vec();
         let vocab = Vocab::new(tokens).unwrap();
         let merges = [("a", "b"), ("ab", "c"), ("b", "c"), ("a", "a")]
             .map(|(l, r)| (l.to_string(), r.to_string()));
@@ -165,7 +192,14 @@ mod tests {
     #[test]
     fn merge_outside_vocab_is_refused() {
         let vocab = Vocab::new(vec!["a".into(), "b".into()]).unwrap();
-        let err = Bpe::new(&vocab, [("a".to_string(), "b".to_string())], false, None, false).unwrap_err();
+        let err = Bpe::new(
+            &vocab,
+            [("a".to_string(), "b".to_string())],
+            false,
+            None,
+            false,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("merged token"), "{err}");
     }
 }

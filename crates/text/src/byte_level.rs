@@ -46,7 +46,10 @@ pub(crate) fn bytes_to_chars(text: &str) -> String {
 /// in the map (an added token written in plain text).
 pub(crate) fn chars_to_bytes(token: &str) -> Option<Vec<u8>> {
     let map = byte_map();
-    token.chars().map(|c| map.to_byte.get(&c).copied()).collect()
+    token
+        .chars()
+        .map(|c| map.to_byte.get(&c).copied())
+        .collect()
 }
 
 #[cfg(test)]

@@ -27,7 +27,10 @@ pub struct Message {
 
 impl Message {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into() }
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
     }
 }
 
@@ -40,7 +43,10 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate").field("bos_token", &self.bos_token).field("eos_token", &self.eos_token).finish()
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish()
     }
 }
 
@@ -53,16 +59,24 @@ impl ChatTemplate {
         env.set_keep_trailing_newline(false);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.set_formatter(|out, _state, value| {
-            out.write_str(&python_str(value)?).map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
+            out.write_str(&python_str(value)?)
+                .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
         });
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source.to_string()).map_err(|e| TextError::TemplateSyntax {
-            line: e.line().unwrap_or(0),
-            message: e.detail().map_or_else(|| e.kind().to_string(), str::to_string),
-        })?;
-        Ok(ChatTemplate { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| TextError::TemplateSyntax {
+                line: e.line().unwrap_or(0),
+                message: e
+                    .detail()
+                    .map_or_else(|| e.kind().to_string(), str::to_string),
+            })?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
     }
 
     /// Renders plain text messages.
@@ -75,7 +89,12 @@ impl ChatTemplate {
     /// the order they serialize in (struct fields in declaration order), which `tojson`
     /// output depends on; note that `serde_json::Value` objects are sorted by key unless
     /// serde_json's `preserve_order` feature is on.
-    pub fn render_serialize<M, T>(&self, messages: &M, add_generation_prompt: bool, tools: Option<&T>) -> Result<String>
+    pub fn render_serialize<M, T>(
+        &self,
+        messages: &M,
+        add_generation_prompt: bool,
+        tools: Option<&T>,
+    ) -> Result<String>
     where
         M: Serialize + ?Sized,
         T: Serialize + ?Sized,
@@ -111,9 +130,14 @@ fn raise_exception(message: String) -> std::result::Result<Value, Error> {
 fn strftime_now(format: &str) -> std::result::Result<String, Error> {
     let items: Vec<Item> = StrftimeItems::new(format).collect();
     if items.iter().any(|i| matches!(i, Item::Error)) {
-        return Err(Error::new(ErrorKind::InvalidOperation, format!("strftime_now: bad format {format:?}")));
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: bad format {format:?}"),
+        ));
     }
-    Ok(chrono::Local::now().format_with_items(items.into_iter()).to_string())
+    Ok(chrono::Local::now()
+        .format_with_items(items.into_iter())
+        .to_string())
 }
 
 /// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`.
@@ -125,7 +149,12 @@ fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<String, Error> {
         Some(v) => match (v.as_i64(), v.as_str()) {
             (Some(n), _) => Some(" ".repeat(usize::try_from(n).unwrap_or(0))),
             (None, Some(s)) => Some(s.to_string()),
-            _ => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: indent must be an integer or a string")),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: indent must be an integer or a string",
+                ))
+            }
         },
     };
     let opts = JsonOptions {
@@ -133,7 +162,12 @@ fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<String, Error> {
         sort_keys: kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false),
         separators: match kwargs.get::<Option<Vec<String>>>("separators")? {
             Some(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
-            Some(_) => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: separators must be a pair")),
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: separators must be a pair",
+                ))
+            }
             None if indent.is_some() => (",".to_string(), ": ".to_string()),
             None => (", ".to_string(), ": ".to_string()),
         },
@@ -152,12 +186,19 @@ struct JsonOptions {
     separators: (String, String),
 }
 
-fn write_json(out: &mut String, value: &Value, opts: &JsonOptions, depth: usize) -> std::result::Result<(), Error> {
+fn write_json(
+    out: &mut String,
+    value: &Value,
+    opts: &JsonOptions,
+    depth: usize,
+) -> std::result::Result<(), Error> {
     match value.kind() {
         ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
         ValueKind::Number => out.push_str(&json_number(value)),
-        ValueKind::String => write_json_string(out, value.as_str().unwrap_or_default(), opts.ensure_ascii),
+        ValueKind::String => {
+            write_json_string(out, value.as_str().unwrap_or_default(), opts.ensure_ascii)
+        }
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<Value> = value.try_iter()?.collect();
             write_json_container(out, '[', ']', items.len(), opts, depth, |out, i| {
@@ -180,7 +221,10 @@ fn write_json(out: &mut String, value: &Value, opts: &JsonOptions, depth: usize)
             })?;
         }
         kind => {
-            return Err(Error::new(ErrorKind::InvalidOperation, format!("tojson: a value of kind {kind} is not JSON serializable")))
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson: a value of kind {kind} is not JSON serializable"),
+            ))
         }
     }
     Ok(())
@@ -273,7 +317,11 @@ fn python_float(f: f64) -> String {
         return format!("{mantissa}e{sign}{digits:0>2}");
     }
     let s = format!("{f}");
-    if s.contains('.') { s } else { format!("{s}.0") }
+    if s.contains('.') {
+        s
+    } else {
+        format!("{s}.0")
+    }
 }
 
 /// How Python's `str()` prints a value into the template output.
@@ -297,13 +345,20 @@ fn python_repr(value: &Value) -> std::result::Result<String, Error> {
         },
         ValueKind::String => python_string_repr(value.as_str().unwrap_or_default()),
         ValueKind::Seq | ValueKind::Iterable => {
-            let items = value.try_iter()?.map(|v| python_repr(&v)).collect::<std::result::Result<Vec<_>, _>>()?;
+            let items = value
+                .try_iter()?
+                .map(|v| python_repr(&v))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
             format!("[{}]", items.join(", "))
         }
         ValueKind::Map => {
             let mut items = Vec::new();
             for key in value.try_iter()? {
-                items.push(format!("{}: {}", python_repr(&key)?, python_repr(&value.get_item(&key)?)?));
+                items.push(format!(
+                    "{}: {}",
+                    python_repr(&key)?,
+                    python_repr(&value.get_item(&key)?)?
+                ));
             }
             format!("{{{}}}", items.join(", "))
         }
@@ -313,7 +368,11 @@ fn python_repr(value: &Value) -> std::result::Result<String, Error> {
 
 /// Python's `repr(str)`: single quotes unless the text has one and no double quote.
 fn python_string_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
     let mut out = String::with_capacity(s.len() + 2);
     out.push(quote);
     for c in s.chars() {
@@ -326,7 +385,9 @@ fn python_string_repr(s: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -358,6 +419,9 @@ mod tests {
         let t = ChatTemplate::new("{{ strftime_now('%Q') }}", "", "").unwrap();
         assert!(t.render(&[], false).is_err());
         let t = ChatTemplate::new("{{ strftime_now('%Y') }}", "", "").unwrap();
-        assert_eq!(t.render(&[], false).unwrap(), chrono::Local::now().format("%Y").to_string());
+        assert_eq!(
+            t.render(&[], false).unwrap(),
+            chrono::Local::now().format("%Y").to_string()
+        );
     }
 }

@@ -29,7 +29,9 @@ impl Decoder {
                 }
                 String::from_utf8_lossy(&bytes).into_owned()
             }
-            Decoder::SentencePiece { strip_leading_space } => {
+            Decoder::SentencePiece {
+                strip_leading_space,
+            } => {
                 let mut out = String::new();
                 let mut run: Vec<u8> = Vec::new();
                 for t in tokens {
@@ -93,7 +95,9 @@ fn wordpiece_cleanup(piece: &str) -> String {
         (" 've", "'ve"),
         (" 're", "'re"),
     ];
-    RULES.iter().fold(piece.to_string(), |s, (from, to)| s.replace(from, to))
+    RULES
+        .iter()
+        .fold(piece.to_string(), |s, (from, to)| s.replace(from, to))
 }
 
 #[cfg(test)]
@@ -109,14 +113,22 @@ mod tests {
 
     #[test]
     fn sentencepiece_bytes_and_spaces() {
-        let d = Decoder::SentencePiece { strip_leading_space: true };
+        let d = Decoder::SentencePiece {
+            strip_leading_space: true,
+        };
         assert_eq!(d.decode(&["▁Hi", "▁", "<0xC3>", "<0xA9>", "!"]), "Hi é!");
         assert_eq!(d.decode(&["<0xC3>", "x"]), "\u{FFFD}x");
     }
 
     #[test]
     fn wordpiece_joins_continuations() {
-        let d = Decoder::WordPiece { prefix: "##".into(), cleanup: true };
-        assert_eq!(d.decode(&["un", "##aff", "##able", "thing", ",", "isn", "'", "t", "it", "?"]), "unaffable thing, isn ' t it?");
+        let d = Decoder::WordPiece {
+            prefix: "##".into(),
+            cleanup: true,
+        };
+        assert_eq!(
+            d.decode(&["un", "##aff", "##able", "thing", ",", "isn", "'", "t", "it", "?"]),
+            "unaffable thing, isn ' t it?"
+        );
     }
 }

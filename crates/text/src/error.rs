@@ -11,13 +11,25 @@ pub enum TextError {
     #[error("unknown pre-tokenizer {0:?} (tokenizer.ggml.pre); supported: {1}")]
     UnknownPreTokenizer(String, &'static str),
     #[error("{field}: has {got} entries but the vocabulary has {expected}")]
-    LengthMismatch { field: &'static str, got: usize, expected: usize },
+    LengthMismatch {
+        field: &'static str,
+        got: usize,
+        expected: usize,
+    },
     #[error("{0} is required for this tokenizer but was not given")]
     Missing(&'static str),
     #[error("token id {id} given as {what} is outside the vocabulary of {vocab_size} tokens")]
-    IdOutOfRange { what: &'static str, id: u64, vocab_size: usize },
+    IdOutOfRange {
+        what: &'static str,
+        id: u64,
+        vocab_size: usize,
+    },
     #[error("merge {index} ({merge:?}): {reason}")]
-    BadMerge { index: usize, merge: String, reason: &'static str },
+    BadMerge {
+        index: usize,
+        merge: String,
+        reason: &'static str,
+    },
     #[error("token {0:?} is not in the vocabulary")]
     TokenNotInVocab(String),
     #[error("vocabulary has no token with id {0} (ids must be contiguous from 0)")]
@@ -29,7 +41,10 @@ pub enum TextError {
     #[error("tokenizer.json: {kind} {name:?} is not supported")]
     Unsupported { kind: &'static str, name: String },
     #[error("reading {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("pre-tokenizer regex {pattern:?}: {reason}")]
     Regex { pattern: String, reason: String },
     #[error("decode: token id {0} is not in the vocabulary")]
@@ -44,6 +59,9 @@ pub type Result<T> = std::result::Result<T, TextError>;
 
 impl TextError {
     pub(crate) fn bad_field(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        TextError::BadField { field: field.into(), reason: reason.into() }
+        TextError::BadField {
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 }

@@ -88,11 +88,18 @@ impl GgufVocab {
                     .collect())
             }
             None => {
-                let mut ids: Vec<u32> = [self.bos_id, self.eos_id, self.unk_id, self.pad_id, self.sep_id, self.cls_id]
-                    .into_iter()
-                    .flatten()
-                    .filter(|&id| (id as usize) < tokens.len())
-                    .collect();
+                let mut ids: Vec<u32> = [
+                    self.bos_id,
+                    self.eos_id,
+                    self.unk_id,
+                    self.pad_id,
+                    self.sep_id,
+                    self.cls_id,
+                ]
+                .into_iter()
+                .flatten()
+                .filter(|&id| (id as usize) < tokens.len())
+                .collect();
                 ids.sort_unstable();
                 ids.dedup();
                 Ok(ids.into_iter().map(|id| spec(id as usize, true)).collect())
@@ -134,7 +141,10 @@ impl Tokenizer {
 
         let (model, normalizer, pre_tokenizer, decoder, first, last) = match v.model.as_str() {
             "gpt2" => {
-                let merges = v.merges.as_ref().ok_or(TextError::Missing("tokenizer.ggml.merges"))?;
+                let merges = v
+                    .merges
+                    .as_ref()
+                    .ok_or(TextError::Missing("tokenizer.ggml.merges"))?;
                 let pre = v.pre.as_deref().unwrap_or("default");
                 let pairs = merges
                     .iter()
@@ -142,16 +152,38 @@ impl Tokenizer {
                     .map(|(index, m)| {
                         m.split_once(' ')
                             .map(|(l, r)| (l.to_string(), r.to_string()))
-                            .ok_or_else(|| TextError::BadMerge { index, merge: m.clone(), reason: "no space between the two parts" })
+                            .ok_or_else(|| TextError::BadMerge {
+                                index,
+                                merge: m.clone(),
+                                reason: "no space between the two parts",
+                            })
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let bpe = Bpe::new(&vocab, pairs, gguf_pre_ignores_merges(pre), None, false)?;
-                let first = if v.add_bos.unwrap_or(false) { bos } else { None };
-                let last = if v.add_eos.unwrap_or(false) { eos } else { None };
-                (Model::Bpe(bpe), None, PreTokenizer::from_gguf_pre(pre)?, Decoder::ByteLevel, first, last)
+                let first = if v.add_bos.unwrap_or(false) {
+                    bos
+                } else {
+                    None
+                };
+                let last = if v.add_eos.unwrap_or(false) {
+                    eos
+                } else {
+                    None
+                };
+                (
+                    Model::Bpe(bpe),
+                    None,
+                    PreTokenizer::from_gguf_pre(pre)?,
+                    Decoder::ByteLevel,
+                    first,
+                    last,
+                )
             }
             "llama" => {
-                let scores = v.scores.clone().ok_or(TextError::Missing("tokenizer.ggml.scores"))?;
+                let scores = v
+                    .scores
+                    .clone()
+                    .ok_or(TextError::Missing("tokenizer.ggml.scores"))?;
                 if scores.len() != vocab.len() {
                     return Err(TextError::LengthMismatch {
                         field: "tokenizer.ggml.scores",
@@ -161,20 +193,34 @@ impl Tokenizer {
                 }
                 let space = v.add_space_prefix.unwrap_or(true);
                 let first = if v.add_bos.unwrap_or(true) { bos } else { None };
-                let last = if v.add_eos.unwrap_or(false) { eos } else { None };
+                let last = if v.add_eos.unwrap_or(false) {
+                    eos
+                } else {
+                    None
+                };
                 (
                     Model::SentencePiece(SentencePiece::new(&vocab, scores, unk)),
                     Some(Normalizer::Metaspace { prepend: space }),
                     PreTokenizer::new(Vec::new(), false),
-                    Decoder::SentencePiece { strip_leading_space: space },
+                    Decoder::SentencePiece {
+                        strip_leading_space: space,
+                    },
                     first,
                     last,
                 )
             }
             "bert" => {
                 let unk = unk.ok_or(TextError::Missing("tokenizer.ggml.unknown_token_id"))?;
-                let first = if v.add_bos.unwrap_or(true) { cls.or(bos) } else { None };
-                let last = if v.add_eos.unwrap_or(true) { sep.or(eos) } else { None };
+                let first = if v.add_bos.unwrap_or(true) {
+                    cls.or(bos)
+                } else {
+                    None
+                };
+                let last = if v.add_eos.unwrap_or(true) {
+                    sep.or(eos)
+                } else {
+                    None
+                };
                 let normalizer = Normalizer::Bert {
                     clean_text: true,
                     handle_chinese_chars: true,
@@ -185,7 +231,10 @@ impl Tokenizer {
                     Model::WordPiece(WordPiece::new(unk, "##".to_string(), WORDPIECE_MAX_CHARS)),
                     Some(normalizer),
                     PreTokenizer::new(vec![Step::BertBasic], false),
-                    Decoder::WordPiece { prefix: "##".to_string(), cleanup: true },
+                    Decoder::WordPiece {
+                        prefix: "##".to_string(),
+                        cleanup: true,
+                    },
                     first,
                     last,
                 )

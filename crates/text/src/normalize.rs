@@ -11,26 +11,40 @@ pub(crate) const METASPACE: char = '\u{2581}';
 pub(crate) enum Normalizer {
     /// BERT: delete controls and map whitespace to ' ', pad CJK ideographs with spaces,
     /// strip accents (NFD minus nonspacing marks), lowercase; each step optional.
-    Bert { clean_text: bool, handle_chinese_chars: bool, strip_accents: bool, lowercase: bool },
+    Bert {
+        clean_text: bool,
+        handle_chinese_chars: bool,
+        strip_accents: bool,
+        lowercase: bool,
+    },
     Lowercase,
     Nfc,
     Nfd,
     Nfkc,
     Nfkd,
     /// SentencePiece: spaces become '▁', and a non-empty segment gets one in front.
-    Metaspace { prepend: bool },
+    Metaspace {
+        prepend: bool,
+    },
     Sequence(Vec<Normalizer>),
 }
 
 impl Normalizer {
     pub(crate) fn normalize(&self, text: &str) -> String {
         match self {
-            Normalizer::Bert { clean_text, handle_chinese_chars, strip_accents, lowercase } => {
+            Normalizer::Bert {
+                clean_text,
+                handle_chinese_chars,
+                strip_accents,
+                lowercase,
+            } => {
                 let mut s = text.to_string();
                 if *clean_text {
                     s = s
                         .chars()
-                        .filter(|&c| c != '\0' && c != char::REPLACEMENT_CHARACTER && !is_bert_control(c))
+                        .filter(|&c| {
+                            c != '\0' && c != char::REPLACEMENT_CHARACTER && !is_bert_control(c)
+                        })
                         .map(|c| if is_bert_whitespace(c) { ' ' } else { c })
                         .collect();
                 }
@@ -80,12 +94,20 @@ mod tests {
     use super::*;
 
     fn bert() -> Normalizer {
-        Normalizer::Bert { clean_text: true, handle_chinese_chars: true, strip_accents: true, lowercase: true }
+        Normalizer::Bert {
+            clean_text: true,
+            handle_chinese_chars: true,
+            strip_accents: true,
+            lowercase: true,
+        }
     }
 
     #[test]
     fn bert_uncased() {
-        assert_eq!(bert().normalize("Café\tNAÏVE\u{1}你好"), "cafe naive 你  好 ");
+        assert_eq!(
+            bert().normalize("Café\tNAÏVE\u{1}你好"),
+            "cafe naive 你  好 "
+        );
     }
 
     #[test]

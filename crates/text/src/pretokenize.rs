@@ -52,7 +52,10 @@ pub(crate) enum SplitBehavior {
 
 #[derive(Debug)]
 pub(crate) enum Step {
-    Split { regex: Regex, behavior: SplitBehavior },
+    Split {
+        regex: Regex,
+        behavior: SplitBehavior,
+    },
     /// Digits apart from the rest: each alone, or in runs.
     Digits { individual: bool },
     /// BERT: drop whitespace, isolate each punctuation character.
@@ -63,8 +66,10 @@ pub(crate) enum Step {
 
 impl Step {
     pub(crate) fn split(pattern: &str, behavior: SplitBehavior) -> Result<Step> {
-        let regex = Regex::new(pattern)
-            .map_err(|e| TextError::Regex { pattern: pattern.to_string(), reason: e.to_string() })?;
+        let regex = Regex::new(pattern).map_err(|e| TextError::Regex {
+            pattern: pattern.to_string(),
+            reason: e.to_string(),
+        })?;
         Ok(Step::Split { regex, behavior })
     }
 
@@ -75,7 +80,10 @@ impl Step {
             steps.push(Step::PrefixSpace);
         }
         if use_regex {
-            steps.push(Step::split(&format!(r"{GPT2}|\s+"), SplitBehavior::Isolated)?);
+            steps.push(Step::split(
+                &format!(r"{GPT2}|\s+"),
+                SplitBehavior::Isolated,
+            )?);
         }
         Ok(steps)
     }
@@ -188,7 +196,10 @@ mod tests {
     #[test]
     fn gpt2_keeps_one_space_with_the_next_word() {
         let p = plain(vec![Step::split(GPT2, SplitBehavior::Isolated).unwrap()]);
-        assert_eq!(p.pieces("Hi   there it's").unwrap(), ["Hi", "  ", " there", " it", "'s"]);
+        assert_eq!(
+            p.pieces("Hi   there it's").unwrap(),
+            ["Hi", "  ", " there", " it", "'s"]
+        );
     }
 
     #[test]
@@ -202,7 +213,10 @@ mod tests {
     #[test]
     fn bert_basic_drops_spaces_and_isolates_punctuation() {
         let p = plain(vec![Step::BertBasic]);
-        assert_eq!(p.pieces("  don't  stop!!").unwrap(), ["don", "'", "t", "stop", "!", "!"]);
+        assert_eq!(
+            p.pieces("  don't  stop!!").unwrap(),
+            ["don", "'", "t", "stop", "!", "!"]
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::vocab::Vocab;
 pub(crate) struct SentencePiece {
     scores: Vec<f32>,
     /// The token for each byte value, when the vocabulary has `<0xNN>` pieces.
-    byte_tokens: [Option<u32>; 256],
+    byte_tokens: Vec<Option<u32>>,
     unk: Option<u32>,
 }
 
@@ -38,7 +38,9 @@ impl Eq for Bigram {}
 
 impl Ord for Bigram {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.score.total_cmp(&other.score).then_with(|| other.left.cmp(&self.left))
+        self.score
+            .total_cmp(&other.score)
+            .then_with(|| other.left.cmp(&self.left))
     }
 }
 
@@ -64,22 +66,31 @@ pub(crate) fn parse_byte_token(token: &str) -> Option<u8> {
 
 impl SentencePiece {
     pub(crate) fn new(vocab: &Vocab, scores: Vec<f32>, unk: Option<u32>) -> Self {
-        let mut byte_tokens = [None; 256];
-        for (b, slot) in byte_tokens.iter_mut().enumerate() {
-            *slot = vocab.id(&byte_token_text(b as u8));
+        let byte_tokens = (0..=255u8).map(|b| vocab.id(&byte_token_text(b))).collect();
+        SentencePiece {
+            scores,
+            byte_tokens,
+            unk,
         }
-        SentencePiece { scores, byte_tokens, unk }
     }
 
     fn score(&self, id: u32) -> f32 {
-        self.scores.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY)
+        self.scores
+            .get(id as usize)
+            .copied()
+            .unwrap_or(f32::NEG_INFINITY)
     }
 
     pub(crate) fn encode(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
         let mut symbols: Vec<Symbol> = Vec::new();
         for (start, c) in text.char_indices() {
             let i = symbols.len();
-            symbols.push(Symbol { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None });
+            symbols.push(Symbol {
+                start,
+                len: c.len_utf8(),
+                prev: i.checked_sub(1),
+                next: None,
+            });
             if i > 0 {
                 symbols[i - 1].next = Some(i);
             }
@@ -90,13 +101,19 @@ impl SentencePiece {
             let right = symbols[left].next?;
             let len = symbols[left].len + symbols[right].len;
             let id = vocab.id(&text[symbols[left].start..symbols[left].start + len])?;
-            Some(Bigram { score: self.score(id), left, len })
+            Some(Bigram {
+                score: self.score(id),
+                left,
+                len,
+            })
         };
         for i in 0..symbols.len() {
             heap.extend(bigram(&symbols, i));
         }
         while let Some(Bigram { left, len, .. }) = heap.pop() {
-            let Some(right) = symbols[left].next else { continue };
+            let Some(right) = symbols[left].next else {
+                continue;
+            };
             // Stale when either side has changed since the candidate was made.
             if symbols[left].len == 0 || symbols[left].len + symbols[right].len != len {
                 continue;
@@ -122,7 +139,10 @@ impl SentencePiece {
                 last_was_unk = false;
                 continue;
             }
-            let bytes: Option<Vec<u32>> = piece.bytes().map(|b| self.byte_tokens[b as usize]).collect();
+            let bytes: Option<Vec<u32>> = piece
+                .bytes()
+                .map(|b| self.byte_tokens[b as usize])
+                .collect();
             match (bytes, self.unk) {
                 (Some(ids), _) => {
                     out.extend(ids);
@@ -144,7 +164,9 @@ mod tests {
 
     #[test]
     fn highest_score_joins_first() {
-        let tokens = ["▁", "a", "b", "c", "ab", "bc", "▁a"].map(String::from).to_vec();
+        let tokens = ["▁", "a", "b", "c", "ab", "bc", "▁a"]
+            .map(String::from)
+            .to_vec();
         let scores = vec![0.0, 0.0, 0.0, 0.0, -2.0, -1.0, -3.0];
         let vocab = Vocab::new(tokens).unwrap();
         let sp = SentencePiece::new(&vocab, scores, None);

@@ -70,8 +70,14 @@ impl Tokenizer {
         for &id in parts.prefix.iter().chain(&parts.suffix) {
             vocab.check_id("a post-processor token", u64::from(id))?;
         }
-        let special = parts.added.iter().filter(|s| s.special).map(|s| s.token.id).collect();
-        let (normalized, raw): (Vec<_>, Vec<_>) = parts.added.into_iter().partition(|s| s.normalized);
+        let special = parts
+            .added
+            .iter()
+            .filter(|s| s.special)
+            .map(|s| s.token.id)
+            .collect();
+        let (normalized, raw): (Vec<_>, Vec<_>) =
+            parts.added.into_iter().partition(|s| s.normalized);
         Ok(Tokenizer {
             vocab,
             model: parts.model,

@@ -29,7 +29,9 @@ struct Obj<'a> {
 impl<'a> Obj<'a> {
     fn new(path: impl Into<String>, value: &'a Value) -> Result<Self> {
         let path = path.into();
-        let map = value.as_object().ok_or_else(|| TextError::bad_field(&path, "expected an object"))?;
+        let map = value
+            .as_object()
+            .ok_or_else(|| TextError::bad_field(&path, "expected an object"))?;
         Ok(Obj { path, map })
     }
 
@@ -42,29 +44,41 @@ impl<'a> Obj<'a> {
     }
 
     fn req(&self, key: &str) -> Result<&'a Value> {
-        self.get(key).ok_or_else(|| TextError::bad_field(self.field_path(key), "missing"))
+        self.get(key)
+            .ok_or_else(|| TextError::bad_field(self.field_path(key), "missing"))
     }
 
     fn str(&self, key: &str) -> Result<&'a str> {
-        self.req(key)?.as_str().ok_or_else(|| TextError::bad_field(self.field_path(key), "expected a string"))
+        self.req(key)?
+            .as_str()
+            .ok_or_else(|| TextError::bad_field(self.field_path(key), "expected a string"))
     }
 
     fn opt_str(&self, key: &str) -> Result<Option<&'a str>> {
         self.get(key)
-            .map(|v| v.as_str().ok_or_else(|| TextError::bad_field(self.field_path(key), "expected a string")))
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| TextError::bad_field(self.field_path(key), "expected a string"))
+            })
             .transpose()
     }
 
     fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
         match self.get(key) {
             None => Ok(default),
-            Some(v) => v.as_bool().ok_or_else(|| TextError::bad_field(self.field_path(key), "expected true or false")),
+            Some(v) => v.as_bool().ok_or_else(|| {
+                TextError::bad_field(self.field_path(key), "expected true or false")
+            }),
         }
     }
 
     fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
         self.get(key)
-            .map(|v| v.as_bool().ok_or_else(|| TextError::bad_field(self.field_path(key), "expected true or false")))
+            .map(|v| {
+                v.as_bool().ok_or_else(|| {
+                    TextError::bad_field(self.field_path(key), "expected true or false")
+                })
+            })
             .transpose()
     }
 
@@ -72,11 +86,18 @@ impl<'a> Obj<'a> {
         self.req(key)?
             .as_u64()
             .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| TextError::bad_field(self.field_path(key), "expected an id (a non-negative 32-bit integer)"))
+            .ok_or_else(|| {
+                TextError::bad_field(
+                    self.field_path(key),
+                    "expected an id (a non-negative 32-bit integer)",
+                )
+            })
     }
 
     fn array(&self, key: &str) -> Result<&'a Vec<Value>> {
-        self.req(key)?.as_array().ok_or_else(|| TextError::bad_field(self.field_path(key), "expected an array"))
+        self.req(key)?
+            .as_array()
+            .ok_or_else(|| TextError::bad_field(self.field_path(key), "expected an array"))
     }
 
     fn kind(&self) -> Result<&'a str> {
@@ -85,15 +106,20 @@ impl<'a> Obj<'a> {
 }
 
 fn unsupported(kind: &'static str, name: &str) -> TextError {
-    TextError::Unsupported { kind, name: name.to_string() }
+    TextError::Unsupported {
+        kind,
+        name: name.to_string(),
+    }
 }
 
 impl Tokenizer {
     /// Reads a `tokenizer.json` file.
     pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| TextError::Io { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| TextError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
         Tokenizer::from_tokenizer_json_str(&text)
     }
 
@@ -103,7 +129,10 @@ impl Tokenizer {
         let root = Obj::new("tokenizer.json", &root)?;
         let model = Obj::new("model", root.req("model")?)?;
 
-        let normalizer = root.get("normalizer").map(|n| normalizer(Obj::new("normalizer", n)?)).transpose()?;
+        let normalizer = root
+            .get("normalizer")
+            .map(|n| normalizer(Obj::new("normalizer", n)?))
+            .transpose()?;
         let mut steps = Vec::new();
         let mut byte_level = false;
         if let Some(p) = root.get("pre_tokenizer") {
@@ -113,13 +142,20 @@ impl Tokenizer {
         let mut map = vocab_map(&model)?;
         let added = added_tokens(&root, &mut map)?;
         let vocab = Vocab::from_map(map)?;
-        let token_id = |text: &str| vocab.id(text).ok_or_else(|| TextError::TokenNotInVocab(text.to_string()));
+        let token_id = |text: &str| {
+            vocab
+                .id(text)
+                .ok_or_else(|| TextError::TokenNotInVocab(text.to_string()))
+        };
 
         let model_kind = model.kind()?;
         let model = match model_kind {
             "BPE" => {
                 if !byte_level {
-                    return Err(unsupported("BPE model without a ByteLevel pre-tokenizer", "BPE"));
+                    return Err(unsupported(
+                        "BPE model without a ByteLevel pre-tokenizer",
+                        "BPE",
+                    ));
                 }
                 for key in ["dropout", "continuing_subword_prefix", "end_of_word_suffix"] {
                     if model.get(key).is_some_and(|v| v.as_str() != Some("")) {
@@ -131,16 +167,31 @@ impl Tokenizer {
                 }
                 let unk = model.opt_str("unk_token")?.map(token_id).transpose()?;
                 let merges = merges(&model)?;
-                Model::Bpe(Bpe::new(&vocab, merges, model.bool_or("ignore_merges", false)?, unk, model.bool_or("fuse_unk", false)?)?)
+                Model::Bpe(Bpe::new(
+                    &vocab,
+                    merges,
+                    model.bool_or("ignore_merges", false)?,
+                    unk,
+                    model.bool_or("fuse_unk", false)?,
+                )?)
             }
             "WordPiece" => {
                 let unk = token_id(model.str("unk_token")?)?;
-                let prefix = model.opt_str("continuing_subword_prefix")?.unwrap_or("##").to_string();
+                let prefix = model
+                    .opt_str("continuing_subword_prefix")?
+                    .unwrap_or("##")
+                    .to_string();
                 let max_chars = match model.get("max_input_chars_per_word") {
                     None => 100,
-                    Some(v) => v.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
-                        TextError::bad_field("model.max_input_chars_per_word", "expected a non-negative integer")
-                    })?,
+                    Some(v) => v
+                        .as_u64()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .ok_or_else(|| {
+                            TextError::bad_field(
+                                "model.max_input_chars_per_word",
+                                "expected a non-negative integer",
+                            )
+                        })?,
                 };
                 Model::WordPiece(WordPiece::new(unk, prefix, max_chars))
             }
@@ -152,13 +203,19 @@ impl Tokenizer {
             Some(d) => decoder(Obj::new("decoder", d)?)?,
         };
         match (&model, &decoder) {
-            (Model::Bpe(_), Decoder::ByteLevel) | (Model::WordPiece(_), Decoder::WordPiece { .. }) => {}
+            (Model::Bpe(_), Decoder::ByteLevel)
+            | (Model::WordPiece(_), Decoder::WordPiece { .. }) => {}
             _ => return Err(unsupported("decoder for this model", model_kind)),
         }
 
         let (mut prefix, mut suffix) = (Vec::new(), Vec::new());
         if let Some(p) = root.get("post_processor") {
-            post_processor(Obj::new("post_processor", p)?, &mut prefix, &mut suffix, &token_id)?;
+            post_processor(
+                Obj::new("post_processor", p)?,
+                &mut prefix,
+                &mut suffix,
+                &token_id,
+            )?;
         }
 
         Tokenizer::assemble(Parts {
@@ -185,7 +242,9 @@ fn vocab_map(model: &Obj) -> Result<HashMap<String, u32>> {
             let id = id
                 .as_u64()
                 .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| TextError::bad_field(format!("model.vocab[{text:?}]"), "expected an id"))?;
+                .ok_or_else(|| {
+                    TextError::bad_field(format!("model.vocab[{text:?}]"), "expected an id")
+                })?;
             Ok((text.clone(), id))
         })
         .collect()
@@ -193,8 +252,12 @@ fn vocab_map(model: &Obj) -> Result<HashMap<String, u32>> {
 
 /// The added tokens; those whose id is beyond the model's vocabulary join it.
 fn added_tokens(root: &Obj, map: &mut HashMap<String, u32>) -> Result<Vec<AddedTokenSpec>> {
-    let Some(list) = root.get("added_tokens") else { return Ok(Vec::new()) };
-    let list = list.as_array().ok_or_else(|| TextError::bad_field("added_tokens", "expected an array"))?;
+    let Some(list) = root.get("added_tokens") else {
+        return Ok(Vec::new());
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| TextError::bad_field("added_tokens", "expected an array"))?;
     let model_size = map.len();
     let mut out = Vec::with_capacity(list.len());
     for (i, entry) in list.iter().enumerate() {
@@ -227,7 +290,11 @@ fn merges(model: &Obj) -> Result<Vec<(String, String)>> {
         .iter()
         .enumerate()
         .map(|(index, m)| {
-            let bad = |reason| TextError::BadMerge { index, merge: m.to_string(), reason };
+            let bad = |reason| TextError::BadMerge {
+                index,
+                merge: m.to_string(),
+                reason,
+            };
             match m {
                 Value::String(s) => s
                     .split_once(' ')
@@ -277,11 +344,16 @@ fn pre_tokenizer(p: Obj, steps: &mut Vec<Step>, byte_level: &mut bool) -> Result
     }
     match kind {
         "ByteLevel" => {
-            steps.extend(Step::byte_level(p.bool_or("add_prefix_space", true)?, p.bool_or("use_regex", true)?)?);
+            steps.extend(Step::byte_level(
+                p.bool_or("add_prefix_space", true)?,
+                p.bool_or("use_regex", true)?,
+            )?);
             *byte_level = true;
         }
         "BertPreTokenizer" => steps.push(Step::BertBasic),
-        "Digits" => steps.push(Step::Digits { individual: p.bool_or("individual_digits", false)? }),
+        "Digits" => steps.push(Step::Digits {
+            individual: p.bool_or("individual_digits", false)?,
+        }),
         "Split" => {
             if p.bool_or("invert", false)? {
                 return Err(unsupported("Split option", "invert"));
@@ -290,7 +362,12 @@ fn pre_tokenizer(p: Obj, steps: &mut Vec<Step>, byte_level: &mut bool) -> Result
             let regex = match (pattern.opt_str("Regex")?, pattern.opt_str("String")?) {
                 (Some(r), _) => r.to_string(),
                 (None, Some(s)) => fancy_regex::escape(s).into_owned(),
-                (None, None) => return Err(TextError::bad_field(pattern.path, "expected Regex or String")),
+                (None, None) => {
+                    return Err(TextError::bad_field(
+                        pattern.path,
+                        "expected Regex or String",
+                    ))
+                }
             };
             let behavior = match p.str("behavior")? {
                 "Isolated" => SplitBehavior::Isolated,
@@ -301,7 +378,11 @@ fn pre_tokenizer(p: Obj, steps: &mut Vec<Step>, byte_level: &mut bool) -> Result
         }
         "Sequence" => {
             for (i, v) in p.array("pretokenizers")?.iter().enumerate() {
-                pre_tokenizer(Obj::new(format!("{}.pretokenizers[{i}]", p.path), v)?, steps, byte_level)?;
+                pre_tokenizer(
+                    Obj::new(format!("{}.pretokenizers[{i}]", p.path), v)?,
+                    steps,
+                    byte_level,
+                )?;
             }
         }
         other => return Err(unsupported("pre-tokenizer", other)),
@@ -335,8 +416,13 @@ fn post_processor(
                     Some([Value::String(_), id]) => id
                         .as_u64()
                         .and_then(|n| u32::try_from(n).ok())
-                        .ok_or_else(|| TextError::bad_field(p.field_path(key), "expected [token, id]")),
-                    _ => Err(TextError::bad_field(p.field_path(key), "expected [token, id]")),
+                        .ok_or_else(|| {
+                            TextError::bad_field(p.field_path(key), "expected [token, id]")
+                        }),
+                    _ => Err(TextError::bad_field(
+                        p.field_path(key),
+                        "expected [token, id]",
+                    )),
                 }
             };
             prefix.push(pair_id("cls")?);
@@ -350,12 +436,16 @@ fn post_processor(
                 if let Some(seq) = piece.get("Sequence") {
                     let seq = Obj::new(piece.field_path("Sequence"), seq)?;
                     if seq.str("id")? != "A" {
-                        return Err(TextError::bad_field(seq.path, "a single-sequence template uses $A"));
+                        return Err(TextError::bad_field(
+                            seq.path,
+                            "a single-sequence template uses $A",
+                        ));
                     }
                     seen_sequence = true;
                     continue;
                 }
-                let special = Obj::new(piece.field_path("SpecialToken"), piece.req("SpecialToken")?)?;
+                let special =
+                    Obj::new(piece.field_path("SpecialToken"), piece.req("SpecialToken")?)?;
                 let name = special.str("id")?;
                 let ids = match specials.get(name) {
                     Some(entry) => Obj::new(specials.field_path(name), entry)?
@@ -364,17 +454,28 @@ fn post_processor(
                         .map(|id| {
                             id.as_u64()
                                 .and_then(|n| u32::try_from(n).ok())
-                                .ok_or_else(|| TextError::bad_field(specials.field_path(name), "expected ids"))
+                                .ok_or_else(|| {
+                                    TextError::bad_field(specials.field_path(name), "expected ids")
+                                })
                         })
                         .collect::<Result<Vec<_>>>()?,
                     None => vec![token_id(name)?],
                 };
-                if seen_sequence { suffix.extend(ids) } else { prefix.extend(ids) }
+                if seen_sequence {
+                    suffix.extend(ids)
+                } else {
+                    prefix.extend(ids)
+                }
             }
         }
         "Sequence" => {
             for (i, v) in p.array("processors")?.iter().enumerate() {
-                post_processor(Obj::new(format!("{}.processors[{i}]", p.path), v)?, prefix, suffix, token_id)?;
+                post_processor(
+                    Obj::new(format!("{}.processors[{i}]", p.path), v)?,
+                    prefix,
+                    suffix,
+                    token_id,
+                )?;
             }
         }
         other => return Err(unsupported("post-processor", other)),

@@ -20,7 +20,11 @@ impl Vocab {
         if u32::try_from(tokens.len()).is_err() {
             return Err(TextError::bad_field("vocab", "more than 2^32 tokens"));
         }
-        let ids = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let ids = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
         Ok(Vocab { tokens, ids })
     }
 
@@ -28,7 +32,9 @@ impl Vocab {
     pub(crate) fn from_map(map: HashMap<String, u32>) -> Result<Self> {
         let mut tokens = vec![None; map.len()];
         for (text, id) in map {
-            let slot = tokens.get_mut(id as usize).ok_or(TextError::VocabHole(id))?;
+            let slot = tokens
+                .get_mut(id as usize)
+                .ok_or(TextError::VocabHole(id))?;
             *slot = Some(text);
         }
         let tokens = tokens
@@ -55,7 +61,11 @@ impl Vocab {
     pub(crate) fn check_id(&self, what: &'static str, id: u64) -> Result<u32> {
         match u32::try_from(id) {
             Ok(id) if (id as usize) < self.tokens.len() => Ok(id),
-            _ => Err(TextError::IdOutOfRange { what, id, vocab_size: self.tokens.len() }),
+            _ => Err(TextError::IdOutOfRange {
+                what,
+                id,
+                vocab_size: self.tokens.len(),
+            }),
         }
     }
 }

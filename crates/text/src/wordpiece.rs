@@ -15,7 +15,11 @@ pub(crate) struct WordPiece {
 
 impl WordPiece {
     pub(crate) fn new(unk: u32, prefix: String, max_chars: usize) -> Self {
-        WordPiece { unk, prefix, max_chars }
+        WordPiece {
+            unk,
+            prefix,
+            max_chars,
+        }
     }
 
     pub(crate) fn encode_word(&self, vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
@@ -60,8 +64,13 @@ mod tests {
     use super::*;
 
     fn toy() -> (Vocab, WordPiece) {
-        let tokens = ["[UNK]", "un", "##aff", "##able", "##a", "aff"].map(String::from).to_vec();
-        (Vocab::new(tokens).unwrap(), WordPiece::new(0, "##".into(), 10))
+        let tokens = ["[UNK]", "un", "##aff", "##able", "##a", "aff"]
+            .map(String::from)
+            .to_vec();
+        (
+            Vocab::new(tokens).unwrap(),
+            WordPiece::new(0, "##".into(), 10),
+        )
     }
 
     fn encode(word: &str) -> Vec<u32> {

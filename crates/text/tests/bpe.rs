@@ -13,7 +13,14 @@ fn small_vocab(pre: &str) -> GgufVocab {
         model: "gpt2".into(),
         pre: Some(pre.into()),
         tokens: strings(&f["tokens"]),
-        token_types: Some(f["token_types"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap() as i32).collect()),
+        token_types: Some(
+            f["token_types"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_i64().unwrap() as i32)
+                .collect(),
+        ),
         merges: Some(strings(&f["merges"])),
         ..GgufVocab::default()
     }
@@ -26,7 +33,13 @@ fn small_bpe_matches_hf_for_every_pre_tokenizer() {
     let mut matched = 0;
     for pre in PRES {
         let tok = Tokenizer::from_gguf_vocab(&small_vocab(pre)).unwrap();
-        matched += check_encode(&tok, &cases, &f["encode"][pre], false, &format!("bpe_small/{pre}"));
+        matched += check_encode(
+            &tok,
+            &cases,
+            &f["encode"][pre],
+            false,
+            &format!("bpe_small/{pre}"),
+        );
     }
     assert_eq!(matched, PRES.len() * cases.len());
 }
@@ -44,14 +57,25 @@ fn small_bpe_decodes_like_hf() {
 fn the_fixture_catches_a_wrong_pre_tokenizer() {
     let f = fixture("bpe_small.json");
     let tok = Tokenizer::from_gguf_vocab(&small_vocab("gpt2")).unwrap();
-    check_encode(&tok, &corpus_cases(), &f["encode"]["default"], false, "gpt2 ids against default's");
+    check_encode(
+        &tok,
+        &corpus_cases(),
+        &f["encode"]["default"],
+        false,
+        "gpt2 ids against default's",
+    );
 }
 
 #[test]
 fn smollm2_gguf_matches_hf() {
-    let Some(path) = env_path("QUENCH_SMOLLM2_GGUF", "smollm2_gguf_matches_hf") else { return };
+    let Some(path) = env_path("QUENCH_SMOLLM2_GGUF", "smollm2_gguf_matches_hf") else {
+        return;
+    };
     let (mut vocab, _) = common::gguf_meta::gguf_vocab(&path);
-    assert_eq!((vocab.model.as_str(), vocab.pre.as_deref()), ("gpt2", Some("smollm")));
+    assert_eq!(
+        (vocab.model.as_str(), vocab.pre.as_deref()),
+        ("gpt2", Some("smollm"))
+    );
     let f = fixture("smollm2_expected.json");
     assert_eq!(vocab.tokens.len() as u64, f["vocab_size"].as_u64().unwrap());
     let cases = corpus_cases();
@@ -59,7 +83,13 @@ fn smollm2_gguf_matches_hf() {
     for pre in PRES {
         vocab.pre = Some(pre.into());
         let tok = Tokenizer::from_gguf_vocab(&vocab).unwrap();
-        matched += check_encode(&tok, &cases, &f["encode"][pre], false, &format!("smollm2/{pre}"));
+        matched += check_encode(
+            &tok,
+            &cases,
+            &f["encode"][pre],
+            false,
+            &format!("smollm2/{pre}"),
+        );
         if pre == "smollm" {
             assert_eq!(tok.bos_id(), f["bos"].as_u64().map(|x| x as u32));
             assert_eq!(tok.eos_id(), f["eos"].as_u64().map(|x| x as u32));
@@ -67,5 +97,8 @@ fn smollm2_gguf_matches_hf() {
             check_stream(&tok, &cases, "smollm2");
         }
     }
-    eprintln!("smollm2: {matched} fixture strings matched across {} pre-tokenizers", PRES.len());
+    eprintln!(
+        "smollm2: {matched} fixture strings matched across {} pre-tokenizers",
+        PRES.len()
+    );
 }

@@ -15,7 +15,9 @@ fn cases() -> Vec<Value> {
 }
 
 fn text(case: &Value, key: &str) -> Option<String> {
-    case.get_attr(key).ok().and_then(|v| v.as_str().map(str::to_string))
+    case.get_attr(key)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
 }
 
 #[test]
@@ -29,18 +31,32 @@ fn templates_render_like_transformers() {
         let tools = case.get_attr("tools").unwrap();
         let tools = (!tools.is_none()).then_some(tools);
         let compiled = ChatTemplate::new(&source, "<s>", "</s>");
-        if let Some(line) = case.get_attr("syntax_error_line").ok().and_then(|v| v.as_i64()) {
+        if let Some(line) = case
+            .get_attr("syntax_error_line")
+            .ok()
+            .and_then(|v| v.as_i64())
+        {
             match compiled {
-                Err(TextError::TemplateSyntax { line: got, .. }) => assert_eq!(got as i64, line, "{name}: error line"),
+                Err(TextError::TemplateSyntax { line: got, .. }) => {
+                    assert_eq!(got as i64, line, "{name}: error line")
+                }
                 other => panic!("{name}: expected a syntax error at line {line}, got {other:?}"),
             }
             continue;
         }
-        let rendered = compiled.unwrap_or_else(|e| panic!("{name}: {e}")).render_serialize(&messages, agp, tools.as_ref());
+        let rendered = compiled
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .render_serialize(&messages, agp, tools.as_ref());
         match (text(case, "expected"), text(case, "error")) {
-            (Some(want), _) => assert_eq!(rendered.unwrap_or_else(|e| panic!("{name}: {e}")), want, "{name}"),
+            (Some(want), _) => assert_eq!(
+                rendered.unwrap_or_else(|e| panic!("{name}: {e}")),
+                want,
+                "{name}"
+            ),
             (None, Some(msg)) => match rendered {
-                Err(TextError::TemplateRender(got)) => assert!(got.contains(&msg), "{name}: {got:?} lacks {msg:?}"),
+                Err(TextError::TemplateRender(got)) => {
+                    assert!(got.contains(&msg), "{name}: {got:?} lacks {msg:?}")
+                }
                 other => panic!("{name}: expected the error {msg:?}, got {other:?}"),
             },
             _ => panic!("{name}: fixture has neither expected text nor error"),
@@ -57,12 +73,20 @@ fn plain_messages_render_through_the_same_path() {
     assert_eq!(case["name"], "smollm2/no_system/agp=False");
     let messages: Vec<Message> = serde_json::from_value(case["messages"].clone()).unwrap();
     let t = ChatTemplate::new(case["template"].as_str().unwrap(), "", "").unwrap();
-    assert_eq!(t.render(&messages, false).unwrap(), case["expected"].as_str().unwrap());
+    assert_eq!(
+        t.render(&messages, false).unwrap(),
+        case["expected"].as_str().unwrap()
+    );
 }
 
 #[test]
 fn smollm2_gguf_template_matches_fixture() {
-    let Some(path) = env_path("QUENCH_SMOLLM2_GGUF", "smollm2_gguf_template_matches_fixture") else { return };
+    let Some(path) = env_path(
+        "QUENCH_SMOLLM2_GGUF",
+        "smollm2_gguf_template_matches_fixture",
+    ) else {
+        return;
+    };
     let (_, template) = common::gguf_meta::gguf_vocab(&path);
     let cases = fixture("chat_templates.json");
     assert_eq!(template.as_deref(), cases[0]["template"].as_str());

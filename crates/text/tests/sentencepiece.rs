@@ -11,8 +11,22 @@ fn vocab() -> GgufVocab {
     GgufVocab {
         model: "llama".into(),
         tokens: strings(&f["tokens"]),
-        scores: Some(f["scores"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap() as f32).collect()),
-        token_types: Some(f["token_types"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap() as i32).collect()),
+        scores: Some(
+            f["scores"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_f64().unwrap() as f32)
+                .collect(),
+        ),
+        token_types: Some(
+            f["token_types"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_i64().unwrap() as i32)
+                .collect(),
+        ),
         bos_id: id("bos"),
         eos_id: id("eos"),
         unk_id: id("unk"),
@@ -26,13 +40,23 @@ fn synthetic_sentencepiece_matches_hf() {
     let tok = Tokenizer::from_gguf_vocab(&vocab()).unwrap();
     let cases = corpus_cases();
     check_encode(&tok, &cases, &f["encode"], false, "sentencepiece");
-    check_encode(&tok, &cases, &f["encode_with_bos"], true, "sentencepiece+bos");
+    check_encode(
+        &tok,
+        &cases,
+        &f["encode_with_bos"],
+        true,
+        "sentencepiece+bos",
+    );
 }
 
 #[test]
 fn synthetic_sentencepiece_decodes_like_hf() {
     let tok = Tokenizer::from_gguf_vocab(&vocab()).unwrap();
-    check_decode(&tok, &fixture("sentencepiece_small.json")["decode"], "sentencepiece");
+    check_decode(
+        &tok,
+        &fixture("sentencepiece_small.json")["decode"],
+        "sentencepiece",
+    );
     check_stream(&tok, &corpus_cases(), "sentencepiece");
 }
 

@@ -2,11 +2,14 @@
 
 mod common;
 
-use common::{check_decode, check_encode, check_stream, corpus_cases, env_path, fixture, tests_dir};
+use common::{
+    check_decode, check_encode, check_stream, corpus_cases, env_path, fixture, tests_dir,
+};
 use quench_text::{GgufVocab, Tokenizer};
 
 fn small() -> Tokenizer {
-    Tokenizer::from_tokenizer_json(tests_dir().join("fixtures/wordpiece_small.tokenizer.json")).unwrap()
+    Tokenizer::from_tokenizer_json(tests_dir().join("fixtures/wordpiece_small.tokenizer.json"))
+        .unwrap()
 }
 
 #[test]
@@ -15,7 +18,13 @@ fn small_wordpiece_matches_hf() {
     let tok = small();
     let cases = corpus_cases();
     check_encode(&tok, &cases, &f["encode"], false, "wordpiece_small");
-    check_encode(&tok, &cases, &f["encode_with_special"], true, "wordpiece_small+special");
+    check_encode(
+        &tok,
+        &cases,
+        &f["encode_with_special"],
+        true,
+        "wordpiece_small+special",
+    );
     check_decode(&tok, &f["decode"], "wordpiece_small");
     check_stream(&tok, &cases, "wordpiece_small");
 }
@@ -24,9 +33,11 @@ fn small_wordpiece_matches_hf() {
 #[test]
 fn gguf_bert_vocab_matches_hf() {
     let f = fixture("wordpiece_small.json");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(tests_dir().join("fixtures/wordpiece_small.tokenizer.json")).unwrap())
-            .unwrap();
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tests_dir().join("fixtures/wordpiece_small.tokenizer.json"))
+            .unwrap(),
+    )
+    .unwrap();
     let map = json["model"]["vocab"].as_object().unwrap();
     let mut tokens = vec![String::new(); map.len()];
     for (text, id) in map {
@@ -55,17 +66,31 @@ fn gguf_bert_vocab_matches_hf() {
     let tok = Tokenizer::from_gguf_vocab(&vocab).unwrap();
     let cases = corpus_cases();
     check_encode(&tok, &cases, &f["encode"], false, "wordpiece_gguf");
-    check_encode(&tok, &cases, &f["encode_with_special"], true, "wordpiece_gguf+special");
+    check_encode(
+        &tok,
+        &cases,
+        &f["encode_with_special"],
+        true,
+        "wordpiece_gguf+special",
+    );
 }
 
 #[test]
 fn minilm_matches_hf() {
-    let Some(dir) = env_path("QUENCH_MINILM_DIR", "minilm_matches_hf") else { return };
+    let Some(dir) = env_path("QUENCH_MINILM_DIR", "minilm_matches_hf") else {
+        return;
+    };
     let f = fixture("minilm_expected.json");
     let tok = Tokenizer::from_tokenizer_json(dir.join("tokenizer.json")).unwrap();
     let cases = corpus_cases();
     check_encode(&tok, &cases, &f["encode"], false, "minilm");
-    check_encode(&tok, &cases, &f["encode_with_special"], true, "minilm+special");
+    check_encode(
+        &tok,
+        &cases,
+        &f["encode_with_special"],
+        true,
+        "minilm+special",
+    );
     check_decode(&tok, &f["decode"], "minilm");
     check_stream(&tok, &cases, "minilm");
 }

@@ -105,8 +105,22 @@ pub fn gguf_vocab(path: &Path) -> (GgufVocab, Option<String>) {
         model: get("model").map(str_of).expect("tokenizer.ggml.model"),
         pre: get("pre").map(str_of),
         tokens: list("tokens").expect("tokens").iter().map(str_of).collect(),
-        scores: list("scores").map(|s| s.iter().map(|m| match m { Meta::Float(f) => *f as f32, _ => panic!("score") }).collect()),
-        token_types: list("token_type").map(|s| s.iter().map(|m| match m { Meta::Int(n) => *n as i32, _ => panic!("type") }).collect()),
+        scores: list("scores").map(|s| {
+            s.iter()
+                .map(|m| match m {
+                    Meta::Float(f) => *f as f32,
+                    _ => panic!("score"),
+                })
+                .collect()
+        }),
+        token_types: list("token_type").map(|s| {
+            s.iter()
+                .map(|m| match m {
+                    Meta::Int(n) => *n as i32,
+                    _ => panic!("type"),
+                })
+                .collect()
+        }),
         merges: list("merges").map(|s| s.iter().map(str_of).collect()),
         bos_id: id("bos_token_id"),
         eos_id: id("eos_token_id"),

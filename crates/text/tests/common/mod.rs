@@ -27,11 +27,19 @@ pub fn fixture(name: &str) -> Value {
 }
 
 pub fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("id list")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 pub fn strings(v: &Value) -> Vec<String> {
-    v.as_array().expect("string list").iter().map(|x| x.as_str().expect("string").to_string()).collect()
+    v.as_array()
+        .expect("string list")
+        .iter()
+        .map(|x| x.as_str().expect("string").to_string())
+        .collect()
 }
 
 /// A path from an environment variable, or `None` after saying the test is skipped.
@@ -46,15 +54,29 @@ pub fn env_path(var: &str, test: &str) -> Option<PathBuf> {
 }
 
 /// Compares `encode` with the expected ids of every corpus case; reports all mismatches.
-pub fn check_encode(tok: &Tokenizer, cases: &[String], expected: &Value, add_special_tokens: bool, label: &str) -> usize {
+pub fn check_encode(
+    tok: &Tokenizer,
+    cases: &[String],
+    expected: &Value,
+    add_special_tokens: bool,
+    label: &str,
+) -> usize {
     let expected = expected.as_array().expect("expected list");
-    assert!(!expected.is_empty() && expected.len() <= cases.len(), "{label}: fixture has {} cases", expected.len());
+    assert!(
+        !expected.is_empty() && expected.len() <= cases.len(),
+        "{label}: fixture has {} cases",
+        expected.len()
+    );
     let mut failures = Vec::new();
     for (i, (text, want)) in cases.iter().zip(expected).enumerate() {
         let got = tok.encode(text, add_special_tokens).expect("encode");
         let want = ids(want);
         if got != want {
-            let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+            let first = got
+                .iter()
+                .zip(&want)
+                .position(|(a, b)| a != b)
+                .unwrap_or(got.len().min(want.len()));
             failures.push(format!(
                 "case {i} {:?}: first difference at token {first}\n  got  {:?}\n  want {:?}",
                 text.chars().take(60).collect::<String>(),
@@ -63,8 +85,18 @@ pub fn check_encode(tok: &Tokenizer, cases: &[String], expected: &Value, add_spe
             ));
         }
     }
-    assert!(failures.is_empty(), "{label}: {} of {} cases differ:\n{}", failures.len(), expected.len(), failures.join("\n"));
-    eprintln!("{label}: {} of {} cases match token for token", expected.len(), expected.len());
+    assert!(
+        failures.is_empty(),
+        "{label}: {} of {} cases differ:\n{}",
+        failures.len(),
+        expected.len(),
+        failures.join("\n")
+    );
+    eprintln!(
+        "{label}: {} of {} cases match token for token",
+        expected.len(),
+        expected.len()
+    );
     expected.len()
 }
 
@@ -75,7 +107,11 @@ pub fn check_decode(tok: &Tokenizer, cases: &Value, label: &str) -> usize {
         let ids = ids(&case["ids"]);
         let skip = case["skip_special"].as_bool().expect("skip_special");
         let got = tok.decode(&ids, skip).expect("decode");
-        assert_eq!(got, case["text"].as_str().expect("text"), "{label}: decode case {i} ids {ids:?} skip {skip}");
+        assert_eq!(
+            got,
+            case["text"].as_str().expect("text"),
+            "{label}: decode case {i} ids {ids:?} skip {skip}"
+        );
     }
     cases.len()
 }
