@@ -69,31 +69,58 @@ pub struct Llama3RopeScaling {
 }
 
 /// Token ids that configs write either as one integer or as a list.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(from = "OneOrMany")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenIds(pub Vec<u32>);
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(u32),
-    Many(Vec<u32>),
-}
+impl<'de> Deserialize<'de> for TokenIds {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<TokenIds, D::Error> {
+        struct Ids;
+        impl<'de> serde::de::Visitor<'de> for Ids {
+            type Value = TokenIds;
 
-impl From<OneOrMany> for TokenIds {
-    fn from(v: OneOrMany) -> TokenIds {
-        match v {
-            OneOrMany::One(id) => TokenIds(vec![id]),
-            OneOrMany::Many(ids) => TokenIds(ids),
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a token id or a list of token ids")
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<TokenIds, E> {
+                let id = u32::try_from(v)
+                    .map_err(|_| E::custom(format!("token id {v} out of range")))?;
+                Ok(TokenIds(vec![id]))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<TokenIds, A::Error> {
+                let mut ids = Vec::new();
+                while let Some(id) = seq.next_element()? {
+                    ids.push(id);
+                }
+                Ok(TokenIds(ids))
+            }
         }
+        deserializer.deserialize_any(Ids)
     }
 }
 
 impl HfConfig {
     /// Parses and validates `config.json` text.
     pub fn from_json(text: &str) -> Result<HfConfig, ModelError> {
-        let config: HfConfig =
-            serde_json::from_str(text).map_err(|source| ModelError::Json { source })?;
+        let mut json = serde_json::Deserializer::from_str(text);
+        let config: HfConfig = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+            // Name the field where there is one ("." is the top level: syntax, missing fields).
+            let field = e.path().to_string();
+            match field.as_str() {
+                "." => ModelError::Json {
+                    source: e.into_inner(),
+                },
+                _ => ModelError::Config {
+                    field,
+                    reason: e.into_inner().to_string(),
+                },
+            }
+        })?;
+        json.end().map_err(|source| ModelError::Json { source })?;
         config.validate()?;
         Ok(config)
     }

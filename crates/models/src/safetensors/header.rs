@@ -101,7 +101,16 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Header, ModelError> {
     }
     let data_start = 8 + header_len;
     let json = &bytes[8..data_start as usize];
-    let raw: RawHeader = serde_json::from_slice(json).map_err(|e| ModelError::BadHeader {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let raw: RawHeader =
+        serde_path_to_error::deserialize(&mut de).map_err(|e| ModelError::BadHeader {
+            reason: match e.path().to_string().as_str() {
+                "." => e.into_inner().to_string(),
+                path => format!("{path}: {}", e.into_inner()),
+            },
+        })?;
+    // Trailing spaces are the usual padding; anything else after the object is damage.
+    de.end().map_err(|e| ModelError::BadHeader {
         reason: e.to_string(),
     })?;
     if let Some(name) = raw.first_duplicate {
