@@ -102,3 +102,19 @@ fn smollm2_gguf_matches_hf() {
         PRES.len()
     );
 }
+
+/// Byte-level BPE `tokenizer.json` files in the shapes SmolLM2, Llama 3, Qwen2 and GPT-2
+/// ship (Digits, Split regexes, NFC, add_prefix_space, ignore_merges, template processing).
+#[test]
+fn bpe_tokenizer_json_variants_match_hf() {
+    let f = fixture("bpe_tokenizer_json.json");
+    let cases = corpus_cases();
+    let variants = f["expected"].as_object().unwrap();
+    assert_eq!(variants.len(), 4);
+    for (name, expected) in variants {
+        let path = common::tests_dir().join(format!("fixtures/bpe_{name}.tokenizer.json"));
+        let tok = Tokenizer::from_tokenizer_json(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_encode(&tok, &cases, &expected["encode"], false, &format!("tokenizer.json/{name}"));
+        check_encode(&tok, &cases, &expected["encode_with_special"], true, &format!("tokenizer.json/{name}+special"));
+    }
+}
