@@ -5,9 +5,11 @@
 //! - [`func`]: kernels, blocks, instructions
 //! - [`builder`]: a Rust API to write kernels
 //! - [`verify`]: the verifier
+//! - [`interp`]: the SIMT interpreter
 
 pub mod builder;
 pub mod func;
+pub mod interp;
 pub mod ops;
 pub mod types;
 pub mod verify;
