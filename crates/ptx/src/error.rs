@@ -5,6 +5,10 @@ use std::path::PathBuf;
 /// An error from the PTX emitter or from running `ptxas`.
 #[derive(Debug, thiserror::Error)]
 pub enum PtxError {
+    /// The kernel is not valid IR.
+    #[error(transparent)]
+    Invalid(#[from] quench_ir::VerifyError),
+
     /// The kernel uses something PTX cannot express (or the emitter does not support);
     /// `at` names the parameter, shared array or IR value concerned.
     #[error("kernel `{kernel}`, {at}: {msg}")]

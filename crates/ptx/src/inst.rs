@@ -7,7 +7,7 @@ mod memory;
 mod tensor;
 mod warp;
 
-use quench_ir::{Inst, Op, Type, Value};
+use quench_ir::{Inst, Op, Value};
 
 use crate::emitter::{Emitter, Res};
 
@@ -46,7 +46,7 @@ pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
         Op::Vote { mode, pred, mask } => warp::vote(e, one(i)?, *mode, *pred, *mask),
         Op::Redux { op, value, mask } => warp::redux(e, one(i)?, *op, *value, *mask),
         Op::Mma { shape, a, b, c } => tensor::mma(e, one(i)?, *shape, [*a, *b, *c]),
-        Op::LdMatrix { ty, num, trans, ptr } => tensor::ldmatrix(e, one(i)?, *ty, *num, *trans, *ptr),
+        Op::LdMatrix { num, trans, ptr, .. } => tensor::ldmatrix(e, one(i)?, *num, *trans, *ptr),
         Op::CpAsync { dst, src, bytes, cache } => memory::cp_async(e, *dst, *src, *bytes, *cache),
         Op::CpAsyncCommit => {
             e.line("cp.async.commit_group");
@@ -67,16 +67,6 @@ fn one(i: &Inst) -> Res<Value> {
     match i.results.as_slice() {
         [v] => Ok(*v),
         r => Err(format!("defines {} values, one expected", r.len())),
-    }
-}
-
-/// Check that `v` has the type the operation produces.
-fn expect(e: &Emitter, v: Value, ty: Type) -> Res<()> {
-    let got = e.ty(v)?;
-    if got == ty {
-        Ok(())
-    } else {
-        Err(format!("the result {v} is a {got}, the operation gives a {ty}"))
     }
 }
 

@@ -3,25 +3,17 @@
 
 use std::fmt::Write;
 
-use quench_ir::func::MAX_THREADS_PER_BLOCK;
 use quench_ir::{AddrSpace, Function, Scalar, Type};
 
 use crate::emitter::Emitter;
 use crate::{control, ptype, PtxError, PTX_TARGET, PTX_VERSION};
 
 pub(crate) fn emit(f: &Function) -> Result<String, PtxError> {
+    quench_ir::verify(f)?;
     let fail = |at: String, msg: String| PtxError::Unsupported { kernel: f.name.clone(), at, msg };
-    if !is_identifier(&f.name) {
-        return Err(fail(
-            "name".into(),
-            "a kernel name must start with a letter or `_` and contain only letters, digits, `_` and `$`".into(),
-        ));
-    }
-    if f.max_threads == 0 || f.max_threads > MAX_THREADS_PER_BLOCK {
-        return Err(fail(
-            "launch bounds".into(),
-            format!("max_threads is {}, it must be 1..={MAX_THREADS_PER_BLOCK}", f.max_threads),
-        ));
+    // The IR's identifiers are PTX ones, except that PTX wants more after a lone `_`.
+    if f.name == "_" {
+        return Err(fail("name".into(), "a PTX name starting with `_` needs a second character".into()));
     }
 
     let mut params = Vec::with_capacity(f.params.len());
@@ -36,14 +28,8 @@ pub(crate) fn emit(f: &Function) -> Result<String, PtxError> {
     let mut shared = String::new();
     let mut shared_names = Vec::with_capacity(f.shared.len());
     for (i, d) in f.shared.iter().enumerate() {
-        let at = || format!("shared array `{}`", d.name);
-        if d.len == 0 || d.elem == Scalar::Pred {
-            return Err(fail(at(), format!("{} elements of {} cannot be stored", d.len, d.elem)));
-        }
-        if !d.align.is_power_of_two() || d.align < d.elem.bytes() {
-            return Err(fail(at(), format!("alignment {} is not a power of two ≥ the element size", d.align)));
-        }
-        let symbol = format!("smem{i}_{}", sanitize(&d.name));
+        // Prefixed so that no array name can collide with a parameter or a PTX word.
+        let symbol = format!("smem{i}_{}", d.name);
         let _ = writeln!(shared, "\t.shared .align {} .b8 {symbol}[{}];", d.align, d.bytes());
         shared_names.push(symbol);
     }
@@ -68,33 +54,13 @@ pub(crate) fn emit(f: &Function) -> Result<String, PtxError> {
     Ok(out)
 }
 
-/// The `.param` declaration (type and attributes) of a kernel parameter.
+/// The `.param` declaration (type and attributes) of a kernel parameter. Pointers
+/// promise the alignment of their element type.
 fn param_decl(ty: Type) -> Result<String, String> {
     match ty {
-        Type::Scalar(Scalar::Pred) => Err("a kernel parameter cannot be a pred (pass a u32 and compare)".into()),
+        Type::Scalar(Scalar::Pred) => Err("a kernel parameter cannot be a pred".into()),
         Type::Scalar(s) => Ok(format!(".{}", ptype::mem(s))),
-        Type::Ptr(AddrSpace::Global, Scalar::Pred) => Err("a pointer to pred cannot be a kernel parameter".into()),
         Type::Ptr(AddrSpace::Global, elem) => Ok(format!(".u64 .ptr.global.align {}", elem.bytes())),
-        Type::Ptr(space, _) => Err(format!("a kernel parameter can only point to global memory, not {}", space.name())),
-        Type::Vec(..) | Type::Frag(_) => Err(format!("a kernel parameter cannot be a {ty}")),
+        _ => Err(format!("a kernel parameter cannot be a {ty}")),
     }
-}
-
-/// PTX identifier: a letter then letters, digits, `_`, `$`; or `_`/`$` then at least one.
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    let follow = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
-    match chars.next() {
-        Some(c) if c.is_ascii_alphabetic() => chars.all(follow),
-        Some('_' | '$') => {
-            let rest: Vec<char> = chars.collect();
-            !rest.is_empty() && rest.into_iter().all(follow)
-        }
-        _ => false,
-    }
-}
-
-/// Shared array names are only for reading the PTX; keep what is a valid identifier.
-fn sanitize(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
 }

@@ -3,20 +3,14 @@
 
 use quench_ir::{Round, Scalar, Type, Value};
 
-use super::expect;
 use crate::emitter::{Emitter, Res};
 use crate::ptype;
 use crate::regs::RegClass;
 
 pub(super) fn constant(e: &mut Emitter, d: Value, ty: Type, bits: u64) -> Res<()> {
-    expect(e, d, ty)?;
     let Type::Scalar(s) = ty else {
-        return Err(format!("a constant must be a scalar, not a {ty} (pack scalars instead)"));
+        return Err(format!("a constant must be a scalar, not a {ty}"));
     };
-    let width = s.bits();
-    if width < 64 && bits >> width != 0 {
-        return Err(format!("the constant 0x{bits:x} does not fit in {s}"));
-    }
     let dr = e.def1(d)?;
     let text = match s {
         Scalar::Pred => format!("mov.pred {dr}, {bits}"),
@@ -30,67 +24,81 @@ pub(super) fn constant(e: &mut Emitter, d: Value, ty: Type, bits: u64) -> Res<()
     Ok(())
 }
 
-/// Whether every value of integer type `from` is exactly a value of float type `to`.
-fn int_to_float_exact(from: Scalar, to: Scalar) -> bool {
-    let magnitude_bits = if from.is_signed() { from.bits() - 1 } else { from.bits() };
-    let precision = match to {
-        Scalar::F16 => 11,
-        Scalar::BF16 => 8,
-        Scalar::F32 => 24,
-        _ => 53,
-    };
-    magnitude_bits <= precision
+/// Whether every value of integer type `from` is a value of integer type `to`.
+fn int_fits(from: Scalar, to: Scalar) -> bool {
+    if from.is_signed() == to.is_signed() {
+        to.bits() >= from.bits()
+    } else {
+        from.is_unsigned() && to.bits() > from.bits()
+    }
 }
 
-/// `cvt` with PTX's rounding rules: float→int selects the integer rounding (`.rzi`
-/// etc.), int→float and float narrowing need a rounding mode (one given for an exact
-/// conversion is dropped: it cannot change the result), integer conversions truncate
-/// or, with `sat`, clamp. Float→int always clamps in PTX; `sat` is emitted as given.
+/// `cvt` with PTX's modifiers: float→int selects the integer rounding (`.rzi` etc.),
+/// int→float and float narrowing take the rounding mode, integer conversions truncate
+/// or, with `sat`, clamp; float→float `sat` clamps to [0, 1]. Float→int always clamps,
+/// in PTX as in the IR, so `sat` adds nothing there. 8-bit integer sources convert as
+/// the 16-bit values their registers hold (see `regs`).
 pub(super) fn cvt(e: &mut Emitter, d: Value, to: Scalar, rnd: Option<Round>, sat: bool, a: Value) -> Res<()> {
-    expect(e, d, Type::Scalar(to))?;
     let from = e.scalar(a)?;
-    if from == Scalar::Pred || to == Scalar::Pred {
-        return Err(format!("no conversion between {from} and {to}: compare or select instead"));
-    }
-    if from.is_packed() || to.is_packed() {
-        return Err(format!("no conversion between {from} and {to}: extract or pack the halves"));
-    }
     let (ar, dr) = (e.reg1(a)?, e.def1(d)?);
+    let src = if from.is_int() { ptype::arith(from) } else { from.name() };
     let s = if sat { ".sat" } else { "" };
-    let needs = |what: &str| format!("converting {from} to {to} {what} needs a rounding mode");
-    let text = if from == to {
-        if sat && to.is_float() {
-            format!("cvt.sat.{to}.{to} {dr}, {ar}")
-        } else {
-            format!("mov.{} {dr}, {ar}", ptype::bits(to))
+    let r = |what: &str| {
+        rnd.map(|r| r.name()).ok_or_else(|| format!("converting {from} to {to} needs a rounding mode ({what})"))
+    };
+    let text = match (from.is_float(), to.is_float()) {
+        // Widening keeps every value: nothing to clamp, and PTX refuses `.sat` there.
+        (false, false) if int_fits(from, to) && src == to.name() => format!("mov.{} {dr}, {ar}", ptype::bits(to)),
+        (false, false) if int_fits(from, to) => format!("cvt.{to}.{src} {dr}, {ar}"),
+        (false, false) => format!("cvt{s}.{to}.{src} {dr}, {ar}"),
+        (false, true) if sat => {
+            // PTX's `.sat` would clamp the result to [0, 1].
+            return Err(format!("`sat` on a conversion from {from} to {to} has no PTX equivalent"));
         }
-    } else {
-        match (from.is_float(), to.is_float()) {
-            (false, false) => format!("cvt{s}.{to}.{from} {dr}, {ar}"),
-            (false, true) => {
-                if sat {
-                    return Err(format!("`sat` on a conversion from {from} to {to} is not defined"));
-                }
-                let r = match rnd {
-                    Some(r) => r,
-                    None if int_to_float_exact(from, to) => Round::Rn,
-                    None => return Err(needs("(inexact)")),
-                };
-                format!("cvt.{}.{to}.{from} {dr}, {ar}", r.name())
-            }
-            (true, false) => {
-                let r = rnd.ok_or_else(|| needs("(to select the integer rounding)"))?;
-                format!("cvt.{}i{s}.{to}.{from} {dr}, {ar}", r.name())
-            }
-            (true, true) if to.bits() > from.bits() => format!("cvt{s}.{to}.{from} {dr}, {ar}"),
-            (true, true) => {
-                let r = rnd.ok_or_else(|| needs("(inexact)"))?;
-                format!("cvt.{}{s}.{to}.{from} {dr}, {ar}", r.name())
-            }
+        (false, true) => format!("cvt.{}.{to}.{src} {dr}, {ar}", r("inexact")?),
+        // PTX has no bf16 → 8-bit conversion: round to 16 bits, then clamp to 8.
+        (true, false) if from == Scalar::BF16 && ptype::is_byte(to) => {
+            let wide = ptype::arith(to);
+            e.line(format!("cvt.{}i.{wide}.bf16 {dr}, {ar}", r("the integer rounding")?));
+            format!("cvt.sat.{to}.{wide} {dr}, {dr}")
         }
+        (true, false) => format!("cvt.{}i.{to}.{src} {dr}, {ar}", r("the integer rounding")?),
+        (true, true) if sat && (from == Scalar::BF16 || to == Scalar::BF16) => {
+            return bf16_sat(e, from, to, rnd, &ar, &dr);
+        }
+        (true, true) if from == to && !sat => format!("mov.{} {dr}, {ar}", ptype::bits(to)),
+        (true, true) if to.bits() > from.bits() || from == to => format!("cvt{s}.{to}.{src} {dr}, {ar}"),
+        (true, true) => format!("cvt.{}{s}.{to}.{src} {dr}, {ar}", r("inexact")?),
     };
     e.line(text);
     e.rextend(to, &dr);
+    Ok(())
+}
+
+/// PTX has no `.sat` on conversions from or to bf16: convert exactly to a wide format
+/// (f64 if either side is f64, else f32), clamp there, then round once to `to`.
+/// Clamping before rounding gives what rounding before clamping gives, since 0 and 1
+/// are exact in every format and rounding is monotonic.
+fn bf16_sat(e: &mut Emitter, from: Scalar, to: Scalar, rnd: Option<Round>, a: &str, d: &str) -> Res<()> {
+    let (wide, class) = if from == Scalar::F64 || to == Scalar::F64 {
+        (Scalar::F64, RegClass::F64)
+    } else {
+        (Scalar::F32, RegClass::F32)
+    };
+    let x = e.temp(class);
+    if from == wide {
+        e.line(format!("cvt.sat.{wide}.{wide} {x}, {a}"));
+    } else {
+        e.line(format!("cvt.{wide}.{from} {x}, {a}"));
+        e.line(format!("cvt.sat.{wide}.{wide} {x}, {x}"));
+    }
+    if to == wide {
+        e.line(format!("mov.{} {d}, {x}", ptype::bits(to)));
+    } else {
+        let r = rnd.or((from == Scalar::BF16 && to == Scalar::BF16).then_some(Round::Rn));
+        let r = r.ok_or_else(|| format!("converting {from} to {to} needs a rounding mode"))?;
+        e.line(format!("cvt.{}.{to}.{wide} {d}, {x}", r.name()));
+    }
     Ok(())
 }
 
@@ -103,8 +111,7 @@ fn part_widths(ty: Type) -> Res<Vec<u32>> {
         }
         Type::Scalar(s) | Type::Vec(s, _) => s.bits(),
         Type::Frag(_) => 32,
-        Type::Ptr(..) if classes == [RegClass::B64] => 64,
-        Type::Ptr(..) => 32,
+        Type::Ptr(..) => return Err("pointers cannot be reinterpreted".into()),
     };
     Ok(vec![one; classes.len()])
 }
@@ -118,15 +125,13 @@ fn elem(ty: Type) -> Option<Scalar> {
 }
 
 /// Reinterpret bits. Parts of equal widths move one to one; otherwise the bits pass
-/// through 32-bit words (little-endian: part 0 in the low bits). Shared pointers are
-/// 32-bit shared-window addresses here, global pointers 64-bit global addresses.
+/// through 32-bit words (little-endian: part 0 in the low bits).
 pub(super) fn bitcast(e: &mut Emitter, d: Value, to: Type, a: Value) -> Res<()> {
-    expect(e, d, to)?;
     let from = e.ty(a)?;
     let (sw, dw) = (part_widths(from)?, part_widths(to)?);
     let (sbits, dbits) = (sw.iter().sum::<u32>(), dw.iter().sum::<u32>());
     if sbits != dbits {
-        return Err(format!("cannot reinterpret {from} ({sbits} bits here) as {to} ({dbits} bits)"));
+        return Err(format!("cannot reinterpret {from} ({sbits} bits) as {to} ({dbits} bits)"));
     }
     let src = e.regs(a)?;
     let dst = e.def(d)?;
@@ -236,29 +241,11 @@ fn from_words(e: &mut Emitter, words: &[String], parts: &[String], width: u32, s
 }
 
 pub(super) fn pack(e: &mut Emitter, d: Value, ty: Type, parts: &[Value]) -> Res<()> {
-    expect(e, d, ty)?;
-    let (part_ty, count) = match ty {
-        Type::Scalar(s) if s.is_packed() => (Type::Scalar(s.packed_elem().unwrap_or(s)), 2),
-        Type::Vec(s, n) => (Type::Scalar(s), n as usize),
-        Type::Frag(f) => (Type::Scalar(f.reg_type()), f.regs() as usize),
-        _ => return Err(format!("cannot pack into a {ty}")),
-    };
-    if parts.len() != count {
-        return Err(format!("a {ty} has {count} parts, {} given", parts.len()));
-    }
-    let mut src = Vec::with_capacity(count);
-    for p in parts {
-        if e.ty(*p)? != part_ty {
-            return Err(format!("the parts of a {ty} are {part_ty}, {p} is a {}", e.ty(*p)?));
-        }
-        src.push(e.reg1(*p)?);
-    }
+    let src = parts.iter().map(|p| e.reg1(*p)).collect::<Res<Vec<String>>>()?;
     let dst = e.def(d)?;
-    if let [d] = dst.as_slice() {
-        if ty.scalar().is_some_and(|s| s.is_packed()) {
-            e.line(format!("mov.b32 {d}, {{{}, {}}}", src[0], src[1]));
-            return Ok(());
-        }
+    if ty.scalar().is_some_and(|s| s.is_packed()) {
+        e.line(format!("mov.b32 {}, {{{}}}", dst[0], src.join(", ")));
+        return Ok(());
     }
     let classes = RegClass::of_type(ty)?;
     for ((d, s), c) in dst.iter().zip(&src).zip(classes) {
@@ -269,24 +256,15 @@ pub(super) fn pack(e: &mut Emitter, d: Value, ty: Type, parts: &[Value]) -> Res<
 
 pub(super) fn extract(e: &mut Emitter, d: Value, a: Value, index: u32) -> Res<()> {
     let ty = e.ty(a)?;
-    let (part_ty, count) = match ty {
-        Type::Scalar(s) if s.is_packed() => (Type::Scalar(s.packed_elem().unwrap_or(s)), 2),
-        Type::Vec(s, n) => (Type::Scalar(s), n as u32),
-        Type::Frag(f) => (Type::Scalar(f.reg_type()), f.regs()),
-        _ => return Err(format!("cannot take a part of a {ty}")),
-    };
-    if index >= count {
-        return Err(format!("part {index} of a {ty}, which has {count}"));
-    }
-    expect(e, d, part_ty)?;
     let src = e.regs(a)?;
     let dr = e.def1(d)?;
     if ty.scalar().is_some_and(|s| s.is_packed()) {
         let halves = if index == 0 { format!("{dr}, _") } else { format!("_, {dr}") };
         e.line(format!("mov.b32 {{{halves}}}, {}", src[0]));
     } else {
-        let c = RegClass::of_type(part_ty)?[0];
-        e.line(format!("mov{} {dr}, {}", c.mov_type(), src[index as usize]));
+        let part = src.get(index as usize).ok_or_else(|| format!("{ty} has no part {index}"))?;
+        let c = RegClass::of_type(e.ty(d)?)?[0];
+        e.line(format!("mov{} {dr}, {part}", c.mov_type()));
     }
     Ok(())
 }

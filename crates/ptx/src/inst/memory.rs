@@ -2,7 +2,6 @@
 
 use quench_ir::{AddrSpace, CacheOp, Scalar, Type, Value};
 
-use super::expect;
 use crate::emitter::{Emitter, Res};
 use crate::ptype;
 use crate::regs::RegClass;
@@ -10,7 +9,6 @@ use crate::regs::RegClass;
 pub(super) fn param(e: &mut Emitter, d: Value, index: u32) -> Res<()> {
     let p = e.f.params.get(index as usize).ok_or_else(|| format!("there is no parameter {index}"))?;
     let symbol = e.param_names.get(index as usize).cloned().ok_or("parameter without a symbol")?;
-    expect(e, d, p.ty)?;
     let dr = e.def1(d)?;
     match p.ty {
         // Parameters hold generic addresses; convert once to the global window.
@@ -27,8 +25,6 @@ pub(super) fn param(e: &mut Emitter, d: Value, index: u32) -> Res<()> {
 
 pub(super) fn shared_addr(e: &mut Emitter, d: Value, decl: u32) -> Res<()> {
     let sym = e.shared_names.get(decl as usize).cloned().ok_or_else(|| format!("there is no shared array {decl}"))?;
-    let elem = e.f.shared[decl as usize].elem;
-    expect(e, d, Type::Ptr(AddrSpace::Shared, elem))?;
     let dr = e.def1(d)?;
     e.line(format!("mov.u32 {dr}, {sym}"));
     Ok(())
@@ -45,15 +41,11 @@ fn pointee(e: &Emitter, p: Value) -> Res<(AddrSpace, Scalar)> {
 /// indices into 64-bit global addresses, `mad.lo` in the 32-bit shared window.
 pub(super) fn ptr_add(e: &mut Emitter, d: Value, ptr: Value, index: Value) -> Res<()> {
     let (space, elem) = pointee(e, ptr)?;
-    expect(e, d, e.ty(ptr)?)?;
     let size = elem.bytes();
     if size == 0 {
         return Err(format!("no address arithmetic on a pointer to {elem}"));
     }
     let s = e.scalar(index)?;
-    if !s.is_int() {
-        return Err(format!("the index {index} must be an integer, not a {s}"));
-    }
     let (pr, ir) = (e.reg1(ptr)?, e.reg1(index)?);
     let sign = if s.is_signed() { "s" } else { "u" };
     // 8- and 16-bit indices first widen to 32 bits (bytes are held extended already).
@@ -87,30 +79,20 @@ pub(super) fn ptr_add(e: &mut Emitter, d: Value, ptr: Value, index: Value) -> Re
 }
 
 pub(super) fn ptr_cast(e: &mut Emitter, d: Value, ptr: Value) -> Res<()> {
-    let (space, _) = pointee(e, ptr)?;
-    match e.ty(d)? {
-        Type::Ptr(s, _) if s == space => {}
-        t => return Err(format!("a pointer cast keeps the address space ({}), the result is a {t}", space.name())),
-    }
     let (pr, dr) = (e.reg1(ptr)?, e.def1(d)?);
     let c = RegClass::of_type(e.ty(ptr)?)?[0];
     e.line(format!("mov{} {dr}, {pr}", c.mov_type()));
     Ok(())
 }
 
-/// The element type and lane count of a loadable/storable value: a scalar, or a
-/// 2- or 4-lane vector of at most 16 bytes.
+/// The element type and lane count of a loadable/storable value (a scalar, or a
+/// vector of at most 16 bytes, as the IR allows).
 fn access_shape(ty: Type) -> Res<(Scalar, u8)> {
-    let (s, n) = match ty {
-        Type::Scalar(s) => (s, 1),
-        Type::Vec(s, n) if (n == 2 || n == 4) && s.bytes() * n as u32 <= 16 => (s, n),
-        Type::Vec(..) => return Err(format!("a {ty} is not a 2- or 4-lane access of at most 16 bytes")),
-        _ => return Err(format!("a {ty} cannot be loaded or stored; load a vector and pack it")),
-    };
-    if s == Scalar::Pred {
-        return Err("predicates cannot be loaded or stored".into());
+    match ty {
+        Type::Scalar(s) => Ok((s, 1)),
+        Type::Vec(s, n) => Ok((s, n)),
+        _ => Err(format!("a {ty} cannot be loaded or stored")),
     }
-    Ok((s, n))
 }
 
 /// `global.nc`, `global.cg`, `shared`, ... for an access.
@@ -139,7 +121,6 @@ fn data(s: Scalar, n: u8, regs: &[String]) -> (String, String) {
 }
 
 pub(super) fn load(e: &mut Emitter, d: Value, ty: Type, ptr: Value, cache: CacheOp) -> Res<()> {
-    expect(e, d, ty)?;
     let (space, _) = pointee(e, ptr)?;
     let (s, n) = access_shape(ty)?;
     let sc = space_and_cache(space, cache, true)?;
@@ -161,19 +142,9 @@ pub(super) fn store(e: &mut Emitter, ptr: Value, value: Value, cache: CacheOp) -
     Ok(())
 }
 
+/// The IR allows `.ca` with 4, 8 or 16 bytes and `.cg` with 16, as PTX does.
 pub(super) fn cp_async(e: &mut Emitter, dst: Value, src: Value, bytes: u8, cache: CacheOp) -> Res<()> {
-    if pointee(e, dst)?.0 != AddrSpace::Shared || pointee(e, src)?.0 != AddrSpace::Global {
-        return Err("cp.async copies from a global pointer to a shared pointer".into());
-    }
-    let c = match (cache, bytes) {
-        (CacheOp::Ca, 4 | 8 | 16) => "ca",
-        (CacheOp::Cg, 16) => "cg",
-        (CacheOp::Ca | CacheOp::Cg, _) => {
-            return Err(format!("cp.async.{} cannot copy {bytes} bytes (ca: 4, 8 or 16; cg: 16)", cache.name()))
-        }
-        _ => return Err(format!("cp.async takes cache operator ca or cg, not `{}`", cache.name())),
-    };
     let (dr, sr) = (e.reg1(dst)?, e.reg1(src)?);
-    e.line(format!("cp.async.{c}.shared.global [{dr}], [{sr}], {bytes}"));
+    e.line(format!("cp.async.{}.shared.global [{dr}], [{sr}], {bytes}", cache.name()));
     Ok(())
 }

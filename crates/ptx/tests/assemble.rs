@@ -1,0 +1,146 @@
+//! Every kernel in `common::kernels` emits and assembles with ptxas for sm_90, and
+//! together they use every operation of the IR.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::kernels;
+use quench_ir::{Function, Op, Scalar};
+
+fn assemble_all(fs: impl IntoIterator<Item = Function>) {
+    for f in fs {
+        common::assemble(&f);
+    }
+}
+
+#[test]
+fn loads_and_stores_of_every_type() {
+    assemble_all(common::storable().into_iter().map(kernels::memory));
+}
+
+#[test]
+fn arithmetic_of_every_type() {
+    assemble_all(Scalar::ALL.into_iter().map(kernels::arith));
+}
+
+#[test]
+fn selection_of_every_shape() {
+    assemble_all([kernels::selects()]);
+}
+
+#[test]
+fn conversions_between_every_pair_of_types() {
+    assemble_all(common::numeric().into_iter().map(kernels::convert_from));
+}
+
+#[test]
+fn bit_reinterpretation_pack_and_extract() {
+    assemble_all([kernels::bits()]);
+}
+
+#[test]
+fn structured_control_flow() {
+    let (ptx, _) = common::assemble(&kernels::control());
+    // Two-sided `if`s and loops that test their bound at the top.
+    assert!(ptx.contains("bra $Lelse_"));
+    assert!(ptx.contains("setp.ge.u32"), "unsigned loop bound");
+    assert!(ptx.contains("setp.ge.s32"), "signed loop bound");
+    assert!(ptx.contains("setp.ge.u16"), "byte loop bound");
+}
+
+#[test]
+fn warp_collectives_and_special_registers() {
+    assemble_all([kernels::warp()]);
+}
+
+#[test]
+fn fences_and_atomics() {
+    let (ptx, _) = common::assemble(&kernels::atomics());
+    assert!(ptx.contains("atom.relaxed.cta.global.add.s32"), "{ptx}");
+    assert!(ptx.contains("fence.sc.gpu;"));
+}
+
+#[test]
+fn tensor_cores_and_async_copies() {
+    let (ptx, _) = common::assemble(&kernels::tensor());
+    for needle in [
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32",
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+        "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
+        "cp.async.cg.shared.global",
+        "cp.async.wait_group 1;",
+    ] {
+        assert!(ptx.contains(needle), "missing {needle}");
+    }
+}
+
+#[test]
+fn address_arithmetic() {
+    assemble_all([kernels::addressing()]);
+}
+
+#[test]
+fn a_block_reduction_reports_its_resources() {
+    let (_, report) = common::assemble(&kernels::block_sum());
+    assert_eq!(report.shared_bytes, 32, "8 f32 partial sums");
+    assert!(report.registers > 0 && report.registers < 64, "{report:?}");
+    assert_eq!((report.spill_store_bytes, report.spill_load_bytes), (0, 0));
+}
+
+/// The name of an op's variant; the match is exhaustive so that a new op fails to
+/// compile here until a test kernel uses it.
+fn variant(op: &Op) -> &'static str {
+    match op {
+        Op::Const { .. } => "Const",
+        Op::Param(_) => "Param",
+        Op::Special(_) => "Special",
+        Op::Bin { .. } => "Bin",
+        Op::Fma { .. } => "Fma",
+        Op::Un { .. } => "Un",
+        Op::DivApprox { .. } => "DivApprox",
+        Op::Cmp { .. } => "Cmp",
+        Op::Select { .. } => "Select",
+        Op::Cvt { .. } => "Cvt",
+        Op::Bitcast { .. } => "Bitcast",
+        Op::Pack { .. } => "Pack",
+        Op::Extract { .. } => "Extract",
+        Op::PtrAdd { .. } => "PtrAdd",
+        Op::PtrCast { .. } => "PtrCast",
+        Op::SharedAddr { .. } => "SharedAddr",
+        Op::Load { .. } => "Load",
+        Op::Store { .. } => "Store",
+        Op::Barrier => "Barrier",
+        Op::Fence { .. } => "Fence",
+        Op::Atomic { .. } => "Atomic",
+        Op::Shfl { .. } => "Shfl",
+        Op::Vote { .. } => "Vote",
+        Op::Redux { .. } => "Redux",
+        Op::Mma { .. } => "Mma",
+        Op::LdMatrix { .. } => "LdMatrix",
+        Op::CpAsync { .. } => "CpAsync",
+        Op::CpAsyncCommit => "CpAsyncCommit",
+        Op::CpAsyncWait { .. } => "CpAsyncWait",
+        Op::If { .. } => "If",
+        Op::For { .. } => "For",
+        Op::Yield(_) => "Yield",
+        Op::Return => "Return",
+    }
+}
+
+const VARIANTS: usize = 33;
+
+#[test]
+fn the_test_kernels_use_every_op_variant() {
+    let mut seen = BTreeSet::new();
+    let mut ops = Vec::new();
+    for f in kernels::all() {
+        f.walk(&mut |i| {
+            seen.insert(variant(&i.op));
+            ops.push(format!("{:?}", i.op).split(['{', '(', ' ']).next().unwrap_or_default().to_string());
+        });
+    }
+    assert_eq!(seen.len(), VARIANTS, "variants used: {seen:?}");
+}
