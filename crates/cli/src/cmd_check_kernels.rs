@@ -1,0 +1,254 @@
+//! `quench check-kernels`: every library kernel on the GPU and in the interpreter on
+//! the same inputs, compared element by element, then timed on the GPU at full size
+//! next to the device-to-device copy bandwidth measured in the same run.
+
+use std::path::PathBuf;
+
+use quench_kernels::{case, library, Check, Expected, KernelCase, KernelSpec};
+use quench_rt::{CudaExecutor, Executor, InterpExecutor, StreamId};
+use serde_json::{json, Value};
+
+use crate::receipt;
+
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// Only these kernels (comma-separated names).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Timed repeats per kernel (after warm-up).
+    #[arg(long, default_value_t = 50)]
+    pub reps: u32,
+    /// Skip the full-size timing rows.
+    #[arg(long)]
+    pub no_perf: bool,
+    /// Where to write the receipt.
+    #[arg(long, default_value = "receipts/kernel-check.json")]
+    pub receipt: PathBuf,
+    #[arg(long, default_value_t = 0)]
+    pub gpu: u32,
+}
+
+/// Shapes small enough for the interpreter, per kernel.
+fn compare_shape(name: &str) -> &'static str {
+    match name {
+        n if n.starts_with("add_") || n.starts_with("silu_mul") => "n=65536",
+        n if n.starts_with("reduce_") || n.starts_with("rmsnorm") || n.starts_with("softmax") => "rows=64 cols=4096",
+        n if n.starts_with("gemv") => "rows=256 cols=4096",
+        n if n.starts_with("gemm") => "m=256 n=256 k=256",
+        _ => "",
+    }
+}
+
+/// Full-size shapes timed on the GPU, per kernel (the defaults, plus these).
+fn perf_shapes(name: &str) -> Vec<&'static str> {
+    match name {
+        n if n.starts_with("gemv") => vec!["rows=8192 cols=8192", "rows=4096 cols=14336"],
+        n if n.starts_with("gemm") => vec!["m=4096 n=4096 k=4096"],
+        _ => vec![""],
+    }
+}
+
+struct Row {
+    kernel: String,
+    shape: String,
+    max_err: f64,
+    bit_exact: bool,
+    exact_kernel: bool,
+    reference_ok: bool,
+    ms: Option<f64>,
+    gbps: Option<f64>,
+    tflops: Option<f64>,
+    note: String,
+}
+
+fn is_exact(c: &KernelCase) -> bool {
+    c.expected.iter().all(|e| e.check == Check::Exact)
+}
+
+/// GPU output against interpreter output, as an exact comparison.
+fn gpu_vs_interp(c: &KernelCase, gpu: &case::CaseOutputs, cpu: &case::CaseOutputs) -> Result<(f64, bool), String> {
+    let mut max_err = 0f64;
+    let mut exact = true;
+    for e in &c.expected {
+        let i = cpu.get(e.buffer).ok_or("interpreter output missing")?;
+        let g = gpu.get(e.buffer).ok_or("GPU output missing")?;
+        let as_ref = Expected { buffer: e.buffer, data: i.to_vec(), elem: e.elem, check: Check::Exact };
+        let r = case::compare_expected(&c.buffers[e.buffer].name, &as_ref, g)?;
+        max_err = max_err.max(r.max_abs_err);
+        exact &= r.bit_exact;
+    }
+    Ok((max_err, exact))
+}
+
+fn reference_ok(c: &KernelCase, out: &case::CaseOutputs) -> Result<bool, String> {
+    Ok(case::compare(c, out).map_err(|e| e.to_string())?.iter().all(|r| r.passed))
+}
+
+fn check_one(spec: &KernelSpec, gpu: &mut CudaExecutor, seed: u64) -> Result<Row, String> {
+    let p = spec.parse_params(compare_shape(spec.name)).map_err(|e| e.to_string())?;
+    let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
+    let mut interp = InterpExecutor::new();
+    let cpu_out = case::run_case(&mut interp, &c).map_err(|e| e.to_string())?;
+    let gpu_out = case::run_case(gpu, &c).map_err(|e| e.to_string())?;
+    let (max_err, bit_exact) = gpu_vs_interp(&c, &gpu_out, &cpu_out)?;
+    Ok(Row {
+        kernel: spec.name.to_string(),
+        shape: c.shape.clone(),
+        max_err,
+        bit_exact,
+        exact_kernel: is_exact(&c),
+        reference_ok: reference_ok(&c, &gpu_out)? && reference_ok(&c, &cpu_out)?,
+        ms: None,
+        gbps: None,
+        tflops: None,
+        note: "GPU vs interpreter".into(),
+    })
+}
+
+fn perf_one(spec: &KernelSpec, shape: &str, gpu: &mut CudaExecutor, seed: u64, reps: u32) -> Result<Row, String> {
+    let p = spec.parse_params(shape).map_err(|e| e.to_string())?;
+    let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
+    let out = case::run_case(gpu, &c).map_err(|e| e.to_string())?;
+    let ok = reference_ok(&c, &out)?;
+    let t = case::time_case(gpu, &c, 5, reps).map_err(|e| e.to_string())?;
+    Ok(Row {
+        kernel: spec.name.to_string(),
+        shape: c.shape.clone(),
+        max_err: f64::NAN,
+        bit_exact: false,
+        exact_kernel: is_exact(&c),
+        reference_ok: ok,
+        ms: Some(t.median_ms),
+        gbps: Some(c.gbps(t.median_ms)),
+        tflops: (c.flops > 0).then(|| c.tflops(t.median_ms)),
+        note: "GPU vs reference, timed".into(),
+    })
+}
+
+/// Device-to-device copy bandwidth (bytes read + written per second), median of
+/// `reps` copies of 1 GiB after warm-up.
+pub fn copy_bandwidth_gbps(exec: &mut dyn Executor, reps: u32) -> Result<f64, String> {
+    let bytes: u64 = 1 << 30;
+    let e = |x: quench_rt::RtError| x.to_string();
+    let src = exec.alloc(bytes).map_err(e)?;
+    let dst = exec.alloc(bytes).map_err(e)?;
+    // Random-looking contents, not zeros.
+    let pattern: Vec<u8> = (0..bytes as usize / 64).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect();
+    for chunk in 0..64u64 {
+        exec.copy_to_device(src.offset(chunk * pattern.len() as u64), &pattern).map_err(e)?;
+    }
+    let mut times = vec![];
+    for i in 0..reps + 3 {
+        let a = exec.record_event(StreamId::DEFAULT).map_err(e)?;
+        exec.copy_device_to_device(dst, src, bytes).map_err(e)?;
+        let b = exec.record_event(StreamId::DEFAULT).map_err(e)?;
+        let ms = exec.elapsed_ms(a, b).map_err(e)? as f64;
+        exec.release_event(a).map_err(e)?;
+        exec.release_event(b).map_err(e)?;
+        if i >= 3 {
+            times.push(ms);
+        }
+    }
+    exec.free(src).map_err(e)?;
+    exec.free(dst).map_err(e)?;
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    Ok(2.0 * bytes as f64 / (median * 1e-3) / 1e9)
+}
+
+fn row_json(r: &Row, copy: f64) -> Value {
+    json!({
+        "kernel": r.kernel, "shape": r.shape, "what": r.note,
+        "max_abs_err_vs_interpreter": if r.max_err.is_nan() { Value::Null } else { json!(r.max_err) },
+        "bit_exact_vs_interpreter": if r.ms.is_some() { Value::Null } else { json!(r.bit_exact) },
+        "exact_kernel": r.exact_kernel,
+        "reference_check_passed": r.reference_ok,
+        "median_ms": r.ms, "gbps": r.gbps, "percent_of_copy_bandwidth": r.gbps.map(|g| 100.0 * g / copy),
+        "tflops": r.tflops,
+    })
+}
+
+pub fn run(a: &CheckArgs) -> Result<(), String> {
+    let device = crate::gpu::describe(a.gpu)?;
+    let mut gpu = CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?;
+    let specs: Vec<KernelSpec> =
+        library().into_iter().filter(|s| a.only.is_empty() || a.only.iter().any(|o| o == s.name)).collect();
+    if specs.is_empty() {
+        return Err(format!("no library kernel matches {:?} (see `quench cc --list`)", a.only));
+    }
+    let copy = copy_bandwidth_gbps(&mut gpu, 20)?;
+    eprintln!("device-to-device copy: {copy:.0} GB/s");
+    let mut rows = vec![];
+    let mut failures = vec![];
+    for s in &specs {
+        eprintln!("checking {} ...", s.name);
+        match check_one(s, &mut gpu, a.seed) {
+            Ok(r) => rows.push(r),
+            Err(e) => failures.push(format!("{}: {e}", s.name)),
+        }
+    }
+    if !a.no_perf {
+        for s in &specs {
+            for shape in perf_shapes(s.name) {
+                eprintln!("timing {} {shape} ...", s.name);
+                match perf_one(s, shape, &mut gpu, a.seed + 1, a.reps) {
+                    Ok(r) => rows.push(r),
+                    Err(e) => failures.push(format!("{} {shape}: {e}", s.name)),
+                }
+            }
+        }
+    }
+    println!(
+        "{:<16} {:<22} {:>11} {:>10} {:>6} {:>10} {:>9} {:>7} {:>8}",
+        "kernel", "shape", "max err", "bit-exact", "ref", "time ms", "GB/s", "% copy", "TFLOP/s"
+    );
+    for r in &rows {
+        let opt = |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or_else(|| "-".into());
+        let exact = match (r.ms.is_some(), r.bit_exact, r.exact_kernel) {
+            (true, ..) => "-".to_string(),
+            (false, true, _) => "yes".into(),
+            (false, false, true) => "NO".into(),
+            (false, false, false) => "no (approx)".into(),
+        };
+        println!(
+            "{:<16} {:<22} {:>11} {:>10} {:>6} {:>10} {:>9} {:>7} {:>8}",
+            r.kernel,
+            r.shape,
+            if r.max_err.is_nan() { "-".into() } else { format!("{:.3e}", r.max_err) },
+            exact,
+            if r.reference_ok { "pass" } else { "FAIL" },
+            opt(r.ms, 4),
+            opt(r.gbps, 0),
+            opt(r.gbps.map(|g| 100.0 * g / copy), 1),
+            opt(r.tflops, 1)
+        );
+    }
+    for f in &failures {
+        println!("FAILED {f}");
+    }
+    let exact_mismatch: Vec<&str> =
+        rows.iter().filter(|r| r.ms.is_none() && r.exact_kernel && !r.bit_exact).map(|r| r.kernel.as_str()).collect();
+    let passed = failures.is_empty() && exact_mismatch.is_empty() && rows.iter().all(|r| r.reference_ok);
+    println!("copy bandwidth {copy:.0} GB/s; {}", if passed { "all checks passed" } else { "CHECKS FAILED" });
+    let rec = receipt::receipt(
+        "kernel-check",
+        device,
+        json!({ "seed": a.seed, "reps": a.reps }),
+        json!("exact kernels: GPU output bit-identical to the interpreter and to the reference; approximate kernels: within each case's stated bound of the reference"),
+        json!({
+            "passed": passed,
+            "copy_bandwidth_gbps": copy,
+            "rows": rows.iter().map(|r| row_json(r, copy)).collect::<Vec<_>>(),
+            "failures": failures,
+            "exact_kernels_not_bit_identical": exact_mismatch,
+        }),
+    );
+    receipt::write_json(&a.receipt, &rec)?;
+    if passed {
+        Ok(())
+    } else {
+        Err("some kernel checks failed (see the table)".into())
+    }
+}
