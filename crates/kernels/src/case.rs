@@ -394,3 +394,49 @@ impl std::fmt::Display for CompareReport {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::f32_bytes;
+
+    fn expected(want: &[f32], check: Check) -> Expected {
+        Expected { buffer: 0, data: f32_bytes(want), elem: Scalar::F32, check }
+    }
+
+    #[test]
+    fn exact_check_catches_one_flipped_bit() {
+        let want = [1.0f32, -2.5, 3.25];
+        let mut got = f32_bytes(&want);
+        let r = compare_expected("y", &expected(&want, Check::Exact), &got).unwrap();
+        assert!(r.passed && r.bit_exact && r.max_abs_err == 0.0);
+        got[4] ^= 1; // lowest mantissa bit of element 1
+        let r = compare_expected("y", &expected(&want, Check::Exact), &got).unwrap();
+        assert!(!r.passed && !r.bit_exact);
+        assert_eq!(r.mismatches, 1);
+        assert_eq!(r.first_mismatches[0].index, 1);
+    }
+
+    #[test]
+    fn bound_check_uses_each_tolerance_and_fails_nan() {
+        let want = [1.0f32, 100.0];
+        let check = Check::Bound { tol: vec![0.01, 1.0], explain: String::new() };
+        let got = f32_bytes(&[1.005, 100.5]);
+        let r = compare_expected("y", &expected(&want, check.clone()), &got).unwrap();
+        assert!(r.passed && !r.bit_exact);
+        assert!((r.max_err_over_tol - 0.5).abs() < 1e-3, "{}", r.max_err_over_tol);
+        let got = f32_bytes(&[1.02, 100.5]);
+        assert!(!compare_expected("y", &expected(&want, check.clone()), &got).unwrap().passed);
+        let poisoned = vec![POISON; 8];
+        let r = compare_expected("y", &expected(&want, check), &poisoned).unwrap();
+        assert_eq!(r.mismatches, 2);
+    }
+
+    #[test]
+    fn sizes_must_agree() {
+        let e = compare_expected("y", &expected(&[1.0], Check::Exact), &[0u8; 8]).unwrap_err();
+        assert!(e.contains("8 bytes") && e.contains("4"), "{e}");
+        let bad = Check::Bound { tol: vec![], explain: String::new() };
+        assert!(compare_expected("y", &expected(&[1.0], bad), &[0u8; 4]).is_err());
+    }
+}

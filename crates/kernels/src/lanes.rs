@@ -148,3 +148,32 @@ pub fn wide_mul(k: &mut Builder, a: Value, b: u32) -> Value {
     let b64 = k.const_u64(b as u64);
     k.mul(a64, b64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warp_allreduce_is_the_butterfly_tree() {
+        // Values whose f32 sum depends on the order: the butterfly pairs lanes 0 and 16
+        // first, so the large terms cancel before any small one is absorbed (30 small
+        // terms survive); summing in index order loses the 15 that follow lane 0.
+        let mut lanes = [1e-8f32; 32];
+        lanes[0] = 1e8;
+        lanes[16] = -1e8;
+        let tree = warp_allreduce(&lanes, Combine::Sum);
+        let sequential: f32 = lanes.iter().sum();
+        assert!((tree - 30e-8).abs() < 1e-13, "{tree}");
+        assert!((sequential - 15e-8).abs() < 1e-13, "{sequential}");
+        assert_eq!(warp_allreduce(&lanes, Combine::Max), 1e8);
+    }
+
+    #[test]
+    fn block_allreduce_pads_missing_warps_with_the_identity() {
+        let v: Vec<f32> = (0..96).map(|i| i as f32).collect();
+        assert_eq!(block_allreduce(&v, Combine::Sum), (0..96).sum::<i32>() as f32);
+        assert_eq!(block_allreduce(&v, Combine::Max), 95.0);
+        let neg: Vec<f32> = (0..64).map(|i| -(i as f32) - 1.0).collect();
+        assert_eq!(block_allreduce(&neg, Combine::Max), -1.0);
+    }
+}

@@ -139,7 +139,7 @@ const ROWS: &[ParamInfo] = &[
 const GEMV: &[ParamInfo] = &[
     ParamInfo { name: "rows", default: 8192, doc: "rows of W (outputs)" },
     ParamInfo { name: "cols", default: 8192, doc: "columns of W (inputs), a multiple of 8" },
-    ParamInfo { name: "warps", default: 8, doc: "rows per block (one warp each)" },
+    ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
     ParamInfo { name: "unroll", default: 4, doc: "16-byte loads in flight per lane" },
 ];
 

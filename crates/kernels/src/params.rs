@@ -94,3 +94,50 @@ impl<'a> Reader<'a> {
         Ok(u32::try_from(v).unwrap_or(u32::MAX))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFOS: &[ParamInfo] = &[
+        ParamInfo { name: "rows", default: 4, doc: "" },
+        ParamInfo { name: "cols", default: 8, doc: "" },
+    ];
+
+    #[test]
+    fn applies_items_onto_defaults() {
+        let p = parse("k", INFOS, "cols=0x10").unwrap();
+        assert_eq!(p["rows"], 4);
+        assert_eq!(p["cols"], 16);
+        let p = parse("k", INFOS, " rows=1_024, cols=3 ").unwrap();
+        assert_eq!((p["rows"], p["cols"]), (1024, 3));
+        assert_eq!(parse("k", INFOS, "").unwrap(), defaults(INFOS));
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let e = parse("k", INFOS, "rows=4,colz=3").unwrap_err().to_string();
+        assert!(e.contains("`colz`") && e.contains("rows, cols"), "{e}");
+        let e = parse("k", INFOS, "rows=-1").unwrap_err().to_string();
+        assert!(e.contains("rows=-1") && e.contains("unsigned integer"), "{e}");
+        let e = parse("k", INFOS, "rows").unwrap_err().to_string();
+        assert!(e.contains("key=value"), "{e}");
+        let e = parse("k", INFOS, "rows=1 rows=2").unwrap_err().to_string();
+        assert!(e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn reader_checks_ranges_and_keys() {
+        let p = parse("k", INFOS, "rows=5").unwrap();
+        let r = Reader::new("k", INFOS, &p).unwrap();
+        assert_eq!(r.get("rows", 1, 10).unwrap(), 5);
+        let e = r.get("rows", 6, 10).unwrap_err().to_string();
+        assert!(e.contains("rows=5") && e.contains("6..=10"), "{e}");
+        let mut extra = p.clone();
+        extra.insert("depth".into(), 1);
+        assert!(Reader::new("k", INFOS, &extra).is_err());
+        extra.clear();
+        let r = Reader::new("k", INFOS, &extra).unwrap();
+        assert!(r.get("rows", 0, 1).unwrap_err().to_string().contains("needs parameter `rows`"));
+    }
+}

@@ -61,3 +61,23 @@ impl RowWalk {
         (t..self.groups).step_by(self.threads as usize)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_group_is_visited_once() {
+        for (groups, threads) in [(81, 64), (25, 32), (512, 256), (64, 64)] {
+            let w = RowWalk { groups, threads };
+            let mut seen = vec![0u32; groups as usize];
+            for t in 0..threads {
+                for g in w.groups_of(t) {
+                    assert_eq!(g % threads, t);
+                    seen[g as usize] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "groups {groups}, threads {threads}");
+        }
+    }
+}
