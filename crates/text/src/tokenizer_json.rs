@@ -482,3 +482,34 @@ fn post_processor(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// String-form merges, an `lstrip` added token and a BertProcessing post-processor.
+    #[test]
+    fn string_merges_and_stripping_added_token() {
+        let json = r#"{
+            "added_tokens": [{"id": 4, "content": "<mask>", "special": true, "lstrip": true,
+                              "rstrip": false, "single_word": false, "normalized": false}],
+            "normalizer": null,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+            "post_processor": {"type": "BertProcessing", "sep": ["b", 1], "cls": ["a", 0]},
+            "decoder": {"type": "ByteLevel"},
+            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3, "<mask>": 4},
+                      "merges": ["a b"]}
+        }"#;
+        let tok = Tokenizer::from_tokenizer_json_str(json).unwrap();
+        assert_eq!(tok.encode("ab  <mask>", false).unwrap(), [2, 4]);
+        assert_eq!(tok.encode("ab", true).unwrap(), [0, 2, 1]);
+        assert_eq!(tok.decode(&[2, 3, 4], true).unwrap(), "ab ");
+    }
+
+    #[test]
+    fn tokenizers_and_templates_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Tokenizer>();
+        shareable::<crate::ChatTemplate>();
+    }
+}

@@ -114,7 +114,19 @@ fn bpe_tokenizer_json_variants_match_hf() {
     for (name, expected) in variants {
         let path = common::tests_dir().join(format!("fixtures/bpe_{name}.tokenizer.json"));
         let tok = Tokenizer::from_tokenizer_json(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
-        check_encode(&tok, &cases, &expected["encode"], false, &format!("tokenizer.json/{name}"));
-        check_encode(&tok, &cases, &expected["encode_with_special"], true, &format!("tokenizer.json/{name}+special"));
+        check_encode(
+            &tok,
+            &cases,
+            &expected["encode"],
+            false,
+            &format!("tokenizer.json/{name}"),
+        );
+        check_encode(
+            &tok,
+            &cases,
+            &expected["encode_with_special"],
+            true,
+            &format!("tokenizer.json/{name}+special"),
+        );
     }
 }
