@@ -66,15 +66,23 @@ impl KernelAbi {
     /// global memory), more static shared memory than sm_90 allows without opt-in,
     /// and a thread bound outside 1..=1024.
     pub fn from_function(f: &Function) -> Result<KernelAbi, RtError> {
-        let refuse = |message: String| RtError::Abi { kernel: f.name.clone(), message };
+        let refuse = |message: String| RtError::Abi {
+            kernel: f.name.clone(),
+            message,
+        };
         let mut params = Vec::with_capacity(f.params.len());
         for (i, p) in f.params.iter().enumerate() {
             let (kind, size) = match p.ty {
                 Type::Ptr(AddrSpace::Global, elem) => (
-                    ParamKind::Ptr { space: AddrSpace::Global.name().into(), elem: elem.name().into() },
+                    ParamKind::Ptr {
+                        space: AddrSpace::Global.name().into(),
+                        elem: elem.name().into(),
+                    },
                     8,
                 ),
-                Type::Scalar(s) if passable_scalar(s) => (ParamKind::Scalar(s.name().into()), s.bytes()),
+                Type::Scalar(s) if passable_scalar(s) => {
+                    (ParamKind::Scalar(s.name().into()), s.bytes())
+                }
                 other => {
                     return Err(refuse(format!(
                         "parameter {i} (`{}`) has type {other}, which cannot be passed to a kernel \
@@ -83,7 +91,12 @@ impl KernelAbi {
                     )))
                 }
             };
-            params.push(AbiParam { name: p.name.clone(), kind, size, align: size });
+            params.push(AbiParam {
+                name: p.name.clone(),
+                kind,
+                size,
+                align: size,
+            });
         }
         let static_shared_bytes = f.shared_bytes();
         if static_shared_bytes > MAX_STATIC_SHARED_BYTES {
@@ -95,8 +108,7 @@ impl KernelAbi {
         if !(1..=MAX_THREADS_PER_BLOCK).contains(&f.max_threads) {
             return Err(refuse(format!(
                 "thread bound {} is outside 1..={}",
-                f.max_threads,
-                MAX_THREADS_PER_BLOCK
+                f.max_threads, MAX_THREADS_PER_BLOCK
             )));
         }
         Ok(KernelAbi {

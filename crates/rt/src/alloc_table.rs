@@ -25,7 +25,8 @@ impl Allocations {
 
     /// Whether `addr` lies inside a live allocation or one past its end.
     pub fn contains_addr(&self, addr: u64) -> bool {
-        self.containing(addr).is_some_and(|(base, size)| addr - base <= size)
+        self.containing(addr)
+            .is_some_and(|(base, size)| addr - base <= size)
     }
 
     /// Check that `[addr, addr + bytes)` lies inside one live allocation. `what` names
@@ -49,7 +50,9 @@ impl Allocations {
                 }
             }
             _ => Err(RtError::Memory {
-                message: format!("{what} of {bytes} bytes at {addr:#x}, which is not inside any live allocation"),
+                message: format!(
+                    "{what} of {bytes} bytes at {addr:#x}, which is not inside any live allocation"
+                ),
             }),
         }
     }
@@ -77,12 +80,21 @@ mod tests {
         assert!(a.check_range(0x1000, 256, "copy").is_ok());
         assert!(a.check_range(0x10ff, 1, "copy").is_ok());
         assert!(a.check_range(0x1001, 256, "copy").is_err());
-        assert!(a.check_range(0x1100, 1, "copy").is_err(), "one past the end holds no byte");
+        assert!(
+            a.check_range(0x1100, 1, "copy").is_err(),
+            "one past the end holds no byte"
+        );
         assert!(a.check_range(0x0fff, 1, "copy").is_err());
-        assert!(a.contains_addr(0x1100), "one past the end is a valid pointer");
+        assert!(
+            a.contains_addr(0x1100),
+            "one past the end is a valid pointer"
+        );
         assert!(!a.contains_addr(0x1101));
         assert!(a.remove(0x1001).is_err());
         assert_eq!(a.remove(0x1000), Ok(256));
-        assert!(a.check_range(0x1000, 1, "copy").is_err(), "freed memory is gone");
+        assert!(
+            a.check_range(0x1000, 1, "copy").is_err(),
+            "freed memory is gone"
+        );
     }
 }

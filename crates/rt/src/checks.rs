@@ -40,7 +40,11 @@ pub(crate) fn check_launch(
 
 fn check_args(abi: &KernelAbi, args: &[Arg], allocs: &Allocations) -> Result<(), RtError> {
     if args.len() != abi.params.len() {
-        return Err(RtError::ArgCount { kernel: abi.name.clone(), expected: abi.params.len(), given: args.len() });
+        return Err(RtError::ArgCount {
+            kernel: abi.name.clone(),
+            expected: abi.params.len(),
+            given: args.len(),
+        });
     }
     for (index, (param, arg)) in abi.params.iter().zip(args).enumerate() {
         let matches = match (&param.kind, arg) {
@@ -74,17 +78,31 @@ fn check_args(abi: &KernelAbi, args: &[Arg], allocs: &Allocations) -> Result<(),
 }
 
 fn check_shape(abi: &KernelAbi, l: &Launch, limits: &DeviceLimits) -> Result<(), RtError> {
-    let refuse = |message: String| Err(RtError::LaunchShape { kernel: abi.name.clone(), message });
+    let refuse = |message: String| {
+        Err(RtError::LaunchShape {
+            kernel: abi.name.clone(),
+            message,
+        })
+    };
     const AXES: [char; 3] = ['x', 'y', 'z'];
     for (i, axis) in AXES.iter().enumerate() {
         if l.grid[i] == 0 || l.block[i] == 0 {
-            return refuse(format!("grid {:?} and block {:?} must be at least 1 in every dimension", l.grid, l.block));
+            return refuse(format!(
+                "grid {:?} and block {:?} must be at least 1 in every dimension",
+                l.grid, l.block
+            ));
         }
         if l.grid[i] > limits.max_grid[i] {
-            return refuse(format!("grid.{axis} = {} exceeds the device limit {}", l.grid[i], limits.max_grid[i]));
+            return refuse(format!(
+                "grid.{axis} = {} exceeds the device limit {}",
+                l.grid[i], limits.max_grid[i]
+            ));
         }
         if l.block[i] > limits.max_block[i] {
-            return refuse(format!("block.{axis} = {} exceeds the device limit {}", l.block[i], limits.max_block[i]));
+            return refuse(format!(
+                "block.{axis} = {} exceeds the device limit {}",
+                l.block[i], limits.max_block[i]
+            ));
         }
     }
     let threads: u64 = l.block.iter().map(|&b| b as u64).product();

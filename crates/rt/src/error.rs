@@ -10,15 +10,19 @@ pub enum RtError {
 
     /// A driver call failed.
     #[error("CUDA driver call {call} failed: {name} ({message})")]
-    Driver { call: &'static str, name: String, message: String },
+    Driver {
+        call: &'static str,
+        name: String,
+        message: String,
+    },
 
     /// The driver's JIT compiler rejected the PTX of a kernel.
     #[error("the CUDA driver could not compile kernel `{kernel}`: {log}")]
     Jit { kernel: String, log: String },
 
-    /// The kernel failed verification.
+    /// The kernel failed verification (boxed: verifier errors carry a whole location).
     #[error(transparent)]
-    Verify(#[from] quench_ir::VerifyError),
+    Verify(Box<quench_ir::VerifyError>),
 
     /// The PTX code generator refused the kernel.
     #[error("kernel `{kernel}` could not be translated to PTX: {message}")]
@@ -30,10 +34,20 @@ pub enum RtError {
     Abi { kernel: String, message: String },
 
     #[error("kernel `{kernel}` takes {expected} arguments, {given} given")]
-    ArgCount { kernel: String, expected: usize, given: usize },
+    ArgCount {
+        kernel: String,
+        expected: usize,
+        given: usize,
+    },
 
     #[error("kernel `{kernel}` argument {index} (`{param}`): expected {expected}, given {given}")]
-    ArgType { kernel: String, index: usize, param: String, expected: String, given: String },
+    ArgType {
+        kernel: String,
+        index: usize,
+        param: String,
+        expected: String,
+        given: String,
+    },
 
     /// Grid, block or shared-memory size outside what the kernel or the device allows.
     #[error("launch of kernel `{kernel}`: {message}")]
@@ -60,4 +74,10 @@ pub enum RtError {
     /// The interpreter's memory refused an operation.
     #[error("interpreter memory: {message}")]
     InterpMemory { message: String },
+}
+
+impl From<quench_ir::VerifyError> for RtError {
+    fn from(e: quench_ir::VerifyError) -> Self {
+        RtError::Verify(Box::new(e))
+    }
 }

@@ -79,7 +79,11 @@ pub struct Launch {
 impl Launch {
     /// A one-dimensional launch with no dynamic shared memory.
     pub fn linear(blocks: u32, threads: u32) -> Launch {
-        Launch { grid: [blocks, 1, 1], block: [threads, 1, 1], dynamic_shared_bytes: 0 }
+        Launch {
+            grid: [blocks, 1, 1],
+            block: [threads, 1, 1],
+            dynamic_shared_bytes: 0,
+        }
     }
 }
 
@@ -174,14 +178,25 @@ pub trait Executor {
     fn free(&mut self, p: DevicePtr) -> Result<(), RtError>;
     fn copy_to_device(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), RtError>;
     fn copy_to_host(&mut self, src: DevicePtr, dst: &mut [u8]) -> Result<(), RtError>;
-    fn copy_device_to_device(&mut self, dst: DevicePtr, src: DevicePtr, bytes: u64) -> Result<(), RtError>;
+    fn copy_device_to_device(
+        &mut self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: u64,
+    ) -> Result<(), RtError>;
 
     /// Verify and compile a kernel; the handle stays valid for the executor's life.
     fn load(&mut self, f: &Function) -> Result<KernelId, RtError>;
     fn abi(&self, k: KernelId) -> Result<&KernelAbi, RtError>;
     /// Check the arguments and shape against the kernel's ABI and the device's limits,
     /// then launch (or record, on a capturing stream).
-    fn launch(&mut self, k: KernelId, launch: &Launch, args: &[Arg], stream: StreamId) -> Result<(), RtError>;
+    fn launch(
+        &mut self,
+        k: KernelId,
+        launch: &Launch,
+        args: &[Arg],
+        stream: StreamId,
+    ) -> Result<(), RtError>;
 
     fn create_stream(&mut self) -> Result<StreamId, RtError>;
     fn record_event(&mut self, stream: StreamId) -> Result<EventId, RtError>;

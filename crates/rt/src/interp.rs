@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use quench_ir::interp::{self, Device, LaunchConfig};
+use quench_ir::interp::{self, Device, LaunchConfig, LaunchStats};
 use quench_ir::Function;
 
 use crate::abi::KernelAbi;
@@ -39,6 +39,7 @@ pub struct InterpExecutor {
     graphs: Vec<Option<Vec<Recorded>>>,
     /// Open captures: stream → launches recorded so far.
     captures: BTreeMap<u32, Vec<Recorded>>,
+    last_stats: Option<LaunchStats>,
 }
 
 impl Default for InterpExecutor {
@@ -57,6 +58,7 @@ impl InterpExecutor {
             events: vec![],
             graphs: vec![],
             captures: BTreeMap::new(),
+            last_stats: None,
         }
     }
 
@@ -65,15 +67,29 @@ impl InterpExecutor {
         &self.dev
     }
 
+    /// What the most recent launch did, in particular whether approximate operations
+    /// ran (whose results need an error enclosure rather than equality).
+    pub fn last_launch_stats(&self) -> Option<&LaunchStats> {
+        self.last_stats.as_ref()
+    }
+
     fn kernel(&self, k: KernelId) -> Result<&Loaded, RtError> {
-        self.kernels.get(k.0 as usize).ok_or(RtError::UnknownHandle { kind: "kernel", id: k.0 as u64 })
+        self.kernels
+            .get(k.0 as usize)
+            .ok_or(RtError::UnknownHandle {
+                kind: "kernel",
+                id: k.0 as u64,
+            })
     }
 
     fn check_stream(&self, s: StreamId) -> Result<(), RtError> {
         if s.0 < self.streams {
             Ok(())
         } else {
-            Err(RtError::UnknownHandle { kind: "stream", id: s.0 as u64 })
+            Err(RtError::UnknownHandle {
+                kind: "stream",
+                id: s.0 as u64,
+            })
         }
     }
 
@@ -82,7 +98,10 @@ impl InterpExecutor {
             .get(e.0 as usize)
             .copied()
             .flatten()
-            .ok_or(RtError::UnknownHandle { kind: "event", id: e.0 as u64 })
+            .ok_or(RtError::UnknownHandle {
+                kind: "event",
+                id: e.0 as u64,
+            })
     }
 
     /// Refuse an operation that cannot be part of a graph while a capture is open.
@@ -97,7 +116,13 @@ impl InterpExecutor {
 
     fn run(&mut self, r: &Recorded) -> Result<(), RtError> {
         let loaded = self.kernel(r.kernel)?;
-        check_launch(&loaded.abi, &r.launch, &r.args, &DeviceLimits::SM90, &self.allocs)?;
+        check_launch(
+            &loaded.abi,
+            &r.launch,
+            &r.args,
+            &DeviceLimits::SM90,
+            &self.allocs,
+        )?;
         let cfg = LaunchConfig {
             grid: r.launch.grid,
             block: r.launch.block,
@@ -106,13 +131,18 @@ impl InterpExecutor {
         let bits: Vec<u64> = r.args.iter().map(Arg::bits).collect();
         let kernel = r.kernel.0 as usize;
         let f = &self.kernels[kernel].f;
-        interp::launch(f, &cfg, &bits, &mut self.dev)
-            .map(|_stats| ())
-            .map_err(|e| RtError::Interp { kernel: f.name.clone(), message: e.to_string() })
+        let stats = interp::launch(f, &cfg, &bits, &mut self.dev).map_err(|e| RtError::Interp {
+            kernel: f.name.clone(),
+            message: e.to_string(),
+        })?;
+        self.last_stats = Some(stats);
+        Ok(())
     }
 
     fn mem_err(e: impl std::fmt::Display) -> RtError {
-        RtError::InterpMemory { message: e.to_string() }
+        RtError::InterpMemory {
+            message: e.to_string(),
+        }
     }
 }
 
@@ -128,7 +158,9 @@ impl Executor for InterpExecutor {
     fn alloc(&mut self, bytes: u64) -> Result<DevicePtr, RtError> {
         self.refuse_during_capture("allocation")?;
         if bytes == 0 {
-            return Err(RtError::Memory { message: "cannot allocate 0 bytes".into() });
+            return Err(RtError::Memory {
+                message: "cannot allocate 0 bytes".into(),
+            });
         }
         let addr = self.dev.mem.alloc(bytes).map_err(Self::mem_err)?;
         self.allocs.insert(addr, bytes);
@@ -143,24 +175,37 @@ impl Executor for InterpExecutor {
 
     fn copy_to_device(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), RtError> {
         self.refuse_during_capture("copy to device")?;
-        self.allocs.check_range(dst.0, src.len() as u64, "copy to device")?;
+        self.allocs
+            .check_range(dst.0, src.len() as u64, "copy to device")?;
         self.dev.mem.write(dst.0, src).map_err(Self::mem_err)
     }
 
     fn copy_to_host(&mut self, src: DevicePtr, dst: &mut [u8]) -> Result<(), RtError> {
         self.refuse_during_capture("copy to host")?;
-        self.allocs.check_range(src.0, dst.len() as u64, "copy to host")?;
+        self.allocs
+            .check_range(src.0, dst.len() as u64, "copy to host")?;
         self.dev.mem.read(src.0, dst).map_err(Self::mem_err)
     }
 
-    fn copy_device_to_device(&mut self, dst: DevicePtr, src: DevicePtr, bytes: u64) -> Result<(), RtError> {
+    fn copy_device_to_device(
+        &mut self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: u64,
+    ) -> Result<(), RtError> {
         self.refuse_during_capture("device-to-device copy")?;
-        self.allocs.check_range(src.0, bytes, "device-to-device copy (source)")?;
-        self.allocs.check_range(dst.0, bytes, "device-to-device copy (destination)")?;
-        let len = usize::try_from(bytes)
-            .map_err(|_| RtError::Memory { message: format!("copy of {bytes} bytes exceeds host memory") })?;
+        self.allocs
+            .check_range(src.0, bytes, "device-to-device copy (source)")?;
+        self.allocs
+            .check_range(dst.0, bytes, "device-to-device copy (destination)")?;
+        let len = usize::try_from(bytes).map_err(|_| RtError::Memory {
+            message: format!("copy of {bytes} bytes exceeds host memory"),
+        })?;
         let mut staging = vec![0u8; len];
-        self.dev.mem.read(src.0, &mut staging).map_err(Self::mem_err)?;
+        self.dev
+            .mem
+            .read(src.0, &mut staging)
+            .map_err(Self::mem_err)?;
         self.dev.mem.write(dst.0, &staging).map_err(Self::mem_err)
     }
 
@@ -175,11 +220,27 @@ impl Executor for InterpExecutor {
         Ok(&self.kernel(k)?.abi)
     }
 
-    fn launch(&mut self, k: KernelId, launch: &Launch, args: &[Arg], stream: StreamId) -> Result<(), RtError> {
+    fn launch(
+        &mut self,
+        k: KernelId,
+        launch: &Launch,
+        args: &[Arg],
+        stream: StreamId,
+    ) -> Result<(), RtError> {
         self.check_stream(stream)?;
-        let r = Recorded { kernel: k, launch: *launch, args: args.to_vec() };
+        let r = Recorded {
+            kernel: k,
+            launch: *launch,
+            args: args.to_vec(),
+        };
         if let Some(rec) = self.captures.get_mut(&stream.0) {
-            let loaded = self.kernels.get(k.0 as usize).ok_or(RtError::UnknownHandle { kind: "kernel", id: k.0 as u64 })?;
+            let loaded = self
+                .kernels
+                .get(k.0 as usize)
+                .ok_or(RtError::UnknownHandle {
+                    kind: "kernel",
+                    id: k.0 as u64,
+                })?;
             check_launch(&loaded.abi, launch, args, &DeviceLimits::SM90, &self.allocs)?;
             rec.push(r);
             return Ok(());
@@ -195,7 +256,12 @@ impl Executor for InterpExecutor {
     fn record_event(&mut self, stream: StreamId) -> Result<EventId, RtError> {
         self.check_stream(stream)?;
         if self.captures.contains_key(&stream.0) {
-            return Err(RtError::Capture { message: format!("cannot record an event on stream {} while it is capturing", stream.0) });
+            return Err(RtError::Capture {
+                message: format!(
+                    "cannot record an event on stream {} while it is capturing",
+                    stream.0
+                ),
+            });
         }
         self.events.push(Some(self.dev.clock_ns));
         Ok(EventId(self.events.len() as u32 - 1))
@@ -215,7 +281,9 @@ impl Executor for InterpExecutor {
     fn begin_capture(&mut self, stream: StreamId) -> Result<(), RtError> {
         self.check_stream(stream)?;
         if self.captures.contains_key(&stream.0) {
-            return Err(RtError::Capture { message: format!("stream {} is already capturing", stream.0) });
+            return Err(RtError::Capture {
+                message: format!("stream {} is already capturing", stream.0),
+            });
         }
         self.captures.insert(stream.0, vec![]);
         Ok(())
@@ -226,19 +294,24 @@ impl Executor for InterpExecutor {
         let rec = self
             .captures
             .remove(&stream.0)
-            .ok_or_else(|| RtError::Capture { message: format!("stream {} is not capturing", stream.0) })?;
+            .ok_or_else(|| RtError::Capture {
+                message: format!("stream {} is not capturing", stream.0),
+            })?;
         self.graphs.push(Some(rec));
         Ok(GraphId(self.graphs.len() as u32 - 1))
     }
 
     fn replay(&mut self, g: GraphId, stream: StreamId) -> Result<(), RtError> {
         self.check_stream(stream)?;
-        let launches = self
-            .graphs
-            .get(g.0 as usize)
-            .cloned()
-            .flatten()
-            .ok_or(RtError::UnknownHandle { kind: "graph", id: g.0 as u64 })?;
+        let launches =
+            self.graphs
+                .get(g.0 as usize)
+                .cloned()
+                .flatten()
+                .ok_or(RtError::UnknownHandle {
+                    kind: "graph",
+                    id: g.0 as u64,
+                })?;
         // Replaying into a capturing stream nests the graph's launches in the capture.
         if let Some(rec) = self.captures.get_mut(&stream.0) {
             rec.extend(launches);
@@ -256,7 +329,10 @@ impl Executor for InterpExecutor {
                 *slot = None;
                 Ok(())
             }
-            _ => Err(RtError::UnknownHandle { kind: "graph", id: g.0 as u64 }),
+            _ => Err(RtError::UnknownHandle {
+                kind: "graph",
+                id: g.0 as u64,
+            }),
         }
     }
 

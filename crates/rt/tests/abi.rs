@@ -6,7 +6,15 @@ use quench_ir::{AddrSpace, Block, Builder, Function, Param, Scalar, SharedDecl, 
 use quench_rt::{AbiParam, KernelAbi, ParamKind, RtError};
 
 fn ptr_f32(name: &str) -> AbiParam {
-    AbiParam { name: name.into(), kind: ParamKind::Ptr { space: "global".into(), elem: "f32".into() }, size: 8, align: 8 }
+    AbiParam {
+        name: name.into(),
+        kind: ParamKind::Ptr {
+            space: "global".into(),
+            elem: "f32".into(),
+        },
+        size: 8,
+        align: 8,
+    }
 }
 
 #[test]
@@ -17,8 +25,18 @@ fn derived_from_the_ir() {
         params: vec![
             ptr_f32("x"),
             ptr_f32("y"),
-            AbiParam { name: "a".into(), kind: ParamKind::Scalar("f32".into()), size: 4, align: 4 },
-            AbiParam { name: "n".into(), kind: ParamKind::Scalar("u32".into()), size: 4, align: 4 },
+            AbiParam {
+                name: "a".into(),
+                kind: ParamKind::Scalar("f32".into()),
+                size: 4,
+                align: 4,
+            },
+            AbiParam {
+                name: "n".into(),
+                kind: ParamKind::Scalar("u32".into()),
+                size: 4,
+                align: 4,
+            },
         ],
         static_shared_bytes: 0,
         max_threads: common::BLOCK,
@@ -43,7 +61,15 @@ fn shared_memory_and_features_are_recorded() {
     let abi = KernelAbi::from_function(&k.finish().expect("verifies")).expect("abi");
     assert_eq!(abi.static_shared_bytes, 400 + 24);
     assert_eq!(abi.features, vec!["approx".to_string()]);
-    assert_eq!(abi.params[1], AbiParam { name: "scale".into(), kind: ParamKind::Scalar("u16".into()), size: 2, align: 2 });
+    assert_eq!(
+        abi.params[1],
+        AbiParam {
+            name: "scale".into(),
+            kind: ParamKind::Scalar("u16".into()),
+            size: 2,
+            align: 2
+        }
+    );
     assert_eq!(abi.max_threads, 256);
 }
 
@@ -56,35 +82,66 @@ fn json_round_trip_and_unknown_fields() {
 
     let mut v: serde_json::Value = serde_json::from_str(&json).expect("json");
     v["launch_bounds"] = serde_json::json!(1);
-    assert!(serde_json::from_value::<KernelAbi>(v).is_err(), "unknown top-level field");
+    assert!(
+        serde_json::from_value::<KernelAbi>(v).is_err(),
+        "unknown top-level field"
+    );
 
     let mut v: serde_json::Value = serde_json::from_str(&json).expect("json");
     v["params"][0]["offset"] = serde_json::json!(0);
-    assert!(serde_json::from_value::<KernelAbi>(v).is_err(), "unknown parameter field");
+    assert!(
+        serde_json::from_value::<KernelAbi>(v).is_err(),
+        "unknown parameter field"
+    );
 
     let mut v: serde_json::Value = serde_json::from_str(&json).expect("json");
     v["params"][0]["kind"]["ptr"]["volatile"] = serde_json::json!(true);
-    assert!(serde_json::from_value::<KernelAbi>(v).is_err(), "unknown pointer field");
+    assert!(
+        serde_json::from_value::<KernelAbi>(v).is_err(),
+        "unknown pointer field"
+    );
 
     let mut v: serde_json::Value = serde_json::from_str(&json).expect("json");
     v["params"][2]["kind"] = serde_json::json!({ "tensor": "f32" });
-    assert!(serde_json::from_value::<KernelAbi>(v).is_err(), "unknown parameter kind");
+    assert!(
+        serde_json::from_value::<KernelAbi>(v).is_err(),
+        "unknown parameter kind"
+    );
 
     let mut v: serde_json::Value = serde_json::from_str(&json).expect("json");
     v.as_object_mut().expect("object").remove("features");
-    assert!(serde_json::from_value::<KernelAbi>(v).is_err(), "missing field");
+    assert!(
+        serde_json::from_value::<KernelAbi>(v).is_err(),
+        "missing field"
+    );
 }
 
 /// A kernel with only a signature, built directly so that the verifier's own rules
 /// do not decide what this test sees.
-fn signature(name: &str, params: &[(&str, Type)], shared: &[(Scalar, u32)], max_threads: u32) -> Function {
+fn signature(
+    name: &str,
+    params: &[(&str, Type)],
+    shared: &[(Scalar, u32)],
+    max_threads: u32,
+) -> Function {
     Function {
         name: name.into(),
-        params: params.iter().map(|(n, t)| Param { name: n.to_string(), ty: *t }).collect(),
+        params: params
+            .iter()
+            .map(|(n, t)| Param {
+                name: n.to_string(),
+                ty: *t,
+            })
+            .collect(),
         shared: shared
             .iter()
             .enumerate()
-            .map(|(i, (elem, len))| SharedDecl { name: format!("s{i}"), elem: *elem, len: *len, align: elem.bytes() })
+            .map(|(i, (elem, len))| SharedDecl {
+                name: format!("s{i}"),
+                elem: *elem,
+                len: *len,
+                align: elem.bytes(),
+            })
             .collect(),
         max_threads,
         values: vec![],
@@ -97,7 +154,10 @@ fn unpassable_kernels_are_refused() {
     match KernelAbi::from_function(&signature("flagged", &[("flag", Type::PRED)], &[], 64)) {
         Err(RtError::Abi { kernel, message }) => {
             assert_eq!(kernel, "flagged");
-            assert!(message.contains("`flag`") && message.contains("pred"), "{message}");
+            assert!(
+                message.contains("`flag`") && message.contains("pred"),
+                "{message}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -107,7 +167,10 @@ fn unpassable_kernels_are_refused() {
         Type::Scalar(Scalar::F16x2),
     ] {
         let f = signature("k", &[("p", ty)], &[], 64);
-        assert!(matches!(KernelAbi::from_function(&f), Err(RtError::Abi { .. })), "{ty}");
+        assert!(
+            matches!(KernelAbi::from_function(&f), Err(RtError::Abi { .. })),
+            "{ty}"
+        );
     }
 
     let hoard = signature("hoard", &[], &[(Scalar::F32, 12 * 1024 + 1)], 64);
@@ -116,10 +179,18 @@ fn unpassable_kernels_are_refused() {
         other => panic!("{other:?}"),
     }
     let fits = signature("fits", &[], &[(Scalar::F32, 12 * 1024)], 64);
-    assert_eq!(KernelAbi::from_function(&fits).expect("48 KiB fits").static_shared_bytes, 48 * 1024);
+    assert_eq!(
+        KernelAbi::from_function(&fits)
+            .expect("48 KiB fits")
+            .static_shared_bytes,
+        48 * 1024
+    );
 
     for bound in [0, 1025] {
         let f = signature("bound", &[], &[], bound);
-        assert!(matches!(KernelAbi::from_function(&f), Err(RtError::Abi { .. })), "max_threads {bound}");
+        assert!(
+            matches!(KernelAbi::from_function(&f), Err(RtError::Abi { .. })),
+            "max_threads {bound}"
+        );
     }
 }

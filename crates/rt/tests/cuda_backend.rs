@@ -16,7 +16,9 @@ fn gpu(cache: Option<PathBuf>) -> Option<CudaExecutor> {
             println!("skipped: no GPU ({reason})");
             None
         }
-        Err(other) => panic!("opening CUDA device 0 failed with something other than NoGpu: {other}"),
+        Err(other) => {
+            panic!("opening CUDA device 0 failed with something other than NoGpu: {other}")
+        }
     }
 }
 
@@ -36,7 +38,10 @@ fn no_gpu_is_an_error_not_a_panic() {
         Ok(Err(other)) => panic!("expected NoGpu, got {other}"),
     }
     // A device that does not exist is NoGpu too.
-    assert!(matches!(CudaExecutor::new(10_000), Err(RtError::NoGpu { .. })));
+    assert!(matches!(
+        CudaExecutor::new(10_000),
+        Err(RtError::NoGpu { .. })
+    ));
 }
 
 #[test]
@@ -46,8 +51,13 @@ fn device_listing_agrees_with_opening() {
             assert!(!devices.is_empty());
             for (i, d) in devices.iter().enumerate() {
                 assert_eq!(d.ordinal, i as u32);
-                assert!(d.compute_capability.0 >= 1 && d.total_memory_bytes > 0 && !d.name.is_empty());
-                assert!(d.driver_version.starts_with(|c: char| c.is_ascii_digit()) && d.driver_version.contains('.'));
+                assert!(
+                    d.compute_capability.0 >= 1 && d.total_memory_bytes > 0 && !d.name.is_empty()
+                );
+                assert!(
+                    d.driver_version.starts_with(|c: char| c.is_ascii_digit())
+                        && d.driver_version.contains('.')
+                );
                 println!("{d:?}");
             }
             let ex = gpu(None).expect("a listed device opens");
@@ -72,18 +82,33 @@ fn contract_on_the_gpu() {
 #[test]
 fn compiled_kernels_are_cached_on_disk() {
     let dir = scratch_dir("cubin-cache");
-    let Some(mut first) = gpu(Some(dir.clone())) else { return };
+    let Some(mut first) = gpu(Some(dir.clone())) else {
+        return;
+    };
     let mut rng = common::rng("compiled_kernels_are_cached_on_disk");
     first.load(&common::saxpy()).expect("load");
-    assert_eq!((first.cache_stats().misses, first.cache_stats().hits), (1, 0));
-    assert_eq!(first.cache_stats().write_failures, 0, "{:?}", first.cache_problem());
+    assert_eq!(
+        (first.cache_stats().misses, first.cache_stats().hits),
+        (1, 0)
+    );
+    assert_eq!(
+        first.cache_stats().write_failures,
+        0,
+        "{:?}",
+        first.cache_problem()
+    );
     drop(first);
 
     let mut second = gpu(Some(dir.clone())).expect("GPU");
     let k = second.load(&common::saxpy()).expect("load from cache");
-    assert_eq!((second.cache_stats().misses, second.cache_stats().hits), (0, 1));
+    assert_eq!(
+        (second.cache_stats().misses, second.cache_stats().hits),
+        (0, 1)
+    );
     let p = common::Problem::new(&mut second, &mut rng, 999);
-    second.launch(k, &p.launch(), &p.args(), StreamId::DEFAULT).expect("launch");
+    second
+        .launch(k, &p.launch(), &p.args(), StreamId::DEFAULT)
+        .expect("launch");
     p.check(&mut second, 1, "kernel loaded from the cache");
     drop(second);
 
@@ -102,8 +127,14 @@ fn compiled_kernels_are_cached_on_disk() {
     let st = third.cache_stats();
     assert_eq!((st.hits, st.misses, st.discarded), (0, 1, 1));
     let p = common::Problem::new(&mut third, &mut rng, 77);
-    third.launch(k, &p.launch(), &p.args(), StreamId::DEFAULT).expect("launch");
-    p.check(&mut third, 1, "kernel compiled again after the damaged entry");
+    third
+        .launch(k, &p.launch(), &p.args(), StreamId::DEFAULT)
+        .expect("launch");
+    p.check(
+        &mut third,
+        1,
+        "kernel compiled again after the damaged entry",
+    );
     drop(third);
     let mut fourth = gpu(Some(dir.clone())).expect("GPU");
     fourth.load(&common::saxpy()).expect("load");

@@ -39,9 +39,14 @@ fn events_read_the_virtual_clock() {
     let p = common::Problem::new(&mut ex, &mut rng, 200);
     let before = ex.device().clock_ns;
     let e0 = ex.record_event(StreamId::DEFAULT).expect("event");
-    ex.launch(k, &p.launch(), &p.args(), StreamId::DEFAULT).expect("launch");
+    ex.launch(k, &p.launch(), &p.args(), StreamId::DEFAULT)
+        .expect("launch");
     let e1 = ex.record_event(StreamId::DEFAULT).expect("event");
     let after = ex.device().clock_ns;
+    assert!(after > before, "the launch advanced the clock");
+    assert!(ex
+        .last_launch_stats()
+        .is_some_and(|s| s.all_exact() && s.instructions > 0));
     let want = ((after - before) as f64 / 1e6) as f32;
     assert_eq!(ex.elapsed_ms(e0, e1).expect("elapsed"), want);
     assert_eq!(ex.elapsed_ms(e1, e0).expect("elapsed"), -want);

@@ -58,14 +58,16 @@ fn open() -> Result<i32, RtError> {
             .cloned()
             .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_else(|| "unknown reason".into());
-        return Err(RtError::NoGpu { reason: format!("the NVIDIA driver library could not be bound: {what}") });
+        return Err(RtError::NoGpu {
+            reason: format!("the NVIDIA driver library could not be bound: {what}"),
+        });
     }
     // SAFETY: cuInit takes no pointers.
     match unsafe { sys::cuInit(0) } {
         CUresult::CUDA_SUCCESS => Ok(version),
-        CUresult::CUDA_ERROR_NO_DEVICE => {
-            Err(RtError::NoGpu { reason: "the NVIDIA driver is installed but reports no CUDA device".into() })
-        }
+        CUresult::CUDA_ERROR_NO_DEVICE => Err(RtError::NoGpu {
+            reason: "the NVIDIA driver is installed but reports no CUDA device".into(),
+        }),
         other => Err(drv("cuInit")(DriverError(other))),
     }
 }
@@ -85,12 +87,16 @@ fn probe_version() -> Result<i32, RtError> {
         };
         // SAFETY: the symbol has this signature in every driver version.
         let get: libloading::Symbol<GetVersion> = unsafe { lib.get(b"cuDriverGetVersion\0") }
-            .map_err(|e| RtError::NoGpu { reason: format!("{name} has no cuDriverGetVersion: {e}") })?;
+            .map_err(|e| RtError::NoGpu {
+                reason: format!("{name} has no cuDriverGetVersion: {e}"),
+            })?;
         let mut version: c_int = 0;
         // SAFETY: writes one int.
         let rc = unsafe { get(&mut version) };
         if rc != 0 {
-            return Err(RtError::NoGpu { reason: format!("cuDriverGetVersion in {name} failed with code {rc}") });
+            return Err(RtError::NoGpu {
+                reason: format!("cuDriverGetVersion in {name} failed with code {rc}"),
+            });
         }
         return Ok(version);
     }
@@ -133,8 +139,11 @@ pub(crate) fn compile_ptx(ptx: &str, kernel: &str) -> Result<Vec<u8>, RtError> {
         kernel: kernel.to_string(),
         message: "the PTX text contains a NUL byte".into(),
     })?;
-    let name = CString::new(format!("{}.ptx", kernel.replace('\0', "")))
-        .map_err(|_| RtError::Ptx { kernel: kernel.to_string(), message: "bad kernel name".into() })?;
+    let name =
+        CString::new(format!("{}.ptx", kernel.replace('\0', ""))).map_err(|_| RtError::Ptx {
+            kernel: kernel.to_string(),
+            message: "bad kernel name".into(),
+        })?;
     let mut error_log = vec![0u8; LOG_BYTES];
     let mut info_log = vec![0u8; LOG_BYTES];
     let mut options = [
@@ -153,15 +162,26 @@ pub(crate) fn compile_ptx(ptx: &str, kernel: &str) -> Result<Vec<u8>, RtError> {
     let mut raw = std::ptr::null_mut();
     // SAFETY: options and values have the same length and outlive the link state
     // (declared before it, so dropped after it).
-    unsafe { sys::cuLinkCreate_v2(options.len() as u32, options.as_mut_ptr(), values.as_mut_ptr(), &mut raw) }
-        .result()
-        .map_err(drv("cuLinkCreate"))?;
+    unsafe {
+        sys::cuLinkCreate_v2(
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+            &mut raw,
+        )
+    }
+    .result()
+    .map_err(drv("cuLinkCreate"))?;
     let state = LinkState(raw);
     let jit_error = |rc: CUresult, log: &[u8]| {
         let text = log_text(log);
         RtError::Jit {
             kernel: kernel.to_string(),
-            log: if text.is_empty() { format!("{rc:?} (the driver left no log)") } else { text },
+            log: if text.is_empty() {
+                format!("{rc:?} (the driver left no log)")
+            } else {
+                text
+            },
         }
     };
     // SAFETY: `source` is NUL-terminated and its length includes the NUL, as the PTX

@@ -68,16 +68,23 @@ impl CudaExecutor {
     /// [`RtError::NoGpu`] when there is no driver, the driver is too old, or there is
     /// no such device.
     pub fn new(ordinal: u32) -> Result<CudaExecutor, RtError> {
-        Self::with_cache_dir(ordinal, module_cache::resolve_dir(|k| std::env::var(k).ok()))
+        Self::with_cache_dir(
+            ordinal,
+            module_cache::resolve_dir(|k| std::env::var(k).ok()),
+        )
     }
 
     /// As [`CudaExecutor::new`], with the kernel cache in `cache_dir` (`None`: no cache).
-    pub fn with_cache_dir(ordinal: u32, cache_dir: Option<PathBuf>) -> Result<CudaExecutor, RtError> {
+    pub fn with_cache_dir(
+        ordinal: u32,
+        cache_dir: Option<PathBuf>,
+    ) -> Result<CudaExecutor, RtError> {
         let info = device_info(ordinal)?;
         let driver_version = driver::driver()?;
         let device = result::device::get(ordinal as i32).map_err(drv("cuDeviceGet"))?;
         // SAFETY: `device` came from cuDeviceGet.
-        let ctx = unsafe { result::primary_ctx::retain(device) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
+        let ctx = unsafe { result::primary_ctx::retain(device) }
+            .map_err(drv("cuDevicePrimaryCtxRetain"))?;
         // From here on, Drop releases whatever has been acquired.
         let mut ex = CudaExecutor {
             info,
@@ -95,7 +102,8 @@ impl CudaExecutor {
         };
         ex.bind()?;
         ex.limits = ex.query_limits()?;
-        ex.streams.push(result::stream::create(StreamKind::Default).map_err(drv("cuStreamCreate"))?);
+        ex.streams
+            .push(result::stream::create(StreamKind::Default).map_err(drv("cuStreamCreate"))?);
         Ok(ex)
     }
 
@@ -143,21 +151,37 @@ impl CudaExecutor {
                 attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
                 attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ],
-            max_shared_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u64,
+            max_shared_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as u64,
         })
     }
 
     fn stream(&self, s: StreamId) -> Result<sys::CUstream, RtError> {
-        self.streams.get(s.0 as usize).copied().ok_or(RtError::UnknownHandle { kind: "stream", id: s.0 as u64 })
+        self.streams
+            .get(s.0 as usize)
+            .copied()
+            .ok_or(RtError::UnknownHandle {
+                kind: "stream",
+                id: s.0 as u64,
+            })
     }
 
     fn event(&self, e: EventId) -> Result<sys::CUevent, RtError> {
-        self.events.get(e.0 as usize).copied().flatten().ok_or(RtError::UnknownHandle { kind: "event", id: e.0 as u64 })
+        self.events
+            .get(e.0 as usize)
+            .copied()
+            .flatten()
+            .ok_or(RtError::UnknownHandle {
+                kind: "event",
+                id: e.0 as u64,
+            })
     }
 
     fn refuse_during_capture(&self, what: &str) -> Result<(), RtError> {
         match self.capturing.iter().next() {
-            Some(s) => Err(RtError::Capture { message: format!("{what} is not allowed while stream {s} is capturing") }),
+            Some(s) => Err(RtError::Capture {
+                message: format!("{what} is not allowed while stream {s} is capturing"),
+            }),
             None => Ok(()),
         }
     }
@@ -167,8 +191,10 @@ impl CudaExecutor {
     pub(crate) fn load_ptx(&mut self, abi: KernelAbi, ptx: &str) -> Result<KernelId, RtError> {
         self.bind()?;
         let module = self.module_for(ptx, &abi)?;
-        let name = CString::new(abi.name.as_str())
-            .map_err(|_| RtError::Abi { kernel: abi.name.clone(), message: "kernel name contains a NUL byte".into() })?;
+        let name = CString::new(abi.name.as_str()).map_err(|_| RtError::Abi {
+            kernel: abi.name.clone(),
+            message: "kernel name contains a NUL byte".into(),
+        })?;
         // SAFETY: `module` was just loaded.
         let func = match unsafe { result::module::get_function(module, name) } {
             Ok(f) => f,
@@ -178,13 +204,23 @@ impl CudaExecutor {
                 return Err(drv("cuModuleGetFunction")(e));
             }
         };
-        self.kernels.push(CudaKernel { module, func, abi, dynamic_shared_opt_in: 0 });
+        self.kernels.push(CudaKernel {
+            module,
+            func,
+            abi,
+            dynamic_shared_opt_in: 0,
+        });
         Ok(KernelId(self.kernels.len() as u32 - 1))
     }
 
     /// A module for `ptx`, from the cache or compiled (and then cached).
     fn module_for(&mut self, ptx: &str, abi: &KernelAbi) -> Result<sys::CUmodule, RtError> {
-        let key = module_cache::key(ptx, self.driver_version, &self.info.name, self.info.compute_capability);
+        let key = module_cache::key(
+            ptx,
+            self.driver_version,
+            &self.info.name,
+            self.info.compute_capability,
+        );
         if let Some(cubin) = self.cache.lookup(&key, abi) {
             match load_cubin(&cubin) {
                 Ok(m) => return Ok(m),
@@ -210,10 +246,13 @@ impl Executor for CudaExecutor {
     fn alloc(&mut self, bytes: u64) -> Result<DevicePtr, RtError> {
         self.refuse_during_capture("allocation")?;
         if bytes == 0 {
-            return Err(RtError::Memory { message: "cannot allocate 0 bytes".into() });
+            return Err(RtError::Memory {
+                message: "cannot allocate 0 bytes".into(),
+            });
         }
-        let len = usize::try_from(bytes)
-            .map_err(|_| RtError::Memory { message: format!("{bytes} bytes exceed the address space") })?;
+        let len = usize::try_from(bytes).map_err(|_| RtError::Memory {
+            message: format!("{bytes} bytes exceed the address space"),
+        })?;
         self.bind()?;
         // SAFETY: plain allocation; the memory is uninitialized bytes.
         let p = unsafe { result::malloc_sync(len) }.map_err(drv("cuMemAlloc"))?;
@@ -231,7 +270,8 @@ impl Executor for CudaExecutor {
 
     fn copy_to_device(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), RtError> {
         self.refuse_during_capture("copy to device")?;
-        self.allocs.check_range(dst.0, src.len() as u64, "copy to device")?;
+        self.allocs
+            .check_range(dst.0, src.len() as u64, "copy to device")?;
         if src.is_empty() {
             return Ok(());
         }
@@ -242,7 +282,8 @@ impl Executor for CudaExecutor {
 
     fn copy_to_host(&mut self, src: DevicePtr, dst: &mut [u8]) -> Result<(), RtError> {
         self.refuse_during_capture("copy to host")?;
-        self.allocs.check_range(src.0, dst.len() as u64, "copy to host")?;
+        self.allocs
+            .check_range(src.0, dst.len() as u64, "copy to host")?;
         if dst.is_empty() {
             return Ok(());
         }
@@ -251,37 +292,68 @@ impl Executor for CudaExecutor {
         unsafe { result::memcpy_dtoh_sync(dst, src.0) }.map_err(drv("cuMemcpyDtoH"))
     }
 
-    fn copy_device_to_device(&mut self, dst: DevicePtr, src: DevicePtr, bytes: u64) -> Result<(), RtError> {
+    fn copy_device_to_device(
+        &mut self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: u64,
+    ) -> Result<(), RtError> {
         self.refuse_during_capture("device-to-device copy")?;
-        self.allocs.check_range(src.0, bytes, "device-to-device copy (source)")?;
-        self.allocs.check_range(dst.0, bytes, "device-to-device copy (destination)")?;
+        self.allocs
+            .check_range(src.0, bytes, "device-to-device copy (source)")?;
+        self.allocs
+            .check_range(dst.0, bytes, "device-to-device copy (destination)")?;
         if bytes == 0 {
             return Ok(());
         }
         self.bind()?;
         // SAFETY: both ranges lie inside live allocations.
-        unsafe { result::memcpy_dtod_sync(dst.0, src.0, bytes as usize) }.map_err(drv("cuMemcpyDtoD"))
+        unsafe { result::memcpy_dtod_sync(dst.0, src.0, bytes as usize) }
+            .map_err(drv("cuMemcpyDtoD"))
     }
 
     fn load(&mut self, f: &Function) -> Result<KernelId, RtError> {
         quench_ir::verify(f)?;
         let abi = KernelAbi::from_function(f)?;
-        let ptx = quench_ptx::emit(f).map_err(|e| RtError::Ptx { kernel: f.name.clone(), message: e.to_string() })?;
+        let ptx = quench_ptx::emit(f).map_err(|e| RtError::Ptx {
+            kernel: f.name.clone(),
+            message: e.to_string(),
+        })?;
         self.load_ptx(abi, &ptx)
     }
 
     fn abi(&self, k: KernelId) -> Result<&KernelAbi, RtError> {
-        self.kernels.get(k.0 as usize).map(|k| &k.abi).ok_or(RtError::UnknownHandle { kind: "kernel", id: k.0 as u64 })
+        self.kernels
+            .get(k.0 as usize)
+            .map(|k| &k.abi)
+            .ok_or(RtError::UnknownHandle {
+                kind: "kernel",
+                id: k.0 as u64,
+            })
     }
 
-    fn launch(&mut self, k: KernelId, launch: &Launch, args: &[Arg], stream: StreamId) -> Result<(), RtError> {
+    fn launch(
+        &mut self,
+        k: KernelId,
+        launch: &Launch,
+        args: &[Arg],
+        stream: StreamId,
+    ) -> Result<(), RtError> {
         let s = self.stream(stream)?;
-        let kernel = self.kernels.get(k.0 as usize).ok_or(RtError::UnknownHandle { kind: "kernel", id: k.0 as u64 })?;
+        let kernel = self
+            .kernels
+            .get(k.0 as usize)
+            .ok_or(RtError::UnknownHandle {
+                kind: "kernel",
+                id: k.0 as u64,
+            })?;
         check_launch(&kernel.abi, launch, args, &self.limits, &self.allocs)?;
         self.bind()?;
         let kernel = &mut self.kernels[k.0 as usize];
         let dynamic = launch.dynamic_shared_bytes;
-        if kernel.abi.static_shared_bytes + dynamic as u64 > SHARED_WITHOUT_OPT_IN && dynamic > kernel.dynamic_shared_opt_in {
+        if kernel.abi.static_shared_bytes + dynamic as u64 > SHARED_WITHOUT_OPT_IN
+            && dynamic > kernel.dynamic_shared_opt_in
+        {
             // SAFETY: `func` belongs to a loaded module.
             unsafe {
                 result::function::set_function_attribute(
@@ -296,12 +368,22 @@ impl Executor for CudaExecutor {
         // The driver reads each parameter's size (from the kernel's metadata) starting
         // at its pointer; the little-endian u64 slots hold each value in their low bytes.
         let mut values: Vec<u64> = args.iter().map(Arg::bits).collect();
-        let mut params: Vec<*mut c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
+        let mut params: Vec<*mut c_void> =
+            values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
         let (g, b) = (launch.grid, launch.block);
         // SAFETY: the arguments were checked against the kernel's ABI; `values` outlives
         // the call, which copies the parameters.
-        unsafe { result::launch_kernel(kernel.func, (g[0], g[1], g[2]), (b[0], b[1], b[2]), dynamic, s, &mut params) }
-            .map_err(drv("cuLaunchKernel"))
+        unsafe {
+            result::launch_kernel(
+                kernel.func,
+                (g[0], g[1], g[2]),
+                (b[0], b[1], b[2]),
+                dynamic,
+                s,
+                &mut params,
+            )
+        }
+        .map_err(drv("cuLaunchKernel"))
     }
 
     fn create_stream(&mut self) -> Result<StreamId, RtError> {
@@ -314,10 +396,16 @@ impl Executor for CudaExecutor {
     fn record_event(&mut self, stream: StreamId) -> Result<EventId, RtError> {
         let s = self.stream(stream)?;
         if self.capturing.contains(&stream.0) {
-            return Err(RtError::Capture { message: format!("cannot record an event on stream {} while it is capturing", stream.0) });
+            return Err(RtError::Capture {
+                message: format!(
+                    "cannot record an event on stream {} while it is capturing",
+                    stream.0
+                ),
+            });
         }
         self.bind()?;
-        let e = result::event::create(CUevent_flags::CU_EVENT_DEFAULT).map_err(drv("cuEventCreate"))?;
+        let e =
+            result::event::create(CUevent_flags::CU_EVENT_DEFAULT).map_err(drv("cuEventCreate"))?;
         // SAFETY: fresh event, live stream.
         if let Err(err) = unsafe { result::event::record(e, s) } {
             // SAFETY: created above and referenced nowhere else.
@@ -349,13 +437,20 @@ impl Executor for CudaExecutor {
     fn begin_capture(&mut self, stream: StreamId) -> Result<(), RtError> {
         let s = self.stream(stream)?;
         if self.capturing.contains(&stream.0) {
-            return Err(RtError::Capture { message: format!("stream {} is already capturing", stream.0) });
+            return Err(RtError::Capture {
+                message: format!("stream {} is already capturing", stream.0),
+            });
         }
         self.bind()?;
         // Thread-local mode: other threads' unrelated driver calls stay legal meanwhile.
         // SAFETY: live stream.
-        unsafe { result::stream::begin_capture(s, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
-            .map_err(drv("cuStreamBeginCapture"))?;
+        unsafe {
+            result::stream::begin_capture(
+                s,
+                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .map_err(drv("cuStreamBeginCapture"))?;
         self.capturing.insert(stream.0);
         Ok(())
     }
@@ -363,7 +458,9 @@ impl Executor for CudaExecutor {
     fn end_capture(&mut self, stream: StreamId) -> Result<GraphId, RtError> {
         let s = self.stream(stream)?;
         if !self.capturing.remove(&stream.0) {
-            return Err(RtError::Capture { message: format!("stream {} is not capturing", stream.0) });
+            return Err(RtError::Capture {
+                message: format!("stream {} is not capturing", stream.0),
+            });
         }
         self.bind()?;
         // SAFETY: the stream is capturing.
@@ -381,20 +478,32 @@ impl Executor for CudaExecutor {
 
     fn replay(&mut self, g: GraphId, stream: StreamId) -> Result<(), RtError> {
         let s = self.stream(stream)?;
-        let (_, exec) = self
-            .graphs
-            .get(g.0 as usize)
-            .copied()
-            .flatten()
-            .ok_or(RtError::UnknownHandle { kind: "graph", id: g.0 as u64 })?;
+        let (_, exec) =
+            self.graphs
+                .get(g.0 as usize)
+                .copied()
+                .flatten()
+                .ok_or(RtError::UnknownHandle {
+                    kind: "graph",
+                    id: g.0 as u64,
+                })?;
         self.bind()?;
         // SAFETY: live executable graph and stream.
         unsafe { result::graph::launch(exec, s) }.map_err(drv("cuGraphLaunch"))
     }
 
     fn release_graph(&mut self, g: GraphId) -> Result<(), RtError> {
-        let slot = self.graphs.get_mut(g.0 as usize).ok_or(RtError::UnknownHandle { kind: "graph", id: g.0 as u64 })?;
-        let (graph, exec) = slot.take().ok_or(RtError::UnknownHandle { kind: "graph", id: g.0 as u64 })?;
+        let slot = self
+            .graphs
+            .get_mut(g.0 as usize)
+            .ok_or(RtError::UnknownHandle {
+                kind: "graph",
+                id: g.0 as u64,
+            })?;
+        let (graph, exec) = slot.take().ok_or(RtError::UnknownHandle {
+            kind: "graph",
+            id: g.0 as u64,
+        })?;
         self.bind()?;
         // SAFETY: live graph, now forgotten by the executor.
         unsafe {
@@ -461,12 +570,21 @@ mod tests {
             }
             Err(other) => panic!("{other}"),
         };
-        let abi = KernelAbi { name: "broken".into(), params: vec![], static_shared_bytes: 0, max_threads: 32, features: vec![] };
+        let abi = KernelAbi {
+            name: "broken".into(),
+            params: vec![],
+            static_shared_bytes: 0,
+            max_threads: 32,
+            features: vec![],
+        };
         let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry broken()\n{\n  frobnicate.u32 %r1;\n  ret;\n}\n";
         match ex.load_ptx(abi, ptx) {
             Err(RtError::Jit { kernel, log }) => {
                 assert_eq!(kernel, "broken");
-                assert!(log.contains("frobnicate") || log.to_lowercase().contains("error"), "{log}");
+                assert!(
+                    log.contains("frobnicate") || log.to_lowercase().contains("error"),
+                    "{log}"
+                );
                 println!("driver log: {log}");
             }
             other => panic!("expected a JIT error, got {other:?}"),

@@ -67,7 +67,11 @@ pub(crate) fn resolve_dir(var: impl Fn(&str) -> Option<String>) -> Option<PathBu
 pub(crate) fn key(ptx: &str, driver_version: i32, device_name: &str, cc: (u32, u32)) -> String {
     let mut h = Sha256::new();
     // Length-prefix every field so that no two inputs concatenate to the same bytes.
-    for field in [ptx.as_bytes(), &driver_version.to_le_bytes(), device_name.as_bytes()] {
+    for field in [
+        ptx.as_bytes(),
+        &driver_version.to_le_bytes(),
+        device_name.as_bytes(),
+    ] {
         h.update((field.len() as u64).to_le_bytes());
         h.update(field);
     }
@@ -85,7 +89,11 @@ impl ModuleCache {
         let last_problem = dir.is_none().then(|| {
             "compiled kernels are not kept: no cache directory (QUENCH_CACHE_DIR, XDG_CACHE_HOME or HOME)".to_string()
         });
-        ModuleCache { dir, stats: CacheStats::default(), last_problem }
+        ModuleCache {
+            dir,
+            stats: CacheStats::default(),
+            last_problem,
+        }
     }
 
     pub fn dir(&self) -> Option<&Path> {
@@ -102,7 +110,10 @@ impl ModuleCache {
 
     fn paths(&self, key: &str) -> Option<(PathBuf, PathBuf)> {
         let d = self.dir.as_ref()?;
-        Some((d.join(format!("{key}.cubin")), d.join(format!("{key}.json"))))
+        Some((
+            d.join(format!("{key}.cubin")),
+            d.join(format!("{key}.json")),
+        ))
     }
 
     /// The cached cubin for `key`, if a valid entry for a kernel with this ABI exists.
@@ -116,14 +127,16 @@ impl ModuleCache {
             self.stats.misses += 1;
             return None;
         };
-        let valid = serde_json::from_slice::<Sidecar>(&meta).ok().and_then(|side| {
-            let cubin = fs::read(&cubin_path).ok()?;
-            let ok = side.format == FORMAT
-                && side.abi == *abi
-                && side.cubin_bytes == cubin.len() as u64
-                && side.cubin_sha256 == hex(&Sha256::digest(&cubin));
-            ok.then_some(cubin)
-        });
+        let valid = serde_json::from_slice::<Sidecar>(&meta)
+            .ok()
+            .and_then(|side| {
+                let cubin = fs::read(&cubin_path).ok()?;
+                let ok = side.format == FORMAT
+                    && side.abi == *abi
+                    && side.cubin_bytes == cubin.len() as u64
+                    && side.cubin_sha256 == hex(&Sha256::digest(&cubin));
+                ok.then_some(cubin)
+            });
         match valid {
             Some(cubin) => {
                 self.stats.hits += 1;
@@ -157,7 +170,9 @@ impl ModuleCache {
 
     /// Store a freshly compiled cubin. Failures are counted, not returned.
     pub fn store(&mut self, key: &str, cubin: &[u8], abi: &KernelAbi) {
-        let Some((cubin_path, meta_path)) = self.paths(key) else { return };
+        let Some((cubin_path, meta_path)) = self.paths(key) else {
+            return;
+        };
         let side = Sidecar {
             format: FORMAT.to_string(),
             abi: abi.clone(),
@@ -174,14 +189,19 @@ impl ModuleCache {
             });
         if let Err(e) = written {
             self.stats.write_failures += 1;
-            self.last_problem = Some(format!("could not write the kernel cache entry {}: {e}", meta_path.display()));
+            self.last_problem = Some(format!(
+                "could not write the kernel cache entry {}: {e}",
+                meta_path.display()
+            ));
         }
     }
 }
 
 /// Write to a temporary file beside `path`, then rename it into place.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let dir = path.parent().ok_or_else(|| format!("{} has no parent directory", path.display()))?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| format!("{} has no parent directory", path.display()))?;
     fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let result = fs::File::create(&tmp)
@@ -210,7 +230,10 @@ mod tests {
             name: "k".into(),
             params: vec![AbiParam {
                 name: "x".into(),
-                kind: ParamKind::Ptr { space: "global".into(), elem: "f32".into() },
+                kind: ParamKind::Ptr {
+                    space: "global".into(),
+                    elem: "f32".into(),
+                },
                 size: 8,
                 align: 8,
             }],
@@ -239,16 +262,31 @@ mod tests {
     #[test]
     fn dir_follows_the_documented_order() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |n: &str| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())
+            move |n: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
         };
-        let all = env(&[("QUENCH_CACHE_DIR", "/q"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")]);
+        let all = env(&[
+            ("QUENCH_CACHE_DIR", "/q"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ]);
         assert_eq!(resolve_dir(all), Some(PathBuf::from("/q")));
         let xdg = env(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")]);
         assert_eq!(resolve_dir(xdg), Some(PathBuf::from("/x/quench/cubin")));
         let relative_xdg = env(&[("XDG_CACHE_HOME", "x"), ("HOME", "/h")]);
-        assert_eq!(resolve_dir(relative_xdg), Some(PathBuf::from("/h/.cache/quench/cubin")));
+        assert_eq!(
+            resolve_dir(relative_xdg),
+            Some(PathBuf::from("/h/.cache/quench/cubin"))
+        );
         let empty = env(&[("QUENCH_CACHE_DIR", ""), ("HOME", "/h")]);
-        assert_eq!(resolve_dir(empty), Some(PathBuf::from("/h/.cache/quench/cubin")));
+        assert_eq!(
+            resolve_dir(empty),
+            Some(PathBuf::from("/h/.cache/quench/cubin"))
+        );
         assert_eq!(resolve_dir(env(&[])), None);
     }
 
@@ -259,8 +297,19 @@ mod tests {
         let k = key("ptx", 13000, "dev", (9, 0));
         assert_eq!(c.lookup(&k, &abi()), None);
         c.store(&k, b"\x7fELF cubin bytes", &abi());
-        assert_eq!(c.lookup(&k, &abi()).as_deref(), Some(&b"\x7fELF cubin bytes"[..]));
-        assert_eq!(c.stats(), CacheStats { hits: 1, misses: 1, discarded: 0, write_failures: 0 });
+        assert_eq!(
+            c.lookup(&k, &abi()).as_deref(),
+            Some(&b"\x7fELF cubin bytes"[..])
+        );
+        assert_eq!(
+            c.stats(),
+            CacheStats {
+                hits: 1,
+                misses: 1,
+                discarded: 0,
+                write_failures: 0
+            }
+        );
         let _ = fs::remove_dir_all(dir);
     }
 
@@ -275,11 +324,15 @@ mod tests {
         c.store(&k, b"cubin", &abi());
         fs::write(&cubin_path, b"cubiN").unwrap();
         assert_eq!(c.lookup(&k, &abi()), None);
-        assert!(!cubin_path.exists() && !meta_path.exists(), "the bad entry is deleted");
+        assert!(
+            !cubin_path.exists() && !meta_path.exists(),
+            "the bad entry is deleted"
+        );
 
         // A sidecar with a field this version does not know.
         c.store(&k, b"cubin", &abi());
-        let mut meta: serde_json::Value = serde_json::from_slice(&fs::read(&meta_path).unwrap()).unwrap();
+        let mut meta: serde_json::Value =
+            serde_json::from_slice(&fs::read(&meta_path).unwrap()).unwrap();
         meta["extra"] = serde_json::json!(1);
         fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
         assert_eq!(c.lookup(&k, &abi()), None);
