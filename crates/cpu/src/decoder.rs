@@ -171,14 +171,10 @@ impl<T: Real> Decoder<T> {
                 added: tokens.len(),
             });
         }
-        if cache.layers.len() != c.layers {
+        if !cache.fits(c.layers, c.kv_heads * c.head_dim) {
             return Err(CpuError::Config {
-                field: "layers",
-                reason: format!(
-                    "the cache has {} layers but the model {}; use Decoder::new_cache",
-                    cache.layers.len(),
-                    c.layers
-                ),
+                field: "cache",
+                reason: "was made for another model; use Decoder::new_cache".into(),
             });
         }
         let mut x = Matrix::zeros(tokens.len(), c.hidden);

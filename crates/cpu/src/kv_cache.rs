@@ -66,6 +66,12 @@ impl<T: Real> KvCache<T> {
         self.truncate(0);
     }
 
+    /// Whether this cache has the shape a model of `layers` layers and key rows of `width`
+    /// elements needs.
+    pub(crate) fn fits(&self, layers: usize, width: usize) -> bool {
+        self.layers.len() == layers && self.width == width
+    }
+
     /// Marks `count` more positions as filled, once every layer has appended its rows.
     pub(crate) fn advance(&mut self, count: usize) {
         self.len += count;

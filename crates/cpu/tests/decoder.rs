@@ -1,6 +1,8 @@
 //! Decoder forward passes on tiny random models.
 
 mod common;
+#[path = "common/naive.rs"]
+mod naive;
 
 use common::{logit_violations, max_rel_diff, random_decoder, tiny_config, to_gguf_layout, Filler};
 use quench_cpu::{Arch, CpuError, Decoder, Logits, ModelConfig, Naming, RopeStyle, TensorSource};
@@ -16,6 +18,21 @@ fn all_logits<T: quench_cpu::Real>(
     let model = Decoder::<T>::load(config.clone(), src, naming).unwrap();
     let mut cache = model.new_cache();
     model.forward(&mut cache, tokens, Logits::All).unwrap()
+}
+
+#[test]
+fn the_f64_forward_matches_a_plain_second_implementation() {
+    for (i, arch) in DECODERS.into_iter().enumerate() {
+        let config = tiny_config(arch);
+        let src = random_decoder(&config, 50 + i as u64);
+        let tokens = Filler::new(60 + i as u64).tokens(12, config.vocab);
+        let got = all_logits::<f64>(&config, &src, Naming::HuggingFace, &tokens);
+        let want = naive::naive_logits(&config, &src, &tokens);
+        for (t, row) in want.iter().enumerate() {
+            let d = max_rel_diff(row, got.row(t));
+            assert!(d < 1e-12, "{arch:?}: position {t} differs by {d}");
+        }
+    }
 }
 
 #[test]
@@ -181,6 +198,21 @@ fn wrong_shapes_and_tokens_are_refused_by_name() {
         Err(CpuError::NoTokens)
     ));
     assert_eq!(cache.len(), 0);
+
+    let other = tiny_config(Arch::Qwen3);
+    let other_model = Decoder::<f32>::load(
+        other.clone(),
+        &random_decoder(&other, 902),
+        Naming::HuggingFace,
+    )
+    .unwrap();
+    let err = model
+        .forward(&mut other_model.new_cache(), &[1], Logits::Last)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "model configuration: cache was made for another model; use Decoder::new_cache"
+    );
 }
 
 #[test]

@@ -33,8 +33,17 @@ fn minilm_embeddings_rank_similar_sentences_and_match_f64() {
     for s in sentences {
         let tokens = tokenizer.encode(s, true).unwrap();
         let want = reference.embed(&tokens, None).unwrap();
-        let got: Vec<f64> = fast.embed(&tokens, None).unwrap().iter().map(|&v| v as f64).collect();
-        assert!(cosine(&want, &got) >= 0.999, "{s:?}: cosine {}", cosine(&want, &got));
+        let got: Vec<f64> = fast
+            .embed(&tokens, None)
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        assert!(
+            cosine(&want, &got) >= 0.999,
+            "{s:?}: cosine {}",
+            cosine(&want, &got)
+        );
         embeddings.push(want);
     }
     let sim = |i: usize, j: usize| cosine(&embeddings[i], &embeddings[j]);
