@@ -75,7 +75,8 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a count of items that each take at least `min_item_bytes`, refusing a count that
-    /// cannot fit in the rest of the file before anyone allocates room for it.
+    /// cannot fit in the rest of the file. Even a count that fits may be huge in a large mapped
+    /// file, so reserve room with [`capacity_for`], not the count itself.
     pub(crate) fn count(
         &mut self,
         min_item_bytes: u64,
@@ -92,4 +93,10 @@ impl<'a> Cursor<'a> {
         }
         Ok(count)
     }
+}
+
+/// Room to reserve up front for `count` items: collections then grow only as items actually
+/// parse, so a lying count in a large file costs nothing before it is caught.
+pub(crate) fn capacity_for(count: u64) -> usize {
+    count.min(4096) as usize
 }

@@ -1,6 +1,6 @@
 //! GGUF metadata values: the thirteen value types, their parsing and lossless conversions.
 
-use super::cursor::Cursor;
+use super::cursor::{capacity_for, Cursor};
 use crate::ModelError;
 
 /// Arrays of arrays are legal GGUF; deeper nesting than this is only ever an attack on the stack.
@@ -397,13 +397,12 @@ fn read_array(cur: &mut Cursor<'_>, key: &str, depth: u32) -> Result<MetadataArr
     })
 }
 
-/// Collects `count` items. The caller has checked that `count` items fit in the rest of the
-/// file, so the up-front allocation is bounded by the file size.
+/// Collects `count` items (a count the caller has checked against the remaining bytes).
 fn read_n<T>(
     count: u64,
     mut read: impl FnMut() -> Result<T, ModelError>,
 ) -> Result<Vec<T>, ModelError> {
-    let mut items = Vec::with_capacity(count as usize);
+    let mut items = Vec::with_capacity(capacity_for(count));
     for _ in 0..count {
         items.push(read()?);
     }

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::cursor::Cursor;
+use super::cursor::{capacity_for, Cursor};
 use super::metadata::{read_entry, MetadataValue};
 use super::TensorInfo;
 use crate::{GgmlType, ModelError};
@@ -63,8 +63,8 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header, ModelError> {
 
     let metadata = read_metadata(&mut cur, metadata_count)?;
     let alignment = alignment(&metadata)?;
-    let mut tensors = Vec::with_capacity(tensor_count as usize);
-    let mut names = HashMap::with_capacity(tensor_count as usize);
+    let mut tensors = Vec::with_capacity(capacity_for(tensor_count));
+    let mut names = HashMap::with_capacity(capacity_for(tensor_count));
     for index in 0..tensor_count {
         let info = read_tensor_info(&mut cur, index)?;
         if names.insert(info.name.clone(), index).is_some() {
@@ -97,8 +97,8 @@ fn read_metadata(
     cur: &mut Cursor<'_>,
     count: u64,
 ) -> Result<Vec<(String, MetadataValue)>, ModelError> {
-    let mut entries = Vec::with_capacity(count as usize);
-    let mut keys = HashMap::with_capacity(count as usize);
+    let mut entries = Vec::with_capacity(capacity_for(count));
+    let mut keys = HashMap::with_capacity(capacity_for(count));
     for index in 0..count {
         let (key, value) = read_entry(cur, index)?;
         if keys.insert(key.clone(), index).is_some() {
