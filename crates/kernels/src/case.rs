@@ -124,7 +124,7 @@ pub enum CaseError {
     Runtime {
         case: String,
         #[source]
-        source: RtError,
+        source: Box<RtError>,
     },
     /// The case itself is inconsistent (an argument naming a buffer that does not exist,
     /// an expected output of the wrong size, ...).
@@ -148,7 +148,7 @@ fn release(exec: &mut dyn Executor, a: Allocated) -> Result<(), RtError> {
 }
 
 fn rt(case: &KernelCase) -> impl Fn(RtError) -> CaseError + '_ {
-    move |source| CaseError::Runtime { case: case.name.clone(), source }
+    move |source| CaseError::Runtime { case: case.name.clone(), source: Box::new(source) }
 }
 
 /// Allocate every buffer and upload its contents (inputs as given, outputs poisoned).

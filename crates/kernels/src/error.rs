@@ -26,7 +26,13 @@ pub enum KernelError {
 
     /// The built kernel failed verification.
     #[error(transparent)]
-    Verify(#[from] VerifyError),
+    Verify(Box<VerifyError>),
+}
+
+impl From<VerifyError> for KernelError {
+    fn from(e: VerifyError) -> KernelError {
+        KernelError::Verify(Box::new(e))
+    }
 }
 
 impl KernelError {

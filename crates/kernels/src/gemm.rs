@@ -68,7 +68,7 @@ impl GemmParams {
         if ![64, 128].contains(&self.bm) || ![64, 128].contains(&self.bn) {
             return Err(KernelError::unsupported(NAME, format!("bm = {}, bn = {}: each must be 64 or 128", self.bm, self.bn)));
         }
-        let fits = |v: u32, t: u32| v > 0 && v % t == 0;
+        let fits = |v: u32, t: u32| v > 0 && v.is_multiple_of(t);
         if !fits(self.m, self.bm) || !fits(self.n, self.bn) || !fits(self.k, BK) {
             return Err(KernelError::unsupported(
                 NAME,
@@ -202,10 +202,10 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
                 b_frags.push(k.pack(frag_b, &regs[0..2]));
                 b_frags.push(k.pack(frag_b, &regs[2..4]));
             }
-            for mi in 0..4 {
-                for ni in 0..4 {
+            for (mi, &fa) in a_frags.iter().enumerate() {
+                for (ni, &fb) in b_frags.iter().enumerate() {
                     let i = mi * 4 + ni;
-                    acc[i] = k.mma(MmaShape::M16N8K16, a_frags[mi], b_frags[ni], acc[i]);
+                    acc[i] = k.mma(MmaShape::M16N8K16, fa, fb, acc[i]);
                 }
             }
         }
@@ -303,7 +303,10 @@ impl TileCopy {
 
 /// `Σ_k a[i][k]·b[j][k]` in f64 (exact products, f64 sums), rounded to f32, and
 /// `Σ_k |a[i][k]·b[j][k]|` for the bound. `bt` is the `[n, k]` operand.
-fn exact(p: &GemmParams, a: &[bf16], bt: impl Fn(usize, usize) -> f32 + Sync) -> (Vec<f32>, Vec<f64>) {
+/// The rounded sums and the sums of magnitudes of each output element.
+type Sums = (Vec<f32>, Vec<f64>);
+
+fn exact(p: &GemmParams, a: &[bf16], bt: impl Fn(usize, usize) -> f32 + Sync) -> Sums {
     let (m, n, kd) = (p.m as usize, p.n as usize, p.k as usize);
     let af: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
     let rows = par_map(m, |i| {
@@ -324,7 +327,7 @@ fn exact(p: &GemmParams, a: &[bf16], bt: impl Fn(usize, usize) -> f32 + Sync) ->
 }
 
 /// The exact product, rounded to f32, and the sums of |products| for [`tolerance`].
-pub fn reference(p: &GemmParams, a: &[bf16], b: &[bf16]) -> (Vec<f32>, Vec<f64>) {
+pub fn reference(p: &GemmParams, a: &[bf16], b: &[bf16]) -> Sums {
     let kd = p.k as usize;
     let bf: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
     exact(p, a, |j, kk| bf[j * kd + kk])

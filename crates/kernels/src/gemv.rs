@@ -48,7 +48,7 @@ impl GemvParams {
 
 /// `gemv_bf16(w, x, y)`.
 pub fn build(p: &GemvParams) -> Result<Function, KernelError> {
-    if p.cols == 0 || p.cols % 8 != 0 {
+    if p.cols == 0 || !p.cols.is_multiple_of(8) {
         return Err(KernelError::unsupported(NAME, format!("cols = {} must be a positive multiple of 8", p.cols)));
     }
     if p.rows == 0 || !(1..=32).contains(&p.warps) || !(1..=16).contains(&p.unroll) {
@@ -68,7 +68,7 @@ pub fn build(p: &GemvParams) -> Result<Function, KernelError> {
     let first_row = k.mul_const(block, p.warps);
     let row = k.add(first_row, warp);
     let body = |k: &mut Builder| emit_row(k, p, w, x, y, row, lane);
-    if p.rows % p.warps == 0 {
+    if p.rows.is_multiple_of(p.warps) {
         body(&mut k);
     } else {
         let rows = k.const_u32(p.rows);

@@ -14,7 +14,7 @@ use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
 use crate::lanes::{block_allreduce, emit_block_allreduce, gptr, wide_mul, Combine};
-use crate::rows::RowWalk;
+use crate::rows::{self, RowWalk};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReduceParams {
@@ -43,12 +43,7 @@ impl ReduceParams {
 
 /// `reduce_{sum,max}_f32(x, y)`, launched with one block per row.
 pub fn build(p: &ReduceParams) -> Result<Function, KernelError> {
-    if p.cols == 0 || p.cols % 4 != 0 {
-        return Err(KernelError::unsupported(p.name(), format!("cols = {} must be a positive multiple of 4", p.cols)));
-    }
-    if p.threads % 32 != 0 || !(32..=1024).contains(&p.threads) {
-        return Err(KernelError::unsupported(p.name(), format!("threads = {} must be a multiple of 32 in 32..=1024", p.threads)));
-    }
+    rows::check(p.name(), p.cols, 4, p.threads)?;
     let op = p.op;
     let mut k = Builder::new(p.name(), p.threads);
     let x = k.param("x", gptr(Scalar::F32));

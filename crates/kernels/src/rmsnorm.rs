@@ -21,7 +21,7 @@ use crate::lanes::{
     block_allreduce, emit_block_allreduce, emit_pack_bf16x2, emit_unpack_bf16x2, gptr, round_bf16, wide_mul, words,
     Combine,
 };
-use crate::rows::RowWalk;
+use crate::rows::{self, RowWalk};
 
 pub const NAME: &str = "rmsnorm_bf16";
 
@@ -49,12 +49,7 @@ impl RmsNormParams {
 
 /// `rmsnorm_bf16(x, w, y, eps)`, launched with one block per row.
 pub fn build(p: &RmsNormParams) -> Result<Function, KernelError> {
-    if p.cols == 0 || p.cols % 8 != 0 {
-        return Err(KernelError::unsupported(NAME, format!("cols = {} must be a positive multiple of 8", p.cols)));
-    }
-    if p.threads % 32 != 0 || !(32..=1024).contains(&p.threads) {
-        return Err(KernelError::unsupported(NAME, format!("threads = {} must be a multiple of 32 in 32..=1024", p.threads)));
-    }
+    rows::check(NAME, p.cols, 8, p.threads)?;
     let mut k = Builder::new(NAME, p.threads);
     let x = k.param("x", gptr(Scalar::BF16));
     let w = k.param("w", gptr(Scalar::BF16));

@@ -8,6 +8,23 @@
 
 use quench_ir::{Builder, Value};
 
+use crate::error::KernelError;
+
+/// Refuse a row length that is not a positive multiple of `group` elements (rows must
+/// start 16-byte aligned) and a block that is not a whole number of warps in 32..=1024.
+pub fn check(kernel: &str, cols: u32, group: u32, threads: u32) -> Result<(), KernelError> {
+    if cols == 0 || !cols.is_multiple_of(group) {
+        return Err(KernelError::unsupported(kernel, format!("cols = {cols} must be a positive multiple of {group}")));
+    }
+    if !threads.is_multiple_of(32) || !(32..=1024).contains(&threads) {
+        return Err(KernelError::unsupported(kernel, format!("threads = {threads} must be a multiple of 32 in 32..=1024")));
+    }
+    Ok(())
+}
+
+/// One step of a walk: `(builder, group index, carried values) -> next carried values`.
+pub type Step<'a> = &'a dyn Fn(&mut Builder, Value, &[Value]) -> Vec<Value>;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RowWalk {
     pub groups: u32,
@@ -22,7 +39,7 @@ impl RowWalk {
         k: &mut Builder,
         tid: Value,
         init: &[Value],
-        step: &dyn Fn(&mut Builder, Value, &[Value]) -> Vec<Value>,
+        step: Step,
     ) -> Vec<Value> {
         let full = self.groups / self.threads;
         let rem = self.groups % self.threads;

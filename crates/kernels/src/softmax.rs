@@ -18,7 +18,7 @@ use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
 use crate::lanes::{emit_block_allreduce, gptr, wide_mul, Combine};
-use crate::rows::RowWalk;
+use crate::rows::{self, RowWalk};
 
 pub const NAME: &str = "softmax_f32";
 
@@ -46,12 +46,7 @@ impl SoftmaxParams {
 
 /// `softmax_f32(x, y)`, launched with one block per row.
 pub fn build(p: &SoftmaxParams) -> Result<Function, KernelError> {
-    if p.cols == 0 || p.cols % 4 != 0 {
-        return Err(KernelError::unsupported(NAME, format!("cols = {} must be a positive multiple of 4", p.cols)));
-    }
-    if p.threads % 32 != 0 || !(32..=1024).contains(&p.threads) {
-        return Err(KernelError::unsupported(NAME, format!("threads = {} must be a multiple of 32 in 32..=1024", p.threads)));
-    }
+    rows::check(NAME, p.cols, 4, p.threads)?;
     let mut k = Builder::new(NAME, p.threads);
     let x = k.param("x", gptr(Scalar::F32));
     let y = k.param("y", gptr(Scalar::F32));

@@ -1,0 +1,69 @@
+//! The registry: names, parameters, and refusals that name the problem.
+
+use quench_kernels::{find, library, time_case, KernelError};
+use quench_rt::InterpExecutor;
+
+#[test]
+fn names_are_unique_and_complete() {
+    let names: Vec<&str> = library().iter().map(|k| k.name).collect();
+    assert_eq!(
+        names,
+        [
+            "add_f32",
+            "add_bf16",
+            "silu_mul_bf16",
+            "reduce_sum_f32",
+            "reduce_max_f32",
+            "rmsnorm_bf16",
+            "softmax_f32",
+            "gemv_bf16",
+            "gemm_bf16"
+        ]
+    );
+    for spec in library() {
+        assert!(!spec.description.is_empty());
+        let f = spec.build(&spec.default_params()).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        assert_eq!(f.name, spec.name);
+    }
+}
+
+#[test]
+fn unknown_kernels_and_parameters_are_named() {
+    let e = find("gemv_f64").unwrap_err();
+    assert!(matches!(e, KernelError::UnknownKernel { .. }) && e.to_string().contains("gemv_f64"), "{e}");
+    let gemv = find("gemv_bf16").unwrap();
+    let e = gemv.parse_params("rows=64,colums=8").unwrap_err().to_string();
+    assert!(e.contains("gemv_bf16") && e.contains("`colums`") && e.contains("cols"), "{e}");
+    let e = gemv.parse_params("rows=sixty").unwrap_err().to_string();
+    assert!(e.contains("rows=sixty"), "{e}");
+}
+
+#[test]
+fn unsupported_shapes_are_refused_by_name() {
+    let refuse = |kernel: &str, params: &str, needle: &str| {
+        let spec = find(kernel).unwrap();
+        let p = spec.parse_params(params).unwrap();
+        let e = spec.build(&p).unwrap_err().to_string();
+        assert!(e.contains(kernel) && e.contains(needle), "{kernel} {params}: {e}");
+        let e = spec.make_case(&p, 1).unwrap_err().to_string();
+        assert!(e.contains(needle), "{kernel} {params}: {e}");
+    };
+    refuse("gemm_bf16", "m=100 n=128 k=64", "m = 100");
+    refuse("gemm_bf16", "bm=96", "64 or 128");
+    refuse("gemv_bf16", "cols=12", "multiple of 8");
+    refuse("rmsnorm_bf16", "cols=12", "multiple of 8");
+    refuse("softmax_f32", "cols=10", "multiple of 4");
+    refuse("reduce_sum_f32", "threads=48", "multiple of 32");
+    let e = find("add_f32").unwrap().build(&find("add_f32").unwrap().parse_params("threads=2048").unwrap());
+    assert!(e.unwrap_err().to_string().contains("threads=2048"));
+}
+
+#[test]
+fn timing_runs_on_any_executor() {
+    let spec = find("add_f32").unwrap();
+    let case = spec.make_case(&spec.parse_params("n=100 threads=32").unwrap(), 3).unwrap();
+    let t = time_case(&mut InterpExecutor::new(), &case, 1, 3).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.reps, 3);
+    assert!(t.min_ms <= t.median_ms && t.median_ms <= t.max_ms);
+    assert!(time_case(&mut InterpExecutor::new(), &case, 0, 0).is_err());
+}
