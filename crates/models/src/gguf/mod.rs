@@ -99,21 +99,14 @@ impl GgufFile {
 
     fn parse(storage: Storage) -> Result<GgufFile, ModelError> {
         let header = reader::parse_header(&storage)?;
-        let index = |names: Vec<&String>| {
-            names
-                .into_iter()
-                .enumerate()
-                .map(|(i, n)| (n.clone(), i))
-                .collect()
-        };
         Ok(GgufFile {
             version: header.version,
             alignment: header.alignment,
             data_start: header.data_start,
-            metadata_index: index(header.metadata.iter().map(|(k, _)| k).collect()),
-            tensor_index: index(header.tensors.iter().map(|t| &t.name).collect()),
             metadata: header.metadata,
+            metadata_index: header.metadata_index,
             tensors: header.tensors,
+            tensor_index: header.tensor_index,
             storage,
         })
     }

@@ -30,8 +30,12 @@ const MIN_METADATA_ENTRY_BYTES: u64 = 8 + 4 + 1;
 pub(crate) struct Header {
     pub version: u32,
     pub metadata: Vec<(String, MetadataValue)>,
+    /// Key to position in `metadata`.
+    pub metadata_index: HashMap<String, usize>,
     pub alignment: u64,
     pub tensors: Vec<TensorInfo>,
+    /// Name to position in `tensors`.
+    pub tensor_index: HashMap<String, usize>,
     /// Absolute file offset where tensor data starts.
     pub data_start: u64,
 }
@@ -61,13 +65,16 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header, ModelError> {
     let tensor_count = cur.count(MIN_TENSOR_INFO_BYTES, || "tensor count".to_owned())?;
     let metadata_count = cur.count(MIN_METADATA_ENTRY_BYTES, || "metadata count".to_owned())?;
 
-    let metadata = read_metadata(&mut cur, metadata_count)?;
+    let (metadata, metadata_index) = read_metadata(&mut cur, metadata_count)?;
     let alignment = alignment(&metadata)?;
     let mut tensors = Vec::with_capacity(capacity_for(tensor_count));
-    let mut names = HashMap::with_capacity(capacity_for(tensor_count));
+    let mut tensor_index = HashMap::with_capacity(capacity_for(tensor_count));
     for index in 0..tensor_count {
         let info = read_tensor_info(&mut cur, index)?;
-        if names.insert(info.name.clone(), index).is_some() {
+        if tensor_index
+            .insert(info.name.clone(), tensors.len())
+            .is_some()
+        {
             return Err(ModelError::Duplicate {
                 kind: "tensor",
                 name: info.name,
@@ -87,8 +94,10 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header, ModelError> {
     Ok(Header {
         version,
         metadata,
+        metadata_index,
         alignment,
         tensors,
+        tensor_index,
         data_start,
     })
 }
@@ -96,12 +105,12 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header, ModelError> {
 fn read_metadata(
     cur: &mut Cursor<'_>,
     count: u64,
-) -> Result<Vec<(String, MetadataValue)>, ModelError> {
+) -> Result<(Vec<(String, MetadataValue)>, HashMap<String, usize>), ModelError> {
     let mut entries = Vec::with_capacity(capacity_for(count));
-    let mut keys = HashMap::with_capacity(capacity_for(count));
-    for index in 0..count {
-        let (key, value) = read_entry(cur, index)?;
-        if keys.insert(key.clone(), index).is_some() {
+    let mut index = HashMap::with_capacity(capacity_for(count));
+    for i in 0..count {
+        let (key, value) = read_entry(cur, i)?;
+        if index.insert(key.clone(), entries.len()).is_some() {
             return Err(ModelError::Duplicate {
                 kind: "metadata key",
                 name: key,
@@ -109,7 +118,7 @@ fn read_metadata(
         }
         entries.push((key, value));
     }
-    Ok(entries)
+    Ok((entries, index))
 }
 
 /// `general.alignment` if present: the spec makes it a u32; it must be a power of two.
