@@ -76,7 +76,7 @@ pub(crate) fn op_name(op: &Op) -> String {
         Op::Const { ty, .. } => format!("const {ty}"),
         Op::Param(i) => format!("param {i}"),
         Op::Special(s) => format!("special {}", s.name()),
-        Op::Bin { op, .. } => format!("{}", op.name()),
+        Op::Bin { op, .. } => op.name().to_string(),
         Op::Fma { .. } => "fma".into(),
         Op::Un { op, .. } => format!("{op:?}").to_lowercase(),
         Op::DivApprox { .. } => "div.approx".into(),
