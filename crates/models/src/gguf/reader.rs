@@ -102,10 +102,10 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header, ModelError> {
     })
 }
 
-fn read_metadata(
-    cur: &mut Cursor<'_>,
-    count: u64,
-) -> Result<(Vec<(String, MetadataValue)>, HashMap<String, usize>), ModelError> {
+/// Metadata entries in file order, and each key's position among them.
+type MetadataTable = (Vec<(String, MetadataValue)>, HashMap<String, usize>);
+
+fn read_metadata(cur: &mut Cursor<'_>, count: u64) -> Result<MetadataTable, ModelError> {
     let mut entries = Vec::with_capacity(capacity_for(count));
     let mut index = HashMap::with_capacity(capacity_for(count));
     for i in 0..count {
