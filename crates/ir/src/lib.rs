@@ -6,11 +6,14 @@
 //! - [`builder`]: a Rust API to write kernels
 //! - [`verify`]: the verifier
 //! - [`interp`]: the SIMT interpreter
+//! - [`print`], [`parse`]: the text form of a kernel
 
 pub mod builder;
 pub mod func;
 pub mod interp;
 pub mod ops;
+pub mod parse;
+pub mod print;
 pub mod types;
 pub mod verify;
 
@@ -18,4 +21,6 @@ pub use builder::Builder;
 pub use func::{Block, Function, Inst, Param, SharedDecl, Value};
 pub use ops::*;
 pub use types::{AddrSpace, FragRole, FragType, MmaShape, Scalar, Type};
-pub use verify::{verify, VerifyError};
+pub use parse::{parse, ParseError, ParseErrorKind};
+pub use print::print;
+pub use verify::{verify, InstProblem, KernelProblem, VerifyError};
