@@ -504,7 +504,8 @@ impl Builder {
 /// The rounding a plain conversion uses: none where the conversion is exact.
 pub fn default_cvt_round(from: Scalar, to: Scalar) -> Option<Round> {
     if from.is_float() && to.is_float() {
-        (to.bits() < from.bits()).then_some(Round::Rn)
+        // Narrowing rounds, and so does f16↔bf16 (each loses range or precision).
+        (from != to && to.bits() <= from.bits()).then_some(Round::Rn)
     } else if from.is_int() && to.is_float() {
         Some(Round::Rn)
     } else if from.is_float() && to.is_int() {
