@@ -4,9 +4,9 @@
 //! - [`ops`]: operations, explicit about rounding, approximation, caching and scope
 //! - [`func`]: kernels, blocks, instructions
 //! - [`builder`]: a Rust API to write kernels
-//! - [`verify`]: the verifier
+//! - [`verify`](mod@verify): the verifier
 //! - [`interp`]: the SIMT interpreter
-//! - [`print`], [`parse`]: the text form of a kernel
+//! - [`print`](mod@print), [`parse`](mod@parse): the text form of a kernel
 
 pub mod builder;
 pub mod func;

@@ -1,7 +1,7 @@
-//! Reads the text form written by [`crate::print`] (the grammar is documented there).
+//! Reads the text form written by [`print`](mod@crate::print) (the grammar is documented there).
 //!
 //! The parser checks syntax and that every value has one type; whether the kernel is
-//! well formed is the verifier's question ([`crate::verify`]).
+//! well formed is the verifier's question ([`verify`](mod@crate::verify)).
 
 mod lex;
 

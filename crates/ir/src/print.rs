@@ -1,20 +1,31 @@
-//! The text form of a kernel: a line-oriented format that [`crate::parse`] reads back.
+//! The text form of a kernel: a line-oriented format that [`parse`](mod@crate::parse) reads back.
 //!
 //! ```text
-//! kernel add_f32(a: ptr<global, f32>, b: ptr<global, f32>, n: u32) max_threads=256 {
+//! kernel row_sum(x: ptr<global, f32>, y: ptr<global, f32>, n: u32) max_threads=256 {
 //!   shared tile: f32[256] align=16
-//!   %0: ptr<global, f32> = param 0 // a
-//!   %3: u32 = special tid.x
-//!   %4: pred = cmp.lt %3, %2
-//!   if %4 {
-//!     %5: ptr<global, f32> = ptr_add %0, %3
-//!     %6: f32 = load.nc %5
-//!     %7: f32 = add.rn %6, %6
-//!     store.cs %5, %7
-//!     yield
+//!   %0: ptr<global, f32> = param 0 // x
+//!   %1: ptr<global, f32> = param 1 // y
+//!   %2: u32 = param 2 // n
+//!   %3: ptr<shared, f32> = shared_addr 0 // tile
+//!   %4: u32 = special tid.x
+//!   %5: f32 = const 0.0
+//!   %6: u32 = special ntid.x
+//!   %12: f32 = for %7: u32 = %4 to %2 step %6 iter(%8: f32 = %5) {
+//!     %9: ptr<global, f32> = ptr_add %0, %7
+//!     %10: f32 = load.nc %9
+//!     %11: f32 = add.rn %8, %10
+//!     yield %11
 //!   }
-//!   %9: f32 = for %8: u32 = %10 to %11 step %12 iter(%13: f32 = %14) {
-//!     yield %13
+//!   %13: ptr<shared, f32> = ptr_add %3, %4
+//!   store %13, %12
+//!   barrier
+//!   %14: u32 = const 0
+//!   %15: pred = cmp.eq %4, %14
+//!   if %15 {
+//!     %16: u32 = special ctaid.x
+//!     %17: ptr<global, f32> = ptr_add %1, %16
+//!     store.cs %17, %12
+//!     yield
 //!   }
 //! }
 //! ```
@@ -25,7 +36,7 @@
 //!
 //! ```text
 //! kernel  := 'kernel' name '(' [name ':' type {',' name ':' type}] ')'
-//!            'max_threads=' int [args] '{' NL {shared NL} block-body '}'
+//!            'max_threads=' int [args] '{' NL {shared NL} {inst NL} '}'
 //! shared  := 'shared' name ':' scalar '[' int ']' 'align=' int
 //! name    := identifier | string            (strings in double quotes, with \" \\ \n \t \r \u{hex})
 //! inst    := [value ':' type {',' value ':' type} '='] op
@@ -84,8 +95,10 @@
 //! is written only where it differs from the types of the result values, and `args(…)`
 //! only where a block that takes no arguments has some; a `for` whose body arguments are
 //! not the induction variable plus one per carried value is written
-//! `for %lo to %hi step %step args(…) init(…) {`. These rules make the text exact:
-//! `parse(print(f)) == f` for every kernel whose values are each defined once.
+//! `for %lo to %hi step %step args(…) init(…) {`. These rules make the text exact,
+//! well-formed or not: `parse(print(f)) == f` for every kernel in which each entry of
+//! the value table is defined (by an instruction or a block argument) and every value
+//! mentioned is in the table; the verifier checks both.
 
 use std::fmt::{self, Write};
 

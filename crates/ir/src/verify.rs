@@ -7,11 +7,11 @@
 //!   declarations and their total against [`MAX_STATIC_SHARED_BYTES`];
 //! - every instruction: operands defined before use and visible where used (a value
 //!   defined in a nested block is not visible after it), each value defined once,
-//!   operand and result types per operation ([`typing`]), block structure (nested
+//!   operand and result types per operation (`verify/typing.rs`), block structure (nested
 //!   blocks end with exactly one `yield`; `return` only ends the kernel body);
 //! - that every value of the kernel is defined by something;
 //! - that no barrier sits under control flow that differs between the threads of a
-//!   block ([`uniform`]).
+//!   block (`verify/uniform.rs`).
 
 mod typing;
 mod uniform;
