@@ -485,13 +485,12 @@ impl Parser<'_> {
         let n = self.defs.len();
         if let Some(missing) = (0..n as u32).find(|v| !self.defs.contains_key(v)) {
             // Some definition numbered past the gap shows where the numbering breaks.
-            let (_, (line, column)) = self
+            let (line, column) = self
                 .defs
                 .iter()
                 .filter(|(v, _)| **v > missing)
                 .min_by_key(|(v, _)| **v)
-                .map(|(_, d)| *d)
-                .unwrap_or((Type::PRED, (1, 1)));
+                .map_or((1, 1), |(_, (_, pos))| *pos);
             return Err(ParseError { line, column, kind: ParseErrorKind::Gap(Value(missing)) });
         }
         Ok((0..n as u32).map(|v| self.defs[&v].0).collect())

@@ -66,6 +66,8 @@ pub enum KernelProblem {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InstProblem {
     // ---- values and scope ----
+    #[error("{value} is not a value of this kernel, which has {count} values")]
+    NoSuchValue { value: Value, count: usize },
     #[error("{0} is not defined anywhere in the kernel")]
     Undefined(Value),
     #[error("{0} is used before its definition")]
@@ -282,13 +284,17 @@ impl Walker<'_> {
             Some(Def::Live) => Ok(()),
             Some(Def::Dead) => Err(InstProblem::OutOfScope(v)),
             Some(Def::Unseen) if self.defined[v.index()] => Err(InstProblem::UseBeforeDef(v)),
-            _ => Err(InstProblem::Undefined(v)),
+            Some(Def::Unseen) => Err(InstProblem::Undefined(v)),
+            None => Err(InstProblem::NoSuchValue { value: v, count: self.state.len() }),
         }
     }
 
     /// Define `v` in `scope`, with a valid type.
     fn define(&mut self, v: Value, scope: &mut Vec<Value>) -> Result<Type, InstProblem> {
-        let Some(state) = self.state.get_mut(v.index()) else { return Err(InstProblem::Undefined(v)) };
+        let count = self.state.len();
+        let Some(state) = self.state.get_mut(v.index()) else {
+            return Err(InstProblem::NoSuchValue { value: v, count });
+        };
         if *state != Def::Unseen {
             return Err(InstProblem::Redefined(v));
         }

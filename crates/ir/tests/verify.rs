@@ -209,13 +209,24 @@ fn rejects_kernel_body_arguments_and_values_nothing_defines() {
 #[test]
 fn rejects_undefined_operands() {
     let e = rejected(
-        |k, x, _| {
+        |k, _, _| {
             k.emit(Type::F32, Op::Un { op: UnOp::Neg, a: Value(999) });
-            let _ = x;
         },
-        &["%999 is not defined anywhere", "neg %999"],
+        &["%999 is not a value of this kernel, which has 3 values", "neg %999"],
     );
-    assert_eq!(problem(&e), &InstProblem::Undefined(Value(999)));
+    assert_eq!(problem(&e), &InstProblem::NoSuchValue { value: Value(999), count: 3 });
+    // In the value table, but nothing defines it.
+    let mut f = valid();
+    f.values.push(Type::U32);
+    let ghost = Value(f.values.len() as u32 - 1);
+    f.body.insts.push(Inst { results: vec![], op: Op::Store { ptr: Value(0), value: ghost, cache: CacheOp::Default } });
+    let e = verify_err(&f, &[&format!("{ghost} is not defined anywhere")]);
+    assert_eq!(problem(&e), &InstProblem::Undefined(ghost));
+    // A result outside the value table.
+    let mut f = valid();
+    f.body.insts.push(Inst { results: vec![Value(500)], op: Op::Special(Special::LaneId) });
+    let e = verify_err(&f, &["%500 is not a value of this kernel"]);
+    assert!(matches!(problem(&e), InstProblem::NoSuchValue { .. }));
 }
 
 #[test]
