@@ -140,3 +140,27 @@ pub fn run_all(exec: &mut dyn Executor, measured_on: &str, approx_samples: usize
         agrees_with_ptx_isa: agrees,
     })
 }
+
+/// JSON text of a layout table with one `[lane, reg, sub, row, col]` entry per line.
+pub fn layout_json(t: &LayoutTable) -> String {
+    let entries = |es: &[[u32; 5]], indent: &str| -> String {
+        let lines: Vec<String> = es.iter().map(|e| format!("{indent}[{}, {}, {}, {}, {}]", e[0], e[1], e[2], e[3], e[4])).collect();
+        format!("[\n{}\n{}]", lines.join(",\n"), &indent[..indent.len() - 2])
+    };
+    let mut mma = vec![];
+    for (k, l) in &t.mma {
+        let ops: Vec<String> = [("a", &l.a), ("b", &l.b), ("c", &l.c), ("d", &l.d)]
+            .iter()
+            .map(|(n, es)| format!("      \"{n}\": {}", entries(es, "        ")))
+            .collect();
+        mma.push(format!("    \"{k}\": {{\n{}\n    }}", ops.join(",\n")));
+    }
+    let ld: Vec<String> = t.ldmatrix.iter().map(|(k, es)| format!("    \"{k}\": {}", entries(es, "      "))).collect();
+    format!(
+        "{{\n  \"format\": {},\n  \"measured_on\": {},\n  \"mma\": {{\n{}\n  }},\n  \"ldmatrix\": {{\n{}\n  }}\n}}\n",
+        serde_json::Value::from(t.format.clone()),
+        serde_json::Value::from(t.measured_on.clone()),
+        mma.join(",\n"),
+        ld.join(",\n")
+    )
+}

@@ -181,3 +181,22 @@ fn ldmatrix_words_decode_and_duplicates_are_refused() {
     dup[1] = dup[0];
     assert!(derive_ldmatrix(4, &dup).is_err());
 }
+
+#[test]
+fn the_committed_table_is_what_the_probe_writes() {
+    let text = include_str!("../../../isa/sm90/mma_layout.json");
+    let table: quench_isa::probe::LayoutTable = serde_json::from_str(text).unwrap();
+    assert_eq!(quench_isa::probe::layout_json(&table), text);
+    for elem in MmaElem::ALL {
+        let l = &table.mma[&elem.key()];
+        assert_eq!(l.a.len() as u32, slots(elem, FragRole::A));
+        // The measured relation is recomputed from the table: it must be a product.
+        let hw = Hw {
+            a: l.a.iter().map(|e| (e[3], e[4])).collect(),
+            b: l.b.iter().map(|e| (e[3], e[4])).collect(),
+            d: l.d.iter().map(|e| (e[3], e[4])).collect(),
+            c_to_d: (0..l.d.len() as u32).collect(),
+        };
+        check_reproduces(elem, &hw, 3);
+    }
+}

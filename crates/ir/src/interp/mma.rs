@@ -29,6 +29,10 @@ struct LayoutFile {
     format: String,
     #[serde(default)]
     status: Option<String>,
+    /// Device, driver and date of the measurement (informational).
+    #[serde(default)]
+    #[allow(dead_code)]
+    measured_on: Option<String>,
     #[serde(default)]
     mma: Option<BTreeMap<String, MmaFile>>,
     #[serde(default)]
