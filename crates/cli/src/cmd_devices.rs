@@ -18,7 +18,7 @@ pub fn run() -> Result<(), String> {
                 );
             }
         }
-        Err(e) => println!("no GPU: {e}"),
+        Err(e) => println!("{e}"),
     }
     Ok(())
 }
