@@ -35,7 +35,7 @@ fn op_type(op: AtomOp, s: Scalar) -> Res<String> {
 
 /// `atom.{sem}.{scope}.{space}.{op}.{type}`. PTX atomics take relaxed, acquire,
 /// release or acq_rel; a sequentially consistent one is a `fence.sc` followed by an
-/// acquire atomic, the mapping the PTX memory model gives for seq_cst RMWs.
+/// acquire atomic, as CUDA's own C++ atomics implement seq_cst read-modify-writes.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn atomic(
     e: &mut Emitter,
