@@ -8,7 +8,7 @@
 //! The bound is tested at the top (zero trips when `lo >= hi`), signed or unsigned by
 //! `lo`'s type; the body's yield moves the next carried values in.
 
-use quench_ir::{Block, Inst, Op, Type, Value};
+use quench_ir::{Block, Inst, Op, Scalar, Value};
 
 use crate::emitter::{Emitter, Res};
 use crate::regs::RegClass;
@@ -32,8 +32,8 @@ fn block(e: &mut Emitter, b: &Block, yield_to: Option<&YieldTo>) -> Result<(), P
         let at = |msg: String| PtxError::Unsupported { kernel: f.name.clone(), at: describe(i), msg };
         match &i.op {
             // Errors inside the nested blocks name their own instruction.
-            Op::If { cond, then_, else_, results } => {
-                let to = if_head(e, i, *cond, else_, results).map_err(at)?;
+            Op::If { cond, then_, else_, .. } => {
+                let to = if_head(e, i, *cond, else_).map_err(at)?;
                 nested_if(e, then_, else_, to)?;
             }
             Op::For { lo, hi, step, init, body } => {
@@ -51,10 +51,7 @@ fn one(e: &mut Emitter, i: &Inst, yield_to: Option<&YieldTo>) -> Res<()> {
     match &i.op {
         Op::Yield(vals) => {
             let to = yield_to.ok_or("`yield` outside an `if` or `for` block")?;
-            let (src, classes) = flatten(e, vals)?;
-            if classes != to.classes {
-                return Err("the yielded values do not match the enclosing `if`/`for`'s values".into());
-            }
+            let (src, _) = flatten(e, vals)?;
             e.parallel_copy(&to.regs, &src, &to.classes);
             Ok(())
         }
@@ -84,13 +81,7 @@ struct IfHead {
     end_label: String,
 }
 
-fn if_head(e: &mut Emitter, i: &Inst, cond: Value, else_: &Block, results: &[Type]) -> Res<IfHead> {
-    if e.ty(cond)? != Type::PRED {
-        return Err(format!("the condition {cond} is a {}, not a pred", e.ty(cond)?));
-    }
-    if i.results.len() != results.len() {
-        return Err("result values and result types differ in number".into());
-    }
+fn if_head(e: &mut Emitter, i: &Inst, cond: Value, else_: &Block) -> Res<IfHead> {
     let p = e.reg1(cond)?;
     for r in &i.results {
         e.def(*r)?;
@@ -120,24 +111,14 @@ struct ForHead {
     yield_to: YieldTo,
     iv: String,
     step: String,
-    ty: quench_ir::Scalar,
+    ty: Scalar,
     head: String,
     done: String,
 }
 
 fn for_head(e: &mut Emitter, i: &Inst, [lo, hi, step]: [Value; 3], init: &[Value], body: &Block) -> Res<ForHead> {
+    // The verifier has checked the bounds' common integer type and the block arguments.
     let s = e.scalar(lo)?;
-    if !s.is_int() || e.ty(hi)? != Type::Scalar(s) || e.ty(step)? != Type::Scalar(s) {
-        return Err(format!(
-            "loop bounds must be one integer type, got {}, {}, {}",
-            e.ty(lo)?,
-            e.ty(hi)?,
-            e.ty(step)?
-        ));
-    }
-    if body.args.len() != init.len() + 1 || i.results.len() != init.len() {
-        return Err("the loop body takes the induction variable and one argument per carried value".into());
-    }
     let iv = e.def1(body.args[0])?;
     let carried = &body.args[1..];
     for a in carried {
@@ -150,10 +131,7 @@ fn for_head(e: &mut Emitter, i: &Inst, [lo, hi, step]: [Value; 3], init: &[Value
     }
     let (lo_r, hi_r, step_r) = (e.reg1(lo)?, e.reg1(hi)?, e.reg1(step)?);
     let (carried_regs, classes) = flatten(e, carried)?;
-    let (init_regs, init_classes) = flatten(e, init)?;
-    if init_classes != classes {
-        return Err("initial values do not match the loop's carried values".into());
-    }
+    let (init_regs, _) = flatten(e, init)?;
     let t = ptype::arith(s);
     let bits = ptype::bits(s);
     let id = e.label_id();
