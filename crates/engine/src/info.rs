@@ -1,0 +1,124 @@
+//! What a model is and what running it costs, read from its headers alone.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use quench_cpu::ModelConfig;
+
+use crate::checkpoint::Checkpoint;
+use crate::options::LoadOptions;
+
+/// The file format a model was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Gguf,
+    HuggingFace,
+}
+
+/// What a model does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    /// A decoder that continues text (llama, qwen2, qwen3).
+    Causal,
+    /// An encoder that turns text into a vector (BERT).
+    Embedding,
+}
+
+/// A model's description: architecture, size, storage types and memory needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelInfo {
+    /// The GGUF file or checkpoint directory.
+    pub path: PathBuf,
+    pub format: Format,
+    pub kind: ModelKind,
+    /// The shape of the network, as quench runs it.
+    pub config: ModelConfig,
+    /// Elements of every floating-point or quantized tensor in the checkpoint.
+    pub parameters: u64,
+    /// How many tensors are stored in each type (`Q4_1`, `F32`, `BF16`, …), by type name.
+    pub tensor_types: BTreeMap<String, usize>,
+    /// Bytes of tensor data in the checkpoint.
+    pub file_bytes: u64,
+    /// The longest context the model was trained for.
+    pub context_length: usize,
+    /// The context this load allows: [`LoadOptions::context_limit`] capped at
+    /// `context_length` (and, for sentence embedders, at their `max_seq_length`).
+    pub context_limit: usize,
+    /// Bytes the weights take in memory at the load's precision.
+    pub weight_bytes: u64,
+    /// Bytes of one session's KV cache when it holds `context_limit` positions.
+    pub kv_cache_bytes: u64,
+}
+
+impl ModelInfo {
+    /// Memory needed to run one session at the full context limit.
+    pub fn memory_bytes(&self) -> u64 {
+        self.weight_bytes + self.kv_cache_bytes
+    }
+
+    pub(crate) fn new(
+        checkpoint: &Checkpoint,
+        config: ModelConfig,
+        model_limit: usize,
+        options: &LoadOptions,
+    ) -> ModelInfo {
+        let mut tensor_types = BTreeMap::new();
+        let (mut parameters, mut file_bytes) = (0u64, 0u64);
+        match checkpoint {
+            Checkpoint::Gguf { file, .. } => {
+                for t in file.tensor_infos() {
+                    *tensor_types
+                        .entry(t.ggml_type.name().to_owned())
+                        .or_insert(0) += 1;
+                    parameters += t.n_elements();
+                    file_bytes += t.size;
+                }
+            }
+            Checkpoint::HuggingFace { checkpoint, .. } => {
+                for t in checkpoint.tensor_infos() {
+                    file_bytes += t.end - t.start;
+                    // Integer tensors are buffers (BERT's position_ids), not parameters.
+                    if t.dtype.is_supported() {
+                        *tensor_types.entry(t.dtype.name().to_owned()).or_insert(0) += 1;
+                        parameters += t.shape.iter().product::<u64>();
+                    }
+                }
+            }
+        }
+        let context_length = config.max_positions;
+        let context_limit = options
+            .context_limit
+            .unwrap_or(model_limit)
+            .min(model_limit)
+            .max(1);
+        let kind = if config.arch.is_decoder() {
+            ModelKind::Causal
+        } else {
+            ModelKind::Embedding
+        };
+        let element = options.precision.bytes();
+        let kv_cache_bytes = match kind {
+            ModelKind::Causal => {
+                2 * (config.layers * config.kv_heads * config.head_dim * context_limit) as u64
+                    * element
+            }
+            ModelKind::Embedding => 0,
+        };
+        ModelInfo {
+            path: checkpoint.path().to_owned(),
+            format: match checkpoint {
+                Checkpoint::Gguf { .. } => Format::Gguf,
+                Checkpoint::HuggingFace { .. } => Format::HuggingFace,
+            },
+            kind,
+            parameters,
+            tensor_types,
+            file_bytes,
+            context_length,
+            context_limit,
+            weight_bytes: parameters * element,
+            kv_cache_bytes,
+            config,
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! How a model is to be loaded.
+
+/// Where a model runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Device {
+    /// quench's CPU forward passes, on every core.
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU. Refused for now: the GPU backend does not run models yet.
+    Cuda,
+}
+
+/// The element type weights and activations are held in on the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// Fast enough to chat with small models.
+    #[default]
+    F32,
+    /// Double precision everywhere: the reference other results are judged against.
+    F64,
+}
+
+impl Precision {
+    /// Bytes of one element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Precision::F32 => 4,
+            Precision::F64 => 8,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    pub device: Device,
+    pub precision: Precision,
+    /// Most positions one session holds (prompt and generated tokens together), or the
+    /// longest text an embedding model reads. `None`: the model's own limit. Never above it.
+    pub context_limit: Option<usize>,
+}

@@ -1,0 +1,210 @@
+//! A checkpoint's tokenizer, chat template and end-of-sequence tokens.
+
+use std::path::Path;
+
+use quench_models::{GgufFile, HfConfig};
+use quench_text::{ChatTemplate, GgufVocab, Tokenizer};
+use serde_json::Value;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{EngineError, Result};
+
+/// Tokens that end a turn in common chat formats. When one of them is a special token of the
+/// vocabulary, drawing it ends generation, as llama.cpp and chat servers do: a model that
+/// closes its turn has finished answering even where the checkpoint names another EOS.
+const END_OF_TURN: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "</s>",
+];
+
+pub(crate) struct TextSide {
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) template: Option<ChatTemplate>,
+    /// Token ids that end generation, sorted, without repeats.
+    pub(crate) eos_ids: Vec<u32>,
+}
+
+pub(crate) fn read(checkpoint: &Checkpoint) -> Result<TextSide> {
+    let mut side = match checkpoint {
+        Checkpoint::Gguf { file, .. } => from_gguf(file)?,
+        Checkpoint::HuggingFace { dir, checkpoint } => from_hf(dir, checkpoint.config())?,
+    };
+    for marker in END_OF_TURN {
+        if let Some(id) = side.tokenizer.token_to_id(marker) {
+            if side.tokenizer.is_special(id) {
+                side.eos_ids.push(id);
+            }
+        }
+    }
+    side.eos_ids.sort_unstable();
+    side.eos_ids.dedup();
+    Ok(side)
+}
+
+fn from_gguf(file: &GgufFile) -> Result<TextSide> {
+    let key = |k: &str| format!("tokenizer.ggml.{k}");
+    let id = |k: &str| file.get_u32(&key(k)).ok();
+    let flag = |k: &str| file.get_bool(&key(k)).ok();
+    let vocab = GgufVocab {
+        model: file.get_str(&key("model"))?.to_owned(),
+        pre: file.get_str(&key("pre")).ok().map(str::to_owned),
+        tokens: file.get_str_array(&key("tokens"))?.to_vec(),
+        scores: file.get_f32_array(&key("scores")).ok().map(<[f32]>::to_vec),
+        token_types: file
+            .get_i32_array(&key("token_type"))
+            .ok()
+            .map(<[i32]>::to_vec),
+        merges: file
+            .get_str_array(&key("merges"))
+            .ok()
+            .map(<[String]>::to_vec),
+        bos_id: id("bos_token_id"),
+        eos_id: id("eos_token_id"),
+        unk_id: id("unknown_token_id"),
+        pad_id: id("padding_token_id"),
+        sep_id: id("seperator_token_id"),
+        cls_id: id("cls_token_id"),
+        add_bos: flag("add_bos_token"),
+        add_eos: flag("add_eos_token"),
+        add_space_prefix: flag("add_space_prefix"),
+    };
+    let tokenizer = Tokenizer::from_gguf_vocab(&vocab)
+        .map_err(|e| EngineError::text("tokenizer (tokenizer.ggml.*)", e))?;
+    let special = |id: Option<u32>| {
+        id.and_then(|i| tokenizer.id_to_token(i))
+            .unwrap_or("")
+            .to_owned()
+    };
+    let template = match file.get_str("tokenizer.chat_template") {
+        Ok(source) => Some(
+            ChatTemplate::new(source, &special(vocab.bos_id), &special(vocab.eos_id))
+                .map_err(|e| EngineError::text("tokenizer.chat_template", e))?,
+        ),
+        Err(_) => None,
+    };
+    let eos_ids = ["eos_token_id", "eot_token_id", "eom_token_id"]
+        .into_iter()
+        .filter_map(id)
+        .collect();
+    Ok(TextSide {
+        tokenizer,
+        template,
+        eos_ids,
+    })
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(EngineError::Io {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|source| EngineError::Json {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// A special token as `tokenizer_config.json` writes it: a string or `{"content": ...}`.
+fn token_text(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content")?.as_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// `chat_template` of `tokenizer_config.json`: a string, or a list of named templates of
+/// which the one named "default" is the chat template. Newer checkpoints keep it in
+/// `chat_template.jinja` instead.
+fn hf_template_source(dir: &Path, config: Option<&Value>) -> Result<Option<String>> {
+    match config.and_then(|c| c.get("chat_template")) {
+        Some(Value::String(s)) => return Ok(Some(s.clone())),
+        Some(Value::Array(list)) => {
+            let named = |name: &str| {
+                list.iter()
+                    .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
+            };
+            let chosen = named("default").or_else(|| list.first());
+            return Ok(chosen
+                .and_then(|t| t.get("template"))
+                .and_then(Value::as_str)
+                .map(str::to_owned));
+        }
+        _ => {}
+    }
+    let jinja = dir.join("chat_template.jinja");
+    match std::fs::read_to_string(&jinja) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(EngineError::Io {
+            path: jinja,
+            source,
+        }),
+    }
+}
+
+fn from_hf(dir: &Path, config: &HfConfig) -> Result<TextSide> {
+    let tokenizer_path = dir.join("tokenizer.json");
+    if !tokenizer_path.is_file() {
+        return Err(EngineError::NotAModel {
+            path: dir.to_owned(),
+            reason: "the directory has no tokenizer.json".into(),
+        });
+    }
+    let tokenizer = Tokenizer::from_tokenizer_json(&tokenizer_path)
+        .map_err(|e| EngineError::text("tokenizer.json", e))?;
+    let tokenizer_config = read_json(&dir.join("tokenizer_config.json"))?;
+    let generation_config = read_json(&dir.join("generation_config.json"))?;
+    let special = |name: &str, fallback: Option<u32>| {
+        token_text(tokenizer_config.as_ref().and_then(|c| c.get(name)))
+            .or_else(|| fallback.and_then(|id| tokenizer.id_to_token(id).map(str::to_owned)))
+    };
+    let bos = special("bos_token", tokenizer.bos_id());
+    let eos = special("eos_token", tokenizer.eos_id());
+    let template = match hf_template_source(dir, tokenizer_config.as_ref())? {
+        Some(source) => Some(
+            ChatTemplate::new(
+                &source,
+                bos.as_deref().unwrap_or(""),
+                eos.as_deref().unwrap_or(""),
+            )
+            .map_err(|e| EngineError::text("chat_template", e))?,
+        ),
+        None => None,
+    };
+    let mut eos_ids: Vec<u32> = config
+        .eos_token_id
+        .iter()
+        .flat_map(|ids| ids.0.iter().copied())
+        .collect();
+    let generation_eos = generation_config
+        .as_ref()
+        .and_then(|g| g.get("eos_token_id"))
+        .map(|v| match v {
+            Value::Array(list) => list.iter().filter_map(Value::as_u64).collect(),
+            other => other.as_u64().into_iter().collect::<Vec<_>>(),
+        })
+        .unwrap_or_default();
+    eos_ids.extend(generation_eos.into_iter().filter_map(|v| u32::try_from(v).ok()));
+    eos_ids.extend(eos.as_deref().and_then(|t| tokenizer.token_to_id(t)));
+    eos_ids.extend(tokenizer.eos_id());
+    Ok(TextSide {
+        tokenizer,
+        template,
+        eos_ids,
+    })
+}
