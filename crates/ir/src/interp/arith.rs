@@ -354,7 +354,7 @@ pub(crate) fn cmp(op: CmpOp, s: Scalar, a: u64, b: u64) -> Result<bool, ArithErr
 // ---- conversion ---------------------------------------------------------------------------------
 
 /// `cvt`. Float→int rounds to an integer in direction `rnd` and always saturates to the
-/// destination range, NaN giving 0 (PTX). Int→int truncates or extends by the source's
+/// destination range; NaN gives 0, or only the top bit set from f64 or to 64 bits (PTX). Int→int truncates or extends by the source's
 /// signedness, or clamps with `sat`. Float→float with `sat` clamps to [0, 1], NaN
 /// giving +0.
 pub(crate) fn cvt(from: Scalar, to: Scalar, rnd: Option<Round>, sat: bool, a: u64) -> R {
@@ -380,7 +380,9 @@ pub(crate) fn cvt(from: Scalar, to: Scalar, rnd: Option<Round>, sat: bool, a: u6
             let r = need_rnd()?;
             let x = ff.to_f64(a);
             if x.is_nan() {
-                return Ok(0);
+                // PTX: NaN converts to 0, except from f64 or to a 64-bit integer, where
+                // it gives the pattern with only the top bit set (seen so on the H200).
+                return Ok(if from == Scalar::F64 || to.bits() == 64 { 1u64 << (to.bits() - 1) } else { 0 });
             }
             let i = match r {
                 Round::Rn => x.round_ties_even(),
