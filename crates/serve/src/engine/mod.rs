@@ -1,0 +1,707 @@
+//! The engine thread of one causal model: continuous batching over a KV block budget.
+//!
+//! Requests arrive as [`Job`]s and wait in a queue. Between two steps the scheduler admits
+//! waiting jobs into the running batch while there is room (`max_batch`) and KV blocks for
+//! the whole prompt. Each step then moves every running sequence forward once: a sequence
+//! still prefilling feeds its next chunk of at most `prefill_chunk` tokens, a decoding one
+//! draws a token and feeds it, so long prompts do not stall the streams already flowing.
+//!
+//! KV memory is counted in blocks of [`blocks::BLOCK_TOKENS`] positions. A sequence that
+//! needs a block when none is free first evicts idle session caches (least recently used
+//! first), then pauses the youngest running sequence, which returns to the head of the
+//! queue and later recomputes its cache from its tokens. The oldest sequence is never
+//! paused, so the batch always progresses. A request whose client went away is dropped at
+//! the next step and its blocks freed.
+
+pub mod blocks;
+mod logprobs;
+mod text_out;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use quench_cpu::{Sampler, SamplingParams};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::backend::{CausalBackend, StepItem};
+use crate::metrics::EngineStats;
+use crate::sessions::SessionStore;
+use crate::text::TextSide;
+use blocks::{blocks_for, BlockPool};
+pub use logprobs::TokenLogprob;
+use text_out::{Piece, TextOut};
+
+/// How the scheduler is sized.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Most sequences in the running batch.
+    pub max_batch: usize,
+    /// KV blocks of [`blocks::BLOCK_TOKENS`] positions shared by all sequences and sessions.
+    pub kv_blocks: usize,
+    /// Most requests waiting to be admitted; beyond it requests are refused.
+    pub queue: usize,
+    /// Most prompt tokens one sequence feeds in one step.
+    pub prefill_chunk: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_batch: 16,
+            kv_blocks: 4096,
+            queue: 64,
+            prefill_chunk: 64,
+        }
+    }
+}
+
+/// One generation request, as the HTTP side hands it over.
+pub struct Job {
+    pub request_id: String,
+    pub prompt: Vec<u32>,
+    /// A session whose KV cache the prompt may continue, and which keeps it afterwards.
+    pub session: Option<String>,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    /// `Some(n)`: report each drawn token's log-probability and the `n` most likely.
+    pub logprobs: Option<usize>,
+    pub events: UnboundedSender<Event>,
+    pub arrived: Instant,
+}
+
+/// What the engine tells the HTTP side about a job.
+#[derive(Debug)]
+pub enum Event {
+    Token(TokenOut),
+    Done(Done),
+    Failed(String),
+}
+
+#[derive(Debug)]
+pub struct TokenOut {
+    pub token: u32,
+    /// Text that became final with this token (possibly empty).
+    pub text: String,
+    /// The drawn token's log-probability and the most likely alternatives.
+    pub logprobs: Option<(TokenLogprob, Vec<TokenLogprob>)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens`, the context, or the KV budget ran out.
+    Length,
+}
+
+impl Finish {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Done {
+    pub finish: Finish,
+    pub prompt_tokens: usize,
+    /// Prompt tokens that a session's KV cache already held.
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+    /// The whole generated text (cut before a stop string).
+    pub text: String,
+}
+
+/// The admission queue is full.
+#[derive(Debug, thiserror::Error)]
+#[error("the server is busy: {0} requests are already waiting")]
+pub struct QueueFull(pub usize);
+
+enum Command {
+    Submit(Box<Job>),
+    DropSession(String),
+    /// Finish what is running or waiting, cancelling whatever is left at the deadline.
+    Shutdown(Instant),
+}
+
+/// The HTTP side's handle on an engine thread.
+pub struct EngineHandle {
+    commands: Mutex<Sender<Command>>,
+    /// Jobs submitted and not yet admitted.
+    waiting: Arc<AtomicUsize>,
+    queue_capacity: usize,
+    context_limit: usize,
+    kv_blocks: usize,
+    pub stats: Arc<EngineStats>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread of `backend`.
+    pub fn start<B: CausalBackend>(
+        name: &str,
+        backend: Arc<B>,
+        text: Arc<dyn TextSide>,
+        config: EngineConfig,
+        sessions: Arc<SessionStore>,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let stats = Arc::new(EngineStats::new(config.kv_blocks));
+        let context_limit = backend.context_limit();
+        let scheduler = Scheduler {
+            pool: BlockPool::new(config.kv_blocks),
+            config: config.clone(),
+            backend,
+            text,
+            sessions,
+            commands: rx,
+            waiting: waiting.clone(),
+            stats: stats.clone(),
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            idle: HashMap::new(),
+            deadline: None,
+            next_order: 0,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("engine-{name}"))
+            .spawn(move || scheduler.run())?;
+        Ok(EngineHandle {
+            commands: Mutex::new(tx),
+            waiting,
+            queue_capacity: config.queue,
+            context_limit,
+            kv_blocks: config.kv_blocks,
+            stats,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    pub fn context_limit(&self) -> usize {
+        self.context_limit
+    }
+
+    pub fn kv_blocks(&self) -> usize {
+        self.kv_blocks
+    }
+
+    fn send(&self, command: Command) -> bool {
+        let tx = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+        tx.send(command).is_ok()
+    }
+
+    /// Queues a job, or refuses it when `queue` jobs are already waiting. Events arrive on
+    /// the job's channel; if the engine has stopped, the channel closes without any.
+    pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
+        let cap = self.queue_capacity;
+        self.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < cap).then_some(w + 1))
+            .map_err(|_| QueueFull(cap))?;
+        if !self.send(Command::Submit(Box::new(job))) {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Drops the KV cache the engine keeps for a session.
+    pub fn drop_session(&self, id: &str) {
+        self.send(Command::DropSession(id.to_owned()));
+    }
+
+    /// Asks the engine to finish its work by `deadline`, cancelling what is left then, and
+    /// waits for its thread to end.
+    pub fn shutdown(&self, deadline: Instant) {
+        self.send(Command::Shutdown(deadline));
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A request inside the engine.
+struct Seq<C> {
+    job: Job,
+    /// The prompt followed by the generated tokens that belong to the context.
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    cache: Option<C>,
+    /// Positions of `tokens` held by `cache`.
+    fed: usize,
+    /// KV blocks held.
+    blocks: usize,
+    /// Logits after the last token fed, once the whole of `tokens` is fed.
+    logits: Option<Vec<f32>>,
+    /// Tokens fed this step.
+    planned: usize,
+    sampler: Sampler,
+    out: TextOut,
+    generated: Vec<u32>,
+    cached_tokens: usize,
+    admitted_before: bool,
+    last_token_at: Option<Instant>,
+}
+
+struct Idle<C> {
+    cache: C,
+    tokens: Vec<u32>,
+    blocks: usize,
+    last_used: u64,
+}
+
+enum Drawn {
+    Continue,
+    Finished(Finish),
+    Gone,
+}
+
+struct Scheduler<B: CausalBackend> {
+    config: EngineConfig,
+    backend: Arc<B>,
+    text: Arc<dyn TextSide>,
+    sessions: Arc<SessionStore>,
+    commands: Receiver<Command>,
+    waiting: Arc<AtomicUsize>,
+    stats: Arc<EngineStats>,
+    pool: BlockPool,
+    queue: VecDeque<Seq<B::Cache>>,
+    /// In admission order: the oldest first.
+    running: Vec<Seq<B::Cache>>,
+    /// KV caches of sessions between their turns.
+    idle: HashMap<String, Idle<B::Cache>>,
+    deadline: Option<Instant>,
+    /// Orders idle caches by last use.
+    next_order: u64,
+}
+
+impl<B: CausalBackend> Scheduler<B> {
+    fn run(mut self) {
+        loop {
+            if !self.receive() {
+                break;
+            }
+            self.drop_gone();
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            self.admit();
+            if !self.running.is_empty() {
+                self.step();
+            }
+            self.publish();
+        }
+        self.cancel_all("the server is shutting down");
+        self.publish();
+    }
+
+    /// Takes commands: waits for one while there is nothing to do. False once the engine
+    /// should stop.
+    fn receive(&mut self) -> bool {
+        loop {
+            let idle = self.running.is_empty() && self.queue.is_empty();
+            if idle && self.deadline.is_some() {
+                return false;
+            }
+            let command = if idle {
+                match self.commands.recv() {
+                    Ok(c) => c,
+                    Err(_) => return false,
+                }
+            } else {
+                match self.commands.try_recv() {
+                    Ok(c) => c,
+                    Err(TryRecvError::Empty) => return true,
+                    Err(TryRecvError::Disconnected) => {
+                        // Every handle is gone: finish what runs, then stop.
+                        self.deadline.get_or_insert_with(Instant::now);
+                        return true;
+                    }
+                }
+            };
+            self.handle(command);
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Submit(job) => {
+                let job = *job;
+                let sampler = match Sampler::new(job.sampling.clone()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.waiting.fetch_sub(1, Ordering::AcqRel);
+                        let _ = job.events.send(Event::Failed(e.to_string()));
+                        return;
+                    }
+                };
+                self.queue.push_back(Seq {
+                    tokens: job.prompt.clone(),
+                    prompt_len: job.prompt.len(),
+                    out: TextOut::new(job.stop.clone()),
+                    job,
+                    cache: None,
+                    fed: 0,
+                    blocks: 0,
+                    logits: None,
+                    planned: 0,
+                    sampler,
+                    generated: Vec::new(),
+                    cached_tokens: 0,
+                    admitted_before: false,
+                    last_token_at: None,
+                });
+            }
+            Command::DropSession(id) => {
+                if let Some(idle) = self.idle.remove(&id) {
+                    self.pool.give_back(idle.blocks);
+                }
+            }
+            Command::Shutdown(deadline) => self.deadline = Some(deadline),
+        }
+    }
+
+    /// Removes requests whose client has gone away, freeing their blocks.
+    fn drop_gone(&mut self) {
+        let gone = |s: &Seq<B::Cache>| s.job.events.is_closed();
+        for seq in self.running.iter().filter(|s| gone(s)) {
+            self.pool.give_back(seq.blocks);
+        }
+        self.running.retain(|s| !gone(s));
+        for seq in self.queue.iter().filter(|s| gone(s)) {
+            self.pool.give_back(seq.blocks);
+            if !seq.admitted_before {
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.queue.retain(|s| !gone(s));
+    }
+
+    fn cancel_all(&mut self, why: &str) {
+        for seq in self.running.drain(..).chain(self.queue.drain(..)) {
+            self.pool.give_back(seq.blocks);
+            if !seq.admitted_before {
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+            }
+            let _ = seq.job.events.send(Event::Failed(why.to_owned()));
+        }
+    }
+
+    fn publish(&self) {
+        let s = &self.stats;
+        s.running.store(self.running.len(), Ordering::Relaxed);
+        s.queued.store(self.queue.len(), Ordering::Relaxed);
+        s.kv_blocks_used.store(self.pool.used(), Ordering::Relaxed);
+    }
+
+    /// Moves waiting sequences into the batch, oldest first, while they fit.
+    fn admit(&mut self) {
+        while self.running.len() < self.config.max_batch {
+            let Some(mut seq) = self.queue.pop_front() else {
+                break;
+            };
+            if seq.cache.is_none() {
+                self.resume_session(&mut seq);
+            }
+            // The whole prompt and the first drawn token.
+            let want = blocks_for(seq.tokens.len() + 1);
+            if want > self.pool.total() {
+                self.end_unfittable(seq, want);
+                continue;
+            }
+            let need = want.saturating_sub(seq.blocks);
+            while self.pool.free() < need && self.evict_idle() {}
+            if !self.pool.try_take(need) {
+                self.queue.push_front(seq);
+                break;
+            }
+            seq.blocks += need;
+            if seq.cache.is_none() {
+                seq.cache = Some(self.backend.new_cache());
+            }
+            if !seq.admitted_before {
+                seq.admitted_before = true;
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                let st = &self.stats;
+                st.prompt_tokens.fetch_add(seq.prompt_len as u64, Ordering::Relaxed);
+                st.cached_prompt_tokens.fetch_add(seq.cached_tokens as u64, Ordering::Relaxed);
+            }
+            self.running.push(seq);
+        }
+    }
+
+    /// Gives a sequence its session's cache, cut to the prefix it shares with the prompt.
+    fn resume_session(&mut self, seq: &mut Seq<B::Cache>) {
+        let Some(idle) = seq.job.session.as_ref().and_then(|id| self.idle.remove(id)) else {
+            return;
+        };
+        let Idle {
+            mut cache,
+            tokens,
+            blocks,
+            ..
+        } = idle;
+        let shared = tokens
+            .iter()
+            .zip(&seq.tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        // At least the last prompt token is fed again: its logits start the reply.
+        let keep = shared.min(seq.tokens.len().saturating_sub(1));
+        self.backend.truncate(&mut cache, keep);
+        let kept_blocks = blocks_for(keep).min(blocks);
+        self.pool.give_back(blocks - kept_blocks);
+        seq.cache = Some(cache);
+        seq.fed = keep;
+        seq.blocks = kept_blocks;
+        if !seq.admitted_before {
+            seq.cached_tokens = keep;
+        }
+    }
+
+    /// A sequence that needs more blocks than exist ends here.
+    fn end_unfittable(&mut self, seq: Seq<B::Cache>, want: usize) {
+        if seq.generated.is_empty() {
+            self.pool.give_back(seq.blocks);
+            if !seq.admitted_before {
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+            }
+            let _ = seq.job.events.send(Event::Failed(format!(
+                "the prompt needs {want} KV blocks and the server has {}",
+                self.pool.total()
+            )));
+        } else {
+            self.finish(seq, Finish::Length);
+        }
+    }
+
+    /// Drops the least recently used idle session cache; false if there is none.
+    fn evict_idle(&mut self) -> bool {
+        let Some(id) = self
+            .idle
+            .iter()
+            .min_by_key(|(_, i)| i.last_used)
+            .map(|(id, _)| id.clone())
+        else {
+            return false;
+        };
+        if let Some(idle) = self.idle.remove(&id) {
+            self.pool.give_back(idle.blocks);
+        }
+        self.sessions.set_cache(&id, 0, 0);
+        true
+    }
+
+    /// Pauses running sequence `i`: its cache is dropped and it waits at the head of the
+    /// queue, to be recomputed from its tokens.
+    fn preempt(&mut self, i: usize) {
+        let mut seq = self.running.remove(i);
+        self.pool.give_back(seq.blocks);
+        seq.blocks = 0;
+        seq.cache = None;
+        seq.fed = 0;
+        seq.logits = None;
+        self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
+        self.queue.push_front(seq);
+    }
+
+    /// Finds `need` free blocks for running sequence `i`, evicting idle session caches,
+    /// then pausing sequences younger than `i`. False if that is not enough.
+    fn acquire(&mut self, i: usize, need: usize) -> bool {
+        loop {
+            if self.pool.try_take(need) {
+                return true;
+            }
+            if self.evict_idle() {
+                continue;
+            }
+            if self.running.len() > i + 1 {
+                self.preempt(self.running.len() - 1);
+                continue;
+            }
+            return false;
+        }
+    }
+
+    /// One step: every running sequence draws and feeds a token, or feeds a prompt chunk.
+    fn step(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let seq = &self.running[i];
+            if seq.fed == seq.tokens.len() {
+                match self.draw(i) {
+                    Drawn::Continue => {}
+                    Drawn::Finished(finish) => {
+                        let seq = self.running.remove(i);
+                        self.finish(seq, finish);
+                        continue;
+                    }
+                    Drawn::Gone => {
+                        let seq = self.running.remove(i);
+                        self.pool.give_back(seq.blocks);
+                        continue;
+                    }
+                }
+            }
+            let seq = &self.running[i];
+            let n = (seq.tokens.len() - seq.fed).min(self.config.prefill_chunk.max(1));
+            let need = blocks_for(seq.fed + n).saturating_sub(seq.blocks);
+            if need > 0 && !self.acquire(i, need) {
+                if i > 0 {
+                    // The youngest sequence waits for older ones to finish.
+                    self.preempt(i);
+                } else {
+                    // Alone, it has every block there is: it cannot grow any more.
+                    let mut seq = self.running.remove(i);
+                    seq.tokens.truncate(seq.fed);
+                    self.finish(seq, Finish::Length);
+                }
+                continue;
+            }
+            let seq = &mut self.running[i];
+            seq.blocks += need;
+            seq.planned = n;
+            i += 1;
+        }
+        if self.running.is_empty() {
+            return;
+        }
+
+        let mut items: Vec<StepItem<'_, B::Cache>> = self
+            .running
+            .iter_mut()
+            .map(|s| StepItem {
+                cache: s.cache.as_mut().expect("running sequences have a cache"),
+                tokens: &s.tokens[s.fed..s.fed + s.planned],
+            })
+            .collect();
+        let results = self.backend.step(&mut items);
+        drop(items);
+
+        let mut failed = Vec::new();
+        for (i, (seq, result)) in self.running.iter_mut().zip(results).enumerate() {
+            match result {
+                Ok(logits) => {
+                    seq.fed += seq.planned;
+                    if seq.fed == seq.tokens.len() {
+                        seq.logits = Some(logits);
+                    }
+                }
+                Err(e) => failed.push((i, e.to_string())),
+            }
+        }
+        for (i, why) in failed.into_iter().rev() {
+            let seq = self.running.remove(i);
+            self.pool.give_back(seq.blocks);
+            let _ = seq.job.events.send(Event::Failed(why));
+        }
+    }
+
+    /// Draws the next token of running sequence `i` and sends its text.
+    fn draw(&mut self, i: usize) -> Drawn {
+        let context_limit = self.backend.context_limit();
+        let seq = &mut self.running[i];
+        let Some(logits) = seq.logits.take() else {
+            return Drawn::Finished(Finish::Length);
+        };
+        let token = match seq.sampler.sample(&logits, &seq.tokens) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = seq.job.events.send(Event::Failed(e.to_string()));
+                return Drawn::Gone;
+            }
+        };
+        let now = Instant::now();
+        match seq.last_token_at {
+            None => self.stats.ttft.observe((now - seq.job.arrived).as_secs_f64()),
+            Some(t) => self.stats.inter_token.observe((now - t).as_secs_f64()),
+        }
+        seq.last_token_at = Some(now);
+        let logprobs = seq
+            .job
+            .logprobs
+            .map(|top| logprobs::logprobs(&logits, token, top));
+
+        if self.text.stop_ids().contains(&token) {
+            let text = seq.out.flush();
+            if !text.is_empty() {
+                let sent = seq.job.events.send(Event::Token(TokenOut {
+                    token,
+                    text,
+                    logprobs: None,
+                }));
+                if sent.is_err() {
+                    return Drawn::Gone;
+                }
+            }
+            return Drawn::Finished(Finish::Stop);
+        }
+        seq.generated.push(token);
+        self.stats.completion_tokens.fetch_add(1, Ordering::Relaxed);
+        let decoded = self.text.decode(&seq.generated);
+        let (text, outcome) = match seq.out.update(decoded) {
+            Piece::Stopped(text) => (text, Drawn::Finished(Finish::Stop)),
+            Piece::Text(mut text) => {
+                let full = seq.generated.len() >= seq.job.max_tokens || seq.fed >= context_limit;
+                if full {
+                    text.push_str(&seq.out.flush());
+                    (text, Drawn::Finished(Finish::Length))
+                } else {
+                    seq.tokens.push(token);
+                    (text, Drawn::Continue)
+                }
+            }
+        };
+        let sent = seq.job.events.send(Event::Token(TokenOut {
+            token,
+            text,
+            logprobs,
+        }));
+        if sent.is_err() {
+            return Drawn::Gone;
+        }
+        outcome
+    }
+
+    /// Ends a sequence with an answer. Its cache goes to its session, if it has one, before
+    /// the answer is sent, so that the session's next turn finds it.
+    fn finish(&mut self, mut seq: Seq<B::Cache>, finish: Finish) {
+        let cache = seq.cache.take();
+        match (seq.job.session.as_ref(), cache) {
+            (Some(id), Some(cache)) if self.sessions.exists(id) => {
+                let blocks = blocks_for(seq.fed).min(seq.blocks);
+                self.pool.give_back(seq.blocks - blocks);
+                seq.tokens.truncate(seq.fed);
+                self.sessions.set_cache(id, seq.fed, blocks);
+                self.next_order += 1;
+                let idle = Idle {
+                    cache,
+                    tokens: std::mem::take(&mut seq.tokens),
+                    blocks,
+                    last_used: self.next_order,
+                };
+                if let Some(old) = self.idle.insert(id.clone(), idle) {
+                    self.pool.give_back(old.blocks);
+                }
+            }
+            _ => self.pool.give_back(seq.blocks),
+        }
+        let _ = seq.job.events.send(Event::Done(Done {
+            finish,
+            prompt_tokens: seq.prompt_len,
+            cached_tokens: seq.cached_tokens,
+            completion_tokens: seq.generated.len(),
+            text: seq.out.text().to_owned(),
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests;
