@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 if command -v ptxas >/dev/null 2>&1; then command -v ptxas; exit 0; fi
 found="$(find .tools -name ptxas -type f 2>/dev/null | head -1 || true)"
 if [ -z "$found" ]; then
-    python3 -m pip install -q --disable-pip-version-check --target .tools/nvcc "nvidia-cuda-nvcc==13.0.88" >&2
+    python3 -m pip install -q --disable-pip-version-check --no-deps --target .tools/nvcc "nvidia-cuda-nvcc==13.0.88" >&2
     found="$(find .tools -name ptxas -type f | head -1)"
 fi
 if [ -z "$found" ]; then echo "ptxas not found in the nvidia-cuda-nvcc wheel" >&2; exit 1; fi

@@ -3,7 +3,7 @@
 //! instructions, bit reinterpretation, loops, negative indices).
 //!
 //! `QUENCH_DEVICE_CASES=DIR cargo test -p quench-ptx --test device_cases -- --ignored`
-//! writes the cases to DIR; `python3 crates/ptx/device/run_cases.py DIR` runs them on
+//! writes the cases to DIR; `python3 scripts/device/ptx_cases.py DIR` runs them on
 //! the GPU (it needs only the driver's libcuda) and compares every element.
 
 mod common;
