@@ -2,6 +2,7 @@
 
 use half::bf16;
 use quench_ir::Scalar;
+use quench_models::GgmlType;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -79,4 +80,49 @@ pub fn decode(elem: Scalar, b: &[u8]) -> Option<Vec<f64>> {
             })
             .collect(),
     )
+}
+
+/// A value uniform in `0..n` (`n > 0`).
+pub fn below(rng: &mut ChaCha8Rng, n: u32) -> u32 {
+    rng.gen_range(0..n)
+}
+
+pub fn f16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes()).collect()
+}
+
+/// Where each ggml block type keeps its f16 scale fields (`d`, and `m`/`dmin`).
+fn scale_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q8_0 | GgmlType::Q4_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// `rows` rows of `cols` random elements of `ty`, back to back. Float types hold values
+/// with magnitude in `[lo, hi]`; block types hold random bytes (every quant and packed
+/// scale pattern) with their f16 scale fields set to magnitudes in `[lo, hi]`, random
+/// signs. Types other than F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K give random
+/// bytes throughout.
+pub fn ggml_rows(rng: &mut ChaCha8Rng, ty: GgmlType, rows: usize, cols: usize, lo: f32, hi: f32) -> Vec<u8> {
+    let n = rows * cols;
+    match ty {
+        GgmlType::F32 => f32_bytes(&signed(rng, n, lo, hi)),
+        GgmlType::BF16 => bf16_bytes(&to_bf16(&signed(rng, n, lo, hi))),
+        GgmlType::F16 => f16_bytes(&signed(rng, n, lo, hi)),
+        _ => {
+            let block = ty.type_size() as usize;
+            let blocks = n / ty.block_size() as usize;
+            let mut out: Vec<u8> = (0..blocks * block).map(|_| rng.gen()).collect();
+            for b in out.chunks_exact_mut(block) {
+                for &at in scale_fields(ty) {
+                    let v = signed(rng, 1, lo, hi)[0];
+                    b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+                }
+            }
+            out
+        }
+    }
 }

@@ -5,6 +5,7 @@ use quench_ir::{Function, Scalar};
 
 use crate::add::{self, AddParams};
 use crate::case::KernelCase;
+use crate::embed::{self, EmbedParams, TableFormat};
 use crate::error::KernelError;
 use crate::gemm::{self, GemmParams};
 use crate::gemv::{self, GemvParams};
@@ -15,14 +16,26 @@ use crate::rmsnorm::{self, RmsNormParams};
 use crate::silu_mul::{self, SiluMulParams};
 use crate::softmax::{self, SoftmaxParams};
 
+/// Which builder a library entry calls, with the variant it builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Add(Scalar),
+    SiluMul,
+    Reduce(Combine),
+    RmsNorm,
+    Softmax,
+    Gemv,
+    Gemm,
+    Embed(TableFormat),
+}
+
 /// One kernel of the library.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelSpec {
     pub name: &'static str,
     pub description: &'static str,
     pub params: &'static [ParamInfo],
-    build: fn(&Params) -> Result<Function, KernelError>,
-    case: fn(&Params, u64) -> Result<KernelCase, KernelError>,
+    family: Family,
 }
 
 impl KernelSpec {
@@ -37,83 +50,124 @@ impl KernelSpec {
 
     /// The kernel's IR for these parameters (verified).
     pub fn build(&self, p: &Params) -> Result<Function, KernelError> {
-        (self.build)(p)
+        let r = Reader::new(self.name, self.params, p)?;
+        match self.family {
+            Family::Add(elem) => add::build(&AddParams { elem, threads: threads(&r)? }),
+            Family::SiluMul => silu_mul::build(&SiluMulParams { threads: threads(&r)? }),
+            Family::Reduce(op) => reduce::build(&reduce_params(op, &r)?),
+            Family::RmsNorm => rmsnorm::build(&rmsnorm_params(&r)?),
+            Family::Softmax => softmax::build(&softmax_params(&r)?),
+            Family::Gemv => gemv::build(&gemv_params(&r)?),
+            Family::Gemm => gemm::build(&gemm_params(&r)?),
+            Family::Embed(f) => embed::build(&embed_params(f, &r)?),
+        }
     }
 
     /// A case with fresh inputs drawn from `seed` and the reference outputs.
     pub fn make_case(&self, p: &Params, seed: u64) -> Result<KernelCase, KernelError> {
-        (self.case)(p, seed)
+        let r = Reader::new(self.name, self.params, p)?;
+        match self.family {
+            Family::Add(elem) => add::case(&AddParams { elem, threads: threads(&r)? }, n_of(&r)?, seed),
+            Family::SiluMul => silu_mul::case(&SiluMulParams { threads: threads(&r)? }, n_of(&r)?, seed),
+            Family::Reduce(op) => reduce::case(&reduce_params(op, &r)?, rows_of(&r)?, seed),
+            Family::RmsNorm => rmsnorm::case(&rmsnorm_params(&r)?, rows_of(&r)?, seed),
+            Family::Softmax => softmax::case(&softmax_params(&r)?, rows_of(&r)?, seed),
+            Family::Gemv => gemv::case(&gemv_params(&r)?, seed),
+            Family::Gemm => gemm::case(&gemm_params(&r)?, seed),
+            Family::Embed(f) => {
+                let tokens = r.get("tokens", 1, MAX_ROWS)?;
+                let vocab = r.get("vocab", 1, MAX_ROWS)?;
+                embed::case(&embed_params(f, &r)?, tokens, vocab, seed)
+            }
+        }
     }
+}
+
+const fn spec(
+    name: &'static str,
+    description: &'static str,
+    params: &'static [ParamInfo],
+    family: Family,
+) -> KernelSpec {
+    KernelSpec { name, description, params, family }
 }
 
 /// Every kernel of the library, in a fixed order.
 pub fn library() -> Vec<KernelSpec> {
-    vec![
-        KernelSpec {
-            name: "add_f32",
-            description: "elementwise y = a + b, f32, 16-byte vector accesses",
-            params: ELEMENTWISE,
-            build: |p| add::build(&add_params(Scalar::F32, p)?),
-            case: |p, seed| add::case(&add_params(Scalar::F32, p)?, n_of("add_f32", p)?, seed),
-        },
-        KernelSpec {
-            name: "add_bf16",
-            description: "elementwise y = a + b, bf16 (added in f32, rounded once), 16-byte vector accesses",
-            params: ELEMENTWISE,
-            build: |p| add::build(&add_params(Scalar::BF16, p)?),
-            case: |p, seed| add::case(&add_params(Scalar::BF16, p)?, n_of("add_bf16", p)?, seed),
-        },
-        KernelSpec {
-            name: silu_mul::NAME,
-            description: "y = silu(g)·u (SwiGLU gate), bf16 in/out, f32 math with ex2.approx and div.approx",
-            params: ELEMENTWISE,
-            build: |p| silu_mul::build(&silu_params(p)?),
-            case: |p, seed| silu_mul::case(&silu_params(p)?, n_of(silu_mul::NAME, p)?, seed),
-        },
-        KernelSpec {
-            name: "reduce_sum_f32",
-            description: "row sums of a [rows, cols] f32 matrix, one block per row, fixed summation order",
-            params: ROWS,
-            build: |p| reduce::build(&reduce_params(Combine::Sum, p)?),
-            case: |p, seed| reduce::case(&reduce_params(Combine::Sum, p)?, rows_of("reduce_sum_f32", p)?, seed),
-        },
-        KernelSpec {
-            name: "reduce_max_f32",
-            description: "row maxima of a [rows, cols] f32 matrix, one block per row",
-            params: ROWS,
-            build: |p| reduce::build(&reduce_params(Combine::Max, p)?),
-            case: |p, seed| reduce::case(&reduce_params(Combine::Max, p)?, rows_of("reduce_max_f32", p)?, seed),
-        },
-        KernelSpec {
-            name: rmsnorm::NAME,
-            description: "RMS normalization of [rows, cols] bf16 by a bf16 weight, f32 math with IEEE sqrt and reciprocal",
-            params: ROWS,
-            build: |p| rmsnorm::build(&rmsnorm_params(p)?),
-            case: |p, seed| rmsnorm::case(&rmsnorm_params(p)?, rows_of(rmsnorm::NAME, p)?, seed),
-        },
-        KernelSpec {
-            name: softmax::NAME,
-            description: "row softmax of a [rows, cols] f32 matrix, max-subtracted, ex2.approx",
-            params: ROWS,
-            build: |p| softmax::build(&softmax_params(p)?),
-            case: |p, seed| softmax::case(&softmax_params(p)?, rows_of(softmax::NAME, p)?, seed),
-        },
-        KernelSpec {
-            name: gemv::NAME,
-            description: "y = W·x with W [rows, cols] bf16 row-major, x bf16, y f32; one warp per row, 16-byte .nc loads",
-            params: GEMV,
-            build: |p| gemv::build(&gemv_params(p)?),
-            case: |p, seed| gemv::case(&gemv_params(p)?, seed),
-        },
-        KernelSpec {
-            name: gemm::NAME,
-            description: "C = A·B on tensor cores: A [m, k] bf16, B as [n, k] bf16, C [m, n] f32; \
-                          mma.sync m16n8k16, ldmatrix, cp.async double buffering",
-            params: GEMM,
-            build: |p| gemm::build(&gemm_params(p)?),
-            case: |p, seed| gemm::case(&gemm_params(p)?, seed),
-        },
-    ]
+    let mut all = vec![
+        spec("add_f32", "elementwise y = a + b, f32, 16-byte vector accesses", ELEMENTWISE, Family::Add(Scalar::F32)),
+        spec(
+            "add_bf16",
+            "elementwise y = a + b, bf16 (added in f32, rounded once), 16-byte vector accesses",
+            ELEMENTWISE,
+            Family::Add(Scalar::BF16),
+        ),
+        spec(
+            silu_mul::NAME,
+            "y = silu(g)·u (SwiGLU gate), bf16 in/out, f32 math with ex2.approx and div.approx",
+            ELEMENTWISE,
+            Family::SiluMul,
+        ),
+        spec(
+            "reduce_sum_f32",
+            "row sums of a [rows, cols] f32 matrix, one block per row, fixed summation order",
+            ROWS,
+            Family::Reduce(Combine::Sum),
+        ),
+        spec(
+            "reduce_max_f32",
+            "row maxima of a [rows, cols] f32 matrix, one block per row",
+            ROWS,
+            Family::Reduce(Combine::Max),
+        ),
+        spec(
+            rmsnorm::NAME,
+            "RMS normalization of [rows, cols] bf16 by a bf16 weight, f32 math with IEEE sqrt and reciprocal",
+            ROWS,
+            Family::RmsNorm,
+        ),
+        spec(
+            softmax::NAME,
+            "row softmax of a [rows, cols] f32 matrix, max-subtracted, ex2.approx",
+            ROWS,
+            Family::Softmax,
+        ),
+        spec(
+            gemv::NAME,
+            "y = W·x with W [rows, cols] bf16 row-major, x bf16, y f32; one warp per row, 16-byte .nc loads",
+            GEMV,
+            Family::Gemv,
+        ),
+        spec(
+            gemm::NAME,
+            "C = A·B on tensor cores: A [m, k] bf16, B as [n, k] bf16, C [m, n] f32; \
+             mma.sync m16n8k16, ldmatrix, cp.async double buffering",
+            GEMM,
+            Family::Gemm,
+        ),
+    ];
+    for f in TableFormat::ALL {
+        all.push(spec(f.kernel_name(), embed_description(f), EMBED, Family::Embed(f)));
+    }
+    all
+}
+
+fn embed_description(f: TableFormat) -> &'static str {
+    match f {
+        TableFormat::F32 => "embedding gather: u32 ids -> rows of an f32 table, f32 out (NaN rows for ids >= vocab)",
+        TableFormat::BF16 => {
+            "embedding gather: u32 ids -> rows of a bf16 table widened to f32 (NaN rows for ids >= vocab)"
+        }
+        TableFormat::F16 => {
+            "embedding gather: u32 ids -> rows of an f16 table widened to f32 (NaN rows for ids >= vocab)"
+        }
+        TableFormat::Q8_0 => {
+            "embedding gather: u32 ids -> rows of a Q8_0 table dequantized to f32 (NaN rows for ids >= vocab)"
+        }
+        TableFormat::Q4_1 => {
+            "embedding gather: u32 ids -> rows of a Q4_1 table dequantized to f32 (NaN rows for ids >= vocab)"
+        }
+    }
 }
 
 /// The kernel named `name`.
@@ -151,47 +205,42 @@ const GEMM: &[ParamInfo] = &[
     ParamInfo { name: "bn", default: 128, doc: "block tile columns: 64 or 128" },
 ];
 
+const EMBED: &[ParamInfo] = &[
+    ParamInfo { name: "tokens", default: 64, doc: "token ids gathered (the grid; the case size)" },
+    ParamInfo { name: "vocab", default: 32768, doc: "table rows (a launch argument; the case size)" },
+    ParamInfo {
+        name: "dim",
+        default: 4096,
+        doc: "row length, fixed in the kernel: a multiple of 8 (of 32 when quantized)",
+    },
+    ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per token)" },
+];
+
 fn threads(r: &Reader) -> Result<u32, KernelError> {
     r.get("threads", 32, 1024)
 }
 
-fn add_params(elem: Scalar, p: &Params) -> Result<AddParams, KernelError> {
-    let name = if elem == Scalar::F32 { "add_f32" } else { "add_bf16" };
-    let r = Reader::new(name, ELEMENTWISE, p)?;
-    Ok(AddParams { elem, threads: threads(&r)? })
+fn n_of(r: &Reader) -> Result<u32, KernelError> {
+    r.get("n", 1, MAX_N)
 }
 
-fn silu_params(p: &Params) -> Result<SiluMulParams, KernelError> {
-    let r = Reader::new(silu_mul::NAME, ELEMENTWISE, p)?;
-    Ok(SiluMulParams { threads: threads(&r)? })
+fn rows_of(r: &Reader) -> Result<u32, KernelError> {
+    r.get("rows", 1, MAX_ROWS)
 }
 
-fn n_of(name: &str, p: &Params) -> Result<u32, KernelError> {
-    Reader::new(name, ELEMENTWISE, p)?.get("n", 1, MAX_N)
+fn reduce_params(op: Combine, r: &Reader) -> Result<ReduceParams, KernelError> {
+    Ok(ReduceParams { op, cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
 }
 
-fn rows_of(name: &str, p: &Params) -> Result<u32, KernelError> {
-    Reader::new(name, ROWS, p)?.get("rows", 1, MAX_ROWS)
+fn rmsnorm_params(r: &Reader) -> Result<RmsNormParams, KernelError> {
+    Ok(RmsNormParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
 }
 
-fn reduce_params(op: Combine, p: &Params) -> Result<ReduceParams, KernelError> {
-    let name = ReduceParams { op, cols: 0, threads: 0 }.name();
-    let r = Reader::new(name, ROWS, p)?;
-    Ok(ReduceParams { op, cols: r.get("cols", 1, MAX_COLS)?, threads: threads(&r)? })
+fn softmax_params(r: &Reader) -> Result<SoftmaxParams, KernelError> {
+    Ok(SoftmaxParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
 }
 
-fn rmsnorm_params(p: &Params) -> Result<RmsNormParams, KernelError> {
-    let r = Reader::new(rmsnorm::NAME, ROWS, p)?;
-    Ok(RmsNormParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(&r)? })
-}
-
-fn softmax_params(p: &Params) -> Result<SoftmaxParams, KernelError> {
-    let r = Reader::new(softmax::NAME, ROWS, p)?;
-    Ok(SoftmaxParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(&r)? })
-}
-
-fn gemv_params(p: &Params) -> Result<GemvParams, KernelError> {
-    let r = Reader::new(gemv::NAME, GEMV, p)?;
+fn gemv_params(r: &Reader) -> Result<GemvParams, KernelError> {
     Ok(GemvParams {
         rows: r.get("rows", 1, MAX_ROWS)?,
         cols: r.get("cols", 1, MAX_COLS)?,
@@ -200,8 +249,7 @@ fn gemv_params(p: &Params) -> Result<GemvParams, KernelError> {
     })
 }
 
-fn gemm_params(p: &Params) -> Result<GemmParams, KernelError> {
-    let r = Reader::new(gemm::NAME, GEMM, p)?;
+fn gemm_params(r: &Reader) -> Result<GemmParams, KernelError> {
     Ok(GemmParams {
         m: r.get("m", 1, 1 << 20)?,
         n: r.get("n", 1, 1 << 20)?,
@@ -209,4 +257,8 @@ fn gemm_params(p: &Params) -> Result<GemmParams, KernelError> {
         bm: r.get("bm", 64, 128)?,
         bn: r.get("bn", 64, 128)?,
     })
+}
+
+fn embed_params(format: TableFormat, r: &Reader) -> Result<EmbedParams, KernelError> {
+    Ok(EmbedParams { format, dim: r.get("dim", 1, MAX_COLS)?, threads: threads(r)? })
 }

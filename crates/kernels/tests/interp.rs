@@ -103,6 +103,23 @@ fn gemm_bf16_small_tile() {
     check(&case("gemm_bf16", "m=64 n=128 k=64 bm=64 bn=64"));
 }
 
+#[test]
+fn embed_float_tables() {
+    // 40 groups over 32 threads: one full walk step and a guarded one.
+    for name in ["embed_f32", "embed_bf16", "embed_f16"] {
+        check(&case(name, "tokens=5 vocab=37 dim=320 threads=32"));
+    }
+}
+
+#[test]
+fn embed_quantized_tables() {
+    // 18 blocks per row (SmolLM2's 576) over 32 threads: a partial step only.
+    check(&case("embed_q8_0", "tokens=4 vocab=29 dim=576 threads=32"));
+    // 9 blocks over 32 threads and 40 over 32 (a full step and a guarded one).
+    check(&case("embed_q4_1", "tokens=3 vocab=11 dim=288 threads=32"));
+    check(&case("embed_q4_1", "tokens=2 vocab=5 dim=1280 threads=32"));
+}
+
 /// The harness itself must be able to fail: a launch that leaves outputs unwritten
 /// leaves poison, which the check catches.
 #[test]

@@ -17,7 +17,12 @@ fn names_are_unique_and_complete() {
             "rmsnorm_bf16",
             "softmax_f32",
             "gemv_bf16",
-            "gemm_bf16"
+            "gemm_bf16",
+            "embed_f32",
+            "embed_bf16",
+            "embed_f16",
+            "embed_q8_0",
+            "embed_q4_1",
         ]
     );
     for spec in library() {

@@ -1,0 +1,247 @@
+//! Embedding gather: `out[t] = table[ids[t]]`, widened or dequantized to f32 — the first
+//! step of a forward pass, turning token ids into the f32 residual stream.
+//!
+//! **Layout**: `ids` `[n]` u32; `table` `[vocab, dim]` row-major in one of
+//! [`TableFormat`] (GGUF block layout for the quantized ones, rows back to back); `out`
+//! `[n, dim]` f32. One block per token (grid = n); the row is cut into groups (8 elements
+//! for float tables, one 32-element block for quantized ones) walked by
+//! [`crate::rows::RowWalk`]. `dim` is fixed in the kernel: a multiple of 8 for float
+//! tables, of 32 for quantized ones.
+//!
+//! **Bad ids**: an id `≥ vocab` (a runtime argument) reads nothing and gives a row of
+//! NaN, so that a wrong token shows downstream instead of reading outside the table.
+//!
+//! **Arithmetic**: widening is exact, and dequantization is [`crate::ggml`]'s, which gives
+//! exactly [`quench_models::dequant`]'s values; the reference compares bit for bit.
+
+use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
+use quench_models::{dequant, GgmlType};
+use quench_rt::{Arg, Launch};
+
+use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
+use crate::data;
+use crate::error::KernelError;
+use crate::ggml::{self, Bytes};
+use crate::lanes::{emit_unpack_bf16x2, gptr, wide_mul, words};
+use crate::rows::{self, RowWalk};
+
+/// Element formats of an embedding table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableFormat {
+    F32,
+    BF16,
+    F16,
+    Q8_0,
+    Q4_1,
+}
+
+impl TableFormat {
+    pub const ALL: [TableFormat; 5] =
+        [TableFormat::F32, TableFormat::BF16, TableFormat::F16, TableFormat::Q8_0, TableFormat::Q4_1];
+
+    /// The kernel's library name (`embed_q8_0`).
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            TableFormat::F32 => "embed_f32",
+            TableFormat::BF16 => "embed_bf16",
+            TableFormat::F16 => "embed_f16",
+            TableFormat::Q8_0 => "embed_q8_0",
+            TableFormat::Q4_1 => "embed_q4_1",
+        }
+    }
+
+    pub fn ggml(self) -> GgmlType {
+        match self {
+            TableFormat::F32 => GgmlType::F32,
+            TableFormat::BF16 => GgmlType::BF16,
+            TableFormat::F16 => GgmlType::F16,
+            TableFormat::Q8_0 => GgmlType::Q8_0,
+            TableFormat::Q4_1 => GgmlType::Q4_1,
+        }
+    }
+
+    /// Elements per thread step: a 16-byte load of a float row, or one quant block.
+    fn group(self) -> u32 {
+        match self {
+            TableFormat::F32 | TableFormat::BF16 | TableFormat::F16 => 8,
+            TableFormat::Q8_0 | TableFormat::Q4_1 => 32,
+        }
+    }
+
+    fn row_bytes(self, dim: u32) -> u32 {
+        match self {
+            TableFormat::F32 => dim * 4,
+            TableFormat::BF16 | TableFormat::F16 => dim * 2,
+            TableFormat::Q8_0 => dim / 32 * 34,
+            TableFormat::Q4_1 => dim / 32 * 20,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbedParams {
+    pub format: TableFormat,
+    /// Row length (the model's hidden size).
+    pub dim: u32,
+    /// Threads per block: a multiple of 32, at most 1024.
+    pub threads: u32,
+}
+
+impl EmbedParams {
+    fn walk(&self) -> RowWalk {
+        RowWalk { groups: self.dim / self.format.group(), threads: self.threads }
+    }
+
+    /// One block per token.
+    pub fn launch(&self, tokens: u32) -> Launch {
+        Launch::linear(tokens, self.threads)
+    }
+}
+
+/// `embed_<format>(ids, table, out, vocab)`, launched with one block per token.
+pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
+    let name = p.format.kernel_name();
+    rows::check(name, p.dim, p.format.group(), p.threads)?;
+    let mut k = Builder::new(name, p.threads);
+    let ids = k.param("ids", gptr(Scalar::U32));
+    let table = k.param("table", gptr(Scalar::U8));
+    let out = k.param("out", gptr(Scalar::F32));
+    let vocab = k.param("vocab", Type::U32);
+    let t = k.ctaid_x();
+    let tid = k.tid_x();
+    let at = k.ptr_add(ids, t);
+    let id = k.load_with(Type::U32, at, CacheOp::Nc);
+    let valid = k.lt(id, vocab);
+    let zero = k.const_u32(0);
+    let row = k.select(valid, id, zero);
+    let start = wide_mul(&mut k, row, p.format.row_bytes(p.dim));
+    let trow = k.ptr_add(table, start);
+    let ostart = wide_mul(&mut k, t, p.dim);
+    let orow = k.ptr_add(out, ostart);
+    let nan = k.const_f32(f32::NAN);
+    let group = p.format.group();
+    let format = p.format;
+
+    p.walk().emit(&mut k, tid, &[], &|k, g, _| {
+        let values = emit_group(k, format, trow, g);
+        let values: Vec<Value> = values.into_iter().map(|v| k.select(valid, v, nan)).collect();
+        let first = k.mul_const(g, group);
+        let o = k.ptr_add(orow, first);
+        for (i, four) in values.chunks(4).enumerate() {
+            let v = k.pack(Type::Vec(Scalar::F32, 4), four);
+            let c = k.const_u32(4 * i as u32);
+            let at = k.ptr_add(o, c);
+            k.store(at, v);
+        }
+        vec![]
+    });
+    Ok(k.finish()?)
+}
+
+/// The f32 values of group `g` of the table row starting at byte pointer `trow`.
+fn emit_group(k: &mut Builder, format: TableFormat, trow: Value, g: Value) -> Vec<Value> {
+    let vec4 = Type::Vec(Scalar::U32, 4);
+    match format {
+        TableFormat::F32 => {
+            let p = k.ptr_cast(Scalar::F32, trow);
+            let first = k.shl_const(g, 3);
+            let p = k.ptr_add(p, first);
+            let mut out = vec![];
+            for half in 0..2 {
+                let c = k.const_u32(4 * half);
+                let at = k.ptr_add(p, c);
+                let v = k.load_with(Type::Vec(Scalar::F32, 4), at, CacheOp::Nc);
+                out.extend((0..4).map(|i| k.extract(v, i)));
+            }
+            out
+        }
+        TableFormat::BF16 | TableFormat::F16 => {
+            let w = words(k, trow);
+            let first = k.shl_const(g, 2);
+            let at = k.ptr_add(w, first);
+            let v = k.load_with(vec4, at, CacheOp::Nc);
+            let mut out = vec![];
+            for i in 0..4 {
+                let word = k.extract(v, i);
+                if format == TableFormat::BF16 {
+                    out.extend(emit_unpack_bf16x2(k, word));
+                } else {
+                    out.extend(emit_unpack_f16x2(k, word));
+                }
+            }
+            out
+        }
+        TableFormat::Q8_0 | TableFormat::Q4_1 => {
+            let (bytes, width) = if format == TableFormat::Q8_0 { (34, 2) } else { (20, 4) };
+            let off = k.mul_const(g, bytes);
+            let at = k.ptr_add(trow, off);
+            let b = Bytes::load(k, at, bytes, width);
+            if format == TableFormat::Q8_0 {
+                ggml::q8_0_block(k, &b, 0)
+            } else {
+                ggml::q4_1_block(k, &b, 0)
+            }
+        }
+    }
+}
+
+/// The two f16 halves of a 32-bit word (low half first), widened to f32 (exact).
+pub fn emit_unpack_f16x2(k: &mut Builder, word: Value) -> [Value; 2] {
+    let pair = k.bitcast(Type::Scalar(Scalar::F16x2), word);
+    [0, 1].map(|i| {
+        let h = k.extract(pair, i);
+        k.cvt(Scalar::F32, h)
+    })
+}
+
+/// The rows of `table` named by `ids`, dequantized; a row of NaN for an id `≥ vocab`.
+pub fn reference(p: &EmbedParams, table: &[u8], vocab: u32, ids: &[u32]) -> Result<Vec<f32>, KernelError> {
+    let rb = p.format.row_bytes(p.dim) as usize;
+    let mut out = Vec::with_capacity(ids.len() * p.dim as usize);
+    for &id in ids {
+        if id >= vocab {
+            out.extend(std::iter::repeat_n(f32::NAN, p.dim as usize));
+            continue;
+        }
+        let row = &table[id as usize * rb..(id as usize + 1) * rb];
+        let values = dequant::dequantize(p.format.ggml(), row, p.dim as usize)
+            .map_err(|e| KernelError::unsupported(p.format.kernel_name(), e.to_string()))?;
+        out.extend(values);
+    }
+    Ok(out)
+}
+
+/// A case of `tokens` ids into a table of `vocab` random rows (floats in ±[2^-8, 4];
+/// quantized rows with every bit pattern of the quants and f16 scales in ±[2^-10, 2^-4]);
+/// the last id (of two or more) is `vocab`, out of range.
+pub fn case(p: &EmbedParams, tokens: u32, vocab: u32, seed: u64) -> Result<KernelCase, KernelError> {
+    let kernel = build(p)?;
+    let mut rng = data::rng(seed);
+    let (lo, hi) = match p.format {
+        TableFormat::Q8_0 | TableFormat::Q4_1 => (0.0009765625, 0.0625),
+        _ => (0.00390625, 4.0),
+    };
+    let table = data::ggml_rows(&mut rng, p.format.ggml(), vocab as usize, p.dim as usize, lo, hi);
+    let mut ids: Vec<u32> = (0..tokens).map(|_| data::below(&mut rng, vocab)).collect();
+    if tokens >= 2 {
+        ids[tokens as usize - 1] = vocab;
+    }
+    let want = reference(p, &table, vocab, &ids)?;
+    let n = tokens as usize * p.dim as usize;
+    Ok(KernelCase {
+        name: p.format.kernel_name().to_string(),
+        shape: format!("{tokens} of {vocab}x{}", p.dim),
+        kernel,
+        launch: p.launch(tokens),
+        buffers: vec![
+            Buffer::input("ids", ids.iter().flat_map(|i| i.to_le_bytes()).collect()),
+            Buffer::input("table", table),
+            Buffer::output("out", n * 4),
+        ],
+        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::U32(vocab))],
+        expected: vec![Expected { buffer: 2, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact }],
+        controls: vec![],
+        bytes_moved: tokens as u64 * (4 + p.format.row_bytes(p.dim) as u64 + 4 * p.dim as u64),
+        flops: 0,
+    })
+}
