@@ -37,6 +37,7 @@ fn compare_shape(name: &str) -> &'static str {
         n if n.starts_with("reduce_") || n.starts_with("rmsnorm") || n.starts_with("softmax") => "rows=64 cols=4096",
         n if n.starts_with("gemv") => "rows=256 cols=4096",
         n if n.starts_with("gemm") => "m=256 n=256 k=256",
+        n if n.starts_with("embed_") => "tokens=16 vocab=1024 dim=4096",
         _ => "",
     }
 }
