@@ -565,6 +565,7 @@ fn saturating_and_exact_conversions() {
     let f32b = |x: f32| x.to_bits() as u64;
     assert_eq!(one(run(Scalar::F32, Scalar::F64, false, false, f32b(0.1))), (0.1f32 as f64).to_bits());
     assert_eq!(one(run(Scalar::F16, Scalar::F32, false, false, 0x0001)), f32b(2f32.powi(-24)), "f16 subnormal widens exactly");
+    assert_eq!(one(run(Scalar::F64, Scalar::I32, false, true, f64::NAN.to_bits())), 0x8000_0000, "NaN from f64");
     for (x, want) in [(1.5f32, 1.0f32), (-0.25, 0.0), (0.25, 0.25), (f32::NAN, 0.0), (-0.0, 0.0), (f32::INFINITY, 1.0)] {
         assert_eq!(one(run(Scalar::F32, Scalar::F32, true, false, f32b(x))), f32b(want), "cvt.sat.f32.f32 {x}");
     }

@@ -354,9 +354,10 @@ pub(crate) fn cmp(op: CmpOp, s: Scalar, a: u64, b: u64) -> Result<bool, ArithErr
 // ---- conversion ---------------------------------------------------------------------------------
 
 /// `cvt`. Float→int rounds to an integer in direction `rnd` and always saturates to the
-/// destination range; NaN gives 0, or only the top bit set from f64 or to 64 bits (PTX). Int→int truncates or extends by the source's
-/// signedness, or clamps with `sat`. Float→float with `sat` clamps to [0, 1], NaN
-/// giving +0.
+/// destination range; NaN gives 0, except from f64 or to a 64-bit integer, where it
+/// gives the pattern with only the top bit set (PTX ISA 9.0). Int→int truncates or
+/// extends by the source's signedness, or clamps with `sat`. Float→float with `sat`
+/// clamps to [0, 1], NaN giving +0.
 pub(crate) fn cvt(from: Scalar, to: Scalar, rnd: Option<Round>, sat: bool, a: u64) -> R {
     let need_rnd = || {
         rnd.ok_or_else(|| ArithError::Malformed(format!("cvt {from} to {to} needs a rounding mode")))

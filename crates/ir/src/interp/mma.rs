@@ -29,9 +29,8 @@ struct LayoutFile {
     format: String,
     #[serde(default)]
     status: Option<String>,
-    /// Device, driver and date of the measurement (informational).
+    /// Device, driver and date of the measurement.
     #[serde(default)]
-    #[allow(dead_code)]
     measured_on: Option<String>,
     #[serde(default)]
     mma: Option<BTreeMap<String, MmaFile>>,
@@ -72,6 +71,7 @@ pub struct MmaTables {
 /// The validated layout tables.
 #[derive(Clone, Debug)]
 pub struct MmaLayout {
+    measured_on: Option<String>,
     mma: BTreeMap<String, MmaTables>,
     ldmatrix: BTreeMap<String, Vec<Slot>>,
 }
@@ -145,13 +145,18 @@ impl MmaLayout {
             let num = key[1..2].parse::<u32>().map_err(|_| bad(format!("bad ldmatrix entry `{key}`")))?;
             ldmatrix.insert(key.clone(), validate(&format!("ldmatrix.{key}"), &t, num, 2, 8 * num, 8)?);
         }
-        Ok(MmaLayout { mma, ldmatrix })
+        Ok(MmaLayout { measured_on: file.measured_on, mma, ldmatrix })
     }
 
     /// The table committed at `isa/sm90/mma_layout.json`, embedded at build time.
     pub fn measured() -> Result<&'static MmaLayout, InterpError> {
         static LOADED: OnceLock<Result<MmaLayout, InterpError>> = OnceLock::new();
         LOADED.get_or_init(|| MmaLayout::from_json(EMBEDDED)).as_ref().map_err(Clone::clone)
+    }
+
+    /// Device, driver and date of the measurement, as the file states them.
+    pub fn measured_on(&self) -> Option<&str> {
+        self.measured_on.as_deref()
     }
 
     /// The tables of `mma` with `shape` and A/B element type `elem`.
