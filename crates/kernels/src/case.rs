@@ -3,8 +3,9 @@
 //! CUDA executor) both run.
 //!
 //! [`run_case`] uploads the inputs, fills every output with a poison pattern (0xFF bytes:
-//! a NaN in every float format), launches, and reads the outputs back; [`compare`]
-//! checks every element of every expected output.
+//! a NaN in every float format) — except outputs updated in place, which start from their
+//! given contents — launches, and reads the outputs back; [`compare`] checks every
+//! element of every expected output.
 
 use quench_ir::{Function, Scalar};
 use quench_rt::{Arg, DevicePtr, Executor, Launch, RtError, StreamId};
@@ -21,17 +22,27 @@ pub struct Buffer {
     /// What is uploaded before the launch: the input data, or for an output the poison
     /// pattern (so that its length is the output's size).
     pub data: Vec<u8>,
-    /// Outputs are poisoned before the launch and read back after it.
+    /// Outputs are read back after the launch.
     pub output: bool,
+    /// Whether the buffer is filled with the poison pattern before each launch (plain
+    /// outputs) rather than with `data` (inputs, and outputs updated in place).
+    pub poisoned: bool,
 }
 
 impl Buffer {
     pub fn input(name: &str, data: Vec<u8>) -> Buffer {
-        Buffer { name: name.to_string(), data, output: false }
+        Buffer { name: name.to_string(), data, output: false, poisoned: false }
     }
 
     pub fn output(name: &str, bytes: usize) -> Buffer {
-        Buffer { name: name.to_string(), data: vec![POISON; bytes], output: true }
+        Buffer { name: name.to_string(), data: vec![POISON; bytes], output: true, poisoned: true }
+    }
+
+    /// A buffer the kernel reads and overwrites in place (a residual stream, a cache):
+    /// uploaded with `data`, read back after the launch. Its expected contents must differ
+    /// from `data` wherever the kernel writes, or the check could not see a missing write.
+    pub fn in_out(name: &str, data: Vec<u8>) -> Buffer {
+        Buffer { name: name.to_string(), data, output: true, poisoned: false }
     }
 }
 
@@ -151,13 +162,14 @@ fn rt(case: &KernelCase) -> impl Fn(RtError) -> CaseError + '_ {
     move |source| CaseError::Runtime { case: case.name.clone(), source: Box::new(source) }
 }
 
-/// Allocate every buffer and upload its contents (inputs as given, outputs poisoned).
+/// Allocate every buffer and upload its contents (inputs and in-place outputs as given,
+/// other outputs poisoned).
 fn upload(exec: &mut dyn Executor, case: &KernelCase, alloc: &mut Allocated) -> Result<(), CaseError> {
     for b in &case.buffers {
         // A zero-sized buffer still gets an address; executors refuse empty allocations.
         let p = exec.alloc(b.data.len().max(1) as u64).map_err(rt(case))?;
         alloc.ptrs.push(p);
-        if b.output {
+        if b.poisoned {
             exec.copy_to_device(p, &vec![POISON; b.data.len()]).map_err(rt(case))?;
         } else if !b.data.is_empty() {
             exec.copy_to_device(p, &b.data).map_err(rt(case))?;

@@ -22,6 +22,7 @@ pub mod gemv;
 pub mod ggml;
 pub mod lanes;
 mod library;
+pub mod norm_residual;
 mod par;
 pub mod params;
 pub mod reduce;

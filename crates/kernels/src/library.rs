@@ -10,6 +10,7 @@ use crate::error::KernelError;
 use crate::gemm::{self, GemmParams};
 use crate::gemv::{self, GemvParams};
 use crate::lanes::Combine;
+use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
 use crate::params::{self, ParamInfo, Params, Reader};
 use crate::reduce::{self, ReduceParams};
 use crate::rmsnorm::{self, RmsNormParams};
@@ -27,6 +28,7 @@ enum Family {
     Gemv,
     Gemm,
     Embed(TableFormat),
+    NormResidual(Norm, OutType),
 }
 
 /// One kernel of the library.
@@ -60,6 +62,7 @@ impl KernelSpec {
             Family::Gemv => gemv::build(&gemv_params(&r)?),
             Family::Gemm => gemm::build(&gemm_params(&r)?),
             Family::Embed(f) => embed::build(&embed_params(f, &r)?),
+            Family::NormResidual(n, o) => norm_residual::build(&norm_residual_params(n, o, &r)?),
         }
     }
 
@@ -79,6 +82,7 @@ impl KernelSpec {
                 let vocab = r.get("vocab", 1, MAX_ROWS)?;
                 embed::case(&embed_params(f, &r)?, tokens, vocab, seed)
             }
+            Family::NormResidual(n, o) => norm_residual::case(&norm_residual_params(n, o, &r)?, rows_of(&r)?, seed),
         }
     }
 }
@@ -148,6 +152,29 @@ pub fn library() -> Vec<KernelSpec> {
     ];
     for f in TableFormat::ALL {
         all.push(spec(f.kernel_name(), embed_description(f), EMBED, Family::Embed(f)));
+    }
+    for (norm, out) in [
+        (Norm::Rms, OutType::BF16),
+        (Norm::Rms, OutType::F32),
+        (Norm::Layer, OutType::BF16),
+        (Norm::Layer, OutType::F32),
+    ] {
+        let p = NormResidualParams { norm, out, cols: 0, threads: 0 };
+        let description = match (norm, out) {
+            (Norm::Rms, OutType::BF16) => {
+                "h = x + residual (f32, written back), y = RMSNorm(h)·w (f32 weight) -> bf16; IEEE ops, fixed order"
+            }
+            (Norm::Rms, OutType::F32) => {
+                "h = x + residual (f32, written back), y = RMSNorm(h)·w (f32 weight) -> f32; IEEE ops, fixed order"
+            }
+            (Norm::Layer, OutType::BF16) => {
+                "h = x + residual (f32, written back), y = LayerNorm(h)·w + b (f32) -> bf16; IEEE ops, two-pass variance"
+            }
+            (Norm::Layer, OutType::F32) => {
+                "h = x + residual (f32, written back), y = LayerNorm(h)·w + b (f32) -> f32; IEEE ops, two-pass variance"
+            }
+        };
+        all.push(spec(p.name(), description, ROWS, Family::NormResidual(norm, out)));
     }
     all
 }
@@ -261,4 +288,8 @@ fn gemm_params(r: &Reader) -> Result<GemmParams, KernelError> {
 
 fn embed_params(format: TableFormat, r: &Reader) -> Result<EmbedParams, KernelError> {
     Ok(EmbedParams { format, dim: r.get("dim", 1, MAX_COLS)?, threads: threads(r)? })
+}
+
+fn norm_residual_params(norm: Norm, out: OutType, r: &Reader) -> Result<NormResidualParams, KernelError> {
+    Ok(NormResidualParams { norm, out, cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
 }

@@ -120,6 +120,16 @@ fn embed_quantized_tables() {
     check(&case("embed_q4_1", "tokens=2 vocab=5 dim=1280 threads=32"));
 }
 
+#[test]
+fn norm_residual() {
+    // 146 groups over 64 threads: two full walk steps and a guarded one.
+    for name in ["rmsnorm_residual_bf16", "rmsnorm_residual_f32", "layernorm_residual_bf16", "layernorm_residual_f32"] {
+        check(&case(name, "rows=3 cols=584 threads=64"));
+    }
+    // One warp (no shared-memory stage), SmolLM2's width.
+    check(&case("rmsnorm_residual_bf16", "rows=2 cols=576 threads=32"));
+}
+
 /// The harness itself must be able to fail: a launch that leaves outputs unwritten
 /// leaves poison, which the check catches.
 #[test]
@@ -131,4 +141,19 @@ fn unwritten_output_fails() {
     assert!(!r.passed && r.mismatches == 1, "{r}");
     assert_eq!(r.first_mismatches[0].index, 3);
     assert!(r.first_mismatches[0].got.is_nan());
+}
+
+/// An output updated in place starts from its input contents, not poison: a row the
+/// launch skips keeps the old residual, which the check must catch.
+#[test]
+fn unwritten_in_place_output_fails() {
+    let mut c = case("rmsnorm_residual_f32", "rows=3 cols=64 threads=32");
+    c.launch.grid[0] = 2;
+    let out = run_case(&mut InterpExecutor::new(), &c).unwrap_or_else(|e| panic!("{e}"));
+    let reports = compare(&c, &out).expect("comparable");
+    let residual = &reports[0];
+    assert_eq!(residual.buffer, "residual");
+    assert!(!residual.passed && residual.mismatches == 64, "{residual}");
+    assert_eq!(residual.first_mismatches[0].index, 128);
+    assert!(!residual.first_mismatches[0].got.is_nan());
 }
