@@ -320,6 +320,26 @@ impl CausalModel {
     }
 }
 
+impl std::fmt::Debug for CausalModel {
+    /// A summary: the weights are large.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CausalModel")
+            .field("path", &self.info.path)
+            .field("arch", &self.info.config.arch)
+            .field("eos_ids", &self.eos_ids)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("tokens", &self.tokens.len())
+            .field("context_limit", &self.context_limit())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Timings and (optionally) logits collected while generating.
 #[derive(Default)]
 struct Trace {

@@ -157,3 +157,14 @@ impl EmbeddingModel {
         Ok(pooled.into_iter().map(|p| p as f32).collect())
     }
 }
+
+impl std::fmt::Debug for EmbeddingModel {
+    /// A summary: the weights are large.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddingModel")
+            .field("path", &self.info.path)
+            .field("pooling", &self.pooling)
+            .field("normalize", &self.normalize)
+            .finish_non_exhaustive()
+    }
+}

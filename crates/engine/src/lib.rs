@@ -33,6 +33,7 @@ mod error;
 mod info;
 mod load;
 mod options;
+pub mod synth;
 mod text;
 
 pub use causal::{CausalModel, GenerateOptions, Generation, Prompt, Session};
@@ -45,6 +46,7 @@ pub use quench_cpu::{Arch, FinishReason, ModelConfig, SamplingParams};
 pub use quench_text::Message;
 
 /// A loaded model: one that generates text or one that embeds it.
+#[derive(Debug)]
 pub enum Model {
     Causal(CausalModel),
     Embedding(EmbeddingModel),
