@@ -127,7 +127,9 @@ impl GlobalMemory {
             Some((base, data)) => {
                 let size = data.len() as u64;
                 let off = addr - base;
-                if off < size {
+                if off.saturating_add(len) <= size {
+                    format!("{off} bytes into the {size}-byte allocation at {base:#x}")
+                } else if off < size {
                     let over = off.saturating_add(len) - size;
                     format!("runs {over} bytes past the end of the {size}-byte allocation at {base:#x}")
                 } else {
@@ -145,8 +147,9 @@ impl GlobalMemory {
 /// block, so that reading what was never written stands out.
 pub(crate) struct SharedMem {
     pub bytes: Vec<u8>,
-    /// Name and byte range of each declaration. A zero-length declaration names the
-    /// dynamic shared memory: its range reaches to the end of the window.
+    /// Name and byte range of each declaration. The dynamic part is reached through
+    /// the last declaration, so its range extends to the end of the window (as does a
+    /// zero-length declaration's).
     arrays: Vec<(String, u64, u64)>,
 }
 
@@ -155,12 +158,14 @@ pub(crate) const SHARED_POISON: u8 = 0xff;
 impl SharedMem {
     pub fn new(f: &Function, dynamic: u64) -> SharedMem {
         let total = f.shared_bytes() + dynamic;
+        let last = f.shared.len().saturating_sub(1);
         let arrays = f
             .shared
             .iter()
             .zip(f.shared_offsets())
-            .map(|(d, start)| {
-                let end = if d.len == 0 { total } else { start + d.bytes() };
+            .enumerate()
+            .map(|(i, (d, start))| {
+                let end = if d.len == 0 || i == last { total } else { start + d.bytes() };
                 (d.name.clone(), start, end)
             })
             .collect();

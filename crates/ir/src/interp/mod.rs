@@ -15,9 +15,10 @@
 //!   warp's living lanes (under divergent control flow) is an error.
 //! - Shared memory holds the static declarations at [`Function::shared_offsets`], then
 //!   the dynamic part; shared pointers are offsets in that window. A pointer derived
-//!   from a declaration may only reach that declaration's bytes; a zero-length
-//!   declaration names the dynamic part and reaches to the end of the window. Shared
-//!   memory starts as 0xff bytes in every block. Local memory is not supported.
+//!   from a declaration may only reach that declaration's bytes, except that the last
+//!   declaration reaches on through the dynamic part to the end of the window (that is
+//!   how a kernel addresses dynamic shared memory). Shared memory starts as 0xff bytes
+//!   in every block. Local memory is not supported.
 //! - `%clock`, `%clock64` and `%globaltimer` read [`Device::clock_ns`], a virtual clock
 //!   advanced by 1 for every instruction any warp issues: deterministic and monotonic.
 //! - `cp.async` data moves when its group is waited for (see [`cp_async`](self)).
