@@ -27,6 +27,7 @@ mod par;
 pub mod params;
 pub mod reduce;
 pub mod rmsnorm;
+pub mod rope;
 pub mod rows;
 pub mod silu_mul;
 pub mod softmax;

@@ -14,6 +14,7 @@ use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
 use crate::params::{self, ParamInfo, Params, Reader};
 use crate::reduce::{self, ReduceParams};
 use crate::rmsnorm::{self, RmsNormParams};
+use crate::rope::{self, RopeParams, RopeStyle};
 use crate::silu_mul::{self, SiluMulParams};
 use crate::softmax::{self, SoftmaxParams};
 
@@ -29,6 +30,7 @@ enum Family {
     Gemm,
     Embed(TableFormat),
     NormResidual(Norm, OutType),
+    Rope(RopeStyle),
 }
 
 /// One kernel of the library.
@@ -63,6 +65,7 @@ impl KernelSpec {
             Family::Gemm => gemm::build(&gemm_params(&r)?),
             Family::Embed(f) => embed::build(&embed_params(f, &r)?),
             Family::NormResidual(n, o) => norm_residual::build(&norm_residual_params(n, o, &r)?),
+            Family::Rope(style) => rope::build(&rope_params(style, &r)?),
         }
     }
 
@@ -83,6 +86,11 @@ impl KernelSpec {
                 embed::case(&embed_params(f, &r)?, tokens, vocab, seed)
             }
             Family::NormResidual(n, o) => norm_residual::case(&norm_residual_params(n, o, &r)?, rows_of(&r)?, seed),
+            Family::Rope(style) => {
+                let tokens = r.get("tokens", 1, MAX_ROWS)?;
+                let n_pos = r.get("n_pos", 2, MAX_ROWS)?;
+                rope::case(&rope_params(style, &r)?, tokens, n_pos, seed)
+            }
         }
     }
 }
@@ -176,6 +184,18 @@ pub fn library() -> Vec<KernelSpec> {
         };
         all.push(spec(p.name(), description, ROWS, Family::NormResidual(norm, out)));
     }
+    all.push(spec(
+        RopeStyle::NeoX.kernel_name(),
+        "RoPE in place on q and k (f32), rotate-half pairs (i, i + d/2), per-token positions, cos/sin tables",
+        ROPE,
+        Family::Rope(RopeStyle::NeoX),
+    ));
+    all.push(spec(
+        RopeStyle::GptJ.kernel_name(),
+        "RoPE in place on q and k (f32), adjacent pairs (2i, 2i + 1), per-token positions, cos/sin tables",
+        ROPE,
+        Family::Rope(RopeStyle::GptJ),
+    ));
     all
 }
 
@@ -243,6 +263,15 @@ const EMBED: &[ParamInfo] = &[
     ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per token)" },
 ];
 
+const ROPE: &[ParamInfo] = &[
+    ParamInfo { name: "tokens", default: 64, doc: "tokens rotated (the grid; the case size)" },
+    ParamInfo { name: "n_pos", default: 8192, doc: "rows of the cos/sin tables (a launch argument; the case size)" },
+    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, even" },
+    ParamInfo { name: "n_heads", default: 32, doc: "query heads per token" },
+    ParamInfo { name: "n_kv_heads", default: 8, doc: "key heads per token" },
+    ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per token)" },
+];
+
 fn threads(r: &Reader) -> Result<u32, KernelError> {
     r.get("threads", 32, 1024)
 }
@@ -292,4 +321,14 @@ fn embed_params(format: TableFormat, r: &Reader) -> Result<EmbedParams, KernelEr
 
 fn norm_residual_params(norm: Norm, out: OutType, r: &Reader) -> Result<NormResidualParams, KernelError> {
     Ok(NormResidualParams { norm, out, cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+}
+
+fn rope_params(style: RopeStyle, r: &Reader) -> Result<RopeParams, KernelError> {
+    Ok(RopeParams {
+        style,
+        head_dim: r.get("head_dim", 2, 1024)?,
+        n_heads: r.get("n_heads", 1, 1024)?,
+        n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
+        threads: threads(r)?,
+    })
 }

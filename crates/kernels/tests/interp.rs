@@ -130,6 +130,16 @@ fn norm_residual() {
     check(&case("rmsnorm_residual_bf16", "rows=2 cols=576 threads=32"));
 }
 
+#[test]
+fn rope() {
+    // GQA: 4 query heads and 2 key heads of 64; 192 pairs over 64 threads.
+    for name in ["rope_neox_f32", "rope_gptj_f32"] {
+        check(&case(name, "tokens=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 threads=64"));
+    }
+    // 5 + 1 heads of 128: 384 pairs over 256 threads (a full walk step and a guarded one).
+    check(&case("rope_neox_f32", "tokens=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 threads=256"));
+}
+
 /// The harness itself must be able to fail: a launch that leaves outputs unwritten
 /// leaves poison, which the check catches.
 #[test]

@@ -27,6 +27,8 @@ fn names_are_unique_and_complete() {
             "rmsnorm_residual_f32",
             "layernorm_residual_bf16",
             "layernorm_residual_f32",
+            "rope_neox_f32",
+            "rope_gptj_f32",
         ]
     );
     for spec in library() {
