@@ -5,7 +5,7 @@ use quench_models::{GgufFile, HfCheckpoint, HfConfig, ModelError};
 use crate::config::{Arch, Llama3Scaling, ModelConfig, RopeStyle};
 use crate::error::{CpuError, Result};
 use crate::names::{DecoderLayerTensor, DecoderTensor, Naming};
-use crate::source::TensorSource;
+use crate::source::{RawTensor, TensorSource};
 
 fn tensor_error(name: &str, e: ModelError) -> CpuError {
     match e.kind() {
@@ -30,6 +30,15 @@ impl TensorSource for GgufFile {
 
     fn contains(&self, name: &str) -> bool {
         self.tensor_infos().iter().any(|t| t.name == name)
+    }
+
+    fn raw(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
+        let view = self.tensor(name).map_err(|e| tensor_error(name, e))?;
+        Ok(Some(RawTensor {
+            ggml_type: view.ggml_type,
+            dims: view.dims.iter().rev().map(|&d| d as usize).collect(),
+            bytes: view.bytes,
+        }))
     }
 }
 

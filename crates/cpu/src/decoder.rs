@@ -6,11 +6,12 @@ use crate::error::{CpuError, Result};
 use crate::kv_cache::KvCache;
 use crate::load;
 use crate::math::{rms_norm, silu};
-use crate::matrix::{linear, Matrix};
+use crate::matrix::Matrix;
 use crate::names::{DecoderLayerTensor as L, DecoderTensor, Naming};
 use crate::real::Real;
 use crate::rope::{rope_frequencies, RopeTable};
 use crate::source::TensorSource;
+use crate::weight::Weight;
 
 /// Which positions [`Decoder::forward`] returns logits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,26 +25,26 @@ pub enum Logits {
 /// A decoder model with its weights in memory as `T`.
 pub struct Decoder<T> {
     config: ModelConfig,
-    token_embedding: Matrix<T>,
+    token_embedding: Weight<T>,
     layers: Vec<Layer<T>>,
     output_norm: Vec<T>,
     /// `None` when tied to the token embedding.
-    output: Option<Matrix<T>>,
+    output: Option<Weight<T>>,
     rope_freqs: Vec<f64>,
 }
 
 struct Layer<T> {
     attn_norm: Vec<T>,
-    q: Matrix<T>,
-    k: Matrix<T>,
-    v: Matrix<T>,
+    q: Weight<T>,
+    k: Weight<T>,
+    v: Weight<T>,
     qkv_bias: Option<[Vec<T>; 3]>,
     qk_norm: Option<[Vec<T>; 2]>,
-    attn_output: Matrix<T>,
+    attn_output: Weight<T>,
     ffn_norm: Vec<T>,
-    gate: Matrix<T>,
-    up: Matrix<T>,
-    down: Matrix<T>,
+    gate: Weight<T>,
+    up: Weight<T>,
+    down: Weight<T>,
 }
 
 fn name(t: DecoderTensor, naming: Naming) -> String {
@@ -68,7 +69,7 @@ impl<T: Real> Decoder<T> {
         let c = &config;
         let (dim, hd) = (c.hidden, c.head_dim);
         let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
-        let token_embedding = load::matrix(
+        let token_embedding = load::weight(
             src,
             &name(DecoderTensor::TokenEmbedding, naming),
             c.vocab,
@@ -78,7 +79,7 @@ impl<T: Real> Decoder<T> {
         let output = if c.tied_embeddings {
             None
         } else {
-            Some(load::matrix(src, &output_name, c.vocab, dim)?)
+            Some(load::weight(src, &output_name, c.vocab, dim)?)
         };
         let rope_factors = match DecoderTensor::RopeFreqs.name(naming) {
             Some(n) if src.contains(&n) => Some(load::vector::<f64>(src, &n, hd / 2)?),
@@ -107,16 +108,16 @@ impl<T: Real> Decoder<T> {
             };
             layers.push(Layer {
                 attn_norm: load::vector(src, &ln(L::AttnNorm), dim)?,
-                q: load::matrix(src, &ln(L::Q), q_width, dim)?,
-                k: load::matrix(src, &ln(L::K), kv_width, dim)?,
-                v: load::matrix(src, &ln(L::V), kv_width, dim)?,
+                q: load::weight(src, &ln(L::Q), q_width, dim)?,
+                k: load::weight(src, &ln(L::K), kv_width, dim)?,
+                v: load::weight(src, &ln(L::V), kv_width, dim)?,
                 qkv_bias,
                 qk_norm,
-                attn_output: load::matrix(src, &ln(L::AttnOutput), dim, q_width)?,
+                attn_output: load::weight(src, &ln(L::AttnOutput), dim, q_width)?,
                 ffn_norm: load::vector(src, &ln(L::FfnNorm), dim)?,
-                gate: load::matrix(src, &ln(L::Gate), c.ffn, dim)?,
-                up: load::matrix(src, &ln(L::Up), c.ffn, dim)?,
-                down: load::matrix(src, &ln(L::Down), dim, c.ffn)?,
+                gate: load::weight(src, &ln(L::Gate), c.ffn, dim)?,
+                up: load::weight(src, &ln(L::Up), c.ffn, dim)?,
+                down: load::weight(src, &ln(L::Down), dim, c.ffn)?,
             });
         }
         let output_norm = load::vector(src, &name(DecoderTensor::OutputNorm, naming), dim)?;
@@ -185,7 +186,7 @@ impl<T: Real> Decoder<T> {
                     vocab: c.vocab,
                 },
             )?;
-            x.row_mut(t).copy_from_slice(self.token_embedding.row(row));
+            self.token_embedding.row_into(row, x.row_mut(t));
         }
 
         let rope = RopeTable::<T>::new(&self.rope_freqs, start, tokens.len());
@@ -207,7 +208,7 @@ impl<T: Real> Decoder<T> {
             rms_norm(h.row_mut(t), &self.output_norm, c.norm_eps);
         }
         let output = self.output.as_ref().unwrap_or(&self.token_embedding);
-        Ok(linear(&h, output, None))
+        Ok(output.apply(&h, None))
     }
 
     /// `x += o_proj(attention(rope(q), rope(k), v))` over the normed `x`, appending this
@@ -228,9 +229,9 @@ impl<T: Real> Decoder<T> {
             rms_norm(h.row_mut(t), &layer.attn_norm, c.norm_eps);
         }
         let bias = |i: usize| layer.qkv_bias.as_ref().map(|b| b[i].as_slice());
-        let mut q = linear(&h, &layer.q, bias(0));
-        let mut k = linear(&h, &layer.k, bias(1));
-        let v = linear(&h, &layer.v, bias(2));
+        let mut q = layer.q.apply(&h, bias(0));
+        let mut k = layer.k.apply(&h, bias(1));
+        let v = layer.v.apply(&h, bias(2));
         for t in 0..h.rows() {
             for head in q.row_mut(t).chunks_mut(hd) {
                 if let Some([q_norm, _]) = &layer.qk_norm {
@@ -254,7 +255,7 @@ impl<T: Real> Decoder<T> {
             causal_start: Some(start),
         };
         let attn = attention(&q, keys, values, start + h.rows(), &shape);
-        let out = linear(&attn, &layer.attn_output, None);
+        let out = layer.attn_output.apply(&attn, None);
         for (a, b) in x.as_mut_slice().iter_mut().zip(out.as_slice()) {
             *a += *b;
         }
@@ -266,12 +267,12 @@ impl<T: Real> Decoder<T> {
         for t in 0..h.rows() {
             rms_norm(h.row_mut(t), &layer.ffn_norm, self.config.norm_eps);
         }
-        let mut gate = linear(&h, &layer.gate, None);
-        let up = linear(&h, &layer.up, None);
+        let mut gate = layer.gate.apply(&h, None);
+        let up = layer.up.apply(&h, None);
         for (g, u) in gate.as_mut_slice().iter_mut().zip(up.as_slice()) {
             *g = silu(*g) * *u;
         }
-        let out = linear(&gate, &layer.down, None);
+        let out = layer.down.apply(&gate, None);
         for (a, b) in x.as_mut_slice().iter_mut().zip(out.as_slice()) {
             *a += *b;
         }

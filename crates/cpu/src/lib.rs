@@ -13,6 +13,7 @@
 
 mod attention;
 mod bert;
+mod blocks;
 mod checkpoint;
 mod config;
 mod decoder;
@@ -27,6 +28,7 @@ mod real;
 mod rope;
 mod sampling;
 mod source;
+mod weight;
 
 pub use bert::Encoder;
 pub use config::{Arch, Llama3Scaling, ModelConfig, RopeStyle};
@@ -43,4 +45,4 @@ pub use sampling::{
     apply_repetition_penalty, argmax, min_p_filter, top_k_filter, top_p_filter, Candidate, Sampler,
     SamplingParams,
 };
-pub use source::{MemorySource, TensorSource};
+pub use source::{MemorySource, RawTensor, TensorSource};

@@ -1,9 +1,36 @@
 //! Reading tensors of an expected shape out of a [`TensorSource`].
 
+use crate::blocks::BlockMatrix;
 use crate::error::{CpuError, Result};
 use crate::matrix::Matrix;
 use crate::real::Real;
 use crate::source::TensorSource;
+use crate::weight::Weight;
+
+/// A `[rows, cols]` weight, kept in its stored block format where `T` keeps blocks and the
+/// format is one that can be multiplied directly; otherwise as a matrix of `T`.
+pub(crate) fn weight<T: Real>(
+    src: &dyn TensorSource,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Weight<T>> {
+    if T::KEEPS_BLOCKS {
+        if let Some(raw) = src.raw(name)? {
+            if raw.dims != [rows, cols] {
+                return Err(CpuError::Shape {
+                    name: name.to_owned(),
+                    expected: vec![rows, cols],
+                    found: raw.dims,
+                });
+            }
+            if let Some(m) = BlockMatrix::from_ggml(name, raw.ggml_type, rows, cols, raw.bytes)? {
+                return Ok(Weight::Blocks(m));
+            }
+        }
+    }
+    Ok(Weight::Dense(matrix(src, name, rows, cols)?))
+}
 
 /// A `[rows, cols]` tensor as a matrix of `T`.
 pub(crate) fn matrix<T: Real>(

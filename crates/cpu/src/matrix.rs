@@ -85,23 +85,34 @@ pub fn linear<T: Real>(x: &Matrix<T>, w: &Matrix<T>, bias: Option<&[T]>) -> Matr
             "linear: bias length differs from weight rows"
         );
     }
-    let (n, m) = (x.rows, w.rows);
-    // Computed transposed ([out][token]) so that each task owns a contiguous block and each
-    // weight row is read once for all tokens; one token (decode) needs no transpose.
+    let n = x.rows;
+    by_weight_rows(n, w.rows, |first, out| {
+        for (r, out_row) in out.chunks_mut(n).enumerate() {
+            let o = first + r;
+            let w_row = w.row(o);
+            let b = bias.map_or(T::ZERO, |b| b[o]);
+            for (t, y) in out_row.iter_mut().enumerate() {
+                *y = dot(w_row, x.row(t)) + b;
+            }
+        }
+    })
+}
+
+/// The `[n, m]` result of a linear layer with `m` outputs over `n` tokens, filled in parallel
+/// by `fill(first, block)`: `block` holds the results of weight rows `first, first + 1, …`,
+/// `n` values (one per token) for each row.
+///
+/// Computed transposed (`[out][token]`) so that each task owns a contiguous block and each
+/// weight row is read once for all tokens; one token (decode) needs no transpose.
+pub(crate) fn by_weight_rows<T: Real>(
+    n: usize,
+    m: usize,
+    fill: impl Fn(usize, &mut [T]) + Sync,
+) -> Matrix<T> {
     let mut yt = vec![T::ZERO; m * n];
     yt.par_chunks_mut(ROWS_PER_TASK * n)
         .enumerate()
-        .for_each(|(block, out)| {
-            let first = block * ROWS_PER_TASK;
-            for (r, out_row) in out.chunks_mut(n).enumerate() {
-                let o = first + r;
-                let w_row = w.row(o);
-                let b = bias.map_or(T::ZERO, |b| b[o]);
-                for (t, y) in out_row.iter_mut().enumerate() {
-                    *y = dot(w_row, x.row(t)) + b;
-                }
-            }
-        });
+        .for_each(|(block, out)| fill(block * ROWS_PER_TASK, out));
     if n == 1 {
         return Matrix {
             rows: 1,

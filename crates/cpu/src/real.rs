@@ -25,6 +25,10 @@ pub trait Real:
 {
     const ZERO: Self;
     const ONE: Self;
+    /// Whether a decoder keeps weights that a checkpoint stores in a block format it can
+    /// multiply directly (Q4_1, Q8_0) in that format: `f32`, for speed. `f64`, the reference,
+    /// expands every weight exactly instead.
+    const KEEPS_BLOCKS: bool;
     /// Rounds to nearest for `f32`; exact for `f64`.
     fn from_f64(v: f64) -> Self;
     /// Exact for both.
@@ -37,10 +41,11 @@ pub trait Real:
 }
 
 macro_rules! impl_real {
-    ($t:ty) => {
+    ($t:ty, $keeps_blocks:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
+            const KEEPS_BLOCKS: bool = $keeps_blocks;
             fn from_f64(v: f64) -> Self {
                 v as $t
             }
@@ -66,5 +71,5 @@ macro_rules! impl_real {
     };
 }
 
-impl_real!(f32);
-impl_real!(f64);
+impl_real!(f32, true);
+impl_real!(f64, false);

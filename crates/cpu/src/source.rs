@@ -2,7 +2,16 @@
 
 use std::collections::HashMap;
 
+use quench_models::GgmlType;
+
 use crate::error::{CpuError, Result};
+
+/// A tensor as its checkpoint stores it: ggml type, shape (outermost first) and bytes.
+pub struct RawTensor<'a> {
+    pub ggml_type: GgmlType,
+    pub dims: Vec<usize>,
+    pub bytes: &'a [u8],
+}
 
 /// A checkpoint seen as named f32 tensors.
 ///
@@ -15,6 +24,13 @@ pub trait TensorSource {
 
     /// Whether the checkpoint has a tensor of that name (for optional tensors).
     fn contains(&self, name: &str) -> bool;
+
+    /// The tensor's stored bytes, where the checkpoint keeps it in a ggml type (GGUF files);
+    /// `None` for sources that only hand out f32.
+    fn raw(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
+        let _ = name;
+        Ok(None)
+    }
 }
 
 /// Tensors held in memory: for building models in code and for tests.

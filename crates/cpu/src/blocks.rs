@@ -1,0 +1,390 @@
+//! Weight matrices kept in ggml's 32-element block formats (Q4_1, Q8_0) and multiplied as
+//! they are.
+//!
+//! Decoding one token reads every weight once, so its speed on a CPU is set by how many bytes
+//! that is: a Q4_1 matrix is a fifth of its f32 expansion, Q8_0 a quarter. The activations stay
+//! f32; only the weights stay compressed. Scales are stored apart from the quantized values,
+//! already converted from f16 (exactly), so that the inner loops are plain vector code.
+
+use quench_models::GgmlType;
+
+use crate::error::{CpuError, Result};
+
+const BLOCK: usize = 32;
+
+/// The block formats kept as blocks; other types are expanded to f32 when loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// `w = d·q + m`, `q` unsigned 4-bit: byte `j` holds element `j` (low nibble) and
+    /// element `j + 16` (high nibble).
+    Q4_1,
+    /// `w = q·d`, `q` a signed byte.
+    Q8_0,
+}
+
+impl Format {
+    /// Bytes of quantized values per block (what remains after the scales are taken out).
+    fn quant_bytes(self) -> usize {
+        match self {
+            Format::Q4_1 => 16,
+            Format::Q8_0 => 32,
+        }
+    }
+}
+
+/// A `[rows, cols]` weight matrix in a block format.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockMatrix {
+    format: Format,
+    rows: usize,
+    cols: usize,
+    /// `d` of each block, row after row.
+    scales: Vec<f32>,
+    /// `m` of each block (Q4_1); empty for Q8_0.
+    offsets: Vec<f32>,
+    /// The quantized values of each block, as ggml stores them.
+    quants: Vec<u8>,
+}
+
+fn f16_at(bytes: &[u8], at: usize) -> f32 {
+    quench_models::dequant::f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+}
+
+impl BlockMatrix {
+    /// The tensor `name` of ggml type `ty` as a block matrix, or `None` when `ty` is not a
+    /// format kept as blocks. `bytes` must hold exactly `rows · cols` elements.
+    pub(crate) fn from_ggml(
+        name: &str,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<Option<Self>> {
+        let format = match ty {
+            GgmlType::Q4_1 => Format::Q4_1,
+            GgmlType::Q8_0 => Format::Q8_0,
+            _ => return Ok(None),
+        };
+        let block_bytes = ty.type_size() as usize;
+        let blocks = rows * cols / BLOCK;
+        if !cols.is_multiple_of(BLOCK) || bytes.len() != blocks * block_bytes {
+            return Err(CpuError::Tensor {
+                name: name.to_owned(),
+                source: format!(
+                    "{} bytes of {} do not make [{rows}, {cols}] in whole rows of blocks",
+                    bytes.len(),
+                    ty.name()
+                )
+                .into(),
+            });
+        }
+        let mut m = BlockMatrix {
+            format,
+            rows,
+            cols,
+            scales: Vec::with_capacity(blocks),
+            offsets: Vec::new(),
+            quants: Vec::with_capacity(blocks * format.quant_bytes()),
+        };
+        for block in bytes.chunks_exact(block_bytes) {
+            m.scales.push(f16_at(block, 0));
+            let quants_at = match format {
+                Format::Q4_1 => {
+                    m.offsets.push(f16_at(block, 2));
+                    4
+                }
+                Format::Q8_0 => 2,
+            };
+            m.quants.extend_from_slice(&block[quants_at..]);
+        }
+        Ok(Some(m))
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn row_blocks(&self, r: usize) -> std::ops::Range<usize> {
+        let per_row = self.cols / BLOCK;
+        r * per_row..(r + 1) * per_row
+    }
+
+    fn row_quants(&self, r: usize) -> &[u8] {
+        let q = self.format.quant_bytes();
+        let b = self.row_blocks(r);
+        &self.quants[b.start * q..b.end * q]
+    }
+
+    /// Row `r` as f32, computed as quench-models' dequantization computes it (bit for bit).
+    pub(crate) fn dequant_row(&self, r: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), self.cols, "dequant_row: output width");
+        let b = self.row_blocks(r);
+        let quants = self.row_quants(r);
+        let q = self.format.quant_bytes();
+        for (i, out) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let (d, qs) = (self.scales[b.start + i], &quants[i * q..(i + 1) * q]);
+            match self.format {
+                Format::Q4_1 => {
+                    let m = self.offsets[b.start + i];
+                    for j in 0..16 {
+                        out[j] = d * f32::from(qs[j] & 0x0f) + m;
+                        out[j + 16] = d * f32::from(qs[j] >> 4) + m;
+                    }
+                }
+                Format::Q8_0 => {
+                    for (o, &v) in out.iter_mut().zip(qs) {
+                        *o = f32::from(v as i8) * d;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `out[i] = Σ_k w[first + i][k]·x[k]`, with `x_sums[b]` the sum of `x` over block `b`
+    /// (see [`block_sums`]).
+    pub(crate) fn dot_rows(&self, first: usize, x: &[f32], x_sums: &[f32], out: &mut [f32]) {
+        assert_eq!(x.len(), self.cols, "dot_rows: input width");
+        assert_eq!(x_sums.len(), self.cols / BLOCK, "dot_rows: block sums");
+        assert!(
+            first + out.len() <= self.rows,
+            "dot_rows: rows out of range"
+        );
+        simd::dot_rows(self, first, x, x_sums, out)
+    }
+}
+
+/// The body of [`BlockMatrix::dot_rows`], inlined into each instruction-set variant.
+#[inline(always)]
+fn dot_rows<const FMA: bool>(
+    m: &BlockMatrix,
+    first: usize,
+    x: &[f32],
+    x_sums: &[f32],
+    out: &mut [f32],
+) {
+    for (i, o) in out.iter_mut().enumerate() {
+        let r = first + i;
+        let b = m.row_blocks(r);
+        let quants = m.row_quants(r);
+        *o = match m.format {
+            Format::Q4_1 => q4_1_dot::<FMA>(&m.scales[b.clone()], &m.offsets[b], quants, x, x_sums),
+            Format::Q8_0 => q8_0_dot::<FMA>(&m.scales[b], quants, x),
+        };
+    }
+}
+
+/// The sum of `x` over each block of 32: Q4_1's offsets multiply these.
+pub(crate) fn block_sums(x: &[f32]) -> Vec<f32> {
+    x.chunks_exact(BLOCK).map(|b| b.iter().sum()).collect()
+}
+
+/// `a·b + c`, fused where the caller was compiled for FMA (unfused it is a slow library call).
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+#[inline(always)]
+fn sum_lanes<const N: usize>(v: [f32; N]) -> f32 {
+    v.iter().sum()
+}
+
+/// Q4_1: `Σ_b d_b·Σ_j q_bj·x_bj + Σ_b m_b·Σ_j x_bj`. Written with fixed-width lane arrays so
+/// that the compiler turns each inner loop into a few vector instructions.
+#[inline(always)]
+fn q4_1_dot<const FMA: bool>(
+    scales: &[f32],
+    offsets: &[f32],
+    quants: &[u8],
+    x: &[f32],
+    x_sums: &[f32],
+) -> f32 {
+    let mut acc = [0.0f32; 16];
+    for ((qs, xb), &d) in quants
+        .chunks_exact(16)
+        .zip(x.chunks_exact(BLOCK))
+        .zip(scales)
+    {
+        let mut t = [0.0f32; 16];
+        for j in 0..16 {
+            t[j] = f32::from(qs[j] & 0x0f) * xb[j];
+        }
+        for j in 0..16 {
+            t[j] = madd::<FMA>(f32::from(qs[j] >> 4), xb[16 + j], t[j]);
+        }
+        for j in 0..16 {
+            acc[j] = madd::<FMA>(d, t[j], acc[j]);
+        }
+    }
+    let mut offset_part = 0.0f32;
+    for (&m, &s) in offsets.iter().zip(x_sums) {
+        offset_part = madd::<FMA>(m, s, offset_part);
+    }
+    sum_lanes(acc) + offset_part
+}
+
+/// Q8_0: `Σ_b d_b·Σ_j q_bj·x_bj`.
+#[inline(always)]
+fn q8_0_dot<const FMA: bool>(scales: &[f32], quants: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    for ((qs, xb), &d) in quants
+        .chunks_exact(BLOCK)
+        .zip(x.chunks_exact(BLOCK))
+        .zip(scales)
+    {
+        let mut t = [0.0f32; 16];
+        for j in 0..16 {
+            t[j] = f32::from(qs[j] as i8) * xb[j];
+        }
+        for j in 0..16 {
+            t[j] = madd::<FMA>(f32::from(qs[16 + j] as i8), xb[16 + j], t[j]);
+        }
+        for j in 0..16 {
+            acc[j] = madd::<FMA>(d, t[j], acc[j]);
+        }
+    }
+    sum_lanes(acc)
+}
+
+/// The loops compiled for AVX2 and FMA, chosen at run time where the CPU has them (the
+/// portable build targets a baseline x86-64 without either).
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::BlockMatrix;
+
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_rows_avx2(m: &BlockMatrix, first: usize, x: &[f32], xs: &[f32], out: &mut [f32]) {
+        super::dot_rows::<true>(m, first, x, xs, out)
+    }
+
+    pub(super) fn dot_rows(m: &BlockMatrix, first: usize, x: &[f32], xs: &[f32], out: &mut [f32]) {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA, the only requirement of dot_rows_avx2.
+            unsafe { dot_rows_avx2(m, first, x, xs, out) }
+        } else {
+            super::dot_rows::<false>(m, first, x, xs, out)
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod simd {
+    use super::BlockMatrix;
+
+    pub(super) fn dot_rows(m: &BlockMatrix, first: usize, x: &[f32], xs: &[f32], out: &mut [f32]) {
+        super::dot_rows::<false>(m, first, x, xs, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quench_models::dequant::{dequantize, f32_to_f16};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Random blocks of `ty` for a `[rows, cols]` matrix: scales of either sign and several
+    /// magnitudes, every quantized value possible.
+    fn random_blocks(rng: &mut ChaCha8Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for _ in 0..rows * cols / BLOCK {
+            let half = |rng: &mut ChaCha8Rng| {
+                let v = rng.gen_range(-1.0f32..1.0) * 10f32.powi(rng.gen_range(-3..1));
+                f32_to_f16(v).to_le_bytes()
+            };
+            bytes.extend(half(rng));
+            if ty == GgmlType::Q4_1 {
+                bytes.extend(half(rng));
+            }
+            let quant_bytes = if ty == GgmlType::Q4_1 { 16 } else { 32 };
+            bytes.extend((0..quant_bytes).map(|_| rng.gen::<u8>()));
+        }
+        bytes
+    }
+
+    #[test]
+    fn rows_expand_as_quench_models_dequantizes() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (rows, cols) = (5, 96);
+            let bytes = random_blocks(&mut rng, ty, rows, cols);
+            let want = dequantize(ty, &bytes, rows * cols).unwrap();
+            let m = BlockMatrix::from_ggml("w", ty, rows, cols, &bytes)
+                .unwrap()
+                .unwrap();
+            for r in 0..rows {
+                let mut got = vec![f32::NAN; cols];
+                m.dequant_row(r, &mut got);
+                let want_row = &want[r * cols..(r + 1) * cols];
+                for (g, w) in got.iter().zip(want_row) {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} row {r}");
+                }
+            }
+        }
+    }
+
+    /// Every variant of the row products against the f64 products of the expanded weights,
+    /// within f32 rounding of the sums of absolute terms.
+    #[test]
+    fn row_products_match_f64_of_the_expanded_weights() {
+        let mut rng = ChaCha8Rng::seed_from_u64(12);
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (rows, cols) = (37, 160);
+            let bytes = random_blocks(&mut rng, ty, rows, cols);
+            let w = dequantize(ty, &bytes, rows * cols).unwrap();
+            let m = BlockMatrix::from_ggml("w", ty, rows, cols, &bytes)
+                .unwrap()
+                .unwrap();
+            let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
+            let sums = block_sums(&x);
+            let portable = {
+                let mut out = vec![f32::NAN; rows];
+                super::dot_rows::<false>(&m, 0, &x, &sums, &mut out);
+                out
+            };
+            // A block of rows not starting at 0, through the dispatching entry point.
+            let mut dispatched = vec![f32::NAN; rows];
+            m.dot_rows(0, &x, &sums, &mut dispatched[..3]);
+            m.dot_rows(3, &x, &sums, &mut dispatched[3..]);
+            for r in 0..rows {
+                let row = &w[r * cols..(r + 1) * cols];
+                let exact: f64 = row
+                    .iter()
+                    .zip(&x)
+                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                    .sum();
+                let magnitude: f64 = row
+                    .iter()
+                    .zip(&x)
+                    .map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs())
+                    .sum();
+                let bound = 1e-5 * magnitude + 1e-30;
+                for (what, got) in [("portable", portable[r]), ("dispatched", dispatched[r])] {
+                    let err = (f64::from(got) - exact).abs();
+                    assert!(
+                        err <= bound,
+                        "{ty:?} {what} row {r}: {got} vs {exact} (bound {bound})"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_types_and_bad_sizes_are_told_apart() {
+        let none = BlockMatrix::from_ggml("w", GgmlType::F32, 1, 32, &[0; 128]).unwrap();
+        assert!(none.is_none());
+        let err = BlockMatrix::from_ggml("blk.0.w", GgmlType::Q8_0, 2, 32, &[0; 34]).unwrap_err();
+        assert!(err.to_string().contains("blk.0.w"), "{err}");
+        let err = BlockMatrix::from_ggml("w", GgmlType::Q4_1, 1, 48, &[0; 40]).unwrap_err();
+        assert!(err.to_string().contains("[1, 48]"), "{err}");
+    }
+}

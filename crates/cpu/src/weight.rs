@@ -1,0 +1,74 @@
+//! A decoder's weight matrix as it is held: dense in the element type, or (in the f32
+//! decoder) in the block format the checkpoint stores it in.
+
+use crate::blocks::{block_sums, BlockMatrix};
+use crate::math::dot;
+use crate::matrix::{by_weight_rows, linear, Matrix};
+use crate::real::Real;
+
+pub(crate) enum Weight<T> {
+    Dense(Matrix<T>),
+    Blocks(BlockMatrix),
+}
+
+impl<T: Real> Weight<T> {
+    /// `y[t][o] = bias[o] + Σ_i x[t][i] · w[o][i]`, as [`linear`].
+    ///
+    /// Block weights meet f32 activations: one token at a time (decoding), each row is
+    /// multiplied block by block as stored; for several tokens (prefill), each row is expanded
+    /// once, exactly as loading it dense would, and multiplied with every token.
+    pub(crate) fn apply(&self, x: &Matrix<T>, bias: Option<&[T]>) -> Matrix<T> {
+        let w = match self {
+            Weight::Dense(w) => return linear(x, w, bias),
+            Weight::Blocks(w) => w,
+        };
+        assert_eq!(
+            x.cols(),
+            w.cols(),
+            "apply: input width differs from weight width"
+        );
+        if let Some(b) = bias {
+            assert_eq!(
+                b.len(),
+                w.rows(),
+                "apply: bias length differs from weight rows"
+            );
+        }
+        let bias_at = |o: usize| bias.map_or(T::ZERO, |b| b[o]);
+        let (n, k) = (x.rows(), x.cols());
+        let xf: Vec<f32> = x.as_slice().iter().map(|v| v.to_f32()).collect();
+        if n == 1 {
+            let sums = block_sums(&xf);
+            return by_weight_rows(1, w.rows(), |first, out: &mut [T]| {
+                let mut y = vec![0.0f32; out.len()];
+                w.dot_rows(first, &xf, &sums, &mut y);
+                for (i, (o, v)) in out.iter_mut().zip(y).enumerate() {
+                    *o = T::from_f32(v) + bias_at(first + i);
+                }
+            });
+        }
+        by_weight_rows(n, w.rows(), |first, out: &mut [T]| {
+            let mut row = vec![0.0f32; k];
+            for (r, out_row) in out.chunks_mut(n).enumerate() {
+                w.dequant_row(first + r, &mut row);
+                for (t, y) in out_row.iter_mut().enumerate() {
+                    *y = T::from_f32(dot(&row, &xf[t * k..(t + 1) * k])) + bias_at(first + r);
+                }
+            }
+        })
+    }
+
+    /// Row `r` (an embedding lookup).
+    pub(crate) fn row_into(&self, r: usize, out: &mut [T]) {
+        match self {
+            Weight::Dense(w) => out.copy_from_slice(w.row(r)),
+            Weight::Blocks(w) => {
+                let mut row = vec![0.0f32; w.cols()];
+                w.dequant_row(r, &mut row);
+                for (o, v) in out.iter_mut().zip(row) {
+                    *o = T::from_f32(v);
+                }
+            }
+        }
+    }
+}
