@@ -4,7 +4,10 @@ mod interp_support;
 
 use interp_support::*;
 use quench_ir::interp::{launch, Device, InterpError};
-use quench_ir::{AddrSpace, AtomOp, Builder, Function, Op, Ordering, ReduxOp, Scalar, Scope, ShflMode, Type, Value, VoteMode};
+use quench_ir::{
+    AddrSpace, AtomOp, Builder, Function, Op, Ordering, ReduxOp, Scalar, Scope, ShflMode, Type,
+    Value, VoteMode,
+};
 use rand::Rng;
 
 const PU32: Type = Type::Ptr(AddrSpace::Global, Scalar::U32);
@@ -30,7 +33,16 @@ fn shuffle_kernel(mode: ShflMode) -> Function {
     let v = load_at(&mut k, Type::U32, vals, t);
     let b = load_at(&mut k, Type::U32, bs, t);
     let mask = k.const_u32(u32::MAX);
-    let r = k.emit(Type::U32, Op::Shfl { mode, value: v, b, c, mask });
+    let r = k.emit(
+        Type::U32,
+        Op::Shfl {
+            mode,
+            value: v,
+            b,
+            c,
+            mask,
+        },
+    );
     store_at(&mut k, out, t, r);
     k.finish().expect("verifies")
 }
@@ -47,11 +59,21 @@ fn shuffles_in_every_mode_and_width() {
             // idx: any lane number (only its low bits count); up/down: a delta below
             // the width; bfly: a lane mask below the width.
             let bs: Vec<u32> = (0..64)
-                .map(|_| if mode == ShflMode::Idx { rng.gen_range(0..64) } else { rng.gen_range(0..width) })
+                .map(|_| {
+                    if mode == ShflMode::Idx {
+                        rng.gen_range(0..64)
+                    } else {
+                        rng.gen_range(0..width)
+                    }
+                })
                 .collect();
             let c = ((32 - width) << 8) | if mode == ShflMode::Up { 0 } else { 31 };
             let mut dev = Device::new();
-            let (vp, bp, op) = (upload_u32(&mut dev, &vals), upload_u32(&mut dev, &bs), output(&mut dev, 4 * 64));
+            let (vp, bp, op) = (
+                upload_u32(&mut dev, &vals),
+                upload_u32(&mut dev, &bs),
+                output(&mut dev, 4 * 64),
+            );
             launch(&f, &cfg(1, 64), &[vp, bp, c as u64, op], &mut dev).expect("runs");
             let out = download_u32(&dev, op, 64);
             for t in 0..64usize {
@@ -65,7 +87,11 @@ fn shuffles_in_every_mode_and_width() {
                     ShflMode::Bfly => lane ^ b,
                     _ => lane,
                 };
-                assert_eq!(out[t], vals[warp + src as usize], "{mode:?} width {width} thread {t} b {b}");
+                assert_eq!(
+                    out[t],
+                    vals[warp + src as usize],
+                    "{mode:?} width {width} thread {t} b {b}"
+                );
             }
         }
     }
@@ -85,7 +111,16 @@ fn shuffle_masks_must_match_the_executing_lanes() {
     k.if_then(c, |k| {
         let (thirty_one, hundred) = (k.const_u32(31), k.const_u32(100));
         let v = k.add(lane, hundred);
-        let r = k.emit(Type::U32, Op::Shfl { mode: ShflMode::Idx, value: v, b: src, c: thirty_one, mask });
+        let r = k.emit(
+            Type::U32,
+            Op::Shfl {
+                mode: ShflMode::Idx,
+                value: v,
+                b: src,
+                c: thirty_one,
+                mask,
+            },
+        );
         store_at(k, out, lane, r);
     });
     let f = k.finish().expect("verifies");
@@ -96,11 +131,18 @@ fn shuffle_masks_must_match_the_executing_lanes() {
     assert!(got[..16].iter().all(|&x| x == 105) && got[16..].iter().all(|&x| x == POISON_U32));
 
     match launch(&f, &cfg(1, 32), &[u32::MAX as u64, 5, o], &mut dev) {
-        Err(InterpError::CollectiveMask { lane: 0, mask: u32::MAX, active: 0xffff, .. }) => {}
+        Err(InterpError::CollectiveMask {
+            lane: 0,
+            mask: u32::MAX,
+            active: 0xffff,
+            ..
+        }) => {}
         other => panic!("expected a mask error, got {other:?}"),
     }
     match launch(&f, &cfg(1, 32), &[0xffff, 20, o], &mut dev) {
-        Err(InterpError::ShuffleInactiveSource { lane: 0, src: 20, .. }) => {}
+        Err(InterpError::ShuffleInactiveSource {
+            lane: 0, src: 20, ..
+        }) => {}
         other => panic!("expected an inactive-source error, got {other:?}"),
     }
 }
@@ -122,13 +164,34 @@ fn votes_over_active_lanes() {
     let three = k.const_u32(3);
     let r = k.rem(lane, three);
     let in_branch = k.ne(r, zero);
-    let branch_mask = k.emit(Type::U32, Op::Vote { mode: VoteMode::Ballot, pred: in_branch, mask: full });
+    let branch_mask = k.emit(
+        Type::U32,
+        Op::Vote {
+            mode: VoteMode::Ballot,
+            pred: in_branch,
+            mask: full,
+        },
+    );
     let six = k.const_u32(6);
     let base = k.mul(t, six);
     let emit_votes = |k: &mut Builder, mask: Value, first: u32| {
-        for (i, mode) in [VoteMode::All, VoteMode::Any, VoteMode::Ballot].into_iter().enumerate() {
-            let ty = if mode == VoteMode::Ballot { Type::U32 } else { Type::PRED };
-            let v = k.emit(ty, Op::Vote { mode, pred: p, mask });
+        for (i, mode) in [VoteMode::All, VoteMode::Any, VoteMode::Ballot]
+            .into_iter()
+            .enumerate()
+        {
+            let ty = if mode == VoteMode::Ballot {
+                Type::U32
+            } else {
+                Type::PRED
+            };
+            let v = k.emit(
+                ty,
+                Op::Vote {
+                    mode,
+                    pred: p,
+                    mask,
+                },
+            );
             let v = if ty == Type::PRED {
                 let (one, zero) = (k.const_u32(1), k.const_u32(0));
                 k.select(v, one, zero)
@@ -158,16 +221,40 @@ fn votes_over_active_lanes() {
     let out = download_u32(&dev, op, 6 * 128);
     for t in 0..128usize {
         let w = t / 32 * 32;
-        let bits = |lanes: &dyn Fn(usize) -> bool| (0..32).filter(|&l| lanes(l) && preds[w + l] != 0).fold(0u32, |m, l| m | 1 << l);
+        let bits = |lanes: &dyn Fn(usize) -> bool| {
+            (0..32)
+                .filter(|&l| lanes(l) && preds[w + l] != 0)
+                .fold(0u32, |m, l| m | 1 << l)
+        };
         let all_lanes = bits(&|_| true);
         let branch = (0..32).filter(|l| l % 3 != 0).fold(0u32, |m, l| m | 1 << l);
         let in_branch = bits(&|l| l % 3 != 0);
         let got = &out[6 * t..6 * t + 6];
-        assert_eq!(got[..3], [(all_lanes == u32::MAX) as u32, (all_lanes != 0) as u32, all_lanes], "thread {t}");
+        assert_eq!(
+            got[..3],
+            [
+                (all_lanes == u32::MAX) as u32,
+                (all_lanes != 0) as u32,
+                all_lanes
+            ],
+            "thread {t}"
+        );
         if t % 32 % 3 != 0 {
-            assert_eq!(got[3..], [(in_branch == branch) as u32, (in_branch != 0) as u32, in_branch], "thread {t}");
+            assert_eq!(
+                got[3..],
+                [
+                    (in_branch == branch) as u32,
+                    (in_branch != 0) as u32,
+                    in_branch
+                ],
+                "thread {t}"
+            );
         } else {
-            assert_eq!(got[3..], [POISON_U32; 3], "thread {t} is outside the branch");
+            assert_eq!(
+                got[3..],
+                [POISON_U32; 3],
+                "thread {t} is outside the branch"
+            );
         }
     }
 }
@@ -177,11 +264,21 @@ fn votes_over_active_lanes() {
 #[test]
 fn reductions_over_active_lanes() {
     let mut rng = rng();
-    let ops = [ReduxOp::Add, ReduxOp::Min, ReduxOp::Max, ReduxOp::And, ReduxOp::Or, ReduxOp::Xor];
+    let ops = [
+        ReduxOp::Add,
+        ReduxOp::Min,
+        ReduxOp::Max,
+        ReduxOp::And,
+        ReduxOp::Or,
+        ReduxOp::Xor,
+    ];
     for signed in [false, true] {
         let ty = if signed { Type::I32 } else { Type::U32 };
         let mut k = Builder::new("redux", 64);
-        let vals = k.param("vals", Type::Ptr(AddrSpace::Global, ty.scalar().unwrap_or(Scalar::U32)));
+        let vals = k.param(
+            "vals",
+            Type::Ptr(AddrSpace::Global, ty.scalar().unwrap_or(Scalar::U32)),
+        );
         let out = k.param("out", PU32);
         let t = k.tid_x();
         let v = load_at(&mut k, ty, vals, t);
@@ -189,12 +286,26 @@ fn reductions_over_active_lanes() {
         let (one, two, full) = (k.const_u32(1), k.const_u32(2), k.const_u32(u32::MAX));
         let odd = k.rem(lane, two);
         let odd = k.eq(odd, one);
-        let odd_mask = k.emit(Type::U32, Op::Vote { mode: VoteMode::Ballot, pred: odd, mask: full });
+        let odd_mask = k.emit(
+            Type::U32,
+            Op::Vote {
+                mode: VoteMode::Ballot,
+                pred: odd,
+                mask: full,
+            },
+        );
         let n = k.const_u32(2 * ops.len() as u32);
         let base = k.mul(t, n);
         let emit = |k: &mut Builder, mask: Value, first: usize| {
             for (i, op) in ops.iter().enumerate() {
-                let r = k.emit(ty, Op::Redux { op: *op, value: v, mask });
+                let r = k.emit(
+                    ty,
+                    Op::Redux {
+                        op: *op,
+                        value: v,
+                        mask,
+                    },
+                );
                 let r = k.bitcast(Type::U32, r);
                 let off = k.const_u32((first + i) as u32);
                 let at = k.add(base, off);
@@ -207,13 +318,22 @@ fn reductions_over_active_lanes() {
 
         let vals: Vec<u32> = (0..64).map(|_| rng.gen()).collect();
         let mut dev = Device::new();
-        let (vp, op) = (upload_u32(&mut dev, &vals), output(&mut dev, 4 * 64 * 2 * ops.len()));
+        let (vp, op) = (
+            upload_u32(&mut dev, &vals),
+            output(&mut dev, 4 * 64 * 2 * ops.len()),
+        );
         launch(&f, &cfg(1, 64), &[vp, op], &mut dev).expect("runs");
         let out = download_u32(&dev, op, 64 * 2 * ops.len());
         for t in 0..64usize {
             let w = &vals[t / 32 * 32..][..32];
             let reduce = |lanes: Vec<u32>| -> Vec<u32> {
-                let key = |x: &u32| if signed { (*x as i32) as i64 } else { *x as i64 };
+                let key = |x: &u32| {
+                    if signed {
+                        (*x as i32) as i64
+                    } else {
+                        *x as i64
+                    }
+                };
                 vec![
                     lanes.iter().fold(0u32, |a, x| a.wrapping_add(*x)),
                     *lanes.iter().min_by_key(|x| key(x)).unwrap_or(&0),
@@ -224,10 +344,22 @@ fn reductions_over_active_lanes() {
                 ]
             };
             let got = &out[t * 2 * ops.len()..][..2 * ops.len()];
-            assert_eq!(got[..ops.len()], reduce(w.to_vec())[..], "thread {t} signed {signed}");
+            assert_eq!(
+                got[..ops.len()],
+                reduce(w.to_vec())[..],
+                "thread {t} signed {signed}"
+            );
             let odd: Vec<u32> = w.iter().skip(1).step_by(2).copied().collect();
-            let want = if t % 2 == 1 { reduce(odd) } else { vec![POISON_U32; ops.len()] };
-            assert_eq!(got[ops.len()..], want[..], "thread {t} signed {signed} (odd lanes)");
+            let want = if t % 2 == 1 {
+                reduce(odd)
+            } else {
+                vec![POISON_U32; ops.len()]
+            };
+            assert_eq!(
+                got[ops.len()..],
+                want[..],
+                "thread {t} signed {signed} (odd lanes)"
+            );
         }
     }
 }
@@ -250,7 +382,10 @@ fn contended_atomic_counter() {
     assert_eq!(download_u32(&dev, cp, 1), [1024]);
     let mut olds = download_u32(&dev, op, 1024);
     olds.sort_unstable();
-    assert!(olds.iter().enumerate().all(|(i, &x)| x == i as u32), "old values are a permutation of 0..1024");
+    assert!(
+        olds.iter().enumerate().all(|(i, &x)| x == i as u32),
+        "old values are a permutation of 0..1024"
+    );
 }
 
 /// Shared-memory atomics (add, signed min/max) combine a block's values; exchange and
@@ -277,7 +412,10 @@ fn atomics_on_shared_and_global_memory() {
     });
     k.barrier();
     let x = load_at(&mut k, Type::I32, vals, t);
-    for (i, op) in [AtomOp::Add, AtomOp::Min, AtomOp::Max].into_iter().enumerate() {
+    for (i, op) in [AtomOp::Add, AtomOp::Min, AtomOp::Max]
+        .into_iter()
+        .enumerate()
+    {
         let i = k.const_u32(i as u32);
         let p = k.ptr_add(s, i);
         k.atomic(op, Ordering::Relaxed, Scope::Cta, p, x);
@@ -306,21 +444,55 @@ fn atomics_on_shared_and_global_memory() {
     store_at(&mut k, olds, t, old[0]);
     let f = k.finish().expect("verifies");
 
-    let vals: Vec<i32> = (0..block).map(|_| rng.gen_range(-1 << 30..1 << 30)).collect();
-    let slots: Vec<u32> = (0..block).map(|t| if rng.gen() { t } else { rng.gen_range(0..block) }).collect();
+    let vals: Vec<i32> = (0..block)
+        .map(|_| rng.gen_range(-1 << 30..1 << 30))
+        .collect();
+    let slots: Vec<u32> = (0..block)
+        .map(|t| {
+            if rng.gen() {
+                t
+            } else {
+                rng.gen_range(0..block)
+            }
+        })
+        .collect();
     let mut dev = Device::new();
-    let vp = upload_u32(&mut dev, &vals.iter().map(|&v| v as u32).collect::<Vec<_>>());
-    let (op, sp, olp) = (output(&mut dev, 12), upload_u32(&mut dev, &slots), output(&mut dev, 4 * block as usize));
+    let vp = upload_u32(
+        &mut dev,
+        &vals.iter().map(|&v| v as u32).collect::<Vec<_>>(),
+    );
+    let (op, sp, olp) = (
+        output(&mut dev, 12),
+        upload_u32(&mut dev, &slots),
+        output(&mut dev, 4 * block as usize),
+    );
     launch(&f, &cfg(1, block), &[vp, op, sp, olp], &mut dev).expect("runs");
-    let got: Vec<i32> = download_u32(&dev, op, 3).into_iter().map(|x| x as i32).collect();
+    let got: Vec<i32> = download_u32(&dev, op, 3)
+        .into_iter()
+        .map(|x| x as i32)
+        .collect();
     let sum = vals.iter().fold(0i32, |a, v| a.wrapping_add(*v));
-    assert_eq!(got, [sum, *vals.iter().min().unwrap(), *vals.iter().max().unwrap()]);
-    let (after, olds) = (download_u32(&dev, sp, block as usize), download_u32(&dev, olp, block as usize));
+    assert_eq!(
+        got,
+        [
+            sum,
+            *vals.iter().min().unwrap(),
+            *vals.iter().max().unwrap()
+        ]
+    );
+    let (after, olds) = (
+        download_u32(&dev, sp, block as usize),
+        download_u32(&dev, olp, block as usize),
+    );
     for t in 0..block {
         let (before, i) = (slots[t as usize], t as usize);
         assert_eq!(olds[i], before, "thread {t} sees the old value");
         let swapped = t % 2 == 1 || before == t;
-        assert_eq!(after[i], if swapped { t + 1000 } else { before }, "thread {t}");
+        assert_eq!(
+            after[i],
+            if swapped { t + 1000 } else { before },
+            "thread {t}"
+        );
     }
 }
 
@@ -346,12 +518,18 @@ fn float_atomic_add() {
     let fp = upload_u32(&mut dev, &[0, 0]);
     let dp = upload_u64(&mut dev, &[0]);
     launch(&f, &cfg(1, 32), &[fp, dp], &mut dev).expect("runs");
-    let [flushed, sum] = download_u32(&dev, fp, 2)[..] else { panic!() };
+    let [flushed, sum] = download_u32(&dev, fp, 2)[..] else {
+        panic!()
+    };
     assert_eq!(flushed, 0, "subnormal f32 addends are flushed");
     let mut want = 0.0f32;
     for _ in 0..32 {
         want += 1.0 / 3.0;
     }
-    assert_eq!(sum, want.to_bits(), "32 sequential round-to-nearest additions");
+    assert_eq!(
+        sum,
+        want.to_bits(),
+        "32 sequential round-to-nearest additions"
+    );
     assert_eq!(download_u64(&dev, dp, 1), [32], "f64 keeps subnormals");
 }

@@ -5,7 +5,9 @@ mod interp_support;
 
 use interp_support::*;
 use quench_ir::interp::{launch, Device, InterpError, LaunchConfig};
-use quench_ir::{AddrSpace, AtomOp, Block, Builder, Op, Ordering, Scalar, Scope, Special, Type, Value, VoteMode};
+use quench_ir::{
+    AddrSpace, AtomOp, Block, Builder, Op, Ordering, Scalar, Scope, Special, Type, Value, VoteMode,
+};
 use rand::Rng;
 
 const PU32: Type = Type::Ptr(AddrSpace::Global, Scalar::U32);
@@ -13,7 +15,14 @@ const PI32: Type = Type::Ptr(AddrSpace::Global, Scalar::I32);
 const PU64: Type = Type::Ptr(AddrSpace::Global, Scalar::U64);
 
 fn ballot(k: &mut Builder, pred: Value, mask: Value) -> Value {
-    k.emit(Type::U32, Op::Vote { mode: VoteMode::Ballot, pred, mask })
+    k.emit(
+        Type::U32,
+        Op::Vote {
+            mode: VoteMode::Ballot,
+            pred,
+            mask,
+        },
+    )
 }
 
 fn store_at(k: &mut Builder, base: Value, i: Value, v: Value) {
@@ -84,15 +93,33 @@ fn branches_split_and_reconverge() {
     let (grid, block) = (2, 96);
     let n = (grid * block) as usize;
     let mut dev = Device::new();
-    let (o, i, a) = (output(&mut dev, 4 * n), output(&mut dev, 4 * n), output(&mut dev, 4 * n));
+    let (o, i, a) = (
+        output(&mut dev, 4 * n),
+        output(&mut dev, 4 * n),
+        output(&mut dev, 4 * n),
+    );
     let stats = launch(&f, &cfg(grid, block), &[o, i, a], &mut dev).expect("runs");
     assert!(stats.all_exact());
-    let (out, inner, after) = (download_u32(&dev, o, n), download_u32(&dev, i, n), download_u32(&dev, a, n));
+    let (out, inner, after) = (
+        download_u32(&dev, o, n),
+        download_u32(&dev, i, n),
+        download_u32(&dev, a, n),
+    );
     for g in 0..n {
         let t = (g % block as usize) as u32;
         let warp_base = t / 32 * 32;
-        let class = |u: u32| if u % 3 == 0 { 0 } else if u % 2 == 0 { 1 } else { 2 };
-        let want_mask = (0..32).filter(|l| class(warp_base + l) == class(t)).fold(0u32, |m, l| m | 1 << l);
+        let class = |u: u32| {
+            if u.is_multiple_of(3) {
+                0
+            } else if u.is_multiple_of(2) {
+                1
+            } else {
+                2
+            }
+        };
+        let want_mask = (0..32)
+            .filter(|l| class(warp_base + l) == class(t))
+            .fold(0u32, |m, l| m | 1 << l);
         let want = [t * 2, t + 100, 7][class(t)];
         assert_eq!(out[g], want, "thread {g}");
         assert_eq!(inner[g], want_mask, "lanes with thread {g} in its branch");
@@ -168,10 +195,20 @@ fn loops_with_per_lane_trip_counts() {
     let tp = upload_u32(&mut dev, &trips);
     let hp = upload_u32(&mut dev, &[0; 20]);
     let (sp, gp) = (output(&mut dev, 4 * n), output(&mut dev, 4 * n));
-    launch(&f, &cfg(grid as u32, block as u32), &[tp, hp, sp, gp], &mut dev).expect("runs");
+    launch(
+        &f,
+        &cfg(grid as u32, block as u32),
+        &[tp, hp, sp, gp],
+        &mut dev,
+    )
+    .expect("runs");
     let hist = download_u32(&dev, hp, 20);
     for (i, h) in hist.iter().enumerate() {
-        assert_eq!(*h as usize, trips.iter().filter(|&&m| m as usize > i).count(), "lanes in iteration {i}");
+        assert_eq!(
+            *h as usize,
+            trips.iter().filter(|&&m| m as usize > i).count(),
+            "lanes in iteration {i}"
+        );
     }
     let sums = download_u32(&dev, sp, n);
     let counts = download_u32(&dev, gp, n);
@@ -179,7 +216,11 @@ fn loops_with_per_lane_trip_counts() {
         let want: u32 = (0..trips[t]).map(|i| i * 3 + t as u32).sum();
         assert_eq!(sums[t], want, "thread {t}");
         let (lo, hi) = (-((t % 7) as i32), (t % 5) as i32);
-        assert_eq!(counts[t] as i32, (lo..hi).step_by(2).count() as i32, "thread {t}");
+        assert_eq!(
+            counts[t] as i32,
+            (lo..hi).step_by(2).count() as i32,
+            "thread {t}"
+        );
     }
 }
 
@@ -192,7 +233,12 @@ fn returned_lanes_stay_gone() {
     let out = k.param("out", PU32);
     let live = k.param("live", PU32);
     let t = k.tid_x();
-    let (five, zero, one, ten) = (k.const_u32(5), k.const_u32(0), k.const_u32(1), k.const_u32(10));
+    let (five, zero, one, ten) = (
+        k.const_u32(5),
+        k.const_u32(0),
+        k.const_u32(1),
+        k.const_u32(10),
+    );
     let r = k.rem(t, five);
     let c = k.eq(r, zero);
     k.if_then(c, early_return);
@@ -221,14 +267,19 @@ fn returned_lanes_stay_gone() {
     let (o, l) = (output(&mut dev, 4 * 64), output(&mut dev, 4 * 64));
     launch(&f, &cfg(1, 64), &[o, l], &mut dev).expect("runs");
     let (out, live) = (download_u32(&dev, o, 64), download_u32(&dev, l, 64));
-    let survives = |t: u32| t % 5 != 0 && t % 2 == 0;
+    let survives = |t: u32| !t.is_multiple_of(5) && t.is_multiple_of(2);
     for t in 0..64u32 {
         if survives(t) {
             assert_eq!(out[t as usize], 45, "thread {t}");
-            let want = (0..32).filter(|l| survives(t / 32 * 32 + l)).fold(0u32, |m, l| m | 1 << l);
+            let want = (0..32)
+                .filter(|l| survives(t / 32 * 32 + l))
+                .fold(0u32, |m, l| m | 1 << l);
             assert_eq!(live[t as usize], want, "thread {t}");
         } else {
-            assert_eq!(out[t as usize], POISON_U32, "thread {t} returned and must not store");
+            assert_eq!(
+                out[t as usize], POISON_U32,
+                "thread {t} returned and must not store"
+            );
         }
     }
 }
@@ -292,14 +343,16 @@ fn barriers_order_shared_memory_across_warps() {
     let (op, sp) = (output(&mut dev, 4 * n), output(&mut dev, 4 * grid as usize));
     launch(&f, &cfg(grid, block), &[ip, op, sp], &mut dev).expect("runs");
     let out = download_u32(&dev, op, n);
-    for g in 0..n {
+    for (g, got) in out.iter().enumerate() {
         let (b, t) = (g / block as usize, g % block as usize);
         let src = b * block as usize + (t + 37) % block as usize;
-        assert_eq!(out[g], input[src].wrapping_mul(3), "thread {g}");
+        assert_eq!(*got, input[src].wrapping_mul(3), "thread {g}");
     }
     let sums = download_u32(&dev, sp, grid as usize);
     for b in 0..grid as usize {
-        let want: u32 = input[b * block as usize..(b + 1) * block as usize].iter().sum();
+        let want: u32 = input[b * block as usize..(b + 1) * block as usize]
+            .iter()
+            .sum();
         assert_eq!(sums[b], want, "block {b}");
     }
 }
@@ -326,7 +379,11 @@ fn barrier_under_divergence_is_an_error() {
     let mut dev = Device::new();
     let err = launch(&f, &cfg(1, 64), &[1], &mut dev).expect_err("must fail");
     match &err {
-        InterpError::BarrierDivergence { site, arrived, missing } => {
+        InterpError::BarrierDivergence {
+            site,
+            arrived,
+            missing,
+        } => {
             assert_eq!((*arrived, *missing), (0xffff, 0xffff_0000));
             assert_eq!(site.kernel, "divergent_barrier");
             assert!(site.op.contains("bar.sync"), "{err}");
@@ -397,7 +454,11 @@ fn virtual_clock_is_monotonic() {
     let f = k.finish().expect("verifies");
 
     let mut dev = Device::new();
-    let (b, a, s) = (output(&mut dev, 8 * 128), output(&mut dev, 8 * 128), output(&mut dev, 8 * 128));
+    let (b, a, s) = (
+        output(&mut dev, 8 * 128),
+        output(&mut dev, 8 * 128),
+        output(&mut dev, 8 * 128),
+    );
     let mut last = 0;
     for _ in 0..2 {
         let start = dev.clock_ns;
@@ -405,10 +466,16 @@ fn virtual_clock_is_monotonic() {
         assert_eq!(dev.clock_ns - start, stats.instructions);
         let (before, after) = (download_u64(&dev, b, 128), download_u64(&dev, a, 128));
         let (max_before, min_after) = (*before.iter().max().unwrap(), *after.iter().min().unwrap());
-        assert!(before.iter().all(|&x| x > last), "later launch reads later times");
+        assert!(
+            before.iter().all(|&x| x > last),
+            "later launch reads later times"
+        );
         assert!(max_before < min_after, "{max_before} vs {min_after}");
         assert!(*after.iter().max().unwrap() <= dev.clock_ns);
-        assert!(download_u64(&dev, s, 128).iter().all(|&d| d == 1), "one instruction later, one tick later");
+        assert!(
+            download_u64(&dev, s, 128).iter().all(|&d| d == 1),
+            "one instruction later, one tick later"
+        );
         last = dev.clock_ns;
     }
 }
@@ -417,12 +484,22 @@ fn virtual_clock_is_monotonic() {
 #[test]
 fn special_registers() {
     use Special::*;
-    let regs = [TidX, TidY, TidZ, NtidX, NtidY, NtidZ, CtaidX, CtaidY, CtaidZ, NctaidX, NctaidY, NctaidZ, LaneId, WarpId];
+    let regs = [
+        TidX, TidY, TidZ, NtidX, NtidY, NtidZ, CtaidX, CtaidY, CtaidZ, NctaidX, NctaidY, NctaidZ,
+        LaneId, WarpId,
+    ];
     let mut k = Builder::new("ids", 64);
     let out = k.param("out", PU32);
     let (tx, ty, tz) = (k.special(TidX), k.special(TidY), k.special(TidZ));
-    let (nx, ny, cx, cy, cz, gx, gy) =
-        (k.special(NtidX), k.special(NtidY), k.special(CtaidX), k.special(CtaidY), k.special(CtaidZ), k.special(NctaidX), k.special(NctaidY));
+    let (nx, ny, cx, cy, cz, gx, gy) = (
+        k.special(NtidX),
+        k.special(NtidY),
+        k.special(CtaidX),
+        k.special(CtaidY),
+        k.special(CtaidZ),
+        k.special(NctaidX),
+        k.special(NctaidY),
+    );
     // Linear thread id in the grid: ((block * 64) + thread) * regs.len()
     let by = k.mul(cz, gy);
     let by = k.add(by, cy);
@@ -445,14 +522,22 @@ fn special_registers() {
     }
     let f = k.finish().expect("verifies");
 
-    let c = LaunchConfig { grid: [2, 3, 2], block: [8, 4, 2], dynamic_shared_bytes: 0 };
+    let c = LaunchConfig {
+        grid: [2, 3, 2],
+        block: [8, 4, 2],
+        dynamic_shared_bytes: 0,
+    };
     let n = 12 * 64 * regs.len();
     let mut dev = Device::new();
     let o = output(&mut dev, 4 * n);
     launch(&f, &c, &[o], &mut dev).expect("runs");
     let out = download_u32(&dev, o, n);
-    for (bz, by, bx) in (0..2).flat_map(|z| (0..3).flat_map(move |y| (0..2).map(move |x| (z, y, x)))) {
-        for (tz, ty, tx) in (0..2).flat_map(|z| (0..4).flat_map(move |y| (0..8).map(move |x| (z, y, x)))) {
+    for (bz, by, bx) in
+        (0..2).flat_map(|z| (0..3).flat_map(move |y| (0..2).map(move |x| (z, y, x))))
+    {
+        for (tz, ty, tx) in
+            (0..2).flat_map(|z| (0..4).flat_map(move |y| (0..8).map(move |x| (z, y, x))))
+        {
             let (b, t) = ((bz * 3 + by) * 2 + bx, (tz * 4 + ty) * 8 + tx);
             let want = [tx, ty, tz, 8, 4, 2, bx, by, bz, 2, 3, 2, t % 32, t / 32];
             let got = &out[(b * 64 + t) as usize * regs.len()..][..regs.len()];

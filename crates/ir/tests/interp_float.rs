@@ -123,9 +123,16 @@ fn round_f32(x: Exact, mode: Round) -> f32 {
     while lo != f32::INFINITY && cmp(lo.next_up() as f64, x) != Ord::Greater {
         lo = lo.next_up();
     }
-    let hi = if cmp(lo as f64, x) == Ord::Equal { lo } else { lo.next_up() };
+    let hi = if cmp(lo as f64, x) == Ord::Equal {
+        lo
+    } else {
+        lo.next_up()
+    };
     let mid = f32::MAX as f64 + 2f64.powi(103);
-    signed_zero(pick(x, mode, lo as f64, hi as f64, lo.to_bits() & 1 == 0, mid), x) as f32
+    signed_zero(
+        pick(x, mode, lo as f64, hi as f64, lo.to_bits() & 1 == 0, mid),
+        x,
+    ) as f32
 }
 
 fn round_f64(x: Exact, mode: Round) -> f64 {
@@ -149,23 +156,44 @@ struct Table {
 
 impl Table {
     fn new(is_f16: bool) -> Table {
-        let dec = |b: u16| if is_f16 { half::f16::from_bits(b).to_f64() } else { half::bf16::from_bits(b).to_f64() };
-        let mut vals: Vec<(f64, u16)> = (0..=u16::MAX).filter(|&b| b != 0x8000).map(|b| (dec(b), b)).filter(|v| v.0.is_finite()).collect();
+        let dec = |b: u16| {
+            if is_f16 {
+                half::f16::from_bits(b).to_f64()
+            } else {
+                half::bf16::from_bits(b).to_f64()
+            }
+        };
+        let mut vals: Vec<(f64, u16)> = (0..=u16::MAX)
+            .filter(|&b| b != 0x8000)
+            .map(|b| (dec(b), b))
+            .filter(|v| v.0.is_finite())
+            .collect();
         vals.sort_by(|a, b| a.0.total_cmp(&b.0));
         let max = vals[vals.len() - 1].0;
         let ulp = max - vals[vals.len() - 2].0;
-        Table { vals, overflow_mid: max + ulp / 2.0, is_f16 }
+        Table {
+            vals,
+            overflow_mid: max + ulp / 2.0,
+            is_f16,
+        }
     }
 
     fn round(&self, x: Exact, mode: Round) -> u16 {
         let i = self.vals.partition_point(|v| cmp(v.0, x) != Ord::Greater);
-        let (lo, lo_bits) = if i == 0 { (f64::NEG_INFINITY, 0) } else { self.vals[i - 1] };
+        let (lo, lo_bits) = if i == 0 {
+            (f64::NEG_INFINITY, 0)
+        } else {
+            self.vals[i - 1]
+        };
         let hi = match self.vals.get(i) {
             _ if cmp(lo, x) == Ord::Equal => lo,
             Some(v) => v.0,
             None => f64::INFINITY,
         };
-        let v = signed_zero(pick(x, mode, lo, hi, lo_bits & 1 == 0, self.overflow_mid), x);
+        let v = signed_zero(
+            pick(x, mode, lo, hi, lo_bits & 1 == 0, self.overflow_mid),
+            x,
+        );
         if self.is_f16 {
             half::f16::from_f64(v).to_bits()
         } else {
@@ -197,7 +225,11 @@ fn fptr(s: Scalar) -> Type {
 fn rounding_kernel(s: Scalar, ops: &[&str]) -> Function {
     let ty = Type::Scalar(s);
     let mut k = Builder::new("rounding", 64);
-    let (pa, pb, pc) = (k.param("a", fptr(s)), k.param("b", fptr(s)), k.param("c", fptr(s)));
+    let (pa, pb, pc) = (
+        k.param("a", fptr(s)),
+        k.param("b", fptr(s)),
+        k.param("c", fptr(s)),
+    );
     let out = k.param("out", fptr(s));
     let i = k.global_id_x();
     let load = |k: &mut Builder, p: Value| {
@@ -232,10 +264,24 @@ fn rounding_kernel(s: Scalar, ops: &[&str]) -> Function {
 }
 
 /// Run a rounding kernel over inputs given as raw bits of `bytes` each.
-fn run_rounding(f: &Function, bytes: usize, a: &[u64], b: &[u64], c: &[u64], ops: usize) -> Vec<u64> {
+fn run_rounding(
+    f: &Function,
+    bytes: usize,
+    a: &[u64],
+    b: &[u64],
+    c: &[u64],
+    ops: usize,
+) -> Vec<u64> {
     let n = a.len();
     let mut dev = Device::new();
-    let up = |dev: &mut Device, v: &[u64]| upload(dev, &v.iter().flat_map(|x| x.to_le_bytes()[..bytes].to_vec()).collect::<Vec<_>>());
+    let up = |dev: &mut Device, v: &[u64]| {
+        upload(
+            dev,
+            &v.iter()
+                .flat_map(|x| x.to_le_bytes()[..bytes].to_vec())
+                .collect::<Vec<_>>(),
+        )
+    };
     let (pa, pb, pc) = (up(&mut dev, a), up(&mut dev, b), up(&mut dev, c));
     let out = output(&mut dev, n * ops * 4 * bytes);
     let stats = launch(f, &cfg(n as u32 / 64, 64), &[pa, pb, pc, out], &mut dev).expect("runs");
@@ -269,16 +315,25 @@ fn f32_arithmetic_rounds_correctly_in_every_direction() {
                 "mul" => exact(x * y),
                 "div" => {
                     let q = x / y;
-                    Exact { r: q, tail: sgn((-q).mul_add(y, x)) * sgn(y) }
+                    Exact {
+                        r: q,
+                        tail: sgn((-q).mul_add(y, x)) * sgn(y),
+                    }
                 }
                 "fma" => sum(x * y, z),
                 "sqrt" => {
                     let s = x.abs().sqrt();
-                    Exact { r: s, tail: sgn((-s).mul_add(s, x.abs())) }
+                    Exact {
+                        r: s,
+                        tail: sgn((-s).mul_add(s, x.abs())),
+                    }
                 }
                 _ => {
                     let q = 1.0 / x;
-                    Exact { r: q, tail: sgn((-q).mul_add(x, 1.0)) * sgn(x) }
+                    Exact {
+                        r: q,
+                        tail: sgn((-q).mul_add(x, 1.0)) * sgn(x),
+                    }
                 }
             };
             if is_zero(e) {
@@ -287,7 +342,15 @@ fn f32_arithmetic_rounds_correctly_in_every_direction() {
             for (mi, mode) in MODES.into_iter().enumerate() {
                 let got = f32::from_bits(out[(i * ops.len() + oi) * 4 + mi] as u32);
                 let want = round_f32(e, mode);
-                assert_eq!(got.to_bits(), want.to_bits(), "{op}.{} {} {} {}: got {got:e}, want {want:e}", mode.name(), a[i], b[i], c[i]);
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{op}.{} {} {} {}: got {got:e}, want {want:e}",
+                    mode.name(),
+                    a[i],
+                    b[i],
+                    c[i]
+                );
             }
         }
     }
@@ -304,13 +367,21 @@ fn f64_arithmetic_rounds_correctly_in_every_direction() {
         (0..n)
             .map(|_| {
                 let m = 1.0 + rng.gen::<f64>();
-                let m = if short { (m * 2f64.powi(25)).floor() / 2f64.powi(25) } else { m };
+                let m = if short {
+                    (m * 2f64.powi(25)).floor() / 2f64.powi(25)
+                } else {
+                    m
+                };
                 let s = if rng.gen() { -1.0 } else { 1.0 };
                 s * m * 2f64.powi(rng.gen_range(-200..=200))
             })
             .collect()
     };
-    let (a, b, c) = (gen(&mut rng, true), gen(&mut rng, true), gen(&mut rng, false));
+    let (a, b, c) = (
+        gen(&mut rng, true),
+        gen(&mut rng, true),
+        gen(&mut rng, false),
+    );
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let out = run_rounding(&f, 8, &bits(&a), &bits(&b), &bits(&c), ops.len());
     for i in 0..n {
@@ -321,26 +392,43 @@ fn f64_arithmetic_rounds_correctly_in_every_direction() {
                 "sub" => sum(x, -y),
                 "mul" => {
                     let p = x * y;
-                    Exact { r: p, tail: sgn(x.mul_add(y, -p)) }
+                    Exact {
+                        r: p,
+                        tail: sgn(x.mul_add(y, -p)),
+                    }
                 }
                 "div" => {
                     let q = x / y;
-                    Exact { r: q, tail: sgn((-q).mul_add(y, x)) * sgn(y) }
+                    Exact {
+                        r: q,
+                        tail: sgn((-q).mul_add(y, x)) * sgn(y),
+                    }
                 }
                 "fma" => sum(x * y, z),
                 "sqrt" => {
                     let s = x.abs().sqrt();
-                    Exact { r: s, tail: sgn((-s).mul_add(s, x.abs())) }
+                    Exact {
+                        r: s,
+                        tail: sgn((-s).mul_add(s, x.abs())),
+                    }
                 }
                 _ => {
                     let q = 1.0 / x;
-                    Exact { r: q, tail: sgn((-q).mul_add(x, 1.0)) * sgn(x) }
+                    Exact {
+                        r: q,
+                        tail: sgn((-q).mul_add(x, 1.0)) * sgn(x),
+                    }
                 }
             };
             for (mi, mode) in MODES.into_iter().enumerate() {
                 let got = f64::from_bits(out[(i * ops.len() + oi) * 4 + mi]);
                 let want = round_f64(e, mode);
-                assert_eq!(got.to_bits(), want.to_bits(), "{op}.{} {x:e} {y:e} {z:e}", mode.name());
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{op}.{} {x:e} {y:e} {z:e}",
+                    mode.name()
+                );
             }
         }
     }
@@ -352,22 +440,37 @@ fn f64_arithmetic_rounds_correctly_in_every_direction() {
 fn half_precision_arithmetic_rounds_correctly() {
     let mut rng = rng();
     let ops = ["add", "sub", "mul", "fma"];
-    for (scalar, packed, is_f16) in [(Scalar::F16, Scalar::F16x2, true), (Scalar::BF16, Scalar::BF16x2, false)] {
+    for (scalar, packed, is_f16) in [
+        (Scalar::F16, Scalar::F16x2, true),
+        (Scalar::BF16, Scalar::BF16x2, false),
+    ] {
         let table = Table::new(is_f16);
-        let dec = |b: u64| if is_f16 { half::f16::from_bits(b as u16).to_f64() } else { half::bf16::from_bits(b as u16).to_f64() };
+        let dec = |b: u64| {
+            if is_f16 {
+                half::f16::from_bits(b as u16).to_f64()
+            } else {
+                half::bf16::from_bits(b as u16).to_f64()
+            }
+        };
         // Finite random values of the format over its whole range.
         let gen = |rng: &mut ChaCha8Rng| -> Vec<u64> {
-            (0..128).map(|_| loop {
-                let b: u16 = rng.gen();
-                if dec(b as u64).is_finite() {
-                    break b as u64;
-                }
-            }).collect()
+            (0..128)
+                .map(|_| loop {
+                    let b: u16 = rng.gen();
+                    if dec(b as u64).is_finite() {
+                        break b as u64;
+                    }
+                })
+                .collect()
         };
         let (a, b, c) = (gen(&mut rng), gen(&mut rng), gen(&mut rng));
         let check = |out: &[u64], what: &str, lane: usize| {
             for i in 0..64 {
-                let (x, y, z) = (dec(a[2 * i + lane]), dec(b[2 * i + lane]), dec(c[2 * i + lane]));
+                let (x, y, z) = (
+                    dec(a[2 * i + lane]),
+                    dec(b[2 * i + lane]),
+                    dec(c[2 * i + lane]),
+                );
                 for (oi, op) in ops.iter().enumerate() {
                     let e = match *op {
                         "add" => sum(x, y),
@@ -380,9 +483,18 @@ fn half_precision_arithmetic_rounds_correctly() {
                     }
                     for (mi, mode) in MODES.into_iter().enumerate() {
                         let got = out[(i * ops.len() + oi) * 4 + mi];
-                        let got = if what == "packed" { got >> (16 * lane) & 0xffff } else { got };
+                        let got = if what == "packed" {
+                            got >> (16 * lane) & 0xffff
+                        } else {
+                            got
+                        };
                         let want = table.round(e, mode) as u64;
-                        assert_eq!(got, want, "{what} {scalar}: {op}.{} {x:e} {y:e} {z:e}", mode.name());
+                        assert_eq!(
+                            got,
+                            want,
+                            "{what} {scalar}: {op}.{} {x:e} {y:e} {z:e}",
+                            mode.name()
+                        );
                     }
                 }
             }
@@ -426,7 +538,13 @@ fn cvt_kernel(from: Scalar, to: Scalar, sat: bool, rounds: bool) -> Function {
 fn run_cvt(f: &Function, in_bytes: usize, out_bytes: usize, input: &[u64]) -> Vec<u64> {
     let n = input.len();
     let mut dev = Device::new();
-    let ip = upload(&mut dev, &input.iter().flat_map(|x| x.to_le_bytes()[..in_bytes].to_vec()).collect::<Vec<_>>());
+    let ip = upload(
+        &mut dev,
+        &input
+            .iter()
+            .flat_map(|x| x.to_le_bytes()[..in_bytes].to_vec())
+            .collect::<Vec<_>>(),
+    );
     let op = output(&mut dev, n * 4 * out_bytes);
     launch(f, &cfg(n as u32 / 64, 64), &[ip, op], &mut dev).expect("runs");
     download(&dev, op, n * 4 * out_bytes)
@@ -447,24 +565,49 @@ fn float_narrowing_conversions_round_in_every_direction() {
         let table = Table::new(is_f16);
         let input: Vec<f32> = (0..256).map(|_| rand_f32(&mut rng, emax)).collect();
         let f = cvt_kernel(Scalar::F32, to, false, true);
-        let out = run_cvt(&f, 4, 2, &input.iter().map(|x| x.to_bits() as u64).collect::<Vec<_>>());
+        let out = run_cvt(
+            &f,
+            4,
+            2,
+            &input.iter().map(|x| x.to_bits() as u64).collect::<Vec<_>>(),
+        );
         for (i, x) in input.iter().enumerate() {
             if *x == 0.0 {
                 continue;
             }
             for (mi, mode) in MODES.into_iter().enumerate() {
-                assert_eq!(out[i * 4 + mi], table.round(exact(*x as f64), mode) as u64, "cvt.{}.{to}.f32 {x:e}", mode.name());
+                assert_eq!(
+                    out[i * 4 + mi],
+                    table.round(exact(*x as f64), mode) as u64,
+                    "cvt.{}.{to}.f32 {x:e}",
+                    mode.name()
+                );
             }
         }
     }
     // f64 → f32.
-    let input: Vec<f64> =
-        (0..256).map(|_| (1.0 + rng.gen::<f64>()) * 2f64.powi(rng.gen_range(-160..=130)) * if rng.gen() { 1.0 } else { -1.0 }).collect();
+    let input: Vec<f64> = (0..256)
+        .map(|_| {
+            (1.0 + rng.gen::<f64>())
+                * 2f64.powi(rng.gen_range(-160..=130))
+                * if rng.gen() { 1.0 } else { -1.0 }
+        })
+        .collect();
     let f = cvt_kernel(Scalar::F64, Scalar::F32, false, true);
-    let out = run_cvt(&f, 8, 4, &input.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    let out = run_cvt(
+        &f,
+        8,
+        4,
+        &input.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+    );
     for (i, x) in input.iter().enumerate() {
         for (mi, mode) in MODES.into_iter().enumerate() {
-            assert_eq!(out[i * 4 + mi] as u32, round_f32(exact(*x), mode).to_bits(), "cvt.{}.f32.f64 {x:e}", mode.name());
+            assert_eq!(
+                out[i * 4 + mi] as u32,
+                round_f32(exact(*x), mode).to_bits(),
+                "cvt.{}.f32.f64 {x:e}",
+                mode.name()
+            );
         }
     }
 }
@@ -472,24 +615,55 @@ fn float_narrowing_conversions_round_in_every_direction() {
 #[test]
 fn integer_to_float_conversions_round_in_every_direction() {
     let mut rng = rng();
-    let input: Vec<i64> = (0..256).map(|_| rng.gen::<i64>() >> rng.gen_range(0..63)).collect();
+    let input: Vec<i64> = (0..256)
+        .map(|_| rng.gen::<i64>() >> rng.gen_range(0..63))
+        .collect();
     let f = cvt_kernel(Scalar::I64, Scalar::F32, false, true);
-    let out = run_cvt(&f, 8, 4, &input.iter().map(|&x| x as u64).collect::<Vec<_>>());
+    let out = run_cvt(
+        &f,
+        8,
+        4,
+        &input.iter().map(|&x| x as u64).collect::<Vec<_>>(),
+    );
     for (i, &x) in input.iter().enumerate() {
         let r = x as f64;
-        let e = Exact { r, tail: (x as i128 - r as i128).signum() as i8 };
+        let e = Exact {
+            r,
+            tail: (x as i128 - r as i128).signum() as i8,
+        };
         for (mi, mode) in MODES.into_iter().enumerate() {
-            assert_eq!(out[i * 4 + mi] as u32, round_f32(e, mode).to_bits(), "cvt.{}.f32.s64 {x}", mode.name());
+            assert_eq!(
+                out[i * 4 + mi] as u32,
+                round_f32(e, mode).to_bits(),
+                "cvt.{}.f32.s64 {x}",
+                mode.name()
+            );
         }
     }
     let table = Table::new(true);
-    let input: Vec<u32> = (0..256).map(|_| rng.gen::<u32>() >> rng.gen_range(0..32)).collect();
+    let input: Vec<u32> = (0..256)
+        .map(|_| rng.gen::<u32>() >> rng.gen_range(0..32))
+        .collect();
     let f = cvt_kernel(Scalar::U32, Scalar::F16, false, true);
-    let out = run_cvt(&f, 4, 2, &input.iter().map(|&x| x as u64).collect::<Vec<_>>());
+    let out = run_cvt(
+        &f,
+        4,
+        2,
+        &input.iter().map(|&x| x as u64).collect::<Vec<_>>(),
+    );
     for (i, &x) in input.iter().enumerate() {
         for (mi, mode) in MODES.into_iter().enumerate() {
-            let want = if x == 0 { 0 } else { table.round(exact(x as f64), mode) };
-            assert_eq!(out[i * 4 + mi], want as u64, "cvt.{}.f16.u32 {x}", mode.name());
+            let want = if x == 0 {
+                0
+            } else {
+                table.round(exact(x as f64), mode)
+            };
+            assert_eq!(
+                out[i * 4 + mi],
+                want as u64,
+                "cvt.{}.f16.u32 {x}",
+                mode.name()
+            );
         }
     }
 }
@@ -499,14 +673,36 @@ fn integer_to_float_conversions_round_in_every_direction() {
 #[test]
 fn float_to_integer_conversions_saturate() {
     let mut rng = rng();
-    let mut input: Vec<f32> = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.5, 0.5, 1.5, 2.5, -2.5, 3e9, -3e9, 4.3e9, 1e20];
+    let mut input: Vec<f32> = vec![
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.5,
+        0.5,
+        1.5,
+        2.5,
+        -2.5,
+        3e9,
+        -3e9,
+        4.3e9,
+        1e20,
+    ];
     while input.len() < 128 {
         input.push(rand_f32(&mut rng, 40));
     }
     let bits: Vec<u64> = input.iter().map(|x| x.to_bits() as u64).collect();
-    let spot: [(f32, [i64; 4]); 4] = [(2.5, [2, 2, 2, 3]), (-2.5, [-2, -2, -3, -2]), (-0.5, [0, 0, -1, 0]), (1.5, [2, 1, 1, 2])];
-    for (to, lo, hi) in [(Scalar::I32, i32::MIN as i64, i32::MAX as i64), (Scalar::U32, 0, u32::MAX as i64), (Scalar::I8, -128, 127), (Scalar::U64, 0, i64::MAX)]
-    {
+    let spot: [(f32, [i64; 4]); 4] = [
+        (2.5, [2, 2, 2, 3]),
+        (-2.5, [-2, -2, -3, -2]),
+        (-0.5, [0, 0, -1, 0]),
+        (1.5, [2, 1, 1, 2]),
+    ];
+    for (to, lo, hi) in [
+        (Scalar::I32, i32::MIN as i64, i32::MAX as i64),
+        (Scalar::U32, 0, u32::MAX as i64),
+        (Scalar::I8, -128, 127),
+        (Scalar::U64, 0, i64::MAX),
+    ] {
         let f = cvt_kernel(Scalar::F32, to, false, true);
         let out = run_cvt(&f, 4, to.bytes() as usize, &bits);
         for (i, x) in input.iter().enumerate() {
@@ -520,21 +716,31 @@ fn float_to_integer_conversions_saturate() {
                 };
                 let want = if x.is_nan() {
                     // PTX: 0, but the top bit alone for 64-bit destinations.
-                    if to.bits() == 64 { 1u64 << 63 } else { 0 }
+                    if to.bits() == 64 {
+                        1u64 << 63
+                    } else {
+                        0
+                    }
                 } else if to == Scalar::U64 && r >= 2f64.powi(64) {
                     u64::MAX
                 } else if to == Scalar::U64 && r > 0.0 {
                     r as u64
                 } else {
-                    (r.clamp(lo as f64, hi as f64) as i64) as u64 & ((1u128 << to.bits()) - 1) as u64
+                    (r.clamp(lo as f64, hi as f64) as i64) as u64
+                        & ((1u128 << to.bits()) - 1) as u64
                 };
                 assert_eq!(out[i * 4 + mi], want, "cvt.{}i.{to}.f32 {x:e}", mode.name());
             }
         }
         if to == Scalar::I32 {
             for (x, want) in spot {
-                let i = input.iter().position(|y| *y == x).expect("spot value present");
-                let got: Vec<i64> = (0..4).map(|m| out[i * 4 + m] as u32 as i32 as i64).collect();
+                let i = input
+                    .iter()
+                    .position(|y| *y == x)
+                    .expect("spot value present");
+                let got: Vec<i64> = (0..4)
+                    .map(|m| out[i * 4 + m] as u32 as i32 as i64)
+                    .collect();
                 assert_eq!(got, want, "{x} in rn, rz, rm, rp");
             }
         }
@@ -552,22 +758,89 @@ fn saturating_and_exact_conversions() {
         run_cvt(&f, from.bytes() as usize, to.bytes() as usize, &v)[..4].to_vec()
     };
     let one = |v: Vec<u64>| {
-        assert!(v.iter().all(|x| *x == v[0]), "exact conversions do not depend on the direction: {v:?}");
+        assert!(
+            v.iter().all(|x| *x == v[0]),
+            "exact conversions do not depend on the direction: {v:?}"
+        );
         v[0]
     };
-    assert_eq!(one(run(Scalar::I32, Scalar::I8, true, false, -300i32 as u32 as u64)), 0x80);
-    assert_eq!(one(run(Scalar::I32, Scalar::I8, false, false, -300i32 as u32 as u64)), (-300i32 as u32 & 0xff) as u64);
-    assert_eq!(one(run(Scalar::I32, Scalar::U16, true, false, -5i32 as u32 as u64)), 0);
-    assert_eq!(one(run(Scalar::U32, Scalar::I16, true, false, 70000)), 0x7fff);
-    assert_eq!(one(run(Scalar::I8, Scalar::I32, false, false, 0xfb)), 0xffff_fffb);
+    assert_eq!(
+        one(run(
+            Scalar::I32,
+            Scalar::I8,
+            true,
+            false,
+            -300i32 as u32 as u64
+        )),
+        0x80
+    );
+    assert_eq!(
+        one(run(
+            Scalar::I32,
+            Scalar::I8,
+            false,
+            false,
+            -300i32 as u32 as u64
+        )),
+        (-300i32 as u32 & 0xff) as u64
+    );
+    assert_eq!(
+        one(run(
+            Scalar::I32,
+            Scalar::U16,
+            true,
+            false,
+            -5i32 as u32 as u64
+        )),
+        0
+    );
+    assert_eq!(
+        one(run(Scalar::U32, Scalar::I16, true, false, 70000)),
+        0x7fff
+    );
+    assert_eq!(
+        one(run(Scalar::I8, Scalar::I32, false, false, 0xfb)),
+        0xffff_fffb
+    );
     assert_eq!(one(run(Scalar::U8, Scalar::I32, false, false, 0xfb)), 0xfb);
-    assert_eq!(one(run(Scalar::I16, Scalar::U64, false, false, 0x8000)), 0xffff_ffff_ffff_8000);
+    assert_eq!(
+        one(run(Scalar::I16, Scalar::U64, false, false, 0x8000)),
+        0xffff_ffff_ffff_8000
+    );
     let f32b = |x: f32| x.to_bits() as u64;
-    assert_eq!(one(run(Scalar::F32, Scalar::F64, false, false, f32b(0.1))), (0.1f32 as f64).to_bits());
-    assert_eq!(one(run(Scalar::F16, Scalar::F32, false, false, 0x0001)), f32b(2f32.powi(-24)), "f16 subnormal widens exactly");
-    assert_eq!(one(run(Scalar::F64, Scalar::I32, false, true, f64::NAN.to_bits())), 0x8000_0000, "NaN from f64");
-    for (x, want) in [(1.5f32, 1.0f32), (-0.25, 0.0), (0.25, 0.25), (f32::NAN, 0.0), (-0.0, 0.0), (f32::INFINITY, 1.0)] {
-        assert_eq!(one(run(Scalar::F32, Scalar::F32, true, false, f32b(x))), f32b(want), "cvt.sat.f32.f32 {x}");
+    assert_eq!(
+        one(run(Scalar::F32, Scalar::F64, false, false, f32b(0.1))),
+        (0.1f32 as f64).to_bits()
+    );
+    assert_eq!(
+        one(run(Scalar::F16, Scalar::F32, false, false, 0x0001)),
+        f32b(2f32.powi(-24)),
+        "f16 subnormal widens exactly"
+    );
+    assert_eq!(
+        one(run(
+            Scalar::F64,
+            Scalar::I32,
+            false,
+            true,
+            f64::NAN.to_bits()
+        )),
+        0x8000_0000,
+        "NaN from f64"
+    );
+    for (x, want) in [
+        (1.5f32, 1.0f32),
+        (-0.25, 0.0),
+        (0.25, 0.25),
+        (f32::NAN, 0.0),
+        (-0.0, 0.0),
+        (f32::INFINITY, 1.0),
+    ] {
+        assert_eq!(
+            one(run(Scalar::F32, Scalar::F32, true, false, f32b(x))),
+            f32b(want),
+            "cvt.sat.f32.f32 {x}"
+        );
     }
 }
 
@@ -581,11 +854,23 @@ fn bin_kernel(s: Scalar, ops: &[BinOp]) -> Function {
     let a = k.load(ty, qa);
     let qb = k.ptr_add(pb, i);
     let amount = k.load(Type::U32, qb);
-    let b = if s == Scalar::U32 { amount } else { k.bitcast(ty, amount) };
+    let b = if s == Scalar::U32 {
+        amount
+    } else {
+        k.bitcast(ty, amount)
+    };
     let n = k.const_u32(ops.len() as u32);
     let base = k.mul(i, n);
     for (oi, op) in ops.iter().enumerate() {
-        let v = k.bin(*op, a, if matches!(op, BinOp::Shl | BinOp::Shr) { amount } else { b });
+        let v = k.bin(
+            *op,
+            a,
+            if matches!(op, BinOp::Shl | BinOp::Shr) {
+                amount
+            } else {
+                b
+            },
+        );
         let off = k.const_u32(oi as u32);
         let at = k.add(base, off);
         let q = k.ptr_add(out, at);
@@ -600,11 +885,21 @@ fn bin_kernel(s: Scalar, ops: &[BinOp]) -> Function {
 fn integer_semantics() {
     use BinOp::*;
     let mut rng = rng();
-    let ops = [Add, Sub, Mul, MulHi, Div, Rem, Min, Max, And, Or, Xor, Shl, Shr];
+    let ops = [
+        Add, Sub, Mul, MulHi, Div, Rem, Min, Max, And, Or, Xor, Shl, Shr,
+    ];
     for s in [Scalar::U32, Scalar::I32] {
         let f = bin_kernel(s, &ops);
         let mut a: Vec<u32> = (0..128).map(|_| rng.gen()).collect();
-        let mut b: Vec<u32> = (0..128).map(|_| if rng.gen() { rng.gen() } else { rng.gen_range(0..40) }).collect();
+        let mut b: Vec<u32> = (0..128)
+            .map(|_| {
+                if rng.gen() {
+                    rng.gen()
+                } else {
+                    rng.gen_range(0..40)
+                }
+            })
+            .collect();
         (a[0], b[0], a[1], b[1], a[2], b[2]) = (7, 0, 0x8000_0000, u32::MAX, 12, 32);
         let mut dev = Device::new();
         let (pa, pb) = (upload_u32(&mut dev, &a), upload_u32(&mut dev, &b));
@@ -641,7 +936,11 @@ fn integer_semantics() {
                     Shr => x.checked_shr(y).unwrap_or(0),
                 })
                 .collect();
-            assert_eq!(out[i * ops.len()..][..ops.len()], want[..], "{s} a={x:#x} b={y:#x} ({ops:?})");
+            assert_eq!(
+                out[i * ops.len()..][..ops.len()],
+                want[..],
+                "{s} a={x:#x} b={y:#x} ({ops:?})"
+            );
         }
     }
 }
@@ -671,10 +970,15 @@ fn integer_unary_operations() {
         }
     }
     let f = k.finish().expect("verifies");
-    let mut a: Vec<i64> = (0..64).map(|_| rng.gen::<i64>() >> rng.gen_range(0..64)).collect();
+    let mut a: Vec<i64> = (0..64)
+        .map(|_| rng.gen::<i64>() >> rng.gen_range(0..64))
+        .collect();
     (a[0], a[1], a[2]) = (0, i64::MIN, i32::MIN as i64);
     let mut dev = Device::new();
-    let (pa, po) = (upload_u64(&mut dev, &a.iter().map(|&x| x as u64).collect::<Vec<_>>()), output(&mut dev, 8 * 64 * 2 * ops.len()));
+    let (pa, po) = (
+        upload_u64(&mut dev, &a.iter().map(|&x| x as u64).collect::<Vec<_>>()),
+        output(&mut dev, 8 * 64 * 2 * ops.len()),
+    );
     launch(&f, &cfg(1, 64), &[pa, po], &mut dev).expect("runs");
     let out = download_u64(&dev, po, 64 * 2 * ops.len());
     for (i, &x) in a.iter().enumerate() {
@@ -706,7 +1010,12 @@ fn float_min_max() {
         (-3.0, f32::NAN, -3.0, -3.0),
         (-0.0, 0.0, -0.0, 0.0),
         (0.0, -0.0, -0.0, 0.0),
-        (f32::NEG_INFINITY, f32::INFINITY, f32::NEG_INFINITY, f32::INFINITY),
+        (
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+        ),
     ];
     let f = bin_kernel(Scalar::F32, &[BinOp::Min, BinOp::Max]);
     let mut a: Vec<u32> = cases.iter().map(|c| c.0.to_bits()).collect();
@@ -716,21 +1025,43 @@ fn float_min_max() {
     a.resize(64, 0);
     b.resize(64, 0);
     let mut dev = Device::new();
-    let (pa, pb, po) = (upload_u32(&mut dev, &a), upload_u32(&mut dev, &b), output(&mut dev, 4 * 128));
+    let (pa, pb, po) = (
+        upload_u32(&mut dev, &a),
+        upload_u32(&mut dev, &b),
+        output(&mut dev, 4 * 128),
+    );
     launch(&f, &cfg(1, 64), &[pa, pb, po], &mut dev).expect("runs");
     let out = download_u32(&dev, po, 128);
     for (i, c) in cases.iter().enumerate() {
-        assert_eq!((out[2 * i], out[2 * i + 1]), (c.2.to_bits(), c.3.to_bits()), "min/max of {} and {}", c.0, c.1);
+        assert_eq!(
+            (out[2 * i], out[2 * i + 1]),
+            (c.2.to_bits(), c.3.to_bits()),
+            "min/max of {} and {}",
+            c.0,
+            c.1
+        );
     }
     let i = cases.len();
-    assert_eq!((out[2 * i], out[2 * i + 1]), (0x7fff_ffff, 0x7fff_ffff), "two NaNs give the canonical NaN");
+    assert_eq!(
+        (out[2 * i], out[2 * i + 1]),
+        (0x7fff_ffff, 0x7fff_ffff),
+        "two NaNs give the canonical NaN"
+    );
 }
 
 /// Approximate operations are the f32 rounding of the exact function, ex2/lg2 flush
 /// subnormals, and the launch reports which approximations ran.
 #[test]
 fn approximate_operations_are_modeled_and_reported() {
-    let ops = [UnOp::Ex2Approx, UnOp::Lg2Approx, UnOp::RcpApprox, UnOp::RsqrtApprox, UnOp::TanhApprox, UnOp::SinApprox, UnOp::CosApprox];
+    let ops = [
+        UnOp::Ex2Approx,
+        UnOp::Lg2Approx,
+        UnOp::RcpApprox,
+        UnOp::RsqrtApprox,
+        UnOp::TanhApprox,
+        UnOp::SinApprox,
+        UnOp::CosApprox,
+    ];
     let mut k = Builder::new("approx", 64);
     let pa = k.param("a", fptr(Scalar::F32));
     let out = k.param("out", fptr(Scalar::F32));
@@ -759,11 +1090,17 @@ fn approximate_operations_are_modeled_and_reported() {
     let mut a = input.to_vec();
     a.resize(64, 1.0);
     let mut dev = Device::new();
-    let (pa, po) = (upload_u32(&mut dev, &a.iter().map(|x| x.to_bits()).collect::<Vec<_>>()), output(&mut dev, 4 * 64 * (ops.len() + 1)));
+    let (pa, po) = (
+        upload_u32(&mut dev, &a.iter().map(|x| x.to_bits()).collect::<Vec<_>>()),
+        output(&mut dev, 4 * 64 * (ops.len() + 1)),
+    );
     let stats = launch(&f, &cfg(1, 64), &[pa, po], &mut dev).expect("runs");
     assert_eq!(stats.approx_ops_used, ops.to_vec());
     assert!(stats.approx_div_used && !stats.all_exact());
-    let out: Vec<f32> = download_u32(&dev, po, 64 * (ops.len() + 1)).into_iter().map(f32::from_bits).collect();
+    let out: Vec<f32> = download_u32(&dev, po, 64 * (ops.len() + 1))
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
     let w = ops.len() + 1;
     for (i, &x) in input.iter().enumerate() {
         let d = x as f64;
@@ -781,10 +1118,17 @@ fn approximate_operations_are_modeled_and_reported() {
         for (j, v) in want.iter().enumerate() {
             let got = out[i * w + j];
             let v = *v as f32;
-            assert!(got.to_bits() == v.to_bits() || (got.is_nan() && v.is_nan()), "op {j} of {x:e}: got {got:e}, want {v:e}");
+            assert!(
+                got.to_bits() == v.to_bits() || (got.is_nan() && v.is_nan()),
+                "op {j} of {x:e}: got {got:e}, want {v:e}"
+            );
         }
     }
     assert_eq!(out[3 * w], 1.0, "ex2 of a subnormal is ex2(0)");
     assert_eq!(out[2 * w], 0.0, "ex2(-130) is subnormal, flushed");
-    assert_eq!(out[3 * w + 1], f32::NEG_INFINITY, "lg2 of a subnormal is lg2(0)");
+    assert_eq!(
+        out[3 * w + 1],
+        f32::NEG_INFINITY,
+        "lg2 of a subnormal is lg2(0)"
+    );
 }

@@ -16,15 +16,29 @@ fn allocations_are_aligned_separate_and_checked() {
     let mut dev = Device::new();
     let a = dev.mem.alloc(100).expect("alloc");
     let b = dev.mem.alloc(100).expect("alloc");
-    assert!(a != 0 && a % 256 == 0 && b % 256 == 0);
-    assert!(b >= a + 100 + 4096, "a gap separates allocations: {a:#x} {b:#x}");
+    assert!(a != 0 && a.is_multiple_of(256) && b.is_multiple_of(256));
+    assert!(
+        b >= a + 100 + 4096,
+        "a gap separates allocations: {a:#x} {b:#x}"
+    );
     dev.mem.write(a + 10, &[1, 2, 3]).expect("write inside");
-    assert_eq!(download(&dev, a + 9, 5), [0, 1, 2, 3, 0], "fresh memory is zero");
+    assert_eq!(
+        download(&dev, a + 9, 5),
+        [0, 1, 2, 3, 0],
+        "fresh memory is zero"
+    );
     let mut buf = [0u8; 20];
     match dev.mem.read(a + 90, &mut buf) {
-        Err(InterpError::HostOutOfBounds { addr, bytes: 20, detail }) => {
+        Err(InterpError::HostOutOfBounds {
+            addr,
+            bytes: 20,
+            detail,
+        }) => {
             assert_eq!(addr, a + 90);
-            assert!(detail.contains("runs 10 bytes past the end of the 100-byte allocation"), "{detail}");
+            assert!(
+                detail.contains("runs 10 bytes past the end of the 100-byte allocation"),
+                "{detail}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -32,12 +46,23 @@ fn allocations_are_aligned_separate_and_checked() {
     assert!(dev.mem.read(0, &mut buf).is_err(), "null");
     dev.mem.free(a).expect("free");
     match dev.mem.read(a, &mut buf) {
-        Err(InterpError::HostOutOfBounds { detail, .. }) => assert!(detail.contains("freed"), "{detail}"),
+        Err(InterpError::HostOutOfBounds { detail, .. }) => {
+            assert!(detail.contains("freed"), "{detail}")
+        }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(dev.mem.free(a), Err(InterpError::BadFree { .. })), "double free");
-    assert!(matches!(dev.mem.free(b + 4), Err(InterpError::BadFree { .. })), "not the start");
-    assert!(matches!(dev.mem.alloc(u64::MAX), Err(InterpError::OutOfMemory { .. })));
+    assert!(
+        matches!(dev.mem.free(a), Err(InterpError::BadFree { .. })),
+        "double free"
+    );
+    assert!(
+        matches!(dev.mem.free(b + 4), Err(InterpError::BadFree { .. })),
+        "not the start"
+    );
+    assert!(matches!(
+        dev.mem.alloc(u64::MAX),
+        Err(InterpError::OutOfMemory { .. })
+    ));
 }
 
 /// `out[i] = x[i]` for i in 0..threads, over a buffer that may be too short.
@@ -59,17 +84,31 @@ fn out_of_bounds_global_access_names_thread_and_address() {
     let mut dev = Device::new();
     let (x, out) = (output(&mut dev, 4 * 100), output(&mut dev, 4 * 128));
     match launch(&f, &cfg(2, 64), &[x, out], &mut dev) {
-        Err(InterpError::GlobalOutOfBounds { site, addr, bytes: 4, detail }) => {
-            assert_eq!((site.block, site.thread), ([1, 0, 0], Some([36, 0, 0])), "the first thread past the end");
+        Err(InterpError::GlobalOutOfBounds {
+            site,
+            addr,
+            bytes: 4,
+            detail,
+        }) => {
+            assert_eq!(
+                (site.block, site.thread),
+                ([1, 0, 0], Some([36, 0, 0])),
+                "the first thread past the end"
+            );
             assert_eq!(addr, x + 400);
             assert!(site.op.starts_with("ld.global"), "{}", site.op);
-            assert!(detail.contains("past the end of the 400-byte allocation"), "{detail}");
+            assert!(
+                detail.contains("past the end of the 400-byte allocation"),
+                "{detail}"
+            );
         }
         other => panic!("{other:?}"),
     }
     dev.mem.free(x).expect("free");
     match launch(&f, &cfg(1, 64), &[x, out], &mut dev) {
-        Err(InterpError::GlobalOutOfBounds { detail, .. }) => assert!(detail.contains("freed"), "{detail}"),
+        Err(InterpError::GlobalOutOfBounds { detail, .. }) => {
+            assert!(detail.contains("freed"), "{detail}")
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -88,7 +127,12 @@ fn misaligned_and_local_accesses_are_refused() {
     let mut dev = Device::new();
     let buf = output(&mut dev, 64);
     match launch(&f, &cfg(1, 32), &[buf], &mut dev) {
-        Err(InterpError::Misaligned { addr, align: 4, space: "global", .. }) => assert_eq!(addr, buf + 1),
+        Err(InterpError::Misaligned {
+            addr,
+            align: 4,
+            space: "global",
+            ..
+        }) => assert_eq!(addr, buf + 1),
         other => panic!("{other:?}"),
     }
 
@@ -103,7 +147,10 @@ fn misaligned_and_local_accesses_are_refused() {
     let local = Type::Ptr(AddrSpace::Local, Scalar::F32);
     f.params[0].ty = local;
     f.values[0] = local;
-    assert!(matches!(launch(&f, &cfg(1, 32), &[16], &mut dev), Err(InterpError::LocalMemory { .. })));
+    assert!(matches!(
+        launch(&f, &cfg(1, 32), &[16], &mut dev),
+        Err(InterpError::LocalMemory { .. })
+    ));
 }
 
 /// A pointer into one shared array may not reach the next one; the last array reaches
@@ -146,22 +193,44 @@ fn shared_arrays_and_dynamic_shared_memory() {
     let mut dev = Device::new();
     let o = output(&mut dev, 4 * 128);
     // dyn[0..128] is exactly the window: 512 + 4·128 = 528 + 496.
-    let c = LaunchConfig { grid: [1, 1, 1], block: [128, 1, 1], dynamic_shared_bytes: 496 };
+    let c = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [128, 1, 1],
+        dynamic_shared_bytes: 496,
+    };
     launch(&f, &c, &[0, 0, o], &mut dev).expect("runs");
     let got = download_u32(&dev, o, 128);
-    assert!(got.iter().enumerate().all(|(t, &x)| x == (t as u32 + 1) % 128 + 10), "{got:?}");
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(t, &x)| x == (t as u32 + 1) % 128 + 10),
+        "{got:?}"
+    );
 
     match launch(&f, &c, &[1, 0, o], &mut dev) {
-        Err(InterpError::SharedOutOfBounds { site, offset, bytes: 4, region }) => {
+        Err(InterpError::SharedOutOfBounds {
+            site,
+            offset,
+            bytes: 4,
+            region,
+        }) => {
             assert!(region.contains("`dyn`"), "{region}");
-            assert_eq!((site.thread, offset), (Some([126, 0, 0]), 1024), "thread 126 reads dyn[128]");
+            assert_eq!(
+                (site.thread, offset),
+                (Some([126, 0, 0]), 1024),
+                "thread 126 reads dyn[128]"
+            );
         }
         other => panic!("{other:?}"),
     }
     match launch(&f, &c, &[0, 1, o], &mut dev) {
         Err(InterpError::SharedOutOfBounds { site, region, .. }) => {
             assert!(region.contains("`tile`"), "{region}");
-            assert_eq!(site.thread, Some([63, 0, 0]), "tile[64] lies in `other`, still out of `tile`");
+            assert_eq!(
+                site.thread,
+                Some([63, 0, 0]),
+                "tile[64] lies in `other`, still out of `tile`"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -207,15 +276,35 @@ fn vectors_pack_extract_and_bitcast() {
     let ys: Vec<u32> = (0..128).map(|_| rng.gen()).collect();
     let hs: Vec<u16> = (0..128).map(|_| rng.gen()).collect();
     let mut dev = Device::new();
-    let (xp, yp, hp) = (upload_u32(&mut dev, &xs), upload_u32(&mut dev, &ys), upload_u16(&mut dev, &hs));
-    let (o4, o64, oh) = (output(&mut dev, 4 * 256), output(&mut dev, 8 * 64), output(&mut dev, 4 * 64));
+    let (xp, yp, hp) = (
+        upload_u32(&mut dev, &xs),
+        upload_u32(&mut dev, &ys),
+        upload_u16(&mut dev, &hs),
+    );
+    let (o4, o64, oh) = (
+        output(&mut dev, 4 * 256),
+        output(&mut dev, 8 * 64),
+        output(&mut dev, 4 * 64),
+    );
     launch(&f, &cfg(1, 64), &[xp, yp, hp, o4, o64, oh], &mut dev).expect("runs");
-    let (g4, g64, gh) = (download_u32(&dev, o4, 256), download_u64(&dev, o64, 64), download_u32(&dev, oh, 64));
+    let (g4, g64, gh) = (
+        download_u32(&dev, o4, 256),
+        download_u64(&dev, o64, 64),
+        download_u32(&dev, oh, 64),
+    );
     for i in 0..64 {
         let rev: Vec<u32> = xs[4 * i..4 * i + 4].iter().rev().copied().collect();
         assert_eq!(g4[4 * i..4 * i + 4], rev[..], "element {i}");
-        assert_eq!(g64[i], ys[2 * i] as u64 | (ys[2 * i + 1] as u64) << 32, "element {i}");
-        assert_eq!(gh[i], hs[2 * i + 1] as u32 | (hs[2 * i] as u32) << 16, "element {i}");
+        assert_eq!(
+            g64[i],
+            ys[2 * i] as u64 | (ys[2 * i + 1] as u64) << 32,
+            "element {i}"
+        );
+        assert_eq!(
+            gh[i],
+            hs[2 * i + 1] as u32 | (hs[2 * i] as u32) << 16,
+            "element {i}"
+        );
     }
 }
 
@@ -230,7 +319,11 @@ fn cp_async_lands_at_wait() {
     let lane = k.lane_id();
     let thirty_two = k.const_u32(32);
     for g in 0..2 {
-        let i = if g == 0 { lane } else { k.add(lane, thirty_two) };
+        let i = if g == 0 {
+            lane
+        } else {
+            k.add(lane, thirty_two)
+        };
         let from = k.ptr_add(src, i);
         let to = k.ptr_add(s, i);
         k.cp_async(to, from, 4, CacheOp::Ca);
@@ -258,16 +351,29 @@ fn cp_async_lands_at_wait() {
     let (sp, op) = (upload_u32(&mut dev, &data), output(&mut dev, 4 * 128));
     launch(&f, &cfg(1, 32), &[sp, op], &mut dev).expect("runs");
     let got = download_u32(&dev, op, 128);
-    assert!(got[..32].iter().all(|&x| x == u32::MAX), "before any wait: shared memory's initial 0xff bytes");
-    assert_eq!(got[32..64], data[..32], "after wait_group 1: the first group");
-    assert!(got[64..96].iter().all(|&x| x == u32::MAX), "the second group is still in flight");
+    assert!(
+        got[..32].iter().all(|&x| x == u32::MAX),
+        "before any wait: shared memory's initial 0xff bytes"
+    );
+    assert_eq!(
+        got[32..64],
+        data[..32],
+        "after wait_group 1: the first group"
+    );
+    assert!(
+        got[64..96].iter().all(|&x| x == u32::MAX),
+        "the second group is still in flight"
+    );
     assert_eq!(got[96..], data[32..], "after wait_group 0: everything");
 
     // The source is checked when the copy is issued.
     let short = output(&mut dev, 4 * 40);
     match launch(&f, &cfg(1, 32), &[short, op], &mut dev) {
         Err(InterpError::GlobalOutOfBounds { site, .. }) => {
-            assert!(site.op.starts_with("cp.async") && site.thread == Some([8, 0, 0]), "{site}")
+            assert!(
+                site.op.starts_with("cp.async") && site.thread == Some([8, 0, 0]),
+                "{site}"
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -278,10 +384,23 @@ fn launches_are_checked() {
     let f = copy_kernel();
     let mut dev = Device::new();
     let buf = output(&mut dev, 4 * 64);
-    let shape = |grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: u32| LaunchConfig { grid, block, dynamic_shared_bytes };
-    let err = |c: LaunchConfig, args: &[u64], dev: &mut Device| launch(&f, &c, args, dev).expect_err("refused");
+    let shape = |grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: u32| LaunchConfig {
+        grid,
+        block,
+        dynamic_shared_bytes,
+    };
+    let err = |c: LaunchConfig, args: &[u64], dev: &mut Device| {
+        launch(&f, &c, args, dev).expect_err("refused")
+    };
     let ok = shape([1, 1, 1], [64, 1, 1], 0);
-    assert!(matches!(err(ok, &[buf], &mut dev), InterpError::ArgCount { expected: 2, got: 1, .. }));
+    assert!(matches!(
+        err(ok, &[buf], &mut dev),
+        InterpError::ArgCount {
+            expected: 2,
+            got: 1,
+            ..
+        }
+    ));
     for (c, what) in [
         (shape([0, 1, 1], [64, 1, 1], 0), "zero dimension"),
         (shape([1, 1, 1], [65, 1, 1], 0), "at most 64"),
@@ -291,7 +410,9 @@ fn launches_are_checked() {
         (shape([1, 70000, 1], [64, 1, 1], 0), "limits"),
     ] {
         match err(c, &[buf, buf], &mut dev) {
-            InterpError::LaunchShape { problem, .. } => assert!(problem.contains(what), "{problem} / {what}"),
+            InterpError::LaunchShape { problem, .. } => {
+                assert!(problem.contains(what), "{problem} / {what}")
+            }
             other => panic!("{other:?}"),
         }
     }

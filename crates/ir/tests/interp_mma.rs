@@ -49,7 +49,11 @@ fn shape_of(s8: bool, role: &str) -> (u32, u32) {
 
 fn isa_layout_json() -> String {
     let mut mma = serde_json::Map::new();
-    for (key, s8) in [("m16n8k16.bf16", false), ("m16n8k16.f16", false), ("m16n8k32.s8", true)] {
+    for (key, s8) in [
+        ("m16n8k16.bf16", false),
+        ("m16n8k16.f16", false),
+        ("m16n8k32.s8", true),
+    ] {
         let mut ops = serde_json::Map::new();
         for role in ["a", "b", "c", "d"] {
             let (regs, subs) = shape_of(s8, role);
@@ -78,7 +82,10 @@ fn isa_layout_json() -> String {
                     }
                 }
             }
-            ld.insert(format!("x{num}{}", if trans { ".trans" } else { "" }), entries.into());
+            ld.insert(
+                format!("x{num}{}", if trans { ".trans" } else { "" }),
+                entries.into(),
+            );
         }
     }
     json!({"format": "quench.sm90.mma-layout.v1", "mma": mma, "ldmatrix": ld}).to_string()
@@ -105,7 +112,11 @@ fn mma_kernel(shape: MmaShape, elem: Scalar) -> Function {
             let i = k.add(base, off);
             let q = k.ptr_add(p, i);
             let x = k.load(Type::U32, q);
-            let x = if ft.reg_type() == Scalar::U32 { x } else { k.bitcast(Type::Scalar(ft.reg_type()), x) };
+            let x = if ft.reg_type() == Scalar::U32 {
+                x
+            } else {
+                k.bitcast(Type::Scalar(ft.reg_type()), x)
+            };
             parts.push(x);
         }
         frags.push(k.pack(ty, &parts));
@@ -134,7 +145,10 @@ struct MmaCase {
 
 /// Random A (m×k), B (k×n), C (m×n); registers filled through `slot(role, lane,
 /// reg, sub) -> (row, col)`; expected D = A·B + C in the documented model.
-fn mma_case(rng: &mut rand_chacha::ChaCha8Rng, elem: Scalar, slot: &dyn Fn(&str, u32, u32, u32) -> (u32, u32)) -> MmaCase {
+/// Where a fragment slot's element sits: `(role, lane, reg, sub) -> (row, col)`.
+type SlotFn<'a> = &'a dyn Fn(&str, u32, u32, u32) -> (u32, u32);
+
+fn mma_case(rng: &mut rand_chacha::ChaCha8Rng, elem: Scalar, slot: SlotFn) -> MmaCase {
     let s8 = elem == Scalar::I8;
     let (m, n, k) = if s8 { (16, 8, 32) } else { (16, 8, 16) };
     let half = |rng: &mut rand_chacha::ChaCha8Rng| -> (u32, f64) {
@@ -158,7 +172,13 @@ fn mma_case(rng: &mut rand_chacha::ChaCha8Rng, elem: Scalar, slot: &dyn Fn(&str,
     let am: Vec<(u32, f64)> = (0..m * k).map(|_| elem_of(rng)).collect();
     let bm: Vec<(u32, f64)> = (0..k * n).map(|_| elem_of(rng)).collect();
     let cm: Vec<u32> = (0..m * n)
-        .map(|_| if s8 { rng.gen::<i32>() as u32 } else { rng.gen_range(-100.0f32..100.0).to_bits() })
+        .map(|_| {
+            if s8 {
+                rng.gen::<i32>() as u32
+            } else {
+                rng.gen_range(-100.0f32..100.0).to_bits()
+            }
+        })
         .collect();
     let sub_bits = if s8 { 8 } else { 16 };
     let regs = |role: &str, mat: &dyn Fn(u32, u32) -> u32| -> Vec<u32> {
@@ -183,10 +203,14 @@ fn mma_case(rng: &mut rand_chacha::ChaCha8Rng, elem: Scalar, slot: &dyn Fn(&str,
             let (row, col) = (i / n, i % n);
             if s8 {
                 (0..k).fold(cm[i as usize] as i32, |s, j| {
-                    s.wrapping_add(am[(row * k + j) as usize].1 as i32 * bm[(j * n + col) as usize].1 as i32)
+                    s.wrapping_add(
+                        am[(row * k + j) as usize].1 as i32 * bm[(j * n + col) as usize].1 as i32,
+                    )
                 }) as u32
             } else {
-                let s: f64 = (0..k).map(|j| am[(row * k + j) as usize].1 * bm[(j * n + col) as usize].1).fold(0.0, |s, p| s + p);
+                let s: f64 = (0..k)
+                    .map(|j| am[(row * k + j) as usize].1 * bm[(j * n + col) as usize].1)
+                    .fold(0.0, |s, p| s + p);
                 ((s + f32::from_bits(cm[i as usize]) as f64) as f32).to_bits()
             }
         })
@@ -199,7 +223,11 @@ fn mma_case(rng: &mut rand_chacha::ChaCha8Rng, elem: Scalar, slot: &dyn Fn(&str,
 /// registers and whether the launch reported an approximate MMA.
 fn run_mma(f: &Function, case: &MmaCase, layout: Option<&MmaLayout>) -> (Vec<u32>, bool) {
     let mut dev = Device::new();
-    let (a, b, c) = (upload_u32(&mut dev, &case.a), upload_u32(&mut dev, &case.b), upload_u32(&mut dev, &case.c));
+    let (a, b, c) = (
+        upload_u32(&mut dev, &case.a),
+        upload_u32(&mut dev, &case.b),
+        upload_u32(&mut dev, &case.c),
+    );
     let d = output(&mut dev, 4 * 128);
     let stats = match layout {
         Some(l) => launch_with_layout(f, &cfg(1, 32), &[a, b, c, d], &mut dev, l),
@@ -209,8 +237,11 @@ fn run_mma(f: &Function, case: &MmaCase, layout: Option<&MmaLayout>) -> (Vec<u32
     (download_u32(&dev, d, 128), stats.approx_mma_used)
 }
 
-const ELEMS: [(MmaShape, Scalar); 3] =
-    [(MmaShape::M16N8K16, Scalar::BF16), (MmaShape::M16N8K16, Scalar::F16), (MmaShape::M16N8K32, Scalar::I8)];
+const ELEMS: [(MmaShape, Scalar); 3] = [
+    (MmaShape::M16N8K16, Scalar::BF16),
+    (MmaShape::M16N8K16, Scalar::F16),
+    (MmaShape::M16N8K32, Scalar::I8),
+];
 
 /// With the PTX ISA layout: every D register of every lane matches A·B + C.
 #[test]
@@ -220,7 +251,9 @@ fn mma_with_the_documented_layout() {
     for (shape, elem) in ELEMS {
         let f = mma_kernel(shape, elem);
         let s8 = elem == Scalar::I8;
-        let case = mma_case(&mut rng, elem, &|role, lane, reg, sub| isa_figure(s8, role, lane, reg, sub));
+        let case = mma_case(&mut rng, elem, &|role, lane, reg, sub| {
+            isa_figure(s8, role, lane, reg, sub)
+        });
         let (d, approx) = run_mma(&f, &case, Some(&layout));
         assert_eq!(d, case.want, "{shape:?} {elem}");
         assert_eq!(approx, !s8, "float mma is approximate, integer mma exact");
@@ -228,7 +261,10 @@ fn mma_with_the_documented_layout() {
 }
 
 fn slot_of(slots: &[Slot], lane: u32, reg: u32, sub: u32) -> (u32, u32) {
-    let s = slots.iter().find(|s| (s.lane, s.reg, s.sub) == (lane, reg, sub)).expect("slot in table");
+    let s = slots
+        .iter()
+        .find(|s| (s.lane, s.reg, s.sub) == (lane, reg, sub))
+        .expect("slot in table");
     (s.row, s.col)
 }
 
@@ -288,7 +324,11 @@ fn ldmatrix_kernel(num: u8, trans: bool) -> Function {
     let row = k.load(Type::U32, p);
     let at = k.mul(row, eight);
     let addr = k.ptr_add(s, at);
-    let ty = if num == 1 { Type::U32 } else { Type::Vec(Scalar::U32, num) };
+    let ty = if num == 1 {
+        Type::U32
+    } else {
+        Type::Vec(Scalar::U32, num)
+    };
     let v = k.ldmatrix(ty, num, trans, addr);
     let n = k.const_u32(num as u32);
     let base = k.mul(lane, n);
@@ -336,9 +376,14 @@ fn ldmatrix_moves_rows_as_the_table_says() {
                             } else {
                                 slot_of(table, lane, reg, sub)
                             };
-                            want |= (tile[(rows[src as usize] * 8 + col) as usize] as u32) << (16 * sub);
+                            want |= (tile[(rows[src as usize] * 8 + col) as usize] as u32)
+                                << (16 * sub);
                         }
-                        assert_eq!(out[(lane * num as u32 + reg) as usize], want, "{name} x{num} trans {trans} lane {lane} reg {reg}");
+                        assert_eq!(
+                            out[(lane * num as u32 + reg) as usize],
+                            want,
+                            "{name} x{num} trans {trans} lane {lane} reg {reg}"
+                        );
                     }
                 }
             }
@@ -358,8 +403,14 @@ fn mma_needs_a_converged_warp() {
         let z = k.const_u32(0);
         let zf = k.const_f32(0.0);
         let zb = k.bitcast(Type::Scalar(Scalar::BF16x2), z);
-        let a = k.pack(frag(MmaShape::M16N8K16, FragRole::A, Scalar::BF16), &[zb; 4]);
-        let b = k.pack(frag(MmaShape::M16N8K16, FragRole::B, Scalar::BF16), &[zb; 2]);
+        let a = k.pack(
+            frag(MmaShape::M16N8K16, FragRole::A, Scalar::BF16),
+            &[zb; 4],
+        );
+        let b = k.pack(
+            frag(MmaShape::M16N8K16, FragRole::B, Scalar::BF16),
+            &[zb; 2],
+        );
         let cc = k.pack(frag(MmaShape::M16N8K16, FragRole::C, Scalar::F32), &[zf; 4]);
         k.mma(MmaShape::M16N8K16, a, b, cc);
     });
@@ -375,7 +426,10 @@ fn mma_needs_a_converged_warp() {
 #[test]
 fn layout_files_are_validated() {
     let placeholder = r#"{"format":"quench.sm90.mma-layout.v1","status":"not measured yet"}"#;
-    assert_eq!(MmaLayout::from_json(placeholder).err(), Some(InterpError::LayoutNotMeasured));
+    assert_eq!(
+        MmaLayout::from_json(placeholder).err(),
+        Some(InterpError::LayoutNotMeasured)
+    );
     let good = isa_layout_json();
     assert!(MmaLayout::from_json(&good.replace("quench.sm90.mma-layout.v1", "v0")).is_err());
     // Make two A entries of the bf16 table name the same element.
@@ -383,10 +437,15 @@ fn layout_files_are_validated() {
     v["mma"]["m16n8k16.bf16"]["a"][1][3] = json!(0);
     v["mma"]["m16n8k16.bf16"]["a"][1][4] = json!(0);
     match MmaLayout::from_json(&v.to_string()) {
-        Err(InterpError::Layout(msg)) => assert!(msg.contains("m16n8k16.bf16.a") && msg.contains("repeats"), "{msg}"),
+        Err(InterpError::Layout(msg)) => assert!(
+            msg.contains("m16n8k16.bf16.a") && msg.contains("repeats"),
+            "{msg}"
+        ),
         other => panic!("expected a layout error, got {other:?}"),
     }
     let mut v: serde_json::Value = serde_json::from_str(&good).expect("json");
     v["ldmatrix"]["x2"][0][3] = json!(16);
-    assert!(matches!(MmaLayout::from_json(&v.to_string()), Err(InterpError::Layout(m)) if m.contains("out of range")));
+    assert!(
+        matches!(MmaLayout::from_json(&v.to_string()), Err(InterpError::Layout(m)) if m.contains("out of range"))
+    );
 }

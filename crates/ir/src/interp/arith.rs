@@ -71,7 +71,11 @@ fn canon64(x: f64) -> u64 {
 
 /// Apply `f` to both 16-bit halves of a packed pair.
 fn packed(s: Scalar, a: u64, b: u64, c: u64, f: impl Fn(Fmt, u64, u64, u64) -> R) -> R {
-    let fmt = if s == Scalar::F16x2 { Fmt::F16 } else { Fmt::BF16 };
+    let fmt = if s == Scalar::F16x2 {
+        Fmt::F16
+    } else {
+        Fmt::BF16
+    };
     let lo = f(fmt, a & 0xffff, b & 0xffff, c & 0xffff)?;
     let hi = f(fmt, a >> 16 & 0xffff, b >> 16 & 0xffff, c >> 16 & 0xffff)?;
     Ok(lo | hi << 16)
@@ -82,7 +86,10 @@ fn packed(s: Scalar, a: u64, b: u64, c: u64, f: impl Fn(Fmt, u64, u64, u64) -> R
 pub(crate) fn bin(op: BinOp, rnd: Option<Round>, s: Scalar, a: u64, b: u64) -> R {
     if s.is_int() {
         if rnd.is_some() {
-            return Err(ArithError::Malformed(format!("integer {} takes no rounding mode", op.name())));
+            return Err(ArithError::Malformed(format!(
+                "integer {} takes no rounding mode",
+                op.name()
+            )));
         }
         return Ok(int_bin(op, s, a, b));
     }
@@ -151,7 +158,9 @@ fn int_bin(op: BinOp, s: Scalar, a: u64, b: u64) -> u64 {
 fn float_bin(op: BinOp, rnd: Option<Round>, fmt: Fmt, a: u64, b: u64) -> R {
     match op {
         BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div => {
-            let r = rnd.ok_or_else(|| ArithError::Malformed(format!("float {} needs a rounding mode", op.name())))?;
+            let r = rnd.ok_or_else(|| {
+                ArithError::Malformed(format!("float {} needs a rounding mode", op.name()))
+            })?;
             Ok(float_arith(op, r, fmt, a, b))
         }
         BinOp::Min => Ok(min_max(fmt, a, b, false)),
@@ -219,10 +228,16 @@ pub(crate) fn fma(rnd: Round, s: Scalar, a: u64, b: u64, c: u64) -> R {
     }
     match (Fmt::of(s), rnd) {
         (Some(Fmt::F32), Round::Rn) => {
-            let (x, y, z) = (f32::from_bits(a as u32), f32::from_bits(b as u32), f32::from_bits(c as u32));
+            let (x, y, z) = (
+                f32::from_bits(a as u32),
+                f32::from_bits(b as u32),
+                f32::from_bits(c as u32),
+            );
             Ok(canon32(x.mul_add(y, z)))
         }
-        (Some(Fmt::F64), Round::Rn) => Ok(canon64(f64::from_bits(a).mul_add(f64::from_bits(b), f64::from_bits(c)))),
+        (Some(Fmt::F64), Round::Rn) => Ok(canon64(
+            f64::from_bits(a).mul_add(f64::from_bits(b), f64::from_bits(c)),
+        )),
         (Some(fmt), _) => Ok(sf::fma(fmt, a, b, c, rnd)),
         (None, _) => Err(unsupported(format!("fma on {s}"))),
     }
@@ -272,7 +287,13 @@ fn float_un(op: UnOp, fmt: Fmt, a: u64) -> R {
         UnOp::Sqrt(Round::Rn) if fmt == Fmt::F32 => Ok(canon32(f32::from_bits(a as u32).sqrt())),
         UnOp::Sqrt(Round::Rn) if fmt == Fmt::F64 => Ok(canon64(f64::from_bits(a).sqrt())),
         UnOp::Sqrt(r) => Ok(sf::sqrt(fmt, a, r)),
-        UnOp::Rcp(r) => Ok(float_arith(BinOp::Div, r, fmt, sf::from_int(false, 1, fmt, Round::Rn), a)),
+        UnOp::Rcp(r) => Ok(float_arith(
+            BinOp::Div,
+            r,
+            fmt,
+            sf::from_int(false, 1, fmt, Round::Rn),
+            a,
+        )),
         UnOp::RoundInt(r) => Ok(round_int(fmt, a, r)),
         _ => Err(unsupported(format!("{op:?} on floats"))),
     }
@@ -360,7 +381,9 @@ pub(crate) fn cmp(op: CmpOp, s: Scalar, a: u64, b: u64) -> Result<bool, ArithErr
 /// clamps to [0, 1], NaN giving +0.
 pub(crate) fn cvt(from: Scalar, to: Scalar, rnd: Option<Round>, sat: bool, a: u64) -> R {
     let need_rnd = || {
-        rnd.ok_or_else(|| ArithError::Malformed(format!("cvt {from} to {to} needs a rounding mode")))
+        rnd.ok_or_else(|| {
+            ArithError::Malformed(format!("cvt {from} to {to} needs a rounding mode"))
+        })
     };
     match (from.is_int(), Fmt::of(from), to.is_int(), Fmt::of(to)) {
         (true, _, true, _) => {
@@ -383,7 +406,11 @@ pub(crate) fn cvt(from: Scalar, to: Scalar, rnd: Option<Round>, sat: bool, a: u6
             if x.is_nan() {
                 // PTX: NaN converts to 0, except from f64 or to a 64-bit integer, where
                 // it gives the pattern with only the top bit set (seen so on the H200).
-                return Ok(if from == Scalar::F64 || to.bits() == 64 { 1u64 << (to.bits() - 1) } else { 0 });
+                return Ok(if from == Scalar::F64 || to.bits() == 64 {
+                    1u64 << (to.bits() - 1)
+                } else {
+                    0
+                });
             }
             let i = match r {
                 Round::Rn => x.round_ties_even(),
@@ -396,7 +423,8 @@ pub(crate) fn cvt(from: Scalar, to: Scalar, rnd: Option<Round>, sat: bool, a: u6
             Ok((i as i128).clamp(lo, hi) as u64 & mask(to.bits()))
         }
         (_, Some(ff), _, Some(tf)) => {
-            let widening = tf == ff || matches!((ff, tf), (_, Fmt::F64) | (Fmt::F16 | Fmt::BF16, Fmt::F32));
+            let widening =
+                tf == ff || matches!((ff, tf), (_, Fmt::F64) | (Fmt::F16 | Fmt::BF16, Fmt::F32));
             let r = if widening { Round::Rn } else { need_rnd()? };
             let y = sf::convert(a, ff, tf, r);
             Ok(if sat { saturate(tf, y) } else { y })
@@ -434,7 +462,10 @@ fn saturate(fmt: Fmt, y: u64) -> u64 {
 pub(crate) fn atomic_fadd(s: Scalar, old: u64, x: u64) -> R {
     match s {
         Scalar::F32 => {
-            let (a, b) = (ftz32(f32::from_bits(old as u32)), ftz32(f32::from_bits(x as u32)));
+            let (a, b) = (
+                ftz32(f32::from_bits(old as u32)),
+                ftz32(f32::from_bits(x as u32)),
+            );
             Ok(canon32(ftz32(a + b)))
         }
         _ => bin(BinOp::Add, Some(Round::Rn), s, old, x),

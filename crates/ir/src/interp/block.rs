@@ -50,16 +50,25 @@ impl BlockCtx<'_, '_> {
     }
 
     pub fn bad_inst(&self, warp: u32, ci: &CInst, what: impl Into<String>) -> InterpError {
-        InterpError::BadInst { site: self.site(warp, None, ci), what: what.into() }
+        InterpError::BadInst {
+            site: self.site(warp, None, ci),
+            what: what.into(),
+        }
     }
 
     pub fn unsupported(&self, warp: u32, ci: &CInst, what: impl Into<String>) -> InterpError {
-        InterpError::Unsupported { site: self.site(warp, None, ci), what: what.into() }
+        InterpError::Unsupported {
+            site: self.site(warp, None, ci),
+            what: what.into(),
+        }
     }
 }
 
 /// Run the block whose context is `ctx` with `warps` (reset here) to completion.
-pub(crate) fn run_block<'p>(ctx: &mut BlockCtx<'_, 'p>, warps: &mut [Warp<'p>]) -> Result<(), InterpError> {
+pub(crate) fn run_block<'p>(
+    ctx: &mut BlockCtx<'_, 'p>,
+    warps: &mut [Warp<'p>],
+) -> Result<(), InterpError> {
     ctx.shared.reset();
     let mut running = vec![true; warps.len()];
     for w in warps.iter_mut() {

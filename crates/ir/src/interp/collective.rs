@@ -13,12 +13,23 @@ use crate::func::Value;
 use crate::ops::{ReduxOp, ShflMode, VoteMode};
 use crate::types::{Scalar, Type};
 
-fn check_mask(ctx: &BlockCtx, w: &Warp, ci: &CInst, mask: Value, active: u32) -> Result<(), InterpError> {
+fn check_mask(
+    ctx: &BlockCtx,
+    w: &Warp,
+    ci: &CInst,
+    mask: Value,
+    active: u32,
+) -> Result<(), InterpError> {
     let m = ctx.prog.info(mask);
     for l in lanes(active) {
         let mk = w.regs.get(m, 0, l) as u32;
         if mk & active != active || mk & w.alive & !active != 0 {
-            return Err(InterpError::CollectiveMask { site: ctx.site(w.index, Some(l), ci), lane: l, mask: mk, active });
+            return Err(InterpError::CollectiveMask {
+                site: ctx.site(w.index, Some(l), ci),
+                lane: l,
+                mask: mk,
+                active,
+            });
         }
     }
     Ok(())
@@ -64,11 +75,25 @@ pub(crate) fn shfl(
 ) -> Result<(), InterpError> {
     check_mask(ctx, w, ci, mask, active)?;
     let p = ctx.prog;
-    let (v, bi, cv, o) = (p.info(value), p.info(b), p.info(c), p.info(ci.inst.results[0]));
+    let (v, bi, cv, o) = (
+        p.info(value),
+        p.info(b),
+        p.info(c),
+        p.info(ci.inst.results[0]),
+    );
     for l in lanes(active) {
-        let src = source_lane(mode, l, w.regs.get(bi, 0, l) as u32, w.regs.get(cv, 0, l) as u32);
+        let src = source_lane(
+            mode,
+            l,
+            w.regs.get(bi, 0, l) as u32,
+            w.regs.get(cv, 0, l) as u32,
+        );
         if active & (1 << src) == 0 {
-            return Err(InterpError::ShuffleInactiveSource { site: ctx.site(w.index, Some(l), ci), lane: l, src });
+            return Err(InterpError::ShuffleInactiveSource {
+                site: ctx.site(w.index, Some(l), ci),
+                lane: l,
+                src,
+            });
         }
         // The result is a different value than the source, so lanes cannot clobber
         // what another lane still has to read.
@@ -88,7 +113,9 @@ pub(crate) fn vote(
 ) -> Result<(), InterpError> {
     check_mask(ctx, w, ci, mask, active)?;
     let (pi, o) = (ctx.prog.info(pred), ctx.prog.info(ci.inst.results[0]));
-    let ballot = lanes(active).filter(|&l| w.regs.get(pi, 0, l) & 1 == 1).fold(0u32, |m, l| m | 1 << l);
+    let ballot = lanes(active)
+        .filter(|&l| w.regs.get(pi, 0, l) & 1 == 1)
+        .fold(0u32, |m, l| m | 1 << l);
     let r = match mode {
         VoteMode::All => (ballot == active) as u64,
         VoteMode::Any => (ballot != 0) as u64,
@@ -111,7 +138,13 @@ pub(crate) fn redux(
 ) -> Result<(), InterpError> {
     let s = match ctx.prog.ty(value) {
         Type::Scalar(s @ (Scalar::U32 | Scalar::I32)) => s,
-        t => return Err(ctx.unsupported(w.index, ci, format!("redux.sync on {t} (only u32 and s32)"))),
+        t => {
+            return Err(ctx.unsupported(
+                w.index,
+                ci,
+                format!("redux.sync on {t} (only u32 and s32)"),
+            ))
+        }
     };
     check_mask(ctx, w, ci, mask, active)?;
     let (vi, o) = (ctx.prog.info(value), ctx.prog.info(ci.inst.results[0]));

@@ -39,13 +39,35 @@ impl CpQueue {
     }
 }
 
-pub(crate) fn issue(ctx: &BlockCtx, w: &mut Warp, ci: &CInst, active: u32, dst: Value, src: Value, bytes: u8) -> Result<(), InterpError> {
+pub(crate) fn issue(
+    ctx: &BlockCtx,
+    w: &mut Warp,
+    ci: &CInst,
+    active: u32,
+    dst: Value,
+    src: Value,
+    bytes: u8,
+) -> Result<(), InterpError> {
     if !matches!(bytes, 4 | 8 | 16) {
-        return Err(ctx.bad_inst(w.index, ci, format!("cp.async copies 4, 8 or 16 bytes, not {bytes}")));
+        return Err(ctx.bad_inst(
+            w.index,
+            ci,
+            format!("cp.async copies 4, 8 or 16 bytes, not {bytes}"),
+        ));
     }
     let spaces = (ctx.prog.ty(dst), ctx.prog.ty(src));
-    if !matches!(spaces, (Type::Ptr(AddrSpace::Shared, _), Type::Ptr(AddrSpace::Global, _))) {
-        return Err(ctx.bad_inst(w.index, ci, "cp.async copies from a global to a shared pointer"));
+    if !matches!(
+        spaces,
+        (
+            Type::Ptr(AddrSpace::Shared, _),
+            Type::Ptr(AddrSpace::Global, _)
+        )
+    ) {
+        return Err(ctx.bad_inst(
+            w.index,
+            ci,
+            "cp.async copies from a global to a shared pointer",
+        ));
     }
     let n = bytes as u64;
     for l in lanes(active) {
@@ -66,21 +88,35 @@ pub(crate) fn commit(w: &mut Warp, active: u32) {
     }
 }
 
-pub(crate) fn wait(ctx: &mut BlockCtx, w: &mut Warp, ci: &CInst, active: u32, n: u32) -> Result<(), InterpError> {
+pub(crate) fn wait(
+    ctx: &mut BlockCtx,
+    w: &mut Warp,
+    ci: &CInst,
+    active: u32,
+    n: u32,
+) -> Result<(), InterpError> {
     for l in lanes(active) {
         let q = &mut w.cp[l as usize];
         while q.groups.len() > n as usize {
             for c in q.groups.pop_front().unwrap_or_default() {
                 let len = c.bytes as usize;
-                let data = ctx.mem.slice(c.src, len as u64).map_err(|detail| InterpError::GlobalOutOfBounds {
-                    site: ctx.site(w.index, Some(l), ci),
-                    addr: c.src,
-                    bytes: len as u64,
-                    detail,
+                let data = ctx.mem.slice(c.src, len as u64).map_err(|detail| {
+                    InterpError::GlobalOutOfBounds {
+                        site: ctx.site(w.index, Some(l), ci),
+                        addr: c.src,
+                        bytes: len as u64,
+                        detail,
+                    }
                 })?;
                 match ctx.shared.bytes.get_mut(c.dst..c.dst + len) {
                     Some(d) => d.copy_from_slice(data),
-                    None => return Err(ctx.bad_inst(w.index, ci, "cp.async destination left shared memory")),
+                    None => {
+                        return Err(ctx.bad_inst(
+                            w.index,
+                            ci,
+                            "cp.async destination left shared memory",
+                        ))
+                    }
                 }
             }
         }

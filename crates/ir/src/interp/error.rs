@@ -19,7 +19,11 @@ pub struct Site {
 impl fmt::Display for Site {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let [bx, by, bz] = self.block;
-        write!(f, "kernel `{}`, block ({bx},{by},{bz}), warp {}", self.kernel, self.warp)?;
+        write!(
+            f,
+            "kernel `{}`, block ({bx},{by},{bz}), warp {}",
+            self.kernel, self.warp
+        )?;
         if let Some([x, y, z]) = self.thread {
             write!(f, ", thread ({x},{y},{z})")?;
         }
@@ -34,14 +38,30 @@ pub enum InterpError {
     OutOfMemory { bytes: u64 },
     #[error("device memory: {addr:#x} is not the start of a live allocation ({detail})")]
     BadFree { addr: u64, detail: String },
-    #[error("device memory: host access of {bytes} bytes at {addr:#x} is out of bounds ({detail})")]
-    HostOutOfBounds { addr: u64, bytes: u64, detail: String },
+    #[error(
+        "device memory: host access of {bytes} bytes at {addr:#x} is out of bounds ({detail})"
+    )]
+    HostOutOfBounds {
+        addr: u64,
+        bytes: u64,
+        detail: String,
+    },
 
     // ---- launch -------------------------------------------------------------------------
     #[error("kernel `{kernel}` takes {expected} arguments, the launch passed {got}")]
-    ArgCount { kernel: String, expected: usize, got: usize },
+    ArgCount {
+        kernel: String,
+        expected: usize,
+        got: usize,
+    },
     #[error("kernel `{kernel}`: argument {index} (`{name}`, {ty}) {problem}")]
-    BadArg { kernel: String, index: usize, name: String, ty: String, problem: String },
+    BadArg {
+        kernel: String,
+        index: usize,
+        name: String,
+        ty: String,
+        problem: String,
+    },
     #[error("kernel `{kernel}`: invalid launch: {problem}")]
     LaunchShape { kernel: String, problem: String },
     #[error("kernel `{kernel}` is malformed: {problem}")]
@@ -56,23 +76,54 @@ pub enum InterpError {
 
     // ---- during execution ---------------------------------------------------------------
     #[error("{site}: {bytes}-byte global access at {addr:#x} is out of bounds ({detail})")]
-    GlobalOutOfBounds { site: Box<Site>, addr: u64, bytes: u64, detail: String },
+    GlobalOutOfBounds {
+        site: Box<Site>,
+        addr: u64,
+        bytes: u64,
+        detail: String,
+    },
     #[error("{site}: {bytes}-byte shared access at offset {offset:#x} is outside {region}")]
-    SharedOutOfBounds { site: Box<Site>, offset: u64, bytes: u64, region: String },
+    SharedOutOfBounds {
+        site: Box<Site>,
+        offset: u64,
+        bytes: u64,
+        region: String,
+    },
     #[error("{site}: {bytes}-byte {space} access at {addr:#x} is not {align}-byte aligned")]
-    Misaligned { site: Box<Site>, space: &'static str, addr: u64, bytes: u64, align: u64 },
+    Misaligned {
+        site: Box<Site>,
+        space: &'static str,
+        addr: u64,
+        bytes: u64,
+        align: u64,
+    },
     #[error("{site}: local memory is not supported by the interpreter")]
     LocalMemory { site: Box<Site> },
     #[error(
         "{site}: barrier reached by lanes {arrived:#010x} of the warp while lanes \
          {missing:#010x} have not exited and are elsewhere (barrier under divergent control flow)"
     )]
-    BarrierDivergence { site: Box<Site>, arrived: u32, missing: u32 },
+    BarrierDivergence {
+        site: Box<Site>,
+        arrived: u32,
+        missing: u32,
+    },
     #[error("{site}: member mask {mask:#010x} of lane {lane} leaves out lanes executing it together ({active:#010x})")]
-    CollectiveMask { site: Box<Site>, lane: u32, mask: u32, active: u32 },
+    CollectiveMask {
+        site: Box<Site>,
+        lane: u32,
+        mask: u32,
+        active: u32,
+    },
     #[error("{site}: lane {lane} reads lane {src}, which is not executing the shuffle")]
-    ShuffleInactiveSource { site: Box<Site>, lane: u32, src: u32 },
-    #[error("{site}: needs all 32 lanes of the warp converged, only lanes {active:#010x} execute it")]
+    ShuffleInactiveSource {
+        site: Box<Site>,
+        lane: u32,
+        src: u32,
+    },
+    #[error(
+        "{site}: needs all 32 lanes of the warp converged, only lanes {active:#010x} execute it"
+    )]
     NotConverged { site: Box<Site>, active: u32 },
     #[error("{site}: not supported by the interpreter: {what}")]
     Unsupported { site: Box<Site>, what: String },

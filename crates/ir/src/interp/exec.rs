@@ -18,7 +18,12 @@ pub(crate) enum Loc {
     Shared(usize),
 }
 
-pub(crate) fn exec<'p>(ctx: &mut BlockCtx<'_, 'p>, w: &mut Warp<'p>, ci: &CInst, active: u32) -> Result<(), InterpError> {
+pub(crate) fn exec<'p>(
+    ctx: &mut BlockCtx<'_, 'p>,
+    w: &mut Warp<'p>,
+    ci: &CInst,
+    active: u32,
+) -> Result<(), InterpError> {
     let p = ctx.prog;
     let inst = ci.inst;
     // Every data operation but stores, fences and cp.async defines exactly one value
@@ -30,7 +35,11 @@ pub(crate) fn exec<'p>(ctx: &mut BlockCtx<'_, 'p>, w: &mut Warp<'p>, ci: &CInst,
             let o = out();
             let size = ty.bytes() as usize;
             if o.parts > 1 && size > 8 {
-                return Err(ctx.unsupported(w.index, ci, format!("constant of type {ty} is wider than 64 bits")));
+                return Err(ctx.unsupported(
+                    w.index,
+                    ci,
+                    format!("constant of type {ty} is wider than 64 bits"),
+                ));
             }
             for l in lanes(active) {
                 if o.parts == 1 {
@@ -81,7 +90,8 @@ pub(crate) fn exec<'p>(ctx: &mut BlockCtx<'_, 'p>, w: &mut Warp<'p>, ci: &CInst,
             }
             let (a, b, o) = (p.info(*a), p.info(*b), out());
             for l in lanes(active) {
-                let r = arith::bin(*op, *rnd, s, w.regs.get(a, 0, l), w.regs.get(b, 0, l)).map_err(|e| arith_err(ctx, wi, ci, e))?;
+                let r = arith::bin(*op, *rnd, s, w.regs.get(a, 0, l), w.regs.get(b, 0, l))
+                    .map_err(|e| arith_err(ctx, wi, ci, e))?;
                 w.regs.set(o, 0, l, r);
             }
         }
@@ -93,8 +103,17 @@ pub(crate) fn exec<'p>(ctx: &mut BlockCtx<'_, 'p>, w: &mut Warp<'p>, ci: &CInst,
             }
             let (a, b, c, o) = (p.info(*a), p.info(*b), p.info(*c), out());
             for l in lanes(active) {
-                let (x, y, z) = (w.regs.get(a, 0, l), w.regs.get(b, 0, l), w.regs.get(c, 0, l));
-                w.regs.set(o, 0, l, arith::fma(*rnd, s, x, y, z).map_err(|e| arith_err(ctx, wi, ci, e))?);
+                let (x, y, z) = (
+                    w.regs.get(a, 0, l),
+                    w.regs.get(b, 0, l),
+                    w.regs.get(c, 0, l),
+                );
+                w.regs.set(
+                    o,
+                    0,
+                    l,
+                    arith::fma(*rnd, s, x, y, z).map_err(|e| arith_err(ctx, wi, ci, e))?,
+                );
             }
         }
         Op::Un { op, a } => {
@@ -102,23 +121,39 @@ pub(crate) fn exec<'p>(ctx: &mut BlockCtx<'_, 'p>, w: &mut Warp<'p>, ci: &CInst,
             if op.is_approx() && !ctx.stats.approx_ops_used.contains(op) {
                 ctx.stats.approx_ops_used.push(*op);
             }
-            let expected = if matches!(op, UnOp::Popc | UnOp::Clz) { Type::U32 } else { p.ty(*a) };
+            let expected = if matches!(op, UnOp::Popc | UnOp::Clz) {
+                Type::U32
+            } else {
+                p.ty(*a)
+            };
             if p.ty(inst.results[0]) != expected {
                 return Err(ctx.bad_inst(w.index, ci, format!("result should be {expected}")));
             }
             let (a, o) = (p.info(*a), out());
             for l in lanes(active) {
-                w.regs.set(o, 0, l, arith::un(*op, s, w.regs.get(a, 0, l)).map_err(|e| arith_err(ctx, wi, ci, e))?);
+                w.regs.set(
+                    o,
+                    0,
+                    l,
+                    arith::un(*op, s, w.regs.get(a, 0, l))
+                        .map_err(|e| arith_err(ctx, wi, ci, e))?,
+                );
             }
         }
         Op::DivApprox { a, b } => {
-            if p.ty(*a) != Type::F32 || p.ty(*b) != Type::F32 || p.ty(inst.results[0]) != Type::F32 {
+            if p.ty(*a) != Type::F32 || p.ty(*b) != Type::F32 || p.ty(inst.results[0]) != Type::F32
+            {
                 return Err(ctx.unsupported(w.index, ci, "div.approx is f32 only"));
             }
             ctx.stats.approx_div_used = true;
             let (a, b, o) = (p.info(*a), p.info(*b), out());
             for l in lanes(active) {
-                w.regs.set(o, 0, l, arith::div_approx(w.regs.get(a, 0, l), w.regs.get(b, 0, l)));
+                w.regs.set(
+                    o,
+                    0,
+                    l,
+                    arith::div_approx(w.regs.get(a, 0, l), w.regs.get(b, 0, l)),
+                );
             }
         }
         Op::Cmp { op, a, b } => {
@@ -131,7 +166,8 @@ pub(crate) fn exec<'p>(ctx: &mut BlockCtx<'_, 'p>, w: &mut Warp<'p>, ci: &CInst,
             }
             let (a, b, o) = (p.info(*a), p.info(*b), out());
             for l in lanes(active) {
-                let r = arith::cmp(*op, s, w.regs.get(a, 0, l), w.regs.get(b, 0, l)).map_err(|e| arith_err(ctx, wi, ci, e))?;
+                let r = arith::cmp(*op, s, w.regs.get(a, 0, l), w.regs.get(b, 0, l))
+                    .map_err(|e| arith_err(ctx, wi, ci, e))?;
                 w.regs.set(o, 0, l, r as u64);
             }
         }
@@ -146,14 +182,19 @@ pub(crate) fn exec<'p>(ctx: &mut BlockCtx<'_, 'p>, w: &mut Warp<'p>, ci: &CInst,
             let from = scalar(ctx, wi, ci, *a)?;
             let (a, o) = (p.info(*a), out());
             for l in lanes(active) {
-                let r = arith::cvt(from, *to, *rnd, *sat, w.regs.get(a, 0, l)).map_err(|e| arith_err(ctx, wi, ci, e))?;
+                let r = arith::cvt(from, *to, *rnd, *sat, w.regs.get(a, 0, l))
+                    .map_err(|e| arith_err(ctx, wi, ci, e))?;
                 w.regs.set(o, 0, l, r);
             }
         }
         Op::Bitcast { to, a } => {
             let from = p.ty(*a);
             if from.bytes() != to.bytes() || to.bytes() == 0 || p.ty(inst.results[0]) != *to {
-                return Err(ctx.bad_inst(w.index, ci, format!("cannot reinterpret {from} as {to}")));
+                return Err(ctx.bad_inst(
+                    w.index,
+                    ci,
+                    format!("cannot reinterpret {from} as {to}"),
+                ));
             }
             let (a, o) = (p.info(*a), out());
             let mut buf = Vec::with_capacity(to.bytes() as usize);
@@ -172,12 +213,19 @@ pub(crate) fn exec<'p>(ctx: &mut BlockCtx<'_, 'p>, w: &mut Warp<'p>, ci: &CInst,
             };
             let s = scalar(ctx, wi, ci, *index)?;
             if !s.is_int() || elem.bytes() == 0 || p.ty(inst.results[0]) != p.ty(*ptr) {
-                return Err(ctx.bad_inst(w.index, ci, "needs an integer index and a storable pointee"));
+                return Err(ctx.bad_inst(
+                    w.index,
+                    ci,
+                    "needs an integer index and a storable pointee",
+                ));
             }
             let (ptr, index, o) = (p.info(*ptr), p.info(*index), out());
             for l in lanes(active) {
                 let i = arith::int_value(s, w.regs.get(index, 0, l)) as i64 as u64;
-                let addr = w.regs.get(ptr, 0, l).wrapping_add(i.wrapping_mul(elem.bytes() as u64));
+                let addr = w
+                    .regs
+                    .get(ptr, 0, l)
+                    .wrapping_add(i.wrapping_mul(elem.bytes() as u64));
                 w.regs.set(o, 0, l, addr);
                 let origin = w.regs.prov(ptr, l);
                 w.regs.set_prov(o, l, origin);
@@ -225,16 +273,30 @@ pub(crate) fn exec<'p>(ctx: &mut BlockCtx<'_, 'p>, w: &mut Warp<'p>, ci: &CInst,
         // nothing to order.
         Op::Fence { .. } => {}
         Op::Atomic { op, ptr, a, b, .. } => atomic(ctx, w, ci, active, *op, *ptr, *a, *b)?,
-        Op::Shfl { mode, value, b, c, mask } => collective::shfl(ctx, w, ci, active, *mode, *value, *b, *c, *mask)?,
+        Op::Shfl {
+            mode,
+            value,
+            b,
+            c,
+            mask,
+        } => collective::shfl(ctx, w, ci, active, *mode, *value, *b, *c, *mask)?,
         Op::Vote { mode, pred, mask } => collective::vote(ctx, w, ci, active, *mode, *pred, *mask)?,
         Op::Redux { op, value, mask } => collective::redux(ctx, w, ci, active, *op, *value, *mask)?,
         Op::Mma { shape, a, b, c } => mma::exec_mma(ctx, w, ci, active, *shape, [*a, *b, *c])?,
-        Op::LdMatrix { num, trans, ptr, .. } => mma::exec_ldmatrix(ctx, w, ci, active, *num, *trans, *ptr)?,
-        Op::CpAsync { dst, src, bytes, .. } => cp_async::issue(ctx, w, ci, active, *dst, *src, *bytes)?,
+        Op::LdMatrix {
+            num, trans, ptr, ..
+        } => mma::exec_ldmatrix(ctx, w, ci, active, *num, *trans, *ptr)?,
+        Op::CpAsync {
+            dst, src, bytes, ..
+        } => cp_async::issue(ctx, w, ci, active, *dst, *src, *bytes)?,
         Op::CpAsyncCommit => cp_async::commit(w, active),
         Op::CpAsyncWait { n } => cp_async::wait(ctx, w, ci, active, *n)?,
         Op::Barrier | Op::If { .. } | Op::For { .. } | Op::Yield(_) | Op::Return => {
-            return Err(ctx.bad_inst(w.index, ci, "control flow where data operations were expected"));
+            return Err(ctx.bad_inst(
+                w.index,
+                ci,
+                "control flow where data operations were expected",
+            ));
         }
     }
     Ok(())
@@ -285,7 +347,15 @@ fn access_size(ctx: &BlockCtx, w: &Warp, ci: &CInst, ty: Type) -> Result<u64, In
 
 /// Check an access of `len` bytes through the pointer `ptr` of `lane`: its space,
 /// alignment and bounds.
-pub(crate) fn resolve(ctx: &BlockCtx, w: &Warp, ci: &CInst, lane: u32, ptr: Value, len: u64, align: u64) -> Result<Loc, InterpError> {
+pub(crate) fn resolve(
+    ctx: &BlockCtx,
+    w: &Warp,
+    ci: &CInst,
+    lane: u32,
+    ptr: Value,
+    len: u64,
+    align: u64,
+) -> Result<Loc, InterpError> {
     let info = ctx.prog.info(ptr);
     let addr = w.regs.get(info, 0, lane);
     let site = || ctx.site(w.index, Some(lane), ci);
@@ -293,17 +363,33 @@ pub(crate) fn resolve(ctx: &BlockCtx, w: &Warp, ci: &CInst, lane: u32, ptr: Valu
         Type::Ptr(s, _) => s,
         t => return Err(ctx.bad_inst(w.index, ci, format!("address operand of type {t}"))),
     };
-    if addr % align != 0 {
-        return Err(InterpError::Misaligned { site: site(), space: space.name(), addr, bytes: len, align });
+    if !addr.is_multiple_of(align) {
+        return Err(InterpError::Misaligned {
+            site: site(),
+            space: space.name(),
+            addr,
+            bytes: len,
+            align,
+        });
     }
     match space {
         AddrSpace::Global => match ctx.mem.slice(addr, len) {
             Ok(_) => Ok(Loc::Global(addr)),
-            Err(detail) => Err(InterpError::GlobalOutOfBounds { site: site(), addr, bytes: len, detail }),
+            Err(detail) => Err(InterpError::GlobalOutOfBounds {
+                site: site(),
+                addr,
+                bytes: len,
+                detail,
+            }),
         },
         AddrSpace::Shared => match ctx.shared.check(addr, len, w.regs.prov(info, lane)) {
             Ok(i) => Ok(Loc::Shared(i)),
-            Err(region) => Err(InterpError::SharedOutOfBounds { site: site(), offset: addr, bytes: len, region }),
+            Err(region) => Err(InterpError::SharedOutOfBounds {
+                site: site(),
+                offset: addr,
+                bytes: len,
+                region,
+            }),
         },
         AddrSpace::Local => Err(InterpError::LocalMemory { site: site() }),
     }
@@ -336,13 +422,28 @@ fn access<T>(
     }
 }
 
-fn pack(ctx: &BlockCtx, w: &mut Warp, ci: &CInst, active: u32, ty: Type, parts: &[Value]) -> Result<(), InterpError> {
+fn pack(
+    ctx: &BlockCtx,
+    w: &mut Warp,
+    ci: &CInst,
+    active: u32,
+    ty: Type,
+    parts: &[Value],
+) -> Result<(), InterpError> {
     let p = ctx.prog;
     let part_ty = match ty {
         Type::Vec(s, n) if parts.len() == n as usize => Type::Scalar(s),
-        Type::Scalar(s) if s.is_packed() && parts.len() == 2 => Type::Scalar(s.packed_elem().unwrap_or(s)),
+        Type::Scalar(s) if s.is_packed() && parts.len() == 2 => {
+            Type::Scalar(s.packed_elem().unwrap_or(s))
+        }
         Type::Frag(f) if parts.len() == f.regs() as usize => Type::Scalar(f.reg_type()),
-        _ => return Err(ctx.bad_inst(w.index, ci, format!("cannot build {ty} from {} parts", parts.len()))),
+        _ => {
+            return Err(ctx.bad_inst(
+                w.index,
+                ci,
+                format!("cannot build {ty} from {} parts", parts.len()),
+            ))
+        }
     };
     if parts.iter().any(|v| p.ty(*v) != part_ty) || p.ty(ci.inst.results[0]) != ty {
         return Err(ctx.bad_inst(w.index, ci, format!("the parts of {ty} must be {part_ty}")));
@@ -363,7 +464,14 @@ fn pack(ctx: &BlockCtx, w: &mut Warp, ci: &CInst, active: u32, ty: Type, parts: 
     Ok(())
 }
 
-fn extract(ctx: &BlockCtx, w: &mut Warp, ci: &CInst, active: u32, a: Value, index: u32) -> Result<(), InterpError> {
+fn extract(
+    ctx: &BlockCtx,
+    w: &mut Warp,
+    ci: &CInst,
+    active: u32,
+    a: Value,
+    index: u32,
+) -> Result<(), InterpError> {
     let p = ctx.prog;
     let (ai, o) = (p.info(a), p.info(ci.inst.results[0]));
     let halves = matches!(p.ty(a), Type::Scalar(s) if s.is_packed());
@@ -373,7 +481,11 @@ fn extract(ctx: &BlockCtx, w: &mut Warp, ci: &CInst, active: u32, a: Value, inde
         return Err(ctx.bad_inst(w.index, ci, format!("no part {index} in {}", p.ty(a))));
     }
     for l in lanes(active) {
-        let x = if halves { w.regs.get(ai, 0, l) >> (16 * index) & 0xffff } else { w.regs.get(ai, index, l) };
+        let x = if halves {
+            w.regs.get(ai, 0, l) >> (16 * index) & 0xffff
+        } else {
+            w.regs.get(ai, index, l)
+        };
         w.regs.set(o, 0, l, x);
     }
     Ok(())
@@ -400,7 +512,13 @@ fn atomic(
     }
     let b = match (op, b) {
         (AtomOp::Cas, Some(b)) if p.ty(b) == p.ty(a) => Some(p.info(b)),
-        (AtomOp::Cas, _) => return Err(ctx.bad_inst(w.index, ci, "compare-and-swap needs a new value of the same type")),
+        (AtomOp::Cas, _) => {
+            return Err(ctx.bad_inst(
+                w.index,
+                ci,
+                "compare-and-swap needs a new value of the same type",
+            ))
+        }
         _ => None,
     };
     let float = s.is_float() || s.is_packed();
@@ -424,8 +542,16 @@ fn atomic(
             let new = match op {
                 AtomOp::Add if float => arith::atomic_fadd(s, old, x),
                 AtomOp::Add => Ok(old.wrapping_add(x) & m),
-                AtomOp::Min => Ok(if arith::int_value(s, x) < arith::int_value(s, old) { x } else { old }),
-                AtomOp::Max => Ok(if arith::int_value(s, x) > arith::int_value(s, old) { x } else { old }),
+                AtomOp::Min => Ok(if arith::int_value(s, x) < arith::int_value(s, old) {
+                    x
+                } else {
+                    old
+                }),
+                AtomOp::Max => Ok(if arith::int_value(s, x) > arith::int_value(s, old) {
+                    x
+                } else {
+                    old
+                }),
                 AtomOp::And => Ok(old & x),
                 AtomOp::Or => Ok(old | x),
                 AtomOp::Xor => Ok(old ^ x),

@@ -32,7 +32,11 @@ impl Default for GlobalMemory {
 
 impl GlobalMemory {
     pub fn new() -> Self {
-        GlobalMemory { live: BTreeMap::new(), freed: BTreeMap::new(), next: BASE }
+        GlobalMemory {
+            live: BTreeMap::new(),
+            freed: BTreeMap::new(),
+            next: BASE,
+        }
     }
 
     /// Allocate `bytes` zeroed bytes and return their address.
@@ -61,7 +65,10 @@ impl GlobalMemory {
                 self.freed.insert(addr, d.len() as u64);
                 Ok(())
             }
-            None => Err(InterpError::BadFree { addr, detail: self.describe(addr, 1) }),
+            None => Err(InterpError::BadFree {
+                addr,
+                detail: self.describe(addr, 1),
+            }),
         }
     }
 
@@ -73,7 +80,11 @@ impl GlobalMemory {
                 s.copy_from_slice(data);
                 Ok(())
             }
-            Err(detail) => Err(InterpError::HostOutOfBounds { addr, bytes, detail }),
+            Err(detail) => Err(InterpError::HostOutOfBounds {
+                addr,
+                bytes,
+                detail,
+            }),
         }
     }
 
@@ -85,7 +96,11 @@ impl GlobalMemory {
                 out.copy_from_slice(s);
                 Ok(())
             }
-            Err(detail) => Err(InterpError::HostOutOfBounds { addr, bytes, detail }),
+            Err(detail) => Err(InterpError::HostOutOfBounds {
+                addr,
+                bytes,
+                detail,
+            }),
         }
     }
 
@@ -131,9 +146,14 @@ impl GlobalMemory {
                     format!("{off} bytes into the {size}-byte allocation at {base:#x}")
                 } else if off < size {
                     let over = off.saturating_add(len) - size;
-                    format!("runs {over} bytes past the end of the {size}-byte allocation at {base:#x}")
+                    format!(
+                        "runs {over} bytes past the end of the {size}-byte allocation at {base:#x}"
+                    )
                 } else {
-                    format!("starts {} bytes past the end of the {size}-byte allocation at {base:#x}", off - size)
+                    format!(
+                        "starts {} bytes past the end of the {size}-byte allocation at {base:#x}",
+                        off - size
+                    )
                 }
             }
             None if addr < BASE => "null or invalid pointer, below every allocation".to_string(),
@@ -165,11 +185,18 @@ impl SharedMem {
             .zip(f.shared_offsets())
             .enumerate()
             .map(|(i, (d, start))| {
-                let end = if d.len == 0 || i == last { total } else { start + d.bytes() };
+                let end = if d.len == 0 || i == last {
+                    total
+                } else {
+                    start + d.bytes()
+                };
                 (d.name.clone(), start, end)
             })
             .collect();
-        SharedMem { bytes: vec![SHARED_POISON; total as usize], arrays }
+        SharedMem {
+            bytes: vec![SHARED_POISON; total as usize],
+            arrays,
+        }
     }
 
     pub fn reset(&mut self) {
@@ -180,8 +207,15 @@ impl SharedMem {
     /// declaration `prov - 1` (`prov` 0: origin unknown, checked against the whole
     /// window). Returns the offset as an index, or the region the access left.
     pub fn check(&self, off: u64, len: u64, prov: u16) -> Result<usize, String> {
-        let (lo, hi, region) = match prov.checked_sub(1).and_then(|d| self.arrays.get(d as usize)) {
-            Some((name, s, e)) => (*s, *e, format!("shared array `{name}` (offsets {s:#x}..{e:#x})")),
+        let (lo, hi, region) = match prov
+            .checked_sub(1)
+            .and_then(|d| self.arrays.get(d as usize))
+        {
+            Some((name, s, e)) => (
+                *s,
+                *e,
+                format!("shared array `{name}` (offsets {s:#x}..{e:#x})"),
+            ),
             None => {
                 let n = self.bytes.len() as u64;
                 (0, n, format!("the block's {n} bytes of shared memory"))

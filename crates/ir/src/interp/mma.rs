@@ -91,22 +91,42 @@ fn bad(msg: String) -> InterpError {
 
 /// Check that `entries` map the slots of `regs` registers × `subs` sub-elements of 32
 /// lanes one-to-one onto a `rows` × `cols` matrix.
-fn validate(what: &str, entries: &[[u32; 5]], regs: u32, subs: u32, rows: u32, cols: u32) -> Result<Vec<Slot>, InterpError> {
+fn validate(
+    what: &str,
+    entries: &[[u32; 5]],
+    regs: u32,
+    subs: u32,
+    rows: u32,
+    cols: u32,
+) -> Result<Vec<Slot>, InterpError> {
     let expected = (32 * regs * subs) as usize;
     if entries.len() != expected || (rows * cols) as usize != expected {
-        return Err(bad(format!("{what}: {} entries, expected {expected} for a {rows}x{cols} operand", entries.len())));
+        return Err(bad(format!(
+            "{what}: {} entries, expected {expected} for a {rows}x{cols} operand",
+            entries.len()
+        )));
     }
     let mut slots = BTreeSet::new();
     let mut elems = BTreeSet::new();
     let mut out = Vec::with_capacity(expected);
     for &[lane, reg, sub, row, col] in entries {
         if lane >= 32 || reg >= regs || sub >= subs || row >= rows || col >= cols {
-            return Err(bad(format!("{what}: entry [{lane}, {reg}, {sub}, {row}, {col}] is out of range")));
+            return Err(bad(format!(
+                "{what}: entry [{lane}, {reg}, {sub}, {row}, {col}] is out of range"
+            )));
         }
         if !slots.insert((lane, reg, sub)) || !elems.insert((row, col)) {
-            return Err(bad(format!("{what}: entry [{lane}, {reg}, {sub}, {row}, {col}] repeats a slot or an element")));
+            return Err(bad(format!(
+                "{what}: entry [{lane}, {reg}, {sub}, {row}, {col}] repeats a slot or an element"
+            )));
         }
-        out.push(Slot { lane, reg, sub, row, col });
+        out.push(Slot {
+            lane,
+            reg,
+            sub,
+            row,
+            col,
+        });
     }
     Ok(out)
 }
@@ -114,9 +134,13 @@ fn validate(what: &str, entries: &[[u32; 5]], regs: u32, subs: u32, rows: u32, c
 impl MmaLayout {
     /// Parse and validate a layout file's text.
     pub fn from_json(text: &str) -> Result<MmaLayout, InterpError> {
-        let file: LayoutFile = serde_json::from_str(text).map_err(|e| bad(format!("not a layout file: {e}")))?;
+        let file: LayoutFile =
+            serde_json::from_str(text).map_err(|e| bad(format!("not a layout file: {e}")))?;
         if file.format != LAYOUT_FORMAT {
-            return Err(bad(format!("format `{}`, expected `{LAYOUT_FORMAT}`", file.format)));
+            return Err(bad(format!(
+                "format `{}`, expected `{LAYOUT_FORMAT}`",
+                file.format
+            )));
         }
         let (Some(mma_in), Some(ld_in)) = (file.mma, file.ldmatrix) else {
             return match file.status {
@@ -142,16 +166,28 @@ impl MmaLayout {
             if !LDMATRIX_KEYS.contains(&key.as_str()) {
                 return Err(bad(format!("unknown ldmatrix entry `{key}`")));
             }
-            let num = key[1..2].parse::<u32>().map_err(|_| bad(format!("bad ldmatrix entry `{key}`")))?;
-            ldmatrix.insert(key.clone(), validate(&format!("ldmatrix.{key}"), &t, num, 2, 8 * num, 8)?);
+            let num = key[1..2]
+                .parse::<u32>()
+                .map_err(|_| bad(format!("bad ldmatrix entry `{key}`")))?;
+            ldmatrix.insert(
+                key.clone(),
+                validate(&format!("ldmatrix.{key}"), &t, num, 2, 8 * num, 8)?,
+            );
         }
-        Ok(MmaLayout { measured_on: file.measured_on, mma, ldmatrix })
+        Ok(MmaLayout {
+            measured_on: file.measured_on,
+            mma,
+            ldmatrix,
+        })
     }
 
     /// The table committed at `isa/sm90/mma_layout.json`, embedded at build time.
     pub fn measured() -> Result<&'static MmaLayout, InterpError> {
         static LOADED: OnceLock<Result<MmaLayout, InterpError>> = OnceLock::new();
-        LOADED.get_or_init(|| MmaLayout::from_json(EMBEDDED)).as_ref().map_err(Clone::clone)
+        LOADED
+            .get_or_init(|| MmaLayout::from_json(EMBEDDED))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// Device, driver and date of the measurement, as the file states them.
@@ -162,13 +198,18 @@ impl MmaLayout {
     /// The tables of `mma` with `shape` and A/B element type `elem`.
     pub fn mma(&self, shape: MmaShape, elem: Scalar) -> Result<&MmaTables, InterpError> {
         let key = format!("{}.{}", shape.name(), elem.name());
-        self.mma.get(&key).ok_or_else(|| bad(format!("no entry for mma `{key}`")))
+        self.mma
+            .get(&key)
+            .ok_or_else(|| bad(format!("no entry for mma `{key}`")))
     }
 
     /// The table of `ldmatrix.x{num}[.trans]`.
     pub fn ldmatrix(&self, num: u8, trans: bool) -> Result<&[Slot], InterpError> {
         let key = format!("x{num}{}", if trans { ".trans" } else { "" });
-        self.ldmatrix.get(&key).map(Vec::as_slice).ok_or_else(|| bad(format!("no entry for ldmatrix `{key}`")))
+        self.ldmatrix
+            .get(&key)
+            .map(Vec::as_slice)
+            .ok_or_else(|| bad(format!("no entry for ldmatrix `{key}`")))
     }
 }
 
@@ -186,7 +227,13 @@ pub(crate) fn element(elem: Scalar, reg: u64, sub: u32) -> f64 {
 /// Floats: each D element is the f64 sum of the products in k order (exact products of
 /// 16-bit floats), plus C, rounded to f32 once. The hardware accumulates differently,
 /// so results are an approximation of it. Integers: exact, wrapping to 32 bits.
-pub(crate) fn multiply(int: bool, (m, n, k): (u32, u32, u32), a: &[f64], b: &[f64], c: &[u64]) -> Vec<u64> {
+pub(crate) fn multiply(
+    int: bool,
+    (m, n, k): (u32, u32, u32),
+    a: &[f64],
+    b: &[f64],
+    c: &[u64],
+) -> Vec<u64> {
     let (m, n, k) = (m as usize, n as usize, k as usize);
     let mut d = Vec::with_capacity(m * n);
     for row in 0..m {
@@ -205,7 +252,11 @@ pub(crate) fn multiply(int: bool, (m, n, k): (u32, u32, u32), a: &[f64], b: &[f6
                 }
                 s += f32::from_bits(c0 as u32) as f64;
                 let r = s as f32;
-                d.push(if r.is_nan() { 0x7fff_ffff } else { r.to_bits() as u64 });
+                d.push(if r.is_nan() {
+                    0x7fff_ffff
+                } else {
+                    r.to_bits() as u64
+                });
             }
         }
     }
@@ -222,18 +273,36 @@ pub(crate) fn exec_mma(
     [a, b, c]: [Value; 3],
 ) -> Result<(), InterpError> {
     if active != u32::MAX {
-        return Err(InterpError::NotConverged { site: ctx.site(w.index, None, ci), active });
+        return Err(InterpError::NotConverged {
+            site: ctx.site(w.index, None, ci),
+            active,
+        });
     }
     let p = ctx.prog;
     let frag = |v: Value, role: FragRole| match p.ty(v) {
         Type::Frag(f) if f.shape == shape && f.role == role && f.is_valid() => Some(f),
         _ => None,
     };
-    let (Some(fa), Some(fb), Some(_)) = (frag(a, FragRole::A), frag(b, FragRole::B), frag(c, FragRole::C)) else {
-        return Err(ctx.bad_inst(w.index, ci, format!("operands must be the A, B and C fragments of {}", shape.name())));
+    let (Some(fa), Some(fb), Some(_)) = (
+        frag(a, FragRole::A),
+        frag(b, FragRole::B),
+        frag(c, FragRole::C),
+    ) else {
+        return Err(ctx.bad_inst(
+            w.index,
+            ci,
+            format!(
+                "operands must be the A, B and C fragments of {}",
+                shape.name()
+            ),
+        ));
     };
     if fa.elem != fb.elem || p.ty(ci.inst.results[0]) != p.ty(c) {
-        return Err(ctx.bad_inst(w.index, ci, "A and B differ in element type, or the result is not C's type"));
+        return Err(ctx.bad_inst(
+            w.index,
+            ci,
+            "A and B differ in element type, or the result is not C's type",
+        ));
     }
     let layout = ctx.layout.ok_or(InterpError::LayoutNotMeasured)?;
     let t = layout.mma(shape, fa.elem)?;
@@ -257,7 +326,8 @@ pub(crate) fn exec_mma(
     }
     let d = multiply(int, (m, n, k), &am, &bm, &cm);
     for s in &t.d {
-        w.regs.set(o, s.reg, s.lane, d[(s.row * n + s.col) as usize]);
+        w.regs
+            .set(o, s.reg, s.lane, d[(s.row * n + s.col) as usize]);
     }
     Ok(())
 }
@@ -275,12 +345,19 @@ pub(crate) fn exec_ldmatrix(
     ptr: Value,
 ) -> Result<(), InterpError> {
     if active != u32::MAX {
-        return Err(InterpError::NotConverged { site: ctx.site(w.index, None, ci), active });
+        return Err(InterpError::NotConverged {
+            site: ctx.site(w.index, None, ci),
+            active,
+        });
     }
     let p = ctx.prog;
     let o = p.info(ci.inst.results[0]);
     if !matches!(num, 1 | 2 | 4) || o.parts != num as u32 || o.elem.bytes() != 4 {
-        return Err(ctx.bad_inst(w.index, ci, format!("ldmatrix.x{num} yields {num} 32-bit registers")));
+        return Err(ctx.bad_inst(
+            w.index,
+            ci,
+            format!("ldmatrix.x{num} yields {num} 32-bit registers"),
+        ));
     }
     if !matches!(p.ty(ptr), Type::Ptr(AddrSpace::Shared, _)) {
         return Err(ctx.bad_inst(w.index, ci, "ldmatrix reads through a shared pointer"));
@@ -304,7 +381,8 @@ pub(crate) fn exec_ldmatrix(
         w.regs.set_prov(o, l, 0);
     }
     for s in table {
-        let x = w.regs.get(o, s.reg, s.lane) | (rows[s.row as usize][s.col as usize] as u64) << (16 * s.sub);
+        let x = w.regs.get(o, s.reg, s.lane)
+            | (rows[s.row as usize][s.col as usize] as u64) << (16 * s.sub);
         w.regs.set(o, s.reg, s.lane, x);
     }
     Ok(())

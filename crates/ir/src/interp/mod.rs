@@ -68,7 +68,10 @@ pub struct Device {
 
 impl Device {
     pub fn new() -> Self {
-        Device { mem: GlobalMemory::new(), clock_ns: 0 }
+        Device {
+            mem: GlobalMemory::new(),
+            clock_ns: 0,
+        }
     }
 }
 
@@ -105,9 +108,18 @@ impl LaunchStats {
 /// addresses for pointers, floats in their low bits, narrower integers zero-extended).
 /// Kernels using `mma`/`ldmatrix` read the measured layout table
 /// ([`MmaLayout::measured`]).
-pub fn launch(f: &Function, cfg: &LaunchConfig, args: &[u64], dev: &mut Device) -> Result<LaunchStats, InterpError> {
+pub fn launch(
+    f: &Function,
+    cfg: &LaunchConfig,
+    args: &[u64],
+    dev: &mut Device,
+) -> Result<LaunchStats, InterpError> {
     let prog = Program::new(f)?;
-    let layout = if prog.uses_layout { Some(MmaLayout::measured()?) } else { None };
+    let layout = if prog.uses_layout {
+        Some(MmaLayout::measured()?)
+    } else {
+        None
+    };
     run(&prog, cfg, args, dev, layout)
 }
 
@@ -138,7 +150,15 @@ fn run(
     let mut warps: Vec<Warp> = (0..threads.div_ceil(32))
         .map(|i| {
             let present = (threads - 32 * i).min(32);
-            Warp::new(prog, i, if present == 32 { u32::MAX } else { (1 << present) - 1 })
+            Warp::new(
+                prog,
+                i,
+                if present == 32 {
+                    u32::MAX
+                } else {
+                    (1 << present) - 1
+                },
+            )
         })
         .collect();
     let mut shared = SharedMem::new(f, cfg.dynamic_shared_bytes as u64);
@@ -167,14 +187,23 @@ fn run(
 
 fn check_args(f: &Function, args: &[u64]) -> Result<(), InterpError> {
     if args.len() != f.params.len() {
-        return Err(InterpError::ArgCount { kernel: f.name.clone(), expected: f.params.len(), got: args.len() });
+        return Err(InterpError::ArgCount {
+            kernel: f.name.clone(),
+            expected: f.params.len(),
+            got: args.len(),
+        });
     }
     for (index, (p, &a)) in f.params.iter().zip(args).enumerate() {
         let problem = match p.ty {
             Type::Ptr(..) => None,
             Type::Scalar(s) if s.bits() >= 64 || a >> s.bits() == 0 => None,
-            Type::Scalar(s) => Some(format!("is {a:#x}, which has bits set above its {} bits", s.bits())),
-            t => Some(format!("has type {t}, which cannot be passed as a parameter")),
+            Type::Scalar(s) => Some(format!(
+                "is {a:#x}, which has bits set above its {} bits",
+                s.bits()
+            )),
+            t => Some(format!(
+                "has type {t}, which cannot be passed as a parameter"
+            )),
         };
         if let Some(problem) = problem {
             return Err(InterpError::BadArg {
@@ -196,17 +225,34 @@ fn check_shape(f: &Function, cfg: &LaunchConfig) -> Result<(), InterpError> {
     let static_shared = f.shared_bytes();
     let shared = static_shared + cfg.dynamic_shared_bytes as u64;
     let problem = if cfg.grid.contains(&0) || cfg.block.contains(&0) {
-        format!("grid {:?} and block {:?} must have no zero dimension", cfg.grid, cfg.block)
+        format!(
+            "grid {:?} and block {:?} must have no zero dimension",
+            cfg.grid, cfg.block
+        )
     } else if gx > i32::MAX as u32 || gy > 65535 || gz > 65535 {
-        format!("grid {:?} exceeds sm_90's limits (2^31-1, 65535, 65535)", cfg.grid)
+        format!(
+            "grid {:?} exceeds sm_90's limits (2^31-1, 65535, 65535)",
+            cfg.grid
+        )
     } else if bx > 1024 || by > 1024 || bz > 64 {
-        format!("block {:?} exceeds sm_90's limits (1024, 1024, 64)", cfg.block)
+        format!(
+            "block {:?} exceeds sm_90's limits (1024, 1024, 64)",
+            cfg.block
+        )
     } else if threads > MAX_THREADS_PER_BLOCK as u64 {
-        format!("block {:?} has {threads} threads, more than {MAX_THREADS_PER_BLOCK}", cfg.block)
+        format!(
+            "block {:?} has {threads} threads, more than {MAX_THREADS_PER_BLOCK}",
+            cfg.block
+        )
     } else if threads > f.max_threads as u64 {
-        format!("block {:?} has {threads} threads, the kernel allows at most {}", cfg.block, f.max_threads)
+        format!(
+            "block {:?} has {threads} threads, the kernel allows at most {}",
+            cfg.block, f.max_threads
+        )
     } else if static_shared > MAX_STATIC_SHARED_BYTES {
-        format!("{static_shared} bytes of static shared memory, more than {MAX_STATIC_SHARED_BYTES}")
+        format!(
+            "{static_shared} bytes of static shared memory, more than {MAX_STATIC_SHARED_BYTES}"
+        )
     } else if shared > MAX_SHARED_BYTES_PER_BLOCK {
         format!(
             "{static_shared} bytes of static and {} of dynamic shared memory, more than {MAX_SHARED_BYTES_PER_BLOCK}",
@@ -215,5 +261,8 @@ fn check_shape(f: &Function, cfg: &LaunchConfig) -> Result<(), InterpError> {
     } else {
         return Ok(());
     };
-    Err(InterpError::LaunchShape { kernel: f.name.clone(), problem })
+    Err(InterpError::LaunchShape {
+        kernel: f.name.clone(),
+        problem,
+    })
 }

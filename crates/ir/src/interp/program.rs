@@ -67,7 +67,11 @@ impl<'f> Program<'f> {
         let mut slots = 0u32;
         for t in &f.values {
             let (elem, parts) = parts_of(*t);
-            vals.push(ValInfo { base: slots, parts, elem });
+            vals.push(ValInfo {
+                base: slots,
+                parts,
+                elem,
+            });
             slots += parts;
         }
         let mut p = Program {
@@ -92,27 +96,44 @@ impl<'f> Program<'f> {
     }
 
     fn malformed(&self, problem: String) -> InterpError {
-        InterpError::Malformed { kernel: self.f.name.clone(), problem }
+        InterpError::Malformed {
+            kernel: self.f.name.clone(),
+            problem,
+        }
     }
 
-    fn add_block(&mut self, b: &'f Block, nest: Nest<'f>, next_id: &mut u32) -> Result<usize, InterpError> {
+    fn add_block(
+        &mut self,
+        b: &'f Block,
+        nest: Nest<'f>,
+        next_id: &mut u32,
+    ) -> Result<usize, InterpError> {
         let index = self.blocks.len();
         self.blocks.push(CBlock { insts: vec![] });
         self.check_values(&b.args, "block argument")?;
         if !matches!(nest, Nest::Body) {
             match b.insts.last().map(|i| &i.op) {
                 Some(Op::Yield(_) | Op::Return) => {}
-                _ => return Err(self.malformed("a nested block does not end with yield or return".into())),
+                _ => {
+                    return Err(
+                        self.malformed("a nested block does not end with yield or return".into())
+                    )
+                }
             }
         }
         let mut insts = Vec::with_capacity(b.insts.len());
         for (pos, inst) in b.insts.iter().enumerate() {
             let id = *next_id;
             *next_id += 1;
-            let at = |p: &Self, what: String| p.malformed(format!("instruction #{id} `{}`: {what}", p.mnemonic(inst)));
-            self.check_values(&inst.results, "result").map_err(|_| at(self, "result out of range".into()))?;
-            self.check_values(&inst.op.operands(), "operand").map_err(|_| at(self, "operand out of range".into()))?;
-            self.check_inst(inst, nest, pos + 1 == b.insts.len()).map_err(|e| at(self, e))?;
+            let at = |p: &Self, what: String| {
+                p.malformed(format!("instruction #{id} `{}`: {what}", p.mnemonic(inst)))
+            };
+            self.check_values(&inst.results, "result")
+                .map_err(|_| at(self, "result out of range".into()))?;
+            self.check_values(&inst.op.operands(), "operand")
+                .map_err(|_| at(self, "operand out of range".into()))?;
+            self.check_inst(inst, nest, pos + 1 == b.insts.len())
+                .map_err(|e| at(self, e))?;
             let mut sub = [0, 0];
             match &inst.op {
                 Op::If { then_, else_, .. } => {
@@ -144,7 +165,13 @@ impl<'f> Program<'f> {
     /// types of values handed between blocks.
     fn check_inst(&self, inst: &Inst, nest: Nest<'f>, last: bool) -> Result<(), String> {
         let n = inst.results.len();
-        let want = |k: usize| if n == k { Ok(()) } else { Err(format!("defines {n} values, expected {k}")) };
+        let want = |k: usize| {
+            if n == k {
+                Ok(())
+            } else {
+                Err(format!("defines {n} values, expected {k}"))
+            }
+        };
         match &inst.op {
             Op::Store { .. }
             | Op::Barrier
@@ -167,7 +194,10 @@ impl<'f> Program<'f> {
                     },
                 };
                 if self.types(vals) != expected {
-                    return Err(format!("yields {:?}, the construct carries {expected:?}", self.types(vals)));
+                    return Err(format!(
+                        "yields {:?}, the construct carries {expected:?}",
+                        self.types(vals)
+                    ));
                 }
                 Ok(())
             }
@@ -184,12 +214,18 @@ impl<'f> Program<'f> {
                 }
                 let mut args = vec![self.ty(*lo)];
                 args.extend(carried);
-                if body.args.iter().any(|v| v.index() >= self.vals.len()) || self.types(&body.args) != args {
-                    return Err("body arguments are not [induction variable, carried values...]".into());
+                if body.args.iter().any(|v| v.index() >= self.vals.len())
+                    || self.types(&body.args) != args
+                {
+                    return Err(
+                        "body arguments are not [induction variable, carried values...]".into(),
+                    );
                 }
                 Ok(())
             }
-            Op::Param(i) if *i as usize >= self.f.params.len() => Err(format!("parameter {i} does not exist")),
+            Op::Param(i) if *i as usize >= self.f.params.len() => {
+                Err(format!("parameter {i} does not exist"))
+            }
             Op::SharedAddr { decl } if *decl as usize >= self.f.shared.len() => {
                 Err(format!("shared declaration {decl} does not exist"))
             }
@@ -222,7 +258,8 @@ impl<'f> Program<'f> {
             Some(Type::Ptr(s, _)) => s.name(),
             _ => "?",
         };
-        let rnd = |r: Option<crate::ops::Round>| r.map(|r| format!(".{}", r.name())).unwrap_or_default();
+        let rnd =
+            |r: Option<crate::ops::Round>| r.map(|r| format!(".{}", r.name())).unwrap_or_default();
         match &inst.op {
             Op::Const { ty, .. } => format!("const.{ty}"),
             Op::Param(i) => format!("param {i}"),
@@ -234,7 +271,12 @@ impl<'f> Program<'f> {
             Op::Cmp { op, a, .. } => format!("setp.{}.{}", op.name(), ty(a)),
             Op::Select { a, .. } => format!("selp.{}", ty(a)),
             Op::Cvt { to, rnd: r, sat, a } => {
-                format!("cvt{}{}.{to}.{}", rnd(*r), if *sat { ".sat" } else { "" }, ty(a))
+                format!(
+                    "cvt{}{}.{to}.{}",
+                    rnd(*r),
+                    if *sat { ".sat" } else { "" },
+                    ty(a)
+                )
             }
             Op::Bitcast { to, a } => format!("bitcast.{to}.{}", ty(a)),
             Op::Pack { ty, .. } => format!("pack.{ty}"),
@@ -254,7 +296,9 @@ impl<'f> Program<'f> {
             Op::Vote { mode, .. } => format!("vote.sync.{}", mode.name()),
             Op::Redux { op, value, .. } => format!("redux.sync.{}.{}", op.name(), ty(value)),
             Op::Mma { shape, a, .. } => format!("mma.sync.{}.{}", shape.name(), ty(a)),
-            Op::LdMatrix { num, trans, .. } => format!("ldmatrix.x{num}{}", if *trans { ".trans" } else { "" }),
+            Op::LdMatrix { num, trans, .. } => {
+                format!("ldmatrix.x{num}{}", if *trans { ".trans" } else { "" })
+            }
             Op::CpAsync { bytes, .. } => format!("cp.async {bytes} bytes"),
             Op::CpAsyncCommit => "cp.async.commit_group".into(),
             Op::CpAsyncWait { n } => format!("cp.async.wait_group {n}"),

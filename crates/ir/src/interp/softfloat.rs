@@ -145,11 +145,19 @@ pub(crate) fn decode(fmt: Fmt, bits: u64) -> Class {
         if f == 0 {
             Class::Zero(neg)
         } else {
-            Class::Num(Exact { neg, mant: f as u128, exp: fmt.emin() - frac_bits })
+            Class::Num(Exact {
+                neg,
+                mant: f as u128,
+                exp: fmt.emin() - frac_bits,
+            })
         }
     } else {
         let mant = (f | (1 << frac_bits)) as u128;
-        Class::Num(Exact { neg, mant, exp: e - fmt.bias() - frac_bits })
+        Class::Num(Exact {
+            neg,
+            mant,
+            exp: e - fmt.bias() - frac_bits,
+        })
     }
 }
 
@@ -183,7 +191,11 @@ pub(crate) fn round(x: Exact, fmt: Fmt, mode: Round) -> u64 {
     } else {
         let s = shift as u32; // 1..=128
         let q = if s == 128 { 0 } else { x.mant >> s };
-        let rem = if s == 128 { x.mant } else { x.mant & ((1u128 << s) - 1) };
+        let rem = if s == 128 {
+            x.mant
+        } else {
+            x.mant & ((1u128 << s) - 1)
+        };
         let half = 1u128 << (s - 1);
         let d = if rem == 0 {
             Dropped::Zero
@@ -251,7 +263,11 @@ fn top_bit(m: u128) -> i32 {
 /// Shift a nonzero significand of at most 126 bits so that its top bit is bit 125.
 fn left_justify(x: Exact) -> Exact {
     let s = 125 - top_bit(x.mant);
-    Exact { neg: x.neg, mant: x.mant << s as u32, exp: x.exp - s }
+    Exact {
+        neg: x.neg,
+        mant: x.mant << s as u32,
+        exp: x.exp - s,
+    }
 }
 
 /// x + y for nonzero x, y with significands of at most 107 bits; `None` for an exact
@@ -271,11 +287,23 @@ fn add_exact(x: Exact, y: Exact) -> Option<Exact> {
     };
     let exp = big.exp;
     if big.neg == small.neg {
-        Some(Exact { neg: big.neg, mant: big.mant + s, exp })
+        Some(Exact {
+            neg: big.neg,
+            mant: big.mant + s,
+            exp,
+        })
     } else if big.mant > s {
-        Some(Exact { neg: big.neg, mant: big.mant - s, exp })
+        Some(Exact {
+            neg: big.neg,
+            mant: big.mant - s,
+            exp,
+        })
     } else if big.mant < s {
-        Some(Exact { neg: small.neg, mant: s - big.mant, exp })
+        Some(Exact {
+            neg: small.neg,
+            mant: s - big.mant,
+            exp,
+        })
     } else {
         None
     }
@@ -312,9 +340,15 @@ pub(crate) fn mul(fmt: Fmt, a: u64, b: u64, mode: Round) -> u64 {
         (Class::Inf(_), Class::Zero(_)) | (Class::Zero(_), Class::Inf(_)) => fmt.nan(),
         (Class::Inf(_), _) | (_, Class::Inf(_)) => fmt.inf(neg),
         (Class::Zero(_), _) | (_, Class::Zero(_)) => fmt.zero(neg),
-        (Class::Num(x), Class::Num(y)) => {
-            round(Exact { neg, mant: x.mant * y.mant, exp: x.exp + y.exp }, fmt, mode)
-        }
+        (Class::Num(x), Class::Num(y)) => round(
+            Exact {
+                neg,
+                mant: x.mant * y.mant,
+                exp: x.exp + y.exp,
+            },
+            fmt,
+            mode,
+        ),
     }
 }
 
@@ -333,7 +367,11 @@ pub(crate) fn fma(fmt: Fmt, a: u64, b: u64, c: u64, mode: Round) -> u64 {
             };
         }
         (Class::Zero(_), _) | (_, Class::Zero(_)) => None,
-        (Class::Num(x), Class::Num(y)) => Some(Exact { neg: pneg, mant: x.mant * y.mant, exp: x.exp + y.exp }),
+        (Class::Num(x), Class::Num(y)) => Some(Exact {
+            neg: pneg,
+            mant: x.mant * y.mant,
+            exp: x.exp + y.exp,
+        }),
     };
     match (product, cc) {
         (_, Class::Inf(n)) => fmt.inf(n),
@@ -369,7 +407,15 @@ pub(crate) fn div(fmt: Fmt, a: u64, b: u64, mode: Round) -> u64 {
             let d = y.mant << sb as u32;
             let (q, r) = (n / d, n % d);
             let mant = q | (r != 0) as u128;
-            round(Exact { neg, mant, exp: (x.exp - sa) - (y.exp - sb) }, fmt, mode)
+            round(
+                Exact {
+                    neg,
+                    mant,
+                    exp: (x.exp - sa) - (y.exp - sb),
+                },
+                fmt,
+                mode,
+            )
         }
     }
 }
@@ -389,7 +435,15 @@ pub(crate) fn sqrt(fmt: Fmt, a: u64, mode: Round) -> u64 {
             let m = x.mant << s as u32;
             let r = m.isqrt();
             let mant = r | (m != r * r) as u128;
-            round(Exact { neg: false, mant, exp: (x.exp - s) / 2 }, fmt, mode)
+            round(
+                Exact {
+                    neg: false,
+                    mant,
+                    exp: (x.exp - s) / 2,
+                },
+                fmt,
+                mode,
+            )
         }
     }
 }
@@ -406,7 +460,15 @@ pub(crate) fn convert(a: u64, from: Fmt, to: Fmt, mode: Round) -> u64 {
 
 /// An integer `(-1)^neg · mag` as a float.
 pub(crate) fn from_int(neg: bool, mag: u128, to: Fmt, mode: Round) -> u64 {
-    round(Exact { neg, mant: mag, exp: 0 }, to, mode)
+    round(
+        Exact {
+            neg,
+            mant: mag,
+            exp: 0,
+        },
+        to,
+        mode,
+    )
 }
 
 #[cfg(test)]
@@ -463,7 +525,10 @@ mod tests {
             assert!(same64(mul(f, a, b, Round::Rn), x * y), "{x:e} * {y:e}");
             assert!(same64(div(f, a, b, Round::Rn), x / y), "{x:e} / {y:e}");
             assert!(same64(sqrt(f, a, Round::Rn), x.sqrt()), "sqrt {x:e}");
-            assert!(same64(fma(f, a, b, c, Round::Rn), x.mul_add(y, z)), "fma {x:e} {y:e} {z:e}");
+            assert!(
+                same64(fma(f, a, b, c, Round::Rn), x.mul_add(y, z)),
+                "fma {x:e} {y:e} {z:e}"
+            );
         }
     }
 
@@ -479,10 +544,19 @@ mod tests {
             assert!(same32(mul(f, a, b, Round::Rn), x * y), "{x:e} * {y:e}");
             assert!(same32(div(f, a, b, Round::Rn), x / y), "{x:e} / {y:e}");
             assert!(same32(sqrt(f, a, Round::Rn), x.sqrt()), "sqrt {x:e}");
-            assert!(same32(fma(f, a, b, c, Round::Rn), x.mul_add(y, z)), "fma {x:e} {y:e} {z:e}");
-            assert!(same64(convert(a, f, Fmt::F64, Round::Rn), x as f64), "widen {x:e}");
+            assert!(
+                same32(fma(f, a, b, c, Round::Rn), x.mul_add(y, z)),
+                "fma {x:e} {y:e} {z:e}"
+            );
+            assert!(
+                same64(convert(a, f, Fmt::F64, Round::Rn), x as f64),
+                "widen {x:e}"
+            );
             let w = f64::from_bits(any_f64(&mut rng));
-            assert!(same32(convert(w.to_bits(), Fmt::F64, f, Round::Rn), w as f32), "narrow {w:e}");
+            assert!(
+                same32(convert(w.to_bits(), Fmt::F64, f, Round::Rn), w as f32),
+                "narrow {w:e}"
+            );
         }
     }
 
@@ -499,7 +573,10 @@ mod tests {
             if !rn.is_finite() {
                 continue;
             }
-            let (x, y) = (f32::from_bits(a as u32) as f64, f32::from_bits(b as u32) as f64);
+            let (x, y) = (
+                f32::from_bits(a as u32) as f64,
+                f32::from_bits(b as u32) as f64,
+            );
             if !x.is_finite() || !y.is_finite() {
                 continue;
             }
@@ -513,9 +590,21 @@ mod tests {
                 (rn.next_down(), rn)
             };
             let zero = if positive { down } else { up };
-            assert_eq!(run(a, b, Round::Rm), down.to_bits(), "{x:e} / {y:e} toward -inf");
-            assert_eq!(run(a, b, Round::Rp), up.to_bits(), "{x:e} / {y:e} toward +inf");
-            assert_eq!(run(a, b, Round::Rz), zero.to_bits(), "{x:e} / {y:e} toward zero");
+            assert_eq!(
+                run(a, b, Round::Rm),
+                down.to_bits(),
+                "{x:e} / {y:e} toward -inf"
+            );
+            assert_eq!(
+                run(a, b, Round::Rp),
+                up.to_bits(),
+                "{x:e} / {y:e} toward +inf"
+            );
+            assert_eq!(
+                run(a, b, Round::Rz),
+                zero.to_bits(),
+                "{x:e} / {y:e} toward zero"
+            );
         }
     }
 
@@ -531,10 +620,17 @@ mod tests {
         let half = 0.5f32.to_bits() as u64;
         assert_eq!(mul(f, tiny, half, Round::Rn), 0, "ties to even: 0");
         assert_eq!(mul(f, tiny, half, Round::Rp), 1);
-        assert_eq!(mul(f, tiny | f.sign_bit(), half, Round::Rm), 1 | f.sign_bit());
+        assert_eq!(
+            mul(f, tiny | f.sign_bit(), half, Round::Rm),
+            1 | f.sign_bit()
+        );
         assert_eq!(mul(f, tiny | f.sign_bit(), half, Round::Rz), f.sign_bit());
         let one = 1f32.to_bits() as u64;
-        assert_eq!(sub(f, one, one, Round::Rm), f.sign_bit(), "x - x is -0 toward -inf");
+        assert_eq!(
+            sub(f, one, one, Round::Rm),
+            f.sign_bit(),
+            "x - x is -0 toward -inf"
+        );
         assert_eq!(sub(f, one, one, Round::Rn), 0);
     }
 }

@@ -32,7 +32,10 @@ pub(crate) struct Regs {
 
 impl Regs {
     fn new(slots: usize) -> Regs {
-        Regs { vals: vec![0; slots * 32], prov: vec![0; slots * 32] }
+        Regs {
+            vals: vec![0; slots * 32],
+            prov: vec![0; slots * 32],
+        }
     }
 
     fn at(i: ValInfo, part: u32, lane: u32) -> usize {
@@ -135,7 +138,12 @@ impl<'p> Warp<'p> {
     pub fn start(&mut self) {
         self.alive = self.present;
         self.frames.clear();
-        self.frames.push(Frame { block: &self.prog.blocks[0], pc: 0, mask: self.present, kind: Kind::Body });
+        self.frames.push(Frame {
+            block: &self.prog.blocks[0],
+            pc: 0,
+            mask: self.present,
+            kind: Kind::Body,
+        });
         self.cp.iter_mut().for_each(CpQueue::clear);
     }
 
@@ -169,20 +177,33 @@ impl<'p> Warp<'p> {
                 Op::Yield(vals) => self.yield_values(ctx, ci, vals, active)?,
                 Op::If { cond, .. } => {
                     let c = self.prog.info(*cond);
-                    let then_mask = lanes(active).filter(|&l| self.regs.get(c, 0, l) & 1 == 1).fold(0, |m, l| m | 1 << l);
+                    let then_mask = lanes(active)
+                        .filter(|&l| self.regs.get(c, 0, l) & 1 == 1)
+                        .fold(0, |m, l| m | 1 << l);
                     self.frames.push(Frame {
                         block: &self.prog.blocks[ci.sub[0]],
                         pc: 0,
                         mask: then_mask,
-                        kind: Kind::Then { inst: ci, else_mask: active & !then_mask },
+                        kind: Kind::Then {
+                            inst: ci,
+                            else_mask: active & !then_mask,
+                        },
                     });
                 }
                 Op::For { lo, init, body, .. } => {
                     let Type::Scalar(s) = self.prog.ty(*lo) else {
-                        return Err(ctx.bad_inst(self.index, ci, "the induction variable is not an integer"));
+                        return Err(ctx.bad_inst(
+                            self.index,
+                            ci,
+                            "the induction variable is not an integer",
+                        ));
                     };
                     if !s.is_int() {
-                        return Err(ctx.bad_inst(self.index, ci, "the induction variable is not an integer"));
+                        return Err(ctx.bad_inst(
+                            self.index,
+                            ci,
+                            "the induction variable is not an integer",
+                        ));
                     }
                     let iv = self.prog.info(body.args[0]);
                     let lo = self.prog.info(*lo);
@@ -197,7 +218,10 @@ impl<'p> Warp<'p> {
                         block: &self.prog.blocks[ci.sub[0]],
                         pc: 0,
                         mask,
-                        kind: Kind::Loop { inst: ci, entered: active },
+                        kind: Kind::Loop {
+                            inst: ci,
+                            entered: active,
+                        },
                     });
                 }
                 _ => exec::exec(ctx, self, ci, active)?,
@@ -216,13 +240,20 @@ impl<'p> Warp<'p> {
         let (iv, hi) = (self.prog.info(body.args[0]), self.prog.info(*hi));
         lanes(mask)
             .filter(|&l| {
-                super::arith::int_value(s, self.regs.get(iv, 0, l)) < super::arith::int_value(s, self.regs.get(hi, 0, l))
+                super::arith::int_value(s, self.regs.get(iv, 0, l))
+                    < super::arith::int_value(s, self.regs.get(hi, 0, l))
             })
             .fold(0, |m, l| m | 1 << l)
     }
 
     /// Hand the values of a `yield` to the enclosing construct, for the active lanes.
-    fn yield_values(&mut self, ctx: &mut BlockCtx<'_, 'p>, ci: &CInst, vals: &[Value], active: u32) -> Result<(), InterpError> {
+    fn yield_values(
+        &mut self,
+        ctx: &mut BlockCtx<'_, 'p>,
+        ci: &CInst,
+        vals: &[Value],
+        active: u32,
+    ) -> Result<(), InterpError> {
         let Some(top) = self.frames.last() else {
             return Ok(());
         };
@@ -243,13 +274,15 @@ impl<'p> Warp<'p> {
                 };
                 // Yielded values may be the body's own arguments in another order: read
                 // all of a lane's values before writing any.
-                let args: Vec<ValInfo> = body.args[1..].iter().map(|a| self.prog.info(*a)).collect();
+                let args: Vec<ValInfo> =
+                    body.args[1..].iter().map(|a| self.prog.info(*a)).collect();
                 let vals: Vec<ValInfo> = vals.iter().map(|v| self.prog.info(*v)).collect();
                 for l in lanes(active) {
                     self.scratch.clear();
                     for v in &vals {
                         let p = self.regs.prov(*v, l);
-                        self.scratch.extend((0..v.parts).map(|part| (self.regs.get(*v, part, l), p)));
+                        self.scratch
+                            .extend((0..v.parts).map(|part| (self.regs.get(*v, part, l), p)));
                     }
                     let mut it = self.scratch.iter();
                     for a in &args {
@@ -267,7 +300,11 @@ impl<'p> Warp<'p> {
                 let (iv, step) = (self.prog.info(body.args[0]), self.prog.info(*step));
                 let m = super::arith::mask(s.bits());
                 for l in lanes(active) {
-                    let next = self.regs.get(iv, 0, l).wrapping_add(self.regs.get(step, 0, l)) & m;
+                    let next = self
+                        .regs
+                        .get(iv, 0, l)
+                        .wrapping_add(self.regs.get(step, 0, l))
+                        & m;
                     self.regs.set(iv, 0, l, next);
                 }
                 Ok(())
