@@ -4,6 +4,7 @@ mod cmd_cc;
 mod cmd_check_kernels;
 mod cmd_devices;
 mod cmd_isa;
+mod cmd_top;
 mod gpu;
 mod receipt;
 
@@ -28,6 +29,8 @@ enum Command {
     /// Run every library kernel on the GPU and in the interpreter on the same inputs
     /// and compare them; time each on the GPU.
     CheckKernels(cmd_check_kernels::CheckArgs),
+    /// Watch the GPUs: utilization, memory, clocks, power, processes, server metrics.
+    Top(cmd_top::TopArgs),
 }
 
 #[derive(Subcommand)]
@@ -43,6 +46,7 @@ fn main() {
         Command::Devices => cmd_devices::run(),
         Command::Isa(IsaCommand::Probe(a)) => cmd_isa::probe(a),
         Command::CheckKernels(a) => cmd_check_kernels::run(a),
+        Command::Top(a) => cmd_top::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
