@@ -4,11 +4,12 @@
 //! - Blocks run one at a time, `ctaid.x` fastest. Threads are numbered `x` fastest and
 //!   grouped into warps of 32 consecutive threads; a last partial warp has the missing
 //!   lanes absent. `%warpid` is the thread's warp index within its block.
-//! - A warp executes in lockstep under an active mask; `if`, `for` and `return` change
-//!   the mask as described in [`warp`](self) (divergent branches run one after the
-//!   other and reconverge; loop lanes drop out as their bounds are reached). Lanes run
-//!   an instruction one after another in lane order, so atomics are sequentially
-//!   consistent and fences have nothing to do.
+//! - A warp executes in lockstep under an active mask. An `if` runs its then-branch
+//!   with the lanes whose condition holds, then its else-branch with the others, and
+//!   the lanes reconverge after it; a `for` runs while any lane's induction variable is
+//!   below its bound, lanes dropping out as theirs is reached; `return` ends the lanes
+//!   executing it. Lanes run an instruction one after another in lane order, so
+//!   atomics are sequentially consistent and fences have nothing to do.
 //! - Within a block, each warp runs until it reaches `bar.sync` or ends; when all warps
 //!   that have not ended are waiting, they are released together. Threads that have
 //!   exited are not waited for (as on the GPU). A barrier executed by only some of a
@@ -21,7 +22,14 @@
 //!   in every block. Local memory is not supported.
 //! - `%clock`, `%clock64` and `%globaltimer` read [`Device::clock_ns`], a virtual clock
 //!   advanced by 1 for every instruction any warp issues: deterministic and monotonic.
-//! - `cp.async` data moves when its group is waited for (see [`cp_async`](self)).
+//! - `cp.async` is checked when issued, but its data moves only when
+//!   `cp.async.wait_group` retires its group: a read before the wait sees the old
+//!   contents. Copies never waited for are dropped at the end of the block.
+//! - Warp collectives (`shfl`, `vote`, `redux`) need every executing lane in their
+//!   member mask, and any other lane the mask names must have exited; a shuffle may
+//!   only read a lane that executes it. `mma` and `ldmatrix` need all 32 lanes.
+//! - Integer division by zero gives all ones (remainder: the dividend); arithmetic that
+//!   produces a NaN produces the canonical one (0x7fffffff for f32).
 //!
 //! # Arithmetic
 //! Exact operations are correctly rounded in the instruction's rounding direction in
