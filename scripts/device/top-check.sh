@@ -13,6 +13,9 @@ DEST=${OUT:-.}/receipts
 mkdir -p "$DEST"
 WORK=$(mktemp -d)
 QUERY=name,utilization.gpu,memory.used,memory.total,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu
+QUERY=$QUERY,fan.speed,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total
+# Recorded beside the comparison, not compared: which power reading power.draw is.
+INFO_QUERY=power.draw.instant,power.draw.average
 
 smi() { nvidia-smi --query-gpu=$QUERY --format=csv,noheader,nounits -i 0; }
 
@@ -22,6 +25,7 @@ round() {
     smi >"$WORK/$tag.before.csv"
     "$BIN" top --json --no-server >"$WORK/$tag.quench.json"
     smi >"$WORK/$tag.after.csv"
+    nvidia-smi --query-gpu=$INFO_QUERY --format=csv,noheader,nounits -i 0 >"$WORK/$tag.info.csv" 2>&1 || true
 }
 
 round idle1
@@ -66,10 +70,11 @@ fi
 wait "$LOAD_PID"
 
 QUENCH_VERSION=$("$BIN" --version)
-python3 - "$WORK" "$DEST" "$BIN" "$CAPTURE_TOOL" "$QUENCH_VERSION" <<'EOF'
+python3 - "$WORK" "$DEST" "$BIN" "$CAPTURE_TOOL" "$QUENCH_VERSION" "$QUERY" "$INFO_QUERY" <<'EOF'
 import datetime, hashlib, json, os, subprocess, sys
 
-work, dest, binary, capture_tool, version = sys.argv[1:6]
+work, dest, binary, capture_tool, version, query, info_query = sys.argv[1:8]
+columns = query.split(",")
 rounds = ["idle1", "idle2", "load1", "load2"]
 MIB = 1 << 20
 load_pid = int(open(os.path.join(work, "load.ready")).read())
@@ -87,14 +92,19 @@ FIELDS = {
     "clocks.mem": ("memory_clock_mhz", lambda v: v, "moving", 0),
     "power.draw": ("power_draw_watts", lambda v: v, "moving", 40),
     "temperature.gpu": ("temperature_c", lambda v: v, "moving", 2),
+    "fan.speed": ("fan_speed_percent", lambda v: v, "moving", 5),
+    "ecc.errors.corrected.volatile.total": ("ecc_corrected_volatile_count", lambda v: v, "static", 0),
+    "ecc.errors.uncorrected.volatile.total": ("ecc_uncorrected_volatile_count", lambda v: v, "static", 0),
 }
+assert sorted(columns) == sorted(FIELDS), "the nvidia-smi query and the compared fields differ"
 UNITS = {"memory.total": "MiB", "power.limit": "W", "utilization.gpu": "%", "memory.used": "MiB",
-         "clocks.sm": "MHz", "clocks.mem": "MHz", "power.draw": "W", "temperature.gpu": "C"}
+         "clocks.sm": "MHz", "clocks.mem": "MHz", "power.draw": "W", "temperature.gpu": "C", "fan.speed": "%",
+         "ecc.errors.corrected.volatile.total": "errors", "ecc.errors.uncorrected.volatile.total": "errors"}
 
 def smi_row(path):
     cells = [c.strip() for c in open(path).read().strip().split(",")]
     out = {}
-    for key, cell in zip(FIELDS, cells):
+    for key, cell in zip(columns, cells):
         if cell.startswith("[") or cell in ("N/A", ""):
             out[key] = None
         elif key == "name":
@@ -104,7 +114,7 @@ def smi_row(path):
     return out
 
 results, failures = [], []
-print(f"{'round':7} {'field':16} {'quench':>12} {'smi before':>12} {'smi after':>12} {'bound':>14}  agree")
+print(f"{'round':7} {'field':38} {'quench':>12} {'smi before':>12} {'smi after':>12} {'bound':>14}  agree")
 for r in rounds:
     q = json.load(open(os.path.join(work, f"{r}.quench.json")))
     gpu = q["gpus"][0]
@@ -129,9 +139,11 @@ for r in rounds:
         if not agree:
             failures.append(f"{r} {key}: quench {qv} vs nvidia-smi {b} / {a}")
         show = lambda v: "null" if v is None else (f"{v:.2f}".rstrip("0").rstrip(".") if isinstance(v, float) else str(v))
-        print(f"{r:7} {key:16} {show(qv):>12} {show(b):>12} {show(a):>12} {bound:>14}  {'yes' if agree else 'NO'}")
+        print(f"{r:7} {key:38} {show(qv):>12} {show(b):>12} {show(a):>12} {bound:>14}  {'yes' if agree else 'NO'}")
     procs = gpu.get("processes")
+    info = open(os.path.join(work, f"{r}.info.csv")).read().strip()
     results.append({"round": r, "under_load": r.startswith("load"), "fields": fields,
+                    "nvidia_smi_" + info_query.replace(",", "_").replace(".", "_"): info,
                     "quench_sample": q,
                     "load_process_listed": None if procs is None else any(p["pid"] == load_pid for p in procs)})
 
@@ -161,7 +173,7 @@ receipt = {
                "driver": smi_header[1] if len(smi_header) > 1 else None},
     "inputs": {
         "quench": "quench top --json --no-server",
-        "nvidia_smi": "nvidia-smi --query-gpu=" + ",".join(FIELDS) + " --format=csv,noheader,nounits -i 0",
+        "nvidia_smi": "nvidia-smi --query-gpu=" + query + " --format=csv,noheader,nounits -i 0",
         "order": "nvidia-smi, quench, nvidia-smi, back to back; two rounds idle, two under a bf16 8192^3 matmul loop",
         "load_pid": load_pid,
     },
