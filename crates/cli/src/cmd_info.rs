@@ -1,0 +1,69 @@
+//! `quench info MODEL`: what a model is and what running it needs, from its headers.
+
+use clap::Args;
+use quench_engine::{inspect, Format, ModelKind};
+
+use crate::model_args::{bytes, count, ModelArgs};
+
+#[derive(Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A pulled model's name or a GGUF file / Hugging Face directory (same as --model).
+    #[arg(value_name = "MODEL", conflicts_with = "model")]
+    pub target: Option<String>,
+}
+
+pub fn run(args: &InfoArgs) -> Result<(), String> {
+    let given = args.target.as_deref().or(args.model.model.as_deref());
+    let Some(given) = given else {
+        return Err("which model? `quench info smollm2`, or a GGUF file or checkpoint directory".into());
+    };
+    let path = crate::cmd_pull::resolve(Some(given), given, args.model.cache.as_deref())?;
+    let options = args.model.load_options();
+    let info = inspect(&path, &options).map_err(|e| e.to_string())?;
+    let c = &info.config;
+    let format = match info.format {
+        Format::Gguf => "GGUF",
+        Format::HuggingFace => "Hugging Face (safetensors)",
+    };
+    let kind = match info.kind {
+        ModelKind::Causal => "text generation",
+        ModelKind::Embedding => "embeddings",
+    };
+    let types: Vec<String> = info
+        .tensor_types
+        .iter()
+        .map(|(t, n)| format!("{t} × {n}"))
+        .collect();
+    let precision = if args.model.f64 { "f64" } else { "f32" };
+    println!("model:        {}", info.path.display());
+    println!("format:       {format}");
+    println!("architecture: {} ({kind})", c.arch.name());
+    println!("parameters:   {} ({})", count(info.parameters), info.parameters);
+    println!("tensors:      {}", types.join(", "));
+    println!(
+        "shape:        {} layers, hidden {}, {} heads ({} key/value) of {}, feed-forward {}, \
+         vocabulary {}",
+        c.layers, c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, c.vocab
+    );
+    println!(
+        "context:      {} tokens trained, {} allowed",
+        info.context_length, info.context_limit
+    );
+    println!("file:         {} of tensor data", bytes(info.file_bytes));
+    match info.kind {
+        ModelKind::Causal => println!(
+            "memory:       {} = weights {} ({precision}) + KV cache {} at {} tokens",
+            bytes(info.memory_bytes()),
+            bytes(info.weight_bytes),
+            bytes(info.kv_cache_bytes),
+            info.context_limit
+        ),
+        ModelKind::Embedding => println!(
+            "memory:       {} of weights ({precision})",
+            bytes(info.weight_bytes)
+        ),
+    }
+    Ok(())
+}

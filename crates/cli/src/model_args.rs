@@ -1,0 +1,128 @@
+//! The options every model command shares, and loading the model they name.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use quench_engine::{Device, LoadOptions, Model, ModelInfo, Precision};
+
+use crate::cmd_pull;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    /// quench's CPU forward passes.
+    Cpu,
+    /// An NVIDIA GPU (the GPU backend does not run models yet).
+    Cuda,
+}
+
+#[derive(Args)]
+pub struct ModelArgs {
+    /// A pulled model's name (smollm2, minilm) or the path of a GGUF file or Hugging Face
+    /// checkpoint directory.
+    #[arg(long, short = 'm', value_name = "NAME|PATH")]
+    pub model: Option<String>,
+    /// Where the model runs.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+    /// The model cache pulled models are found in (as for `quench pull --cache`).
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Most tokens of context (default: the model's own limit).
+    #[arg(long, value_name = "TOKENS")]
+    pub context: Option<usize>,
+    /// Compute in double precision (the reference; slower).
+    #[arg(long)]
+    pub f64: bool,
+    /// Print no diagnostics (load time, speed) on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+/// A loaded model and the name to show for it.
+pub struct Loaded {
+    pub model: Model,
+    pub name: String,
+}
+
+impl ModelArgs {
+    pub fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            device: match self.device {
+                DeviceArg::Cpu => Device::Cpu,
+                DeviceArg::Cuda => Device::Cuda,
+            },
+            precision: if self.f64 {
+                Precision::F64
+            } else {
+                Precision::F32
+            },
+            context_limit: self.context,
+        }
+    }
+
+    /// Loads the model given, or `default` (a pulled model's name), reporting on stderr.
+    pub fn load(&self, default: &str) -> Result<Loaded, String> {
+        let path = cmd_pull::resolve(self.model.as_deref(), default, self.cache.as_deref())?;
+        let name = self.model.clone().unwrap_or_else(|| default.to_owned());
+        let start = Instant::now();
+        let model = quench_engine::load(&path, &self.load_options()).map_err(|e| e.to_string())?;
+        if !self.quiet {
+            eprintln!(
+                "loaded {name}: {} in {:.2} s",
+                summary(model.info()),
+                start.elapsed().as_secs_f64()
+            );
+        }
+        Ok(Loaded { model, name })
+    }
+
+    /// Prints a line on stderr unless `--quiet`.
+    pub fn note(&self, line: &str) {
+        if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// "llama, 134.5M parameters (Q4_1, F32), context 2048".
+pub fn summary(info: &ModelInfo) -> String {
+    let types: Vec<&str> = info.tensor_types.keys().map(String::as_str).collect();
+    format!(
+        "{}, {} parameters ({}), context {}",
+        info.config.arch.name(),
+        count(info.parameters),
+        types.join(", "),
+        info.context_limit
+    )
+}
+
+/// A count with a unit: 134.5M, 7.6B, 40.4K.
+pub fn count(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.2}B", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1}M", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.1}K", n / 1e3)
+    } else {
+        format!("{n}")
+    }
+}
+
+/// Bytes in binary units: 513.2 MiB.
+pub fn bytes(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
