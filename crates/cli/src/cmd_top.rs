@@ -30,7 +30,12 @@ pub struct TopArgs {
     #[arg(long)]
     once_text: bool,
     /// The frame size for --once-text, WIDTHxHEIGHT.
-    #[arg(long, default_value = "160x48", requires = "once_text", value_name = "WxH")]
+    #[arg(
+        long,
+        default_value = "160x48",
+        requires = "once_text",
+        value_name = "WxH"
+    )]
     size: String,
     /// Load NVML from this file instead of libnvidia-ml.so.1.
     #[arg(long, value_name = "PATH")]
@@ -44,7 +49,9 @@ const FRAME_READINGS: usize = 3;
 
 fn interval(seconds: f64) -> Result<Duration, String> {
     if !(0.05..=3600.0).contains(&seconds) {
-        return Err(format!("--interval {seconds}: choose between 0.05 and 3600 seconds"));
+        return Err(format!(
+            "--interval {seconds}: choose between 0.05 and 3600 seconds"
+        ));
     }
     Ok(Duration::from_secs_f64(seconds))
 }
@@ -52,7 +59,10 @@ fn interval(seconds: f64) -> Result<Duration, String> {
 fn size(text: &str) -> Result<(u16, u16), String> {
     let bad = || format!("--size {text}: expected WIDTHxHEIGHT, such as 160x48");
     let (w, h) = text.split_once('x').ok_or_else(bad)?;
-    Ok((w.trim().parse().map_err(|_| bad())?, h.trim().parse().map_err(|_| bad())?))
+    Ok((
+        w.trim().parse().map_err(|_| bad())?,
+        h.trim().parse().map_err(|_| bad())?,
+    ))
 }
 
 pub fn run(a: &TopArgs) -> Result<(), String> {
@@ -63,7 +73,10 @@ pub fn run(a: &TopArgs) -> Result<(), String> {
         None => NvmlSource::open(),
     };
     let mut nvml: Result<NvmlSource, SourceError> = opened;
-    let source = nvml.as_mut().map(|s| s as &mut dyn SampleSource).map_err(|e| e.clone());
+    let source = nvml
+        .as_mut()
+        .map(|s| s as &mut dyn SampleSource)
+        .map_err(|e| e.clone());
     if a.json {
         let value = modes::json_once(source.map_err(|e| e.to_string())?, &mut server, JSON_WINDOW)
             .map_err(|e| e.to_string())?;
@@ -76,7 +89,10 @@ pub fn run(a: &TopArgs) -> Result<(), String> {
         modes::watch(src, &mut server, interval, a.count, &mut out).map_err(|e| e.to_string())
     } else if a.once_text {
         let (w, h) = size(&a.size)?;
-        print!("{}", modes::frame_text(source, &mut server, interval, FRAME_READINGS, w, h));
+        print!(
+            "{}",
+            modes::frame_text(source, &mut server, interval, FRAME_READINGS, w, h)
+        );
         Ok(())
     } else {
         modes::tui(source, &mut server, interval).map_err(|e| e.to_string())

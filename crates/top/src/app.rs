@@ -9,8 +9,11 @@ use crate::server::ServerSample;
 use crate::source::SourceError;
 
 /// The refresh intervals keys 1, 2 and 3 choose.
-pub const REFRESH_CHOICES: [Duration; 3] =
-    [Duration::from_millis(100), Duration::from_millis(500), Duration::from_millis(1000)];
+pub const REFRESH_CHOICES: [Duration; 3] = [
+    Duration::from_millis(100),
+    Duration::from_millis(500),
+    Duration::from_millis(1000),
+];
 
 /// A key press, as the monitor understands it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +58,8 @@ impl App {
         match reading {
             Ok(snap) => {
                 if self.histories.len() != snap.gpus.len() {
-                    self.histories.resize_with(snap.gpus.len(), GpuHistory::default);
+                    self.histories
+                        .resize_with(snap.gpus.len(), GpuHistory::default);
                 }
                 for (h, g) in self.histories.iter_mut().zip(&snap.gpus) {
                     h.push(snap.time_unix_ms, g);

@@ -12,17 +12,23 @@ pub struct FakeSource {
 
 impl FakeSource {
     pub fn new(snapshots: impl IntoIterator<Item = Snapshot>) -> Self {
-        FakeSource { script: snapshots.into_iter().map(Ok).collect() }
+        FakeSource {
+            script: snapshots.into_iter().map(Ok).collect(),
+        }
     }
 
     /// A source whose readings (or failures) follow `script`.
     pub fn scripted(script: impl IntoIterator<Item = Result<Snapshot, SourceError>>) -> Self {
-        FakeSource { script: script.into_iter().collect() }
+        FakeSource {
+            script: script.into_iter().collect(),
+        }
     }
 }
 
 impl SampleSource for FakeSource {
     fn sample(&mut self) -> Result<Snapshot, SourceError> {
-        self.script.pop_front().unwrap_or(Err(SourceError::Exhausted))
+        self.script
+            .pop_front()
+            .unwrap_or(Err(SourceError::Exhausted))
     }
 }

@@ -16,7 +16,8 @@ pub struct Series {
 
 impl Series {
     pub fn push(&mut self, time_unix_ms: u64, value: Option<f64>) {
-        self.points.push_back((time_unix_ms, value.filter(|v| v.is_finite())));
+        self.points
+            .push_back((time_unix_ms, value.filter(|v| v.is_finite())));
         // Keep one point older than the window: it holds the value at the window's start.
         let oldest = time_unix_ms.saturating_sub(WINDOW_MS);
         while self.points.get(1).is_some_and(|&(t, _)| t <= oldest) {
@@ -39,7 +40,11 @@ impl Series {
         let mut points = self.points.iter().filter(|&&(t, _)| t <= now_ms).peekable();
         let mut held: Option<f64> = None;
         for (i, cell) in out.iter_mut().enumerate() {
-            let end = if i + 1 == n { now_ms + 1 } else { start + (span * (i as u128 + 1) / n as u128) as u64 };
+            let end = if i + 1 == n {
+                now_ms + 1
+            } else {
+                start + (span * (i as u128 + 1) / n as u128) as u64
+            };
             let mut read_here = false;
             let mut best: Option<f64> = None;
             while let Some(&&(t, v)) = points.peek() {
@@ -72,8 +77,10 @@ pub struct GpuHistory {
 
 impl GpuHistory {
     pub fn push(&mut self, time_unix_ms: u64, g: &GpuSample) {
-        self.utilization_gpu_percent.push(time_unix_ms, g.utilization_gpu_percent.map(f64::from));
-        self.memory_used_bytes.push(time_unix_ms, g.memory_used_bytes.map(|b| b as f64));
+        self.utilization_gpu_percent
+            .push(time_unix_ms, g.utilization_gpu_percent.map(f64::from));
+        self.memory_used_bytes
+            .push(time_unix_ms, g.memory_used_bytes.map(|b| b as f64));
         self.power_draw_watts.push(time_unix_ms, g.power_draw_watts);
     }
 }

@@ -1,4 +1,4 @@
-//! The JSON form of a reading: one object per sample, `format` first.
+//! The JSON form of a reading: one object per sample, named by `format`.
 
 use serde::Serialize;
 

@@ -23,7 +23,10 @@ pub enum TopError {
 }
 
 fn now_unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn poll_server(server: &mut Option<ServerPoller>) -> Option<ServerSample> {
@@ -60,7 +63,9 @@ pub fn watch(
         let snap = source.sample()?;
         let srv = poll_server(server);
         let line = json::report(&snap, srv.as_ref()).to_string();
-        writeln!(out, "{line}").and_then(|_| out.flush()).map_err(TopError::Output)?;
+        writeln!(out, "{line}")
+            .and_then(|_| out.flush())
+            .map_err(TopError::Output)?;
         written += 1;
         next += interval;
         if count.is_none_or(|c| written < c) {
@@ -133,7 +138,9 @@ fn tui_loop(
             app.set_server(poll_server(server));
             next_reading = Instant::now() + app.interval;
         }
-        terminal.draw(|f| render::render(&app, f.area(), f.buffer_mut())).map_err(TopError::Terminal)?;
+        terminal
+            .draw(|f| render::render(&app, f.area(), f.buffer_mut()))
+            .map_err(TopError::Terminal)?;
         let wait = next_reading.saturating_duration_since(Instant::now());
         if event::poll(wait).map_err(TopError::Terminal)? {
             if let Event::Key(k) = event::read().map_err(TopError::Terminal)? {
@@ -142,7 +149,9 @@ fn tui_loop(
                 }
                 let before = app.interval;
                 match k.code {
-                    KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => app.quit = true,
+                    KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
+                        app.quit = true
+                    }
                     KeyCode::Left => app.handle_key(Key::Left),
                     KeyCode::Right => app.handle_key(Key::Right),
                     KeyCode::Tab => app.handle_key(Key::Tab),

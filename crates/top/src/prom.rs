@@ -44,7 +44,9 @@ impl Exposition {
         }
         for suffix in ["_bucket", "_sum", "_count"] {
             if let Some(base) = sample_name.strip_suffix(suffix) {
-                if let Some(t @ (MetricType::Histogram | MetricType::Summary)) = self.types.get(base) {
+                if let Some(t @ (MetricType::Histogram | MetricType::Summary)) =
+                    self.types.get(base)
+                {
                     return *t;
                 }
             }
@@ -58,14 +60,19 @@ pub fn parse(text: &str) -> Result<Exposition, PromError> {
     let mut out = Exposition::default();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
-        let err = |reason: String| PromError { line: i + 1, reason };
+        let err = |reason: String| PromError {
+            line: i + 1,
+            reason,
+        };
         if line.is_empty() {
             continue;
         }
         if let Some(comment) = line.strip_prefix('#') {
             let mut words = comment.split_whitespace();
             if words.next() == Some("TYPE") {
-                let name = words.next().ok_or_else(|| err("TYPE without a metric name".into()))?;
+                let name = words
+                    .next()
+                    .ok_or_else(|| err("TYPE without a metric name".into()))?;
                 let kind = match words.next() {
                     Some("counter") => MetricType::Counter,
                     Some("gauge") => MetricType::Gauge,
@@ -84,7 +91,9 @@ pub fn parse(text: &str) -> Result<Exposition, PromError> {
 }
 
 fn parse_sample(line: &str) -> Result<PromSample, String> {
-    let name_end = line.find(|c: char| c == '{' || c.is_whitespace()).unwrap_or(line.len());
+    let name_end = line
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .unwrap_or(line.len());
     let name = &line[..name_end];
     if !valid_name(name) {
         return Err(format!("bad metric name {name:?}"));
@@ -97,15 +106,23 @@ fn parse_sample(line: &str) -> Result<PromSample, String> {
         rest = after;
     }
     let mut fields = rest.split_whitespace();
-    let value_text = fields.next().ok_or_else(|| format!("{name} has no value"))?;
-    let value = parse_value(value_text).ok_or_else(|| format!("{name} has a bad value {value_text:?}"))?;
+    let value_text = fields
+        .next()
+        .ok_or_else(|| format!("{name} has no value"))?;
+    let value =
+        parse_value(value_text).ok_or_else(|| format!("{name} has a bad value {value_text:?}"))?;
     if let Some(ts) = fields.next() {
-        ts.parse::<i64>().map_err(|_| format!("{name} has a bad timestamp {ts:?}"))?;
+        ts.parse::<i64>()
+            .map_err(|_| format!("{name} has a bad timestamp {ts:?}"))?;
     }
     if let Some(extra) = fields.next() {
         return Err(format!("{name} has trailing text {extra:?}"));
     }
-    Ok(PromSample { name: name.to_string(), labels, value })
+    Ok(PromSample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
 }
 
 fn valid_name(name: &str) -> bool {
@@ -129,7 +146,10 @@ fn parse_labels(mut s: &str) -> Result<(Labels, &str), String> {
         if !valid_name(key) {
             return Err(format!("bad label name {key:?}"));
         }
-        s = s[eq + 1..].trim_start().strip_prefix('"').ok_or("label value without opening quote")?;
+        s = s[eq + 1..]
+            .trim_start()
+            .strip_prefix('"')
+            .ok_or("label value without opening quote")?;
         let mut value = String::new();
         let mut chars = s.char_indices();
         let close = loop {

@@ -70,9 +70,18 @@ impl ServerTracker {
     }
 
     /// The sample for `exposition` read at `time_unix_ms`.
-    pub fn observe(&mut self, url: &str, time_unix_ms: u64, exposition: &Exposition) -> ServerSample {
+    pub fn observe(
+        &mut self,
+        url: &str,
+        time_unix_ms: u64,
+        exposition: &Exposition,
+    ) -> ServerSample {
         let mut series = Vec::new();
-        for s in exposition.samples.iter().filter(|s| s.name.starts_with(PREFIX)) {
+        for s in exposition
+            .samples
+            .iter()
+            .filter(|s| s.name.starts_with(PREFIX))
+        {
             // Buckets and quantiles are too many to show; their _sum and _count stay.
             if s.name.ends_with("_bucket") || s.labels.iter().any(|(k, _)| k == "quantile") {
                 continue;
@@ -88,8 +97,11 @@ impl ServerTracker {
             series.push((s, kind, series_key(&s.name, &s.labels)));
         }
         // Counters and the _sum/_count series of histograms and summaries only grow.
-        let counters: HashMap<String, f64> =
-            series.iter().filter(|(_, kind, _)| *kind != "gauge").map(|(s, _, key)| (key.clone(), s.value)).collect();
+        let counters: HashMap<String, f64> = series
+            .iter()
+            .filter(|(_, kind, _)| *kind != "gauge")
+            .map(|(s, _, key)| (key.clone(), s.value))
+            .collect();
         self.forget_before(time_unix_ms, &counters);
         let metrics: Vec<ServerMetric> = series
             .into_iter()
@@ -98,7 +110,9 @@ impl ServerTracker {
                 labels: s.labels.clone(),
                 kind,
                 value: s.value,
-                rate_per_s: counters.get(&key).and_then(|&v| self.rate(&key, v, time_unix_ms)),
+                rate_per_s: counters
+                    .get(&key)
+                    .and_then(|&v| self.rate(&key, v, time_unix_ms)),
             })
             .collect();
         self.earlier.push_back((time_unix_ms, counters));
@@ -108,8 +122,12 @@ impl ServerTracker {
             tokens_per_s: counter_rate(&metrics, GENERATED_TOKENS),
             prompt_tokens_per_s: counter_rate(&metrics, PROMPT_TOKENS),
             queue_depth: gauge_sum(&metrics, |n| n.contains("queue")),
-            kv_blocks_used: gauge_sum(&metrics, |n| is_kv_blocks(n) && ["used", "in_use", "active"].iter().any(|w| n.contains(w))),
-            kv_blocks_total: gauge_sum(&metrics, |n| is_kv_blocks(n) && ["total", "capacity"].iter().any(|w| n.contains(w))),
+            kv_blocks_used: gauge_sum(&metrics, |n| {
+                is_kv_blocks(n) && ["used", "in_use", "active"].iter().any(|w| n.contains(w))
+            }),
+            kv_blocks_total: gauge_sum(&metrics, |n| {
+                is_kv_blocks(n) && ["total", "capacity"].iter().any(|w| n.contains(w))
+            }),
             metrics,
         }
     }
@@ -119,7 +137,9 @@ impl ServerTracker {
     /// restart mean nothing.
     fn forget_before(&mut self, time_unix_ms: u64, counters: &HashMap<String, f64>) {
         let reset = self.earlier.back().is_some_and(|(_, last)| {
-            counters.iter().any(|(k, v)| last.get(k).is_some_and(|old| v < old))
+            counters
+                .iter()
+                .any(|(k, v)| last.get(k).is_some_and(|old| v < old))
         });
         if reset {
             self.earlier.clear();
@@ -156,7 +176,11 @@ fn is_kv_blocks(name: &str) -> bool {
 fn counter_rate(metrics: &[ServerMetric], words: &[&str]) -> Option<f64> {
     let picked: Vec<&ServerMetric> = metrics
         .iter()
-        .filter(|m| m.kind == "counter" && words.iter().any(|w| m.name.contains(w)) && !m.name.contains("cached"))
+        .filter(|m| {
+            m.kind == "counter"
+                && words.iter().any(|w| m.name.contains(w))
+                && !m.name.contains("cached")
+        })
         .collect();
     if picked.is_empty() {
         return None;
@@ -165,7 +189,10 @@ fn counter_rate(metrics: &[ServerMetric], words: &[&str]) -> Option<f64> {
 }
 
 fn gauge_sum(metrics: &[ServerMetric], pick: impl Fn(&str) -> bool) -> Option<f64> {
-    let mut picked = metrics.iter().filter(|m| m.kind == "gauge" && pick(&m.name)).peekable();
+    let mut picked = metrics
+        .iter()
+        .filter(|m| m.kind == "gauge" && pick(&m.name))
+        .peekable();
     picked.peek()?;
     Some(picked.map(|m| m.value).sum())
 }

@@ -10,7 +10,9 @@ pub trait SampleSource {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SourceError {
     /// `reason` is the loader's message, which names the file.
-    #[error("cannot load the NVIDIA management library: {reason} (is the NVIDIA driver installed?)")]
+    #[error(
+        "cannot load the NVIDIA management library: {reason} (is the NVIDIA driver installed?)"
+    )]
     LibraryNotLoaded { library: String, reason: String },
     #[error("the NVIDIA management library lacks {symbol}; the installed driver is too old")]
     MissingSymbol { symbol: &'static str },

@@ -12,10 +12,22 @@ fn reference(points: &[(u64, Option<f64>)], now: u64, n: usize) -> Vec<Option<f6
     (0..n)
         .map(|i| {
             let lo = start + ((now - start) as u128 * i as u128 / n as u128) as u64;
-            let hi = if i + 1 == n { now + 1 } else { start + ((now - start) as u128 * (i as u128 + 1) / n as u128) as u64 };
-            let inside: Vec<Option<f64>> = points.iter().filter(|p| p.0 >= lo.max(start) && p.0 < hi).map(|p| p.1).collect();
+            let hi = if i + 1 == n {
+                now + 1
+            } else {
+                start + ((now - start) as u128 * (i as u128 + 1) / n as u128) as u64
+            };
+            let inside: Vec<Option<f64>> = points
+                .iter()
+                .filter(|p| p.0 >= lo.max(start) && p.0 < hi)
+                .map(|p| p.1)
+                .collect();
             if inside.is_empty() {
-                points.iter().rev().find(|p| p.0 < lo.max(start)).and_then(|p| p.1)
+                points
+                    .iter()
+                    .rev()
+                    .find(|p| p.0 < lo.max(start))
+                    .and_then(|p| p.1)
             } else {
                 inside.into_iter().flatten().reduce(f64::max)
             }
@@ -39,7 +51,11 @@ fn buckets_match_a_slow_reference() {
         let now = t + rng.gen_range(0..2000);
         let n = rng.gen_range(1..200);
         // Only points inside the window, plus the one before it, matter.
-        assert_eq!(s.buckets(now, n), reference(&points, now, n), "n {n} now {now}");
+        assert_eq!(
+            s.buckets(now, n),
+            reference(&points, now, n),
+            "n {n} now {now}"
+        );
     }
 }
 
@@ -55,7 +71,12 @@ fn old_points_leave_the_window() {
     assert_eq!((b[0], b[58], b[59]), (Some(7.0), Some(7.0), Some(3.0)));
     s.push(WINDOW_MS + 5_000, Some(1.0));
     s.push(2 * WINDOW_MS + 5_000, Some(2.0));
-    assert_eq!(s.max(), Some(2.0), "the readings before {} ms have left", WINDOW_MS + 5_000);
+    assert_eq!(
+        s.max(),
+        Some(2.0),
+        "the readings before {} ms have left",
+        WINDOW_MS + 5_000
+    );
     let b = s.buckets(2 * WINDOW_MS + 5_000, 60);
     assert_eq!((b[0], b[58], b[59]), (Some(1.0), Some(1.0), Some(2.0)));
 }

@@ -3,8 +3,8 @@
 mod common;
 
 use quench_top::json::{report, FORMAT};
-use quench_top::server::ServerTracker;
 use quench_top::prom;
+use quench_top::server::ServerTracker;
 use serde_json::{json, Value};
 
 const GPU_FIELDS: [&str; 27] = [
@@ -39,7 +39,16 @@ const GPU_FIELDS: [&str; 27] = [
 
 /// Fields that are not a measurement and so carry no unit.
 const IDENTITY: [&str; 5] = ["index", "name", "uuid", "pci_bus_id", "processes"];
-const UNITS: [&str; 8] = ["_percent", "_bytes", "_mhz", "_watts", "_c", "_bytes_per_s", "_count", "_code"];
+const UNITS: [&str; 8] = [
+    "_percent",
+    "_bytes",
+    "_mhz",
+    "_watts",
+    "_c",
+    "_bytes_per_s",
+    "_count",
+    "_code",
+];
 
 fn keys(v: &Value) -> Vec<String> {
     let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
@@ -52,7 +61,17 @@ fn field_set_and_units() {
     let mut rng = common::rng("field_set_and_units");
     let g = common::full_gpu(&mut rng, 0);
     let v = report(&common::snapshot(42, vec![g]), None);
-    assert_eq!(keys(&v), ["driver_version", "format", "gpus", "nvml_version", "server", "time_unix_ms"]);
+    assert_eq!(
+        keys(&v),
+        [
+            "driver_version",
+            "format",
+            "gpus",
+            "nvml_version",
+            "server",
+            "time_unix_ms"
+        ]
+    );
     assert_eq!(v["format"], FORMAT);
     let gpu = &v["gpus"][0];
     let mut expected: Vec<String> = GPU_FIELDS.iter().map(|s| s.to_string()).collect();
@@ -64,7 +83,10 @@ fn field_set_and_units() {
         }
         assert!(UNITS.iter().any(|u| k.ends_with(u)), "{k} carries no unit");
     }
-    assert_eq!(keys(&gpu["processes"][0]), ["kind", "name", "pid", "used_memory_bytes"]);
+    assert_eq!(
+        keys(&gpu["processes"][0]),
+        ["kind", "name", "pid", "used_memory_bytes"]
+    );
 }
 
 #[test]
@@ -84,7 +106,13 @@ fn values_round_trip_exactly() {
         assert_eq!(j["sm_clock_mhz"], g.sm_clock_mhz.unwrap());
         assert_eq!(j["temperature_c"], g.temperature_c.unwrap());
         assert_eq!(j["pcie_tx_bytes_per_s"], g.pcie_tx_bytes_per_s.unwrap());
-        for (p, jp) in g.processes.as_ref().unwrap().iter().zip(j["processes"].as_array().unwrap()) {
+        for (p, jp) in g
+            .processes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .zip(j["processes"].as_array().unwrap())
+        {
             assert_eq!(jp["pid"], p.pid);
             assert_eq!(jp["used_memory_bytes"], p.used_memory_bytes.unwrap());
             assert_eq!(jp["name"], p.name.clone().unwrap());
@@ -104,7 +132,10 @@ fn missing_readings_are_null_not_zero() {
         }
     }
     let line = v.to_string();
-    assert!(!line.contains(":0,") && !line.contains(":0}"), "a zero slipped in: {line}");
+    assert!(
+        !line.contains(":0,") && !line.contains(":0}"),
+        "a zero slipped in: {line}"
+    );
 }
 
 #[test]

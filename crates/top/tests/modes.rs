@@ -12,10 +12,19 @@ use serde_json::Value;
 #[test]
 fn watch_streams_one_line_per_reading() {
     let mut rng = common::rng("watch_streams_one_line_per_reading");
-    let snaps: Vec<_> = (0..3).map(|i| common::snapshot(1000 + i, vec![common::full_gpu(&mut rng, 0)])).collect();
+    let snaps: Vec<_> = (0..3)
+        .map(|i| common::snapshot(1000 + i, vec![common::full_gpu(&mut rng, 0)]))
+        .collect();
     let mut src = FakeSource::new(snaps.clone());
     let mut out = Vec::new();
-    watch(&mut src, &mut None, Duration::from_millis(1), Some(3), &mut out).expect("watch");
+    watch(
+        &mut src,
+        &mut None,
+        Duration::from_millis(1),
+        Some(3),
+        &mut out,
+    )
+    .expect("watch");
     let text = String::from_utf8(out).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3);
@@ -29,9 +38,19 @@ fn watch_streams_one_line_per_reading() {
 #[test]
 fn watch_stops_on_a_failed_reading() {
     let mut rng = common::rng("watch_stops_on_a_failed_reading");
-    let mut src = FakeSource::scripted([Ok(common::snapshot(1, vec![common::full_gpu(&mut rng, 0)])), Err(SourceError::NoGpu)]);
+    let mut src = FakeSource::scripted([
+        Ok(common::snapshot(1, vec![common::full_gpu(&mut rng, 0)])),
+        Err(SourceError::NoGpu),
+    ]);
     let mut out = Vec::new();
-    let err = watch(&mut src, &mut None, Duration::from_millis(1), None, &mut out).expect_err("fails");
+    let err = watch(
+        &mut src,
+        &mut None,
+        Duration::from_millis(1),
+        None,
+        &mut out,
+    )
+    .expect_err("fails");
     assert!(matches!(err, TopError::Source(SourceError::NoGpu)));
     assert_eq!(String::from_utf8(out).unwrap().lines().count(), 1);
 }
@@ -53,13 +72,33 @@ fn json_once_reports_the_second_reading() {
 fn frame_text_draws_one_frame_at_the_asked_size() {
     let mut rng = common::rng("frame_text_draws_one_frame_at_the_asked_size");
     let g = common::full_gpu(&mut rng, 0);
-    let mut src = FakeSource::new([common::snapshot(1, vec![g.clone()]), common::snapshot(2, vec![g.clone()])]);
-    let text = frame_text(Ok(&mut src), &mut None, Duration::from_millis(1), 2, 120, 40);
+    let mut src = FakeSource::new([
+        common::snapshot(1, vec![g.clone()]),
+        common::snapshot(2, vec![g.clone()]),
+    ]);
+    let text = frame_text(
+        Ok(&mut src),
+        &mut None,
+        Duration::from_millis(1),
+        2,
+        120,
+        40,
+    );
     assert_eq!(text.lines().count(), 40);
     assert!(text.lines().all(|l| l.chars().count() <= 120));
     assert!(text.contains(g.name.as_deref().unwrap()));
-    let none = frame_text(Err(SourceError::NoGpu), &mut None, Duration::from_millis(1), 2, 120, 40);
-    assert!(none.contains("No GPU readings: no GPU:") && none.contains("no devices"), "{none}");
+    let none = frame_text(
+        Err(SourceError::NoGpu),
+        &mut None,
+        Duration::from_millis(1),
+        2,
+        120,
+        40,
+    );
+    assert!(
+        none.contains("No GPU readings: no GPU:") && none.contains("no devices"),
+        "{none}"
+    );
 }
 
 #[test]

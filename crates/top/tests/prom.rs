@@ -22,19 +22,31 @@ fn reads_a_typical_exposition() {
                 quench_nan NaN\n";
     let e = parse(text).expect("parses");
     assert_eq!(e.samples.len(), 8);
-    assert_eq!(e.samples[0], PromSample {
-        name: "quench_requests_total".into(),
-        labels: vec![("route".into(), "/v1/chat/completions".into()), ("status".into(), "200".into())],
-        value: 17.0,
-    });
+    assert_eq!(
+        e.samples[0],
+        PromSample {
+            name: "quench_requests_total".into(),
+            labels: vec![
+                ("route".into(), "/v1/chat/completions".into()),
+                ("status".into(), "200".into())
+            ],
+            value: 17.0,
+        }
+    );
     assert_eq!(e.samples[1].value, 2.0);
     assert_eq!(e.samples[3].labels[1], ("le".into(), "+Inf".into()));
-    assert_eq!(e.samples[6].labels, vec![("msg".into(), "say \"hi\"\nback\\slash".into())]);
+    assert_eq!(
+        e.samples[6].labels,
+        vec![("msg".into(), "say \"hi\"\nback\\slash".into())]
+    );
     assert_eq!(e.samples[6].value, f64::NEG_INFINITY);
     assert!(e.samples[7].value.is_nan());
     assert_eq!(e.type_of("quench_requests_total"), MetricType::Counter);
     assert_eq!(e.type_of("quench_ttft_seconds_sum"), MetricType::Histogram);
-    assert_eq!(e.type_of("quench_ttft_seconds_bucket"), MetricType::Histogram);
+    assert_eq!(
+        e.type_of("quench_ttft_seconds_bucket"),
+        MetricType::Histogram
+    );
     assert_eq!(e.type_of("quench_nan"), MetricType::Untyped);
 }
 
@@ -74,7 +86,9 @@ fn random_expositions_read_back_exactly() {
             let labels: Vec<(String, String)> = (0..nlabels)
                 .map(|j| {
                     let len = rng.gen_range(0..12);
-                    let v: String = (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())]).collect();
+                    let v: String = (0..len)
+                        .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+                        .collect();
                     (format!("l{j}"), v)
                 })
                 .collect();
@@ -88,12 +102,23 @@ fn random_expositions_read_back_exactly() {
             if !labels.is_empty() {
                 let body: Vec<String> = labels
                     .iter()
-                    .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")))
+                    .map(|(k, v)| {
+                        format!(
+                            "{k}=\"{}\"",
+                            v.replace('\\', "\\\\")
+                                .replace('"', "\\\"")
+                                .replace('\n', "\\n")
+                        )
+                    })
                     .collect();
                 text.push_str(&format!("{{{}}}", body.join(",")));
             }
             text.push_str(&format!(" {value:e}\n"));
-            expected.push(PromSample { name, labels, value });
+            expected.push(PromSample {
+                name,
+                labels,
+                value,
+            });
         }
         let got = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         assert_eq!(got.samples, expected, "{text}");

@@ -278,7 +278,11 @@ impl Api {
 
 /// The text NVML wrote into a fixed-size buffer, up to its NUL.
 pub fn buffer_text(buf: &[c_char]) -> Option<String> {
-    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     let s = String::from_utf8_lossy(&bytes).trim().to_string();
     (!s.is_empty()).then_some(s)
 }

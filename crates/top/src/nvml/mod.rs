@@ -41,16 +41,26 @@ impl NvmlSource {
         // SAFETY: plain NVML calls with valid out-pointers.
         let rc = unsafe { (api.nvmlInit_v2)() };
         if rc != ffi::SUCCESS {
-            return Err(SourceError::Call { call: "nvmlInit_v2", message: api.describe(rc) });
+            return Err(SourceError::Call {
+                call: "nvmlInit_v2",
+                message: api.describe(rc),
+            });
         }
         // From here on `source` owns the initialised NVML and shuts it down on drop.
-        let mut source =
-            NvmlSource { api, devices: Vec::new(), nvlink_prev: Vec::new(), xid: xid::XidWatch::none() };
+        let mut source = NvmlSource {
+            api,
+            devices: Vec::new(),
+            nvlink_prev: Vec::new(),
+            xid: xid::XidWatch::none(),
+        };
         let mut count: c_uint = 0;
         let rc = unsafe { (source.api.nvmlDeviceGetCount_v2)(&mut count) };
         if rc != ffi::SUCCESS {
             let message = source.api.describe(rc);
-            return Err(SourceError::Call { call: "nvmlDeviceGetCount_v2", message });
+            return Err(SourceError::Call {
+                call: "nvmlDeviceGetCount_v2",
+                message,
+            });
         }
         if count == 0 {
             return Err(SourceError::NoGpu);
@@ -60,7 +70,10 @@ impl NvmlSource {
             let rc = unsafe { (source.api.nvmlDeviceGetHandleByIndex_v2)(i, &mut dev) };
             if rc != ffi::SUCCESS {
                 let message = format!("GPU {i}: {}", source.api.describe(rc));
-                return Err(SourceError::Call { call: "nvmlDeviceGetHandleByIndex_v2", message });
+                return Err(SourceError::Call {
+                    call: "nvmlDeviceGetHandleByIndex_v2",
+                    message,
+                });
             }
             source.devices.push(dev);
         }
@@ -76,13 +89,18 @@ impl NvmlSource {
     fn read_gpu(&mut self, index: usize) -> GpuSample {
         let api = &self.api;
         let dev = self.devices[index];
-        let mut g = GpuSample { index: index as u32, ..GpuSample::default() };
+        let mut g = GpuSample {
+            index: index as u32,
+            ..GpuSample::default()
+        };
         g.name = text(api.nvmlDeviceGetName, dev, ffi::NAME_BUFFER);
         g.uuid = text(api.nvmlDeviceGetUUID, dev, ffi::UUID_BUFFER);
         g.pci_bus_id = api.nvmlDeviceGetPciInfo_v3.and_then(|f| {
             // SAFETY: PciInfo is plain data NVML fills in.
             let mut info: ffi::PciInfo = unsafe { std::mem::zeroed() };
-            ok(unsafe { f(dev, &mut info) }).then(|| ffi::buffer_text(&info.bus_id)).flatten()
+            ok(unsafe { f(dev, &mut info) })
+                .then(|| ffi::buffer_text(&info.bus_id))
+                .flatten()
         });
         if let Some(f) = api.nvmlDeviceGetUtilizationRates {
             let mut u = ffi::Utilization::default();
@@ -99,10 +117,18 @@ impl NvmlSource {
         g.temperature_c = uint_arg(api.nvmlDeviceGetTemperature, dev, ffi::TEMPERATURE_GPU);
         g.fan_speed_percent = uint(api.nvmlDeviceGetFanSpeed, dev);
         // NVML reports PCIe throughput in KiB/s over a 20 ms window.
-        g.pcie_tx_bytes_per_s =
-            uint_arg(api.nvmlDeviceGetPcieThroughput, dev, ffi::PCIE_UTIL_TX_BYTES).map(kib);
-        g.pcie_rx_bytes_per_s =
-            uint_arg(api.nvmlDeviceGetPcieThroughput, dev, ffi::PCIE_UTIL_RX_BYTES).map(kib);
+        g.pcie_tx_bytes_per_s = uint_arg(
+            api.nvmlDeviceGetPcieThroughput,
+            dev,
+            ffi::PCIE_UTIL_TX_BYTES,
+        )
+        .map(kib);
+        g.pcie_rx_bytes_per_s = uint_arg(
+            api.nvmlDeviceGetPcieThroughput,
+            dev,
+            ffi::PCIE_UTIL_RX_BYTES,
+        )
+        .map(kib);
         self.read_nvlink(index, &mut g);
         let api = &self.api;
         let ecc = |kind, counter| {
@@ -126,7 +152,9 @@ impl NvmlSource {
     /// NVLink link count and payload rates. A GPU without active links has no NVLink
     /// throughput to report, so its rates stay `None`.
     fn read_nvlink(&mut self, index: usize, g: &mut GpuSample) {
-        let Some(f) = self.api.nvmlDeviceGetFieldValues else { return };
+        let Some(f) = self.api.nvmlDeviceGetFieldValues else {
+            return;
+        };
         let dev = self.devices[index];
         let mut fields = [
             ffi::FieldValue::request(ffi::FI_NVLINK_LINK_COUNT, 0),
@@ -143,7 +171,11 @@ impl NvmlSource {
             self.nvlink_prev[index] = None;
             return;
         };
-        let now = NvlinkCounters { at: Instant::now(), tx_kib, rx_kib };
+        let now = NvlinkCounters {
+            at: Instant::now(),
+            tx_kib,
+            rx_kib,
+        };
         if let (Some(prev), Some(1..)) = (self.nvlink_prev[index], links) {
             let dt = now.at.duration_since(prev.at).as_secs_f64();
             let rate = |cur: u64, old: u64| {
@@ -183,7 +215,10 @@ fn ok(rc: ffi::Ret) -> bool {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn milliwatts(mw: u32) -> f64 {
@@ -202,14 +237,18 @@ fn text(f: TextFn, dev: Device, len: usize) -> Option<String> {
     let f = f?;
     let mut buf = vec![0 as c_char; len];
     // SAFETY: the buffer holds `len` bytes, as passed.
-    ok(unsafe { f(dev, buf.as_mut_ptr(), len as c_uint) }).then(|| ffi::buffer_text(&buf)).flatten()
+    ok(unsafe { f(dev, buf.as_mut_ptr(), len as c_uint) })
+        .then(|| ffi::buffer_text(&buf))
+        .flatten()
 }
 
 fn system_text(f: Option<unsafe extern "C" fn(*mut c_char, c_uint) -> ffi::Ret>) -> Option<String> {
     let f = f?;
     let mut buf = vec![0 as c_char; ffi::VERSION_BUFFER];
     // SAFETY: the buffer holds VERSION_BUFFER bytes, as passed.
-    ok(unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) }).then(|| ffi::buffer_text(&buf)).flatten()
+    ok(unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) })
+        .then(|| ffi::buffer_text(&buf))
+        .flatten()
 }
 
 fn uint(f: UintFn, dev: Device) -> Option<u32> {
@@ -228,7 +267,10 @@ fn uint_arg(f: UintArgFn, dev: Device, arg: c_uint) -> Option<u32> {
 /// `nvidia-smi` does), falling back to v1 on drivers without it.
 fn read_memory(api: &Api, dev: Device, g: &mut GpuSample) {
     if let Some(f) = api.nvmlDeviceGetMemoryInfo_v2 {
-        let mut m = ffi::MemoryV2 { version: ffi::MEMORY_V2_VERSION, ..Default::default() };
+        let mut m = ffi::MemoryV2 {
+            version: ffi::MEMORY_V2_VERSION,
+            ..Default::default()
+        };
         if ok(unsafe { f(dev, &mut m) }) {
             g.memory_total_bytes = Some(m.total);
             g.memory_used_bytes = Some(m.used);
@@ -245,7 +287,8 @@ fn read_memory(api: &Api, dev: Device, g: &mut GpuSample) {
     }
 }
 
-type ProcessFn = Option<unsafe extern "C" fn(Device, *mut c_uint, *mut ffi::ProcessInfo) -> ffi::Ret>;
+type ProcessFn =
+    Option<unsafe extern "C" fn(Device, *mut c_uint, *mut ffi::ProcessInfo) -> ffi::Ret>;
 
 /// The processes on `dev`, compute and graphics merged by pid; `None` when NVML
 /// cannot list them.
@@ -260,7 +303,12 @@ fn read_processes(api: &Api, dev: Device) -> Option<Vec<ProcessSample>> {
         .into_iter()
         .flatten()
         .map(|p| (p, ProcessKind::Compute))
-        .chain(graphics.into_iter().flatten().map(|p| (p, ProcessKind::Graphics)));
+        .chain(
+            graphics
+                .into_iter()
+                .flatten()
+                .map(|p| (p, ProcessKind::Graphics)),
+        );
     for (p, kind) in tagged {
         let used = (p.used_gpu_memory != ffi::VALUE_NOT_AVAILABLE_U64).then_some(p.used_gpu_memory);
         match out.iter_mut().find(|q| q.pid == p.pid) {
@@ -276,7 +324,11 @@ fn read_processes(api: &Api, dev: Device) -> Option<Vec<ProcessSample>> {
             }),
         }
     }
-    out.sort_by(|a, b| b.used_memory_bytes.cmp(&a.used_memory_bytes).then(a.pid.cmp(&b.pid)));
+    out.sort_by(|a, b| {
+        b.used_memory_bytes
+            .cmp(&a.used_memory_bytes)
+            .then(a.pid.cmp(&b.pid))
+    });
     Some(out)
 }
 
@@ -287,7 +339,11 @@ fn list_processes(f: ProcessFn, dev: Device) -> Option<Vec<ffi::ProcessInfo>> {
     for _ in 0..4 {
         let mut list = vec![ffi::ProcessInfo::default(); capacity as usize];
         let mut count = capacity;
-        let ptr = if list.is_empty() { std::ptr::null_mut() } else { list.as_mut_ptr() };
+        let ptr = if list.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            list.as_mut_ptr()
+        };
         // SAFETY: `list` holds `count` entries (or the pointer is null with count 0).
         match unsafe { f(dev, &mut count, ptr) } {
             ffi::SUCCESS => {
@@ -311,5 +367,7 @@ fn process_name(api: &Api, pid: u32) -> Option<String> {
             }
         }
     }
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_string())
 }

@@ -21,18 +21,28 @@ const MAX_EVENTS_PER_DRAIN: usize = 256;
 
 impl XidWatch {
     pub fn none() -> Self {
-        XidWatch { set: None, seen: Vec::new() }
+        XidWatch {
+            set: None,
+            seen: Vec::new(),
+        }
     }
 
     /// Registers every device for Xid events where the driver allows it.
     pub fn register(api: &Api, devices: &[Device]) -> Self {
-        let (Some(create), Some(register)) = (api.nvmlEventSetCreate, api.nvmlDeviceRegisterEvents) else {
-            return XidWatch { set: None, seen: vec![None; devices.len()] };
+        let (Some(create), Some(register)) = (api.nvmlEventSetCreate, api.nvmlDeviceRegisterEvents)
+        else {
+            return XidWatch {
+                set: None,
+                seen: vec![None; devices.len()],
+            };
         };
         let mut set: EventSet = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the set is freed in `free`.
         if unsafe { create(&mut set) } != ffi::SUCCESS || set.is_null() {
-            return XidWatch { set: None, seen: vec![None; devices.len()] };
+            return XidWatch {
+                set: None,
+                seen: vec![None; devices.len()],
+            };
         }
         let seen = devices
             .iter()
@@ -41,12 +51,17 @@ impl XidWatch {
                 (rc == ffi::SUCCESS).then(XidSummary::default)
             })
             .collect();
-        XidWatch { set: Some(set), seen }
+        XidWatch {
+            set: Some(set),
+            seen,
+        }
     }
 
     /// Takes the events that are waiting, without blocking.
     pub fn drain(&mut self, api: &Api, devices: &[Device]) {
-        let (Some(set), Some(wait)) = (self.set, api.nvmlEventSetWait_v2) else { return };
+        let (Some(set), Some(wait)) = (self.set, api.nvmlEventSetWait_v2) else {
+            return;
+        };
         for _ in 0..MAX_EVENTS_PER_DRAIN {
             let mut data = ffi::EventData {
                 device: std::ptr::null_mut(),
@@ -62,7 +77,10 @@ impl XidWatch {
             if data.event_type & ffi::EVENT_TYPE_XID_CRITICAL_ERROR == 0 {
                 continue;
             }
-            let slot = devices.iter().position(|&d| d == data.device).and_then(|i| self.seen[i].as_mut());
+            let slot = devices
+                .iter()
+                .position(|&d| d == data.device)
+                .and_then(|i| self.seen[i].as_mut());
             if let Some(s) = slot {
                 s.count += 1;
                 s.last_code = Some(data.event_data);

@@ -24,13 +24,21 @@ pub fn full_gpu(rng: &mut ChaCha8Rng, index: u32) -> GpuSample {
             pid: rng.gen_range(1000..99_999),
             name: Some(format!("proc{i}-{}", rng.gen_range(0..1000))),
             used_memory_bytes: Some(rng.gen_range(1u64..8192) << 20),
-            kind: [ProcessKind::Compute, ProcessKind::Graphics, ProcessKind::ComputeGraphics][rng.gen_range(0..3)],
+            kind: [
+                ProcessKind::Compute,
+                ProcessKind::Graphics,
+                ProcessKind::ComputeGraphics,
+            ][rng.gen_range(0..3)],
         })
         .collect();
     GpuSample {
         index,
         name: Some(format!("NVIDIA Test{}", rng.gen_range(100..999))),
-        uuid: Some(format!("GPU-{:08x}-{:04x}", rng.gen::<u32>(), rng.gen::<u16>())),
+        uuid: Some(format!(
+            "GPU-{:08x}-{:04x}",
+            rng.gen::<u32>(),
+            rng.gen::<u16>()
+        )),
         pci_bus_id: Some(format!("00000000:{:02X}:00.0", rng.gen_range(1..255))),
         utilization_gpu_percent: Some(rng.gen_range(0..=100)),
         utilization_memory_percent: Some(rng.gen_range(0..=100)),
@@ -60,7 +68,10 @@ pub fn full_gpu(rng: &mut ChaCha8Rng, index: u32) -> GpuSample {
 
 /// A GPU the driver tells nothing about but its index.
 pub fn empty_gpu(index: u32) -> GpuSample {
-    GpuSample { index, ..GpuSample::default() }
+    GpuSample {
+        index,
+        ..GpuSample::default()
+    }
 }
 
 pub fn snapshot(time_unix_ms: u64, gpus: Vec<GpuSample>) -> Snapshot {
