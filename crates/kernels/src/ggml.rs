@@ -63,6 +63,11 @@ impl Bytes {
         Bytes { parts, width }
     }
 
+    /// Register `i` (a `u32` holding bytes `i·width ..`).
+    pub fn part(&self, i: usize) -> Value {
+        self.parts[i]
+    }
+
     /// `nbits` bits of byte `i` starting at bit `lo` (as a `u32`).
     pub fn bits(&self, k: &mut Builder, i: u32, lo: u32, nbits: u32) -> Value {
         let part = self.parts[(i / self.width) as usize];
@@ -86,6 +91,13 @@ impl Bytes {
         let v = if shift == 0 { part } else { k.shr_const(part, shift) };
         f16_bits_to_f32(k, v)
     }
+}
+
+/// The u16 at `at` (a `ptr<global, u8>`, 2-aligned), zero-extended to a `u32`.
+pub fn load_u16(k: &mut Builder, at: Value) -> Value {
+    let p = k.ptr_cast(Scalar::U16, at);
+    let h = k.load_with(Type::Scalar(Scalar::U16), p, CacheOp::Nc);
+    k.cvt(Scalar::U32, h)
 }
 
 /// The f16 in the low 16 bits of `v` (a `u32`), widened to f32.

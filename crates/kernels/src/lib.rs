@@ -25,6 +25,7 @@ mod library;
 pub mod norm_residual;
 mod par;
 pub mod params;
+pub mod qgemv;
 pub mod reduce;
 pub mod rmsnorm;
 pub mod rope;

@@ -12,6 +12,7 @@ use crate::gemv::{self, GemvParams};
 use crate::lanes::Combine;
 use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
 use crate::params::{self, ParamInfo, Params, Reader};
+use crate::qgemv::{self, Epilogue, QGemvParams, WeightFormat};
 use crate::reduce::{self, ReduceParams};
 use crate::rmsnorm::{self, RmsNormParams};
 use crate::rope::{self, RopeParams, RopeStyle};
@@ -31,6 +32,7 @@ enum Family {
     Embed(TableFormat),
     NormResidual(Norm, OutType),
     Rope(RopeStyle),
+    QGemv(WeightFormat, Epilogue),
 }
 
 /// One kernel of the library.
@@ -66,6 +68,7 @@ impl KernelSpec {
             Family::Embed(f) => embed::build(&embed_params(f, &r)?),
             Family::NormResidual(n, o) => norm_residual::build(&norm_residual_params(n, o, &r)?),
             Family::Rope(style) => rope::build(&rope_params(style, &r)?),
+            Family::QGemv(f, e) => qgemv::build(&qgemv_params(f, e, &r)?),
         }
     }
 
@@ -91,6 +94,7 @@ impl KernelSpec {
                 let n_pos = r.get("n_pos", 2, MAX_ROWS)?;
                 rope::case(&rope_params(style, &r)?, tokens, n_pos, seed)
             }
+            Family::QGemv(f, e) => qgemv::case(&qgemv_params(f, e, &r)?, seed),
         }
     }
 }
@@ -196,7 +200,45 @@ pub fn library() -> Vec<KernelSpec> {
         ROPE,
         Family::Rope(RopeStyle::GptJ),
     ));
+    for f in WeightFormat::ALL {
+        for e in Epilogue::ALL {
+            // Plain bf16 is `gemv_bf16` above.
+            if (f, e) != (WeightFormat::BF16, Epilogue::Plain) {
+                let params = if f.is_float() { QGEMV_FLOAT } else { QGEMV_QUANT };
+                all.push(spec(qgemv::name(f, e), qgemv_description(f, e), params, Family::QGemv(f, e)));
+            }
+        }
+    }
     all
+}
+
+/// The descriptions of the matrix–vector kernels, by format and epilogue.
+fn qgemv_description(f: WeightFormat, e: Epilogue) -> &'static str {
+    use Epilogue::*;
+    use WeightFormat::*;
+    match (f, e) {
+        (BF16, Plain) => "y = W·x, W bf16 (see gemv_bf16)",
+        (BF16, Residual) => "y = W·x + r (in place on r), W bf16 row-major, x bf16, y f32; one warp per row",
+        (BF16, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu bf16, x bf16; one warp per row, ex2/div.approx",
+        (F16, Plain) => "y = W·x, W f16 row-major, x bf16, y f32; one warp per row, 16-byte .nc loads",
+        (F16, Residual) => "y = W·x + r (in place on r), W f16, x bf16, y f32; one warp per row",
+        (F16, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu f16, x bf16; one warp per row, ex2/div.approx",
+        (Q8_0, Plain) => "y = W·x, W Q8_0 (GGUF blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q8_0, Residual) => "y = W·x + r (in place on r), W Q8_0 dequantized in-kernel, x bf16, y f32",
+        (Q8_0, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q8_0 dequantized in-kernel, x bf16",
+        (Q4_0, Plain) => "y = W·x, W Q4_0 (GGUF blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q4_0, Residual) => "y = W·x + r (in place on r), W Q4_0 dequantized in-kernel, x bf16, y f32",
+        (Q4_0, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_0 dequantized in-kernel, x bf16",
+        (Q4_1, Plain) => "y = W·x, W Q4_1 (GGUF blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q4_1, Residual) => "y = W·x + r (in place on r), W Q4_1 dequantized in-kernel, x bf16, y f32",
+        (Q4_1, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_1 dequantized in-kernel, x bf16",
+        (Q4K, Plain) => "y = W·x, W Q4_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q4K, Residual) => "y = W·x + r (in place on r), W Q4_K dequantized in-kernel, x bf16, y f32",
+        (Q4K, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_K dequantized in-kernel, x bf16",
+        (Q6K, Plain) => "y = W·x, W Q6_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q6K, Residual) => "y = W·x + r (in place on r), W Q6_K dequantized in-kernel, x bf16, y f32",
+        (Q6K, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q6_K dequantized in-kernel, x bf16",
+    }
 }
 
 fn embed_description(f: TableFormat) -> &'static str {
@@ -272,6 +314,20 @@ const ROPE: &[ParamInfo] = &[
     ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per token)" },
 ];
 
+const QGEMV_FLOAT: &[ParamInfo] = &[
+    ParamInfo { name: "rows", default: 8192, doc: "rows of W (outputs)" },
+    ParamInfo { name: "cols", default: 8192, doc: "columns of W (inputs), a multiple of 8" },
+    ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
+    ParamInfo { name: "unroll", default: 4, doc: "16-byte weight loads in flight per lane" },
+];
+
+const QGEMV_QUANT: &[ParamInfo] = &[
+    ParamInfo { name: "rows", default: 8192, doc: "rows of W (outputs)" },
+    ParamInfo { name: "cols", default: 8192, doc: "columns of W: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K)" },
+    ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
+    ParamInfo { name: "unroll", default: 2, doc: "pieces (64 or 32 weights) loaded per lane before computing" },
+];
+
 fn threads(r: &Reader) -> Result<u32, KernelError> {
     r.get("threads", 32, 1024)
 }
@@ -330,5 +386,16 @@ fn rope_params(style: RopeStyle, r: &Reader) -> Result<RopeParams, KernelError> 
         n_heads: r.get("n_heads", 1, 1024)?,
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
         threads: threads(r)?,
+    })
+}
+
+fn qgemv_params(format: WeightFormat, epilogue: Epilogue, r: &Reader) -> Result<QGemvParams, KernelError> {
+    Ok(QGemvParams {
+        format,
+        epilogue,
+        rows: r.get("rows", 1, MAX_ROWS)?,
+        cols: r.get("cols", 1, MAX_COLS)?,
+        warps: r.get("warps", 1, 32)?,
+        unroll: r.get("unroll", 1, 16)?,
     })
 }

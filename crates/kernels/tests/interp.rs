@@ -140,6 +140,44 @@ fn rope() {
     check(&case("rope_neox_f32", "tokens=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 threads=256"));
 }
 
+/// Every epilogue of a matrix–vector kernel on one shape (the SwiGLU form on 9 rows, so
+/// that its wrong-answer control is judged on enough outputs).
+fn check_gemv_family(base: &str, params: &str) {
+    check(&case(base, &format!("rows=5 {params}")));
+    check(&case(&format!("{base}_residual"), &format!("rows=5 {params}")));
+    check(&case(&format!("{base}_swiglu"), &format!("rows=9 {params}")));
+}
+
+#[test]
+fn gemv_f16_and_fused_bf16() {
+    // 72 pieces of 8 (SmolLM2's 576): one unrolled step of 64, then 8 lanes.
+    check_gemv_family("gemv_f16", "cols=576 warps=2 unroll=2");
+    check(&case("gemv_bf16_residual", "rows=5 cols=576 warps=2 unroll=2"));
+    check(&case("gemv_bf16_swiglu", "rows=9 cols=576 warps=4 unroll=1"));
+}
+
+#[test]
+fn qgemv_legacy_blocks() {
+    // 40 pieces of 64: one step of 32, then 8 lanes; 5 rows over blocks of 2 warps.
+    for base in ["qgemv_q8_0", "qgemv_q4_0", "qgemv_q4_1"] {
+        check_gemv_family(base, "cols=2560 warps=2 unroll=1");
+    }
+    // SmolLM2's 576 (9 pieces) and an unrolled step.
+    check(&case("qgemv_q4_1", "rows=3 cols=576 warps=1 unroll=2"));
+    check(&case("qgemv_q8_0", "rows=2 cols=4608 warps=2 unroll=2"));
+}
+
+#[test]
+fn qgemv_k_quants() {
+    // 9 super-blocks = 72 pieces of 32: one unrolled step of 64, then 8 lanes.
+    for base in ["qgemv_q4_k", "qgemv_q6_k"] {
+        check_gemv_family(base, "cols=2304 warps=2 unroll=2");
+    }
+    // 3 super-blocks: a partial step only.
+    check(&case("qgemv_q4_k", "rows=2 cols=768 warps=2 unroll=4"));
+    check(&case("qgemv_q6_k", "rows=2 cols=768 warps=2 unroll=4"));
+}
+
 /// The harness itself must be able to fail: a launch that leaves outputs unwritten
 /// leaves poison, which the check catches.
 #[test]

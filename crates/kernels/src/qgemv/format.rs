@@ -1,0 +1,265 @@
+//! How each weight format is cut into the pieces that lanes take, what a piece loads,
+//! and the order of its elements.
+//!
+//! A row is a sequence of **units** (the smallest run of whole GGUF blocks that keeps
+//! every unit's loads aligned), each cut into `pieces_per_unit` **pieces**; lane `l` of
+//! the row's warp takes pieces `l, l + 32, l + 64, ...`. Since `pieces_per_unit` divides
+//! 32, a lane always takes the same sub-piece `j = l mod pieces_per_unit` of its units,
+//! so everything that depends on `j` is computed once per lane.
+//!
+//! | format | unit | bytes | pieces | piece | loads per piece |
+//! |---|---|---|---|---|---|
+//! | bf16, f16 | 8 elements | 16 | 1 | 8 elements | one 16-byte |
+//! | Q8_0 | 2 blocks, 64 elements | 68 | 1 | 64 elements | 17 × 4-byte |
+//! | Q4_0 | 2 blocks | 36 | 1 | 64 elements | 9 × 4-byte |
+//! | Q4_1 | 2 blocks | 40 | 1 | 64 elements | 5 × 8-byte |
+//! | Q4_K | 1 super-block, 256 elements | 144 | 8 | 32 elements | 2 × 16-byte (header, quants) |
+//! | Q6_K | 1 super-block | 210 | 8 | 32 elements | 19 × 2-byte |
+//!
+//! The unaligned formats (Q8_0's 34-byte and Q4_0's 18-byte blocks, Q6_K's 210-byte
+//! super-blocks) cannot use 16-byte loads in GGUF layout; pairs of legacy blocks are
+//! 4- or 8-byte aligned, and Q6_K is only 2-byte aligned.
+
+use quench_ir::{Builder, CacheOp, Scalar, Type, Value};
+use quench_models::GgmlType;
+
+use crate::embed::emit_unpack_f16x2;
+use crate::ggml::{self, Bytes, Q4kLane, Q6kLane};
+use crate::lanes::emit_unpack_bf16x2;
+
+/// Weight formats of the matrix–vector kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightFormat {
+    BF16,
+    F16,
+    Q8_0,
+    Q4_0,
+    Q4_1,
+    Q4K,
+    Q6K,
+}
+
+impl WeightFormat {
+    pub const ALL: [WeightFormat; 7] = [
+        WeightFormat::BF16,
+        WeightFormat::F16,
+        WeightFormat::Q8_0,
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+        WeightFormat::Q4K,
+        WeightFormat::Q6K,
+    ];
+
+    pub fn ggml(self) -> GgmlType {
+        match self {
+            WeightFormat::BF16 => GgmlType::BF16,
+            WeightFormat::F16 => GgmlType::F16,
+            WeightFormat::Q8_0 => GgmlType::Q8_0,
+            WeightFormat::Q4_0 => GgmlType::Q4_0,
+            WeightFormat::Q4_1 => GgmlType::Q4_1,
+            WeightFormat::Q4K => GgmlType::Q4_K,
+            WeightFormat::Q6K => GgmlType::Q6_K,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, WeightFormat::BF16 | WeightFormat::F16)
+    }
+
+    /// Elements per unit; rows must be a whole number of units.
+    pub fn unit_elems(self) -> u32 {
+        match self {
+            WeightFormat::BF16 | WeightFormat::F16 => 8,
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 64,
+            WeightFormat::Q4K | WeightFormat::Q6K => 256,
+        }
+    }
+
+    pub fn unit_bytes(self) -> u32 {
+        match self {
+            WeightFormat::BF16 | WeightFormat::F16 => 16,
+            WeightFormat::Q8_0 => 68,
+            WeightFormat::Q4_0 => 36,
+            WeightFormat::Q4_1 => 40,
+            WeightFormat::Q4K => 144,
+            WeightFormat::Q6K => 210,
+        }
+    }
+
+    pub fn pieces_per_unit(self) -> u32 {
+        match self {
+            WeightFormat::Q4K | WeightFormat::Q6K => 8,
+            _ => 1,
+        }
+    }
+
+    pub fn row_bytes(self, cols: u32) -> u32 {
+        cols / self.unit_elems() * self.unit_bytes()
+    }
+
+    /// Element offsets within its unit of sub-piece `j`, in the order the kernel
+    /// multiplies them.
+    pub fn piece_elements(self, j: u32) -> Vec<u32> {
+        match self {
+            WeightFormat::Q4K => ggml::q4_k_piece_elements(j),
+            WeightFormat::Q6K => ggml::q6_k_piece_elements(j),
+            _ => (0..self.unit_elems()).collect(),
+        }
+    }
+}
+
+/// What a lane computes once: its format and its sub-piece's constants.
+pub enum Lane {
+    Half { f16: bool },
+    Legacy(WeightFormat),
+    Q4k { lane: Q4kLane, qs: Value, x_runs: [Value; 2] },
+    Q6k { lane: Q6kLane, x_runs: [Value; 2] },
+}
+
+impl Lane {
+    /// The constants of sub-piece `j` (a `u32`, `lane mod pieces_per_unit`).
+    pub fn new(k: &mut Builder, f: WeightFormat, j: Value) -> Lane {
+        match f {
+            WeightFormat::BF16 => Lane::Half { f16: false },
+            WeightFormat::F16 => Lane::Half { f16: true },
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => Lane::Legacy(f),
+            WeightFormat::Q4K => {
+                let lane = Q4kLane::new(k, j);
+                let qs = k.shl_const(j, 4);
+                let qs = k.add_const(qs, 16);
+                // Runs 64g + 16h and 64g + 32 + 16h with g = j / 2, h = j mod 2.
+                let g = k.shr_const(j, 1);
+                let g64 = k.shl_const(g, 6);
+                let h = k.and_const(j, 1);
+                let h16 = k.shl_const(h, 4);
+                let lo = k.add(g64, h16);
+                let hi = k.add_const(lo, 32);
+                Lane::Q4k { lane, qs, x_runs: [lo, hi] }
+            }
+            WeightFormat::Q6K => {
+                let lane = Q6kLane::new(k, j);
+                // Runs 128hh + 16c and 128hh + 64 + 16c with hh = j / 4, c = j mod 4.
+                let hh = k.shr_const(j, 2);
+                let hh128 = k.shl_const(hh, 7);
+                let c = k.and_const(j, 3);
+                let c16 = k.shl_const(c, 4);
+                let lo = k.add(hh128, c16);
+                let hi = k.add_const(lo, 64);
+                Lane::Q6k { lane, x_runs: [lo, hi] }
+            }
+        }
+    }
+
+    /// The piece's runs of consecutive elements: (offset within the unit, length).
+    pub fn x_runs(&self, k: &mut Builder) -> Vec<(Value, u32)> {
+        match self {
+            Lane::Q4k { x_runs, .. } | Lane::Q6k { x_runs, .. } => x_runs.iter().map(|&r| (r, 16)).collect(),
+            Lane::Half { .. } => vec![(k.const_u32(0), 8)],
+            Lane::Legacy(_) => vec![(k.const_u32(0), 64)],
+        }
+    }
+
+    /// Issue the loads of this lane's piece of unit `unit` (a `u32`) in the row starting
+    /// at byte pointer `wrow`.
+    pub fn load(&self, k: &mut Builder, wrow: Value, unit: Value) -> Raw<'_> {
+        let (unit_bytes, width, bytes) = match self {
+            Lane::Half { .. } => (16, 16, 16),
+            Lane::Legacy(WeightFormat::Q8_0) => (68, 4, 68),
+            Lane::Legacy(WeightFormat::Q4_0) => (36, 4, 36),
+            Lane::Legacy(_) => (40, 8, 40),
+            Lane::Q4k { .. } => (144, 16, 16),
+            Lane::Q6k { .. } => (210, 2, 16),
+        };
+        let off = k.mul_const(unit, unit_bytes);
+        let at = k.ptr_add(wrow, off);
+        match self {
+            Lane::Half { f16 } => Raw::Half { bytes: Bytes::load(k, at, bytes, width), f16: *f16 },
+            Lane::Legacy(f) => Raw::Legacy { bytes: Bytes::load(k, at, bytes, width), format: *f },
+            Lane::Q4k { lane, qs, .. } => {
+                let header = Bytes::load(k, at, bytes, width);
+                let qa = k.ptr_add(at, *qs);
+                Raw::Q4k { lane, header, qs: Bytes::load(k, qa, bytes, width) }
+            }
+            Lane::Q6k { lane, .. } => {
+                let a = k.ptr_add(at, lane.ql);
+                let ql = Bytes::load(k, a, bytes, width);
+                let a = k.ptr_add(at, lane.qh);
+                let qh = Bytes::load(k, a, bytes, width);
+                let a = k.ptr_add(at, lane.scale_pair);
+                let s_lo = ggml::load_u16(k, a);
+                let four = k.const_u32(4);
+                let a = k.ptr_add(a, four);
+                let s_hi = ggml::load_u16(k, a);
+                let c208 = k.const_u32(208);
+                let a = k.ptr_add(at, c208);
+                let d = ggml::load_u16(k, a);
+                Raw::Q6k { lane, ql, qh, scales: [s_lo, s_hi], d }
+            }
+        }
+    }
+}
+
+/// A piece's loaded bytes, before decoding.
+pub enum Raw<'a> {
+    Half { bytes: Bytes, f16: bool },
+    Legacy { bytes: Bytes, format: WeightFormat },
+    Q4k { lane: &'a Q4kLane, header: Bytes, qs: Bytes },
+    Q6k { lane: &'a Q6kLane, ql: Bytes, qh: Bytes, scales: [Value; 2], d: Value },
+}
+
+impl Raw<'_> {
+    /// The piece's weights as f32, in [`WeightFormat::piece_elements`] order.
+    pub fn decode(&self, k: &mut Builder) -> Vec<Value> {
+        match self {
+            Raw::Half { bytes, f16 } => (0..4)
+                .flat_map(|i| {
+                    let w = bytes.part(i);
+                    if *f16 {
+                        emit_unpack_f16x2(k, w)
+                    } else {
+                        emit_unpack_bf16x2(k, w)
+                    }
+                })
+                .collect(),
+            Raw::Legacy { bytes, format } => {
+                let (block, second) = match format {
+                    WeightFormat::Q8_0 => (ggml::q8_0_block as BlockFn, 34),
+                    WeightFormat::Q4_0 => (ggml::q4_0_block as BlockFn, 18),
+                    _ => (ggml::q4_1_block as BlockFn, 20),
+                };
+                let mut out = block(k, bytes, 0);
+                out.extend(block(k, bytes, second));
+                out
+            }
+            Raw::Q4k { lane, header, qs } => ggml::q4_k_piece(k, lane, header, qs),
+            Raw::Q6k { lane, ql, qh, scales, d } => ggml::q6_k_piece(k, lane, ql, qh, *scales, *d),
+        }
+    }
+}
+
+type BlockFn = fn(&mut Builder, &Bytes, u32) -> Vec<Value>;
+
+/// Load the bf16 activations of one run (`len` a multiple of 8, `first` 8-aligned) as
+/// 16-byte words; [`unpack_x`] widens them.
+pub fn load_x(k: &mut Builder, xw: Value, first: Value, len: u32) -> Vec<Value> {
+    let word = k.shr_const(first, 1);
+    (0..len / 8)
+        .map(|i| {
+            let w = k.add_const(word, 4 * i);
+            let at = k.ptr_add(xw, w);
+            k.load_with(Type::Vec(Scalar::U32, 4), at, CacheOp::Nc)
+        })
+        .collect()
+}
+
+/// The f32 activations of loaded 16-byte words, in element order.
+pub fn unpack_x(k: &mut Builder, loaded: &[Value]) -> Vec<Value> {
+    let mut out = vec![];
+    for &v in loaded {
+        for i in 0..4 {
+            let w = k.extract(v, i);
+            out.extend(emit_unpack_bf16x2(k, w));
+        }
+    }
+    out
+}

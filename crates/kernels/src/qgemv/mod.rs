@@ -1,0 +1,467 @@
+//! Decode-time matrix–vector products over bf16, f16 and GGUF-quantized weights,
+//! dequantized inside the kernel (the weights are read once, in their stored form), with
+//! fused epilogues:
+//! - [`Epilogue::Plain`]: `y = W·x` (f32);
+//! - [`Epilogue::Residual`]: `y = W·x + r` (f32; `y` may be `r`, updating a residual
+//!   stream in place);
+//! - [`Epilogue::SwiGlu`]: `y = silu(W_g·x) · (W_u·x)` (bf16), the gate and up
+//!   projections of a SwiGLU block in one pass. For one concatenated `[2·ffn, hidden]`
+//!   matrix, pass its first half as `w_gate` and the address `ffn · row_bytes` further as
+//!   `w_up`.
+//!
+//! **Layout**: `W` `[rows, cols]` row-major in GGUF layout (rows back to back, each a
+//! whole number of blocks; see [`format`] for the units lanes take); `x` `[cols]` bf16;
+//! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K). One
+//! warp per row, `warps` rows per block (grid = ⌈rows / warps⌉). Lane `l` takes pieces
+//! `l, l + 32, ...` of its row; the loop is unrolled `unroll` times with every load of a
+//! step (weights and activations) issued before any arithmetic.
+//!
+//! **Arithmetic**: each lane dequantizes a piece exactly as [`quench_models::dequant`]
+//! does ([`crate::ggml`]) and accumulates `fma(w, x, acc)` in f32 over its pieces in
+//! order, element by element in the piece's order; the warp sums its lanes by butterfly
+//! ([`crate::lanes::emit_warp_allreduce`]). The order depends on the row's shape only,
+//! never on the batch or the launch, so the plain and residual forms match the reference
+//! bit for bit. The SwiGLU form adds `ex2.approx` and `div.approx` (as
+//! [`crate::silu_mul`]) and is checked within a bound.
+
+pub mod format;
+
+use half::bf16;
+use quench_ir::{Builder, Function, Scalar, Type, Value};
+use quench_models::dequant;
+use quench_rt::Launch;
+
+use crate::approx::{DIV_REL, EX2_REL, F32_MIN_NORMAL, F32_U};
+use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
+use crate::data;
+use crate::error::KernelError;
+use crate::lanes::{emit_warp_allreduce, gptr, warp_allreduce, wide_mul, words, Combine};
+use crate::par::par_map;
+pub use format::WeightFormat;
+use format::{load_x, unpack_x, Lane};
+
+/// What happens to the row's dot product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    Plain,
+    Residual,
+    SwiGlu,
+}
+
+impl Epilogue {
+    pub const ALL: [Epilogue; 3] = [Epilogue::Plain, Epilogue::Residual, Epilogue::SwiGlu];
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QGemvParams {
+    pub format: WeightFormat,
+    pub epilogue: Epilogue,
+    pub rows: u32,
+    pub cols: u32,
+    /// Warps (rows) per block, 1..=32.
+    pub warps: u32,
+    /// Pieces each lane loads before it computes, 1..=16.
+    pub unroll: u32,
+}
+
+/// Library names, by format (in [`WeightFormat::ALL`] order) and epilogue.
+const NAMES: [[&str; 3]; 7] = [
+    ["gemv_bf16", "gemv_bf16_residual", "gemv_bf16_swiglu"],
+    ["gemv_f16", "gemv_f16_residual", "gemv_f16_swiglu"],
+    ["qgemv_q8_0", "qgemv_q8_0_residual", "qgemv_q8_0_swiglu"],
+    ["qgemv_q4_0", "qgemv_q4_0_residual", "qgemv_q4_0_swiglu"],
+    ["qgemv_q4_1", "qgemv_q4_1_residual", "qgemv_q4_1_swiglu"],
+    ["qgemv_q4_k", "qgemv_q4_k_residual", "qgemv_q4_k_swiglu"],
+    ["qgemv_q6_k", "qgemv_q6_k_residual", "qgemv_q6_k_swiglu"],
+];
+
+/// The library name of a format and epilogue (`qgemv_q4_k_swiglu`).
+pub fn name(format: WeightFormat, epilogue: Epilogue) -> &'static str {
+    let f = WeightFormat::ALL.iter().position(|&x| x == format).unwrap_or(0);
+    let e = Epilogue::ALL.iter().position(|&x| x == epilogue).unwrap_or(0);
+    NAMES[f][e]
+}
+
+impl QGemvParams {
+    pub fn name(&self) -> &'static str {
+        name(self.format, self.epilogue)
+    }
+
+    fn pieces(&self) -> u32 {
+        self.cols / self.format.unit_elems() * self.format.pieces_per_unit()
+    }
+
+    pub fn launch(&self) -> Launch {
+        Launch::linear(self.rows.div_ceil(self.warps), self.warps * 32)
+    }
+
+    fn check(&self) -> Result<(), KernelError> {
+        let unit = self.format.unit_elems();
+        if self.cols == 0 || !self.cols.is_multiple_of(unit) {
+            return Err(KernelError::unsupported(
+                self.name(),
+                format!("cols = {} must be a positive multiple of {unit}", self.cols),
+            ));
+        }
+        if self.rows == 0 || !(1..=32).contains(&self.warps) || !(1..=16).contains(&self.unroll) {
+            return Err(KernelError::unsupported(
+                self.name(),
+                format!(
+                    "rows = {} must be positive, warps = {} in 1..=32, unroll = {} in 1..=16",
+                    self.rows, self.warps, self.unroll
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The weight parameter's pointee: the element type of a float matrix, bytes otherwise.
+    fn weight_elem(&self) -> Scalar {
+        match self.format {
+            WeightFormat::BF16 => Scalar::BF16,
+            WeightFormat::F16 => Scalar::F16,
+            _ => Scalar::U8,
+        }
+    }
+}
+
+/// `<name>(w, x, y)`, `<name>_residual(w, x, r, y)` or `<name>_swiglu(w_gate, w_up, x, y)`.
+pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
+    p.check()?;
+    let mut k = Builder::new(p.name(), p.warps * 32);
+    let we = gptr(p.weight_elem());
+    let weights = match p.epilogue {
+        Epilogue::SwiGlu => vec![k.param("w_gate", we), k.param("w_up", we)],
+        _ => vec![k.param("w", we)],
+    };
+    let x = k.param("x", gptr(Scalar::BF16));
+    let r = (p.epilogue == Epilogue::Residual).then(|| k.param("r", gptr(Scalar::F32)));
+    let y_elem = if p.epilogue == Epilogue::SwiGlu { Scalar::BF16 } else { Scalar::F32 };
+    let y = k.param("y", gptr(y_elem));
+    let tid = k.tid_x();
+    let lane = k.and_const(tid, 31);
+    let warp = k.shr_const(tid, 5);
+    let block = k.ctaid_x();
+    let first_row = k.mul_const(block, p.warps);
+    let row = k.add(first_row, warp);
+    let body = |k: &mut Builder| {
+        let totals = emit_dots(k, p, &weights, x, row, lane);
+        let zero = k.const_u32(0);
+        let first = k.eq(lane, zero);
+        k.if_then(first, |k| {
+            let at = k.ptr_add(y, row);
+            let out = match (p.epilogue, r) {
+                (Epilogue::Residual, Some(r)) => {
+                    let ra = k.ptr_add(r, row);
+                    let rv = k.load(Type::F32, ra);
+                    k.add(totals[0], rv)
+                }
+                (Epilogue::SwiGlu, _) => {
+                    let s = emit_silu(k, totals[0]);
+                    let v = k.mul(s, totals[1]);
+                    k.cvt(Scalar::BF16, v)
+                }
+                _ => totals[0],
+            };
+            k.store(at, out);
+        });
+    };
+    if p.rows.is_multiple_of(p.warps) {
+        body(&mut k);
+    } else {
+        let rows = k.const_u32(p.rows);
+        let inside = k.lt(row, rows);
+        k.if_then(inside, body);
+    }
+    Ok(k.finish()?)
+}
+
+/// `silu(g) = g / (1 + 2^(−g·log2 e))` with `ex2.approx` and `div.approx`, as
+/// [`crate::silu_mul`] computes it.
+fn emit_silu(k: &mut Builder, g: Value) -> Value {
+    let c = k.const_f32(-std::f32::consts::LOG2_E);
+    let t = k.mul(g, c);
+    let e = k.ex2_approx(t);
+    let one = k.const_f32(1.0);
+    let d = k.add(one, e);
+    k.div_approx(g, d)
+}
+
+/// One warp's dot products of its row of each matrix with `x`: the unrolled main loop,
+/// the remaining pieces, the butterflies. Every lane gets the totals.
+fn emit_dots(k: &mut Builder, p: &QGemvParams, weights: &[Value], x: Value, row: Value, lane: Value) -> Vec<Value> {
+    let f = p.format;
+    let ppu = f.pieces_per_unit();
+    let start = wide_mul(k, row, f.row_bytes(p.cols));
+    let wrows: Vec<Value> = weights
+        .iter()
+        .map(|&w| {
+            let b = k.ptr_cast(Scalar::U8, w);
+            k.ptr_add(b, start)
+        })
+        .collect();
+    let j = k.and_const(lane, ppu - 1);
+    let consts = Lane::new(k, f, j);
+    let runs = consts.x_runs(k);
+    let xw = words(k, x);
+    // Piece l + 32i is sub-piece j of unit l / ppu + (32 / ppu)·i.
+    let unit_lane = k.shr_const(lane, ppu.trailing_zeros());
+    let units_per_step = 32 / ppu;
+
+    // Issue a piece's loads (each matrix, then the activations) for unit `unit`.
+    let issue = |k: &mut Builder, unit: Value| {
+        let raws: Vec<_> = wrows.iter().map(|&wr| consts.load(k, wr, unit)).collect();
+        let first = k.mul_const(unit, f.unit_elems());
+        let xs: Vec<Value> = runs
+            .iter()
+            .flat_map(|&(off, len)| {
+                let at = k.add(first, off);
+                load_x(k, xw, at, len)
+            })
+            .collect();
+        (raws, xs)
+    };
+    let fma_piece = |k: &mut Builder, loaded: (Vec<format::Raw>, Vec<Value>), accs: &[Value]| {
+        let (raws, xs) = loaded;
+        let xs = unpack_x(k, &xs);
+        raws.iter()
+            .zip(accs)
+            .map(|(raw, &acc)| {
+                let ws = raw.decode(k);
+                ws.iter().zip(&xs).fold(acc, |acc, (&w, &xv)| k.fma(w, xv, acc))
+            })
+            .collect::<Vec<Value>>()
+    };
+
+    let step_pieces = 32 * p.unroll;
+    let main = p.pieces() / step_pieces;
+    let zero = k.const_f32(0.0);
+    let mut accs = vec![zero; weights.len()];
+    if main > 0 {
+        let lo = k.const_u32(0);
+        let hi = k.const_u32(main);
+        let one = k.const_u32(1);
+        accs = k.for_range(lo, hi, one, &accs, |k, s, c| {
+            let base = k.mul_const(s, units_per_step * p.unroll);
+            let base = k.add(base, unit_lane);
+            let loaded: Vec<_> = (0..p.unroll)
+                .map(|u| {
+                    let unit = k.add_const(base, units_per_step * u);
+                    issue(k, unit)
+                })
+                .collect();
+            let mut accs = c.to_vec();
+            for l in loaded {
+                accs = fma_piece(k, l, &accs);
+            }
+            accs
+        });
+    }
+    // Remaining pieces, 32 per step; the last step may leave lanes without a piece.
+    let mut done = main * step_pieces;
+    while done < p.pieces() {
+        let unit = k.add_const(unit_lane, done / ppu);
+        let step = |k: &mut Builder, accs: &[Value]| {
+            let l = issue(k, unit);
+            fma_piece(k, l, accs)
+        };
+        if done + 32 <= p.pieces() {
+            accs = step(k, &accs);
+        } else {
+            let left = k.const_u32(p.pieces() - done);
+            let has = k.lt(lane, left);
+            let before = accs.clone();
+            let types = vec![Type::F32; before.len()];
+            accs = k.if_else(has, &types, |k| step(k, &before), |_| before.clone());
+        }
+        done += 32;
+    }
+    accs.into_iter().map(|a| emit_warp_allreduce(k, a, Combine::Sum)).collect()
+}
+
+/// Each row's dot product with `x`, in the kernel's order: `w` holds `rows` GGUF rows.
+pub fn dots(p: &QGemvParams, w: &[u8], x: &[bf16]) -> Result<Vec<f32>, KernelError> {
+    let f = p.format;
+    let (cols, rb) = (p.cols as usize, f.row_bytes(p.cols) as usize);
+    let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+    let pieces: Vec<Vec<u32>> = (0..f.pieces_per_unit()).map(|j| f.piece_elements(j)).collect();
+    let rows = par_map(p.rows as usize, |r| {
+        let wr = dequant::dequantize(f.ggml(), &w[r * rb..(r + 1) * rb], cols)?;
+        let mut lanes = [0.0f32; 32];
+        for (l, acc) in lanes.iter_mut().enumerate() {
+            for piece in (l..p.pieces() as usize).step_by(32) {
+                let ppu = f.pieces_per_unit() as usize;
+                let first = piece / ppu * f.unit_elems() as usize;
+                for &e in &pieces[piece % ppu] {
+                    let i = first + e as usize;
+                    *acc = wr[i].mul_add(xf[i], *acc);
+                }
+            }
+        }
+        Ok(warp_allreduce(&lanes, Combine::Sum))
+    });
+    rows.into_iter()
+        .collect::<Result<_, quench_models::ModelError>>()
+        .map_err(|e| KernelError::unsupported(p.name(), e.to_string()))
+}
+
+/// `silu(g)·u` in f64, rounded once to bf16.
+pub fn swiglu(g: &[f32], u: &[f32]) -> Vec<bf16> {
+    g.iter().zip(u).map(|(&g, &u)| bf16::from_f64(g as f64 * u as f64 / (1.0 + (-(g as f64)).exp()))).collect()
+}
+
+/// A deliberately wrong SwiGLU: the sigmoid taken as `1 / (1 + 2^-g)`, as a kernel that
+/// forgot the log2(e) scaling in front of `ex2` would compute.
+pub fn swiglu_without_log2e(g: &[f32], u: &[f32]) -> Vec<bf16> {
+    g.iter().zip(u).map(|(&g, &u)| bf16::from_f64(g as f64 * u as f64 / (1.0 + (-(g as f64)).exp2()))).collect()
+}
+
+/// Tolerance of the SwiGLU output against [`swiglu`] of the exact (kernel-order) dot
+/// products `g`, `u`, and how it follows.
+///
+/// Before its rounding to bf16 the kernel's value is `y·(1 + η)` with
+/// `|η| ≤ η̄ = 2u·|g|·1.01 + EX2 + DIV + 2u` (the rounded exponent `g·fl(−log2 e)`,
+/// magnified by `2^t`'s sensitivity `ln 2·|t| = |g|`; `ex2.approx`; the sum `1 + e`;
+/// `div.approx`; the product with `u`). Both roundings to bf16 add at most `2^-8` relative
+/// each, so `|got − want| ≤ |y|·(η̄ + 2^-8·(2 + η̄))` with `|y| ≤ |want| / (1 − 2^-8)`;
+/// results below 2^-126 may be flushed.
+pub fn swiglu_tolerance(g: &[f32], want: &[bf16]) -> (Vec<f64>, String) {
+    let gmax = g.iter().map(|v| (*v as f64).abs()).fold(0.0, f64::max);
+    let eta = 2.0 * F32_U * gmax * 1.01 + EX2_REL + DIV_REL + 2.0 * F32_U;
+    let b = 2f64.powi(-8);
+    let rel = (eta + b * (2.0 + eta)) / (1.0 - b);
+    let tol = want.iter().map(|w| w.to_f64().abs() * rel + F32_MIN_NORMAL).collect();
+    let explain = format!(
+        "{rel:.3e}·|want| + 2^-126: η = {eta:.2e} (2u·max|g| with max|g| = {gmax:.3e}, ex2.approx {EX2_REL:.2e}, \
+         div.approx {DIV_REL:.2e}, two roundings) plus the two roundings to bf16 (2^-8 each)"
+    );
+    (tol, explain)
+}
+
+/// The magnitude range of the random weights (float formats) or of the f16 scales
+/// (quantized ones) that gives dot products of a few units: the root-mean-square weight
+/// is about `1 / sqrt(cols)`, and activations are of order 2. The SwiGLU check needs
+/// such gates: for much larger ones both `silu` and its wrong twin saturate alike.
+fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
+    let target = 1.0 / (cols as f32).sqrt();
+    // Root-mean-square weight per unit of scale, for random quant bytes: the quant's
+    // spread, times the spread of the sub-block scale where there is one.
+    let per_scale = match f {
+        WeightFormat::BF16 | WeightFormat::F16 => 1.0,
+        WeightFormat::Q8_0 => 74.0,
+        WeightFormat::Q4_0 => 4.6,
+        WeightFormat::Q4_1 => 9.0,
+        WeightFormat::Q4K => 317.0,
+        WeightFormat::Q6K => 1350.0,
+    };
+    // Magnitudes uniform in [hi/8, hi] have a root mean square of about 0.6·hi.
+    let hi = target / per_scale / 0.6;
+    (hi / 8.0, hi)
+}
+
+/// A case: random GGUF rows (every quant pattern; scales from [`weight_range`], random
+/// signs, f16 subnormals included for the finest formats), activations in ±[2^-6, 4], a
+/// residual in ±[2^-6, 4] updated in place.
+pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
+    let kernel = build(p)?;
+    let mut rng = data::rng(seed);
+    let (lo, hi) = weight_range(p.format, p.cols);
+    let (rows, cols) = (p.rows as usize, p.cols as usize);
+    let matrices = if p.epilogue == Epilogue::SwiGlu { 2 } else { 1 };
+    let ws: Vec<Vec<u8>> =
+        (0..matrices).map(|_| data::ggml_rows(&mut rng, p.format.ggml(), rows, cols, lo, hi)).collect();
+    let x = data::to_bf16(&data::signed(&mut rng, cols, 0.015625, 4.0));
+    let d: Vec<Vec<f32>> = ws.iter().map(|w| dots(p, w, &x)).collect::<Result<_, _>>()?;
+    let w_bytes: u64 = ws.iter().map(|w| w.len() as u64).sum();
+    let mut buffers: Vec<Buffer> =
+        ws.into_iter().enumerate().map(|(i, w)| Buffer::input(if i == 0 { "w" } else { "w_up" }, w)).collect();
+    buffers.push(Buffer::input("x", data::bf16_bytes(&x)));
+    let mut args: Vec<CaseArg> = (0..buffers.len()).map(CaseArg::Buffer).collect();
+    let (expected, controls, out_bytes) = match p.epilogue {
+        Epilogue::Plain => {
+            buffers.push(Buffer::output("y", rows * 4));
+            args.push(CaseArg::Buffer(buffers.len() - 1));
+            let e = Expected {
+                buffer: buffers.len() - 1,
+                data: data::f32_bytes(&d[0]),
+                elem: Scalar::F32,
+                check: Check::Exact,
+            };
+            (vec![e], vec![], rows * 4)
+        }
+        Epilogue::Residual => {
+            // y and r are the same buffer: the residual stream updated in place.
+            let r = data::signed(&mut rng, rows, 0.015625, 4.0);
+            let want: Vec<f32> = d[0].iter().zip(&r).map(|(a, b)| a + b).collect();
+            buffers.push(Buffer::in_out("r", data::f32_bytes(&r)));
+            let i = buffers.len() - 1;
+            args.push(CaseArg::Buffer(i));
+            args.push(CaseArg::Buffer(i));
+            let e = Expected { buffer: i, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact };
+            (vec![e], vec![], rows * 8)
+        }
+        Epilogue::SwiGlu => {
+            let want = swiglu(&d[0], &d[1]);
+            let (tol, explain) = swiglu_tolerance(&d[0], &want);
+            let check = Check::Bound { tol, explain };
+            buffers.push(Buffer::output("y", rows * 2));
+            let i = buffers.len() - 1;
+            args.push(CaseArg::Buffer(i));
+            let wrong = swiglu_without_log2e(&d[0], &d[1]);
+            let control = Control {
+                what: "sigmoid without the log2(e) scaling".into(),
+                expected: Expected {
+                    buffer: i,
+                    data: data::bf16_bytes(&wrong),
+                    elem: Scalar::BF16,
+                    check: check.clone(),
+                },
+            };
+            let e = Expected { buffer: i, data: data::bf16_bytes(&want), elem: Scalar::BF16, check };
+            (vec![e], vec![control], rows * 2)
+        }
+    };
+    Ok(KernelCase {
+        name: p.name().to_string(),
+        shape: format!("{}x{}", p.rows, p.cols),
+        kernel,
+        launch: p.launch(),
+        buffers,
+        args,
+        expected,
+        controls,
+        bytes_moved: w_bytes + cols as u64 * 2 + out_bytes as u64,
+        flops: 2 * matrices as u64 * (rows * cols) as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_each_unit_once() {
+        for f in WeightFormat::ALL {
+            let mut seen = vec![0u32; f.unit_elems() as usize];
+            for j in 0..f.pieces_per_unit() {
+                for e in f.piece_elements(j) {
+                    seen[e as usize] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{f:?}");
+            assert_eq!(
+                f.row_bytes(f.unit_elems() * 4) as u64,
+                f.ggml().bytes_for(f.unit_elems() as u64 * 4).unwrap_or(0)
+            );
+        }
+    }
+
+    #[test]
+    fn names_are_distinct() {
+        let mut all: Vec<&str> = NAMES.iter().flatten().copied().collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 21);
+        assert_eq!(name(WeightFormat::Q4K, Epilogue::SwiGlu), "qgemv_q4_k_swiglu");
+    }
+}
