@@ -46,7 +46,10 @@ pub fn run(args: &ChatArgs) -> Result<(), String> {
     let mut session = model.new_session();
     let interactive = std::io::stdin().is_terminal();
     if interactive {
-        eprintln!("chatting with {} — /reset starts over, /exit or Ctrl-D ends", loaded.name);
+        eprintln!(
+            "chatting with {} — /reset starts over, /exit or Ctrl-D ends",
+            loaded.name
+        );
     }
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -74,14 +77,19 @@ pub fn run(args: &ChatArgs) -> Result<(), String> {
         }
         messages.push(Message::new("user", turn));
         let mut write_error = None;
-        let result = model.generate(&mut session, Prompt::Chat(&messages), &options, &mut |piece| {
-            if write_error.is_none() {
-                write_error = stdout
-                    .write_all(piece.as_bytes())
-                    .and_then(|_| stdout.flush())
-                    .err();
-            }
-        });
+        let result = model.generate(
+            &mut session,
+            Prompt::Chat(&messages),
+            &options,
+            &mut |piece| {
+                if write_error.is_none() {
+                    write_error = stdout
+                        .write_all(piece.as_bytes())
+                        .and_then(|_| stdout.flush())
+                        .err();
+                }
+            },
+        );
         let reply = match result {
             Ok(reply) => reply,
             // On a terminal the conversation goes on without the turn that failed (a

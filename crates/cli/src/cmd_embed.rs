@@ -126,7 +126,10 @@ pub fn run(args: &EmbedArgs) -> Result<(), String> {
         }
         println!();
         for (i, a) in embeddings.iter().enumerate() {
-            print!("{:width$}", format!("[{}] {}", i + 1, label(&texts[i], width - 5)));
+            print!(
+                "{:width$}",
+                format!("[{}] {}", i + 1, label(&texts[i], width - 5))
+            );
             for b in &embeddings {
                 print!(" {:>6.3}", cosine(&a.vector, &b.vector));
             }

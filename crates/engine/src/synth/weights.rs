@@ -98,28 +98,76 @@ fn specs(arch: SynthArch, d: &Dims) -> Vec<Spec> {
     )];
     for l in 0..d.layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
-        out.push(spec(p("input_layernorm.weight"), vec![d.hidden], Init::NearOne));
-        out.push(spec(p("self_attn.q_proj.weight"), vec![q, d.hidden], matrix));
-        out.push(spec(p("self_attn.k_proj.weight"), vec![kv, d.hidden], matrix));
-        out.push(spec(p("self_attn.v_proj.weight"), vec![kv, d.hidden], matrix));
+        out.push(spec(
+            p("input_layernorm.weight"),
+            vec![d.hidden],
+            Init::NearOne,
+        ));
+        out.push(spec(
+            p("self_attn.q_proj.weight"),
+            vec![q, d.hidden],
+            matrix,
+        ));
+        out.push(spec(
+            p("self_attn.k_proj.weight"),
+            vec![kv, d.hidden],
+            matrix,
+        ));
+        out.push(spec(
+            p("self_attn.v_proj.weight"),
+            vec![kv, d.hidden],
+            matrix,
+        ));
         if arch == SynthArch::Qwen2 {
             out.push(spec(p("self_attn.q_proj.bias"), vec![q], bias));
             out.push(spec(p("self_attn.k_proj.bias"), vec![kv], bias));
             out.push(spec(p("self_attn.v_proj.bias"), vec![kv], bias));
         }
         if arch == SynthArch::Qwen3 {
-            out.push(spec(p("self_attn.q_norm.weight"), vec![d.head_dim], Init::NearOne));
-            out.push(spec(p("self_attn.k_norm.weight"), vec![d.head_dim], Init::NearOne));
+            out.push(spec(
+                p("self_attn.q_norm.weight"),
+                vec![d.head_dim],
+                Init::NearOne,
+            ));
+            out.push(spec(
+                p("self_attn.k_norm.weight"),
+                vec![d.head_dim],
+                Init::NearOne,
+            ));
         }
-        out.push(spec(p("self_attn.o_proj.weight"), vec![d.hidden, q], matrix));
-        out.push(spec(p("post_attention_layernorm.weight"), vec![d.hidden], Init::NearOne));
-        out.push(spec(p("mlp.gate_proj.weight"), vec![d.ffn, d.hidden], matrix));
+        out.push(spec(
+            p("self_attn.o_proj.weight"),
+            vec![d.hidden, q],
+            matrix,
+        ));
+        out.push(spec(
+            p("post_attention_layernorm.weight"),
+            vec![d.hidden],
+            Init::NearOne,
+        ));
+        out.push(spec(
+            p("mlp.gate_proj.weight"),
+            vec![d.ffn, d.hidden],
+            matrix,
+        ));
         out.push(spec(p("mlp.up_proj.weight"), vec![d.ffn, d.hidden], matrix));
-        out.push(spec(p("mlp.down_proj.weight"), vec![d.hidden, d.ffn], matrix));
+        out.push(spec(
+            p("mlp.down_proj.weight"),
+            vec![d.hidden, d.ffn],
+            matrix,
+        ));
     }
-    out.push(spec("model.norm.weight".into(), vec![d.hidden], Init::NearOne));
+    out.push(spec(
+        "model.norm.weight".into(),
+        vec![d.hidden],
+        Init::NearOne,
+    ));
     if !d.tied {
-        out.push(spec("lm_head.weight".into(), vec![d.vocab, d.hidden], matrix));
+        out.push(spec(
+            "lm_head.weight".into(),
+            vec![d.vocab, d.hidden],
+            matrix,
+        ));
     }
     out
 }
@@ -214,7 +262,7 @@ fn write_shard(path: &Path, specs: &[&Spec], dtype: SynthDtype, seed: u64) -> Re
     }
     let mut text = Value::Object(header).to_string().into_bytes();
     // The data section starts 8-byte aligned; the header is padded with spaces.
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let file = File::create(path).map_err(|e| io_error(path, e))?;
