@@ -6,11 +6,18 @@
 //!   budget, with chunked prefill, preemption and session caches.
 //! - [`sessions`]: conversations the server remembers between requests.
 //! - [`synthetic`]: tiny random models for trying the server and testing it.
+//! - [`server`]: [`Server::start`] loads the models and listens; [`Server::run`] serves
+//!   until asked to stop, then shuts down gracefully.
 
+mod api;
 pub mod backend;
 pub mod engine;
 pub mod loaded;
+pub mod log;
 pub mod metrics;
+pub mod server;
 pub mod sessions;
 pub mod synthetic;
 pub mod text;
+
+pub use server::{ModelSource, ModelSpec, ServeConfig, ServeError, Server};

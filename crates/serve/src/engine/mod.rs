@@ -302,31 +302,28 @@ impl<B: CausalBackend> Scheduler<B> {
         self.publish();
     }
 
-    /// Takes commands: waits for one while there is nothing to do. False once the engine
-    /// should stop.
+    /// Takes commands: waits for one while there is nothing to do, then takes whatever else
+    /// has arrived. False once the engine should stop.
     fn receive(&mut self) -> bool {
-        loop {
-            let idle = self.running.is_empty() && self.queue.is_empty();
-            if idle && self.deadline.is_some() {
+        if self.running.is_empty() && self.queue.is_empty() {
+            if self.deadline.is_some() {
                 return false;
             }
-            let command = if idle {
-                match self.commands.recv() {
-                    Ok(c) => c,
-                    Err(_) => return false,
+            match self.commands.recv() {
+                Ok(c) => self.handle(c),
+                Err(_) => return false,
+            }
+        }
+        loop {
+            match self.commands.try_recv() {
+                Ok(c) => self.handle(c),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => {
+                    // Every handle is gone: finish what runs, then stop.
+                    self.deadline.get_or_insert_with(Instant::now);
+                    return true;
                 }
-            } else {
-                match self.commands.try_recv() {
-                    Ok(c) => c,
-                    Err(TryRecvError::Empty) => return true,
-                    Err(TryRecvError::Disconnected) => {
-                        // Every handle is gone: finish what runs, then stop.
-                        self.deadline.get_or_insert_with(Instant::now);
-                        return true;
-                    }
-                }
-            };
-            self.handle(command);
+            }
         }
     }
 

@@ -1,0 +1,266 @@
+//! The scheduler on the tiny synthetic model: batch-invariant greedy output, preemption,
+//! sessions, cancellation and the admission queue.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quench_cpu::SamplingParams;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use super::*;
+use crate::sessions::{History, SessionStore};
+use crate::synthetic::tiny_chat_model;
+use crate::text::TextSide;
+
+struct Setup {
+    engine: EngineHandle,
+    decoder: Arc<quench_cpu::Decoder<f32>>,
+    text: Arc<dyn TextSide>,
+    sessions: Arc<SessionStore>,
+}
+
+fn start(config: EngineConfig) -> Setup {
+    let (decoder, text) = tiny_chat_model(7).unwrap();
+    let decoder = Arc::new(decoder);
+    let text: Arc<dyn TextSide> = Arc::new(text);
+    let sessions = SessionStore::new(16);
+    let engine =
+        EngineHandle::start("t", decoder.clone(), text.clone(), config, sessions.clone()).unwrap();
+    Setup {
+        engine,
+        decoder,
+        text,
+        sessions,
+    }
+}
+
+fn job(prompt: Vec<u32>, max_tokens: usize, session: Option<&str>) -> (Job, UnboundedReceiver<Event>) {
+    let (events, rx) = unbounded_channel();
+    let job = Job {
+        request_id: String::new(),
+        prompt,
+        session: session.map(str::to_owned),
+        max_tokens,
+        sampling: SamplingParams::greedy(),
+        stop: Vec::new(),
+        logprobs: None,
+        events,
+        arrived: Instant::now(),
+    };
+    (job, rx)
+}
+
+/// The tokens and the end of one job.
+fn collect(mut rx: UnboundedReceiver<Event>) -> (Vec<u32>, Done) {
+    let mut tokens = Vec::new();
+    loop {
+        match rx.blocking_recv() {
+            Some(Event::Token(t)) => tokens.push(t.token),
+            Some(Event::Done(d)) => return (tokens, d),
+            Some(Event::Failed(why)) => panic!("job failed: {why}"),
+            None => panic!("engine closed the channel"),
+        }
+    }
+}
+
+/// Greedy decoding by hand, one sequence alone, with the decoder's own forward.
+fn reference(decoder: &quench_cpu::Decoder<f32>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
+    let mut cache = decoder.new_cache();
+    let mut logits = decoder
+        .forward(&mut cache, prompt, quench_cpu::Logits::Last)
+        .unwrap()
+        .row(0)
+        .to_vec();
+    let mut out = Vec::new();
+    while out.len() < max_tokens {
+        let t = quench_cpu::argmax(&logits).unwrap();
+        if [256, 258].contains(&t) {
+            break;
+        }
+        out.push(t);
+        if out.len() == max_tokens {
+            break;
+        }
+        logits = decoder
+            .forward(&mut cache, &[t], quench_cpu::Logits::Last)
+            .unwrap()
+            .row(0)
+            .to_vec();
+    }
+    out
+}
+
+fn random_prompts(rng: &mut ChaCha8Rng, n: usize, lengths: std::ops::Range<usize>) -> Vec<Vec<u32>> {
+    (0..n)
+        .map(|_| {
+            let len = rng.gen_range(lengths.clone());
+            (0..len).map(|_| rng.gen_range(32..127)).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn greedy_output_does_not_depend_on_the_batch_or_on_preemption() {
+    let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
+    // Long prompts are prefilled in several chunks beside the others' decoding; short ones
+    // fill the batch, and with few blocks growing sequences pause the youngest.
+    let mut prompts = random_prompts(&mut rng, 3, 40..150);
+    prompts.extend(random_prompts(&mut rng, 9, 1..12));
+    let s = start(EngineConfig {
+        max_batch: 8,
+        kv_blocks: 16,
+        queue: 64,
+        prefill_chunk: 16,
+    });
+    let max_tokens = 60;
+    let receivers: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let (j, rx) = job(p.clone(), max_tokens, None);
+            s.engine.submit(j).unwrap();
+            rx
+        })
+        .collect();
+    let mut lengths = Vec::new();
+    for (p, rx) in prompts.iter().zip(receivers) {
+        let (tokens, done) = collect(rx);
+        lengths.push((p.len(), tokens.len()));
+        assert_eq!(tokens, reference(&s.decoder, p, max_tokens), "prompt of {} tokens", p.len());
+        assert_eq!(done.prompt_tokens, p.len());
+        assert_eq!(done.completion_tokens, tokens.len());
+    }
+    assert!(
+        s.engine.stats.preemptions.load(Ordering::Relaxed) > 0,
+        "the test meant to force preemption; (prompt, answer) lengths: {lengths:?}"
+    );
+    wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
+}
+
+fn wait_for(done: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < until, "timed out");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_session_reuses_its_cache_and_answers_as_a_fresh_request_would() {
+    let s = start(EngineConfig::default());
+    s.sessions.claim("a", "t", false).unwrap();
+    let first: Vec<u32> = b"Once upon a time".iter().map(|&b| b as u32).collect();
+    let (j, rx) = job(first.clone(), 12, Some("a"));
+    s.engine.submit(j).unwrap();
+    let (answer, done) = collect(rx);
+    assert_eq!(done.cached_tokens, 0);
+    s.sessions.finish("a", History::Text(String::new()));
+    // The cache holds the prompt and the answer, but for its last token when the answer
+    // ended at max_tokens (a drawn token is fed only to draw the next).
+    let held = s.sessions.list()[0].cached_tokens;
+    let full = first.len() + answer.len();
+    assert!(held == full || (held == full - 1 && answer.len() == 12), "{held} of {full}");
+
+    let mut second = first.clone();
+    second.extend(&answer);
+    second.extend(b" and then".iter().map(|&b| b as u32));
+    s.sessions.claim("a", "t", false).unwrap();
+    let (j, rx) = job(second.clone(), 12, Some("a"));
+    s.engine.submit(j).unwrap();
+    let (continued, done) = collect(rx);
+    assert_eq!(done.cached_tokens, held);
+    assert_eq!(continued, reference(&s.decoder, &second, 12));
+    s.sessions.finish("a", History::Text(String::new()));
+    assert!(s.sessions.list()[0].cached_tokens >= second.len() + continued.len() - 1);
+
+    s.engine.drop_session("a");
+    wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
+}
+
+#[test]
+fn idle_session_caches_are_evicted_under_pressure() {
+    let s = start(EngineConfig {
+        kv_blocks: 12,
+        ..EngineConfig::default()
+    });
+    s.sessions.claim("old", "t", false).unwrap();
+    let (j, rx) = job(vec![65; 100], 4, Some("old"));
+    s.engine.submit(j).unwrap();
+    collect(rx);
+    assert_eq!(s.sessions.list()[0].kv_blocks, 7);
+    // 150 positions need 10 of the 12 blocks: the idle cache must go.
+    let (j, rx) = job(vec![66; 150], 4, None);
+    s.engine.submit(j).unwrap();
+    collect(rx);
+    assert_eq!(s.sessions.list()[0].cached_tokens, 0);
+    wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
+}
+
+#[test]
+fn a_client_that_goes_away_frees_its_blocks() {
+    let s = start(EngineConfig::default());
+    let (j, mut rx) = job(vec![70; 200], 400, None);
+    s.engine.submit(j).unwrap();
+    match rx.blocking_recv() {
+        Some(Event::Token(_)) => {}
+        other => panic!("expected a token, got {other:?}"),
+    }
+    assert!(s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) > 0);
+    drop(rx);
+    wait_for(|| {
+        s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0
+            && s.engine.stats.running.load(Ordering::Relaxed) == 0
+    });
+}
+
+#[test]
+fn a_full_queue_refuses_and_shutdown_cancels_what_is_left() {
+    let s = start(EngineConfig {
+        max_batch: 1,
+        queue: 2,
+        ..EngineConfig::default()
+    });
+    let mut receivers = Vec::new();
+    let mut refused = 0;
+    for _ in 0..6 {
+        let (j, rx) = job(vec![72; 10], 400, None);
+        match s.engine.submit(j) {
+            Ok(()) => receivers.push(rx),
+            Err(QueueFull(2)) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // One may have been admitted (leaving the queue) before the others arrived.
+    assert!(refused >= 3, "refused {refused}");
+    s.engine.shutdown(Instant::now());
+    for mut rx in receivers {
+        let mut last = None;
+        while let Some(e) = rx.blocking_recv() {
+            last = Some(e);
+        }
+        assert!(matches!(last, Some(Event::Failed(ref m)) if m.contains("shutting down")), "{last:?}");
+    }
+}
+
+#[test]
+fn stop_strings_and_max_tokens_end_generation() {
+    let s = start(EngineConfig::default());
+    let prompt: Vec<u32> = b"Hello".iter().map(|&b| b as u32).collect();
+    let free = reference(&s.decoder, &prompt, 30);
+    let text = s.text.decode(&free);
+    assert!(text.len() >= 6, "the tiny model stopped early: {text:?}");
+    // Stop at a string that appears after a few characters.
+    let stop = text[3..5].to_owned();
+    let (mut j, rx) = job(prompt.clone(), 30, None);
+    j.stop = vec![stop.clone()];
+    s.engine.submit(j).unwrap();
+    let (_, done) = collect(rx);
+    assert_eq!(done.finish, Finish::Stop);
+    assert_eq!(done.text, text[..text.find(&stop).unwrap()]);
+
+    let (j, rx) = job(prompt, 5, None);
+    s.engine.submit(j).unwrap();
+    let (tokens, done) = collect(rx);
+    assert_eq!((tokens.len(), done.finish), (5, Finish::Length));
+}

@@ -1,0 +1,739 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`: check the request, hand a job to
+//! the model's engine thread, and answer with one JSON object or a stream of server-sent
+//! events (`data: {...}` chunks, then `data: [DONE]`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use quench_cpu::SamplingParams;
+use quench_text::Message;
+use serde_json::{json, Value};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use super::body::read_json;
+use super::types::{ChatRequest, CompletionRequest, PromptInput, Stop, StreamOptions};
+use super::{ApiError, AppState, ServedKind, ServedModel};
+use crate::engine::blocks::blocks_for;
+use crate::engine::{Done, Event, Job, TokenLogprob, TokenOut};
+use crate::log::RequestLog;
+use crate::sessions::{valid_session_id, History, SessionRefusal, SessionStore};
+use crate::text::{TextFailure, TextSide};
+
+/// Most stop strings a request may give.
+const MAX_STOPS: usize = 16;
+/// Most alternatives `top_logprobs` may ask for.
+const MAX_TOP_LOGPROBS: i64 = 20;
+const SESSION_HEADER: &str = "x-session-id";
+
+/// The options chat and text completions share, checked.
+struct Options {
+    max_tokens: Option<(usize, &'static str)>,
+    sampling: SamplingParams,
+    stop: Vec<String>,
+    stream: bool,
+    include_usage: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_options(
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    seed: Option<i64>,
+    stop: Option<Stop>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    n: Option<i64>,
+    penalties: [(&'static str, Option<f64>); 2],
+) -> Result<Options, ApiError> {
+    let max_tokens = match (max_completion_tokens, max_tokens) {
+        (Some(v), _) => Some((v, "max_completion_tokens")),
+        (None, Some(v)) => Some((v, "max_tokens")),
+        (None, None) => None,
+    };
+    let max_tokens = match max_tokens {
+        Some((v, name)) if v <= 0 => {
+            return Err(ApiError::invalid(name, format!("{name} must be at least 1, not {v}")))
+        }
+        Some((v, name)) => Some((usize::try_from(v).unwrap_or(usize::MAX), name)),
+        None => None,
+    };
+    let temperature = temperature.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(ApiError::invalid(
+            "temperature",
+            format!("temperature must be between 0 and 2, not {temperature}"),
+        ));
+    }
+    let top_p = top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::invalid(
+            "top_p",
+            format!("top_p must be above 0 and at most 1, not {top_p}"),
+        ));
+    }
+    if let Some(n) = n.filter(|&n| n != 1) {
+        return Err(ApiError::invalid("n", format!("n must be 1 (one choice per request), not {n}")));
+    }
+    for (name, value) in penalties {
+        if let Some(v) = value.filter(|&v| v != 0.0) {
+            return Err(ApiError::invalid(name, format!("{name} is not supported (got {v}); leave it at 0")));
+        }
+    }
+    let stop: Vec<String> = stop.map(|s| s.0).unwrap_or_default();
+    if stop.len() > MAX_STOPS {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("stop holds {} strings; at most {MAX_STOPS} are taken", stop.len()),
+        ));
+    }
+    let stream = stream.unwrap_or(false);
+    let include_usage = stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+    let sampling = SamplingParams {
+        temperature: temperature as f32,
+        top_p: top_p as f32,
+        // Without a seed, each request draws differently.
+        seed: seed.map_or_else(rand::random, |s| s as u64),
+        ..SamplingParams::greedy()
+    };
+    Ok(Options {
+        max_tokens,
+        sampling,
+        stop,
+        stream,
+        include_usage,
+    })
+}
+
+/// The session a request names in its body or its `X-Session-Id` header.
+fn session_id(body: Option<String>, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let header = match headers.get(SESSION_HEADER) {
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::invalid("X-Session-Id", "X-Session-Id must be ASCII text"))?
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let id = match (body, header) {
+        (Some(b), Some(h)) if b != h => {
+            return Err(ApiError::invalid(
+                "session_id",
+                format!("session_id {b:?} differs from the X-Session-Id header {h:?}"),
+            ))
+        }
+        (b, h) => b.or(h),
+    };
+    if let Some(id) = &id {
+        if !valid_session_id(id) {
+            return Err(ApiError::invalid(
+                "session_id",
+                "session_id must be 1 to 128 characters out of letters, digits and -_.:",
+            ));
+        }
+    }
+    Ok(id)
+}
+
+/// One request's turn in a session: on an answer the session's history grows by the
+/// request's input and the reply; otherwise it stays as it was.
+struct SessionTurn {
+    store: Arc<SessionStore>,
+    id: String,
+    /// The history with this request's input appended.
+    with_input: Option<History>,
+}
+
+impl SessionTurn {
+    fn complete(mut self, reply: &str) {
+        let history = match self.with_input.take() {
+            Some(History::Chat(mut messages)) => {
+                messages.push(Message::new("assistant", reply));
+                History::Chat(messages)
+            }
+            Some(History::Text(mut text)) => {
+                text.push_str(reply);
+                History::Text(text)
+            }
+            Some(History::Empty) | None => History::Empty,
+        };
+        self.store.finish(&self.id, history);
+    }
+}
+
+impl Drop for SessionTurn {
+    fn drop(&mut self) {
+        if self.with_input.is_some() {
+            self.store.release(&self.id);
+        }
+    }
+}
+
+/// Claims session `id` for a request to `model`, dropping the cache of a session forgotten
+/// to make room.
+fn claim_session(
+    state: &AppState,
+    served: &ServedModel,
+    id: &str,
+    chat: bool,
+) -> Result<(crate::sessions::Claim, SessionTurn), ApiError> {
+    let (claim, forgotten) = state
+        .sessions
+        .claim(id, &served.id, chat)
+        .map_err(|e| match e {
+            SessionRefusal::Busy(_) => ApiError::new(StatusCode::CONFLICT, e.to_string())
+                .param("session_id")
+                .code("session_busy"),
+            _ => ApiError::invalid("session_id", e.to_string()),
+        })?;
+    if let Some(old) = forgotten {
+        for m in &state.models {
+            if let Some(engine) = m.engine() {
+                engine.drop_session(&old);
+            }
+        }
+    }
+    let turn = SessionTurn {
+        store: state.sessions.clone(),
+        id: id.to_owned(),
+        with_input: None,
+    };
+    Ok((claim, turn))
+}
+
+fn text_failure(e: TextFailure, param: &str) -> ApiError {
+    match e {
+        TextFailure::NoTemplate => ApiError::invalid("model", e.to_string()),
+        _ => ApiError::invalid(param, e.to_string()),
+    }
+}
+
+fn request_log(request: &Request) -> Option<Arc<RequestLog>> {
+    request.extensions().get::<Arc<RequestLog>>().cloned()
+}
+
+pub async fn chat(State(state): State<Arc<AppState>>, request: Request) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    let log = request_log(&request);
+    let (parts, body) = request.into_parts();
+    let req: ChatRequest = read_json(&parts.headers, body, state.limits).await?;
+    let served = state.model(req.model.as_deref(), true)?;
+    if let Some(log) = &log {
+        log.set_model(&served.id);
+    }
+    let options = check_options(
+        req.max_tokens,
+        req.max_completion_tokens,
+        req.temperature,
+        req.top_p,
+        req.seed,
+        req.stop,
+        req.stream,
+        req.stream_options,
+        req.n,
+        [("presence_penalty", req.presence_penalty), ("frequency_penalty", req.frequency_penalty)],
+    )?;
+    let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
+        (_, Some(n)) if !(0..=MAX_TOP_LOGPROBS).contains(&n) => {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                format!("top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, not {n}"),
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(ApiError::invalid("top_logprobs", "top_logprobs needs logprobs set to true"))
+        }
+        (true, n) => Some(n.unwrap_or(0) as usize),
+        (false, None) => None,
+    };
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid("messages", "messages must hold at least one message"));
+    }
+    let mut messages = Vec::with_capacity(req.messages.len());
+    for (i, m) in req.messages.iter().enumerate() {
+        let text = m.content.text().map_err(|kind| {
+            ApiError::invalid(
+                format!("messages[{i}].content"),
+                format!("content parts of type {kind:?} are not supported; send text"),
+            )
+        })?;
+        if !["system", "developer", "user", "assistant", "tool"].contains(&m.role.as_str()) {
+            return Err(ApiError::invalid(
+                format!("messages[{i}].role"),
+                format!(
+                    "role {:?} is not one of system, developer, user, assistant, tool",
+                    m.role
+                ),
+            ));
+        }
+        // Chat templates know "system"; "developer" is its newer name.
+        let role = if m.role == "developer" { "system" } else { &m.role };
+        messages.push(Message::new(role, text));
+    }
+
+    let session = session_id(req.session_id, &parts.headers)?;
+    let ServedKind::Causal { text, .. } = &served.kind else {
+        return Err(ApiError::invalid("model", "this model does not generate text"));
+    };
+    let mut turn = None;
+    if let Some(id) = &session {
+        let (claim, mut t) = claim_session(&state, &served, id, true)?;
+        if let History::Chat(earlier) = claim.history {
+            messages.splice(0..0, earlier);
+        }
+        t.with_input = Some(History::Chat(messages.clone()));
+        turn = Some(t);
+    }
+    let prompt = text.chat_prompt(&messages).map_err(|e| text_failure(e, "messages"))?;
+    let reply = Reply {
+        id: format!("chatcmpl-{}", log.as_ref().map_or("0", |l| l.id.as_str())),
+        created: chrono::Utc::now().timestamp(),
+        model: served.id.clone(),
+        chat: true,
+        text: text.clone(),
+        session: session.clone(),
+    };
+    run(state, served.clone(), reply, prompt, "messages", options, logprobs, turn, log, arrived).await
+}
+
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    let log = request_log(&request);
+    let (parts, body) = request.into_parts();
+    let req: CompletionRequest = read_json(&parts.headers, body, state.limits).await?;
+    let served = state.model(req.model.as_deref(), true)?;
+    if let Some(log) = &log {
+        log.set_model(&served.id);
+    }
+    let options = check_options(
+        req.max_tokens,
+        req.max_completion_tokens,
+        req.temperature,
+        req.top_p,
+        req.seed,
+        req.stop,
+        req.stream,
+        req.stream_options,
+        req.n,
+        [("presence_penalty", req.presence_penalty), ("frequency_penalty", req.frequency_penalty)],
+    )?;
+    let logprobs = match req.logprobs {
+        Some(n) if !(0..=MAX_TOP_LOGPROBS).contains(&n) => {
+            return Err(ApiError::invalid(
+                "logprobs",
+                format!("logprobs must be between 0 and {MAX_TOP_LOGPROBS}, not {n}"),
+            ))
+        }
+        n => n.map(|n| n as usize),
+    };
+    if req.echo == Some(true) {
+        return Err(ApiError::invalid("echo", "echo is not supported"));
+    }
+    if req.suffix.is_some() {
+        return Err(ApiError::invalid("suffix", "suffix is not supported"));
+    }
+    let ServedKind::Causal { text, .. } = &served.kind else {
+        return Err(ApiError::invalid("model", "this model does not generate text"));
+    };
+    let session = session_id(req.session_id, &parts.headers)?;
+    let prompt_input = req
+        .prompt
+        .ok_or_else(|| ApiError::invalid("prompt", "prompt is required"))?;
+    let mut turn = None;
+    let prompt = match prompt_input {
+        PromptInput::Many(n) => {
+            return Err(ApiError::invalid(
+                "prompt",
+                format!("prompt holds {n} prompts; send one per request"),
+            ))
+        }
+        PromptInput::Text(t) if t.is_empty() => {
+            return Err(ApiError::invalid("prompt", "prompt must not be empty"))
+        }
+        PromptInput::Tokens(t) if t.is_empty() => {
+            return Err(ApiError::invalid("prompt", "prompt must not be empty"))
+        }
+        PromptInput::Tokens(_) if session.is_some() => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "a session continues text prompts; send the prompt as text",
+            ))
+        }
+        PromptInput::Tokens(tokens) => tokens,
+        PromptInput::Text(mut t) => {
+            if let Some(id) = &session {
+                let (claim, mut tr) = claim_session(&state, &served, id, false)?;
+                if let History::Text(earlier) = claim.history {
+                    t.insert_str(0, &earlier);
+                }
+                tr.with_input = Some(History::Text(t.clone()));
+                turn = Some(tr);
+            }
+            text.text_prompt(&t).map_err(|e| text_failure(e, "prompt"))?
+        }
+    };
+    let reply = Reply {
+        id: format!("cmpl-{}", log.as_ref().map_or("0", |l| l.id.as_str())),
+        created: chrono::Utc::now().timestamp(),
+        model: served.id.clone(),
+        chat: false,
+        text: text.clone(),
+        session: session.clone(),
+    };
+    run(state, served.clone(), reply, prompt, "prompt", options, logprobs, turn, log, arrived).await
+}
+
+/// Checks the prompt against the model's limits, submits the job and answers.
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    state: Arc<AppState>,
+    served: Arc<ServedModel>,
+    reply: Reply,
+    prompt: Vec<u32>,
+    prompt_param: &'static str,
+    options: Options,
+    logprobs: Option<usize>,
+    turn: Option<SessionTurn>,
+    log: Option<Arc<RequestLog>>,
+    arrived: Instant,
+) -> Result<Response, ApiError> {
+    let engine = served
+        .engine()
+        .ok_or_else(|| ApiError::invalid("model", "this model does not generate text"))?;
+    let context = engine.context_limit();
+    if prompt.len() >= context {
+        return Err(ApiError::invalid(
+            prompt_param,
+            format!(
+                "this model's context holds {context} tokens and the {prompt_param} take {}, \
+                 leaving no room for a reply",
+                prompt.len()
+            ),
+        )
+        .code("context_length_exceeded"));
+    }
+    let max_tokens = match options.max_tokens {
+        Some((n, name)) if prompt.len().saturating_add(n) > context => {
+            return Err(ApiError::invalid(
+                name,
+                format!(
+                    "this model's context holds {context} tokens: {} in the {prompt_param} and \
+                     {n} asked in {name} exceed it (at most {} can be asked)",
+                    prompt.len(),
+                    context - prompt.len()
+                ),
+            )
+            .code("context_length_exceeded"))
+        }
+        Some((n, _)) => n,
+        None => context - prompt.len(),
+    };
+    let blocks = blocks_for(prompt.len() + 1);
+    if blocks > engine.kv_blocks() {
+        return Err(ApiError::invalid(
+            prompt_param,
+            format!(
+                "the {prompt_param} take {} tokens, {blocks} KV blocks, and the server has {} \
+                 (--kv-blocks)",
+                prompt.len(),
+                engine.kv_blocks()
+            ),
+        )
+        .code("context_length_exceeded"));
+    }
+    if let (Some(log), Some(id)) = (&log, &reply.session) {
+        log.set_session(id);
+    }
+    let (events, rx) = unbounded_channel();
+    let job = Job {
+        request_id: log.as_ref().map_or_else(String::new, |l| l.id.clone()),
+        prompt,
+        session: reply.session.clone(),
+        max_tokens,
+        sampling: options.sampling,
+        stop: options.stop,
+        logprobs,
+        events,
+        arrived,
+    };
+    if let Err(full) = engine.submit(job) {
+        state
+            .metrics
+            .rejected_queue_full
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, full.to_string())
+            .code("queue_full")
+            .retry_after(1));
+    }
+    let mut response = if options.stream {
+        stream_response(reply.clone(), rx, options.include_usage, turn, log)
+    } else {
+        whole_response(&reply, rx, turn, log).await?
+    };
+    if let Some(id) = reply.session.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {
+        response.headers_mut().insert(SESSION_HEADER, id);
+    }
+    Ok(response)
+}
+
+/// How the answer is written: chat or text completion objects.
+#[derive(Clone)]
+struct Reply {
+    id: String,
+    created: i64,
+    model: String,
+    chat: bool,
+    text: Arc<dyn TextSide>,
+    session: Option<String>,
+}
+
+impl Reply {
+    fn usage(&self, done: &Done) -> Value {
+        json!({
+            "prompt_tokens": done.prompt_tokens,
+            "completion_tokens": done.completion_tokens,
+            "total_tokens": done.prompt_tokens + done.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+        })
+    }
+
+    fn entry(&self, lp: TokenLogprob) -> Value {
+        let token = self.text.token_text(lp.token);
+        json!({"token": token, "logprob": lp.logprob, "bytes": token.as_bytes()})
+    }
+
+    /// Chat logprobs of some tokens.
+    fn chat_logprobs(&self, tokens: &[(TokenLogprob, Vec<TokenLogprob>)]) -> Value {
+        let content: Vec<Value> = tokens
+            .iter()
+            .map(|(chosen, top)| {
+                let mut v = self.entry(*chosen);
+                v["top_logprobs"] = top.iter().map(|t| self.entry(*t)).collect();
+                v
+            })
+            .collect();
+        json!({"content": content})
+    }
+
+    /// Completion logprobs of some tokens, the first at `offset` in the text.
+    fn completion_logprobs(&self, tokens: &[(TokenLogprob, Vec<TokenLogprob>)], mut offset: usize) -> Value {
+        let (mut texts, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+        for (chosen, top) in tokens {
+            let t = self.text.token_text(chosen.token);
+            offsets.push(offset);
+            offset += t.len();
+            texts.push(t);
+            lps.push(chosen.logprob);
+            let alternatives: serde_json::Map<String, Value> = top
+                .iter()
+                .map(|a| (self.text.token_text(a.token), json!(a.logprob)))
+                .collect();
+            tops.push(Value::Object(alternatives));
+        }
+        json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+    }
+
+    fn logprobs(&self, tokens: &[(TokenLogprob, Vec<TokenLogprob>)], offset: usize) -> Value {
+        if self.chat {
+            self.chat_logprobs(tokens)
+        } else {
+            self.completion_logprobs(tokens, offset)
+        }
+    }
+
+    /// A streamed chunk with one choice.
+    fn chunk(&self, text: Option<&str>, logprobs: Value, finish: Option<&str>) -> Value {
+        let choice = if self.chat {
+            let delta = match text {
+                Some(t) => json!({"content": t}),
+                None => json!({}),
+            };
+            json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
+        } else {
+            json!({"index": 0, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish})
+        };
+        self.object(vec![choice], true)
+    }
+
+    fn object(&self, choices: Vec<Value>, chunk: bool) -> Value {
+        let object = match (self.chat, chunk) {
+            (true, true) => "chat.completion.chunk",
+            (true, false) => "chat.completion",
+            (false, _) => "text_completion",
+        };
+        let mut v = json!({
+            "id": self.id,
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": Value::Null,
+            "choices": choices,
+        });
+        if let Some(s) = &self.session {
+            v["session_id"] = s.as_str().into();
+        }
+        v
+    }
+}
+
+fn failure(message: String) -> ApiError {
+    let status = if message.contains("shutting down") {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    ApiError::new(status, message)
+}
+
+/// Waits for the whole answer.
+async fn whole_response(
+    reply: &Reply,
+    mut rx: UnboundedReceiver<Event>,
+    turn: Option<SessionTurn>,
+    log: Option<Arc<RequestLog>>,
+) -> Result<Response, ApiError> {
+    let mut logprobs = Vec::new();
+    let done = loop {
+        match rx.recv().await {
+            Some(Event::Token(TokenOut { logprobs: Some(lp), .. })) => logprobs.push(lp),
+            Some(Event::Token(_)) => {}
+            Some(Event::Done(done)) => break done,
+            Some(Event::Failed(why)) => return Err(failure(why)),
+            None => return Err(failure("the model's engine stopped".into())),
+        }
+    };
+    if let Some(log) = &log {
+        log.set_tokens(done.prompt_tokens, done.completion_tokens);
+    }
+    if let Some(turn) = turn {
+        turn.complete(&done.text);
+    }
+    let lp = if logprobs.is_empty() {
+        Value::Null
+    } else {
+        reply.logprobs(&logprobs, 0)
+    };
+    let choice = if reply.chat {
+        json!({"index": 0, "message": {"role": "assistant", "content": done.text},
+               "logprobs": lp, "finish_reason": done.finish.as_str()})
+    } else {
+        json!({"index": 0, "text": done.text, "logprobs": lp,
+               "finish_reason": done.finish.as_str()})
+    };
+    let mut body = reply.object(vec![choice], false);
+    body["usage"] = reply.usage(&done);
+    Ok(axum::Json(body).into_response())
+}
+
+/// The state of a streamed answer.
+struct Streaming {
+    reply: Reply,
+    rx: UnboundedReceiver<Event>,
+    include_usage: bool,
+    turn: Option<SessionTurn>,
+    log: Option<Arc<RequestLog>>,
+    /// Bytes of text sent so far (completion logprobs' offsets).
+    sent: usize,
+    finished: bool,
+}
+
+fn event(value: &Value) -> String {
+    format!("data: {value}\n\n")
+}
+
+impl Streaming {
+    /// The next bytes to send, or `None` at the end.
+    async fn next(&mut self) -> Option<Bytes> {
+        if self.finished {
+            return None;
+        }
+        loop {
+            let out = match self.rx.recv().await {
+                Some(Event::Token(t)) => {
+                    if t.text.is_empty() && t.logprobs.is_none() {
+                        continue;
+                    }
+                    let lp = match &t.logprobs {
+                        Some(lp) => self.reply.logprobs(std::slice::from_ref(lp), self.sent),
+                        None => Value::Null,
+                    };
+                    self.sent += t.text.len();
+                    event(&self.reply.chunk(Some(&t.text), lp, None))
+                }
+                Some(Event::Done(done)) => {
+                    self.finished = true;
+                    let mut out = event(&self.reply.chunk(None, Value::Null, Some(done.finish.as_str())));
+                    if self.include_usage {
+                        let mut usage = self.reply.object(vec![], true);
+                        usage["usage"] = self.reply.usage(&done);
+                        out.push_str(&event(&usage));
+                    }
+                    out.push_str("data: [DONE]\n\n");
+                    if let Some(log) = &self.log {
+                        log.set_tokens(done.prompt_tokens, done.completion_tokens);
+                    }
+                    if let Some(turn) = self.turn.take() {
+                        turn.complete(&done.text);
+                    }
+                    out
+                }
+                Some(Event::Failed(why)) => self.fail(why),
+                None => self.fail("the model's engine stopped".into()),
+            };
+            return Some(Bytes::from(out));
+        }
+    }
+
+    fn fail(&mut self, why: String) -> String {
+        self.finished = true;
+        if let Some(log) = &self.log {
+            log.set_error(&why);
+        }
+        event(&failure(why).body())
+    }
+}
+
+fn stream_response(
+    reply: Reply,
+    rx: UnboundedReceiver<Event>,
+    include_usage: bool,
+    turn: Option<SessionTurn>,
+    log: Option<Arc<RequestLog>>,
+) -> Response {
+    // The chat stream opens with the assistant's role, as OpenAI's does.
+    let opening = reply.chat.then(|| {
+        let mut chunk = reply.chunk(Some(""), Value::Null, None);
+        chunk["choices"][0]["delta"] = json!({"role": "assistant", "content": ""});
+        Bytes::from(event(&chunk))
+    });
+    let state = Streaming {
+        reply,
+        rx,
+        include_usage,
+        turn,
+        log,
+        sent: 0,
+        finished: false,
+    };
+    let rest = futures_util::stream::unfold(state, |mut s| async move {
+        s.next().await.map(|bytes| (Ok::<_, Infallible>(bytes), s))
+    });
+    let body = futures_util::stream::StreamExt::chain(
+        futures_util::stream::iter(opening.map(Ok::<_, Infallible>)),
+        rest,
+    );
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

@@ -1,0 +1,214 @@
+//! Request bodies, as OpenAI's API defines them. Fields the server does not use are
+//! ignored; a field it uses with a value of the wrong type is refused by name. (Fields
+//! are spelled out in each request rather than flattened, so that errors keep their path.)
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// quench: continue this session (see the `X-Session-Id` header too).
+    pub session_id: Option<String>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub model: Option<String>,
+    pub prompt: Option<PromptInput>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// quench: continue this session (see the `X-Session-Id` header too).
+    pub session_id: Option<String>,
+    /// Completions take the number of alternatives to report.
+    pub logprobs: Option<i64>,
+    pub echo: Option<bool>,
+    pub suffix: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Content,
+}
+
+/// A message's content: a string, or a list of parts of which only text parts are read.
+#[derive(Debug, Default)]
+pub struct Content(pub Option<String>, pub Option<String>);
+
+impl Content {
+    /// The text, or the name of the part type that is not supported.
+    pub fn text(&self) -> Result<&str, &str> {
+        match (&self.0, &self.1) {
+            (_, Some(unsupported)) => Err(unsupported),
+            (Some(t), None) => Ok(t),
+            (None, None) => Ok(""),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ContentPart {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Content;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Content, E> {
+                Ok(Content(Some(s.to_owned()), None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Content, E> {
+                Ok(Content(None, None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Content, E> {
+                Ok(Content(None, None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
+                let mut text = String::new();
+                while let Some(part) = seq.next_element::<ContentPart>()? {
+                    match (part.kind.as_str(), part.text) {
+                        ("text", Some(t)) => text.push_str(&t),
+                        ("text", None) => return Err(de::Error::missing_field("text")),
+                        (other, _) => return Ok(Content(None, Some(other.to_owned()))),
+                    }
+                }
+                Ok(Content(Some(text), None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `stop`: one string or a list of them.
+#[derive(Debug)]
+pub struct Stop(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for Stop {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Stop;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of strings")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Stop, E> {
+                Ok(Stop(vec![s.to_owned()]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Stop, A::Error> {
+                let mut all = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    all.push(s);
+                }
+                Ok(Stop(all))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A completion prompt: text, or token ids; a list of one of those is accepted too.
+#[derive(Debug)]
+pub enum PromptInput {
+    Text(String),
+    Tokens(Vec<u32>),
+    /// More than one prompt: refused (one completion per request).
+    Many(usize),
+}
+
+impl<'de> Deserialize<'de> for PromptInput {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        let token = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+        let tokens = |items: &[serde_json::Value]| -> Option<Vec<u32>> { items.iter().map(token).collect() };
+        let bad = || de::Error::custom("expected a string, an array of token ids, or an array of one of those");
+        match &value {
+            serde_json::Value::String(s) => Ok(PromptInput::Text(s.clone())),
+            serde_json::Value::Array(items) if items.iter().all(|v| v.is_number()) => {
+                tokens(items).map(PromptInput::Tokens).ok_or_else(bad)
+            }
+            serde_json::Value::Array(items) if items.len() == 1 => match &items[0] {
+                serde_json::Value::String(s) => Ok(PromptInput::Text(s.clone())),
+                serde_json::Value::Array(inner) => tokens(inner).map(PromptInput::Tokens).ok_or_else(bad),
+                _ => Err(bad()),
+            },
+            serde_json::Value::Array(items) if items.iter().all(|v| v.is_string() || v.is_array()) => {
+                Ok(PromptInput::Many(items.len()))
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EmbeddingRequest {
+    pub model: Option<String>,
+    pub input: EmbeddingInput,
+    pub encoding_format: Option<String>,
+    pub dimensions: Option<i64>,
+}
+
+/// Texts to embed: one string or a list of them.
+#[derive(Debug)]
+pub struct EmbeddingInput(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for EmbeddingInput {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = EmbeddingInput;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of strings")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<EmbeddingInput, E> {
+                Ok(EmbeddingInput(vec![s.to_owned()]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EmbeddingInput, A::Error> {
+                let mut all = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    all.push(s);
+                }
+                Ok(EmbeddingInput(all))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

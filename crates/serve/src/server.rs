@@ -1,0 +1,369 @@
+//! Starting and stopping the server: load the models, listen, serve connections with read
+//! timeouts, and shut down gracefully.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::api::{router, AppState, BodyLimits, ServedModel};
+use crate::engine::{EngineConfig, EngineHandle};
+use crate::log::{self, RequestIds};
+use crate::metrics::Metrics;
+use crate::sessions::SessionStore;
+use crate::synthetic;
+use crate::text::TextSide;
+
+/// Where a model comes from: `PATH` (a GGUF file or a Hugging Face directory),
+/// `NAME=PATH` to serve it under NAME, or one of the built-in synthetic models
+/// `synthetic:tiny-chat` and `synthetic:tiny-embed`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// The name clients use in `model`.
+    pub name: String,
+    pub source: ModelSource,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelSource {
+    Path(PathBuf),
+    TinyChat,
+    TinyEmbed,
+}
+
+impl std::str::FromStr for ModelSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, source) = match s.split_once('=') {
+            Some((name, source)) if !name.is_empty() && !name.contains('/') => {
+                (Some(name.to_owned()), source)
+            }
+            _ => (None, s),
+        };
+        let source = match source {
+            "synthetic:tiny-chat" => ModelSource::TinyChat,
+            "synthetic:tiny-embed" => ModelSource::TinyEmbed,
+            other if other.starts_with("synthetic:") => {
+                return Err(format!(
+                    "{other}: unknown synthetic model (there are synthetic:tiny-chat and \
+                     synthetic:tiny-embed)"
+                ))
+            }
+            "" => return Err("empty model path".into()),
+            path => ModelSource::Path(PathBuf::from(path)),
+        };
+        let name = name.unwrap_or_else(|| match &source {
+            ModelSource::TinyChat => "tiny-chat".into(),
+            ModelSource::TinyEmbed => "tiny-embed".into(),
+            ModelSource::Path(p) => {
+                let p = p.as_path();
+                let stem = if p.is_dir() { p.file_name() } else { p.file_stem() };
+                stem.map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().into_owned())
+            }
+        });
+        Ok(ModelSpec { name, source })
+    }
+}
+
+/// Everything `quench serve` is told.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Models that generate text.
+    pub models: Vec<ModelSpec>,
+    /// Models that embed text.
+    pub embedding_models: Vec<ModelSpec>,
+    pub host: String,
+    /// 0 picks a free port (the log line `listening` says which).
+    pub port: u16,
+    pub engine: EngineConfig,
+    /// Most positions one sequence may hold (capped at the model's own context).
+    pub context: Option<usize>,
+    pub max_sessions: usize,
+    pub body_limit: usize,
+    /// Time a client has to send a request's headers.
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's body.
+    pub body_timeout: Duration,
+    /// At shutdown, how long requests in flight may take to finish before they are cancelled.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            models: Vec::new(),
+            embedding_models: Vec::new(),
+            host: "127.0.0.1".into(),
+            port: 8080,
+            engine: EngineConfig::default(),
+            context: None,
+            max_sessions: 256,
+            body_limit: 1 << 20,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot load model {name:?}: {reason}")]
+    Load { name: String, reason: String },
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot start the engine thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A server that is listening and has its models loaded.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<AppState>,
+    config: ServeConfig,
+}
+
+impl Server {
+    /// Binds the address first (so that a busy port is reported before a long load), then
+    /// loads every model and starts their engine threads.
+    pub async fn start(config: ServeConfig) -> Result<Server, ServeError> {
+        if config.models.is_empty() && config.embedding_models.is_empty() {
+            return Err(ServeError::Config("no model to serve: pass --model".into()));
+        }
+        let mut names: Vec<&str> = config
+            .models
+            .iter()
+            .chain(&config.embedding_models)
+            .map(|m| m.name.as_str())
+            .collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ServeError::Config(format!(
+                "two models are named {:?}; name them apart with NAME=PATH",
+                w[0]
+            )));
+        }
+        if config.engine.kv_blocks == 0 || config.engine.max_batch == 0 {
+            return Err(ServeError::Config(
+                "--kv-blocks and --max-batch must be at least 1".into(),
+            ));
+        }
+        let addr = format!("{}:{}", config.host, config.port);
+        let listener = TcpListener::bind(&addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+
+        let sessions = SessionStore::new(config.max_sessions);
+        let mut models = Vec::new();
+        for spec in &config.models {
+            let started = Instant::now();
+            let loaded = load_causal(spec, &config, &sessions).await?;
+            log::line(
+                "info",
+                "model loaded",
+                json!({"model": spec.name, "kind": "chat", "context": loaded.engine().map(|e| e.context_limit()),
+                       "ms": started.elapsed().as_millis() as u64}),
+            );
+            models.push(Arc::new(loaded));
+        }
+        for spec in &config.embedding_models {
+            let started = Instant::now();
+            models.push(Arc::new(load_embedding(spec, &config).await?));
+            log::line(
+                "info",
+                "model loaded",
+                json!({"model": spec.name, "kind": "embedding", "ms": started.elapsed().as_millis() as u64}),
+            );
+        }
+        let state = Arc::new(AppState {
+            models,
+            sessions,
+            metrics: Arc::new(Metrics::default()),
+            limits: BodyLimits {
+                max_bytes: config.body_limit,
+                timeout: config.body_timeout,
+            },
+            draining: AtomicBool::new(false),
+            request_ids: RequestIds::default(),
+        });
+        Ok(Server {
+            listener,
+            state,
+            config,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes; then stops accepting, lets requests in flight
+    /// finish within the grace period (cancelling the rest) and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Server {
+            listener,
+            state,
+            config,
+        } = self;
+        let app = router(state.clone());
+        let graceful = GracefulShutdown::new();
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(config.header_timeout);
+        if let Ok(addr) = listener.local_addr() {
+            log::line(
+                "info",
+                "listening",
+                json!({"address": addr.to_string(), "port": addr.port()}),
+            );
+        }
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let stream = match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(e) => {
+                            // Out of file descriptors and the like: wait a little.
+                            log::line("error", "accept failed", json!({"error": e.to_string()}));
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let service = TowerToHyperService::new(app.clone());
+                    let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                }
+                _ = &mut shutdown => break,
+            }
+        }
+        drop(listener);
+        state.draining.store(true, Ordering::Release);
+        log::line(
+            "info",
+            "shutting down",
+            json!({"grace_ms": config.shutdown_grace.as_millis() as u64}),
+        );
+        // Idle connections close now; busy ones after their response.
+        let connections = tokio::spawn(graceful.shutdown());
+        let deadline = Instant::now() + config.shutdown_grace;
+        let engines = state.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for m in &engines.models {
+                if let Some(engine) = m.engine() {
+                    engine.shutdown(deadline);
+                }
+            }
+        })
+        .await;
+        // Streams cancelled at the deadline end at once; leave a moment for their last bytes.
+        let _ = tokio::time::timeout(Duration::from_secs(2), connections).await;
+        log::line("info", "stopped", json!({}));
+    }
+}
+
+async fn load_causal(
+    spec: &ModelSpec,
+    config: &ServeConfig,
+    sessions: &Arc<SessionStore>,
+) -> Result<ServedModel, ServeError> {
+    let fail = |reason: String| ServeError::Load {
+        name: spec.name.clone(),
+        reason,
+    };
+    let (spec2, context) = (spec.clone(), config.context);
+    let loaded = tokio::task::spawn_blocking(move || -> Result<Causal, String> {
+        match &spec2.source {
+            ModelSource::TinyChat => {
+                let (decoder, text) = synthetic::tiny_chat_model(1).map_err(|e| e.to_string())?;
+                Ok(Causal::Cpu(Arc::new(decoder), Arc::new(text)))
+            }
+            ModelSource::TinyEmbed => Err("synthetic:tiny-embed makes embeddings; pass it with --embedding-model".into()),
+            ModelSource::Path(path) => {
+                let options = quench_engine::LoadOptions {
+                    context_limit: context,
+                    ..Default::default()
+                };
+                let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;
+                match model {
+                    quench_engine::Model::Causal(m) => Ok(Causal::Engine(Arc::new(m))),
+                    quench_engine::Model::Embedding(_) => Err(format!(
+                        "{} makes embeddings; pass it with --embedding-model",
+                        path.display()
+                    )),
+                }
+            }
+        }
+    })
+    .await
+    .map_err(|e| fail(e.to_string()))?
+    .map_err(fail)?;
+    let engine_config = config.engine.clone();
+    let (engine, text): (EngineHandle, Arc<dyn TextSide>) = match loaded {
+        Causal::Cpu(decoder, text) => {
+            let text: Arc<dyn TextSide> = text;
+            let engine = EngineHandle::start(&spec.name, decoder, text.clone(), engine_config, sessions.clone());
+            (engine.map_err(ServeError::Thread)?, text)
+        }
+        Causal::Engine(model) => {
+            let text: Arc<dyn TextSide> = model.clone();
+            let engine = EngineHandle::start(&spec.name, model, text.clone(), engine_config, sessions.clone());
+            (engine.map_err(ServeError::Thread)?, text)
+        }
+    };
+    Ok(ServedModel::causal(spec.name.clone(), engine, text))
+}
+
+enum Causal {
+    Cpu(Arc<quench_cpu::Decoder<f32>>, Arc<crate::text::ModelText>),
+    Engine(Arc<quench_engine::CausalModel>),
+}
+
+async fn load_embedding(spec: &ModelSpec, config: &ServeConfig) -> Result<ServedModel, ServeError> {
+    let fail = |reason: String| ServeError::Load {
+        name: spec.name.clone(),
+        reason,
+    };
+    let (spec2, context) = (spec.clone(), config.context);
+    let model = tokio::task::spawn_blocking(move || -> Result<Arc<dyn crate::backend::EmbeddingBackend>, String> {
+        match &spec2.source {
+            ModelSource::TinyEmbed => Ok(Arc::new(synthetic::tiny_embedding_model(1).map_err(|e| e.to_string())?)),
+            ModelSource::TinyChat => Err("synthetic:tiny-chat generates text; pass it with --model".into()),
+            ModelSource::Path(path) => {
+                let options = quench_engine::LoadOptions {
+                    context_limit: context,
+                    ..Default::default()
+                };
+                match quench_engine::load(path, &options).map_err(|e| e.to_string())? {
+                    quench_engine::Model::Embedding(m) => Ok(Arc::new(m)),
+                    quench_engine::Model::Causal(_) => Err(format!(
+                        "{} generates text; pass it with --model",
+                        path.display()
+                    )),
+                }
+            }
+        }
+    })
+    .await
+    .map_err(|e| fail(e.to_string()))?
+    .map_err(fail)?;
+    Ok(ServedModel::embedding(spec.name.clone(), model))
+}
