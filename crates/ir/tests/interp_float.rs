@@ -879,8 +879,8 @@ fn bin_kernel(s: Scalar, ops: &[BinOp]) -> Function {
     k.finish().expect("verifies")
 }
 
-/// Integer arithmetic wraps; division by zero gives all ones and remainder the
-/// dividend; MIN / -1 wraps; shift amounts past the width give 0 or the sign.
+/// Integer arithmetic wraps; division and remainder by zero give all ones (as on the
+/// H200); MIN / -1 wraps; shift amounts past the width give 0 or the sign.
 #[test]
 fn integer_semantics() {
     use BinOp::*;
@@ -919,7 +919,7 @@ fn integer_semantics() {
                     MulHi if signed => ((xi as i64 * yi as i64) >> 32) as u32,
                     MulHi => ((x as u64 * y as u64) >> 32) as u32,
                     Div if y == 0 => u32::MAX,
-                    Rem if y == 0 => x,
+                    Rem if y == 0 => u32::MAX,
                     Div if signed => xi.wrapping_div(yi) as u32,
                     Rem if signed => xi.wrapping_rem(yi) as u32,
                     Div => x / y,
@@ -1131,4 +1131,167 @@ fn approximate_operations_are_modeled_and_reported() {
         f32::NEG_INFINITY,
         "lg2 of a subnormal is lg2(0)"
     );
+}
+
+/// NaN results have the bit patterns an H200 produced for the same operations (see
+/// the interpreter's `nan` module): canonical for f32/f16/bf16 arithmetic, propagated
+/// payloads for f64 and for conversions to or from f64.
+#[test]
+fn nan_results_follow_the_h200() {
+    let mut k = Builder::new("nans", 32);
+    let pf = k.param("f", fptr(Scalar::F32));
+    let pd = k.param("d", fptr(Scalar::F64));
+    let ph = k.param("h", fptr(Scalar::U16));
+    let out = k.param("out", fptr(Scalar::U64));
+    let load = |k: &mut Builder, p: Value, i: u32, ty: Type| {
+        let i = k.const_u32(i);
+        let q = k.ptr_add(p, i);
+        k.load(ty, q)
+    };
+    let f: Vec<Value> = (0..4).map(|i| load(&mut k, pf, i, Type::F32)).collect();
+    let d: Vec<Value> = (0..6)
+        .map(|i| load(&mut k, pd, i, Type::Scalar(Scalar::F64)))
+        .collect();
+    let h16: Vec<Value> = (0..4)
+        .map(|i| load(&mut k, ph, i, Type::Scalar(Scalar::U16)))
+        .collect();
+    let half = |k: &mut Builder, i: usize, s: Scalar| k.bitcast(Type::Scalar(s), h16[i]);
+    let (na, nb, s32, one) = (f[0], f[1], f[2], f[3]);
+    let (qa, qb, s64, one_d, inf_d, ns) = (d[0], d[1], d[2], d[3], d[4], d[5]);
+    let rn = Some(Round::Rn);
+    let mut results = vec![
+        // f32
+        k.neg(nb),
+        k.abs(nb),
+        k.bin_rnd(BinOp::Add, rn, na, one),
+        k.min(na, nb),
+        k.cvt(Scalar::F64, nb),
+        k.cvt(Scalar::F64, s32),
+        k.cvt_rnd(Scalar::F16, rn, false, nb),
+        k.cvt_rnd(Scalar::BF16, rn, false, nb),
+        // f64
+        k.bin_rnd(BinOp::Sub, rn, inf_d, inf_d),
+    ];
+    let zero_d = k.const_f64(0.0);
+    results.push(k.bin_rnd(BinOp::Mul, rn, zero_d, inf_d));
+    results.push(k.bin_rnd(BinOp::Add, rn, qa, qb));
+    results.push(k.bin_rnd(BinOp::Add, rn, qb, qa));
+    results.push(k.neg(qb));
+    results.push(k.neg(s64));
+    results.push(k.abs(qb));
+    results.push(k.emit(
+        Type::Scalar(Scalar::F64),
+        Op::Fma {
+            rnd: Round::Rn,
+            a: qa,
+            b: one_d,
+            c: qb,
+        },
+    ));
+    results.push(k.emit(
+        Type::Scalar(Scalar::F64),
+        Op::Fma {
+            rnd: Round::Rn,
+            a: one_d,
+            b: qb,
+            c: qa,
+        },
+    ));
+    results.push(k.min(qa, qb));
+    results.push(k.min(qb, qa));
+    results.push(k.max(s64, one_d));
+    results.push(k.bin_rnd(BinOp::Mul, rn, s64, one_d));
+    results.push(k.cvt_rnd(Scalar::F32, rn, false, ns));
+    let n = k.const_f64(f64::from_bits(0x7ff8_1234_5678_9abc));
+    results.push(k.cvt_rnd(Scalar::F16, rn, false, n));
+    results.push(k.cvt_rnd(Scalar::BF16, rn, false, qa));
+    let minus_one = k.neg(one_d);
+    results.push(k.un(UnOp::Sqrt(Round::Rn), minus_one));
+    results.push(k.bin_rnd(BinOp::Div, rn, zero_d, zero_d));
+    // f16 and bf16
+    let nh = half(&mut k, 0, Scalar::F16);
+    let oh = half(&mut k, 1, Scalar::F16);
+    results.push(k.neg(nh));
+    results.push(k.bin_rnd(BinOp::Add, rn, nh, oh));
+    results.push(k.cvt(Scalar::F32, nh));
+    results.push(k.cvt(Scalar::F64, nh));
+    let (ba, bb) = (half(&mut k, 2, Scalar::BF16), half(&mut k, 3, Scalar::BF16));
+    results.push(k.cvt(Scalar::F32, ba));
+    results.push(k.neg(ba));
+    results.push(k.min(ba, bb));
+    for (i, v) in results.iter().enumerate() {
+        let bits = match k.ty(*v).scalar().map(|s| s.bits()) {
+            Some(64) => k.bitcast(Type::U64, *v),
+            Some(32) => k.bitcast(Type::U32, *v),
+            _ => k.bitcast(Type::Scalar(Scalar::U16), *v),
+        };
+        let wide = if k.ty(bits) == Type::U64 {
+            bits
+        } else {
+            k.cvt(Scalar::U64, bits)
+        };
+        let at = k.const_u32(i as u32);
+        let q = k.ptr_add(out, at);
+        k.store(q, wide);
+    }
+    let f = k.finish().expect("verifies");
+
+    let (qa, qb) = (0x7ff8_0000_0000_0111u64, 0xfff8_0000_0000_0222u64);
+    let want: [u64; 33] = [
+        0x7fff_ffff,
+        0x7fff_ffff,
+        0x7fff_ffff,
+        0x7fff_ffff,
+        0xfff8_a864_2000_0000,
+        0x7ff8_0000_2000_0000,
+        0x7fff,
+        0x7fff,
+        0xfff8_0000_0000_0000,
+        0xfff8_0000_0000_0000,
+        qb,
+        qb,
+        qb,
+        0x7ff8_0000_0000_0333,
+        qb,
+        qb,
+        qa,
+        qb,
+        qb,
+        1f64.to_bits(),
+        0x7ff8_0000_0000_0333,
+        0xffc0_0000,
+        0x7e04,
+        0x7fc0,
+        0xfff8_0000_0000_0000,
+        0xfff8_0000_0000_0000,
+        0x7fff,
+        0x7fff,
+        0x7fff_ffff,
+        0x7ff8_4800_0000_0000,
+        0x7fc1_0000,
+        0x7fff,
+        0x7fff,
+    ];
+    assert_eq!(results.len(), want.len());
+    let mut dev = Device::new();
+    let pf = upload_u32(
+        &mut dev,
+        &[0x7fc1_2345, 0xffc5_4321, 0x7f80_0001, 1f32.to_bits()],
+    );
+    let ds = [
+        qa,
+        qb,
+        0x7ff0_0000_0000_0333,
+        1f64.to_bits(),
+        f64::INFINITY.to_bits(),
+        0xfff0_0000_0000_0abc,
+    ];
+    let pd = upload_u64(&mut dev, &ds);
+    let ph = upload_u16(&mut dev, &[0x7e12, 0x3c00, 0x7fc1, 0xffc3]);
+    let po = output(&mut dev, 8 * want.len());
+    launch(&f, &cfg(1, 32), &[pf, pd, ph, po], &mut dev).expect("runs");
+    let got = download_u64(&dev, po, want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(*g, w, "case {i}: got {g:#x}, the H200 gave {w:#x}");
+    }
 }

@@ -1,16 +1,16 @@
 //! Scalar semantics of the arithmetic operations on raw register bits (zero-extended to
 //! 64 bits), as PTX defines them for sm_90.
 //!
-//! Choices where PTX leaves a result unspecified:
-//! - integer division by zero gives all ones (unsigned max, or -1 signed), and the
-//!   remainder by zero gives the dividend; `MIN / -1` wraps to `MIN` with remainder 0;
-//! - every float operation that produces a NaN produces the canonical NaN (all
-//!   exponent and fraction bits set, sign clear), as the GPU does.
+//! Where PTX leaves a result unspecified, the interpreter gives what an H200 gives:
+//! - integer division and remainder by zero give all ones (measured for 32 and 64
+//!   bits); `MIN / -1` wraps to `MIN` with remainder 0;
+//! - NaN results have the bit patterns described in [`nan`](super::nan).
 //!
 //! Round to nearest on f32/f64 uses the host's IEEE arithmetic (which keeps
 //! subnormals); every other format and rounding direction goes through
 //! [`softfloat`](super::softfloat), which rounds exactly.
 
+use super::nan;
 use super::softfloat::{self as sf, Fmt};
 use crate::ops::{BinOp, CmpOp, Round, UnOp};
 use crate::types::Scalar;
@@ -58,14 +58,6 @@ fn canon32(x: f32) -> u64 {
         Fmt::F32.nan()
     } else {
         x.to_bits() as u64
-    }
-}
-
-fn canon64(x: f64) -> u64 {
-    if x.is_nan() {
-        Fmt::F64.nan()
-    } else {
-        x.to_bits()
     }
 }
 
@@ -124,7 +116,7 @@ fn int_bin(op: BinOp, s: Scalar, a: u64, b: u64) -> u64 {
             }
         }
         BinOp::Div if y == 0 => m,
-        BinOp::Rem if y == 0 => a,
+        BinOp::Rem if y == 0 => m,
         // i128 holds MIN / -1 of every width; masking wraps it back to MIN.
         BinOp::Div => (x / y) as u64,
         BinOp::Rem => (x % y) as u64,
@@ -170,24 +162,26 @@ fn float_bin(op: BinOp, rnd: Option<Round>, fmt: Fmt, a: u64, b: u64) -> R {
 }
 
 fn float_arith(op: BinOp, r: Round, fmt: Fmt, a: u64, b: u64) -> u64 {
-    match (fmt, r) {
+    let v = match (fmt, r) {
         (Fmt::F32, Round::Rn) => {
             let (x, y) = (f32::from_bits(a as u32), f32::from_bits(b as u32));
-            canon32(match op {
+            (match op {
                 BinOp::Add => x + y,
                 BinOp::Sub => x - y,
                 BinOp::Mul => x * y,
                 _ => x / y,
             })
+            .to_bits() as u64
         }
         (Fmt::F64, Round::Rn) => {
             let (x, y) = (f64::from_bits(a), f64::from_bits(b));
-            canon64(match op {
+            (match op {
                 BinOp::Add => x + y,
                 BinOp::Sub => x - y,
                 BinOp::Mul => x * y,
                 _ => x / y,
             })
+            .to_bits()
         }
         _ => match op {
             BinOp::Add => sf::add(fmt, a, b, r),
@@ -195,14 +189,15 @@ fn float_arith(op: BinOp, r: Round, fmt: Fmt, a: u64, b: u64) -> u64 {
             BinOp::Mul => sf::mul(fmt, a, b, r),
             _ => sf::div(fmt, a, b, r),
         },
-    }
+    };
+    nan::settle(fmt, v, &[a, b], false)
 }
 
-/// PTX `min`/`max`: a NaN operand yields the other operand (canonical NaN if both
-/// are NaN), and -0 counts as less than +0.
+/// PTX `min`/`max`: a NaN operand yields the other operand (a NaN if both are), and
+/// -0 counts as less than +0 (as measured).
 fn min_max(fmt: Fmt, a: u64, b: u64, max: bool) -> u64 {
     match (fmt.is_nan(a), fmt.is_nan(b)) {
-        (true, true) => return fmt.nan(),
+        (true, true) => return nan::arith(fmt, &[a, b], false),
         (true, false) => return b,
         (false, true) => return a,
         _ => {}
@@ -224,23 +219,33 @@ pub(crate) fn fma(rnd: Round, s: Scalar, a: u64, b: u64, c: u64) -> R {
         return Ok(a.wrapping_mul(b).wrapping_add(c) & mask(s.bits()));
     }
     if s.is_packed() {
-        return packed(s, a, b, c, |fmt, x, y, z| Ok(sf::fma(fmt, x, y, z, rnd)));
+        return packed(s, a, b, c, |fmt, x, y, z| {
+            Ok(nan::settle(
+                fmt,
+                sf::fma(fmt, x, y, z, rnd),
+                &[x, y, z],
+                true,
+            ))
+        });
     }
-    match (Fmt::of(s), rnd) {
-        (Some(Fmt::F32), Round::Rn) => {
+    let Some(fmt) = Fmt::of(s) else {
+        return Err(unsupported(format!("fma on {s}")));
+    };
+    let v = match (fmt, rnd) {
+        (Fmt::F32, Round::Rn) => {
             let (x, y, z) = (
                 f32::from_bits(a as u32),
                 f32::from_bits(b as u32),
                 f32::from_bits(c as u32),
             );
-            Ok(canon32(x.mul_add(y, z)))
+            x.mul_add(y, z).to_bits() as u64
         }
-        (Some(Fmt::F64), Round::Rn) => Ok(canon64(
-            f64::from_bits(a).mul_add(f64::from_bits(b), f64::from_bits(c)),
-        )),
-        (Some(fmt), _) => Ok(sf::fma(fmt, a, b, c, rnd)),
-        (None, _) => Err(unsupported(format!("fma on {s}"))),
-    }
+        (Fmt::F64, Round::Rn) => f64::from_bits(a)
+            .mul_add(f64::from_bits(b), f64::from_bits(c))
+            .to_bits(),
+        _ => sf::fma(fmt, a, b, c, rnd),
+    };
+    Ok(nan::settle(fmt, v, &[a, b, c], true))
 }
 
 // ---- one-operand ----------------------------------------------------------------------------
@@ -281,30 +286,34 @@ pub(crate) fn un(op: UnOp, s: Scalar, a: u64) -> R {
 }
 
 fn float_un(op: UnOp, fmt: Fmt, a: u64) -> R {
-    match op {
-        UnOp::Neg => Ok(a ^ fmt.sign_bit()),
-        UnOp::Abs => Ok(a & !fmt.sign_bit()),
-        UnOp::Sqrt(Round::Rn) if fmt == Fmt::F32 => Ok(canon32(f32::from_bits(a as u32).sqrt())),
-        UnOp::Sqrt(Round::Rn) if fmt == Fmt::F64 => Ok(canon64(f64::from_bits(a).sqrt())),
-        UnOp::Sqrt(r) => Ok(sf::sqrt(fmt, a, r)),
-        UnOp::Rcp(r) => Ok(float_arith(
+    let v = match op {
+        UnOp::Neg | UnOp::Abs if fmt.is_nan(a) => nan::arith(fmt, &[a], false),
+        UnOp::Neg => a ^ fmt.sign_bit(),
+        UnOp::Abs => a & !fmt.sign_bit(),
+        UnOp::Sqrt(Round::Rn) if fmt == Fmt::F32 => {
+            f32::from_bits(a as u32).sqrt().to_bits() as u64
+        }
+        UnOp::Sqrt(Round::Rn) if fmt == Fmt::F64 => f64::from_bits(a).sqrt().to_bits(),
+        UnOp::Sqrt(r) => sf::sqrt(fmt, a, r),
+        UnOp::Rcp(r) => float_arith(
             BinOp::Div,
             r,
             fmt,
             sf::from_int(false, 1, fmt, Round::Rn),
             a,
-        )),
-        UnOp::RoundInt(r) => Ok(round_int(fmt, a, r)),
-        _ => Err(unsupported(format!("{op:?} on floats"))),
-    }
+        ),
+        UnOp::RoundInt(r) => round_int(fmt, a, r),
+        _ => return Err(unsupported(format!("{op:?} on floats"))),
+    };
+    Ok(nan::settle(fmt, v, &[a], false))
 }
 
 /// Round to an integral value in the same format.
 fn round_int(fmt: Fmt, a: u64, r: Round) -> u64 {
-    if fmt.is_nan(a) {
-        return fmt.nan();
-    }
     let x = fmt.to_f64(a);
+    if x.is_nan() {
+        return nan::arith(fmt, &[a], false);
+    }
     let y = match r {
         Round::Rn => x.round_ties_even(),
         Round::Rz => x.trunc(),
@@ -426,7 +435,11 @@ pub(crate) fn cvt(from: Scalar, to: Scalar, rnd: Option<Round>, sat: bool, a: u6
             let widening =
                 tf == ff || matches!((ff, tf), (_, Fmt::F64) | (Fmt::F16 | Fmt::BF16, Fmt::F32));
             let r = if widening { Round::Rn } else { need_rnd()? };
-            let y = sf::convert(a, ff, tf, r);
+            let y = if ff.is_nan(a) {
+                nan::convert(a, ff, tf)
+            } else {
+                sf::convert(a, ff, tf, r)
+            };
             Ok(if sat { saturate(tf, y) } else { y })
         }
         _ => Err(unsupported(format!("cvt from {from} to {to}"))),

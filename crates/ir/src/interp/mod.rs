@@ -48,6 +48,7 @@ mod error;
 mod exec;
 mod memory;
 mod mma;
+mod nan;
 mod program;
 mod softfloat;
 mod warp;

@@ -78,9 +78,14 @@ impl Fmt {
         (1 << self.frac_bits()) - 1
     }
 
-    /// The NaN the GPU produces: all exponent and fraction bits set, sign clear.
+    /// The canonical NaN: all exponent and fraction bits set, sign clear.
     pub(crate) fn nan(self) -> u64 {
         self.sign_bit() - 1
+    }
+
+    /// The top fraction bit, set in quiet NaNs.
+    pub(crate) fn quiet_bit(self) -> u64 {
+        1 << (self.frac_bits() - 1)
     }
 
     pub(crate) fn inf(self, neg: bool) -> u64 {
