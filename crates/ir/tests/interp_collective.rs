@@ -496,32 +496,49 @@ fn atomics_on_shared_and_global_memory() {
     }
 }
 
-/// `atom.add.f32` flushes subnormals to zero (it is `.ftz` on sm_90); `atom.add.f64`
-/// keeps them. Both round to nearest.
+/// `atom.add.f32` on global memory flushes subnormals to zero (it is `.ftz` on sm_90)
+/// while on shared memory it keeps them; `atom.add.f64` keeps them. All round to
+/// nearest (as measured on an H200).
 #[test]
 fn float_atomic_add() {
     let mut k = Builder::new("fadd", 32);
     let pf = k.param("f", Type::Ptr(AddrSpace::Global, Scalar::F32));
     let pd = k.param("d", Type::Ptr(AddrSpace::Global, Scalar::F64));
+    let s = k.shared_array("s", Scalar::F32, 1, 4);
     let tiny_f = k.const_f32(f32::from_bits(1));
     let tiny_d = k.const_f64(f64::from_bits(1));
-    let zero = k.const_u32(0);
-    let one = k.const_u32(1);
+    let (zero, one, two) = (k.const_u32(0), k.const_u32(1), k.const_u32(2));
+    let lane = k.lane_id();
+    let first = k.eq(lane, zero);
+    let zf = k.const_f32(0.0);
+    k.if_then(first, |k| k.store(s, zf));
+    k.barrier();
+    k.atomic(AtomOp::Add, Ordering::Relaxed, Scope::Cta, s, tiny_f);
     let pf1 = k.ptr_add(pf, one);
     let third = k.const_f32(1.0 / 3.0);
     k.atomic(AtomOp::Add, Ordering::Relaxed, Scope::Gpu, pf, tiny_f);
     k.atomic(AtomOp::Add, Ordering::Relaxed, Scope::Gpu, pf1, third);
     let pd0 = k.ptr_add(pd, zero);
     k.atomic(AtomOp::Add, Ordering::Relaxed, Scope::Gpu, pd0, tiny_d);
+    k.barrier();
+    k.if_then(first, |k| {
+        let v = k.load(Type::F32, s);
+        let q = k.ptr_add(pf, two);
+        k.store(q, v);
+    });
     let f = k.finish().expect("verifies");
     let mut dev = Device::new();
-    let fp = upload_u32(&mut dev, &[0, 0]);
+    let fp = upload_u32(&mut dev, &[0, 0, POISON_U32]);
     let dp = upload_u64(&mut dev, &[0]);
     launch(&f, &cfg(1, 32), &[fp, dp], &mut dev).expect("runs");
-    let [flushed, sum] = download_u32(&dev, fp, 2)[..] else {
+    let [flushed, sum, shared] = download_u32(&dev, fp, 3)[..] else {
         panic!()
     };
-    assert_eq!(flushed, 0, "subnormal f32 addends are flushed");
+    assert_eq!(
+        flushed, 0,
+        "subnormal f32 addends are flushed in global memory"
+    );
+    assert_eq!(shared, 32, "and kept in shared memory");
     let mut want = 0.0f32;
     for _ in 0..32 {
         want += 1.0 / 3.0;

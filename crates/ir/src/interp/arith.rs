@@ -469,12 +469,13 @@ fn saturate(fmt: Fmt, y: u64) -> u64 {
 
 // ---- atomics ------------------------------------------------------------------------------------
 
-/// `atom.add` on a float type: f32 flushes subnormal inputs and results to zero
-/// (`atom.add.f32` is `.ftz` on sm_90); f64 and the 16-bit types (`.noftz`) keep them.
-/// All round to nearest.
-pub(crate) fn atomic_fadd(s: Scalar, old: u64, x: u64) -> R {
+/// `atom.add` on a float type, rounding to nearest. On global memory f32 flushes
+/// subnormal inputs and results to zero (`atom.global.add.f32` is `.ftz` on sm_90);
+/// on shared memory it keeps them, as do f64 and the 16-bit types everywhere (all as
+/// measured on an H200).
+pub(crate) fn atomic_fadd(s: Scalar, global: bool, old: u64, x: u64) -> R {
     match s {
-        Scalar::F32 => {
+        Scalar::F32 if global => {
             let (a, b) = (
                 ftz32(f32::from_bits(old as u32)),
                 ftz32(f32::from_bits(x as u32)),

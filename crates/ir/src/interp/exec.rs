@@ -521,6 +521,7 @@ fn atomic(
         }
         _ => None,
     };
+    let global = matches!(p.ty(ptr), Type::Ptr(AddrSpace::Global, _));
     let float = s.is_float() || s.is_packed();
     let supported = match op {
         AtomOp::Add => s.is_int() || float,
@@ -540,7 +541,7 @@ fn atomic(
             raw[..mem.len()].copy_from_slice(mem);
             let old = u64::from_le_bytes(raw);
             let new = match op {
-                AtomOp::Add if float => arith::atomic_fadd(s, old, x),
+                AtomOp::Add if float => arith::atomic_fadd(s, global, old, x),
                 AtomOp::Add => Ok(old.wrapping_add(x) & m),
                 AtomOp::Min => Ok(if arith::int_value(s, x) < arith::int_value(s, old) {
                     x
