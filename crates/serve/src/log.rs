@@ -7,26 +7,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::metrics::Metrics;
 
-/// Writes one log line with the time, level and message first.
+/// Writes one log line: time, level and message first, then `fields` (an object).
 pub fn line(level: &str, message: &str, fields: Value) {
-    let mut object = Map::new();
-    object.insert(
-        "ts".into(),
-        chrono::Utc::now()
-            .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-            .to_string()
-            .into(),
+    let ts = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    let mut out = format!(
+        "{{\"ts\":{},\"level\":{},\"msg\":{}",
+        Value::from(ts),
+        Value::from(level),
+        Value::from(message)
     );
-    object.insert("level".into(), level.into());
-    object.insert("msg".into(), message.into());
     if let Value::Object(extra) = fields {
-        object.extend(extra);
+        for (k, v) in extra {
+            out.push_str(&format!(",{}:{v}", Value::from(k)));
+        }
     }
-    eprintln!("{}", Value::Object(object));
+    out.push('}');
+    eprintln!("{out}");
 }
 
 /// Makes request ids: a random prefix per process and a counter.

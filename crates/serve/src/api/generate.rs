@@ -260,14 +260,14 @@ pub async fn chat(State(state): State<Arc<AppState>>, request: Request) -> Resul
         let text = m.content.text().map_err(|kind| {
             ApiError::invalid(
                 format!("messages[{i}].content"),
-                format!("content parts of type {kind:?} are not supported; send text"),
+                format!("messages[{i}].content: parts of type {kind:?} are not supported; send text"),
             )
         })?;
         if !["system", "developer", "user", "assistant", "tool"].contains(&m.role.as_str()) {
             return Err(ApiError::invalid(
                 format!("messages[{i}].role"),
                 format!(
-                    "role {:?} is not one of system, developer, user, assistant, tool",
+                    "messages[{i}].role {:?} is not one of system, developer, user, assistant, tool",
                     m.role
                 ),
             ));

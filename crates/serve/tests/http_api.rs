@@ -1,0 +1,238 @@
+//! The HTTP API end to end on the synthetic models.
+
+mod common;
+
+use common::{config, TestServer};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{json, Value};
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+fn random_text(rng: &mut ChaCha8Rng, len: usize) -> String {
+    (0..len)
+        .map(|_| rng.gen_range(b'a'..=b'z') as char)
+        .collect()
+}
+
+/// The text of a streamed chat or completion.
+fn streamed_text(events: &[String]) -> String {
+    events
+        .iter()
+        .filter(|e| e.as_str() != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|v| {
+            let c = v["choices"].get(0)?.clone();
+            c["delta"]["content"]
+                .as_str()
+                .or(c["text"].as_str())
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[test]
+fn models_health_metrics_and_page() {
+    let server = TestServer::start(config());
+    let models = server.get("/v1/models");
+    assert_eq!(models.status, 200);
+    let data = models.json()["data"].as_array().unwrap().clone();
+    let ids: Vec<&str> = data.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["tiny-chat", "tiny-embed"]);
+    assert_eq!(data[0]["context_length"], 512);
+    assert_eq!(server.get("/v1/models/tiny-embed").json()["dimensions"], 32);
+    assert_eq!(server.get("/v1/models/nope").status, 404);
+
+    assert_eq!(server.get("/health").json()["status"], "ok");
+    let page = server.get("/");
+    assert_eq!(page.status, 200);
+    assert!(page.header("content-type").unwrap().starts_with("text/html"));
+    assert!(page.text().contains("/v1/chat/completions") && !page.text().contains("http"));
+
+    let reply = server.post(
+        "/v1/chat/completions",
+        &json!({"model": "tiny-chat", "messages": user("hi"), "max_tokens": 3}),
+    );
+    assert_eq!(reply.status, 200);
+    let metrics = server.get("/metrics").text();
+    for family in [
+        "quench_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1",
+        "quench_queue_depth{model=\"tiny-chat\"}",
+        "quench_kv_blocks_used{model=\"tiny-chat\"}",
+        "quench_time_to_first_token_seconds_count{model=\"tiny-chat\"} 1",
+        "quench_inter_token_latency_seconds_bucket",
+        "quench_completion_tokens_total{model=\"tiny-chat\"}",
+    ] {
+        assert!(metrics.contains(family), "no {family} in\n{metrics}");
+    }
+}
+
+#[test]
+fn chat_streamed_and_whole_agree_and_count_tokens() {
+    let server = TestServer::start(config());
+    let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
+    let question = random_text(&mut rng, 20);
+    let body = json!({"model": "tiny-chat", "messages": user(&question), "max_tokens": 24,
+                      "temperature": 0});
+    let whole = server.post("/v1/chat/completions", &body);
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    assert!(whole.header("x-request-id").is_some());
+    let v = whole.json();
+    assert_eq!(v["object"], "chat.completion");
+    let answer = v["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let usage = &v["usage"];
+    // "<|im_start|>user\n" + question + "<|im_end|>\n<|im_start|>assistant\n", one token per byte.
+    assert_eq!(usage["prompt_tokens"], 1 + 5 + question.len() + 1 + 1 + 1 + 10);
+    let completion = usage["completion_tokens"].as_u64().unwrap();
+    assert!(completion >= 1 && completion <= 24);
+    let finish = v["choices"][0]["finish_reason"].as_str().unwrap();
+    assert_eq!(finish == "length", completion == 24, "{v}");
+
+    let mut streamed_body = body.clone();
+    streamed_body["stream"] = json!(true);
+    streamed_body["stream_options"] = json!({"include_usage": true});
+    let stream = server.post("/v1/chat/completions", &streamed_body);
+    assert_eq!(stream.status, 200);
+    assert_eq!(stream.header("content-type"), Some("text/event-stream"));
+    let events = stream.events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let first: Value = serde_json::from_str(&events[0]).unwrap();
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(streamed_text(&events), answer);
+    let usage_chunk: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(usage_chunk["usage"], *usage);
+    assert_eq!(usage_chunk["choices"], json!([]));
+    let last_choice: Value = serde_json::from_str(&events[events.len() - 3]).unwrap();
+    assert_eq!(last_choice["choices"][0]["finish_reason"], finish);
+}
+
+#[test]
+fn completions_with_stop_strings_and_logprobs() {
+    let server = TestServer::start(config());
+    let free = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Once upon", "max_tokens": 30, "temperature": 0, "logprobs": 3}),
+    );
+    assert_eq!(free.status, 200, "{}", free.text());
+    let v = free.json();
+    assert_eq!(v["object"], "text_completion");
+    let text = v["choices"][0]["text"].as_str().unwrap().to_owned();
+    let lp = &v["choices"][0]["logprobs"];
+    let tokens = lp["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len() as u64, v["usage"]["completion_tokens"].as_u64().unwrap());
+    let joined: String = tokens.iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(joined, text);
+    for (i, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
+        let top = top.as_object().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy: the chosen token is the most likely one.
+        let best = top.values().map(|x| x.as_f64().unwrap()).fold(f64::MIN, f64::max);
+        let chosen = lp["token_logprobs"][i].as_f64().unwrap();
+        assert!((best - chosen).abs() < 1e-6 && chosen <= 0.0);
+    }
+    assert!(text.len() >= 4, "the tiny model stopped at once: {text:?}");
+
+    let stop = text[2..4].to_owned();
+    for stream in [false, true] {
+        let r = server.post(
+            "/v1/completions",
+            &json!({"prompt": "Once upon", "max_tokens": 30, "temperature": 0,
+                    "stop": [stop, "\u{1}never"], "stream": stream}),
+        );
+        let got = if stream {
+            streamed_text(&r.events())
+        } else {
+            r.json()["choices"][0]["text"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(got, text[..text.find(&stop).unwrap()], "stream: {stream}");
+    }
+}
+
+#[test]
+fn sampling_with_a_seed_repeats() {
+    let server = TestServer::start(config());
+    let body = json!({"prompt": "abc", "max_tokens": 20, "temperature": 1.5, "top_p": 0.9,
+                      "seed": 1234});
+    let a = server.post("/v1/completions", &body).json();
+    let b = server.post("/v1/completions", &body).json();
+    assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
+}
+
+#[test]
+fn embeddings_by_model_name() {
+    let server = TestServer::start(config());
+    let r = server.post(
+        "/v1/embeddings",
+        &json!({"model": "tiny-embed", "input": ["the cat", "a dog ran"]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d["index"], i);
+        let e: Vec<f64> = d["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(e.len(), 32);
+        let norm: f64 = e.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4);
+    }
+    // The tiny vocabulary spells words by letter: [CLS] t ##h ##e c ##a ##t [SEP] (8) and
+    // [CLS] a d ##o ##g r ##a ##n [SEP] (9).
+    assert_eq!(v["usage"]["prompt_tokens"], 17);
+    let single = server.post("/v1/embeddings", &json!({"model": "tiny-embed", "input": "the cat"}));
+    assert_eq!(single.json()["data"][0]["embedding"], data[0]["embedding"]);
+    let wrong = server.post("/v1/embeddings", &json!({"model": "tiny-chat", "input": "x"}));
+    assert_eq!((wrong.status, wrong.json()["error"]["param"].clone()), (400, json!("model")));
+}
+
+#[test]
+fn a_session_continues_and_a_reset_takes_effect() {
+    let server = TestServer::start(config());
+    let ask = |messages: Value, session: Option<&str>| {
+        let mut body = json!({"messages": messages, "max_tokens": 16, "temperature": 0});
+        if let Some(s) = session {
+            body["session_id"] = json!(s);
+        }
+        let r = server.post("/v1/chat/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let first = ask(user("Hello there"), Some("s1"));
+    let reply1 = first["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let second = ask(user("And then?"), Some("s1"));
+    let reply2 = second["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    // The session kept the first turn: only the new part was computed ...
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached >= first["usage"]["prompt_tokens"].as_u64().unwrap(), "{second}");
+    // ... and the answer is what the whole conversation sent at once gives.
+    let whole = ask(
+        json!([{"role": "user", "content": "Hello there"},
+               {"role": "assistant", "content": reply1},
+               {"role": "user", "content": "And then?"}]),
+        None,
+    );
+    assert_eq!(whole["choices"][0]["message"]["content"], reply2.as_str());
+    assert_eq!(whole["usage"]["prompt_tokens"], second["usage"]["prompt_tokens"]);
+
+    let list = server.get("/v1/sessions").json();
+    assert_eq!(list["data"][0]["id"], "s1");
+    assert_eq!(list["data"][0]["turns"], 2);
+    assert!(list["data"][0]["cached_tokens"].as_u64().unwrap() > 0);
+
+    // The header names a session too; after DELETE the session starts empty.
+    assert_eq!(server.delete("/v1/sessions/s1").status, 200);
+    assert_eq!(server.delete("/v1/sessions/s1").status, 404);
+    let r = server.post_raw(
+        "/v1/chat/completions",
+        &[("X-Session-Id", "s1")],
+        json!({"messages": user("And then?"), "max_tokens": 16, "temperature": 0})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.header("x-session-id"), Some("s1"));
+    let fresh = ask(user("And then?"), None);
+    assert_eq!(r.json()["choices"][0]["message"]["content"], fresh["choices"][0]["message"]["content"]);
+    assert_eq!(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+}
