@@ -359,6 +359,9 @@ pub fn compare_expected(buffer: &str, e: &Expected, got: &[u8]) -> Result<Compar
     for i in 0..w.len() {
         let err = if g[i].is_nan() || w[i].is_nan() {
             if g[i].is_nan() && w[i].is_nan() { 0.0 } else { f64::INFINITY }
+        } else if g[i] == w[i] {
+            // Equal infinities included (their difference would be NaN).
+            0.0
         } else {
             (g[i] - w[i]).abs()
         };
@@ -442,6 +445,16 @@ mod tests {
         let poisoned = vec![POISON; 8];
         let r = compare_expected("y", &expected(&want, check), &poisoned).unwrap();
         assert_eq!(r.mismatches, 2);
+    }
+
+    #[test]
+    fn equal_infinities_pass_a_bound() {
+        let want = [f32::NEG_INFINITY, 1.0];
+        let check = Check::Bound { tol: vec![0.0, 0.0], explain: String::new() };
+        let r = compare_expected("m", &expected(&want, check.clone()), &f32_bytes(&want)).unwrap();
+        assert!(r.passed && r.max_abs_err == 0.0, "{r}");
+        let got = f32_bytes(&[f32::INFINITY, 1.0]);
+        assert!(!compare_expected("m", &expected(&want, check), &got).unwrap().passed);
     }
 
     #[test]

@@ -96,6 +96,54 @@ pub fn emit_block_allreduce(k: &mut Builder, v: Value, op: Combine, tid: Value, 
     emit_warp_allreduce(k, p[0], op)
 }
 
+/// [`emit_block_allreduce`] of several values at once, sharing one barrier: value `v`
+/// of warp `w` goes to slot `v·warps + w`. Each result has the bits
+/// [`block_allreduce`] gives for that value alone.
+pub fn emit_block_allreduce_n(
+    k: &mut Builder,
+    values: &[Value],
+    op: Combine,
+    tid: Value,
+    threads: u32,
+    name: &str,
+) -> Vec<Value> {
+    let ws: Vec<Value> = values.iter().map(|&v| emit_warp_allreduce(k, v, op)).collect();
+    let warps = threads / 32;
+    if warps == 1 {
+        return ws;
+    }
+    let slots = k.shared_array(name, Scalar::F32, warps * values.len() as u32, 16);
+    let lane = k.and_const(tid, 31);
+    let warp = k.shr_const(tid, 5);
+    let zero = k.const_u32(0);
+    let first = k.eq(lane, zero);
+    k.if_then(first, |k| {
+        for (i, &w) in ws.iter().enumerate() {
+            let at = k.add_const(warp, i as u32 * warps);
+            let p = k.ptr_add(slots, at);
+            k.store(p, w);
+        }
+    });
+    k.barrier();
+    let nw = k.const_u32(warps);
+    let has_slot = k.lt(lane, nw);
+    (0..values.len() as u32)
+        .map(|i| {
+            let p = k.if_else(
+                has_slot,
+                &[Type::F32],
+                |k| {
+                    let at = k.add_const(lane, i * warps);
+                    let p = k.ptr_add(slots, at);
+                    vec![k.load(Type::F32, p)]
+                },
+                |k| vec![k.const_f32(op.identity())],
+            );
+            emit_warp_allreduce(k, p[0], op)
+        })
+        .collect()
+}
+
 /// Host twin of [`emit_block_allreduce`]: `values[t]` is thread `t`'s input.
 pub fn block_allreduce(values: &[f32], op: Combine) -> f32 {
     let warp_total = |w: &[f32]| {

@@ -4,6 +4,8 @@
 use quench_ir::{Function, Scalar};
 
 use crate::add::{self, AddParams};
+use crate::attention::decode::{self, DecodeParams};
+use crate::attention::merge::{self, MergeParams};
 use crate::case::KernelCase;
 use crate::embed::{self, EmbedParams, TableFormat};
 use crate::error::KernelError;
@@ -33,6 +35,8 @@ enum Family {
     NormResidual(Norm, OutType),
     Rope(RopeStyle),
     QGemv(WeightFormat, Epilogue),
+    AttentionDecode,
+    AttentionMerge,
 }
 
 /// One kernel of the library.
@@ -69,6 +73,8 @@ impl KernelSpec {
             Family::NormResidual(n, o) => norm_residual::build(&norm_residual_params(n, o, &r)?),
             Family::Rope(style) => rope::build(&rope_params(style, &r)?),
             Family::QGemv(f, e) => qgemv::build(&qgemv_params(f, e, &r)?),
+            Family::AttentionDecode => decode::build(&decode_params(&r)?),
+            Family::AttentionMerge => merge::build(&merge_params(&r)?),
         }
     }
 
@@ -95,6 +101,8 @@ impl KernelSpec {
                 rope::case(&rope_params(style, &r)?, tokens, n_pos, seed)
             }
             Family::QGemv(f, e) => qgemv::case(&qgemv_params(f, e, &r)?, seed),
+            Family::AttentionDecode => decode::case(&decode_params(&r)?, seed),
+            Family::AttentionMerge => merge::case(&merge_params(&r)?, rows_of(&r)?, seed),
         }
     }
 }
@@ -209,6 +217,19 @@ pub fn library() -> Vec<KernelSpec> {
             }
         }
     }
+    all.push(spec(
+        decode::NAME,
+        "decode attention, split-K over a paged bf16 KV cache (16-token blocks, block table), GQA; \
+         per-split max, sum and unnormalized output (f32), ex2.approx",
+        ATTENTION_DECODE,
+        Family::AttentionDecode,
+    ));
+    all.push(spec(
+        merge::NAME,
+        "decode attention: merge the splits' (max, sum, output) partials into each head's output, bf16",
+        ATTENTION_MERGE,
+        Family::AttentionMerge,
+    ));
     all
 }
 
@@ -328,6 +349,21 @@ const QGEMV_QUANT: &[ParamInfo] = &[
     ParamInfo { name: "unroll", default: 2, doc: "pieces (64 or 32 weights) loaded per lane before computing" },
 ];
 
+const ATTENTION_DECODE: &[ParamInfo] = &[
+    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, a multiple of 8 dividing threads" },
+    ParamInfo { name: "n_heads", default: 32, doc: "query heads" },
+    ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads (dividing n_heads)" },
+    ParamInfo { name: "max_blocks", default: 256, doc: "block-table row length (16 tokens a block)" },
+    ParamInfo { name: "split", default: 256, doc: "tokens per split: a multiple of 16 and of threads" },
+    ParamInfo { name: "threads", default: 128, doc: "threads per block" },
+];
+
+const ATTENTION_MERGE: &[ParamInfo] = &[
+    ParamInfo { name: "rows", default: 256, doc: "sequences × heads (the grid; the case size)" },
+    ParamInfo { name: "head_dim", default: 128, doc: "elements per head (the block size), a multiple of 32" },
+    ParamInfo { name: "n_splits", default: 16, doc: "splits per head" },
+];
+
 fn threads(r: &Reader) -> Result<u32, KernelError> {
     r.get("threads", 32, 1024)
 }
@@ -398,4 +434,19 @@ fn qgemv_params(format: WeightFormat, epilogue: Epilogue, r: &Reader) -> Result<
         warps: r.get("warps", 1, 32)?,
         unroll: r.get("unroll", 1, 16)?,
     })
+}
+
+fn decode_params(r: &Reader) -> Result<DecodeParams, KernelError> {
+    Ok(DecodeParams {
+        head_dim: r.get("head_dim", 8, 1024)?,
+        n_heads: r.get("n_heads", 1, 1024)?,
+        n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
+        max_blocks: r.get("max_blocks", 1, 1 << 20)?,
+        split: r.get("split", 16, 1 << 16)?,
+        threads: threads(r)?,
+    })
+}
+
+fn merge_params(r: &Reader) -> Result<MergeParams, KernelError> {
+    Ok(MergeParams { head_dim: r.get("head_dim", 32, 1024)?, n_splits: r.get("n_splits", 1, 1 << 16)? })
 }

@@ -178,6 +178,20 @@ fn qgemv_k_quants() {
     check(&case("qgemv_q6_k", "rows=2 cols=768 warps=2 unroll=4"));
 }
 
+#[test]
+fn attention_decode() {
+    // 4 splits of 64 tokens; GQA 4/2 of 64; the second sequence leaves its last split empty.
+    check(&case("attention_decode_bf16", "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64"));
+    // 6 query heads on one kv head of 128 (6 accumulators per thread), 2 splits of 128.
+    check(&case("attention_decode_bf16", "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
+}
+
+#[test]
+fn attention_merge() {
+    check(&case("attention_merge_bf16", "rows=6 head_dim=64 n_splits=5"));
+    check(&case("attention_merge_bf16", "rows=3 head_dim=128 n_splits=2"));
+}
+
 /// The harness itself must be able to fail: a launch that leaves outputs unwritten
 /// leaves poison, which the check catches.
 #[test]

@@ -49,6 +49,8 @@ fn names_are_unique_and_complete() {
             "qgemv_q6_k",
             "qgemv_q6_k_residual",
             "qgemv_q6_k_swiglu",
+            "attention_decode_bf16",
+            "attention_merge_bf16",
         ]
     );
     for spec in library() {

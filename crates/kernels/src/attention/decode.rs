@@ -1,0 +1,546 @@
+//! The split kernel of decode attention: one block per (split, sequence, kv head) works
+//! on `split` tokens of the context for all the query heads that share the kv head.
+//!
+//! **Layout**: see [`super`] for the cache. Grid `[n_splits, n_seqs · n_kv_heads]` with
+//! `n_splits = max_blocks · 16 / split`; split `s` covers tokens `s·split ..` of its
+//! sequence (none when the context is shorter). Outputs, per query head `h` and split:
+//! `part_m [n_seqs, n_heads, n_splits]` the largest base-2 score (−∞ for an empty split),
+//! `part_l` (same shape) `Σ 2^(s_t − m)`, and `part_o [n_seqs, n_heads, n_splits,
+//! head_dim]` `Σ 2^(s_t − m)·v_t` (f32, not normalized; zeros for an empty split).
+//!
+//! **Phases** (shared memory: the group's queries and a `[group, split]` score table):
+//! 1. the queries of the group are staged; thread `i` takes tokens `i, i + threads, ...`
+//!    of the split, reads its key row with 16-byte loads and forms the `group` dot
+//!    products, `fma` over the head in order, then `s = dot · fl(scale · log2 e)`;
+//! 2. block maxima per head, `p = ex2.approx(s − m)`, block sums per head;
+//! 3. thread `i` owns dimension `i mod head_dim` of heads `i / head_dim + k·(threads /
+//!    head_dim)` and accumulates `fma(p_t, v_t, acc)` over the split's tokens in order
+//!    (value loads coalesced across threads).
+//!
+//! `ex2.approx` makes the check a bound: see [`tolerances`].
+
+use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
+use quench_rt::{Arg, Launch};
+
+use super::{PagedCache, BLOCK_TOKENS};
+use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
+use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
+use crate::data;
+use crate::error::KernelError;
+use crate::lanes::{emit_block_allreduce_n, emit_unpack_bf16x2, gptr, wide_mul, words, Combine};
+
+pub const NAME: &str = "attention_decode_bf16";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeParams {
+    pub head_dim: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    /// Block-table row length: the longest context is `max_blocks · 16` tokens.
+    pub max_blocks: u32,
+    /// Tokens per split: a multiple of 16 and of `threads`, dividing `max_blocks · 16`.
+    pub split: u32,
+    /// Threads per block: a multiple of 32 and of `head_dim`, at most 1024.
+    pub threads: u32,
+}
+
+impl DecodeParams {
+    pub fn group(&self) -> u32 {
+        self.n_heads / self.n_kv_heads
+    }
+
+    pub fn n_splits(&self) -> u32 {
+        self.max_blocks * BLOCK_TOKENS / self.split
+    }
+
+    pub fn launch(&self, n_seqs: u32) -> Launch {
+        Launch {
+            grid: [self.n_splits(), n_seqs * self.n_kv_heads, 1],
+            block: [self.threads, 1, 1],
+            dynamic_shared_bytes: 0,
+        }
+    }
+
+    /// Heads each thread accumulates in phase 3.
+    fn heads_per_thread(&self) -> u32 {
+        self.group().div_ceil(self.threads / self.head_dim)
+    }
+
+    fn check(&self) -> Result<(), KernelError> {
+        let bad = |m: String| Err(KernelError::unsupported(NAME, m));
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(8) {
+            return bad(format!("head_dim = {} must be a positive multiple of 8", self.head_dim));
+        }
+        if self.n_kv_heads == 0 || self.n_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return bad(format!(
+                "n_heads = {} must be a positive multiple of n_kv_heads = {}",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if !self.threads.is_multiple_of(32)
+            || !(32..=1024).contains(&self.threads)
+            || !self.threads.is_multiple_of(self.head_dim)
+        {
+            return bad(format!(
+                "threads = {} must be a multiple of 32 and of head_dim = {} in 32..=1024",
+                self.threads, self.head_dim
+            ));
+        }
+        if self.split == 0 || !self.split.is_multiple_of(BLOCK_TOKENS) || !self.split.is_multiple_of(self.threads) {
+            return bad(format!(
+                "split = {} must be a positive multiple of 16 and of threads = {}",
+                self.split, self.threads
+            ));
+        }
+        if self.max_blocks == 0 || !(self.max_blocks * BLOCK_TOKENS).is_multiple_of(self.split) {
+            return bad(format!(
+                "max_blocks = {} must be positive, with max_blocks·16 a multiple of split",
+                self.max_blocks
+            ));
+        }
+        if self.group() > self.threads {
+            return bad(format!("a kv head serves {} query heads, more than threads = {}", self.group(), self.threads));
+        }
+        let shared = 4 * self.group() * (self.head_dim + self.split);
+        if shared > 40 * 1024 {
+            return bad(format!(
+                "the group's queries and scores need {shared} bytes of shared memory (at most 40 KiB)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `attention_decode_bf16(q, k_cache, v_cache, block_table, ctx_len, part_m, part_l,
+/// part_o, scale)`.
+pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
+    p.check()?;
+    let (d, g, s, t) = (p.head_dim, p.group(), p.split, p.threads);
+    let mut k = Builder::new(NAME, t);
+    let q = k.param("q", gptr(Scalar::F32));
+    let kc = k.param("k_cache", gptr(Scalar::BF16));
+    let vc = k.param("v_cache", gptr(Scalar::BF16));
+    let table = k.param("block_table", gptr(Scalar::U32));
+    let ctx_len = k.param("ctx_len", gptr(Scalar::U32));
+    let part_m = k.param("part_m", gptr(Scalar::F32));
+    let part_l = k.param("part_l", gptr(Scalar::F32));
+    let part_o = k.param("part_o", gptr(Scalar::F32));
+    let scale = k.param("scale", Type::F32);
+    let q_s = k.shared_array("q", Scalar::F32, g * d, 16);
+    let scores = k.shared_array("scores", Scalar::F32, g * s, 16);
+
+    let split = k.ctaid_x();
+    let sk = k.ctaid_y();
+    let tid = k.tid_x();
+    let kv_heads = k.const_u32(p.n_kv_heads);
+    let seq = k.div(sk, kv_heads);
+    let kvh = k.rem(sk, kv_heads);
+    let at = k.ptr_add(ctx_len, seq);
+    let ctx = k.load_with(Type::U32, at, CacheOp::Nc);
+    let t0 = k.mul_const(split, s);
+    // Tokens in this split: clamp(ctx − t0, 0, split).
+    let has = k.gt(ctx, t0);
+    let left = k.sub(ctx, t0);
+    let cap = k.const_u32(s);
+    let left = k.min(left, cap);
+    let zero = k.const_u32(0);
+    let n = k.select(has, left, zero);
+    let log2e = k.const_f32(std::f32::consts::LOG2_E);
+    let c = k.mul(scale, log2e);
+    let first_head = k.mul_const(kvh, g);
+    let seq_heads = k.mul_const(seq, p.n_heads);
+    let head0 = k.add(seq_heads, first_head);
+    let trow = wide_mul(&mut k, seq, p.max_blocks);
+    let trow = k.ptr_add(table, trow);
+    // Element offset of token `tok`'s row for this kv head in either cache.
+    let row_of = |k: &mut Builder, tok: Value| {
+        let bi = k.shr_const(tok, 4);
+        let at = k.ptr_add(trow, bi);
+        let blk = k.load_with(Type::U32, at, CacheOp::Nc);
+        let b = k.mul_const(blk, p.n_kv_heads);
+        let b = k.add(b, kvh);
+        let r = k.mul_const(b, BLOCK_TOKENS);
+        let within = k.and_const(tok, BLOCK_TOKENS - 1);
+        let r = k.add(r, within);
+        wide_mul(k, r, d)
+    };
+
+    // Stage the group's queries (contiguous: its heads are consecutive).
+    let qstart = wide_mul(&mut k, head0, d);
+    let qg = k.ptr_add(q, qstart);
+    for j in 0..(g * d / 4).div_ceil(t) {
+        let i = k.add_const(tid, j * t);
+        let limit = k.const_u32(g * d / 4);
+        let inside = k.lt(i, limit);
+        k.if_then(inside, |k| {
+            let e = k.shl_const(i, 2);
+            let src = k.ptr_add(qg, e);
+            let v = k.load_with(Type::Vec(Scalar::F32, 4), src, CacheOp::Nc);
+            let dst = k.ptr_add(q_s, e);
+            k.store(dst, v);
+        });
+    }
+    k.barrier();
+
+    // Phase 1: scores of this thread's tokens; running maxima per head.
+    let kw = words(&mut k, kc);
+    let neg_inf = k.const_f32(f32::NEG_INFINITY);
+    let mut maxima = vec![neg_inf; g as usize];
+    for j in 0..s / t {
+        let slot = k.add_const(tid, j * t);
+        let inside = k.lt(slot, n);
+        let types = vec![Type::F32; g as usize];
+        let sc = k.if_else(
+            inside,
+            &types,
+            |k| {
+                let tok = k.add(t0, slot);
+                let row = row_of(k, tok);
+                let roww = k.shr_const(row, 1);
+                let kr = k.ptr_add(kw, roww);
+                let fzero = k.const_f32(0.0);
+                let mut accs = vec![fzero; g as usize];
+                for chunk in 0..d / 8 {
+                    let cw = k.const_u32(4 * chunk);
+                    let at = k.ptr_add(kr, cw);
+                    let v = k.load_with(Type::Vec(Scalar::U32, 4), at, CacheOp::Nc);
+                    let ks: Vec<Value> = (0..4)
+                        .flat_map(|i| {
+                            let w = k.extract(v, i);
+                            emit_unpack_bf16x2(k, w)
+                        })
+                        .collect();
+                    for (h, acc) in accs.iter_mut().enumerate() {
+                        for half in 0..2 {
+                            let qi = k.const_u32(h as u32 * d + 8 * chunk + 4 * half);
+                            let qa = k.ptr_add(q_s, qi);
+                            let qv = k.load(Type::Vec(Scalar::F32, 4), qa);
+                            for e in 0..4 {
+                                let qe = k.extract(qv, e);
+                                *acc = k.fma(qe, ks[(4 * half + e) as usize], *acc);
+                            }
+                        }
+                    }
+                }
+                accs.iter().map(|&a| k.mul(a, c)).collect()
+            },
+            |_| vec![neg_inf; g as usize],
+        );
+        for (h, &v) in sc.iter().enumerate() {
+            let at = k.add_const(slot, h as u32 * s);
+            let at = k.ptr_add(scores, at);
+            k.store(at, v);
+            maxima[h] = k.max(maxima[h], v);
+        }
+    }
+    let m = emit_block_allreduce_n(&mut k, &maxima, Combine::Max, tid, t, "maxima");
+
+    // Phase 2: weights 2^(s − m) in place of the scores, and their sums.
+    let fzero = k.const_f32(0.0);
+    let mut sums = vec![fzero; g as usize];
+    for j in 0..s / t {
+        let slot = k.add_const(tid, j * t);
+        let inside = k.lt(slot, n);
+        for (h, sum) in sums.iter_mut().enumerate() {
+            let at = k.add_const(slot, h as u32 * s);
+            let at = k.ptr_add(scores, at);
+            let mh = m[h];
+            let w = k.if_else(
+                inside,
+                &[Type::F32],
+                |k| {
+                    let sv = k.load(Type::F32, at);
+                    let x = k.sub(sv, mh);
+                    vec![k.ex2_approx(x)]
+                },
+                |k| vec![k.const_f32(0.0)],
+            )[0];
+            k.store(at, w);
+            *sum = k.add(*sum, w);
+        }
+    }
+    let l = emit_block_allreduce_n(&mut k, &sums, Combine::Sum, tid, t, "sums");
+
+    // Phase 3: this thread's dimension of its heads, over the split's tokens in order.
+    let dim = if d.is_power_of_two() {
+        k.and_const(tid, d - 1)
+    } else {
+        let dv = k.const_u32(d);
+        k.rem(tid, dv)
+    };
+    let dv = k.const_u32(d);
+    let sub = k.div(tid, dv);
+    let stride = t / d;
+    let hpt = p.heads_per_thread();
+    let heads: Vec<Value> = (0..hpt).map(|i| k.add_const(sub, i * stride)).collect();
+    let last = k.const_u32(g - 1);
+    // Score-table rows of the heads (clamped: a thread past the group reads a real row
+    // and discards it).
+    let rows: Vec<Value> = heads
+        .iter()
+        .map(|&h| {
+            let h = k.min(h, last);
+            k.mul_const(h, s)
+        })
+        .collect();
+    let vlo = k.const_u32(0);
+    let one = k.const_u32(1);
+    let init = vec![fzero; hpt as usize];
+    let accs = k.for_range(vlo, n, one, &init, |k, i, c| {
+        let tok = k.add(t0, i);
+        let row = row_of(k, tok);
+        let dim64 = k.cvt(Scalar::U64, dim);
+        let e = k.add(row, dim64);
+        let at = k.ptr_add(vc, e);
+        let v = k.load_with(Type::Scalar(Scalar::BF16), at, CacheOp::Nc);
+        let v = k.cvt(Scalar::F32, v);
+        rows.iter()
+            .zip(c)
+            .map(|(&r, &acc)| {
+                let si = k.add(r, i);
+                let sa = k.ptr_add(scores, si);
+                let w = k.load(Type::F32, sa);
+                k.fma(w, v, acc)
+            })
+            .collect()
+    });
+    let n_splits = p.n_splits();
+    for (i, &h) in heads.iter().enumerate() {
+        let gv = k.const_u32(g);
+        let valid = k.lt(h, gv);
+        let acc = accs[i];
+        k.if_then(valid, |k| {
+            let hh = k.add(head0, h);
+            let o = k.mul_const(hh, n_splits);
+            let o = k.add(o, split);
+            let o = wide_mul(k, o, d);
+            let dim64 = k.cvt(Scalar::U64, dim);
+            let o = k.add(o, dim64);
+            let at = k.ptr_add(part_o, o);
+            k.store(at, acc);
+        });
+    }
+    // Threads 0..group write their head's maximum and sum.
+    let gv = k.const_u32(g);
+    let writer = k.lt(tid, gv);
+    k.if_then(writer, |k| {
+        let mut mv = m[0];
+        let mut lv = l[0];
+        for h in 1..g {
+            let hc = k.const_u32(h);
+            let is = k.eq(tid, hc);
+            mv = k.select(is, m[h as usize], mv);
+            lv = k.select(is, l[h as usize], lv);
+        }
+        let hh = k.add(head0, tid);
+        let o = k.mul_const(hh, n_splits);
+        let o = k.add(o, split);
+        let am = k.ptr_add(part_m, o);
+        k.store(am, mv);
+        let al = k.ptr_add(part_l, o);
+        k.store(al, lv);
+    });
+    Ok(k.finish()?)
+}
+
+/// The exact partials of every (sequence, head, split), in f64: `(m, l, o)` laid out as
+/// the kernel's outputs.
+pub fn reference(p: &DecodeParams, cache: &PagedCache, scale: f64) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let ns = p.n_splits() as usize;
+    let d = p.head_dim as usize;
+    let n = cache.n_seqs() * p.n_heads as usize * ns;
+    let (mut m, mut l, mut o) = (vec![f64::NEG_INFINITY; n], vec![0.0; n], vec![0.0; n * d]);
+    for seq in 0..cache.n_seqs() {
+        for h in 0..p.n_heads {
+            for sp in 0..ns as u32 {
+                let lo = sp * p.split;
+                let hi = cache.ctx_len[seq].min(lo + p.split);
+                if hi <= lo {
+                    continue;
+                }
+                let i = (seq * p.n_heads as usize + h as usize) * ns + sp as usize;
+                let s = cache.scores(seq, h, lo, hi, scale);
+                let mx = s.iter().fold(f64::NEG_INFINITY, |a, &(v, _)| a.max(v));
+                m[i] = mx;
+                for (t, &(v, _)) in (lo..hi).zip(&s) {
+                    let w = (v - mx).exp2();
+                    l[i] += w;
+                    let (_, vr) = cache.kv_row(seq, h / p.group(), t);
+                    for (o, vv) in o[i * d..(i + 1) * d].iter_mut().zip(vr) {
+                        *o += w * vv.to_f64();
+                    }
+                }
+            }
+        }
+    }
+    (m, l, o)
+}
+
+/// Tolerances of `(m, l, o)` against [`reference`], and how they follow.
+///
+/// A score's dot product is a chain of `head_dim` fmas, within `γ_d·Σ|q_i k_i|·|c|`; the
+/// rounded `c = fl(scale·log2 e)` and the product add `2u·|s|`: `|ŝ − s| ≤ E` for the
+/// largest such bound `E`, and the split's maximum is within `E` too. A weight
+/// `ex2.approx(fl(ŝ − m̂))` is then within a relative `ρ = 2^(2E + u·Δ)·(1 + EX2) − 1` of
+/// `2^(s − m)`, `Δ` the widest score range plus `2E`. The sum adds `γ` of its tree
+/// (`split / threads` terms per thread and two butterflies); each output a chain of at most
+/// `split` fmas: `|ô − o| ≤ (ρ(1 + γ_n) + γ_n)·Σ 2^(s − m)|v|`. Flushed subnormal weights
+/// add at most `n·2^-126` (times `max|v|`).
+pub fn tolerances(p: &DecodeParams, cache: &PagedCache, scale: f64) -> ([Vec<f64>; 3], String) {
+    let (m, l, o) = reference(p, cache, scale);
+    let ns = p.n_splits() as usize;
+    let d = p.head_dim as usize;
+    let WeightError { e, rho, span } = weight_error(p, cache, scale);
+    let g_sum = gamma((p.split / p.threads) as u64 + 10);
+    let g_out = gamma(p.split as u64);
+    let tiny = p.split as f64 * F32_MIN_NORMAL;
+    // Each bound also covers the reference's own rounding to f32 (u relative).
+    let tol_m: Vec<f64> = m.iter().map(|&m| e + F32_U * m.abs()).collect();
+    let tol_l: Vec<f64> = l.iter().map(|&l| l * ((1.0 + rho) * (1.0 + g_sum) - 1.0 + F32_U) * 1.01 + tiny).collect();
+    let mut tol_o = vec![0.0; m.len() * d];
+    for seq in 0..cache.n_seqs() {
+        for h in 0..p.n_heads {
+            for sp in 0..ns as u32 {
+                let lo = sp * p.split;
+                let hi = cache.ctx_len[seq].min(lo + p.split);
+                if hi <= lo {
+                    continue;
+                }
+                let i = (seq * p.n_heads as usize + h as usize) * ns + sp as usize;
+                let s = cache.scores(seq, h, lo, hi, scale);
+                for (t, &(v, _)) in (lo..hi).zip(&s) {
+                    let w = (v - m[i]).exp2();
+                    let (_, vr) = cache.kv_row(seq, h / p.group(), t);
+                    for (o, vv) in tol_o[i * d..(i + 1) * d].iter_mut().zip(vr) {
+                        *o += w * vv.to_f64().abs();
+                    }
+                }
+            }
+        }
+    }
+    for (t, o) in tol_o.iter_mut().zip(&o) {
+        *t = *t * (rho * (1.0 + g_out) + g_out) * 1.01 + F32_U * o.abs() + tiny;
+    }
+    let explain = format!(
+        "m within E = {e:.3e} (dot-product and scaling roundings); l within ((1+ρ)(1+γ) − 1)·l and o within \
+         (ρ(1+γ_n) + γ_n)·Σ2^(s−m)|v| with ρ = {rho:.3e} (2E and the exponent's rounding over a score range of \
+         {span:.2}, ex2.approx {EX2_REL:.1e}), plus {tiny:.1e} for flushed subnormals"
+    );
+    ([tol_m, tol_l, tol_o], explain)
+}
+
+/// How far the kernel's scores and weights may be from exact (see [`tolerances`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WeightError {
+    /// Bound on a score's (and a split maximum's) error, base 2.
+    pub e: f64,
+    /// Relative error bound of a weight `2^(ŝ − m̂)` against `2^(s − m)`.
+    pub rho: f64,
+    /// The widest score range within a split.
+    pub span: f64,
+}
+
+pub fn weight_error(p: &DecodeParams, cache: &PagedCache, scale: f64) -> WeightError {
+    let (mut e_max, mut span) = (0.0f64, 0.0f64);
+    for seq in 0..cache.n_seqs() {
+        for h in 0..p.n_heads {
+            for sp in 0..p.n_splits() {
+                let lo = sp * p.split;
+                let hi = cache.ctx_len[seq].min(lo + p.split);
+                if hi <= lo {
+                    continue;
+                }
+                let s = cache.scores(seq, h, lo, hi, scale);
+                let (mut top, mut bottom) = (f64::NEG_INFINITY, f64::INFINITY);
+                for &(v, abs) in &s {
+                    e_max = e_max.max(gamma(p.head_dim as u64) * abs * (1.0 + 3.0 * F32_U) + 2.01 * F32_U * v.abs());
+                    top = top.max(v);
+                    bottom = bottom.min(v);
+                }
+                span = span.max(top - bottom);
+            }
+        }
+    }
+    let e = e_max * 1.01;
+    let rho = (2.0 * e + F32_U * (span + 2.0 * e)).exp2() * (1.0 + EX2_REL) - 1.0;
+    WeightError { e, rho, span }
+}
+
+fn f64_as_f32_bytes(v: &[f64]) -> Vec<u8> {
+    data::f32_bytes(&v.iter().map(|&x| x as f32).collect::<Vec<_>>())
+}
+
+/// A case: two sequences, the first with a full context, the second ending in its second
+/// to last split (so one split of the second is empty); softmax scale `1/sqrt(head_dim)`.
+pub fn case(p: &DecodeParams, seed: u64) -> Result<KernelCase, KernelError> {
+    let mut rng = data::rng(seed);
+    let max_ctx = p.max_blocks * BLOCK_TOKENS;
+    let short = if p.n_splits() >= 2 {
+        max_ctx - p.split - data::below(&mut rng, p.split)
+    } else {
+        1 + data::below(&mut rng, max_ctx)
+    };
+    let cache = PagedCache::random(&mut rng, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![max_ctx, short]);
+    case_for(p, &cache, 1.0 / (p.head_dim as f64).sqrt())
+}
+
+/// A case over a given cache and softmax scale.
+pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<KernelCase, KernelError> {
+    let kernel = build(p)?;
+    if cache.head_dim != p.head_dim
+        || cache.n_heads != p.n_heads
+        || cache.n_kv_heads != p.n_kv_heads
+        || cache.max_blocks != p.max_blocks
+        || cache.ctx_len.iter().any(|&c| c > p.max_blocks * BLOCK_TOKENS)
+    {
+        return Err(KernelError::unsupported(NAME, "the cache does not have the kernel's shape"));
+    }
+    let (m, l, o) = reference(p, cache, scale);
+    let ([tm, tl, to], explain) = tolerances(p, cache, scale);
+    let (wm, _, wo) = reference(p, cache, 1.0);
+    let bound = |tol: Vec<f64>| Check::Bound { tol, explain: explain.clone() };
+    let buffers = vec![
+        Buffer::input("q", data::f32_bytes(&cache.q)),
+        Buffer::input("k_cache", data::bf16_bytes(&cache.k)),
+        Buffer::input("v_cache", data::bf16_bytes(&cache.v)),
+        Buffer::input("block_table", cache.block_table.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        Buffer::input("ctx_len", cache.ctx_len.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        Buffer::output("part_m", m.len() * 4),
+        Buffer::output("part_l", l.len() * 4),
+        Buffer::output("part_o", o.len() * 4),
+    ];
+    let mut args: Vec<CaseArg> = (0..8).map(CaseArg::Buffer).collect();
+    args.push(CaseArg::Scalar(Arg::F32(scale as f32)));
+    let expected = vec![
+        Expected { buffer: 5, data: f64_as_f32_bytes(&m), elem: Scalar::F32, check: bound(tm.clone()) },
+        Expected { buffer: 6, data: f64_as_f32_bytes(&l), elem: Scalar::F32, check: bound(tl) },
+        Expected { buffer: 7, data: f64_as_f32_bytes(&o), elem: Scalar::F32, check: bound(to.clone()) },
+    ];
+    let controls = vec![
+        Control {
+            what: "scores without the 1/sqrt(head_dim) scale (maxima)".into(),
+            expected: Expected { buffer: 5, data: f64_as_f32_bytes(&wm), elem: Scalar::F32, check: bound(tm) },
+        },
+        Control {
+            what: "scores without the 1/sqrt(head_dim) scale (outputs)".into(),
+            expected: Expected { buffer: 7, data: f64_as_f32_bytes(&wo), elem: Scalar::F32, check: bound(to) },
+        },
+    ];
+    let tokens: u64 = cache.ctx_len.iter().map(|&c| c as u64).sum();
+    Ok(KernelCase {
+        name: NAME.to_string(),
+        shape: format!(
+            "contexts {:?}, {}/{} heads of {}, splits of {}",
+            cache.ctx_len, p.n_heads, p.n_kv_heads, p.head_dim, p.split
+        ),
+        kernel,
+        launch: p.launch(cache.n_seqs() as u32),
+        buffers,
+        args,
+        expected,
+        controls,
+        bytes_moved: tokens * p.n_kv_heads as u64 * p.head_dim as u64 * 4
+            + (m.len() * (8 + 4 * p.head_dim as usize)) as u64,
+        flops: tokens * p.n_heads as u64 * p.head_dim as u64 * 4,
+    })
+}

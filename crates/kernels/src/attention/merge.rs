@@ -1,0 +1,241 @@
+//! The merge kernel of decode attention: combines the splits' partials into each head's
+//! output, `out = Σ_s 2^(m_s − M)·o_s / Σ_s 2^(m_s − M)·l_s` with `M = max_s m_s`, in bf16
+//! (the input of the output projection).
+//!
+//! **Layout**: `part_m`, `part_l` `[rows, n_splits]`, `part_o` `[rows, n_splits,
+//! head_dim]` f32 as [`super::decode`] writes them (`rows = n_seqs · n_heads`); `out`
+//! `[rows, head_dim]` bf16. One block per row, thread `i` owns dimension `i`
+//! (`head_dim` threads, a multiple of 32). Empty splits (`m = −∞`) weigh nothing; a row
+//! whose splits are all empty gets zeros.
+//!
+//! **Arithmetic**: `w_s = ex2.approx(m_s − M)`, `L = Σ fma(w_s, l_s)`, `o = Σ fma(w_s,
+//! o_s)` in split order, `out = bf16(o / L)` (IEEE division). See [`tolerance`].
+
+use half::bf16;
+use quench_ir::{Builder, CacheOp, Function, Scalar, Type};
+use quench_rt::Launch;
+
+use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
+use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
+use crate::data;
+use crate::error::KernelError;
+use crate::lanes::{gptr, wide_mul};
+
+pub const NAME: &str = "attention_merge_bf16";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MergeParams {
+    /// Elements per head: the block size, a multiple of 32 in 32..=1024.
+    pub head_dim: u32,
+    pub n_splits: u32,
+}
+
+impl MergeParams {
+    pub fn launch(&self, rows: u32) -> Launch {
+        Launch::linear(rows, self.head_dim)
+    }
+}
+
+/// `attention_merge_bf16(part_m, part_l, part_o, out)`, one block per (sequence, head).
+pub fn build(p: &MergeParams) -> Result<Function, KernelError> {
+    if !p.head_dim.is_multiple_of(32) || !(32..=1024).contains(&p.head_dim) || p.n_splits == 0 {
+        return Err(KernelError::unsupported(
+            NAME,
+            format!(
+                "head_dim = {} must be a multiple of 32 in 32..=1024, n_splits = {} positive",
+                p.head_dim, p.n_splits
+            ),
+        ));
+    }
+    let mut k = Builder::new(NAME, p.head_dim);
+    let pm = k.param("part_m", gptr(Scalar::F32));
+    let pl = k.param("part_l", gptr(Scalar::F32));
+    let po = k.param("part_o", gptr(Scalar::F32));
+    let out = k.param("out", gptr(Scalar::BF16));
+    let row = k.ctaid_x();
+    let d = k.tid_x();
+    let first = wide_mul(&mut k, row, p.n_splits);
+    let ms = k.ptr_add(pm, first);
+    let ls = k.ptr_add(pl, first);
+    let ostart = wide_mul(&mut k, row, p.n_splits * p.head_dim);
+    let os = k.ptr_add(po, ostart);
+    let os = k.ptr_add(os, d);
+    let lo = k.const_u32(0);
+    let hi = k.const_u32(p.n_splits);
+    let one = k.const_u32(1);
+    let neg_inf = k.const_f32(f32::NEG_INFINITY);
+    let top = k.for_range(lo, hi, one, &[neg_inf], |k, s, c| {
+        let at = k.ptr_add(ms, s);
+        let m = k.load_with(Type::F32, at, CacheOp::Nc);
+        vec![k.max(c[0], m)]
+    })[0];
+    let zero = k.const_f32(0.0);
+    let sums = k.for_range(lo, hi, one, &[zero, zero], |k, s, c| {
+        let at = k.ptr_add(ms, s);
+        let m = k.load_with(Type::F32, at, CacheOp::Nc);
+        let empty = k.eq(m, neg_inf);
+        let x = k.sub(m, top);
+        let w = k.ex2_approx(x);
+        let w = k.select(empty, zero, w);
+        let at = k.ptr_add(ls, s);
+        let l = k.load_with(Type::F32, at, CacheOp::Nc);
+        let od = k.mul_const(s, p.head_dim);
+        let at = k.ptr_add(os, od);
+        let o = k.load_with(Type::F32, at, CacheOp::Nc);
+        vec![k.fma(w, l, c[0]), k.fma(w, o, c[1])]
+    });
+    let (l, o) = (sums[0], sums[1]);
+    let y = k.div(o, l);
+    let some = k.gt(l, zero);
+    let y = k.select(some, y, zero);
+    let y = k.cvt(Scalar::BF16, y);
+    let at = wide_mul(&mut k, row, p.head_dim);
+    let at = k.ptr_add(out, at);
+    let at = k.ptr_add(at, d);
+    k.store(at, y);
+    Ok(k.finish()?)
+}
+
+/// The exact merge of every row (f64), and `B = Σ w_s|o_s| / L` per element (the scale of
+/// the rounding errors).
+pub fn reference(p: &MergeParams, m: &[f32], l: &[f32], o: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let (ns, d) = (p.n_splits as usize, p.head_dim as usize);
+    let mut out = Vec::with_capacity(m.len() / ns * d);
+    let mut scale = Vec::with_capacity(out.capacity());
+    for (r, mr) in m.chunks_exact(ns).enumerate() {
+        let top = mr.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+        let w: Vec<f64> =
+            mr.iter().map(|&x| if x == f32::NEG_INFINITY { 0.0 } else { (x as f64 - top).exp2() }).collect();
+        let total: f64 = w.iter().zip(&l[r * ns..(r + 1) * ns]).map(|(w, &l)| w * l as f64).sum();
+        for i in 0..d {
+            let (mut acc, mut abs) = (0.0, 0.0);
+            for (s, w) in w.iter().enumerate() {
+                let v = o[(r * ns + s) * d + i] as f64;
+                acc += w * v;
+                abs += w * v.abs();
+            }
+            out.push(if total > 0.0 { acc / total } else { 0.0 });
+            scale.push(if total > 0.0 { abs / total } else { 0.0 });
+        }
+    }
+    (out, scale)
+}
+
+/// A deliberately wrong merge: the splits summed without rescaling to a common maximum.
+pub fn reference_unscaled(p: &MergeParams, m: &[f32], l: &[f32], o: &[f32]) -> Vec<bf16> {
+    let (ns, d) = (p.n_splits as usize, p.head_dim as usize);
+    let mut out = vec![];
+    for r in 0..m.len() / ns {
+        let total: f64 = l[r * ns..(r + 1) * ns].iter().map(|&x| x as f64).sum();
+        for i in 0..d {
+            let acc: f64 = (0..ns).map(|s| o[(r * ns + s) * d + i] as f64).sum();
+            out.push(bf16::from_f64(if total > 0.0 { acc / total } else { 0.0 }));
+        }
+    }
+    out
+}
+
+/// Per-element tolerance of a bf16 attention output `want`, given `κ` — the relative error
+/// of every weight including the summations' — and `B = Σ w|v| / Σ w` per element.
+///
+/// With the total weight within `κ` relative and the weighted sum within `κ·B·L`, the f32
+/// quotient is within `2κ/(1 − κ)·B`, the division adds `u·B`, and the two roundings to
+/// bf16 (the kernel's and the reference's) add `2^-8` of each value: `2^-7·|want|` and a
+/// margin. Results below 2^-126 may be flushed.
+pub fn tolerance(kappa: f64, scale: &[f64], want: &[bf16]) -> Vec<f64> {
+    scale
+        .iter()
+        .zip(want)
+        .map(|(&b, w)| {
+            (2.0 * kappa / (1.0 - kappa) + F32_U) * b * 1.01 + 2f64.powi(-7) * w.to_f64().abs() * 1.01 + F32_MIN_NORMAL
+        })
+        .collect()
+}
+
+/// `κ` of this kernel for split maxima within `span` of their row's largest: each weight
+/// `ex2.approx(fl(m_s − M))` is within `2^(u·span)·(1 + EX2) − 1`, and the sums over
+/// `n_splits` positive terms add `γ_n`.
+pub fn kappa(p: &MergeParams, span: f64) -> f64 {
+    let rho = (F32_U * span).exp2() * (1.0 + EX2_REL) - 1.0;
+    (1.0 + rho) * (1.0 + gamma(p.n_splits as u64)) - 1.0
+}
+
+/// The widest `M − m_s` over the non-empty splits of any row.
+pub fn span(p: &MergeParams, m: &[f32]) -> f64 {
+    m.chunks_exact(p.n_splits as usize)
+        .map(|mr| {
+            let top = mr.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+            mr.iter().filter(|x| x.is_finite()).map(|&x| top - x as f64).fold(0.0, f64::max)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// A case over given partials: the reference is the exact merge, the bound this kernel's
+/// own (`extra_kappa` adds the partials' own error, for checking a whole attention).
+pub fn case_from(
+    p: &MergeParams,
+    m: Vec<f32>,
+    l: Vec<f32>,
+    o: Vec<f32>,
+    want: Vec<bf16>,
+    scale: &[f64],
+    extra_kappa: f64,
+) -> Result<KernelCase, KernelError> {
+    let kernel = build(p)?;
+    let rows = (m.len() / p.n_splits as usize) as u32;
+    let kappa = (1.0 + kappa(p, span(p, &m))) * (1.0 + extra_kappa) - 1.0;
+    let tol = tolerance(kappa, scale, &want);
+    let explain = format!(
+        "(2κ/(1−κ) + u)·Σw|o|/Σw + 2^-7·|want|: κ = {kappa:.3e} (ex2.approx and exponent rounding, \
+         sums over {} splits)",
+        p.n_splits
+    );
+    let check = Check::Bound { tol, explain };
+    let wrong = reference_unscaled(p, &m, &l, &o);
+    let n = rows as usize * p.head_dim as usize;
+    Ok(KernelCase {
+        name: NAME.to_string(),
+        shape: format!("{rows} heads of {}, {} splits", p.head_dim, p.n_splits),
+        kernel,
+        launch: p.launch(rows),
+        buffers: vec![
+            Buffer::input("part_m", data::f32_bytes(&m)),
+            Buffer::input("part_l", data::f32_bytes(&l)),
+            Buffer::input("part_o", data::f32_bytes(&o)),
+            Buffer::output("out", n * 2),
+        ],
+        args: (0..4).map(CaseArg::Buffer).collect(),
+        expected: vec![Expected { buffer: 3, data: data::bf16_bytes(&want), elem: Scalar::BF16, check: check.clone() }],
+        controls: vec![Control {
+            what: "splits summed without rescaling to the common maximum".into(),
+            expected: Expected { buffer: 3, data: data::bf16_bytes(&wrong), elem: Scalar::BF16, check },
+        }],
+        bytes_moved: (m.len() * 8 + o.len() * 4 + n * 2) as u64,
+        flops: 4 * o.len() as u64,
+    })
+}
+
+/// A case of `rows` rows of random partials: maxima in [−6, 6] (base 2), sums in
+/// [1, 64], outputs in ±[2^-6, 1]·sum; the last split of every other row is empty.
+pub fn case(p: &MergeParams, rows: u32, seed: u64) -> Result<KernelCase, KernelError> {
+    let mut rng = data::rng(seed);
+    let ns = p.n_splits as usize;
+    let total = rows as usize * ns;
+    let mut m = data::uniform(&mut rng, total, -6.0, 6.0);
+    let mut l = data::uniform(&mut rng, total, 1.0, 64.0);
+    let mut o = data::signed(&mut rng, total * p.head_dim as usize, 0.015625, 1.0);
+    for (i, o) in o.chunks_exact_mut(p.head_dim as usize).enumerate() {
+        o.iter_mut().for_each(|v| *v *= l[i]);
+    }
+    if ns >= 2 {
+        for r in (1..rows as usize).step_by(2) {
+            let i = r * ns + ns - 1;
+            m[i] = f32::NEG_INFINITY;
+            l[i] = 0.0;
+            o[i * p.head_dim as usize..(i + 1) * p.head_dim as usize].iter_mut().for_each(|v| *v = 0.0);
+        }
+    }
+    let (exact, scale) = reference(p, &m, &l, &o);
+    let want: Vec<bf16> = exact.iter().map(|&v| bf16::from_f64(v)).collect();
+    case_from(p, m, l, o, want, &scale, 0.0)
+}
