@@ -330,6 +330,12 @@ pub(crate) fn from_bytes(regs: &mut Regs, v: ValInfo, lane: u32, data: &[u8]) {
     if n == 0 {
         return;
     }
+    if v.parts == 1 && data.len() >= n {
+        let mut b = [0u8; 8];
+        b[..n].copy_from_slice(&data[..n]);
+        regs.set(v, 0, lane, u64::from_le_bytes(b));
+        return;
+    }
     for (part, chunk) in data.chunks(n).take(v.parts as usize).enumerate() {
         let mut b = [0u8; 8];
         b[..chunk.len()].copy_from_slice(chunk);
@@ -345,9 +351,10 @@ fn access_size(ctx: &BlockCtx, w: &Warp, ci: &CInst, ty: Type) -> Result<u64, In
     }
 }
 
-/// Check an access of `len` bytes through the pointer `ptr` of `lane`: its space,
-/// alignment and bounds.
-pub(crate) fn resolve(
+/// Check the space and alignment of an access of `len` bytes through the pointer
+/// `ptr` of `lane`, and return its space and address.
+#[allow(clippy::too_many_arguments)]
+fn address(
     ctx: &BlockCtx,
     w: &Warp,
     ci: &CInst,
@@ -355,14 +362,16 @@ pub(crate) fn resolve(
     ptr: Value,
     len: u64,
     align: u64,
-) -> Result<Loc, InterpError> {
-    let info = ctx.prog.info(ptr);
-    let addr = w.regs.get(info, 0, lane);
-    let site = || ctx.site(w.index, Some(lane), ci);
+) -> Result<(AddrSpace, u64), InterpError> {
+    let addr = w.regs.get(ctx.prog.info(ptr), 0, lane);
     let space = match ctx.prog.ty(ptr) {
         Type::Ptr(s, _) => s,
         t => return Err(ctx.bad_inst(w.index, ci, format!("address operand of type {t}"))),
     };
+    let site = || ctx.site(w.index, Some(lane), ci);
+    if space == AddrSpace::Local {
+        return Err(InterpError::LocalMemory { site: site() });
+    }
     if !addr.is_multiple_of(align) {
         return Err(InterpError::Misaligned {
             site: site(),
@@ -372,26 +381,66 @@ pub(crate) fn resolve(
             align,
         });
     }
-    match space {
-        AddrSpace::Global => match ctx.mem.slice(addr, len) {
-            Ok(_) => Ok(Loc::Global(addr)),
-            Err(detail) => Err(InterpError::GlobalOutOfBounds {
-                site: site(),
-                addr,
-                bytes: len,
-                detail,
-            }),
-        },
-        AddrSpace::Shared => match ctx.shared.check(addr, len, w.regs.prov(info, lane)) {
-            Ok(i) => Ok(Loc::Shared(i)),
-            Err(region) => Err(InterpError::SharedOutOfBounds {
-                site: site(),
-                offset: addr,
-                bytes: len,
-                region,
-            }),
-        },
-        AddrSpace::Local => Err(InterpError::LocalMemory { site: site() }),
+    Ok((space, addr))
+}
+
+fn global_out_of_bounds(
+    ctx: &BlockCtx,
+    w: &Warp,
+    ci: &CInst,
+    lane: u32,
+    addr: u64,
+    len: u64,
+    detail: String,
+) -> InterpError {
+    InterpError::GlobalOutOfBounds {
+        site: ctx.site(w.index, Some(lane), ci),
+        addr,
+        bytes: len,
+        detail,
+    }
+}
+
+/// The index in shared memory of an access of `len` bytes at `addr` through `ptr`.
+#[allow(clippy::too_many_arguments)]
+fn shared_index(
+    ctx: &BlockCtx,
+    w: &Warp,
+    ci: &CInst,
+    lane: u32,
+    ptr: Value,
+    addr: u64,
+    len: u64,
+) -> Result<usize, InterpError> {
+    let origin = w.regs.prov(ctx.prog.info(ptr), lane);
+    ctx.shared
+        .check(addr, len, origin)
+        .map_err(|region| InterpError::SharedOutOfBounds {
+            site: ctx.site(w.index, Some(lane), ci),
+            offset: addr,
+            bytes: len,
+            region,
+        })
+}
+
+/// Check an access of `len` bytes through the pointer `ptr` of `lane` (space,
+/// alignment, bounds) and return where it lands.
+pub(crate) fn resolve(
+    ctx: &BlockCtx,
+    w: &Warp,
+    ci: &CInst,
+    lane: u32,
+    ptr: Value,
+    len: u64,
+    align: u64,
+) -> Result<Loc, InterpError> {
+    let (space, addr) = address(ctx, w, ci, lane, ptr, len, align)?;
+    if space == AddrSpace::Shared {
+        return Ok(Loc::Shared(shared_index(ctx, w, ci, lane, ptr, addr, len)?));
+    }
+    match ctx.mem.slice(addr, len) {
+        Ok(_) => Ok(Loc::Global(addr)),
+        Err(detail) => Err(global_out_of_bounds(ctx, w, ci, lane, addr, len, detail)),
     }
 }
 
@@ -415,11 +464,17 @@ fn access<T>(
     align: u64,
     f: impl FnOnce(&mut [u8]) -> T,
 ) -> Result<T, InterpError> {
-    let loc = resolve(ctx, w, ci, lane, ptr, len, align)?;
-    match bytes_at(ctx, loc, len) {
-        Some(m) => Ok(f(m)),
-        None => Err(ctx.bad_inst(w.index, ci, "memory changed under the access")),
-    }
+    let (space, addr) = address(ctx, w, ci, lane, ptr, len, align)?;
+    let mem = if space == AddrSpace::Shared {
+        let i = shared_index(ctx, w, ci, lane, ptr, addr, len)?;
+        &mut ctx.shared.bytes[i..i + len as usize]
+    } else {
+        match ctx.mem.slice_mut(addr, len) {
+            Ok(m) => m,
+            Err(detail) => return Err(global_out_of_bounds(ctx, w, ci, lane, addr, len, detail)),
+        }
+    };
+    Ok(f(mem))
 }
 
 fn pack(

@@ -18,7 +18,8 @@ const ALIGN: u64 = 256;
 /// access through a stale pointer is reported as such rather than hitting new data.
 #[derive(Debug)]
 pub struct GlobalMemory {
-    live: BTreeMap<u64, Vec<u8>>,
+    /// Live allocations by base address, ascending (addresses only ever grow).
+    live: Vec<(u64, Vec<u8>)>,
     /// Base and size of freed allocations, to name use-after-free accesses.
     freed: BTreeMap<u64, u64>,
     next: u64,
@@ -33,7 +34,7 @@ impl Default for GlobalMemory {
 impl GlobalMemory {
     pub fn new() -> Self {
         GlobalMemory {
-            live: BTreeMap::new(),
+            live: Vec::new(),
             freed: BTreeMap::new(),
             next: BASE,
         }
@@ -53,19 +54,20 @@ impl GlobalMemory {
         data.try_reserve_exact(len).map_err(|_| oom)?;
         data.resize(len, 0);
         let addr = self.next;
-        self.live.insert(addr, data);
+        self.live.push((addr, data));
         self.next = next;
         Ok(addr)
     }
 
     /// Free the allocation starting at `addr`.
     pub fn free(&mut self, addr: u64) -> Result<(), InterpError> {
-        match self.live.remove(&addr) {
-            Some(d) => {
+        match self.live.binary_search_by_key(&addr, |a| a.0) {
+            Ok(i) => {
+                let (_, d) = self.live.remove(i);
                 self.freed.insert(addr, d.len() as u64);
                 Ok(())
             }
-            None => Err(InterpError::BadFree {
+            Err(_) => Err(InterpError::BadFree {
                 addr,
                 detail: self.describe(addr, 1),
             }),
@@ -104,29 +106,32 @@ impl GlobalMemory {
         }
     }
 
-    /// The allocation holding all of `[addr, addr + len)`: its base and the offset of
-    /// `addr` in it.
-    fn find(&self, addr: u64, len: u64) -> Option<(u64, usize)> {
-        let (base, data) = self.live.range(..=addr).next_back()?;
+    /// The allocation with the highest base at or below `addr`, by index.
+    fn below(&self, addr: u64) -> Option<usize> {
+        self.live.partition_point(|a| a.0 <= addr).checked_sub(1)
+    }
+
+    /// The index of the allocation holding all of `[addr, addr + len)` and the range
+    /// that covers in it.
+    fn find(&self, addr: u64, len: u64) -> Option<(usize, std::ops::Range<usize>)> {
+        let i = self.below(addr)?;
+        let (base, data) = &self.live[i];
         let off = addr - base;
         let end = off.checked_add(len)?;
-        (end <= data.len() as u64).then_some((*base, off as usize))
+        (end <= data.len() as u64).then_some((i, off as usize..end as usize))
     }
 
     /// The bytes `[addr, addr + len)`, or a description of why they are not mapped.
     pub(crate) fn slice(&self, addr: u64, len: u64) -> Result<&[u8], String> {
         match self.find(addr, len) {
-            Some((base, off)) => Ok(&self.live[&base][off..off + len as usize]),
+            Some((i, r)) => Ok(&self.live[i].1[r]),
             None => Err(self.describe(addr, len)),
         }
     }
 
     pub(crate) fn slice_mut(&mut self, addr: u64, len: u64) -> Result<&mut [u8], String> {
         match self.find(addr, len) {
-            Some((base, off)) => match self.live.get_mut(&base) {
-                Some(d) => Ok(&mut d[off..off + len as usize]),
-                None => Err(String::from("no allocation")),
-            },
+            Some((i, r)) => Ok(&mut self.live[i].1[r]),
             None => Err(self.describe(addr, len)),
         }
     }
@@ -138,7 +143,7 @@ impl GlobalMemory {
                 return format!("inside the {size}-byte allocation at {base:#x}, which was freed");
             }
         }
-        match self.live.range(..=addr).next_back() {
+        match self.below(addr).map(|i| &self.live[i]) {
             Some((base, data)) => {
                 let size = data.len() as u64;
                 let off = addr - base;

@@ -274,22 +274,21 @@ impl<'p> Warp<'p> {
                 };
                 // Yielded values may be the body's own arguments in another order: read
                 // all of a lane's values before writing any.
-                let args: Vec<ValInfo> =
-                    body.args[1..].iter().map(|a| self.prog.info(*a)).collect();
-                let vals: Vec<ValInfo> = vals.iter().map(|v| self.prog.info(*v)).collect();
+                let prog = self.prog;
                 for l in lanes(active) {
                     self.scratch.clear();
-                    for v in &vals {
-                        let p = self.regs.prov(*v, l);
-                        self.scratch
-                            .extend((0..v.parts).map(|part| (self.regs.get(*v, part, l), p)));
+                    for v in vals.iter().map(|v| prog.info(*v)) {
+                        let p = self.regs.prov(v, l);
+                        for part in 0..v.parts {
+                            self.scratch.push((self.regs.get(v, part, l), p));
+                        }
                     }
                     let mut it = self.scratch.iter();
-                    for a in &args {
+                    for a in body.args[1..].iter().map(|a| prog.info(*a)) {
                         for part in 0..a.parts {
                             if let Some(&(x, p)) = it.next() {
-                                self.regs.set(*a, part, l, x);
-                                self.regs.set_prov(*a, l, p);
+                                self.regs.set(a, part, l, x);
+                                self.regs.set_prov(a, l, p);
                             }
                         }
                     }
