@@ -35,7 +35,11 @@ def main():
     args = p.parse_args()
 
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # transformers 5 renamed torch_dtype to dtype.
+    dtype_arg = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model
@@ -57,7 +61,7 @@ def main():
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         hf_prompt = tokenizer(args.prompt)["input_ids"]
-        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, **{dtype_arg: torch.float32})
         model.eval()
         tokens = record["prompt_tokens"] + record["tokens"]
         with torch.no_grad():
