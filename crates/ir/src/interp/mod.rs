@@ -117,6 +117,11 @@ impl LaunchStats {
 /// addresses for pointers, floats in their low bits, narrower integers zero-extended).
 /// Kernels using `mma`/`ldmatrix` read the measured layout table
 /// ([`MmaLayout::measured`]).
+///
+/// The kernel is not verified here: the interpreter checks the structure it relies on
+/// and reports faults as they happen (out-of-bounds or misaligned accesses, divergent
+/// barriers, collectives over the wrong lanes), so run [`crate::verify`] first for the
+/// static checks. A kernel that loops forever on the GPU loops forever here too.
 pub fn launch(
     f: &Function,
     cfg: &LaunchConfig,
