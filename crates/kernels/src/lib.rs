@@ -12,6 +12,7 @@
 
 pub mod add;
 pub mod approx;
+pub mod argmax;
 pub mod attention;
 pub mod case;
 pub mod data;

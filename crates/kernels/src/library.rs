@@ -4,6 +4,7 @@
 use quench_ir::{Function, Scalar};
 
 use crate::add::{self, AddParams};
+use crate::argmax::{self, ArgmaxParams};
 use crate::attention::decode::{self, DecodeParams};
 use crate::attention::merge::{self, MergeParams};
 use crate::case::KernelCase;
@@ -37,6 +38,7 @@ enum Family {
     QGemv(WeightFormat, Epilogue),
     AttentionDecode,
     AttentionMerge,
+    Argmax,
 }
 
 /// One kernel of the library.
@@ -75,6 +77,7 @@ impl KernelSpec {
             Family::QGemv(f, e) => qgemv::build(&qgemv_params(f, e, &r)?),
             Family::AttentionDecode => decode::build(&decode_params(&r)?),
             Family::AttentionMerge => merge::build(&merge_params(&r)?),
+            Family::Argmax => argmax::build(&argmax_params(&r)?),
         }
     }
 
@@ -103,6 +106,7 @@ impl KernelSpec {
             Family::QGemv(f, e) => qgemv::case(&qgemv_params(f, e, &r)?, seed),
             Family::AttentionDecode => decode::case(&decode_params(&r)?, seed),
             Family::AttentionMerge => merge::case(&merge_params(&r)?, rows_of(&r)?, seed),
+            Family::Argmax => argmax::case(&argmax_params(&r)?, rows_of(&r)?, seed),
         }
     }
 }
@@ -229,6 +233,12 @@ pub fn library() -> Vec<KernelSpec> {
         "decode attention: merge the splits' (max, sum, output) partials into each head's output, bf16",
         ATTENTION_MERGE,
         Family::AttentionMerge,
+    ));
+    all.push(spec(
+        argmax::NAME,
+        "index of each row's largest f32 logit (u32), lowest index on ties, NaN skipped; one block per row",
+        ARGMAX,
+        Family::Argmax,
     ));
     all
 }
@@ -364,6 +374,12 @@ const ATTENTION_MERGE: &[ParamInfo] = &[
     ParamInfo { name: "n_splits", default: 16, doc: "splits per head" },
 ];
 
+const ARGMAX: &[ParamInfo] = &[
+    ParamInfo { name: "rows", default: 1, doc: "rows (the grid; the case size)" },
+    ParamInfo { name: "cols", default: 128256, doc: "vocabulary size, a multiple of 4, fixed in the kernel" },
+    ParamInfo { name: "threads", default: 1024, doc: "threads per block (one block per row)" },
+];
+
 fn threads(r: &Reader) -> Result<u32, KernelError> {
     r.get("threads", 32, 1024)
 }
@@ -449,4 +465,8 @@ fn decode_params(r: &Reader) -> Result<DecodeParams, KernelError> {
 
 fn merge_params(r: &Reader) -> Result<MergeParams, KernelError> {
     Ok(MergeParams { head_dim: r.get("head_dim", 32, 1024)?, n_splits: r.get("n_splits", 1, 1 << 16)? })
+}
+
+fn argmax_params(r: &Reader) -> Result<ArgmaxParams, KernelError> {
+    Ok(ArgmaxParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
 }

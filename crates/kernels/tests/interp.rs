@@ -192,6 +192,14 @@ fn attention_merge() {
     check(&case("attention_merge_bf16", "rows=3 head_dim=128 n_splits=2"));
 }
 
+#[test]
+fn argmax() {
+    // 2500 groups over 256 threads (a guarded last step); the last row is all −∞.
+    check(&case("argmax_f32", "rows=3 cols=10000 threads=256"));
+    // One warp, SmolLM2's vocabulary.
+    check(&case("argmax_f32", "rows=2 cols=49152 threads=32"));
+}
+
 /// The harness itself must be able to fail: a launch that leaves outputs unwritten
 /// leaves poison, which the check catches.
 #[test]
