@@ -38,6 +38,12 @@ fn compare_shape(name: &str) -> &'static str {
         n if n.starts_with("gemv") => "rows=256 cols=4096",
         n if n.starts_with("gemm") => "m=256 n=256 k=256",
         n if n.starts_with("embed_") => "tokens=16 vocab=1024 dim=4096",
+        n if n.starts_with("layernorm") => "rows=64 cols=4096",
+        n if n.starts_with("rope_") => "tokens=16 n_pos=4096",
+        n if n.starts_with("qgemv") => "rows=256 cols=4096",
+        n if n.starts_with("attention_decode") => "head_dim=128 n_heads=32 n_kv_heads=8 max_blocks=64 split=256 threads=128",
+        n if n.starts_with("attention_merge") => "rows=64 head_dim=128 n_splits=8",
+        n if n.starts_with("argmax") => "rows=4 cols=128256",
         _ => "",
     }
 }
