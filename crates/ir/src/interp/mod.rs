@@ -120,7 +120,7 @@ impl LaunchStats {
 ///
 /// The kernel is not verified here: the interpreter checks the structure it relies on
 /// and reports faults as they happen (out-of-bounds or misaligned accesses, divergent
-/// barriers, collectives over the wrong lanes), so run [`crate::verify`] first for the
+/// barriers, collectives over the wrong lanes), so run [`verify()`](crate::verify()) first for the
 /// static checks. A kernel that loops forever on the GPU loops forever here too.
 pub fn launch(
     f: &Function,
