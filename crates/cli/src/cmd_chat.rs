@@ -1,7 +1,7 @@
 //! `quench chat`: a conversation with a model through its chat template.
 //!
-//! On a terminal it prompts for each turn; otherwise every line of stdin is a user turn and
-//! each reply is printed on stdout followed by a newline. `/reset` starts the conversation
+//! On a terminal it prompts for each turn; otherwise every line of stdin is a user turn. Each
+//! reply is streamed to stdout and followed by a newline. `/reset` starts the conversation
 //! over, `/exit` (or the end of input) ends it.
 
 use std::io::{BufRead, IsTerminal, Write};

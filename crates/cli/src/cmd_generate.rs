@@ -68,7 +68,8 @@ pub struct GenerateArgs {
     /// as JSON (for checking quench against other implementations).
     #[arg(long, value_name = "FILE")]
     pub logits_out: Option<PathBuf>,
-    /// The text to continue, as is (no chat template); `-` or nothing reads stdin.
+    /// The text to continue, as is (no chat template); `-` or nothing reads it from stdin
+    /// (without the final newline).
     pub prompt: Option<String>,
 }
 
@@ -106,7 +107,9 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
             std::io::stdin()
                 .read_to_string(&mut text)
                 .map_err(|e| format!("reading the prompt from stdin: {e}"))?;
-            text
+            // The newline that ends the input (`echo`, `<<<`) is not part of the prompt.
+            let end = text.strip_suffix('\n').unwrap_or(&text);
+            end.strip_suffix('\r').unwrap_or(end).to_owned()
         }
     };
     let loaded = args.model.load(SMOLLM2)?;

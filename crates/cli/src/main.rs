@@ -1,5 +1,6 @@
 //! quench: a GPU compiler, runtime and inference engine for NVIDIA Hopper.
 
+mod cmd_bench;
 mod cmd_cc;
 mod cmd_chat;
 mod cmd_check_kernels;
@@ -50,6 +51,8 @@ enum Command {
     CheckKernels(cmd_check_kernels::CheckArgs),
     /// Watch the GPUs: utilization, memory, clocks, power, processes, server metrics.
     Top(cmd_top::TopArgs),
+    /// Measure prefill and decode speed of a model, optionally beside llama.cpp.
+    Bench(cmd_bench::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -72,6 +75,7 @@ fn main() {
         Command::Isa(IsaCommand::Probe(a)) => cmd_isa::probe(a),
         Command::CheckKernels(a) => cmd_check_kernels::run(a),
         Command::Top(a) => cmd_top::run(a),
+        Command::Bench(a) => cmd_bench::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
