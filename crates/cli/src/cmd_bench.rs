@@ -295,9 +295,9 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     let load_after = load_average();
     drop(decoder);
     let quench = summarize(&runs, a.prompt_tokens);
-    let llama = a.vs_llama_cpp.then(|| {
-        llama_runs.map(|(r, about)| (summarize(&r, a.prompt_tokens), about))
-    });
+    let llama = a
+        .vs_llama_cpp
+        .then(|| llama_runs.map(|(r, about)| (summarize(&r, a.prompt_tokens), about)));
     let ratio = match &llama {
         Some(Ok((l, _))) => Some(quench.decode_tokens_per_s / l.decode_tokens_per_s),
         _ => None,
