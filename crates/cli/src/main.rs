@@ -10,6 +10,7 @@ mod cmd_generate;
 mod cmd_info;
 mod cmd_isa;
 mod cmd_pull;
+mod cmd_serve;
 mod cmd_synth;
 mod cmd_top;
 mod gpu;
@@ -53,6 +54,8 @@ enum Command {
     Top(cmd_top::TopArgs),
     /// Measure prefill and decode speed of a model, optionally beside llama.cpp.
     Bench(cmd_bench::BenchArgs),
+    /// Serve models over an OpenAI-compatible HTTP API, with a chat page at /.
+    Serve(cmd_serve::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -76,6 +79,7 @@ fn main() {
         Command::CheckKernels(a) => cmd_check_kernels::run(a),
         Command::Top(a) => cmd_top::run(a),
         Command::Bench(a) => cmd_bench::run(a),
+        Command::Serve(a) => cmd_serve::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -34,15 +34,7 @@ pub async fn read_json<T: DeserializeOwned>(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limits.max_bytes as u64) {
-        return Err(too_large());
-    }
-    let collected = tokio::time::timeout(
-        limits.timeout,
-        Limited::new(body, limits.max_bytes).collect(),
-    )
-    .await
-    .map_err(|_| {
+    let timed_out = || {
         ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             format!(
@@ -51,18 +43,51 @@ pub async fn read_json<T: DeserializeOwned>(
             ),
         )
         .code("request_timeout")
-    })?;
-    let bytes = match collected {
-        Ok(c) => c.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => return Err(too_large()),
-        Err(e) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("the request body could not be read: {e}"),
-            ))
-        }
     };
+    let deadline = tokio::time::Instant::now() + limits.timeout;
+    if declared.is_some_and(|n| n > limits.max_bytes as u64) {
+        drain(body, limits, deadline).await;
+        return Err(too_large());
+    }
+    let mut body = body;
+    let mut bytes = Vec::new();
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Err(timed_out()),
+            Ok(None) => break,
+            Ok(Some(Ok(frame))) => frame,
+            Ok(Some(Err(e))) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("the request body could not be read: {e}"),
+                ))
+            }
+        };
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > limits.max_bytes {
+                drain(body, limits, deadline).await;
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
     parse_json(&bytes)
+}
+
+/// Reads and drops what is left of a body that is too large, so that the client, which is
+/// still sending it, can read the 413 instead of a reset connection. At most a few times
+/// the limit is read, within the body's deadline; beyond that the connection closes.
+async fn drain(mut body: Body, limits: BodyLimits, deadline: tokio::time::Instant) {
+    let mut left = limits.max_bytes.saturating_mul(16);
+    while left > 0 {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                let n = frame.data_ref().map_or(0, |d| d.len());
+                left = left.saturating_sub(n.max(1));
+            }
+            _ => return,
+        }
+    }
 }
 
 /// Parses a JSON object as `T`; errors name the field path and what was wrong with it.

@@ -42,15 +42,16 @@ pub async fn embeddings(
     if let Some(i) = texts.iter().position(|t| t.is_empty()) {
         return Err(ApiError::invalid(format!("input[{i}]"), "input texts must not be empty"));
     }
-    match req.encoding_format.as_deref() {
-        None | Some("float") => {}
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
         Some(other) => {
             return Err(ApiError::invalid(
                 "encoding_format",
-                format!("encoding_format {other:?} is not supported; use \"float\""),
+                format!("encoding_format {other:?} is not one of \"float\", \"base64\""),
             ))
         }
-    }
+    };
     let dims = model.dimensions();
     if let Some(d) = req.dimensions {
         if d != dims as i64 {
@@ -87,7 +88,14 @@ pub async fn embeddings(
     let data: Vec<Value> = out
         .into_iter()
         .enumerate()
-        .map(|(i, e)| json!({"object": "embedding", "index": i, "embedding": e.vector}))
+        .map(|(i, e)| {
+            let embedding = if base64 {
+                json!(base64_f32(&e.vector))
+            } else {
+                json!(e.vector)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
         .collect();
     Ok(Json(json!({
         "object": "list",
@@ -95,4 +103,37 @@ pub async fn embeddings(
         "model": served.id,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     })))
+}
+
+/// The vector as little-endian f32 bytes in standard base64, as OpenAI sends
+/// `encoding_format: "base64"`.
+fn base64_f32(vector: &[f32]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64_f32;
+
+    #[test]
+    fn base64_of_f32_bytes() {
+        // 1.0f32 = 00 00 80 3f; -2.5f32 = 00 00 20 c0
+        assert_eq!(base64_f32(&[1.0]), "AACAPw==");
+        assert_eq!(base64_f32(&[1.0, -2.5]), "AACAPwAAIMA=");
+        assert_eq!(base64_f32(&[]), "");
+    }
 }

@@ -1,0 +1,111 @@
+//! `quench serve`: the OpenAI-compatible HTTP server.
+
+use std::time::Duration;
+
+use clap::Args;
+use quench_serve::engine::EngineConfig;
+use quench_serve::{ModelSpec, ServeConfig, Server};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// A model that generates text: a GGUF file, a Hugging Face directory, NAME=PATH to
+    /// serve it under NAME, or synthetic:tiny-chat. Repeat to serve several.
+    #[arg(long = "model", value_name = "MODEL")]
+    models: Vec<ModelSpec>,
+    /// A model that embeds text (BERT sentence embedders), or synthetic:tiny-embed. Repeatable.
+    #[arg(long = "embedding-model", value_name = "MODEL")]
+    embedding_models: Vec<ModelSpec>,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// 0 picks a free port; the `listening` log line names it.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Most sequences decoded together.
+    #[arg(long, default_value_t = 16)]
+    max_batch: usize,
+    /// KV cache budget per model, in blocks of 16 positions.
+    #[arg(long, default_value_t = 4096)]
+    kv_blocks: usize,
+    /// Most requests waiting per model; beyond it requests get 429 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// Most prompt tokens a sequence prefills in one step.
+    #[arg(long, default_value_t = 64)]
+    prefill_chunk: usize,
+    /// Most positions per sequence (default: the model's context length).
+    #[arg(long)]
+    context: Option<usize>,
+    /// Most sessions kept; the least recently used is forgotten beyond it.
+    #[arg(long, default_value_t = 256)]
+    max_sessions: usize,
+    /// Largest request body, in bytes (413 beyond).
+    #[arg(long, default_value_t = 1 << 20)]
+    body_limit: usize,
+    /// Seconds a client has to send its request headers.
+    #[arg(long, default_value_t = 10.0)]
+    header_timeout: f64,
+    /// Seconds a client has to send its request body (408 beyond).
+    #[arg(long, default_value_t = 30.0)]
+    body_timeout: f64,
+    /// Seconds requests in flight get to finish after SIGTERM before they are cancelled.
+    #[arg(long, default_value_t = 30.0)]
+    shutdown_grace: f64,
+}
+
+fn seconds(name: &str, s: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(s).map_err(|_| format!("--{name} {s} is not a number of seconds"))
+}
+
+pub fn run(a: &ServeArgs) -> Result<(), String> {
+    let config = ServeConfig {
+        models: a.models.clone(),
+        embedding_models: a.embedding_models.clone(),
+        host: a.host.clone(),
+        port: a.port,
+        engine: EngineConfig {
+            max_batch: a.max_batch,
+            kv_blocks: a.kv_blocks,
+            queue: a.queue,
+            prefill_chunk: a.prefill_chunk,
+        },
+        context: a.context,
+        max_sessions: a.max_sessions,
+        body_limit: a.body_limit,
+        header_timeout: seconds("header-timeout", a.header_timeout)?,
+        body_timeout: seconds("body-timeout", a.body_timeout)?,
+        shutdown_grace: seconds("shutdown-grace", a.shutdown_grace)?,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async {
+        let server = Server::start(config).await.map_err(|e| e.to_string())?;
+        server.run(shutdown_signal()).await;
+        Ok(())
+    })
+}
+
+/// Completes at SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
