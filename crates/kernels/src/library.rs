@@ -5,6 +5,7 @@ use quench_ir::{Function, Scalar};
 
 use crate::add::{self, AddParams};
 use crate::argmax::{self, ArgmaxParams};
+use crate::attention::append::{self, AppendParams};
 use crate::attention::decode::{self, DecodeParams};
 use crate::attention::merge::{self, MergeParams};
 use crate::case::KernelCase;
@@ -39,6 +40,7 @@ enum Family {
     AttentionDecode,
     AttentionMerge,
     Argmax,
+    KvAppend,
 }
 
 /// One kernel of the library.
@@ -78,6 +80,7 @@ impl KernelSpec {
             Family::AttentionDecode => decode::build(&decode_params(&r)?),
             Family::AttentionMerge => merge::build(&merge_params(&r)?),
             Family::Argmax => argmax::build(&argmax_params(&r)?),
+            Family::KvAppend => append::build(&append_params(&r)?),
         }
     }
 
@@ -107,6 +110,10 @@ impl KernelSpec {
             Family::AttentionDecode => decode::case(&decode_params(&r)?, seed),
             Family::AttentionMerge => merge::case(&merge_params(&r)?, rows_of(&r)?, seed),
             Family::Argmax => argmax::case(&argmax_params(&r)?, rows_of(&r)?, seed),
+            Family::KvAppend => {
+                let n_seqs = r.get("n_seqs", 1, 1 << 16)?;
+                append::case(&append_params(&r)?, n_seqs, r.get("tokens", 1, MAX_ROWS)?, seed)
+            }
         }
     }
 }
@@ -233,6 +240,12 @@ pub fn library() -> Vec<KernelSpec> {
         "decode attention: merge the splits' (max, sum, output) partials into each head's output, bf16",
         ATTENTION_MERGE,
         Family::AttentionMerge,
+    ));
+    all.push(spec(
+        append::NAME,
+        "write new tokens' keys and values (f32) into the paged bf16 KV cache at (sequence, position)",
+        KV_APPEND,
+        Family::KvAppend,
     ));
     all.push(spec(
         argmax::NAME,
@@ -374,6 +387,15 @@ const ATTENTION_MERGE: &[ParamInfo] = &[
     ParamInfo { name: "n_splits", default: 16, doc: "splits per head" },
 ];
 
+const KV_APPEND: &[ParamInfo] = &[
+    ParamInfo { name: "tokens", default: 64, doc: "tokens appended (the grid; the case size)" },
+    ParamInfo { name: "n_seqs", default: 64, doc: "sequences in the block table (the case size)" },
+    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, a multiple of 4" },
+    ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads" },
+    ParamInfo { name: "max_blocks", default: 64, doc: "block-table row length (16 tokens a block)" },
+    ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per token)" },
+];
+
 const ARGMAX: &[ParamInfo] = &[
     ParamInfo { name: "rows", default: 1, doc: "rows (the grid; the case size)" },
     ParamInfo { name: "cols", default: 128256, doc: "vocabulary size, a multiple of 4, fixed in the kernel" },
@@ -469,4 +491,13 @@ fn merge_params(r: &Reader) -> Result<MergeParams, KernelError> {
 
 fn argmax_params(r: &Reader) -> Result<ArgmaxParams, KernelError> {
     Ok(ArgmaxParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+}
+
+fn append_params(r: &Reader) -> Result<AppendParams, KernelError> {
+    Ok(AppendParams {
+        head_dim: r.get("head_dim", 4, 1024)?,
+        n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
+        max_blocks: r.get("max_blocks", 1, 1 << 20)?,
+        threads: threads(r)?,
+    })
 }

@@ -187,6 +187,14 @@ fn attention_decode() {
 }
 
 #[test]
+fn kv_append() {
+    // 2 kv heads of 64: 32 groups over 32 threads; the last token is past the cache.
+    check(&case("kv_append_bf16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
+    // 8 heads of 128: 256 groups over 96 threads (two full walk steps and a guarded one).
+    check(&case("kv_append_bf16", "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96"));
+}
+
+#[test]
 fn attention_merge() {
     check(&case("attention_merge_bf16", "rows=6 head_dim=64 n_splits=5"));
     check(&case("attention_merge_bf16", "rows=3 head_dim=128 n_splits=2"));

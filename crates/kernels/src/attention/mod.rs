@@ -1,7 +1,8 @@
 //! Decode attention over a paged KV cache, flash-decoding style: one query token per
 //! sequence, the context cut into splits that blocks work on in parallel
 //! ([`decode`]: per split the running max, the sum of weights and the unnormalized
-//! output), then a second kernel merging the splits ([`merge`]).
+//! output), then a second kernel merging the splits ([`merge`]). [`append`] writes new
+//! tokens' keys and values into the cache.
 //!
 //! **The paged cache**: `k_cache` and `v_cache` are arrays of 16-token blocks,
 //! `[n_blocks][n_kv_heads][16][head_dim]` bf16; a sequence's token `t` lives in block
@@ -14,6 +15,7 @@
 //! a weight is `2^(s − m)` (one `ex2.approx`); the split maxima `part_m` are in that
 //! unit.
 
+pub mod append;
 pub mod decode;
 pub mod merge;
 
