@@ -408,3 +408,57 @@ fn one_model_serves_sessions_on_several_threads() {
     assert_eq!(alone, together);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn chat_templates_and_end_tokens_are_found_where_checkpoints_keep_them() {
+    let dir = synth(SynthArch::Qwen2, rand::random(), SynthDtype::F32, u64::MAX);
+    let config_path = dir.join("tokenizer_config.json");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    let messages = [Message::new("user", "hi")];
+    let render = || {
+        let model = load(&dir, &LoadOptions::default()).unwrap();
+        let model = model.causal().unwrap();
+        (
+            model.render_chat(&messages, false).ok(),
+            model.eos_ids().to_vec(),
+        )
+    };
+    let (original, eos) = render();
+    let original = original.unwrap();
+    // After the 256 bytes and 35 merges: <|endoftext|>, <|im_start|>, <|im_end|>. Both end
+    // markers end generation: <|im_end|> as the configured EOS, <|endoftext|> as an
+    // end-of-turn token of the vocabulary.
+    let (end_of_text, im_end) = (256 + 35, 256 + 35 + 2);
+    assert_eq!(eos, [end_of_text, im_end]);
+
+    // A list of named templates: the one named "default".
+    let mut listed = config.clone();
+    listed["chat_template"] = serde_json::json!([
+        {"name": "tool_use", "template": "TOOLS"},
+        {"name": "default", "template": config["chat_template"]},
+    ]);
+    std::fs::write(&config_path, listed.to_string()).unwrap();
+    assert_eq!(render().0.as_deref(), Some(original.as_str()));
+
+    // chat_template.jinja beside a config without the key.
+    let mut bare = config.clone();
+    bare.as_object_mut().unwrap().remove("chat_template");
+    std::fs::write(&config_path, bare.to_string()).unwrap();
+    assert_eq!(render().0, None);
+    std::fs::write(
+        dir.join("chat_template.jinja"),
+        config["chat_template"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(render().0.as_deref(), Some(original.as_str()));
+
+    // generation_config.json lists more end tokens.
+    std::fs::write(
+        dir.join("generation_config.json"),
+        r#"{"eos_token_id": [256, 65]}"#,
+    )
+    .unwrap();
+    assert_eq!(render().1, [65, 256, end_of_text, im_end]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
