@@ -4,8 +4,8 @@
 # against it, then stops it with SIGTERM and checks that it exits cleanly.
 #
 # Needs: python3 with `openai` and `pytest`, node with npm, and /usr/bin/chromium (or
-# CHROMIUM=path). Models: SmolLM2 and MiniLM when QUENCH_SMOLLM2_GGUF (a .gguf file) and
-# QUENCH_MINILM_DIR (a Hugging Face directory) name them, else the built-in tiny models.
+# CHROMIUM=path). Models: SmolLM2 and MiniLM when both are pulled (`quench pull smollm2`,
+# `quench pull minilm`), else the built-in tiny models (or with QUENCH_SERVER_TINY=1).
 # QUENCH_SKIP_BROWSER=1 leaves out the browser test; QUENCH_BIN=path uses that binary
 # instead of building one.
 set -euo pipefail
@@ -39,9 +39,10 @@ chat_name="tiny-chat"
 embed_name="tiny-embed"
 real=0
 extra=()
-if [ -f "${QUENCH_SMOLLM2_GGUF:-}" ] && [ -d "${QUENCH_MINILM_DIR:-}" ]; then
-    chat="smollm2=$QUENCH_SMOLLM2_GGUF"
-    embed="minilm=$QUENCH_MINILM_DIR"
+if [ "${QUENCH_SERVER_TINY:-0}" != 1 ] && "$bin" info smollm2 >/dev/null 2>&1 \
+    && "$bin" info minilm >/dev/null 2>&1; then
+    chat="smollm2"
+    embed="minilm"
     chat_name="smollm2"
     embed_name="minilm"
     real=1

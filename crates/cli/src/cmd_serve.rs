@@ -1,5 +1,6 @@
 //! `quench serve`: the OpenAI-compatible HTTP server.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
@@ -8,13 +9,18 @@ use quench_serve::{ModelSpec, ServeConfig, Server};
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// A model that generates text: a GGUF file, a Hugging Face directory, NAME=PATH to
-    /// serve it under NAME, or synthetic:tiny-chat. Repeat to serve several.
+    /// A model that generates text: a pulled model's name (smollm2), a GGUF file, a Hugging
+    /// Face directory, or synthetic:tiny-chat; NAME=MODEL serves it under NAME. Repeat to
+    /// serve several.
     #[arg(long = "model", value_name = "MODEL")]
-    models: Vec<ModelSpec>,
-    /// A model that embeds text (BERT sentence embedders), or synthetic:tiny-embed. Repeatable.
+    models: Vec<String>,
+    /// A model that embeds text (minilm, a BERT sentence embedder's directory, or
+    /// synthetic:tiny-embed); NAME=MODEL serves it under NAME. Repeatable.
     #[arg(long = "embedding-model", value_name = "MODEL")]
-    embedding_models: Vec<ModelSpec>,
+    embedding_models: Vec<String>,
+    /// The model cache that pulled names are looked up in (see `quench pull`).
+    #[arg(long)]
+    cache: Option<PathBuf>,
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// 0 picks a free port; the `listening` log line names it.
@@ -56,10 +62,33 @@ fn seconds(name: &str, s: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(s).map_err(|_| format!("--{name} {s} is not a number of seconds"))
 }
 
+/// A model as given on the command line: `[NAME=]MODEL`, where MODEL is a pulled model's
+/// name (served under that name), a path, or a built-in synthetic model.
+fn model_spec(given: &str, cache: Option<&Path>) -> Result<ModelSpec, String> {
+    let (name, model) = match given.split_once('=') {
+        Some((name, model)) if !name.is_empty() && !name.contains('/') => (Some(name), model),
+        _ => (None, given),
+    };
+    if model.starts_with("synthetic:") {
+        return given.parse();
+    }
+    let path = crate::cmd_pull::resolve(Some(model), model, cache)?;
+    let pulled = !Path::new(model).exists();
+    let name = name.or(pulled.then_some(model));
+    let spec = match name {
+        Some(name) => format!("{name}={}", path.display()),
+        None => path.display().to_string(),
+    };
+    spec.parse()
+}
+
 pub fn run(a: &ServeArgs) -> Result<(), String> {
+    let specs = |given: &[String]| -> Result<Vec<ModelSpec>, String> {
+        given.iter().map(|g| model_spec(g, a.cache.as_deref())).collect()
+    };
     let config = ServeConfig {
-        models: a.models.clone(),
-        embedding_models: a.embedding_models.clone(),
+        models: specs(&a.models)?,
+        embedding_models: specs(&a.embedding_models)?,
         host: a.host.clone(),
         port: a.port,
         engine: EngineConfig {
