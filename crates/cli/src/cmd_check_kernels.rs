@@ -23,6 +23,13 @@ pub struct CheckArgs {
     /// Skip the full-size timing rows.
     #[arg(long)]
     pub no_perf: bool,
+    /// Time these shapes (`key=value ...`, repeatable) instead of each kernel's
+    /// full-size defaults, e.g. to compare tile choices.
+    #[arg(long = "shape")]
+    pub shapes: Vec<String>,
+    /// Skip the GPU-versus-interpreter comparison rows.
+    #[arg(long)]
+    pub no_compare: bool,
     /// Where to write the receipt.
     #[arg(long, default_value = "receipts/kernel-check.json")]
     pub receipt: PathBuf,
@@ -114,7 +121,15 @@ fn check_one(spec: &KernelSpec, gpu: &mut CudaExecutor, seed: u64) -> Result<Row
     })
 }
 
-fn perf_one(spec: &KernelSpec, shape: &str, gpu: &mut CudaExecutor, seed: u64, reps: u32) -> Result<Row, String> {
+/// Times `spec` at `shape`; `label_with_params` shows the parameters in the row.
+fn perf_one(
+    spec: &KernelSpec,
+    shape: &str,
+    label_with_params: bool,
+    gpu: &mut CudaExecutor,
+    seed: u64,
+    reps: u32,
+) -> Result<Row, String> {
     let p = spec.parse_params(shape).map_err(|e| e.to_string())?;
     let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
     let out = case::run_case(gpu, &c).map_err(|e| e.to_string())?;
@@ -122,7 +137,7 @@ fn perf_one(spec: &KernelSpec, shape: &str, gpu: &mut CudaExecutor, seed: u64, r
     let t = case::time_case(gpu, &c, 5, reps).map_err(|e| e.to_string())?;
     Ok(Row {
         kernel: spec.name.to_string(),
-        shape: c.shape.clone(),
+        shape: if label_with_params { format!("{} [{shape}]", c.shape) } else { c.shape.clone() },
         max_err: f64::NAN,
         bit_exact: false,
         exact_kernel: is_exact(&c),
@@ -189,7 +204,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     eprintln!("device-to-device copy: {copy:.0} GB/s");
     let mut rows = vec![];
     let mut failures = vec![];
-    for s in &specs {
+    for s in specs.iter().filter(|_| !a.no_compare) {
         eprintln!("checking {} ...", s.name);
         match check_one(s, &mut gpu, a.seed) {
             Ok(r) => rows.push(r),
@@ -198,9 +213,11 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     }
     if !a.no_perf {
         for s in &specs {
-            for shape in perf_shapes(s.name) {
+            let shapes: Vec<&str> =
+                if a.shapes.is_empty() { perf_shapes(s.name) } else { a.shapes.iter().map(String::as_str).collect() };
+            for shape in shapes {
                 eprintln!("timing {} {shape} ...", s.name);
-                match perf_one(s, shape, &mut gpu, a.seed + 1, a.reps) {
+                match perf_one(s, shape, !a.shapes.is_empty(), &mut gpu, a.seed + 1, a.reps) {
                     Ok(r) => rows.push(r),
                     Err(e) => failures.push(format!("{} {shape}: {e}", s.name)),
                 }
