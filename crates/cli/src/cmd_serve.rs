@@ -84,7 +84,10 @@ fn model_spec(given: &str, cache: Option<&Path>) -> Result<ModelSpec, String> {
 
 pub fn run(a: &ServeArgs) -> Result<(), String> {
     let specs = |given: &[String]| -> Result<Vec<ModelSpec>, String> {
-        given.iter().map(|g| model_spec(g, a.cache.as_deref())).collect()
+        given
+            .iter()
+            .map(|g| model_spec(g, a.cache.as_deref()))
+            .collect()
     };
     let config = ServeConfig {
         models: specs(&a.models)?,

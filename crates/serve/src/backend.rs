@@ -71,7 +71,10 @@ impl CausalBackend for Decoder<f32> {
         cache.truncate(len);
     }
 
-    fn step(&self, items: &mut [StepItem<'_, KvCache<f32>>]) -> Vec<Result<Vec<f32>, BackendError>> {
+    fn step(
+        &self,
+        items: &mut [StepItem<'_, KvCache<f32>>],
+    ) -> Vec<Result<Vec<f32>, BackendError>> {
         items
             .iter_mut()
             .map(|item| {

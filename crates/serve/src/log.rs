@@ -13,7 +13,9 @@ use crate::metrics::Metrics;
 
 /// Writes one log line: time, level and message first, then `fields` (an object).
 pub fn line(level: &str, message: &str, fields: Value) {
-    let ts = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    let ts = chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string();
     let mut out = format!(
         "{{\"ts\":{},\"level\":{},\"msg\":{}",
         Value::from(ts),

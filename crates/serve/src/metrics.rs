@@ -119,15 +119,48 @@ impl Metrics {
         sessions: usize,
     ) -> String {
         let mut out = String::new();
-        header(&mut out, "quench_requests_total", "counter", "HTTP requests answered, by route and status.");
-        for ((route, status), n) in self.requests.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            let _ = writeln!(out, "quench_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+        header(
+            &mut out,
+            "quench_requests_total",
+            "counter",
+            "HTTP requests answered, by route and status.",
+        );
+        for ((route, status), n) in self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "quench_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+            );
         }
         let simple: [(&str, &str, &str, u64); 4] = [
-            ("quench_rejected_queue_full_total", "counter", "Requests refused with 429 because the admission queue was full.", load(&self.rejected_queue_full)),
-            ("quench_embedding_inputs_total", "counter", "Texts embedded.", load(&self.embedding_inputs)),
-            ("quench_embedding_tokens_total", "counter", "Tokens of the texts embedded.", load(&self.embedding_tokens)),
-            ("quench_sessions", "gauge", "Sessions held.", sessions as u64),
+            (
+                "quench_rejected_queue_full_total",
+                "counter",
+                "Requests refused with 429 because the admission queue was full.",
+                load(&self.rejected_queue_full),
+            ),
+            (
+                "quench_embedding_inputs_total",
+                "counter",
+                "Texts embedded.",
+                load(&self.embedding_inputs),
+            ),
+            (
+                "quench_embedding_tokens_total",
+                "counter",
+                "Tokens of the texts embedded.",
+                load(&self.embedding_tokens),
+            ),
+            (
+                "quench_sessions",
+                "gauge",
+                "Sessions held.",
+                sessions as u64,
+            ),
         ];
         for (name, kind, help, value) in simple {
             header(&mut out, name, kind, help);
@@ -136,15 +169,60 @@ impl Metrics {
         let models: Vec<_> = models.collect();
         type Read = fn(&EngineStats) -> u64;
         let per_model: [(&str, &str, &str, Read); 9] = [
-            ("quench_queue_depth", "gauge", "Requests waiting to start.", |s| loadz(&s.queued) as u64),
-            ("quench_running_sequences", "gauge", "Sequences in the running batch.", |s| loadz(&s.running) as u64),
-            ("quench_kv_blocks_used", "gauge", "KV cache blocks (16 positions each) held by running sequences and sessions.", |s| loadz(&s.kv_blocks_used) as u64),
-            ("quench_kv_blocks_total", "gauge", "KV cache blocks available (--kv-blocks).", |s| loadz(&s.kv_blocks_total) as u64),
-            ("quench_prompt_tokens_total", "counter", "Prompt tokens of finished and running requests.", |s| load(&s.prompt_tokens)),
-            ("quench_cached_prompt_tokens_total", "counter", "Prompt tokens a session's KV cache already held (not prefilled again).", |s| load(&s.cached_prompt_tokens)),
-            ("quench_completion_tokens_total", "counter", "Tokens generated.", |s| load(&s.completion_tokens)),
-            ("quench_preemptions_total", "counter", "Sequences paused for lack of KV blocks and recomputed later.", |s| load(&s.preemptions)),
-            ("quench_engine_up", "gauge", "1 while the model's engine thread runs.", |_| 1),
+            (
+                "quench_queue_depth",
+                "gauge",
+                "Requests waiting to start.",
+                |s| loadz(&s.queued) as u64,
+            ),
+            (
+                "quench_running_sequences",
+                "gauge",
+                "Sequences in the running batch.",
+                |s| loadz(&s.running) as u64,
+            ),
+            (
+                "quench_kv_blocks_used",
+                "gauge",
+                "KV cache blocks (16 positions each) held by running sequences and sessions.",
+                |s| loadz(&s.kv_blocks_used) as u64,
+            ),
+            (
+                "quench_kv_blocks_total",
+                "gauge",
+                "KV cache blocks available (--kv-blocks).",
+                |s| loadz(&s.kv_blocks_total) as u64,
+            ),
+            (
+                "quench_prompt_tokens_total",
+                "counter",
+                "Prompt tokens of finished and running requests.",
+                |s| load(&s.prompt_tokens),
+            ),
+            (
+                "quench_cached_prompt_tokens_total",
+                "counter",
+                "Prompt tokens a session's KV cache already held (not prefilled again).",
+                |s| load(&s.cached_prompt_tokens),
+            ),
+            (
+                "quench_completion_tokens_total",
+                "counter",
+                "Tokens generated.",
+                |s| load(&s.completion_tokens),
+            ),
+            (
+                "quench_preemptions_total",
+                "counter",
+                "Sequences paused for lack of KV blocks and recomputed later.",
+                |s| load(&s.preemptions),
+            ),
+            (
+                "quench_engine_up",
+                "gauge",
+                "1 while the model's engine thread runs.",
+                |_| 1,
+            ),
         ];
         for (name, kind, help, read) in per_model {
             header(&mut out, name, kind, help);
@@ -152,9 +230,18 @@ impl Metrics {
                 let _ = writeln!(out, "{name}{{model=\"{model}\"}} {}", read(stats));
             }
         }
-        let histograms: [(&str, &str, fn(&EngineStats) -> &Histogram); 2] = [
-            ("quench_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.", |s| &s.ttft),
-            ("quench_inter_token_latency_seconds", "Time between consecutive tokens of one request.", |s| &s.inter_token),
+        type Get = fn(&EngineStats) -> &Histogram;
+        let histograms: [(&str, &str, Get); 2] = [
+            (
+                "quench_time_to_first_token_seconds",
+                "Time from a request's arrival to its first generated token.",
+                |s| &s.ttft,
+            ),
+            (
+                "quench_inter_token_latency_seconds",
+                "Time between consecutive tokens of one request.",
+                |s| &s.inter_token,
+            ),
         ];
         for (name, help, get) in histograms {
             header(&mut out, name, "histogram", help);

@@ -66,8 +66,15 @@ impl std::str::FromStr for ModelSpec {
             ModelSource::TinyEmbed => "tiny-embed".into(),
             ModelSource::Path(p) => {
                 let p = p.as_path();
-                let stem = if p.is_dir() { p.file_name() } else { p.file_stem() };
-                stem.map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().into_owned())
+                let stem = if p.is_dir() {
+                    p.file_name()
+                } else {
+                    p.file_stem()
+                };
+                stem.map_or_else(
+                    || p.display().to_string(),
+                    |s| s.to_string_lossy().into_owned(),
+                )
             }
         });
         Ok(ModelSpec { name, source })
@@ -296,7 +303,9 @@ async fn load_causal(
                 let (decoder, text) = synthetic::tiny_chat_model(1).map_err(|e| e.to_string())?;
                 Ok(Causal::Cpu(Arc::new(decoder), Arc::new(text)))
             }
-            ModelSource::TinyEmbed => Err("synthetic:tiny-embed makes embeddings; pass it with --embedding-model".into()),
+            ModelSource::TinyEmbed => {
+                Err("synthetic:tiny-embed makes embeddings; pass it with --embedding-model".into())
+            }
             ModelSource::Path(path) => {
                 let options = quench_engine::LoadOptions {
                     context_limit: context,
@@ -320,12 +329,24 @@ async fn load_causal(
     let (engine, text): (EngineHandle, Arc<dyn TextSide>) = match loaded {
         Causal::Cpu(decoder, text) => {
             let text: Arc<dyn TextSide> = text;
-            let engine = EngineHandle::start(&spec.name, decoder, text.clone(), engine_config, sessions.clone());
+            let engine = EngineHandle::start(
+                &spec.name,
+                decoder,
+                text.clone(),
+                engine_config,
+                sessions.clone(),
+            );
             (engine.map_err(ServeError::Thread)?, text)
         }
         Causal::Engine(model) => {
             let text: Arc<dyn TextSide> = model.clone();
-            let engine = EngineHandle::start(&spec.name, model, text.clone(), engine_config, sessions.clone());
+            let engine = EngineHandle::start(
+                &spec.name,
+                model,
+                text.clone(),
+                engine_config,
+                sessions.clone(),
+            );
             (engine.map_err(ServeError::Thread)?, text)
         }
     };
@@ -343,25 +364,31 @@ async fn load_embedding(spec: &ModelSpec, config: &ServeConfig) -> Result<Served
         reason,
     };
     let (spec2, context) = (spec.clone(), config.context);
-    let model = tokio::task::spawn_blocking(move || -> Result<Arc<dyn crate::backend::EmbeddingBackend>, String> {
-        match &spec2.source {
-            ModelSource::TinyEmbed => Ok(Arc::new(synthetic::tiny_embedding_model(1).map_err(|e| e.to_string())?)),
-            ModelSource::TinyChat => Err("synthetic:tiny-chat generates text; pass it with --model".into()),
-            ModelSource::Path(path) => {
-                let options = quench_engine::LoadOptions {
-                    context_limit: context,
-                    ..Default::default()
-                };
-                match quench_engine::load(path, &options).map_err(|e| e.to_string())? {
-                    quench_engine::Model::Embedding(m) => Ok(Arc::new(m)),
-                    quench_engine::Model::Causal(_) => Err(format!(
-                        "{} generates text; pass it with --model",
-                        path.display()
-                    )),
+    let model = tokio::task::spawn_blocking(
+        move || -> Result<Arc<dyn crate::backend::EmbeddingBackend>, String> {
+            match &spec2.source {
+                ModelSource::TinyEmbed => Ok(Arc::new(
+                    synthetic::tiny_embedding_model(1).map_err(|e| e.to_string())?,
+                )),
+                ModelSource::TinyChat => {
+                    Err("synthetic:tiny-chat generates text; pass it with --model".into())
+                }
+                ModelSource::Path(path) => {
+                    let options = quench_engine::LoadOptions {
+                        context_limit: context,
+                        ..Default::default()
+                    };
+                    match quench_engine::load(path, &options).map_err(|e| e.to_string())? {
+                        quench_engine::Model::Embedding(m) => Ok(Arc::new(m)),
+                        quench_engine::Model::Causal(_) => Err(format!(
+                            "{} generates text; pass it with --model",
+                            path.display()
+                        )),
+                    }
                 }
             }
-        }
-    })
+        },
+    )
     .await
     .map_err(|e| fail(e.to_string()))?
     .map_err(fail)?;

@@ -259,7 +259,10 @@ mod tests {
         let store = SessionStore::new(8);
         let (claim, _) = store.claim("s", "m", true).unwrap();
         assert_eq!(claim.history, History::Empty);
-        assert_eq!(store.claim("s", "m", true).unwrap_err(), SessionRefusal::Busy("s".into()));
+        assert_eq!(
+            store.claim("s", "m", true).unwrap_err(),
+            SessionRefusal::Busy("s".into())
+        );
         assert!(store.delete("s").is_err());
         let history = History::Chat(vec![Message::new("user", "hi")]);
         store.finish("s", history.clone());

@@ -62,23 +62,41 @@ pub fn tiny_chat_model(seed: u64) -> Result<(Decoder<f32>, ModelText), Synthetic
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut src = MemorySource::new();
     let (d, hd) = (config.hidden, config.head_dim);
-    let (qw, kvw, ffn, vocab) = (config.heads * hd, config.kv_heads * hd, config.ffn, config.vocab);
+    let (qw, kvw, ffn, vocab) = (
+        config.heads * hd,
+        config.kv_heads * hd,
+        config.ffn,
+        config.vocab,
+    );
     let name = |t: DecoderTensor| t.name(Naming::HuggingFace).unwrap_or_default();
-    let mut put = |src: &mut MemorySource, name: String, dims: Vec<usize>, gain: f32, center: f32| {
-        let n: usize = dims.iter().product();
-        let spread = if dims.len() == 2 {
-            gain * (3.0 / dims[1] as f32).sqrt()
-        } else {
-            gain
+    let mut put =
+        |src: &mut MemorySource, name: String, dims: Vec<usize>, gain: f32, center: f32| {
+            let n: usize = dims.iter().product();
+            let spread = if dims.len() == 2 {
+                gain * (3.0 / dims[1] as f32).sqrt()
+            } else {
+                gain
+            };
+            let data = (0..n)
+                .map(|_| center + spread * rng.gen_range(-1.0f32..=1.0))
+                .collect();
+            src.insert(&name, dims, data)
         };
-        let data = (0..n)
-            .map(|_| center + spread * rng.gen_range(-1.0f32..=1.0))
-            .collect();
-        src.insert(&name, dims, data)
-    };
-    put(&mut src, name(DecoderTensor::TokenEmbedding), vec![vocab, d], 1.0, 0.0)?;
+    put(
+        &mut src,
+        name(DecoderTensor::TokenEmbedding),
+        vec![vocab, d],
+        1.0,
+        0.0,
+    )?;
     put(&mut src, name(DecoderTensor::OutputNorm), vec![d], 0.2, 1.0)?;
-    put(&mut src, name(DecoderTensor::Output), vec![vocab, d], 4.0, 0.0)?;
+    put(
+        &mut src,
+        name(DecoderTensor::Output),
+        vec![vocab, d],
+        4.0,
+        0.0,
+    )?;
     for n in 0..config.layers {
         let layer = |t| name(DecoderTensor::Layer(n, t));
         put(&mut src, layer(L::AttnNorm), vec![d], 0.2, 1.0)?;
@@ -240,9 +258,24 @@ pub fn tiny_embedding_model(seed: u64) -> Result<SyntheticEmbedder, SyntheticErr
         src.insert(&name, dims, data)
     };
     let w = |cols: usize| (3.0 / cols as f32).sqrt();
-    put(hf(BertTensor::WordEmbedding), vec![config.vocab, d], 0.0, 1.0)?;
-    put(hf(BertTensor::PositionEmbedding), vec![config.max_positions, d], 0.0, 0.3)?;
-    put(hf(BertTensor::TypeEmbedding), vec![config.type_vocab, d], 0.0, 0.3)?;
+    put(
+        hf(BertTensor::WordEmbedding),
+        vec![config.vocab, d],
+        0.0,
+        1.0,
+    )?;
+    put(
+        hf(BertTensor::PositionEmbedding),
+        vec![config.max_positions, d],
+        0.0,
+        0.3,
+    )?;
+    put(
+        hf(BertTensor::TypeEmbedding),
+        vec![config.type_vocab, d],
+        0.0,
+        0.3,
+    )?;
     put(hf(BertTensor::EmbeddingNormWeight), vec![d], 1.0, 0.1)?;
     put(hf(BertTensor::EmbeddingNormBias), vec![d], 0.0, 0.1)?;
     for n in 0..config.layers {
@@ -309,9 +342,7 @@ mod tests {
         assert_eq!(tok.decode(&ids, false).unwrap(), s);
         assert_eq!(*ids.last().unwrap(), 258);
         assert_eq!(text.stop_ids(), [256, 258]);
-        let prompt = text
-            .chat_prompt(&[Message::new("user", "hi")])
-            .unwrap();
+        let prompt = text.chat_prompt(&[Message::new("user", "hi")]).unwrap();
         assert_eq!(
             tok.decode(&prompt, false).unwrap(),
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"

@@ -47,7 +47,6 @@ impl ModelText {
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
     }
-
 }
 
 impl TextSide for ModelText {

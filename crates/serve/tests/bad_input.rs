@@ -14,13 +14,19 @@ fn refused(r: &common::Response, status: u16, param: Option<&str>, what: &str) {
     assert_eq!(r.status, status, "{what}: {}", r.text());
     let v = r.json();
     let e = &v["error"];
-    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}: {v}");
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: {v}"
+    );
     assert!(e["type"].is_string(), "{what}: {v}");
     assert!(e.get("code").is_some(), "{what}: {v}");
     assert_eq!(e["param"].as_str(), param, "{what}: {v}");
     if let Some(p) = param {
         let field = p.split(['[', '.']).next().unwrap_or(p);
-        assert!(e["message"].as_str().unwrap().contains(field), "{what}: message names no field: {v}");
+        assert!(
+            e["message"].as_str().unwrap().contains(field),
+            "{what}: message names no field: {v}"
+        );
     }
 }
 
@@ -40,37 +46,245 @@ fn each_bad_request_is_refused_by_name_and_the_server_keeps_serving() {
     let chat = "/v1/chat/completions";
     let msgs = json!([{"role": "user", "content": "hi"}]);
     let long_prompt = "x".repeat(600);
-    let cases: Vec<(&str, &str, Vec<u8>, u16, Option<&str>)> = vec![
-        ("malformed JSON", chat, b"{\"messages\": [".to_vec(), 400, None),
+    // (what, route, body, status, param)
+    type Case<'a> = (&'a str, &'a str, Vec<u8>, u16, Option<&'a str>);
+    let cases: Vec<Case> = vec![
+        (
+            "malformed JSON",
+            chat,
+            b"{\"messages\": [".to_vec(),
+            400,
+            None,
+        ),
         ("not an object", chat, b"[1, 2]".to_vec(), 400, None),
-        ("missing messages", chat, json!({"model": "tiny-chat"}).to_string().into_bytes(), 400, Some("messages")),
-        ("messages of the wrong type", chat, json!({"messages": "hi"}).to_string().into_bytes(), 400, Some("messages")),
-        ("content of the wrong type", chat, json!({"messages": [{"role": "user", "content": 5}]}).to_string().into_bytes(), 400, Some("messages[0].content")),
-        ("max_tokens of the wrong type", chat, json!({"messages": msgs, "max_tokens": "ten"}).to_string().into_bytes(), 400, Some("max_tokens")),
-        ("temperature of the wrong type", chat, json!({"messages": msgs, "temperature": [1]}).to_string().into_bytes(), 400, Some("temperature")),
-        ("stop of the wrong type", chat, json!({"messages": msgs, "stop": 7}).to_string().into_bytes(), 400, Some("stop")),
-        ("unknown model", chat, json!({"model": "gpt-9", "messages": msgs}).to_string().into_bytes(), 404, Some("model")),
-        ("embedding model for chat", chat, json!({"model": "tiny-embed", "messages": msgs}).to_string().into_bytes(), 400, Some("model")),
-        ("empty messages", chat, json!({"messages": []}).to_string().into_bytes(), 400, Some("messages")),
-        ("unknown role", chat, json!({"messages": [{"role": "robot", "content": "x"}]}).to_string().into_bytes(), 400, Some("messages[0].role")),
-        ("max_tokens zero", chat, json!({"messages": msgs, "max_tokens": 0}).to_string().into_bytes(), 400, Some("max_tokens")),
-        ("max_tokens negative", chat, json!({"messages": msgs, "max_completion_tokens": -5}).to_string().into_bytes(), 400, Some("max_completion_tokens")),
-        ("max_tokens past the context", chat, json!({"messages": msgs, "max_tokens": 100000}).to_string().into_bytes(), 400, Some("max_tokens")),
-        ("prompt longer than the context", chat, json!({"messages": [{"role": "user", "content": long_prompt}]}).to_string().into_bytes(), 400, Some("messages")),
-        ("temperature out of range", chat, json!({"messages": msgs, "temperature": 3}).to_string().into_bytes(), 400, Some("temperature")),
-        ("top_p out of range", chat, json!({"messages": msgs, "top_p": 0}).to_string().into_bytes(), 400, Some("top_p")),
-        ("several choices", chat, json!({"messages": msgs, "n": 2}).to_string().into_bytes(), 400, Some("n")),
-        ("top_logprobs without logprobs", chat, json!({"messages": msgs, "top_logprobs": 2}).to_string().into_bytes(), 400, Some("top_logprobs")),
-        ("bad session id", chat, json!({"messages": msgs, "session_id": "a b"}).to_string().into_bytes(), 400, Some("session_id")),
-        ("completion without prompt", "/v1/completions", json!({"max_tokens": 3}).to_string().into_bytes(), 400, Some("prompt")),
-        ("empty prompt", "/v1/completions", json!({"prompt": ""}).to_string().into_bytes(), 400, Some("prompt")),
-        ("prompt of the wrong type", "/v1/completions", json!({"prompt": {"a": 1}}).to_string().into_bytes(), 400, Some("prompt")),
-        ("several prompts", "/v1/completions", json!({"prompt": ["a", "b"]}).to_string().into_bytes(), 400, Some("prompt")),
-        ("token id out of range", "/v1/completions", json!({"prompt": [1, -2]}).to_string().into_bytes(), 400, Some("prompt")),
-        ("embedding input of the wrong type", "/v1/embeddings", json!({"input": 3}).to_string().into_bytes(), 400, Some("input")),
-        ("empty embedding input", "/v1/embeddings", json!({"input": []}).to_string().into_bytes(), 400, Some("input")),
-        ("chat model for embeddings", "/v1/embeddings", json!({"model": "tiny-chat", "input": "x"}).to_string().into_bytes(), 400, Some("model")),
-        ("body over the limit", chat, format!("{{\"messages\": \"{}\"}}", "y".repeat(70 * 1024)).into_bytes(), 413, None),
+        (
+            "missing messages",
+            chat,
+            json!({"model": "tiny-chat"}).to_string().into_bytes(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "messages of the wrong type",
+            chat,
+            json!({"messages": "hi"}).to_string().into_bytes(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "content of the wrong type",
+            chat,
+            json!({"messages": [{"role": "user", "content": 5}]})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("messages[0].content"),
+        ),
+        (
+            "max_tokens of the wrong type",
+            chat,
+            json!({"messages": msgs, "max_tokens": "ten"})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            "temperature of the wrong type",
+            chat,
+            json!({"messages": msgs, "temperature": [1]})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("temperature"),
+        ),
+        (
+            "stop of the wrong type",
+            chat,
+            json!({"messages": msgs, "stop": 7})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("stop"),
+        ),
+        (
+            "unknown model",
+            chat,
+            json!({"model": "gpt-9", "messages": msgs})
+                .to_string()
+                .into_bytes(),
+            404,
+            Some("model"),
+        ),
+        (
+            "embedding model for chat",
+            chat,
+            json!({"model": "tiny-embed", "messages": msgs})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("model"),
+        ),
+        (
+            "empty messages",
+            chat,
+            json!({"messages": []}).to_string().into_bytes(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "unknown role",
+            chat,
+            json!({"messages": [{"role": "robot", "content": "x"}]})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("messages[0].role"),
+        ),
+        (
+            "max_tokens zero",
+            chat,
+            json!({"messages": msgs, "max_tokens": 0})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            "max_tokens negative",
+            chat,
+            json!({"messages": msgs, "max_completion_tokens": -5})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("max_completion_tokens"),
+        ),
+        (
+            "max_tokens past the context",
+            chat,
+            json!({"messages": msgs, "max_tokens": 100000})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            "prompt longer than the context",
+            chat,
+            json!({"messages": [{"role": "user", "content": long_prompt}]})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "temperature out of range",
+            chat,
+            json!({"messages": msgs, "temperature": 3})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("temperature"),
+        ),
+        (
+            "top_p out of range",
+            chat,
+            json!({"messages": msgs, "top_p": 0})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("top_p"),
+        ),
+        (
+            "several choices",
+            chat,
+            json!({"messages": msgs, "n": 2}).to_string().into_bytes(),
+            400,
+            Some("n"),
+        ),
+        (
+            "top_logprobs without logprobs",
+            chat,
+            json!({"messages": msgs, "top_logprobs": 2})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("top_logprobs"),
+        ),
+        (
+            "bad session id",
+            chat,
+            json!({"messages": msgs, "session_id": "a b"})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("session_id"),
+        ),
+        (
+            "completion without prompt",
+            "/v1/completions",
+            json!({"max_tokens": 3}).to_string().into_bytes(),
+            400,
+            Some("prompt"),
+        ),
+        (
+            "empty prompt",
+            "/v1/completions",
+            json!({"prompt": ""}).to_string().into_bytes(),
+            400,
+            Some("prompt"),
+        ),
+        (
+            "prompt of the wrong type",
+            "/v1/completions",
+            json!({"prompt": {"a": 1}}).to_string().into_bytes(),
+            400,
+            Some("prompt"),
+        ),
+        (
+            "several prompts",
+            "/v1/completions",
+            json!({"prompt": ["a", "b"]}).to_string().into_bytes(),
+            400,
+            Some("prompt"),
+        ),
+        (
+            "token id out of range",
+            "/v1/completions",
+            json!({"prompt": [1, -2]}).to_string().into_bytes(),
+            400,
+            Some("prompt"),
+        ),
+        (
+            "embedding input of the wrong type",
+            "/v1/embeddings",
+            json!({"input": 3}).to_string().into_bytes(),
+            400,
+            Some("input"),
+        ),
+        (
+            "empty embedding input",
+            "/v1/embeddings",
+            json!({"input": []}).to_string().into_bytes(),
+            400,
+            Some("input"),
+        ),
+        (
+            "chat model for embeddings",
+            "/v1/embeddings",
+            json!({"model": "tiny-chat", "input": "x"})
+                .to_string()
+                .into_bytes(),
+            400,
+            Some("model"),
+        ),
+        (
+            "body over the limit",
+            chat,
+            format!("{{\"messages\": \"{}\"}}", "y".repeat(70 * 1024)).into_bytes(),
+            413,
+            None,
+        ),
     ];
     for (what, path, body, status, param) in &cases {
         let r = server.post_raw(path, &[], body);

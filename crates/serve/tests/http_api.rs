@@ -48,7 +48,10 @@ fn models_health_metrics_and_page() {
     assert_eq!(server.get("/health").json()["status"], "ok");
     let page = server.get("/");
     assert_eq!(page.status, 200);
-    assert!(page.header("content-type").unwrap().starts_with("text/html"));
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
     assert!(page.text().contains("/v1/chat/completions") && !page.text().contains("http"));
 
     let reply = server.post(
@@ -81,12 +84,18 @@ fn chat_streamed_and_whole_agree_and_count_tokens() {
     assert!(whole.header("x-request-id").is_some());
     let v = whole.json();
     assert_eq!(v["object"], "chat.completion");
-    let answer = v["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let answer = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let usage = &v["usage"];
     // "<|im_start|>user\n" + question + "<|im_end|>\n<|im_start|>assistant\n", one token per byte.
-    assert_eq!(usage["prompt_tokens"], 1 + 5 + question.len() + 1 + 1 + 1 + 10);
+    assert_eq!(
+        usage["prompt_tokens"],
+        1 + 5 + question.len() + 1 + 1 + 1 + 10
+    );
     let completion = usage["completion_tokens"].as_u64().unwrap();
-    assert!(completion >= 1 && completion <= 24);
+    assert!((1..=24).contains(&completion));
     let finish = v["choices"][0]["finish_reason"].as_str().unwrap();
     assert_eq!(finish == "length", completion == 24, "{v}");
 
@@ -121,14 +130,20 @@ fn completions_with_stop_strings_and_logprobs() {
     let text = v["choices"][0]["text"].as_str().unwrap().to_owned();
     let lp = &v["choices"][0]["logprobs"];
     let tokens = lp["tokens"].as_array().unwrap();
-    assert_eq!(tokens.len() as u64, v["usage"]["completion_tokens"].as_u64().unwrap());
+    assert_eq!(
+        tokens.len() as u64,
+        v["usage"]["completion_tokens"].as_u64().unwrap()
+    );
     let joined: String = tokens.iter().map(|t| t.as_str().unwrap()).collect();
     assert_eq!(joined, text);
     for (i, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
         let top = top.as_object().unwrap();
         assert_eq!(top.len(), 3);
         // Greedy: the chosen token is the most likely one.
-        let best = top.values().map(|x| x.as_f64().unwrap()).fold(f64::MIN, f64::max);
+        let best = top
+            .values()
+            .map(|x| x.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
         let chosen = lp["token_logprobs"][i].as_f64().unwrap();
         assert!((best - chosen).abs() < 1e-6 && chosen <= 0.0);
     }
@@ -173,7 +188,12 @@ fn embeddings_by_model_name() {
     assert_eq!(data.len(), 2);
     for (i, d) in data.iter().enumerate() {
         assert_eq!(d["index"], i);
-        let e: Vec<f64> = d["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let e: Vec<f64> = d["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
         assert_eq!(e.len(), 32);
         let norm: f64 = e.iter().map(|x| x * x).sum::<f64>().sqrt();
         assert!((norm - 1.0).abs() < 1e-4);
@@ -181,10 +201,19 @@ fn embeddings_by_model_name() {
     // The tiny vocabulary spells words by letter: [CLS] t ##h ##e c ##a ##t [SEP] (8) and
     // [CLS] a d ##o ##g r ##a ##n [SEP] (9).
     assert_eq!(v["usage"]["prompt_tokens"], 17);
-    let single = server.post("/v1/embeddings", &json!({"model": "tiny-embed", "input": "the cat"}));
+    let single = server.post(
+        "/v1/embeddings",
+        &json!({"model": "tiny-embed", "input": "the cat"}),
+    );
     assert_eq!(single.json()["data"][0]["embedding"], data[0]["embedding"]);
-    let wrong = server.post("/v1/embeddings", &json!({"model": "tiny-chat", "input": "x"}));
-    assert_eq!((wrong.status, wrong.json()["error"]["param"].clone()), (400, json!("model")));
+    let wrong = server.post(
+        "/v1/embeddings",
+        &json!({"model": "tiny-chat", "input": "x"}),
+    );
+    assert_eq!(
+        (wrong.status, wrong.json()["error"]["param"].clone()),
+        (400, json!("model"))
+    );
 }
 
 #[test]
@@ -200,12 +229,23 @@ fn a_session_continues_and_a_reset_takes_effect() {
         r.json()
     };
     let first = ask(user("Hello there"), Some("s1"));
-    let reply1 = first["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let reply1 = first["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let second = ask(user("And then?"), Some("s1"));
-    let reply2 = second["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let reply2 = second["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     // The session kept the first turn: only the new part was computed ...
-    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
-    assert!(cached >= first["usage"]["prompt_tokens"].as_u64().unwrap(), "{second}");
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        cached >= first["usage"]["prompt_tokens"].as_u64().unwrap(),
+        "{second}"
+    );
     // ... and the answer is what the whole conversation sent at once gives.
     let whole = ask(
         json!([{"role": "user", "content": "Hello there"},
@@ -214,7 +254,10 @@ fn a_session_continues_and_a_reset_takes_effect() {
         None,
     );
     assert_eq!(whole["choices"][0]["message"]["content"], reply2.as_str());
-    assert_eq!(whole["usage"]["prompt_tokens"], second["usage"]["prompt_tokens"]);
+    assert_eq!(
+        whole["usage"]["prompt_tokens"],
+        second["usage"]["prompt_tokens"]
+    );
 
     let list = server.get("/v1/sessions").json();
     assert_eq!(list["data"][0]["id"], "s1");
@@ -233,6 +276,12 @@ fn a_session_continues_and_a_reset_takes_effect() {
     );
     assert_eq!(r.header("x-session-id"), Some("s1"));
     let fresh = ask(user("And then?"), None);
-    assert_eq!(r.json()["choices"][0]["message"]["content"], fresh["choices"][0]["message"]["content"]);
-    assert_eq!(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        fresh["choices"][0]["message"]["content"]
+    );
+    assert_eq!(
+        r.json()["usage"]["prompt_tokens_details"]["cached_tokens"],
+        0
+    );
 }

@@ -22,18 +22,25 @@ fn answer(r: &common::Response) -> String {
             .filter(|e| e.as_str() != "[DONE]")
             .filter_map(|e| {
                 let v: Value = serde_json::from_str(e).unwrap();
-                v["choices"][0]["delta"]["content"].as_str().map(str::to_owned)
+                v["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_owned)
             })
             .collect()
     } else {
-        r.json()["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+        r.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 }
 
 #[test]
 fn concurrent_greedy_answers_equal_the_same_requests_alone() {
     let server = TestServer::start(config());
-    let questions: Vec<String> = (0..12).map(|i| format!("question {i}: {}", "why ".repeat(i * 7))).collect();
+    let questions: Vec<String> = (0..12)
+        .map(|i| format!("question {i}: {}", "why ".repeat(i * 7)))
+        .collect();
     let alone: Vec<String> = questions
         .iter()
         .map(|q| answer(&server.post("/v1/chat/completions", &chat_body(q, 40, false))))
@@ -65,7 +72,10 @@ fn a_full_queue_answers_429_with_retry_after() {
             .map(|_| {
                 let server = &server;
                 scope.spawn(move || {
-                    let r = server.post("/v1/completions", &json!({"prompt": "hello", "max_tokens": 200}));
+                    let r = server.post(
+                        "/v1/completions",
+                        &json!({"prompt": "hello", "max_tokens": 200}),
+                    );
                     (r.status, r.header("retry-after").map(str::to_owned))
                 })
             })
@@ -74,13 +84,23 @@ fn a_full_queue_answers_429_with_retry_after() {
     });
     let refused: Vec<_> = statuses.iter().filter(|(s, _)| *s == 429).collect();
     assert!(!refused.is_empty(), "{statuses:?}");
-    assert!(refused.iter().all(|(_, retry)| retry.as_deref() == Some("1")));
-    assert!(statuses.iter().all(|(s, _)| *s == 200 || *s == 429), "{statuses:?}");
-    assert!(server.get("/metrics").text().contains("quench_rejected_queue_full_total"));
+    assert!(refused
+        .iter()
+        .all(|(_, retry)| retry.as_deref() == Some("1")));
+    assert!(
+        statuses.iter().all(|(s, _)| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+    assert!(server
+        .get("/metrics")
+        .text()
+        .contains("quench_rejected_queue_full_total"));
 }
 
 fn kv_blocks_used(server: &TestServer) -> u64 {
-    server.get("/health").json()["models"][0]["kv_blocks_used"].as_u64().unwrap()
+    server.get("/health").json()["models"][0]["kv_blocks_used"]
+        .as_u64()
+        .unwrap()
 }
 
 #[test]
@@ -88,7 +108,8 @@ fn a_client_that_disconnects_frees_its_kv_blocks() {
     let server = TestServer::start(config());
     for stream in [true, false] {
         let mut s = connect(server.addr);
-        let body = json!({"prompt": "a".repeat(300), "max_tokens": 200, "stream": stream}).to_string();
+        let body =
+            json!({"prompt": "a".repeat(300), "max_tokens": 200, "stream": stream}).to_string();
         write!(
             s,
             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -112,7 +133,10 @@ fn a_client_that_disconnects_frees_its_kv_blocks() {
         drop(s);
         let until = Instant::now() + Duration::from_secs(10);
         while kv_blocks_used(&server) != 0 {
-            assert!(Instant::now() < until, "blocks still held after disconnect (stream: {stream})");
+            assert!(
+                Instant::now() < until,
+                "blocks still held after disconnect (stream: {stream})"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -128,7 +152,11 @@ fn shutdown_lets_requests_in_flight_finish() {
             "POST",
             "/v1/completions",
             &[],
-            Some(json!({"prompt": "b".repeat(200), "max_tokens": 300, "stream": true}).to_string().as_bytes()),
+            Some(
+                json!({"prompt": "b".repeat(200), "max_tokens": 300, "stream": true})
+                    .to_string()
+                    .as_bytes(),
+            ),
         )
     });
     let until = Instant::now() + Duration::from_secs(10);
@@ -140,19 +168,28 @@ fn shutdown_lets_requests_in_flight_finish() {
     let r = in_flight.join().unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.events().last().map(String::as_str), Some("[DONE]"));
-    assert!(std::net::TcpStream::connect(addr).is_err(), "still accepting after shutdown");
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still accepting after shutdown"
+    );
 }
 
 #[test]
 fn a_busy_port_or_a_missing_model_is_refused_with_a_clear_message() {
     let server = TestServer::start(config());
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut cfg = config();
     cfg.port = server.addr.port();
     match runtime.block_on(Server::start(cfg)) {
         Err(e @ ServeError::Bind { .. }) => {
             let m = e.to_string();
-            assert!(m.contains(&server.addr.port().to_string()) && m.contains("in use"), "{m}");
+            assert!(
+                m.contains(&server.addr.port().to_string()) && m.contains("in use"),
+                "{m}"
+            );
         }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("bound a busy port"),
@@ -160,7 +197,9 @@ fn a_busy_port_or_a_missing_model_is_refused_with_a_clear_message() {
     let mut cfg = config();
     cfg.models = vec!["/no/such/model.gguf".parse().unwrap()];
     match runtime.block_on(Server::start(cfg)) {
-        Err(e @ ServeError::Load { .. }) => assert!(e.to_string().contains("/no/such/model.gguf"), "{e}"),
+        Err(e @ ServeError::Load { .. }) => {
+            assert!(e.to_string().contains("/no/such/model.gguf"), "{e}")
+        }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("loaded a missing model"),
     }

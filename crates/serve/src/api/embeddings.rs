@@ -27,20 +27,32 @@ pub async fn embeddings(
         log.set_model(&served.id);
     }
     let ServedKind::Embedding { model, busy } = &served.kind else {
-        return Err(ApiError::invalid("model", "this model does not make embeddings"));
+        return Err(ApiError::invalid(
+            "model",
+            "this model does not make embeddings",
+        ));
     };
     let texts = req.input.0;
     if texts.is_empty() {
-        return Err(ApiError::invalid("input", "input must hold at least one text"));
+        return Err(ApiError::invalid(
+            "input",
+            "input must hold at least one text",
+        ));
     }
     if texts.len() > MAX_INPUTS {
         return Err(ApiError::invalid(
             "input",
-            format!("input holds {} texts; at most {MAX_INPUTS} are taken", texts.len()),
+            format!(
+                "input holds {} texts; at most {MAX_INPUTS} are taken",
+                texts.len()
+            ),
         ));
     }
     if let Some(i) = texts.iter().position(|t| t.is_empty()) {
-        return Err(ApiError::invalid(format!("input[{i}]"), "input texts must not be empty"));
+        return Err(ApiError::invalid(
+            format!("input[{i}]"),
+            "input texts must not be empty",
+        ));
     }
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
@@ -72,7 +84,12 @@ pub async fn embeddings(
         worker.embed(&refs)
     })
     .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("embedding failed: {e}")))?
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("embedding failed: {e}"),
+        )
+    })?
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let tokens: usize = out.iter().map(|e| e.tokens).sum();
     let metrics = &state.metrics;
@@ -112,7 +129,11 @@ fn base64_f32(vector: &[f32]) -> String {
     let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {

@@ -59,7 +59,10 @@ fn check_options(
     };
     let max_tokens = match max_tokens {
         Some((v, name)) if v <= 0 => {
-            return Err(ApiError::invalid(name, format!("{name} must be at least 1, not {v}")))
+            return Err(ApiError::invalid(
+                name,
+                format!("{name} must be at least 1, not {v}"),
+            ))
         }
         Some((v, name)) => Some((usize::try_from(v).unwrap_or(usize::MAX), name)),
         None => None,
@@ -79,22 +82,33 @@ fn check_options(
         ));
     }
     if let Some(n) = n.filter(|&n| n != 1) {
-        return Err(ApiError::invalid("n", format!("n must be 1 (one choice per request), not {n}")));
+        return Err(ApiError::invalid(
+            "n",
+            format!("n must be 1 (one choice per request), not {n}"),
+        ));
     }
     for (name, value) in penalties {
         if let Some(v) = value.filter(|&v| v != 0.0) {
-            return Err(ApiError::invalid(name, format!("{name} is not supported (got {v}); leave it at 0")));
+            return Err(ApiError::invalid(
+                name,
+                format!("{name} is not supported (got {v}); leave it at 0"),
+            ));
         }
     }
     let stop: Vec<String> = stop.map(|s| s.0).unwrap_or_default();
     if stop.len() > MAX_STOPS {
         return Err(ApiError::invalid(
             "stop",
-            format!("stop holds {} strings; at most {MAX_STOPS} are taken", stop.len()),
+            format!(
+                "stop holds {} strings; at most {MAX_STOPS} are taken",
+                stop.len()
+            ),
         ));
     }
     let stream = stream.unwrap_or(false);
-    let include_usage = stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+    let include_usage = stream_options
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
     let sampling = SamplingParams {
         temperature: temperature as f32,
         top_p: top_p as f32,
@@ -218,7 +232,10 @@ fn request_log(request: &Request) -> Option<Arc<RequestLog>> {
     request.extensions().get::<Arc<RequestLog>>().cloned()
 }
 
-pub async fn chat(State(state): State<Arc<AppState>>, request: Request) -> Result<Response, ApiError> {
+pub async fn chat(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let log = request_log(&request);
     let (parts, body) = request.into_parts();
@@ -237,7 +254,10 @@ pub async fn chat(State(state): State<Arc<AppState>>, request: Request) -> Resul
         req.stream,
         req.stream_options,
         req.n,
-        [("presence_penalty", req.presence_penalty), ("frequency_penalty", req.frequency_penalty)],
+        [
+            ("presence_penalty", req.presence_penalty),
+            ("frequency_penalty", req.frequency_penalty),
+        ],
     )?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (_, Some(n)) if !(0..=MAX_TOP_LOGPROBS).contains(&n) => {
@@ -247,20 +267,28 @@ pub async fn chat(State(state): State<Arc<AppState>>, request: Request) -> Resul
             ))
         }
         (false, Some(_)) => {
-            return Err(ApiError::invalid("top_logprobs", "top_logprobs needs logprobs set to true"))
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "top_logprobs needs logprobs set to true",
+            ))
         }
         (true, n) => Some(n.unwrap_or(0) as usize),
         (false, None) => None,
     };
     if req.messages.is_empty() {
-        return Err(ApiError::invalid("messages", "messages must hold at least one message"));
+        return Err(ApiError::invalid(
+            "messages",
+            "messages must hold at least one message",
+        ));
     }
     let mut messages = Vec::with_capacity(req.messages.len());
     for (i, m) in req.messages.iter().enumerate() {
         let text = m.content.text().map_err(|kind| {
             ApiError::invalid(
                 format!("messages[{i}].content"),
-                format!("messages[{i}].content: parts of type {kind:?} are not supported; send text"),
+                format!(
+                    "messages[{i}].content: parts of type {kind:?} are not supported; send text"
+                ),
             )
         })?;
         if !["system", "developer", "user", "assistant", "tool"].contains(&m.role.as_str()) {
@@ -273,13 +301,20 @@ pub async fn chat(State(state): State<Arc<AppState>>, request: Request) -> Resul
             ));
         }
         // Chat templates know "system"; "developer" is its newer name.
-        let role = if m.role == "developer" { "system" } else { &m.role };
+        let role = if m.role == "developer" {
+            "system"
+        } else {
+            &m.role
+        };
         messages.push(Message::new(role, text));
     }
 
     let session = session_id(req.session_id, &parts.headers)?;
     let ServedKind::Causal { text, .. } = &served.kind else {
-        return Err(ApiError::invalid("model", "this model does not generate text"));
+        return Err(ApiError::invalid(
+            "model",
+            "this model does not generate text",
+        ));
     };
     let mut turn = None;
     if let Some(id) = &session {
@@ -290,7 +325,9 @@ pub async fn chat(State(state): State<Arc<AppState>>, request: Request) -> Resul
         t.with_input = Some(History::Chat(messages.clone()));
         turn = Some(t);
     }
-    let prompt = text.chat_prompt(&messages).map_err(|e| text_failure(e, "messages"))?;
+    let prompt = text
+        .chat_prompt(&messages)
+        .map_err(|e| text_failure(e, "messages"))?;
     let reply = Reply {
         id: format!("chatcmpl-{}", log.as_ref().map_or("0", |l| l.id.as_str())),
         created: chrono::Utc::now().timestamp(),
@@ -299,7 +336,19 @@ pub async fn chat(State(state): State<Arc<AppState>>, request: Request) -> Resul
         text: text.clone(),
         session: session.clone(),
     };
-    run(state, served.clone(), reply, prompt, "messages", options, logprobs, turn, log, arrived).await
+    run(
+        state,
+        served.clone(),
+        reply,
+        prompt,
+        "messages",
+        options,
+        logprobs,
+        turn,
+        log,
+        arrived,
+    )
+    .await
 }
 
 pub async fn completions(
@@ -324,7 +373,10 @@ pub async fn completions(
         req.stream,
         req.stream_options,
         req.n,
-        [("presence_penalty", req.presence_penalty), ("frequency_penalty", req.frequency_penalty)],
+        [
+            ("presence_penalty", req.presence_penalty),
+            ("frequency_penalty", req.frequency_penalty),
+        ],
     )?;
     let logprobs = match req.logprobs {
         Some(n) if !(0..=MAX_TOP_LOGPROBS).contains(&n) => {
@@ -342,7 +394,10 @@ pub async fn completions(
         return Err(ApiError::invalid("suffix", "suffix is not supported"));
     }
     let ServedKind::Causal { text, .. } = &served.kind else {
-        return Err(ApiError::invalid("model", "this model does not generate text"));
+        return Err(ApiError::invalid(
+            "model",
+            "this model does not generate text",
+        ));
     };
     let session = session_id(req.session_id, &parts.headers)?;
     let prompt_input = req
@@ -378,7 +433,8 @@ pub async fn completions(
                 tr.with_input = Some(History::Text(t.clone()));
                 turn = Some(tr);
             }
-            text.text_prompt(&t).map_err(|e| text_failure(e, "prompt"))?
+            text.text_prompt(&t)
+                .map_err(|e| text_failure(e, "prompt"))?
         }
     };
     let reply = Reply {
@@ -389,7 +445,19 @@ pub async fn completions(
         text: text.clone(),
         session: session.clone(),
     };
-    run(state, served.clone(), reply, prompt, "prompt", options, logprobs, turn, log, arrived).await
+    run(
+        state,
+        served.clone(),
+        reply,
+        prompt,
+        "prompt",
+        options,
+        logprobs,
+        turn,
+        log,
+        arrived,
+    )
+    .await
 }
 
 /// Checks the prompt against the model's limits, submits the job and answers.
@@ -470,16 +538,22 @@ async fn run(
             .metrics
             .rejected_queue_full
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, full.to_string())
-            .code("queue_full")
-            .retry_after(1));
+        return Err(
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, full.to_string())
+                .code("queue_full")
+                .retry_after(1),
+        );
     }
     let mut response = if options.stream {
         stream_response(reply.clone(), rx, options.include_usage, turn, log)
     } else {
         whole_response(&reply, rx, turn, log).await?
     };
-    if let Some(id) = reply.session.as_deref().and_then(|s| HeaderValue::from_str(s).ok()) {
+    if let Some(id) = reply
+        .session
+        .as_deref()
+        .and_then(|s| HeaderValue::from_str(s).ok())
+    {
         response.headers_mut().insert(SESSION_HEADER, id);
     }
     Ok(response)
@@ -525,7 +599,11 @@ impl Reply {
     }
 
     /// Completion logprobs of some tokens, the first at `offset` in the text.
-    fn completion_logprobs(&self, tokens: &[(TokenLogprob, Vec<TokenLogprob>)], mut offset: usize) -> Value {
+    fn completion_logprobs(
+        &self,
+        tokens: &[(TokenLogprob, Vec<TokenLogprob>)],
+        mut offset: usize,
+    ) -> Value {
         let (mut texts, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
         for (chosen, top) in tokens {
             let t = self.text.token_text(chosen.token);
@@ -604,7 +682,9 @@ async fn whole_response(
     let mut logprobs = Vec::new();
     let done = loop {
         match rx.recv().await {
-            Some(Event::Token(TokenOut { logprobs: Some(lp), .. })) => logprobs.push(lp),
+            Some(Event::Token(TokenOut {
+                logprobs: Some(lp), ..
+            })) => logprobs.push(lp),
             Some(Event::Token(_)) => {}
             Some(Event::Done(done)) => break done,
             Some(Event::Failed(why)) => return Err(failure(why)),
@@ -671,7 +751,11 @@ impl Streaming {
                 }
                 Some(Event::Done(done)) => {
                     self.finished = true;
-                    let mut out = event(&self.reply.chunk(None, Value::Null, Some(done.finish.as_str())));
+                    let mut out = event(&self.reply.chunk(
+                        None,
+                        Value::Null,
+                        Some(done.finish.as_str()),
+                    ));
                     if self.include_usage {
                         let mut usage = self.reply.object(vec![], true);
                         usage["usage"] = self.reply.usage(&done);

@@ -37,7 +37,10 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .filter_map(|m| m.engine().map(|e| (m.id.as_str(), &*e.stats)));
     let text = state.metrics.render(engines, state.sessions.len());
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response()
@@ -73,9 +76,12 @@ pub async fn model(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let m = state.models.iter().find(|m| m.id == id).ok_or_else(|| {
-        ApiError::new(StatusCode::NOT_FOUND, format!("the model `{id}` does not exist"))
-            .param("model")
-            .code("model_not_found")
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("the model `{id}` does not exist"),
+        )
+        .param("model")
+        .code("model_not_found")
     })?;
     Ok(Json(describe(m)))
 }
@@ -100,10 +106,16 @@ pub async fn delete_session(
             .code("session_not_found"),
         _ => ApiError::new(StatusCode::CONFLICT, e.to_string()).param("session_id"),
     })?;
-    for m in state.models.iter().filter(|m| Some(&m.id) == model.as_ref()) {
+    for m in state
+        .models
+        .iter()
+        .filter(|m| Some(&m.id) == model.as_ref())
+    {
         if let Some(engine) = m.engine() {
             engine.drop_session(&id);
         }
     }
-    Ok(Json(json!({"id": id, "object": "session", "deleted": true})))
+    Ok(Json(
+        json!({"id": id, "object": "session", "deleted": true}),
+    ))
 }

@@ -100,7 +100,11 @@ pub struct AppState {
 impl AppState {
     /// The model a request names, or the first one of the kind asked for when it names none.
     fn model(&self, name: Option<&str>, causal: bool) -> Result<Arc<ServedModel>, ApiError> {
-        let what = if causal { "generates text" } else { "makes embeddings" };
+        let what = if causal {
+            "generates text"
+        } else {
+            "makes embeddings"
+        };
         let found = match name {
             Some(name) => self.models.iter().find(|m| m.id == name).ok_or_else(|| {
                 ApiError::new(
@@ -126,7 +130,11 @@ impl AppState {
                 format!(
                     "the model `{}` {}; this route needs a model that {what}",
                     found.id,
-                    if causal { "makes embeddings" } else { "generates text" },
+                    if causal {
+                        "makes embeddings"
+                    } else {
+                        "generates text"
+                    },
                 ),
             ));
         }
@@ -143,13 +151,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(info::models))
         .route("/v1/models/{id}", get(info::model))
         .route("/v1/sessions", get(info::sessions))
-        .route("/v1/sessions/{id}", axum::routing::delete(info::delete_session))
+        .route(
+            "/v1/sessions/{id}",
+            axum::routing::delete(info::delete_session),
+        )
         .route("/v1/chat/completions", post(generate::chat))
         .route("/v1/completions", post(generate::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), log_requests))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            log_requests,
+        ))
         .with_state(state)
 }
 
@@ -195,7 +209,11 @@ fn route_name(path: &str) -> String {
     }
 }
 
-async fn log_requests(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+async fn log_requests(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let id = state.request_ids.next();
     let log = Arc::new(RequestLog::new(
         id.clone(),
@@ -205,9 +223,12 @@ async fn log_requests(State(state): State<Arc<AppState>>, mut request: Request, 
     ));
     request.extensions_mut().insert(log.clone());
     let mut response = if state.draining.load(Ordering::Acquire) {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down")
-            .retry_after(5)
-            .into_response()
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is shutting down",
+        )
+        .retry_after(5)
+        .into_response()
     } else {
         next.run(request).await
     };
@@ -216,7 +237,13 @@ async fn log_requests(State(state): State<Arc<AppState>>, mut request: Request, 
         response.headers_mut().insert("x-request-id", v);
     }
     let (parts, body) = response.into_parts();
-    Response::from_parts(parts, Body::new(LoggedBody { inner: body, _log: log }))
+    Response::from_parts(
+        parts,
+        Body::new(LoggedBody {
+            inner: body,
+            _log: log,
+        }),
+    )
 }
 
 /// A response body that keeps its request's log line until the body is dropped.

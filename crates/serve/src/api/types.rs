@@ -158,8 +158,13 @@ impl<'de> Deserialize<'de> for PromptInput {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let value = serde_json::Value::deserialize(d)?;
         let token = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
-        let tokens = |items: &[serde_json::Value]| -> Option<Vec<u32>> { items.iter().map(token).collect() };
-        let bad = || de::Error::custom("expected a string, an array of token ids, or an array of one of those");
+        let tokens =
+            |items: &[serde_json::Value]| -> Option<Vec<u32>> { items.iter().map(token).collect() };
+        let bad = || {
+            de::Error::custom(
+                "expected a string, an array of token ids, or an array of one of those",
+            )
+        };
         match &value {
             serde_json::Value::String(s) => Ok(PromptInput::Text(s.clone())),
             serde_json::Value::Array(items) if items.iter().all(|v| v.is_number()) => {
@@ -167,10 +172,14 @@ impl<'de> Deserialize<'de> for PromptInput {
             }
             serde_json::Value::Array(items) if items.len() == 1 => match &items[0] {
                 serde_json::Value::String(s) => Ok(PromptInput::Text(s.clone())),
-                serde_json::Value::Array(inner) => tokens(inner).map(PromptInput::Tokens).ok_or_else(bad),
+                serde_json::Value::Array(inner) => {
+                    tokens(inner).map(PromptInput::Tokens).ok_or_else(bad)
+                }
                 _ => Err(bad()),
             },
-            serde_json::Value::Array(items) if items.iter().all(|v| v.is_string() || v.is_array()) => {
+            serde_json::Value::Array(items)
+                if items.iter().all(|v| v.is_string() || v.is_array()) =>
+            {
                 Ok(PromptInput::Many(items.len()))
             }
             _ => Err(bad()),

@@ -203,7 +203,9 @@ impl EngineHandle {
     pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
         let cap = self.queue_capacity;
         self.waiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < cap).then_some(w + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w < cap).then_some(w + 1)
+            })
             .map_err(|_| QueueFull(cap))?;
         if !self.send(Command::Submit(Box::new(job))) {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
@@ -427,8 +429,10 @@ impl<B: CausalBackend> Scheduler<B> {
                 seq.admitted_before = true;
                 self.waiting.fetch_sub(1, Ordering::AcqRel);
                 let st = &self.stats;
-                st.prompt_tokens.fetch_add(seq.prompt_len as u64, Ordering::Relaxed);
-                st.cached_prompt_tokens.fetch_add(seq.cached_tokens as u64, Ordering::Relaxed);
+                st.prompt_tokens
+                    .fetch_add(seq.prompt_len as u64, Ordering::Relaxed);
+                st.cached_prompt_tokens
+                    .fetch_add(seq.cached_tokens as u64, Ordering::Relaxed);
             }
             self.running.push(seq);
         }
@@ -617,7 +621,10 @@ impl<B: CausalBackend> Scheduler<B> {
         };
         let now = Instant::now();
         match seq.last_token_at {
-            None => self.stats.ttft.observe((now - seq.job.arrived).as_secs_f64()),
+            None => self
+                .stats
+                .ttft
+                .observe((now - seq.job.arrived).as_secs_f64()),
             Some(t) => self.stats.inter_token.observe((now - t).as_secs_f64()),
         }
         seq.last_token_at = Some(now);

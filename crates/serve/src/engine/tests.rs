@@ -36,7 +36,11 @@ fn start(config: EngineConfig) -> Setup {
     }
 }
 
-fn job(prompt: Vec<u32>, max_tokens: usize, session: Option<&str>) -> (Job, UnboundedReceiver<Event>) {
+fn job(
+    prompt: Vec<u32>,
+    max_tokens: usize,
+    session: Option<&str>,
+) -> (Job, UnboundedReceiver<Event>) {
     let (events, rx) = unbounded_channel();
     let job = Job {
         request_id: String::new(),
@@ -92,7 +96,11 @@ fn reference(decoder: &quench_cpu::Decoder<f32>, prompt: &[u32], max_tokens: usi
     out
 }
 
-fn random_prompts(rng: &mut ChaCha8Rng, n: usize, lengths: std::ops::Range<usize>) -> Vec<Vec<u32>> {
+fn random_prompts(
+    rng: &mut ChaCha8Rng,
+    n: usize,
+    lengths: std::ops::Range<usize>,
+) -> Vec<Vec<u32>> {
     (0..n)
         .map(|_| {
             let len = rng.gen_range(lengths.clone());
@@ -127,7 +135,12 @@ fn greedy_output_does_not_depend_on_the_batch_or_on_preemption() {
     for (p, rx) in prompts.iter().zip(receivers) {
         let (tokens, done) = collect(rx);
         lengths.push((p.len(), tokens.len()));
-        assert_eq!(tokens, reference(&s.decoder, p, max_tokens), "prompt of {} tokens", p.len());
+        assert_eq!(
+            tokens,
+            reference(&s.decoder, p, max_tokens),
+            "prompt of {} tokens",
+            p.len()
+        );
         assert_eq!(done.prompt_tokens, p.len());
         assert_eq!(done.completion_tokens, tokens.len());
     }
@@ -160,7 +173,10 @@ fn a_session_reuses_its_cache_and_answers_as_a_fresh_request_would() {
     // ended at max_tokens (a drawn token is fed only to draw the next).
     let held = s.sessions.list()[0].cached_tokens;
     let full = first.len() + answer.len();
-    assert!(held == full || (held == full - 1 && answer.len() == 12), "{held} of {full}");
+    assert!(
+        held == full || (held == full - 1 && answer.len() == 12),
+        "{held} of {full}"
+    );
 
     let mut second = first.clone();
     second.extend(&answer);
@@ -239,7 +255,10 @@ fn a_full_queue_refuses_and_shutdown_cancels_what_is_left() {
         while let Some(e) = rx.blocking_recv() {
             last = Some(e);
         }
-        assert!(matches!(last, Some(Event::Failed(ref m)) if m.contains("shutting down")), "{last:?}");
+        assert!(
+            matches!(last, Some(Event::Failed(ref m)) if m.contains("shutting down")),
+            "{last:?}"
+        );
     }
 }
 

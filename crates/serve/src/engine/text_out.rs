@@ -82,7 +82,10 @@ mod tests {
         assert_eq!(out.update("abcE".into()), Piece::Text("c".into()));
         assert_eq!(out.update("abcEN".into()), Piece::Text("".into()));
         assert_eq!(out.update("abcENX".into()), Piece::Text("ENX".into()));
-        assert_eq!(out.update("abcENXEND tail".into()), Piece::Stopped("".into()));
+        assert_eq!(
+            out.update("abcENXEND tail".into()),
+            Piece::Stopped("".into())
+        );
         assert_eq!(out.text(), "abcENX");
     }
 

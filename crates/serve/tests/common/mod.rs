@@ -2,7 +2,7 @@
 //! can also misbehave (slow, malformed, gone).
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -74,7 +74,13 @@ impl TestServer {
     }
 
     pub fn post(&self, path: &str, body: &Value) -> Response {
-        request(self.addr, "POST", path, &[], Some(body.to_string().as_bytes()))
+        request(
+            self.addr,
+            "POST",
+            path,
+            &[],
+            Some(body.to_string().as_bytes()),
+        )
     }
 
     pub fn post_raw(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
@@ -101,9 +107,8 @@ pub struct Response {
 
 impl Response {
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body))
-        })
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
     pub fn text(&self) -> String {
@@ -146,7 +151,10 @@ pub fn request(
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     if let Some(b) = body {
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+        if !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        {
             head.push_str("Content-Type: application/json\r\n");
         }
         head.push_str(&format!("Content-Length: {}\r\n", b.len()));
