@@ -155,6 +155,50 @@ impl BlockMatrix {
         );
         simd::dot_rows(self, first, x, x_sums, out)
     }
+
+    /// `out[r·n + t] = Σ_k w[first + r][k]·xs[t·cols + k]`: rows `first, first + 1, …` times
+    /// each of the `n` inputs in `xs`. Each row is expanded once (as [`Self::dequant_row`])
+    /// and multiplied with every input while it is in cache.
+    pub(crate) fn dot_rows_tokens(&self, first: usize, xs: &[f32], n: usize, out: &mut [f32]) {
+        assert_eq!(xs.len(), n * self.cols, "dot_rows_tokens: input size");
+        assert_eq!(out.len() % n.max(1), 0, "dot_rows_tokens: output size");
+        assert!(
+            first + out.len() / n.max(1) <= self.rows,
+            "dot_rows_tokens: rows out of range"
+        );
+        simd::dot_rows_tokens(self, first, xs, n, out)
+    }
+}
+
+/// The body of [`BlockMatrix::dot_rows_tokens`].
+#[inline(always)]
+fn dot_rows_tokens<const FMA: bool>(
+    m: &BlockMatrix,
+    first: usize,
+    xs: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
+    let k = m.cols;
+    let mut row = vec![0.0f32; k];
+    for (r, out_row) in out.chunks_mut(n).enumerate() {
+        m.dequant_row(first + r, &mut row);
+        for (o, x) in out_row.iter_mut().zip(xs.chunks_exact(k)) {
+            *o = dot_f32::<FMA>(&row, x);
+        }
+    }
+}
+
+/// `Σ a·b` over equal lengths that are a multiple of 32, in 16 lanes.
+#[inline(always)]
+fn dot_f32<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    for (x, y) in a.chunks_exact(16).zip(b.chunks_exact(16)) {
+        for j in 0..16 {
+            acc[j] = madd::<FMA>(x[j], y[j], acc[j]);
+        }
+    }
+    sum_lanes(acc)
 }
 
 /// The body of [`BlockMatrix::dot_rows`], inlined into each instruction-set variant.
@@ -261,6 +305,26 @@ mod simd {
     use super::BlockMatrix;
 
     #[target_feature(enable = "avx2,fma")]
+    fn dot_rows_tokens_avx2(m: &BlockMatrix, first: usize, xs: &[f32], n: usize, out: &mut [f32]) {
+        super::dot_rows_tokens::<true>(m, first, xs, n, out)
+    }
+
+    pub(super) fn dot_rows_tokens(
+        m: &BlockMatrix,
+        first: usize,
+        xs: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA, the only requirement of the function.
+            unsafe { dot_rows_tokens_avx2(m, first, xs, n, out) }
+        } else {
+            super::dot_rows_tokens::<false>(m, first, xs, n, out)
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
     fn dot_rows_avx2(m: &BlockMatrix, first: usize, x: &[f32], xs: &[f32], out: &mut [f32]) {
         super::dot_rows::<true>(m, first, x, xs, out)
     }
@@ -281,6 +345,16 @@ mod simd {
 
     pub(super) fn dot_rows(m: &BlockMatrix, first: usize, x: &[f32], xs: &[f32], out: &mut [f32]) {
         super::dot_rows::<false>(m, first, x, xs, out)
+    }
+
+    pub(super) fn dot_rows_tokens(
+        m: &BlockMatrix,
+        first: usize,
+        xs: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) {
+        super::dot_rows_tokens::<false>(m, first, xs, n, out)
     }
 }
 
@@ -354,6 +428,16 @@ mod tests {
             let mut dispatched = vec![f32::NAN; rows];
             m.dot_rows(0, &x, &sums, &mut dispatched[..3]);
             m.dot_rows(3, &x, &sums, &mut dispatched[3..]);
+            // Several inputs at once: `x` second of three, the others random.
+            let other = |rng: &mut ChaCha8Rng| -> Vec<f32> {
+                (0..cols).map(|_| rng.gen_range(-2.0f32..2.0)).collect()
+            };
+            let xs: Vec<f32> = [other(&mut rng), x.clone(), other(&mut rng)].concat();
+            let mut many = vec![f32::NAN; rows * 3];
+            m.dot_rows_tokens(0, &xs, 3, &mut many[..6]);
+            m.dot_rows_tokens(2, &xs, 3, &mut many[6..]);
+            let mut portable_many = vec![f32::NAN; rows * 3];
+            super::dot_rows_tokens::<false>(&m, 0, &xs, 3, &mut portable_many);
             for r in 0..rows {
                 let row = &w[r * cols..(r + 1) * cols];
                 let exact: f64 = row
@@ -367,7 +451,12 @@ mod tests {
                     .map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs())
                     .sum();
                 let bound = 1e-5 * magnitude + 1e-30;
-                for (what, got) in [("portable", portable[r]), ("dispatched", dispatched[r])] {
+                for (what, got) in [
+                    ("portable", portable[r]),
+                    ("dispatched", dispatched[r]),
+                    ("portable, several inputs", portable_many[r * 3 + 1]),
+                    ("dispatched, several inputs", many[r * 3 + 1]),
+                ] {
                     let err = (f64::from(got) - exact).abs();
                     assert!(
                         err <= bound,

@@ -2,7 +2,6 @@
 //! decoder) in the block format the checkpoint stores it in.
 
 use crate::blocks::{block_sums, BlockMatrix};
-use crate::math::dot;
 use crate::matrix::{by_weight_rows, linear, Matrix};
 use crate::real::Real;
 
@@ -16,7 +15,7 @@ impl<T: Real> Weight<T> {
     ///
     /// Block weights meet f32 activations: one token at a time (decoding), each row is
     /// multiplied block by block as stored; for several tokens (prefill), each row is expanded
-    /// once, exactly as loading it dense would, and multiplied with every token.
+    /// once (exactly as loading it dense would) and multiplied with every token.
     pub(crate) fn apply(&self, x: &Matrix<T>, bias: Option<&[T]>) -> Matrix<T> {
         let w = match self {
             Weight::Dense(w) => return linear(x, w, bias),
@@ -35,7 +34,7 @@ impl<T: Real> Weight<T> {
             );
         }
         let bias_at = |o: usize| bias.map_or(T::ZERO, |b| b[o]);
-        let (n, k) = (x.rows(), x.cols());
+        let n = x.rows();
         let xf: Vec<f32> = x.as_slice().iter().map(|v| v.to_f32()).collect();
         if n == 1 {
             let sums = block_sums(&xf);
@@ -48,12 +47,10 @@ impl<T: Real> Weight<T> {
             });
         }
         by_weight_rows(n, w.rows(), |first, out: &mut [T]| {
-            let mut row = vec![0.0f32; k];
-            for (r, out_row) in out.chunks_mut(n).enumerate() {
-                w.dequant_row(first + r, &mut row);
-                for (t, y) in out_row.iter_mut().enumerate() {
-                    *y = T::from_f32(dot(&row, &xf[t * k..(t + 1) * k])) + bias_at(first + r);
-                }
+            let mut y = vec![0.0f32; out.len()];
+            w.dot_rows_tokens(first, &xf, n, &mut y);
+            for (i, (o, v)) in out.iter_mut().zip(y).enumerate() {
+                *o = T::from_f32(v) + bias_at(first + i / n);
             }
         })
     }
