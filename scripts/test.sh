@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test command: installs the tools the tests need (ptxas from NVIDIA's
-# nvidia-cuda-nvcc wheel, 13.0 series, matching the driver the GPU path targets),
-# then runs every test of the workspace. No GPU is needed.
+# The test command. Installs what the tests need — ptxas from NVIDIA's nvidia-cuda-nvcc
+# wheel (13.0 series, matching the driver the GPU path targets) and the two real models
+# (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) fetched by `quench pull` — then runs every
+# test of the workspace. No GPU is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,5 +11,13 @@ if [ -z "${QUENCH_PTXAS:-}" ]; then
     export QUENCH_PTXAS
 fi
 echo "ptxas: $QUENCH_PTXAS ($("$QUENCH_PTXAS" --version | tail -1))"
+
+# One build serves the tests and the `pull` below (the dev and test profiles match).
+cargo build -q -p quench
+cache="${QUENCH_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/quench}/models"
+target/debug/quench pull smollm2 --cache "$cache"
+target/debug/quench pull minilm --cache "$cache"
+export QUENCH_SMOLLM2_GGUF="$cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+export QUENCH_MINILM_DIR="$cache/minilm"
 
 cargo test --workspace --no-fail-fast "$@"
