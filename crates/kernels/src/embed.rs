@@ -21,7 +21,7 @@ use quench_rt::{Arg, Launch};
 use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
-use crate::ggml::{self, Bytes};
+use crate::ggml::{self, Bytes, Magic};
 use crate::lanes::{emit_unpack_bf16x2, gptr, wide_mul, words};
 use crate::rows::{self, RowWalk};
 
@@ -119,11 +119,12 @@ pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
     let ostart = wide_mul(&mut k, t, p.dim);
     let orow = k.ptr_add(out, ostart);
     let nan = k.const_f32(f32::NAN);
+    let magic = Magic::new(&mut k);
     let group = p.format.group();
     let format = p.format;
 
     p.walk().emit(&mut k, tid, &[], &|k, g, _| {
-        let values = emit_group(k, format, trow, g);
+        let values = emit_group(k, format, magic, trow, g);
         let values: Vec<Value> = values.into_iter().map(|v| k.select(valid, v, nan)).collect();
         let first = k.mul_const(g, group);
         let o = k.ptr_add(orow, first);
@@ -139,7 +140,7 @@ pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
 }
 
 /// The f32 values of group `g` of the table row starting at byte pointer `trow`.
-fn emit_group(k: &mut Builder, format: TableFormat, trow: Value, g: Value) -> Vec<Value> {
+fn emit_group(k: &mut Builder, format: TableFormat, magic: Magic, trow: Value, g: Value) -> Vec<Value> {
     let vec4 = Type::Vec(Scalar::U32, 4);
     match format {
         TableFormat::F32 => {
@@ -177,9 +178,9 @@ fn emit_group(k: &mut Builder, format: TableFormat, trow: Value, g: Value) -> Ve
             let at = k.ptr_add(trow, off);
             let b = Bytes::load(k, at, bytes, width);
             if format == TableFormat::Q8_0 {
-                ggml::q8_0_block(k, &b, 0)
+                ggml::q8_0_block(k, magic, &b, 0)
             } else {
-                ggml::q4_1_block(k, &b, 0)
+                ggml::q4_1_block(k, magic, &b, 0)
             }
         }
     }

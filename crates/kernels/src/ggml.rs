@@ -2,23 +2,90 @@
 //! format's dequantization written as IR so that it gives exactly the f32 values of
 //! [`quench_models::dequant`] (the references dequantize with that module).
 //!
-//! **Exactness.** Every integer field is turned into a float with the magic-number trick,
-//! `bitcast(v | 0x4B00_0000) − (2^23 + bias)` = `v − bias` exactly for `v < 2^23` (one
-//! integer op and one exact float subtraction instead of a slow integer conversion). The
-//! products the formats form are exact in f32 where the reference relies on that (an f16
-//! scale has 11 significant bits, so `d · q` for a 4- to 8-bit `q` is exact), which is why
-//! `d · q + m` may be one `fma`; where a product rounds (Q6_K's `(d · sc) · q`), the
-//! kernel rounds it in the reference's order.
+//! **Exactness.** Integer fields become floats by the magic-number trick:
+//! `bitcast(v | 0x4B00_0000) − (2^23 + bias)` = `v − bias` exactly for `v < 2^23`. A field
+//! is not shifted down first: it is masked where it lies in the low or high half of its
+//! word, `n·2^s` with `s + bits ≤ 16`, converted as `(n − bias)·2^s`, and multiplied by
+//! the scale times `2^-s` (exact: a power of two, far from underflow), which gives the
+//! same exact product. The products the formats form are exact in f32 where the
+//! reference relies on that (an f16 scale has 11 significant bits, so `d·q` for a 4- to
+//! 8-bit `q` is exact), which is why `d·q + m` may be one `fma`; where a product rounds
+//! (Q6_K's `(d·sc)·q`), the kernel rounds the same exact product once, as the reference.
+//!
+//! **Cost.** With the magic constant in a register (see [`Magic`]), a field costs one
+//! `lop3` (mask and or), one `fadd` and its multiply: the kernels are close to being
+//! bound by instructions rather than bandwidth for the 4-bit formats.
 
 use quench_ir::{Builder, CacheOp, Scalar, Type, Value};
 
 /// `bitcast(v | MAGIC)` is the f32 `2^23 + v` for `v < 2^23`.
 const MAGIC: u32 = 0x4B00_0000;
 
+/// The magic-number constant, held in a register: computed from `%ctaid.x` (whose top
+/// bit is always clear), so that ptxas cannot fold it into an immediate — `lop3` takes
+/// one immediate, and with the field's mask as that immediate the `and` and the `or`
+/// merge into one instruction. Emit once per kernel, outside loops.
+#[derive(Clone, Copy, Debug)]
+pub struct Magic(Value);
+
+impl Magic {
+    pub fn new(k: &mut Builder) -> Magic {
+        let c = k.ctaid_x();
+        let zero = k.shr_const(c, 31);
+        let m = k.const_u32(MAGIC);
+        Magic(k.or(zero, m))
+    }
+
+    /// `v − bias` as f32, exactly, for a `u32` value `v < 2^23`, `bias < 2^23`.
+    pub fn int(self, k: &mut Builder, v: Value, bias: u32) -> Value {
+        self.scaled(k, v, bias, 0)
+    }
+
+    /// `(n − bias)·2^s` for a masked field `v = n·2^s < 2^23`.
+    fn scaled(self, k: &mut Builder, v: Value, bias: u32, s: u32) -> Value {
+        let f = k.or(v, self.0);
+        let f = k.bitcast(Type::F32, f);
+        let c = k.const_f32(8_388_608.0 + (bias as f32) * (1u32 << s) as f32);
+        k.sub(f, c)
+    }
+
+    /// The field of `nbits` bits at bit `lo` of byte `i` of `b`, minus `bias`, as
+    /// `(value, s)`: the float is `(field − bias)·2^s`.
+    pub fn field(self, k: &mut Builder, b: &Bytes, i: u32, lo: u32, nbits: u32, bias: u32) -> (Value, u32) {
+        let (v, s) = b.field(k, i, lo, nbits);
+        (self.scaled(k, v, bias, s), s)
+    }
+}
+
+/// `x·2^-s` for each shift `s` a block uses, computed once per shift.
+struct Scaled {
+    x: Value,
+    by_shift: Vec<(u32, Value)>,
+}
+
+impl Scaled {
+    fn new(x: Value) -> Scaled {
+        Scaled { x, by_shift: vec![(0, x)] }
+    }
+
+    fn get(&mut self, k: &mut Builder, s: u32) -> Value {
+        if let Some(&(_, v)) = self.by_shift.iter().find(|(t, _)| *t == s) {
+            return v;
+        }
+        let c = k.const_f32(1.0 / (1u32 << s) as f32);
+        let v = k.mul(self.x, c);
+        self.by_shift.push((s, v));
+        v
+    }
+}
+
 /// Bytes of a span held in registers: `parts[i]` (a `u32`) holds bytes
 /// `i·width .. (i + 1)·width` of the span, little-endian.
 pub struct Bytes {
     parts: Vec<Value>,
+    /// For 4-byte parts, each part shifted down by 16 bits (fields of the high half are
+    /// masked there).
+    halves: Vec<Value>,
     width: u32,
 }
 
@@ -57,10 +124,28 @@ impl Bytes {
                         parts.push(k.extract(v, l));
                     }
                 }
-                return Bytes { parts, width: 4 };
+                return Bytes::words(k, parts);
             }
         }
-        Bytes { parts, width }
+        if width == 4 {
+            return Bytes::words(k, parts);
+        }
+        Bytes { parts, halves: vec![], width }
+    }
+
+    /// Bytes held in 4-byte words.
+    fn words(k: &mut Builder, parts: Vec<Value>) -> Bytes {
+        let halves = parts.iter().map(|&p| k.shr_const(p, 16)).collect();
+        Bytes { parts, halves, width: 4 }
+    }
+
+    /// The field of `nbits` bits at bit `lo` of byte `i`, masked in place within the low
+    /// or high 16 bits of its part: `(n·2^s, s)` with `s + nbits ≤ 16`.
+    pub fn field(&self, k: &mut Builder, i: u32, lo: u32, nbits: u32) -> (Value, u32) {
+        let at = (i / self.width) as usize;
+        let b = 8 * (i % self.width) + lo;
+        let (v, s) = if b + nbits <= 16 { (self.parts[at], b) } else { (self.halves[at], b - 16) };
+        (k.and_const(v, ((1u32 << nbits) - 1) << s), s)
     }
 
     /// Register `i` (a `u32` holding bytes `i·width ..`).
@@ -107,61 +192,51 @@ pub fn f16_bits_to_f32(k: &mut Builder, v: Value) -> Value {
     k.cvt(Scalar::F32, h)
 }
 
-/// `v − bias` as f32, exactly, for a `u32` value `v < 2^23`, `bias < 2^23`.
-pub fn small_int_to_f32(k: &mut Builder, v: Value, bias: u32) -> Value {
-    let m = k.const_u32(MAGIC);
-    let f = k.or(v, m);
-    let f = k.bitcast(Type::F32, f);
-    let c = k.const_f32(8_388_608.0 + bias as f32);
-    k.sub(f, c)
-}
-
 /// The signed byte in the low 8 bits of `v` (higher bits zero), as f32.
-fn signed_byte_to_f32(k: &mut Builder, v: Value) -> Value {
+fn signed_byte_to_f32(k: &mut Builder, magic: Magic, v: Value) -> Value {
     let sign = k.const_u32(0x80);
     let flipped = k.xor(v, sign);
-    small_int_to_f32(k, flipped, 128)
+    magic.int(k, flipped, 128)
 }
 
 /// Q8_0 block at byte `at` of `b`: `x = q · d`, 32 values in element order.
-pub fn q8_0_block(k: &mut Builder, b: &Bytes, at: u32) -> Vec<Value> {
-    let d = b.f16(k, at);
+pub fn q8_0_block(k: &mut Builder, magic: Magic, b: &Bytes, at: u32) -> Vec<Value> {
+    let mut d = Scaled::new(b.f16(k, at));
     (0..32)
         .map(|e| {
-            let q = b.byte(k, at + 2 + e);
-            let q = signed_byte_to_f32(k, q);
-            k.mul(q, d)
+            // The byte as unsigned, q + 128, then minus 128: the sign bit flipped in place.
+            let (field, s) = b.field(k, at + 2 + e, 0, 8);
+            let sign = k.const_u32(0x80 << s);
+            let flipped = k.xor(field, sign);
+            let q = magic.scaled(k, flipped, 128, s);
+            let ds = d.get(k, s);
+            k.mul(q, ds)
         })
         .collect()
 }
 
-/// The 4-bit quant of element `e` of a 32-element block whose nibbles start at byte
-/// `qs`: byte `e % 16`, low nibble for `e < 16`.
-fn legacy_nibble(k: &mut Builder, b: &Bytes, qs: u32, e: u32) -> Value {
-    b.bits(k, qs + e % 16, 4 * (e / 16), 4)
-}
-
-/// Q4_0 block at byte `at`: `x = d · (q − 8)`.
-pub fn q4_0_block(k: &mut Builder, b: &Bytes, at: u32) -> Vec<Value> {
-    let d = b.f16(k, at);
+/// Q4_0 block at byte `at`: `x = d · (q − 8)`; byte `e mod 16` of the nibbles holds
+/// element `e`, low nibble first.
+pub fn q4_0_block(k: &mut Builder, magic: Magic, b: &Bytes, at: u32) -> Vec<Value> {
+    let mut d = Scaled::new(b.f16(k, at));
     (0..32)
         .map(|e| {
-            let q = legacy_nibble(k, b, at + 2, e);
-            let q = small_int_to_f32(k, q, 8);
-            k.mul(d, q)
+            let (q, s) = magic.field(k, b, at + 2 + e % 16, 4 * (e / 16), 4, 8);
+            let ds = d.get(k, s);
+            k.mul(ds, q)
         })
         .collect()
 }
 
 /// Q4_1 block at byte `at`: `x = d · q + m` (`d · q` is exact, so one fma).
-pub fn q4_1_block(k: &mut Builder, b: &Bytes, at: u32) -> Vec<Value> {
-    let d = b.f16(k, at);
+pub fn q4_1_block(k: &mut Builder, magic: Magic, b: &Bytes, at: u32) -> Vec<Value> {
+    let mut d = Scaled::new(b.f16(k, at));
     let m = b.f16(k, at + 2);
     (0..32)
         .map(|e| {
-            let q = legacy_nibble(k, b, at + 4, e);
-            let q = small_int_to_f32(k, q, 0);
-            k.fma(d, q, m)
+            let (q, s) = magic.field(k, b, at + 4 + e % 16, 4 * (e / 16), 4, 0);
+            let ds = d.get(k, s);
+            k.fma(ds, q, m)
         })
         .collect()
 }
@@ -173,8 +248,9 @@ pub fn q4_1_block(k: &mut Builder, b: &Bytes, at: u32) -> Vec<Value> {
 pub struct Q4kLane {
     /// Sub-blocks 4..8 keep their scales split across bytes.
     high_pair: Value,
-    /// `8·(sub-block mod 4)` for the low and high sub-blocks.
-    shift: [Value; 2],
+    /// `8·(low sub-block mod 4)`: the piece's two sub-blocks `2g`, `2g + 1` sit in
+    /// adjacent bytes of the scale words, from this bit on.
+    shift: Value,
 }
 
 impl Q4kLane {
@@ -184,47 +260,57 @@ impl Q4kLane {
         let high_pair = k.ge(g, two);
         // The low sub-block 2g sits at byte 2·(g mod 2) of its scale words.
         let g1 = k.and_const(g, 1);
-        let lo = k.shl_const(g1, 4);
-        let hi = k.add_const(lo, 8);
-        Q4kLane { high_pair, shift: [lo, hi] }
+        let shift = k.shl_const(g1, 4);
+        Q4kLane { high_pair, shift }
     }
 }
 
 /// One Q4_K piece from the 16 header bytes (`d`, `dmin`, 12 scale bytes) and the 16 qs
 /// bytes of the piece: 32 values, low nibbles then high nibbles, each in byte order.
-pub fn q4_k_piece(k: &mut Builder, lane: &Q4kLane, header: &Bytes, qs: &Bytes) -> Vec<Value> {
+///
+/// The piece's two sub-blocks are decoded together: their 6-bit scales (and mins) land
+/// in bytes 0 and 1 of one word, and are converted in place (the second as `sc·2^8`).
+pub fn q4_k_piece(k: &mut Builder, magic: Magic, lane: &Q4kLane, header: &Bytes, qs: &Bytes) -> Vec<Value> {
     let d = header.f16(k, 0);
     let dmin = header.f16(k, 2);
-    let [a, bw, c] = [1, 2, 3].map(|i| header.parts[i]);
+    let [a, b, c] = [1, 2, 3].map(|i| header.parts[i]);
+    let a = k.shr(a, lane.shift);
+    let b = k.shr(b, lane.shift);
+    let c = k.shr(c, lane.shift);
+    // Sub-blocks 0..4: six bits of bytes 0..4 (scale) and 4..8 (min). Sub-blocks 4..8:
+    // low four bits from the nibbles of bytes 8..12, top two from bits 6..8 of 0..8.
+    let sc_low = k.and_const(a, 0x3f3f);
+    let m_low = k.and_const(b, 0x3f3f);
+    let c_lo = k.and_const(c, 0x0f0f);
+    let a_top = k.shr_const(a, 2);
+    let a_top = k.and_const(a_top, 0x3030);
+    let sc_high = k.or(c_lo, a_top);
+    let c_hi = k.shr_const(c, 4);
+    let c_hi = k.and_const(c_hi, 0x0f0f);
+    let b_top = k.shr_const(b, 2);
+    let b_top = k.and_const(b_top, 0x3030);
+    let m_high = k.or(c_hi, b_top);
+    let sc = k.select(lane.high_pair, sc_high, sc_low);
+    let m = k.select(lane.high_pair, m_high, m_low);
     let mut out = Vec::with_capacity(32);
-    for (half, shift) in lane.shift.iter().enumerate() {
-        let a = k.shr(a, *shift);
-        let b = k.shr(bw, *shift);
-        let c = k.shr(c, *shift);
-        // Sub-blocks 0..4: six bits of bytes 0..4 (scale) and 4..8 (min). Sub-blocks 4..8:
-        // low four bits from the nibbles of bytes 8..12, top two from bits 6..8 of 0..8.
-        let sc_low = k.and_const(a, 63);
-        let m_low = k.and_const(b, 63);
-        let c_lo = k.and_const(c, 15);
-        let a_top = k.shr_const(a, 2);
-        let a_top = k.and_const(a_top, 48);
-        let sc_high = k.or(c_lo, a_top);
-        let c_hi = k.shr_const(c, 4);
-        let c_hi = k.and_const(c_hi, 15);
-        let b_top = k.shr_const(b, 2);
-        let b_top = k.and_const(b_top, 48);
-        let m_high = k.or(c_hi, b_top);
-        let sc = k.select(lane.high_pair, sc_high, sc_low);
-        let m = k.select(lane.high_pair, m_high, m_low);
-        let sc = small_int_to_f32(k, sc, 0);
-        let m = small_int_to_f32(k, m, 0);
-        let dl = k.mul(d, sc);
-        let ml = k.mul(dmin, m);
-        let nml = k.neg(ml);
+    for half in 0..2u32 {
+        // Sub-block 2g + half: byte `half` of the pair, converted where it lies.
+        let s = 8 * half;
+        let sc_h = k.and_const(sc, 0x3f << s);
+        let sc_h = magic.scaled(k, sc_h, 0, s);
+        let m_h = k.and_const(m, 0x3f << s);
+        let m_h = magic.scaled(k, m_h, 0, s);
+        // d·(sc·2^s) and dmin·(m·2^s) are exact; 2^-s brings them back (for `dl`, with
+        // the nibble's own shift: `dl` stands for shift −s, and is only asked for s and up).
+        let dl = k.mul(d, sc_h);
+        let mut dl = Scaled::new(dl);
+        let ml = k.mul(dmin, m_h);
+        let unscale = k.const_f32(-1.0 / (1u32 << s) as f32);
+        let nml = k.mul(ml, unscale);
         for t in 0..16 {
-            let q = qs.bits(k, t, 4 * half as u32, 4);
-            let q = small_int_to_f32(k, q, 0);
-            out.push(k.fma(dl, q, nml));
+            let (q, qs_shift) = magic.field(k, qs, t, 4 * half, 4, 0);
+            let dls = dl.get(k, qs_shift + s);
+            out.push(k.fma(dls, q, nml));
         }
     }
     out
@@ -281,13 +367,21 @@ impl Q6kLane {
 /// One Q6_K piece: `ql`, `qh` the piece's 16 + 16 bytes, `scales` the two scale pairs
 /// (low-half pair in part 0, high-half pair in part 1), `d` the super-block scale bits.
 /// `x = (d · sc) · (q − 32)`, rounded in that order; low elements then high, in byte order.
-pub fn q6_k_piece(k: &mut Builder, lane: &Q6kLane, ql: &Bytes, qh: &Bytes, scales: [Value; 2], d: Value) -> Vec<Value> {
+pub fn q6_k_piece(
+    k: &mut Builder,
+    magic: Magic,
+    lane: &Q6kLane,
+    ql: &Bytes,
+    qh: &Bytes,
+    scales: [Value; 2],
+    d: Value,
+) -> Vec<Value> {
     let d = f16_bits_to_f32(k, d);
     let mut out = Vec::with_capacity(32);
     for half in 0..2 {
         let s = k.shr(scales[half], lane.scale_shift);
         let s = k.and_const(s, 0xff);
-        let s = signed_byte_to_f32(k, s);
+        let s = signed_byte_to_f32(k, magic, s);
         let dl = k.mul(d, s);
         for t in 0..16 {
             let low = ql.bits(k, t, 4 * half as u32, 4);
@@ -296,7 +390,7 @@ pub fn q6_k_piece(k: &mut Builder, lane: &Q6kLane, ql: &Bytes, qh: &Bytes, scale
             let h = k.and_const(h, 3);
             let h = k.shl_const(h, 4);
             let q = k.or(low, h);
-            let q = small_int_to_f32(k, q, 32);
+            let q = magic.int(k, q, 32);
             out.push(k.mul(dl, q));
         }
     }

@@ -140,11 +140,13 @@ fn rope() {
     check(&case("rope_neox_f32", "tokens=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 threads=256"));
 }
 
-/// Every epilogue of a matrix–vector kernel on one shape (the SwiGLU form on 9 rows, so
-/// that its wrong-answer control is judged on enough outputs).
+/// Every epilogue of a matrix–vector kernel on one shape: 6 rows (quantized: two per
+/// warp, the last block half full), 5 rows (one per warp), and the SwiGLU form on 9 rows,
+/// so that its wrong-answer control is judged on enough outputs.
 fn check_gemv_family(base: &str, params: &str) {
-    check(&case(base, &format!("rows=5 {params}")));
+    check(&case(base, &format!("rows=6 {params}")));
     check(&case(&format!("{base}_residual"), &format!("rows=5 {params}")));
+    check(&case(&format!("{base}_residual"), &format!("rows=6 {params}")));
     check(&case(&format!("{base}_swiglu"), &format!("rows=9 {params}")));
 }
 

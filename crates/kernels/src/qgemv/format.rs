@@ -24,7 +24,7 @@ use quench_ir::{Builder, CacheOp, Scalar, Type, Value};
 use quench_models::GgmlType;
 
 use crate::embed::emit_unpack_f16x2;
-use crate::ggml::{self, Bytes, Q4kLane, Q6kLane};
+use crate::ggml::{self, Bytes, Magic, Q4kLane, Q6kLane};
 use crate::lanes::emit_unpack_bf16x2;
 
 /// Weight formats of the matrix–vector kernels.
@@ -111,18 +111,21 @@ impl WeightFormat {
 /// What a lane computes once: its format and its sub-piece's constants.
 pub enum Lane {
     Half { f16: bool },
-    Legacy(WeightFormat),
-    Q4k { lane: Q4kLane, qs: Value, x_runs: [Value; 2] },
-    Q6k { lane: Q6kLane, x_runs: [Value; 2] },
+    Legacy { format: WeightFormat, magic: Magic },
+    Q4k { lane: Q4kLane, magic: Magic, qs: Value, x_runs: [Value; 2] },
+    Q6k { lane: Q6kLane, magic: Magic, x_runs: [Value; 2] },
 }
 
 impl Lane {
-    /// The constants of sub-piece `j` (a `u32`, `lane mod pieces_per_unit`).
+    /// The constants of sub-piece `j` (a `u32`, `lane mod pieces_per_unit`). Emit once
+    /// per kernel, outside loops.
     pub fn new(k: &mut Builder, f: WeightFormat, j: Value) -> Lane {
         match f {
             WeightFormat::BF16 => Lane::Half { f16: false },
             WeightFormat::F16 => Lane::Half { f16: true },
-            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => Lane::Legacy(f),
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+                Lane::Legacy { format: f, magic: Magic::new(k) }
+            }
             WeightFormat::Q4K => {
                 let lane = Q4kLane::new(k, j);
                 let qs = k.shl_const(j, 4);
@@ -134,7 +137,7 @@ impl Lane {
                 let h16 = k.shl_const(h, 4);
                 let lo = k.add(g64, h16);
                 let hi = k.add_const(lo, 32);
-                Lane::Q4k { lane, qs, x_runs: [lo, hi] }
+                Lane::Q4k { lane, magic: Magic::new(k), qs, x_runs: [lo, hi] }
             }
             WeightFormat::Q6K => {
                 let lane = Q6kLane::new(k, j);
@@ -145,7 +148,7 @@ impl Lane {
                 let c16 = k.shl_const(c, 4);
                 let lo = k.add(hh128, c16);
                 let hi = k.add_const(lo, 64);
-                Lane::Q6k { lane, x_runs: [lo, hi] }
+                Lane::Q6k { lane, magic: Magic::new(k), x_runs: [lo, hi] }
             }
         }
     }
@@ -155,7 +158,7 @@ impl Lane {
         match self {
             Lane::Q4k { x_runs, .. } | Lane::Q6k { x_runs, .. } => x_runs.iter().map(|&r| (r, 16)).collect(),
             Lane::Half { .. } => vec![(k.const_u32(0), 8)],
-            Lane::Legacy(_) => vec![(k.const_u32(0), 64)],
+            Lane::Legacy { .. } => vec![(k.const_u32(0), 64)],
         }
     }
 
@@ -164,9 +167,9 @@ impl Lane {
     pub fn load(&self, k: &mut Builder, wrow: Value, unit: Value) -> Raw<'_> {
         let (unit_bytes, width, bytes) = match self {
             Lane::Half { .. } => (16, 16, 16),
-            Lane::Legacy(WeightFormat::Q8_0) => (68, 4, 68),
-            Lane::Legacy(WeightFormat::Q4_0) => (36, 4, 36),
-            Lane::Legacy(_) => (40, 8, 40),
+            Lane::Legacy { format: WeightFormat::Q8_0, .. } => (68, 4, 68),
+            Lane::Legacy { format: WeightFormat::Q4_0, .. } => (36, 4, 36),
+            Lane::Legacy { .. } => (40, 8, 40),
             Lane::Q4k { .. } => (144, 16, 16),
             Lane::Q6k { .. } => (210, 2, 16),
         };
@@ -174,13 +177,15 @@ impl Lane {
         let at = k.ptr_add(wrow, off);
         match self {
             Lane::Half { f16 } => Raw::Half { bytes: Bytes::load(k, at, bytes, width), f16: *f16 },
-            Lane::Legacy(f) => Raw::Legacy { bytes: Bytes::load(k, at, bytes, width), format: *f },
-            Lane::Q4k { lane, qs, .. } => {
+            Lane::Legacy { format, magic } => {
+                Raw::Legacy { bytes: Bytes::load(k, at, bytes, width), format: *format, magic: *magic }
+            }
+            Lane::Q4k { lane, magic, qs, .. } => {
                 let header = Bytes::load(k, at, bytes, width);
                 let qa = k.ptr_add(at, *qs);
-                Raw::Q4k { lane, header, qs: Bytes::load(k, qa, bytes, width) }
+                Raw::Q4k { lane, magic: *magic, header, qs: Bytes::load(k, qa, bytes, width) }
             }
-            Lane::Q6k { lane, .. } => {
+            Lane::Q6k { lane, magic, .. } => {
                 let a = k.ptr_add(at, lane.ql);
                 let ql = Bytes::load(k, a, bytes, width);
                 let a = k.ptr_add(at, lane.qh);
@@ -193,7 +198,7 @@ impl Lane {
                 let c208 = k.const_u32(208);
                 let a = k.ptr_add(at, c208);
                 let d = ggml::load_u16(k, a);
-                Raw::Q6k { lane, ql, qh, scales: [s_lo, s_hi], d }
+                Raw::Q6k { lane, magic: *magic, ql, qh, scales: [s_lo, s_hi], d }
             }
         }
     }
@@ -202,9 +207,9 @@ impl Lane {
 /// A piece's loaded bytes, before decoding.
 pub enum Raw<'a> {
     Half { bytes: Bytes, f16: bool },
-    Legacy { bytes: Bytes, format: WeightFormat },
-    Q4k { lane: &'a Q4kLane, header: Bytes, qs: Bytes },
-    Q6k { lane: &'a Q6kLane, ql: Bytes, qh: Bytes, scales: [Value; 2], d: Value },
+    Legacy { bytes: Bytes, format: WeightFormat, magic: Magic },
+    Q4k { lane: &'a Q4kLane, magic: Magic, header: Bytes, qs: Bytes },
+    Q6k { lane: &'a Q6kLane, magic: Magic, ql: Bytes, qh: Bytes, scales: [Value; 2], d: Value },
 }
 
 impl Raw<'_> {
@@ -221,23 +226,23 @@ impl Raw<'_> {
                     }
                 })
                 .collect(),
-            Raw::Legacy { bytes, format } => {
+            Raw::Legacy { bytes, format, magic } => {
                 let (block, second) = match format {
                     WeightFormat::Q8_0 => (ggml::q8_0_block as BlockFn, 34),
                     WeightFormat::Q4_0 => (ggml::q4_0_block as BlockFn, 18),
                     _ => (ggml::q4_1_block as BlockFn, 20),
                 };
-                let mut out = block(k, bytes, 0);
-                out.extend(block(k, bytes, second));
+                let mut out = block(k, *magic, bytes, 0);
+                out.extend(block(k, *magic, bytes, second));
                 out
             }
-            Raw::Q4k { lane, header, qs } => ggml::q4_k_piece(k, lane, header, qs),
-            Raw::Q6k { lane, ql, qh, scales, d } => ggml::q6_k_piece(k, lane, ql, qh, *scales, *d),
+            Raw::Q4k { lane, magic, header, qs } => ggml::q4_k_piece(k, *magic, lane, header, qs),
+            Raw::Q6k { lane, magic, ql, qh, scales, d } => ggml::q6_k_piece(k, *magic, lane, ql, qh, *scales, *d),
         }
     }
 }
 
-type BlockFn = fn(&mut Builder, &Bytes, u32) -> Vec<Value>;
+type BlockFn = fn(&mut Builder, Magic, &Bytes, u32) -> Vec<Value>;
 
 /// Load the bf16 activations of one run (`len` a multiple of 8, `first` 8-aligned) as
 /// 16-byte words; [`unpack_x`] widens them.

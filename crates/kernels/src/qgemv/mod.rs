@@ -11,10 +11,12 @@
 //!
 //! **Layout**: `W` `[rows, cols]` row-major in GGUF layout (rows back to back, each a
 //! whole number of blocks; see [`format`] for the units lanes take); `x` `[cols]` bf16;
-//! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K). One
-//! warp per row, `warps` rows per block (grid = ⌈rows / warps⌉). Lane `l` takes pieces
-//! `l, l + 32, ...` of its row; the loop is unrolled `unroll` times with every load of a
-//! step (weights and activations) issued before any arithmetic.
+//! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K). Each
+//! warp computes [`QGemvParams::rows_per_warp`] rows (one, or two for quantized matrices
+//! of an even row count, which then share their activation loads), `warps` warps per
+//! block. Lane `l` takes pieces `l, l + 32, ...` of its rows; the loop is unrolled
+//! `unroll` times with every load of a step (weights and activations) issued before any
+//! arithmetic.
 //!
 //! **Arithmetic**: each lane dequantizes a piece exactly as [`quench_models::dequant`]
 //! does ([`crate::ggml`]) and accumulates `fma(w, x, acc)` in f32 over its pieces in
@@ -92,7 +94,20 @@ impl QGemvParams {
     }
 
     pub fn launch(&self) -> Launch {
-        Launch::linear(self.rows.div_ceil(self.warps), self.warps * 32)
+        Launch::linear(self.rows.div_ceil(self.warps * self.rows_per_warp()), self.warps * 32)
+    }
+
+    /// Rows each warp computes. Two rows of a quantized matrix share each activation
+    /// load and its widening (the dequantizing kernels are bound by instructions, not
+    /// bandwidth), when the rows pair up evenly; the SwiGLU form already pairs its two
+    /// matrices. A row's arithmetic is the same either way.
+    pub fn rows_per_warp(&self) -> u32 {
+        let paired = !self.format.is_float() && self.epilogue != Epilogue::SwiGlu && self.rows.is_multiple_of(2);
+        if paired {
+            2
+        } else {
+            1
+        }
     }
 
     fn check(&self) -> Result<(), KernelError> {
@@ -142,35 +157,50 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let lane = k.and_const(tid, 31);
     let warp = k.shr_const(tid, 5);
     let block = k.ctaid_x();
-    let first_row = k.mul_const(block, p.warps);
-    let row = k.add(first_row, warp);
+    let first = k.mul_const(block, p.warps);
+    let first = k.add(first, warp);
+    let rpw = p.rows_per_warp();
+    let row0 = k.mul_const(first, rpw);
     let body = |k: &mut Builder| {
-        let totals = emit_dots(k, p, &weights, x, row, lane);
+        // The rows' starts in each matrix: row-major over (row, matrix).
+        let rb = p.format.row_bytes(p.cols);
+        let rows: Vec<Value> = (0..rpw).map(|i| k.add_const(row0, i)).collect();
+        let mut streams = vec![];
+        for &row in &rows {
+            let start = wide_mul(k, row, rb);
+            for &w in &weights {
+                let b = k.ptr_cast(Scalar::U8, w);
+                streams.push(k.ptr_add(b, start));
+            }
+        }
+        let totals = emit_dots(k, p, &streams, x, lane);
         let zero = k.const_u32(0);
-        let first = k.eq(lane, zero);
-        k.if_then(first, |k| {
-            let at = k.ptr_add(y, row);
-            let out = match (p.epilogue, r) {
-                (Epilogue::Residual, Some(r)) => {
-                    let ra = k.ptr_add(r, row);
-                    let rv = k.load(Type::F32, ra);
-                    k.add(totals[0], rv)
-                }
-                (Epilogue::SwiGlu, _) => {
-                    let s = emit_silu(k, totals[0]);
-                    let v = k.mul(s, totals[1]);
-                    k.cvt(Scalar::BF16, v)
-                }
-                _ => totals[0],
-            };
-            k.store(at, out);
+        let is_first = k.eq(lane, zero);
+        k.if_then(is_first, |k| {
+            for (i, &row) in rows.iter().enumerate() {
+                let at = k.ptr_add(y, row);
+                let out = match (p.epilogue, r) {
+                    (Epilogue::Residual, Some(r)) => {
+                        let ra = k.ptr_add(r, row);
+                        let rv = k.load(Type::F32, ra);
+                        k.add(totals[i], rv)
+                    }
+                    (Epilogue::SwiGlu, _) => {
+                        let s = emit_silu(k, totals[2 * i]);
+                        let v = k.mul(s, totals[2 * i + 1]);
+                        k.cvt(Scalar::BF16, v)
+                    }
+                    _ => totals[i],
+                };
+                k.store(at, out);
+            }
         });
     };
-    if p.rows.is_multiple_of(p.warps) {
+    if p.rows.is_multiple_of(p.warps * rpw) {
         body(&mut k);
     } else {
         let rows = k.const_u32(p.rows);
-        let inside = k.lt(row, rows);
+        let inside = k.lt(row0, rows);
         k.if_then(inside, body);
     }
     Ok(k.finish()?)
@@ -189,17 +219,9 @@ fn emit_silu(k: &mut Builder, g: Value) -> Value {
 
 /// One warp's dot products of its row of each matrix with `x`: the unrolled main loop,
 /// the remaining pieces, the butterflies. Every lane gets the totals.
-fn emit_dots(k: &mut Builder, p: &QGemvParams, weights: &[Value], x: Value, row: Value, lane: Value) -> Vec<Value> {
+fn emit_dots(k: &mut Builder, p: &QGemvParams, wrows: &[Value], x: Value, lane: Value) -> Vec<Value> {
     let f = p.format;
     let ppu = f.pieces_per_unit();
-    let start = wide_mul(k, row, f.row_bytes(p.cols));
-    let wrows: Vec<Value> = weights
-        .iter()
-        .map(|&w| {
-            let b = k.ptr_cast(Scalar::U8, w);
-            k.ptr_add(b, start)
-        })
-        .collect();
     let j = k.and_const(lane, ppu - 1);
     let consts = Lane::new(k, f, j);
     let runs = consts.x_runs(k);
@@ -236,7 +258,7 @@ fn emit_dots(k: &mut Builder, p: &QGemvParams, weights: &[Value], x: Value, row:
     let step_pieces = 32 * p.unroll;
     let main = p.pieces() / step_pieces;
     let zero = k.const_f32(0.0);
-    let mut accs = vec![zero; weights.len()];
+    let mut accs = vec![zero; wrows.len()];
     if main > 0 {
         let lo = k.const_u32(0);
         let hi = k.const_u32(main);
