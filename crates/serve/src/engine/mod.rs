@@ -367,28 +367,38 @@ impl<B: CausalBackend> Scheduler<B> {
         }
     }
 
+    /// Lets go of a sequence that ends without an answer: its blocks, its place in the
+    /// admission count, and the session cache it had taken.
+    fn discard(&mut self, seq: &Seq<B::Cache>) {
+        self.pool.give_back(seq.blocks);
+        if !seq.admitted_before {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let (Some(id), Some(_)) = (&seq.job.session, &seq.cache) {
+            self.sessions.set_cache(id, 0, 0);
+        }
+    }
+
     /// Removes requests whose client has gone away, freeing their blocks.
     fn drop_gone(&mut self) {
         let gone = |s: &Seq<B::Cache>| s.job.events.is_closed();
-        for seq in self.running.iter().filter(|s| gone(s)) {
-            self.pool.give_back(seq.blocks);
+        let (left, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|s| gone(s));
+        self.running = kept;
+        let (left_waiting, waiting): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.queue)
+            .into_iter()
+            .partition(|s| gone(s));
+        self.queue = waiting;
+        for seq in left.iter().chain(&left_waiting) {
+            self.discard(seq);
         }
-        self.running.retain(|s| !gone(s));
-        for seq in self.queue.iter().filter(|s| gone(s)) {
-            self.pool.give_back(seq.blocks);
-            if !seq.admitted_before {
-                self.waiting.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        self.queue.retain(|s| !gone(s));
     }
 
     fn cancel_all(&mut self, why: &str) {
-        for seq in self.running.drain(..).chain(self.queue.drain(..)) {
-            self.pool.give_back(seq.blocks);
-            if !seq.admitted_before {
-                self.waiting.fetch_sub(1, Ordering::AcqRel);
-            }
+        let all: Vec<_> = self.running.drain(..).chain(self.queue.drain(..)).collect();
+        for seq in all {
+            self.discard(&seq);
             let _ = seq.job.events.send(Event::Failed(why.to_owned()));
         }
     }
@@ -470,10 +480,7 @@ impl<B: CausalBackend> Scheduler<B> {
     /// A sequence that needs more blocks than exist ends here.
     fn end_unfittable(&mut self, seq: Seq<B::Cache>, want: usize) {
         if seq.generated.is_empty() {
-            self.pool.give_back(seq.blocks);
-            if !seq.admitted_before {
-                self.waiting.fetch_sub(1, Ordering::AcqRel);
-            }
+            self.discard(&seq);
             let _ = seq.job.events.send(Event::Failed(format!(
                 "the prompt needs {want} KV blocks and the server has {}",
                 self.pool.total()
@@ -504,7 +511,7 @@ impl<B: CausalBackend> Scheduler<B> {
     /// queue, to be recomputed from its tokens.
     fn preempt(&mut self, i: usize) {
         let mut seq = self.running.remove(i);
-        self.pool.give_back(seq.blocks);
+        self.discard(&seq);
         seq.blocks = 0;
         seq.cache = None;
         seq.fed = 0;
@@ -546,7 +553,7 @@ impl<B: CausalBackend> Scheduler<B> {
                     }
                     Drawn::Gone => {
                         let seq = self.running.remove(i);
-                        self.pool.give_back(seq.blocks);
+                        self.discard(&seq);
                         continue;
                     }
                 }
@@ -600,7 +607,7 @@ impl<B: CausalBackend> Scheduler<B> {
         }
         for (i, why) in failed.into_iter().rev() {
             let seq = self.running.remove(i);
-            self.pool.give_back(seq.blocks);
+            self.discard(&seq);
             let _ = seq.job.events.send(Event::Failed(why));
         }
     }
@@ -695,7 +702,10 @@ impl<B: CausalBackend> Scheduler<B> {
                     self.pool.give_back(old.blocks);
                 }
             }
-            _ => self.pool.give_back(seq.blocks),
+            (_, cache) => {
+                seq.cache = cache;
+                self.discard(&seq);
+            }
         }
         let _ = seq.job.events.send(Event::Done(Done {
             finish,

@@ -112,10 +112,6 @@ fn random_prompts(
 #[test]
 fn greedy_output_does_not_depend_on_the_batch_or_on_preemption() {
     let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
-    // Long prompts are prefilled in several chunks beside the others' decoding; short ones
-    // fill the batch, and with few blocks growing sequences pause the youngest.
-    let mut prompts = random_prompts(&mut rng, 3, 40..150);
-    prompts.extend(random_prompts(&mut rng, 9, 1..12));
     let s = start(EngineConfig {
         max_batch: 8,
         kv_blocks: 16,
@@ -123,6 +119,21 @@ fn greedy_output_does_not_depend_on_the_batch_or_on_preemption() {
         prefill_chunk: 16,
     });
     let max_tokens = 60;
+    // Short prompts whose answers run to max_tokens fill the batch first; as they grow past
+    // a block each, the 16 blocks run out and the youngest are paused. Long prompts behind
+    // them are prefilled in several chunks beside the others' decoding.
+    let mut prompts = Vec::new();
+    for _ in 0..1000 {
+        let p = random_prompts(&mut rng, 1, 1..12).remove(0);
+        if reference(&s.decoder, &p, max_tokens).len() == max_tokens {
+            prompts.push(p);
+        }
+        if prompts.len() == 9 {
+            break;
+        }
+    }
+    assert_eq!(prompts.len(), 9, "too few prompts with long answers");
+    prompts.extend(random_prompts(&mut rng, 3, 40..150));
     let receivers: Vec<_> = prompts
         .iter()
         .map(|p| {
