@@ -168,7 +168,7 @@ impl Metrics {
         }
         let models: Vec<_> = models.collect();
         type Read = fn(&EngineStats) -> u64;
-        let per_model: [(&str, &str, &str, Read); 9] = [
+        let per_model: [(&str, &str, &str, Read); 8] = [
             (
                 "quench_queue_depth",
                 "gauge",
@@ -216,12 +216,6 @@ impl Metrics {
                 "counter",
                 "Sequences paused for lack of KV blocks and recomputed later.",
                 |s| load(&s.preemptions),
-            ),
-            (
-                "quench_engine_up",
-                "gauge",
-                "1 while the model's engine thread runs.",
-                |_| 1,
             ),
         ];
         for (name, kind, help, read) in per_model {
