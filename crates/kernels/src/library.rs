@@ -8,6 +8,7 @@ use crate::argmax::{self, ArgmaxParams};
 use crate::attention::append::{self, AppendParams};
 use crate::attention::decode::{self, DecodeParams};
 use crate::attention::merge::{self, MergeParams};
+use crate::attention::prefill::{self, PrefillParams};
 use crate::case::KernelCase;
 use crate::embed::{self, EmbedParams, TableFormat};
 use crate::error::KernelError;
@@ -41,6 +42,7 @@ enum Family {
     AttentionMerge,
     Argmax,
     KvAppend,
+    AttentionPrefill,
 }
 
 /// One kernel of the library.
@@ -81,6 +83,7 @@ impl KernelSpec {
             Family::AttentionMerge => merge::build(&merge_params(&r)?),
             Family::Argmax => argmax::build(&argmax_params(&r)?),
             Family::KvAppend => append::build(&append_params(&r)?),
+            Family::AttentionPrefill => prefill::build(&prefill_params(&r)?),
         }
     }
 
@@ -113,6 +116,10 @@ impl KernelSpec {
             Family::KvAppend => {
                 let n_seqs = r.get("n_seqs", 1, 1 << 16)?;
                 append::case(&append_params(&r)?, n_seqs, r.get("tokens", 1, MAX_ROWS)?, seed)
+            }
+            Family::AttentionPrefill => {
+                let (q_start, n_q) = (r.get("q_start", 0, MAX_ROWS)?, r.get("n_q", 1, MAX_ROWS)?);
+                prefill::case(&prefill_params(&r)?, q_start, n_q, seed)
             }
         }
     }
@@ -240,6 +247,13 @@ pub fn library() -> Vec<KernelSpec> {
         "decode attention: merge the splits' (max, sum, output) partials into each head's output, bf16",
         ATTENTION_MERGE,
         Family::AttentionMerge,
+    ));
+    all.push(spec(
+        prefill::NAME,
+        "causal attention of a prompt chunk over the paged bf16 KV cache on tensor cores (mma.sync, \
+         ldmatrix, cp.async), online softmax with ex2.approx, GQA; bf16 out",
+        ATTENTION_PREFILL,
+        Family::AttentionPrefill,
     ));
     all.push(spec(
         append::NAME,
@@ -387,6 +401,15 @@ const ATTENTION_MERGE: &[ParamInfo] = &[
     ParamInfo { name: "n_splits", default: 16, doc: "splits per head" },
 ];
 
+const ATTENTION_PREFILL: &[ParamInfo] = &[
+    ParamInfo { name: "head_dim", default: 128, doc: "elements per head: 64 or 128" },
+    ParamInfo { name: "n_heads", default: 32, doc: "query heads" },
+    ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads (dividing n_heads)" },
+    ParamInfo { name: "max_blocks", default: 128, doc: "block-table row length (16 tokens a block)" },
+    ParamInfo { name: "q_start", default: 0, doc: "position of the chunk's first query (a launch argument; the case)" },
+    ParamInfo { name: "n_q", default: 512, doc: "queries in the chunk (a launch argument; the case)" },
+];
+
 const KV_APPEND: &[ParamInfo] = &[
     ParamInfo { name: "tokens", default: 64, doc: "tokens appended (the grid; the case size)" },
     ParamInfo { name: "n_seqs", default: 64, doc: "sequences in the block table (the case size)" },
@@ -499,5 +522,14 @@ fn append_params(r: &Reader) -> Result<AppendParams, KernelError> {
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
         max_blocks: r.get("max_blocks", 1, 1 << 20)?,
         threads: threads(r)?,
+    })
+}
+
+fn prefill_params(r: &Reader) -> Result<PrefillParams, KernelError> {
+    Ok(PrefillParams {
+        head_dim: r.get("head_dim", 8, 1024)?,
+        n_heads: r.get("n_heads", 1, 1024)?,
+        n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
+        max_blocks: r.get("max_blocks", 1, 1 << 20)?,
     })
 }

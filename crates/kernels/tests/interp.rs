@@ -189,6 +189,15 @@ fn attention_decode() {
 }
 
 #[test]
+fn attention_prefill() {
+    // 70 queries after a prefix of 37: two query tiles (the second with 6 rows), key tiles
+    // up to position 106 (the last partly past the cache); GQA 4/2 of 64.
+    check(&case("attention_prefill_bf16", "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=8 q_start=37 n_q=70"));
+    // A whole prompt of 64, heads of 128.
+    check(&case("attention_prefill_bf16", "head_dim=128 n_heads=2 n_kv_heads=1 max_blocks=4 q_start=0 n_q=64"));
+}
+
+#[test]
 fn kv_append() {
     // 2 kv heads of 64: 32 groups over 32 threads; the last token is past the cache.
     check(&case("kv_append_bf16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));

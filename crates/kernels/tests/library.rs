@@ -51,6 +51,7 @@ fn names_are_unique_and_complete() {
             "qgemv_q6_k_swiglu",
             "attention_decode_bf16",
             "attention_merge_bf16",
+            "attention_prefill_bf16",
             "kv_append_bf16",
             "argmax_f32",
         ]

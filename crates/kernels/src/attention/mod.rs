@@ -2,7 +2,8 @@
 //! sequence, the context cut into splits that blocks work on in parallel
 //! ([`decode`]: per split the running max, the sum of weights and the unnormalized
 //! output), then a second kernel merging the splits ([`merge`]). [`append`] writes new
-//! tokens' keys and values into the cache.
+//! tokens' keys and values into the cache; [`prefill`] attends a chunk of a prompt on the
+//! tensor cores.
 //!
 //! **The paged cache**: `k_cache` and `v_cache` are arrays of 16-token blocks,
 //! `[n_blocks][n_kv_heads][16][head_dim]` bf16; a sequence's token `t` lives in block
@@ -18,6 +19,7 @@
 pub mod append;
 pub mod decode;
 pub mod merge;
+pub mod prefill;
 
 use half::bf16;
 

@@ -1,0 +1,578 @@
+//! Causal attention for a chunk of a prompt on the tensor cores (flash-attention style):
+//! `n_q` consecutive query tokens of one sequence, at positions `q_start ..`, attend to
+//! the sequence's cache positions up to their own (the chunk's keys and values are
+//! appended to the cache first, so earlier chunks and cached prefixes come for free).
+//!
+//! **Layout**: `q` `[n_q, n_heads, head_dim]` f32 (rounded to bf16 as it is loaded: the
+//! tensor cores multiply bf16); the cache as in [`super`], `block_table` the sequence's
+//! row `[max_blocks]` u32; `out` `[n_q, n_heads, head_dim]` bf16. `head_dim` is 64 or 128.
+//! Grid `[⌈n_q / 64⌉, n_heads]`, 128 threads: a block takes 64 query rows of one head
+//! (16 per warp) and walks the keys 64 at a time, up to its last row's position.
+//!
+//! **Per key tile**: keys and values are copied to shared memory with 16-byte `cp.async`
+//! (rows past the cached context are zeroed instead: a masked weight is 0, and 0 times a
+//! stale NaN would not be); 16-byte chunk `c` of row `r` is stored at `c ^ (r mod 8)`,
+//! which keeps the `ldmatrix` loads free of bank conflicts. `S = Q·Kᵀ` by
+//! `mma.m16n8k16` (queries held in registers as A fragments for the whole walk), scaled to
+//! base 2 by `fl(scale·log2 e)` and masked above the diagonal; the running row maxima,
+//! `P = ex2.approx(S − m)` rescaling the earlier sums and outputs by
+//! `ex2.approx(m_old − m_new)`, then `O += P·V` with P re-used from the accumulator
+//! registers as bf16 A fragments and V loaded by `ldmatrix.trans`. Finally `out = O / l`.
+//!
+//! **Accuracy**: besides the approximate exponentials and the tensor cores' summation,
+//! P is rounded to bf16 for the second product (the sum `l` keeps the f32 weights), so
+//! outputs are within a few bf16 ulps of the weighted average's scale: see
+//! [`tolerance`].
+
+use half::bf16;
+use quench_ir::{Builder, CacheOp, FragRole, Function, MmaShape, Scalar, Type, Value};
+use quench_rt::{Arg, Launch};
+
+use super::merge;
+use super::{PagedCache, BLOCK_TOKENS};
+use crate::approx::{gamma, EX2_REL, F32_U};
+use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
+use crate::data;
+use crate::error::KernelError;
+use crate::lanes::{gptr, wide_mul};
+
+pub const NAME: &str = "attention_prefill_bf16";
+
+/// Query rows per block (16 per warp) and keys per tile.
+const BQ: u32 = 64;
+const BKV: u32 = 64;
+const THREADS: u32 = 128;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefillParams {
+    pub head_dim: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub max_blocks: u32,
+}
+
+impl PrefillParams {
+    fn group(&self) -> u32 {
+        self.n_heads / self.n_kv_heads
+    }
+
+    pub fn launch(&self, n_q: u32) -> Launch {
+        Launch { grid: [n_q.div_ceil(BQ), self.n_heads, 1], block: [THREADS, 1, 1], dynamic_shared_bytes: 0 }
+    }
+
+    fn check(&self) -> Result<(), KernelError> {
+        if ![64, 128].contains(&self.head_dim) {
+            return Err(KernelError::unsupported(NAME, format!("head_dim = {} must be 64 or 128", self.head_dim)));
+        }
+        if self.n_kv_heads == 0 || self.n_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(KernelError::unsupported(
+                NAME,
+                format!("n_heads = {} must be a positive multiple of n_kv_heads = {}", self.n_heads, self.n_kv_heads),
+            ));
+        }
+        if self.max_blocks == 0 {
+            return Err(KernelError::unsupported(NAME, "max_blocks must be positive"));
+        }
+        Ok(())
+    }
+}
+
+/// The per-lane row and column of the m16n8k16 fragments: `g = lane / 4`, `t = lane mod 4`.
+struct FragLane {
+    g: Value,
+    t: Value,
+}
+
+/// `attention_prefill_bf16(q, k_cache, v_cache, block_table, q_start, n_q, scale, out)`.
+pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
+    p.check()?;
+    let d = p.head_dim;
+    let chunks = d / 8;
+    let mut kb = Builder::new(NAME, THREADS);
+    let k = &mut kb;
+    let q = k.param("q", gptr(Scalar::F32));
+    let kc = k.param("k_cache", gptr(Scalar::BF16));
+    let vc = k.param("v_cache", gptr(Scalar::BF16));
+    let table = k.param("block_table", gptr(Scalar::U32));
+    let q_start = k.param("q_start", Type::U32);
+    let n_q = k.param("n_q", Type::U32);
+    let scale = k.param("scale", Type::F32);
+    let out = k.param("out", gptr(Scalar::BF16));
+    let k_s = k.shared_array("k_tile", Scalar::BF16, BKV * d, 128);
+    let v_s = k.shared_array("v_tile", Scalar::BF16, BKV * d, 128);
+
+    let tid = k.tid_x();
+    let lane = k.and_const(tid, 31);
+    let warp = k.shr_const(tid, 5);
+    let fl = FragLane { g: k.shr_const(lane, 2), t: k.and_const(lane, 3) };
+    let tile = k.ctaid_x();
+    let head = k.ctaid_y();
+    let gv = k.const_u32(p.group());
+    let kvh = k.div(head, gv);
+    let r0 = k.mul_const(tile, BQ);
+    let log2e = k.const_f32(std::f32::consts::LOG2_E);
+    let c = k.mul(scale, log2e);
+    let ctx = k.add(q_start, n_q);
+
+    // This lane's two query rows (g and g + 8 of the warp's 16), their positions, and
+    // the rows to load (clamped into the chunk; rows past it are computed, not stored).
+    let wrow = k.mul_const(warp, 16);
+    let wrow = k.add(r0, wrow);
+    let rows: [Value; 2] = [0, 8].map(|o| {
+        let r = k.add(wrow, fl.g);
+        k.add_const(r, o)
+    });
+    let qpos: [Value; 2] = rows.map(|r| k.add(q_start, r));
+    let last = k.const_u32(1);
+    let last = k.sub(n_q, last);
+    let load_rows: [Value; 2] = rows.map(|r| k.min(r, last));
+
+    // Queries as A fragments, one per 16 columns: a0 (g, 2t..), a1 (g+8, 2t..),
+    // a2 (g, 2t+8..), a3 (g+8, 2t+8..), each a pair rounded to bf16.
+    let frag_a = Builder::frag_type(MmaShape::M16N8K16, FragRole::A, Scalar::BF16);
+    let frag_b = Builder::frag_type(MmaShape::M16N8K16, FragRole::B, Scalar::BF16);
+    let frag_c = Builder::frag_type(MmaShape::M16N8K16, FragRole::C, Scalar::F32);
+    let t2 = k.shl_const(fl.t, 1);
+    let q_rows: [Value; 2] = load_rows.map(|r| {
+        let tok = k.mul_const(r, p.n_heads);
+        let tok = k.add(tok, head);
+        let at = wide_mul(k, tok, d);
+        k.ptr_add(q, at)
+    });
+    let q_frags: Vec<Value> = (0..d / 16)
+        .map(|kk| {
+            let regs: Vec<Value> = [(0usize, 0u32), (1, 0), (0, 8), (1, 8)]
+                .iter()
+                .map(|&(half, col)| {
+                    let at = k.add_const(t2, 16 * kk + col);
+                    let at = k.ptr_add(q_rows[half], at);
+                    let v = k.load_with(Type::Vec(Scalar::F32, 2), at, CacheOp::Nc);
+                    let lo = k.extract(v, 0);
+                    let hi = k.extract(v, 1);
+                    let lo = k.cvt(Scalar::BF16, lo);
+                    let hi = k.cvt(Scalar::BF16, hi);
+                    k.pack(Type::Scalar(Scalar::BF16x2), &[lo, hi])
+                })
+                .collect();
+            k.pack(frag_a, &regs)
+        })
+        .collect();
+
+    // Key tiles up to the block's last row's position.
+    let last_row = k.add_const(r0, BQ - 1);
+    let last_row = k.min(last_row, last);
+    let last_pos = k.add(q_start, last_row);
+    let n_tiles = k.shr_const(last_pos, BKV.trailing_zeros());
+    let n_tiles = k.add_const(n_tiles, 1);
+
+    // Copy assignment: thread `tid` copies chunk `tid mod chunks` of rows
+    // `tid / chunks + i·(128 / chunks)` of both tiles.
+    let my_chunk = k.and_const(tid, chunks - 1);
+    let my_row = k.shr_const(tid, chunks.trailing_zeros());
+    let row_step = THREADS / chunks;
+    let trow_kv = {
+        let b = k.mul_const(kvh, BLOCK_TOKENS);
+        k.cvt(Scalar::U64, b)
+    };
+    let swz_off = |k: &mut Builder, row: Value, chunk: Value| {
+        let r7 = k.and_const(row, 7);
+        let sc = k.xor(chunk, r7);
+        let sc = k.mul_const(sc, 8);
+        let r = k.mul_const(row, d);
+        k.add(r, sc)
+    };
+
+    let neg_inf = k.const_f32(f32::NEG_INFINITY);
+    let fzero = k.const_f32(0.0);
+    let zero_c = k.pack(frag_c, &[fzero; 4]);
+    // Carried: the two rows' maxima and partial sums, then the output tiles.
+    let mut init = vec![neg_inf, neg_inf, fzero, fzero];
+    init.extend(std::iter::repeat_n(zero_c, (d / 8) as usize));
+    let lo = k.const_u32(0);
+    let one = k.const_u32(1);
+    let carried = k.for_range(lo, n_tiles, one, &init, |k, kt, cv| {
+        let t0 = k.mul_const(kt, BKV);
+        // Everyone is done with the previous tile.
+        k.barrier();
+        for i in 0..BKV / row_step {
+            let row = k.add_const(my_row, i * row_step);
+            let tok = k.add(t0, row);
+            let dst = swz_off(k, row, my_chunk);
+            let cached = k.lt(tok, ctx);
+            k.if_else(
+                cached,
+                &[],
+                |k| {
+                    let bi = k.shr_const(tok, 4);
+                    let at = k.ptr_add(table, bi);
+                    let blk = k.load_with(Type::U32, at, CacheOp::Nc);
+                    let b = wide_mul(k, blk, p.n_kv_heads * BLOCK_TOKENS);
+                    let b = k.add(b, trow_kv);
+                    let within = k.and_const(tok, BLOCK_TOKENS - 1);
+                    let within = k.cvt(Scalar::U64, within);
+                    let r = k.add(b, within);
+                    let dv = k.const_u64(d as u64);
+                    let e = k.mul(r, dv);
+                    let c8 = k.shl_const(my_chunk, 3);
+                    let c8 = k.cvt(Scalar::U64, c8);
+                    let e = k.add(e, c8);
+                    for (src, dst_s) in [(kc, k_s), (vc, v_s)] {
+                        let s = k.ptr_add(src, e);
+                        let dd = k.ptr_add(dst_s, dst);
+                        k.cp_async(dd, s, 16, CacheOp::Cg);
+                    }
+                    vec![]
+                },
+                |k| {
+                    let z = k.const_u32(0);
+                    let zeros = k.pack(Type::Vec(Scalar::U32, 4), &[z; 4]);
+                    for dst_s in [k_s, v_s] {
+                        let dd = k.ptr_add(dst_s, dst);
+                        let dd = k.ptr_cast(Scalar::U32, dd);
+                        k.store(dd, zeros);
+                    }
+                    vec![]
+                },
+            );
+        }
+        k.cp_async_commit();
+        k.cp_async_wait(0);
+        k.barrier();
+
+        // S = Q·Kᵀ: 8 tiles of 8 keys. ldmatrix.x4 of K rows gives b0, b1 of two tiles.
+        let quad = k.shr_const(lane, 3);
+        let r8 = k.and_const(lane, 7);
+        let mut s_tiles = vec![zero_c; (BKV / 8) as usize];
+        for kk in 0..d / 16 {
+            for np in 0..BKV / 16 {
+                let hi_tok = k.shr_const(quad, 1);
+                let row = k.mul_const(hi_tok, 8);
+                let row = k.add_const(row, 16 * np);
+                let row = k.add(row, r8);
+                let dch = k.and_const(quad, 1);
+                let dch = k.add_const(dch, 2 * kk);
+                let off = swz_off(k, row, dch);
+                let at = k.ptr_add(k_s, off);
+                let v = k.ldmatrix(Type::Vec(Scalar::U32, 4), 4, false, at);
+                let regs: Vec<Value> = (0..4)
+                    .map(|i| {
+                        let r = k.extract(v, i);
+                        k.bitcast(Type::Scalar(Scalar::BF16x2), r)
+                    })
+                    .collect();
+                for half in 0..2 {
+                    let fb = k.pack(frag_b, &regs[2 * half..2 * half + 2]);
+                    let i = (2 * np) as usize + half;
+                    s_tiles[i] = k.mma(MmaShape::M16N8K16, q_frags[kk as usize], fb, s_tiles[i]);
+                }
+            }
+        }
+
+        // Scale to base 2, mask above the diagonal; the rows' maxima over the tile.
+        let mut s_vals: Vec<[Value; 4]> = vec![];
+        let mut tile_max = [neg_inf, neg_inf];
+        for (nt, &st) in s_tiles.iter().enumerate() {
+            let mut vals = [fzero; 4];
+            for (i, v) in vals.iter_mut().enumerate() {
+                let x = k.extract(st, i as u32);
+                let x = k.mul(x, c);
+                let col = k.add_const(t2, 8 * nt as u32 + (i as u32 & 1));
+                let kpos = k.add(t0, col);
+                let row = i / 2;
+                let future = k.gt(kpos, qpos[row]);
+                *v = k.select(future, neg_inf, x);
+                tile_max[row] = k.max(tile_max[row], *v);
+            }
+            s_vals.push(vals);
+        }
+        let mut m_new = [fzero; 2];
+        let mut alpha = [fzero; 2];
+        for row in 0..2 {
+            for mask in [1, 2] {
+                let o = k.shfl_bfly(tile_max[row], mask);
+                tile_max[row] = k.max(tile_max[row], o);
+            }
+            m_new[row] = k.max(cv[row], tile_max[row]);
+            let dm = k.sub(cv[row], m_new[row]);
+            alpha[row] = k.ex2_approx(dm);
+        }
+        // P = 2^(S − m), the rows' partial sums (rescaled), the outputs rescaled.
+        let mut sums = [k.mul(cv[2], alpha[0]), k.mul(cv[3], alpha[1])];
+        let mut p_frags = vec![];
+        for pair in s_vals.chunks(2) {
+            let mut regs = vec![];
+            for vals in pair {
+                let ps: Vec<Value> = (0..4)
+                    .map(|i| {
+                        let x = k.sub(vals[i], m_new[i / 2]);
+                        k.ex2_approx(x)
+                    })
+                    .collect();
+                for (i, &pv) in ps.iter().enumerate() {
+                    sums[i / 2] = k.add(sums[i / 2], pv);
+                }
+                for half in 0..2 {
+                    let lo = k.cvt(Scalar::BF16, ps[2 * half]);
+                    let hi = k.cvt(Scalar::BF16, ps[2 * half + 1]);
+                    regs.push(k.pack(Type::Scalar(Scalar::BF16x2), &[lo, hi]));
+                }
+            }
+            // regs: tile 2kk rows g, g+8, then tile 2kk + 1 rows g, g+8 = a0, a1, a2, a3.
+            p_frags.push(k.pack(frag_a, &regs));
+        }
+        let mut o_tiles: Vec<Value> = cv[4..]
+            .iter()
+            .map(|&o| {
+                let parts: Vec<Value> = (0..4)
+                    .map(|i| {
+                        let x = k.extract(o, i);
+                        k.mul(x, alpha[i as usize / 2])
+                    })
+                    .collect();
+                k.pack(frag_c, &parts)
+            })
+            .collect();
+
+        // O += P·V: ldmatrix.trans.x4 of V rows gives b0, b1 of two 8-column tiles.
+        for (kk, &pa) in p_frags.iter().enumerate() {
+            for dp in 0..d / 16 {
+                let tok = k.and_const(quad, 1);
+                let tok = k.mul_const(tok, 8);
+                let tok = k.add_const(tok, 16 * kk as u32);
+                let tok = k.add(tok, r8);
+                let dch = k.shr_const(quad, 1);
+                let dch = k.add_const(dch, 2 * dp);
+                let off = swz_off(k, tok, dch);
+                let at = k.ptr_add(v_s, off);
+                let v = k.ldmatrix(Type::Vec(Scalar::U32, 4), 4, true, at);
+                let regs: Vec<Value> = (0..4)
+                    .map(|i| {
+                        let r = k.extract(v, i);
+                        k.bitcast(Type::Scalar(Scalar::BF16x2), r)
+                    })
+                    .collect();
+                for half in 0..2 {
+                    let fb = k.pack(frag_b, &regs[2 * half..2 * half + 2]);
+                    let i = (2 * dp) as usize + half;
+                    o_tiles[i] = k.mma(MmaShape::M16N8K16, pa, fb, o_tiles[i]);
+                }
+            }
+        }
+        let mut next = vec![m_new[0], m_new[1], sums[0], sums[1]];
+        next.extend(o_tiles);
+        next
+    });
+
+    // The rows' sums over the quad, then out = O / l for rows inside the chunk.
+    let mut l = [carried[2], carried[3]];
+    for row in &mut l {
+        for mask in [1, 2] {
+            let o = k.shfl_bfly(*row, mask);
+            *row = k.add(*row, o);
+        }
+    }
+    for (half, &row) in rows.iter().enumerate() {
+        let inside = k.lt(row, n_q);
+        let lv = l[half];
+        let tiles = carried[4..].to_vec();
+        k.if_then(inside, |k| {
+            let tok = k.mul_const(row, p.n_heads);
+            let tok = k.add(tok, head);
+            let base = wide_mul(k, tok, d);
+            let ob = k.ptr_add(out, base);
+            let ow = k.ptr_cast(Scalar::U32, ob);
+            for (nt, &o) in tiles.iter().enumerate() {
+                let x0 = k.extract(o, 2 * half as u32);
+                let x1 = k.extract(o, 2 * half as u32 + 1);
+                let y0 = k.div(x0, lv);
+                let y1 = k.div(x1, lv);
+                let y0 = k.cvt(Scalar::BF16, y0);
+                let y1 = k.cvt(Scalar::BF16, y1);
+                let pair = k.pack(Type::Scalar(Scalar::BF16x2), &[y0, y1]);
+                let pair = k.bitcast(Type::U32, pair);
+                // Columns 8nt + 2t, + 1: word 4nt + t.
+                let w = k.add_const(fl.t, 4 * nt as u32);
+                let at = k.ptr_add(ow, w);
+                k.store(at, pair);
+            }
+        });
+    }
+    Ok(kb.finish()?)
+}
+
+/// Exact causal attention of the chunk (queries rounded to bf16, as the kernel uses
+/// them) in f64, `[n_q, n_heads, head_dim]`, and `Σ w|v| / Σ w` per element.
+pub fn reference(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64) -> (Vec<f64>, Vec<f64>) {
+    attend(p, cache, q_start, n_q, scale, true)
+}
+
+/// Attention of the chunk over its causal prefix, or (a deliberately wrong twin) over
+/// the whole context.
+fn attend(
+    p: &PrefillParams,
+    cache: &PagedCache,
+    q_start: u32,
+    n_q: u32,
+    scale: f64,
+    causal: bool,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut c = cache.clone();
+    c.q = c.q.iter().map(|&x| bf16::from_f32(x).to_f32()).collect();
+    let d = p.head_dim as usize;
+    let (mut out, mut abs) = (vec![], vec![]);
+    for i in 0..n_q as usize {
+        for h in 0..p.n_heads {
+            // Query i of the chunk is "sequence" i of the cache copy's query rows.
+            let keys = if causal { q_start + i as u32 + 1 } else { q_start + n_q };
+            let s = scores_of(&c, i, h, keys, scale);
+            let top = s.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v));
+            let (mut acc, mut mag, mut total) = (vec![0.0; d], vec![0.0; d], 0.0);
+            for (t, &v) in s.iter().enumerate() {
+                let w = (v - top).exp2();
+                total += w;
+                let (_, vr) = c.kv_row(0, h / p.group(), t as u32);
+                for j in 0..d {
+                    acc[j] += w * vr[j].to_f64();
+                    mag[j] += w * vr[j].to_f64().abs();
+                }
+            }
+            out.extend(acc.iter().map(|a| a / total));
+            abs.extend(mag.iter().map(|a| a / total));
+        }
+    }
+    (out, abs)
+}
+
+/// Base-2 scores of query `i` (of the chunk), head `h`, over cache tokens `0..n`.
+fn scores_of(c: &PagedCache, i: usize, h: u32, n: u32, scale: f64) -> Vec<f64> {
+    let d = c.head_dim as usize;
+    let qv = &c.q[(i * c.n_heads as usize + h as usize) * d..][..d];
+    let cc = scale * std::f64::consts::LOG2_E;
+    (0..n)
+        .map(|t| {
+            let (k, _) = c.kv_row(0, h / (c.n_heads / c.n_kv_heads), t);
+            qv.iter().zip(k).map(|(&a, b)| a as f64 * b.to_f64()).sum::<f64>() * cc
+        })
+        .collect()
+}
+
+/// `κ` of the kernel: the relative error of each weight and of the sums, for
+/// [`merge::tolerance`].
+///
+/// A score's `head_dim` products are added by the tensor cores (up to one ulp per addend
+/// per 16: `head_dim·2^-22·Σ|q k|` as for [`crate::gemm`]) and scaled (`2u|s|`): within `E`.
+/// A weight `ex2.approx(fl(s − m))` is then within `ρ = 2^(2E + u·Δ)·(1 + EX2) − 1` of
+/// exact, each of the at most `tiles` rescalings adds `2^(u·Δ)·(1 + EX2) − 1` to both
+/// the output and the sum, rounding P to bf16 for `P·V` adds `2^-8`, and the sums add
+/// `γ` over their terms and `n·2^-22` for the tensor cores.
+pub fn kappa(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64) -> f64 {
+    let mut c = cache.clone();
+    c.q = c.q.iter().map(|&x| bf16::from_f32(x).to_f32()).collect();
+    let cc = (scale * std::f64::consts::LOG2_E).abs();
+    let (mut e, mut span) = (0.0f64, 0.0f64);
+    for i in 0..n_q as usize {
+        for h in 0..p.n_heads {
+            let n = q_start + i as u32 + 1;
+            let s = scores_of(&c, i, h, n, scale);
+            let d = c.head_dim as usize;
+            let qv = &c.q[(i * c.n_heads as usize + h as usize) * d..][..d];
+            for (t, &v) in s.iter().enumerate() {
+                let (k, _) = c.kv_row(0, h / p.group(), t as u32);
+                let a: f64 = qv.iter().zip(k).map(|(&x, y)| (x as f64 * y.to_f64()).abs()).sum();
+                e = e.max(cc * p.head_dim as f64 * 2f64.powi(-22) * a + 2.01 * F32_U * v.abs());
+            }
+            let (top, bottom) = s.iter().fold((f64::NEG_INFINITY, f64::INFINITY), |(a, b), &v| (a.max(v), b.min(v)));
+            span = span.max(top - bottom);
+        }
+    }
+    let e = e * 1.01;
+    let rho = (2.0 * e + F32_U * (span + 2.0 * e)).exp2() * (1.0 + EX2_REL) - 1.0;
+    let tiles = (q_start + n_q).div_ceil(BKV) as i32;
+    let rescale = (F32_U * span).exp2() * (1.0 + EX2_REL) * (1.0 + F32_U) - 1.0;
+    let n = (q_start + n_q) as f64;
+    let sums = gamma((q_start + n_q) as u64) + n * 2f64.powi(-22);
+    (1.0 + rho) * (1.0 + rescale).powi(2 * tiles) * (1.0 + 2f64.powi(-8)) * (1.0 + sums) - 1.0
+}
+
+/// A case over a given cache (its first block-table row is the sequence; its query rows
+/// are the chunk's `n_q` queries).
+pub fn case_for(
+    p: &PrefillParams,
+    cache: &PagedCache,
+    q_start: u32,
+    n_q: u32,
+    scale: f64,
+) -> Result<KernelCase, KernelError> {
+    let kernel = build(p)?;
+    if cache.head_dim != p.head_dim
+        || cache.n_heads != p.n_heads
+        || cache.n_kv_heads != p.n_kv_heads
+        || cache.max_blocks != p.max_blocks
+        || cache.q.len() != (n_q * p.n_heads * p.head_dim) as usize
+        || q_start + n_q > p.max_blocks * BLOCK_TOKENS
+        || n_q == 0
+    {
+        return Err(KernelError::unsupported(NAME, "the cache and chunk do not have the kernel's shape"));
+    }
+    let (exact, b) = reference(p, cache, q_start, n_q, scale);
+    let want: Vec<bf16> = exact.iter().map(|&v| bf16::from_f64(v)).collect();
+    let kappa = kappa(p, cache, q_start, n_q, scale);
+    let tol = merge::tolerance(kappa, &b, &want);
+    let explain = format!(
+        "(2κ/(1−κ) + u)·Σw|v|/Σw + 2^-7·|want|: κ = {kappa:.3e} (tensor-core sums, ex2.approx, \
+         P rounded to bf16, rescaling)"
+    );
+    let check = Check::Bound { tol, explain };
+    let wrong = |scale: f64, causal: bool| {
+        let (w, _) = attend(p, cache, q_start, n_q, scale, causal);
+        data::bf16_bytes(&w.iter().map(|&v| bf16::from_f64(v)).collect::<Vec<_>>())
+    };
+    let n = want.len();
+    let u32s = |x: &[u32]| x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    Ok(KernelCase {
+        name: NAME.to_string(),
+        shape: format!("{n_q} queries at {q_start}.., {}/{} heads of {}", p.n_heads, p.n_kv_heads, p.head_dim),
+        kernel,
+        launch: p.launch(n_q),
+        buffers: vec![
+            Buffer::input("q", data::f32_bytes(&cache.q)),
+            Buffer::input("k_cache", data::bf16_bytes(&cache.k)),
+            Buffer::input("v_cache", data::bf16_bytes(&cache.v)),
+            Buffer::input("block_table", u32s(&cache.block_table[..p.max_blocks as usize])),
+            Buffer::output("out", n * 2),
+        ],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Buffer(3),
+            CaseArg::Scalar(Arg::U32(q_start)),
+            CaseArg::Scalar(Arg::U32(n_q)),
+            CaseArg::Scalar(Arg::F32(scale as f32)),
+            CaseArg::Buffer(4),
+        ],
+        expected: vec![Expected { buffer: 4, data: data::bf16_bytes(&want), elem: Scalar::BF16, check: check.clone() }],
+        controls: vec![
+            Control {
+                what: "scores without the 1/sqrt(head_dim) scale".into(),
+                expected: Expected { buffer: 4, data: wrong(1.0, true), elem: Scalar::BF16, check: check.clone() },
+            },
+            Control {
+                what: "every query attending the whole context (no causal mask)".into(),
+                expected: Expected { buffer: 4, data: wrong(scale, false), elem: Scalar::BF16, check },
+            },
+        ],
+        bytes_moved: (q_start + n_q) as u64 * p.n_kv_heads as u64 * p.head_dim as u64 * 4 + n as u64 * 6,
+        flops: 2 * n_q as u64 * (q_start as u64 + n_q as u64 / 2) * p.n_heads as u64 * p.head_dim as u64 * 2,
+    })
+}
+
+/// A case: a chunk of `n_q` queries after a cached prefix of `q_start` tokens, one
+/// sequence of random contents; softmax scale `1/sqrt(head_dim)`.
+pub fn case(p: &PrefillParams, q_start: u32, n_q: u32, seed: u64) -> Result<KernelCase, KernelError> {
+    let mut rng = data::rng(seed);
+    let mut cache =
+        PagedCache::random(&mut rng, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![q_start + n_q]);
+    cache.q = data::signed(&mut rng, (n_q * p.n_heads * p.head_dim) as usize, 0.0625, 2.0);
+    case_for(p, &cache, q_start, n_q, 1.0 / (p.head_dim as f64).sqrt())
+}
