@@ -428,6 +428,7 @@ impl<B: CausalBackend> Scheduler<B> {
             let need = want.saturating_sub(seq.blocks);
             while self.pool.free() < need && self.evict_idle() {}
             if !self.pool.try_take(need) {
+                self.park_session(&mut seq);
                 self.queue.push_front(seq);
                 break;
             }
@@ -475,6 +476,24 @@ impl<B: CausalBackend> Scheduler<B> {
         if !seq.admitted_before {
             seq.cached_tokens = keep;
         }
+    }
+
+    /// Puts back the session cache of a sequence that must wait after all, so that it stays
+    /// evictable while the sequence waits.
+    fn park_session(&mut self, seq: &mut Seq<B::Cache>) {
+        let (Some(id), Some(cache)) = (seq.job.session.clone(), seq.cache.take()) else {
+            return;
+        };
+        self.next_order += 1;
+        let idle = Idle {
+            cache,
+            tokens: seq.tokens[..seq.fed].to_vec(),
+            blocks: seq.blocks,
+            last_used: self.next_order,
+        };
+        self.idle.insert(id, idle);
+        seq.fed = 0;
+        seq.blocks = 0;
     }
 
     /// A sequence that needs more blocks than exist ends here.
