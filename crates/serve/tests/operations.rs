@@ -109,7 +109,8 @@ fn a_client_that_disconnects_frees_its_kv_blocks() {
     for stream in [true, false] {
         let mut s = connect(server.addr);
         let body =
-            json!({"prompt": "a".repeat(300), "max_tokens": 200, "stream": stream}).to_string();
+            json!({"prompt": "a".repeat(20), "max_tokens": 480, "stream": stream, "ignore_eos": true})
+                .to_string();
         write!(
             s,
             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -203,4 +204,42 @@ fn a_busy_port_or_a_missing_model_is_refused_with_a_clear_message() {
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("loaded a missing model"),
     }
+}
+
+#[test]
+fn shutdown_cancels_what_is_left_at_the_deadline() {
+    let mut cfg = config();
+    cfg.shutdown_grace = Duration::ZERO;
+    let server = TestServer::start(cfg);
+    let addr = server.addr;
+    let in_flight = std::thread::spawn(move || {
+        common::request(
+            addr,
+            "POST",
+            "/v1/completions",
+            &[],
+            Some(
+                json!({"prompt": "c".repeat(20), "max_tokens": 480, "stream": true,
+                        "ignore_eos": true})
+                .to_string()
+                .as_bytes(),
+            ),
+        )
+    });
+    let until = Instant::now() + Duration::from_secs(10);
+    while kv_blocks_used(&server) == 0 {
+        assert!(Instant::now() < until, "the request never started");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    server.stop();
+    let r = in_flight.join().unwrap();
+    assert_eq!(r.status, 200);
+    let last: Value = serde_json::from_str(r.events().last().unwrap()).unwrap();
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shut down"),
+        "{last}"
+    );
 }

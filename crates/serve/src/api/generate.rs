@@ -33,6 +33,7 @@ const SESSION_HEADER: &str = "x-session-id";
 /// The options chat and text completions share, checked.
 struct Options {
     max_tokens: Option<(usize, &'static str)>,
+    ignore_eos: bool,
     sampling: SamplingParams,
     stop: Vec<String>,
     stream: bool,
@@ -51,6 +52,7 @@ fn check_options(
     stream_options: Option<StreamOptions>,
     n: Option<i64>,
     penalties: [(&'static str, Option<f64>); 2],
+    ignore_eos: Option<bool>,
 ) -> Result<Options, ApiError> {
     let max_tokens = match (max_completion_tokens, max_tokens) {
         (Some(v), _) => Some((v, "max_completion_tokens")),
@@ -118,6 +120,7 @@ fn check_options(
     };
     Ok(Options {
         max_tokens,
+        ignore_eos: ignore_eos.unwrap_or(false),
         sampling,
         stop,
         stream,
@@ -258,6 +261,7 @@ pub async fn chat(
             ("presence_penalty", req.presence_penalty),
             ("frequency_penalty", req.frequency_penalty),
         ],
+        req.ignore_eos,
     )?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (_, Some(n)) if !(0..=MAX_TOP_LOGPROBS).contains(&n) => {
@@ -377,6 +381,7 @@ pub async fn completions(
             ("presence_penalty", req.presence_penalty),
             ("frequency_penalty", req.frequency_penalty),
         ],
+        req.ignore_eos,
     )?;
     let logprobs = match req.logprobs {
         Some(n) if !(0..=MAX_TOP_LOGPROBS).contains(&n) => {
@@ -530,6 +535,7 @@ async fn run(
         sampling: options.sampling,
         stop: options.stop,
         logprobs,
+        ignore_eos: options.ignore_eos,
         events,
         arrived,
     };
@@ -664,12 +670,15 @@ impl Reply {
 }
 
 fn failure(message: String) -> ApiError {
-    let status = if message.contains("shutting down") {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::INTERNAL_SERVER_ERROR
-    };
-    ApiError::new(status, message)
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+}
+
+fn cancelled() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the server shut down before the answer was finished",
+    )
+    .retry_after(5)
 }
 
 /// Waits for the whole answer.
@@ -688,6 +697,7 @@ async fn whole_response(
             Some(Event::Token(_)) => {}
             Some(Event::Done(done)) => break done,
             Some(Event::Failed(why)) => return Err(failure(why)),
+            Some(Event::Cancelled) => return Err(cancelled()),
             None => return Err(failure("the model's engine stopped".into())),
         }
     };
@@ -770,19 +780,20 @@ impl Streaming {
                     }
                     out
                 }
-                Some(Event::Failed(why)) => self.fail(why),
-                None => self.fail("the model's engine stopped".into()),
+                Some(Event::Failed(why)) => self.fail(failure(why)),
+                Some(Event::Cancelled) => self.fail(cancelled()),
+                None => self.fail(failure("the model's engine stopped".into())),
             };
             return Some(Bytes::from(out));
         }
     }
 
-    fn fail(&mut self, why: String) -> String {
+    fn fail(&mut self, error: ApiError) -> String {
         self.finished = true;
         if let Some(log) = &self.log {
-            log.set_error(&why);
+            log.set_error(&error.message);
         }
-        event(&failure(why).body())
+        event(&error.body())
     }
 }
 

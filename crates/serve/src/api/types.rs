@@ -24,6 +24,8 @@ pub struct ChatRequest {
     pub frequency_penalty: Option<f64>,
     /// quench: continue this session (see the `X-Session-Id` header too).
     pub session_id: Option<String>,
+    /// quench: draw past end-of-sequence tokens, for answers of a fixed length.
+    pub ignore_eos: Option<bool>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<i64>,
 }
@@ -45,6 +47,8 @@ pub struct CompletionRequest {
     pub frequency_penalty: Option<f64>,
     /// quench: continue this session (see the `X-Session-Id` header too).
     pub session_id: Option<String>,
+    /// quench: draw past end-of-sequence tokens, for answers of a fixed length.
+    pub ignore_eos: Option<bool>,
     /// Completions take the number of alternatives to report.
     pub logprobs: Option<i64>,
     pub echo: Option<bool>,

@@ -70,6 +70,9 @@ pub struct Job {
     pub stop: Vec<String>,
     /// `Some(n)`: report each drawn token's log-probability and the `n` most likely.
     pub logprobs: Option<usize>,
+    /// Keep drawing past end-of-sequence tokens (they are then part of the text), for
+    /// answers of a fixed length.
+    pub ignore_eos: bool,
     pub events: UnboundedSender<Event>,
     pub arrived: Instant,
 }
@@ -79,7 +82,10 @@ pub struct Job {
 pub enum Event {
     Token(TokenOut),
     Done(Done),
+    /// The model failed, or the request cannot be served (named in the message).
     Failed(String),
+    /// The server shut down before the request finished.
+    Cancelled,
 }
 
 #[derive(Debug)]
@@ -300,7 +306,7 @@ impl<B: CausalBackend> Scheduler<B> {
             }
             self.publish();
         }
-        self.cancel_all("the server is shutting down");
+        self.cancel_all();
         self.publish();
     }
 
@@ -395,11 +401,11 @@ impl<B: CausalBackend> Scheduler<B> {
         }
     }
 
-    fn cancel_all(&mut self, why: &str) {
+    fn cancel_all(&mut self) {
         let all: Vec<_> = self.running.drain(..).chain(self.queue.drain(..)).collect();
         for seq in all {
             self.discard(&seq);
-            let _ = seq.job.events.send(Event::Failed(why.to_owned()));
+            let _ = seq.job.events.send(Event::Cancelled);
         }
     }
 
@@ -659,7 +665,7 @@ impl<B: CausalBackend> Scheduler<B> {
             .logprobs
             .map(|top| logprobs::logprobs(&logits, token, top));
 
-        if self.text.stop_ids().contains(&token) {
+        if !seq.job.ignore_eos && self.text.stop_ids().contains(&token) {
             let text = seq.out.flush();
             if !text.is_empty() {
                 let sent = seq.job.events.send(Event::Token(TokenOut {
