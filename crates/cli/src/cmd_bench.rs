@@ -9,6 +9,8 @@ use quench_cpu::{argmax, Decoder, Logits, ModelConfig, Naming};
 use quench_models::GgufFile;
 use serde_json::{json, Value};
 
+use crate::cmd_pull;
+use crate::model_args::DeviceArg;
 use crate::receipt;
 
 /// The decode speed quench's CPU path aims at, as a fraction of llama.cpp's.
@@ -16,12 +18,15 @@ const TARGET_RATIO: f64 = 0.5;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Where to run the model: `cpu` (the only device benchmarked so far).
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// GGUF model file [default: $QUENCH_SMOLLM2_GGUF].
-    #[arg(long)]
-    pub model: Option<PathBuf>,
+    /// Where the model runs (only the CPU can be benchmarked so far).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+    /// A pulled model's name or the path of a GGUF file [default: smollm2].
+    #[arg(long, short = 'm', value_name = "NAME|PATH")]
+    pub model: Option<String>,
+    /// The model cache pulled models are found in (as for `quench pull --cache`).
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
     /// Prompt length fed in one prefill.
     #[arg(long, default_value_t = 128)]
     pub prompt_tokens: usize,
@@ -225,21 +230,11 @@ fn cpu_name() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-fn model_path(a: &BenchArgs) -> Result<PathBuf, String> {
-    match &a.model {
-        Some(p) => Ok(p.clone()),
-        None => std::env::var_os("QUENCH_SMOLLM2_GGUF")
-            .map(PathBuf::from)
-            .ok_or_else(|| "no model: pass --model FILE.gguf or set QUENCH_SMOLLM2_GGUF".into()),
-    }
-}
-
 fn check_args(a: &BenchArgs) -> Result<(), String> {
-    if a.device != "cpu" {
-        return Err(format!(
-            "--device {}: only `cpu` can be benchmarked so far",
-            a.device
-        ));
+    if a.device != DeviceArg::Cpu {
+        return Err(
+            "--device cuda: the GPU backend does not run models yet; use --device cpu".into(),
+        );
     }
     if a.prompt_tokens == 0 || a.gen_tokens < 2 || a.threads == 0 || a.repeats == 0 {
         return Err(
@@ -253,7 +248,7 @@ fn check_args(a: &BenchArgs) -> Result<(), String> {
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
     check_args(a)?;
-    let path = model_path(a)?;
+    let path = cmd_pull::resolve(a.model.as_deref(), "smollm2", a.cache.as_deref())?;
     let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let model_sha256 = receipt::sha256_hex(&bytes);
     drop(bytes);
