@@ -57,6 +57,11 @@ pub enum EngineError {
     #[error("the GPU backend does not run models yet; run them on the CPU")]
     GpuNotYet,
 
+    /// Putting a model on a GPU, or running it there, failed (boxed: it names a whole
+    /// runtime error).
+    #[error(transparent)]
+    Gpu(Box<crate::gpu::GpuError>),
+
     #[error("this model has no chat template (GGUF tokenizer.chat_template, or chat_template in tokenizer_config.json)")]
     NoChatTemplate,
 

@@ -30,6 +30,7 @@ mod causal;
 mod checkpoint;
 mod embedding;
 mod error;
+pub mod gpu;
 mod info;
 mod load;
 mod options;

@@ -1,0 +1,164 @@
+//! The catalog: which library kernel runs each part of a decoder, chosen from the model's
+//! config and the format each weight is stored in.
+//!
+//! | part | kernel |
+//! |---|---|
+//! | token embedding | `embed_<table format>` (f32, bf16, f16, Q8_0, Q4_1 tables) |
+//! | norms (+ residual add) | `rmsnorm_residual_bf16` (qwen3's q/k norms: `rmsnorm_residual_f32`) |
+//! | q, k, v projections | one `qgemv` over the concatenated rows when the three share a format, else three |
+//! | RoPE | `rope_neox_f32` (Hugging Face layout, qwen GGUF) or `rope_gptj_f32` (llama GGUF) |
+//! | KV append, attention | `kv_append_bf16`, `attention_decode_bf16` + `attention_merge_bf16` |
+//! | output projection, down | `qgemv_<format>_residual` (adds into the residual stream) |
+//! | gate and up | `qgemv_<format>_swiglu` (both at once, SwiGLU applied) |
+//! | LM head | `qgemv_<format>` |
+//!
+//! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K are read as stored; anything
+//! else is refused by name.
+
+use quench_cpu::{DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming, RopeStyle};
+use quench_kernels::embed::TableFormat;
+use quench_kernels::qgemv::WeightFormat;
+use quench_kernels::rope::RopeStyle as RopePairs;
+use quench_models::GgmlType;
+
+use super::error::GpuError;
+use super::stored::{self, StoredTensors};
+
+const MATRIX_FORMATS: &str = "matrices in BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K";
+const TABLE_FORMATS: &str = "token embeddings in F32, BF16, F16, Q8_0 or Q4_1";
+
+/// The kernels of one decode step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Catalog {
+    pub embed: TableFormat,
+    pub rope: RopePairs,
+    pub layers: Vec<LayerKernels>,
+    /// The LM head's format (the embedding's when the two are tied).
+    pub output: WeightFormat,
+}
+
+/// The matrix formats of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerKernels {
+    pub qkv: Qkv,
+    pub attn_output: WeightFormat,
+    /// Gate and up share a format: one SwiGLU kernel reads both.
+    pub gate_up: WeightFormat,
+    pub down: WeightFormat,
+}
+
+/// How the q, k and v projections run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Qkv {
+    /// One matrix–vector product over the rows of q, k and v placed back to back.
+    Fused(WeightFormat),
+    /// Three, when the checkpoint stores them in different formats.
+    Separate([WeightFormat; 3]),
+}
+
+/// The name of a decoder tensor in `naming`.
+pub(crate) fn tensor_name(t: DecoderTensor, naming: Naming) -> String {
+    // Every tensor the GPU path reads has a name in both namings.
+    t.name(naming).unwrap_or_default()
+}
+
+/// The matrix format of a ggml type, if a matrix–vector kernel reads it.
+pub fn weight_format(t: GgmlType) -> Option<WeightFormat> {
+    Some(match t {
+        GgmlType::BF16 => WeightFormat::BF16,
+        GgmlType::F16 => WeightFormat::F16,
+        GgmlType::Q8_0 => WeightFormat::Q8_0,
+        GgmlType::Q4_0 => WeightFormat::Q4_0,
+        GgmlType::Q4_1 => WeightFormat::Q4_1,
+        GgmlType::Q4_K => WeightFormat::Q4K,
+        GgmlType::Q6_K => WeightFormat::Q6K,
+        _ => return None,
+    })
+}
+
+fn table_format(t: GgmlType) -> Option<TableFormat> {
+    TableFormat::ALL.into_iter().find(|f| f.ggml() == t)
+}
+
+impl Catalog {
+    /// Chooses the kernels for `config`, checking every weight's format and shape.
+    pub fn choose(
+        config: &ModelConfig,
+        src: &dyn StoredTensors,
+        naming: Naming,
+    ) -> Result<Catalog, GpuError> {
+        if !config.arch.is_decoder() {
+            return Err(GpuError::Unsupported {
+                what: format!("the {} architecture", config.arch.name()),
+                reason: "embedding models run on the CPU for now".into(),
+            });
+        }
+        let c = config;
+        let name = |t| tensor_name(t, naming);
+        let matrix =
+            |t: DecoderTensor, rows: usize, cols: usize| -> Result<WeightFormat, GpuError> {
+                let n = name(t);
+                let m = stored::matrix(src, &n, rows, cols)?;
+                weight_format(m.ggml_type).ok_or_else(|| GpuError::Format {
+                    tensor: n,
+                    format: m.ggml_type.name().to_owned(),
+                    supported: MATRIX_FORMATS,
+                })
+            };
+        let embed_name = name(DecoderTensor::TokenEmbedding);
+        let table = stored::matrix(src, &embed_name, c.vocab, c.hidden)?.ggml_type;
+        let embed = table_format(table).ok_or_else(|| GpuError::Format {
+            tensor: embed_name.clone(),
+            format: table.name().to_owned(),
+            supported: TABLE_FORMATS,
+        })?;
+        let output = if c.tied_embeddings {
+            weight_format(table).ok_or_else(|| GpuError::Format {
+                tensor: format!("{embed_name} (the LM head, tied to the embedding)"),
+                format: table.name().to_owned(),
+                supported: MATRIX_FORMATS,
+            })?
+        } else {
+            matrix(DecoderTensor::Output, c.vocab, c.hidden)?
+        };
+        let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let mut layers = Vec::with_capacity(c.layers);
+        for n in 0..c.layers {
+            let t = |t| DecoderTensor::Layer(n, t);
+            let q = matrix(t(L::Q), q_width, c.hidden)?;
+            let k = matrix(t(L::K), kv_width, c.hidden)?;
+            let v = matrix(t(L::V), kv_width, c.hidden)?;
+            let gate = matrix(t(L::Gate), c.ffn, c.hidden)?;
+            let up = matrix(t(L::Up), c.ffn, c.hidden)?;
+            if gate != up {
+                return Err(GpuError::Unsupported {
+                    what: format!("layer {n}'s gate and up projections in different formats"),
+                    reason: format!(
+                        "{} is {gate:?} and {} is {up:?}; the fused SwiGLU kernel reads both in one format",
+                        name(t(L::Gate)),
+                        name(t(L::Up))
+                    ),
+                });
+            }
+            layers.push(LayerKernels {
+                qkv: if q == k && k == v {
+                    Qkv::Fused(q)
+                } else {
+                    Qkv::Separate([q, k, v])
+                },
+                attn_output: matrix(t(L::AttnOutput), c.hidden, q_width)?,
+                gate_up: gate,
+                down: matrix(t(L::Down), c.hidden, c.ffn)?,
+            });
+        }
+        Ok(Catalog {
+            embed,
+            rope: match c.rope_style {
+                RopeStyle::HalfSplit => RopePairs::NeoX,
+                RopeStyle::Adjacent => RopePairs::GptJ,
+            },
+            layers,
+            output,
+        })
+    }
+}

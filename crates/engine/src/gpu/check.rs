@@ -1,0 +1,257 @@
+//! The FP64 check: a greedy generation on a device, judged by the CPU reference in f64
+//! teacher-forced on the device's own tokens. Every logit of every step must lie within
+//! `0.05 + 0.003·|ref|` of the reference and the device's top token must be the
+//! reference's; the bound is a constant, fixed before anything is dispatched.
+
+use std::path::Path;
+use std::time::Instant;
+
+use quench_cpu::{Decoder, Logits};
+
+use super::decoder::GpuDecoder;
+use super::error::GpuError;
+use crate::checkpoint;
+use crate::error::{EngineError, Result};
+
+/// `|device − reference| ≤ abs + rel·|reference|` for every logit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogitBound {
+    pub abs: f64,
+    pub rel: f64,
+}
+
+impl LogitBound {
+    /// The bound of quench's FP64 check.
+    pub const FP64_CHECK: LogitBound = LogitBound {
+        abs: 0.05,
+        rel: 0.003,
+    };
+
+    pub fn tolerance(&self, reference: f64) -> f64 {
+        self.abs + self.rel * reference.abs()
+    }
+}
+
+/// The logit furthest outside (or least inside) the bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WorstLogit {
+    pub token: u32,
+    pub device: f32,
+    pub reference: f64,
+    /// `|device − reference| − tolerance`: positive outside the bound.
+    pub excess: f64,
+}
+
+/// The judgement of one position's logits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepVerdict {
+    /// The position whose logits these are (the next token follows it).
+    pub position: usize,
+    pub device_top1: u32,
+    pub reference_top1: u32,
+    /// Logits outside the bound (a non-finite one always is).
+    pub outside: usize,
+    pub max_abs_error: f64,
+    pub worst: WorstLogit,
+}
+
+impl StepVerdict {
+    pub fn passed(&self) -> bool {
+        self.outside == 0 && self.device_top1 == self.reference_top1
+    }
+}
+
+/// The first largest logit (the reference's greedy choice).
+fn top1(logits: &[f64]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Judges one position's device logits against the reference's.
+pub fn judge(bound: LogitBound, position: usize, device: &[f32], reference: &[f64]) -> StepVerdict {
+    let mut outside = 0;
+    let mut max_abs_error = 0.0f64;
+    let mut worst = WorstLogit {
+        token: 0,
+        device: f32::NAN,
+        reference: f64::NAN,
+        excess: f64::NEG_INFINITY,
+    };
+    for (i, (&d, &r)) in device.iter().zip(reference).enumerate() {
+        let err = (d as f64 - r).abs();
+        // NaN compares false: count it outside explicitly.
+        let excess = if err.is_finite() {
+            err - bound.tolerance(r)
+        } else {
+            f64::INFINITY
+        };
+        if excess > 0.0 {
+            outside += 1;
+        }
+        if err.is_finite() {
+            max_abs_error = max_abs_error.max(err);
+        } else {
+            max_abs_error = f64::INFINITY;
+        }
+        if excess > worst.excess {
+            worst = WorstLogit {
+                token: i as u32,
+                device: d,
+                reference: r,
+                excess,
+            };
+        }
+    }
+    // A device row of another length cannot pass.
+    outside += device.len().abs_diff(reference.len());
+    StepVerdict {
+        position,
+        device_top1: quench_cpu::argmax(device).unwrap_or(0),
+        reference_top1: top1(reference),
+        outside,
+        max_abs_error,
+        worst,
+    }
+}
+
+/// The f64 CPU decoder that judges device runs.
+pub struct Reference {
+    decoder: Decoder<f64>,
+}
+
+impl Reference {
+    /// Reads the decoder at `path` (a GGUF file or Hugging Face directory) in f64.
+    pub fn load(path: &Path) -> Result<Reference> {
+        let ckpt = checkpoint::open(path)?;
+        let config = ckpt.config().map_err(|e| e.in_model(ckpt.path()))?;
+        let decoder = Decoder::load(config, ckpt.tensors(), ckpt.naming())?;
+        Ok(Reference { decoder })
+    }
+
+    pub fn from_decoder(decoder: Decoder<f64>) -> Reference {
+        Reference { decoder }
+    }
+
+    pub fn decoder(&self) -> &Decoder<f64> {
+        &self.decoder
+    }
+
+    /// The logits after each of `tokens[from..]` (teacher forcing: all fed at once).
+    pub fn logits(&self, tokens: &[u32], from: usize) -> Result<Vec<Vec<f64>>> {
+        let mut cache = self.decoder.new_cache_with_limit(tokens.len());
+        let all = self.decoder.forward(&mut cache, tokens, Logits::All)?;
+        Ok((from..tokens.len()).map(|i| all.row(i).to_vec()).collect())
+    }
+}
+
+/// A checked generation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationCheck {
+    pub prompt: Vec<u32>,
+    /// The device's greedy tokens.
+    pub tokens: Vec<u32>,
+    /// One verdict per generated token: the logits it was drawn from.
+    pub steps: Vec<StepVerdict>,
+    /// Host wall time of the prompt's steps, and of each later step (logits read back
+    /// included), in milliseconds.
+    pub prefill_ms: f64,
+    pub step_ms: Vec<f64>,
+}
+
+impl GenerationCheck {
+    pub fn passed(&self) -> bool {
+        self.steps.iter().all(StepVerdict::passed)
+    }
+}
+
+/// Generates `n` tokens greedily on `device` after `prompt`, then judges every step's
+/// logits with `reference` under `bound`.
+pub fn check_generation(
+    device: &GpuDecoder,
+    reference: &Reference,
+    bound: LogitBound,
+    prompt: &[u32],
+    n: usize,
+) -> Result<GenerationCheck> {
+    if prompt.is_empty() || n == 0 {
+        return Err(GpuError::NoTokens.into());
+    }
+    let limit = device.context_limit();
+    if prompt.len() + n - 1 > limit {
+        return Err(GpuError::ContextFull {
+            limit,
+            used: 0,
+            added: prompt.len() + n - 1,
+        }
+        .into());
+    }
+    let mut session = device.new_session();
+    let start = Instant::now();
+    let mut logits = device.feed(&mut session, prompt)?;
+    let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
+    let mut rows = vec![];
+    let mut tokens = vec![];
+    let mut step_ms = vec![];
+    loop {
+        let token = quench_cpu::argmax(&logits).unwrap_or(0);
+        rows.push(logits);
+        tokens.push(token);
+        if tokens.len() == n {
+            break;
+        }
+        let start = Instant::now();
+        logits = device.feed(&mut session, &[token])?;
+        step_ms.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let mut forced = prompt.to_vec();
+    forced.extend_from_slice(&tokens[..n - 1]);
+    let want = reference.logits(&forced, prompt.len() - 1)?;
+    let steps = rows
+        .iter()
+        .zip(&want)
+        .enumerate()
+        .map(|(i, (got, want))| judge(bound, prompt.len() - 1 + i, got, want))
+        .collect();
+    Ok(GenerationCheck {
+        prompt: prompt.to_vec(),
+        tokens,
+        steps,
+        prefill_ms,
+        step_ms,
+    })
+}
+
+impl From<GpuError> for EngineError {
+    fn from(e: GpuError) -> EngineError {
+        EngineError::Gpu(Box::new(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_counts_every_logit_outside_and_non_finite_ones() {
+        let b = LogitBound::FP64_CHECK;
+        let reference = [10.0, -2.0, 0.0, 3.0];
+        // 10 ± 0.08, −2 ± 0.056, 0 ± 0.05, 3 ± 0.059.
+        let v = judge(b, 5, &[10.07, -2.05, 0.0, 3.0], &reference);
+        assert!(v.passed(), "{v:?}");
+        assert_eq!((v.position, v.device_top1, v.reference_top1), (5, 0, 0));
+        let v = judge(b, 0, &[10.09, -2.0, f32::NAN, 3.0], &reference);
+        assert_eq!(v.outside, 2);
+        assert_eq!(v.worst.token, 2);
+        assert!(!v.passed());
+        // Within the bound but another top token.
+        let v = judge(b, 0, &[3.0, 0.0, 0.0, 3.05], &[3.0, 0.0, 0.0, 2.999]);
+        assert_eq!(v.outside, 0);
+        assert_eq!((v.device_top1, v.reference_top1), (3, 0));
+        assert!(!v.passed());
+    }
+}

@@ -1,0 +1,853 @@
+//! Graph assembly: the dispatch list of one decode step (one token of one sequence), with
+//! every argument named symbolically — an activation, a weight, a layer's KV cache — so
+//! that the arena can be planned before anything is allocated, and the list resolved to
+//! device addresses once it is.
+//!
+//! One step, with `R` the f32 residual stream and `Z` a buffer of zeros (the norms add
+//! their `x` into the residual: the projections already added theirs, so they add `Z`):
+//!
+//! ```text
+//! embed                      R = table[token]
+//! per layer:
+//!   rmsnorm_residual         xa = norm(R)·w                          (bf16)
+//!   qgemv (q|k|v rows)       qkv = W_qkv·xa (+ bias: qwen2)           (f32; 3 GEMVs if formats differ)
+//!   rmsnorm_residual_f32 ×2  q, k = per-head norm (qwen3 only)
+//!   rope                     q, k rotated at `pos`
+//!   kv_append                k, v → cache block table[pos / 16], row pos mod 16   (bf16)
+//!   attention_decode         splits of the context → partial max, sum, output
+//!   attention_merge          attn = merged heads                      (bf16)
+//!   qgemv_residual           R += W_o·attn
+//!   rmsnorm_residual         xf = norm(R)·w                           (bf16)
+//!   qgemv_swiglu             ffn = silu(W_gate·xf)·(W_up·xf)           (bf16)
+//!   qgemv_residual           R += W_down·ffn
+//! rmsnorm_residual           xo = norm(R)·w
+//! qgemv                      logits = W_out·xo                        (f32)
+//! argmax                     next = the largest logit's index (greedy decoding)
+//! ```
+//!
+//! The host writes only the step record (token id, position, context length: one 12-byte
+//! copy) and, every 16 positions or when another session runs, the block table; every
+//! launch argument is fixed, so the list is captured once as a graph and replayed.
+//! Prompts run through the same step token by token for now; a prefill path with
+//! tensor-core GEMMs over whole prompt chunks is a later step.
+
+use std::collections::HashMap;
+
+use quench_cpu::{rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
+use quench_ir::Function;
+use quench_kernels::argmax::{self, ArgmaxParams};
+use quench_kernels::attention::append::{self as kv_append, AppendParams};
+use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
+use quench_kernels::attention::merge::{self as attn_merge, MergeParams};
+use quench_kernels::attention::BLOCK_TOKENS;
+use quench_kernels::embed::{self, EmbedParams};
+use quench_kernels::norm_residual::{self, Norm, NormResidualParams, OutType};
+use quench_kernels::qgemv::{self, Epilogue, QGemvParams, WeightFormat};
+use quench_kernels::rope::{self, RopeParams};
+use quench_kernels::KernelError;
+use quench_rt::{Arg, Launch};
+
+use super::catalog::{tensor_name, Catalog, Qkv};
+use super::error::GpuError;
+use super::stored::{self, StoredTensors};
+
+/// Where a dispatch argument points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Region {
+    /// An activation (index into [`DecodeGraph::activations`]).
+    Act(usize),
+    /// A group of weights uploaded back to back (index into [`DecodeGraph::weights`]).
+    Weights(usize),
+    KCache(usize),
+    VCache(usize),
+}
+
+/// One argument of a dispatch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Operand {
+    /// `bytes` into a region.
+    At(Region, u64),
+    Value(Arg),
+}
+
+/// One kernel launch of the step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dispatch {
+    /// What it computes, for messages: `layer 3: attention`.
+    pub label: String,
+    /// Index into [`DecodeGraph::kernels`].
+    pub kernel: usize,
+    pub launch: Launch,
+    pub(crate) args: Vec<Operand>,
+}
+
+/// An activation buffer of the step.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Activation {
+    pub name: String,
+    pub bytes: u64,
+    /// Read or written by the host between steps: live for the whole step.
+    pub host: bool,
+}
+
+/// What a weight is uploaded from.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum WeightData {
+    /// A tensor's stored bytes, as they are.
+    Stored(String),
+    /// Values computed or widened on the host (norm weights, biases, RoPE tables).
+    Floats(Vec<f32>),
+}
+
+/// Weights uploaded back to back (q, k and v rows of one layer form one matrix).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct WeightGroup {
+    /// Each part with its byte length.
+    pub parts: Vec<(WeightData, u64)>,
+}
+
+impl WeightGroup {
+    pub fn bytes(&self) -> u64 {
+        self.parts.iter().map(|(_, b)| b).sum()
+    }
+
+    /// Byte offset of part `i`.
+    fn offset(&self, i: usize) -> u64 {
+        self.parts[..i].iter().map(|(_, b)| b).sum()
+    }
+}
+
+/// The paged KV cache the step reads and appends to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Physical blocks of 16 positions, shared by all sessions.
+    pub n_blocks: u32,
+    /// Block-table row length (a session's longest context is `max_blocks · 16`).
+    pub max_blocks: u32,
+    /// Bytes of one layer's keys (or values): `n_blocks · kv_heads · 16 · head_dim` bf16.
+    pub layer_bytes: u64,
+}
+
+/// Host-visible activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HostIo {
+    /// `[token, position, context length, sequence 0]` u32.
+    pub step: usize,
+    /// `[max_blocks]` u32: the running session's block table.
+    pub table: usize,
+    /// `[vocab]` f32.
+    pub logits: usize,
+    /// Zeros, written once.
+    pub zeros: usize,
+    /// `[1]` u32: the index of the largest logit (greedy decoding's next token), when
+    /// the vocabulary suits the argmax kernel (a multiple of 4).
+    pub next: Option<usize>,
+}
+
+/// Sizes the step is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepShape {
+    /// Most positions one session holds.
+    pub context: usize,
+    /// Sessions whose full contexts the shared cache holds at once.
+    pub sessions: usize,
+}
+
+/// The assembled decode step.
+#[derive(Clone, Debug)]
+pub struct DecodeGraph {
+    /// Distinct kernels, each built once.
+    pub kernels: Vec<Function>,
+    pub dispatches: Vec<Dispatch>,
+    /// Dispatches of each layer.
+    pub layer_dispatches: Vec<usize>,
+    pub kv: KvLayout,
+    pub(crate) activations: Vec<Activation>,
+    pub(crate) weights: Vec<WeightGroup>,
+    pub(crate) io: HostIo,
+}
+
+/// Threads for a kernel walking `groups` 16-byte groups of one row.
+fn row_threads(groups: u32) -> u32 {
+    (groups.div_ceil(32) * 32).clamp(32, 256)
+}
+
+fn u32_of(what: &str, n: usize) -> Result<u32, GpuError> {
+    u32::try_from(n).map_err(|_| GpuError::Unsupported {
+        what: format!("{what} = {n}"),
+        reason: "it does not fit 32 bits".into(),
+    })
+}
+
+/// Decode attention's block shape for a context of `context` positions: threads (a
+/// multiple of 32 and of the head size), tokens per split (about 32 splits over the
+/// longest context, within the kernel's shared memory), and the block-table row length
+/// (a whole number of splits).
+fn attention_shape(head_dim: u32, group: u32, context: u32) -> Result<(u32, u32, u32), GpuError> {
+    let lcm = |a: u32, b: u32| a / gcd(a, b) * b;
+    let threads = if 128 % head_dim == 0 {
+        128
+    } else {
+        lcm(32, head_dim)
+    };
+    let unit = lcm(threads, BLOCK_TOKENS);
+    // The kernel keeps 4·group·(head_dim + split) bytes of queries and scores in shared memory.
+    let most = (40 * 1024 / (4 * group)).saturating_sub(head_dim) / unit * unit;
+    if threads > 1024 || most == 0 {
+        return Err(GpuError::Unsupported {
+            what: format!(
+                "attention with head size {head_dim} and {group} query heads per kv head"
+            ),
+            reason: "the decode attention kernel's block cannot hold it".into(),
+        });
+    }
+    let split = context.div_ceil(32).div_ceil(unit).max(1) * unit;
+    let split = split.min(most);
+    let max_blocks = context.div_ceil(split) * split / BLOCK_TOKENS;
+    Ok((threads, split, max_blocks))
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Builds the dispatch list, kernels and buffers of one decode step.
+struct Assembler<'a> {
+    src: &'a dyn StoredTensors,
+    naming: Naming,
+    kernels: Vec<Function>,
+    built: HashMap<String, usize>,
+    dispatches: Vec<Dispatch>,
+    activations: Vec<Activation>,
+    weights: Vec<WeightGroup>,
+}
+
+impl Assembler<'_> {
+    /// The kernel built from `params` (once per distinct parameters).
+    fn kernel<P: std::fmt::Debug>(
+        &mut self,
+        part: &str,
+        params: &P,
+        build: impl FnOnce(&P) -> Result<Function, KernelError>,
+    ) -> Result<usize, GpuError> {
+        let key = format!("{params:?}");
+        if let Some(&i) = self.built.get(&key) {
+            return Ok(i);
+        }
+        let f = build(params).map_err(GpuError::kernel(part))?;
+        self.kernels.push(f);
+        self.built.insert(key, self.kernels.len() - 1);
+        Ok(self.kernels.len() - 1)
+    }
+
+    fn act(&mut self, name: String, bytes: u64, host: bool) -> usize {
+        self.activations.push(Activation { name, bytes, host });
+        self.activations.len() - 1
+    }
+
+    fn group(&mut self, parts: Vec<(WeightData, u64)>) -> usize {
+        self.weights.push(WeightGroup { parts });
+        self.weights.len() - 1
+    }
+
+    fn push(&mut self, label: String, kernel: usize, launch: Launch, args: Vec<Operand>) {
+        self.dispatches.push(Dispatch {
+            label,
+            kernel,
+            launch,
+            args,
+        });
+    }
+
+    fn name(&self, t: DecoderTensor) -> String {
+        tensor_name(t, self.naming)
+    }
+
+    /// A stored matrix as a weight part.
+    fn stored(
+        &self,
+        t: DecoderTensor,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(WeightData, u64), GpuError> {
+        let n = self.name(t);
+        let bytes = stored::matrix(self.src, &n, rows, cols)?.bytes.len() as u64;
+        Ok((WeightData::Stored(n), bytes))
+    }
+
+    fn floats(v: Vec<f32>) -> (WeightData, u64) {
+        let bytes = 4 * v.len() as u64;
+        (WeightData::Floats(v), bytes)
+    }
+
+    fn vector(&self, t: DecoderTensor, len: usize) -> Result<(WeightData, u64), GpuError> {
+        Ok(Self::floats(stored::vector(self.src, &self.name(t), len)?))
+    }
+
+    /// `y = W·x` (`r`: `y = W·x + r`) for a `[rows, cols]` matrix at `w`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &mut self,
+        label: String,
+        format: WeightFormat,
+        rows: usize,
+        cols: usize,
+        w: Operand,
+        x: Operand,
+        r: Option<Operand>,
+        y: Operand,
+    ) -> Result<(), GpuError> {
+        let p = QGemvParams {
+            format,
+            epilogue: if r.is_some() {
+                Epilogue::Residual
+            } else {
+                Epilogue::Plain
+            },
+            rows: u32_of("rows", rows)?,
+            cols: u32_of("cols", cols)?,
+            warps: 4,
+            unroll: if format.is_float() { 4 } else { 2 },
+        };
+        let k = self.kernel(&label, &p, qgemv::build)?;
+        let args = match r {
+            Some(r) => vec![w, x, r, y],
+            None => vec![w, x, y],
+        };
+        self.push(label, k, p.launch(), args);
+        Ok(())
+    }
+
+    /// `y = RMSNorm(x + residual)·w` over `rows` rows of `cols`, the sum written back to
+    /// `residual`.
+    #[allow(clippy::too_many_arguments)]
+    fn norm(
+        &mut self,
+        label: String,
+        out: OutType,
+        rows: usize,
+        cols: usize,
+        x: Operand,
+        residual: Operand,
+        w: Operand,
+        y: Operand,
+        eps: f32,
+    ) -> Result<(), GpuError> {
+        let cols = u32_of("cols", cols)?;
+        let p = NormResidualParams {
+            norm: Norm::Rms,
+            out,
+            cols,
+            threads: row_threads(cols / 4),
+        };
+        let k = self.kernel(&label, &p, norm_residual::build)?;
+        self.push(
+            label,
+            k,
+            p.launch(u32_of("rows", rows)?),
+            vec![x, residual, w, y, Operand::Value(Arg::F32(eps))],
+        );
+        Ok(())
+    }
+}
+
+fn at(r: Region, bytes: u64) -> Operand {
+    Operand::At(r, bytes)
+}
+
+impl DecodeGraph {
+    /// Assembles the decode step of `config` with the kernels `catalog` chose.
+    pub fn assemble(
+        config: &ModelConfig,
+        catalog: &Catalog,
+        src: &dyn StoredTensors,
+        naming: Naming,
+        shape: StepShape,
+    ) -> Result<DecodeGraph, GpuError> {
+        let c = config;
+        let mut a = Assembler {
+            src,
+            naming,
+            kernels: vec![],
+            built: HashMap::new(),
+            dispatches: vec![],
+            activations: vec![],
+            weights: vec![],
+        };
+        let (hidden, hd) = (c.hidden, c.head_dim);
+        let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
+        let qkv_width = q_width + 2 * kv_width;
+        let eps = c.norm_eps as f32;
+        let context = u32_of("context", shape.context.max(1))?;
+        let group = u32_of("heads per kv head", c.heads / c.kv_heads)?;
+        let (attn_threads, split, max_blocks) =
+            attention_shape(u32_of("head_dim", hd)?, group, context)?;
+        let n_blocks = u32_of(
+            "KV cache blocks",
+            shape.sessions.max(1) * context.div_ceil(BLOCK_TOKENS) as usize,
+        )?;
+        let kv = KvLayout {
+            n_blocks,
+            max_blocks,
+            layer_bytes: n_blocks as u64 * (kv_width as u64) * BLOCK_TOKENS as u64 * 2,
+        };
+
+        // Activations the host touches, live for the whole step.
+        let io = HostIo {
+            step: a.act("step record".into(), 16, true),
+            table: a.act("block table".into(), 4 * max_blocks as u64, true),
+            logits: a.act("logits".into(), 4 * c.vocab as u64, true),
+            zeros: a.act("zeros".into(), 4 * hidden.max(q_width) as u64, true),
+            next: c
+                .vocab
+                .is_multiple_of(4)
+                .then(|| a.act("next token".into(), 4, true)),
+        };
+        let residual = Region::Act(a.act("residual".into(), 4 * hidden as u64, true));
+        let step = Region::Act(io.step);
+        let (token, pos, ctx_len, seq) = (at(step, 0), at(step, 4), at(step, 8), at(step, 12));
+        let table = at(Region::Act(io.table), 0);
+        let zeros = at(Region::Act(io.zeros), 0);
+        let r0 = at(residual, 0);
+
+        // Constants: RoPE tables over the whole context.
+        let factors = match DecoderTensor::RopeFreqs.name(naming) {
+            Some(n) if src.contains(&n) => Some(
+                stored::vector(src, &n, hd / 2)?
+                    .into_iter()
+                    .map(f64::from)
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        };
+        let (cos, sin) = rope::table(&rope_frequencies(c, factors.as_deref()), context);
+        let rope_group = a.group(vec![Assembler::floats(cos), Assembler::floats(sin)]);
+        let rope_cos = at(Region::Weights(rope_group), 0);
+        let rope_sin = at(Region::Weights(rope_group), a.weights[rope_group].offset(1));
+
+        // Embedding.
+        let table_group = a.group(vec![a.stored(
+            DecoderTensor::TokenEmbedding,
+            c.vocab,
+            hidden,
+        )?]);
+        let ep = EmbedParams {
+            format: catalog.embed,
+            dim: u32_of("hidden", hidden)?,
+            threads: row_threads(
+                u32_of("hidden", hidden)?
+                    / if catalog.embed.ggml().block_size() > 1 {
+                        32
+                    } else {
+                        8
+                    },
+            ),
+        };
+        let k = a.kernel("token embedding", &ep, embed::build)?;
+        a.push(
+            "token embedding".into(),
+            k,
+            ep.launch(1),
+            vec![
+                token,
+                at(Region::Weights(table_group), 0),
+                r0,
+                Operand::Value(Arg::U32(u32_of("vocab", c.vocab)?)),
+            ],
+        );
+
+        let mut layer_dispatches = Vec::with_capacity(c.layers);
+        for (l, lk) in catalog.layers.iter().enumerate() {
+            let before = a.dispatches.len();
+            let t = |t| DecoderTensor::Layer(l, t);
+            let label = |what: &str| format!("layer {l}: {what}");
+            let xa = Region::Act(a.act(
+                format!("layer {l} attention input"),
+                2 * hidden as u64,
+                false,
+            ));
+            let qkv = Region::Act(a.act(format!("layer {l} q|k|v"), 4 * qkv_width as u64, false));
+            let (q_at, k_at, v_at) = (
+                at(qkv, 0),
+                at(qkv, 4 * q_width as u64),
+                at(qkv, 4 * (q_width + kv_width) as u64),
+            );
+            let norms = a.group(vec![
+                a.vector(t(L::AttnNorm), hidden)?,
+                a.vector(t(L::FfnNorm), hidden)?,
+            ]);
+            let ffn_norm = at(Region::Weights(norms), 4 * hidden as u64);
+            a.norm(
+                label("attention norm"),
+                OutType::BF16,
+                1,
+                hidden,
+                zeros,
+                r0,
+                at(Region::Weights(norms), 0),
+                at(xa, 0),
+                eps,
+            )?;
+
+            // q, k, v (and their biases) back to back, so that one GEMV can read all rows.
+            let wqkv = a.group(vec![
+                a.stored(t(L::Q), q_width, hidden)?,
+                a.stored(t(L::K), kv_width, hidden)?,
+                a.stored(t(L::V), kv_width, hidden)?,
+            ]);
+            let bias = if c.qkv_bias {
+                let parts = vec![
+                    a.vector(t(L::QBias), q_width)?,
+                    a.vector(t(L::KBias), kv_width)?,
+                    a.vector(t(L::VBias), kv_width)?,
+                ];
+                Some(Region::Weights(a.group(parts)))
+            } else {
+                None
+            };
+            let wg = &a.weights[wqkv];
+            let w_offsets = [0, wg.offset(1), wg.offset(2)];
+            let y_offsets = [0u64, 4 * q_width as u64, 4 * (q_width + kv_width) as u64];
+            match lk.qkv {
+                Qkv::Fused(f) => {
+                    let r = bias.map(|b| at(b, 0));
+                    a.gemv(
+                        label("q|k|v projection"),
+                        f,
+                        qkv_width,
+                        hidden,
+                        at(Region::Weights(wqkv), 0),
+                        at(xa, 0),
+                        r,
+                        q_at,
+                    )?;
+                }
+                Qkv::Separate(formats) => {
+                    let rows = [q_width, kv_width, kv_width];
+                    for (i, what) in ["q projection", "k projection", "v projection"]
+                        .iter()
+                        .enumerate()
+                    {
+                        let r = bias.map(|b| at(b, y_offsets[i]));
+                        let w = at(Region::Weights(wqkv), w_offsets[i]);
+                        a.gemv(
+                            label(what),
+                            formats[i],
+                            rows[i],
+                            hidden,
+                            w,
+                            at(xa, 0),
+                            r,
+                            at(qkv, y_offsets[i]),
+                        )?;
+                    }
+                }
+            }
+            if c.qk_norm {
+                let qk = a.group(vec![a.vector(t(L::QNorm), hd)?, a.vector(t(L::KNorm), hd)?]);
+                let (wq, wk) = (
+                    at(Region::Weights(qk), 0),
+                    at(Region::Weights(qk), 4 * hd as u64),
+                );
+                a.norm(
+                    label("q norm"),
+                    OutType::F32,
+                    c.heads,
+                    hd,
+                    zeros,
+                    q_at,
+                    wq,
+                    q_at,
+                    eps,
+                )?;
+                a.norm(
+                    label("k norm"),
+                    OutType::F32,
+                    c.kv_heads,
+                    hd,
+                    zeros,
+                    k_at,
+                    wk,
+                    k_at,
+                    eps,
+                )?;
+            }
+
+            let rp = RopeParams {
+                style: catalog.rope,
+                head_dim: u32_of("head_dim", hd)?,
+                n_heads: u32_of("heads", c.heads)?,
+                n_kv_heads: u32_of("kv_heads", c.kv_heads)?,
+                threads: row_threads(u32_of("rotated pairs", (c.heads + c.kv_heads) * hd / 2)?),
+            };
+            let k = a.kernel(&label("rope"), &rp, rope::build)?;
+            a.push(
+                label("rope"),
+                k,
+                rp.launch(1),
+                vec![
+                    q_at,
+                    k_at,
+                    pos,
+                    rope_cos,
+                    rope_sin,
+                    Operand::Value(Arg::U32(context)),
+                ],
+            );
+
+            let kp = AppendParams {
+                head_dim: rp.head_dim,
+                n_kv_heads: rp.n_kv_heads,
+                max_blocks,
+                threads: row_threads(u32_of("kv width", kv_width)? / 4),
+            };
+            let k = a.kernel(&label("kv append"), &kp, kv_append::build)?;
+            let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
+            a.push(
+                label("kv append"),
+                k,
+                kp.launch(1),
+                vec![k_at, v_at, seq, pos, table, kc, vc],
+            );
+
+            let dp = DecodeParams {
+                head_dim: rp.head_dim,
+                n_heads: rp.n_heads,
+                n_kv_heads: rp.n_kv_heads,
+                max_blocks,
+                split,
+                threads: attn_threads,
+            };
+            let splits = dp.n_splits() as u64;
+            let heads = c.heads as u64;
+            let part_m =
+                Region::Act(a.act(format!("layer {l} split maxima"), 4 * heads * splits, false));
+            let part_l =
+                Region::Act(a.act(format!("layer {l} split sums"), 4 * heads * splits, false));
+            let part_o = Region::Act(a.act(
+                format!("layer {l} split outputs"),
+                4 * heads * splits * hd as u64,
+                false,
+            ));
+            let k = a.kernel(&label("attention"), &dp, attn_decode::build)?;
+            let scale = Operand::Value(Arg::F32((1.0 / (hd as f64).sqrt()) as f32));
+            a.push(
+                label("attention"),
+                k,
+                dp.launch(1),
+                vec![
+                    q_at,
+                    kc,
+                    vc,
+                    table,
+                    ctx_len,
+                    at(part_m, 0),
+                    at(part_l, 0),
+                    at(part_o, 0),
+                    scale,
+                ],
+            );
+            let mp = MergeParams {
+                head_dim: rp.head_dim,
+                n_splits: dp.n_splits(),
+            };
+            let attn = Region::Act(a.act(
+                format!("layer {l} attention output"),
+                2 * q_width as u64,
+                false,
+            ));
+            let k = a.kernel(&label("attention merge"), &mp, attn_merge::build)?;
+            a.push(
+                label("attention merge"),
+                k,
+                mp.launch(rp.n_heads),
+                vec![at(part_m, 0), at(part_l, 0), at(part_o, 0), at(attn, 0)],
+            );
+
+            let wo = a.group(vec![a.stored(t(L::AttnOutput), hidden, q_width)?]);
+            a.gemv(
+                label("output projection"),
+                lk.attn_output,
+                hidden,
+                q_width,
+                at(Region::Weights(wo), 0),
+                at(attn, 0),
+                Some(r0),
+                r0,
+            )?;
+
+            let xf = Region::Act(a.act(format!("layer {l} ffn input"), 2 * hidden as u64, false));
+            a.norm(
+                label("ffn norm"),
+                OutType::BF16,
+                1,
+                hidden,
+                zeros,
+                r0,
+                ffn_norm,
+                at(xf, 0),
+                eps,
+            )?;
+            let gate_up = a.group(vec![
+                a.stored(t(L::Gate), c.ffn, hidden)?,
+                a.stored(t(L::Up), c.ffn, hidden)?,
+            ]);
+            let up_at = a.weights[gate_up].offset(1);
+            let ffn = Region::Act(a.act(format!("layer {l} ffn hidden"), 2 * c.ffn as u64, false));
+            let gp = QGemvParams {
+                format: lk.gate_up,
+                epilogue: Epilogue::SwiGlu,
+                rows: u32_of("ffn", c.ffn)?,
+                cols: u32_of("hidden", hidden)?,
+                warps: 4,
+                unroll: if lk.gate_up.is_float() { 4 } else { 2 },
+            };
+            let k = a.kernel(&label("gate/up + SwiGLU"), &gp, qgemv::build)?;
+            a.push(
+                label("gate/up + SwiGLU"),
+                k,
+                gp.launch(),
+                vec![
+                    at(Region::Weights(gate_up), 0),
+                    at(Region::Weights(gate_up), up_at),
+                    at(xf, 0),
+                    at(ffn, 0),
+                ],
+            );
+            let down = a.group(vec![a.stored(t(L::Down), hidden, c.ffn)?]);
+            a.gemv(
+                label("down projection"),
+                lk.down,
+                hidden,
+                c.ffn,
+                at(Region::Weights(down), 0),
+                at(ffn, 0),
+                Some(r0),
+                r0,
+            )?;
+            layer_dispatches.push(a.dispatches.len() - before);
+        }
+
+        let out_norm = a.group(vec![a.vector(DecoderTensor::OutputNorm, hidden)?]);
+        let xo = Region::Act(a.act("output norm".into(), 2 * hidden as u64, false));
+        a.norm(
+            "output norm".into(),
+            OutType::BF16,
+            1,
+            hidden,
+            zeros,
+            r0,
+            at(Region::Weights(out_norm), 0),
+            at(xo, 0),
+            eps,
+        )?;
+        let head = if c.tied_embeddings {
+            table_group
+        } else {
+            a.group(vec![a.stored(DecoderTensor::Output, c.vocab, hidden)?])
+        };
+        let logits = at(Region::Act(io.logits), 0);
+        a.gemv(
+            "LM head".into(),
+            catalog.output,
+            c.vocab,
+            hidden,
+            at(Region::Weights(head), 0),
+            at(xo, 0),
+            None,
+            logits,
+        )?;
+        if let Some(next) = io.next {
+            let cols = u32_of("vocab", c.vocab)?;
+            let p = ArgmaxParams {
+                cols,
+                threads: row_threads(cols / 4).max(128),
+            };
+            let k = a.kernel("argmax", &p, argmax::build)?;
+            a.push(
+                "argmax".into(),
+                k,
+                p.launch(1),
+                vec![logits, at(Region::Act(next), 0)],
+            );
+        }
+
+        Ok(DecodeGraph {
+            kernels: a.kernels,
+            dispatches: a.dispatches,
+            layer_dispatches,
+            kv,
+            activations: a.activations,
+            weights: a.weights,
+            io,
+        })
+    }
+
+    /// Bytes of all weights and constants.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weights.iter().map(WeightGroup::bytes).sum()
+    }
+
+    /// The lifetime of every activation over the dispatch list.
+    pub(crate) fn lifetimes(&self) -> Vec<super::arena::Lifetime> {
+        let last = self.dispatches.len().saturating_sub(1);
+        let mut span: Vec<Option<(usize, usize)>> = vec![None; self.activations.len()];
+        for (i, d) in self.dispatches.iter().enumerate() {
+            for op in &d.args {
+                if let Operand::At(Region::Act(a), _) = op {
+                    let s = span[*a].get_or_insert((i, i));
+                    s.1 = i;
+                }
+            }
+        }
+        self.activations
+            .iter()
+            .zip(span)
+            .map(|(act, s)| {
+                let (first, last) = if act.host {
+                    (0, last)
+                } else {
+                    s.unwrap_or((0, 0))
+                };
+                super::arena::Lifetime {
+                    bytes: act.bytes,
+                    first,
+                    last,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_shapes_fit_the_kernel() {
+        for (hd, group, ctx) in [
+            (64, 3, 8192),
+            (128, 4, 131072),
+            (64, 7, 32768),
+            (32, 2, 256),
+            (128, 8, 100),
+        ] {
+            let (threads, split, max_blocks) = attention_shape(hd, group, ctx).unwrap();
+            let p = DecodeParams {
+                head_dim: hd,
+                n_heads: 8 * group,
+                n_kv_heads: 8,
+                max_blocks,
+                split,
+                threads,
+            };
+            attn_decode::build(&p).unwrap_or_else(|e| panic!("{hd} {group} {ctx}: {e}"));
+            assert!(max_blocks * BLOCK_TOKENS >= ctx);
+            assert!(p.n_splits() <= 64, "{} splits", p.n_splits());
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Decoders on a GPU (or on quench's kernel interpreter, which runs the same kernels on
+//! the CPU).
+//!
+//! - [`Catalog`]: which library kernel runs each part of the model, from its config and
+//!   the stored format of each weight (bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; anything
+//!   else is refused by name).
+//! - [`DecodeGraph`]: the dispatch list of one decode step, with fused residual adds,
+//!   q/k/v in one product and gate/up in one SwiGLU kernel; its activations share one
+//!   arena ([`arena`]), planned before anything is allocated.
+//! - [`GpuDecoder`]: weights uploaded as stored (never expanded), a paged KV cache shared
+//!   by its [`GpuSession`]s, the step captured once and replayed per token with only the
+//!   token id, position and (every 16 positions) the block table written by the host.
+//!   Prompts are fed through the same step, one token at a time.
+//! - [`check`]: the FP64 check of a device generation against the CPU reference.
+//!
+//! Embedding models (BERT) run on the CPU for now.
+
+pub mod arena;
+mod catalog;
+pub mod check;
+mod decoder;
+mod error;
+mod graph;
+mod kv;
+mod stored;
+
+use std::path::Path;
+
+pub use catalog::{weight_format, Catalog, LayerKernels, Qkv};
+pub use decoder::{Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT};
+pub use error::GpuError;
+pub use graph::{DecodeGraph, Dispatch, KvLayout, StepShape};
+pub use kv::GpuSession;
+pub use stored::{StoredTensor, StoredTensors};
+
+use crate::checkpoint::{self, Checkpoint};
+use crate::error::Result;
+
+/// Puts the decoder at `path` (a GGUF file or Hugging Face directory) on `backend`.
+pub fn load_decoder(path: &Path, backend: Backend, options: &GpuOptions) -> Result<GpuDecoder> {
+    let ckpt = checkpoint::open(path)?;
+    decoder_from(&ckpt, backend, options).map_err(|e| e.in_model(ckpt.path()))
+}
+
+pub(crate) fn decoder_from(
+    ckpt: &Checkpoint,
+    backend: Backend,
+    options: &GpuOptions,
+) -> Result<GpuDecoder> {
+    let config = ckpt.config()?;
+    let (exec, available) = decoder::open(backend)?;
+    let (src, naming): (&dyn StoredTensors, _) = match ckpt {
+        Checkpoint::Gguf { file, .. } => (file, quench_cpu::Naming::Gguf),
+        Checkpoint::HuggingFace { checkpoint, .. } => (checkpoint, quench_cpu::Naming::HuggingFace),
+    };
+    Ok(GpuDecoder::new(
+        config, src, naming, exec, available, options,
+    )?)
+}

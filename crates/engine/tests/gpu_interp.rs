@@ -1,0 +1,446 @@
+//! The GPU decode path end to end on the kernel interpreter: tiny seeded llama, qwen2 and
+//! qwen3 models (every matrix format the kernels read, fused and separate q/k/v, tied and
+//! untied heads) generate greedily, and the f64 CPU reference, teacher-forced on their
+//! tokens, judges every logit of every step.
+//!
+//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else from the
+//! clock, and is printed so that a failure can be replayed.
+
+use quench_cpu::{Decoder, ModelConfig, Naming};
+use quench_engine::gpu::check::{check_generation, judge, GenerationCheck, LogitBound, Reference};
+use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions};
+use quench_kernels::data::ggml_rows;
+use quench_models::gguf::{GgufWriter, MetadataValue};
+use quench_models::{GgmlType, GgufFile};
+use quench_rt::InterpExecutor;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn seed() -> u64 {
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
+    s
+}
+
+/// The formats of one layer's matrices.
+#[derive(Clone, Copy)]
+struct LayerFormats {
+    q: GgmlType,
+    k: GgmlType,
+    v: GgmlType,
+    o: GgmlType,
+    gate_up: GgmlType,
+    down: GgmlType,
+}
+
+/// A tiny decoder: 2 layers, width 128, 4 heads of 32 over 2 kv heads, ffn 256, 256 tokens.
+struct Tiny {
+    arch: &'static str,
+    layers: [LayerFormats; 2],
+    embedding: GgmlType,
+    /// `None`: tied to the embedding.
+    output: Option<GgmlType>,
+}
+
+const HIDDEN: usize = 128;
+const HEADS: usize = 4;
+const KV_HEADS: usize = 2;
+const HEAD_DIM: usize = 32;
+const FFN: usize = 256;
+const VOCAB: usize = 256;
+const CONTEXT: usize = 48;
+
+/// Scale magnitudes (floats: values) for weights of root-mean-square about
+/// `gain / sqrt(cols)`: random quants times a scale have these spreads per unit scale.
+fn weight_range(t: GgmlType, cols: usize, gain: f32) -> (f32, f32) {
+    let per_scale = match t {
+        GgmlType::Q8_0 => 74.0,
+        GgmlType::Q4_0 => 4.6,
+        GgmlType::Q4_1 => 9.0,
+        GgmlType::Q4_K => 317.0,
+        GgmlType::Q6_K => 1350.0,
+        _ => 1.0,
+    };
+    let hi = gain / (cols as f32).sqrt() / per_scale / 0.6;
+    (hi / 8.0, hi)
+}
+
+/// The model's GGUF image.
+fn gguf(m: &Tiny, rng: &mut ChaCha8Rng) -> GgufFile {
+    let a = m.arch;
+    let mut tensors: Vec<(String, Vec<u64>, GgmlType, Vec<u8>)> = vec![];
+    let mut matrix =
+        |name: String, t: GgmlType, rows: usize, cols: usize, gain: f32, rng: &mut ChaCha8Rng| {
+            let (lo, hi) = weight_range(t, cols, gain);
+            let bytes = ggml_rows(rng, t, rows, cols, lo, hi);
+            tensors.push((name, vec![cols as u64, rows as u64], t, bytes));
+        };
+    let (qw, kvw) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    // Logits of a few units. The projections into the residual stream (o, down) have half
+    // gain: a random network amplifies the rounding of the GPU's bf16 activations (GEMV
+    // inputs, attention output, KV cache) several times more at full gain, which trained
+    // networks do not; at these gains the logits stay ~0.015 inside the bound or better.
+    matrix(
+        "token_embd.weight".into(),
+        m.embedding,
+        VOCAB,
+        HIDDEN,
+        1.0,
+        rng,
+    );
+    if let Some(t) = m.output {
+        matrix("output.weight".into(), t, VOCAB, HIDDEN, 1.0, rng);
+    }
+    for (l, f) in m.layers.iter().enumerate() {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        matrix(n("attn_q.weight"), f.q, qw, HIDDEN, 1.0, rng);
+        matrix(n("attn_k.weight"), f.k, kvw, HIDDEN, 1.0, rng);
+        matrix(n("attn_v.weight"), f.v, kvw, HIDDEN, 1.0, rng);
+        matrix(n("attn_output.weight"), f.o, HIDDEN, qw, 0.5, rng);
+        matrix(n("ffn_gate.weight"), f.gate_up, FFN, HIDDEN, 1.0, rng);
+        matrix(n("ffn_up.weight"), f.gate_up, FFN, HIDDEN, 1.0, rng);
+        matrix(n("ffn_down.weight"), f.down, HIDDEN, FFN, 0.5, rng);
+    }
+    let mut vector = |name: String, len: usize, lo: f32, hi: f32, rng: &mut ChaCha8Rng| {
+        let v: Vec<f32> = (0..len).map(|_| rng.gen_range(lo..hi)).collect();
+        let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        tensors.push((name, vec![len as u64], GgmlType::F32, bytes));
+    };
+    vector("output_norm.weight".into(), HIDDEN, 0.5, 1.5, rng);
+    for l in 0..2 {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        vector(n("attn_norm.weight"), HIDDEN, 0.5, 1.5, rng);
+        vector(n("ffn_norm.weight"), HIDDEN, 0.5, 1.5, rng);
+        if a == "qwen2" {
+            vector(n("attn_q.bias"), qw, -0.5, 0.5, rng);
+            vector(n("attn_k.bias"), kvw, -0.5, 0.5, rng);
+            vector(n("attn_v.bias"), kvw, -0.5, 0.5, rng);
+        }
+        if a == "qwen3" {
+            vector(n("attn_q_norm.weight"), HEAD_DIM, 0.5, 1.5, rng);
+            vector(n("attn_k_norm.weight"), HEAD_DIM, 0.5, 1.5, rng);
+        }
+    }
+    let mut w = GgufWriter::new();
+    let key = |k: &str| format!("{a}.{k}");
+    let meta = [
+        (
+            "general.architecture".to_string(),
+            MetadataValue::String(a.into()),
+        ),
+        (key("embedding_length"), MetadataValue::U32(HIDDEN as u32)),
+        (key("block_count"), MetadataValue::U32(2)),
+        (key("feed_forward_length"), MetadataValue::U32(FFN as u32)),
+        (
+            key("attention.head_count"),
+            MetadataValue::U32(HEADS as u32),
+        ),
+        (
+            key("attention.head_count_kv"),
+            MetadataValue::U32(KV_HEADS as u32),
+        ),
+        (
+            key("attention.key_length"),
+            MetadataValue::U32(HEAD_DIM as u32),
+        ),
+        (key("context_length"), MetadataValue::U32(512)),
+        (
+            key("attention.layer_norm_rms_epsilon"),
+            MetadataValue::F32(1e-5),
+        ),
+        (key("rope.freq_base"), MetadataValue::F32(10000.0)),
+        (key("vocab_size"), MetadataValue::U32(VOCAB as u32)),
+    ];
+    for (k, v) in meta {
+        w.add_metadata(&k, v).unwrap();
+    }
+    for (name, dims, t, bytes) in &tensors {
+        w.add_tensor(name, dims, *t, bytes).unwrap();
+    }
+    GgufFile::from_bytes(w.to_bytes()).unwrap()
+}
+
+fn options() -> GpuOptions {
+    GpuOptions {
+        context: Some(CONTEXT),
+        ..GpuOptions::default()
+    }
+}
+
+fn on_interp(file: &GgufFile, options: &GpuOptions) -> Result<GpuDecoder, GpuError> {
+    let config = ModelConfig::from_gguf(file).unwrap();
+    GpuDecoder::new(
+        config,
+        file,
+        Naming::Gguf,
+        Box::new(InterpExecutor::new()),
+        None,
+        options,
+    )
+}
+
+fn reference(file: &GgufFile) -> Reference {
+    let config = ModelConfig::from_gguf(file).unwrap();
+    Reference::from_decoder(Decoder::load(config, file, Naming::Gguf).unwrap())
+}
+
+/// Every logit within the bound at every step; the device's top token the reference's,
+/// or — for a near-tie — one whose reference logit is within the bound of the top.
+fn assert_passes(what: &str, c: &GenerationCheck, reference: &Reference) {
+    eprintln!("{what}: tokens {:?}", c.tokens);
+    let mut forced = c.prompt.clone();
+    forced.extend_from_slice(&c.tokens);
+    let rows = reference
+        .logits(&forced[..forced.len() - 1], c.prompt.len() - 1)
+        .unwrap();
+    for (s, row) in c.steps.iter().zip(rows) {
+        eprintln!(
+            "  position {}: max |error| {:.2e}, worst logit {} ({} vs {:.6}, {:+.2e} past the bound)",
+            s.position, s.max_abs_error, s.worst.token, s.worst.device, s.worst.reference, s.worst.excess
+        );
+        assert_eq!(s.outside, 0, "{what}: {s:?}");
+        if s.device_top1 != s.reference_top1 {
+            let gap = row[s.reference_top1 as usize] - row[s.device_top1 as usize];
+            let b = LogitBound::FP64_CHECK;
+            assert!(
+                gap <= b.tolerance(row[s.reference_top1 as usize])
+                    + b.tolerance(row[s.device_top1 as usize]),
+                "{what}: top token {} where the reference has {} ({gap} apart)",
+                s.device_top1,
+                s.reference_top1
+            );
+            eprintln!("  (a near-tie: {gap:.2e} apart)");
+        }
+    }
+}
+
+fn run(what: &str, m: &Tiny, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let file = gguf(m, &mut rng);
+    let gpu = on_interp(&file, &options()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let summary = gpu.summary();
+    eprintln!("{what}: {summary:?}");
+    assert!(
+        summary.arena_bytes < summary.activation_bytes,
+        "the arena reuses dead activations"
+    );
+    let reference = reference(&file);
+    let prompt: Vec<u32> = (0..5).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let c = check_generation(&gpu, &reference, LogitBound::FP64_CHECK, &prompt, 4).unwrap();
+    assert_eq!(c.steps.len(), 4);
+    assert_passes(what, &c, &reference);
+}
+
+const LEGACY: LayerFormats = LayerFormats {
+    q: GgmlType::Q8_0,
+    k: GgmlType::Q8_0,
+    v: GgmlType::Q8_0,
+    o: GgmlType::Q4_0,
+    gate_up: GgmlType::Q4_1,
+    down: GgmlType::Q4_K,
+};
+
+const MIXED: LayerFormats = LayerFormats {
+    q: GgmlType::BF16,
+    k: GgmlType::F16,
+    v: GgmlType::Q4_1,
+    o: GgmlType::F16,
+    gate_up: GgmlType::BF16,
+    down: GgmlType::Q6_K,
+};
+
+#[test]
+fn llama_matches_the_f64_reference() {
+    let m = Tiny {
+        arch: "llama",
+        layers: [LEGACY, MIXED],
+        embedding: GgmlType::Q8_0,
+        output: None,
+    };
+    run(
+        "llama (tied Q8_0 head, fused and separate q/k/v)",
+        &m,
+        seed(),
+    );
+}
+
+#[test]
+fn qwen2_with_biases_matches_the_f64_reference() {
+    let m = Tiny {
+        arch: "qwen2",
+        layers: [MIXED, LEGACY],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::Q4_0),
+    };
+    run("qwen2 (q/k/v biases, untied Q4_0 head)", &m, seed());
+}
+
+#[test]
+fn qwen3_with_qk_norms_matches_the_f64_reference() {
+    let m = Tiny {
+        arch: "qwen3",
+        layers: [LEGACY, LEGACY],
+        embedding: GgmlType::Q4_1,
+        output: Some(GgmlType::F16),
+    };
+    run("qwen3 (per-head q/k norms)", &m, seed());
+}
+
+#[test]
+fn the_step_has_the_planned_dispatches_and_replays_like_direct_launches() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let m = Tiny {
+        arch: "llama",
+        layers: [LEGACY, MIXED],
+        embedding: GgmlType::Q8_0,
+        output: None,
+    };
+    let file = gguf(&m, &mut rng);
+    let captured = on_interp(&file, &options()).unwrap();
+    let direct = on_interp(
+        &file,
+        &GpuOptions {
+            capture: false,
+            ..options()
+        },
+    )
+    .unwrap();
+    let s = captured.summary();
+    // Fused q/k/v: norm, qkv, rope, append, attention, merge, o, norm, gate/up, down.
+    assert_eq!(s.layer_dispatches, [10, 12]);
+    assert_eq!(
+        s.layer_plan,
+        [
+            "attention norm",
+            "q|k|v projection",
+            "rope",
+            "kv append",
+            "attention",
+            "attention merge",
+            "output projection",
+            "ffn norm",
+            "gate/up + SwiGLU",
+            "down projection"
+        ]
+    );
+    // Embedding, the layers, output norm, LM head, argmax.
+    assert_eq!(s.dispatches_per_token, 1 + 22 + 3);
+    assert!(s.graph_captured && !direct.summary().graph_captured);
+
+    let prompt: Vec<u32> = (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let (mut a, mut b) = (captured.new_session(), direct.new_session());
+    let la = captured.feed(&mut a, &prompt).unwrap();
+    let lb = direct.feed(&mut b, &prompt).unwrap();
+    assert_eq!(
+        la.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        lb.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    // The device's argmax is the host's.
+    let next = quench_cpu::argmax(&la).unwrap();
+    let mut c = captured.new_session();
+    assert_eq!(captured.feed_greedy(&mut c, &prompt).unwrap(), next);
+    // A truncated session recomputes the same logits.
+    a.truncate(1);
+    let again = captured.feed(&mut a, &prompt[1..]).unwrap();
+    assert_eq!(
+        again.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        la.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_wrong_reference_fails_the_check() {
+    // The device runs one model; the reference is another of the same shape.
+    let s = seed();
+    let m = Tiny {
+        arch: "llama",
+        layers: [LEGACY, LEGACY],
+        embedding: GgmlType::Q8_0,
+        output: None,
+    };
+    let file = gguf(&m, &mut ChaCha8Rng::seed_from_u64(s));
+    let other = gguf(&m, &mut ChaCha8Rng::seed_from_u64(s ^ 1));
+    let gpu = on_interp(&file, &options()).unwrap();
+    let c = check_generation(
+        &gpu,
+        &reference(&other),
+        LogitBound::FP64_CHECK,
+        &[1, 2, 3],
+        2,
+    )
+    .unwrap();
+    assert!(!c.passed());
+    for step in &c.steps {
+        assert!(step.outside > VOCAB / 2, "{step:?}");
+    }
+    // And a device row judged against itself, one logit nudged past the bound, fails.
+    let row: Vec<f64> = (0..VOCAB).map(|i| i as f64 / 10.0).collect();
+    let mut got: Vec<f32> = row.iter().map(|&x| x as f32).collect();
+    assert!(judge(LogitBound::FP64_CHECK, 0, &got, &row).passed());
+    got[7] += 0.06;
+    assert_eq!(judge(LogitBound::FP64_CHECK, 0, &got, &row).outside, 1);
+}
+
+#[test]
+fn unsupported_input_is_refused_by_name() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let mut layer = LEGACY;
+    layer.down = GgmlType::Q5_0;
+    let m = Tiny {
+        arch: "llama",
+        layers: [LEGACY, layer],
+        embedding: GgmlType::Q8_0,
+        output: None,
+    };
+    let e = on_interp(&gguf(&m, &mut rng), &options())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("blk.1.ffn_down.weight is stored as Q5_0"), "{e}");
+
+    let m = Tiny {
+        arch: "llama",
+        layers: [LEGACY, LEGACY],
+        embedding: GgmlType::Q4_0,
+        output: None,
+    };
+    let e = on_interp(&gguf(&m, &mut rng), &options())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("token_embd.weight is stored as Q4_0"), "{e}");
+
+    let m = Tiny {
+        arch: "llama",
+        layers: [LEGACY, LEGACY],
+        embedding: GgmlType::Q8_0,
+        output: None,
+    };
+    let file = gguf(&m, &mut rng);
+    let small = GpuOptions {
+        memory_limit: Some(100_000),
+        ..options()
+    };
+    match on_interp(&file, &small) {
+        Err(GpuError::DoesNotFit {
+            needed, available, ..
+        }) => assert!(needed > available && available == 100_000),
+        other => panic!("{other:?}"),
+    }
+    let gpu = on_interp(&file, &options()).unwrap();
+    let mut s = gpu.new_session();
+    let e = gpu.feed(&mut s, &[1; CONTEXT + 1]).unwrap_err();
+    assert!(
+        matches!(e, GpuError::ContextFull { limit: CONTEXT, used: 0, added } if added == CONTEXT + 1),
+        "{e}"
+    );
+    let e = gpu.feed(&mut s, &[VOCAB as u32]).unwrap_err();
+    assert!(
+        matches!(e, GpuError::Token { token, .. } if token == VOCAB as u32),
+        "{e}"
+    );
+    assert!(s.is_empty());
+    // Nothing half-done: the session still works.
+    assert_eq!(gpu.feed(&mut s, &[3]).unwrap().len(), VOCAB);
+}
