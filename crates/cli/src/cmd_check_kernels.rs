@@ -53,6 +53,7 @@ fn compare_shape(name: &str) -> &'static str {
         n if n.starts_with("attention_prefill") => "head_dim=128 n_heads=8 n_kv_heads=2 max_blocks=16 q_start=64 n_q=128",
         n if n.starts_with("kv_append") => "tokens=64 n_seqs=8 max_blocks=16",
         n if n.starts_with("argmax") => "rows=4 cols=128256",
+        n if n.starts_with("sample_") => "rows=8 cols=32768",
         _ => "",
     }
 }

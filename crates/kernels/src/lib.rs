@@ -32,6 +32,7 @@ pub mod reduce;
 pub mod rmsnorm;
 pub mod rope;
 pub mod rows;
+pub mod sample;
 pub mod silu_mul;
 pub mod softmax;
 

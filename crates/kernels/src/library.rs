@@ -21,6 +21,7 @@ use crate::qgemv::{self, Epilogue, QGemvParams, WeightFormat};
 use crate::reduce::{self, ReduceParams};
 use crate::rmsnorm::{self, RmsNormParams};
 use crate::rope::{self, RopeParams, RopeStyle};
+use crate::sample::{self, SampleParams};
 use crate::silu_mul::{self, SiluMulParams};
 use crate::softmax::{self, SoftmaxParams};
 
@@ -43,6 +44,7 @@ enum Family {
     Argmax,
     KvAppend,
     AttentionPrefill,
+    Sample,
 }
 
 /// One kernel of the library.
@@ -84,6 +86,7 @@ impl KernelSpec {
             Family::Argmax => argmax::build(&argmax_params(&r)?),
             Family::KvAppend => append::build(&append_params(&r)?),
             Family::AttentionPrefill => prefill::build(&prefill_params(&r)?),
+            Family::Sample => sample::build(&sample_params(&r)?),
         }
     }
 
@@ -121,6 +124,7 @@ impl KernelSpec {
                 let (q_start, n_q) = (r.get("q_start", 0, MAX_ROWS)?, r.get("n_q", 1, MAX_ROWS)?);
                 prefill::case(&prefill_params(&r)?, q_start, n_q, seed)
             }
+            Family::Sample => sample::case(&sample_params(&r)?, rows_of(&r)?, seed),
         }
     }
 }
@@ -266,6 +270,13 @@ pub fn library() -> Vec<KernelSpec> {
         "index of each row's largest f32 logit (u32), lowest index on ties, NaN skipped; one block per row",
         ARGMAX,
         Family::Argmax,
+    ));
+    all.push(spec(
+        sample::NAME,
+        "sample a token per row: temperature, top-k, top-p (per-row settings, host-drawn uniform); \
+         integer radix selection and scan, deterministic",
+        SAMPLE,
+        Family::Sample,
     ));
     all
 }
@@ -425,6 +436,12 @@ const ARGMAX: &[ParamInfo] = &[
     ParamInfo { name: "threads", default: 1024, doc: "threads per block (one block per row)" },
 ];
 
+const SAMPLE: &[ParamInfo] = &[
+    ParamInfo { name: "rows", default: 8, doc: "rows (the grid; the case size)" },
+    ParamInfo { name: "cols", default: 128256, doc: "vocabulary size, a multiple of 4, fixed in the kernel" },
+    ParamInfo { name: "threads", default: 1024, doc: "threads per block (256..=1024, one block per row)" },
+];
+
 fn threads(r: &Reader) -> Result<u32, KernelError> {
     r.get("threads", 32, 1024)
 }
@@ -532,4 +549,8 @@ fn prefill_params(r: &Reader) -> Result<PrefillParams, KernelError> {
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
         max_blocks: r.get("max_blocks", 1, 1 << 20)?,
     })
+}
+
+fn sample_params(r: &Reader) -> Result<SampleParams, KernelError> {
+    Ok(SampleParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
 }

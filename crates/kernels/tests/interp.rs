@@ -37,7 +37,7 @@ fn check(case: &KernelCase) {
     }
     let controls = compare_controls(case, &out).expect("comparable controls");
     let bounded = case.expected.iter().any(|e| matches!(e.check, Check::Bound { .. }));
-    assert_eq!(bounded, !controls.is_empty(), "{}: a bound needs a wrong-answer control", case.name);
+    assert!(!bounded || !controls.is_empty(), "{}: a bound needs a wrong-answer control", case.name);
     for (what, r) in controls {
         eprintln!("  control `{what}`: {r}");
         assert!(!r.passed, "{}: the wrong reference `{what}` passed the bound", case.name);
@@ -209,6 +209,14 @@ fn kv_append() {
 fn attention_merge() {
     check(&case("attention_merge_bf16", "rows=6 head_dim=64 n_splits=5"));
     check(&case("attention_merge_bf16", "rows=3 head_dim=128 n_splits=2"));
+}
+
+#[test]
+fn sample() {
+    // Rows of 4096 logits: top-k 40 with top-p, top-k off, top-p off, and a greedy row.
+    check(&case("sample_f32", "rows=24 cols=4096 threads=256"));
+    // 49152 (SmolLM2's vocabulary) over 1024 threads: shares of 48.
+    check(&case("sample_f32", "rows=3 cols=49152 threads=1024"));
 }
 
 #[test]

@@ -54,6 +54,7 @@ fn names_are_unique_and_complete() {
             "attention_prefill_bf16",
             "kv_append_bf16",
             "argmax_f32",
+            "sample_f32",
         ]
     );
     for spec in library() {
