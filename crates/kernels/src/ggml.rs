@@ -378,15 +378,15 @@ pub fn q6_k_piece(
 ) -> Vec<Value> {
     let d = f16_bits_to_f32(k, d);
     let mut out = Vec::with_capacity(32);
-    for half in 0..2 {
-        let s = k.shr(scales[half], lane.scale_shift);
+    for (half, (&scale, &crumb_shift)) in scales.iter().zip(&lane.crumb_shift).enumerate() {
+        let s = k.shr(scale, lane.scale_shift);
         let s = k.and_const(s, 0xff);
         let s = signed_byte_to_f32(k, magic, s);
         let dl = k.mul(d, s);
         for t in 0..16 {
             let low = ql.bits(k, t, 4 * half as u32, 4);
             let h = qh.byte(k, t);
-            let h = k.shr(h, lane.crumb_shift[half]);
+            let h = k.shr(h, crumb_shift);
             let h = k.and_const(h, 3);
             let h = k.shl_const(h, 4);
             let q = k.or(low, h);

@@ -475,7 +475,7 @@ pub fn decide(row: &[f32], temperature: f32, top_k: u32, top_p: f32) -> Decision
     let need = (w_k * top_p as f64).ceil().max(1.0);
     let mut by_key: Vec<(u32, f64)> =
         row.iter().filter(|&&l| key_of(l) >= tau_k && mass(l) > 0.0).map(|&l| (key_of(l), mass(l))).collect();
-    by_key.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    by_key.sort_unstable_by_key(|k| std::cmp::Reverse(k.0));
     let (mut run, mut tau_p) = (0.0, 0);
     for (i, &(key, w)) in by_key.iter().enumerate() {
         run += w;

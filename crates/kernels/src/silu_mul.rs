@@ -77,7 +77,7 @@ pub fn reference_without_log2e(g: &[bf16], u: &[bf16]) -> Vec<bf16> {
         .collect()
 }
 
-/// Per-element tolerance against [`reference`], and how it follows.
+/// Per-element tolerance against [`reference()`], and how it follows.
 ///
 /// Before the final rounding the kernel's value is `y·(1 + η)` with
 /// `|η| ≤ 2u·|g|·(1 + …)` (the rounded constant and product in `t`, magnified by

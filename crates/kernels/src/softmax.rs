@@ -133,7 +133,7 @@ fn map_rows(cols: u32, x: &[f32], round: impl Fn(f64) -> f32) -> Vec<f32> {
     y
 }
 
-/// Per-element tolerance against [`reference`], and how it follows.
+/// Per-element tolerance against [`reference()`], and how it follows.
 ///
 /// With `D` the largest `m − x` over the data: the exponent `t = fl(fl(x − m)·fl(log2 e))`
 /// carries three roundings, which `2^t` turns into a relative error of at most `3u·D`;

@@ -376,7 +376,7 @@ pub fn reference(p: &DecodeParams, cache: &PagedCache, scale: f64) -> (Vec<f64>,
     (m, l, o)
 }
 
-/// Tolerances of `(m, l, o)` against [`reference`], and how they follow.
+/// Tolerances of `(m, l, o)` against [`reference()`], and how they follow.
 ///
 /// A score's dot product is a chain of `head_dim` fmas, within `γ_d·Σ|q_i k_i|·|c|`; the
 /// rounded `c = fl(scale·log2 e)` and the product add `2u·|s|`: `|ŝ − s| ≤ E` for the

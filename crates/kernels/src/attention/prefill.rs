@@ -22,7 +22,7 @@
 //! **Accuracy**: besides the approximate exponentials and the tensor cores' summation,
 //! P is rounded to bf16 for the second product (the sum `l` keeps the f32 weights), so
 //! outputs are within a few bf16 ulps of the weighted average's scale: see
-//! [`tolerance`].
+//! [`kappa`].
 
 use half::bf16;
 use quench_ir::{Builder, CacheOp, FragRole, Function, MmaShape, Scalar, Type, Value};

@@ -10,7 +10,7 @@
 //!   `w_up`.
 //!
 //! **Layout**: `W` `[rows, cols]` row-major in GGUF layout (rows back to back, each a
-//! whole number of blocks; see [`format`] for the units lanes take); `x` `[cols]` bf16;
+//! whole number of blocks; see [`mod@format`] for the units lanes take); `x` `[cols]` bf16;
 //! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K). Each
 //! warp computes [`QGemvParams::rows_per_warp`] rows (one, or two for quantized matrices
 //! of an even row count, which then share their activation loads), `warps` warps per
@@ -381,7 +381,7 @@ fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
     (hi / 8.0, hi)
 }
 
-/// A case: random GGUF rows (every quant pattern; scales from [`weight_range`], random
+/// A case: random GGUF rows (every quant pattern; scales from `weight_range`, random
 /// signs, f16 subnormals included for the finest formats), activations in ±[2^-6, 4], a
 /// residual in ±[2^-6, 4] updated in place.
 pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
