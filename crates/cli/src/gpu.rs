@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 /// Name, compute capability, memory and driver of GPU `ordinal`, or an error saying
 /// why there is none.
 pub fn describe(ordinal: u32) -> Result<Value, String> {
-    let devs = quench_rt::list_devices().map_err(|e| format!("no GPU: {e}"))?;
+    let devs = quench_rt::list_devices().map_err(|e| e.to_string())?;
     let d = devs
         .into_iter()
         .find(|d| d.ordinal == ordinal)
