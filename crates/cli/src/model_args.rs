@@ -12,7 +12,7 @@ use crate::cmd_pull;
 pub enum DeviceArg {
     /// quench's CPU forward passes.
     Cpu,
-    /// An NVIDIA GPU (the GPU backend does not run models yet).
+    /// NVIDIA GPU 0 (text generation; embedding models run on the CPU).
     Cuda,
 }
 

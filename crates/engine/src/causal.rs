@@ -15,11 +15,13 @@ static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(1);
 pub(crate) enum Weights {
     F32(Decoder<f32>),
     F64(Decoder<f64>),
+    Gpu(crate::gpu::GpuDecoder),
 }
 
 enum Cache {
     F32(KvCache<f32>),
     F64(KvCache<f64>),
+    Gpu(crate::gpu::GpuSession),
 }
 
 /// A model that continues text: llama, qwen2, qwen3.
@@ -58,6 +60,7 @@ impl Session {
         match &self.cache {
             Cache::F32(c) => c.limit(),
             Cache::F64(c) => c.limit(),
+            Cache::Gpu(c) => c.context_limit(),
         }
     }
 
@@ -71,6 +74,7 @@ impl Session {
         match &mut self.cache {
             Cache::F32(c) => c.truncate(len),
             Cache::F64(c) => c.truncate(len),
+            Cache::Gpu(c) => c.truncate(len),
         }
     }
 }
@@ -193,6 +197,7 @@ impl CausalModel {
         let cache = match &self.weights {
             Weights::F32(d) => Cache::F32(d.new_cache_with_limit(limit)),
             Weights::F64(d) => Cache::F64(d.new_cache_with_limit(limit)),
+            Weights::Gpu(d) => Cache::Gpu(d.new_session()),
         };
         Session {
             model_id: self.id,
@@ -304,6 +309,21 @@ impl CausalModel {
                     &cpu_options,
                     &mut on_token,
                 )
+            }
+            (Weights::Gpu(decoder), Cache::Gpu(cache)) => {
+                let mut feeder =
+                    crate::gpu::Feeder::new(decoder, cache, tokens, reused, options.keep_logits);
+                let result = quench_cpu::generate(
+                    &mut feeder,
+                    &detokenize,
+                    &prompt,
+                    &cpu_options,
+                    &mut on_token,
+                );
+                trace.prefill = feeder.prefill;
+                trace.decode = feeder.decode;
+                trace.logits = feeder.logits.take();
+                Ok(feeder.finish(result)?)
             }
             _ => return Err(EngineError::ForeignSession),
         }?;

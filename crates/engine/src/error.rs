@@ -54,9 +54,6 @@ pub enum EngineError {
     #[error("{what} is not supported: {reason}")]
     Unsupported { what: String, reason: String },
 
-    #[error("the GPU backend does not run models yet; run them on the CPU")]
-    GpuNotYet,
-
     /// Putting a model on a GPU, or running it there, failed (boxed: it names a whole
     /// runtime error).
     #[error(transparent)]

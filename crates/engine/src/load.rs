@@ -25,7 +25,8 @@ pub fn inspect(path: &Path, options: &LoadOptions) -> Result<ModelInfo> {
 /// tokenizer and chat template.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
     if options.device == Device::Cuda {
-        return Err(EngineError::GpuNotYet);
+        let backend = crate::gpu::Backend::Cuda { ordinal: 0 };
+        return crate::gpu::load_causal(path, backend, options).map(|(m, _)| Model::Causal(m));
     }
     let checkpoint = checkpoint::open(path)?;
     let (config, embedding) = describe(&checkpoint)?;

@@ -6,7 +6,8 @@ pub enum Device {
     /// quench's CPU forward passes, on every core.
     #[default]
     Cpu,
-    /// An NVIDIA GPU. Refused for now: the GPU backend does not run models yet.
+    /// NVIDIA GPU 0, through quench's kernels (text generation; embedding models are
+    /// refused for now).
     Cuda,
 }
 

@@ -7,10 +7,15 @@
 //! clock, and is printed so that a failure can be replayed.
 
 use quench_cpu::{Decoder, ModelConfig, Naming};
-use quench_engine::gpu::check::{check_generation, judge, GenerationCheck, LogitBound, Reference};
-use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions};
+use quench_engine::gpu::check::{
+    check_generation, judge, judge_generation, GenerationCheck, LogitBound, Reference,
+};
+use quench_engine::gpu::{load_causal, Backend, GpuDecoder, GpuError, GpuOptions};
+use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
+use quench_engine::{GenerateOptions, LoadOptions, Prompt};
 use quench_kernels::data::ggml_rows;
 use quench_models::gguf::{GgufWriter, MetadataValue};
+use quench_models::safetensors::{Dtype, SafetensorsWriter};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};
@@ -443,4 +448,153 @@ fn unsupported_input_is_refused_by_name() {
     assert!(s.is_empty());
     // Nothing half-done: the session still works.
     assert_eq!(gpu.feed(&mut s, &[3]).unwrap().len(), VOCAB);
+}
+
+/// A Hugging Face checkpoint (bf16 safetensors, the tiny synthetic tokenizer) at the
+/// shape of [`Tiny`], written under the target's temporary folder.
+fn hugging_face_checkpoint(rng: &mut ChaCha8Rng) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "gpu-hf-{}-{:x}",
+        std::process::id(),
+        rng.gen::<u32>()
+    ));
+    let synth_dir = root.join("synth");
+    let options = SynthOptions {
+        arch: SynthArch::Llama,
+        shape: SynthShape::Tiny,
+        seed: rng.gen(),
+        dtype: SynthDtype::Bf16,
+        max_shard_bytes: SynthOptions::DEFAULT_SHARD_BYTES,
+    };
+    synthesize(&synth_dir, &options, &mut |_| {}).unwrap();
+    let dir = root.join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
+        std::fs::copy(synth_dir.join(f), dir.join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(synth_dir.join("config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let vocab = config["vocab_size"].as_u64().unwrap() as usize;
+    for (k, v) in [
+        ("hidden_size", HIDDEN),
+        ("intermediate_size", FFN),
+        ("num_attention_heads", HEADS),
+        ("num_key_value_heads", KV_HEADS),
+        ("head_dim", HEAD_DIM),
+    ] {
+        config[k] = serde_json::json!(v);
+    }
+    config["tie_word_embeddings"] = serde_json::json!(true);
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+
+    let bf16 = |v: Vec<f32>| -> Vec<u8> {
+        v.iter()
+            .flat_map(|&x| half::bf16::from_f32(x).to_bits().to_le_bytes())
+            .collect()
+    };
+    let mut tensors: Vec<(String, Vec<u64>, Vec<u8>)> = vec![];
+    let mut matrix = |name: String, rows: usize, cols: usize, gain: f32, rng: &mut ChaCha8Rng| {
+        let s = gain / (cols as f32).sqrt() * 3f32.sqrt();
+        let v = (0..rows * cols).map(|_| rng.gen_range(-s..s)).collect();
+        tensors.push((name, vec![rows as u64, cols as u64], bf16(v)));
+    };
+    let (qw, kvw) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    matrix("model.embed_tokens.weight".into(), vocab, HIDDEN, 1.0, rng);
+    for l in 0..2 {
+        let n = |s: &str| format!("model.layers.{l}.{s}");
+        matrix(n("self_attn.q_proj.weight"), qw, HIDDEN, 1.0, rng);
+        matrix(n("self_attn.k_proj.weight"), kvw, HIDDEN, 1.0, rng);
+        matrix(n("self_attn.v_proj.weight"), kvw, HIDDEN, 1.0, rng);
+        matrix(n("self_attn.o_proj.weight"), HIDDEN, qw, 0.5, rng);
+        matrix(n("mlp.gate_proj.weight"), FFN, HIDDEN, 1.0, rng);
+        matrix(n("mlp.up_proj.weight"), FFN, HIDDEN, 1.0, rng);
+        matrix(n("mlp.down_proj.weight"), HIDDEN, FFN, 0.5, rng);
+    }
+    let mut norms = vec!["model.norm.weight".to_string()];
+    for l in 0..2 {
+        norms.push(format!("model.layers.{l}.input_layernorm.weight"));
+        norms.push(format!("model.layers.{l}.post_attention_layernorm.weight"));
+    }
+    for name in norms {
+        let v = (0..HIDDEN).map(|_| rng.gen_range(0.5..1.5)).collect();
+        tensors.push((name, vec![HIDDEN as u64], bf16(v)));
+    }
+    let mut w = SafetensorsWriter::new();
+    for (name, shape, bytes) in &tensors {
+        w.add_tensor(name, Dtype::BF16, shape, bytes).unwrap();
+    }
+    w.write(dir.join("model.safetensors")).unwrap();
+    dir
+}
+
+#[test]
+fn a_hugging_face_checkpoint_generates_through_the_engine() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let dir = hugging_face_checkpoint(&mut rng);
+    let options = LoadOptions {
+        context_limit: Some(CONTEXT),
+        ..LoadOptions::default()
+    };
+    let (model, summary) = load_causal(&dir, Backend::Interp, &options).unwrap();
+    assert_eq!(
+        (model.info().context_limit, summary.context),
+        (CONTEXT, CONTEXT)
+    );
+    assert_eq!(summary.layer_dispatches, [10, 10]);
+    let mut session = model.new_session();
+    assert_eq!(session.context_limit(), CONTEXT);
+    let generate = GenerateOptions {
+        max_tokens: 3,
+        keep_logits: true,
+        ignore_eos: true,
+        ..GenerateOptions::default()
+    };
+    let prompt = model.prompt_tokens(Prompt::Text("the cat")).unwrap();
+    let g = model
+        .generate(
+            &mut session,
+            Prompt::Text("the cat"),
+            &generate,
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(g.tokens.len(), 3);
+    let rows = g.logits.clone().unwrap();
+    let reference = Reference::load(&dir).unwrap();
+    let steps = judge_generation(
+        &reference,
+        LogitBound::FP64_CHECK,
+        &prompt,
+        &g.tokens,
+        &rows,
+    )
+    .unwrap();
+    let c = GenerationCheck {
+        prompt: prompt.clone(),
+        tokens: g.tokens.clone(),
+        steps,
+        prefill_ms: 0.0,
+        step_ms: vec![],
+    };
+    assert_passes("Hugging Face llama through generate()", &c, &reference);
+    // The session holds the whole conversation: a continuation reuses it.
+    let mut longer = prompt.clone();
+    longer.extend_from_slice(&g.tokens);
+    let again = model
+        .generate(
+            &mut session,
+            Prompt::Tokens(&longer),
+            &GenerateOptions {
+                max_tokens: 1,
+                ..generate
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(again.reused_tokens, longer.len() - 1);
+    std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
 }

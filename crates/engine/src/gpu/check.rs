@@ -208,15 +208,7 @@ pub fn check_generation(
         logits = device.feed(&mut session, &[token])?;
         step_ms.push(start.elapsed().as_secs_f64() * 1e3);
     }
-    let mut forced = prompt.to_vec();
-    forced.extend_from_slice(&tokens[..n - 1]);
-    let want = reference.logits(&forced, prompt.len() - 1)?;
-    let steps = rows
-        .iter()
-        .zip(&want)
-        .enumerate()
-        .map(|(i, (got, want))| judge(bound, prompt.len() - 1 + i, got, want))
-        .collect();
+    let steps = judge_generation(reference, bound, prompt, &tokens, &rows)?;
     Ok(GenerationCheck {
         prompt: prompt.to_vec(),
         tokens,
@@ -224,6 +216,38 @@ pub fn check_generation(
         prefill_ms,
         step_ms,
     })
+}
+
+/// Judges a generation: `rows[i]` are the device logits `tokens[i]` was drawn from, the
+/// first after `prompt`. The reference is fed `prompt` and `tokens` but the last (teacher
+/// forcing) in one pass.
+pub fn judge_generation(
+    reference: &Reference,
+    bound: LogitBound,
+    prompt: &[u32],
+    tokens: &[u32],
+    rows: &[Vec<f32>],
+) -> Result<Vec<StepVerdict>> {
+    if prompt.is_empty() || tokens.is_empty() || rows.len() != tokens.len() {
+        return Err(EngineError::Unsupported {
+            what: format!(
+                "judging {} logit rows for a prompt of {} and {} generated tokens",
+                rows.len(),
+                prompt.len(),
+                tokens.len()
+            ),
+            reason: "a check needs a prompt and one row of logits per generated token".into(),
+        });
+    }
+    let mut forced = prompt.to_vec();
+    forced.extend_from_slice(&tokens[..tokens.len() - 1]);
+    let want = reference.logits(&forced, prompt.len() - 1)?;
+    Ok(rows
+        .iter()
+        .zip(&want)
+        .enumerate()
+        .map(|(i, (got, want))| judge(bound, prompt.len() - 1 + i, got, want))
+        .collect())
 }
 
 impl From<GpuError> for EngineError {

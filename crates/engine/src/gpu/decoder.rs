@@ -286,7 +286,7 @@ impl GpuDecoder {
 
     /// An empty session.
     pub fn new_session(&self) -> GpuSession {
-        GpuSession::new(self.id, self.pool.clone())
+        GpuSession::new(self.id, self.context_limit(), self.pool.clone())
     }
 
     /// Feeds `tokens` after the positions `session` holds, one decode step each, and

@@ -47,17 +47,19 @@ pub struct GpuSession {
     /// Changes whenever `blocks` does, so the device copy of the table can be checked.
     pub(crate) version: u64,
     len: usize,
+    limit: usize,
     pool: Arc<Mutex<BlockPool>>,
 }
 
 impl GpuSession {
-    pub(crate) fn new(model: u64, pool: Arc<Mutex<BlockPool>>) -> GpuSession {
+    pub(crate) fn new(model: u64, limit: usize, pool: Arc<Mutex<BlockPool>>) -> GpuSession {
         GpuSession {
             id: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
             model,
             blocks: vec![],
             version: 0,
             len: 0,
+            limit,
             pool,
         }
     }
@@ -69,6 +71,11 @@ impl GpuSession {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Most positions this session holds (its model's context limit).
+    pub fn context_limit(&self) -> usize {
+        self.limit
     }
 
     /// Forgets every position from `len` on, giving back the blocks no longer needed.
@@ -121,13 +128,13 @@ mod tests {
     #[test]
     fn sessions_take_blocks_at_boundaries_and_give_them_back() {
         let pool = BlockPool::new(3);
-        let mut a = GpuSession::new(1, pool.clone());
+        let mut a = GpuSession::new(1, 100, pool.clone());
         for _ in 0..17 {
             a.reserve_next().unwrap();
             a.advance();
         }
         assert_eq!(a.blocks, [0, 1]);
-        let mut b = GpuSession::new(1, pool.clone());
+        let mut b = GpuSession::new(1, 100, pool.clone());
         b.reserve_next().unwrap();
         b.advance();
         assert_eq!(b.blocks, [2]);

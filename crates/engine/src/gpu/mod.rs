@@ -20,6 +20,7 @@ mod catalog;
 pub mod check;
 mod decoder;
 mod error;
+mod feeder;
 mod graph;
 mod kv;
 mod stored;
@@ -33,8 +34,48 @@ pub use graph::{DecodeGraph, Dispatch, KvLayout, StepShape};
 pub use kv::GpuSession;
 pub use stored::{StoredTensor, StoredTensors};
 
+pub(crate) use feeder::Feeder;
+
+use crate::causal::{CausalModel, Weights};
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::Result;
+use crate::info::ModelInfo;
+use crate::options::LoadOptions;
+use crate::text;
+
+/// Loads the decoder at `path` with its tokenizer and chat template, its weights on
+/// `backend` (`quench_engine::load` with [`crate::Device::Cuda`] is this with CUDA device 0).
+/// `options.context_limit` sizes the KV cache ([`DEFAULT_CONTEXT`] positions when unset);
+/// `options.precision` does not apply (the GPU kernels have their own). Returns the model
+/// and what was put on the device.
+pub fn load_causal(
+    path: &Path,
+    backend: Backend,
+    options: &LoadOptions,
+) -> Result<(CausalModel, GpuSummary)> {
+    let ckpt = checkpoint::open(path)?;
+    let in_model = |e: crate::EngineError| e.in_model(ckpt.path());
+    let config = ckpt.config().map_err(in_model)?;
+    let side = text::read(&ckpt).map_err(in_model)?;
+    let gpu_options = GpuOptions {
+        context: options.context_limit,
+        ..GpuOptions::default()
+    };
+    let decoder = decoder_from(&ckpt, backend, &gpu_options).map_err(in_model)?;
+    let summary = decoder.summary().clone();
+    let mut info = ModelInfo::new(&ckpt, config.clone(), config.max_positions, options);
+    info.context_limit = summary.context;
+    info.weight_bytes = summary.weight_bytes;
+    info.kv_cache_bytes = summary.kv_cache_bytes;
+    let model = CausalModel::new(
+        Weights::Gpu(decoder),
+        side.tokenizer,
+        side.template,
+        side.eos_ids,
+        info,
+    );
+    Ok((model, summary))
+}
 
 /// Puts the decoder at `path` (a GGUF file or Hugging Face directory) on `backend`.
 pub fn load_decoder(path: &Path, backend: Backend, options: &GpuOptions) -> Result<GpuDecoder> {
