@@ -191,6 +191,14 @@ impl CausalModel {
         self.template.is_some()
     }
 
+    /// The decoder on the GPU, when the model runs there.
+    pub fn gpu_decoder(&self) -> Option<&crate::gpu::GpuDecoder> {
+        match &self.weights {
+            Weights::Gpu(d) => Some(d),
+            _ => None,
+        }
+    }
+
     /// An empty session holding up to the load's context limit.
     pub fn new_session(&self) -> Session {
         let limit = self.info.context_limit;

@@ -26,7 +26,7 @@ pub fn inspect(path: &Path, options: &LoadOptions) -> Result<ModelInfo> {
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
     if options.device == Device::Cuda {
         let backend = crate::gpu::Backend::Cuda { ordinal: 0 };
-        return crate::gpu::load_causal(path, backend, options).map(|(m, _)| Model::Causal(m));
+        return crate::gpu::load_causal(path, backend, options).map(Model::Causal);
     }
     let checkpoint = checkpoint::open(path)?;
     let (config, embedding) = describe(&checkpoint)?;

@@ -347,6 +347,14 @@ fn the_step_has_the_planned_dispatches_and_replays_like_direct_launches() {
     let next = quench_cpu::argmax(&la).unwrap();
     let mut c = captured.new_session();
     assert_eq!(captured.feed_greedy(&mut c, &prompt).unwrap(), next);
+    // Timing: greedy steps after the first token, the tied table read as the LM head.
+    let t = captured.time_decode(&prompt, 3).unwrap();
+    assert_eq!(
+        (t.step_ms.len(), t.dispatches_per_token),
+        (2, s.dispatches_per_token)
+    );
+    assert!(t.tokens_per_second() > 0.0 && t.quantile_ms(0.9) >= t.quantile_ms(0.5));
+    assert!(s.weight_bytes_per_token < s.weight_bytes);
     // A truncated session recomputes the same logits.
     a.truncate(1);
     let again = captured.feed(&mut a, &prompt[1..]).unwrap();
@@ -539,7 +547,8 @@ fn a_hugging_face_checkpoint_generates_through_the_engine() {
         context_limit: Some(CONTEXT),
         ..LoadOptions::default()
     };
-    let (model, summary) = load_causal(&dir, Backend::Interp, &options).unwrap();
+    let model = load_causal(&dir, Backend::Interp, &options).unwrap();
+    let summary = model.gpu_decoder().unwrap().summary();
     assert_eq!(
         (model.info().context_limit, summary.context),
         (CONTEXT, CONTEXT)

@@ -74,6 +74,8 @@ pub struct GpuSummary {
     pub kernels: usize,
     /// Weights as stored, plus RoPE tables and widened norm weights.
     pub weight_bytes: u64,
+    /// Weight bytes one decode step reads.
+    pub weight_bytes_per_token: u64,
     pub arena_bytes: u64,
     /// What the activations would take without sharing.
     pub activation_bytes: u64,
@@ -251,6 +253,7 @@ impl GpuDecoder {
             layer_dispatches: graph.layer_dispatches.clone(),
             kernels: graph.kernels.len(),
             weight_bytes,
+            weight_bytes_per_token: graph.weight_bytes_per_token,
             arena_bytes: plan.bytes,
             activation_bytes: lifetimes.iter().map(|l| l.bytes).sum(),
             kv_cache_bytes: kv_bytes,

@@ -82,7 +82,8 @@ impl CausalLm for Feeder<'_> {
                 let held = self.session.len();
                 self.tokens.truncate(held.min(self.tokens.len()));
                 let done = held.saturating_sub(self.tokens.len());
-                self.tokens.extend_from_slice(&fresh[..done.min(fresh.len())]);
+                self.tokens
+                    .extend_from_slice(&fresh[..done.min(fresh.len())]);
                 self.error = Some(e);
                 return Err(CpuError::BadLogits {
                     what: "no values: the GPU step failed",

@@ -162,6 +162,9 @@ pub struct DecodeGraph {
     /// Dispatches of each layer.
     pub layer_dispatches: Vec<usize>,
     pub kv: KvLayout,
+    /// Weight bytes one step reads: every matrix and norm weight, not the RoPE tables nor
+    /// (unless it is also the LM head) the embedding table, of which it reads one row.
+    pub weight_bytes_per_token: u64,
     pub(crate) activations: Vec<Activation>,
     pub(crate) weights: Vec<WeightGroup>,
     pub(crate) io: HostIo,
@@ -776,7 +779,14 @@ impl DecodeGraph {
             );
         }
 
+        let mut not_streamed = a.weights[rope_group].bytes();
+        if !c.tied_embeddings {
+            not_streamed += a.weights[table_group].bytes();
+        }
+        let weight_bytes_per_token =
+            a.weights.iter().map(WeightGroup::bytes).sum::<u64>() - not_streamed;
         Ok(DecodeGraph {
+            weight_bytes_per_token,
             kernels: a.kernels,
             dispatches: a.dispatches,
             layer_dispatches,

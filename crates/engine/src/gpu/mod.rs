@@ -24,6 +24,7 @@ mod feeder;
 mod graph;
 mod kv;
 mod stored;
+mod timing;
 
 use std::path::Path;
 
@@ -33,6 +34,7 @@ pub use error::GpuError;
 pub use graph::{DecodeGraph, Dispatch, KvLayout, StepShape};
 pub use kv::GpuSession;
 pub use stored::{StoredTensor, StoredTensors};
+pub use timing::DecodeTiming;
 
 pub(crate) use feeder::Feeder;
 
@@ -46,13 +48,9 @@ use crate::text;
 /// Loads the decoder at `path` with its tokenizer and chat template, its weights on
 /// `backend` (`quench_engine::load` with [`crate::Device::Cuda`] is this with CUDA device 0).
 /// `options.context_limit` sizes the KV cache ([`DEFAULT_CONTEXT`] positions when unset);
-/// `options.precision` does not apply (the GPU kernels have their own). Returns the model
-/// and what was put on the device.
-pub fn load_causal(
-    path: &Path,
-    backend: Backend,
-    options: &LoadOptions,
-) -> Result<(CausalModel, GpuSummary)> {
+/// `options.precision` does not apply (the GPU kernels have their own).
+/// [`CausalModel::gpu_decoder`] reaches the decoder (what was put on the device, timing).
+pub fn load_causal(path: &Path, backend: Backend, options: &LoadOptions) -> Result<CausalModel> {
     let ckpt = checkpoint::open(path)?;
     let in_model = |e: crate::EngineError| e.in_model(ckpt.path());
     let config = ckpt.config().map_err(in_model)?;
@@ -62,19 +60,18 @@ pub fn load_causal(
         ..GpuOptions::default()
     };
     let decoder = decoder_from(&ckpt, backend, &gpu_options).map_err(in_model)?;
-    let summary = decoder.summary().clone();
+    let summary = decoder.summary();
     let mut info = ModelInfo::new(&ckpt, config.clone(), config.max_positions, options);
     info.context_limit = summary.context;
     info.weight_bytes = summary.weight_bytes;
     info.kv_cache_bytes = summary.kv_cache_bytes;
-    let model = CausalModel::new(
+    Ok(CausalModel::new(
         Weights::Gpu(decoder),
         side.tokenizer,
         side.template,
         side.eos_ids,
         info,
-    );
-    Ok((model, summary))
+    ))
 }
 
 /// Puts the decoder at `path` (a GGUF file or Hugging Face directory) on `backend`.

@@ -1,0 +1,73 @@
+//! Decode timing: greedy steps after a prompt, each a full round trip (token written,
+//! graph replayed, next token read back), timed on the host.
+
+use std::time::Instant;
+
+use super::decoder::GpuDecoder;
+use super::error::GpuError;
+
+/// How fast greedy decoding ran.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodeTiming {
+    pub prompt_tokens: usize,
+    /// Milliseconds of the whole prompt (fed one step per token).
+    pub prefill_ms: f64,
+    /// Milliseconds of each step after the first token, in order.
+    pub step_ms: Vec<f64>,
+    /// Weight bytes one step reads (every weight once; activations and the KV cache not
+    /// counted).
+    pub weight_bytes_per_token: u64,
+    pub dispatches_per_token: usize,
+}
+
+impl DecodeTiming {
+    /// The `q`-quantile (0..=1) of the step times.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        let mut v = self.step_ms.clone();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => f64::NAN,
+            n => v[((n - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize],
+        }
+    }
+
+    /// Tokens per second after the first: `(N − 1) / (t(N) − t(1))`.
+    pub fn tokens_per_second(&self) -> f64 {
+        let total: f64 = self.step_ms.iter().sum();
+        if total > 0.0 {
+            self.step_ms.len() as f64 / (total / 1e3)
+        } else {
+            f64::NAN
+        }
+    }
+
+    /// Weight bytes read per second at the median step, in GB/s (10^9 bytes).
+    pub fn weight_gbps(&self) -> f64 {
+        self.weight_bytes_per_token as f64 / (self.quantile_ms(0.5) * 1e-3) / 1e9
+    }
+}
+
+impl GpuDecoder {
+    /// Feeds `prompt`, then draws `tokens` tokens greedily (the device's argmax), timing
+    /// each step after the first token.
+    pub fn time_decode(&self, prompt: &[u32], tokens: usize) -> Result<DecodeTiming, GpuError> {
+        let mut session = self.new_session();
+        let start = Instant::now();
+        let mut next = self.feed_greedy(&mut session, prompt)?;
+        let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
+        let mut step_ms = Vec::with_capacity(tokens.saturating_sub(1));
+        for _ in 1..tokens {
+            let start = Instant::now();
+            next = self.feed_greedy(&mut session, &[next])?;
+            step_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        let s = self.summary();
+        Ok(DecodeTiming {
+            prompt_tokens: prompt.len(),
+            prefill_ms,
+            step_ms,
+            weight_bytes_per_token: s.weight_bytes_per_token,
+            dispatches_per_token: s.dispatches_per_token,
+        })
+    }
+}
