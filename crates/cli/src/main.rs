@@ -3,6 +3,7 @@
 mod cmd_bench;
 mod cmd_cc;
 mod cmd_chat;
+mod cmd_check;
 mod cmd_check_kernels;
 mod cmd_devices;
 mod cmd_embed;
@@ -50,6 +51,8 @@ enum Command {
     /// Run every library kernel on the GPU and in the interpreter on the same inputs
     /// and compare them; time each on the GPU.
     CheckKernels(cmd_check_kernels::CheckArgs),
+    /// Generate on the GPU and judge every logit with the f64 CPU reference; write a receipt.
+    Check(cmd_check::CheckArgs),
     /// Watch the GPUs: utilization, memory, clocks, power, processes, server metrics.
     Top(cmd_top::TopArgs),
     /// Measure prefill and decode speed of a model, optionally beside llama.cpp.
@@ -77,6 +80,7 @@ fn main() {
         Command::Devices => cmd_devices::run(),
         Command::Isa(IsaCommand::Probe(a)) => cmd_isa::probe(a),
         Command::CheckKernels(a) => cmd_check_kernels::run(a),
+        Command::Check(a) => cmd_check::run(a),
         Command::Top(a) => cmd_top::run(a),
         Command::Bench(a) => cmd_bench::run(a),
         Command::Serve(a) => cmd_serve::run(a),

@@ -1,0 +1,401 @@
+//! `quench check`: generate on a device, then judge the run with the f64 CPU reference,
+//! teacher-forced on the device's tokens: every logit of every step within
+//! `0.05 + 0.003·|ref|` and the same top token. The bound is a constant of the engine,
+//! written into the receipt before anything is dispatched; failures are recorded too.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use quench_engine::gpu::check::{judge_generation, LogitBound, Reference, StepVerdict};
+use quench_engine::gpu::{load_causal, Backend, DecodeTiming, GpuSummary};
+use quench_engine::{GenerateOptions, LoadOptions, Prompt};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::cmd_pull::{self, SMOLLM2};
+use crate::receipt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CheckDevice {
+    /// An NVIDIA GPU.
+    Cuda,
+    /// quench's kernel interpreter on the CPU (the same kernels; slow, for small models).
+    Interp,
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// A pulled model's name or the path of a GGUF file or Hugging Face checkpoint
+    /// directory [default: smollm2].
+    #[arg(long, short = 'm', value_name = "NAME|PATH")]
+    pub model: Option<String>,
+    /// Where the generation runs.
+    #[arg(long, value_enum, default_value = "cuda")]
+    pub device: CheckDevice,
+    /// The CUDA device.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: u32,
+    /// Prompts, one per line (blank lines skipped) [default: 8 built-in prompts].
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    /// Tokens generated (greedily) per prompt, each judged.
+    #[arg(long, default_value_t = 64)]
+    pub tokens: usize,
+    /// Most positions of context the device's KV cache holds [default: the model's, at
+    /// most 8192].
+    #[arg(long, value_name = "TOKENS")]
+    pub context: Option<usize>,
+    /// After the check, time this many greedy decode steps after the first prompt (0:
+    /// no timing).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub time_tokens: usize,
+    /// The model cache pulled models are found in (as for `quench pull --cache`).
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Where to write the receipt.
+    #[arg(long, value_name = "PATH", default_value = "receipts/engine-check.json")]
+    pub receipt: PathBuf,
+}
+
+/// Prompts of different kinds (prose, lists, code, dialogue, numbers) for the default check.
+const DEFAULT_PROMPTS: [&str; 8] = [
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea, there lived",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Here are three tips for staying healthy:\n1.",
+    "Q: What is 17 multiplied by 23?\nA:",
+    "The mitochondria is the powerhouse of the cell because",
+    "User: Can you recommend a good book about space?\nAssistant:",
+    "In 1969, the Apollo 11 mission",
+];
+
+/// What the device produced for one prompt.
+struct DeviceRun {
+    prompt: String,
+    prompt_tokens: Vec<u32>,
+    outcome: Result<Generated, String>,
+}
+
+struct Generated {
+    tokens: Vec<u32>,
+    text: String,
+    logits: Vec<Vec<f32>>,
+    prefill_ms: f64,
+    decode_ms: f64,
+}
+
+fn read_prompts(a: &CheckArgs) -> Result<Vec<String>, String> {
+    let Some(path) = &a.prompts else {
+        return Ok(DEFAULT_PROMPTS.iter().map(|p| p.to_string()).collect());
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let prompts: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.replace("\\n", "\n"))
+        .collect();
+    if prompts.is_empty() {
+        return Err(format!("{}: no prompts (one per line)", path.display()));
+    }
+    Ok(prompts)
+}
+
+/// SHA-256 of each file of the checkpoint: the GGUF file, or a directory's JSON and
+/// safetensors files.
+fn checkpoint_hashes(path: &Path) -> Result<Value, String> {
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|x| x == "json" || x == "safetensors")
+            })
+            .collect();
+        v.sort();
+        v
+    } else {
+        vec![path.to_owned()]
+    };
+    let mut out = serde_json::Map::new();
+    for f in files {
+        let mut file = std::fs::File::open(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file
+                .read(&mut buf)
+                .map_err(|e| format!("{}: {e}", f.display()))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        let name = f
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let hex: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        out.insert(name, json!(hex));
+    }
+    Ok(Value::Object(out))
+}
+
+fn summary_json(s: &GpuSummary) -> Value {
+    json!({
+        "backend": s.backend,
+        "dispatches_per_token": s.dispatches_per_token,
+        "dispatches_per_layer": s.layer_dispatches,
+        "layer_plan": s.layer_plan,
+        "kernels_compiled": s.kernels,
+        "weight_bytes": s.weight_bytes,
+        "weight_bytes_per_token": s.weight_bytes_per_token,
+        "arena_bytes": s.arena_bytes,
+        "activation_bytes_unshared": s.activation_bytes,
+        "kv_cache_bytes": s.kv_cache_bytes,
+        "context": s.context,
+        "graph_captured": s.graph_captured,
+    })
+}
+
+fn timing_json(t: &DecodeTiming) -> Value {
+    json!({
+        "prompt_tokens": t.prompt_tokens,
+        "prefill_ms_token_by_token": t.prefill_ms,
+        "decode_steps": t.step_ms.len(),
+        "ms_per_token_p50": t.quantile_ms(0.5),
+        "ms_per_token_p90": t.quantile_ms(0.9),
+        "tokens_per_s": t.tokens_per_second(),
+        "weight_bytes_per_token": t.weight_bytes_per_token,
+        "weight_gb_per_s_at_p50": t.weight_gbps(),
+        "dispatches_per_token": t.dispatches_per_token,
+        "method": "host wall time per greedy step: step record written, graph replayed, \
+                   argmax read back; rate = (N−1)/(t(N)−t(1))",
+    })
+}
+
+/// One failing step for the receipt.
+fn failure_json(s: &StepVerdict) -> Value {
+    json!({
+        "position": s.position,
+        "logits_outside": s.outside,
+        "device_top1": s.device_top1,
+        "reference_top1": s.reference_top1,
+        "worst": {
+            "token": s.worst.token,
+            "device": s.worst.device,
+            "reference": s.worst.reference,
+            "excess_over_bound": s.worst.excess,
+        },
+    })
+}
+
+/// Greedy generation on the device for every prompt.
+fn generate_on_device(
+    a: &CheckArgs,
+    path: &Path,
+    backend: Backend,
+    prompts: &[String],
+) -> Result<(Vec<DeviceRun>, GpuSummary, Option<DecodeTiming>), String> {
+    let options = LoadOptions {
+        context_limit: a.context,
+        ..LoadOptions::default()
+    };
+    let model = load_causal(path, backend, &options).map_err(|e| e.to_string())?;
+    let decoder = model
+        .gpu_decoder()
+        .ok_or("the model was not put on the device")?;
+    let summary = decoder.summary().clone();
+    eprintln!(
+        "on {}: {} dispatches per token ({:?} per layer), {} kernels, weights {:.1} MiB, \
+         arena {:.1} KiB, KV cache {:.1} MiB for {} positions",
+        summary.device,
+        summary.dispatches_per_token,
+        summary.layer_dispatches.first().copied().unwrap_or(0),
+        summary.kernels,
+        summary.weight_bytes as f64 / (1u64 << 20) as f64,
+        summary.arena_bytes as f64 / 1024.0,
+        summary.kv_cache_bytes as f64 / (1u64 << 20) as f64,
+        summary.context
+    );
+    let generate = GenerateOptions {
+        max_tokens: a.tokens,
+        keep_logits: true,
+        ignore_eos: true,
+        ..GenerateOptions::default()
+    };
+    let mut runs = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        let prompt_tokens = model
+            .prompt_tokens(Prompt::Text(p))
+            .map_err(|e| e.to_string())?;
+        let outcome = model
+            .generate(
+                &mut model.new_session(),
+                Prompt::Tokens(&prompt_tokens),
+                &generate,
+                &mut |_| {},
+            )
+            .map_err(|e| e.to_string())
+            .map(|g| Generated {
+                text: g.text,
+                tokens: g.tokens,
+                logits: g.logits.unwrap_or_default(),
+                prefill_ms: g.prefill_time.as_secs_f64() * 1e3,
+                decode_ms: g.decode_time.as_secs_f64() * 1e3,
+            });
+        if let Err(e) = &outcome {
+            eprintln!("generation failed for {p:?}: {e}");
+        }
+        runs.push(DeviceRun {
+            prompt: p.clone(),
+            prompt_tokens,
+            outcome,
+        });
+    }
+    let timing = match (a.time_tokens, runs.first()) {
+        (0, _) | (_, None) => None,
+        (n, Some(first)) => Some(
+            decoder
+                .time_decode(&first.prompt_tokens, n)
+                .map_err(|e| e.to_string())?,
+        ),
+    };
+    Ok((runs, summary, timing))
+}
+
+pub fn run(a: &CheckArgs) -> Result<(), String> {
+    if a.tokens == 0 {
+        return Err("--tokens must be at least 1".into());
+    }
+    // The bound is fixed here, before anything runs, and recorded as such.
+    let bound = LogitBound::FP64_CHECK;
+    let path = cmd_pull::resolve(a.model.as_deref(), SMOLLM2, a.cache.as_deref())?;
+    let prompts = read_prompts(a)?;
+    let (backend, device) = match a.device {
+        CheckDevice::Cuda => (
+            Backend::Cuda { ordinal: a.gpu },
+            crate::gpu::describe(a.gpu)?,
+        ),
+        CheckDevice::Interp => (
+            Backend::Interp,
+            json!({ "name": "quench kernel interpreter (sm_90 model)", "backend": "interp" }),
+        ),
+    };
+    let hashes = checkpoint_hashes(&path)?;
+
+    let (runs, summary, timing) = generate_on_device(a, &path, backend, &prompts)?;
+    eprintln!("judging with the f64 CPU reference ...");
+    let reference = Reference::load(&path).map_err(|e| e.to_string())?;
+
+    let mut all_passed = true;
+    let (mut steps_total, mut steps_failed) = (0usize, 0usize);
+    let mut per_prompt = Vec::with_capacity(runs.len());
+    for (i, run) in runs.iter().enumerate() {
+        let g = match &run.outcome {
+            Ok(g) => g,
+            Err(e) => {
+                all_passed = false;
+                println!("prompt {}: FAILED to generate: {e}", i + 1);
+                per_prompt.push(json!({ "prompt": run.prompt, "passed": false, "error": e }));
+                continue;
+            }
+        };
+        let verdicts =
+            judge_generation(&reference, bound, &run.prompt_tokens, &g.tokens, &g.logits)
+                .map_err(|e| e.to_string())?;
+        let failed: Vec<&StepVerdict> = verdicts.iter().filter(|s| !s.passed()).collect();
+        let passed = failed.is_empty() && g.tokens.len() == a.tokens;
+        all_passed &= passed;
+        steps_total += verdicts.len();
+        steps_failed += failed.len();
+        let max_err = verdicts.iter().map(|s| s.max_abs_error).fold(0.0, f64::max);
+        let worst = verdicts
+            .iter()
+            .map(|s| s.worst.excess)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let top1 = verdicts
+            .iter()
+            .filter(|s| s.device_top1 == s.reference_top1)
+            .count();
+        println!(
+            "prompt {}: {} tokens, max |error| {max_err:.3e}, worst logit {worst:+.3e} past the \
+             bound, top-1 {top1}/{}: {}",
+            i + 1,
+            g.tokens.len(),
+            verdicts.len(),
+            if passed { "pass" } else { "FAIL" }
+        );
+        per_prompt.push(json!({
+            "prompt": run.prompt,
+            "prompt_tokens": run.prompt_tokens,
+            "tokens": g.tokens,
+            "text": g.text,
+            "passed": passed,
+            "steps": verdicts.len(),
+            "steps_failed": failed.len(),
+            "top1_agreements": top1,
+            "max_abs_error": max_err,
+            "worst_excess_over_bound": worst,
+            "max_abs_error_per_step": verdicts.iter().map(|s| s.max_abs_error).collect::<Vec<_>>(),
+            "failures": failed.iter().take(16).map(|s| failure_json(s)).collect::<Vec<_>>(),
+            "prefill_ms": g.prefill_ms,
+            "decode_ms": g.decode_ms,
+        }));
+    }
+    if let Some(t) = &timing {
+        println!(
+            "decode: {:.3} ms/token p50, {:.3} p90, {:.1} tokens/s, {:.0} GB/s of weights, {} \
+             dispatches per token",
+            t.quantile_ms(0.5),
+            t.quantile_ms(0.9),
+            t.tokens_per_second(),
+            t.weight_gbps(),
+            t.dispatches_per_token
+        );
+    }
+    let outcome = json!({
+        "passed": all_passed,
+        "steps": steps_total,
+        "steps_failed": steps_failed,
+        "prompts": per_prompt,
+        "device_run": summary_json(&summary),
+        "decode_timing": timing.as_ref().map(timing_json),
+    });
+    let rec = receipt::receipt(
+        "engine-check",
+        device,
+        json!({
+            "model": path.display().to_string(),
+            "checkpoint_sha256": hashes,
+            "prompts": prompts,
+            "tokens_per_prompt": a.tokens,
+            "decoding": "greedy on the device, end-of-sequence ignored",
+            "reference": "quench-cpu f64 decoder, teacher-forced on the device's tokens",
+        }),
+        json!({
+            "logit_abs": bound.abs,
+            "logit_rel": bound.rel,
+            "rule": "for every step and every logit |device − f64| ≤ 0.05 + 0.003·|f64|, and \
+                     the device's top token is the f64 reference's; fixed before dispatch",
+        }),
+        outcome,
+    );
+    receipt::write_json(&a.receipt, &rec)?;
+    eprintln!("receipt: {}", a.receipt.display());
+    if all_passed {
+        println!("check passed: {steps_total} steps");
+        Ok(())
+    } else {
+        Err(format!(
+            "the check failed: {steps_failed} of {steps_total} steps outside the bound or with \
+             another top token (details in {})",
+            a.receipt.display()
+        ))
+    }
+}
