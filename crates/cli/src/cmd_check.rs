@@ -46,10 +46,12 @@ pub struct CheckArgs {
     /// most 8192].
     #[arg(long, value_name = "TOKENS")]
     pub context: Option<usize>,
-    /// After the check, time this many greedy decode steps after the first prompt (0:
-    /// no timing).
+    /// After the check, time this many greedy decode steps (0: no timing).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub time_tokens: usize,
+    /// The timed decode's prompt length (token ids (i·7919 + 13) mod vocab).
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub time_prompt: usize,
     /// The model cache pulled models are found in (as for `quench pull --cache`).
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
@@ -258,13 +260,15 @@ fn generate_on_device(
             outcome,
         });
     }
-    let timing = match (a.time_tokens, runs.first()) {
-        (0, _) | (_, None) => None,
-        (n, Some(first)) => Some(
-            decoder
-                .time_decode(&first.prompt_tokens, n)
-                .map_err(|e| e.to_string())?,
-        ),
+    let timing = match a.time_tokens {
+        0 => None,
+        n => {
+            let vocab = decoder.config().vocab as u64;
+            let prompt: Vec<u32> = (0..a.time_prompt.max(1) as u64)
+                .map(|i| ((i * 7919 + 13) % vocab) as u32)
+                .collect();
+            Some(decoder.time_decode(&prompt, n).map_err(|e| e.to_string())?)
+        }
     };
     Ok((runs, summary, timing))
 }
