@@ -56,7 +56,11 @@ pub struct CheckArgs {
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
     /// Where to write the receipt.
-    #[arg(long, value_name = "PATH", default_value = "receipts/engine-check.json")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "receipts/engine-check.json"
+    )]
     pub receipt: PathBuf,
 }
 

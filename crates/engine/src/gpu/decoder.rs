@@ -11,7 +11,7 @@ use quench_rt::{
 
 use super::arena;
 use super::catalog::Catalog;
-use super::error::{gib, GpuError};
+use super::error::{size, GpuError};
 use super::graph::{DecodeGraph, Operand, Region, StepShape, WeightData};
 use super::kv::{BlockPool, GpuSession};
 use super::stored::StoredTensors;
@@ -206,11 +206,11 @@ impl GpuDecoder {
                     available,
                     breakdown: format!(
                         "weights {}, KV cache {} for {} × {} positions, activations {}",
-                        gib(weight_bytes),
-                        gib(kv_bytes),
+                        size(weight_bytes),
+                        size(kv_bytes),
                         shape.sessions,
                         context,
-                        gib(plan.bytes)
+                        size(plan.bytes)
                     ),
                 });
             }
@@ -442,7 +442,7 @@ fn place(
         |exec: &mut dyn Executor, bytes: u64, what: &str| -> Result<DevicePtr, GpuError> {
             let p = exec.alloc(bytes.max(1)).map_err(GpuError::runtime(format!(
                 "allocating {what} ({})",
-                gib(bytes)
+                size(bytes)
             )))?;
             allocations.push(p);
             Ok(p)

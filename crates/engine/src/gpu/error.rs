@@ -37,8 +37,8 @@ pub enum GpuError {
     /// The model, its KV cache and its activations together exceed the device memory.
     #[error(
         "the model does not fit on {device}: it needs {} ({breakdown}), and {} are available",
-        gib(*needed),
-        gib(*available)
+        size(*needed),
+        size(*available)
     )]
     DoesNotFit {
         device: String,
@@ -109,7 +109,12 @@ impl GpuError {
     }
 }
 
-/// Bytes as GiB with two decimals: "16.02 GiB".
-pub(crate) fn gib(bytes: u64) -> String {
-    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+/// Bytes in binary units with two decimals: "16.02 GiB", "183.50 MiB", "12.25 KiB".
+pub(crate) fn size(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        b30 if b30 >= 1 << 30 => format!("{:.2} GiB", b / (1u64 << 30) as f64),
+        b20 if b20 >= 1 << 20 => format!("{:.2} MiB", b / (1u64 << 20) as f64),
+        _ => format!("{:.2} KiB", b / 1024.0),
+    }
 }
