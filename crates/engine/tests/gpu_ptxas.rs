@@ -1,0 +1,46 @@
+//! Every kernel of SmolLM2's decode step, at the parameters the engine builds it with,
+//! emitted as PTX and assembled by `ptxas` for sm_90 without register spills. Needs
+//! `QUENCH_SMOLLM2_GGUF` (the SmolLM2-135M-Instruct Q4_1 GGUF file) and `ptxas`
+//! (`QUENCH_PTXAS`, `PATH` or the nvidia-cuda-nvcc wheel); prints SKIPPED without them.
+
+use quench_cpu::{ModelConfig, Naming};
+use quench_engine::gpu::{Catalog, DecodeGraph, StepShape};
+use quench_models::GgufFile;
+use quench_ptx::ptxas::{assemble, find_ptxas};
+
+#[test]
+fn smollm2_step_kernels_assemble_without_spills() {
+    let Some(path) = std::env::var_os("QUENCH_SMOLLM2_GGUF") else {
+        eprintln!("SKIPPED: QUENCH_SMOLLM2_GGUF is not set");
+        return;
+    };
+    if let Err(e) = find_ptxas() {
+        eprintln!("SKIPPED: {e}");
+        return;
+    }
+    let file = GgufFile::open(&path).unwrap();
+    let config = ModelConfig::from_gguf(&file).unwrap();
+    let catalog = Catalog::choose(&config, &file, Naming::Gguf).unwrap();
+    let shape = StepShape {
+        context: 8192,
+        sessions: 1,
+    };
+    let graph = DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).unwrap();
+    let mut failures = vec![];
+    for f in &graph.kernels {
+        let ptx = quench_ptx::emit(f).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        match assemble(&ptx, "sm_90") {
+            Ok(r) => {
+                eprintln!(
+                    "{:<28} registers {:>3}  spills {:>3}/{:>3} B",
+                    f.name, r.registers, r.spill_store_bytes, r.spill_load_bytes
+                );
+                if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
+                    failures.push(format!("{}: spills registers", f.name));
+                }
+            }
+            Err(e) => failures.push(format!("{}: {e}", f.name)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
