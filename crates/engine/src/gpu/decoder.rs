@@ -363,7 +363,9 @@ impl GpuDecoder {
                 .collect();
             d.exec
                 .copy_to_device(d.table, &table)
-                .map_err(GpuError::runtime(during("writing the block table")))?;
+                .map_err(GpuError::runtime(during(
+                    "writing the block table (or the previous step's kernels)",
+                )))?;
             d.resident = Some((session.id, session.version));
         }
         let record: Vec<u8> = [token, pos as u32, pos as u32 + 1, 0]
@@ -372,7 +374,9 @@ impl GpuDecoder {
             .collect();
         d.exec
             .copy_to_device(d.step, &record)
-            .map_err(GpuError::runtime(during("writing the token")))?;
+            .map_err(GpuError::runtime(during(
+                "writing the token (or the previous step's kernels)",
+            )))?;
         match d.graph {
             Some(g) => d
                 .exec
@@ -386,15 +390,12 @@ impl GpuDecoder {
                 }
             }
         }
-        // A copy waits for the step, so a kernel that failed on the device shows here.
+        // A copy waits for the step, so a kernel that failed on the device shows here. A
+        // step that reads nothing is not waited for: the next step's copies are ordered
+        // after it, and a feed always ends with a read.
         let read_back = during("the step's kernels or the read-back");
         let out = match (read, d.next) {
-            (Read::Nothing, _) => {
-                d.exec
-                    .synchronize()
-                    .map_err(GpuError::runtime(during("the step's kernels")))?;
-                Out::Nothing
-            }
+            (Read::Nothing, _) => Out::Nothing,
             (Read::Next, Some(next)) => {
                 let mut bytes = [0u8; 4];
                 d.exec
