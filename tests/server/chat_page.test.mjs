@@ -8,6 +8,8 @@ import { chromium } from "playwright-core";
 
 const root = process.env.QUENCH_ROOT;
 const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
+// A real model on two cores answers a long prompt in tens of seconds.
+const WAIT_MS = 180000;
 
 test("chat page streams an answer and stops on request", async () => {
   assert.ok(root, "QUENCH_ROOT is not set: run tests/server/run.sh");
@@ -25,8 +27,17 @@ test("chat page streams an answer and stops on request", async () => {
     const model = await page.inputValue("#model");
     assert.equal(model, process.env.QUENCH_CHAT_MODEL);
 
-    // Record how the answer grows: more than one distinct length means it streamed.
-    await page.fill("#input", "Hello! Tell me about the sea.");
+    // Greedy, and a network slow enough that a fast model's answer still arrives over a
+    // second or so. Record how the answer grows: several lengths mean it streamed.
+    await page.fill("#temperature", "0");
+    await page.fill("#max-tokens", "64");
+    const cdp = await page.context().newCDPSession(page);
+    await cdp.send("Network.enable");
+    const throttle = (bytesPerSecond) => cdp.send("Network.emulateNetworkConditions", {
+      offline: false, latency: 0, downloadThroughput: bytesPerSecond, uploadThroughput: -1,
+    });
+    await throttle(20000);
+    await page.fill("#input", "Write a poem about the sea.");
     await page.keyboard.press("Enter");
     await page.waitForSelector(".msg.user");
     const lengths = await page.evaluate(() => new Promise((resolve) => {
@@ -41,18 +52,25 @@ test("chat page streams an answer and stops on request", async () => {
     }));
     const answer = await page.textContent(".msg.assistant");
     assert.ok(answer.length > 0, "no answer shown");
-    assert.ok(lengths.filter((n) => n > 0).length >= 2, `answer did not stream: ${lengths}`);
-    await page.waitForSelector(".msg.meta");
+    assert.ok(lengths.filter((n) => n > 0).length >= 3, `answer did not stream: ${lengths}`);
+    await page.waitForSelector(".msg.meta", { timeout: WAIT_MS });
     assert.ok(!(await page.isDisabled("#send")));
 
-    // A second message in the same conversation, stopped at once.
-    await page.fill("#input", "Now write a very long poem.");
+    // A second message in the same conversation, stopped while it streams in (over a slow
+    // network, so that even a one-token answer is still arriving when the stop is clicked).
+    await throttle(2000);
+    await page.fill("#input", "Describe the ocean.");
     await page.click("#send");
-    await page.waitForFunction(() => !document.querySelector("#stop").disabled);
+    await page.waitForFunction(
+      () => document.querySelectorAll(".msg.assistant").length === 2 &&
+        !document.querySelector("#stop").disabled, null, { timeout: WAIT_MS });
     await page.click("#stop");
-    await page.waitForFunction(() => document.querySelectorAll(".msg.assistant").length === 2 &&
-      document.querySelectorAll(".msg.assistant")[1].dataset.state === "done");
+    await page.waitForFunction(
+      () => document.querySelectorAll(".msg.assistant")[1].dataset.state === "done", null, { timeout: WAIT_MS });
+    const metas = await page.$$eval(".msg.meta", (els) => els.map((e) => e.textContent));
+    assert.equal(metas[metas.length - 1], "stopped");
     assert.ok(await page.isDisabled("#stop"));
+    await throttle(-1);
 
     // Everything the page loaded came from the server itself.
     assert.ok(requests.every((u) => u.startsWith(root)), requests.join(" "));

@@ -62,6 +62,8 @@ struct Details {
     prompt_tokens: Option<usize>,
     completion_tokens: Option<usize>,
     error: Option<String>,
+    /// The client went away before its answer was finished.
+    cancelled: bool,
 }
 
 /// One request's log line, written when the last reference to it is dropped (after the
@@ -111,6 +113,10 @@ impl RequestLog {
         });
     }
 
+    pub fn set_cancelled(&self) {
+        self.with(|d| d.cancelled = true);
+    }
+
     /// What went wrong, for a request that failed after its status was sent (a stream).
     pub fn set_error(&self, error: &str) {
         self.with(|d| d.error = Some(error.to_owned()));
@@ -120,6 +126,11 @@ impl RequestLog {
 impl Drop for RequestLog {
     fn drop(&mut self) {
         let d = self.details.get_mut().unwrap_or_else(|e| e.into_inner());
+        if d.status == 0 {
+            // The client went away before the response began (nginx's "client closed request").
+            d.status = 499;
+            d.cancelled = true;
+        }
         self.metrics.count_request(&self.route, d.status);
         let level = if d.status >= 500 || d.error.is_some() {
             "error"
@@ -139,6 +150,7 @@ impl Drop for RequestLog {
             ("prompt_tokens", d.prompt_tokens.map(Value::from)),
             ("completion_tokens", d.completion_tokens.map(Value::from)),
             ("error", d.error.take().map(Value::from)),
+            ("cancelled", d.cancelled.then_some(Value::Bool(true))),
         ];
         for (key, value) in extra {
             if let Some(v) = value {

@@ -797,6 +797,16 @@ impl Streaming {
     }
 }
 
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Some(log) = &self.log {
+                log.set_cancelled();
+            }
+        }
+    }
+}
+
 fn stream_response(
     reply: Reply,
     rx: UnboundedReceiver<Event>,
