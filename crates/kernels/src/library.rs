@@ -9,6 +9,7 @@ use crate::attention::append::{self, AppendParams};
 use crate::attention::decode::{self, DecodeParams};
 use crate::attention::merge::{self, MergeParams};
 use crate::attention::prefill::{self, PrefillParams};
+use crate::attention::KvElem;
 use crate::case::KernelCase;
 use crate::embed::{self, EmbedParams, TableFormat};
 use crate::error::KernelError;
@@ -38,11 +39,11 @@ enum Family {
     Embed(TableFormat),
     NormResidual(Norm, OutType),
     Rope(RopeStyle),
-    QGemv(WeightFormat, Epilogue),
-    AttentionDecode,
-    AttentionMerge,
+    QGemv(WeightFormat, Epilogue, OutType),
+    AttentionDecode(KvElem),
+    AttentionMerge(OutType),
     Argmax,
-    KvAppend,
+    KvAppend(KvElem),
     AttentionPrefill,
     Sample,
 }
@@ -80,11 +81,11 @@ impl KernelSpec {
             Family::Embed(f) => embed::build(&embed_params(f, &r)?),
             Family::NormResidual(n, o) => norm_residual::build(&norm_residual_params(n, o, &r)?),
             Family::Rope(style) => rope::build(&rope_params(style, &r)?),
-            Family::QGemv(f, e) => qgemv::build(&qgemv_params(f, e, &r)?),
-            Family::AttentionDecode => decode::build(&decode_params(&r)?),
-            Family::AttentionMerge => merge::build(&merge_params(&r)?),
+            Family::QGemv(f, e, a) => qgemv::build(&qgemv_params(f, e, a, &r)?),
+            Family::AttentionDecode(kv) => decode::build(&decode_params(kv, &r)?),
+            Family::AttentionMerge(out) => merge::build(&merge_params(out, &r)?),
             Family::Argmax => argmax::build(&argmax_params(&r)?),
-            Family::KvAppend => append::build(&append_params(&r)?),
+            Family::KvAppend(kv) => append::build(&append_params(kv, &r)?),
             Family::AttentionPrefill => prefill::build(&prefill_params(&r)?),
             Family::Sample => sample::build(&sample_params(&r)?),
         }
@@ -112,13 +113,13 @@ impl KernelSpec {
                 let n_pos = r.get("n_pos", 2, MAX_ROWS)?;
                 rope::case(&rope_params(style, &r)?, tokens, n_pos, seed)
             }
-            Family::QGemv(f, e) => qgemv::case(&qgemv_params(f, e, &r)?, seed),
-            Family::AttentionDecode => decode::case(&decode_params(&r)?, seed),
-            Family::AttentionMerge => merge::case(&merge_params(&r)?, rows_of(&r)?, seed),
+            Family::QGemv(f, e, a) => qgemv::case(&qgemv_params(f, e, a, &r)?, seed),
+            Family::AttentionDecode(kv) => decode::case(&decode_params(kv, &r)?, seed),
+            Family::AttentionMerge(out) => merge::case(&merge_params(out, &r)?, rows_of(&r)?, seed),
             Family::Argmax => argmax::case(&argmax_params(&r)?, rows_of(&r)?, seed),
-            Family::KvAppend => {
+            Family::KvAppend(kv) => {
                 let n_seqs = r.get("n_seqs", 1, 1 << 16)?;
-                append::case(&append_params(&r)?, n_seqs, r.get("tokens", 1, MAX_ROWS)?, seed)
+                append::case(&append_params(kv, &r)?, n_seqs, r.get("tokens", 1, MAX_ROWS)?, seed)
             }
             Family::AttentionPrefill => {
                 let (q_start, n_q) = (r.get("q_start", 0, MAX_ROWS)?, r.get("n_q", 1, MAX_ROWS)?);
@@ -230,12 +231,15 @@ pub fn library() -> Vec<KernelSpec> {
         ROPE,
         Family::Rope(RopeStyle::GptJ),
     ));
-    for f in WeightFormat::ALL {
-        for e in Epilogue::ALL {
-            // Plain bf16 is `gemv_bf16` above.
-            if (f, e) != (WeightFormat::BF16, Epilogue::Plain) {
-                let params = if f.is_float() { QGEMV_FLOAT } else { QGEMV_QUANT };
-                all.push(spec(qgemv::name(f, e), qgemv_description(f, e), params, Family::QGemv(f, e)));
+    for act in [OutType::BF16, OutType::F32] {
+        for f in WeightFormat::ALL {
+            for e in Epilogue::ALL {
+                // Plain bf16 is `gemv_bf16` above.
+                if (f, e, act) != (WeightFormat::BF16, Epilogue::Plain, OutType::BF16) {
+                    let params = if f.is_float() { QGEMV_FLOAT } else { QGEMV_QUANT };
+                    let (name, description) = (qgemv::name(f, e, act), qgemv_description(f, e, act));
+                    all.push(spec(name, description, params, Family::QGemv(f, e, act)));
+                }
             }
         }
     }
@@ -244,13 +248,26 @@ pub fn library() -> Vec<KernelSpec> {
         "decode attention, split-K over a paged bf16 KV cache (16-token blocks, block table), GQA; \
          per-split max, sum and unnormalized output (f32), ex2.approx",
         ATTENTION_DECODE,
-        Family::AttentionDecode,
+        Family::AttentionDecode(KvElem::BF16),
+    ));
+    all.push(spec(
+        decode::NAME_F16,
+        "decode attention, split-K over a paged f16 KV cache (16-token blocks, block table), GQA; \
+         per-split max, sum and unnormalized output (f32), ex2.approx",
+        ATTENTION_DECODE,
+        Family::AttentionDecode(KvElem::F16),
     ));
     all.push(spec(
         merge::NAME,
         "decode attention: merge the splits' (max, sum, output) partials into each head's output, bf16",
         ATTENTION_MERGE,
-        Family::AttentionMerge,
+        Family::AttentionMerge(OutType::BF16),
+    ));
+    all.push(spec(
+        merge::NAME_F32,
+        "decode attention: merge the splits' (max, sum, output) partials into each head's output, f32",
+        ATTENTION_MERGE,
+        Family::AttentionMerge(OutType::F32),
     ));
     all.push(spec(
         prefill::NAME,
@@ -263,7 +280,13 @@ pub fn library() -> Vec<KernelSpec> {
         append::NAME,
         "write new tokens' keys and values (f32) into the paged bf16 KV cache at (sequence, position)",
         KV_APPEND,
-        Family::KvAppend,
+        Family::KvAppend(KvElem::BF16),
+    ));
+    all.push(spec(
+        append::NAME_F16,
+        "write new tokens' keys and values (f32) into the paged f16 KV cache at (sequence, position)",
+        KV_APPEND,
+        Family::KvAppend(KvElem::F16),
     ));
     all.push(spec(
         argmax::NAME,
@@ -281,32 +304,53 @@ pub fn library() -> Vec<KernelSpec> {
     all
 }
 
-/// The descriptions of the matrix–vector kernels, by format and epilogue.
-fn qgemv_description(f: WeightFormat, e: Epilogue) -> &'static str {
+/// The descriptions of the matrix–vector kernels, by format, epilogue and activation type.
+fn qgemv_description(f: WeightFormat, e: Epilogue, act: OutType) -> &'static str {
     use Epilogue::*;
     use WeightFormat::*;
-    match (f, e) {
-        (BF16, Plain) => "y = W·x, W bf16 (see gemv_bf16)",
-        (BF16, Residual) => "y = W·x + r (in place on r), W bf16 row-major, x bf16, y f32; one warp per row",
-        (BF16, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu bf16, x bf16; one warp per row, ex2/div.approx",
-        (F16, Plain) => "y = W·x, W f16 row-major, x bf16, y f32; one warp per row, 16-byte .nc loads",
-        (F16, Residual) => "y = W·x + r (in place on r), W f16, x bf16, y f32; one warp per row",
-        (F16, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu f16, x bf16; one warp per row, ex2/div.approx",
-        (Q8_0, Plain) => "y = W·x, W Q8_0 (GGUF blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
-        (Q8_0, Residual) => "y = W·x + r (in place on r), W Q8_0 dequantized in-kernel, x bf16, y f32",
-        (Q8_0, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q8_0 dequantized in-kernel, x bf16",
-        (Q4_0, Plain) => "y = W·x, W Q4_0 (GGUF blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
-        (Q4_0, Residual) => "y = W·x + r (in place on r), W Q4_0 dequantized in-kernel, x bf16, y f32",
-        (Q4_0, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_0 dequantized in-kernel, x bf16",
-        (Q4_1, Plain) => "y = W·x, W Q4_1 (GGUF blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
-        (Q4_1, Residual) => "y = W·x + r (in place on r), W Q4_1 dequantized in-kernel, x bf16, y f32",
-        (Q4_1, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_1 dequantized in-kernel, x bf16",
-        (Q4K, Plain) => "y = W·x, W Q4_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
-        (Q4K, Residual) => "y = W·x + r (in place on r), W Q4_K dequantized in-kernel, x bf16, y f32",
-        (Q4K, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_K dequantized in-kernel, x bf16",
-        (Q6K, Plain) => "y = W·x, W Q6_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
-        (Q6K, Residual) => "y = W·x + r (in place on r), W Q6_K dequantized in-kernel, x bf16, y f32",
-        (Q6K, SwiGlu) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q6_K dequantized in-kernel, x bf16",
+    match (f, e, act) {
+        (BF16, Plain, OutType::BF16) => "y = W·x, W bf16 (see gemv_bf16)",
+        (BF16, Plain, OutType::F32) => "y = W·x, W bf16 row-major, x f32, y f32; one warp per row, 16-byte .nc loads",
+        (BF16, Residual, OutType::BF16) => "y = W·x + r (in place on r), W bf16 row-major, x bf16, y f32; one warp per row",
+        (BF16, Residual, OutType::F32) => "y = W·x + r (in place on r), W bf16 row-major, x f32, y f32; one warp per row",
+        (BF16, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu bf16, x bf16; one warp per row, ex2/div.approx",
+        (BF16, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu bf16, x f32; one warp per row, ex2/div.approx",
+        (F16, Plain, OutType::BF16) => "y = W·x, W f16 row-major, x bf16, y f32; one warp per row, 16-byte .nc loads",
+        (F16, Plain, OutType::F32) => "y = W·x, W f16 row-major, x f32, y f32; one warp per row, 16-byte .nc loads",
+        (F16, Residual, OutType::BF16) => "y = W·x + r (in place on r), W f16, x bf16, y f32; one warp per row",
+        (F16, Residual, OutType::F32) => "y = W·x + r (in place on r), W f16, x f32, y f32; one warp per row",
+        (F16, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu f16, x bf16; one warp per row, ex2/div.approx",
+        (F16, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu f16, x f32; one warp per row, ex2/div.approx",
+        (Q8_0, Plain, OutType::BF16) => "y = W·x, W Q8_0 (GGUF blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q8_0, Plain, OutType::F32) => "y = W·x, W Q8_0 (GGUF blocks, dequantized in-kernel), x f32, y f32; one warp per row",
+        (Q8_0, Residual, OutType::BF16) => "y = W·x + r (in place on r), W Q8_0 dequantized in-kernel, x bf16, y f32",
+        (Q8_0, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q8_0 dequantized in-kernel, x f32, y f32",
+        (Q8_0, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q8_0 dequantized in-kernel, x bf16",
+        (Q8_0, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q8_0 dequantized in-kernel, x f32",
+        (Q4_0, Plain, OutType::BF16) => "y = W·x, W Q4_0 (GGUF blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q4_0, Plain, OutType::F32) => "y = W·x, W Q4_0 (GGUF blocks, dequantized in-kernel), x f32, y f32; one warp per row",
+        (Q4_0, Residual, OutType::BF16) => "y = W·x + r (in place on r), W Q4_0 dequantized in-kernel, x bf16, y f32",
+        (Q4_0, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q4_0 dequantized in-kernel, x f32, y f32",
+        (Q4_0, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_0 dequantized in-kernel, x bf16",
+        (Q4_0, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q4_0 dequantized in-kernel, x f32",
+        (Q4_1, Plain, OutType::BF16) => "y = W·x, W Q4_1 (GGUF blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q4_1, Plain, OutType::F32) => "y = W·x, W Q4_1 (GGUF blocks, dequantized in-kernel), x f32, y f32; one warp per row",
+        (Q4_1, Residual, OutType::BF16) => "y = W·x + r (in place on r), W Q4_1 dequantized in-kernel, x bf16, y f32",
+        (Q4_1, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q4_1 dequantized in-kernel, x f32, y f32",
+        (Q4_1, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_1 dequantized in-kernel, x bf16",
+        (Q4_1, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q4_1 dequantized in-kernel, x f32",
+        (Q4K, Plain, OutType::BF16) => "y = W·x, W Q4_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q4K, Plain, OutType::F32) => "y = W·x, W Q4_K (GGUF super-blocks, dequantized in-kernel), x f32, y f32; one warp per row",
+        (Q4K, Residual, OutType::BF16) => "y = W·x + r (in place on r), W Q4_K dequantized in-kernel, x bf16, y f32",
+        (Q4K, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q4_K dequantized in-kernel, x f32, y f32",
+        (Q4K, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_K dequantized in-kernel, x bf16",
+        (Q4K, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q4_K dequantized in-kernel, x f32",
+        (Q6K, Plain, OutType::BF16) => "y = W·x, W Q6_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q6K, Plain, OutType::F32) => "y = W·x, W Q6_K (GGUF super-blocks, dequantized in-kernel), x f32, y f32; one warp per row",
+        (Q6K, Residual, OutType::BF16) => "y = W·x + r (in place on r), W Q6_K dequantized in-kernel, x bf16, y f32",
+        (Q6K, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q6_K dequantized in-kernel, x f32, y f32",
+        (Q6K, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q6_K dequantized in-kernel, x bf16",
+        (Q6K, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q6_K dequantized in-kernel, x f32",
     }
 }
 
@@ -503,10 +547,11 @@ fn rope_params(style: RopeStyle, r: &Reader) -> Result<RopeParams, KernelError> 
     })
 }
 
-fn qgemv_params(format: WeightFormat, epilogue: Epilogue, r: &Reader) -> Result<QGemvParams, KernelError> {
+fn qgemv_params(format: WeightFormat, epilogue: Epilogue, act: OutType, r: &Reader) -> Result<QGemvParams, KernelError> {
     Ok(QGemvParams {
         format,
         epilogue,
+        act,
         rows: r.get("rows", 1, MAX_ROWS)?,
         cols: r.get("cols", 1, MAX_COLS)?,
         warps: r.get("warps", 1, 32)?,
@@ -514,8 +559,9 @@ fn qgemv_params(format: WeightFormat, epilogue: Epilogue, r: &Reader) -> Result<
     })
 }
 
-fn decode_params(r: &Reader) -> Result<DecodeParams, KernelError> {
+fn decode_params(kv: KvElem, r: &Reader) -> Result<DecodeParams, KernelError> {
     Ok(DecodeParams {
+        kv,
         head_dim: r.get("head_dim", 8, 1024)?,
         n_heads: r.get("n_heads", 1, 1024)?,
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
@@ -525,16 +571,17 @@ fn decode_params(r: &Reader) -> Result<DecodeParams, KernelError> {
     })
 }
 
-fn merge_params(r: &Reader) -> Result<MergeParams, KernelError> {
-    Ok(MergeParams { head_dim: r.get("head_dim", 32, 1024)?, n_splits: r.get("n_splits", 1, 1 << 16)? })
+fn merge_params(out: OutType, r: &Reader) -> Result<MergeParams, KernelError> {
+    Ok(MergeParams { head_dim: r.get("head_dim", 32, 1024)?, n_splits: r.get("n_splits", 1, 1 << 16)?, out })
 }
 
 fn argmax_params(r: &Reader) -> Result<ArgmaxParams, KernelError> {
     Ok(ArgmaxParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
 }
 
-fn append_params(r: &Reader) -> Result<AppendParams, KernelError> {
+fn append_params(kv: KvElem, r: &Reader) -> Result<AppendParams, KernelError> {
     Ok(AppendParams {
+        kv,
         head_dim: r.get("head_dim", 4, 1024)?,
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
         max_blocks: r.get("max_blocks", 1, 1 << 20)?,

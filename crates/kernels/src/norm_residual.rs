@@ -41,7 +41,7 @@ pub enum OutType {
 }
 
 impl OutType {
-    fn scalar(self) -> Scalar {
+    pub fn scalar(self) -> Scalar {
         match self {
             OutType::F32 => Scalar::F32,
             OutType::BF16 => Scalar::BF16,

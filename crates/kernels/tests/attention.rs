@@ -5,7 +5,8 @@
 use quench_kernels::approx::gamma;
 use quench_kernels::attention::decode::{self, DecodeParams};
 use quench_kernels::attention::merge::{self, MergeParams};
-use quench_kernels::attention::PagedCache;
+use quench_kernels::attention::{KvElem, PagedCache};
+use quench_kernels::norm_residual::OutType;
 use quench_kernels::{compare, compare_controls, data, run_case, KernelCase};
 use quench_rt::InterpExecutor;
 
@@ -21,10 +22,10 @@ fn run(case: &KernelCase) -> quench_kernels::CaseOutputs {
     run_case(&mut InterpExecutor::new(), case).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn attend(p: DecodeParams, ctx_len: Vec<u32>) {
+fn attend(p: DecodeParams, out_type: OutType, ctx_len: Vec<u32>) {
     let seed = seed();
     let mut rng = data::rng(seed);
-    let cache = PagedCache::random(&mut rng, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, ctx_len);
+    let cache = PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, ctx_len);
     let scale = 1.0 / (p.head_dim as f64).sqrt();
     let split_case = decode::case_for(&p, &cache, scale).expect("decode case");
     let out = run(&split_case);
@@ -35,12 +36,12 @@ fn attend(p: DecodeParams, ctx_len: Vec<u32>) {
     let (m, l, o) = (f32s(5), f32s(6), f32s(7));
 
     let (exact, b) = cache.attend(scale);
-    let want: Vec<half::bf16> = exact.iter().map(|&v| half::bf16::from_f64(v)).collect();
+    let mp = MergeParams { head_dim: p.head_dim, n_splits: p.n_splits(), out: out_type };
+    let want: Vec<f64> = exact.iter().map(|&v| merge::round_out(&mp, v)).collect();
     // The split kernel's weights are within ρ of exact (relative to a common maximum, which
     // cancels in the quotient) and its sums add γ over at most split + 10 terms.
     let rho = decode::weight_error(&p, &cache, scale).rho;
     let extra = (1.0 + rho) * (1.0 + gamma(p.split as u64 + 10)) - 1.0;
-    let mp = MergeParams { head_dim: p.head_dim, n_splits: p.n_splits() };
     let merge_case = merge::case_from(&mp, m, l, o, want, &b, extra).expect("merge case");
     let out = run(&merge_case);
     for r in compare(&merge_case, &out).expect("comparable") {
@@ -57,12 +58,30 @@ fn attend(p: DecodeParams, ctx_len: Vec<u32>) {
 fn decode_then_merge_is_attention() {
     // Three sequences: full, ending inside a split, one token; GQA 8/2 of 64 over 4
     // splits of 64.
-    let p = DecodeParams { head_dim: 64, n_heads: 8, n_kv_heads: 2, max_blocks: 16, split: 64, threads: 64 };
-    attend(p, vec![256, 150, 1]);
+    let p = DecodeParams {
+        head_dim: 64,
+        n_heads: 8,
+        n_kv_heads: 2,
+        max_blocks: 16,
+        split: 64,
+        threads: 64,
+        kv: KvElem::BF16,
+    };
+    attend(p, OutType::BF16, vec![256, 150, 1]);
+    // The engine's pair: an f16 cache, an f32 output.
+    attend(DecodeParams { kv: KvElem::F16, ..p }, OutType::F32, vec![256, 150, 1]);
 }
 
 #[test]
 fn heads_of_128_without_grouping() {
-    let p = DecodeParams { head_dim: 128, n_heads: 2, n_kv_heads: 2, max_blocks: 16, split: 128, threads: 128 };
-    attend(p, vec![256, 200]);
+    let p = DecodeParams {
+        head_dim: 128,
+        n_heads: 2,
+        n_kv_heads: 2,
+        max_blocks: 16,
+        split: 128,
+        threads: 128,
+        kv: KvElem::F16,
+    };
+    attend(p, OutType::F32, vec![256, 200]);
 }

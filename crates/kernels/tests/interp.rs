@@ -181,11 +181,37 @@ fn qgemv_k_quants() {
 }
 
 #[test]
+fn gemv_f32_activations() {
+    // Every format with f32 activations (and, for SwiGLU, f32 output): the x loads take
+    // 4 elements a word instead of 8.
+    check_gemv_family_xf32("gemv_bf16", "cols=576 warps=2 unroll=2");
+    check_gemv_family_xf32("gemv_f16", "cols=576 warps=2 unroll=2");
+    for base in ["qgemv_q8_0", "qgemv_q4_0", "qgemv_q4_1"] {
+        check_gemv_family_xf32(base, "cols=2560 warps=2 unroll=1");
+    }
+    for base in ["qgemv_q4_k", "qgemv_q6_k"] {
+        check_gemv_family_xf32(base, "cols=2304 warps=2 unroll=2");
+    }
+    check(&case("qgemv_q4_1_xf32", "rows=3 cols=576 warps=1 unroll=2"));
+}
+
+/// [`check_gemv_family`] of the f32-activation kernels.
+fn check_gemv_family_xf32(base: &str, params: &str) {
+    check(&case(&format!("{base}_xf32"), &format!("rows=6 {params}")));
+    check(&case(&format!("{base}_residual_xf32"), &format!("rows=5 {params}")));
+    check(&case(&format!("{base}_residual_xf32"), &format!("rows=6 {params}")));
+    check(&case(&format!("{base}_swiglu_xf32"), &format!("rows=9 {params}")));
+}
+
+#[test]
 fn attention_decode() {
     // 4 splits of 64 tokens; GQA 4/2 of 64; the second sequence leaves its last split empty.
     check(&case("attention_decode_bf16", "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64"));
     // 6 query heads on one kv head of 128 (6 accumulators per thread), 2 splits of 128.
     check(&case("attention_decode_bf16", "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
+    // The f16 cache on both shapes.
+    check(&case("attention_decode_f16", "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64"));
+    check(&case("attention_decode_f16", "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
 }
 
 #[test]
@@ -203,12 +229,16 @@ fn kv_append() {
     check(&case("kv_append_bf16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
     // 8 heads of 128: 256 groups over 96 threads (two full walk steps and a guarded one).
     check(&case("kv_append_bf16", "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96"));
+    check(&case("kv_append_f16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
+    check(&case("kv_append_f16", "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96"));
 }
 
 #[test]
 fn attention_merge() {
     check(&case("attention_merge_bf16", "rows=6 head_dim=64 n_splits=5"));
     check(&case("attention_merge_bf16", "rows=3 head_dim=128 n_splits=2"));
+    check(&case("attention_merge_f32", "rows=6 head_dim=64 n_splits=5"));
+    check(&case("attention_merge_f32", "rows=3 head_dim=128 n_splits=2"));
 }
 
 #[test]

@@ -1,26 +1,29 @@
 //! Writing new tokens' keys and values into the paged cache (see [`super`]): token `i`
 //! of the batch, of sequence `seq[i]` at position `pos[i]`, goes to block
-//! `block_table[seq[i]][pos[i] / 16]`, row `pos[i] mod 16`, rounded to bf16.
+//! `block_table[seq[i]][pos[i] / 16]`, row `pos[i] mod 16`, rounded to the cache's
+//! element type ([`KvElem`]).
 //!
 //! **Layout**: `k`, `v` `[tokens, n_kv_heads, head_dim]` f32 (keys after RoPE); `seq`,
 //! `pos` `[tokens]` u32; `block_table` `[n_seqs, max_blocks]` u32; the caches as in
 //! [`super`], updated in place. One block per token; the `n_kv_heads · head_dim / 4`
 //! groups of four elements of both k and v are walked by [`crate::rows::RowWalk`]. A
 //! position past `max_blocks · 16` writes nothing (the engine refuses such contexts
-//! before it gets here). Rounding to bf16 is the only operation: exact, bit for bit.
+//! before it gets here). Rounding to the element type is the only operation: exact, bit
+//! for bit.
 
-use half::bf16;
 use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
 use quench_rt::Launch;
 
-use super::{PagedCache, BLOCK_TOKENS};
+use super::{KvElem, PagedCache, BLOCK_TOKENS};
 use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
-use crate::lanes::{emit_pack_bf16x2, gptr, wide_mul};
+use crate::lanes::{gptr, wide_mul};
 use crate::rows::{self, RowWalk};
 
+/// Library names, by cache element type.
 pub const NAME: &str = "kv_append_bf16";
+pub const NAME_F16: &str = "kv_append_f16";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AppendParams {
@@ -29,9 +32,18 @@ pub struct AppendParams {
     pub max_blocks: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
+    /// The cache's element type.
+    pub kv: KvElem,
 }
 
 impl AppendParams {
+    pub fn name(&self) -> &'static str {
+        match self.kv {
+            KvElem::BF16 => NAME,
+            KvElem::F16 => NAME_F16,
+        }
+    }
+
     fn row(&self) -> u32 {
         self.n_kv_heads * self.head_dim
     }
@@ -45,26 +57,27 @@ impl AppendParams {
     }
 }
 
-/// `kv_append_bf16(k, v, seq, pos, block_table, k_cache, v_cache)`, one block per token.
+/// `kv_append_<bf16|f16>(k, v, seq, pos, block_table, k_cache, v_cache)`, one block per
+/// token.
 pub fn build(p: &AppendParams) -> Result<Function, KernelError> {
     if p.head_dim == 0 || !p.head_dim.is_multiple_of(4) || p.n_kv_heads == 0 || p.max_blocks == 0 {
         return Err(KernelError::unsupported(
-            NAME,
+            p.name(),
             format!(
                 "head_dim = {} must be a positive multiple of 4; n_kv_heads = {} and max_blocks = {} positive",
                 p.head_dim, p.n_kv_heads, p.max_blocks
             ),
         ));
     }
-    rows::check(NAME, p.row(), 4, p.threads)?;
-    let mut k = Builder::new(NAME, p.threads);
+    rows::check(p.name(), p.row(), 4, p.threads)?;
+    let mut k = Builder::new(p.name(), p.threads);
     let kin = k.param("k", gptr(Scalar::F32));
     let vin = k.param("v", gptr(Scalar::F32));
     let seqs = k.param("seq", gptr(Scalar::U32));
     let poss = k.param("pos", gptr(Scalar::U32));
     let table = k.param("block_table", gptr(Scalar::U32));
-    let kc = k.param("k_cache", gptr(Scalar::BF16));
-    let vc = k.param("v_cache", gptr(Scalar::BF16));
+    let kc = k.param("k_cache", gptr(p.kv.scalar()));
+    let vc = k.param("v_cache", gptr(p.kv.scalar()));
     let t = k.ctaid_x();
     let tid = k.tid_x();
     let at = k.ptr_add(seqs, t);
@@ -99,7 +112,7 @@ pub fn build(p: &AppendParams) -> Result<Function, KernelError> {
             let i64 = k.cvt(Scalar::U64, i);
             let dst = k.add(dst, i64);
             for (from, to) in [(ks, kc), (vs, vc)] {
-                store_group(k, from, e, to, dst);
+                store_group(k, p.kv, from, e, to, dst);
             }
             vec![]
         });
@@ -107,13 +120,13 @@ pub fn build(p: &AppendParams) -> Result<Function, KernelError> {
     Ok(k.finish()?)
 }
 
-/// Four f32 at element `e` of `from`, rounded to bf16, stored at element `dst` of `to`.
-fn store_group(k: &mut Builder, from: Value, e: Value, to: Value, dst: Value) {
+/// Four f32 at element `e` of `from`, rounded to `kv`, stored at element `dst` of `to`.
+fn store_group(k: &mut Builder, kv: KvElem, from: Value, e: Value, to: Value, dst: Value) {
     let at = k.ptr_add(from, e);
     let v = k.load_with(Type::Vec(Scalar::F32, 4), at, CacheOp::Nc);
     let xs: Vec<Value> = (0..4).map(|i| k.extract(v, i)).collect();
-    let lo = emit_pack_bf16x2(k, xs[0], xs[1]);
-    let hi = emit_pack_bf16x2(k, xs[2], xs[3]);
+    let lo = kv.emit_pack2(k, xs[0], xs[1]);
+    let hi = kv.emit_pack2(k, xs[2], xs[3]);
     let pair = k.pack(Type::Vec(Scalar::U32, 2), &[lo, hi]);
     let words = k.ptr_cast(Scalar::U32, to);
     let w = k.shr_const(dst, 1);
@@ -133,8 +146,8 @@ pub fn reference(p: &AppendParams, cache: &mut PagedCache, k: &[f32], v: &[f32],
             let r = ((blk * p.n_kv_heads + h) * BLOCK_TOKENS + ps % BLOCK_TOKENS) as usize * hd;
             let src = t * row + h as usize * hd;
             for i in 0..hd {
-                cache.k[r + i] = bf16::from_f32(k[src + i]);
-                cache.v[r + i] = bf16::from_f32(v[src + i]);
+                cache.k[r + i] = cache.elem.round(k[src + i]);
+                cache.v[r + i] = cache.elem.round(v[src + i]);
             }
         }
     }
@@ -147,13 +160,13 @@ pub fn case(p: &AppendParams, n_seqs: u32, tokens: u32, seed: u64) -> Result<Ker
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let mut cache =
-        PagedCache::random(&mut rng, p.head_dim, p.n_kv_heads, p.n_kv_heads, p.max_blocks, vec![0; n_seqs as usize]);
+        PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_kv_heads, p.n_kv_heads, p.max_blocks, vec![0; n_seqs as usize]);
     let n = (tokens * p.row()) as usize;
     let k = data::signed(&mut rng, n, 0.015625, 4.0);
     let v = data::signed(&mut rng, n, 0.015625, 4.0);
     let cap = p.max_blocks * BLOCK_TOKENS;
     if tokens as u64 > n_seqs as u64 * cap as u64 {
-        return Err(KernelError::unsupported(NAME, format!("{tokens} tokens do not fit {n_seqs} sequences of {cap}")));
+        return Err(KernelError::unsupported(p.name(), format!("{tokens} tokens do not fit {n_seqs} sequences of {cap}")));
     }
     let mut taken = std::collections::HashSet::new();
     let (mut seq, mut pos) = (vec![], vec![]);
@@ -172,7 +185,7 @@ pub fn case(p: &AppendParams, n_seqs: u32, tokens: u32, seed: u64) -> Result<Ker
     reference(p, &mut cache, &k, &v, &seq, &pos);
     let u32s = |x: &[u32]| x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
     Ok(KernelCase {
-        name: NAME.to_string(),
+        name: p.name().to_string(),
         shape: format!("{tokens} tokens of {}x{} into {n_seqs} sequences of {cap}", p.n_kv_heads, p.head_dim),
         kernel,
         launch: p.launch(tokens),
@@ -182,13 +195,13 @@ pub fn case(p: &AppendParams, n_seqs: u32, tokens: u32, seed: u64) -> Result<Ker
             Buffer::input("seq", u32s(&seq)),
             Buffer::input("pos", u32s(&pos)),
             Buffer::input("block_table", u32s(&before.block_table)),
-            Buffer::in_out("k_cache", data::bf16_bytes(&before.k)),
-            Buffer::in_out("v_cache", data::bf16_bytes(&before.v)),
+            Buffer::in_out("k_cache", p.kv.bytes(&before.k)),
+            Buffer::in_out("v_cache", p.kv.bytes(&before.v)),
         ],
         args: (0..7).map(CaseArg::Buffer).collect(),
         expected: vec![
-            Expected { buffer: 5, data: data::bf16_bytes(&cache.k), elem: Scalar::BF16, check: Check::Exact },
-            Expected { buffer: 6, data: data::bf16_bytes(&cache.v), elem: Scalar::BF16, check: Check::Exact },
+            Expected { buffer: 5, data: p.kv.bytes(&cache.k), elem: p.kv.scalar(), check: Check::Exact },
+            Expected { buffer: 6, data: p.kv.bytes(&cache.v), elem: p.kv.scalar(), check: Check::Exact },
         ],
         controls: vec![],
         bytes_moved: tokens as u64 * (p.row() as u64 * 12 + 8),

@@ -22,14 +22,16 @@
 use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
 use quench_rt::{Arg, Launch};
 
-use super::{PagedCache, BLOCK_TOKENS};
+use super::{KvElem, PagedCache, BLOCK_TOKENS};
 use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
-use crate::lanes::{emit_block_allreduce_n, emit_unpack_bf16x2, gptr, wide_mul, words, Combine};
+use crate::lanes::{emit_block_allreduce_n, gptr, wide_mul, words, Combine};
 
+/// Library names, by cache element type.
 pub const NAME: &str = "attention_decode_bf16";
+pub const NAME_F16: &str = "attention_decode_f16";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeParams {
@@ -42,9 +44,18 @@ pub struct DecodeParams {
     pub split: u32,
     /// Threads per block: a multiple of 32 and of `head_dim`, at most 1024.
     pub threads: u32,
+    /// The cache's element type.
+    pub kv: KvElem,
 }
 
 impl DecodeParams {
+    pub fn name(&self) -> &'static str {
+        match self.kv {
+            KvElem::BF16 => NAME,
+            KvElem::F16 => NAME_F16,
+        }
+    }
+
     pub fn group(&self) -> u32 {
         self.n_heads / self.n_kv_heads
     }
@@ -67,7 +78,7 @@ impl DecodeParams {
     }
 
     fn check(&self) -> Result<(), KernelError> {
-        let bad = |m: String| Err(KernelError::unsupported(NAME, m));
+        let bad = |m: String| Err(KernelError::unsupported(self.name(), m));
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(8) {
             return bad(format!("head_dim = {} must be a positive multiple of 8", self.head_dim));
         }
@@ -111,15 +122,15 @@ impl DecodeParams {
     }
 }
 
-/// `attention_decode_bf16(q, k_cache, v_cache, block_table, ctx_len, part_m, part_l,
-/// part_o, scale)`.
+/// `attention_decode_<bf16|f16>(q, k_cache, v_cache, block_table, ctx_len, part_m,
+/// part_l, part_o, scale)`.
 pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     p.check()?;
     let (d, g, s, t) = (p.head_dim, p.group(), p.split, p.threads);
-    let mut k = Builder::new(NAME, t);
+    let mut k = Builder::new(p.name(), t);
     let q = k.param("q", gptr(Scalar::F32));
-    let kc = k.param("k_cache", gptr(Scalar::BF16));
-    let vc = k.param("v_cache", gptr(Scalar::BF16));
+    let kc = k.param("k_cache", gptr(p.kv.scalar()));
+    let vc = k.param("v_cache", gptr(p.kv.scalar()));
     let table = k.param("block_table", gptr(Scalar::U32));
     let ctx_len = k.param("ctx_len", gptr(Scalar::U32));
     let part_m = k.param("part_m", gptr(Scalar::F32));
@@ -207,7 +218,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
                     let ks: Vec<Value> = (0..4)
                         .flat_map(|i| {
                             let w = k.extract(v, i);
-                            emit_unpack_bf16x2(k, w)
+                            p.kv.emit_unpack2(k, w)
                         })
                         .collect();
                     for (h, acc) in accs.iter_mut().enumerate() {
@@ -292,7 +303,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
         let dim64 = k.cvt(Scalar::U64, dim);
         let e = k.add(row, dim64);
         let at = k.ptr_add(vc, e);
-        let v = k.load_with(Type::Scalar(Scalar::BF16), at, CacheOp::Nc);
+        let v = k.load_with(Type::Scalar(p.kv.scalar()), at, CacheOp::Nc);
         let v = k.cvt(Scalar::F32, v);
         rows.iter()
             .zip(c)
@@ -366,8 +377,8 @@ pub fn reference(p: &DecodeParams, cache: &PagedCache, scale: f64) -> (Vec<f64>,
                     let w = (v - mx).exp2();
                     l[i] += w;
                     let (_, vr) = cache.kv_row(seq, h / p.group(), t);
-                    for (o, vv) in o[i * d..(i + 1) * d].iter_mut().zip(vr) {
-                        *o += w * vv.to_f64();
+                    for (o, &vv) in o[i * d..(i + 1) * d].iter_mut().zip(vr) {
+                        *o += w * vv as f64;
                     }
                 }
             }
@@ -411,8 +422,8 @@ pub fn tolerances(p: &DecodeParams, cache: &PagedCache, scale: f64) -> ([Vec<f64
                 for (t, &(v, _)) in (lo..hi).zip(&s) {
                     let w = (v - m[i]).exp2();
                     let (_, vr) = cache.kv_row(seq, h / p.group(), t);
-                    for (o, vv) in tol_o[i * d..(i + 1) * d].iter_mut().zip(vr) {
-                        *o += w * vv.to_f64().abs();
+                    for (o, &vv) in tol_o[i * d..(i + 1) * d].iter_mut().zip(vr) {
+                        *o += w * (vv as f64).abs();
                     }
                 }
             }
@@ -480,7 +491,7 @@ pub fn case(p: &DecodeParams, seed: u64) -> Result<KernelCase, KernelError> {
     } else {
         1 + data::below(&mut rng, max_ctx)
     };
-    let cache = PagedCache::random(&mut rng, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![max_ctx, short]);
+    let cache = PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![max_ctx, short]);
     case_for(p, &cache, 1.0 / (p.head_dim as f64).sqrt())
 }
 
@@ -492,8 +503,9 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
         || cache.n_kv_heads != p.n_kv_heads
         || cache.max_blocks != p.max_blocks
         || cache.ctx_len.iter().any(|&c| c > p.max_blocks * BLOCK_TOKENS)
+        || cache.elem != p.kv
     {
-        return Err(KernelError::unsupported(NAME, "the cache does not have the kernel's shape"));
+        return Err(KernelError::unsupported(p.name(), "the cache does not have the kernel's shape and element type"));
     }
     let (m, l, o) = reference(p, cache, scale);
     let ([tm, tl, to], explain) = tolerances(p, cache, scale);
@@ -501,8 +513,8 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
     let bound = |tol: Vec<f64>| Check::Bound { tol, explain: explain.clone() };
     let buffers = vec![
         Buffer::input("q", data::f32_bytes(&cache.q)),
-        Buffer::input("k_cache", data::bf16_bytes(&cache.k)),
-        Buffer::input("v_cache", data::bf16_bytes(&cache.v)),
+        Buffer::input("k_cache", cache.elem.bytes(&cache.k)),
+        Buffer::input("v_cache", cache.elem.bytes(&cache.v)),
         Buffer::input("block_table", cache.block_table.iter().flat_map(|v| v.to_le_bytes()).collect()),
         Buffer::input("ctx_len", cache.ctx_len.iter().flat_map(|v| v.to_le_bytes()).collect()),
         Buffer::output("part_m", m.len() * 4),
@@ -528,7 +540,7 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
     ];
     let tokens: u64 = cache.ctx_len.iter().map(|&c| c as u64).sum();
     Ok(KernelCase {
-        name: NAME.to_string(),
+        name: p.name().to_string(),
         shape: format!(
             "contexts {:?}, {}/{} heads of {}, splits of {}",
             cache.ctx_len, p.n_heads, p.n_kv_heads, p.head_dim, p.split

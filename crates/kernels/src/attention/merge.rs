@@ -1,15 +1,16 @@
 //! The merge kernel of decode attention: combines the splits' partials into each head's
 //! output, `out = Σ_s 2^(m_s − M)·o_s / Σ_s 2^(m_s − M)·l_s` with `M = max_s m_s`, in bf16
-//! (the input of the output projection).
+//! or f32 (the input of the output projection).
 //!
 //! **Layout**: `part_m`, `part_l` `[rows, n_splits]`, `part_o` `[rows, n_splits,
 //! head_dim]` f32 as [`super::decode`] writes them (`rows = n_seqs · n_heads`); `out`
-//! `[rows, head_dim]` bf16. One block per row, thread `i` owns dimension `i`
+//! `[rows, head_dim]` bf16 or f32 ([`MergeParams::out`]). One block per row, thread `i` owns dimension `i`
 //! (`head_dim` threads, a multiple of 32). Empty splits (`m = −∞`) weigh nothing; a row
 //! whose splits are all empty gets zeros.
 //!
 //! **Arithmetic**: `w_s = ex2.approx(m_s − M)`, `L = Σ fma(w_s, l_s)`, `o = Σ fma(w_s,
-//! o_s)` in split order, `out = bf16(o / L)` (IEEE division). See [`tolerance`].
+//! o_s)` in split order, `out = o / L` (IEEE division), rounded to bf16 for the bf16 form.
+//! See [`tolerance`].
 
 use half::bf16;
 use quench_ir::{Builder, CacheOp, Function, Scalar, Type};
@@ -20,38 +21,59 @@ use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
 use crate::lanes::{gptr, wide_mul};
+use crate::norm_residual::OutType;
 
+/// Library names, by output type.
 pub const NAME: &str = "attention_merge_bf16";
+pub const NAME_F32: &str = "attention_merge_f32";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MergeParams {
     /// Elements per head: the block size, a multiple of 32 in 32..=1024.
     pub head_dim: u32,
     pub n_splits: u32,
+    /// The output's element type.
+    pub out: OutType,
 }
 
 impl MergeParams {
+    pub fn name(&self) -> &'static str {
+        match self.out {
+            OutType::BF16 => NAME,
+            OutType::F32 => NAME_F32,
+        }
+    }
+
+    /// The output's relative rounding unit.
+    fn unit(&self) -> f64 {
+        match self.out {
+            OutType::BF16 => 2f64.powi(-8),
+            OutType::F32 => F32_U,
+        }
+    }
+
     pub fn launch(&self, rows: u32) -> Launch {
         Launch::linear(rows, self.head_dim)
     }
 }
 
-/// `attention_merge_bf16(part_m, part_l, part_o, out)`, one block per (sequence, head).
+/// `attention_merge_<bf16|f32>(part_m, part_l, part_o, out)`, one block per (sequence,
+/// head).
 pub fn build(p: &MergeParams) -> Result<Function, KernelError> {
     if !p.head_dim.is_multiple_of(32) || !(32..=1024).contains(&p.head_dim) || p.n_splits == 0 {
         return Err(KernelError::unsupported(
-            NAME,
+            p.name(),
             format!(
                 "head_dim = {} must be a multiple of 32 in 32..=1024, n_splits = {} positive",
                 p.head_dim, p.n_splits
             ),
         ));
     }
-    let mut k = Builder::new(NAME, p.head_dim);
+    let mut k = Builder::new(p.name(), p.head_dim);
     let pm = k.param("part_m", gptr(Scalar::F32));
     let pl = k.param("part_l", gptr(Scalar::F32));
     let po = k.param("part_o", gptr(Scalar::F32));
-    let out = k.param("out", gptr(Scalar::BF16));
+    let out = k.param("out", gptr(p.out.scalar()));
     let row = k.ctaid_x();
     let d = k.tid_x();
     let first = wide_mul(&mut k, row, p.n_splits);
@@ -88,7 +110,10 @@ pub fn build(p: &MergeParams) -> Result<Function, KernelError> {
     let y = k.div(o, l);
     let some = k.gt(l, zero);
     let y = k.select(some, y, zero);
-    let y = k.cvt(Scalar::BF16, y);
+    let y = match p.out {
+        OutType::BF16 => k.cvt(Scalar::BF16, y),
+        OutType::F32 => y,
+    };
     let at = wide_mul(&mut k, row, p.head_dim);
     let at = k.ptr_add(out, at);
     let at = k.ptr_add(at, d);
@@ -121,34 +146,50 @@ pub fn reference(p: &MergeParams, m: &[f32], l: &[f32], o: &[f32]) -> (Vec<f64>,
     (out, scale)
 }
 
+/// `v` rounded to the output type.
+pub fn round_out(p: &MergeParams, v: f64) -> f64 {
+    match p.out {
+        OutType::BF16 => bf16::from_f64(v).to_f64(),
+        OutType::F32 => v as f32 as f64,
+    }
+}
+
+/// Output values (exactly representable) as the output type's bytes.
+fn out_bytes(p: &MergeParams, v: &[f64]) -> Vec<u8> {
+    let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+    match p.out {
+        OutType::BF16 => data::bf16_bytes(&data::to_bf16(&f)),
+        OutType::F32 => data::f32_bytes(&f),
+    }
+}
+
 /// A deliberately wrong merge: the splits summed without rescaling to a common maximum.
-pub fn reference_unscaled(p: &MergeParams, m: &[f32], l: &[f32], o: &[f32]) -> Vec<bf16> {
+pub fn reference_unscaled(p: &MergeParams, m: &[f32], l: &[f32], o: &[f32]) -> Vec<f64> {
     let (ns, d) = (p.n_splits as usize, p.head_dim as usize);
     let mut out = vec![];
     for r in 0..m.len() / ns {
         let total: f64 = l[r * ns..(r + 1) * ns].iter().map(|&x| x as f64).sum();
         for i in 0..d {
             let acc: f64 = (0..ns).map(|s| o[(r * ns + s) * d + i] as f64).sum();
-            out.push(bf16::from_f64(if total > 0.0 { acc / total } else { 0.0 }));
+            out.push(round_out(p, if total > 0.0 { acc / total } else { 0.0 }));
         }
     }
     out
 }
 
-/// Per-element tolerance of a bf16 attention output `want`, given `κ` — the relative error
-/// of every weight including the summations' — and `B = Σ w|v| / Σ w` per element.
+/// Per-element tolerance of an attention output `want` rounded with relative unit `unit`
+/// (`2^-8` for bf16, `2^-24` for f32), given `κ` — the relative error of every weight
+/// including the summations' — and `B = Σ w|v| / Σ w` per element.
 ///
 /// With the total weight within `κ` relative and the weighted sum within `κ·B·L`, the f32
 /// quotient is within `2κ/(1 − κ)·B`, the division adds `u·B`, and the two roundings to
-/// bf16 (the kernel's and the reference's) add `2^-8` of each value: `2^-7·|want|` and a
-/// margin. Results below 2^-126 may be flushed.
-pub fn tolerance(kappa: f64, scale: &[f64], want: &[bf16]) -> Vec<f64> {
+/// the output type (the kernel's and the reference's) add `unit` of each value:
+/// `2·unit·|want|` and a margin. Results below 2^-126 may be flushed.
+pub fn tolerance(kappa: f64, scale: &[f64], want: &[f64], unit: f64) -> Vec<f64> {
     scale
         .iter()
         .zip(want)
-        .map(|(&b, w)| {
-            (2.0 * kappa / (1.0 - kappa) + F32_U) * b * 1.01 + 2f64.powi(-7) * w.to_f64().abs() * 1.01 + F32_MIN_NORMAL
-        })
+        .map(|(&b, w)| (2.0 * kappa / (1.0 - kappa) + F32_U) * b * 1.01 + 2.0 * unit * w.abs() * 1.01 + F32_MIN_NORMAL)
         .collect()
 }
 
@@ -171,30 +212,32 @@ pub fn span(p: &MergeParams, m: &[f32]) -> f64 {
 }
 
 /// A case over given partials: the reference is the exact merge, the bound this kernel's
-/// own (`extra_kappa` adds the partials' own error, for checking a whole attention).
+/// own (`extra_kappa` adds the partials' own error, for checking a whole attention);
+/// `want` is rounded to the output type.
 pub fn case_from(
     p: &MergeParams,
     m: Vec<f32>,
     l: Vec<f32>,
     o: Vec<f32>,
-    want: Vec<bf16>,
+    want: Vec<f64>,
     scale: &[f64],
     extra_kappa: f64,
 ) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     let rows = (m.len() / p.n_splits as usize) as u32;
     let kappa = (1.0 + kappa(p, span(p, &m))) * (1.0 + extra_kappa) - 1.0;
-    let tol = tolerance(kappa, scale, &want);
+    let tol = tolerance(kappa, scale, &want, p.unit());
     let explain = format!(
-        "(2κ/(1−κ) + u)·Σw|o|/Σw + 2^-7·|want|: κ = {kappa:.3e} (ex2.approx and exponent rounding, \
+        "(2κ/(1−κ) + u)·Σw|o|/Σw + 2·{:.1e}·|want|: κ = {kappa:.3e} (ex2.approx and exponent rounding, \
          sums over {} splits)",
+        p.unit(),
         p.n_splits
     );
     let check = Check::Bound { tol, explain };
     let wrong = reference_unscaled(p, &m, &l, &o);
     let n = rows as usize * p.head_dim as usize;
     Ok(KernelCase {
-        name: NAME.to_string(),
+        name: p.name().to_string(),
         shape: format!("{rows} heads of {}, {} splits", p.head_dim, p.n_splits),
         kernel,
         launch: p.launch(rows),
@@ -202,15 +245,15 @@ pub fn case_from(
             Buffer::input("part_m", data::f32_bytes(&m)),
             Buffer::input("part_l", data::f32_bytes(&l)),
             Buffer::input("part_o", data::f32_bytes(&o)),
-            Buffer::output("out", n * 2),
+            Buffer::output("out", n * p.out.scalar().bytes() as usize),
         ],
         args: (0..4).map(CaseArg::Buffer).collect(),
-        expected: vec![Expected { buffer: 3, data: data::bf16_bytes(&want), elem: Scalar::BF16, check: check.clone() }],
+        expected: vec![Expected { buffer: 3, data: out_bytes(p, &want), elem: p.out.scalar(), check: check.clone() }],
         controls: vec![Control {
             what: "splits summed without rescaling to the common maximum".into(),
-            expected: Expected { buffer: 3, data: data::bf16_bytes(&wrong), elem: Scalar::BF16, check },
+            expected: Expected { buffer: 3, data: out_bytes(p, &wrong), elem: p.out.scalar(), check },
         }],
-        bytes_moved: (m.len() * 8 + o.len() * 4 + n * 2) as u64,
+        bytes_moved: (m.len() * 8 + o.len() * 4 + n * p.out.scalar().bytes() as usize) as u64,
         flops: 4 * o.len() as u64,
     })
 }
@@ -236,6 +279,6 @@ pub fn case(p: &MergeParams, rows: u32, seed: u64) -> Result<KernelCase, KernelE
         }
     }
     let (exact, scale) = reference(p, &m, &l, &o);
-    let want: Vec<bf16> = exact.iter().map(|&v| bf16::from_f64(v)).collect();
+    let want: Vec<f64> = exact.iter().map(|&v| round_out(p, v)).collect();
     case_from(p, m, l, o, want, &scale, 0.0)
 }

@@ -6,7 +6,8 @@
 //! tensor cores.
 //!
 //! **The paged cache**: `k_cache` and `v_cache` are arrays of 16-token blocks,
-//! `[n_blocks][n_kv_heads][16][head_dim]` bf16; a sequence's token `t` lives in block
+//! `[n_blocks][n_kv_heads][16][head_dim]` of a 16-bit float ([`KvElem`]: bf16, or f16
+//! whose finer mantissa keeps attention within f64 bounds where bf16 does not); a sequence's token `t` lives in block
 //! `block_table[seq][t / 16]`, row `t mod 16`. `block_table` is `[n_seqs, max_blocks]`
 //! u32 and `ctx_len` `[n_seqs]` u32 (tokens in the cache, at least 1; a sequence with none
 //! gets zeros). Queries `q` are `[n_seqs, n_heads, head_dim]` f32; query head `h` reads kv
@@ -21,9 +22,64 @@ pub mod decode;
 pub mod merge;
 pub mod prefill;
 
-use half::bf16;
+use half::{bf16, f16};
+use quench_ir::{Builder, Scalar, Type, Value};
 
 use crate::data;
+use crate::lanes::{emit_pack_bf16x2, emit_unpack_bf16x2};
+
+/// The element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvElem {
+    BF16,
+    F16,
+}
+
+impl KvElem {
+    pub fn scalar(self) -> Scalar {
+        match self {
+            KvElem::BF16 => Scalar::BF16,
+            KvElem::F16 => Scalar::F16,
+        }
+    }
+
+    /// `x` rounded to the element type (to nearest even), as the append kernel does.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            KvElem::BF16 => bf16::from_f32(x).to_f32(),
+            KvElem::F16 => f16::from_f32(x).to_f32(),
+        }
+    }
+
+    /// Values of the element type (exactly representable) as its bytes.
+    pub fn bytes(self, v: &[f32]) -> Vec<u8> {
+        match self {
+            KvElem::BF16 => data::bf16_bytes(&data::to_bf16(v)),
+            KvElem::F16 => data::f16_bytes(v),
+        }
+    }
+
+    /// The two elements of a 32-bit word (low half first), widened to f32 (exact).
+    pub(crate) fn emit_unpack2(self, k: &mut Builder, word: Value) -> [Value; 2] {
+        match self {
+            KvElem::BF16 => emit_unpack_bf16x2(k, word),
+            KvElem::F16 => crate::embed::emit_unpack_f16x2(k, word),
+        }
+    }
+
+    /// Round two f32 to the element type and pack them, `lo` in the low half.
+    pub(crate) fn emit_pack2(self, k: &mut Builder, lo: Value, hi: Value) -> Value {
+        match self {
+            KvElem::BF16 => emit_pack_bf16x2(k, lo, hi),
+            KvElem::F16 => {
+                let l = k.cvt(Scalar::F16, lo);
+                let h = k.cvt(Scalar::F16, hi);
+                let pair = k.pack(Type::Scalar(Scalar::F16x2), &[l, h]);
+                k.bitcast(Type::U32, pair)
+            }
+        }
+    }
+}
 
 /// Tokens per cache block.
 pub const BLOCK_TOKENS: u32 = 16;
@@ -37,8 +93,10 @@ pub struct PagedCache {
     pub n_kv_heads: u32,
     pub max_blocks: u32,
     pub q: Vec<f32>,
-    pub k: Vec<bf16>,
-    pub v: Vec<bf16>,
+    /// The element type of `k` and `v`, whose values it represents exactly.
+    pub elem: KvElem,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
     pub block_table: Vec<u32>,
     pub ctx_len: Vec<u32>,
 }
@@ -53,7 +111,7 @@ impl PagedCache {
     }
 
     /// Row `t` of kv head `kvh` of sequence `seq`: (keys, values).
-    pub fn kv_row(&self, seq: usize, kvh: u32, t: u32) -> (&[bf16], &[bf16]) {
+    pub fn kv_row(&self, seq: usize, kvh: u32, t: u32) -> (&[f32], &[f32]) {
         let blk = self.block_table[seq * self.max_blocks as usize + (t / BLOCK_TOKENS) as usize];
         let row = ((blk * self.n_kv_heads + kvh) * BLOCK_TOKENS + t % BLOCK_TOKENS) as usize;
         let d = self.head_dim as usize;
@@ -74,8 +132,8 @@ impl PagedCache {
         (lo..hi)
             .map(|t| {
                 let (k, _) = self.kv_row(seq, h / self.group(), t);
-                let (dot, abs) = q.iter().zip(k).fold((0.0, 0.0), |(d, a), (&qi, ki)| {
-                    let p = qi as f64 * ki.to_f64();
+                let (dot, abs) = q.iter().zip(k).fold((0.0, 0.0), |(d, a), (&qi, &ki)| {
+                    let p = qi as f64 * ki as f64;
                     (d + p, a + p.abs())
                 });
                 (dot * c, abs * c.abs())
@@ -99,8 +157,8 @@ impl PagedCache {
                     total += w;
                     let (_, vr) = self.kv_row(seq, h / self.group(), t as u32);
                     for i in 0..d {
-                        acc[i] += w * vr[i].to_f64();
-                        mag[i] += w * vr[i].to_f64().abs();
+                        acc[i] += w * vr[i] as f64;
+                        mag[i] += w * (vr[i] as f64).abs();
                     }
                 }
                 let total = if total > 0.0 { total } else { 1.0 };
@@ -114,9 +172,10 @@ impl PagedCache {
     /// A cache of random contents: `n_seqs` sequences with the given context lengths
     /// (each at most `max_blocks · 16`), their blocks a random permutation of
     /// `n_seqs · max_blocks + 3` physical blocks (some unused), q in ±[2^-4, 2], keys and
-    /// values in ±[2^-6, 1].
+    /// values in ±[2^-6, 1] of element type `elem`.
     pub fn random(
         rng: &mut rand_chacha::ChaCha8Rng,
+        elem: KvElem,
         head_dim: u32,
         n_heads: u32,
         n_kv_heads: u32,
@@ -134,8 +193,10 @@ impl PagedCache {
         let block_table = ids[..(n_seqs * max_blocks) as usize].to_vec();
         let cache = (physical * n_kv_heads * BLOCK_TOKENS * head_dim) as usize;
         let q = data::signed(rng, (n_seqs * n_heads * head_dim) as usize, 0.0625, 2.0);
-        let k = data::to_bf16(&data::signed(rng, cache, 0.015625, 1.0));
-        let v = data::to_bf16(&data::signed(rng, cache, 0.015625, 1.0));
-        PagedCache { head_dim, n_heads, n_kv_heads, max_blocks, q, k, v, block_table, ctx_len }
+        let mut kv = || -> Vec<f32> {
+            data::signed(rng, cache, 0.015625, 1.0).into_iter().map(|x| elem.round(x)).collect()
+        };
+        let (k, v) = (kv(), kv());
+        PagedCache { head_dim, n_heads, n_kv_heads, max_blocks, q, elem, k, v, block_table, ctx_len }
     }
 }

@@ -29,7 +29,7 @@ use quench_ir::{Builder, CacheOp, FragRole, Function, MmaShape, Scalar, Type, Va
 use quench_rt::{Arg, Launch};
 
 use super::merge;
-use super::{PagedCache, BLOCK_TOKENS};
+use super::{KvElem, PagedCache, BLOCK_TOKENS};
 use crate::approx::{gamma, EX2_REL, F32_U};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
@@ -432,8 +432,8 @@ fn attend(
                 total += w;
                 let (_, vr) = c.kv_row(0, h / p.group(), t as u32);
                 for j in 0..d {
-                    acc[j] += w * vr[j].to_f64();
-                    mag[j] += w * vr[j].to_f64().abs();
+                    acc[j] += w * vr[j] as f64;
+                    mag[j] += w * (vr[j] as f64).abs();
                 }
             }
             out.extend(acc.iter().map(|a| a / total));
@@ -451,7 +451,7 @@ fn scores_of(c: &PagedCache, i: usize, h: u32, n: u32, scale: f64) -> Vec<f64> {
     (0..n)
         .map(|t| {
             let (k, _) = c.kv_row(0, h / (c.n_heads / c.n_kv_heads), t);
-            qv.iter().zip(k).map(|(&a, b)| a as f64 * b.to_f64()).sum::<f64>() * cc
+            qv.iter().zip(k).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * cc
         })
         .collect()
 }
@@ -478,7 +478,7 @@ pub fn kappa(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scal
             let qv = &c.q[(i * c.n_heads as usize + h as usize) * d..][..d];
             for (t, &v) in s.iter().enumerate() {
                 let (k, _) = c.kv_row(0, h / p.group(), t as u32);
-                let a: f64 = qv.iter().zip(k).map(|(&x, y)| (x as f64 * y.to_f64()).abs()).sum();
+                let a: f64 = qv.iter().zip(k).map(|(&x, &y)| (x as f64 * y as f64).abs()).sum();
                 e = e.max(cc * p.head_dim as f64 * 2f64.powi(-22) * a + 2.01 * F32_U * v.abs());
             }
             let (top, bottom) = s.iter().fold((f64::NEG_INFINITY, f64::INFINITY), |(a, b), &v| (a.max(v), b.min(v)));
@@ -511,13 +511,15 @@ pub fn case_for(
         || cache.q.len() != (n_q * p.n_heads * p.head_dim) as usize
         || q_start + n_q > p.max_blocks * BLOCK_TOKENS
         || n_q == 0
+        || cache.elem != KvElem::BF16
     {
-        return Err(KernelError::unsupported(NAME, "the cache and chunk do not have the kernel's shape"));
+        return Err(KernelError::unsupported(NAME, "the cache and chunk do not have the kernel's shape and bf16 elements"));
     }
     let (exact, b) = reference(p, cache, q_start, n_q, scale);
     let want: Vec<bf16> = exact.iter().map(|&v| bf16::from_f64(v)).collect();
     let kappa = kappa(p, cache, q_start, n_q, scale);
-    let tol = merge::tolerance(kappa, &b, &want);
+    let want64: Vec<f64> = want.iter().map(|w| w.to_f64()).collect();
+    let tol = merge::tolerance(kappa, &b, &want64, 2f64.powi(-8));
     let explain = format!(
         "(2κ/(1−κ) + u)·Σw|v|/Σw + 2^-7·|want|: κ = {kappa:.3e} (tensor-core sums, ex2.approx, \
          P rounded to bf16, rescaling)"
@@ -536,8 +538,8 @@ pub fn case_for(
         launch: p.launch(n_q),
         buffers: vec![
             Buffer::input("q", data::f32_bytes(&cache.q)),
-            Buffer::input("k_cache", data::bf16_bytes(&cache.k)),
-            Buffer::input("v_cache", data::bf16_bytes(&cache.v)),
+            Buffer::input("k_cache", cache.elem.bytes(&cache.k)),
+            Buffer::input("v_cache", cache.elem.bytes(&cache.v)),
             Buffer::input("block_table", u32s(&cache.block_table[..p.max_blocks as usize])),
             Buffer::output("out", n * 2),
         ],
@@ -572,7 +574,7 @@ pub fn case_for(
 pub fn case(p: &PrefillParams, q_start: u32, n_q: u32, seed: u64) -> Result<KernelCase, KernelError> {
     let mut rng = data::rng(seed);
     let mut cache =
-        PagedCache::random(&mut rng, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![q_start + n_q]);
+        PagedCache::random(&mut rng, KvElem::BF16, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![q_start + n_q]);
     cache.q = data::signed(&mut rng, (n_q * p.n_heads * p.head_dim) as usize, 0.0625, 2.0);
     case_for(p, &cache, q_start, n_q, 1.0 / (p.head_dim as f64).sqrt())
 }

@@ -26,6 +26,7 @@ use quench_models::GgmlType;
 use crate::embed::emit_unpack_f16x2;
 use crate::ggml::{self, Bytes, Magic, Q4kLane, Q6kLane};
 use crate::lanes::emit_unpack_bf16x2;
+use crate::norm_residual::OutType;
 
 /// Weight formats of the matrix–vector kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,11 +245,15 @@ impl Raw<'_> {
 
 type BlockFn = fn(&mut Builder, Magic, &Bytes, u32) -> Vec<Value>;
 
-/// Load the bf16 activations of one run (`len` a multiple of 8, `first` 8-aligned) as
-/// 16-byte words; [`unpack_x`] widens them.
-pub fn load_x(k: &mut Builder, xw: Value, first: Value, len: u32) -> Vec<Value> {
-    let word = k.shr_const(first, 1);
-    (0..len / 8)
+/// Load the activations of one run (`len` a multiple of 8, `first` 8-aligned) as 16-byte
+/// words, `xw` being `x` viewed as 32-bit words: 8 bf16 or 4 f32 a word; [`unpack_x`]
+/// widens them.
+pub fn load_x(k: &mut Builder, act: OutType, xw: Value, first: Value, len: u32) -> Vec<Value> {
+    let (word, per_load) = match act {
+        OutType::BF16 => (k.shr_const(first, 1), 8),
+        OutType::F32 => (first, 4),
+    };
+    (0..len / per_load)
         .map(|i| {
             let w = k.add_const(word, 4 * i);
             let at = k.ptr_add(xw, w);
@@ -258,12 +263,15 @@ pub fn load_x(k: &mut Builder, xw: Value, first: Value, len: u32) -> Vec<Value> 
 }
 
 /// The f32 activations of loaded 16-byte words, in element order.
-pub fn unpack_x(k: &mut Builder, loaded: &[Value]) -> Vec<Value> {
+pub fn unpack_x(k: &mut Builder, act: OutType, loaded: &[Value]) -> Vec<Value> {
     let mut out = vec![];
     for &v in loaded {
         for i in 0..4 {
             let w = k.extract(v, i);
-            out.extend(emit_unpack_bf16x2(k, w));
+            match act {
+                OutType::BF16 => out.extend(emit_unpack_bf16x2(k, w)),
+                OutType::F32 => out.push(k.bitcast(Type::F32, w)),
+            }
         }
     }
     out

@@ -4,13 +4,15 @@
 //! - [`Epilogue::Plain`]: `y = W·x` (f32);
 //! - [`Epilogue::Residual`]: `y = W·x + r` (f32; `y` may be `r`, updating a residual
 //!   stream in place);
-//! - [`Epilogue::SwiGlu`]: `y = silu(W_g·x) · (W_u·x)` (bf16), the gate and up
+//! - [`Epilogue::SwiGlu`]: `y = silu(W_g·x) · (W_u·x)` (in the activation type), the gate and up
 //!   projections of a SwiGLU block in one pass. For one concatenated `[2·ffn, hidden]`
 //!   matrix, pass its first half as `w_gate` and the address `ffn · row_bytes` further as
 //!   `w_up`.
 //!
 //! **Layout**: `W` `[rows, cols]` row-major in GGUF layout (rows back to back, each a
-//! whole number of blocks; see [`mod@format`] for the units lanes take); `x` `[cols]` bf16;
+//! whole number of blocks; see [`mod@format`] for the units lanes take); `x` `[cols]` in
+//! the activation type [`QGemvParams::act`] (bf16, or f32 where the rounding of the
+//! activations to bf16 costs too much accuracy: the `_xf32` kernels);
 //! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K). Each
 //! warp computes [`QGemvParams::rows_per_warp`] rows (one, or two for quantized matrices
 //! of an even row count, which then share their activation loads), `warps` warps per
@@ -38,6 +40,7 @@ use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
 use crate::lanes::{emit_warp_allreduce, gptr, warp_allreduce, wide_mul, words, Combine};
+use crate::norm_residual::OutType;
 use crate::par::par_map;
 pub use format::WeightFormat;
 use format::{load_x, unpack_x, Lane};
@@ -64,6 +67,8 @@ pub struct QGemvParams {
     pub warps: u32,
     /// Pieces each lane loads before it computes, 1..=16.
     pub unroll: u32,
+    /// The activations' type: `x`, and `y` of the SwiGLU form.
+    pub act: OutType,
 }
 
 /// Library names, by format (in [`WeightFormat::ALL`] order) and epilogue.
@@ -77,16 +82,31 @@ const NAMES: [[&str; 3]; 7] = [
     ["qgemv_q6_k", "qgemv_q6_k_residual", "qgemv_q6_k_swiglu"],
 ];
 
-/// The library name of a format and epilogue (`qgemv_q4_k_swiglu`).
-pub fn name(format: WeightFormat, epilogue: Epilogue) -> &'static str {
+/// Library names of the f32-activation kernels, as [`NAMES`].
+const NAMES_XF32: [[&str; 3]; 7] = [
+    ["gemv_bf16_xf32", "gemv_bf16_residual_xf32", "gemv_bf16_swiglu_xf32"],
+    ["gemv_f16_xf32", "gemv_f16_residual_xf32", "gemv_f16_swiglu_xf32"],
+    ["qgemv_q8_0_xf32", "qgemv_q8_0_residual_xf32", "qgemv_q8_0_swiglu_xf32"],
+    ["qgemv_q4_0_xf32", "qgemv_q4_0_residual_xf32", "qgemv_q4_0_swiglu_xf32"],
+    ["qgemv_q4_1_xf32", "qgemv_q4_1_residual_xf32", "qgemv_q4_1_swiglu_xf32"],
+    ["qgemv_q4_k_xf32", "qgemv_q4_k_residual_xf32", "qgemv_q4_k_swiglu_xf32"],
+    ["qgemv_q6_k_xf32", "qgemv_q6_k_residual_xf32", "qgemv_q6_k_swiglu_xf32"],
+];
+
+/// The library name of a format, epilogue and activation type (`qgemv_q4_k_swiglu`,
+/// `qgemv_q4_k_swiglu_xf32`).
+pub fn name(format: WeightFormat, epilogue: Epilogue, act: OutType) -> &'static str {
     let f = WeightFormat::ALL.iter().position(|&x| x == format).unwrap_or(0);
     let e = Epilogue::ALL.iter().position(|&x| x == epilogue).unwrap_or(0);
-    NAMES[f][e]
+    match act {
+        OutType::BF16 => NAMES[f][e],
+        OutType::F32 => NAMES_XF32[f][e],
+    }
 }
 
 impl QGemvParams {
     pub fn name(&self) -> &'static str {
-        name(self.format, self.epilogue)
+        name(self.format, self.epilogue, self.act)
     }
 
     fn pieces(&self) -> u32 {
@@ -149,9 +169,9 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
         Epilogue::SwiGlu => vec![k.param("w_gate", we), k.param("w_up", we)],
         _ => vec![k.param("w", we)],
     };
-    let x = k.param("x", gptr(Scalar::BF16));
+    let x = k.param("x", gptr(p.act.scalar()));
     let r = (p.epilogue == Epilogue::Residual).then(|| k.param("r", gptr(Scalar::F32)));
-    let y_elem = if p.epilogue == Epilogue::SwiGlu { Scalar::BF16 } else { Scalar::F32 };
+    let y_elem = if p.epilogue == Epilogue::SwiGlu { p.act.scalar() } else { Scalar::F32 };
     let y = k.param("y", gptr(y_elem));
     let tid = k.tid_x();
     let lane = k.and_const(tid, 31);
@@ -188,7 +208,10 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                     (Epilogue::SwiGlu, _) => {
                         let s = emit_silu(k, totals[2 * i]);
                         let v = k.mul(s, totals[2 * i + 1]);
-                        k.cvt(Scalar::BF16, v)
+                        match p.act {
+                            OutType::BF16 => k.cvt(Scalar::BF16, v),
+                            OutType::F32 => v,
+                        }
                     }
                     _ => totals[i],
                 };
@@ -238,14 +261,14 @@ fn emit_dots(k: &mut Builder, p: &QGemvParams, wrows: &[Value], x: Value, lane: 
             .iter()
             .flat_map(|&(off, len)| {
                 let at = k.add(first, off);
-                load_x(k, xw, at, len)
+                load_x(k, p.act, xw, at, len)
             })
             .collect();
         (raws, xs)
     };
     let fma_piece = |k: &mut Builder, loaded: (Vec<format::Raw>, Vec<Value>), accs: &[Value]| {
         let (raws, xs) = loaded;
-        let xs = unpack_x(k, &xs);
+        let xs = unpack_x(k, p.act, &xs);
         raws.iter()
             .zip(accs)
             .map(|(raw, &acc)| {
@@ -301,11 +324,11 @@ fn emit_dots(k: &mut Builder, p: &QGemvParams, wrows: &[Value], x: Value, lane: 
     accs.into_iter().map(|a| emit_warp_allreduce(k, a, Combine::Sum)).collect()
 }
 
-/// Each row's dot product with `x`, in the kernel's order: `w` holds `rows` GGUF rows.
-pub fn dots(p: &QGemvParams, w: &[u8], x: &[bf16]) -> Result<Vec<f32>, KernelError> {
+/// Each row's dot product with `x` (values of the activation type), in the kernel's
+/// order: `w` holds `rows` GGUF rows.
+pub fn dots(p: &QGemvParams, w: &[u8], xf: &[f32]) -> Result<Vec<f32>, KernelError> {
     let f = p.format;
     let (cols, rb) = (p.cols as usize, f.row_bytes(p.cols) as usize);
-    let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
     let pieces: Vec<Vec<u32>> = (0..f.pieces_per_unit()).map(|j| f.piece_elements(j)).collect();
     let rows = par_map(p.rows as usize, |r| {
         let wr = dequant::dequantize(f.ggml(), &w[r * rb..(r + 1) * rb], cols)?;
@@ -327,35 +350,56 @@ pub fn dots(p: &QGemvParams, w: &[u8], x: &[bf16]) -> Result<Vec<f32>, KernelErr
         .map_err(|e| KernelError::unsupported(p.name(), e.to_string()))
 }
 
-/// `silu(g)·u` in f64, rounded once to bf16.
-pub fn swiglu(g: &[f32], u: &[f32]) -> Vec<bf16> {
-    g.iter().zip(u).map(|(&g, &u)| bf16::from_f64(g as f64 * u as f64 / (1.0 + (-(g as f64)).exp()))).collect()
+/// `v` rounded once to the activation type.
+fn round_act(act: OutType, v: f64) -> f64 {
+    match act {
+        OutType::BF16 => bf16::from_f64(v).to_f64(),
+        OutType::F32 => v as f32 as f64,
+    }
+}
+
+/// Values of the activation type (exactly representable) as its bytes.
+fn act_bytes(act: OutType, v: &[f64]) -> Vec<u8> {
+    let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+    match act {
+        OutType::BF16 => data::bf16_bytes(&data::to_bf16(&f)),
+        OutType::F32 => data::f32_bytes(&f),
+    }
+}
+
+/// `silu(g)·u` in f64, rounded once to the activation type.
+pub fn swiglu(act: OutType, g: &[f32], u: &[f32]) -> Vec<f64> {
+    g.iter().zip(u).map(|(&g, &u)| round_act(act, g as f64 * u as f64 / (1.0 + (-(g as f64)).exp()))).collect()
 }
 
 /// A deliberately wrong SwiGLU: the sigmoid taken as `1 / (1 + 2^-g)`, as a kernel that
 /// forgot the log2(e) scaling in front of `ex2` would compute.
-pub fn swiglu_without_log2e(g: &[f32], u: &[f32]) -> Vec<bf16> {
-    g.iter().zip(u).map(|(&g, &u)| bf16::from_f64(g as f64 * u as f64 / (1.0 + (-(g as f64)).exp2()))).collect()
+pub fn swiglu_without_log2e(act: OutType, g: &[f32], u: &[f32]) -> Vec<f64> {
+    g.iter().zip(u).map(|(&g, &u)| round_act(act, g as f64 * u as f64 / (1.0 + (-(g as f64)).exp2()))).collect()
 }
 
 /// Tolerance of the SwiGLU output against [`swiglu`] of the exact (kernel-order) dot
 /// products `g`, `u`, and how it follows.
 ///
-/// Before its rounding to bf16 the kernel's value is `y·(1 + η)` with
+/// Before its rounding to the activation type the kernel's value is `y·(1 + η)` with
 /// `|η| ≤ η̄ = 2u·|g|·1.01 + EX2 + DIV + 2u` (the rounded exponent `g·fl(−log2 e)`,
 /// magnified by `2^t`'s sensitivity `ln 2·|t| = |g|`; `ex2.approx`; the sum `1 + e`;
-/// `div.approx`; the product with `u`). Both roundings to bf16 add at most `2^-8` relative
-/// each, so `|got − want| ≤ |y|·(η̄ + 2^-8·(2 + η̄))` with `|y| ≤ |want| / (1 − 2^-8)`;
-/// results below 2^-126 may be flushed.
-pub fn swiglu_tolerance(g: &[f32], want: &[bf16]) -> (Vec<f64>, String) {
+/// `div.approx`; the product with `u`). Both roundings to the activation type (the
+/// kernel's, of bf16 only, and the reference's) add at most `b` relative each (`2^-8` for
+/// bf16, `2^-24` for f32), so `|got − want| ≤ |y|·(η̄ + b·(2 + η̄))` with
+/// `|y| ≤ |want| / (1 − b)`; results below 2^-126 may be flushed.
+pub fn swiglu_tolerance(act: OutType, g: &[f32], want: &[f64]) -> (Vec<f64>, String) {
     let gmax = g.iter().map(|v| (*v as f64).abs()).fold(0.0, f64::max);
     let eta = 2.0 * F32_U * gmax * 1.01 + EX2_REL + DIV_REL + 2.0 * F32_U;
-    let b = 2f64.powi(-8);
+    let b = match act {
+        OutType::BF16 => 2f64.powi(-8),
+        OutType::F32 => F32_U,
+    };
     let rel = (eta + b * (2.0 + eta)) / (1.0 - b);
-    let tol = want.iter().map(|w| w.to_f64().abs() * rel + F32_MIN_NORMAL).collect();
+    let tol = want.iter().map(|w| w.abs() * rel + F32_MIN_NORMAL).collect();
     let explain = format!(
         "{rel:.3e}·|want| + 2^-126: η = {eta:.2e} (2u·max|g| with max|g| = {gmax:.3e}, ex2.approx {EX2_REL:.2e}, \
-         div.approx {DIV_REL:.2e}, two roundings) plus the two roundings to bf16 (2^-8 each)"
+         div.approx {DIV_REL:.2e}, two roundings) plus the two roundings to {act:?} ({b:.1e} each)"
     );
     (tol, explain)
 }
@@ -392,12 +436,21 @@ pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
     let matrices = if p.epilogue == Epilogue::SwiGlu { 2 } else { 1 };
     let ws: Vec<Vec<u8>> =
         (0..matrices).map(|_| data::ggml_rows(&mut rng, p.format.ggml(), rows, cols, lo, hi)).collect();
-    let x = data::to_bf16(&data::signed(&mut rng, cols, 0.015625, 4.0));
+    let x = data::signed(&mut rng, cols, 0.015625, 4.0);
+    let x: Vec<f32> = match p.act {
+        OutType::BF16 => data::to_bf16(&x).iter().map(|v| v.to_f32()).collect(),
+        OutType::F32 => x,
+    };
+    let x_bytes = match p.act {
+        OutType::BF16 => data::bf16_bytes(&data::to_bf16(&x)),
+        OutType::F32 => data::f32_bytes(&x),
+    };
+    let act_size = x_bytes.len() / cols;
     let d: Vec<Vec<f32>> = ws.iter().map(|w| dots(p, w, &x)).collect::<Result<_, _>>()?;
     let w_bytes: u64 = ws.iter().map(|w| w.len() as u64).sum();
     let mut buffers: Vec<Buffer> =
         ws.into_iter().enumerate().map(|(i, w)| Buffer::input(if i == 0 { "w" } else { "w_up" }, w)).collect();
-    buffers.push(Buffer::input("x", data::bf16_bytes(&x)));
+    buffers.push(Buffer::input("x", x_bytes));
     let mut args: Vec<CaseArg> = (0..buffers.len()).map(CaseArg::Buffer).collect();
     let (expected, controls, out_bytes) = match p.epilogue {
         Epilogue::Plain => {
@@ -423,24 +476,20 @@ pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
             (vec![e], vec![], rows * 8)
         }
         Epilogue::SwiGlu => {
-            let want = swiglu(&d[0], &d[1]);
-            let (tol, explain) = swiglu_tolerance(&d[0], &want);
+            let want = swiglu(p.act, &d[0], &d[1]);
+            let (tol, explain) = swiglu_tolerance(p.act, &d[0], &want);
             let check = Check::Bound { tol, explain };
-            buffers.push(Buffer::output("y", rows * 2));
+            buffers.push(Buffer::output("y", rows * act_size));
             let i = buffers.len() - 1;
             args.push(CaseArg::Buffer(i));
-            let wrong = swiglu_without_log2e(&d[0], &d[1]);
+            let wrong = swiglu_without_log2e(p.act, &d[0], &d[1]);
+            let elem = p.act.scalar();
             let control = Control {
                 what: "sigmoid without the log2(e) scaling".into(),
-                expected: Expected {
-                    buffer: i,
-                    data: data::bf16_bytes(&wrong),
-                    elem: Scalar::BF16,
-                    check: check.clone(),
-                },
+                expected: Expected { buffer: i, data: act_bytes(p.act, &wrong), elem, check: check.clone() },
             };
-            let e = Expected { buffer: i, data: data::bf16_bytes(&want), elem: Scalar::BF16, check };
-            (vec![e], vec![control], rows * 2)
+            let e = Expected { buffer: i, data: act_bytes(p.act, &want), elem, check };
+            (vec![e], vec![control], rows * act_size)
         }
     };
     Ok(KernelCase {
@@ -452,7 +501,7 @@ pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
         args,
         expected,
         controls,
-        bytes_moved: w_bytes + cols as u64 * 2 + out_bytes as u64,
+        bytes_moved: w_bytes + (cols * act_size) as u64 + out_bytes as u64,
         flops: 2 * matrices as u64 * (rows * cols) as u64,
     })
 }
@@ -480,10 +529,11 @@ mod tests {
 
     #[test]
     fn names_are_distinct() {
-        let mut all: Vec<&str> = NAMES.iter().flatten().copied().collect();
+        let mut all: Vec<&str> = NAMES.iter().chain(&NAMES_XF32).flatten().copied().collect();
         all.sort();
         all.dedup();
-        assert_eq!(all.len(), 21);
-        assert_eq!(name(WeightFormat::Q4K, Epilogue::SwiGlu), "qgemv_q4_k_swiglu");
+        assert_eq!(all.len(), 42);
+        assert_eq!(name(WeightFormat::Q4K, Epilogue::SwiGlu, OutType::BF16), "qgemv_q4_k_swiglu");
+        assert_eq!(name(WeightFormat::Q6K, Epilogue::Residual, OutType::F32), "qgemv_q6_k_residual_xf32");
     }
 }
