@@ -56,6 +56,9 @@ pub struct ServeArgs {
     /// Seconds requests in flight get to finish after SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 30.0)]
     shutdown_grace: f64,
+    /// Most client connections open at once; more wait to be accepted.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
 }
 
 fn seconds(name: &str, s: f64) -> Result<Duration, String> {
@@ -106,6 +109,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         header_timeout: seconds("header-timeout", a.header_timeout)?,
         body_timeout: seconds("body-timeout", a.body_timeout)?,
         shutdown_grace: seconds("shutdown-grace", a.shutdown_grace)?,
+        max_connections: a.max_connections,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

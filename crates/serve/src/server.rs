@@ -102,6 +102,8 @@ pub struct ServeConfig {
     pub body_timeout: Duration,
     /// At shutdown, how long requests in flight may take to finish before they are cancelled.
     pub shutdown_grace: Duration,
+    /// Most connections open at once; further clients wait to be accepted.
+    pub max_connections: usize,
 }
 
 impl Default for ServeConfig {
@@ -118,6 +120,7 @@ impl Default for ServeConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
+            max_connections: 1024,
         }
     }
 }
@@ -240,7 +243,16 @@ impl Server {
             );
         }
         tokio::pin!(shutdown);
+        let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
         loop {
+            // At the connection limit, wait for one to close before accepting another.
+            let permit = tokio::select! {
+                permit = connections.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                _ = &mut shutdown => break,
+            };
             tokio::select! {
                 accepted = listener.accept() => {
                     let stream = match accepted {
@@ -257,6 +269,7 @@ impl Server {
                     let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
                     tokio::spawn(async move {
                         let _ = conn.await;
+                        drop(permit);
                     });
                 }
                 _ = &mut shutdown => break,

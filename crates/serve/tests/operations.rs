@@ -243,3 +243,23 @@ fn shutdown_cancels_what_is_left_at_the_deadline() {
         "{last}"
     );
 }
+
+#[test]
+fn beyond_the_connection_limit_clients_wait_for_a_free_one() {
+    let mut cfg = config();
+    cfg.max_connections = 1;
+    cfg.header_timeout = Duration::from_millis(300);
+    let server = TestServer::start(cfg);
+    // An idle connection holds the only place until the header timeout closes it.
+    let idle = connect(server.addr);
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    let r = server.get("/health");
+    assert_eq!(r.status, 200);
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "answered after {:?} while the limit was taken",
+        started.elapsed()
+    );
+    drop(idle);
+}
