@@ -2,7 +2,8 @@
 # The test command. Installs what the tests need — ptxas from NVIDIA's nvidia-cuda-nvcc
 # wheel (13.0 series, matching the driver the GPU path targets) and the two real models
 # (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) fetched by `quench pull` — then runs every
-# test of the workspace. No GPU is needed.
+# test of the workspace and the server's client tests (the official `openai` Python
+# client, and the chat page in Chromium when /usr/bin/chromium exists). No GPU is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,4 +21,14 @@ target/debug/quench pull minilm --cache "$cache"
 export QUENCH_SMOLLM2_GGUF="$cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 export QUENCH_MINILM_DIR="$cache/minilm"
 
-cargo test --workspace --no-fail-fast "$@"
+status=0
+cargo test --workspace --no-fail-fast "$@" || status=$?
+
+python3 -c "import openai, pytest" 2>/dev/null \
+    || python3 -m pip install -q --disable-pip-version-check "openai>=1.50" "pytest>=8"
+if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
+    echo "server tests: the chat page test is SKIPPED (no Chromium; apt-get install chromium)"
+    export QUENCH_SKIP_BROWSER=1
+fi
+QUENCH_BIN=target/debug/quench bash tests/server/run.sh || status=$?
+exit $status
