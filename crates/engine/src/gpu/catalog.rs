@@ -4,13 +4,15 @@
 //! | part | kernel |
 //! |---|---|
 //! | token embedding | `embed_<table format>` (f32, bf16, f16, Q8_0, Q4_1 tables) |
-//! | norms (+ residual add) | `rmsnorm_residual_bf16` (qwen3's q/k norms: `rmsnorm_residual_f32`) |
-//! | q, k, v projections | one `qgemv` over the concatenated rows when the three share a format, else three |
+//! | norms (+ residual add) | `rmsnorm_residual_f32` |
+//! | q, k, v projections | one `qgemv_<format>_xf32` over the concatenated rows when the three share a format, else three |
 //! | RoPE | `rope_neox_f32` (Hugging Face layout, qwen GGUF) or `rope_gptj_f32` (llama GGUF) |
-//! | KV append, attention | `kv_append_bf16`, `attention_decode_bf16` + `attention_merge_bf16` |
-//! | output projection, down | `qgemv_<format>_residual` (adds into the residual stream) |
-//! | gate and up | `qgemv_<format>_swiglu` (both at once, SwiGLU applied) |
-//! | LM head | `qgemv_<format>` |
+//! | KV append, attention | `kv_append_f16`, `attention_decode_f16` + `attention_merge_f32` |
+//! | output projection, down | `qgemv_<format>_residual_xf32` (adds into the residual stream) |
+//! | gate and up | `qgemv_<format>_swiglu_xf32` (both at once, SwiGLU applied) |
+//! | LM head | `qgemv_<format>_xf32` |
+//!
+//! Activations between kernels are f32 and the KV cache f16 (see [`super::graph`]).
 //!
 //! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K are read as stored; anything
 //! else is refused by name.

@@ -4,23 +4,26 @@
 //! device addresses once it is.
 //!
 //! One step, with `R` the f32 residual stream and `Z` a buffer of zeros (the norms add
-//! their `x` into the residual: the projections already added theirs, so they add `Z`):
+//! their `x` into the residual: the projections already added theirs, so they add `Z`).
+//! Activations pass between kernels in f32 and the KV cache holds f16: rounding them to
+//! bf16 instead moves the logits well past the f64 reference's bound (`quench check`),
+//! while at batch 1 the activations' bytes are negligible next to the weights'.
 //!
 //! ```text
 //! embed                      R = table[token]
 //! per layer:
-//!   rmsnorm_residual         xa = norm(R)·w                          (bf16)
+//!   rmsnorm_residual         xa = norm(R)·w                          (f32)
 //!   qgemv (q|k|v rows)       qkv = W_qkv·xa (+ bias: qwen2)           (f32; 3 GEMVs if formats differ)
 //!   rmsnorm_residual_f32 ×2  q, k = per-head norm (qwen3 only)
 //!   rope                     q, k rotated at `pos`
-//!   kv_append                k, v → cache block table[pos / 16], row pos mod 16   (bf16)
+//!   kv_append                k, v → cache block table[pos / 16], row pos mod 16   (f16)
 //!   attention_decode         splits of the context → partial max, sum, output
-//!   attention_merge          attn = merged heads                      (bf16)
+//!   attention_merge          attn = merged heads                      (f32)
 //!   qgemv_residual           R += W_o·attn
-//!   rmsnorm_residual         xf = norm(R)·w                           (bf16)
-//!   qgemv_swiglu             ffn = silu(W_gate·xf)·(W_up·xf)           (bf16)
+//!   rmsnorm_residual         xf = norm(R)·w                           (f32)
+//!   qgemv_swiglu             ffn = silu(W_gate·xf)·(W_up·xf)           (f32)
 //!   qgemv_residual           R += W_down·ffn
-//! rmsnorm_residual           xo = norm(R)·w
+//! rmsnorm_residual           xo = norm(R)·w                           (f32)
 //! qgemv                      logits = W_out·xo                        (f32)
 //! argmax                     next = the largest logit's index (greedy decoding)
 //! ```
@@ -39,7 +42,7 @@ use quench_kernels::argmax::{self, ArgmaxParams};
 use quench_kernels::attention::append::{self as kv_append, AppendParams};
 use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
 use quench_kernels::attention::merge::{self as attn_merge, MergeParams};
-use quench_kernels::attention::BLOCK_TOKENS;
+use quench_kernels::attention::{KvElem, BLOCK_TOKENS};
 use quench_kernels::embed::{self, EmbedParams};
 use quench_kernels::norm_residual::{self, Norm, NormResidualParams, OutType};
 use quench_kernels::qgemv::{self, Epilogue, QGemvParams, WeightFormat};
@@ -50,6 +53,13 @@ use quench_rt::{Arg, Launch};
 use super::catalog::{tensor_name, Catalog, Qkv};
 use super::error::GpuError;
 use super::stored::{self, StoredTensors};
+
+/// The type of the activations passed between kernels (norm outputs, the attention and
+/// SwiGLU outputs: the matrix–vector kernels' inputs), and its size.
+const ACT: OutType = OutType::F32;
+const ACT_BYTES: u64 = 4;
+/// The KV cache's element type (2 bytes, as [`KvLayout::layer_bytes`] counts).
+const KV: KvElem = KvElem::F16;
 
 /// Where a dispatch argument points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +134,7 @@ pub struct KvLayout {
     pub n_blocks: u32,
     /// Block-table row length (a session's longest context is `max_blocks · 16`).
     pub max_blocks: u32,
-    /// Bytes of one layer's keys (or values): `n_blocks · kv_heads · 16 · head_dim` bf16.
+    /// Bytes of one layer's keys (or values): `n_blocks · kv_heads · 16 · head_dim` f16.
     pub layer_bytes: u64,
 }
 
@@ -315,6 +325,7 @@ impl Assembler<'_> {
             cols: u32_of("cols", cols)?,
             warps: 4,
             unroll: if format.is_float() { 4 } else { 2 },
+            act: ACT,
         };
         let k = self.kernel(&label, &p, qgemv::build)?;
         let args = match r {
@@ -470,7 +481,7 @@ impl DecodeGraph {
             let label = |what: &str| format!("layer {l}: {what}");
             let xa = Region::Act(a.act(
                 format!("layer {l} attention input"),
-                2 * hidden as u64,
+                ACT_BYTES * hidden as u64,
                 false,
             ));
             let qkv = Region::Act(a.act(format!("layer {l} q|k|v"), 4 * qkv_width as u64, false));
@@ -486,7 +497,7 @@ impl DecodeGraph {
             let ffn_norm = at(Region::Weights(norms), 4 * hidden as u64);
             a.norm(
                 label("attention norm"),
-                OutType::BF16,
+                ACT,
                 1,
                 hidden,
                 zeros,
@@ -607,6 +618,7 @@ impl DecodeGraph {
                 n_kv_heads: rp.n_kv_heads,
                 max_blocks,
                 threads: row_threads(u32_of("kv width", kv_width)? / 4),
+                kv: KV,
             };
             let k = a.kernel(&label("kv append"), &kp, kv_append::build)?;
             let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
@@ -624,6 +636,7 @@ impl DecodeGraph {
                 max_blocks,
                 split,
                 threads: attn_threads,
+                kv: KV,
             };
             let splits = dp.n_splits() as u64;
             let heads = c.heads as u64;
@@ -657,10 +670,11 @@ impl DecodeGraph {
             let mp = MergeParams {
                 head_dim: rp.head_dim,
                 n_splits: dp.n_splits(),
+                out: ACT,
             };
             let attn = Region::Act(a.act(
                 format!("layer {l} attention output"),
-                2 * q_width as u64,
+                ACT_BYTES * q_width as u64,
                 false,
             ));
             let k = a.kernel(&label("attention merge"), &mp, attn_merge::build)?;
@@ -683,10 +697,14 @@ impl DecodeGraph {
                 r0,
             )?;
 
-            let xf = Region::Act(a.act(format!("layer {l} ffn input"), 2 * hidden as u64, false));
+            let xf = Region::Act(a.act(
+                format!("layer {l} ffn input"),
+                ACT_BYTES * hidden as u64,
+                false,
+            ));
             a.norm(
                 label("ffn norm"),
-                OutType::BF16,
+                ACT,
                 1,
                 hidden,
                 zeros,
@@ -700,7 +718,11 @@ impl DecodeGraph {
                 a.stored(t(L::Up), c.ffn, hidden)?,
             ]);
             let up_at = a.weights[gate_up].offset(1);
-            let ffn = Region::Act(a.act(format!("layer {l} ffn hidden"), 2 * c.ffn as u64, false));
+            let ffn = Region::Act(a.act(
+                format!("layer {l} ffn hidden"),
+                ACT_BYTES * c.ffn as u64,
+                false,
+            ));
             let gp = QGemvParams {
                 format: lk.gate_up,
                 epilogue: Epilogue::SwiGlu,
@@ -708,6 +730,7 @@ impl DecodeGraph {
                 cols: u32_of("hidden", hidden)?,
                 warps: 4,
                 unroll: if lk.gate_up.is_float() { 4 } else { 2 },
+                act: ACT,
             };
             let k = a.kernel(&label("gate/up + SwiGLU"), &gp, qgemv::build)?;
             a.push(
@@ -736,10 +759,14 @@ impl DecodeGraph {
         }
 
         let out_norm = a.group(vec![a.vector(DecoderTensor::OutputNorm, hidden)?]);
-        let xo = Region::Act(a.act("output norm".into(), 2 * hidden as u64, false));
+        let xo = Region::Act(a.act(
+            "output norm".into(),
+            ACT_BYTES * hidden as u64,
+            false,
+        ));
         a.norm(
             "output norm".into(),
-            OutType::BF16,
+            ACT,
             1,
             hidden,
             zeros,
@@ -854,6 +881,7 @@ mod tests {
                 max_blocks,
                 split,
                 threads,
+                kv: KV,
             };
             attn_decode::build(&p).unwrap_or_else(|e| panic!("{hd} {group} {ctx}: {e}"));
             assert!(max_blocks * BLOCK_TOKENS >= ctx);
