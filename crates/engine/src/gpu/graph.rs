@@ -759,11 +759,7 @@ impl DecodeGraph {
         }
 
         let out_norm = a.group(vec![a.vector(DecoderTensor::OutputNorm, hidden)?]);
-        let xo = Region::Act(a.act(
-            "output norm".into(),
-            ACT_BYTES * hidden as u64,
-            false,
-        ));
+        let xo = Region::Act(a.act("output norm".into(), ACT_BYTES * hidden as u64, false));
         a.norm(
             "output norm".into(),
             ACT,
