@@ -233,7 +233,9 @@ fn cpu_name() -> String {
 fn check_args(a: &BenchArgs) -> Result<(), String> {
     if a.device != DeviceArg::Cpu {
         return Err(
-            "--device cuda: the GPU backend does not run models yet; use --device cpu".into(),
+            "--device cuda: `quench bench` measures the CPU backend only; GPU decode timings \
+             come from `quench check --time-tokens N`"
+                .into(),
         );
     }
     if a.prompt_tokens == 0 || a.gen_tokens < 2 || a.threads == 0 || a.repeats == 0 {
