@@ -1,0 +1,90 @@
+//! The Chrome trace and the summary table over deterministic dispatch lists.
+
+use quench_prof::summary::render;
+use quench_prof::{chrome_trace, summarize, Dispatch, HostSpan, HostSpans};
+
+fn d(kernel: &str, stream: u32, start_ns: u64, end_ns: u64) -> Dispatch {
+    Dispatch { kernel: kernel.to_string(), stream, start_ns, end_ns, blocks_done: 4 }
+}
+
+fn dispatches() -> Vec<Dispatch> {
+    // Serialized on stream 0 (listed out of order), one on stream 3.
+    vec![
+        d("gemv", 0, 10_000, 12_000),
+        d("norm", 0, 5_000, 6_000),
+        d("gemv", 0, 6_500, 9_500),
+        d("norm", 0, 12_500, 13_500),
+        d("argmax", 3, 7_000, 7_250),
+    ]
+}
+
+#[test]
+fn trace_has_lanes_and_ordered_disjoint_events() {
+    let mut host = HostSpans::new();
+    host.push(HostSpan { name: "submit".into(), start_ns: 2_000, end_ns: 3_000 });
+    let span = host.begin("sample");
+    span.end(&mut host);
+    let text = serde_json::to_string(&chrome_trace(&dispatches(), &host)).expect("serializes");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("parses");
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    let complete: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert_eq!(complete.len(), 7);
+
+    let lane = |pid: u64, tid: u64| -> Vec<(f64, f64, String)> {
+        complete
+            .iter()
+            .filter(|e| e["pid"] == pid && e["tid"] == tid)
+            .map(|e| (e["ts"].as_f64().expect("ts"), e["dur"].as_f64().expect("dur"), e["name"].to_string()))
+            .collect()
+    };
+    let s0 = lane(1, 0);
+    let names: Vec<&str> = s0.iter().map(|e| e.2.trim_matches('"')).collect();
+    assert_eq!(names, ["norm", "gemv", "gemv", "norm"]);
+    // Microseconds from the earliest dispatch start.
+    assert_eq!((s0[0].0, s0[0].1), (0.0, 1.0));
+    assert_eq!((s0[1].0, s0[1].1), (1.5, 3.0));
+    for w in s0.windows(2) {
+        assert!(w[0].0 + w[0].1 <= w[1].0, "overlap in {w:?}");
+    }
+    assert_eq!(lane(1, 3), [(2.0, 0.25, "\"argmax\"".to_string())]);
+    let h = lane(2, 0);
+    assert_eq!(h.len(), 2);
+    let submit = h.iter().find(|e| e.2 == "\"submit\"").expect("submit span");
+    assert_eq!((submit.0, submit.1), (2.0, 1.0));
+    assert!(h.iter().any(|e| e.2 == "\"sample\"" && e.1 >= 0.0));
+    assert!(h[0].0 <= h[1].0, "host spans in start order");
+
+    let names: Vec<String> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().expect("name").to_string())
+        .collect();
+    assert_eq!(names, ["stream 0", "stream 3"]);
+}
+
+#[test]
+fn summary_per_kernel() {
+    let mut ds = dispatches();
+    ds.extend((1..=8).map(|i| d("gemv", 0, 20_000 + 1_000 * i, 20_000 + 1_000 * i + 100 * i)));
+    let rows = summarize(&ds);
+    let kernels: Vec<&str> = rows.iter().map(|r| r.kernel.as_str()).collect();
+    assert_eq!(kernels, ["gemv", "norm", "argmax"]);
+    let g = &rows[0];
+    // gemv durations: 2000, 3000, 100..=800.
+    assert_eq!(g.calls, 10);
+    assert_eq!(g.total_ns, 5_000 + 3_600);
+    assert_eq!(g.mean_ns, 860.0);
+    assert_eq!((g.p50_ns, g.p90_ns), (500, 2_000));
+    let all = 8_600 + 2_000 + 250;
+    assert!((g.share - 8_600.0 / all as f64).abs() < 1e-12);
+    assert_eq!((rows[1].calls, rows[1].total_ns, rows[1].p50_ns, rows[1].p90_ns), (2, 2_000, 1_000, 1_000));
+    assert_eq!((rows[2].calls, rows[2].p50_ns, rows[2].p90_ns), (1, 250, 250));
+    let total_share: f64 = rows.iter().map(|r| r.share).sum();
+    assert!((total_share - 1.0).abs() < 1e-12);
+
+    let table = render(&rows);
+    assert_eq!(table.lines().count(), 4);
+    assert!(table.lines().nth(1).expect("row").starts_with("gemv "));
+    assert!(table.contains("79.3%"), "{table}");
+    assert!(summarize(&[]).is_empty());
+}
