@@ -10,6 +10,7 @@ mod cmd_embed;
 mod cmd_generate;
 mod cmd_info;
 mod cmd_isa;
+mod cmd_prof;
 mod cmd_pull;
 mod cmd_serve;
 mod cmd_synth;
@@ -59,6 +60,8 @@ enum Command {
     Bench(cmd_bench::BenchArgs),
     /// Serve models over an OpenAI-compatible HTTP API, with a chat page at /.
     Serve(cmd_serve::ServeArgs),
+    /// Run library kernels instrumented: GPU time of every dispatch as a Chrome trace and a summary.
+    Prof(cmd_prof::ProfArgs),
 }
 
 #[derive(Subcommand)]
@@ -84,6 +87,7 @@ fn main() {
         Command::Top(a) => cmd_top::run(a),
         Command::Bench(a) => cmd_bench::run(a),
         Command::Serve(a) => cmd_serve::run(a),
+        Command::Prof(a) => cmd_prof::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -2,8 +2,8 @@
 //! time out.
 
 use quench_ir::{
-    verify, AddrSpace, AtomOp, Block, BinOp, CmpOp, Function, Inst, Op, Ordering, Param, Scalar, Scope, Special,
-    Type, Value, VerifyError,
+    verify, AddrSpace, AtomOp, BinOp, Block, CmpOp, Function, Inst, Op, Ordering, Param, Scalar, Scope, Special, Type,
+    Value, VerifyError,
 };
 
 /// Name of the added ring-buffer parameter (a global `u64` pointer).
@@ -104,10 +104,8 @@ pub fn instrument(f: &Function) -> Result<Function, InstrumentError> {
         e.if_then(block0, |e| e.void(Op::Store { ptr: rec, value: start, cache: Default::default() }));
         let two = e.u32(2);
         let counter_at = e.val(ring_ty, Op::PtrAdd { ptr: rec, index: two });
-        let counter = e.val(
-            Type::Ptr(AddrSpace::Global, Scalar::U32),
-            Op::PtrCast { to: Scalar::U32, ptr: counter_at },
-        );
+        let counter =
+            e.val(Type::Ptr(AddrSpace::Global, Scalar::U32), Op::PtrCast { to: Scalar::U32, ptr: counter_at });
         let one = e.u32(1);
         // acq_rel at gpu scope: the last block's end reading comes after every other
         // block's count, and so after the end of their work.
