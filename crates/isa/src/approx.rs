@@ -44,10 +44,12 @@ pub fn inputs(op: ApproxOp, n: usize, seed: u64) -> (Vec<f32>, Vec<f32>, String)
             x.extend((0..n).map(|_| log_uniform(&mut rng, 2f64.powi(-125), 2f64.powi(127))));
         }
         ApproxOp::Un(UnOp::RcpApprox) | ApproxOp::Un(UnOp::RsqrtApprox) => {
-            domain = "log-uniform ±[2^-125, 2^125]".to_string();
+            // rsqrt is only defined for positive inputs; rcp takes both signs.
+            let signed = op == ApproxOp::Un(UnOp::RcpApprox);
+            domain = format!("log-uniform {}[2^-125, 2^125]", if signed { "±" } else { "" });
             x.extend((0..n).map(|_| {
                 let v = log_uniform(&mut rng, 2f64.powi(-125), 2f64.powi(125));
-                if op == ApproxOp::Un(UnOp::RcpApprox) && rng.gen::<bool>() {
+                if signed && rng.gen::<bool>() {
                     -v
                 } else {
                     v

@@ -44,3 +44,24 @@ impl Deref for Storage {
         }
     }
 }
+
+/// The file image `write_to` produces, collected in memory.
+pub(crate) fn image_to_vec(write_to: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_to(&mut out).expect("writing to a Vec cannot fail");
+    out
+}
+
+/// Writes the file image `write_to` produces to `path`; errors name the file.
+pub(crate) fn write_image(
+    path: &Path,
+    write_to: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), ModelError> {
+    use std::io::Write;
+    let io_err = |source| ModelError::Io {
+        file: path.to_owned(),
+        source,
+    };
+    let mut file = std::io::BufWriter::new(File::create(path).map_err(io_err)?);
+    write_to(&mut file).and_then(|()| file.flush()).map_err(io_err)
+}

@@ -110,21 +110,10 @@ impl<'a> SafetensorsWriter<'a> {
 
     /// The whole file image.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.write_to(&mut out)
-            .expect("writing to a Vec cannot fail");
-        out
+        crate::storage::image_to_vec(|w| self.write_to(w))
     }
 
     pub fn write(&self, path: impl AsRef<Path>) -> Result<(), ModelError> {
-        let path = path.as_ref();
-        let io_err = |source| ModelError::Io {
-            file: path.to_owned(),
-            source,
-        };
-        let mut file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io_err)?);
-        self.write_to(&mut file)
-            .and_then(|()| file.flush())
-            .map_err(io_err)
+        crate::storage::write_image(path.as_ref(), |w| self.write_to(w))
     }
 }
