@@ -1,5 +1,7 @@
-//! `quench bench`: prefill and decode speed of a GGUF model, optionally beside llama.cpp on
-//! the same machine, model, prompt length and thread count in the same run, with a receipt.
+//! `quench bench`: prefill and decode speed with a receipt. On the CPU (a GGUF model),
+//! optionally beside llama.cpp on the same machine, model, prompt length and thread count in
+//! the same run; on the GPU ([`crate::bench_gpu`]), against the copy bandwidth measured in
+//! the same run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,10 +20,11 @@ const TARGET_RATIO: f64 = 0.5;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Where the model runs (only the CPU can be benchmarked so far).
+    /// Where the model runs.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
-    /// A pulled model's name or the path of a GGUF file [default: smollm2].
+    /// A pulled model's name or the path of a GGUF file (on the GPU also a Hugging Face
+    /// checkpoint directory) [default: smollm2].
     #[arg(long, short = 'm', value_name = "NAME|PATH")]
     pub model: Option<String>,
     /// The model cache pulled models are found in (as for `quench pull --cache`).
@@ -33,13 +36,24 @@ pub struct BenchArgs {
     /// Tokens generated greedily, the first from the prompt's logits (at least 2).
     #[arg(long, default_value_t = 64)]
     pub gen_tokens: usize,
+    /// The GPU to run on (`--device cuda`).
+    #[arg(long, default_value_t = 0)]
+    pub gpu: u32,
+    /// Fail unless decode reaches this many tokens/s (`--device cuda`; recorded in the
+    /// receipt).
+    #[arg(long, value_name = "TOKENS_PER_S")]
+    pub target_tokens_per_s: Option<f64>,
+    /// Fail unless the weight bytes read per second at the decode rate reach this
+    /// percentage of the copy bandwidth (`--device cuda`; recorded in the receipt).
+    #[arg(long, value_name = "PERCENT")]
+    pub target_percent: Option<f64>,
     /// CPU threads, for quench and llama.cpp alike.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// Timed runs of each engine after a warm-up, taken in turns; rates are medians.
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
-    /// Also time llama.cpp (through llama-cpp-python) on the same workload.
+    /// Also time llama.cpp (through llama-cpp-python) on the same workload (CPU only).
     #[arg(long)]
     pub vs_llama_cpp: bool,
     /// Python interpreter that has llama-cpp-python installed.
@@ -48,9 +62,10 @@ pub struct BenchArgs {
     /// The llama.cpp timing script.
     #[arg(long, default_value = "scripts/bench/llama_cpp_bench.py")]
     pub llama_cpp_script: PathBuf,
-    /// Where to write the receipt.
-    #[arg(long, default_value = "receipts/cpu-bench.json")]
-    pub receipt: PathBuf,
+    /// Where to write the receipt [default: receipts/cpu-bench.json, or
+    /// receipts/gpu-bench.json with `--device cuda`].
+    #[arg(long)]
+    pub receipt: Option<PathBuf>,
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -71,7 +86,7 @@ struct Summary {
     ms_per_token_p90: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
@@ -82,7 +97,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Nearest-rank percentile of a non-empty sample.
-fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+pub(crate) fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
     v[rank.clamp(1, v.len()) - 1]
@@ -121,7 +136,7 @@ fn summary_json(s: &Summary) -> Value {
 
 /// A fixed prompt of `n` ids spread over the vocabulary (the speed does not depend on which
 /// tokens they are, only on how many).
-fn prompt_ids(n: usize, vocab: usize) -> Vec<u32> {
+pub(crate) fn prompt_ids(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| ((i * 7919 + 13) % vocab) as u32).collect()
 }
 
@@ -231,12 +246,11 @@ fn cpu_name() -> String {
 }
 
 fn check_args(a: &BenchArgs) -> Result<(), String> {
-    if a.device != DeviceArg::Cpu {
-        return Err(
-            "--device cuda: `quench bench` measures the CPU backend only; GPU decode timings \
-             come from `quench check --time-tokens N`"
-                .into(),
-        );
+    if a.device == DeviceArg::Cuda && a.vs_llama_cpp {
+        return Err("--vs-llama-cpp compares on the CPU; leave it out with --device cuda".into());
+    }
+    if a.device == DeviceArg::Cpu && (a.target_percent.is_some() || a.target_tokens_per_s.is_some()) {
+        return Err("--target-percent and --target-tokens-per-s apply with --device cuda".into());
     }
     if a.prompt_tokens == 0 || a.gen_tokens < 2 || a.threads == 0 || a.repeats == 0 {
         return Err(
@@ -250,6 +264,11 @@ fn check_args(a: &BenchArgs) -> Result<(), String> {
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
     check_args(a)?;
+    if a.device == DeviceArg::Cuda {
+        let receipt = a.receipt.clone().unwrap_or_else(|| "receipts/gpu-bench.json".into());
+        return crate::bench_gpu::run(a, &receipt);
+    }
+    let receipt_path = a.receipt.clone().unwrap_or_else(|| "receipts/cpu-bench.json".into());
     let path = cmd_pull::resolve(a.model.as_deref(), "smollm2", a.cache.as_deref())?;
     let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let model_sha256 = receipt::sha256_hex(&bytes);
@@ -335,7 +354,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         )),
         outcome.clone(),
     );
-    receipt::write_json(&a.receipt, &rec)?;
+    receipt::write_json(&receipt_path, &rec)?;
 
     if a.json {
         println!(
@@ -371,7 +390,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         if let Some(r) = ratio {
             println!("decode speed quench / llama.cpp: {r:.2}× (target ≥ {TARGET_RATIO}×)");
         }
-        println!("receipt: {}", a.receipt.display());
+        println!("receipt: {}", receipt_path.display());
     }
     match llama {
         Some(Err(e)) => Err(format!("llama.cpp: {e}")),
@@ -414,10 +433,15 @@ mod tests {
             #[command(flatten)]
             bench: BenchArgs,
         }
-        let gpu = Cli::parse_from(["bench", "--device", "cuda"]);
+        let gpu = Cli::parse_from(["bench", "--device", "cuda", "--vs-llama-cpp"]);
         assert!(check_args(&gpu.bench)
             .unwrap_err()
+            .contains("--vs-llama-cpp"));
+        let cpu_target = Cli::parse_from(["bench", "--target-percent", "50"]);
+        assert!(check_args(&cpu_target.bench)
+            .unwrap_err()
             .contains("--device cuda"));
+        assert!(check_args(&Cli::parse_from(["bench", "--device", "cuda"]).bench).is_ok());
         let short = Cli::parse_from(["bench", "--gen-tokens", "1"]);
         assert!(check_args(&short.bench)
             .unwrap_err()

@@ -1,5 +1,6 @@
 //! quench: a GPU compiler, runtime and inference engine for NVIDIA Hopper.
 
+mod bench_gpu;
 mod cmd_bench;
 mod cmd_cc;
 mod cmd_chat;

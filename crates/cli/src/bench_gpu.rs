@@ -1,0 +1,209 @@
+//! `quench bench --device cuda`: decode speed of a model on the GPU through quench's own
+//! kernels and replayed step graph, against the device-to-device copy bandwidth measured in
+//! the same run, with a receipt.
+//!
+//! Each timed run feeds a fixed prompt, then decodes greedily on the device; the decode
+//! rate is `(N − 1) / (t(N) − t(1))` (the first token comes from the prompt), and the
+//! bandwidth it achieves counts the weight bytes one step reads.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use quench_engine::gpu::{load_causal, Backend, DecodeTiming, GpuSummary};
+use quench_engine::LoadOptions;
+use quench_rt::CudaExecutor;
+use serde_json::{json, Value};
+
+use crate::cmd_bench::{median, percentile, prompt_ids, BenchArgs};
+use crate::cmd_check_kernels::copy_bandwidth_gbps;
+use crate::model_args::{bytes, summary};
+use crate::{cmd_pull, receipt};
+
+/// Copies of 1 GiB timed for each bandwidth measurement.
+const COPY_REPS: u32 = 20;
+
+/// The rates of the timed runs.
+struct Rates {
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    ms_per_token_p50: f64,
+    ms_per_token_p90: f64,
+    runs: Vec<Value>,
+}
+
+fn rates(timings: &[DecodeTiming]) -> Rates {
+    let steps: Vec<f64> = timings.iter().flat_map(|t| t.step_ms.iter().copied()).collect();
+    Rates {
+        prefill_tokens_per_s: median(
+            timings
+                .iter()
+                .map(|t| t.prompt_tokens as f64 / (t.prefill_ms * 1e-3))
+                .collect(),
+        ),
+        decode_tokens_per_s: median(timings.iter().map(DecodeTiming::tokens_per_second).collect()),
+        ms_per_token_p50: percentile(steps.clone(), 50.0),
+        ms_per_token_p90: percentile(steps, 90.0),
+        runs: timings
+            .iter()
+            .map(|t| {
+                json!({
+                    "prefill_ms": t.prefill_ms,
+                    "decode_tokens_per_s": t.tokens_per_second(),
+                    "ms_per_token_p50": t.quantile_ms(0.5),
+                    "ms_per_token_p90": t.quantile_ms(0.9),
+                })
+            })
+            .collect(),
+    }
+}
+
+fn summary_json(s: &GpuSummary) -> Value {
+    json!({
+        "dispatches_per_token": s.dispatches_per_token,
+        "dispatches_per_layer": s.layer_dispatches.first(),
+        "layer_plan": s.layer_plan,
+        "kernels": s.kernels,
+        "weight_bytes": s.weight_bytes,
+        "weight_bytes_per_token": s.weight_bytes_per_token,
+        "kv_cache_bytes": s.kv_cache_bytes,
+        "context": s.context,
+        "graph_captured": s.graph_captured,
+    })
+}
+
+/// The copy bandwidth on GPU `ordinal`, from an executor of its own (freed again before
+/// the model's timed runs).
+fn copy_bandwidth(ordinal: u32) -> Result<f64, String> {
+    let mut exec = CudaExecutor::new(ordinal).map_err(|e| format!("--device cuda: {e}"))?;
+    copy_bandwidth_gbps(&mut exec, COPY_REPS)
+}
+
+pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
+    let ordinal = a.gpu;
+    let device = crate::gpu::describe(ordinal)?;
+    let path: PathBuf = cmd_pull::resolve(a.model.as_deref(), "smollm2", a.cache.as_deref())?;
+    let copy_before = copy_bandwidth(ordinal)?;
+    eprintln!("device-to-device copy: {copy_before:.0} GB/s");
+
+    let start = Instant::now();
+    let options = LoadOptions {
+        context_limit: Some(a.prompt_tokens + a.gen_tokens),
+        ..LoadOptions::default()
+    };
+    let model = load_causal(&path, Backend::Cuda { ordinal }, &options).map_err(|e| e.to_string())?;
+    let load_s = start.elapsed().as_secs_f64();
+    let info = model.info().clone();
+    let decoder = model.gpu_decoder().ok_or("the model was not put on the GPU")?;
+    let s = decoder.summary().clone();
+    eprintln!(
+        "loaded {} in {load_s:.1} s: {} dispatches per token, {} of weights read per token",
+        summary(&info),
+        s.dispatches_per_token,
+        bytes(s.weight_bytes_per_token)
+    );
+    let prompt = prompt_ids(a.prompt_tokens, decoder.config().vocab);
+    // Warm-up: compiles nothing new, but settles clocks and caches.
+    decoder
+        .time_decode(&prompt[..prompt.len().min(16)], 8)
+        .map_err(|e| e.to_string())?;
+    let mut timings = Vec::with_capacity(a.repeats);
+    for i in 0..a.repeats {
+        let t = decoder
+            .time_decode(&prompt, a.gen_tokens)
+            .map_err(|e| e.to_string())?;
+        eprintln!(
+            "run {}/{}: decode {:.1} tokens/s",
+            i + 1,
+            a.repeats,
+            t.tokens_per_second()
+        );
+        timings.push(t);
+    }
+    drop(model);
+    let copy_after = copy_bandwidth(ordinal)?;
+    let copy = (copy_before + copy_after) / 2.0;
+    let r = rates(&timings);
+    let weight_gbps = s.weight_bytes_per_token as f64 * r.decode_tokens_per_s / 1e9;
+    let percent = 100.0 * weight_gbps / copy;
+    let meets = json!({
+        "decode_tokens_per_s": a.target_tokens_per_s.map(|t| r.decode_tokens_per_s >= t),
+        "percent_of_copy": a.target_percent.map(|t| percent >= t),
+    });
+    let outcome = json!({
+        "prefill_tokens_per_s": r.prefill_tokens_per_s,
+        "prefill_note": "the prompt is fed through the decode step, one token per step",
+        "decode_tokens_per_s": r.decode_tokens_per_s,
+        "ms_per_token_p50": r.ms_per_token_p50,
+        "ms_per_token_p90": r.ms_per_token_p90,
+        "weight_gbps": weight_gbps,
+        "percent_of_copy_bandwidth": percent,
+        "copy_bandwidth_gbps": { "before": copy_before, "after": copy_after, "mean": copy },
+        "graph": summary_json(&s),
+        "runs": r.runs,
+        "meets_target": meets,
+    });
+    let model_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let rec = receipt::receipt(
+        "gpu-bench",
+        device,
+        json!({
+            "model": model_name,
+            "architecture": info.config.arch.name(),
+            "parameters": info.parameters,
+            "tensor_types": info.tensor_types,
+            "prompt_tokens": a.prompt_tokens,
+            "gen_tokens": a.gen_tokens,
+            "repeats_after_warm_up": a.repeats,
+            "decoding": "greedy on the device (argmax kernel); prompt ids (i·7919 + 13) mod vocab",
+        }),
+        json!({
+            "decode_tokens_per_s_at_least": a.target_tokens_per_s,
+            "percent_of_copy_at_least": a.target_percent,
+            "rule": "rates are medians over the runs; decode rate = (N−1)/(t(N)−t(1)); \
+                     percent of copy = weight bytes per token × decode rate / copy bandwidth",
+        }),
+        outcome.clone(),
+    );
+    receipt::write_json(receipt_path, &rec)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "{model_name} on {}: prompt {} tokens, {} generated, median of {}",
+            rec["device"]["name"].as_str().unwrap_or("the GPU"),
+            a.prompt_tokens,
+            a.gen_tokens,
+            a.repeats
+        );
+        println!(
+            "prefill {:.1} tokens/s (one step per token) · decode {:.1} tokens/s · \
+             {:.3} ms/token p50, {:.3} p90",
+            r.prefill_tokens_per_s, r.decode_tokens_per_s, r.ms_per_token_p50, r.ms_per_token_p90
+        );
+        println!(
+            "{} dispatches per token · {} of weights per token · {weight_gbps:.0} GB/s = \
+             {percent:.1}% of the {copy:.0} GB/s copy bandwidth",
+            s.dispatches_per_token,
+            bytes(s.weight_bytes_per_token)
+        );
+        println!("receipt: {}", receipt_path.display());
+    }
+    let missed = [
+        a.target_tokens_per_s
+            .filter(|t| r.decode_tokens_per_s < *t)
+            .map(|t| format!("decode {:.1} tokens/s is below the target {t}", r.decode_tokens_per_s)),
+        a.target_percent
+            .filter(|t| percent < *t)
+            .map(|t| format!("{percent:.1}% of copy is below the target {t}%")),
+    ];
+    match missed.into_iter().flatten().collect::<Vec<_>>() {
+        m if m.is_empty() => Ok(()),
+        m => Err(m.join("; ")),
+    }
+}
