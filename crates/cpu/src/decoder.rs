@@ -33,7 +33,8 @@ pub struct Decoder<T> {
     rope_freqs: Vec<f64>,
 }
 
-struct Layer<T> {
+/// One transformer block's weights.
+pub(crate) struct Layer<T> {
     attn_norm: Vec<T>,
     q: Weight<T>,
     k: Weight<T>,
@@ -47,7 +48,7 @@ struct Layer<T> {
     down: Weight<T>,
 }
 
-fn name(t: DecoderTensor, naming: Naming) -> String {
+pub(crate) fn name(t: DecoderTensor, naming: Naming) -> String {
     t.name(naming)
         .expect("every decoder tensor but RopeFreqs has a name in both namings")
 }
@@ -59,16 +60,9 @@ impl<T: Real> Decoder<T> {
     /// otherwise the token embedding serves as output. A GGUF `rope_freqs.weight` (Llama 3
     /// scaling, precomputed) is applied when present.
     pub fn load(config: ModelConfig, src: &dyn TensorSource, naming: Naming) -> Result<Self> {
-        if !config.arch.is_decoder() {
-            return Err(CpuError::UnsupportedArch {
-                arch: config.arch.name().into(),
-                what: "the decoder",
-            });
-        }
-        config.validate()?;
+        check_decoder_config(&config)?;
         let c = &config;
-        let (dim, hd) = (c.hidden, c.head_dim);
-        let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
+        let dim = c.hidden;
         let token_embedding = load::weight(
             src,
             &name(DecoderTensor::TokenEmbedding, naming),
@@ -81,45 +75,10 @@ impl<T: Real> Decoder<T> {
         } else {
             Some(load::weight(src, &output_name, c.vocab, dim)?)
         };
-        let rope_factors = match DecoderTensor::RopeFreqs.name(naming) {
-            Some(n) if src.contains(&n) => Some(load::vector::<f64>(src, &n, hd / 2)?),
-            _ => None,
-        };
-        let rope_freqs = rope_frequencies(c, rope_factors.as_deref());
-        let mut layers = Vec::with_capacity(c.layers);
-        for n in 0..c.layers {
-            let ln = |t| name(DecoderTensor::Layer(n, t), naming);
-            let qkv_bias = if c.qkv_bias {
-                Some([
-                    load::vector(src, &ln(L::QBias), q_width)?,
-                    load::vector(src, &ln(L::KBias), kv_width)?,
-                    load::vector(src, &ln(L::VBias), kv_width)?,
-                ])
-            } else {
-                None
-            };
-            let qk_norm = if c.qk_norm {
-                Some([
-                    load::vector(src, &ln(L::QNorm), hd)?,
-                    load::vector(src, &ln(L::KNorm), hd)?,
-                ])
-            } else {
-                None
-            };
-            layers.push(Layer {
-                attn_norm: load::vector(src, &ln(L::AttnNorm), dim)?,
-                q: load::weight(src, &ln(L::Q), q_width, dim)?,
-                k: load::weight(src, &ln(L::K), kv_width, dim)?,
-                v: load::weight(src, &ln(L::V), kv_width, dim)?,
-                qkv_bias,
-                qk_norm,
-                attn_output: load::weight(src, &ln(L::AttnOutput), dim, q_width)?,
-                ffn_norm: load::vector(src, &ln(L::FfnNorm), dim)?,
-                gate: load::weight(src, &ln(L::Gate), c.ffn, dim)?,
-                up: load::weight(src, &ln(L::Up), c.ffn, dim)?,
-                down: load::weight(src, &ln(L::Down), dim, c.ffn)?,
-            });
-        }
+        let rope_freqs = rope_freqs(c, src, naming)?;
+        let layers = (0..c.layers)
+            .map(|n| Layer::load(c, src, naming, n))
+            .collect::<Result<Vec<_>>>()?;
         let output_norm = load::vector(src, &name(DecoderTensor::OutputNorm, naming), dim)?;
         Ok(Decoder {
             config,
@@ -180,20 +139,15 @@ impl<T: Real> Decoder<T> {
         }
         let mut x = Matrix::zeros(tokens.len(), c.hidden);
         for (t, &token) in tokens.iter().enumerate() {
-            let row = usize::try_from(token).ok().filter(|&r| r < c.vocab).ok_or(
-                CpuError::TokenOutOfRange {
-                    token,
-                    vocab: c.vocab,
-                },
-            )?;
+            let row = token_row(token, c.vocab)?;
             self.token_embedding.row_into(row, x.row_mut(t));
         }
 
         let rope = RopeTable::<T>::new(&self.rope_freqs, start, tokens.len());
         for (layer, layer_cache) in self.layers.iter().zip(&mut cache.layers) {
             let (keys, values) = (&mut layer_cache.keys, &mut layer_cache.values);
-            self.attention_block(layer, &mut x, &rope, start, keys, values);
-            self.ffn_block(layer, &mut x);
+            layer.attention_block(c, &mut x, &rope, start, keys, values);
+            layer.ffn_block(c, &mut x);
         }
         cache.advance(tokens.len());
 
@@ -210,37 +164,137 @@ impl<T: Real> Decoder<T> {
         let output = self.output.as_ref().unwrap_or(&self.token_embedding);
         Ok(output.apply(&h, None))
     }
+}
+
+/// Checks that `config` describes a decoder this crate runs.
+pub(crate) fn check_decoder_config(config: &ModelConfig) -> Result<()> {
+    if !config.arch.is_decoder() {
+        return Err(CpuError::UnsupportedArch {
+            arch: config.arch.name().into(),
+            what: "the decoder",
+        });
+    }
+    config.validate()
+}
+
+/// The embedding row of `token`, refused when outside the vocabulary.
+pub(crate) fn token_row(token: u32, vocab: usize) -> Result<usize> {
+    usize::try_from(token)
+        .ok()
+        .filter(|&r| r < vocab)
+        .ok_or(CpuError::TokenOutOfRange { token, vocab })
+}
+
+/// The RoPE frequencies of the model, with a GGUF `rope_freqs.weight` applied when present.
+pub(crate) fn rope_freqs(
+    c: &ModelConfig,
+    src: &dyn TensorSource,
+    naming: Naming,
+) -> Result<Vec<f64>> {
+    let rope_factors = match DecoderTensor::RopeFreqs.name(naming) {
+        Some(n) if src.contains(&n) => Some(load::vector::<f64>(src, &n, c.head_dim / 2)?),
+        _ => None,
+    };
+    Ok(rope_frequencies(c, rope_factors.as_deref()))
+}
+
+impl<T: Real> Layer<T> {
+    /// Reads the weights of layer `n`, checking each shape.
+    pub(crate) fn load(
+        c: &ModelConfig,
+        src: &dyn TensorSource,
+        naming: Naming,
+        n: usize,
+    ) -> Result<Self> {
+        let (dim, hd) = (c.hidden, c.head_dim);
+        let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
+        let ln = |t| name(DecoderTensor::Layer(n, t), naming);
+        let qkv_bias = if c.qkv_bias {
+            Some([
+                load::vector(src, &ln(L::QBias), q_width)?,
+                load::vector(src, &ln(L::KBias), kv_width)?,
+                load::vector(src, &ln(L::VBias), kv_width)?,
+            ])
+        } else {
+            None
+        };
+        let qk_norm = if c.qk_norm {
+            Some([
+                load::vector(src, &ln(L::QNorm), hd)?,
+                load::vector(src, &ln(L::KNorm), hd)?,
+            ])
+        } else {
+            None
+        };
+        Ok(Layer {
+            attn_norm: load::vector(src, &ln(L::AttnNorm), dim)?,
+            q: load::weight(src, &ln(L::Q), q_width, dim)?,
+            k: load::weight(src, &ln(L::K), kv_width, dim)?,
+            v: load::weight(src, &ln(L::V), kv_width, dim)?,
+            qkv_bias,
+            qk_norm,
+            attn_output: load::weight(src, &ln(L::AttnOutput), dim, q_width)?,
+            ffn_norm: load::vector(src, &ln(L::FfnNorm), dim)?,
+            gate: load::weight(src, &ln(L::Gate), c.ffn, dim)?,
+            up: load::weight(src, &ln(L::Up), c.ffn, dim)?,
+            down: load::weight(src, &ln(L::Down), dim, c.ffn)?,
+        })
+    }
+
+    /// How many weight elements the layer holds (in whatever format each is kept; all of
+    /// them as `T` where `T` keeps no blocks).
+    pub(crate) fn elements(&self) -> usize {
+        let vectors = [&self.attn_norm, &self.ffn_norm]
+            .into_iter()
+            .chain(self.qkv_bias.iter().flatten())
+            .chain(self.qk_norm.iter().flatten())
+            .map(Vec::len);
+        let weights = [
+            &self.q,
+            &self.k,
+            &self.v,
+            &self.attn_output,
+            &self.gate,
+            &self.up,
+            &self.down,
+        ]
+        .into_iter()
+        .map(|w| match w {
+            Weight::Dense(m) => m.rows() * m.cols(),
+            Weight::Blocks(b) => b.rows() * b.cols(),
+        });
+        vectors.chain(weights).sum()
+    }
 
     /// `x += o_proj(attention(rope(q), rope(k), v))` over the normed `x`, appending this
     /// run's keys and values to the layer's cache first.
-    fn attention_block(
+    pub(crate) fn attention_block(
         &self,
-        layer: &Layer<T>,
+        c: &ModelConfig,
         x: &mut Matrix<T>,
         rope: &RopeTable<T>,
         start: usize,
         keys: &mut Vec<T>,
         values: &mut Vec<T>,
     ) {
-        let c = &self.config;
         let hd = c.head_dim;
         let mut h = x.clone();
         for t in 0..h.rows() {
-            rms_norm(h.row_mut(t), &layer.attn_norm, c.norm_eps);
+            rms_norm(h.row_mut(t), &self.attn_norm, c.norm_eps);
         }
-        let bias = |i: usize| layer.qkv_bias.as_ref().map(|b| b[i].as_slice());
-        let mut q = layer.q.apply(&h, bias(0));
-        let mut k = layer.k.apply(&h, bias(1));
-        let v = layer.v.apply(&h, bias(2));
+        let bias = |i: usize| self.qkv_bias.as_ref().map(|b| b[i].as_slice());
+        let mut q = self.q.apply(&h, bias(0));
+        let mut k = self.k.apply(&h, bias(1));
+        let v = self.v.apply(&h, bias(2));
         for t in 0..h.rows() {
             for head in q.row_mut(t).chunks_mut(hd) {
-                if let Some([q_norm, _]) = &layer.qk_norm {
+                if let Some([q_norm, _]) = &self.qk_norm {
                     rms_norm(head, q_norm, c.norm_eps);
                 }
                 rope.rotate(head, t, c.rope_style);
             }
             for head in k.row_mut(t).chunks_mut(hd) {
-                if let Some([_, k_norm]) = &layer.qk_norm {
+                if let Some([_, k_norm]) = &self.qk_norm {
                     rms_norm(head, k_norm, c.norm_eps);
                 }
                 rope.rotate(head, t, c.rope_style);
@@ -255,24 +309,24 @@ impl<T: Real> Decoder<T> {
             causal_start: Some(start),
         };
         let attn = attention(&q, keys, values, start + h.rows(), &shape);
-        let out = layer.attn_output.apply(&attn, None);
+        let out = self.attn_output.apply(&attn, None);
         for (a, b) in x.as_mut_slice().iter_mut().zip(out.as_slice()) {
             *a += *b;
         }
     }
 
     /// `x += down(silu(gate(h)) · up(h))` with `h` the normed `x`.
-    fn ffn_block(&self, layer: &Layer<T>, x: &mut Matrix<T>) {
+    pub(crate) fn ffn_block(&self, c: &ModelConfig, x: &mut Matrix<T>) {
         let mut h = x.clone();
         for t in 0..h.rows() {
-            rms_norm(h.row_mut(t), &layer.ffn_norm, self.config.norm_eps);
+            rms_norm(h.row_mut(t), &self.ffn_norm, c.norm_eps);
         }
-        let mut gate = layer.gate.apply(&h, None);
-        let up = layer.up.apply(&h, None);
+        let mut gate = self.gate.apply(&h, None);
+        let up = self.up.apply(&h, None);
         for (g, u) in gate.as_mut_slice().iter_mut().zip(up.as_slice()) {
             *g = silu(*g) * *u;
         }
-        let out = layer.down.apply(&gate, None);
+        let out = self.down.apply(&gate, None);
         for (a, b) in x.as_mut_slice().iter_mut().zip(out.as_slice()) {
             *a += *b;
         }

@@ -32,6 +32,13 @@ pub enum CpuError {
     #[error("no tokens given")]
     NoTokens,
 
+    #[error("positions {start}..{end} are not a non-empty range within the {tokens} tokens fed")]
+    Positions {
+        start: usize,
+        end: usize,
+        tokens: usize,
+    },
+
     #[error("token id {token} is outside the vocabulary of {vocab} tokens")]
     TokenOutOfRange { token: u32, vocab: usize },
 

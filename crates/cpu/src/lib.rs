@@ -5,6 +5,8 @@
 //! `f32`, fast enough to chat with small models (matrix products spread over all cores).
 //!
 //! - [`Decoder`]: llama, qwen2, qwen3, with a [`KvCache`] for prefill then decode.
+//! - [`StreamedReference`]: the same decoders in f64 for models too large to expand whole,
+//!   teacher-forced over a sequence with one layer's weights in memory at a time.
 //! - [`Encoder`]: BERT hidden states and sentence embeddings.
 //! - [`Sampler`] and [`generate`]: greedy and sampled decoding with stop strings.
 //!
@@ -28,6 +30,7 @@ mod real;
 mod rope;
 mod sampling;
 mod source;
+mod streamed;
 mod weight;
 
 pub use bert::Encoder;
@@ -46,3 +49,4 @@ pub use sampling::{
     SamplingParams,
 };
 pub use source::{MemorySource, RawTensor, TensorSource};
+pub use streamed::{StreamProgress, StreamStats, StreamedLogits, StreamedReference};
