@@ -221,9 +221,15 @@ fn streamed_logits_are_the_decoders_from_gguf_blocks() {
             gguf.insert("rope_freqs.weight", vec![config.head_dim / 2], divisors)
                 .unwrap();
         }
-        // Start each model's matrices at another format, so that the embedding and the
-        // output projection take several.
-        let types: Vec<GgmlType> = formats.iter().cycle().skip(3 * i).take(8).copied().collect();
+        // Each model starts its matrices at another format, so that over the three the
+        // embedding and the output projection come in several.
+        let types: Vec<GgmlType> = formats
+            .iter()
+            .cycle()
+            .skip(3 * i)
+            .take(8)
+            .copied()
+            .collect();
         let file = gguf_file(&gguf, &types, &mut rng);
         let tokens = Filler::new(rng.gen()).tokens(19, config.vocab);
         compare(
