@@ -5,6 +5,7 @@
 //!   Python package where it implements them.
 //! - [`safetensors`], [`HfConfig`], [`HfCheckpoint`]: Hugging Face checkpoints, single-file or
 //!   sharded, and their `config.json`.
+//! - [`hf_to_gguf`]: Hugging Face checkpoints converted to GGUF with quantized weights.
 //!
 //! Nothing read from a file is trusted: sizes and counts are checked against the file before
 //! anything is allocated or sliced, and every failure is a [`ModelError`] naming the file,
@@ -15,6 +16,7 @@ mod error;
 mod ggml_type;
 pub mod gguf;
 mod hf_checkpoint;
+pub mod hf_to_gguf;
 mod hf_config;
 pub mod quant;
 pub mod safetensors;

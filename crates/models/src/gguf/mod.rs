@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub use metadata::{MetadataArray, MetadataValue, ValueType};
-pub use writer::GgufWriter;
+pub use writer::{GgufFileWriter, GgufHeader, GgufWriter};
 
 use crate::storage::Storage;
 use crate::{GgmlType, ModelError};

@@ -13,32 +13,52 @@ use crate::{GgmlType, ModelError};
 /// Quantizes `x` to `ggml_type`. The length must be a whole number of blocks; block types
 /// refuse non-finite input, and values too large for the type's f16 scales.
 pub fn quantize(ggml_type: GgmlType, x: &[f32]) -> Result<Vec<u8>, ModelError> {
+    let size = ggml_type
+        .bytes_for(x.len() as u64)
+        .ok_or_else(|| not_whole_blocks(ggml_type, x.len()))?;
+    let mut out = vec![0u8; size as usize];
+    quantize_into(ggml_type, x, &mut out)?;
+    Ok(out)
+}
+
+fn not_whole_blocks(ggml_type: GgmlType, n: usize) -> ModelError {
+    ModelError::Quantize {
+        ggml_type: ggml_type.name(),
+        reason: format!("{n} elements are not a whole number of blocks"),
+    }
+}
+
+/// As [`quantize`], into `out`, which must be exactly the size of `x` in `ggml_type`.
+pub fn quantize_into(ggml_type: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), ModelError> {
     let err = |reason: String| ModelError::Quantize {
         ggml_type: ggml_type.name(),
         reason,
     };
-    let size = ggml_type.bytes_for(x.len() as u64).ok_or_else(|| {
-        err(format!(
-            "{} elements are not a whole number of blocks",
-            x.len()
-        ))
-    })?;
-    let mut out = vec![0u8; size as usize];
+    let size = ggml_type
+        .bytes_for(x.len() as u64)
+        .ok_or_else(|| not_whole_blocks(ggml_type, x.len()))?;
+    if size != out.len() as u64 {
+        return Err(ModelError::SizeMismatch {
+            what: format!("{ggml_type} output for {} elements", x.len()),
+            expected: size,
+            actual: out.len() as u64,
+        });
+    }
     match ggml_type {
-        GgmlType::F32 => elements(x, &mut out, f32::to_le_bytes),
-        GgmlType::F16 => elements(x, &mut out, |v| f32_to_f16(v).to_le_bytes()),
-        GgmlType::BF16 => elements(x, &mut out, |v| f32_to_bf16(v).to_le_bytes()),
+        GgmlType::F32 => elements(x, out, f32::to_le_bytes),
+        GgmlType::F16 => elements(x, out, |v| f32_to_f16(v).to_le_bytes()),
+        GgmlType::BF16 => elements(x, out, |v| f32_to_bf16(v).to_le_bytes()),
         // The offsets are those of each block's f16 scale fields.
-        GgmlType::Q8_0 => blocks(x, &mut out, quantize_q8_0, &[0]).map_err(err)?,
-        GgmlType::Q4_0 => blocks(x, &mut out, quantize_q4_0, &[0]).map_err(err)?,
-        GgmlType::Q4_K => blocks(x, &mut out, quantize_q4_k, &[0, 2]).map_err(err)?,
+        GgmlType::Q8_0 => blocks(x, out, quantize_q8_0, &[0]).map_err(err)?,
+        GgmlType::Q4_0 => blocks(x, out, quantize_q4_0, &[0]).map_err(err)?,
+        GgmlType::Q4_K => blocks(x, out, quantize_q4_k, &[0, 2]).map_err(err)?,
         other => {
             return Err(ModelError::Unsupported {
                 what: format!("quantization to ggml type {other}"),
             })
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn elements<const B: usize>(x: &[f32], out: &mut [u8], convert: impl Fn(f32) -> [u8; B]) {

@@ -1,0 +1,359 @@
+//! Which GGUF tensor each checkpoint tensor becomes: its name, its shape, the type it is
+//! stored in, and whether its rows are reordered for llama.cpp's RoPE layout.
+
+use crate::safetensors::SafetensorsInfo;
+use crate::{GgmlType, HfConfig};
+
+use super::arch::Arch;
+use super::error::ConvertError;
+use super::TargetType;
+
+/// Hugging Face names inside `model.layers.N.`, their GGUF names inside `blk.N.`, and
+/// whether the rows are a q (`Some(true)`) or k (`Some(false)`) projection, whose rows
+/// llama.cpp reorders for llama. In this order within a layer in the output.
+const LAYER_TENSORS: &[(&str, &str, Option<bool>)] = &[
+    ("input_layernorm.weight", "attn_norm.weight", None),
+    ("self_attn.q_proj.weight", "attn_q.weight", Some(true)),
+    ("self_attn.q_proj.bias", "attn_q.bias", Some(true)),
+    ("self_attn.k_proj.weight", "attn_k.weight", Some(false)),
+    ("self_attn.k_proj.bias", "attn_k.bias", Some(false)),
+    ("self_attn.v_proj.weight", "attn_v.weight", None),
+    ("self_attn.v_proj.bias", "attn_v.bias", None),
+    ("self_attn.q_norm.weight", "attn_q_norm.weight", None),
+    ("self_attn.k_norm.weight", "attn_k_norm.weight", None),
+    ("self_attn.o_proj.weight", "attn_output.weight", None),
+    ("post_attention_layernorm.weight", "ffn_norm.weight", None),
+    ("mlp.gate_proj.weight", "ffn_gate.weight", None),
+    ("mlp.up_proj.weight", "ffn_up.weight", None),
+    ("mlp.down_proj.weight", "ffn_down.weight", None),
+];
+
+/// Buffers some checkpoints save that are not weights (recomputed from the config).
+const SKIPPED_LAYER_TENSORS: &[&str] = &["self_attn.rotary_emb.inv_freq"];
+
+/// The order rows are written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOrder {
+    AsStored,
+    /// Within each head of `head_dim` rows, row `2i + p` of the output is row
+    /// `p·head_dim/2 + i` of the checkpoint: the two halves of the head interleaved, so
+    /// that adjacent-pair RoPE on the output rotates what half-split RoPE rotates on the
+    /// input.
+    InterleaveHalves {
+        head_dim: usize,
+    },
+}
+
+impl RowOrder {
+    /// The checkpoint row that output row `r` comes from.
+    pub fn source_row(self, r: usize) -> usize {
+        match self {
+            RowOrder::AsStored => r,
+            RowOrder::InterleaveHalves { head_dim } => {
+                let (head, j) = (r / head_dim, r % head_dim);
+                head * head_dim + (j % 2) * (head_dim / 2) + j / 2
+            }
+        }
+    }
+}
+
+/// Where a tensor's values come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// A checkpoint tensor, by its Hugging Face name.
+    Checkpoint(String),
+    /// Values computed by the converter (Llama 3's RoPE factors).
+    Computed(Vec<f32>),
+}
+
+/// One tensor of the output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedTensor {
+    pub gguf_name: String,
+    pub source: Source,
+    /// Rows and row length (a vector is one row).
+    pub rows: usize,
+    pub cols: usize,
+    /// Whether the tensor is a vector (GGUF dims `[cols]`) rather than a matrix.
+    pub vector: bool,
+    pub ggml_type: GgmlType,
+    pub row_order: RowOrder,
+}
+
+impl PlannedTensor {
+    /// GGUF dimensions, innermost first.
+    pub fn dims(&self) -> Vec<u64> {
+        if self.vector {
+            vec![self.cols as u64]
+        } else {
+            vec![self.cols as u64, self.rows as u64]
+        }
+    }
+}
+
+/// Output position: the embedding (and RoPE factors) first, then layer by layer, then the
+/// final norm and the LM head, as llama.cpp's converter lays files out.
+type SortKey = (usize, usize, usize);
+
+/// The GGUF name of a Hugging Face tensor, where to put it, and whether it is a q or k
+/// projection; `None` for buffers that are dropped.
+fn gguf_name(hf: &str) -> Result<Option<(String, SortKey, Option<bool>)>, ConvertError> {
+    match hf {
+        "model.embed_tokens.weight" => {
+            return Ok(Some(("token_embd.weight".into(), (0, 0, 0), None)))
+        }
+        "model.norm.weight" => return Ok(Some(("output_norm.weight".into(), (2, 0, 0), None))),
+        "lm_head.weight" => return Ok(Some(("output.weight".into(), (2, 0, 1), None))),
+        _ => {}
+    }
+    let unknown = || ConvertError::Tensor {
+        name: hf.to_owned(),
+        reason: "not a weight of a llama, qwen2 or qwen3 model; the converter does not know \
+                 its GGUF name"
+            .into(),
+    };
+    let rest = hf.strip_prefix("model.layers.").ok_or_else(unknown)?;
+    let (layer, suffix) = rest.split_once('.').ok_or_else(unknown)?;
+    let layer: usize = layer.parse().map_err(|_| unknown())?;
+    if SKIPPED_LAYER_TENSORS.contains(&suffix) {
+        return Ok(None);
+    }
+    let (rank, (_, gguf, qk)) = LAYER_TENSORS
+        .iter()
+        .enumerate()
+        .find(|(_, (h, _, _))| *h == suffix)
+        .ok_or_else(unknown)?;
+    Ok(Some((format!("blk.{layer}.{gguf}"), (1, layer, rank), *qk)))
+}
+
+/// The type a tensor is stored in: vectors in F32; the token embedding and LM head in
+/// Q8_0 (8 bits keep the logits close, and Q8_0 is a format the GPU reads as an embedding
+/// table); other matrices in the target type. Rows that are not whole blocks of that type
+/// fall back to Q8_0, then F16, with a note saying so.
+fn choose_type(
+    name: &str,
+    vector: bool,
+    keep_8_bits: bool,
+    cols: usize,
+    target: TargetType,
+    notes: &mut Vec<String>,
+) -> GgmlType {
+    if vector {
+        return GgmlType::F32;
+    }
+    let wanted = if keep_8_bits {
+        GgmlType::Q8_0
+    } else {
+        target.ggml_type()
+    };
+    let fits = |t: GgmlType| (cols as u64).is_multiple_of(t.block_size());
+    let chosen = [wanted, GgmlType::Q8_0, GgmlType::F16]
+        .into_iter()
+        .find(|&t| fits(t))
+        .unwrap_or(GgmlType::F16);
+    if chosen != wanted {
+        notes.push(format!(
+            "{name}: rows of {cols} elements are not whole {wanted} blocks of {}; stored as \
+             {chosen}",
+            wanted.block_size()
+        ));
+    }
+    chosen
+}
+
+/// Plans every tensor of the output, in order. Notes about type fallbacks are appended to
+/// `notes`.
+pub fn plan(
+    arch: Arch,
+    config: &HfConfig,
+    infos: &[&SafetensorsInfo],
+    rope_factors: Option<Vec<f32>>,
+    target: TargetType,
+    notes: &mut Vec<String>,
+) -> Result<Vec<PlannedTensor>, ConvertError> {
+    let tied = config.tie_word_embeddings.unwrap_or(false);
+    let head_dim = config.head_dim();
+    let mut planned: Vec<(SortKey, PlannedTensor)> = Vec::new();
+    for info in infos {
+        if !info.dtype.is_supported() {
+            return Err(ConvertError::Unsupported {
+                what: format!(
+                    "tensor {} stored as {} (the converter reads F32, F16 and BF16)",
+                    info.name, info.dtype
+                ),
+            });
+        }
+        // A tied checkpoint that saves its LM head anyway saves a copy of the embedding.
+        if tied && info.name == "lm_head.weight" {
+            continue;
+        }
+        let Some((name, key, qk)) = gguf_name(&info.name)? else {
+            continue;
+        };
+        let bad_shape = |reason: String| ConvertError::Tensor {
+            name: info.name.clone(),
+            reason,
+        };
+        let (rows, cols, vector) = match info.shape[..] {
+            [n] => (1, n as usize, true),
+            [r, c] => (r as usize, c as usize, false),
+            _ => {
+                return Err(bad_shape(format!(
+                    "shape {:?}; weights are vectors or matrices",
+                    info.shape
+                )))
+            }
+        };
+        let row_order = match qk {
+            Some(is_q) if arch.interleaves_rope_rows() => {
+                let heads = if is_q {
+                    config.num_attention_heads
+                } else {
+                    config.num_kv_heads()
+                };
+                let len = if vector { cols } else { rows };
+                if len != heads * head_dim || !head_dim.is_multiple_of(2) {
+                    return Err(bad_shape(format!(
+                        "{len} rows are not {heads} heads of an even {head_dim}"
+                    )));
+                }
+                RowOrder::InterleaveHalves { head_dim }
+            }
+            _ => RowOrder::AsStored,
+        };
+        let keep_8_bits = matches!(name.as_str(), "token_embd.weight" | "output.weight");
+        let ggml_type = choose_type(&name, vector, keep_8_bits, cols, target, notes);
+        planned.push((
+            key,
+            PlannedTensor {
+                gguf_name: name,
+                source: Source::Checkpoint(info.name.clone()),
+                rows,
+                cols,
+                vector,
+                ggml_type,
+                row_order,
+            },
+        ));
+    }
+    check_complete(arch, config, infos)?;
+    if let Some(factors) = rope_factors {
+        planned.push((
+            (0, 0, 1),
+            PlannedTensor {
+                gguf_name: "rope_freqs.weight".into(),
+                rows: 1,
+                cols: factors.len(),
+                vector: true,
+                ggml_type: GgmlType::F32,
+                row_order: RowOrder::AsStored,
+                source: Source::Computed(factors),
+            },
+        ));
+    }
+    planned.sort_by_key(|(key, _)| *key);
+    Ok(planned.into_iter().map(|(_, t)| t).collect())
+}
+
+/// The Hugging Face layer tensors `arch` has.
+fn layer_tensors(arch: Arch) -> impl Iterator<Item = &'static str> {
+    LAYER_TENSORS
+        .iter()
+        .map(|(hf, _, _)| *hf)
+        .filter(move |hf| {
+            let bias = hf.ends_with(".bias") && !hf.contains("o_proj");
+            let qk_norm = hf.contains("_norm.");
+            match arch {
+                Arch::Llama => !bias && !qk_norm,
+                Arch::Qwen2 => !qk_norm,
+                Arch::Qwen3 => !bias,
+            }
+        })
+}
+
+/// Every weight the config calls for is present, and no layer lies past `num_hidden_layers`.
+fn check_complete(
+    arch: Arch,
+    config: &HfConfig,
+    infos: &[&SafetensorsInfo],
+) -> Result<(), ConvertError> {
+    let present = |name: &str| infos.iter().any(|i| i.name == name);
+    let mut required = vec![
+        "model.embed_tokens.weight".to_owned(),
+        "model.norm.weight".to_owned(),
+    ];
+    if !config.tie_word_embeddings.unwrap_or(false) {
+        required.push("lm_head.weight".to_owned());
+    }
+    for n in 0..config.num_hidden_layers {
+        required.extend(layer_tensors(arch).map(|t| format!("model.layers.{n}.{t}")));
+    }
+    if let Some(missing) = required.iter().find(|n| !present(n)) {
+        return Err(ConvertError::Tensor {
+            name: missing.clone(),
+            reason: format!(
+                "missing from the checkpoint ({} with {} layers{})",
+                arch.gguf_name(),
+                config.num_hidden_layers,
+                if missing == "lm_head.weight" {
+                    ", embeddings not tied"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    for info in infos {
+        let layer = info
+            .name
+            .strip_prefix("model.layers.")
+            .and_then(|r| r.split_once('.'))
+            .and_then(|(n, _)| n.parse::<usize>().ok());
+        if layer.is_some_and(|n| n >= config.num_hidden_layers) {
+            return Err(ConvertError::Tensor {
+                name: info.name.clone(),
+                reason: format!(
+                    "layer past num_hidden_layers = {}",
+                    config.num_hidden_layers
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interleaving_pairs_each_element_with_the_one_half_a_head_away() {
+        let order = RowOrder::InterleaveHalves { head_dim: 8 };
+        let rows: Vec<usize> = (0..16).map(|r| order.source_row(r)).collect();
+        assert_eq!(rows, [0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15]);
+    }
+
+    #[test]
+    fn rows_that_are_not_whole_blocks_fall_back() {
+        let mut notes = Vec::new();
+        let t = choose_type("a", false, false, 288, TargetType::Q4_K, &mut notes);
+        assert_eq!(t, GgmlType::Q8_0);
+        let t = choose_type("b", false, false, 48, TargetType::Q4_0, &mut notes);
+        assert_eq!(t, GgmlType::F16);
+        let t = choose_type("c", false, false, 512, TargetType::Q4_K, &mut notes);
+        assert_eq!(t, GgmlType::Q4_K);
+        assert_eq!(
+            choose_type("d", true, false, 48, TargetType::Q4_K, &mut notes),
+            GgmlType::F32
+        );
+        assert_eq!(
+            choose_type("e", false, true, 512, TargetType::Q4_K, &mut notes),
+            GgmlType::Q8_0
+        );
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].starts_with("a:") && notes[0].contains("Q4_K") && notes[0].ends_with("Q8_0")
+        );
+        assert!(notes[1].starts_with("b:") && notes[1].ends_with("F16"));
+    }
+}
