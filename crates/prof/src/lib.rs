@@ -3,22 +3,31 @@
 //!
 //! - [`instrument`] rewrites a kernel so that it records, in a slot of a device ring
 //!   buffer, the `%globaltimer` at entry of block 0 and at the end of the last block to
-//!   finish. No host wait per dispatch is needed, and replayed graphs record as they run.
+//!   finish. No host wait per dispatch is needed, nothing needs resetting between
+//!   launches, and replayed graphs record as they run.
 //! - [`Ring`] owns the buffer on an executor, hands out slots per launch and reads the
 //!   records back as [`Dispatch`]es.
+//! - [`access`] finds which pointer parameters a kernel reads and writes, directly or at
+//!   addresses computed from loaded data, for a model of the bytes each dispatch moves.
+//! - [`ceiling`] measures the f32 FMA throughput, the compute ceiling of a roofline.
 //! - [`trace`] writes a Chrome trace / Perfetto JSON with a GPU lane per stream and a
-//!   host lane of [`HostSpans`]; [`summary`] tabulates time per kernel.
+//!   host lane of [`HostSpans`]; [`summary`] tabulates time, bandwidth and FLOP/s per
+//!   kernel; [`roofline`] draws them against the ceilings as a PNG.
 //!
 //! On the `interp` backend `%globaltimer` is the interpreter's virtual clock (one
 //! nanosecond per warp instruction issued), so timings there count instructions.
 
+pub mod access;
+mod canvas;
+pub mod ceiling;
 mod instrument;
 mod ring;
+pub mod roofline;
 pub mod shapes;
 pub mod summary;
 pub mod trace;
 
 pub use instrument::{instrument, InstrumentError, RING_PARAM, SLOT_PARAM};
 pub use ring::{Dispatch, Ring, RingError, RECORD_BYTES};
-pub use summary::{summarize, SummaryRow};
+pub use summary::{summarize, Ceilings, Summary, SummaryRow};
 pub use trace::{chrome_trace, HostSpan, HostSpans, Span};

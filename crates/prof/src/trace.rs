@@ -73,8 +73,10 @@ fn us(ns: u64) -> f64 {
 
 /// The Chrome trace (`{"traceEvents": [...]}`, opens in ui.perfetto.dev): a "GPU"
 /// process with a thread per stream holding the dispatches, and a "host" process with
-/// the host spans. GPU times are shown from the earliest dispatch start; the GPU clock
-/// and the host clock are not aligned with each other.
+/// the host spans. A dispatch's slice is named for its kernel; its arguments hold the
+/// block count and, where known, its label, step, bytes and FLOPs. GPU times are shown
+/// from the earliest dispatch start; the GPU clock and the host clock are not aligned
+/// with each other.
 pub fn chrome_trace(dispatches: &[Dispatch], host: &HostSpans) -> Value {
     let origin = dispatches.iter().map(|d| d.start_ns).min().unwrap_or(0);
     let mut events = vec![
@@ -91,8 +93,21 @@ pub fn chrome_trace(dispatches: &[Dispatch], host: &HostSpans) -> Value {
     let mut gpu: Vec<&Dispatch> = dispatches.iter().collect();
     gpu.sort_by_key(|d| (d.stream, d.start_ns));
     for d in gpu {
+        let mut args = json!({"blocks": d.blocks_done});
+        if !d.label.is_empty() {
+            args["label"] = json!(d.label);
+        }
+        if let Some(step) = d.step {
+            args["step"] = json!(step);
+        }
+        if d.bytes > 0 {
+            args["bytes"] = json!(d.bytes);
+        }
+        if d.flops > 0 {
+            args["flops"] = json!(d.flops);
+        }
         events.push(json!({"ph": "X", "cat": "kernel", "name": d.kernel, "pid": GPU_PID, "tid": d.stream,
-            "ts": us(d.start_ns - origin), "dur": us(d.duration_ns()), "args": {"blocks": d.blocks_done}}));
+            "ts": us(d.start_ns - origin), "dur": us(d.duration_ns()), "args": args}));
     }
     let mut spans: Vec<&HostSpan> = host.spans().iter().collect();
     spans.sort_by_key(|s| s.start_ns);

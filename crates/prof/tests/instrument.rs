@@ -117,3 +117,26 @@ fn serialized_launches_are_ordered_and_disjoint() {
     ring.release(&mut exec).expect("free");
     assert!(exec.synchronize().is_ok());
 }
+
+#[test]
+fn one_slot_serves_every_replay_without_reset() {
+    // As in a captured graph: the same launch, the same slot, read after each run.
+    let case = small_case("rmsnorm_residual_f32", seed());
+    let mut profiled = case.clone();
+    profiled.kernel = instrument(&case.kernel).expect("instrumented");
+    let mut exec = InterpExecutor::new();
+    let mut ring = Ring::new(&mut exec, 2).expect("ring");
+    profiled.args.extend(ring.next("rmsnorm", StreamId::DEFAULT).expect("slot").map(CaseArg::Scalar));
+    let mut previous_end = 0;
+    for run in 0..4 {
+        run_case(&mut exec, &profiled).expect("run");
+        let d = ring.read(&mut exec).expect("records");
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].blocks_done, blocks(&case), "run {run}: {:?}", d[0]);
+        assert!(previous_end <= d[0].start_ns && d[0].start_ns < d[0].end_ns, "run {run}: {:?}", d[0]);
+        previous_end = d[0].end_ns;
+    }
+    // Read again without a launch: no blocks counted since, times unchanged.
+    let again = ring.read(&mut exec).expect("records");
+    assert_eq!((again[0].blocks_done, again[0].end_ns), (0, previous_end));
+}
