@@ -9,6 +9,7 @@ use crate::attention::append::{self, AppendParams};
 use crate::attention::decode::{self, DecodeParams};
 use crate::attention::merge::{self, MergeParams};
 use crate::attention::prefill::{self, PrefillParams};
+use crate::attention::rope_append::{self, RopeAppendParams};
 use crate::attention::KvElem;
 use crate::case::KernelCase;
 use crate::embed::{self, EmbedParams, TableFormat};
@@ -18,7 +19,7 @@ use crate::gemv::{self, GemvParams};
 use crate::lanes::Combine;
 use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
 use crate::params::{self, ParamInfo, Params, Reader};
-use crate::qgemv::{self, Epilogue, QGemvParams, WeightFormat};
+use crate::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
 use crate::reduce::{self, ReduceParams};
 use crate::rmsnorm::{self, RmsNormParams};
 use crate::rope::{self, RopeParams, RopeStyle};
@@ -40,10 +41,12 @@ enum Family {
     NormResidual(Norm, OutType),
     Rope(RopeStyle),
     QGemv(WeightFormat, Epilogue, OutType),
-    AttentionDecode(KvElem),
+    QGemvRmsNorm(WeightFormat, Epilogue),
+    AttentionDecode(KvElem, bool),
     AttentionMerge(OutType),
     Argmax,
     KvAppend(KvElem),
+    RopeAppend(RopeStyle, bool, KvElem),
     AttentionPrefill,
     Sample,
 }
@@ -81,11 +84,13 @@ impl KernelSpec {
             Family::Embed(f) => embed::build(&embed_params(f, &r)?),
             Family::NormResidual(n, o) => norm_residual::build(&norm_residual_params(n, o, &r)?),
             Family::Rope(style) => rope::build(&rope_params(style, &r)?),
-            Family::QGemv(f, e, a) => qgemv::build(&qgemv_params(f, e, a, &r)?),
-            Family::AttentionDecode(kv) => decode::build(&decode_params(kv, &r)?),
+            Family::QGemv(f, e, a) => qgemv::build(&qgemv_params(f, Prologue::None, e, a, &r)?),
+            Family::QGemvRmsNorm(f, e) => qgemv::build(&qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?),
+            Family::AttentionDecode(kv, merge) => decode::build(&decode_params(kv, merge, &r)?),
             Family::AttentionMerge(out) => merge::build(&merge_params(out, &r)?),
             Family::Argmax => argmax::build(&argmax_params(&r)?),
             Family::KvAppend(kv) => append::build(&append_params(kv, &r)?),
+            Family::RopeAppend(style, qk_norm, kv) => rope_append::build(&rope_append_params(style, qk_norm, kv, &r)?),
             Family::AttentionPrefill => prefill::build(&prefill_params(&r)?),
             Family::Sample => sample::build(&sample_params(&r)?),
         }
@@ -113,13 +118,21 @@ impl KernelSpec {
                 let n_pos = r.get("n_pos", 2, MAX_ROWS)?;
                 rope::case(&rope_params(style, &r)?, tokens, n_pos, seed)
             }
-            Family::QGemv(f, e, a) => qgemv::case(&qgemv_params(f, e, a, &r)?, seed),
-            Family::AttentionDecode(kv) => decode::case(&decode_params(kv, &r)?, seed),
+            Family::QGemv(f, e, a) => qgemv::case(&qgemv_params(f, Prologue::None, e, a, &r)?, seed),
+            Family::QGemvRmsNorm(f, e) => {
+                qgemv::case(&qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?, seed)
+            }
+            Family::AttentionDecode(kv, merge) => decode::case(&decode_params(kv, merge, &r)?, seed),
             Family::AttentionMerge(out) => merge::case(&merge_params(out, &r)?, rows_of(&r)?, seed),
             Family::Argmax => argmax::case(&argmax_params(&r)?, rows_of(&r)?, seed),
             Family::KvAppend(kv) => {
                 let n_seqs = r.get("n_seqs", 1, 1 << 16)?;
                 append::case(&append_params(kv, &r)?, n_seqs, r.get("tokens", 1, MAX_ROWS)?, seed)
+            }
+            Family::RopeAppend(style, qk_norm, kv) => {
+                let p = rope_append_params(style, qk_norm, kv, &r)?;
+                let (n_seqs, n_pos) = (r.get("n_seqs", 1, 1 << 16)?, r.get("n_pos", 2, MAX_ROWS)?);
+                rope_append::case(&p, n_seqs, r.get("tokens", 1, MAX_ROWS)?, n_pos, seed)
             }
             Family::AttentionPrefill => {
                 let (q_start, n_q) = (r.get("q_start", 0, MAX_ROWS)?, r.get("n_q", 1, MAX_ROWS)?);
@@ -243,19 +256,40 @@ pub fn library() -> Vec<KernelSpec> {
             }
         }
     }
+    for f in WeightFormat::ALL {
+        for e in Epilogue::ALL {
+            let params = if f.is_float() { QGEMV_FLOAT } else { QGEMV_QUANT };
+            let (name, description) = (qgemv::rmsnorm_name(f, e), qgemv_rmsnorm_description(e));
+            all.push(spec(name, description, params, Family::QGemvRmsNorm(f, e)));
+        }
+    }
     all.push(spec(
         decode::NAME,
         "decode attention, split-K over a paged bf16 KV cache (16-token blocks, block table), GQA; \
          per-split max, sum and unnormalized output (f32), ex2.approx",
         ATTENTION_DECODE,
-        Family::AttentionDecode(KvElem::BF16),
+        Family::AttentionDecode(KvElem::BF16, false),
     ));
     all.push(spec(
         decode::NAME_F16,
         "decode attention, split-K over a paged f16 KV cache (16-token blocks, block table), GQA; \
          per-split max, sum and unnormalized output (f32), ex2.approx",
         ATTENTION_DECODE,
-        Family::AttentionDecode(KvElem::F16),
+        Family::AttentionDecode(KvElem::F16, false),
+    ));
+    all.push(spec(
+        decode::NAME_MERGE,
+        "decode attention, split-K over a paged bf16 KV cache, GQA, the splits merged by the last to finish \
+         (counted atomically, merged in split order); f32 out, ex2.approx",
+        ATTENTION_DECODE,
+        Family::AttentionDecode(KvElem::BF16, true),
+    ));
+    all.push(spec(
+        decode::NAME_MERGE_F16,
+        "decode attention, split-K over a paged f16 KV cache, GQA, the splits merged by the last to finish \
+         (counted atomically, merged in split order); f32 out, ex2.approx",
+        ATTENTION_DECODE,
+        Family::AttentionDecode(KvElem::F16, true),
     ));
     all.push(spec(
         merge::NAME,
@@ -288,6 +322,14 @@ pub fn library() -> Vec<KernelSpec> {
         KV_APPEND,
         Family::KvAppend(KvElem::F16),
     ));
+    for kv in [KvElem::BF16, KvElem::F16] {
+        for qk_norm in [false, true] {
+            for style in [RopeStyle::NeoX, RopeStyle::GptJ] {
+                let description = rope_append_description(style, qk_norm, kv);
+                all.push(spec(rope_append::name(style, qk_norm, kv), description, ROPE_APPEND, Family::RopeAppend(style, qk_norm, kv)));
+            }
+        }
+    }
     all.push(spec(
         argmax::NAME,
         "index of each row's largest f32 logit (u32), lowest index on ties, NaN skipped; one block per row",
@@ -351,6 +393,48 @@ fn qgemv_description(f: WeightFormat, e: Epilogue, act: OutType) -> &'static str
         (Q6K, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q6_K dequantized in-kernel, x f32, y f32",
         (Q6K, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q6_K dequantized in-kernel, x bf16",
         (Q6K, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q6_K dequantized in-kernel, x f32",
+    }
+}
+
+/// The descriptions of the matrix–vector kernels with the RMSNorm prologue, by epilogue
+/// (every weight format alike, named by the kernel).
+fn qgemv_rmsnorm_description(e: Epilogue) -> &'static str {
+    match e {
+        Epilogue::Plain => {
+            "y = W·x with x = RMSNorm(R)·w formed in-kernel from the f32 residual R (every block reduces R, \
+             stages x in shared memory); y f32, one warp per row"
+        }
+        Epilogue::Residual => {
+            "y = W·x + r with x = RMSNorm(R)·w formed in-kernel from the f32 residual R (r a bias, y not R); \
+             one warp per row"
+        }
+        Epilogue::SwiGlu => {
+            "y = silu(Wg·x)·(Wu·x) -> f32 with x = RMSNorm(R)·w formed in-kernel from the f32 residual R; \
+             ex2/div.approx"
+        }
+    }
+}
+
+fn rope_append_description(style: RopeStyle, qk_norm: bool, kv: KvElem) -> &'static str {
+    use KvElem::*;
+    use RopeStyle::*;
+    match (style, qk_norm, kv) {
+        (NeoX, false, BF16) => "RoPE (pairs (i, i + d/2)) on q in place and on k into the paged bf16 KV cache, v appended; one kernel",
+        (NeoX, false, F16) => "RoPE (pairs (i, i + d/2)) on q in place and on k into the paged f16 KV cache, v appended; one kernel",
+        (GptJ, false, BF16) => "RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged bf16 KV cache, v appended; one kernel",
+        (GptJ, false, F16) => "RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged f16 KV cache, v appended; one kernel",
+        (NeoX, true, BF16) => {
+            "per-head q/k RMSNorm, then RoPE (pairs (i, i + d/2)) on q in place and on k into the paged bf16 KV cache, v appended"
+        }
+        (NeoX, true, F16) => {
+            "per-head q/k RMSNorm, then RoPE (pairs (i, i + d/2)) on q in place and on k into the paged f16 KV cache, v appended"
+        }
+        (GptJ, true, BF16) => {
+            "per-head q/k RMSNorm, then RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged bf16 KV cache, v appended"
+        }
+        (GptJ, true, F16) => {
+            "per-head q/k RMSNorm, then RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged f16 KV cache, v appended"
+        }
     }
 }
 
@@ -474,6 +558,17 @@ const KV_APPEND: &[ParamInfo] = &[
     ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per token)" },
 ];
 
+const ROPE_APPEND: &[ParamInfo] = &[
+    ParamInfo { name: "tokens", default: 64, doc: "tokens rotated and appended (the grid; the case size)" },
+    ParamInfo { name: "n_seqs", default: 64, doc: "sequences in the block table (the case size)" },
+    ParamInfo { name: "n_pos", default: 8192, doc: "rows of the cos/sin tables (a launch argument; the case size)" },
+    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, a multiple of 4" },
+    ParamInfo { name: "n_heads", default: 32, doc: "query heads per token" },
+    ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads per token" },
+    ParamInfo { name: "max_blocks", default: 512, doc: "block-table row length (16 tokens a block)" },
+    ParamInfo { name: "threads", default: 256, doc: "threads per block (one warp per head at a time)" },
+];
+
 const ARGMAX: &[ParamInfo] = &[
     ParamInfo { name: "rows", default: 1, doc: "rows (the grid; the case size)" },
     ParamInfo { name: "cols", default: 128256, doc: "vocabulary size, a multiple of 4, fixed in the kernel" },
@@ -547,9 +642,16 @@ fn rope_params(style: RopeStyle, r: &Reader) -> Result<RopeParams, KernelError> 
     })
 }
 
-fn qgemv_params(format: WeightFormat, epilogue: Epilogue, act: OutType, r: &Reader) -> Result<QGemvParams, KernelError> {
+fn qgemv_params(
+    format: WeightFormat,
+    prologue: Prologue,
+    epilogue: Epilogue,
+    act: OutType,
+    r: &Reader,
+) -> Result<QGemvParams, KernelError> {
     Ok(QGemvParams {
         format,
+        prologue,
         epilogue,
         act,
         rows: r.get("rows", 1, MAX_ROWS)?,
@@ -559,9 +661,10 @@ fn qgemv_params(format: WeightFormat, epilogue: Epilogue, act: OutType, r: &Read
     })
 }
 
-fn decode_params(kv: KvElem, r: &Reader) -> Result<DecodeParams, KernelError> {
+fn decode_params(kv: KvElem, merge: bool, r: &Reader) -> Result<DecodeParams, KernelError> {
     Ok(DecodeParams {
         kv,
+        merge,
         head_dim: r.get("head_dim", 8, 1024)?,
         n_heads: r.get("n_heads", 1, 1024)?,
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
@@ -583,6 +686,19 @@ fn append_params(kv: KvElem, r: &Reader) -> Result<AppendParams, KernelError> {
     Ok(AppendParams {
         kv,
         head_dim: r.get("head_dim", 4, 1024)?,
+        n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
+        max_blocks: r.get("max_blocks", 1, 1 << 20)?,
+        threads: threads(r)?,
+    })
+}
+
+fn rope_append_params(style: RopeStyle, qk_norm: bool, kv: KvElem, r: &Reader) -> Result<RopeAppendParams, KernelError> {
+    Ok(RopeAppendParams {
+        style,
+        qk_norm,
+        kv,
+        head_dim: r.get("head_dim", 4, 1024)?,
+        n_heads: r.get("n_heads", 1, 1024)?,
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
         max_blocks: r.get("max_blocks", 1, 1 << 20)?,
         threads: threads(r)?,

@@ -21,7 +21,7 @@
 //! rounded — the order of an unfused f32 evaluation — so the reference matches bit for
 //! bit.
 
-use quench_ir::{Builder, CacheOp, Function, Scalar, Type};
+use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
 use quench_rt::{Arg, Launch};
 
 use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
@@ -54,6 +54,32 @@ impl RopeStyle {
             RopeStyle::GptJ => (2 * i, 2 * i + 1),
         }
     }
+
+    /// [`RopeStyle::pair`] of a `u32` pair index in the kernel.
+    pub(crate) fn emit_pair(self, k: &mut Builder, i: Value, head_dim: u32) -> (Value, Value) {
+        match self {
+            RopeStyle::NeoX => (i, k.add_const(i, head_dim / 2)),
+            RopeStyle::GptJ => {
+                let two_i = k.shl_const(i, 1);
+                (two_i, k.add_const(two_i, 1))
+            }
+        }
+    }
+}
+
+/// `(a·c − b·s, a·s + b·c)` with every product rounded, as [`rotate`] computes it.
+pub(crate) fn emit_rotate(k: &mut Builder, a: Value, b: Value, c: Value, s: Value) -> (Value, Value) {
+    let ac = k.mul(a, c);
+    let bs = k.mul(b, s);
+    let ra = k.sub(ac, bs);
+    let as_ = k.mul(a, s);
+    let bc = k.mul(b, c);
+    (ra, k.add(as_, bc))
+}
+
+/// The pair `(a, b)` turned by the angle of cosine `c` and sine `s`, in the kernels' order.
+pub fn rotate(a: f32, b: f32, c: f32, s: f32) -> (f32, f32) {
+    (a * c - b * s, a * s + b * c)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,25 +167,14 @@ pub fn build(p: &RopeParams) -> Result<Function, KernelError> {
         let c = k.load_with(Type::F32, c_at, CacheOp::Nc);
         let s = k.load_with(Type::F32, s_at, CacheOp::Nc);
         let head_start = k.mul_const(head, head_dim);
-        let (ia, ib) = match style {
-            RopeStyle::NeoX => (i, k.add_const(i, half)),
-            RopeStyle::GptJ => {
-                let two_i = k.shl_const(i, 1);
-                (two_i, k.add_const(two_i, 1))
-            }
-        };
+        let (ia, ib) = style.emit_pair(k, i, head_dim);
         let ia = k.add(head_start, ia);
         let ib = k.add(head_start, ib);
         let pa = k.ptr_add(base, ia);
         let pb = k.ptr_add(base, ib);
         let a = k.load(Type::F32, pa);
         let b = k.load(Type::F32, pb);
-        let ac = k.mul(a, c);
-        let bs = k.mul(b, s);
-        let ra = k.sub(ac, bs);
-        let as_ = k.mul(a, s);
-        let bc = k.mul(b, c);
-        let rb = k.add(as_, bc);
+        let (ra, rb) = emit_rotate(k, a, b, c, s);
         let ra = k.select(valid, ra, nan);
         let rb = k.select(valid, rb, nan);
         k.store(pa, ra);
@@ -201,9 +216,7 @@ pub fn reference(p: &RopeParams, x: &[f32], heads: u32, pos: &[u32], cos: &[f32]
                     continue;
                 }
                 let (c, s) = (cos[position as usize * half + i], sin[position as usize * half + i]);
-                let (a, b) = (head[ia], head[ib]);
-                head[ia] = a * c - b * s;
-                head[ib] = a * s + b * c;
+                (head[ia], head[ib]) = rotate(head[ia], head[ib], c, s);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Decode attention end to end through the interpreter: the split kernel's partials,
 //! merged by the merge kernel, against exact attention over the whole context in f64 —
-//! with the bound both kernels' errors add up to, and the unscaled merge as a control.
+//! with the bound both kernels' errors add up to, and the unscaled merge as a control;
+//! and the kernel that merges its own splits against that pair, bit for bit.
 
 use quench_kernels::approx::gamma;
 use quench_kernels::attention::decode::{self, DecodeParams};
@@ -66,6 +67,7 @@ fn decode_then_merge_is_attention() {
         split: 64,
         threads: 64,
         kv: KvElem::BF16,
+        merge: false,
     };
     attend(p, OutType::BF16, vec![256, 150, 1]);
     // The engine's pair: an f16 cache, an f32 output.
@@ -82,6 +84,49 @@ fn heads_of_128_without_grouping() {
         split: 128,
         threads: 128,
         kv: KvElem::F16,
+        merge: false,
     };
     attend(p, OutType::F32, vec![256, 200]);
+}
+
+/// The merging kernel's output and partials have the bits of the split kernel's partials
+/// and the f32 merge kernel's output on the same cache.
+fn merged_in_place_as_apart(p: DecodeParams, ctx_len: Vec<u32>) {
+    let mut rng = data::rng(seed());
+    let cache = PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, ctx_len);
+    let scale = 1.0 / (p.head_dim as f64).sqrt();
+    let apart = run(&decode::case_for(&p, &cache, scale).expect("decode case"));
+    let f32s = |out: &quench_kernels::CaseOutputs, i: usize| data::f32_from_bytes(out.get(i).expect("read back"));
+    let (m, l, o) = (f32s(&apart, 5), f32s(&apart, 6), f32s(&apart, 7));
+    let mp = MergeParams { head_dim: p.head_dim, n_splits: p.n_splits(), out: OutType::F32 };
+    let rows = m.len() / p.n_splits() as usize;
+    let merge_case =
+        merge::case_from(&mp, m, l, o, vec![0.0; rows * p.head_dim as usize], &vec![0.0; rows * p.head_dim as usize], 0.0)
+            .expect("merge case");
+    let merged_apart = run(&merge_case);
+    let fused_case = decode::case_for(&DecodeParams { merge: true, ..p }, &cache, scale).expect("merging case");
+    let fused = run(&fused_case);
+    for r in compare(&fused_case, &fused).expect("comparable") {
+        assert!(r.passed, "merged in place: {r}");
+    }
+    for (i, what) in [(5, "maxima"), (6, "sums"), (7, "partial outputs")] {
+        assert_eq!(apart.get(i), fused.get(i), "{what}");
+    }
+    assert_eq!(merged_apart.get(3), fused.get(9), "merged outputs");
+}
+
+#[test]
+fn the_last_split_merges_as_the_merge_kernel_does() {
+    let p = DecodeParams {
+        head_dim: 64,
+        n_heads: 8,
+        n_kv_heads: 2,
+        max_blocks: 16,
+        split: 64,
+        threads: 64,
+        kv: KvElem::F16,
+        merge: false,
+    };
+    merged_in_place_as_apart(p, vec![256, 150, 1]);
+    merged_in_place_as_apart(DecodeParams { head_dim: 128, n_heads: 6, n_kv_heads: 1, split: 128, threads: 128, ..p }, vec![200]);
 }

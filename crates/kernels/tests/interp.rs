@@ -195,6 +195,32 @@ fn gemv_f32_activations() {
     check(&case("qgemv_q4_1_xf32", "rows=3 cols=576 warps=1 unroll=2"));
 }
 
+#[test]
+fn gemv_rmsnorm_prologue() {
+    // Every format and epilogue with x = RMSNorm(R)·w formed in the kernel: blocks of 64
+    // threads reduce R (576 columns: two full walk steps and a guarded one; 2560 and 2304:
+    // ten and nine full steps).
+    check_gemv_family_rmsnorm("gemv_bf16", "cols=576 warps=2 unroll=2");
+    check_gemv_family_rmsnorm("gemv_f16", "cols=576 warps=2 unroll=2");
+    for base in ["qgemv_q8_0", "qgemv_q4_0", "qgemv_q4_1"] {
+        check_gemv_family_rmsnorm(base, "cols=2560 warps=2 unroll=1");
+    }
+    for base in ["qgemv_q4_k", "qgemv_q6_k"] {
+        check_gemv_family_rmsnorm(base, "cols=2304 warps=2 unroll=2");
+    }
+    // One warp (no shared reduction stage), SmolLM2's width; and a row of fewer groups
+    // than threads (a guarded step only).
+    check(&case("qgemv_q4_1_rmsnorm_xf32", "rows=3 cols=576 warps=1 unroll=2"));
+    check(&case("gemv_f16_rmsnorm_residual_xf32", "rows=9 cols=128 warps=4 unroll=1"));
+}
+
+/// [`check_gemv_family`] of the kernels with the RMSNorm prologue.
+fn check_gemv_family_rmsnorm(base: &str, params: &str) {
+    check(&case(&format!("{base}_rmsnorm_xf32"), &format!("rows=6 {params}")));
+    check(&case(&format!("{base}_rmsnorm_residual_xf32"), &format!("rows=5 {params}")));
+    check(&case(&format!("{base}_rmsnorm_swiglu_xf32"), &format!("rows=9 {params}")));
+}
+
 /// [`check_gemv_family`] of the f32-activation kernels.
 fn check_gemv_family_xf32(base: &str, params: &str) {
     check(&case(&format!("{base}_xf32"), &format!("rows=6 {params}")));
@@ -215,6 +241,17 @@ fn attention_decode() {
 }
 
 #[test]
+fn attention_decode_merged_by_the_last_split() {
+    // As above, the last split of each (sequence, kv head) merging: 4 splits, GQA 4/2; 2
+    // splits, 6 heads on one kv head; and one split (the merge of a single partial).
+    for name in ["attention_decode_merge_bf16", "attention_decode_merge_f16"] {
+        check(&case(name, "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64"));
+        check(&case(name, "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
+    }
+    check(&case("attention_decode_merge_f16", "head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=4 split=64 threads=32"));
+}
+
+#[test]
 fn attention_prefill() {
     // 70 queries after a prefix of 37: two query tiles (the second with 6 rows), key tiles
     // up to position 106 (the last partly past the cache); GQA 4/2 of 64.
@@ -231,6 +268,22 @@ fn kv_append() {
     check(&case("kv_append_bf16", "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96"));
     check(&case("kv_append_f16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
     check(&case("kv_append_f16", "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96"));
+}
+
+#[test]
+fn rope_append() {
+    // GQA 4/2 heads of 64 over 2 warps (3 rounds of heads, 32 pairs a head: one per lane);
+    // 7 tokens into 3 sequences of 32 positions, the tables longer than the cache.
+    for name in ["rope_append_neox_f16", "rope_append_gptj_f16", "rope_append_neox_qknorm_f16", "rope_append_gptj_qknorm_f16"] {
+        check(&case(name, "tokens=7 n_seqs=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=2 threads=64"));
+    }
+    // 5 + 1 heads of 128 on 8 warps (two idle; two pairs a lane); the tables shorter than
+    // the cache, so the last token's position is in the cache but not the tables.
+    for name in ["rope_append_neox_bf16", "rope_append_gptj_bf16", "rope_append_neox_qknorm_bf16", "rope_append_gptj_qknorm_bf16"] {
+        check(&case(name, "tokens=3 n_seqs=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 max_blocks=3 threads=256"));
+    }
+    // Heads of 32 (16 pairs: half the lanes idle) on one warp.
+    check(&case("rope_append_neox_qknorm_f16", "tokens=2 n_seqs=1 n_pos=48 head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=3 threads=32"));
 }
 
 #[test]

@@ -45,7 +45,7 @@ use quench_kernels::attention::merge::{self as attn_merge, MergeParams};
 use quench_kernels::attention::{KvElem, BLOCK_TOKENS};
 use quench_kernels::embed::{self, EmbedParams};
 use quench_kernels::norm_residual::{self, Norm, NormResidualParams, OutType};
-use quench_kernels::qgemv::{self, Epilogue, QGemvParams, WeightFormat};
+use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::rope::{self, RopeParams};
 use quench_kernels::KernelError;
 use quench_rt::{Arg, Launch};
@@ -316,6 +316,7 @@ impl Assembler<'_> {
     ) -> Result<(), GpuError> {
         let p = QGemvParams {
             format,
+            prologue: Prologue::None,
             epilogue: if r.is_some() {
                 Epilogue::Residual
             } else {
@@ -637,6 +638,7 @@ impl DecodeGraph {
                 split,
                 threads: attn_threads,
                 kv: KV,
+                merge: false,
             };
             let splits = dp.n_splits() as u64;
             let heads = c.heads as u64;
@@ -725,6 +727,7 @@ impl DecodeGraph {
             ));
             let gp = QGemvParams {
                 format: lk.gate_up,
+                prologue: Prologue::None,
                 epilogue: Epilogue::SwiGlu,
                 rows: u32_of("ffn", c.ffn)?,
                 cols: u32_of("hidden", hidden)?,
@@ -878,6 +881,7 @@ mod tests {
                 split,
                 threads,
                 kv: KV,
+                merge: false,
             };
             attn_decode::build(&p).unwrap_or_else(|e| panic!("{hd} {group} {ctx}: {e}"));
             assert!(max_blocks * BLOCK_TOKENS >= ctx);

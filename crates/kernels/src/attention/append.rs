@@ -90,11 +90,7 @@ pub fn build(p: &AppendParams) -> Result<Function, KernelError> {
     let (hd, kvh, row) = (p.head_dim, p.n_kv_heads, p.row());
     let walk = p.walk();
     k.if_then(inside, |k| {
-        let trow = wide_mul(k, seq, p.max_blocks);
-        let trow = k.ptr_add(table, trow);
-        let at = k.ptr_add(trow, bi);
-        let blk = k.load_with(Type::U32, at, CacheOp::Nc);
-        let within = k.and_const(pos, BLOCK_TOKENS - 1);
+        let blk = emit_block(k, table, seq, p.max_blocks, bi);
         let src = wide_mul(k, t, row);
         let ks = k.ptr_add(kin, src);
         let vs = k.ptr_add(vin, src);
@@ -104,11 +100,7 @@ pub fn build(p: &AppendParams) -> Result<Function, KernelError> {
             let hv = k.const_u32(hd);
             let h = k.div(e, hv);
             let i = k.rem(e, hv);
-            let b = k.mul_const(blk, kvh);
-            let b = k.add(b, h);
-            let r = k.mul_const(b, BLOCK_TOKENS);
-            let r = k.add(r, within);
-            let dst = wide_mul(k, r, hd);
+            let dst = emit_row_start(k, blk, h, pos, kvh, hd);
             let i64 = k.cvt(Scalar::U64, i);
             let dst = k.add(dst, i64);
             for (from, to) in [(ks, kc), (vs, vc)] {
@@ -120,8 +112,27 @@ pub fn build(p: &AppendParams) -> Result<Function, KernelError> {
     Ok(k.finish()?)
 }
 
+/// The physical block `block_table[seq][bi]` (`bi` within the row).
+pub(super) fn emit_block(k: &mut Builder, table: Value, seq: Value, max_blocks: u32, bi: Value) -> Value {
+    let trow = wide_mul(k, seq, max_blocks);
+    let trow = k.ptr_add(table, trow);
+    let at = k.ptr_add(trow, bi);
+    k.load_with(Type::U32, at, CacheOp::Nc)
+}
+
+/// The element offset (u64) in either cache of the row of position `pos` (its row
+/// `pos mod 16` of physical block `blk`) for kv head `head`.
+pub(super) fn emit_row_start(k: &mut Builder, blk: Value, head: Value, pos: Value, n_kv_heads: u32, head_dim: u32) -> Value {
+    let b = k.mul_const(blk, n_kv_heads);
+    let b = k.add(b, head);
+    let r = k.mul_const(b, BLOCK_TOKENS);
+    let within = k.and_const(pos, BLOCK_TOKENS - 1);
+    let r = k.add(r, within);
+    wide_mul(k, r, head_dim)
+}
+
 /// Four f32 at element `e` of `from`, rounded to `kv`, stored at element `dst` of `to`.
-fn store_group(k: &mut Builder, kv: KvElem, from: Value, e: Value, to: Value, dst: Value) {
+pub(super) fn store_group(k: &mut Builder, kv: KvElem, from: Value, e: Value, to: Value, dst: Value) {
     let at = k.ptr_add(from, e);
     let v = k.load_with(Type::Vec(Scalar::F32, 4), at, CacheOp::Nc);
     let xs: Vec<Value> = (0..4).map(|i| k.extract(v, i)).collect();

@@ -17,21 +17,36 @@
 //!    head_dim)` and accumulates `fma(p_t, v_t, acc)` over the split's tokens in order
 //!    (value loads coalesced across threads).
 //!
+//! **Merged in place** ([`DecodeParams::merge`], the `attention_decode_merge_*` kernels):
+//! after writing its partials each block fences them and counts itself on a per-(sequence,
+//! kv head) counter in `counters` (`[n_seqs · n_kv_heads]` u32, zero before the launch);
+//! the block that counts last merges all splits of its group's heads, in split order
+//! exactly as [`super::merge`] does (so the result does not depend on which block came
+//! last), writes `out` `[n_seqs, n_heads, head_dim]` f32 and returns its counter to zero,
+//! so that the next launch starts clean. Its thread `i` merges the elements it
+//! accumulated in phase 3.
+//!
 //! `ex2.approx` makes the check a bound: see [`tolerances`].
 
-use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
+use quench_ir::{AtomOp, Builder, CacheOp, Function, Ordering, Scalar, Scope, Type, Value};
 use quench_rt::{Arg, Launch};
 
+use super::append::emit_row_start;
+use super::merge::{self, emit_merge, MergeParams};
 use super::{KvElem, PagedCache, BLOCK_TOKENS};
 use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
 use crate::lanes::{emit_block_allreduce_n, gptr, wide_mul, words, Combine};
+use crate::norm_residual::OutType;
 
 /// Library names, by cache element type.
 pub const NAME: &str = "attention_decode_bf16";
 pub const NAME_F16: &str = "attention_decode_f16";
+/// Library names of the kernels that merge their splits themselves.
+pub const NAME_MERGE: &str = "attention_decode_merge_bf16";
+pub const NAME_MERGE_F16: &str = "attention_decode_merge_f16";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeParams {
@@ -46,13 +61,17 @@ pub struct DecodeParams {
     pub threads: u32,
     /// The cache's element type.
     pub kv: KvElem,
+    /// Whether the last split to finish merges the splits into the f32 output.
+    pub merge: bool,
 }
 
 impl DecodeParams {
     pub fn name(&self) -> &'static str {
-        match self.kv {
-            KvElem::BF16 => NAME,
-            KvElem::F16 => NAME_F16,
+        match (self.kv, self.merge) {
+            (KvElem::BF16, false) => NAME,
+            (KvElem::F16, false) => NAME_F16,
+            (KvElem::BF16, true) => NAME_MERGE,
+            (KvElem::F16, true) => NAME_MERGE_F16,
         }
     }
 
@@ -123,7 +142,8 @@ impl DecodeParams {
 }
 
 /// `attention_decode_<bf16|f16>(q, k_cache, v_cache, block_table, ctx_len, part_m,
-/// part_l, part_o, scale)`.
+/// part_l, part_o, scale)`, or `attention_decode_merge_<bf16|f16>(q, k_cache, v_cache,
+/// block_table, ctx_len, part_m, part_l, part_o, counters, out, scale)`.
 pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     p.check()?;
     let (d, g, s, t) = (p.head_dim, p.group(), p.split, p.threads);
@@ -136,6 +156,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     let part_m = k.param("part_m", gptr(Scalar::F32));
     let part_l = k.param("part_l", gptr(Scalar::F32));
     let part_o = k.param("part_o", gptr(Scalar::F32));
+    let merged = p.merge.then(|| (k.param("counters", gptr(Scalar::U32)), k.param("out", gptr(Scalar::F32))));
     let scale = k.param("scale", Type::F32);
     let q_s = k.shared_array("q", Scalar::F32, g * d, 16);
     let scores = k.shared_array("scores", Scalar::F32, g * s, 16);
@@ -168,12 +189,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
         let bi = k.shr_const(tok, 4);
         let at = k.ptr_add(trow, bi);
         let blk = k.load_with(Type::U32, at, CacheOp::Nc);
-        let b = k.mul_const(blk, p.n_kv_heads);
-        let b = k.add(b, kvh);
-        let r = k.mul_const(b, BLOCK_TOKENS);
-        let within = k.and_const(tok, BLOCK_TOKENS - 1);
-        let r = k.add(r, within);
-        wide_mul(k, r, d)
+        emit_row_start(k, blk, kvh, tok, p.n_kv_heads, d)
     };
 
     // Stage the group's queries (contiguous: its heads are consecutive).
@@ -351,6 +367,48 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
         let al = k.ptr_add(part_l, o);
         k.store(al, lv);
     });
+    if let Some((counters, out)) = merged {
+        // Publish this split's partials (each thread fences its own writes), then count
+        // the split; the count's old value says whether every other split is in.
+        k.fence(Ordering::AcqRel, Scope::Gpu);
+        k.barrier();
+        let arrived = k.shared_array("arrived", Scalar::U32, 1, 4);
+        let counter = k.ptr_add(counters, sk);
+        let zero = k.const_u32(0);
+        let first_thread = k.eq(tid, zero);
+        k.if_then(first_thread, |k| {
+            let one = k.const_u32(1);
+            let before = k.atomic(AtomOp::Add, Ordering::AcqRel, Scope::Gpu, counter, one);
+            k.store(arrived, before);
+        });
+        k.barrier();
+        let before = k.load(Type::U32, arrived);
+        let all_others = k.const_u32(n_splits - 1);
+        let last = k.eq(before, all_others);
+        k.if_then(last, |k| {
+            // See every split's partials; read them past the non-coherent L1.
+            k.fence(Ordering::AcqRel, Scope::Gpu);
+            for &h in &heads {
+                let gv = k.const_u32(g);
+                let valid = k.lt(h, gv);
+                k.if_then(valid, |k| {
+                    let hh = k.add(head0, h);
+                    let first = wide_mul(k, hh, n_splits);
+                    let ms = k.ptr_add(part_m, first);
+                    let ls = k.ptr_add(part_l, first);
+                    let o = wide_mul(k, hh, n_splits * d);
+                    let os = k.ptr_add(part_o, o);
+                    let os = k.ptr_add(os, dim);
+                    let y = emit_merge(k, ms, ls, os, n_splits, d, CacheOp::Cg);
+                    let o = wide_mul(k, hh, d);
+                    let at = k.ptr_add(out, o);
+                    let at = k.ptr_add(at, dim);
+                    k.store(at, y);
+                });
+            }
+            k.if_then(first_thread, |k| k.store(counter, zero));
+        });
+    }
     Ok(k.finish()?)
 }
 
@@ -477,6 +535,30 @@ pub fn weight_error(p: &DecodeParams, cache: &PagedCache, scale: f64) -> WeightE
     WeightError { e, rho, span }
 }
 
+/// The merged output's reference (exact attention, rounded to f32) and its bound: the
+/// merge's own ([`merge::tolerance`]), its `κ` taken over the exact split maxima's span
+/// widened by `2E` (the kernel's maxima are within `E` each), compounded with the
+/// splits' weight error `ρ` and sums over at most `split + 10` terms (as
+/// `tests/attention.rs` checks the two kernels apart).
+fn merged_bound(p: &DecodeParams, cache: &PagedCache, scale: f64, m: &[f64]) -> (Vec<f64>, Check) {
+    let mp = MergeParams { head_dim: p.head_dim, n_splits: p.n_splits(), out: OutType::F32 };
+    let WeightError { e, rho, .. } = weight_error(p, cache, scale);
+    let m32: Vec<f32> = m.iter().map(|&x| x as f32).collect();
+    let top = m.iter().filter(|x| x.is_finite()).fold(0.0f64, |a, x| a.max(x.abs()));
+    let span = merge::span(&mp, &m32) + 2.0 * e + 2.0 * F32_U * top;
+    let splits = (1.0 + rho) * (1.0 + gamma(p.split as u64 + 10)) - 1.0;
+    let kappa = (1.0 + merge::kappa(&mp, span)) * (1.0 + splits) - 1.0;
+    let (exact, b) = cache.attend(scale);
+    let want: Vec<f64> = exact.iter().map(|&v| merge::round_out(&mp, v)).collect();
+    let tol = merge::tolerance(kappa, &b, &want, F32_U);
+    let explain = format!(
+        "(2κ/(1−κ) + u)·Σw|v|/Σw + 2u·|want|: κ = {kappa:.3e} (the splits' weights within ρ = {rho:.3e} and sums, \
+         the merge's ex2.approx over a maxima span of {span:.2} and sums over {} splits)",
+        p.n_splits()
+    );
+    (want, Check::Bound { tol, explain })
+}
+
 fn f64_as_f32_bytes(v: &[f64]) -> Vec<u8> {
     data::f32_bytes(&v.iter().map(|&x| x as f32).collect::<Vec<_>>())
 }
@@ -511,7 +593,7 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
     let ([tm, tl, to], explain) = tolerances(p, cache, scale);
     let (wm, _, wo) = reference(p, cache, 1.0);
     let bound = |tol: Vec<f64>| Check::Bound { tol, explain: explain.clone() };
-    let buffers = vec![
+    let mut buffers = vec![
         Buffer::input("q", data::f32_bytes(&cache.q)),
         Buffer::input("k_cache", cache.elem.bytes(&cache.k)),
         Buffer::input("v_cache", cache.elem.bytes(&cache.v)),
@@ -522,13 +604,12 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
         Buffer::output("part_o", o.len() * 4),
     ];
     let mut args: Vec<CaseArg> = (0..8).map(CaseArg::Buffer).collect();
-    args.push(CaseArg::Scalar(Arg::F32(scale as f32)));
-    let expected = vec![
+    let mut expected = vec![
         Expected { buffer: 5, data: f64_as_f32_bytes(&m), elem: Scalar::F32, check: bound(tm.clone()) },
         Expected { buffer: 6, data: f64_as_f32_bytes(&l), elem: Scalar::F32, check: bound(tl) },
         Expected { buffer: 7, data: f64_as_f32_bytes(&o), elem: Scalar::F32, check: bound(to.clone()) },
     ];
-    let controls = vec![
+    let mut controls = vec![
         Control {
             what: "scores without the 1/sqrt(head_dim) scale (maxima)".into(),
             expected: Expected { buffer: 5, data: f64_as_f32_bytes(&wm), elem: Scalar::F32, check: bound(tm) },
@@ -538,6 +619,24 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
             expected: Expected { buffer: 7, data: f64_as_f32_bytes(&wo), elem: Scalar::F32, check: bound(to) },
         },
     ];
+    let out_len = cache.n_seqs() * (p.n_heads * p.head_dim) as usize;
+    if p.merge {
+        // The counters start at zero and must end there; the output is exact attention
+        // within the bound of the splits' errors and the merge's.
+        let counters = cache.n_seqs() * p.n_kv_heads as usize;
+        buffers.push(Buffer::in_out("counters", vec![0; 4 * counters]));
+        buffers.push(Buffer::output("out", 4 * out_len));
+        args.extend([CaseArg::Buffer(8), CaseArg::Buffer(9)]);
+        expected.push(Expected { buffer: 8, data: vec![0; 4 * counters], elem: Scalar::U32, check: Check::Exact });
+        let (want, check) = merged_bound(p, cache, scale, &m);
+        let (wrong, _) = cache.attend(1.0);
+        controls.push(Control {
+            what: "scores without the 1/sqrt(head_dim) scale (merged output)".into(),
+            expected: Expected { buffer: 9, data: f64_as_f32_bytes(&wrong), elem: Scalar::F32, check: check.clone() },
+        });
+        expected.push(Expected { buffer: 9, data: f64_as_f32_bytes(&want), elem: Scalar::F32, check });
+    }
+    args.push(CaseArg::Scalar(Arg::F32(scale as f32)));
     let tokens: u64 = cache.ctx_len.iter().map(|&c| c as u64).sum();
     Ok(KernelCase {
         name: p.name().to_string(),
@@ -552,7 +651,8 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
         expected,
         controls,
         bytes_moved: tokens * p.n_kv_heads as u64 * p.head_dim as u64 * 4
-            + (m.len() * (8 + 4 * p.head_dim as usize)) as u64,
+            + (m.len() * (8 + 4 * p.head_dim as usize)) as u64
+            + if p.merge { 4 * out_len as u64 } else { 0 },
         flops: tokens * p.n_heads as u64 * p.head_dim as u64 * 4,
     })
 }

@@ -13,7 +13,7 @@
 //! See [`tolerance`].
 
 use half::bf16;
-use quench_ir::{Builder, CacheOp, Function, Scalar, Type};
+use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
 use quench_rt::Launch;
 
 use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
@@ -82,34 +82,7 @@ pub fn build(p: &MergeParams) -> Result<Function, KernelError> {
     let ostart = wide_mul(&mut k, row, p.n_splits * p.head_dim);
     let os = k.ptr_add(po, ostart);
     let os = k.ptr_add(os, d);
-    let lo = k.const_u32(0);
-    let hi = k.const_u32(p.n_splits);
-    let one = k.const_u32(1);
-    let neg_inf = k.const_f32(f32::NEG_INFINITY);
-    let top = k.for_range(lo, hi, one, &[neg_inf], |k, s, c| {
-        let at = k.ptr_add(ms, s);
-        let m = k.load_with(Type::F32, at, CacheOp::Nc);
-        vec![k.max(c[0], m)]
-    })[0];
-    let zero = k.const_f32(0.0);
-    let sums = k.for_range(lo, hi, one, &[zero, zero], |k, s, c| {
-        let at = k.ptr_add(ms, s);
-        let m = k.load_with(Type::F32, at, CacheOp::Nc);
-        let empty = k.eq(m, neg_inf);
-        let x = k.sub(m, top);
-        let w = k.ex2_approx(x);
-        let w = k.select(empty, zero, w);
-        let at = k.ptr_add(ls, s);
-        let l = k.load_with(Type::F32, at, CacheOp::Nc);
-        let od = k.mul_const(s, p.head_dim);
-        let at = k.ptr_add(os, od);
-        let o = k.load_with(Type::F32, at, CacheOp::Nc);
-        vec![k.fma(w, l, c[0]), k.fma(w, o, c[1])]
-    });
-    let (l, o) = (sums[0], sums[1]);
-    let y = k.div(o, l);
-    let some = k.gt(l, zero);
-    let y = k.select(some, y, zero);
+    let y = emit_merge(&mut k, ms, ls, os, p.n_splits, p.head_dim, CacheOp::Nc);
     let y = match p.out {
         OutType::BF16 => k.cvt(Scalar::BF16, y),
         OutType::F32 => y,
@@ -119,6 +92,49 @@ pub fn build(p: &MergeParams) -> Result<Function, KernelError> {
     let at = k.ptr_add(at, d);
     k.store(at, y);
     Ok(k.finish()?)
+}
+
+/// One element of a merged row, in f32: `ms`, `ls` point at the row's split maxima and
+/// sums, `os` at the element in split 0's output (splits `head_dim` apart). Loads use
+/// `cache` (the merge kernel reads through the read-only path; a kernel that wrote the
+/// partials itself must not).
+pub(super) fn emit_merge(
+    k: &mut Builder,
+    ms: Value,
+    ls: Value,
+    os: Value,
+    n_splits: u32,
+    head_dim: u32,
+    cache: CacheOp,
+) -> Value {
+    let lo = k.const_u32(0);
+    let hi = k.const_u32(n_splits);
+    let one = k.const_u32(1);
+    let neg_inf = k.const_f32(f32::NEG_INFINITY);
+    let top = k.for_range(lo, hi, one, &[neg_inf], |k, s, c| {
+        let at = k.ptr_add(ms, s);
+        let m = k.load_with(Type::F32, at, cache);
+        vec![k.max(c[0], m)]
+    })[0];
+    let zero = k.const_f32(0.0);
+    let sums = k.for_range(lo, hi, one, &[zero, zero], |k, s, c| {
+        let at = k.ptr_add(ms, s);
+        let m = k.load_with(Type::F32, at, cache);
+        let empty = k.eq(m, neg_inf);
+        let x = k.sub(m, top);
+        let w = k.ex2_approx(x);
+        let w = k.select(empty, zero, w);
+        let at = k.ptr_add(ls, s);
+        let l = k.load_with(Type::F32, at, cache);
+        let od = k.mul_const(s, head_dim);
+        let at = k.ptr_add(os, od);
+        let o = k.load_with(Type::F32, at, cache);
+        vec![k.fma(w, l, c[0]), k.fma(w, o, c[1])]
+    });
+    let (l, o) = (sums[0], sums[1]);
+    let y = k.div(o, l);
+    let some = k.gt(l, zero);
+    k.select(some, y, zero)
 }
 
 /// The exact merge of every row (f64), and `B = Σ w_s|o_s| / L` per element (the scale of

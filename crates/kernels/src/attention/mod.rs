@@ -21,6 +21,7 @@ pub mod append;
 pub mod decode;
 pub mod merge;
 pub mod prefill;
+pub mod rope_append;
 
 use half::{bf16, f16};
 use quench_ir::{Builder, Scalar, Type, Value};

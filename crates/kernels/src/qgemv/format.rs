@@ -20,7 +20,7 @@
 //! super-blocks) cannot use 16-byte loads in GGUF layout; pairs of legacy blocks are
 //! 4- or 8-byte aligned, and Q6_K is only 2-byte aligned.
 
-use quench_ir::{Builder, CacheOp, Scalar, Type, Value};
+use quench_ir::{AddrSpace, Builder, CacheOp, Scalar, Type, Value};
 use quench_models::GgmlType;
 
 use crate::embed::emit_unpack_f16x2;
@@ -247,17 +247,22 @@ type BlockFn = fn(&mut Builder, Magic, &Bytes, u32) -> Vec<Value>;
 
 /// Load the activations of one run (`len` a multiple of 8, `first` 8-aligned) as 16-byte
 /// words, `xw` being `x` viewed as 32-bit words: 8 bf16 or 4 f32 a word; [`unpack_x`]
-/// widens them.
+/// widens them. `x` in global memory is read through the read-only path; in shared
+/// memory (a block's staged copy) plainly.
 pub fn load_x(k: &mut Builder, act: OutType, xw: Value, first: Value, len: u32) -> Vec<Value> {
     let (word, per_load) = match act {
         OutType::BF16 => (k.shr_const(first, 1), 8),
         OutType::F32 => (first, 4),
     };
+    let cache = match k.ty(xw) {
+        Type::Ptr(AddrSpace::Shared, _) => CacheOp::Default,
+        _ => CacheOp::Nc,
+    };
     (0..len / per_load)
         .map(|i| {
             let w = k.add_const(word, 4 * i);
             let at = k.ptr_add(xw, w);
-            k.load_with(Type::Vec(Scalar::U32, 4), at, CacheOp::Nc)
+            k.load_with(Type::Vec(Scalar::U32, 4), at, cache)
         })
         .collect()
 }

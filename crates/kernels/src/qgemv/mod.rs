@@ -9,6 +9,11 @@
 //!   matrix, pass its first half as `w_gate` and the address `ffn · row_bytes` further as
 //!   `w_up`.
 //!
+//! With the [`Prologue::RmsNorm`] prologue (f32 activations only) the kernel reads the
+//! f32 residual stream in place of `x` and forms `x = RMSNorm(R)·w` itself
+//! ([`prologue`]): the `_rmsnorm_` kernels take `(…, x, norm_w, [r,] y, eps)`, `x` being
+//! `R`, which `y` must not alias.
+//!
 //! **Layout**: `W` `[rows, cols]` row-major in GGUF layout (rows back to back, each a
 //! whole number of blocks; see [`mod@format`] for the units lanes take); `x` `[cols]` in
 //! the activation type [`QGemvParams::act`] (bf16, or f32 where the rounding of the
@@ -29,11 +34,12 @@
 //! [`crate::silu_mul`]) and is checked within a bound.
 
 pub mod format;
+pub mod prologue;
 
 use half::bf16;
 use quench_ir::{Builder, Function, Scalar, Type, Value};
 use quench_models::dequant;
-use quench_rt::Launch;
+use quench_rt::{Arg, Launch};
 
 use crate::approx::{DIV_REL, EX2_REL, F32_MIN_NORMAL, F32_U};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
@@ -57,9 +63,19 @@ impl Epilogue {
     pub const ALL: [Epilogue; 3] = [Epilogue::Plain, Epilogue::Residual, Epilogue::SwiGlu];
 }
 
+/// What forms `x` before the dot products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prologue {
+    /// `x` is read as given.
+    None,
+    /// `x = RMSNorm(R)·w` of the f32 row given as `x` (see [`prologue`]).
+    RmsNorm,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QGemvParams {
     pub format: WeightFormat,
+    pub prologue: Prologue,
     pub epilogue: Epilogue,
     pub rows: u32,
     pub cols: u32,
@@ -93,20 +109,45 @@ const NAMES_XF32: [[&str; 3]; 7] = [
     ["qgemv_q6_k_xf32", "qgemv_q6_k_residual_xf32", "qgemv_q6_k_swiglu_xf32"],
 ];
 
+/// Library names of the kernels with the RMSNorm prologue (f32 activations), as [`NAMES`].
+const NAMES_RMSNORM: [[&str; 3]; 7] = [
+    ["gemv_bf16_rmsnorm_xf32", "gemv_bf16_rmsnorm_residual_xf32", "gemv_bf16_rmsnorm_swiglu_xf32"],
+    ["gemv_f16_rmsnorm_xf32", "gemv_f16_rmsnorm_residual_xf32", "gemv_f16_rmsnorm_swiglu_xf32"],
+    ["qgemv_q8_0_rmsnorm_xf32", "qgemv_q8_0_rmsnorm_residual_xf32", "qgemv_q8_0_rmsnorm_swiglu_xf32"],
+    ["qgemv_q4_0_rmsnorm_xf32", "qgemv_q4_0_rmsnorm_residual_xf32", "qgemv_q4_0_rmsnorm_swiglu_xf32"],
+    ["qgemv_q4_1_rmsnorm_xf32", "qgemv_q4_1_rmsnorm_residual_xf32", "qgemv_q4_1_rmsnorm_swiglu_xf32"],
+    ["qgemv_q4_k_rmsnorm_xf32", "qgemv_q4_k_rmsnorm_residual_xf32", "qgemv_q4_k_rmsnorm_swiglu_xf32"],
+    ["qgemv_q6_k_rmsnorm_xf32", "qgemv_q6_k_rmsnorm_residual_xf32", "qgemv_q6_k_rmsnorm_swiglu_xf32"],
+];
+
 /// The library name of a format, epilogue and activation type (`qgemv_q4_k_swiglu`,
 /// `qgemv_q4_k_swiglu_xf32`).
 pub fn name(format: WeightFormat, epilogue: Epilogue, act: OutType) -> &'static str {
-    let f = WeightFormat::ALL.iter().position(|&x| x == format).unwrap_or(0);
-    let e = Epilogue::ALL.iter().position(|&x| x == epilogue).unwrap_or(0);
+    let (f, e) = indices(format, epilogue);
     match act {
         OutType::BF16 => NAMES[f][e],
         OutType::F32 => NAMES_XF32[f][e],
     }
 }
 
+/// The library name of a kernel with the RMSNorm prologue (`qgemv_q4_k_rmsnorm_swiglu_xf32`).
+pub fn rmsnorm_name(format: WeightFormat, epilogue: Epilogue) -> &'static str {
+    let (f, e) = indices(format, epilogue);
+    NAMES_RMSNORM[f][e]
+}
+
+fn indices(format: WeightFormat, epilogue: Epilogue) -> (usize, usize) {
+    let f = WeightFormat::ALL.iter().position(|&x| x == format).unwrap_or(0);
+    let e = Epilogue::ALL.iter().position(|&x| x == epilogue).unwrap_or(0);
+    (f, e)
+}
+
 impl QGemvParams {
     pub fn name(&self) -> &'static str {
-        name(self.format, self.epilogue, self.act)
+        match self.prologue {
+            Prologue::None => name(self.format, self.epilogue, self.act),
+            Prologue::RmsNorm => rmsnorm_name(self.format, self.epilogue),
+        }
     }
 
     fn pieces(&self) -> u32 {
@@ -147,6 +188,24 @@ impl QGemvParams {
                 ),
             ));
         }
+        if self.prologue == Prologue::RmsNorm {
+            if self.act != OutType::F32 {
+                return Err(KernelError::unsupported(
+                    self.name(),
+                    "the RMSNorm prologue forms f32 activations: act must be F32",
+                ));
+            }
+            if self.cols > prologue::MAX_COLS {
+                return Err(KernelError::unsupported(
+                    self.name(),
+                    format!(
+                        "cols = {} is more than the {} the RMSNorm prologue stages in shared memory",
+                        self.cols,
+                        prologue::MAX_COLS
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -160,20 +219,31 @@ impl QGemvParams {
     }
 }
 
-/// `<name>(w, x, y)`, `<name>_residual(w, x, r, y)` or `<name>_swiglu(w_gate, w_up, x, y)`.
+/// `<name>(w, x, y)`, `<name>_residual(w, x, r, y)` or `<name>_swiglu(w_gate, w_up, x, y)`;
+/// with the RMSNorm prologue `norm_w` follows `x` and `eps` comes last.
 pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     p.check()?;
-    let mut k = Builder::new(p.name(), p.warps * 32);
+    let threads = p.warps * 32;
+    let mut k = Builder::new(p.name(), threads);
     let we = gptr(p.weight_elem());
     let weights = match p.epilogue {
         Epilogue::SwiGlu => vec![k.param("w_gate", we), k.param("w_up", we)],
         _ => vec![k.param("w", we)],
     };
     let x = k.param("x", gptr(p.act.scalar()));
+    let norm_w = (p.prologue == Prologue::RmsNorm).then(|| k.param("norm_w", gptr(Scalar::F32)));
     let r = (p.epilogue == Epilogue::Residual).then(|| k.param("r", gptr(Scalar::F32)));
     let y_elem = if p.epilogue == Epilogue::SwiGlu { p.act.scalar() } else { Scalar::F32 };
     let y = k.param("y", gptr(y_elem));
     let tid = k.tid_x();
+    // The activations the warps read: `x` itself, or the block's normalized copy of it.
+    let x = match norm_w {
+        Some(nw) => {
+            let eps = k.param("eps", Type::F32);
+            prologue::emit_stage_normalized(&mut k, x, nw, eps, p.cols, tid, threads)
+        }
+        None => x,
+    };
     let lane = k.and_const(tid, 31);
     let warp = k.shr_const(tid, 5);
     let block = k.ctaid_x();
@@ -427,7 +497,8 @@ fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
 
 /// A case: random GGUF rows (every quant pattern; scales from `weight_range`, random
 /// signs, f16 subnormals included for the finest formats), activations in ±[2^-6, 4], a
-/// residual in ±[2^-6, 4] updated in place.
+/// residual in ±[2^-6, 4] updated in place. With the RMSNorm prologue the activations
+/// are the residual stream to normalize, the norm weight in [0.5, 1.5], eps 1e-5.
 pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
@@ -446,11 +517,20 @@ pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
         OutType::F32 => data::f32_bytes(&x),
     };
     let act_size = x_bytes.len() / cols;
+    // With the prologue `x` is the residual stream, and the dot products see its norm.
+    let norm = (p.prologue == Prologue::RmsNorm).then(|| (data::uniform(&mut rng, cols, 0.5, 1.5), 1e-5f32));
+    let x = match &norm {
+        Some((nw, eps)) => prologue::normalize(&x, nw, p.warps * 32, *eps),
+        None => x,
+    };
     let d: Vec<Vec<f32>> = ws.iter().map(|w| dots(p, w, &x)).collect::<Result<_, _>>()?;
     let w_bytes: u64 = ws.iter().map(|w| w.len() as u64).sum();
     let mut buffers: Vec<Buffer> =
         ws.into_iter().enumerate().map(|(i, w)| Buffer::input(if i == 0 { "w" } else { "w_up" }, w)).collect();
     buffers.push(Buffer::input("x", x_bytes));
+    if let Some((nw, _)) = &norm {
+        buffers.push(Buffer::input("norm_w", data::f32_bytes(nw)));
+    }
     let mut args: Vec<CaseArg> = (0..buffers.len()).map(CaseArg::Buffer).collect();
     let (expected, controls, out_bytes) = match p.epilogue {
         Epilogue::Plain => {
@@ -492,6 +572,10 @@ pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
             (vec![e], vec![control], rows * act_size)
         }
     };
+    if let Some((_, eps)) = norm {
+        args.push(CaseArg::Scalar(Arg::F32(eps)));
+    }
+    let norm_bytes = if norm.is_some() { 4 * cols as u64 } else { 0 };
     Ok(KernelCase {
         name: p.name().to_string(),
         shape: format!("{}x{}", p.rows, p.cols),
@@ -501,7 +585,7 @@ pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
         args,
         expected,
         controls,
-        bytes_moved: w_bytes + (cols * act_size) as u64 + out_bytes as u64,
+        bytes_moved: w_bytes + (cols * act_size) as u64 + norm_bytes + out_bytes as u64,
         flops: 2 * matrices as u64 * (rows * cols) as u64,
     })
 }
@@ -529,10 +613,11 @@ mod tests {
 
     #[test]
     fn names_are_distinct() {
-        let mut all: Vec<&str> = NAMES.iter().chain(&NAMES_XF32).flatten().copied().collect();
+        let mut all: Vec<&str> = NAMES.iter().chain(&NAMES_XF32).chain(&NAMES_RMSNORM).flatten().copied().collect();
         all.sort();
         all.dedup();
-        assert_eq!(all.len(), 42);
+        assert_eq!(all.len(), 63);
+        assert_eq!(rmsnorm_name(WeightFormat::Q4_1, Epilogue::SwiGlu), "qgemv_q4_1_rmsnorm_swiglu_xf32");
         assert_eq!(name(WeightFormat::Q4K, Epilogue::SwiGlu, OutType::BF16), "qgemv_q4_k_swiglu");
         assert_eq!(name(WeightFormat::Q6K, Epilogue::Residual, OutType::F32), "qgemv_q6_k_residual_xf32");
     }

@@ -1,0 +1,142 @@
+//! The RMSNorm prologue of the matrix–vector kernels, and the row RMS it is built on
+//! (also used per head by [`crate::attention::rope_append`]).
+//!
+//! A decoder's projections read `x = RMSNorm(R)·w` of the f32 residual stream `R`. The
+//! prologue forms `x` inside the GEMV so that the norm needs no dispatch of its own:
+//! every block reduces the whole of `R` (a few KiB, read from cache by all blocks),
+//! computes `inv = 1 / sqrt(mean(R²) + eps)` and stages `x_i = (R_i · inv) · w_i` in
+//! shared memory, where its warps read it instead of a global `x`.
+//!
+//! **Arithmetic**: IEEE operations in a fixed order, as `rmsnorm_residual_f32` computes
+//! them: each thread folds `fma(h, h, acc)` over its 16-byte groups of the row
+//! ([`RowWalk`] order, four elements a group), the block all-reduces the partials
+//! ([`emit_block_allreduce`]), `mean = sum · fl(1/cols)`, `inv = rcp.rn(sqrt.rn(mean +
+//! eps))`. [`inv_rms`] and [`normalize`] repeat the order on the host, bit for bit.
+
+use quench_ir::{Builder, Scalar, Type, Value};
+
+use crate::lanes::{block_allreduce, emit_block_allreduce, Combine};
+use crate::rows::RowWalk;
+
+/// Largest row the prologue stages: `4·cols` bytes of shared memory, at most 44 KiB
+/// (the static limit is 48 KiB, and the reduction needs a few slots).
+pub const MAX_COLS: u32 = 11 * 1024;
+
+/// Four f32 at group `g` (elements `4g..4g + 4`) of `base`.
+fn load4(k: &mut Builder, base: Value, g: Value) -> Vec<Value> {
+    let at = k.shl_const(g, 2);
+    let at = k.ptr_add(base, at);
+    let v = k.load(Type::Vec(Scalar::F32, 4), at);
+    (0..4).map(|i| k.extract(v, i)).collect()
+}
+
+/// `1 / sqrt(mean(row²) + eps)` of the `cols` f32 at `row` (`cols` a multiple of 4,
+/// `row` 16-byte aligned), reduced over `threads` threads (a multiple of 32) of which
+/// this is thread `tid`; every one of them gets the result. With `threads = 32` the
+/// reduction stays within the warp (no barrier); otherwise the whole block must reach it.
+/// `name` names the reduction's shared slots.
+pub fn emit_inv_rms(
+    k: &mut Builder,
+    row: Value,
+    cols: u32,
+    tid: Value,
+    threads: u32,
+    eps: Value,
+    name: &str,
+) -> Value {
+    let zero = k.const_f32(0.0);
+    let walk = RowWalk { groups: cols / 4, threads };
+    let acc = walk.emit(k, tid, &[zero], &|k, g, c| {
+        let hs = load4(k, row, g);
+        vec![hs.iter().fold(c[0], |acc, &h| k.fma(h, h, acc))]
+    });
+    let sum = emit_block_allreduce(k, acc[0], Combine::Sum, tid, threads, name);
+    let inv_cols = k.const_f32(1.0 / cols as f32);
+    let mean = k.mul(sum, inv_cols);
+    let shifted = k.add(mean, eps);
+    let root = k.sqrt(shifted);
+    k.rcp(root)
+}
+
+/// The prologue: `x = (R · inv) · w` of the f32 row `r` and norm weight `w` (`cols` f32
+/// each), staged in a fresh shared array whose address it returns. The whole block
+/// (`threads` threads, this one `tid`) must reach it; it ends with a barrier.
+pub fn emit_stage_normalized(
+    k: &mut Builder,
+    r: Value,
+    w: Value,
+    eps: Value,
+    cols: u32,
+    tid: Value,
+    threads: u32,
+) -> Value {
+    let xs = k.shared_array("x", Scalar::F32, cols, 16);
+    let inv = emit_inv_rms(k, r, cols, tid, threads, eps, "rms");
+    // Each thread normalizes the groups it summed: the row is read from global memory
+    // once more (from cache), the weight once.
+    let walk = RowWalk { groups: cols / 4, threads };
+    walk.emit(k, tid, &[], &|k, g, _| {
+        let hs = load4(k, r, g);
+        let ws = load4(k, w, g);
+        let ys: Vec<Value> = hs
+            .iter()
+            .zip(&ws)
+            .map(|(&h, &wi)| {
+                let n = k.mul(h, inv);
+                k.mul(n, wi)
+            })
+            .collect();
+        let v = k.pack(Type::Vec(Scalar::F32, 4), &ys);
+        let at = k.shl_const(g, 2);
+        let at = k.ptr_add(xs, at);
+        k.store(at, v);
+        vec![]
+    });
+    k.barrier();
+    xs
+}
+
+/// Host twin of [`emit_inv_rms`].
+pub fn inv_rms(row: &[f32], threads: u32, eps: f32) -> f32 {
+    let walk = RowWalk { groups: row.len() as u32 / 4, threads };
+    let partials: Vec<f32> = (0..threads)
+        .map(|t| {
+            walk.groups_of(t)
+                .flat_map(|g| &row[g as usize * 4..g as usize * 4 + 4])
+                .fold(0.0f32, |acc, &h| h.mul_add(h, acc))
+        })
+        .collect();
+    let sum = block_allreduce(&partials, Combine::Sum);
+    1.0 / (sum * (1.0 / row.len() as f32) + eps).sqrt()
+}
+
+/// Host twin of [`emit_stage_normalized`]: `(row_i · inv) · w_i`.
+pub fn normalize(row: &[f32], w: &[f32], threads: u32, eps: f32) -> Vec<f32> {
+    let inv = inv_rms(row, threads, eps);
+    row.iter().zip(w).map(|(&h, &wi)| h * inv * wi).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data;
+    use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
+
+    /// The prologue computes what `rmsnorm_residual_f32` computes from a zero `x` at the
+    /// same block size, bit for bit: fusing the norm into the projections changes no
+    /// value.
+    #[test]
+    fn matches_the_standalone_norm() {
+        let seed: u64 = rand::random();
+        eprintln!("seed {seed}");
+        let mut rng = data::rng(seed);
+        for (cols, threads) in [(576, 128), (128, 32), (2048, 256)] {
+            let r = data::signed(&mut rng, cols, 0.015625, 4.0);
+            let w = data::uniform(&mut rng, cols, 0.25, 2.0);
+            let p = NormResidualParams { norm: Norm::Rms, out: OutType::F32, cols: cols as u32, threads };
+            let (_, want) = norm_residual::reference(&p, &vec![0.0; cols], &r, &w, &[], 1e-5);
+            let got = normalize(&r, &w, threads, 1e-5);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "cols {cols}");
+        }
+    }
+}
