@@ -52,7 +52,7 @@ fn the_vocabulary_merges_and_special_tokens_are_carried() {
     let file = convert_dir(&dir).unwrap();
     let key = |k: &str| format!("tokenizer.ggml.{k}");
     assert_eq!(file.get_str(&key("model")).unwrap(), "gpt2");
-    assert_eq!(file.get_str(&key("pre")).unwrap(), "gpt2");
+    assert_eq!(file.get_str(&key("pre")).unwrap(), "gpt-2");
 
     let tokens = file.get_str_array(&key("tokens")).unwrap();
     let types = file.get_i32_array(&key("token_type")).unwrap();
@@ -125,7 +125,7 @@ fn pre_tokenizers_get_llama_cpp_names() {
     assert_eq!(llama_cpp_pre(&dir, smollm, false).unwrap(), "smollm");
     assert_eq!(
         llama_cpp_pre(&dir, sequence(vec![byte_level(true)]), false).unwrap(),
-        "gpt2"
+        "gpt-2"
     );
 
     // llama.cpp ties whole-word lookup to the name; a tokenizer that differs is refused.

@@ -99,8 +99,9 @@ pub fn encode_rows(
             }
         }
     };
+    let workers = threads.clamp(1, src.rows.div_ceil(ROWS_PER_TASK));
     std::thread::scope(|s| {
-        for _ in 1..threads.max(1) {
+        for _ in 1..workers {
             s.spawn(work);
         }
         work();

@@ -3,7 +3,7 @@
 //!
 //! GGUF names the pre-tokenizer (`tokenizer.ggml.pre`) instead of storing it, so the
 //! `tokenizer.json` pre-tokenizer must be one of the forms whose names are known: GPT-2's
-//! byte-level regex (`gpt2`), single digits then GPT-2's (`smollm`), Llama 3's split
+//! byte-level regex (`gpt-2`), single digits then GPT-2's (`smollm`), Llama 3's split
 //! (`llama-bpe`) and Qwen2's (`qwen2`). Anything else is refused by name rather than
 //! guessed.
 
@@ -114,7 +114,7 @@ fn pre_name(
             && !flag(v, "invert", false)
     };
     let name = match steps[..] {
-        [b] if byte_level(b, true) => "gpt2",
+        [b] if byte_level(b, true) => "gpt-2",
         [d, b]
             if type_of(d) == "Digits"
                 && flag(d, "individual_digits", false)
