@@ -312,25 +312,22 @@ fn the_step_has_the_planned_dispatches_and_replays_like_direct_launches() {
     )
     .unwrap();
     let s = captured.summary();
-    // Fused q/k/v: norm, qkv, rope, append, attention, merge, o, norm, gate/up, down.
-    assert_eq!(s.layer_dispatches, [10, 12]);
+    // Fused q/k/v (the norm inside), rope + append, attention (merged inside), o, gate/up
+    // (the norm inside), down; separate q, k and v take two more.
+    assert_eq!(s.layer_dispatches, [6, 8]);
     assert_eq!(
         s.layer_plan,
         [
-            "attention norm",
-            "q|k|v projection",
-            "rope",
-            "kv append",
+            "attention norm + q|k|v projection",
+            "rope + kv append",
             "attention",
-            "attention merge",
             "output projection",
-            "ffn norm",
-            "gate/up + SwiGLU",
+            "ffn norm + gate/up + SwiGLU",
             "down projection"
         ]
     );
-    // Embedding, the layers, output norm, LM head, argmax.
-    assert_eq!(s.dispatches_per_token, 1 + 22 + 3);
+    // Embedding, the layers, LM head (the output norm inside), argmax.
+    assert_eq!(s.dispatches_per_token, 1 + 14 + 2);
     assert!(s.graph_captured && !direct.summary().graph_captured);
 
     let prompt: Vec<u32> = (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
@@ -551,7 +548,7 @@ fn a_hugging_face_checkpoint_generates_through_the_engine() {
         (model.info().context_limit, summary.context),
         (CONTEXT, CONTEXT)
     );
-    assert_eq!(summary.layer_dispatches, [10, 10]);
+    assert_eq!(summary.layer_dispatches, [6, 6]);
     let mut session = model.new_session();
     assert_eq!(session.context_limit(), CONTEXT);
     let generate = GenerateOptions {

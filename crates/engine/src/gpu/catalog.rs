@@ -4,15 +4,15 @@
 //! | part | kernel |
 //! |---|---|
 //! | token embedding | `embed_<table format>` (f32, bf16, f16, Q8_0, Q4_1 tables) |
-//! | norms (+ residual add) | `rmsnorm_residual_f32` |
-//! | q, k, v projections | one `qgemv_<format>_xf32` over the concatenated rows when the three share a format, else three |
-//! | RoPE | `rope_neox_f32` (Hugging Face layout, qwen GGUF) or `rope_gptj_f32` (llama GGUF) |
-//! | KV append, attention | `kv_append_f16`, `attention_decode_f16` + `attention_merge_f32` |
+//! | attention norm + q, k, v projections | one `qgemv_<format>_rmsnorm_xf32` over the concatenated rows when the three share a format, else three (`_rmsnorm_residual_` adding qwen2's biases) |
+//! | (q/k norms +) RoPE + KV append | `rope_append_<neox\|gptj>[_qknorm]_f16`: neox for Hugging Face layout and qwen GGUF, gptj for llama GGUF; the q/k norms for qwen3 |
+//! | attention | `attention_decode_merge_f16` (the last split merges) |
 //! | output projection, down | `qgemv_<format>_residual_xf32` (adds into the residual stream) |
-//! | gate and up | `qgemv_<format>_swiglu_xf32` (both at once, SwiGLU applied) |
-//! | LM head | `qgemv_<format>_xf32` |
+//! | ffn norm + gate and up | `qgemv_<format>_rmsnorm_swiglu_xf32` (both at once, SwiGLU applied) |
+//! | output norm + LM head | `qgemv_<format>_rmsnorm_xf32` |
 //!
-//! Activations between kernels are f32 and the KV cache f16 (see [`super::graph`]).
+//! The norms run inside the projections that read them. Activations between kernels are
+//! f32 and the KV cache f16 (see [`super::graph`]).
 //!
 //! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K are read as stored; anything
 //! else is refused by name.

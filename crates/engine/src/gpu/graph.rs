@@ -3,50 +3,48 @@
 //! that the arena can be planned before anything is allocated, and the list resolved to
 //! device addresses once it is.
 //!
-//! One step, with `R` the f32 residual stream and `Z` a buffer of zeros (the norms add
-//! their `x` into the residual: the projections already added theirs, so they add `Z`).
-//! Activations pass between kernels in f32 and the KV cache holds f16: rounding them to
-//! bf16 instead moves the logits well past the f64 reference's bound (`quench check`),
-//! while at batch 1 the activations' bytes are negligible next to the weights'.
+//! One step, with `R` the f32 residual stream. Six dispatches a layer: the norms run
+//! inside the projections that read them (every block of a `_rmsnorm_` GEMV reduces `R`
+//! itself), RoPE and qwen3's per-head q/k norms inside the KV append, and the attention's
+//! splits are merged by the last of them to finish. Activations pass between kernels in
+//! f32 and the KV cache holds f16: rounding them to bf16 instead moves the logits well
+//! past the f64 reference's bound (`quench check`), while at batch 1 the activations'
+//! bytes are negligible next to the weights'.
 //!
 //! ```text
-//! embed                      R = table[token]
+//! embed                        R = table[token]
 //! per layer:
-//!   rmsnorm_residual         xa = norm(R)·w                          (f32)
-//!   qgemv (q|k|v rows)       qkv = W_qkv·xa (+ bias: qwen2)           (f32; 3 GEMVs if formats differ)
-//!   rmsnorm_residual_f32 ×2  q, k = per-head norm (qwen3 only)
-//!   rope                     q, k rotated at `pos`
-//!   kv_append                k, v → cache block table[pos / 16], row pos mod 16   (f16)
-//!   attention_decode         splits of the context → partial max, sum, output
-//!   attention_merge          attn = merged heads                      (f32)
-//!   qgemv_residual           R += W_o·attn
-//!   rmsnorm_residual         xf = norm(R)·w                           (f32)
-//!   qgemv_swiglu             ffn = silu(W_gate·xf)·(W_up·xf)           (f32)
-//!   qgemv_residual           R += W_down·ffn
-//! rmsnorm_residual           xo = norm(R)·w                           (f32)
-//! qgemv                      logits = W_out·xo                        (f32)
-//! argmax                     next = the largest logit's index (greedy decoding)
+//!   qgemv_rmsnorm (q|k|v rows) qkv = W_qkv·(norm(R)·w) (+ bias: qwen2)   (f32; 3 GEMVs if formats differ)
+//!   rope_append                q, k = per-head norm (qwen3 only), rotated at `pos`;
+//!                              k, v → cache block table[pos / 16], row pos mod 16   (f16)
+//!   attention_decode_merge     splits of the context → partials; the last split merges
+//!                              them: attn (f32)
+//!   qgemv_residual             R += W_o·attn
+//!   qgemv_rmsnorm_swiglu       ffn = silu(W_gate·xf)·(W_up·xf), xf = norm(R)·w   (f32)
+//!   qgemv_residual             R += W_down·ffn
+//! qgemv_rmsnorm                logits = W_out·(norm(R)·w)                 (f32)
+//! argmax                       next = the largest logit's index (greedy decoding)
 //! ```
 //!
 //! The host writes only the step record (token id, position, context length: one 12-byte
 //! copy) and, every 16 positions or when another session runs, the block table; every
-//! launch argument is fixed, so the list is captured once as a graph and replayed.
-//! Prompts run through the same step token by token for now; a prefill path with
-//! tensor-core GEMMs over whole prompt chunks is a later step.
+//! launch argument is fixed, so the list is captured once as a graph and replayed. The
+//! attention's split counters start at zero (written once, with the arena) and every
+//! launch leaves them at zero. Prompts run through the same step token by token for now;
+//! a prefill path with tensor-core GEMMs over whole prompt chunks is a later step.
 
 use std::collections::HashMap;
 
 use quench_cpu::{rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
 use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};
-use quench_kernels::attention::append::{self as kv_append, AppendParams};
 use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
-use quench_kernels::attention::merge::{self as attn_merge, MergeParams};
+use quench_kernels::attention::rope_append::{self, RopeAppendParams};
 use quench_kernels::attention::{KvElem, BLOCK_TOKENS};
 use quench_kernels::embed::{self, EmbedParams};
-use quench_kernels::norm_residual::{self, Norm, NormResidualParams, OutType};
+use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
-use quench_kernels::rope::{self, RopeParams};
+use quench_kernels::rope;
 use quench_kernels::KernelError;
 use quench_rt::{Arg, Launch};
 
@@ -54,8 +52,8 @@ use super::catalog::{tensor_name, Catalog, Qkv};
 use super::error::GpuError;
 use super::stored::{self, StoredTensors};
 
-/// The type of the activations passed between kernels (norm outputs, the attention and
-/// SwiGLU outputs: the matrix–vector kernels' inputs), and its size.
+/// The type of the activations passed between kernels (the attention and SwiGLU outputs:
+/// the matrix–vector kernels' inputs besides the residual stream), and its size.
 const ACT: OutType = OutType::F32;
 const ACT_BYTES: u64 = 4;
 /// The KV cache's element type (2 bytes, as [`KvLayout::layer_bytes`] counts).
@@ -147,7 +145,8 @@ pub(crate) struct HostIo {
     pub table: usize,
     /// `[vocab]` f32.
     pub logits: usize,
-    /// Zeros, written once.
+    /// Zeros, written once: the attention kernels' split counters (one per kv head),
+    /// which every launch leaves at zero again.
     pub zeros: usize,
     /// `[1]` u32: the index of the largest logit (greedy decoding's next token), when
     /// the vocabulary suits the argmax kernel (a multiple of 4).
@@ -301,7 +300,10 @@ impl Assembler<'_> {
         Ok(Self::floats(stored::vector(self.src, &self.name(t), len)?))
     }
 
-    /// `y = W·x` (`r`: `y = W·x + r`) for a `[rows, cols]` matrix at `w`.
+    /// `y = W·x` for a `[rows, cols]` matrix at `w` (`r`: `y = W·x + r`), or
+    /// `y = silu(W_gate·x)·(W_up·x)` for the two matrices of `w` (SwiGLU); with `norm`
+    /// (a weight and epsilon), `x` is the residual stream and the kernel applies the
+    /// RMSNorm to it first.
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
@@ -309,18 +311,23 @@ impl Assembler<'_> {
         format: WeightFormat,
         rows: usize,
         cols: usize,
-        w: Operand,
+        w: &[Operand],
         x: Operand,
+        norm: Option<(Operand, f32)>,
         r: Option<Operand>,
         y: Operand,
     ) -> Result<(), GpuError> {
         let p = QGemvParams {
             format,
-            prologue: Prologue::None,
-            epilogue: if r.is_some() {
-                Epilogue::Residual
+            prologue: if norm.is_some() {
+                Prologue::RmsNorm
             } else {
-                Epilogue::Plain
+                Prologue::None
+            },
+            epilogue: match (w.len(), r) {
+                (2, _) => Epilogue::SwiGlu,
+                (_, Some(_)) => Epilogue::Residual,
+                _ => Epilogue::Plain,
             },
             rows: u32_of("rows", rows)?,
             cols: u32_of("cols", cols)?,
@@ -329,43 +336,13 @@ impl Assembler<'_> {
             act: ACT,
         };
         let k = self.kernel(&label, &p, qgemv::build)?;
-        let args = match r {
-            Some(r) => vec![w, x, r, y],
-            None => vec![w, x, y],
-        };
+        let mut args = w.to_vec();
+        args.push(x);
+        args.extend(norm.map(|(w, _)| w));
+        args.extend(r);
+        args.push(y);
+        args.extend(norm.map(|(_, eps)| Operand::Value(Arg::F32(eps))));
         self.push(label, k, p.launch(), args);
-        Ok(())
-    }
-
-    /// `y = RMSNorm(x + residual)·w` over `rows` rows of `cols`, the sum written back to
-    /// `residual`.
-    #[allow(clippy::too_many_arguments)]
-    fn norm(
-        &mut self,
-        label: String,
-        out: OutType,
-        rows: usize,
-        cols: usize,
-        x: Operand,
-        residual: Operand,
-        w: Operand,
-        y: Operand,
-        eps: f32,
-    ) -> Result<(), GpuError> {
-        let cols = u32_of("cols", cols)?;
-        let p = NormResidualParams {
-            norm: Norm::Rms,
-            out,
-            cols,
-            threads: row_threads(cols / 4),
-        };
-        let k = self.kernel(&label, &p, norm_residual::build)?;
-        self.push(
-            label,
-            k,
-            p.launch(u32_of("rows", rows)?),
-            vec![x, residual, w, y, Operand::Value(Arg::F32(eps))],
-        );
         Ok(())
     }
 }
@@ -416,7 +393,11 @@ impl DecodeGraph {
             step: a.act("step record".into(), 16, true),
             table: a.act("block table".into(), 4 * max_blocks as u64, true),
             logits: a.act("logits".into(), 4 * c.vocab as u64, true),
-            zeros: a.act("zeros".into(), 4 * hidden.max(q_width) as u64, true),
+            zeros: a.act(
+                "attention split counters".into(),
+                4 * c.kv_heads as u64,
+                true,
+            ),
             next: c
                 .vocab
                 .is_multiple_of(4)
@@ -426,7 +407,7 @@ impl DecodeGraph {
         let step = Region::Act(io.step);
         let (token, pos, ctx_len, seq) = (at(step, 0), at(step, 4), at(step, 8), at(step, 12));
         let table = at(Region::Act(io.table), 0);
-        let zeros = at(Region::Act(io.zeros), 0);
+        let counters = at(Region::Act(io.zeros), 0);
         let r0 = at(residual, 0);
 
         // Constants: RoPE tables over the whole context.
@@ -480,11 +461,6 @@ impl DecodeGraph {
             let before = a.dispatches.len();
             let t = |t| DecoderTensor::Layer(l, t);
             let label = |what: &str| format!("layer {l}: {what}");
-            let xa = Region::Act(a.act(
-                format!("layer {l} attention input"),
-                ACT_BYTES * hidden as u64,
-                false,
-            ));
             let qkv = Region::Act(a.act(format!("layer {l} q|k|v"), 4 * qkv_width as u64, false));
             let (q_at, k_at, v_at) = (
                 at(qkv, 0),
@@ -495,18 +471,8 @@ impl DecodeGraph {
                 a.vector(t(L::AttnNorm), hidden)?,
                 a.vector(t(L::FfnNorm), hidden)?,
             ]);
-            let ffn_norm = at(Region::Weights(norms), 4 * hidden as u64);
-            a.norm(
-                label("attention norm"),
-                ACT,
-                1,
-                hidden,
-                zeros,
-                r0,
-                at(Region::Weights(norms), 0),
-                at(xa, 0),
-                eps,
-            )?;
+            let attn_norm = Some((at(Region::Weights(norms), 0), eps));
+            let ffn_norm = Some((at(Region::Weights(norms), 4 * hidden as u64), eps));
 
             // q, k, v (and their biases) back to back, so that one GEMV can read all rows.
             let wqkv = a.group(vec![
@@ -529,106 +495,76 @@ impl DecodeGraph {
             let y_offsets = [0u64, 4 * q_width as u64, 4 * (q_width + kv_width) as u64];
             match lk.qkv {
                 Qkv::Fused(f) => {
-                    let r = bias.map(|b| at(b, 0));
                     a.gemv(
-                        label("q|k|v projection"),
+                        label("attention norm + q|k|v projection"),
                         f,
                         qkv_width,
                         hidden,
-                        at(Region::Weights(wqkv), 0),
-                        at(xa, 0),
-                        r,
+                        &[at(Region::Weights(wqkv), 0)],
+                        r0,
+                        attn_norm,
+                        bias.map(|b| at(b, 0)),
                         q_at,
                     )?;
                 }
                 Qkv::Separate(formats) => {
                     let rows = [q_width, kv_width, kv_width];
-                    for (i, what) in ["q projection", "k projection", "v projection"]
-                        .iter()
-                        .enumerate()
-                    {
-                        let r = bias.map(|b| at(b, y_offsets[i]));
-                        let w = at(Region::Weights(wqkv), w_offsets[i]);
+                    for (i, what) in ["q", "k", "v"].iter().enumerate() {
                         a.gemv(
-                            label(what),
+                            label(&format!("attention norm + {what} projection")),
                             formats[i],
                             rows[i],
                             hidden,
-                            w,
-                            at(xa, 0),
-                            r,
+                            &[at(Region::Weights(wqkv), w_offsets[i])],
+                            r0,
+                            attn_norm,
+                            bias.map(|b| at(b, y_offsets[i])),
                             at(qkv, y_offsets[i]),
                         )?;
                     }
                 }
             }
-            if c.qk_norm {
-                let qk = a.group(vec![a.vector(t(L::QNorm), hd)?, a.vector(t(L::KNorm), hd)?]);
-                let (wq, wk) = (
-                    at(Region::Weights(qk), 0),
-                    at(Region::Weights(qk), 4 * hd as u64),
-                );
-                a.norm(
-                    label("q norm"),
-                    OutType::F32,
-                    c.heads,
-                    hd,
-                    zeros,
-                    q_at,
-                    wq,
-                    q_at,
-                    eps,
-                )?;
-                a.norm(
-                    label("k norm"),
-                    OutType::F32,
-                    c.kv_heads,
-                    hd,
-                    zeros,
-                    k_at,
-                    wk,
-                    k_at,
-                    eps,
-                )?;
-            }
 
-            let rp = RopeParams {
+            let rp = RopeAppendParams {
                 style: catalog.rope,
+                qk_norm: c.qk_norm,
                 head_dim: u32_of("head_dim", hd)?,
                 n_heads: u32_of("heads", c.heads)?,
                 n_kv_heads: u32_of("kv_heads", c.kv_heads)?,
-                threads: row_threads(u32_of("rotated pairs", (c.heads + c.kv_heads) * hd / 2)?),
-            };
-            let k = a.kernel(&label("rope"), &rp, rope::build)?;
-            a.push(
-                label("rope"),
-                k,
-                rp.launch(1),
-                vec![
-                    q_at,
-                    k_at,
-                    pos,
-                    rope_cos,
-                    rope_sin,
-                    Operand::Value(Arg::U32(context)),
-                ],
-            );
-
-            let kp = AppendParams {
-                head_dim: rp.head_dim,
-                n_kv_heads: rp.n_kv_heads,
                 max_blocks,
-                threads: row_threads(u32_of("kv width", kv_width)? / 4),
+                // A warp per head, all heads at once where the block allows.
+                threads: 32 * u32_of("heads", (c.heads + c.kv_heads).min(32))?,
                 kv: KV,
             };
-            let k = a.kernel(&label("kv append"), &kp, kv_append::build)?;
             let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
-            a.push(
-                label("kv append"),
-                k,
-                kp.launch(1),
-                vec![k_at, v_at, seq, pos, table, kc, vc],
-            );
+            let mut args = vec![
+                q_at,
+                k_at,
+                v_at,
+                seq,
+                pos,
+                table,
+                rope_cos,
+                rope_sin,
+                Operand::Value(Arg::U32(context)),
+                kc,
+                vc,
+            ];
+            if c.qk_norm {
+                let qk = a.group(vec![a.vector(t(L::QNorm), hd)?, a.vector(t(L::KNorm), hd)?]);
+                args.extend([
+                    at(Region::Weights(qk), 0),
+                    at(Region::Weights(qk), 4 * hd as u64),
+                    Operand::Value(Arg::F32(eps)),
+                ]);
+            }
+            let what = if c.qk_norm {
+                "q/k norm + rope + kv append"
+            } else {
+                "rope + kv append"
+            };
+            let k = a.kernel(&label(what), &rp, rope_append::build)?;
+            a.push(label(what), k, rp.launch(1), args);
 
             let dp = DecodeParams {
                 head_dim: rp.head_dim,
@@ -638,7 +574,7 @@ impl DecodeGraph {
                 split,
                 threads: attn_threads,
                 kv: KV,
-                merge: false,
+                merge: true,
             };
             let splits = dp.n_splits() as u64;
             let heads = c.heads as u64;
@@ -649,6 +585,11 @@ impl DecodeGraph {
             let part_o = Region::Act(a.act(
                 format!("layer {l} split outputs"),
                 4 * heads * splits * hd as u64,
+                false,
+            ));
+            let attn = Region::Act(a.act(
+                format!("layer {l} attention output"),
+                ACT_BYTES * q_width as u64,
                 false,
             ));
             let k = a.kernel(&label("attention"), &dp, attn_decode::build)?;
@@ -666,25 +607,10 @@ impl DecodeGraph {
                     at(part_m, 0),
                     at(part_l, 0),
                     at(part_o, 0),
+                    counters,
+                    at(attn, 0),
                     scale,
                 ],
-            );
-            let mp = MergeParams {
-                head_dim: rp.head_dim,
-                n_splits: dp.n_splits(),
-                out: ACT,
-            };
-            let attn = Region::Act(a.act(
-                format!("layer {l} attention output"),
-                ACT_BYTES * q_width as u64,
-                false,
-            ));
-            let k = a.kernel(&label("attention merge"), &mp, attn_merge::build)?;
-            a.push(
-                label("attention merge"),
-                k,
-                mp.launch(rp.n_heads),
-                vec![at(part_m, 0), at(part_l, 0), at(part_o, 0), at(attn, 0)],
             );
 
             let wo = a.group(vec![a.stored(t(L::AttnOutput), hidden, q_width)?]);
@@ -693,28 +619,13 @@ impl DecodeGraph {
                 lk.attn_output,
                 hidden,
                 q_width,
-                at(Region::Weights(wo), 0),
+                &[at(Region::Weights(wo), 0)],
                 at(attn, 0),
+                None,
                 Some(r0),
                 r0,
             )?;
 
-            let xf = Region::Act(a.act(
-                format!("layer {l} ffn input"),
-                ACT_BYTES * hidden as u64,
-                false,
-            ));
-            a.norm(
-                label("ffn norm"),
-                ACT,
-                1,
-                hidden,
-                zeros,
-                r0,
-                ffn_norm,
-                at(xf, 0),
-                eps,
-            )?;
             let gate_up = a.group(vec![
                 a.stored(t(L::Gate), c.ffn, hidden)?,
                 a.stored(t(L::Up), c.ffn, hidden)?,
@@ -725,36 +636,29 @@ impl DecodeGraph {
                 ACT_BYTES * c.ffn as u64,
                 false,
             ));
-            let gp = QGemvParams {
-                format: lk.gate_up,
-                prologue: Prologue::None,
-                epilogue: Epilogue::SwiGlu,
-                rows: u32_of("ffn", c.ffn)?,
-                cols: u32_of("hidden", hidden)?,
-                warps: 4,
-                unroll: if lk.gate_up.is_float() { 4 } else { 2 },
-                act: ACT,
-            };
-            let k = a.kernel(&label("gate/up + SwiGLU"), &gp, qgemv::build)?;
-            a.push(
-                label("gate/up + SwiGLU"),
-                k,
-                gp.launch(),
-                vec![
+            a.gemv(
+                label("ffn norm + gate/up + SwiGLU"),
+                lk.gate_up,
+                c.ffn,
+                hidden,
+                &[
                     at(Region::Weights(gate_up), 0),
                     at(Region::Weights(gate_up), up_at),
-                    at(xf, 0),
-                    at(ffn, 0),
                 ],
-            );
+                r0,
+                ffn_norm,
+                None,
+                at(ffn, 0),
+            )?;
             let down = a.group(vec![a.stored(t(L::Down), hidden, c.ffn)?]);
             a.gemv(
                 label("down projection"),
                 lk.down,
                 hidden,
                 c.ffn,
-                at(Region::Weights(down), 0),
+                &[at(Region::Weights(down), 0)],
                 at(ffn, 0),
+                None,
                 Some(r0),
                 r0,
             )?;
@@ -762,18 +666,6 @@ impl DecodeGraph {
         }
 
         let out_norm = a.group(vec![a.vector(DecoderTensor::OutputNorm, hidden)?]);
-        let xo = Region::Act(a.act("output norm".into(), ACT_BYTES * hidden as u64, false));
-        a.norm(
-            "output norm".into(),
-            ACT,
-            1,
-            hidden,
-            zeros,
-            r0,
-            at(Region::Weights(out_norm), 0),
-            at(xo, 0),
-            eps,
-        )?;
         let head = if c.tied_embeddings {
             table_group
         } else {
@@ -781,12 +673,13 @@ impl DecodeGraph {
         };
         let logits = at(Region::Act(io.logits), 0);
         a.gemv(
-            "LM head".into(),
+            "output norm + LM head".into(),
             catalog.output,
             c.vocab,
             hidden,
-            at(Region::Weights(head), 0),
-            at(xo, 0),
+            &[at(Region::Weights(head), 0)],
+            r0,
+            Some((at(Region::Weights(out_norm), 0), eps)),
             None,
             logits,
         )?;
@@ -881,7 +774,7 @@ mod tests {
                 split,
                 threads,
                 kv: KV,
-                merge: false,
+                merge: true,
             };
             attn_decode::build(&p).unwrap_or_else(|e| panic!("{hd} {group} {ctx}: {e}"));
             assert!(max_blocks * BLOCK_TOKENS >= ctx);
