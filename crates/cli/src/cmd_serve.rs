@@ -7,6 +7,8 @@ use clap::Args;
 use quench_serve::engine::EngineConfig;
 use quench_serve::{ModelSpec, ServeConfig, Server};
 
+use crate::model_args::DeviceArg;
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// A model that generates text: a pulled model's name (smollm2), a GGUF file, a Hugging
@@ -18,6 +20,10 @@ pub struct ServeArgs {
     /// synthetic:tiny-embed); NAME=MODEL serves it under NAME. Repeatable.
     #[arg(long = "embedding-model", value_name = "MODEL")]
     embedding_models: Vec<String>,
+    /// Where the text-generating models run (embedding models run on the CPU). On a GPU
+    /// the KV cache for `--kv-blocks` is allocated when the model loads.
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
     /// The model cache that pulled names are looked up in (see `quench pull`).
     #[arg(long)]
     cache: Option<PathBuf>,
@@ -102,6 +108,10 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             kv_blocks: a.kv_blocks,
             queue: a.queue,
             prefill_chunk: a.prefill_chunk,
+        },
+        device: match a.device {
+            DeviceArg::Cpu => quench_engine::Device::Cpu,
+            DeviceArg::Cuda => quench_engine::Device::Cuda,
         },
         context: a.context,
         max_sessions: a.max_sessions,

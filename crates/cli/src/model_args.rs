@@ -58,6 +58,7 @@ impl ModelArgs {
                 Precision::F32
             },
             context_limit: self.context,
+            sessions: None,
         }
     }
 

@@ -38,4 +38,7 @@ pub struct LoadOptions {
     /// Most positions one session holds (prompt and generated tokens together), or the
     /// longest text an embedding model reads. `None`: the model's own limit. Never above it.
     pub context_limit: Option<usize>,
+    /// On a GPU: sessions whose full contexts the KV cache holds at once (`None`: one).
+    /// On the CPU each session's cache grows as it needs.
+    pub sessions: Option<usize>,
 }

@@ -92,6 +92,8 @@ pub struct ServeConfig {
     /// 0 picks a free port (the log line `listening` says which).
     pub port: u16,
     pub engine: EngineConfig,
+    /// Where the text-generating models run (embedding models run on the CPU).
+    pub device: quench_engine::Device,
     /// Most positions one sequence may hold (capped at the model's own context).
     pub context: Option<usize>,
     pub max_sessions: usize,
@@ -114,6 +116,7 @@ impl Default for ServeConfig {
             host: "127.0.0.1".into(),
             port: 8080,
             engine: EngineConfig::default(),
+            device: quench_engine::Device::Cpu,
             context: None,
             max_sessions: 256,
             body_limit: 1 << 20,
@@ -186,7 +189,8 @@ impl Server {
             log::line(
                 "info",
                 "model loaded",
-                json!({"model": spec.name, "kind": "chat", "context": loaded.engine().map(|e| e.context_limit()),
+                json!({"model": spec.name, "kind": "chat", "device": format!("{:?}", config.device).to_lowercase(),
+                       "context": loaded.engine().map(|e| e.context_limit()),
                        "ms": started.elapsed().as_millis() as u64}),
             );
             models.push(Arc::new(loaded));
@@ -309,9 +313,16 @@ async fn load_causal(
         name: spec.name.clone(),
         reason,
     };
-    let (spec2, context) = (spec.clone(), config.context);
+    let (spec2, context, device) = (spec.clone(), config.context, config.device);
+    // On a GPU the KV cache is allocated up front: as many whole contexts as the block
+    // budget holds (the scheduler admits sequences by the same budget).
+    let gpu_sessions = config.engine.kv_blocks * crate::engine::blocks::BLOCK_TOKENS
+        / context.unwrap_or(quench_engine::gpu::DEFAULT_CONTEXT).max(1);
     let loaded = tokio::task::spawn_blocking(move || -> Result<Causal, String> {
         match &spec2.source {
+            ModelSource::TinyChat if device != quench_engine::Device::Cpu => {
+                Err("synthetic:tiny-chat runs on the CPU only; leave out --device".into())
+            }
             ModelSource::TinyChat => {
                 let (decoder, text) = synthetic::tiny_chat_model(1).map_err(|e| e.to_string())?;
                 Ok(Causal::Cpu(Arc::new(decoder), Arc::new(text)))
@@ -321,7 +332,9 @@ async fn load_causal(
             }
             ModelSource::Path(path) => {
                 let options = quench_engine::LoadOptions {
+                    device,
                     context_limit: context,
+                    sessions: Some(gpu_sessions.max(1)),
                     ..Default::default()
                 };
                 let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;

@@ -12,6 +12,7 @@
 //!   token id, position and (every 16 positions) the block table written by the host.
 //!   Prompts are fed through the same step, one token at a time.
 //! - [`check`]: the FP64 check of a device generation against the CPU reference.
+//! - [`profile`]: GPU times of every dispatch of every step, switched on for the process.
 //!
 //! Embedding models (BERT) run on the CPU for now.
 
@@ -23,6 +24,7 @@ mod error;
 mod feeder;
 mod graph;
 mod kv;
+pub mod profile;
 mod stored;
 mod timing;
 
@@ -57,6 +59,7 @@ pub fn load_causal(path: &Path, backend: Backend, options: &LoadOptions) -> Resu
     let side = text::read(&ckpt).map_err(in_model)?;
     let gpu_options = GpuOptions {
         context: options.context_limit,
+        sessions: options.sessions.unwrap_or(1).max(1),
         ..GpuOptions::default()
     };
     let decoder = decoder_from(&ckpt, backend, &gpu_options).map_err(in_model)?;
