@@ -1,9 +1,10 @@
 //! Decode attention over a paged KV cache, flash-decoding style: one query token per
 //! sequence, the context cut into splits that blocks work on in parallel
 //! ([`decode`]: per split the running max, the sum of weights and the unnormalized
-//! output), then a second kernel merging the splits ([`merge`]). [`append`] writes new
-//! tokens' keys and values into the cache; [`prefill`] attends a chunk of a prompt on the
-//! tensor cores.
+//! output), then the splits merged — by a second kernel ([`merge`]), or by the last split
+//! to finish ([`decode`]'s merging form). [`append`] writes new tokens' keys and values
+//! into the cache, [`rope_append`] does so after RoPE (and qwen3's q/k norms), rotating
+//! the queries too; [`prefill`] attends a chunk of a prompt on the tensor cores.
 //!
 //! **The paged cache**: `k_cache` and `v_cache` are arrays of 16-token blocks,
 //! `[n_blocks][n_kv_heads][16][head_dim]` of a 16-bit float ([`KvElem`]: bf16, or f16

@@ -24,7 +24,7 @@
 //! four) `lane, lane + 32, ...`.
 //!
 //! **Arithmetic**: IEEE operations in a fixed order (the warp's reduction of the norm
-//! included), so [`reference`] matches bit for bit; the result is what `rope_*_f32` and
+//! included), so [`reference()`] matches bit for bit; the result is what `rope_*_f32` and
 //! `kv_append_*` compute after `rmsnorm_residual_f32` of each head.
 
 use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
