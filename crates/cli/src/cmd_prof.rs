@@ -92,8 +92,12 @@ pub fn run(a: &ProfArgs) -> Result<(), String> {
         return Err("`quench prof` cannot profile itself".into());
     }
     match a.overhead {
-        Some(pairs) => overhead(a, &cli, pairs),
-        None => profiled(a, &cli),
+        Some(pairs) => overhead(a, pairs, |mode| run_profiled(&cli, mode)),
+        None => {
+            let (profile, result) = run_profiled(&cli, Mode::Dispatches);
+            result?;
+            report(a, &profile)
+        }
     }
 }
 
@@ -143,9 +147,8 @@ fn emit_json(a: &ProfArgs, v: &Value) -> Result<(), String> {
     }
 }
 
-fn profiled(a: &ProfArgs, command: &crate::Command) -> Result<(), String> {
-    let (profile, result) = run_profiled(command, Mode::Dispatches);
-    result?;
+/// Write the trace (and roofline), print or emit the summary of a profiled run.
+fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
     let Some(decoder) = profile.decoders.first() else {
         return Err("the command put no decoder on a GPU (or the interpreter), so there is nothing to \
                     profile: run it with `--device cuda`"
@@ -231,7 +234,12 @@ fn step_stats(step_ns: &[u64]) -> Value {
     json!({"steps": ms.len(), "median": median(ms.clone()), "min": ms.iter().copied().fold(f64::INFINITY, f64::min)})
 }
 
-fn overhead(a: &ProfArgs, command: &crate::Command, pairs: u32) -> Result<(), String> {
+/// `--overhead`: `run` the command in `pairs` pairs of plain and profiled runs.
+fn overhead(
+    a: &ProfArgs,
+    pairs: u32,
+    mut run: impl FnMut(Mode) -> (Profile, Result<(), String>),
+) -> Result<(), String> {
     if pairs == 0 {
         return Err("--overhead needs at least one pair of runs".into());
     }
@@ -239,7 +247,7 @@ fn overhead(a: &ProfArgs, command: &crate::Command, pairs: u32) -> Result<(), St
     let (mut plain, mut instrumented) = (vec![], vec![]);
     for pair in 0..pairs {
         for mode in [Mode::StepTimes, Mode::Dispatches] {
-            let (profile, result) = run_profiled(command, mode);
+            let (profile, result) = run(mode);
             result?;
             if profile.step_ns.is_empty() {
                 return Err("the command ran no decode step that read a token back on a GPU decoder \
@@ -416,6 +424,111 @@ mod tests {
         assert!(e.contains("no-such-command"), "{e}");
         let e = run(&ProfArgs { kernels: vec!["add_f32".into()], ..args(&["devices"]) }).unwrap_err();
         assert!(e.contains("--kernels"), "{e}");
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("quench-prof-{}-{name}", std::process::id()))
+    }
+
+    /// Two steps of three dispatches on the interpreter.
+    fn fake_profile() -> Profile {
+        let mut host = HostSpans::new();
+        let t = std::time::Instant::now();
+        host.record("step 0: submit", t, t);
+        let mut dispatches = vec![];
+        for step in 0..2u32 {
+            for (i, kernel) in ["qgemv_q8_0_xf32", "attention_decode_f16", "argmax_f32"].iter().enumerate() {
+                let start = 10_000 * step as u64 + 1_000 * i as u64;
+                dispatches.push(quench_prof::Dispatch {
+                    kernel: kernel.to_string(),
+                    label: format!("part {i}"),
+                    step: Some(step),
+                    start_ns: start,
+                    end_ns: start + 500,
+                    blocks_done: 4,
+                    bytes: 1_000 * (i as u64 + 1),
+                    flops: if i == 0 { 2_000 } else { 0 },
+                    ..quench_prof::Dispatch::default()
+                });
+            }
+        }
+        Profile {
+            mode: Mode::Dispatches,
+            host,
+            dispatches,
+            decoders: vec![profile::ProfiledDecoder {
+                backend: "interp",
+                device: "the interpreter".into(),
+                dispatches_per_step: 3,
+                ceilings: Some(Ok(Ceilings { copy_bytes_per_s: Some(4e9), flops: Some(1e10) })),
+            }],
+            submitted: 6,
+            step_ns: vec![1_000_000, 1_200_000],
+        }
+    }
+
+    #[test]
+    fn report_writes_trace_roofline_and_json() {
+        let (trace, png, json) = (temp("trace.json"), temp("roofline.png"), temp("summary.json"));
+        let a = ProfArgs {
+            trace: trace.clone(),
+            roofline: Some(png.clone()),
+            json: Some(json.clone()),
+            ..args(&["generate"])
+        };
+        report(&a, &fake_profile()).expect("reported");
+        let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("parses");
+        let gpu = t["traceEvents"].as_array().expect("events").iter().filter(|e| e["pid"] == 1 && e["ph"] == "X").count();
+        assert_eq!(gpu, 6);
+        assert!(std::fs::read(&png).expect("png").starts_with(b"\x89PNG\r\n\x1a\n"));
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert_eq!((j["dispatch_records"].as_u64(), j["dispatches_submitted"].as_u64()), (Some(6), Some(6)));
+        assert_eq!(j["summary"]["steps"], 2);
+        assert_eq!(j["summary"]["kernels"].as_array().expect("rows").len(), 3);
+        assert_eq!(j["summary"]["ceilings"]["copy_bytes_per_s"], 4e9);
+        assert_eq!(j["decode_step_host_ms"]["steps"], 2);
+        for p in [trace, png, json] {
+            std::fs::remove_file(p).expect("remove");
+        }
+
+        // A profile whose records do not match the submissions is refused.
+        let mut lost = fake_profile();
+        lost.submitted = 7;
+        let e = report(&ProfArgs { trace: temp("unused.json"), ..args(&["generate"]) }, &lost).unwrap_err();
+        assert!(e.contains("6 dispatch records") && e.contains("7 dispatches"), "{e}");
+    }
+
+    #[test]
+    fn overhead_alternates_runs_and_compares_median_steps() {
+        let json = temp("overhead.json");
+        let a = ProfArgs { json: Some(json.clone()), overhead: Some(2), ..args(&["bench"]) };
+        let mut modes = vec![];
+        overhead(&a, 2, |mode| {
+            modes.push(mode);
+            let mut p = fake_profile();
+            p.mode = mode;
+            // Plain steps of 1 ms, profiled ones 2% longer (one slow outlier each).
+            let base = if mode == Mode::StepTimes { 1_000_000 } else { 1_020_000 };
+            p.step_ns = vec![base, base, 9 * base];
+            (p, Ok(()))
+        })
+        .expect("measured");
+        assert_eq!(modes, [Mode::StepTimes, Mode::Dispatches, Mode::StepTimes, Mode::Dispatches]);
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        std::fs::remove_file(&json).expect("remove");
+        assert!((j["overhead"].as_f64().expect("overhead") - 0.02).abs() < 1e-9, "{j}");
+        assert_eq!(j["within_target"], true);
+        assert_eq!(j["runs"].as_array().expect("runs").len(), 4);
+
+        // A command that ran no GPU decode step is refused.
+        let e = overhead(&a, 1, |mode| {
+            let mut p = fake_profile();
+            p.mode = mode;
+            p.step_ns.clear();
+            (p, Ok(()))
+        })
+        .unwrap_err();
+        assert!(e.contains("no decode step"), "{e}");
     }
 
     #[test]
