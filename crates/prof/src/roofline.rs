@@ -50,12 +50,13 @@ struct LogAxis {
 }
 
 impl LogAxis {
-    /// Decades covering every value of `xs` (positive, finite), at least `span` wide.
+    /// Decades covering every value of `xs` (positive, finite) with a little room to
+    /// spare, at least `span` wide.
     fn covering(xs: &[f64], at: i32, len: i32, span: f64) -> LogAxis {
         let logs: Vec<f64> = xs.iter().filter(|x| x.is_finite() && **x > 0.0).map(|x| x.log10()).collect();
         let lo = logs.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let (mut lo, mut hi) = if lo.is_finite() { (lo.floor(), hi.ceil()) } else { (0.0, 1.0) };
+        let (mut lo, mut hi) = if lo.is_finite() { ((lo - 0.1).floor(), (hi + 0.1).ceil()) } else { (0.0, 1.0) };
         while hi - lo < span {
             hi += 1.0;
             if hi - lo < span {
@@ -113,7 +114,7 @@ fn roofline_panel(c: &mut Canvas, points: &[Point], ceilings: &Ceilings) {
         c.text(left - Canvas::text_width(&label, 1) - 6, p - GLYPH / 2, &label, BLACK, 1);
     }
     c.text(left + w / 2 - 60, top + h + 22, "FLOP per byte", BLACK, 1);
-    c.text(left - 80, top - 8, "FLOP/s", BLACK, 1);
+    c.text(2, top + h / 2 - GLYPH * 3, "FLOP/s", BLACK, 1);
 
     // The roofs, column by column: min(bandwidth · intensity, peak).
     let mut prev: Option<(i32, i32, Rgb)> = None;
