@@ -20,6 +20,7 @@ use quench_rt::{CudaExecutor, Executor, InterpExecutor, StreamId};
 use serde_json::{json, Value};
 
 use crate::cmd_check_kernels::copy_bandwidth_gbps;
+use crate::receipt;
 
 /// Decode-step overhead of profiling that `--overhead` holds it to.
 const OVERHEAD_TARGET: f64 = 0.03;
@@ -52,8 +53,8 @@ pub struct ProfArgs {
     /// ceilings) to this PNG file.
     #[arg(long, value_name = "FILE.png")]
     pub roofline: Option<PathBuf>,
-    /// Print the summary as JSON instead of a table (to FILE if given, else as the last
-    /// line of standard output).
+    /// Also write the summary as a JSON receipt to FILE; without FILE, print it (one line
+    /// on standard output) instead of the table.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
     /// Measure what profiling costs: run the command PAIRS times plain and PAIRS times
@@ -135,16 +136,24 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
     std::fs::write(path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
-/// `--json`: to the file given, or as one line on standard output.
+/// The `--json` file, if one was named (`--json` alone prints to standard output).
+fn json_file(a: &ProfArgs) -> Option<&Path> {
+    a.json.as_deref().filter(|p| p.as_os_str() != "-")
+}
+
+/// `--json`: the receipt to its file, or as one line on standard output.
 fn emit_json(a: &ProfArgs, v: &Value) -> Result<(), String> {
-    let text = serde_json::to_string(v).map_err(|e| e.to_string())?;
-    match &a.json {
-        Some(p) if p.as_os_str() != "-" => write(p, text.as_bytes()),
-        _ => {
-            println!("{text}");
+    match json_file(a) {
+        Some(p) => receipt::write_json(p, v),
+        None => {
+            println!("{}", serde_json::to_string(v).map_err(|e| e.to_string())?);
             Ok(())
         }
     }
+}
+
+fn device_json(d: &profile::ProfiledDecoder) -> Value {
+    json!({"name": d.device, "backend": d.backend})
 }
 
 /// Write the trace (and roofline), print or emit the summary of a profiled run.
@@ -185,8 +194,10 @@ fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
         write(path, &roofline_png(&summary, &ceilings, &title).map_err(|e| e.to_string())?)?;
         eprintln!("roofline: {}", path.display());
     }
-    if a.json.is_none() {
+    if a.json.is_none() || json_file(a).is_some() {
         print!("{}", render(&summary, &ceilings));
+    }
+    if a.json.is_none() {
         return Ok(());
     }
     let host: Vec<Value> = profile
@@ -195,24 +206,19 @@ fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
         .iter()
         .map(|s| json!({"name": s.name, "start_ns": s.start_ns, "end_ns": s.end_ns}))
         .collect();
-    emit_json(
-        a,
-        &json!({
-            "format": "quench-prof/1",
-            "command": a.command,
-            "backend": decoder.backend,
-            "device": decoder.device,
-            "clock": if decoder.backend == "interp" { "interpreter virtual clock" } else { "%globaltimer" },
-            "dispatches_per_step": decoder.dispatches_per_step,
-            "dispatch_records": profile.dispatches.len(),
-            "dispatches_submitted": profile.submitted,
-            "decode_step_host_ms": step_stats(&profile.step_ns),
-            "summary": to_json(&summary, &ceilings),
-            "host_spans": host,
-            "trace": a.trace,
-            "roofline": a.roofline,
-        }),
-    )
+    let outcome = json!({
+        "clock": if decoder.backend == "interp" { "interpreter virtual clock" } else { "%globaltimer" },
+        "dispatches_per_step": decoder.dispatches_per_step,
+        "dispatch_records": profile.dispatches.len(),
+        "dispatches_submitted": profile.submitted,
+        "decode_step_host_ms": step_stats(&profile.step_ns),
+        "summary": to_json(&summary, &ceilings),
+        "host_spans": host,
+        "trace": a.trace,
+        "roofline": a.roofline,
+    });
+    let bound = json!({"dispatch_records_equal_submissions": true});
+    emit_json(a, &receipt::receipt("prof", device_json(decoder), json!({"command": a.command}), bound, outcome))
 }
 
 /// Median of a non-empty list.
@@ -244,6 +250,7 @@ fn overhead(
         return Err("--overhead needs at least one pair of runs".into());
     }
     let mut runs = vec![];
+    let mut device = Value::Null;
     let (mut plain, mut instrumented) = (vec![], vec![]);
     for pair in 0..pairs {
         for mode in [Mode::StepTimes, Mode::Dispatches] {
@@ -253,6 +260,9 @@ fn overhead(
                 return Err("the command ran no decode step that read a token back on a GPU decoder \
                             (or the interpreter): run it with `--device cuda`"
                     .into());
+            }
+            if let Some(d) = profile.decoders.first() {
+                device = device_json(d);
             }
             let ms: Vec<f64> = profile.step_ns.iter().map(|&n| n as f64 / 1e6).collect();
             let m = median(ms.clone());
@@ -278,24 +288,24 @@ fn overhead(
         100.0 * OVERHEAD_TARGET
     );
     match &a.json {
-        None => println!("{line}"),
-        Some(_) => {
-            eprintln!("{line}");
-            emit_json(
-                a,
-                &json!({
-                    "format": "quench-prof-overhead/1",
-                    "command": a.command,
-                    "pairs": pairs,
-                    "plain_step_ms": p,
-                    "profiled_step_ms": q,
-                    "overhead": cost,
-                    "target": OVERHEAD_TARGET,
-                    "within_target": cost < OVERHEAD_TARGET,
-                    "runs": runs,
-                }),
-            )?;
-        }
+        Some(_) if json_file(a).is_none() => eprintln!("{line}"),
+        _ => println!("{line}"),
+    }
+    if a.json.is_some() {
+        let outcome = json!({
+            "plain_step_ms": p,
+            "profiled_step_ms": q,
+            "overhead": cost,
+            "within_target": cost < OVERHEAD_TARGET,
+            "runs": runs,
+        });
+        let inputs = json!({"command": a.command, "pairs": pairs,
+            "compared": "median host time of the decode steps that read a token back, per run; medians over runs"});
+        let bound = json!({"overhead_below": OVERHEAD_TARGET});
+        emit_json(a, &receipt::receipt("prof-overhead", device, inputs, bound, outcome))?;
+    }
+    if cost >= OVERHEAD_TARGET {
+        return Err(format!("profiling cost {:.2}% of a decode step, over the {:.0}% target", 100.0 * cost, 100.0 * OVERHEAD_TARGET));
     }
     Ok(())
 }
@@ -482,11 +492,14 @@ mod tests {
         assert_eq!(gpu, 6);
         assert!(std::fs::read(&png).expect("png").starts_with(b"\x89PNG\r\n\x1a\n"));
         let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
-        assert_eq!((j["dispatch_records"].as_u64(), j["dispatches_submitted"].as_u64()), (Some(6), Some(6)));
-        assert_eq!(j["summary"]["steps"], 2);
-        assert_eq!(j["summary"]["kernels"].as_array().expect("rows").len(), 3);
-        assert_eq!(j["summary"]["ceilings"]["copy_bytes_per_s"], 4e9);
-        assert_eq!(j["decode_step_host_ms"]["steps"], 2);
+        assert_eq!((j["format"].as_str(), j["kind"].as_str()), (Some(receipt::FORMAT), Some("prof")));
+        let o = &j["outcome"];
+        assert_eq!((o["dispatch_records"].as_u64(), o["dispatches_submitted"].as_u64()), (Some(6), Some(6)));
+        assert_eq!(o["summary"]["steps"], 2);
+        assert_eq!(o["summary"]["kernels"].as_array().expect("rows").len(), 3);
+        assert_eq!(o["summary"]["ceilings"]["copy_bytes_per_s"], 4e9);
+        assert_eq!(o["decode_step_host_ms"]["steps"], 2);
+        assert_eq!(j["device"]["backend"], "interp");
         for p in [trace, png, json] {
             std::fs::remove_file(p).expect("remove");
         }
@@ -515,10 +528,24 @@ mod tests {
         .expect("measured");
         assert_eq!(modes, [Mode::StepTimes, Mode::Dispatches, Mode::StepTimes, Mode::Dispatches]);
         let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert_eq!((j["kind"].as_str(), j["bound"]["overhead_below"].as_f64()), (Some("prof-overhead"), Some(0.03)));
+        let o = &j["outcome"];
+        assert!((o["overhead"].as_f64().expect("overhead") - 0.02).abs() < 1e-9, "{j}");
+        assert_eq!(o["within_target"], true);
+        assert_eq!(o["runs"].as_array().expect("runs").len(), 4);
+
+        // Over the target: the receipt says so, and the command fails.
+        let e = overhead(&a, 1, |mode| {
+            let mut p = fake_profile();
+            p.mode = mode;
+            p.step_ns = vec![if mode == Mode::StepTimes { 1_000_000 } else { 1_100_000 }];
+            (p, Ok(()))
+        })
+        .unwrap_err();
+        assert!(e.contains("10.00%"), "{e}");
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
         std::fs::remove_file(&json).expect("remove");
-        assert!((j["overhead"].as_f64().expect("overhead") - 0.02).abs() < 1e-9, "{j}");
-        assert_eq!(j["within_target"], true);
-        assert_eq!(j["runs"].as_array().expect("runs").len(), 4);
+        assert_eq!(j["outcome"]["within_target"], false);
 
         // A command that ran no GPU decode step is refused.
         let e = overhead(&a, 1, |mode| {
