@@ -14,7 +14,7 @@ use crate::attention::KvElem;
 use crate::case::KernelCase;
 use crate::embed::{self, EmbedParams, TableFormat};
 use crate::error::KernelError;
-use crate::gemm::{self, GemmParams};
+use crate::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams};
 use crate::gemv::{self, GemvParams};
 use crate::lanes::Combine;
 use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
@@ -36,7 +36,7 @@ enum Family {
     RmsNorm,
     Softmax,
     Gemv,
-    Gemm,
+    Gemm(BFormat, GemmEpilogue),
     Embed(TableFormat),
     NormResidual(Norm, OutType),
     Rope(RopeStyle),
@@ -80,7 +80,7 @@ impl KernelSpec {
             Family::RmsNorm => rmsnorm::build(&rmsnorm_params(&r)?),
             Family::Softmax => softmax::build(&softmax_params(&r)?),
             Family::Gemv => gemv::build(&gemv_params(&r)?),
-            Family::Gemm => gemm::build(&gemm_params(&r)?),
+            Family::Gemm(f, e) => gemm::build(&gemm_params(f, e, &r)?),
             Family::Embed(f) => embed::build(&embed_params(f, &r)?),
             Family::NormResidual(n, o) => norm_residual::build(&norm_residual_params(n, o, &r)?),
             Family::Rope(style) => rope::build(&rope_params(style, &r)?),
@@ -106,7 +106,7 @@ impl KernelSpec {
             Family::RmsNorm => rmsnorm::case(&rmsnorm_params(&r)?, rows_of(&r)?, seed),
             Family::Softmax => softmax::case(&softmax_params(&r)?, rows_of(&r)?, seed),
             Family::Gemv => gemv::case(&gemv_params(&r)?, seed),
-            Family::Gemm => gemm::case(&gemm_params(&r)?, seed),
+            Family::Gemm(f, e) => gemm::case(&gemm_params(f, e, &r)?, r.get("m", 1, 1 << 24)?, seed),
             Family::Embed(f) => {
                 let tokens = r.get("tokens", 1, MAX_ROWS)?;
                 let vocab = r.get("vocab", 1, MAX_ROWS)?;
@@ -198,14 +198,13 @@ pub fn library() -> Vec<KernelSpec> {
             GEMV,
             Family::Gemv,
         ),
-        spec(
-            gemm::NAME,
-            "C = A·B on tensor cores: A [m, k] bf16, B as [n, k] bf16, C [m, n] f32; \
-             mma.sync m16n8k16, ldmatrix, cp.async double buffering",
-            GEMM,
-            Family::Gemm,
-        ),
     ];
+    for f in BFormat::ALL {
+        for e in GemmEpilogue::ALL {
+            let params = if f.is_quantized() { GEMM_QUANT } else { GEMM_BF16 };
+            all.push(spec(gemm::name(f, e), gemm_description(f, e), params, Family::Gemm(f, e)));
+        }
+    }
     for f in TableFormat::ALL {
         all.push(spec(f.kernel_name(), embed_description(f), EMBED, Family::Embed(f)));
     }
@@ -483,12 +482,28 @@ const GEMV: &[ParamInfo] = &[
     ParamInfo { name: "unroll", default: 4, doc: "16-byte loads in flight per lane" },
 ];
 
-const GEMM: &[ParamInfo] = &[
-    ParamInfo { name: "m", default: 2048, doc: "rows of A and C, a multiple of bm" },
-    ParamInfo { name: "n", default: 2048, doc: "columns of C (rows of the [n, k] B operand), a multiple of bn" },
-    ParamInfo { name: "k", default: 2048, doc: "the reduction length, a multiple of 32" },
+const GEMM_BF16: &[ParamInfo] = &[
+    ParamInfo { name: "m", default: 2048, doc: "rows of A and C (tokens; a launch argument, any count)" },
+    ParamInfo { name: "n", default: 4096, doc: "columns of C (rows of the [n, k] B operand), a multiple of bn" },
+    ParamInfo { name: "k", default: 4096, doc: "the reduction length, a multiple of 32" },
     ParamInfo { name: "bm", default: 128, doc: "block tile rows: 64 or 128" },
     ParamInfo { name: "bn", default: 128, doc: "block tile columns: 64 or 128" },
+    ParamInfo { name: "wn", default: 64, doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64" },
+    ParamInfo { name: "stages", default: 3, doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)" },
+];
+
+const GEMM_QUANT: &[ParamInfo] = &[
+    ParamInfo { name: "m", default: 2048, doc: "rows of A and C (tokens; a launch argument, any count)" },
+    ParamInfo { name: "n", default: 4096, doc: "columns of C (rows of the [n, k] B operand), a multiple of bn" },
+    ParamInfo {
+        name: "k",
+        default: 4096,
+        doc: "the reduction length: a multiple of 64 (Q8_0, Q4_0, Q4_1), 256 (Q4_K) or 512 (Q6_K)",
+    },
+    ParamInfo { name: "bm", default: 128, doc: "block tile rows: 64 or 128" },
+    ParamInfo { name: "bn", default: 64, doc: "block tile columns: 64 or 128" },
+    ParamInfo { name: "wn", default: 32, doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64" },
+    ParamInfo { name: "stages", default: 3, doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)" },
 ];
 
 const EMBED: &[ParamInfo] = &[
@@ -614,14 +629,55 @@ fn gemv_params(r: &Reader) -> Result<GemvParams, KernelError> {
     })
 }
 
-fn gemm_params(r: &Reader) -> Result<GemmParams, KernelError> {
+fn gemm_params(format: BFormat, epilogue: GemmEpilogue, r: &Reader) -> Result<GemmParams, KernelError> {
     Ok(GemmParams {
-        m: r.get("m", 1, 1 << 20)?,
-        n: r.get("n", 1, 1 << 20)?,
+        format,
+        epilogue,
+        n: r.get("n", 1, 1 << 24)?,
         k: r.get("k", 1, 1 << 20)?,
         bm: r.get("bm", 64, 128)?,
         bn: r.get("bn", 64, 128)?,
+        wn: r.get("wn", 32, 64)?,
+        stages: r.get("stages", 2, 4)?,
     })
+}
+
+/// The descriptions of the matrix products, by weight format and epilogue.
+fn gemm_description(f: BFormat, e: GemmEpilogue) -> &'static str {
+    use BFormat::*;
+    use GemmEpilogue::*;
+    match (f, e) {
+        (Bf16, Store) => {
+            "C = A·Bᵀ on tensor cores: A [m, k] bf16, B [n, k] bf16, C [m, n] f32, any m; \
+             mma.sync m16n8k16, ldmatrix, multi-stage cp.async"
+        }
+        (Bf16, Accumulate) => "C += A·Bᵀ (in place), A [m, k] bf16, B [n, k] bf16, C [m, n] f32; as gemm_bf16",
+        (Q8_0, Store) => {
+            "C = A·Bᵀ, B [n, k] Q8_0 (GGUF blocks) dequantized to bf16 a tile at a time in shared memory, \
+             A bf16, C f32; mma.sync"
+        }
+        (Q8_0, Accumulate) => "C += A·Bᵀ (in place), B Q8_0 dequantized per tile in shared memory, A bf16, C f32",
+        (Q4_0, Store) => {
+            "C = A·Bᵀ, B [n, k] Q4_0 (GGUF blocks) dequantized to bf16 a tile at a time in shared memory, \
+             A bf16, C f32; mma.sync"
+        }
+        (Q4_0, Accumulate) => "C += A·Bᵀ (in place), B Q4_0 dequantized per tile in shared memory, A bf16, C f32",
+        (Q4_1, Store) => {
+            "C = A·Bᵀ, B [n, k] Q4_1 (GGUF blocks) dequantized to bf16 a tile at a time in shared memory, \
+             A bf16, C f32; mma.sync"
+        }
+        (Q4_1, Accumulate) => "C += A·Bᵀ (in place), B Q4_1 dequantized per tile in shared memory, A bf16, C f32",
+        (Q4K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q4_K (GGUF super-blocks) dequantized to bf16 a tile at a time in shared \
+             memory, A bf16, C f32; mma.sync"
+        }
+        (Q4K, Accumulate) => "C += A·Bᵀ (in place), B Q4_K dequantized per tile in shared memory, A bf16, C f32",
+        (Q6K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q6_K (GGUF super-blocks) dequantized to bf16 a tile at a time in shared \
+             memory, A bf16, C f32; mma.sync"
+        }
+        (Q6K, Accumulate) => "C += A·Bᵀ (in place), B Q6_K dequantized per tile in shared memory, A bf16, C f32",
+    }
 }
 
 fn embed_params(format: TableFormat, r: &Reader) -> Result<EmbedParams, KernelError> {

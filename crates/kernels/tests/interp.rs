@@ -93,14 +93,41 @@ fn gemv_bf16() {
 }
 
 #[test]
-fn gemm_bf16_default_tile() {
-    // 2 blocks of 128x128, 3 k-steps (both stages used, odd count).
-    check(&case("gemm_bf16", "m=256 n=128 k=96 bm=128 bn=128"));
+fn gemm_bf16() {
+    // 200 rows: a partial second row tile; 3 k-steps through 3 stages (copies past the
+    // last step clamped); 2 column tiles.
+    check(&case("gemm_bf16", "m=200 n=256 k=96"));
+    // 8 warps of 64×32, 2 stages, 1 row tile of 64 holding 37 rows.
+    check(&case("gemm_bf16", "m=37 n=128 k=160 bm=64 bn=128 wn=32 stages=2"));
+    // 4 stages of 64×64, one warp.
+    check(&case("gemm_bf16", "m=70 n=64 k=192 bm=64 bn=64 stages=4"));
 }
 
 #[test]
-fn gemm_bf16_small_tile() {
-    check(&case("gemm_bf16", "m=64 n=128 k=64 bm=64 bn=64"));
+fn gemm_bf16_residual() {
+    check(&case("gemm_bf16_residual", "m=131 n=128 k=64"));
+}
+
+#[test]
+fn gemm_quantized() {
+    // Two row tiles (the second partial), two column tiles; Q4_K and Q6_K over two
+    // super-blocks.
+    for (name, k) in [("gemm_q8_0", 128), ("gemm_q4_0", 128), ("gemm_q4_1", 192), ("gemm_q4_k", 512), ("gemm_q6_k", 512)] {
+        check(&case(name, &format!("m=150 n=128 k={k}")));
+    }
+    // Whole-row dequantization items (64 threads for 64 rows), 4 stages.
+    check(&case("gemm_q8_0", "m=40 n=64 k=256 bm=64 stages=4"));
+    check(&case("gemm_q6_k", "m=40 n=64 k=512 bm=64 stages=2"));
+}
+
+#[test]
+fn gemm_quantized_residual() {
+    for name in ["gemm_q8_0_residual", "gemm_q4_0_residual", "gemm_q4_1_residual"] {
+        check(&case(name, "m=65 n=64 k=128"));
+    }
+    for name in ["gemm_q4_k_residual", "gemm_q6_k_residual"] {
+        check(&case(name, "m=65 n=64 k=512"));
+    }
 }
 
 #[test]

@@ -18,6 +18,17 @@ fn names_are_unique_and_complete() {
             "softmax_f32",
             "gemv_bf16",
             "gemm_bf16",
+            "gemm_bf16_residual",
+            "gemm_q8_0",
+            "gemm_q8_0_residual",
+            "gemm_q4_0",
+            "gemm_q4_0_residual",
+            "gemm_q4_1",
+            "gemm_q4_1_residual",
+            "gemm_q4_k",
+            "gemm_q4_k_residual",
+            "gemm_q6_k",
+            "gemm_q6_k_residual",
             "embed_f32",
             "embed_bf16",
             "embed_f16",
@@ -140,8 +151,9 @@ fn unsupported_shapes_are_refused_by_name() {
         let e = spec.make_case(&p, 1).unwrap_err().to_string();
         assert!(e.contains(needle), "{kernel} {params}: {e}");
     };
-    refuse("gemm_bf16", "m=100 n=128 k=64", "m = 100");
+    refuse("gemm_bf16", "m=100 n=100 k=64", "n = 100");
     refuse("gemm_bf16", "bm=96", "64 or 128");
+    refuse("gemm_q6_k", "k=256", "multiple of 512");
     refuse("gemv_bf16", "cols=12", "multiple of 8");
     refuse("rmsnorm_bf16", "cols=12", "multiple of 8");
     refuse("softmax_f32", "cols=10", "multiple of 4");

@@ -1,0 +1,426 @@
+//! Dequantizing a staged k-step of weight rows into the block's bf16 B tile.
+//!
+//! The work is cut into **items**: `(row, part)`, a part being all 32 elements of the
+//! row's step or one 16-element half, so that every thread takes the same number of
+//! items. Item `i` of the block is row `i mod bn`, part `i / bn`, and thread `t` takes
+//! items `t, t + threads, ...`: a warp's lanes take consecutive rows, whose staged words
+//! sit an odd number of words apart, so their shared-memory loads hit distinct banks.
+//!
+//! **Exactness.** Each weight is computed in f32 exactly as [`quench_models::dequant`]
+//! computes it, then rounded to bf16 (to nearest even): the tile holds
+//! `bf16(dequant(w))`. Integer fields become floats by the magic-number trick: a field
+//! masked in place within the low 16 bits of a word, `v = n·2^s`, gives
+//! `bitcast(v | 0x4B00_0000) − (2^23 + bias·2^s) = (n − bias)·2^s` exactly, and the scale
+//! it is multiplied by is taken times `2^-s` (exact: a power of two, far from
+//! underflow), so that the product is the reference's product. Where the reference's
+//! product is exact (`d·q`, `(d·sc)·q` for Q4_K) the kernel may fuse the following
+//! addition into an `fma`; where it rounds (Q6_K's `(d·sc)·q`) the kernel rounds the
+//! same exact product once.
+
+use quench_ir::{Builder, Scalar, Type, Value};
+
+use super::format::BFormat;
+use super::raw::segment_bytes;
+use super::tiles::{swizzled, Ids};
+use super::{GemmParams, BK};
+use crate::lanes::emit_pack_bf16x2;
+
+/// `bitcast(v | MAGIC)` is the f32 `2^23 + v` for `v < 2^23`.
+const MAGIC: u32 = 0x4B00_0000;
+
+/// The magic constant in a register, derived from `%ctaid.x` (whose top bit is clear)
+/// so that ptxas keeps it there: `lop3` takes one immediate, the field's mask, and then
+/// merges the mask and the `or` into one instruction.
+#[derive(Clone, Copy)]
+struct Magic(Value);
+
+impl Magic {
+    fn new(k: &mut Builder) -> Magic {
+        let c = k.ctaid_x();
+        let zero = k.shr_const(c, 31);
+        let m = k.const_u32(MAGIC);
+        Magic(k.or(zero, m))
+    }
+
+    /// `(n − bias)·2^s` for a masked field `v = n·2^s < 2^23`.
+    fn scaled(self, k: &mut Builder, v: Value, bias: u32, s: u32) -> Value {
+        let f = k.or(v, self.0);
+        let f = k.bitcast(Type::F32, f);
+        let c = k.const_f32(8_388_608.0 + (bias as f32) * (1u32 << s) as f32);
+        k.sub(f, c)
+    }
+}
+
+/// Four bytes in a register, each seen where the magic trick can convert it: bytes 0
+/// and 1 in the word itself, bytes 2 and 3 in the word shifted down by 16.
+struct Word {
+    lo: Value,
+    hi: Value,
+}
+
+impl Word {
+    fn new(k: &mut Builder, w: Value) -> Word {
+        Word { lo: w, hi: k.shr_const(w, 16) }
+    }
+
+    /// The `nbits`-bit field at bit `bit` of byte `byte`, converted as `(n − bias)·2^s`;
+    /// returns the value and `s`.
+    fn field(&self, k: &mut Builder, m: Magic, byte: u32, bit: u32, nbits: u32, bias: u32) -> (Value, u32) {
+        let s = 8 * (byte % 2) + bit;
+        let src = if byte < 2 { self.lo } else { self.hi };
+        let v = k.and_const(src, ((1 << nbits) - 1) << s);
+        (m.scaled(k, v, bias, s), s)
+    }
+}
+
+/// A scale `x` and its multiples `x·2^-s` for the shifts fields come with.
+struct Scale {
+    x: Value,
+    by_shift: Vec<(u32, Value)>,
+}
+
+impl Scale {
+    fn new(x: Value) -> Scale {
+        Scale { x, by_shift: vec![(0, x)] }
+    }
+
+    fn at(&mut self, k: &mut Builder, s: u32) -> Value {
+        if let Some(&(_, v)) = self.by_shift.iter().find(|(t, _)| *t == s) {
+            return v;
+        }
+        let c = k.const_f32(1.0 / (1u32 << s) as f32);
+        let v = k.mul(self.x, c);
+        self.by_shift.push((s, v));
+        v
+    }
+}
+
+/// The f16 in the low 16 bits of `v`, widened to f32 (exact).
+fn f16_low(k: &mut Builder, v: Value) -> Value {
+    let h = k.cvt(Scalar::U16, v);
+    let h = k.bitcast(Type::Scalar(Scalar::F16), h);
+    k.cvt(Scalar::F32, h)
+}
+
+/// One item's place: its row of the staged words and of the tile, and its part.
+struct Item {
+    /// Word offset of the row within a stage of the staged words.
+    staged: Value,
+    /// Which half of the row (`None`: the whole row).
+    part: Option<Value>,
+    /// Element offsets, within a tile buffer, of the item's 16-byte chunks.
+    chunks: Vec<Value>,
+}
+
+/// One thread's share of dequantizing a k-step into the B tile.
+pub struct Decoder {
+    format: BFormat,
+    items: Vec<Item>,
+    magic: Magic,
+    /// Elements per item: 32 or 16.
+    elems: u32,
+}
+
+impl Decoder {
+    pub fn emit(k: &mut Builder, p: &GemmParams, ids: &Ids) -> Decoder {
+        let threads = p.threads();
+        let parts = (threads / p.bn).max(1);
+        let elems = BK / parts;
+        let per_thread = p.bn * parts / threads;
+        let items = (0..per_thread)
+            .map(|j| {
+                let it = k.add_const(ids.tid, j * threads);
+                let row = k.and_const(it, p.bn - 1);
+                let part = (parts > 1).then(|| k.shr_const(it, p.bn.trailing_zeros()));
+                let staged = k.mul_const(row, p.format.staged_stride());
+                let first_chunk = match part {
+                    Some(q) => k.mul_const(q, elems / 8),
+                    None => k.const_u32(0),
+                };
+                let chunks = (0..elems / 8)
+                    .map(|c| {
+                        let c = k.add_const(first_chunk, c);
+                        swizzled(k, row, c)
+                    })
+                    .collect();
+                Item { staged, part, chunks }
+            })
+            .collect();
+        Decoder { format: p.format, items, magic: Magic::new(k), elems }
+    }
+
+    /// Dequantize k-step `tile` (a `u32`) from the staged words at word offset `stage` of
+    /// `raw_s` into the tile buffer at element offset `buf` of `b_s`.
+    pub fn decode(&self, k: &mut Builder, raw_s: Value, stage: Value, b_s: Value, buf: Value, tile: Value) {
+        let bytes = segment_bytes(k, self.format, tile);
+        // Where each segment's data starts in its first word: 0 or 2.
+        let offsets: Vec<Value> = bytes.iter().map(|&b| k.and_const(b, 3)).collect();
+        for item in &self.items {
+            let row = k.add(stage, item.staged);
+            let words = Words { raw_s, row };
+            let values = match self.format {
+                BFormat::Q8_0 => self.q8_0(k, &words, item, offsets[0]),
+                BFormat::Q4_0 | BFormat::Q4_1 => self.q4_legacy(k, &words, item, offsets[0]),
+                BFormat::Q4K => self.q4_k(k, &words, item, tile),
+                BFormat::Q6K => self.q6_k(k, &words, item, tile, &offsets),
+                BFormat::Bf16 => vec![],
+            };
+            for (chunk, v) in item.chunks.iter().zip(values.chunks_exact(8)) {
+                let packed: Vec<Value> = v.chunks_exact(2).map(|p| emit_pack_bf16x2(k, p[0], p[1])).collect();
+                let vec = k.pack(Type::Vec(Scalar::U32, 4), &packed);
+                let at = k.add(buf, *chunk);
+                let at = k.ptr_add(b_s, at);
+                let at = k.ptr_cast(Scalar::U32, at);
+                k.store(at, vec);
+            }
+        }
+    }
+
+    /// The index of the item's first element within the step (`part · elems`).
+    fn first_elem(&self, k: &mut Builder, item: &Item) -> Value {
+        match item.part {
+            Some(q) => k.mul_const(q, self.elems),
+            None => k.const_u32(0),
+        }
+    }
+
+    /// Q8_0: `x = q·d` with a signed byte `q`; the block (`d`, 32 bytes) starts at byte
+    /// `o` of the staged words.
+    fn q8_0(&self, k: &mut Builder, w: &Words, item: &Item, o: Value) -> Vec<Value> {
+        let w0 = w.at(k, 0);
+        let o8 = k.shl_const(o, 3);
+        let d = k.shr(w0, o8);
+        let mut d = Scale::new(f16_low(k, d));
+        let first = self.first_elem(k, item);
+        let start = k.add(o, first);
+        let start = k.add_const(start, 2);
+        let quants = w.bytes_from(k, start, self.elems / 4);
+        let flip = k.const_u32(0x8080_8080);
+        let mut out = vec![];
+        for q in quants {
+            // The byte as unsigned, q + 128, then minus 128: sign bits flipped in place.
+            let q = k.xor(q, flip);
+            let q = Word::new(k, q);
+            for byte in 0..4 {
+                let (v, s) = q.field(k, self.magic, byte, 0, 8, 128);
+                let ds = d.at(k, s);
+                out.push(k.mul(v, ds));
+            }
+        }
+        out
+    }
+
+    /// Q4_0 (`x = d·(q − 8)`, block at byte `o`) and Q4_1 (`x = d·q + m`, block at byte
+    /// 0): element `e` is nibble `e / 16` of nibble byte `e mod 16`.
+    fn q4_legacy(&self, k: &mut Builder, w: &Words, item: &Item, o: Value) -> Vec<Value> {
+        let q4_1 = self.format == BFormat::Q4_1;
+        let w0 = w.at(k, 0);
+        let (d, m, start) = if q4_1 {
+            let dm = Word::new(k, w0);
+            (f16_low(k, w0), Some(f16_low(k, dm.hi)), k.const_u32(4))
+        } else {
+            let o8 = k.shl_const(o, 3);
+            let d = k.shr(w0, o8);
+            (f16_low(k, d), None, k.add_const(o, 2))
+        };
+        let mut d = Scale::new(d);
+        let nibbles = if q4_1 { w.aligned_from(k, start, 4) } else { w.bytes_from(k, start, 4) };
+        // A half row takes one nibble of every byte: shift it down to the low nibble.
+        let (nibbles, halves) = match item.part {
+            Some(q) => {
+                let sh = k.shl_const(q, 2);
+                (nibbles.iter().map(|&v| k.shr(v, sh)).collect::<Vec<_>>(), 1)
+            }
+            None => (nibbles, 2),
+        };
+        let words: Vec<Word> = nibbles.iter().map(|&v| Word::new(k, v)).collect();
+        let bias = if q4_1 { 0 } else { 8 };
+        let mut out = vec![];
+        for half in 0..halves {
+            for word in &words {
+                for byte in 0..4 {
+                    let (v, s) = word.field(k, self.magic, byte, 4 * half, 4, bias);
+                    let ds = d.at(k, s);
+                    out.push(match m {
+                        Some(m) => k.fma(ds, v, m),
+                        None => k.mul(ds, v),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Q4_K: `x = (d·sc)·q − dmin·m` for sub-block `s = tile mod 8`, whose nibbles are
+    /// nibble `s mod 2` of the staged qs bytes; header in words 0–3, qs in 4–11.
+    fn q4_k(&self, k: &mut Builder, w: &Words, item: &Item, tile: Value) -> Vec<Value> {
+        let s = k.and_const(tile, 7);
+        let h: Vec<Value> = (0..4).map(|i| w.at(k, i)).collect();
+        let d = f16_low(k, h[0]);
+        let dmin = k.shr_const(h[0], 16);
+        let dmin = f16_low(k, dmin);
+        // Scale bytes 0..12 are in words 1..3; sub-block s takes byte s mod 4 of each.
+        let j = k.and_const(s, 3);
+        let j8 = k.shl_const(j, 3);
+        let [a, b, c] = [1, 2, 3].map(|i| k.shr(h[i], j8));
+        let sc_low = k.and_const(a, 0x3f);
+        let m_low = k.and_const(b, 0x3f);
+        let c_lo = k.and_const(c, 0x0f);
+        let a_top = k.shr_const(a, 2);
+        let a_top = k.and_const(a_top, 0x30);
+        let sc_high = k.or(c_lo, a_top);
+        let c_hi = k.shr_const(c, 4);
+        let c_hi = k.and_const(c_hi, 0x0f);
+        let b_top = k.shr_const(b, 2);
+        let b_top = k.and_const(b_top, 0x30);
+        let m_high = k.or(c_hi, b_top);
+        let four = k.const_u32(4);
+        let high = k.ge(s, four);
+        let sc = k.select(high, sc_high, sc_low);
+        let mn = k.select(high, m_high, m_low);
+        let sc = self.magic.scaled(k, sc, 0, 0);
+        let mn = self.magic.scaled(k, mn, 0, 0);
+        // d·sc and dmin·m are exact (11 by 6 significant bits).
+        let dl = k.mul(d, sc);
+        let mut dl = Scale::new(dl);
+        let ml = k.mul(dmin, mn);
+        let nml = k.neg(ml);
+        let nib = k.and_const(s, 1);
+        let nib = k.shl_const(nib, 2);
+        let first = self.first_elem(k, item);
+        let start = k.add_const(first, 16);
+        let qs = w.aligned_from(k, start, self.elems / 4);
+        let mut out = vec![];
+        for q in qs {
+            let q = k.shr(q, nib);
+            let q = Word::new(k, q);
+            for byte in 0..4 {
+                let (v, sh) = q.field(k, self.magic, byte, 0, 4, 0);
+                let ds = dl.at(k, sh);
+                out.push(k.fma(ds, v, nml));
+            }
+        }
+        out
+    }
+
+    /// Q6_K: `x = (d·sc)·(q − 32)`, the product rounded once, for sub-block `s = tile mod
+    /// 8` (`g = s mod 4`): the low four bits are nibble `g / 2` of the ql bytes (words
+    /// 0–8), the top two bits field `g` of the qh bytes (words 9–17); scales in word 18,
+    /// `d` in word 19, each at its segment's offset.
+    fn q6_k(&self, k: &mut Builder, w: &Words, item: &Item, tile: Value, offsets: &[Value]) -> Vec<Value> {
+        let s = k.and_const(tile, 7);
+        let g = k.and_const(s, 3);
+        let d = w.at(k, 19);
+        let o8 = k.shl_const(offsets[3], 3);
+        let d = k.shr(d, o8);
+        let d = f16_low(k, d);
+        let sc = w.at(k, 18);
+        let o8 = k.shl_const(offsets[2], 3);
+        let sc = k.shr(sc, o8);
+        let flip = k.const_u32(0x8080);
+        let sc = k.xor(sc, flip);
+        let sc = Word::new(k, sc);
+        let dls: Vec<Value> = (0..2)
+            .map(|i| {
+                let (v, s) = sc.field(k, self.magic, i, 0, 8, 128);
+                // The field came as sc·2^s; d·sc is exact (11 by 8 significant bits).
+                let unscale = k.const_f32(1.0 / (1u32 << s) as f32);
+                let v = k.mul(v, unscale);
+                k.mul(d, v)
+            })
+            .collect();
+        let first = self.first_elem(k, item);
+        let lo_start = k.add(offsets[0], first);
+        let hi_start = k.add(offsets[1], first);
+        let hi_start = k.add_const(hi_start, 36);
+        let lows = w.bytes_from(k, lo_start, self.elems / 4);
+        let highs = w.bytes_from(k, hi_start, self.elems / 4);
+        let nib = k.shr_const(g, 1);
+        let nib = k.shl_const(nib, 2);
+        let crumb = k.shl_const(g, 1);
+        let per_scale = match item.part {
+            // A half row is one 16-element scale group.
+            Some(q) => {
+                let one = k.const_u32(1);
+                let second = k.eq(q, one);
+                vec![k.select(second, dls[1], dls[0])]
+            }
+            None => dls,
+        };
+        let mut scales: Vec<Scale> = per_scale.into_iter().map(Scale::new).collect();
+        let mut out = vec![];
+        for (i, (&lo, &hi)) in lows.iter().zip(&highs).enumerate() {
+            let lo = k.shr(lo, nib);
+            let lo = k.and_const(lo, 0x0f0f_0f0f);
+            let hi = k.shr(hi, crumb);
+            let hi = k.and_const(hi, 0x0303_0303);
+            let hi = k.shl_const(hi, 4);
+            let q = k.or(lo, hi);
+            let q = Word::new(k, q);
+            let scale = &mut scales[i * 4 / 16];
+            for byte in 0..4 {
+                let (v, sh) = q.field(k, self.magic, byte, 0, 6, 32);
+                let ds = scale.at(k, sh);
+                out.push(k.mul(ds, v));
+            }
+        }
+        out
+    }
+}
+
+/// The staged words of one row of one stage.
+struct Words {
+    raw_s: Value,
+    /// Word offset of the row.
+    row: Value,
+}
+
+impl Words {
+    fn at(&self, k: &mut Builder, i: u32) -> Value {
+        let at = k.add_const(self.row, i);
+        self.load(k, at)
+    }
+
+    fn load(&self, k: &mut Builder, at: Value) -> Value {
+        let p = k.ptr_add(self.raw_s, at);
+        k.load(Type::U32, p)
+    }
+
+    /// `n` words holding the bytes from byte `start` (a `u32`, a multiple of 4) of the
+    /// row on.
+    fn aligned_from(&self, k: &mut Builder, start: Value, n: u32) -> Vec<Value> {
+        let first = k.shr_const(start, 2);
+        let first = k.add(self.row, first);
+        (0..n)
+            .map(|i| {
+                let at = k.add_const(first, i);
+                self.load(k, at)
+            })
+            .collect()
+    }
+
+    /// `n` words holding the bytes from byte `start` (a `u32`, even) of the row on: the
+    /// `n + 1` words around them, funnel-shifted where `start` is 2 past a word boundary.
+    fn bytes_from(&self, k: &mut Builder, start: Value, n: u32) -> Vec<Value> {
+        let first = k.shr_const(start, 2);
+        let first = k.add(self.row, first);
+        let raw: Vec<Value> = (0..=n)
+            .map(|i| {
+                let at = k.add_const(first, i);
+                self.load(k, at)
+            })
+            .collect();
+        let sh = k.and_const(start, 3);
+        let sh = k.shl_const(sh, 3);
+        let thirty_two = k.const_u32(32);
+        let back = k.sub(thirty_two, sh);
+        // A shift by 32 gives 0 (PTX clamps shift amounts), so `sh = 0` takes raw[i] alone.
+        (0..n as usize)
+            .map(|i| {
+                let lo = k.shr(raw[i], sh);
+                let hi = k.shl(raw[i + 1], back);
+                k.or(lo, hi)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,110 @@
+//! Host references: the weights as the kernel multiplies them, the exact products, the
+//! error bound, and deliberately wrong answers that the bound must reject.
+
+use half::bf16;
+use quench_models::dequant;
+
+use super::{BFormat, GemmParams};
+use crate::approx::{F32_MIN_NORMAL, F32_U};
+use crate::error::KernelError;
+use crate::par::par_map;
+
+/// The `[n, k]` weights the kernel multiplies, as f32: bf16 as stored, or each block
+/// dequantized as [`quench_models::dequant`] does and rounded to bf16 (to nearest even).
+pub fn weights(p: &GemmParams, b: &[u8]) -> Result<Vec<f32>, KernelError> {
+    let (n, k) = (p.n as usize, p.k as usize);
+    let rb = p.format.row_bytes(p.k) as usize;
+    if b.len() != n * rb {
+        return Err(KernelError::unsupported(p.name(), format!("B has {} bytes, [{n}, {k}] needs {}", b.len(), n * rb)));
+    }
+    if p.format == BFormat::Bf16 {
+        return Ok(b.chunks_exact(2).map(|h| bf16::from_le_bytes([h[0], h[1]]).to_f32()).collect());
+    }
+    let rows = par_map(n, |j| dequant::dequantize(p.format.ggml(), &b[j * rb..(j + 1) * rb], k));
+    let mut out = Vec::with_capacity(n * k);
+    for r in rows {
+        let r = r.map_err(|e| KernelError::unsupported(p.name(), e.to_string()))?;
+        out.extend(r.iter().map(|&x| bf16::from_f32(x).to_f32()));
+    }
+    Ok(out)
+}
+
+/// Exact sums `Σ_k a[i][k]·w[j][k]` (f32 products of bf16 values are exact; f64 sums)
+/// and sums of `|a·w|`, for `a` `[m, k]` and `w` `[n, k]`; row-major `[m, n]` each.
+pub fn exact(m: usize, n: usize, k: usize, a: &[f32], w: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    // Four rows of A against each row of W: W streams through the cache m/4 times.
+    const ROWS: usize = 4;
+    let blocks = par_map(m.div_ceil(ROWS), |blk| {
+        let rows = blk * ROWS..((blk + 1) * ROWS).min(m);
+        let mut sums = vec![(0.0f64, 0.0f64); rows.len() * n];
+        for j in 0..n {
+            let wj = &w[j * k..(j + 1) * k];
+            for (r, i) in rows.clone().enumerate() {
+                let ai = &a[i * k..(i + 1) * k];
+                let (mut s, mut abs) = ([0.0f64; 4], [0.0f64; 4]);
+                for (x, y) in ai.chunks_exact(4).zip(wj.chunks_exact(4)) {
+                    for l in 0..4 {
+                        let prod = (x[l] * y[l]) as f64;
+                        s[l] += prod;
+                        abs[l] += prod.abs();
+                    }
+                }
+                sums[r * n + j] = (s.iter().sum(), abs.iter().sum());
+            }
+        }
+        sums
+    });
+    blocks.into_iter().flatten().unzip()
+}
+
+/// A deliberately wrong weight operand, and what is wrong with it: for bf16, `B`'s
+/// buffer read as `[k, n]` (the transposition mistake); for the block formats, the two
+/// halves of every 32 elements swapped (the nibble-order mistake of Q4_0 and Q4_1).
+pub fn wrong_weights(p: &GemmParams, w: &[f32]) -> (Vec<f32>, &'static str) {
+    let (n, k) = (p.n as usize, p.k as usize);
+    if p.format == BFormat::Bf16 {
+        let t = (0..n * k).map(|i| w[(i % k) * n + i / k]).collect();
+        (t, "B read as [k, n] instead of [n, k]")
+    } else {
+        let s = (0..n * k).map(|i| w[i ^ 16]).collect();
+        (s, "the halves of every 32 weights swapped (nibble order)")
+    }
+}
+
+/// Per-element tolerance of `C = A·Bᵀ`: `k·2^-22·Σ|a·b| + u·|want| + 2^-126`.
+///
+/// Each `mma.m16n8k16` adds 16 exact products to the accumulator; aligning the 17 terms
+/// to the largest with truncation may lose up to one f32 ulp (2^-23 relative) per term,
+/// at most `17·2^-23 ≤ 2^-18.9` of the step's `Σ|terms|`, which is at most the row's
+/// `Σ|a·b|`. Over `k/16` steps that is `k·2^-22.9·Σ|a·b|`, rounded up to `k·2^-22`.
+/// `u·|want|` covers the reference's own rounding.
+///
+/// With `C += A·Bᵀ` the kernel rounds once more, `RN(acc + c)` against the reference's
+/// `RN(S + c)`: the sum's error `E` passes through, plus `u` of each side, so the
+/// tolerance is `E·(1 + u) + 2u·|want|/(1 − u) + 2^-126`.
+pub fn tolerance(p: &GemmParams, abs_sums: &[f64], want: &[f32], accumulate: bool) -> (Vec<f64>, String) {
+    let per_k = p.k as f64 * 2f64.powi(-22);
+    let tol = abs_sums
+        .iter()
+        .zip(want)
+        .map(|(s, w)| {
+            let w = (*w as f64).abs();
+            if accumulate {
+                per_k * s * (1.0 + F32_U) + 2.0 * F32_U * w / (1.0 - F32_U) + F32_MIN_NORMAL
+            } else {
+                per_k * s + F32_U * w + F32_MIN_NORMAL
+            }
+        })
+        .collect();
+    let sum = format!(
+        "k·2^-22·Σ|a·b| with k = {}: up to one ulp per addend in each of the k/16 mma.m16n8k16 steps \
+         (17 addends aligned by truncation)",
+        p.k
+    );
+    let explain = if accumulate {
+        format!("E·(1 + u) + 2u·|want|/(1 − u) + 2^-126 with E = {sum}, and both roundings of the sum with C")
+    } else {
+        format!("{sum}, + u·|want| + 2^-126 for the reference's rounding")
+    };
+    (tol, explain)
+}
