@@ -13,6 +13,7 @@ mod cmd_info;
 mod cmd_isa;
 mod cmd_prof;
 mod cmd_pull;
+mod cmd_quantize;
 mod cmd_serve;
 mod cmd_synth;
 mod cmd_top;
@@ -44,6 +45,7 @@ pub(crate) enum Command {
     /// Write a seeded random checkpoint in the Hugging Face layout of a real model.
     Synth(cmd_synth::SynthArgs),
     /// Convert a Hugging Face checkpoint to a GGUF file with Q8_0, Q4_0 or Q4_K weights.
+    Quantize(cmd_quantize::QuantizeArgs),
     /// Compile library kernels: list them, print their IR or PTX.
     Cc(cmd_cc::CcArgs),
     /// List the GPUs the NVIDIA driver sees.
@@ -88,6 +90,7 @@ pub(crate) fn run(command: &Command) -> Result<(), String> {
         Command::Embed(a) => cmd_embed::run(a),
         Command::Info(a) => cmd_info::run(a),
         Command::Synth(a) => cmd_synth::run(a),
+        Command::Quantize(a) => cmd_quantize::run(a),
         Command::Cc(a) => cmd_cc::run(a),
         Command::Devices => cmd_devices::run(),
         Command::Isa(IsaCommand::Probe(a)) => cmd_isa::probe(a),
