@@ -4,13 +4,16 @@
 //! reference's; the bound is a constant, fixed before anything is dispatched.
 
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Instant;
 
-use quench_cpu::{Decoder, Logits};
+use quench_cpu::{
+    Decoder, Logits, Matrix, ModelConfig, StreamProgress, StreamStats, StreamedReference,
+};
 
 use super::decoder::GpuDecoder;
 use super::error::GpuError;
-use crate::checkpoint;
+use crate::checkpoint::{self, Checkpoint};
 use crate::error::{EngineError, Result};
 
 /// `|device − reference| ≤ abs + rel·|reference|` for every logit.
@@ -119,33 +122,109 @@ pub fn judge(bound: LogitBound, position: usize, device: &[f32], reference: &[f6
     }
 }
 
-/// The f64 CPU decoder that judges device runs.
+/// The f64 CPU reference that judges device runs.
+///
+/// Loaded from a checkpoint, it streams: each pass walks the layers in order with one
+/// layer's weights expanded to f64 at a time ([`StreamedReference`]), so that it fits models
+/// whose whole f64 expansion would not fit host memory. Made from a [`Decoder`] already in
+/// memory, it runs that.
 pub struct Reference {
-    decoder: Decoder<f64>,
+    model: Model,
+    progress: Option<Progress>,
+    last_pass: Mutex<Option<StreamStats>>,
+}
+
+type Progress = Box<dyn Fn(StreamProgress) + Send + Sync>;
+
+/// What a [`Reference`] runs. (One lives per check, so the variants' sizes do not matter.)
+#[allow(clippy::large_enum_variant)]
+enum Model {
+    /// The checkpoint, mapped; each pass reads the weights it needs.
+    Streamed {
+        checkpoint: Checkpoint,
+        config: ModelConfig,
+    },
+    Loaded(Decoder<f64>),
 }
 
 impl Reference {
-    /// Reads the decoder at `path` (a GGUF file or Hugging Face directory) in f64.
+    /// Opens the decoder at `path` (a GGUF file or Hugging Face directory) for streamed
+    /// passes. Its config is checked now; its weights are read by each pass.
     pub fn load(path: &Path) -> Result<Reference> {
-        let ckpt = checkpoint::open(path)?;
-        let config = ckpt.config().map_err(|e| e.in_model(ckpt.path()))?;
-        let decoder = Decoder::load(config, ckpt.tensors(), ckpt.naming())?;
-        Ok(Reference { decoder })
+        let checkpoint = checkpoint::open(path)?;
+        let config = checkpoint
+            .config()
+            .map_err(|e| e.in_model(checkpoint.path()))?;
+        StreamedReference::new(config.clone(), checkpoint.tensors(), checkpoint.naming())?;
+        Ok(Reference::new(Model::Streamed { checkpoint, config }))
     }
 
+    /// A reference that runs `decoder`, already in memory.
     pub fn from_decoder(decoder: Decoder<f64>) -> Reference {
-        Reference { decoder }
+        Reference::new(Model::Loaded(decoder))
     }
 
-    pub fn decoder(&self) -> &Decoder<f64> {
-        &self.decoder
+    fn new(model: Model) -> Reference {
+        Reference {
+            model,
+            progress: None,
+            last_pass: Mutex::new(None),
+        }
+    }
+
+    /// Reports the progress of each streamed pass to `progress` (layer by layer, then the
+    /// output projection chunk by chunk).
+    pub fn with_progress(
+        mut self,
+        progress: impl Fn(StreamProgress) + Send + Sync + 'static,
+    ) -> Self {
+        self.progress = Some(Box::new(progress));
+        self
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        match &self.model {
+            Model::Streamed { config, .. } => config,
+            Model::Loaded(decoder) => decoder.config(),
+        }
     }
 
     /// The logits after each of `tokens[from..]` (teacher forcing: all fed at once).
     pub fn logits(&self, tokens: &[u32], from: usize) -> Result<Vec<Vec<f64>>> {
-        let mut cache = self.decoder.new_cache_with_limit(tokens.len());
-        let all = self.decoder.forward(&mut cache, tokens, Logits::All)?;
-        Ok((from..tokens.len()).map(|i| all.row(i).to_vec()).collect())
+        let rows = |m: &Matrix<f64>, from: usize| -> Vec<Vec<f64>> {
+            (from..m.rows()).map(|i| m.row(i).to_vec()).collect()
+        };
+        match &self.model {
+            Model::Streamed { checkpoint, config } => {
+                let streamed = StreamedReference::new(
+                    config.clone(),
+                    checkpoint.tensors(),
+                    checkpoint.naming(),
+                )?;
+                let mut report = |p| {
+                    if let Some(f) = &self.progress {
+                        f(p)
+                    }
+                };
+                let out = streamed.logits(tokens, from..tokens.len(), &mut report)?;
+                *self.last_pass.lock().unwrap_or_else(|e| e.into_inner()) = Some(out.stats);
+                Ok(rows(&out.logits, 0))
+            }
+            Model::Loaded(decoder) => {
+                let mut cache = decoder.new_cache_with_limit(tokens.len());
+                let all = decoder.forward(&mut cache, tokens, Logits::All)?;
+                Ok(rows(&all, from))
+            }
+        }
+    }
+
+    /// What the last streamed pass held and how long it took (`None` before the first, and
+    /// for a reference made from a decoder in memory).
+    pub fn last_pass(&self) -> Option<StreamStats> {
+        self.last_pass
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
