@@ -30,7 +30,7 @@
 use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
 use quench_rt::{Arg, Launch};
 
-use super::append::{emit_block, emit_row_start, store_group};
+use super::append::{self, emit_block, emit_row_start, store_group, AppendParams};
 use super::{KvElem, PagedCache, BLOCK_TOKENS};
 use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
 use crate::data;
@@ -282,6 +282,9 @@ pub fn reference(
         h
     };
     let mut q = x.q.clone();
+    // The valid tokens' rotated keys and values, appended as `kv_append` appends.
+    let (mut keys, mut values, mut seq, mut pos) = (vec![], vec![], vec![], vec![]);
+    let kv_row = (p.n_kv_heads * p.head_dim) as usize;
     for (t, (&s, &position)) in x.seq.iter().zip(&x.pos).enumerate() {
         let valid = position < n_pos && position / BLOCK_TOKENS < p.max_blocks;
         for h in 0..p.n_heads as usize {
@@ -293,20 +296,23 @@ pub fn reference(
                 out.fill(f32::NAN);
             }
         }
-        if !valid {
-            continue;
-        }
-        let blk = cache.block_table[(s * p.max_blocks + position / BLOCK_TOKENS) as usize];
-        for h in 0..p.n_kv_heads {
-            let src = (t * p.n_kv_heads as usize + h as usize) * hd;
-            let keys = turn(&x.k[src..src + hd], norms.map(|n| n.k.as_slice()), position);
-            let r = ((blk * p.n_kv_heads + h) * BLOCK_TOKENS + position % BLOCK_TOKENS) as usize * hd;
-            for i in 0..hd {
-                cache.k[r + i] = cache.elem.round(keys[i]);
-                cache.v[r + i] = cache.elem.round(x.v[src + i]);
+        if valid {
+            for head in x.k[t * kv_row..(t + 1) * kv_row].chunks_exact(hd) {
+                keys.extend(turn(head, norms.map(|n| n.k.as_slice()), position));
             }
+            values.extend_from_slice(&x.v[t * kv_row..(t + 1) * kv_row]);
+            seq.push(s);
+            pos.push(position);
         }
     }
+    let ap = AppendParams {
+        head_dim: p.head_dim,
+        n_kv_heads: p.n_kv_heads,
+        max_blocks: p.max_blocks,
+        threads: p.threads,
+        kv: p.kv,
+    };
+    append::reference(&ap, cache, &keys, &values, &seq, &pos);
     q
 }
 
