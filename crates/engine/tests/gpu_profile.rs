@@ -33,7 +33,10 @@ const FFN: usize = 128;
 const VOCAB: usize = 64;
 
 fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
     s
 }
@@ -43,15 +46,30 @@ fn tiny_model(arch: &str, rng: &mut ChaCha8Rng) -> GgufFile {
     let mut w = GgufWriter::new();
     let key = |k: &str| format!("{arch}.{k}");
     let meta = [
-        ("general.architecture".to_string(), MetadataValue::String(arch.into())),
+        (
+            "general.architecture".to_string(),
+            MetadataValue::String(arch.into()),
+        ),
         (key("embedding_length"), MetadataValue::U32(HIDDEN as u32)),
         (key("block_count"), MetadataValue::U32(1)),
         (key("feed_forward_length"), MetadataValue::U32(FFN as u32)),
-        (key("attention.head_count"), MetadataValue::U32(HEADS as u32)),
-        (key("attention.head_count_kv"), MetadataValue::U32(KV_HEADS as u32)),
-        (key("attention.key_length"), MetadataValue::U32(HEAD_DIM as u32)),
+        (
+            key("attention.head_count"),
+            MetadataValue::U32(HEADS as u32),
+        ),
+        (
+            key("attention.head_count_kv"),
+            MetadataValue::U32(KV_HEADS as u32),
+        ),
+        (
+            key("attention.key_length"),
+            MetadataValue::U32(HEAD_DIM as u32),
+        ),
         (key("context_length"), MetadataValue::U32(256)),
-        (key("attention.layer_norm_rms_epsilon"), MetadataValue::F32(1e-5)),
+        (
+            key("attention.layer_norm_rms_epsilon"),
+            MetadataValue::F32(1e-5),
+        ),
         (key("rope.freq_base"), MetadataValue::F32(10000.0)),
         (key("vocab_size"), MetadataValue::U32(VOCAB as u32)),
     ];
@@ -74,7 +92,9 @@ fn tiny_model(arch: &str, rng: &mut ChaCha8Rng) -> GgufFile {
     matrix("blk.0.ffn_up.weight", GgmlType::Q4_1, FFN, HIDDEN, rng);
     matrix("blk.0.ffn_down.weight", GgmlType::Q8_0, HIDDEN, FFN, rng);
     let mut vector = |name, len: usize, rng: &mut ChaCha8Rng| {
-        let bytes: Vec<u8> = (0..len).flat_map(|_| rng.gen_range(0.5f32..1.5).to_le_bytes()).collect();
+        let bytes: Vec<u8> = (0..len)
+            .flat_map(|_| rng.gen_range(0.5f32..1.5).to_le_bytes())
+            .collect();
         tensors.push((name, vec![len as u64], GgmlType::F32, bytes));
     };
     vector("output_norm.weight", HIDDEN, rng);
@@ -93,13 +113,29 @@ fn tiny_model(arch: &str, rng: &mut ChaCha8Rng) -> GgufFile {
 /// The decoder on the interpreter, loaded anew (as each command does).
 fn load(file: &GgufFile) -> GpuDecoder {
     let config = ModelConfig::from_gguf(file).expect("config");
-    let options = GpuOptions { context: Some(32), ..GpuOptions::default() };
-    GpuDecoder::new(config, file, Naming::Gguf, Box::new(InterpExecutor::new()), None, &options).expect("loads")
+    let options = GpuOptions {
+        context: Some(32),
+        ..GpuOptions::default()
+    };
+    GpuDecoder::new(
+        config,
+        file,
+        Naming::Gguf,
+        Box::new(InterpExecutor::new()),
+        None,
+        &options,
+    )
+    .expect("loads")
 }
 
 /// `tokens` tokens after `prompt`: greedy on the device, or sampled on the host from the
 /// logits read back (with `sampling`'s seed).
-fn generate(file: &GgufFile, prompt: &[u32], tokens: usize, sampling: Option<&SamplingParams>) -> Vec<u32> {
+fn generate(
+    file: &GgufFile,
+    prompt: &[u32],
+    tokens: usize,
+    sampling: Option<&SamplingParams>,
+) -> Vec<u32> {
     let decoder = load(file);
     let mut session = decoder.new_session();
     let mut out = vec![];
@@ -136,7 +172,11 @@ fn profiled<T>(mode: Mode, ceilings: Option<Ceilings>, run: impl FnOnce() -> T) 
             Ok(c)
         }) as profile::MeasureCeilings
     });
-    profile::start(ProfileOptions { mode, ceilings: measure }).expect("profiling was off");
+    profile::start(ProfileOptions {
+        mode,
+        ceilings: measure,
+    })
+    .expect("profiling was off");
     let out = run();
     (out, profile::finish().expect("profiling was on"))
 }
@@ -147,58 +187,104 @@ fn profiled_generation_records_every_dispatch_of_every_replayed_step() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let file = tiny_model("llama", &mut rng);
     let prompt: Vec<u32> = (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
-    let sampled = SamplingParams { temperature: 0.8, top_k: 40, seed: rng.gen(), ..SamplingParams::greedy() };
-    let ceilings = Ceilings { copy_bytes_per_s: Some(rng.gen_range(1e9..1e12)), flops: Some(2e12) };
+    let sampled = SamplingParams {
+        temperature: 0.8,
+        top_k: 40,
+        seed: rng.gen(),
+        ..SamplingParams::greedy()
+    };
+    let ceilings = Ceilings {
+        copy_bytes_per_s: Some(rng.gen_range(1e9..1e12)),
+        flops: Some(2e12),
+    };
     let summary = load(&file).summary().clone();
 
     for sampling in [None, Some(&sampled)] {
         let plain = generate(&file, &prompt, 4, sampling);
-        let (tokens, p) = profiled(Mode::Dispatches, Some(ceilings), || generate(&file, &prompt, 4, sampling));
+        let (tokens, p) = profiled(Mode::Dispatches, Some(ceilings), || {
+            generate(&file, &prompt, 4, sampling)
+        });
         assert_eq!(tokens, plain, "profiling changed the tokens ({sampling:?})");
         assert!(profile::mode().is_none(), "finish switches profiling off");
 
         assert_eq!(p.decoders.len(), 1);
         let d = &p.decoders[0];
-        assert_eq!((d.backend, d.dispatches_per_step), ("interp", summary.dispatches_per_token));
+        assert_eq!(
+            (d.backend, d.dispatches_per_step),
+            ("interp", summary.dispatches_per_token)
+        );
         assert_eq!(d.ceilings, Some(Ok(ceilings)));
 
         // One record per submitted dispatch; steps numbered from 0, each complete.
         let per_step = summary.dispatches_per_token;
-        let steps = p.dispatches.iter().filter_map(|r| r.step).max().expect("steps") as usize + 1;
+        let steps = p
+            .dispatches
+            .iter()
+            .filter_map(|r| r.step)
+            .max()
+            .expect("steps") as usize
+            + 1;
         assert_eq!(p.dispatches.len() as u64, p.submitted);
         assert_eq!(p.submitted, (per_step * steps) as u64);
         // The prompt's tokens and every generated token but the last are fed.
         assert_eq!(steps, prompt.len() + tokens.len() - 1);
-        assert_eq!(p.step_ns.len(), tokens.len(), "one host step time per token read back");
+        assert_eq!(
+            p.step_ns.len(),
+            tokens.len(),
+            "one host step time per token read back"
+        );
 
         let step = |s: usize| &p.dispatches[s * per_step..(s + 1) * per_step];
         for s in 0..steps {
             let rs = step(s);
-            assert!(rs.iter().all(|r| r.step == Some(s as u32)), "step {s} records mixed");
+            assert!(
+                rs.iter().all(|r| r.step == Some(s as u32)),
+                "step {s} records mixed"
+            );
             for (r, first) in rs.iter().zip(step(0)) {
                 assert_eq!((&r.kernel, &r.label), (&first.kernel, &first.label));
-                assert!(r.blocks_done > 0 && r.blocks_done == first.blocks_done, "{r:?}");
+                assert!(
+                    r.blocks_done > 0 && r.blocks_done == first.blocks_done,
+                    "{r:?}"
+                );
                 assert!(r.start_ns < r.end_ns, "{r:?}");
             }
             for w in rs.windows(2) {
-                assert!(w[0].end_ns <= w[1].start_ns, "overlap within step {s}: {w:?}");
+                assert!(
+                    w[0].end_ns <= w[1].start_ns,
+                    "overlap within step {s}: {w:?}"
+                );
             }
             if s > 0 {
-                assert!(step(s - 1)[per_step - 1].end_ns <= rs[0].start_ns, "step {s} began before step {} ended", s - 1);
+                assert!(
+                    step(s - 1)[per_step - 1].end_ns <= rs[0].start_ns,
+                    "step {s} began before step {} ended",
+                    s - 1
+                );
             }
             // Every weight is read once per step, and the KV cache read grows with the context.
             let bytes: u64 = rs.iter().map(|r| r.bytes).sum();
-            assert!(bytes > summary.weight_bytes_per_token, "step {s}: {bytes} bytes");
+            assert!(
+                bytes > summary.weight_bytes_per_token,
+                "step {s}: {bytes} bytes"
+            );
             if s > 0 {
-                assert!(bytes > step(s - 1).iter().map(|r| r.bytes).sum(), "step {s}: the KV read did not grow");
+                assert!(
+                    bytes > step(s - 1).iter().map(|r| r.bytes).sum(),
+                    "step {s}: the KV read did not grow"
+                );
             }
             assert!(rs.iter().any(|r| r.flops > 0));
         }
-        let labels: Vec<&str> = step(0).iter().filter_map(|r| r.label.strip_prefix("layer 0: ")).collect();
+        let labels: Vec<&str> = step(0)
+            .iter()
+            .filter_map(|r| r.label.strip_prefix("layer 0: "))
+            .collect();
         assert_eq!(labels, summary.layer_plan);
 
         // The trace: a GPU lane for the stream and a host lane with loading and steps.
-        let text = serde_json::to_string(&chrome_trace(&p.dispatches, &p.host)).expect("serializes");
+        let text =
+            serde_json::to_string(&chrome_trace(&p.dispatches, &p.host)).expect("serializes");
         let v: serde_json::Value = serde_json::from_str(&text).expect("parses");
         let events = v["traceEvents"].as_array().expect("events");
         let names = |pid: u64| -> Vec<String> {
@@ -221,16 +307,25 @@ fn profiled_generation_records_every_dispatch_of_every_replayed_step() {
             "step 0: read profile records",
             "sampling and host work between tokens",
         ] {
-            assert!(host.iter().any(|h| h == span), "no host span `{span}` in {host:?}");
+            assert!(
+                host.iter().any(|h| h == span),
+                "no host span `{span}` in {host:?}"
+            );
         }
-        let lanes: Vec<&str> =
-            events.iter().filter(|e| e["ph"] == "M").map(|e| e["args"]["name"].as_str().expect("name")).collect();
+        let lanes: Vec<&str> = events
+            .iter()
+            .filter(|e| e["ph"] == "M")
+            .map(|e| e["args"]["name"].as_str().expect("name"))
+            .collect();
         assert_eq!(lanes, ["GPU", "host", "stream 0"]);
 
         let s = summarize(&p.dispatches);
         assert_eq!(s.steps, steps);
         assert!(s.busy_ns <= s.step_ns);
-        assert_eq!(s.rows.iter().map(|r| r.calls).sum::<usize>(), p.dispatches.len());
+        assert_eq!(
+            s.rows.iter().map(|r| r.calls).sum::<usize>(),
+            p.dispatches.len()
+        );
     }
 }
 
@@ -243,7 +338,12 @@ fn step_times_alone_leave_the_kernels_plain_and_time_the_same_steps() {
     let file = tiny_model("qwen3", &mut rng);
     let prompt: Vec<u32> = (0..2).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
     let mut runs = vec![];
-    for mode in [Mode::StepTimes, Mode::Dispatches, Mode::StepTimes, Mode::Dispatches] {
+    for mode in [
+        Mode::StepTimes,
+        Mode::Dispatches,
+        Mode::StepTimes,
+        Mode::Dispatches,
+    ] {
         let (tokens, p) = profiled(mode, None, || generate(&file, &prompt, 3, None));
         runs.push((mode, tokens, p));
     }
@@ -264,7 +364,15 @@ fn step_times_alone_leave_the_kernels_plain_and_time_the_same_steps() {
         }
     }
     // Turning profiling on twice is refused.
-    profile::start(ProfileOptions { mode: Mode::StepTimes, ceilings: None }).expect("off");
-    assert!(profile::start(ProfileOptions { mode: Mode::StepTimes, ceilings: None }).is_err());
+    profile::start(ProfileOptions {
+        mode: Mode::StepTimes,
+        ceilings: None,
+    })
+    .expect("off");
+    assert!(profile::start(ProfileOptions {
+        mode: Mode::StepTimes,
+        ceilings: None
+    })
+    .is_err());
     assert!(profile::finish().is_some());
 }

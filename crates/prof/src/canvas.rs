@@ -46,7 +46,7 @@ impl Canvas {
         let (sx, sy) = (if x0 < x1 { 1 } else { -1 }, if y0 < y1 { 1 } else { -1 });
         let (mut x, mut y, mut err, mut n) = (x0, y0, dx + dy, 0u32);
         loop {
-            if dash == 0 || (n / dash) % 2 == 0 {
+            if dash == 0 || (n / dash).is_multiple_of(2) {
                 self.put(x, y, c);
             }
             n += 1;

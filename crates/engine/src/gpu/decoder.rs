@@ -225,7 +225,9 @@ impl GpuDecoder {
             }
         }
 
-        let ceilings = profiled.as_ref().and_then(|_| profile::measure_ceilings(&mut *exec));
+        let ceilings = profiled
+            .as_ref()
+            .and_then(|_| profile::measure_ceilings(&mut *exec));
         let mut allocations = vec![];
         let result = place(&mut *exec, &graph, &plan, src, &mut allocations);
         let result = result.and_then(|(mut launches, io)| {
@@ -445,7 +447,14 @@ impl GpuDecoder {
             }
         };
         let read_back = !matches!(out, Out::Nothing);
-        profile::step_done(timer, d.profile.as_mut(), &mut *d.exec, d.launches.len(), pos + 1, read_back)?;
+        profile::step_done(
+            timer,
+            d.profile.as_mut(),
+            &mut *d.exec,
+            d.launches.len(),
+            pos + 1,
+            read_back,
+        )?;
         session.advance();
         Ok(out)
     }

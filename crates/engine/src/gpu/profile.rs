@@ -148,7 +148,9 @@ pub fn mode() -> Option<Mode> {
 pub(crate) struct HostSpan(Option<(String, Instant)>);
 
 pub(crate) fn span(name: &str) -> HostSpan {
-    let on = recorder().as_ref().is_some_and(|r| r.profile.mode == Mode::Dispatches);
+    let on = recorder()
+        .as_ref()
+        .is_some_and(|r| r.profile.mode == Mode::Dispatches);
     HostSpan(on.then(|| (name.to_string(), Instant::now())))
 }
 
@@ -176,7 +178,11 @@ pub(crate) struct Work {
 }
 
 /// Where each dispatch reads and writes, reduced to [`Work`] (see the module docs).
-fn work_model(graph: &DecodeGraph, config: &ModelConfig, src: &dyn StoredTensors) -> Result<Vec<Work>, GpuError> {
+fn work_model(
+    graph: &DecodeGraph,
+    config: &ModelConfig,
+    src: &dyn StoredTensors,
+) -> Result<Vec<Work>, GpuError> {
     let end = |r: Region| match r {
         Region::Act(i) => graph.activations[i].bytes,
         Region::Weights(g) => graph.weights[g].bytes(),
@@ -197,7 +203,9 @@ fn work_model(graph: &DecodeGraph, config: &ModelConfig, src: &dyn StoredTensors
         }
     }
     let extent = |r: Region, off: u64| {
-        let next = cuts.get(&key(r)).and_then(|c| c.range(off + 1..).next().copied());
+        let next = cuts
+            .get(&key(r))
+            .and_then(|c| c.range(off + 1..).next().copied());
         next.unwrap_or_else(|| end(r)).saturating_sub(off)
     };
     // Elements of the weight parts of group `g` that start within `[from, to)`.
@@ -207,7 +215,9 @@ fn work_model(graph: &DecodeGraph, config: &ModelConfig, src: &dyn StoredTensors
         for (data, bytes) in &graph.weights[g].parts {
             if (from..to).contains(&at) {
                 n += match data {
-                    WeightData::Stored(name) => src.stored(name)?.dims.iter().product::<usize>() as u64,
+                    WeightData::Stored(name) => {
+                        src.stored(name)?.dims.iter().product::<usize>() as u64
+                    }
                     WeightData::Floats(v) => v.len() as u64,
                 };
             }
@@ -278,7 +288,11 @@ pub(crate) fn prepare(
         .dispatches
         .iter()
         .zip(work)
-        .map(|(d, work)| Slot { kernel: graph.kernels[d.kernel].name.clone(), label: d.label.clone(), work })
+        .map(|(d, work)| Slot {
+            kernel: graph.kernels[d.kernel].name.clone(),
+            label: d.label.clone(),
+            work,
+        })
         .collect();
     for k in &mut graph.kernels {
         *k = quench_prof::instrument(k).map_err(|e| GpuError::Unsupported {
@@ -317,8 +331,14 @@ pub(crate) struct Instrumented {
 
 fn ring_error(during: &str) -> impl FnOnce(RingError) -> GpuError + '_ {
     move |e| match e {
-        RingError::Runtime(source) => GpuError::Runtime { during: during.to_string(), source: Box::new(source) },
-        other => GpuError::Unsupported { what: during.to_string(), reason: other.to_string() },
+        RingError::Runtime(source) => GpuError::Runtime {
+            during: during.to_string(),
+            source: Box::new(source),
+        },
+        other => GpuError::Unsupported {
+            what: during.to_string(),
+            reason: other.to_string(),
+        },
     }
 }
 
@@ -356,7 +376,15 @@ pub(crate) fn attach(
         }
         None => 0,
     };
-    Ok((Instrumented { ring, slots: prepared.slots, profile, last_read: None }, args))
+    Ok((
+        Instrumented {
+            ring,
+            slots: prepared.slots,
+            profile,
+            last_read: None,
+        },
+        args,
+    ))
 }
 
 impl Instrumented {
@@ -377,7 +405,11 @@ pub(crate) struct StepTimer {
 impl StepTimer {
     /// `None` when profiling is off.
     pub(crate) fn start(session: u64) -> Option<StepTimer> {
-        mode().map(|_| StepTimer { session, start: Instant::now(), submitted: None })
+        mode().map(|_| StepTimer {
+            session,
+            start: Instant::now(),
+            submitted: None,
+        })
     }
 }
 
@@ -404,7 +436,10 @@ pub(crate) fn step_done(
     let read_at = Instant::now();
     let read = match prof {
         Some(p) => {
-            let during = format!("decode step at position {}: reading the profiler's records", context - 1);
+            let during = format!(
+                "decode step at position {}: reading the profiler's records",
+                context - 1
+            );
             let records = p.ring.read(exec).map_err(ring_error(&during))?;
             Some((p, records, Instant::now()))
         }
@@ -412,11 +447,17 @@ pub(crate) fn step_done(
     };
     let done = Instant::now();
     let mut guard = recorder();
-    let Some(r) = guard.as_mut() else { return Ok(()) };
+    let Some(r) = guard.as_mut() else {
+        return Ok(());
+    };
     if read_back {
-        r.profile.step_ns.push(done.duration_since(timer.start).as_nanos() as u64);
+        r.profile
+            .step_ns
+            .push(done.duration_since(timer.start).as_nanos() as u64);
     }
-    let Some((p, records, read_end)) = read else { return Ok(()) };
+    let Some((p, records, read_end)) = read else {
+        return Ok(());
+    };
     if p.profile != r.id {
         return Ok(());
     }
@@ -430,8 +471,16 @@ pub(crate) fn step_done(
     }
     let submitted = timer.submitted.unwrap_or(read_at);
     host.record(&format!("step {step}: submit"), timer.start, submitted);
-    host.record(&format!("step {step}: wait and read back"), submitted, read_at);
-    host.record(&format!("step {step}: read profile records"), read_at, read_end);
+    host.record(
+        &format!("step {step}: wait and read back"),
+        submitted,
+        read_at,
+    );
+    host.record(
+        &format!("step {step}: read profile records"),
+        read_at,
+        read_end,
+    );
     p.last_read = read_back.then_some((timer.session, done));
     r.profile.submitted += dispatches as u64;
     let context = context as u64;
