@@ -23,65 +23,70 @@ impl Affine {
         if self.scale == 0.0 {
             return 0;
         }
-        ((x + self.offset) / self.scale).round().clamp(0.0, 15.0) as u8
+        let v = ((x + self.offset) / self.scale).clamp(0.0, 15.0);
+        // Adding 1.5·2²³ leaves the nearest integer (ties to even) in the low mantissa bits,
+        // exactly for 0 ≤ v ≤ 15; `round` would be a libm call on baseline x86-64, and this
+        // is the innermost loop of the fit.
+        ((v + 12_582_912.0).to_bits() & 0xf) as u8
     }
 
-    fn squared_error(self, xs: &[f32]) -> f64 {
-        xs.iter()
-            .map(|&x| {
-                let r = f64::from(self.scale * f32::from(self.quant(x)) - self.offset - x);
-                r * r
-            })
-            .sum()
-    }
-
-    /// The least-squares `(scale, offset)` for the quants that `self` assigns to `xs`, with
-    /// the offset held at zero when the free fit would make it negative.
-    fn refit(self, xs: &[f32]) -> Option<Affine> {
-        let n = xs.len() as f64;
-        let (mut sq, mut sqq, mut sx, mut sqx) = (0.0, 0.0, 0.0, 0.0);
-        for &x in xs {
-            let q = f64::from(self.quant(x));
-            let x = f64::from(x);
-            sq += q;
-            sqq += q * q;
-            sx += x;
-            sqx += q * x;
+    /// Assigns each of `xs` its quant under this map, into `qs`, and returns the squared
+    /// error. (The quants are kept: the next refit starts from them.)
+    fn assign(self, xs: &[f32; 32], qs: &mut [u8; 32]) -> f64 {
+        let mut err = 0.0;
+        for (q, &x) in qs.iter_mut().zip(xs) {
+            *q = self.quant(x);
+            let r = f64::from(self.scale * f32::from(*q) - self.offset - x);
+            err += r * r;
         }
-        let det = n * sqq - sq * sq;
-        if det <= 0.0 {
-            return None;
-        }
-        let mut scale = (n * sqx - sq * sx) / det;
-        let mut offset = (scale * sq - sx) / n;
-        if offset < 0.0 {
-            offset = 0.0;
-            scale = sqx / sqq;
-        }
-        (scale > 0.0).then_some(Affine {
-            scale: scale as f32,
-            offset: offset as f32,
-        })
+        err
     }
 }
 
-fn fit_sub_block(xs: &[f32]) -> Affine {
+/// The least-squares `(scale, offset)` for the quants `qs` of `xs`, with the offset held at
+/// zero when the free fit would make it negative.
+fn refit(xs: &[f32; 32], qs: &[u8; 32]) -> Option<Affine> {
+    let n = xs.len() as f64;
+    let (mut sq, mut sqq, mut sx, mut sqx) = (0.0, 0.0, 0.0, 0.0);
+    for (&q, &x) in qs.iter().zip(xs) {
+        let (q, x) = (f64::from(q), f64::from(x));
+        sq += q;
+        sqq += q * q;
+        sx += x;
+        sqx += q * x;
+    }
+    let det = n * sqq - sq * sq;
+    if det <= 0.0 {
+        return None;
+    }
+    let mut scale = (n * sqx - sq * sx) / det;
+    let mut offset = (scale * sq - sx) / n;
+    if offset < 0.0 {
+        offset = 0.0;
+        scale = sqx / sqq;
+    }
+    (scale > 0.0).then_some(Affine {
+        scale: scale as f32,
+        offset: offset as f32,
+    })
+}
+
+fn fit_sub_block(xs: &[f32; 32]) -> Affine {
     let lo = xs.iter().fold(0.0f32, |m, &x| m.min(x));
     let hi = xs.iter().fold(lo, |m, &x| m.max(x));
     let mut best = Affine {
         scale: (hi - lo) / 15.0,
         offset: -lo,
     };
-    let mut best_err = best.squared_error(xs);
-    let mut current = best;
+    let mut qs = [0u8; 32];
+    let mut best_err = best.assign(xs, &mut qs);
     for _ in 0..REFINE_ROUNDS {
-        let Some(next) = current.refit(xs) else { break };
-        let err = next.squared_error(xs);
+        let Some(next) = refit(xs, &qs) else { break };
+        let err = next.assign(xs, &mut qs);
         if err < best_err {
             best = next;
             best_err = err;
         }
-        current = next;
     }
     best
 }
@@ -109,7 +114,8 @@ fn pack_k_scales(scales: &[u8; 8], mins: &[u8; 8]) -> [u8; 12] {
 /// Quantizes one super-block. Inputs must be finite; the caller checks that `d` and `dmin`
 /// came out finite.
 pub fn quantize_q4_k(x: &[f32; QK_K], out: &mut [u8; Q4_K_BYTES]) {
-    let fits: [Affine; 8] = std::array::from_fn(|j| fit_sub_block(&x[32 * j..32 * (j + 1)]));
+    let subs = x.as_chunks::<32>().0;
+    let fits: [Affine; 8] = std::array::from_fn(|j| fit_sub_block(&subs[j]));
     let max_scale = fits.iter().fold(0.0f32, |m, f| m.max(f.scale));
     let max_offset = fits.iter().fold(0.0f32, |m, f| m.max(f.offset));
     let d_bits = f32_to_f16(max_scale / 63.0);
