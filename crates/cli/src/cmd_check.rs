@@ -7,6 +7,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
+use quench_cpu::{StreamProgress, StreamStats};
 use quench_engine::gpu::check::{judge_generation, LogitBound, Reference, StepVerdict};
 use quench_engine::gpu::{load_causal, Backend, DecodeTiming, GpuSummary};
 use quench_engine::{GenerateOptions, LoadOptions, Prompt};
@@ -201,6 +202,29 @@ fn failure_json(s: &StepVerdict) -> Value {
     })
 }
 
+/// What one reference pass took, for the receipt.
+fn pass_json(p: &StreamStats) -> Value {
+    json!({
+        "tokens": p.tokens,
+        "wall_ms": p.elapsed.as_secs_f64() * 1e3,
+        "peak_weight_bytes": p.peak_weight_bytes,
+        "peak_host_bytes_estimate": p.peak_host_bytes(),
+    })
+}
+
+/// Shows a reference pass's progress on one line of stderr, rewritten in place.
+fn report_progress(p: StreamProgress) {
+    match p {
+        StreamProgress::Layer { done, of } => eprint!("\r  layer {done}/{of}"),
+        StreamProgress::Head { done, of } if done == of => {
+            eprintln!("\r  layers done; output projection {done}/{of} rows")
+        }
+        StreamProgress::Head { done, of } => {
+            eprint!("\r  layers done; output projection {done}/{of} rows")
+        }
+    }
+}
+
 /// Greedy generation on the device for every prompt.
 fn generate_on_device(
     a: &CheckArgs,
@@ -298,8 +322,12 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let hashes = checkpoint_hashes(&path)?;
 
     let (runs, summary, timing) = generate_on_device(a, &path, backend, &prompts)?;
-    eprintln!("judging with the f64 CPU reference ...");
-    let reference = Reference::load(&path).map_err(|e| e.to_string())?;
+    eprintln!("judging with the f64 CPU reference, streamed a layer at a time ...");
+    let reference = Reference::load(&path)
+        .map_err(|e| e.to_string())?
+        .with_progress(report_progress);
+    let mut reference_ms = 0.0f64;
+    let mut reference_peak_bytes = 0usize;
 
     let mut all_passed = true;
     let (mut steps_total, mut steps_failed) = (0usize, 0usize);
@@ -314,9 +342,19 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
                 continue;
             }
         };
+        eprintln!(
+            "reference for prompt {}: {} tokens",
+            i + 1,
+            run.prompt_tokens.len() + g.tokens.len() - 1
+        );
         let verdicts =
             judge_generation(&reference, bound, &run.prompt_tokens, &g.tokens, &g.logits)
                 .map_err(|e| e.to_string())?;
+        let pass = reference.last_pass();
+        if let Some(p) = &pass {
+            reference_ms += p.elapsed.as_secs_f64() * 1e3;
+            reference_peak_bytes = reference_peak_bytes.max(p.peak_host_bytes());
+        }
         let failed: Vec<&StepVerdict> = verdicts.iter().filter(|s| !s.passed()).collect();
         let passed = failed.is_empty() && g.tokens.len() == a.tokens;
         all_passed &= passed;
@@ -354,6 +392,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
             "failures": failed.iter().take(16).map(|s| failure_json(s)).collect::<Vec<_>>(),
             "prefill_ms": g.prefill_ms,
             "decode_ms": g.decode_ms,
+            "reference": pass.as_ref().map(pass_json),
         }));
     }
     if let Some(t) = &timing {
@@ -374,6 +413,14 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
         "prompts": per_prompt,
         "device_run": summary_json(&summary),
         "decode_timing": timing.as_ref().map(timing_json),
+        "reference": {
+            "wall_ms_total": reference_ms,
+            "peak_host_bytes_estimate": reference_peak_bytes,
+            "method": "one teacher-forced f64 pass per prompt over prompt and generated tokens; \
+                       one layer's weights expanded at a time, the output projection in chunks \
+                       of rows; host memory estimated from the weights held, the largest f32 \
+                       tensor read whole and the activations (the mapped checkpoint aside)",
+        },
     });
     let rec = receipt::receipt(
         "engine-check",
@@ -384,7 +431,8 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
             "prompts": prompts,
             "tokens_per_prompt": a.tokens,
             "decoding": "greedy on the device, end-of-sequence ignored",
-            "reference": "quench-cpu f64 decoder, teacher-forced on the device's tokens",
+            "reference": "quench-cpu f64 decoder streamed a layer at a time, teacher-forced \
+                          on the device's tokens",
         }),
         json!({
             "logit_abs": bound.abs,
