@@ -201,7 +201,11 @@ pub fn library() -> Vec<KernelSpec> {
     ];
     for f in BFormat::ALL {
         for e in GemmEpilogue::ALL {
-            let params = if f.is_quantized() { GEMM_QUANT } else { GEMM_BF16 };
+            let params = match f {
+                BFormat::Bf16 => GEMM_BF16,
+                BFormat::Q6K => GEMM_Q6K,
+                _ => GEMM_QUANT,
+            };
             all.push(spec(gemm::name(f, e), gemm_description(f, e), params, Family::Gemm(f, e)));
         }
     }
@@ -492,14 +496,28 @@ const GEMM_BF16: &[ParamInfo] = &[
     ParamInfo { name: "stages", default: 3, doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)" },
 ];
 
+/// Quantized B: 64×64 warp tiles over 128×128 blocks halve the fragment loads per MMA
+/// of 64×32 ones; the staged bytes and the two dequantized tile buffers then leave room
+/// for two stages.
 const GEMM_QUANT: &[ParamInfo] = &[
     ParamInfo { name: "m", default: 2048, doc: "rows of A and C (tokens; a launch argument, any count)" },
     ParamInfo { name: "n", default: 4096, doc: "columns of C (rows of the [n, k] B operand), a multiple of bn" },
     ParamInfo {
         name: "k",
         default: 4096,
-        doc: "the reduction length: a multiple of 64 (Q8_0, Q4_0, Q4_1), 256 (Q4_K) or 512 (Q6_K)",
+        doc: "the reduction length: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K)",
     },
+    ParamInfo { name: "bm", default: 128, doc: "block tile rows: 64 or 128" },
+    ParamInfo { name: "bn", default: 128, doc: "block tile columns: 64 or 128" },
+    ParamInfo { name: "wn", default: 64, doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64" },
+    ParamInfo { name: "stages", default: 2, doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)" },
+];
+
+/// Q6_K's staged bytes (84 a row and k-step) leave room for 128×64 blocks only.
+const GEMM_Q6K: &[ParamInfo] = &[
+    ParamInfo { name: "m", default: 2048, doc: "rows of A and C (tokens; a launch argument, any count)" },
+    ParamInfo { name: "n", default: 4096, doc: "columns of C (rows of the [n, k] B operand), a multiple of bn" },
+    ParamInfo { name: "k", default: 4096, doc: "the reduction length, a multiple of 512" },
     ParamInfo { name: "bm", default: 128, doc: "block tile rows: 64 or 128" },
     ParamInfo { name: "bn", default: 64, doc: "block tile columns: 64 or 128" },
     ParamInfo { name: "wn", default: 32, doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64" },

@@ -110,23 +110,25 @@ fn gemm_bf16_residual() {
 
 #[test]
 fn gemm_quantized() {
-    // Two row tiles (the second partial), two column tiles; Q4_K and Q6_K over two
-    // super-blocks.
+    // At the library's tiles: two row tiles (the second partial), two column tiles or
+    // more; Q4_K and Q6_K over two super-blocks.
     for (name, k) in [("gemm_q8_0", 128), ("gemm_q4_0", 128), ("gemm_q4_1", 192), ("gemm_q4_k", 512), ("gemm_q6_k", 512)] {
-        check(&case(name, &format!("m=150 n=128 k={k}")));
+        check(&case(name, &format!("m=150 n=256 k={k}")));
     }
-    // Whole-row dequantization items (64 threads for 64 rows), 4 stages.
-    check(&case("gemm_q8_0", "m=40 n=64 k=256 bm=64 stages=4"));
+    // 64×32 warp tiles with half-row dequantization items, 3 stages.
+    check(&case("gemm_q4_0", "m=100 n=128 k=192 bn=64 wn=32 stages=3"));
+    // Whole-row items (64 threads for 64 rows), 4 stages, and 2.
+    check(&case("gemm_q8_0", "m=40 n=64 k=256 bm=64 bn=64 wn=32 stages=4"));
     check(&case("gemm_q6_k", "m=40 n=64 k=512 bm=64 stages=2"));
 }
 
 #[test]
 fn gemm_quantized_residual() {
     for name in ["gemm_q8_0_residual", "gemm_q4_0_residual", "gemm_q4_1_residual"] {
-        check(&case(name, "m=65 n=64 k=128"));
+        check(&case(name, "m=65 n=128 k=128"));
     }
     for name in ["gemm_q4_k_residual", "gemm_q6_k_residual"] {
-        check(&case(name, "m=65 n=64 k=512"));
+        check(&case(name, "m=65 n=128 k=512"));
     }
 }
 

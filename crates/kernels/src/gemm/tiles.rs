@@ -57,8 +57,9 @@ impl Ids {
 /// One thread's share of copying a `[rows][32]` bf16 tile of a row-major `[·, kdim]`
 /// operand into a stage of shared memory: chunk `tid & 3` of rows `tid / 4 + i·threads/4`.
 pub struct TileCopy {
-    /// Global address of each of this thread's chunks at k-step 0.
-    srcs: Vec<Value>,
+    /// Global address of each of this thread's chunks at k-step 0, as a pointer and a
+    /// constant element offset from it.
+    srcs: Vec<(Value, u64)>,
     /// Element offset of the first chunk within a stage (rows `threads/4` apart share
     /// the swizzle, `threads/4` being a multiple of 8).
     dst: Value,
@@ -67,7 +68,8 @@ pub struct TileCopy {
 
 impl TileCopy {
     /// `first_row` is the tile's first row; with `last_row`, rows past it are read from
-    /// `last_row` instead (rows of `A` past `m`: their products are never stored).
+    /// `last_row` instead (rows of `A` past `m`: their products are never stored), which
+    /// takes a pointer per chunk; without, one pointer and constant offsets.
     pub fn emit(
         k: &mut Builder,
         ids: &Ids,
@@ -84,18 +86,24 @@ impl TileCopy {
         let c8 = k.shl_const(c, 3);
         let c8 = k.cvt(Scalar::U64, c8);
         let row = k.add(first_row, r);
-        let srcs = (0..rows / pass_rows)
-            .map(|i| {
-                let ri = k.add_const(row, i * pass_rows);
-                let ri = match last_row {
-                    Some(last) => k.min(ri, last),
-                    None => ri,
-                };
-                let at = wide_mul(k, ri, kdim);
-                let at = k.add(at, c8);
-                k.ptr_add(base, at)
-            })
-            .collect();
+        let at_row = |k: &mut Builder, row: Value| {
+            let at = wide_mul(k, row, kdim);
+            let at = k.add(at, c8);
+            k.ptr_add(base, at)
+        };
+        let srcs = match last_row {
+            Some(last) => (0..rows / pass_rows)
+                .map(|i| {
+                    let ri = k.add_const(row, i * pass_rows);
+                    let ri = k.min(ri, last);
+                    (at_row(k, ri), 0)
+                })
+                .collect(),
+            None => {
+                let src = at_row(k, row);
+                (0..rows / pass_rows).map(|i| (src, (i * pass_rows) as u64 * kdim as u64)).collect()
+            }
+        };
         let dst = swizzled(k, r, c);
         TileCopy { srcs, dst, pass_rows }
     }
@@ -104,10 +112,16 @@ impl TileCopy {
     pub fn issue(&self, k: &mut Builder, smem: Value, stage: Value, tile: Value) {
         let dst = k.add(stage, self.dst);
         let kofs = k.shl_const(tile, BK.trailing_zeros());
-        for (i, &src) in self.srcs.iter().enumerate() {
+        for (i, &(src, off)) in self.srcs.iter().enumerate() {
             let d = k.add_const(dst, i as u32 * self.pass_rows * BK);
             let d = k.ptr_add(smem, d);
             let s = k.ptr_add(src, kofs);
+            let s = if off == 0 {
+                s
+            } else {
+                let o = k.const_u64(off);
+                k.ptr_add(s, o)
+            };
             k.cp_async(d, s, 16, CacheOp::Cg);
         }
     }
@@ -156,23 +170,38 @@ pub fn zero_acc(k: &mut Builder, p: &GemmParams) -> Vec<Value> {
     vec![z; (WARP_M / 16 * p.wn / 8) as usize]
 }
 
-/// One k-step (two k16 slices) of the warp tile: fragments from the A tile at element
-/// offset `a_stage` of `a_s` and the B tile at `b_stage` of `b_s`, then the MMAs.
-pub fn mma_step(
-    k: &mut Builder,
-    p: &GemmParams,
-    f: &FragAddrs,
-    acc: &[Value],
-    (a_s, a_stage): (Value, Value),
-    (b_s, b_stage): (Value, Value),
-) -> Vec<Value> {
-    let frag_a = Builder::frag_type(MmaShape::M16N8K16, FragRole::A, Scalar::BF16);
-    let frag_b = Builder::frag_type(MmaShape::M16N8K16, FragRole::B, Scalar::BF16);
-    let nfrags = (p.wn / 8) as usize;
-    let mut acc = acc.to_vec();
-    for ks in 0..2 {
+/// The A and B fragments of one k16 slice of the warp tile.
+pub struct Frags {
+    a: Vec<Value>,
+    b: Vec<Value>,
+}
+
+impl Frags {
+    /// As loop-carried values.
+    pub fn values(&self) -> Vec<Value> {
+        self.a.iter().chain(&self.b).copied().collect()
+    }
+
+    /// Back from [`Frags::values`].
+    pub fn from_values(p: &GemmParams, v: &[Value]) -> Frags {
+        let na = (WARP_M / 16) as usize;
+        Frags { a: v[..na].to_vec(), b: v[na..na + (p.wn / 8) as usize].to_vec() }
+    }
+
+    /// Slice `ks` (0 or 1) of the k-step held by the A tile at element offset `a_stage`
+    /// of `a_s` and the B tile at `b_stage` of `b_s`.
+    pub fn load(
+        k: &mut Builder,
+        p: &GemmParams,
+        f: &FragAddrs,
+        ks: usize,
+        (a_s, a_stage): (Value, Value),
+        (b_s, b_stage): (Value, Value),
+    ) -> Frags {
+        let frag_a = Builder::frag_type(MmaShape::M16N8K16, FragRole::A, Scalar::BF16);
+        let frag_b = Builder::frag_type(MmaShape::M16N8K16, FragRole::B, Scalar::BF16);
         let a_base = k.add(a_stage, f.a[ks]);
-        let a_frags: Vec<Value> = (0..WARP_M / 16)
+        let a = (0..WARP_M / 16)
             .map(|mi| {
                 let at = k.add_const(a_base, mi * 16 * BK);
                 let at = k.ptr_add(a_s, at);
@@ -180,7 +209,7 @@ pub fn mma_step(
             })
             .collect();
         let b_base = k.add(b_stage, f.b[ks]);
-        let mut b_frags = Vec::with_capacity(nfrags);
+        let mut b = Vec::with_capacity((p.wn / 8) as usize);
         for nj in 0..p.wn / 16 {
             let at = k.add_const(b_base, nj * 16 * BK);
             let at = k.ptr_add(b_s, at);
@@ -191,17 +220,23 @@ pub fn mma_step(
                     k.bitcast(Type::Scalar(Scalar::BF16x2), r)
                 })
                 .collect();
-            b_frags.push(k.pack(frag_b, &regs[0..2]));
-            b_frags.push(k.pack(frag_b, &regs[2..4]));
+            b.push(k.pack(frag_b, &regs[0..2]));
+            b.push(k.pack(frag_b, &regs[2..4]));
         }
-        for (mi, &fa) in a_frags.iter().enumerate() {
-            for (ni, &fb) in b_frags.iter().enumerate() {
-                let i = mi * nfrags + ni;
+        Frags { a, b }
+    }
+
+    /// The slice's MMAs into the warp tile's accumulators.
+    pub fn mma(&self, k: &mut Builder, acc: &[Value]) -> Vec<Value> {
+        let mut acc = acc.to_vec();
+        for (mi, &fa) in self.a.iter().enumerate() {
+            for (ni, &fb) in self.b.iter().enumerate() {
+                let i = mi * self.b.len() + ni;
                 acc[i] = k.mma(MmaShape::M16N8K16, fa, fb, acc[i]);
             }
         }
+        acc
     }
-    acc
 }
 
 /// Write the warp tile to `C` (`f32`, row-major `[m, n]`), rows below `m` only; with
