@@ -1,5 +1,6 @@
 """Peers measured in the same device run as quench's kernels: torch.matmul (cuBLAS)
-bf16 GEMM TFLOP/s and the device-to-device copy bandwidth through PyTorch.
+bf16 GEMM TFLOP/s (square, and at llama-3.1-8b prefill shapes) and the device-to-device
+copy bandwidth through PyTorch.
 Medians over repeats after warm-up, fresh random inputs (never zeros).
 Prints one JSON object."""
 import json
@@ -51,6 +52,23 @@ def main():
         ms = median_ms(run)
         gemms.append({"m": m, "n": n_, "k": k, "ms": ms, "tflops": 2 * m * n_ * k / ms / 1e9})
     out["matmul_bf16"] = gemms
+    # llama-3.1-8b prefill: activations [m, k] times a weight stored [n, k] (as quench's
+    # gemm_* kernels take it), at 512 and 2048 tokens through the q|k|v, o, gate/up and
+    # down projections.
+    prefill = []
+    for m in (512, 2048):
+        for (n_, k) in [(6144, 4096), (4096, 4096), (14336, 4096), (4096, 14336)]:
+            sets = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+                     torch.randn(n_, k, device="cuda", dtype=torch.bfloat16)) for _ in range(3)]
+            i = [0]
+
+            def run():
+                a, w = sets[i[0] % 3]
+                i[0] += 1
+                return torch.matmul(a, w.t())
+            ms = median_ms(run)
+            prefill.append({"m": m, "n": n_, "k": k, "ms": ms, "tflops": 2 * m * n_ * k / ms / 1e9})
+    out["matmul_bf16_prefill"] = prefill
     json.dump(out, sys.stdout)
     print()
 

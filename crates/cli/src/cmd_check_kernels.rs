@@ -43,7 +43,8 @@ fn compare_shape(name: &str) -> &'static str {
         n if n.starts_with("add_") || n.starts_with("silu_mul") => "n=65536",
         n if n.starts_with("reduce_") || n.starts_with("rmsnorm") || n.starts_with("softmax") => "rows=64 cols=4096",
         n if n.starts_with("gemv") => "rows=256 cols=4096",
-        n if n.starts_with("gemm") => "m=256 n=256 k=256",
+        n if n.starts_with("gemm_q6_k") => "m=200 n=256 k=512",
+        n if n.starts_with("gemm") => "m=200 n=256 k=256",
         n if n.starts_with("embed_") => "tokens=16 vocab=1024 dim=4096",
         n if n.starts_with("layernorm") => "rows=64 cols=4096",
         n if n.starts_with("rope_") => "tokens=16 n_pos=4096",
@@ -62,8 +63,40 @@ fn compare_shape(name: &str) -> &'static str {
 fn perf_shapes(name: &str) -> Vec<&'static str> {
     match name {
         n if n.starts_with("gemv") => vec!["rows=8192 cols=8192", "rows=4096 cols=14336"],
-        n if n.starts_with("gemm") => vec!["m=4096 n=4096 k=4096"],
+        n if n.starts_with("gemm") => gemm_perf_shapes(name),
         _ => vec![""],
+    }
+}
+
+/// The matrix products at llama-3.1-8b prefill shapes: 512 and 2048 tokens through the
+/// q|k|v (6144 × 4096), o (4096 × 4096), gate or up (14336 × 4096) and down
+/// (4096 × 14336) projections; bf16 also at 4096³ and with 64-row tiles at 512 tokens,
+/// Q8_0 also with 128×64 tiles (64×32 warps, 3 stages); the `C +=` forms at the
+/// down projection only.
+fn gemm_perf_shapes(name: &str) -> Vec<&'static str> {
+    const PREFILL: [&str; 8] = [
+        "m=512 n=6144 k=4096",
+        "m=512 n=4096 k=4096",
+        "m=512 n=14336 k=4096",
+        "m=512 n=4096 k=14336",
+        "m=2048 n=6144 k=4096",
+        "m=2048 n=4096 k=4096",
+        "m=2048 n=14336 k=4096",
+        "m=2048 n=4096 k=14336",
+    ];
+    match name {
+        n if n.ends_with("_residual") => vec!["m=2048 n=4096 k=14336"],
+        "gemm_bf16" => {
+            let mut v = PREFILL.to_vec();
+            v.extend(["m=512 n=4096 k=4096 bm=64", "m=4096 n=4096 k=4096"]);
+            v
+        }
+        "gemm_q8_0" => {
+            let mut v = PREFILL[2..4].iter().chain(&PREFILL[6..8]).copied().collect::<Vec<_>>();
+            v.push("m=2048 n=14336 k=4096 bn=64 wn=32 stages=3");
+            v
+        }
+        _ => PREFILL[2..4].iter().chain(&PREFILL[6..8]).copied().collect(),
     }
 }
 

@@ -76,7 +76,7 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
     let c_bytes = (mu * n * 4 * if accumulate { 2 } else { 1 }) as u64;
     Ok(KernelCase {
         name: p.name().to_string(),
-        shape: format!("{m}x{n}x{k}"),
+        shape: format!("{m}x{n}x{k} t{}x{}w{}s{}", p.bm, p.bn, p.wn, p.stages),
         kernel,
         launch: p.launch(m),
         bytes_moved: (mu * k * 2 + b.len()) as u64 + c_bytes,
