@@ -70,7 +70,8 @@ fn perf_shapes(name: &str) -> Vec<&'static str> {
 
 /// The matrix products at llama-3.1-8b prefill shapes: 512 and 2048 tokens through the
 /// q|k|v (6144 × 4096), o (4096 × 4096), gate or up (14336 × 4096) and down
-/// (4096 × 14336) projections; bf16 also at 4096³ and with 64-row tiles at 512 tokens,
+/// (4096 × 14336) projections; bf16 also at 4096³ and, at 512 tokens (128 blocks of
+/// 128×128), with 64-row tiles or 64×32 warp tiles (more warps for the same work),
 /// Q8_0 also with 128×64 tiles (64×32 warps, 3 stages); the `C +=` forms at the
 /// down projection only.
 fn gemm_perf_shapes(name: &str) -> Vec<&'static str> {
@@ -88,7 +89,7 @@ fn gemm_perf_shapes(name: &str) -> Vec<&'static str> {
         n if n.ends_with("_residual") => vec!["m=2048 n=4096 k=14336"],
         "gemm_bf16" => {
             let mut v = PREFILL.to_vec();
-            v.extend(["m=512 n=4096 k=4096 bm=64", "m=4096 n=4096 k=4096"]);
+            v.extend(["m=512 n=4096 k=4096 bm=64", "m=512 n=4096 k=4096 wn=32", "m=4096 n=4096 k=4096"]);
             v
         }
         "gemm_q8_0" => {

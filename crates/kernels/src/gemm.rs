@@ -16,11 +16,11 @@
 //! `[⌈m / bm⌉, n / bn]`, `m`-tiles first, so that the blocks resident at once share a few
 //! columns of `B` and all of `A`, and both are read from memory about once.
 //!
-//! **Pipeline** ([`kernel`]): `stages` shared-memory stages, filled by `cp.async` one
+//! **Pipeline** (`kernel.rs`): `stages` shared-memory stages, filled by `cp.async` one
 //! commit group per step, waited for with `cp.async.wait_group stages − 2`, one barrier
-//! per step. A bf16 `B` is copied like `A` ([`tiles`]). A quantized `B` is copied as its
-//! stored bytes ([`raw`]) one step further ahead, and each step dequantizes the next
-//! step's bytes into one of two bf16 tile buffers ([`decode`]) while its warps multiply
+//! per step. A bf16 `B` is copied like `A` (`tiles.rs`). A quantized `B` is copied as its
+//! stored bytes (`raw.rs`) one step further ahead, and each step dequantizes the next
+//! step's bytes into one of two bf16 tile buffers (`decode.rs`) while its warps multiply
 //! the current one: the weights exist as bf16 only in shared memory, a tile at a time.
 //!
 //! **Arithmetic.** Products of bf16 are exact in f32; how the tensor core adds them is

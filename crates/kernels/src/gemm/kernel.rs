@@ -11,7 +11,8 @@
 //! 3. waits for group `t + 1` (`cp.async.wait_group stages − 2`) and meets the block at a
 //!    barrier: now tile `t + 1` and its B buffer are visible to all, and no warp reads
 //!    tile `t`'s stage (or tile `t + 1`'s staged bytes) any more;
-//! 4. issues group `t + stages` into that stage (and slot);
+//! 4. issues group `t + stages` into tile `t`'s stage (its stored bytes, of tile
+//!    `t + stages + 1`, into tile `t + 1`'s staging slot);
 //! 5. loads tile `t + 1`'s first-slice fragments, carried to the next iteration;
 //! 6. multiplies the second slice of tile `t`.
 //!
