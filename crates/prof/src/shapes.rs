@@ -8,7 +8,8 @@ pub fn small_params(name: &str) -> &'static str {
         n if n.starts_with("reduce_") || n.starts_with("softmax") => "rows=3 cols=324 threads=64",
         n if n.starts_with("rmsnorm") || n.starts_with("layernorm") => "rows=2 cols=576 threads=32",
         n if n.starts_with("gemv") => "rows=5 cols=576 warps=2 unroll=2",
-        n if n.starts_with("gemm") => "m=64 n=128 k=64 bm=64 bn=64",
+        // k: a multiple of what every weight format's tiles need (512 for Q6_K).
+        n if n.starts_with("gemm") => "m=32 n=128 k=512",
         n if n.starts_with("embed_") => "tokens=3 vocab=11 dim=288 threads=32",
         n if n.starts_with("rope_") => "tokens=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 threads=256",
         n if n.starts_with("qgemv_q4_k") || n.starts_with("qgemv_q6_k") => "rows=2 cols=768 warps=2 unroll=4",
