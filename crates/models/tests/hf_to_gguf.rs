@@ -6,6 +6,7 @@
 mod common;
 mod convert;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use common::temp_dir;
@@ -62,6 +63,57 @@ fn gguf_name(hf: &str) -> String {
     let (module, kind) = rest.rsplit_once('.').unwrap();
     let (_, g) = layer.iter().find(|(h, _)| *h == module).unwrap();
     format!("blk.{n}.{g}.{kind}")
+}
+
+/// The type a tensor is meant for before fallbacks: vectors F32, embedding and LM head
+/// Q8_0, other matrices the target.
+fn intended_type(hf: &str, dims: &[usize], target: TargetType) -> GgmlType {
+    match hf {
+        _ if dims.len() == 1 => GgmlType::F32,
+        "model.embed_tokens.weight" | "lm_head.weight" => GgmlType::Q8_0,
+        _ => target.ggml_type(),
+    }
+}
+
+/// The tensors fallback notes name: `NAME: …`, `blk.N.{a, b}.weight for N in 0–3, 5: …`.
+fn named_in_notes(notes: &[String]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for note in notes {
+        let Some((names, _)) = note.split_once(": rows of ") else {
+            continue;
+        };
+        let (pattern, layers) = match names.split_once(" for N in ") {
+            Some((p, runs)) => {
+                let mut layers = Vec::new();
+                for run in runs.split(", ") {
+                    let (a, b) = run.split_once('–').unwrap_or((run, run));
+                    layers.extend(a.parse::<usize>().unwrap()..=b.parse().unwrap());
+                }
+                (p, layers)
+            }
+            None => (names, Vec::new()),
+        };
+        let expanded: Vec<String> = match pattern.split_once('{') {
+            Some((before, rest)) => {
+                let (alternatives, after) = rest.split_once('}').unwrap();
+                alternatives
+                    .split(", ")
+                    .map(|a| format!("{before}{a}{after}"))
+                    .collect()
+            }
+            None => vec![pattern.to_owned()],
+        };
+        for name in expanded {
+            if layers.is_empty() {
+                out.insert(name);
+            } else {
+                for n in &layers {
+                    out.insert(name.replacen("blk.N.", &format!("blk.{n}."), 1));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The policy, stated independently: vectors F32; embedding and LM head Q8_0; other
@@ -226,6 +278,7 @@ fn check_conversion(shape: &Shape, dtype: Dtype) {
         names.sort();
         got.sort();
         assert_eq!(got, names, "{} {}", shape.arch, target.name());
+        let mut fell_back = BTreeSet::new();
         for (hf, (dims, values)) in &weights {
             let name = gguf_name(hf);
             let view = file.tensor(&name).unwrap();
@@ -239,20 +292,14 @@ fn check_conversion(shape: &Shape, dtype: Dtype) {
                 shape.arch,
                 target.name()
             );
-            if want != GgmlType::F32
-                && want != target.ggml_type()
-                && !hf.ends_with("lm_head.weight")
-                && hf != "model.embed_tokens.weight"
-            {
-                assert!(
-                    notes.iter().any(|n| n.starts_with(&format!("{name}:"))),
-                    "no note for {name}: {notes:?}"
-                );
+            if want != intended_type(hf, dims, target) {
+                fell_back.insert(name.clone());
             }
             let x = in_gguf_order(shape, hf, dims, values);
             check_bound(view.ggml_type, &x, view.bytes)
                 .unwrap_or_else(|e| panic!("{name} ({} {}): {e}", shape.arch, target.name()));
         }
+        assert_eq!(named_in_notes(&notes), fell_back, "{notes:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
@@ -279,18 +326,15 @@ fn narrow_rows_fall_back_to_q8_0_then_f16() {
         file.tensor("blk.0.ffn_down.weight").unwrap().ggml_type,
         GgmlType::F16
     );
-    assert!(
-        notes.iter().any(|n| n.starts_with("blk.0.attn_q.weight:")
-            && n.contains("64 elements")
-            && n.contains("Q4_K")
-            && n.ends_with("Q8_0")),
-        "{notes:?}"
-    );
-    assert!(
-        notes.iter().any(|n| n.starts_with("blk.0.ffn_down.weight:")
-            && n.contains("80 elements")
-            && n.ends_with("F16")),
-        "{notes:?}"
+    // One note per kind, each naming its tensors.
+    assert_eq!(
+        notes,
+        [
+            "blk.0.{attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up}.weight: rows of 64 \
+             elements are not whole Q4_K blocks of 256; stored as Q8_0",
+            "blk.0.ffn_down.weight: rows of 80 elements are not whole Q4_K blocks of 256; \
+             stored as F16",
+        ]
     );
 }
 

@@ -5,7 +5,8 @@
 //! What goes where:
 //! - Matrices in the target type ([`TargetType`]); the token embedding and the LM head in
 //!   Q8_0; vectors (norm weights, biases) in F32. A matrix whose rows are not whole blocks
-//!   of its type falls back to Q8_0, then F16, with a [`Progress::Note`] naming it.
+//!   of its type falls back to Q8_0, then F16, with a [`Progress::Note`] naming it (one
+//!   note for all the tensors alike).
 //! - llama's q and k projections have each head's two halves interleaved, which turns
 //!   Hugging Face's half-split RoPE into llama.cpp's adjacent-pair RoPE; qwen2 and qwen3
 //!   keep Hugging Face's order, as llama.cpp runs them with half-split RoPE.
@@ -19,6 +20,7 @@
 mod arch;
 mod encode;
 mod error;
+mod fallbacks;
 mod plan;
 mod tokenizer;
 
@@ -151,8 +153,8 @@ pub fn convert(
         &infos,
         arch::rope_factors(config)?,
         options.target,
-        &mut notes,
     )?;
+    notes.extend(fallbacks::notes(&planned));
 
     let mut header = GgufHeader::new();
     let name = input

@@ -76,6 +76,9 @@ pub struct PlannedTensor {
     pub cols: usize,
     /// Whether the tensor is a vector (GGUF dims `[cols]`) rather than a matrix.
     pub vector: bool,
+    /// The type the policy asks for, and the type it is stored in (another where its rows
+    /// are not whole blocks of the first).
+    pub wanted: GgmlType,
     pub ggml_type: GgmlType,
     pub row_order: RowOrder,
 }
@@ -126,20 +129,18 @@ fn gguf_name(hf: &str) -> Result<Option<(String, SortKey, Option<bool>)>, Conver
     Ok(Some((format!("blk.{layer}.{gguf}"), (1, layer, rank), *qk)))
 }
 
-/// The type a tensor is stored in: vectors in F32; the token embedding and LM head in
-/// Q8_0 (8 bits keep the logits close, and Q8_0 is a format the GPU reads as an embedding
-/// table); other matrices in the target type. Rows that are not whole blocks of that type
-/// fall back to Q8_0, then F16, with a note saying so.
+/// The type a tensor is meant for, and the type it is stored in: vectors in F32; the token
+/// embedding and LM head in Q8_0 (8 bits keep the logits close, and Q8_0 is a format the
+/// GPU reads as an embedding table); other matrices in the target type. Rows that are not
+/// whole blocks of that type fall back to Q8_0, then F16.
 fn choose_type(
-    name: &str,
     vector: bool,
     keep_8_bits: bool,
     cols: usize,
     target: TargetType,
-    notes: &mut Vec<String>,
-) -> GgmlType {
+) -> (GgmlType, GgmlType) {
     if vector {
-        return GgmlType::F32;
+        return (GgmlType::F32, GgmlType::F32);
     }
     let wanted = if keep_8_bits {
         GgmlType::Q8_0
@@ -147,29 +148,20 @@ fn choose_type(
         target.ggml_type()
     };
     let fits = |t: GgmlType| (cols as u64).is_multiple_of(t.block_size());
-    let chosen = [wanted, GgmlType::Q8_0, GgmlType::F16]
+    let stored = [wanted, GgmlType::Q8_0, GgmlType::F16]
         .into_iter()
         .find(|&t| fits(t))
         .unwrap_or(GgmlType::F16);
-    if chosen != wanted {
-        notes.push(format!(
-            "{name}: rows of {cols} elements are not whole {wanted} blocks of {}; stored as \
-             {chosen}",
-            wanted.block_size()
-        ));
-    }
-    chosen
+    (wanted, stored)
 }
 
-/// Plans every tensor of the output, in order. Notes about type fallbacks are appended to
-/// `notes`.
+/// Plans every tensor of the output, in order.
 pub fn plan(
     arch: Arch,
     config: &HfConfig,
     infos: &[&SafetensorsInfo],
     rope_factors: Option<Vec<f32>>,
     target: TargetType,
-    notes: &mut Vec<String>,
 ) -> Result<Vec<PlannedTensor>, ConvertError> {
     let tied = config.tie_word_embeddings.unwrap_or(false);
     let head_dim = config.head_dim();
@@ -222,7 +214,7 @@ pub fn plan(
             _ => RowOrder::AsStored,
         };
         let keep_8_bits = matches!(name.as_str(), "token_embd.weight" | "output.weight");
-        let ggml_type = choose_type(&name, vector, keep_8_bits, cols, target, notes);
+        let (wanted, ggml_type) = choose_type(vector, keep_8_bits, cols, target);
         planned.push((
             key,
             PlannedTensor {
@@ -231,6 +223,7 @@ pub fn plan(
                 rows,
                 cols,
                 vector,
+                wanted,
                 ggml_type,
                 row_order,
             },
@@ -245,6 +238,7 @@ pub fn plan(
                 rows: 1,
                 cols: factors.len(),
                 vector: true,
+                wanted: GgmlType::F32,
                 ggml_type: GgmlType::F32,
                 row_order: RowOrder::AsStored,
                 source: Source::Computed(factors),
@@ -335,25 +329,13 @@ mod tests {
 
     #[test]
     fn rows_that_are_not_whole_blocks_fall_back() {
-        let mut notes = Vec::new();
-        let t = choose_type("a", false, false, 288, TargetType::Q4_K, &mut notes);
-        assert_eq!(t, GgmlType::Q8_0);
-        let t = choose_type("b", false, false, 48, TargetType::Q4_0, &mut notes);
-        assert_eq!(t, GgmlType::F16);
-        let t = choose_type("c", false, false, 512, TargetType::Q4_K, &mut notes);
-        assert_eq!(t, GgmlType::Q4_K);
-        assert_eq!(
-            choose_type("d", true, false, 48, TargetType::Q4_K, &mut notes),
-            GgmlType::F32
-        );
-        assert_eq!(
-            choose_type("e", false, true, 512, TargetType::Q4_K, &mut notes),
-            GgmlType::Q8_0
-        );
-        assert_eq!(notes.len(), 2, "{notes:?}");
-        assert!(
-            notes[0].starts_with("a:") && notes[0].contains("Q4_K") && notes[0].ends_with("Q8_0")
-        );
-        assert!(notes[1].starts_with("b:") && notes[1].ends_with("F16"));
+        let q4_k = TargetType::Q4_K;
+        use GgmlType::*;
+        assert_eq!(choose_type(false, false, 288, q4_k), (Q4_K, Q8_0));
+        assert_eq!(choose_type(false, false, 48, TargetType::Q4_0), (Q4_0, F16));
+        assert_eq!(choose_type(false, false, 512, q4_k), (Q4_K, Q4_K));
+        assert_eq!(choose_type(true, false, 48, q4_k), (F32, F32));
+        assert_eq!(choose_type(false, true, 512, q4_k), (Q8_0, Q8_0));
+        assert_eq!(choose_type(false, true, 80, q4_k), (Q8_0, F16));
     }
 }
