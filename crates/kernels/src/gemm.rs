@@ -8,7 +8,8 @@
 //! **Shapes.** `n` and `k` are fixed when the kernel is built (`n` a multiple of `bn`, `k`
 //! of [`BFormat::k_multiple`]); `m`, the number of tokens, is a launch argument and may
 //! be anything from 1 up: rows of `A` past `m` are read as row `m − 1` (their products
-//! are never stored), and `C` is written for rows below `m` only.
+//! are never stored), and `C` is written for rows below `m` only. `A` and a bf16 `B` must
+//! be 16-byte aligned, a quantized `B` 4-byte aligned, `C` 8-byte aligned.
 //!
 //! **Tiling.** A block computes a `bm × bn` tile of `C` (64 or 128 each), warps arranged
 //! `bm/64 × bn/wn`, each computing `64 × wn` (`wn` 32 or 64) as `4 × wn/8`
@@ -28,7 +29,9 @@
 //! weight is dequantized exactly as [`quench_models::dequant`] does, then rounded to bf16:
 //! the product is that of `A` with `bf16(dequant(B))`, and the reference rounds the same
 //! way. (For Q8_0, Q4_0 and Q4_1 the rounding is exact whenever `d·q` fits in bf16's 8
-//! significant bits; in general it is not, for any format: `d` has 11.)
+//! significant bits; in general it is not, for any format: `d` has 11.) `A` is taken in
+//! bf16: f32 activations would be rounded to bf16 on their way to the tensor cores all
+//! the same, so they are best rounded once, by the kernel that writes them.
 
 mod case;
 mod decode;
@@ -125,17 +128,27 @@ impl GemmParams {
     pub fn shared_bytes(&self) -> u64 {
         let a = self.stages * self.bm * BK * 2;
         let arrays = if self.format.is_quantized() {
-            vec![a, 2 * self.bn * BK * 2, self.stages * self.bn * self.format.staged_stride() * 4]
+            vec![
+                a,
+                2 * self.bn * BK * 2,
+                self.stages * self.bn * self.format.staged_stride() * 4,
+            ]
         } else {
             vec![a, self.stages * self.bn * BK * 2]
         };
-        arrays.iter().map(|&b| (b as u64).next_multiple_of(128)).sum()
+        arrays
+            .iter()
+            .map(|&b| (b as u64).next_multiple_of(128))
+            .sum()
     }
 
     fn check(&self) -> Result<(), KernelError> {
         let fail = |reason: String| Err(KernelError::unsupported(self.name(), reason));
         if ![64, 128].contains(&self.bm) || ![64, 128].contains(&self.bn) {
-            return fail(format!("bm = {}, bn = {}: each must be 64 or 128", self.bm, self.bn));
+            return fail(format!(
+                "bm = {}, bn = {}: each must be 64 or 128",
+                self.bm, self.bn
+            ));
         }
         if ![32, 64].contains(&self.wn) {
             return fail(format!("wn = {}: must be 32 or 64", self.wn));
@@ -144,14 +157,23 @@ impl GemmParams {
             return fail(format!("stages = {}: must be 2, 3 or 4", self.stages));
         }
         if self.n == 0 || !self.n.is_multiple_of(self.bn) {
-            return fail(format!("n = {} must be a positive multiple of bn = {}", self.n, self.bn));
+            return fail(format!(
+                "n = {} must be a positive multiple of bn = {}",
+                self.n, self.bn
+            ));
         }
         let km = self.format.k_multiple();
         if self.k == 0 || !self.k.is_multiple_of(km) {
-            return fail(format!("k = {} must be a positive multiple of {km} for {:?} weights", self.k, self.format));
+            return fail(format!(
+                "k = {} must be a positive multiple of {km} for {:?} weights",
+                self.k, self.format
+            ));
         }
         if self.n / self.bn > 65535 {
-            return fail(format!("n = {} over bn = {} gives more than 65535 column tiles", self.n, self.bn));
+            return fail(format!(
+                "n = {} over bn = {} gives more than 65535 column tiles",
+                self.n, self.bn
+            ));
         }
         let smem = self.shared_bytes();
         if smem > MAX_STATIC_SHARED_BYTES {

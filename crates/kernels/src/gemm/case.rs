@@ -24,14 +24,22 @@ const SCALE_RANGE: (f32, f32) = (1.0 / 65536.0, 1.0 / 256.0);
 fn weight_bytes(p: &GemmParams, rng: &mut rand_chacha::ChaCha8Rng) -> Vec<u8> {
     let (n, k) = (p.n as usize, p.k as usize);
     match p.format {
-        BFormat::Bf16 => data::bf16_bytes(&data::to_bf16(&data::signed(rng, n * k, B_RANGE.0, B_RANGE.1))),
+        BFormat::Bf16 => data::bf16_bytes(&data::to_bf16(&data::signed(
+            rng,
+            n * k,
+            B_RANGE.0,
+            B_RANGE.1,
+        ))),
         f => data::ggml_rows(rng, f.ggml(), n, k, SCALE_RANGE.0, SCALE_RANGE.1),
     }
 }
 
 fn check_m(p: &GemmParams, m: u32) -> Result<(), KernelError> {
     if m == 0 || m as u64 * p.k as u64 > 1 << 40 {
-        return Err(KernelError::unsupported(p.name(), format!("m = {m}: must be positive, and m·k at most 2^40")));
+        return Err(KernelError::unsupported(
+            p.name(),
+            format!("m = {m}: must be positive, and m·k at most 2^40"),
+        ));
     }
     Ok(())
 }
@@ -49,10 +57,17 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
     let af: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
     let (sums, abs_sums) = exact(mu, n, k, &af, &w);
     let accumulate = p.epilogue == Epilogue::Accumulate;
-    let c0 = if accumulate { data::signed(&mut rng, mu * n, 0.015625, 4.0) } else { vec![] };
+    let c0 = if accumulate {
+        data::signed(&mut rng, mu * n, 0.015625, 4.0)
+    } else {
+        vec![]
+    };
     let finish = |s: &[f64]| -> Vec<f32> {
         if accumulate {
-            s.iter().zip(&c0).map(|(s, c)| (s + *c as f64) as f32).collect()
+            s.iter()
+                .zip(&c0)
+                .map(|(s, c)| (s + *c as f64) as f32)
+                .collect()
         } else {
             s.iter().map(|&s| s as f32).collect()
         }
@@ -60,19 +75,34 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
     let want = finish(&sums);
     let (tol, explain) = tolerance(p, &abs_sums, &want, accumulate);
     let check = Check::Bound { tol, explain };
-    let expected = |data: &[f32]| Expected { buffer: 2, data: data::f32_bytes(data), elem: Scalar::F32, check: check.clone() };
+    let expected = |data: &[f32]| Expected {
+        buffer: 2,
+        data: data::f32_bytes(data),
+        elem: Scalar::F32,
+        check: check.clone(),
+    };
 
     let mut controls = vec![];
     if mu as u64 * n as u64 * k as u64 <= CONTROL_MAX_MACS {
         let (wrong, what) = wrong_weights(p, &w);
         let (wrong_sums, _) = exact(mu, n, k, &af, &wrong);
-        controls.push(Control { what: what.to_string(), expected: expected(&finish(&wrong_sums)) });
+        controls.push(Control {
+            what: what.to_string(),
+            expected: expected(&finish(&wrong_sums)),
+        });
         if accumulate {
             let overwritten: Vec<f32> = sums.iter().map(|&s| s as f32).collect();
-            controls.push(Control { what: "C overwritten instead of added to".into(), expected: expected(&overwritten) });
+            controls.push(Control {
+                what: "C overwritten instead of added to".into(),
+                expected: expected(&overwritten),
+            });
         }
     }
-    let c_buffer = if accumulate { Buffer::in_out("c", data::f32_bytes(&c0)) } else { Buffer::output("c", mu * n * 4) };
+    let c_buffer = if accumulate {
+        Buffer::in_out("c", data::f32_bytes(&c0))
+    } else {
+        Buffer::output("c", mu * n * 4)
+    };
     let c_bytes = (mu * n * 4 * if accumulate { 2 } else { 1 }) as u64;
     Ok(KernelCase {
         name: p.name().to_string(),
@@ -80,8 +110,17 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
         kernel,
         launch: p.launch(m),
         bytes_moved: (mu * k * 2 + b.len()) as u64 + c_bytes,
-        buffers: vec![Buffer::input("a", data::bf16_bytes(&a)), Buffer::input("b", b), c_buffer],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::U32(m))],
+        buffers: vec![
+            Buffer::input("a", data::bf16_bytes(&a)),
+            Buffer::input("b", b),
+            c_buffer,
+        ],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Scalar(Arg::U32(m)),
+        ],
         expected: vec![expected(&want)],
         controls,
         flops: 2 * (mu * n * k) as u64,
@@ -94,25 +133,47 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
 /// may give either zero for a sum of zeros. `p` must store `C` (not add to it).
 pub fn exactness_case(p: &GemmParams, seed: u64) -> Result<KernelCase, KernelError> {
     if p.epilogue != Epilogue::Store {
-        return Err(KernelError::unsupported(p.name(), "the exactness case stores C"));
+        return Err(KernelError::unsupported(
+            p.name(),
+            "the exactness case stores C",
+        ));
     }
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let (n, k) = (p.n as usize, p.k as usize);
-    let a: Vec<bf16> = (0..k * k).map(|i| bf16::from_f32(if i / k == i % k { 1.0 } else { 0.0 })).collect();
+    let a: Vec<bf16> = (0..k * k)
+        .map(|i| bf16::from_f32(if i / k == i % k { 1.0 } else { 0.0 }))
+        .collect();
     let b = weight_bytes(p, &mut rng);
     let w = weights(p, &b)?;
     let want: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
-    let check = Check::Bound { tol: vec![0.0; k * n], explain: "equal values: each output is one exact product".into() };
+    let check = Check::Bound {
+        tol: vec![0.0; k * n],
+        explain: "equal values: each output is one exact product".into(),
+    };
     Ok(KernelCase {
         name: p.name().to_string(),
         shape: format!("{k}x{n}x{k} identity A"),
         kernel,
         launch: p.launch(p.k),
         bytes_moved: (k * k * 2 + b.len() + k * n * 4) as u64,
-        buffers: vec![Buffer::input("a", data::bf16_bytes(&a)), Buffer::input("b", b), Buffer::output("c", k * n * 4)],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::U32(p.k))],
-        expected: vec![Expected { buffer: 2, data: data::f32_bytes(&want), elem: Scalar::F32, check }],
+        buffers: vec![
+            Buffer::input("a", data::bf16_bytes(&a)),
+            Buffer::input("b", b),
+            Buffer::output("c", k * n * 4),
+        ],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Scalar(Arg::U32(p.k)),
+        ],
+        expected: vec![Expected {
+            buffer: 2,
+            data: data::f32_bytes(&want),
+            elem: Scalar::F32,
+            check,
+        }],
         controls: vec![],
         flops: 2 * (k * n * k) as u64,
     })

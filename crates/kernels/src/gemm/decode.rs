@@ -60,12 +60,23 @@ struct Word {
 
 impl Word {
     fn new(k: &mut Builder, w: Value) -> Word {
-        Word { lo: w, hi: k.shr_const(w, 16) }
+        Word {
+            lo: w,
+            hi: k.shr_const(w, 16),
+        }
     }
 
     /// The `nbits`-bit field at bit `bit` of byte `byte`, converted as `(n − bias)·2^s`;
     /// returns the value and `s`.
-    fn field(&self, k: &mut Builder, m: Magic, byte: u32, bit: u32, nbits: u32, bias: u32) -> (Value, u32) {
+    fn field(
+        &self,
+        k: &mut Builder,
+        m: Magic,
+        byte: u32,
+        bit: u32,
+        nbits: u32,
+        bias: u32,
+    ) -> (Value, u32) {
         let s = 8 * (byte % 2) + bit;
         let src = if byte < 2 { self.lo } else { self.hi };
         let v = k.and_const(src, ((1 << nbits) - 1) << s);
@@ -81,7 +92,10 @@ struct Scale {
 
 impl Scale {
     fn new(x: Value) -> Scale {
-        Scale { x, by_shift: vec![(0, x)] }
+        Scale {
+            x,
+            by_shift: vec![(0, x)],
+        }
     }
 
     fn at(&mut self, k: &mut Builder, s: u32) -> Value {
@@ -143,15 +157,32 @@ impl Decoder {
                         swizzled(k, row, c)
                     })
                     .collect();
-                Item { staged, part, chunks }
+                Item {
+                    staged,
+                    part,
+                    chunks,
+                }
             })
             .collect();
-        Decoder { format: p.format, items, magic: Magic::new(k), elems }
+        Decoder {
+            format: p.format,
+            items,
+            magic: Magic::new(k),
+            elems,
+        }
     }
 
     /// Dequantize k-step `tile` (a `u32`) from the staged words at word offset `stage` of
     /// `raw_s` into the tile buffer at element offset `buf` of `b_s`.
-    pub fn decode(&self, k: &mut Builder, raw_s: Value, stage: Value, b_s: Value, buf: Value, tile: Value) {
+    pub fn decode(
+        &self,
+        k: &mut Builder,
+        raw_s: Value,
+        stage: Value,
+        b_s: Value,
+        buf: Value,
+        tile: Value,
+    ) {
         let bytes = segment_bytes(k, self.format, tile);
         // Where each segment's data starts in its first word: 0 or 2.
         let offsets: Vec<Value> = bytes.iter().map(|&b| k.and_const(b, 3)).collect();
@@ -166,7 +197,10 @@ impl Decoder {
                 BFormat::Bf16 => vec![],
             };
             for (chunk, v) in item.chunks.iter().zip(values.chunks_exact(8)) {
-                let packed: Vec<Value> = v.chunks_exact(2).map(|p| emit_pack_bf16x2(k, p[0], p[1])).collect();
+                let packed: Vec<Value> = v
+                    .chunks_exact(2)
+                    .map(|p| emit_pack_bf16x2(k, p[0], p[1]))
+                    .collect();
                 let vec = k.pack(Type::Vec(Scalar::U32, 4), &packed);
                 let at = k.add(buf, *chunk);
                 let at = k.ptr_add(b_s, at);
@@ -224,7 +258,11 @@ impl Decoder {
             (f16_low(k, d), None, k.add_const(o, 2))
         };
         let mut d = Scale::new(d);
-        let nibbles = if q4_1 { w.aligned_from(k, start, 4) } else { w.bytes_from(k, start, 4) };
+        let nibbles = if q4_1 {
+            w.aligned_from(k, start, 4)
+        } else {
+            w.bytes_from(k, start, 4)
+        };
         // A half row takes one nibble of every byte: shift it down to the low nibble.
         let (nibbles, halves) = match item.part {
             Some(q) => {
@@ -307,7 +345,14 @@ impl Decoder {
     /// 8` (`g = s mod 4`): the low four bits are nibble `g / 2` of the ql bytes (words
     /// 0–8), the top two bits field `g` of the qh bytes (words 9–17); scales in word 18,
     /// `d` in word 19, each at its segment's offset.
-    fn q6_k(&self, k: &mut Builder, w: &Words, item: &Item, tile: Value, offsets: &[Value]) -> Vec<Value> {
+    fn q6_k(
+        &self,
+        k: &mut Builder,
+        w: &Words,
+        item: &Item,
+        tile: Value,
+        offsets: &[Value],
+    ) -> Vec<Value> {
         let s = k.and_const(tile, 7);
         let g = k.and_const(s, 3);
         let d = w.at(k, 19);

@@ -33,7 +33,14 @@ pub struct Segment {
 }
 
 impl BFormat {
-    pub const ALL: [BFormat; 6] = [BFormat::Bf16, BFormat::Q8_0, BFormat::Q4_0, BFormat::Q4_1, BFormat::Q4K, BFormat::Q6K];
+    pub const ALL: [BFormat; 6] = [
+        BFormat::Bf16,
+        BFormat::Q8_0,
+        BFormat::Q4_0,
+        BFormat::Q4_1,
+        BFormat::Q4K,
+        BFormat::Q6K,
+    ];
 
     pub fn ggml(self) -> GgmlType {
         match self {
@@ -166,7 +173,10 @@ mod tests {
                     let at = f.segment_byte(i, t);
                     let o = f.data_offset(i, t);
                     assert!(o == 0 || o == 2, "{f:?} step {t}");
-                    assert!(at - o as u64 + 4 * s.words as u64 <= rb, "{f:?} step {t} segment {i} leaves the row");
+                    assert!(
+                        at - o as u64 + 4 * s.words as u64 <= rb,
+                        "{f:?} step {t} segment {i} leaves the row"
+                    );
                 }
                 // The bytes each step needs, by format, fit in their windows.
                 let need: &[u64] = match f {
@@ -177,7 +187,10 @@ mod tests {
                     _ => &[32, 32, 2, 2],
                 };
                 for (i, (s, n)) in segs.iter().zip(need).enumerate() {
-                    assert!(f.data_offset(i, t) as u64 + n <= 4 * s.words as u64, "{f:?} step {t} segment {i}");
+                    assert!(
+                        f.data_offset(i, t) as u64 + n <= 4 * s.words as u64,
+                        "{f:?} step {t} segment {i}"
+                    );
                 }
             }
             assert_eq!(f.staged_stride() % 2, 1);

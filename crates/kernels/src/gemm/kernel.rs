@@ -35,7 +35,11 @@ enum BSource {
     /// bf16 tiles copied like A's, one per stage.
     Tiles(TileCopy),
     /// Stored bytes, staged in `raw_s`, dequantized into one of two bf16 tile buffers.
-    Dequant { raw: RawCopy, dec: Decoder, raw_s: Value },
+    Dequant {
+        raw: RawCopy,
+        dec: Decoder,
+        raw_s: Value,
+    },
 }
 
 /// Shared-memory arrays and sizes (in elements of each array).
@@ -63,7 +67,12 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     let (a_stage, b_stage) = (p.bm * BK, p.bn * BK);
     let sm = Smem {
         a_s: k.shared_array("a_tile", Scalar::BF16, stages * a_stage, 128),
-        b_s: k.shared_array("b_tile", Scalar::BF16, if quantized { 2 } else { stages } * b_stage, 128),
+        b_s: k.shared_array(
+            "b_tile",
+            Scalar::BF16,
+            if quantized { 2 } else { stages } * b_stage,
+            128,
+        ),
         a_stage,
         b_stage,
         raw_stage: p.bn * p.format.staged_stride(),
@@ -71,12 +80,16 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     let ids = Ids::emit(k, p);
     let one = k.const_u32(1);
     let last_row = k.sub(m, one);
-    let a_copy = TileCopy::emit(k, &ids, a, ids.row0, Some(last_row), p.k, p.bm, threads);
+    let a_copy = TileCopy::emit(k, p, &ids, a, ids.row0, Some(last_row), p.bm);
     let source = if quantized {
         let raw_s = k.shared_array("b_raw", Scalar::U32, stages * sm.raw_stage, 128);
-        BSource::Dequant { raw: RawCopy::emit(k, p, &ids, b), dec: Decoder::emit(k, p, &ids), raw_s }
+        BSource::Dequant {
+            raw: RawCopy::emit(k, p, &ids, b),
+            dec: Decoder::emit(k, p, &ids),
+            raw_s,
+        }
     } else {
-        BSource::Tiles(TileCopy::emit(k, &ids, b, ids.col0, None, p.k, p.bn, threads))
+        BSource::Tiles(TileCopy::emit(k, p, &ids, b, ids.col0, None, p.bn))
     };
     let fa = FragAddrs::emit(k, p, &ids);
 
@@ -181,7 +194,15 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     });
     // Nothing is read from the copies still in flight (repeats of the last tile).
     k.cp_async_wait(0);
-    store_c(k, p, &ids, c, m, &out[1 + n_frags..], p.epilogue == Epilogue::Accumulate);
+    store_c(
+        k,
+        p,
+        &ids,
+        c,
+        m,
+        &out[1 + n_frags..],
+        p.epilogue == Epilogue::Accumulate,
+    );
     Ok(kb.finish()?)
 }
 

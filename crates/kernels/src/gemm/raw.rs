@@ -149,7 +149,9 @@ impl RawCopy {
         let dst = k.add(stage, self.dst);
         for i in 0..self.instructions {
             let (s, d) = match self.last {
-                Some((ls, ld)) if i + 1 == self.instructions => (k.ptr_add(ls, off), k.add(stage, ld)),
+                Some((ls, ld)) if i + 1 == self.instructions => {
+                    (k.ptr_add(ls, off), k.add(stage, ld))
+                }
                 _ => {
                     let rows = (i * self.rows_per_instruction) as u64;
                     let o = k.const_u64(rows * self.row_bytes);

@@ -15,12 +15,20 @@ pub fn weights(p: &GemmParams, b: &[u8]) -> Result<Vec<f32>, KernelError> {
     let (n, k) = (p.n as usize, p.k as usize);
     let rb = p.format.row_bytes(p.k) as usize;
     if b.len() != n * rb {
-        return Err(KernelError::unsupported(p.name(), format!("B has {} bytes, [{n}, {k}] needs {}", b.len(), n * rb)));
+        return Err(KernelError::unsupported(
+            p.name(),
+            format!("B has {} bytes, [{n}, {k}] needs {}", b.len(), n * rb),
+        ));
     }
     if p.format == BFormat::Bf16 {
-        return Ok(b.chunks_exact(2).map(|h| bf16::from_le_bytes([h[0], h[1]]).to_f32()).collect());
+        return Ok(b
+            .chunks_exact(2)
+            .map(|h| bf16::from_le_bytes([h[0], h[1]]).to_f32())
+            .collect());
     }
-    let rows = par_map(n, |j| dequant::dequantize(p.format.ggml(), &b[j * rb..(j + 1) * rb], k));
+    let rows = par_map(n, |j| {
+        dequant::dequantize(p.format.ggml(), &b[j * rb..(j + 1) * rb], k)
+    });
     let mut out = Vec::with_capacity(n * k);
     for r in rows {
         let r = r.map_err(|e| KernelError::unsupported(p.name(), e.to_string()))?;
@@ -82,7 +90,12 @@ pub fn wrong_weights(p: &GemmParams, w: &[f32]) -> (Vec<f32>, &'static str) {
 /// With `C += A·Bᵀ` the kernel rounds once more, `RN(acc + c)` against the reference's
 /// `RN(S + c)`: the sum's error `E` passes through, plus `u` of each side, so the
 /// tolerance is `E·(1 + u) + 2u·|want|/(1 − u) + 2^-126`.
-pub fn tolerance(p: &GemmParams, abs_sums: &[f64], want: &[f32], accumulate: bool) -> (Vec<f64>, String) {
+pub fn tolerance(
+    p: &GemmParams,
+    abs_sums: &[f64],
+    want: &[f32],
+    accumulate: bool,
+) -> (Vec<f64>, String) {
     let per_k = p.k as f64 * 2f64.powi(-22);
     let tol = abs_sums
         .iter()

@@ -8,15 +8,29 @@ use super::*;
 use crate::case::{compare, run_case};
 
 fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
     eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
     s
 }
 
 fn params(format: BFormat, n: u32, k: u32, bm: u32, bn: u32, wn: u32, stages: u32) -> GemmParams {
-    GemmParams { format, epilogue: Epilogue::Store, n, k, bm, bn, wn, stages }
+    GemmParams {
+        format,
+        epilogue: Epilogue::Store,
+        n,
+        k,
+        bm,
+        bn,
+        wn,
+        stages,
+    }
 }
 
 /// With `A` the identity, `C` is the weights the kernel multiplies: each must be
@@ -27,7 +41,10 @@ fn dequantized_tiles_are_exact() {
     let seed = seed();
     for f in BFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
         let k = f.k_multiple().max(128);
-        for p in [params(f, 64, k, 64, 64, 32, 3), params(f, 128, k, 128, 64, 32, 2)] {
+        for p in [
+            params(f, 64, k, 64, 64, 32, 3),
+            params(f, 128, k, 128, 64, 32, 2),
+        ] {
             let case = exactness_case(&p, seed).unwrap_or_else(|e| panic!("{e}"));
             let out = run_case(&mut InterpExecutor::new(), &case).unwrap_or_else(|e| panic!("{e}"));
             for r in compare(&case, &out).expect("comparable") {
@@ -45,12 +62,24 @@ fn unsupported_shapes_are_refused_by_name() {
     };
     refuse(params(BFormat::Bf16, 100, 64, 128, 128, 64, 3), "n = 100");
     refuse(params(BFormat::Bf16, 128, 48, 128, 128, 64, 3), "k = 48");
-    refuse(params(BFormat::Q4_0, 128, 96, 128, 64, 32, 3), "multiple of 64");
-    refuse(params(BFormat::Q6K, 128, 256, 128, 64, 32, 3), "multiple of 512");
+    refuse(
+        params(BFormat::Q4_0, 128, 96, 128, 64, 32, 3),
+        "multiple of 64",
+    );
+    refuse(
+        params(BFormat::Q6K, 128, 256, 128, 64, 32, 3),
+        "multiple of 512",
+    );
     refuse(params(BFormat::Bf16, 128, 64, 96, 128, 64, 3), "64 or 128");
     refuse(params(BFormat::Bf16, 128, 64, 128, 128, 16, 3), "wn = 16");
-    refuse(params(BFormat::Bf16, 128, 64, 128, 128, 64, 4), "shared memory");
-    refuse(params(BFormat::Bf16, 128, 64, 128, 128, 64, 5), "stages = 5");
+    refuse(
+        params(BFormat::Bf16, 128, 64, 128, 128, 64, 4),
+        "shared memory",
+    );
+    refuse(
+        params(BFormat::Bf16, 128, 64, 128, 128, 64, 5),
+        "stages = 5",
+    );
     let p = params(BFormat::Bf16, 128, 64, 128, 128, 64, 3);
     let e = case(&p, 0, 1).unwrap_err().to_string();
     assert!(e.contains("m = 0"), "{e}");

@@ -50,7 +50,15 @@ impl Ids {
         let row0 = k.mul_const(mt, p.bm);
         let nt = k.ctaid_y();
         let col0 = k.mul_const(nt, p.bn);
-        Ids { tid, lane, warp, warp_m, warp_n, row0, col0 }
+        Ids {
+            tid,
+            lane,
+            warp,
+            warp_m,
+            warp_n,
+            row0,
+            col0,
+        }
     }
 }
 
@@ -72,17 +80,17 @@ impl TileCopy {
     /// takes a pointer per chunk; without, one pointer and constant offsets.
     pub fn emit(
         k: &mut Builder,
+        p: &GemmParams,
         ids: &Ids,
         base: Value,
         first_row: Value,
         last_row: Option<Value>,
-        kdim: u32,
         rows: u32,
-        threads: u32,
     ) -> TileCopy {
+        let kdim = p.k;
         let r = k.shr_const(ids.tid, 2);
         let c = k.and_const(ids.tid, 3);
-        let pass_rows = threads / 4;
+        let pass_rows = p.threads() / 4;
         let c8 = k.shl_const(c, 3);
         let c8 = k.cvt(Scalar::U64, c8);
         let row = k.add(first_row, r);
@@ -101,11 +109,17 @@ impl TileCopy {
                 .collect(),
             None => {
                 let src = at_row(k, row);
-                (0..rows / pass_rows).map(|i| (src, (i * pass_rows) as u64 * kdim as u64)).collect()
+                (0..rows / pass_rows)
+                    .map(|i| (src, (i * pass_rows) as u64 * kdim as u64))
+                    .collect()
             }
         };
         let dst = swizzled(k, r, c);
-        TileCopy { srcs, dst, pass_rows }
+        TileCopy {
+            srcs,
+            dst,
+            pass_rows,
+        }
     }
 
     /// Copy k-tile `tile` (a `u32`) into the stage at element offset `stage` of `smem`.
@@ -158,7 +172,10 @@ impl FragAddrs {
                 swizzled(k, row, chunk)
             })
         };
-        FragAddrs { a: offsets(k, a_row, q_hi), b: offsets(k, b_row, q_lo) }
+        FragAddrs {
+            a: offsets(k, a_row, q_hi),
+            b: offsets(k, b_row, q_lo),
+        }
     }
 }
 
@@ -185,7 +202,10 @@ impl Frags {
     /// Back from [`Frags::values`].
     pub fn from_values(p: &GemmParams, v: &[Value]) -> Frags {
         let na = (WARP_M / 16) as usize;
-        Frags { a: v[..na].to_vec(), b: v[na..na + (p.wn / 8) as usize].to_vec() }
+        Frags {
+            a: v[..na].to_vec(),
+            b: v[na..na + (p.wn / 8) as usize].to_vec(),
+        }
     }
 
     /// Slice `ks` (0 or 1) of the k-step held by the A tile at element offset `a_stage`
@@ -244,7 +264,15 @@ impl Frags {
 ///
 /// Accumulator layout: `c0, c1` at (row `g`, columns `2t, 2t + 1`), `c2, c3` at row
 /// `g + 8`, with `g = lane / 4`, `t = lane mod 4`.
-pub fn store_c(k: &mut Builder, p: &GemmParams, ids: &Ids, c: Value, m: Value, acc: &[Value], accumulate: bool) {
+pub fn store_c(
+    k: &mut Builder,
+    p: &GemmParams,
+    ids: &Ids,
+    c: Value,
+    m: Value,
+    acc: &[Value],
+    accumulate: bool,
+) {
     let g = k.shr_const(ids.lane, 2);
     let t = k.and_const(ids.lane, 3);
     let out_row = {
