@@ -336,6 +336,7 @@ fn narrow_rows_fall_back_to_q8_0_then_f16() {
              stored as F16",
         ]
     );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// ggml's Q8_0 with truncation instead of rounding.
@@ -409,6 +410,7 @@ fn the_bound_check_catches_wrong_quantizers() {
     let view = file.tensor("blk.0.attn_q.weight").unwrap();
     check_bound(GgmlType::Q8_0, &x, view.bytes).unwrap();
     assert!(check_bound(GgmlType::Q8_0, values, view.bytes).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn u32_key(file: &GgufFile, key: &str) -> u32 {
@@ -457,6 +459,7 @@ fn metadata_describes_the_model() {
             file.tensor("rope_freqs.weight").is_err(),
             "no scaling, no factors"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 
@@ -500,6 +503,7 @@ fn llama3_rope_scaling_becomes_per_frequency_divisors() {
     convert::write_json(&dir.join("config.json"), &config);
     let err = run(&dir, TargetType::Q8_0).unwrap_err().to_string();
     assert!(err.contains("yarn"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -532,6 +536,9 @@ fn shards_and_dtypes_convert_alike() {
     }
     // F16 storage converts too, each weight judged against its f16 value.
     check_conversion(&shape, Dtype::F16);
+    for dir in [one, three] {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
 
 fn assert_refused(dir: &Path, needle: &str) {
@@ -583,6 +590,7 @@ fn refusals_name_the_problem() {
     assert_refused(&dir, "model.layers.1.input_layernorm.weight: missing");
     convert::write_json(&dir.join("config.json"), &config);
     run(&dir, TargetType::Q8_0).unwrap();
+    std::fs::remove_dir_all(&base).unwrap();
 }
 
 /// Rewrites `dir/model.safetensors` with `edit` applied to its tensors.
@@ -631,6 +639,7 @@ fn a_bad_weight_is_named_and_leaves_the_previous_output_alone() {
         "the old output is untouched"
     );
     assert!(!dir.join("out.gguf.partial").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -677,4 +686,5 @@ fn unsupported_dtypes_and_unknown_tensors_are_refused_by_name() {
         &mut kept,
     );
     assert_refused(&dir, "model.layers.0.mlp.extra.weight: not a weight");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

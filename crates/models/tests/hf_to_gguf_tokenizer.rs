@@ -85,6 +85,7 @@ fn the_vocabulary_merges_and_special_tokens_are_carried() {
         file.get_str("tokenizer.chat_template").unwrap(),
         convert::TEMPLATE
     );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn llama_cpp_pre(dir: &Path, pre: Value, ignore_merges: bool) -> Result<String, String> {
@@ -153,6 +154,7 @@ fn pre_tokenizers_get_llama_cpp_names() {
         let err = llama_cpp_pre(&dir, pre.clone(), false).unwrap_err();
         assert!(err.contains("has no GGUF name"), "{pre}: {err}");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -188,6 +190,7 @@ fn a_template_post_processor_sets_add_bos() {
     });
     let err = convert_dir(&dir).unwrap_err();
     assert!(err.contains("post-processor BertProcessing"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -217,6 +220,7 @@ fn special_ids_fall_back_to_config_json_and_templates_to_the_jinja_file() {
         EOS
     );
     assert_eq!(file.get_str("tokenizer.chat_template").unwrap(), jinja);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A change to `tokenizer.json`.
@@ -289,4 +293,5 @@ fn tokenizers_gguf_cannot_describe_are_refused() {
     })
     .unwrap();
     assert!(notes.iter().any(|n| n.contains("NFC")), "{notes:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
