@@ -485,7 +485,7 @@ pub fn convert(dir: &Path, config: &HfConfig) -> Result<TokenizerKeys, ConvertEr
         (key("pre"), MetadataValue::String(pre.into())),
         (
             key("tokens"),
-            MetadataValue::Array(MetadataArray::String(tokens.clone())),
+            MetadataValue::Array(MetadataArray::String(tokens)),
         ),
         (
             key("token_type"),
