@@ -118,9 +118,9 @@ impl KernelSpec {
                 let n_pos = r.get("n_pos", 2, MAX_ROWS)?;
                 rope::case(&rope_params(style, &r)?, tokens, n_pos, seed)
             }
-            Family::QGemv(f, e, a) => qgemv::case(&qgemv_params(f, Prologue::None, e, a, &r)?, seed),
+            Family::QGemv(f, e, a) => qgemv::case(&qgemv_params(f, Prologue::None, e, a, &r)?, vectors(&r)?, seed),
             Family::QGemvRmsNorm(f, e) => {
-                qgemv::case(&qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?, seed)
+                qgemv::case(&qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?, vectors(&r)?, seed)
             }
             Family::AttentionDecode(kv, merge) => decode::case(&decode_params(kv, merge, &r)?, seed),
             Family::AttentionMerge(out) => merge::case(&merge_params(out, &r)?, rows_of(&r)?, seed),
@@ -549,6 +549,8 @@ const QGEMV_FLOAT: &[ParamInfo] = &[
     ParamInfo { name: "cols", default: 8192, doc: "columns of W (inputs), a multiple of 8" },
     ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
     ParamInfo { name: "unroll", default: 4, doc: "16-byte weight loads in flight per lane" },
+    ParamInfo { name: "batch", default: 1, doc: "vectors multiplied per pass over the weights, 1..=8" },
+    ParamInfo { name: "n", default: 1, doc: "vectors (case only: the kernel takes n at launch)" },
 ];
 
 const QGEMV_QUANT: &[ParamInfo] = &[
@@ -556,6 +558,8 @@ const QGEMV_QUANT: &[ParamInfo] = &[
     ParamInfo { name: "cols", default: 8192, doc: "columns of W: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K)" },
     ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
     ParamInfo { name: "unroll", default: 2, doc: "pieces (64 or 32 weights) loaded per lane before computing" },
+    ParamInfo { name: "batch", default: 1, doc: "vectors multiplied per pass over the weights, 1..=8" },
+    ParamInfo { name: "n", default: 1, doc: "vectors (case only: the kernel takes n at launch)" },
 ];
 
 const ATTENTION_DECODE: &[ParamInfo] = &[
@@ -565,6 +569,7 @@ const ATTENTION_DECODE: &[ParamInfo] = &[
     ParamInfo { name: "max_blocks", default: 256, doc: "block-table row length (16 tokens a block)" },
     ParamInfo { name: "split", default: 256, doc: "tokens per split: a multiple of 16 and of threads" },
     ParamInfo { name: "threads", default: 128, doc: "threads per block" },
+    ParamInfo { name: "q_stride", default: 0, doc: "elements from one sequence's queries to the next's (0: packed)" },
 ];
 
 const ATTENTION_MERGE: &[ParamInfo] = &[
@@ -600,6 +605,7 @@ const ROPE_APPEND: &[ParamInfo] = &[
     ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads per token" },
     ParamInfo { name: "max_blocks", default: 512, doc: "block-table row length (16 tokens a block)" },
     ParamInfo { name: "threads", default: 256, doc: "threads per block (one warp per head at a time)" },
+    ParamInfo { name: "token_stride", default: 0, doc: "elements from one token's q, k, v rows to the next's (0: packed)" },
 ];
 
 const ARGMAX: &[ParamInfo] = &[
@@ -732,7 +738,13 @@ fn qgemv_params(
         cols: r.get("cols", 1, MAX_COLS)?,
         warps: r.get("warps", 1, 32)?,
         unroll: r.get("unroll", 1, 16)?,
+        batch: r.get("batch", 1, u64::from(qgemv::MAX_BATCH))?,
     })
+}
+
+/// The vectors a matrix–vector case multiplies.
+fn vectors(r: &Reader) -> Result<u32, KernelError> {
+    r.get("n", 1, 1 << 16)
 }
 
 fn decode_params(kv: KvElem, merge: bool, r: &Reader) -> Result<DecodeParams, KernelError> {
@@ -745,6 +757,7 @@ fn decode_params(kv: KvElem, merge: bool, r: &Reader) -> Result<DecodeParams, Ke
         max_blocks: r.get("max_blocks", 1, 1 << 20)?,
         split: r.get("split", 16, 1 << 16)?,
         threads: threads(r)?,
+        q_stride: r.get("q_stride", 0, 1 << 24)?,
     })
 }
 
@@ -776,6 +789,7 @@ fn rope_append_params(style: RopeStyle, qk_norm: bool, kv: KvElem, r: &Reader) -
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
         max_blocks: r.get("max_blocks", 1, 1 << 20)?,
         threads: threads(r)?,
+        token_stride: r.get("token_stride", 0, 1 << 24)?,
     })
 }
 

@@ -68,6 +68,7 @@ fn decode_then_merge_is_attention() {
         threads: 64,
         kv: KvElem::BF16,
         merge: false,
+        q_stride: 0,
     };
     attend(p, OutType::BF16, vec![256, 150, 1]);
     // The engine's pair: an f16 cache, an f32 output.
@@ -85,6 +86,7 @@ fn heads_of_128_without_grouping() {
         threads: 128,
         kv: KvElem::F16,
         merge: false,
+        q_stride: 0,
     };
     attend(p, OutType::F32, vec![256, 200]);
 }
@@ -126,7 +128,10 @@ fn the_last_split_merges_as_the_merge_kernel_does() {
         threads: 64,
         kv: KvElem::F16,
         merge: false,
+        q_stride: 0,
     };
     merged_in_place_as_apart(p, vec![256, 150, 1]);
     merged_in_place_as_apart(DecodeParams { head_dim: 128, n_heads: 6, n_kv_heads: 1, split: 128, threads: 128, ..p }, vec![200]);
+    // Queries read in place from a fused projection's [sequence, q|k|v] rows.
+    merged_in_place_as_apart(DecodeParams { q_stride: (8 + 2 * 2) * 64, ..p }, vec![256, 70, 1]);
 }

@@ -313,6 +313,12 @@ fn rope_append() {
     }
     // Heads of 32 (16 pairs: half the lanes idle) on one warp.
     check(&case("rope_append_neox_qknorm_f16", "tokens=2 n_seqs=1 n_pos=48 head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=3 threads=32"));
+    // Tokens' q, k and v read (and q written) in place in a fused projection's rows of
+    // (4 + 2 + 2) heads of 64.
+    check(&case(
+        "rope_append_gptj_qknorm_f16",
+        "tokens=5 n_seqs=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=2 threads=64 token_stride=512",
+    ));
 }
 
 #[test]

@@ -334,6 +334,7 @@ impl Assembler<'_> {
             warps: 4,
             unroll: if format.is_float() { 4 } else { 2 },
             act: ACT,
+            batch: 1,
         };
         let k = self.kernel(&label, &p, qgemv::build)?;
         let mut args = w.to_vec();
@@ -342,6 +343,10 @@ impl Assembler<'_> {
         args.extend(r);
         args.push(y);
         args.extend(norm.map(|(_, eps)| Operand::Value(Arg::F32(eps))));
+        args.push(Operand::Value(Arg::U32(1)));
+        if r.is_some() {
+            args.push(Operand::Value(Arg::U32(0)));
+        }
         self.push(label, k, p.launch(), args);
         Ok(())
     }
@@ -535,6 +540,7 @@ impl DecodeGraph {
                 // A warp per head, all heads at once where the block allows.
                 threads: 32 * u32_of("heads", (c.heads + c.kv_heads).min(32))?,
                 kv: KV,
+                token_stride: 0,
             };
             let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
             let mut args = vec![
@@ -575,6 +581,7 @@ impl DecodeGraph {
                 threads: attn_threads,
                 kv: KV,
                 merge: true,
+                q_stride: 0,
             };
             let splits = dp.n_splits() as u64;
             let heads = c.heads as u64;
@@ -775,6 +782,7 @@ mod tests {
                 threads,
                 kv: KV,
                 merge: true,
+                q_stride: 0,
             };
             attn_decode::build(&p).unwrap_or_else(|e| panic!("{hd} {group} {ctx}: {e}"));
             assert!(max_blocks * BLOCK_TOKENS >= ctx);

@@ -63,6 +63,10 @@ pub struct DecodeParams {
     pub kv: KvElem,
     /// Whether the last split to finish merges the splits into the f32 output.
     pub merge: bool,
+    /// Elements from one sequence's queries to the next's; 0 for packed queries
+    /// (`n_heads · head_dim` apart). A fused projection's `[n_seqs, q|k|v]` output is
+    /// read in place with its row length here.
+    pub q_stride: u32,
 }
 
 impl DecodeParams {
@@ -126,6 +130,13 @@ impl DecodeParams {
             return bad(format!(
                 "max_blocks = {} must be positive, with max_blocks·16 a multiple of split",
                 self.max_blocks
+            ));
+        }
+        if self.q_stride != 0 && self.q_stride < self.n_heads * self.head_dim {
+            return bad(format!(
+                "q_stride = {} is less than a row of {} queries",
+                self.q_stride,
+                self.n_heads * self.head_dim
             ));
         }
         if self.group() > self.threads {
@@ -193,8 +204,11 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     };
 
     // Stage the group's queries (contiguous: its heads are consecutive).
-    let qstart = wide_mul(&mut k, head0, d);
+    let q_row = if p.q_stride == 0 { p.n_heads * d } else { p.q_stride };
+    let qstart = wide_mul(&mut k, seq, q_row);
     let qg = k.ptr_add(q, qstart);
+    let first_q = k.mul_const(first_head, d);
+    let qg = k.ptr_add(qg, first_q);
     for j in 0..(g * d / 4).div_ceil(t) {
         let i = k.add_const(tid, j * t);
         let limit = k.const_u32(g * d / 4);
@@ -593,8 +607,21 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
     let ([tm, tl, to], explain) = tolerances(p, cache, scale);
     let (wm, _, wo) = reference(p, cache, 1.0);
     let bound = |tol: Vec<f64>| Check::Bound { tol, explain: explain.clone() };
+    // Queries `q_stride` apart when that is set, NaN between them (which a kernel that read
+    // there would spread).
+    let q_row = (p.n_heads * p.head_dim) as usize;
+    let q = match p.q_stride as usize {
+        0 => cache.q.clone(),
+        stride => {
+            let mut q = vec![f32::NAN; cache.n_seqs() * stride];
+            for (s, row) in cache.q.chunks_exact(q_row).enumerate() {
+                q[s * stride..][..q_row].copy_from_slice(row);
+            }
+            q
+        }
+    };
     let mut buffers = vec![
-        Buffer::input("q", data::f32_bytes(&cache.q)),
+        Buffer::input("q", data::f32_bytes(&q)),
         Buffer::input("k_cache", cache.elem.bytes(&cache.k)),
         Buffer::input("v_cache", cache.elem.bytes(&cache.v)),
         Buffer::input("block_table", cache.block_table.iter().flat_map(|v| v.to_le_bytes()).collect()),

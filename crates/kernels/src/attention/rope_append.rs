@@ -16,7 +16,9 @@
 //! nothing to the cache.
 //!
 //! **Layout**: `q` `[tokens, n_heads, head_dim]`, `k`, `v` `[tokens, n_kv_heads,
-//! head_dim]` f32 (`k` and `v` only read); `seq`, `pos` `[tokens]` u32; `block_table`
+//! head_dim]` f32 (`k` and `v` only read), each token's row
+//! [`RopeAppendParams::token_stride`] elements after the last's when that is set (the
+//! q, k and v parts of a fused projection's `[tokens, q|k|v]` output); `seq`, `pos` `[tokens]` u32; `block_table`
 //! `[n_seqs, max_blocks]` u32; `cos`, `sin` `[n_pos, head_dim / 2]` f32
 //! ([`crate::rope::table`]); `q_norm`, `k_norm` `[head_dim]` f32. One block per token;
 //! warp `w` of the block takes heads `w, w + warps, ...` of the `n_heads + n_kv_heads`
@@ -54,6 +56,9 @@ pub struct RopeAppendParams {
     pub threads: u32,
     /// The cache's element type.
     pub kv: KvElem,
+    /// Elements from one token's q (and k, and v) row to the next token's; 0 for packed
+    /// rows (`n_heads · head_dim` and `n_kv_heads · head_dim` apart).
+    pub token_stride: u32,
 }
 
 /// Library names by style, q/k norm and cache element type.
@@ -101,7 +106,19 @@ impl RopeAppendParams {
         if !self.threads.is_multiple_of(32) || !(32..=1024).contains(&self.threads) {
             return bad(format!("threads = {} must be a multiple of 32 in 32..=1024", self.threads));
         }
+        let widest = self.n_heads.max(self.n_kv_heads) * self.head_dim;
+        if self.token_stride != 0 && self.token_stride < widest {
+            return bad(format!("token_stride = {} is less than a row of {widest}", self.token_stride));
+        }
         Ok(())
+    }
+
+    /// Elements between consecutive tokens' q rows and k (or v) rows.
+    fn strides(&self) -> (u32, u32) {
+        match self.token_stride {
+            0 => (self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim),
+            s => (s, s),
+        }
     }
 }
 
@@ -150,9 +167,10 @@ pub fn build(p: &RopeAppendParams) -> Result<Function, KernelError> {
     let tstart = wide_mul(&mut k, row, half);
     let crow = k.ptr_add(cos, tstart);
     let srow = k.ptr_add(sin, tstart);
-    let qstart = wide_mul(&mut k, t, p.n_heads * hd);
+    let (q_stride, kv_stride) = p.strides();
+    let qstart = wide_mul(&mut k, t, q_stride);
     let qrow = k.ptr_add(q, qstart);
-    let kvstart = wide_mul(&mut k, t, p.n_kv_heads * hd);
+    let kvstart = wide_mul(&mut k, t, kv_stride);
     let krow = k.ptr_add(kin, kvstart);
     let vrow = k.ptr_add(vin, kvstart);
     let nan = k.const_f32(f32::NAN);
@@ -367,10 +385,20 @@ pub fn case(p: &RopeAppendParams, n_seqs: u32, tokens: u32, n_pos: u32, seed: u6
     let before = cache.clone();
     let want_q = reference(p, &mut cache, &x, &cos, &sin, n_pos, norms.as_ref());
     let u32s = |x: &[u32]| x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    // Rows `stride` apart, NaN between them (which a kernel that read there would spread).
+    let (q_stride, kv_stride) = p.strides();
+    let spread = |packed: &[f32], row: u32, stride: u32| -> Vec<u8> {
+        let mut out = vec![f32::NAN; (tokens * stride) as usize];
+        for (t, r) in packed.chunks_exact(row as usize).enumerate() {
+            out[t * stride as usize..][..row as usize].copy_from_slice(r);
+        }
+        data::f32_bytes(&out)
+    };
+    let (q_row, kv_row) = (p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim);
     let mut buffers = vec![
-        Buffer::in_out("q", data::f32_bytes(&x.q)),
-        Buffer::input("k", data::f32_bytes(&x.k)),
-        Buffer::input("v", data::f32_bytes(&x.v)),
+        Buffer::in_out("q", spread(&x.q, q_row, q_stride)),
+        Buffer::input("k", spread(&x.k, kv_row, kv_stride)),
+        Buffer::input("v", spread(&x.v, kv_row, kv_stride)),
         Buffer::input("seq", u32s(&x.seq)),
         Buffer::input("pos", u32s(&x.pos)),
         Buffer::input("block_table", u32s(&before.block_table)),
@@ -401,7 +429,7 @@ pub fn case(p: &RopeAppendParams, n_seqs: u32, tokens: u32, n_pos: u32, seed: u6
         buffers,
         args,
         expected: vec![
-            exact(0, data::f32_bytes(&want_q), Scalar::F32),
+            exact(0, spread(&want_q, q_row, q_stride), Scalar::F32),
             exact(8, p.kv.bytes(&cache.k), p.kv.scalar()),
             exact(9, p.kv.bytes(&cache.v), p.kv.scalar()),
         ],

@@ -11,13 +11,23 @@
 //!
 //! With the [`Prologue::RmsNorm`] prologue (f32 activations only) the kernel reads the
 //! f32 residual stream in place of `x` and forms `x = RMSNorm(R)·w` itself
-//! ([`prologue`]): the `_rmsnorm_` kernels take `(…, x, norm_w, [r,] y, eps)`, `x` being
-//! `R`, which `y` must not alias.
+//! ([`prologue`]): the `_rmsnorm_` kernels take `(…, x, norm_w, [r,] y, eps, …)`, `x`
+//! being `R`, which `y` must not alias.
+//!
+//! **Batches**: every kernel multiplies the matrix with `n` vectors (a launch argument:
+//! a decode step of `n` sequences), [`QGemvParams::batch`] of them per pass: a warp loads
+//! and dequantizes each piece of its rows once per pass and multiplies it with every
+//! vector of the pass, so the weights come from device memory once per launch whatever
+//! `n` is (later passes find them in cache). With the prologue each pass stages its
+//! vectors' normalized rows in shared memory. `n` (and, for the residual form,
+//! `r_stride`) are the last arguments: see [`build`].
 //!
 //! **Layout**: `W` `[rows, cols]` row-major in GGUF layout (rows back to back, each a
-//! whole number of blocks; see [`mod@format`] for the units lanes take); `x` `[cols]` in
-//! the activation type [`QGemvParams::act`] (bf16, or f32 where the rounding of the
-//! activations to bf16 costs too much accuracy: the `_xf32` kernels);
+//! whole number of blocks; see [`mod@format`] for the units lanes take); `x` `[n, cols]`
+//! in the activation type [`QGemvParams::act`] (bf16, or f32 where the rounding of the
+//! activations to bf16 costs too much accuracy: the `_xf32` kernels); `y` `[n, rows]`;
+//! `r` `[n, r_stride]` f32 (`r_stride = rows` for a residual stream, 0 to add one bias
+//! row to every product);
 //! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K). Each
 //! warp computes [`QGemvParams::rows_per_warp`] rows (one, or two for quantized matrices
 //! of an even row count, which then share their activation loads), `warps` warps per
@@ -29,8 +39,9 @@
 //! does ([`crate::ggml`]) and accumulates `fma(w, x, acc)` in f32 over its pieces in
 //! order, element by element in the piece's order; the warp sums its lanes by butterfly
 //! ([`crate::lanes::emit_warp_allreduce`]). The order depends on the row's shape only,
-//! never on the batch or the launch, so the plain and residual forms match the reference
-//! bit for bit. The SwiGLU form adds `ex2.approx` and `div.approx` (as
+//! never on `n`, `batch`, the other vectors or the launch, so the plain and residual
+//! forms match the reference bit for bit, and a vector's products are the same bits
+//! whatever batch it is in (batch invariance). The SwiGLU form adds `ex2.approx` and `div.approx` (as
 //! [`crate::silu_mul`]) and is checked within a bound.
 
 pub mod format;
@@ -85,6 +96,21 @@ pub struct QGemvParams {
     pub unroll: u32,
     /// The activations' type: `x`, and `y` of the SwiGLU form.
     pub act: OutType,
+    /// Vectors multiplied per pass, 1..=[`MAX_BATCH`]: each pass reads the weights once.
+    /// With the prologue `batch · cols` may not exceed [`prologue::MAX_COLS`].
+    pub batch: u32,
+}
+
+/// Most vectors one pass multiplies (each adds an accumulator per row to every lane).
+pub const MAX_BATCH: u32 = 8;
+
+/// The most vectors a pass can take for rows of `cols` columns: [`MAX_BATCH`], or with
+/// the RMSNorm prologue as many normalized rows as its shared memory stages (at least 1).
+pub fn widest_batch(prologue: Prologue, cols: u32) -> u32 {
+    match prologue {
+        Prologue::None => MAX_BATCH,
+        Prologue::RmsNorm => (prologue::MAX_COLS / cols.max(1)).clamp(1, MAX_BATCH),
+    }
 }
 
 /// Library names, by format (in [`WeightFormat::ALL`] order) and epilogue.
@@ -160,10 +186,15 @@ impl QGemvParams {
 
     /// Rows each warp computes. Two rows of a quantized matrix share each activation
     /// load and its widening (the dequantizing kernels are bound by instructions, not
-    /// bandwidth), when the rows pair up evenly; the SwiGLU form already pairs its two
-    /// matrices. A row's arithmetic is the same either way.
+    /// bandwidth), when the rows pair up evenly and a pass takes one vector (with more,
+    /// the vectors share each dequantized piece instead, and a second row's piece would
+    /// not fit the registers); the SwiGLU form already pairs its two matrices. A row's
+    /// arithmetic is the same either way.
     pub fn rows_per_warp(&self) -> u32 {
-        let paired = !self.format.is_float() && self.epilogue != Epilogue::SwiGlu && self.rows.is_multiple_of(2);
+        let paired = !self.format.is_float()
+            && self.epilogue != Epilogue::SwiGlu
+            && self.rows.is_multiple_of(2)
+            && self.batch == 1;
         if paired {
             2
         } else {
@@ -179,12 +210,16 @@ impl QGemvParams {
                 format!("cols = {} must be a positive multiple of {unit}", self.cols),
             ));
         }
-        if self.rows == 0 || !(1..=32).contains(&self.warps) || !(1..=16).contains(&self.unroll) {
+        if self.rows == 0
+            || !(1..=32).contains(&self.warps)
+            || !(1..=16).contains(&self.unroll)
+            || !(1..=MAX_BATCH).contains(&self.batch)
+        {
             return Err(KernelError::unsupported(
                 self.name(),
                 format!(
-                    "rows = {} must be positive, warps = {} in 1..=32, unroll = {} in 1..=16",
-                    self.rows, self.warps, self.unroll
+                    "rows = {} must be positive, warps = {} in 1..=32, unroll = {} in 1..=16, batch = {} in 1..={MAX_BATCH}",
+                    self.rows, self.warps, self.unroll, self.batch
                 ),
             ));
         }
@@ -195,11 +230,12 @@ impl QGemvParams {
                     "the RMSNorm prologue forms f32 activations: act must be F32",
                 ));
             }
-            if self.cols > prologue::MAX_COLS {
+            if self.cols * self.batch > prologue::MAX_COLS {
                 return Err(KernelError::unsupported(
                     self.name(),
                     format!(
-                        "cols = {} is more than the {} the RMSNorm prologue stages in shared memory",
+                        "batch × cols = {} × {} is more than the {} values the RMSNorm prologue stages in shared memory",
+                        self.batch,
                         self.cols,
                         prologue::MAX_COLS
                     ),
@@ -219,8 +255,10 @@ impl QGemvParams {
     }
 }
 
-/// `<name>(w, x, y)`, `<name>_residual(w, x, r, y)` or `<name>_swiglu(w_gate, w_up, x, y)`;
-/// with the RMSNorm prologue `norm_w` follows `x` and `eps` comes last.
+/// `<name>(w, x, y, n)`, `<name>_residual(w, x, r, y, n, r_stride)` or
+/// `<name>_swiglu(w_gate, w_up, x, y, n)`; with the RMSNorm prologue `norm_w` follows `x`
+/// and `eps` follows `y`. `n` (u32) is the number of vectors, `r_stride` (u32) the
+/// elements between consecutive vectors' rows of `r`.
 pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     p.check()?;
     let threads = p.warps * 32;
@@ -235,15 +273,12 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let r = (p.epilogue == Epilogue::Residual).then(|| k.param("r", gptr(Scalar::F32)));
     let y_elem = if p.epilogue == Epilogue::SwiGlu { p.act.scalar() } else { Scalar::F32 };
     let y = k.param("y", gptr(y_elem));
+    let norm = norm_w.map(|nw| (nw, k.param("eps", Type::F32)));
+    let n = k.param("n", Type::U32);
+    let r = r.map(|r| (r, k.param("r_stride", Type::U32)));
     let tid = k.tid_x();
-    // The activations the warps read: `x` itself, or the block's normalized copy of it.
-    let x = match norm_w {
-        Some(nw) => {
-            let eps = k.param("eps", Type::F32);
-            prologue::emit_stage_normalized(&mut k, x, nw, eps, p.cols, tid, threads)
-        }
-        None => x,
-    };
+    // The block's normalized copies of the pass's vectors.
+    let staged = norm.map(|_| k.shared_array("x", Scalar::F32, p.batch * p.cols, 16));
     let lane = k.and_const(tid, 31);
     let warp = k.shr_const(tid, 5);
     let block = k.ctaid_x();
@@ -251,51 +286,114 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let first = k.add(first, warp);
     let rpw = p.rows_per_warp();
     let row0 = k.mul_const(first, rpw);
-    let body = |k: &mut Builder| {
-        // The rows' starts in each matrix: row-major over (row, matrix).
-        let rb = p.format.row_bytes(p.cols);
-        let rows: Vec<Value> = (0..rpw).map(|i| k.add_const(row0, i)).collect();
-        let mut streams = vec![];
-        for &row in &rows {
-            let start = wide_mul(k, row, rb);
-            for &w in &weights {
-                let b = k.ptr_cast(Scalar::U8, w);
-                streams.push(k.ptr_add(b, start));
-            }
+    // The rows' starts in each matrix: row-major over (row, matrix).
+    let rb = p.format.row_bytes(p.cols);
+    let rows: Vec<Value> = (0..rpw).map(|i| k.add_const(row0, i)).collect();
+    let mut streams = vec![];
+    for &row in &rows {
+        let start = wide_mul(&mut k, row, rb);
+        for &w in &weights {
+            let b = k.ptr_cast(Scalar::U8, w);
+            streams.push(k.ptr_add(b, start));
         }
-        let totals = emit_dots(k, p, &streams, x, lane);
-        let zero = k.const_u32(0);
-        let is_first = k.eq(lane, zero);
-        k.if_then(is_first, |k| {
-            for (i, &row) in rows.iter().enumerate() {
-                let at = k.ptr_add(y, row);
-                let out = match (p.epilogue, r) {
-                    (Epilogue::Residual, Some(r)) => {
-                        let ra = k.ptr_add(r, row);
-                        let rv = k.load(Type::F32, ra);
-                        k.add(totals[i], rv)
-                    }
-                    (Epilogue::SwiGlu, _) => {
-                        let s = emit_silu(k, totals[2 * i]);
-                        let v = k.mul(s, totals[2 * i + 1]);
-                        match p.act {
-                            OutType::BF16 => k.cvt(Scalar::BF16, v),
-                            OutType::F32 => v,
-                        }
-                    }
-                    _ => totals[i],
-                };
-                k.store(at, out);
-            }
-        });
-    };
-    if p.rows.is_multiple_of(p.warps * rpw) {
-        body(&mut k);
-    } else {
-        let rows = k.const_u32(p.rows);
-        let inside = k.lt(row0, rows);
-        k.if_then(inside, body);
     }
+
+    let zero = k.const_u32(0);
+    let per_pass = k.const_u32(p.batch);
+    k.for_range(zero, n, per_pass, &[], |k, v0, _| {
+        // Vector `v0 + j` of the pass, and whether it exists (the first always does):
+        // emitted where used rather than kept live across the products.
+        let vector = |k: &mut Builder, j: u32| k.add_const(v0, j);
+        let valid = |k: &mut Builder, j: u32| {
+            (j > 0).then(|| {
+                let v = vector(k, j);
+                k.lt(v, n)
+            })
+        };
+        if let (Some(xs), Some((nw, eps))) = (staged, norm) {
+            // The previous pass's warps are done with the staged rows.
+            k.barrier();
+            for j in 0..p.batch {
+                let stage = |k: &mut Builder| {
+                    let v = vector(k, j);
+                    let at = wide_mul(k, v, p.cols);
+                    let src = k.ptr_add(x, at);
+                    let at = k.const_u32(j * p.cols);
+                    let dst = k.ptr_add(xs, at);
+                    prologue::emit_stage_normalized(k, src, nw, eps, p.cols, tid, threads, dst, &format!("rms{j}"));
+                };
+                match valid(k, j) {
+                    Some(c) => k.if_then(c, stage),
+                    None => stage(k),
+                }
+            }
+            k.barrier();
+        }
+        // Where vector `j`'s activations are read: the staged row, or `x`'s.
+        let x_of = |k: &mut Builder, j: u32| match staged {
+            Some(xs) => {
+                let at = k.const_u32(j * p.cols);
+                k.ptr_add(xs, at)
+            }
+            None => {
+                let v = vector(k, j);
+                let at = wide_mul(k, v, p.cols);
+                k.ptr_add(x, at)
+            }
+        };
+        let body = |k: &mut Builder| {
+            let totals = emit_dots(k, p, &streams, &x_of, &valid, lane);
+            let is_first = k.eq(lane, zero);
+            k.if_then(is_first, |k| {
+                for j in 0..p.batch {
+                    let store = |k: &mut Builder| {
+                        let v = vector(k, j);
+                        let yrow = wide_mul(k, v, p.rows);
+                        let rrow = r.map(|(r, stride)| {
+                            let v64 = k.cvt(Scalar::U64, v);
+                            let s64 = k.cvt(Scalar::U64, stride);
+                            let at = k.mul(v64, s64);
+                            k.ptr_add(r, at)
+                        });
+                        let ys = k.ptr_add(y, yrow);
+                        let t = &totals[j as usize];
+                        for (i, &row) in rows.iter().enumerate() {
+                            let at = k.ptr_add(ys, row);
+                            let out = match (p.epilogue, rrow) {
+                                (Epilogue::Residual, Some(rr)) => {
+                                    let ra = k.ptr_add(rr, row);
+                                    let rv = k.load(Type::F32, ra);
+                                    k.add(t[i], rv)
+                                }
+                                (Epilogue::SwiGlu, _) => {
+                                    let s = emit_silu(k, t[2 * i]);
+                                    let v = k.mul(s, t[2 * i + 1]);
+                                    match p.act {
+                                        OutType::BF16 => k.cvt(Scalar::BF16, v),
+                                        OutType::F32 => v,
+                                    }
+                                }
+                                _ => t[i],
+                            };
+                            k.store(at, out);
+                        }
+                    };
+                    match valid(k, j) {
+                        Some(c) => k.if_then(c, store),
+                        None => store(k),
+                    }
+                }
+            });
+        };
+        if p.rows.is_multiple_of(p.warps * rpw) {
+            body(k);
+        } else {
+            let total = k.const_u32(p.rows);
+            let inside = k.lt(row0, total);
+            k.if_then(inside, body);
+        }
+        vec![]
+    });
     Ok(k.finish()?)
 }
 
@@ -310,48 +408,112 @@ fn emit_silu(k: &mut Builder, g: Value) -> Value {
     k.div_approx(g, d)
 }
 
-/// One warp's dot products of its row of each matrix with `x`: the unrolled main loop,
-/// the remaining pieces, the butterflies. Every lane gets the totals.
-fn emit_dots(k: &mut Builder, p: &QGemvParams, wrows: &[Value], x: Value, lane: Value) -> Vec<Value> {
+/// One warp's dot products of its row of each matrix (`wrows`, byte pointers) with each
+/// vector `j` of the pass (its activations at `x_of(j)`; `valid(j)`, where present, says
+/// whether it exists): the unrolled main loop, the remaining pieces, the butterflies.
+/// Every lane gets the totals, `[vector][matrix row]`.
+///
+/// Each step issues the loads of its pieces' weights before any arithmetic; a single
+/// vector's activations are loaded with them, while with several each vector's are loaded
+/// when it is multiplied with the dequantized piece (keeping `batch` vectors' activations
+/// in flight would not fit the registers). The arithmetic of a vector is the same either
+/// way.
+fn emit_dots(
+    k: &mut Builder,
+    p: &QGemvParams,
+    wrows: &[Value],
+    x_of: &dyn Fn(&mut Builder, u32) -> Value,
+    valid: &dyn Fn(&mut Builder, u32) -> Option<Value>,
+    lane: Value,
+) -> Vec<Vec<Value>> {
     let f = p.format;
     let ppu = f.pieces_per_unit();
     let j = k.and_const(lane, ppu - 1);
     let consts = Lane::new(k, f, j);
     let runs = consts.x_runs(k);
-    let xw = words(k, x);
+    let single = p.batch == 1;
+    let x0 = single.then(|| {
+        let x = x_of(k, 0);
+        words(k, x)
+    });
     // Piece l + 32i is sub-piece j of unit l / ppu + (32 / ppu)·i.
     let unit_lane = k.shr_const(lane, ppu.trailing_zeros());
     let units_per_step = 32 / ppu;
+    let streams = wrows.len();
+    // Activations in one 16-byte load.
+    let per_word = match p.act {
+        OutType::BF16 => 8,
+        OutType::F32 => 4,
+    };
 
-    // Issue a piece's loads (each matrix, then the activations) for unit `unit`.
+    // Issue a piece's loads for unit `unit`: each matrix, then (one vector) the activations.
     let issue = |k: &mut Builder, unit: Value| {
         let raws: Vec<_> = wrows.iter().map(|&wr| consts.load(k, wr, unit)).collect();
-        let first = k.mul_const(unit, f.unit_elems());
-        let xs: Vec<Value> = runs
-            .iter()
-            .flat_map(|&(off, len)| {
-                let at = k.add(first, off);
-                load_x(k, p.act, xw, at, len)
-            })
-            .collect();
-        (raws, xs)
+        let xs = x0.map(|xw| {
+            let first = k.mul_const(unit, f.unit_elems());
+            runs.iter()
+                .flat_map(|&(off, len)| {
+                    let at = k.add(first, off);
+                    load_x(k, p.act, xw, at, len)
+                })
+                .collect::<Vec<Value>>()
+        });
+        (raws, xs, unit)
     };
-    let fma_piece = |k: &mut Builder, loaded: (Vec<format::Raw>, Vec<Value>), accs: &[Value]| {
-        let (raws, xs) = loaded;
-        let xs = unpack_x(k, p.act, &xs);
-        raws.iter()
-            .zip(accs)
-            .map(|(raw, &acc)| {
-                let ws = raw.decode(k);
-                ws.iter().zip(&xs).fold(acc, |acc, (&w, &xv)| k.fma(w, xv, acc))
-            })
-            .collect::<Vec<Value>>()
+    let fold = |k: &mut Builder, ws: &[Value], xv: &[Value], acc: Value| {
+        ws.iter().zip(xv).fold(acc, |acc, (&w, &x)| k.fma(w, x, acc))
+    };
+    let fma_piece = |k: &mut Builder, loaded: (Vec<format::Raw>, Option<Vec<Value>>, Value), accs: &[Value]| {
+        let (raws, x0, unit) = loaded;
+        if let Some(x0) = x0 {
+            let xv = unpack_x(k, p.act, &x0);
+            return raws
+                .iter()
+                .zip(accs)
+                .map(|(raw, &acc)| {
+                    let ws = raw.decode(k);
+                    fold(k, &ws, &xv, acc)
+                })
+                .collect::<Vec<Value>>();
+        }
+        let ws: Vec<Vec<Value>> = raws.iter().map(|raw| raw.decode(k)).collect();
+        let mut out = accs.to_vec();
+        for v in 0..p.batch as usize {
+            let before = out[v * streams..(v + 1) * streams].to_vec();
+            // A 16-byte word of activations at a time, so that few are live at once.
+            let multiply = |k: &mut Builder| {
+                let mut accs = before.clone();
+                let x = x_of(k, v as u32);
+                let xw = words(k, x);
+                let first = k.mul_const(unit, f.unit_elems());
+                let mut e = 0;
+                for &(off, len) in &runs {
+                    let start = k.add(first, off);
+                    for w in 0..len / per_word {
+                        let at = k.add_const(start, w * per_word);
+                        let loaded = load_x(k, p.act, xw, at, per_word);
+                        let xv = unpack_x(k, p.act, &loaded);
+                        for (acc, wv) in accs.iter_mut().zip(&ws) {
+                            *acc = fold(k, &wv[e..e + per_word as usize], &xv, *acc);
+                        }
+                        e += per_word as usize;
+                    }
+                }
+                accs
+            };
+            let after = match valid(k, v as u32) {
+                Some(c) => k.if_else(c, &vec![Type::F32; streams], multiply, |_| before.clone()),
+                None => multiply(k),
+            };
+            out[v * streams..(v + 1) * streams].copy_from_slice(&after);
+        }
+        out
     };
 
     let step_pieces = 32 * p.unroll;
     let main = p.pieces() / step_pieces;
     let zero = k.const_f32(0.0);
-    let mut accs = vec![zero; wrows.len()];
+    let mut accs = vec![zero; streams * p.batch as usize];
     if main > 0 {
         let lo = k.const_u32(0);
         let hi = k.const_u32(main);
@@ -391,7 +553,9 @@ fn emit_dots(k: &mut Builder, p: &QGemvParams, wrows: &[Value], x: Value, lane: 
         }
         done += 32;
     }
-    accs.into_iter().map(|a| emit_warp_allreduce(k, a, Combine::Sum)).collect()
+    accs.chunks(streams)
+        .map(|v| v.iter().map(|&a| emit_warp_allreduce(k, a, Combine::Sum)).collect())
+        .collect()
 }
 
 /// Each row's dot product with `x` (values of the activation type), in the kernel's
@@ -495,35 +659,56 @@ fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
     (hi / 8.0, hi)
 }
 
-/// A case: random GGUF rows (every quant pattern; scales from `weight_range`, random
-/// signs, f16 subnormals included for the finest formats), activations in ±[2^-6, 4], a
-/// residual in ±[2^-6, 4] updated in place. With the RMSNorm prologue the activations
-/// are the residual stream to normalize, the norm weight in [0.5, 1.5], eps 1e-5.
-pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
+/// What the residual form adds to the products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Addend {
+    /// Each vector's own row of a residual stream, updated in place (`r_stride = rows`).
+    Residual,
+    /// One bias row added to every vector's products (`r_stride = 0`), `y` apart.
+    Bias,
+}
+
+/// A case of `n` vectors: random GGUF rows (every quant pattern; scales from
+/// `weight_range`, random signs, f16 subnormals included for the finest formats),
+/// activations in ±[2^-6, 4], a residual in ±[2^-6, 4] updated in place. With the RMSNorm
+/// prologue the activations are the residual stream to normalize, the norm weight in
+/// [0.5, 1.5], eps 1e-5.
+pub fn case(p: &QGemvParams, n: u32, seed: u64) -> Result<KernelCase, KernelError> {
+    case_with(p, n, Addend::Residual, seed)
+}
+
+/// As [`case`], with the residual form adding `addend`.
+pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
+    if n == 0 {
+        return Err(KernelError::unsupported(p.name(), "a case needs at least one vector"));
+    }
     let mut rng = data::rng(seed);
     let (lo, hi) = weight_range(p.format, p.cols);
-    let (rows, cols) = (p.rows as usize, p.cols as usize);
+    let (rows, cols, nv) = (p.rows as usize, p.cols as usize, n as usize);
     let matrices = if p.epilogue == Epilogue::SwiGlu { 2 } else { 1 };
     let ws: Vec<Vec<u8>> =
         (0..matrices).map(|_| data::ggml_rows(&mut rng, p.format.ggml(), rows, cols, lo, hi)).collect();
-    let x = data::signed(&mut rng, cols, 0.015625, 4.0);
+    let x = data::signed(&mut rng, nv * cols, 0.015625, 4.0);
     let x: Vec<f32> = match p.act {
         OutType::BF16 => data::to_bf16(&x).iter().map(|v| v.to_f32()).collect(),
         OutType::F32 => x,
     };
-    let x_bytes = match p.act {
-        OutType::BF16 => data::bf16_bytes(&data::to_bf16(&x)),
-        OutType::F32 => data::f32_bytes(&x),
-    };
-    let act_size = x_bytes.len() / cols;
+    let x_bytes = act_bytes(p.act, &x.iter().map(|&v| v as f64).collect::<Vec<_>>());
+    let act_size = x_bytes.len() / (nv * cols);
     // With the prologue `x` is the residual stream, and the dot products see its norm.
     let norm = (p.prologue == Prologue::RmsNorm).then(|| (data::uniform(&mut rng, cols, 0.5, 1.5), 1e-5f32));
-    let x = match &norm {
-        Some((nw, eps)) => prologue::normalize(&x, nw, p.warps * 32, *eps),
-        None => x,
-    };
-    let d: Vec<Vec<f32>> = ws.iter().map(|w| dots(p, w, &x)).collect::<Result<_, _>>()?;
+    // Each vector's products on their own: what the kernel must give whatever the batch.
+    let mut d: Vec<Vec<f32>> = vec![vec![]; matrices];
+    for xv in x.chunks_exact(cols) {
+        let xv = match &norm {
+            Some((nw, eps)) => prologue::normalize(xv, nw, p.warps * 32, *eps),
+            None => xv.to_vec(),
+        };
+        for (m, w) in ws.iter().enumerate() {
+            d[m].extend(dots(p, w, &xv)?);
+        }
+    }
     let w_bytes: u64 = ws.iter().map(|w| w.len() as u64).sum();
     let mut buffers: Vec<Buffer> =
         ws.into_iter().enumerate().map(|(i, w)| Buffer::input(if i == 0 { "w" } else { "w_up" }, w)).collect();
@@ -532,9 +717,10 @@ pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
         buffers.push(Buffer::input("norm_w", data::f32_bytes(nw)));
     }
     let mut args: Vec<CaseArg> = (0..buffers.len()).map(CaseArg::Buffer).collect();
-    let (expected, controls, out_bytes) = match p.epilogue {
+    let outputs = nv * rows;
+    let (expected, controls, out_bytes, r_stride) = match p.epilogue {
         Epilogue::Plain => {
-            buffers.push(Buffer::output("y", rows * 4));
+            buffers.push(Buffer::output("y", outputs * 4));
             args.push(CaseArg::Buffer(buffers.len() - 1));
             let e = Expected {
                 buffer: buffers.len() - 1,
@@ -542,24 +728,38 @@ pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
                 elem: Scalar::F32,
                 check: Check::Exact,
             };
-            (vec![e], vec![], rows * 4)
+            (vec![e], vec![], outputs * 4, None)
         }
         Epilogue::Residual => {
-            // y and r are the same buffer: the residual stream updated in place.
-            let r = data::signed(&mut rng, rows, 0.015625, 4.0);
-            let want: Vec<f32> = d[0].iter().zip(&r).map(|(a, b)| a + b).collect();
-            buffers.push(Buffer::in_out("r", data::f32_bytes(&r)));
-            let i = buffers.len() - 1;
-            args.push(CaseArg::Buffer(i));
-            args.push(CaseArg::Buffer(i));
+            let (added, stride) = match addend {
+                Addend::Residual => (data::signed(&mut rng, outputs, 0.015625, 4.0), p.rows),
+                Addend::Bias => (data::signed(&mut rng, rows, 0.015625, 4.0), 0),
+            };
+            let want: Vec<f32> = d[0].iter().enumerate().map(|(i, a)| a + added[i % added.len()]).collect();
+            let i = match addend {
+                Addend::Residual => {
+                    // y and r are the same buffer: the residual stream updated in place.
+                    buffers.push(Buffer::in_out("r", data::f32_bytes(&added)));
+                    let i = buffers.len() - 1;
+                    args.extend([CaseArg::Buffer(i), CaseArg::Buffer(i)]);
+                    i
+                }
+                Addend::Bias => {
+                    buffers.push(Buffer::input("bias", data::f32_bytes(&added)));
+                    buffers.push(Buffer::output("y", outputs * 4));
+                    let i = buffers.len() - 1;
+                    args.extend([CaseArg::Buffer(i - 1), CaseArg::Buffer(i)]);
+                    i
+                }
+            };
             let e = Expected { buffer: i, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact };
-            (vec![e], vec![], rows * 8)
+            (vec![e], vec![], outputs * 4 + added.len() * 4, Some(stride))
         }
         Epilogue::SwiGlu => {
             let want = swiglu(p.act, &d[0], &d[1]);
             let (tol, explain) = swiglu_tolerance(p.act, &d[0], &want);
             let check = Check::Bound { tol, explain };
-            buffers.push(Buffer::output("y", rows * act_size));
+            buffers.push(Buffer::output("y", outputs * act_size));
             let i = buffers.len() - 1;
             args.push(CaseArg::Buffer(i));
             let wrong = swiglu_without_log2e(p.act, &d[0], &d[1]);
@@ -569,24 +769,26 @@ pub fn case(p: &QGemvParams, seed: u64) -> Result<KernelCase, KernelError> {
                 expected: Expected { buffer: i, data: act_bytes(p.act, &wrong), elem, check: check.clone() },
             };
             let e = Expected { buffer: i, data: act_bytes(p.act, &want), elem, check };
-            (vec![e], vec![control], rows * act_size)
+            (vec![e], vec![control], outputs * act_size, None)
         }
     };
     if let Some((_, eps)) = norm {
         args.push(CaseArg::Scalar(Arg::F32(eps)));
     }
+    args.push(CaseArg::Scalar(Arg::U32(n)));
+    args.extend(r_stride.map(|s| CaseArg::Scalar(Arg::U32(s))));
     let norm_bytes = if norm.is_some() { 4 * cols as u64 } else { 0 };
     Ok(KernelCase {
         name: p.name().to_string(),
-        shape: format!("{}x{}", p.rows, p.cols),
+        shape: format!("{}x{} times {n} vectors, {} a pass", p.rows, p.cols, p.batch),
         kernel,
         launch: p.launch(),
         buffers,
         args,
         expected,
         controls,
-        bytes_moved: w_bytes + (cols * act_size) as u64 + norm_bytes + out_bytes as u64,
-        flops: 2 * matrices as u64 * (rows * cols) as u64,
+        bytes_moved: w_bytes + (nv * cols * act_size) as u64 + norm_bytes + out_bytes as u64,
+        flops: 2 * matrices as u64 * (nv * rows * cols) as u64,
     })
 }
 

@@ -18,8 +18,8 @@ use quench_ir::{Builder, Scalar, Type, Value};
 use crate::lanes::{block_allreduce, emit_block_allreduce, Combine};
 use crate::rows::RowWalk;
 
-/// Largest row the prologue stages: `4·cols` bytes of shared memory, at most 44 KiB
-/// (the static limit is 48 KiB, and the reduction needs a few slots).
+/// Most f32 the prologue stages: `4·cols` bytes of shared memory per vector of a pass, at
+/// most 44 KiB in all (the static limit is 48 KiB, and the reductions need a few slots).
 pub const MAX_COLS: u32 = 11 * 1024;
 
 /// Four f32 at group `g` (elements `4g..4g + 4`) of `base`.
@@ -59,8 +59,11 @@ pub fn emit_inv_rms(
 }
 
 /// The prologue: `x = (R · inv) · w` of the f32 row `r` and norm weight `w` (`cols` f32
-/// each), staged in a fresh shared array whose address it returns. The whole block
-/// (`threads` threads, this one `tid`) must reach it; it ends with a barrier.
+/// each), written to the shared array at `dst` (`cols` f32, 16-byte aligned). The whole
+/// block (`threads` threads, this one `tid`) must reach it; `name` names the reduction's
+/// shared slots. It does not end with a barrier: the caller puts one after the last row
+/// it stages, before any thread reads them.
+#[allow(clippy::too_many_arguments)]
 pub fn emit_stage_normalized(
     k: &mut Builder,
     r: Value,
@@ -69,9 +72,10 @@ pub fn emit_stage_normalized(
     cols: u32,
     tid: Value,
     threads: u32,
-) -> Value {
-    let xs = k.shared_array("x", Scalar::F32, cols, 16);
-    let inv = emit_inv_rms(k, r, cols, tid, threads, eps, "rms");
+    dst: Value,
+    name: &str,
+) {
+    let inv = emit_inv_rms(k, r, cols, tid, threads, eps, name);
     // Each thread normalizes the groups it summed: the row is read from global memory
     // once more (from cache), the weight once.
     let walk = RowWalk { groups: cols / 4, threads };
@@ -88,12 +92,10 @@ pub fn emit_stage_normalized(
             .collect();
         let v = k.pack(Type::Vec(Scalar::F32, 4), &ys);
         let at = k.shl_const(g, 2);
-        let at = k.ptr_add(xs, at);
+        let at = k.ptr_add(dst, at);
         k.store(at, v);
         vec![]
     });
-    k.barrier();
-    xs
 }
 
 /// Host twin of [`emit_inv_rms`].

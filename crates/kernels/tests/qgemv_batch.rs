@@ -1,0 +1,234 @@
+//! The matrix–vector kernels over several vectors at once (a decode step of several
+//! sequences): on the interpreter, every product of every vector against the reference
+//! (bit for bit where the kernel is exact, within the bound for SwiGLU, whose wrong-answer
+//! control must fail), for passes of 1, 3 and 8 vectors with the last pass partial; then
+//! batch invariance itself — each vector's outputs, SwiGLU's included, have the same bits
+//! when it is multiplied alone as in a batch; and the batched kernels the decode step
+//! builds assemble with `ptxas` without register spills.
+//!
+//! Inputs are fresh for each run: the seed comes from `QUENCH_SEED` if set, else at
+//! random, and is printed so that a failure can be replayed.
+
+use quench_kernels::norm_residual::OutType;
+use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
+use quench_kernels::{compare, compare_controls, run_case, CaseArg, Check, KernelCase};
+use quench_rt::{Arg, InterpExecutor};
+
+fn seed() -> u64 {
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
+    s
+}
+
+fn params(
+    format: WeightFormat,
+    prologue: Prologue,
+    epilogue: Epilogue,
+    cols: u32,
+    batch: u32,
+) -> QGemvParams {
+    // With the prologue, no more vectors a pass than its shared memory stages.
+    let batch = batch.min(qgemv::widest_batch(prologue, cols));
+    QGemvParams {
+        format,
+        prologue,
+        epilogue,
+        // Quantized rows pair up per warp; 6 rows over 2 warps leave the last block half
+        // full, 9 (SwiGLU) a warp without rows.
+        rows: if epilogue == Epilogue::SwiGlu { 9 } else { 6 },
+        cols,
+        warps: 2,
+        unroll: if format.is_float() { 2 } else { 1 },
+        act: OutType::F32,
+        batch,
+    }
+}
+
+/// Runs a case and checks every output and control, as the library's interpreter tests do.
+fn check(case: &KernelCase) -> Vec<(usize, Vec<u8>)> {
+    let mut exec = InterpExecutor::new();
+    let out = run_case(&mut exec, case).unwrap_or_else(|e| panic!("{e}"));
+    for r in compare(case, &out).expect("comparable outputs") {
+        assert!(
+            r.passed,
+            "{} {} failed its check:\n{r}",
+            case.name, case.shape
+        );
+    }
+    let bounded = case
+        .expected
+        .iter()
+        .any(|e| matches!(e.check, Check::Bound { .. }));
+    let controls = compare_controls(case, &out).expect("comparable controls");
+    assert!(!bounded || !controls.is_empty());
+    for (what, r) in controls {
+        assert!(
+            !r.passed && r.mismatches * 2 > r.elements,
+            "{}: the wrong reference `{what}` passed",
+            case.name
+        );
+    }
+    out.outputs
+}
+
+/// The formats on shapes of a few pieces per lane, with a partial last step.
+const SHAPES: [(WeightFormat, u32); 5] = [
+    (WeightFormat::F16, 320),
+    (WeightFormat::BF16, 320),
+    (WeightFormat::Q8_0, 2112),
+    (WeightFormat::Q4_1, 2112),
+    (WeightFormat::Q4K, 2304),
+];
+
+#[test]
+fn every_vector_matches_the_reference() {
+    let s = seed();
+    for (i, &(format, cols)) in SHAPES.iter().enumerate() {
+        // 11 vectors: passes of 3 leave 2 in the last, passes of 8 leave 3.
+        for (batch, n) in [(3, 11), (8, 11), (1, 2)] {
+            for prologue in [Prologue::None, Prologue::RmsNorm] {
+                let seed = s ^ (i as u64) << 32 ^ (batch as u64) << 16 ^ n as u64;
+                for epilogue in Epilogue::ALL {
+                    let p = params(format, prologue, epilogue, cols, batch);
+                    check(&qgemv::case(&p, n, seed).expect("case"));
+                }
+                let p = params(format, prologue, Epilogue::Residual, cols, batch);
+                check(&qgemv::case_with(&p, n, Addend::Bias, seed).expect("case"));
+            }
+        }
+    }
+    // Q6_K, and bf16 activations (8 a word), on one form each.
+    let p = params(WeightFormat::Q6K, Prologue::None, Epilogue::Residual, 2304, 8);
+    check(&qgemv::case(&p, 9, s).expect("case"));
+    let p = QGemvParams {
+        act: OutType::BF16,
+        ..params(WeightFormat::Q4_0, Prologue::None, Epilogue::SwiGlu, 2112, 4)
+    };
+    check(&qgemv::case(&p, 6, s).expect("case"));
+}
+
+/// The case cut down to vector `v` alone: its activations, its rows of the outputs (and
+/// of an in-place residual), `n = 1`.
+fn alone(case: &KernelCase, p: &QGemvParams, v: usize) -> KernelCase {
+    let mut c = case.clone();
+    let (rows, cols) = (p.rows as usize, p.cols as usize);
+    let act = match p.act {
+        OutType::F32 => 4,
+        OutType::BF16 => 2,
+    };
+    let out = if p.epilogue == Epilogue::SwiGlu { act } else { 4 };
+    for b in &mut c.buffers {
+        let (from, len) = match b.name.as_str() {
+            "x" => (v * cols * act, cols * act),
+            "y" | "r" => (v * rows * out, rows * out),
+            _ => continue,
+        };
+        b.data = b.data[from..from + len].to_vec();
+    }
+    for a in &mut c.args {
+        if *a == CaseArg::Scalar(Arg::U32(case_n(case))) {
+            *a = CaseArg::Scalar(Arg::U32(1));
+        }
+    }
+    c.expected.clear();
+    c.controls.clear();
+    let one = QGemvParams { batch: 1, ..*p };
+    c.kernel = qgemv::build(&one).expect("builds");
+    c.launch = one.launch();
+    c
+}
+
+/// The case's vector count: its `n` argument, the first u32 scalar.
+fn case_n(case: &KernelCase) -> u32 {
+    case.args
+        .iter()
+        .find_map(|a| match a {
+            CaseArg::Scalar(Arg::U32(n)) => Some(*n),
+            _ => None,
+        })
+        .expect("an n argument")
+}
+
+#[test]
+fn a_vector_has_the_same_bits_alone_and_in_a_batch() {
+    let s = seed();
+    let forms = [
+        (WeightFormat::Q4_1, 2112, Prologue::RmsNorm, Epilogue::SwiGlu, OutType::F32),
+        (WeightFormat::Q4K, 2304, Prologue::RmsNorm, Epilogue::Plain, OutType::F32),
+        (WeightFormat::F16, 320, Prologue::None, Epilogue::Residual, OutType::F32),
+        (WeightFormat::BF16, 320, Prologue::None, Epilogue::SwiGlu, OutType::BF16),
+    ];
+    for (i, (format, cols, prologue, epilogue, act)) in forms.into_iter().enumerate() {
+        let p = QGemvParams {
+            act,
+            ..params(format, prologue, epilogue, cols, 8)
+        };
+        let n = 5;
+        let case = qgemv::case(&p, n, s ^ i as u64).expect("case");
+        let batched = check(&case);
+        let (index, all) = &batched[0];
+        let name = &case.buffers[*index].name;
+        let per = all.len() / n as usize;
+        for v in 0..n as usize {
+            let mut exec = InterpExecutor::new();
+            let single = run_case(&mut exec, &alone(&case, &p, v)).expect("runs");
+            let (_, got) = single
+                .outputs
+                .iter()
+                .find(|(b, _)| case.buffers[*b].name == *name)
+                .expect("the same output");
+            assert!(
+                got[..] == all[v * per..(v + 1) * per],
+                "{}: vector {v} alone differs from the batch",
+                case.name
+            );
+        }
+    }
+}
+
+#[test]
+fn the_decode_steps_batched_kernels_assemble_without_spills() {
+    if let Err(e) = quench_ptx::ptxas::find_ptxas() {
+        eprintln!("SKIPPED: {e}");
+        return;
+    }
+    let mut failures = vec![];
+    // As the decode step builds them: 4 warps, unroll 4 (floats) or 2, 8 vectors a pass,
+    // or as many as 44 KiB of staged rows hold with the prologue.
+    for format in WeightFormat::ALL {
+        for (prologue, cols) in [
+            (Prologue::None, 4096),
+            (Prologue::RmsNorm, 576),
+            (Prologue::RmsNorm, 4096),
+        ] {
+            for epilogue in Epilogue::ALL {
+                let cols = cols / format.unit_elems() * format.unit_elems();
+                let batch = qgemv::widest_batch(prologue, cols);
+                let p = QGemvParams {
+                    rows: 4096,
+                    warps: 4,
+                    unroll: if format.is_float() { 4 } else { 1 },
+                    ..params(format, prologue, epilogue, cols, batch)
+                };
+                let f = qgemv::build(&p).expect("builds");
+                let ptx = quench_ptx::emit(&f).expect("emits");
+                match quench_ptx::ptxas::assemble(&ptx, "sm_90") {
+                    Ok(r) => {
+                        eprintln!(
+                            "{:<36} batch {batch} cols {cols:>5}: registers {:>3}, spills {}/{} B",
+                            f.name, r.registers, r.spill_store_bytes, r.spill_load_bytes
+                        );
+                        if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
+                            failures.push(format!("{} batch {batch}: spills", f.name));
+                        }
+                    }
+                    Err(e) => failures.push(format!("{} batch {batch}: {e}", f.name)),
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
