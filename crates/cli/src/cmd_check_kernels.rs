@@ -47,6 +47,7 @@ fn compare_shape(name: &str) -> &'static str {
         n if n.starts_with("gemm") => "m=200 n=256 k=256",
         n if n.starts_with("embed_") => "tokens=16 vocab=1024 dim=4096",
         n if n.starts_with("layernorm") => "rows=64 cols=4096",
+        n if n.starts_with("rope_append") => "tokens=16 n_seqs=8 max_blocks=16 n_pos=1024",
         n if n.starts_with("rope_") => "tokens=16 n_pos=4096",
         n if n.starts_with("qgemv") => "rows=256 cols=4096",
         n if n.starts_with("attention_decode") => "head_dim=128 n_heads=32 n_kv_heads=8 max_blocks=64 split=256 threads=128",

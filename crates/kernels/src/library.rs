@@ -598,12 +598,12 @@ const KV_APPEND: &[ParamInfo] = &[
 
 const ROPE_APPEND: &[ParamInfo] = &[
     ParamInfo { name: "tokens", default: 64, doc: "tokens rotated and appended (the grid; the case size)" },
-    ParamInfo { name: "n_seqs", default: 64, doc: "sequences in the block table (the case size)" },
+    ParamInfo { name: "n_seqs", default: 8, doc: "sequences in the block table (the case size)" },
     ParamInfo { name: "n_pos", default: 8192, doc: "rows of the cos/sin tables (a launch argument; the case size)" },
     ParamInfo { name: "head_dim", default: 128, doc: "elements per head, a multiple of 4" },
     ParamInfo { name: "n_heads", default: 32, doc: "query heads per token" },
     ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads per token" },
-    ParamInfo { name: "max_blocks", default: 512, doc: "block-table row length (16 tokens a block)" },
+    ParamInfo { name: "max_blocks", default: 64, doc: "block-table row length (16 tokens a block)" },
     ParamInfo { name: "threads", default: 256, doc: "threads per block (one warp per head at a time)" },
     ParamInfo { name: "token_stride", default: 0, doc: "elements from one token's q, k, v rows to the next's (0: packed)" },
 ];
