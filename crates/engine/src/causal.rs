@@ -15,7 +15,8 @@ static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(1);
 pub(crate) enum Weights {
     F32(Decoder<f32>),
     F64(Decoder<f64>),
-    Gpu(crate::gpu::GpuDecoder),
+    /// Boxed: far larger than the CPU decoders' handles.
+    Gpu(Box<crate::gpu::GpuDecoder>),
 }
 
 enum Cache {
@@ -194,7 +195,7 @@ impl CausalModel {
     /// The decoder on the GPU, when the model runs there.
     pub fn gpu_decoder(&self) -> Option<&crate::gpu::GpuDecoder> {
         match &self.weights {
-            Weights::Gpu(d) => Some(d),
+            Weights::Gpu(d) => Some(d.as_ref()),
             _ => None,
         }
     }

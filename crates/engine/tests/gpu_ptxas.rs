@@ -1,5 +1,6 @@
-//! Every kernel of SmolLM2's decode step, at the parameters the engine builds it with,
-//! emitted as PTX and assembled by `ptxas` for sm_90 without register spills. Needs
+//! Every kernel of SmolLM2's decode step, at the parameters the engine builds it with
+//! (the kernels of one-row steps and of steps of up to 64 rows), emitted as PTX and
+//! assembled by `ptxas` for sm_90 without register spills. Needs
 //! `QUENCH_SMOLLM2_GGUF` (the SmolLM2-135M-Instruct Q4_1 GGUF file) and `ptxas`
 //! (`QUENCH_PTXAS`, `PATH` or the nvidia-cuda-nvcc wheel); prints SKIPPED without them.
 
@@ -24,6 +25,7 @@ fn smollm2_step_kernels_assemble_without_spills() {
     let shape = StepShape {
         context: 8192,
         sessions: 1,
+        max_batch: 64,
     };
     let graph = DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).unwrap();
     let mut failures = vec![];

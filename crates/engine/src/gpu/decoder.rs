@@ -1,5 +1,6 @@
 //! The decoder on a device: weights uploaded as stored, the arena and KV cache allocated
-//! once, the decode step captured as a graph and replayed per token.
+//! once, the decode step captured as a graph (once per row count used) and replayed per
+//! step. A step decodes one token for each of up to `max_batch` sessions, its rows.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,7 @@ use quench_rt::{
 use super::arena;
 use super::catalog::Catalog;
 use super::error::{size, GpuError};
-use super::graph::{DecodeGraph, Operand, Region, StepShape, WeightData};
+use super::graph::{DecodeGraph, Operand, Region, StepRecord, StepShape, WeightData};
 use super::kv::{BlockPool, GpuSession};
 use super::profile;
 use super::stored::StoredTensors;
@@ -47,6 +48,9 @@ pub struct GpuOptions {
     pub capture: bool,
     /// Device memory to fit in, in place of what the device reports.
     pub memory_limit: Option<u64>,
+    /// Most sessions one step decodes ([`GpuDecoder::step_batch`]): the activations hold
+    /// this many rows.
+    pub max_batch: usize,
 }
 
 impl Default for GpuOptions {
@@ -56,6 +60,7 @@ impl Default for GpuOptions {
             sessions: 1,
             capture: true,
             memory_limit: None,
+            max_batch: 1,
         }
     }
 }
@@ -83,43 +88,83 @@ pub struct GpuSummary {
     pub kv_cache_bytes: u64,
     /// Positions one session holds.
     pub context: usize,
+    /// Most sessions one step decodes.
+    pub max_batch: usize,
     pub graph_captured: bool,
 }
 
 /// What a step reads back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Read {
+enum Read<'a> {
     Nothing,
-    Logits,
-    /// The device's argmax of the logits.
+    /// The logits of the rows marked.
+    Logits(&'a [bool]),
+    /// The device's argmax of each row's logits.
     Next,
 }
 
 enum Out {
     Nothing,
-    Logits(Vec<f32>),
-    Next(u32),
+    /// Per row: its logits, where they were read.
+    Logits(Vec<Option<Vec<f32>>>),
+    Next(Vec<u32>),
 }
 
-/// Launches of the step, resolved to device addresses.
+/// A launch argument, resolved to a device address or value, or the step's row count.
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Arg(Arg),
+    Rows,
+}
+
+/// A dispatch of the step, resolved to device addresses.
 struct Resolved {
     label: String,
     kernel: KernelId,
     launch: Launch,
-    args: Vec<Arg>,
+    /// The kernel and launch of steps of several rows, where they differ.
+    wide: Option<(KernelId, Launch)>,
+    /// The grid axis that grows with the rows.
+    per_row: Option<usize>,
+    args: Vec<Slot>,
+}
+
+impl Resolved {
+    /// The kernel, launch and arguments of a step of `rows` rows.
+    fn at(&self, rows: u32) -> (KernelId, Launch, Vec<Arg>) {
+        let (kernel, mut launch) = match self.wide {
+            Some(wide) if rows > 1 => wide,
+            _ => (self.kernel, self.launch),
+        };
+        if let Some(axis) = self.per_row {
+            launch.grid[axis] *= rows;
+        }
+        let args = self
+            .args
+            .iter()
+            .map(|s| match *s {
+                Slot::Arg(a) => a,
+                Slot::Rows => Arg::U32(rows),
+            })
+            .collect();
+        (kernel, launch, args)
+    }
 }
 
 /// The executor and everything allocated on it. One step runs at a time.
 struct OnDevice {
     exec: Box<dyn Executor + Send>,
     launches: Vec<Resolved>,
-    graph: Option<GraphId>,
-    step: DevicePtr,
-    table: DevicePtr,
-    logits: DevicePtr,
-    next: Option<DevicePtr>,
-    /// The session (id, table version) whose block table the device holds.
-    resident: Option<(u64, u64)>,
+    /// Whether steps replay captured graphs (else each dispatch is launched).
+    capture: bool,
+    /// The captured step of `i + 1` rows, once a step of that many has run.
+    graphs: Vec<Option<GraphId>>,
+    io: HostAddrs,
+    record: StepRecord,
+    /// Bytes of one row of the block tables.
+    table_row: u64,
+    /// Per row: the session (id, table version) whose block table the device holds.
+    resident: Vec<Option<(u64, u64)>>,
     allocations: Vec<DevicePtr>,
     /// The ring and records of a decoder loaded while profiling.
     profile: Option<profile::Instrumented>,
@@ -128,7 +173,7 @@ struct OnDevice {
 impl Drop for OnDevice {
     fn drop(&mut self) {
         // Best effort: the executor itself releases everything when it goes.
-        if let Some(g) = self.graph.take() {
+        for g in self.graphs.drain(..).flatten() {
             let _ = self.exec.release_graph(g);
         }
         for p in self.allocations.drain(..) {
@@ -141,7 +186,9 @@ impl Drop for OnDevice {
 }
 
 /// A decoder (llama, qwen2, qwen3) whose weights, KV cache and decode step live on a
-/// device. `Send + Sync`: steps of different sessions take turns on the device.
+/// device. `Send + Sync`: steps take turns on the device; one step decodes a token for
+/// each of up to [`GpuDecoder::max_batch`] sessions at once, and a session's logits have
+/// the same bits whichever sessions share its steps.
 pub struct GpuDecoder {
     id: u64,
     config: ModelConfig,
@@ -196,6 +243,7 @@ impl GpuDecoder {
         let shape = StepShape {
             context,
             sessions: options.sessions.max(1),
+            max_batch: options.max_batch.max(1),
         };
         let assembly = profile::span("assemble and plan the decode step");
         let mut graph = DecodeGraph::assemble(&config, &catalog, src, naming, shape)?;
@@ -214,12 +262,13 @@ impl GpuDecoder {
                     needed,
                     available,
                     breakdown: format!(
-                        "weights {}, KV cache {} for {} × {} positions, activations {}",
+                        "weights {}, KV cache {} for {} × {} positions, activations {} for {} rows a step",
                         size(weight_bytes),
                         size(kv_bytes),
                         shape.sessions,
                         context,
-                        size(plan.bytes)
+                        size(plan.bytes),
+                        shape.max_batch
                     ),
                 });
             }
@@ -235,7 +284,7 @@ impl GpuDecoder {
                 Some(p) => {
                     let (state, slots) = profile::attach(p, &mut *exec, ceilings)?;
                     for (l, slot) in launches.iter_mut().zip(slots) {
-                        l.args.extend(slot);
+                        l.args.extend(slot.map(Slot::Arg));
                     }
                     Some(state)
                 }
@@ -255,18 +304,19 @@ impl GpuDecoder {
         let mut on_device = OnDevice {
             exec,
             launches,
-            graph: None,
-            step: io.step,
-            table: io.table,
-            logits: io.logits,
-            next: io.next,
-            resident: None,
+            capture: options.capture,
+            graphs: vec![None; shape.max_batch],
+            io,
+            record: graph.record,
+            table_row: 4 * graph.kv.max_blocks as u64,
+            resident: vec![None; shape.max_batch],
             allocations,
             profile: instrumented,
         };
         if options.capture {
+            // The one-row step now; steps of more rows when they first run.
             let span = profile::span("capture the decode step");
-            on_device.graph = Some(capture(&mut on_device)?);
+            on_device.graphs[0] = Some(capture(&mut on_device, 1)?);
             span.end();
         }
         let summary = GpuSummary {
@@ -286,6 +336,7 @@ impl GpuDecoder {
             activation_bytes: lifetimes.iter().map(|l| l.bytes).sum(),
             kv_cache_bytes: kv_bytes,
             context,
+            max_batch: shape.max_batch,
             graph_captured: options.capture,
         };
         Ok(GpuDecoder {
@@ -320,6 +371,11 @@ impl GpuDecoder {
         GpuSession::new(self.id, self.context_limit(), self.pool.clone())
     }
 
+    /// Most sessions one step decodes.
+    pub fn max_batch(&self) -> usize {
+        self.summary.max_batch
+    }
+
     /// Feeds `tokens` after the positions `session` holds, one decode step each, and
     /// returns the logits of the last. On error the session keeps the positions whose
     /// steps completed.
@@ -327,10 +383,10 @@ impl GpuDecoder {
         self.check_feed(session, tokens)?;
         let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
         for &token in before {
-            self.step(session, token, Read::Nothing)?;
+            self.step(&mut [(&mut *session, token)], Read::Nothing)?;
         }
-        match self.step(session, *last, Read::Logits)? {
-            Out::Logits(l) => Ok(l),
+        match self.step(&mut [(session, *last)], Read::Logits(&[true]))? {
+            Out::Logits(mut rows) => Ok(rows.pop().flatten().unwrap_or_default()),
             _ => Ok(vec![]),
         }
     }
@@ -368,55 +424,198 @@ impl GpuDecoder {
         self.check_feed(session, tokens)?;
         let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
         for &token in before {
-            self.step(session, token, Read::Nothing)?;
+            self.step(&mut [(&mut *session, token)], Read::Nothing)?;
         }
-        match self.step(session, *last, Read::Next)? {
-            Out::Next(t) => Ok(t),
-            Out::Logits(l) => Ok(quench_cpu::argmax(&l).unwrap_or(0)),
-            Out::Nothing => Ok(0),
+        match self.step(&mut [(session, *last)], Read::Next)? {
+            Out::Next(next) => Ok(next.first().copied().unwrap_or(0)),
+            _ => Ok(0),
         }
     }
 
-    /// One decode step of `session` with `token`, reading back what `read` asks for.
-    fn step(&self, session: &mut GpuSession, token: u32, read: Read) -> Result<Out, GpuError> {
-        let pos = session.reserve_next()?;
+    /// Readies `session` to take `token` in the next step: refuses another model's
+    /// session, a token outside the vocabulary and a full context, and takes the KV block
+    /// the new position needs (once: asking again before the step takes nothing more).
+    /// [`GpuDecoder::step_batch`] does this for every row; doing it first, row by row,
+    /// tells which row would make the step fail.
+    pub fn prepare_row(&self, session: &mut GpuSession, token: u32) -> Result<(), GpuError> {
+        if session.model != self.id {
+            return Err(GpuError::ForeignSession);
+        }
+        if token as usize >= self.config.vocab {
+            return Err(GpuError::Token {
+                token,
+                vocab: self.config.vocab,
+            });
+        }
+        let limit = self.context_limit();
+        if session.len() >= limit {
+            return Err(GpuError::ContextFull {
+                limit,
+                used: session.len(),
+                added: 1,
+            });
+        }
+        session.reserve_next().map(|_| ())
+    }
+
+    /// One decode step of several sessions, its rows: row `i` feeds token `rows[i].1`
+    /// after the positions session `rows[i].0` holds. Returns each row's logits. A row's
+    /// logits have the same bits as if its session were stepped alone. At most
+    /// [`GpuDecoder::max_batch`] rows; on error no session has advanced (though a row may
+    /// keep the KV block it took for the step).
+    pub fn step_batch(
+        &self,
+        rows: &mut [(&mut GpuSession, u32)],
+    ) -> Result<Vec<Vec<f32>>, GpuError> {
+        let all = vec![true; rows.len()];
+        match self.step(rows, Read::Logits(&all))? {
+            Out::Logits(l) => Ok(l.into_iter().map(Option::unwrap_or_default).collect()),
+            _ => Ok(vec![]),
+        }
+    }
+
+    /// As [`GpuDecoder::step_batch`], returning each row's greedy next token (the index
+    /// of its largest logit; computed on the device where the vocabulary suits the argmax
+    /// kernel).
+    pub fn step_batch_greedy(
+        &self,
+        rows: &mut [(&mut GpuSession, u32)],
+    ) -> Result<Vec<u32>, GpuError> {
+        match self.step(rows, Read::Next)? {
+            Out::Next(next) => Ok(next),
+            _ => Ok(vec![]),
+        }
+    }
+
+    /// Feeds each row's tokens after the positions its session holds, in steps shared
+    /// by the rows: step `j` decodes token `j` of every row that has one, so rows of
+    /// different lengths (prompts at different positions, or one token each) run
+    /// together. Returns, per row, the logits of its last token, or why that row could
+    /// not be fed (as [`GpuDecoder::feed`] refuses, or its KV block could not be had);
+    /// such a row drops out without disturbing the others. The outer error is a step
+    /// that failed as a whole, or more rows than [`GpuDecoder::max_batch`]; each session
+    /// then holds the positions whose steps completed.
+    #[allow(clippy::type_complexity)]
+    pub fn feed_batch(
+        &self,
+        rows: &mut [(&mut GpuSession, &[u32])],
+    ) -> Result<Vec<Result<Vec<f32>, GpuError>>, GpuError> {
+        if rows.len() > self.max_batch() {
+            return Err(GpuError::BatchTooLarge {
+                rows: rows.len(),
+                max: self.max_batch(),
+            });
+        }
+        let mut out: Vec<Result<Vec<f32>, GpuError>> = rows
+            .iter()
+            .map(|(s, tokens)| self.check_feed(s, tokens).map(|_| vec![]))
+            .collect();
+        let longest = rows.iter().map(|(_, t)| t.len()).max().unwrap_or(0);
+        for j in 0..longest {
+            let mut live = vec![];
+            let mut step_rows = vec![];
+            let mut want = vec![];
+            for (i, (session, tokens)) in rows.iter_mut().enumerate() {
+                if out[i].is_err() || j >= tokens.len() {
+                    continue;
+                }
+                if let Err(e) = self.prepare_row(session, tokens[j]) {
+                    out[i] = Err(e);
+                    continue;
+                }
+                live.push(i);
+                step_rows.push((&mut **session, tokens[j]));
+                want.push(j + 1 == tokens.len());
+            }
+            if step_rows.is_empty() {
+                continue;
+            }
+            let read = if want.contains(&true) {
+                Read::Logits(&want)
+            } else {
+                Read::Nothing
+            };
+            if let Out::Logits(logits) = self.step(&mut step_rows, read)? {
+                for (&i, l) in live.iter().zip(logits) {
+                    if let Some(l) = l {
+                        out[i] = Ok(l);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One decode step of `rows`, reading back what `read` asks for.
+    fn step(&self, rows: &mut [(&mut GpuSession, u32)], read: Read) -> Result<Out, GpuError> {
+        let n = rows.len();
+        if n == 0 {
+            return Err(GpuError::NoTokens);
+        }
+        if n > self.max_batch() {
+            return Err(GpuError::BatchTooLarge {
+                rows: n,
+                max: self.max_batch(),
+            });
+        }
+        for (session, token) in rows.iter_mut() {
+            self.prepare_row(session, *token)?;
+        }
         let mut d = self.device.lock().unwrap_or_else(|e| e.into_inner());
         let d = &mut *d;
-        let mut timer = profile::StepTimer::start(session.id);
-        let during = |what: &str| format!("decode step at position {pos}: {what}");
-        if d.resident != Some((session.id, session.version)) {
+        let mut timer = profile::StepTimer::start(rows[0].0.id);
+        let first = rows[0].0.len();
+        let during = |what: &str| match n {
+            1 => format!("decode step at position {first}: {what}"),
+            _ => format!("decode step of {n} sequences: {what}"),
+        };
+        for (i, (session, _)) in rows.iter().enumerate() {
+            if d.resident[i] == Some((session.id, session.version)) {
+                continue;
+            }
             let table: Vec<u8> = session
                 .blocks
                 .iter()
                 .flat_map(|b| b.to_le_bytes())
                 .collect();
+            let at = d.io.table.offset(i as u64 * d.table_row);
             d.exec
-                .copy_to_device(d.table, &table)
+                .copy_to_device(at, &table)
                 .map_err(GpuError::runtime(during(
-                    "writing the block table (or the previous step's kernels)",
+                    "writing a block table (or the previous step's kernels)",
                 )))?;
-            d.resident = Some((session.id, session.version));
+            d.resident[i] = Some((session.id, session.version));
         }
-        let record: Vec<u8> = [token, pos as u32, pos as u32 + 1, 0]
+        let entries: Vec<(u32, u32)> = rows
             .iter()
-            .flat_map(|v| v.to_le_bytes())
+            .map(|(s, token)| (*token, s.len() as u32))
             .collect();
         d.exec
-            .copy_to_device(d.step, &record)
+            .copy_to_device(d.io.step, &d.record.write(&entries))
             .map_err(GpuError::runtime(during(
-                "writing the token (or the previous step's kernels)",
+                "writing the tokens (or the previous step's kernels)",
             )))?;
-        match d.graph {
-            Some(g) => d
-                .exec
-                .replay(g, StreamId::DEFAULT)
-                .map_err(GpuError::runtime(during("replaying the graph")))?,
-            None => {
-                for l in &d.launches {
-                    d.exec
-                        .launch(l.kernel, &l.launch, &l.args, StreamId::DEFAULT)
-                        .map_err(GpuError::runtime(during(&l.label)))?;
+        let rows_u32 = n as u32;
+        if d.capture {
+            let graph = match d.graphs[n - 1] {
+                Some(g) => g,
+                None => {
+                    let span = profile::span(&format!("capture the decode step of {n} rows"));
+                    let g = capture(d, rows_u32)?;
+                    span.end();
+                    d.graphs[n - 1] = Some(g);
+                    g
                 }
+            };
+            d.exec
+                .replay(graph, StreamId::DEFAULT)
+                .map_err(GpuError::runtime(during("replaying the graph")))?;
+        } else {
+            for l in &d.launches {
+                let (kernel, launch, args) = l.at(rows_u32);
+                d.exec
+                    .launch(kernel, &launch, &args, StreamId::DEFAULT)
+                    .map_err(GpuError::runtime(during(&l.label)))?;
             }
         }
         profile::submitted(&mut timer);
@@ -424,40 +623,82 @@ impl GpuDecoder {
         // step that reads nothing is not waited for: the next step's copies are ordered
         // after it, and a feed always ends with a read.
         let read_back = during("the step's kernels or the read-back");
-        let out = match (read, d.next) {
+        let out = match (read, d.io.next) {
             (Read::Nothing, _) => Out::Nothing,
             (Read::Next, Some(next)) => {
-                let mut bytes = [0u8; 4];
+                let mut bytes = vec![0u8; 4 * n];
                 d.exec
                     .copy_to_host(next, &mut bytes)
                     .map_err(GpuError::runtime(read_back))?;
-                Out::Next(u32::from_le_bytes(bytes))
-            }
-            (Read::Logits, _) | (Read::Next, None) => {
-                let mut bytes = vec![0u8; 4 * self.config.vocab];
-                d.exec
-                    .copy_to_host(d.logits, &mut bytes)
-                    .map_err(GpuError::runtime(read_back))?;
-                Out::Logits(
+                Out::Next(
                     bytes
                         .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                         .collect(),
                 )
             }
+            (Read::Next, None) => {
+                let all = vec![true; n];
+                let logits = read_logits(d, self.config.vocab, &all)
+                    .map_err(GpuError::runtime(read_back))?;
+                Out::Next(
+                    logits
+                        .iter()
+                        .map(|l| l.as_deref().and_then(quench_cpu::argmax).unwrap_or(0))
+                        .collect(),
+                )
+            }
+            (Read::Logits(wanted), _) => Out::Logits(
+                read_logits(d, self.config.vocab, wanted).map_err(GpuError::runtime(read_back))?,
+            ),
         };
         let read_back = !matches!(out, Out::Nothing);
+        let context = rows.iter().map(|(s, _)| s.len() + 1).sum();
         profile::step_done(
             timer,
             d.profile.as_mut(),
             &mut *d.exec,
             d.launches.len(),
-            pos + 1,
+            context,
             read_back,
         )?;
-        session.advance();
+        for (session, _) in rows.iter_mut() {
+            session.advance();
+        }
         Ok(out)
     }
+}
+
+/// The logits of the rows marked in `wanted`, each run of consecutive rows in one copy.
+fn read_logits(
+    d: &mut OnDevice,
+    vocab: usize,
+    wanted: &[bool],
+) -> Result<Vec<Option<Vec<f32>>>, quench_rt::RtError> {
+    let row_bytes = 4 * vocab;
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; wanted.len()];
+    let mut i = 0;
+    while i < wanted.len() {
+        if !wanted[i] {
+            i += 1;
+            continue;
+        }
+        let end = (i..wanted.len())
+            .find(|&j| !wanted[j])
+            .unwrap_or(wanted.len());
+        let mut bytes = vec![0u8; row_bytes * (end - i)];
+        d.exec
+            .copy_to_host(d.io.logits.offset((i * row_bytes) as u64), &mut bytes)?;
+        for (k, row) in bytes.chunks_exact(row_bytes).enumerate() {
+            out[i + k] = Some(
+                row.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            );
+        }
+        i = end;
+    }
+    Ok(out)
 }
 
 /// Device addresses of the host-visible activations.
@@ -528,6 +769,11 @@ fn place(
     let zeros = &graph.activations[graph.io.zeros];
     exec.copy_to_device(act(graph.io.zeros), &vec![0u8; zeros.bytes as usize])
         .map_err(GpuError::runtime("zeroing the arena's zero buffer"))?;
+    exec.copy_to_device(
+        act(graph.io.step).offset(graph.record.part(3)),
+        &graph.record.row_indices(),
+    )
+    .map_err(GpuError::runtime("writing the step's row indices"))?;
 
     let compile = profile::span("compile the kernels");
     let mut kernels = Vec::with_capacity(graph.kernels.len());
@@ -538,10 +784,11 @@ fn place(
         );
     }
     compile.end();
-    let resolve = |op: &Operand| -> Arg {
+    let resolve = |op: &Operand| -> Slot {
         match *op {
-            Operand::Value(a) => a,
-            Operand::At(region, off) => Arg::Ptr(
+            Operand::Value(a) => Slot::Arg(a),
+            Operand::Rows => Slot::Rows,
+            Operand::At(region, off) => Slot::Arg(Arg::Ptr(
                 match region {
                     Region::Act(i) => act(i),
                     Region::Weights(g) => weights.offset(group_at[g]),
@@ -549,7 +796,7 @@ fn place(
                     Region::VCache(l) => kv.offset((2 * l as u64 + 1) * graph.kv.layer_bytes),
                 }
                 .offset(off),
-            ),
+            )),
         }
     };
     let launches = graph
@@ -559,6 +806,8 @@ fn place(
             label: d.label.clone(),
             kernel: kernels[d.kernel],
             launch: d.launch,
+            wide: d.wide.map(|(k, launch)| (kernels[k], launch)),
+            per_row: d.per_row,
             args: d.args.iter().map(resolve).collect(),
         })
         .collect();
@@ -571,27 +820,29 @@ fn place(
     Ok((launches, addrs))
 }
 
-/// Records the step's launches as one graph. A launch the executor refuses names its
-/// dispatch; the capture is closed either way.
-fn capture(d: &mut OnDevice) -> Result<GraphId, GpuError> {
+/// Records the launches of a step of `rows` rows as one graph. A launch the executor
+/// refuses names its dispatch; the capture is closed either way.
+fn capture(d: &mut OnDevice, rows: u32) -> Result<GraphId, GpuError> {
     let s = StreamId::DEFAULT;
+    let during = |what: &str| match rows {
+        1 => format!("capturing the decode step{what}"),
+        _ => format!("capturing the decode step of {rows} rows{what}"),
+    };
     d.exec
         .begin_capture(s)
-        .map_err(GpuError::runtime("capturing the decode step"))?;
+        .map_err(GpuError::runtime(during("")))?;
     let mut failed = None;
     for l in &d.launches {
-        if let Err(e) = d.exec.launch(l.kernel, &l.launch, &l.args, s) {
+        let (kernel, launch, args) = l.at(rows);
+        if let Err(e) = d.exec.launch(kernel, &launch, &args, s) {
             failed = Some(GpuError::Runtime {
-                during: format!("capturing the decode step: {}", l.label),
+                during: during(&format!(": {}", l.label)),
                 source: Box::new(e),
             });
             break;
         }
     }
-    let graph = d
-        .exec
-        .end_capture(s)
-        .map_err(GpuError::runtime("capturing the decode step"));
+    let graph = d.exec.end_capture(s).map_err(GpuError::runtime(during("")));
     match (failed, graph) {
         (None, Ok(g)) => Ok(g),
         (Some(e), Ok(g)) => {

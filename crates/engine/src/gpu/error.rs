@@ -65,6 +65,13 @@ pub enum GpuError {
     )]
     CacheFull { blocks: usize },
 
+    /// More sessions in one step than the decoder was loaded for.
+    #[error(
+        "{rows} sequences in one decode step, but this model was loaded for at most {max} \
+         (raise the batch size when loading)"
+    )]
+    BatchTooLarge { rows: usize, max: usize },
+
     #[error("token id {token} is outside the vocabulary of {vocab} tokens")]
     Token { token: u32, vocab: usize },
 

@@ -1,7 +1,10 @@
-//! Graph assembly: the dispatch list of one decode step (one token of one sequence), with
-//! every argument named symbolically — an activation, a weight, a layer's KV cache — so
-//! that the arena can be planned before anything is allocated, and the list resolved to
-//! device addresses once it is.
+//! Graph assembly: the dispatch list of one decode step (one token for each of up to
+//! [`StepShape::max_batch`] sequences, the step's **rows**), with every argument named
+//! symbolically — an activation, a weight, a layer's KV cache, the row count — so that the
+//! arena can be planned before anything is allocated, and the list resolved to device
+//! addresses once it is. The same list serves every row count: a dispatch's grid grows
+//! with the rows ([`Dispatch::launch_for`]), and every activation holds a row per
+//! sequence (`[rows, width]`).
 //!
 //! One step, with `R` the f32 residual stream. Six dispatches a layer: the norms run
 //! inside the projections that read them (every block of a `_rmsnorm_` GEMV reduces `R`
@@ -12,7 +15,7 @@
 //! bytes are negligible next to the weights'.
 //!
 //! ```text
-//! embed                        R = table[token]
+//! embed                        R = table[token]                           (a block per row)
 //! per layer:
 //!   qgemv_rmsnorm (q|k|v rows) qkv = W_qkv·(norm(R)·w) (+ bias: qwen2)   (f32; 3 GEMVs if formats differ)
 //!   rope_append                q, k = per-head norm (qwen3 only), rotated at `pos`;
@@ -26,12 +29,25 @@
 //! argmax                       next = the largest logit's index (greedy decoding)
 //! ```
 //!
-//! The host writes only the step record (token id, position, context length: one 12-byte
-//! copy) and, every 16 positions or when another session runs, the block table; every
-//! launch argument is fixed, so the list is captured once as a graph and replayed. The
-//! attention's split counters start at zero (written once, with the arena) and every
-//! launch leaves them at zero. Prompts run through the same step token by token for now;
-//! a prefill path with tensor-core GEMMs over whole prompt chunks is a later step.
+//! **Rows.** Row `i` of a step is one sequence: its token, position, context length and
+//! block-table row. The matrix–vector kernels multiply each weight row with every row's
+//! vector (several vectors a pass: the weights are read from memory once per step), the
+//! embedding, RoPE/append, attention (per row, kv head and split) and argmax kernels take
+//! a block (or a kv head's splits) per row. **Batch invariance**: a row's arithmetic never
+//! depends on the row count or on the other rows — every dot product and reduction runs
+//! in the order it runs at one row — so a sequence's logits have the same bits whether it
+//! is stepped alone or with others. A one-row step uses the kernels built for one vector
+//! a pass (their loads issued as at batch 1 before); steps of more rows use the wide
+//! ones ([`Dispatch::launch_for`]).
+//!
+//! The host writes only the step record (per row: token id, position, context length; one
+//! copy) and, every 16 positions or when another session takes the row, the row's block
+//! table; every launch argument is fixed for a row count, so the list is captured as a
+//! graph once per row count used and replayed. The attention's split counters start at
+//! zero (written once, with the arena) and every launch leaves them at zero. Prompts run
+//! through the same step token by token for now (rows at different prompt positions
+//! share steps); a prefill path with tensor-core GEMMs over whole prompt chunks is a
+//! later step.
 
 use std::collections::HashMap;
 
@@ -43,7 +59,7 @@ use quench_kernels::attention::rope_append::{self, RopeAppendParams};
 use quench_kernels::attention::{KvElem, BLOCK_TOKENS};
 use quench_kernels::embed::{self, EmbedParams};
 use quench_kernels::norm_residual::OutType;
-use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
+use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::rope;
 use quench_kernels::KernelError;
 use quench_rt::{Arg, Launch};
@@ -76,6 +92,8 @@ pub(crate) enum Operand {
     /// `bytes` into a region.
     At(Region, u64),
     Value(Arg),
+    /// The step's row count (u32).
+    Rows,
 }
 
 /// One kernel launch of the step.
@@ -83,10 +101,31 @@ pub(crate) enum Operand {
 pub struct Dispatch {
     /// What it computes, for messages: `layer 3: attention`.
     pub label: String,
-    /// Index into [`DecodeGraph::kernels`].
+    /// Index into [`DecodeGraph::kernels`]: the kernel of a one-row step.
     pub kernel: usize,
+    /// The launch of a one-row step.
     pub launch: Launch,
+    /// The kernel and launch of steps of several rows, where they differ (the
+    /// matrix–vector products that take several vectors a pass).
+    pub wide: Option<(usize, Launch)>,
+    /// The grid axis that grows with the rows (one block, or one kv head's blocks, per
+    /// row); `None` where the grid is the same for any row count.
+    pub per_row: Option<usize>,
     pub(crate) args: Vec<Operand>,
+}
+
+impl Dispatch {
+    /// The kernel (index into [`DecodeGraph::kernels`]) and launch of a step of `rows` rows.
+    pub fn launch_for(&self, rows: u32) -> (usize, Launch) {
+        let (kernel, mut launch) = match self.wide {
+            Some(wide) if rows > 1 => wide,
+            _ => (self.kernel, self.launch),
+        };
+        if let Some(axis) = self.per_row {
+            launch.grid[axis] *= rows;
+        }
+        (kernel, launch)
+    }
 }
 
 /// An activation buffer of the step.
@@ -136,21 +175,60 @@ pub struct KvLayout {
     pub layer_bytes: u64,
 }
 
-/// Host-visible activations.
+/// Host-visible activations; `B` is [`StepShape::max_batch`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HostIo {
-    /// `[token, position, context length, sequence 0]` u32.
+    /// The step record, `[4, B]` u32: per row the token, the position, the context length
+    /// (position + 1), then the row's own index (written once: row `i` reads block-table
+    /// row `i`). See [`StepRecord`].
     pub step: usize,
-    /// `[max_blocks]` u32: the running session's block table.
+    /// `[B, max_blocks]` u32: each row's block table.
     pub table: usize,
-    /// `[vocab]` f32.
+    /// `[B, vocab]` f32.
     pub logits: usize,
-    /// Zeros, written once: the attention kernels' split counters (one per kv head),
-    /// which every launch leaves at zero again.
+    /// Zeros, written once: the attention kernels' split counters (one per row and kv
+    /// head), which every launch leaves at zero again.
     pub zeros: usize,
-    /// `[1]` u32: the index of the largest logit (greedy decoding's next token), when
-    /// the vocabulary suits the argmax kernel (a multiple of 4).
+    /// `[B]` u32: the index of each row's largest logit (greedy decoding's next token),
+    /// when the vocabulary suits the argmax kernel (a multiple of 4).
     pub next: Option<usize>,
+}
+
+/// Where the parts of the step record lie: `[tokens | positions | context lengths |
+/// row indices]`, each `max_batch` u32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StepRecord {
+    pub max_batch: usize,
+}
+
+impl StepRecord {
+    pub fn bytes(self) -> u64 {
+        16 * self.max_batch as u64
+    }
+
+    /// Byte offset of part `i` (0 tokens, 1 positions, 2 context lengths, 3 row indices).
+    pub fn part(self, i: u64) -> u64 {
+        4 * i * self.max_batch as u64
+    }
+
+    /// The bytes the host writes before a step (tokens, positions and context lengths;
+    /// the row indices after them are written once): `rows` of `(token, position)`.
+    pub fn write(self, rows: &[(u32, u32)]) -> Vec<u8> {
+        let mut words = vec![0u32; 3 * self.max_batch];
+        for (i, &(token, pos)) in rows.iter().enumerate() {
+            words[i] = token;
+            words[self.max_batch + i] = pos;
+            words[2 * self.max_batch + i] = pos + 1;
+        }
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// The row indices, `0..max_batch`, as written once at [`Self::part`] 3.
+    pub fn row_indices(self) -> Vec<u8> {
+        (0..self.max_batch as u32)
+            .flat_map(|i| i.to_le_bytes())
+            .collect()
+    }
 }
 
 /// Sizes the step is built for.
@@ -160,6 +238,8 @@ pub struct StepShape {
     pub context: usize,
     /// Sessions whose full contexts the shared cache holds at once.
     pub sessions: usize,
+    /// Most rows (sequences) one step decodes: every activation holds this many rows.
+    pub max_batch: usize,
 }
 
 /// The assembled decode step.
@@ -177,6 +257,7 @@ pub struct DecodeGraph {
     pub(crate) activations: Vec<Activation>,
     pub(crate) weights: Vec<WeightGroup>,
     pub(crate) io: HostIo,
+    pub(crate) record: StepRecord,
 }
 
 /// Threads for a kernel walking `groups` 16-byte groups of one row.
@@ -236,6 +317,8 @@ struct Assembler<'a> {
     dispatches: Vec<Dispatch>,
     activations: Vec<Activation>,
     weights: Vec<WeightGroup>,
+    /// Rows of a step at most.
+    max_batch: u32,
 }
 
 impl Assembler<'_> {
@@ -266,11 +349,21 @@ impl Assembler<'_> {
         self.weights.len() - 1
     }
 
-    fn push(&mut self, label: String, kernel: usize, launch: Launch, args: Vec<Operand>) {
+    /// A dispatch whose grid axis `per_row` (if any) grows with the rows.
+    fn push(
+        &mut self,
+        label: String,
+        kernel: usize,
+        launch: Launch,
+        per_row: Option<usize>,
+        args: Vec<Operand>,
+    ) {
         self.dispatches.push(Dispatch {
             label,
             kernel,
             launch,
+            wide: None,
+            per_row,
             args,
         });
     }
@@ -300,10 +393,11 @@ impl Assembler<'_> {
         Ok(Self::floats(stored::vector(self.src, &self.name(t), len)?))
     }
 
-    /// `y = W·x` for a `[rows, cols]` matrix at `w` (`r`: `y = W·x + r`), or
+    /// `y = W·x` for a `[rows, cols]` matrix at `w` (`r`: `y = W·x + r`, `r` a residual
+    /// stream of a row per step row or a bias added to every row), or
     /// `y = silu(W_gate·x)·(W_up·x)` for the two matrices of `w` (SwiGLU); with `norm`
     /// (a weight and epsilon), `x` is the residual stream and the kernel applies the
-    /// RMSNorm to it first.
+    /// RMSNorm to it first. `x` and `y` hold a row per step row.
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
@@ -314,16 +408,17 @@ impl Assembler<'_> {
         w: &[Operand],
         x: Operand,
         norm: Option<(Operand, f32)>,
-        r: Option<Operand>,
+        r: Option<(Operand, Addend)>,
         y: Operand,
     ) -> Result<(), GpuError> {
+        let prologue = if norm.is_some() {
+            Prologue::RmsNorm
+        } else {
+            Prologue::None
+        };
         let p = QGemvParams {
             format,
-            prologue: if norm.is_some() {
-                Prologue::RmsNorm
-            } else {
-                Prologue::None
-            },
+            prologue,
             epilogue: match (w.len(), r) {
                 (2, _) => Epilogue::SwiGlu,
                 (_, Some(_)) => Epilogue::Residual,
@@ -337,17 +432,38 @@ impl Assembler<'_> {
             batch: 1,
         };
         let k = self.kernel(&label, &p, qgemv::build)?;
+        // Steps of several rows take up to 8 vectors a pass (fewer where the prologue's
+        // staged rows would not fit); a quantized piece is then loaded one per lane at a
+        // time, which keeps the registers of 8 vectors' products from spilling.
+        let batch = qgemv::widest_batch(prologue, p.cols).min(self.max_batch);
+        let wide = if batch > 1 {
+            let pw = QGemvParams {
+                batch,
+                unroll: if format.is_float() { 4 } else { 1 },
+                ..p
+            };
+            Some((self.kernel(&label, &pw, qgemv::build)?, pw.launch()))
+        } else {
+            None
+        };
         let mut args = w.to_vec();
         args.push(x);
         args.extend(norm.map(|(w, _)| w));
-        args.extend(r);
+        args.extend(r.map(|(r, _)| r));
         args.push(y);
         args.extend(norm.map(|(_, eps)| Operand::Value(Arg::F32(eps))));
-        args.push(Operand::Value(Arg::U32(1)));
-        if r.is_some() {
-            args.push(Operand::Value(Arg::U32(0)));
+        args.push(Operand::Rows);
+        if let Some((_, addend)) = r {
+            let stride = match addend {
+                Addend::Residual => p.rows,
+                Addend::Bias => 0,
+            };
+            args.push(Operand::Value(Arg::U32(stride)));
         }
-        self.push(label, k, p.launch(), args);
+        self.push(label, k, p.launch(), None, args);
+        if let Some(d) = self.dispatches.last_mut() {
+            d.wide = wide;
+        }
         Ok(())
     }
 }
@@ -374,7 +490,11 @@ impl DecodeGraph {
             dispatches: vec![],
             activations: vec![],
             weights: vec![],
+            max_batch: u32_of("rows a step", shape.max_batch.max(1))?,
         };
+        // Bytes of an activation of `width` elements of `bytes` each, a row per step row.
+        let rows = a.max_batch as u64;
+        let per_row = |width: usize, bytes: u64| rows * width as u64 * bytes;
         let (hidden, hd) = (c.hidden, c.head_dim);
         let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
         let qkv_width = q_width + 2 * kv_width;
@@ -394,23 +514,26 @@ impl DecodeGraph {
         };
 
         // Activations the host touches, live for the whole step.
+        let record = StepRecord {
+            max_batch: a.max_batch as usize,
+        };
         let io = HostIo {
-            step: a.act("step record".into(), 16, true),
-            table: a.act("block table".into(), 4 * max_blocks as u64, true),
-            logits: a.act("logits".into(), 4 * c.vocab as u64, true),
+            step: a.act("step record".into(), record.bytes(), true),
+            table: a.act("block tables".into(), per_row(max_blocks as usize, 4), true),
+            logits: a.act("logits".into(), per_row(c.vocab, 4), true),
             zeros: a.act(
                 "attention split counters".into(),
-                4 * c.kv_heads as u64,
+                per_row(c.kv_heads, 4),
                 true,
             ),
             next: c
                 .vocab
                 .is_multiple_of(4)
-                .then(|| a.act("next token".into(), 4, true)),
+                .then(|| a.act("next tokens".into(), per_row(1, 4), true)),
         };
-        let residual = Region::Act(a.act("residual".into(), 4 * hidden as u64, true));
+        let residual = Region::Act(a.act("residual".into(), per_row(hidden, 4), true));
         let step = Region::Act(io.step);
-        let (token, pos, ctx_len, seq) = (at(step, 0), at(step, 4), at(step, 8), at(step, 12));
+        let [token, pos, ctx_len, seq] = [0, 1, 2, 3].map(|i| at(step, record.part(i)));
         let table = at(Region::Act(io.table), 0);
         let counters = at(Region::Act(io.zeros), 0);
         let r0 = at(residual, 0);
@@ -453,6 +576,7 @@ impl DecodeGraph {
             "token embedding".into(),
             k,
             ep.launch(1),
+            Some(0),
             vec![
                 token,
                 at(Region::Weights(table_group), 0),
@@ -466,12 +590,42 @@ impl DecodeGraph {
             let before = a.dispatches.len();
             let t = |t| DecoderTensor::Layer(l, t);
             let label = |what: &str| format!("layer {l}: {what}");
-            let qkv = Region::Act(a.act(format!("layer {l} q|k|v"), 4 * qkv_width as u64, false));
-            let (q_at, k_at, v_at) = (
-                at(qkv, 0),
-                at(qkv, 4 * q_width as u64),
-                at(qkv, 4 * (q_width + kv_width) as u64),
-            );
+            // One projection writes each row's q|k|v back to back, which RoPE and the
+            // attention read in place (rows `qkv_width` apart); three write q, k and v
+            // apart, each packed.
+            let (q_at, k_at, v_at, token_stride) = match lk.qkv {
+                Qkv::Fused(_) => {
+                    let qkv = Region::Act(a.act(
+                        format!("layer {l} q|k|v"),
+                        per_row(qkv_width, 4),
+                        false,
+                    ));
+                    (
+                        at(qkv, 0),
+                        at(qkv, 4 * q_width as u64),
+                        at(qkv, 4 * (q_width + kv_width) as u64),
+                        u32_of("q|k|v width", qkv_width)?,
+                    )
+                }
+                Qkv::Separate(_) => {
+                    let mut part = |what: &str, width: usize| {
+                        at(
+                            Region::Act(a.act(
+                                format!("layer {l} {what}"),
+                                per_row(width, 4),
+                                false,
+                            )),
+                            0,
+                        )
+                    };
+                    (
+                        part("q", q_width),
+                        part("k", kv_width),
+                        part("v", kv_width),
+                        0,
+                    )
+                }
+            };
             let norms = a.group(vec![
                 a.vector(t(L::AttnNorm), hidden)?,
                 a.vector(t(L::FfnNorm), hidden)?,
@@ -497,7 +651,7 @@ impl DecodeGraph {
             };
             let wg = &a.weights[wqkv];
             let w_offsets = [0, wg.offset(1), wg.offset(2)];
-            let y_offsets = [0u64, 4 * q_width as u64, 4 * (q_width + kv_width) as u64];
+            let b_offsets = [0u64, 4 * q_width as u64, 4 * (q_width + kv_width) as u64];
             match lk.qkv {
                 Qkv::Fused(f) => {
                     a.gemv(
@@ -508,12 +662,13 @@ impl DecodeGraph {
                         &[at(Region::Weights(wqkv), 0)],
                         r0,
                         attn_norm,
-                        bias.map(|b| at(b, 0)),
+                        bias.map(|b| (at(b, 0), Addend::Bias)),
                         q_at,
                     )?;
                 }
                 Qkv::Separate(formats) => {
                     let rows = [q_width, kv_width, kv_width];
+                    let ys = [q_at, k_at, v_at];
                     for (i, what) in ["q", "k", "v"].iter().enumerate() {
                         a.gemv(
                             label(&format!("attention norm + {what} projection")),
@@ -523,8 +678,8 @@ impl DecodeGraph {
                             &[at(Region::Weights(wqkv), w_offsets[i])],
                             r0,
                             attn_norm,
-                            bias.map(|b| at(b, y_offsets[i])),
-                            at(qkv, y_offsets[i]),
+                            bias.map(|b| (at(b, b_offsets[i]), Addend::Bias)),
+                            ys[i],
                         )?;
                     }
                 }
@@ -540,7 +695,7 @@ impl DecodeGraph {
                 // A warp per head, all heads at once where the block allows.
                 threads: 32 * u32_of("heads", (c.heads + c.kv_heads).min(32))?,
                 kv: KV,
-                token_stride: 0,
+                token_stride,
             };
             let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
             let mut args = vec![
@@ -570,7 +725,7 @@ impl DecodeGraph {
                 "rope + kv append"
             };
             let k = a.kernel(&label(what), &rp, rope_append::build)?;
-            a.push(label(what), k, rp.launch(1), args);
+            a.push(label(what), k, rp.launch(1), Some(0), args);
 
             let dp = DecodeParams {
                 head_dim: rp.head_dim,
@@ -581,22 +736,27 @@ impl DecodeGraph {
                 threads: attn_threads,
                 kv: KV,
                 merge: true,
-                q_stride: 0,
+                q_stride: token_stride,
             };
-            let splits = dp.n_splits() as u64;
-            let heads = c.heads as u64;
-            let part_m =
-                Region::Act(a.act(format!("layer {l} split maxima"), 4 * heads * splits, false));
-            let part_l =
-                Region::Act(a.act(format!("layer {l} split sums"), 4 * heads * splits, false));
+            let splits = dp.n_splits() as usize;
+            let part_m = Region::Act(a.act(
+                format!("layer {l} split maxima"),
+                per_row(c.heads * splits, 4),
+                false,
+            ));
+            let part_l = Region::Act(a.act(
+                format!("layer {l} split sums"),
+                per_row(c.heads * splits, 4),
+                false,
+            ));
             let part_o = Region::Act(a.act(
                 format!("layer {l} split outputs"),
-                4 * heads * splits * hd as u64,
+                per_row(c.heads * splits * hd, 4),
                 false,
             ));
             let attn = Region::Act(a.act(
                 format!("layer {l} attention output"),
-                ACT_BYTES * q_width as u64,
+                per_row(q_width, ACT_BYTES),
                 false,
             ));
             let k = a.kernel(&label("attention"), &dp, attn_decode::build)?;
@@ -605,6 +765,7 @@ impl DecodeGraph {
                 label("attention"),
                 k,
                 dp.launch(1),
+                Some(1),
                 vec![
                     q_at,
                     kc,
@@ -629,7 +790,7 @@ impl DecodeGraph {
                 &[at(Region::Weights(wo), 0)],
                 at(attn, 0),
                 None,
-                Some(r0),
+                Some((r0, Addend::Residual)),
                 r0,
             )?;
 
@@ -640,7 +801,7 @@ impl DecodeGraph {
             let up_at = a.weights[gate_up].offset(1);
             let ffn = Region::Act(a.act(
                 format!("layer {l} ffn hidden"),
-                ACT_BYTES * c.ffn as u64,
+                per_row(c.ffn, ACT_BYTES),
                 false,
             ));
             a.gemv(
@@ -666,7 +827,7 @@ impl DecodeGraph {
                 &[at(Region::Weights(down), 0)],
                 at(ffn, 0),
                 None,
-                Some(r0),
+                Some((r0, Addend::Residual)),
                 r0,
             )?;
             layer_dispatches.push(a.dispatches.len() - before);
@@ -701,6 +862,7 @@ impl DecodeGraph {
                 "argmax".into(),
                 k,
                 p.launch(1),
+                Some(0),
                 vec![logits, at(Region::Act(next), 0)],
             );
         }
@@ -720,6 +882,7 @@ impl DecodeGraph {
             activations: a.activations,
             weights: a.weights,
             io,
+            record,
         })
     }
 

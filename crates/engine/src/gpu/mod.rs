@@ -69,7 +69,7 @@ pub fn load_causal(path: &Path, backend: Backend, options: &LoadOptions) -> Resu
     info.weight_bytes = summary.weight_bytes;
     info.kv_cache_bytes = summary.kv_cache_bytes;
     Ok(CausalModel::new(
-        Weights::Gpu(decoder),
+        Weights::Gpu(Box::new(decoder)),
         side.tokenizer,
         side.template,
         side.eos_ids,

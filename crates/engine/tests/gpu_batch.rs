@@ -1,0 +1,364 @@
+//! Batched decode on the kernel interpreter: sequences at different positions stepped
+//! together (joining and leaving the batch, changing rows from step to step) get logits
+//! with the same bits as each stepped alone, on the same decoder and on one loaded for
+//! single steps; for a fused q|k|v projection (llama), q/k/v biases and a tied head
+//! (qwen2), per-head q/k norms (qwen3) and separate quantized q, k and v projections.
+//! Batches past the limit, and rows that cannot be fed, are refused without disturbing
+//! the others.
+//!
+//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
+//! and is printed so that a failure can be replayed.
+
+use std::path::PathBuf;
+
+use quench_cpu::{ModelConfig, Naming};
+use quench_engine::gpu::{load_decoder, Backend, GpuDecoder, GpuError, GpuOptions, GpuSession};
+use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
+use quench_kernels::data::ggml_rows;
+use quench_models::gguf::{GgufWriter, MetadataValue};
+use quench_models::{GgmlType, GgufFile};
+use quench_rt::InterpExecutor;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn seed() -> u64 {
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
+    s
+}
+
+const CONTEXT: usize = 32;
+
+fn options(max_batch: usize) -> GpuOptions {
+    GpuOptions {
+        context: Some(CONTEXT),
+        sessions: 4,
+        max_batch,
+        ..GpuOptions::default()
+    }
+}
+
+/// A synthetic Hugging Face checkpoint of the tiny shape (bf16: q, k and v in one
+/// projection), under the target's temporary folder.
+fn synth(arch: SynthArch, seed: u64) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gpu-batch-{}-{seed:x}", arch.name()));
+    let options = SynthOptions {
+        arch,
+        shape: SynthShape::Tiny,
+        seed,
+        dtype: SynthDtype::Bf16,
+        max_shard_bytes: SynthOptions::DEFAULT_SHARD_BYTES,
+    };
+    synthesize(&dir, &options, &mut |_| {}).expect("synthesizes");
+    dir
+}
+
+const HIDDEN: usize = 64;
+const HEAD_DIM: usize = 32;
+const FFN: usize = 128;
+const VOCAB: usize = 64;
+
+/// A tiny qwen2 GGUF whose q, k and v are stored in different formats (three projections,
+/// each with its bias): two heads over one kv head, one layer.
+fn separate_qkv(rng: &mut ChaCha8Rng) -> GgufFile {
+    let mut w = GgufWriter::new();
+    let meta = [
+        (
+            "general.architecture",
+            MetadataValue::String("qwen2".into()),
+        ),
+        ("qwen2.embedding_length", MetadataValue::U32(HIDDEN as u32)),
+        ("qwen2.block_count", MetadataValue::U32(1)),
+        ("qwen2.feed_forward_length", MetadataValue::U32(FFN as u32)),
+        ("qwen2.attention.head_count", MetadataValue::U32(2)),
+        ("qwen2.attention.head_count_kv", MetadataValue::U32(1)),
+        ("qwen2.context_length", MetadataValue::U32(256)),
+        (
+            "qwen2.attention.layer_norm_rms_epsilon",
+            MetadataValue::F32(1e-6),
+        ),
+        ("qwen2.rope.freq_base", MetadataValue::F32(10000.0)),
+        ("qwen2.vocab_size", MetadataValue::U32(VOCAB as u32)),
+    ];
+    for (k, v) in meta {
+        w.add_metadata(k, v).expect("metadata");
+    }
+    let mut tensors: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = vec![];
+    let mut matrix = |name, t, rows: usize, cols: usize, rng: &mut ChaCha8Rng| {
+        let per_scale = match t {
+            GgmlType::Q8_0 => 74.0,
+            GgmlType::Q4_1 => 9.0,
+            _ => 1.0,
+        };
+        let hi = 1.0 / (cols as f32).sqrt() / per_scale / 0.6;
+        let bytes = ggml_rows(rng, t, rows, cols, hi / 8.0, hi);
+        tensors.push((name, vec![cols as u64, rows as u64], t, bytes));
+    };
+    matrix("token_embd.weight", GgmlType::Q8_0, VOCAB, HIDDEN, rng);
+    matrix("output.weight", GgmlType::Q4_1, VOCAB, HIDDEN, rng);
+    matrix(
+        "blk.0.attn_q.weight",
+        GgmlType::Q8_0,
+        2 * HEAD_DIM,
+        HIDDEN,
+        rng,
+    );
+    matrix("blk.0.attn_k.weight", GgmlType::Q4_1, HEAD_DIM, HIDDEN, rng);
+    matrix("blk.0.attn_v.weight", GgmlType::F16, HEAD_DIM, HIDDEN, rng);
+    matrix(
+        "blk.0.attn_output.weight",
+        GgmlType::Q4_1,
+        HIDDEN,
+        2 * HEAD_DIM,
+        rng,
+    );
+    matrix("blk.0.ffn_gate.weight", GgmlType::Q8_0, FFN, HIDDEN, rng);
+    matrix("blk.0.ffn_up.weight", GgmlType::Q8_0, FFN, HIDDEN, rng);
+    matrix("blk.0.ffn_down.weight", GgmlType::Q4_1, HIDDEN, FFN, rng);
+    let mut vector = |name, len: usize, lo: f32, hi: f32, rng: &mut ChaCha8Rng| {
+        let bytes = (0..len)
+            .flat_map(|_| rng.gen_range(lo..hi).to_le_bytes())
+            .collect();
+        tensors.push((name, vec![len as u64], GgmlType::F32, bytes));
+    };
+    vector("output_norm.weight", HIDDEN, 0.5, 1.5, rng);
+    vector("blk.0.attn_norm.weight", HIDDEN, 0.5, 1.5, rng);
+    vector("blk.0.ffn_norm.weight", HIDDEN, 0.5, 1.5, rng);
+    vector("blk.0.attn_q.bias", 2 * HEAD_DIM, -0.5, 0.5, rng);
+    vector("blk.0.attn_k.bias", HEAD_DIM, -0.5, 0.5, rng);
+    vector("blk.0.attn_v.bias", HEAD_DIM, -0.5, 0.5, rng);
+    for (name, dims, t, bytes) in &tensors {
+        w.add_tensor(name, dims, *t, bytes).expect("tensor");
+    }
+    GgufFile::from_bytes(w.to_bytes()).expect("a GGUF image")
+}
+
+fn gguf_decoder(file: &GgufFile, options: &GpuOptions) -> GpuDecoder {
+    let config = ModelConfig::from_gguf(file).expect("config");
+    GpuDecoder::new(
+        config,
+        file,
+        Naming::Gguf,
+        Box::new(InterpExecutor::new()),
+        None,
+        options,
+    )
+    .expect("loads")
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Fails with the number of logits whose bits differ, and the first of them.
+fn same(got: &[u32], want: &[u32], what: impl FnOnce() -> String) {
+    if got != want {
+        let diff: Vec<usize> = (0..got.len().max(want.len()))
+            .filter(|&i| got.get(i) != want.get(i))
+            .collect();
+        let i = diff[0];
+        panic!(
+            "{}: {} of {} logits differ; the first, {i}: {:?} vs {:?} alone",
+            what(),
+            diff.len(),
+            want.len(),
+            got.get(i).map(|&b| f32::from_bits(b)),
+            want.get(i).map(|&b| f32::from_bits(b)),
+        );
+    }
+}
+
+/// The logits after each token of `tokens`, stepped alone from an empty session.
+fn alone(decoder: &GpuDecoder, tokens: &[u32]) -> Vec<Vec<u32>> {
+    let mut s = decoder.new_session();
+    tokens
+        .iter()
+        .map(|&t| bits(&decoder.feed(&mut s, &[t]).expect("steps")))
+        .collect()
+}
+
+/// Three sequences stepped together: a prompt each through `feed_batch` (lengths 4, 1
+/// and 6: the rows share the first step and leave one by one), then single tokens with
+/// `step_batch` where the third sequence sits out a step and the rows come in a
+/// different order every step. Every logit is compared, bit for bit, with the sequence
+/// stepped alone on the same decoder and on `single` (loaded for one row a step).
+fn check_batched(what: &str, decoder: &GpuDecoder, single: &GpuDecoder, rng: &mut ChaCha8Rng) {
+    let vocab = decoder.config().vocab as u32;
+    let lens = [4, 1, 6];
+    let total = [9, 7, 10];
+    let seqs: Vec<Vec<u32>> = total
+        .iter()
+        .map(|&n| (0..n).map(|_| rng.gen_range(0..vocab)).collect())
+        .collect();
+    let want: Vec<Vec<Vec<u32>>> = seqs.iter().map(|t| alone(decoder, t)).collect();
+    for (i, row) in alone(single, &seqs[0]).iter().enumerate() {
+        same(row, &want[0][i], || {
+            format!("{what}: position {i} on the one-row decoder")
+        });
+    }
+
+    let mut sessions: Vec<GpuSession> = (0..3).map(|_| decoder.new_session()).collect();
+    let mut fed = lens.to_vec();
+    {
+        let mut rows: Vec<(&mut GpuSession, &[u32])> = sessions
+            .iter_mut()
+            .zip(&seqs)
+            .zip(lens)
+            .map(|((s, t), n)| (s, &t[..n]))
+            .collect();
+        let got = decoder.feed_batch(&mut rows).expect("the batch runs");
+        for (i, l) in got.into_iter().enumerate() {
+            let l = l.unwrap_or_else(|e| panic!("{what}: row {i}: {e}"));
+            same(&bits(&l), &want[i][lens[i] - 1], || {
+                format!("{what}: sequence {i}'s prompt")
+            });
+        }
+    }
+    for step in 0.. {
+        // Rotate the order; the third sequence skips step 1.
+        let order: Vec<usize> = (0..3)
+            .map(|k| (k + step) % 3)
+            .filter(|&i| fed[i] < total[i] && !(i == 2 && step == 1))
+            .collect();
+        if order.is_empty() {
+            break;
+        }
+        let mut picked: Vec<Option<&mut GpuSession>> = sessions.iter_mut().map(Some).collect();
+        let mut rows: Vec<(&mut GpuSession, u32)> = order
+            .iter()
+            .map(|&i| (picked[i].take().expect("once"), seqs[i][fed[i]]))
+            .collect();
+        let got = decoder.step_batch(&mut rows).expect("the step runs");
+        for (&i, l) in order.iter().zip(&got) {
+            same(&bits(l), &want[i][fed[i]], || {
+                format!(
+                    "{what}: sequence {i} at position {} (step {step} of {} rows)",
+                    fed[i],
+                    order.len()
+                )
+            });
+            fed[i] += 1;
+        }
+    }
+    assert_eq!(fed, total);
+}
+
+#[test]
+fn sequences_stepped_together_match_each_stepped_alone() {
+    let s = seed();
+    for arch in [SynthArch::Llama, SynthArch::Qwen2, SynthArch::Qwen3] {
+        let dir = synth(arch, s);
+        let decoder = load_decoder(&dir, Backend::Interp, &options(4)).expect("loads");
+        assert_eq!(decoder.max_batch(), 4);
+        let single = load_decoder(&dir, Backend::Interp, &options(1)).expect("loads");
+        let mut rng = ChaCha8Rng::seed_from_u64(s ^ 7);
+        check_batched(arch.name(), &decoder, &single, &mut rng);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+    let file = separate_qkv(&mut rng);
+    let decoder = gguf_decoder(&file, &options(3));
+    assert_eq!(decoder.summary().layer_dispatches, [8]);
+    let single = gguf_decoder(&file, &options(1));
+    check_batched("qwen2 with separate q, k, v", &decoder, &single, &mut rng);
+    // Replaying captured steps and launching every dispatch agree.
+    let direct = gguf_decoder(
+        &file,
+        &GpuOptions {
+            capture: false,
+            ..options(3)
+        },
+    );
+    check_batched("launched directly", &direct, &single, &mut rng);
+}
+
+#[test]
+fn greedy_steps_take_each_rows_largest_logit() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = separate_qkv(&mut rng);
+    let decoder = gguf_decoder(&file, &options(3));
+    let mut a: Vec<GpuSession> = (0..3).map(|_| decoder.new_session()).collect();
+    let mut b: Vec<GpuSession> = (0..3).map(|_| decoder.new_session()).collect();
+    let tokens: Vec<u32> = (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let mut rows: Vec<(&mut GpuSession, u32)> = a.iter_mut().zip(tokens.clone()).collect();
+    let logits = decoder.step_batch(&mut rows).expect("steps");
+    let mut rows: Vec<(&mut GpuSession, u32)> = b.iter_mut().zip(tokens).collect();
+    let next = decoder.step_batch_greedy(&mut rows).expect("steps");
+    let host: Vec<u32> = logits
+        .iter()
+        .map(|l| quench_cpu::argmax(l).expect("a largest logit"))
+        .collect();
+    assert_eq!(next, host);
+}
+
+#[test]
+fn batches_past_the_limit_and_rows_that_cannot_run_are_refused() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = separate_qkv(&mut rng);
+    let decoder = gguf_decoder(&file, &options(2));
+    let mut s: Vec<GpuSession> = (0..3).map(|_| decoder.new_session()).collect();
+    let mut rows: Vec<(&mut GpuSession, u32)> = s.iter_mut().map(|s| (s, 1)).collect();
+    match decoder.step_batch(&mut rows) {
+        Err(e @ GpuError::BatchTooLarge { rows: 3, max: 2 }) => {
+            assert!(e.to_string().contains("at most 2"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(s.iter().all(GpuSession::is_empty), "nothing ran");
+
+    // A token outside the vocabulary and an overlong prompt fail their rows only.
+    let good: Vec<u32> = (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let want = alone(&decoder, &good);
+    let (mut a, mut b) = (decoder.new_session(), decoder.new_session());
+    let bad = [2, VOCAB as u32];
+    let mut rows: Vec<(&mut GpuSession, &[u32])> = vec![(&mut a, &good), (&mut b, &bad)];
+    let got = decoder.feed_batch(&mut rows).expect("the batch runs");
+    same(
+        &bits(got[0].as_ref().expect("the good row runs")),
+        &want[2],
+        || "the good row".into(),
+    );
+    assert!(
+        matches!(got[1], Err(GpuError::Token { .. })),
+        "{:?}",
+        got[1]
+    );
+    assert!(b.is_empty());
+    let long = vec![1; CONTEXT + 1];
+    let mut rows: Vec<(&mut GpuSession, &[u32])> = vec![(&mut b, &long), (&mut a, &[3])];
+    let got = decoder.feed_batch(&mut rows).expect("the batch runs");
+    assert!(matches!(got[0], Err(GpuError::ContextFull { .. })));
+    assert_eq!(got[1].as_ref().map(Vec::len).ok(), Some(VOCAB));
+    assert_eq!(a.len(), 4);
+
+    // A shared cache of one session's worth (two blocks of 16): the second row's first
+    // position finds no block, the first row runs on.
+    let small = gguf_decoder(
+        &file,
+        &GpuOptions {
+            sessions: 1,
+            ..options(2)
+        },
+    );
+    let first: Vec<u32> = (0..17).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let want = alone(&small, &first);
+    let (mut a, mut b) = (small.new_session(), small.new_session());
+    let mut rows: Vec<(&mut GpuSession, &[u32])> = vec![(&mut a, &first[..16])];
+    small.feed_batch(&mut rows).expect("runs")[0]
+        .as_ref()
+        .expect("fits");
+    let mut rows: Vec<(&mut GpuSession, &[u32])> = vec![(&mut a, &first[16..]), (&mut b, &[5])];
+    let got = small.feed_batch(&mut rows).expect("runs");
+    same(
+        &bits(got[0].as_ref().expect("the first row runs")),
+        &want[16],
+        || "the row with blocks".into(),
+    );
+    match &got[1] {
+        Err(e @ GpuError::CacheFull { blocks: 2 }) => eprintln!("{e}"),
+        other => panic!("{other:?}"),
+    }
+}
