@@ -169,10 +169,7 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     );
     receipt::write_json(receipt_path, &rec)?;
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&outcome).map_err(|e| e.to_string())?
-        );
+        receipt::print_json(&outcome)?;
     } else {
         println!(
             "{model_name} on {}: prompt {} tokens, {} generated, median of {}",

@@ -357,10 +357,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     receipt::write_json(&receipt_path, &rec)?;
 
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&outcome).map_err(|e| e.to_string())?
-        );
+        receipt::print_json(&outcome)?;
     } else {
         println!(
             "{model_name} on {} ({} threads): prompt {} tokens, {} generated, median of {}",

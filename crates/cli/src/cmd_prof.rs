@@ -19,6 +19,7 @@ use quench_prof::{chrome_trace, instrument, shapes::small_params, summarize, Cei
 use quench_rt::{CudaExecutor, Executor, InterpExecutor, StreamId};
 use serde_json::{json, Value};
 
+use crate::cmd_bench::median;
 use crate::cmd_check_kernels::copy_bandwidth_gbps;
 use crate::receipt;
 
@@ -221,16 +222,6 @@ fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
     emit_json(a, &receipt::receipt("prof", device_json(decoder), json!({"command": a.command}), bound, outcome))
 }
 
-/// Median of a non-empty list.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 fn step_stats(step_ns: &[u64]) -> Value {
     if step_ns.is_empty() {

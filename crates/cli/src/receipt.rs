@@ -50,3 +50,9 @@ pub fn write_json(path: &Path, v: &Value) -> Result<(), String> {
     std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
+
+/// Prints `v` as pretty JSON on stdout.
+pub fn print_json(v: &Value) -> Result<(), String> {
+    println!("{}", serde_json::to_string_pretty(v).map_err(|e| e.to_string())?);
+    Ok(())
+}
