@@ -59,6 +59,7 @@ impl ModelArgs {
             },
             context_limit: self.context,
             sessions: None,
+            max_batch: None,
         }
     }
 

@@ -70,6 +70,19 @@ impl Session {
         self.truncate(0);
     }
 
+    /// After a feed of `tokens` (a prefix of which the session held before): the tokens
+    /// list follows the cache, which holds those whose steps completed.
+    fn keep_fed(&mut self, tokens: &[u32]) {
+        let held = match &self.cache {
+            Cache::F32(c) => c.len(),
+            Cache::F64(c) => c.len(),
+            Cache::Gpu(c) => c.len(),
+        };
+        self.tokens.clear();
+        self.tokens
+            .extend_from_slice(&tokens[..held.min(tokens.len())]);
+    }
+
     fn truncate(&mut self, len: usize) {
         self.tokens.truncate(len);
         match &mut self.cache {
@@ -347,6 +360,145 @@ impl CausalModel {
             logits: trace.logits,
         })
     }
+}
+
+/// One sequence's part in [`CausalModel::feed_batch`].
+pub struct BatchItem<'a> {
+    pub session: &'a mut Session,
+    /// The whole context, as a prompt of [`CausalModel::generate`]: the session keeps the
+    /// longest prefix it shares with it and computes the rest (at least the last token).
+    pub tokens: &'a [u32],
+}
+
+impl CausalModel {
+    /// The logits after the last token of each item's `tokens`, each item's session left
+    /// holding all of them.
+    ///
+    /// On a GPU the items run as batches of up to the `max_batch` given at load: every
+    /// decode step takes the next token of each item that has one left, so prompts of
+    /// different lengths and single drawn tokens share steps. An item's logits have the
+    /// same bits whichever items it runs with. On the CPU the items run one after another.
+    ///
+    /// An item that cannot run (another model's session, no tokens, a full context, a
+    /// token outside the vocabulary, no free KV block) fails alone; a GPU step that fails
+    /// as a whole fails the items it was running. A failed item's session holds the
+    /// tokens whose steps completed.
+    pub fn feed_batch(&self, items: &mut [BatchItem<'_>]) -> Vec<Result<Vec<f32>>> {
+        // What each item computes: its tokens from `from[i]` on.
+        let mut from = vec![0; items.len()];
+        let mut out: Vec<Option<Result<Vec<f32>>>> = Vec::with_capacity(items.len());
+        for (i, item) in items.iter_mut().enumerate() {
+            match self.reuse_prefix(item.session, item.tokens) {
+                Ok(reused) => {
+                    from[i] = reused;
+                    out.push(None);
+                }
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        let pending: Vec<usize> = (0..items.len()).filter(|&i| out[i].is_none()).collect();
+        match &self.weights {
+            Weights::Gpu(decoder) => {
+                for group in pending.chunks(decoder.max_batch().max(1)) {
+                    feed_gpu_group(decoder, items, &from, group, &mut out);
+                }
+            }
+            weights => {
+                for &i in &pending {
+                    let item = &mut items[i];
+                    let fresh = &item.tokens[from[i]..];
+                    let result = match (weights, &mut item.session.cache) {
+                        (Weights::F32(d), Cache::F32(c)) => last_logits(d, c, fresh),
+                        (Weights::F64(d), Cache::F64(c)) => last_logits(d, c, fresh),
+                        _ => Err(EngineError::ForeignSession),
+                    };
+                    item.session.keep_fed(item.tokens);
+                    out[i] = Some(result);
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or(Err(EngineError::ForeignSession)))
+            .collect()
+    }
+
+    /// Cuts `session` to the longest prefix it shares with `tokens` (leaving at least the
+    /// last token to compute) and returns that prefix's length.
+    fn reuse_prefix(&self, session: &mut Session, tokens: &[u32]) -> Result<usize> {
+        if session.model_id != self.id {
+            return Err(EngineError::ForeignSession);
+        }
+        if tokens.is_empty() {
+            return Err(EngineError::Unsupported {
+                what: "feeding a sequence no tokens".into(),
+                reason: "each sequence needs at least one token".into(),
+            });
+        }
+        let shared = session
+            .tokens
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let reused = shared.min(tokens.len() - 1);
+        session.truncate(reused);
+        Ok(reused)
+    }
+}
+
+/// Feeds the items of `group` (at most the decoder's batch), each from `from[i]` on,
+/// through one GPU batch.
+fn feed_gpu_group(
+    decoder: &crate::gpu::GpuDecoder,
+    items: &mut [BatchItem<'_>],
+    from: &[usize],
+    group: &[usize],
+    out: &mut [Option<Result<Vec<f32>>>],
+) {
+    let mut members = vec![];
+    let mut rows = vec![];
+    for (i, item) in items.iter_mut().enumerate() {
+        if !group.contains(&i) {
+            continue;
+        }
+        match &mut item.session.cache {
+            Cache::Gpu(c) => {
+                rows.push((c, &item.tokens[from[i]..]));
+                members.push(i);
+            }
+            _ => out[i] = Some(Err(EngineError::ForeignSession)),
+        }
+    }
+    match decoder.feed_batch(&mut rows) {
+        Ok(results) => {
+            for (&i, r) in members.iter().zip(results) {
+                out[i] = Some(r.map_err(EngineError::from));
+            }
+        }
+        Err(e) => {
+            let reason = e.to_string();
+            for &i in &members {
+                let failed = crate::gpu::GpuError::BatchFailed {
+                    reason: reason.clone(),
+                };
+                out[i] = Some(Err(failed.into()));
+            }
+        }
+    }
+    for &i in &members {
+        let item = &mut items[i];
+        item.session.keep_fed(item.tokens);
+    }
+}
+
+/// The logits of the last of `tokens`, fed after `cache`.
+fn last_logits<T: Real>(
+    decoder: &Decoder<T>,
+    cache: &mut KvCache<T>,
+    tokens: &[u32],
+) -> Result<Vec<f32>> {
+    let logits = decoder.forward(cache, tokens, Logits::Last)?;
+    Ok(logits.row(0).iter().map(|v| v.to_f32()).collect())
 }
 
 impl std::fmt::Debug for CausalModel {

@@ -37,7 +37,7 @@ mod options;
 pub mod synth;
 mod text;
 
-pub use causal::{CausalModel, GenerateOptions, Generation, Prompt, Session};
+pub use causal::{BatchItem, CausalModel, GenerateOptions, Generation, Prompt, Session};
 pub use embedding::{Embedding, EmbeddingModel, Pooling};
 pub use error::{EngineError, Result};
 pub use info::{Format, ModelInfo, ModelKind};

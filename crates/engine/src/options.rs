@@ -41,4 +41,7 @@ pub struct LoadOptions {
     /// On a GPU: sessions whose full contexts the KV cache holds at once (`None`: one).
     /// On the CPU each session's cache grows as it needs.
     pub sessions: Option<usize>,
+    /// On a GPU: most sequences one decode step runs together
+    /// ([`crate::CausalModel::feed_batch`]; `None`: one). Activation memory grows with it.
+    pub max_batch: Option<usize>,
 }

@@ -362,3 +362,93 @@ fn batches_past_the_limit_and_rows_that_cannot_run_are_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The logits `generate` draws its first token from, for the whole of `tokens`.
+fn first_logits(model: &quench_engine::CausalModel, tokens: &[u32]) -> Vec<u32> {
+    let options = quench_engine::GenerateOptions {
+        max_tokens: 1,
+        ignore_eos: true,
+        keep_logits: true,
+        ..Default::default()
+    };
+    let g = model
+        .generate(
+            &mut model.new_session(),
+            quench_engine::Prompt::Tokens(tokens),
+            &options,
+            &mut |_| {},
+        )
+        .expect("generates");
+    bits(&g.logits.expect("kept")[0])
+}
+
+#[test]
+fn models_feed_sessions_in_batches_as_generate_computes_them() {
+    use quench_engine::{BatchItem, Device, LoadOptions};
+    let s = seed();
+    let dir = synth(SynthArch::Qwen2, s ^ 3);
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+    let cpu = quench_engine::load(&dir, &LoadOptions::default()).expect("loads");
+    let gpu_options = LoadOptions {
+        device: Device::Cuda,
+        context_limit: Some(CONTEXT),
+        sessions: Some(3),
+        max_batch: Some(2),
+        ..LoadOptions::default()
+    };
+    let gpu = quench_engine::gpu::load_causal(&dir, Backend::Interp, &gpu_options).expect("loads");
+    for (what, model) in [
+        ("cpu", cpu.causal().expect("generates text")),
+        ("gpu", &gpu),
+    ] {
+        let contexts: Vec<Vec<u32>> = [3, 1, 5]
+            .iter()
+            .map(|&n| (0..n).map(|_| rng.gen_range(0..256)).collect())
+            .collect();
+        let mut sessions: Vec<_> = (0..3).map(|_| model.new_session()).collect();
+        // Three items with a batch of two on the GPU: they run as two batches.
+        for round in 0..2 {
+            let contexts: Vec<Vec<u32>> = match round {
+                0 => contexts.clone(),
+                // Grown by a token, and the last cut and continued differently.
+                _ => vec![
+                    [&contexts[0][..], &[9]].concat(),
+                    [&contexts[1][..], &[4]].concat(),
+                    [&contexts[2][..2], &[1, 2]].concat(),
+                ],
+            };
+            let mut items: Vec<BatchItem<'_>> = sessions
+                .iter_mut()
+                .zip(&contexts)
+                .map(|(session, tokens)| BatchItem { session, tokens })
+                .collect();
+            let got = model.feed_batch(&mut items);
+            for (i, r) in got.iter().enumerate() {
+                let l = r.as_ref().unwrap_or_else(|e| panic!("item {i}: {e}"));
+                same(&bits(l), &first_logits(model, &contexts[i]), || {
+                    format!("{what}, round {round}, item {i}")
+                });
+                assert_eq!(sessions[i].tokens(), &contexts[i][..]);
+            }
+        }
+        // Another model's session fails alone.
+        let mut foreign = if what == "gpu" {
+            cpu.causal().expect("generates text").new_session()
+        } else {
+            gpu.new_session()
+        };
+        let mut mine = model.new_session();
+        let mut items = vec![
+            BatchItem {
+                session: &mut foreign,
+                tokens: &[1, 2],
+            },
+            BatchItem {
+                session: &mut mine,
+                tokens: &[3],
+            },
+        ];
+        let got = model.feed_batch(&mut items);
+        assert!(got[0].is_err() && got[1].is_ok());
+    }
+}

@@ -1,11 +1,16 @@
 //! Models loaded from files by quench-engine, seen through the server's traits.
 //!
-//! quench-engine drives a whole generation per call. A scheduler step is one such call
-//! that draws a single token: the engine reuses what the session already holds of the
-//! tokens passed and computes only the rest, and the logits of the last position are
-//! kept. What the engine drew is ignored; the scheduler draws itself.
+//! On a GPU a scheduler step is one [`CausalModel::feed_batch`]: the running sequences'
+//! tokens go through batched decode steps together (each step a token of every sequence
+//! that has one left, prefill chunks and drawn tokens alike), and a sequence's logits do
+//! not depend on the others. On the CPU a step calls the engine once per sequence, each
+//! a generation that draws a single token: the engine reuses what the session already
+//! holds of the tokens passed and computes only the rest, and the logits of the last
+//! position are kept. What the engine drew is ignored; the scheduler draws itself.
 
-use quench_engine::{CausalModel, EmbeddingModel, GenerateOptions, Message, Prompt, Session};
+use quench_engine::{
+    BatchItem, CausalModel, EmbeddingModel, GenerateOptions, Message, Prompt, Session,
+};
 
 use crate::backend::{BackendError, CausalBackend, Embedded, EmbeddingBackend, StepItem};
 use crate::text::{TextFailure, TextSide};
@@ -41,6 +46,9 @@ impl CausalBackend for CausalModel {
     }
 
     fn step(&self, items: &mut [StepItem<'_, EngineCache>]) -> Vec<Result<Vec<f32>, BackendError>> {
+        if self.gpu_decoder().is_some() {
+            return step_batched(self, items);
+        }
         let options = GenerateOptions {
             max_tokens: 1,
             ignore_eos: true,
@@ -72,6 +80,37 @@ impl CausalBackend for CausalModel {
             })
             .collect()
     }
+}
+
+/// One step of every item through the engine's batched feed.
+fn step_batched(
+    model: &CausalModel,
+    items: &mut [StepItem<'_, EngineCache>],
+) -> Vec<Result<Vec<f32>, BackendError>> {
+    let before: Vec<usize> = items.iter().map(|i| i.cache.tokens.len()).collect();
+    let mut batch: Vec<BatchItem<'_>> = items
+        .iter_mut()
+        .map(|item| {
+            let cache = &mut *item.cache;
+            cache.tokens.extend_from_slice(item.tokens);
+            BatchItem {
+                session: &mut cache.session,
+                tokens: &cache.tokens,
+            }
+        })
+        .collect();
+    let results = model.feed_batch(&mut batch);
+    drop(batch);
+    results
+        .into_iter()
+        .zip(items.iter_mut().zip(before))
+        .map(|(result, (item, before))| {
+            result.map_err(|e| {
+                item.cache.tokens.truncate(before);
+                BackendError(e.to_string())
+            })
+        })
+        .collect()
 }
 
 impl TextSide for CausalModel {

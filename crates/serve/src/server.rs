@@ -314,6 +314,7 @@ async fn load_causal(
         reason,
     };
     let (spec2, context, device) = (spec.clone(), config.context, config.device);
+    let max_batch = config.engine.max_batch;
     // On a GPU the KV cache is allocated up front: as many whole contexts as the block
     // budget holds (the scheduler admits sequences by the same budget).
     let gpu_sessions = config.engine.kv_blocks * crate::engine::blocks::BLOCK_TOKENS
@@ -335,6 +336,7 @@ async fn load_causal(
                     device,
                     context_limit: context,
                     sessions: Some(gpu_sessions.max(1)),
+                    max_batch: Some(max_batch),
                     ..Default::default()
                 };
                 let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;

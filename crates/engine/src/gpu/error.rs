@@ -72,6 +72,10 @@ pub enum GpuError {
     )]
     BatchTooLarge { rows: usize, max: usize },
 
+    /// A decode step shared with other sequences failed as a whole.
+    #[error("a decode step shared with other sequences failed: {reason}")]
+    BatchFailed { reason: String },
+
     #[error("token id {token} is outside the vocabulary of {vocab} tokens")]
     Token { token: u32, vocab: usize },
 

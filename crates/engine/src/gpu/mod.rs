@@ -8,9 +8,13 @@
 //!   q/k/v in one product and gate/up in one SwiGLU kernel; its activations share one
 //!   arena ([`arena`]), planned before anything is allocated.
 //! - [`GpuDecoder`]: weights uploaded as stored (never expanded), a paged KV cache shared
-//!   by its [`GpuSession`]s, the step captured once and replayed per token with only the
-//!   token id, position and (every 16 positions) the block table written by the host.
-//!   Prompts are fed through the same step, one token at a time.
+//!   by its [`GpuSession`]s, the step captured once per row count and replayed with only
+//!   the rows' token ids, positions and (every 16 positions, or when a session takes
+//!   another row) block tables written by the host. One step decodes a token for each of
+//!   up to `max_batch` sessions ([`GpuDecoder::step_batch`]), each weight read once for
+//!   all of them, and a session's logits have the same bits whichever sessions share its
+//!   steps. Prompts are fed through the same step, one token at a time (prompts at
+//!   different positions share steps: [`GpuDecoder::feed_batch`]).
 //! - [`check`]: the FP64 check of a device generation against the CPU reference.
 //! - [`profile`]: GPU times of every dispatch of every step, switched on for the process.
 //!
@@ -49,8 +53,9 @@ use crate::text;
 
 /// Loads the decoder at `path` with its tokenizer and chat template, its weights on
 /// `backend` (`quench_engine::load` with [`crate::Device::Cuda`] is this with CUDA device 0).
-/// `options.context_limit` sizes the KV cache ([`DEFAULT_CONTEXT`] positions when unset);
-/// `options.precision` does not apply (the GPU kernels have their own).
+/// `options.context_limit` sizes the KV cache ([`DEFAULT_CONTEXT`] positions when unset),
+/// `options.max_batch` the activations of a step; `options.precision` does not apply (the
+/// GPU kernels have their own).
 /// [`CausalModel::gpu_decoder`] reaches the decoder (what was put on the device, timing).
 pub fn load_causal(path: &Path, backend: Backend, options: &LoadOptions) -> Result<CausalModel> {
     let ckpt = checkpoint::open(path)?;
@@ -60,6 +65,7 @@ pub fn load_causal(path: &Path, backend: Backend, options: &LoadOptions) -> Resu
     let gpu_options = GpuOptions {
         context: options.context_limit,
         sessions: options.sessions.unwrap_or(1).max(1),
+        max_batch: options.max_batch.unwrap_or(1).max(1),
         ..GpuOptions::default()
     };
     let decoder = decoder_from(&ckpt, backend, &gpu_options).map_err(in_model)?;

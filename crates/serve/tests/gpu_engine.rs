@@ -1,0 +1,207 @@
+//! A model on quench's GPU engine (run by the kernel interpreter) behind the server's
+//! traits: one scheduler step feeds every sequence through shared decode steps (as many
+//! steps as the longest sequence has tokens, not one per token of every sequence), with
+//! logits bit for bit those of each sequence stepped alone; and the scheduler's greedy
+//! answers to concurrent requests are those of each request generated alone.
+//!
+//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
+//! and is printed so that a failure can be replayed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use quench_cpu::SamplingParams;
+use quench_engine::gpu::profile::{self, Mode, ProfileOptions};
+use quench_engine::gpu::{load_causal, Backend};
+use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
+use quench_engine::{CausalModel, GenerateOptions, LoadOptions, Prompt};
+use quench_serve::backend::{CausalBackend, StepItem};
+use quench_serve::engine::{EngineConfig, EngineHandle, Event, Job};
+use quench_serve::sessions::SessionStore;
+use quench_serve::text::TextSide;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn seed() -> u64 {
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
+    s
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn load(seed: u64) -> (TempDir, CausalModel) {
+    let dir = TempDir(std::env::temp_dir().join(format!("quench-serve-gpu-{seed:x}")));
+    let options = SynthOptions {
+        arch: SynthArch::Llama,
+        shape: SynthShape::Tiny,
+        seed,
+        dtype: SynthDtype::Bf16,
+        max_shard_bytes: SynthOptions::DEFAULT_SHARD_BYTES,
+    };
+    synthesize(&dir.0, &options, &mut |_| {}).expect("synthesizes");
+    let options = LoadOptions {
+        context_limit: Some(64),
+        sessions: Some(4),
+        max_batch: Some(4),
+        ..LoadOptions::default()
+    };
+    let model = load_causal(&dir.0, Backend::Interp, &options).expect("loads");
+    (dir, model)
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// One scheduler step of `feeds` (the tokens each sequence feeds) on fresh caches, then
+/// one more of token `then[i]` each; the logits of both.
+fn two_steps(model: &CausalModel, feeds: &[Vec<u32>], then: &[u32]) -> Vec<Vec<u32>> {
+    let mut caches: Vec<_> = feeds.iter().map(|_| model.new_cache()).collect();
+    let mut out = vec![];
+    for round in 0..2 {
+        let next: Vec<Vec<u32>> = feeds
+            .iter()
+            .zip(then)
+            .map(|(f, &t)| if round == 0 { f.clone() } else { vec![t] })
+            .collect();
+        let mut items: Vec<StepItem<'_, _>> = caches
+            .iter_mut()
+            .zip(&next)
+            .map(|(cache, tokens)| StepItem { cache, tokens })
+            .collect();
+        for r in model.step(&mut items) {
+            out.push(bits(&r.expect("the step runs")));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_gpu_engine_steps_sequences_together() {
+    let s = seed();
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+
+    // Loaded while profiling, so that every decode step is counted.
+    profile::start(ProfileOptions {
+        mode: Mode::Dispatches,
+        ceilings: None,
+    })
+    .expect("profiling was off");
+    let (_dir, model) = load(s);
+    let feeds: Vec<Vec<u32>> = [5, 2, 3]
+        .iter()
+        .map(|&n| (0..n).map(|_| rng.gen_range(0..256)).collect())
+        .collect();
+    let then: Vec<u32> = feeds.iter().map(|_| rng.gen_range(0..256)).collect();
+    let together = two_steps(&model, &feeds, &then);
+    let p = profile::finish().expect("profiling was on");
+    let per_step = model
+        .gpu_decoder()
+        .expect("on the GPU engine")
+        .summary()
+        .dispatches_per_token as u64;
+    assert_eq!(
+        p.submitted,
+        per_step * (5 + 1),
+        "one decode step per token of the longest sequence"
+    );
+
+    // Each sequence alone: its own steps, the same bits.
+    for (i, feed) in feeds.iter().enumerate() {
+        let alone = two_steps(&model, std::slice::from_ref(feed), &then[i..=i]);
+        for (step, (a, t)) in [
+            (&alone[0], &together[i]),
+            (&alone[1], &together[feeds.len() + i]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let differ = a.iter().zip(t).filter(|(x, y)| x != y).count();
+            assert!(
+                a.len() == t.len() && differ == 0,
+                "sequence {i}, step {step}: {differ} logits differ from the sequence alone"
+            );
+        }
+    }
+
+    // Through the scheduler: concurrent greedy requests, prefilled in chunks of 4 beside
+    // the others' decoding, answer as each does alone.
+    let model = Arc::new(model);
+    let text: Arc<dyn TextSide> = model.clone();
+    let engine = EngineHandle::start(
+        "gpu",
+        model.clone(),
+        text,
+        EngineConfig {
+            max_batch: 4,
+            kv_blocks: 16,
+            queue: 16,
+            prefill_chunk: 4,
+        },
+        SessionStore::new(8),
+    )
+    .expect("the engine starts");
+    let prompts: Vec<Vec<u32>> = (0..4)
+        .map(|_| {
+            let n = rng.gen_range(1..12);
+            (0..n).map(|_| rng.gen_range(0..256)).collect()
+        })
+        .collect();
+    let receivers: Vec<_> = prompts
+        .iter()
+        .map(|prompt| {
+            let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+            engine
+                .submit(Job {
+                    request_id: String::new(),
+                    prompt: prompt.clone(),
+                    session: None,
+                    max_tokens: 5,
+                    sampling: SamplingParams::greedy(),
+                    stop: vec![],
+                    logprobs: None,
+                    ignore_eos: true,
+                    events,
+                    arrived: Instant::now(),
+                })
+                .expect("queued");
+            rx
+        })
+        .collect();
+    for (prompt, mut rx) in prompts.iter().zip(receivers) {
+        let mut got = vec![];
+        loop {
+            match rx.blocking_recv() {
+                Some(Event::Token(t)) => got.push(t.token),
+                Some(Event::Done(_)) => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        let options = GenerateOptions {
+            max_tokens: 5,
+            ignore_eos: true,
+            ..GenerateOptions::default()
+        };
+        let alone = model
+            .generate(
+                &mut model.new_session(),
+                Prompt::Tokens(prompt),
+                &options,
+                &mut |_| {},
+            )
+            .expect("generates");
+        assert_eq!(got, alone.tokens, "prompt {prompt:?}");
+    }
+    engine.shutdown(Instant::now());
+}
