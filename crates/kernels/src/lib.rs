@@ -14,10 +14,12 @@ pub mod add;
 pub mod approx;
 pub mod argmax;
 pub mod attention;
+pub mod bias;
 pub mod case;
 pub mod data;
 pub mod elementwise;
 pub mod embed;
+pub mod encoder_attention;
 pub mod error;
 pub mod gemm;
 pub mod gemv;
@@ -35,6 +37,7 @@ pub mod rows;
 pub mod sample;
 pub mod silu_mul;
 pub mod softmax;
+pub mod to_bf16;
 
 pub use case::{
     compare, compare_controls, compare_expected, run_case, time_case, Buffer, CaseArg, CaseError, CaseOutputs, Check,

@@ -11,8 +11,10 @@ use crate::attention::merge::{self, MergeParams};
 use crate::attention::prefill::{self, PrefillParams};
 use crate::attention::rope_append::{self, RopeAppendParams};
 use crate::attention::KvElem;
+use crate::bias::{self, BiasRowsParams};
 use crate::case::KernelCase;
 use crate::embed::{self, EmbedParams, TableFormat};
+use crate::encoder_attention::{self, EncoderAttentionParams};
 use crate::error::KernelError;
 use crate::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams};
 use crate::gemv::{self, GemvParams};
@@ -26,6 +28,7 @@ use crate::rope::{self, RopeParams, RopeStyle};
 use crate::sample::{self, SampleParams};
 use crate::silu_mul::{self, SiluMulParams};
 use crate::softmax::{self, SoftmaxParams};
+use crate::to_bf16::{self, Activation, ToBf16Params};
 
 /// Which builder a library entry calls, with the variant it builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +52,9 @@ enum Family {
     RopeAppend(RopeStyle, bool, KvElem),
     AttentionPrefill,
     Sample,
+    ToBf16(Activation),
+    BiasRows,
+    EncoderAttention,
 }
 
 /// One kernel of the library.
@@ -93,6 +99,9 @@ impl KernelSpec {
             Family::RopeAppend(style, qk_norm, kv) => rope_append::build(&rope_append_params(style, qk_norm, kv, &r)?),
             Family::AttentionPrefill => prefill::build(&prefill_params(&r)?),
             Family::Sample => sample::build(&sample_params(&r)?),
+            Family::ToBf16(a) => to_bf16::build(&ToBf16Params { activation: a, threads: threads(&r)? }),
+            Family::BiasRows => bias::build(&BiasRowsParams { threads: threads(&r)? }),
+            Family::EncoderAttention => encoder_attention::build(&encoder_attention_params(&r)?),
         }
     }
 
@@ -139,6 +148,14 @@ impl KernelSpec {
                 prefill::case(&prefill_params(&r)?, q_start, n_q, seed)
             }
             Family::Sample => sample::case(&sample_params(&r)?, rows_of(&r)?, seed),
+            Family::ToBf16(a) => to_bf16::case(&ToBf16Params { activation: a, threads: threads(&r)? }, n_of(&r)?, seed),
+            Family::BiasRows => {
+                bias::case(&BiasRowsParams { threads: threads(&r)? }, rows_of(&r)?, r.get("cols", 1, MAX_COLS)?, seed)
+            }
+            Family::EncoderAttention => {
+                let (batch, seq_len) = (r.get("batch", 1, 1 << 16)?, r.get("seq_len", 1, MAX_ROWS)?);
+                encoder_attention::case(&encoder_attention_params(&r)?, batch, seq_len, seed)
+            }
         }
     }
 }
@@ -345,6 +362,31 @@ pub fn library() -> Vec<KernelSpec> {
          integer radix selection and scan, deterministic",
         SAMPLE,
         Family::Sample,
+    ));
+    all.push(spec(
+        "cast_f32_bf16",
+        "y = bf16(x), f32 in, bf16 out (round to nearest even), 16-byte loads",
+        ELEMENTWISE,
+        Family::ToBf16(Activation::Identity),
+    ));
+    all.push(spec(
+        "gelu_f32_bf16",
+        "y = gelu(x), erf form (BERT's), f32 in, bf16 out; erfc by A&S 7.1.26 with ex2.approx",
+        ELEMENTWISE,
+        Family::ToBf16(Activation::GeluErf),
+    ));
+    all.push(spec(
+        bias::NAME,
+        "y[r, :] = b for every row (a bias, before a matrix product that accumulates into y), f32",
+        BIAS_ROWS,
+        Family::BiasRows,
+    ));
+    all.push(spec(
+        encoder_attention::NAME,
+        "bidirectional attention over a padded batch (per-text lengths mask the padding keys), q|k|v rows f32, \
+         one warp per query, online softmax with ex2.approx; bf16 out",
+        ENCODER_ATTENTION,
+        Family::EncoderAttention,
     ));
     all
 }
@@ -620,6 +662,20 @@ const SAMPLE: &[ParamInfo] = &[
     ParamInfo { name: "threads", default: 1024, doc: "threads per block (256..=1024, one block per row)" },
 ];
 
+const BIAS_ROWS: &[ParamInfo] = &[
+    ParamInfo { name: "rows", default: 512, doc: "rows written (the grid; the case size)" },
+    ParamInfo { name: "cols", default: 1536, doc: "row length (a launch argument; the case size)" },
+    ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per row)" },
+];
+
+const ENCODER_ATTENTION: &[ParamInfo] = &[
+    ParamInfo { name: "head_dim", default: 32, doc: "elements per head, a multiple of 32 (at most 256)" },
+    ParamInfo { name: "n_heads", default: 12, doc: "heads" },
+    ParamInfo { name: "warps", default: 4, doc: "queries per block (one warp each)" },
+    ParamInfo { name: "batch", default: 8, doc: "texts (the grid; the case size)" },
+    ParamInfo { name: "seq_len", default: 128, doc: "padded length of every text (a launch argument; the case size)" },
+];
+
 fn threads(r: &Reader) -> Result<u32, KernelError> {
     r.get("threads", 32, 1024)
 }
@@ -799,6 +855,14 @@ fn prefill_params(r: &Reader) -> Result<PrefillParams, KernelError> {
         n_heads: r.get("n_heads", 1, 1024)?,
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
         max_blocks: r.get("max_blocks", 1, 1 << 20)?,
+    })
+}
+
+fn encoder_attention_params(r: &Reader) -> Result<EncoderAttentionParams, KernelError> {
+    Ok(EncoderAttentionParams {
+        head_dim: r.get("head_dim", 32, 256)?,
+        n_heads: r.get("n_heads", 1, 1024)?,
+        warps: r.get("warps", 1, 32)?,
     })
 }
 

@@ -121,6 +121,10 @@ fn names_are_unique_and_complete() {
             "rope_append_gptj_qknorm_f16",
             "argmax_f32",
             "sample_f32",
+            "cast_f32_bf16",
+            "gelu_f32_bf16",
+            "bias_rows_f32",
+            "encoder_attention_bf16",
         ]
     );
     for spec in library() {
