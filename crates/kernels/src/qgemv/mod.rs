@@ -18,7 +18,7 @@
 //! a decode step of `n` sequences), [`QGemvParams::batch`] of them per pass: a warp loads
 //! and dequantizes each piece of its rows once per pass and multiplies it with every
 //! vector of the pass, so the weights come from device memory once per launch whatever
-//! `n` is (later passes find them in cache). With the prologue each pass stages its
+//! `n` is (later passes read them again, from cache). With the prologue each pass stages its
 //! vectors' normalized rows in shared memory. `n` (and, for the residual form,
 //! `r_stride`) are the last arguments: see [`build`].
 //!
@@ -30,10 +30,10 @@
 //! row to every product);
 //! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K). Each
 //! warp computes [`QGemvParams::rows_per_warp`] rows (one, or two for quantized matrices
-//! of an even row count, which then share their activation loads), `warps` warps per
-//! block. Lane `l` takes pieces `l, l + 32, ...` of its rows; the loop is unrolled
-//! `unroll` times with every load of a step (weights and activations) issued before any
-//! arithmetic.
+//! of an even row count at one vector a pass, which then share their activation loads),
+//! `warps` warps per block. Lane `l` takes pieces `l, l + 32, ...` of its rows; the loop
+//! is unrolled `unroll` times with every weight load of a step (and, at one vector a pass,
+//! every activation load) issued before any arithmetic.
 //!
 //! **Arithmetic**: each lane dequantizes a piece exactly as [`quench_models::dequant`]
 //! does ([`crate::ggml`]) and accumulates `fma(w, x, acc)` in f32 over its pieces in
