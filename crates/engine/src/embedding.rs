@@ -1,7 +1,12 @@
-//! Sentence embeddings: a BERT encoder, its tokenizer and its pooling.
+//! Sentence embeddings: a BERT encoder (on the CPU, or on a device), its tokenizer and its
+//! pooling.
+
+use std::sync::Mutex;
 
 use quench_cpu::{Encoder, Real};
 use quench_text::Tokenizer;
+
+use crate::gpu::encoder::GpuEncoder;
 
 use crate::error::{EngineError, Result};
 use crate::info::ModelInfo;
@@ -9,6 +14,8 @@ use crate::info::ModelInfo;
 pub(crate) enum Encoders {
     F32(Encoder<f32>),
     F64(Encoder<f64>),
+    /// On a device: the texts of one call run together, padded to the longest.
+    Gpu(Box<Mutex<GpuEncoder>>),
 }
 
 /// How token states become one vector.
@@ -82,20 +89,48 @@ impl EmbeddingModel {
 
     /// One embedding per text, in order.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Embedding>> {
-        texts.iter().map(|text| self.embed_one(text)).collect()
+        let tokenized = texts
+            .iter()
+            .map(|text| self.tokenize(text))
+            .collect::<Result<Vec<_>>>()?;
+        let vectors: Vec<Vec<f32>> = match &self.encoder {
+            Encoders::F32(e) => tokenized
+                .iter()
+                .map(|(tokens, _)| self.pool_cpu(e, tokens))
+                .collect::<Result<_>>()?,
+            Encoders::F64(e) => tokenized
+                .iter()
+                .map(|(tokens, _)| self.pool_cpu(e, tokens))
+                .collect::<Result<_>>()?,
+            Encoders::Gpu(e) => {
+                let tokens: Vec<Vec<u32>> = tokenized.iter().map(|(t, _)| t.clone()).collect();
+                // A poisoned lock means a pass panicked midway; the weights are unchanged.
+                let mut encoder = e.lock().unwrap_or_else(|p| p.into_inner());
+                let states = encoder.hidden_states(&tokens)?;
+                let width = encoder.config().hidden;
+                states
+                    .iter()
+                    .map(|s| self.pool(s.chunks_exact(width).map(|row| row.iter().map(|&v| v as f64))))
+                    .collect()
+            }
+        };
+        Ok(tokenized
+            .into_iter()
+            .zip(vectors)
+            .map(|((tokens, truncated_from), vector)| Embedding {
+                vector,
+                tokens: tokens.len(),
+                truncated_from,
+            })
+            .collect())
     }
 
-    fn embed_one(&self, text: &str) -> Result<Embedding> {
-        let (tokens, truncated_from) = self.tokenize(text)?;
-        let vector = match &self.encoder {
-            Encoders::F32(e) => self.pool(e, &tokens)?,
-            Encoders::F64(e) => self.pool(e, &tokens)?,
-        };
-        Ok(Embedding {
-            vector,
-            tokens: tokens.len(),
-            truncated_from,
-        })
+    /// The device the encoder runs on: `"cpu"`, or the device's name and backend.
+    pub fn device(&self) -> String {
+        match &self.encoder {
+            Encoders::F32(_) | Encoders::F64(_) => "cpu".into(),
+            Encoders::Gpu(e) => e.lock().unwrap_or_else(|p| p.into_inner()).device(),
+        }
     }
 
     /// The text's tokens with the model's framing ([CLS] … [SEP]); a text too long loses
@@ -129,32 +164,32 @@ impl EmbeddingModel {
         Ok((tokens, Some(full.len())))
     }
 
-    fn pool<T: Real>(&self, encoder: &Encoder<T>, tokens: &[u32]) -> Result<Vec<f32>> {
+    fn pool_cpu<T: Real>(&self, encoder: &Encoder<T>, tokens: &[u32]) -> Result<Vec<f32>> {
         let states = encoder.hidden_states(tokens, None)?;
-        let width = states.cols();
-        let mut pooled = vec![0f64; width];
-        match self.pooling {
-            Pooling::Mean => {
-                for t in 0..states.rows() {
-                    for (p, v) in pooled.iter_mut().zip(states.row(t)) {
-                        *p += v.to_f64();
-                    }
-                }
-                let count = states.rows() as f64;
-                pooled.iter_mut().for_each(|p| *p /= count);
+        Ok(self.pool((0..states.rows()).map(|t| states.row(t).iter().map(|v| v.to_f64()))))
+    }
+
+    /// Pools token states (rows, in order) into one vector, normalized if the model asks.
+    fn pool<R: Iterator<Item = f64>>(&self, rows: impl Iterator<Item = R>) -> Vec<f32> {
+        let mut pooled: Vec<f64> = vec![];
+        let mut count = 0usize;
+        for row in rows {
+            if count == 0 {
+                pooled = row.collect();
+            } else if self.pooling == Pooling::Mean {
+                pooled.iter_mut().zip(row).for_each(|(p, v)| *p += v);
             }
-            Pooling::Cls => {
-                for (p, v) in pooled.iter_mut().zip(states.row(0)) {
-                    *p = v.to_f64();
-                }
-            }
+            count += 1;
+        }
+        if self.pooling == Pooling::Mean && count > 0 {
+            pooled.iter_mut().for_each(|p| *p /= count as f64);
         }
         if self.normalize {
             // As torch.nn.functional.normalize: the norm is clamped below at 1e-12.
             let norm = pooled.iter().map(|p| p * p).sum::<f64>().sqrt().max(1e-12);
             pooled.iter_mut().for_each(|p| *p /= norm);
         }
-        Ok(pooled.into_iter().map(|p| p as f32).collect())
+        pooled.into_iter().map(|p| p as f32).collect()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Loading a checkpoint into a runnable model.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use quench_cpu::{Decoder, Encoder, ModelConfig};
 use serde_json::Value;
@@ -9,6 +10,7 @@ use crate::causal::{CausalModel, Weights};
 use crate::checkpoint::{self, Checkpoint};
 use crate::embedding::{EmbeddingModel, Encoders, Pooling};
 use crate::error::{EngineError, Result};
+use crate::gpu::encoder::GpuEncoder;
 use crate::info::ModelInfo;
 use crate::options::{Device, LoadOptions, Precision};
 use crate::text;
@@ -24,12 +26,15 @@ pub fn inspect(path: &Path, options: &LoadOptions) -> Result<ModelInfo> {
 /// Loads the model at `path` (a GGUF file or a Hugging Face checkpoint directory) with its
 /// tokenizer and chat template.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
-    if options.device == Device::Cuda {
-        let backend = crate::gpu::Backend::Cuda { ordinal: 0 };
-        return crate::gpu::load_causal(path, backend, options).map(Model::Causal);
-    }
     let checkpoint = checkpoint::open(path)?;
     let (config, embedding) = describe(&checkpoint)?;
+    if options.device == Device::Cuda {
+        let backend = crate::gpu::Backend::Cuda { ordinal: 0 };
+        return match embedding {
+            None => crate::gpu::load_causal(path, backend, options).map(Model::Causal),
+            Some(setup) => embedding_on(checkpoint, config, setup, backend, options).map(Model::Embedding),
+        };
+    }
     let info = info(&checkpoint, config.clone(), embedding.as_ref(), options);
     let in_model = |e: EngineError| e.in_model(checkpoint.path());
     let text = text::read(&checkpoint).map_err(in_model)?;
@@ -64,6 +69,44 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
         }
     };
     Ok(model)
+}
+
+/// Loads the embedding model at `path` (a BERT checkpoint) with its weights on `backend`:
+/// what `load` does with [`Device::Cuda`], on any backend (quench's interpreter included).
+/// `options.precision` does not apply (the device kernels have their own).
+pub fn load_embedding(path: &Path, backend: crate::gpu::Backend, options: &LoadOptions) -> Result<EmbeddingModel> {
+    let checkpoint = checkpoint::open(path)?;
+    let (config, embedding) = describe(&checkpoint)?;
+    let Some(setup) = embedding else {
+        return Err(EngineError::WrongKind {
+            path: checkpoint.path().to_owned(),
+            found: "a text generation model",
+            expected: "it does not make embeddings",
+        });
+    };
+    embedding_on(checkpoint, config, setup, backend, options)
+}
+
+fn embedding_on(
+    checkpoint: Checkpoint,
+    config: ModelConfig,
+    setup: EmbeddingSetup,
+    backend: crate::gpu::Backend,
+    options: &LoadOptions,
+) -> Result<EmbeddingModel> {
+    let mut info = info(&checkpoint, config.clone(), Some(&setup), options);
+    let in_model = |e: EngineError| e.in_model(checkpoint.path());
+    let text = text::read(&checkpoint).map_err(in_model)?;
+    let encoder = GpuEncoder::on(backend, config, checkpoint.tensors(), checkpoint.naming())
+        .map_err(|e| in_model(e.into()))?;
+    info.weight_bytes = encoder.weight_bytes();
+    Ok(EmbeddingModel::new(
+        Encoders::Gpu(Box::new(Mutex::new(encoder))),
+        text.tokenizer,
+        setup.pooling,
+        setup.normalize,
+        info,
+    ))
 }
 
 /// How an encoder turns token states into one vector, and how many tokens it reads.

@@ -24,6 +24,7 @@ pub mod arena;
 mod catalog;
 pub mod check;
 mod decoder;
+pub mod encoder;
 mod error;
 mod feeder;
 mod graph;

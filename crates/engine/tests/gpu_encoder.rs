@@ -1,0 +1,186 @@
+//! The BERT encoder on the device path, run by quench's kernel interpreter, judged by the
+//! f64 CPU encoder: every sentence embedding within cosine 0.999, and a text's vector the
+//! same whether it is embedded alone or padded in a batch with longer texts.
+//!
+//! Weights and texts are drawn fresh each run (`QUENCH_SEED` replays one). With
+//! `QUENCH_MINILM_DIR` set, all-MiniLM-L6-v2 itself runs through the interpreter too.
+
+use std::path::PathBuf;
+
+use quench_cpu::{Arch, BertLayerTensor as BL, BertTensor, Encoder, MemorySource, ModelConfig, Naming, RopeStyle};
+use quench_engine::gpu::encoder::{load_embedding, GpuEncoder};
+use quench_engine::gpu::Backend;
+use quench_engine::{load, LoadOptions, Precision};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn seed() -> u64 {
+    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
+    s
+}
+
+/// BERT at the smallest shape the device kernels take: 64 wide, 2 heads of 32.
+fn tiny_config() -> ModelConfig {
+    ModelConfig {
+        arch: Arch::Bert,
+        hidden: 64,
+        layers: 2,
+        heads: 2,
+        kv_heads: 2,
+        head_dim: 32,
+        ffn: 128,
+        vocab: 50,
+        max_positions: 32,
+        norm_eps: 1e-12,
+        rope_theta: 10_000.0,
+        rope_scaling: None,
+        rope_style: RopeStyle::HalfSplit,
+        tied_embeddings: false,
+        qkv_bias: false,
+        qk_norm: false,
+        type_vocab: 2,
+    }
+}
+
+/// Weights at transformers' scale: linear layers uniform with variance 1/cols, biases and
+/// norm shifts ±0.1, norm scales 1 ± 0.1.
+fn tiny_weights(c: &ModelConfig, rng: &mut ChaCha8Rng) -> MemorySource {
+    let mut src = MemorySource::new();
+    let hf = |t: BertTensor| t.name(Naming::HuggingFace, "");
+    let mut put = |name: String, dims: Vec<usize>, center: f32, spread: f32| {
+        let n: usize = dims.iter().product();
+        let data = (0..n).map(|_| center + spread * rng.gen_range(-1.0f32..=1.0)).collect();
+        src.insert(&name, dims, data).expect("tensor");
+    };
+    let (d, ffn) = (c.hidden, c.ffn);
+    put(hf(BertTensor::WordEmbedding), vec![c.vocab, d], 0.0, 1.0);
+    put(hf(BertTensor::PositionEmbedding), vec![c.max_positions, d], 0.0, 0.3);
+    put(hf(BertTensor::TypeEmbedding), vec![c.type_vocab, d], 0.0, 0.3);
+    put(hf(BertTensor::EmbeddingNormWeight), vec![d], 1.0, 0.1);
+    put(hf(BertTensor::EmbeddingNormBias), vec![d], 0.0, 0.1);
+    let w = |cols: usize| (3.0 / cols as f32).sqrt();
+    for n in 0..c.layers {
+        let t = |t| hf(BertTensor::Layer(n, t));
+        for (weight, bias, rows, cols) in [
+            (BL::Q, BL::QBias, d, d),
+            (BL::K, BL::KBias, d, d),
+            (BL::V, BL::VBias, d, d),
+            (BL::AttnOutput, BL::AttnOutputBias, d, d),
+            (BL::Up, BL::UpBias, ffn, d),
+            (BL::Down, BL::DownBias, d, ffn),
+        ] {
+            put(t(weight), vec![rows, cols], 0.0, w(cols));
+            put(t(bias), vec![rows], 0.0, 0.1);
+        }
+        for (weight, bias) in [(BL::AttnNormWeight, BL::AttnNormBias), (BL::OutputNormWeight, BL::OutputNormBias)] {
+            put(t(weight), vec![d], 1.0, 0.1);
+            put(t(bias), vec![d], 0.0, 0.1);
+        }
+    }
+    src
+}
+
+/// Mean over tokens, scaled to unit length (sentence-transformers' pooling + Normalize).
+fn mean_normalized(states: &[f32], width: usize) -> Vec<f64> {
+    let rows = states.len() / width;
+    let mut v = vec![0f64; width];
+    for row in states.chunks_exact(width) {
+        v.iter_mut().zip(row).for_each(|(p, &x)| *p += x as f64);
+    }
+    v.iter_mut().for_each(|p| *p /= rows as f64);
+    let norm = v.iter().map(|p| p * p).sum::<f64>().sqrt();
+    v.into_iter().map(|p| p / norm).collect()
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+#[test]
+fn tiny_bert_batch_matches_f64_and_padding_does_not_leak() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let config = tiny_config();
+    let src = tiny_weights(&config, &mut rng);
+    let reference = Encoder::<f64>::load(config.clone(), &src, Naming::HuggingFace).expect("f64 encoder");
+    let mut gpu = GpuEncoder::on(Backend::Interp, config.clone(), &src, Naming::HuggingFace).expect("device encoder");
+
+    // [CLS] text [SEP] with ids 4.., of lengths 13, 5, 2 (the framing alone) and 9.
+    let texts: Vec<Vec<u32>> = [13usize, 5, 2, 9]
+        .iter()
+        .map(|&len| {
+            let mut t = vec![2u32];
+            t.extend((0..len - 2).map(|_| rng.gen_range(4..config.vocab as u32)));
+            t.push(3);
+            t
+        })
+        .collect();
+    let batch = gpu.hidden_states(&texts).expect("batch");
+    assert_eq!(batch.len(), texts.len());
+    for (i, (t, states)) in texts.iter().zip(&batch).enumerate() {
+        assert_eq!(states.len(), t.len() * config.hidden, "text {i}: states of its own tokens only");
+        assert!(states.iter().all(|v| v.is_finite()), "text {i}: non-finite states");
+        let want: Vec<f64> = reference.embed(t, None).expect("f64 embedding");
+        let got = mean_normalized(states, config.hidden);
+        let cos = cosine(&got, &want);
+        eprintln!("text {i} ({} tokens): cosine to f64 {cos:.7}", t.len());
+        assert!(cos >= 0.999, "text {i}: cosine {cos} to the f64 embedding is below 0.999");
+
+        // Alone, unpadded: the same states, bit for bit (the mask keeps the padding out,
+        // and every row of a matrix product is computed the same way).
+        let alone = gpu.hidden_states(std::slice::from_ref(t)).expect("alone");
+        assert_eq!(alone[0], *states, "text {i}: its states depend on the texts batched with it");
+    }
+
+    // A control: the tiny model's embeddings of different texts are far apart, so the
+    // bound above could see a wrong text's vector.
+    let a = mean_normalized(&batch[0], config.hidden);
+    let b = reference.embed(&texts[3], None).expect("f64 embedding");
+    assert!(cosine(&a, &b) < 0.99, "different texts embed almost alike; the check could not tell them apart");
+}
+
+#[test]
+fn refusals_name_the_problem() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let config = tiny_config();
+    let src = tiny_weights(&config, &mut rng);
+    let mut gpu = GpuEncoder::on(Backend::Interp, config.clone(), &src, Naming::HuggingFace).expect("device encoder");
+    let e = gpu.hidden_states(&[vec![2, 50, 3]]).unwrap_err().to_string();
+    assert!(e.contains("token id 50") && e.contains("50 tokens"), "{e}");
+    let e = gpu.hidden_states(&[vec![]]).unwrap_err().to_string();
+    assert!(e.contains("no tokens"), "{e}");
+    let e = gpu.hidden_states(&[vec![2; 33]]).unwrap_err().to_string();
+    assert!(e.contains("33 tokens") && e.contains("32 positions"), "{e}");
+
+    let narrow = ModelConfig { hidden: 32, heads: 1, kv_heads: 1, head_dim: 32, ..config };
+    let src = tiny_weights(&narrow, &mut rng);
+    let e = GpuEncoder::on(Backend::Interp, narrow, &src, Naming::HuggingFace).err().expect("refused").to_string();
+    assert!(e.contains("hidden size 32") && e.contains("multiples of 64"), "{e}");
+}
+
+#[test]
+fn minilm_through_the_interpreter_matches_f64() {
+    let Some(dir) = std::env::var_os("QUENCH_MINILM_DIR").map(PathBuf::from) else {
+        eprintln!("skipped: set QUENCH_MINILM_DIR to all-MiniLM-L6-v2's directory");
+        return;
+    };
+    let texts = ["A man is eating food.", "The girl is carrying a baby."];
+    let start = std::time::Instant::now();
+    let device = load_embedding(&dir, Backend::Interp, &LoadOptions::default()).expect("device model");
+    let got = device.embed(&texts).expect("device embeddings");
+    eprintln!("interpreter: {:.1} s", start.elapsed().as_secs_f64());
+    let options = LoadOptions { precision: Precision::F64, ..LoadOptions::default() };
+    let cpu = load(&dir, &options).expect("f64 model");
+    let want = cpu.embedding().expect("an embedder").embed(&texts).expect("f64 embeddings");
+    let widen = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.tokens, w.tokens);
+        let cos = cosine(&widen(&g.vector), &widen(&w.vector));
+        eprintln!("text {i}: cosine to f64 {cos:.7}");
+        assert!(cos >= 0.999, "text {i}: cosine {cos} below 0.999");
+    }
+}
