@@ -19,9 +19,19 @@ pub struct EmbedArgs {
     /// Print the cosine similarity of every pair of texts instead of the vectors.
     #[arg(long)]
     pub similarity: bool,
+    /// Also embed the texts with the f64 CPU reference and require every vector within
+    /// cosine 0.999 of it (fails otherwise); prints a receipt.
+    #[arg(long)]
+    pub check: bool,
+    /// With --check: write the receipt to this file as well.
+    #[arg(long, value_name = "PATH", requires = "check")]
+    pub receipt: Option<std::path::PathBuf>,
     /// The texts; without any, each line of stdin is one.
     pub texts: Vec<String>,
 }
+
+/// The bound of `--check`, fixed before anything runs.
+const CHECK_MIN_COSINE: f64 = 0.999;
 
 /// The OpenAI embeddings response. Vectors are written as f32 (shortest round-trip digits).
 #[derive(Serialize)]
@@ -88,7 +98,12 @@ pub fn run(args: &EmbedArgs) -> Result<(), String> {
     let loaded = args.model.load(MINILM)?;
     let model = loaded.model.embedding().map_err(|e| e.to_string())?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let start = std::time::Instant::now();
     let embeddings: Vec<Embedding> = model.embed(&refs).map_err(|e| e.to_string())?;
+    let seconds = start.elapsed().as_secs_f64();
+    if args.check {
+        check(args, model, &refs, &embeddings, seconds)?;
+    }
     for (i, e) in embeddings.iter().enumerate() {
         if let Some(full) = e.truncated_from {
             eprintln!(
@@ -141,4 +156,58 @@ pub fn run(args: &EmbedArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `--check`: the same texts through the f64 CPU reference, cosine per text against
+/// [`CHECK_MIN_COSINE`], a receipt on stderr (and in `--receipt`); an error if any fails.
+fn check(
+    args: &EmbedArgs,
+    model: &quench_engine::EmbeddingModel,
+    texts: &[&str],
+    got: &[Embedding],
+    seconds: f64,
+) -> Result<(), String> {
+    let mut options = args.model.load_options();
+    options.device = quench_engine::Device::Cpu;
+    options.precision = quench_engine::Precision::F64;
+    let path = &model.info().path;
+    let reference = quench_engine::load(path, &options).map_err(|e| e.to_string())?;
+    let want = reference
+        .embedding()
+        .map_err(|e| e.to_string())?
+        .embed(texts)
+        .map_err(|e| e.to_string())?;
+    let cosines: Vec<f64> = got.iter().zip(&want).map(|(g, w)| cosine(&g.vector, &w.vector)).collect();
+    let worst = cosines.iter().cloned().fold(f64::INFINITY, f64::min);
+    let passed = worst >= CHECK_MIN_COSINE && got.iter().zip(&want).all(|(g, w)| g.tokens == w.tokens);
+    let similarity: Vec<Vec<f64>> =
+        got.iter().map(|a| got.iter().map(|b| cosine(&a.vector, &b.vector)).collect()).collect();
+    let v = crate::receipt::receipt(
+        "embed-check",
+        serde_json::json!({ "embedder": model.device() }),
+        serde_json::json!({
+            "model": path.display().to_string(),
+            "texts": texts,
+            "tokens": got.iter().map(|e| e.tokens).collect::<Vec<_>>(),
+        }),
+        serde_json::json!({ "cosine_to_f64_at_least": CHECK_MIN_COSINE }),
+        serde_json::json!({
+            "passed": passed,
+            "cosine_to_f64": cosines,
+            "worst_cosine": worst,
+            "similarity": similarity,
+            "embed_seconds": seconds,
+        }),
+    );
+    eprintln!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+    if let Some(p) = &args.receipt {
+        crate::receipt::write_json(p, &v)?;
+    }
+    if passed {
+        Ok(())
+    } else {
+        Err(format!(
+            "embedding check failed: worst cosine to the f64 reference {worst:.6} (bound {CHECK_MIN_COSINE})"
+        ))
+    }
 }
