@@ -106,13 +106,13 @@ fn check_shapes(c: &ModelConfig) -> Result<(), GpuError> {
             reason: "the GPU encoder runs BERT".into(),
         });
     }
-    if c.hidden % 64 != 0 || c.ffn % 64 != 0 {
+    if !c.hidden.is_multiple_of(64) || !c.ffn.is_multiple_of(64) {
         return unsupported(format!(
             "hidden size {} and feed-forward size {} must be multiples of 64 (the matrix products' tiles)",
             c.hidden, c.ffn
         ));
     }
-    if c.head_dim % 32 != 0 || c.head_dim > 256 || c.heads * c.head_dim != c.hidden {
+    if !c.head_dim.is_multiple_of(32) || c.head_dim > 256 || c.heads * c.head_dim != c.hidden {
         return unsupported(format!(
             "head size {} must be a multiple of 32 up to 256, with heads × head size = hidden ({} × {} ≠ {})",
             c.head_dim, c.heads, c.head_dim, c.hidden
