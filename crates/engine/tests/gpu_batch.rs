@@ -14,21 +14,14 @@ use std::path::PathBuf;
 use quench_cpu::{ModelConfig, Naming};
 use quench_engine::gpu::{load_decoder, Backend, GpuDecoder, GpuError, GpuOptions, GpuSession};
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
-use quench_kernels::data::ggml_rows;
-use quench_models::gguf::{GgufWriter, MetadataValue};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+mod common;
+
+use common::{gguf, seed, LayerFormats, Shape, Tiny};
 
 const CONTEXT: usize = 32;
 
@@ -57,84 +50,35 @@ fn synth(arch: SynthArch, seed: u64) -> PathBuf {
     dir
 }
 
-const HIDDEN: usize = 64;
-const HEAD_DIM: usize = 32;
-const FFN: usize = 128;
 const VOCAB: usize = 64;
 
 /// A tiny qwen2 GGUF whose q, k and v are stored in different formats (three projections,
 /// each with its bias): two heads over one kv head, one layer.
 fn separate_qkv(rng: &mut ChaCha8Rng) -> GgufFile {
-    let mut w = GgufWriter::new();
-    let meta = [
-        (
-            "general.architecture",
-            MetadataValue::String("qwen2".into()),
-        ),
-        ("qwen2.embedding_length", MetadataValue::U32(HIDDEN as u32)),
-        ("qwen2.block_count", MetadataValue::U32(1)),
-        ("qwen2.feed_forward_length", MetadataValue::U32(FFN as u32)),
-        ("qwen2.attention.head_count", MetadataValue::U32(2)),
-        ("qwen2.attention.head_count_kv", MetadataValue::U32(1)),
-        ("qwen2.context_length", MetadataValue::U32(256)),
-        (
-            "qwen2.attention.layer_norm_rms_epsilon",
-            MetadataValue::F32(1e-6),
-        ),
-        ("qwen2.rope.freq_base", MetadataValue::F32(10000.0)),
-        ("qwen2.vocab_size", MetadataValue::U32(VOCAB as u32)),
-    ];
-    for (k, v) in meta {
-        w.add_metadata(k, v).expect("metadata");
-    }
-    let mut tensors: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = vec![];
-    let mut matrix = |name, t, rows: usize, cols: usize, rng: &mut ChaCha8Rng| {
-        let per_scale = match t {
-            GgmlType::Q8_0 => 74.0,
-            GgmlType::Q4_1 => 9.0,
-            _ => 1.0,
-        };
-        let hi = 1.0 / (cols as f32).sqrt() / per_scale / 0.6;
-        let bytes = ggml_rows(rng, t, rows, cols, hi / 8.0, hi);
-        tensors.push((name, vec![cols as u64, rows as u64], t, bytes));
+    let m = Tiny {
+        arch: "qwen2",
+        shape: Shape {
+            hidden: 64,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 32,
+            ffn: 128,
+            vocab: VOCAB,
+            context: 256,
+            eps: 1e-6,
+        },
+        layers: vec![LayerFormats {
+            q: GgmlType::Q8_0,
+            k: GgmlType::Q4_1,
+            v: GgmlType::F16,
+            o: GgmlType::Q4_1,
+            gate_up: GgmlType::Q8_0,
+            down: GgmlType::Q4_1,
+        }],
+        embedding: GgmlType::Q8_0,
+        output: Some(GgmlType::Q4_1),
     };
-    matrix("token_embd.weight", GgmlType::Q8_0, VOCAB, HIDDEN, rng);
-    matrix("output.weight", GgmlType::Q4_1, VOCAB, HIDDEN, rng);
-    matrix(
-        "blk.0.attn_q.weight",
-        GgmlType::Q8_0,
-        2 * HEAD_DIM,
-        HIDDEN,
-        rng,
-    );
-    matrix("blk.0.attn_k.weight", GgmlType::Q4_1, HEAD_DIM, HIDDEN, rng);
-    matrix("blk.0.attn_v.weight", GgmlType::F16, HEAD_DIM, HIDDEN, rng);
-    matrix(
-        "blk.0.attn_output.weight",
-        GgmlType::Q4_1,
-        HIDDEN,
-        2 * HEAD_DIM,
-        rng,
-    );
-    matrix("blk.0.ffn_gate.weight", GgmlType::Q8_0, FFN, HIDDEN, rng);
-    matrix("blk.0.ffn_up.weight", GgmlType::Q8_0, FFN, HIDDEN, rng);
-    matrix("blk.0.ffn_down.weight", GgmlType::Q4_1, HIDDEN, FFN, rng);
-    let mut vector = |name, len: usize, lo: f32, hi: f32, rng: &mut ChaCha8Rng| {
-        let bytes = (0..len)
-            .flat_map(|_| rng.gen_range(lo..hi).to_le_bytes())
-            .collect();
-        tensors.push((name, vec![len as u64], GgmlType::F32, bytes));
-    };
-    vector("output_norm.weight", HIDDEN, 0.5, 1.5, rng);
-    vector("blk.0.attn_norm.weight", HIDDEN, 0.5, 1.5, rng);
-    vector("blk.0.ffn_norm.weight", HIDDEN, 0.5, 1.5, rng);
-    vector("blk.0.attn_q.bias", 2 * HEAD_DIM, -0.5, 0.5, rng);
-    vector("blk.0.attn_k.bias", HEAD_DIM, -0.5, 0.5, rng);
-    vector("blk.0.attn_v.bias", HEAD_DIM, -0.5, 0.5, rng);
-    for (name, dims, t, bytes) in &tensors {
-        w.add_tensor(name, dims, *t, bytes).expect("tensor");
-    }
-    GgufFile::from_bytes(w.to_bytes()).expect("a GGUF image")
+    gguf(&m, rng)
 }
 
 fn gguf_decoder(file: &GgufFile, options: &GpuOptions) -> GpuDecoder {

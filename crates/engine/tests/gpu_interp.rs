@@ -13,42 +13,15 @@ use quench_engine::gpu::check::{
 use quench_engine::gpu::{load_causal, Backend, GpuDecoder, GpuError, GpuOptions};
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
 use quench_engine::{GenerateOptions, LoadOptions, Prompt};
-use quench_kernels::data::ggml_rows;
-use quench_models::gguf::{GgufWriter, MetadataValue};
 use quench_models::safetensors::{Dtype, SafetensorsWriter};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+mod common;
 
-/// The formats of one layer's matrices.
-#[derive(Clone, Copy)]
-struct LayerFormats {
-    q: GgmlType,
-    k: GgmlType,
-    v: GgmlType,
-    o: GgmlType,
-    gate_up: GgmlType,
-    down: GgmlType,
-}
-
-/// A tiny decoder: 2 layers, width 128, 4 heads of 32 over 2 kv heads, ffn 256, 256 tokens.
-struct Tiny {
-    arch: &'static str,
-    layers: [LayerFormats; 2],
-    embedding: GgmlType,
-    /// `None`: tied to the embedding.
-    output: Option<GgmlType>,
-}
+use common::{gguf, seed, LayerFormats, Shape, Tiny};
 
 const HIDDEN: usize = 128;
 const HEADS: usize = 4;
@@ -58,113 +31,17 @@ const FFN: usize = 256;
 const VOCAB: usize = 256;
 const CONTEXT: usize = 48;
 
-/// Scale magnitudes (floats: values) for weights of root-mean-square about
-/// `gain / sqrt(cols)`: random quants times a scale have these spreads per unit scale.
-fn weight_range(t: GgmlType, cols: usize, gain: f32) -> (f32, f32) {
-    let per_scale = match t {
-        GgmlType::Q8_0 => 74.0,
-        GgmlType::Q4_0 => 4.6,
-        GgmlType::Q4_1 => 9.0,
-        GgmlType::Q4_K => 317.0,
-        GgmlType::Q6_K => 1350.0,
-        _ => 1.0,
-    };
-    let hi = gain / (cols as f32).sqrt() / per_scale / 0.6;
-    (hi / 8.0, hi)
-}
-
-/// The model's GGUF image.
-fn gguf(m: &Tiny, rng: &mut ChaCha8Rng) -> GgufFile {
-    let a = m.arch;
-    let mut tensors: Vec<(String, Vec<u64>, GgmlType, Vec<u8>)> = vec![];
-    let mut matrix =
-        |name: String, t: GgmlType, rows: usize, cols: usize, gain: f32, rng: &mut ChaCha8Rng| {
-            let (lo, hi) = weight_range(t, cols, gain);
-            let bytes = ggml_rows(rng, t, rows, cols, lo, hi);
-            tensors.push((name, vec![cols as u64, rows as u64], t, bytes));
-        };
-    let (qw, kvw) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
-    // Logits of a few units, every matrix at full gain: with f32 activations and an f16
-    // KV cache the logits stay within ~2e-3 of the f64 reference (the bound is 0.05).
-    matrix(
-        "token_embd.weight".into(),
-        m.embedding,
-        VOCAB,
-        HIDDEN,
-        1.0,
-        rng,
-    );
-    if let Some(t) = m.output {
-        matrix("output.weight".into(), t, VOCAB, HIDDEN, 1.0, rng);
-    }
-    for (l, f) in m.layers.iter().enumerate() {
-        let n = |s: &str| format!("blk.{l}.{s}");
-        matrix(n("attn_q.weight"), f.q, qw, HIDDEN, 1.0, rng);
-        matrix(n("attn_k.weight"), f.k, kvw, HIDDEN, 1.0, rng);
-        matrix(n("attn_v.weight"), f.v, kvw, HIDDEN, 1.0, rng);
-        matrix(n("attn_output.weight"), f.o, HIDDEN, qw, 1.0, rng);
-        matrix(n("ffn_gate.weight"), f.gate_up, FFN, HIDDEN, 1.0, rng);
-        matrix(n("ffn_up.weight"), f.gate_up, FFN, HIDDEN, 1.0, rng);
-        matrix(n("ffn_down.weight"), f.down, HIDDEN, FFN, 1.0, rng);
-    }
-    let mut vector = |name: String, len: usize, lo: f32, hi: f32, rng: &mut ChaCha8Rng| {
-        let v: Vec<f32> = (0..len).map(|_| rng.gen_range(lo..hi)).collect();
-        let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        tensors.push((name, vec![len as u64], GgmlType::F32, bytes));
-    };
-    vector("output_norm.weight".into(), HIDDEN, 0.5, 1.5, rng);
-    for l in 0..2 {
-        let n = |s: &str| format!("blk.{l}.{s}");
-        vector(n("attn_norm.weight"), HIDDEN, 0.5, 1.5, rng);
-        vector(n("ffn_norm.weight"), HIDDEN, 0.5, 1.5, rng);
-        if a == "qwen2" {
-            vector(n("attn_q.bias"), qw, -0.5, 0.5, rng);
-            vector(n("attn_k.bias"), kvw, -0.5, 0.5, rng);
-            vector(n("attn_v.bias"), kvw, -0.5, 0.5, rng);
-        }
-        if a == "qwen3" {
-            vector(n("attn_q_norm.weight"), HEAD_DIM, 0.5, 1.5, rng);
-            vector(n("attn_k_norm.weight"), HEAD_DIM, 0.5, 1.5, rng);
-        }
-    }
-    let mut w = GgufWriter::new();
-    let key = |k: &str| format!("{a}.{k}");
-    let meta = [
-        (
-            "general.architecture".to_string(),
-            MetadataValue::String(a.into()),
-        ),
-        (key("embedding_length"), MetadataValue::U32(HIDDEN as u32)),
-        (key("block_count"), MetadataValue::U32(2)),
-        (key("feed_forward_length"), MetadataValue::U32(FFN as u32)),
-        (
-            key("attention.head_count"),
-            MetadataValue::U32(HEADS as u32),
-        ),
-        (
-            key("attention.head_count_kv"),
-            MetadataValue::U32(KV_HEADS as u32),
-        ),
-        (
-            key("attention.key_length"),
-            MetadataValue::U32(HEAD_DIM as u32),
-        ),
-        (key("context_length"), MetadataValue::U32(512)),
-        (
-            key("attention.layer_norm_rms_epsilon"),
-            MetadataValue::F32(1e-5),
-        ),
-        (key("rope.freq_base"), MetadataValue::F32(10000.0)),
-        (key("vocab_size"), MetadataValue::U32(VOCAB as u32)),
-    ];
-    for (k, v) in meta {
-        w.add_metadata(&k, v).unwrap();
-    }
-    for (name, dims, t, bytes) in &tensors {
-        w.add_tensor(name, dims, *t, bytes).unwrap();
-    }
-    GgufFile::from_bytes(w.to_bytes()).unwrap()
-}
+/// 2 layers, width 128, 4 heads of 32 over 2 kv heads, ffn 256, 256 tokens.
+const SHAPE: Shape = Shape {
+    hidden: HIDDEN,
+    heads: HEADS,
+    kv_heads: KV_HEADS,
+    head_dim: HEAD_DIM,
+    ffn: FFN,
+    vocab: VOCAB,
+    context: 512,
+    eps: 1e-5,
+};
 
 fn options() -> GpuOptions {
     GpuOptions {
@@ -259,7 +136,8 @@ const MIXED: LayerFormats = LayerFormats {
 fn llama_matches_the_f64_reference() {
     let m = Tiny {
         arch: "llama",
-        layers: [LEGACY, MIXED],
+        shape: SHAPE,
+        layers: vec![LEGACY, MIXED],
         embedding: GgmlType::Q8_0,
         output: None,
     };
@@ -274,7 +152,8 @@ fn llama_matches_the_f64_reference() {
 fn qwen2_with_biases_matches_the_f64_reference() {
     let m = Tiny {
         arch: "qwen2",
-        layers: [MIXED, LEGACY],
+        shape: SHAPE,
+        layers: vec![MIXED, LEGACY],
         embedding: GgmlType::BF16,
         output: Some(GgmlType::Q4_0),
     };
@@ -285,7 +164,8 @@ fn qwen2_with_biases_matches_the_f64_reference() {
 fn qwen3_with_qk_norms_matches_the_f64_reference() {
     let m = Tiny {
         arch: "qwen3",
-        layers: [LEGACY, LEGACY],
+        shape: SHAPE,
+        layers: vec![LEGACY, LEGACY],
         embedding: GgmlType::Q4_1,
         output: Some(GgmlType::F16),
     };
@@ -297,7 +177,8 @@ fn the_step_has_the_planned_dispatches_and_replays_like_direct_launches() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let m = Tiny {
         arch: "llama",
-        layers: [LEGACY, MIXED],
+        shape: SHAPE,
+        layers: vec![LEGACY, MIXED],
         embedding: GgmlType::Q8_0,
         output: None,
     };
@@ -365,7 +246,8 @@ fn a_wrong_reference_fails_the_check() {
     let s = seed();
     let m = Tiny {
         arch: "llama",
-        layers: [LEGACY, LEGACY],
+        shape: SHAPE,
+        layers: vec![LEGACY, LEGACY],
         embedding: GgmlType::Q8_0,
         output: None,
     };
@@ -399,7 +281,8 @@ fn unsupported_input_is_refused_by_name() {
     layer.down = GgmlType::Q5_0;
     let m = Tiny {
         arch: "llama",
-        layers: [LEGACY, layer],
+        shape: SHAPE,
+        layers: vec![LEGACY, layer],
         embedding: GgmlType::Q8_0,
         output: None,
     };
@@ -410,7 +293,8 @@ fn unsupported_input_is_refused_by_name() {
 
     let m = Tiny {
         arch: "llama",
-        layers: [LEGACY, LEGACY],
+        shape: SHAPE,
+        layers: vec![LEGACY, LEGACY],
         embedding: GgmlType::Q4_0,
         output: None,
     };
@@ -421,7 +305,8 @@ fn unsupported_input_is_refused_by_name() {
 
     let m = Tiny {
         arch: "llama",
-        layers: [LEGACY, LEGACY],
+        shape: SHAPE,
+        layers: vec![LEGACY, LEGACY],
         embedding: GgmlType::Q8_0,
         output: None,
     };

@@ -14,100 +14,49 @@ use std::sync::Mutex;
 use quench_cpu::{ModelConfig, Naming, Sampler, SamplingParams};
 use quench_engine::gpu::profile::{self, Mode, Profile, ProfileOptions};
 use quench_engine::gpu::{GpuDecoder, GpuOptions};
-use quench_kernels::data::ggml_rows;
-use quench_models::gguf::{GgufWriter, MetadataValue};
 use quench_models::{GgmlType, GgufFile};
 use quench_prof::{chrome_trace, summarize, Ceilings};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+mod common;
+
+use common::{gguf, seed, LayerFormats, Shape, Tiny};
+
 /// Profiling is switched on for the whole process: one test at a time.
 static PROFILING: Mutex<()> = Mutex::new(());
 
 const HIDDEN: usize = 64;
-const HEADS: usize = 2;
-const KV_HEADS: usize = 1;
 const HEAD_DIM: usize = 32;
-const FFN: usize = 128;
 const VOCAB: usize = 64;
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
-
 /// A tiny `arch` decoder with seeded random weights: one layer, Q8_0 and Q4_1 matrices.
-fn tiny_model(arch: &str, rng: &mut ChaCha8Rng) -> GgufFile {
-    let mut w = GgufWriter::new();
-    let key = |k: &str| format!("{arch}.{k}");
-    let meta = [
-        (
-            "general.architecture".to_string(),
-            MetadataValue::String(arch.into()),
-        ),
-        (key("embedding_length"), MetadataValue::U32(HIDDEN as u32)),
-        (key("block_count"), MetadataValue::U32(1)),
-        (key("feed_forward_length"), MetadataValue::U32(FFN as u32)),
-        (
-            key("attention.head_count"),
-            MetadataValue::U32(HEADS as u32),
-        ),
-        (
-            key("attention.head_count_kv"),
-            MetadataValue::U32(KV_HEADS as u32),
-        ),
-        (
-            key("attention.key_length"),
-            MetadataValue::U32(HEAD_DIM as u32),
-        ),
-        (key("context_length"), MetadataValue::U32(256)),
-        (
-            key("attention.layer_norm_rms_epsilon"),
-            MetadataValue::F32(1e-5),
-        ),
-        (key("rope.freq_base"), MetadataValue::F32(10000.0)),
-        (key("vocab_size"), MetadataValue::U32(VOCAB as u32)),
-    ];
-    for (k, v) in meta {
-        w.add_metadata(&k, v).expect("metadata");
-    }
-    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
-    let mut tensors: Vec<(&str, Vec<u64>, GgmlType, Vec<u8>)> = vec![];
-    let mut matrix = |name, t, rows: usize, cols: usize, rng: &mut ChaCha8Rng| {
-        let scale = 1.0 / (cols as f32).sqrt() / if t == GgmlType::Q8_0 { 74.0 } else { 9.0 };
-        let bytes = ggml_rows(rng, t, rows, cols, scale / 8.0, scale);
-        tensors.push((name, vec![cols as u64, rows as u64], t, bytes));
+fn tiny_model(arch: &'static str, rng: &mut ChaCha8Rng) -> GgufFile {
+    let m = Tiny {
+        arch,
+        shape: Shape {
+            hidden: HIDDEN,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: HEAD_DIM,
+            ffn: 128,
+            vocab: VOCAB,
+            context: 256,
+            eps: 1e-5,
+        },
+        layers: vec![LayerFormats {
+            q: GgmlType::Q8_0,
+            k: GgmlType::Q8_0,
+            v: GgmlType::Q8_0,
+            o: GgmlType::Q4_1,
+            gate_up: GgmlType::Q4_1,
+            down: GgmlType::Q8_0,
+        }],
+        embedding: GgmlType::Q8_0,
+        output: None,
     };
-    matrix("token_embd.weight", GgmlType::Q8_0, VOCAB, HIDDEN, rng);
-    matrix("blk.0.attn_q.weight", GgmlType::Q8_0, q, HIDDEN, rng);
-    matrix("blk.0.attn_k.weight", GgmlType::Q8_0, kv, HIDDEN, rng);
-    matrix("blk.0.attn_v.weight", GgmlType::Q8_0, kv, HIDDEN, rng);
-    matrix("blk.0.attn_output.weight", GgmlType::Q4_1, HIDDEN, q, rng);
-    matrix("blk.0.ffn_gate.weight", GgmlType::Q4_1, FFN, HIDDEN, rng);
-    matrix("blk.0.ffn_up.weight", GgmlType::Q4_1, FFN, HIDDEN, rng);
-    matrix("blk.0.ffn_down.weight", GgmlType::Q8_0, HIDDEN, FFN, rng);
-    let mut vector = |name, len: usize, rng: &mut ChaCha8Rng| {
-        let bytes: Vec<u8> = (0..len)
-            .flat_map(|_| rng.gen_range(0.5f32..1.5).to_le_bytes())
-            .collect();
-        tensors.push((name, vec![len as u64], GgmlType::F32, bytes));
-    };
-    vector("output_norm.weight", HIDDEN, rng);
-    vector("blk.0.attn_norm.weight", HIDDEN, rng);
-    vector("blk.0.ffn_norm.weight", HIDDEN, rng);
-    if arch == "qwen3" {
-        vector("blk.0.attn_q_norm.weight", HEAD_DIM, rng);
-        vector("blk.0.attn_k_norm.weight", HEAD_DIM, rng);
-    }
-    for (name, dims, t, bytes) in &tensors {
-        w.add_tensor(name, dims, *t, bytes).expect("tensor");
-    }
-    GgufFile::from_bytes(w.to_bytes()).expect("a GGUF image")
+    gguf(&m, rng)
 }
 
 /// The decoder on the interpreter, loaded anew (as each command does).

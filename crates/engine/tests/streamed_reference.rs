@@ -16,14 +16,9 @@ use quench_models::HfCheckpoint;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+mod common;
+
+use common::seed;
 
 /// A tiny synthetic checkpoint of `arch` in a fresh directory under the target's temporary
 /// folder.

@@ -1,0 +1,154 @@
+//! What the engine's GPU tests share: a fresh seed per run, and tiny decoders with seeded
+//! random weights written as GGUF images (any layer formats, biases for qwen2, q/k norms
+//! for qwen3).
+#![allow(dead_code)] // each test binary uses its own part
+
+use quench_kernels::data::ggml_rows;
+use quench_models::gguf::{GgufWriter, MetadataValue};
+use quench_models::{GgmlType, GgufFile};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// A fresh seed, printed (or `QUENCH_SEED` to replay one).
+pub fn seed() -> u64 {
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
+    s
+}
+
+/// The formats of one layer's matrices.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerFormats {
+    pub q: GgmlType,
+    pub k: GgmlType,
+    pub v: GgmlType,
+    pub o: GgmlType,
+    pub gate_up: GgmlType,
+    pub down: GgmlType,
+}
+
+/// The sizes of a tiny decoder.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    /// The trained context the metadata states.
+    pub context: u32,
+    pub eps: f32,
+}
+
+/// A tiny decoder: `arch` is llama, qwen2 (q/k/v biases) or qwen3 (q/k norms).
+#[derive(Clone, Debug)]
+pub struct Tiny {
+    pub arch: &'static str,
+    pub shape: Shape,
+    pub layers: Vec<LayerFormats>,
+    pub embedding: GgmlType,
+    /// `None`: tied to the embedding.
+    pub output: Option<GgmlType>,
+}
+
+/// Scale magnitudes (floats: values) for weights of root-mean-square about
+/// `gain / sqrt(cols)`: random quants times a scale have these spreads per unit scale.
+fn weight_range(t: GgmlType, cols: usize, gain: f32) -> (f32, f32) {
+    let per_scale = match t {
+        GgmlType::Q8_0 => 74.0,
+        GgmlType::Q4_0 => 4.6,
+        GgmlType::Q4_1 => 9.0,
+        GgmlType::Q4_K => 317.0,
+        GgmlType::Q6_K => 1350.0,
+        _ => 1.0,
+    };
+    let hi = gain / (cols as f32).sqrt() / per_scale / 0.6;
+    (hi / 8.0, hi)
+}
+
+/// The model's GGUF image. Every matrix has full gain: logits of a few units, which with
+/// f32 activations and an f16 KV cache stay within ~2e-3 of the f64 reference.
+pub fn gguf(m: &Tiny, rng: &mut ChaCha8Rng) -> GgufFile {
+    let (a, s) = (m.arch, m.shape);
+    let mut tensors: Vec<(String, Vec<u64>, GgmlType, Vec<u8>)> = vec![];
+    let mut matrix = |name: String, t: GgmlType, rows: usize, cols: usize, rng: &mut ChaCha8Rng| {
+        let (lo, hi) = weight_range(t, cols, 1.0);
+        let bytes = ggml_rows(rng, t, rows, cols, lo, hi);
+        tensors.push((name, vec![cols as u64, rows as u64], t, bytes));
+    };
+    let (qw, kvw) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
+    matrix(
+        "token_embd.weight".into(),
+        m.embedding,
+        s.vocab,
+        s.hidden,
+        rng,
+    );
+    if let Some(t) = m.output {
+        matrix("output.weight".into(), t, s.vocab, s.hidden, rng);
+    }
+    for (l, f) in m.layers.iter().enumerate() {
+        let n = |x: &str| format!("blk.{l}.{x}");
+        matrix(n("attn_q.weight"), f.q, qw, s.hidden, rng);
+        matrix(n("attn_k.weight"), f.k, kvw, s.hidden, rng);
+        matrix(n("attn_v.weight"), f.v, kvw, s.hidden, rng);
+        matrix(n("attn_output.weight"), f.o, s.hidden, qw, rng);
+        matrix(n("ffn_gate.weight"), f.gate_up, s.ffn, s.hidden, rng);
+        matrix(n("ffn_up.weight"), f.gate_up, s.ffn, s.hidden, rng);
+        matrix(n("ffn_down.weight"), f.down, s.hidden, s.ffn, rng);
+    }
+    let mut vector = |name: String, len: usize, lo: f32, hi: f32, rng: &mut ChaCha8Rng| {
+        let bytes = (0..len)
+            .flat_map(|_| rng.gen_range(lo..hi).to_le_bytes())
+            .collect();
+        tensors.push((name, vec![len as u64], GgmlType::F32, bytes));
+    };
+    vector("output_norm.weight".into(), s.hidden, 0.5, 1.5, rng);
+    for l in 0..m.layers.len() {
+        let n = |x: &str| format!("blk.{l}.{x}");
+        vector(n("attn_norm.weight"), s.hidden, 0.5, 1.5, rng);
+        vector(n("ffn_norm.weight"), s.hidden, 0.5, 1.5, rng);
+        if a == "qwen2" {
+            vector(n("attn_q.bias"), qw, -0.5, 0.5, rng);
+            vector(n("attn_k.bias"), kvw, -0.5, 0.5, rng);
+            vector(n("attn_v.bias"), kvw, -0.5, 0.5, rng);
+        }
+        if a == "qwen3" {
+            vector(n("attn_q_norm.weight"), s.head_dim, 0.5, 1.5, rng);
+            vector(n("attn_k_norm.weight"), s.head_dim, 0.5, 1.5, rng);
+        }
+    }
+    let mut w = GgufWriter::new();
+    let key = |k: &str| format!("{a}.{k}");
+    let u32_of = |n: usize| MetadataValue::U32(n as u32);
+    let meta = [
+        (
+            "general.architecture".to_string(),
+            MetadataValue::String(a.into()),
+        ),
+        (key("embedding_length"), u32_of(s.hidden)),
+        (key("block_count"), u32_of(m.layers.len())),
+        (key("feed_forward_length"), u32_of(s.ffn)),
+        (key("attention.head_count"), u32_of(s.heads)),
+        (key("attention.head_count_kv"), u32_of(s.kv_heads)),
+        (key("attention.key_length"), u32_of(s.head_dim)),
+        (key("context_length"), MetadataValue::U32(s.context)),
+        (
+            key("attention.layer_norm_rms_epsilon"),
+            MetadataValue::F32(s.eps),
+        ),
+        (key("rope.freq_base"), MetadataValue::F32(10000.0)),
+        (key("vocab_size"), u32_of(s.vocab)),
+    ];
+    for (k, v) in meta {
+        w.add_metadata(&k, v).expect("metadata");
+    }
+    for (name, dims, t, bytes) in &tensors {
+        w.add_tensor(name, dims, *t, bytes).expect("tensor");
+    }
+    GgufFile::from_bytes(w.to_bytes()).expect("a GGUF image")
+}
