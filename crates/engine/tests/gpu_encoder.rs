@@ -7,20 +7,18 @@
 
 use std::path::PathBuf;
 
-use quench_cpu::{Arch, BertLayerTensor as BL, BertTensor, Encoder, MemorySource, ModelConfig, Naming, RopeStyle};
+use quench_cpu::{
+    Arch, BertLayerTensor as BL, BertTensor, Encoder, MemorySource, ModelConfig, Naming, RopeStyle,
+};
 use quench_engine::gpu::encoder::{load_embedding, GpuEncoder};
 use quench_engine::gpu::Backend;
 use quench_engine::{load, LoadOptions, Precision};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+mod common;
+
+use common::seed;
 
 /// BERT at the smallest shape the device kernels take: 64 wide, 2 heads of 32.
 fn tiny_config() -> ModelConfig {
@@ -52,13 +50,25 @@ fn tiny_weights(c: &ModelConfig, rng: &mut ChaCha8Rng) -> MemorySource {
     let hf = |t: BertTensor| t.name(Naming::HuggingFace, "");
     let mut put = |name: String, dims: Vec<usize>, center: f32, spread: f32| {
         let n: usize = dims.iter().product();
-        let data = (0..n).map(|_| center + spread * rng.gen_range(-1.0f32..=1.0)).collect();
+        let data = (0..n)
+            .map(|_| center + spread * rng.gen_range(-1.0f32..=1.0))
+            .collect();
         src.insert(&name, dims, data).expect("tensor");
     };
     let (d, ffn) = (c.hidden, c.ffn);
     put(hf(BertTensor::WordEmbedding), vec![c.vocab, d], 0.0, 1.0);
-    put(hf(BertTensor::PositionEmbedding), vec![c.max_positions, d], 0.0, 0.3);
-    put(hf(BertTensor::TypeEmbedding), vec![c.type_vocab, d], 0.0, 0.3);
+    put(
+        hf(BertTensor::PositionEmbedding),
+        vec![c.max_positions, d],
+        0.0,
+        0.3,
+    );
+    put(
+        hf(BertTensor::TypeEmbedding),
+        vec![c.type_vocab, d],
+        0.0,
+        0.3,
+    );
     put(hf(BertTensor::EmbeddingNormWeight), vec![d], 1.0, 0.1);
     put(hf(BertTensor::EmbeddingNormBias), vec![d], 0.0, 0.1);
     let w = |cols: usize| (3.0 / cols as f32).sqrt();
@@ -75,7 +85,10 @@ fn tiny_weights(c: &ModelConfig, rng: &mut ChaCha8Rng) -> MemorySource {
             put(t(weight), vec![rows, cols], 0.0, w(cols));
             put(t(bias), vec![rows], 0.0, 0.1);
         }
-        for (weight, bias) in [(BL::AttnNormWeight, BL::AttnNormBias), (BL::OutputNormWeight, BL::OutputNormBias)] {
+        for (weight, bias) in [
+            (BL::AttnNormWeight, BL::AttnNormBias),
+            (BL::OutputNormWeight, BL::OutputNormBias),
+        ] {
             put(t(weight), vec![d], 1.0, 0.1);
             put(t(bias), vec![d], 0.0, 0.1);
         }
@@ -106,8 +119,10 @@ fn tiny_bert_batch_matches_f64_and_padding_does_not_leak() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let config = tiny_config();
     let src = tiny_weights(&config, &mut rng);
-    let reference = Encoder::<f64>::load(config.clone(), &src, Naming::HuggingFace).expect("f64 encoder");
-    let mut gpu = GpuEncoder::on(Backend::Interp, config.clone(), &src, Naming::HuggingFace).expect("device encoder");
+    let reference =
+        Encoder::<f64>::load(config.clone(), &src, Naming::HuggingFace).expect("f64 encoder");
+    let mut gpu = GpuEncoder::on(Backend::Interp, config.clone(), &src, Naming::HuggingFace)
+        .expect("device encoder");
 
     // [CLS] text [SEP] with ids 4.., of lengths 13, 5, 2 (the framing alone) and 9.
     let texts: Vec<Vec<u32>> = [13usize, 5, 2, 9]
@@ -122,25 +137,41 @@ fn tiny_bert_batch_matches_f64_and_padding_does_not_leak() {
     let batch = gpu.hidden_states(&texts).expect("batch");
     assert_eq!(batch.len(), texts.len());
     for (i, (t, states)) in texts.iter().zip(&batch).enumerate() {
-        assert_eq!(states.len(), t.len() * config.hidden, "text {i}: states of its own tokens only");
-        assert!(states.iter().all(|v| v.is_finite()), "text {i}: non-finite states");
+        assert_eq!(
+            states.len(),
+            t.len() * config.hidden,
+            "text {i}: states of its own tokens only"
+        );
+        assert!(
+            states.iter().all(|v| v.is_finite()),
+            "text {i}: non-finite states"
+        );
         let want: Vec<f64> = reference.embed(t, None).expect("f64 embedding");
         let got = mean_normalized(states, config.hidden);
         let cos = cosine(&got, &want);
         eprintln!("text {i} ({} tokens): cosine to f64 {cos:.7}", t.len());
-        assert!(cos >= 0.999, "text {i}: cosine {cos} to the f64 embedding is below 0.999");
+        assert!(
+            cos >= 0.999,
+            "text {i}: cosine {cos} to the f64 embedding is below 0.999"
+        );
 
         // Alone, unpadded: the same states, bit for bit (the mask keeps the padding out,
         // and every row of a matrix product is computed the same way).
         let alone = gpu.hidden_states(std::slice::from_ref(t)).expect("alone");
-        assert_eq!(alone[0], *states, "text {i}: its states depend on the texts batched with it");
+        assert_eq!(
+            alone[0], *states,
+            "text {i}: its states depend on the texts batched with it"
+        );
     }
 
     // A control: the tiny model's embeddings of different texts are far apart, so the
     // bound above could see a wrong text's vector.
     let a = mean_normalized(&batch[0], config.hidden);
     let b = reference.embed(&texts[3], None).expect("f64 embedding");
-    assert!(cosine(&a, &b) < 0.99, "different texts embed almost alike; the check could not tell them apart");
+    assert!(
+        cosine(&a, &b) < 0.99,
+        "different texts embed almost alike; the check could not tell them apart"
+    );
 }
 
 #[test]
@@ -148,18 +179,34 @@ fn refusals_name_the_problem() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let config = tiny_config();
     let src = tiny_weights(&config, &mut rng);
-    let mut gpu = GpuEncoder::on(Backend::Interp, config.clone(), &src, Naming::HuggingFace).expect("device encoder");
-    let e = gpu.hidden_states(&[vec![2, 50, 3]]).unwrap_err().to_string();
+    let mut gpu = GpuEncoder::on(Backend::Interp, config.clone(), &src, Naming::HuggingFace)
+        .expect("device encoder");
+    let e = gpu
+        .hidden_states(&[vec![2, 50, 3]])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("token id 50") && e.contains("50 tokens"), "{e}");
     let e = gpu.hidden_states(&[vec![]]).unwrap_err().to_string();
     assert!(e.contains("no tokens"), "{e}");
     let e = gpu.hidden_states(&[vec![2; 33]]).unwrap_err().to_string();
     assert!(e.contains("33 tokens") && e.contains("32 positions"), "{e}");
 
-    let narrow = ModelConfig { hidden: 32, heads: 1, kv_heads: 1, head_dim: 32, ..config };
+    let narrow = ModelConfig {
+        hidden: 32,
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 32,
+        ..config
+    };
     let src = tiny_weights(&narrow, &mut rng);
-    let e = GpuEncoder::on(Backend::Interp, narrow, &src, Naming::HuggingFace).err().expect("refused").to_string();
-    assert!(e.contains("hidden size 32") && e.contains("multiples of 64"), "{e}");
+    let e = GpuEncoder::on(Backend::Interp, narrow, &src, Naming::HuggingFace)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("hidden size 32") && e.contains("multiples of 64"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -170,12 +217,20 @@ fn minilm_through_the_interpreter_matches_f64() {
     };
     let texts = ["A man is eating food.", "The girl is carrying a baby."];
     let start = std::time::Instant::now();
-    let device = load_embedding(&dir, Backend::Interp, &LoadOptions::default()).expect("device model");
+    let device =
+        load_embedding(&dir, Backend::Interp, &LoadOptions::default()).expect("device model");
     let got = device.embed(&texts).expect("device embeddings");
     eprintln!("interpreter: {:.1} s", start.elapsed().as_secs_f64());
-    let options = LoadOptions { precision: Precision::F64, ..LoadOptions::default() };
+    let options = LoadOptions {
+        precision: Precision::F64,
+        ..LoadOptions::default()
+    };
     let cpu = load(&dir, &options).expect("f64 model");
-    let want = cpu.embedding().expect("an embedder").embed(&texts).expect("f64 embeddings");
+    let want = cpu
+        .embedding()
+        .expect("an embedder")
+        .embed(&texts)
+        .expect("f64 embeddings");
     let widen = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g.tokens, w.tokens);

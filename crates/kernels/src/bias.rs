@@ -57,7 +57,12 @@ pub fn reference(b: &[f32], rows: usize) -> Vec<f32> {
 }
 
 /// A case of `rows` rows of `cols` columns, the bias in ±[2^-6, 4].
-pub fn case(p: &BiasRowsParams, rows: u32, cols: u32, seed: u64) -> Result<KernelCase, KernelError> {
+pub fn case(
+    p: &BiasRowsParams,
+    rows: u32,
+    cols: u32,
+    seed: u64,
+) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let b = data::signed(&mut rng, cols as usize, 0.015625, 4.0);
@@ -68,9 +73,21 @@ pub fn case(p: &BiasRowsParams, rows: u32, cols: u32, seed: u64) -> Result<Kerne
         shape: format!("{rows}x{cols}"),
         kernel,
         launch: p.launch(rows),
-        buffers: vec![Buffer::input("b", data::f32_bytes(&b)), Buffer::output("y", bytes)],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Scalar(Arg::U32(cols))],
-        expected: vec![Expected { buffer: 1, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact }],
+        buffers: vec![
+            Buffer::input("b", data::f32_bytes(&b)),
+            Buffer::output("y", bytes),
+        ],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Scalar(Arg::U32(cols)),
+        ],
+        expected: vec![Expected {
+            buffer: 1,
+            data: data::f32_bytes(&want),
+            elem: Scalar::F32,
+            check: Check::Exact,
+        }],
         controls: vec![],
         bytes_moved: bytes as u64 + cols as u64 * 4,
         flops: 0,

@@ -63,10 +63,16 @@ impl EncoderAttentionParams {
     fn check(&self) -> Result<(), KernelError> {
         let fail = |reason: String| Err(KernelError::unsupported(NAME, reason));
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(32) || self.head_dim > 256 {
-            return fail(format!("head_dim = {}: must be a multiple of 32, at most 256", self.head_dim));
+            return fail(format!(
+                "head_dim = {}: must be a multiple of 32, at most 256",
+                self.head_dim
+            ));
         }
         if self.n_heads == 0 || self.warps == 0 || self.warps > 32 {
-            return fail(format!("n_heads = {}, warps = {}: need n_heads ≥ 1 and 1 ≤ warps ≤ 32", self.n_heads, self.warps));
+            return fail(format!(
+                "n_heads = {}, warps = {}: need n_heads ≥ 1 and 1 ≤ warps ≤ 32",
+                self.n_heads, self.warps
+            ));
         }
         Ok(())
     }
@@ -196,7 +202,11 @@ impl Problem<'_> {
                     let scores: Vec<f64> = (0..n_keys)
                         .map(|j| {
                             let tk = b * self.seq_len + j;
-                            let dot: f64 = (0..d).map(|i| self.get(tq, head * d + i) * self.get(tk, hd + head * d + i)).sum();
+                            let dot: f64 = (0..d)
+                                .map(|i| {
+                                    self.get(tq, head * d + i) * self.get(tk, hd + head * d + i)
+                                })
+                                .sum();
                             dot * scale_by / (d as f64).sqrt()
                         })
                         .collect();
@@ -204,7 +214,11 @@ impl Problem<'_> {
                     let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                     let total: f64 = weights.iter().sum();
                     for i in 0..d {
-                        let acc: f64 = (0..n_keys).map(|j| weights[j] * self.get(b * self.seq_len + j, 2 * hd + head * d + i)).sum();
+                        let acc: f64 = (0..n_keys)
+                            .map(|j| {
+                                weights[j] * self.get(b * self.seq_len + j, 2 * hd + head * d + i)
+                            })
+                            .sum();
                         out[tq * hd + head * d + i] = acc / total;
                     }
                 }
@@ -244,13 +258,23 @@ pub fn tolerance(pr: &Problem, want: &[bf16]) -> (Vec<f64>, String) {
             for head in 0..h {
                 let s_max = keys
                     .clone()
-                    .map(|tk| (0..d).map(|i| (pr.get(tq, head * d + i) * scale * pr.get(tk, hd + head * d + i)).abs()).sum::<f64>())
+                    .map(|tk| {
+                        (0..d)
+                            .map(|i| {
+                                (pr.get(tq, head * d + i) * scale * pr.get(tk, hd + head * d + i))
+                                    .abs()
+                            })
+                            .sum::<f64>()
+                    })
                     .fold(0.0, f64::max);
                 let delta = gamma(d as u64 + 6) * s_max;
                 let eps1 = std::f64::consts::LN_2 * (2.0 * delta + 2.0 * F32_U * s_max) + EX2_REL;
                 let eps = eps1 + len as f64 * EX2_REL + gamma(2 * len as u64 + 2);
                 for i in 0..d {
-                    let v_max = keys.clone().map(|tk| pr.get(tk, 2 * hd + head * d + i).abs()).fold(0.0, f64::max);
+                    let v_max = keys
+                        .clone()
+                        .map(|tk| pr.get(tk, 2 * hd + head * d + i).abs())
+                        .fold(0.0, f64::max);
                     let eta = 2.1 * eps * v_max + F32_U * v_max;
                     let e = tq * hd + head * d + i;
                     tol[e] = eta * 1.01 + 2f64.powi(-7) * (want[e].to_f64().abs() + eta) * 1.01;
@@ -267,7 +291,12 @@ pub fn tolerance(pr: &Problem, want: &[bf16]) -> (Vec<f64>, String) {
 
 /// A case of `batch` texts padded to `seq_len` tokens: the first text fills the length,
 /// the others are shorter (down to one token); q, k, v and the padding rows in ±[2^-4, 2].
-pub fn case(p: &EncoderAttentionParams, batch: u32, seq_len: u32, seed: u64) -> Result<KernelCase, KernelError> {
+pub fn case(
+    p: &EncoderAttentionParams,
+    batch: u32,
+    seq_len: u32,
+    seed: u64,
+) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let tokens = (batch * seq_len) as usize;
@@ -279,20 +308,36 @@ pub fn case(p: &EncoderAttentionParams, batch: u32, seq_len: u32, seed: u64) -> 
             _ => 1 + data::below(&mut rng, seq_len - 1),
         })
         .collect();
-    let problem = Problem { p, qkv: &qkv, lens: &lens, seq_len: seq_len as usize };
+    let problem = Problem {
+        p,
+        qkv: &qkv,
+        lens: &lens,
+        seq_len: seq_len as usize,
+    };
     let to_bf16 = |v: Vec<f64>| v.into_iter().map(bf16::from_f64).collect::<Vec<_>>();
     let want = to_bf16(problem.reference());
     let (tol, explain) = tolerance(&problem, &want);
     let check = Check::Bound { tol, explain };
     let sl = seq_len as usize;
     let controls = [
-        ("padding keys attended to (no mask)", to_bf16(problem.attend(1.0, &|_| sl))),
-        ("scores not scaled by 1/√d", to_bf16(problem.attend((p.head_dim as f64).sqrt(), &|len| len))),
+        (
+            "padding keys attended to (no mask)",
+            to_bf16(problem.attend(1.0, &|_| sl)),
+        ),
+        (
+            "scores not scaled by 1/√d",
+            to_bf16(problem.attend((p.head_dim as f64).sqrt(), &|len| len)),
+        ),
     ]
     .into_iter()
     .map(|(what, wrong)| Control {
         what: what.to_string(),
-        expected: Expected { buffer: 2, data: data::bf16_bytes(&wrong), elem: Scalar::BF16, check: check.clone() },
+        expected: Expected {
+            buffer: 2,
+            data: data::bf16_bytes(&wrong),
+            elem: Scalar::BF16,
+            check: check.clone(),
+        },
     })
     .collect();
     let out_bytes = tokens * (p.n_heads * p.head_dim) as usize * 2;
@@ -308,8 +353,18 @@ pub fn case(p: &EncoderAttentionParams, batch: u32, seq_len: u32, seed: u64) -> 
             Buffer::input("lens", lens.iter().flat_map(|l| l.to_le_bytes()).collect()),
             Buffer::output("out", out_bytes),
         ],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::U32(seq_len))],
-        expected: vec![Expected { buffer: 2, data: data::bf16_bytes(&want), elem: Scalar::BF16, check }],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Scalar(Arg::U32(seq_len)),
+        ],
+        expected: vec![Expected {
+            buffer: 2,
+            data: data::bf16_bytes(&want),
+            elem: Scalar::BF16,
+            check,
+        }],
         controls,
         bytes_moved: (tokens as u64 * 3 * hd * 4) + out_bytes as u64,
         flops: 4 * seq_len as u64 * real * hd,

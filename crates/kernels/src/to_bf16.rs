@@ -42,7 +42,13 @@ pub struct ToBf16Params {
 
 /// Abramowitz & Stegun 7.1.26: `erfc(z) ≈ t·(a₁ + … + a₅t⁴)·e^(−z²)`, `t = 1/(1 + p·z)`.
 const P: f32 = 0.327_591_1;
-const A: [f32; 5] = [0.254_829_6, -0.284_496_74, 1.421_413_8, -1.453_152_1, 1.061_405_4];
+const A: [f32; 5] = [
+    0.254_829_6,
+    -0.284_496_74,
+    1.421_413_8,
+    -1.453_152_1,
+    1.061_405_4,
+];
 /// The series' absolute error on [0, ∞).
 const SERIES_ERR: f64 = 1.5e-7;
 
@@ -144,7 +150,9 @@ pub fn reference_cast(x: &[f32]) -> Vec<bf16> {
 /// The exact GELU (erf form, with [`erf`] in f64), rounded once to bf16; `scale` is the
 /// factor inside erf (1/√2 for GELU).
 fn gelu_with(x: &[f32], scale: f64) -> Vec<bf16> {
-    x.iter().map(|&v| bf16::from_f64(0.5 * v as f64 * (1.0 + erf(v as f64 * scale)))).collect()
+    x.iter()
+        .map(|&v| bf16::from_f64(0.5 * v as f64 * (1.0 + erf(v as f64 * scale))))
+        .collect()
 }
 
 pub fn reference_gelu(x: &[f32]) -> Vec<bf16> {
@@ -196,7 +204,9 @@ pub fn gelu_tolerance(x: &[f32], want: &[bf16]) -> (Vec<f64>, String) {
         .map(|(&v, &w)| {
             let (v, w) = (v as f64, w.to_f64().abs());
             let z2 = v * v / 2.0;
-            let e_c = SERIES_ERR + 3.0 * gamma(12) + std::f64::consts::LN_2 * z2 * std::f64::consts::LOG2_E * gamma(2)
+            let e_c = SERIES_ERR
+                + 3.0 * gamma(12)
+                + std::f64::consts::LN_2 * z2 * std::f64::consts::LOG2_E * gamma(2)
                 + EX2_REL;
             let delta = 0.5 * v.abs() * e_c + gamma(3) * (w + 1e-30);
             delta * 1.01 + 2f64.powi(-7) * (w + delta) * 1.01 + F32_MIN_NORMAL
@@ -220,13 +230,23 @@ pub fn case(p: &ToBf16Params, n: u32, seed: u64) -> Result<KernelCase, KernelErr
         Activation::GeluErf => {
             let near = data::signed(&mut rng, len, 0.25, 2.0);
             let far = data::signed(&mut rng, len, 2.0, 10.0);
-            (0..len).map(|i| if i % 4 == 3 { far[i] } else { near[i] }).collect()
+            (0..len)
+                .map(|i| if i % 4 == 3 { far[i] } else { near[i] })
+                .collect()
         }
     };
     let (expected, controls) = match p.activation {
         Activation::Identity => {
             let want = reference_cast(&x);
-            (Expected { buffer: 1, data: data::bf16_bytes(&want), elem: Scalar::BF16, check: Check::Exact }, vec![])
+            (
+                Expected {
+                    buffer: 1,
+                    data: data::bf16_bytes(&want),
+                    elem: Scalar::BF16,
+                    check: Check::Exact,
+                },
+                vec![],
+            )
         }
         Activation::GeluErf => {
             let want = reference_gelu(&x);
@@ -235,9 +255,22 @@ pub fn case(p: &ToBf16Params, n: u32, seed: u64) -> Result<KernelCase, KernelErr
             let wrong = reference_gelu_unscaled(&x);
             let control = Control {
                 what: "erf(x) in place of erf(x/√2)".to_string(),
-                expected: Expected { buffer: 1, data: data::bf16_bytes(&wrong), elem: Scalar::BF16, check: check.clone() },
+                expected: Expected {
+                    buffer: 1,
+                    data: data::bf16_bytes(&wrong),
+                    elem: Scalar::BF16,
+                    check: check.clone(),
+                },
             };
-            (Expected { buffer: 1, data: data::bf16_bytes(&want), elem: Scalar::BF16, check }, vec![control])
+            (
+                Expected {
+                    buffer: 1,
+                    data: data::bf16_bytes(&want),
+                    elem: Scalar::BF16,
+                    check,
+                },
+                vec![control],
+            )
         }
     };
     Ok(KernelCase {
@@ -245,12 +278,23 @@ pub fn case(p: &ToBf16Params, n: u32, seed: u64) -> Result<KernelCase, KernelErr
         shape: n.to_string(),
         kernel,
         launch: p.launch(n),
-        buffers: vec![Buffer::input("x", data::f32_bytes(&x)), Buffer::output("y", len * 2)],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Scalar(Arg::U32(n))],
+        buffers: vec![
+            Buffer::input("x", data::f32_bytes(&x)),
+            Buffer::output("y", len * 2),
+        ],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Scalar(Arg::U32(n)),
+        ],
         expected: vec![expected],
         controls,
         bytes_moved: 6 * len as u64,
-        flops: if p.activation == Activation::GeluErf { 20 } else { 0 } * len as u64,
+        flops: if p.activation == Activation::GeluErf {
+            20
+        } else {
+            0
+        } * len as u64,
     })
 }
 

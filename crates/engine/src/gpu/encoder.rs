@@ -91,15 +91,30 @@ struct Activations {
 impl Activations {
     fn all(&self) -> [DevicePtr; 12] {
         [
-            self.ids, self.positions, self.lens, self.x, self.scratch, self.hidden, self.hidden2, self.hidden16,
-            self.qkv, self.ctx16, self.up, self.act16,
+            self.ids,
+            self.positions,
+            self.lens,
+            self.x,
+            self.scratch,
+            self.hidden,
+            self.hidden2,
+            self.hidden16,
+            self.qkv,
+            self.ctx16,
+            self.up,
+            self.act16,
         ]
     }
 }
 
 /// Refuse a shape the kernels do not take, naming it.
 fn check_shapes(c: &ModelConfig) -> Result<(), GpuError> {
-    let unsupported = |reason: String| Err(GpuError::Unsupported { what: "this encoder's shape".into(), reason });
+    let unsupported = |reason: String| {
+        Err(GpuError::Unsupported {
+            what: "this encoder's shape".into(),
+            reason,
+        })
+    };
     if c.arch != Arch::Bert {
         return Err(GpuError::Unsupported {
             what: format!("architecture {}", c.arch.name()),
@@ -137,11 +152,21 @@ impl GpuEncoder {
         check_shapes(&config)?;
         let kernels = compile(&config, exec.as_mut())?;
         let weights = weights::upload(&config, src, naming, exec.as_mut())?;
-        Ok(GpuEncoder { exec, config, weights, kernels })
+        Ok(GpuEncoder {
+            exec,
+            config,
+            weights,
+            kernels,
+        })
     }
 
     /// Opens `backend` and puts the encoder there.
-    pub fn on(backend: Backend, config: ModelConfig, src: &dyn TensorSource, naming: Naming) -> Result<GpuEncoder, GpuError> {
+    pub fn on(
+        backend: Backend,
+        config: ModelConfig,
+        src: &dyn TensorSource,
+        naming: Naming,
+    ) -> Result<GpuEncoder, GpuError> {
         let (exec, _) = open(backend)?;
         GpuEncoder::new(config, src, naming, exec)
     }
@@ -171,11 +196,17 @@ impl GpuEncoder {
             if t.len() > self.config.max_positions {
                 return Err(GpuError::Unsupported {
                     what: format!("a text of {} tokens", t.len()),
-                    reason: format!("the model reads at most {} positions", self.config.max_positions),
+                    reason: format!(
+                        "the model reads at most {} positions",
+                        self.config.max_positions
+                    ),
                 });
             }
             if let Some(&token) = t.iter().find(|&&id| id as usize >= self.config.vocab) {
-                return Err(GpuError::Token { token, vocab: self.config.vocab });
+                return Err(GpuError::Token {
+                    token,
+                    vocab: self.config.vocab,
+                });
             }
         }
         let mut states = Vec::with_capacity(texts.len());
@@ -184,7 +215,9 @@ impl GpuEncoder {
             // The longest run of texts from `start` whose padded size fits a pass.
             let mut end = start + 1;
             let mut longest = texts[start].len();
-            while end < texts.len() && (end + 1 - start) * longest.max(texts[end].len()) <= PASS_TOKENS {
+            while end < texts.len()
+                && (end + 1 - start) * longest.max(texts[end].len()) <= PASS_TOKENS
+            {
                 longest = longest.max(texts[end].len());
                 end += 1;
             }
@@ -213,7 +246,20 @@ impl GpuEncoder {
     fn alloc_activations(&mut self, texts: usize, rows: usize) -> Result<Activations, GpuError> {
         let c = &self.config;
         let (h, f, r) = (c.hidden as u64, c.ffn as u64, rows as u64);
-        let sizes = [4 * r, 4 * r, 4 * texts as u64, 4 * r * h, 4 * r * h, 4 * r * h, 4 * r * h, 2 * r * h, 12 * r * h, 2 * r * h, 4 * r * f, 2 * r * f];
+        let sizes = [
+            4 * r,
+            4 * r,
+            4 * texts as u64,
+            4 * r * h,
+            4 * r * h,
+            4 * r * h,
+            4 * r * h,
+            2 * r * h,
+            12 * r * h,
+            2 * r * h,
+            4 * r * f,
+            2 * r * f,
+        ];
         let mut ptrs = Vec::with_capacity(sizes.len());
         for bytes in sizes {
             match self.exec.alloc(bytes) {
@@ -222,7 +268,9 @@ impl GpuEncoder {
                     for p in ptrs {
                         let _ = self.exec.free(p);
                     }
-                    return Err(GpuError::runtime(format!("allocating the activations of {rows} padded tokens"))(e));
+                    return Err(GpuError::runtime(format!(
+                        "allocating the activations of {rows} padded tokens"
+                    ))(e));
                 }
             }
         }
@@ -242,7 +290,12 @@ impl GpuEncoder {
         })
     }
 
-    fn run_pass(&mut self, a: &Activations, texts: &[Vec<u32>], seq_len: usize) -> Result<Vec<Vec<f32>>, GpuError> {
+    fn run_pass(
+        &mut self,
+        a: &Activations,
+        texts: &[Vec<u32>],
+        seq_len: usize,
+    ) -> Result<Vec<Vec<f32>>, GpuError> {
         let c = self.config.clone();
         let rows = texts.len() * seq_len;
         let (h, m) = (c.hidden as u32, rows as u32);
@@ -252,7 +305,10 @@ impl GpuEncoder {
         let mut positions = vec![0u32; rows];
         for (i, t) in texts.iter().enumerate() {
             ids[i * seq_len..i * seq_len + t.len()].copy_from_slice(t);
-            for (p, pos) in positions[i * seq_len..i * seq_len + t.len()].iter_mut().enumerate() {
+            for (p, pos) in positions[i * seq_len..i * seq_len + t.len()]
+                .iter_mut()
+                .enumerate()
+            {
                 *pos = p as u32;
             }
         }
@@ -266,51 +322,187 @@ impl GpuEncoder {
         let mut run = Vec::<(String, KernelId, Launch, Vec<Arg>)>::new();
         let p = Arg::Ptr;
         let emb = k.embed.params.launch(m);
-        run.push(("gathering the word embeddings".into(), k.embed.id, emb, vec![p(a.ids), p(w.word), p(a.x), Arg::U32(c.vocab as u32)]));
+        run.push((
+            "gathering the word embeddings".into(),
+            k.embed.id,
+            emb,
+            vec![p(a.ids), p(w.word), p(a.x), Arg::U32(c.vocab as u32)],
+        ));
         run.push((
             "gathering the position embeddings".into(),
             k.embed.id,
             emb,
-            vec![p(a.positions), p(w.position_type), p(a.scratch), Arg::U32(c.max_positions as u32)],
+            vec![
+                p(a.positions),
+                p(w.position_type),
+                p(a.scratch),
+                Arg::U32(c.max_positions as u32),
+            ],
         ));
         let norm = k.norm.params.launch(m);
         let (en_w, en_b) = (w.embedding_norm.weight, w.embedding_norm.bias);
-        run.push(("the embedding LayerNorm".into(), k.norm.id, norm, vec![p(a.x), p(a.scratch), p(en_w), p(en_b), p(a.hidden), Arg::F32(eps)]));
+        run.push((
+            "the embedding LayerNorm".into(),
+            k.norm.id,
+            norm,
+            vec![
+                p(a.x),
+                p(a.scratch),
+                p(en_w),
+                p(en_b),
+                p(a.hidden),
+                Arg::F32(eps),
+            ],
+        ));
         let cast = k.cast.params.launch(m * h);
-        run.push(("rounding the states to bf16".into(), k.cast.id, cast, vec![p(a.hidden), p(a.hidden16), Arg::U32(m * h)]));
+        run.push((
+            "rounding the states to bf16".into(),
+            k.cast.id,
+            cast,
+            vec![p(a.hidden), p(a.hidden16), Arg::U32(m * h)],
+        ));
         let bias = k.bias.params.launch(m);
-        let gemm = |g: &Kernel<GemmParams>, what: String, a16: DevicePtr, wt: DevicePtr, out: DevicePtr| {
-            (what, g.id, g.params.launch(m), vec![p(a16), p(wt), p(out), Arg::U32(m)])
+        let gemm = |g: &Kernel<GemmParams>,
+                    what: String,
+                    a16: DevicePtr,
+                    wt: DevicePtr,
+                    out: DevicePtr| {
+            (
+                what,
+                g.id,
+                g.params.launch(m),
+                vec![p(a16), p(wt), p(out), Arg::U32(m)],
+            )
         };
-        let attention = k.attention.params.launch(texts.len() as u32, seq_len as u32);
+        let attention = k
+            .attention
+            .params
+            .launch(texts.len() as u32, seq_len as u32);
         let ffn = c.ffn as u32;
         for (n, l) in w.layers.iter().enumerate() {
             let at = |what: &str| format!("layer {n}: {what}");
-            run.push((at("q|k|v bias"), k.bias.id, bias, vec![p(l.qkv.bias), p(a.qkv), Arg::U32(3 * h)]));
-            run.push(gemm(&k.gemm_qkv, at("q|k|v projection"), a.hidden16, l.qkv.weight, a.qkv));
-            run.push((at("attention"), k.attention.id, attention, vec![p(a.qkv), p(a.lens), p(a.ctx16), Arg::U32(seq_len as u32)]));
-            run.push((at("output bias"), k.bias.id, bias, vec![p(l.attn_output.bias), p(a.x), Arg::U32(h)]));
-            run.push(gemm(&k.gemm_out, at("output projection"), a.ctx16, l.attn_output.weight, a.x));
+            run.push((
+                at("q|k|v bias"),
+                k.bias.id,
+                bias,
+                vec![p(l.qkv.bias), p(a.qkv), Arg::U32(3 * h)],
+            ));
+            run.push(gemm(
+                &k.gemm_qkv,
+                at("q|k|v projection"),
+                a.hidden16,
+                l.qkv.weight,
+                a.qkv,
+            ));
+            run.push((
+                at("attention"),
+                k.attention.id,
+                attention,
+                vec![p(a.qkv), p(a.lens), p(a.ctx16), Arg::U32(seq_len as u32)],
+            ));
+            run.push((
+                at("output bias"),
+                k.bias.id,
+                bias,
+                vec![p(l.attn_output.bias), p(a.x), Arg::U32(h)],
+            ));
+            run.push(gemm(
+                &k.gemm_out,
+                at("output projection"),
+                a.ctx16,
+                l.attn_output.weight,
+                a.x,
+            ));
             let (nw, nb) = (l.attn_norm.weight, l.attn_norm.bias);
-            run.push((at("attention LayerNorm"), k.norm.id, norm, vec![p(a.x), p(a.hidden), p(nw), p(nb), p(a.hidden2), Arg::F32(eps)]));
-            run.push((at("rounding to bf16"), k.cast.id, cast, vec![p(a.hidden2), p(a.hidden16), Arg::U32(m * h)]));
-            run.push((at("up bias"), k.bias.id, bias, vec![p(l.up.bias), p(a.up), Arg::U32(ffn)]));
-            run.push(gemm(&k.gemm_up, at("up projection"), a.hidden16, l.up.weight, a.up));
+            run.push((
+                at("attention LayerNorm"),
+                k.norm.id,
+                norm,
+                vec![
+                    p(a.x),
+                    p(a.hidden),
+                    p(nw),
+                    p(nb),
+                    p(a.hidden2),
+                    Arg::F32(eps),
+                ],
+            ));
+            run.push((
+                at("rounding to bf16"),
+                k.cast.id,
+                cast,
+                vec![p(a.hidden2), p(a.hidden16), Arg::U32(m * h)],
+            ));
+            run.push((
+                at("up bias"),
+                k.bias.id,
+                bias,
+                vec![p(l.up.bias), p(a.up), Arg::U32(ffn)],
+            ));
+            run.push(gemm(
+                &k.gemm_up,
+                at("up projection"),
+                a.hidden16,
+                l.up.weight,
+                a.up,
+            ));
             let gelu = k.gelu.params.launch(m * ffn);
-            run.push((at("GELU"), k.gelu.id, gelu, vec![p(a.up), p(a.act16), Arg::U32(m * ffn)]));
-            run.push((at("down bias"), k.bias.id, bias, vec![p(l.down.bias), p(a.x), Arg::U32(h)]));
-            run.push(gemm(&k.gemm_down, at("down projection"), a.act16, l.down.weight, a.x));
+            run.push((
+                at("GELU"),
+                k.gelu.id,
+                gelu,
+                vec![p(a.up), p(a.act16), Arg::U32(m * ffn)],
+            ));
+            run.push((
+                at("down bias"),
+                k.bias.id,
+                bias,
+                vec![p(l.down.bias), p(a.x), Arg::U32(h)],
+            ));
+            run.push(gemm(
+                &k.gemm_down,
+                at("down projection"),
+                a.act16,
+                l.down.weight,
+                a.x,
+            ));
             let (nw, nb) = (l.output_norm.weight, l.output_norm.bias);
-            run.push((at("output LayerNorm"), k.norm.id, norm, vec![p(a.x), p(a.hidden2), p(nw), p(nb), p(a.hidden), Arg::F32(eps)]));
-            run.push((at("rounding to bf16"), k.cast.id, cast, vec![p(a.hidden), p(a.hidden16), Arg::U32(m * h)]));
+            run.push((
+                at("output LayerNorm"),
+                k.norm.id,
+                norm,
+                vec![
+                    p(a.x),
+                    p(a.hidden2),
+                    p(nw),
+                    p(nb),
+                    p(a.hidden),
+                    Arg::F32(eps),
+                ],
+            ));
+            run.push((
+                at("rounding to bf16"),
+                k.cast.id,
+                cast,
+                vec![p(a.hidden), p(a.hidden16), Arg::U32(m * h)],
+            ));
         }
         for (what, id, launch, args) in run {
-            self.exec.launch(id, &launch, &args, StreamId::DEFAULT).map_err(GpuError::runtime(what))?;
+            self.exec
+                .launch(id, &launch, &args, StreamId::DEFAULT)
+                .map_err(GpuError::runtime(what))?;
         }
-        self.exec.synchronize().map_err(GpuError::runtime("running the encoder"))?;
+        self.exec
+            .synchronize()
+            .map_err(GpuError::runtime("running the encoder"))?;
         let mut bytes = vec![0u8; rows * c.hidden * 4];
-        self.exec.copy_to_host(a.hidden, &mut bytes).map_err(GpuError::runtime("reading the states back"))?;
-        let all: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        self.exec
+            .copy_to_host(a.hidden, &mut bytes)
+            .map_err(GpuError::runtime("reading the states back"))?;
+        let all: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
         Ok(texts
             .iter()
             .enumerate()
@@ -320,7 +512,9 @@ impl GpuEncoder {
 
     fn upload_u32s(&mut self, what: &str, at: DevicePtr, v: &[u32]) -> Result<(), GpuError> {
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.exec.copy_to_device(at, &bytes).map_err(GpuError::runtime(format!("uploading {what}")))
+        self.exec
+            .copy_to_device(at, &bytes)
+            .map_err(GpuError::runtime(format!("uploading {what}")))
     }
 }
 
@@ -341,16 +535,38 @@ fn row_threads(groups: usize) -> u32 {
 
 fn compile(c: &ModelConfig, exec: &mut dyn Executor) -> Result<Kernels, GpuError> {
     let h = c.hidden as u32;
-    let mut load = |f: Result<quench_ir::Function, quench_kernels::KernelError>, part: &str| -> Result<KernelId, GpuError> {
+    let mut load = |f: Result<quench_ir::Function, quench_kernels::KernelError>,
+                    part: &str|
+     -> Result<KernelId, GpuError> {
         let f = f.map_err(GpuError::kernel(part.to_string()))?;
-        exec.load(&f).map_err(GpuError::runtime(format!("compiling {}", f.name)))
+        exec.load(&f)
+            .map_err(GpuError::runtime(format!("compiling {}", f.name)))
     };
-    let embed = EmbedParams { format: TableFormat::F32, dim: h, threads: row_threads(c.hidden / 8) };
-    let norm = NormResidualParams { norm: Norm::Layer, out: OutType::F32, cols: h, threads: row_threads(c.hidden / 4) };
-    let cast = ToBf16Params { activation: Activation::Identity, threads: 256 };
-    let gelu = ToBf16Params { activation: Activation::GeluErf, threads: 256 };
+    let embed = EmbedParams {
+        format: TableFormat::F32,
+        dim: h,
+        threads: row_threads(c.hidden / 8),
+    };
+    let norm = NormResidualParams {
+        norm: Norm::Layer,
+        out: OutType::F32,
+        cols: h,
+        threads: row_threads(c.hidden / 4),
+    };
+    let cast = ToBf16Params {
+        activation: Activation::Identity,
+        threads: 256,
+    };
+    let gelu = ToBf16Params {
+        activation: Activation::GeluErf,
+        threads: 256,
+    };
     let bias = BiasRowsParams { threads: 128 };
-    let attention = EncoderAttentionParams { head_dim: c.head_dim as u32, n_heads: c.heads as u32, warps: ATTENTION_WARPS };
+    let attention = EncoderAttentionParams {
+        head_dim: c.head_dim as u32,
+        n_heads: c.heads as u32,
+        warps: ATTENTION_WARPS,
+    };
     let gemm = |n: usize, k: usize| GemmParams {
         format: BFormat::Bf16,
         epilogue: Epilogue::Accumulate,
@@ -361,18 +577,56 @@ fn compile(c: &ModelConfig, exec: &mut dyn Executor) -> Result<Kernels, GpuError
         wn: 32,
         stages: 3,
     };
-    let (qkv, out, up, down) = (gemm(3 * c.hidden, c.hidden), gemm(c.hidden, c.hidden), gemm(c.ffn, c.hidden), gemm(c.hidden, c.ffn));
+    let (qkv, out, up, down) = (
+        gemm(3 * c.hidden, c.hidden),
+        gemm(c.hidden, c.hidden),
+        gemm(c.ffn, c.hidden),
+        gemm(c.hidden, c.ffn),
+    );
     Ok(Kernels {
-        embed: Kernel { id: load(quench_kernels::embed::build(&embed), "the embedding gather")?, params: embed },
-        norm: Kernel { id: load(quench_kernels::norm_residual::build(&norm), "the LayerNorm")?, params: norm },
-        cast: Kernel { id: load(quench_kernels::to_bf16::build(&cast), "the bf16 rounding")?, params: cast },
-        gelu: Kernel { id: load(quench_kernels::to_bf16::build(&gelu), "GELU")?, params: gelu },
-        bias: Kernel { id: load(quench_kernels::bias::build(&bias), "the biases")?, params: bias },
-        attention: Kernel { id: load(quench_kernels::encoder_attention::build(&attention), "the attention")?, params: attention },
-        gemm_qkv: Kernel { id: load(quench_kernels::gemm::build(&qkv), "the q|k|v projection")?, params: qkv },
-        gemm_out: Kernel { id: load(quench_kernels::gemm::build(&out), "the output projection")?, params: out },
-        gemm_up: Kernel { id: load(quench_kernels::gemm::build(&up), "the up projection")?, params: up },
-        gemm_down: Kernel { id: load(quench_kernels::gemm::build(&down), "the down projection")?, params: down },
+        embed: Kernel {
+            id: load(quench_kernels::embed::build(&embed), "the embedding gather")?,
+            params: embed,
+        },
+        norm: Kernel {
+            id: load(quench_kernels::norm_residual::build(&norm), "the LayerNorm")?,
+            params: norm,
+        },
+        cast: Kernel {
+            id: load(quench_kernels::to_bf16::build(&cast), "the bf16 rounding")?,
+            params: cast,
+        },
+        gelu: Kernel {
+            id: load(quench_kernels::to_bf16::build(&gelu), "GELU")?,
+            params: gelu,
+        },
+        bias: Kernel {
+            id: load(quench_kernels::bias::build(&bias), "the biases")?,
+            params: bias,
+        },
+        attention: Kernel {
+            id: load(
+                quench_kernels::encoder_attention::build(&attention),
+                "the attention",
+            )?,
+            params: attention,
+        },
+        gemm_qkv: Kernel {
+            id: load(quench_kernels::gemm::build(&qkv), "the q|k|v projection")?,
+            params: qkv,
+        },
+        gemm_out: Kernel {
+            id: load(quench_kernels::gemm::build(&out), "the output projection")?,
+            params: out,
+        },
+        gemm_up: Kernel {
+            id: load(quench_kernels::gemm::build(&up), "the up projection")?,
+            params: up,
+        },
+        gemm_down: Kernel {
+            id: load(quench_kernels::gemm::build(&down), "the down projection")?,
+            params: down,
+        },
     })
 }
 

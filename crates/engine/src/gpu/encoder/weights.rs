@@ -63,16 +63,25 @@ impl Uploader<'_> {
         let name = t.name(self.naming, self.prefix);
         let (found, data) = self.src.get(&name)?;
         if found != dims {
-            return Err(GpuError::Shape { tensor: name, expected: dims.to_vec(), found });
+            return Err(GpuError::Shape {
+                tensor: name,
+                expected: dims.to_vec(),
+                found,
+            });
         }
         Ok(data)
     }
 
     fn put(&mut self, what: &str, bytes: &[u8]) -> Result<DevicePtr, GpuError> {
         let during = || format!("uploading {what}");
-        let p = self.exec.alloc(bytes.len().max(1) as u64).map_err(GpuError::runtime(during()))?;
+        let p = self
+            .exec
+            .alloc(bytes.len().max(1) as u64)
+            .map_err(GpuError::runtime(during()))?;
         self.allocations.push(p);
-        self.exec.copy_to_device(p, bytes).map_err(GpuError::runtime(during()))?;
+        self.exec
+            .copy_to_device(p, bytes)
+            .map_err(GpuError::runtime(during()))?;
         self.bytes += bytes.len() as u64;
         Ok(p)
     }
@@ -83,23 +92,40 @@ impl Uploader<'_> {
     }
 
     fn bf16s(&mut self, what: &str, v: &[f32]) -> Result<DevicePtr, GpuError> {
-        let bytes: Vec<u8> = v.iter().flat_map(|&x| bf16::from_f32(x).to_bits().to_le_bytes()).collect();
+        let bytes: Vec<u8> = v
+            .iter()
+            .flat_map(|&x| bf16::from_f32(x).to_bits().to_le_bytes())
+            .collect();
         self.put(what, &bytes)
     }
 
     fn norm(&mut self, w: BertTensor, b: BertTensor, dim: usize) -> Result<Norm, GpuError> {
         let (wv, bv) = (self.read(w, &[dim])?, self.read(b, &[dim])?);
-        Ok(Norm { weight: self.f32s("a LayerNorm weight", &wv)?, bias: self.f32s("a LayerNorm bias", &bv)? })
+        Ok(Norm {
+            weight: self.f32s("a LayerNorm weight", &wv)?,
+            bias: self.f32s("a LayerNorm bias", &bv)?,
+        })
     }
 
     /// Linear layers stacked row-wise into one (q, k, v → q|k|v).
-    fn dense(&mut self, parts: &[(BertTensor, BertTensor)], rows: usize, cols: usize) -> Result<Dense, GpuError> {
-        let (mut w, mut b) = (Vec::with_capacity(parts.len() * rows * cols), Vec::with_capacity(parts.len() * rows));
+    fn dense(
+        &mut self,
+        parts: &[(BertTensor, BertTensor)],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Dense, GpuError> {
+        let (mut w, mut b) = (
+            Vec::with_capacity(parts.len() * rows * cols),
+            Vec::with_capacity(parts.len() * rows),
+        );
         for &(wt, bt) in parts {
             w.extend(self.read(wt, &[rows, cols])?);
             b.extend(self.read(bt, &[rows])?);
         }
-        Ok(Dense { weight: self.bf16s("a linear layer's weight", &w)?, bias: self.f32s("a linear layer's bias", &b)? })
+        Ok(Dense {
+            weight: self.bf16s("a linear layer's weight", &w)?,
+            bias: self.f32s("a linear layer's bias", &b)?,
+        })
     }
 }
 
@@ -120,7 +146,14 @@ pub(super) fn upload(
         }
         _ => "",
     };
-    let mut u = Uploader { src, naming, prefix, exec, allocations: vec![], bytes: 0 };
+    let mut u = Uploader {
+        src,
+        naming,
+        prefix,
+        exec,
+        allocations: vec![],
+        bytes: 0,
+    };
     let result = upload_all(c, &mut u);
     match result {
         Ok((word, position_type, embedding_norm, layers)) => Ok(Weights {
@@ -153,12 +186,24 @@ fn upload_all(c: &ModelConfig, u: &mut Uploader) -> Result<Parts, GpuError> {
         row.iter_mut().zip(&types[..h]).for_each(|(p, t)| *p += t);
     }
     let position_type = u.f32s("the position embeddings", &position)?;
-    let embedding_norm = u.norm(BertTensor::EmbeddingNormWeight, BertTensor::EmbeddingNormBias, h)?;
+    let embedding_norm = u.norm(
+        BertTensor::EmbeddingNormWeight,
+        BertTensor::EmbeddingNormBias,
+        h,
+    )?;
     let mut layers = Vec::with_capacity(c.layers);
     for n in 0..c.layers {
         let t = |t| BertTensor::Layer(n, t);
         layers.push(Layer {
-            qkv: u.dense(&[(t(L::Q), t(L::QBias)), (t(L::K), t(L::KBias)), (t(L::V), t(L::VBias))], h, h)?,
+            qkv: u.dense(
+                &[
+                    (t(L::Q), t(L::QBias)),
+                    (t(L::K), t(L::KBias)),
+                    (t(L::V), t(L::VBias)),
+                ],
+                h,
+                h,
+            )?,
             attn_output: u.dense(&[(t(L::AttnOutput), t(L::AttnOutputBias))], h, h)?,
             attn_norm: u.norm(t(L::AttnNormWeight), t(L::AttnNormBias), h)?,
             up: u.dense(&[(t(L::Up), t(L::UpBias))], c.ffn, h)?,
