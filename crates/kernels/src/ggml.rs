@@ -42,7 +42,7 @@ impl Magic {
     }
 
     /// `(n − bias)·2^s` for a masked field `v = n·2^s < 2^23`.
-    fn scaled(self, k: &mut Builder, v: Value, bias: u32, s: u32) -> Value {
+    pub(crate) fn scaled(self, k: &mut Builder, v: Value, bias: u32, s: u32) -> Value {
         let f = k.or(v, self.0);
         let f = k.bitcast(Type::F32, f);
         let c = k.const_f32(8_388_608.0 + (bias as f32) * (1u32 << s) as f32);
@@ -58,17 +58,17 @@ impl Magic {
 }
 
 /// `x·2^-s` for each shift `s` a block uses, computed once per shift.
-struct Scaled {
+pub(crate) struct Scaled {
     x: Value,
     by_shift: Vec<(u32, Value)>,
 }
 
 impl Scaled {
-    fn new(x: Value) -> Scaled {
+    pub(crate) fn new(x: Value) -> Scaled {
         Scaled { x, by_shift: vec![(0, x)] }
     }
 
-    fn get(&mut self, k: &mut Builder, s: u32) -> Value {
+    pub(crate) fn get(&mut self, k: &mut Builder, s: u32) -> Value {
         if let Some(&(_, v)) = self.by_shift.iter().find(|(t, _)| *t == s) {
             return v;
         }

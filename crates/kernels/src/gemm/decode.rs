@@ -23,33 +23,8 @@ use super::format::BFormat;
 use super::raw::segment_bytes;
 use super::tiles::{swizzled, Ids};
 use super::{GemmParams, BK};
+use crate::ggml::{f16_bits_to_f32, Magic, Scaled};
 use crate::lanes::emit_pack_bf16x2;
-
-/// `bitcast(v | MAGIC)` is the f32 `2^23 + v` for `v < 2^23`.
-const MAGIC: u32 = 0x4B00_0000;
-
-/// The magic constant in a register, derived from `%ctaid.x` (whose top bit is clear)
-/// so that ptxas keeps it there: `lop3` takes one immediate, the field's mask, and then
-/// merges the mask and the `or` into one instruction.
-#[derive(Clone, Copy)]
-struct Magic(Value);
-
-impl Magic {
-    fn new(k: &mut Builder) -> Magic {
-        let c = k.ctaid_x();
-        let zero = k.shr_const(c, 31);
-        let m = k.const_u32(MAGIC);
-        Magic(k.or(zero, m))
-    }
-
-    /// `(n − bias)·2^s` for a masked field `v = n·2^s < 2^23`.
-    fn scaled(self, k: &mut Builder, v: Value, bias: u32, s: u32) -> Value {
-        let f = k.or(v, self.0);
-        let f = k.bitcast(Type::F32, f);
-        let c = k.const_f32(8_388_608.0 + (bias as f32) * (1u32 << s) as f32);
-        k.sub(f, c)
-    }
-}
 
 /// Four bytes in a register, each seen where the magic trick can convert it: bytes 0
 /// and 1 in the word itself, bytes 2 and 3 in the word shifted down by 16.
@@ -82,38 +57,6 @@ impl Word {
         let v = k.and_const(src, ((1 << nbits) - 1) << s);
         (m.scaled(k, v, bias, s), s)
     }
-}
-
-/// A scale `x` and its multiples `x·2^-s` for the shifts fields come with.
-struct Scale {
-    x: Value,
-    by_shift: Vec<(u32, Value)>,
-}
-
-impl Scale {
-    fn new(x: Value) -> Scale {
-        Scale {
-            x,
-            by_shift: vec![(0, x)],
-        }
-    }
-
-    fn at(&mut self, k: &mut Builder, s: u32) -> Value {
-        if let Some(&(_, v)) = self.by_shift.iter().find(|(t, _)| *t == s) {
-            return v;
-        }
-        let c = k.const_f32(1.0 / (1u32 << s) as f32);
-        let v = k.mul(self.x, c);
-        self.by_shift.push((s, v));
-        v
-    }
-}
-
-/// The f16 in the low 16 bits of `v`, widened to f32 (exact).
-fn f16_low(k: &mut Builder, v: Value) -> Value {
-    let h = k.cvt(Scalar::U16, v);
-    let h = k.bitcast(Type::Scalar(Scalar::F16), h);
-    k.cvt(Scalar::F32, h)
 }
 
 /// One item's place: its row of the staged words and of the tile, and its part.
@@ -224,7 +167,7 @@ impl Decoder {
         let w0 = w.at(k, 0);
         let o8 = k.shl_const(o, 3);
         let d = k.shr(w0, o8);
-        let mut d = Scale::new(f16_low(k, d));
+        let mut d = Scaled::new(f16_bits_to_f32(k, d));
         let first = self.first_elem(k, item);
         let start = k.add(o, first);
         let start = k.add_const(start, 2);
@@ -237,7 +180,7 @@ impl Decoder {
             let q = Word::new(k, q);
             for byte in 0..4 {
                 let (v, s) = q.field(k, self.magic, byte, 0, 8, 128);
-                let ds = d.at(k, s);
+                let ds = d.get(k, s);
                 out.push(k.mul(v, ds));
             }
         }
@@ -251,13 +194,13 @@ impl Decoder {
         let w0 = w.at(k, 0);
         let (d, m, start) = if q4_1 {
             let dm = Word::new(k, w0);
-            (f16_low(k, w0), Some(f16_low(k, dm.hi)), k.const_u32(4))
+            (f16_bits_to_f32(k, w0), Some(f16_bits_to_f32(k, dm.hi)), k.const_u32(4))
         } else {
             let o8 = k.shl_const(o, 3);
             let d = k.shr(w0, o8);
-            (f16_low(k, d), None, k.add_const(o, 2))
+            (f16_bits_to_f32(k, d), None, k.add_const(o, 2))
         };
-        let mut d = Scale::new(d);
+        let mut d = Scaled::new(d);
         let nibbles = if q4_1 {
             w.aligned_from(k, start, 4)
         } else {
@@ -278,7 +221,7 @@ impl Decoder {
             for word in &words {
                 for byte in 0..4 {
                     let (v, s) = word.field(k, self.magic, byte, 4 * half, 4, bias);
-                    let ds = d.at(k, s);
+                    let ds = d.get(k, s);
                     out.push(match m {
                         Some(m) => k.fma(ds, v, m),
                         None => k.mul(ds, v),
@@ -294,9 +237,9 @@ impl Decoder {
     fn q4_k(&self, k: &mut Builder, w: &Words, item: &Item, tile: Value) -> Vec<Value> {
         let s = k.and_const(tile, 7);
         let h: Vec<Value> = (0..4).map(|i| w.at(k, i)).collect();
-        let d = f16_low(k, h[0]);
+        let d = f16_bits_to_f32(k, h[0]);
         let dmin = k.shr_const(h[0], 16);
-        let dmin = f16_low(k, dmin);
+        let dmin = f16_bits_to_f32(k, dmin);
         // Scale bytes 0..12 are in words 1..3; sub-block s takes byte s mod 4 of each.
         let j = k.and_const(s, 3);
         let j8 = k.shl_const(j, 3);
@@ -320,7 +263,7 @@ impl Decoder {
         let mn = self.magic.scaled(k, mn, 0, 0);
         // d·sc and dmin·m are exact (11 by 6 significant bits).
         let dl = k.mul(d, sc);
-        let mut dl = Scale::new(dl);
+        let mut dl = Scaled::new(dl);
         let ml = k.mul(dmin, mn);
         let nml = k.neg(ml);
         let nib = k.and_const(s, 1);
@@ -334,7 +277,7 @@ impl Decoder {
             let q = Word::new(k, q);
             for byte in 0..4 {
                 let (v, sh) = q.field(k, self.magic, byte, 0, 4, 0);
-                let ds = dl.at(k, sh);
+                let ds = dl.get(k, sh);
                 out.push(k.fma(ds, v, nml));
             }
         }
@@ -358,7 +301,7 @@ impl Decoder {
         let d = w.at(k, 19);
         let o8 = k.shl_const(offsets[3], 3);
         let d = k.shr(d, o8);
-        let d = f16_low(k, d);
+        let d = f16_bits_to_f32(k, d);
         let sc = w.at(k, 18);
         let o8 = k.shl_const(offsets[2], 3);
         let sc = k.shr(sc, o8);
@@ -392,7 +335,7 @@ impl Decoder {
             }
             None => dls,
         };
-        let mut scales: Vec<Scale> = per_scale.into_iter().map(Scale::new).collect();
+        let mut scales: Vec<Scaled> = per_scale.into_iter().map(Scaled::new).collect();
         let mut out = vec![];
         for (i, (&lo, &hi)) in lows.iter().zip(&highs).enumerate() {
             let lo = k.shr(lo, nib);
@@ -405,7 +348,7 @@ impl Decoder {
             let scale = &mut scales[i * 4 / 16];
             for byte in 0..4 {
                 let (v, sh) = q.field(k, self.magic, byte, 0, 6, 32);
-                let ds = scale.at(k, sh);
+                let ds = scale.get(k, sh);
                 out.push(k.mul(ds, v));
             }
         }
