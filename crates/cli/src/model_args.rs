@@ -12,7 +12,7 @@ use crate::cmd_pull;
 pub enum DeviceArg {
     /// quench's CPU forward passes.
     Cpu,
-    /// NVIDIA GPU 0 (text generation; embedding models run on the CPU).
+    /// NVIDIA GPU 0, through quench's kernels.
     Cuda,
 }
 

@@ -92,7 +92,7 @@ impl Catalog {
         if !config.arch.is_decoder() {
             return Err(GpuError::Unsupported {
                 what: format!("the {} architecture", config.arch.name()),
-                reason: "embedding models run on the CPU for now".into(),
+                reason: "it is an encoder: sentence embedders run through the GPU encoder".into(),
             });
         }
         let c = config;

@@ -18,7 +18,8 @@
 //! - [`check`]: the FP64 check of a device generation against the CPU reference.
 //! - [`profile`]: GPU times of every dispatch of every step, switched on for the process.
 //!
-//! Embedding models (BERT) run on the CPU for now.
+//! - [`encoder`]: sentence embedders (BERT) on a device: padded batches through the
+//!   tensor-core GEMMs, bidirectional attention, pooling on the host.
 
 pub mod arena;
 mod catalog;
@@ -29,6 +30,7 @@ mod error;
 mod feeder;
 mod graph;
 mod kv;
+mod prefill;
 pub mod profile;
 mod stored;
 mod timing;
@@ -36,7 +38,8 @@ mod timing;
 use std::path::Path;
 
 pub use catalog::{weight_format, Catalog, LayerKernels, Qkv};
-pub use decoder::{Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT};
+pub use decoder::{Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK};
+pub use prefill::matrix_params;
 pub use error::GpuError;
 pub use graph::{DecodeGraph, Dispatch, KvLayout, StepShape};
 pub use kv::GpuSession;
