@@ -30,7 +30,6 @@ mod error;
 mod feeder;
 mod graph;
 mod kv;
-mod prefill;
 pub mod profile;
 mod stored;
 mod timing;
@@ -38,8 +37,7 @@ mod timing;
 use std::path::Path;
 
 pub use catalog::{weight_format, Catalog, LayerKernels, Qkv};
-pub use decoder::{Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK};
-pub use prefill::matrix_params;
+pub use decoder::{Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT};
 pub use error::GpuError;
 pub use graph::{DecodeGraph, Dispatch, KvLayout, StepShape};
 pub use kv::GpuSession;
