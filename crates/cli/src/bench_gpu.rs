@@ -4,7 +4,10 @@
 //!
 //! Each timed run feeds a fixed prompt, then decodes greedily on the device; the decode
 //! rate is `(N − 1) / (t(N) − t(1))` (the first token comes from the prompt), and the
-//! bandwidth it achieves counts the weight bytes one step reads.
+//! bandwidth it achieves counts the weight bytes one step reads. The prompt goes through
+//! the prompt path in chunks (tensor-core GEMMs over the chunk's tokens) where the model
+//! has one; its rate is also given in TFLOP/s of the layers' matrix products,
+//! `2 · matrix weights · prompt tokens / prompt time`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -25,6 +28,7 @@ const COPY_REPS: u32 = 20;
 /// The rates of the timed runs.
 struct Rates {
     prefill_tokens_per_s: f64,
+    prefill_tflops: f64,
     decode_tokens_per_s: f64,
     ms_per_token_p50: f64,
     ms_per_token_p90: f64,
@@ -34,12 +38,8 @@ struct Rates {
 fn rates(timings: &[DecodeTiming]) -> Rates {
     let steps: Vec<f64> = timings.iter().flat_map(|t| t.step_ms.iter().copied()).collect();
     Rates {
-        prefill_tokens_per_s: median(
-            timings
-                .iter()
-                .map(|t| t.prompt_tokens as f64 / (t.prefill_ms * 1e-3))
-                .collect(),
-        ),
+        prefill_tokens_per_s: median(timings.iter().map(DecodeTiming::prefill_tokens_per_second).collect()),
+        prefill_tflops: median(timings.iter().map(DecodeTiming::prefill_tflops).collect()),
         decode_tokens_per_s: median(timings.iter().map(DecodeTiming::tokens_per_second).collect()),
         ms_per_token_p50: percentile(steps.clone(), 50.0),
         ms_per_token_p90: percentile(steps, 90.0),
@@ -48,6 +48,8 @@ fn rates(timings: &[DecodeTiming]) -> Rates {
             .map(|t| {
                 json!({
                     "prefill_ms": t.prefill_ms,
+                    "prefill_tokens_per_s": t.prefill_tokens_per_second(),
+                    "prefill_tflops": t.prefill_tflops(),
                     "decode_tokens_per_s": t.tokens_per_second(),
                     "ms_per_token_p50": t.quantile_ms(0.5),
                     "ms_per_token_p90": t.quantile_ms(0.9),
@@ -68,6 +70,10 @@ fn summary_json(s: &GpuSummary) -> Value {
         "kv_cache_bytes": s.kv_cache_bytes,
         "context": s.context,
         "graph_captured": s.graph_captured,
+        "prefill_chunk": s.prefill_chunk,
+        "prefill_dispatches_per_chunk": s.prefill_dispatches,
+        "prefill_layer_plan": s.prefill_layer_plan,
+        "prefill_arena_bytes": s.prefill_arena_bytes,
     })
 }
 
@@ -129,9 +135,18 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         "decode_tokens_per_s": a.target_tokens_per_s.map(|t| r.decode_tokens_per_s >= t),
         "percent_of_copy": a.target_percent.map(|t| percent >= t),
     });
+    let prefill_how = match s.prefill_chunk {
+        0 => "one decode step per token".to_string(),
+        c => format!("chunks of up to {c} tokens"),
+    };
     let outcome = json!({
         "prefill_tokens_per_s": r.prefill_tokens_per_s,
-        "prefill_note": "the prompt is fed through the decode step, one token per step",
+        "prefill_tflops": r.prefill_tflops,
+        "prefill_note": format!(
+            "the prompt is fed in {prefill_how}; TFLOP/s = 2 · {} matrix weights · prompt tokens / prompt time \
+             (the time includes attention, norms and reading the next token back)",
+            quench_engine::gpu::matrix_params(&info.config)
+        ),
         "decode_tokens_per_s": r.decode_tokens_per_s,
         "ms_per_token_p50": r.ms_per_token_p50,
         "ms_per_token_p90": r.ms_per_token_p90,
@@ -179,9 +194,13 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
             a.repeats
         );
         println!(
-            "prefill {:.1} tokens/s (one step per token) · decode {:.1} tokens/s · \
+            "prefill {:.1} tokens/s, {:.2} TFLOP/s ({prefill_how}) · decode {:.1} tokens/s · \
              {:.3} ms/token p50, {:.3} p90",
-            r.prefill_tokens_per_s, r.decode_tokens_per_s, r.ms_per_token_p50, r.ms_per_token_p90
+            r.prefill_tokens_per_s,
+            r.prefill_tflops,
+            r.decode_tokens_per_s,
+            r.ms_per_token_p50,
+            r.ms_per_token_p90
         );
         println!(
             "{} dispatches per token · {} of weights per token · {weight_gbps:.0} GB/s = \

@@ -15,6 +15,7 @@ use super::catalog::Catalog;
 use super::error::{size, GpuError};
 use super::graph::{DecodeGraph, Operand, Region, StepRecord, StepShape, WeightData};
 use super::kv::{BlockPool, GpuSession};
+use super::prefill::{self, PrefillPlan};
 use super::profile;
 use super::stored::StoredTensors;
 
@@ -51,7 +52,13 @@ pub struct GpuOptions {
     /// Most sessions one step decodes ([`GpuDecoder::step_batch`]): the activations hold
     /// this many rows.
     pub max_batch: usize,
+    /// Most tokens of a prompt one chunk of the prompt path takes (its activations are
+    /// sized for this many rows); 0 feeds prompts one decode step per token.
+    pub prefill_chunk: usize,
 }
+
+/// Tokens per prompt chunk unless told otherwise.
+pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 
 impl Default for GpuOptions {
     fn default() -> Self {
@@ -61,6 +68,7 @@ impl Default for GpuOptions {
             capture: true,
             memory_limit: None,
             max_batch: 1,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
         }
     }
 }
@@ -91,6 +99,14 @@ pub struct GpuSummary {
     /// Most sessions one step decodes.
     pub max_batch: usize,
     pub graph_captured: bool,
+    /// Most tokens of a prompt one chunk takes; 0 where prompts are fed token by token.
+    pub prefill_chunk: usize,
+    /// Dispatches of one prompt chunk.
+    pub prefill_dispatches: usize,
+    /// The labels of layer 0's dispatches in a prompt chunk.
+    pub prefill_layer_plan: Vec<String>,
+    /// Bytes of the prompt path's activations.
+    pub prefill_arena_bytes: u64,
 }
 
 /// What a step reads back.
@@ -168,6 +184,8 @@ struct OnDevice {
     allocations: Vec<DevicePtr>,
     /// The ring and records of a decoder loaded while profiling.
     profile: Option<profile::Instrumented>,
+    /// The prompt path, where the model's formats and shapes allow it.
+    prefill: Option<prefill::OnDevice>,
 }
 
 impl Drop for OnDevice {
@@ -250,10 +268,30 @@ impl GpuDecoder {
         let lifetimes = graph.lifetimes();
         let plan = arena::plan(&lifetimes, 256);
         let profiled = profile::prepare(&mut graph, &config, src)?;
+        let prefill_plan = match options.prefill_chunk {
+            0 => None,
+            chunk => match PrefillPlan::new(
+                &config,
+                &catalog,
+                src,
+                naming,
+                &graph,
+                context,
+                chunk,
+                graph.io.next.is_some(),
+            ) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("quench: prompts are fed one token per decode step: {e}");
+                    None
+                }
+            },
+        };
         assembly.end();
         let weight_bytes = graph.weight_bytes();
         let kv_bytes = 2 * config.layers as u64 * graph.kv.layer_bytes;
-        let needed = weight_bytes + plan.bytes + kv_bytes;
+        let prefill_bytes = prefill_plan.as_ref().map_or(0, PrefillPlan::arena_bytes);
+        let needed = weight_bytes + plan.bytes + kv_bytes + prefill_bytes;
         let device = exec.device_name();
         if let Some(available) = options.memory_limit.or(available) {
             if needed > available {
@@ -262,13 +300,16 @@ impl GpuDecoder {
                     needed,
                     available,
                     breakdown: format!(
-                        "weights {}, KV cache {} for {} × {} positions, activations {} for {} rows a step",
+                        "weights {}, KV cache {} for {} × {} positions, activations {} for {} rows a step, \
+                         prompt chunks {} for {} tokens (a smaller prompt chunk needs less)",
                         size(weight_bytes),
                         size(kv_bytes),
                         shape.sessions,
                         context,
                         size(plan.bytes),
-                        shape.max_batch
+                        shape.max_batch,
+                        size(prefill_bytes),
+                        prefill_plan.as_ref().map_or(0, |p| p.chunk),
                     ),
                 });
             }
@@ -279,7 +320,14 @@ impl GpuDecoder {
             .and_then(|_| profile::measure_ceilings(&mut *exec));
         let mut allocations = vec![];
         let result = place(&mut *exec, &graph, &plan, src, &mut allocations);
-        let result = result.and_then(|(mut launches, io)| {
+        let result = result.and_then(|(launches, io, bases)| {
+            let on_device = match &prefill_plan {
+                Some(p) => Some(prefill::place(&mut *exec, p, &bases, &mut allocations)?),
+                None => None,
+            };
+            Ok((launches, io, on_device))
+        });
+        let result = result.and_then(|(mut launches, io, on_device)| {
             let instrumented = match profiled {
                 Some(p) => {
                     let (state, slots) = profile::attach(p, &mut *exec, ceilings)?;
@@ -290,9 +338,9 @@ impl GpuDecoder {
                 }
                 None => None,
             };
-            Ok((launches, io, instrumented))
+            Ok((launches, io, instrumented, on_device))
         });
-        let (launches, io, instrumented) = match result {
+        let (launches, io, instrumented, prefill_on_device) = match result {
             Ok(r) => r,
             Err(e) => {
                 for p in allocations {
@@ -312,6 +360,7 @@ impl GpuDecoder {
             resident: vec![None; shape.max_batch],
             allocations,
             profile: instrumented,
+            prefill: prefill_on_device,
         };
         if options.capture {
             // The one-row step now; steps of more rows when they first run.
@@ -338,6 +387,12 @@ impl GpuDecoder {
             context,
             max_batch: shape.max_batch,
             graph_captured: options.capture,
+            prefill_chunk: prefill_plan.as_ref().map_or(0, |p| p.chunk as usize),
+            prefill_dispatches: prefill_plan.as_ref().map_or(0, PrefillPlan::dispatches),
+            prefill_layer_plan: prefill_plan
+                .as_ref()
+                .map_or_else(Vec::new, PrefillPlan::layer_plan),
+            prefill_arena_bytes: prefill_bytes,
         };
         Ok(GpuDecoder {
             id: NEXT_MODEL.fetch_add(1, Ordering::Relaxed),
@@ -381,6 +436,12 @@ impl GpuDecoder {
     /// steps completed.
     pub fn feed(&self, session: &mut GpuSession, tokens: &[u32]) -> Result<Vec<f32>, GpuError> {
         self.check_feed(session, tokens)?;
+        if tokens.len() > 1 && self.summary.prefill_chunk > 0 {
+            return match self.prefill(session, tokens, Read::Logits(&[true]))? {
+                Out::Logits(mut rows) => Ok(rows.pop().flatten().unwrap_or_default()),
+                _ => Ok(vec![]),
+            };
+        }
         let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
         for &token in before {
             self.step(&mut [(&mut *session, token)], Read::Nothing)?;
@@ -422,6 +483,12 @@ impl GpuDecoder {
     /// 4 bytes where the vocabulary suits the argmax kernel, else from the logits.
     pub fn feed_greedy(&self, session: &mut GpuSession, tokens: &[u32]) -> Result<u32, GpuError> {
         self.check_feed(session, tokens)?;
+        if tokens.len() > 1 && self.summary.prefill_chunk > 0 {
+            return match self.prefill(session, tokens, Read::Next)? {
+                Out::Next(next) => Ok(next.first().copied().unwrap_or(0)),
+                _ => Ok(0),
+            };
+        }
         let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
         for &token in before {
             self.step(&mut [(&mut *session, token)], Read::Nothing)?;
@@ -544,6 +611,55 @@ impl GpuDecoder {
             }
         }
         Ok(out)
+    }
+
+    /// Feeds `tokens` (checked by [`GpuDecoder::check_feed`]) through the prompt path, a
+    /// chunk at a time, and reads back what `read` asks for of the last token. On error
+    /// the session keeps the chunks that completed.
+    fn prefill(&self, session: &mut GpuSession, tokens: &[u32], read: Read) -> Result<Out, GpuError> {
+        let mut d = self.device.lock().unwrap_or_else(|e| e.into_inner());
+        let d = &mut *d;
+        let Some(p) = d.prefill.as_ref() else {
+            return Err(GpuError::Unsupported {
+                what: "the prompt path".into(),
+                reason: "this decoder was loaded without it".into(),
+            });
+        };
+        let mut last_start = session.len();
+        for piece in tokens.chunks(p.chunk as usize) {
+            let start = session.len();
+            last_start = start;
+            let ran = (|| {
+                for _ in piece {
+                    session.reserve_next()?;
+                    session.advance();
+                }
+                p.run(&mut *d.exec, piece, start as u32, &session.blocks)
+            })();
+            if let Err(e) = ran {
+                session.truncate(start);
+                return Err(e);
+            }
+        }
+        let at = session.len();
+        let read_back = || format!("prompt chunk ending at position {at}: its kernels or the read-back");
+        let out = match (read, d.io.next) {
+            (Read::Nothing, _) => Ok(Out::Nothing),
+            (Read::Next, Some(next)) => {
+                let mut bytes = [0u8; 4];
+                d.exec
+                    .copy_to_host(next, &mut bytes)
+                    .map(|_| Out::Next(vec![u32::from_le_bytes(bytes)]))
+            }
+            (Read::Next, None) => read_logits(d, self.config.vocab, &[true]).map(|l| {
+                Out::Next(vec![l[0].as_deref().and_then(quench_cpu::argmax).unwrap_or(0)])
+            }),
+            (Read::Logits(_), _) => read_logits(d, self.config.vocab, &[true]).map(Out::Logits),
+        };
+        out.map_err(|e| {
+            session.truncate(last_start);
+            GpuError::runtime(read_back())(e)
+        })
     }
 
     /// One decode step of `rows`, reading back what `read` asks for.
@@ -718,7 +834,7 @@ fn place(
     plan: &arena::ArenaPlan,
     src: &dyn StoredTensors,
     allocations: &mut Vec<DevicePtr>,
-) -> Result<(Vec<Resolved>, HostAddrs), GpuError> {
+) -> Result<(Vec<Resolved>, HostAddrs, prefill::Bases), GpuError> {
     let mut alloc =
         |exec: &mut dyn Executor, bytes: u64, what: &str| -> Result<DevicePtr, GpuError> {
             let p = exec.alloc(bytes.max(1)).map_err(GpuError::runtime(format!(
@@ -817,7 +933,15 @@ fn place(
         logits: act(graph.io.logits),
         next: graph.io.next.map(act),
     };
-    Ok((launches, addrs))
+    let bases = prefill::Bases {
+        weights,
+        group_at,
+        kv,
+        kv_layer_bytes: graph.kv.layer_bytes,
+        logits: addrs.logits,
+        next: addrs.next,
+    };
+    Ok((launches, addrs, bases))
 }
 
 /// Records the launches of a step of `rows` rows as one graph. A launch the executor

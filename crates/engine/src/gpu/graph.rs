@@ -276,7 +276,7 @@ fn u32_of(what: &str, n: usize) -> Result<u32, GpuError> {
 /// multiple of 32 and of the head size), tokens per split (about 32 splits over the
 /// longest context, within the kernel's shared memory), and the block-table row length
 /// (a whole number of splits).
-fn attention_shape(head_dim: u32, group: u32, context: u32) -> Result<(u32, u32, u32), GpuError> {
+pub(crate) fn attention_shape(head_dim: u32, group: u32, context: u32) -> Result<(u32, u32, u32), GpuError> {
     let lcm = |a: u32, b: u32| a / gcd(a, b) * b;
     let threads = if 128 % head_dim == 0 {
         128

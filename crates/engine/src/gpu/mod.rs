@@ -13,8 +13,11 @@
 //!   another row) block tables written by the host. One step decodes a token for each of
 //!   up to `max_batch` sessions ([`GpuDecoder::step_batch`]), each weight read once for
 //!   all of them, and a session's logits have the same bits whichever sessions share its
-//!   steps. Prompts are fed through the same step, one token at a time (prompts at
-//!   different positions share steps: [`GpuDecoder::feed_batch`]).
+//!   steps. A session's prompt ([`GpuDecoder::feed`]) goes through the prompt path
+//!   ([`prefill`]) in chunks of up to [`GpuOptions::prefill_chunk`] tokens: tensor-core
+//!   GEMMs over the chunk's rows, its keys and values written into the same cache; models
+//!   whose formats or shapes the GEMMs do not take, and prompts fed together
+//!   ([`GpuDecoder::feed_batch`]), go through the decode step one token at a time.
 //! - [`check`]: the FP64 check of a device generation against the CPU reference.
 //! - [`profile`]: GPU times of every dispatch of every step, switched on for the process.
 //!
@@ -30,6 +33,7 @@ mod error;
 mod feeder;
 mod graph;
 mod kv;
+pub mod prefill;
 pub mod profile;
 mod stored;
 mod timing;
@@ -37,7 +41,8 @@ mod timing;
 use std::path::Path;
 
 pub use catalog::{weight_format, Catalog, LayerKernels, Qkv};
-pub use decoder::{Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT};
+pub use decoder::{Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK};
+pub use prefill::matrix_params;
 pub use error::GpuError;
 pub use graph::{DecodeGraph, Dispatch, KvLayout, StepShape};
 pub use kv::GpuSession;

@@ -1,5 +1,6 @@
-//! Decode timing: greedy steps after a prompt, each a full round trip (token written,
-//! graph replayed, next token read back), timed on the host.
+//! Decode timing: a prompt (through the prompt path in chunks where the decoder has one,
+//! else one decode step per token), then greedy steps, each a full round trip (token
+//! written, graph replayed, next token read back), timed on the host.
 
 use std::time::Instant;
 
@@ -10,8 +11,12 @@ use super::error::GpuError;
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodeTiming {
     pub prompt_tokens: usize,
-    /// Milliseconds of the whole prompt (fed one step per token).
+    /// Milliseconds of the whole prompt, up to its next token read back.
     pub prefill_ms: f64,
+    /// Tokens per prompt chunk; 0 where the prompt was fed one decode step per token.
+    pub prefill_chunk: usize,
+    /// Weights of the layers' matrices ([`super::matrix_params`]).
+    pub matrix_params: u64,
     /// Milliseconds of each step after the first token, in order.
     pub step_ms: Vec<f64>,
     /// Weight bytes one step reads (every weight once; activations and the KV cache not
@@ -41,6 +46,17 @@ impl DecodeTiming {
         }
     }
 
+    /// Prompt tokens per second.
+    pub fn prefill_tokens_per_second(&self) -> f64 {
+        self.prompt_tokens as f64 / (self.prefill_ms * 1e-3)
+    }
+
+    /// The prompt's matrix products in TFLOP/s (10^12): `2 · matrix_params · tokens`
+    /// over the prompt's time (which includes its attention, norms and the host's writes).
+    pub fn prefill_tflops(&self) -> f64 {
+        2.0 * self.matrix_params as f64 * self.prompt_tokens as f64 / (self.prefill_ms * 1e-3) / 1e12
+    }
+
     /// Weight bytes read per second at the median step, in GB/s (10^9 bytes).
     pub fn weight_gbps(&self) -> f64 {
         self.weight_bytes_per_token as f64 / (self.quantile_ms(0.5) * 1e-3) / 1e9
@@ -65,6 +81,8 @@ impl GpuDecoder {
         Ok(DecodeTiming {
             prompt_tokens: prompt.len(),
             prefill_ms,
+            prefill_chunk: s.prefill_chunk,
+            matrix_params: super::matrix_params(self.config()),
             step_ms,
             weight_bytes_per_token: s.weight_bytes_per_token,
             dispatches_per_token: s.dispatches_per_token,

@@ -1,0 +1,243 @@
+//! The prompt path on the kernel interpreter: prompts fed in chunks (tensor-core GEMMs
+//! over the chunk's rows, bf16 activations into them) give logits within the f64
+//! reference's bound (`quench check`: `0.05 + 0.003·|ref|` on every logit, the same top
+//! token), for the prompt's last token and for the decode steps that follow, which read
+//! the keys and values the chunks wrote; and those steps agree, within the same bound,
+//! with a decoder that fed the prompt one token per step. A second prompt fed later to
+//! the same session attends to the first through the cache. Tiny seeded llama (bf16),
+//! qwen2 (biases, tied head, quantized layers) and qwen3 (q/k norms, q, k and v in three
+//! formats). Models whose formats have no GEMM fall back to token-by-token feeding, and a
+//! prompt chunk that does not fit in memory is refused by name.
+//!
+//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
+//! and is printed so that a failure can be replayed.
+
+use quench_cpu::{Decoder, ModelConfig, Naming};
+use quench_engine::gpu::check::{judge, LogitBound, Reference};
+use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions};
+use quench_models::{GgmlType, GgufFile};
+use quench_rt::InterpExecutor;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+mod common;
+
+use common::{gguf, seed, LayerFormats, Shape, Tiny};
+
+const VOCAB: usize = 256;
+/// Positions a session holds: two prompts and a few decode steps.
+const CONTEXT: usize = 48;
+const CHUNK: usize = 16;
+
+/// 2 layers (as [`Tiny::layers`]), width 128, 4 heads of 32 over 2 kv heads, ffn 256.
+const SHAPE: Shape = Shape {
+    hidden: 128,
+    heads: 4,
+    kv_heads: 2,
+    head_dim: 32,
+    ffn: 256,
+    vocab: VOCAB,
+    context: 512,
+    eps: 1e-5,
+};
+
+fn uniform(t: GgmlType) -> LayerFormats {
+    LayerFormats {
+        q: t,
+        k: t,
+        v: t,
+        o: t,
+        gate_up: t,
+        down: t,
+    }
+}
+
+/// Quantized: q|k|v in one Q8_0 product, the rest in the other GGUF block formats.
+const QUANTIZED: LayerFormats = LayerFormats {
+    q: GgmlType::Q8_0,
+    k: GgmlType::Q8_0,
+    v: GgmlType::Q8_0,
+    o: GgmlType::Q4_0,
+    gate_up: GgmlType::Q4_1,
+    down: GgmlType::Q4_K,
+};
+
+/// q, k and v in three formats: three products.
+const SEPARATE: LayerFormats = LayerFormats {
+    q: GgmlType::BF16,
+    k: GgmlType::Q8_0,
+    v: GgmlType::Q4_1,
+    o: GgmlType::BF16,
+    gate_up: GgmlType::Q8_0,
+    down: GgmlType::Q4_K,
+};
+
+fn on_interp(file: &GgufFile, chunk: usize, memory_limit: Option<u64>) -> Result<GpuDecoder, GpuError> {
+    let config = ModelConfig::from_gguf(file).expect("a config");
+    let options = GpuOptions {
+        context: Some(CONTEXT),
+        sessions: 2,
+        prefill_chunk: chunk,
+        memory_limit,
+        ..GpuOptions::default()
+    };
+    GpuDecoder::new(config, file, Naming::Gguf, Box::new(InterpExecutor::new()), None, &options)
+}
+
+fn reference(file: &GgufFile) -> Reference {
+    let config = ModelConfig::from_gguf(file).expect("a config");
+    Reference::from_decoder(Decoder::load(config, file, Naming::Gguf).expect("the f64 reference"))
+}
+
+/// `device` within the bound of `want` at every logit, and the same top token — or, for a
+/// near-tie, one whose `want` logit is within the bound of the top.
+fn assert_within(what: &str, position: usize, device: &[f32], want: &[f64]) {
+    let b = LogitBound::FP64_CHECK;
+    let v = judge(b, position, device, want);
+    eprintln!(
+        "  {what} at {position}: max |error| {:.2e}, worst logit {} ({} vs {:.6})",
+        v.max_abs_error, v.worst.token, v.worst.device, v.worst.reference
+    );
+    assert_eq!(v.outside, 0, "{what} at {position}: {v:?}");
+    if v.device_top1 != v.reference_top1 {
+        let (top, got) = (want[v.reference_top1 as usize], want[v.device_top1 as usize]);
+        assert!(
+            top - got <= b.tolerance(top) + b.tolerance(got),
+            "{what} at {position}: top token {} where {} is ({} apart)",
+            v.device_top1,
+            v.reference_top1,
+            top - got
+        );
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    quench_cpu::argmax(v).expect("logits")
+}
+
+/// A prompt of 20 tokens (chunks of 16 and 4), three greedy steps, a second prompt of 12
+/// tokens at position 23 and three more steps, on the chunked decoder and on one that
+/// feeds token by token; every row judged against the f64 reference, and the chunked
+/// decoder's rows against the token-by-token one's.
+fn run(what: &str, m: &Tiny, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let file = gguf(m, &mut rng);
+    let chunked = on_interp(&file, CHUNK, None).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let s = chunked.summary();
+    eprintln!("{what}: prompt chunk plan {:?}", s.prefill_layer_plan);
+    assert_eq!(s.prefill_chunk, CHUNK, "{what}: the prompt path is on");
+    let tokenwise = on_interp(&file, 0, None).expect("loads");
+    assert_eq!(tokenwise.summary().prefill_chunk, 0);
+    let reference = reference(&file);
+    let mut prompt = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.gen_range(0..VOCAB as u32)).collect() };
+    let (first, second) = (prompt(20), prompt(12));
+
+    // Another session's step leaves its logits where the prompt's last logits go.
+    let mut other = chunked.new_session();
+    chunked.feed(&mut other, &[second[0]]).expect("a step");
+
+    let (mut a, mut b) = (chunked.new_session(), tokenwise.new_session());
+    let mut forced: Vec<u32> = vec![];
+    let mut rows: Vec<(usize, Vec<f32>, Vec<f32>)> = vec![];
+    for p in [&first, &second] {
+        forced.extend_from_slice(p);
+        let la = chunked.feed(&mut a, p).expect("the chunked feed");
+        let lb = tokenwise.feed(&mut b, p).expect("the token feed");
+        rows.push((forced.len() - 1, la, lb));
+        for _ in 0..3 {
+            let next = argmax(&rows.last().expect("a row").1);
+            forced.push(next);
+            let la = chunked.feed(&mut a, &[next]).expect("a step");
+            let lb = tokenwise.feed(&mut b, &[next]).expect("a step");
+            rows.push((forced.len() - 1, la, lb));
+        }
+    }
+    assert_eq!(a.len(), forced.len());
+    let want = reference.logits(&forced, 0).expect("reference logits");
+    for (position, la, lb) in &rows {
+        assert_within(&format!("{what}: chunked vs f64"), *position, la, &want[*position]);
+        let lb64: Vec<f64> = lb.iter().map(|&x| x as f64).collect();
+        assert_within(&format!("{what}: chunked vs token by token"), *position, la, &lb64);
+    }
+}
+
+#[test]
+fn llama_bf16_prompts_in_chunks_match_the_f64_reference() {
+    let m = Tiny {
+        arch: "llama",
+        shape: SHAPE,
+        layers: vec![uniform(GgmlType::BF16); 2],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::BF16),
+    };
+    run("llama bf16", &m, seed());
+}
+
+#[test]
+fn qwen2_quantized_prompts_in_chunks_match_the_f64_reference() {
+    let m = Tiny {
+        arch: "qwen2",
+        shape: SHAPE,
+        layers: vec![QUANTIZED; 2],
+        embedding: GgmlType::Q8_0,
+        output: None,
+    };
+    run("qwen2 quantized, biases, tied head", &m, seed());
+}
+
+#[test]
+fn qwen3_separate_qkv_prompts_in_chunks_match_the_f64_reference() {
+    let m = Tiny {
+        arch: "qwen3",
+        shape: SHAPE,
+        layers: vec![SEPARATE; 2],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::Q8_0),
+    };
+    run("qwen3 q/k norms, separate q, k, v", &m, seed());
+}
+
+#[test]
+fn formats_without_a_gemm_feed_token_by_token() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let mut f16_o = uniform(GgmlType::BF16);
+    f16_o.o = GgmlType::F16;
+    let m = Tiny {
+        arch: "llama",
+        shape: SHAPE,
+        layers: vec![f16_o; 1],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::BF16),
+    };
+    let file = gguf(&m, &mut rng);
+    let fallback = on_interp(&file, CHUNK, None).expect("loads");
+    assert_eq!(fallback.summary().prefill_chunk, 0, "no GEMM reads f16 weights");
+    let tokenwise = on_interp(&file, 0, None).expect("loads");
+    let prompt: Vec<u32> = (0..5).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let got = fallback.feed(&mut fallback.new_session(), &prompt).expect("feeds");
+    let want = tokenwise.feed(&mut tokenwise.new_session(), &prompt).expect("feeds");
+    assert_eq!(got, want, "the same decode steps");
+}
+
+#[test]
+fn a_prompt_chunk_that_does_not_fit_is_refused() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let m = Tiny {
+        arch: "llama",
+        shape: SHAPE,
+        layers: vec![uniform(GgmlType::BF16); 1],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::BF16),
+    };
+    let file = gguf(&m, &mut rng);
+    let s = on_interp(&file, 0, None).expect("loads").summary().clone();
+    let without = s.weight_bytes + s.arena_bytes + s.kv_cache_bytes;
+    on_interp(&file, 0, Some(without)).expect("fits without the prompt path");
+    match on_interp(&file, CHUNK, Some(without)) {
+        Err(e @ GpuError::DoesNotFit { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("prompt chunks"), "{msg}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
