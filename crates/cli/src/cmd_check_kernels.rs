@@ -50,7 +50,7 @@ fn compare_shape(name: &str) -> &'static str {
         n if n.starts_with("rope_append") => "tokens=16 n_seqs=8 max_blocks=16 n_pos=1024",
         n if n.starts_with("rope_") => "tokens=16 n_pos=4096",
         n if n.starts_with("qgemv") => "rows=256 cols=4096",
-        n if n.starts_with("attention_decode") => "head_dim=128 n_heads=32 n_kv_heads=8 max_blocks=64 split=256 threads=128",
+        n if n.starts_with("attention_decode") => "head_dim=128 n_heads=32 n_kv_heads=8 max_blocks=64 split=64 threads=128",
         n if n.starts_with("attention_merge") => "rows=64 head_dim=128 n_splits=8",
         n if n.starts_with("attention_prefill") => "head_dim=128 n_heads=8 n_kv_heads=2 max_blocks=16 q_start=64 n_q=128",
         n if n.starts_with("kv_append") => "tokens=64 n_seqs=8 max_blocks=16",

@@ -285,15 +285,15 @@ pub fn library() -> Vec<KernelSpec> {
     }
     all.push(spec(
         decode::NAME,
-        "decode attention, split-K over a paged bf16 KV cache (16-token blocks, block table), GQA; \
-         per-split max, sum and unnormalized output (f32), ex2.approx",
+        "decode attention, split-K over a paged bf16 KV cache (16-token blocks, block table), GQA, a split's \
+         positions spread over lanes and warps; per-split max, sum and unnormalized output (f32), ex2.approx",
         ATTENTION_DECODE,
         Family::AttentionDecode(KvElem::BF16, false),
     ));
     all.push(spec(
         decode::NAME_F16,
-        "decode attention, split-K over a paged f16 KV cache (16-token blocks, block table), GQA; \
-         per-split max, sum and unnormalized output (f32), ex2.approx",
+        "decode attention, split-K over a paged f16 KV cache (16-token blocks, block table), GQA, a split's \
+         positions spread over lanes and warps; per-split max, sum and unnormalized output (f32), ex2.approx",
         ATTENTION_DECODE,
         Family::AttentionDecode(KvElem::F16, false),
     ));
@@ -605,12 +605,12 @@ const QGEMV_QUANT: &[ParamInfo] = &[
 ];
 
 const ATTENTION_DECODE: &[ParamInfo] = &[
-    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, a multiple of 8 dividing threads" },
+    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, a multiple of 8" },
     ParamInfo { name: "n_heads", default: 32, doc: "query heads" },
     ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads (dividing n_heads)" },
     ParamInfo { name: "max_blocks", default: 256, doc: "block-table row length (16 tokens a block)" },
-    ParamInfo { name: "split", default: 256, doc: "tokens per split: a multiple of 16 and of threads" },
-    ParamInfo { name: "threads", default: 128, doc: "threads per block" },
+    ParamInfo { name: "split", default: 64, doc: "positions per split: a multiple of 16 dividing max_blocks·16" },
+    ParamInfo { name: "threads", default: 128, doc: "threads per block (a multiple of 32): warps take positions of a split at once" },
     ParamInfo { name: "q_stride", default: 0, doc: "elements from one sequence's queries to the next's (0: packed)" },
 ];
 

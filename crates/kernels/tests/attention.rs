@@ -1,10 +1,12 @@
 //! Decode attention end to end through the interpreter: the split kernel's partials,
 //! merged by the merge kernel, against exact attention over the whole context in f64 —
-//! with the bound both kernels' errors add up to, and the unscaled merge as a control;
-//! and the kernel that merges its own splits against that pair, bit for bit.
+//! with the bound both kernels' errors add up to, and wrong answers (unscaled scores, an
+//! unscaled merge) as controls; and the kernel that merges its own splits against that
+//! pair, bit for bit. The shapes cover each lane layout: 16-, 8- and 4-byte loads, heads
+//! whose row leaves lanes idle, several warps per split and splits shorter than a step.
 
 use quench_kernels::approx::gamma;
-use quench_kernels::attention::decode::{self, DecodeParams};
+use quench_kernels::attention::decode::{self, DecodeParams, Lanes};
 use quench_kernels::attention::merge::{self, MergeParams};
 use quench_kernels::attention::{KvElem, PagedCache};
 use quench_kernels::norm_residual::OutType;
@@ -23,6 +25,28 @@ fn run(case: &KernelCase) -> quench_kernels::CaseOutputs {
     run_case(&mut InterpExecutor::new(), case).unwrap_or_else(|e| panic!("{e}"))
 }
 
+fn controls_fail(case: &KernelCase, out: &quench_kernels::CaseOutputs) {
+    for (what, r) in compare_controls(case, out).expect("comparable") {
+        eprintln!("  control `{what}`: {} of {}", r.mismatches, r.elements);
+        // Empty splits hold zeros either way: a third of the elements must be wrong.
+        assert!(r.mismatches * 3 > r.elements, "`{what}` failed on only {} elements", r.mismatches);
+    }
+}
+
+/// Grouped-query attention with 8 query heads per kv head over 4 splits of 64, in
+/// blocks of 64 threads.
+const BASE: DecodeParams = DecodeParams {
+    head_dim: 64,
+    n_heads: 8,
+    n_kv_heads: 2,
+    max_blocks: 16,
+    split: 64,
+    threads: 64,
+    kv: KvElem::BF16,
+    merge: false,
+    q_stride: 0,
+};
+
 fn attend(p: DecodeParams, out_type: OutType, ctx_len: Vec<u32>) {
     let seed = seed();
     let mut rng = data::rng(seed);
@@ -31,8 +55,9 @@ fn attend(p: DecodeParams, out_type: OutType, ctx_len: Vec<u32>) {
     let split_case = decode::case_for(&p, &cache, scale).expect("decode case");
     let out = run(&split_case);
     for r in compare(&split_case, &out).expect("comparable") {
-        assert!(r.passed, "partials: {r}");
+        assert!(r.passed, "partials of {:?}: {r}", p.lanes());
     }
+    controls_fail(&split_case, &out);
     let f32s = |i: usize| data::f32_from_bytes(out.get(i).expect("partials read back"));
     let (m, l, o) = (f32s(5), f32s(6), f32s(7));
 
@@ -49,46 +74,68 @@ fn attend(p: DecodeParams, out_type: OutType, ctx_len: Vec<u32>) {
         eprintln!("attention {:?}: {r}", cache.ctx_len);
         assert!(r.passed, "attention output: {r}");
     }
-    for (what, r) in compare_controls(&merge_case, &out).expect("comparable") {
-        eprintln!("  control `{what}`: {}", r.mismatches);
-        assert!(r.mismatches * 2 > r.elements, "`{what}` failed on only {} elements", r.mismatches);
-    }
+    controls_fail(&merge_case, &out);
 }
 
 #[test]
 fn decode_then_merge_is_attention() {
-    // Three sequences: full, ending inside a split, one token; GQA 8/2 of 64 over 4
-    // splits of 64.
-    let p = DecodeParams {
-        head_dim: 64,
-        n_heads: 8,
-        n_kv_heads: 2,
-        max_blocks: 16,
-        split: 64,
-        threads: 64,
-        kv: KvElem::BF16,
-        merge: false,
-        q_stride: 0,
-    };
-    attend(p, OutType::BF16, vec![256, 150, 1]);
+    // Three sequences: full, ending inside a split, one token.
+    assert_eq!(BASE.lanes(), Some(Lanes { vec: 8, per_pos: 8, chunks: 1 }));
+    attend(BASE, OutType::BF16, vec![256, 150, 1]);
     // The engine's pair: an f16 cache, an f32 output.
-    attend(DecodeParams { kv: KvElem::F16, ..p }, OutType::F32, vec![256, 150, 1]);
+    attend(DecodeParams { kv: KvElem::F16, ..BASE }, OutType::F32, vec![256, 150, 1]);
 }
 
 #[test]
-fn heads_of_128_without_grouping() {
+fn seven_heads_a_kv_head_over_short_splits() {
+    // qwen2.5-0.5b's grouping: 16-byte loads, 8 lanes a position, 4 warps covering a
+    // split of 16 in one step; a context ending inside a cache block.
+    let p = DecodeParams { n_heads: 14, split: 16, threads: 128, max_blocks: 4, kv: KvElem::F16, ..BASE };
+    assert_eq!(p.lanes(), Some(Lanes { vec: 8, per_pos: 8, chunks: 1 }));
+    attend(p, OutType::F32, vec![64, 37]);
+}
+
+#[test]
+fn heads_of_128_and_of_80() {
+    // Without grouping, splits of 32 over two warps (two steps each).
     let p = DecodeParams {
         head_dim: 128,
         n_heads: 2,
         n_kv_heads: 2,
-        max_blocks: 16,
-        split: 128,
-        threads: 128,
+        max_blocks: 8,
+        split: 32,
+        threads: 64,
         kv: KvElem::F16,
-        merge: false,
-        q_stride: 0,
+        ..BASE
     };
-    attend(p, OutType::F32, vec![256, 200]);
+    assert_eq!(p.lanes(), Some(Lanes { vec: 8, per_pos: 16, chunks: 1 }));
+    attend(p, OutType::F32, vec![128, 100]);
+    // Ten 16-byte pieces a row: six of each position's 16 lanes load nothing of their own.
+    // (The merge kernel takes rows of a multiple of 32: this one merges in place.)
+    let p = DecodeParams { head_dim: 80, n_heads: 4, n_kv_heads: 2, split: 48, max_blocks: 6, threads: 96, ..p };
+    assert_eq!(p.lanes(), Some(Lanes { vec: 8, per_pos: 16, chunks: 1 }));
+    merged_in_place(DecodeParams { merge: true, ..p }, vec![96, 50]);
+}
+
+#[test]
+fn many_heads_a_kv_head_take_narrower_loads() {
+    // 32 query heads of one kv head: 4-byte loads keep a lane's values at 64.
+    let p = DecodeParams { n_heads: 32, n_kv_heads: 1, split: 32, max_blocks: 4, threads: 64, ..BASE };
+    assert_eq!(p.lanes(), Some(Lanes { vec: 2, per_pos: 32, chunks: 1 }));
+    attend(p, OutType::F32, vec![64, 20]);
+}
+
+/// The merging kernel's partials and output against exact attention.
+fn merged_in_place(p: DecodeParams, ctx_len: Vec<u32>) {
+    let mut rng = data::rng(seed());
+    let cache = PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, ctx_len);
+    let case = decode::case_for(&p, &cache, 1.0 / (p.head_dim as f64).sqrt()).expect("merging case");
+    let out = run(&case);
+    for r in compare(&case, &out).expect("comparable") {
+        eprintln!("merged in place {:?}: {r}", cache.ctx_len);
+        assert!(r.passed, "merged in place: {r}");
+    }
+    controls_fail(&case, &out);
 }
 
 /// The merging kernel's output and partials have the bits of the split kernel's partials
@@ -111,6 +158,7 @@ fn merged_in_place_as_apart(p: DecodeParams, ctx_len: Vec<u32>) {
     for r in compare(&fused_case, &fused).expect("comparable") {
         assert!(r.passed, "merged in place: {r}");
     }
+    controls_fail(&fused_case, &fused);
     for (i, what) in [(5, "maxima"), (6, "sums"), (7, "partial outputs")] {
         assert_eq!(apart.get(i), fused.get(i), "{what}");
     }
@@ -119,19 +167,40 @@ fn merged_in_place_as_apart(p: DecodeParams, ctx_len: Vec<u32>) {
 
 #[test]
 fn the_last_split_merges_as_the_merge_kernel_does() {
-    let p = DecodeParams {
-        head_dim: 64,
-        n_heads: 8,
-        n_kv_heads: 2,
-        max_blocks: 16,
-        split: 64,
-        threads: 64,
-        kv: KvElem::F16,
-        merge: false,
-        q_stride: 0,
-    };
+    let p = DecodeParams { kv: KvElem::F16, ..BASE };
     merged_in_place_as_apart(p, vec![256, 150, 1]);
-    merged_in_place_as_apart(DecodeParams { head_dim: 128, n_heads: 6, n_kv_heads: 1, split: 128, threads: 128, ..p }, vec![200]);
+    // More elements than threads (each thread merges several), 17 splits (a loop of
+    // eight and a tail).
+    merged_in_place_as_apart(
+        DecodeParams { head_dim: 128, n_heads: 6, n_kv_heads: 1, split: 16, max_blocks: 17, threads: 128, ..p },
+        vec![272],
+    );
     // Queries read in place from a fused projection's [sequence, q|k|v] rows.
     merged_in_place_as_apart(DecodeParams { q_stride: (8 + 2 * 2) * 64, ..p }, vec![256, 70, 1]);
+}
+
+/// Batch invariance: a sequence's partials and output have the same bits alone and
+/// among others.
+#[test]
+fn a_sequence_alone_and_among_others() {
+    let p = DecodeParams { n_heads: 14, split: 16, threads: 128, max_blocks: 4, kv: KvElem::F16, merge: true, ..BASE };
+    let mut rng = data::rng(seed());
+    let all = PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![40, 64, 9]);
+    let scale = 1.0 / (p.head_dim as f64).sqrt();
+    let together = run(&decode::case_for(&p, &all, scale).expect("case"));
+    let (q_row, table_row) = ((p.n_heads * p.head_dim) as usize, p.max_blocks as usize);
+    for s in 0..all.n_seqs() {
+        let alone = PagedCache {
+            q: all.q[s * q_row..(s + 1) * q_row].to_vec(),
+            block_table: all.block_table[s * table_row..(s + 1) * table_row].to_vec(),
+            ctx_len: vec![all.ctx_len[s]],
+            ..all.clone()
+        };
+        let out = run(&decode::case_for(&p, &alone, scale).expect("case"));
+        for buffer in [5, 6, 7, 9] {
+            let (a, b) = (together.get(buffer).expect("read"), out.get(buffer).expect("read"));
+            let n = b.len();
+            assert_eq!(&a[s * n..(s + 1) * n], b, "sequence {s}, buffer {buffer}");
+        }
+    }
 }

@@ -1,21 +1,38 @@
 //! The split kernel of decode attention: one block per (split, sequence, kv head) works
-//! on `split` tokens of the context for all the query heads that share the kv head.
+//! on `split` positions of the context for all the query heads that share the kv head,
+//! its warps taking different positions at once so that a short split is not walked
+//! serially.
 //!
 //! **Layout**: see [`super`] for the cache. Grid `[n_splits, n_seqs · n_kv_heads]` with
-//! `n_splits = max_blocks · 16 / split`; split `s` covers tokens `s·split ..` of its
+//! `n_splits = max_blocks · 16 / split`; split `s` covers positions `s·split ..` of its
 //! sequence (none when the context is shorter). Outputs, per query head `h` and split:
 //! `part_m [n_seqs, n_heads, n_splits]` the largest base-2 score (−∞ for an empty split),
 //! `part_l` (same shape) `Σ 2^(s_t − m)`, and `part_o [n_seqs, n_heads, n_splits,
 //! head_dim]` `Σ 2^(s_t − m)·v_t` (f32, not normalized; zeros for an empty split).
 //!
-//! **Phases** (shared memory: the group's queries and a `[group, split]` score table):
-//! 1. the queries of the group are staged; thread `i` takes tokens `i, i + threads, ...`
-//!    of the split, reads its key row with 16-byte loads and forms the `group` dot
-//!    products, `fma` over the head in order, then `s = dot · fl(scale · log2 e)`;
-//! 2. block maxima per head, `p = ex2.approx(s − m)`, block sums per head;
-//! 3. thread `i` owns dimension `i mod head_dim` of heads `i / head_dim + k·(threads /
-//!    head_dim)` and accumulates `fma(p_t, v_t, acc)` over the split's tokens in order
-//!    (value loads coalesced across threads).
+//! **Lanes** ([`Lanes`]): a row of `head_dim` elements is read by a group of `per_pos`
+//! lanes (a power of two), each loading `vec` elements (16, 8 or 4 bytes) `chunks` times;
+//! a warp thus covers `32 / per_pos` positions at once, and a block of `warps` warps
+//! `warps · 32 / per_pos` positions a step. Position `i` of the split (step `j`) is taken
+//! by group `i mod (32 / per_pos)` of warp `(i / (32 / per_pos)) mod warps`: consecutive
+//! positions, consecutive rows of a cache block, so a warp's loads are contiguous. Every
+//! lane holds its elements of the group's queries in registers, and the key and value
+//! rows it loads serve all the group's heads.
+//!
+//! **Phases** (shared memory: a `[group, split]` table of scores, then weights, and a
+//! `[warps, group, head_dim]` table of the warps' outputs):
+//! 1. per step each lane forms its `vec · chunks` products with each head's queries
+//!    (`fma` in element order), the position's group sums them by butterfly
+//!    (`per_pos` lanes), `s = dot · fl(scale · log2 e)` goes to the table;
+//! 2. block maxima per head; thread `i` turns scores `i, i + threads, …` into weights
+//!    `p = ex2.approx(s − m)` and sums them; block sums per head;
+//! 3. per step each lane accumulates `fma(p_t, v_t, acc)` for its elements of every head;
+//!    the warp sums its position groups by butterfly, the warps' sums meet in shared
+//!    memory and are added in warp order: element `e` of the group's `group · head_dim`
+//!    outputs by thread `e mod threads`.
+//!
+//! Every order depends on the kernel's parameters only: a sequence's bits do not depend
+//! on the other sequences or on how many there are.
 //!
 //! **Merged in place** ([`DecodeParams::merge`], the `attention_decode_merge_*` kernels):
 //! after writing its partials each block fences them and counts itself on a per-(sequence,
@@ -23,8 +40,8 @@
 //! the block that counts last merges all splits of its group's heads, in split order
 //! exactly as [`super::merge`] does (so the result does not depend on which block came
 //! last), writes `out` `[n_seqs, n_heads, head_dim]` f32 and returns its counter to zero,
-//! so that the next launch starts clean. Its thread `i` merges the elements it
-//! accumulated in phase 3.
+//! so that the next launch starts clean. Its thread `i` merges the elements it wrote in
+//! phase 3, all of them in one pass over the splits.
 //!
 //! `ex2.approx` makes the check a bound: see [`tolerances`].
 
@@ -32,7 +49,7 @@ use quench_ir::{AtomOp, Builder, CacheOp, Function, Ordering, Scalar, Scope, Typ
 use quench_rt::{Arg, Launch};
 
 use super::append::emit_row_start;
-use super::merge::{self, emit_merge, MergeParams};
+use super::merge::{self, emit_merge, MergeParams, SplitRow};
 use super::{KvElem, PagedCache, BLOCK_TOKENS};
 use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
@@ -48,6 +65,19 @@ pub const NAME_F16: &str = "attention_decode_f16";
 pub const NAME_MERGE: &str = "attention_decode_merge_bf16";
 pub const NAME_MERGE_F16: &str = "attention_decode_merge_f16";
 
+/// Most f32 a lane keeps per phase: its elements of the group's queries (phase 1) or of
+/// the group's outputs (phase 3), `group · vec · chunks`. More would spill registers.
+const MAX_LANE_VALUES: u32 = 64;
+/// Most static shared memory the kernel declares (the limit is 48 KiB; the reductions
+/// take a few slots more).
+const MAX_SHARED_BYTES: u32 = 44 * 1024;
+/// Values a lane may have in flight over the steps of a phase emitted back to back
+/// (each step's loads are independent of the others', so the compiler can issue them
+/// together): a step loads its row pieces and, in phase 3, the group's weights.
+const IN_FLIGHT: u32 = 64;
+/// Steps emitted back to back at most.
+const MOST_UNROLL: u32 = 8;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeParams {
     pub head_dim: u32,
@@ -55,9 +85,9 @@ pub struct DecodeParams {
     pub n_kv_heads: u32,
     /// Block-table row length: the longest context is `max_blocks · 16` tokens.
     pub max_blocks: u32,
-    /// Tokens per split: a multiple of 16 and of `threads`, dividing `max_blocks · 16`.
+    /// Positions per split: a multiple of 16 dividing `max_blocks · 16`.
     pub split: u32,
-    /// Threads per block: a multiple of 32 and of `head_dim`, at most 1024.
+    /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
     /// The cache's element type.
     pub kv: KvElem,
@@ -65,8 +95,26 @@ pub struct DecodeParams {
     pub merge: bool,
     /// Elements from one sequence's queries to the next's; 0 for packed queries
     /// (`n_heads · head_dim` apart). A fused projection's `[n_seqs, q|k|v]` output is
-    /// read in place with its row length here.
+    /// read in place with its row length here (a multiple of 4).
     pub q_stride: u32,
+}
+
+/// How the lanes of a warp share a row of the cache (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lanes {
+    /// Elements a lane loads at once: 8, 4 or 2 (16, 8 or 4 bytes).
+    pub vec: u32,
+    /// Lanes per position: a power of two, at most 32.
+    pub per_pos: u32,
+    /// Loads of `vec` elements per lane and row (more than one past 32 · `vec` elements).
+    pub chunks: u32,
+}
+
+impl Lanes {
+    /// Positions a warp covers at once.
+    pub fn positions(&self) -> u32 {
+        32 / self.per_pos
+    }
 }
 
 impl DecodeParams {
@@ -87,6 +135,10 @@ impl DecodeParams {
         self.max_blocks * BLOCK_TOKENS / self.split
     }
 
+    pub fn warps(&self) -> u32 {
+        self.threads / 32
+    }
+
     pub fn launch(&self, n_seqs: u32) -> Launch {
         Launch {
             grid: [self.n_splits(), n_seqs * self.n_kv_heads, 1],
@@ -95,9 +147,33 @@ impl DecodeParams {
         }
     }
 
-    /// Heads each thread accumulates in phase 3.
-    fn heads_per_thread(&self) -> u32 {
-        self.group().div_ceil(self.threads / self.head_dim)
+    /// The widest loads whose values (`group · vec · chunks` per lane) fit the registers;
+    /// `None` when a kv head serves too many query heads for any.
+    pub fn lanes(&self) -> Option<Lanes> {
+        let g = self.group();
+        [8, 4, 2].into_iter().find_map(|vec| {
+            let units = self.head_dim / vec;
+            let chunks = units.div_ceil(32);
+            (g * vec * chunks <= MAX_LANE_VALUES).then(|| Lanes {
+                vec,
+                per_pos: units.min(32).next_power_of_two(),
+                chunks,
+            })
+        })
+    }
+
+    /// Static shared memory: the score table, the warps' outputs, the reductions' slots.
+    pub fn shared_bytes(&self) -> u32 {
+        let g = self.group();
+        4 * g * (self.split + self.warps() * self.head_dim) + 8 * g * self.warps() + 4
+    }
+
+    /// The longest split (a multiple of 16, possibly 0) whose scores fit the shared memory
+    /// beside the warps' outputs, at this head size, grouping and block size.
+    pub fn most_split(&self) -> u32 {
+        let g = self.group().max(1);
+        let fixed = DecodeParams { split: 0, ..*self }.shared_bytes();
+        MAX_SHARED_BYTES.saturating_sub(fixed) / (4 * g) / BLOCK_TOKENS * BLOCK_TOKENS
     }
 
     fn check(&self) -> Result<(), KernelError> {
@@ -111,20 +187,11 @@ impl DecodeParams {
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if !self.threads.is_multiple_of(32)
-            || !(32..=1024).contains(&self.threads)
-            || !self.threads.is_multiple_of(self.head_dim)
-        {
-            return bad(format!(
-                "threads = {} must be a multiple of 32 and of head_dim = {} in 32..=1024",
-                self.threads, self.head_dim
-            ));
+        if !self.threads.is_multiple_of(32) || !(32..=1024).contains(&self.threads) {
+            return bad(format!("threads = {} must be a multiple of 32 in 32..=1024", self.threads));
         }
-        if self.split == 0 || !self.split.is_multiple_of(BLOCK_TOKENS) || !self.split.is_multiple_of(self.threads) {
-            return bad(format!(
-                "split = {} must be a positive multiple of 16 and of threads = {}",
-                self.split, self.threads
-            ));
+        if self.split == 0 || !self.split.is_multiple_of(BLOCK_TOKENS) {
+            return bad(format!("split = {} must be a positive multiple of 16", self.split));
         }
         if self.max_blocks == 0 || !(self.max_blocks * BLOCK_TOKENS).is_multiple_of(self.split) {
             return bad(format!(
@@ -132,23 +199,108 @@ impl DecodeParams {
                 self.max_blocks
             ));
         }
-        if self.q_stride != 0 && self.q_stride < self.n_heads * self.head_dim {
+        if self.q_stride != 0 && (self.q_stride < self.n_heads * self.head_dim || !self.q_stride.is_multiple_of(4)) {
             return bad(format!(
-                "q_stride = {} is less than a row of {} queries",
+                "q_stride = {} must be a multiple of 4 and at least a row of {} queries",
                 self.q_stride,
                 self.n_heads * self.head_dim
             ));
         }
-        if self.group() > self.threads {
-            return bad(format!("a kv head serves {} query heads, more than threads = {}", self.group(), self.threads));
-        }
-        let shared = 4 * self.group() * (self.head_dim + self.split);
-        if shared > 40 * 1024 {
+        if self.lanes().is_none() {
             return bad(format!(
-                "the group's queries and scores need {shared} bytes of shared memory (at most 40 KiB)"
+                "a kv head serves {} query heads of {}: a lane would hold more than {MAX_LANE_VALUES} of their values",
+                self.group(),
+                self.head_dim
+            ));
+        }
+        if self.shared_bytes() > MAX_SHARED_BYTES {
+            return bad(format!(
+                "the scores of a split and the warps' outputs need {} bytes of shared memory (at most {MAX_SHARED_BYTES})",
+                self.shared_bytes()
             ));
         }
         Ok(())
+    }
+}
+
+/// `steps` steps of a phase carrying `init`: `body(k, step, carried)` for steps `0, 1,
+/// …`, `unroll` of them back to back per loop iteration (steps past `steps` run too, on
+/// positions past the split, which `body` must mask).
+fn emit_steps(
+    k: &mut Builder,
+    steps: u32,
+    unroll: u32,
+    init: &[Value],
+    body: &dyn Fn(&mut Builder, Value, &[Value]) -> Vec<Value>,
+) -> Vec<Value> {
+    let unroll = unroll.clamp(1, steps.max(1));
+    let round = |k: &mut Builder, r: Value, c: &[Value]| {
+        let mut c = c.to_vec();
+        let first = k.mul_const(r, unroll);
+        for j in 0..unroll {
+            let step = k.add_const(first, j);
+            c = body(k, step, &c);
+        }
+        c
+    };
+    let rounds = steps.div_ceil(unroll);
+    if rounds == 1 {
+        let zero = k.const_u32(0);
+        round(k, zero, init)
+    } else {
+        let lo = k.const_u32(0);
+        let hi = k.const_u32(rounds);
+        let one = k.const_u32(1);
+        k.for_range(lo, hi, one, init, |k, r, c| round(k, r, c))
+    }
+}
+
+/// The load type of `vec` 16-bit elements, and its zero.
+fn row_load(k: &mut Builder, vec: u32) -> (Type, Value) {
+    let zero = k.const_u32(0);
+    match vec / 2 {
+        1 => (Type::U32, zero),
+        n => {
+            let ty = Type::Vec(Scalar::U32, n as u8);
+            (ty, k.pack(ty, &vec![zero; n as usize]))
+        }
+    }
+}
+
+/// The f32 elements of a row load.
+fn unpack_row(k: &mut Builder, kv: KvElem, v: Value, vec: u32) -> Vec<Value> {
+    if vec == 2 {
+        return kv.emit_unpack2(k, v).to_vec();
+    }
+    (0..vec / 2)
+        .flat_map(|i| {
+            let w = k.extract(v, i);
+            kv.emit_unpack2(k, w)
+        })
+        .collect()
+}
+
+/// `vec` f32 at `at` (16-byte aligned for `vec ≥ 4`, 8-byte for 2), as loaded with `cache`.
+fn load_f32s(k: &mut Builder, at: Value, vec: u32, cache: CacheOp) -> Vec<Value> {
+    let width = vec.min(4);
+    (0..vec / width)
+        .flat_map(|i| {
+            let o = k.const_u32(i * width);
+            let a = k.ptr_add(at, o);
+            let v = k.load_with(Type::Vec(Scalar::F32, width as u8), a, cache);
+            (0..width).map(|e| k.extract(v, e)).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Store `vals` (f32, `vec` of them) at shared `at`, as [`load_f32s`] reads them.
+fn store_f32s(k: &mut Builder, at: Value, vals: &[Value]) {
+    let width = vals.len().min(4);
+    for (i, part) in vals.chunks(width).enumerate() {
+        let o = k.const_u32((i * width) as u32);
+        let a = k.ptr_add(at, o);
+        let v = k.pack(Type::Vec(Scalar::F32, width as u8), part);
+        k.store(a, v);
     }
 }
 
@@ -157,7 +309,10 @@ impl DecodeParams {
 /// block_table, ctx_len, part_m, part_l, part_o, counters, out, scale)`.
 pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     p.check()?;
-    let (d, g, s, t) = (p.head_dim, p.group(), p.split, p.threads);
+    let lanes = p.lanes().ok_or_else(|| KernelError::unsupported(p.name(), "no lane layout fits"))?;
+    let (d, g, s, t, warps) = (p.head_dim, p.group(), p.split, p.threads, p.warps());
+    let Lanes { vec, per_pos, chunks } = lanes;
+    let units = d / vec;
     let mut k = Builder::new(p.name(), t);
     let q = k.param("q", gptr(Scalar::F32));
     let kc = k.param("k_cache", gptr(p.kv.scalar()));
@@ -169,19 +324,21 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     let part_o = k.param("part_o", gptr(Scalar::F32));
     let merged = p.merge.then(|| (k.param("counters", gptr(Scalar::U32)), k.param("out", gptr(Scalar::F32))));
     let scale = k.param("scale", Type::F32);
-    let q_s = k.shared_array("q", Scalar::F32, g * d, 16);
     let scores = k.shared_array("scores", Scalar::F32, g * s, 16);
+    let warp_out = k.shared_array("warp_out", Scalar::F32, warps * g * d, 16);
 
     let split = k.ctaid_x();
     let sk = k.ctaid_y();
     let tid = k.tid_x();
+    let lane = k.and_const(tid, 31);
+    let warp = k.shr_const(tid, 5);
     let kv_heads = k.const_u32(p.n_kv_heads);
     let seq = k.div(sk, kv_heads);
     let kvh = k.rem(sk, kv_heads);
     let at = k.ptr_add(ctx_len, seq);
     let ctx = k.load_with(Type::U32, at, CacheOp::Nc);
     let t0 = k.mul_const(split, s);
-    // Tokens in this split: clamp(ctx − t0, 0, split).
+    // Positions in this split: clamp(ctx − t0, 0, split).
     let has = k.gt(ctx, t0);
     let left = k.sub(ctx, t0);
     let cap = k.const_u32(s);
@@ -195,7 +352,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     let head0 = k.add(seq_heads, first_head);
     let trow = wide_mul(&mut k, seq, p.max_blocks);
     let trow = k.ptr_add(table, trow);
-    // Element offset of token `tok`'s row for this kv head in either cache.
+    // Element offset of position `tok`'s row for this kv head in either cache.
     let row_of = |k: &mut Builder, tok: Value| {
         let bi = k.shr_const(tok, 4);
         let at = k.ptr_add(trow, bi);
@@ -203,85 +360,123 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
         emit_row_start(k, blk, kvh, tok, p.n_kv_heads, d)
     };
 
-    // Stage the group's queries (contiguous: its heads are consecutive).
+    // This lane's place: its position group, and the row elements of its chunks (a lane
+    // past the row's end loads the last chunk again and weighs it by zero).
+    let in_group = k.and_const(lane, per_pos - 1);
+    let group_of_lane = k.shr_const(lane, per_pos.trailing_zeros());
+    let warp_first = k.mul_const(warp, lanes.positions());
+    let base = k.add(warp_first, group_of_lane);
+    let per_step = warps * lanes.positions();
+    let steps = s.div_ceil(per_step);
+    let unroll = (IN_FLIGHT / (g + vec / 2 * chunks)).clamp(1, MOST_UNROLL);
+    let mut offsets = vec![];
+    let mut real = vec![];
+    for j in 0..chunks {
+        let u = k.add_const(in_group, j * per_pos);
+        let limit = k.const_u32(units);
+        real.push(k.lt(u, limit));
+        let last = k.const_u32(units - 1);
+        let u = k.min(u, last);
+        offsets.push(k.mul_const(u, vec));
+    }
+    let (load_ty, load_zero) = row_load(&mut k, vec);
+    let kw = words(&mut k, kc);
+    let vw = words(&mut k, vc);
+    // The loads of this lane's chunks of position `i`'s row and `extras` f32 more that
+    // `extra` loads (zeros past the context).
+    let load_rows = |k: &mut Builder, i: Value, from: Value, extras: usize, extra: &dyn Fn(&mut Builder) -> Vec<Value>| {
+        let valid = k.lt(i, n);
+        let mut types = vec![load_ty; chunks as usize];
+        types.extend(vec![Type::F32; extras]);
+        let got = k.if_else(
+            valid,
+            &types,
+            |k| {
+                let tok = k.add(t0, i);
+                let row = row_of(k, tok);
+                let mut vals: Vec<Value> = offsets
+                    .iter()
+                    .map(|&o| {
+                        let o = k.cvt(Scalar::U64, o);
+                        let e = k.add(row, o);
+                        let w = k.shr_const(e, 1);
+                        let at = k.ptr_add(from, w);
+                        k.load_with(load_ty, at, CacheOp::Nc)
+                    })
+                    .collect();
+                vals.extend(extra(k));
+                vals
+            },
+            |k| {
+                let mut vals = vec![load_zero; chunks as usize];
+                let fzero = k.const_f32(0.0);
+                vals.extend(vec![fzero; extras]);
+                vals
+            },
+        );
+        let rows: Vec<Value> = got[..chunks as usize].iter().flat_map(|&v| unpack_row(k, p.kv, v, vec)).collect();
+        (valid, rows, got[chunks as usize..].to_vec())
+    };
+
+    // The lane's elements of the group's queries (contiguous: its heads are consecutive).
     let q_row = if p.q_stride == 0 { p.n_heads * d } else { p.q_stride };
     let qstart = wide_mul(&mut k, seq, q_row);
     let qg = k.ptr_add(q, qstart);
     let first_q = k.mul_const(first_head, d);
     let qg = k.ptr_add(qg, first_q);
-    for j in 0..(g * d / 4).div_ceil(t) {
-        let i = k.add_const(tid, j * t);
-        let limit = k.const_u32(g * d / 4);
-        let inside = k.lt(i, limit);
-        k.if_then(inside, |k| {
-            let e = k.shl_const(i, 2);
-            let src = k.ptr_add(qg, e);
-            let v = k.load_with(Type::Vec(Scalar::F32, 4), src, CacheOp::Nc);
-            let dst = k.ptr_add(q_s, e);
-            k.store(dst, v);
-        });
-    }
-    k.barrier();
-
-    // Phase 1: scores of this thread's tokens; running maxima per head.
-    let kw = words(&mut k, kc);
-    let neg_inf = k.const_f32(f32::NEG_INFINITY);
-    let mut maxima = vec![neg_inf; g as usize];
-    for j in 0..s / t {
-        let slot = k.add_const(tid, j * t);
-        let inside = k.lt(slot, n);
-        let types = vec![Type::F32; g as usize];
-        let sc = k.if_else(
-            inside,
-            &types,
-            |k| {
-                let tok = k.add(t0, slot);
-                let row = row_of(k, tok);
-                let roww = k.shr_const(row, 1);
-                let kr = k.ptr_add(kw, roww);
-                let fzero = k.const_f32(0.0);
-                let mut accs = vec![fzero; g as usize];
-                for chunk in 0..d / 8 {
-                    let cw = k.const_u32(4 * chunk);
-                    let at = k.ptr_add(kr, cw);
-                    let v = k.load_with(Type::Vec(Scalar::U32, 4), at, CacheOp::Nc);
-                    let ks: Vec<Value> = (0..4)
-                        .flat_map(|i| {
-                            let w = k.extract(v, i);
-                            p.kv.emit_unpack2(k, w)
-                        })
-                        .collect();
-                    for (h, acc) in accs.iter_mut().enumerate() {
-                        for half in 0..2 {
-                            let qi = k.const_u32(h as u32 * d + 8 * chunk + 4 * half);
-                            let qa = k.ptr_add(q_s, qi);
-                            let qv = k.load(Type::Vec(Scalar::F32, 4), qa);
-                            for e in 0..4 {
-                                let qe = k.extract(qv, e);
-                                *acc = k.fma(qe, ks[(4 * half + e) as usize], *acc);
-                            }
-                        }
-                    }
-                }
-                accs.iter().map(|&a| k.mul(a, c)).collect()
-            },
-            |_| vec![neg_inf; g as usize],
-        );
-        for (h, &v) in sc.iter().enumerate() {
-            let at = k.add_const(slot, h as u32 * s);
-            let at = k.ptr_add(scores, at);
-            k.store(at, v);
-            maxima[h] = k.max(maxima[h], v);
+    let fzero = k.const_f32(0.0);
+    let mut qs = vec![];
+    for h in 0..g {
+        for (j, &o) in offsets.iter().enumerate() {
+            let o = k.add_const(o, h * d);
+            let at = k.ptr_add(qg, o);
+            for v in load_f32s(&mut k, at, vec, CacheOp::Nc) {
+                qs.push(k.select(real[j], v, fzero));
+            }
         }
     }
+    let per_head = (vec * chunks) as usize;
+
+    // Phase 1: scores of the positions, running maxima per head.
+    let neg_inf = k.const_f32(f32::NEG_INFINITY);
+    let maxima = emit_steps(&mut k, steps, unroll, &vec![neg_inf; g as usize], &|k, step, carried| {
+        let first = k.mul_const(step, per_step);
+        let i = k.add(first, base);
+        let (valid, keys, _) = load_rows(k, i, kw, 0, &|_| vec![]);
+        let in_table = k.lt(i, cap);
+        let lead = k.eq(in_group, zero);
+        let writes = k.and(in_table, lead);
+        (0..g as usize)
+            .map(|h| {
+                let mut dot = k.const_f32(0.0);
+                for (e, &key) in keys.iter().enumerate() {
+                    dot = k.fma(qs[h * per_head + e], key, dot);
+                }
+                let mut m = per_pos / 2;
+                while m > 0 {
+                    let other = k.shfl_bfly(dot, m);
+                    dot = k.add(dot, other);
+                    m /= 2;
+                }
+                let sc = k.mul(dot, c);
+                let sc = k.select(valid, sc, neg_inf);
+                k.if_then(writes, |k| {
+                    let at = k.add_const(i, h as u32 * s);
+                    let at = k.ptr_add(scores, at);
+                    k.store(at, sc);
+                });
+                k.max(carried[h], sc)
+            })
+            .collect()
+    });
     let m = emit_block_allreduce_n(&mut k, &maxima, Combine::Max, tid, t, "maxima");
 
     // Phase 2: weights 2^(s − m) in place of the scores, and their sums.
-    let fzero = k.const_f32(0.0);
     let mut sums = vec![fzero; g as usize];
-    for j in 0..s / t {
+    for j in 0..s.div_ceil(t) {
         let slot = k.add_const(tid, j * t);
         let inside = k.lt(slot, n);
+        let in_table = k.lt(slot, cap);
         for (h, sum) in sums.iter_mut().enumerate() {
             let at = k.add_const(slot, h as u32 * s);
             let at = k.ptr_add(scores, at);
@@ -296,71 +491,100 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
                 },
                 |k| vec![k.const_f32(0.0)],
             )[0];
-            k.store(at, w);
+            k.if_then(in_table, |k| k.store(at, w));
             *sum = k.add(*sum, w);
         }
     }
+    // Its barrier also makes the weights visible to phase 3.
     let l = emit_block_allreduce_n(&mut k, &sums, Combine::Sum, tid, t, "sums");
 
-    // Phase 3: this thread's dimension of its heads, over the split's tokens in order.
-    let dim = if d.is_power_of_two() {
-        k.and_const(tid, d - 1)
-    } else {
-        let dv = k.const_u32(d);
-        k.rem(tid, dv)
-    };
-    let dv = k.const_u32(d);
-    let sub = k.div(tid, dv);
-    let stride = t / d;
-    let hpt = p.heads_per_thread();
-    let heads: Vec<Value> = (0..hpt).map(|i| k.add_const(sub, i * stride)).collect();
-    let last = k.const_u32(g - 1);
-    // Score-table rows of the heads (clamped: a thread past the group reads a real row
-    // and discards it).
-    let rows: Vec<Value> = heads
-        .iter()
-        .map(|&h| {
-            let h = k.min(h, last);
-            k.mul_const(h, s)
+    // Phase 3: each lane's elements of every head's weighted sum over its positions.
+    let accs = emit_steps(&mut k, steps, unroll, &vec![fzero; g as usize * per_head], &|k, step, carried| {
+        let first = k.mul_const(step, per_step);
+        let i = k.add(first, base);
+        let weights = |k: &mut Builder| {
+            (0..g)
+                .map(|h| {
+                    let at = k.add_const(i, h * s);
+                    let at = k.ptr_add(scores, at);
+                    k.load(Type::F32, at)
+                })
+                .collect()
+        };
+        let (_, values, ws) = load_rows(k, i, vw, g as usize, &weights);
+        let mut next = Vec::with_capacity(carried.len());
+        for (h, &w) in ws.iter().enumerate() {
+            for (e, &v) in values.iter().enumerate() {
+                next.push(k.fma(w, v, carried[h * per_head + e]));
+            }
+        }
+        next
+    });
+    // The warp's position groups, then the warps in order.
+    let mut accs = accs;
+    let mut mask = 16;
+    while mask >= per_pos {
+        for a in accs.iter_mut() {
+            let other = k.shfl_bfly(*a, mask);
+            *a = k.add(*a, other);
+        }
+        mask /= 2;
+    }
+    let group_lanes = k.const_u32(per_pos);
+    let first_group = k.lt(lane, group_lanes);
+    k.if_then(first_group, |k| {
+        for h in 0..g {
+            for (j, &o) in offsets.iter().enumerate() {
+                let real_j = real[j];
+                let from = h as usize * per_head + j * vec as usize;
+                let vals = accs[from..from + vec as usize].to_vec();
+                k.if_then(real_j, |k| {
+                    let at = k.mul_const(warp, g * d);
+                    let at = k.add_const(at, h * d);
+                    let at = k.add(at, o);
+                    let at = k.ptr_add(warp_out, at);
+                    store_f32s(k, at, &vals);
+                });
+            }
+        }
+    });
+    k.barrier();
+    // Thread `i` adds elements `i, i + threads, …` of the warps' outputs and writes them.
+    let n_splits = p.n_splits();
+    let elems = g * d;
+    let mine: Vec<(Value, Value, Value)> = (0..elems.div_ceil(t))
+        .map(|j| {
+            let e = k.add_const(tid, j * t);
+            let limit = k.const_u32(elems);
+            let valid = k.lt(e, limit);
+            let last = k.const_u32(elems - 1);
+            let e = k.min(e, last);
+            let dv = k.const_u32(d);
+            let h = k.div(e, dv);
+            let dim = k.rem(e, dv);
+            let mut o = k.ptr_add(warp_out, e);
+            let mut sum = k.load(Type::F32, o);
+            for _ in 1..warps {
+                o = {
+                    let step = k.const_u32(elems);
+                    k.ptr_add(o, step)
+                };
+                let v = k.load(Type::F32, o);
+                sum = k.add(sum, v);
+            }
+            k.if_then(valid, |k| {
+                let hh = k.add(head0, h);
+                let at = k.mul_const(hh, n_splits);
+                let at = k.add(at, split);
+                let at = wide_mul(k, at, d);
+                let dim64 = k.cvt(Scalar::U64, dim);
+                let at = k.add(at, dim64);
+                let at = k.ptr_add(part_o, at);
+                k.store(at, sum);
+            });
+            (valid, h, dim)
         })
         .collect();
-    let vlo = k.const_u32(0);
-    let one = k.const_u32(1);
-    let init = vec![fzero; hpt as usize];
-    let accs = k.for_range(vlo, n, one, &init, |k, i, c| {
-        let tok = k.add(t0, i);
-        let row = row_of(k, tok);
-        let dim64 = k.cvt(Scalar::U64, dim);
-        let e = k.add(row, dim64);
-        let at = k.ptr_add(vc, e);
-        let v = k.load_with(Type::Scalar(p.kv.scalar()), at, CacheOp::Nc);
-        let v = k.cvt(Scalar::F32, v);
-        rows.iter()
-            .zip(c)
-            .map(|(&r, &acc)| {
-                let si = k.add(r, i);
-                let sa = k.ptr_add(scores, si);
-                let w = k.load(Type::F32, sa);
-                k.fma(w, v, acc)
-            })
-            .collect()
-    });
-    let n_splits = p.n_splits();
-    for (i, &h) in heads.iter().enumerate() {
-        let gv = k.const_u32(g);
-        let valid = k.lt(h, gv);
-        let acc = accs[i];
-        k.if_then(valid, |k| {
-            let hh = k.add(head0, h);
-            let o = k.mul_const(hh, n_splits);
-            let o = k.add(o, split);
-            let o = wide_mul(k, o, d);
-            let dim64 = k.cvt(Scalar::U64, dim);
-            let o = k.add(o, dim64);
-            let at = k.ptr_add(part_o, o);
-            k.store(at, acc);
-        });
-    }
     // Threads 0..group write their head's maximum and sum.
     let gv = k.const_u32(g);
     let writer = k.lt(tid, gv);
@@ -388,7 +612,6 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
         k.barrier();
         let arrived = k.shared_array("arrived", Scalar::U32, 1, 4);
         let counter = k.ptr_add(counters, sk);
-        let zero = k.const_u32(0);
         let first_thread = k.eq(tid, zero);
         k.if_then(first_thread, |k| {
             let one = k.const_u32(1);
@@ -402,10 +625,9 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
         k.if_then(last, |k| {
             // See every split's partials; read them past the non-coherent L1.
             k.fence(Ordering::AcqRel, Scope::Gpu);
-            for &h in &heads {
-                let gv = k.const_u32(g);
-                let valid = k.lt(h, gv);
-                k.if_then(valid, |k| {
+            let rows: Vec<SplitRow> = mine
+                .iter()
+                .map(|&(_, h, dim)| {
                     let hh = k.add(head0, h);
                     let first = wide_mul(k, hh, n_splits);
                     let ms = k.ptr_add(part_m, first);
@@ -413,7 +635,13 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
                     let o = wide_mul(k, hh, n_splits * d);
                     let os = k.ptr_add(part_o, o);
                     let os = k.ptr_add(os, dim);
-                    let y = emit_merge(k, ms, ls, os, n_splits, d, CacheOp::Cg);
+                    SplitRow { ms, ls, os }
+                })
+                .collect();
+            let ys = emit_merge(k, &rows, n_splits, d, CacheOp::Cg);
+            for (&(valid, h, dim), y) in mine.iter().zip(ys) {
+                k.if_then(valid, |k| {
+                    let hh = k.add(head0, h);
                     let o = wide_mul(k, hh, d);
                     let at = k.ptr_add(out, o);
                     let at = k.ptr_add(at, dim);
@@ -461,20 +689,22 @@ pub fn reference(p: &DecodeParams, cache: &PagedCache, scale: f64) -> (Vec<f64>,
 
 /// Tolerances of `(m, l, o)` against [`reference()`], and how they follow.
 ///
-/// A score's dot product is a chain of `head_dim` fmas, within `γ_d·Σ|q_i k_i|·|c|`; the
+/// A score's dot product sums `head_dim` products (chains per lane, then a butterfly),
+/// within `γ_d·Σ|q_i k_i|·|c|`; the
 /// rounded `c = fl(scale·log2 e)` and the product add `2u·|s|`: `|ŝ − s| ≤ E` for the
 /// largest such bound `E`, and the split's maximum is within `E` too. A weight
 /// `ex2.approx(fl(ŝ − m̂))` is then within a relative `ρ = 2^(2E + u·Δ)·(1 + EX2) − 1` of
 /// `2^(s − m)`, `Δ` the widest score range plus `2E`. The sum adds `γ` of its tree
-/// (`split / threads` terms per thread and two butterflies); each output a chain of at most
-/// `split` fmas: `|ô − o| ≤ (ρ(1 + γ_n) + γ_n)·Σ 2^(s − m)|v|`. Flushed subnormal weights
-/// add at most `n·2^-126` (times `max|v|`).
+/// (`⌈split / threads⌉` terms per thread and two butterflies); each output is a sum of at
+/// most `split` terms by some tree (chains per lane, butterflies, the warps):
+/// `|ô − o| ≤ (ρ(1 + γ_n) + γ_n)·Σ 2^(s − m)|v|`. Flushed subnormal weights add at most
+/// `n·2^-126` (times `max|v|`).
 pub fn tolerances(p: &DecodeParams, cache: &PagedCache, scale: f64) -> ([Vec<f64>; 3], String) {
     let (m, l, o) = reference(p, cache, scale);
     let ns = p.n_splits() as usize;
     let d = p.head_dim as usize;
     let WeightError { e, rho, span } = weight_error(p, cache, scale);
-    let g_sum = gamma((p.split / p.threads) as u64 + 10);
+    let g_sum = gamma(p.split.div_ceil(p.threads) as u64 + 10);
     let g_out = gamma(p.split as u64);
     let tiny = p.split as f64 * F32_MIN_NORMAL;
     // Each bound also covers the reference's own rounding to f32 (u relative).

@@ -9,7 +9,7 @@
 //! whose splits are all empty gets zeros.
 //!
 //! **Arithmetic**: `w_s = ex2.approx(m_s − M)`, `L = Σ fma(w_s, l_s)`, `o = Σ fma(w_s,
-//! o_s)` in split order, `out = o / L` (IEEE division), rounded to bf16 for the bf16 form.
+//! o_s)` in split order (eight splits' loads issued together in this kernel), `out = o / L` (IEEE division), rounded to bf16 for the bf16 form.
 //! See [`tolerance`].
 
 use half::bf16;
@@ -82,7 +82,7 @@ pub fn build(p: &MergeParams) -> Result<Function, KernelError> {
     let ostart = wide_mul(&mut k, row, p.n_splits * p.head_dim);
     let os = k.ptr_add(po, ostart);
     let os = k.ptr_add(os, d);
-    let y = emit_merge(&mut k, ms, ls, os, p.n_splits, p.head_dim, CacheOp::Nc);
+    let y = emit_merge(&mut k, &[SplitRow { ms, ls, os }], p.n_splits, p.head_dim, CacheOp::Nc)[0];
     let y = match p.out {
         OutType::BF16 => k.cvt(Scalar::BF16, y),
         OutType::F32 => y,
@@ -94,47 +94,93 @@ pub fn build(p: &MergeParams) -> Result<Function, KernelError> {
     Ok(k.finish()?)
 }
 
-/// One element of a merged row, in f32: `ms`, `ls` point at the row's split maxima and
-/// sums, `os` at the element in split 0's output (splits `head_dim` apart). Loads use
-/// `cache` (the merge kernel reads through the read-only path; a kernel that wrote the
-/// partials itself must not).
-pub(super) fn emit_merge(
+/// Where one element's partials lie: `ms`, `ls` at its row's split maxima and sums,
+/// `os` at the element in split 0's output (splits `head_dim` apart).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SplitRow {
+    pub ms: Value,
+    pub ls: Value,
+    pub os: Value,
+}
+
+/// Loads of one split's partials in flight per merged element, times the splits merged
+/// back to back per loop iteration (their loads are independent, so the compiler can
+/// issue them together instead of waiting on each), at most 8 of them.
+const MERGE_LOADS: u32 = 32;
+
+/// `body(k, s, carried)` over splits `0..n_splits` in order, `unroll` of them back to
+/// back per loop iteration and the rest after the loop.
+fn emit_over_splits(
     k: &mut Builder,
-    ms: Value,
-    ls: Value,
-    os: Value,
     n_splits: u32,
-    head_dim: u32,
-    cache: CacheOp,
-) -> Value {
-    let lo = k.const_u32(0);
-    let hi = k.const_u32(n_splits);
-    let one = k.const_u32(1);
+    unroll: u32,
+    init: &[Value],
+    body: &dyn Fn(&mut Builder, Value, &[Value]) -> Vec<Value>,
+) -> Vec<Value> {
+    let round = |k: &mut Builder, first: Value, c: &[Value], count: u32| {
+        let mut c = c.to_vec();
+        for j in 0..count {
+            let s = k.add_const(first, j);
+            c = body(k, s, &c);
+        }
+        c
+    };
+    let rounds = n_splits / unroll;
+    let mut c = init.to_vec();
+    if rounds > 0 {
+        let lo = k.const_u32(0);
+        let hi = k.const_u32(rounds * unroll);
+        let step = k.const_u32(unroll);
+        c = k.for_range(lo, hi, step, &c, |k, first, c| round(k, first, c, unroll));
+    }
+    let tail = k.const_u32(rounds * unroll);
+    round(k, tail, &c, n_splits % unroll)
+}
+
+/// Elements of merged rows, in f32, all in one pass over the splits (see [`SplitRow`]).
+/// Loads use `cache` (the merge kernel reads through the read-only path; a kernel that
+/// wrote the partials itself must not). Each element's arithmetic is the same whatever
+/// the others are (the unrolling changes no order).
+pub(super) fn emit_merge(k: &mut Builder, rows: &[SplitRow], n_splits: u32, head_dim: u32, cache: CacheOp) -> Vec<Value> {
+    let unroll = (MERGE_LOADS / rows.len().max(1) as u32).clamp(1, 8);
     let neg_inf = k.const_f32(f32::NEG_INFINITY);
-    let top = k.for_range(lo, hi, one, &[neg_inf], |k, s, c| {
-        let at = k.ptr_add(ms, s);
-        let m = k.load_with(Type::F32, at, cache);
-        vec![k.max(c[0], m)]
-    })[0];
-    let zero = k.const_f32(0.0);
-    let sums = k.for_range(lo, hi, one, &[zero, zero], |k, s, c| {
-        let at = k.ptr_add(ms, s);
-        let m = k.load_with(Type::F32, at, cache);
-        let empty = k.eq(m, neg_inf);
-        let x = k.sub(m, top);
-        let w = k.ex2_approx(x);
-        let w = k.select(empty, zero, w);
-        let at = k.ptr_add(ls, s);
-        let l = k.load_with(Type::F32, at, cache);
-        let od = k.mul_const(s, head_dim);
-        let at = k.ptr_add(os, od);
-        let o = k.load_with(Type::F32, at, cache);
-        vec![k.fma(w, l, c[0]), k.fma(w, o, c[1])]
+    let tops = emit_over_splits(k, n_splits, unroll, &vec![neg_inf; rows.len()], &|k, s, c| {
+        rows.iter()
+            .zip(c)
+            .map(|(r, &top)| {
+                let at = k.ptr_add(r.ms, s);
+                let m = k.load_with(Type::F32, at, cache);
+                k.max(top, m)
+            })
+            .collect()
     });
-    let (l, o) = (sums[0], sums[1]);
-    let y = k.div(o, l);
-    let some = k.gt(l, zero);
-    k.select(some, y, zero)
+    let zero = k.const_f32(0.0);
+    let sums = emit_over_splits(k, n_splits, unroll, &vec![zero; 2 * rows.len()], &|k, s, c| {
+        let mut next = Vec::with_capacity(c.len());
+        for (i, r) in rows.iter().enumerate() {
+            let at = k.ptr_add(r.ms, s);
+            let m = k.load_with(Type::F32, at, cache);
+            let empty = k.eq(m, neg_inf);
+            let x = k.sub(m, tops[i]);
+            let w = k.ex2_approx(x);
+            let w = k.select(empty, zero, w);
+            let at = k.ptr_add(r.ls, s);
+            let l = k.load_with(Type::F32, at, cache);
+            let od = k.mul_const(s, head_dim);
+            let at = k.ptr_add(r.os, od);
+            let o = k.load_with(Type::F32, at, cache);
+            next.push(k.fma(w, l, c[2 * i]));
+            next.push(k.fma(w, o, c[2 * i + 1]));
+        }
+        next
+    });
+    sums.chunks_exact(2)
+        .map(|lo| {
+            let y = k.div(lo[1], lo[0]);
+            let some = k.gt(lo[0], zero);
+            k.select(some, y, zero)
+        })
+        .collect()
 }
 
 /// The exact merge of every row (f64), and `B = Σ w_s|o_s| / L` per element (the scale of
