@@ -272,21 +272,33 @@ fn u32_of(what: &str, n: usize) -> Result<u32, GpuError> {
     })
 }
 
-/// Decode attention's block shape for a context of `context` positions: threads (a
-/// multiple of 32 and of the head size), tokens per split (about 32 splits over the
-/// longest context, within the kernel's shared memory), and the block-table row length
-/// (a whole number of splits).
-pub(crate) fn attention_shape(head_dim: u32, group: u32, context: u32) -> Result<(u32, u32, u32), GpuError> {
-    let lcm = |a: u32, b: u32| a / gcd(a, b) * b;
-    let threads = if 128 % head_dim == 0 {
-        128
-    } else {
-        lcm(32, head_dim)
+/// Decode attention's block shape for sessions of up to `context` positions: threads,
+/// positions per split and the block-table row length (a whole number of splits).
+///
+/// Splits are short — 16 positions, one cache block, up to a context of 1024 — so that a
+/// short context spreads over many blocks (`splits · kv heads · rows`: a split's block
+/// walks its positions with four warps at once rather than one position after another),
+/// and grow with the context beyond that so that at most [`MOST_SPLITS`] partials per
+/// head are merged (within the kernel's shared memory; past it the splits grow in number
+/// instead).
+pub(crate) fn attention_shape(
+    head_dim: u32,
+    group: u32,
+    context: u32,
+) -> Result<(u32, u32, u32), GpuError> {
+    let p = DecodeParams {
+        head_dim,
+        n_heads: group,
+        n_kv_heads: 1,
+        max_blocks: 1,
+        split: BLOCK_TOKENS,
+        threads: ATTENTION_THREADS,
+        kv: KV,
+        merge: true,
+        q_stride: 0,
     };
-    let unit = lcm(threads, BLOCK_TOKENS);
-    // The kernel keeps 4·group·(head_dim + split) bytes of queries and scores in shared memory.
-    let most = (40 * 1024 / (4 * group)).saturating_sub(head_dim) / unit * unit;
-    if threads > 1024 || most == 0 {
+    let most = p.most_split();
+    if most == 0 || p.lanes().is_none() {
         return Err(GpuError::Unsupported {
             what: format!(
                 "attention with head size {head_dim} and {group} query heads per kv head"
@@ -294,19 +306,18 @@ pub(crate) fn attention_shape(head_dim: u32, group: u32, context: u32) -> Result
             reason: "the decode attention kernel's block cannot hold it".into(),
         });
     }
-    let split = context.div_ceil(32).div_ceil(unit).max(1) * unit;
-    let split = split.min(most);
+    let split = context
+        .div_ceil(MOST_SPLITS)
+        .next_multiple_of(BLOCK_TOKENS)
+        .clamp(BLOCK_TOKENS, most);
     let max_blocks = context.div_ceil(split) * split / BLOCK_TOKENS;
-    Ok((threads, split, max_blocks))
+    Ok((ATTENTION_THREADS, split, max_blocks))
 }
 
-fn gcd(a: u32, b: u32) -> u32 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
+/// Threads of a decode attention block: four warps.
+const ATTENTION_THREADS: u32 = 128;
+/// Splits of the longest context, at most, while the split's scores fit shared memory.
+const MOST_SPLITS: u32 = 64;
 
 /// Builds the dispatch list, kernels and buffers of one decode step.
 struct Assembler<'a> {
@@ -950,6 +961,26 @@ mod tests {
             attn_decode::build(&p).unwrap_or_else(|e| panic!("{hd} {group} {ctx}: {e}"));
             assert!(max_blocks * BLOCK_TOKENS >= ctx);
             assert!(p.n_splits() <= 64, "{} splits", p.n_splits());
+        }
+    }
+
+    #[test]
+    fn short_contexts_take_splits_of_one_cache_block() {
+        // (head size, group, context) → (split, splits)
+        for (hd, group, ctx, want) in [
+            (64, 7, 200, (16, 13)),
+            (64, 7, 256, (16, 16)),
+            (128, 4, 256, (16, 16)),
+            (128, 4, 1024, (16, 64)),
+            (128, 4, 4096, (64, 64)),
+            (128, 4, 5000, (80, 63)),
+        ] {
+            let (_, split, max_blocks) = attention_shape(hd, group, ctx).unwrap();
+            assert_eq!(
+                (split, max_blocks * BLOCK_TOKENS / split),
+                want,
+                "{hd} {group} {ctx}"
+            );
         }
     }
 }

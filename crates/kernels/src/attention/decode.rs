@@ -223,16 +223,13 @@ impl DecodeParams {
     }
 }
 
+/// A loop body over steps (or splits): `(builder, index, carried) → next carried`.
+pub(super) type StepBody<'a> = &'a dyn Fn(&mut Builder, Value, &[Value]) -> Vec<Value>;
+
 /// `steps` steps of a phase carrying `init`: `body(k, step, carried)` for steps `0, 1,
 /// …`, `unroll` of them back to back per loop iteration (steps past `steps` run too, on
 /// positions past the split, which `body` must mask).
-fn emit_steps(
-    k: &mut Builder,
-    steps: u32,
-    unroll: u32,
-    init: &[Value],
-    body: &dyn Fn(&mut Builder, Value, &[Value]) -> Vec<Value>,
-) -> Vec<Value> {
+fn emit_steps(k: &mut Builder, steps: u32, unroll: u32, init: &[Value], body: StepBody) -> Vec<Value> {
     let unroll = unroll.clamp(1, steps.max(1));
     let round = |k: &mut Builder, r: Value, c: &[Value]| {
         let mut c = c.to_vec();
@@ -562,14 +559,12 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
             let dv = k.const_u32(d);
             let h = k.div(e, dv);
             let dim = k.rem(e, dv);
-            let mut o = k.ptr_add(warp_out, e);
-            let mut sum = k.load(Type::F32, o);
-            for _ in 1..warps {
-                o = {
-                    let step = k.const_u32(elems);
-                    k.ptr_add(o, step)
-                };
-                let v = k.load(Type::F32, o);
+            let at = k.ptr_add(warp_out, e);
+            let mut sum = k.load(Type::F32, at);
+            for w in 1..warps {
+                let at = k.add_const(e, w * elems);
+                let at = k.ptr_add(warp_out, at);
+                let v = k.load(Type::F32, at);
                 sum = k.add(sum, v);
             }
             k.if_then(valid, |k| {

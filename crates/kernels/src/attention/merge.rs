@@ -16,6 +16,7 @@ use half::bf16;
 use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
 use quench_rt::Launch;
 
+use super::decode::StepBody;
 use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
@@ -110,13 +111,7 @@ const MERGE_LOADS: u32 = 32;
 
 /// `body(k, s, carried)` over splits `0..n_splits` in order, `unroll` of them back to
 /// back per loop iteration and the rest after the loop.
-fn emit_over_splits(
-    k: &mut Builder,
-    n_splits: u32,
-    unroll: u32,
-    init: &[Value],
-    body: &dyn Fn(&mut Builder, Value, &[Value]) -> Vec<Value>,
-) -> Vec<Value> {
+fn emit_over_splits(k: &mut Builder, n_splits: u32, unroll: u32, init: &[Value], body: StepBody) -> Vec<Value> {
     let round = |k: &mut Builder, first: Value, c: &[Value], count: u32| {
         let mut c = c.to_vec();
         for j in 0..count {
