@@ -177,6 +177,8 @@ fn the_last_split_merges_as_the_merge_kernel_does() {
     );
     // Queries read in place from a fused projection's [sequence, q|k|v] rows.
     merged_in_place_as_apart(DecodeParams { q_stride: (8 + 2 * 2) * 64, ..p }, vec![256, 70, 1]);
+    // 40 splits: the merging block's lanes find the maxima in two rounds of 32.
+    merged_in_place_as_apart(DecodeParams { n_heads: 4, split: 16, max_blocks: 40, threads: 128, ..p }, vec![640, 300]);
 }
 
 /// Batch invariance: a sequence's partials and output have the same bits alone and

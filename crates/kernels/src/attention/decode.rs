@@ -40,8 +40,9 @@
 //! the block that counts last merges all splits of its group's heads, in split order
 //! exactly as [`super::merge`] does (so the result does not depend on which block came
 //! last), writes `out` `[n_seqs, n_heads, head_dim]` f32 and returns its counter to zero,
-//! so that the next launch starts clean. Its thread `i` merges the elements it wrote in
-//! phase 3, all of them in one pass over the splits.
+//! so that the next launch starts clean. Each of its warps finds the group's largest split
+//! maxima (a split a lane, then a butterfly), and its thread `i` merges the elements it
+//! wrote in phase 3, all of them in one pass over the splits.
 //!
 //! `ex2.approx` makes the check a bound: see [`tolerances`].
 
@@ -49,7 +50,7 @@ use quench_ir::{AtomOp, Builder, CacheOp, Function, Ordering, Scalar, Scope, Typ
 use quench_rt::{Arg, Launch};
 
 use super::append::emit_row_start;
-use super::merge::{self, emit_merge, MergeParams, SplitRow};
+use super::merge::{self, emit_merge_below, MergeParams, SplitRow};
 use super::{KvElem, PagedCache, BLOCK_TOKENS};
 use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
@@ -299,6 +300,48 @@ fn store_f32s(k: &mut Builder, at: Value, vals: &[Value]) {
         let v = k.pack(Type::Vec(Scalar::F32, width as u8), part);
         k.store(a, v);
     }
+}
+
+/// The largest split maximum of each of the `group` heads from `head0` on (`part_m`
+/// rows of `n_splits`), in every lane of the warp: lane `l` takes splits `l, l + 32, …`
+/// (read past the L1, `.cg`), then a butterfly.
+fn emit_group_maxima(k: &mut Builder, part_m: Value, head0: Value, lane: Value, group: u32, n_splits: u32) -> Vec<Value> {
+    let neg_inf = k.const_f32(f32::NEG_INFINITY);
+    let rows: Vec<Value> = (0..group)
+        .map(|h| {
+            let hh = k.add_const(head0, h);
+            let first = wide_mul(k, hh, n_splits);
+            k.ptr_add(part_m, first)
+        })
+        .collect();
+    let rounds = n_splits.div_ceil(32);
+    let limit = k.const_u32(n_splits);
+    let last = k.const_u32(n_splits - 1);
+    let body = |k: &mut Builder, round: Value, c: &[Value]| -> Vec<Value> {
+        let first = k.mul_const(round, 32);
+        let s = k.add(first, lane);
+        let inside = k.lt(s, limit);
+        let s = k.min(s, last);
+        rows.iter()
+            .zip(c)
+            .map(|(&row, &top)| {
+                let at = k.ptr_add(row, s);
+                let m = k.load_with(Type::F32, at, CacheOp::Cg);
+                let m = k.select(inside, m, neg_inf);
+                k.max(top, m)
+            })
+            .collect()
+    };
+    let init = vec![neg_inf; group as usize];
+    // At most 32 loads in flight a lane.
+    let mut tops = emit_steps(k, rounds, (32 / group).max(1), &init, &body);
+    for m in [16, 8, 4, 2, 1] {
+        for t in tops.iter_mut() {
+            let other = k.shfl_bfly(*t, m);
+            *t = k.max(*t, other);
+        }
+    }
+    tops
 }
 
 /// `attention_decode_<bf16|f16>(q, k_cache, v_cache, block_table, ctx_len, part_m,
@@ -633,7 +676,22 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
                     SplitRow { ms, ls, os }
                 })
                 .collect();
-            let ys = emit_merge(k, &rows, n_splits, d, CacheOp::Cg);
+            // Every warp finds the group's largest split maxima at once (a split a lane),
+            // rather than each element walking the splits for them.
+            let tops = emit_group_maxima(k, part_m, head0, lane, g, n_splits);
+            let item_tops: Vec<Value> = mine
+                .iter()
+                .map(|&(_, h, _)| {
+                    let mut top = tops[0];
+                    for (i, &t) in tops.iter().enumerate().skip(1) {
+                        let hi = k.const_u32(i as u32);
+                        let is = k.eq(h, hi);
+                        top = k.select(is, t, top);
+                    }
+                    top
+                })
+                .collect();
+            let ys = emit_merge_below(k, &rows, &item_tops, n_splits, d, CacheOp::Cg);
             for (&(valid, h, dim), y) in mine.iter().zip(ys) {
                 k.if_then(valid, |k| {
                     let hh = k.add(head0, h);
@@ -804,13 +862,16 @@ fn f64_as_f32_bytes(v: &[f64]) -> Vec<u8> {
 
 /// A case: two sequences, the first with a full context, the second ending in its second
 /// to last split (so one split of the second is empty); softmax scale `1/sqrt(head_dim)`.
+/// Every split that is not empty holds at least two positions: over one, attention is
+/// that position's values whatever the scale, which the wrong-answer control could not
+/// tell apart.
 pub fn case(p: &DecodeParams, seed: u64) -> Result<KernelCase, KernelError> {
     let mut rng = data::rng(seed);
     let max_ctx = p.max_blocks * BLOCK_TOKENS;
     let short = if p.n_splits() >= 2 {
-        max_ctx - p.split - data::below(&mut rng, p.split)
+        max_ctx - p.split - data::below(&mut rng, p.split - 1)
     } else {
-        1 + data::below(&mut rng, max_ctx)
+        2 + data::below(&mut rng, max_ctx - 1)
     };
     let cache = PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![max_ctx, short]);
     case_for(p, &cache, 1.0 / (p.head_dim as f64).sqrt())

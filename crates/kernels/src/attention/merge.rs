@@ -132,12 +132,13 @@ fn emit_over_splits(k: &mut Builder, n_splits: u32, unroll: u32, init: &[Value],
     round(k, tail, &c, n_splits % unroll)
 }
 
-/// Elements of merged rows, in f32, all in one pass over the splits (see [`SplitRow`]).
-/// Loads use `cache` (the merge kernel reads through the read-only path; a kernel that
-/// wrote the partials itself must not). Each element's arithmetic is the same whatever
-/// the others are (the unrolling changes no order).
+/// Elements of merged rows, in f32, all in one pass over the splits (see [`SplitRow`])
+/// after one that finds each row's largest split maximum. Loads use `cache` (the merge
+/// kernel reads through the read-only path; a kernel that wrote the partials itself must
+/// not). Each element's arithmetic is the same whatever the others are (the unrolling
+/// changes no order).
 pub(super) fn emit_merge(k: &mut Builder, rows: &[SplitRow], n_splits: u32, head_dim: u32, cache: CacheOp) -> Vec<Value> {
-    let unroll = (MERGE_LOADS / rows.len().max(1) as u32).clamp(1, 8);
+    let unroll = merge_unroll(rows);
     let neg_inf = k.const_f32(f32::NEG_INFINITY);
     let tops = emit_over_splits(k, n_splits, unroll, &vec![neg_inf; rows.len()], &|k, s, c| {
         rows.iter()
@@ -149,6 +150,25 @@ pub(super) fn emit_merge(k: &mut Builder, rows: &[SplitRow], n_splits: u32, head
             })
             .collect()
     });
+    emit_merge_below(k, rows, &tops, n_splits, head_dim, cache)
+}
+
+fn merge_unroll(rows: &[SplitRow]) -> u32 {
+    (MERGE_LOADS / rows.len().max(1) as u32).clamp(1, 8)
+}
+
+/// [`emit_merge`] given each row's largest split maximum `tops[i]` (the maximum is exact
+/// in any order: however it was found, the result has the same bits).
+pub(super) fn emit_merge_below(
+    k: &mut Builder,
+    rows: &[SplitRow],
+    tops: &[Value],
+    n_splits: u32,
+    head_dim: u32,
+    cache: CacheOp,
+) -> Vec<Value> {
+    let unroll = merge_unroll(rows);
+    let neg_inf = k.const_f32(f32::NEG_INFINITY);
     let zero = k.const_f32(0.0);
     let sums = emit_over_splits(k, n_splits, unroll, &vec![zero; 2 * rows.len()], &|k, s, c| {
         let mut next = Vec::with_capacity(c.len());
