@@ -13,13 +13,9 @@ use quench_kernels::norm_residual::OutType;
 use quench_kernels::{compare, compare_controls, data, run_case, KernelCase};
 use quench_rt::InterpExecutor;
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+mod common;
+
+use common::seed;
 
 fn run(case: &KernelCase) -> quench_kernels::CaseOutputs {
     run_case(&mut InterpExecutor::new(), case).unwrap_or_else(|e| panic!("{e}"))

@@ -5,45 +5,12 @@
 //! Inputs are fresh for each run: the seed comes from `QUENCH_SEED` if set, else from
 //! the clock, and is printed so that a failure can be replayed.
 
-use quench_kernels::{compare, compare_controls, find, run_case, Check, KernelCase};
+use quench_kernels::{compare, run_case};
 use quench_rt::InterpExecutor;
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+mod common;
 
-fn case(kernel: &str, params: &str) -> KernelCase {
-    let spec = find(kernel).expect("kernel in the library");
-    let p = spec.parse_params(params).expect("valid parameters");
-    spec.make_case(&p, seed()).expect("case")
-}
-
-/// Run a case, check every output, and check that every control fails.
-fn check(case: &KernelCase) {
-    let mut exec = InterpExecutor::new();
-    let out = run_case(&mut exec, case).unwrap_or_else(|e| panic!("{e}"));
-    for r in compare(case, &out).expect("comparable outputs") {
-        eprintln!("{} {}: {r}", case.name, case.shape);
-        assert!(r.passed, "{} {} failed its check:\n{r}", case.name, case.shape);
-    }
-    for e in &case.expected {
-        if let Check::Bound { explain, .. } = &e.check {
-            eprintln!("  bound: {explain}");
-        }
-    }
-    let controls = compare_controls(case, &out).expect("comparable controls");
-    let bounded = case.expected.iter().any(|e| matches!(e.check, Check::Bound { .. }));
-    assert!(!bounded || !controls.is_empty(), "{}: a bound needs a wrong-answer control", case.name);
-    for (what, r) in controls {
-        eprintln!("  control `{what}`: {r}");
-        assert!(!r.passed, "{}: the wrong reference `{what}` passed the bound", case.name);
-        assert!(r.mismatches * 2 > r.elements, "{}: `{what}` failed on only {} elements", case.name, r.mismatches);
-    }
-}
+use common::{case, check};
 
 #[test]
 fn add_f32() {

@@ -11,17 +11,12 @@
 
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
-use quench_kernels::{compare, compare_controls, run_case, CaseArg, Check, KernelCase};
+use quench_kernels::{run_case, CaseArg, KernelCase};
 use quench_rt::{Arg, InterpExecutor};
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+mod common;
+
+use common::seed;
 
 fn params(
     format: WeightFormat,
@@ -47,33 +42,6 @@ fn params(
     }
 }
 
-/// Runs a case and checks every output and control, as the library's interpreter tests do.
-fn check(case: &KernelCase) -> Vec<(usize, Vec<u8>)> {
-    let mut exec = InterpExecutor::new();
-    let out = run_case(&mut exec, case).unwrap_or_else(|e| panic!("{e}"));
-    for r in compare(case, &out).expect("comparable outputs") {
-        assert!(
-            r.passed,
-            "{} {} failed its check:\n{r}",
-            case.name, case.shape
-        );
-    }
-    let bounded = case
-        .expected
-        .iter()
-        .any(|e| matches!(e.check, Check::Bound { .. }));
-    let controls = compare_controls(case, &out).expect("comparable controls");
-    assert!(!bounded || !controls.is_empty());
-    for (what, r) in controls {
-        assert!(
-            !r.passed && r.mismatches * 2 > r.elements,
-            "{}: the wrong reference `{what}` passed",
-            case.name
-        );
-    }
-    out.outputs
-}
-
 /// The formats on shapes of a few pieces per lane, with a partial last step.
 const SHAPES: [(WeightFormat, u32); 5] = [
     (WeightFormat::F16, 320),
@@ -93,21 +61,21 @@ fn every_vector_matches_the_reference() {
                 let seed = s ^ (i as u64) << 32 ^ (batch as u64) << 16 ^ n as u64;
                 for epilogue in Epilogue::ALL {
                     let p = params(format, prologue, epilogue, cols, batch);
-                    check(&qgemv::case(&p, n, seed).expect("case"));
+                    common::check(&qgemv::case(&p, n, seed).expect("case"));
                 }
                 let p = params(format, prologue, Epilogue::Residual, cols, batch);
-                check(&qgemv::case_with(&p, n, Addend::Bias, seed).expect("case"));
+                common::check(&qgemv::case_with(&p, n, Addend::Bias, seed).expect("case"));
             }
         }
     }
     // Q6_K, and bf16 activations (8 a word), on one form each.
     let p = params(WeightFormat::Q6K, Prologue::None, Epilogue::Residual, 2304, 8);
-    check(&qgemv::case(&p, 9, s).expect("case"));
+    common::check(&qgemv::case(&p, 9, s).expect("case"));
     let p = QGemvParams {
         act: OutType::BF16,
         ..params(WeightFormat::Q4_0, Prologue::None, Epilogue::SwiGlu, 2112, 4)
     };
-    check(&qgemv::case(&p, 6, s).expect("case"));
+    common::check(&qgemv::case(&p, 6, s).expect("case"));
 }
 
 /// The case cut down to vector `v` alone: its activations, its rows of the outputs (and
@@ -168,7 +136,7 @@ fn a_vector_has_the_same_bits_alone_and_in_a_batch() {
         };
         let n = 5;
         let case = qgemv::case(&p, n, s ^ i as u64).expect("case");
-        let batched = check(&case);
+        let batched = common::check(&case).outputs;
         let (index, all) = &batched[0];
         let name = &case.buffers[*index].name;
         let per = all.len() / n as usize;
