@@ -12,7 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use quench_engine::gpu::{load_causal, Backend, DecodeTiming, GpuSummary};
+use quench_engine::gpu::{
+    load_causal_with_prefill, Backend, DecodeTiming, GpuSummary, DEFAULT_PREFILL_CHUNK,
+};
 use quench_engine::LoadOptions;
 use quench_rt::CudaExecutor;
 use serde_json::{json, Value};
@@ -36,11 +38,24 @@ struct Rates {
 }
 
 fn rates(timings: &[DecodeTiming]) -> Rates {
-    let steps: Vec<f64> = timings.iter().flat_map(|t| t.step_ms.iter().copied()).collect();
+    let steps: Vec<f64> = timings
+        .iter()
+        .flat_map(|t| t.step_ms.iter().copied())
+        .collect();
     Rates {
-        prefill_tokens_per_s: median(timings.iter().map(DecodeTiming::prefill_tokens_per_second).collect()),
+        prefill_tokens_per_s: median(
+            timings
+                .iter()
+                .map(DecodeTiming::prefill_tokens_per_second)
+                .collect(),
+        ),
         prefill_tflops: median(timings.iter().map(DecodeTiming::prefill_tflops).collect()),
-        decode_tokens_per_s: median(timings.iter().map(DecodeTiming::tokens_per_second).collect()),
+        decode_tokens_per_s: median(
+            timings
+                .iter()
+                .map(DecodeTiming::tokens_per_second)
+                .collect(),
+        ),
         ms_per_token_p50: percentile(steps.clone(), 50.0),
         ms_per_token_p90: percentile(steps, 90.0),
         runs: timings
@@ -96,10 +111,18 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         context_limit: Some(a.prompt_tokens + a.gen_tokens),
         ..LoadOptions::default()
     };
-    let model = load_causal(&path, Backend::Cuda { ordinal }, &options).map_err(|e| e.to_string())?;
+    let model = load_causal_with_prefill(
+        &path,
+        Backend::Cuda { ordinal },
+        &options,
+        DEFAULT_PREFILL_CHUNK,
+    )
+    .map_err(|e| e.to_string())?;
     let load_s = start.elapsed().as_secs_f64();
     let info = model.info().clone();
-    let decoder = model.gpu_decoder().ok_or("the model was not put on the GPU")?;
+    let decoder = model
+        .gpu_decoder()
+        .ok_or("the model was not put on the GPU")?;
     let s = decoder.summary().clone();
     eprintln!(
         "loaded {} in {load_s:.1} s: {} dispatches per token, {} of weights read per token",
@@ -108,10 +131,9 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         bytes(s.weight_bytes_per_token)
     );
     let prompt = prompt_ids(a.prompt_tokens, decoder.config().vocab);
-    // Warm-up: compiles nothing new, but settles clocks and caches.
-    decoder
-        .time_decode(&prompt[..prompt.len().min(16)], 8)
-        .map_err(|e| e.to_string())?;
+    // Warm-up: compiles nothing new, but settles clocks and caches (the whole prompt, so
+    // that the prompt path is warm too).
+    decoder.time_decode(&prompt, 8).map_err(|e| e.to_string())?;
     let mut timings = Vec::with_capacity(a.repeats);
     for i in 0..a.repeats {
         let t = decoder
@@ -213,7 +235,12 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     let missed = [
         a.target_tokens_per_s
             .filter(|t| r.decode_tokens_per_s < *t)
-            .map(|t| format!("decode {:.1} tokens/s is below the target {t}", r.decode_tokens_per_s)),
+            .map(|t| {
+                format!(
+                    "decode {:.1} tokens/s is below the target {t}",
+                    r.decode_tokens_per_s
+                )
+            }),
         a.target_percent
             .filter(|t| percent < *t)
             .map(|t| format!("{percent:.1}% of copy is below the target {t}%")),

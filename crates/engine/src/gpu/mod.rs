@@ -13,11 +13,13 @@
 //!   another row) block tables written by the host. One step decodes a token for each of
 //!   up to `max_batch` sessions ([`GpuDecoder::step_batch`]), each weight read once for
 //!   all of them, and a session's logits have the same bits whichever sessions share its
-//!   steps. A session's prompt ([`GpuDecoder::feed`]) goes through the prompt path
-//!   ([`prefill`]) in chunks of up to [`GpuOptions::prefill_chunk`] tokens: tensor-core
-//!   GEMMs over the chunk's rows, its keys and values written into the same cache; models
-//!   whose formats or shapes the GEMMs do not take, and prompts fed together
-//!   ([`GpuDecoder::feed_batch`]), go through the decode step one token at a time.
+//!   steps. Prompts are fed through the same step, one token at a time (prompts at
+//!   different positions share steps: [`GpuDecoder::feed_batch`]) — or, where
+//!   [`GpuOptions::prefill_chunk`] is set, a session's prompt ([`GpuDecoder::feed`], from
+//!   [`GpuOptions::prefill_min_tokens`] tokens on) goes through the prompt path
+//!   ([`prefill`]) in chunks: tensor-core GEMMs over the chunk's rows, its keys and values
+//!   written into the same cache. Its bf16 activations do not yet hold the FP64 check's
+//!   bound on real checkpoints, so it is off unless asked for (`quench bench` asks).
 //! - [`check`]: the FP64 check of a device generation against the CPU reference.
 //! - [`profile`]: GPU times of every dispatch of every step, switched on for the process.
 //!
@@ -41,11 +43,14 @@ mod timing;
 use std::path::Path;
 
 pub use catalog::{weight_format, Catalog, LayerKernels, Qkv};
-pub use decoder::{Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK};
-pub use prefill::matrix_params;
+pub use decoder::{
+    Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK,
+    DEFAULT_PREFILL_MIN_TOKENS,
+};
 pub use error::GpuError;
 pub use graph::{DecodeGraph, Dispatch, KvLayout, StepShape};
 pub use kv::GpuSession;
+pub use prefill::matrix_params;
 pub use stored::{StoredTensor, StoredTensors};
 pub use timing::DecodeTiming;
 
@@ -65,6 +70,19 @@ use crate::text;
 /// GPU kernels have their own).
 /// [`CausalModel::gpu_decoder`] reaches the decoder (what was put on the device, timing).
 pub fn load_causal(path: &Path, backend: Backend, options: &LoadOptions) -> Result<CausalModel> {
+    load_causal_with_prefill(path, backend, options, 0)
+}
+
+/// As [`load_causal`], feeding prompts of [`DEFAULT_PREFILL_MIN_TOKENS`] tokens or more
+/// through the prompt path in chunks of up to `prefill_chunk` tokens (0: one decode step
+/// per token). The prompt path's bf16 activations put logits further from the f64
+/// reference than the decode step's f32 ones (see [`prefill`]).
+pub fn load_causal_with_prefill(
+    path: &Path,
+    backend: Backend,
+    options: &LoadOptions,
+    prefill_chunk: usize,
+) -> Result<CausalModel> {
     let ckpt = checkpoint::open(path)?;
     let in_model = |e: crate::EngineError| e.in_model(ckpt.path());
     let config = ckpt.config().map_err(in_model)?;
@@ -73,6 +91,7 @@ pub fn load_causal(path: &Path, backend: Backend, options: &LoadOptions) -> Resu
         context: options.context_limit,
         sessions: options.sessions.unwrap_or(1).max(1),
         max_batch: options.max_batch.unwrap_or(1).max(1),
+        prefill_chunk,
         ..GpuOptions::default()
     };
     let decoder = decoder_from(&ckpt, backend, &gpu_options).map_err(in_model)?;

@@ -33,8 +33,14 @@
 //! bf16 move the logits past the f64 reference's bound (see the decode graph's notes).
 //!
 //! **Precision**: the matrix products take bf16 activations (norm outputs, attention
-//! outputs, SwiGLU), while the residual stream, the projections' outputs, RoPE and the
-//! attention stay f32 and the cache f16, as in the decode step.
+//! outputs, SwiGLU) and, for quantized weights, the dequantized weights rounded to bf16,
+//! while the residual stream, the projections' outputs, RoPE and the attention stay f32
+//! and the cache f16, as in the decode step. bf16's unit roundoff (2⁻⁸) is eight times
+//! the f16 cache's, and it reaches every activation the products read: SmolLM2-135M
+//! (Q4_1) after a 20-token prompt has logits up to 0.1 from the f64 reference, about
+//! twice the FP64 check's bound, and feeding the prompt's last token through the decode
+//! step instead does not help (the chunk's keys and values carry the error). The path is
+//! therefore off unless asked for ([`super::GpuOptions::prefill_chunk`]).
 
 use quench_cpu::{rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
 use quench_ir::func::MAX_STATIC_SHARED_BYTES;
@@ -177,7 +183,10 @@ pub(crate) struct PrefillPlan {
 impl PrefillPlan {
     /// Bytes of the arena (every buffer 256-byte aligned, none shared).
     pub fn arena_bytes(&self) -> u64 {
-        self.buffers.iter().map(|(_, b)| b.div_ceil(256) * 256).sum()
+        self.buffers
+            .iter()
+            .map(|(_, b)| b.div_ceil(256) * 256)
+            .sum()
     }
 
     pub fn dispatches(&self) -> usize {
@@ -270,7 +279,12 @@ impl Planner<'_> {
         });
     }
 
-    fn stored(&self, t: DecoderTensor, rows: usize, cols: usize) -> Result<(WeightData, u64), GpuError> {
+    fn stored(
+        &self,
+        t: DecoderTensor,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(WeightData, u64), GpuError> {
         let n = tensor_name(t, self.naming);
         let bytes = stored::matrix(self.src, &n, rows, cols)?.bytes.len() as u64;
         Ok((WeightData::Stored(n), bytes))
@@ -282,7 +296,11 @@ impl Planner<'_> {
     }
 
     /// The decode graph's weight group made of exactly `parts`, and each part's offset.
-    fn group(&self, what: &str, parts: Vec<(WeightData, u64)>) -> Result<(usize, Vec<u64>), GpuError> {
+    fn group(
+        &self,
+        what: &str,
+        parts: Vec<(WeightData, u64)>,
+    ) -> Result<(usize, Vec<u64>), GpuError> {
         let offsets = parts
             .iter()
             .scan(0, |at, (_, b)| {
@@ -297,7 +315,12 @@ impl Planner<'_> {
             .weights
             .iter()
             .position(|g| *g == want)
-            .ok_or_else(|| not_here(format!("the prompt path's {what}"), "the decode step holds them otherwise"))?;
+            .ok_or_else(|| {
+                not_here(
+                    "the prompt path",
+                    format!("the decode step's {what} are not where it looks"),
+                )
+            })?;
         Ok((i, offsets))
     }
 
@@ -314,13 +337,20 @@ impl Planner<'_> {
         c: Operand,
         accumulate: bool,
     ) -> Result<(), GpuError> {
-        let f = gemm_format(format)
-            .ok_or_else(|| not_here(format!("{label} ({format:?} weights)"), "no tensor-core GEMM reads this format"))?;
+        let f = gemm_format(format).ok_or_else(|| {
+            not_here(
+                format!("{label} ({format:?} weights)"),
+                "no tensor-core GEMM reads this format",
+            )
+        })?;
         let (n, k) = (u32_of("GEMM n", n)?, u32_of("GEMM k", k)?);
         if !k.is_multiple_of(f.k_multiple()) {
             return Err(not_here(
                 format!("{label} with k = {k}"),
-                format!("the {format:?} GEMM needs k a multiple of {}", f.k_multiple()),
+                format!(
+                    "the {format:?} GEMM needs k a multiple of {}",
+                    f.k_multiple()
+                ),
             ));
         }
         let epilogue = if accumulate {
@@ -345,7 +375,12 @@ impl Planner<'_> {
                 stages,
             })
             .find(|p| n.is_multiple_of(p.bn) && p.shared_bytes() <= MAX_STATIC_SHARED_BYTES as u64)
-            .ok_or_else(|| not_here(format!("{label} with n = {n}"), "the GEMM needs n a multiple of 64"))?;
+            .ok_or_else(|| {
+                not_here(
+                    format!("{label} with n = {n}"),
+                    "the GEMM needs n a multiple of 64",
+                )
+            })?;
         let kernel = self.kernel(&label, &p, gemm::build)?;
         self.push(label, kernel, Grid::Gemm(p), vec![a, b, c, Operand::Rows]);
         Ok(())
@@ -400,9 +435,13 @@ impl PrefillPlan {
             buffers: vec![],
         };
         let group = u32_of("heads per kv head", c.heads / c.kv_heads)?;
-        let (attn_threads, split, max_blocks) = attention_shape(u32_of("head_dim", hd)?, group, context32)?;
+        let (attn_threads, split, max_blocks) =
+            attention_shape(u32_of("head_dim", hd)?, group, context32)?;
         if max_blocks != graph.kv.max_blocks {
-            return Err(not_here("the prompt path's attention", "its block tables differ from the decode step's"));
+            return Err(not_here(
+                "the prompt path's attention",
+                "its block tables differ from the decode step's",
+            ));
         }
 
         let record = Record { chunk: a.chunk };
@@ -437,7 +476,12 @@ impl PrefillPlan {
             format: catalog.embed,
             dim: u32_of("hidden", hidden)?,
             threads: row_threads(
-                u32_of("hidden", hidden)? / if catalog.embed.ggml().block_size() > 1 { 32 } else { 8 },
+                u32_of("hidden", hidden)?
+                    / if catalog.embed.ggml().block_size() > 1 {
+                        32
+                    } else {
+                        8
+                    },
             ),
         };
         let k = a.kernel("token embedding", &ep, embed::build)?;
@@ -445,7 +489,12 @@ impl PrefillPlan {
             "token embedding".into(),
             k,
             Grid::PerRow(ep.launch(1), 0),
-            vec![token, w(embed_group.clone(), 0), at(r), Operand::Value(Arg::U32(u32_of("vocab", c.vocab)?))],
+            vec![
+                token,
+                w(embed_group.clone(), 0),
+                at(r),
+                Operand::Value(Arg::U32(u32_of("vocab", c.vocab)?)),
+            ],
         );
 
         let np = NormResidualParams {
@@ -510,14 +559,26 @@ impl PrefillPlan {
                 label,
                 norm_k,
                 Grid::PerRow(np.launch(1), 0),
-                vec![at(zeros), at(r), weight, at(xn), Operand::Value(Arg::F32(eps))],
+                vec![
+                    at(zeros),
+                    at(r),
+                    weight,
+                    at(xn),
+                    Operand::Value(Arg::F32(eps)),
+                ],
             );
         };
 
         for (l, lk) in catalog.layers.iter().enumerate() {
             let t = |t| DecoderTensor::Layer(l, t);
             let label = |what: &str| format!("layer {l}: {what}");
-            let norms = a.group("norm weights", vec![a.vector(t(L::AttnNorm), hidden)?, a.vector(t(L::FfnNorm), hidden)?])?;
+            let norms = a.group(
+                "norm weights",
+                vec![
+                    a.vector(t(L::AttnNorm), hidden)?,
+                    a.vector(t(L::FfnNorm), hidden)?,
+                ],
+            )?;
             norm(&mut a, label("attention norm"), w(norms.clone(), 0));
 
             let wqkv = a.group(
@@ -542,13 +603,23 @@ impl PrefillPlan {
                 Some(_) => Some(a.kernel("bias rows", &bias_p, bias::build)?),
                 None => None,
             };
-            let project = |a: &mut Planner, what: &str, format, rows: usize, part: usize, out: Operand, bias_part: Option<usize>| {
+            let project = |a: &mut Planner,
+                           what: &str,
+                           format,
+                           rows: usize,
+                           part: usize,
+                           out: Operand,
+                           bias_part: Option<usize>| {
                 if let (Some(b), Some(bk), Some(bp)) = (&bias, bias_k, bias_part) {
                     a.push(
                         label(&format!("{what} bias")),
                         bk,
                         Grid::PerRow(bias_p.launch(1), 0),
-                        vec![w(b.clone(), bp), out, Operand::Value(Arg::U32(u32_of("width", rows)?))],
+                        vec![
+                            w(b.clone(), bp),
+                            out,
+                            Operand::Value(Arg::U32(u32_of("width", rows)?)),
+                        ],
                     );
                 }
                 a.gemm(
@@ -608,10 +679,17 @@ impl PrefillPlan {
                 vc,
             ];
             if c.qk_norm {
-                let qk = a.group("q/k norm weights", vec![a.vector(t(L::QNorm), hd)?, a.vector(t(L::KNorm), hd)?])?;
+                let qk = a.group(
+                    "q/k norm weights",
+                    vec![a.vector(t(L::QNorm), hd)?, a.vector(t(L::KNorm), hd)?],
+                )?;
                 args.extend([w(qk.clone(), 0), w(qk, 1), Operand::Value(Arg::F32(eps))]);
             }
-            let what = if c.qk_norm { "q/k norm + rope + kv append" } else { "rope + kv append" };
+            let what = if c.qk_norm {
+                "q/k norm + rope + kv append"
+            } else {
+                "rope + kv append"
+            };
             let k = a.kernel(&label(what), &rp, rope_append::build)?;
             a.push(label(what), k, Grid::PerRow(rp.launch(1), 0), args);
 
@@ -640,18 +718,51 @@ impl PrefillPlan {
                 Grid::Cast(cast, qw),
                 vec![at(attn), at(attn16), Operand::Elements(qw)],
             );
-            let wo = a.group("output projection", vec![a.stored(t(L::AttnOutput), hidden, q_width)?])?;
-            a.gemm(label("output projection"), lk.attn_output, hidden, q_width, at(attn16), w(wo, 0), at(r), true)?;
+            let wo = a.group(
+                "output projection",
+                vec![a.stored(t(L::AttnOutput), hidden, q_width)?],
+            )?;
+            a.gemm(
+                label("output projection"),
+                lk.attn_output,
+                hidden,
+                q_width,
+                at(attn16),
+                w(wo, 0),
+                at(r),
+                true,
+            )?;
 
             norm(&mut a, label("ffn norm"), w(norms, 1));
             let wgu = a.group(
                 "gate and up weights",
-                vec![a.stored(t(L::Gate), ffn, hidden)?, a.stored(t(L::Up), ffn, hidden)?],
+                vec![
+                    a.stored(t(L::Gate), ffn, hidden)?,
+                    a.stored(t(L::Up), ffn, hidden)?,
+                ],
             )?;
             let f32_row = 4 * ffn as u64;
             let up = Operand::Ptr(gate_up, Offset::Rows(f32_row));
-            a.gemm(label("gate projection"), lk.gate_up, ffn, hidden, at(xn), w(wgu.clone(), 0), ptr(gate_up, 0), false)?;
-            a.gemm(label("up projection"), lk.gate_up, ffn, hidden, at(xn), w(wgu, 1), up, false)?;
+            a.gemm(
+                label("gate projection"),
+                lk.gate_up,
+                ffn,
+                hidden,
+                at(xn),
+                w(wgu.clone(), 0),
+                ptr(gate_up, 0),
+                false,
+            )?;
+            a.gemm(
+                label("up projection"),
+                lk.gate_up,
+                ffn,
+                hidden,
+                at(xn),
+                w(wgu, 1),
+                up,
+                false,
+            )?;
             let fw = u32_of("ffn", 2 * ffn)?;
             a.push(
                 label("gate | up to bf16"),
@@ -671,14 +782,29 @@ impl PrefillPlan {
                 ],
             );
             let down = a.group("down projection", vec![a.stored(t(L::Down), hidden, ffn)?])?;
-            a.gemm(label("down projection"), lk.down, hidden, ffn, at(act16), w(down, 0), at(r), true)?;
+            a.gemm(
+                label("down projection"),
+                lk.down,
+                hidden,
+                ffn,
+                at(act16),
+                w(down, 0),
+                at(r),
+                true,
+            )?;
         }
 
-        let out_norm = a.group("output norm", vec![a.vector(DecoderTensor::OutputNorm, hidden)?])?;
+        let out_norm = a.group(
+            "output norm",
+            vec![a.vector(DecoderTensor::OutputNorm, hidden)?],
+        )?;
         let head = if c.tied_embeddings {
             embed_group
         } else {
-            a.group("LM head", vec![a.stored(DecoderTensor::Output, c.vocab, hidden)?])?
+            a.group(
+                "LM head",
+                vec![a.stored(DecoderTensor::Output, c.vocab, hidden)?],
+            )?
         };
         let hp = QGemvParams {
             format: catalog.output,
@@ -712,7 +838,12 @@ impl PrefillPlan {
                 threads: row_threads(cols / 4).max(128),
             };
             let k = a.kernel("argmax", &p, argmax::build)?;
-            a.push("argmax".into(), k, Grid::Once(p.launch(1)), vec![ptr(Loc::Logits, 0), ptr(Loc::Next, 0)]);
+            a.push(
+                "argmax".into(),
+                k,
+                Grid::Once(p.launch(1)),
+                vec![ptr(Loc::Logits, 0), ptr(Loc::Next, 0)],
+            );
         }
         Ok(PrefillPlan {
             chunk: a.chunk,
@@ -772,9 +903,9 @@ pub(crate) fn place(
     allocations: &mut Vec<DevicePtr>,
 ) -> Result<OnDevice, GpuError> {
     let bytes = plan.arena_bytes();
-    let arena = exec
-        .alloc(bytes.max(1))
-        .map_err(GpuError::runtime("allocating the prompt path's activations"))?;
+    let arena = exec.alloc(bytes.max(1)).map_err(GpuError::runtime(
+        "allocating the prompt path's activations",
+    ))?;
     allocations.push(arena);
     let mut offsets = Vec::with_capacity(plan.buffers.len());
     let mut total = 0;
@@ -783,8 +914,11 @@ pub(crate) fn place(
         total += b.div_ceil(256) * 256;
     }
     for &z in &plan.zero_buffers {
-        exec.copy_to_device(arena.offset(offsets[z]), &vec![0u8; plan.buffers[z].1 as usize])
-            .map_err(GpuError::runtime("zeroing the prompt path's buffers"))?;
+        exec.copy_to_device(
+            arena.offset(offsets[z]),
+            &vec![0u8; plan.buffers[z].1 as usize],
+        )
+        .map_err(GpuError::runtime("zeroing the prompt path's buffers"))?;
     }
     let mut kernels = Vec::with_capacity(plan.kernels.len());
     for f in &plan.kernels {
@@ -800,9 +934,12 @@ pub(crate) fn place(
             Loc::KCache(l) => bases.kv.offset(2 * l as u64 * bases.kv_layer_bytes),
             Loc::VCache(l) => bases.kv.offset((2 * l as u64 + 1) * bases.kv_layer_bytes),
             Loc::Logits => bases.logits,
-            Loc::Next => bases
-                .next
-                .ok_or_else(|| not_here("argmax on the device", "the vocabulary is not a multiple of 4"))?,
+            Loc::Next => bases.next.ok_or_else(|| {
+                not_here(
+                    "argmax on the device",
+                    "the vocabulary is not a multiple of 4",
+                )
+            })?,
         })
     };
     let mut launches = Vec::with_capacity(plan.dispatches.len());
@@ -838,7 +975,13 @@ impl OnDevice {
     /// whose block table is `blocks` (already holding blocks for every position of the
     /// chunk): writes the chunk's record and tables, then launches every dispatch. The
     /// last token's logits (and its argmax) land in the decode step's row 0.
-    pub fn run(&self, exec: &mut dyn Executor, tokens: &[u32], start: u32, blocks: &[u32]) -> Result<(), GpuError> {
+    pub fn run(
+        &self,
+        exec: &mut dyn Executor,
+        tokens: &[u32],
+        start: u32,
+        blocks: &[u32],
+    ) -> Result<(), GpuError> {
         let n = tokens.len() as u32;
         let during = |what: &str| format!("prompt chunk of {n} tokens at position {start}: {what}");
         let c = self.chunk as usize;
@@ -850,7 +993,9 @@ impl OnDevice {
         }
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         exec.copy_to_device(self.record.offset(self.record_layout.part(0)), &bytes)
-            .map_err(GpuError::runtime(during("writing the tokens (or earlier kernels)")))?;
+            .map_err(GpuError::runtime(during(
+                "writing the tokens (or earlier kernels)",
+            )))?;
         let mut row = vec![0u32; self.max_blocks as usize];
         for (dst, b) in row.iter_mut().zip(blocks) {
             *dst = *b;

@@ -54,7 +54,9 @@ impl DecodeTiming {
     /// The prompt's matrix products in TFLOP/s (10^12): `2 · matrix_params · tokens`
     /// over the prompt's time (which includes its attention, norms and the host's writes).
     pub fn prefill_tflops(&self) -> f64 {
-        2.0 * self.matrix_params as f64 * self.prompt_tokens as f64 / (self.prefill_ms * 1e-3) / 1e12
+        2.0 * self.matrix_params as f64 * self.prompt_tokens as f64
+            / (self.prefill_ms * 1e-3)
+            / 1e12
     }
 
     /// Weight bytes read per second at the median step, in GB/s (10^9 bytes).
