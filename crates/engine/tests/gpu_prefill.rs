@@ -353,3 +353,57 @@ fn smollm2_prompt_in_chunks_matches_the_f64_reference() {
         );
     }
 }
+
+/// Every kernel of SmolLM2's prompt path, at chunks of 512 tokens and a context of 8192,
+/// emitted as PTX and assembled by `ptxas` for sm_90 without register spills. Needs
+/// `QUENCH_SMOLLM2_GGUF` and `ptxas` (`QUENCH_PTXAS`, `PATH` or the nvidia-cuda-nvcc wheel).
+#[test]
+fn smollm2_prompt_kernels_assemble_without_spills() {
+    use quench_engine::gpu::{Catalog, DecodeGraph, PrefillPlan, StepShape, DEFAULT_PREFILL_CHUNK};
+    use quench_ptx::ptxas::{assemble, find_ptxas};
+    let Some(path) = std::env::var_os("QUENCH_SMOLLM2_GGUF") else {
+        eprintln!("SKIPPED: QUENCH_SMOLLM2_GGUF is not set");
+        return;
+    };
+    if let Err(e) = find_ptxas() {
+        eprintln!("SKIPPED: {e}");
+        return;
+    }
+    let file = GgufFile::open(&path).expect("a GGUF file");
+    let config = ModelConfig::from_gguf(&file).expect("a config");
+    let catalog = Catalog::choose(&config, &file, Naming::Gguf).expect("kernels");
+    let shape = StepShape {
+        context: 8192,
+        sessions: 1,
+        max_batch: 1,
+    };
+    let graph =
+        DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).expect("a step");
+    let plan = PrefillPlan::new(
+        &config,
+        &catalog,
+        &file,
+        Naming::Gguf,
+        &graph,
+        shape.context,
+        DEFAULT_PREFILL_CHUNK,
+    )
+    .expect("a prompt path");
+    let mut failures = vec![];
+    for f in plan.kernels() {
+        let ptx = quench_ptx::emit(f).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        match assemble(&ptx, "sm_90") {
+            Ok(r) => {
+                eprintln!(
+                    "{:<32} registers {:>3}  spills {:>3}/{:>3} B",
+                    f.name, r.registers, r.spill_store_bytes, r.spill_load_bytes
+                );
+                if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
+                    failures.push(format!("{}: spills registers", f.name));
+                }
+            }
+            Err(e) => failures.push(format!("{}: {e}", f.name)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

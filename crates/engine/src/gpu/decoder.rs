@@ -281,16 +281,8 @@ impl GpuDecoder {
         let profiled = profile::prepare(&mut graph, &config, src)?;
         let prefill_plan = match options.prefill_chunk {
             0 => None,
-            chunk => match PrefillPlan::new(
-                &config,
-                &catalog,
-                src,
-                naming,
-                &graph,
-                context,
-                chunk,
-                graph.io.next.is_some(),
-            ) {
+            chunk => match PrefillPlan::new(&config, &catalog, src, naming, &graph, context, chunk)
+            {
                 Ok(p) => Some(p),
                 Err(e) => {
                     eprintln!("quench: prompts are fed one token per decode step: {e}");

@@ -50,7 +50,7 @@ pub use decoder::{
 pub use error::GpuError;
 pub use graph::{DecodeGraph, Dispatch, KvLayout, StepShape};
 pub use kv::GpuSession;
-pub use prefill::matrix_params;
+pub use prefill::{matrix_params, PrefillPlan};
 pub use stored::{StoredTensor, StoredTensors};
 pub use timing::DecodeTiming;
 

@@ -164,7 +164,7 @@ impl Record {
 /// The prompt path's dispatch list, kernels and buffers, planned before anything is
 /// allocated.
 #[derive(Clone, Debug)]
-pub(crate) struct PrefillPlan {
+pub struct PrefillPlan {
     /// Most tokens one chunk takes.
     pub chunk: u32,
     kernels: Vec<Function>,
@@ -187,6 +187,11 @@ impl PrefillPlan {
             .iter()
             .map(|(_, b)| b.div_ceil(256) * 256)
             .sum()
+    }
+
+    /// The distinct kernels its dispatches launch.
+    pub fn kernels(&self) -> &[Function] {
+        &self.kernels
     }
 
     pub fn dispatches(&self) -> usize {
@@ -414,7 +419,6 @@ impl PrefillPlan {
         graph: &DecodeGraph,
         context: usize,
         chunk: usize,
-        has_next: bool,
     ) -> Result<PrefillPlan, GpuError> {
         let c = config;
         let (hidden, hd, ffn) = (c.hidden, c.head_dim, c.ffn);
@@ -831,7 +835,7 @@ impl PrefillPlan {
                 Operand::Value(Arg::U32(1)),
             ],
         );
-        if has_next {
+        if graph.io.next.is_some() {
             let cols = u32_of("vocab", c.vocab)?;
             let p = ArgmaxParams {
                 cols,
