@@ -255,6 +255,43 @@ fn qwen3_separate_qkv_prompts_in_chunks_match_the_f64_reference() {
     run("qwen3 q/k norms, separate q, k, v", &m, seed());
 }
 
+/// A chunk whose KV blocks the shared cache cannot give is refused as a whole: the
+/// session keeps what it held before that chunk, and the blocks it took go back.
+#[test]
+fn a_chunk_without_cache_blocks_leaves_the_session_as_it_was() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let m = Tiny {
+        arch: "llama",
+        shape: SHAPE,
+        layers: vec![uniform(GgmlType::BF16); 1],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::BF16),
+    };
+    let file = gguf(&m, &mut rng);
+    // Two sessions of 48 positions: six blocks of 16.
+    let gpu = on_interp(&file, CHUNK, None).expect("loads");
+    let tokens: Vec<u32> = (0..40).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let (mut a, mut b) = (gpu.new_session(), gpu.new_session());
+    gpu.feed(&mut a, &tokens).expect("three blocks");
+    gpu.feed(&mut b, &tokens[..17]).expect("two blocks");
+    let mut s = gpu.new_session();
+    gpu.feed(&mut s, &tokens[..3]).expect("the last block");
+    match gpu.feed(&mut s, &tokens[3..]) {
+        Err(GpuError::CacheFull { blocks: 6 }) => {}
+        other => panic!("expected the cache to be full, got {other:?}"),
+    }
+    assert_eq!(s.len(), 3, "the refused chunk left no positions");
+    drop(b);
+    let rest = gpu
+        .feed(&mut s, &tokens[3..])
+        .expect("blocks are free again");
+    assert_eq!(s.len(), tokens.len());
+    let want = reference(&file)
+        .logits(&tokens, 39)
+        .expect("reference logits");
+    assert_within("after a refused chunk", TINY_BOUND, 39, &rest, &want[0]);
+}
+
 #[test]
 fn formats_without_a_gemm_feed_token_by_token() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());

@@ -379,7 +379,7 @@ impl Planner<'_> {
                 wn,
                 stages,
             })
-            .find(|p| n.is_multiple_of(p.bn) && p.shared_bytes() <= MAX_STATIC_SHARED_BYTES as u64)
+            .find(|p| n.is_multiple_of(p.bn) && p.shared_bytes() <= MAX_STATIC_SHARED_BYTES)
             .ok_or_else(|| {
                 not_here(
                     format!("{label} with n = {n}"),
