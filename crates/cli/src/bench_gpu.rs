@@ -169,6 +169,8 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
              (the time includes attention, norms and reading the next token back)",
             quench_engine::gpu::matrix_params(&info.config)
         ),
+        "prefill_precision_note": "the prompt path's matrix products take bf16 activations; \
+                                   its logits are not held to the FP64 check's bound",
         "decode_tokens_per_s": r.decode_tokens_per_s,
         "ms_per_token_p50": r.ms_per_token_p50,
         "ms_per_token_p90": r.ms_per_token_p90,

@@ -37,9 +37,10 @@
 //! while the residual stream, the projections' outputs, RoPE and the attention stay f32
 //! and the cache f16, as in the decode step. bf16's unit roundoff (2⁻⁸) is eight times
 //! the f16 cache's, and it reaches every activation the products read: SmolLM2-135M
-//! (Q4_1) after a 20-token prompt has logits up to 0.1 from the f64 reference, about
-//! twice the FP64 check's bound, and feeding the prompt's last token through the decode
-//! step instead does not help (the chunk's keys and values carry the error). The path is
+//! after a 20-token prompt has logits up to 0.1 from the f64 reference (Q4_1 weights;
+//! 0.12 with its weights widened to bf16, which the products read exactly), about twice
+//! the FP64 check's bound, and feeding the prompt's last token through the decode step
+//! instead does not help (the chunk's keys and values carry the error). The path is
 //! therefore off unless asked for ([`super::GpuOptions::prefill_chunk`]).
 
 use quench_cpu::{rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
