@@ -182,6 +182,11 @@ fn run(what: &str, m: &Tiny, seed: u64) {
         |n: usize| -> Vec<u32> { (0..n).map(|_| rng.gen_range(0..VOCAB as u32)).collect() };
     let (first, second) = (prompt(20), prompt(12));
 
+    // The device's argmax of the prompt's last logits (a session of its own, dropped).
+    let greedy = chunked
+        .feed_greedy(&mut chunked.new_session(), &first)
+        .expect("the chunked feed");
+
     // Another session's step leaves its logits where the prompt's last logits go.
     let mut other = chunked.new_session();
     chunked.feed(&mut other, &[second[0]]).expect("a step");
@@ -203,6 +208,7 @@ fn run(what: &str, m: &Tiny, seed: u64) {
         }
     }
     assert_eq!(a.len(), forced.len());
+    assert_eq!(greedy, argmax(&rows[0].1), "{what}: the device's argmax");
     let want = reference.logits(&forced, 0).expect("reference logits");
     for (position, la, lb) in &rows {
         assert_within(
