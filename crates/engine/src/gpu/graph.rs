@@ -45,9 +45,9 @@
 //! table; every launch argument is fixed for a row count, so the list is captured as a
 //! graph once per row count used and replayed. The attention's split counters start at
 //! zero (written once, with the arena) and every launch leaves them at zero. Prompts run
-//! through the same step token by token for now (rows at different prompt positions
-//! share steps); a prefill path with tensor-core GEMMs over whole prompt chunks is a
-//! later step.
+//! through the same step token by token (rows at different prompt positions share
+//! steps), unless the prompt path ([`super::prefill`]: tensor-core GEMMs over whole
+//! prompt chunks) is switched on.
 
 use std::collections::HashMap;
 
