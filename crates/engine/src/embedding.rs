@@ -110,7 +110,12 @@ impl EmbeddingModel {
                 let width = encoder.config().hidden;
                 states
                     .iter()
-                    .map(|s| self.pool(s.chunks_exact(width).map(|row| row.iter().map(|&v| v as f64))))
+                    .map(|s| {
+                        self.pool(
+                            s.chunks_exact(width)
+                                .map(|row| row.iter().map(|&v| v as f64)),
+                        )
+                    })
                     .collect()
             }
         };

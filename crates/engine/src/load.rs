@@ -32,7 +32,9 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
         let backend = crate::gpu::Backend::Cuda { ordinal: 0 };
         return match embedding {
             None => crate::gpu::load_causal(path, backend, options).map(Model::Causal),
-            Some(setup) => embedding_on(checkpoint, config, setup, backend, options).map(Model::Embedding),
+            Some(setup) => {
+                embedding_on(checkpoint, config, setup, backend, options).map(Model::Embedding)
+            }
         };
     }
     let info = info(&checkpoint, config.clone(), embedding.as_ref(), options);
@@ -74,7 +76,11 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
 /// Loads the embedding model at `path` (a BERT checkpoint) with its weights on `backend`:
 /// what `load` does with [`Device::Cuda`], on any backend (quench's interpreter included).
 /// `options.precision` does not apply (the device kernels have their own).
-pub fn load_embedding(path: &Path, backend: crate::gpu::Backend, options: &LoadOptions) -> Result<EmbeddingModel> {
+pub fn load_embedding(
+    path: &Path,
+    backend: crate::gpu::Backend,
+    options: &LoadOptions,
+) -> Result<EmbeddingModel> {
     let checkpoint = checkpoint::open(path)?;
     let (config, embedding) = describe(&checkpoint)?;
     let Some(setup) = embedding else {

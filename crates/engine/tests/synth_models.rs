@@ -336,7 +336,10 @@ fn bad_inputs_are_refused_by_name() {
     .err()
     .unwrap();
     let msg = err.to_string();
-    assert!(msg.contains("no GPU") || msg.contains("stored as F32"), "{msg}");
+    assert!(
+        msg.contains("no GPU") || msg.contains("stored as F32"),
+        "{msg}"
+    );
 
     // A prompt longer than the context limit.
     let small = load(

@@ -73,7 +73,7 @@ use super::stored::{self, StoredTensors};
 const ACT: OutType = OutType::F32;
 const ACT_BYTES: u64 = 4;
 /// The KV cache's element type (2 bytes, as [`KvLayout::layer_bytes`] counts).
-const KV: KvElem = KvElem::F16;
+pub(crate) const KV: KvElem = KvElem::F16;
 
 /// Where a dispatch argument points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,12 +260,71 @@ pub struct DecodeGraph {
     pub(crate) record: StepRecord,
 }
 
+/// The RoPE cos and sin tables over `context` positions (with the checkpoint's
+/// `rope_freqs` factors where it stores them).
+pub(crate) fn rope_tables(
+    c: &ModelConfig,
+    src: &dyn StoredTensors,
+    naming: Naming,
+    context: u32,
+) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
+    let factors = match DecoderTensor::RopeFreqs.name(naming) {
+        Some(n) if src.contains(&n) => Some(
+            stored::vector(src, &n, c.head_dim / 2)?
+                .into_iter()
+                .map(f64::from)
+                .collect::<Vec<_>>(),
+        ),
+        _ => None,
+    };
+    Ok(rope::table(
+        &rope_frequencies(c, factors.as_deref()),
+        context,
+    ))
+}
+
+/// The token-embedding gather for the catalog's table format.
+pub(crate) fn embed_params(catalog: &Catalog, hidden: usize) -> Result<EmbedParams, GpuError> {
+    let dim = u32_of("hidden", hidden)?;
+    let per_group = if catalog.embed.ggml().block_size() > 1 {
+        32
+    } else {
+        8
+    };
+    Ok(EmbedParams {
+        format: catalog.embed,
+        dim,
+        threads: row_threads(dim / per_group),
+    })
+}
+
+/// RoPE + KV append over q|k|v rows `token_stride` elements apart (0: packed).
+pub(crate) fn rope_append_params(
+    c: &ModelConfig,
+    catalog: &Catalog,
+    max_blocks: u32,
+    token_stride: u32,
+) -> Result<RopeAppendParams, GpuError> {
+    Ok(RopeAppendParams {
+        style: catalog.rope,
+        qk_norm: c.qk_norm,
+        head_dim: u32_of("head_dim", c.head_dim)?,
+        n_heads: u32_of("heads", c.heads)?,
+        n_kv_heads: u32_of("kv_heads", c.kv_heads)?,
+        max_blocks,
+        // A warp per head, all heads at once where the block allows.
+        threads: 32 * u32_of("heads", (c.heads + c.kv_heads).min(32))?,
+        kv: KV,
+        token_stride,
+    })
+}
+
 /// Threads for a kernel walking `groups` 16-byte groups of one row.
-fn row_threads(groups: u32) -> u32 {
+pub(crate) fn row_threads(groups: u32) -> u32 {
     (groups.div_ceil(32) * 32).clamp(32, 256)
 }
 
-fn u32_of(what: &str, n: usize) -> Result<u32, GpuError> {
+pub(crate) fn u32_of(what: &str, n: usize) -> Result<u32, GpuError> {
     u32::try_from(n).map_err(|_| GpuError::Unsupported {
         what: format!("{what} = {n}"),
         reason: "it does not fit 32 bits".into(),
@@ -550,16 +609,7 @@ impl DecodeGraph {
         let r0 = at(residual, 0);
 
         // Constants: RoPE tables over the whole context.
-        let factors = match DecoderTensor::RopeFreqs.name(naming) {
-            Some(n) if src.contains(&n) => Some(
-                stored::vector(src, &n, hd / 2)?
-                    .into_iter()
-                    .map(f64::from)
-                    .collect::<Vec<_>>(),
-            ),
-            _ => None,
-        };
-        let (cos, sin) = rope::table(&rope_frequencies(c, factors.as_deref()), context);
+        let (cos, sin) = rope_tables(c, src, naming, context)?;
         let rope_group = a.group(vec![Assembler::floats(cos), Assembler::floats(sin)]);
         let rope_cos = at(Region::Weights(rope_group), 0);
         let rope_sin = at(Region::Weights(rope_group), a.weights[rope_group].offset(1));
@@ -570,18 +620,7 @@ impl DecodeGraph {
             c.vocab,
             hidden,
         )?]);
-        let ep = EmbedParams {
-            format: catalog.embed,
-            dim: u32_of("hidden", hidden)?,
-            threads: row_threads(
-                u32_of("hidden", hidden)?
-                    / if catalog.embed.ggml().block_size() > 1 {
-                        32
-                    } else {
-                        8
-                    },
-            ),
-        };
+        let ep = embed_params(catalog, hidden)?;
         let k = a.kernel("token embedding", &ep, embed::build)?;
         a.push(
             "token embedding".into(),
@@ -696,18 +735,7 @@ impl DecodeGraph {
                 }
             }
 
-            let rp = RopeAppendParams {
-                style: catalog.rope,
-                qk_norm: c.qk_norm,
-                head_dim: u32_of("head_dim", hd)?,
-                n_heads: u32_of("heads", c.heads)?,
-                n_kv_heads: u32_of("kv_heads", c.kv_heads)?,
-                max_blocks,
-                // A warp per head, all heads at once where the block allows.
-                threads: 32 * u32_of("heads", (c.heads + c.kv_heads).min(32))?,
-                kv: KV,
-                token_stride,
-            };
+            let rp = rope_append_params(c, catalog, max_blocks, token_stride)?;
             let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
             let mut args = vec![
                 q_at,

@@ -43,19 +43,17 @@
 //! instead does not help (the chunk's keys and values carry the error). The path is
 //! therefore off unless asked for ([`super::GpuOptions::prefill_chunk`]).
 
-use quench_cpu::{rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
+use quench_cpu::{DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
 use quench_ir::func::MAX_STATIC_SHARED_BYTES;
 use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};
 use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
-use quench_kernels::attention::rope_append::{self, RopeAppendParams};
-use quench_kernels::attention::KvElem;
+use quench_kernels::attention::rope_append;
 use quench_kernels::bias::{self, BiasRowsParams};
-use quench_kernels::embed::{self, EmbedParams};
+use quench_kernels::embed;
 use quench_kernels::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams};
 use quench_kernels::norm_residual::{self, Norm, NormResidualParams, OutType};
 use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
-use quench_kernels::rope;
 use quench_kernels::silu_mul::{self, SiluMulParams};
 use quench_kernels::to_bf16::{self, Activation, ToBf16Params};
 use quench_kernels::KernelError;
@@ -63,11 +61,10 @@ use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 
 use super::catalog::{tensor_name, Catalog, Qkv};
 use super::error::GpuError;
-use super::graph::{attention_shape, DecodeGraph, WeightData, WeightGroup};
+use super::graph::{
+    self, attention_shape, row_threads, u32_of, DecodeGraph, WeightData, WeightGroup, KV,
+};
 use super::stored::{self, StoredTensors};
-
-/// The KV cache's element type, as the decode step writes it.
-const KV: KvElem = KvElem::F16;
 
 /// Where a pointer argument points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,18 +203,6 @@ impl PrefillPlan {
             .filter_map(|d| d.label.strip_prefix("layer 0: ").map(str::to_owned))
             .collect()
     }
-}
-
-fn u32_of(what: &str, n: usize) -> Result<u32, GpuError> {
-    u32::try_from(n).map_err(|_| GpuError::Unsupported {
-        what: format!("{what} = {n}"),
-        reason: "it does not fit 32 bits".into(),
-    })
-}
-
-/// Threads for a kernel walking `groups` 16-byte groups of one row.
-fn row_threads(groups: u32) -> u32 {
-    (groups.div_ceil(32) * 32).clamp(32, 256)
 }
 
 /// The tensor-core GEMM of a weight format, if the library has one.
@@ -461,34 +446,14 @@ impl PrefillPlan {
         let table = at(tables);
 
         // Constants the decode step uploaded.
-        let factors = match DecoderTensor::RopeFreqs.name(naming) {
-            Some(n) if src.contains(&n) => Some(
-                stored::vector(src, &n, hd / 2)?
-                    .into_iter()
-                    .map(f64::from)
-                    .collect::<Vec<_>>(),
-            ),
-            _ => None,
-        };
-        let (cos, sin) = rope::table(&rope_frequencies(c, factors.as_deref()), context32);
+        let (cos, sin) = graph::rope_tables(c, src, naming, context32)?;
         let rope_group = a.group("RoPE tables", vec![floats(cos), floats(sin)])?;
         let embed_group = a.group(
             "embedding table",
             vec![a.stored(DecoderTensor::TokenEmbedding, c.vocab, hidden)?],
         )?;
 
-        let ep = EmbedParams {
-            format: catalog.embed,
-            dim: u32_of("hidden", hidden)?,
-            threads: row_threads(
-                u32_of("hidden", hidden)?
-                    / if catalog.embed.ggml().block_size() > 1 {
-                        32
-                    } else {
-                        8
-                    },
-            ),
-        };
+        let ep = graph::embed_params(catalog, hidden)?;
         let k = a.kernel("token embedding", &ep, embed::build)?;
         a.push(
             "token embedding".into(),
@@ -658,17 +623,7 @@ impl PrefillPlan {
                 }
             }
 
-            let rp = RopeAppendParams {
-                style: catalog.rope,
-                qk_norm: c.qk_norm,
-                head_dim: dp.head_dim,
-                n_heads: dp.n_heads,
-                n_kv_heads: dp.n_kv_heads,
-                max_blocks,
-                threads: 32 * u32_of("heads", (c.heads + c.kv_heads).min(32))?,
-                kv: KV,
-                token_stride,
-            };
+            let rp = graph::rope_append_params(c, catalog, max_blocks, token_stride)?;
             let (kc, vc) = (ptr(Loc::KCache(l), 0), ptr(Loc::VCache(l), 0));
             let mut args = vec![
                 q_at,
