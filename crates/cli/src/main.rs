@@ -60,7 +60,7 @@ pub(crate) enum Command {
     Check(cmd_check::CheckArgs),
     /// Watch the GPUs: utilization, memory, clocks, power, processes, server metrics.
     Top(cmd_top::TopArgs),
-    /// Measure prefill and decode speed of a model, optionally beside llama.cpp.
+    /// Measure prefill and decode speed: on the CPU (optionally beside llama.cpp) or the GPU (against the copy bandwidth).
     Bench(cmd_bench::BenchArgs),
     /// Serve models over an OpenAI-compatible HTTP API, with a chat page at /.
     Serve(cmd_serve::ServeArgs),
