@@ -265,6 +265,28 @@ impl Q4kLane {
     }
 }
 
+/// The 6-bit scales and mins of Q4_K sub-blocks from the three 32-bit words of the
+/// header's 12 scale bytes, each shifted so that the wanted sub-blocks' bytes sit in the
+/// bytes that `bytes` marks (0x01: byte 0 alone; 0x0101: bytes 0 and 1). Sub-blocks 0..4
+/// take six bits of bytes 0..4 (scale) and 4..8 (min); sub-blocks 4..8 (`high`) the low
+/// four bits from the nibbles of bytes 8..12 and the top two from bits 6..8 of 0..8.
+pub(crate) fn q4_k_scale_min(k: &mut Builder, [a, b, c]: [Value; 3], bytes: u32, high: Value) -> (Value, Value) {
+    let sc_low = k.and_const(a, 0x3f * bytes);
+    let m_low = k.and_const(b, 0x3f * bytes);
+    let c_lo = k.and_const(c, 0x0f * bytes);
+    let a_top = k.shr_const(a, 2);
+    let a_top = k.and_const(a_top, 0x30 * bytes);
+    let sc_high = k.or(c_lo, a_top);
+    let c_hi = k.shr_const(c, 4);
+    let c_hi = k.and_const(c_hi, 0x0f * bytes);
+    let b_top = k.shr_const(b, 2);
+    let b_top = k.and_const(b_top, 0x30 * bytes);
+    let m_high = k.or(c_hi, b_top);
+    let sc = k.select(high, sc_high, sc_low);
+    let m = k.select(high, m_high, m_low);
+    (sc, m)
+}
+
 /// One Q4_K piece from the 16 header bytes (`d`, `dmin`, 12 scale bytes) and the 16 qs
 /// bytes of the piece: 32 values, low nibbles then high nibbles, each in byte order.
 ///
@@ -277,21 +299,7 @@ pub fn q4_k_piece(k: &mut Builder, magic: Magic, lane: &Q4kLane, header: &Bytes,
     let a = k.shr(a, lane.shift);
     let b = k.shr(b, lane.shift);
     let c = k.shr(c, lane.shift);
-    // Sub-blocks 0..4: six bits of bytes 0..4 (scale) and 4..8 (min). Sub-blocks 4..8:
-    // low four bits from the nibbles of bytes 8..12, top two from bits 6..8 of 0..8.
-    let sc_low = k.and_const(a, 0x3f3f);
-    let m_low = k.and_const(b, 0x3f3f);
-    let c_lo = k.and_const(c, 0x0f0f);
-    let a_top = k.shr_const(a, 2);
-    let a_top = k.and_const(a_top, 0x3030);
-    let sc_high = k.or(c_lo, a_top);
-    let c_hi = k.shr_const(c, 4);
-    let c_hi = k.and_const(c_hi, 0x0f0f);
-    let b_top = k.shr_const(b, 2);
-    let b_top = k.and_const(b_top, 0x3030);
-    let m_high = k.or(c_hi, b_top);
-    let sc = k.select(lane.high_pair, sc_high, sc_low);
-    let m = k.select(lane.high_pair, m_high, m_low);
+    let (sc, m) = q4_k_scale_min(k, [a, b, c], 0x0101, lane.high_pair);
     let mut out = Vec::with_capacity(32);
     for half in 0..2u32 {
         // Sub-block 2g + half: byte `half` of the pair, converted where it lies.

@@ -260,6 +260,36 @@ pub struct DecodeGraph {
     pub(crate) record: StepRecord,
 }
 
+/// Kernels built once per distinct parameters, indexed in the order first asked for.
+#[derive(Default)]
+pub(crate) struct KernelSet {
+    kernels: Vec<Function>,
+    built: HashMap<String, usize>,
+}
+
+impl KernelSet {
+    /// The kernel built from `params` (built now if these parameters are new).
+    pub(crate) fn get<P: std::fmt::Debug>(
+        &mut self,
+        part: &str,
+        params: &P,
+        build: impl FnOnce(&P) -> Result<Function, KernelError>,
+    ) -> Result<usize, GpuError> {
+        let key = format!("{params:?}");
+        if let Some(&i) = self.built.get(&key) {
+            return Ok(i);
+        }
+        let f = build(params).map_err(GpuError::kernel(part))?;
+        self.kernels.push(f);
+        self.built.insert(key, self.kernels.len() - 1);
+        Ok(self.kernels.len() - 1)
+    }
+
+    pub(crate) fn into_kernels(self) -> Vec<Function> {
+        self.kernels
+    }
+}
+
 /// The RoPE cos and sin tables over `context` positions (with the checkpoint's
 /// `rope_freqs` factors where it stores them).
 pub(crate) fn rope_tables(
@@ -382,8 +412,7 @@ const MOST_SPLITS: u32 = 64;
 struct Assembler<'a> {
     src: &'a dyn StoredTensors,
     naming: Naming,
-    kernels: Vec<Function>,
-    built: HashMap<String, usize>,
+    kernels: KernelSet,
     dispatches: Vec<Dispatch>,
     activations: Vec<Activation>,
     weights: Vec<WeightGroup>,
@@ -399,14 +428,7 @@ impl Assembler<'_> {
         params: &P,
         build: impl FnOnce(&P) -> Result<Function, KernelError>,
     ) -> Result<usize, GpuError> {
-        let key = format!("{params:?}");
-        if let Some(&i) = self.built.get(&key) {
-            return Ok(i);
-        }
-        let f = build(params).map_err(GpuError::kernel(part))?;
-        self.kernels.push(f);
-        self.built.insert(key, self.kernels.len() - 1);
-        Ok(self.kernels.len() - 1)
+        self.kernels.get(part, params, build)
     }
 
     fn act(&mut self, name: String, bytes: u64, host: bool) -> usize {
@@ -555,8 +577,7 @@ impl DecodeGraph {
         let mut a = Assembler {
             src,
             naming,
-            kernels: vec![],
-            built: HashMap::new(),
+            kernels: KernelSet::default(),
             dispatches: vec![],
             activations: vec![],
             weights: vec![],
@@ -914,7 +935,7 @@ impl DecodeGraph {
             a.weights.iter().map(WeightGroup::bytes).sum::<u64>() - not_streamed;
         Ok(DecodeGraph {
             weight_bytes_per_token,
-            kernels: a.kernels,
+            kernels: a.kernels.into_kernels(),
             dispatches: a.dispatches,
             layer_dispatches,
             kv,

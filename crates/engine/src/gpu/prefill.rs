@@ -62,7 +62,7 @@ use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 use super::catalog::{tensor_name, Catalog, Qkv};
 use super::error::GpuError;
 use super::graph::{
-    self, attention_shape, row_threads, u32_of, DecodeGraph, WeightData, WeightGroup, KV,
+    self, attention_shape, row_threads, u32_of, DecodeGraph, KernelSet, WeightData, WeightGroup, KV,
 };
 use super::stored::{self, StoredTensors};
 
@@ -231,8 +231,7 @@ struct Planner<'a> {
     naming: Naming,
     graph: &'a DecodeGraph,
     chunk: u32,
-    kernels: Vec<Function>,
-    built: Vec<String>,
+    kernels: KernelSet,
     dispatches: Vec<Dispatch>,
     buffers: Vec<(String, u64)>,
 }
@@ -244,14 +243,7 @@ impl Planner<'_> {
         params: &P,
         build: impl FnOnce(&P) -> Result<Function, KernelError>,
     ) -> Result<usize, GpuError> {
-        let key = format!("{params:?}");
-        if let Some(i) = self.built.iter().position(|k| *k == key) {
-            return Ok(i);
-        }
-        let f = build(params).map_err(GpuError::kernel(part))?;
-        self.kernels.push(f);
-        self.built.push(key);
-        Ok(self.kernels.len() - 1)
+        self.kernels.get(part, params, build)
     }
 
     /// A buffer of `width` elements of `bytes` a row, for the chunk's rows.
@@ -419,8 +411,7 @@ impl PrefillPlan {
             naming,
             graph,
             chunk: u32_of("prefill chunk", chunk)?,
-            kernels: vec![],
-            built: vec![],
+            kernels: KernelSet::default(),
             dispatches: vec![],
             buffers: vec![],
         };
@@ -807,7 +798,7 @@ impl PrefillPlan {
         }
         Ok(PrefillPlan {
             chunk: a.chunk,
-            kernels: a.kernels,
+            kernels: a.kernels.into_kernels(),
             dispatches: a.dispatches,
             buffers: a.buffers,
             record: rec,

@@ -23,7 +23,7 @@ use super::format::BFormat;
 use super::raw::segment_bytes;
 use super::tiles::{swizzled, Ids};
 use super::{GemmParams, BK};
-use crate::ggml::{f16_bits_to_f32, Magic, Scaled};
+use crate::ggml::{f16_bits_to_f32, q4_k_scale_min, Magic, Scaled};
 use crate::lanes::emit_pack_bf16x2;
 
 /// Four bytes in a register, each seen where the magic trick can convert it: bytes 0
@@ -244,21 +244,9 @@ impl Decoder {
         let j = k.and_const(s, 3);
         let j8 = k.shl_const(j, 3);
         let [a, b, c] = [1, 2, 3].map(|i| k.shr(h[i], j8));
-        let sc_low = k.and_const(a, 0x3f);
-        let m_low = k.and_const(b, 0x3f);
-        let c_lo = k.and_const(c, 0x0f);
-        let a_top = k.shr_const(a, 2);
-        let a_top = k.and_const(a_top, 0x30);
-        let sc_high = k.or(c_lo, a_top);
-        let c_hi = k.shr_const(c, 4);
-        let c_hi = k.and_const(c_hi, 0x0f);
-        let b_top = k.shr_const(b, 2);
-        let b_top = k.and_const(b_top, 0x30);
-        let m_high = k.or(c_hi, b_top);
         let four = k.const_u32(4);
         let high = k.ge(s, four);
-        let sc = k.select(high, sc_high, sc_low);
-        let mn = k.select(high, m_high, m_low);
+        let (sc, mn) = q4_k_scale_min(k, [a, b, c], 0x01, high);
         let sc = self.magic.scaled(k, sc, 0, 0);
         let mn = self.magic.scaled(k, mn, 0, 0);
         // d·sc and dmin·m are exact (11 by 6 significant bits).
