@@ -124,6 +124,7 @@ fn reference(file: &GgufFile) -> Reference {
 const TINY_BOUND: LogitBound = LogitBound {
     abs: 2.0 * LogitBound::FP64_CHECK.abs,
     rel: 2.0 * LogitBound::FP64_CHECK.rel,
+    near_tie: LogitBound::FP64_CHECK.near_tie,
 };
 
 /// `device` within `b` of `want` at every logit, and the same top token — or, for a
