@@ -592,6 +592,7 @@ const QGEMV_FLOAT: &[ParamInfo] = &[
     ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
     ParamInfo { name: "unroll", default: 4, doc: "16-byte weight loads in flight per lane" },
     ParamInfo { name: "batch", default: 1, doc: "vectors multiplied per pass over the weights, 1..=8" },
+    ParamInfo { name: "max_blocks", default: 0, doc: "most blocks launched, each looping over row groups (0: a block per group)" },
     ParamInfo { name: "n", default: 1, doc: "vectors (case only: the kernel takes n at launch)" },
 ];
 
@@ -601,6 +602,7 @@ const QGEMV_QUANT: &[ParamInfo] = &[
     ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
     ParamInfo { name: "unroll", default: 2, doc: "pieces (64 or 32 weights) loaded per lane before computing" },
     ParamInfo { name: "batch", default: 1, doc: "vectors multiplied per pass over the weights, 1..=8" },
+    ParamInfo { name: "max_blocks", default: 0, doc: "most blocks launched, each looping over row groups (0: a block per group)" },
     ParamInfo { name: "n", default: 1, doc: "vectors (case only: the kernel takes n at launch)" },
 ];
 
@@ -795,6 +797,7 @@ fn qgemv_params(
         warps: r.get("warps", 1, 32)?,
         unroll: r.get("unroll", 1, 16)?,
         batch: r.get("batch", 1, u64::from(qgemv::MAX_BATCH))?,
+        max_blocks: r.get("max_blocks", 0, u64::from(u32::MAX))?,
     })
 }
 

@@ -39,6 +39,7 @@ fn params(
         unroll: if format.is_float() { 2 } else { 1 },
         act: OutType::F32,
         batch,
+        max_blocks: 0,
     }
 }
 

@@ -14,6 +14,8 @@ pub struct DeviceInfo {
     /// (major, minor): (9, 0) for H100/H200.
     pub compute_capability: (u32, u32),
     pub total_memory_bytes: u64,
+    /// Streaming multiprocessors (132 on an H100 SXM or H200).
+    pub multiprocessors: u32,
     /// The CUDA version the driver supports, e.g. "13.0".
     pub driver_version: String,
 }
@@ -43,6 +45,7 @@ pub(crate) fn device_info(ordinal: u32) -> Result<DeviceInfo, RtError> {
     };
     let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let sms = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     // SAFETY: as above.
     let total = unsafe { device::total_mem(dev) }.map_err(drv("cuDeviceTotalMem"))?;
     Ok(DeviceInfo {
@@ -50,6 +53,7 @@ pub(crate) fn device_info(ordinal: u32) -> Result<DeviceInfo, RtError> {
         name,
         compute_capability: (major as u32, minor as u32),
         total_memory_bytes: total as u64,
+        multiprocessors: sms.max(0) as u32,
         driver_version: version_string(version),
     })
 }

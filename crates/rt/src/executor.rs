@@ -171,6 +171,11 @@ pub trait Executor {
     /// `"cuda"` or `"interp"`.
     fn backend(&self) -> &'static str;
     fn device_name(&self) -> String;
+    /// The device's streaming multiprocessors, where it has them (not the interpreter):
+    /// what sizes grids that loop over their work.
+    fn multiprocessors(&self) -> Option<u32> {
+        None
+    }
 
     /// Allocate `bytes` (> 0) of device memory.
     fn alloc(&mut self, bytes: u64) -> Result<DevicePtr, RtError>;

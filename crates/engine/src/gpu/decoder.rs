@@ -13,7 +13,9 @@ use quench_rt::{
 use super::arena;
 use super::catalog::Catalog;
 use super::error::{size, GpuError};
-use super::graph::{DecodeGraph, Operand, Region, StepRecord, StepShape, WeightData};
+use super::graph::{
+    DecodeGraph, Operand, Region, StepRecord, StepShape, WeightData, DEFAULT_MULTIPROCESSORS,
+};
 use super::kv::{BlockPool, GpuSession};
 use super::prefill::{self, PrefillPlan};
 use super::profile;
@@ -275,7 +277,8 @@ impl GpuDecoder {
             max_batch: options.max_batch.max(1),
         };
         let assembly = profile::span("assemble and plan the decode step");
-        let mut graph = DecodeGraph::assemble(&config, &catalog, src, naming, shape)?;
+        let sms = exec.multiprocessors().unwrap_or(DEFAULT_MULTIPROCESSORS);
+        let mut graph = DecodeGraph::assemble_for(&config, &catalog, src, naming, shape, sms)?;
         let lifetimes = graph.lifetimes();
         let plan = arena::plan(&lifetimes, 256);
         let profiled = profile::prepare(&mut graph, &config, src)?;

@@ -258,6 +258,8 @@ pub struct DecodeGraph {
     pub(crate) weights: Vec<WeightGroup>,
     pub(crate) io: HostIo,
     pub(crate) record: StepRecord,
+    /// Most blocks a matrix–vector product launches ([`gemv_blocks`]).
+    pub(crate) gemv_blocks: u32,
 }
 
 /// Kernels built once per distinct parameters, indexed in the order first asked for.
@@ -418,6 +420,8 @@ struct Assembler<'a> {
     weights: Vec<WeightGroup>,
     /// Rows of a step at most.
     max_batch: u32,
+    /// Most blocks a matrix–vector product launches ([`gemv_blocks`]).
+    gemv_blocks: u32,
 }
 
 impl Assembler<'_> {
@@ -522,6 +526,7 @@ impl Assembler<'_> {
             unroll: if format.is_float() { 4 } else { 2 },
             act: ACT,
             batch: 1,
+            max_blocks: self.gemv_blocks,
         };
         let k = self.kernel(&label, &p, qgemv::build)?;
         // Steps of several rows take up to 8 vectors a pass (fewer where the prologue's
@@ -564,14 +569,46 @@ fn at(r: Region, bytes: u64) -> Operand {
     Operand::At(r, bytes)
 }
 
+/// Blocks per multiprocessor that a matrix–vector product launches at most. Each block
+/// loops over its share of the row groups, so the grid need not grow with the rows: 8
+/// blocks of 4 warps keep 32 warps of loads in flight on every multiprocessor, while
+/// with the RMSNorm prologue the input is normalized once per block, not once per 8 rows
+/// (for a 150k-row LM head over 896 columns that staging read about as many bytes as the
+/// weights).
+pub(crate) const GEMV_BLOCKS_PER_SM: u32 = 8;
+
+/// The multiprocessors assumed where the executor reports none (the interpreter): an
+/// H100 SXM's or H200's 132.
+pub(crate) const DEFAULT_MULTIPROCESSORS: u32 = 132;
+
+/// The most blocks a matrix–vector product launches on a device of `multiprocessors`.
+pub(crate) fn gemv_blocks(multiprocessors: u32) -> u32 {
+    multiprocessors.max(1).saturating_mul(GEMV_BLOCKS_PER_SM)
+}
+
 impl DecodeGraph {
-    /// Assembles the decode step of `config` with the kernels `catalog` chose.
+    /// Assembles the decode step of `config` with the kernels `catalog` chose, for a
+    /// device of 132 multiprocessors (an H100 SXM's or H200's).
     pub fn assemble(
         config: &ModelConfig,
         catalog: &Catalog,
         src: &dyn StoredTensors,
         naming: Naming,
         shape: StepShape,
+    ) -> Result<DecodeGraph, GpuError> {
+        Self::assemble_for(config, catalog, src, naming, shape, DEFAULT_MULTIPROCESSORS)
+    }
+
+    /// As [`DecodeGraph::assemble`], for a device of `multiprocessors`: its matrix–vector
+    /// products launch at most 8 blocks per multiprocessor, each looping over its share
+    /// of the rows.
+    pub fn assemble_for(
+        config: &ModelConfig,
+        catalog: &Catalog,
+        src: &dyn StoredTensors,
+        naming: Naming,
+        shape: StepShape,
+        multiprocessors: u32,
     ) -> Result<DecodeGraph, GpuError> {
         let c = config;
         let mut a = Assembler {
@@ -582,6 +619,7 @@ impl DecodeGraph {
             activations: vec![],
             weights: vec![],
             max_batch: u32_of("rows a step", shape.max_batch.max(1))?,
+            gemv_blocks: gemv_blocks(multiprocessors),
         };
         // Bytes of an activation of `width` elements of `bytes` each, a row per step row.
         let rows = a.max_batch as u64;
@@ -943,6 +981,7 @@ impl DecodeGraph {
             weights: a.weights,
             io,
             record,
+            gemv_blocks: a.gemv_blocks,
         })
     }
 

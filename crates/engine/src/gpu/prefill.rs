@@ -767,6 +767,7 @@ impl PrefillPlan {
             unroll: if catalog.output.is_float() { 4 } else { 2 },
             act: OutType::F32,
             batch: 1,
+            max_blocks: graph.gemv_blocks,
         };
         let k = a.kernel("output norm + LM head", &hp, qgemv::build)?;
         a.push(

@@ -35,6 +35,13 @@
 //! is unrolled `unroll` times with every weight load of a step (and, at one vector a pass,
 //! every activation load) issued before any arithmetic.
 //!
+//! **Grid**: a block computes a row group (`warps · rows_per_warp` rows) at a time. By
+//! default the launch has a block per group; with [`QGemvParams::max_blocks`] below the
+//! group count it has that many, and block `b` takes groups `b, b + blocks, ...` in each
+//! pass. Fewer blocks pay the fixed cost of a block fewer times, and with the prologue
+//! each block normalizes a pass's vectors once for all of its groups rather than once
+//! per group (for a large vocabulary that staging traffic rivals the weights').
+//!
 //! **Arithmetic**: each lane dequantizes a piece exactly as [`quench_models::dequant`]
 //! does ([`crate::ggml`]) and accumulates `fma(w, x, acc)` in f32 over its pieces in
 //! order, element by element in the piece's order; the warp sums its lanes by butterfly
@@ -99,6 +106,11 @@ pub struct QGemvParams {
     /// Vectors multiplied per pass, 1..=[`MAX_BATCH`]: each pass reads the weights once.
     /// With the prologue `batch · cols` may not exceed [`prologue::MAX_COLS`].
     pub batch: u32,
+    /// Most blocks a launch takes; 0 for no limit (a block per row group). With fewer
+    /// blocks than row groups each block takes groups `b, b + blocks, ...` in turn, and
+    /// with the prologue normalizes the pass's vectors once for all of them. A row's
+    /// arithmetic is the same either way.
+    pub max_blocks: u32,
 }
 
 /// Most vectors one pass multiplies (each adds an accumulator per row to every lane).
@@ -180,8 +192,19 @@ impl QGemvParams {
         self.cols / self.format.unit_elems() * self.format.pieces_per_unit()
     }
 
+    /// Row groups: the rows a block of `warps` warps computes at once.
+    pub fn groups(&self) -> u32 {
+        self.rows.div_ceil(self.warps * self.rows_per_warp())
+    }
+
+    /// Whether the grid is capped below one block per row group, so that blocks loop.
+    fn capped(&self) -> bool {
+        self.max_blocks != 0 && self.max_blocks < self.groups()
+    }
+
     pub fn launch(&self) -> Launch {
-        Launch::linear(self.rows.div_ceil(self.warps * self.rows_per_warp()), self.warps * 32)
+        let blocks = if self.capped() { self.max_blocks } else { self.groups() };
+        Launch::linear(blocks, self.warps * 32)
     }
 
     /// Rows each warp computes. Two rows of a quantized matrix share each activation
@@ -281,22 +304,12 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let staged = norm.map(|_| k.shared_array("x", Scalar::F32, p.batch * p.cols, 16));
     let lane = k.and_const(tid, 31);
     let warp = k.shr_const(tid, 5);
-    let block = k.ctaid_x();
-    let first = k.mul_const(block, p.warps);
-    let first = k.add(first, warp);
-    let rpw = p.rows_per_warp();
-    let row0 = k.mul_const(first, rpw);
-    // The rows' starts in each matrix: row-major over (row, matrix).
-    let rb = p.format.row_bytes(p.cols);
-    let rows: Vec<Value> = (0..rpw).map(|i| k.add_const(row0, i)).collect();
-    let mut streams = vec![];
-    for &row in &rows {
-        let start = wide_mul(&mut k, row, rb);
-        for &w in &weights {
-            let b = k.ptr_cast(Scalar::U8, w);
-            streams.push(k.ptr_add(b, start));
-        }
-    }
+    // One block per row group: the block's rows are fixed before the passes begin.
+    // Capped: the block loops over groups `ctaid, ctaid + nctaid, ...` in each pass.
+    let own = (!p.capped()).then(|| {
+        let block = k.ctaid_x();
+        RowGroup::emit(&mut k, p, block, warp, &weights)
+    });
 
     let zero = k.const_u32(0);
     let per_pass = k.const_u32(p.batch);
@@ -341,8 +354,8 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                 k.ptr_add(x, at)
             }
         };
-        let body = |k: &mut Builder| {
-            let totals = emit_dots(k, p, &streams, &x_of, &valid, lane);
+        let body = |k: &mut Builder, g: &RowGroup| {
+            let totals = emit_dots(k, p, &g.streams, &x_of, &valid, lane);
             let is_first = k.eq(lane, zero);
             k.if_then(is_first, |k| {
                 for j in 0..p.batch {
@@ -357,7 +370,7 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                         });
                         let ys = k.ptr_add(y, yrow);
                         let t = &totals[j as usize];
-                        for (i, &row) in rows.iter().enumerate() {
+                        for (i, &row) in g.rows.iter().enumerate() {
                             let at = k.ptr_add(ys, row);
                             let out = match (p.epilogue, rrow) {
                                 (Epilogue::Residual, Some(rr)) => {
@@ -385,16 +398,61 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                 }
             });
         };
-        if p.rows.is_multiple_of(p.warps * rpw) {
-            body(k);
-        } else {
-            let total = k.const_u32(p.rows);
-            let inside = k.lt(row0, total);
-            k.if_then(inside, body);
+        // The group's rows, where the last group leaves warps without one.
+        let rows_of = |k: &mut Builder, g: &RowGroup| {
+            if p.rows.is_multiple_of(p.warps * p.rows_per_warp()) {
+                body(k, g);
+            } else {
+                let total = k.const_u32(p.rows);
+                let inside = k.lt(g.rows[0], total);
+                k.if_then(inside, |k| body(k, g));
+            }
+        };
+        match &own {
+            Some(g) => rows_of(k, g),
+            None => {
+                let first = k.ctaid_x();
+                let groups = k.const_u32(p.groups());
+                let stride = k.nctaid_x();
+                k.for_range(first, groups, stride, &[], |k, group, _| {
+                    let g = RowGroup::emit(k, p, group, warp, &weights);
+                    rows_of(k, &g);
+                    vec![]
+                });
+            }
         }
         vec![]
     });
     Ok(k.finish()?)
+}
+
+/// One warp's rows of row group `group` (a block's worth: `warps · rows_per_warp` rows)
+/// and where they start in each matrix.
+struct RowGroup {
+    /// The warp's rows, the first `rows[0]`.
+    rows: Vec<Value>,
+    /// Byte pointers to each row's start in each matrix: row-major over (row, matrix).
+    streams: Vec<Value>,
+}
+
+impl RowGroup {
+    fn emit(k: &mut Builder, p: &QGemvParams, group: Value, warp: Value, weights: &[Value]) -> RowGroup {
+        let first = k.mul_const(group, p.warps);
+        let first = k.add(first, warp);
+        let rpw = p.rows_per_warp();
+        let row0 = k.mul_const(first, rpw);
+        let rb = p.format.row_bytes(p.cols);
+        let rows: Vec<Value> = (0..rpw).map(|i| k.add_const(row0, i)).collect();
+        let mut streams = vec![];
+        for &row in &rows {
+            let start = wide_mul(k, row, rb);
+            for &w in weights {
+                let b = k.ptr_cast(Scalar::U8, w);
+                streams.push(k.ptr_add(b, start));
+            }
+        }
+        RowGroup { rows, streams }
+    }
 }
 
 /// `silu(g) = g / (1 + 2^(−g·log2 e))` with `ex2.approx` and `div.approx`, as

@@ -243,6 +243,10 @@ impl Executor for CudaExecutor {
         self.info.name.clone()
     }
 
+    fn multiprocessors(&self) -> Option<u32> {
+        Some(self.info.multiprocessors)
+    }
+
     fn alloc(&mut self, bytes: u64) -> Result<DevicePtr, RtError> {
         self.refuse_during_capture("allocation")?;
         if bytes == 0 {
