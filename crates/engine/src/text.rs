@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use quench_models::{GgufFile, HfConfig};
+use quench_models::{chat_template_source, read_optional_json, GgufFile, HfConfig, HfFileError};
 use quench_text::{ChatTemplate, GgufVocab, Tokenizer};
 use serde_json::Value;
 
@@ -99,23 +99,16 @@ fn from_gguf(file: &GgufFile) -> Result<TextSide> {
     })
 }
 
+/// An optional JSON file of the checkpoint.
 fn read_json(path: &Path) -> Result<Option<Value>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(EngineError::Io {
-                path: path.to_owned(),
-                source,
-            })
-        }
-    };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|source| EngineError::Json {
-            path: path.to_owned(),
-            source,
-        })
+    read_optional_json(path).map_err(engine_error)
+}
+
+fn engine_error(e: HfFileError) -> EngineError {
+    match e {
+        HfFileError::Io { path, source } => EngineError::Io { path, source },
+        HfFileError::Json { path, source } => EngineError::Json { path, source },
+    }
 }
 
 /// A special token as `tokenizer_config.json` writes it: a string or `{"content": ...}`.
@@ -124,36 +117,6 @@ fn token_text(value: Option<&Value>) -> Option<String> {
         Value::String(s) => Some(s.clone()),
         Value::Object(o) => o.get("content")?.as_str().map(str::to_owned),
         _ => None,
-    }
-}
-
-/// `chat_template` of `tokenizer_config.json`: a string, or a list of named templates of
-/// which the one named "default" is the chat template. Newer checkpoints keep it in
-/// `chat_template.jinja` instead.
-fn hf_template_source(dir: &Path, config: Option<&Value>) -> Result<Option<String>> {
-    match config.and_then(|c| c.get("chat_template")) {
-        Some(Value::String(s)) => return Ok(Some(s.clone())),
-        Some(Value::Array(list)) => {
-            let named = |name: &str| {
-                list.iter()
-                    .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
-            };
-            let chosen = named("default").or_else(|| list.first());
-            return Ok(chosen
-                .and_then(|t| t.get("template"))
-                .and_then(Value::as_str)
-                .map(str::to_owned));
-        }
-        _ => {}
-    }
-    let jinja = dir.join("chat_template.jinja");
-    match std::fs::read_to_string(&jinja) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(EngineError::Io {
-            path: jinja,
-            source,
-        }),
     }
 }
 
@@ -175,7 +138,8 @@ fn from_hf(dir: &Path, config: &HfConfig) -> Result<TextSide> {
     };
     let bos = special("bos_token", tokenizer.bos_id());
     let eos = special("eos_token", tokenizer.eos_id());
-    let template = match hf_template_source(dir, tokenizer_config.as_ref())? {
+    let source = chat_template_source(dir, tokenizer_config.as_ref()).map_err(engine_error)?;
+    let template = match source {
         Some(source) => Some(
             ChatTemplate::new(
                 &source,

@@ -7,11 +7,10 @@
 
 use std::path::PathBuf;
 
-use quench_cpu::{
-    Arch, BertLayerTensor as BL, BertTensor, Encoder, MemorySource, ModelConfig, Naming, RopeStyle,
-};
+use quench_cpu::{Encoder, Naming};
 use quench_engine::gpu::encoder::{load_embedding, GpuEncoder};
 use quench_engine::gpu::Backend;
+use quench_engine::synth::TinyBert;
 use quench_engine::{load, LoadOptions, Precision};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -21,80 +20,14 @@ mod common;
 use common::seed;
 
 /// BERT at the smallest shape the device kernels take: 64 wide, 2 heads of 32.
-fn tiny_config() -> ModelConfig {
-    ModelConfig {
-        arch: Arch::Bert,
-        hidden: 64,
-        layers: 2,
-        heads: 2,
-        kv_heads: 2,
-        head_dim: 32,
-        ffn: 128,
-        vocab: 50,
-        max_positions: 32,
-        norm_eps: 1e-12,
-        rope_theta: 10_000.0,
-        rope_scaling: None,
-        rope_style: RopeStyle::HalfSplit,
-        tied_embeddings: false,
-        qkv_bias: false,
-        qk_norm: false,
-        type_vocab: 2,
-    }
-}
-
-/// Weights at transformers' scale: linear layers uniform with variance 1/cols, biases and
-/// norm shifts ±0.1, norm scales 1 ± 0.1.
-fn tiny_weights(c: &ModelConfig, rng: &mut ChaCha8Rng) -> MemorySource {
-    let mut src = MemorySource::new();
-    let hf = |t: BertTensor| t.name(Naming::HuggingFace, "");
-    let mut put = |name: String, dims: Vec<usize>, center: f32, spread: f32| {
-        let n: usize = dims.iter().product();
-        let data = (0..n)
-            .map(|_| center + spread * rng.gen_range(-1.0f32..=1.0))
-            .collect();
-        src.insert(&name, dims, data).expect("tensor");
-    };
-    let (d, ffn) = (c.hidden, c.ffn);
-    put(hf(BertTensor::WordEmbedding), vec![c.vocab, d], 0.0, 1.0);
-    put(
-        hf(BertTensor::PositionEmbedding),
-        vec![c.max_positions, d],
-        0.0,
-        0.3,
-    );
-    put(
-        hf(BertTensor::TypeEmbedding),
-        vec![c.type_vocab, d],
-        0.0,
-        0.3,
-    );
-    put(hf(BertTensor::EmbeddingNormWeight), vec![d], 1.0, 0.1);
-    put(hf(BertTensor::EmbeddingNormBias), vec![d], 0.0, 0.1);
-    let w = |cols: usize| (3.0 / cols as f32).sqrt();
-    for n in 0..c.layers {
-        let t = |t| hf(BertTensor::Layer(n, t));
-        for (weight, bias, rows, cols) in [
-            (BL::Q, BL::QBias, d, d),
-            (BL::K, BL::KBias, d, d),
-            (BL::V, BL::VBias, d, d),
-            (BL::AttnOutput, BL::AttnOutputBias, d, d),
-            (BL::Up, BL::UpBias, ffn, d),
-            (BL::Down, BL::DownBias, d, ffn),
-        ] {
-            put(t(weight), vec![rows, cols], 0.0, w(cols));
-            put(t(bias), vec![rows], 0.0, 0.1);
-        }
-        for (weight, bias) in [
-            (BL::AttnNormWeight, BL::AttnNormBias),
-            (BL::OutputNormWeight, BL::OutputNormBias),
-        ] {
-            put(t(weight), vec![d], 1.0, 0.1);
-            put(t(bias), vec![d], 0.0, 0.1);
-        }
-    }
-    src
-}
+const TINY: TinyBert = TinyBert {
+    hidden: 64,
+    layers: 2,
+    heads: 2,
+    ffn: 128,
+    vocab: 50,
+    max_positions: 32,
+};
 
 /// Mean over tokens, scaled to unit length (sentence-transformers' pooling + Normalize).
 fn mean_normalized(states: &[f32], width: usize) -> Vec<f64> {
@@ -117,8 +50,8 @@ fn cosine(a: &[f64], b: &[f64]) -> f64 {
 #[test]
 fn tiny_bert_batch_matches_f64_and_padding_does_not_leak() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    let config = tiny_config();
-    let src = tiny_weights(&config, &mut rng);
+    let config = TINY.config();
+    let src = TINY.weights(&mut rng).expect("weights");
     let reference =
         Encoder::<f64>::load(config.clone(), &src, Naming::HuggingFace).expect("f64 encoder");
     let mut gpu = GpuEncoder::on(Backend::Interp, config.clone(), &src, Naming::HuggingFace)
@@ -177,9 +110,8 @@ fn tiny_bert_batch_matches_f64_and_padding_does_not_leak() {
 #[test]
 fn refusals_name_the_problem() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    let config = tiny_config();
-    let src = tiny_weights(&config, &mut rng);
-    let mut gpu = GpuEncoder::on(Backend::Interp, config.clone(), &src, Naming::HuggingFace)
+    let src = TINY.weights(&mut rng).expect("weights");
+    let mut gpu = GpuEncoder::on(Backend::Interp, TINY.config(), &src, Naming::HuggingFace)
         .expect("device encoder");
     let e = gpu
         .hidden_states(&[vec![2, 50, 3]])
@@ -191,15 +123,13 @@ fn refusals_name_the_problem() {
     let e = gpu.hidden_states(&[vec![2; 33]]).unwrap_err().to_string();
     assert!(e.contains("33 tokens") && e.contains("32 positions"), "{e}");
 
-    let narrow = ModelConfig {
+    let narrow = TinyBert {
         hidden: 32,
         heads: 1,
-        kv_heads: 1,
-        head_dim: 32,
-        ..config
+        ..TINY
     };
-    let src = tiny_weights(&narrow, &mut rng);
-    let e = GpuEncoder::on(Backend::Interp, narrow, &src, Naming::HuggingFace)
+    let src = narrow.weights(&mut rng).expect("weights");
+    let e = GpuEncoder::on(Backend::Interp, narrow.config(), &src, Naming::HuggingFace)
         .err()
         .expect("refused")
         .to_string();

@@ -5,6 +5,8 @@
 //!   Python package where it implements them.
 //! - [`safetensors`], [`HfConfig`], [`HfCheckpoint`]: Hugging Face checkpoints, single-file or
 //!   sharded, and their `config.json`.
+//! - [`read_optional_json`], [`chat_template_source`]: the optional files beside a Hugging
+//!   Face checkpoint (`tokenizer_config.json`, `generation_config.json`, the chat template).
 //! - [`hf_to_gguf`]: Hugging Face checkpoints converted to GGUF with quantized weights.
 //!
 //! Nothing read from a file is trusted: sizes and counts are checked against the file before
@@ -16,8 +18,9 @@ mod error;
 mod ggml_type;
 pub mod gguf;
 mod hf_checkpoint;
-pub mod hf_to_gguf;
 mod hf_config;
+mod hf_files;
+pub mod hf_to_gguf;
 pub mod quant;
 pub mod safetensors;
 mod storage;
@@ -27,3 +30,4 @@ pub use ggml_type::GgmlType;
 pub use gguf::{GgufFile, TensorView};
 pub use hf_checkpoint::HfCheckpoint;
 pub use hf_config::{HfConfig, Llama3RopeScaling, RopeScaling, TokenIds};
+pub use hf_files::{chat_template_source, read_optional_json, HfFileError};

@@ -4,9 +4,10 @@
 //! meaningless but deterministic.
 
 use quench_cpu::{
-    Arch, BertLayerTensor as BL, BertTensor, Decoder, DecoderLayerTensor as L, DecoderTensor,
-    Encoder, MemorySource, ModelConfig, Naming, RopeStyle,
+    Arch, Decoder, DecoderLayerTensor as L, DecoderTensor, Encoder, MemorySource, ModelConfig,
+    Naming, RopeStyle,
 };
+use quench_engine::synth::TinyBert;
 use quench_text::{ChatTemplate, Tokenizer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -29,6 +30,8 @@ pub enum SyntheticError {
     Cpu(#[from] quench_cpu::CpuError),
     #[error("synthetic tokenizer: {0}")]
     Text(#[from] quench_text::TextError),
+    #[error("synthetic model: {0}")]
+    Weights(#[from] quench_engine::EngineError),
 }
 
 /// The shape of the tiny chat model: llama-style, 2 layers, 64 wide, 512 positions, a
@@ -172,24 +175,17 @@ fn byte_level_tokenizer_json() -> Value {
 
 /// The shape of the tiny embedder: BERT, 2 layers, 32 wide, 128 positions.
 pub fn tiny_embedding_config() -> ModelConfig {
-    ModelConfig {
-        arch: Arch::Bert,
+    tiny_embedder().config()
+}
+
+fn tiny_embedder() -> TinyBert {
+    TinyBert {
         hidden: 32,
         layers: 2,
         heads: 4,
-        kv_heads: 4,
-        head_dim: 8,
         ffn: 64,
         vocab: wordpiece_vocab().len(),
         max_positions: 128,
-        norm_eps: 1e-12,
-        rope_theta: 10_000.0,
-        rope_scaling: None,
-        rope_style: RopeStyle::HalfSplit,
-        tied_embeddings: false,
-        qkv_bias: false,
-        qk_norm: false,
-        type_vocab: 2,
     }
 }
 
@@ -245,61 +241,9 @@ impl EmbeddingBackend for SyntheticEmbedder {
 
 /// The tiny embedder with weights drawn from `seed`, and its WordPiece tokenizer.
 pub fn tiny_embedding_model(seed: u64) -> Result<SyntheticEmbedder, SyntheticError> {
-    let config = tiny_embedding_config();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut src = MemorySource::new();
-    let (d, ffn) = (config.hidden, config.ffn);
-    let hf = |t: BertTensor| t.name(Naming::HuggingFace, "");
-    let mut put = |name: String, dims: Vec<usize>, center: f32, spread: f32| {
-        let n: usize = dims.iter().product();
-        let data = (0..n)
-            .map(|_| center + spread * rng.gen_range(-1.0f32..=1.0))
-            .collect();
-        src.insert(&name, dims, data)
-    };
-    let w = |cols: usize| (3.0 / cols as f32).sqrt();
-    put(
-        hf(BertTensor::WordEmbedding),
-        vec![config.vocab, d],
-        0.0,
-        1.0,
-    )?;
-    put(
-        hf(BertTensor::PositionEmbedding),
-        vec![config.max_positions, d],
-        0.0,
-        0.3,
-    )?;
-    put(
-        hf(BertTensor::TypeEmbedding),
-        vec![config.type_vocab, d],
-        0.0,
-        0.3,
-    )?;
-    put(hf(BertTensor::EmbeddingNormWeight), vec![d], 1.0, 0.1)?;
-    put(hf(BertTensor::EmbeddingNormBias), vec![d], 0.0, 0.1)?;
-    for n in 0..config.layers {
-        let t = |t| hf(BertTensor::Layer(n, t));
-        for (weight, bias, rows, cols) in [
-            (BL::Q, BL::QBias, d, d),
-            (BL::K, BL::KBias, d, d),
-            (BL::V, BL::VBias, d, d),
-            (BL::AttnOutput, BL::AttnOutputBias, d, d),
-            (BL::Up, BL::UpBias, ffn, d),
-            (BL::Down, BL::DownBias, d, ffn),
-        ] {
-            put(t(weight), vec![rows, cols], 0.0, w(cols))?;
-            put(t(bias), vec![rows], 0.0, 0.1)?;
-        }
-        for (weight, bias) in [
-            (BL::AttnNormWeight, BL::AttnNormBias),
-            (BL::OutputNormWeight, BL::OutputNormBias),
-        ] {
-            put(t(weight), vec![d], 1.0, 0.1)?;
-            put(t(bias), vec![d], 0.0, 0.1)?;
-        }
-    }
-    let encoder = Encoder::load(config, &src, Naming::HuggingFace)?;
+    let shape = tiny_embedder();
+    let src = shape.weights(&mut ChaCha8Rng::seed_from_u64(seed))?;
+    let encoder = Encoder::load(shape.config(), &src, Naming::HuggingFace)?;
 
     let vocab: Map<String, Value> = wordpiece_vocab()
         .into_iter()

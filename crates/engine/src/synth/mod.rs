@@ -7,8 +7,11 @@
 //! the special tokens); `vocab_size` keeps the real model's value, the rows past the
 //! tokenizer being padding, as in real checkpoints. The special token ids in `config.json`
 //! are those of this tokenizer.
+//!
+//! [`TinyBert`] is a small encoder of the same kind built in memory, with no files.
 
 mod shapes;
+mod tiny_bert;
 mod tokenizer;
 mod weights;
 
@@ -17,6 +20,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 pub use shapes::{SynthArch, SynthShape};
+pub use tiny_bert::TinyBert;
 pub use weights::SynthDtype;
 
 use crate::error::{EngineError, Result};

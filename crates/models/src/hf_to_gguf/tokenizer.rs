@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::gguf::{MetadataArray, MetadataValue};
-use crate::HfConfig;
+use crate::{chat_template_source, read_optional_json, HfConfig, HfFileError};
 
 use super::error::ConvertError;
 
@@ -48,22 +48,19 @@ impl Files {
 }
 
 fn read_json(path: &Path) -> Result<Option<Value>, ConvertError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(ConvertError::Io {
-                path: path.to_owned(),
-                source,
-            })
-        }
-    };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| ConvertError::Tokenizer {
-            file: path.to_owned(),
-            reason: format!("invalid JSON: {e}"),
-        })
+    read_optional_json(path).map_err(convert_error)
+}
+
+/// A checkpoint file's error as the converter reports it: one that is not JSON is a bad
+/// tokenizer file.
+fn convert_error(e: HfFileError) -> ConvertError {
+    match e {
+        HfFileError::Io { path, source } => ConvertError::Io { path, source },
+        HfFileError::Json { path, source } => ConvertError::Tokenizer {
+            file: path,
+            reason: format!("invalid JSON: {source}"),
+        },
+    }
 }
 
 fn type_of(v: &Value) -> &str {
@@ -225,35 +222,6 @@ fn post_processor(
         }
     }
     Ok(())
-}
-
-/// `chat_template` of `tokenizer_config.json` (a string, or named templates of which
-/// "default" is the chat template), or `chat_template.jinja` beside it.
-fn chat_template(dir: &Path, config: Option<&Value>) -> Result<Option<String>, ConvertError> {
-    match config.and_then(|c| c.get("chat_template")) {
-        Some(Value::String(s)) => return Ok(Some(s.clone())),
-        Some(Value::Array(list)) => {
-            let named = |name: &str| {
-                list.iter()
-                    .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
-            };
-            return Ok(named("default")
-                .or_else(|| list.first())
-                .and_then(|t| t.get("template"))
-                .and_then(Value::as_str)
-                .map(str::to_owned));
-        }
-        _ => {}
-    }
-    let jinja = dir.join("chat_template.jinja");
-    match std::fs::read_to_string(&jinja) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ConvertError::Io {
-            path: jinja,
-            source,
-        }),
-    }
 }
 
 /// The vocabulary in id order with token types: the BPE vocabulary, the added tokens
@@ -508,7 +476,9 @@ pub fn convert(dir: &Path, config: &HfConfig) -> Result<TokenizerKeys, ConvertEr
     }
     entries.push((key("add_bos_token"), MetadataValue::Bool(add_bos)));
     entries.push((key("add_eos_token"), MetadataValue::Bool(add_eos)));
-    if let Some(template) = chat_template(dir, tokenizer_config.as_ref())? {
+    if let Some(template) =
+        chat_template_source(dir, tokenizer_config.as_ref()).map_err(convert_error)?
+    {
         entries.push((
             "tokenizer.chat_template".into(),
             MetadataValue::String(template),

@@ -12,11 +12,12 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use quench_cpu::SamplingParams;
 use quench_text::Message;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-use super::body::read_json;
-use super::types::{ChatRequest, CompletionRequest, PromptInput, Stop, StreamOptions};
+use super::body::read_json_split;
+use super::types::{ChatRequest, CompletionRequest, GenerationFields, PromptInput};
 use super::{ApiError, AppState, ServedKind, ServedModel};
 use crate::engine::blocks::blocks_for;
 use crate::engine::{Done, Event, Job, TokenLogprob, TokenOut};
@@ -26,7 +27,7 @@ use crate::text::{TextFailure, TextSide};
 
 /// Most stop strings a request may give.
 const MAX_STOPS: usize = 16;
-/// Most alternatives `top_logprobs` may ask for.
+/// Most alternatives per token `top_logprobs` (chat) or `logprobs` (completions) may ask for.
 const MAX_TOP_LOGPROBS: i64 = 20;
 const SESSION_HEADER: &str = "x-session-id";
 
@@ -40,20 +41,24 @@ struct Options {
     include_usage: bool,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn check_options(
-    max_tokens: Option<i64>,
-    max_completion_tokens: Option<i64>,
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    seed: Option<i64>,
-    stop: Option<Stop>,
-    stream: Option<bool>,
-    stream_options: Option<StreamOptions>,
-    n: Option<i64>,
-    penalties: [(&'static str, Option<f64>); 2],
-    ignore_eos: Option<bool>,
-) -> Result<Options, ApiError> {
+/// Checks the shared fields but `model` and `session_id`, which name what the request is
+/// answered by rather than how.
+fn check_options(fields: GenerationFields) -> Result<Options, ApiError> {
+    let GenerationFields {
+        max_tokens,
+        max_completion_tokens,
+        temperature,
+        top_p,
+        seed,
+        stop,
+        stream,
+        stream_options,
+        n,
+        presence_penalty,
+        frequency_penalty,
+        ignore_eos,
+        ..
+    } = fields;
     let max_tokens = match (max_completion_tokens, max_tokens) {
         (Some(v), _) => Some((v, "max_completion_tokens")),
         (None, Some(v)) => Some((v, "max_tokens")),
@@ -89,7 +94,10 @@ fn check_options(
             format!("n must be 1 (one choice per request), not {n}"),
         ));
     }
-    for (name, value) in penalties {
+    for (name, value) in [
+        ("presence_penalty", presence_penalty),
+        ("frequency_penalty", frequency_penalty),
+    ] {
         if let Some(v) = value.filter(|&v| v != 0.0) {
             return Err(ApiError::invalid(
                 name,
@@ -126,6 +134,56 @@ fn check_options(
         stream,
         include_usage,
     })
+}
+
+/// How many alternatives per token `name` asks for, at most [`MAX_TOP_LOGPROBS`].
+fn alternatives(name: &str, n: i64) -> Result<usize, ApiError> {
+    if !(0..=MAX_TOP_LOGPROBS).contains(&n) {
+        return Err(ApiError::invalid(
+            name,
+            format!("{name} must be between 0 and {MAX_TOP_LOGPROBS}, not {n}"),
+        ));
+    }
+    Ok(n as usize)
+}
+
+/// What chat and text completions take alike from a request.
+struct Received {
+    arrived: Instant,
+    log: Option<Arc<RequestLog>>,
+    headers: HeaderMap,
+    served: Arc<ServedModel>,
+    options: Options,
+    /// The session the body names, not yet checked against the header ([`session_id`]).
+    body_session: Option<String>,
+}
+
+/// Reads a chat or text completion request: the shared fields, checked, and the endpoint's
+/// own fields `E`, as read.
+async fn receive<E: DeserializeOwned>(
+    state: &AppState,
+    request: Request,
+) -> Result<(Received, E), ApiError> {
+    let arrived = Instant::now();
+    let log = request_log(&request);
+    let (parts, body) = request.into_parts();
+    let (mut fields, own): (GenerationFields, E) =
+        read_json_split(&parts.headers, body, state.limits).await?;
+    let served = state.model(fields.model.as_deref(), true)?;
+    if let Some(log) = &log {
+        log.set_model(&served.id);
+    }
+    let body_session = fields.session_id.take();
+    let options = check_options(fields)?;
+    let received = Received {
+        arrived,
+        log,
+        headers: parts.headers,
+        served,
+        options,
+        body_session,
+    };
+    Ok((received, own))
 }
 
 /// The session a request names in its body or its `X-Session-Id` header.
@@ -239,44 +297,19 @@ pub async fn chat(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let arrived = Instant::now();
-    let log = request_log(&request);
-    let (parts, body) = request.into_parts();
-    let req: ChatRequest = read_json(&parts.headers, body, state.limits).await?;
-    let served = state.model(req.model.as_deref(), true)?;
-    if let Some(log) = &log {
-        log.set_model(&served.id);
-    }
-    let options = check_options(
-        req.max_tokens,
-        req.max_completion_tokens,
-        req.temperature,
-        req.top_p,
-        req.seed,
-        req.stop,
-        req.stream,
-        req.stream_options,
-        req.n,
-        [
-            ("presence_penalty", req.presence_penalty),
-            ("frequency_penalty", req.frequency_penalty),
-        ],
-        req.ignore_eos,
-    )?;
-    let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
-        (_, Some(n)) if !(0..=MAX_TOP_LOGPROBS).contains(&n) => {
-            return Err(ApiError::invalid(
-                "top_logprobs",
-                format!("top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, not {n}"),
-            ))
-        }
+    let (mut received, req): (Received, ChatRequest) = receive(&state, request).await?;
+    let top = req
+        .top_logprobs
+        .map(|n| alternatives("top_logprobs", n))
+        .transpose()?;
+    let logprobs = match (req.logprobs.unwrap_or(false), top) {
         (false, Some(_)) => {
             return Err(ApiError::invalid(
                 "top_logprobs",
                 "top_logprobs needs logprobs set to true",
             ))
         }
-        (true, n) => Some(n.unwrap_or(0) as usize),
+        (true, n) => Some(n.unwrap_or(0)),
         (false, None) => None,
     };
     if req.messages.is_empty() {
@@ -313,16 +346,11 @@ pub async fn chat(
         messages.push(Message::new(role, text));
     }
 
-    let session = session_id(req.session_id, &parts.headers)?;
-    let ServedKind::Causal { text, .. } = &served.kind else {
-        return Err(ApiError::invalid(
-            "model",
-            "this model does not generate text",
-        ));
-    };
+    let session = session_id(received.body_session.take(), &received.headers)?;
+    let text = generator_text(&received.served)?;
     let mut turn = None;
     if let Some(id) = &session {
-        let (claim, mut t) = claim_session(&state, &served, id, true)?;
+        let (claim, mut t) = claim_session(&state, &received.served, id, true)?;
         if let History::Chat(earlier) = claim.history {
             messages.splice(0..0, earlier);
         }
@@ -332,79 +360,27 @@ pub async fn chat(
     let prompt = text
         .chat_prompt(&messages)
         .map_err(|e| text_failure(e, "messages"))?;
-    let reply = Reply {
-        id: format!("chatcmpl-{}", log.as_ref().map_or("0", |l| l.id.as_str())),
-        created: chrono::Utc::now().timestamp(),
-        model: served.id.clone(),
-        chat: true,
-        text: text.clone(),
-        session: session.clone(),
-    };
-    run(
-        state,
-        served.clone(),
-        reply,
-        prompt,
-        "messages",
-        options,
-        logprobs,
-        turn,
-        log,
-        arrived,
-    )
-    .await
+    let reply = Reply::new(&received, true, text, session);
+    run(state, received, reply, prompt, "messages", logprobs, turn).await
 }
 
 pub async fn completions(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let arrived = Instant::now();
-    let log = request_log(&request);
-    let (parts, body) = request.into_parts();
-    let req: CompletionRequest = read_json(&parts.headers, body, state.limits).await?;
-    let served = state.model(req.model.as_deref(), true)?;
-    if let Some(log) = &log {
-        log.set_model(&served.id);
-    }
-    let options = check_options(
-        req.max_tokens,
-        req.max_completion_tokens,
-        req.temperature,
-        req.top_p,
-        req.seed,
-        req.stop,
-        req.stream,
-        req.stream_options,
-        req.n,
-        [
-            ("presence_penalty", req.presence_penalty),
-            ("frequency_penalty", req.frequency_penalty),
-        ],
-        req.ignore_eos,
-    )?;
-    let logprobs = match req.logprobs {
-        Some(n) if !(0..=MAX_TOP_LOGPROBS).contains(&n) => {
-            return Err(ApiError::invalid(
-                "logprobs",
-                format!("logprobs must be between 0 and {MAX_TOP_LOGPROBS}, not {n}"),
-            ))
-        }
-        n => n.map(|n| n as usize),
-    };
+    let (mut received, req): (Received, CompletionRequest) = receive(&state, request).await?;
+    let logprobs = req
+        .logprobs
+        .map(|n| alternatives("logprobs", n))
+        .transpose()?;
     if req.echo == Some(true) {
         return Err(ApiError::invalid("echo", "echo is not supported"));
     }
     if req.suffix.is_some() {
         return Err(ApiError::invalid("suffix", "suffix is not supported"));
     }
-    let ServedKind::Causal { text, .. } = &served.kind else {
-        return Err(ApiError::invalid(
-            "model",
-            "this model does not generate text",
-        ));
-    };
-    let session = session_id(req.session_id, &parts.headers)?;
+    let text = generator_text(&received.served)?;
+    let session = session_id(received.body_session.take(), &received.headers)?;
     let prompt_input = req
         .prompt
         .ok_or_else(|| ApiError::invalid("prompt", "prompt is required"))?;
@@ -431,7 +407,7 @@ pub async fn completions(
         PromptInput::Tokens(tokens) => tokens,
         PromptInput::Text(mut t) => {
             if let Some(id) = &session {
-                let (claim, mut tr) = claim_session(&state, &served, id, false)?;
+                let (claim, mut tr) = claim_session(&state, &received.served, id, false)?;
                 if let History::Text(earlier) = claim.history {
                     t.insert_str(0, &earlier);
                 }
@@ -442,43 +418,38 @@ pub async fn completions(
                 .map_err(|e| text_failure(e, "prompt"))?
         }
     };
-    let reply = Reply {
-        id: format!("cmpl-{}", log.as_ref().map_or("0", |l| l.id.as_str())),
-        created: chrono::Utc::now().timestamp(),
-        model: served.id.clone(),
-        chat: false,
-        text: text.clone(),
-        session: session.clone(),
-    };
-    run(
-        state,
-        served.clone(),
-        reply,
-        prompt,
-        "prompt",
-        options,
-        logprobs,
-        turn,
-        log,
-        arrived,
-    )
-    .await
+    let reply = Reply::new(&received, false, text, session);
+    run(state, received, reply, prompt, "prompt", logprobs, turn).await
+}
+
+/// The text side of a model that generates text; other models are refused.
+fn generator_text(served: &ServedModel) -> Result<Arc<dyn TextSide>, ApiError> {
+    match &served.kind {
+        ServedKind::Causal { text, .. } => Ok(text.clone()),
+        ServedKind::Embedding { .. } => Err(ApiError::invalid(
+            "model",
+            "this model does not generate text",
+        )),
+    }
 }
 
 /// Checks the prompt against the model's limits, submits the job and answers.
-#[allow(clippy::too_many_arguments)]
 async fn run(
     state: Arc<AppState>,
-    served: Arc<ServedModel>,
+    received: Received,
     reply: Reply,
     prompt: Vec<u32>,
     prompt_param: &'static str,
-    options: Options,
     logprobs: Option<usize>,
     turn: Option<SessionTurn>,
-    log: Option<Arc<RequestLog>>,
-    arrived: Instant,
 ) -> Result<Response, ApiError> {
+    let Received {
+        arrived,
+        log,
+        served,
+        options,
+        ..
+    } = received;
     let engine = served
         .engine()
         .ok_or_else(|| ApiError::invalid("model", "this model does not generate text"))?;
@@ -577,6 +548,24 @@ struct Reply {
 }
 
 impl Reply {
+    fn new(
+        received: &Received,
+        chat: bool,
+        text: Arc<dyn TextSide>,
+        session: Option<String>,
+    ) -> Reply {
+        let kind = if chat { "chatcmpl" } else { "cmpl" };
+        let request = received.log.as_ref().map_or("0", |l| l.id.as_str());
+        Reply {
+            id: format!("{kind}-{request}"),
+            created: chrono::Utc::now().timestamp(),
+            model: received.served.id.clone(),
+            chat,
+            text,
+            session,
+        }
+    }
+
     fn usage(&self, done: &Done) -> Value {
         json!({
             "prompt_tokens": done.prompt_tokens,

@@ -1,22 +1,23 @@
 //! Request bodies, as OpenAI's API defines them. Fields the server does not use are
-//! ignored; a field it uses with a value of the wrong type is refused by name. (Fields
-//! are spelled out in each request rather than flattened, so that errors keep their path.)
+//! ignored; a field it uses with a value of the wrong type is refused by name. Chat and text
+//! completion bodies are read twice: once for the fields they share ([`GenerationFields`]),
+//! once for the endpoint's own.
 
 use std::fmt;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
+/// The fields chat and text completion requests share.
 #[derive(Debug, Deserialize)]
-pub struct ChatRequest {
+pub struct GenerationFields {
     pub model: Option<String>,
-    pub messages: Vec<ChatMessage>,
     pub max_tokens: Option<i64>,
     pub max_completion_tokens: Option<i64>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
     pub seed: Option<i64>,
-    pub stop: Option<Stop>,
+    pub stop: Option<Strings>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub n: Option<i64>,
@@ -26,29 +27,20 @@ pub struct ChatRequest {
     pub session_id: Option<String>,
     /// quench: draw past end-of-sequence tokens, for answers of a fixed length.
     pub ignore_eos: Option<bool>,
+}
+
+/// The fields of a chat completion request besides [`GenerationFields`].
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<i64>,
 }
 
+/// The fields of a text completion request besides [`GenerationFields`].
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {
-    pub model: Option<String>,
     pub prompt: Option<PromptInput>,
-    pub max_tokens: Option<i64>,
-    pub max_completion_tokens: Option<i64>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub seed: Option<i64>,
-    pub stop: Option<Stop>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    pub n: Option<i64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    /// quench: continue this session (see the `X-Session-Id` header too).
-    pub session_id: Option<String>,
-    /// quench: draw past end-of-sequence tokens, for answers of a fixed length.
-    pub ignore_eos: Option<bool>,
     /// Completions take the number of alternatives to report.
     pub logprobs: Option<i64>,
     pub echo: Option<bool>,
@@ -122,27 +114,27 @@ impl<'de> Deserialize<'de> for Content {
     }
 }
 
-/// `stop`: one string or a list of them.
+/// One string or a list of them (`stop`, the `input` of embeddings).
 #[derive(Debug)]
-pub struct Stop(pub Vec<String>);
+pub struct Strings(pub Vec<String>);
 
-impl<'de> Deserialize<'de> for Stop {
+impl<'de> Deserialize<'de> for Strings {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Stop;
+            type Value = Strings;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string or an array of strings")
             }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Stop, E> {
-                Ok(Stop(vec![s.to_owned()]))
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Strings, E> {
+                Ok(Strings(vec![s.to_owned()]))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Stop, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Strings, A::Error> {
                 let mut all = Vec::new();
                 while let Some(s) = seq.next_element::<String>()? {
                     all.push(s);
                 }
-                Ok(Stop(all))
+                Ok(Strings(all))
             }
         }
         d.deserialize_any(V)
@@ -194,34 +186,8 @@ impl<'de> Deserialize<'de> for PromptInput {
 #[derive(Debug, Deserialize)]
 pub struct EmbeddingRequest {
     pub model: Option<String>,
-    pub input: EmbeddingInput,
+    /// The texts to embed.
+    pub input: Strings,
     pub encoding_format: Option<String>,
     pub dimensions: Option<i64>,
-}
-
-/// Texts to embed: one string or a list of them.
-#[derive(Debug)]
-pub struct EmbeddingInput(pub Vec<String>);
-
-impl<'de> Deserialize<'de> for EmbeddingInput {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = EmbeddingInput;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string or an array of strings")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<EmbeddingInput, E> {
-                Ok(EmbeddingInput(vec![s.to_owned()]))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EmbeddingInput, A::Error> {
-                let mut all = Vec::new();
-                while let Some(s) = seq.next_element::<String>()? {
-                    all.push(s);
-                }
-                Ok(EmbeddingInput(all))
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
