@@ -398,8 +398,8 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                 }
             });
         };
-        // The group's rows, where the last group leaves warps without one.
-        let rows_of = |k: &mut Builder, g: &RowGroup| {
+        // A group's products; warps past the last row (of the last group) have none.
+        let products = |k: &mut Builder, g: &RowGroup| {
             if p.rows.is_multiple_of(p.warps * p.rows_per_warp()) {
                 body(k, g);
             } else {
@@ -409,14 +409,14 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
             }
         };
         match &own {
-            Some(g) => rows_of(k, g),
+            Some(g) => products(k, g),
             None => {
                 let first = k.ctaid_x();
                 let groups = k.const_u32(p.groups());
                 let stride = k.nctaid_x();
                 k.for_range(first, groups, stride, &[], |k, group, _| {
                     let g = RowGroup::emit(k, p, group, warp, &weights);
-                    rows_of(k, &g);
+                    products(k, &g);
                     vec![]
                 });
             }
