@@ -2,15 +2,20 @@
 # quench prof on the GPU, on SmolLM2's decode through the replayed step graph:
 #   1. one profiled `quench bench --device cuda` run: every dispatch of every decode
 #      step as a Chrome trace, the per-kernel summary against the copy bandwidth and FMA
-#      throughput measured in the same run, the roofline, and a receipt;
+#      throughput measured in the same run, the roofline, and a receipt whose bounds are
+#      that the kernels counted every dispatch the host submitted
+#      (dispatches_recorded = dispatches_submitted) and that each step's dispatches ran
+#      one after another (replays_ordered);
 #   2. the cost of profiling: the same bench PAIRS times plain and PAIRS times profiled,
-#      in turns, comparing the median host time of a decode step (bound: below 3%).
+#      in turns, comparing the median host time of a decode step (bound: below 3%) and
+#      the greedy tokens of each pair (bound: tokens_identical).
 #
 #   scripts/device/prof-check.sh SMOLLM2.gguf [PAIRS]
 #
 # Run from the repository root with the release binary carried (target/release/quench).
 # Writes to $OUT (or receipts/ when OUT is unset):
-#   prof-summary.json   receipt of the profiled run (summary, ceilings, host spans)
+#   prof-summary.json   receipt of the profiled run (summary, ceilings, host spans,
+#                       record checks; fails past its bounds)
 #   prof-summary.txt    the summary table
 #   prof-trace.json     Chrome trace / Perfetto JSON
 #   prof-roofline.png   roofline and bandwidth per kernel

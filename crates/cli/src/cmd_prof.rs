@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use quench_engine::gpu::profile::{self, Mode, Profile, ProfileOptions};
 use quench_kernels::{compare, library, run_case, CaseArg, KernelSpec};
 use quench_prof::ceiling::measure_fma_flops;
+use quench_prof::order::{check_order, OrderCheck};
 use quench_prof::roofline::roofline_png;
 use quench_prof::summary::{render, to_json};
-use quench_prof::{chrome_trace, instrument, shapes::small_params, summarize, Ceilings, HostSpans, Ring};
+use quench_prof::{chrome_trace, instrument, shapes::small_params, summarize, Ceilings, Dispatch, HostSpans, Ring};
 use quench_rt::{CudaExecutor, Executor, InterpExecutor, StreamId};
 use serde_json::{json, Value};
 
@@ -129,6 +130,7 @@ fn run_profiled(command: &crate::Command, mode: Mode) -> (Profile, Result<(), St
         decoders: vec![],
         submitted: 0,
         step_ns: vec![],
+        tokens: vec![],
     });
     (profile, result)
 }
@@ -157,20 +159,89 @@ fn device_json(d: &profile::ProfiledDecoder) -> Value {
     json!({"name": d.device, "backend": d.backend})
 }
 
-/// Write the trace (and roofline), print or emit the summary of a profiled run.
+/// What a profiled run's records must show: every submitted dispatch seen running, and
+/// the dispatches of each step one after another (they are serialized on one stream).
+struct RecordChecks {
+    /// Launches the records counted (from each record's launch counter).
+    recorded: u64,
+    submitted: u64,
+    /// Records read back, one per dispatch and step (the trace's slices).
+    records: usize,
+    order: OrderCheck,
+}
+
+/// Overlaps listed in a receipt (the count covers all of them).
+const OVERLAPS_LISTED: usize = 8;
+
+impl RecordChecks {
+    fn of(profile: &Profile) -> RecordChecks {
+        RecordChecks {
+            recorded: profile.dispatches.iter().map(|d| d.launches).sum(),
+            submitted: profile.submitted,
+            records: profile.dispatches.len(),
+            order: check_order(&profile.dispatches),
+        }
+    }
+
+    fn failures(&self, dispatches: &[Dispatch]) -> Vec<String> {
+        let mut out = vec![];
+        if self.recorded != self.submitted || self.records as u64 != self.submitted {
+            out.push(format!(
+                "the profile's {} dispatch records saw {} dispatches run, but {} were submitted",
+                self.records, self.recorded, self.submitted
+            ));
+        }
+        if let Some(o) = self.order.overlaps.first() {
+            let (a, b) = (&dispatches[o.first], &dispatches[o.second]);
+            out.push(format!(
+                "{} of {} consecutive dispatches overlap although serialized; the first: `{}` began {} ns \
+                 before `{}` ended (step {})",
+                self.order.overlaps.len(),
+                self.order.pairs,
+                b.kernel,
+                o.by_ns,
+                a.kernel,
+                o.step.map_or("-".to_string(), |s| s.to_string())
+            ));
+        }
+        out
+    }
+
+    fn to_json(&self, dispatches: &[Dispatch]) -> Value {
+        let overlaps: Vec<Value> = self
+            .order
+            .overlaps
+            .iter()
+            .take(OVERLAPS_LISTED)
+            .map(|o| {
+                json!({"step": o.step, "stream": o.stream, "first": dispatches[o.first].kernel,
+                    "second": dispatches[o.second].kernel, "by_ns": o.by_ns})
+            })
+            .collect();
+        json!({
+            "dispatches_recorded": self.recorded,
+            "dispatches_submitted": self.submitted,
+            "dispatch_records": self.records,
+            "replays_ordered": {
+                "ordered": self.order.overlaps.is_empty(),
+                "pairs_compared": self.order.pairs,
+                "violations": self.order.overlaps.len(),
+                "first_violations": overlaps,
+            },
+        })
+    }
+}
+
+/// Write the trace (and roofline), print or emit the summary of a profiled run; fail,
+/// after writing them, if the records miss a dispatch or show serialized ones overlapping.
 fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
     let Some(decoder) = profile.decoders.first() else {
         return Err("the command put no decoder on a GPU (or the interpreter), so there is nothing to \
                     profile: run it with `--device cuda`"
             .into());
     };
-    if profile.dispatches.len() as u64 != profile.submitted {
-        return Err(format!(
-            "the profile holds {} dispatch records, but {} dispatches were submitted",
-            profile.dispatches.len(),
-            profile.submitted
-        ));
-    }
+    let checks = RecordChecks::of(profile);
+    let failures = checks.failures(&profile.dispatches);
     let ceilings = match &decoder.ceilings {
         Some(Ok(c)) => *c,
         Some(Err(e)) => {
@@ -198,30 +269,34 @@ fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
     if a.json.is_none() || json_file(a).is_some() {
         print!("{}", render(&summary, &ceilings));
     }
-    if a.json.is_none() {
-        return Ok(());
+    if a.json.is_some() {
+        let host: Vec<Value> = profile
+            .host
+            .spans()
+            .iter()
+            .map(|s| json!({"name": s.name, "start_ns": s.start_ns, "end_ns": s.end_ns}))
+            .collect();
+        let mut outcome = json!({
+            "clock": if decoder.backend == "interp" { "interpreter virtual clock" } else { "%globaltimer" },
+            "dispatches_per_step": decoder.dispatches_per_step,
+            "decode_step_host_ms": step_stats(&profile.step_ns),
+            "summary": to_json(&summary, &ceilings),
+            "host_spans": host,
+            "trace": a.trace,
+            "roofline": a.roofline,
+            "passed": failures.is_empty(),
+        });
+        if let (Value::Object(o), Value::Object(c)) = (&mut outcome, checks.to_json(&profile.dispatches)) {
+            o.extend(c);
+        }
+        let bound = json!({"dispatches_recorded_equal_submitted": true, "replays_ordered": true});
+        emit_json(a, &receipt::receipt("prof", device_json(decoder), json!({"command": a.command}), bound, outcome))?;
     }
-    let host: Vec<Value> = profile
-        .host
-        .spans()
-        .iter()
-        .map(|s| json!({"name": s.name, "start_ns": s.start_ns, "end_ns": s.end_ns}))
-        .collect();
-    let outcome = json!({
-        "clock": if decoder.backend == "interp" { "interpreter virtual clock" } else { "%globaltimer" },
-        "dispatches_per_step": decoder.dispatches_per_step,
-        "dispatch_records": profile.dispatches.len(),
-        "dispatches_submitted": profile.submitted,
-        "decode_step_host_ms": step_stats(&profile.step_ns),
-        "summary": to_json(&summary, &ceilings),
-        "host_spans": host,
-        "trace": a.trace,
-        "roofline": a.roofline,
-    });
-    let bound = json!({"dispatch_records_equal_submissions": true});
-    emit_json(a, &receipt::receipt("prof", device_json(decoder), json!({"command": a.command}), bound, outcome))
+    match failures.is_empty() {
+        true => Ok(()),
+        false => Err(failures.join("; ")),
+    }
 }
-
 
 fn step_stats(step_ns: &[u64]) -> Value {
     if step_ns.is_empty() {
@@ -231,7 +306,30 @@ fn step_stats(step_ns: &[u64]) -> Value {
     json!({"steps": ms.len(), "median": median(ms.clone()), "min": ms.iter().copied().fold(f64::INFINITY, f64::min)})
 }
 
-/// `--overhead`: `run` the command in `pairs` pairs of plain and profiled runs.
+/// The tokens of a plain and a profiled run of the same command, compared.
+#[derive(Debug, PartialEq)]
+struct TokenMatch {
+    plain: usize,
+    profiled: usize,
+    /// Index of the first token that differs (or that one run lacks); `None`: identical.
+    first_difference: Option<usize>,
+}
+
+impl TokenMatch {
+    fn of(plain: &[u32], profiled: &[u32]) -> TokenMatch {
+        let differs = plain.iter().zip(profiled).position(|(a, b)| a != b);
+        let first_difference = differs.or((plain.len() != profiled.len()).then(|| plain.len().min(profiled.len())));
+        TokenMatch { plain: plain.len(), profiled: profiled.len(), first_difference }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"plain_tokens": self.plain, "profiled_tokens": self.profiled,
+            "identical": self.first_difference.is_none(), "first_difference": self.first_difference})
+    }
+}
+
+/// `--overhead`: `run` the command in `pairs` pairs of plain and profiled runs; fails,
+/// after the receipt, if profiling costs more than the target or changes a token.
 fn overhead(
     a: &ProfArgs,
     pairs: u32,
@@ -243,7 +341,9 @@ fn overhead(
     let mut runs = vec![];
     let mut device = Value::Null;
     let (mut plain, mut instrumented) = (vec![], vec![]);
+    let mut matches = vec![];
     for pair in 0..pairs {
+        let mut plain_tokens = vec![];
         for mode in [Mode::StepTimes, Mode::Dispatches] {
             let (profile, result) = run(mode);
             result?;
@@ -262,19 +362,47 @@ fn overhead(
                 Mode::Dispatches => "profiled",
             };
             eprintln!("pair {}/{pairs} {name:>8}: {} decode steps, median {m:.4} ms", pair + 1, ms.len());
+            let mut run_json = json!({"pair": pair, "mode": name, "decode_steps": ms.len(), "median_step_ms": m,
+                "tokens": profile.tokens.len()});
             match mode {
-                Mode::StepTimes => plain.push(m),
-                Mode::Dispatches => instrumented.push(m),
+                Mode::StepTimes => {
+                    plain.push(m);
+                    plain_tokens = profile.tokens;
+                }
+                Mode::Dispatches => {
+                    instrumented.push(m);
+                    let tokens = TokenMatch::of(&plain_tokens, &profile.tokens);
+                    if let Some(i) = tokens.first_difference {
+                        let pair = pair + 1;
+                        eprintln!("pair {pair}/{pairs}: the profiled run's tokens differ from the plain run's at {i}");
+                    }
+                    run_json["tokens_match_plain"] = tokens.to_json();
+                    matches.push(tokens);
+                    if let (Value::Object(r), Value::Object(c)) =
+                        (&mut run_json, RecordChecks::of(&profile).to_json(&profile.dispatches))
+                    {
+                        r.extend(c);
+                    }
+                }
             }
-            runs.push(json!({"pair": pair, "mode": name, "decode_steps": ms.len(), "median_step_ms": m,
-                "dispatch_records": profile.dispatches.len()}));
+            runs.push(run_json);
         }
     }
     let (p, q) = (median(plain), median(instrumented));
     let cost = q / p - 1.0;
+    // `None` when no run recorded a token (the command's decoder reports none).
+    let identical = match matches.iter().all(|m| m.plain == 0 && m.profiled == 0) {
+        true => None,
+        false => Some(matches.iter().all(|m| m.first_difference.is_none())),
+    };
+    let tokens_line = match identical {
+        Some(true) => format!("tokens identical ({} per run)", matches[0].plain),
+        Some(false) => "tokens DIFFER between plain and profiled runs".to_string(),
+        None => "no tokens recorded to compare".to_string(),
+    };
     let line = format!(
         "decode step: {p:.4} ms plain, {q:.4} ms profiled (medians over {pairs} runs each): overhead {:+.2}% \
-         (target below {:.0}%)",
+         (target below {:.0}%); {tokens_line}",
         100.0 * cost,
         100.0 * OVERHEAD_TARGET
     );
@@ -288,17 +416,30 @@ fn overhead(
             "profiled_step_ms": q,
             "overhead": cost,
             "within_target": cost < OVERHEAD_TARGET,
+            "tokens_identical": identical,
             "runs": runs,
         });
         let inputs = json!({"command": a.command, "pairs": pairs,
-            "compared": "median host time of the decode steps that read a token back, per run; medians over runs"});
-        let bound = json!({"overhead_below": OVERHEAD_TARGET});
+            "compared": "median host time of the decode steps that read a token back, per run; medians over runs; \
+                         the tokens the decoder read back, plain against profiled run of each pair"});
+        let bound = json!({"overhead_below": OVERHEAD_TARGET, "tokens_identical": true});
         emit_json(a, &receipt::receipt("prof-overhead", device, inputs, bound, outcome))?;
     }
+    let mut failures = vec![];
     if cost >= OVERHEAD_TARGET {
-        return Err(format!("profiling cost {:.2}% of a decode step, over the {:.0}% target", 100.0 * cost, 100.0 * OVERHEAD_TARGET));
+        failures.push(format!(
+            "profiling cost {:.2}% of a decode step, over the {:.0}% target",
+            100.0 * cost,
+            100.0 * OVERHEAD_TARGET
+        ));
     }
-    Ok(())
+    if identical == Some(false) {
+        failures.push("profiling changed the tokens the command generated".to_string());
+    }
+    match failures.is_empty() {
+        true => Ok(()),
+        false => Err(failures.join("; ")),
+    }
 }
 
 fn selected(names: &[String]) -> Result<Vec<KernelSpec>, String> {
@@ -446,7 +587,8 @@ mod tests {
                     step: Some(step),
                     start_ns: start,
                     end_ns: start + 500,
-                    blocks_done: 4,
+                    launches: 1,
+                    lanes_ended: 4,
                     bytes: 1_000 * (i as u64 + 1),
                     flops: if i == 0 { 2_000 } else { 0 },
                     ..quench_prof::Dispatch::default()
@@ -465,6 +607,7 @@ mod tests {
             }],
             submitted: 6,
             step_ns: vec![1_000_000, 1_200_000],
+            tokens: vec![17, 3, 3, 60],
         }
     }
 
@@ -485,7 +628,11 @@ mod tests {
         let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
         assert_eq!((j["format"].as_str(), j["kind"].as_str()), (Some(receipt::FORMAT), Some("prof")));
         let o = &j["outcome"];
-        assert_eq!((o["dispatch_records"].as_u64(), o["dispatches_submitted"].as_u64()), (Some(6), Some(6)));
+        assert_eq!((o["dispatches_recorded"].as_u64(), o["dispatches_submitted"].as_u64()), (Some(6), Some(6)));
+        assert_eq!(o["dispatch_records"], 6);
+        assert_eq!(o["replays_ordered"]["ordered"], true);
+        assert_eq!((o["replays_ordered"]["pairs_compared"].as_u64(), o["replays_ordered"]["violations"].as_u64()), (Some(4), Some(0)));
+        assert_eq!((o["passed"].as_bool(), j["bound"]["replays_ordered"].as_bool()), (Some(true), Some(true)));
         assert_eq!(o["summary"]["steps"], 2);
         assert_eq!(o["summary"]["kernels"].as_array().expect("rows").len(), 3);
         assert_eq!(o["summary"]["ceilings"]["copy_bytes_per_s"], 4e9);
@@ -495,11 +642,35 @@ mod tests {
             std::fs::remove_file(p).expect("remove");
         }
 
-        // A profile whose records do not match the submissions is refused.
+        // A profile whose records do not match the submissions fails, with its receipt.
+        let unused = temp("unused.json");
+        let json = temp("lost.json");
+        let a = ProfArgs { trace: unused.clone(), json: Some(json.clone()), ..args(&["generate"]) };
         let mut lost = fake_profile();
         lost.submitted = 7;
-        let e = report(&ProfArgs { trace: temp("unused.json"), ..args(&["generate"]) }, &lost).unwrap_err();
-        assert!(e.contains("6 dispatch records") && e.contains("7 dispatches"), "{e}");
+        let e = report(&a, &lost).unwrap_err();
+        assert!(e.contains("6 dispatch records saw 6 dispatches run, but 7 were submitted"), "{e}");
+        // A dispatch whose launch was not seen (its counter did not move) is not recorded.
+        let mut unseen = fake_profile();
+        unseen.dispatches[4].launches = 0;
+        let e = report(&a, &unseen).unwrap_err();
+        assert!(e.contains("saw 5 dispatches run, but 6 were submitted"), "{e}");
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert_eq!((j["outcome"]["dispatches_recorded"].as_u64(), j["outcome"]["passed"].as_bool()), (Some(5), Some(false)));
+
+        // Serialized dispatches that overlap fail, named, with their receipt.
+        let mut overlapping = fake_profile();
+        overlapping.dispatches[5].start_ns = overlapping.dispatches[4].end_ns - 30;
+        let e = report(&a, &overlapping).unwrap_err();
+        assert!(e.contains("1 of 4 consecutive") && e.contains("`argmax_f32` began 30 ns before `attention_decode_f16`"), "{e}");
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        let order = &j["outcome"]["replays_ordered"];
+        assert_eq!((order["ordered"].as_bool(), order["violations"].as_u64()), (Some(false), Some(1)));
+        assert_eq!(order["first_violations"][0], json!({"step": 1, "stream": 0, "first": "attention_decode_f16",
+            "second": "argmax_f32", "by_ns": 30}));
+        for p in [unused, json] {
+            std::fs::remove_file(p).expect("remove");
+        }
     }
 
     #[test]
@@ -523,7 +694,46 @@ mod tests {
         let o = &j["outcome"];
         assert!((o["overhead"].as_f64().expect("overhead") - 0.02).abs() < 1e-9, "{j}");
         assert_eq!(o["within_target"], true);
-        assert_eq!(o["runs"].as_array().expect("runs").len(), 4);
+        let runs = o["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), 4);
+        assert_eq!((o["tokens_identical"].as_bool(), j["bound"]["tokens_identical"].as_bool()), (Some(true), Some(true)));
+        assert_eq!(runs[1]["tokens_match_plain"], json!({"plain_tokens": 4, "profiled_tokens": 4,
+            "identical": true, "first_difference": null}));
+        assert_eq!((runs[3]["dispatches_recorded"].as_u64(), runs[3]["replays_ordered"]["violations"].as_u64()), (Some(6), Some(0)));
+
+        // A profiled run whose tokens differ (here from the third on, in the second
+        // pair) fails within the target, and the receipt says where.
+        let mut calls = 0;
+        let e = overhead(&a, 2, |mode| {
+            calls += 1;
+            let mut p = fake_profile();
+            p.mode = mode;
+            if calls == 4 {
+                p.tokens[2] += 1;
+            }
+            (p, Ok(()))
+        })
+        .unwrap_err();
+        assert!(e.contains("changed the tokens") && !e.contains("target"), "{e}");
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        let o = &j["outcome"];
+        assert_eq!((o["tokens_identical"].as_bool(), o["within_target"].as_bool()), (Some(false), Some(true)));
+        assert_eq!(o["runs"][1]["tokens_match_plain"]["identical"], true);
+        assert_eq!(o["runs"][3]["tokens_match_plain"]["first_difference"], 2);
+        // A run that stops early differs where the shorter one ends.
+        assert_eq!(TokenMatch::of(&[1, 2, 3], &[1, 2]).first_difference, Some(2));
+        assert_eq!(TokenMatch::of(&[1, 2], &[1, 2]).first_difference, None);
+
+        // No tokens recorded by any run: nothing compared, and no failure for it.
+        overhead(&a, 1, |mode| {
+            let mut p = fake_profile();
+            p.mode = mode;
+            p.tokens.clear();
+            (p, Ok(()))
+        })
+        .expect("measured");
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert_eq!(j["outcome"]["tokens_identical"], Value::Null);
 
         // Over the target: the receipt says so, and the command fails.
         let e = overhead(&a, 1, |mode| {

@@ -79,9 +79,9 @@ fn us(ns: u64) -> f64 {
 /// The Chrome trace (`{"traceEvents": [...]}`, opens in ui.perfetto.dev): a "GPU"
 /// process with a thread per stream holding the dispatches, and a "host" process with
 /// the host spans. A dispatch's slice is named for its kernel; its arguments hold the
-/// block count and, where known, its label, step, bytes and FLOPs. GPU times are shown
-/// from the earliest dispatch start; the GPU clock and the host clock are not aligned
-/// with each other.
+/// launches its record saw, the end-time lanes they raised and, where known, its label,
+/// step, bytes and FLOPs. GPU times are shown from the earliest dispatch start; the GPU
+/// clock and the host clock are not aligned with each other.
 pub fn chrome_trace(dispatches: &[Dispatch], host: &HostSpans) -> Value {
     let origin = dispatches.iter().map(|d| d.start_ns).min().unwrap_or(0);
     let mut events = vec![
@@ -98,7 +98,7 @@ pub fn chrome_trace(dispatches: &[Dispatch], host: &HostSpans) -> Value {
     let mut gpu: Vec<&Dispatch> = dispatches.iter().collect();
     gpu.sort_by_key(|d| (d.stream, d.start_ns));
     for d in gpu {
-        let mut args = json!({"blocks": d.blocks_done});
+        let mut args = json!({"launches": d.launches, "lanes_ended": d.lanes_ended});
         if !d.label.is_empty() {
             args["label"] = json!(d.label);
         }

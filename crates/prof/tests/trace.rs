@@ -4,7 +4,15 @@ use quench_prof::summary::{render, to_json};
 use quench_prof::{chrome_trace, summarize, Ceilings, Dispatch, HostSpan, HostSpans};
 
 fn d(kernel: &str, stream: u32, start_ns: u64, end_ns: u64) -> Dispatch {
-    Dispatch { kernel: kernel.to_string(), stream, start_ns, end_ns, blocks_done: 4, ..Dispatch::default() }
+    Dispatch {
+        kernel: kernel.to_string(),
+        stream,
+        start_ns,
+        end_ns,
+        launches: 1,
+        lanes_ended: 4,
+        ..Dispatch::default()
+    }
 }
 
 fn dispatches() -> Vec<Dispatch> {
@@ -47,6 +55,10 @@ fn trace_has_lanes_and_ordered_disjoint_events() {
         assert!(w[0].0 + w[0].1 <= w[1].0, "overlap in {w:?}");
     }
     assert_eq!(lane(1, 3), [(2.0, 0.25, "\"argmax\"".to_string())]);
+    assert!(complete
+        .iter()
+        .filter(|e| e["pid"] == 1)
+        .all(|e| e["args"]["launches"] == 1 && e["args"]["lanes_ended"] == 4));
     let h = lane(2, 0);
     assert_eq!(h.len(), 2);
     let submit = h.iter().find(|e| e.2 == "\"submit\"").expect("submit span");

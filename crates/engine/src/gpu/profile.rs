@@ -3,11 +3,12 @@
 //! While profiling is on ([`start`] … [`finish`]), every [`super::GpuDecoder`] loaded
 //! runs instrumented kernels ([`quench_prof::instrument`]): each dispatch of the step
 //! owns one fixed slot of a ring buffer on the device, so the captured graph replays with
-//! the same arguments, and after each step the host reads the ring back (one small copy)
-//! and tags the records with the step's number. Host spans cover loading (graph
-//! assembly, ceiling measurement, weight upload, kernel compilation, capture) and every
-//! step (submission, read-back, the profile read, and the host's work between the
-//! tokens of a session: sampling, detokenizing, streaming).
+//! the same arguments, and after each step the host reads the ring back (one copy,
+//! [`quench_prof::RECORD_BYTES`] per dispatch) and tags the records with the step's
+//! number. Host spans cover loading (graph assembly, ceiling measurement, weight upload,
+//! kernel compilation, capture) and every step (submission, read-back, the profile read,
+//! and the host's work between the tokens of a session: sampling, detokenizing,
+//! streaming).
 //!
 //! Each dispatch also gets a model of the bytes it moves and the FLOPs it performs, from
 //! the step's data and an analysis of its kernel ([`quench_prof::access`]):
@@ -25,6 +26,8 @@
 //!
 //! [`Mode::StepTimes`] leaves the kernels as they are and only times the steps that read
 //! something back on the host: the baseline for the overhead of [`Mode::Dispatches`].
+//! In both modes the profile keeps the tokens that decoders report with
+//! [`record_tokens`], so that the two kinds of run can be checked to agree.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +89,9 @@ pub struct Profile {
     /// Host time of each step that read a token or logits back, from its first copy to
     /// the end of its read-back (the profile read included), in nanoseconds.
     pub step_ns: Vec<u64>,
+    /// The tokens decoders reported reading back ([`record_tokens`]), in order, in either
+    /// mode: a plain and a profiled run of the same command must agree on them.
+    pub tokens: Vec<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +132,7 @@ pub fn start(options: ProfileOptions) -> Result<(), ProfileError> {
             decoders: vec![],
             submitted: 0,
             step_ns: vec![],
+            tokens: vec![],
         },
         ceilings: options.ceilings,
         steps: 0,
@@ -141,6 +148,15 @@ pub fn finish() -> Option<Profile> {
 /// The mode profiling is on in, if it is.
 pub fn mode() -> Option<Mode> {
     recorder().as_ref().map(|r| r.profile.mode)
+}
+
+/// Add the tokens a step read back to the profile (in either mode), so that runs with
+/// and without instrumentation can be compared token by token. Does nothing while
+/// profiling is off.
+pub fn record_tokens(tokens: &[u32]) {
+    if let Some(r) = recorder().as_mut() {
+        r.profile.tokens.extend_from_slice(tokens);
+    }
 }
 
 /// A host span of the profile ([`Mode::Dispatches`]), recorded by [`HostSpan::end`] or
@@ -492,4 +508,32 @@ pub(crate) fn step_done(
         r.profile.dispatches.push(d);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn tokens_are_kept_in_either_mode_while_profiling_is_on() {
+        let seed: u64 = rand::random();
+        eprintln!("seed {seed}");
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut tokens = || -> Vec<u32> { (0..rng.gen_range(1..9)).map(|_| rng.gen()).collect() };
+        // Nothing is kept while profiling is off.
+        record_tokens(&tokens());
+        for mode in [Mode::StepTimes, Mode::Dispatches] {
+            start(ProfileOptions {
+                mode,
+                ceilings: None,
+            })
+            .expect("profiling was off");
+            let (a, b) = (tokens(), tokens());
+            record_tokens(&a);
+            record_tokens(&b);
+            let p = finish().expect("profiling was on");
+            assert_eq!(p.tokens, [a, b].concat(), "{mode:?}");
+        }
+    }
 }
