@@ -193,7 +193,7 @@ fn profiled_generation_records_every_dispatch_of_every_replayed_step() {
             for (r, first) in rs.iter().zip(step(0)) {
                 assert_eq!((&r.kernel, &r.label), (&first.kernel, &first.label));
                 assert!(
-                    r.blocks_done > 0 && r.blocks_done == first.blocks_done,
+                    r.launches == 1 && r.lanes_ended > 0 && r.lanes_ended == first.lanes_ended,
                     "{r:?}"
                 );
                 assert!(r.start_ns < r.end_ns, "{r:?}");
@@ -298,6 +298,8 @@ fn step_times_alone_leave_the_kernels_plain_and_time_the_same_steps() {
     }
     for (mode, tokens, p) in &runs {
         assert_eq!(tokens, &runs[0].1, "{mode:?} changed the tokens");
+        // The profile saw the tokens the steps read back: what `prof --overhead` compares.
+        assert_eq!(&p.tokens, tokens, "{mode:?}: the profile's tokens");
         assert_eq!(p.step_ns.len(), 3);
         assert!(p.step_ns.iter().all(|&t| t > 0));
         match mode {

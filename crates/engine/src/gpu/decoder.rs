@@ -678,10 +678,14 @@ impl GpuDecoder {
             }),
             (Read::Logits(_), _) => read_logits(d, self.config.vocab, &[true]).map(Out::Logits),
         };
-        out.map_err(|e| {
+        let out = out.map_err(|e| {
             session.truncate(last_start);
             GpuError::runtime(read_back())(e)
-        })
+        })?;
+        if let Out::Next(t) = &out {
+            profile::record_tokens(t);
+        }
+        Ok(out)
     }
 
     /// One decode step of `rows`, reading back what `read` asks for.
@@ -790,6 +794,9 @@ impl GpuDecoder {
                 read_logits(d, self.config.vocab, wanted).map_err(GpuError::runtime(read_back))?,
             ),
         };
+        if let Out::Next(t) = &out {
+            profile::record_tokens(t);
+        }
         let read_back = !matches!(out, Out::Nothing);
         let context = rows.iter().map(|(s, _)| s.len() + 1).sum();
         profile::step_done(
