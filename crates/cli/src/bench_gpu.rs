@@ -132,8 +132,11 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     );
     let prompt = prompt_ids(a.prompt_tokens, decoder.config().vocab);
     // Warm-up: compiles nothing new, but settles clocks and caches (the whole prompt, so
-    // that the prompt path is warm too).
-    decoder.time_decode(&prompt, 8).map_err(|e| e.to_string())?;
+    // that the prompt path is warm too), and no more tokens than the timed runs take, which
+    // is what the context was sized for.
+    decoder
+        .time_decode(&prompt, a.gen_tokens.min(8))
+        .map_err(|e| e.to_string())?;
     let mut timings = Vec::with_capacity(a.repeats);
     for i in 0..a.repeats {
         let t = decoder
