@@ -9,8 +9,7 @@
 use quench_models::GgmlType;
 
 use crate::error::{CpuError, Result};
-
-const BLOCK: usize = 32;
+use crate::q8::{Q8Kind, Q8Row, BLOCK};
 
 /// The block formats kept as blocks; other types are expanded to f32 when loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,6 +155,36 @@ impl BlockMatrix {
         simd::dot_rows(self, first, x, x_sums, out)
     }
 
+    /// The 8-bit blocks llama.cpp's CPU path rounds activations to before multiplying them
+    /// by this matrix.
+    pub(crate) fn activation_kind(&self) -> Q8Kind {
+        match self.format {
+            Format::Q4_1 => Q8Kind::Q8_1,
+            Format::Q8_0 => Q8Kind::Q8_0,
+        }
+    }
+
+    /// `out[i] = Σ_k w[first + i][k]·x[k]` computed as llama.cpp's CPU path computes it from
+    /// `x` in 8-bit blocks (of [`Self::activation_kind`]): see [`q8_dot`].
+    pub(crate) fn dot_rows_q8(&self, first: usize, x: &Q8Row, out: &mut [f32]) {
+        let blocks = self.cols / BLOCK;
+        assert_eq!(x.scales.len(), blocks, "dot_rows_q8: input width");
+        assert_eq!(
+            x.sums.len(),
+            if self.format == Format::Q4_1 {
+                blocks
+            } else {
+                0
+            },
+            "dot_rows_q8: input blocks of the wrong kind"
+        );
+        assert!(
+            first + out.len() <= self.rows,
+            "dot_rows_q8: rows out of range"
+        );
+        simd::dot_rows_q8(self, first, x, out)
+    }
+
     /// `out[r·n + t] = Σ_k w[first + r][k]·xs[t·cols + k]`: rows `first, first + 1, …` times
     /// each of the `n` inputs in `xs`. Each row is expanded once (as [`Self::dequant_row`])
     /// and multiplied with every input while it is in cache.
@@ -219,6 +248,69 @@ fn dot_rows<const FMA: bool>(
             Format::Q8_0 => q8_0_dot::<FMA>(&m.scales[b], quants, x),
         };
     }
+}
+
+/// The body of [`BlockMatrix::dot_rows_q8`].
+#[inline(always)]
+fn dot_rows_q8(m: &BlockMatrix, first: usize, x: &Q8Row, out: &mut [f32]) {
+    let xq: Vec<i16> = x.quants.iter().map(|&q| i16::from(q)).collect();
+    for (i, o) in out.iter_mut().enumerate() {
+        let r = first + i;
+        let b = m.row_blocks(r);
+        *o = q8_dot(m, b, m.row_quants(r), x, &xq);
+    }
+}
+
+/// One weight row (blocks `b`, quantized values `quants`) times activations in 8-bit blocks
+/// (`x`, its quants widened in `xq`), in the order of ggml's AVX2 kernels
+/// (`ggml_vec_dot_q4_1_q8_1`, `ggml_vec_dot_q8_0_q8_0`): per block, eight exact integer sums
+/// of four adjacent products, each added into its own f32 lane as `lane += (d_w·d_x)·sum`
+/// (fused); the lanes summed as [`sum_8_lanes`] at the end. Q4_1 adds `Σ_b m_b·s_b` (fused, in
+/// block order) to the lanes' total: its offsets times the activation blocks' stored sums.
+#[inline(always)]
+fn q8_dot(m: &BlockMatrix, b: std::ops::Range<usize>, quants: &[u8], x: &Q8Row, xq: &[i16]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let mut offset_part = 0.0f32;
+    let quant_bytes = m.format.quant_bytes();
+    for (i, (wq, xq)) in quants
+        .chunks_exact(quant_bytes)
+        .zip(xq.chunks_exact(BLOCK))
+        .enumerate()
+    {
+        let mut w = [0i16; BLOCK];
+        match m.format {
+            Format::Q4_1 => {
+                for j in 0..16 {
+                    w[j] = i16::from(wq[j] & 0x0f);
+                    w[j + 16] = i16::from(wq[j] >> 4);
+                }
+                offset_part = m.offsets[b.start + i].mul_add(x.sums[i], offset_part);
+            }
+            Format::Q8_0 => {
+                for j in 0..BLOCK {
+                    w[j] = i16::from(wq[j] as i8);
+                }
+            }
+        }
+        // Products of pairs, then pairs of pairs: exact in i32 (|w·x| ≤ 128·127).
+        let mut pairs = [0i32; 16];
+        for (p, pair) in pairs.iter_mut().enumerate() {
+            *pair = i32::from(w[2 * p]) * i32::from(xq[2 * p])
+                + i32::from(w[2 * p + 1]) * i32::from(xq[2 * p + 1]);
+        }
+        let d = m.scales[b.start + i] * x.scales[i];
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            *lane = d.mul_add((pairs[2 * l] + pairs[2 * l + 1]) as f32, *lane);
+        }
+    }
+    sum_8_lanes(lanes) + offset_part
+}
+
+/// `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`: how ggml adds the eight lanes of an
+/// AVX register.
+pub(crate) fn sum_8_lanes(l: [f32; 8]) -> f32 {
+    let h = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
+    (h[0] + h[2]) + (h[1] + h[3])
 }
 
 /// The sum of `x` over each block of 32: Q4_1's offsets multiply these.
@@ -302,7 +394,8 @@ fn q8_0_dot<const FMA: bool>(scales: &[f32], quants: &[u8], x: &[f32]) -> f32 {
 /// portable build targets a baseline x86-64 without either).
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::BlockMatrix;
+    use super::{BlockMatrix, Format, BLOCK};
+    use crate::q8::Q8Row;
 
     #[target_feature(enable = "avx2,fma")]
     fn dot_rows_tokens_avx2(m: &BlockMatrix, first: usize, xs: &[f32], n: usize, out: &mut [f32]) {
@@ -324,6 +417,64 @@ mod simd {
         }
     }
 
+    /// [`super::q8_dot`] for each row, its integer sums computed 32 products at a time:
+    /// `maddubs` multiplies unsigned by signed bytes and adds adjacent pairs into i16 (exact:
+    /// at most 2·128·127 in magnitude), `madd` with ones adds adjacent pairs of those into
+    /// the eight i32 sums of four.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_rows_q8_avx2(m: &BlockMatrix, first: usize, x: &Q8Row, out: &mut [f32]) {
+        use std::arch::x86_64::*;
+
+        let ones = _mm256_set1_epi16(1);
+        let low_nibbles = _mm_set1_epi8(0x0f);
+        let quant_bytes = m.format.quant_bytes();
+        for (i, o) in out.iter_mut().enumerate() {
+            let r = first + i;
+            let b = m.row_blocks(r);
+            let blocks = m.row_quants(r).chunks_exact(quant_bytes);
+            let mut lanes = _mm256_setzero_ps();
+            let mut offset_part = 0.0f32;
+            for (k, (wq, xq)) in blocks.zip(x.quants.chunks_exact(BLOCK)).enumerate() {
+                // SAFETY: `xq` holds 32 bytes, as an unaligned 256-bit load reads.
+                let xv = unsafe { _mm256_loadu_si256(xq.as_ptr().cast()) };
+                let products = match m.format {
+                    Format::Q4_1 => {
+                        // SAFETY: a Q4_1 block's quants are 16 bytes.
+                        let packed = unsafe { _mm_loadu_si128(wq.as_ptr().cast()) };
+                        let low = _mm_and_si128(packed, low_nibbles);
+                        let high = _mm_and_si128(_mm_srli_epi16::<4>(packed), low_nibbles);
+                        offset_part = m.offsets[b.start + k].mul_add(x.sums[k], offset_part);
+                        _mm256_maddubs_epi16(_mm256_set_m128i(high, low), xv)
+                    }
+                    Format::Q8_0 => {
+                        // SAFETY: a Q8_0 block's quants are 32 bytes.
+                        let wv = unsafe { _mm256_loadu_si256(wq.as_ptr().cast()) };
+                        // |w| (unsigned) times x with w's sign: the same products.
+                        let magnitude = _mm256_sign_epi8(wv, wv);
+                        _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xv, wv))
+                    }
+                };
+                let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(products, ones));
+                let d = _mm256_set1_ps(m.scales[b.start + k] * x.scales[k]);
+                lanes = _mm256_fmadd_ps(d, sums, lanes);
+            }
+            let mut l = [0.0f32; 8];
+            // SAFETY: `l` holds 8 f32, as an unaligned 256-bit store writes.
+            unsafe { _mm256_storeu_ps(l.as_mut_ptr(), lanes) };
+            *o = super::sum_8_lanes(l) + offset_part;
+        }
+    }
+
+    /// Exact either way: the same integer sums, and `mul_add` is fused without FMA too.
+    pub(super) fn dot_rows_q8(m: &BlockMatrix, first: usize, x: &Q8Row, out: &mut [f32]) {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA, the only requirement of the function.
+            unsafe { dot_rows_q8_avx2(m, first, x, out) }
+        } else {
+            super::dot_rows_q8(m, first, x, out)
+        }
+    }
+
     #[target_feature(enable = "avx2,fma")]
     fn dot_rows_avx2(m: &BlockMatrix, first: usize, x: &[f32], xs: &[f32], out: &mut [f32]) {
         super::dot_rows::<true>(m, first, x, xs, out)
@@ -342,6 +493,11 @@ mod simd {
 #[cfg(not(target_arch = "x86_64"))]
 mod simd {
     use super::BlockMatrix;
+    use crate::q8::Q8Row;
+
+    pub(super) fn dot_rows_q8(m: &BlockMatrix, first: usize, x: &Q8Row, out: &mut [f32]) {
+        super::dot_rows_q8(m, first, x, out)
+    }
 
     pub(super) fn dot_rows(m: &BlockMatrix, first: usize, x: &[f32], xs: &[f32], out: &mut [f32]) {
         super::dot_rows::<false>(m, first, x, xs, out)
@@ -361,6 +517,7 @@ mod simd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::q8::quantize_row;
     use quench_models::dequant::{dequantize, f32_to_f16};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
@@ -463,6 +620,93 @@ mod tests {
                         "{ty:?} {what} row {r}: {got} vs {exact} (bound {bound})"
                     );
                 }
+            }
+        }
+    }
+
+    /// A hand-computed Q4_1 row of one block: `d = 0.5`, `m = −1`, quants 0..15 then 15..0,
+    /// times activations `d_x = 0.25` with quants all 2 except the last (−4), `s = 1.5`.
+    #[test]
+    fn one_q4_1_block_times_8_bit_activations() {
+        let mut bytes = Vec::new();
+        bytes.extend(f32_to_f16(0.5).to_le_bytes());
+        bytes.extend(f32_to_f16(-1.0).to_le_bytes());
+        // Byte j: element j (low) = j, element j + 16 (high) = 15 − j.
+        bytes.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let m = BlockMatrix::from_ggml("w", GgmlType::Q4_1, 1, 32, &bytes)
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.activation_kind(), Q8Kind::Q8_1);
+        let mut quants = vec![2i8; 32];
+        quants[31] = -4; // element 31 has weight quant 0
+        let x = Q8Row {
+            scales: vec![0.25],
+            sums: vec![1.5],
+            quants,
+        };
+        // Σ q_w·q_x = 2·(0 + … + 15) + 2·(15 + … + 1) + 0·(−4) = 240 + 240 = 480;
+        // d_w·d_x·480 + m·s = 0.125·480 − 1.5 = 58.5.
+        let mut out = [f32::NAN];
+        m.dot_rows_q8(0, &x, &mut out);
+        assert_eq!(out, [58.5]);
+        super::dot_rows_q8(&m, 0, &x, &mut out);
+        assert_eq!(out, [58.5]);
+    }
+
+    /// The dispatched products equal the portable ones bit for bit, and both lie within f32
+    /// rounding of the exact products of the dequantized weights and activations.
+    #[test]
+    fn products_with_8_bit_activations_are_exact_sums_in_ggml_order() {
+        let mut rng = ChaCha8Rng::seed_from_u64(13);
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (rows, cols) = (37, 160);
+            let bytes = random_blocks(&mut rng, ty, rows, cols);
+            let w = dequantize(ty, &bytes, rows * cols).unwrap();
+            let m = BlockMatrix::from_ggml("w", ty, rows, cols, &bytes)
+                .unwrap()
+                .unwrap();
+            let xf: Vec<f32> = (0..cols).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
+            let x = quantize_row(&xf, m.activation_kind());
+            let mut portable = vec![f32::NAN; rows];
+            super::dot_rows_q8(&m, 0, &x, &mut portable);
+            let mut dispatched = vec![f32::NAN; rows];
+            m.dot_rows_q8(0, &x, &mut dispatched[..4]);
+            m.dot_rows_q8(4, &x, &mut dispatched[4..]);
+            for r in 0..rows {
+                assert_eq!(
+                    portable[r].to_bits(),
+                    dispatched[r].to_bits(),
+                    "{ty:?} row {r}"
+                );
+                let row = &w[r * cols..(r + 1) * cols];
+                let terms = row.iter().enumerate().map(|(k, &wk)| {
+                    let xk = f64::from(x.scales[k / BLOCK]) * f64::from(x.quants[k]);
+                    f64::from(wk) * xk
+                });
+                // Q4_1's offsets meet the stored (f16) block sums, not Σx: the difference
+                // is that of the sums.
+                let offset_error: f64 = match ty {
+                    GgmlType::Q4_1 => (0..cols / BLOCK)
+                        .map(|b| {
+                            let exact: f64 = (0..BLOCK)
+                                .map(|j| {
+                                    f64::from(x.scales[b]) * f64::from(x.quants[b * BLOCK + j])
+                                })
+                                .sum();
+                            let m_b = f64::from(f16_at(&bytes, (r * cols / BLOCK + b) * 20 + 2));
+                            m_b * (f64::from(x.sums[b]) - exact)
+                        })
+                        .sum(),
+                    _ => 0.0,
+                };
+                let exact: f64 = terms.clone().sum::<f64>() + offset_error;
+                let magnitude: f64 = terms.map(f64::abs).sum();
+                let err = (f64::from(portable[r]) - exact).abs();
+                assert!(
+                    err <= 1e-5 * magnitude + 1e-30,
+                    "{ty:?} row {r}: {} vs {exact}",
+                    portable[r]
+                );
             }
         }
     }

@@ -1,13 +1,17 @@
 //! The decoder-only transformers: llama, qwen2 and qwen3.
 
+use crate::arithmetic::Arithmetic;
 use crate::attention::{attention, AttentionShape};
 use crate::config::ModelConfig;
 use crate::error::{CpuError, Result};
-use crate::kv_cache::KvCache;
+use crate::f16_attention::attention_f16;
+use crate::ggml_math;
+use crate::kv_cache::{KvCache, LayerCache};
 use crate::load;
 use crate::math::{rms_norm, silu};
 use crate::matrix::Matrix;
 use crate::names::{DecoderLayerTensor as L, DecoderTensor, Naming};
+use crate::q8::round_f16;
 use crate::real::Real;
 use crate::rope::{rope_frequencies, RopeTable};
 use crate::source::TensorSource;
@@ -31,6 +35,10 @@ pub struct Decoder<T> {
     /// `None` when tied to the token embedding.
     output: Option<Weight<T>>,
     rope_freqs: Vec<f64>,
+    /// A GGUF `rope_freqs.weight` (already applied to `rope_freqs`); ggml's angles divide by
+    /// them.
+    rope_factors: Option<Vec<f32>>,
+    arithmetic: Arithmetic,
 }
 
 /// One transformer block's weights.
@@ -60,8 +68,28 @@ impl<T: Real> Decoder<T> {
     /// otherwise the token embedding serves as output. A GGUF `rope_freqs.weight` (Llama 3
     /// scaling, precomputed) is applied when present.
     pub fn load(config: ModelConfig, src: &dyn TensorSource, naming: Naming) -> Result<Self> {
+        Self::load_as(config, src, naming, Arithmetic::F32)
+    }
+
+    fn load_as(
+        config: ModelConfig,
+        src: &dyn TensorSource,
+        naming: Naming,
+        arithmetic: Arithmetic,
+    ) -> Result<Self> {
         check_decoder_config(&config)?;
         let c = &config;
+        let check = |t: DecoderTensor| load::check_arithmetic(src, &name(t, naming), arithmetic);
+        check(if c.tied_embeddings {
+            DecoderTensor::TokenEmbedding
+        } else {
+            DecoderTensor::Output
+        })?;
+        for n in 0..c.layers {
+            for t in [L::Q, L::K, L::V, L::AttnOutput, L::Gate, L::Up, L::Down] {
+                check(DecoderTensor::Layer(n, t))?;
+            }
+        }
         let dim = c.hidden;
         let token_embedding = load::weight(
             src,
@@ -75,7 +103,8 @@ impl<T: Real> Decoder<T> {
         } else {
             Some(load::weight(src, &output_name, c.vocab, dim)?)
         };
-        let rope_freqs = rope_freqs(c, src, naming)?;
+        let rope_factors = rope_factors(c, src, naming)?;
+        let rope_freqs = rope_frequencies(c, rope_factors.as_deref());
         let layers = (0..c.layers)
             .map(|n| Layer::load(c, src, naming, n))
             .collect::<Result<Vec<_>>>()?;
@@ -87,11 +116,17 @@ impl<T: Real> Decoder<T> {
             output_norm,
             output,
             rope_freqs,
+            rope_factors: rope_factors.map(|f| f.into_iter().map(|v| v as f32).collect()),
+            arithmetic,
         })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    pub fn arithmetic(&self) -> Arithmetic {
+        self.arithmetic
     }
 
     /// An empty cache that accepts up to the model's `max_positions` positions.
@@ -143,11 +178,20 @@ impl<T: Real> Decoder<T> {
             self.token_embedding.row_into(row, x.row_mut(t));
         }
 
-        let rope = RopeTable::<T>::new(&self.rope_freqs, start, tokens.len());
+        let rope = match self.arithmetic {
+            Arithmetic::F32 => RopeTable::<T>::new(&self.rope_freqs, start, tokens.len()),
+            Arithmetic::GgmlRounding => RopeTable::ggml(
+                c.rope_theta as f32,
+                c.head_dim,
+                self.rope_factors.as_deref(),
+                start,
+                tokens.len(),
+            ),
+        };
+        let a = self.arithmetic;
         for (layer, layer_cache) in self.layers.iter().zip(&mut cache.layers) {
-            let (keys, values) = (&mut layer_cache.keys, &mut layer_cache.values);
-            layer.attention_block(c, &mut x, &rope, start, keys, values);
-            layer.ffn_block(c, &mut x);
+            layer.attention_block(c, &mut x, &rope, start, layer_cache, a);
+            layer.ffn_block(c, &mut x, a);
         }
         cache.advance(tokens.len());
 
@@ -159,10 +203,31 @@ impl<T: Real> Decoder<T> {
             }
         };
         for t in 0..h.rows() {
-            rms_norm(h.row_mut(t), &self.output_norm, c.norm_eps);
+            norm(a, h.row_mut(t), &self.output_norm, c.norm_eps);
         }
         let output = self.output.as_ref().unwrap_or(&self.token_embedding);
-        Ok(output.apply(&h, None))
+        Ok(output.apply(&h, None, a))
+    }
+}
+
+impl Decoder<f32> {
+    /// [`Decoder::load`] with the given arithmetic. [`Arithmetic::GgmlRounding`] refuses
+    /// weights it cannot round as llama.cpp does (see there), naming the first.
+    pub fn load_with_arithmetic(
+        config: ModelConfig,
+        src: &dyn TensorSource,
+        naming: Naming,
+        arithmetic: Arithmetic,
+    ) -> Result<Self> {
+        Self::load_as(config, src, naming, arithmetic)
+    }
+}
+
+/// RMSNorm in the rounding of `arithmetic`.
+fn norm<T: Real>(arithmetic: Arithmetic, x: &mut [T], weight: &[T], eps: f64) {
+    match arithmetic {
+        Arithmetic::F32 => rms_norm(x, weight, eps),
+        Arithmetic::GgmlRounding => ggml_math::rms_norm(x, weight, eps),
     }
 }
 
@@ -191,11 +256,22 @@ pub(crate) fn rope_freqs(
     src: &dyn TensorSource,
     naming: Naming,
 ) -> Result<Vec<f64>> {
-    let rope_factors = match DecoderTensor::RopeFreqs.name(naming) {
-        Some(n) if src.contains(&n) => Some(load::vector::<f64>(src, &n, c.head_dim / 2)?),
-        _ => None,
-    };
-    Ok(rope_frequencies(c, rope_factors.as_deref()))
+    Ok(rope_frequencies(
+        c,
+        rope_factors(c, src, naming)?.as_deref(),
+    ))
+}
+
+/// A GGUF `rope_freqs.weight` (Llama 3 scaling, precomputed), when the model has one.
+fn rope_factors(
+    c: &ModelConfig,
+    src: &dyn TensorSource,
+    naming: Naming,
+) -> Result<Option<Vec<f64>>> {
+    match DecoderTensor::RopeFreqs.name(naming) {
+        Some(n) if src.contains(&n) => Ok(Some(load::vector::<f64>(src, &n, c.head_dim / 2)?)),
+        _ => Ok(None),
+    }
 }
 
 impl<T: Real> Layer<T> {
@@ -274,18 +350,18 @@ impl<T: Real> Layer<T> {
         x: &mut Matrix<T>,
         rope: &RopeTable<T>,
         start: usize,
-        keys: &mut Vec<T>,
-        values: &mut Vec<T>,
+        cache: &mut LayerCache<T>,
+        a: Arithmetic,
     ) {
         let hd = c.head_dim;
         let mut h = x.clone();
         for t in 0..h.rows() {
-            rms_norm(h.row_mut(t), &self.attn_norm, c.norm_eps);
+            norm(a, h.row_mut(t), &self.attn_norm, c.norm_eps);
         }
         let bias = |i: usize| self.qkv_bias.as_ref().map(|b| b[i].as_slice());
-        let mut q = self.q.apply(&h, bias(0));
-        let mut k = self.k.apply(&h, bias(1));
-        let v = self.v.apply(&h, bias(2));
+        let mut q = self.q.apply(&h, bias(0), a);
+        let mut k = self.k.apply(&h, bias(1), a);
+        let mut v = self.v.apply(&h, bias(2), a);
         for t in 0..h.rows() {
             for head in q.row_mut(t).chunks_mut(hd) {
                 if let Some([q_norm, _]) = &self.qk_norm {
@@ -300,6 +376,13 @@ impl<T: Real> Layer<T> {
                 rope.rotate(head, t, c.rope_style);
             }
         }
+        if a == Arithmetic::GgmlRounding {
+            // llama.cpp's cache holds f16.
+            for e in k.as_mut_slice().iter_mut().chain(v.as_mut_slice()) {
+                *e = T::from_f32(round_f16(e.to_f32()));
+            }
+        }
+        let LayerCache { keys, values } = cache;
         keys.extend_from_slice(k.as_slice());
         values.extend_from_slice(v.as_slice());
         let shape = AttentionShape {
@@ -308,25 +391,37 @@ impl<T: Real> Layer<T> {
             head_dim: hd,
             causal_start: Some(start),
         };
-        let attn = attention(&q, keys, values, start + h.rows(), &shape);
-        let out = self.attn_output.apply(&attn, None);
+        let attn = match a {
+            Arithmetic::F32 => attention(&q, keys, values, start + h.rows(), &shape),
+            Arithmetic::GgmlRounding => attention_f16(&q, keys, values, &shape),
+        };
+        let out = self.attn_output.apply(&attn, None, a);
         for (a, b) in x.as_mut_slice().iter_mut().zip(out.as_slice()) {
             *a += *b;
         }
     }
 
     /// `x += down(silu(gate(h)) · up(h))` with `h` the normed `x`.
-    pub(crate) fn ffn_block(&self, c: &ModelConfig, x: &mut Matrix<T>) {
+    pub(crate) fn ffn_block(&self, c: &ModelConfig, x: &mut Matrix<T>, a: Arithmetic) {
         let mut h = x.clone();
         for t in 0..h.rows() {
-            rms_norm(h.row_mut(t), &self.ffn_norm, c.norm_eps);
+            norm(a, h.row_mut(t), &self.ffn_norm, c.norm_eps);
         }
-        let mut gate = self.gate.apply(&h, None);
-        let up = self.up.apply(&h, None);
-        for (g, u) in gate.as_mut_slice().iter_mut().zip(up.as_slice()) {
-            *g = silu(*g) * *u;
+        let mut gate = self.gate.apply(&h, None, a);
+        let up = self.up.apply(&h, None, a);
+        match a {
+            Arithmetic::F32 => {
+                for (g, u) in gate.as_mut_slice().iter_mut().zip(up.as_slice()) {
+                    *g = silu(*g) * *u;
+                }
+            }
+            Arithmetic::GgmlRounding => {
+                for t in 0..gate.rows() {
+                    ggml_math::swiglu(gate.row_mut(t), up.row(t));
+                }
+            }
         }
-        let out = self.down.apply(&gate, None);
+        let out = self.down.apply(&gate, None, a);
         for (a, b) in x.as_mut_slice().iter_mut().zip(out.as_slice()) {
             *a += *b;
         }

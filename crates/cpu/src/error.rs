@@ -26,6 +26,12 @@ pub enum CpuError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    #[error(
+        "tensor {name} {reason}; llama.cpp's rounding (Arithmetic::GgmlRounding) is reproduced \
+         for Q4_1 and Q8_0 weights of GGUF files only"
+    )]
+    GgmlRounding { name: String, reason: String },
+
     #[error(transparent)]
     Checkpoint(#[from] quench_models::ModelError),
 

@@ -13,6 +13,7 @@
 //! Weights come from any [`TensorSource`], named as a GGUF or Hugging Face checkpoint names
 //! them ([`Naming`]).
 
+mod arithmetic;
 mod attention;
 mod bert;
 mod blocks;
@@ -20,12 +21,15 @@ mod checkpoint;
 mod config;
 mod decoder;
 mod error;
+mod f16_attention;
 mod generate;
+mod ggml_math;
 mod kv_cache;
 mod load;
 mod math;
 mod matrix;
 mod names;
+mod q8;
 mod real;
 mod rope;
 mod sampling;
@@ -33,6 +37,7 @@ mod source;
 mod streamed;
 mod weight;
 
+pub use arithmetic::Arithmetic;
 pub use bert::Encoder;
 pub use config::{Arch, Llama3Scaling, ModelConfig, RopeStyle};
 pub use decoder::{Decoder, Logits};

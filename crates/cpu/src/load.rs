@@ -1,5 +1,8 @@
 //! Reading tensors of an expected shape out of a [`TensorSource`].
 
+use quench_models::GgmlType;
+
+use crate::arithmetic::Arithmetic;
 use crate::blocks::BlockMatrix;
 use crate::error::{CpuError, Result};
 use crate::matrix::Matrix;
@@ -30,6 +33,30 @@ pub(crate) fn weight<T: Real>(
         }
     }
     Ok(Weight::Dense(matrix(src, name, rows, cols)?))
+}
+
+/// Refuses, under [`Arithmetic::GgmlRounding`], a weight whose product with activations this
+/// crate cannot compute as llama.cpp's CPU path does: one not stored as Q4_1 or Q8_0 (kept as
+/// blocks, multiplied by 8-bit activation blocks in ggml's order).
+pub(crate) fn check_arithmetic(
+    src: &dyn TensorSource,
+    name: &str,
+    arithmetic: Arithmetic,
+) -> Result<()> {
+    if arithmetic != Arithmetic::GgmlRounding {
+        return Ok(());
+    }
+    let refuse = |reason: String| CpuError::GgmlRounding {
+        name: name.to_owned(),
+        reason,
+    };
+    match src.raw(name)? {
+        None => Err(refuse("has no stored ggml type".into())),
+        Some(raw) => match raw.ggml_type {
+            GgmlType::Q4_1 | GgmlType::Q8_0 => Ok(()),
+            other => Err(refuse(format!("is {}", other.name()))),
+        },
+    }
 }
 
 /// A `[rows, cols]` tensor as a matrix of `T`.

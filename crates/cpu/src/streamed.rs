@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 
 use quench_models::{dequant, GgmlType};
 
+use crate::arithmetic::Arithmetic;
 use crate::config::ModelConfig;
 use crate::decoder::{check_decoder_config, name, rope_freqs, token_row, Layer};
 use crate::error::{CpuError, Result};
+use crate::kv_cache::LayerCache;
 use crate::load;
 use crate::math::rms_norm;
 use crate::matrix::{linear, Matrix};
@@ -163,9 +165,12 @@ impl<'a> StreamedReference<'a> {
             let bytes = loaded.elements() * F64_BYTES;
             let layer = ledger.hold(loaded, bytes, Held::Layer);
             // Keys and values live for this layer only: the whole sequence is one batch.
-            let (mut keys, mut values) = (Vec::new(), Vec::new());
-            layer.attention_block(c, &mut x, &rope, 0, &mut keys, &mut values);
-            layer.ffn_block(c, &mut x);
+            let mut kv = LayerCache {
+                keys: Vec::new(),
+                values: Vec::new(),
+            };
+            layer.attention_block(c, &mut x, &rope, 0, &mut kv, Arithmetic::F32);
+            layer.ffn_block(c, &mut x, Arithmetic::F32);
             progress(StreamProgress::Layer {
                 done: i + 1,
                 of: c.layers,

@@ -1,8 +1,10 @@
 //! A decoder's weight matrix as it is held: dense in the element type, or (in the f32
 //! decoder) in the block format the checkpoint stores it in.
 
+use crate::arithmetic::Arithmetic;
 use crate::blocks::{block_sums, BlockMatrix};
 use crate::matrix::{by_weight_rows, linear, Matrix};
+use crate::q8::{quantize_row, Q8Row};
 use crate::real::Real;
 
 pub(crate) enum Weight<T> {
@@ -16,7 +18,15 @@ impl<T: Real> Weight<T> {
     /// Block weights meet f32 activations: one token at a time (decoding), each row is
     /// multiplied block by block as stored; for several tokens (prefill), each row is expanded
     /// once (exactly as loading it dense would) and multiplied with every token.
-    pub(crate) fn apply(&self, x: &Matrix<T>, bias: Option<&[T]>) -> Matrix<T> {
+    ///
+    /// With [`Arithmetic::GgmlRounding`], block weights meet each token's activations rounded
+    /// to 8-bit blocks, as llama.cpp's CPU path multiplies them.
+    pub(crate) fn apply(
+        &self,
+        x: &Matrix<T>,
+        bias: Option<&[T]>,
+        arithmetic: Arithmetic,
+    ) -> Matrix<T> {
         let w = match self {
             Weight::Dense(w) => return linear(x, w, bias),
             Weight::Blocks(w) => w,
@@ -36,6 +46,22 @@ impl<T: Real> Weight<T> {
         let bias_at = |o: usize| bias.map_or(T::ZERO, |b| b[o]);
         let n = x.rows();
         let xf: Vec<f32> = x.as_slice().iter().map(|v| v.to_f32()).collect();
+        if arithmetic == Arithmetic::GgmlRounding {
+            let kind = w.activation_kind();
+            let rows: Vec<Q8Row> = xf
+                .chunks_exact(w.cols())
+                .map(|row| quantize_row(row, kind))
+                .collect();
+            return by_weight_rows(n, w.rows(), |first, out: &mut [T]| {
+                let mut y = vec![0.0f32; out.len() / n];
+                for (t, row) in rows.iter().enumerate() {
+                    w.dot_rows_q8(first, row, &mut y);
+                    for (r, &v) in y.iter().enumerate() {
+                        out[r * n + t] = T::from_f32(v) + bias_at(first + r);
+                    }
+                }
+            });
+        }
         if n == 1 {
             let sums = block_sums(&xf);
             return by_weight_rows(1, w.rows(), |first, out: &mut [T]| {
