@@ -4,7 +4,8 @@
 //! reference that GPU results are judged against (every operation in double precision), and
 //! `f32`, fast enough to chat with small models (matrix products spread over all cores).
 //!
-//! - [`Decoder`]: llama, qwen2, qwen3, with a [`KvCache`] for prefill then decode.
+//! - [`Decoder`]: llama, qwen2, qwen3, with a [`KvCache`] for prefill then decode. In f32 it
+//!   rounds plainly by default, or as llama.cpp's CPU path does ([`Arithmetic`]).
 //! - [`StreamedReference`]: the same decoders in f64 for models too large to expand whole,
 //!   teacher-forced over a sequence with one layer's weights in memory at a time.
 //! - [`Encoder`]: BERT hidden states and sentence embeddings.
