@@ -32,6 +32,7 @@ pub mod params;
 pub mod qgemv;
 pub mod reduce;
 pub mod rmsnorm;
+pub mod rmsnorm_rows;
 pub mod rope;
 pub mod rows;
 pub mod sample;

@@ -24,6 +24,7 @@ use crate::params::{self, ParamInfo, Params, Reader};
 use crate::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
 use crate::reduce::{self, ReduceParams};
 use crate::rmsnorm::{self, RmsNormParams};
+use crate::rmsnorm_rows::{self, RmsNormRowsParams};
 use crate::rope::{self, RopeParams, RopeStyle};
 use crate::sample::{self, SampleParams};
 use crate::silu_mul::{self, SiluMulParams};
@@ -37,6 +38,7 @@ enum Family {
     SiluMul,
     Reduce(Combine),
     RmsNorm,
+    RmsNormRows,
     Softmax,
     Gemv,
     Gemm(BFormat, GemmEpilogue),
@@ -84,6 +86,7 @@ impl KernelSpec {
             Family::SiluMul => silu_mul::build(&SiluMulParams { threads: threads(&r)? }),
             Family::Reduce(op) => reduce::build(&reduce_params(op, &r)?),
             Family::RmsNorm => rmsnorm::build(&rmsnorm_params(&r)?),
+            Family::RmsNormRows => rmsnorm_rows::build(&rmsnorm_rows_params(&r)?),
             Family::Softmax => softmax::build(&softmax_params(&r)?),
             Family::Gemv => gemv::build(&gemv_params(&r)?),
             Family::Gemm(f, e) => gemm::build(&gemm_params(f, e, &r)?),
@@ -113,6 +116,7 @@ impl KernelSpec {
             Family::SiluMul => silu_mul::case(&SiluMulParams { threads: threads(&r)? }, n_of(&r)?, seed),
             Family::Reduce(op) => reduce::case(&reduce_params(op, &r)?, rows_of(&r)?, seed),
             Family::RmsNorm => rmsnorm::case(&rmsnorm_params(&r)?, rows_of(&r)?, seed),
+            Family::RmsNormRows => rmsnorm_rows::case(&rmsnorm_rows_params(&r)?, rows_of(&r)?, seed),
             Family::Softmax => softmax::case(&softmax_params(&r)?, rows_of(&r)?, seed),
             Family::Gemv => gemv::case(&gemv_params(&r)?, seed),
             Family::Gemm(f, e) => gemm::case(&gemm_params(f, e, &r)?, r.get("m", 1, 1 << 24)?, seed),
@@ -202,6 +206,13 @@ pub fn library() -> Vec<KernelSpec> {
             "RMS normalization of [rows, cols] bf16 by a bf16 weight, f32 math with IEEE sqrt and reciprocal",
             ROWS,
             Family::RmsNorm,
+        ),
+        spec(
+            rmsnorm_rows::NAME,
+            "RMS normalization of [rows, cols] f32 residual rows by an f32 weight -> f32, the bits the \
+             matrix-vector kernels' RMSNorm prologue stages (same block size); IEEE ops, fixed order",
+            RMSNORM_ROWS,
+            Family::RmsNormRows,
         ),
         spec(
             softmax::NAME,
@@ -521,6 +532,16 @@ const ROWS: &[ParamInfo] = &[
     ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per row)" },
 ];
 
+const RMSNORM_ROWS: &[ParamInfo] = &[
+    ParamInfo { name: "rows", default: 64, doc: "rows (the grid; the case size)" },
+    ParamInfo { name: "cols", default: 4096, doc: "row length, a multiple of 4, fixed in the kernel" },
+    ParamInfo {
+        name: "threads",
+        default: 128,
+        doc: "threads per block (one block per row): the matrix-vector kernel's, for its prologue's bits",
+    },
+];
+
 const GEMV: &[ParamInfo] = &[
     ParamInfo { name: "rows", default: 8192, doc: "rows of W (outputs)" },
     ParamInfo { name: "cols", default: 8192, doc: "columns of W (inputs), a multiple of 8" },
@@ -696,6 +717,10 @@ fn reduce_params(op: Combine, r: &Reader) -> Result<ReduceParams, KernelError> {
 
 fn rmsnorm_params(r: &Reader) -> Result<RmsNormParams, KernelError> {
     Ok(RmsNormParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+}
+
+fn rmsnorm_rows_params(r: &Reader) -> Result<RmsNormRowsParams, KernelError> {
+    Ok(RmsNormRowsParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
 }
 
 fn softmax_params(r: &Reader) -> Result<SoftmaxParams, KernelError> {

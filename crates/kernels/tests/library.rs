@@ -15,6 +15,7 @@ fn names_are_unique_and_complete() {
             "reduce_sum_f32",
             "reduce_max_f32",
             "rmsnorm_bf16",
+            "rmsnorm_rows_f32",
             "softmax_f32",
             "gemv_bf16",
             "gemm_bf16",

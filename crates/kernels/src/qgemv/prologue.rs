@@ -5,7 +5,9 @@
 //! prologue forms `x` inside the GEMV so that the norm needs no dispatch of its own:
 //! every block reduces the whole of `R` (a few KiB, read from cache by all blocks),
 //! computes `inv = 1 / sqrt(mean(R²) + eps)` and stages `x_i = (R_i · inv) · w_i` in
-//! shared memory, where its warps read it instead of a global `x`.
+//! shared memory, where its warps read it instead of a global `x`. The standalone
+//! [`crate::rmsnorm_rows`] kernel writes the same values to global memory with the same
+//! emitter, for the kernels without a prologue.
 //!
 //! **Arithmetic**: IEEE operations in a fixed order, as `rmsnorm_residual_f32` computes
 //! them: each thread folds `fma(h, h, acc)` over its 16-byte groups of the row
@@ -59,7 +61,8 @@ pub fn emit_inv_rms(
 }
 
 /// The prologue: `x = (R · inv) · w` of the f32 row `r` and norm weight `w` (`cols` f32
-/// each), written to the shared array at `dst` (`cols` f32, 16-byte aligned). The whole
+/// each), written to `dst` (`cols` f32, 16-byte aligned: the shared array the pass's
+/// warps read, or a global row for [`crate::rmsnorm_rows`]). The whole
 /// block (`threads` threads, this one `tid`) must reach it; `name` names the reduction's
 /// shared slots. It does not end with a barrier: the caller puts one after the last row
 /// it stages, before any thread reads them.
