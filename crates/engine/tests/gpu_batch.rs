@@ -3,8 +3,10 @@
 //! with the same bits as each stepped alone, on the same decoder and on one loaded for
 //! single steps; for a fused q|k|v projection (llama), q/k/v biases and a tied head
 //! (qwen2), per-head q/k norms (qwen3) and separate quantized q, k and v projections.
-//! Batches past the limit, and rows that cannot be fed, are refused without disturbing
-//! the others.
+//! Steps of several rows normalize each row with a dispatch of its own and multiply
+//! the rows without the products' RMSNorm prologue (which a one-row step keeps): the
+//! plans and kernels of both kinds of step are checked. Batches past the limit, and rows
+//! that cannot be fed, are refused without disturbing the others.
 //!
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
 //! and is printed so that a failure can be replayed.
@@ -12,7 +14,10 @@
 use std::path::PathBuf;
 
 use quench_cpu::{ModelConfig, Naming};
-use quench_engine::gpu::{load_decoder, Backend, GpuDecoder, GpuError, GpuOptions, GpuSession};
+use quench_engine::gpu::{
+    load_decoder, Backend, Catalog, DecodeGraph, GpuDecoder, GpuError, GpuOptions, GpuSession,
+    GpuSummary, StepShape,
+};
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
@@ -53,12 +58,14 @@ fn synth(arch: SynthArch, seed: u64) -> PathBuf {
 const VOCAB: usize = 64;
 
 /// A tiny qwen2 GGUF whose q, k and v are stored in different formats (three projections,
-/// each with its bias): two heads over one kv head, one layer.
+/// each with its bias): two heads over one kv head, one layer. Its residual stream is 576
+/// wide (SmolLM2's): 144 groups of 4 over the norms' 128 threads, so that every warp sums
+/// a part of each row and the order of the norms' reductions shows in the bits.
 fn separate_qkv(rng: &mut ChaCha8Rng) -> GgufFile {
     let m = Tiny {
         arch: "qwen2",
         shape: Shape {
-            hidden: 64,
+            hidden: 576,
             heads: 2,
             kv_heads: 1,
             head_dim: 32,
@@ -191,6 +198,44 @@ fn check_batched(what: &str, decoder: &GpuDecoder, single: &GpuDecoder, rng: &mu
     assert_eq!(fed, total);
 }
 
+/// The plan of a step of several rows: each `<norm> + <product>` of the one-row plan
+/// becomes the norm's own dispatch (once per norm) followed by the product; two norms a
+/// layer and the output norm are the dispatches added. Decoders of one row a step have
+/// no such plan.
+fn check_plans(what: &str, s: &GpuSummary, layers: usize) {
+    if s.max_batch == 1 {
+        assert_eq!(
+            (s.batch_dispatches_per_step, s.batch_layer_plan.len()),
+            (None, 0),
+            "{what}"
+        );
+        return;
+    }
+    let mut want: Vec<String> = vec![];
+    for label in &s.layer_plan {
+        let norm = ["attention norm", "ffn norm"].into_iter().find_map(|n| {
+            label
+                .strip_prefix(&format!("{n} + "))
+                .map(|product| (n, product))
+        });
+        match norm {
+            Some((n, product)) => {
+                if !want.iter().any(|w| w == n) {
+                    want.push(n.into());
+                }
+                want.push(product.into());
+            }
+            None => want.push(label.clone()),
+        }
+    }
+    assert_eq!(s.batch_layer_plan, want, "{what}");
+    assert_eq!(
+        s.batch_dispatches_per_step,
+        Some(s.dispatches_per_token + 2 * layers + 1),
+        "{what}"
+    );
+}
+
 #[test]
 fn sequences_stepped_together_match_each_stepped_alone() {
     let s = seed();
@@ -199,6 +244,9 @@ fn sequences_stepped_together_match_each_stepped_alone() {
         let decoder = load_decoder(&dir, Backend::Interp, &options(4)).expect("loads");
         assert_eq!(decoder.max_batch(), 4);
         let single = load_decoder(&dir, Backend::Interp, &options(1)).expect("loads");
+        let layers = decoder.config().layers;
+        check_plans(arch.name(), decoder.summary(), layers);
+        check_plans(arch.name(), single.summary(), layers);
         let mut rng = ChaCha8Rng::seed_from_u64(s ^ 7);
         check_batched(arch.name(), &decoder, &single, &mut rng);
     }
@@ -206,6 +254,7 @@ fn sequences_stepped_together_match_each_stepped_alone() {
     let file = separate_qkv(&mut rng);
     let decoder = gguf_decoder(&file, &options(3));
     assert_eq!(decoder.summary().layer_dispatches, [8]);
+    check_plans("separate q, k, v", decoder.summary(), 1);
     let single = gguf_decoder(&file, &options(1));
     check_batched("qwen2 with separate q, k, v", &decoder, &single, &mut rng);
     // Replaying captured steps and launching every dispatch agree.
@@ -217,6 +266,61 @@ fn sequences_stepped_together_match_each_stepped_alone() {
         },
     );
     check_batched("launched directly", &direct, &single, &mut rng);
+}
+
+#[test]
+fn steps_of_several_rows_normalize_apart() {
+    let file = separate_qkv(&mut ChaCha8Rng::seed_from_u64(seed()));
+    let config = ModelConfig::from_gguf(&file).expect("config");
+    let catalog = Catalog::choose(&config, &file, Naming::Gguf).expect("kernels");
+    let shape = StepShape {
+        context: CONTEXT,
+        sessions: 1,
+        max_batch: 8,
+    };
+    let graph =
+        DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).expect("a step");
+    let kernels = |rows: u32| -> Vec<&str> {
+        graph
+            .step(rows)
+            .map(|d| graph.kernels[d.kernel].name.as_str())
+            .collect()
+    };
+    let count = |names: &[&str], f: &dyn Fn(&str) -> bool| names.iter().filter(|n| f(n)).count();
+    let (one, many) = (kernels(1), kernels(8));
+    let prologue = |n: &str| n.contains("gemv") && n.contains("_rmsnorm_");
+    let apart = |n: &str| n == "rmsnorm_rows_f32";
+    // q, k, v, gate/up and the LM head read the norms: inside the products at one row…
+    assert_eq!(
+        (count(&one, &prologue), count(&one, &apart)),
+        (5, 0),
+        "{one:?}"
+    );
+    // …and from the norms' own dispatches, one per norm, in steps of several rows.
+    assert_eq!(
+        (count(&many, &prologue), count(&many, &apart)),
+        (0, 3),
+        "{many:?}"
+    );
+    assert_eq!(many.len(), one.len() + 3);
+    // Every row count between takes the several-row step.
+    for rows in 2..8 {
+        assert_eq!(kernels(rows), many);
+    }
+    // A decoder of one row a step has only the one-row dispatches.
+    let single = DecodeGraph::assemble(
+        &config,
+        &catalog,
+        &file,
+        Naming::Gguf,
+        StepShape {
+            max_batch: 1,
+            ..shape
+        },
+    )
+    .expect("a step");
+    assert_eq!(single.dispatches.len(), one.len());
+    assert!(single.dispatches.iter().all(|d| d.rows.includes(1)));
 }
 
 #[test]

@@ -14,7 +14,7 @@ use super::arena;
 use super::catalog::Catalog;
 use super::error::{size, GpuError};
 use super::graph::{
-    DecodeGraph, Operand, Region, StepRecord, StepShape, WeightData, DEFAULT_MULTIPROCESSORS,
+    DecodeGraph, Operand, Region, Rows, StepRecord, StepShape, WeightData, DEFAULT_MULTIPROCESSORS,
 };
 use super::kv::{BlockPool, GpuSession};
 use super::prefill::{self, PrefillPlan};
@@ -90,11 +90,18 @@ pub struct GpuSummary {
     /// `cuda` or `interp`.
     pub backend: &'static str,
     pub device: String,
+    /// Dispatches of a one-row step.
     pub dispatches_per_token: usize,
-    /// Dispatches of each layer.
+    /// Dispatches of each layer in a one-row step.
     pub layer_dispatches: Vec<usize>,
-    /// The labels of layer 0's dispatches, in order.
+    /// The labels of layer 0's dispatches in a one-row step, in order.
     pub layer_plan: Vec<String>,
+    /// Dispatches of a step of several rows (the norms apart from the products that read
+    /// them); `None` where a step takes one row at most.
+    pub batch_dispatches_per_step: Option<usize>,
+    /// The labels of layer 0's dispatches in a step of several rows (empty where a step
+    /// takes one row at most).
+    pub batch_layer_plan: Vec<String>,
     /// Distinct kernels compiled.
     pub kernels: usize,
     /// Weights as stored, plus RoPE tables and widened norm weights.
@@ -151,20 +158,18 @@ struct Resolved {
     label: String,
     kernel: KernelId,
     launch: Launch,
-    /// The kernel and launch of steps of several rows, where they differ.
-    wide: Option<(KernelId, Launch)>,
+    /// The steps it is part of.
+    rows: Rows,
     /// The grid axis that grows with the rows.
     per_row: Option<usize>,
     args: Vec<Slot>,
 }
 
 impl Resolved {
-    /// The kernel, launch and arguments of a step of `rows` rows.
-    fn at(&self, rows: u32) -> (KernelId, Launch, Vec<Arg>) {
-        let (kernel, mut launch) = match self.wide {
-            Some(wide) if rows > 1 => wide,
-            _ => (self.kernel, self.launch),
-        };
+    /// The launch and arguments in a step of `rows` rows (one that [`Resolved::rows`]
+    /// includes).
+    fn at(&self, rows: u32) -> (Launch, Vec<Arg>) {
+        let mut launch = self.launch;
         if let Some(axis) = self.per_row {
             launch.grid[axis] *= rows;
         }
@@ -176,7 +181,7 @@ impl Resolved {
                 Slot::Rows => Arg::U32(rows),
             })
             .collect();
-        (kernel, launch, args)
+        (launch, args)
     }
 }
 
@@ -374,15 +379,20 @@ impl GpuDecoder {
             on_device.graphs[0] = Some(capture(&mut on_device, 1)?);
             span.end();
         }
+        let layer_plan = |rows: u32| -> Vec<String> {
+            graph
+                .step(rows)
+                .filter_map(|d| d.label.strip_prefix("layer 0: ").map(str::to_owned))
+                .collect()
+        };
+        let batched = shape.max_batch > 1;
         let summary = GpuSummary {
             backend: on_device.exec.backend(),
             device,
-            dispatches_per_token: graph.dispatches.len(),
-            layer_plan: graph
-                .dispatches
-                .iter()
-                .filter_map(|d| d.label.strip_prefix("layer 0: ").map(str::to_owned))
-                .collect(),
+            dispatches_per_token: graph.step(1).count(),
+            layer_plan: layer_plan(1),
+            batch_dispatches_per_step: batched.then(|| graph.step(2).count()),
+            batch_layer_plan: if batched { layer_plan(2) } else { vec![] },
             layer_dispatches: graph.layer_dispatches.clone(),
             kernels: graph.kernels.len(),
             weight_bytes,
@@ -753,10 +763,10 @@ impl GpuDecoder {
                 .replay(graph, StreamId::DEFAULT)
                 .map_err(GpuError::runtime(during("replaying the graph")))?;
         } else {
-            for l in &d.launches {
-                let (kernel, launch, args) = l.at(rows_u32);
+            for l in d.launches.iter().filter(|l| l.rows.includes(rows_u32)) {
+                let (launch, args) = l.at(rows_u32);
                 d.exec
-                    .launch(kernel, &launch, &args, StreamId::DEFAULT)
+                    .launch(l.kernel, &launch, &args, StreamId::DEFAULT)
                     .map_err(GpuError::runtime(during(&l.label)))?;
             }
         }
@@ -803,7 +813,7 @@ impl GpuDecoder {
             timer,
             d.profile.as_mut(),
             &mut *d.exec,
-            d.launches.len(),
+            rows_u32,
             context,
             read_back,
         )?;
@@ -951,7 +961,7 @@ fn place(
             label: d.label.clone(),
             kernel: kernels[d.kernel],
             launch: d.launch,
-            wide: d.wide.map(|(k, launch)| (kernels[k], launch)),
+            rows: d.rows,
             per_row: d.per_row,
             args: d.args.iter().map(resolve).collect(),
         })
@@ -985,9 +995,9 @@ fn capture(d: &mut OnDevice, rows: u32) -> Result<GraphId, GpuError> {
         .begin_capture(s)
         .map_err(GpuError::runtime(during("")))?;
     let mut failed = None;
-    for l in &d.launches {
-        let (kernel, launch, args) = l.at(rows);
-        if let Err(e) = d.exec.launch(kernel, &launch, &args, s) {
+    for l in d.launches.iter().filter(|l| l.rows.includes(rows)) {
+        let (launch, args) = l.at(rows);
+        if let Err(e) = d.exec.launch(l.kernel, &launch, &args, s) {
             failed = Some(GpuError::Runtime {
                 during: during(&format!(": {}", l.label)),
                 source: Box::new(e),

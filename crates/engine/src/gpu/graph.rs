@@ -2,11 +2,12 @@
 //! [`StepShape::max_batch`] sequences, the step's **rows**), with every argument named
 //! symbolically — an activation, a weight, a layer's KV cache, the row count — so that the
 //! arena can be planned before anything is allocated, and the list resolved to device
-//! addresses once it is. The same list serves every row count: a dispatch's grid grows
+//! addresses once it is. One list serves every row count: each dispatch says which steps
+//! it is part of ([`Rows`]: any, one-row steps or steps of several rows), its grid grows
 //! with the rows ([`Dispatch::launch_for`]), and every activation holds a row per
 //! sequence (`[rows, width]`).
 //!
-//! One step, with `R` the f32 residual stream. Six dispatches a layer: the norms run
+//! A one-row step, with `R` the f32 residual stream. Six dispatches a layer: the norms run
 //! inside the projections that read them (every block of a `_rmsnorm_` GEMV reduces `R`
 //! itself), RoPE and qwen3's per-head q/k norms inside the KV append, and the attention's
 //! splits are merged by the last of them to finish. Activations pass between kernels in
@@ -29,25 +30,45 @@
 //! argmax                       next = the largest logit's index (greedy decoding)
 //! ```
 //!
+//! A step of several rows normalizes each row once with a dispatch of its own
+//! (`rmsnorm_rows`: the bits the prologue stages) and multiplies the normalized rows with
+//! GEMVs without a prologue, 8 vectors a pass: a prologue stages a pass's rows in shared
+//! memory, which holds two rows of 4096 columns, so that at 4096 columns the q|k|v,
+//! gate/up and LM head weights would be read once per two rows. Eight dispatches a layer,
+//! and one more before the LM head:
+//!
+//! ```text
+//! per layer:
+//!   rmsnorm_rows               xa = norm(R)·w_attn                        (f32, a block per row)
+//!   qgemv (q|k|v rows)         qkv = W_qkv·xa (+ bias)
+//!   rope_append, attention_decode_merge, qgemv_residual (o)   as above
+//!   rmsnorm_rows               xf = norm(R)·w_ffn
+//!   qgemv_swiglu               ffn = silu(W_gate·xf)·(W_up·xf)
+//!   qgemv_residual             R += W_down·ffn
+//! rmsnorm_rows, qgemv          logits = W_out·(norm(R)·w_out)
+//! argmax
+//! ```
+//!
 //! **Rows.** Row `i` of a step is one sequence: its token, position, context length and
 //! block-table row. The matrix–vector kernels multiply each weight row with every row's
 //! vector (several vectors a pass: the weights are read from memory once per step), the
 //! embedding, RoPE/append, attention (per row, kv head and split) and argmax kernels take
 //! a block (or a kv head's splits) per row. **Batch invariance**: a row's arithmetic never
 //! depends on the row count or on the other rows — every dot product and reduction runs
-//! in the order it runs at one row — so a sequence's logits have the same bits whether it
-//! is stepped alone or with others. A one-row step uses the kernels built for one vector
-//! a pass (their loads issued as at batch 1 before); steps of more rows use the wide
-//! ones ([`Dispatch::launch_for`]).
+//! in the order it runs at one row, and a row normalized apart has the bits the prologue
+//! stages — so a sequence's logits have the same bits whether it is stepped alone or with
+//! others. A one-row step uses the kernels built for one vector a pass (their loads
+//! issued as at batch 1 before), with the norms inside; steps of more rows use the wide
+//! ones behind the norms' own dispatches.
 //!
 //! The host writes only the step record (per row: token id, position, context length; one
 //! copy) and, every 16 positions or when another session takes the row, the row's block
-//! table; every launch argument is fixed for a row count, so the list is captured as a
-//! graph once per row count used and replayed. The attention's split counters start at
-//! zero (written once, with the arena) and every launch leaves them at zero. Prompts run
-//! through the same step token by token (rows at different prompt positions share
-//! steps), unless the prompt path ([`super::prefill`]: tensor-core GEMMs over whole
-//! prompt chunks) is switched on.
+//! table; every launch argument is fixed for a row count, so the dispatches of a row
+//! count are captured as a graph once per row count used and replayed. The attention's
+//! split counters start at zero (written once, with the arena) and every launch leaves
+//! them at zero. Prompts run through the same step token by token (rows at different
+//! prompt positions share steps), unless the prompt path ([`super::prefill`]:
+//! tensor-core GEMMs over whole prompt chunks) is switched on.
 
 use std::collections::HashMap;
 
@@ -60,6 +81,7 @@ use quench_kernels::attention::{KvElem, BLOCK_TOKENS};
 use quench_kernels::embed::{self, EmbedParams};
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
+use quench_kernels::rmsnorm_rows::{self, RmsNormRowsParams};
 use quench_kernels::rope;
 use quench_kernels::KernelError;
 use quench_rt::{Arg, Launch};
@@ -96,18 +118,41 @@ pub(crate) enum Operand {
     Rows,
 }
 
+/// The steps a dispatch is part of. The matrix–vector products that read a normalized
+/// input differ: a one-row step normalizes inside each product, a step of several rows
+/// with a dispatch of its own and then multiplies several vectors a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// Steps of any row count.
+    Any,
+    /// One-row steps.
+    One,
+    /// Steps of two rows or more.
+    Many,
+}
+
+impl Rows {
+    /// Whether a step of `rows` rows includes the dispatch.
+    pub fn includes(self, rows: u32) -> bool {
+        match self {
+            Rows::Any => true,
+            Rows::One => rows == 1,
+            Rows::Many => rows > 1,
+        }
+    }
+}
+
 /// One kernel launch of the step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Dispatch {
     /// What it computes, for messages: `layer 3: attention`.
     pub label: String,
-    /// Index into [`DecodeGraph::kernels`]: the kernel of a one-row step.
+    /// Index into [`DecodeGraph::kernels`].
     pub kernel: usize,
-    /// The launch of a one-row step.
+    /// The launch in a one-row step (or, for [`Rows::Many`], per row).
     pub launch: Launch,
-    /// The kernel and launch of steps of several rows, where they differ (the
-    /// matrix–vector products that take several vectors a pass).
-    pub wide: Option<(usize, Launch)>,
+    /// The steps it is part of.
+    pub rows: Rows,
     /// The grid axis that grows with the rows (one block, or one kv head's blocks, per
     /// row); `None` where the grid is the same for any row count.
     pub per_row: Option<usize>,
@@ -115,16 +160,13 @@ pub struct Dispatch {
 }
 
 impl Dispatch {
-    /// The kernel (index into [`DecodeGraph::kernels`]) and launch of a step of `rows` rows.
-    pub fn launch_for(&self, rows: u32) -> (usize, Launch) {
-        let (kernel, mut launch) = match self.wide {
-            Some(wide) if rows > 1 => wide,
-            _ => (self.kernel, self.launch),
-        };
+    /// The launch in a step of `rows` rows (one that [`Dispatch::rows`] includes).
+    pub fn launch_for(&self, rows: u32) -> Launch {
+        let mut launch = self.launch;
         if let Some(axis) = self.per_row {
             launch.grid[axis] *= rows;
         }
-        (kernel, launch)
+        launch
     }
 }
 
@@ -247,8 +289,9 @@ pub struct StepShape {
 pub struct DecodeGraph {
     /// Distinct kernels, each built once.
     pub kernels: Vec<Function>,
+    /// The dispatches of every row count, in order ([`DecodeGraph::step`] picks a step's).
     pub dispatches: Vec<Dispatch>,
-    /// Dispatches of each layer.
+    /// Dispatches of each layer in a one-row step.
     pub layer_dispatches: Vec<usize>,
     pub kv: KvLayout,
     /// Weight bytes one step reads: every matrix and norm weight, not the RoPE tables nor
@@ -445,9 +488,22 @@ impl Assembler<'_> {
         self.weights.len() - 1
     }
 
-    /// A dispatch whose grid axis `per_row` (if any) grows with the rows.
+    /// A dispatch of every step whose grid axis `per_row` (if any) grows with the rows.
     fn push(
         &mut self,
+        label: String,
+        kernel: usize,
+        launch: Launch,
+        per_row: Option<usize>,
+        args: Vec<Operand>,
+    ) {
+        self.push_in(Rows::Any, label, kernel, launch, per_row, args);
+    }
+
+    /// A dispatch of the steps `rows` includes.
+    fn push_in(
+        &mut self,
+        rows: Rows,
         label: String,
         kernel: usize,
         launch: Launch,
@@ -458,7 +514,7 @@ impl Assembler<'_> {
             label,
             kernel,
             launch,
-            wide: None,
+            rows,
             per_row,
             args,
         });
@@ -489,28 +545,71 @@ impl Assembler<'_> {
         Ok(Self::floats(stored::vector(self.src, &self.name(t), len)?))
     }
 
+    /// The residual stream `residual` (`cols` wide) normalized by the RMSNorm `weight`, for
+    /// the products that read it ([`Input::Normed`]); steps of several rows normalize it
+    /// here, with a dispatch of their own, into a buffer of the arena. `what` names the
+    /// norm in labels, after `prefix`.
+    fn norm(
+        &mut self,
+        prefix: &str,
+        what: &str,
+        residual: Operand,
+        weight: Operand,
+        eps: f32,
+        cols: usize,
+    ) -> Result<Normed, GpuError> {
+        let rows = if self.max_batch > 1 {
+            let label = format!("{prefix}{what}");
+            let bytes = self.max_batch as u64 * cols as u64 * 4;
+            let buffer = Region::Act(self.act(format!("{label}: normalized rows"), bytes, false));
+            // The products' block size: the reduction then runs in the prologue's order.
+            let p = RmsNormRowsParams {
+                cols: u32_of("hidden", cols)?,
+                threads: 32 * GEMV_WARPS,
+            };
+            let k = self.kernel(&label, &p, rmsnorm_rows::build)?;
+            let args = vec![
+                residual,
+                weight,
+                at(buffer, 0),
+                Operand::Value(Arg::F32(eps)),
+            ];
+            self.push_in(Rows::Many, label, k, p.launch(1), Some(0), args);
+            Some(at(buffer, 0))
+        } else {
+            None
+        };
+        Ok(Normed {
+            what: what.to_string(),
+            residual,
+            weight,
+            eps,
+            rows,
+        })
+    }
+
     /// `y = W·x` for a `[rows, cols]` matrix at `w` (`r`: `y = W·x + r`, `r` a residual
     /// stream of a row per step row or a bias added to every row), or
-    /// `y = silu(W_gate·x)·(W_up·x)` for the two matrices of `w` (SwiGLU); with `norm`
-    /// (a weight and epsilon), `x` is the residual stream and the kernel applies the
-    /// RMSNorm to it first. `x` and `y` hold a row per step row.
+    /// `y = silu(W_gate·x)·(W_up·x)` for the two matrices of `w` (SwiGLU); `x` and `y` hold
+    /// a row per step row. A normalized input is formed inside the product in a one-row
+    /// step (its prologue) and read from the norm's rows in steps of several rows. `what`
+    /// names the product in labels, after `prefix`.
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
-        label: String,
+        prefix: &str,
+        what: &str,
         format: WeightFormat,
         rows: usize,
         cols: usize,
         w: &[Operand],
-        x: Operand,
-        norm: Option<(Operand, f32)>,
+        x: &Input,
         r: Option<(Operand, Addend)>,
         y: Operand,
     ) -> Result<(), GpuError> {
-        let prologue = if norm.is_some() {
-            Prologue::RmsNorm
-        } else {
-            Prologue::None
+        let (prologue, label) = match x {
+            Input::Plain(_) => (Prologue::None, format!("{prefix}{what}")),
+            Input::Normed(n) => (Prologue::RmsNorm, format!("{prefix}{} + {what}", n.what)),
         };
         let p = QGemvParams {
             format,
@@ -522,47 +621,87 @@ impl Assembler<'_> {
             },
             rows: u32_of("rows", rows)?,
             cols: u32_of("cols", cols)?,
-            warps: 4,
+            warps: GEMV_WARPS,
             unroll: if format.is_float() { 4 } else { 2 },
             act: ACT,
             batch: 1,
             max_blocks: self.gemv_blocks,
         };
-        let k = self.kernel(&label, &p, qgemv::build)?;
-        // Steps of several rows take up to 8 vectors a pass (fewer where the prologue's
-        // staged rows would not fit); a quantized piece is then loaded one per lane at a
-        // time, which keeps the registers of 8 vectors' products from spilling.
-        let batch = qgemv::widest_batch(prologue, p.cols).min(self.max_batch);
-        let wide = if batch > 1 {
-            let pw = QGemvParams {
-                batch,
-                unroll: if format.is_float() { 4 } else { 1 },
-                ..p
-            };
-            Some((self.kernel(&label, &pw, qgemv::build)?, pw.launch()))
-        } else {
-            None
+        let args = |x: Operand, norm: Option<(Operand, f32)>| {
+            let mut args = w.to_vec();
+            args.push(x);
+            args.extend(norm.map(|(w, _)| w));
+            args.extend(r.map(|(r, _)| r));
+            args.push(y);
+            args.extend(norm.map(|(_, eps)| Operand::Value(Arg::F32(eps))));
+            args.push(Operand::Rows);
+            if let Some((_, addend)) = r {
+                let stride = match addend {
+                    Addend::Residual => p.rows,
+                    Addend::Bias => 0,
+                };
+                args.push(Operand::Value(Arg::U32(stride)));
+            }
+            args
         };
-        let mut args = w.to_vec();
-        args.push(x);
-        args.extend(norm.map(|(w, _)| w));
-        args.extend(r.map(|(r, _)| r));
-        args.push(y);
-        args.extend(norm.map(|(_, eps)| Operand::Value(Arg::F32(eps))));
-        args.push(Operand::Rows);
-        if let Some((_, addend)) = r {
-            let stride = match addend {
-                Addend::Residual => p.rows,
-                Addend::Bias => 0,
-            };
-            args.push(Operand::Value(Arg::U32(stride)));
-        }
-        self.push(label, k, p.launch(), None, args);
-        if let Some(d) = self.dispatches.last_mut() {
-            d.wide = wide;
-        }
+        let (one_x, one_norm, many_x) = match x {
+            Input::Plain(x) => (*x, None, Some(*x)),
+            Input::Normed(n) => (n.residual, Some((n.weight, n.eps)), n.rows),
+        };
+        let k = self.kernel(&label, &p, qgemv::build)?;
+        let one_args = args(one_x, one_norm);
+        let Some(many_x) = many_x.filter(|_| self.max_batch > 1) else {
+            // Every step takes one row.
+            self.push(label, k, p.launch(), None, one_args);
+            return Ok(());
+        };
+        // Steps of several rows take up to 8 vectors a pass; a quantized piece is then
+        // loaded one per lane at a time, which keeps the registers of 8 vectors' products
+        // from spilling.
+        let pw = QGemvParams {
+            prologue: Prologue::None,
+            batch: qgemv::widest_batch(Prologue::None, p.cols).min(self.max_batch),
+            unroll: if format.is_float() { 4 } else { 1 },
+            ..p
+        };
+        let wide_label = format!("{prefix}{what}");
+        let kw = self.kernel(&wide_label, &pw, qgemv::build)?;
+        self.push_in(Rows::One, label, k, p.launch(), None, one_args);
+        self.push_in(
+            Rows::Many,
+            wide_label,
+            kw,
+            pw.launch(),
+            None,
+            args(many_x, None),
+        );
         Ok(())
     }
+}
+
+/// Warps of a matrix–vector block; the norms of steps of several rows run on as many
+/// threads, so that their reductions take the prologue's order.
+const GEMV_WARPS: u32 = 4;
+
+/// What a matrix–vector product multiplies.
+enum Input {
+    /// Activations as they are (a row per step row).
+    Plain(Operand),
+    /// The residual stream under an RMSNorm ([`Assembler::norm`]).
+    Normed(Normed),
+}
+
+/// The residual stream normalized by one norm weight: formed inside each product that
+/// reads it in a one-row step, once by a dispatch of its own in steps of several rows.
+struct Normed {
+    /// The norm in labels: `attention norm`.
+    what: String,
+    residual: Operand,
+    weight: Operand,
+    eps: f32,
+    /// The normalized rows (`[rows, cols]` f32) of steps of several rows; `None` where
+    /// a step takes one row at most.
+    rows: Option<Operand>,
 }
 
 fn at(r: Region, bytes: u64) -> Operand {
@@ -698,7 +837,8 @@ impl DecodeGraph {
         for (l, lk) in catalog.layers.iter().enumerate() {
             let before = a.dispatches.len();
             let t = |t| DecoderTensor::Layer(l, t);
-            let label = |what: &str| format!("layer {l}: {what}");
+            let prefix = format!("layer {l}: ");
+            let label = |what: &str| format!("{prefix}{what}");
             // One projection writes each row's q|k|v back to back, which RoPE and the
             // attention read in place (rows `qkv_width` apart); three write q, k and v
             // apart, each packed.
@@ -739,8 +879,14 @@ impl DecodeGraph {
                 a.vector(t(L::AttnNorm), hidden)?,
                 a.vector(t(L::FfnNorm), hidden)?,
             ]);
-            let attn_norm = Some((at(Region::Weights(norms), 0), eps));
-            let ffn_norm = Some((at(Region::Weights(norms), 4 * hidden as u64), eps));
+            let attn_norm = Input::Normed(a.norm(
+                &prefix,
+                "attention norm",
+                r0,
+                at(Region::Weights(norms), 0),
+                eps,
+                hidden,
+            )?);
 
             // q, k, v (and their biases) back to back, so that one GEMV can read all rows.
             let wqkv = a.group(vec![
@@ -764,13 +910,13 @@ impl DecodeGraph {
             match lk.qkv {
                 Qkv::Fused(f) => {
                     a.gemv(
-                        label("attention norm + q|k|v projection"),
+                        &prefix,
+                        "q|k|v projection",
                         f,
                         qkv_width,
                         hidden,
                         &[at(Region::Weights(wqkv), 0)],
-                        r0,
-                        attn_norm,
+                        &attn_norm,
                         bias.map(|b| (at(b, 0), Addend::Bias)),
                         q_at,
                     )?;
@@ -780,13 +926,13 @@ impl DecodeGraph {
                     let ys = [q_at, k_at, v_at];
                     for (i, what) in ["q", "k", "v"].iter().enumerate() {
                         a.gemv(
-                            label(&format!("attention norm + {what} projection")),
+                            &prefix,
+                            &format!("{what} projection"),
                             formats[i],
                             rows[i],
                             hidden,
                             &[at(Region::Weights(wqkv), w_offsets[i])],
-                            r0,
-                            attn_norm,
+                            &attn_norm,
                             bias.map(|b| (at(b, b_offsets[i]), Addend::Bias)),
                             ys[i],
                         )?;
@@ -881,13 +1027,13 @@ impl DecodeGraph {
 
             let wo = a.group(vec![a.stored(t(L::AttnOutput), hidden, q_width)?]);
             a.gemv(
-                label("output projection"),
+                &prefix,
+                "output projection",
                 lk.attn_output,
                 hidden,
                 q_width,
                 &[at(Region::Weights(wo), 0)],
-                at(attn, 0),
-                None,
+                &Input::Plain(at(attn, 0)),
                 Some((r0, Addend::Residual)),
                 r0,
             )?;
@@ -902,8 +1048,17 @@ impl DecodeGraph {
                 per_row(c.ffn, ACT_BYTES),
                 false,
             ));
+            let ffn_norm = Input::Normed(a.norm(
+                &prefix,
+                "ffn norm",
+                r0,
+                at(Region::Weights(norms), 4 * hidden as u64),
+                eps,
+                hidden,
+            )?);
             a.gemv(
-                label("ffn norm + gate/up + SwiGLU"),
+                &prefix,
+                "gate/up + SwiGLU",
                 lk.gate_up,
                 c.ffn,
                 hidden,
@@ -911,24 +1066,27 @@ impl DecodeGraph {
                     at(Region::Weights(gate_up), 0),
                     at(Region::Weights(gate_up), up_at),
                 ],
-                r0,
-                ffn_norm,
+                &ffn_norm,
                 None,
                 at(ffn, 0),
             )?;
             let down = a.group(vec![a.stored(t(L::Down), hidden, c.ffn)?]);
             a.gemv(
-                label("down projection"),
+                &prefix,
+                "down projection",
                 lk.down,
                 hidden,
                 c.ffn,
                 &[at(Region::Weights(down), 0)],
-                at(ffn, 0),
-                None,
+                &Input::Plain(at(ffn, 0)),
                 Some((r0, Addend::Residual)),
                 r0,
             )?;
-            layer_dispatches.push(a.dispatches.len() - before);
+            let one_row = a.dispatches[before..]
+                .iter()
+                .filter(|d| d.rows.includes(1))
+                .count();
+            layer_dispatches.push(one_row);
         }
 
         let out_norm = a.group(vec![a.vector(DecoderTensor::OutputNorm, hidden)?]);
@@ -938,14 +1096,22 @@ impl DecodeGraph {
             a.group(vec![a.stored(DecoderTensor::Output, c.vocab, hidden)?])
         };
         let logits = at(Region::Act(io.logits), 0);
+        let normed = Input::Normed(a.norm(
+            "",
+            "output norm",
+            r0,
+            at(Region::Weights(out_norm), 0),
+            eps,
+            hidden,
+        )?);
         a.gemv(
-            "output norm + LM head".into(),
+            "",
+            "LM head",
             catalog.output,
             c.vocab,
             hidden,
             &[at(Region::Weights(head), 0)],
-            r0,
-            Some((at(Region::Weights(out_norm), 0), eps)),
+            &normed,
             None,
             logits,
         )?;
@@ -983,6 +1149,13 @@ impl DecodeGraph {
             record,
             gemv_blocks: a.gemv_blocks,
         })
+    }
+
+    /// The dispatches of a step of `rows` rows, in order.
+    pub fn step(&self, rows: u32) -> impl Iterator<Item = &Dispatch> {
+        self.dispatches
+            .iter()
+            .filter(move |d| d.rows.includes(rows))
     }
 
     /// Bytes of all weights and constants.

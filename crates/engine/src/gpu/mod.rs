@@ -48,7 +48,7 @@ pub use decoder::{
     DEFAULT_PREFILL_MIN_TOKENS,
 };
 pub use error::GpuError;
-pub use graph::{DecodeGraph, Dispatch, KvLayout, StepShape};
+pub use graph::{DecodeGraph, Dispatch, KvLayout, Rows, StepShape};
 pub use kv::GpuSession;
 pub use prefill::{matrix_params, PrefillPlan};
 pub use stored::{StoredTensor, StoredTensors};

@@ -41,7 +41,7 @@ use quench_prof::{Ceilings, Dispatch, HostSpans, Ring, RingError};
 use quench_rt::{Arg, Executor, StreamId};
 
 use super::error::GpuError;
-use super::graph::{DecodeGraph, Operand, Region, WeightData};
+use super::graph::{DecodeGraph, Operand, Region, Rows, WeightData};
 use super::stored::StoredTensors;
 
 /// What a profile records.
@@ -69,6 +69,7 @@ pub struct ProfiledDecoder {
     /// `cuda` or `interp`.
     pub backend: &'static str,
     pub device: String,
+    /// Dispatches of a one-row step.
     pub dispatches_per_step: usize,
     /// Measured on its executor; `None` when no measurement was asked for.
     pub ceilings: Option<Result<Ceilings, String>>,
@@ -282,6 +283,8 @@ struct Slot {
     kernel: String,
     label: String,
     work: Work,
+    /// The steps the dispatch is part of: in the others its slot records nothing.
+    rows: Rows,
 }
 
 /// What [`prepare`] hands to [`attach`].
@@ -308,6 +311,7 @@ pub(crate) fn prepare(
             kernel: graph.kernels[d.kernel].name.clone(),
             label: d.label.clone(),
             work,
+            rows: d.rows,
         })
         .collect();
     for k in &mut graph.kernels {
@@ -385,7 +389,7 @@ pub(crate) fn attach(
             r.profile.decoders.push(ProfiledDecoder {
                 backend: exec.backend(),
                 device: exec.device_name(),
-                dispatches_per_step: prepared.slots.len(),
+                dispatches_per_step: prepared.slots.iter().filter(|s| s.rows.includes(1)).count(),
                 ceilings,
             });
             r.id
@@ -437,14 +441,14 @@ pub(crate) fn submitted(timer: &mut Option<StepTimer>) {
 }
 
 /// Close the step: read the decoder's ring back (a copy that waits for the step's
-/// kernels), tag the records and add them, the spans and the step time to the profile.
-/// `context` is the step's context length, `read_back` whether the step read a token or
-/// logits.
+/// kernels), tag the records of the dispatches a step of `rows` rows includes and add
+/// them, the spans and the step time to the profile. `context` is the step's context
+/// length, `read_back` whether the step read a token or logits.
 pub(crate) fn step_done(
     timer: Option<StepTimer>,
     prof: Option<&mut Instrumented>,
     exec: &mut dyn Executor,
-    dispatches: usize,
+    rows: u32,
     context: usize,
     read_back: bool,
 ) -> Result<(), GpuError> {
@@ -498,9 +502,13 @@ pub(crate) fn step_done(
         read_end,
     );
     p.last_read = read_back.then_some((timer.session, done));
-    r.profile.submitted += dispatches as u64;
     let context = context as u64;
-    for (mut d, slot) in records.into_iter().zip(&p.slots) {
+    let ran = records
+        .into_iter()
+        .zip(&p.slots)
+        .filter(|(_, slot)| slot.rows.includes(rows));
+    for (mut d, slot) in ran {
+        r.profile.submitted += 1;
         d.label = slot.label.clone();
         d.step = Some(step);
         d.bytes = slot.work.bytes + slot.work.bytes_per_position * context;
