@@ -129,6 +129,7 @@ fn run_profiled(command: &crate::Command, mode: Mode) -> (Profile, Result<(), St
         dispatches: vec![],
         decoders: vec![],
         submitted: 0,
+        unread: 0,
         step_ns: vec![],
         tokens: vec![],
     });
@@ -165,6 +166,9 @@ struct RecordChecks {
     /// Launches the records counted (from each record's launch counter).
     recorded: u64,
     submitted: u64,
+    /// Submitted dispatches whose records were still on a decoder's device when the
+    /// command ended.
+    unread: u64,
     /// Records read back, one per dispatch and step (the trace's slices).
     records: usize,
     order: OrderCheck,
@@ -178,6 +182,7 @@ impl RecordChecks {
         RecordChecks {
             recorded: profile.dispatches.iter().map(|d| d.launches).sum(),
             submitted: profile.submitted,
+            unread: profile.unread,
             records: profile.dispatches.len(),
             order: check_order(&profile.dispatches),
         }
@@ -186,8 +191,12 @@ impl RecordChecks {
     fn failures(&self, dispatches: &[Dispatch]) -> Vec<String> {
         let mut out = vec![];
         if self.recorded != self.submitted || self.records as u64 != self.submitted {
+            let unread = match self.unread {
+                0 => String::new(),
+                n => format!(" ({n} of them still on the device of a decoder the command did not drop)"),
+            };
             out.push(format!(
-                "the profile's {} dispatch records saw {} dispatches run, but {} were submitted",
+                "the profile's {} dispatch records saw {} dispatches run, but {} were submitted{unread}",
                 self.records, self.recorded, self.submitted
             ));
         }
@@ -221,6 +230,7 @@ impl RecordChecks {
         json!({
             "dispatches_recorded": self.recorded,
             "dispatches_submitted": self.submitted,
+            "dispatches_unread": self.unread,
             "dispatch_records": self.records,
             "replays_ordered": {
                 "ordered": self.order.overlaps.is_empty(),
@@ -606,6 +616,7 @@ mod tests {
                 ceilings: Some(Ok(Ceilings { copy_bytes_per_s: Some(4e9), flops: Some(1e10) })),
             }],
             submitted: 6,
+            unread: 0,
             step_ns: vec![1_000_000, 1_200_000],
             tokens: vec![17, 3, 3, 60],
         }
@@ -650,6 +661,13 @@ mod tests {
         lost.submitted = 7;
         let e = report(&a, &lost).unwrap_err();
         assert!(e.contains("6 dispatch records saw 6 dispatches run, but 7 were submitted"), "{e}");
+        assert!(!e.contains("still on the device"), "{e}");
+        // Records left on a decoder's device are named as such.
+        lost.unread = 1;
+        let e = report(&a, &lost).unwrap_err();
+        assert!(e.contains("but 7 were submitted (1 of them still on the device"), "{e}");
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert_eq!(j["outcome"]["dispatches_unread"], 1);
         // A dispatch whose launch was not seen (its counter did not move) is not recorded.
         let mut unseen = fake_profile();
         unseen.dispatches[4].launches = 0;

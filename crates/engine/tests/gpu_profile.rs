@@ -15,7 +15,7 @@ use quench_cpu::{ModelConfig, Naming, Sampler, SamplingParams};
 use quench_engine::gpu::profile::{self, Mode, Profile, ProfileOptions};
 use quench_engine::gpu::{GpuDecoder, GpuOptions};
 use quench_models::{GgmlType, GgufFile};
-use quench_prof::{chrome_trace, summarize, Ceilings};
+use quench_prof::{chrome_trace, summarize, Ceilings, LANES};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -193,7 +193,7 @@ fn profiled_generation_records_every_dispatch_of_every_replayed_step() {
             for (r, first) in rs.iter().zip(step(0)) {
                 assert_eq!((&r.kernel, &r.label), (&first.kernel, &first.label));
                 assert!(
-                    r.launches == 1 && r.lanes_ended > 0 && r.lanes_ended == first.lanes_ended,
+                    r.launches == 1 && (1..=LANES as u32).contains(&r.lanes_ended),
                     "{r:?}"
                 );
                 assert!(r.start_ns < r.end_ns, "{r:?}");
@@ -245,6 +245,7 @@ fn profiled_generation_records_every_dispatch_of_every_replayed_step() {
         };
         assert_eq!(names(1).len(), p.dispatches.len());
         let host = names(2);
+        let read = format!("read profile records of steps 0-{}", steps - 1);
         for span in [
             "assemble and plan the decode step",
             "measure copy bandwidth and FMA throughput",
@@ -253,7 +254,9 @@ fn profiled_generation_records_every_dispatch_of_every_replayed_step() {
             "capture the decode step",
             "step 0: submit",
             "step 0: wait and read back",
-            "step 0: read profile records",
+            "step 0: copy profile records on the device",
+            // Fewer steps than the history holds: read once, when the decoder goes.
+            read.as_str(),
             "sampling and host work between tokens",
         ] {
             assert!(
@@ -276,6 +279,119 @@ fn profiled_generation_records_every_dispatch_of_every_replayed_step() {
             p.dispatches.len()
         );
     }
+}
+
+#[test]
+fn records_kept_on_the_device_come_back_the_same_in_batches() {
+    // More steps than the history holds, not a multiple of it: full batches read as the
+    // history fills, the partial last one when the decoder goes. The records must be
+    // those of a run that reads them all at once (the interpreter's clock repeats
+    // itself from run to run), and every step's dispatches must be there.
+    let _one = PROFILING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = tiny_model("llama", &mut rng);
+    let kept: u32 = rng.gen_range(2..=4);
+    let prompt: Vec<u32> = (0..2).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    // Steps: the prompt's tokens and every generated token but the last.
+    let mut tokens = rng.gen_range(kept as usize..=2 * kept as usize);
+    if (prompt.len() + tokens - 1).is_multiple_of(kept as usize) {
+        tokens += 1;
+    }
+    let steps = (prompt.len() + tokens - 1) as u32;
+    eprintln!("{steps} steps, {kept} kept on the device");
+    let run = |history: u32| {
+        profile::start_with_history(
+            ProfileOptions {
+                mode: Mode::Dispatches,
+                ceilings: None,
+            },
+            history,
+        )
+        .expect("profiling was off");
+        let out = generate(&file, &prompt, tokens, None);
+        (out, profile::finish().expect("profiling was on"))
+    };
+    let (tokens_at_once, at_once) = run(profile::HISTORY_STEPS);
+    let (tokens_batched, batched) = run(kept);
+    assert!(steps < profile::HISTORY_STEPS);
+    assert_eq!(tokens_batched, tokens_at_once);
+    assert_eq!(batched.unread, 0);
+    assert_eq!(batched.dispatches.len() as u64, batched.submitted);
+    assert_eq!(batched.submitted, at_once.submitted);
+    assert_eq!(
+        batched.dispatches.last().and_then(|d| d.step),
+        Some(steps - 1)
+    );
+    for (i, (b, a)) in batched
+        .dispatches
+        .iter()
+        .zip(&at_once.dispatches)
+        .enumerate()
+    {
+        assert_eq!(b, a, "record {i}");
+    }
+    let reads = |p: &Profile| -> Vec<String> {
+        p.host
+            .spans()
+            .iter()
+            .filter(|s| s.name.starts_with("read profile records"))
+            .map(|s| s.name.clone())
+            .collect()
+    };
+    let want: Vec<String> = (0..steps)
+        .step_by(kept as usize)
+        .map(|first| {
+            let last = (first + kept - 1).min(steps - 1);
+            format!("read profile records of steps {first}-{last}")
+        })
+        .collect();
+    assert_eq!(reads(&batched), want);
+    assert_eq!(
+        reads(&at_once),
+        [format!("read profile records of steps 0-{}", steps - 1)]
+    );
+    assert!(profile::start_with_history(
+        ProfileOptions {
+            mode: Mode::Dispatches,
+            ceilings: None
+        },
+        0
+    )
+    .is_err());
+}
+
+#[test]
+fn records_of_a_decoder_still_loaded_at_the_finish_are_counted_unread() {
+    let _one = PROFILING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = tiny_model("qwen3", &mut rng);
+    let kept: u32 = rng.gen_range(2..=3);
+    profile::start_with_history(
+        ProfileOptions {
+            mode: Mode::Dispatches,
+            ceilings: None,
+        },
+        kept,
+    )
+    .expect("profiling was off");
+    let decoder = load(&file);
+    let mut session = decoder.new_session();
+    // One full history read back, and one step more left on the device.
+    let steps = kept + 1;
+    let mut token = rng.gen_range(0..VOCAB as u32);
+    for _ in 0..steps {
+        token = decoder.feed_greedy(&mut session, &[token]).expect("step");
+    }
+    let p = profile::finish().expect("profiling was on");
+    let per_step = decoder.summary().dispatches_per_token as u64;
+    assert_eq!(p.submitted, per_step * steps as u64);
+    assert_eq!(
+        (p.dispatches.len() as u64, p.unread),
+        (per_step * kept as u64, per_step)
+    );
+    // Dropped afterwards, the decoder reads its last step for a profile that is gone.
+    drop(decoder);
+    assert!(profile::finish().is_none());
 }
 
 #[test]

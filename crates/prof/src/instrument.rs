@@ -46,17 +46,32 @@ impl Emit<'_> {
     fn bin(&mut self, op: BinOp, a: Value, b: Value, ty: Type) -> Value {
         self.val(ty, Op::Bin { op, rnd: None, a, b })
     }
-    /// Whether all three of `x`, `y`, `z` (u32) are zero.
-    fn all_zero(&mut self, [x, y, z]: [Special; 3]) -> Value {
-        let xyz = [x, y, z].map(|s| self.special(s));
-        self.zeros(xyz)
-    }
-    /// Whether the u32 values `x`, `y`, `z` are all zero.
-    fn zeros(&mut self, [x, y, z]: [Value; 3]) -> Value {
-        let xy = self.bin(BinOp::Or, x, y, Type::U32);
-        let xyz = self.bin(BinOp::Or, xy, z, Type::U32);
+    /// Whether the u32 values of `specials` are all zero.
+    fn all_zero(&mut self, specials: &[Special]) -> Value {
+        let mut any = match specials.split_first() {
+            Some((&first, _)) => self.special(first),
+            None => self.u32(0),
+        };
+        for &s in specials.iter().skip(1) {
+            let v = self.special(s);
+            any = self.bin(BinOp::Or, any, v, Type::U32);
+        }
         let zero = self.u32(0);
-        self.val(Type::PRED, Op::Cmp { op: CmpOp::Eq, a: xyz, b: zero })
+        self.val(Type::PRED, Op::Cmp { op: CmpOp::Eq, a: any, b: zero })
+    }
+    /// The record's first-plane address and the plane stride (u64, in words), read from
+    /// the added parameters where they are used, so that neither stays live in a
+    /// register across the kernel's body.
+    fn record(&mut self, ring_index: u32, ring_ty: Type) -> (Value, Value) {
+        let ring = self.val(ring_ty, Op::Param(ring_index));
+        let stride = self.val(Type::U32, Op::Param(ring_index + 1));
+        let stride = self.val(Type::U64, Op::Cvt { to: Scalar::U64, rnd: None, sat: false, a: stride });
+        (ring, stride)
+    }
+    /// A reduction: an atomic whose result is left unused, which PTX assemblers compile
+    /// to a `red` that no thread waits for.
+    fn reduce(&mut self, op: AtomOp, ptr: Value, a: Value) {
+        self.val(Type::U64, Op::Atomic { op, ord: Ordering::Relaxed, scope: Scope::Gpu, ptr, a, b: None });
     }
     fn u64(&mut self, x: u64) -> Value {
         self.val(Type::U64, Op::Const { ty: Type::U64, bits: x })
@@ -88,13 +103,23 @@ impl Emit<'_> {
 /// computes.
 ///
 /// A record is one `u64` in each plane (see [`crate::Ring`]): `start_ns`, `launches`,
-/// then [`LANES`] end-time lanes. Every thread reads `%globaltimer` at entry. At the end
-/// of the body, after a block barrier, thread 0 of each block reads `%globaltimer` again
-/// and raises the end lane of its linear block index modulo [`LANES`] to it with an
-/// atomic max; thread 0 of block 0 also stores its entry reading as `start_ns` and adds
-/// one to `launches`. The atomics discard their result, so they compile to reductions
-/// that no thread waits for, and no address takes more than one reduction in
-/// [`LANES`] blocks (plus, for the counter, one per launch).
+/// then [`LANES`] end-time lanes.
+///
+/// - At entry, thread 0 of block 0 alone reads `%globaltimer`, stores it as `start_ns`
+///   and adds one to `launches`. The other threads only test their ids (which most
+///   kernels read first anyway); no timer value stays live in a register across the
+///   body, and block 0's bookkeeping is done while the kernel runs, not at its end.
+/// - At the end of the body, after a block barrier, thread 0 of each block reads
+///   `%globaltimer` again and raises an end-time lane to it with an atomic max: lane
+///   `%clock mod LANES`, which spreads the blocks over the lanes without reading the
+///   block's index after the body.
+///
+/// The atomics discard their result, so they compile to reductions that no thread waits
+/// for, and each end-time address takes about one reduction in [`LANES`] blocks. The
+/// barrier is what makes thread 0's reading later than every warp of its block
+/// finishing; without it, each warp would have to read the timer and reduce on its own
+/// (see the body's comments for why that costs more, and for what else each choice
+/// saves).
 ///
 /// Nothing needs resetting between launches, which is what lets a captured graph replay
 /// with the same arguments: `start_ns` is overwritten, the lanes only grow (the timer is
@@ -113,54 +138,64 @@ pub fn instrument(f: &Function) -> Result<Function, InstrumentError> {
     g.params.push(Param { name: STRIDE_PARAM.to_string(), ty: Type::U32 });
 
     let mut pro = Emit { values: &mut g.values, insts: vec![] };
-    let start = pro.special(Special::GlobalTimer);
-    let ring = pro.val(ring_ty, Op::Param(ring_index));
-    let stride = pro.val(Type::U32, Op::Param(ring_index + 1));
+    // One reading of the start suffices: the record's start is block 0's entry. Reading
+    // it in every thread would keep a 64-bit value live across the whole body for the
+    // sake of one thread. The test is split so that every warp but those holding a
+    // thread `(0, y, z)` of a block `(0, y, z)` branches on `%tid.x` and `%ctaid.x`
+    // alone, which the body reads first in nearly every kernel anyway: the other ids
+    // are read, and waited for, only where they can matter.
+    let column0 = pro.all_zero(&[Special::TidX, Special::CtaidX]);
+    pro.if_then(column0, |e| {
+        let first_thread = e.all_zero(&[Special::TidY, Special::TidZ, Special::CtaidY, Special::CtaidZ]);
+        e.if_then(first_thread, |e| {
+            let start = e.special(Special::GlobalTimer);
+            let (ring, stride) = e.record(ring_index, ring_ty);
+            let start_at = e.plane_const(ring, stride, START_PLANE);
+            e.void(Op::Store { ptr: start_at, value: start, cache: Default::default() });
+            // Counting at entry rather than at block 0's end: the reduction then drains
+            // while the kernel runs instead of possibly on the grid's last block. The
+            // counter is read only once the launch has finished, so the count is the
+            // same.
+            let count_at = e.plane_const(ring, stride, LAUNCH_PLANE);
+            let one = e.u64(1);
+            e.reduce(AtomOp::Add, count_at, one);
+        });
+    });
     let prologue = pro.insts;
 
     let mut epi = Emit { values: &mut g.values, insts: vec![] };
+    // The end must be no earlier than any warp of the block finishing. The barrier gives
+    // that with one timer reading and one reduction per block. The alternative, every
+    // warp's lane 0 reading the timer and reducing as it exits, saves the barrier's
+    // wake-up of warp 0 (tens of cycles on the last block) but multiplies the
+    // reductions by the warps per block, and the blocks of a one-wave grid all finish
+    // within the same microsecond, where those reductions queue on the lanes'
+    // addresses. Waiting at the barrier holds nothing back: a block's shared memory and
+    // its place on the multiprocessor are freed only when its last warp exits anyway.
     // The body may only return as its last instruction, so every thread reaches this
     // point and the barrier is uniform.
     epi.void(Op::Barrier);
-    let thread0 = epi.all_zero([Special::TidX, Special::TidY, Special::TidZ]);
+    let thread0 = epi.all_zero(&[Special::TidX, Special::TidY, Special::TidZ]);
     epi.if_then(thread0, |e| {
         let end = e.special(Special::GlobalTimer);
-        let stride = e.val(Type::U64, Op::Cvt { to: Scalar::U64, rnd: None, sat: false, a: stride });
-        // The linear block index `x + nx·(y + ny·z)`, wrapping: only its low bits count.
-        let [x, y, z, nx, ny] = [Special::CtaidX, Special::CtaidY, Special::CtaidZ, Special::NctaidX, Special::NctaidY]
-            .map(|s| e.special(s));
-        let nyz = e.bin(BinOp::Mul, ny, z, Type::U32);
-        let yz = e.bin(BinOp::Add, y, nyz, Type::U32);
-        let nxyz = e.bin(BinOp::Mul, nx, yz, Type::U32);
-        let linear = e.bin(BinOp::Add, x, nxyz, Type::U32);
+        let (ring, stride) = e.record(ring_index, ring_ty);
+        // The lane comes from the multiprocessor's cycle counter, not from the block's
+        // index: with `%ctaid` read here (as `x + y + z` or as the linear index), ptxas
+        // gave the decode step's Q4_K GEMVs (4 warps, capped grid) 71 registers where
+        // the plain kernels take 56 and 63, past the 64 at which the 8 blocks per
+        // multiprocessor their grid is sized for are resident at once; with the counter,
+        // exactly the plain kernels' counts. The counter holds no register through the
+        // body and spreads the blocks that finish together over the lanes: those of one
+        // multiprocessor finish on different cycles, and the counters of different
+        // multiprocessors do not run in step.
+        let clock = e.special(Special::Clock);
         let mask = e.u32(LANES as u32 - 1);
-        let lane = e.bin(BinOp::And, linear, mask, Type::U32);
+        let lane = e.bin(BinOp::And, clock, mask, Type::U32);
         let first = e.u32(FIRST_LANE_PLANE as u32);
         let plane = e.bin(BinOp::Add, lane, first, Type::U32);
         let plane = e.val(Type::U64, Op::Cvt { to: Scalar::U64, rnd: None, sat: false, a: plane });
         let lane_at = e.plane(ring, stride, plane);
-        e.val(
-            Type::U64,
-            Op::Atomic { op: AtomOp::Max, ord: Ordering::Relaxed, scope: Scope::Gpu, ptr: lane_at, a: end, b: None },
-        );
-        let block0 = e.zeros([x, y, z]);
-        e.if_then(block0, |e| {
-            let start_at = e.plane_const(ring, stride, START_PLANE);
-            e.void(Op::Store { ptr: start_at, value: start, cache: Default::default() });
-            let count_at = e.plane_const(ring, stride, LAUNCH_PLANE);
-            let one = e.u64(1);
-            e.val(
-                Type::U64,
-                Op::Atomic {
-                    op: AtomOp::Add,
-                    ord: Ordering::Relaxed,
-                    scope: Scope::Gpu,
-                    ptr: count_at,
-                    a: one,
-                    b: None,
-                },
-            );
-        });
+        e.reduce(AtomOp::Max, lane_at, end);
     });
     let epilogue = epi.insts;
 

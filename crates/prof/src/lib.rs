@@ -8,6 +8,8 @@
 //!   needs resetting between launches, and replayed graphs record as they run.
 //! - [`Ring`] owns the buffer on an executor, hands out slots per launch and reads the
 //!   records back as [`Dispatch`]es.
+//! - [`History`] keeps a copy of a ring's records per step on the device, made without
+//!   a host wait, and reads many steps' records back in one copy.
 //! - [`access`] finds which pointer parameters a kernel reads and writes, directly or at
 //!   addresses computed from loaded data, for a model of the bytes each dispatch moves.
 //! - [`ceiling`] measures the f32 FMA throughput, the compute ceiling of a roofline.
@@ -22,6 +24,7 @@
 pub mod access;
 mod canvas;
 pub mod ceiling;
+mod history;
 mod instrument;
 pub mod order;
 mod ring;
@@ -30,6 +33,7 @@ pub mod shapes;
 pub mod summary;
 pub mod trace;
 
+pub use history::History;
 pub use instrument::{instrument, InstrumentError, RING_PARAM, STRIDE_PARAM};
 pub use ring::{
     Dispatch, Ring, RingError, FIRST_LANE_PLANE, LANES, LAUNCH_PLANE, PLANES, RECORD_BYTES, START_PLANE,

@@ -11,18 +11,19 @@
 
 use quench_rt::{Arg, DevicePtr, Executor, RtError, StreamId};
 
-/// End-time lanes per record: the block with linear index `b` raises lane `b % LANES`.
+/// End-time lanes per record: a block raises lane `%clock % LANES`, read by its thread 0
+/// as it finishes.
 ///
 /// Every block's reduction on one address would serialize in L2 at about 1 ns each:
 /// a GEMV with 38k blocks (one warp a row, four a block, over a 151,936-row LM head)
 /// took 45 µs longer that way. Over 8 lanes, even blocks finishing at 2,000 per µs
 /// (the whole GPU retiring short blocks) leave each lane one reduction every 4 ns, under
-/// the serialization limit; more lanes would cost the host more bytes to read per step
-/// (8 bytes per lane per dispatch) for no gain.
+/// the serialization limit; more lanes would add 8 bytes per lane to every dispatch's
+/// record, copied after every step, for no gain.
 pub const LANES: usize = 8;
 /// Plane of `start_ns`: `%globaltimer` at entry of block 0, stored by it.
 pub const START_PLANE: usize = 0;
-/// Plane of the launch counter: block 0 adds one when it finishes.
+/// Plane of the launch counter: thread 0 of block 0 adds one at entry.
 pub const LAUNCH_PLANE: usize = 1;
 /// First of the [`LANES`] planes of end times (`%globaltimer` when a block finished,
 /// raised with an atomic max).
@@ -35,7 +36,7 @@ pub const RECORD_BYTES: usize = PLANES * 8;
 /// 128-byte line.
 const SLOTS_PER_LINE: u32 = 128 / 8;
 
-const _: () = assert!(LANES.is_power_of_two(), "the lane is the linear block index masked");
+const _: () = assert!(LANES.is_power_of_two(), "the lane is the cycle counter masked");
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RingError {
@@ -47,6 +48,12 @@ pub enum RingError {
     Empty,
     #[error("a profiler ring buffer of {slots} records is more than one launch can address")]
     TooLarge { slots: u32 },
+    #[error("the profiler's history holds {steps} copies of the records and all are taken; read them first")]
+    HistoryFull { steps: u32 },
+    #[error("the profiler's history needs room for at least one copy of the records")]
+    HistoryEmpty,
+    #[error("a profiler history of {steps} copies of {bytes} bytes each is more than this host can address")]
+    HistoryTooLarge { steps: u32, bytes: u64 },
 }
 
 /// One profiled kernel dispatch.
@@ -64,12 +71,13 @@ pub struct Dispatch {
     pub start_ns: u64,
     /// `%globaltimer` when the last block finished, in nanoseconds.
     pub end_ns: u64,
-    /// Launches of this record's slot that finished since the previous reading: 1 for a
+    /// Launches of this record's slot that ran since the previous reading: 1 for a
     /// dispatch that ran once, 0 for one that has not run since (its times are then the
     /// earlier launch's).
     pub launches: u64,
-    /// End-time lanes that blocks of this launch raised: `min(blocks, LANES)` once every
-    /// lane's blocks have finished; 0 where `launches` is 0.
+    /// End-time lanes that blocks of this launch raised, from 1 to `min(blocks, LANES)`
+    /// once it has finished (which lane a block raises depends on when it finishes);
+    /// 0 where `launches` is 0.
     pub lanes_ended: u32,
     /// Bytes of device memory the dispatch reads and writes (0: not modeled).
     pub bytes: u64,
@@ -147,16 +155,24 @@ impl Ring {
         let words = (PLANES - 1) * self.stride as usize + taken;
         let mut bytes = vec![0u8; words * 8];
         exec.copy_to_host(self.ptr, &mut bytes)?;
+        Ok(self.decode(&bytes, taken))
+    }
+
+    /// The records of the first `taken` slots in `image`, a copy of the buffer from its
+    /// start (at least to the last plane's word of slot `taken - 1`), as [`Ring::read`]
+    /// returns them: each slot's `launches` counts from the previous image decoded or
+    /// read, so images must come in the order they were taken.
+    pub(crate) fn decode(&mut self, image: &[u8], taken: usize) -> Vec<Dispatch> {
         let stride = self.stride as usize;
         let word = |plane: usize, slot: usize| -> u64 {
             let at = 8 * (plane * stride + slot);
             let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[at..at + 8]);
+            b.copy_from_slice(&image[at..at + 8]);
             u64::from_le_bytes(b)
         };
-        let out = self
-            .taken
+        self.taken
             .iter_mut()
+            .take(taken)
             .enumerate()
             .map(|(i, slot)| {
                 let counter = word(LAUNCH_PLANE, i);
@@ -179,8 +195,17 @@ impl Ring {
                     ..Dispatch::default()
                 }
             })
-            .collect();
-        Ok(out)
+            .collect()
+    }
+
+    /// Slots taken so far.
+    pub(crate) fn taken(&self) -> usize {
+        self.taken.len()
+    }
+
+    /// The whole device buffer: its address and size in bytes.
+    pub(crate) fn buffer(&self) -> (DevicePtr, u64) {
+        (self.ptr, Self::bytes(self.stride))
     }
 
     /// Read every taken slot as [`Ring::read`] does, then free the slots (zeroed again)

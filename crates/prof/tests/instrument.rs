@@ -1,27 +1,23 @@
 //! Every library kernel, instrumented: it verifies, assembles for sm_90, computes exactly
 //! what the plain kernel computes (and passes the kernel's own check) in the
 //! interpreter, and records ordered timestamps, one launch and every end-time lane its
-//! blocks reach. A hand-built kernel over random 3-D grids checks the lanes word by
-//! word, the launch counter, and records read back after each replay of a graph.
+//! blocks reach. A hand-built kernel over random 3-D grids of random 3-D blocks checks
+//! the lanes word by word, the launch counter (counted once, by one thread of the
+//! grid), and records read back after each replay of a graph.
 
-use quench_ir::{AddrSpace, Builder, Function, Scalar, Special, Type};
 use quench_kernels::{compare, library, run_case, CaseArg, KernelCase};
 use quench_prof::order::check_order;
 use quench_prof::{
     instrument, shapes::small_params, InstrumentError, Ring, FIRST_LANE_PLANE, LANES, LAUNCH_PLANE, RING_PARAM,
     START_PLANE,
 };
-use quench_rt::{Arg, DevicePtr, Executor, InterpExecutor, Launch, StreamId};
+use quench_rt::{Arg, Executor, InterpExecutor, StreamId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+mod common;
+
+use common::{seed, word, GridRun};
 
 fn small_case(name: &str, seed: u64) -> KernelCase {
     let spec = quench_kernels::find(name).unwrap_or_else(|e| panic!("{e}"));
@@ -29,9 +25,10 @@ fn small_case(name: &str, seed: u64) -> KernelCase {
     spec.make_case(&p, seed).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-fn blocks(case: &KernelCase) -> u32 {
+/// The most end-time lanes the blocks of `case` can raise.
+fn most_lanes(case: &KernelCase) -> u32 {
     let g = case.launch.grid;
-    g[0] * g[1] * g[2]
+    (g[0] * g[1] * g[2]).min(LANES as u32)
 }
 
 #[test]
@@ -66,10 +63,10 @@ fn every_kernel_instrumented_runs_the_same() {
         let (unused, d) = (&records[0], &records[1]);
         assert_eq!((unused.start_ns, unused.end_ns, unused.launches), (0, 0, 0), "{}", spec.name);
         eprintln!("{:<24} lanes {}  start {:>9}  end {:>9}", spec.name, d.lanes_ended, d.start_ns, d.end_ns);
-        let lanes = blocks(&case).min(LANES as u32);
-        if (d.launches, d.lanes_ended) != (1, lanes) {
+        let lanes = most_lanes(&case);
+        if d.launches != 1 || !(1..=lanes).contains(&d.lanes_ended) {
             failures.push(format!(
-                "{}: {} launches and {} lanes ended, expected 1 and {lanes}",
+                "{}: {} launches and {} lanes ended, expected 1 and 1 to {lanes}",
                 spec.name, d.launches, d.lanes_ended
             ));
         }
@@ -154,8 +151,8 @@ fn one_slot_serves_every_replay_without_reset() {
         run_case(&mut exec, &profiled).expect("run");
         let d = ring.read(&mut exec).expect("records");
         assert_eq!(d.len(), 1);
-        let lanes = blocks(&case).min(LANES as u32);
-        assert_eq!((d[0].launches, d[0].lanes_ended), (1, lanes), "run {run}: {:?}", d[0]);
+        assert_eq!(d[0].launches, 1, "run {run}: {:?}", d[0]);
+        assert!((1..=most_lanes(&case)).contains(&d[0].lanes_ended), "run {run}: {:?}", d[0]);
         assert!(previous_end <= d[0].start_ns && d[0].start_ns < d[0].end_ns, "run {run}: {:?}", d[0]);
         previous_end = d[0].end_ns;
     }
@@ -164,119 +161,45 @@ fn one_slot_serves_every_replay_without_reset() {
     assert_eq!((again[0].launches, again[0].lanes_ended, again[0].end_ns), (0, 0, previous_end));
 }
 
-/// `out[b · ntid + tid] = b ^ c` for the linear block index `b`, the body the lanes are
-/// checked on.
-fn grid_kernel() -> Function {
-    let mut k = Builder::new("grid_ids", 64);
-    let out = k.param("out", Type::Ptr(AddrSpace::Global, Scalar::U32));
-    let c = k.param("c", Type::U32);
-    let [x, y, z, nx, ny] =
-        [Special::CtaidX, Special::CtaidY, Special::CtaidZ, Special::NctaidX, Special::NctaidY].map(|s| k.special(s));
-    let nyz = k.mul(ny, z);
-    let yz = k.add(y, nyz);
-    let nxyz = k.mul(nx, yz);
-    let b = k.add(x, nxyz);
-    let (tid, ntid) = (k.tid_x(), k.ntid_x());
-    let row = k.mul(b, ntid);
-    let i = k.add(row, tid);
-    let at = k.ptr_add(out, i);
-    let v = k.xor(b, c);
-    k.store(at, v);
-    k.finish().expect("verifies")
-}
-
-const THREADS: u32 = 32;
-
-/// Launches of the instrumented [`grid_kernel`] over `grid`, each with its output
-/// poisoned first and checked after.
-struct GridRun {
-    kernel: quench_rt::KernelId,
-    grid: [u32; 3],
-    out: DevicePtr,
-    c: u32,
-}
-
-impl GridRun {
-    fn new(exec: &mut InterpExecutor, grid: [u32; 3], c: u32) -> GridRun {
-        let kernel = exec.load(&instrument(&grid_kernel()).expect("instrumented")).expect("loads");
-        let out = exec.alloc(4 * (grid.iter().product::<u32>() * THREADS) as u64).expect("alloc");
-        GridRun { kernel, grid, out, c }
-    }
-
-    fn blocks(&self) -> u32 {
-        self.grid.iter().product()
-    }
-
-    fn launch(&self, exec: &mut InterpExecutor, slot: &[Arg; 2]) {
-        let poison = vec![0xA5u8; 4 * (self.blocks() * THREADS) as usize];
-        exec.copy_to_device(self.out, &poison).expect("poison");
-        let launch = Launch { grid: self.grid, block: [THREADS, 1, 1], dynamic_shared_bytes: 0 };
-        let args = [Arg::Ptr(self.out), Arg::U32(self.c), slot[0], slot[1]];
-        exec.launch(self.kernel, &launch, &args, StreamId::DEFAULT).expect("launch");
-    }
-
-    fn check_output(&self, exec: &mut InterpExecutor) {
-        let mut bytes = vec![0u8; 4 * (self.blocks() * THREADS) as usize];
-        exec.copy_to_host(self.out, &mut bytes).expect("read");
-        for (i, w) in bytes.chunks_exact(4).enumerate() {
-            let got = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            assert_eq!(got, (i as u32 / THREADS) ^ self.c, "element {i}");
-        }
-    }
-}
-
-/// Word `plane` of the record whose slot arguments are `slot`, straight from the device.
-fn word(exec: &mut InterpExecutor, slot: &[Arg; 2], plane: usize) -> u64 {
-    let (Arg::Ptr(record), Arg::U32(stride)) = (slot[0], slot[1]) else { panic!("slot arguments {slot:?}") };
-    let mut b = [0u8; 8];
-    exec.copy_to_host(record.offset(8 * plane as u64 * stride as u64), &mut b).expect("read");
-    u64::from_le_bytes(b)
-}
-
 #[test]
-fn every_block_raises_the_lane_of_its_linear_index() {
+fn the_record_spans_every_block_and_counts_each_launch_once() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    for _ in 0..4 {
+    for i in 0..4 {
         let grid = [rng.gen_range(1..6), rng.gen_range(1..4), rng.gen_range(1..3)];
         let mut exec = InterpExecutor::new();
-        let run = GridRun::new(&mut exec, grid, rng.gen());
+        // Once in blocks of two warps, whose second warp ends its body after the first.
+        let run = match i {
+            0 => GridRun::new(&mut exec, grid, [16, 2, 2], rng.gen()),
+            _ => GridRun::random(&mut exec, &mut rng, grid),
+        };
         let mut ring = Ring::new(&mut exec, rng.gen_range(1..40)).expect("ring");
         let slot = ring.next("grid_ids", StreamId::DEFAULT).expect("slot");
-        run.launch(&mut exec, &slot);
-        run.check_output(&mut exec);
-
-        // The interpreter runs blocks in linear order, so lane `l` holds the end of the
-        // last block `b` with `b % LANES == l`, and the lanes' times rank as those blocks.
-        let n = run.blocks() as usize;
-        let lanes: Vec<u64> = (0..LANES).map(|l| word(&mut exec, &slot, FIRST_LANE_PLANE + l)).collect();
-        let start = word(&mut exec, &slot, START_PLANE);
-        let last_block = |l: usize| (l < n).then(|| l + (n - 1 - l) / LANES * LANES);
-        let mut by_time: Vec<usize> = (0..LANES.min(n)).collect();
-        by_time.sort_by_key(|&l| lanes[l]);
-        let mut by_block = by_time.clone();
-        by_block.sort_by_key(|&l| last_block(l));
-        assert_eq!(by_time, by_block, "grid {grid:?}: lanes {lanes:?}");
-        for (l, &t) in lanes.iter().enumerate() {
-            match last_block(l) {
-                Some(_) => assert!(t > start, "grid {grid:?}: lane {l} at {t}, start {start}"),
-                None => assert_eq!(t, 0, "grid {grid:?}: lane {l} has no block"),
+        let shape = format!("grid {grid:?}, block {:?}", run.block);
+        let mut previous_end = 0;
+        for launches in [1, 2] {
+            for _ in 0..launches {
+                run.launch(&mut exec, &slot);
             }
+            let body = run.check_output(&mut exec);
+
+            // Block 0 records its entry before its threads start their bodies (the
+            // interpreter runs it first), and every block raises a lane to its end after
+            // all its threads finished theirs: the record spans every body of the last
+            // launch.
+            let start = word(&mut exec, &slot, START_PLANE);
+            let lanes: Vec<u64> = (0..LANES).map(|l| word(&mut exec, &slot, FIRST_LANE_PLANE + l)).collect();
+            let end = *lanes.iter().max().expect("lanes");
+            assert!(previous_end < start && start <= body.block0_began, "{shape}: start {start}, {previous_end} before");
+            assert!(body.last_ended < end, "{shape}: end {end}, a body ended at {}", body.last_ended);
+            // Lanes raised only by earlier launches hold earlier ends.
+            let raised = lanes.iter().filter(|&&t| t >= start).count() as u32;
+            assert!((1..=run.most_lanes()).contains(&raised), "{shape}: {raised} lanes raised: {lanes:?}");
+            // Each launch counted once, by one thread of the whole grid.
+            let d = &ring.read(&mut exec).expect("records")[0];
+            assert_eq!((d.start_ns, d.end_ns, d.launches, d.lanes_ended), (start, end, launches, raised), "{shape}");
+            assert_eq!(word(&mut exec, &slot, LAUNCH_PLANE), if launches == 1 { 1 } else { 3 }, "{shape}");
+            previous_end = end;
         }
-        assert_eq!(word(&mut exec, &slot, LAUNCH_PLANE), 1);
-
-        let d = &ring.read(&mut exec).expect("records")[0];
-        let end = *lanes.iter().max().expect("lanes");
-        assert_eq!((d.start_ns, d.end_ns, d.launches, d.lanes_ended), (start, end, 1, n.min(LANES) as u32), "{grid:?}");
-
-        // Two launches before the next reading: both counted, the second's times.
-        run.launch(&mut exec, &slot);
-        run.launch(&mut exec, &slot);
-        run.check_output(&mut exec);
-        assert_eq!(word(&mut exec, &slot, LAUNCH_PLANE), 3);
-        let second = &ring.read(&mut exec).expect("records")[0];
-        assert_eq!((second.launches, second.lanes_ended), (2, n.min(LANES) as u32));
-        assert!(second.start_ns > d.end_ns && second.end_ns > second.start_ns, "{second:?} after {d:?}");
-        assert_eq!(second.start_ns, word(&mut exec, &slot, START_PLANE));
     }
 }
 
@@ -289,31 +212,29 @@ fn replayed_graph_records_each_replay_in_order() {
     let runs: Vec<GridRun> = (0..3)
         .map(|_| {
             let grid = [rng.gen_range(1..12), rng.gen_range(1..3), 1];
-            GridRun::new(&mut exec, grid, rng.gen())
+            GridRun::random(&mut exec, &mut rng, grid)
         })
         .collect();
     let mut ring = Ring::new(&mut exec, runs.len() as u32).expect("ring");
     let slots: Vec<[Arg; 2]> = runs.iter().map(|_| ring.next("grid_ids", StreamId::DEFAULT).expect("slot")).collect();
     exec.begin_capture(StreamId::DEFAULT).expect("capture");
     for (run, slot) in runs.iter().zip(&slots) {
-        let launch = Launch { grid: run.grid, block: [THREADS, 1, 1], dynamic_shared_bytes: 0 };
-        let args = [Arg::Ptr(run.out), Arg::U32(run.c), slot[0], slot[1]];
-        exec.launch(run.kernel, &launch, &args, StreamId::DEFAULT).expect("captured launch");
+        run.launch_only(&mut exec, slot);
     }
     let graph = exec.end_capture(StreamId::DEFAULT).expect("graph");
     let mut previous_end = 0;
     for replay in 0..4u32 {
         for run in &runs {
-            exec.copy_to_device(run.out, &vec![0x5Au8; 4 * (run.blocks() * THREADS) as usize]).expect("poison");
+            run.poison(&mut exec);
         }
         exec.replay(graph, StreamId::DEFAULT).expect("replay");
         exec.synchronize().expect("sync");
-        for run in &runs {
-            run.check_output(&mut exec);
-        }
+        let bodies: Vec<_> = runs.iter().map(|run| run.check_output(&mut exec)).collect();
         let mut records = ring.read(&mut exec).expect("records");
-        for (r, run) in records.iter_mut().zip(&runs) {
-            assert_eq!((r.launches, r.lanes_ended), (1, run.blocks().min(LANES as u32)), "replay {replay}: {r:?}");
+        for ((r, run), body) in records.iter_mut().zip(&runs).zip(&bodies) {
+            assert_eq!(r.launches, 1, "replay {replay}: {r:?}");
+            assert!(r.start_ns <= body.block0_began && body.last_ended < r.end_ns, "replay {replay}: {r:?}");
+            assert!((1..=run.most_lanes()).contains(&r.lanes_ended), "replay {replay}: {r:?}");
             r.step = Some(replay);
         }
         let order = check_order(&records);

@@ -3,12 +3,17 @@
 //! While profiling is on ([`start`] … [`finish`]), every [`super::GpuDecoder`] loaded
 //! runs instrumented kernels ([`quench_prof::instrument`]): each dispatch of the step
 //! owns one fixed slot of a ring buffer on the device, so the captured graph replays with
-//! the same arguments, and after each step the host reads the ring back (one copy,
-//! [`quench_prof::RECORD_BYTES`] per dispatch) and tags the records with the step's
-//! number. Host spans cover loading (graph assembly, ceiling measurement, weight upload,
-//! kernel compilation, capture) and every step (submission, read-back, the profile read,
-//! and the host's work between the tokens of a session: sampling, detokenizing,
-//! streaming).
+//! the same arguments. After each step the decoder copies the ring, on the device and
+//! without waiting for it, into the next slot of a history of [`HISTORY_STEPS`] steps
+//! ([`quench_prof::History`]); the host reads the whole history back in one copy when it
+//! is full and when the decoder is dropped, and tags each step's records with the number
+//! the step got when it ran. Host spans cover loading (graph assembly, ceiling
+//! measurement, weight upload, kernel compilation, capture), every step (submission,
+//! read-back, the copy of the records) and the host's work between the tokens of a
+//! session (sampling, detokenizing, streaming), and each read of the history.
+//!
+//! Records still on the device of a decoder that is not dropped before [`finish`] are
+//! not in the profile; [`Profile::unread`] counts them.
 //!
 //! Each dispatch also gets a model of the bytes it moves and the FLOPs it performs, from
 //! the step's data and an analysis of its kernel ([`quench_prof::access`]):
@@ -37,7 +42,7 @@ use std::time::Instant;
 use quench_cpu::ModelConfig;
 use quench_kernels::attention::BLOCK_TOKENS;
 use quench_prof::access::{param_access, Access};
-use quench_prof::{Ceilings, Dispatch, HostSpans, Ring, RingError};
+use quench_prof::{Ceilings, Dispatch, History, HostSpans, RingError};
 use quench_rt::{Arg, Executor, StreamId};
 
 use super::error::GpuError;
@@ -52,6 +57,10 @@ pub enum Mode {
     /// Kernels as they are; only the host time of each step that reads something back.
     StepTimes,
 }
+
+/// Steps whose records a decoder keeps on the device before reading them back in one
+/// copy (see [`start_with_history`]).
+pub const HISTORY_STEPS: u32 = 64;
 
 /// Measures the ceilings on a decoder's executor, once per decoder loaded.
 pub type MeasureCeilings = Box<dyn FnMut(&mut dyn Executor) -> Result<Ceilings, String> + Send>;
@@ -87,6 +96,9 @@ pub struct Profile {
     /// Dispatches the host submitted while instrumented: per step, the graph's
     /// dispatches (replayed) or the launches made one by one.
     pub submitted: u64,
+    /// Of those, the dispatches whose records were still on the device of a decoder
+    /// when profiling finished (drop decoders first to have them all).
+    pub unread: u64,
     /// Host time of each step that read a token or logits back, from its first copy to
     /// the end of its read-back (the profile read included), in nanoseconds.
     pub step_ns: Vec<u64>,
@@ -99,6 +111,8 @@ pub struct Profile {
 pub enum ProfileError {
     #[error("profiling is already on in this process")]
     AlreadyOn,
+    #[error("profiling needs room on the device for at least one step's records")]
+    NoHistory,
 }
 
 struct Recorder {
@@ -108,6 +122,8 @@ struct Recorder {
     ceilings: Option<MeasureCeilings>,
     /// Steps recorded so far: the next step's number.
     steps: u32,
+    /// Steps of records each decoder keeps on the device.
+    history_steps: u32,
 }
 
 static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
@@ -117,8 +133,19 @@ fn recorder() -> std::sync::MutexGuard<'static, Option<Recorder>> {
     RECORDER.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Switch profiling on for the process.
+/// Switch profiling on for the process, each decoder keeping [`HISTORY_STEPS`] steps of
+/// records on the device.
 pub fn start(options: ProfileOptions) -> Result<(), ProfileError> {
+    start_with_history(options, HISTORY_STEPS)
+}
+
+/// Switch profiling on for the process, each decoder keeping `history_steps` steps of
+/// records on the device between reads: [`quench_prof::RECORD_BYTES`] per dispatch and
+/// step of device memory, against one read (and wait) every `history_steps` steps.
+pub fn start_with_history(options: ProfileOptions, history_steps: u32) -> Result<(), ProfileError> {
+    if history_steps == 0 {
+        return Err(ProfileError::NoHistory);
+    }
     let mut r = recorder();
     if r.is_some() {
         return Err(ProfileError::AlreadyOn);
@@ -132,18 +159,25 @@ pub fn start(options: ProfileOptions) -> Result<(), ProfileError> {
             dispatches: vec![],
             decoders: vec![],
             submitted: 0,
+            unread: 0,
             step_ns: vec![],
             tokens: vec![],
         },
         ceilings: options.ceilings,
         steps: 0,
+        history_steps,
     });
     Ok(())
 }
 
-/// Switch profiling off and return what was recorded (`None` if it was off).
+/// Switch profiling off and return what was recorded (`None` if it was off), the
+/// dispatches in step order.
 pub fn finish() -> Option<Profile> {
-    recorder().take().map(|r| r.profile)
+    let mut profile = recorder().take()?.profile;
+    // Decoders read their histories at different times; within a step the order is
+    // the submission order, which the stable sort keeps.
+    profile.dispatches.sort_by_key(|d| d.step);
+    Some(profile)
 }
 
 /// The mode profiling is on in, if it is.
@@ -340,11 +374,22 @@ pub(crate) fn measure_ceilings(exec: &mut dyn Executor) -> Option<Result<Ceiling
     Some(result)
 }
 
+/// A step whose records are in the history, not yet read back.
+struct Unread {
+    step: u32,
+    /// Its rows: which dispatches it ran.
+    rows: u32,
+    /// Its context length, which the KV cache's share of the work model grows with.
+    context: u64,
+}
+
 /// The profiling state of one decoder.
 pub(crate) struct Instrumented {
-    ring: Ring,
+    history: History,
     slots: Vec<Slot>,
     profile: u64,
+    /// The steps in the history, in order.
+    unread: Vec<Unread>,
     /// The session whose last step read something back, and when.
     last_read: Option<(u64, Instant)>,
 }
@@ -362,26 +407,35 @@ fn ring_error(during: &str) -> impl FnOnce(RingError) -> GpuError + '_ {
     }
 }
 
-/// Allocate the ring on `exec` and register the decoder with the profile. Returns the
-/// profiling state and, per dispatch, the two arguments to append to its launch (its
-/// slot: the same on every replay).
+/// Allocate the ring and its history on `exec` and register the decoder with the
+/// profile. Returns the profiling state and, per dispatch, the two arguments to append
+/// to its launch (its slot: the same on every replay).
 pub(crate) fn attach(
     prepared: Prepared,
     exec: &mut dyn Executor,
     ceilings: Option<Result<Ceilings, String>>,
 ) -> Result<(Instrumented, Vec<[Arg; 2]>), GpuError> {
-    let during = "allocating the profiler's ring buffer";
+    let during = "allocating the profiler's ring buffer and history";
     let slots = u32::try_from(prepared.slots.len()).map_err(|_| GpuError::Unsupported {
         what: format!("profiling {} dispatches per step", prepared.slots.len()),
         reason: "more than 2^32 records".into(),
     })?;
-    let mut ring = Ring::new(exec, slots).map_err(ring_error(during))?;
+    let history_steps = recorder()
+        .as_ref()
+        .map_or(HISTORY_STEPS, |r| r.history_steps);
+    let mut history = History::new(exec, slots, history_steps).map_err(ring_error(during))?;
     let args = prepared
         .slots
         .iter()
-        .map(|slot| ring.next(&slot.kernel, StreamId::DEFAULT))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ring_error(during))?;
+        .map(|slot| history.next(&slot.kernel, StreamId::DEFAULT))
+        .collect::<Result<Vec<_>, _>>();
+    let args = match args {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = history.release(exec);
+            return Err(ring_error(during)(e));
+        }
+    };
     // Profiling may have been switched off since `prepare`: the kernels still take their
     // slots, but nothing is recorded (profile 0 is never a live one).
     let profile = match recorder().as_mut() {
@@ -398,9 +452,10 @@ pub(crate) fn attach(
     };
     Ok((
         Instrumented {
-            ring,
+            history,
             slots: prepared.slots,
             profile,
+            unread: vec![],
             last_read: None,
         },
         args,
@@ -408,10 +463,52 @@ pub(crate) fn attach(
 }
 
 impl Instrumented {
-    /// Free the ring (when the decoder goes).
-    pub(crate) fn release(self, exec: &mut dyn Executor) {
-        // Best effort, as for the decoder's other allocations.
-        let _ = self.ring.release(exec);
+    /// Read the steps still in the history into the profile, then free the ring and
+    /// the history (when the decoder goes).
+    pub(crate) fn release(mut self, exec: &mut dyn Executor) {
+        // Best effort, as for the decoder's other allocations: steps that cannot be read
+        // stay counted in the profile's `unread`.
+        let _ = self.read_history(exec);
+        let _ = self.history.release(exec);
+    }
+
+    /// Read every step in the history back (one copy, which waits for them) and add
+    /// their records to the profile, if it is still the one they were recorded for.
+    fn read_history(&mut self, exec: &mut dyn Executor) -> Result<(), GpuError> {
+        let (Some(first), Some(last)) = (self.unread.first(), self.unread.last()) else {
+            return Ok(());
+        };
+        let span = format!("read profile records of steps {}-{}", first.step, last.step);
+        let during = format!(
+            "reading the profiler's records of steps {}-{}",
+            first.step, last.step
+        );
+        let read_at = Instant::now();
+        let steps = self.history.read(exec).map_err(ring_error(&during))?;
+        let read_end = Instant::now();
+        let unread = std::mem::take(&mut self.unread);
+        let mut guard = recorder();
+        let Some(r) = guard.as_mut().filter(|r| r.id == self.profile) else {
+            return Ok(());
+        };
+        r.profile.host.record(&span, read_at, read_end);
+        for (records, step) in steps.into_iter().zip(unread) {
+            // A step's graph holds only the dispatches of its row count; the other
+            // slots record nothing in it.
+            let ran = records
+                .into_iter()
+                .zip(&self.slots)
+                .filter(|(_, slot)| slot.rows.includes(step.rows));
+            for (mut d, slot) in ran {
+                r.profile.unread -= 1;
+                d.label = slot.label.clone();
+                d.step = Some(step.step);
+                d.bytes = slot.work.bytes + slot.work.bytes_per_position * step.context;
+                d.flops = slot.work.flops + slot.work.flops_per_position * step.context;
+                r.profile.dispatches.push(d);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -440,10 +537,10 @@ pub(crate) fn submitted(timer: &mut Option<StepTimer>) {
     }
 }
 
-/// Close the step: read the decoder's ring back (a copy that waits for the step's
-/// kernels), tag the records of the dispatches a step of `rows` rows includes and add
-/// them, the spans and the step time to the profile. `context` is the step's context
-/// length, `read_back` whether the step read a token or logits.
+/// Close the step: copy the decoder's ring into its history on the device (no wait),
+/// number the step, and read the history back if that filled it; add the spans and the
+/// step time to the profile. The step ran the dispatches of a step of `rows` rows;
+/// `context` is its context length, `read_back` whether it read a token or logits.
 pub(crate) fn step_done(
     timer: Option<StepTimer>,
     prof: Option<&mut Instrumented>,
@@ -453,19 +550,42 @@ pub(crate) fn step_done(
     read_back: bool,
 ) -> Result<(), GpuError> {
     let Some(timer) = timer else { return Ok(()) };
-    let read_at = Instant::now();
-    let read = match prof {
+    let done_at = Instant::now();
+    let recorded = match prof {
         Some(p) => {
-            let during = format!(
-                "decode step at position {}: reading the profiler's records",
-                context - 1
-            );
-            let records = p.ring.read(exec).map_err(ring_error(&during))?;
-            Some((p, records, Instant::now()))
+            let dispatches = p.slots.iter().filter(|s| s.rows.includes(rows)).count() as u64;
+            // Numbered (and counted) only in the profile the decoder was loaded under.
+            let step = recorder().as_mut().filter(|r| r.id == p.profile).map(|r| {
+                let step = r.steps;
+                r.steps += 1;
+                r.profile.submitted += dispatches;
+                r.profile.unread += dispatches;
+                step
+            });
+            match step {
+                Some(step) => {
+                    let during = format!(
+                        "decode step at position {}: copying the profiler's records",
+                        context - 1
+                    );
+                    p.history.snapshot(exec).map_err(ring_error(&during))?;
+                    let copied_at = Instant::now();
+                    p.unread.push(Unread {
+                        step,
+                        rows,
+                        context: context as u64,
+                    });
+                    if p.history.is_full() {
+                        p.read_history(exec)?;
+                    }
+                    Some((p, step, copied_at))
+                }
+                None => None,
+            }
         }
         None => None,
     };
-    let done = Instant::now();
+    let end = Instant::now();
     let mut guard = recorder();
     let Some(r) = guard.as_mut() else {
         return Ok(());
@@ -473,48 +593,30 @@ pub(crate) fn step_done(
     if read_back {
         r.profile
             .step_ns
-            .push(done.duration_since(timer.start).as_nanos() as u64);
+            .push(end.duration_since(timer.start).as_nanos() as u64);
     }
-    let Some((p, records, read_end)) = read else {
+    let Some((p, step, copied_at)) = recorded else {
         return Ok(());
     };
-    if p.profile != r.id {
-        return Ok(());
-    }
-    let step = r.steps;
-    r.steps += 1;
     let host = &mut r.profile.host;
     if let Some((session, at)) = p.last_read {
         if session == timer.session {
             host.record("sampling and host work between tokens", at, timer.start);
         }
     }
-    let submitted = timer.submitted.unwrap_or(read_at);
+    let submitted = timer.submitted.unwrap_or(done_at);
     host.record(&format!("step {step}: submit"), timer.start, submitted);
     host.record(
         &format!("step {step}: wait and read back"),
         submitted,
-        read_at,
+        done_at,
     );
     host.record(
-        &format!("step {step}: read profile records"),
-        read_at,
-        read_end,
+        &format!("step {step}: copy profile records on the device"),
+        done_at,
+        copied_at,
     );
-    p.last_read = read_back.then_some((timer.session, done));
-    let context = context as u64;
-    let ran = records
-        .into_iter()
-        .zip(&p.slots)
-        .filter(|(_, slot)| slot.rows.includes(rows));
-    for (mut d, slot) in ran {
-        r.profile.submitted += 1;
-        d.label = slot.label.clone();
-        d.step = Some(step);
-        d.bytes = slot.work.bytes + slot.work.bytes_per_position * context;
-        d.flops = slot.work.flops + slot.work.flops_per_position * context;
-        r.profile.dispatches.push(d);
-    }
+    p.last_read = read_back.then_some((timer.session, end));
     Ok(())
 }
 

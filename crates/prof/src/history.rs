@@ -1,0 +1,101 @@
+//! Copies of a ring's records kept on the device, one per step, read back many at a time.
+//!
+//! Reading the ring back after every step puts a copy to the host, and the wait for it,
+//! into every step. A [`History`] instead has each step end with a device-to-device copy
+//! of the ring into the next of its slots, which the host does not wait for, and reads
+//! all the slots filled so far back in one copy: when they are all filled, or when its
+//! owner is done.
+
+use quench_rt::{Arg, DevicePtr, Executor, StreamId};
+
+use crate::ring::{Dispatch, Ring, RingError};
+
+/// A [`Ring`] and room on the device for `steps` copies of it.
+pub struct History {
+    ring: Ring,
+    ptr: DevicePtr,
+    steps: u32,
+    /// Bytes of one copy: the ring's whole buffer.
+    copy_bytes: u64,
+    /// Per copy made since the previous read, in order: the ring's slots taken then.
+    copies: Vec<usize>,
+}
+
+impl History {
+    /// Allocate a ring of `slots` zeroed records and room for `steps` copies of it on
+    /// `exec`.
+    pub fn new(exec: &mut dyn Executor, slots: u32, steps: u32) -> Result<History, RingError> {
+        if steps == 0 {
+            return Err(RingError::HistoryEmpty);
+        }
+        let ring = Ring::new(exec, slots)?;
+        let (_, copy_bytes) = ring.buffer();
+        // Every copy may be read back at once, into one host buffer.
+        let total = copy_bytes
+            .checked_mul(steps as u64)
+            .filter(|&b| usize::try_from(b).is_ok())
+            .ok_or(RingError::HistoryTooLarge { steps, bytes: copy_bytes });
+        let ptr = total.and_then(|total| Ok(exec.alloc(total)?));
+        match ptr {
+            Ok(ptr) => Ok(History { ring, ptr, steps, copy_bytes, copies: vec![] }),
+            Err(e) => {
+                // Best effort: the allocation error is the one worth reporting.
+                let _ = ring.release(exec);
+                Err(e)
+            }
+        }
+    }
+
+    /// Take the ring's next slot, as [`Ring::next`] does.
+    pub fn next(&mut self, kernel: &str, stream: StreamId) -> Result<[Arg; 2], RingError> {
+        self.ring.next(kernel, stream)
+    }
+
+    /// Copies made since the previous [`History::read`].
+    pub fn copies(&self) -> u32 {
+        self.copies.len() as u32
+    }
+
+    /// Whether every copy's room is taken: [`History::read`] before the next snapshot.
+    pub fn is_full(&self) -> bool {
+        self.copies() >= self.steps
+    }
+
+    /// Copy the ring's records into the next free room: a device-to-device copy that
+    /// the executor orders after the launches issued before it and before those issued
+    /// after it, as it orders its other copies, and that the host does not wait for.
+    pub fn snapshot(&mut self, exec: &mut dyn Executor) -> Result<(), RingError> {
+        if self.is_full() {
+            return Err(RingError::HistoryFull { steps: self.steps });
+        }
+        let (ring, bytes) = self.ring.buffer();
+        exec.copy_device_to_device(self.ptr.offset(bytes * self.copies.len() as u64), ring, bytes)?;
+        self.copies.push(self.ring.taken());
+        Ok(())
+    }
+
+    /// Read every copy made since the previous read, in one copy from the device (which
+    /// waits for the snapshots), and free their room: per copy, in the order they were
+    /// made, the records of the slots taken then, each record's `launches` counting the
+    /// launches of its slot since the copy before.
+    pub fn read(&mut self, exec: &mut dyn Executor) -> Result<Vec<Vec<Dispatch>>, RingError> {
+        if self.copies.is_empty() {
+            return Ok(vec![]);
+        }
+        // `new` checked that all the room fits in a host buffer.
+        let copy = self.copy_bytes as usize;
+        let mut bytes = vec![0u8; copy * self.copies.len()];
+        exec.copy_to_host(self.ptr, &mut bytes)?;
+        let ring = &mut self.ring;
+        let out = bytes.chunks_exact(copy).zip(&self.copies).map(|(image, &taken)| ring.decode(image, taken)).collect();
+        self.copies.clear();
+        Ok(out)
+    }
+
+    /// Free the ring and the copies' room.
+    pub fn release(self, exec: &mut dyn Executor) -> Result<(), RingError> {
+        let freed = exec.free(self.ptr);
+        self.ring.release(exec)?;
+        Ok(freed?)
+    }
+}
