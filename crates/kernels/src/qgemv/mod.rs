@@ -29,11 +29,11 @@
 //! `r` `[n, r_stride]` f32 (`r_stride = rows` for a residual stream, 0 to add one bias
 //! row to every product);
 //! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K). Each
-//! warp computes [`QGemvParams::rows_per_warp`] rows (one, or two for quantized matrices
-//! of an even row count at one vector a pass, which then share their activation loads),
-//! `warps` warps per block. Lane `l` takes pieces `l, l + 32, ...` of its rows; the loop
-//! is unrolled `unroll` times with every weight load of a step (and, at one vector a pass,
-//! every activation load) issued before any arithmetic.
+//! warp computes [`QGemvParams::rows_per_warp`] rows, which share each activation load
+//! (at one vector a pass two rows of a quantized matrix; with several, up to 4 matrix
+//! rows), `warps` warps per block. Lane `l` takes pieces `l, l + 32, ...` of its rows; the
+//! loop is unrolled `unroll` times with every weight load of a step (and, at one vector a
+//! pass, every activation load) issued before any arithmetic.
 //!
 //! **Grid**: a block computes a row group (`warps · rows_per_warp` rows) at a time. By
 //! default the launch has a block per group; with [`QGemvParams::max_blocks`] below the
@@ -207,22 +207,33 @@ impl QGemvParams {
         Launch::linear(blocks, self.warps * 32)
     }
 
-    /// Rows each warp computes. Two rows of a quantized matrix share each activation
-    /// load and its widening (the dequantizing kernels are bound by instructions, not
-    /// bandwidth), when the rows pair up evenly and a pass takes one vector (with more,
-    /// the vectors share each dequantized piece instead, and a second row's piece would
-    /// not fit the registers); the SwiGLU form already pairs its two matrices. A row's
-    /// arithmetic is the same either way.
+    /// Rows each warp computes; its rows share each activation load (and its widening).
+    ///
+    /// - One vector a pass: two rows of a quantized matrix (the dequantizing kernels are
+    ///   bound by instructions, not bandwidth) when the rows pair up evenly; the SwiGLU
+    ///   form already pairs its two matrices.
+    /// - Several vectors a pass: every row reads all of the pass's activations, which
+    ///   (from cache, `batch · cols` values a row) outweigh the row's own weights, so a
+    ///   warp takes as many rows as its registers hold without spilling: each row adds a
+    ///   dequantized piece and `batch` accumulators per matrix. At most 4 matrix rows for
+    ///   bf16 and f16 (8-element pieces: 4 rows, or 2 of each SwiGLU matrix), 2 for the
+    ///   quantized formats (32- and 64-element pieces: 2 rows, or 1 of each SwiGLU
+    ///   matrix), halved until they divide `rows`.
+    ///
+    /// A row's arithmetic is the same whatever the count.
     pub fn rows_per_warp(&self) -> u32 {
-        let paired = !self.format.is_float()
-            && self.epilogue != Epilogue::SwiGlu
-            && self.rows.is_multiple_of(2)
-            && self.batch == 1;
-        if paired {
-            2
-        } else {
-            1
+        let matrices = if self.epilogue == Epilogue::SwiGlu { 2 } else { 1 };
+        let most = match (self.batch, self.format.is_float()) {
+            (1, true) => 1,
+            (1, false) => 2 / matrices,
+            (_, true) => 4 / matrices,
+            (_, false) => 2 / matrices,
+        };
+        let mut r = most;
+        while !self.rows.is_multiple_of(r) {
+            r /= 2;
         }
+        r
     }
 
     fn check(&self) -> Result<(), KernelError> {
@@ -473,9 +484,9 @@ fn emit_silu(k: &mut Builder, g: Value) -> Value {
 ///
 /// Each step issues the loads of its pieces' weights before any arithmetic; a single
 /// vector's activations are loaded with them, while with several each vector's are loaded
-/// when it is multiplied with the dequantized piece (keeping `batch` vectors' activations
-/// in flight would not fit the registers). The arithmetic of a vector is the same either
-/// way.
+/// when it is multiplied with the dequantized pieces (keeping `batch` vectors' activations
+/// in flight would not fit the registers), a word at a time for all of the warp's rows.
+/// The arithmetic of a vector and row is the same either way.
 fn emit_dots(
     k: &mut Builder,
     p: &QGemvParams,
