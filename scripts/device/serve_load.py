@@ -31,6 +31,7 @@ import hashlib
 import http.client
 import json
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -262,6 +263,17 @@ def command(args):
         return f"unavailable: {e}"
 
 
+def build_of(binary):
+    """The commit the server binary was built from (`quench --version`), else the
+    working tree's."""
+    m = re.search(r"\(git (\w+), uncommitted changes: (\w+)\)",
+                  command([binary, "--version"]) if binary else "")
+    if m:
+        return {"git_commit": m.group(1), "git_dirty": m.group(2) == "true"}
+    return {"git_commit": command(["git", "rev-parse", "HEAD"]),
+            "git_dirty": bool(command(["git", "status", "--porcelain", "--untracked-files=no"]))}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
@@ -294,8 +306,7 @@ def main():
         "format": "quench.receipt.v1",
         "kind": "serve-load",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_commit": command(["git", "rev-parse", "HEAD"]),
-        "git_dirty": bool(command(["git", "status", "--porcelain", "--untracked-files=no"])),
+        **build_of(a.binary),
         "binary_sha256": sha256(a.binary) if a.binary else None,
         "device": {
             "nvidia_smi": command(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",

@@ -23,8 +23,19 @@ mod receipt;
 
 use clap::{Parser, Subcommand};
 
+/// `quench --version`: the release and the commit it was built from, which receipts record
+/// too (scripts that write receipts of their own read it from here).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("QUENCH_GIT_COMMIT"),
+    ", uncommitted changes: ",
+    env!("QUENCH_GIT_DIRTY"),
+    ")"
+);
+
 #[derive(Parser)]
-#[command(name = "quench", version, about = "A GPU compiler, runtime and LLM inference engine for NVIDIA Hopper (sm_90)")]
+#[command(name = "quench", version = VERSION, about = "A GPU compiler, runtime and LLM inference engine for NVIDIA Hopper (sm_90)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
