@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
-use quench_engine::{Device, LoadOptions, Model, ModelInfo, Precision};
+use quench_engine::{Arithmetic, Device, LoadOptions, Model, ModelInfo, Precision};
 
 use crate::cmd_pull;
 
@@ -34,6 +34,10 @@ pub struct ModelArgs {
     /// Compute in double precision (the reference; slower).
     #[arg(long)]
     pub f64: bool,
+    /// Round as llama.cpp's CPU path does (8-bit activation blocks, f16 keys and values),
+    /// to pick the tokens llama.cpp picks: CPU only, Q4_1/Q8_0 GGUF weights.
+    #[arg(long, conflicts_with = "f64")]
+    pub llama_cpp_rounding: bool,
     /// Print no diagnostics (load time, speed) on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -60,6 +64,11 @@ impl ModelArgs {
             context_limit: self.context,
             sessions: None,
             max_batch: None,
+            arithmetic: if self.llama_cpp_rounding {
+                Arithmetic::GgmlRounding
+            } else {
+                Arithmetic::F32
+            },
         }
     }
 

@@ -390,6 +390,7 @@ fn real_models_answer_from_the_command_line() {
             );
             assert!(out.status.success(), "{}", text(&out.stderr));
             assert!(text(&out.stdout).contains("Paris"), "{}", text(&out.stdout));
+            generates_llama_cpp_tokens(&gguf, &cache);
         }
     }
     match std::env::var("QUENCH_MINILM_DIR") {
@@ -433,4 +434,29 @@ fn real_models_answer_from_the_command_line() {
         }
     }
     std::fs::remove_dir_all(&cache).unwrap();
+}
+
+/// `generate --llama-cpp-rounding` continues each prompt of the llama.cpp fixture (its
+/// tokens from llama-cpp-python) with llama.cpp's own greedy tokens, free-running: every
+/// token is quench's pick fed back, not llama.cpp's.
+fn generates_llama_cpp_tokens(gguf: &str, cache: &Path) {
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("../../cpu/tests/fixtures/llama_cpp_smollm2.json")).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u64> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect() };
+    let out_file = scratch("llama-cpp-tokens").join("logits.json");
+    std::fs::create_dir_all(out_file.parent().unwrap()).unwrap();
+    for case in fixture["cases"].as_array().unwrap() {
+        let want = ids(&case["generated_ids"]);
+        let n = want.len().to_string();
+        let args = [
+            "generate", "-q", "-m", gguf, "--temperature", "0", "--max-tokens", &n, "--llama-cpp-rounding",
+            "--logits-out", out_file.to_str().unwrap(), case["prompt"].as_str().unwrap(),
+        ];
+        let out = quench(&args, "", cache);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let got: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
+        assert_eq!(ids(&got["prompt_tokens"]), ids(&case["prompt_ids"]), "{}: prompt tokens", case["name"]);
+        assert_eq!(ids(&got["tokens"]), want, "{}: generated tokens", case["name"]);
+    }
+    std::fs::remove_dir_all(out_file.parent().unwrap()).unwrap();
 }

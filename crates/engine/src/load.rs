@@ -12,7 +12,7 @@ use crate::embedding::{EmbeddingModel, Encoders, Pooling};
 use crate::error::{EngineError, Result};
 use crate::gpu::encoder::GpuEncoder;
 use crate::info::ModelInfo;
-use crate::options::{Device, LoadOptions, Precision};
+use crate::options::{Arithmetic, Device, LoadOptions, Precision};
 use crate::text;
 use crate::Model;
 
@@ -28,6 +28,14 @@ pub fn inspect(path: &Path, options: &LoadOptions) -> Result<ModelInfo> {
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
     let checkpoint = checkpoint::open(path)?;
     let (config, embedding) = describe(&checkpoint)?;
+    if options.arithmetic != Arithmetic::F32
+        && (options.device != Device::Cpu || options.precision != Precision::F32 || embedding.is_some())
+    {
+        return Err(EngineError::Unsupported {
+            what: format!("{:?} arithmetic", options.arithmetic),
+            reason: "it applies to text models on the CPU in f32 only".into(),
+        });
+    }
     if options.device == Device::Cuda {
         let backend = crate::gpu::Backend::Cuda { ordinal: 0 };
         return match embedding {
@@ -45,7 +53,12 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
     let model = match embedding {
         None => {
             let weights = match options.precision {
-                Precision::F32 => Weights::F32(Decoder::load(config, src, naming)?),
+                Precision::F32 => Weights::F32(Decoder::load_with_arithmetic(
+                    config,
+                    src,
+                    naming,
+                    options.arithmetic,
+                )?),
                 Precision::F64 => Weights::F64(Decoder::load(config, src, naming)?),
             };
             Model::Causal(CausalModel::new(

@@ -1,5 +1,7 @@
 //! How a model is to be loaded.
 
+pub use quench_cpu::Arithmetic;
+
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Device {
@@ -44,4 +46,8 @@ pub struct LoadOptions {
     /// On a GPU: most sequences one decode step runs together
     /// ([`crate::CausalModel::feed_batch`]; `None`: one). Activation memory grows with it.
     pub max_batch: Option<usize>,
+    /// On the CPU in f32: how the decoder rounds ([`Arithmetic::GgmlRounding`] picks the
+    /// tokens llama.cpp's CPU path picks). Other devices and precisions take only the
+    /// default.
+    pub arithmetic: Arithmetic,
 }
