@@ -11,8 +11,6 @@
 
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
-use quench_kernels::{run_case, CaseArg, KernelCase};
-use quench_rt::{Arg, InterpExecutor};
 
 mod common;
 
@@ -79,48 +77,6 @@ fn every_vector_matches_the_reference() {
     common::check(&qgemv::case(&p, 6, s).expect("case"));
 }
 
-/// The case cut down to vector `v` alone: its activations, its rows of the outputs (and
-/// of an in-place residual), `n = 1`.
-fn alone(case: &KernelCase, p: &QGemvParams, v: usize) -> KernelCase {
-    let mut c = case.clone();
-    let (rows, cols) = (p.rows as usize, p.cols as usize);
-    let act = match p.act {
-        OutType::F32 => 4,
-        OutType::BF16 => 2,
-    };
-    let out = if p.epilogue == Epilogue::SwiGlu { act } else { 4 };
-    for b in &mut c.buffers {
-        let (from, len) = match b.name.as_str() {
-            "x" => (v * cols * act, cols * act),
-            "y" | "r" => (v * rows * out, rows * out),
-            _ => continue,
-        };
-        b.data = b.data[from..from + len].to_vec();
-    }
-    for a in &mut c.args {
-        if *a == CaseArg::Scalar(Arg::U32(case_n(case))) {
-            *a = CaseArg::Scalar(Arg::U32(1));
-        }
-    }
-    c.expected.clear();
-    c.controls.clear();
-    let one = QGemvParams { batch: 1, ..*p };
-    c.kernel = qgemv::build(&one).expect("builds");
-    c.launch = one.launch();
-    c
-}
-
-/// The case's vector count: its `n` argument, the first u32 scalar.
-fn case_n(case: &KernelCase) -> u32 {
-    case.args
-        .iter()
-        .find_map(|a| match a {
-            CaseArg::Scalar(Arg::U32(n)) => Some(*n),
-            _ => None,
-        })
-        .expect("an n argument")
-}
-
 #[test]
 fn a_vector_has_the_same_bits_alone_and_in_a_batch() {
     let s = seed();
@@ -137,31 +93,14 @@ fn a_vector_has_the_same_bits_alone_and_in_a_batch() {
         };
         let n = 5;
         let case = qgemv::case(&p, n, s ^ i as u64).expect("case");
-        let batched = common::check(&case).outputs;
-        let (index, all) = &batched[0];
-        let name = &case.buffers[*index].name;
-        let per = all.len() / n as usize;
-        for v in 0..n as usize {
-            let mut exec = InterpExecutor::new();
-            let single = run_case(&mut exec, &alone(&case, &p, v)).expect("runs");
-            let (_, got) = single
-                .outputs
-                .iter()
-                .find(|(b, _)| case.buffers[*b].name == *name)
-                .expect("the same output");
-            assert!(
-                got[..] == all[v * per..(v + 1) * per],
-                "{}: vector {v} alone differs from the batch",
-                case.name
-            );
-        }
+        let batched = common::check(&case);
+        common::assert_batch_invariant(&case, &p, n, &batched);
     }
 }
 
 #[test]
 fn the_decode_steps_batched_kernels_assemble_without_spills() {
-    if let Err(e) = quench_ptx::ptxas::find_ptxas() {
-        eprintln!("SKIPPED: {e}");
+    if common::no_ptxas() {
         return;
     }
     let mut failures = vec![];
@@ -183,19 +122,7 @@ fn the_decode_steps_batched_kernels_assemble_without_spills() {
                     ..params(format, prologue, epilogue, cols, batch)
                 };
                 let f = qgemv::build(&p).expect("builds");
-                let ptx = quench_ptx::emit(&f).expect("emits");
-                match quench_ptx::ptxas::assemble(&ptx, "sm_90") {
-                    Ok(r) => {
-                        eprintln!(
-                            "{:<36} batch {batch} cols {cols:>5}: registers {:>3}, spills {}/{} B",
-                            f.name, r.registers, r.spill_store_bytes, r.spill_load_bytes
-                        );
-                        if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
-                            failures.push(format!("{} batch {batch}: spills", f.name));
-                        }
-                    }
-                    Err(e) => failures.push(format!("{} batch {batch}: {e}", f.name)),
-                }
+                failures.extend(common::spill_failure(&f, &format!("batch {batch} cols {cols:>5}")));
             }
         }
     }

@@ -12,23 +12,11 @@
 
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
-use quench_kernels::{run_case, KernelCase};
-use quench_rt::InterpExecutor;
+use quench_kernels::KernelCase;
 
 mod common;
 
-use common::seed;
-
-/// Each format on a row of a few pieces per lane, most with a partial last step.
-const SHAPES: [(WeightFormat, u32); 7] = [
-    (WeightFormat::F16, 576),
-    (WeightFormat::BF16, 96),
-    (WeightFormat::Q8_0, 192),
-    (WeightFormat::Q4_0, 128),
-    (WeightFormat::Q4_1, 192),
-    (WeightFormat::Q4K, 512),
-    (WeightFormat::Q6K, 256),
-];
+use common::{seed, QGEMV_SHAPES as SHAPES};
 
 /// 2 warps a block and at most 3 blocks. 14 rows pair up per warp (quantized, one vector
 /// a pass) into 4 groups, the last with one warp idle; otherwise 13 rows make 7 groups,
@@ -58,23 +46,8 @@ fn capped(format: WeightFormat, prologue: Prologue, epilogue: Epilogue, cols: u3
 fn check_against_uncapped(case: &KernelCase, p: &QGemvParams) {
     assert!(p.launch().grid[0] < p.groups(), "{}: the grid is not capped", case.name);
     let capped = common::check(case);
-    let uncapped = QGemvParams { max_blocks: 0, ..*p };
-    let mut plain = case.clone();
-    plain.kernel = qgemv::build(&uncapped).expect("builds");
-    plain.launch = uncapped.launch();
-    let mut exec = InterpExecutor::new();
-    let out = run_case(&mut exec, &plain).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(out.outputs.len(), capped.outputs.len());
-    for ((i, want), (j, got)) in out.outputs.iter().zip(&capped.outputs) {
-        assert_eq!(i, j);
-        assert!(
-            want == got,
-            "{} {}: buffer {} differs from the kernel with a block per group",
-            case.name,
-            case.shape,
-            case.buffers[*i].name
-        );
-    }
+    let uncapped = common::rebuilt(case, &QGemvParams { max_blocks: 0, ..*p });
+    common::assert_same_bits(&uncapped, &capped, "from the kernel with a block per group");
 }
 
 #[test]
@@ -117,8 +90,7 @@ fn the_grid_is_the_groups_or_the_cap_whichever_is_fewer() {
 
 #[test]
 fn the_decode_steps_capped_kernels_assemble_without_spills() {
-    if let Err(e) = quench_ptx::ptxas::find_ptxas() {
-        eprintln!("SKIPPED: {e}");
+    if common::no_ptxas() {
         return;
     }
     let mut failures = vec![];
@@ -147,19 +119,7 @@ fn the_decode_steps_capped_kernels_assemble_without_spills() {
                         max_blocks: 132 * 8,
                     };
                     let f = qgemv::build(&p).expect("builds");
-                    let ptx = quench_ptx::emit(&f).expect("emits");
-                    match quench_ptx::ptxas::assemble(&ptx, "sm_90") {
-                        Ok(r) => {
-                            eprintln!(
-                                "{:<36} batch {batch} cols {cols:>5}: registers {:>3}, spills {}/{} B",
-                                f.name, r.registers, r.spill_store_bytes, r.spill_load_bytes
-                            );
-                            if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
-                                failures.push(format!("{} batch {batch}: spills", f.name));
-                            }
-                        }
-                        Err(e) => failures.push(format!("{} batch {batch}: {e}", f.name)),
-                    }
+                    failures.extend(common::spill_failure(&f, &format!("batch {batch} cols {cols:>5}")));
                 }
             }
         }

@@ -13,23 +13,11 @@
 
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
-use quench_kernels::{run_case, CaseArg, KernelCase};
-use quench_rt::{Arg, InterpExecutor};
+use quench_kernels::KernelCase;
 
 mod common;
 
-use common::seed;
-
-/// Each format on a row of a few pieces per lane, most with a partial last step.
-const SHAPES: [(WeightFormat, u32); 7] = [
-    (WeightFormat::F16, 576),
-    (WeightFormat::BF16, 96),
-    (WeightFormat::Q8_0, 192),
-    (WeightFormat::Q4_0, 128),
-    (WeightFormat::Q4_1, 192),
-    (WeightFormat::Q4K, 512),
-    (WeightFormat::Q6K, 256),
-];
+use common::{seed, QGEMV_SHAPES as SHAPES};
 
 /// The rows a warp takes at several vectors a pass when `rows` allows it.
 fn widest_rows(format: WeightFormat, epilogue: Epilogue) -> u32 {
@@ -82,54 +70,12 @@ fn rows_a_warp_follow_the_format_the_batch_and_the_row_count() {
 /// kernel with a block per group; and each vector's outputs the same bits as alone.
 fn check_all(case: &KernelCase, p: &QGemvParams, n: u32) {
     let out = common::check(case);
-    let mut exec = InterpExecutor::new();
     if p.max_blocks != 0 {
         assert!(p.launch().grid[0] < p.groups(), "{}: the grid is not capped", case.name);
-        let uncapped = QGemvParams { max_blocks: 0, ..*p };
-        let mut plain = case.clone();
-        plain.kernel = qgemv::build(&uncapped).expect("builds");
-        plain.launch = uncapped.launch();
-        let want = run_case(&mut exec, &plain).unwrap_or_else(|e| panic!("{e}"));
-        assert!(want.outputs == out.outputs, "{} {}: differs from a block per group", case.name, case.shape);
+        let uncapped = common::rebuilt(case, &QGemvParams { max_blocks: 0, ..*p });
+        common::assert_same_bits(&uncapped, &out, "from a block per group");
     }
-    let (index, all) = &out.outputs[0];
-    let name = &case.buffers[*index].name;
-    let per = all.len() / n as usize;
-    for v in 0..n as usize {
-        let single = run_case(&mut exec, &alone(case, p, v, n)).unwrap_or_else(|e| panic!("{e}"));
-        let (_, got) =
-            single.outputs.iter().find(|(b, _)| case.buffers[*b].name == *name).expect("the same output");
-        assert!(got[..] == all[v * per..(v + 1) * per], "{}: vector {v} alone differs from the batch", case.name);
-    }
-}
-
-/// The case cut down to vector `v` of `n` alone, one vector a pass: its activations, its
-/// rows of the outputs (and of an in-place residual), `n = 1`.
-fn alone(case: &KernelCase, p: &QGemvParams, v: usize, n: u32) -> KernelCase {
-    let mut c = case.clone();
-    let (rows, cols) = (p.rows as usize, p.cols as usize);
-    let act = match p.act {
-        OutType::F32 => 4,
-        OutType::BF16 => 2,
-    };
-    let out = if p.epilogue == Epilogue::SwiGlu { act } else { 4 };
-    for b in &mut c.buffers {
-        let (from, len) = match b.name.as_str() {
-            "x" => (v * cols * act, cols * act),
-            "y" | "r" => (v * rows * out, rows * out),
-            _ => continue,
-        };
-        b.data = b.data[from..from + len].to_vec();
-    }
-    // `n` is the first u32 scalar (a residual's `r_stride` follows it).
-    let at = c.args.iter().position(|a| *a == CaseArg::Scalar(Arg::U32(n))).expect("an n argument");
-    c.args[at] = CaseArg::Scalar(Arg::U32(1));
-    c.expected.clear();
-    c.controls.clear();
-    let one = QGemvParams { batch: 1, ..*p };
-    c.kernel = qgemv::build(&one).expect("builds");
-    c.launch = one.launch();
-    c
+    common::assert_batch_invariant(case, p, n, &out);
 }
 
 #[test]
@@ -165,8 +111,7 @@ fn several_rows_a_warp_match_the_reference_alone_and_capped() {
 
 #[test]
 fn a_decode_step_of_several_rows_assembles_without_spills_at_hidden_4096() {
-    if let Err(e) = quench_ptx::ptxas::find_ptxas() {
-        eprintln!("SKIPPED: {e}");
+    if common::no_ptxas() {
         return;
     }
     // As a step of several rows builds them for a llama-3.1-8b shape: 4 warps, 8 vectors a
@@ -196,23 +141,8 @@ fn a_decode_step_of_several_rows_assembles_without_spills_at_hidden_4096() {
                     max_blocks,
                 };
                 let f = qgemv::build(&p).expect("builds");
-                let ptx = quench_ptx::emit(&f).expect("emits");
-                match quench_ptx::ptxas::assemble(&ptx, "sm_90") {
-                    Ok(r) => {
-                        eprintln!(
-                            "{:<30} {what:<8} {rows:>6}x{cols:<5} {} rows a warp: registers {:>3}, spills {}/{} B",
-                            f.name,
-                            p.rows_per_warp(),
-                            r.registers,
-                            r.spill_store_bytes,
-                            r.spill_load_bytes
-                        );
-                        if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 {
-                            failures.push(format!("{} {what}: spills", f.name));
-                        }
-                    }
-                    Err(e) => failures.push(format!("{} {what}: {e}", f.name)),
-                }
+                let label = format!("{what:<8} {rows:>6}x{cols:<5} {} rows a warp", p.rows_per_warp());
+                failures.extend(common::spill_failure(&f, &label));
             }
         }
     }

@@ -12,9 +12,9 @@
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::rmsnorm_rows::{self, RmsNormRowsParams};
-use quench_kernels::{data, run_case, Buffer, CaseArg, Check, Expected, KernelCase};
+use quench_kernels::{data, Buffer, CaseArg, Check, Expected, KernelCase};
 use quench_ir::Scalar;
-use quench_rt::{Arg, InterpExecutor};
+use quench_rt::Arg;
 
 mod common;
 
@@ -80,11 +80,6 @@ fn normalized(case: &KernelCase, p: &QGemvParams, n: u32) -> Vec<u8> {
 /// The same inputs through the kernel without a prologue: `x` replaced by the
 /// normalized rows, the norm weight and eps arguments dropped.
 fn without_prologue(case: &KernelCase, p: &QGemvParams, rows: Vec<u8>) -> KernelCase {
-    let mut c = case.clone();
-    let (xi, _) = buffer(case, "x");
-    let (wi, _) = buffer(case, "norm_w");
-    c.buffers[xi].data = rows;
-    c.args.retain(|a| *a != CaseArg::Buffer(wi) && !matches!(a, CaseArg::Scalar(Arg::F32(_))));
     // As a decode step of several rows builds it: 8 vectors a pass.
     let plain = QGemvParams {
         prologue: Prologue::None,
@@ -92,10 +87,11 @@ fn without_prologue(case: &KernelCase, p: &QGemvParams, rows: Vec<u8>) -> Kernel
         unroll: if p.format.is_float() { 4 } else { 1 },
         ..*p
     };
-    c.kernel = qgemv::build(&plain).expect("builds");
-    c.launch = plain.launch();
-    c.expected.clear();
-    c.controls.clear();
+    let mut c = common::rebuilt(case, &plain);
+    let (xi, _) = buffer(case, "x");
+    let (wi, _) = buffer(case, "norm_w");
+    c.buffers[xi].data = rows;
+    c.args.retain(|a| *a != CaseArg::Buffer(wi) && !matches!(a, CaseArg::Scalar(Arg::F32(_))));
     c
 }
 
@@ -125,17 +121,8 @@ fn normalized_rows_and_a_plain_gemv_give_the_prologues_bytes() {
                 let case = qgemv::case_with(&p, n, addend, s ^ (i as u64) << 8 ^ j as u64).expect("case");
                 let fused = common::check(&case);
                 let plain = without_prologue(&case, &p, normalized(&case, &p, n));
-                let got = run_case(&mut InterpExecutor::new(), &plain).unwrap_or_else(|e| panic!("{e}"));
-                assert_eq!(got.outputs.len(), fused.outputs.len());
-                for ((b, want), (c, have)) in fused.outputs.iter().zip(&got.outputs) {
-                    assert_eq!(b, c);
-                    assert!(
-                        want == have,
-                        "{} ({epilogue:?}, {addend:?}, {batch} a pass): `{}` differs with the rows normalized apart",
-                        case.name,
-                        case.buffers[*b].name
-                    );
-                }
+                let how = format!("({epilogue:?}, {addend:?}, {batch} a pass) with the rows normalized apart");
+                common::assert_same_bits(&plain, &fused, &how);
             }
         }
     }
@@ -143,16 +130,14 @@ fn normalized_rows_and_a_plain_gemv_give_the_prologues_bytes() {
 
 #[test]
 fn assembles_without_spills_at_the_decode_steps_shapes() {
-    if let Err(e) = quench_ptx::ptxas::find_ptxas() {
-        eprintln!("SKIPPED: {e}");
+    if common::no_ptxas() {
         return;
     }
     // SmolLM2's, qwen2.5-0.5b's and llama-3.1-8b's hidden sizes, at the GEMVs' 4 warps.
+    let mut failures = vec![];
     for cols in [576, 896, 4096] {
         let f = rmsnorm_rows::build(&RmsNormRowsParams { cols, threads: 128 }).expect("builds");
-        let ptx = quench_ptx::emit(&f).expect("emits");
-        let r = quench_ptx::ptxas::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("cols {cols}: {e}"));
-        eprintln!("{} cols {cols}: registers {}, spills {}/{} B", f.name, r.registers, r.spill_store_bytes, r.spill_load_bytes);
-        assert!(r.spill_store_bytes == 0 && r.spill_load_bytes == 0, "cols {cols}: spills");
+        failures.extend(common::spill_failure(&f, &format!("cols {cols}")));
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
