@@ -541,16 +541,23 @@ mod tests {
         bytes
     }
 
+    /// The `[rows, cols]` matrix of `ty` in `bytes`, and its weights as `quench_models`
+    /// expands them.
+    fn expanded(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> (BlockMatrix, Vec<f32>) {
+        let w = dequantize(ty, bytes, rows * cols).unwrap();
+        let m = BlockMatrix::from_ggml("w", ty, rows, cols, bytes)
+            .unwrap()
+            .unwrap();
+        (m, w)
+    }
+
     #[test]
     fn rows_expand_as_quench_models_dequantizes() {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
         for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
             let (rows, cols) = (5, 96);
             let bytes = random_blocks(&mut rng, ty, rows, cols);
-            let want = dequantize(ty, &bytes, rows * cols).unwrap();
-            let m = BlockMatrix::from_ggml("w", ty, rows, cols, &bytes)
-                .unwrap()
-                .unwrap();
+            let (m, want) = expanded(ty, rows, cols, &bytes);
             for r in 0..rows {
                 let mut got = vec![f32::NAN; cols];
                 m.dequant_row(r, &mut got);
@@ -570,10 +577,7 @@ mod tests {
         for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
             let (rows, cols) = (37, 160);
             let bytes = random_blocks(&mut rng, ty, rows, cols);
-            let w = dequantize(ty, &bytes, rows * cols).unwrap();
-            let m = BlockMatrix::from_ggml("w", ty, rows, cols, &bytes)
-                .unwrap()
-                .unwrap();
+            let (m, w) = expanded(ty, rows, cols, &bytes);
             let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
             let sums = block_sums(&x);
             let portable = {
@@ -661,10 +665,7 @@ mod tests {
         for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
             let (rows, cols) = (37, 160);
             let bytes = random_blocks(&mut rng, ty, rows, cols);
-            let w = dequantize(ty, &bytes, rows * cols).unwrap();
-            let m = BlockMatrix::from_ggml("w", ty, rows, cols, &bytes)
-                .unwrap()
-                .unwrap();
+            let (m, w) = expanded(ty, rows, cols, &bytes);
             let xf: Vec<f32> = (0..cols).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
             let x = quantize_row(&xf, m.activation_kind());
             let mut portable = vec![f32::NAN; rows];
