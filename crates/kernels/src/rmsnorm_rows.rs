@@ -66,21 +66,32 @@ pub fn reference(p: &RmsNormRowsParams, x: &[f32], w: &[f32], eps: f32) -> Vec<f
 /// A case of `rows` rows: the residual stream in ±[2^-6, 4], the weight in [0.5, 1.5],
 /// eps 1e-5 (the ranges of the matrix–vector kernels' prologue cases).
 pub fn case(p: &RmsNormRowsParams, rows: u32, seed: u64) -> Result<KernelCase, KernelError> {
-    let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let n = rows as usize * p.cols as usize;
     let x = data::signed(&mut rng, n, 0.015625, 4.0);
     let w = data::uniform(&mut rng, p.cols as usize, 0.5, 1.5);
-    let eps = 1e-5f32;
-    let want = reference(p, &x, &w, eps);
+    case_on(p, &x, &w, 1e-5)
+}
+
+/// The case of normalizing the rows of `x` (`[rows, cols]`) with weight `w` (`[cols]`)
+/// and `eps`, checked bit for bit against [`reference`].
+pub fn case_on(p: &RmsNormRowsParams, x: &[f32], w: &[f32], eps: f32) -> Result<KernelCase, KernelError> {
+    let kernel = build(p)?;
+    let (n, cols) = (x.len(), p.cols as usize);
+    if w.len() != cols || n % cols != 0 {
+        let reason = format!("{n} inputs and a weight of {} do not make rows of {cols}", w.len());
+        return Err(KernelError::unsupported(NAME, reason));
+    }
+    let rows = n / cols;
+    let want = reference(p, x, w, eps);
     Ok(KernelCase {
         name: NAME.to_string(),
         shape: format!("{rows}x{}", p.cols),
         kernel,
-        launch: p.launch(rows),
+        launch: p.launch(rows as u32),
         buffers: vec![
-            Buffer::input("x", data::f32_bytes(&x)),
-            Buffer::input("w", data::f32_bytes(&w)),
+            Buffer::input("x", data::f32_bytes(x)),
+            Buffer::input("w", data::f32_bytes(w)),
             Buffer::output("y", n * 4),
         ],
         args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::F32(eps))],

@@ -12,8 +12,7 @@
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::rmsnorm_rows::{self, RmsNormRowsParams};
-use quench_kernels::{data, Buffer, CaseArg, Check, Expected, KernelCase};
-use quench_ir::Scalar;
+use quench_kernels::{data, Buffer, CaseArg, KernelCase};
 use quench_rt::Arg;
 
 mod common;
@@ -55,25 +54,12 @@ fn eps(case: &KernelCase) -> f32 {
         .expect("an eps argument")
 }
 
-/// The prologue case's `n` residual rows normalized by `rmsnorm_rows_f32` at the matrix–
+/// The prologue case's residual rows normalized by `rmsnorm_rows_f32` at the matrix–
 /// vector kernel's block size (checked against the reference on the way).
-fn normalized(case: &KernelCase, p: &QGemvParams, n: u32) -> Vec<u8> {
+fn normalized(case: &KernelCase, p: &QGemvParams) -> Vec<u8> {
     let np = RmsNormRowsParams { cols: p.cols, threads: p.warps * 32 };
     let (x, w) = (&buffer(case, "x").1.data, &buffer(case, "norm_w").1.data);
-    let eps = eps(case);
-    let want = rmsnorm_rows::reference(&np, &data::f32_from_bytes(x), &data::f32_from_bytes(w), eps);
-    let norm = KernelCase {
-        name: rmsnorm_rows::NAME.into(),
-        shape: format!("{n}x{}", p.cols),
-        kernel: rmsnorm_rows::build(&np).expect("builds"),
-        launch: np.launch(n),
-        buffers: vec![Buffer::input("x", x.clone()), Buffer::input("w", w.clone()), Buffer::output("y", x.len())],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::F32(eps))],
-        expected: vec![Expected { buffer: 2, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact }],
-        controls: vec![],
-        bytes_moved: 0,
-        flops: 0,
-    };
+    let norm = rmsnorm_rows::case_on(&np, &data::f32_from_bytes(x), &data::f32_from_bytes(w), eps(case)).expect("case");
     common::check(&norm).outputs.swap_remove(0).1
 }
 
@@ -120,7 +106,7 @@ fn normalized_rows_and_a_plain_gemv_give_the_prologues_bytes() {
                 };
                 let case = qgemv::case_with(&p, n, addend, s ^ (i as u64) << 8 ^ j as u64).expect("case");
                 let fused = common::check(&case);
-                let plain = without_prologue(&case, &p, normalized(&case, &p, n));
+                let plain = without_prologue(&case, &p, normalized(&case, &p));
                 let how = format!("({epilogue:?}, {addend:?}, {batch} a pass) with the rows normalized apart");
                 common::assert_same_bits(&plain, &fused, &how);
             }
