@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use quench_cpu::{ModelConfig, Naming};
 use quench_engine::gpu::{
-    load_decoder, Backend, Catalog, DecodeGraph, GpuDecoder, GpuError, GpuOptions, GpuSession,
-    GpuSummary, StepShape,
+    load_decoder, Backend, DecodeGraph, GpuDecoder, GpuError, GpuOptions, GpuSession, GpuSummary,
+    StepShape,
 };
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
 use quench_models::{GgmlType, GgufFile};
@@ -26,7 +26,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny};
+use common::{bits, gguf, seed, step_graph, LayerFormats, Shape, Tiny};
 
 const CONTEXT: usize = 32;
 
@@ -99,10 +99,6 @@ fn gguf_decoder(file: &GgufFile, options: &GpuOptions) -> GpuDecoder {
         options,
     )
     .expect("loads")
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// Fails with the number of logits whose bits differ, and the first of them.
@@ -271,15 +267,12 @@ fn sequences_stepped_together_match_each_stepped_alone() {
 #[test]
 fn steps_of_several_rows_normalize_apart() {
     let file = separate_qkv(&mut ChaCha8Rng::seed_from_u64(seed()));
-    let config = ModelConfig::from_gguf(&file).expect("config");
-    let catalog = Catalog::choose(&config, &file, Naming::Gguf).expect("kernels");
     let shape = StepShape {
         context: CONTEXT,
         sessions: 1,
         max_batch: 8,
     };
-    let graph =
-        DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).expect("a step");
+    let (config, catalog, graph) = step_graph(&file, shape);
     let kernels = |rows: u32| -> Vec<&str> {
         graph
             .step(rows)

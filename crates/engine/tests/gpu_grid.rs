@@ -9,7 +9,7 @@
 //! and is printed so that a failure can be replayed.
 
 use quench_cpu::{ModelConfig, Naming};
-use quench_engine::gpu::{Catalog, DecodeGraph, GpuDecoder, GpuOptions, Rows, StepShape};
+use quench_engine::gpu::{DecodeGraph, GpuDecoder, GpuOptions, Rows, StepShape};
 use quench_ir::Function;
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::{
@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny};
+use common::{bits, gguf, seed, step_graph, Shape, Tiny, QUANTIZED};
 
 const VOCAB: usize = 256;
 const CHUNK: usize = 16;
@@ -119,14 +119,7 @@ fn model(rng: &mut ChaCha8Rng) -> GgufFile {
             context: 256,
             eps: 1e-5,
         },
-        layers: vec![LayerFormats {
-            q: GgmlType::Q8_0,
-            k: GgmlType::Q8_0,
-            v: GgmlType::Q8_0,
-            o: GgmlType::Q4_0,
-            gate_up: GgmlType::Q4_1,
-            down: GgmlType::Q4_K,
-        }],
+        layers: vec![QUANTIZED],
         embedding: GgmlType::Q8_0,
         output: Some(GgmlType::Q8_0),
     };
@@ -148,22 +141,15 @@ fn decoder(file: &GgufFile, exec: Box<dyn Executor + Send>) -> GpuDecoder {
     d
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
 #[test]
 fn the_graph_caps_only_the_matrix_vector_grids() {
     let file = model(&mut ChaCha8Rng::seed_from_u64(seed()));
-    let config = ModelConfig::from_gguf(&file).expect("a config");
-    let catalog = Catalog::choose(&config, &file, Naming::Gguf).expect("kernels");
     let shape = StepShape {
         context: 32,
         sessions: 1,
         max_batch: 2,
     };
-    let wide =
-        DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).expect("a step");
+    let (config, catalog, wide) = step_graph(&file, shape);
     let capped = DecodeGraph::assemble_for(&config, &catalog, &file, Naming::Gguf, shape, 1)
         .expect("a step");
     assert_eq!(wide.dispatches.len(), capped.dispatches.len());

@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny};
+use common::{gguf, seed, LayerFormats, Shape, Tiny, QUANTIZED};
 
 const HIDDEN: usize = 128;
 const HEADS: usize = 4;
@@ -114,15 +114,6 @@ fn run(what: &str, m: &Tiny, seed: u64) {
     assert_passes(what, &c, &reference);
 }
 
-const LEGACY: LayerFormats = LayerFormats {
-    q: GgmlType::Q8_0,
-    k: GgmlType::Q8_0,
-    v: GgmlType::Q8_0,
-    o: GgmlType::Q4_0,
-    gate_up: GgmlType::Q4_1,
-    down: GgmlType::Q4_K,
-};
-
 const MIXED: LayerFormats = LayerFormats {
     q: GgmlType::BF16,
     k: GgmlType::F16,
@@ -137,7 +128,7 @@ fn llama_matches_the_f64_reference() {
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
-        layers: vec![LEGACY, MIXED],
+        layers: vec![QUANTIZED, MIXED],
         embedding: GgmlType::Q8_0,
         output: None,
     };
@@ -153,7 +144,7 @@ fn qwen2_with_biases_matches_the_f64_reference() {
     let m = Tiny {
         arch: "qwen2",
         shape: SHAPE,
-        layers: vec![MIXED, LEGACY],
+        layers: vec![MIXED, QUANTIZED],
         embedding: GgmlType::BF16,
         output: Some(GgmlType::Q4_0),
     };
@@ -165,7 +156,7 @@ fn qwen3_with_qk_norms_matches_the_f64_reference() {
     let m = Tiny {
         arch: "qwen3",
         shape: SHAPE,
-        layers: vec![LEGACY, LEGACY],
+        layers: vec![QUANTIZED, QUANTIZED],
         embedding: GgmlType::Q4_1,
         output: Some(GgmlType::F16),
     };
@@ -178,7 +169,7 @@ fn the_step_has_the_planned_dispatches_and_replays_like_direct_launches() {
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
-        layers: vec![LEGACY, MIXED],
+        layers: vec![QUANTIZED, MIXED],
         embedding: GgmlType::Q8_0,
         output: None,
     };
@@ -247,7 +238,7 @@ fn a_wrong_reference_fails_the_check() {
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
-        layers: vec![LEGACY, LEGACY],
+        layers: vec![QUANTIZED, QUANTIZED],
         embedding: GgmlType::Q8_0,
         output: None,
     };
@@ -277,12 +268,12 @@ fn a_wrong_reference_fails_the_check() {
 #[test]
 fn unsupported_input_is_refused_by_name() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    let mut layer = LEGACY;
+    let mut layer = QUANTIZED;
     layer.down = GgmlType::Q5_0;
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
-        layers: vec![LEGACY, layer],
+        layers: vec![QUANTIZED, layer],
         embedding: GgmlType::Q8_0,
         output: None,
     };
@@ -294,7 +285,7 @@ fn unsupported_input_is_refused_by_name() {
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
-        layers: vec![LEGACY, LEGACY],
+        layers: vec![QUANTIZED, QUANTIZED],
         embedding: GgmlType::Q4_0,
         output: None,
     };
@@ -306,7 +297,7 @@ fn unsupported_input_is_refused_by_name() {
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
-        layers: vec![LEGACY, LEGACY],
+        layers: vec![QUANTIZED, QUANTIZED],
         embedding: GgmlType::Q8_0,
         output: None,
     };

@@ -40,7 +40,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny};
+use common::{gguf, seed, LayerFormats, Shape, Tiny, QUANTIZED};
 
 const VOCAB: usize = 256;
 /// Positions a session holds: two prompts and a few decode steps.
@@ -70,16 +70,6 @@ fn uniform(t: GgmlType) -> LayerFormats {
         down: t,
     }
 }
-
-/// Quantized: q|k|v in one Q8_0 product, the rest in the other GGUF block formats.
-const QUANTIZED: LayerFormats = LayerFormats {
-    q: GgmlType::Q8_0,
-    k: GgmlType::Q8_0,
-    v: GgmlType::Q8_0,
-    o: GgmlType::Q4_0,
-    gate_up: GgmlType::Q4_1,
-    down: GgmlType::Q4_K,
-};
 
 /// q, k and v in three formats: three products.
 const SEPARATE: LayerFormats = LayerFormats {
@@ -514,7 +504,7 @@ fn smollm2_with_bf16_weights_prompt_in_chunks_matches_the_f64_reference() {
 /// `QUENCH_SMOLLM2_GGUF` and `ptxas` (`QUENCH_PTXAS`, `PATH` or the nvidia-cuda-nvcc wheel).
 #[test]
 fn smollm2_prompt_kernels_assemble_without_spills() {
-    use quench_engine::gpu::{Catalog, DecodeGraph, PrefillPlan, StepShape, DEFAULT_PREFILL_CHUNK};
+    use quench_engine::gpu::{PrefillPlan, StepShape, DEFAULT_PREFILL_CHUNK};
     use quench_ptx::ptxas::{assemble, find_ptxas};
     let Some(path) = std::env::var_os("QUENCH_SMOLLM2_GGUF") else {
         eprintln!("SKIPPED: QUENCH_SMOLLM2_GGUF is not set");
@@ -525,15 +515,12 @@ fn smollm2_prompt_kernels_assemble_without_spills() {
         return;
     }
     let file = GgufFile::open(&path).expect("a GGUF file");
-    let config = ModelConfig::from_gguf(&file).expect("a config");
-    let catalog = Catalog::choose(&config, &file, Naming::Gguf).expect("kernels");
     let shape = StepShape {
         context: 8192,
         sessions: 1,
         max_batch: 1,
     };
-    let graph =
-        DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).expect("a step");
+    let (config, catalog, graph) = common::step_graph(&file, shape);
     let plan = PrefillPlan::new(
         &config,
         &catalog,

@@ -1,8 +1,10 @@
-//! What the engine's GPU tests share: a fresh seed per run, and tiny decoders with seeded
+//! What the engine's GPU tests share: a fresh seed per run, tiny decoders with seeded
 //! random weights written as GGUF images (any layer formats, biases for qwen2, q/k norms
-//! for qwen3).
+//! for qwen3), a model's decode step graph, and logits as bits.
 #![allow(dead_code)] // each test binary uses its own part
 
+use quench_cpu::{ModelConfig, Naming};
+use quench_engine::gpu::{Catalog, DecodeGraph, StepShape};
 use quench_kernels::data::ggml_rows;
 use quench_models::gguf::{GgufWriter, MetadataValue};
 use quench_models::{GgmlType, GgufFile};
@@ -29,6 +31,16 @@ pub struct LayerFormats {
     pub gate_up: GgmlType,
     pub down: GgmlType,
 }
+
+/// Quantized: q|k|v in one Q8_0 product, the rest in the other GGUF block formats.
+pub const QUANTIZED: LayerFormats = LayerFormats {
+    q: GgmlType::Q8_0,
+    k: GgmlType::Q8_0,
+    v: GgmlType::Q8_0,
+    o: GgmlType::Q4_0,
+    gate_up: GgmlType::Q4_1,
+    down: GgmlType::Q4_K,
+};
 
 /// The sizes of a tiny decoder.
 #[derive(Clone, Copy, Debug)]
@@ -151,4 +163,18 @@ pub fn gguf(m: &Tiny, rng: &mut ChaCha8Rng) -> GgufFile {
         w.add_tensor(name, dims, *t, bytes).expect("tensor");
     }
     GgufFile::from_bytes(w.to_bytes()).expect("a GGUF image")
+}
+
+/// The model's config, its kernel catalog and its decode step graph for `shape`.
+pub fn step_graph(file: &GgufFile, shape: StepShape) -> (ModelConfig, Catalog, DecodeGraph) {
+    let config = ModelConfig::from_gguf(file).expect("a config");
+    let catalog = Catalog::choose(&config, file, Naming::Gguf).expect("kernels");
+    let graph =
+        DecodeGraph::assemble(&config, &catalog, file, Naming::Gguf, shape).expect("a step");
+    (config, catalog, graph)
+}
+
+/// Logits as bits, to compare them exactly.
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
 }
