@@ -4,9 +4,11 @@
 //! profiling on (every decode step of every GPU decoder it loads, graph replays
 //! included), then writes a Chrome trace, prints a per-kernel summary with the bandwidth
 //! and FLOP/s achieved against the ceilings measured in the same run, and optionally
-//! draws a roofline. With `--overhead N` it instead runs the command 2·N times, plain and
-//! profiled in turn, and reports what profiling costs a decode step. Without a command,
-//! library kernels are profiled one by one.
+//! draws a roofline. `--every N` instruments only one decode step in N (the others replay
+//! the plain kernels), for a cheaper profile of fewer steps. With `--overhead N` it
+//! instead runs the command 2·N times, plain and profiled in turn, and reports what
+//! profiling costs a decode step. Without a command, library kernels are profiled one by
+//! one.
 
 use std::path::{Path, PathBuf};
 
@@ -63,6 +65,11 @@ pub struct ProfArgs {
     /// profiled, in turns, and compare the median host time of their decode steps.
     #[arg(long, value_name = "PAIRS")]
     pub overhead: Option<u32>,
+    /// Instrument one decode step in N (counting from each decoder's first step) and run
+    /// the others with the plain kernels: about 1/N of the cost, and records of steps 0,
+    /// N, 2N… only. 1: every step.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub every: u32,
     /// Library kernels only: these kernels (comma-separated names; default: all).
     #[arg(long, value_delimiter = ',')]
     pub kernels: Vec<String>,
@@ -81,9 +88,12 @@ pub struct ProfArgs {
 }
 
 pub fn run(a: &ProfArgs) -> Result<(), String> {
+    if a.every == 0 {
+        return Err("--every 0 instruments no step: give N of at least 1 (1 instruments every decode step)".into());
+    }
     if a.command.is_empty() {
-        if a.overhead.is_some() || a.roofline.is_some() {
-            return Err("--overhead and --roofline need a command to profile (after `--`)".into());
+        if a.overhead.is_some() || a.roofline.is_some() || a.every != 1 {
+            return Err("--overhead, --roofline and --every need a command to profile (after `--`)".into());
         }
         return run_library(a);
     }
@@ -95,9 +105,9 @@ pub fn run(a: &ProfArgs) -> Result<(), String> {
         return Err("`quench prof` cannot profile itself".into());
     }
     match a.overhead {
-        Some(pairs) => overhead(a, pairs, |mode| run_profiled(&cli, mode)),
+        Some(pairs) => overhead(a, pairs, |mode| run_profiled(&cli, mode, a.every)),
         None => {
-            let (profile, result) = run_profiled(&cli, Mode::Dispatches);
+            let (profile, result) = run_profiled(&cli, Mode::Dispatches, a.every);
             result?;
             report(a, &profile)
         }
@@ -115,16 +125,19 @@ fn measure_ceilings(exec: &mut dyn Executor) -> Result<Ceilings, String> {
     Ok(Ceilings { copy_bytes_per_s: Some(copy), flops: Some(flops) })
 }
 
-/// Run `command` with profiling on in `mode`; the profile, whatever the command returned.
-fn run_profiled(command: &crate::Command, mode: Mode) -> (Profile, Result<(), String>) {
+/// Run `command` with profiling on in `mode`, instrumenting one decode step in `every`;
+/// the profile, whatever the command returned.
+fn run_profiled(command: &crate::Command, mode: Mode, every: u32) -> (Profile, Result<(), String>) {
     let ceilings: Option<profile::MeasureCeilings> = match mode {
         Mode::Dispatches => Some(Box::new(measure_ceilings)),
         Mode::StepTimes => None,
     };
-    let started = profile::start(ProfileOptions { mode, ceilings }).map_err(|e| e.to_string());
+    let started = profile::start_sampled(ProfileOptions { mode, ceilings }, every, profile::HISTORY_STEPS)
+        .map_err(|e| e.to_string());
     let result = started.and_then(|()| crate::run(command));
     let profile = profile::finish().unwrap_or_else(|| Profile {
         mode,
+        every,
         host: HostSpans::new(),
         dispatches: vec![],
         decoders: vec![],
@@ -264,8 +277,12 @@ fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
     write(&a.trace, serde_json::to_string(&trace).map_err(|e| e.to_string())?.as_bytes())?;
     let summary = summarize(&profile.dispatches);
     let clock = if decoder.backend == "interp" { " (interpreter virtual clock)" } else { "" };
+    let sampled = match profile.every {
+        1 => String::new(),
+        n => format!(" (one in {n} instrumented)"),
+    };
     eprintln!(
-        "{} dispatches in {} decode steps on {}{clock}; trace: {}",
+        "{} dispatches in {} decode steps{sampled} on {}{clock}; trace: {}",
         profile.dispatches.len(),
         summary.steps,
         decoder.device,
@@ -300,7 +317,8 @@ fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
             o.extend(c);
         }
         let bound = json!({"dispatches_recorded_equal_submitted": true, "replays_ordered": true});
-        emit_json(a, &receipt::receipt("prof", device_json(decoder), json!({"command": a.command}), bound, outcome))?;
+        let inputs = json!({"command": a.command, "every": profile.every});
+        emit_json(a, &receipt::receipt("prof", device_json(decoder), inputs, bound, outcome))?;
     }
     match failures.is_empty() {
         true => Ok(()),
@@ -338,6 +356,39 @@ impl TokenMatch {
     }
 }
 
+/// What `--overhead` takes of each run's step times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StepStatistic {
+    /// Every step instrumented: the median, robust to a slow step.
+    Median,
+    /// One step in several instrumented: the mean, since a median of mostly plain steps
+    /// would not see the instrumented ones.
+    Mean,
+}
+
+impl StepStatistic {
+    fn for_every(every: u32) -> StepStatistic {
+        match every {
+            1 => StepStatistic::Median,
+            _ => StepStatistic::Mean,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            StepStatistic::Median => "median",
+            StepStatistic::Mean => "mean",
+        }
+    }
+
+    fn of(self, ms: Vec<f64>) -> f64 {
+        match self {
+            StepStatistic::Median => median(ms),
+            StepStatistic::Mean => ms.iter().sum::<f64>() / ms.len().max(1) as f64,
+        }
+    }
+}
+
 /// `--overhead`: `run` the command in `pairs` pairs of plain and profiled runs; fails,
 /// after the receipt, if profiling costs more than the target or changes a token.
 fn overhead(
@@ -348,6 +399,7 @@ fn overhead(
     if pairs == 0 {
         return Err("--overhead needs at least one pair of runs".into());
     }
+    let statistic = StepStatistic::for_every(a.every);
     let mut runs = vec![];
     let mut device = Value::Null;
     let (mut plain, mut instrumented) = (vec![], vec![]);
@@ -366,14 +418,16 @@ fn overhead(
                 device = device_json(d);
             }
             let ms: Vec<f64> = profile.step_ns.iter().map(|&n| n as f64 / 1e6).collect();
-            let m = median(ms.clone());
+            let m = statistic.of(ms.clone());
             let name = match mode {
                 Mode::StepTimes => "plain",
                 Mode::Dispatches => "profiled",
             };
-            eprintln!("pair {}/{pairs} {name:>8}: {} decode steps, median {m:.4} ms", pair + 1, ms.len());
-            let mut run_json = json!({"pair": pair, "mode": name, "decode_steps": ms.len(), "median_step_ms": m,
+            let stat = statistic.name();
+            eprintln!("pair {}/{pairs} {name:>8}: {} decode steps, {stat} {m:.4} ms", pair + 1, ms.len());
+            let mut run_json = json!({"pair": pair, "mode": name, "decode_steps": ms.len(),
                 "tokens": profile.tokens.len()});
+            run_json[format!("{stat}_step_ms")] = json!(m);
             match mode {
                 Mode::StepTimes => {
                     plain.push(m);
@@ -410,9 +464,14 @@ fn overhead(
         Some(false) => "tokens DIFFER between plain and profiled runs".to_string(),
         None => "no tokens recorded to compare".to_string(),
     };
+    let sampled = match a.every {
+        1 => String::new(),
+        n => format!(", one step in {n} instrumented"),
+    };
     let line = format!(
-        "decode step: {p:.4} ms plain, {q:.4} ms profiled (medians over {pairs} runs each): overhead {:+.2}% \
-         (target below {:.0}%); {tokens_line}",
+        "decode step: {p:.4} ms plain, {q:.4} ms profiled{sampled} (medians over {pairs} runs of each run's {} step): \
+         overhead {:+.2}% (target below {:.0}%); {tokens_line}",
+        statistic.name(),
         100.0 * cost,
         100.0 * OVERHEAD_TARGET
     );
@@ -429,9 +488,12 @@ fn overhead(
             "tokens_identical": identical,
             "runs": runs,
         });
-        let inputs = json!({"command": a.command, "pairs": pairs,
-            "compared": "median host time of the decode steps that read a token back, per run; medians over runs; \
-                         the tokens the decoder read back, plain against profiled run of each pair"});
+        let compared = format!(
+            "{} host time of the decode steps that read a token back, per run; medians over runs; \
+             the tokens the decoder read back, plain against profiled run of each pair",
+            statistic.name()
+        );
+        let inputs = json!({"command": a.command, "pairs": pairs, "every": a.every, "compared": compared});
         let bound = json!({"overhead_below": OVERHEAD_TARGET, "tokens_identical": true});
         emit_json(a, &receipt::receipt("prof-overhead", device, inputs, bound, outcome))?;
     }
@@ -531,6 +593,7 @@ mod tests {
             roofline: None,
             json: None,
             overhead: None,
+            every: 1,
             kernels: vec![],
             backend: Backend::Interp,
             reps: 3,
@@ -576,6 +639,10 @@ mod tests {
         assert!(e.contains("no-such-command"), "{e}");
         let e = run(&ProfArgs { kernels: vec!["add_f32".into()], ..args(&["devices"]) }).unwrap_err();
         assert!(e.contains("--kernels"), "{e}");
+        let e = run(&ProfArgs { every: 0, ..args(&["generate"]) }).unwrap_err();
+        assert!(e.contains("--every 0 instruments no step"), "{e}");
+        let e = run(&ProfArgs { every: 4, ..args(&[]) }).unwrap_err();
+        assert!(e.contains("--every need a command"), "{e}");
     }
 
     fn temp(name: &str) -> PathBuf {
@@ -607,6 +674,7 @@ mod tests {
         }
         Profile {
             mode: Mode::Dispatches,
+            every: 1,
             host,
             dispatches,
             decoders: vec![profile::ProfiledDecoder {
@@ -649,6 +717,7 @@ mod tests {
         assert_eq!(o["summary"]["ceilings"]["copy_bytes_per_s"], 4e9);
         assert_eq!(o["decode_step_host_ms"]["steps"], 2);
         assert_eq!(j["device"]["backend"], "interp");
+        assert_eq!(j["inputs"]["every"], 1);
         for p in [trace, png, json] {
             std::fs::remove_file(p).expect("remove");
         }
@@ -775,6 +844,32 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.contains("no decode step"), "{e}");
+    }
+
+    #[test]
+    fn overhead_of_one_step_in_n_compares_mean_steps() {
+        // One profiled step in three costs 6% more: 2% on the mean, none on the median.
+        let json = temp("overhead-every.json");
+        let a = ProfArgs { json: Some(json.clone()), overhead: Some(1), every: 3, ..args(&["bench"]) };
+        overhead(&a, 1, |mode| {
+            let mut p = fake_profile();
+            p.mode = mode;
+            p.every = 3;
+            p.step_ns = match mode {
+                Mode::StepTimes => vec![1_000_000; 6],
+                Mode::Dispatches => [1_060_000, 1_000_000, 1_000_000].repeat(2),
+            };
+            (p, Ok(()))
+        })
+        .expect("measured");
+        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        std::fs::remove_file(&json).expect("remove");
+        assert_eq!(j["inputs"]["every"], 3);
+        assert!(j["inputs"]["compared"].as_str().expect("compared").starts_with("mean host time"), "{j}");
+        let o = &j["outcome"];
+        assert!((o["overhead"].as_f64().expect("overhead") - 0.02).abs() < 1e-9, "{j}");
+        assert!((o["runs"][1]["mean_step_ms"].as_f64().expect("mean") - 1.02).abs() < 1e-9, "{j}");
+        assert_eq!(StepStatistic::for_every(1), StepStatistic::Median);
     }
 
     #[test]

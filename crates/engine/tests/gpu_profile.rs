@@ -61,9 +61,15 @@ fn tiny_model(arch: &'static str, rng: &mut ChaCha8Rng) -> GgufFile {
 
 /// The decoder on the interpreter, loaded anew (as each command does).
 fn load(file: &GgufFile) -> GpuDecoder {
+    load_with(file, true)
+}
+
+/// As [`load`], replaying captured steps or launching each dispatch.
+fn load_with(file: &GgufFile, capture: bool) -> GpuDecoder {
     let config = ModelConfig::from_gguf(file).expect("config");
     let options = GpuOptions {
         context: Some(32),
+        capture,
         ..GpuOptions::default()
     };
     GpuDecoder::new(
@@ -85,7 +91,15 @@ fn generate(
     tokens: usize,
     sampling: Option<&SamplingParams>,
 ) -> Vec<u32> {
-    let decoder = load(file);
+    generate_on(&load(file), prompt, tokens, sampling)
+}
+
+fn generate_on(
+    decoder: &GpuDecoder,
+    prompt: &[u32],
+    tokens: usize,
+    sampling: Option<&SamplingParams>,
+) -> Vec<u32> {
     let mut session = decoder.new_session();
     let mut out = vec![];
     match sampling {
@@ -442,4 +456,105 @@ fn step_times_alone_leave_the_kernels_plain_and_time_the_same_steps() {
     })
     .is_err());
     assert!(profile::finish().is_some());
+}
+
+#[test]
+fn one_step_in_n_is_instrumented_and_only_its_records_kept() {
+    let _one = PROFILING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = tiny_model("llama", &mut rng);
+    let prompt: Vec<u32> = (0..2).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let tokens = 6;
+    // The prompt's tokens and every generated token but the last.
+    let steps = (prompt.len() + tokens - 1) as u32;
+    let every = 3;
+    let per_step = load(&file).summary().dispatches_per_token as u64;
+    let plain = generate(&file, &prompt, tokens, None);
+    for capture in [true, false] {
+        let run = |every: u32| {
+            profile::start_sampled(
+                ProfileOptions {
+                    mode: Mode::Dispatches,
+                    ceilings: None,
+                },
+                every,
+                profile::HISTORY_STEPS,
+            )
+            .expect("profiling was off");
+            let out = generate_on(&load_with(&file, capture), &prompt, tokens, None);
+            (out, profile::finish().expect("profiling was on"))
+        };
+        let (all_tokens, all) = run(1);
+        let (sampled_tokens, p) = run(every);
+        assert_eq!(all_tokens, plain, "capture {capture}: every step");
+        assert_eq!(
+            sampled_tokens, plain,
+            "capture {capture}: one step in {every}"
+        );
+        assert_eq!((all.every, p.every), (1, every));
+
+        // Records of steps 0, 3 and 6 only, each complete, and counted exactly.
+        let sampled: Vec<u32> = (0..steps).step_by(every as usize).collect();
+        assert_eq!(sampled, [0, 3, 6]);
+        let mut seen: Vec<u32> = p.dispatches.iter().filter_map(|d| d.step).collect();
+        assert_eq!(seen.len(), p.dispatches.len(), "every record has its step");
+        seen.dedup();
+        assert_eq!(seen, sampled, "capture {capture}");
+        assert_eq!(p.submitted, per_step * sampled.len() as u64);
+        assert_eq!(p.dispatches.len() as u64, p.submitted);
+        assert_eq!(
+            p.dispatches.iter().map(|d| d.launches).sum::<u64>(),
+            p.submitted
+        );
+        assert_eq!(p.unread, 0);
+        assert_eq!(all.submitted, per_step * steps as u64);
+        // Those steps' records name and model the same dispatches as when every step is
+        // instrumented.
+        let model = |d: &quench_prof::Dispatch| {
+            (d.step, d.kernel.clone(), d.label.clone(), d.bytes, d.flops)
+        };
+        let want: Vec<_> = all
+            .dispatches
+            .iter()
+            .filter(|d| d.step.is_some_and(|s| s % every == 0))
+            .map(model)
+            .collect();
+        assert_eq!(p.dispatches.iter().map(model).collect::<Vec<_>>(), want);
+        // Every step that read a token back is timed, instrumented or not.
+        assert_eq!((p.step_ns.len(), all.step_ns.len()), (tokens, tokens));
+
+        // Host spans of the instrumented steps only; the instrumented kernels compiled
+        // beside the plain ones.
+        let host: Vec<&str> = p.host.spans().iter().map(|s| s.name.as_str()).collect();
+        for s in 0..steps {
+            let submit = format!("step {s}: submit");
+            assert_eq!(
+                host.contains(&submit.as_str()),
+                s.is_multiple_of(every),
+                "`{submit}` in {host:?}"
+            );
+        }
+        assert!(
+            host.contains(&"read profile records of steps 0-6"),
+            "{host:?}"
+        );
+        assert!(host.contains(&"compile the instrumented kernels"));
+        assert!(!all
+            .host
+            .spans()
+            .iter()
+            .any(|s| s.name == "compile the instrumented kernels"));
+    }
+    // Instrumenting one step in 0 is refused, and profiling stays off.
+    let e = profile::start_sampled(
+        ProfileOptions {
+            mode: Mode::Dispatches,
+            ceilings: None,
+        },
+        0,
+        profile::HISTORY_STEPS,
+    )
+    .expect_err("one step in 0");
+    assert!(e.to_string().contains("at least 1"), "{e}");
+    assert!(profile::mode().is_none());
 }

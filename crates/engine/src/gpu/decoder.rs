@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use quench_cpu::{ModelConfig, Naming};
+use quench_ir::Function;
 use quench_rt::{
     Arg, CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, KernelId, Launch, StreamId,
 };
@@ -154,6 +155,7 @@ enum Slot {
 }
 
 /// A dispatch of the step, resolved to device addresses.
+#[derive(Clone)]
 struct Resolved {
     label: String,
     kernel: KernelId,
@@ -185,14 +187,23 @@ impl Resolved {
     }
 }
 
+/// The dispatches of a step and, when steps replay graphs, the step captured per row
+/// count.
+struct StepLaunches {
+    launches: Vec<Resolved>,
+    /// The captured step of `i + 1` rows, once a step of that many has run.
+    graphs: Vec<Option<GraphId>>,
+}
+
 /// The executor and everything allocated on it. One step runs at a time.
 struct OnDevice {
     exec: Box<dyn Executor + Send>,
-    launches: Vec<Resolved>,
+    /// The step's dispatches: instrumented where every step is profiled, else plain.
+    step: StepLaunches,
+    /// The instrumented step, where profiling instruments one step in several.
+    sampled: Option<StepLaunches>,
     /// Whether steps replay captured graphs (else each dispatch is launched).
     capture: bool,
-    /// The captured step of `i + 1` rows, once a step of that many has run.
-    graphs: Vec<Option<GraphId>>,
     io: HostAddrs,
     record: StepRecord,
     /// Bytes of one row of the block tables.
@@ -209,7 +220,8 @@ struct OnDevice {
 impl Drop for OnDevice {
     fn drop(&mut self) {
         // Best effort: the executor itself releases everything when it goes.
-        for g in self.graphs.drain(..).flatten() {
+        let sampled = self.sampled.iter_mut().flat_map(|s| s.graphs.drain(..));
+        for g in self.step.graphs.drain(..).chain(sampled).flatten() {
             let _ = self.exec.release_graph(g);
         }
         for p in self.allocations.drain(..) {
@@ -339,19 +351,39 @@ impl GpuDecoder {
             Ok((launches, io, on_device))
         });
         let result = result.and_then(|(mut launches, io, on_device)| {
-            let instrumented = match profiled {
-                Some(p) => {
+            let (instrumented, sampled) = match profiled {
+                Some(mut p) => {
+                    // Profiling one step in several: the instrumented kernels beside the
+                    // plain ones, dispatched alike.
+                    let mut sampled = match p.take_sampled_kernels() {
+                        Some(kernels) => {
+                            let span = profile::span("compile the instrumented kernels");
+                            let ids = compile(&mut *exec, &kernels)?;
+                            span.end();
+                            let sampled: Vec<Resolved> = launches
+                                .iter()
+                                .zip(&graph.dispatches)
+                                .map(|(l, d)| Resolved {
+                                    kernel: ids[d.kernel],
+                                    ..l.clone()
+                                })
+                                .collect();
+                            Some(sampled)
+                        }
+                        None => None,
+                    };
                     let (state, slots) = profile::attach(p, &mut *exec, ceilings)?;
-                    for (l, slot) in launches.iter_mut().zip(slots) {
+                    let instrumented = sampled.as_mut().unwrap_or(&mut launches);
+                    for (l, slot) in instrumented.iter_mut().zip(slots) {
                         l.args.extend(slot.map(Slot::Arg));
                     }
-                    Some(state)
+                    (Some(state), sampled)
                 }
-                None => None,
+                None => (None, None),
             };
-            Ok((launches, io, instrumented, on_device))
+            Ok((launches, io, instrumented, sampled, on_device))
         });
-        let (launches, io, instrumented, prefill_on_device) = match result {
+        let (launches, io, instrumented, sampled, prefill_on_device) = match result {
             Ok(r) => r,
             Err(e) => {
                 for p in allocations {
@@ -362,9 +394,15 @@ impl GpuDecoder {
         };
         let mut on_device = OnDevice {
             exec,
-            launches,
+            step: StepLaunches {
+                launches,
+                graphs: vec![None; shape.max_batch],
+            },
+            sampled: sampled.map(|launches| StepLaunches {
+                launches,
+                graphs: vec![None; shape.max_batch],
+            }),
             capture: options.capture,
-            graphs: vec![None; shape.max_batch],
             io,
             record: graph.record,
             table_row: 4 * graph.kv.max_blocks as u64,
@@ -376,7 +414,11 @@ impl GpuDecoder {
         if options.capture {
             // The one-row step now; steps of more rows when they first run.
             let span = profile::span("capture the decode step");
-            on_device.graphs[0] = Some(capture(&mut on_device, 1)?);
+            let d = &mut on_device;
+            d.step.graphs[0] = Some(capture(&mut *d.exec, &d.step.launches, 1)?);
+            if let Some(s) = d.sampled.as_mut() {
+                s.graphs[0] = Some(capture(&mut *d.exec, &s.launches, 1)?);
+            }
             span.end();
         }
         let layer_plan = |rows: u32| -> Vec<String> {
@@ -748,14 +790,19 @@ impl GpuDecoder {
                 "writing the tokens (or the previous step's kernels)",
             )))?;
         let rows_u32 = n as u32;
+        let instrumented = d.profile.as_ref().is_some_and(|p| p.instruments_next());
+        let step = match d.sampled.as_mut() {
+            Some(s) if instrumented => s,
+            _ => &mut d.step,
+        };
         if d.capture {
-            let graph = match d.graphs[n - 1] {
+            let graph = match step.graphs[n - 1] {
                 Some(g) => g,
                 None => {
                     let span = profile::span(&format!("capture the decode step of {n} rows"));
-                    let g = capture(d, rows_u32)?;
+                    let g = capture(&mut *d.exec, &step.launches, rows_u32)?;
                     span.end();
-                    d.graphs[n - 1] = Some(g);
+                    step.graphs[n - 1] = Some(g);
                     g
                 }
             };
@@ -763,7 +810,7 @@ impl GpuDecoder {
                 .replay(graph, StreamId::DEFAULT)
                 .map_err(GpuError::runtime(during("replaying the graph")))?;
         } else {
-            for l in d.launches.iter().filter(|l| l.rows.includes(rows_u32)) {
+            for l in step.launches.iter().filter(|l| l.rows.includes(rows_u32)) {
                 let (launch, args) = l.at(rows_u32);
                 d.exec
                     .launch(l.kernel, &launch, &args, StreamId::DEFAULT)
@@ -930,15 +977,9 @@ fn place(
     )
     .map_err(GpuError::runtime("writing the step's row indices"))?;
 
-    let compile = profile::span("compile the kernels");
-    let mut kernels = Vec::with_capacity(graph.kernels.len());
-    for f in &graph.kernels {
-        kernels.push(
-            exec.load(f)
-                .map_err(GpuError::runtime(format!("compiling kernel `{}`", f.name)))?,
-        );
-    }
-    compile.end();
+    let span = profile::span("compile the kernels");
+    let kernels = compile(exec, &graph.kernels)?;
+    span.end();
     let resolve = |op: &Operand| -> Slot {
         match *op {
             Operand::Value(a) => Slot::Arg(a),
@@ -983,21 +1024,31 @@ fn place(
     Ok((launches, addrs, bases))
 }
 
-/// Records the launches of a step of `rows` rows as one graph. A launch the executor
+/// Compiles `kernels` on `exec`, in order.
+fn compile(exec: &mut dyn Executor, kernels: &[Function]) -> Result<Vec<KernelId>, GpuError> {
+    kernels
+        .iter()
+        .map(|f| {
+            exec.load(f)
+                .map_err(GpuError::runtime(format!("compiling kernel `{}`", f.name)))
+        })
+        .collect()
+}
+
+/// Records `launches` of a step of `rows` rows as one graph. A launch the executor
 /// refuses names its dispatch; the capture is closed either way.
-fn capture(d: &mut OnDevice, rows: u32) -> Result<GraphId, GpuError> {
+fn capture(exec: &mut dyn Executor, launches: &[Resolved], rows: u32) -> Result<GraphId, GpuError> {
     let s = StreamId::DEFAULT;
     let during = |what: &str| match rows {
         1 => format!("capturing the decode step{what}"),
         _ => format!("capturing the decode step of {rows} rows{what}"),
     };
-    d.exec
-        .begin_capture(s)
+    exec.begin_capture(s)
         .map_err(GpuError::runtime(during("")))?;
     let mut failed = None;
-    for l in d.launches.iter().filter(|l| l.rows.includes(rows)) {
+    for l in launches.iter().filter(|l| l.rows.includes(rows)) {
         let (launch, args) = l.at(rows);
-        if let Err(e) = d.exec.launch(l.kernel, &launch, &args, s) {
+        if let Err(e) = exec.launch(l.kernel, &launch, &args, s) {
             failed = Some(GpuError::Runtime {
                 during: during(&format!(": {}", l.label)),
                 source: Box::new(e),
@@ -1005,11 +1056,11 @@ fn capture(d: &mut OnDevice, rows: u32) -> Result<GraphId, GpuError> {
             break;
         }
     }
-    let graph = d.exec.end_capture(s).map_err(GpuError::runtime(during("")));
+    let graph = exec.end_capture(s).map_err(GpuError::runtime(during("")));
     match (failed, graph) {
         (None, Ok(g)) => Ok(g),
         (Some(e), Ok(g)) => {
-            let _ = d.exec.release_graph(g);
+            let _ = exec.release_graph(g);
             Err(e)
         }
         (Some(e), Err(_)) | (None, Err(e)) => Err(e),

@@ -15,6 +15,13 @@
 //! Records still on the device of a decoder that is not dropped before [`finish`] are
 //! not in the profile; [`Profile::unread`] counts them.
 //!
+//! Profiling may sample the steps ([`start_sampled`]): each decoder then instruments one
+//! decode step in N, counting from its first, and runs the others with its plain kernels
+//! (a second set of captured graphs). Every step keeps its number, so the records are of
+//! steps 0, N, 2N… of a decoder that runs alone; only the instrumented steps count as
+//! submitted, are copied to the history and get host spans, while every step's time is
+//! kept.
+//!
 //! Each dispatch also gets a model of the bytes it moves and the FLOPs it performs, from
 //! the step's data and an analysis of its kernel ([`quench_prof::access`]):
 //!
@@ -40,6 +47,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use quench_cpu::ModelConfig;
+use quench_ir::Function;
 use quench_kernels::attention::BLOCK_TOKENS;
 use quench_prof::access::{param_access, Access};
 use quench_prof::{Ceilings, Dispatch, History, HostSpans, RingError};
@@ -88,19 +96,22 @@ pub struct ProfiledDecoder {
 #[derive(Debug)]
 pub struct Profile {
     pub mode: Mode,
+    /// Each decoder instrumented one decode step in this many ([`Mode::Dispatches`]).
+    pub every: u32,
     pub host: HostSpans,
     /// Every record read back, in step order, each tagged with its step, label, bytes
     /// and FLOPs.
     pub dispatches: Vec<Dispatch>,
     pub decoders: Vec<ProfiledDecoder>,
-    /// Dispatches the host submitted while instrumented: per step, the graph's
-    /// dispatches (replayed) or the launches made one by one.
+    /// Dispatches the host submitted while instrumented: per instrumented step, the
+    /// graph's dispatches (replayed) or the launches made one by one.
     pub submitted: u64,
     /// Of those, the dispatches whose records were still on the device of a decoder
     /// when profiling finished (drop decoders first to have them all).
     pub unread: u64,
     /// Host time of each step that read a token or logits back, from its first copy to
-    /// the end of its read-back (the profile read included), in nanoseconds.
+    /// the end of its read-back (the profile read included), in nanoseconds; instrumented
+    /// or not.
     pub step_ns: Vec<u64>,
     /// The tokens decoders reported reading back ([`record_tokens`]), in order, in either
     /// mode: a plain and a profiled run of the same command must agree on them.
@@ -113,6 +124,8 @@ pub enum ProfileError {
     AlreadyOn,
     #[error("profiling needs room on the device for at least one step's records")]
     NoHistory,
+    #[error("profiling instruments one decode step in N, with N at least 1 (1: every step)")]
+    NoSteps,
 }
 
 struct Recorder {
@@ -124,6 +137,8 @@ struct Recorder {
     steps: u32,
     /// Steps of records each decoder keeps on the device.
     history_steps: u32,
+    /// Each decoder instruments one decode step in this many.
+    every: u32,
 }
 
 static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
@@ -143,8 +158,24 @@ pub fn start(options: ProfileOptions) -> Result<(), ProfileError> {
 /// records on the device between reads: [`quench_prof::RECORD_BYTES`] per dispatch and
 /// step of device memory, against one read (and wait) every `history_steps` steps.
 pub fn start_with_history(options: ProfileOptions, history_steps: u32) -> Result<(), ProfileError> {
+    start_sampled(options, 1, history_steps)
+}
+
+/// As [`start_with_history`], each decoder instrumenting only one decode step in
+/// `every` (from its first) and running the others with its plain kernels: about
+/// `1 / every` of the cost of instrumenting every step, and records of those steps only.
+/// With `every` 1 (every step) a decoder compiles and captures the instrumented kernels
+/// only; otherwise both sets.
+pub fn start_sampled(
+    options: ProfileOptions,
+    every: u32,
+    history_steps: u32,
+) -> Result<(), ProfileError> {
     if history_steps == 0 {
         return Err(ProfileError::NoHistory);
+    }
+    if every == 0 {
+        return Err(ProfileError::NoSteps);
     }
     let mut r = recorder();
     if r.is_some() {
@@ -155,6 +186,7 @@ pub fn start_with_history(options: ProfileOptions, history_steps: u32) -> Result
         id,
         profile: Profile {
             mode: options.mode,
+            every,
             host: HostSpans::new(),
             dispatches: vec![],
             decoders: vec![],
@@ -166,6 +198,7 @@ pub fn start_with_history(options: ProfileOptions, history_steps: u32) -> Result
         ceilings: options.ceilings,
         steps: 0,
         history_steps,
+        every,
     });
     Ok(())
 }
@@ -324,18 +357,31 @@ struct Slot {
 /// What [`prepare`] hands to [`attach`].
 pub(crate) struct Prepared {
     slots: Vec<Slot>,
+    /// The instrumented kernels, in the graph's order, when profiling samples the steps
+    /// (the graph keeps the plain ones); `None` when the graph's kernels were replaced.
+    sampled: Option<Vec<Function>>,
 }
 
-/// In [`Mode::Dispatches`]: instrument every kernel of `graph` (in place) and model each
-/// dispatch's work. `None` when profiling is off or only times steps.
+impl Prepared {
+    /// The instrumented kernels to compile beside the graph's plain ones, when only
+    /// some steps are instrumented.
+    pub(crate) fn take_sampled_kernels(&mut self) -> Option<Vec<Function>> {
+        self.sampled.take()
+    }
+}
+
+/// In [`Mode::Dispatches`]: instrument every kernel of `graph` (in place when every step
+/// is instrumented, else beside it) and model each dispatch's work. `None` when profiling
+/// is off or only times steps.
 pub(crate) fn prepare(
     graph: &mut DecodeGraph,
     config: &ModelConfig,
     src: &dyn StoredTensors,
 ) -> Result<Option<Prepared>, GpuError> {
-    if mode() != Some(Mode::Dispatches) {
-        return Ok(None);
-    }
+    let every = match recorder().as_ref() {
+        Some(r) if r.profile.mode == Mode::Dispatches => r.every,
+        _ => return Ok(None),
+    };
     let work = work_model(graph, config, src)?;
     let slots = graph
         .dispatches
@@ -348,13 +394,24 @@ pub(crate) fn prepare(
             rows: d.rows,
         })
         .collect();
-    for k in &mut graph.kernels {
-        *k = quench_prof::instrument(k).map_err(|e| GpuError::Unsupported {
-            what: format!("profiling kernel `{}`", k.name),
-            reason: e.to_string(),
-        })?;
-    }
-    Ok(Some(Prepared { slots }))
+    let instrumented = graph
+        .kernels
+        .iter()
+        .map(|k| {
+            quench_prof::instrument(k).map_err(|e| GpuError::Unsupported {
+                what: format!("profiling kernel `{}`", k.name),
+                reason: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let sampled = match every {
+        1 => {
+            graph.kernels = instrumented;
+            None
+        }
+        _ => Some(instrumented),
+    };
+    Ok(Some(Prepared { slots, sampled }))
 }
 
 /// Run the profile's ceiling measurement on `exec`, recording it for the decoder about
@@ -392,6 +449,10 @@ pub(crate) struct Instrumented {
     unread: Vec<Unread>,
     /// The session whose last step read something back, and when.
     last_read: Option<(u64, Instant)>,
+    /// One decode step in this many is instrumented.
+    every: u32,
+    /// Decode steps this decoder finished while profiling was on.
+    steps: u64,
 }
 
 fn ring_error(during: &str) -> impl FnOnce(RingError) -> GpuError + '_ {
@@ -420,9 +481,9 @@ pub(crate) fn attach(
         what: format!("profiling {} dispatches per step", prepared.slots.len()),
         reason: "more than 2^32 records".into(),
     })?;
-    let history_steps = recorder()
+    let (history_steps, every) = recorder()
         .as_ref()
-        .map_or(HISTORY_STEPS, |r| r.history_steps);
+        .map_or((HISTORY_STEPS, 1), |r| (r.history_steps, r.every));
     let mut history = History::new(exec, slots, history_steps).map_err(ring_error(during))?;
     let args = prepared
         .slots
@@ -457,12 +518,20 @@ pub(crate) fn attach(
             profile,
             unread: vec![],
             last_read: None,
+            every,
+            steps: 0,
         },
         args,
     ))
 }
 
 impl Instrumented {
+    /// Whether the decoder's next step runs its instrumented kernels: every
+    /// [`Profile::every`]th step, from its first.
+    pub(crate) fn instruments_next(&self) -> bool {
+        self.steps.is_multiple_of(u64::from(self.every))
+    }
+
     /// Read the steps still in the history into the profile, then free the ring and
     /// the history (when the decoder goes).
     pub(crate) fn release(mut self, exec: &mut dyn Executor) {
@@ -537,13 +606,14 @@ pub(crate) fn submitted(timer: &mut Option<StepTimer>) {
     }
 }
 
-/// Close the step: copy the decoder's ring into its history on the device (no wait),
-/// number the step, and read the history back if that filled it; add the spans and the
-/// step time to the profile. The step ran the dispatches of a step of `rows` rows;
+/// Close the step: number it, and if it was instrumented ([`Instrumented::instruments_next`]
+/// before it ran) copy the decoder's ring into its history on the device (no wait), and
+/// read the history back if that filled it; add the step time and, for an instrumented
+/// step, its spans to the profile. The step ran the dispatches of a step of `rows` rows;
 /// `context` is its context length, `read_back` whether it read a token or logits.
 pub(crate) fn step_done(
     timer: Option<StepTimer>,
-    prof: Option<&mut Instrumented>,
+    mut prof: Option<&mut Instrumented>,
     exec: &mut dyn Executor,
     rows: u32,
     context: usize,
@@ -551,40 +621,41 @@ pub(crate) fn step_done(
 ) -> Result<(), GpuError> {
     let Some(timer) = timer else { return Ok(()) };
     let done_at = Instant::now();
-    let recorded = match prof {
-        Some(p) => {
-            let dispatches = p.slots.iter().filter(|s| s.rows.includes(rows)).count() as u64;
-            // Numbered (and counted) only in the profile the decoder was loaded under.
-            let step = recorder().as_mut().filter(|r| r.id == p.profile).map(|r| {
-                let step = r.steps;
-                r.steps += 1;
-                r.profile.submitted += dispatches;
-                r.profile.unread += dispatches;
-                step
+    // The instrumented step's number and when its records were copied.
+    let mut recorded = None;
+    if let Some(p) = prof.as_deref_mut() {
+        let instrumented = p.instruments_next();
+        p.steps += 1;
+        let dispatches = match instrumented {
+            true => p.slots.iter().filter(|s| s.rows.includes(rows)).count() as u64,
+            false => 0,
+        };
+        // Numbered (and counted) only in the profile the decoder was loaded under.
+        let step = recorder().as_mut().filter(|r| r.id == p.profile).map(|r| {
+            let step = r.steps;
+            r.steps += 1;
+            r.profile.submitted += dispatches;
+            r.profile.unread += dispatches;
+            step
+        });
+        if let (Some(step), true) = (step, instrumented) {
+            let during = format!(
+                "decode step at position {}: copying the profiler's records",
+                context - 1
+            );
+            p.history.snapshot(exec).map_err(ring_error(&during))?;
+            let copied_at = Instant::now();
+            p.unread.push(Unread {
+                step,
+                rows,
+                context: context as u64,
             });
-            match step {
-                Some(step) => {
-                    let during = format!(
-                        "decode step at position {}: copying the profiler's records",
-                        context - 1
-                    );
-                    p.history.snapshot(exec).map_err(ring_error(&during))?;
-                    let copied_at = Instant::now();
-                    p.unread.push(Unread {
-                        step,
-                        rows,
-                        context: context as u64,
-                    });
-                    if p.history.is_full() {
-                        p.read_history(exec)?;
-                    }
-                    Some((p, step, copied_at))
-                }
-                None => None,
+            if p.history.is_full() {
+                p.read_history(exec)?;
             }
+            recorded = Some((step, copied_at));
         }
-        None => None,
-    };
+    }
     let end = Instant::now();
     let mut guard = recorder();
     let Some(r) = guard.as_mut() else {
@@ -595,27 +666,29 @@ pub(crate) fn step_done(
             .step_ns
             .push(end.duration_since(timer.start).as_nanos() as u64);
     }
-    let Some((p, step, copied_at)) = recorded else {
+    let Some(p) = prof.filter(|p| p.profile == r.id) else {
         return Ok(());
     };
-    let host = &mut r.profile.host;
-    if let Some((session, at)) = p.last_read {
-        if session == timer.session {
-            host.record("sampling and host work between tokens", at, timer.start);
+    if let Some((step, copied_at)) = recorded {
+        let host = &mut r.profile.host;
+        if let Some((session, at)) = p.last_read {
+            if session == timer.session {
+                host.record("sampling and host work between tokens", at, timer.start);
+            }
         }
+        let submitted = timer.submitted.unwrap_or(done_at);
+        host.record(&format!("step {step}: submit"), timer.start, submitted);
+        host.record(
+            &format!("step {step}: wait and read back"),
+            submitted,
+            done_at,
+        );
+        host.record(
+            &format!("step {step}: copy profile records on the device"),
+            done_at,
+            copied_at,
+        );
     }
-    let submitted = timer.submitted.unwrap_or(done_at);
-    host.record(&format!("step {step}: submit"), timer.start, submitted);
-    host.record(
-        &format!("step {step}: wait and read back"),
-        submitted,
-        done_at,
-    );
-    host.record(
-        &format!("step {step}: copy profile records on the device"),
-        done_at,
-        copied_at,
-    );
     p.last_read = read_back.then_some((timer.session, end));
     Ok(())
 }
