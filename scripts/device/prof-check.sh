@@ -10,7 +10,7 @@
 #      in turns, comparing the median host time of a decode step (bound: below 3%) and
 #      the greedy tokens of each pair (bound: tokens_identical).
 #
-#   scripts/device/prof-check.sh SMOLLM2.gguf [PAIRS]
+#   [EVERY=N] scripts/device/prof-check.sh SMOLLM2.gguf [PAIRS]
 #
 # Run from the repository root with the release binary carried (target/release/quench).
 # Writes to $OUT (or receipts/ when OUT is unset):
@@ -43,4 +43,12 @@ cat "$DEST/prof-run.log" "$DEST/prof-summary.txt"
 "$BIN" prof --overhead "$PAIRS" --json "$DEST/prof-overhead.json" \
     -- "${bench[@]}" --receipt "$DEST/prof-bench-overhead.json" 2>&1 | tee "$DEST/prof-overhead.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+# 3. With EVERY set, the cost of instrumenting one decode step in EVERY (`--every`).
+if [ -n "${EVERY:-}" ]; then
+    "$BIN" prof --every "$EVERY" --overhead "$PAIRS" --json "$DEST/prof-overhead-every-$EVERY.json" \
+        -- "${bench[@]}" --receipt "$DEST/prof-bench-overhead-every-$EVERY.json" 2>&1 |
+        tee "$DEST/prof-overhead-every-$EVERY.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 exit $status
