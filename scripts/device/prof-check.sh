@@ -20,6 +20,7 @@
 #   prof-trace.json     Chrome trace / Perfetto JSON
 #   prof-roofline.png   roofline and bandwidth per kernel
 #   prof-overhead.json  receipt of the overhead measurement (fails past the bound)
+#   prof-overhead-every-N.json  the same with one step in N instrumented (EVERY=N)
 #   prof-*.log          everything the runs printed
 set -uo pipefail
 MODEL=${1:?usage: scripts/device/prof-check.sh SMOLLM2.gguf [PAIRS]}
