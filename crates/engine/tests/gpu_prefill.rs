@@ -71,6 +71,17 @@ fn uniform(t: GgmlType) -> LayerFormats {
     }
 }
 
+/// A one-layer llama with its embedding and output in bf16 and its layer in `layer`.
+fn one_layer_llama(layer: LayerFormats) -> Tiny {
+    Tiny {
+        arch: "llama",
+        shape: SHAPE,
+        layers: vec![layer; 1],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::BF16),
+    }
+}
+
 /// q, k and v in three formats: three products.
 const SEPARATE: LayerFormats = LayerFormats {
     q: GgmlType::BF16,
@@ -261,13 +272,7 @@ fn qwen3_separate_qkv_prompts_in_chunks_match_the_f64_reference() {
 #[test]
 fn a_chunk_without_cache_blocks_leaves_the_session_as_it_was() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    let m = Tiny {
-        arch: "llama",
-        shape: SHAPE,
-        layers: vec![uniform(GgmlType::BF16); 1],
-        embedding: GgmlType::BF16,
-        output: Some(GgmlType::BF16),
-    };
+    let m = one_layer_llama(uniform(GgmlType::BF16));
     let file = gguf(&m, &mut rng);
     // Two sessions of 48 positions: six blocks of 16.
     let gpu = on_interp(&file, CHUNK, None).expect("loads");
@@ -298,13 +303,7 @@ fn formats_without_a_gemm_feed_token_by_token() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let mut f16_o = uniform(GgmlType::BF16);
     f16_o.o = GgmlType::F16;
-    let m = Tiny {
-        arch: "llama",
-        shape: SHAPE,
-        layers: vec![f16_o; 1],
-        embedding: GgmlType::BF16,
-        output: Some(GgmlType::BF16),
-    };
+    let m = one_layer_llama(f16_o);
     let file = gguf(&m, &mut rng);
     let fallback = on_interp(&file, CHUNK, None).expect("loads");
     assert_eq!(
@@ -326,13 +325,7 @@ fn formats_without_a_gemm_feed_token_by_token() {
 #[test]
 fn a_prompt_chunk_that_does_not_fit_is_refused() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    let m = Tiny {
-        arch: "llama",
-        shape: SHAPE,
-        layers: vec![uniform(GgmlType::BF16); 1],
-        embedding: GgmlType::BF16,
-        output: Some(GgmlType::BF16),
-    };
+    let m = one_layer_llama(uniform(GgmlType::BF16));
     let file = gguf(&m, &mut rng);
     let s = on_interp(&file, 0, None).expect("loads").summary().clone();
     let without = s.weight_bytes + s.arena_bytes + s.kv_cache_bytes;

@@ -810,7 +810,7 @@ impl GpuDecoder {
                 .replay(graph, StreamId::DEFAULT)
                 .map_err(GpuError::runtime(during("replaying the graph")))?;
         } else {
-            for l in step.launches.iter().filter(|l| l.rows.includes(rows_u32)) {
+            for l in in_step(&step.launches, rows_u32) {
                 let (launch, args) = l.at(rows_u32);
                 d.exec
                     .launch(l.kernel, &launch, &args, StreamId::DEFAULT)
@@ -1024,6 +1024,11 @@ fn place(
     Ok((launches, addrs, bases))
 }
 
+/// The launches of a step of `rows` rows, in order.
+fn in_step(launches: &[Resolved], rows: u32) -> impl Iterator<Item = &Resolved> {
+    launches.iter().filter(move |l| l.rows.includes(rows))
+}
+
 /// Compiles `kernels` on `exec`, in order.
 fn compile(exec: &mut dyn Executor, kernels: &[Function]) -> Result<Vec<KernelId>, GpuError> {
     kernels
@@ -1046,7 +1051,7 @@ fn capture(exec: &mut dyn Executor, launches: &[Resolved], rows: u32) -> Result<
     exec.begin_capture(s)
         .map_err(GpuError::runtime(during("")))?;
     let mut failed = None;
-    for l in launches.iter().filter(|l| l.rows.includes(rows)) {
+    for l in in_step(launches, rows) {
         let (launch, args) = l.at(rows);
         if let Err(e) = exec.launch(l.kernel, &launch, &args, s) {
             failed = Some(GpuError::Runtime {
