@@ -52,7 +52,7 @@ enum Family {
     Argmax,
     KvAppend(KvElem),
     RopeAppend(RopeStyle, bool, KvElem),
-    AttentionPrefill,
+    AttentionPrefill(KvElem),
     Sample,
     ToBf16(Activation),
     BiasRows,
@@ -100,7 +100,7 @@ impl KernelSpec {
             Family::Argmax => argmax::build(&argmax_params(&r)?),
             Family::KvAppend(kv) => append::build(&append_params(kv, &r)?),
             Family::RopeAppend(style, qk_norm, kv) => rope_append::build(&rope_append_params(style, qk_norm, kv, &r)?),
-            Family::AttentionPrefill => prefill::build(&prefill_params(&r)?),
+            Family::AttentionPrefill(kv) => prefill::build(&prefill_params(kv, &r)?),
             Family::Sample => sample::build(&sample_params(&r)?),
             Family::ToBf16(a) => to_bf16::build(&ToBf16Params { activation: a, threads: threads(&r)? }),
             Family::BiasRows => bias::build(&BiasRowsParams { threads: threads(&r)? }),
@@ -147,9 +147,9 @@ impl KernelSpec {
                 let (n_seqs, n_pos) = (r.get("n_seqs", 1, 1 << 16)?, r.get("n_pos", 2, MAX_ROWS)?);
                 rope_append::case(&p, n_seqs, r.get("tokens", 1, MAX_ROWS)?, n_pos, seed)
             }
-            Family::AttentionPrefill => {
+            Family::AttentionPrefill(kv) => {
                 let (q_start, n_q) = (r.get("q_start", 0, MAX_ROWS)?, r.get("n_q", 1, MAX_ROWS)?);
-                prefill::case(&prefill_params(&r)?, q_start, n_q, seed)
+                prefill::case(&prefill_params(kv, &r)?, q_start, n_q, seed)
             }
             Family::Sample => sample::case(&sample_params(&r)?, rows_of(&r)?, seed),
             Family::ToBf16(a) => to_bf16::case(&ToBf16Params { activation: a, threads: threads(&r)? }, n_of(&r)?, seed),
@@ -339,7 +339,14 @@ pub fn library() -> Vec<KernelSpec> {
         "causal attention of a prompt chunk over the paged bf16 KV cache on tensor cores (mma.sync, \
          ldmatrix, cp.async), online softmax with ex2.approx, GQA; bf16 out",
         ATTENTION_PREFILL,
-        Family::AttentionPrefill,
+        Family::AttentionPrefill(KvElem::BF16),
+    ));
+    all.push(spec(
+        prefill::NAME_F16,
+        "causal attention of a prompt chunk over the paged f16 KV cache on tensor cores (mma.sync f16, \
+         ldmatrix, cp.async), online softmax with ex2.approx, GQA; bf16 out",
+        ATTENTION_PREFILL,
+        Family::AttentionPrefill(KvElem::F16),
     ));
     all.push(spec(
         append::NAME,
@@ -650,6 +657,7 @@ const ATTENTION_PREFILL: &[ParamInfo] = &[
     ParamInfo { name: "max_blocks", default: 128, doc: "block-table row length (16 tokens a block)" },
     ParamInfo { name: "q_start", default: 0, doc: "position of the chunk's first query (a launch argument; the case)" },
     ParamInfo { name: "n_q", default: 512, doc: "queries in the chunk (a launch argument; the case)" },
+    ParamInfo { name: "q_stride", default: 0, doc: "elements from one token's queries to the next's (0: packed)" },
 ];
 
 const KV_APPEND: &[ParamInfo] = &[
@@ -877,12 +885,14 @@ fn rope_append_params(style: RopeStyle, qk_norm: bool, kv: KvElem, r: &Reader) -
     })
 }
 
-fn prefill_params(r: &Reader) -> Result<PrefillParams, KernelError> {
+fn prefill_params(kv: KvElem, r: &Reader) -> Result<PrefillParams, KernelError> {
     Ok(PrefillParams {
+        kv,
         head_dim: r.get("head_dim", 8, 1024)?,
         n_heads: r.get("n_heads", 1, 1024)?,
         n_kv_heads: r.get("n_kv_heads", 1, 1024)?,
         max_blocks: r.get("max_blocks", 1, 1 << 20)?,
+        q_stride: r.get("q_stride", 0, 1 << 24)?,
     })
 }
 

@@ -257,6 +257,19 @@ fn attention_prefill() {
 }
 
 #[test]
+fn attention_prefill_f16() {
+    // As above over an f16 cache: 70 queries after 37 cached, GQA 4/2 of 64, each
+    // token's queries 320 elements apart (as in a q|k|v row), NaN between them.
+    check(&case(
+        "attention_prefill_f16",
+        "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=8 q_start=37 n_q=70 q_stride=320",
+    ));
+    // Heads of 128, GQA 3/1, 41 queries after a prefix of 80 (two key tiles before the
+    // chunk's first row).
+    check(&case("attention_prefill_f16", "head_dim=128 n_heads=3 n_kv_heads=1 max_blocks=8 q_start=80 n_q=41"));
+}
+
+#[test]
 fn kv_append() {
     // 2 kv heads of 64: 32 groups over 32 threads; the last token is past the cache.
     check(&case("kv_append_bf16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));

@@ -110,6 +110,7 @@ fn names_are_unique_and_complete() {
             "attention_merge_bf16",
             "attention_merge_f32",
             "attention_prefill_bf16",
+            "attention_prefill_f16",
             "kv_append_bf16",
             "kv_append_f16",
             "rope_append_neox_bf16",

@@ -3,9 +3,11 @@
 //! the sequence's cache positions up to their own (the chunk's keys and values are
 //! appended to the cache first, so earlier chunks and cached prefixes come for free).
 //!
-//! **Layout**: `q` `[n_q, n_heads, head_dim]` f32 (rounded to bf16 as it is loaded: the
-//! tensor cores multiply bf16); the cache as in [`super`], `block_table` the sequence's
-//! row `[max_blocks]` u32; `out` `[n_q, n_heads, head_dim]` bf16. `head_dim` is 64 or 128.
+//! **Layout**: `q` `[n_q, n_heads, head_dim]` f32, a token's queries `q_stride` elements
+//! after the previous token's (packed when 0), rounded to the cache's element type as
+//! they are loaded (the tensor cores multiply two of a kind); the cache as in [`super`],
+//! bf16 ([`NAME`]) or f16 ([`NAME_F16`]), `block_table` the sequence's row
+//! `[max_blocks]` u32; `out` `[n_q, n_heads, head_dim]` bf16. `head_dim` is 64 or 128.
 //! Grid `[⌈n_q / 64⌉, n_heads]`, 128 threads: a block takes 64 query rows of one head
 //! (16 per warp) and walks the keys 64 at a time, up to its last row's position.
 //!
@@ -17,12 +19,14 @@
 //! base 2 by `fl(scale·log2 e)` and masked above the diagonal; the running row maxima,
 //! `P = ex2.approx(S − m)` rescaling the earlier sums and outputs by
 //! `ex2.approx(m_old − m_new)`, then `O += P·V` with P re-used from the accumulator
-//! registers as bf16 A fragments and V loaded by `ldmatrix.trans`. Finally `out = O / l`.
+//! registers as A fragments of the cache's element type and V loaded by `ldmatrix.trans`.
+//! Finally `out = O / l`.
 //!
 //! **Accuracy**: besides the approximate exponentials and the tensor cores' summation,
-//! P is rounded to bf16 for the second product (the sum `l` keeps the f32 weights), so
-//! outputs are within a few bf16 ulps of the weighted average's scale: see
-//! [`kappa`].
+//! P is rounded to the cache's element type for the second product (the sum `l` keeps
+//! the f32 weights): f16 holds weights in [0, 1] eight times as finely as bf16, down to
+//! 2^-14, below which its steps are 2^-24 apart. Outputs are within a few ulps of the
+//! weighted average's scale: see [`kappa`] and [`case_for`].
 
 use half::bf16;
 use quench_ir::{Builder, CacheOp, FragRole, Function, MmaShape, Scalar, Type, Value};
@@ -37,6 +41,10 @@ use crate::error::KernelError;
 use crate::lanes::{gptr, wide_mul};
 
 pub const NAME: &str = "attention_prefill_bf16";
+pub const NAME_F16: &str = "attention_prefill_f16";
+
+/// The head sizes the kernel takes.
+pub const HEAD_DIMS: [u32; 2] = [64, 128];
 
 /// Query rows per block (16 per warp) and keys per tile.
 const BQ: u32 = 64;
@@ -45,13 +53,33 @@ const THREADS: u32 = 128;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PrefillParams {
+    /// The cache's element type, which the tensor cores multiply.
+    pub kv: KvElem,
     pub head_dim: u32,
     pub n_heads: u32,
     pub n_kv_heads: u32,
     pub max_blocks: u32,
+    /// Elements from one token's queries to the next's (0: packed, `n_heads · head_dim`).
+    pub q_stride: u32,
 }
 
 impl PrefillParams {
+    pub fn name(&self) -> &'static str {
+        match self.kv {
+            KvElem::BF16 => NAME,
+            KvElem::F16 => NAME_F16,
+        }
+    }
+
+    /// Elements from one token's queries to the next's.
+    fn q_row(&self) -> u32 {
+        if self.q_stride == 0 {
+            self.n_heads * self.head_dim
+        } else {
+            self.q_stride
+        }
+    }
+
     fn group(&self) -> u32 {
         self.n_heads / self.n_kv_heads
     }
@@ -61,17 +89,29 @@ impl PrefillParams {
     }
 
     fn check(&self) -> Result<(), KernelError> {
-        if ![64, 128].contains(&self.head_dim) {
-            return Err(KernelError::unsupported(NAME, format!("head_dim = {} must be 64 or 128", self.head_dim)));
+        let name = self.name();
+        if !HEAD_DIMS.contains(&self.head_dim) {
+            return Err(KernelError::unsupported(name, format!("head_dim = {} must be 64 or 128", self.head_dim)));
         }
         if self.n_kv_heads == 0 || self.n_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(KernelError::unsupported(
-                NAME,
+                name,
                 format!("n_heads = {} must be a positive multiple of n_kv_heads = {}", self.n_heads, self.n_kv_heads),
             ));
         }
         if self.max_blocks == 0 {
-            return Err(KernelError::unsupported(NAME, "max_blocks must be positive"));
+            return Err(KernelError::unsupported(name, "max_blocks must be positive"));
+        }
+        // Queries are loaded two f32 at a time (8-byte aligned).
+        if self.q_stride != 0 && (self.q_stride < self.n_heads * self.head_dim || !self.q_stride.is_multiple_of(4)) {
+            return Err(KernelError::unsupported(
+                name,
+                format!(
+                    "q_stride = {} must be a multiple of 4 and at least a row of {} queries",
+                    self.q_stride,
+                    self.n_heads * self.head_dim
+                ),
+            ));
         }
         Ok(())
     }
@@ -83,23 +123,24 @@ struct FragLane {
     t: Value,
 }
 
-/// `attention_prefill_bf16(q, k_cache, v_cache, block_table, q_start, n_q, scale, out)`.
+/// `attention_prefill_{bf16,f16}(q, k_cache, v_cache, block_table, q_start, n_q, scale, out)`.
 pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     p.check()?;
     let d = p.head_dim;
     let chunks = d / 8;
-    let mut kb = Builder::new(NAME, THREADS);
+    let elem = p.kv.scalar();
+    let mut kb = Builder::new(p.name(), THREADS);
     let k = &mut kb;
     let q = k.param("q", gptr(Scalar::F32));
-    let kc = k.param("k_cache", gptr(Scalar::BF16));
-    let vc = k.param("v_cache", gptr(Scalar::BF16));
+    let kc = k.param("k_cache", gptr(elem));
+    let vc = k.param("v_cache", gptr(elem));
     let table = k.param("block_table", gptr(Scalar::U32));
     let q_start = k.param("q_start", Type::U32);
     let n_q = k.param("n_q", Type::U32);
     let scale = k.param("scale", Type::F32);
     let out = k.param("out", gptr(Scalar::BF16));
-    let k_s = k.shared_array("k_tile", Scalar::BF16, BKV * d, 128);
-    let v_s = k.shared_array("v_tile", Scalar::BF16, BKV * d, 128);
+    let k_s = k.shared_array("k_tile", elem, BKV * d, 128);
+    let v_s = k.shared_array("v_tile", elem, BKV * d, 128);
 
     let tid = k.tid_x();
     let lane = k.and_const(tid, 31);
@@ -128,15 +169,20 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     let load_rows: [Value; 2] = rows.map(|r| k.min(r, last));
 
     // Queries as A fragments, one per 16 columns: a0 (g, 2t..), a1 (g+8, 2t..),
-    // a2 (g, 2t+8..), a3 (g+8, 2t+8..), each a pair rounded to bf16.
-    let frag_a = Builder::frag_type(MmaShape::M16N8K16, FragRole::A, Scalar::BF16);
-    let frag_b = Builder::frag_type(MmaShape::M16N8K16, FragRole::B, Scalar::BF16);
+    // a2 (g, 2t+8..), a3 (g+8, 2t+8..), each a pair rounded to the element type.
+    let frag_a = Builder::frag_type(MmaShape::M16N8K16, FragRole::A, elem);
+    let frag_b = Builder::frag_type(MmaShape::M16N8K16, FragRole::B, elem);
     let frag_c = Builder::frag_type(MmaShape::M16N8K16, FragRole::C, Scalar::F32);
+    let pair_ty = match frag_a {
+        Type::Frag(f) => Type::Scalar(f.reg_type()),
+        other => other,
+    };
     let t2 = k.shl_const(fl.t, 1);
+    let head_at = k.mul_const(head, d);
+    let head_at = k.cvt(Scalar::U64, head_at);
     let q_rows: [Value; 2] = load_rows.map(|r| {
-        let tok = k.mul_const(r, p.n_heads);
-        let tok = k.add(tok, head);
-        let at = wide_mul(k, tok, d);
+        let at = wide_mul(k, r, p.q_row());
+        let at = k.add(at, head_at);
         k.ptr_add(q, at)
     });
     let q_frags: Vec<Value> = (0..d / 16)
@@ -149,9 +195,9 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
                     let v = k.load_with(Type::Vec(Scalar::F32, 2), at, CacheOp::Nc);
                     let lo = k.extract(v, 0);
                     let hi = k.extract(v, 1);
-                    let lo = k.cvt(Scalar::BF16, lo);
-                    let hi = k.cvt(Scalar::BF16, hi);
-                    k.pack(Type::Scalar(Scalar::BF16x2), &[lo, hi])
+                    let lo = k.cvt(elem, lo);
+                    let hi = k.cvt(elem, hi);
+                    k.pack(pair_ty, &[lo, hi])
                 })
                 .collect();
             k.pack(frag_a, &regs)
@@ -257,7 +303,7 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
                 let regs: Vec<Value> = (0..4)
                     .map(|i| {
                         let r = k.extract(v, i);
-                        k.bitcast(Type::Scalar(Scalar::BF16x2), r)
+                        k.bitcast(pair_ty, r)
                     })
                     .collect();
                 for half in 0..2 {
@@ -312,9 +358,9 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
                     sums[i / 2] = k.add(sums[i / 2], pv);
                 }
                 for half in 0..2 {
-                    let lo = k.cvt(Scalar::BF16, ps[2 * half]);
-                    let hi = k.cvt(Scalar::BF16, ps[2 * half + 1]);
-                    regs.push(k.pack(Type::Scalar(Scalar::BF16x2), &[lo, hi]));
+                    let lo = k.cvt(elem, ps[2 * half]);
+                    let hi = k.cvt(elem, ps[2 * half + 1]);
+                    regs.push(k.pack(pair_ty, &[lo, hi]));
                 }
             }
             // regs: tile 2kk rows g, g+8, then tile 2kk + 1 rows g, g+8 = a0, a1, a2, a3.
@@ -348,7 +394,7 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
                 let regs: Vec<Value> = (0..4)
                     .map(|i| {
                         let r = k.extract(v, i);
-                        k.bitcast(Type::Scalar(Scalar::BF16x2), r)
+                        k.bitcast(pair_ty, r)
                     })
                     .collect();
                 for half in 0..2 {
@@ -400,33 +446,52 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     Ok(kb.finish()?)
 }
 
-/// Exact causal attention of the chunk (queries rounded to bf16, as the kernel uses
-/// them) in f64, `[n_q, n_heads, head_dim]`, and `Σ w|v| / Σ w` per element.
+/// How rounding a weight `P ∈ [0, 1]` to the element type moves it: relatively by at
+/// most the first (the unit roundoff), or absolutely by at most the second where `P` is
+/// below the smallest normal (f16's below 2^-14 are 2^-24 apart; bf16's range is f32's).
+fn weight_rounding(kv: KvElem) -> (f64, f64) {
+    match kv {
+        KvElem::BF16 => (2f64.powi(-8), 0.0),
+        KvElem::F16 => (2f64.powi(-11), 2f64.powi(-25)),
+    }
+}
+
+/// The chunk's queries as the kernel multiplies them: rounded to the element type.
+fn rounded_queries(p: &PrefillParams, cache: &PagedCache) -> PagedCache {
+    let mut c = cache.clone();
+    c.q = c.q.iter().map(|&x| p.kv.round(x)).collect();
+    c
+}
+
+/// Exact causal attention of the chunk (queries rounded as the kernel rounds them) in
+/// f64, `[n_q, n_heads, head_dim]`, and `Σ w|v| / Σ w` per element.
 pub fn reference(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64) -> (Vec<f64>, Vec<f64>) {
-    attend(p, cache, q_start, n_q, scale, true)
+    let a = attend(p, cache, q_start, n_q, scale, true);
+    (a.out, a.weighted_abs)
+}
+
+/// Attention of a chunk with what its rounding errors scale with.
+struct Attended {
+    out: Vec<f64>,
+    /// `Σ w|v| / Σ w` per element.
+    weighted_abs: Vec<f64>,
+    /// `Σ |v| / Σ w` per element: what weights' absolute errors scale with.
+    plain_abs: Vec<f64>,
 }
 
 /// Attention of the chunk over its causal prefix, or (a deliberately wrong twin) over
 /// the whole context.
-fn attend(
-    p: &PrefillParams,
-    cache: &PagedCache,
-    q_start: u32,
-    n_q: u32,
-    scale: f64,
-    causal: bool,
-) -> (Vec<f64>, Vec<f64>) {
-    let mut c = cache.clone();
-    c.q = c.q.iter().map(|&x| bf16::from_f32(x).to_f32()).collect();
+fn attend(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64, causal: bool) -> Attended {
+    let c = rounded_queries(p, cache);
     let d = p.head_dim as usize;
-    let (mut out, mut abs) = (vec![], vec![]);
+    let mut a = Attended { out: vec![], weighted_abs: vec![], plain_abs: vec![] };
     for i in 0..n_q as usize {
         for h in 0..p.n_heads {
             // Query i of the chunk is "sequence" i of the cache copy's query rows.
             let keys = if causal { q_start + i as u32 + 1 } else { q_start + n_q };
             let s = scores_of(&c, i, h, keys, scale);
             let top = s.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v));
-            let (mut acc, mut mag, mut total) = (vec![0.0; d], vec![0.0; d], 0.0);
+            let (mut acc, mut mag, mut plain, mut total) = (vec![0.0; d], vec![0.0; d], vec![0.0; d], 0.0);
             for (t, &v) in s.iter().enumerate() {
                 let w = (v - top).exp2();
                 total += w;
@@ -434,13 +499,15 @@ fn attend(
                 for j in 0..d {
                     acc[j] += w * vr[j] as f64;
                     mag[j] += w * (vr[j] as f64).abs();
+                    plain[j] += (vr[j] as f64).abs();
                 }
             }
-            out.extend(acc.iter().map(|a| a / total));
-            abs.extend(mag.iter().map(|a| a / total));
+            a.out.extend(acc.iter().map(|x| x / total));
+            a.weighted_abs.extend(mag.iter().map(|x| x / total));
+            a.plain_abs.extend(plain.iter().map(|x| x / total));
         }
     }
-    (out, abs)
+    a
 }
 
 /// Base-2 scores of query `i` (of the chunk), head `h`, over cache tokens `0..n`.
@@ -459,15 +526,17 @@ fn scores_of(c: &PagedCache, i: usize, h: u32, n: u32, scale: f64) -> Vec<f64> {
 /// `κ` of the kernel: the relative error of each weight and of the sums, for
 /// [`merge::tolerance`].
 ///
-/// A score's `head_dim` products are added by the tensor cores (up to one ulp per addend
-/// per 16: `head_dim·2^-22·Σ|q k|` as for [`crate::gemm`]) and scaled (`2u|s|`): within `E`.
+/// A score's `head_dim` products (exact in f32: both factors have at most 11 significant
+/// bits) are added by the tensor cores (up to one ulp per addend per 16:
+/// `head_dim·2^-22·Σ|q k|` as for [`crate::gemm`]) and scaled (`2u|s|`): within `E`.
 /// A weight `ex2.approx(fl(s − m))` is then within `ρ = 2^(2E + u·Δ)·(1 + EX2) − 1` of
 /// exact, each of the at most `tiles` rescalings adds `2^(u·Δ)·(1 + EX2) − 1` to both
-/// the output and the sum, rounding P to bf16 for `P·V` adds `2^-8`, and the sums add
-/// `γ` over their terms and `n·2^-22` for the tensor cores.
+/// the output and the sum, rounding P to the element type for `P·V` adds its unit
+/// roundoff (2^-8 for bf16, 2^-11 for f16; f16's weights below 2^-14 move absolutely
+/// instead, which [`case_for`] bounds apart), and the sums add `γ` over their terms and
+/// `n·2^-22` for the tensor cores.
 pub fn kappa(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64) -> f64 {
-    let mut c = cache.clone();
-    c.q = c.q.iter().map(|&x| bf16::from_f32(x).to_f32()).collect();
+    let c = rounded_queries(p, cache);
     let cc = (scale * std::f64::consts::LOG2_E).abs();
     let (mut e, mut span) = (0.0f64, 0.0f64);
     for i in 0..n_q as usize {
@@ -491,11 +560,12 @@ pub fn kappa(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scal
     let rescale = (F32_U * span).exp2() * (1.0 + EX2_REL) * (1.0 + F32_U) - 1.0;
     let n = (q_start + n_q) as f64;
     let sums = gamma((q_start + n_q) as u64) + n * 2f64.powi(-22);
-    (1.0 + rho) * (1.0 + rescale).powi(2 * tiles) * (1.0 + 2f64.powi(-8)) * (1.0 + sums) - 1.0
+    let (unit, _) = weight_rounding(p.kv);
+    (1.0 + rho) * (1.0 + rescale).powi(2 * tiles) * (1.0 + unit) * (1.0 + sums) - 1.0
 }
 
 /// A case over a given cache (its first block-table row is the sequence; its query rows
-/// are the chunk's `n_q` queries).
+/// are the chunk's `n_q` queries, packed; the kernel reads them `q_stride` apart).
 pub fn case_for(
     p: &PrefillParams,
     cache: &PagedCache,
@@ -504,6 +574,7 @@ pub fn case_for(
     scale: f64,
 ) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
+    let name = p.name();
     if cache.head_dim != p.head_dim
         || cache.n_heads != p.n_heads
         || cache.n_kv_heads != p.n_kv_heads
@@ -511,33 +582,56 @@ pub fn case_for(
         || cache.q.len() != (n_q * p.n_heads * p.head_dim) as usize
         || q_start + n_q > p.max_blocks * BLOCK_TOKENS
         || n_q == 0
-        || cache.elem != KvElem::BF16
+        || cache.elem != p.kv
     {
-        return Err(KernelError::unsupported(NAME, "the cache and chunk do not have the kernel's shape and bf16 elements"));
+        return Err(KernelError::unsupported(
+            name,
+            "the cache and chunk do not have the kernel's shape and element type",
+        ));
     }
-    let (exact, b) = reference(p, cache, q_start, n_q, scale);
-    let want: Vec<bf16> = exact.iter().map(|&v| bf16::from_f64(v)).collect();
+    let exact = attend(p, cache, q_start, n_q, scale, true);
+    let want: Vec<bf16> = exact.out.iter().map(|&v| bf16::from_f64(v)).collect();
     let kappa = kappa(p, cache, q_start, n_q, scale);
     let want64: Vec<f64> = want.iter().map(|w| w.to_f64()).collect();
-    let tol = merge::tolerance(kappa, &b, &want64, 2f64.powi(-8));
+    // Weights too small for the element type's normal range move by at most `tiny` each,
+    // and each is then scaled by at most 1 (2^(m_tile − m)) before the division by `l`.
+    let (_, tiny) = weight_rounding(p.kv);
+    let tol: Vec<f64> = merge::tolerance(kappa, &exact.weighted_abs, &want64, 2f64.powi(-8))
+        .iter()
+        .zip(&exact.plain_abs)
+        .map(|(t, v)| t + tiny * v * 1.01)
+        .collect();
+    let elem = p.kv.scalar();
+    let small_weights = if tiny > 0.0 { " + 2^-25·Σ|v|/Σw" } else { "" };
     let explain = format!(
-        "(2κ/(1−κ) + u)·Σw|v|/Σw + 2^-7·|want|: κ = {kappa:.3e} (tensor-core sums, ex2.approx, \
-         P rounded to bf16, rescaling)"
+        "(2κ/(1−κ) + u)·Σw|v|/Σw + 2^-7·|want|{small_weights}: κ = {kappa:.3e} (tensor-core sums, \
+         ex2.approx, P rounded to {elem}, rescaling)"
     );
     let check = Check::Bound { tol, explain };
     let wrong = |scale: f64, causal: bool| {
-        let (w, _) = attend(p, cache, q_start, n_q, scale, causal);
+        let w = attend(p, cache, q_start, n_q, scale, causal).out;
         data::bf16_bytes(&w.iter().map(|&v| bf16::from_f64(v)).collect::<Vec<_>>())
     };
     let n = want.len();
     let u32s = |x: &[u32]| x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    // Queries `q_stride` apart, NaN between them (which a kernel that read there would
+    // spread).
+    let row = (p.n_heads * p.head_dim) as usize;
+    let q_row = p.q_row() as usize;
+    let mut q = vec![f32::NAN; n_q as usize * q_row];
+    for (i, r) in cache.q.chunks_exact(row).enumerate() {
+        q[i * q_row..][..row].copy_from_slice(r);
+    }
     Ok(KernelCase {
-        name: NAME.to_string(),
-        shape: format!("{n_q} queries at {q_start}.., {}/{} heads of {}", p.n_heads, p.n_kv_heads, p.head_dim),
+        name: name.to_string(),
+        shape: format!(
+            "{n_q} queries at {q_start}.., {}/{} heads of {}, queries {q_row} apart",
+            p.n_heads, p.n_kv_heads, p.head_dim
+        ),
         kernel,
         launch: p.launch(n_q),
         buffers: vec![
-            Buffer::input("q", data::f32_bytes(&cache.q)),
+            Buffer::input("q", data::f32_bytes(&q)),
             Buffer::input("k_cache", cache.elem.bytes(&cache.k)),
             Buffer::input("v_cache", cache.elem.bytes(&cache.v)),
             Buffer::input("block_table", u32s(&cache.block_table[..p.max_blocks as usize])),
@@ -574,7 +668,7 @@ pub fn case_for(
 pub fn case(p: &PrefillParams, q_start: u32, n_q: u32, seed: u64) -> Result<KernelCase, KernelError> {
     let mut rng = data::rng(seed);
     let mut cache =
-        PagedCache::random(&mut rng, KvElem::BF16, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![q_start + n_q]);
+        PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![q_start + n_q]);
     cache.q = data::signed(&mut rng, (n_q * p.n_heads * p.head_dim) as usize, 0.0625, 2.0);
     case_for(p, &cache, q_start, n_q, 1.0 / (p.head_dim as f64).sqrt())
 }
