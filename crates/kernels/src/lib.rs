@@ -23,6 +23,7 @@ pub mod encoder_attention;
 pub mod error;
 pub mod gemm;
 pub mod gemv;
+pub mod gemv_tc;
 pub mod ggml;
 pub mod lanes;
 mod library;

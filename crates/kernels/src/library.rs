@@ -18,6 +18,7 @@ use crate::encoder_attention::{self, EncoderAttentionParams};
 use crate::error::KernelError;
 use crate::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams};
 use crate::gemv::{self, GemvParams};
+use crate::gemv_tc;
 use crate::lanes::Combine;
 use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
 use crate::params::{self, ParamInfo, Params, Reader};
@@ -47,6 +48,7 @@ enum Family {
     Rope(RopeStyle),
     QGemv(WeightFormat, Epilogue, OutType),
     QGemvRmsNorm(WeightFormat, Epilogue),
+    GemvTc(Epilogue),
     AttentionDecode(KvElem, bool),
     AttentionMerge(OutType),
     Argmax,
@@ -95,6 +97,7 @@ impl KernelSpec {
             Family::Rope(style) => rope::build(&rope_params(style, &r)?),
             Family::QGemv(f, e, a) => qgemv::build(&qgemv_params(f, Prologue::None, e, a, &r)?),
             Family::QGemvRmsNorm(f, e) => qgemv::build(&qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?),
+            Family::GemvTc(e) => gemv_tc::build(&gemv_tc::params_from(e, &r)?.0),
             Family::AttentionDecode(kv, merge) => decode::build(&decode_params(kv, merge, &r)?),
             Family::AttentionMerge(out) => merge::build(&merge_params(out, &r)?),
             Family::Argmax => argmax::build(&argmax_params(&r)?),
@@ -134,6 +137,10 @@ impl KernelSpec {
             Family::QGemv(f, e, a) => qgemv::case(&qgemv_params(f, Prologue::None, e, a, &r)?, vectors(&r)?, seed),
             Family::QGemvRmsNorm(f, e) => {
                 qgemv::case(&qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?, vectors(&r)?, seed)
+            }
+            Family::GemvTc(e) => {
+                let (p, n) = gemv_tc::params_from(e, &r)?;
+                gemv_tc::case(&p, n, seed)
             }
             Family::AttentionDecode(kv, merge) => decode::case(&decode_params(kv, merge, &r)?, seed),
             Family::AttentionMerge(out) => merge::case(&merge_params(out, &r)?, rows_of(&r)?, seed),
@@ -293,6 +300,9 @@ pub fn library() -> Vec<KernelSpec> {
             let (name, description) = (qgemv::rmsnorm_name(f, e), qgemv_rmsnorm_description(e));
             all.push(spec(name, description, params, Family::QGemvRmsNorm(f, e)));
         }
+    }
+    for e in Epilogue::ALL {
+        all.push(spec(gemv_tc::name(e), gemv_tc::description(e), gemv_tc::params_info(e), Family::GemvTc(e)));
     }
     all.push(spec(
         decode::NAME,
