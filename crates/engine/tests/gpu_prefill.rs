@@ -6,8 +6,10 @@
 //! with a decoder that fed the prompt one token per step. A second prompt fed later to
 //! the same session attends to the first through the cache. Tiny seeded llama (bf16),
 //! qwen2 (biases, tied head, quantized layers) and qwen3 (q/k norms, q, k and v in three
-//! formats). Models whose formats have no GEMM fall back to token-by-token feeding, and a
-//! prompt chunk that does not fit in memory is refused by name.
+//! formats), with heads of 64 (attention on the tensor cores, one launch a chunk), and a
+//! llama with heads of 32 (attention a row per query). Models whose formats have no GEMM
+//! fall back to token-by-token feeding, and a prompt chunk that does not fit in memory is
+//! refused by name.
 //!
 //! With `QUENCH_SMOLLM2_GGUF` set (the SmolLM2-135M-Instruct Q4_1 GGUF file) and
 //! `--ignored`, a prompt of SmolLM2 goes through the prompt path on the interpreter too
@@ -48,12 +50,12 @@ const CONTEXT: usize = 48;
 const CHUNK: usize = 16;
 const LAYERS: usize = 2;
 
-/// 2 layers (as [`Tiny::layers`]), width 128, 4 heads of 32 over 2 kv heads, ffn 256.
+/// 2 layers (as [`Tiny::layers`]), width 128, 4 heads of 64 over 2 kv heads, ffn 256.
 const SHAPE: Shape = Shape {
     hidden: 128,
     heads: 4,
     kv_heads: 2,
-    head_dim: 32,
+    head_dim: 64,
     ffn: 256,
     vocab: VOCAB,
     context: 512,
@@ -177,6 +179,17 @@ fn run(what: &str, m: &Tiny, seed: u64) {
     let s = chunked.summary();
     eprintln!("{what}: prompt chunk plan {:?}", s.prefill_layer_plan);
     assert_eq!(s.prefill_chunk, CHUNK, "{what}: the prompt path is on");
+    // Heads of 64 or 128 attend on the tensor cores, straight into bf16; others a row per
+    // query, then rounded to bf16 by a pass of their own.
+    let per_row = s
+        .prefill_layer_plan
+        .iter()
+        .any(|d| d == "attention to bf16");
+    assert_eq!(
+        per_row,
+        !matches!(m.shape.head_dim, 64 | 128),
+        "{what}: the attention's route"
+    );
     let tokenwise = on_interp(&file, 0, None).expect("loads");
     assert_eq!(tokenwise.summary().prefill_chunk, 0);
     let reference = reference(&file);
@@ -241,6 +254,21 @@ fn llama_bf16_prompts_in_chunks_match_the_f64_reference() {
         output: Some(GgmlType::BF16),
     };
     run("llama bf16", &m, seed());
+}
+
+#[test]
+fn llama_with_heads_of_32_prompts_in_chunks_match_the_f64_reference() {
+    let m = Tiny {
+        arch: "llama",
+        shape: Shape {
+            head_dim: 32,
+            ..SHAPE
+        },
+        layers: vec![uniform(GgmlType::BF16); LAYERS],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::BF16),
+    };
+    run("llama bf16, heads of 32", &m, seed());
 }
 
 #[test]

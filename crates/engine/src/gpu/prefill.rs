@@ -15,8 +15,7 @@
 //!   (bias_rows_f32)       qkv = b_qkv                                     (qwen2)
 //!   gemm                  qkv (+)= xn·W_qkvᵀ        (q, k and v apart when their formats differ)
 //!   rope_append           q, k rotated (qwen3: per-head norms first); k, v → cache (f16)
-//!   attention_decode_merge attn = softmax(q·Kᵀ)·V per row over positions ..= its own (f32)
-//!   cast_f32_bf16         attn16 = bf16(attn)
+//!   attention_prefill_f16 attn16 = bf16(softmax(q·Kᵀ)·V), causal over the cache   [n/64, heads]
 //!   gemm_residual         R += attn16·W_oᵀ
 //!   rmsnorm_residual_bf16 xn = bf16(norm(R)·w)
 //!   gemm, gemm            gate = xn·W_gateᵀ, up = xn·W_upᵀ                (f32, side by side)
@@ -27,16 +26,22 @@
 //! argmax                  the next token (greedy)
 //! ```
 //!
-//! **Attention** runs the decode attention kernel with a row per query (its own context
-//! length, its own copy of the session's block table) over the f16 cache, not the
-//! tensor-core prefill kernel: that kernel reads a bf16 cache, and keys and values kept in
-//! bf16 move the logits past the f64 reference's bound (see the decode graph's notes).
+//! **Attention** runs once a chunk on the tensor cores over the f16 cache the chunk's keys
+//! and values were just appended to (so a cached prefix and earlier chunks come for
+//! free): 64 queries of one head a block, keys 64 at a time up to the block's last
+//! position, its bf16 output what the output projection reads. Heads of sizes other than
+//! 64 and 128, which that kernel does not take, run the decode attention kernel instead,
+//! a row per query (its own context length, its own copy of the session's block table),
+//! and round its f32 output to bf16 in a pass of its own (`cast_f32_bf16`).
 //!
 //! **Precision**: the matrix products take bf16 activations (norm outputs, attention
 //! outputs, SwiGLU) and, for quantized weights, the dequantized weights rounded to bf16,
-//! while the residual stream, the projections' outputs, RoPE and the attention stay f32
-//! and the cache f16, as in the decode step. bf16's unit roundoff (2⁻⁸) is eight times
-//! the f16 cache's, and it reaches every activation the products read: SmolLM2-135M
+//! while the residual stream, the projections' outputs and RoPE stay f32 and the cache
+//! f16, as in the decode step. The tensor-core attention multiplies f16: the queries are
+//! rounded to f16 as it loads them, and the softmax weights (in [0, 1]) to f16 for the
+//! product with the values, each a relative 2⁻¹¹ (its scores, maxima and sums stay
+//! f32). bf16's unit roundoff (2⁻⁸) is eight times the f16 cache's, and it reaches every
+//! activation the products read: SmolLM2-135M
 //! after a 20-token prompt has logits up to 0.1 from the f64 reference (Q4_1 weights;
 //! 0.12 with its weights widened to bf16, which the products read exactly), about twice
 //! the FP64 check's bound, and feeding the prompt's last token through the decode step
@@ -48,6 +53,7 @@ use quench_ir::func::MAX_STATIC_SHARED_BYTES;
 use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};
 use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
+use quench_kernels::attention::prefill::{self as attn_prefill, PrefillParams};
 use quench_kernels::attention::rope_append;
 use quench_kernels::bias::{self, BiasRowsParams};
 use quench_kernels::embed;
@@ -106,6 +112,8 @@ enum Operand {
     Value(Arg),
     /// The chunk's row count.
     Rows,
+    /// The chunk's first position.
+    Start,
     /// `n · per_row` elements.
     Elements(u32),
 }
@@ -119,6 +127,8 @@ enum Grid {
     /// One thread per group of elements, `per_row` elements a row.
     Cast(ToBf16Params, u32),
     SiluMul(SiluMulParams, u32),
+    /// The tensor-core attention's query tiles by heads.
+    Prefill(PrefillParams),
     Once(Launch),
 }
 
@@ -132,6 +142,7 @@ impl Grid {
             Grid::Gemm(p) => p.launch(n),
             Grid::Cast(p, w) => p.launch(n * w),
             Grid::SiluMul(p, w) => p.launch(n * w),
+            Grid::Prefill(p) => p.launch(n),
             Grid::Once(l) => l,
         }
     }
@@ -172,8 +183,8 @@ pub struct PrefillPlan {
     record: usize,
     /// `[chunk, max_blocks]` u32: the session's block table, once per row.
     tables: usize,
-    /// Zeros written once: the residual addend of the norms and the attention's split
-    /// counters (left at zero by every launch).
+    /// Zeros written once: the residual addend of the norms and (attending a row per
+    /// query) the attention's split counters, left at zero by every launch.
     zero_buffers: Vec<usize>,
     max_blocks: u32,
 }
@@ -224,6 +235,26 @@ fn not_here(what: impl Into<String>, reason: impl Into<String>) -> GpuError {
         what: what.into(),
         reason: reason.into(),
     }
+}
+
+/// How a chunk attends to the cache.
+enum Attention {
+    /// One tensor-core launch for the chunk (`attention_prefill_f16`), bf16 out.
+    TensorCores {
+        kernel: usize,
+        params: PrefillParams,
+    },
+    /// For head sizes that kernel does not take: the decode attention kernel with a row
+    /// per query (its own context length, its own copy of the block table), f32 out into
+    /// `out`, then rounded to bf16 by a pass of its own.
+    PerRow {
+        kernel: usize,
+        params: DecodeParams,
+        /// The splits' maxima, sums and outputs.
+        parts: [usize; 3],
+        counters: usize,
+        out: usize,
+    },
 }
 
 struct Planner<'a> {
@@ -404,8 +435,15 @@ impl PrefillPlan {
         let qkv_width = q_width + 2 * kv_width;
         let eps = c.norm_eps as f32;
         let context32 = u32_of("context", context.max(1))?;
-        // The attention's grid holds a row per query and kv head on its second axis.
-        let chunk = chunk.min(65535 / c.kv_heads.max(1)).max(1);
+        let head_dim = u32_of("head_dim", hd)?;
+        let tensor_cores = attn_prefill::HEAD_DIMS.contains(&head_dim);
+        // Attending a row per query, the grid holds a row per query and kv head on its
+        // second axis.
+        let chunk = match tensor_cores {
+            true => chunk,
+            false => chunk.min(65535 / c.kv_heads.max(1)),
+        }
+        .max(1);
         let mut a = Planner {
             src,
             naming,
@@ -415,20 +453,11 @@ impl PrefillPlan {
             dispatches: vec![],
             buffers: vec![],
         };
-        let group = u32_of("heads per kv head", c.heads / c.kv_heads)?;
-        let (attn_threads, split, max_blocks) =
-            attention_shape(u32_of("head_dim", hd)?, group, context32)?;
-        if max_blocks != graph.kv.max_blocks {
-            return Err(not_here(
-                "the prompt path's attention",
-                "its block tables differ from the decode step's",
-            ));
-        }
+        let max_blocks = graph.kv.max_blocks;
 
         let record = Record { chunk: a.chunk };
         let rec = a.buffer("chunk record".into(), 4, 4);
         let tables = a.buffer("block tables".into(), max_blocks as usize, 4);
-        let counters = a.buffer("attention split counters".into(), c.kv_heads, 4);
         let zeros = a.buffer("zero rows".into(), hidden, 4);
         let r = a.buffer("residual".into(), hidden, 4);
         let xn = a.buffer("normed rows (bf16)".into(), hidden, 2);
@@ -489,27 +518,55 @@ impl PrefillPlan {
                 )
             }
         };
-        let dp = DecodeParams {
-            head_dim: u32_of("head_dim", hd)?,
-            n_heads: u32_of("heads", c.heads)?,
-            n_kv_heads: u32_of("kv_heads", c.kv_heads)?,
-            max_blocks,
-            split,
-            threads: attn_threads,
-            kv: KV,
-            merge: true,
-            q_stride: token_stride,
-        };
-        let splits = dp.n_splits() as usize;
-        let part_m = a.buffer("split maxima".into(), c.heads * splits, 4);
-        let part_l = a.buffer("split sums".into(), c.heads * splits, 4);
-        let part_o = a.buffer("split outputs".into(), c.heads * splits * hd, 4);
-        let attn = a.buffer("attention output".into(), q_width, 4);
         let attn16 = a.buffer("attention output (bf16)".into(), q_width, 2);
+        let (n_heads, n_kv_heads) = (u32_of("heads", c.heads)?, u32_of("kv_heads", c.kv_heads)?);
+        let attention = if tensor_cores {
+            let params = PrefillParams {
+                kv: KV,
+                head_dim,
+                n_heads,
+                n_kv_heads,
+                max_blocks,
+                q_stride: token_stride,
+            };
+            let kernel = a.kernel("attention", &params, attn_prefill::build)?;
+            Attention::TensorCores { kernel, params }
+        } else {
+            let (threads, split, most_blocks) =
+                attention_shape(head_dim, n_heads / n_kv_heads.max(1), context32)?;
+            if most_blocks != max_blocks {
+                return Err(not_here(
+                    "the prompt path's attention",
+                    "its block tables differ from the decode step's",
+                ));
+            }
+            let params = DecodeParams {
+                head_dim,
+                n_heads,
+                n_kv_heads,
+                max_blocks,
+                split,
+                threads,
+                kv: KV,
+                merge: true,
+                q_stride: token_stride,
+            };
+            let splits = params.n_splits() as usize;
+            Attention::PerRow {
+                kernel: a.kernel("attention", &params, attn_decode::build)?,
+                params,
+                parts: [
+                    a.buffer("split maxima".into(), c.heads * splits, 4),
+                    a.buffer("split sums".into(), c.heads * splits, 4),
+                    a.buffer("split outputs".into(), c.heads * splits * hd, 4),
+                ],
+                counters: a.buffer("attention split counters".into(), c.kv_heads, 4),
+                out: a.buffer("attention output".into(), q_width, 4),
+            }
+        };
         let gate_up = Loc::Act(a.buffer("gate | up".into(), 2 * ffn, 4));
         let gate_up16 = Loc::Act(a.buffer("gate | up (bf16)".into(), 2 * ffn, 2));
         let act16 = a.buffer("SwiGLU (bf16)".into(), ffn, 2);
-        let attn_k = a.kernel("attention", &dp, attn_decode::build)?;
         let scale = Operand::Value(Arg::F32((1.0 / (hd as f64).sqrt()) as f32));
         let silu = SiluMulParams { threads: 256 };
         let silu_k = a.kernel("SwiGLU", &silu, silu_mul::build)?;
@@ -644,31 +701,56 @@ impl PrefillPlan {
             let k = a.kernel(&label(what), &rp, rope_append::build)?;
             a.push(label(what), k, Grid::PerRow(rp.launch(1), 0), args);
 
-            a.push(
-                label("attention"),
-                attn_k,
-                Grid::PerRow(dp.launch(1), 1),
-                vec![
-                    q_at,
-                    kc,
-                    vc,
-                    table,
-                    ctx_len,
-                    at(part_m),
-                    at(part_l),
-                    at(part_o),
-                    at(counters),
-                    at(attn),
-                    scale,
-                ],
-            );
-            let qw = u32_of("q width", q_width)?;
-            a.push(
-                label("attention to bf16"),
-                cast_k,
-                Grid::Cast(cast, qw),
-                vec![at(attn), at(attn16), Operand::Elements(qw)],
-            );
+            match &attention {
+                Attention::TensorCores { kernel, params } => a.push(
+                    label("attention"),
+                    *kernel,
+                    Grid::Prefill(*params),
+                    vec![
+                        q_at,
+                        kc,
+                        vc,
+                        table,
+                        Operand::Start,
+                        Operand::Rows,
+                        scale,
+                        at(attn16),
+                    ],
+                ),
+                Attention::PerRow {
+                    kernel,
+                    params,
+                    parts,
+                    counters,
+                    out,
+                } => {
+                    a.push(
+                        label("attention"),
+                        *kernel,
+                        Grid::PerRow(params.launch(1), 1),
+                        vec![
+                            q_at,
+                            kc,
+                            vc,
+                            table,
+                            ctx_len,
+                            at(parts[0]),
+                            at(parts[1]),
+                            at(parts[2]),
+                            at(*counters),
+                            at(*out),
+                            scale,
+                        ],
+                    );
+                    let qw = u32_of("q width", q_width)?;
+                    a.push(
+                        label("attention to bf16"),
+                        cast_k,
+                        Grid::Cast(cast, qw),
+                        vec![at(*out), at(attn16), Operand::Elements(qw)],
+                    );
+                }
+            }
             let wo = a.group(
                 "output projection",
                 vec![a.stored(t(L::AttnOutput), hidden, q_width)?],
@@ -804,7 +886,10 @@ impl PrefillPlan {
             buffers: a.buffers,
             record: rec,
             tables,
-            zero_buffers: vec![counters, zeros, rec],
+            zero_buffers: match attention {
+                Attention::PerRow { counters, .. } => vec![counters, zeros, rec],
+                Attention::TensorCores { .. } => vec![zeros, rec],
+            },
             max_blocks,
         })
     }
@@ -826,6 +911,7 @@ enum Slot {
     Ptr(DevicePtr, Offset),
     Arg(Arg),
     Rows,
+    Start,
     Elements(u32),
 }
 
@@ -902,6 +988,7 @@ pub(crate) fn place(
                 Operand::Ptr(loc, off) => Slot::Ptr(base(loc)?, off),
                 Operand::Value(a) => Slot::Arg(a),
                 Operand::Rows => Slot::Rows,
+                Operand::Start => Slot::Start,
                 Operand::Elements(w) => Slot::Elements(w),
             });
         }
@@ -965,6 +1052,7 @@ impl OnDevice {
                     Slot::Ptr(p, off) => Arg::Ptr(p.offset(off.bytes(n))),
                     Slot::Arg(a) => a,
                     Slot::Rows => Arg::U32(n),
+                    Slot::Start => Arg::U32(start),
                     Slot::Elements(w) => Arg::U32(n * w),
                 })
                 .collect();
