@@ -14,7 +14,7 @@
 //! With `QUENCH_SMOLLM2_GGUF` set (the SmolLM2-135M-Instruct Q4_1 GGUF file) and
 //! `--ignored`, a prompt of SmolLM2 goes through the prompt path on the interpreter too
 //! (three minutes), held to the check's own bound — which it does not meet yet (logits up
-//! to 0.1 from the reference): the measurement behind the path being off by default.
+//! to 0.14 from the reference): the measurement behind the path being off by default.
 //!
 //! **The bound.** The chunk's matrix products take bf16 activations (unit roundoff 2⁻⁸)
 //! where the decode step keeps f32 and an f16 cache (2⁻¹¹). These tiny models carry full
@@ -420,7 +420,7 @@ fn check_smollm2(what: &str, config: ModelConfig, src: &dyn StoredTensors) {
 }
 
 #[test]
-#[ignore = "the prompt path's bf16 activations put SmolLM2's logits up to 0.1 from the f64 \
+#[ignore = "the prompt path's bf16 activations put SmolLM2's logits up to 0.14 from the f64 \
             reference, past the check's bound; run with --ignored to measure"]
 fn smollm2_prompt_in_chunks_matches_the_f64_reference() {
     if let Some(file) = smollm2() {
