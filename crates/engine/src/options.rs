@@ -50,4 +50,8 @@ pub struct LoadOptions {
     /// tokens llama.cpp's CPU path picks). Other devices and precisions take only the
     /// default.
     pub arithmetic: Arithmetic,
+    /// On a GPU: multiply bf16 matrices on the tensor cores at every decode step
+    /// ([`crate::gpu::GpuOptions::tensor_core_decode`]), for many sequences stepped
+    /// together.
+    pub tensor_core_decode: bool,
 }

@@ -15,7 +15,8 @@ use super::arena;
 use super::catalog::Catalog;
 use super::error::{size, GpuError};
 use super::graph::{
-    DecodeGraph, Operand, Region, Rows, StepRecord, StepShape, WeightData, DEFAULT_MULTIPROCESSORS,
+    DecodeGraph, Operand, Products, Region, Rows, StepRecord, StepShape, WeightData,
+    DEFAULT_MULTIPROCESSORS,
 };
 use super::kv::{BlockPool, GpuSession};
 use super::prefill::{self, PrefillPlan};
@@ -63,6 +64,12 @@ pub struct GpuOptions {
     /// logits keep the decode step's f32 activations, and the same bits however the
     /// tokens are split into feeds and batches ([`GpuDecoder::feed_batch`] steps).
     pub prefill_min_tokens: usize,
+    /// Multiply bf16 matrices on the tensor cores at every step ([`Products::TensorCore`]):
+    /// the weights are read once for up to 64 rows, so steps of many rows cost little more
+    /// than steps of one, and a row's logits keep the same bits whatever shares its step.
+    /// Off by default: one-row steps take the matrix–vector kernels, slightly faster at one
+    /// row. Matrices in other formats take the matrix–vector kernels either way.
+    pub tensor_core_decode: bool,
 }
 
 /// Tokens per prompt chunk where the prompt path is asked for without a size (off by
@@ -81,6 +88,7 @@ impl Default for GpuOptions {
             max_batch: 1,
             prefill_chunk: 0,
             prefill_min_tokens: DEFAULT_PREFILL_MIN_TOKENS,
+            tensor_core_decode: false,
         }
     }
 }
@@ -128,6 +136,9 @@ pub struct GpuSummary {
     pub prefill_layer_plan: Vec<String>,
     /// Bytes of the prompt path's activations.
     pub prefill_arena_bytes: u64,
+    /// Products of a step on the tensor cores: 0 unless
+    /// [`GpuOptions::tensor_core_decode`] is on and the model has bf16 matrices.
+    pub tensor_core_products: usize,
 }
 
 /// What a step reads back.
@@ -295,7 +306,13 @@ impl GpuDecoder {
         };
         let assembly = profile::span("assemble and plan the decode step");
         let sms = exec.multiprocessors().unwrap_or(DEFAULT_MULTIPROCESSORS);
-        let mut graph = DecodeGraph::assemble_for(&config, &catalog, src, naming, shape, sms)?;
+        let products = if options.tensor_core_decode {
+            Products::TensorCore
+        } else {
+            Products::Gemv
+        };
+        let mut graph =
+            DecodeGraph::assemble_with(&config, &catalog, src, naming, shape, sms, products)?;
         let lifetimes = graph.lifetimes();
         let plan = arena::plan(&lifetimes, 256);
         let profiled = profile::prepare(&mut graph, &config, src)?;
@@ -452,6 +469,10 @@ impl GpuDecoder {
                 .as_ref()
                 .map_or_else(Vec::new, PrefillPlan::layer_plan),
             prefill_arena_bytes: prefill_bytes,
+            tensor_core_products: graph
+                .step(1)
+                .filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_"))
+                .count(),
         };
         Ok(GpuDecoder {
             id: NEXT_MODEL.fetch_add(1, Ordering::Relaxed),

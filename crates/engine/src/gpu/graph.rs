@@ -49,6 +49,11 @@
 //! argmax
 //! ```
 //!
+//! With [`Products::TensorCore`] (a server's steps of many rows) every step, one row or
+//! many, takes the second form, with the products of bf16 matrices on the tensor cores
+//! ([`gemv_tc`]: the weights read once for up to 64 rows, a row's bits the same at every
+//! row count); matrices in other formats keep the matrix–vector kernels.
+//!
 //! **Rows.** Row `i` of a step is one sequence: its token, position, context length and
 //! block-table row. The matrix–vector kernels multiply each weight row with every row's
 //! vector (several vectors a pass: the weights are read from memory once per step), the
@@ -79,6 +84,7 @@ use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
 use quench_kernels::attention::rope_append::{self, RopeAppendParams};
 use quench_kernels::attention::{KvElem, BLOCK_TOKENS};
 use quench_kernels::embed::{self, EmbedParams};
+use quench_kernels::gemv_tc::{self, GemvTcParams};
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::rmsnorm_rows::{self, RmsNormRowsParams};
@@ -465,6 +471,22 @@ struct Assembler<'a> {
     max_batch: u32,
     /// Most blocks a matrix–vector product launches ([`gemv_blocks`]).
     gemv_blocks: u32,
+    /// How the step's products of bf16 matrices run.
+    products: Products,
+}
+
+/// How a decode step multiplies its bf16 matrices with the step's rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// Matrix–vector kernels: at one row the norms inside the products, at several rows
+    /// up to 8 rows a pass.
+    #[default]
+    Gemv,
+    /// Tensor-core products ([`gemv_tc`]) at every row count, one row or many, behind the
+    /// norms' own dispatches: the weights are read once for up to 64 rows. Matrices in
+    /// other formats (and bf16 ones whose columns are not a multiple of 32) keep the
+    /// matrix–vector kernels.
+    TensorCore,
 }
 
 impl Assembler<'_> {
@@ -558,7 +580,7 @@ impl Assembler<'_> {
         eps: f32,
         cols: usize,
     ) -> Result<Normed, GpuError> {
-        let rows = if self.max_batch > 1 {
+        let rows = if self.max_batch > 1 || self.products == Products::TensorCore {
             let label = format!("{prefix}{what}");
             let bytes = self.max_batch as u64 * cols as u64 * 4;
             let buffer = Region::Act(self.act(format!("{label}: normalized rows"), bytes, false));
@@ -574,7 +596,12 @@ impl Assembler<'_> {
                 at(buffer, 0),
                 Operand::Value(Arg::F32(eps)),
             ];
-            self.push_in(Rows::Many, label, k, p.launch(1), Some(0), args);
+            // Tensor-core products read the normalized rows at every row count.
+            let steps = match self.products {
+                Products::Gemv => Rows::Many,
+                Products::TensorCore => Rows::Any,
+            };
+            self.push_in(steps, label, k, p.launch(1), Some(0), args);
             Some(at(buffer, 0))
         } else {
             None
@@ -648,6 +675,12 @@ impl Assembler<'_> {
             Input::Plain(x) => (*x, None, Some(*x)),
             Input::Normed(n) => (n.residual, Some((n.weight, n.eps)), n.rows),
         };
+        if let (Some(tc), Some(x)) = (self.tensor_core(&p), many_x) {
+            let label = format!("{prefix}{what}");
+            let k = self.kernel(&label, &tc, gemv_tc::build)?;
+            self.push(label, k, tc.launch(), None, args(x, None));
+            return Ok(());
+        }
         let k = self.kernel(&label, &p, qgemv::build)?;
         let one_args = args(one_x, one_norm);
         let Some(many_x) = many_x.filter(|_| self.max_batch > 1) else {
@@ -676,6 +709,30 @@ impl Assembler<'_> {
             args(many_x, None),
         );
         Ok(())
+    }
+}
+
+impl Assembler<'_> {
+    /// The tensor-core product standing in for the matrix–vector product `p`, where the
+    /// step takes them and `p`'s matrix suits them.
+    ///
+    /// Eight warps split the columns (fewer where the row has fewer 32-column chunks):
+    /// a function of the shape only, so that a row's bits never depend on the rows of the
+    /// step. Passes of up to 64 rows (fewer where a step has fewer), two row tiles a warp
+    /// (one for SwiGLU, whose two matrices already share each activation load).
+    fn tensor_core(&self, p: &QGemvParams) -> Option<GemvTcParams> {
+        let fits = self.products == Products::TensorCore
+            && p.format == WeightFormat::BF16
+            && p.cols.is_multiple_of(32);
+        fits.then(|| GemvTcParams {
+            epilogue: p.epilogue,
+            rows: p.rows,
+            cols: p.cols,
+            warps: (p.cols / 32).min(8),
+            row_tiles: if p.epilogue == Epilogue::SwiGlu { 1 } else { 2 },
+            tiles: self.max_batch.div_ceil(8).min(8),
+            unroll: 2,
+        })
     }
 }
 
@@ -749,6 +806,19 @@ impl DecodeGraph {
         shape: StepShape,
         multiprocessors: u32,
     ) -> Result<DecodeGraph, GpuError> {
+        Self::assemble_with(config, catalog, src, naming, shape, multiprocessors, Products::Gemv)
+    }
+
+    /// As [`DecodeGraph::assemble_for`], multiplying bf16 matrices as `products` says.
+    pub fn assemble_with(
+        config: &ModelConfig,
+        catalog: &Catalog,
+        src: &dyn StoredTensors,
+        naming: Naming,
+        shape: StepShape,
+        multiprocessors: u32,
+        products: Products,
+    ) -> Result<DecodeGraph, GpuError> {
         let c = config;
         let mut a = Assembler {
             src,
@@ -759,6 +829,7 @@ impl DecodeGraph {
             weights: vec![],
             max_batch: u32_of("rows a step", shape.max_batch.max(1))?,
             gemv_blocks: gemv_blocks(multiprocessors),
+            products,
         };
         // Bytes of an activation of `width` elements of `bytes` each, a row per step row.
         let rows = a.max_batch as u64;

@@ -48,7 +48,7 @@ pub use decoder::{
     DEFAULT_PREFILL_MIN_TOKENS,
 };
 pub use error::GpuError;
-pub use graph::{DecodeGraph, Dispatch, KvLayout, Rows, StepShape};
+pub use graph::{DecodeGraph, Dispatch, KvLayout, Products, Rows, StepShape};
 pub use kv::GpuSession;
 pub use prefill::{matrix_params, PrefillPlan};
 pub use stored::{StoredTensor, StoredTensors};
@@ -92,6 +92,7 @@ pub fn load_causal_with_prefill(
         sessions: options.sessions.unwrap_or(1).max(1),
         max_batch: options.max_batch.unwrap_or(1).max(1),
         prefill_chunk,
+        tensor_core_decode: options.tensor_core_decode,
         ..GpuOptions::default()
     };
     let decoder = decoder_from(&ckpt, backend, &gpu_options).map_err(in_model)?;
