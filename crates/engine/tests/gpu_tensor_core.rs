@@ -87,6 +87,9 @@ fn tensor_core_steps_match_the_f64_reference() {
     assert_eq!(s.tensor_core_products, 8, "{s:?}");
     // One-row steps normalize apart too: the norms are dispatches of their own.
     assert!(s.layer_plan.iter().any(|l| l == "attention norm"), "{:?}", s.layer_plan);
+    // Layer 0: both norms apart, 8 dispatches; layer 1: the attention norm apart (q is
+    // bf16), the ffn norm inside its quantized gate/up product, q, k and v apart: 9.
+    assert_eq!(s.layer_dispatches, [8, 9], "{s:?}");
     let config = ModelConfig::from_gguf(&file).expect("config");
     let reference = Reference::from_decoder(Decoder::load(config, &file, Naming::Gguf).expect("loads"));
     let prompt: Vec<u32> = (0..5).map(|_| rng.gen_range(0..VOCAB as u32)).collect();

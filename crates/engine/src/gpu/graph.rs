@@ -569,8 +569,10 @@ impl Assembler<'_> {
 
     /// The residual stream `residual` (`cols` wide) normalized by the RMSNorm `weight`, for
     /// the products that read it ([`Input::Normed`]); steps of several rows normalize it
-    /// here, with a dispatch of their own, into a buffer of the arena. `what` names the
-    /// norm in labels, after `prefix`.
+    /// here, with a dispatch of their own, into a buffer of the arena, and so do one-row
+    /// steps where a tensor-core product reads it (`readers`: the products' formats).
+    /// `what` names the norm in labels, after `prefix`.
+    #[allow(clippy::too_many_arguments)]
     fn norm(
         &mut self,
         prefix: &str,
@@ -579,8 +581,10 @@ impl Assembler<'_> {
         weight: Operand,
         eps: f32,
         cols: usize,
+        readers: &[WeightFormat],
     ) -> Result<Normed, GpuError> {
-        let rows = if self.max_batch > 1 || self.products == Products::TensorCore {
+        let tensor_cores = readers.iter().any(|&f| self.takes_tensor_cores(f, cols));
+        let rows = if self.max_batch > 1 || tensor_cores {
             let label = format!("{prefix}{what}");
             let bytes = self.max_batch as u64 * cols as u64 * 4;
             let buffer = Region::Act(self.act(format!("{label}: normalized rows"), bytes, false));
@@ -597,10 +601,7 @@ impl Assembler<'_> {
                 Operand::Value(Arg::F32(eps)),
             ];
             // Tensor-core products read the normalized rows at every row count.
-            let steps = match self.products {
-                Products::Gemv => Rows::Many,
-                Products::TensorCore => Rows::Any,
-            };
+            let steps = if tensor_cores { Rows::Any } else { Rows::Many };
             self.push_in(steps, label, k, p.launch(1), Some(0), args);
             Some(at(buffer, 0))
         } else {
@@ -713,6 +714,14 @@ impl Assembler<'_> {
 }
 
 impl Assembler<'_> {
+    /// Whether a product of a matrix in `format` with `cols` columns runs on the tensor
+    /// cores.
+    fn takes_tensor_cores(&self, format: WeightFormat, cols: usize) -> bool {
+        self.products == Products::TensorCore
+            && format == WeightFormat::BF16
+            && cols.is_multiple_of(32)
+    }
+
     /// The tensor-core product standing in for the matrix–vector product `p`, where the
     /// step takes them and `p`'s matrix suits them.
     ///
@@ -721,10 +730,7 @@ impl Assembler<'_> {
     /// step. Passes of up to 64 rows (fewer where a step has fewer), two row tiles a warp
     /// (one for SwiGLU, whose two matrices already share each activation load).
     fn tensor_core(&self, p: &QGemvParams) -> Option<GemvTcParams> {
-        let fits = self.products == Products::TensorCore
-            && p.format == WeightFormat::BF16
-            && p.cols.is_multiple_of(32);
-        fits.then(|| GemvTcParams {
+        self.takes_tensor_cores(p.format, p.cols as usize).then(|| GemvTcParams {
             epilogue: p.epilogue,
             rows: p.rows,
             cols: p.cols,
@@ -957,6 +963,10 @@ impl DecodeGraph {
                 at(Region::Weights(norms), 0),
                 eps,
                 hidden,
+                match &lk.qkv {
+                    Qkv::Fused(f) => std::slice::from_ref(f),
+                    Qkv::Separate(fs) => fs,
+                },
             )?);
 
             // q, k, v (and their biases) back to back, so that one GEMV can read all rows.
@@ -1126,6 +1136,7 @@ impl DecodeGraph {
                 at(Region::Weights(norms), 4 * hidden as u64),
                 eps,
                 hidden,
+                &[lk.gate_up],
             )?);
             a.gemv(
                 &prefix,
@@ -1174,6 +1185,7 @@ impl DecodeGraph {
             at(Region::Weights(out_norm), 0),
             eps,
             hidden,
+            &[catalog.output],
         )?);
         a.gemv(
             "",
