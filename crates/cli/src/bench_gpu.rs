@@ -85,6 +85,11 @@ fn summary_json(s: &GpuSummary) -> Value {
         "kv_cache_bytes": s.kv_cache_bytes,
         "context": s.context,
         "graph_captured": s.graph_captured,
+        "decode_products": if s.tensor_core_products > 0 {
+            format!("{} products a step on the tensor cores (gemv_tc), the rest matrix–vector kernels", s.tensor_core_products)
+        } else {
+            "matrix–vector kernels".to_string()
+        },
         "prefill_chunk": s.prefill_chunk,
         "prefill_dispatches_per_chunk": s.prefill_dispatches,
         "prefill_layer_plan": s.prefill_layer_plan,
@@ -109,6 +114,7 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     let start = Instant::now();
     let options = LoadOptions {
         context_limit: Some(a.prompt_tokens + a.gen_tokens),
+        tensor_core_decode: a.tensor_core_decode,
         ..LoadOptions::default()
     };
     let model = load_causal_with_prefill(

@@ -69,6 +69,10 @@ pub struct BenchArgs {
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// With `--device cuda`: time decode steps whose bf16 products run on the tensor cores
+    /// (as `quench serve` runs them) instead of the matrix–vector kernels.
+    #[arg(long)]
+    pub tensor_core_decode: bool,
 }
 
 /// One timed run: seconds from its start to the end of prefill and to each generated token.

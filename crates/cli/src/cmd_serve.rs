@@ -65,6 +65,10 @@ pub struct ServeArgs {
     /// Most client connections open at once; more wait to be accepted.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
+    /// On a GPU, multiply bf16 weights with the matrix–vector kernels (8 requests a pass
+    /// over the weights) instead of the tensor cores (up to 64 a pass).
+    #[arg(long)]
+    no_tensor_core_decode: bool,
 }
 
 fn seconds(name: &str, s: f64) -> Result<Duration, String> {
@@ -120,6 +124,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         body_timeout: seconds("body-timeout", a.body_timeout)?,
         shutdown_grace: seconds("shutdown-grace", a.shutdown_grace)?,
         max_connections: a.max_connections,
+        tensor_core_decode: !a.no_tensor_core_decode,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

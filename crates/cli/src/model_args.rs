@@ -38,6 +38,10 @@ pub struct ModelArgs {
     /// to pick the tokens llama.cpp picks: CPU only, Q4_1/Q8_0 GGUF weights.
     #[arg(long, conflicts_with = "f64")]
     pub llama_cpp_rounding: bool,
+    /// On a GPU, multiply bf16 weights on the tensor cores at every decode step (built for
+    /// many sequences a step; one sequence decodes slightly faster without).
+    #[arg(long)]
+    pub tensor_core_decode: bool,
     /// Print no diagnostics (load time, speed) on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -69,6 +73,7 @@ impl ModelArgs {
             } else {
                 Arithmetic::F32
             },
+            tensor_core_decode: self.tensor_core_decode,
         }
     }
 

@@ -106,6 +106,10 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     /// Most connections open at once; further clients wait to be accepted.
     pub max_connections: usize,
+    /// On a GPU, multiply bf16 weights on the tensor cores at every decode step (the
+    /// weights read once for up to 64 requests' rows); off, the matrix–vector kernels,
+    /// 8 rows a pass. Other weight formats take the matrix–vector kernels either way.
+    pub tensor_core_decode: bool,
 }
 
 impl Default for ServeConfig {
@@ -124,6 +128,7 @@ impl Default for ServeConfig {
             body_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             max_connections: 1024,
+            tensor_core_decode: true,
         }
     }
 }
@@ -314,6 +319,7 @@ async fn load_causal(
         reason,
     };
     let (spec2, context, device) = (spec.clone(), config.context, config.device);
+    let tensor_core_decode = config.tensor_core_decode;
     let max_batch = config.engine.max_batch;
     // On a GPU the KV cache is allocated up front: as many whole contexts as the block
     // budget holds (the scheduler admits sequences by the same budget).
@@ -337,6 +343,7 @@ async fn load_causal(
                     context_limit: context,
                     sessions: Some(gpu_sessions.max(1)),
                     max_batch: Some(max_batch),
+                    tensor_core_decode,
                     ..Default::default()
                 };
                 let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;

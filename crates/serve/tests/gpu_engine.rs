@@ -2,7 +2,8 @@
 //! traits: one scheduler step feeds every sequence through shared decode steps (as many
 //! steps as the longest sequence has tokens, not one per token of every sequence), with
 //! logits bit for bit those of each sequence stepped alone; and the scheduler's greedy
-//! answers to concurrent requests are those of each request generated alone.
+//! answers to concurrent requests are those of each request generated alone, with the bf16
+//! products on the matrix–vector kernels and on the tensor cores.
 //!
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
 //! and is printed so that a failure can be replayed.
@@ -40,8 +41,13 @@ impl Drop for TempDir {
     }
 }
 
-fn load(seed: u64) -> (TempDir, CausalModel) {
-    let dir = TempDir(std::env::temp_dir().join(format!("quench-serve-gpu-{seed:x}")));
+/// The tiny bf16 llama on the interpreter, its bf16 products on the tensor cores at every
+/// step where `tensor_core_decode` (as `quench serve` loads bf16 models by default).
+fn load(seed: u64, tensor_core_decode: bool) -> (TempDir, CausalModel) {
+    let dir = TempDir(std::env::temp_dir().join(format!(
+        "quench-serve-gpu-{seed:x}-{}",
+        u8::from(tensor_core_decode)
+    )));
     let options = SynthOptions {
         arch: SynthArch::Llama,
         shape: SynthShape::Tiny,
@@ -54,6 +60,7 @@ fn load(seed: u64) -> (TempDir, CausalModel) {
         context_limit: Some(64),
         sessions: Some(4),
         max_batch: Some(4),
+        tensor_core_decode,
         ..LoadOptions::default()
     };
     let model = load_causal(&dir.0, Backend::Interp, &options).expect("loads");
@@ -98,7 +105,7 @@ fn the_gpu_engine_steps_sequences_together() {
         ceilings: None,
     })
     .expect("profiling was off");
-    let (_dir, model) = load(s);
+    let (_dir, model) = load(s, false);
     let feeds: Vec<Vec<u32>> = [5, 2, 3]
         .iter()
         .map(|&n| (0..n).map(|_| rng.gen_range(0..256)).collect())
@@ -136,8 +143,20 @@ fn the_gpu_engine_steps_sequences_together() {
         }
     }
 
-    // Through the scheduler: concurrent greedy requests, prefilled in chunks of 4 beside
-    // the others' decoding, answer as each does alone.
+    scheduler_answers_as_alone(model, &mut rng);
+
+    // The same with the bf16 products on the tensor cores, as `quench serve` loads bf16
+    // models (in this test, not one beside it: profiling above counts every step of the
+    // process).
+    let (_dir, model) = load(s, true);
+    let summary = model.gpu_decoder().expect("on the GPU engine").summary();
+    assert!(summary.tensor_core_products > 0, "{summary:?}");
+    scheduler_answers_as_alone(model, &mut rng);
+}
+
+/// Through the scheduler: concurrent greedy requests, prefilled in chunks of 4 beside
+/// the others' decoding, answer as each does alone.
+fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
     let model = Arc::new(model);
     let text: Arc<dyn TextSide> = model.clone();
     let engine = EngineHandle::start(
