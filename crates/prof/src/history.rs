@@ -61,15 +61,15 @@ impl History {
         self.copies() >= self.steps
     }
 
-    /// Copy the ring's records into the next free room: a device-to-device copy that
-    /// the executor orders after the launches issued before it and before those issued
-    /// after it, as it orders its other copies, and that the host does not wait for.
-    pub fn snapshot(&mut self, exec: &mut dyn Executor) -> Result<(), RingError> {
+    /// Copy the ring's records into the next free room: a device-to-device copy on
+    /// `stream` (the stream the instrumented launches ran on), after them and before the
+    /// launches issued there next, which the host does not wait for.
+    pub fn snapshot(&mut self, exec: &mut dyn Executor, stream: StreamId) -> Result<(), RingError> {
         if self.is_full() {
             return Err(RingError::HistoryFull { steps: self.steps });
         }
         let (ring, bytes) = self.ring.buffer();
-        exec.copy_device_to_device(self.ptr.offset(bytes * self.copies.len() as u64), ring, bytes)?;
+        exec.copy_device_to_device_on(self.ptr.offset(bytes * self.copies.len() as u64), ring, bytes, stream)?;
         self.copies.push(self.ring.taken());
         Ok(())
     }

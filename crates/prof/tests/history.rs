@@ -101,9 +101,9 @@ fn a_run_longer_than_the_history_reads_every_step_in_batches() {
         }
         expected.push(now);
 
-        history.snapshot(&mut exec).expect("snapshot");
+        history.snapshot(&mut exec, StreamId::DEFAULT).expect("snapshot");
         if history.is_full() {
-            match history.snapshot(&mut exec) {
+            match history.snapshot(&mut exec, StreamId::DEFAULT) {
                 Err(RingError::HistoryFull { steps }) => assert_eq!(steps, kept),
                 other => panic!("a snapshot into a full history: {other:?}"),
             }
@@ -136,8 +136,8 @@ fn a_history_needs_room() {
     assert!(matches!(History::new(&mut exec, 4, 0), Err(RingError::HistoryEmpty)));
     let mut history = History::new(&mut exec, 1, 1).expect("history");
     assert!(history.read(&mut exec).expect("nothing to read").is_empty());
-    history.snapshot(&mut exec).expect("snapshot");
-    assert!(matches!(history.snapshot(&mut exec), Err(RingError::HistoryFull { steps: 1 })));
+    history.snapshot(&mut exec, StreamId::DEFAULT).expect("snapshot");
+    assert!(matches!(history.snapshot(&mut exec, StreamId::DEFAULT), Err(RingError::HistoryFull { steps: 1 })));
     // A copy of a ring whose slots were all free holds no record.
     assert_eq!(history.read(&mut exec).expect("read"), vec![Vec::<Dispatch>::new()]);
     history.release(&mut exec).expect("free");

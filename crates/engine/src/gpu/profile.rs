@@ -643,7 +643,7 @@ pub(crate) fn step_done(
                 "decode step at position {}: copying the profiler's records",
                 context - 1
             );
-            p.history.snapshot(exec).map_err(ring_error(&during))?;
+            p.history.snapshot(exec, StreamId::DEFAULT).map_err(ring_error(&during))?;
             let copied_at = Instant::now();
             p.unread.push(Unread {
                 step,
