@@ -26,7 +26,7 @@
 //! `hi = bf16(x)`, `lo = bf16(x − hi)` (the subtraction is exact), and both are multiplied
 //! into the same accumulator, so `x` takes part with `|x − hi − lo| ≤ 2^-16·|x|`; the
 //! products of bf16 values are exact in f32. What remains is the tensor cores' f32
-//! accumulation, which [`reference`] bounds per MMA (see [`tolerance`]).
+//! accumulation, which [`tolerance_rel`] bounds per MMA against the exact [`reference`].
 //!
 //! **Batch invariance**: an output element's arithmetic is a function of `(cols, warps)`
 //! only. Its k order (which warp takes which chunk, the MMA chain in each warp, the
