@@ -133,8 +133,9 @@ impl Bytes {
         Bytes { parts, halves: vec![], width }
     }
 
-    /// Bytes held in 4-byte words.
-    fn words(k: &mut Builder, parts: Vec<Value>) -> Bytes {
+    /// Bytes held in 4-byte words, `parts[i]` holding bytes `4i .. 4i + 4` (loaded
+    /// elsewhere: a word's fields are only read when they are decoded).
+    pub fn words(k: &mut Builder, parts: Vec<Value>) -> Bytes {
         let halves = parts.iter().map(|&p| k.shr_const(p, 16)).collect();
         Bytes { parts, halves, width: 4 }
     }
@@ -293,35 +294,57 @@ pub(crate) fn q4_k_scale_min(k: &mut Builder, [a, b, c]: [Value; 3], bytes: u32,
 /// The piece's two sub-blocks are decoded together: their 6-bit scales (and mins) land
 /// in bytes 0 and 1 of one word, and are converted in place (the second as `sc·2^8`).
 pub fn q4_k_piece(k: &mut Builder, magic: Magic, lane: &Q4kLane, header: &Bytes, qs: &Bytes) -> Vec<Value> {
-    let d = header.f16(k, 0);
-    let dmin = header.f16(k, 2);
-    let [a, b, c] = [1, 2, 3].map(|i| header.parts[i]);
-    let a = k.shr(a, lane.shift);
-    let b = k.shr(b, lane.shift);
-    let c = k.shr(c, lane.shift);
-    let (sc, m) = q4_k_scale_min(k, [a, b, c], 0x0101, lane.high_pair);
-    let mut out = Vec::with_capacity(32);
-    for half in 0..2u32 {
-        // Sub-block 2g + half: byte `half` of the pair, converted where it lies.
+    let scales = Q4kScales::new(k, lane, header);
+    let mut out = scales.half(k, magic, qs, 0);
+    out.extend(scales.half(k, magic, qs, 1));
+    out
+}
+
+/// A Q4_K piece's super-block scales and its two sub-blocks' 6-bit scales and mins (in
+/// bytes 0 and 1 of `sc` and `m`), from the 16 header bytes.
+pub struct Q4kScales {
+    d: Value,
+    dmin: Value,
+    sc: Value,
+    m: Value,
+}
+
+impl Q4kScales {
+    pub fn new(k: &mut Builder, lane: &Q4kLane, header: &Bytes) -> Q4kScales {
+        let d = header.f16(k, 0);
+        let dmin = header.f16(k, 2);
+        let [a, b, c] = [1, 2, 3].map(|i| header.parts[i]);
+        let a = k.shr(a, lane.shift);
+        let b = k.shr(b, lane.shift);
+        let c = k.shr(c, lane.shift);
+        let (sc, m) = q4_k_scale_min(k, [a, b, c], 0x0101, lane.high_pair);
+        Q4kScales { d, dmin, sc, m }
+    }
+
+    /// Half `half` of the piece (sub-block 2g + half, the nibbles at bit `4·half` of the
+    /// 16 qs bytes): 16 values in byte order.
+    pub fn half(&self, k: &mut Builder, magic: Magic, qs: &Bytes, half: u32) -> Vec<Value> {
+        // Byte `half` of the pair, converted where it lies.
         let s = 8 * half;
-        let sc_h = k.and_const(sc, 0x3f << s);
+        let sc_h = k.and_const(self.sc, 0x3f << s);
         let sc_h = magic.scaled(k, sc_h, 0, s);
-        let m_h = k.and_const(m, 0x3f << s);
+        let m_h = k.and_const(self.m, 0x3f << s);
         let m_h = magic.scaled(k, m_h, 0, s);
         // d·(sc·2^s) and dmin·(m·2^s) are exact; 2^-s brings them back (for `dl`, with
         // the nibble's own shift: `dl` stands for shift −s, and is only asked for s and up).
-        let dl = k.mul(d, sc_h);
+        let dl = k.mul(self.d, sc_h);
         let mut dl = Scaled::new(dl);
-        let ml = k.mul(dmin, m_h);
+        let ml = k.mul(self.dmin, m_h);
         let unscale = k.const_f32(-1.0 / (1u32 << s) as f32);
         let nml = k.mul(ml, unscale);
-        for t in 0..16 {
-            let (q, qs_shift) = magic.field(k, qs, t, 4 * half, 4, 0);
-            let dls = dl.get(k, qs_shift + s);
-            out.push(k.fma(dls, q, nml));
-        }
+        (0..16)
+            .map(|t| {
+                let (q, qs_shift) = magic.field(k, qs, t, 4 * half, 4, 0);
+                let dls = dl.get(k, qs_shift + s);
+                k.fma(dls, q, nml)
+            })
+            .collect()
     }
-    out
 }
 
 /// Element offsets (within the super-block) of Q4_K piece `j`, in the order of

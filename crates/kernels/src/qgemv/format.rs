@@ -128,17 +128,8 @@ impl Lane {
                 Lane::Legacy { format: f, magic: Magic::new(k) }
             }
             WeightFormat::Q4K => {
-                let lane = Q4kLane::new(k, j);
-                let qs = k.shl_const(j, 4);
-                let qs = k.add_const(qs, 16);
-                // Runs 64g + 16h and 64g + 32 + 16h with g = j / 2, h = j mod 2.
-                let g = k.shr_const(j, 1);
-                let g64 = k.shl_const(g, 6);
-                let h = k.and_const(j, 1);
-                let h16 = k.shl_const(h, 4);
-                let lo = k.add(g64, h16);
-                let hi = k.add_const(lo, 32);
-                Lane::Q4k { lane, magic: Magic::new(k), qs, x_runs: [lo, hi] }
+                let q = Q4kConsts::new(k, j);
+                Lane::Q4k { lane: q.lane, magic: q.magic, qs: q.qs, x_runs: q.x_runs }
             }
             WeightFormat::Q6K => {
                 let lane = Q6kLane::new(k, j);
@@ -202,6 +193,32 @@ impl Lane {
                 Raw::Q6k { lane, magic: *magic, ql, qh, scales: [s_lo, s_hi], d }
             }
         }
+    }
+}
+
+/// The constants of Q4_K sub-piece `j`.
+pub struct Q4kConsts {
+    pub lane: Q4kLane,
+    pub magic: Magic,
+    /// Byte offset of the piece's 16 quant bytes in its super-block.
+    pub qs: Value,
+    /// Element offsets in the super-block of the piece's two runs of 16.
+    pub x_runs: [Value; 2],
+}
+
+impl Q4kConsts {
+    pub fn new(k: &mut Builder, j: Value) -> Q4kConsts {
+        let lane = Q4kLane::new(k, j);
+        let qs = k.shl_const(j, 4);
+        let qs = k.add_const(qs, 16);
+        // Runs 64g + 16h and 64g + 32 + 16h with g = j / 2, h = j mod 2.
+        let g = k.shr_const(j, 1);
+        let g64 = k.shl_const(g, 6);
+        let h = k.and_const(j, 1);
+        let h16 = k.shl_const(h, 4);
+        let lo = k.add(g64, h16);
+        let hi = k.add_const(lo, 32);
+        Q4kConsts { lane, magic: Magic::new(k), qs, x_runs: [lo, hi] }
     }
 }
 

@@ -33,7 +33,10 @@
 //! (at one vector a pass two rows of a quantized matrix; with several, up to 4 matrix
 //! rows), `warps` warps per block. Lane `l` takes pieces `l, l + 32, ...` of its rows; the
 //! loop is unrolled `unroll` times with every weight load of a step (and, at one vector a
-//! pass, every activation load) issued before any arithmetic.
+//! pass, every activation load) issued before any arithmetic. Q4_K at one vector a pass
+//! instead streams its pieces through shared memory, `unroll − 1` ahead of the one it
+//! multiplies, across the ends of row groups (the `stream` module): same arithmetic,
+//! same bits.
 //!
 //! **Grid**: a block computes a row group (`warps · rows_per_warp` rows) at a time. By
 //! default the launch has a block per group; with [`QGemvParams::max_blocks`] below the
@@ -53,6 +56,7 @@
 
 pub mod format;
 pub mod prologue;
+mod stream;
 
 use half::bf16;
 use quench_ir::{Builder, Function, Scalar, Type, Value};
@@ -317,7 +321,9 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let warp = k.shr_const(tid, 5);
     // One block per row group: the block's rows are fixed before the passes begin.
     // Capped: the block loops over groups `ctaid, ctaid + nctaid, ...` in each pass.
-    let own = (!p.capped()).then(|| {
+    // Q4_K at one vector a pass streams its pieces over all of the block's groups.
+    let streamed = stream::applies(p).then(|| stream::Stream::new(&mut k, p, &weights, warp, lane));
+    let own = (!p.capped() && streamed.is_none()).then(|| {
         let block = k.ctaid_x();
         RowGroup::emit(&mut k, p, block, warp, &weights)
     });
@@ -334,6 +340,9 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                 k.lt(v, n)
             })
         };
+        if let Some(st) = &streamed {
+            st.start(k);
+        }
         if let (Some(xs), Some((nw, eps))) = (staged, norm) {
             // The previous pass's warps are done with the staged rows.
             k.barrier();
@@ -365,8 +374,9 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                 k.ptr_add(x, at)
             }
         };
-        let body = |k: &mut Builder, g: &RowGroup| {
-            let totals = emit_dots(k, p, &g.streams, &x_of, &valid, lane);
+        // Lane 0 stores the totals (`[vector][stream]`) of the warp's rows from `row0` on.
+        let store = |k: &mut Builder, row0: Value, totals: &[Vec<Value>]| {
+            let rows: Vec<Value> = (0..p.rows_per_warp()).map(|i| k.add_const(row0, i)).collect();
             let is_first = k.eq(lane, zero);
             k.if_then(is_first, |k| {
                 for j in 0..p.batch {
@@ -381,7 +391,7 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                         });
                         let ys = k.ptr_add(y, yrow);
                         let t = &totals[j as usize];
-                        for (i, &row) in g.rows.iter().enumerate() {
+                        for (i, &row) in rows.iter().enumerate() {
                             let at = k.ptr_add(ys, row);
                             let out = match (p.epilogue, rrow) {
                                 (Epilogue::Residual, Some(rr)) => {
@@ -409,6 +419,10 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                 }
             });
         };
+        let body = |k: &mut Builder, g: &RowGroup| {
+            let totals = emit_dots(k, p, &g.streams, &x_of, &valid, lane);
+            store(k, g.rows[0], &totals);
+        };
         // A group's products; warps past the last row (of the last group) have none.
         let products = |k: &mut Builder, g: &RowGroup| {
             if p.rows.is_multiple_of(p.warps * p.rows_per_warp()) {
@@ -419,9 +433,13 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                 k.if_then(inside, |k| body(k, g));
             }
         };
-        match &own {
-            Some(g) => products(k, g),
-            None => {
+        match (&streamed, &own) {
+            (Some(st), _) => {
+                let x = x_of(k, 0);
+                st.run(k, x, &store);
+            }
+            (_, Some(g)) => products(k, g),
+            _ => {
                 let first = k.ctaid_x();
                 let groups = k.const_u32(p.groups());
                 let stride = k.nctaid_x();

@@ -1,0 +1,91 @@
+//! The streamed Q4_K matrix–vector kernels (one vector a pass): on the interpreter,
+//! every output bit for bit against the reference over rows whose last item is full or
+//! ragged, grids with a block per group or capped (groups of several items crossing into
+//! the next group), idle warps in a last group, several passes and every prefetch depth;
+//! then the decode step's kernels at the llama-3.1-8b shape assemble with `ptxas`
+//! without spills, in at most 64 registers (8 blocks of 4 warps an SM, the grid the
+//! engine launches).
+//!
+//! Inputs are fresh for each run: the seed comes from `QUENCH_SEED` if set, else at
+//! random, and is printed so that a failure can be replayed.
+
+use quench_kernels::norm_residual::OutType;
+use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
+
+mod common;
+
+use common::seed;
+
+fn params(prologue: Prologue, epilogue: Epilogue, rows: u32, cols: u32) -> QGemvParams {
+    QGemvParams {
+        format: WeightFormat::Q4K,
+        prologue,
+        epilogue,
+        rows,
+        cols,
+        warps: 2,
+        unroll: 2,
+        act: OutType::F32,
+        batch: 1,
+        max_blocks: 0,
+    }
+}
+
+#[test]
+fn streamed_products_match_the_reference() {
+    let s = seed();
+    // (rows, cols, unroll, max_blocks, act, n): 1024 columns fill every lane's last item;
+    // 768 and 2304 leave lanes without a piece in it; 13 or 14 rows leave a warp idle
+    // in the last group; a cap of 3 blocks makes blocks run 2 or 3 groups.
+    let shapes = [
+        (14, 1024, 2, 0, OutType::F32, 1),
+        (14, 1024, 2, 3, OutType::F32, 2),
+        (13, 768, 3, 3, OutType::F32, 1),
+        (6, 2304, 1, 2, OutType::BF16, 2),
+        (9, 512, 4, 0, OutType::BF16, 1),
+    ];
+    for (i, &(rows, cols, unroll, max_blocks, act, n)) in shapes.iter().enumerate() {
+        for epilogue in Epilogue::ALL {
+            for prologue in [Prologue::None, Prologue::RmsNorm] {
+                if prologue == Prologue::RmsNorm && act != OutType::F32 {
+                    continue;
+                }
+                let p = QGemvParams { unroll, max_blocks, act, ..params(prologue, epilogue, rows, cols) };
+                let case = qgemv::case(&p, n, s ^ (i as u64) << 8 ^ epilogue as u64).expect("case");
+                common::check(&case);
+            }
+        }
+    }
+}
+
+/// The decode step's Q4_K products at the llama-3.1-8b shape (hidden 4096, ffn 14336,
+/// 8 of 32 heads for keys and values, vocabulary 128256), as the engine builds them.
+#[test]
+fn decode_kernels_fit_eight_blocks_an_sm() {
+    if common::no_ptxas() {
+        return;
+    }
+    let products = [
+        ("q|k|v", Prologue::RmsNorm, Epilogue::Plain, 6144, 4096),
+        ("o", Prologue::None, Epilogue::Residual, 4096, 4096),
+        ("gate/up", Prologue::RmsNorm, Epilogue::SwiGlu, 14336, 4096),
+        ("down", Prologue::None, Epilogue::Residual, 4096, 14336),
+        ("LM head", Prologue::RmsNorm, Epilogue::Plain, 128256, 4096),
+    ];
+    let mut failures = vec![];
+    for (what, prologue, epilogue, rows, cols) in products {
+        let p = QGemvParams { warps: 4, max_blocks: 8 * 132, ..params(prologue, epilogue, rows, cols) };
+        let f = qgemv::build(&p).expect("builds");
+        let ptx = quench_ptx::emit(&f).expect("emits");
+        match quench_ptx::ptxas::assemble(&ptx, "sm_90") {
+            Ok(r) => {
+                eprintln!("{what:<8} {rows:>6}x{cols:<5} {:<36} registers {:>3}", f.name, r.registers);
+                if r.spill_store_bytes > 0 || r.spill_load_bytes > 0 || r.registers > 64 {
+                    failures.push(format!("{what}: {} registers, spills {}/{} B", r.registers, r.spill_store_bytes, r.spill_load_bytes));
+                }
+            }
+            Err(e) => failures.push(format!("{what}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
