@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use quench_engine::gpu::{
-    load_causal_with_prefill, Backend, DecodeTiming, GpuSummary, DEFAULT_PREFILL_CHUNK,
+    load_causal_with_prefill, Backend, DecodeTiming, GpuSummary,
 };
 use quench_engine::LoadOptions;
 use quench_rt::CudaExecutor;
@@ -121,7 +121,7 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         &path,
         Backend::Cuda { ordinal },
         &options,
-        DEFAULT_PREFILL_CHUNK,
+        a.prefill_chunk,
     )
     .map_err(|e| e.to_string())?;
     let load_s = start.elapsed().as_secs_f64();

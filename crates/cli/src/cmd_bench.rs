@@ -73,6 +73,11 @@ pub struct BenchArgs {
     /// (as `quench serve` runs them) instead of the matrix–vector kernels.
     #[arg(long)]
     pub tensor_core_decode: bool,
+    /// With `--device cuda`: most prompt tokens one pass of the prompt path takes
+    /// (longer chunks multiply larger matrices and take more activation memory; 0 feeds
+    /// the prompt one token a step).
+    #[arg(long, default_value_t = quench_engine::gpu::DEFAULT_PREFILL_CHUNK)]
+    pub prefill_chunk: usize,
 }
 
 /// One timed run: seconds from its start to the end of prefill and to each generated token.

@@ -24,7 +24,7 @@
 pub mod access;
 mod canvas;
 pub mod ceiling;
-mod history;
+pub mod history;
 mod instrument;
 pub mod order;
 mod ring;

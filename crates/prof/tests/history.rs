@@ -142,3 +142,13 @@ fn a_history_needs_room() {
     assert_eq!(history.read(&mut exec).expect("read"), vec![Vec::<Dispatch>::new()]);
     history.release(&mut exec).expect("free");
 }
+
+#[test]
+fn the_history_copy_kernel_assembles() {
+    if quench_ptx::ptxas::find_ptxas().is_err() {
+        eprintln!("no ptxas (set QUENCH_PTXAS): skipped");
+        return;
+    }
+    let ptx = quench_ptx::emit(&quench_prof::history::copy_kernel()).expect("emits");
+    quench_ptx::ptxas::assemble(&ptx, "sm_90").expect("assembles");
+}

@@ -189,22 +189,6 @@ pub trait Executor {
         src: DevicePtr,
         bytes: u64,
     ) -> Result<(), RtError>;
-    /// A device-to-device copy that is an operation of `stream`: it runs after the work
-    /// issued on `stream` before it and before the work issued there after it, and the
-    /// host does not wait for it (the next copy, which is ordered after all work, does).
-    /// Unlike [`Executor::copy_device_to_device`] it does not wait for other streams,
-    /// which on CUDA makes it a few microseconds instead of a context-wide barrier.
-    /// Refused on a capturing stream. By default the ordered copy, which satisfies this.
-    fn copy_device_to_device_on(
-        &mut self,
-        dst: DevicePtr,
-        src: DevicePtr,
-        bytes: u64,
-        stream: StreamId,
-    ) -> Result<(), RtError> {
-        let _ = stream;
-        self.copy_device_to_device(dst, src, bytes)
-    }
 
     /// Verify and compile a kernel; the handle stays valid for the executor's life.
     fn load(&mut self, f: &Function) -> Result<KernelId, RtError>;

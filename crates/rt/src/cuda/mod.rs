@@ -316,29 +316,6 @@ impl Executor for CudaExecutor {
             .map_err(drv("cuMemcpyDtoD"))
     }
 
-    fn copy_device_to_device_on(
-        &mut self,
-        dst: DevicePtr,
-        src: DevicePtr,
-        bytes: u64,
-        stream: StreamId,
-    ) -> Result<(), RtError> {
-        self.refuse_during_capture("device-to-device copy")?;
-        self.allocs
-            .check_range(src.0, bytes, "device-to-device copy (source)")?;
-        self.allocs
-            .check_range(dst.0, bytes, "device-to-device copy (destination)")?;
-        let s = self.stream(stream)?;
-        if bytes == 0 {
-            return Ok(());
-        }
-        self.bind()?;
-        // SAFETY: both ranges lie inside live allocations, which outlive the stream's
-        // work (freeing waits for the device).
-        unsafe { result::memcpy_dtod_async(dst.0, src.0, bytes as usize, s) }
-            .map_err(drv("cuMemcpyDtoDAsync"))
-    }
-
     fn load(&mut self, f: &Function) -> Result<KernelId, RtError> {
         quench_ir::verify(f)?;
         let abi = KernelAbi::from_function(f)?;
