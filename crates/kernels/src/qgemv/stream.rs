@@ -89,7 +89,8 @@ pub(super) struct Stream<'a> {
     weights: Vec<Value>,
     warp: Value,
     lane: Value,
-    /// The block's ring of quant words in shared memory (`u32`).
+    /// This lane's words in the block's ring of quants in shared memory (`u32`): slot
+    /// 0, stream 0 of its warp.
     ring: Value,
     /// Items per row: a piece of each stream per lane, `ceil(pieces / 32)`.
     items: u32,
@@ -99,6 +100,10 @@ impl<'a> Stream<'a> {
     pub(super) fn new(k: &mut Builder, p: &'a QGemvParams, weights: &[Value], warp: Value, lane: Value) -> Stream<'a> {
         let weights = weights.iter().map(|&w| k.ptr_cast(Scalar::U8, w)).collect();
         let ring = k.shared_array("q4k_ring", Scalar::U32, (ring_bytes(p) / 4) as u32, 16);
+        let at = k.mul_const(warp, slots(p) * streams(p) * 32);
+        let at = k.add(at, lane);
+        let at = k.shl_const(at, 2);
+        let ring = k.ptr_add(ring, at);
         Stream { p, weights, warp, lane, ring, items: p.pieces().div_ceil(32) }
     }
 
@@ -108,13 +113,8 @@ impl<'a> Stream<'a> {
 
     /// This lane's 16 bytes of stream `i` in ring slot `slot`.
     fn slot_at(&self, k: &mut Builder, slot: Value, i: u32) -> Value {
-        let at = k.mul_const(self.warp, slots(self.p));
-        let at = k.add(at, slot);
-        let at = k.mul_const(at, streams(self.p));
-        let at = k.add_const(at, i);
-        let at = k.shl_const(at, 5);
-        let at = k.add(at, self.lane);
-        let at = k.shl_const(at, 2);
+        let at = k.mul_const(slot, streams(self.p) * 128);
+        let at = k.add_const(at, i * 128);
         k.ptr_add(self.ring, at)
     }
 
@@ -205,13 +205,20 @@ impl<'a> Stream<'a> {
     /// The position `ahead` items after item `s` of row group `group`: further on in
     /// the row, or in the block's following groups. It may lie past the last group.
     fn after(&self, k: &mut Builder, group: Value, s: Value, ahead: u32) -> (Value, Value) {
-        let t = k.add_const(s, ahead);
-        let items = k.const_u32(self.items);
-        let rows_on = k.div(t, items);
-        let s_next = k.rem(t, items);
-        let stride = k.nctaid_x();
-        let on = k.mul(rows_on, stride);
-        (k.add(group, on), s_next)
+        // One item at a time (`ahead` is small): no division, which ptxas would expand
+        // into a reciprocal sequence even for a constant divisor held in a register.
+        let (mut group, mut s) = (group, s);
+        for _ in 0..ahead {
+            let t = k.add_const(s, 1);
+            let items = k.const_u32(self.items);
+            let wrap = k.eq(t, items);
+            let zero = k.const_u32(0);
+            s = k.select(wrap, zero, t);
+            let stride = k.nctaid_x();
+            let on = k.add(group, stride);
+            group = k.select(wrap, on, group);
+        }
+        (group, s)
     }
 
     /// Issue item `ahead` after `(group, s)` into `slot`, or, past the block's last
@@ -295,7 +302,7 @@ impl<'a> Stream<'a> {
         let zero = k.const_u32(0);
         let one = k.const_u32(1);
         let items = k.const_u32(self.items);
-        let slots = k.const_u32(slots(p));
+        let slots_n = slots(p);
         let fzero = k.const_f32(0.0);
         k.for_range(first, groups, stride, &[zero], |k, group, c| {
             let mut init = vec![c[0]];
@@ -303,8 +310,7 @@ impl<'a> Stream<'a> {
             let out = k.for_range(zero, items, one, &init, |k, s, c| {
                 let (slot, accs) = (c[0], &c[1..]);
                 // The slot `ahead` on from this one: the one read in the last iteration.
-                let free = k.add_const(slot, ahead);
-                let free = k.rem(free, slots);
+                let free = wrap_add(k, slot, ahead, slots_n);
                 self.issue_after(k, group, s, ahead, free);
                 k.cp_async_wait(ahead);
                 let accs = if self.ragged() {
@@ -314,8 +320,7 @@ impl<'a> Stream<'a> {
                 } else {
                     self.multiply(k, group, s, slot, xw, accs)
                 };
-                let next = k.add_const(slot, 1);
-                let mut out = vec![k.rem(next, slots)];
+                let mut out = vec![wrap_add(k, slot, 1, slots_n)];
                 out.extend(accs);
                 out
             });
@@ -341,4 +346,13 @@ fn load16(k: &mut Builder, at: Value, off: Value) -> Vec<Value> {
     let at = k.ptr_cast(Scalar::U32, at);
     let v = k.load_with(Type::Vec(Scalar::U32, 4), at, CacheOp::Nc);
     (0..4).map(|e| k.extract(v, e)).collect()
+}
+
+/// `(slot + d) mod slots` for `slot < slots`, `d ≤ slots`, without a division.
+fn wrap_add(k: &mut Builder, slot: Value, d: u32, slots: u32) -> Value {
+    let t = k.add_const(slot, d);
+    let n = k.const_u32(slots);
+    let over = k.ge(t, n);
+    let back = k.sub(t, n);
+    k.select(over, back, t)
 }
