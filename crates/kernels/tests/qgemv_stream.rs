@@ -89,3 +89,30 @@ fn decode_kernels_fit_eight_blocks_an_sm() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The bit-for-bit check tells a kernel that took a piece's nibbles in the other order
+/// (the high nibble of each quant byte as its low one) from the right one: that kernel's
+/// output is the reference of the weights with every quant byte's nibbles swapped, and
+/// it differs from the streamed kernel's in most rows.
+#[test]
+fn a_kernel_with_the_nibbles_swapped_fails_the_check() {
+    let p = QGemvParams { max_blocks: 3, ..params(Prologue::None, Epilogue::Plain, 14, 1024) };
+    let case = qgemv::case(&p, 1, seed()).expect("case");
+    let out = common::check(&case);
+    let w = &case.buffers[0].data;
+    let f32s = |b: &[u8]| -> Vec<f32> {
+        b.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+    };
+    let x = f32s(&case.buffers.iter().find(|b| b.name == "x").expect("x").data);
+    // Q4_K super-blocks: 16 header bytes, then 128 quant bytes.
+    let mut swapped = w.clone();
+    for block in swapped.chunks_exact_mut(144) {
+        for q in &mut block[16..] {
+            *q = q.rotate_left(4);
+        }
+    }
+    let wrong = qgemv::dots(&p, &swapped, &x).expect("reference");
+    let got = f32s(&out.outputs[0].1);
+    let differs = got.iter().zip(&wrong).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
+    assert!(differs * 2 > wrong.len(), "the swapped-nibble variant matches on {} of {} rows", wrong.len() - differs, wrong.len());
+}
