@@ -116,3 +116,21 @@ fn a_kernel_with_the_nibbles_swapped_fails_the_check() {
     let differs = got.iter().zip(&wrong).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
     assert!(differs * 2 > wrong.len(), "the swapped-nibble variant matches on {} of {} rows", wrong.len() - differs, wrong.len());
 }
+
+/// Every Q4_K kernel the parameters allow at one vector a pass builds: the ring goes
+/// beside the prologue's staged row where shared memory has room for both, and the
+/// stepped loop takes the rest (the largest rows, many warps, deep prefetch).
+#[test]
+fn every_shape_builds_with_or_without_the_ring() {
+    for cols in [256, 4096, 9216, 11264] {
+        for (warps, unroll) in [(1, 1), (4, 2), (4, 16), (32, 2)] {
+            for prologue in [Prologue::None, Prologue::RmsNorm] {
+                for epilogue in Epilogue::ALL {
+                    let p = QGemvParams { warps, unroll, ..params(prologue, epilogue, 64, cols) };
+                    let f = qgemv::build(&p).unwrap_or_else(|e| panic!("{cols} cols, {warps} warps, unroll {unroll}: {e}"));
+                    assert!(f.shared_bytes() <= quench_ir::func::MAX_STATIC_SHARED_BYTES);
+                }
+            }
+        }
+    }
+}
