@@ -3,16 +3,19 @@
 //! (q/k/v biases, an untied bf16 head; one layer all bf16, one with q, k and v in three
 //! formats and a quantized gate/up, which keep the matrix–vector kernels) generates
 //! greedily within the FP64 check's bound of the f64 CPU reference, and a sequence's
-//! logits have the same bits stepped alone as with 2 or 5 other sequences.
+//! logits have the same bits stepped alone as with 2 or 5 other sequences, and as in
+//! steps of 3, 9 and 17 rows, which take the products' variants of 8, 16 and 32 rows a
+//! pass.
 //!
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else from the
 //! clock, and is printed so that a failure can be replayed.
 
 use quench_cpu::{Decoder, ModelConfig, Naming};
 use quench_engine::gpu::check::{check_generation, LogitBound, Reference};
-use quench_engine::gpu::{GpuDecoder, GpuOptions, GpuSession};
+use quench_engine::gpu::{Catalog, DecodeGraph, GpuDecoder, GpuOptions, GpuSession, Products, Rows, StepShape};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -64,11 +67,12 @@ fn model(rng: &mut ChaCha8Rng) -> GgufFile {
     gguf(&m, rng)
 }
 
-fn decoder(file: &GgufFile) -> GpuDecoder {
+/// A decoder on the interpreter taking steps of up to `max_batch` rows.
+fn decoder(file: &GgufFile, max_batch: usize) -> GpuDecoder {
     let options = GpuOptions {
         context: Some(32),
-        sessions: 6,
-        max_batch: 6,
+        sessions: max_batch,
+        max_batch,
         tensor_core_decode: true,
         ..GpuOptions::default()
     };
@@ -81,7 +85,7 @@ fn decoder(file: &GgufFile) -> GpuDecoder {
 fn tensor_core_steps_match_the_f64_reference() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let file = model(&mut rng);
-    let gpu = decoder(&file);
+    let gpu = decoder(&file, 6);
     let s = gpu.summary();
     // Layer 0: q|k|v, o, gate/up, down; layer 1: q, o, down; the head.
     assert_eq!(s.tensor_core_products, 8, "{s:?}");
@@ -105,7 +109,7 @@ fn tensor_core_steps_match_the_f64_reference() {
 fn a_sequences_logits_are_the_same_alone_and_with_others() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let file = model(&mut rng);
-    let gpu = decoder(&file);
+    let gpu = decoder(&file, 6);
     let seqs: Vec<Vec<u32>> = (0..6).map(|_| (0..4).map(|_| rng.gen_range(0..VOCAB as u32)).collect()).collect();
     let alone: Vec<Vec<Vec<u32>>> = seqs
         .iter()
@@ -128,6 +132,85 @@ fn a_sequences_logits_are_the_same_alone_and_with_others() {
                     bits(logits) == alone[i][pos],
                     "sequence {i} at position {pos}, in a step of {} rows, differs from the sequence alone",
                     group.len()
+                );
+            }
+        }
+    }
+}
+
+/// The tensor-core dispatches of a step of `rows` rows in the graph for `max_batch`.
+fn tensor_core_kernels(graph: &DecodeGraph, rows: u32) -> Vec<usize> {
+    graph.step(rows).filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_")).map(|d| d.kernel).collect()
+}
+
+#[test]
+fn each_row_count_takes_the_narrowest_variant_that_holds_it() {
+    let file = model(&mut ChaCha8Rng::seed_from_u64(seed()));
+    let config = ModelConfig::from_gguf(&file).expect("config");
+    let catalog = Catalog::choose(&config, &file, Naming::Gguf).expect("kernels");
+    // (max_batch, the row counts served by each variant built: 8, 16, 32, 64 rows a pass)
+    for (max_batch, classes) in [
+        (6usize, vec![1..=6u32]),
+        (8, vec![1..=8]),
+        (17, vec![1..=8, 9..=16, 17..=17]),
+        (64, vec![1..=8, 9..=16, 17..=32, 33..=64]),
+        (100, vec![1..=8, 9..=16, 17..=32, 33..=100]),
+    ] {
+        let shape = StepShape { context: 32, sessions: max_batch, max_batch };
+        let graph = DecodeGraph::assemble_with(&config, &catalog, &file, Naming::Gguf, shape, 132, Products::TensorCore)
+            .expect("a step");
+        let tc: Vec<_> = graph.dispatches.iter().filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_")).collect();
+        // 8 products, a dispatch per variant each.
+        assert_eq!(tc.len(), 8 * classes.len(), "max_batch {max_batch}");
+        if classes.len() == 1 {
+            assert!(tc.iter().all(|d| d.rows == Rows::Any), "max_batch {max_batch}");
+        }
+        let mut seen = vec![];
+        for class in &classes {
+            let first = tensor_core_kernels(&graph, *class.start());
+            assert_eq!(first.len(), 8, "max_batch {max_batch}, {} rows", class.start());
+            for n in class.clone() {
+                assert_eq!(tensor_core_kernels(&graph, n), first, "max_batch {max_batch}: {n} rows take another variant");
+            }
+            assert!(first.iter().all(|k| !seen.contains(k)), "max_batch {max_batch}: two classes share a variant");
+            seen.extend(first);
+        }
+    }
+}
+
+#[test]
+fn a_sequences_logits_are_the_same_in_every_variant() {
+    const N: usize = 17;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = model(&mut rng);
+    let gpu = decoder(&file, N);
+    let seqs: Vec<Vec<u32>> = (0..N).map(|_| (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect()).collect();
+    let alone: Vec<Vec<Vec<u32>>> = seqs
+        .iter()
+        .map(|t| {
+            let mut s = gpu.new_session();
+            t.iter().map(|&tok| bits(&gpu.feed(&mut s, &[tok]).expect("steps"))).collect()
+        })
+        .collect();
+    let mut sessions: Vec<GpuSession> = (0..N).map(|_| gpu.new_session()).collect();
+    // Each position splits the sequences, in a fresh order, into steps of these sizes: the
+    // variants of 32, 16 and 8 rows a pass.
+    let splits: [&[usize]; 3] = [&[17], &[9, 3, 5], &[3, 9, 5]];
+    for (pos, sizes) in splits.iter().enumerate() {
+        let mut order: Vec<usize> = (0..N).collect();
+        order.shuffle(&mut rng);
+        let mut rest = &order[..];
+        for &size in sizes.iter() {
+            let (group, after) = rest.split_at(size);
+            rest = after;
+            let mut picked: Vec<Option<&mut GpuSession>> = sessions.iter_mut().map(Some).collect();
+            let mut rows: Vec<(&mut GpuSession, u32)> =
+                group.iter().map(|&i| (picked[i].take().expect("once"), seqs[i][pos])).collect();
+            let got = gpu.step_batch(&mut rows).expect("the step runs");
+            for (&i, logits) in group.iter().zip(&got) {
+                assert!(
+                    bits(logits) == alone[i][pos],
+                    "sequence {i} at position {pos}, in a step of {size} rows, differs from the sequence alone"
                 );
             }
         }

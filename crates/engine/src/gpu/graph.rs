@@ -52,7 +52,11 @@
 //! With [`Products::TensorCore`] (a server's steps of many rows) every step, one row or
 //! many, takes the second form, with the products of bf16 matrices on the tensor cores
 //! ([`gemv_tc`]: the weights read once for up to 64 rows, a row's bits the same at every
-//! row count); matrices in other formats keep the matrix–vector kernels.
+//! row count); matrices in other formats keep the matrix–vector kernels. Each such
+//! product is built for passes of 8, 16, 32 and 64 rows (as many of these as
+//! [`StepShape::max_batch`] needs), a dispatch each for the steps of the row counts it
+//! serves ([`Rows::Span`]): the narrower passes hold fewer accumulators, so small steps
+//! run more blocks at once, and a row's arithmetic is the same in all of them.
 //!
 //! **Rows.** Row `i` of a step is one sequence: its token, position, context length and
 //! block-table row. The matrix–vector kernels multiply each weight row with every row's
@@ -126,7 +130,8 @@ pub(crate) enum Operand {
 
 /// The steps a dispatch is part of. The matrix–vector products that read a normalized
 /// input differ: a one-row step normalizes inside each product, a step of several rows
-/// with a dispatch of its own and then multiplies several vectors a pass.
+/// with a dispatch of its own and then multiplies several vectors a pass. The tensor-core
+/// products come in variants by row count ([`Rows::Span`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rows {
     /// Steps of any row count.
@@ -135,6 +140,8 @@ pub enum Rows {
     One,
     /// Steps of two rows or more.
     Many,
+    /// Steps of `least ..= most` rows.
+    Span { least: u32, most: u32 },
 }
 
 impl Rows {
@@ -144,6 +151,7 @@ impl Rows {
             Rows::Any => true,
             Rows::One => rows == 1,
             Rows::Many => rows > 1,
+            Rows::Span { least, most } => (least..=most).contains(&rows),
         }
     }
 }
@@ -483,9 +491,9 @@ pub enum Products {
     #[default]
     Gemv,
     /// Tensor-core products ([`gemv_tc`]) at every row count, one row or many, behind the
-    /// norms' own dispatches: the weights are read once for up to 64 rows. Matrices in
-    /// other formats (and bf16 ones whose columns are not a multiple of 32) keep the
-    /// matrix–vector kernels.
+    /// norms' own dispatches: the weights are read once for up to 64 rows, in a variant
+    /// whose passes fit the step's rows. Matrices in other formats (and bf16 ones whose
+    /// columns are not a multiple of 32) keep the matrix–vector kernels.
     TensorCore,
 }
 
@@ -676,10 +684,12 @@ impl Assembler<'_> {
             Input::Plain(x) => (*x, None, Some(*x)),
             Input::Normed(n) => (n.residual, Some((n.weight, n.eps)), n.rows),
         };
-        if let (Some(tc), Some(x)) = (self.tensor_core(&p), many_x) {
+        if let (Some(variants), Some(x)) = (self.tensor_core(&p), many_x) {
             let label = format!("{prefix}{what}");
-            let k = self.kernel(&label, &tc, gemv_tc::build)?;
-            self.push(label, k, tc.launch(), None, args(x, None));
+            for (steps, tc) in variants {
+                let k = self.kernel(&label, &tc, gemv_tc::build)?;
+                self.push_in(steps, label.clone(), k, tc.launch(), None, args(x, None));
+            }
             return Ok(());
         }
         let k = self.kernel(&label, &p, qgemv::build)?;
@@ -722,25 +732,54 @@ impl Assembler<'_> {
             && cols.is_multiple_of(32)
     }
 
-    /// The tensor-core product standing in for the matrix–vector product `p`, where the
-    /// step takes them and `p`'s matrix suits them.
+    /// The tensor-core products standing in for the matrix–vector product `p`, where the
+    /// step takes them and `p`'s matrix suits them: one variant per class of row counts,
+    /// each with the steps it serves.
     ///
     /// Eight warps split the columns (fewer where the row has fewer 32-column chunks):
     /// a function of the shape only, so that a row's bits never depend on the rows of the
-    /// step. Passes of up to 64 rows (fewer where a step has fewer), two row tiles a warp
-    /// (one for SwiGLU, whose two matrices already share each activation load).
-    fn tensor_core(&self, p: &QGemvParams) -> Option<GemvTcParams> {
-        self.takes_tensor_cores(p.format, p.cols as usize).then(|| GemvTcParams {
+    /// step. Two row tiles a warp (one for SwiGLU, whose two matrices already share each
+    /// activation load). The variants differ only in the 8-row tiles a pass takes
+    /// ([`TC_TILES`]), which a row's arithmetic does not depend on: a step takes the
+    /// smallest variant whose pass holds all its rows (the widest one, in several passes,
+    /// past 64 rows), since the registers a pass's accumulators need limit the blocks an
+    /// SM runs at once — a one-row step on the 64-row variant runs at one block an SM.
+    fn tensor_core(&self, p: &QGemvParams) -> Option<Vec<(Rows, GemvTcParams)>> {
+        if !self.takes_tensor_cores(p.format, p.cols as usize) {
+            return None;
+        }
+        let base = GemvTcParams {
             epilogue: p.epilogue,
             rows: p.rows,
             cols: p.cols,
             warps: (p.cols / 32).min(8),
             row_tiles: if p.epilogue == Epilogue::SwiGlu { 1 } else { 2 },
-            tiles: self.max_batch.div_ceil(8).min(8),
+            tiles: 1,
             unroll: 2,
-        })
+        };
+        let needed = self.max_batch.div_ceil(8).min(TC_TILES[TC_TILES.len() - 1]);
+        let mut variants = vec![];
+        let mut least = 1;
+        for tiles in TC_TILES {
+            let widest = tiles >= needed;
+            let most = if widest { u32::MAX } else { 8 * tiles };
+            let steps = match (least, most) {
+                (1, u32::MAX) => Rows::Any,
+                _ => Rows::Span { least, most },
+            };
+            variants.push((steps, GemvTcParams { tiles, ..base }));
+            if widest {
+                break;
+            }
+            least = most + 1;
+        }
+        Some(variants)
     }
 }
+
+/// The 8-row tiles a pass of each tensor-core variant takes: a step of `n` rows runs the
+/// first with `8 · tiles ≥ n`.
+const TC_TILES: [u32; 4] = [1, 2, 4, 8];
 
 /// Warps of a matrix–vector block; the norms of steps of several rows run on as many
 /// threads, so that their reductions take the prologue's order.
