@@ -133,4 +133,7 @@ fn every_shape_builds_with_or_without_the_ring() {
             }
         }
     }
+    // A matrix of more than 2 GiB addresses its rows with 64-bit offsets.
+    let p = params(Prologue::None, Epilogue::Residual, 1 << 20, 4096);
+    qgemv::build(&p).expect("a 2.25 GiB matrix builds");
 }

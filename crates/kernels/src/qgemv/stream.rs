@@ -172,15 +172,23 @@ impl<'a> Stream<'a> {
         }
         let off = k.mul_const(unit, p.format.unit_bytes());
         let rb = p.format.row_bytes(p.cols);
-        let start = wide_mul(k, row0, rb);
+        // A matrix under 2 GiB (any decoder's) takes 32-bit offsets: one 64-bit add a
+        // stream instead of a wide multiply and two.
+        let start = if u64::from(p.rows) * u64::from(rb) < 1 << 31 {
+            let start = k.mul_const(row0, rb);
+            k.add(start, off)
+        } else {
+            let start = wide_mul(k, row0, rb);
+            let off = k.cvt(Scalar::U64, off);
+            k.add(start, off)
+        };
         let mut out = Vec::with_capacity(self.streams());
         for i in 0..rpw {
-            // The warp's later rows as constant offsets from its first (an address
-            // immediate, not another 64-bit pointer held across the loop).
-            let later = k.const_u64(u64::from(i * rb));
             for &w in &self.weights {
                 let at = k.ptr_add(w, start);
-                let at = k.ptr_add(at, off);
+                // The warp's later rows as constant offsets from its first (an address
+                // immediate, not another pointer held across the loop).
+                let later = k.const_u32(i * rb);
                 out.push(k.ptr_add(at, later));
             }
         }
