@@ -268,7 +268,6 @@ fn profiled_generation_records_every_dispatch_of_every_replayed_step() {
             "capture the decode step",
             "step 0: submit",
             "step 0: wait and read back",
-            "step 0: copy profile records on the device",
             // Fewer steps than the history holds: read once, when the decoder goes.
             read.as_str(),
             "sampling and host work between tokens",

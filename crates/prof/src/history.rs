@@ -2,15 +2,18 @@
 //!
 //! Reading the ring back after every step puts a copy to the host, and the wait for it,
 //! into every step. A [`History`] instead has each step end with a copy of the ring into
-//! the next of its slots, on the device and not waited for by the host, and reads all the
-//! slots filled so far back in one copy: when they are all filled, or when its owner is
-//! done.
+//! the next of its rooms, made on the device by the step's own last dispatch
+//! ([`History::copy_dispatch`], which a captured step graph holds like any other launch),
+//! and reads all the rooms filled so far back in one copy: when they are all filled, or
+//! when its owner is done.
 //!
-//! The copy is a kernel of its own ([`COPY_KERNEL`], a thread per 8-byte word), launched
-//! on the steps' stream. A driver memory copy would do the same work, but measured on an
-//! H200 between replays of a decode step's graph it cost far more than its bytes: ~45 µs
-//! on the step it followed and ~40 µs on each later step (qwen2.5-0.5b shape, 147
-//! dispatches a step, 0.77 ms plain), against a few µs for a kernel launch.
+//! The copy is a kernel ([`COPY_KERNEL`]) that takes its room from a counter on the
+//! device, so the same launch, with the same arguments, fills the next room at every
+//! replay. Measured on an H200 between replays of a decode step's graph, a driver copy
+//! issued by the host after each step (`cuMemcpyDtoD`, or `cuMemcpyDtoDAsync` on the
+//! steps' stream) cost ~45 µs on the step it followed and ~40 µs on every later step, and
+//! so did the same kernel launched by the host between the replays (qwen2.5-0.5b shape,
+//! 147 dispatches a step, 0.77 ms plain).
 
 use quench_ir::{Builder, Function, Scalar, Type};
 use quench_kernels::lanes::gptr;
@@ -20,24 +23,52 @@ use crate::ring::{Dispatch, Ring, RingError};
 
 /// Name of the kernel that copies the ring into the history.
 pub const COPY_KERNEL: &str = "prof_history_copy";
-/// Threads per block of the copy.
+/// Threads of the copy's one block.
 const COPY_THREADS: u32 = 256;
 
-/// `prof_history_copy(dst, src, words)`: `dst[i] = src[i]` for `i < words`, u64 words.
+/// `prof_history_copy(rooms, ring, words, steps, counter)`: one block copies the ring's
+/// `words` u64 words into room `counter mod steps` of `rooms` (rooms of `words` words back
+/// to back), then adds one to `counter` (u64).
 pub fn copy_kernel() -> Function {
     let mut k = Builder::new(COPY_KERNEL, COPY_THREADS);
-    let dst = k.param("dst", gptr(Scalar::U64));
-    let src = k.param("src", gptr(Scalar::U64));
+    let rooms = k.param("rooms", gptr(Scalar::U64));
+    let ring = k.param("ring", gptr(Scalar::U64));
     let words = k.param("words", Type::U32);
-    let i = k.global_id_x();
-    let inside = k.lt(i, words);
-    k.if_then(inside, |k| {
-        let from = k.ptr_add(src, i);
+    let steps = k.param("steps", Type::U32);
+    let counter = k.param("counter", gptr(Scalar::U64));
+    let made = k.load(Type::U64, counter);
+    let steps64 = k.cvt(Scalar::U64, steps);
+    let room = k.rem(made, steps64);
+    let words64 = k.cvt(Scalar::U64, words);
+    let first = k.mul(room, words64);
+    let dst = k.ptr_add(rooms, first);
+    let tid = k.tid_x();
+    let threads = k.const_u32(COPY_THREADS);
+    k.for_range(tid, words, threads, &[], |k, i, _| {
+        let from = k.ptr_add(ring, i);
         let word = k.load(Type::U64, from);
         let to = k.ptr_add(dst, i);
         k.store(to, word);
+        vec![]
+    });
+    // Every thread has read the counter before thread 0 moves it on.
+    k.barrier();
+    let zero = k.const_u32(0);
+    let first_thread = k.eq(tid, zero);
+    k.if_then(first_thread, |k| {
+        let one = k.const_u64(1);
+        let next = k.add(made, one);
+        k.store(counter, next);
     });
     k.finish().expect("the history copy kernel verifies")
+}
+
+/// A launch of the copy kernel, to end each step whose records the history keeps.
+#[derive(Clone, Debug)]
+pub struct CopyDispatch {
+    pub kernel: KernelId,
+    pub launch: Launch,
+    pub args: Vec<Arg>,
 }
 
 /// A [`Ring`] and room on the device for `steps` copies of it.
@@ -49,7 +80,9 @@ pub struct History {
     copy_bytes: u64,
     /// Per copy made since the previous read, in order: the ring's slots taken then.
     copies: Vec<usize>,
-    copy: KernelId,
+    /// Copies made before those (the device counter's value at the first of them).
+    made: u64,
+    copy: CopyDispatch,
 }
 
 impl History {
@@ -60,18 +93,35 @@ impl History {
             return Err(RingError::HistoryEmpty);
         }
         let ring = Ring::new(exec, slots)?;
-        let (_, copy_bytes) = ring.buffer();
-        // Every copy may be read back at once, into one host buffer.
+        let (ring_ptr, copy_bytes) = ring.buffer();
+        // Every copy may be read back at once, into one host buffer; the copy kernel
+        // counts the ring in u32 words.
+        let words = u32::try_from(copy_bytes / 8).ok();
         let total = copy_bytes
             .checked_mul(steps as u64)
             .filter(|&b| usize::try_from(b).is_ok())
+            .zip(words)
             .ok_or(RingError::HistoryTooLarge { steps, bytes: copy_bytes });
-        let room = total.and_then(|total| {
-            let copy = exec.load(&copy_kernel())?;
-            Ok((exec.alloc(total)?, copy))
+        let room = total.and_then(|(total, words)| {
+            let kernel = exec.load(&copy_kernel())?;
+            // The rooms, then the copy counter.
+            let ptr = exec.alloc(total + 8)?;
+            let counter = ptr.offset(total);
+            let copy = CopyDispatch {
+                kernel,
+                launch: Launch::linear(1, COPY_THREADS),
+                args: vec![Arg::Ptr(ptr), Arg::Ptr(ring_ptr), Arg::U32(words), Arg::U32(steps), Arg::Ptr(counter)],
+            };
+            match exec.copy_to_device(counter, &0u64.to_le_bytes()) {
+                Ok(()) => Ok((ptr, copy)),
+                Err(e) => {
+                    let _ = exec.free(ptr);
+                    Err(e.into())
+                }
+            }
         });
         match room {
-            Ok((ptr, copy)) => Ok(History { ring, ptr, steps, copy_bytes, copies: vec![], copy }),
+            Ok((ptr, copy)) => Ok(History { ring, ptr, steps, copy_bytes, copies: vec![], made: 0, copy }),
             Err(e) => {
                 // Best effort: the allocation error is the one worth reporting.
                 let _ = ring.release(exec);
@@ -95,37 +145,45 @@ impl History {
         self.copies() >= self.steps
     }
 
-    /// Copy the ring's records into the next free room: a launch of the copy kernel on
-    /// `stream` (the stream the instrumented launches ran on), after them and before the
-    /// launches issued there next, which the host does not wait for.
-    pub fn snapshot(&mut self, exec: &mut dyn Executor, stream: StreamId) -> Result<(), RingError> {
+    /// The dispatch that copies the ring into the next room: the last launch of every
+    /// step whose records are kept, on the stream of its other launches.
+    pub fn copy_dispatch(&self) -> &CopyDispatch {
+        &self.copy
+    }
+
+    /// Count a step whose launches, [`History::copy_dispatch`] last, have been issued.
+    /// A full history must be read first: the copy would have overwritten its oldest
+    /// room.
+    pub fn copied(&mut self) -> Result<(), RingError> {
         if self.is_full() {
             return Err(RingError::HistoryFull { steps: self.steps });
         }
-        let (ring, bytes) = self.ring.buffer();
-        let words = u32::try_from(bytes / 8).map_err(|_| RingError::HistoryTooLarge { steps: self.steps, bytes })?;
-        let dst = self.ptr.offset(bytes * self.copies.len() as u64);
-        let launch = Launch::linear(words.div_ceil(COPY_THREADS), COPY_THREADS);
-        let args = [Arg::Ptr(dst), Arg::Ptr(ring), Arg::U32(words)];
-        exec.launch(self.copy, &launch, &args, stream)?;
         self.copies.push(self.ring.taken());
         Ok(())
     }
 
     /// Read every copy made since the previous read, in one copy from the device (which
-    /// waits for the snapshots), and free their room: per copy, in the order they were
+    /// waits for the steps that made them), and free their room: per copy, in the order they were
     /// made, the records of the slots taken then, each record's `launches` counting the
     /// launches of its slot since the copy before.
     pub fn read(&mut self, exec: &mut dyn Executor) -> Result<Vec<Vec<Dispatch>>, RingError> {
         if self.copies.is_empty() {
             return Ok(vec![]);
         }
-        // `new` checked that all the room fits in a host buffer.
+        // `new` checked that all the rooms fit in a host buffer.
         let copy = self.copy_bytes as usize;
-        let mut bytes = vec![0u8; copy * self.copies.len()];
+        let mut bytes = vec![0u8; copy * self.steps as usize];
         exec.copy_to_host(self.ptr, &mut bytes)?;
         let ring = &mut self.ring;
-        let out = bytes.chunks_exact(copy).zip(&self.copies).map(|(image, &taken)| ring.decode(image, taken)).collect();
+        let steps = u64::from(self.steps);
+        let out = (self.made..)
+            .zip(&self.copies)
+            .map(|(made, &taken)| {
+                let room = (made % steps) as usize * copy;
+                ring.decode(&bytes[room..room + copy], taken)
+            })
+            .collect();
+        self.made += self.copies.len() as u64;
         self.copies.clear();
         Ok(out)
     }

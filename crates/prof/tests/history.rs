@@ -33,6 +33,13 @@ fn record_now(exec: &mut InterpExecutor, slot: &[Arg; 2], kernel: &str, counter_
     (d, counter)
 }
 
+/// End a step as a decoder does: the history's copy dispatch after the step's launches.
+fn copy(exec: &mut InterpExecutor, history: &mut History) {
+    let c = history.copy_dispatch().clone();
+    exec.launch(c.kernel, &c.launch, &c.args, StreamId::DEFAULT).expect("copy");
+    history.copied().expect("copied");
+}
+
 #[test]
 fn a_run_longer_than_the_history_reads_every_step_in_batches() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
@@ -101,11 +108,11 @@ fn a_run_longer_than_the_history_reads_every_step_in_batches() {
         }
         expected.push(now);
 
-        history.snapshot(&mut exec, StreamId::DEFAULT).expect("snapshot");
+        copy(&mut exec, &mut history);
         if history.is_full() {
-            match history.snapshot(&mut exec, StreamId::DEFAULT) {
+            match history.copied() {
                 Err(RingError::HistoryFull { steps }) => assert_eq!(steps, kept),
-                other => panic!("a snapshot into a full history: {other:?}"),
+                other => panic!("a copy into a full history: {other:?}"),
             }
             let batch = history.read(&mut exec).expect("read");
             assert_eq!(batch.len() as u32, kept);
@@ -136,8 +143,8 @@ fn a_history_needs_room() {
     assert!(matches!(History::new(&mut exec, 4, 0), Err(RingError::HistoryEmpty)));
     let mut history = History::new(&mut exec, 1, 1).expect("history");
     assert!(history.read(&mut exec).expect("nothing to read").is_empty());
-    history.snapshot(&mut exec, StreamId::DEFAULT).expect("snapshot");
-    assert!(matches!(history.snapshot(&mut exec, StreamId::DEFAULT), Err(RingError::HistoryFull { steps: 1 })));
+    copy(&mut exec, &mut history);
+    assert!(matches!(history.copied(), Err(RingError::HistoryFull { steps: 1 })));
     // A copy of a ring whose slots were all free holds no record.
     assert_eq!(history.read(&mut exec).expect("read"), vec![Vec::<Dispatch>::new()]);
     history.release(&mut exec).expect("free");

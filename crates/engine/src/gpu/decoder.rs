@@ -394,6 +394,17 @@ impl GpuDecoder {
                     for (l, slot) in instrumented.iter_mut().zip(slots) {
                         l.args.extend(slot.map(Slot::Arg));
                     }
+                    // Each instrumented step ends by copying its records on the device,
+                    // inside its graph: a copy issued between replays costs far more.
+                    let copy = state.copy_dispatch();
+                    instrumented.push(Resolved {
+                        label: "copy the profiler's records".into(),
+                        kernel: copy.kernel,
+                        launch: copy.launch,
+                        rows: Rows::Any,
+                        per_row: None,
+                        args: copy.args.iter().copied().map(Slot::Arg).collect(),
+                    });
                     (Some(state), sampled)
                 }
                 None => (None, None),

@@ -433,7 +433,8 @@ pub(crate) fn measure_ceilings(exec: &mut dyn Executor) -> Option<Result<Ceiling
 
 /// A step whose records are in the history, not yet read back.
 struct Unread {
-    step: u32,
+    /// Its number, `None` when it ran after the decoder's profile ended.
+    step: Option<u32>,
     /// Its rows: which dispatches it ran.
     rows: u32,
     /// Its context length, which the KV cache's share of the work model grows with.
@@ -526,6 +527,12 @@ pub(crate) fn attach(
 }
 
 impl Instrumented {
+    /// The dispatch each instrumented step ends with: the copy of its records into the
+    /// history, on the device.
+    pub(crate) fn copy_dispatch(&self) -> &quench_prof::history::CopyDispatch {
+        self.history.copy_dispatch()
+    }
+
     /// Whether the decoder's next step runs its instrumented kernels: every
     /// [`Profile::every`]th step, from its first.
     pub(crate) fn instruments_next(&self) -> bool {
@@ -544,14 +551,16 @@ impl Instrumented {
     /// Read every step in the history back (one copy, which waits for them) and add
     /// their records to the profile, if it is still the one they were recorded for.
     fn read_history(&mut self, exec: &mut dyn Executor) -> Result<(), GpuError> {
-        let (Some(first), Some(last)) = (self.unread.first(), self.unread.last()) else {
+        if self.unread.is_empty() {
             return Ok(());
+        }
+        let numbered = || self.unread.iter().filter_map(|u| u.step);
+        let which = match (numbered().next(), numbered().last()) {
+            (Some(first), Some(last)) => format!("steps {first}-{last}"),
+            _ => "steps after the profile ended".to_string(),
         };
-        let span = format!("read profile records of steps {}-{}", first.step, last.step);
-        let during = format!(
-            "reading the profiler's records of steps {}-{}",
-            first.step, last.step
-        );
+        let span = format!("read profile records of {which}");
+        let during = format!("reading the profiler's records of {which}");
         let read_at = Instant::now();
         let steps = self.history.read(exec).map_err(ring_error(&during))?;
         let read_end = Instant::now();
@@ -562,6 +571,7 @@ impl Instrumented {
         };
         r.profile.host.record(&span, read_at, read_end);
         for (records, step) in steps.into_iter().zip(unread) {
+            let Some(number) = step.step else { continue };
             // A step's graph holds only the dispatches of its row count; the other
             // slots record nothing in it.
             let ran = records
@@ -571,7 +581,7 @@ impl Instrumented {
             for (mut d, slot) in ran {
                 r.profile.unread -= 1;
                 d.label = slot.label.clone();
-                d.step = Some(step.step);
+                d.step = Some(number);
                 d.bytes = slot.work.bytes + slot.work.bytes_per_position * step.context;
                 d.flops = slot.work.flops + slot.work.flops_per_position * step.context;
                 r.profile.dispatches.push(d);
@@ -621,7 +631,7 @@ pub(crate) fn step_done(
 ) -> Result<(), GpuError> {
     let Some(timer) = timer else { return Ok(()) };
     let done_at = Instant::now();
-    // The instrumented step's number and when its records were copied.
+    // The instrumented step's number in the live profile.
     let mut recorded = None;
     if let Some(p) = prof.as_deref_mut() {
         let instrumented = p.instruments_next();
@@ -638,13 +648,14 @@ pub(crate) fn step_done(
             r.profile.unread += dispatches;
             step
         });
-        if let (Some(step), true) = (step, instrumented) {
+        if instrumented {
+            // The step's graph ended with the history's copy dispatch, whichever profile
+            // is live now: count the copy so that the rooms stay in step with the device.
             let during = format!(
-                "decode step at position {}: copying the profiler's records",
+                "decode step at position {}: keeping the profiler's records",
                 context - 1
             );
-            p.history.snapshot(exec, StreamId::DEFAULT).map_err(ring_error(&during))?;
-            let copied_at = Instant::now();
+            p.history.copied().map_err(ring_error(&during))?;
             p.unread.push(Unread {
                 step,
                 rows,
@@ -653,7 +664,7 @@ pub(crate) fn step_done(
             if p.history.is_full() {
                 p.read_history(exec)?;
             }
-            recorded = Some((step, copied_at));
+            recorded = step;
         }
     }
     let end = Instant::now();
@@ -669,7 +680,7 @@ pub(crate) fn step_done(
     let Some(p) = prof.filter(|p| p.profile == r.id) else {
         return Ok(());
     };
-    if let Some((step, copied_at)) = recorded {
+    if let Some(step) = recorded {
         let host = &mut r.profile.host;
         if let Some((session, at)) = p.last_read {
             if session == timer.session {
@@ -682,11 +693,6 @@ pub(crate) fn step_done(
             &format!("step {step}: wait and read back"),
             submitted,
             done_at,
-        );
-        host.record(
-            &format!("step {step}: copy profile records on the device"),
-            done_at,
-            copied_at,
         );
     }
     p.last_read = read_back.then_some((timer.session, end));
