@@ -242,6 +242,12 @@ impl Builder {
         let ty = self.ty(a);
         self.emit(ty, Op::Fma { rnd: Round::Rn, a, b, c })
     }
+    /// `c + Σ a.byte[i]·b.byte[i]` ([`Op::Dp4a`]), the bytes of `a` and `b` signed as
+    /// asked; `c` is `i32` when either is signed, else `u32`, and so is the result.
+    pub fn dp4a(&mut self, a: Value, a_signed: bool, b: Value, b_signed: bool, c: Value) -> Value {
+        let ty = if a_signed || b_signed { Type::I32 } else { Type::U32 };
+        self.emit(ty, Op::Dp4a { a_signed, b_signed, a, b, c })
+    }
     pub fn un(&mut self, op: UnOp, a: Value) -> Value {
         let ty = match op {
             UnOp::Popc | UnOp::Clz => Type::U32,

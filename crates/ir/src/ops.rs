@@ -440,6 +440,11 @@ pub enum Op {
     Bin { op: BinOp, rnd: Option<Round>, a: Value, b: Value },
     /// Fused multiply-add, single rounding: a*b+c.
     Fma { rnd: Round, a: Value, b: Value, c: Value },
+    /// Four-way byte dot product with accumulate, `c + Σ_{i<4} a.byte[i]·b.byte[i]`
+    /// (PTX `dp4a`), wrapping modulo 2^32. `a` and `b` are 32-bit integers whose bytes are
+    /// read as signed (`a_signed`, `b_signed`) or unsigned; `c` and the result are `i32`
+    /// when either is signed, else `u32`.
+    Dp4a { a_signed: bool, b_signed: bool, a: Value, b: Value, c: Value },
     Un { op: UnOp, a: Value },
     /// `div.approx.f32` (full range, about 2 ulp)
     DivApprox { a: Value, b: Value },
@@ -513,7 +518,7 @@ impl Op {
             | Op::CpAsyncWait { .. }
             | Op::Return => vec![],
             Op::Bin { a, b, .. } | Op::DivApprox { a, b } | Op::Cmp { a, b, .. } => vec![*a, *b],
-            Op::Fma { a, b, c, .. } => vec![*a, *b, *c],
+            Op::Fma { a, b, c, .. } | Op::Dp4a { a, b, c, .. } => vec![*a, *b, *c],
             Op::Un { a, .. } | Op::Cvt { a, .. } | Op::Bitcast { a, .. } | Op::Extract { a, .. } => {
                 vec![*a]
             }

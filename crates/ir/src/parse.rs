@@ -578,6 +578,18 @@ impl Parser<'_> {
                 let v = self.operands(3)?;
                 Op::Fma { rnd, a: v[0], b: v[1], c: v[2] }
             }
+            "dp4a" => {
+                let sign = |s: &str| match s {
+                    "s32" => Some(true),
+                    "u32" => Some(false),
+                    _ => None,
+                };
+                let a_signed = m.need("`u32` or `s32` (the bytes of a)", sign)?;
+                let b_signed = m.need("`u32` or `s32` (the bytes of b)", sign)?;
+                m.done()?;
+                let v = self.operands(3)?;
+                Op::Dp4a { a_signed, b_signed, a: v[0], b: v[1], c: v[2] }
+            }
             "cmp" => {
                 let op = m.need("a comparison", |s| by_name(&CmpOp::ALL, CmpOp::name, s))?;
                 m.done()?;

@@ -60,6 +60,7 @@
 //! | `Special` | `special tid.x` (`tid.*`, `ntid.*`, `ctaid.*`, `nctaid.*`, `laneid`, `warpid`, `clock`, `clock64`, `globaltimer`) |
 //! | `Bin` | `add{.rnd} %a, %b` for `add sub mul mulhi div rem min max and or xor shl shr` |
 //! | `Fma` | `fma.rnd %a, %b, %c` |
+//! | `Dp4a` | `dp4a.{u32,s32}.{u32,s32} %a, %b, %c` (the signedness of `a`'s bytes, then `b`'s) |
 //! | `Un` | `neg abs not popc clz`, `sqrt.rnd rcp.rnd round.rnd`, `rcp.approx rsqrt.approx ex2.approx lg2.approx tanh.approx sin.approx cos.approx`, each `%a` |
 //! | `DivApprox` | `div.approx %a, %b` |
 //! | `Cmp` | `cmp.{eq,ne,lt,le,gt,ge} %a, %b` |
@@ -301,6 +302,15 @@ pub(crate) fn un_name(op: UnOp) -> String {
     }
 }
 
+/// `dp4a`'s name for bytes read signed or unsigned.
+pub(crate) fn byte_sign(signed: bool) -> &'static str {
+    if signed {
+        "s32"
+    } else {
+        "u32"
+    }
+}
+
 fn op_text(f: &Function, inst: &Inst, out: &mut String) {
     let s = match &inst.op {
         Op::Const { ty, bits } => format!("const{} {}", explicit(f, inst, *ty), const_literal(*ty, *bits)),
@@ -311,6 +321,9 @@ fn op_text(f: &Function, inst: &Inst, out: &mut String) {
         Op::Special(s) => format!("special {}", s.name()),
         Op::Bin { op, rnd, a, b } => format!("{}{} {a}, {b}", op.name(), rnd_suffix(*rnd)),
         Op::Fma { rnd, a, b, c } => format!("fma.{} {a}, {b}, {c}", rnd.name()),
+        Op::Dp4a { a_signed, b_signed, a, b, c } => {
+            format!("dp4a.{}.{} {a}, {b}, {c}", byte_sign(*a_signed), byte_sign(*b_signed))
+        }
         Op::Un { op, a } => format!("{} {a}", un_name(*op)),
         Op::DivApprox { a, b } => format!("div.approx {a}, {b}"),
         Op::Cmp { op, a, b } => format!("cmp.{} {a}, {b}", op.name()),

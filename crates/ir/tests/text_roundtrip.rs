@@ -177,7 +177,8 @@ fn kernel_s8() -> Function {
     let f0 = k.extract(four, 2);
     let ci = k.bitcast(Type::I32, one);
     let cj = k.bitcast(Type::I32, f0);
-    let c = k.pack(fr(MmaShape::M16N8K32, FragRole::C, Scalar::I32), &[ci, cj, ci, cj]);
+    let dot = k.dp4a(one, true, f0, false, ci);
+    let c = k.pack(fr(MmaShape::M16N8K32, FragRole::C, Scalar::I32), &[dot, cj, ci, cj]);
     let d = k.mma(MmaShape::M16N8K32, a, b, c);
     let v = k.bitcast(Type::Vec(Scalar::I32, 4), d);
     let o = k.ptr_add(out, tid);
@@ -212,6 +213,7 @@ fn op_kind(op: &Op) -> &'static str {
         Op::Special(_) => "special",
         Op::Bin { .. } => "bin",
         Op::Fma { .. } => "fma",
+        Op::Dp4a { .. } => "dp4a",
         Op::Un { .. } => "un",
         Op::DivApprox { .. } => "div_approx",
         Op::Cmp { .. } => "cmp",
@@ -242,7 +244,7 @@ fn op_kind(op: &Op) -> &'static str {
         Op::Return => "return",
     }
 }
-const OP_KINDS: usize = 33;
+const OP_KINDS: usize = 34;
 
 fn type_kind(t: Type) -> String {
     match t {
@@ -415,6 +417,15 @@ fn attribute_sweep() -> Function {
         un_ops.extend([UnOp::Sqrt(r), UnOp::Rcp(r), UnOp::RoundInt(r)]);
         let v = def(&mut values, Type::F32);
         push(&mut insts, vec![v], Op::Fma { rnd: r, a, b: a, c: a });
+    }
+    let word = def(&mut values, Type::U32);
+    push(&mut insts, vec![word], Op::Const { ty: Type::U32, bits: 0x80ff_017f });
+    for (a_signed, b_signed) in [(false, false), (false, true), (true, false), (true, true)] {
+        let acc = if a_signed || b_signed { Type::I32 } else { Type::U32 };
+        let c = def(&mut values, acc);
+        push(&mut insts, vec![c], Op::Const { ty: acc, bits: 7 });
+        let v = def(&mut values, acc);
+        push(&mut insts, vec![v], Op::Dp4a { a_signed, b_signed, a: word, b: word, c });
     }
     for op in un_ops {
         let v = def(&mut values, Type::U32);
@@ -751,6 +762,14 @@ impl Gen {
                 self.emit(out, Type::Scalar(s.ty()), Op::Special(s));
             }
             2..=4 => self.bin(out),
+            5 if self.rng.gen_bool(0.25) => {
+                let (a_signed, b_signed) = (self.rng.gen_bool(0.5), self.rng.gen_bool(0.5));
+                let acc = if a_signed || b_signed { Type::I32 } else { Type::U32 };
+                let words = [Type::U32, Type::I32];
+                let (ta, tb) = (self.one_of(&words), self.one_of(&words));
+                let (a, b, c) = (self.get(out, ta), self.get(out, tb), self.get(out, acc));
+                self.emit(out, acc, Op::Dp4a { a_signed, b_signed, a, b, c });
+            }
             5 => {
                 let s =
                     self.one_of(&[Scalar::F16, Scalar::BF16, Scalar::F32, Scalar::F64, Scalar::F16x2, Scalar::BF16x2]);

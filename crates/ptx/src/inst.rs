@@ -23,6 +23,9 @@ pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
         }
         Op::Bin { op, rnd, a, b } => arith::bin(e, one(i)?, *op, *rnd, *a, *b),
         Op::Fma { rnd, a, b, c } => arith::fma(e, one(i)?, *rnd, [*a, *b, *c]),
+        Op::Dp4a { a_signed, b_signed, a, b, c } => {
+            arith::dp4a(e, one(i)?, [*a_signed, *b_signed], [*a, *b, *c])
+        }
         Op::Un { op, a } => arith::un(e, one(i)?, *op, *a),
         Op::DivApprox { a, b } => arith::div_approx(e, one(i)?, *a, *b),
         Op::Cmp { op, a, b } => arith::cmp(e, one(i)?, *op, *a, *b),
@@ -78,6 +81,7 @@ pub(crate) fn op_name(op: &Op) -> String {
         Op::Special(s) => format!("special {}", s.name()),
         Op::Bin { op, .. } => op.name().to_string(),
         Op::Fma { .. } => "fma".into(),
+        Op::Dp4a { .. } => "dp4a".into(),
         Op::Un { op, .. } => format!("{op:?}").to_lowercase(),
         Op::DivApprox { .. } => "div.approx".into(),
         Op::Cmp { op, .. } => format!("cmp {}", op.name()),

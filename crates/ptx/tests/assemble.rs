@@ -1,12 +1,12 @@
-//! Every kernel in `common::kernels` emits and assembles with ptxas for sm_90, and
-//! together they use every operation of the IR.
+//! Every kernel in `common::kernels` (and the byte dot products here) emits and assembles
+//! with ptxas for sm_90, and together they use every operation of the IR.
 
 mod common;
 
 use std::collections::BTreeSet;
 
 use common::kernels;
-use quench_ir::{Function, Op, Scalar};
+use quench_ir::{AddrSpace, Builder, Function, Op, Scalar, Type};
 
 fn assemble_all(fs: impl IntoIterator<Item = Function>) {
     for f in fs {
@@ -77,6 +77,34 @@ fn tensor_cores_and_async_copies() {
     }
 }
 
+/// `dp4a` in every signedness, chained as a dot product would chain it.
+fn byte_dots() -> Function {
+    let mut k = Builder::new("byte_dots", 32);
+    let words = k.param("words", Type::Ptr(AddrSpace::Global, Scalar::U32));
+    let out = k.param("out", Type::Ptr(AddrSpace::Global, Scalar::I32));
+    let t = k.tid_x();
+    let at = k.ptr_add(words, t);
+    let a = k.load(Type::U32, at);
+    let b = k.shr_const(a, 3);
+    let zero = k.const_u32(0);
+    let uu = k.dp4a(a, false, b, false, zero);
+    let su = k.bitcast(Type::I32, uu);
+    let su = k.dp4a(a, true, b, false, su);
+    let us = k.dp4a(b, false, a, true, su);
+    let ss = k.dp4a(a, true, a, true, us);
+    let at = k.ptr_add(out, t);
+    k.store(at, ss);
+    k.finish().expect("byte_dots verifies")
+}
+
+#[test]
+fn byte_dot_products() {
+    let (ptx, _) = common::assemble(&byte_dots());
+    for inst in ["dp4a.u32.u32", "dp4a.s32.u32", "dp4a.u32.s32", "dp4a.s32.s32"] {
+        assert!(ptx.contains(inst), "no {inst} in\n{ptx}");
+    }
+}
+
 #[test]
 fn address_arithmetic() {
     assemble_all([kernels::addressing()]);
@@ -99,6 +127,7 @@ fn variant(op: &Op) -> &'static str {
         Op::Special(_) => "Special",
         Op::Bin { .. } => "Bin",
         Op::Fma { .. } => "Fma",
+        Op::Dp4a { .. } => "Dp4a",
         Op::Un { .. } => "Un",
         Op::DivApprox { .. } => "DivApprox",
         Op::Cmp { .. } => "Cmp",
@@ -130,8 +159,8 @@ fn variant(op: &Op) -> &'static str {
     }
 }
 
-const VARIANTS: [&str; 33] = [
-    "Const", "Param", "Special", "Bin", "Fma", "Un", "DivApprox", "Cmp", "Select", "Cvt", "Bitcast", "Pack",
+const VARIANTS: [&str; 34] = [
+    "Const", "Param", "Special", "Bin", "Fma", "Dp4a", "Un", "DivApprox", "Cmp", "Select", "Cvt", "Bitcast", "Pack",
     "Extract", "PtrAdd", "PtrCast", "SharedAddr", "Load", "Store", "Barrier", "Fence", "Atomic", "Shfl", "Vote",
     "Redux", "Mma", "LdMatrix", "CpAsync", "CpAsyncCommit", "CpAsyncWait", "If", "For", "Yield", "Return",
 ];
@@ -139,7 +168,7 @@ const VARIANTS: [&str; 33] = [
 #[test]
 fn the_test_kernels_use_every_op_variant() {
     let mut seen = BTreeSet::new();
-    for f in kernels::all() {
+    for f in kernels::all().into_iter().chain([byte_dots()]) {
         f.walk(&mut |i| {
             seen.insert(variant(&i.op));
         });

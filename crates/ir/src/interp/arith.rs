@@ -250,6 +250,19 @@ pub(crate) fn fma(rnd: Round, s: Scalar, a: u64, b: u64, c: u64) -> R {
 
 // ---- one-operand ----------------------------------------------------------------------------
 
+/// `c + Σ a.byte[i]·b.byte[i]` modulo 2^32, each word's bytes signed or not.
+pub(crate) fn dp4a(a: u32, a_signed: bool, b: u32, b_signed: bool, c: u32) -> u32 {
+    let byte = |w: u32, i: u32, signed: bool| {
+        let v = (w >> (8 * i)) & 0xff;
+        if signed {
+            v as u8 as i8 as i32
+        } else {
+            v as i32
+        }
+    };
+    (0..4).fold(c, |acc, i| acc.wrapping_add((byte(a, i, a_signed) * byte(b, i, b_signed)) as u32))
+}
+
 pub(crate) fn un(op: UnOp, s: Scalar, a: u64) -> R {
     if op.is_approx() {
         return if s == Scalar::F32 {

@@ -121,6 +121,16 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             same_as(f, "c", *c, "a", *a)?;
             one(t(*a))
         }
+        Op::Dp4a { a_signed, b_signed, a, b, c } => {
+            for (role, v) in [("a", *a), ("b", *b)] {
+                if !matches!(ty(f, v), Type::Scalar(Scalar::U32 | Scalar::I32)) {
+                    return Err(operand(role, f, v, "u32 or i32"));
+                }
+            }
+            let acc = if *a_signed || *b_signed { Type::I32 } else { Type::U32 };
+            expect(f, "c", *c, acc)?;
+            one(acc)
+        }
         Op::Un { op, a } => un(f, *op, *a),
         Op::DivApprox { a, b } => {
             expect(f, "a", *a, Type::F32)?;

@@ -87,6 +87,16 @@ pub(super) fn fma(e: &mut Emitter, d: Value, rnd: Round, [a, b, c]: [Value; 3]) 
     Ok(())
 }
 
+/// `dp4a.{u32|s32}.{u32|s32} d, a, b, c`: the types name how `a`'s and `b`'s bytes are
+/// read; the 32-bit registers of either integer type are accepted as they are.
+pub(super) fn dp4a(e: &mut Emitter, d: Value, signed: [bool; 2], [a, b, c]: [Value; 3]) -> Res<()> {
+    let sign = |s: bool| if s { "s32" } else { "u32" };
+    let (ar, br, cr) = (e.reg1(a)?, e.reg1(b)?, e.reg1(c)?);
+    let dr = e.def1(d)?;
+    e.line(format!("dp4a.{}.{} {dr}, {ar}, {br}, {cr}", sign(signed[0]), sign(signed[1])));
+    Ok(())
+}
+
 pub(super) fn un(e: &mut Emitter, d: Value, op: UnOp, a: Value) -> Res<()> {
     let s = e.scalar(a)?;
     let t = s.name();
