@@ -254,6 +254,9 @@ fn attention_prefill() {
     check(&case("attention_prefill_bf16", "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=8 q_start=37 n_q=70"));
     // A whole prompt of 64, heads of 128.
     check(&case("attention_prefill_bf16", "head_dim=128 n_heads=2 n_kv_heads=1 max_blocks=4 q_start=0 n_q=64"));
+    // Three query tiles (started last first), the middle one walking 3 key tiles with the
+    // next tile's keys in flight, the last ending 22 rows into its tile.
+    check(&case("attention_prefill_bf16", "head_dim=128 n_heads=2 n_kv_heads=1 max_blocks=12 q_start=5 n_q=150"));
 }
 
 #[test]

@@ -8,19 +8,37 @@
 //! they are loaded (the tensor cores multiply two of a kind); the cache as in [`super`],
 //! bf16 ([`NAME`]) or f16 ([`NAME_F16`]), `block_table` the sequence's row
 //! `[max_blocks]` u32; `out` `[n_q, n_heads, head_dim]` bf16. `head_dim` is 64 or 128.
-//! Grid `[⌈n_q / 64⌉, n_heads]`, 128 threads: a block takes 64 query rows of one head
+//! Grid `[n_heads, ⌈n_q / 64⌉]`, 128 threads: a block takes 64 query rows of one head
 //! (16 per warp) and walks the keys 64 at a time, up to its last row's position.
 //!
+//! **Schedule**: blocks start in the order of their ids (x fastest), and block `(h, y)`
+//! takes query tile `⌈n_q / 64⌉ − 1 − y`: the last tiles, which walk the most keys,
+//! start first and the one-tile blocks fill the tail (longest first), while the query
+//! heads of one kv head run side by side and share its keys and values in L2.
+//!
 //! **Per key tile**: keys and values are copied to shared memory with 16-byte `cp.async`
-//! (rows past the cached context are zeroed instead: a masked weight is 0, and 0 times a
-//! stale NaN would not be); 16-byte chunk `c` of row `r` is stored at `c ^ (r mod 8)`,
+//! (a row past the cached context copies the context's last row instead: its weight is
+//! exactly 0 and its values finite, where the memory past the context may hold a NaN that
+//! 0 times would spread); 16-byte chunk `c` of row `r` is stored at `c ^ (r mod 8)`,
 //! which keeps the `ldmatrix` loads free of bank conflicts. `S = Q·Kᵀ` by
-//! `mma.m16n8k16` (queries held in registers as A fragments for the whole walk), scaled to
+//! `mma.m16n8k16` (the queries rounded once into shared memory and loaded by `ldmatrix`
+//! per tile, which leaves their 32 registers to the pipeline), scaled to
 //! base 2 by `fl(scale·log2 e)` and masked above the diagonal; the running row maxima,
 //! `P = ex2.approx(S − m)` rescaling the earlier sums and outputs by
 //! `ex2.approx(m_old − m_new)`, then `O += P·V` with P re-used from the accumulator
 //! registers as A fragments of the cache's element type and V loaded by `ldmatrix.trans`.
 //! Finally `out = O / l`.
+//!
+//! **Pipeline**: one key and one value buffer, each loading while the other is read:
+//! a tile's values are copied while its scores are computed, and the next tile's keys
+//! while its values are multiplied (each half of the tile's tensor-core work covers one
+//! copy; a wait and a barrier at each switch). Two whole stages of keys and values would
+//! need 64 KiB at `head_dim` 128, past the 48 KiB of static shared memory; this needs
+//! 32 KiB, 48 with the queries. The `ldmatrix` addresses are four lane bases per buffer
+//! plus constants (the swizzle only moves a chunk within its aligned eight), and a tile
+//! wholly inside the context takes a copy path without clamping, so the walk's integer
+//! work is small. Registers set the blocks per SM (65536 / (128 · regs)): the kernel
+//! takes 164 (three blocks per SM) where keeping the queries in registers took 182 (two).
 //!
 //! **Accuracy**: besides the approximate exponentials and the tensor cores' summation,
 //! P is rounded to the cache's element type for the second product (the sum `l` keeps
@@ -85,7 +103,7 @@ impl PrefillParams {
     }
 
     pub fn launch(&self, n_q: u32) -> Launch {
-        Launch { grid: [n_q.div_ceil(BQ), self.n_heads, 1], block: [THREADS, 1, 1], dynamic_shared_bytes: 0 }
+        Launch { grid: [self.n_heads, n_q.div_ceil(BQ), 1], block: [THREADS, 1, 1], dynamic_shared_bytes: 0 }
     }
 
     fn check(&self) -> Result<(), KernelError> {
@@ -123,11 +141,129 @@ struct FragLane {
     t: Value,
 }
 
+/// One thread's share of copying a tile of keys or values to shared memory: chunk
+/// `tid mod chunks` (16 bytes) of tile rows `tid / chunks + i·step`, `step = 128 / chunks`
+/// (8 or 16), so that each of the tile's four cache blocks gives it `16 / step` rows.
+struct TileCopy {
+    table: Value,
+    /// Tokens in the cache: rows at or past it copy its last row.
+    ctx: Value,
+    tid: Value,
+    kvh: Value,
+    /// Elements in a cache block (every kv head's 16 rows).
+    block_elems: u32,
+    d: u32,
+}
+
+impl TileCopy {
+    /// Issue the copies of cache rows `t0 .. t0 + BKV` of `src` into `dst` as one
+    /// `cp.async` group. Only a tile reaching past the cache (the chunk's last) clamps
+    /// its rows into it; no row branches.
+    fn emit(&self, k: &mut Builder, t0: Value, src: Value, dst: Value) {
+        let end = k.add_const(t0, BKV);
+        let full = k.le(end, self.ctx);
+        k.if_else(
+            full,
+            &[],
+            |k| {
+                self.rows(k, t0, src, dst, false);
+                vec![]
+            },
+            |k| {
+                self.rows(k, t0, src, dst, true);
+                vec![]
+            },
+        );
+        k.cp_async_commit();
+    }
+
+    /// The copies of one tile; `clamp`: a row past the cache copies its last row.
+    fn rows(&self, k: &mut Builder, t0: Value, src: Value, dst: Value, clamp: bool) {
+        let d = self.d;
+        let chunks = d / 8;
+        let step = THREADS / chunks;
+        // Recomputed at each copy rather than kept live across the walk: registers are
+        // what limits the blocks per SM.
+        let chunk = k.and_const(self.tid, chunks - 1);
+        let row0 = k.shr_const(self.tid, chunks.trailing_zeros());
+        let last = k.const_u32(1);
+        let last = k.sub(self.ctx, last);
+        let head0 = k.mul_const(self.kvh, BLOCK_TOKENS * d);
+        let c8 = k.shl_const(chunk, 3);
+        let head0 = k.add(head0, c8);
+        let head0 = k.cvt(Scalar::U64, head0);
+        let dst0 = swizzled(k, row0, chunk, d);
+        let to = k.ptr_add(dst, dst0);
+        let tok0 = k.add(t0, row0);
+        for j in 0..BKV / BLOCK_TOKENS {
+            // A cache block's rows, clamped into the cache, all lie in the block its first
+            // row clamps to (whose table entry is then always in the table).
+            let first = k.add_const(tok0, BLOCK_TOKENS * j);
+            let first = if clamp { k.min(first, last) } else { first };
+            let bi = k.shr_const(first, BLOCK_TOKENS.trailing_zeros());
+            let at = k.ptr_add(self.table, bi);
+            let blk = k.load_with(Type::U32, at, CacheOp::Nc);
+            let base = wide_mul(k, blk, self.block_elems);
+            let base = k.add(base, head0);
+            let from = k.ptr_add(src, base);
+            for h in 0..BLOCK_TOKENS / step {
+                let row = BLOCK_TOKENS * j + step * h;
+                let tok = k.add_const(tok0, row);
+                let tok = if clamp { k.min(tok, last) } else { tok };
+                let within = k.and_const(tok, BLOCK_TOKENS - 1);
+                let within = k.mul_const(within, d);
+                let from_h = k.ptr_add(from, within);
+                let to_h = k.const_u32(row * d);
+                let to_h = k.ptr_add(to, to_h);
+                k.cp_async(to_h, from_h, 16, CacheOp::Cg);
+            }
+        }
+    }
+}
+
+/// Element offset of 16-byte chunk `chunk` of tile row `row`: stored at chunk
+/// `chunk ^ (row mod 8)`, which keeps the `ldmatrix` loads free of bank conflicts.
+fn swizzled(k: &mut Builder, row: Value, chunk: Value, d: u32) -> Value {
+    let r7 = k.and_const(row, 7);
+    let sc = k.xor(chunk, r7);
+    let sc = k.mul_const(sc, 8);
+    let r = k.mul_const(row, d);
+    k.add(r, sc)
+}
+
+/// The `ldmatrix.x4` addresses into a swizzled tile for one lane, whose row is
+/// `row` (`row mod 8` = lane mod 8) and chunk `chunk + 2j` (`chunk` 0 or 1) for pair `j`
+/// of chunks: the swizzle only moves a chunk within its aligned 8, so four bases (one per
+/// `j mod 4`) plus constant offsets reach every pair, and the walk spends no integer
+/// work on addresses.
+struct LdmatrixAt {
+    bases: Vec<Value>,
+    d: u32,
+}
+
+impl LdmatrixAt {
+    fn new(k: &mut Builder, tile: Value, row: Value, chunk: Value, d: u32) -> LdmatrixAt {
+        let bases = (0..(d / 16).min(4))
+            .map(|m| {
+                let c = k.add_const(chunk, 2 * m);
+                let off = swizzled(k, row, c, d);
+                k.ptr_add(tile, off)
+            })
+            .collect();
+        LdmatrixAt { bases, d }
+    }
+
+    /// The lane's address at `rows` (a multiple of 8) further down, chunk pair `j`.
+    fn at(&self, k: &mut Builder, rows: u32, j: u32) -> Value {
+        let off = k.const_u32(rows * self.d + 64 * (j / 4));
+        k.ptr_add(self.bases[(j % 4) as usize], off)
+    }
+}
+
 /// `attention_prefill_{bf16,f16}(q, k_cache, v_cache, block_table, q_start, n_q, scale, out)`.
 pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     p.check()?;
     let d = p.head_dim;
-    let chunks = d / 8;
     let elem = p.kv.scalar();
     let mut kb = Builder::new(p.name(), THREADS);
     let k = &mut kb;
@@ -141,24 +277,30 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     let out = k.param("out", gptr(Scalar::BF16));
     let k_s = k.shared_array("k_tile", elem, BKV * d, 128);
     let v_s = k.shared_array("v_tile", elem, BKV * d, 128);
+    let q_s = k.shared_array("q_tile", elem, BQ * d, 128);
 
     let tid = k.tid_x();
     let lane = k.and_const(tid, 31);
     let warp = k.shr_const(tid, 5);
     let fl = FragLane { g: k.shr_const(lane, 2), t: k.and_const(lane, 3) };
-    let tile = k.ctaid_x();
-    let head = k.ctaid_y();
+    // Blocks start in the order of their ids, heads fastest: the last query tiles, which
+    // walk the most keys, go first so that the short ones fill the tail.
+    let head = k.ctaid_x();
+    let tiles_q = k.add_const(n_q, BQ - 1);
+    let tiles_q = k.shr_const(tiles_q, BQ.trailing_zeros());
+    let tile = k.ctaid_y();
+    let tile = k.add_const(tile, 1);
+    let tile = k.sub(tiles_q, tile);
     let gv = k.const_u32(p.group());
     let kvh = k.div(head, gv);
     let r0 = k.mul_const(tile, BQ);
     let log2e = k.const_f32(std::f32::consts::LOG2_E);
     let c = k.mul(scale, log2e);
-    let ctx = k.add(q_start, n_q);
 
     // This lane's two query rows (g and g + 8 of the warp's 16), their positions, and
     // the rows to load (clamped into the chunk; rows past it are computed, not stored).
-    let wrow = k.mul_const(warp, 16);
-    let wrow = k.add(r0, wrow);
+    let wrow_local = k.mul_const(warp, 16);
+    let wrow = k.add(r0, wrow_local);
     let rows: [Value; 2] = [0, 8].map(|o| {
         let r = k.add(wrow, fl.g);
         k.add_const(r, o)
@@ -168,8 +310,9 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     let last = k.sub(n_q, last);
     let load_rows: [Value; 2] = rows.map(|r| k.min(r, last));
 
-    // Queries as A fragments, one per 16 columns: a0 (g, 2t..), a1 (g+8, 2t..),
-    // a2 (g, 2t+8..), a3 (g+8, 2t+8..), each a pair rounded to the element type.
+    // Queries rounded to the element type into the warp's 16 rows of the query tile
+    // (swizzled as the key tiles), each lane its pairs of rows g, g + 8, columns 2t..
+    // of every 8; read back per key tile as A fragments by ldmatrix.
     let frag_a = Builder::frag_type(MmaShape::M16N8K16, FragRole::A, elem);
     let frag_b = Builder::frag_type(MmaShape::M16N8K16, FragRole::B, elem);
     let frag_c = Builder::frag_type(MmaShape::M16N8K16, FragRole::C, Scalar::F32);
@@ -185,24 +328,28 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
         let at = k.add(at, head_at);
         k.ptr_add(q, at)
     });
-    let q_frags: Vec<Value> = (0..d / 16)
-        .map(|kk| {
-            let regs: Vec<Value> = [(0usize, 0u32), (1, 0), (0, 8), (1, 8)]
-                .iter()
-                .map(|&(half, col)| {
-                    let at = k.add_const(t2, 16 * kk + col);
-                    let at = k.ptr_add(q_rows[half], at);
-                    let v = k.load_with(Type::Vec(Scalar::F32, 2), at, CacheOp::Nc);
-                    let lo = k.extract(v, 0);
-                    let hi = k.extract(v, 1);
-                    let lo = k.cvt(elem, lo);
-                    let hi = k.cvt(elem, hi);
-                    k.pack(pair_ty, &[lo, hi])
-                })
-                .collect();
-            k.pack(frag_a, &regs)
-        })
-        .collect();
+    let q_w = k.ptr_cast(Scalar::U32, q_s);
+    for kk in 0..d / 16 {
+        for (half, col) in [(0u32, 0u32), (1, 0), (0, 8), (1, 8)] {
+            let at = k.add_const(t2, 16 * kk + col);
+            let at = k.ptr_add(q_rows[half as usize], at);
+            let v = k.load_with(Type::Vec(Scalar::F32, 2), at, CacheOp::Nc);
+            let lo = k.extract(v, 0);
+            let hi = k.extract(v, 1);
+            let lo = k.cvt(elem, lo);
+            let hi = k.cvt(elem, hi);
+            let pair = k.pack(pair_ty, &[lo, hi]);
+            let word = k.bitcast(Type::U32, pair);
+            let row = k.add(wrow_local, fl.g);
+            let row = k.add_const(row, 8 * half);
+            let chunk = k.const_u32(2 * kk + col / 8);
+            let off = swizzled(k, row, chunk, d);
+            let off = k.add(off, t2);
+            let off = k.shr_const(off, 1);
+            let at = k.ptr_add(q_w, off);
+            k.store(at, word);
+        }
+    }
 
     // Key tiles up to the block's last row's position.
     let last_row = k.add_const(r0, BQ - 1);
@@ -211,22 +358,8 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     let n_tiles = k.shr_const(last_pos, BKV.trailing_zeros());
     let n_tiles = k.add_const(n_tiles, 1);
 
-    // Copy assignment: thread `tid` copies chunk `tid mod chunks` of rows
-    // `tid / chunks + i·(128 / chunks)` of both tiles.
-    let my_chunk = k.and_const(tid, chunks - 1);
-    let my_row = k.shr_const(tid, chunks.trailing_zeros());
-    let row_step = THREADS / chunks;
-    let trow_kv = {
-        let b = k.mul_const(kvh, BLOCK_TOKENS);
-        k.cvt(Scalar::U64, b)
-    };
-    let swz_off = |k: &mut Builder, row: Value, chunk: Value| {
-        let r7 = k.and_const(row, 7);
-        let sc = k.xor(chunk, r7);
-        let sc = k.mul_const(sc, 8);
-        let r = k.mul_const(row, d);
-        k.add(r, sc)
-    };
+    let ctx = k.add(q_start, n_q);
+    let copy = TileCopy { table, ctx, tid, kvh, block_elems: p.n_kv_heads * BLOCK_TOKENS * d, d };
 
     let neg_inf = k.const_f32(f32::NEG_INFINITY);
     let fzero = k.const_f32(0.0);
@@ -236,69 +369,49 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     init.extend(std::iter::repeat_n(zero_c, (d / 8) as usize));
     let lo = k.const_u32(0);
     let one = k.const_u32(1);
+    // ldmatrix.x4 lanes: for K (non-transposed), lane 8i + r gives row r of key rows
+    // 8·(i / 2).. and chunk i mod 2; for V (transposed), row r of tokens 8·(i mod 2)..
+    // and chunk i / 2.
+    let quad = k.shr_const(lane, 3);
+    let r8 = k.and_const(lane, 7);
+    let k_at = {
+        let row = k.shr_const(quad, 1);
+        let row = k.mul_const(row, 8);
+        let row = k.add(row, r8);
+        let chunk = k.and_const(quad, 1);
+        LdmatrixAt::new(k, k_s, row, chunk, d)
+    };
+    let v_at = {
+        let row = k.and_const(quad, 1);
+        let row = k.mul_const(row, 8);
+        let row = k.add(row, r8);
+        let chunk = k.shr_const(quad, 1);
+        LdmatrixAt::new(k, v_s, row, chunk, d)
+    };
+    // Queries: lane l gives row l mod 16 of the warp's and chunk l / 16.
+    let q_at = {
+        let row = k.and_const(lane, 15);
+        let row = k.add(wrow_local, row);
+        let chunk = k.shr_const(lane, 4);
+        LdmatrixAt::new(k, q_s, row, chunk, d)
+    };
+    // The first key tile is in flight before the walk starts (see the module docs).
+    copy.emit(k, lo, kc, k_s);
     let carried = k.for_range(lo, n_tiles, one, &init, |k, kt, cv| {
         let t0 = k.mul_const(kt, BKV);
-        // Everyone is done with the previous tile.
-        k.barrier();
-        for i in 0..BKV / row_step {
-            let row = k.add_const(my_row, i * row_step);
-            let tok = k.add(t0, row);
-            let dst = swz_off(k, row, my_chunk);
-            let cached = k.lt(tok, ctx);
-            k.if_else(
-                cached,
-                &[],
-                |k| {
-                    let bi = k.shr_const(tok, 4);
-                    let at = k.ptr_add(table, bi);
-                    let blk = k.load_with(Type::U32, at, CacheOp::Nc);
-                    let b = wide_mul(k, blk, p.n_kv_heads * BLOCK_TOKENS);
-                    let b = k.add(b, trow_kv);
-                    let within = k.and_const(tok, BLOCK_TOKENS - 1);
-                    let within = k.cvt(Scalar::U64, within);
-                    let r = k.add(b, within);
-                    let dv = k.const_u64(d as u64);
-                    let e = k.mul(r, dv);
-                    let c8 = k.shl_const(my_chunk, 3);
-                    let c8 = k.cvt(Scalar::U64, c8);
-                    let e = k.add(e, c8);
-                    for (src, dst_s) in [(kc, k_s), (vc, v_s)] {
-                        let s = k.ptr_add(src, e);
-                        let dd = k.ptr_add(dst_s, dst);
-                        k.cp_async(dd, s, 16, CacheOp::Cg);
-                    }
-                    vec![]
-                },
-                |k| {
-                    let z = k.const_u32(0);
-                    let zeros = k.pack(Type::Vec(Scalar::U32, 4), &[z; 4]);
-                    for dst_s in [k_s, v_s] {
-                        let dd = k.ptr_add(dst_s, dst);
-                        let dd = k.ptr_cast(Scalar::U32, dd);
-                        k.store(dd, zeros);
-                    }
-                    vec![]
-                },
-            );
-        }
-        k.cp_async_commit();
+        // This tile's keys have landed (each thread waits for its own copies, the
+        // barrier for everyone's), and everyone is done with the previous values.
         k.cp_async_wait(0);
         k.barrier();
+        copy.emit(k, t0, vc, v_s);
 
         // S = Q·Kᵀ: 8 tiles of 8 keys. ldmatrix.x4 of K rows gives b0, b1 of two tiles.
-        let quad = k.shr_const(lane, 3);
-        let r8 = k.and_const(lane, 7);
         let mut s_tiles = vec![zero_c; (BKV / 8) as usize];
         for kk in 0..d / 16 {
+            let at = q_at.at(k, 0, kk);
+            let qa = k.ldmatrix(frag_a, 4, false, at);
             for np in 0..BKV / 16 {
-                let hi_tok = k.shr_const(quad, 1);
-                let row = k.mul_const(hi_tok, 8);
-                let row = k.add_const(row, 16 * np);
-                let row = k.add(row, r8);
-                let dch = k.and_const(quad, 1);
-                let dch = k.add_const(dch, 2 * kk);
-                let off = swz_off(k, row, dch);
-                let at = k.ptr_add(k_s, off);
+                let at = k_at.at(k, 16 * np, kk);
                 let v = k.ldmatrix(Type::Vec(Scalar::U32, 4), 4, false, at);
                 let regs: Vec<Value> = (0..4)
                     .map(|i| {
@@ -309,7 +422,7 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
                 for half in 0..2 {
                     let fb = k.pack(frag_b, &regs[2 * half..2 * half + 2]);
                     let i = (2 * np) as usize + half;
-                    s_tiles[i] = k.mma(MmaShape::M16N8K16, q_frags[kk as usize], fb, s_tiles[i]);
+                    s_tiles[i] = k.mma(MmaShape::M16N8K16, qa, fb, s_tiles[i]);
                 }
             }
         }
@@ -379,17 +492,21 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
             })
             .collect();
 
+        // The values have landed and everyone is done with the keys: the next tile's
+        // keys load while this tile's values are multiplied.
+        k.cp_async_wait(0);
+        k.barrier();
+        let kt1 = k.add_const(kt, 1);
+        let more = k.lt(kt1, n_tiles);
+        k.if_then(more, |k| {
+            let t1 = k.add_const(t0, BKV);
+            copy.emit(k, t1, kc, k_s);
+        });
+
         // O += P·V: ldmatrix.trans.x4 of V rows gives b0, b1 of two 8-column tiles.
         for (kk, &pa) in p_frags.iter().enumerate() {
             for dp in 0..d / 16 {
-                let tok = k.and_const(quad, 1);
-                let tok = k.mul_const(tok, 8);
-                let tok = k.add_const(tok, 16 * kk as u32);
-                let tok = k.add(tok, r8);
-                let dch = k.shr_const(quad, 1);
-                let dch = k.add_const(dch, 2 * dp);
-                let off = swz_off(k, tok, dch);
-                let at = k.ptr_add(v_s, off);
+                let at = v_at.at(k, 16 * kk as u32, dp);
                 let v = k.ldmatrix(Type::Vec(Scalar::U32, 4), 4, true, at);
                 let regs: Vec<Value> = (0..4)
                     .map(|i| {
