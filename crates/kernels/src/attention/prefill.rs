@@ -14,7 +14,10 @@
 //! **Schedule**: blocks start in the order of their ids (x fastest), and block `(h, y)`
 //! takes query tile `⌈n_q / 64⌉ − 1 − y`: the last tiles, which walk the most keys,
 //! start first and the one-tile blocks fill the tail (longest first), while the query
-//! heads of one kv head run side by side and share its keys and values in L2.
+//! heads of one kv head run side by side and share its keys and values in L2. (One block
+//! for all of a kv head's query heads would read each key tile once for them only by
+//! growing to `group × 64` rows: 16 warps at llama's group of 4, more registers than an
+//! SM has at this kernel's 164 a thread.)
 //!
 //! **Per key tile**: keys and values are copied to shared memory with 16-byte `cp.async`
 //! (a row past the cached context copies the context's last row instead: its weight is
