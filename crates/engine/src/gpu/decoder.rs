@@ -355,9 +355,6 @@ impl GpuDecoder {
             }
         }
 
-        let ceilings = profiled
-            .as_ref()
-            .and_then(|_| profile::measure_ceilings(&mut *exec));
         let mut allocations = vec![];
         let result = place(&mut *exec, &graph, &plan, src, &mut allocations);
         let result = result.and_then(|(launches, io, bases)| {
@@ -389,7 +386,7 @@ impl GpuDecoder {
                         }
                         None => None,
                     };
-                    let (state, slots) = profile::attach(p, &mut *exec, ceilings)?;
+                    let (state, slots) = profile::attach(p, &mut *exec)?;
                     let instrumented = sampled.as_mut().unwrap_or(&mut launches);
                     for (l, slot) in instrumented.iter_mut().zip(slots) {
                         l.args.extend(slot.map(Slot::Arg));

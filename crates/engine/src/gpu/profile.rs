@@ -3,14 +3,14 @@
 //! While profiling is on ([`start`] … [`finish`]), every [`super::GpuDecoder`] loaded
 //! runs instrumented kernels ([`quench_prof::instrument`]): each dispatch of the step
 //! owns one fixed slot of a ring buffer on the device, so the captured graph replays with
-//! the same arguments. After each step the decoder copies the ring, on the device and
-//! without waiting for it, into the next slot of a history of [`HISTORY_STEPS`] steps
+//! the same arguments. Each instrumented step's last dispatch copies the ring, on the
+//! device, into the next slot of a history of [`HISTORY_STEPS`] steps
 //! ([`quench_prof::History`]); the host reads the whole history back in one copy when it
 //! is full and when the decoder is dropped, and tags each step's records with the number
-//! the step got when it ran. Host spans cover loading (graph assembly, ceiling
-//! measurement, weight upload, kernel compilation, capture), every step (submission,
-//! read-back, the copy of the records) and the host's work between the tokens of a
-//! session (sampling, detokenizing, streaming), and each read of the history.
+//! the step got when it ran. Host spans cover loading (graph assembly, weight upload,
+//! kernel compilation, capture), every step (submission, read-back), the host's work
+//! between the tokens of a session (sampling, detokenizing, streaming), each read of the
+//! history and the ceiling measurement (when the decoder goes).
 //!
 //! Records still on the device of a decoder that is not dropped before [`finish`] are
 //! not in the profile; [`Profile::unread`] counts them.
@@ -75,8 +75,8 @@ pub type MeasureCeilings = Box<dyn FnMut(&mut dyn Executor) -> Result<Ceilings, 
 
 pub struct ProfileOptions {
     pub mode: Mode,
-    /// Called on each decoder's executor before its weights are uploaded
-    /// ([`Mode::Dispatches`] only).
+    /// Called on each decoder's executor when the decoder goes, after its weights are
+    /// freed ([`Mode::Dispatches`] only).
     pub ceilings: Option<MeasureCeilings>,
 }
 
@@ -88,7 +88,8 @@ pub struct ProfiledDecoder {
     pub device: String,
     /// Dispatches of a one-row step.
     pub dispatches_per_step: usize,
-    /// Measured on its executor; `None` when no measurement was asked for.
+    /// Measured on its executor once the decoder is done (its weights freed); `None`
+    /// when no measurement was asked for, or while the decoder is still loaded.
     pub ceilings: Option<Result<Ceilings, String>>,
 }
 
@@ -414,9 +415,8 @@ pub(crate) fn prepare(
     Ok(Some(Prepared { slots, sampled }))
 }
 
-/// Run the profile's ceiling measurement on `exec`, recording it for the decoder about
-/// to be attached. Does nothing unless instrumenting.
-pub(crate) fn measure_ceilings(exec: &mut dyn Executor) -> Option<Result<Ceilings, String>> {
+/// Run the profile's ceiling measurement on `exec`. Does nothing unless instrumenting.
+fn measure_ceilings(exec: &mut dyn Executor) -> Option<Result<Ceilings, String>> {
     let mut measure = {
         let mut r = recorder();
         let r = r.as_mut().filter(|r| r.profile.mode == Mode::Dispatches)?;
@@ -454,6 +454,8 @@ pub(crate) struct Instrumented {
     every: u32,
     /// Decode steps this decoder finished while profiling was on.
     steps: u64,
+    /// Its entry in the profile's [`Profile::decoders`].
+    decoder: usize,
 }
 
 fn ring_error(during: &str) -> impl FnOnce(RingError) -> GpuError + '_ {
@@ -475,7 +477,6 @@ fn ring_error(during: &str) -> impl FnOnce(RingError) -> GpuError + '_ {
 pub(crate) fn attach(
     prepared: Prepared,
     exec: &mut dyn Executor,
-    ceilings: Option<Result<Ceilings, String>>,
 ) -> Result<(Instrumented, Vec<[Arg; 2]>), GpuError> {
     let during = "allocating the profiler's ring buffer and history";
     let slots = u32::try_from(prepared.slots.len()).map_err(|_| GpuError::Unsupported {
@@ -500,23 +501,24 @@ pub(crate) fn attach(
     };
     // Profiling may have been switched off since `prepare`: the kernels still take their
     // slots, but nothing is recorded (profile 0 is never a live one).
-    let profile = match recorder().as_mut() {
+    let (profile, decoder) = match recorder().as_mut() {
         Some(r) => {
             r.profile.decoders.push(ProfiledDecoder {
                 backend: exec.backend(),
                 device: exec.device_name(),
                 dispatches_per_step: prepared.slots.iter().filter(|s| s.rows.includes(1)).count(),
-                ceilings,
+                ceilings: None,
             });
-            r.id
+            (r.id, r.profile.decoders.len() - 1)
         }
-        None => 0,
+        None => (0, 0),
     };
     Ok((
         Instrumented {
             history,
             slots: prepared.slots,
             profile,
+            decoder,
             unread: vec![],
             last_read: None,
             every,
@@ -539,13 +541,26 @@ impl Instrumented {
         self.steps.is_multiple_of(u64::from(self.every))
     }
 
-    /// Read the steps still in the history into the profile, then free the ring and
-    /// the history (when the decoder goes).
+    /// Read the steps still in the history into the profile, free the ring and the
+    /// history, then measure the ceilings on `exec` (when the decoder goes, after its
+    /// other allocations are freed). Measured at the end, the ceilings' copy and FMA
+    /// bursts cannot change how the timed steps run: measured before the weights were
+    /// uploaded, they left the decode steps of the same process ~5% slower on an H200.
     pub(crate) fn release(mut self, exec: &mut dyn Executor) {
         // Best effort, as for the decoder's other allocations: steps that cannot be read
         // stay counted in the profile's `unread`.
         let _ = self.read_history(exec);
         let _ = self.history.release(exec);
+        if let Some(result) = measure_ceilings(exec) {
+            let mut r = recorder();
+            let entry = r
+                .as_mut()
+                .filter(|r| r.id == self.profile)
+                .and_then(|r| r.profile.decoders.get_mut(self.decoder));
+            if let Some(d) = entry {
+                d.ceilings = Some(result);
+            }
+        }
     }
 
     /// Read every step in the history back (one copy, which waits for them) and add
