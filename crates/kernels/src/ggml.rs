@@ -242,10 +242,9 @@ pub fn q4_1_block(k: &mut Builder, magic: Magic, b: &Bytes, at: u32) -> Vec<Valu
         .collect()
 }
 
-/// Per-lane constants of a Q4_K piece (a 32-element eighth of a 256-element super-block):
-/// piece `j` covers the nibbles of qs bytes `16j .. 16j + 16`, i.e. elements
-/// `64g + 16h + t` (low nibbles, sub-block `2g`) and `64g + 32 + 16h + t` (high nibbles,
-/// sub-block `2g + 1`) for `t < 16`, with `g = j / 2`, `h = j % 2`.
+/// Per-lane constants of a Q4_K piece (a 64-element quarter of a 256-element
+/// super-block): piece `g` covers the 32 qs bytes `32g ..`, whose low nibbles are
+/// sub-block `2g` (elements `64g + b`) and high nibbles sub-block `2g + 1` (`64g + 32 + b`).
 pub struct Q4kLane {
     /// Sub-blocks 4..8 keep their scales split across bytes.
     high_pair: Value,
@@ -255,8 +254,8 @@ pub struct Q4kLane {
 }
 
 impl Q4kLane {
-    pub fn new(k: &mut Builder, j: Value) -> Q4kLane {
-        let g = k.shr_const(j, 1);
+    /// The constants of piece `g` (a `u32` below 4).
+    pub fn new(k: &mut Builder, g: Value) -> Q4kLane {
         let two = k.const_u32(2);
         let high_pair = k.ge(g, two);
         // The low sub-block 2g sits at byte 2·(g mod 2) of its scale words.
@@ -288,18 +287,6 @@ pub(crate) fn q4_k_scale_min(k: &mut Builder, [a, b, c]: [Value; 3], bytes: u32,
     (sc, m)
 }
 
-/// One Q4_K piece from the 16 header bytes (`d`, `dmin`, 12 scale bytes) and the 16 qs
-/// bytes of the piece: 32 values, low nibbles then high nibbles, each in byte order.
-///
-/// The piece's two sub-blocks are decoded together: their 6-bit scales (and mins) land
-/// in bytes 0 and 1 of one word, and are converted in place (the second as `sc·2^8`).
-pub fn q4_k_piece(k: &mut Builder, magic: Magic, lane: &Q4kLane, header: &Bytes, qs: &Bytes) -> Vec<Value> {
-    let scales = Q4kScales::new(k, lane, header);
-    let mut out = scales.half(k, magic, qs, 0);
-    out.extend(scales.half(k, magic, qs, 1));
-    out
-}
-
 /// A Q4_K piece's super-block scales and its two sub-blocks' 6-bit scales and mins (in
 /// bytes 0 and 1 of `sc` and `m`), from the 16 header bytes.
 pub struct Q4kScales {
@@ -321,37 +308,17 @@ impl Q4kScales {
         Q4kScales { d, dmin, sc, m }
     }
 
-    /// Half `half` of the piece (sub-block 2g + half, the nibbles at bit `4·half` of the
-    /// 16 qs bytes): 16 values in byte order.
-    pub fn half(&self, k: &mut Builder, magic: Magic, qs: &Bytes, half: u32) -> Vec<Value> {
-        // Byte `half` of the pair, converted where it lies.
-        let s = 8 * half;
-        let sc_h = k.and_const(self.sc, 0x3f << s);
-        let sc_h = magic.scaled(k, sc_h, 0, s);
-        let m_h = k.and_const(self.m, 0x3f << s);
-        let m_h = magic.scaled(k, m_h, 0, s);
-        // d·(sc·2^s) and dmin·(m·2^s) are exact; 2^-s brings them back (for `dl`, with
-        // the nibble's own shift: `dl` stands for shift −s, and is only asked for s and up).
-        let dl = k.mul(self.d, sc_h);
-        let mut dl = Scaled::new(dl);
-        let ml = k.mul(self.dmin, m_h);
-        let unscale = k.const_f32(-1.0 / (1u32 << s) as f32);
-        let nml = k.mul(ml, unscale);
-        (0..16)
-            .map(|t| {
-                let (q, qs_shift) = magic.field(k, qs, t, 4 * half, 4, 0);
-                let dls = dl.get(k, qs_shift + s);
-                k.fma(dls, q, nml)
-            })
-            .collect()
+    /// Sub-block `2g + half`'s `(d·sc, dmin·m)` in f32, both exact (an 11-bit by a 6-bit
+    /// significand): the factors of its integer dot products.
+    pub fn sub_block(&self, k: &mut Builder, magic: Magic, half: u32) -> (Value, Value) {
+        let factor = |k: &mut Builder, packed: Value, scale: Value| {
+            let v = if half == 0 { packed } else { k.shr_const(packed, 8 * half) };
+            let v = k.and_const(v, 0x3f);
+            let v = magic.int(k, v, 0);
+            k.mul(scale, v)
+        };
+        (factor(k, self.sc, self.d), factor(k, self.m, self.dmin))
     }
-}
-
-/// Element offsets (within the super-block) of Q4_K piece `j`, in the order of
-/// [`q4_k_piece`].
-pub fn q4_k_piece_elements(j: u32) -> Vec<u32> {
-    let (g, h) = (j / 2, j % 2);
-    (0..16).map(|t| 64 * g + 16 * h + t).chain((0..16).map(|t| 64 * g + 32 + 16 * h + t)).collect()
 }
 
 /// Per-lane constants of a Q6_K piece: piece `j` (`hh = j / 4`, `c = j % 4`) covers

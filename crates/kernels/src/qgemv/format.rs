@@ -13,7 +13,7 @@
 //! | Q8_0 | 2 blocks, 64 elements | 68 | 1 | 64 elements | 17 × 4-byte |
 //! | Q4_0 | 2 blocks | 36 | 1 | 64 elements | 9 × 4-byte |
 //! | Q4_1 | 2 blocks | 40 | 1 | 64 elements | 5 × 8-byte |
-//! | Q4_K | 1 super-block, 256 elements | 144 | 8 | 32 elements | 2 × 16-byte (header, quants) |
+//! | Q4_K | 1 super-block, 256 elements | 144 | 4 | 64 elements | 3 × 16-byte (header, 2 × quants), on integer activations ([`super::q4k`]) |
 //! | Q6_K | 1 super-block | 210 | 8 | 32 elements | 19 × 2-byte |
 //!
 //! The unaligned formats (Q8_0's 34-byte and Q4_0's 18-byte blocks, Q6_K's 210-byte
@@ -24,7 +24,7 @@ use quench_ir::{AddrSpace, Builder, CacheOp, Scalar, Type, Value};
 use quench_models::GgmlType;
 
 use crate::embed::emit_unpack_f16x2;
-use crate::ggml::{self, Bytes, Magic, Q4kLane, Q6kLane};
+use crate::ggml::{self, Bytes, Magic, Q6kLane};
 use crate::lanes::emit_unpack_bf16x2;
 use crate::norm_residual::OutType;
 
@@ -89,7 +89,8 @@ impl WeightFormat {
 
     pub fn pieces_per_unit(self) -> u32 {
         match self {
-            WeightFormat::Q4K | WeightFormat::Q6K => 8,
+            WeightFormat::Q4K => 4,
+            WeightFormat::Q6K => 8,
             _ => 1,
         }
     }
@@ -102,7 +103,8 @@ impl WeightFormat {
     /// multiplies them.
     pub fn piece_elements(self, j: u32) -> Vec<u32> {
         match self {
-            WeightFormat::Q4K => ggml::q4_k_piece_elements(j),
+            // A lane's 32 quant bytes: low nibbles (sub-block 2j), then high (2j + 1).
+            WeightFormat::Q4K => (64 * j..64 * j + 64).collect(),
             WeightFormat::Q6K => ggml::q6_k_piece_elements(j),
             _ => (0..self.unit_elems()).collect(),
         }
@@ -113,13 +115,13 @@ impl WeightFormat {
 pub enum Lane {
     Half { f16: bool },
     Legacy { format: WeightFormat, magic: Magic },
-    Q4k { lane: Q4kLane, magic: Magic, qs: Value, x_runs: [Value; 2] },
     Q6k { lane: Q6kLane, magic: Magic, x_runs: [Value; 2] },
 }
 
 impl Lane {
     /// The constants of sub-piece `j` (a `u32`, `lane mod pieces_per_unit`). Emit once
-    /// per kernel, outside loops.
+    /// per kernel, outside loops. Not for Q4_K, whose products multiply integers
+    /// ([`super::q4k`]): [`super::build`] never asks.
     pub fn new(k: &mut Builder, f: WeightFormat, j: Value) -> Lane {
         match f {
             WeightFormat::BF16 => Lane::Half { f16: false },
@@ -127,10 +129,7 @@ impl Lane {
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
                 Lane::Legacy { format: f, magic: Magic::new(k) }
             }
-            WeightFormat::Q4K => {
-                let q = Q4kConsts::new(k, j);
-                Lane::Q4k { lane: q.lane, magic: q.magic, qs: q.qs, x_runs: q.x_runs }
-            }
+            WeightFormat::Q4K => unreachable!("Q4_K products take the integer path"),
             WeightFormat::Q6K => {
                 let lane = Q6kLane::new(k, j);
                 // Runs 128hh + 16c and 128hh + 64 + 16c with hh = j / 4, c = j mod 4.
@@ -148,7 +147,7 @@ impl Lane {
     /// The piece's runs of consecutive elements: (offset within the unit, length).
     pub fn x_runs(&self, k: &mut Builder) -> Vec<(Value, u32)> {
         match self {
-            Lane::Q4k { x_runs, .. } | Lane::Q6k { x_runs, .. } => x_runs.iter().map(|&r| (r, 16)).collect(),
+            Lane::Q6k { x_runs, .. } => x_runs.iter().map(|&r| (r, 16)).collect(),
             Lane::Half { .. } => vec![(k.const_u32(0), 8)],
             Lane::Legacy { .. } => vec![(k.const_u32(0), 64)],
         }
@@ -162,7 +161,6 @@ impl Lane {
             Lane::Legacy { format: WeightFormat::Q8_0, .. } => (68, 4, 68),
             Lane::Legacy { format: WeightFormat::Q4_0, .. } => (36, 4, 36),
             Lane::Legacy { .. } => (40, 8, 40),
-            Lane::Q4k { .. } => (144, 16, 16),
             Lane::Q6k { .. } => (210, 2, 16),
         };
         let off = k.mul_const(unit, unit_bytes);
@@ -171,11 +169,6 @@ impl Lane {
             Lane::Half { f16 } => Raw::Half { bytes: Bytes::load(k, at, bytes, width), f16: *f16 },
             Lane::Legacy { format, magic } => {
                 Raw::Legacy { bytes: Bytes::load(k, at, bytes, width), format: *format, magic: *magic }
-            }
-            Lane::Q4k { lane, magic, qs, .. } => {
-                let header = Bytes::load(k, at, bytes, width);
-                let qa = k.ptr_add(at, *qs);
-                Raw::Q4k { lane, magic: *magic, header, qs: Bytes::load(k, qa, bytes, width) }
             }
             Lane::Q6k { lane, magic, .. } => {
                 let a = k.ptr_add(at, lane.ql);
@@ -196,37 +189,10 @@ impl Lane {
     }
 }
 
-/// The constants of Q4_K sub-piece `j`.
-pub struct Q4kConsts {
-    pub lane: Q4kLane,
-    pub magic: Magic,
-    /// Byte offset of the piece's 16 quant bytes in its super-block.
-    pub qs: Value,
-    /// Element offsets in the super-block of the piece's two runs of 16.
-    pub x_runs: [Value; 2],
-}
-
-impl Q4kConsts {
-    pub fn new(k: &mut Builder, j: Value) -> Q4kConsts {
-        let lane = Q4kLane::new(k, j);
-        let qs = k.shl_const(j, 4);
-        let qs = k.add_const(qs, 16);
-        // Runs 64g + 16h and 64g + 32 + 16h with g = j / 2, h = j mod 2.
-        let g = k.shr_const(j, 1);
-        let g64 = k.shl_const(g, 6);
-        let h = k.and_const(j, 1);
-        let h16 = k.shl_const(h, 4);
-        let lo = k.add(g64, h16);
-        let hi = k.add_const(lo, 32);
-        Q4kConsts { lane, magic: Magic::new(k), qs, x_runs: [lo, hi] }
-    }
-}
-
 /// A piece's loaded bytes, before decoding.
 pub enum Raw<'a> {
     Half { bytes: Bytes, f16: bool },
     Legacy { bytes: Bytes, format: WeightFormat, magic: Magic },
-    Q4k { lane: &'a Q4kLane, magic: Magic, header: Bytes, qs: Bytes },
     Q6k { lane: &'a Q6kLane, magic: Magic, ql: Bytes, qh: Bytes, scales: [Value; 2], d: Value },
 }
 
@@ -254,7 +220,6 @@ impl Raw<'_> {
                 out.extend(block(k, *magic, bytes, second));
                 out
             }
-            Raw::Q4k { lane, magic, header, qs } => ggml::q4_k_piece(k, *magic, lane, header, qs),
             Raw::Q6k { lane, magic, ql, qh, scales, d } => ggml::q6_k_piece(k, *magic, lane, ql, qh, *scales, *d),
         }
     }

@@ -33,10 +33,7 @@
 //! (at one vector a pass two rows of a quantized matrix; with several, up to 4 matrix
 //! rows), `warps` warps per block. Lane `l` takes pieces `l, l + 32, ...` of its rows; the
 //! loop is unrolled `unroll` times with every weight load of a step (and, at one vector a
-//! pass, every activation load) issued before any arithmetic. Q4_K at one vector a pass
-//! instead streams its pieces through shared memory, `unroll − 1` ahead of the one it
-//! multiplies, across the ends of row groups (the `stream` module): same arithmetic,
-//! same bits.
+//! pass, every activation load) issued before any arithmetic.
 //!
 //! **Grid**: a block computes a row group (`warps · rows_per_warp` rows) at a time. By
 //! default the launch has a block per group; with [`QGemvParams::max_blocks`] below the
@@ -53,10 +50,16 @@
 //! forms match the reference bit for bit, and a vector's products are the same bits
 //! whatever batch it is in (batch invariance). The SwiGLU form adds `ex2.approx` and `div.approx` (as
 //! [`crate::silu_mul`]) and is checked within a bound.
+//!
+//! **Q4_K** is the exception: its kernels quantize the activations to 16-bit integers in
+//! shared memory and multiply them with the 4-bit weights by byte dot products
+//! ([`q4k`]). Their sums are exact and their float operations fixed, so they too match
+//! their reference ([`q4k::dots`]) bit for bit, whatever the batch; the quantization's
+//! effect is bounded against the exact product ([`q4k::f64_check`]).
 
 pub mod format;
 pub mod prologue;
-mod stream;
+pub mod q4k;
 
 use half::bf16;
 use quench_ir::{Builder, Function, Scalar, Type, Value};
@@ -315,15 +318,14 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let n = k.param("n", Type::U32);
     let r = r.map(|r| (r, k.param("r_stride", Type::U32)));
     let tid = k.tid_x();
-    // The block's normalized copies of the pass's vectors.
-    let staged = norm.map(|_| k.shared_array("x", Scalar::F32, p.batch * p.cols, 16));
+    // The block's copies of the pass's vectors: normalized, or for Q4_K quantized.
+    let quantized = q4k::applies(p).then(|| q4k::Staged::new(&mut k, p));
+    let staged = norm.filter(|_| quantized.is_none()).map(|_| k.shared_array("x", Scalar::F32, p.batch * p.cols, 16));
     let lane = k.and_const(tid, 31);
     let warp = k.shr_const(tid, 5);
     // One block per row group: the block's rows are fixed before the passes begin.
     // Capped: the block loops over groups `ctaid, ctaid + nctaid, ...` in each pass.
-    // Q4_K at one vector a pass streams its pieces over all of the block's groups.
-    let streamed = stream::applies(p).then(|| stream::Stream::new(&mut k, p, &weights, warp, lane));
-    let own = (!p.capped() && streamed.is_none()).then(|| {
+    let own = (!p.capped() && quantized.is_none()).then(|| {
         let block = k.ctaid_x();
         RowGroup::emit(&mut k, p, block, warp, &weights)
     });
@@ -340,9 +342,6 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                 k.lt(v, n)
             })
         };
-        if let Some(st) = &streamed {
-            st.start(k);
-        }
         if let (Some(xs), Some((nw, eps))) = (staged, norm) {
             // The previous pass's warps are done with the staged rows.
             k.barrier();
@@ -433,10 +432,11 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                 k.if_then(inside, |k| body(k, g));
             }
         };
-        match (&streamed, &own) {
-            (Some(st), _) => {
-                let x = x_of(k, 0);
-                st.run(k, x, &store);
+        match (&quantized, &own) {
+            (Some(staged), _) => {
+                let weights = weights.iter().map(|&w| k.ptr_cast(Scalar::U8, w)).collect();
+                let pass = q4k::Pass { p, weights, x, norm, n, v0, tid, warp, lane };
+                pass.emit(k, staged, &store);
             }
             (_, Some(g)) => products(k, g),
             _ => {
@@ -648,6 +648,9 @@ fn emit_dots(
 /// Each row's dot product with `x` (values of the activation type), in the kernel's
 /// order: `w` holds `rows` GGUF rows.
 pub fn dots(p: &QGemvParams, w: &[u8], xf: &[f32]) -> Result<Vec<f32>, KernelError> {
+    if q4k::applies(p) {
+        return Ok(q4k::dots(p, w, xf, q4k::Variant::Right));
+    }
     let f = p.format;
     let (cols, rb) = (p.cols as usize, f.row_bytes(p.cols) as usize);
     let pieces: Vec<Vec<u32>> = (0..f.pieces_per_unit()).map(|j| f.piece_elements(j)).collect();
@@ -746,6 +749,32 @@ fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
     (hi / 8.0, hi)
 }
 
+/// The check of Q4_K products against the exact ones ([`q4k::f64_check`]) plus `added`
+/// (a residual or bias, repeated; empty for none) in output `buffer`, with the wrong
+/// variants as controls.
+fn exact_bound(buffer: usize, c: &q4k::F64Check, added: &[f32]) -> (Expected, Vec<Control>) {
+    let add = |i: usize| if added.is_empty() { 0.0 } else { added[i % added.len()] };
+    let want: Vec<f64> = c.want.iter().enumerate().map(|(i, w)| w + f64::from(add(i))).collect();
+    let tol = c.tol.iter().zip(&want).map(|(t, w)| t + F32_U * w.abs()).collect();
+    let explain = "Σ|w|·(½ + 2^-7)·dx (the activations' quantization) + (n + 8)·2u·Σ|w·q|·dx (f32 terms) \
+                   + 2u·|dot| + u·|result| of the exact product"
+        .to_string();
+    let check = Check::Bound { tol, explain };
+    let bytes = |v: &[f64]| act_bytes(OutType::F32, &v.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>());
+    let controls = c
+        .wrong
+        .iter()
+        .map(|(variant, got)| {
+            let got: Vec<f64> = got.iter().enumerate().map(|(i, &g)| f64::from(g + add(i))).collect();
+            Control {
+                what: format!("Q4_K products with {variant:?}"),
+                expected: Expected { buffer, data: bytes(&got), elem: Scalar::F32, check: check.clone() },
+            }
+        })
+        .collect();
+    (Expected { buffer, data: bytes(&want), elem: Scalar::F32, check }, controls)
+}
+
 /// What the residual form adds to the products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Addend {
@@ -787,6 +816,7 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
     let norm = (p.prologue == Prologue::RmsNorm).then(|| (data::uniform(&mut rng, cols, 0.5, 1.5), 1e-5f32));
     // Each vector's products on their own: what the kernel must give whatever the batch.
     let mut d: Vec<Vec<f32>> = vec![vec![]; matrices];
+    let mut seen = vec![];
     for xv in x.chunks_exact(cols) {
         let xv = match &norm {
             Some((nw, eps)) => prologue::normalize(xv, nw, p.warps * 32, *eps),
@@ -795,7 +825,16 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
         for (m, w) in ws.iter().enumerate() {
             d[m].extend(dots(p, w, &xv)?);
         }
+        seen.push(xv);
     }
+    // Q4_K's products are exact integer sums on quantized activations: judged bit for bit
+    // against their reference and within a bound of the exact products.
+    let exact = match p.epilogue {
+        Epilogue::Plain | Epilogue::Residual if q4k::applies(p) => {
+            Some(q4k::f64_check(p, &ws[0], &seen).map_err(|e| KernelError::unsupported(p.name(), e.to_string()))?)
+        }
+        _ => None,
+    };
     let w_bytes: u64 = ws.iter().map(|w| w.len() as u64).sum();
     let mut buffers: Vec<Buffer> =
         ws.into_iter().enumerate().map(|(i, w)| Buffer::input(if i == 0 { "w" } else { "w_up" }, w)).collect();
@@ -815,7 +854,8 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
                 elem: Scalar::F32,
                 check: Check::Exact,
             };
-            (vec![e], vec![], outputs * 4, None)
+            let (bound, controls) = exact.as_ref().map(|c| exact_bound(buffers.len() - 1, c, &[])).unzip();
+            (vec![Some(e), bound].into_iter().flatten().collect(), controls.unwrap_or_default(), outputs * 4, None)
         }
         Epilogue::Residual => {
             let (added, stride) = match addend {
@@ -840,7 +880,9 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
                 }
             };
             let e = Expected { buffer: i, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact };
-            (vec![e], vec![], outputs * 4 + added.len() * 4, Some(stride))
+            let (bound, controls) = exact.as_ref().map(|c| exact_bound(i, c, &added)).unzip();
+            let expected = vec![Some(e), bound].into_iter().flatten().collect();
+            (expected, controls.unwrap_or_default(), outputs * 4 + added.len() * 4, Some(stride))
         }
         Epilogue::SwiGlu => {
             let want = swiglu(p.act, &d[0], &d[1]);

@@ -1,0 +1,695 @@
+//! Q4_K products on 16-bit integer activations: byte dot products (`dp4a`) in place of
+//! a float dequantization per weight.
+//!
+//! **Why.** Dequantizing each 4-bit weight to f32 and multiplying it with an f32
+//! activation costs about four instructions a weight, and at decode shapes that issue
+//! rate, not the memory, bounds the Q4_K products. Integer dot products take four
+//! weights an instruction; 8-bit activations would add more error than the FP64 check
+//! allows, so the activations keep 16 bits, split into two byte planes.
+//!
+//! **Activations.** Each pass first quantizes its vectors into shared memory, every
+//! 32-element block `j` (a Q4_K sub-block's span) on its own ([`quantize`]):
+//! `dx_j = max|x| / 32767` and `q_i = rne(x_i · (1/dx_j))` (|q| ≤ 32767), or `dx_j = 0` and
+//! `q = 0` where `dx_j` would be below the smallest normal f32 (an all-zero block). The
+//! staged form is `q`'s low bytes (unsigned) and high bytes (signed, `q >> 8`) as two
+//! planes in element order, and per block `(dx_j, Σ q_i)` as two f32 (the sum is an
+//! integer below 2^21, exact). With the RMSNorm prologue the block normalizes its vectors
+//! first, with the same operations as the f32 kernels, and quantizes the normalized
+//! values. When a pass's vectors do not fit in shared memory at once (several long ones)
+//! the columns go in chunks of a multiple of 2048, each staged in turn for each row group.
+//!
+//! **Pieces.** A lane takes a 64-weight piece of a super-block: `g = lane mod 4` picks the
+//! 32 quant bytes `32g ..` whose low nibbles are sub-block `2g` and high nibbles sub-block
+//! `2g + 1`, element `32·sub-block + b` at byte `b`. Masking a word of them with
+//! `0x0F0F0F0F` (after a shift by 4 for the high nibbles) spreads four weights to bytes
+//! that meet four consecutive activations in the byte planes, so no permutation is needed.
+//! Lane `l` takes pieces `l, l + 32, ...` of a row in order (a chunk boundary falls on a
+//! multiple of 32 pieces, so chunking keeps that order).
+//!
+//! **Arithmetic.** Per sub-block of 32 weights `q4` (scale `sc`, min `m`, super-block `d`,
+//! `dmin`): `S = Σ q4_i·q_i` exactly, as `256·Σ dp4a(q4, hi) + Σ dp4a(q4, lo)` chained in
+//! one 32-bit integer (|S| < 2^24), then in f32, in this order:
+//! `acc = fma(fl(d·sc)·dx, S, acc)`, `acc = fma(−fl(dmin·m)·dx, Σq, acc)` (`d·sc` and
+//! `dmin·m` are exact). The warp sums its lanes by the butterfly. The integer sums are
+//! exact and the float operations fixed, so [`dots`] reproduces every bit, and a vector's
+//! results do not depend on the batch, the chunking or the launch.
+//!
+//! **Error.** Against the exact product of the stored weights with the unquantized
+//! activations, quantization adds at most `|w_i|·(½ + 2^-7)·dx_j` per element (½ for the
+//! rounding to an integer, the rest for the rounded `1/dx`), plus the f32 roundings of the
+//! scale products and the sums ([`f64_tolerance`]).
+
+use quench_ir::func::MAX_STATIC_SHARED_BYTES;
+use quench_ir::{Builder, Round, Scalar, Type, Value};
+use quench_models::dequant::{f16_to_f32, unpack_k_scales};
+
+use super::format::{load_x, unpack_x};
+use super::prologue;
+use super::QGemvParams;
+use crate::approx::F32_U;
+use crate::ggml::{Bytes, Magic, Q4kLane, Q4kScales};
+use crate::lanes::{emit_warp_allreduce, warp_allreduce, wide_mul, words, Combine};
+use crate::norm_residual::OutType;
+use crate::par::par_map;
+
+/// Elements per activation block: one `dx`, one Q4_K sub-block.
+const BLOCK: u32 = 32;
+/// The largest quantized magnitude.
+const QMAX: f32 = 32767.0;
+/// Pieces (64 weights each) of a 256-weight super-block.
+const PPU: u32 = 4;
+/// Super-block bytes: `d`, `dmin`, 12 scale bytes, 128 quant bytes.
+const UNIT_BYTES: u32 = 144;
+/// Shared bytes left for the prologue's reductions.
+const SLACK: u64 = 1024;
+/// Chunks are a multiple of this many columns: 32 pieces, one per lane.
+const CHUNK_STEP: u32 = 32 * 64;
+
+/// Staged bytes per column: two byte planes and the block's `(dx, Σq)`.
+fn staged_bytes(cols: u32) -> u64 {
+    2 * u64::from(cols) + u64::from(cols / BLOCK) * 8
+}
+
+/// Columns a pass stages at once: the whole row where the pass's vectors fit in shared
+/// memory, else the largest multiple of [`CHUNK_STEP`] that fits.
+pub fn chunk_cols(p: &QGemvParams) -> u32 {
+    let fits = |cols: u32| u64::from(p.batch) * staged_bytes(cols) + SLACK <= MAX_STATIC_SHARED_BYTES;
+    if fits(p.cols) {
+        return p.cols;
+    }
+    let mut c = CHUNK_STEP;
+    while c + CHUNK_STEP < p.cols && fits(c + CHUNK_STEP) {
+        c += CHUNK_STEP;
+    }
+    c
+}
+
+/// Activations of one vector quantized to 16 bits, per 32-element block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuantX {
+    /// `rne(x_i / dx)`, |q| ≤ 32767.
+    pub q: Vec<i32>,
+    /// Each block's step (0 for a block quantized to zero).
+    pub dx: Vec<f32>,
+    /// Each block's `Σ q_i`.
+    pub sq: Vec<i32>,
+}
+
+/// The kernels' quantization of `x` (a whole number of 32-element blocks).
+pub fn quantize(x: &[f32]) -> QuantX {
+    let mut out = QuantX { q: Vec::with_capacity(x.len()), dx: vec![], sq: vec![] };
+    for block in x.chunks_exact(BLOCK as usize) {
+        let m = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let dx = m / QMAX;
+        let (dx, r) = if dx >= f32::MIN_POSITIVE { (dx, 1.0 / dx) } else { (0.0, 0.0) };
+        let q: Vec<i32> = block.iter().map(|&v| (v * r).round_ties_even() as i32).collect();
+        out.sq.push(q.iter().sum());
+        out.q.extend(q);
+        out.dx.push(dx);
+    }
+    out
+}
+
+/// Ways to compute the products: the kernels' own, and mistakes a kernel could make that
+/// the checks must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// What the kernels compute.
+    Right,
+    /// Each quant byte's nibbles taken the other way round.
+    NibblesSwapped,
+    /// The activations' low bytes taken as the high ones and the reverse.
+    PlanesSwapped,
+}
+
+/// Each row's dot product with `x`, computed as `variant` says; [`Variant::Right`] gives
+/// the kernels' bits. `w` holds `p.rows` Q4_K rows of `p.cols` columns.
+pub fn dots(p: &QGemvParams, w: &[u8], x: &[f32], variant: Variant) -> Vec<f32> {
+    let qx = quantize(x);
+    let rb = (p.cols / 256 * UNIT_BYTES) as usize;
+    let pieces = (p.cols / 256 * PPU) as usize;
+    par_map(p.rows as usize, |r| {
+        let row = &w[r * rb..(r + 1) * rb];
+        let mut lanes = [0.0f32; 32];
+        for (l, acc) in lanes.iter_mut().enumerate() {
+            for piece in (l..pieces).step_by(32) {
+                *acc = piece_dot(row, piece, &qx, variant, *acc);
+            }
+        }
+        warp_allreduce(&lanes, Combine::Sum)
+    })
+}
+
+/// A lane's piece of a row, added to `acc` as the kernel adds it.
+fn piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut acc: f32) -> f32 {
+    let (unit, g) = (piece / PPU as usize, piece % PPU as usize);
+    let sb = &row[unit * UNIT_BYTES as usize..][..UNIT_BYTES as usize];
+    let d = f16_to_f32(u16::from_le_bytes([sb[0], sb[1]]));
+    let dmin = f16_to_f32(u16::from_le_bytes([sb[2], sb[3]]));
+    let mut packed = [0u8; 12];
+    packed.copy_from_slice(&sb[4..16]);
+    let (scales, mins) = unpack_k_scales(&packed);
+    let quants = &sb[16 + 32 * g..][..32];
+    for half in 0..2 {
+        let sub = 2 * g + half;
+        let block = unit * 8 + sub;
+        let nibble_shift = match variant {
+            Variant::NibblesSwapped => 4 * (1 - half),
+            _ => 4 * half,
+        };
+        let s: i64 = (0..32)
+            .map(|b| {
+                let n = i64::from((quants[b] >> nibble_shift) & 0x0f);
+                let q = qx.q[block * 32 + b];
+                let (lo, hi) = (i64::from(q & 0xff), i64::from(q >> 8));
+                let q = match variant {
+                    Variant::PlanesSwapped => 256 * (lo as u8 as i8 as i64) + (hi & 0xff),
+                    _ => 256 * hi + lo,
+                };
+                n * q
+            })
+            .sum();
+        let dx = qx.dx[block];
+        let a = d * f32::from(scales[sub]) * dx;
+        let b = dmin * f32::from(mins[sub]) * dx;
+        acc = a.mul_add(s as f32, acc);
+        acc = (-b).mul_add(qx.sq[block] as f32, acc);
+    }
+    acc
+}
+
+/// The kernels' products judged against the exact ones: for each vector of `xs` in turn
+/// (the activations as the kernel quantizes them: normalized where it normalizes) and
+/// each row, the f64 product of the stored weights with the unquantized vector, its
+/// tolerance, and what each wrong [`Variant`] computes.
+pub struct F64Check {
+    pub want: Vec<f64>,
+    pub tol: Vec<f64>,
+    pub wrong: Vec<(Variant, Vec<f32>)>,
+}
+
+/// [`F64Check`] of Q4_K rows `w` (`p.rows` of `p.cols`).
+///
+/// The tolerance of a row: `Σ_i |w_i|·(½ + 2^-7)·dx_j` for the quantization (½ for the
+/// rounding to an integer, the rest for the rounded `1/dx`), plus `(n + 8)·2u` times
+/// `Σ_i |w_i|·|q_i|·dx_j`, the magnitude of the f32 terms (`n` terms a row, each with
+/// its scale products' roundings, the lanes' sums and the butterfly), plus `2u·|want|`
+/// for the result's rounding to f32 and a residual's addition.
+pub fn f64_check(p: &QGemvParams, w: &[u8], xs: &[Vec<f32>]) -> Result<F64Check, quench_models::ModelError> {
+    let (cols, rb) = (p.cols as usize, (p.cols / 256 * UNIT_BYTES) as usize);
+    let wf = w
+        .chunks_exact(rb)
+        .map(|row| quench_models::dequant::dequantize(quench_models::GgmlType::Q4_K, row, cols))
+        .collect::<Result<Vec<Vec<f32>>, _>>()?;
+    let terms = (2 * cols / BLOCK as usize) as f64;
+    let mut out = F64Check { want: vec![], tol: vec![], wrong: vec![] };
+    let variants = [Variant::NibblesSwapped, Variant::PlanesSwapped];
+    let mut wrong = vec![vec![]; variants.len()];
+    for x in xs {
+        let qx = quantize(x);
+        for row in &wf {
+            let want: f64 = row.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x)).sum();
+            let (mut quant, mut magnitude) = (0.0f64, 0.0f64);
+            for (j, (wb, qb)) in row.chunks_exact(BLOCK as usize).zip(qx.q.chunks_exact(BLOCK as usize)).enumerate() {
+                let dx = f64::from(qx.dx[j]);
+                quant += wb.iter().map(|w| f64::from(w.abs())).sum::<f64>() * (0.5 + 1.0 / 128.0) * dx;
+                magnitude += wb.iter().zip(qb).map(|(w, &q)| f64::from(w.abs()) * f64::from(q.abs())).sum::<f64>() * dx;
+            }
+            out.tol.push(quant + (terms + 8.0) * 2.0 * F32_U * magnitude + 2.0 * F32_U * want.abs());
+            out.want.push(want);
+        }
+        for (v, got) in variants.iter().zip(&mut wrong) {
+            got.extend(dots(p, w, x, *v));
+        }
+    }
+    out.wrong = variants.into_iter().zip(wrong).collect();
+    Ok(out)
+}
+
+/// The block's staged activations: the pass's vectors' quantized chunk.
+pub(super) struct Staged {
+    /// Low bytes, `[vector][column]`, as `u32` words.
+    lo: Value,
+    /// High bytes, as `lo`.
+    hi: Value,
+    /// `(dx, Σq)` per block, `[vector][block]`, as f32 pairs.
+    meta: Value,
+    /// Columns staged at once.
+    cols: u32,
+}
+
+impl Staged {
+    pub(super) fn new(k: &mut Builder, p: &QGemvParams) -> Staged {
+        let cols = chunk_cols(p);
+        let words = p.batch * cols / 4;
+        let lo = k.shared_array("xq_lo", Scalar::U32, words, 16);
+        let hi = k.shared_array("xq_hi", Scalar::U32, words, 16);
+        let meta = k.shared_array("xq_meta", Scalar::F32, p.batch * cols / BLOCK * 2, 16);
+        Staged { lo, hi, meta, cols }
+    }
+}
+
+/// Stores a row group's totals: `(first row of the warp, totals[vector][stream])`.
+pub(super) type Store<'a> = dyn Fn(&mut Builder, Value, &[Vec<Value>]) + 'a;
+
+/// What one pass of a Q4_K kernel works with.
+pub(super) struct Pass<'a> {
+    pub p: &'a QGemvParams,
+    /// The matrices, as byte pointers.
+    pub weights: Vec<Value>,
+    /// `x`, in the activation type (the residual stream with the prologue).
+    pub x: Value,
+    /// `(norm_w, eps)` with the prologue.
+    pub norm: Option<(Value, Value)>,
+    pub n: Value,
+    /// The pass's first vector.
+    pub v0: Value,
+    pub tid: Value,
+    pub warp: Value,
+    pub lane: Value,
+}
+
+impl Pass<'_> {
+    fn streams(&self) -> usize {
+        self.weights.len() * self.p.rows_per_warp() as usize
+    }
+
+    /// Vector `j` of the pass, or the last vector where the pass has fewer (staged like
+    /// any other, its products never stored).
+    fn vector(&self, k: &mut Builder, j: u32) -> Value {
+        let v = k.add_const(self.v0, j);
+        if j == 0 {
+            return v;
+        }
+        let one = k.const_u32(1);
+        let last = k.sub(self.n, one);
+        k.min(v, last)
+    }
+
+    /// The pass: every row group of the block, each group's totals handed to `store`.
+    pub(super) fn emit(&self, k: &mut Builder, staged: &Staged, store: &Store<'_>) {
+        let p = self.p;
+        let chunks: Vec<(u32, u32)> =
+            (0..p.cols.div_ceil(staged.cols)).map(|c| (c * staged.cols, staged.cols.min(p.cols - c * staged.cols))).collect();
+        let whole = chunks.len() == 1;
+        if whole {
+            self.stage(k, staged, 0, p.cols);
+        }
+        let group = |k: &mut Builder, group: Value| {
+            let (row0, inside, streams) = self.rows(k, group);
+            let zero = k.const_f32(0.0);
+            let mut accs = vec![zero; self.streams() * p.batch as usize];
+            for &(c0, width) in &chunks {
+                if !whole {
+                    self.stage(k, staged, c0, width);
+                }
+                accs = self.chunk_dots(k, staged, &streams, c0, width, accs);
+            }
+            let totals: Vec<Vec<Value>> = accs
+                .chunks(self.streams())
+                .map(|v| v.iter().map(|&a| emit_warp_allreduce(k, a, Combine::Sum)).collect())
+                .collect();
+            match inside {
+                Some(c) => k.if_then(c, |k| store(k, row0, &totals)),
+                None => store(k, row0, &totals),
+            }
+        };
+        if p.max_blocks != 0 && p.max_blocks < p.groups() {
+            let first = k.ctaid_x();
+            let groups = k.const_u32(p.groups());
+            let stride = k.nctaid_x();
+            k.for_range(first, groups, stride, &[], |k, g, _| {
+                group(k, g);
+                vec![]
+            });
+        } else {
+            let g = k.ctaid_x();
+            group(k, g);
+        }
+    }
+
+    /// The warp's first row in row group `group`, whether it has rows there (absent when
+    /// every warp has), and byte pointers to each of its rows in each matrix (row-major
+    /// over (row, matrix)). A warp past the last row reads the last rows instead, so that
+    /// it reaches the staging barriers with the others; its totals are not stored.
+    fn rows(&self, k: &mut Builder, group: Value) -> (Value, Option<Value>, Vec<Value>) {
+        let p = self.p;
+        let rpw = p.rows_per_warp();
+        let first = k.mul_const(group, p.warps);
+        let first = k.add(first, self.warp);
+        let row0 = k.mul_const(first, rpw);
+        let (row, inside) = if p.rows.is_multiple_of(p.warps * rpw) {
+            (row0, None)
+        } else {
+            let total = k.const_u32(p.rows);
+            let inside = k.lt(row0, total);
+            let last = k.const_u32(p.rows - rpw);
+            (k.min(row0, last), Some(inside))
+        };
+        let rb = p.format.row_bytes(p.cols);
+        let start = wide_mul(k, row, rb);
+        let mut streams = vec![];
+        for i in 0..rpw {
+            for &w in &self.weights {
+                let at = k.ptr_add(w, start);
+                let later = k.const_u32(i * rb);
+                streams.push(k.ptr_add(at, later));
+            }
+        }
+        (row0, inside, streams)
+    }
+
+    /// Quantize columns `c0 .. c0 + width` of the pass's vectors into `staged`, between
+    /// barriers (the previous chunk's readers are done; the next readers wait for all).
+    fn stage(&self, k: &mut Builder, staged: &Staged, c0: u32, width: u32) {
+        let p = self.p;
+        let threads = p.warps * 32;
+        k.barrier();
+        for j in 0..p.batch {
+            let v = self.vector(k, j);
+            let at = wide_mul(k, v, p.cols);
+            let row = k.ptr_add(self.x, at);
+            let norm = self.norm.map(|(nw, eps)| {
+                let inv = prologue::emit_inv_rms(k, row, p.cols, self.tid, threads, eps, &format!("rms{j}"));
+                (nw, inv)
+            });
+            let blocks = k.const_u32(width / BLOCK);
+            let step = k.const_u32(threads);
+            k.for_range(self.tid, blocks, step, &[], |k, b, _| {
+                let col = k.mul_const(b, BLOCK);
+                let col = k.add_const(col, c0);
+                let xw = words(k, row);
+                let loaded = load_x(k, p.act, xw, col, BLOCK);
+                let mut xs = unpack_x(k, p.act, &loaded);
+                if let Some((nw, inv)) = norm {
+                    let ww = words(k, nw);
+                    let loaded = load_x(k, OutType::F32, ww, col, BLOCK);
+                    let ws = unpack_x(k, OutType::F32, &loaded);
+                    xs = xs
+                        .iter()
+                        .zip(&ws)
+                        .map(|(&h, &wi)| {
+                            let n = k.mul(h, inv);
+                            k.mul(n, wi)
+                        })
+                        .collect();
+                }
+                let local = k.mul_const(b, BLOCK);
+                let local = k.add_const(local, j * staged.cols);
+                self.quantize_block(k, staged, &xs, local);
+                vec![]
+            });
+        }
+        k.barrier();
+    }
+
+    /// Quantize one block's 32 values `xs` into the planes at column `local` (the
+    /// vector's offset in the chunk included) and its `(dx, Σq)` into pair `local / 32`.
+    fn quantize_block(&self, k: &mut Builder, staged: &Staged, xs: &[Value], local: Value) {
+        let mut m = k.abs(xs[0]);
+        for &x in &xs[1..] {
+            let a = k.abs(x);
+            m = k.max(m, a);
+        }
+        let qmax = k.const_f32(QMAX);
+        let dx = k.div(m, qmax);
+        let normal = k.const_f32(f32::MIN_POSITIVE);
+        let ok = k.ge(dx, normal);
+        let r = k.rcp(dx);
+        let fzero = k.const_f32(0.0);
+        let r = k.select(ok, r, fzero);
+        let dx = k.select(ok, dx, fzero);
+        let qs: Vec<Value> = xs
+            .iter()
+            .map(|&x| {
+                let t = k.mul(x, r);
+                k.cvt_rnd(Scalar::I32, Some(Round::Rn), false, t)
+            })
+            .collect();
+        let sum = qs[1..].iter().fold(qs[0], |s, &q| k.add(s, q));
+        let sum = k.cvt(Scalar::F32, sum);
+        let us: Vec<Value> = qs.iter().map(|&q| k.bitcast(Type::U32, q)).collect();
+        // Byte `i` of a word holds element `4w + i`: the low bytes of q, and the high
+        // bytes (bits 8..16 of the two's complement, so the signed `q >> 8`).
+        let plane = |k: &mut Builder, shift: u32| -> Vec<Value> {
+            us.chunks(4)
+                .map(|four| {
+                    let bytes: Vec<Value> = four
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &u)| {
+                            let b = if shift == 0 { u } else { k.shr_const(u, shift) };
+                            if i == 3 {
+                                k.shl_const(b, 24)
+                            } else {
+                                let b = k.and_const(b, 0xff);
+                                k.shl_const(b, 8 * i as u32)
+                            }
+                        })
+                        .collect();
+                    let lo = k.or(bytes[0], bytes[1]);
+                    let hi = k.or(bytes[2], bytes[3]);
+                    k.or(lo, hi)
+                })
+                .collect()
+        };
+        let word = k.shr_const(local, 2);
+        for (shift, base) in [(0, staged.lo), (8, staged.hi)] {
+            let ws = plane(k, shift);
+            for (i, four) in ws.chunks(4).enumerate() {
+                let v = k.pack(Type::Vec(Scalar::U32, 4), four);
+                let at = k.add_const(word, 4 * i as u32);
+                let at = k.ptr_add(base, at);
+                k.store(at, v);
+            }
+        }
+        let pair = k.shr_const(local, 4);
+        let at = k.ptr_add(staged.meta, pair);
+        let v = k.pack(Type::Vec(Scalar::F32, 2), &[dx, sum]);
+        k.store(at, v);
+    }
+
+    /// The lanes' products over columns `c0 .. c0 + width` (staged), added to `accs`
+    /// (`[vector][stream]`): `unroll` pieces' loads issued before their arithmetic, the
+    /// remaining pieces one step at a time, the last step's lanes without a piece idle.
+    fn chunk_dots(
+        &self,
+        k: &mut Builder,
+        staged: &Staged,
+        streams: &[Value],
+        c0: u32,
+        width: u32,
+        accs: Vec<Value>,
+    ) -> Vec<Value> {
+        let p = self.p;
+        let g = k.and_const(self.lane, PPU - 1);
+        let q4lane = Q4kLane::new(k, g);
+        let magic = Magic::new(k);
+        let unit_lane = k.shr_const(self.lane, 2);
+        let consts = Consts { g, q4lane, magic, unit_lane, streams, c0 };
+        let pieces = width / 256 * PPU;
+        let main = pieces / 32 / p.unroll;
+        let mut accs = accs;
+        if main > 0 {
+            let lo = k.const_u32(0);
+            let hi = k.const_u32(main);
+            let one = k.const_u32(1);
+            accs = k.for_range(lo, hi, one, &accs, |k, s, c| {
+                let s0 = k.mul_const(s, p.unroll);
+                let loaded: Vec<Loaded> = (0..p.unroll)
+                    .map(|u| {
+                        let step = k.add_const(s0, u);
+                        self.issue(k, staged, &consts, step)
+                    })
+                    .collect();
+                loaded.into_iter().fold(c.to_vec(), |accs, l| self.multiply(k, staged, &consts, l, &accs))
+            });
+        }
+        for step in main * p.unroll..pieces.div_ceil(32) {
+            let s = k.const_u32(step);
+            let run = |k: &mut Builder, accs: &[Value]| {
+                let l = self.issue(k, staged, &consts, s);
+                self.multiply(k, staged, &consts, l, accs)
+            };
+            if (step + 1) * 32 <= pieces {
+                accs = run(k, &accs);
+            } else {
+                let left = k.const_u32(pieces - step * 32);
+                let has = k.lt(self.lane, left);
+                let before = accs.clone();
+                let types = vec![Type::F32; before.len()];
+                accs = k.if_else(has, &types, |k| run(k, &before), |_| before.clone());
+            }
+        }
+        accs
+    }
+
+    /// The loads of this lane's piece in step `step` of the chunk: each stream's header
+    /// and 32 quant bytes, and at one vector a pass its activations.
+    fn issue(&self, k: &mut Builder, staged: &Staged, c: &Consts<'_>, step: Value) -> Loaded {
+        let unit = k.shl_const(step, 3);
+        let unit = k.add(unit, c.unit_lane);
+        let global = k.add_const(unit, c.c0 / 256);
+        let off = k.mul_const(global, UNIT_BYTES);
+        let quant_off = k.shl_const(c.g, 5);
+        let quant_off = k.add_const(quant_off, 16);
+        let weights = c
+            .streams
+            .iter()
+            .map(|&s| {
+                let at = k.ptr_add(s, off);
+                let header = Bytes::load(k, at, 16, 16);
+                let qa = k.ptr_add(at, quant_off);
+                (header, Bytes::load(k, qa, 32, 16))
+            })
+            .collect();
+        let acts = (self.p.batch == 1).then(|| [0, 1].map(|h| self.activations(k, staged, c, unit, 0, h)));
+        Loaded { unit, weights, acts }
+    }
+
+    /// Vector `j`'s staged activations of sub-block `2g + h` of chunk unit `unit`: its 8
+    /// low and 8 high plane words and its `(dx, Σq)`.
+    fn activations(&self, k: &mut Builder, staged: &Staged, c: &Consts<'_>, unit: Value, j: u32, h: u32) -> Half {
+        // Element offset of the sub-block in the chunk, 256·unit + 64g + 32h, in words.
+        let word = k.shl_const(unit, 6);
+        let g16 = k.shl_const(c.g, 4);
+        let word = k.add(word, g16);
+        let word = k.add_const(word, j * staged.cols / 4 + 8 * h);
+        let plane = |k: &mut Builder, base: Value| -> Vec<Value> {
+            (0..2)
+                .flat_map(|i| {
+                    let at = k.add_const(word, 4 * i);
+                    let at = k.ptr_add(base, at);
+                    let v = k.load(Type::Vec(Scalar::U32, 4), at);
+                    (0..4).map(|e| k.extract(v, e)).collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let lo = plane(k, staged.lo);
+        let hi = plane(k, staged.hi);
+        // Block 8·unit + 2g + h: its pair at float 2·that.
+        let at = k.shl_const(unit, 2);
+        let at = k.add(at, c.g);
+        let at = k.shl_const(at, 2);
+        let at = k.add_const(at, j * staged.cols / BLOCK * 2 + 2 * h);
+        let at = k.ptr_add(staged.meta, at);
+        let v = k.load(Type::Vec(Scalar::F32, 2), at);
+        Half { lo, hi, dx: k.extract(v, 0), sq: k.extract(v, 1) }
+    }
+
+    /// Multiply a loaded piece with every vector of the pass: a stream at a time (its
+    /// weights spread to bytes once for all vectors), a sub-block at a time.
+    fn multiply(&self, k: &mut Builder, staged: &Staged, c: &Consts<'_>, l: Loaded, accs: &[Value]) -> Vec<Value> {
+        let streams = self.streams();
+        let mut out = accs.to_vec();
+        for (s, (header, quants)) in l.weights.iter().enumerate() {
+            let scales = Q4kScales::new(k, &c.q4lane, header);
+            for h in 0..2u32 {
+                let (dsc, dm) = scales.sub_block(k, c.magic, h);
+                let spread: Vec<Value> = (0..8)
+                    .map(|i| {
+                        let w = quants.part(i);
+                        let w = if h == 0 { w } else { k.shr_const(w, 4) };
+                        k.and_const(w, 0x0F0F_0F0F)
+                    })
+                    .collect();
+                for j in 0..self.p.batch {
+                    let half = match &l.acts {
+                        Some(a) => a[h as usize].clone(),
+                        None => self.activations(k, staged, c, l.unit, j, h),
+                    };
+                    let at = j as usize * streams + s;
+                    out[at] = sub_block_dot(k, &spread, &half, dsc, dm, out[at]);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `acc` plus sub-block `(d·sc, dmin·m)`'s product with a staged half: `S` from the byte
+/// dot products, then `fma(d·sc·dx, S, acc)` and `fma(−dmin·m·dx, Σq, ·)`.
+fn sub_block_dot(k: &mut Builder, spread: &[Value], x: &Half, dsc: Value, dm: Value, acc: Value) -> Value {
+    let zero = k.const_i32(0);
+    let t = spread.iter().zip(&x.hi).fold(zero, |t, (&n, &q)| k.dp4a(n, true, q, true, t));
+    let t = k.shl_const(t, 8);
+    let t = spread.iter().zip(&x.lo).fold(t, |t, (&n, &q)| k.dp4a(n, true, q, false, t));
+    let sum = k.cvt(Scalar::F32, t);
+    let a = k.mul(dsc, x.dx);
+    let b = k.mul(dm, x.dx);
+    let nb = k.neg(b);
+    let acc = k.fma(a, sum, acc);
+    k.fma(nb, x.sq, acc)
+}
+
+/// A lane's constants for a chunk's products.
+struct Consts<'a> {
+    /// `lane mod 4`: which pair of sub-blocks of each super-block.
+    g: Value,
+    q4lane: Q4kLane,
+    magic: Magic,
+    /// `lane / 4`: the lane's super-block within a step of 8.
+    unit_lane: Value,
+    streams: &'a [Value],
+    /// The chunk's first column.
+    c0: u32,
+}
+
+/// A piece's loads: the chunk unit, each stream's (header, quants), and at one vector a
+/// pass the activations of both sub-blocks.
+struct Loaded {
+    unit: Value,
+    weights: Vec<(Bytes, Bytes)>,
+    acts: Option<[Half; 2]>,
+}
+
+/// A vector's staged activations of one sub-block.
+#[derive(Clone)]
+struct Half {
+    lo: Vec<Value>,
+    hi: Vec<Value>,
+    dx: Value,
+    sq: Value,
+}
+
+/// Whether the kernel of `p` takes this path (Q4_K weights).
+pub(super) fn applies(p: &QGemvParams) -> bool {
+    p.format == super::WeightFormat::Q4K
+}
+
+/// The RMSNorm prologue's staged vectors always fit whole: `batch · cols` is at most
+/// [`prologue::MAX_COLS`].
+const _: () = assert!(2 * prologue::MAX_COLS as u64 + prologue::MAX_COLS as u64 / 4 + SLACK <= MAX_STATIC_SHARED_BYTES);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data;
+
+    /// Every quantized value is at most 32767 in magnitude and within `(½ + 2^-7)·dx` of
+    /// its activation; blocks of zeros, and of values too small for a normal step, give
+    /// zeros; the sums are the sums.
+    #[test]
+    fn quantization_is_within_half_a_step() {
+        let seed: u64 = rand::random();
+        eprintln!("seed {seed}");
+        let mut rng = data::rng(seed);
+        let mut x = data::signed(&mut rng, 32 * 64, 1.0 / 4096.0, 64.0);
+        x[..32].fill(0.0);
+        x[32..64].iter_mut().for_each(|v| *v *= 1e-36);
+        let qx = quantize(&x);
+        assert_eq!((qx.dx[0], qx.dx[1]), (0.0, 0.0));
+        assert!(qx.q[..64].iter().all(|&q| q == 0));
+        for (j, (xb, qb)) in x.chunks_exact(32).zip(qx.q.chunks_exact(32)).enumerate().skip(2) {
+            let dx = f64::from(qx.dx[j]);
+            assert!(dx > 0.0);
+            assert!(qb.iter().any(|q| q.abs() == 32767), "block {j} has no full-scale value");
+            for (&v, &q) in xb.iter().zip(qb) {
+                assert!(q.abs() <= 32767);
+                let err = (f64::from(v) - f64::from(q) * dx).abs();
+                assert!(err <= (0.5 + 1.0 / 128.0) * dx, "block {j}: {v} → {q}·{dx}");
+            }
+            assert_eq!(qx.sq[j], qb.iter().sum::<i32>());
+        }
+    }
+}
