@@ -545,7 +545,7 @@ impl Instrumented {
     /// history, then measure the ceilings on `exec` (when the decoder goes, after its
     /// other allocations are freed). Measured at the end, the ceilings' copy and FMA
     /// bursts cannot change how the timed steps run: measured before the weights were
-    /// uploaded, they left the decode steps of the same process ~5% slower on an H200.
+    /// uploaded, they left the decode steps of the same process 5–8% slower on an H200.
     pub(crate) fn release(mut self, exec: &mut dyn Executor) {
         // Best effort, as for the decoder's other allocations: steps that cannot be read
         // stay counted in the profile's `unread`.
