@@ -9,7 +9,8 @@
 //!
 //! **Activations.** Each pass first quantizes its vectors into shared memory, every
 //! 32-element block `j` (a Q4_K sub-block's span) on its own ([`quantize`]):
-//! `dx_j = max|x| / 32767` and `q_i = rne(x_i · (1/dx_j))` (|q| ≤ 32767), or `dx_j = 0` and
+//! `dx_j = max|x| / 32767` and `q_i = rne(x_i · fl(1/dx_j))`, the exact product rounded
+//! once to an integer (|q| ≤ 32767), or `dx_j = 0` and
 //! `q = 0` where `dx_j` would be below the smallest normal f32 (an all-zero block). The
 //! staged form is `q`'s low bytes (unsigned) and high bytes (signed, `q >> 8`) as two
 //! planes in element order, and per block `(dx_j, Σ q_i)` as two f32 (the sum is an
@@ -21,8 +22,9 @@
 //! **Pieces.** A lane takes a 64-weight piece of a super-block: `g = lane mod 4` picks the
 //! 32 quant bytes `32g ..` whose low nibbles are sub-block `2g` and high nibbles sub-block
 //! `2g + 1`, element `32·sub-block + b` at byte `b`. Masking a word of them with
-//! `0x0F0F0F0F` (after a shift by 4 for the high nibbles) spreads four weights to bytes
-//! that meet four consecutive activations in the byte planes, so no permutation is needed.
+//! `0x0F0F0F0F` spreads four weights to bytes that meet four consecutive activations in
+//! the byte planes, so no permutation is needed; `0xF0F0F0F0` leaves the high nibbles as
+//! `16·q4` in place (read unsigned), whose exact sum is shifted back.
 //! Lane `l` takes pieces `l, l + 32, ...` of a row in order (a chunk boundary falls on a
 //! multiple of 32 pieces, so chunking keeps that order).
 //!
@@ -37,10 +39,10 @@
 //! **Error.** Against the exact product of the stored weights with the unquantized
 //! activations, quantization adds at most `|w_i|·(½ + 2^-7)·dx_j` per element (½ for the
 //! rounding to an integer, the rest for the rounded `1/dx`), plus the f32 roundings of the
-//! scale products and the sums ([`f64_tolerance`]).
+//! scale products and the sums ([`f64_check`]).
 
 use quench_ir::func::MAX_STATIC_SHARED_BYTES;
-use quench_ir::{Builder, Round, Scalar, Type, Value};
+use quench_ir::{Builder, Scalar, Type, Value};
 use quench_models::dequant::{f16_to_f32, unpack_k_scales};
 
 use super::format::{load_x, unpack_x};
@@ -56,6 +58,8 @@ use crate::par::par_map;
 const BLOCK: u32 = 32;
 /// The largest quantized magnitude.
 const QMAX: f32 = 32767.0;
+/// `1.5·2^23`: an f32 in `[2^23, 2^24)`, where the step is 1, for any `M + q`, |q| < 2^22.
+const ROUND_MAGIC: f32 = 12_582_912.0;
 /// Pieces (64 weights each) of a 256-weight super-block.
 const PPU: u32 = 4;
 /// Super-block bytes: `d`, `dmin`, 12 scale bytes, 128 quant bytes.
@@ -102,7 +106,8 @@ pub fn quantize(x: &[f32]) -> QuantX {
         let m = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let dx = m / QMAX;
         let (dx, r) = if dx >= f32::MIN_POSITIVE { (dx, 1.0 / dx) } else { (0.0, 0.0) };
-        let q: Vec<i32> = block.iter().map(|&v| (v * r).round_ties_even() as i32).collect();
+        // The product rounded once, to the nearest integer (the kernels' `fma` with 1.5·2^23).
+        let q: Vec<i32> = block.iter().map(|&v| (f64::from(v) * f64::from(r)).round_ties_even() as i32).collect();
         out.sq.push(q.iter().sum());
         out.q.extend(q);
         out.dx.push(dx);
@@ -419,31 +424,41 @@ impl Pass<'_> {
         let fzero = k.const_f32(0.0);
         let r = k.select(ok, r, fzero);
         let dx = k.select(ok, dx, fzero);
-        let qs: Vec<Value> = xs
+        // `fma(x, r, 1.5·2^23)` lands where the f32 step is 1: the integer part of its
+        // bits is `M + rne(x·r)` (|x·r| < 2^22), read without a conversion; the planes
+        // take the low 16 bits, the two's complement of q.
+        let magic = k.const_f32(ROUND_MAGIC);
+        let bits: Vec<Value> = xs
             .iter()
             .map(|&x| {
-                let t = k.mul(x, r);
-                k.cvt_rnd(Scalar::I32, Some(Round::Rn), false, t)
+                let t = k.fma(x, r, magic);
+                k.bitcast(Type::U32, t)
             })
             .collect();
-        let sum = qs[1..].iter().fold(qs[0], |s, &q| k.add(s, q));
+        let sum = bits[1..].iter().fold(bits[0], |s, &b| k.add(s, b));
+        let sum = k.add_const(sum, ROUND_MAGIC.to_bits().wrapping_mul(32).wrapping_neg());
+        let sum = k.bitcast(Type::I32, sum);
         let sum = k.cvt(Scalar::F32, sum);
-        let us: Vec<Value> = qs.iter().map(|&q| k.bitcast(Type::U32, q)).collect();
-        // Byte `i` of a word holds element `4w + i`: the low bytes of q, and the high
-        // bytes (bits 8..16 of the two's complement, so the signed `q >> 8`).
+        // Byte `i` of a plane word holds element `4w + i`: bits `shift .. shift + 8` of its
+        // `M + q`, the low byte of q (unsigned) or its high byte (the signed `q >> 8`).
         let plane = |k: &mut Builder, shift: u32| -> Vec<Value> {
-            us.chunks(4)
+            bits.chunks(4)
                 .map(|four| {
                     let bytes: Vec<Value> = four
                         .iter()
                         .enumerate()
-                        .map(|(i, &u)| {
-                            let b = if shift == 0 { u } else { k.shr_const(u, shift) };
-                            if i == 3 {
-                                k.shl_const(b, 24)
+                        .map(|(i, &b)| {
+                            let to = 8 * i as u32;
+                            let moved = match to.cmp(&shift) {
+                                std::cmp::Ordering::Greater => k.shl_const(b, to - shift),
+                                std::cmp::Ordering::Less => k.shr_const(b, shift - to),
+                                std::cmp::Ordering::Equal => b,
+                            };
+                            if shift == 0 && to == 24 {
+                                // The low byte shifted to the top: nothing above it.
+                                moved
                             } else {
-                                let b = k.and_const(b, 0xff);
-                                k.shl_const(b, 8 * i as u32)
+                                k.and_const(moved, 0xff << to)
                             }
                         })
                         .collect();
@@ -577,29 +592,30 @@ impl Pass<'_> {
         Half { lo, hi, dx: k.extract(v, 0), sq: k.extract(v, 1) }
     }
 
-    /// Multiply a loaded piece with every vector of the pass: a stream at a time (its
-    /// weights spread to bytes once for all vectors), a sub-block at a time.
+    /// Multiply a loaded piece with every vector of the pass: a stream at a time, its
+    /// weights spread to bytes once for all vectors; each vector's activations read a
+    /// sub-block at a time.
     fn multiply(&self, k: &mut Builder, staged: &Staged, c: &Consts<'_>, l: Loaded, accs: &[Value]) -> Vec<Value> {
         let streams = self.streams();
         let mut out = accs.to_vec();
         for (s, (header, quants)) in l.weights.iter().enumerate() {
+            // Per sub-block: the weights in bytes — low nibbles masked in place, high
+            // nibbles masked in place too, as 16·q4 (unsigned bytes), the factor 16 taken
+            // out of the integer sum — and (d·sc, dmin·m).
             let scales = Q4kScales::new(k, &c.q4lane, header);
-            for h in 0..2u32 {
-                let (dsc, dm) = scales.sub_block(k, c.magic, h);
-                let spread: Vec<Value> = (0..8)
-                    .map(|i| {
-                        let w = quants.part(i);
-                        let w = if h == 0 { w } else { k.shr_const(w, 4) };
-                        k.and_const(w, 0x0F0F_0F0F)
-                    })
-                    .collect();
-                for j in 0..self.p.batch {
+            let subs = [0u32, 1].map(|h| {
+                let mask = if h == 0 { 0x0F0F_0F0F } else { 0xF0F0_F0F0 };
+                let spread: Vec<Value> = (0..8).map(|i| k.and_const(quants.part(i), mask)).collect();
+                (spread, scales.sub_block(k, c.magic, h))
+            });
+            for j in 0..self.p.batch {
+                for (h, (spread, (dsc, dm))) in subs.iter().enumerate() {
                     let half = match &l.acts {
-                        Some(a) => a[h as usize].clone(),
-                        None => self.activations(k, staged, c, l.unit, j, h),
+                        Some(a) => a[h].clone(),
+                        None => self.activations(k, staged, c, l.unit, j, h as u32),
                     };
                     let at = j as usize * streams + s;
-                    out[at] = sub_block_dot(k, &spread, &half, dsc, dm, out[at]);
+                    out[at] = sub_block_dot(k, spread, h == 1, &half, *dsc, *dm, out[at]);
                 }
             }
         }
@@ -608,12 +624,25 @@ impl Pass<'_> {
 }
 
 /// `acc` plus sub-block `(d·sc, dmin·m)`'s product with a staged half: `S` from the byte
-/// dot products, then `fma(d·sc·dx, S, acc)` and `fma(−dmin·m·dx, Σq, ·)`.
-fn sub_block_dot(k: &mut Builder, spread: &[Value], x: &Half, dsc: Value, dm: Value, acc: Value) -> Value {
+/// dot products, then `fma(d·sc·dx, S, acc)` and `fma(−dmin·m·dx, Σq, ·)`. `spread` holds
+/// the weights in bytes, as `16·q4` where `times16` (the sum is then `16·S`, exactly, and
+/// shifted back).
+fn sub_block_dot(k: &mut Builder, spread: &[Value], times16: bool, x: &Half, dsc: Value, dm: Value, acc: Value) -> Value {
+    // Weight bytes below 16 read the same signed or not; 16·q4 needs them unsigned.
+    let signed = !times16;
     let zero = k.const_i32(0);
-    let t = spread.iter().zip(&x.hi).fold(zero, |t, (&n, &q)| k.dp4a(n, true, q, true, t));
+    let t = spread.iter().zip(&x.hi).fold(zero, |t, (&n, &q)| k.dp4a(n, signed, q, true, t));
     let t = k.shl_const(t, 8);
-    let t = spread.iter().zip(&x.lo).fold(t, |t, (&n, &q)| k.dp4a(n, true, q, false, t));
+    // The low bytes are unsigned: with unsigned weights too the sum is typed u32, with
+    // the same bits (sums wrap modulo 2^32 either way).
+    let t = if signed {
+        spread.iter().zip(&x.lo).fold(t, |t, (&n, &q)| k.dp4a(n, true, q, false, t))
+    } else {
+        let t = k.bitcast(Type::U32, t);
+        let t = spread.iter().zip(&x.lo).fold(t, |t, (&n, &q)| k.dp4a(n, false, q, false, t));
+        let t = k.bitcast(Type::I32, t);
+        k.shr_const(t, 4)
+    };
     let sum = k.cvt(Scalar::F32, t);
     let a = k.mul(dsc, x.dx);
     let b = k.mul(dm, x.dx);
