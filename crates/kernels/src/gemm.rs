@@ -2,14 +2,18 @@
 //! with `A` the activations, bf16 row-major `[m, k]`; `B` a weight matrix `[n, k]`,
 //! row-major (each output column's operands contiguous — the layout of a linear layer's
 //! weight and the `.col` operand `mma.sync` wants), stored as bf16 or in a GGUF block
-//! format (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: rows of `k` elements back to back); `C` f32
-//! row-major `[m, n]`.
+//! format (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: rows of `k` elements back to back); `C`
+//! row-major `[m, n]`, f32 — or bf16 ([`Epilogue::StoreBf16`]) where the product only
+//! feeds the next bf16 operand: the f32 sums rounded to nearest even as they are stored,
+//! the very bits a separate `cast_f32_bf16` pass over the f32 output would give, at a
+//! quarter of the memory traffic (half the stores, no second read and write).
 //!
 //! **Shapes.** `n` and `k` are fixed when the kernel is built (`n` a multiple of `bn`, `k`
 //! of [`BFormat::k_multiple`]); `m`, the number of tokens, is a launch argument and may
 //! be anything from 1 up: rows of `A` past `m` are read as row `m − 1` (their products
 //! are never stored), and `C` is written for rows below `m` only. `A` and a bf16 `B` must
-//! be 16-byte aligned, a quantized `B` 4-byte aligned, `C` 8-byte aligned.
+//! be 16-byte aligned, a quantized `B` 4-byte aligned, an f32 `C` 8-byte aligned, a
+//! bf16 `C` 4-byte aligned.
 //!
 //! **Tiling.** A block computes a `bm × bn` tile of `C` (64 or 128 each), warps arranged
 //! `bm/64 × bn/wn`, each computing `64 × wn` (`wn` 32 or 64) as `4 × wn/8`
@@ -42,6 +46,7 @@ pub mod reference;
 mod tiles;
 
 use quench_ir::func::MAX_STATIC_SHARED_BYTES;
+use quench_ir::Scalar;
 use quench_rt::Launch;
 
 pub use case::{case, exactness_case};
@@ -62,20 +67,31 @@ pub enum Epilogue {
     Store,
     /// `C += A·Bᵀ` (a residual stream updated in place).
     Accumulate,
+    /// `C = bf16(A·Bᵀ)`, `C` bf16: each f32 sum rounded to nearest even.
+    StoreBf16,
 }
 
 impl Epilogue {
-    pub const ALL: [Epilogue; 2] = [Epilogue::Store, Epilogue::Accumulate];
+    pub const ALL: [Epilogue; 3] = [Epilogue::Store, Epilogue::Accumulate, Epilogue::StoreBf16];
+
+    /// The element type of `C`.
+    pub fn c_elem(self) -> Scalar {
+        match self {
+            Epilogue::Store | Epilogue::Accumulate => Scalar::F32,
+            Epilogue::StoreBf16 => Scalar::BF16,
+        }
+    }
 }
 
-/// Library names, by format (in [`BFormat::ALL`] order) and epilogue.
-const NAMES: [[&str; 2]; 6] = [
-    ["gemm_bf16", "gemm_bf16_residual"],
-    ["gemm_q8_0", "gemm_q8_0_residual"],
-    ["gemm_q4_0", "gemm_q4_0_residual"],
-    ["gemm_q4_1", "gemm_q4_1_residual"],
-    ["gemm_q4_k", "gemm_q4_k_residual"],
-    ["gemm_q6_k", "gemm_q6_k_residual"],
+/// Library names, by format (in [`BFormat::ALL`] order) and epilogue (in
+/// [`Epilogue::ALL`] order).
+const NAMES: [[&str; 3]; 6] = [
+    ["gemm_bf16", "gemm_bf16_residual", "gemm_bf16_to_bf16"],
+    ["gemm_q8_0", "gemm_q8_0_residual", "gemm_q8_0_to_bf16"],
+    ["gemm_q4_0", "gemm_q4_0_residual", "gemm_q4_0_to_bf16"],
+    ["gemm_q4_1", "gemm_q4_1_residual", "gemm_q4_1_to_bf16"],
+    ["gemm_q4_k", "gemm_q4_k_residual", "gemm_q4_k_to_bf16"],
+    ["gemm_q6_k", "gemm_q6_k_residual", "gemm_q6_k_to_bf16"],
 ];
 
 pub fn name(format: BFormat, epilogue: Epilogue) -> &'static str {
@@ -87,7 +103,12 @@ pub fn name(format: BFormat, epilogue: Epilogue) -> &'static str {
         BFormat::Q4K => 4,
         BFormat::Q6K => 5,
     };
-    NAMES[f][usize::from(epilogue == Epilogue::Accumulate)]
+    let e = match epilogue {
+        Epilogue::Store => 0,
+        Epilogue::Accumulate => 1,
+        Epilogue::StoreBf16 => 2,
+    };
+    NAMES[f][e]
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

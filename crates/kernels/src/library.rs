@@ -802,6 +802,12 @@ fn gemm_description(f: BFormat, e: GemmEpilogue) -> &'static str {
              memory, A bf16, C f32; mma.sync"
         }
         (Q6K, Accumulate) => "C += A·Bᵀ (in place), B Q6_K dequantized per tile in shared memory, A bf16, C f32",
+        (Bf16, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B bf16, A bf16, C bf16; as gemm_bf16",
+        (Q8_0, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q8_0, A bf16, C bf16; as gemm_q8_0",
+        (Q4_0, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_0, A bf16, C bf16; as gemm_q4_0",
+        (Q4_1, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_1, A bf16, C bf16; as gemm_q4_1",
+        (Q4K, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_K, A bf16, C bf16; as gemm_q4_k",
+        (Q6K, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q6_K, A bf16, C bf16; as gemm_q6_k",
     }
 }
 

@@ -76,6 +76,23 @@ fn gemm_bf16_residual() {
 }
 
 #[test]
+fn gemm_bf16_to_bf16() {
+    // As gemm_bf16: a partial second row tile, 2 column tiles; and 64×32 warps, 2 stages.
+    check(&case("gemm_bf16_to_bf16", "m=200 n=256 k=96"));
+    check(&case("gemm_bf16_to_bf16", "m=37 n=128 k=160 bm=64 bn=128 wn=32 stages=2"));
+}
+
+#[test]
+fn gemm_quantized_to_bf16() {
+    for name in ["gemm_q8_0_to_bf16", "gemm_q4_0_to_bf16", "gemm_q4_1_to_bf16"] {
+        check(&case(name, "m=65 n=128 k=128"));
+    }
+    for name in ["gemm_q4_k_to_bf16", "gemm_q6_k_to_bf16"] {
+        check(&case(name, "m=65 n=128 k=512"));
+    }
+}
+
+#[test]
 fn gemm_quantized() {
     // At the library's tiles: two row tiles (the second partial), two column tiles or
     // more; Q4_K and Q6_K over two super-blocks.

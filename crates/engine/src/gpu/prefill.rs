@@ -18,8 +18,7 @@
 //!   attention_prefill_f16 attn16 = bf16(softmax(q·Kᵀ)·V), causal over the cache   [n/64, heads]
 //!   gemm_residual         R += attn16·W_oᵀ
 //!   rmsnorm_residual_bf16 xn = bf16(norm(R)·w)
-//!   gemm, gemm            gate = xn·W_gateᵀ, up = xn·W_upᵀ                (f32, side by side)
-//!   cast_f32_bf16         gate16 | up16
+//!   gemm_to_bf16 (×2)     gate16 = bf16(xn·W_gateᵀ), up16 = bf16(xn·W_upᵀ)   (side by side)
 //!   silu_mul_bf16         act16 = silu(gate16)·up16
 //!   gemm_residual         R += act16·W_downᵀ
 //! qgemv_rmsnorm           logits = W_out·(norm(R[n − 1])·w)               (the last row only)
@@ -36,11 +35,12 @@
 //!
 //! **Precision**: the matrix products take bf16 activations (norm outputs, attention
 //! outputs, SwiGLU) and, for quantized weights, the dequantized weights rounded to bf16,
-//! while the residual stream, the projections' outputs and RoPE stay f32 and the cache
-//! f16, as in the decode step. The tensor-core attention multiplies f16: the queries are
-//! rounded to f16 as it loads them, and the softmax weights (in [0, 1]) to f16 for the
-//! product with the values, each a relative 2⁻¹¹ (its scores, maxima and sums stay
-//! f32). bf16's unit roundoff (2⁻⁸) is eight times the f16 cache's, and it reaches every
+//! while the residual stream, the q, k and v projections and RoPE stay f32 and the cache
+//! f16, as in the decode step. The gate and up projections, which only the SwiGLU reads
+//! (in bf16), are summed in f32 and rounded to bf16 (to nearest even) as they are
+//! stored. The tensor-core attention multiplies f16: the queries are rounded to f16 as
+//! it loads them, and the softmax weights (in [0, 1]) to f16 for the product with the
+//! values, each a relative 2⁻¹¹ (its scores, maxima and sums stay f32). bf16's unit roundoff (2⁻⁸) is eight times the f16 cache's, and it reaches every
 //! activation the products read: SmolLM2-135M after a 20-token prompt has logits up to
 //! 0.14 from the f64 reference (Q4_1 weights; 0.19 with its weights widened to bf16,
 //! which the products read exactly; one random prompt each), about three times the FP64
@@ -246,10 +246,11 @@ enum Attention {
     },
     /// For head sizes that kernel does not take: the decode attention kernel with a row
     /// per query (its own context length, its own copy of the block table), f32 out into
-    /// `out`, then rounded to bf16 by a pass of its own.
+    /// `out`, then rounded to bf16 by a pass of its own (`cast`).
     PerRow {
         kernel: usize,
         params: DecodeParams,
+        cast: (usize, ToBf16Params),
         /// The splits' maxima, sums and outputs.
         parts: [usize; 3],
         counters: usize,
@@ -338,7 +339,8 @@ impl Planner<'_> {
         Ok((i, offsets))
     }
 
-    /// `C (+)= A·Bᵀ` over the chunk's rows: `B` `[n, k]` in `format` at `b`.
+    /// `C (+)= A·Bᵀ` over the chunk's rows, as `epilogue` says: `B` `[n, k]` in `format`
+    /// at `b`.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
         &mut self,
@@ -349,7 +351,7 @@ impl Planner<'_> {
         a: Operand,
         b: Operand,
         c: Operand,
-        accumulate: bool,
+        epilogue: GemmEpilogue,
     ) -> Result<(), GpuError> {
         let f = gemm_format(format).ok_or_else(|| {
             not_here(
@@ -367,11 +369,6 @@ impl Planner<'_> {
                 ),
             ));
         }
-        let epilogue = if accumulate {
-            GemmEpilogue::Accumulate
-        } else {
-            GemmEpilogue::Store
-        };
         // The widest tile the shapes, the chunk and the shared memory allow (large tiles
         // read the weights fewer times; a 64-row tile wastes less on short chunks).
         let bm = if self.chunk >= 256 { 128 } else { 64 };
@@ -494,11 +491,6 @@ impl PrefillPlan {
             threads: row_threads(u32_of("hidden", hidden)? / 4),
         };
         let norm_k = a.kernel("RMSNorm rows", &np, norm_residual::build)?;
-        let cast = ToBf16Params {
-            activation: Activation::Identity,
-            threads: 256,
-        };
-        let cast_k = a.kernel("bf16 rounding", &cast, to_bf16::build)?;
 
         // Buffers every layer reuses.
         let (q_at, k_at, v_at, token_stride) = match catalog.layers.first().map(|l| l.qkv) {
@@ -552,9 +544,14 @@ impl PrefillPlan {
                 q_stride: token_stride,
             };
             let splits = params.n_splits() as usize;
+            let cast = ToBf16Params {
+                activation: Activation::Identity,
+                threads: 256,
+            };
             Attention::PerRow {
                 kernel: a.kernel("attention", &params, attn_decode::build)?,
                 params,
+                cast: (a.kernel("bf16 rounding", &cast, to_bf16::build)?, cast),
                 parts: [
                     a.buffer("split maxima".into(), c.heads * splits, 4),
                     a.buffer("split sums".into(), c.heads * splits, 4),
@@ -564,7 +561,6 @@ impl PrefillPlan {
                 out: a.buffer("attention output".into(), q_width, 4),
             }
         };
-        let gate_up = Loc::Act(a.buffer("gate | up".into(), 2 * ffn, 4));
         let gate_up16 = Loc::Act(a.buffer("gate | up (bf16)".into(), 2 * ffn, 2));
         let act16 = a.buffer("SwiGLU (bf16)".into(), ffn, 2);
         let scale = Operand::Value(Arg::F32((1.0 / (hd as f64).sqrt()) as f32));
@@ -648,7 +644,11 @@ impl PrefillPlan {
                     at(xn),
                     w(wqkv.clone(), part),
                     out,
-                    bias_part.is_some() && bias.is_some(),
+                    if bias_part.is_some() && bias.is_some() {
+                        GemmEpilogue::Accumulate
+                    } else {
+                        GemmEpilogue::Store
+                    },
                 )
             };
             match lk.qkv {
@@ -720,6 +720,7 @@ impl PrefillPlan {
                 Attention::PerRow {
                     kernel,
                     params,
+                    cast: (cast_k, cast),
                     parts,
                     counters,
                     out,
@@ -745,8 +746,8 @@ impl PrefillPlan {
                     let qw = u32_of("q width", q_width)?;
                     a.push(
                         label("attention to bf16"),
-                        cast_k,
-                        Grid::Cast(cast, qw),
+                        *cast_k,
+                        Grid::Cast(*cast, qw),
                         vec![at(*out), at(attn16), Operand::Elements(qw)],
                     );
                 }
@@ -763,7 +764,7 @@ impl PrefillPlan {
                 at(attn16),
                 w(wo, 0),
                 at(r),
-                true,
+                GemmEpilogue::Accumulate,
             )?;
 
             norm(&mut a, label("ffn norm"), w(norms, 1));
@@ -774,8 +775,8 @@ impl PrefillPlan {
                     a.stored(t(L::Up), ffn, hidden)?,
                 ],
             )?;
-            let f32_row = 4 * ffn as u64;
-            let up = Operand::Ptr(gate_up, Offset::Rows(f32_row));
+            // Gate rows, then up rows, each the chunk's rows long.
+            let up = Operand::Ptr(gate_up16, Offset::Rows(2 * ffn as u64));
             a.gemm(
                 label("gate projection"),
                 lk.gate_up,
@@ -783,8 +784,8 @@ impl PrefillPlan {
                 hidden,
                 at(xn),
                 w(wgu.clone(), 0),
-                ptr(gate_up, 0),
-                false,
+                ptr(gate_up16, 0),
+                GemmEpilogue::StoreBf16,
             )?;
             a.gemm(
                 label("up projection"),
@@ -794,25 +795,14 @@ impl PrefillPlan {
                 at(xn),
                 w(wgu, 1),
                 up,
-                false,
+                GemmEpilogue::StoreBf16,
             )?;
-            let fw = u32_of("ffn", 2 * ffn)?;
-            a.push(
-                label("gate | up to bf16"),
-                cast_k,
-                Grid::Cast(cast, fw),
-                vec![ptr(gate_up, 0), ptr(gate_up16, 0), Operand::Elements(fw)],
-            );
+            let fw = u32_of("ffn", ffn)?;
             a.push(
                 label("SwiGLU"),
                 silu_k,
-                Grid::SiluMul(silu, fw / 2),
-                vec![
-                    ptr(gate_up16, 0),
-                    Operand::Ptr(gate_up16, Offset::Rows(2 * ffn as u64)),
-                    at(act16),
-                    Operand::Elements(fw / 2),
-                ],
+                Grid::SiluMul(silu, fw),
+                vec![ptr(gate_up16, 0), up, at(act16), Operand::Elements(fw)],
             );
             let down = a.group("down projection", vec![a.stored(t(L::Down), hidden, ffn)?])?;
             a.gemm(
@@ -823,7 +813,7 @@ impl PrefillPlan {
                 at(act16),
                 w(down, 0),
                 at(r),
-                true,
+                GemmEpilogue::Accumulate,
             )?;
         }
 

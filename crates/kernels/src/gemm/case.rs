@@ -34,6 +34,14 @@ fn weight_bytes(p: &GemmParams, rng: &mut rand_chacha::ChaCha8Rng) -> Vec<u8> {
     }
 }
 
+/// `C`'s bytes holding `v`: f32, or each value rounded to bf16 (to nearest even).
+fn c_bytes_of(elem: Scalar, v: &[f32]) -> Vec<u8> {
+    match elem {
+        Scalar::BF16 => data::bf16_bytes(&data::to_bf16(v)),
+        _ => data::f32_bytes(v),
+    }
+}
+
 fn check_m(p: &GemmParams, m: u32) -> Result<(), KernelError> {
     if m == 0 || m as u64 * p.k as u64 > 1 << 40 {
         return Err(KernelError::unsupported(
@@ -73,12 +81,14 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
         }
     };
     let want = finish(&sums);
-    let (tol, explain) = tolerance(p, &abs_sums, &want, accumulate);
+    let (tol, explain) = tolerance(p, &abs_sums, &want);
     let check = Check::Bound { tol, explain };
+    let c_elem = p.epilogue.c_elem();
+    // An f32 result as the kernel stores it: as is, or rounded to bf16.
     let expected = |data: &[f32]| Expected {
         buffer: 2,
-        data: data::f32_bytes(data),
-        elem: Scalar::F32,
+        data: c_bytes_of(c_elem, data),
+        elem: c_elem,
         check: check.clone(),
     };
 
@@ -98,12 +108,13 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
             });
         }
     }
+    let c_size = mu * n * c_elem.bytes() as usize;
     let c_buffer = if accumulate {
         Buffer::in_out("c", data::f32_bytes(&c0))
     } else {
-        Buffer::output("c", mu * n * 4)
+        Buffer::output("c", c_size)
     };
-    let c_bytes = (mu * n * 4 * if accumulate { 2 } else { 1 }) as u64;
+    let c_bytes = (c_size * if accumulate { 2 } else { 1 }) as u64;
     Ok(KernelCase {
         name: p.name().to_string(),
         shape: format!("{m}x{n}x{k} t{}x{}w{}s{}", p.bm, p.bn, p.wn, p.stages),
@@ -130,9 +141,10 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
 /// A case that shows the weights the kernel multiplies bit for bit: `A` is the `k × k`
 /// identity, so `C` is `Bᵀ` as the kernel holds it (each output one exact product), and
 /// every element must equal `bf16(dequant(B))` — compared by value, as the tensor core
-/// may give either zero for a sum of zeros. `p` must store `C` (not add to it).
+/// may give either zero for a sum of zeros. `p` must store `C` (not add to it); stored as
+/// bf16, the values are unchanged (they are bf16 already).
 pub fn exactness_case(p: &GemmParams, seed: u64) -> Result<KernelCase, KernelError> {
-    if p.epilogue != Epilogue::Store {
+    if p.epilogue == Epilogue::Accumulate {
         return Err(KernelError::unsupported(
             p.name(),
             "the exactness case stores C",
@@ -151,16 +163,18 @@ pub fn exactness_case(p: &GemmParams, seed: u64) -> Result<KernelCase, KernelErr
         tol: vec![0.0; k * n],
         explain: "equal values: each output is one exact product".into(),
     };
+    let c_elem = p.epilogue.c_elem();
+    let c_size = k * n * c_elem.bytes() as usize;
     Ok(KernelCase {
         name: p.name().to_string(),
         shape: format!("{k}x{n}x{k} identity A"),
         kernel,
         launch: p.launch(p.k),
-        bytes_moved: (k * k * 2 + b.len() + k * n * 4) as u64,
+        bytes_moved: (k * k * 2 + b.len() + c_size) as u64,
         buffers: vec![
             Buffer::input("a", data::bf16_bytes(&a)),
             Buffer::input("b", b),
-            Buffer::output("c", k * n * 4),
+            Buffer::output("c", c_size),
         ],
         args: vec![
             CaseArg::Buffer(0),
@@ -170,8 +184,8 @@ pub fn exactness_case(p: &GemmParams, seed: u64) -> Result<KernelCase, KernelErr
         ],
         expected: vec![Expected {
             buffer: 2,
-            data: data::f32_bytes(&want),
-            elem: Scalar::F32,
+            data: c_bytes_of(c_elem, &want),
+            elem: c_elem,
             check,
         }],
         controls: vec![],

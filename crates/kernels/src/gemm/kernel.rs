@@ -26,7 +26,7 @@ use quench_ir::{Builder, Function, Scalar, Type, Value};
 use super::decode::Decoder;
 use super::raw::RawCopy;
 use super::tiles::{store_c, zero_acc, FragAddrs, Frags, Ids, TileCopy};
-use super::{Epilogue, GemmParams, BK};
+use super::{GemmParams, BK};
 use crate::error::KernelError;
 use crate::lanes::gptr;
 
@@ -61,7 +61,7 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     let k = &mut kb;
     let a = k.param("a", gptr(Scalar::BF16));
     let b = k.param("b", gptr(if quantized { Scalar::U8 } else { Scalar::BF16 }));
-    let c = k.param("c", gptr(Scalar::F32));
+    let c = k.param("c", gptr(p.epilogue.c_elem()));
     let m = k.param("m", Type::U32);
 
     let (a_stage, b_stage) = (p.bm * BK, p.bn * BK);
@@ -194,15 +194,7 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     });
     // Nothing is read from the copies still in flight (repeats of the last tile).
     k.cp_async_wait(0);
-    store_c(
-        k,
-        p,
-        &ids,
-        c,
-        m,
-        &out[1 + n_frags..],
-        p.epilogue == Epilogue::Accumulate,
-    );
+    store_c(k, p, &ids, c, m, &out[1 + n_frags..]);
     Ok(kb.finish()?)
 }
 

@@ -4,7 +4,7 @@
 use half::bf16;
 use quench_models::dequant;
 
-use super::{BFormat, GemmParams};
+use super::{BFormat, Epilogue, GemmParams};
 use crate::approx::{F32_MIN_NORMAL, F32_U};
 use crate::error::KernelError;
 use crate::par::par_map;
@@ -79,6 +79,9 @@ pub fn wrong_weights(p: &GemmParams, w: &[f32]) -> (Vec<f32>, &'static str) {
     }
 }
 
+/// bf16's unit roundoff: 8 significant bits.
+const BF16_U: f64 = 1.0 / 256.0;
+
 /// Per-element tolerance of `C = A·Bᵀ`: `k·2^-22·Σ|a·b| + u·|want| + 2^-126`.
 ///
 /// Each `mma.m16n8k16` adds 16 exact products to the accumulator; aligning the 17 terms
@@ -90,22 +93,29 @@ pub fn wrong_weights(p: &GemmParams, w: &[f32]) -> (Vec<f32>, &'static str) {
 /// With `C += A·Bᵀ` the kernel rounds once more, `RN(acc + c)` against the reference's
 /// `RN(S + c)`: the sum's error `E` passes through, plus `u` of each side, so the
 /// tolerance is `E·(1 + u) + 2u·|want|/(1 − u) + 2^-126`.
-pub fn tolerance(
-    p: &GemmParams,
-    abs_sums: &[f64],
-    want: &[f32],
-    accumulate: bool,
-) -> (Vec<f64>, String) {
+///
+/// With `C = bf16(A·Bᵀ)` the reference is the f32 `want` rounded to bf16, against the
+/// kernel's rounded accumulator, which is within the f32 bound `E` of `want`: each
+/// rounding moves its side by at most `u₁₆ = 2^-8` of it (or half a subnormal step,
+/// 2^-134), so the tolerance is `E·(1 + u₁₆) + 2u₁₆·|want| + 2^-126`. Where the two land
+/// on the same side of a rounding boundary they agree bit for bit (and the unit tests
+/// show the kernel rounds exactly as `cast_f32_bf16` does).
+///
+/// `want` is the f32 reference, before any rounding to bf16.
+pub fn tolerance(p: &GemmParams, abs_sums: &[f64], want: &[f32]) -> (Vec<f64>, String) {
     let per_k = p.k as f64 * 2f64.powi(-22);
     let tol = abs_sums
         .iter()
         .zip(want)
         .map(|(s, w)| {
             let w = (*w as f64).abs();
-            if accumulate {
-                per_k * s * (1.0 + F32_U) + 2.0 * F32_U * w / (1.0 - F32_U) + F32_MIN_NORMAL
-            } else {
-                per_k * s + F32_U * w + F32_MIN_NORMAL
+            let sum = per_k * s + F32_U * w + F32_MIN_NORMAL;
+            match p.epilogue {
+                Epilogue::Store => sum,
+                Epilogue::Accumulate => {
+                    per_k * s * (1.0 + F32_U) + 2.0 * F32_U * w / (1.0 - F32_U) + F32_MIN_NORMAL
+                }
+                Epilogue::StoreBf16 => sum * (1.0 + BF16_U) + 2.0 * BF16_U * w + F32_MIN_NORMAL,
             }
         })
         .collect();
@@ -114,10 +124,15 @@ pub fn tolerance(
          (17 addends aligned by truncation)",
         p.k
     );
-    let explain = if accumulate {
-        format!("E·(1 + u) + 2u·|want|/(1 − u) + 2^-126 with E = {sum}, and both roundings of the sum with C")
-    } else {
-        format!("{sum}, + u·|want| + 2^-126 for the reference's rounding")
+    let explain = match p.epilogue {
+        Epilogue::Store => format!("{sum}, + u·|want| + 2^-126 for the reference's rounding"),
+        Epilogue::Accumulate => format!(
+            "E·(1 + u) + 2u·|want|/(1 − u) + 2^-126 with E = {sum}, and both roundings of the sum with C"
+        ),
+        Epilogue::StoreBf16 => format!(
+            "E·(1 + 2^-8) + 2^-7·|want| + 2^-126 with E = {sum}, + u·|want| + 2^-126: \
+             both sides rounded to bf16"
+        ),
     };
     (tol, explain)
 }

@@ -10,8 +10,8 @@
 
 use quench_ir::{Builder, CacheOp, FragRole, MmaShape, Scalar, Type, Value};
 
-use super::{GemmParams, BK, WARP_M};
-use crate::lanes::wide_mul;
+use super::{Epilogue, GemmParams, BK, WARP_M};
+use crate::lanes::{emit_pack_bf16x2, wide_mul};
 
 /// Element offset, within a tile, of chunk `chunk` of row `row` (both `u32` values).
 pub fn swizzled(k: &mut Builder, row: Value, chunk: Value) -> Value {
@@ -259,20 +259,13 @@ impl Frags {
     }
 }
 
-/// Write the warp tile to `C` (`f32`, row-major `[m, n]`), rows below `m` only; with
-/// `accumulate`, add to what `C` holds (one rounding).
+/// Write the warp tile to `C` (row-major `[m, n]`), rows below `m` only, as `p`'s
+/// epilogue says: f32 stored or added to what `C` holds (one rounding), or rounded to
+/// bf16 (`cvt.rn`, to nearest even) and stored as one 4-byte pair.
 ///
 /// Accumulator layout: `c0, c1` at (row `g`, columns `2t, 2t + 1`), `c2, c3` at row
 /// `g + 8`, with `g = lane / 4`, `t = lane mod 4`.
-pub fn store_c(
-    k: &mut Builder,
-    p: &GemmParams,
-    ids: &Ids,
-    c: Value,
-    m: Value,
-    acc: &[Value],
-    accumulate: bool,
-) {
+pub fn store_c(k: &mut Builder, p: &GemmParams, ids: &Ids, c: Value, m: Value, acc: &[Value]) {
     let g = k.shr_const(ids.lane, 2);
     let t = k.and_const(ids.lane, 3);
     let out_row = {
@@ -303,16 +296,25 @@ pub fn store_c(
                     let hi = k.extract(f, 2 * half + 1);
                     let off = k.const_u32(ni * 8);
                     let at = k.ptr_add(row_ptr, off);
-                    let (lo, hi) = if accumulate {
-                        let old = k.load(vec2, at);
-                        let o0 = k.extract(old, 0);
-                        let o1 = k.extract(old, 1);
-                        (k.add(lo, o0), k.add(hi, o1))
-                    } else {
-                        (lo, hi)
-                    };
-                    let v = k.pack(vec2, &[lo, hi]);
-                    k.store(at, v);
+                    match p.epilogue {
+                        Epilogue::Store => {
+                            let v = k.pack(vec2, &[lo, hi]);
+                            k.store(at, v);
+                        }
+                        Epilogue::Accumulate => {
+                            let old = k.load(vec2, at);
+                            let o0 = k.extract(old, 0);
+                            let o1 = k.extract(old, 1);
+                            let sum = [k.add(lo, o0), k.add(hi, o1)];
+                            let v = k.pack(vec2, &sum);
+                            k.store(at, v);
+                        }
+                        Epilogue::StoreBf16 => {
+                            let pair = emit_pack_bf16x2(k, lo, hi);
+                            let at = k.ptr_cast(Scalar::U32, at);
+                            k.store(at, pair);
+                        }
+                    }
                 }
             });
         }
