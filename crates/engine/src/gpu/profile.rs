@@ -570,7 +570,7 @@ impl Instrumented {
             return Ok(());
         }
         let numbered = || self.unread.iter().filter_map(|u| u.step);
-        let which = match (numbered().next(), numbered().last()) {
+        let which = match (numbered().next(), numbered().next_back()) {
             (Some(first), Some(last)) => format!("steps {first}-{last}"),
             _ => "steps after the profile ended".to_string(),
         };
