@@ -105,12 +105,10 @@ fn tensor_core_steps_match_the_f64_reference() {
     }
 }
 
-#[test]
-fn a_sequences_logits_are_the_same_alone_and_with_others() {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    let file = model(&mut rng);
-    let gpu = decoder(&file, 6);
-    let seqs: Vec<Vec<u32>> = (0..6).map(|_| (0..4).map(|_| rng.gen_range(0..VOCAB as u32)).collect()).collect();
+/// Feeds each of `seqs` alone, then all of them again position by position in the steps
+/// `steps[pos]` (each a group of sequence indices), and requires every logit of a sequence
+/// to have the same bits both ways.
+fn assert_steps_match_alone(gpu: &GpuDecoder, seqs: &[Vec<u32>], steps: &[Vec<Vec<usize>>]) {
     let alone: Vec<Vec<Vec<u32>>> = seqs
         .iter()
         .map(|t| {
@@ -118,10 +116,8 @@ fn a_sequences_logits_are_the_same_alone_and_with_others() {
             t.iter().map(|&tok| bits(&gpu.feed(&mut s, &[tok]).expect("steps"))).collect()
         })
         .collect();
-    let mut sessions: Vec<GpuSession> = (0..6).map(|_| gpu.new_session()).collect();
-    // Positions 0 and 1: all six in one step; 2 and 3: two steps of three.
-    for pos in 0..4 {
-        let groups: Vec<Vec<usize>> = if pos < 2 { vec![(0..6).collect()] } else { vec![vec![4, 0, 2], vec![1, 5, 3]] };
+    let mut sessions: Vec<GpuSession> = seqs.iter().map(|_| gpu.new_session()).collect();
+    for (pos, groups) in steps.iter().enumerate() {
         for group in groups {
             let mut picked: Vec<Option<&mut GpuSession>> = sessions.iter_mut().map(Some).collect();
             let mut rows: Vec<(&mut GpuSession, u32)> =
@@ -136,6 +132,19 @@ fn a_sequences_logits_are_the_same_alone_and_with_others() {
             }
         }
     }
+}
+
+#[test]
+fn a_sequences_logits_are_the_same_alone_and_with_others() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = model(&mut rng);
+    let gpu = decoder(&file, 6);
+    let seqs: Vec<Vec<u32>> = (0..6).map(|_| (0..4).map(|_| rng.gen_range(0..VOCAB as u32)).collect()).collect();
+    // Positions 0 and 1: all six in one step; 2 and 3: two steps of three.
+    let steps: Vec<Vec<Vec<usize>>> = (0..4)
+        .map(|pos| if pos < 2 { vec![(0..6).collect()] } else { vec![vec![4, 0, 2], vec![1, 5, 3]] })
+        .collect();
+    assert_steps_match_alone(&gpu, &seqs, &steps);
 }
 
 /// The tensor-core dispatches of a step of `rows` rows in the graph for `max_batch`.
@@ -185,34 +194,24 @@ fn a_sequences_logits_are_the_same_in_every_variant() {
     let file = model(&mut rng);
     let gpu = decoder(&file, N);
     let seqs: Vec<Vec<u32>> = (0..N).map(|_| (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect()).collect();
-    let alone: Vec<Vec<Vec<u32>>> = seqs
-        .iter()
-        .map(|t| {
-            let mut s = gpu.new_session();
-            t.iter().map(|&tok| bits(&gpu.feed(&mut s, &[tok]).expect("steps"))).collect()
-        })
-        .collect();
-    let mut sessions: Vec<GpuSession> = (0..N).map(|_| gpu.new_session()).collect();
     // Each position splits the sequences, in a fresh order, into steps of these sizes: the
     // variants of 32, 16 and 8 rows a pass.
     let splits: [&[usize]; 3] = [&[17], &[9, 3, 5], &[3, 9, 5]];
-    for (pos, sizes) in splits.iter().enumerate() {
-        let mut order: Vec<usize> = (0..N).collect();
-        order.shuffle(&mut rng);
-        let mut rest = &order[..];
-        for &size in sizes.iter() {
-            let (group, after) = rest.split_at(size);
-            rest = after;
-            let mut picked: Vec<Option<&mut GpuSession>> = sessions.iter_mut().map(Some).collect();
-            let mut rows: Vec<(&mut GpuSession, u32)> =
-                group.iter().map(|&i| (picked[i].take().expect("once"), seqs[i][pos])).collect();
-            let got = gpu.step_batch(&mut rows).expect("the step runs");
-            for (&i, logits) in group.iter().zip(&got) {
-                assert!(
-                    bits(logits) == alone[i][pos],
-                    "sequence {i} at position {pos}, in a step of {size} rows, differs from the sequence alone"
-                );
-            }
-        }
-    }
+    let steps: Vec<Vec<Vec<usize>>> = splits
+        .iter()
+        .map(|sizes| {
+            let mut order: Vec<usize> = (0..N).collect();
+            order.shuffle(&mut rng);
+            let mut rest = &order[..];
+            sizes
+                .iter()
+                .map(|&size| {
+                    let (group, after) = rest.split_at(size);
+                    rest = after;
+                    group.to_vec()
+                })
+                .collect()
+        })
+        .collect();
+    assert_steps_match_alone(&gpu, &seqs, &steps);
 }
