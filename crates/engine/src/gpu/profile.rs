@@ -666,11 +666,13 @@ pub(crate) fn step_done(
         if instrumented {
             // The step's graph ended with the history's copy dispatch, whichever profile
             // is live now: count the copy so that the rooms stay in step with the device.
-            let during = format!(
-                "decode step at position {}: keeping the profiler's records",
-                context - 1
-            );
-            p.history.copied().map_err(ring_error(&during))?;
+            p.history.copied().map_err(|e| {
+                let during = format!(
+                    "decode step at position {}: keeping the profiler's records",
+                    context - 1
+                );
+                ring_error(&during)(e)
+            })?;
             p.unread.push(Unread {
                 step,
                 rows,
