@@ -105,7 +105,8 @@ impl Executor for OneMultiprocessor {
 }
 
 /// One llama layer of width 128 (q|k|v in one Q8_0 product), ffn 256, 256 tokens and an
-/// untied Q8_0 head: every matrix has more than 8 row groups of 4 warps.
+/// untied Q8_0 head: every matrix has more row groups than a multiprocessor's share of
+/// its product's blocks.
 fn model(rng: &mut ChaCha8Rng) -> GgufFile {
     let m = Tiny {
         arch: "llama",
@@ -160,13 +161,15 @@ fn the_graph_caps_only_the_matrix_vector_grids() {
         let name = &capped.kernels[c.kernel].name;
         if name.contains("gemv") {
             gemvs[usize::from(c.rows == Rows::Many)] += 1;
+            // Q4_K products run one wide block a multiprocessor, the others 8 narrow ones.
+            let cap = if name.contains("q4_k") { 1 } else { 8 };
             assert!(
-                w.launch.grid[0] > 8,
+                w.launch.grid[0] > cap,
                 "{}: {} row groups",
                 w.label,
                 w.launch.grid[0]
             );
-            assert_eq!(c.launch.grid, [8, 1, 1], "{}", c.label);
+            assert_eq!(c.launch.grid, [cap, 1, 1], "{}", c.label);
         } else {
             assert_eq!(w.launch, c.launch, "{}", c.label);
         }

@@ -54,10 +54,11 @@ fn eps(case: &KernelCase) -> f32 {
         .expect("an eps argument")
 }
 
-/// The prologue case's residual rows normalized by `rmsnorm_rows_f32` at the matrix–
-/// vector kernel's block size (checked against the reference on the way).
+/// The prologue case's residual rows normalized by `rmsnorm_rows_f32` on 4 warps, as a
+/// decode step of several rows normalizes them for products of any block size (checked
+/// against the reference on the way).
 fn normalized(case: &KernelCase, p: &QGemvParams) -> Vec<u8> {
-    let np = RmsNormRowsParams { cols: p.cols, threads: p.warps * 32 };
+    let np = RmsNormRowsParams { cols: p.cols, threads: 128 };
     let (x, w) = (&buffer(case, "x").1.data, &buffer(case, "norm_w").1.data);
     let norm = rmsnorm_rows::case_on(&np, &data::f32_from_bytes(x), &data::f32_from_bytes(w), eps(case)).expect("case");
     common::check(&norm).outputs.swap_remove(0).1
@@ -85,9 +86,18 @@ fn without_prologue(case: &KernelCase, p: &QGemvParams, rows: Vec<u8>) -> Kernel
 fn normalized_rows_and_a_plain_gemv_give_the_prologues_bytes() {
     let s = seed();
     // Formats on rows of a few pieces per lane; 2112 columns stage 5 rows a pass.
-    let shapes = [(WeightFormat::Q4_1, 2112), (WeightFormat::BF16, 320), (WeightFormat::Q4K, 2304), (WeightFormat::F16, 576)];
+    // Q4_K also at the wider blocks its products run with: the prologue's sum does not
+    // depend on the block's warps.
+    let shapes = [
+        (WeightFormat::Q4_1, 2112, 4),
+        (WeightFormat::BF16, 320, 4),
+        (WeightFormat::Q4K, 2304, 4),
+        (WeightFormat::Q4K, 2304, 8),
+        (WeightFormat::Q4K, 2304, 16),
+        (WeightFormat::F16, 576, 4),
+    ];
     let n = 11;
-    for (i, (format, cols)) in shapes.into_iter().enumerate() {
+    for (i, (format, cols, warps)) in shapes.into_iter().enumerate() {
         let forms = Epilogue::ALL.map(|e| (e, Addend::Residual)).into_iter().chain([(Epilogue::Residual, Addend::Bias)]);
         for (j, (epilogue, addend)) in forms.enumerate() {
             // The one-row step's kernel (one vector a pass), and the most the prologue stages.
@@ -98,7 +108,7 @@ fn normalized_rows_and_a_plain_gemv_give_the_prologues_bytes() {
                     epilogue,
                     rows: if epilogue == Epilogue::SwiGlu { 9 } else { 6 },
                     cols,
-                    warps: 4,
+                    warps,
                     unroll: if format.is_float() { 4 } else { 2 },
                     act: OutType::F32,
                     batch,
@@ -107,7 +117,7 @@ fn normalized_rows_and_a_plain_gemv_give_the_prologues_bytes() {
                 let case = qgemv::case_with(&p, n, addend, s ^ (i as u64) << 8 ^ j as u64).expect("case");
                 let fused = common::check(&case);
                 let plain = without_prologue(&case, &p, normalized(&case, &p));
-                let how = format!("({epilogue:?}, {addend:?}, {batch} a pass) with the rows normalized apart");
+                let how = format!("({format:?}, {warps} warps, {epilogue:?}, {addend:?}, {batch} a pass) with the rows normalized apart");
                 common::assert_same_bits(&plain, &fused, &how);
             }
         }

@@ -479,6 +479,8 @@ struct Assembler<'a> {
     max_batch: u32,
     /// Most blocks a matrix–vector product launches ([`gemv_blocks`]).
     gemv_blocks: u32,
+    /// The device's multiprocessors.
+    multiprocessors: u32,
     /// How the step's products of bf16 matrices run.
     products: Products,
 }
@@ -657,11 +659,11 @@ impl Assembler<'_> {
             },
             rows: u32_of("rows", rows)?,
             cols: u32_of("cols", cols)?,
-            warps: GEMV_WARPS,
+            warps: gemv_warps(format, cols),
             unroll: if format.is_float() { 4 } else { 2 },
             act: ACT,
             batch: 1,
-            max_blocks: self.gemv_blocks,
+            max_blocks: self.gemv_blocks(format),
         };
         let args = |x: Operand, norm: Option<(Operand, f32)>| {
             let mut args = w.to_vec();
@@ -724,6 +726,15 @@ impl Assembler<'_> {
 }
 
 impl Assembler<'_> {
+    /// Most blocks a matrix–vector product of a matrix in `format` launches: one a
+    /// multiprocessor for Q4_K ([`gemv_warps`]).
+    fn gemv_blocks(&self, format: WeightFormat) -> u32 {
+        match format {
+            WeightFormat::Q4K => self.multiprocessors,
+            _ => self.gemv_blocks,
+        }
+    }
+
     /// Whether a product of a matrix in `format` with `cols` columns runs on the tensor
     /// cores.
     fn takes_tensor_cores(&self, format: WeightFormat, cols: usize) -> bool {
@@ -782,8 +793,23 @@ impl Assembler<'_> {
 const TC_TILES: [u32; 4] = [1, 2, 4, 8];
 
 /// Warps of a matrix–vector block; the norms of steps of several rows run on as many
-/// threads, so that their reductions take the prologue's order.
+/// threads, so that their reductions take the prologue's order (which is the same at any
+/// larger block: [`quench_kernels::qgemv::prologue`]).
 const GEMV_WARPS: u32 = 4;
+
+/// Q4_K products stage the whole input vector, quantized, in every block before its rows
+/// ([`quench_kernels::qgemv::q4k`]), and one thread quantizes each 32-element block:
+/// fewer, wider blocks spend less of the product on it. Measured on an H200 over warps
+/// 4/8/16 × 1/2/4/8 blocks a multiprocessor (receipts/kernel-perf-q4k-sweep-*.json): one
+/// block of 8 warps a multiprocessor, 16 warps past 8192 columns, is within 4% of the
+/// fastest shape of each llama-3.1-8b product and 1.1–1.7× faster than 4 warps × 8.
+fn gemv_warps(format: WeightFormat, cols: usize) -> u32 {
+    match format {
+        WeightFormat::Q4K if cols > 8192 => 16,
+        WeightFormat::Q4K => 8,
+        _ => GEMV_WARPS,
+    }
+}
 
 /// What a matrix–vector product multiplies.
 enum Input {
@@ -874,6 +900,7 @@ impl DecodeGraph {
             weights: vec![],
             max_batch: u32_of("rows a step", shape.max_batch.max(1))?,
             gemv_blocks: gemv_blocks(multiprocessors),
+            multiprocessors: multiprocessors.max(1),
             products,
         };
         // Bytes of an activation of `width` elements of `bytes` each, a row per step row.

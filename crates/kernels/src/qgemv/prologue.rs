@@ -14,6 +14,11 @@
 //! ([`RowWalk`] order, four elements a group), the block all-reduces the partials
 //! ([`emit_block_allreduce`]), `mean = sum · fl(1/cols)`, `inv = rcp.rn(sqrt.rn(mean +
 //! eps))`. [`inv_rms`] and [`normalize`] repeat the order on the host, bit for bit.
+//!
+//! The sum is walked by at most [`NORM_THREADS`] threads whatever the block's size (the
+//! others add zeros to the all-reduction, which changes no bit), so a product's values do
+//! not depend on the warps it runs with, and [`crate::rmsnorm_rows`] at that size writes
+//! what every product's prologue stages.
 
 use quench_ir::{Builder, Scalar, Type, Value};
 
@@ -24,6 +29,9 @@ use crate::rows::RowWalk;
 /// most 44 KiB in all (the static limit is 48 KiB, and the reductions need a few slots).
 pub const MAX_COLS: u32 = 11 * 1024;
 
+/// Most threads that walk the row for its sum of squares.
+pub const NORM_THREADS: u32 = 128;
+
 /// Four f32 at group `g` (elements `4g..4g + 4`) of `base`.
 fn load4(k: &mut Builder, base: Value, g: Value) -> Vec<Value> {
     let at = k.shl_const(g, 2);
@@ -33,8 +41,9 @@ fn load4(k: &mut Builder, base: Value, g: Value) -> Vec<Value> {
 }
 
 /// `1 / sqrt(mean(row²) + eps)` of the `cols` f32 at `row` (`cols` a multiple of 4,
-/// `row` 16-byte aligned), reduced over `threads` threads (a multiple of 32) of which
-/// this is thread `tid`; every one of them gets the result. With `threads = 32` the
+/// `row` 16-byte aligned), reduced over `threads` threads (a multiple of 32; the first
+/// [`NORM_THREADS`] of them walk the row) of which this is thread `tid`; every one of
+/// them gets the result. With `threads = 32` the
 /// reduction stays within the warp (no barrier); otherwise the whole block must reach it.
 /// `name` names the reduction's shared slots.
 pub fn emit_inv_rms(
@@ -47,11 +56,21 @@ pub fn emit_inv_rms(
     name: &str,
 ) -> Value {
     let zero = k.const_f32(0.0);
-    let walk = RowWalk { groups: cols / 4, threads };
-    let acc = walk.emit(k, tid, &[zero], &|k, g, c| {
-        let hs = load4(k, row, g);
-        vec![hs.iter().fold(c[0], |acc, &h| k.fma(h, h, acc))]
-    });
+    let walkers = threads.min(NORM_THREADS);
+    let walk = RowWalk { groups: cols / 4, threads: walkers };
+    let sum_squares = |k: &mut Builder| {
+        walk.emit(k, tid, &[zero], &|k, g, c| {
+            let hs = load4(k, row, g);
+            vec![hs.iter().fold(c[0], |acc, &h| k.fma(h, h, acc))]
+        })
+    };
+    let acc = if walkers < threads {
+        let walkers = k.const_u32(walkers);
+        let walks = k.lt(tid, walkers);
+        k.if_else(walks, &[Type::F32], sum_squares, |_| vec![zero])
+    } else {
+        sum_squares(k)
+    };
     let sum = emit_block_allreduce(k, acc[0], Combine::Sum, tid, threads, name);
     let inv_cols = k.const_f32(1.0 / cols as f32);
     let mean = k.mul(sum, inv_cols);
@@ -103,9 +122,12 @@ pub fn emit_stage_normalized(
 
 /// Host twin of [`emit_inv_rms`].
 pub fn inv_rms(row: &[f32], threads: u32, eps: f32) -> f32 {
-    let walk = RowWalk { groups: row.len() as u32 / 4, threads };
+    let walk = RowWalk { groups: row.len() as u32 / 4, threads: threads.min(NORM_THREADS) };
     let partials: Vec<f32> = (0..threads)
         .map(|t| {
+            if t >= walk.threads {
+                return 0.0;
+            }
             walk.groups_of(t)
                 .flat_map(|g| &row[g as usize * 4..g as usize * 4 + 4])
                 .fold(0.0f32, |acc, &h| h.mul_add(h, acc))
@@ -128,8 +150,8 @@ mod tests {
     use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
 
     /// The prologue computes what `rmsnorm_residual_f32` computes from a zero `x` at the
-    /// same block size, bit for bit: fusing the norm into the projections changes no
-    /// value.
+    /// same block size (at most [`NORM_THREADS`]), bit for bit: fusing the norm into the
+    /// projections changes no value, and neither does a larger block.
     #[test]
     fn matches_the_standalone_norm() {
         let seed: u64 = rand::random();
@@ -138,7 +160,8 @@ mod tests {
         for (cols, threads) in [(576, 128), (128, 32), (2048, 256)] {
             let r = data::signed(&mut rng, cols, 0.015625, 4.0);
             let w = data::uniform(&mut rng, cols, 0.25, 2.0);
-            let p = NormResidualParams { norm: Norm::Rms, out: OutType::F32, cols: cols as u32, threads };
+            let standalone = threads.min(NORM_THREADS);
+            let p = NormResidualParams { norm: Norm::Rms, out: OutType::F32, cols: cols as u32, threads: standalone };
             let (_, want) = norm_residual::reference(&p, &vec![0.0; cols], &r, &w, &[], 1e-5);
             let got = normalize(&r, &w, threads, 1e-5);
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "cols {cols}");
