@@ -315,8 +315,8 @@ pub struct DecodeGraph {
     pub(crate) weights: Vec<WeightGroup>,
     pub(crate) io: HostIo,
     pub(crate) record: StepRecord,
-    /// Most blocks a matrix–vector product launches ([`gemv_blocks`]).
-    pub(crate) gemv_blocks: u32,
+    /// The device's multiprocessors (the matrix–vector products' grids: [`gemv_shape`]).
+    pub(crate) multiprocessors: u32,
 }
 
 /// Kernels built once per distinct parameters, indexed in the order first asked for.
@@ -477,8 +477,6 @@ struct Assembler<'a> {
     weights: Vec<WeightGroup>,
     /// Rows of a step at most.
     max_batch: u32,
-    /// Most blocks a matrix–vector product launches ([`gemv_blocks`]).
-    gemv_blocks: u32,
     /// The device's multiprocessors.
     multiprocessors: u32,
     /// How the step's products of bf16 matrices run.
@@ -649,6 +647,7 @@ impl Assembler<'_> {
             Input::Plain(_) => (Prologue::None, format!("{prefix}{what}")),
             Input::Normed(n) => (Prologue::RmsNorm, format!("{prefix}{} + {what}", n.what)),
         };
+        let (warps, max_blocks) = gemv_shape(format, cols, prologue == Prologue::RmsNorm, self.multiprocessors);
         let p = QGemvParams {
             format,
             prologue,
@@ -659,11 +658,11 @@ impl Assembler<'_> {
             },
             rows: u32_of("rows", rows)?,
             cols: u32_of("cols", cols)?,
-            warps: gemv_warps(format, cols),
+            warps,
             unroll: if format.is_float() { 4 } else { 2 },
             act: ACT,
             batch: 1,
-            max_blocks: self.gemv_blocks(format),
+            max_blocks,
         };
         let args = |x: Operand, norm: Option<(Operand, f32)>| {
             let mut args = w.to_vec();
@@ -726,15 +725,6 @@ impl Assembler<'_> {
 }
 
 impl Assembler<'_> {
-    /// Most blocks a matrix–vector product of a matrix in `format` launches: one a
-    /// multiprocessor for Q4_K ([`gemv_warps`]).
-    fn gemv_blocks(&self, format: WeightFormat) -> u32 {
-        match format {
-            WeightFormat::Q4K => self.multiprocessors,
-            _ => self.gemv_blocks,
-        }
-    }
-
     /// Whether a product of a matrix in `format` with `cols` columns runs on the tensor
     /// cores.
     fn takes_tensor_cores(&self, format: WeightFormat, cols: usize) -> bool {
@@ -797,17 +787,20 @@ const TC_TILES: [u32; 4] = [1, 2, 4, 8];
 /// larger block: [`quench_kernels::qgemv::prologue`]).
 const GEMV_WARPS: u32 = 4;
 
-/// Q4_K products stage the whole input vector, quantized, in every block before its rows
-/// ([`quench_kernels::qgemv::q4k`]), and one thread quantizes each 32-element block:
-/// fewer, wider blocks spend less of the product on it. Measured on an H200 over warps
-/// 4/8/16 × 1/2/4/8 blocks a multiprocessor (receipts/kernel-perf-q4k-sweep-*.json): one
-/// block of 8 warps a multiprocessor, 16 warps past 8192 columns, is within 4% of the
-/// fastest shape of each llama-3.1-8b product and 1.1–1.7× faster than 4 warps × 8.
-fn gemv_warps(format: WeightFormat, cols: usize) -> u32 {
-    match format {
-        WeightFormat::Q4K if cols > 8192 => 16,
-        WeightFormat::Q4K => 8,
-        _ => GEMV_WARPS,
+/// Q4_K and Q8_0 products stage the whole input vector, quantized, in every block before
+/// its rows ([`quench_kernels::qgemv::integer`]), and one thread quantizes each
+/// 32-element block: fewer, wider blocks spend less of the product on it where the input
+/// is normalized first or long. Measured on an H200 over warps 4/8/16 × 1/2/4/8 blocks a
+/// multiprocessor (receipts/kernel-perf-q4k-sweep-*.json, llama-3.1-8b's Q4_K products):
+/// one block of 8 warps a multiprocessor (16 warps past 8192 columns) is within 4% of the
+/// fastest shape of q|k|v, gate|up and down, and 1.1–1.7× faster than 4 warps × 8; the
+/// output projection (4096 columns, no norm) keeps 4 × 8.
+pub(crate) fn gemv_shape(format: WeightFormat, cols: usize, normed: bool, multiprocessors: u32) -> (u32, u32) {
+    let integer = matches!(format, WeightFormat::Q4K | WeightFormat::Q8_0);
+    match () {
+        _ if integer && cols > 8192 => (16, multiprocessors),
+        _ if integer && normed => (8, multiprocessors),
+        _ => (GEMV_WARPS, gemv_blocks(multiprocessors)),
     }
 }
 
@@ -899,7 +892,6 @@ impl DecodeGraph {
             activations: vec![],
             weights: vec![],
             max_batch: u32_of("rows a step", shape.max_batch.max(1))?,
-            gemv_blocks: gemv_blocks(multiprocessors),
             multiprocessors: multiprocessors.max(1),
             products,
         };
@@ -1296,7 +1288,7 @@ impl DecodeGraph {
             weights: a.weights,
             io,
             record,
-            gemv_blocks: a.gemv_blocks,
+            multiprocessors: a.multiprocessors,
         })
     }
 

@@ -68,7 +68,7 @@ use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 use super::catalog::{tensor_name, Catalog, Qkv};
 use super::error::GpuError;
 use super::graph::{
-    self, attention_shape, row_threads, u32_of, DecodeGraph, KernelSet, WeightData, WeightGroup, KV,
+    self, attention_shape, gemv_shape, row_threads, u32_of, DecodeGraph, KernelSet, WeightData, WeightGroup, KV,
 };
 use super::stored::{self, StoredTensors};
 
@@ -829,17 +829,18 @@ impl PrefillPlan {
                 vec![a.stored(DecoderTensor::Output, c.vocab, hidden)?],
             )?
         };
+        let (warps, max_blocks) = gemv_shape(catalog.output, hidden, true, graph.multiprocessors);
         let hp = QGemvParams {
             format: catalog.output,
             prologue: Prologue::RmsNorm,
             epilogue: Epilogue::Plain,
             rows: u32_of("vocab", c.vocab)?,
             cols: u32_of("hidden", hidden)?,
-            warps: 4,
+            warps,
             unroll: if catalog.output.is_float() { 4 } else { 2 },
             act: OutType::F32,
             batch: 1,
-            max_blocks: graph.gemv_blocks,
+            max_blocks,
         };
         let k = a.kernel("output norm + LM head", &hp, qgemv::build)?;
         a.push(

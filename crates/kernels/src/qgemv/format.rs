@@ -10,10 +10,10 @@
 //! | format | unit | bytes | pieces | piece | loads per piece |
 //! |---|---|---|---|---|---|
 //! | bf16, f16 | 8 elements | 16 | 1 | 8 elements | one 16-byte |
-//! | Q8_0 | 2 blocks, 64 elements | 68 | 1 | 64 elements | 17 × 4-byte |
+//! | Q8_0 | 2 blocks, 64 elements | 68 | 1 | 64 elements | 17 × 4-byte, on integer activations ([`super::integer`]) |
 //! | Q4_0 | 2 blocks | 36 | 1 | 64 elements | 9 × 4-byte |
 //! | Q4_1 | 2 blocks | 40 | 1 | 64 elements | 5 × 8-byte |
-//! | Q4_K | 1 super-block, 256 elements | 144 | 4 | 64 elements | 3 × 16-byte (header, 2 × quants), on integer activations ([`super::q4k`]) |
+//! | Q4_K | 1 super-block, 256 elements | 144 | 4 | 64 elements | 3 × 16-byte (header, 2 × quants), on integer activations ([`super::integer`]) |
 //! | Q6_K | 1 super-block | 210 | 8 | 32 elements | 19 × 2-byte |
 //!
 //! The unaligned formats (Q8_0's 34-byte and Q4_0's 18-byte blocks, Q6_K's 210-byte
@@ -120,16 +120,14 @@ pub enum Lane {
 
 impl Lane {
     /// The constants of sub-piece `j` (a `u32`, `lane mod pieces_per_unit`). Emit once
-    /// per kernel, outside loops. Not for Q4_K, whose products multiply integers
-    /// ([`super::q4k`]): [`super::build`] never asks.
+    /// per kernel, outside loops. Not for Q4_K and Q8_0, whose products multiply integers
+    /// ([`super::integer`]): [`super::build`] never asks.
     pub fn new(k: &mut Builder, f: WeightFormat, j: Value) -> Lane {
         match f {
             WeightFormat::BF16 => Lane::Half { f16: false },
             WeightFormat::F16 => Lane::Half { f16: true },
-            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
-                Lane::Legacy { format: f, magic: Magic::new(k) }
-            }
-            WeightFormat::Q4K => unreachable!("Q4_K products take the integer path"),
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 => Lane::Legacy { format: f, magic: Magic::new(k) },
+            WeightFormat::Q8_0 | WeightFormat::Q4K => unreachable!("Q8_0 and Q4_K products take the integer path"),
             WeightFormat::Q6K => {
                 let lane = Q6kLane::new(k, j);
                 // Runs 128hh + 16c and 128hh + 64 + 16c with hh = j / 4, c = j mod 4.
@@ -158,7 +156,6 @@ impl Lane {
     pub fn load(&self, k: &mut Builder, wrow: Value, unit: Value) -> Raw<'_> {
         let (unit_bytes, width, bytes) = match self {
             Lane::Half { .. } => (16, 16, 16),
-            Lane::Legacy { format: WeightFormat::Q8_0, .. } => (68, 4, 68),
             Lane::Legacy { format: WeightFormat::Q4_0, .. } => (36, 4, 36),
             Lane::Legacy { .. } => (40, 8, 40),
             Lane::Q6k { .. } => (210, 2, 16),
@@ -212,7 +209,6 @@ impl Raw<'_> {
                 .collect(),
             Raw::Legacy { bytes, format, magic } => {
                 let (block, second) = match format {
-                    WeightFormat::Q8_0 => (ggml::q8_0_block as BlockFn, 34),
                     WeightFormat::Q4_0 => (ggml::q4_0_block as BlockFn, 18),
                     _ => (ggml::q4_1_block as BlockFn, 20),
                 };

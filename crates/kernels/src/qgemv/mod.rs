@@ -51,15 +51,15 @@
 //! whatever batch it is in (batch invariance). The SwiGLU form adds `ex2.approx` and `div.approx` (as
 //! [`crate::silu_mul`]) and is checked within a bound.
 //!
-//! **Q4_K** is the exception: its kernels quantize the activations to 16-bit integers in
-//! shared memory and multiply them with the 4-bit weights by byte dot products
-//! ([`q4k`]). Their sums are exact and their float operations fixed, so they too match
-//! their reference ([`q4k::dots`]) bit for bit, whatever the batch; the quantization's
-//! effect is bounded against the exact product ([`q4k::f64_check`]).
+//! **Q4_K and Q8_0** are the exception: their kernels quantize the activations to 16-bit
+//! integers in shared memory and multiply them with the quantized weights by byte dot
+//! products ([`integer`]). Their sums are exact and their float operations fixed, so they
+//! too match their reference ([`integer::dots`]) bit for bit, whatever the batch; the
+//! quantization's effect is bounded against the exact product ([`integer::f64_check`]).
 
 pub mod format;
 pub mod prologue;
-pub mod q4k;
+pub mod integer;
 
 use half::bf16;
 use quench_ir::{Builder, Function, Scalar, Type, Value};
@@ -318,8 +318,8 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let n = k.param("n", Type::U32);
     let r = r.map(|r| (r, k.param("r_stride", Type::U32)));
     let tid = k.tid_x();
-    // The block's copies of the pass's vectors: normalized, or for Q4_K quantized.
-    let quantized = q4k::applies(p).then(|| q4k::Staged::new(&mut k, p));
+    // The block's copies of the pass's vectors: normalized, or for Q4_K and Q8_0 quantized.
+    let quantized = integer::applies(p).then(|| integer::Staged::new(&mut k, p));
     let staged = norm.filter(|_| quantized.is_none()).map(|_| k.shared_array("x", Scalar::F32, p.batch * p.cols, 16));
     let lane = k.and_const(tid, 31);
     let warp = k.shr_const(tid, 5);
@@ -435,7 +435,7 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
         match (&quantized, &own) {
             (Some(staged), _) => {
                 let weights = weights.iter().map(|&w| k.ptr_cast(Scalar::U8, w)).collect();
-                let pass = q4k::Pass { p, weights, x, norm, n, v0, tid, warp, lane };
+                let pass = integer::Pass { p, weights, x, norm, n, v0, tid, warp, lane };
                 pass.emit(k, staged, &store);
             }
             (_, Some(g)) => products(k, g),
@@ -648,8 +648,8 @@ fn emit_dots(
 /// Each row's dot product with `x` (values of the activation type), in the kernel's
 /// order: `w` holds `rows` GGUF rows.
 pub fn dots(p: &QGemvParams, w: &[u8], xf: &[f32]) -> Result<Vec<f32>, KernelError> {
-    if q4k::applies(p) {
-        return Ok(q4k::dots(p, w, xf, q4k::Variant::Right));
+    if integer::applies(p) {
+        return Ok(integer::dots(p, w, xf, integer::Variant::Right));
     }
     let f = p.format;
     let (cols, rb) = (p.cols as usize, f.row_bytes(p.cols) as usize);
@@ -749,10 +749,11 @@ fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
     (hi / 8.0, hi)
 }
 
-/// The check of Q4_K products against the exact ones ([`q4k::f64_check`]) plus `added`
+/// The check of integer-activation products against the exact ones
+/// ([`integer::f64_check`]) plus `added`
 /// (a residual or bias, repeated; empty for none) in output `buffer`, with the wrong
 /// variants as controls.
-fn exact_bound(buffer: usize, c: &q4k::F64Check, added: &[f32]) -> (Expected, Vec<Control>) {
+fn exact_bound(buffer: usize, c: &integer::F64Check, added: &[f32]) -> (Expected, Vec<Control>) {
     let add = |i: usize| if added.is_empty() { 0.0 } else { added[i % added.len()] };
     let want: Vec<f64> = c.want.iter().enumerate().map(|(i, w)| w + f64::from(add(i))).collect();
     let tol = c.tol.iter().zip(&want).map(|(t, w)| t + F32_U * w.abs()).collect();
@@ -767,7 +768,7 @@ fn exact_bound(buffer: usize, c: &q4k::F64Check, added: &[f32]) -> (Expected, Ve
         .map(|(variant, got)| {
             let got: Vec<f64> = got.iter().enumerate().map(|(i, &g)| f64::from(g + add(i))).collect();
             Control {
-                what: format!("Q4_K products with {variant:?}"),
+                what: format!("products with {variant:?}"),
                 expected: Expected { buffer, data: bytes(&got), elem: Scalar::F32, check: check.clone() },
             }
         })
@@ -827,11 +828,12 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
         }
         seen.push(xv);
     }
-    // Q4_K's products are exact integer sums on quantized activations: judged bit for bit
+    // Q4_K's and Q8_0's products are exact integer sums on quantized activations: judged
+    // bit for bit
     // against their reference and within a bound of the exact products.
     let exact = match p.epilogue {
-        Epilogue::Plain | Epilogue::Residual if q4k::applies(p) => {
-            Some(q4k::f64_check(p, &ws[0], &seen).map_err(|e| KernelError::unsupported(p.name(), e.to_string()))?)
+        Epilogue::Plain | Epilogue::Residual if integer::applies(p) => {
+            Some(integer::f64_check(p, &ws[0], &seen).map_err(|e| KernelError::unsupported(p.name(), e.to_string()))?)
         }
         _ => None,
     };

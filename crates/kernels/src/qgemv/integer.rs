@@ -1,16 +1,16 @@
-//! Q4_K products on 16-bit integer activations: byte dot products (`dp4a`) in place of
-//! a float dequantization per weight.
+//! Q4_K and Q8_0 products on 16-bit integer activations: byte dot products (`dp4a`) in
+//! place of a float dequantization per weight.
 //!
-//! **Why.** Dequantizing each 4-bit weight to f32 and multiplying it with an f32
-//! activation costs about four instructions a weight, and at decode shapes that issue
-//! rate, not the memory, bounds the Q4_K products. Integer dot products take four
-//! weights an instruction; 8-bit activations would add more error than the FP64 check
-//! allows, so the activations keep 16 bits, split into two byte planes.
+//! **Why.** Dequantizing each weight to f32 and multiplying it with an f32 activation
+//! costs about four instructions a weight (five for Q8_0's byte a weight), and at decode
+//! shapes that issue rate, not the memory, bounds these products. Integer dot products
+//! take four weights an instruction; 8-bit activations would add more error than the
+//! FP64 check allows, so the activations keep 16 bits, split into two byte planes.
 //!
 //! **Activations.** Each pass first quantizes its vectors into shared memory, every
-//! 32-element block `j` (a Q4_K sub-block's span) on its own ([`quantize`]):
-//! `dx_j = max|x| / 32767` and `q_i = rne(x_i · fl(1/dx_j))`, the exact product rounded
-//! once to an integer (|q| ≤ 32767), or `dx_j = 0` and
+//! 32-element block `j` (a Q4_K sub-block's span, a Q8_0 block's) on its own
+//! ([`quantize`]): `dx_j = max|x| / 32767` and `q_i = rne(x_i · fl(1/dx_j))`, the exact
+//! product rounded once to an integer (|q| ≤ 32767), or `dx_j = 0` and
 //! `q = 0` where `dx_j` would be below the smallest normal f32 (an all-zero block). The
 //! staged form is `q`'s low bytes (unsigned) and high bytes (signed, `q >> 8`) as two
 //! planes in element order, and per block `(dx_j, Σ q_i)` as two f32 (the sum is an
@@ -19,22 +19,32 @@
 //! values. When a pass's vectors do not fit in shared memory at once (several long ones)
 //! the columns go in chunks of a multiple of 2048, each staged in turn for each row group.
 //!
-//! **Pieces.** A lane takes a 64-weight piece of a super-block: `g = lane mod 4` picks the
-//! 32 quant bytes `32g ..` whose low nibbles are sub-block `2g` and high nibbles sub-block
-//! `2g + 1`, element `32·sub-block + b` at byte `b`. Masking a word of them with
-//! `0x0F0F0F0F` spreads four weights to bytes that meet four consecutive activations in
-//! the byte planes, so no permutation is needed; `0xF0F0F0F0` leaves the high nibbles as
-//! `16·q4` in place (read unsigned), whose exact sum is shifted back.
-//! Lane `l` takes pieces `l, l + 32, ...` of a row in order (a chunk boundary falls on a
-//! multiple of 32 pieces, so chunking keeps that order).
+//! **Pieces.** A lane takes 64-weight pieces of a row, lane `l` pieces `l, l + 32, ...` in
+//! order (a chunk boundary falls on a multiple of 32 pieces, so chunking keeps that
+//! order); piece `p` covers activation blocks `2p` and `2p + 1`.
+//! - Q4_K: piece `4u + g` is sub-blocks `2g`, `2g + 1` of super-block `u`: the 32 quant
+//!   bytes `32g ..` whose low nibbles are sub-block `2g` and high nibbles sub-block
+//!   `2g + 1`, element `32·sub-block + b` at byte `b`. Masking a word of them with
+//!   `0x0F0F0F0F` spreads four weights to bytes that meet four consecutive activations in
+//!   the byte planes, so no permutation is needed; `0xF0F0F0F0` leaves the high nibbles
+//!   as `16·q4` in place (read unsigned), whose exact sum is shifted back.
+//! - Q8_0: piece `p` is blocks `2p`, `2p + 1`, 68 bytes loaded as 17 words: the first
+//!   block's quant bytes start 2 bytes into a word (each of its quant words is joined
+//!   from the high half of one word and the low half of the next), the second block's
+//!   are word-aligned.
 //!
-//! **Arithmetic.** Per sub-block of 32 weights `q4` (scale `sc`, min `m`, super-block `d`,
-//! `dmin`): `S = Σ q4_i·q_i` exactly, as `256·Σ dp4a(q4, hi) + Σ dp4a(q4, lo)` chained in
-//! one 32-bit integer (|S| < 2^24), then in f32, in this order:
-//! `acc = fma(fl(d·sc)·dx, S, acc)`, `acc = fma(−fl(dmin·m)·dx, Σq, acc)` (`d·sc` and
-//! `dmin·m` are exact). The warp sums its lanes by the butterfly. The integer sums are
-//! exact and the float operations fixed, so [`dots`] reproduces every bit, and a vector's
-//! results do not depend on the batch, the chunking or the launch.
+//! **Arithmetic.** Per block of 32 weights `w` with its integer sum `S = Σ w_i·q_i`
+//! taken as `256·Σ dp4a(w, hi) + Σ dp4a(w, lo)` in one 32-bit integer, then in f32, in
+//! this order:
+//! - Q4_K (`w = q4`, scale `sc`, min `m`, super-block `d`, `dmin`): `S` is exact in f32
+//!   (|S| < 2^24); `acc = fma(fl(d·sc)·dx, S, acc)`, `acc = fma(−fl(dmin·m)·dx, Σq, acc)`
+//!   (`d·sc` and `dmin·m` are exact);
+//! - Q8_0 (`w` the signed quant, `d` the block's f16 scale): `acc = fma(fl(d·dx),
+//!   fl(S), acc)` (|S| < 2^28 is rounded to f32 once).
+//!
+//! The warp sums its lanes by the butterfly. The integer sums are exact and the float
+//! operations fixed, so [`dots`] reproduces every bit, and a vector's results do not
+//! depend on the batch, the chunking or the launch.
 //!
 //! **Error.** Against the exact product of the stored weights with the unquantized
 //! activations, quantization adds at most `|w_i|·(½ + 2^-7)·dx_j` per element (½ for the
@@ -60,10 +70,12 @@ const BLOCK: u32 = 32;
 const QMAX: f32 = 32767.0;
 /// `1.5·2^23`: an f32 in `[2^23, 2^24)`, where the step is 1, for any `M + q`, |q| < 2^22.
 const ROUND_MAGIC: f32 = 12_582_912.0;
-/// Pieces (64 weights each) of a 256-weight super-block.
+/// Q4_K pieces (64 weights each) of a 256-weight super-block.
 const PPU: u32 = 4;
-/// Super-block bytes: `d`, `dmin`, 12 scale bytes, 128 quant bytes.
+/// Q4_K super-block bytes: `d`, `dmin`, 12 scale bytes, 128 quant bytes.
 const UNIT_BYTES: u32 = 144;
+/// Q8_0 piece bytes: two blocks of an f16 scale and 32 quant bytes.
+const Q8_PIECE_BYTES: u32 = 68;
 /// Shared bytes left for the prologue's reductions.
 const SLACK: u64 = 1024;
 /// Chunks are a multiple of this many columns: 32 pieces, one per lane.
@@ -121,32 +133,66 @@ pub fn quantize(x: &[f32]) -> QuantX {
 pub enum Variant {
     /// What the kernels compute.
     Right,
-    /// Each quant byte's nibbles taken the other way round.
+    /// Q4_K: each quant byte's nibbles taken the other way round.
     NibblesSwapped,
     /// The activations' low bytes taken as the high ones and the reverse.
     PlanesSwapped,
+    /// Q8_0: each piece's two block scales taken the other way round.
+    ScalesSwapped,
+}
+
+impl Variant {
+    /// The wrong variants that apply to weights in `format`.
+    pub fn wrong(format: super::WeightFormat) -> Vec<Variant> {
+        match format {
+            super::WeightFormat::Q4K => vec![Variant::NibblesSwapped, Variant::PlanesSwapped],
+            _ => vec![Variant::PlanesSwapped, Variant::ScalesSwapped],
+        }
+    }
 }
 
 /// Each row's dot product with `x`, computed as `variant` says; [`Variant::Right`] gives
-/// the kernels' bits. `w` holds `p.rows` Q4_K rows of `p.cols` columns.
+/// the kernels' bits. `w` holds `p.rows` rows of `p.cols` columns in `p.format`.
 pub fn dots(p: &QGemvParams, w: &[u8], x: &[f32], variant: Variant) -> Vec<f32> {
     let qx = quantize(x);
-    let rb = (p.cols / 256 * UNIT_BYTES) as usize;
-    let pieces = (p.cols / 256 * PPU) as usize;
+    let rb = p.format.row_bytes(p.cols) as usize;
+    let pieces = (p.cols / 64) as usize;
+    let q4k = p.format == super::WeightFormat::Q4K;
     par_map(p.rows as usize, |r| {
         let row = &w[r * rb..(r + 1) * rb];
         let mut lanes = [0.0f32; 32];
         for (l, acc) in lanes.iter_mut().enumerate() {
             for piece in (l..pieces).step_by(32) {
-                *acc = piece_dot(row, piece, &qx, variant, *acc);
+                *acc = if q4k {
+                    q4k_piece_dot(row, piece, &qx, variant, *acc)
+                } else {
+                    q8_0_piece_dot(row, piece, &qx, variant, *acc)
+                };
             }
         }
         warp_allreduce(&lanes, Combine::Sum)
     })
 }
 
-/// A lane's piece of a row, added to `acc` as the kernel adds it.
-fn piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut acc: f32) -> f32 {
+/// `Σ_b w_b·q_b` over activation block `block` for the 32 weights `w(b)`, as the kernels
+/// form it from the byte planes (or, for [`Variant::PlanesSwapped`], from the planes
+/// exchanged).
+fn block_sum(qx: &QuantX, block: usize, variant: Variant, w: impl Fn(usize) -> i64) -> i64 {
+    (0..32)
+        .map(|b| {
+            let q = qx.q[block * 32 + b];
+            let (lo, hi) = (i64::from(q & 0xff), i64::from(q >> 8));
+            let q = match variant {
+                Variant::PlanesSwapped => 256 * (lo as u8 as i8 as i64) + (hi & 0xff),
+                _ => 256 * hi + lo,
+            };
+            w(b) * q
+        })
+        .sum()
+}
+
+/// A lane's Q4_K piece of a row, added to `acc` as the kernel adds it.
+fn q4k_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut acc: f32) -> f32 {
     let (unit, g) = (piece / PPU as usize, piece % PPU as usize);
     let sb = &row[unit * UNIT_BYTES as usize..][..UNIT_BYTES as usize];
     let d = f16_to_f32(u16::from_le_bytes([sb[0], sb[1]]));
@@ -162,23 +208,29 @@ fn piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut acc: f
             Variant::NibblesSwapped => 4 * (1 - half),
             _ => 4 * half,
         };
-        let s: i64 = (0..32)
-            .map(|b| {
-                let n = i64::from((quants[b] >> nibble_shift) & 0x0f);
-                let q = qx.q[block * 32 + b];
-                let (lo, hi) = (i64::from(q & 0xff), i64::from(q >> 8));
-                let q = match variant {
-                    Variant::PlanesSwapped => 256 * (lo as u8 as i8 as i64) + (hi & 0xff),
-                    _ => 256 * hi + lo,
-                };
-                n * q
-            })
-            .sum();
+        let s = block_sum(qx, block, variant, |b| i64::from((quants[b] >> nibble_shift) & 0x0f));
         let dx = qx.dx[block];
         let a = d * f32::from(scales[sub]) * dx;
         let b = dmin * f32::from(mins[sub]) * dx;
         acc = a.mul_add(s as f32, acc);
         acc = (-b).mul_add(qx.sq[block] as f32, acc);
+    }
+    acc
+}
+
+/// A lane's Q8_0 piece (two blocks) of a row, added to `acc` as the kernel adds it.
+fn q8_0_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut acc: f32) -> f32 {
+    let bytes = &row[piece * Q8_PIECE_BYTES as usize..][..Q8_PIECE_BYTES as usize];
+    let scale = |h: usize| f16_to_f32(u16::from_le_bytes([bytes[34 * h], bytes[34 * h + 1]]));
+    for h in 0..2 {
+        let block = 2 * piece + h;
+        let quants = &bytes[34 * h + 2..][..32];
+        let s = block_sum(qx, block, variant, |b| i64::from(quants[b] as i8));
+        let d = match variant {
+            Variant::ScalesSwapped => scale(1 - h),
+            _ => scale(h),
+        };
+        acc = (d * qx.dx[block]).mul_add(s as f32, acc);
     }
     acc
 }
@@ -193,7 +245,7 @@ pub struct F64Check {
     pub wrong: Vec<(Variant, Vec<f32>)>,
 }
 
-/// [`F64Check`] of Q4_K rows `w` (`p.rows` of `p.cols`).
+/// [`F64Check`] of rows `w` (`p.rows` of `p.cols`, in `p.format`).
 ///
 /// The tolerance of a row: `Σ_i |w_i|·(½ + 2^-7)·dx_j` for the quantization (½ for the
 /// rounding to an integer, the rest for the rounded `1/dx`), plus `(n + 8)·2u` times
@@ -201,14 +253,14 @@ pub struct F64Check {
 /// its scale products' roundings, the lanes' sums and the butterfly), plus `2u·|want|`
 /// for the result's rounding to f32 and a residual's addition.
 pub fn f64_check(p: &QGemvParams, w: &[u8], xs: &[Vec<f32>]) -> Result<F64Check, quench_models::ModelError> {
-    let (cols, rb) = (p.cols as usize, (p.cols / 256 * UNIT_BYTES) as usize);
+    let (cols, rb) = (p.cols as usize, p.format.row_bytes(p.cols) as usize);
     let wf = w
         .chunks_exact(rb)
-        .map(|row| quench_models::dequant::dequantize(quench_models::GgmlType::Q4_K, row, cols))
+        .map(|row| quench_models::dequant::dequantize(p.format.ggml(), row, cols))
         .collect::<Result<Vec<Vec<f32>>, _>>()?;
     let terms = (2 * cols / BLOCK as usize) as f64;
     let mut out = F64Check { want: vec![], tol: vec![], wrong: vec![] };
-    let variants = [Variant::NibblesSwapped, Variant::PlanesSwapped];
+    let variants = Variant::wrong(p.format);
     let mut wrong = vec![vec![]; variants.len()];
     for x in xs {
         let qx = quantize(x);
@@ -257,7 +309,7 @@ impl Staged {
 /// Stores a row group's totals: `(first row of the warp, totals[vector][stream])`.
 pub(super) type Store<'a> = dyn Fn(&mut Builder, Value, &[Vec<Value>]) + 'a;
 
-/// What one pass of a Q4_K kernel works with.
+/// What one pass of an integer-activation kernel works with.
 pub(super) struct Pass<'a> {
     pub p: &'a QGemvParams,
     /// The matrices, as byte pointers.
@@ -497,12 +549,15 @@ impl Pass<'_> {
         accs: Vec<Value>,
     ) -> Vec<Value> {
         let p = self.p;
-        let g = k.and_const(self.lane, PPU - 1);
-        let q4lane = Q4kLane::new(k, g);
-        let magic = Magic::new(k);
-        let unit_lane = k.shr_const(self.lane, 2);
-        let consts = Consts { g, q4lane, magic, unit_lane, streams, c0 };
-        let pieces = width / 256 * PPU;
+        let format = match p.format {
+            super::WeightFormat::Q4K => {
+                let g = k.and_const(self.lane, PPU - 1);
+                PieceFormat::Q4K { g, q4lane: Q4kLane::new(k, g), magic: Magic::new(k) }
+            }
+            _ => PieceFormat::Q8_0,
+        };
+        let consts = Consts { format, streams, c0 };
+        let pieces = width / 64;
         let main = pieces / 32 / p.unroll;
         let mut accs = accs;
         if main > 0 {
@@ -539,36 +594,48 @@ impl Pass<'_> {
         accs
     }
 
-    /// The loads of this lane's piece in step `step` of the chunk: each stream's header
-    /// and 32 quant bytes, and at one vector a pass its activations.
+    /// The loads of this lane's piece in step `step` of the chunk (chunk piece `32·step +
+    /// lane`): each stream's bytes of it, and at one vector a pass its activations.
     fn issue(&self, k: &mut Builder, staged: &Staged, c: &Consts<'_>, step: Value) -> Loaded {
-        let unit = k.shl_const(step, 3);
-        let unit = k.add(unit, c.unit_lane);
-        let global = k.add_const(unit, c.c0 / 256);
-        let off = k.mul_const(global, UNIT_BYTES);
-        let quant_off = k.shl_const(c.g, 5);
-        let quant_off = k.add_const(quant_off, 16);
-        let weights = c
-            .streams
-            .iter()
-            .map(|&s| {
-                let at = k.ptr_add(s, off);
-                let header = Bytes::load(k, at, 16, 16);
-                let qa = k.ptr_add(at, quant_off);
-                (header, Bytes::load(k, qa, 32, 16))
-            })
-            .collect();
-        let acts = (self.p.batch == 1).then(|| [0, 1].map(|h| self.activations(k, staged, c, unit, 0, h)));
-        Loaded { unit, weights, acts }
+        let piece = k.shl_const(step, 5);
+        let piece = k.add(piece, self.lane);
+        let global = k.add_const(piece, c.c0 / 64);
+        let weights = match c.format {
+            PieceFormat::Q4K { g, .. } => {
+                let unit = k.shr_const(global, 2);
+                let off = k.mul_const(unit, UNIT_BYTES);
+                let quant_off = k.shl_const(g, 5);
+                let quant_off = k.add_const(quant_off, 16);
+                c.streams
+                    .iter()
+                    .map(|&s| {
+                        let at = k.ptr_add(s, off);
+                        let header = Bytes::load(k, at, 16, 16);
+                        let qa = k.ptr_add(at, quant_off);
+                        vec![header, Bytes::load(k, qa, 32, 16)]
+                    })
+                    .collect()
+            }
+            PieceFormat::Q8_0 => {
+                let off = k.mul_const(global, Q8_PIECE_BYTES);
+                c.streams
+                    .iter()
+                    .map(|&s| {
+                        let at = k.ptr_add(s, off);
+                        vec![Bytes::load(k, at, Q8_PIECE_BYTES, 4)]
+                    })
+                    .collect()
+            }
+        };
+        let acts = (self.p.batch == 1).then(|| [0, 1].map(|h| self.activations(k, staged, piece, 0, h)));
+        Loaded { piece, weights, acts }
     }
 
-    /// Vector `j`'s staged activations of sub-block `2g + h` of chunk unit `unit`: its 8
-    /// low and 8 high plane words and its `(dx, Σq)`.
-    fn activations(&self, k: &mut Builder, staged: &Staged, c: &Consts<'_>, unit: Value, j: u32, h: u32) -> Half {
-        // Element offset of the sub-block in the chunk, 256·unit + 64g + 32h, in words.
-        let word = k.shl_const(unit, 6);
-        let g16 = k.shl_const(c.g, 4);
-        let word = k.add(word, g16);
+    /// Vector `j`'s staged activations of block `2·piece + h` of the chunk: its 8 low and
+    /// 8 high plane words and its `(dx, Σq)`.
+    fn activations(&self, k: &mut Builder, staged: &Staged, piece: Value, j: u32, h: u32) -> Half {
+        // Element offset of the block in the chunk, 64·piece + 32h, in words.
+        let word = k.shl_const(piece, 4);
         let word = k.add_const(word, j * staged.cols / 4 + 8 * h);
         let plane = |k: &mut Builder, base: Value| -> Vec<Value> {
             (0..2)
@@ -582,10 +649,8 @@ impl Pass<'_> {
         };
         let lo = plane(k, staged.lo);
         let hi = plane(k, staged.hi);
-        // Block 8·unit + 2g + h: its pair at float 2·that.
-        let at = k.shl_const(unit, 2);
-        let at = k.add(at, c.g);
-        let at = k.shl_const(at, 2);
+        // Block 2·piece + h: its pair at float 2·that.
+        let at = k.shl_const(piece, 2);
         let at = k.add_const(at, j * staged.cols / BLOCK * 2 + 2 * h);
         let at = k.ptr_add(staged.meta, at);
         let v = k.load(Type::Vec(Scalar::F32, 2), at);
@@ -593,33 +658,87 @@ impl Pass<'_> {
     }
 
     /// Multiply a loaded piece with every vector of the pass: a stream at a time, its
-    /// weights spread to bytes once for all vectors; each vector's activations read a
-    /// sub-block at a time.
+    /// weights in bytes once for all vectors; each vector's activations read a block at a
+    /// time.
     fn multiply(&self, k: &mut Builder, staged: &Staged, c: &Consts<'_>, l: Loaded, accs: &[Value]) -> Vec<Value> {
         let streams = self.streams();
         let mut out = accs.to_vec();
-        for (s, (header, quants)) in l.weights.iter().enumerate() {
-            // Per sub-block: the weights in bytes — low nibbles masked in place, high
-            // nibbles masked in place too, as 16·q4 (unsigned bytes), the factor 16 taken
-            // out of the integer sum — and (d·sc, dmin·m).
-            let scales = Q4kScales::new(k, &c.q4lane, header);
-            let subs = [0u32, 1].map(|h| {
-                let mask = if h == 0 { 0x0F0F_0F0F } else { 0xF0F0_F0F0 };
-                let spread: Vec<Value> = (0..8).map(|i| k.and_const(quants.part(i), mask)).collect();
-                (spread, scales.sub_block(k, c.magic, h))
-            });
+        for (s, bytes) in l.weights.iter().enumerate() {
+            let blocks = match &c.format {
+                PieceFormat::Q4K { q4lane, magic, .. } => q4k_blocks(k, q4lane, *magic, &bytes[0], &bytes[1]),
+                PieceFormat::Q8_0 => q8_0_blocks(k, &bytes[0]),
+            };
             for j in 0..self.p.batch {
-                for (h, (spread, (dsc, dm))) in subs.iter().enumerate() {
+                for (h, block) in blocks.iter().enumerate() {
                     let half = match &l.acts {
                         Some(a) => a[h].clone(),
-                        None => self.activations(k, staged, c, l.unit, j, h as u32),
+                        None => self.activations(k, staged, l.piece, j, h as u32),
                     };
                     let at = j as usize * streams + s;
-                    out[at] = sub_block_dot(k, spread, h == 1, &half, *dsc, *dm, out[at]);
+                    out[at] = block.dot(k, &half, out[at]);
                 }
             }
         }
         out
+    }
+}
+
+/// A piece's block of 32 weights, ready for the byte dot products.
+enum WeightBlock {
+    /// Q4_K: the weights in bytes — low nibbles masked in place, or high nibbles masked in
+    /// place as `16·q4` (unsigned bytes, `times16`), the factor 16 taken out of the
+    /// integer sum — and `(d·sc, dmin·m)`.
+    Q4K { spread: Vec<Value>, times16: bool, dsc: Value, dm: Value },
+    /// Q8_0: the signed quant bytes, four a word, and the block's scale `d`.
+    Q8_0 { quants: Vec<Value>, d: Value },
+}
+
+/// A Q4_K piece's two sub-blocks from its super-block header and 32 quant bytes.
+fn q4k_blocks(k: &mut Builder, q4lane: &Q4kLane, magic: Magic, header: &Bytes, quants: &Bytes) -> [WeightBlock; 2] {
+    let scales = Q4kScales::new(k, q4lane, header);
+    [0u32, 1].map(|h| {
+        let mask = if h == 0 { 0x0F0F_0F0F } else { 0xF0F0_F0F0 };
+        let spread: Vec<Value> = (0..8).map(|i| k.and_const(quants.part(i), mask)).collect();
+        let (dsc, dm) = scales.sub_block(k, magic, h);
+        WeightBlock::Q4K { spread, times16: h == 1, dsc, dm }
+    })
+}
+
+/// A Q8_0 piece's two blocks from its 17 words: the first block's scale is the low half
+/// of word 0 and its quant word `i` the high half of word `i` joined to the low half of
+/// word `i + 1`; the second block's scale is the high half of word 8, its quants words
+/// 9–16.
+fn q8_0_blocks(k: &mut Builder, b: &Bytes) -> [WeightBlock; 2] {
+    let first: Vec<Value> = (0..8)
+        .map(|i| {
+            let high = k.shr_const(b.part(i), 16);
+            let low = k.shl_const(b.part(i + 1), 16);
+            k.or(high, low)
+        })
+        .collect();
+    let d0 = b.f16(k, 0);
+    let d1 = b.f16(k, 34);
+    [
+        WeightBlock::Q8_0 { quants: first, d: d0 },
+        WeightBlock::Q8_0 { quants: (9..17).map(|i| b.part(i)).collect(), d: d1 },
+    ]
+}
+
+impl WeightBlock {
+    /// `acc` plus this block's product with a staged block of activations `x`.
+    fn dot(&self, k: &mut Builder, x: &Half, acc: Value) -> Value {
+        match self {
+            WeightBlock::Q4K { spread, times16, dsc, dm } => sub_block_dot(k, spread, *times16, x, *dsc, *dm, acc),
+            WeightBlock::Q8_0 { quants, d } => {
+                let zero = k.const_i32(0);
+                let t = quants.iter().zip(&x.hi).fold(zero, |t, (&w, &q)| k.dp4a(w, true, q, true, t));
+                let t = k.shl_const(t, 8);
+                let t = quants.iter().zip(&x.lo).fold(t, |t, (&w, &q)| k.dp4a(w, true, q, false, t));
+                let sum = k.cvt(Scalar::F32, t);
+                let a = k.mul(*d, x.dx);
+                k.fma(a, sum, acc)
+            }
+        }
     }
 }
 
@@ -651,28 +770,30 @@ fn sub_block_dot(k: &mut Builder, spread: &[Value], times16: bool, x: &Half, dsc
     k.fma(nb, x.sq, acc)
 }
 
+/// What a lane computes once for its pieces' format.
+enum PieceFormat {
+    /// `g = lane mod 4`: which pair of sub-blocks of each super-block.
+    Q4K { g: Value, q4lane: Q4kLane, magic: Magic },
+    Q8_0,
+}
+
 /// A lane's constants for a chunk's products.
 struct Consts<'a> {
-    /// `lane mod 4`: which pair of sub-blocks of each super-block.
-    g: Value,
-    q4lane: Q4kLane,
-    magic: Magic,
-    /// `lane / 4`: the lane's super-block within a step of 8.
-    unit_lane: Value,
+    format: PieceFormat,
     streams: &'a [Value],
     /// The chunk's first column.
     c0: u32,
 }
 
-/// A piece's loads: the chunk unit, each stream's (header, quants), and at one vector a
-/// pass the activations of both sub-blocks.
+/// A piece's loads: its index in the chunk, each stream's bytes (Q4_K: header and quants;
+/// Q8_0: the piece), and at one vector a pass the activations of both blocks.
 struct Loaded {
-    unit: Value,
-    weights: Vec<(Bytes, Bytes)>,
+    piece: Value,
+    weights: Vec<Vec<Bytes>>,
     acts: Option<[Half; 2]>,
 }
 
-/// A vector's staged activations of one sub-block.
+/// A vector's staged activations of one 32-element block.
 #[derive(Clone)]
 struct Half {
     lo: Vec<Value>,
@@ -681,9 +802,9 @@ struct Half {
     sq: Value,
 }
 
-/// Whether the kernel of `p` takes this path (Q4_K weights).
+/// Whether the kernel of `p` takes this path (Q4_K and Q8_0 weights).
 pub(super) fn applies(p: &QGemvParams) -> bool {
-    p.format == super::WeightFormat::Q4K
+    matches!(p.format, super::WeightFormat::Q4K | super::WeightFormat::Q8_0)
 }
 
 /// The RMSNorm prologue's staged vectors always fit whole: `batch · cols` is at most
