@@ -829,18 +829,18 @@ impl PrefillPlan {
                 vec![a.stored(DecoderTensor::Output, c.vocab, hidden)?],
             )?
         };
-        let (warps, max_blocks) = gemv_shape(catalog.output, hidden, true, graph.multiprocessors);
+        let (head_warps, head_blocks) = gemv_shape(catalog.output, hidden, true, graph.multiprocessors);
         let hp = QGemvParams {
             format: catalog.output,
             prologue: Prologue::RmsNorm,
             epilogue: Epilogue::Plain,
             rows: u32_of("vocab", c.vocab)?,
             cols: u32_of("hidden", hidden)?,
-            warps,
+            warps: head_warps,
             unroll: if catalog.output.is_float() { 4 } else { 2 },
             act: OutType::F32,
             batch: 1,
-            max_blocks,
+            max_blocks: head_blocks,
         };
         let k = a.kernel("output norm + LM head", &hp, qgemv::build)?;
         a.push(
