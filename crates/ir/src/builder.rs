@@ -438,6 +438,10 @@ impl Builder {
     pub fn cp_async_wait(&mut self, n: u32) {
         self.emit_void(Op::CpAsyncWait { n })
     }
+    /// Ask for the cache line of global address `ptr` in L2 (`prefetch.global.L2`).
+    pub fn prefetch_l2(&mut self, ptr: Value) {
+        self.emit_void(Op::PrefetchL2 { ptr })
+    }
     pub fn frag_type(shape: MmaShape, role: crate::types::FragRole, elem: Scalar) -> Type {
         Type::Frag(FragType { shape, role, elem })
     }

@@ -492,6 +492,9 @@ pub enum Op {
     CpAsyncCommit,
     /// Wait until at most `n` committed groups are pending.
     CpAsyncWait { n: u32 },
+    /// `prefetch.global.L2`: bring the cache line holding the global address `ptr` into
+    /// the L2 cache (a hint: no value, no effect on memory).
+    PrefetchL2 { ptr: Value },
     /// Structured conditional. Each branch ends by yielding `results.len()` values.
     If { cond: Value, then_: Block, else_: Block, results: Vec<Type> },
     /// Counted loop `for iv in lo..hi step step` (signed or unsigned per `lo`'s type)
@@ -525,7 +528,9 @@ impl Op {
             Op::Select { cond, a, b } => vec![*cond, *a, *b],
             Op::Pack { parts, .. } => parts.clone(),
             Op::PtrAdd { ptr, index } => vec![*ptr, *index],
-            Op::PtrCast { ptr, .. } | Op::Load { ptr, .. } | Op::LdMatrix { ptr, .. } => vec![*ptr],
+            Op::PtrCast { ptr, .. } | Op::Load { ptr, .. } | Op::LdMatrix { ptr, .. } | Op::PrefetchL2 { ptr } => {
+                vec![*ptr]
+            }
             Op::Store { ptr, value, .. } => vec![*ptr, *value],
             Op::Atomic { ptr, a, b, .. } => {
                 let mut v = vec![*ptr, *a];

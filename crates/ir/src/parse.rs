@@ -722,6 +722,10 @@ impl Parser<'_> {
                 self.punct(',')?;
                 Op::CpAsync { dst: v[0], src: v[1], bytes: self.uint("a byte count")?, cache }
             }
+            "prefetch_l2" => {
+                m.done()?;
+                Op::PrefetchL2 { ptr: self.operand()? }
+            }
             "if" => {
                 m.done()?;
                 self.if_op(results)?

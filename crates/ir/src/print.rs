@@ -84,6 +84,7 @@
 //! | `LdMatrix` | `ldmatrix.x{num}{.trans} [T] %ptr` |
 //! | `CpAsync` | `cp_async{.cache} %dst, %src, bytes` |
 //! | `CpAsyncCommit`, `CpAsyncWait` | `cp_async.commit`, `cp_async.wait n` |
+//! | `PrefetchL2` | `prefetch_l2 %ptr` |
 //! | `If` | `if %cond [-> (T, …)] [args] {` NL then-block `} else [args] {` NL else-block `}` |
 //! | `For` | `for %iv: T = %lo to %hi step %step [iter(%arg: T = %init, …)] {` NL body `}` |
 //! | `Yield`, `Return` | `yield %v, …`, `return` |
@@ -371,6 +372,7 @@ fn op_text(f: &Function, inst: &Inst, out: &mut String) {
         Op::CpAsync { dst, src, bytes, cache } => format!("cp_async{} {dst}, {src}, {bytes}", cache_suffix(*cache)),
         Op::CpAsyncCommit => "cp_async.commit".into(),
         Op::CpAsyncWait { n } => format!("cp_async.wait {n}"),
+        Op::PrefetchL2 { ptr } => format!("prefetch_l2 {ptr}"),
         Op::If { cond, then_, results, .. } => {
             let implied = inst.results.len() == results.len()
                 && inst.results.iter().zip(results).all(|(v, t)| f.values.get(v.index()) == Some(t));

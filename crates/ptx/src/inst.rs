@@ -59,6 +59,11 @@ pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
             e.line(format!("cp.async.wait_group {n}"));
             Ok(())
         }
+        Op::PrefetchL2 { ptr } => {
+            let r = e.reg1(*ptr)?;
+            e.line(format!("prefetch.global.L2 [{r}]"));
+            Ok(())
+        }
         Op::If { .. } | Op::For { .. } | Op::Yield(_) | Op::Return => {
             Err("structured control flow reached the instruction emitter".into())
         }
@@ -106,6 +111,7 @@ pub(crate) fn op_name(op: &Op) -> String {
         Op::CpAsync { bytes, .. } => format!("cp.async {bytes}"),
         Op::CpAsyncCommit => "cp.async.commit".into(),
         Op::CpAsyncWait { n } => format!("cp.async.wait {n}"),
+        Op::PrefetchL2 { .. } => "prefetch.global.L2".into(),
         Op::If { .. } => "if".into(),
         Op::For { .. } => "for".into(),
         Op::Yield(_) => "yield".into(),

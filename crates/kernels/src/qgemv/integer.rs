@@ -349,6 +349,10 @@ impl Pass<'_> {
         let chunks: Vec<(u32, u32)> =
             (0..p.cols.div_ceil(staged.cols)).map(|c| (c * staged.cols, staged.cols.min(p.cols - c * staged.cols))).collect();
         let whole = chunks.len() == 1;
+        // The block's first group of rows is asked for in L2 before the staging, so that
+        // its loads meet the cache rather than the memory.
+        let first = k.ctaid_x();
+        self.prefetch(k, first);
         if whole {
             self.stage(k, staged, 0, p.cols);
         }
@@ -372,16 +376,58 @@ impl Pass<'_> {
             }
         };
         if p.max_blocks != 0 && p.max_blocks < p.groups() {
-            let first = k.ctaid_x();
             let groups = k.const_u32(p.groups());
             let stride = k.nctaid_x();
             k.for_range(first, groups, stride, &[], |k, g, _| {
+                // The next group's rows are asked for while this group's are multiplied:
+                // a group's loads are otherwise all waited for before the next are issued.
+                let next = k.add(g, stride);
+                let more = k.lt(next, groups);
+                k.if_then(more, |k| self.prefetch(k, next));
                 group(k, g);
                 vec![]
             });
         } else {
-            let g = k.ctaid_x();
-            group(k, g);
+            group(k, first);
+        }
+    }
+
+    /// Ask for row group `group`'s rows in L2 (`prefetch.global.L2`): a group's rows are
+    /// consecutive, so each matrix's share is one byte range, whose 128-byte lines the
+    /// block's threads take in turn (the last at the range's last byte, so that an
+    /// unaligned range's last line is covered too; clamped to the matrix).
+    fn prefetch(&self, k: &mut Builder, group: Value) {
+        let p = self.p;
+        let threads = p.warps * 32;
+        let rb = u64::from(p.format.row_bytes(p.cols));
+        let group_bytes = u64::from(p.warps * p.rows_per_warp()) * rb;
+        let matrix_bytes = u64::from(p.rows) * rb;
+        let lines = u32::try_from(group_bytes.div_ceil(128) + 1).unwrap_or(u32::MAX);
+        let start = k.cvt(Scalar::U64, group);
+        let per_group = k.const_u64(group_bytes);
+        let start = k.mul(start, per_group);
+        let range_last = k.const_u64(group_bytes - 1);
+        let range_last = k.add(start, range_last);
+        let matrix_last = k.const_u64(matrix_bytes - 1);
+        let last = k.min(range_last, matrix_last);
+        for round in 0..lines.div_ceil(threads) {
+            let line = k.add_const(self.tid, threads * round);
+            let ask = |k: &mut Builder| {
+                let off = wide_mul(k, line, 128);
+                let off = k.add(start, off);
+                let off = k.min(off, last);
+                for &w in &self.weights {
+                    let at = k.ptr_add(w, off);
+                    k.prefetch_l2(at);
+                }
+            };
+            if threads * (round + 1) <= lines {
+                ask(k);
+            } else {
+                let n = k.const_u32(lines);
+                let has = k.lt(line, n);
+                k.if_then(has, ask);
+            }
         }
     }
 

@@ -469,6 +469,8 @@ pub fn tensor() -> Function {
         k.cp_async(d, q, bytes, cache);
     }
     k.cp_async_commit();
+    let ahead = k.ptr_add(src, row);
+    k.prefetch_l2(ahead);
     k.cp_async_wait(1);
     k.cp_async_wait(0);
     k.barrier();
