@@ -112,6 +112,8 @@ fn kernel_f16() -> Function {
     k.cp_async_commit();
     k.cp_async_wait(0);
     k.prefetch_l2(out);
+    k.grid_dep_launch_dependents();
+    k.grid_dep_wait();
     k.barrier();
     k.fence(Ordering::AcqRel, Scope::Cta);
     let sh_up = k.shfl(ShflMode::Up, mixed, lane);
@@ -240,13 +242,14 @@ fn op_kind(op: &Op) -> &'static str {
         Op::CpAsyncCommit => "cp_async_commit",
         Op::CpAsyncWait { .. } => "cp_async_wait",
         Op::PrefetchL2 { .. } => "prefetch_l2",
+        Op::GridDepControl { .. } => "griddepcontrol",
         Op::If { .. } => "if",
         Op::For { .. } => "for",
         Op::Yield(_) => "yield",
         Op::Return => "return",
     }
 }
-const OP_KINDS: usize = 35;
+const OP_KINDS: usize = 36;
 
 fn type_kind(t: Type) -> String {
     match t {
@@ -925,6 +928,7 @@ impl Gen {
                     let n = self.rng.gen_range(0..3);
                     out.push(Inst { results: vec![], op: Op::CpAsyncWait { n } });
                     out.push(Inst { results: vec![], op: Op::PrefetchL2 { ptr: src } });
+                    out.push(Inst { results: vec![], op: Op::GridDepControl { wait: self.rng.gen() } });
                 }
             }
             27 | 28 if depth < 3 => self.if_(out, depth, uniform_ctx),

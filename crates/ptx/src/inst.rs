@@ -59,6 +59,10 @@ pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
             e.line(format!("cp.async.wait_group {n}"));
             Ok(())
         }
+        Op::GridDepControl { wait } => {
+            e.line(quench_ir::print::grid_dep_name(*wait));
+            Ok(())
+        }
         Op::PrefetchL2 { ptr } => {
             let r = e.reg1(*ptr)?;
             e.line(format!("prefetch.global.L2 [{r}]"));
@@ -112,6 +116,7 @@ pub(crate) fn op_name(op: &Op) -> String {
         Op::CpAsyncCommit => "cp.async.commit".into(),
         Op::CpAsyncWait { n } => format!("cp.async.wait {n}"),
         Op::PrefetchL2 { .. } => "prefetch.global.L2".into(),
+        Op::GridDepControl { wait } => quench_ir::print::grid_dep_name(*wait).into(),
         Op::If { .. } => "if".into(),
         Op::For { .. } => "for".into(),
         Op::Yield(_) => "yield".into(),

@@ -73,6 +73,8 @@ fn tensor_cores_and_async_copies() {
         "cp.async.cg.shared.global",
         "cp.async.wait_group 1;",
         "prefetch.global.L2 [",
+        "griddepcontrol.launch_dependents;",
+        "griddepcontrol.wait;",
     ] {
         assert!(ptx.contains(needle), "missing {needle}");
     }
@@ -154,6 +156,7 @@ fn variant(op: &Op) -> &'static str {
         Op::CpAsyncCommit => "CpAsyncCommit",
         Op::CpAsyncWait { .. } => "CpAsyncWait",
         Op::PrefetchL2 { .. } => "PrefetchL2",
+        Op::GridDepControl { .. } => "GridDepControl",
         Op::If { .. } => "If",
         Op::For { .. } => "For",
         Op::Yield(_) => "Yield",
@@ -161,10 +164,10 @@ fn variant(op: &Op) -> &'static str {
     }
 }
 
-const VARIANTS: [&str; 35] = [
+const VARIANTS: [&str; 36] = [
     "Const", "Param", "Special", "Bin", "Fma", "Dp4a", "Un", "DivApprox", "Cmp", "Select", "Cvt", "Bitcast", "Pack",
     "Extract", "PtrAdd", "PtrCast", "SharedAddr", "Load", "Store", "Barrier", "Fence", "Atomic", "Shfl", "Vote",
-    "Redux", "Mma", "LdMatrix", "CpAsync", "CpAsyncCommit", "CpAsyncWait", "PrefetchL2", "If", "For", "Yield", "Return",
+    "Redux", "Mma", "LdMatrix", "CpAsync", "CpAsyncCommit", "CpAsyncWait", "PrefetchL2", "GridDepControl", "If", "For", "Yield", "Return",
 ];
 
 #[test]

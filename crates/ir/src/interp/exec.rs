@@ -303,6 +303,8 @@ pub(crate) fn exec<'p>(
             dst, src, bytes, ..
         } => cp_async::issue(ctx, w, ci, active, *dst, *src, *bytes)?,
         Op::CpAsyncCommit => cp_async::commit(w, active),
+        // Launches run one after another here: the grid before has always completed.
+        Op::GridDepControl { .. } => {}
         // A hint with no effect on memory; the address must still lie in global memory
         // (a kernel that prefetches past its buffers has a bug).
         Op::PrefetchL2 { ptr } => {

@@ -180,6 +180,7 @@ impl<'f> Program<'f> {
             | Op::CpAsyncCommit
             | Op::CpAsyncWait { .. }
             | Op::PrefetchL2 { .. }
+            | Op::GridDepControl { .. }
             | Op::Return => want(0),
             Op::Yield(vals) => {
                 want(0)?;
@@ -307,6 +308,7 @@ impl<'f> Program<'f> {
             Op::CpAsyncCommit => "cp.async.commit_group".into(),
             Op::CpAsyncWait { n } => format!("cp.async.wait_group {n}"),
             Op::PrefetchL2 { .. } => "prefetch.global.L2".into(),
+            Op::GridDepControl { wait } => crate::print::grid_dep_name(*wait).into(),
             Op::If { .. } => "if".into(),
             Op::For { .. } => "for".into(),
             Op::Yield(_) => "yield".into(),

@@ -273,6 +273,7 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             }
             one(*ty)
         }
+        Op::GridDepControl { .. } => Ok(vec![]),
         Op::PrefetchL2 { ptr } => {
             pointer_in(f, "ptr", *ptr, AddrSpace::Global)?;
             Ok(vec![])

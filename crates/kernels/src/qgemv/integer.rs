@@ -46,6 +46,12 @@
 //! operations fixed, so [`dots`] reproduces every bit, and a vector's results do not
 //! depend on the batch, the chunking or the launch.
 //!
+//! **Launch.** The kernels wait for the grid before them (`griddepcontrol.wait`) only
+//! after asking for their first rows in L2, and let the grid after them start at once,
+//! so the executor launches them before the grid before them has ended (programmatic
+//! dependent launch): the launch gap and the first loads' latency overlap that grid's
+//! end. Weights are never written, so reading them early is safe.
+//!
 //! **Error.** Against the exact product of the stored weights with the unquantized
 //! activations, quantization adds at most `|w_i|·(½ + 2^-7)·dx_j` per element (½ for the
 //! rounding to an integer, the rest for the rounded `1/dx`), plus the f32 roundings of the
@@ -349,10 +355,14 @@ impl Pass<'_> {
         let chunks: Vec<(u32, u32)> =
             (0..p.cols.div_ceil(staged.cols)).map(|c| (c * staged.cols, staged.cols.min(p.cols - c * staged.cols))).collect();
         let whole = chunks.len() == 1;
-        // The block's first group of rows is asked for in L2 before the staging, so that
-        // its loads meet the cache rather than the memory.
+        // The grid launched after this one may start now (its blocks prefetch their
+        // weights and wait for this grid to end); this block's first group of rows is
+        // asked for in L2 while the grid before ends, and nothing it writes is read
+        // before that wait.
+        k.grid_dep_launch_dependents();
         let first = k.ctaid_x();
         self.prefetch(k, first);
+        k.grid_dep_wait();
         if whole {
             self.stage(k, staged, 0, p.cols);
         }
