@@ -355,14 +355,10 @@ impl Pass<'_> {
         let chunks: Vec<(u32, u32)> =
             (0..p.cols.div_ceil(staged.cols)).map(|c| (c * staged.cols, staged.cols.min(p.cols - c * staged.cols))).collect();
         let whole = chunks.len() == 1;
-        // The grid launched after this one may start now (its blocks prefetch their
-        // weights and wait for this grid to end); this block's first group of rows is
-        // asked for in L2 while the grid before ends, and nothing it writes is read
-        // before that wait.
-        k.grid_dep_launch_dependents();
-        let first = k.ctaid_x();
-        self.prefetch(k, first);
+        // Launched before the grid before it has ended (programmatic dependent launch),
+        // the block waits for that grid before it reads anything.
         k.grid_dep_wait();
+        let first = k.ctaid_x();
         if whole {
             self.stage(k, staged, 0, p.cols);
         }
