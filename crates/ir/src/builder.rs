@@ -438,19 +438,6 @@ impl Builder {
     pub fn cp_async_wait(&mut self, n: u32) {
         self.emit_void(Op::CpAsyncWait { n })
     }
-    /// Wait for the grid launched before this one (`griddepcontrol.wait`): see
-    /// [`Op::GridDepControl`].
-    pub fn grid_dep_wait(&mut self) {
-        self.emit_void(Op::GridDepControl { wait: true })
-    }
-    /// Let the grid launched after this one start (`griddepcontrol.launch_dependents`).
-    pub fn grid_dep_launch_dependents(&mut self) {
-        self.emit_void(Op::GridDepControl { wait: false })
-    }
-    /// Ask for the cache line of global address `ptr` in L2 (`prefetch.global.L2`).
-    pub fn prefetch_l2(&mut self, ptr: Value) {
-        self.emit_void(Op::PrefetchL2 { ptr })
-    }
     pub fn frag_type(shape: MmaShape, role: crate::types::FragRole, elem: Scalar) -> Type {
         Type::Frag(FragType { shape, role, elem })
     }

@@ -492,15 +492,6 @@ pub enum Op {
     CpAsyncCommit,
     /// Wait until at most `n` committed groups are pending.
     CpAsyncWait { n: u32 },
-    /// `prefetch.global.L2`: bring the cache line holding the global address `ptr` into
-    /// the L2 cache (a hint: no value, no effect on memory).
-    PrefetchL2 { ptr: Value },
-    /// Programmatic dependent launch (sm_90): `wait` — `griddepcontrol.wait`, block until
-    /// the grid this one was launched after has completed and its writes are visible (a
-    /// kernel containing it may be launched before that grid ends: it must read nothing
-    /// that grid writes, and write nothing it reads, before the wait); otherwise
-    /// `griddepcontrol.launch_dependents`, let the grid launched after this one start.
-    GridDepControl { wait: bool },
     /// Structured conditional. Each branch ends by yielding `results.len()` values.
     If { cond: Value, then_: Block, else_: Block, results: Vec<Type> },
     /// Counted loop `for iv in lo..hi step step` (signed or unsigned per `lo`'s type)
@@ -525,7 +516,6 @@ impl Op {
             | Op::Fence { .. }
             | Op::CpAsyncCommit
             | Op::CpAsyncWait { .. }
-            | Op::GridDepControl { .. }
             | Op::Return => vec![],
             Op::Bin { a, b, .. } | Op::DivApprox { a, b } | Op::Cmp { a, b, .. } => vec![*a, *b],
             Op::Fma { a, b, c, .. } | Op::Dp4a { a, b, c, .. } => vec![*a, *b, *c],
@@ -535,9 +525,7 @@ impl Op {
             Op::Select { cond, a, b } => vec![*cond, *a, *b],
             Op::Pack { parts, .. } => parts.clone(),
             Op::PtrAdd { ptr, index } => vec![*ptr, *index],
-            Op::PtrCast { ptr, .. } | Op::Load { ptr, .. } | Op::LdMatrix { ptr, .. } | Op::PrefetchL2 { ptr } => {
-                vec![*ptr]
-            }
+            Op::PtrCast { ptr, .. } | Op::Load { ptr, .. } | Op::LdMatrix { ptr, .. } => vec![*ptr],
             Op::Store { ptr, value, .. } => vec![*ptr, *value],
             Op::Atomic { ptr, a, b, .. } => {
                 let mut v = vec![*ptr, *a];

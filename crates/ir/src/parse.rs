@@ -722,19 +722,6 @@ impl Parser<'_> {
                 self.punct(',')?;
                 Op::CpAsync { dst: v[0], src: v[1], bytes: self.uint("a byte count")?, cache }
             }
-            "griddepcontrol" => {
-                let wait = m.flag("wait");
-                if !wait && !m.flag("launch_dependents") {
-                    let name = "griddepcontrol (`.wait` or `.launch_dependents`)".into();
-                    return Err(m.err(ParseErrorKind::Unknown { what: "form", name }));
-                }
-                m.done()?;
-                Op::GridDepControl { wait }
-            }
-            "prefetch_l2" => {
-                m.done()?;
-                Op::PrefetchL2 { ptr: self.operand()? }
-            }
             "if" => {
                 m.done()?;
                 self.if_op(results)?

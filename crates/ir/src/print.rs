@@ -84,8 +84,6 @@
 //! | `LdMatrix` | `ldmatrix.x{num}{.trans} [T] %ptr` |
 //! | `CpAsync` | `cp_async{.cache} %dst, %src, bytes` |
 //! | `CpAsyncCommit`, `CpAsyncWait` | `cp_async.commit`, `cp_async.wait n` |
-//! | `PrefetchL2` | `prefetch_l2 %ptr` |
-//! | `GridDepControl` | `griddepcontrol.wait`, `griddepcontrol.launch_dependents` |
 //! | `If` | `if %cond [-> (T, …)] [args] {` NL then-block `} else [args] {` NL else-block `}` |
 //! | `For` | `for %iv: T = %lo to %hi step %step [iter(%arg: T = %init, …)] {` NL body `}` |
 //! | `Yield`, `Return` | `yield %v, …`, `return` |
@@ -373,8 +371,6 @@ fn op_text(f: &Function, inst: &Inst, out: &mut String) {
         Op::CpAsync { dst, src, bytes, cache } => format!("cp_async{} {dst}, {src}, {bytes}", cache_suffix(*cache)),
         Op::CpAsyncCommit => "cp_async.commit".into(),
         Op::CpAsyncWait { n } => format!("cp_async.wait {n}"),
-        Op::PrefetchL2 { ptr } => format!("prefetch_l2 {ptr}"),
-        Op::GridDepControl { wait } => grid_dep_name(*wait).into(),
         Op::If { cond, then_, results, .. } => {
             let implied = inst.results.len() == results.len()
                 && inst.results.iter().zip(results).all(|(v, t)| f.values.get(v.index()) == Some(t));
@@ -484,14 +480,5 @@ pub(crate) fn float_bits(s: Scalar, text: &str) -> Option<u64> {
         Scalar::F32 => Some((x as f32).to_bits() as u64),
         Scalar::F64 => Some(x.to_bits()),
         _ => None,
-    }
-}
-
-/// The text (and PTX) form of [`Op::GridDepControl`].
-pub fn grid_dep_name(wait: bool) -> &'static str {
-    if wait {
-        "griddepcontrol.wait"
-    } else {
-        "griddepcontrol.launch_dependents"
     }
 }

@@ -111,9 +111,6 @@ fn kernel_f16() -> Function {
     k.cp_async(wp, out, 16, CacheOp::Cg);
     k.cp_async_commit();
     k.cp_async_wait(0);
-    k.prefetch_l2(out);
-    k.grid_dep_launch_dependents();
-    k.grid_dep_wait();
     k.barrier();
     k.fence(Ordering::AcqRel, Scope::Cta);
     let sh_up = k.shfl(ShflMode::Up, mixed, lane);
@@ -241,15 +238,13 @@ fn op_kind(op: &Op) -> &'static str {
         Op::CpAsync { .. } => "cp_async",
         Op::CpAsyncCommit => "cp_async_commit",
         Op::CpAsyncWait { .. } => "cp_async_wait",
-        Op::PrefetchL2 { .. } => "prefetch_l2",
-        Op::GridDepControl { .. } => "griddepcontrol",
         Op::If { .. } => "if",
         Op::For { .. } => "for",
         Op::Yield(_) => "yield",
         Op::Return => "return",
     }
 }
-const OP_KINDS: usize = 36;
+const OP_KINDS: usize = 34;
 
 fn type_kind(t: Type) -> String {
     match t {
@@ -927,8 +922,6 @@ impl Gen {
                     out.push(Inst { results: vec![], op: Op::CpAsyncCommit });
                     let n = self.rng.gen_range(0..3);
                     out.push(Inst { results: vec![], op: Op::CpAsyncWait { n } });
-                    out.push(Inst { results: vec![], op: Op::PrefetchL2 { ptr: src } });
-                    out.push(Inst { results: vec![], op: Op::GridDepControl { wait: self.rng.gen() } });
                 }
             }
             27 | 28 if depth < 3 => self.if_(out, depth, uniform_ctx),

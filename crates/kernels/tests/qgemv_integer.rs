@@ -136,22 +136,6 @@ fn the_wrong_variants_fail_the_exact_check() {
     }
 }
 
-/// The integer products wait for the grid before them after asking for their first
-/// rows (so the executor may launch them early); the float products do not.
-#[test]
-fn integer_products_are_launched_after_their_predecessor_programmatically() {
-    let waits = |p: &QGemvParams| {
-        let f = qgemv::build(p).expect("builds");
-        quench_rt::KernelAbi::from_function(&f).expect("an ABI").features.iter().any(|f| f == "griddepcontrol.wait")
-    };
-    for format in FORMATS {
-        for epilogue in Epilogue::ALL {
-            assert!(waits(&params(format, Prologue::RmsNorm, epilogue, 64, 4096)), "{format:?} {epilogue:?}");
-        }
-    }
-    assert!(!waits(&params(WeightFormat::BF16, Prologue::RmsNorm, Epilogue::Plain, 64, 4096)));
-}
-
 /// Every Q4_K and Q8_0 kernel the parameters allow builds within the static shared
 /// memory: the prologue's vectors always whole, others in chunks where they do not fit.
 #[test]

@@ -132,10 +132,6 @@ pub fn instrument(f: &Function) -> Result<Function, InstrumentError> {
         }
     }
     let mut g = f.clone();
-    // A kernel that waits for the grid before it may be launched before that grid ends
-    // (programmatic dependent launch): its start would be read while the grid before
-    // still runs. The instrumented copy runs after it, as every other kernel does.
-    drop_grid_dependency(&mut g.body);
     let ring_index = g.params.len() as u32;
     let ring_ty = Type::Ptr(AddrSpace::Global, Scalar::U64);
     g.params.push(Param { name: RING_PARAM.to_string(), ty: ring_ty });
@@ -213,19 +209,4 @@ pub fn instrument(f: &Function) -> Result<Function, InstrumentError> {
     body.splice(0..0, prologue);
     verify(&g)?;
     Ok(g)
-}
-
-/// Remove every `griddepcontrol` instruction from `block` and the blocks inside it.
-fn drop_grid_dependency(block: &mut Block) {
-    block.insts.retain(|i| !matches!(i.op, Op::GridDepControl { .. }));
-    for inst in &mut block.insts {
-        match &mut inst.op {
-            Op::If { then_, else_, .. } => {
-                drop_grid_dependency(then_);
-                drop_grid_dependency(else_);
-            }
-            Op::For { body, .. } => drop_grid_dependency(body),
-            _ => {}
-        }
-    }
 }

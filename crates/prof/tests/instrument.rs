@@ -93,23 +93,6 @@ fn every_kernel_instrumented_assembles() {
     }
 }
 
-/// A kernel that waits for the grid before it would be launched before that grid ends,
-/// and its start read too early: its instrumented copy waits for nothing and is
-/// launched after the grid before, as the other kernels are.
-#[test]
-fn instrumented_kernels_do_not_start_before_the_grid_before_them() {
-    let waits = |f: &quench_ir::Function| {
-        quench_rt::KernelAbi::from_function(f).expect("an ABI").features.iter().any(|f| f == "griddepcontrol.wait")
-    };
-    let case = small_case("qgemv_q4_k_rmsnorm_xf32", seed());
-    assert!(waits(&case.kernel), "the Q4_K product waits for the grid before it");
-    let inst = instrument(&case.kernel).expect("instruments");
-    assert!(!waits(&inst), "its instrumented copy does not");
-    let mut left = 0;
-    inst.walk(&mut |i| left += usize::from(matches!(i.op, quench_ir::Op::GridDepControl { .. })));
-    assert_eq!(left, 0, "no griddepcontrol instruction is left");
-}
-
 #[test]
 fn instrumenting_twice_is_refused() {
     let spec = &library()[0];

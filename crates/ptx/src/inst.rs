@@ -59,15 +59,6 @@ pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
             e.line(format!("cp.async.wait_group {n}"));
             Ok(())
         }
-        Op::GridDepControl { wait } => {
-            e.line(quench_ir::print::grid_dep_name(*wait));
-            Ok(())
-        }
-        Op::PrefetchL2 { ptr } => {
-            let r = e.reg1(*ptr)?;
-            e.line(format!("prefetch.global.L2 [{r}]"));
-            Ok(())
-        }
         Op::If { .. } | Op::For { .. } | Op::Yield(_) | Op::Return => {
             Err("structured control flow reached the instruction emitter".into())
         }
@@ -115,8 +106,6 @@ pub(crate) fn op_name(op: &Op) -> String {
         Op::CpAsync { bytes, .. } => format!("cp.async {bytes}"),
         Op::CpAsyncCommit => "cp.async.commit".into(),
         Op::CpAsyncWait { n } => format!("cp.async.wait {n}"),
-        Op::PrefetchL2 { .. } => "prefetch.global.L2".into(),
-        Op::GridDepControl { wait } => quench_ir::print::grid_dep_name(*wait).into(),
         Op::If { .. } => "if".into(),
         Op::For { .. } => "for".into(),
         Op::Yield(_) => "yield".into(),

@@ -23,9 +23,7 @@ pub struct KernelAbi {
     pub static_shared_bytes: u64,
     /// The most threads per block the kernel may be launched with (`.maxntid`).
     pub max_threads: u32,
-    /// Hardware features the kernel uses, sorted: `approx`, `cp.async`,
-    /// `griddepcontrol.wait` (it waits for the grid launched before it, so it may be
-    /// launched before that grid ends: programmatic dependent launch), `ldmatrix`,
+    /// Hardware features the kernel uses, sorted: `approx`, `cp.async`, `ldmatrix`,
     /// `mma.sync`, `redux.sync`.
     pub features: Vec<String>,
 }
@@ -138,7 +136,6 @@ fn features(f: &Function) -> Vec<String> {
             Op::DivApprox { .. } => "approx",
             Op::Un { op, .. } if UnOp::is_approx(*op) => "approx",
             Op::Redux { .. } => "redux.sync",
-            Op::GridDepControl { wait: true } => "griddepcontrol.wait",
             _ => return,
         };
         set.insert(name.to_string());

@@ -303,18 +303,6 @@ pub(crate) fn exec<'p>(
             dst, src, bytes, ..
         } => cp_async::issue(ctx, w, ci, active, *dst, *src, *bytes)?,
         Op::CpAsyncCommit => cp_async::commit(w, active),
-        // Launches run one after another here: the grid before has always completed.
-        Op::GridDepControl { .. } => {}
-        // A hint with no effect on memory; the address must still lie in global memory
-        // (a kernel that prefetches past its buffers has a bug).
-        Op::PrefetchL2 { ptr } => {
-            if !matches!(ctx.prog.ty(*ptr), Type::Ptr(AddrSpace::Global, _)) {
-                return Err(ctx.bad_inst(w.index, ci, "prefetch.global.L2 takes a global pointer"));
-            }
-            for l in lanes(active) {
-                resolve(ctx, w, ci, l, *ptr, 1, 1)?;
-            }
-        }
         Op::CpAsyncWait { n } => cp_async::wait(ctx, w, ci, active, *n)?,
         Op::Barrier | Op::If { .. } | Op::For { .. } | Op::Yield(_) | Op::Return => {
             return Err(ctx.bad_inst(

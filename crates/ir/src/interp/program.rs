@@ -179,8 +179,6 @@ impl<'f> Program<'f> {
             | Op::CpAsync { .. }
             | Op::CpAsyncCommit
             | Op::CpAsyncWait { .. }
-            | Op::PrefetchL2 { .. }
-            | Op::GridDepControl { .. }
             | Op::Return => want(0),
             Op::Yield(vals) => {
                 want(0)?;
@@ -307,8 +305,6 @@ impl<'f> Program<'f> {
             Op::CpAsync { bytes, .. } => format!("cp.async {bytes} bytes"),
             Op::CpAsyncCommit => "cp.async.commit_group".into(),
             Op::CpAsyncWait { n } => format!("cp.async.wait_group {n}"),
-            Op::PrefetchL2 { .. } => "prefetch.global.L2".into(),
-            Op::GridDepControl { wait } => crate::print::grid_dep_name(*wait).into(),
             Op::If { .. } => "if".into(),
             Op::For { .. } => "for".into(),
             Op::Yield(_) => "yield".into(),

@@ -273,11 +273,6 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             }
             one(*ty)
         }
-        Op::GridDepControl { .. } => Ok(vec![]),
-        Op::PrefetchL2 { ptr } => {
-            pointer_in(f, "ptr", *ptr, AddrSpace::Global)?;
-            Ok(vec![])
-        }
         Op::CpAsync { dst, src, bytes, cache } => {
             pointer_in(f, "dst", *dst, AddrSpace::Shared)?;
             pointer_in(f, "src", *src, AddrSpace::Global)?;

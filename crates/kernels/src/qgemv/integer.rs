@@ -46,12 +46,6 @@
 //! operations fixed, so [`dots`] reproduces every bit, and a vector's results do not
 //! depend on the batch, the chunking or the launch.
 //!
-//! **Launch.** The kernels wait for the grid before them (`griddepcontrol.wait`) only
-//! after asking for their first rows in L2, and let the grid after them start at once,
-//! so the executor launches them before the grid before them has ended (programmatic
-//! dependent launch): the launch gap and the first loads' latency overlap that grid's
-//! end. Weights are never written, so reading them early is safe.
-//!
 //! **Error.** Against the exact product of the stored weights with the unquantized
 //! activations, quantization adds at most `|w_i|·(½ + 2^-7)·dx_j` per element (½ for the
 //! rounding to an integer, the rest for the rounded `1/dx`), plus the f32 roundings of the
@@ -355,10 +349,6 @@ impl Pass<'_> {
         let chunks: Vec<(u32, u32)> =
             (0..p.cols.div_ceil(staged.cols)).map(|c| (c * staged.cols, staged.cols.min(p.cols - c * staged.cols))).collect();
         let whole = chunks.len() == 1;
-        // Launched before the grid before it has ended (programmatic dependent launch),
-        // the block waits for that grid before it reads anything.
-        k.grid_dep_wait();
-        let first = k.ctaid_x();
         if whole {
             self.stage(k, staged, 0, p.cols);
         }
@@ -382,58 +372,16 @@ impl Pass<'_> {
             }
         };
         if p.max_blocks != 0 && p.max_blocks < p.groups() {
+            let first = k.ctaid_x();
             let groups = k.const_u32(p.groups());
             let stride = k.nctaid_x();
             k.for_range(first, groups, stride, &[], |k, g, _| {
-                // The next group's rows are asked for while this group's are multiplied:
-                // a group's loads are otherwise all waited for before the next are issued.
-                let next = k.add(g, stride);
-                let more = k.lt(next, groups);
-                k.if_then(more, |k| self.prefetch(k, next));
                 group(k, g);
                 vec![]
             });
         } else {
-            group(k, first);
-        }
-    }
-
-    /// Ask for row group `group`'s rows in L2 (`prefetch.global.L2`): a group's rows are
-    /// consecutive, so each matrix's share is one byte range, whose 128-byte lines the
-    /// block's threads take in turn (the last at the range's last byte, so that an
-    /// unaligned range's last line is covered too; clamped to the matrix).
-    fn prefetch(&self, k: &mut Builder, group: Value) {
-        let p = self.p;
-        let threads = p.warps * 32;
-        let rb = u64::from(p.format.row_bytes(p.cols));
-        let group_bytes = u64::from(p.warps * p.rows_per_warp()) * rb;
-        let matrix_bytes = u64::from(p.rows) * rb;
-        let lines = u32::try_from(group_bytes.div_ceil(128) + 1).unwrap_or(u32::MAX);
-        let start = k.cvt(Scalar::U64, group);
-        let per_group = k.const_u64(group_bytes);
-        let start = k.mul(start, per_group);
-        let range_last = k.const_u64(group_bytes - 1);
-        let range_last = k.add(start, range_last);
-        let matrix_last = k.const_u64(matrix_bytes - 1);
-        let last = k.min(range_last, matrix_last);
-        for round in 0..lines.div_ceil(threads) {
-            let line = k.add_const(self.tid, threads * round);
-            let ask = |k: &mut Builder| {
-                let off = wide_mul(k, line, 128);
-                let off = k.add(start, off);
-                let off = k.min(off, last);
-                for &w in &self.weights {
-                    let at = k.ptr_add(w, off);
-                    k.prefetch_l2(at);
-                }
-            };
-            if threads * (round + 1) <= lines {
-                ask(k);
-            } else {
-                let n = k.const_u32(lines);
-                let has = k.lt(line, n);
-                k.if_then(has, ask);
-            }
+            let g = k.ctaid_x();
+            group(k, g);
         }
     }
 

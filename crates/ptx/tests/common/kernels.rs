@@ -469,10 +469,6 @@ pub fn tensor() -> Function {
         k.cp_async(d, q, bytes, cache);
     }
     k.cp_async_commit();
-    let ahead = k.ptr_add(src, row);
-    k.prefetch_l2(ahead);
-    k.grid_dep_launch_dependents();
-    k.grid_dep_wait();
     k.cp_async_wait(1);
     k.cp_async_wait(0);
     k.barrier();

@@ -30,44 +30,6 @@ use crate::executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Laun
 use driver::{compile_ptx, drv, load_cubin};
 use module_cache::ModuleCache;
 
-/// Launch a kernel that waits for the grid before it (`griddepcontrol.wait`) with
-/// programmatic stream serialization: it may start while that grid finishes (its blocks
-/// run up to the wait), which hides the launch gap and lets it prefetch its weights.
-fn launch_after_predecessor(
-    func: sys::CUfunction,
-    grid: [u32; 3],
-    block: [u32; 3],
-    dynamic: u32,
-    stream: sys::CUstream,
-    params: &mut [*mut c_void],
-) -> Result<(), RtError> {
-    // SAFETY: a plain C union of integers; all-zero is a valid value.
-    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-    value.programmaticStreamSerializationAllowed = 1;
-    let mut attr = sys::CUlaunchAttribute {
-        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-        pad: [0; 4],
-        value,
-    };
-    let config = sys::CUlaunchConfig {
-        gridDimX: grid[0],
-        gridDimY: grid[1],
-        gridDimZ: grid[2],
-        blockDimX: block[0],
-        blockDimY: block[1],
-        blockDimZ: block[2],
-        sharedMemBytes: dynamic,
-        hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    // SAFETY: `config` and `attr` outlive the call; the parameters were checked against
-    // the kernel's ABI and are copied by the call.
-    unsafe { sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()) }
-        .result()
-        .map_err(drv("cuLaunchKernelEx"))
-}
-
 /// Shared memory a block may use without the opt-in function attribute.
 const SHARED_WITHOUT_OPT_IN: u64 = 48 * 1024;
 
@@ -413,9 +375,6 @@ impl Executor for CudaExecutor {
         let mut params: Vec<*mut c_void> =
             values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
         let (g, b) = (launch.grid, launch.block);
-        if kernel.abi.features.iter().any(|f| f == "griddepcontrol.wait") {
-            return launch_after_predecessor(kernel.func, g, b, dynamic, s, &mut params);
-        }
         // SAFETY: the arguments were checked against the kernel's ABI; `values` outlives
         // the call, which copies the parameters.
         unsafe {
