@@ -799,7 +799,7 @@ fn gemv_unroll(format: WeightFormat, cols: usize) -> u32 {
     }
 }
 
-const LONG_UNROLL: u32 = 4;
+const LONG_UNROLL: u32 = 7;
 
 /// Q4_K and Q8_0 products stage the whole input vector, quantized, in every block before
 /// its rows ([`quench_kernels::qgemv::integer`]), and one thread quantizes each
