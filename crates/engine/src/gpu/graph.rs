@@ -659,7 +659,7 @@ impl Assembler<'_> {
             rows: u32_of("rows", rows)?,
             cols: u32_of("cols", cols)?,
             warps,
-            unroll: gemv_unroll(format, cols),
+            unroll: if format.is_float() { 4 } else { 2 },
             act: ACT,
             batch: 1,
             max_blocks,
@@ -786,20 +786,6 @@ const TC_TILES: [u32; 4] = [1, 2, 4, 8];
 /// threads, so that their reductions take the prologue's order (which is the same at any
 /// larger block: [`quench_kernels::qgemv::prologue`]).
 const GEMV_WARPS: u32 = 4;
-
-/// Pieces a lane loads before multiplying any (`QGemvParams::unroll`): 4 for the float
-/// formats, 2 for the quantized ones, and for integer products of long rows (7 pieces a
-/// lane for 14336 columns) as many as their row gives each lane.
-fn gemv_unroll(format: WeightFormat, cols: usize) -> u32 {
-    let integer = matches!(format, WeightFormat::Q4K | WeightFormat::Q8_0);
-    match () {
-        _ if format.is_float() => 4,
-        _ if integer && cols > 8192 => LONG_UNROLL,
-        _ => 2,
-    }
-}
-
-const LONG_UNROLL: u32 = 7;
 
 /// Q4_K and Q8_0 products stage the whole input vector, quantized, in every block before
 /// its rows ([`quench_kernels::qgemv::integer`]), and one thread quantizes each
