@@ -657,22 +657,27 @@ impl Pass<'_> {
         Half { lo, hi, dx: k.extract(v, 0), sq: k.extract(v, 1) }
     }
 
-    /// Multiply a loaded piece with every vector of the pass: a stream at a time, its
-    /// weights in bytes once for all vectors; each vector's activations read a block at a
-    /// time.
+    /// Multiply a loaded piece with every vector of the pass: a stream at a time and a
+    /// block of it at a time (its weights in bytes once for all vectors; a vector's sum
+    /// still takes the first block before the second), each vector's activations read a
+    /// block at a time.
     fn multiply(&self, k: &mut Builder, staged: &Staged, c: &Consts<'_>, l: Loaded, accs: &[Value]) -> Vec<Value> {
         let streams = self.streams();
         let mut out = accs.to_vec();
         for (s, bytes) in l.weights.iter().enumerate() {
-            let blocks = match &c.format {
-                PieceFormat::Q4K { q4lane, magic, .. } => q4k_blocks(k, q4lane, *magic, &bytes[0], &bytes[1]),
-                PieceFormat::Q8_0 => q8_0_blocks(k, &bytes[0]),
+            let scales = match &c.format {
+                PieceFormat::Q4K { q4lane, .. } => Some(Q4kScales::new(k, q4lane, &bytes[0])),
+                PieceFormat::Q8_0 => None,
             };
-            for j in 0..self.p.batch {
-                for (h, block) in blocks.iter().enumerate() {
+            for h in 0..2 {
+                let block = match (&c.format, &scales) {
+                    (PieceFormat::Q4K { magic, .. }, Some(scales)) => q4k_block(k, scales, *magic, &bytes[1], h),
+                    _ => q8_0_block(k, &bytes[0], h),
+                };
+                for j in 0..self.p.batch {
                     let half = match &l.acts {
-                        Some(a) => a[h].clone(),
-                        None => self.activations(k, staged, l.piece, j, h as u32),
+                        Some(a) => a[h as usize].clone(),
+                        None => self.activations(k, staged, l.piece, j, h),
                     };
                     let at = j as usize * streams + s;
                     out[at] = block.dot(k, &half, out[at]);
@@ -693,35 +698,32 @@ enum WeightBlock {
     Q8_0 { quants: Vec<Value>, d: Value },
 }
 
-/// A Q4_K piece's two sub-blocks from its super-block header and 32 quant bytes.
-fn q4k_blocks(k: &mut Builder, q4lane: &Q4kLane, magic: Magic, header: &Bytes, quants: &Bytes) -> [WeightBlock; 2] {
-    let scales = Q4kScales::new(k, q4lane, header);
-    [0u32, 1].map(|h| {
-        let mask = if h == 0 { 0x0F0F_0F0F } else { 0xF0F0_F0F0 };
-        let spread: Vec<Value> = (0..8).map(|i| k.and_const(quants.part(i), mask)).collect();
-        let (dsc, dm) = scales.sub_block(k, magic, h);
-        WeightBlock::Q4K { spread, times16: h == 1, dsc, dm }
-    })
+/// Sub-block `2g + h` of a Q4_K piece from its super-block's scales and its 32 quant
+/// bytes.
+fn q4k_block(k: &mut Builder, scales: &Q4kScales, magic: Magic, quants: &Bytes, h: u32) -> WeightBlock {
+    let mask = if h == 0 { 0x0F0F_0F0F } else { 0xF0F0_F0F0 };
+    let spread: Vec<Value> = (0..8).map(|i| k.and_const(quants.part(i), mask)).collect();
+    let (dsc, dm) = scales.sub_block(k, magic, h);
+    WeightBlock::Q4K { spread, times16: h == 1, dsc, dm }
 }
 
-/// A Q8_0 piece's two blocks from its 17 words: the first block's scale is the low half
+/// Block `h` of a Q8_0 piece from its 17 words: the first block's scale is the low half
 /// of word 0 and its quant word `i` the high half of word `i` joined to the low half of
 /// word `i + 1`; the second block's scale is the high half of word 8, its quants words
 /// 9–16.
-fn q8_0_blocks(k: &mut Builder, b: &Bytes) -> [WeightBlock; 2] {
-    let first: Vec<Value> = (0..8)
-        .map(|i| {
-            let high = k.shr_const(b.part(i), 16);
-            let low = k.shl_const(b.part(i + 1), 16);
-            k.or(high, low)
-        })
-        .collect();
-    let d0 = b.f16(k, 0);
-    let d1 = b.f16(k, 34);
-    [
-        WeightBlock::Q8_0 { quants: first, d: d0 },
-        WeightBlock::Q8_0 { quants: (9..17).map(|i| b.part(i)).collect(), d: d1 },
-    ]
+fn q8_0_block(k: &mut Builder, b: &Bytes, h: u32) -> WeightBlock {
+    if h == 0 {
+        let quants = (0..8)
+            .map(|i| {
+                let high = k.shr_const(b.part(i), 16);
+                let low = k.shl_const(b.part(i + 1), 16);
+                k.or(high, low)
+            })
+            .collect();
+        WeightBlock::Q8_0 { quants, d: b.f16(k, 0) }
+    } else {
+        WeightBlock::Q8_0 { quants: (9..17).map(|i| b.part(i)).collect(), d: b.f16(k, 34) }
+    }
 }
 
 impl WeightBlock {
