@@ -54,11 +54,11 @@ fn eps(case: &KernelCase) -> f32 {
         .expect("an eps argument")
 }
 
-/// The prologue case's residual rows normalized by `rmsnorm_rows_f32` on 4 warps, as a
-/// decode step of several rows normalizes them for products of any block size (checked
-/// against the reference on the way).
+/// The prologue case's residual rows normalized by `rmsnorm_rows_f32` on the threads that
+/// walk the prologue's sum, as a decode step of several rows normalizes them for products
+/// of any block size (checked against the reference on the way).
 fn normalized(case: &KernelCase, p: &QGemvParams) -> Vec<u8> {
-    let np = RmsNormRowsParams { cols: p.cols, threads: 128 };
+    let np = RmsNormRowsParams { cols: p.cols, threads: qgemv::prologue::NORM_THREADS };
     let (x, w) = (&buffer(case, "x").1.data, &buffer(case, "norm_w").1.data);
     let norm = rmsnorm_rows::case_on(&np, &data::f32_from_bytes(x), &data::f32_from_bytes(w), eps(case)).expect("case");
     common::check(&norm).outputs.swap_remove(0).1

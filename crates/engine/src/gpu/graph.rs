@@ -91,6 +91,7 @@ use quench_kernels::embed::{self, EmbedParams};
 use quench_kernels::gemv_tc::{self, GemvTcParams};
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
+use quench_kernels::qgemv::prologue::NORM_THREADS;
 use quench_kernels::rmsnorm_rows::{self, RmsNormRowsParams};
 use quench_kernels::rope;
 use quench_kernels::KernelError;
@@ -596,10 +597,10 @@ impl Assembler<'_> {
             let label = format!("{prefix}{what}");
             let bytes = self.max_batch as u64 * cols as u64 * 4;
             let buffer = Region::Act(self.act(format!("{label}: normalized rows"), bytes, false));
-            // The products' block size: the reduction then runs in the prologue's order.
+            // As many threads as walk the prologue's sum: the same order, the same bits.
             let p = RmsNormRowsParams {
                 cols: u32_of("hidden", cols)?,
-                threads: 32 * GEMV_WARPS,
+                threads: NORM_THREADS,
             };
             let k = self.kernel(&label, &p, rmsnorm_rows::build)?;
             let args = vec![
@@ -782,9 +783,7 @@ impl Assembler<'_> {
 /// first with `8 · tiles ≥ n`.
 const TC_TILES: [u32; 4] = [1, 2, 4, 8];
 
-/// Warps of a matrix–vector block; the norms of steps of several rows run on as many
-/// threads, so that their reductions take the prologue's order (which is the same at any
-/// larger block: [`quench_kernels::qgemv::prologue`]).
+/// Warps of a matrix–vector block (but see [`gemv_shape`]).
 const GEMV_WARPS: u32 = 4;
 
 /// Q4_K and Q8_0 products stage the whole input vector, quantized, in every block before

@@ -417,20 +417,14 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     // and chunk i / 2.
     let quad = k.shr_const(lane, 3);
     let r8 = k.and_const(lane, 7);
-    let k_at = {
-        let row = k.shr_const(quad, 1);
-        let row = k.mul_const(row, 8);
+    let (half, odd) = (k.shr_const(quad, 1), k.and_const(quad, 1));
+    let rows_of = |k: &mut Builder, tile: Value, buffer: Value, chunk: Value| {
+        let row = k.mul_const(tile, 8);
         let row = k.add(row, r8);
-        let chunk = k.and_const(quad, 1);
-        LdmatrixAt::new(k, k_s, row, chunk, d)
+        LdmatrixAt::new(k, buffer, row, chunk, d)
     };
-    let v_at = {
-        let row = k.and_const(quad, 1);
-        let row = k.mul_const(row, 8);
-        let row = k.add(row, r8);
-        let chunk = k.shr_const(quad, 1);
-        LdmatrixAt::new(k, v_s, row, chunk, d)
-    };
+    let k_at = rows_of(k, half, k_s, odd);
+    let v_at = rows_of(k, odd, v_s, half);
     // Queries: lane l gives row l mod 16 of the warp's and chunk l / 16.
     let q_at = {
         let row = k.and_const(lane, 15);

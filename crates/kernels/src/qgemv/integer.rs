@@ -665,15 +665,16 @@ impl Pass<'_> {
         let streams = self.streams();
         let mut out = accs.to_vec();
         for (s, bytes) in l.weights.iter().enumerate() {
-            let scales = match &c.format {
-                PieceFormat::Q4K { q4lane, .. } => Some(Q4kScales::new(k, q4lane, &bytes[0])),
-                PieceFormat::Q8_0 => None,
+            // The stream's block `h`, its super-block scales unpacked once for both.
+            let block: Box<dyn Fn(&mut Builder, u32) -> WeightBlock> = match &c.format {
+                PieceFormat::Q4K { q4lane, magic, .. } => {
+                    let (scales, magic) = (Q4kScales::new(k, q4lane, &bytes[0]), *magic);
+                    Box::new(move |k, h| q4k_block(k, &scales, magic, &bytes[1], h))
+                }
+                PieceFormat::Q8_0 => Box::new(|k, h| q8_0_block(k, &bytes[0], h)),
             };
             for h in 0..2 {
-                let block = match (&c.format, &scales) {
-                    (PieceFormat::Q4K { magic, .. }, Some(scales)) => q4k_block(k, scales, *magic, &bytes[1], h),
-                    _ => q8_0_block(k, &bytes[0], h),
-                };
+                let block = block(k, h);
                 for j in 0..self.p.batch {
                     let half = match &l.acts {
                         Some(a) => a[h as usize].clone(),
