@@ -13,6 +13,9 @@ if [ -z "${QUENCH_PTXAS:-}" ]; then
 fi
 echo "ptxas: $QUENCH_PTXAS ($("$QUENCH_PTXAS" --version | tail -1))"
 
+# A clean build gains nothing from incremental state (it only costs disk).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 # One build serves the tests and the `pull` below (the dev and test profiles match).
 cargo build -q -p quench
 cache="${QUENCH_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/quench}/models"
