@@ -304,34 +304,11 @@ pub fn library() -> Vec<KernelSpec> {
     for e in Epilogue::ALL {
         all.push(spec(gemv_tc::name(e), gemv_tc::description(e), gemv_tc::params_info(e), Family::GemvTc(e)));
     }
-    all.push(spec(
-        decode::NAME,
-        "decode attention, split-K over a paged bf16 KV cache (16-token blocks, block table), GQA, a split's \
-         positions spread over lanes and warps; per-split max, sum and unnormalized output (f32), ex2.approx",
-        ATTENTION_DECODE,
-        Family::AttentionDecode(KvElem::BF16, false),
-    ));
-    all.push(spec(
-        decode::NAME_F16,
-        "decode attention, split-K over a paged f16 KV cache (16-token blocks, block table), GQA, a split's \
-         positions spread over lanes and warps; per-split max, sum and unnormalized output (f32), ex2.approx",
-        ATTENTION_DECODE,
-        Family::AttentionDecode(KvElem::F16, false),
-    ));
-    all.push(spec(
-        decode::NAME_MERGE,
-        "decode attention, split-K over a paged bf16 KV cache, GQA, the splits merged by the last to finish \
-         (counted atomically, merged in split order); f32 out, ex2.approx",
-        ATTENTION_DECODE,
-        Family::AttentionDecode(KvElem::BF16, true),
-    ));
-    all.push(spec(
-        decode::NAME_MERGE_F16,
-        "decode attention, split-K over a paged f16 KV cache, GQA, the splits merged by the last to finish \
-         (counted atomically, merged in split order); f32 out, ex2.approx",
-        ATTENTION_DECODE,
-        Family::AttentionDecode(KvElem::F16, true),
-    ));
+    for kv in KvElem::ALL {
+        for merged in [false, true] {
+            all.push(spec(decode::name(kv, merged), decode_description(kv, merged), ATTENTION_DECODE, Family::AttentionDecode(kv, merged)));
+        }
+    }
     all.push(spec(
         merge::NAME,
         "decode attention: merge the splits' (max, sum, output) partials into each head's output, bf16",
@@ -344,33 +321,13 @@ pub fn library() -> Vec<KernelSpec> {
         ATTENTION_MERGE,
         Family::AttentionMerge(OutType::F32),
     ));
-    all.push(spec(
-        prefill::NAME,
-        "causal attention of a prompt chunk over the paged bf16 KV cache on tensor cores (mma.sync, \
-         ldmatrix, cp.async), online softmax with ex2.approx, GQA; bf16 out",
-        ATTENTION_PREFILL,
-        Family::AttentionPrefill(KvElem::BF16),
-    ));
-    all.push(spec(
-        prefill::NAME_F16,
-        "causal attention of a prompt chunk over the paged f16 KV cache on tensor cores (mma.sync f16, \
-         ldmatrix, cp.async), online softmax with ex2.approx, GQA; bf16 out",
-        ATTENTION_PREFILL,
-        Family::AttentionPrefill(KvElem::F16),
-    ));
-    all.push(spec(
-        append::NAME,
-        "write new tokens' keys and values (f32) into the paged bf16 KV cache at (sequence, position)",
-        KV_APPEND,
-        Family::KvAppend(KvElem::BF16),
-    ));
-    all.push(spec(
-        append::NAME_F16,
-        "write new tokens' keys and values (f32) into the paged f16 KV cache at (sequence, position)",
-        KV_APPEND,
-        Family::KvAppend(KvElem::F16),
-    ));
-    for kv in [KvElem::BF16, KvElem::F16] {
+    for kv in KvElem::ALL {
+        all.push(spec(prefill::name(kv), prefill_description(kv), ATTENTION_PREFILL, Family::AttentionPrefill(kv)));
+    }
+    for kv in KvElem::ALL {
+        all.push(spec(append::name(kv), append_description(kv), KV_APPEND, Family::KvAppend(kv)));
+    }
+    for kv in KvElem::ALL {
         for qk_norm in [false, true] {
             for style in [RopeStyle::NeoX, RopeStyle::GptJ] {
                 let description = rope_append_description(style, qk_norm, kv);
@@ -488,25 +445,88 @@ fn qgemv_rmsnorm_description(e: Epilogue) -> &'static str {
     }
 }
 
+fn decode_description(kv: KvElem, merged: bool) -> &'static str {
+    use KvElem::*;
+    match (kv, merged) {
+        (BF16, false) => {
+            "decode attention, split-K over a paged bf16 KV cache (16-token blocks, block table), GQA, a split's \
+             positions spread over lanes and warps; per-split max, sum and unnormalized output (f32), ex2.approx"
+        }
+        (F16, false) => {
+            "decode attention, split-K over a paged f16 KV cache (16-token blocks, block table), GQA, a split's \
+             positions spread over lanes and warps; per-split max, sum and unnormalized output (f32), ex2.approx"
+        }
+        (F32, false) => {
+            "decode attention, split-K over a paged f32 KV cache (16-token blocks, block table), GQA, a split's \
+             positions spread over lanes and warps; per-split max, sum and unnormalized output (f32), ex2.approx"
+        }
+        (BF16, true) => {
+            "decode attention, split-K over a paged bf16 KV cache, GQA, the splits merged by the last to finish \
+             (counted atomically, merged in split order); f32 out, ex2.approx"
+        }
+        (F16, true) => {
+            "decode attention, split-K over a paged f16 KV cache, GQA, the splits merged by the last to finish \
+             (counted atomically, merged in split order); f32 out, ex2.approx"
+        }
+        (F32, true) => {
+            "decode attention, split-K over a paged f32 KV cache, GQA, the splits merged by the last to finish \
+             (counted atomically, merged in split order); f32 out, ex2.approx"
+        }
+    }
+}
+
+fn prefill_description(kv: KvElem) -> &'static str {
+    match kv {
+        KvElem::BF16 => {
+            "causal attention of a prompt chunk over the paged bf16 KV cache on tensor cores (mma.sync, \
+             ldmatrix, cp.async), online softmax with ex2.approx, GQA; bf16 out"
+        }
+        KvElem::F16 => {
+            "causal attention of a prompt chunk over the paged f16 KV cache on tensor cores (mma.sync f16, \
+             ldmatrix, cp.async), online softmax with ex2.approx, GQA; bf16 out"
+        }
+        KvElem::F32 => {
+            "causal attention of a prompt chunk over the paged f32 KV cache on tensor cores (tiles rounded to \
+             f16 as they load, mma.sync f16, ldmatrix), online softmax with ex2.approx, GQA; bf16 out"
+        }
+    }
+}
+
+fn append_description(kv: KvElem) -> &'static str {
+    match kv {
+        KvElem::BF16 => "write new tokens' keys and values (f32) into the paged bf16 KV cache at (sequence, position)",
+        KvElem::F16 => "write new tokens' keys and values (f32) into the paged f16 KV cache at (sequence, position)",
+        KvElem::F32 => "write new tokens' keys and values (f32) into the paged f32 KV cache at (sequence, position)",
+    }
+}
+
 fn rope_append_description(style: RopeStyle, qk_norm: bool, kv: KvElem) -> &'static str {
     use KvElem::*;
     use RopeStyle::*;
     match (style, qk_norm, kv) {
         (NeoX, false, BF16) => "RoPE (pairs (i, i + d/2)) on q in place and on k into the paged bf16 KV cache, v appended; one kernel",
         (NeoX, false, F16) => "RoPE (pairs (i, i + d/2)) on q in place and on k into the paged f16 KV cache, v appended; one kernel",
+        (NeoX, false, F32) => "RoPE (pairs (i, i + d/2)) on q in place and on k into the paged f32 KV cache, v appended; one kernel",
         (GptJ, false, BF16) => "RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged bf16 KV cache, v appended; one kernel",
         (GptJ, false, F16) => "RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged f16 KV cache, v appended; one kernel",
+        (GptJ, false, F32) => "RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged f32 KV cache, v appended; one kernel",
         (NeoX, true, BF16) => {
             "per-head q/k RMSNorm, then RoPE (pairs (i, i + d/2)) on q in place and on k into the paged bf16 KV cache, v appended"
         }
         (NeoX, true, F16) => {
             "per-head q/k RMSNorm, then RoPE (pairs (i, i + d/2)) on q in place and on k into the paged f16 KV cache, v appended"
         }
+        (NeoX, true, F32) => {
+            "per-head q/k RMSNorm, then RoPE (pairs (i, i + d/2)) on q in place and on k into the paged f32 KV cache, v appended"
+        }
         (GptJ, true, BF16) => {
             "per-head q/k RMSNorm, then RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged bf16 KV cache, v appended"
         }
         (GptJ, true, F16) => {
             "per-head q/k RMSNorm, then RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged f16 KV cache, v appended"
+        }
+        (GptJ, true, F32) => {
+            "per-head q/k RMSNorm, then RoPE (pairs (2i, 2i + 1)) on q in place and on k into the paged f32 KV cache, v appended"
         }
     }
 }

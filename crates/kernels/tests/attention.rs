@@ -83,6 +83,21 @@ fn decode_then_merge_is_attention() {
 }
 
 #[test]
+fn an_f32_cache_takes_loads_of_four_two_and_one() {
+    // The f32 cache's loads of 16, 8 and 4 bytes: 4 elements a lane at a group of 8
+    // heads of 64, 2 at 32 heads of 64, 1 at 64 heads of 32.
+    let p = DecodeParams { kv: KvElem::F32, ..BASE };
+    assert_eq!(p.lanes(), Some(Lanes { vec: 4, per_pos: 16, chunks: 1 }));
+    attend(p, OutType::F32, vec![256, 150, 1]);
+    let p = DecodeParams { n_heads: 32, n_kv_heads: 1, split: 32, max_blocks: 4, ..p };
+    assert_eq!(p.lanes(), Some(Lanes { vec: 2, per_pos: 32, chunks: 1 }));
+    attend(p, OutType::F32, vec![64, 20]);
+    let p = DecodeParams { head_dim: 32, n_heads: 64, ..p };
+    assert_eq!(p.lanes(), Some(Lanes { vec: 1, per_pos: 32, chunks: 1 }));
+    merged_in_place(DecodeParams { merge: true, ..p }, vec![64, 20]);
+}
+
+#[test]
 fn seven_heads_a_kv_head_over_short_splits() {
     // qwen2.5-0.5b's grouping: 16-byte loads, 8 lanes a position, 4 warps covering a
     // split of 16 in one step; a context ending inside a cache block.

@@ -262,6 +262,7 @@ fn attention_decode_merged_by_the_last_split() {
         check(&case(name, "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
     }
     check(&case("attention_decode_merge_f16", "head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=4 split=64 threads=32"));
+    check(&case("attention_decode_merge_f32", "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
 }
 
 #[test]
@@ -292,6 +293,17 @@ fn attention_prefill_f16() {
 }
 
 #[test]
+fn attention_prefill_f32() {
+    // An f32 cache, its tiles rounded to f16 as they load: the shapes above, the queries
+    // in place in q|k|v rows; the first tile partly past the cache.
+    check(&case(
+        "attention_prefill_f32",
+        "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=8 q_start=37 n_q=70 q_stride=320",
+    ));
+    check(&case("attention_prefill_f32", "head_dim=128 n_heads=3 n_kv_heads=1 max_blocks=8 q_start=80 n_q=41"));
+}
+
+#[test]
 fn kv_append() {
     // 2 kv heads of 64: 32 groups over 32 threads; the last token is past the cache.
     check(&case("kv_append_bf16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
@@ -299,6 +311,7 @@ fn kv_append() {
     check(&case("kv_append_bf16", "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96"));
     check(&case("kv_append_f16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
     check(&case("kv_append_f16", "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96"));
+    check(&case("kv_append_f32", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
 }
 
 #[test]
@@ -312,6 +325,10 @@ fn rope_append() {
     // the cache, so the last token's position is in the cache but not the tables.
     for name in ["rope_append_neox_bf16", "rope_append_gptj_bf16", "rope_append_neox_qknorm_bf16", "rope_append_gptj_qknorm_bf16"] {
         check(&case(name, "tokens=3 n_seqs=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 max_blocks=3 threads=256"));
+    }
+    // An f32 cache: keys and values stored as computed.
+    for name in ["rope_append_neox_f32", "rope_append_gptj_qknorm_f32"] {
+        check(&case(name, "tokens=7 n_seqs=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=2 threads=64"));
     }
     // Heads of 32 (16 pairs: half the lanes idle) on one warp.
     check(&case("rope_append_neox_qknorm_f16", "tokens=2 n_seqs=1 n_pos=48 head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=3 threads=32"));

@@ -24,6 +24,7 @@ use crate::rows::{self, RowWalk};
 /// Library names, by cache element type.
 pub const NAME: &str = "kv_append_bf16";
 pub const NAME_F16: &str = "kv_append_f16";
+pub const NAME_F32: &str = "kv_append_f32";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AppendParams {
@@ -36,12 +37,18 @@ pub struct AppendParams {
     pub kv: KvElem,
 }
 
+/// The library name of the kernel over a cache of `kv`.
+pub fn name(kv: KvElem) -> &'static str {
+    match kv {
+        KvElem::BF16 => NAME,
+        KvElem::F16 => NAME_F16,
+        KvElem::F32 => NAME_F32,
+    }
+}
+
 impl AppendParams {
     pub fn name(&self) -> &'static str {
-        match self.kv {
-            KvElem::BF16 => NAME,
-            KvElem::F16 => NAME_F16,
-        }
+        name(self.kv)
     }
 
     fn row(&self) -> u32 {
@@ -57,7 +64,7 @@ impl AppendParams {
     }
 }
 
-/// `kv_append_<bf16|f16>(k, v, seq, pos, block_table, k_cache, v_cache)`, one block per
+/// `kv_append_<bf16|f16|f32>(k, v, seq, pos, block_table, k_cache, v_cache)`, one block per
 /// token.
 pub fn build(p: &AppendParams) -> Result<Function, KernelError> {
     if p.head_dim == 0 || !p.head_dim.is_multiple_of(4) || p.n_kv_heads == 0 || p.max_blocks == 0 {
@@ -136,13 +143,20 @@ pub(super) fn store_group(k: &mut Builder, kv: KvElem, from: Value, e: Value, to
     let at = k.ptr_add(from, e);
     let v = k.load_with(Type::Vec(Scalar::F32, 4), at, CacheOp::Nc);
     let xs: Vec<Value> = (0..4).map(|i| k.extract(v, i)).collect();
-    let lo = kv.emit_pack2(k, xs[0], xs[1]);
-    let hi = kv.emit_pack2(k, xs[2], xs[3]);
-    let pair = k.pack(Type::Vec(Scalar::U32, 2), &[lo, hi]);
+    let packed = kv.emit_pack_words(k, &xs);
+    let group = k.pack(Type::Vec(Scalar::U32, packed.len() as u8), &packed);
     let words = k.ptr_cast(Scalar::U32, to);
-    let w = k.shr_const(dst, 1);
+    let w = word_of(k, kv, dst);
     let at = k.ptr_add(words, w);
-    k.store(at, pair);
+    k.store(at, group);
+}
+
+/// The 32-bit word of either cache holding element `e` (u64) of type `kv`.
+pub(super) fn word_of(k: &mut Builder, kv: KvElem, e: Value) -> Value {
+    match kv.size() {
+        4 => e,
+        _ => k.shr_const(e, 1),
+    }
 }
 
 /// The caches after the append (`cache.k`, `cache.v` updated).

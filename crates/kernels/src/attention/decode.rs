@@ -49,7 +49,7 @@
 use quench_ir::{AtomOp, Builder, CacheOp, Function, Ordering, Scalar, Scope, Type, Value};
 use quench_rt::{Arg, Launch};
 
-use super::append::emit_row_start;
+use super::append::{emit_row_start, word_of};
 use super::merge::{self, emit_merge_below, MergeParams, SplitRow};
 use super::{KvElem, PagedCache, BLOCK_TOKENS};
 use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
@@ -62,9 +62,11 @@ use crate::norm_residual::OutType;
 /// Library names, by cache element type.
 pub const NAME: &str = "attention_decode_bf16";
 pub const NAME_F16: &str = "attention_decode_f16";
+pub const NAME_F32: &str = "attention_decode_f32";
 /// Library names of the kernels that merge their splits themselves.
 pub const NAME_MERGE: &str = "attention_decode_merge_bf16";
 pub const NAME_MERGE_F16: &str = "attention_decode_merge_f16";
+pub const NAME_MERGE_F32: &str = "attention_decode_merge_f32";
 
 /// Most f32 a lane keeps per phase: its elements of the group's queries (phase 1) or of
 /// the group's outputs (phase 3), `group · vec · chunks`. More would spill registers.
@@ -103,7 +105,8 @@ pub struct DecodeParams {
 /// How the lanes of a warp share a row of the cache (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lanes {
-    /// Elements a lane loads at once: 8, 4 or 2 (16, 8 or 4 bytes).
+    /// Elements a lane loads at once, 16, 8 or 4 bytes of them: 8, 4 or 2 of a 16-bit
+    /// cache, 4, 2 or 1 of an f32 one.
     pub vec: u32,
     /// Lanes per position: a power of two, at most 32.
     pub per_pos: u32,
@@ -118,14 +121,21 @@ impl Lanes {
     }
 }
 
+/// The library name of the kernel over a cache of `kv`, merging its splits or not.
+pub fn name(kv: KvElem, merge: bool) -> &'static str {
+    match (kv, merge) {
+        (KvElem::BF16, false) => NAME,
+        (KvElem::F16, false) => NAME_F16,
+        (KvElem::BF16, true) => NAME_MERGE,
+        (KvElem::F16, true) => NAME_MERGE_F16,
+        (KvElem::F32, false) => NAME_F32,
+        (KvElem::F32, true) => NAME_MERGE_F32,
+    }
+}
+
 impl DecodeParams {
     pub fn name(&self) -> &'static str {
-        match (self.kv, self.merge) {
-            (KvElem::BF16, false) => NAME,
-            (KvElem::F16, false) => NAME_F16,
-            (KvElem::BF16, true) => NAME_MERGE,
-            (KvElem::F16, true) => NAME_MERGE_F16,
-        }
+        name(self.kv, self.merge)
     }
 
     pub fn group(&self) -> u32 {
@@ -152,7 +162,8 @@ impl DecodeParams {
     /// `None` when a kv head serves too many query heads for any.
     pub fn lanes(&self) -> Option<Lanes> {
         let g = self.group();
-        [8, 4, 2].into_iter().find_map(|vec| {
+        [16, 8, 4].into_iter().find_map(|bytes| {
+            let vec = bytes / self.kv.size();
             let units = self.head_dim / vec;
             let chunks = units.div_ceil(32);
             (g * vec * chunks <= MAX_LANE_VALUES).then(|| Lanes {
@@ -253,10 +264,10 @@ fn emit_steps(k: &mut Builder, steps: u32, unroll: u32, init: &[Value], body: St
     }
 }
 
-/// The load type of `vec` 16-bit elements, and its zero.
-fn row_load(k: &mut Builder, vec: u32) -> (Type, Value) {
+/// The load type of `n` 32-bit words, and its zero.
+fn row_load(k: &mut Builder, n: u32) -> (Type, Value) {
     let zero = k.const_u32(0);
-    match vec / 2 {
+    match n {
         1 => (Type::U32, zero),
         n => {
             let ty = Type::Vec(Scalar::U32, n as u8);
@@ -265,15 +276,15 @@ fn row_load(k: &mut Builder, vec: u32) -> (Type, Value) {
     }
 }
 
-/// The f32 elements of a row load.
-fn unpack_row(k: &mut Builder, kv: KvElem, v: Value, vec: u32) -> Vec<Value> {
-    if vec == 2 {
-        return kv.emit_unpack2(k, v).to_vec();
+/// The f32 elements of a row load of `n` words.
+fn unpack_row(k: &mut Builder, kv: KvElem, v: Value, n: u32) -> Vec<Value> {
+    if n == 1 {
+        return kv.emit_unpack_word(k, v);
     }
-    (0..vec / 2)
+    (0..n)
         .flat_map(|i| {
             let w = k.extract(v, i);
-            kv.emit_unpack2(k, w)
+            kv.emit_unpack_word(k, w)
         })
         .collect()
 }
@@ -285,6 +296,9 @@ fn load_f32s(k: &mut Builder, at: Value, vec: u32, cache: CacheOp) -> Vec<Value>
         .flat_map(|i| {
             let o = k.const_u32(i * width);
             let a = k.ptr_add(at, o);
+            if width == 1 {
+                return vec![k.load_with(Type::F32, a, cache)];
+            }
             let v = k.load_with(Type::Vec(Scalar::F32, width as u8), a, cache);
             (0..width).map(|e| k.extract(v, e)).collect::<Vec<_>>()
         })
@@ -297,7 +311,10 @@ fn store_f32s(k: &mut Builder, at: Value, vals: &[Value]) {
     for (i, part) in vals.chunks(width).enumerate() {
         let o = k.const_u32((i * width) as u32);
         let a = k.ptr_add(at, o);
-        let v = k.pack(Type::Vec(Scalar::F32, width as u8), part);
+        let v = match part {
+            [one] => *one,
+            _ => k.pack(Type::Vec(Scalar::F32, width as u8), part),
+        };
         k.store(a, v);
     }
 }
@@ -344,8 +361,8 @@ fn emit_group_maxima(k: &mut Builder, part_m: Value, head0: Value, lane: Value, 
     tops
 }
 
-/// `attention_decode_<bf16|f16>(q, k_cache, v_cache, block_table, ctx_len, part_m,
-/// part_l, part_o, scale)`, or `attention_decode_merge_<bf16|f16>(q, k_cache, v_cache,
+/// `attention_decode_<bf16|f16|f32>(q, k_cache, v_cache, block_table, ctx_len, part_m,
+/// part_l, part_o, scale)`, or `attention_decode_merge_<bf16|f16|f32>(q, k_cache, v_cache,
 /// block_table, ctx_len, part_m, part_l, part_o, counters, out, scale)`.
 pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     p.check()?;
@@ -408,7 +425,9 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     let base = k.add(warp_first, group_of_lane);
     let per_step = warps * lanes.positions();
     let steps = s.div_ceil(per_step);
-    let unroll = (IN_FLIGHT / (g + vec / 2 * chunks)).clamp(1, MOST_UNROLL);
+    // 32-bit words of a lane's load.
+    let load_words = vec * p.kv.size() / 4;
+    let unroll = (IN_FLIGHT / (g + load_words * chunks)).clamp(1, MOST_UNROLL);
     let mut offsets = vec![];
     let mut real = vec![];
     for j in 0..chunks {
@@ -419,7 +438,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
         let u = k.min(u, last);
         offsets.push(k.mul_const(u, vec));
     }
-    let (load_ty, load_zero) = row_load(&mut k, vec);
+    let (load_ty, load_zero) = row_load(&mut k, load_words);
     let kw = words(&mut k, kc);
     let vw = words(&mut k, vc);
     // The loads of this lane's chunks of position `i`'s row and `extras` f32 more that
@@ -439,7 +458,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
                     .map(|&o| {
                         let o = k.cvt(Scalar::U64, o);
                         let e = k.add(row, o);
-                        let w = k.shr_const(e, 1);
+                        let w = word_of(k, p.kv, e);
                         let at = k.ptr_add(from, w);
                         k.load_with(load_ty, at, CacheOp::Nc)
                     })
@@ -454,7 +473,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
                 vals
             },
         );
-        let rows: Vec<Value> = got[..chunks as usize].iter().flat_map(|&v| unpack_row(k, p.kv, v, vec)).collect();
+        let rows: Vec<Value> = got[..chunks as usize].iter().flat_map(|&v| unpack_row(k, p.kv, v, load_words)).collect();
         (valid, rows, got[chunks as usize..].to_vec())
     };
 

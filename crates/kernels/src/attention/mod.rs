@@ -7,8 +7,9 @@
 //! the queries too; [`prefill`] attends a chunk of a prompt on the tensor cores.
 //!
 //! **The paged cache**: `k_cache` and `v_cache` are arrays of 16-token blocks,
-//! `[n_blocks][n_kv_heads][16][head_dim]` of a 16-bit float ([`KvElem`]: bf16, or f16
-//! whose finer mantissa keeps attention within f64 bounds where bf16 does not); a sequence's token `t` lives in block
+//! `[n_blocks][n_kv_heads][16][head_dim]` of [`KvElem`]: bf16; f16, whose finer mantissa
+//! keeps attention within f64 bounds where bf16 does not; or f32, which keeps the keys and
+//! values as computed at twice the bytes of f16; a sequence's token `t` lives in block
 //! `block_table[seq][t / 16]`, row `t mod 16`. `block_table` is `[n_seqs, max_blocks]`
 //! u32 and `ctx_len` `[n_seqs]` u32 (tokens in the cache, at least 1; a sequence with none
 //! gets zeros). Queries `q` are `[n_seqs, n_heads, head_dim]` f32; query head `h` reads kv
@@ -35,13 +36,43 @@ use crate::lanes::{emit_pack_bf16x2, emit_unpack_bf16x2};
 pub enum KvElem {
     BF16,
     F16,
+    F32,
 }
 
 impl KvElem {
+    pub const ALL: [KvElem; 3] = [KvElem::BF16, KvElem::F16, KvElem::F32];
+
     pub fn scalar(self) -> Scalar {
         match self {
             KvElem::BF16 => Scalar::BF16,
             KvElem::F16 => Scalar::F16,
+            KvElem::F32 => Scalar::F32,
+        }
+    }
+
+    /// Bytes of one element.
+    pub fn size(self) -> u32 {
+        match self {
+            KvElem::BF16 | KvElem::F16 => 2,
+            KvElem::F32 => 4,
+        }
+    }
+
+    /// The name suffix of the kernels over a cache of this type.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            KvElem::BF16 => "bf16",
+            KvElem::F16 => "f16",
+            KvElem::F32 => "f32",
+        }
+    }
+
+    /// The 16-bit type the prompt attention's tensor cores take the keys and values in:
+    /// the cache's own, or f16 for an f32 cache (rounded as its tiles are loaded).
+    pub fn tensor_core(self) -> KvElem {
+        match self {
+            KvElem::F32 => KvElem::F16,
+            e => e,
         }
     }
 
@@ -50,6 +81,7 @@ impl KvElem {
         match self {
             KvElem::BF16 => bf16::from_f32(x).to_f32(),
             KvElem::F16 => f16::from_f32(x).to_f32(),
+            KvElem::F32 => x,
         }
     }
 
@@ -58,27 +90,35 @@ impl KvElem {
         match self {
             KvElem::BF16 => data::bf16_bytes(&data::to_bf16(v)),
             KvElem::F16 => data::f16_bytes(v),
+            KvElem::F32 => data::f32_bytes(v),
         }
     }
 
-    /// The two elements of a 32-bit word (low half first), widened to f32 (exact).
-    pub(crate) fn emit_unpack2(self, k: &mut Builder, word: Value) -> [Value; 2] {
+    /// The elements of a 32-bit word (two 16-bit ones, low half first, or one f32),
+    /// widened to f32 (exact).
+    pub(crate) fn emit_unpack_word(self, k: &mut Builder, word: Value) -> Vec<Value> {
         match self {
-            KvElem::BF16 => emit_unpack_bf16x2(k, word),
-            KvElem::F16 => crate::embed::emit_unpack_f16x2(k, word),
+            KvElem::BF16 => emit_unpack_bf16x2(k, word).to_vec(),
+            KvElem::F16 => crate::embed::emit_unpack_f16x2(k, word).to_vec(),
+            KvElem::F32 => vec![k.bitcast(Type::F32, word)],
         }
     }
 
-    /// Round two f32 to the element type and pack them, `lo` in the low half.
-    pub(crate) fn emit_pack2(self, k: &mut Builder, lo: Value, hi: Value) -> Value {
+    /// `xs` (f32) rounded to the element type and packed into 32-bit words, the first
+    /// element lowest.
+    pub(crate) fn emit_pack_words(self, k: &mut Builder, xs: &[Value]) -> Vec<Value> {
         match self {
-            KvElem::BF16 => emit_pack_bf16x2(k, lo, hi),
-            KvElem::F16 => {
-                let l = k.cvt(Scalar::F16, lo);
-                let h = k.cvt(Scalar::F16, hi);
-                let pair = k.pack(Type::Scalar(Scalar::F16x2), &[l, h]);
-                k.bitcast(Type::U32, pair)
-            }
+            KvElem::BF16 => xs.chunks(2).map(|p| emit_pack_bf16x2(k, p[0], p[1])).collect(),
+            KvElem::F16 => xs
+                .chunks(2)
+                .map(|p| {
+                    let l = k.cvt(Scalar::F16, p[0]);
+                    let h = k.cvt(Scalar::F16, p[1]);
+                    let pair = k.pack(Type::Scalar(Scalar::F16x2), &[l, h]);
+                    k.bitcast(Type::U32, pair)
+                })
+                .collect(),
+            KvElem::F32 => xs.iter().map(|&x| k.bitcast(Type::U32, x)).collect(),
         }
     }
 }

@@ -6,7 +6,9 @@
 //! **Layout**: `q` `[n_q, n_heads, head_dim]` f32, a token's queries `q_stride` elements
 //! after the previous token's (packed when 0), rounded to the cache's element type as
 //! they are loaded (the tensor cores multiply two of a kind); the cache as in [`super`],
-//! bf16 ([`NAME`]) or f16 ([`NAME_F16`]), `block_table` the sequence's row
+//! bf16 ([`NAME`]), f16 ([`NAME_F16`]) or f32 ([`NAME_F32`]: its keys and values are
+//! rounded to f16 as they are copied to shared memory, and the queries to f16 too),
+//! `block_table` the sequence's row
 //! `[max_blocks]` u32; `out` `[n_q, n_heads, head_dim]` bf16. `head_dim` is 64 or 128.
 //! Grid `[n_heads, ⌈n_q / 64⌉]`, 128 threads: a block takes 64 query rows of one head
 //! (16 per warp) and walks the keys 64 at a time, up to its last row's position.
@@ -20,6 +22,7 @@
 //! SM has at this kernel's 164 a thread.)
 //!
 //! **Per key tile**: keys and values are copied to shared memory with 16-byte `cp.async`
+//! (an f32 cache: loaded 32 bytes at a time, rounded, stored 16)
 //! (a row past the cached context copies the context's last row instead: its weight is
 //! exactly 0 and its values finite, where the memory past the context may hold a NaN that
 //! 0 times would spread); 16-byte chunk `c` of row `r` is stored at `c ^ (r mod 8)`,
@@ -65,6 +68,7 @@ use crate::lanes::{gptr, wide_mul};
 
 pub const NAME: &str = "attention_prefill_bf16";
 pub const NAME_F16: &str = "attention_prefill_f16";
+pub const NAME_F32: &str = "attention_prefill_f32";
 
 /// The head sizes the kernel takes.
 pub const HEAD_DIMS: [u32; 2] = [64, 128];
@@ -76,7 +80,7 @@ const THREADS: u32 = 128;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PrefillParams {
-    /// The cache's element type, which the tensor cores multiply.
+    /// The cache's element type; the tensor cores multiply [`KvElem::tensor_core`].
     pub kv: KvElem,
     pub head_dim: u32,
     pub n_heads: u32,
@@ -86,12 +90,18 @@ pub struct PrefillParams {
     pub q_stride: u32,
 }
 
+/// The library name of the kernel over a cache of `kv`.
+pub fn name(kv: KvElem) -> &'static str {
+    match kv {
+        KvElem::BF16 => NAME,
+        KvElem::F16 => NAME_F16,
+        KvElem::F32 => NAME_F32,
+    }
+}
+
 impl PrefillParams {
     pub fn name(&self) -> &'static str {
-        match self.kv {
-            KvElem::BF16 => NAME,
-            KvElem::F16 => NAME_F16,
-        }
+        name(self.kv)
     }
 
     /// Elements from one token's queries to the next's.
@@ -158,6 +168,8 @@ struct TileCopy {
     /// Elements in a cache block (every kv head's 16 rows).
     block_elems: u32,
     d: u32,
+    /// The cache's element type.
+    kv: KvElem,
 }
 
 impl TileCopy {
@@ -220,7 +232,23 @@ impl TileCopy {
                 let from_h = k.ptr_add(from, within);
                 let to_h = k.const_u32(row * d);
                 let to_h = k.ptr_add(to, to_h);
-                k.cp_async(to_h, from_h, 16, CacheOp::Cg);
+                match self.kv {
+                    KvElem::F32 => {
+                        let xs: Vec<Value> = (0..2)
+                            .flat_map(|i| {
+                                let o = k.const_u32(4 * i);
+                                let at = k.ptr_add(from_h, o);
+                                let v = k.load_with(Type::Vec(Scalar::F32, 4), at, CacheOp::Cg);
+                                (0..4).map(|e| k.extract(v, e)).collect::<Vec<_>>()
+                            })
+                            .collect();
+                        let words = KvElem::F16.emit_pack_words(k, &xs);
+                        let chunk = k.pack(Type::Vec(Scalar::U32, 4), &words);
+                        let at = k.ptr_cast(Scalar::U32, to_h);
+                        k.store(at, chunk);
+                    }
+                    _ => k.cp_async(to_h, from_h, 16, CacheOp::Cg),
+                }
             }
         }
     }
@@ -306,12 +334,12 @@ fn scaled_scores(k: &mut Builder, s_tiles: &[Value], c: Value, mask: Option<Mask
 pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     p.check()?;
     let d = p.head_dim;
-    let elem = p.kv.scalar();
+    let elem = p.kv.tensor_core().scalar();
     let mut kb = Builder::new(p.name(), THREADS);
     let k = &mut kb;
     let q = k.param("q", gptr(Scalar::F32));
-    let kc = k.param("k_cache", gptr(elem));
-    let vc = k.param("v_cache", gptr(elem));
+    let kc = k.param("k_cache", gptr(p.kv.scalar()));
+    let vc = k.param("v_cache", gptr(p.kv.scalar()));
     let table = k.param("block_table", gptr(Scalar::U32));
     let q_start = k.param("q_start", Type::U32);
     let n_q = k.param("n_q", Type::U32);
@@ -402,7 +430,7 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     let n_tiles = k.add_const(n_tiles, 1);
 
     let ctx = k.add(q_start, n_q);
-    let copy = TileCopy { table, ctx, tid, kvh, block_elems: p.n_kv_heads * BLOCK_TOKENS * d, d };
+    let copy = TileCopy { table, ctx, tid, kvh, block_elems: p.n_kv_heads * BLOCK_TOKENS * d, d, kv: p.kv };
 
     let neg_inf = k.const_f32(f32::NEG_INFINITY);
     let fzero = k.const_f32(0.0);
@@ -603,18 +631,23 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
 fn weight_rounding(kv: KvElem) -> (f64, f64) {
     match kv {
         KvElem::BF16 => (2f64.powi(-8), 0.0),
-        KvElem::F16 => (2f64.powi(-11), 2f64.powi(-25)),
+        KvElem::F16 | KvElem::F32 => (2f64.powi(-11), 2f64.powi(-25)),
     }
 }
 
-/// The chunk's queries as the kernel multiplies them: rounded to the element type.
-fn rounded_queries(p: &PrefillParams, cache: &PagedCache) -> PagedCache {
+/// The chunk's queries, keys and values as the kernel multiplies them: rounded to the
+/// tensor cores' element type (the keys and values already are, but in an f32 cache).
+fn as_multiplied(p: &PrefillParams, cache: &PagedCache) -> PagedCache {
+    let tc = p.kv.tensor_core();
     let mut c = cache.clone();
-    c.q = c.q.iter().map(|&x| p.kv.round(x)).collect();
+    for x in c.q.iter_mut().chain(c.k.iter_mut()).chain(c.v.iter_mut()) {
+        *x = tc.round(*x);
+    }
     c
 }
 
-/// Exact causal attention of the chunk (queries rounded as the kernel rounds them) in
+/// Exact causal attention of the chunk (queries, keys and values rounded as the kernel
+/// rounds them) in
 /// f64, `[n_q, n_heads, head_dim]`, and `Σ w|v| / Σ w` per element.
 pub fn reference(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64) -> (Vec<f64>, Vec<f64>) {
     let a = attend(p, cache, q_start, n_q, scale, true);
@@ -633,7 +666,7 @@ struct Attended {
 /// Attention of the chunk over its causal prefix, or (a deliberately wrong twin) over
 /// the whole context.
 fn attend(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64, causal: bool) -> Attended {
-    let c = rounded_queries(p, cache);
+    let c = as_multiplied(p, cache);
     let d = p.head_dim as usize;
     let mut a = Attended { out: vec![], weighted_abs: vec![], plain_abs: vec![] };
     for i in 0..n_q as usize {
@@ -687,7 +720,7 @@ fn scores_of(c: &PagedCache, i: usize, h: u32, n: u32, scale: f64) -> Vec<f64> {
 /// instead, which [`case_for`] bounds apart), and the sums add `γ` over their terms and
 /// `n·2^-22` for the tensor cores.
 pub fn kappa(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64) -> f64 {
-    let c = rounded_queries(p, cache);
+    let c = as_multiplied(p, cache);
     let cc = (scale * std::f64::consts::LOG2_E).abs();
     let (mut e, mut span) = (0.0f64, 0.0f64);
     for i in 0..n_q as usize {
@@ -711,7 +744,7 @@ pub fn kappa(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scal
     let rescale = (F32_U * span).exp2() * (1.0 + EX2_REL) * (1.0 + F32_U) - 1.0;
     let n = (q_start + n_q) as f64;
     let sums = gamma((q_start + n_q) as u64) + n * 2f64.powi(-22);
-    let (unit, _) = weight_rounding(p.kv);
+    let (unit, _) = weight_rounding(p.kv.tensor_core());
     (1.0 + rho) * (1.0 + rescale).powi(2 * tiles) * (1.0 + unit) * (1.0 + sums) - 1.0
 }
 
@@ -746,13 +779,13 @@ pub fn case_for(
     let want64: Vec<f64> = want.iter().map(|w| w.to_f64()).collect();
     // Weights too small for the element type's normal range move by at most `tiny` each,
     // and each is then scaled by at most 1 (2^(m_tile − m)) before the division by `l`.
-    let (_, tiny) = weight_rounding(p.kv);
+    let (_, tiny) = weight_rounding(p.kv.tensor_core());
     let tol: Vec<f64> = merge::tolerance(kappa, &exact.weighted_abs, &want64, 2f64.powi(-8))
         .iter()
         .zip(&exact.plain_abs)
         .map(|(t, v)| t + tiny * v * 1.01)
         .collect();
-    let elem = p.kv.scalar();
+    let elem = p.kv.tensor_core().scalar();
     let small_weights = if tiny > 0.0 { " + 2^-25·Σ|v|/Σw" } else { "" };
     let explain = format!(
         "(2κ/(1−κ) + u)·Σw|v|/Σw + 2^-7·|want|{small_weights}: κ = {kappa:.3e} (tensor-core sums, \
@@ -809,7 +842,7 @@ pub fn case_for(
                 expected: Expected { buffer: 4, data: wrong(scale, false), elem: Scalar::BF16, check },
             },
         ],
-        bytes_moved: (q_start + n_q) as u64 * p.n_kv_heads as u64 * p.head_dim as u64 * 4 + n as u64 * 6,
+        bytes_moved: (q_start + n_q) as u64 * p.n_kv_heads as u64 * p.head_dim as u64 * 2 * p.kv.size() as u64 + n as u64 * 6,
         flops: 2 * n_q as u64 * (q_start as u64 + n_q as u64 / 2) * p.n_heads as u64 * p.head_dim as u64 * 2,
     })
 }

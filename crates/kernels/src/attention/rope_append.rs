@@ -63,15 +63,21 @@ pub struct RopeAppendParams {
 
 /// Library names by style, q/k norm and cache element type.
 pub fn name(style: RopeStyle, qk_norm: bool, kv: KvElem) -> &'static str {
+    use KvElem::*;
+    use RopeStyle::*;
     match (style, qk_norm, kv) {
-        (RopeStyle::NeoX, false, KvElem::BF16) => "rope_append_neox_bf16",
-        (RopeStyle::NeoX, false, KvElem::F16) => "rope_append_neox_f16",
-        (RopeStyle::NeoX, true, KvElem::BF16) => "rope_append_neox_qknorm_bf16",
-        (RopeStyle::NeoX, true, KvElem::F16) => "rope_append_neox_qknorm_f16",
-        (RopeStyle::GptJ, false, KvElem::BF16) => "rope_append_gptj_bf16",
-        (RopeStyle::GptJ, false, KvElem::F16) => "rope_append_gptj_f16",
-        (RopeStyle::GptJ, true, KvElem::BF16) => "rope_append_gptj_qknorm_bf16",
-        (RopeStyle::GptJ, true, KvElem::F16) => "rope_append_gptj_qknorm_f16",
+        (NeoX, false, BF16) => "rope_append_neox_bf16",
+        (NeoX, false, F16) => "rope_append_neox_f16",
+        (NeoX, false, F32) => "rope_append_neox_f32",
+        (NeoX, true, BF16) => "rope_append_neox_qknorm_bf16",
+        (NeoX, true, F16) => "rope_append_neox_qknorm_f16",
+        (NeoX, true, F32) => "rope_append_neox_qknorm_f32",
+        (GptJ, false, BF16) => "rope_append_gptj_bf16",
+        (GptJ, false, F16) => "rope_append_gptj_f16",
+        (GptJ, false, F32) => "rope_append_gptj_f32",
+        (GptJ, true, BF16) => "rope_append_gptj_qknorm_bf16",
+        (GptJ, true, F16) => "rope_append_gptj_qknorm_f16",
+        (GptJ, true, F32) => "rope_append_gptj_qknorm_f32",
     }
 }
 
@@ -235,7 +241,10 @@ pub fn build(p: &RopeAppendParams) -> Result<Function, KernelError> {
                         let e = k.cvt(Scalar::U64, e);
                         let e = k.add(dst, e);
                         let at = k.ptr_add(kc, e);
-                        let r = k.cvt(p.kv.scalar(), r);
+                        let r = match p.kv {
+                            KvElem::F32 => r,
+                            kv => k.cvt(kv.scalar(), r),
+                        };
                         k.store(at, r);
                     }
                 });
