@@ -83,6 +83,7 @@ fn summary_json(s: &GpuSummary) -> Value {
         "weight_bytes": s.weight_bytes,
         "weight_bytes_per_token": s.weight_bytes_per_token,
         "kv_cache_bytes": s.kv_cache_bytes,
+        "kv_cache": s.kv_cache.name(),
         "context": s.context,
         "graph_captured": s.graph_captured,
         "decode_products": if s.tensor_core_products > 0 {
@@ -115,6 +116,7 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     let options = LoadOptions {
         context_limit: Some(a.prompt_tokens + a.gen_tokens),
         tensor_core_decode: a.tensor_core_decode,
+        kv_cache: a.kv_cache.into(),
         ..LoadOptions::default()
     };
     let model = load_causal_with_prefill(

@@ -12,7 +12,7 @@ use quench_models::GgufFile;
 use serde_json::{json, Value};
 
 use crate::cmd_pull;
-use crate::model_args::DeviceArg;
+use crate::model_args::{DeviceArg, KvCacheArg};
 use crate::receipt;
 
 /// The decode speed quench's CPU path aims at, as a fraction of llama.cpp's.
@@ -73,6 +73,9 @@ pub struct BenchArgs {
     /// (as `quench serve` runs them) instead of the matrix–vector kernels.
     #[arg(long)]
     pub tensor_core_decode: bool,
+    /// With `--device cuda`: the element type of the KV cache.
+    #[arg(long, value_enum, default_value = "f16")]
+    pub kv_cache: KvCacheArg,
     /// With `--device cuda`: most prompt tokens one pass of the prompt path takes
     /// (longer chunks multiply larger matrices and take more activation memory; 0 feeds
     /// the prompt one token a step).

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::cmd_pull::{self, SMOLLM2};
+use crate::model_args::KvCacheArg;
 use crate::receipt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -48,6 +49,9 @@ pub struct CheckArgs {
     /// most 8192].
     #[arg(long, value_name = "TOKENS")]
     pub context: Option<usize>,
+    /// The element type of the device's KV cache.
+    #[arg(long, value_enum, default_value = "f16")]
+    pub kv_cache: KvCacheArg,
     /// After the check, time this many greedy decode steps (0: no timing).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub time_tokens: usize,
@@ -166,6 +170,7 @@ fn summary_json(s: &GpuSummary) -> Value {
         "arena_bytes": s.arena_bytes,
         "activation_bytes_unshared": s.activation_bytes,
         "kv_cache_bytes": s.kv_cache_bytes,
+        "kv_cache": s.kv_cache.name(),
         "context": s.context,
         "graph_captured": s.graph_captured,
     })
@@ -236,6 +241,7 @@ fn generate_on_device(
 ) -> Result<(Vec<DeviceRun>, GpuSummary, Option<DecodeTiming>), String> {
     let options = LoadOptions {
         context_limit: a.context,
+        kv_cache: a.kv_cache.into(),
         ..LoadOptions::default()
     };
     let model = load_causal(path, backend, &options).map_err(|e| e.to_string())?;
@@ -245,7 +251,7 @@ fn generate_on_device(
     let summary = decoder.summary().clone();
     eprintln!(
         "on {}: {} dispatches per token ({:?} per layer), {} kernels, weights {:.1} MiB, \
-         arena {:.1} KiB, KV cache {:.1} MiB for {} positions",
+         arena {:.1} KiB, KV cache {:.1} MiB ({}) for {} positions",
         summary.device,
         summary.dispatches_per_token,
         summary.layer_dispatches.first().copied().unwrap_or(0),
@@ -253,6 +259,7 @@ fn generate_on_device(
         summary.weight_bytes as f64 / (1u64 << 20) as f64,
         summary.arena_bytes as f64 / 1024.0,
         summary.kv_cache_bytes as f64 / (1u64 << 20) as f64,
+        summary.kv_cache.name(),
         summary.context
     );
     let generate = GenerateOptions {

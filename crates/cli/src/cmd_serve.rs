@@ -7,7 +7,7 @@ use clap::Args;
 use quench_serve::engine::EngineConfig;
 use quench_serve::{ModelSpec, ServeConfig, Server};
 
-use crate::model_args::DeviceArg;
+use crate::model_args::{DeviceArg, KvCacheArg};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -69,6 +69,9 @@ pub struct ServeArgs {
     /// over the weights) instead of the tensor cores (up to 64 a pass).
     #[arg(long)]
     no_tensor_core_decode: bool,
+    /// On a GPU, the element type of the KV cache.
+    #[arg(long, value_enum, default_value = "f16")]
+    kv_cache: KvCacheArg,
 }
 
 fn seconds(name: &str, s: f64) -> Result<Duration, String> {
@@ -125,6 +128,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         shutdown_grace: seconds("shutdown-grace", a.shutdown_grace)?,
         max_connections: a.max_connections,
         tensor_core_decode: !a.no_tensor_core_decode,
+        kv_cache: a.kv_cache.into(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
-use quench_engine::{Arithmetic, Device, LoadOptions, Model, ModelInfo, Precision};
+use quench_engine::{Arithmetic, Device, KvCache, LoadOptions, Model, ModelInfo, Precision};
 
 use crate::cmd_pull;
 
@@ -14,6 +14,24 @@ pub enum DeviceArg {
     Cpu,
     /// NVIDIA GPU 0, through quench's kernels.
     Cuda,
+}
+
+/// The element type of a GPU's KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KvCacheArg {
+    /// Half the memory; keys and values rounded to f16.
+    F16,
+    /// Keys and values as computed: twice the memory and attention traffic of f16.
+    F32,
+}
+
+impl From<KvCacheArg> for KvCache {
+    fn from(a: KvCacheArg) -> KvCache {
+        match a {
+            KvCacheArg::F16 => KvCache::F16,
+            KvCacheArg::F32 => KvCache::F32,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -42,6 +60,9 @@ pub struct ModelArgs {
     /// many sequences a step; one sequence decodes slightly faster without).
     #[arg(long)]
     pub tensor_core_decode: bool,
+    /// On a GPU, the element type of the KV cache.
+    #[arg(long, value_enum, default_value = "f16")]
+    pub kv_cache: KvCacheArg,
     /// Print no diagnostics (load time, speed) on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -74,6 +95,7 @@ impl ModelArgs {
                 Arithmetic::F32
             },
             tensor_core_decode: self.tensor_core_decode,
+            kv_cache: self.kv_cache.into(),
         }
     }
 

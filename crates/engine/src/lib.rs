@@ -42,7 +42,7 @@ pub use embedding::{Embedding, EmbeddingModel, Pooling};
 pub use error::{EngineError, Result};
 pub use info::{Format, ModelInfo, ModelKind};
 pub use load::{inspect, load};
-pub use options::{Arithmetic, Device, LoadOptions, Precision};
+pub use options::{Arithmetic, Device, KvCache, LoadOptions, Precision};
 pub use quench_cpu::{Arch, FinishReason, ModelConfig, SamplingParams};
 pub use quench_text::Message;
 

@@ -33,6 +33,26 @@ impl Precision {
     }
 }
 
+/// The element type a GPU's KV cache holds keys and values in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum KvCache {
+    /// Half the memory of f32; attention reads keys and values rounded to 11 bits.
+    #[default]
+    F16,
+    /// Keys and values as computed: attention at the decode step's f32 precision, twice
+    /// the cache memory and traffic of f16.
+    F32,
+}
+
+impl KvCache {
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCache::F16 => "f16",
+            KvCache::F32 => "f32",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     pub device: Device,
@@ -54,4 +74,6 @@ pub struct LoadOptions {
     /// ([`crate::gpu::GpuOptions::tensor_core_decode`]), for many sequences stepped
     /// together.
     pub tensor_core_decode: bool,
+    /// On a GPU: the element type of the KV cache.
+    pub kv_cache: KvCache,
 }

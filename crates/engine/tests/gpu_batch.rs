@@ -14,6 +14,7 @@
 use std::path::PathBuf;
 
 use quench_cpu::{ModelConfig, Naming};
+use quench_engine::KvCache;
 use quench_engine::gpu::{
     load_decoder, Backend, DecodeGraph, GpuDecoder, GpuError, GpuOptions, GpuSession, GpuSummary,
     StepShape,
@@ -271,6 +272,7 @@ fn steps_of_several_rows_normalize_apart() {
         context: CONTEXT,
         sessions: 1,
         max_batch: 8,
+        kv: KvCache::F16,
     };
     let (config, catalog, graph) = step_graph(&file, shape);
     let kernels = |rows: u32| -> Vec<&str> {

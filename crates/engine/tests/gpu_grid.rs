@@ -9,6 +9,7 @@
 //! and is printed so that a failure can be replayed.
 
 use quench_cpu::{ModelConfig, Naming};
+use quench_engine::KvCache;
 use quench_engine::gpu::{DecodeGraph, GpuDecoder, GpuOptions, Rows, StepShape};
 use quench_ir::Function;
 use quench_models::{GgmlType, GgufFile};
@@ -149,6 +150,7 @@ fn the_graph_caps_only_the_matrix_vector_grids() {
         context: 32,
         sessions: 1,
         max_batch: 2,
+        kv: KvCache::F16,
     };
     let (config, catalog, wide) = step_graph(&file, shape);
     let capped = DecodeGraph::assemble_for(&config, &catalog, &file, Naming::Gguf, shape, 1)

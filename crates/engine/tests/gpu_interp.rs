@@ -12,7 +12,7 @@ use quench_engine::gpu::check::{
 };
 use quench_engine::gpu::{load_causal, Backend, GpuDecoder, GpuError, GpuOptions};
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
-use quench_engine::{GenerateOptions, LoadOptions, Prompt};
+use quench_engine::{GenerateOptions, KvCache, LoadOptions, Prompt};
 use quench_models::safetensors::{Dtype, SafetensorsWriter};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
@@ -137,6 +137,45 @@ fn llama_matches_the_f64_reference() {
         &m,
         seed(),
     );
+}
+
+#[test]
+fn an_f32_kv_cache_keeps_attention_at_f32_precision() {
+    // With float weights (whose products keep f32 activations) the f16 cache's rounding
+    // of keys and values is most of the logits' error; an f32 cache leaves the f32
+    // arithmetic's.
+    let float = LayerFormats {
+        q: GgmlType::BF16,
+        k: GgmlType::F16,
+        v: GgmlType::BF16,
+        o: GgmlType::F16,
+        gate_up: GgmlType::BF16,
+        down: GgmlType::F16,
+    };
+    let m = Tiny {
+        arch: "llama",
+        shape: SHAPE,
+        layers: vec![float; 2],
+        embedding: GgmlType::BF16,
+        output: None,
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = gguf(&m, &mut rng);
+    let reference = reference(&file);
+    let prompt: Vec<u32> = (0..5).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let worst = |kv_cache: KvCache| {
+        let gpu = on_interp(&file, &GpuOptions { kv_cache, ..options() }).expect("loads");
+        let s = gpu.summary();
+        assert_eq!(s.kv_cache, kv_cache);
+        let c = check_generation(&gpu, &reference, LogitBound::FP64_CHECK, &prompt, 4).expect("a check");
+        assert_passes(kv_cache.name(), &c, &reference);
+        let worst = c.steps.iter().map(|s| s.max_abs_error).fold(0.0, f64::max);
+        (worst, s.kv_cache_bytes)
+    };
+    let ((f16, f16_bytes), (f32, f32_bytes)) = (worst(KvCache::F16), worst(KvCache::F32));
+    eprintln!("largest logit error: f16 cache {f16:.2e}, f32 cache {f32:.2e}");
+    assert_eq!(f32_bytes, 2 * f16_bytes);
+    assert!(f32 * 100.0 < f16, "f32 cache {f32:.2e} against f16 {f16:.2e}");
 }
 
 #[test]

@@ -29,6 +29,7 @@
 //! and is printed so that a failure can be replayed.
 
 use quench_cpu::{Decoder, ModelConfig, Naming};
+use quench_engine::KvCache;
 use quench_engine::gpu::check::{judge, LogitBound, Reference};
 use std::collections::HashMap;
 
@@ -99,6 +100,15 @@ fn on_interp(
     chunk: usize,
     memory_limit: Option<u64>,
 ) -> Result<GpuDecoder, GpuError> {
+    on_interp_with(file, chunk, memory_limit, KvCache::F16)
+}
+
+fn on_interp_with(
+    file: &GgufFile,
+    chunk: usize,
+    memory_limit: Option<u64>,
+    kv_cache: KvCache,
+) -> Result<GpuDecoder, GpuError> {
     let config = ModelConfig::from_gguf(file).expect("a config");
     let options = GpuOptions {
         context: Some(CONTEXT),
@@ -106,6 +116,7 @@ fn on_interp(
         prefill_chunk: chunk,
         prefill_min_tokens: 2,
         memory_limit,
+        kv_cache,
         ..GpuOptions::default()
     };
     GpuDecoder::new(
@@ -173,9 +184,15 @@ fn argmax(v: &[f32]) -> u32 {
 /// feeds token by token; every row judged against the f64 reference, and the chunked
 /// decoder's rows against the token-by-token one's.
 fn run(what: &str, m: &Tiny, seed: u64) {
+    run_over(what, m, seed, KvCache::F16)
+}
+
+/// As [`run`], over a KV cache of `kv`.
+fn run_over(what: &str, m: &Tiny, seed: u64, kv: KvCache) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let file = gguf(m, &mut rng);
-    let chunked = on_interp(&file, CHUNK, None).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let chunked = on_interp_with(&file, CHUNK, None, kv).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(chunked.summary().kv_cache, kv);
     let s = chunked.summary();
     eprintln!("{what}: prompt chunk plan {:?}", s.prefill_layer_plan);
     assert_eq!(s.prefill_chunk, CHUNK, "{what}: the prompt path is on");
@@ -190,7 +207,7 @@ fn run(what: &str, m: &Tiny, seed: u64) {
         !matches!(m.shape.head_dim, 64 | 128),
         "{what}: the attention's route"
     );
-    let tokenwise = on_interp(&file, 0, None).expect("loads");
+    let tokenwise = on_interp_with(&file, 0, None, kv).expect("loads");
     assert_eq!(tokenwise.summary().prefill_chunk, 0);
     let reference = reference(&file);
     let mut prompt =
@@ -254,6 +271,20 @@ fn llama_bf16_prompts_in_chunks_match_the_f64_reference() {
         output: Some(GgmlType::BF16),
     };
     run("llama bf16", &m, seed());
+}
+
+#[test]
+fn llama_prompts_in_chunks_over_an_f32_cache_match_the_f64_reference() {
+    // The f32 cache's prompt attention rounds its tiles to f16 for the tensor cores; the
+    // decode steps read the keys and values as computed.
+    let m = Tiny {
+        arch: "llama",
+        shape: SHAPE,
+        layers: vec![uniform(GgmlType::Q8_0); LAYERS],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::BF16),
+    };
+    run_over("llama Q8_0, f32 cache", &m, seed(), KvCache::F32);
 }
 
 #[test]
@@ -540,6 +571,7 @@ fn smollm2_prompt_kernels_assemble_without_spills() {
         context: 8192,
         sessions: 1,
         max_batch: 1,
+        kv: KvCache::F16,
     };
     let (config, catalog, graph) = common::step_graph(&file, shape);
     let plan = PrefillPlan::new(

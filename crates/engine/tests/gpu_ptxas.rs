@@ -1,11 +1,13 @@
 //! Every kernel of SmolLM2's decode step, at the parameters the engine builds it with
-//! (the kernels of one-row steps and of steps of up to 64 rows), emitted as PTX and
+//! (the kernels of one-row steps and of steps of up to 64 rows, over an f16 and an f32
+//! KV cache), emitted as PTX and
 //! assembled by `ptxas` for sm_90 without register spills. Needs
 //! `QUENCH_SMOLLM2_GGUF` (the SmolLM2-135M-Instruct Q4_1 GGUF file) and `ptxas`
 //! (`QUENCH_PTXAS`, `PATH` or the nvidia-cuda-nvcc wheel); prints SKIPPED without them.
 
 use quench_cpu::{ModelConfig, Naming};
 use quench_engine::gpu::{Catalog, DecodeGraph, StepShape};
+use quench_engine::KvCache;
 use quench_models::GgufFile;
 use quench_ptx::ptxas::{assemble, find_ptxas};
 
@@ -22,14 +24,23 @@ fn smollm2_step_kernels_assemble_without_spills() {
     let file = GgufFile::open(&path).unwrap();
     let config = ModelConfig::from_gguf(&file).unwrap();
     let catalog = Catalog::choose(&config, &file, Naming::Gguf).unwrap();
-    let shape = StepShape {
-        context: 8192,
-        sessions: 1,
-        max_batch: 64,
-    };
-    let graph = DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).unwrap();
+    let mut kernels = vec![];
+    for kv in [KvCache::F16, KvCache::F32] {
+        let shape = StepShape {
+            context: 8192,
+            sessions: 1,
+            max_batch: 64,
+            kv,
+        };
+        let graph = DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).unwrap();
+        for f in graph.kernels {
+            if !kernels.iter().any(|k: &quench_ir::Function| k.name == f.name) {
+                kernels.push(f);
+            }
+        }
+    }
     let mut failures = vec![];
-    for f in &graph.kernels {
+    for f in &kernels {
         let ptx = quench_ptx::emit(f).unwrap_or_else(|e| panic!("{}: {e}", f.name));
         match assemble(&ptx, "sm_90") {
             Ok(r) => {

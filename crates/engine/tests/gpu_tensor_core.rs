@@ -11,6 +11,7 @@
 //! clock, and is printed so that a failure can be replayed.
 
 use quench_cpu::{Decoder, ModelConfig, Naming};
+use quench_engine::KvCache;
 use quench_engine::gpu::check::{check_generation, LogitBound, Reference};
 use quench_engine::gpu::{Catalog, DecodeGraph, GpuDecoder, GpuOptions, GpuSession, Products, Rows, StepShape};
 use quench_models::{GgmlType, GgufFile};
@@ -165,7 +166,7 @@ fn each_row_count_takes_the_narrowest_variant_that_holds_it() {
         (64, vec![1..=8, 9..=16, 17..=32, 33..=64]),
         (100, vec![1..=8, 9..=16, 17..=32, 33..=100]),
     ] {
-        let shape = StepShape { context: 32, sessions: max_batch, max_batch };
+        let shape = StepShape { context: 32, sessions: max_batch, max_batch, kv: KvCache::F16 };
         let graph = DecodeGraph::assemble_with(&config, &catalog, &file, Naming::Gguf, shape, 132, Products::TensorCore)
             .expect("a step");
         let tc: Vec<_> = graph.dispatches.iter().filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_")).collect();

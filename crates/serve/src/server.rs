@@ -110,6 +110,8 @@ pub struct ServeConfig {
     /// weights read once for up to 64 requests' rows); off, the matrix–vector kernels,
     /// 8 rows a pass. Other weight formats take the matrix–vector kernels either way.
     pub tensor_core_decode: bool,
+    /// On a GPU, the element type of the KV cache.
+    pub kv_cache: quench_engine::KvCache,
 }
 
 impl Default for ServeConfig {
@@ -129,6 +131,7 @@ impl Default for ServeConfig {
             shutdown_grace: Duration::from_secs(30),
             max_connections: 1024,
             tensor_core_decode: true,
+            kv_cache: quench_engine::KvCache::F16,
         }
     }
 }
@@ -319,7 +322,7 @@ async fn load_causal(
         reason,
     };
     let (spec2, context, device) = (spec.clone(), config.context, config.device);
-    let tensor_core_decode = config.tensor_core_decode;
+    let (tensor_core_decode, kv_cache) = (config.tensor_core_decode, config.kv_cache);
     let max_batch = config.engine.max_batch;
     // On a GPU the KV cache is allocated up front: as many whole contexts as the block
     // budget holds (the scheduler admits sequences by the same budget).
@@ -344,6 +347,7 @@ async fn load_causal(
                     sessions: Some(gpu_sessions.max(1)),
                     max_batch: Some(max_batch),
                     tensor_core_decode,
+                    kv_cache,
                     ..Default::default()
                 };
                 let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;

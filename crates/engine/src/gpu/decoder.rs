@@ -12,6 +12,7 @@ use quench_rt::{
 };
 
 use super::arena;
+use crate::options::KvCache;
 use super::catalog::Catalog;
 use super::error::{size, GpuError};
 use super::graph::{
@@ -70,6 +71,8 @@ pub struct GpuOptions {
     /// Off by default: one-row steps take the matrix–vector kernels, slightly faster at one
     /// row. Matrices in other formats take the matrix–vector kernels either way.
     pub tensor_core_decode: bool,
+    /// The element type of the KV cache.
+    pub kv_cache: KvCache,
 }
 
 /// Tokens per prompt chunk where the prompt path is asked for without a size (off by
@@ -89,6 +92,7 @@ impl Default for GpuOptions {
             prefill_chunk: 0,
             prefill_min_tokens: DEFAULT_PREFILL_MIN_TOKENS,
             tensor_core_decode: false,
+            kv_cache: KvCache::F16,
         }
     }
 }
@@ -121,6 +125,8 @@ pub struct GpuSummary {
     /// What the activations would take without sharing.
     pub activation_bytes: u64,
     pub kv_cache_bytes: u64,
+    /// The KV cache's element type.
+    pub kv_cache: KvCache,
     /// Positions one session holds.
     pub context: usize,
     /// Most sessions one step decodes.
@@ -303,6 +309,7 @@ impl GpuDecoder {
             context,
             sessions: options.sessions.max(1),
             max_batch: options.max_batch.max(1),
+            kv: options.kv_cache,
         };
         let assembly = profile::span("assemble and plan the decode step");
         let sms = exec.multiprocessors().unwrap_or(DEFAULT_MULTIPROCESSORS);
@@ -340,10 +347,11 @@ impl GpuDecoder {
                     needed,
                     available,
                     breakdown: format!(
-                        "weights {}, KV cache {} for {} × {} positions, activations {} for {} rows a step, \
-                         prompt chunks {} for {} tokens (a smaller prompt chunk needs less)",
+                        "weights {}, KV cache {} ({}) for {} × {} positions, activations {} for {} rows \
+                         a step, prompt chunks {} for {} tokens (a smaller prompt chunk needs less)",
                         size(weight_bytes),
                         size(kv_bytes),
+                        options.kv_cache.name(),
                         shape.sessions,
                         context,
                         size(plan.bytes),
@@ -467,6 +475,7 @@ impl GpuDecoder {
             arena_bytes: plan.bytes,
             activation_bytes: lifetimes.iter().map(|l| l.bytes).sum(),
             kv_cache_bytes: kv_bytes,
+            kv_cache: options.kv_cache,
             context,
             max_batch: shape.max_batch,
             graph_captured: options.capture,

@@ -98,6 +98,7 @@ use quench_kernels::KernelError;
 use quench_rt::{Arg, Launch};
 
 use super::catalog::{tensor_name, Catalog, Qkv};
+use crate::options::KvCache;
 use super::error::GpuError;
 use super::stored::{self, StoredTensors};
 
@@ -105,8 +106,6 @@ use super::stored::{self, StoredTensors};
 /// the matrix–vector kernels' inputs besides the residual stream), and its size.
 const ACT: OutType = OutType::F32;
 const ACT_BYTES: u64 = 4;
-/// The KV cache's element type (2 bytes, as [`KvLayout::layer_bytes`] counts).
-pub(crate) const KV: KvElem = KvElem::F16;
 
 /// Where a dispatch argument points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,8 +227,11 @@ pub struct KvLayout {
     pub n_blocks: u32,
     /// Block-table row length (a session's longest context is `max_blocks · 16`).
     pub max_blocks: u32,
-    /// Bytes of one layer's keys (or values): `n_blocks · kv_heads · 16 · head_dim` f16.
+    /// Bytes of one layer's keys (or values): `n_blocks · kv_heads · 16 · head_dim`
+    /// elements.
     pub layer_bytes: u64,
+    /// The element type of the keys and values.
+    pub elem: KvElem,
 }
 
 /// Host-visible activations; `B` is [`StepShape::max_batch`].
@@ -297,6 +299,8 @@ pub struct StepShape {
     pub sessions: usize,
     /// Most rows (sequences) one step decodes: every activation holds this many rows.
     pub max_batch: usize,
+    /// The element type of the KV cache.
+    pub kv: KvCache,
 }
 
 /// The assembled decode step.
@@ -394,6 +398,7 @@ pub(crate) fn rope_append_params(
     catalog: &Catalog,
     max_blocks: u32,
     token_stride: u32,
+    kv: KvElem,
 ) -> Result<RopeAppendParams, GpuError> {
     Ok(RopeAppendParams {
         style: catalog.rope,
@@ -404,9 +409,17 @@ pub(crate) fn rope_append_params(
         max_blocks,
         // A warp per head, all heads at once where the block allows.
         threads: 32 * u32_of("heads", (c.heads + c.kv_heads).min(32))?,
-        kv: KV,
+        kv,
         token_stride,
     })
+}
+
+/// The kernels' element type of a KV cache of `kv`.
+pub(crate) fn kv_elem(kv: KvCache) -> KvElem {
+    match kv {
+        KvCache::F16 => KvElem::F16,
+        KvCache::F32 => KvElem::F32,
+    }
 }
 
 /// Threads for a kernel walking `groups` 16-byte groups of one row.
@@ -421,7 +434,8 @@ pub(crate) fn u32_of(what: &str, n: usize) -> Result<u32, GpuError> {
     })
 }
 
-/// Decode attention's block shape for sessions of up to `context` positions: threads,
+/// Decode attention's block shape for sessions of up to `context` positions over a cache
+/// of `kv`: threads,
 /// positions per split and the block-table row length (a whole number of splits).
 ///
 /// Splits are short — 16 positions, one cache block, up to a context of 1024 — so that a
@@ -434,6 +448,7 @@ pub(crate) fn attention_shape(
     head_dim: u32,
     group: u32,
     context: u32,
+    kv: KvElem,
 ) -> Result<(u32, u32, u32), GpuError> {
     let p = DecodeParams {
         head_dim,
@@ -442,7 +457,7 @@ pub(crate) fn attention_shape(
         max_blocks: 1,
         split: BLOCK_TOKENS,
         threads: ATTENTION_THREADS,
-        kv: KV,
+        kv,
         merge: true,
         q_stride: 0,
     };
@@ -904,7 +919,7 @@ impl DecodeGraph {
         let context = u32_of("context", shape.context.max(1))?;
         let group = u32_of("heads per kv head", c.heads / c.kv_heads)?;
         let (attn_threads, split, max_blocks) =
-            attention_shape(u32_of("head_dim", hd)?, group, context)?;
+            attention_shape(u32_of("head_dim", hd)?, group, context, kv_elem(shape.kv))?;
         let n_blocks = u32_of(
             "KV cache blocks",
             shape.sessions.max(1) * context.div_ceil(BLOCK_TOKENS) as usize,
@@ -912,7 +927,11 @@ impl DecodeGraph {
         let kv = KvLayout {
             n_blocks,
             max_blocks,
-            layer_bytes: n_blocks as u64 * (kv_width as u64) * BLOCK_TOKENS as u64 * 2,
+            layer_bytes: n_blocks as u64
+                * (kv_width as u64)
+                * BLOCK_TOKENS as u64
+                * kv_elem(shape.kv).size() as u64,
+            elem: kv_elem(shape.kv),
         };
 
         // Activations the host touches, live for the whole step.
@@ -1078,7 +1097,7 @@ impl DecodeGraph {
                 }
             }
 
-            let rp = rope_append_params(c, catalog, max_blocks, token_stride)?;
+            let rp = rope_append_params(c, catalog, max_blocks, token_stride, kv.elem)?;
             let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
             let mut args = vec![
                 q_at,
@@ -1116,7 +1135,7 @@ impl DecodeGraph {
                 max_blocks,
                 split,
                 threads: attn_threads,
-                kv: KV,
+                kv: kv.elem,
                 merge: true,
                 q_stride: token_stride,
             };
@@ -1347,21 +1366,23 @@ mod tests {
             (32, 2, 256),
             (128, 8, 100),
         ] {
-            let (threads, split, max_blocks) = attention_shape(hd, group, ctx).unwrap();
-            let p = DecodeParams {
-                head_dim: hd,
-                n_heads: 8 * group,
-                n_kv_heads: 8,
-                max_blocks,
-                split,
-                threads,
-                kv: KV,
-                merge: true,
-                q_stride: 0,
-            };
-            attn_decode::build(&p).unwrap_or_else(|e| panic!("{hd} {group} {ctx}: {e}"));
-            assert!(max_blocks * BLOCK_TOKENS >= ctx);
-            assert!(p.n_splits() <= 64, "{} splits", p.n_splits());
+            for kv in [KvElem::F16, KvElem::F32] {
+                let (threads, split, max_blocks) = attention_shape(hd, group, ctx, kv).unwrap();
+                let p = DecodeParams {
+                    head_dim: hd,
+                    n_heads: 8 * group,
+                    n_kv_heads: 8,
+                    max_blocks,
+                    split,
+                    threads,
+                    kv,
+                    merge: true,
+                    q_stride: 0,
+                };
+                attn_decode::build(&p).unwrap_or_else(|e| panic!("{hd} {group} {ctx} {kv:?}: {e}"));
+                assert!(max_blocks * BLOCK_TOKENS >= ctx);
+                assert!(p.n_splits() <= 64, "{} splits", p.n_splits());
+            }
         }
     }
 
@@ -1376,7 +1397,7 @@ mod tests {
             (128, 4, 4096, (64, 64)),
             (128, 4, 5000, (80, 63)),
         ] {
-            let (_, split, max_blocks) = attention_shape(hd, group, ctx).unwrap();
+            let (_, split, max_blocks) = attention_shape(hd, group, ctx, KvElem::F16).unwrap();
             assert_eq!(
                 (split, max_blocks * BLOCK_TOKENS / split),
                 want,

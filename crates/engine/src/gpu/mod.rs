@@ -93,6 +93,7 @@ pub fn load_causal_with_prefill(
         max_batch: options.max_batch.unwrap_or(1).max(1),
         prefill_chunk,
         tensor_core_decode: options.tensor_core_decode,
+        kv_cache: options.kv_cache,
         ..GpuOptions::default()
     };
     let decoder = decoder_from(&ckpt, backend, &gpu_options).map_err(in_model)?;

@@ -68,7 +68,7 @@ use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 use super::catalog::{tensor_name, Catalog, Qkv};
 use super::error::GpuError;
 use super::graph::{
-    self, attention_shape, gemv_shape, row_threads, u32_of, DecodeGraph, KernelSet, WeightData, WeightGroup, KV,
+    self, attention_shape, gemv_shape, row_threads, u32_of, DecodeGraph, KernelSet, WeightData, WeightGroup,
 };
 use super::stored::{self, StoredTensors};
 
@@ -514,7 +514,7 @@ impl PrefillPlan {
         let (n_heads, n_kv_heads) = (u32_of("heads", c.heads)?, u32_of("kv_heads", c.kv_heads)?);
         let attention = if tensor_cores {
             let params = PrefillParams {
-                kv: KV,
+                kv: graph.kv.elem,
                 head_dim,
                 n_heads,
                 n_kv_heads,
@@ -525,7 +525,7 @@ impl PrefillPlan {
             Attention::TensorCores { kernel, params }
         } else {
             let (threads, split, most_blocks) =
-                attention_shape(head_dim, n_heads / n_kv_heads.max(1), context32)?;
+                attention_shape(head_dim, n_heads / n_kv_heads.max(1), context32, graph.kv.elem)?;
             if most_blocks != max_blocks {
                 return Err(not_here(
                     "the prompt path's attention",
@@ -539,7 +539,7 @@ impl PrefillPlan {
                 max_blocks,
                 split,
                 threads,
-                kv: KV,
+                kv: graph.kv.elem,
                 merge: true,
                 q_stride: token_stride,
             };
@@ -671,7 +671,7 @@ impl PrefillPlan {
                 }
             }
 
-            let rp = graph::rope_append_params(c, catalog, max_blocks, token_stride)?;
+            let rp = graph::rope_append_params(c, catalog, max_blocks, token_stride, graph.kv.elem)?;
             let (kc, vc) = (ptr(Loc::KCache(l), 0), ptr(Loc::VCache(l), 0));
             let mut args = vec![
                 q_at,
