@@ -58,15 +58,6 @@ impl KvElem {
         }
     }
 
-    /// The name suffix of the kernels over a cache of this type.
-    pub fn suffix(self) -> &'static str {
-        match self {
-            KvElem::BF16 => "bf16",
-            KvElem::F16 => "f16",
-            KvElem::F32 => "f32",
-        }
-    }
-
     /// The 16-bit type the prompt attention's tensor cores take the keys and values in:
     /// the cache's own, or f16 for an f32 cache (rounded as its tiles are loaded).
     pub fn tensor_core(self) -> KvElem {
