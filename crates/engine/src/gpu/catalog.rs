@@ -5,14 +5,14 @@
 //! |---|---|
 //! | token embedding | `embed_<table format>` (f32, bf16, f16, Q8_0, Q4_1 tables) |
 //! | attention norm + q, k, v projections | one `qgemv_<format>_rmsnorm_xf32` over the concatenated rows when the three share a format, else three (`_rmsnorm_residual_` adding qwen2's biases) |
-//! | (q/k norms +) RoPE + KV append | `rope_append_<neox\|gptj>[_qknorm]_f16`: neox for Hugging Face layout and qwen GGUF, gptj for llama GGUF; the q/k norms for qwen3 |
-//! | attention | `attention_decode_merge_f16` (the last split merges) |
+//! | (q/k norms +) RoPE + KV append | `rope_append_<neox\|gptj>[_qknorm]_<f16\|f32>` (the cache's type): neox for Hugging Face layout and qwen GGUF, gptj for llama GGUF; the q/k norms for qwen3 |
+//! | attention | `attention_decode_merge_<f16\|f32>` (the last split merges) |
 //! | output projection, down | `qgemv_<format>_residual_xf32` (adds into the residual stream) |
 //! | ffn norm + gate and up | `qgemv_<format>_rmsnorm_swiglu_xf32` (both at once, SwiGLU applied) |
 //! | output norm + LM head | `qgemv_<format>_rmsnorm_xf32` |
 //!
 //! The norms run inside the projections that read them. Activations between kernels are
-//! f32 and the KV cache f16 (see [`super::graph`]).
+//! f32 and the KV cache f16 or f32 (see [`super::graph`]).
 //!
 //! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K are read as stored; anything
 //! else is refused by name.

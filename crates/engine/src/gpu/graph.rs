@@ -11,9 +11,9 @@
 //! inside the projections that read them (every block of a `_rmsnorm_` GEMV reduces `R`
 //! itself), RoPE and qwen3's per-head q/k norms inside the KV append, and the attention's
 //! splits are merged by the last of them to finish. Activations pass between kernels in
-//! f32 and the KV cache holds f16: rounding them to bf16 instead moves the logits well
-//! past the f64 reference's bound (`quench check`), while at batch 1 the activations'
-//! bytes are negligible next to the weights'.
+//! f32 and the KV cache holds f16 (or f32, [`StepShape::kv`]): rounding them to bf16
+//! instead moves the logits well past the f64 reference's bound (`quench check`), while at
+//! batch 1 the activations' bytes are negligible next to the weights'.
 //!
 //! ```text
 //! embed                        R = table[token]                           (a block per row)
