@@ -22,7 +22,7 @@
 //! SM has at this kernel's 164 a thread.)
 //!
 //! **Per key tile**: keys and values are copied to shared memory with 16-byte `cp.async`
-//! (an f32 cache: loaded 32 bytes at a time, rounded, stored 16)
+//! (from an f32 cache: 32 bytes loaded, rounded to f16, 16 stored; the same pipeline)
 //! (a row past the cached context copies the context's last row instead: its weight is
 //! exactly 0 and its values finite, where the memory past the context may hold a NaN that
 //! 0 times would spread); 16-byte chunk `c` of row `r` is stored at `c ^ (r mod 8)`,
