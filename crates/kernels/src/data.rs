@@ -12,6 +12,17 @@ pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
 }
 
+/// A fresh seed for a unit test: `QUENCH_SEED` if set, else the clock; printed so that a
+/// failure can be replayed.
+#[cfg(test)]
+pub(crate) fn test_seed() -> u64 {
+    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
+    s
+}
+
 /// `n` values with magnitude uniform in `[lo, hi]` (`lo > 0`, so never zero) and a random
 /// sign.
 pub fn signed(rng: &mut ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {

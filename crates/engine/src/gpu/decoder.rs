@@ -12,7 +12,6 @@ use quench_rt::{
 };
 
 use super::arena;
-use crate::options::KvCache;
 use super::catalog::Catalog;
 use super::error::{size, GpuError};
 use super::graph::{
@@ -23,6 +22,7 @@ use super::kv::{BlockPool, GpuSession};
 use super::prefill::{self, PrefillPlan};
 use super::profile;
 use super::stored::StoredTensors;
+use crate::options::KvCache;
 
 static NEXT_MODEL: AtomicU64 = AtomicU64::new(1);
 

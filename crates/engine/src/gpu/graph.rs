@@ -98,9 +98,9 @@ use quench_kernels::KernelError;
 use quench_rt::{Arg, Launch};
 
 use super::catalog::{tensor_name, Catalog, Qkv};
-use crate::options::KvCache;
 use super::error::GpuError;
 use super::stored::{self, StoredTensors};
+use crate::options::KvCache;
 
 /// The type of the activations passed between kernels (the attention and SwiGLU outputs:
 /// the matrix–vector kernels' inputs besides the residual stream), and its size.
@@ -810,11 +810,12 @@ const GEMV_WARPS: u32 = 4;
 /// fastest shape of q|k|v, gate|up and down, and 1.1–1.7× faster than 4 warps × 8; the
 /// output projection (4096 columns, no norm) keeps 4 × 8.
 pub(crate) fn gemv_shape(format: WeightFormat, cols: usize, normed: bool, multiprocessors: u32) -> (u32, u32) {
-    let integer = matches!(format, WeightFormat::Q4K | WeightFormat::Q8_0);
-    match () {
-        _ if integer && cols > 8192 => (16, multiprocessors),
-        _ if integer && normed => (8, multiprocessors),
-        _ => (GEMV_WARPS, gemv_blocks(multiprocessors)),
+    if format.is_integer() && cols > 8192 {
+        (16, multiprocessors)
+    } else if format.is_integer() && normed {
+        (8, multiprocessors)
+    } else {
+        (GEMV_WARPS, gemv_blocks(multiprocessors))
     }
 }
 
@@ -918,8 +919,9 @@ impl DecodeGraph {
         let eps = c.norm_eps as f32;
         let context = u32_of("context", shape.context.max(1))?;
         let group = u32_of("heads per kv head", c.heads / c.kv_heads)?;
+        let kv_type = kv_elem(shape.kv);
         let (attn_threads, split, max_blocks) =
-            attention_shape(u32_of("head_dim", hd)?, group, context, kv_elem(shape.kv))?;
+            attention_shape(u32_of("head_dim", hd)?, group, context, kv_type)?;
         let n_blocks = u32_of(
             "KV cache blocks",
             shape.sessions.max(1) * context.div_ceil(BLOCK_TOKENS) as usize,
@@ -927,11 +929,8 @@ impl DecodeGraph {
         let kv = KvLayout {
             n_blocks,
             max_blocks,
-            layer_bytes: n_blocks as u64
-                * (kv_width as u64)
-                * BLOCK_TOKENS as u64
-                * kv_elem(shape.kv).size() as u64,
-            elem: kv_elem(shape.kv),
+            layer_bytes: n_blocks as u64 * (kv_width as u64) * BLOCK_TOKENS as u64 * kv_type.size() as u64,
+            elem: kv_type,
         };
 
         // Activations the host touches, live for the whole step.

@@ -7,18 +7,7 @@ use quench_rt::InterpExecutor;
 use super::*;
 use crate::case::{compare, run_case};
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+use crate::data::test_seed as seed;
 
 fn params(format: BFormat, n: u32, k: u32, bm: u32, bn: u32, wn: u32, stages: u32) -> GemmParams {
     GemmParams {

@@ -10,13 +10,7 @@ use quench_rt::InterpExecutor;
 use super::*;
 use crate::case::{compare, compare_controls, run_case, CaseOutputs};
 
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+use crate::data::test_seed as seed;
 
 /// A small shape: rows not a multiple of a block's, a partial last step of chunks.
 fn params(epilogue: Epilogue) -> GemvTcParams {

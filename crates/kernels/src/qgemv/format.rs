@@ -67,6 +67,12 @@ impl WeightFormat {
         matches!(self, WeightFormat::BF16 | WeightFormat::F16)
     }
 
+    /// Whether products with these weights take integer activations, quantized in every
+    /// block ([`super::integer`]).
+    pub fn is_integer(self) -> bool {
+        matches!(self, WeightFormat::Q4K | WeightFormat::Q8_0)
+    }
+
     /// Elements per unit; rows must be a whole number of units.
     pub fn unit_elems(self) -> u32 {
         match self {

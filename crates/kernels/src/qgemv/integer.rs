@@ -807,7 +807,7 @@ struct Half {
 
 /// Whether the kernel of `p` takes this path (Q4_K and Q8_0 weights).
 pub(super) fn applies(p: &QGemvParams) -> bool {
-    matches!(p.format, super::WeightFormat::Q4K | super::WeightFormat::Q8_0)
+    p.format.is_integer()
 }
 
 /// The RMSNorm prologue's staged vectors always fit whole: `batch · cols` is at most
@@ -824,9 +824,7 @@ mod tests {
     /// zeros; the sums are the sums.
     #[test]
     fn quantization_is_within_half_a_step() {
-        let seed: u64 = rand::random();
-        eprintln!("seed {seed}");
-        let mut rng = data::rng(seed);
+        let mut rng = data::rng(data::test_seed());
         let mut x = data::signed(&mut rng, 32 * 64, 1.0 / 4096.0, 64.0);
         x[..32].fill(0.0);
         x[32..64].iter_mut().for_each(|v| *v *= 1e-36);

@@ -750,9 +750,8 @@ fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
 }
 
 /// The check of integer-activation products against the exact ones
-/// ([`integer::f64_check`]) plus `added`
-/// (a residual or bias, repeated; empty for none) in output `buffer`, with the wrong
-/// variants as controls.
+/// ([`integer::f64_check`]) plus `added` (a residual or bias, repeated; empty for none) in
+/// output `buffer`, with the wrong variants as controls.
 fn exact_bound(buffer: usize, c: &integer::F64Check, added: &[f32]) -> (Expected, Vec<Control>) {
     let add = |i: usize| if added.is_empty() { 0.0 } else { added[i % added.len()] };
     let want: Vec<f64> = c.want.iter().enumerate().map(|(i, w)| w + f64::from(add(i))).collect();
@@ -829,8 +828,7 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
         seen.push(xv);
     }
     // Q4_K's and Q8_0's products are exact integer sums on quantized activations: judged
-    // bit for bit
-    // against their reference and within a bound of the exact products.
+    // bit for bit against their reference and within a bound of the exact products.
     let exact = match p.epilogue {
         Epilogue::Plain | Epilogue::Residual if integer::applies(p) => {
             Some(integer::f64_check(p, &ws[0], &seen).map_err(|e| KernelError::unsupported(p.name(), e.to_string()))?)

@@ -154,9 +154,7 @@ mod tests {
     /// projections changes no value, and neither does a larger block.
     #[test]
     fn matches_the_standalone_norm() {
-        let seed: u64 = rand::random();
-        eprintln!("seed {seed}");
-        let mut rng = data::rng(seed);
+        let mut rng = data::rng(data::test_seed());
         for (cols, threads) in [(576, 128), (128, 32), (2048, 256)] {
             let r = data::signed(&mut rng, cols, 0.015625, 4.0);
             let w = data::uniform(&mut rng, cols, 0.25, 2.0);
