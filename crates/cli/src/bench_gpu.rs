@@ -12,9 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use quench_engine::gpu::{
-    load_causal_with_prefill, Backend, DecodeTiming, GpuSummary,
-};
+use quench_engine::gpu::{load_causal_with_prefill, Backend, DecodeTiming, GpuSummary};
 use quench_engine::LoadOptions;
 use quench_rt::CudaExecutor;
 use serde_json::{json, Value};
@@ -119,13 +117,9 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         kv_cache: a.kv_cache.into(),
         ..LoadOptions::default()
     };
-    let model = load_causal_with_prefill(
-        &path,
-        Backend::Cuda { ordinal },
-        &options,
-        a.prefill_chunk,
-    )
-    .map_err(|e| e.to_string())?;
+    let model =
+        load_causal_with_prefill(&path, Backend::Cuda { ordinal }, &options, a.prefill_chunk)
+            .map_err(|e| e.to_string())?;
     let load_s = start.elapsed().as_secs_f64();
     let info = model.info().clone();
     let decoder = model

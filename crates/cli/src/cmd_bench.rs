@@ -261,7 +261,8 @@ fn check_args(a: &BenchArgs) -> Result<(), String> {
     if a.device == DeviceArg::Cuda && a.vs_llama_cpp {
         return Err("--vs-llama-cpp compares on the CPU; leave it out with --device cuda".into());
     }
-    if a.device == DeviceArg::Cpu && (a.target_percent.is_some() || a.target_tokens_per_s.is_some()) {
+    if a.device == DeviceArg::Cpu && (a.target_percent.is_some() || a.target_tokens_per_s.is_some())
+    {
         return Err("--target-percent and --target-tokens-per-s apply with --device cuda".into());
     }
     if a.prompt_tokens == 0 || a.gen_tokens < 2 || a.threads == 0 || a.repeats == 0 {
@@ -277,10 +278,16 @@ fn check_args(a: &BenchArgs) -> Result<(), String> {
 pub fn run(a: &BenchArgs) -> Result<(), String> {
     check_args(a)?;
     if a.device == DeviceArg::Cuda {
-        let receipt = a.receipt.clone().unwrap_or_else(|| "receipts/gpu-bench.json".into());
+        let receipt = a
+            .receipt
+            .clone()
+            .unwrap_or_else(|| "receipts/gpu-bench.json".into());
         return crate::bench_gpu::run(a, &receipt);
     }
-    let receipt_path = a.receipt.clone().unwrap_or_else(|| "receipts/cpu-bench.json".into());
+    let receipt_path = a
+        .receipt
+        .clone()
+        .unwrap_or_else(|| "receipts/cpu-bench.json".into());
     let path = cmd_pull::resolve(a.model.as_deref(), "smollm2", a.cache.as_deref())?;
     let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let model_sha256 = receipt::sha256_hex(&bytes);

@@ -41,12 +41,16 @@ pub fn run(a: &CcArgs) -> Result<(), String> {
         return Ok(());
     }
     let f = if let Some(path) = &a.ir_file {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let f = quench_ir::parse::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         quench_ir::verify(&f).map_err(|e| format!("{}: {e}", path.display()))?;
         f
     } else {
-        let name = a.kernel.as_deref().ok_or("name a kernel (see `quench cc --list`) or give --ir-file")?;
+        let name = a
+            .kernel
+            .as_deref()
+            .ok_or("name a kernel (see `quench cc --list`) or give --ir-file")?;
         let spec = quench_kernels::find(name).map_err(|e| e.to_string())?;
         if a.describe {
             println!("{}: {}", spec.name, spec.description);
@@ -55,7 +59,9 @@ pub fn run(a: &CcArgs) -> Result<(), String> {
             }
             return Ok(());
         }
-        let params = spec.parse_params(&a.params.join(" ")).map_err(|e| e.to_string())?;
+        let params = spec
+            .parse_params(&a.params.join(" "))
+            .map_err(|e| e.to_string())?;
         spec.build(&params).map_err(|e| e.to_string())?
     };
     match a.emit {

@@ -41,7 +41,9 @@ pub struct CheckArgs {
 fn compare_shape(name: &str) -> &'static str {
     match name {
         n if n.starts_with("add_") || n.starts_with("silu_mul") => "n=65536",
-        n if n.starts_with("reduce_") || n.starts_with("rmsnorm") || n.starts_with("softmax") => "rows=64 cols=4096",
+        n if n.starts_with("reduce_") || n.starts_with("rmsnorm") || n.starts_with("softmax") => {
+            "rows=64 cols=4096"
+        }
         // The decode graph's matrix–vector forms, with the grid capped below the row
         // groups as the graph launches them (each block loops over 8 groups).
         n if n.ends_with("_xf32") => "rows=256 cols=4096 max_blocks=8",
@@ -53,9 +55,13 @@ fn compare_shape(name: &str) -> &'static str {
         n if n.starts_with("rope_append") => "tokens=16 n_seqs=8 max_blocks=16 n_pos=1024",
         n if n.starts_with("rope_") => "tokens=16 n_pos=4096",
         n if n.starts_with("qgemv") => "rows=256 cols=4096",
-        n if n.starts_with("attention_decode") => "head_dim=128 n_heads=32 n_kv_heads=8 max_blocks=64 split=64 threads=128",
+        n if n.starts_with("attention_decode") => {
+            "head_dim=128 n_heads=32 n_kv_heads=8 max_blocks=64 split=64 threads=128"
+        }
         n if n.starts_with("attention_merge") => "rows=64 head_dim=128 n_splits=8",
-        n if n.starts_with("attention_prefill") => "head_dim=128 n_heads=8 n_kv_heads=2 max_blocks=16 q_start=64 n_q=128",
+        n if n.starts_with("attention_prefill") => {
+            "head_dim=128 n_heads=8 n_kv_heads=2 max_blocks=16 q_start=64 n_q=128"
+        }
         n if n.starts_with("kv_append") => "tokens=64 n_seqs=8 max_blocks=16",
         n if n.starts_with("argmax") => "rows=4 cols=128256",
         n if n.starts_with("sample_") => "rows=8 cols=32768",
@@ -93,15 +99,27 @@ fn gemm_perf_shapes(name: &str) -> Vec<&'static str> {
         n if n.ends_with("_residual") => vec!["m=2048 n=4096 k=14336"],
         "gemm_bf16" => {
             let mut v = PREFILL.to_vec();
-            v.extend(["m=512 n=4096 k=4096 bm=64", "m=512 n=4096 k=4096 wn=32", "m=4096 n=4096 k=4096"]);
+            v.extend([
+                "m=512 n=4096 k=4096 bm=64",
+                "m=512 n=4096 k=4096 wn=32",
+                "m=4096 n=4096 k=4096",
+            ]);
             v
         }
         "gemm_q8_0" => {
-            let mut v = PREFILL[2..4].iter().chain(&PREFILL[6..8]).copied().collect::<Vec<_>>();
+            let mut v = PREFILL[2..4]
+                .iter()
+                .chain(&PREFILL[6..8])
+                .copied()
+                .collect::<Vec<_>>();
             v.push("m=2048 n=14336 k=4096 bn=64 wn=32 stages=3");
             v
         }
-        _ => PREFILL[2..4].iter().chain(&PREFILL[6..8]).copied().collect(),
+        _ => PREFILL[2..4]
+            .iter()
+            .chain(&PREFILL[6..8])
+            .copied()
+            .collect(),
     }
 }
 
@@ -123,13 +141,22 @@ fn is_exact(c: &KernelCase) -> bool {
 }
 
 /// GPU output against interpreter output, as an exact comparison.
-fn gpu_vs_interp(c: &KernelCase, gpu: &case::CaseOutputs, cpu: &case::CaseOutputs) -> Result<(f64, bool), String> {
+fn gpu_vs_interp(
+    c: &KernelCase,
+    gpu: &case::CaseOutputs,
+    cpu: &case::CaseOutputs,
+) -> Result<(f64, bool), String> {
     let mut max_err = 0f64;
     let mut exact = true;
     for e in &c.expected {
         let i = cpu.get(e.buffer).ok_or("interpreter output missing")?;
         let g = gpu.get(e.buffer).ok_or("GPU output missing")?;
-        let as_ref = Expected { buffer: e.buffer, data: i.to_vec(), elem: e.elem, check: Check::Exact };
+        let as_ref = Expected {
+            buffer: e.buffer,
+            data: i.to_vec(),
+            elem: e.elem,
+            check: Check::Exact,
+        };
         let r = case::compare_expected(&c.buffers[e.buffer].name, &as_ref, g)?;
         max_err = max_err.max(r.max_abs_err);
         exact &= r.bit_exact;
@@ -138,11 +165,16 @@ fn gpu_vs_interp(c: &KernelCase, gpu: &case::CaseOutputs, cpu: &case::CaseOutput
 }
 
 fn reference_ok(c: &KernelCase, out: &case::CaseOutputs) -> Result<bool, String> {
-    Ok(case::compare(c, out).map_err(|e| e.to_string())?.iter().all(|r| r.passed))
+    Ok(case::compare(c, out)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .all(|r| r.passed))
 }
 
 fn check_one(spec: &KernelSpec, gpu: &mut CudaExecutor, seed: u64) -> Result<Row, String> {
-    let p = spec.parse_params(compare_shape(spec.name)).map_err(|e| e.to_string())?;
+    let p = spec
+        .parse_params(compare_shape(spec.name))
+        .map_err(|e| e.to_string())?;
     let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
     let mut interp = InterpExecutor::new();
     let cpu_out = case::run_case(&mut interp, &c).map_err(|e| e.to_string())?;
@@ -178,7 +210,11 @@ fn perf_one(
     let t = case::time_case(gpu, &c, 5, reps).map_err(|e| e.to_string())?;
     Ok(Row {
         kernel: spec.name.to_string(),
-        shape: if label_with_params { format!("{} [{shape}]", c.shape) } else { c.shape.clone() },
+        shape: if label_with_params {
+            format!("{} [{shape}]", c.shape)
+        } else {
+            c.shape.clone()
+        },
         max_err: f64::NAN,
         bit_exact: false,
         exact_kernel: is_exact(&c),
@@ -198,9 +234,12 @@ pub fn copy_bandwidth_gbps(exec: &mut dyn Executor, reps: u32) -> Result<f64, St
     let src = exec.alloc(bytes).map_err(e)?;
     let dst = exec.alloc(bytes).map_err(e)?;
     // Random-looking contents, not zeros.
-    let pattern: Vec<u8> = (0..bytes as usize / 64).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect();
+    let pattern: Vec<u8> = (0..bytes as usize / 64)
+        .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+        .collect();
     for chunk in 0..64u64 {
-        exec.copy_to_device(src.offset(chunk * pattern.len() as u64), &pattern).map_err(e)?;
+        exec.copy_to_device(src.offset(chunk * pattern.len() as u64), &pattern)
+            .map_err(e)?;
     }
     let mut times = vec![];
     for i in 0..reps + 3 {
@@ -236,10 +275,15 @@ fn row_json(r: &Row, copy: f64) -> Value {
 pub fn run(a: &CheckArgs) -> Result<(), String> {
     let device = crate::gpu::describe(a.gpu)?;
     let mut gpu = CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?;
-    let specs: Vec<KernelSpec> =
-        library().into_iter().filter(|s| a.only.is_empty() || a.only.iter().any(|o| o == s.name)).collect();
+    let specs: Vec<KernelSpec> = library()
+        .into_iter()
+        .filter(|s| a.only.is_empty() || a.only.iter().any(|o| o == s.name))
+        .collect();
     if specs.is_empty() {
-        return Err(format!("no library kernel matches {:?} (see `quench cc --list`)", a.only));
+        return Err(format!(
+            "no library kernel matches {:?} (see `quench cc --list`)",
+            a.only
+        ));
     }
     let copy = copy_bandwidth_gbps(&mut gpu, 20)?;
     eprintln!("device-to-device copy: {copy:.0} GB/s");
@@ -254,8 +298,11 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     }
     if !a.no_perf {
         for s in &specs {
-            let shapes: Vec<&str> =
-                if a.shapes.is_empty() { perf_shapes(s.name) } else { a.shapes.iter().map(String::as_str).collect() };
+            let shapes: Vec<&str> = if a.shapes.is_empty() {
+                perf_shapes(s.name)
+            } else {
+                a.shapes.iter().map(String::as_str).collect()
+            };
             for shape in shapes {
                 eprintln!("timing {} {shape} ...", s.name);
                 match perf_one(s, shape, !a.shapes.is_empty(), &mut gpu, a.seed + 1, a.reps) {
@@ -270,7 +317,8 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
         "kernel", "shape", "max err", "bit-exact", "ref", "time ms", "GB/s", "% copy", "TFLOP/s"
     );
     for r in &rows {
-        let opt = |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or_else(|| "-".into());
+        let opt =
+            |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or_else(|| "-".into());
         let exact = match (r.ms.is_some(), r.bit_exact, r.exact_kernel) {
             (true, ..) => "-".to_string(),
             (false, true, _) => "yes".into(),
@@ -281,7 +329,11 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
             "{:<16} {:<22} {:>11} {:>10} {:>6} {:>10} {:>9} {:>7} {:>8}",
             r.kernel,
             r.shape,
-            if r.max_err.is_nan() { "-".into() } else { format!("{:.3e}", r.max_err) },
+            if r.max_err.is_nan() {
+                "-".into()
+            } else {
+                format!("{:.3e}", r.max_err)
+            },
             exact,
             if r.reference_ok { "pass" } else { "FAIL" },
             opt(r.ms, 4),
@@ -293,10 +345,21 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     for f in &failures {
         println!("FAILED {f}");
     }
-    let exact_mismatch: Vec<&str> =
-        rows.iter().filter(|r| r.ms.is_none() && r.exact_kernel && !r.bit_exact).map(|r| r.kernel.as_str()).collect();
-    let passed = failures.is_empty() && exact_mismatch.is_empty() && rows.iter().all(|r| r.reference_ok);
-    println!("copy bandwidth {copy:.0} GB/s; {}", if passed { "all checks passed" } else { "CHECKS FAILED" });
+    let exact_mismatch: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.ms.is_none() && r.exact_kernel && !r.bit_exact)
+        .map(|r| r.kernel.as_str())
+        .collect();
+    let passed =
+        failures.is_empty() && exact_mismatch.is_empty() && rows.iter().all(|r| r.reference_ok);
+    println!(
+        "copy bandwidth {copy:.0} GB/s; {}",
+        if passed {
+            "all checks passed"
+        } else {
+            "CHECKS FAILED"
+        }
+    );
     let rec = receipt::receipt(
         "kernel-check",
         device,

@@ -177,11 +177,18 @@ fn check(
         .map_err(|e| e.to_string())?
         .embed(texts)
         .map_err(|e| e.to_string())?;
-    let cosines: Vec<f64> = got.iter().zip(&want).map(|(g, w)| cosine(&g.vector, &w.vector)).collect();
+    let cosines: Vec<f64> = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| cosine(&g.vector, &w.vector))
+        .collect();
     let worst = cosines.iter().cloned().fold(f64::INFINITY, f64::min);
-    let passed = worst >= CHECK_MIN_COSINE && got.iter().zip(&want).all(|(g, w)| g.tokens == w.tokens);
-    let similarity: Vec<Vec<f64>> =
-        got.iter().map(|a| got.iter().map(|b| cosine(&a.vector, &b.vector)).collect()).collect();
+    let passed =
+        worst >= CHECK_MIN_COSINE && got.iter().zip(&want).all(|(g, w)| g.tokens == w.tokens);
+    let similarity: Vec<Vec<f64>> = got
+        .iter()
+        .map(|a| got.iter().map(|b| cosine(&a.vector, &b.vector)).collect())
+        .collect();
     let v = crate::receipt::receipt(
         "embed-check",
         serde_json::json!({ "embedder": model.device() }),
@@ -199,7 +206,10 @@ fn check(
             "embed_seconds": seconds,
         }),
     );
-    eprintln!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+    eprintln!(
+        "{}",
+        serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+    );
     if let Some(p) = &args.receipt {
         crate::receipt::write_json(p, &v)?;
     }

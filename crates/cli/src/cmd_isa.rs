@@ -58,20 +58,37 @@ pub fn probe(a: &ProbeArgs) -> Result<(), String> {
     receipt::write_json(&a.receipt, &rec)?;
     let r = outcome.map_err(|e| e.to_string())?;
     let layout_path = a.out.join("mma_layout.json");
-    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
     std::fs::write(&layout_path, quench_isa::probe::layout_json(&r.layout))
         .map_err(|e| format!("cannot write {}: {e}", layout_path.display()))?;
-    receipt::write_json(&a.out.join("approx.json"), &serde_json::to_value(&r.approx).map_err(|e| e.to_string())?)?;
+    receipt::write_json(
+        &a.out.join("approx.json"),
+        &serde_json::to_value(&r.approx).map_err(|e| e.to_string())?,
+    )?;
     for (k, v) in &r.agrees_with_ptx_isa {
-        println!("mma {k}: measured; matches the PTX ISA figures: {}", if *v { "yes" } else { "NO" });
+        println!(
+            "mma {k}: measured; matches the PTX ISA figures: {}",
+            if *v { "yes" } else { "NO" }
+        );
     }
     for (k, v) in &r.layout.ldmatrix {
         println!("ldmatrix {k}: {} elements measured", v.len());
     }
-    println!("{:<22} {:>12} {:>12} {:>12}  domain", "instruction", "max ulp", "max abs", "max rel");
+    println!(
+        "{:<22} {:>12} {:>12} {:>12}  domain",
+        "instruction", "max ulp", "max abs", "max rel"
+    );
     for e in &r.approx.ops {
-        println!("{:<22} {:>12.3} {:>12.3e} {:>12.3e}  {}", e.instruction, e.max_ulp, e.max_abs, e.max_rel, e.domain);
+        println!(
+            "{:<22} {:>12.3} {:>12.3e} {:>12.3e}  {}",
+            e.instruction, e.max_ulp, e.max_abs, e.max_rel, e.domain
+        );
     }
-    println!("tables written to {}, receipt {}", a.out.display(), a.receipt.display());
+    println!(
+        "tables written to {}, receipt {}",
+        a.out.display(),
+        a.receipt.display()
+    );
     Ok(())
 }

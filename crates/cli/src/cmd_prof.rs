@@ -18,7 +18,9 @@ use quench_prof::ceiling::measure_fma_flops;
 use quench_prof::order::{check_order, OrderCheck};
 use quench_prof::roofline::roofline_png;
 use quench_prof::summary::{render, to_json};
-use quench_prof::{chrome_trace, instrument, shapes::small_params, summarize, Ceilings, Dispatch, HostSpans, Ring};
+use quench_prof::{
+    chrome_trace, instrument, shapes::small_params, summarize, Ceilings, Dispatch, HostSpans, Ring,
+};
 use quench_rt::{CudaExecutor, Executor, InterpExecutor, StreamId};
 use serde_json::{json, Value};
 
@@ -89,16 +91,23 @@ pub struct ProfArgs {
 
 pub fn run(a: &ProfArgs) -> Result<(), String> {
     if a.every == 0 {
-        return Err("--every 0 instruments no step: give N of at least 1 (1 instruments every decode step)".into());
+        return Err(
+            "--every 0 instruments no step: give N of at least 1 (1 instruments every decode step)"
+                .into(),
+        );
     }
     if a.command.is_empty() {
         if a.overhead.is_some() || a.roofline.is_some() || a.every != 1 {
-            return Err("--overhead, --roofline and --every need a command to profile (after `--`)".into());
+            return Err(
+                "--overhead, --roofline and --every need a command to profile (after `--`)".into(),
+            );
         }
         return run_library(a);
     }
     if !a.kernels.is_empty() {
-        return Err("--kernels profiles library kernels; it does not combine with a command".into());
+        return Err(
+            "--kernels profiles library kernels; it does not combine with a command".into(),
+        );
     }
     let cli = crate::parse_command(&a.command)?;
     if matches!(cli, crate::Command::Prof(_)) {
@@ -121,8 +130,12 @@ fn measure_ceilings(exec: &mut dyn Executor) -> Result<Ceilings, String> {
         return Ok(Ceilings::default());
     }
     let copy = copy_bandwidth_gbps(exec, CEILING_REPS)? * 1e9;
-    let flops = measure_fma_flops(exec, FMA_BLOCKS, FMA_ITERS, CEILING_REPS).map_err(|e| e.to_string())?;
-    Ok(Ceilings { copy_bytes_per_s: Some(copy), flops: Some(flops) })
+    let flops =
+        measure_fma_flops(exec, FMA_BLOCKS, FMA_ITERS, CEILING_REPS).map_err(|e| e.to_string())?;
+    Ok(Ceilings {
+        copy_bytes_per_s: Some(copy),
+        flops: Some(flops),
+    })
 }
 
 /// Run `command` with profiling on in `mode`, instrumenting one decode step in `every`;
@@ -132,8 +145,12 @@ fn run_profiled(command: &crate::Command, mode: Mode, every: u32) -> (Profile, R
         Mode::Dispatches => Some(Box::new(measure_ceilings)),
         Mode::StepTimes => None,
     };
-    let started = profile::start_sampled(ProfileOptions { mode, ceilings }, every, profile::HISTORY_STEPS)
-        .map_err(|e| e.to_string());
+    let started = profile::start_sampled(
+        ProfileOptions { mode, ceilings },
+        every,
+        profile::HISTORY_STEPS,
+    )
+    .map_err(|e| e.to_string());
     let result = started.and_then(|()| crate::run(command));
     let profile = profile::finish().unwrap_or_else(|| Profile {
         mode,
@@ -206,7 +223,9 @@ impl RecordChecks {
         if self.recorded != self.submitted || self.records as u64 != self.submitted {
             let unread = match self.unread {
                 0 => String::new(),
-                n => format!(" ({n} of them still on the device of a decoder the command did not drop)"),
+                n => format!(
+                    " ({n} of them still on the device of a decoder the command did not drop)"
+                ),
             };
             out.push(format!(
                 "the profile's {} dispatch records saw {} dispatches run, but {} were submitted{unread}",
@@ -259,9 +278,11 @@ impl RecordChecks {
 /// after writing them, if the records miss a dispatch or show serialized ones overlapping.
 fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
     let Some(decoder) = profile.decoders.first() else {
-        return Err("the command put no decoder on a GPU (or the interpreter), so there is nothing to \
+        return Err(
+            "the command put no decoder on a GPU (or the interpreter), so there is nothing to \
                     profile: run it with `--device cuda`"
-            .into());
+                .into(),
+        );
     };
     let checks = RecordChecks::of(profile);
     let failures = checks.failures(&profile.dispatches);
@@ -274,9 +295,18 @@ fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
         None => Ceilings::default(),
     };
     let trace = chrome_trace(&profile.dispatches, &profile.host);
-    write(&a.trace, serde_json::to_string(&trace).map_err(|e| e.to_string())?.as_bytes())?;
+    write(
+        &a.trace,
+        serde_json::to_string(&trace)
+            .map_err(|e| e.to_string())?
+            .as_bytes(),
+    )?;
     let summary = summarize(&profile.dispatches);
-    let clock = if decoder.backend == "interp" { " (interpreter virtual clock)" } else { "" };
+    let clock = if decoder.backend == "interp" {
+        " (interpreter virtual clock)"
+    } else {
+        ""
+    };
     let sampled = match profile.every {
         1 => String::new(),
         n => format!(" (one in {n} instrumented)"),
@@ -290,7 +320,10 @@ fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
     );
     if let Some(path) = &a.roofline {
         let title = format!("quench prof: {}, {} steps", decoder.device, summary.steps);
-        write(path, &roofline_png(&summary, &ceilings, &title).map_err(|e| e.to_string())?)?;
+        write(
+            path,
+            &roofline_png(&summary, &ceilings, &title).map_err(|e| e.to_string())?,
+        )?;
         eprintln!("roofline: {}", path.display());
     }
     if a.json.is_none() || json_file(a).is_some() {
@@ -313,12 +346,17 @@ fn report(a: &ProfArgs, profile: &Profile) -> Result<(), String> {
             "roofline": a.roofline,
             "passed": failures.is_empty(),
         });
-        if let (Value::Object(o), Value::Object(c)) = (&mut outcome, checks.to_json(&profile.dispatches)) {
+        if let (Value::Object(o), Value::Object(c)) =
+            (&mut outcome, checks.to_json(&profile.dispatches))
+        {
             o.extend(c);
         }
         let bound = json!({"dispatches_recorded_equal_submitted": true, "replays_ordered": true});
         let inputs = json!({"command": a.command, "every": profile.every});
-        emit_json(a, &receipt::receipt("prof", device_json(decoder), inputs, bound, outcome))?;
+        emit_json(
+            a,
+            &receipt::receipt("prof", device_json(decoder), inputs, bound, outcome),
+        )?;
     }
     match failures.is_empty() {
         true => Ok(()),
@@ -346,8 +384,13 @@ struct TokenMatch {
 impl TokenMatch {
     fn of(plain: &[u32], profiled: &[u32]) -> TokenMatch {
         let differs = plain.iter().zip(profiled).position(|(a, b)| a != b);
-        let first_difference = differs.or((plain.len() != profiled.len()).then(|| plain.len().min(profiled.len())));
-        TokenMatch { plain: plain.len(), profiled: profiled.len(), first_difference }
+        let first_difference =
+            differs.or((plain.len() != profiled.len()).then(|| plain.len().min(profiled.len())));
+        TokenMatch {
+            plain: plain.len(),
+            profiled: profiled.len(),
+            first_difference,
+        }
     }
 
     fn to_json(&self) -> Value {
@@ -410,9 +453,11 @@ fn overhead(
             let (profile, result) = run(mode);
             result?;
             if profile.step_ns.is_empty() {
-                return Err("the command ran no decode step that read a token back on a GPU decoder \
+                return Err(
+                    "the command ran no decode step that read a token back on a GPU decoder \
                             (or the interpreter): run it with `--device cuda`"
-                    .into());
+                        .into(),
+                );
             }
             if let Some(d) = profile.decoders.first() {
                 device = device_json(d);
@@ -424,7 +469,11 @@ fn overhead(
                 Mode::Dispatches => "profiled",
             };
             let stat = statistic.name();
-            eprintln!("pair {}/{pairs} {name:>8}: {} decode steps, {stat} {m:.4} ms", pair + 1, ms.len());
+            eprintln!(
+                "pair {}/{pairs} {name:>8}: {} decode steps, {stat} {m:.4} ms",
+                pair + 1,
+                ms.len()
+            );
             let mut run_json = json!({"pair": pair, "mode": name, "decode_steps": ms.len(),
                 "tokens": profile.tokens.len()});
             run_json[format!("{stat}_step_ms")] = json!(m);
@@ -442,9 +491,10 @@ fn overhead(
                     }
                     run_json["tokens_match_plain"] = tokens.to_json();
                     matches.push(tokens);
-                    if let (Value::Object(r), Value::Object(c)) =
-                        (&mut run_json, RecordChecks::of(&profile).to_json(&profile.dispatches))
-                    {
+                    if let (Value::Object(r), Value::Object(c)) = (
+                        &mut run_json,
+                        RecordChecks::of(&profile).to_json(&profile.dispatches),
+                    ) {
                         r.extend(c);
                     }
                 }
@@ -493,9 +543,13 @@ fn overhead(
              the tokens the decoder read back, plain against profiled run of each pair",
             statistic.name()
         );
-        let inputs = json!({"command": a.command, "pairs": pairs, "every": a.every, "compared": compared});
+        let inputs =
+            json!({"command": a.command, "pairs": pairs, "every": a.every, "compared": compared});
         let bound = json!({"overhead_below": OVERHEAD_TARGET, "tokens_identical": true});
-        emit_json(a, &receipt::receipt("prof-overhead", device, inputs, bound, outcome))?;
+        emit_json(
+            a,
+            &receipt::receipt("prof-overhead", device, inputs, bound, outcome),
+        )?;
     }
     let mut failures = vec![];
     if cost >= OVERHEAD_TARGET {
@@ -518,7 +572,10 @@ fn selected(names: &[String]) -> Result<Vec<KernelSpec>, String> {
     if names.is_empty() {
         return Ok(library());
     }
-    names.iter().map(|n| quench_kernels::find(n).map_err(|e| e.to_string())).collect()
+    names
+        .iter()
+        .map(|n| quench_kernels::find(n).map_err(|e| e.to_string()))
+        .collect()
 }
 
 /// Library kernels one by one, each checked against its reference.
@@ -529,7 +586,9 @@ fn run_library(a: &ProfArgs) -> Result<(), String> {
     let specs = selected(&a.kernels)?;
     let mut exec: Box<dyn Executor> = match a.backend {
         Backend::Interp => Box::new(InterpExecutor::new()),
-        Backend::Cuda => Box::new(CudaExecutor::new(a.gpu).map_err(|e| format!("--backend cuda: {e}"))?),
+        Backend::Cuda => {
+            Box::new(CudaExecutor::new(a.gpu).map_err(|e| format!("--backend cuda: {e}"))?)
+        }
     };
     let exec = exec.as_mut();
     let slots = specs.len() as u32 * a.reps;
@@ -547,7 +606,9 @@ fn run_library(a: &ProfArgs) -> Result<(), String> {
         span.end(&mut host);
         for rep in 0..a.reps {
             let mut c = case.clone();
-            let extra = ring.next(spec.name, StreamId::DEFAULT).map_err(|e| e.to_string())?;
+            let extra = ring
+                .next(spec.name, StreamId::DEFAULT)
+                .map_err(|e| e.to_string())?;
             c.args.extend(extra.map(CaseArg::Scalar));
             let span = host.begin(&format!("run {}", spec.name));
             let out = run_case(exec, &c).map_err(|e| e.to_string())?;
@@ -567,17 +628,30 @@ fn run_library(a: &ProfArgs) -> Result<(), String> {
     let dispatches = ring.collect(exec).map_err(|e| e.to_string())?;
     ring.release(exec).map_err(|e| e.to_string())?;
     let trace = chrome_trace(&dispatches, &host);
-    write(&a.trace, serde_json::to_string(&trace).map_err(|e| e.to_string())?.as_bytes())?;
+    write(
+        &a.trace,
+        serde_json::to_string(&trace)
+            .map_err(|e| e.to_string())?
+            .as_bytes(),
+    )?;
     let clock = match a.backend {
         Backend::Interp => " (interpreter virtual clock)",
         Backend::Cuda => "",
     };
-    eprintln!("{} dispatches on {}{clock}; trace: {}", dispatches.len(), exec.device_name(), a.trace.display());
+    eprintln!(
+        "{} dispatches on {}{clock}; trace: {}",
+        dispatches.len(),
+        exec.device_name(),
+        a.trace.display()
+    );
     let summary = summarize(&dispatches);
     match a.json {
         None => print!("{}", render(&summary, &Ceilings::default())),
-        Some(_) => emit_json(a, &json!({"format": "quench-prof-kernels/1", "device": exec.device_name(),
-            "summary": to_json(&summary, &Ceilings::default()), "trace": a.trace}))?,
+        Some(_) => emit_json(
+            a,
+            &json!({"format": "quench-prof-kernels/1", "device": exec.device_name(),
+            "summary": to_json(&summary, &Ceilings::default()), "trace": a.trace}),
+        )?,
     }
     Ok(())
 }
@@ -604,7 +678,8 @@ mod tests {
 
     #[test]
     fn interp_run_writes_trace_with_every_launch() {
-        let trace = std::env::temp_dir().join(format!("quench-prof-test-{}.json", std::process::id()));
+        let trace =
+            std::env::temp_dir().join(format!("quench-prof-test-{}.json", std::process::id()));
         let a = ProfArgs {
             kernels: vec!["add_f32".into(), "softmax_f32".into()],
             reps: 2,
@@ -617,31 +692,65 @@ mod tests {
         std::fs::remove_file(&trace).expect("remove trace");
         let v: serde_json::Value = serde_json::from_str(&text).expect("trace parses");
         let events = v["traceEvents"].as_array().expect("traceEvents");
-        let gpu: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X" && e["pid"] == 1).collect();
-        let names: Vec<&str> = gpu.iter().map(|e| e["name"].as_str().expect("name")).collect();
+        let gpu: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == 1)
+            .collect();
+        let names: Vec<&str> = gpu
+            .iter()
+            .map(|e| e["name"].as_str().expect("name"))
+            .collect();
         assert_eq!(names, ["add_f32", "add_f32", "softmax_f32", "softmax_f32"]);
         for w in gpu.windows(2) {
             let end = w[0]["ts"].as_f64().expect("ts") + w[0]["dur"].as_f64().expect("dur");
-            assert!(w[0]["dur"].as_f64().expect("dur") > 0.0 && end <= w[1]["ts"].as_f64().expect("ts"), "{w:?}");
+            assert!(
+                w[0]["dur"].as_f64().expect("dur") > 0.0 && end <= w[1]["ts"].as_f64().expect("ts"),
+                "{w:?}"
+            );
         }
-        assert_eq!(events.iter().filter(|e| e["ph"] == "X" && e["pid"] == 2).count(), 2 + 4);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e["ph"] == "X" && e["pid"] == 2)
+                .count(),
+            2 + 4
+        );
     }
 
     #[test]
     fn bad_requests_are_refused_by_name() {
-        let a = ProfArgs { reps: 0, ..args(&[]) };
+        let a = ProfArgs {
+            reps: 0,
+            ..args(&[])
+        };
         assert!(run(&a).unwrap_err().contains("--reps"));
-        let e = run(&ProfArgs { overhead: Some(2), ..args(&[]) }).unwrap_err();
+        let e = run(&ProfArgs {
+            overhead: Some(2),
+            ..args(&[])
+        })
+        .unwrap_err();
         assert!(e.contains("need a command"), "{e}");
         let e = run(&args(&["prof", "--", "devices"])).unwrap_err();
         assert!(e.contains("cannot profile itself"), "{e}");
         let e = run(&args(&["no-such-command"])).unwrap_err();
         assert!(e.contains("no-such-command"), "{e}");
-        let e = run(&ProfArgs { kernels: vec!["add_f32".into()], ..args(&["devices"]) }).unwrap_err();
+        let e = run(&ProfArgs {
+            kernels: vec!["add_f32".into()],
+            ..args(&["devices"])
+        })
+        .unwrap_err();
         assert!(e.contains("--kernels"), "{e}");
-        let e = run(&ProfArgs { every: 0, ..args(&["generate"]) }).unwrap_err();
+        let e = run(&ProfArgs {
+            every: 0,
+            ..args(&["generate"])
+        })
+        .unwrap_err();
         assert!(e.contains("--every 0 instruments no step"), "{e}");
-        let e = run(&ProfArgs { every: 4, ..args(&[]) }).unwrap_err();
+        let e = run(&ProfArgs {
+            every: 4,
+            ..args(&[])
+        })
+        .unwrap_err();
         assert!(e.contains("--every need a command"), "{e}");
     }
 
@@ -656,7 +765,10 @@ mod tests {
         host.record("step 0: submit", t, t);
         let mut dispatches = vec![];
         for step in 0..2u32 {
-            for (i, kernel) in ["qgemv_q8_0_xf32", "attention_decode_f16", "argmax_f32"].iter().enumerate() {
+            for (i, kernel) in ["qgemv_q8_0_xf32", "attention_decode_f16", "argmax_f32"]
+                .iter()
+                .enumerate()
+            {
                 let start = 10_000 * step as u64 + 1_000 * i as u64;
                 dispatches.push(quench_prof::Dispatch {
                     kernel: kernel.to_string(),
@@ -681,7 +793,10 @@ mod tests {
                 backend: "interp",
                 device: "the interpreter".into(),
                 dispatches_per_step: 3,
-                ceilings: Some(Ok(Ceilings { copy_bytes_per_s: Some(4e9), flops: Some(1e10) })),
+                ceilings: Some(Ok(Ceilings {
+                    copy_bytes_per_s: Some(4e9),
+                    flops: Some(1e10),
+                })),
             }],
             submitted: 6,
             unread: 0,
@@ -692,7 +807,11 @@ mod tests {
 
     #[test]
     fn report_writes_trace_roofline_and_json() {
-        let (trace, png, json) = (temp("trace.json"), temp("roofline.png"), temp("summary.json"));
+        let (trace, png, json) = (
+            temp("trace.json"),
+            temp("roofline.png"),
+            temp("summary.json"),
+        );
         let a = ProfArgs {
             trace: trace.clone(),
             roofline: Some(png.clone()),
@@ -700,18 +819,48 @@ mod tests {
             ..args(&["generate"])
         };
         report(&a, &fake_profile()).expect("reported");
-        let t: Value = serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("parses");
-        let gpu = t["traceEvents"].as_array().expect("events").iter().filter(|e| e["pid"] == 1 && e["ph"] == "X").count();
+        let t: Value =
+            serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("parses");
+        let gpu = t["traceEvents"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter(|e| e["pid"] == 1 && e["ph"] == "X")
+            .count();
         assert_eq!(gpu, 6);
-        assert!(std::fs::read(&png).expect("png").starts_with(b"\x89PNG\r\n\x1a\n"));
-        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
-        assert_eq!((j["format"].as_str(), j["kind"].as_str()), (Some(receipt::FORMAT), Some("prof")));
+        assert!(std::fs::read(&png)
+            .expect("png")
+            .starts_with(b"\x89PNG\r\n\x1a\n"));
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert_eq!(
+            (j["format"].as_str(), j["kind"].as_str()),
+            (Some(receipt::FORMAT), Some("prof"))
+        );
         let o = &j["outcome"];
-        assert_eq!((o["dispatches_recorded"].as_u64(), o["dispatches_submitted"].as_u64()), (Some(6), Some(6)));
+        assert_eq!(
+            (
+                o["dispatches_recorded"].as_u64(),
+                o["dispatches_submitted"].as_u64()
+            ),
+            (Some(6), Some(6))
+        );
         assert_eq!(o["dispatch_records"], 6);
         assert_eq!(o["replays_ordered"]["ordered"], true);
-        assert_eq!((o["replays_ordered"]["pairs_compared"].as_u64(), o["replays_ordered"]["violations"].as_u64()), (Some(4), Some(0)));
-        assert_eq!((o["passed"].as_bool(), j["bound"]["replays_ordered"].as_bool()), (Some(true), Some(true)));
+        assert_eq!(
+            (
+                o["replays_ordered"]["pairs_compared"].as_u64(),
+                o["replays_ordered"]["violations"].as_u64()
+            ),
+            (Some(4), Some(0))
+        );
+        assert_eq!(
+            (
+                o["passed"].as_bool(),
+                j["bound"]["replays_ordered"].as_bool()
+            ),
+            (Some(true), Some(true))
+        );
         assert_eq!(o["summary"]["steps"], 2);
         assert_eq!(o["summary"]["kernels"].as_array().expect("rows").len(), 3);
         assert_eq!(o["summary"]["ceilings"]["copy_bytes_per_s"], 4e9);
@@ -725,36 +874,68 @@ mod tests {
         // A profile whose records do not match the submissions fails, with its receipt.
         let unused = temp("unused.json");
         let json = temp("lost.json");
-        let a = ProfArgs { trace: unused.clone(), json: Some(json.clone()), ..args(&["generate"]) };
+        let a = ProfArgs {
+            trace: unused.clone(),
+            json: Some(json.clone()),
+            ..args(&["generate"])
+        };
         let mut lost = fake_profile();
         lost.submitted = 7;
         let e = report(&a, &lost).unwrap_err();
-        assert!(e.contains("6 dispatch records saw 6 dispatches run, but 7 were submitted"), "{e}");
+        assert!(
+            e.contains("6 dispatch records saw 6 dispatches run, but 7 were submitted"),
+            "{e}"
+        );
         assert!(!e.contains("still on the device"), "{e}");
         // Records left on a decoder's device are named as such.
         lost.unread = 1;
         let e = report(&a, &lost).unwrap_err();
-        assert!(e.contains("but 7 were submitted (1 of them still on the device"), "{e}");
-        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert!(
+            e.contains("but 7 were submitted (1 of them still on the device"),
+            "{e}"
+        );
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
         assert_eq!(j["outcome"]["dispatches_unread"], 1);
         // A dispatch whose launch was not seen (its counter did not move) is not recorded.
         let mut unseen = fake_profile();
         unseen.dispatches[4].launches = 0;
         let e = report(&a, &unseen).unwrap_err();
-        assert!(e.contains("saw 5 dispatches run, but 6 were submitted"), "{e}");
-        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
-        assert_eq!((j["outcome"]["dispatches_recorded"].as_u64(), j["outcome"]["passed"].as_bool()), (Some(5), Some(false)));
+        assert!(
+            e.contains("saw 5 dispatches run, but 6 were submitted"),
+            "{e}"
+        );
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert_eq!(
+            (
+                j["outcome"]["dispatches_recorded"].as_u64(),
+                j["outcome"]["passed"].as_bool()
+            ),
+            (Some(5), Some(false))
+        );
 
         // Serialized dispatches that overlap fail, named, with their receipt.
         let mut overlapping = fake_profile();
         overlapping.dispatches[5].start_ns = overlapping.dispatches[4].end_ns - 30;
         let e = report(&a, &overlapping).unwrap_err();
-        assert!(e.contains("1 of 4 consecutive") && e.contains("`argmax_f32` began 30 ns before `attention_decode_f16`"), "{e}");
-        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert!(
+            e.contains("1 of 4 consecutive")
+                && e.contains("`argmax_f32` began 30 ns before `attention_decode_f16`"),
+            "{e}"
+        );
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
         let order = &j["outcome"]["replays_ordered"];
-        assert_eq!((order["ordered"].as_bool(), order["violations"].as_u64()), (Some(false), Some(1)));
-        assert_eq!(order["first_violations"][0], json!({"step": 1, "stream": 0, "first": "attention_decode_f16",
-            "second": "argmax_f32", "by_ns": 30}));
+        assert_eq!(
+            (order["ordered"].as_bool(), order["violations"].as_u64()),
+            (Some(false), Some(1))
+        );
+        assert_eq!(
+            order["first_violations"][0],
+            json!({"step": 1, "stream": 0, "first": "attention_decode_f16",
+            "second": "argmax_f32", "by_ns": 30})
+        );
         for p in [unused, json] {
             std::fs::remove_file(p).expect("remove");
         }
@@ -763,30 +944,68 @@ mod tests {
     #[test]
     fn overhead_alternates_runs_and_compares_median_steps() {
         let json = temp("overhead.json");
-        let a = ProfArgs { json: Some(json.clone()), overhead: Some(2), ..args(&["bench"]) };
+        let a = ProfArgs {
+            json: Some(json.clone()),
+            overhead: Some(2),
+            ..args(&["bench"])
+        };
         let mut modes = vec![];
         overhead(&a, 2, |mode| {
             modes.push(mode);
             let mut p = fake_profile();
             p.mode = mode;
             // Plain steps of 1 ms, profiled ones 2% longer (one slow outlier each).
-            let base = if mode == Mode::StepTimes { 1_000_000 } else { 1_020_000 };
+            let base = if mode == Mode::StepTimes {
+                1_000_000
+            } else {
+                1_020_000
+            };
             p.step_ns = vec![base, base, 9 * base];
             (p, Ok(()))
         })
         .expect("measured");
-        assert_eq!(modes, [Mode::StepTimes, Mode::Dispatches, Mode::StepTimes, Mode::Dispatches]);
-        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
-        assert_eq!((j["kind"].as_str(), j["bound"]["overhead_below"].as_f64()), (Some("prof-overhead"), Some(0.03)));
+        assert_eq!(
+            modes,
+            [
+                Mode::StepTimes,
+                Mode::Dispatches,
+                Mode::StepTimes,
+                Mode::Dispatches
+            ]
+        );
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert_eq!(
+            (j["kind"].as_str(), j["bound"]["overhead_below"].as_f64()),
+            (Some("prof-overhead"), Some(0.03))
+        );
         let o = &j["outcome"];
-        assert!((o["overhead"].as_f64().expect("overhead") - 0.02).abs() < 1e-9, "{j}");
+        assert!(
+            (o["overhead"].as_f64().expect("overhead") - 0.02).abs() < 1e-9,
+            "{j}"
+        );
         assert_eq!(o["within_target"], true);
         let runs = o["runs"].as_array().expect("runs");
         assert_eq!(runs.len(), 4);
-        assert_eq!((o["tokens_identical"].as_bool(), j["bound"]["tokens_identical"].as_bool()), (Some(true), Some(true)));
-        assert_eq!(runs[1]["tokens_match_plain"], json!({"plain_tokens": 4, "profiled_tokens": 4,
-            "identical": true, "first_difference": null}));
-        assert_eq!((runs[3]["dispatches_recorded"].as_u64(), runs[3]["replays_ordered"]["violations"].as_u64()), (Some(6), Some(0)));
+        assert_eq!(
+            (
+                o["tokens_identical"].as_bool(),
+                j["bound"]["tokens_identical"].as_bool()
+            ),
+            (Some(true), Some(true))
+        );
+        assert_eq!(
+            runs[1]["tokens_match_plain"],
+            json!({"plain_tokens": 4, "profiled_tokens": 4,
+            "identical": true, "first_difference": null})
+        );
+        assert_eq!(
+            (
+                runs[3]["dispatches_recorded"].as_u64(),
+                runs[3]["replays_ordered"]["violations"].as_u64()
+            ),
+            (Some(6), Some(0))
+        );
 
         // A profiled run whose tokens differ (here from the third on, in the second
         // pair) fails within the target, and the receipt says where.
@@ -801,14 +1020,27 @@ mod tests {
             (p, Ok(()))
         })
         .unwrap_err();
-        assert!(e.contains("changed the tokens") && !e.contains("target"), "{e}");
-        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        assert!(
+            e.contains("changed the tokens") && !e.contains("target"),
+            "{e}"
+        );
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
         let o = &j["outcome"];
-        assert_eq!((o["tokens_identical"].as_bool(), o["within_target"].as_bool()), (Some(false), Some(true)));
+        assert_eq!(
+            (
+                o["tokens_identical"].as_bool(),
+                o["within_target"].as_bool()
+            ),
+            (Some(false), Some(true))
+        );
         assert_eq!(o["runs"][1]["tokens_match_plain"]["identical"], true);
         assert_eq!(o["runs"][3]["tokens_match_plain"]["first_difference"], 2);
         // A run that stops early differs where the shorter one ends.
-        assert_eq!(TokenMatch::of(&[1, 2, 3], &[1, 2]).first_difference, Some(2));
+        assert_eq!(
+            TokenMatch::of(&[1, 2, 3], &[1, 2]).first_difference,
+            Some(2)
+        );
         assert_eq!(TokenMatch::of(&[1, 2], &[1, 2]).first_difference, None);
 
         // No tokens recorded by any run: nothing compared, and no failure for it.
@@ -819,19 +1051,25 @@ mod tests {
             (p, Ok(()))
         })
         .expect("measured");
-        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
         assert_eq!(j["outcome"]["tokens_identical"], Value::Null);
 
         // Over the target: the receipt says so, and the command fails.
         let e = overhead(&a, 1, |mode| {
             let mut p = fake_profile();
             p.mode = mode;
-            p.step_ns = vec![if mode == Mode::StepTimes { 1_000_000 } else { 1_100_000 }];
+            p.step_ns = vec![if mode == Mode::StepTimes {
+                1_000_000
+            } else {
+                1_100_000
+            }];
             (p, Ok(()))
         })
         .unwrap_err();
         assert!(e.contains("10.00%"), "{e}");
-        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
         std::fs::remove_file(&json).expect("remove");
         assert_eq!(j["outcome"]["within_target"], false);
 
@@ -850,7 +1088,12 @@ mod tests {
     fn overhead_of_one_step_in_n_compares_mean_steps() {
         // One profiled step in three costs 6% more: 2% on the mean, none on the median.
         let json = temp("overhead-every.json");
-        let a = ProfArgs { json: Some(json.clone()), overhead: Some(1), every: 3, ..args(&["bench"]) };
+        let a = ProfArgs {
+            json: Some(json.clone()),
+            overhead: Some(1),
+            every: 3,
+            ..args(&["bench"])
+        };
         overhead(&a, 1, |mode| {
             let mut p = fake_profile();
             p.mode = mode;
@@ -862,13 +1105,26 @@ mod tests {
             (p, Ok(()))
         })
         .expect("measured");
-        let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
         std::fs::remove_file(&json).expect("remove");
         assert_eq!(j["inputs"]["every"], 3);
-        assert!(j["inputs"]["compared"].as_str().expect("compared").starts_with("mean host time"), "{j}");
+        assert!(
+            j["inputs"]["compared"]
+                .as_str()
+                .expect("compared")
+                .starts_with("mean host time"),
+            "{j}"
+        );
         let o = &j["outcome"];
-        assert!((o["overhead"].as_f64().expect("overhead") - 0.02).abs() < 1e-9, "{j}");
-        assert!((o["runs"][1]["mean_step_ms"].as_f64().expect("mean") - 1.02).abs() < 1e-9, "{j}");
+        assert!(
+            (o["overhead"].as_f64().expect("overhead") - 0.02).abs() < 1e-9,
+            "{j}"
+        );
+        assert!(
+            (o["runs"][1]["mean_step_ms"].as_f64().expect("mean") - 1.02).abs() < 1e-9,
+            "{j}"
+        );
         assert_eq!(StepStatistic::for_every(1), StepStatistic::Median);
     }
 

@@ -89,7 +89,9 @@ enum IsaCommand {
 /// A quench command line without the program name (`generate --device cuda …`), parsed.
 pub(crate) fn parse_command(args: &[String]) -> Result<Command, String> {
     let argv = std::iter::once("quench").chain(args.iter().map(String::as_str));
-    Cli::try_parse_from(argv).map(|c| c.command).map_err(|e| e.to_string())
+    Cli::try_parse_from(argv)
+        .map(|c| c.command)
+        .map_err(|e| e.to_string())
 }
 
 /// Run one command.

@@ -43,7 +43,8 @@ pub fn receipt(kind: &str, device: Value, inputs: Value, bound: Value, outcome: 
 /// new one is complete.
 pub fn write_json(path: &Path, v: &Value) -> Result<(), String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())? + "\n";
     let tmp = path.with_extension("json.partial");
@@ -53,6 +54,9 @@ pub fn write_json(path: &Path, v: &Value) -> Result<(), String> {
 
 /// Prints `v` as pretty JSON on stdout.
 pub fn print_json(v: &Value) -> Result<(), String> {
-    println!("{}", serde_json::to_string_pretty(v).map_err(|e| e.to_string())?);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).map_err(|e| e.to_string())?
+    );
     Ok(())
 }

@@ -207,7 +207,10 @@ fn bad_files_and_options_fail_with_a_message() {
     assert_eq!(out.status.code(), Some(1));
     // Without a GPU the driver's absence is named; with one, the tiny shape's head size.
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("no GPU") || stderr.contains("head_dim = 16"), "{stderr}");
+    assert!(
+        stderr.contains("no GPU") || stderr.contains("head_dim = 16"),
+        "{stderr}"
+    );
     let out = quench(&["generate", "-m", &model, "--top-p", "0", "x"], "", &cache);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("top_p"), "{}", text(&out.stderr));
@@ -440,23 +443,52 @@ fn real_models_answer_from_the_command_line() {
 /// tokens from llama-cpp-python) with llama.cpp's own greedy tokens, free-running: every
 /// token is quench's pick fed back, not llama.cpp's.
 fn generates_llama_cpp_tokens(gguf: &str, cache: &Path) {
-    let fixture: serde_json::Value =
-        serde_json::from_str(include_str!("../../cpu/tests/fixtures/llama_cpp_smollm2.json")).unwrap();
-    let ids = |v: &serde_json::Value| -> Vec<u64> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect() };
+    let fixture: serde_json::Value = serde_json::from_str(include_str!(
+        "../../cpu/tests/fixtures/llama_cpp_smollm2.json"
+    ))
+    .unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
     let out_file = scratch("llama-cpp-tokens").join("logits.json");
     std::fs::create_dir_all(out_file.parent().unwrap()).unwrap();
     for case in fixture["cases"].as_array().unwrap() {
         let want = ids(&case["generated_ids"]);
         let n = want.len().to_string();
         let args = [
-            "generate", "-q", "-m", gguf, "--temperature", "0", "--max-tokens", &n, "--llama-cpp-rounding",
-            "--logits-out", out_file.to_str().unwrap(), case["prompt"].as_str().unwrap(),
+            "generate",
+            "-q",
+            "-m",
+            gguf,
+            "--temperature",
+            "0",
+            "--max-tokens",
+            &n,
+            "--llama-cpp-rounding",
+            "--logits-out",
+            out_file.to_str().unwrap(),
+            case["prompt"].as_str().unwrap(),
         ];
         let out = quench(&args, "", cache);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let got: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
-        assert_eq!(ids(&got["prompt_tokens"]), ids(&case["prompt_ids"]), "{}: prompt tokens", case["name"]);
-        assert_eq!(ids(&got["tokens"]), want, "{}: generated tokens", case["name"]);
+        let got: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
+        assert_eq!(
+            ids(&got["prompt_tokens"]),
+            ids(&case["prompt_ids"]),
+            "{}: prompt tokens",
+            case["name"]
+        );
+        assert_eq!(
+            ids(&got["tokens"]),
+            want,
+            "{}: generated tokens",
+            case["name"]
+        );
     }
     std::fs::remove_dir_all(out_file.parent().unwrap()).unwrap();
 }

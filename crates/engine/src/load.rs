@@ -29,7 +29,9 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
     let checkpoint = checkpoint::open(path)?;
     let (config, embedding) = describe(&checkpoint)?;
     if options.arithmetic != Arithmetic::F32
-        && (options.device != Device::Cpu || options.precision != Precision::F32 || embedding.is_some())
+        && (options.device != Device::Cpu
+            || options.precision != Precision::F32
+            || embedding.is_some())
     {
         return Err(EngineError::Unsupported {
             what: format!("{:?} arithmetic", options.arithmetic),

@@ -14,12 +14,12 @@
 use std::path::PathBuf;
 
 use quench_cpu::{ModelConfig, Naming};
-use quench_engine::KvCache;
 use quench_engine::gpu::{
     load_decoder, Backend, DecodeGraph, GpuDecoder, GpuError, GpuOptions, GpuSession, GpuSummary,
     StepShape,
 };
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
+use quench_engine::KvCache;
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};

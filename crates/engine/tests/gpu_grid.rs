@@ -9,8 +9,8 @@
 //! and is printed so that a failure can be replayed.
 
 use quench_cpu::{ModelConfig, Naming};
-use quench_engine::KvCache;
 use quench_engine::gpu::{DecodeGraph, GpuDecoder, GpuOptions, Rows, StepShape};
+use quench_engine::KvCache;
 use quench_ir::Function;
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::{
@@ -168,7 +168,11 @@ fn the_graph_caps_only_the_matrix_vector_grids() {
             // dispatch of its own), the others 8 narrow ones.
             let integer = name.contains("q4_k") || name.contains("q8_0");
             let cap = c.launch.grid[0];
-            assert!(cap == 8 || (integer && cap == 1), "{}: {cap} blocks", c.label);
+            assert!(
+                cap == 8 || (integer && cap == 1),
+                "{}: {cap} blocks",
+                c.label
+            );
             if integer && name.contains("rmsnorm") {
                 assert_eq!(cap, 1, "{}", c.label);
             }

@@ -164,10 +164,18 @@ fn an_f32_kv_cache_keeps_attention_at_f32_precision() {
     let reference = reference(&file);
     let prompt: Vec<u32> = (0..5).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
     let worst = |kv_cache: KvCache| {
-        let gpu = on_interp(&file, &GpuOptions { kv_cache, ..options() }).expect("loads");
+        let gpu = on_interp(
+            &file,
+            &GpuOptions {
+                kv_cache,
+                ..options()
+            },
+        )
+        .expect("loads");
         let s = gpu.summary();
         assert_eq!(s.kv_cache, kv_cache);
-        let c = check_generation(&gpu, &reference, LogitBound::FP64_CHECK, &prompt, 4).expect("a check");
+        let c = check_generation(&gpu, &reference, LogitBound::FP64_CHECK, &prompt, 4)
+            .expect("a check");
         assert_passes(kv_cache.name(), &c, &reference);
         let worst = c.steps.iter().map(|s| s.max_abs_error).fold(0.0, f64::max);
         (worst, s.kv_cache_bytes)
@@ -175,7 +183,10 @@ fn an_f32_kv_cache_keeps_attention_at_f32_precision() {
     let ((f16, f16_bytes), (f32, f32_bytes)) = (worst(KvCache::F16), worst(KvCache::F32));
     eprintln!("largest logit error: f16 cache {f16:.2e}, f32 cache {f32:.2e}");
     assert_eq!(f32_bytes, 2 * f16_bytes);
-    assert!(f32 * 100.0 < f16, "f32 cache {f32:.2e} against f16 {f16:.2e}");
+    assert!(
+        f32 * 100.0 < f16,
+        "f32 cache {f32:.2e} against f16 {f16:.2e}"
+    );
 }
 
 #[test]

@@ -29,8 +29,8 @@
 //! and is printed so that a failure can be replayed.
 
 use quench_cpu::{Decoder, ModelConfig, Naming};
-use quench_engine::KvCache;
 use quench_engine::gpu::check::{judge, LogitBound, Reference};
+use quench_engine::KvCache;
 use std::collections::HashMap;
 
 use half::bf16;

@@ -34,7 +34,10 @@ fn smollm2_step_kernels_assemble_without_spills() {
         };
         let graph = DecodeGraph::assemble(&config, &catalog, &file, Naming::Gguf, shape).unwrap();
         for f in graph.kernels {
-            if !kernels.iter().any(|k: &quench_ir::Function| k.name == f.name) {
+            if !kernels
+                .iter()
+                .any(|k: &quench_ir::Function| k.name == f.name)
+            {
                 kernels.push(f);
             }
         }

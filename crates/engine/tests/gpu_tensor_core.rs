@@ -11,9 +11,11 @@
 //! clock, and is printed so that a failure can be replayed.
 
 use quench_cpu::{Decoder, ModelConfig, Naming};
-use quench_engine::KvCache;
 use quench_engine::gpu::check::{check_generation, LogitBound, Reference};
-use quench_engine::gpu::{Catalog, DecodeGraph, GpuDecoder, GpuOptions, GpuSession, Products, Rows, StepShape};
+use quench_engine::gpu::{
+    Catalog, DecodeGraph, GpuDecoder, GpuOptions, GpuSession, Products, Rows, StepShape,
+};
+use quench_engine::KvCache;
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::seq::SliceRandom;
@@ -78,8 +80,15 @@ fn decoder(file: &GgufFile, max_batch: usize) -> GpuDecoder {
         ..GpuOptions::default()
     };
     let config = ModelConfig::from_gguf(file).expect("config");
-    GpuDecoder::new(config, file, Naming::Gguf, Box::new(InterpExecutor::new()), None, &options)
-        .expect("loads")
+    GpuDecoder::new(
+        config,
+        file,
+        Naming::Gguf,
+        Box::new(InterpExecutor::new()),
+        None,
+        &options,
+    )
+    .expect("loads")
 }
 
 #[test]
@@ -91,16 +100,24 @@ fn tensor_core_steps_match_the_f64_reference() {
     // Layer 0: q|k|v, o, gate/up, down; layer 1: q, o, down; the head.
     assert_eq!(s.tensor_core_products, 8, "{s:?}");
     // One-row steps normalize apart too: the norms are dispatches of their own.
-    assert!(s.layer_plan.iter().any(|l| l == "attention norm"), "{:?}", s.layer_plan);
+    assert!(
+        s.layer_plan.iter().any(|l| l == "attention norm"),
+        "{:?}",
+        s.layer_plan
+    );
     // Layer 0: both norms apart, 8 dispatches; layer 1: the attention norm apart (q is
     // bf16), the ffn norm inside its quantized gate/up product, q, k and v apart: 9.
     assert_eq!(s.layer_dispatches, [8, 9], "{s:?}");
     let config = ModelConfig::from_gguf(&file).expect("config");
-    let reference = Reference::from_decoder(Decoder::load(config, &file, Naming::Gguf).expect("loads"));
+    let reference =
+        Reference::from_decoder(Decoder::load(config, &file, Naming::Gguf).expect("loads"));
     let prompt: Vec<u32> = (0..5).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
     let c = check_generation(&gpu, &reference, LogitBound::FP64_CHECK, &prompt, 4).expect("runs");
     for st in &c.steps {
-        eprintln!("position {}: max |error| {:.2e}", st.position, st.max_abs_error);
+        eprintln!(
+            "position {}: max |error| {:.2e}",
+            st.position, st.max_abs_error
+        );
         assert_eq!(st.outside, 0, "{st:?}");
         assert_eq!(st.device_top1, st.reference_top1, "{st:?}");
     }
@@ -114,15 +131,19 @@ fn assert_steps_match_alone(gpu: &GpuDecoder, seqs: &[Vec<u32>], steps: &[Vec<Ve
         .iter()
         .map(|t| {
             let mut s = gpu.new_session();
-            t.iter().map(|&tok| bits(&gpu.feed(&mut s, &[tok]).expect("steps"))).collect()
+            t.iter()
+                .map(|&tok| bits(&gpu.feed(&mut s, &[tok]).expect("steps")))
+                .collect()
         })
         .collect();
     let mut sessions: Vec<GpuSession> = seqs.iter().map(|_| gpu.new_session()).collect();
     for (pos, groups) in steps.iter().enumerate() {
         for group in groups {
             let mut picked: Vec<Option<&mut GpuSession>> = sessions.iter_mut().map(Some).collect();
-            let mut rows: Vec<(&mut GpuSession, u32)> =
-                group.iter().map(|&i| (picked[i].take().expect("once"), seqs[i][pos])).collect();
+            let mut rows: Vec<(&mut GpuSession, u32)> = group
+                .iter()
+                .map(|&i| (picked[i].take().expect("once"), seqs[i][pos]))
+                .collect();
             let got = gpu.step_batch(&mut rows).expect("the step runs");
             for (&i, logits) in group.iter().zip(&got) {
                 assert!(
@@ -140,17 +161,29 @@ fn a_sequences_logits_are_the_same_alone_and_with_others() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let file = model(&mut rng);
     let gpu = decoder(&file, 6);
-    let seqs: Vec<Vec<u32>> = (0..6).map(|_| (0..4).map(|_| rng.gen_range(0..VOCAB as u32)).collect()).collect();
+    let seqs: Vec<Vec<u32>> = (0..6)
+        .map(|_| (0..4).map(|_| rng.gen_range(0..VOCAB as u32)).collect())
+        .collect();
     // Positions 0 and 1: all six in one step; 2 and 3: two steps of three.
     let steps: Vec<Vec<Vec<usize>>> = (0..4)
-        .map(|pos| if pos < 2 { vec![(0..6).collect()] } else { vec![vec![4, 0, 2], vec![1, 5, 3]] })
+        .map(|pos| {
+            if pos < 2 {
+                vec![(0..6).collect()]
+            } else {
+                vec![vec![4, 0, 2], vec![1, 5, 3]]
+            }
+        })
         .collect();
     assert_steps_match_alone(&gpu, &seqs, &steps);
 }
 
 /// The tensor-core dispatches of a step of `rows` rows in the graph for `max_batch`.
 fn tensor_core_kernels(graph: &DecodeGraph, rows: u32) -> Vec<usize> {
-    graph.step(rows).filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_")).map(|d| d.kernel).collect()
+    graph
+        .step(rows)
+        .filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_"))
+        .map(|d| d.kernel)
+        .collect()
 }
 
 #[test]
@@ -166,23 +199,55 @@ fn each_row_count_takes_the_narrowest_variant_that_holds_it() {
         (64, vec![1..=8, 9..=16, 17..=32, 33..=64]),
         (100, vec![1..=8, 9..=16, 17..=32, 33..=100]),
     ] {
-        let shape = StepShape { context: 32, sessions: max_batch, max_batch, kv: KvCache::F16 };
-        let graph = DecodeGraph::assemble_with(&config, &catalog, &file, Naming::Gguf, shape, 132, Products::TensorCore)
-            .expect("a step");
-        let tc: Vec<_> = graph.dispatches.iter().filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_")).collect();
+        let shape = StepShape {
+            context: 32,
+            sessions: max_batch,
+            max_batch,
+            kv: KvCache::F16,
+        };
+        let graph = DecodeGraph::assemble_with(
+            &config,
+            &catalog,
+            &file,
+            Naming::Gguf,
+            shape,
+            132,
+            Products::TensorCore,
+        )
+        .expect("a step");
+        let tc: Vec<_> = graph
+            .dispatches
+            .iter()
+            .filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_"))
+            .collect();
         // 8 products, a dispatch per variant each.
         assert_eq!(tc.len(), 8 * classes.len(), "max_batch {max_batch}");
         if classes.len() == 1 {
-            assert!(tc.iter().all(|d| d.rows == Rows::Any), "max_batch {max_batch}");
+            assert!(
+                tc.iter().all(|d| d.rows == Rows::Any),
+                "max_batch {max_batch}"
+            );
         }
         let mut seen = vec![];
         for class in &classes {
             let first = tensor_core_kernels(&graph, *class.start());
-            assert_eq!(first.len(), 8, "max_batch {max_batch}, {} rows", class.start());
+            assert_eq!(
+                first.len(),
+                8,
+                "max_batch {max_batch}, {} rows",
+                class.start()
+            );
             for n in class.clone() {
-                assert_eq!(tensor_core_kernels(&graph, n), first, "max_batch {max_batch}: {n} rows take another variant");
+                assert_eq!(
+                    tensor_core_kernels(&graph, n),
+                    first,
+                    "max_batch {max_batch}: {n} rows take another variant"
+                );
             }
-            assert!(first.iter().all(|k| !seen.contains(k)), "max_batch {max_batch}: two classes share a variant");
+            assert!(
+                first.iter().all(|k| !seen.contains(k)),
+                "max_batch {max_batch}: two classes share a variant"
+            );
             seen.extend(first);
         }
     }
@@ -194,7 +259,9 @@ fn a_sequences_logits_are_the_same_in_every_variant() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let file = model(&mut rng);
     let gpu = decoder(&file, N);
-    let seqs: Vec<Vec<u32>> = (0..N).map(|_| (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect()).collect();
+    let seqs: Vec<Vec<u32>> = (0..N)
+        .map(|_| (0..3).map(|_| rng.gen_range(0..VOCAB as u32)).collect())
+        .collect();
     // Each position splits the sequences, in a fresh order, into steps of these sizes: the
     // variants of 32, 16 and 8 rows a pass.
     let splits: [&[usize]; 3] = [&[17], &[9, 3, 5], &[3, 9, 5]];

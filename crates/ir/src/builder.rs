@@ -86,20 +86,29 @@ impl Builder {
     /// Append an instruction defining one value of `ty`.
     pub fn emit(&mut self, ty: Type, op: Op) -> Value {
         let v = self.new_value(ty);
-        self.block().insts.push(Inst { results: vec![v], op });
+        self.block().insts.push(Inst {
+            results: vec![v],
+            op,
+        });
         v
     }
 
     /// Append an instruction that defines nothing.
     pub fn emit_void(&mut self, op: Op) {
-        self.block().insts.push(Inst { results: vec![], op });
+        self.block().insts.push(Inst {
+            results: vec![],
+            op,
+        });
     }
 
     // ---- parameters, constants, special registers -------------------------------
 
     pub fn param(&mut self, name: &str, ty: Type) -> Value {
         let idx = self.params.len() as u32;
-        self.params.push(Param { name: name.to_string(), ty });
+        self.params.push(Param {
+            name: name.to_string(),
+            ty,
+        });
         self.emit(ty, Op::Param(idx))
     }
 
@@ -240,13 +249,34 @@ impl Builder {
     /// a*b+c with one rounding (to nearest even).
     pub fn fma(&mut self, a: Value, b: Value, c: Value) -> Value {
         let ty = self.ty(a);
-        self.emit(ty, Op::Fma { rnd: Round::Rn, a, b, c })
+        self.emit(
+            ty,
+            Op::Fma {
+                rnd: Round::Rn,
+                a,
+                b,
+                c,
+            },
+        )
     }
     /// `c + Σ a.byte[i]·b.byte[i]` ([`Op::Dp4a`]), the bytes of `a` and `b` signed as
     /// asked; `c` is `i32` when either is signed, else `u32`, and so is the result.
     pub fn dp4a(&mut self, a: Value, a_signed: bool, b: Value, b_signed: bool, c: Value) -> Value {
-        let ty = if a_signed || b_signed { Type::I32 } else { Type::U32 };
-        self.emit(ty, Op::Dp4a { a_signed, b_signed, a, b, c })
+        let ty = if a_signed || b_signed {
+            Type::I32
+        } else {
+            Type::U32
+        };
+        self.emit(
+            ty,
+            Op::Dp4a {
+                a_signed,
+                b_signed,
+                a,
+                b,
+                c,
+            },
+        )
     }
     pub fn un(&mut self, op: UnOp, a: Value) -> Value {
         let ty = match op {
@@ -335,7 +365,13 @@ impl Builder {
     }
     /// Build a vector, packed pair or fragment of type `ty` from parts.
     pub fn pack(&mut self, ty: Type, parts: &[Value]) -> Value {
-        self.emit(ty, Op::Pack { ty, parts: parts.to_vec() })
+        self.emit(
+            ty,
+            Op::Pack {
+                ty,
+                parts: parts.to_vec(),
+            },
+        )
     }
     pub fn extract(&mut self, a: Value, index: u32) -> Value {
         let ty = match self.ty(a) {
@@ -363,7 +399,12 @@ impl Builder {
     /// Declare a shared-memory array and return its address.
     pub fn shared_array(&mut self, name: &str, elem: Scalar, len: u32, align: u32) -> Value {
         let decl = self.shared.len() as u32;
-        self.shared.push(SharedDecl { name: name.to_string(), elem, len, align: align.max(elem.bytes()) });
+        self.shared.push(SharedDecl {
+            name: name.to_string(),
+            elem,
+            len,
+            align: align.max(elem.bytes()),
+        });
         self.emit(Type::Ptr(AddrSpace::Shared, elem), Op::SharedAddr { decl })
     }
     pub fn load(&mut self, ty: Type, ptr: Value) -> Value {
@@ -384,14 +425,48 @@ impl Builder {
     pub fn fence(&mut self, ord: Ordering, scope: Scope) {
         self.emit_void(Op::Fence { ord, scope })
     }
-    pub fn atomic(&mut self, op: AtomOp, ord: Ordering, scope: Scope, ptr: Value, a: Value) -> Value {
+    pub fn atomic(
+        &mut self,
+        op: AtomOp,
+        ord: Ordering,
+        scope: Scope,
+        ptr: Value,
+        a: Value,
+    ) -> Value {
         let ty = self.ty(a);
-        self.emit(ty, Op::Atomic { op, ord, scope, ptr, a, b: None })
+        self.emit(
+            ty,
+            Op::Atomic {
+                op,
+                ord,
+                scope,
+                ptr,
+                a,
+                b: None,
+            },
+        )
     }
     /// Compare-and-swap: writes `new` where the old value equals `cmp`; returns the old.
-    pub fn atomic_cas(&mut self, ord: Ordering, scope: Scope, ptr: Value, cmp: Value, new: Value) -> Value {
+    pub fn atomic_cas(
+        &mut self,
+        ord: Ordering,
+        scope: Scope,
+        ptr: Value,
+        cmp: Value,
+        new: Value,
+    ) -> Value {
         let ty = self.ty(cmp);
-        self.emit(ty, Op::Atomic { op: AtomOp::Cas, ord, scope, ptr, a: cmp, b: Some(new) })
+        self.emit(
+            ty,
+            Op::Atomic {
+                op: AtomOp::Cas,
+                ord,
+                scope,
+                ptr,
+                a: cmp,
+                b: Some(new),
+            },
+        )
     }
 
     // ---- warp collectives -----------------------------------------------------------
@@ -401,7 +476,16 @@ impl Builder {
         let c = self.const_u32(if mode == ShflMode::Up { 0 } else { 31 });
         let mask = self.const_u32(u32::MAX);
         let ty = self.ty(value);
-        self.emit(ty, Op::Shfl { mode, value, b: lane_or_delta, c, mask })
+        self.emit(
+            ty,
+            Op::Shfl {
+                mode,
+                value,
+                b: lane_or_delta,
+                c,
+                mask,
+            },
+        )
     }
     pub fn shfl_bfly(&mut self, value: Value, lane_mask: u32) -> Value {
         let b = self.const_u32(lane_mask);
@@ -409,7 +493,11 @@ impl Builder {
     }
     pub fn vote(&mut self, mode: VoteMode, pred: Value) -> Value {
         let mask = self.const_u32(u32::MAX);
-        let ty = if mode == VoteMode::Ballot { Type::U32 } else { Type::PRED };
+        let ty = if mode == VoteMode::Ballot {
+            Type::U32
+        } else {
+            Type::PRED
+        };
         self.emit(ty, Op::Vote { mode, pred, mask })
     }
     pub fn redux(&mut self, op: ReduxOp, value: Value) -> Value {
@@ -427,10 +515,23 @@ impl Builder {
     /// `ldmatrix` into a value of `ty` (`u32`, `vec2<u32>`, `vec4<u32>` or a fragment of
     /// `num` registers).
     pub fn ldmatrix(&mut self, ty: Type, num: u8, trans: bool, ptr: Value) -> Value {
-        self.emit(ty, Op::LdMatrix { ty, num, trans, ptr })
+        self.emit(
+            ty,
+            Op::LdMatrix {
+                ty,
+                num,
+                trans,
+                ptr,
+            },
+        )
     }
     pub fn cp_async(&mut self, dst: Value, src: Value, bytes: u8, cache: CacheOp) {
-        self.emit_void(Op::CpAsync { dst, src, bytes, cache })
+        self.emit_void(Op::CpAsync {
+            dst,
+            src,
+            bytes,
+            cache,
+        })
     }
     pub fn cp_async_commit(&mut self) {
         self.emit_void(Op::CpAsyncCommit)
@@ -444,8 +545,15 @@ impl Builder {
 
     // ---- control flow ---------------------------------------------------------------
 
-    fn nested(&mut self, args: Vec<Value>, body: impl FnOnce(&mut Builder, &[Value]) -> Vec<Value>) -> Block {
-        self.stack.push(Block { args: args.clone(), insts: vec![] });
+    fn nested(
+        &mut self,
+        args: Vec<Value>,
+        body: impl FnOnce(&mut Builder, &[Value]) -> Vec<Value>,
+    ) -> Block {
+        self.stack.push(Block {
+            args: args.clone(),
+            insts: vec![],
+        });
         let yielded = body(self, &args);
         self.emit_void(Op::Yield(yielded));
         self.stack.pop().unwrap_or_default()
@@ -453,10 +561,15 @@ impl Builder {
 
     /// `if cond { then }` with no results.
     pub fn if_then(&mut self, cond: Value, then_: impl FnOnce(&mut Builder)) {
-        self.if_else(cond, &[], |k| {
-            then_(k);
-            vec![]
-        }, |_| vec![]);
+        self.if_else(
+            cond,
+            &[],
+            |k| {
+                then_(k);
+                vec![]
+            },
+            |_| vec![],
+        );
     }
 
     /// `if cond { then } else { else }`, each branch yielding values of `results`.
@@ -472,7 +585,12 @@ impl Builder {
         let outs: Vec<Value> = results.iter().map(|t| self.new_value(*t)).collect();
         self.block().insts.push(Inst {
             results: outs.clone(),
-            op: Op::If { cond, then_: then_b, else_: else_b, results: results.to_vec() },
+            op: Op::If {
+                cond,
+                then_: then_b,
+                else_: else_b,
+                results: results.to_vec(),
+            },
         });
         outs
     }
@@ -497,7 +615,13 @@ impl Builder {
         let outs: Vec<Value> = init.iter().map(|v| self.new_value(self.ty(*v))).collect();
         self.block().insts.push(Inst {
             results: outs.clone(),
-            op: Op::For { lo, hi, step, init: init.to_vec(), body: block },
+            op: Op::For {
+                lo,
+                hi,
+                step,
+                init: init.to_vec(),
+                body: block,
+            },
         });
         outs
     }

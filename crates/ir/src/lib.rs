@@ -20,7 +20,7 @@ pub mod verify;
 pub use builder::Builder;
 pub use func::{Block, Function, Inst, Param, SharedDecl, Value};
 pub use ops::*;
-pub use types::{AddrSpace, FragRole, FragType, MmaShape, Scalar, Type};
 pub use parse::{parse, ParseError, ParseErrorKind};
 pub use print::print;
+pub use types::{AddrSpace, FragRole, FragType, MmaShape, Scalar, Type};
 pub use verify::{verify, InstProblem, KernelProblem, VerifyError};

@@ -146,7 +146,14 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
-    pub const ALL: [CmpOp; 6] = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+    pub const ALL: [CmpOp; 6] = [
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             CmpOp::Eq => "eq",
@@ -212,7 +219,10 @@ impl CacheOp {
         !matches!(self, CacheOp::Wb | CacheOp::Wt)
     }
     pub fn valid_for_store(self) -> bool {
-        matches!(self, CacheOp::Default | CacheOp::Wb | CacheOp::Cg | CacheOp::Cs | CacheOp::Wt)
+        matches!(
+            self,
+            CacheOp::Default | CacheOp::Wb | CacheOp::Cg | CacheOp::Cs | CacheOp::Wt
+        )
     }
 }
 
@@ -431,73 +441,188 @@ impl Special {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// A constant given by its bit pattern (zero-extended to 64 bits).
-    Const { ty: Type, bits: u64 },
+    Const {
+        ty: Type,
+        bits: u64,
+    },
     /// The value of a kernel parameter (its index in the parameter list).
     Param(u32),
     Special(Special),
     /// `rnd` is required for inexact float ops (add/sub/mul/div on floats) and absent
     /// on integers.
-    Bin { op: BinOp, rnd: Option<Round>, a: Value, b: Value },
+    Bin {
+        op: BinOp,
+        rnd: Option<Round>,
+        a: Value,
+        b: Value,
+    },
     /// Fused multiply-add, single rounding: a*b+c.
-    Fma { rnd: Round, a: Value, b: Value, c: Value },
+    Fma {
+        rnd: Round,
+        a: Value,
+        b: Value,
+        c: Value,
+    },
     /// Four-way byte dot product with accumulate, `c + Σ_{i<4} a.byte[i]·b.byte[i]`
     /// (PTX `dp4a`), wrapping modulo 2^32. `a` and `b` are 32-bit integers whose bytes are
     /// read as signed (`a_signed`, `b_signed`) or unsigned; `c` and the result are `i32`
     /// when either is signed, else `u32`.
-    Dp4a { a_signed: bool, b_signed: bool, a: Value, b: Value, c: Value },
-    Un { op: UnOp, a: Value },
+    Dp4a {
+        a_signed: bool,
+        b_signed: bool,
+        a: Value,
+        b: Value,
+        c: Value,
+    },
+    Un {
+        op: UnOp,
+        a: Value,
+    },
     /// `div.approx.f32` (full range, about 2 ulp)
-    DivApprox { a: Value, b: Value },
+    DivApprox {
+        a: Value,
+        b: Value,
+    },
     /// Result is a predicate. Float comparisons are ordered (false on NaN) except `Ne`.
-    Cmp { op: CmpOp, a: Value, b: Value },
-    Select { cond: Value, a: Value, b: Value },
+    Cmp {
+        op: CmpOp,
+        a: Value,
+        b: Value,
+    },
+    Select {
+        cond: Value,
+        a: Value,
+        b: Value,
+    },
     /// Numeric conversion. `rnd` applies where the conversion is inexact
     /// (float narrowing, int→float, float→int where it selects the integer rounding);
     /// `sat` clamps to the destination range (and float to [0,1] only for float→float).
-    Cvt { to: Scalar, rnd: Option<Round>, sat: bool, a: Value },
+    Cvt {
+        to: Scalar,
+        rnd: Option<Round>,
+        sat: bool,
+        a: Value,
+    },
     /// Reinterpret bits; source and destination have the same size.
-    Bitcast { to: Type, a: Value },
+    Bitcast {
+        to: Type,
+        a: Value,
+    },
     /// Build a vector, packed pair (low element first) or fragment from its parts.
-    Pack { ty: Type, parts: Vec<Value> },
+    Pack {
+        ty: Type,
+        parts: Vec<Value>,
+    },
     /// Take part `index` of a vector, packed pair or fragment.
-    Extract { a: Value, index: u32 },
+    Extract {
+        a: Value,
+        index: u32,
+    },
     /// `ptr + index * sizeof(pointee)`; `index` is any integer type (sign-extended if
     /// signed).
-    PtrAdd { ptr: Value, index: Value },
+    PtrAdd {
+        ptr: Value,
+        index: Value,
+    },
     /// Same address, another pointee type.
-    PtrCast { to: Scalar, ptr: Value },
+    PtrCast {
+        to: Scalar,
+        ptr: Value,
+    },
     /// Address of a shared-memory declaration of the function.
-    SharedAddr { decl: u32 },
+    SharedAddr {
+        decl: u32,
+    },
     /// Load a value of type `ty` (scalar or vector) from `ptr`.
-    Load { ty: Type, ptr: Value, cache: CacheOp },
-    Store { ptr: Value, value: Value, cache: CacheOp },
+    Load {
+        ty: Type,
+        ptr: Value,
+        cache: CacheOp,
+    },
+    Store {
+        ptr: Value,
+        value: Value,
+        cache: CacheOp,
+    },
     /// `bar.sync 0`: all threads of the block, none under divergent control flow.
     Barrier,
-    Fence { ord: Ordering, scope: Scope },
+    Fence {
+        ord: Ordering,
+        scope: Scope,
+    },
     /// Returns the old value. `b` is the compare operand for `Cas`.
-    Atomic { op: AtomOp, ord: Ordering, scope: Scope, ptr: Value, a: Value, b: Option<Value> },
+    Atomic {
+        op: AtomOp,
+        ord: Ordering,
+        scope: Scope,
+        ptr: Value,
+        a: Value,
+        b: Option<Value>,
+    },
     /// Over the lanes in `mask` (u32); `b` is the lane/delta (u32), `c` the clamp value
     /// as in PTX (31 for the whole warp).
-    Shfl { mode: ShflMode, value: Value, b: Value, c: Value, mask: Value },
-    Vote { mode: VoteMode, pred: Value, mask: Value },
-    Redux { op: ReduxOp, value: Value, mask: Value },
+    Shfl {
+        mode: ShflMode,
+        value: Value,
+        b: Value,
+        c: Value,
+        mask: Value,
+    },
+    Vote {
+        mode: VoteMode,
+        pred: Value,
+        mask: Value,
+    },
+    Redux {
+        op: ReduxOp,
+        value: Value,
+        mask: Value,
+    },
     /// `mma.sync.aligned` D = A*B + C; result type is the C fragment type.
-    Mma { shape: MmaShape, a: Value, b: Value, c: Value },
+    Mma {
+        shape: MmaShape,
+        a: Value,
+        b: Value,
+        c: Value,
+    },
     /// `ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16`: each lane gives a row
     /// address; result is a `vec{num}<u32>` (or `u32` for num = 1) or a fragment with
     /// `num` registers.
-    LdMatrix { ty: Type, num: u8, trans: bool, ptr: Value },
+    LdMatrix {
+        ty: Type,
+        num: u8,
+        trans: bool,
+        ptr: Value,
+    },
     /// `cp.async.{ca|cg}.shared.global` of `bytes` (4, 8 or 16; cg only with 16).
-    CpAsync { dst: Value, src: Value, bytes: u8, cache: CacheOp },
+    CpAsync {
+        dst: Value,
+        src: Value,
+        bytes: u8,
+        cache: CacheOp,
+    },
     CpAsyncCommit,
     /// Wait until at most `n` committed groups are pending.
-    CpAsyncWait { n: u32 },
+    CpAsyncWait {
+        n: u32,
+    },
     /// Structured conditional. Each branch ends by yielding `results.len()` values.
-    If { cond: Value, then_: Block, else_: Block, results: Vec<Type> },
+    If {
+        cond: Value,
+        then_: Block,
+        else_: Block,
+        results: Vec<Type>,
+    },
     /// Counted loop `for iv in lo..hi step step` (signed or unsigned per `lo`'s type)
     /// with loop-carried values; the body block's arguments are `[iv, carried...]`
     /// and it ends by yielding the next carried values. Results: final carried values.
-    For { lo: Value, hi: Value, step: Value, init: Vec<Value>, body: Block },
+    For {
+        lo: Value,
+        hi: Value,
+        step: Value,
+        init: Vec<Value>,
+        body: Block,
+    },
     /// Ends a nested block, handing values to the enclosing `If`/`For`.
     Yield(Vec<Value>),
     /// Ends the thread.
@@ -519,7 +644,10 @@ impl Op {
             | Op::Return => vec![],
             Op::Bin { a, b, .. } | Op::DivApprox { a, b } | Op::Cmp { a, b, .. } => vec![*a, *b],
             Op::Fma { a, b, c, .. } | Op::Dp4a { a, b, c, .. } => vec![*a, *b, *c],
-            Op::Un { a, .. } | Op::Cvt { a, .. } | Op::Bitcast { a, .. } | Op::Extract { a, .. } => {
+            Op::Un { a, .. }
+            | Op::Cvt { a, .. }
+            | Op::Bitcast { a, .. }
+            | Op::Extract { a, .. } => {
                 vec![*a]
             }
             Op::Select { cond, a, b } => vec![*cond, *a, *b],
@@ -532,13 +660,17 @@ impl Op {
                 v.extend(b.iter().copied());
                 v
             }
-            Op::Shfl { value, b, c, mask, .. } => vec![*value, *b, *c, *mask],
+            Op::Shfl {
+                value, b, c, mask, ..
+            } => vec![*value, *b, *c, *mask],
             Op::Vote { pred, mask, .. } => vec![*pred, *mask],
             Op::Redux { value, mask, .. } => vec![*value, *mask],
             Op::Mma { a, b, c, .. } => vec![*a, *b, *c],
             Op::CpAsync { dst, src, .. } => vec![*dst, *src],
             Op::If { cond, .. } => vec![*cond],
-            Op::For { lo, hi, step, init, .. } => {
+            Op::For {
+                lo, hi, step, init, ..
+            } => {
                 let mut v = vec![*lo, *hi, *step];
                 v.extend(init.iter().copied());
                 v

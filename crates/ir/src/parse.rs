@@ -44,7 +44,11 @@ pub enum ParseErrorKind {
     #[error("{0} is never defined: values are numbered from %0 without gaps")]
     Gap(Value),
     #[error("{value} is defined with type {second} here, but with {first} before")]
-    TypeConflict { value: Value, first: Type, second: Type },
+    TypeConflict {
+        value: Value,
+        first: Type,
+        second: Type,
+    },
     #[error("blocks nested deeper than {MAX_NESTING}")]
     TooDeep,
 }
@@ -76,13 +80,33 @@ struct Parser<'a> {
 }
 
 const SCOPES: [Scope; 3] = [Scope::Cta, Scope::Gpu, Scope::Sys];
-const ORDERINGS: [Ordering; 5] =
-    [Ordering::Relaxed, Ordering::Acquire, Ordering::Release, Ordering::AcqRel, Ordering::SeqCst];
-const ATOM_OPS: [AtomOp; 8] =
-    [AtomOp::Add, AtomOp::Min, AtomOp::Max, AtomOp::And, AtomOp::Or, AtomOp::Xor, AtomOp::Exch, AtomOp::Cas];
+const ORDERINGS: [Ordering; 5] = [
+    Ordering::Relaxed,
+    Ordering::Acquire,
+    Ordering::Release,
+    Ordering::AcqRel,
+    Ordering::SeqCst,
+];
+const ATOM_OPS: [AtomOp; 8] = [
+    AtomOp::Add,
+    AtomOp::Min,
+    AtomOp::Max,
+    AtomOp::And,
+    AtomOp::Or,
+    AtomOp::Xor,
+    AtomOp::Exch,
+    AtomOp::Cas,
+];
 const SHFL_MODES: [ShflMode; 4] = [ShflMode::Idx, ShflMode::Up, ShflMode::Down, ShflMode::Bfly];
 const VOTE_MODES: [VoteMode; 3] = [VoteMode::All, VoteMode::Any, VoteMode::Ballot];
-const REDUX_OPS: [ReduxOp; 6] = [ReduxOp::Add, ReduxOp::Min, ReduxOp::Max, ReduxOp::And, ReduxOp::Or, ReduxOp::Xor];
+const REDUX_OPS: [ReduxOp; 6] = [
+    ReduxOp::Add,
+    ReduxOp::Min,
+    ReduxOp::Max,
+    ReduxOp::And,
+    ReduxOp::Or,
+    ReduxOp::Xor,
+];
 
 fn by_name<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str, s: &str) -> Option<T> {
     all.iter().copied().find(|x| name(*x) == s)
@@ -106,7 +130,11 @@ impl<'m> Mods<'m> {
     }
 
     /// Take the next modifier, which must be one that `f` recognises.
-    fn need<T>(&mut self, what: &'static str, f: impl Fn(&str) -> Option<T>) -> Result<T, ParseError> {
+    fn need<T>(
+        &mut self,
+        what: &'static str,
+        f: impl Fn(&str) -> Option<T>,
+    ) -> Result<T, ParseError> {
         match self.rest.first().copied() {
             Some(m) => {
                 let v = f(m).ok_or_else(|| {
@@ -132,12 +160,19 @@ impl<'m> Mods<'m> {
     fn done(&self) -> Result<(), ParseError> {
         match self.rest.first() {
             None => Ok(()),
-            Some(m) => Err(self.err(ParseErrorKind::Unknown { what: "modifier", name: format!("{}.{m}", self.base) })),
+            Some(m) => Err(self.err(ParseErrorKind::Unknown {
+                what: "modifier",
+                name: format!("{}.{m}", self.base),
+            })),
         }
     }
 
     fn err(&self, kind: ParseErrorKind) -> ParseError {
-        ParseError { line: self.pos.0, column: self.pos.1, kind }
+        ParseError {
+            line: self.pos.0,
+            column: self.pos.1,
+            kind,
+        }
     }
 }
 
@@ -154,7 +189,8 @@ fn is_type_word(w: &str) -> bool {
     Scalar::from_name(w).is_some()
         || w == "ptr"
         || w == "frag"
-        || w.strip_prefix("vec").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        || w.strip_prefix("vec")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 impl Parser<'_> {
@@ -176,11 +212,21 @@ impl Parser<'_> {
     }
 
     fn at(t: &Token, kind: ParseErrorKind) -> ParseError {
-        ParseError { line: t.line, column: t.col, kind }
+        ParseError {
+            line: t.line,
+            column: t.col,
+            kind,
+        }
     }
 
     fn expected(t: &Token, expected: impl Into<String>) -> ParseError {
-        Self::at(t, ParseErrorKind::Expected { expected: expected.into(), found: t.tok.describe() })
+        Self::at(
+            t,
+            ParseErrorKind::Expected {
+                expected: expected.into(),
+                found: t.tok.describe(),
+            },
+        )
     }
 
     fn peek_is(&mut self, tok: &Tok) -> Result<bool, ParseError> {
@@ -240,9 +286,21 @@ impl Parser<'_> {
 
     fn uint<T: TryFrom<u64>>(&mut self, what: &str) -> Result<T, ParseError> {
         let t = self.next()?;
-        let Tok::Number(text) = &t.tok else { return Err(Self::expected(&t, what)) };
-        let bad = |why: &str| Self::at(&t, ParseErrorKind::BadNumber { text: text.clone(), why: why.into() });
-        let n: u64 = text.parse().map_err(|_| bad("expected a non-negative decimal integer"))?;
+        let Tok::Number(text) = &t.tok else {
+            return Err(Self::expected(&t, what));
+        };
+        let bad = |why: &str| {
+            Self::at(
+                &t,
+                ParseErrorKind::BadNumber {
+                    text: text.clone(),
+                    why: why.into(),
+                },
+            )
+        };
+        let n: u64 = text
+            .parse()
+            .map_err(|_| bad("expected a non-negative decimal integer"))?;
         T::try_from(n).map_err(|_| bad("out of range"))
     }
 
@@ -309,7 +367,11 @@ impl Parser<'_> {
             Some((first, _)) if *first != ty => Err(ParseError {
                 line: pos.0,
                 column: pos.1,
-                kind: ParseErrorKind::TypeConflict { value: v, first: *first, second: ty },
+                kind: ParseErrorKind::TypeConflict {
+                    value: v,
+                    first: *first,
+                    second: ty,
+                },
             }),
             Some(_) => Ok(()),
             None => {
@@ -357,7 +419,15 @@ impl Parser<'_> {
 
     fn scalar(&mut self) -> Result<Scalar, ParseError> {
         let (w, t) = self.word("a scalar type")?;
-        Scalar::from_name(&w).ok_or_else(|| Self::at(&t, ParseErrorKind::Unknown { what: "scalar type", name: w }))
+        Scalar::from_name(&w).ok_or_else(|| {
+            Self::at(
+                &t,
+                ParseErrorKind::Unknown {
+                    what: "scalar type",
+                    name: w,
+                },
+            )
+        })
     }
 
     fn ty(&mut self) -> Result<Type, ParseError> {
@@ -370,8 +440,15 @@ impl Parser<'_> {
             "ptr" => {
                 self.punct('<')?;
                 let (sp, st) = self.word("an address space")?;
-                let space = AddrSpace::from_name(&sp)
-                    .ok_or_else(|| Self::at(&st, ParseErrorKind::Unknown { what: "address space", name: sp }))?;
+                let space = AddrSpace::from_name(&sp).ok_or_else(|| {
+                    Self::at(
+                        &st,
+                        ParseErrorKind::Unknown {
+                            what: "address space",
+                            name: sp,
+                        },
+                    )
+                })?;
                 self.punct(',')?;
                 let elem = self.scalar()?;
                 self.punct('>')?;
@@ -380,12 +457,26 @@ impl Parser<'_> {
             "frag" => {
                 self.punct('<')?;
                 let (sh, sht) = self.word("an MMA shape")?;
-                let shape = MmaShape::from_name(&sh)
-                    .ok_or_else(|| Self::at(&sht, ParseErrorKind::Unknown { what: "MMA shape", name: sh }))?;
+                let shape = MmaShape::from_name(&sh).ok_or_else(|| {
+                    Self::at(
+                        &sht,
+                        ParseErrorKind::Unknown {
+                            what: "MMA shape",
+                            name: sh,
+                        },
+                    )
+                })?;
                 self.punct(',')?;
                 let (r, rt) = self.word("a fragment role")?;
-                let role = FragRole::from_name(&r)
-                    .ok_or_else(|| Self::at(&rt, ParseErrorKind::Unknown { what: "fragment role", name: r }))?;
+                let role = FragRole::from_name(&r).ok_or_else(|| {
+                    Self::at(
+                        &rt,
+                        ParseErrorKind::Unknown {
+                            what: "fragment role",
+                            name: r,
+                        },
+                    )
+                })?;
                 self.punct(',')?;
                 let elem = self.scalar()?;
                 self.punct('>')?;
@@ -414,7 +505,10 @@ impl Parser<'_> {
             [(_, t)] => Ok(*t),
             _ => {
                 let t = self.next()?;
-                Err(Self::expected(&t, format!("a type after `{base}` (it has no single result to take it from)")))
+                Err(Self::expected(
+                    &t,
+                    format!("a type after `{base}` (it has no single result to take it from)"),
+                ))
             }
         }
     }
@@ -460,7 +554,12 @@ impl Parser<'_> {
             let align = self.uint("the alignment in bytes")?;
             self.end_of_line()?;
             self.skip_newlines()?;
-            shared.push(SharedDecl { name: sname, elem, len, align });
+            shared.push(SharedDecl {
+                name: sname,
+                elem,
+                len,
+                align,
+            });
         }
         let insts = self.block_insts()?;
         self.punct('}')?;
@@ -470,7 +569,14 @@ impl Parser<'_> {
             return Err(Self::expected(&t, "end of input after the kernel"));
         }
         let values = self.value_table()?;
-        Ok(Function { name, params, shared, max_threads, values, body: Block { args, insts } })
+        Ok(Function {
+            name,
+            params,
+            shared,
+            max_threads,
+            values,
+            body: Block { args, insts },
+        })
     }
 
     /// Every used value must be defined, and the numbers must cover `0..n` (they index
@@ -479,7 +585,11 @@ impl Parser<'_> {
         for v in &self.use_order {
             if !self.defs.contains_key(v) {
                 let (line, column) = self.uses[v];
-                return Err(ParseError { line, column, kind: ParseErrorKind::Undefined(Value(*v)) });
+                return Err(ParseError {
+                    line,
+                    column,
+                    kind: ParseErrorKind::Undefined(Value(*v)),
+                });
             }
         }
         let n = self.defs.len();
@@ -491,7 +601,11 @@ impl Parser<'_> {
                 .filter(|(v, _)| **v > missing)
                 .min_by_key(|(v, _)| **v)
                 .map_or((1, 1), |(_, (_, pos))| *pos);
-            return Err(ParseError { line, column, kind: ParseErrorKind::Gap(Value(missing)) });
+            return Err(ParseError {
+                line,
+                column,
+                kind: ParseErrorKind::Gap(Value(missing)),
+            });
         }
         Ok((0..n as u32).map(|v| self.defs[&v].0).collect())
     }
@@ -541,14 +655,21 @@ impl Parser<'_> {
             }
         }
         let op = self.op(&results)?;
-        Ok(Inst { results: results.into_iter().map(|(v, _)| v).collect(), op })
+        Ok(Inst {
+            results: results.into_iter().map(|(v, _)| v).collect(),
+            op,
+        })
     }
 
     fn op(&mut self, results: &[(Value, Type)]) -> Result<Op, ParseError> {
         let (word, t) = self.word("an operation")?;
         let mut parts = word.split('.');
         let base = parts.next().unwrap_or_default();
-        let mut m = Mods { base, rest: parts.collect(), pos: (t.line, t.col) };
+        let mut m = Mods {
+            base,
+            rest: parts.collect(),
+            pos: (t.line, t.col),
+        };
         let op = match base {
             "const" => {
                 m.done()?;
@@ -563,8 +684,15 @@ impl Parser<'_> {
             "special" => {
                 m.done()?;
                 let (w, wt) = self.word("a special register")?;
-                let s = by_name(&Special::ALL, Special::name, &w)
-                    .ok_or_else(|| Self::at(&wt, ParseErrorKind::Unknown { what: "special register", name: w }))?;
+                let s = by_name(&Special::ALL, Special::name, &w).ok_or_else(|| {
+                    Self::at(
+                        &wt,
+                        ParseErrorKind::Unknown {
+                            what: "special register",
+                            name: w,
+                        },
+                    )
+                })?;
                 Op::Special(s)
             }
             "div" if m.flag("approx") => {
@@ -576,7 +704,12 @@ impl Parser<'_> {
                 let rnd = m.need("a rounding mode", round_name)?;
                 m.done()?;
                 let v = self.operands(3)?;
-                Op::Fma { rnd, a: v[0], b: v[1], c: v[2] }
+                Op::Fma {
+                    rnd,
+                    a: v[0],
+                    b: v[1],
+                    c: v[2],
+                }
             }
             "dp4a" => {
                 let sign = |s: &str| match s {
@@ -588,18 +721,32 @@ impl Parser<'_> {
                 let b_signed = m.need("`u32` or `s32` (the bytes of b)", sign)?;
                 m.done()?;
                 let v = self.operands(3)?;
-                Op::Dp4a { a_signed, b_signed, a: v[0], b: v[1], c: v[2] }
+                Op::Dp4a {
+                    a_signed,
+                    b_signed,
+                    a: v[0],
+                    b: v[1],
+                    c: v[2],
+                }
             }
             "cmp" => {
                 let op = m.need("a comparison", |s| by_name(&CmpOp::ALL, CmpOp::name, s))?;
                 m.done()?;
                 let v = self.operands(2)?;
-                Op::Cmp { op, a: v[0], b: v[1] }
+                Op::Cmp {
+                    op,
+                    a: v[0],
+                    b: v[1],
+                }
             }
             "select" => {
                 m.done()?;
                 let v = self.operands(3)?;
-                Op::Select { cond: v[0], a: v[1], b: v[2] }
+                Op::Select {
+                    cond: v[0],
+                    a: v[1],
+                    b: v[2],
+                }
             }
             "cvt" => {
                 let rnd = m.take(round_name);
@@ -610,52 +757,88 @@ impl Parser<'_> {
                     Type::Scalar(s) => s,
                     other => {
                         let expected = "a scalar type to convert to".into();
-                        return Err(Self::at(&at, ParseErrorKind::Expected { expected, found: other.to_string() }));
+                        return Err(Self::at(
+                            &at,
+                            ParseErrorKind::Expected {
+                                expected,
+                                found: other.to_string(),
+                            },
+                        ));
                     }
                 };
-                Op::Cvt { to, rnd, sat, a: self.operand()? }
+                Op::Cvt {
+                    to,
+                    rnd,
+                    sat,
+                    a: self.operand()?,
+                }
             }
             "bitcast" => {
                 m.done()?;
                 let to = self.op_type(results, base)?;
-                Op::Bitcast { to, a: self.operand()? }
+                Op::Bitcast {
+                    to,
+                    a: self.operand()?,
+                }
             }
             "pack" => {
                 m.done()?;
                 let ty = self.op_type(results, base)?;
-                Op::Pack { ty, parts: self.operand_list()? }
+                Op::Pack {
+                    ty,
+                    parts: self.operand_list()?,
+                }
             }
             "extract" => {
                 m.done()?;
                 let a = self.operand()?;
                 self.punct(',')?;
-                Op::Extract { a, index: self.uint("a part index")? }
+                Op::Extract {
+                    a,
+                    index: self.uint("a part index")?,
+                }
             }
             "ptr_add" => {
                 m.done()?;
                 let v = self.operands(2)?;
-                Op::PtrAdd { ptr: v[0], index: v[1] }
+                Op::PtrAdd {
+                    ptr: v[0],
+                    index: v[1],
+                }
             }
             "ptr_cast" => {
                 m.done()?;
                 let to = self.ptr_cast_target(results)?;
-                Op::PtrCast { to, ptr: self.operand()? }
+                Op::PtrCast {
+                    to,
+                    ptr: self.operand()?,
+                }
             }
             "shared_addr" => {
                 m.done()?;
-                Op::SharedAddr { decl: self.uint("a shared array index")? }
+                Op::SharedAddr {
+                    decl: self.uint("a shared array index")?,
+                }
             }
             "load" => {
                 let cache = m.take(cache_name).unwrap_or_default();
                 m.done()?;
                 let ty = self.op_type(results, base)?;
-                Op::Load { ty, ptr: self.operand()?, cache }
+                Op::Load {
+                    ty,
+                    ptr: self.operand()?,
+                    cache,
+                }
             }
             "store" => {
                 let cache = m.take(cache_name).unwrap_or_default();
                 m.done()?;
                 let v = self.operands(2)?;
-                Op::Store { ptr: v[0], value: v[1], cache }
+                Op::Store {
+                    ptr: v[0],
+                    value: v[1],
+                    cache,
+                }
             }
             "barrier" => {
                 m.done()?;
@@ -668,44 +851,85 @@ impl Parser<'_> {
                 Op::Fence { ord, scope }
             }
             "atom" => {
-                let op = m.need("an atomic operation", |s| by_name(&ATOM_OPS, AtomOp::name, s))?;
+                let op = m.need("an atomic operation", |s| {
+                    by_name(&ATOM_OPS, AtomOp::name, s)
+                })?;
                 let ord = m.need("an ordering", |s| by_name(&ORDERINGS, Ordering::name, s))?;
                 let scope = m.need("a scope", |s| by_name(&SCOPES, Scope::name, s))?;
                 m.done()?;
                 let v = self.operands(2)?;
-                let b = if self.eat(&Tok::Punct(','))? { Some(self.operand()?) } else { None };
-                Op::Atomic { op, ord, scope, ptr: v[0], a: v[1], b }
+                let b = if self.eat(&Tok::Punct(','))? {
+                    Some(self.operand()?)
+                } else {
+                    None
+                };
+                Op::Atomic {
+                    op,
+                    ord,
+                    scope,
+                    ptr: v[0],
+                    a: v[1],
+                    b,
+                }
             }
             "shfl" => {
-                let mode = m.need("a shuffle mode", |s| by_name(&SHFL_MODES, ShflMode::name, s))?;
+                let mode = m.need("a shuffle mode", |s| {
+                    by_name(&SHFL_MODES, ShflMode::name, s)
+                })?;
                 m.done()?;
                 let v = self.operands(4)?;
-                Op::Shfl { mode, value: v[0], b: v[1], c: v[2], mask: v[3] }
+                Op::Shfl {
+                    mode,
+                    value: v[0],
+                    b: v[1],
+                    c: v[2],
+                    mask: v[3],
+                }
             }
             "vote" => {
                 let mode = m.need("a vote mode", |s| by_name(&VOTE_MODES, VoteMode::name, s))?;
                 m.done()?;
                 let v = self.operands(2)?;
-                Op::Vote { mode, pred: v[0], mask: v[1] }
+                Op::Vote {
+                    mode,
+                    pred: v[0],
+                    mask: v[1],
+                }
             }
             "redux" => {
                 let op = m.need("a reduction", |s| by_name(&REDUX_OPS, ReduxOp::name, s))?;
                 m.done()?;
                 let v = self.operands(2)?;
-                Op::Redux { op, value: v[0], mask: v[1] }
+                Op::Redux {
+                    op,
+                    value: v[0],
+                    mask: v[1],
+                }
             }
             "mma" => {
                 let shape = m.need("an MMA shape", MmaShape::from_name)?;
                 m.done()?;
                 let v = self.operands(3)?;
-                Op::Mma { shape, a: v[0], b: v[1], c: v[2] }
+                Op::Mma {
+                    shape,
+                    a: v[0],
+                    b: v[1],
+                    c: v[2],
+                }
             }
             "ldmatrix" => {
-                let num = m.need("a matrix count (`x1`, `x2`, `x4`)", |s| s.strip_prefix('x')?.parse::<u8>().ok())?;
+                let num = m.need("a matrix count (`x1`, `x2`, `x4`)", |s| {
+                    s.strip_prefix('x')?.parse::<u8>().ok()
+                })?;
                 let trans = m.flag("trans");
                 m.done()?;
                 let ty = self.op_type(results, base)?;
-                Op::LdMatrix { ty, num, trans, ptr: self.operand()? }
+                Op::LdMatrix {
+                    ty,
+                    num,
+                    trans,
+                    ptr: self.operand()?,
+                }
             }
             "cp_async" if m.flag("commit") => {
                 m.done()?;
@@ -713,14 +937,21 @@ impl Parser<'_> {
             }
             "cp_async" if m.flag("wait") => {
                 m.done()?;
-                Op::CpAsyncWait { n: self.uint("a group count")? }
+                Op::CpAsyncWait {
+                    n: self.uint("a group count")?,
+                }
             }
             "cp_async" => {
                 let cache = m.take(cache_name).unwrap_or_default();
                 m.done()?;
                 let v = self.operands(2)?;
                 self.punct(',')?;
-                Op::CpAsync { dst: v[0], src: v[1], bytes: self.uint("a byte count")?, cache }
+                Op::CpAsync {
+                    dst: v[0],
+                    src: v[1],
+                    bytes: self.uint("a byte count")?,
+                    cache,
+                }
             }
             "if" => {
                 m.done()?;
@@ -743,11 +974,25 @@ impl Parser<'_> {
                     let rnd = m.take(round_name);
                     m.done()?;
                     let v = self.operands(2)?;
-                    Op::Bin { op, rnd, a: v[0], b: v[1] }
+                    Op::Bin {
+                        op,
+                        rnd,
+                        a: v[0],
+                        b: v[1],
+                    }
                 } else if let Some(op) = self.un_op(&mut m)? {
-                    Op::Un { op, a: self.operand()? }
+                    Op::Un {
+                        op,
+                        a: self.operand()?,
+                    }
                 } else {
-                    return Err(Self::at(&t, ParseErrorKind::Unknown { what: "operation", name: word }));
+                    return Err(Self::at(
+                        &t,
+                        ParseErrorKind::Unknown {
+                            what: "operation",
+                            name: word,
+                        },
+                    ));
                 }
             }
         };
@@ -793,7 +1038,10 @@ impl Parser<'_> {
             [(_, Type::Ptr(_, p))] => Ok(*p),
             _ => {
                 let t = self.next()?;
-                Err(Self::expected(&t, "a pointee type after `ptr_cast` (its result is not a single pointer)"))
+                Err(Self::expected(
+                    &t,
+                    "a pointee type after `ptr_cast` (its result is not a single pointer)",
+                ))
             }
         }
     }
@@ -805,12 +1053,23 @@ impl Parser<'_> {
             Tok::Word(w) if matches!(w.as_str(), "true" | "false" | "inf") => w.clone(),
             _ => return Err(Self::expected(&t, "a constant")),
         };
-        let bad = |why: String| Self::at(&t, ParseErrorKind::BadNumber { text: text.clone(), why });
+        let bad = |why: String| {
+            Self::at(
+                &t,
+                ParseErrorKind::BadNumber {
+                    text: text.clone(),
+                    why,
+                },
+            )
+        };
         if let Some(hex) = text.strip_prefix("0x") {
-            return u64::from_str_radix(hex, 16).map_err(|_| bad("not a 64-bit hexadecimal number".into()));
+            return u64::from_str_radix(hex, 16)
+                .map_err(|_| bad("not a 64-bit hexadecimal number".into()));
         }
         let Type::Scalar(s) = ty else {
-            return Err(bad(format!("a constant of type {ty} is written as raw bits (`0x…`)")));
+            return Err(bad(format!(
+                "a constant of type {ty} is written as raw bits (`0x…`)"
+            )));
         };
         match s {
             Scalar::Pred => match text.as_str() {
@@ -819,7 +1078,9 @@ impl Parser<'_> {
                 _ => Err(bad("a predicate is `true` or `false`".into())),
             },
             s if s.is_int() => {
-                let n: i128 = text.parse().map_err(|_| bad("expected a decimal integer".into()))?;
+                let n: i128 = text
+                    .parse()
+                    .map_err(|_| bad("expected a decimal integer".into()))?;
                 let (lo, hi) = if s.is_signed() {
                     (-(1i128 << (s.bits() - 1)), (1i128 << (s.bits() - 1)) - 1)
                 } else {
@@ -828,11 +1089,19 @@ impl Parser<'_> {
                 if n < lo || n > hi {
                     return Err(bad(format!("does not fit in {s}")));
                 }
-                let mask = if s.bits() == 64 { u64::MAX } else { (1u64 << s.bits()) - 1 };
+                let mask = if s.bits() == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << s.bits()) - 1
+                };
                 Ok(n as u64 & mask)
             }
-            s if s.is_float() => float_bits(s, &text).ok_or_else(|| bad(format!("not a {s} number"))),
-            s => Err(bad(format!("a {s} constant is written as raw bits (`0x…`)"))),
+            s if s.is_float() => {
+                float_bits(s, &text).ok_or_else(|| bad(format!("not a {s} number")))
+            }
+            s => Err(bad(format!(
+                "a {s} constant is written as raw bits (`0x…`)"
+            ))),
         }
     }
 
@@ -862,9 +1131,20 @@ impl Parser<'_> {
             let args = self.opt_args()?;
             self.nested_block(args)?
         } else {
-            Block { args: vec![], insts: vec![Inst { results: vec![], op: Op::Yield(vec![]) }] }
+            Block {
+                args: vec![],
+                insts: vec![Inst {
+                    results: vec![],
+                    op: Op::Yield(vec![]),
+                }],
+            }
         };
-        Ok(Op::If { cond, then_, else_, results: types })
+        Ok(Op::If {
+            cond,
+            then_,
+            else_,
+            results: types,
+        })
     }
 
     /// After `for`: either `%iv: T = %lo to %hi step %s [iter(%a: T = %init, ...)]` or
@@ -914,6 +1194,12 @@ impl Parser<'_> {
             self.punct(')')?;
         }
         let body = self.nested_block(args)?;
-        Ok(Op::For { lo, hi, step, init, body })
+        Ok(Op::For {
+            lo,
+            hi,
+            step,
+            init,
+            body,
+        })
     }
 }

@@ -109,7 +109,10 @@ use crate::types::{Scalar, Type};
 
 /// The text form of `f` (see the module documentation for the grammar).
 pub fn print(f: &Function) -> String {
-    let mut p = Printer { f, out: String::new() };
+    let mut p = Printer {
+        f,
+        out: String::new(),
+    };
     p.kernel();
     p.out
 }
@@ -137,12 +140,29 @@ struct Printer<'a> {
 impl Printer<'_> {
     fn kernel(&mut self) {
         let f = self.f;
-        let params: Vec<String> = f.params.iter().map(|p| format!("{}: {}", name_text(&p.name), p.ty)).collect();
-        let _ = write!(self.out, "kernel {}({}) max_threads={}", name_text(&f.name), params.join(", "), f.max_threads);
+        let params: Vec<String> = f
+            .params
+            .iter()
+            .map(|p| format!("{}: {}", name_text(&p.name), p.ty))
+            .collect();
+        let _ = write!(
+            self.out,
+            "kernel {}({}) max_threads={}",
+            name_text(&f.name),
+            params.join(", "),
+            f.max_threads
+        );
         block_args(f, " ", &f.body.args, &mut self.out);
         self.out.push_str(" {\n");
         for d in &f.shared {
-            let _ = writeln!(self.out, "  shared {}: {}[{}] align={}", name_text(&d.name), d.elem, d.len, d.align);
+            let _ = writeln!(
+                self.out,
+                "  shared {}: {}[{}] align={}",
+                name_text(&d.name),
+                d.elem,
+                d.len,
+                d.align
+            );
         }
         self.insts(&f.body, 1);
         self.out.push_str("}\n");
@@ -230,7 +250,10 @@ fn ty_text(f: &Function, v: Value) -> String {
 }
 
 fn typed_values(f: &Function, vals: &[Value]) -> String {
-    let parts: Vec<String> = vals.iter().map(|v| format!("{v}: {}", ty_text(f, *v))).collect();
+    let parts: Vec<String> = vals
+        .iter()
+        .map(|v| format!("{v}: {}", ty_text(f, *v)))
+        .collect();
     parts.join(", ")
 }
 
@@ -313,7 +336,11 @@ pub(crate) fn byte_sign(signed: bool) -> &'static str {
 
 fn op_text(f: &Function, inst: &Inst, out: &mut String) {
     let s = match &inst.op {
-        Op::Const { ty, bits } => format!("const{} {}", explicit(f, inst, *ty), const_literal(*ty, *bits)),
+        Op::Const { ty, bits } => format!(
+            "const{} {}",
+            explicit(f, inst, *ty),
+            const_literal(*ty, *bits)
+        ),
         Op::Param(i) => match f.params.get(*i as usize) {
             Some(p) => format!("param {i} // {}", name_text(&p.name)),
             None => format!("param {i}"),
@@ -321,8 +348,18 @@ fn op_text(f: &Function, inst: &Inst, out: &mut String) {
         Op::Special(s) => format!("special {}", s.name()),
         Op::Bin { op, rnd, a, b } => format!("{}{} {a}, {b}", op.name(), rnd_suffix(*rnd)),
         Op::Fma { rnd, a, b, c } => format!("fma.{} {a}, {b}, {c}", rnd.name()),
-        Op::Dp4a { a_signed, b_signed, a, b, c } => {
-            format!("dp4a.{}.{} {a}, {b}, {c}", byte_sign(*a_signed), byte_sign(*b_signed))
+        Op::Dp4a {
+            a_signed,
+            b_signed,
+            a,
+            b,
+            c,
+        } => {
+            format!(
+                "dp4a.{}.{} {a}, {b}, {c}",
+                byte_sign(*a_signed),
+                byte_sign(*b_signed)
+            )
         }
         Op::Un { op, a } => format!("{} {a}", un_name(*op)),
         Op::DivApprox { a, b } => format!("div.approx {a}, {b}"),
@@ -353,27 +390,72 @@ fn op_text(f: &Function, inst: &Inst, out: &mut String) {
             Some(d) => format!("shared_addr {decl} // {}", name_text(&d.name)),
             None => format!("shared_addr {decl}"),
         },
-        Op::Load { ty, ptr, cache } => format!("load{}{} {ptr}", cache_suffix(*cache), explicit(f, inst, *ty)),
+        Op::Load { ty, ptr, cache } => format!(
+            "load{}{} {ptr}",
+            cache_suffix(*cache),
+            explicit(f, inst, *ty)
+        ),
         Op::Store { ptr, value, cache } => format!("store{} {ptr}, {value}", cache_suffix(*cache)),
         Op::Barrier => "barrier".into(),
         Op::Fence { ord, scope } => format!("fence.{}.{}", ord.name(), scope.name()),
-        Op::Atomic { op, ord, scope, ptr, a, b } => {
+        Op::Atomic {
+            op,
+            ord,
+            scope,
+            ptr,
+            a,
+            b,
+        } => {
             let third = b.map(|b| format!(", {b}")).unwrap_or_default();
-            format!("atom.{}.{}.{} {ptr}, {a}{third}", op.name(), ord.name(), scope.name())
+            format!(
+                "atom.{}.{}.{} {ptr}, {a}{third}",
+                op.name(),
+                ord.name(),
+                scope.name()
+            )
         }
-        Op::Shfl { mode, value, b, c, mask } => format!("shfl.{} {value}, {b}, {c}, {mask}", mode.name()),
+        Op::Shfl {
+            mode,
+            value,
+            b,
+            c,
+            mask,
+        } => format!("shfl.{} {value}, {b}, {c}, {mask}", mode.name()),
         Op::Vote { mode, pred, mask } => format!("vote.{} {pred}, {mask}", mode.name()),
         Op::Redux { op, value, mask } => format!("redux.{} {value}, {mask}", op.name()),
         Op::Mma { shape, a, b, c } => format!("mma.{} {a}, {b}, {c}", shape.name()),
-        Op::LdMatrix { ty, num, trans, ptr } => {
-            format!("ldmatrix.x{num}{}{} {ptr}", if *trans { ".trans" } else { "" }, explicit(f, inst, *ty))
+        Op::LdMatrix {
+            ty,
+            num,
+            trans,
+            ptr,
+        } => {
+            format!(
+                "ldmatrix.x{num}{}{} {ptr}",
+                if *trans { ".trans" } else { "" },
+                explicit(f, inst, *ty)
+            )
         }
-        Op::CpAsync { dst, src, bytes, cache } => format!("cp_async{} {dst}, {src}, {bytes}", cache_suffix(*cache)),
+        Op::CpAsync {
+            dst,
+            src,
+            bytes,
+            cache,
+        } => format!("cp_async{} {dst}, {src}, {bytes}", cache_suffix(*cache)),
         Op::CpAsyncCommit => "cp_async.commit".into(),
         Op::CpAsyncWait { n } => format!("cp_async.wait {n}"),
-        Op::If { cond, then_, results, .. } => {
+        Op::If {
+            cond,
+            then_,
+            results,
+            ..
+        } => {
             let implied = inst.results.len() == results.len()
-                && inst.results.iter().zip(results).all(|(v, t)| f.values.get(v.index()) == Some(t));
+                && inst
+                    .results
+                    .iter()
+                    .zip(results)
+                    .all(|(v, t)| f.values.get(v.index()) == Some(t));
             let mut s = format!("if {cond}");
             if !implied {
                 let tys: Vec<String> = results.iter().map(|t| t.to_string()).collect();
@@ -382,7 +464,13 @@ fn op_text(f: &Function, inst: &Inst, out: &mut String) {
             block_args(f, " ", &then_.args, &mut s);
             s
         }
-        Op::For { lo, hi, step, init, body } => {
+        Op::For {
+            lo,
+            hi,
+            step,
+            init,
+            body,
+        } => {
             if body.args.len() == init.len() + 1 {
                 let iv = body.args[0];
                 let mut s = format!("for {iv}: {} = {lo} to {hi} step {step}", ty_text(f, iv));
@@ -396,7 +484,11 @@ fn op_text(f: &Function, inst: &Inst, out: &mut String) {
                 }
                 s
             } else {
-                format!("for {lo} to {hi} step {step} args({}) init({})", typed_values(f, &body.args), list(init))
+                format!(
+                    "for {lo} to {hi} step {step} args({}) init({})",
+                    typed_values(f, &body.args),
+                    list(init)
+                )
             }
         }
         Op::Yield(vals) if vals.is_empty() => "yield".into(),
@@ -465,7 +557,10 @@ pub(crate) fn float_bits(s: Scalar, text: &str) -> Option<u64> {
         "-inf" => f64::NEG_INFINITY,
         t => {
             // Rust accepts "nan" and "infinity"; the format spells those as raw bits.
-            if !t.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b)) {
+            if !t
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+            {
                 return None;
             }
             if s == Scalar::F32 {

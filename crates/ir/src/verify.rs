@@ -25,10 +25,18 @@ use crate::types::{AddrSpace, Scalar, Type};
 pub enum VerifyError {
     /// A problem with the kernel as a whole (its header or value table).
     #[error("kernel `{kernel}`: {problem}")]
-    Kernel { kernel: String, problem: KernelProblem },
+    Kernel {
+        kernel: String,
+        problem: KernelProblem,
+    },
     /// A problem with one instruction: `inst` is its text, `at` its place.
     #[error("kernel `{kernel}`: `{inst}` at {at}: {problem}")]
-    Inst { kernel: String, inst: String, at: String, problem: Box<InstProblem> },
+    Inst {
+        kernel: String,
+        inst: String,
+        at: String,
+        problem: Box<InstProblem>,
+    },
 }
 
 impl VerifyError {
@@ -53,7 +61,9 @@ pub enum KernelProblem {
     SharedElem { name: String, elem: Scalar },
     #[error("shared array `{name}` has length 0")]
     SharedEmpty { name: String },
-    #[error("shared array `{name}` has alignment {align}; it must be a power of two and at least {min}")]
+    #[error(
+        "shared array `{name}` has alignment {align}; it must be a power of two and at least {min}"
+    )]
     SharedAlign { name: String, align: u32, min: u32 },
     #[error("static shared memory is {used} bytes, over the limit of {limit} bytes")]
     SharedTooLarge { used: u64, limit: u64 },
@@ -77,11 +87,20 @@ pub enum InstProblem {
     #[error("{0} is defined a second time")]
     Redefined(Value),
     #[error("{value} has type {ty}, which is not a valid type: {why}")]
-    InvalidType { value: Value, ty: Type, why: &'static str },
+    InvalidType {
+        value: Value,
+        ty: Type,
+        why: &'static str,
+    },
 
     // ---- operation typing ----
     #[error("operand `{role}` ({value}) has type {ty}, expected {expected}")]
-    Operand { role: String, value: Value, ty: Type, expected: String },
+    Operand {
+        role: String,
+        value: Value,
+        ty: Type,
+        expected: String,
+    },
     #[error("`{op}` is not defined on {ty}")]
     NotDefinedOn { op: String, ty: Type },
     #[error("`{op}` needs a rounding mode")]
@@ -91,7 +110,11 @@ pub enum InstProblem {
     #[error("defines {found} results, expected {expected}")]
     ResultCount { expected: usize, found: usize },
     #[error("result {value} has type {found}, expected {expected}")]
-    ResultType { value: Value, expected: Type, found: Type },
+    ResultType {
+        value: Value,
+        expected: Type,
+        found: Type,
+    },
     #[error("constants have a scalar type, not {0}")]
     ConstType(Type),
     #[error("constant bits {bits:#x} do not fit in {ty}")]
@@ -103,19 +126,38 @@ pub enum InstProblem {
     #[error("bitcast from {from} ({} bytes) to {to} ({} bytes): sizes differ", from.bytes(), to.bytes())]
     BitcastSize { from: Type, to: Type },
     #[error("{ty} is built from {expected} parts, found {found}")]
-    PartCount { ty: Type, expected: usize, found: usize },
+    PartCount {
+        ty: Type,
+        expected: usize,
+        found: usize,
+    },
     #[error("part index {index} is out of range for {ty}, which has {len} parts")]
     PartIndex { index: u32, ty: Type, len: u32 },
     #[error("{access} of {ty} through {ptr}: the value must be the pointee type or a 2/4-lane vector of it")]
-    MemoryType { access: &'static str, ty: Type, ptr: Type },
+    MemoryType {
+        access: &'static str,
+        ty: Type,
+        ptr: Type,
+    },
     #[error("cache operator `.{cache}` {why}")]
-    Cache { cache: &'static str, why: &'static str },
+    Cache {
+        cache: &'static str,
+        why: &'static str,
+    },
     #[error("a fence with relaxed ordering orders nothing")]
     RelaxedFence,
     #[error("`{op}` takes {expected} operands, found {found}")]
-    OperandCount { op: String, expected: usize, found: usize },
+    OperandCount {
+        op: String,
+        expected: usize,
+        found: usize,
+    },
     #[error("{what} is {value}; it must be {allowed}")]
-    Immediate { what: &'static str, value: u32, allowed: &'static str },
+    Immediate {
+        what: &'static str,
+        value: u32,
+        allowed: &'static str,
+    },
     #[error("ldmatrix .x{num} gives u32 (x1), vec2<u32> (x2), vec4<u32> (x4) or an A/B fragment of {num} registers, not {ty}")]
     LdMatrixType { ty: Type, num: u8 },
 
@@ -127,25 +169,56 @@ pub enum InstProblem {
     #[error("its {block} does not end with `yield`")]
     MissingYield { block: &'static str },
     #[error("its {block} has {found} block arguments, expected {expected}")]
-    BlockArgs { block: &'static str, expected: usize, found: usize },
+    BlockArgs {
+        block: &'static str,
+        expected: usize,
+        found: usize,
+    },
     #[error("block argument {value} of its {block} has type {found}, expected {expected}")]
-    BlockArgType { block: &'static str, value: Value, expected: Type, found: Type },
+    BlockArgType {
+        block: &'static str,
+        value: Value,
+        expected: Type,
+        found: Type,
+    },
     #[error("yields {found} values, the enclosing {owner} expects {expected}")]
-    YieldCount { owner: &'static str, expected: usize, found: usize },
+    YieldCount {
+        owner: &'static str,
+        expected: usize,
+        found: usize,
+    },
     #[error("yields {value} of type {found}, the enclosing {owner} expects {expected}")]
-    YieldType { owner: &'static str, value: Value, expected: Type, found: Type },
+    YieldType {
+        owner: &'static str,
+        value: Value,
+        expected: Type,
+        found: Type,
+    },
     #[error("barrier under control flow that differs between threads of a block: {construct} depends on `{root}`")]
     DivergentBarrier { construct: String, root: String },
 }
 
 /// Check `f`; the first problem found is returned.
 pub fn verify(f: &Function) -> Result<(), VerifyError> {
-    check_header(f).map_err(|problem| VerifyError::Kernel { kernel: f.name.clone(), problem })?;
-    let mut w = Walker { f, state: vec![Def::Unseen; f.values.len()], defined: defined_values(f) };
+    check_header(f).map_err(|problem| VerifyError::Kernel {
+        kernel: f.name.clone(),
+        problem,
+    })?;
+    let mut w = Walker {
+        f,
+        state: vec![Def::Unseen; f.values.len()],
+        defined: defined_values(f),
+    };
     w.block(&f.body, Region::Body, "body", Vec::new(), &[])?;
     if let Some(i) = w.state.iter().position(|s| *s == Def::Unseen) {
-        let problem = KernelProblem::NeverDefined { value: Value(i as u32), ty: f.values[i] };
-        return Err(VerifyError::Kernel { kernel: f.name.clone(), problem });
+        let problem = KernelProblem::NeverDefined {
+            value: Value(i as u32),
+            ty: f.values[i],
+        };
+        return Err(VerifyError::Kernel {
+            kernel: f.name.clone(),
+            problem,
+        });
     }
     uniform::check_barriers(f)
 }
@@ -158,7 +231,10 @@ fn check_header(f: &Function) -> Result<(), KernelProblem> {
     for (i, p) in f.params.iter().enumerate() {
         check_name("parameter", &p.name)?;
         if f.params[..i].iter().any(|q| q.name == p.name) {
-            return Err(KernelProblem::DuplicateName { what: "parameter", name: p.name.clone() });
+            return Err(KernelProblem::DuplicateName {
+                what: "parameter",
+                name: p.name.clone(),
+            });
         }
         let ok = match p.ty {
             Type::Scalar(s) => s != Scalar::Pred,
@@ -166,27 +242,45 @@ fn check_header(f: &Function) -> Result<(), KernelProblem> {
             _ => false,
         };
         if !ok {
-            return Err(KernelProblem::ParamType { name: p.name.clone(), ty: p.ty });
+            return Err(KernelProblem::ParamType {
+                name: p.name.clone(),
+                ty: p.ty,
+            });
         }
     }
     for (i, d) in f.shared.iter().enumerate() {
         check_name("shared array", &d.name)?;
         if f.shared[..i].iter().any(|e| e.name == d.name) {
-            return Err(KernelProblem::DuplicateName { what: "shared array", name: d.name.clone() });
+            return Err(KernelProblem::DuplicateName {
+                what: "shared array",
+                name: d.name.clone(),
+            });
         }
         if d.elem == Scalar::Pred {
-            return Err(KernelProblem::SharedElem { name: d.name.clone(), elem: d.elem });
+            return Err(KernelProblem::SharedElem {
+                name: d.name.clone(),
+                elem: d.elem,
+            });
         }
         if d.len == 0 {
-            return Err(KernelProblem::SharedEmpty { name: d.name.clone() });
+            return Err(KernelProblem::SharedEmpty {
+                name: d.name.clone(),
+            });
         }
         if !d.align.is_power_of_two() || d.align < d.elem.bytes() {
-            return Err(KernelProblem::SharedAlign { name: d.name.clone(), align: d.align, min: d.elem.bytes() });
+            return Err(KernelProblem::SharedAlign {
+                name: d.name.clone(),
+                align: d.align,
+                min: d.elem.bytes(),
+            });
         }
     }
     let used = f.shared_bytes();
     if used > MAX_STATIC_SHARED_BYTES {
-        return Err(KernelProblem::SharedTooLarge { used, limit: MAX_STATIC_SHARED_BYTES });
+        return Err(KernelProblem::SharedTooLarge {
+            used,
+            limit: MAX_STATIC_SHARED_BYTES,
+        });
     }
     if !f.body.args.is_empty() {
         return Err(KernelProblem::BodyArgs(f.body.args.len()));
@@ -198,7 +292,10 @@ fn check_name(what: &'static str, name: &str) -> Result<(), KernelProblem> {
     if is_identifier(name) {
         Ok(())
     } else {
-        Err(KernelProblem::BadName { what, name: name.to_string() })
+        Err(KernelProblem::BadName {
+            what,
+            name: name.to_string(),
+        })
     }
 }
 
@@ -285,7 +382,10 @@ impl Walker<'_> {
             Some(Def::Dead) => Err(InstProblem::OutOfScope(v)),
             Some(Def::Unseen) if self.defined[v.index()] => Err(InstProblem::UseBeforeDef(v)),
             Some(Def::Unseen) => Err(InstProblem::Undefined(v)),
-            None => Err(InstProblem::NoSuchValue { value: v, count: self.state.len() }),
+            None => Err(InstProblem::NoSuchValue {
+                value: v,
+                count: self.state.len(),
+            }),
         }
     }
 
@@ -323,8 +423,12 @@ impl Walker<'_> {
             let f = self.f;
             let fail = |problem| inst_error(f, inst, &at, problem);
             match inst.op {
-                Op::Yield(_) if region == Region::Body || i != last => return Err(fail(InstProblem::MisplacedYield)),
-                Op::Return if region != Region::Body || i != last => return Err(fail(InstProblem::MisplacedReturn)),
+                Op::Yield(_) if region == Region::Body || i != last => {
+                    return Err(fail(InstProblem::MisplacedYield))
+                }
+                Op::Return if region != Region::Body || i != last => {
+                    return Err(fail(InstProblem::MisplacedReturn))
+                }
                 _ => {}
             }
             for v in inst.op.operands() {
@@ -332,7 +436,12 @@ impl Walker<'_> {
             }
             let expected = typing::result_types(self.f, &inst.op).map_err(fail)?;
             match &inst.op {
-                Op::If { results, then_, else_, .. } => {
+                Op::If {
+                    results,
+                    then_,
+                    else_,
+                    ..
+                } => {
                     for (blk, r) in [(then_, Region::Then), (else_, Region::Else)] {
                         self.nested(inst, &at, blk, r, &[], results)?;
                     }
@@ -346,12 +455,19 @@ impl Walker<'_> {
                 _ => {}
             }
             if inst.results.len() != expected.len() {
-                return Err(fail(InstProblem::ResultCount { expected: expected.len(), found: inst.results.len() }));
+                return Err(fail(InstProblem::ResultCount {
+                    expected: expected.len(),
+                    found: inst.results.len(),
+                }));
             }
             for (r, want) in inst.results.iter().zip(&expected) {
                 let found = self.define(*r, &mut scope).map_err(fail)?;
                 if found != *want {
-                    return Err(fail(InstProblem::ResultType { value: *r, expected: *want, found }));
+                    return Err(fail(InstProblem::ResultType {
+                        value: *r,
+                        expected: *want,
+                        found,
+                    }));
                 }
             }
         }
@@ -376,16 +492,31 @@ impl Walker<'_> {
         let f = self.f;
         let fail = |problem| inst_error(f, inst, at, problem);
         if b.args.len() != arg_types.len() {
-            return Err(fail(InstProblem::BlockArgs { block, expected: arg_types.len(), found: b.args.len() }));
+            return Err(fail(InstProblem::BlockArgs {
+                block,
+                expected: arg_types.len(),
+                found: b.args.len(),
+            }));
         }
-        if !matches!(b.insts.last(), Some(Inst { op: Op::Yield(_), .. })) {
+        if !matches!(
+            b.insts.last(),
+            Some(Inst {
+                op: Op::Yield(_),
+                ..
+            })
+        ) {
             return Err(fail(InstProblem::MissingYield { block }));
         }
         let mut scope = vec![];
         for (a, want) in b.args.iter().zip(arg_types) {
             let found = self.define(*a, &mut scope).map_err(fail)?;
             if found != *want {
-                return Err(fail(InstProblem::BlockArgType { block, value: *a, expected: *want, found }));
+                return Err(fail(InstProblem::BlockArgType {
+                    block,
+                    value: *a,
+                    expected: *want,
+                    found,
+                }));
             }
         }
         let suffix = match region {
@@ -396,16 +527,30 @@ impl Walker<'_> {
         self.block(b, region, &format!("{at}/{suffix}"), scope, yield_types)
     }
 
-    fn check_yield(&self, vals: &[Value], region: Region, want: &[Type]) -> Result<(), InstProblem> {
+    fn check_yield(
+        &self,
+        vals: &[Value],
+        region: Region,
+        want: &[Type],
+    ) -> Result<(), InstProblem> {
         let owner = region.owner();
         if vals.len() != want.len() {
-            return Err(InstProblem::YieldCount { owner, expected: want.len(), found: vals.len() });
+            return Err(InstProblem::YieldCount {
+                owner,
+                expected: want.len(),
+                found: vals.len(),
+            });
         }
         for (v, t) in vals.iter().zip(want) {
             // Operands were checked to be defined, so `v` indexes the value table.
             let found = self.f.values[v.index()];
             if found != *t {
-                return Err(InstProblem::YieldType { owner, value: *v, expected: *t, found });
+                return Err(InstProblem::YieldType {
+                    owner,
+                    value: *v,
+                    expected: *t,
+                    found,
+                });
             }
         }
         Ok(())

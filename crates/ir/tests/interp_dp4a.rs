@@ -19,7 +19,11 @@ fn dp4a_kernel(a_signed: bool, b_signed: bool) -> Function {
         let at = k.ptr_add(p, t);
         k.load(Type::U32, at)
     });
-    let z = if a_signed || b_signed { k.bitcast(Type::I32, z) } else { z };
+    let z = if a_signed || b_signed {
+        k.bitcast(Type::I32, z)
+    } else {
+        z
+    };
     let d = k.dp4a(x, a_signed, y, b_signed, z);
     let d = k.bitcast(Type::U32, d);
     let at = k.ptr_add(out, t);
@@ -37,7 +41,9 @@ fn reference(a: u32, a_signed: bool, b: u32, b_signed: bool, c: u32) -> u32 {
             i64::from(v)
         }
     };
-    let sum: i64 = (0..4).map(|i| byte(a, i, a_signed) * byte(b, i, b_signed)).sum();
+    let sum: i64 = (0..4)
+        .map(|i| byte(a, i, a_signed) * byte(b, i, b_signed))
+        .sum();
     (i64::from(c) + sum) as u32
 }
 
@@ -66,7 +72,11 @@ fn dp4a_matches_the_scalar_reference_in_every_signedness() {
             })
             .collect();
         let mut dev = Device::new();
-        let (ap, bp, cp) = (upload_u32(&mut dev, &a), upload_u32(&mut dev, &b), upload_u32(&mut dev, &c));
+        let (ap, bp, cp) = (
+            upload_u32(&mut dev, &a),
+            upload_u32(&mut dev, &b),
+            upload_u32(&mut dev, &c),
+        );
         let o = output(&mut dev, 4 * 64);
         launch(&f, &cfg(1, 64), &[ap, bp, cp, o], &mut dev).expect("runs");
         let got = download_u32(&dev, o, 64);
@@ -83,19 +93,47 @@ fn dp4a_matches_the_scalar_reference_in_every_signedness() {
 
 #[test]
 fn dp4a_addend_must_match_the_signedness() {
-    for (a_signed, b_signed, c_ty) in [(false, false, Type::I32), (true, false, Type::U32), (false, true, Type::U32)] {
+    for (a_signed, b_signed, c_ty) in [
+        (false, false, Type::I32),
+        (true, false, Type::U32),
+        (false, true, Type::U32),
+    ] {
         let mut k = Builder::new("bad_dp4a", 32);
         let w = k.const_u32(0x0102_0304);
         let c = k.emit(c_ty, Op::Const { ty: c_ty, bits: 0 });
-        let acc = if a_signed || b_signed { Type::I32 } else { Type::U32 };
-        k.emit(acc, Op::Dp4a { a_signed, b_signed, a: w, b: w, c });
-        let err = k.finish().expect_err("an addend of the wrong signedness is rejected");
+        let acc = if a_signed || b_signed {
+            Type::I32
+        } else {
+            Type::U32
+        };
+        k.emit(
+            acc,
+            Op::Dp4a {
+                a_signed,
+                b_signed,
+                a: w,
+                b: w,
+                c,
+            },
+        );
+        let err = k
+            .finish()
+            .expect_err("an addend of the wrong signedness is rejected");
         assert!(err.to_string().contains('c'), "{err}");
     }
     let mut k = Builder::new("bad_dp4a_word", 32);
     let w = k.const_f32(1.0);
     let c = k.const_u32(0);
-    k.emit(Type::U32, Op::Dp4a { a_signed: false, b_signed: false, a: w, b: w, c });
+    k.emit(
+        Type::U32,
+        Op::Dp4a {
+            a_signed: false,
+            b_signed: false,
+            a: w,
+            b: w,
+            c,
+        },
+    );
     let err = k.finish().expect_err("a float word is rejected");
     assert!(err.to_string().contains("u32 or i32"), "{err}");
 }

@@ -121,13 +121,29 @@ fn kernel_f16() -> Function {
     let cas = k.atomic_cas(Ordering::AcqRel, Scope::Gpu, ow, old, sh_up);
 
     // MMA from ldmatrix fragments.
-    let a = k.ldmatrix(fr(MmaShape::M16N8K16, FragRole::A, Scalar::F16), 4, false, st);
-    let b = k.ldmatrix(fr(MmaShape::M16N8K16, FragRole::B, Scalar::F16), 2, true, st);
+    let a = k.ldmatrix(
+        fr(MmaShape::M16N8K16, FragRole::A, Scalar::F16),
+        4,
+        false,
+        st,
+    );
+    let b = k.ldmatrix(
+        fr(MmaShape::M16N8K16, FragRole::B, Scalar::F16),
+        2,
+        true,
+        st,
+    );
     let zero = k.const_f32(0.0);
     let c = k.pack(fr(MmaShape::M16N8K16, FragRole::C, Scalar::F32), &[zero; 4]);
     let d = k.mma(MmaShape::M16N8K16, a, b, c);
-    let bfa = k.pack(fr(MmaShape::M16N8K16, FragRole::A, Scalar::BF16), &[c_bf16x2; 4]);
-    let bfb = k.pack(fr(MmaShape::M16N8K16, FragRole::B, Scalar::BF16), &[c_bf16x2; 2]);
+    let bfa = k.pack(
+        fr(MmaShape::M16N8K16, FragRole::A, Scalar::BF16),
+        &[c_bf16x2; 4],
+    );
+    let bfb = k.pack(
+        fr(MmaShape::M16N8K16, FragRole::B, Scalar::BF16),
+        &[c_bf16x2; 2],
+    );
     let d2 = k.mma(MmaShape::M16N8K16, bfa, bfb, d);
     let d0 = k.extract(d2, 0);
 
@@ -178,7 +194,10 @@ fn kernel_s8() -> Function {
     let ci = k.bitcast(Type::I32, one);
     let cj = k.bitcast(Type::I32, f0);
     let dot = k.dp4a(one, true, f0, false, ci);
-    let c = k.pack(fr(MmaShape::M16N8K32, FragRole::C, Scalar::I32), &[dot, cj, ci, cj]);
+    let c = k.pack(
+        fr(MmaShape::M16N8K32, FragRole::C, Scalar::I32),
+        &[dot, cj, ci, cj],
+    );
     let d = k.mma(MmaShape::M16N8K32, a, b, c);
     let v = k.bitcast(Type::Vec(Scalar::I32, 4), d);
     let o = k.ptr_add(out, tid);
@@ -269,7 +288,10 @@ fn hand_built_kernels_cover_every_op_and_type_and_round_trip() {
     }
     assert_eq!(ops.len(), OP_KINDS, "ops used: {ops:?}");
     for s in Scalar::ALL {
-        assert!(types.contains(&format!("scalar {s}")), "no value of type {s}");
+        assert!(
+            types.contains(&format!("scalar {s}")),
+            "no value of type {s}"
+        );
     }
     // Local pointers have no source in a well-formed kernel (no op yields one), so
     // the ill-formed sweep below covers them.
@@ -281,7 +303,11 @@ fn hand_built_kernels_cover_every_op_and_type_and_round_trip() {
             for elem in Scalar::ALL {
                 let ft = FragType { shape, role, elem };
                 if ft.is_valid() {
-                    assert!(types.contains(&type_kind(Type::Frag(ft))), "no value of {}", Type::Frag(ft));
+                    assert!(
+                        types.contains(&type_kind(Type::Frag(ft))),
+                        "no value of {}",
+                        Type::Frag(ft)
+                    );
                 }
             }
         }
@@ -340,7 +366,8 @@ fn attribute_sweep() -> Function {
         values.push(ty);
         Value(values.len() as u32 - 1)
     };
-    let push = |insts: &mut Vec<Inst>, results: Vec<Value>, op: Op| insts.push(Inst { results, op });
+    let push =
+        |insts: &mut Vec<Inst>, results: Vec<Value>, op: Op| insts.push(Inst { results, op });
     let all_types: Vec<Type> = {
         let mut t: Vec<Type> = Scalar::ALL.iter().map(|s| Type::Scalar(*s)).collect();
         for s in Scalar::ALL {
@@ -390,11 +417,24 @@ fn attribute_sweep() -> Function {
         }
     }
     let a = def(&mut values, Type::F32);
-    push(&mut insts, vec![a], Op::Const { ty: Type::F32, bits: 0 });
+    push(
+        &mut insts,
+        vec![a],
+        Op::Const {
+            ty: Type::F32,
+            bits: 0,
+        },
+    );
     let ptr = def(&mut values, Type::Ptr(AddrSpace::Local, Scalar::F32));
     push(&mut insts, vec![ptr], Op::Param(7));
     for op in BinOp::ALL {
-        for rnd in [None, Some(Round::Rn), Some(Round::Rz), Some(Round::Rm), Some(Round::Rp)] {
+        for rnd in [
+            None,
+            Some(Round::Rn),
+            Some(Round::Rz),
+            Some(Round::Rm),
+            Some(Round::Rp),
+        ] {
             let r = def(&mut values, Type::F32);
             push(&mut insts, vec![r], Op::Bin { op, rnd, a, b: a });
         }
@@ -416,16 +456,46 @@ fn attribute_sweep() -> Function {
     for r in Round::ALL {
         un_ops.extend([UnOp::Sqrt(r), UnOp::Rcp(r), UnOp::RoundInt(r)]);
         let v = def(&mut values, Type::F32);
-        push(&mut insts, vec![v], Op::Fma { rnd: r, a, b: a, c: a });
+        push(
+            &mut insts,
+            vec![v],
+            Op::Fma {
+                rnd: r,
+                a,
+                b: a,
+                c: a,
+            },
+        );
     }
     let word = def(&mut values, Type::U32);
-    push(&mut insts, vec![word], Op::Const { ty: Type::U32, bits: 0x80ff_017f });
+    push(
+        &mut insts,
+        vec![word],
+        Op::Const {
+            ty: Type::U32,
+            bits: 0x80ff_017f,
+        },
+    );
     for (a_signed, b_signed) in [(false, false), (false, true), (true, false), (true, true)] {
-        let acc = if a_signed || b_signed { Type::I32 } else { Type::U32 };
+        let acc = if a_signed || b_signed {
+            Type::I32
+        } else {
+            Type::U32
+        };
         let c = def(&mut values, acc);
         push(&mut insts, vec![c], Op::Const { ty: acc, bits: 7 });
         let v = def(&mut values, acc);
-        push(&mut insts, vec![v], Op::Dp4a { a_signed, b_signed, a: word, b: word, c });
+        push(
+            &mut insts,
+            vec![v],
+            Op::Dp4a {
+                a_signed,
+                b_signed,
+                a: word,
+                b: word,
+                c,
+            },
+        );
     }
     for op in un_ops {
         let v = def(&mut values, Type::U32);
@@ -441,59 +511,213 @@ fn attribute_sweep() -> Function {
     }
     for cache in CacheOp::ALL {
         let v = def(&mut values, Type::F32);
-        push(&mut insts, vec![v], Op::Load { ty: Type::Vec(Scalar::U8, 2), ptr, cache });
-        push(&mut insts, vec![], Op::Store { ptr, value: a, cache });
-        push(&mut insts, vec![], Op::CpAsync { dst: ptr, src: ptr, bytes: 3, cache });
+        push(
+            &mut insts,
+            vec![v],
+            Op::Load {
+                ty: Type::Vec(Scalar::U8, 2),
+                ptr,
+                cache,
+            },
+        );
+        push(
+            &mut insts,
+            vec![],
+            Op::Store {
+                ptr,
+                value: a,
+                cache,
+            },
+        );
+        push(
+            &mut insts,
+            vec![],
+            Op::CpAsync {
+                dst: ptr,
+                src: ptr,
+                bytes: 3,
+                cache,
+            },
+        );
     }
     let scopes = [Scope::Cta, Scope::Gpu, Scope::Sys];
-    let ords = [Ordering::Relaxed, Ordering::Acquire, Ordering::Release, Ordering::AcqRel, Ordering::SeqCst];
-    let atoms =
-        [AtomOp::Add, AtomOp::Min, AtomOp::Max, AtomOp::And, AtomOp::Or, AtomOp::Xor, AtomOp::Exch, AtomOp::Cas];
+    let ords = [
+        Ordering::Relaxed,
+        Ordering::Acquire,
+        Ordering::Release,
+        Ordering::AcqRel,
+        Ordering::SeqCst,
+    ];
+    let atoms = [
+        AtomOp::Add,
+        AtomOp::Min,
+        AtomOp::Max,
+        AtomOp::And,
+        AtomOp::Or,
+        AtomOp::Xor,
+        AtomOp::Exch,
+        AtomOp::Cas,
+    ];
     for scope in scopes {
         for ord in ords {
             push(&mut insts, vec![], Op::Fence { ord, scope });
             for op in atoms {
                 let b = (op == AtomOp::Cas || ord == Ordering::Release).then_some(a);
                 let v = def(&mut values, Type::F32);
-                push(&mut insts, vec![v], Op::Atomic { op, ord, scope, ptr, a, b });
+                push(
+                    &mut insts,
+                    vec![v],
+                    Op::Atomic {
+                        op,
+                        ord,
+                        scope,
+                        ptr,
+                        a,
+                        b,
+                    },
+                );
             }
         }
     }
     for mode in [ShflMode::Idx, ShflMode::Up, ShflMode::Down, ShflMode::Bfly] {
         let v = def(&mut values, Type::F32);
-        push(&mut insts, vec![v], Op::Shfl { mode, value: a, b: a, c: a, mask: a });
+        push(
+            &mut insts,
+            vec![v],
+            Op::Shfl {
+                mode,
+                value: a,
+                b: a,
+                c: a,
+                mask: a,
+            },
+        );
     }
     for mode in [VoteMode::All, VoteMode::Any, VoteMode::Ballot] {
         let v = def(&mut values, Type::F32);
-        push(&mut insts, vec![v], Op::Vote { mode, pred: a, mask: a });
+        push(
+            &mut insts,
+            vec![v],
+            Op::Vote {
+                mode,
+                pred: a,
+                mask: a,
+            },
+        );
     }
-    for op in [ReduxOp::Add, ReduxOp::Min, ReduxOp::Max, ReduxOp::And, ReduxOp::Or, ReduxOp::Xor] {
+    for op in [
+        ReduxOp::Add,
+        ReduxOp::Min,
+        ReduxOp::Max,
+        ReduxOp::And,
+        ReduxOp::Or,
+        ReduxOp::Xor,
+    ] {
         let v = def(&mut values, Type::F32);
-        push(&mut insts, vec![v], Op::Redux { op, value: a, mask: a });
+        push(
+            &mut insts,
+            vec![v],
+            Op::Redux {
+                op,
+                value: a,
+                mask: a,
+            },
+        );
     }
     for shape in [MmaShape::M16N8K16, MmaShape::M16N8K32] {
         let v = def(&mut values, Type::F32);
-        push(&mut insts, vec![v], Op::Mma { shape, a, b: a, c: a });
+        push(
+            &mut insts,
+            vec![v],
+            Op::Mma {
+                shape,
+                a,
+                b: a,
+                c: a,
+            },
+        );
     }
     for (num, trans) in [(0, false), (1, true), (2, false), (4, true), (255, false)] {
         let v = def(&mut values, Type::U32);
-        push(&mut insts, vec![v], Op::LdMatrix { ty: Type::U32, num, trans, ptr });
+        push(
+            &mut insts,
+            vec![v],
+            Op::LdMatrix {
+                ty: Type::U32,
+                num,
+                trans,
+                ptr,
+            },
+        );
     }
     // Op types that differ from result types, and results where none are expected.
     let v = def(&mut values, Type::F32);
     let w = def(&mut values, Type::U32);
-    push(&mut insts, vec![v, w], Op::Cvt { to: Scalar::F16, rnd: Some(Round::Rn), sat: true, a });
+    push(
+        &mut insts,
+        vec![v, w],
+        Op::Cvt {
+            to: Scalar::F16,
+            rnd: Some(Round::Rn),
+            sat: true,
+            a,
+        },
+    );
     push(&mut insts, vec![], Op::Bitcast { to: Type::U32, a });
-    push(&mut insts, vec![], Op::Pack { ty: Type::Vec(Scalar::F32, 4), parts: vec![] });
+    push(
+        &mut insts,
+        vec![],
+        Op::Pack {
+            ty: Type::Vec(Scalar::F32, 4),
+            parts: vec![],
+        },
+    );
     let v = def(&mut values, Type::U32);
-    push(&mut insts, vec![v], Op::PtrCast { to: Scalar::F16, ptr });
+    push(
+        &mut insts,
+        vec![v],
+        Op::PtrCast {
+            to: Scalar::F16,
+            ptr,
+        },
+    );
     let v = def(&mut values, Type::Ptr(AddrSpace::Shared, Scalar::F32));
-    push(&mut insts, vec![v], Op::PtrCast { to: Scalar::F16, ptr });
-    push(&mut insts, vec![], Op::PtrCast { to: Scalar::F16, ptr });
+    push(
+        &mut insts,
+        vec![v],
+        Op::PtrCast {
+            to: Scalar::F16,
+            ptr,
+        },
+    );
+    push(
+        &mut insts,
+        vec![],
+        Op::PtrCast {
+            to: Scalar::F16,
+            ptr,
+        },
+    );
     let v = def(&mut values, Type::F32);
-    push(&mut insts, vec![v], Op::Load { ty: Type::F32, ptr, cache: CacheOp::Default });
+    push(
+        &mut insts,
+        vec![v],
+        Op::Load {
+            ty: Type::F32,
+            ptr,
+            cache: CacheOp::Default,
+        },
+    );
     let v = def(&mut values, Type::U32);
-    push(&mut insts, vec![v], Op::Store { ptr, value: a, cache: CacheOp::Default });
+    push(
+        &mut insts,
+        vec![v],
+        Op::Store {
+            ptr,
+            value: a,
+            cache: CacheOp::Default,
+        },
+    );
     push(&mut insts, vec![], Op::SharedAddr { decl: 9 });
     push(&mut insts, vec![], Op::Extract { a, index: u32::MAX });
     push(&mut insts, vec![], Op::CpAsyncWait { n: u32::MAX });
@@ -502,40 +726,146 @@ fn attribute_sweep() -> Function {
     push(&mut insts, vec![], Op::DivApprox { a, b: a });
     push(&mut insts, vec![], Op::Select { cond: a, a, b: a });
     push(&mut insts, vec![], Op::PtrAdd { ptr, index: a });
-    push(&mut insts, vec![], Op::Const { ty: Type::F32, bits: 5 });
+    push(
+        &mut insts,
+        vec![],
+        Op::Const {
+            ty: Type::F32,
+            bits: 5,
+        },
+    );
     // Blocks with arguments where none belong, an `if` whose result list differs from
     // its result values, and a `for` whose arguments don't pair with its carried values.
     let ta = def(&mut values, Type::U32);
     let ea = def(&mut values, Type::Scalar(Scalar::F16));
     let r0 = def(&mut values, Type::F32);
-    let then_ = Block { args: vec![ta], insts: vec![Inst { results: vec![], op: Op::Return }] };
-    let else_ = Block { args: vec![ea], insts: vec![] };
-    push(&mut insts, vec![r0], Op::If { cond: a, then_, else_, results: vec![Type::U32, Type::PRED] });
+    let then_ = Block {
+        args: vec![ta],
+        insts: vec![Inst {
+            results: vec![],
+            op: Op::Return,
+        }],
+    };
+    let else_ = Block {
+        args: vec![ea],
+        insts: vec![],
+    };
+    push(
+        &mut insts,
+        vec![r0],
+        Op::If {
+            cond: a,
+            then_,
+            else_,
+            results: vec![Type::U32, Type::PRED],
+        },
+    );
     let fa = def(&mut values, Type::U64);
-    let body = Block { args: vec![fa], insts: vec![Inst { results: vec![], op: Op::Yield(vec![a, a]) }] };
-    push(&mut insts, vec![], Op::For { lo: a, hi: a, step: a, init: vec![a, a], body });
-    let body = Block { args: vec![], insts: vec![] };
-    push(&mut insts, vec![], Op::For { lo: a, hi: a, step: a, init: vec![], body });
+    let body = Block {
+        args: vec![fa],
+        insts: vec![Inst {
+            results: vec![],
+            op: Op::Yield(vec![a, a]),
+        }],
+    };
+    push(
+        &mut insts,
+        vec![],
+        Op::For {
+            lo: a,
+            hi: a,
+            step: a,
+            init: vec![a, a],
+            body,
+        },
+    );
+    let body = Block {
+        args: vec![],
+        insts: vec![],
+    };
+    push(
+        &mut insts,
+        vec![],
+        Op::For {
+            lo: a,
+            hi: a,
+            step: a,
+            init: vec![],
+            body,
+        },
+    );
     let empty_then = Block::default();
-    let else_yield = Block { args: vec![], insts: vec![Inst { results: vec![], op: Op::Yield(vec![]) }] };
-    push(&mut insts, vec![], Op::If { cond: a, then_: empty_then.clone(), else_: else_yield, results: vec![] });
-    let else_vals = Block { args: vec![], insts: vec![Inst { results: vec![], op: Op::Yield(vec![a]) }] };
-    push(&mut insts, vec![], Op::If { cond: a, then_: empty_then, else_: else_vals, results: vec![] });
+    let else_yield = Block {
+        args: vec![],
+        insts: vec![Inst {
+            results: vec![],
+            op: Op::Yield(vec![]),
+        }],
+    };
+    push(
+        &mut insts,
+        vec![],
+        Op::If {
+            cond: a,
+            then_: empty_then.clone(),
+            else_: else_yield,
+            results: vec![],
+        },
+    );
+    let else_vals = Block {
+        args: vec![],
+        insts: vec![Inst {
+            results: vec![],
+            op: Op::Yield(vec![a]),
+        }],
+    };
+    push(
+        &mut insts,
+        vec![],
+        Op::If {
+            cond: a,
+            then_: empty_then,
+            else_: else_vals,
+            results: vec![],
+        },
+    );
     let body_arg = def(&mut values, Type::Scalar(Scalar::I64));
     Function {
         name: "not valid: \"sweep\"\n\t\\ \u{1}é".into(),
         params: vec![
-            Param { name: "1st".into(), ty: Type::Vec(Scalar::F64, 4) },
-            Param { name: "".into(), ty: Type::PRED },
-            Param { name: "ok_name".into(), ty: Type::Ptr(AddrSpace::Local, Scalar::BF16x2) },
+            Param {
+                name: "1st".into(),
+                ty: Type::Vec(Scalar::F64, 4),
+            },
+            Param {
+                name: "".into(),
+                ty: Type::PRED,
+            },
+            Param {
+                name: "ok_name".into(),
+                ty: Type::Ptr(AddrSpace::Local, Scalar::BF16x2),
+            },
         ],
         shared: vec![
-            SharedDecl { name: "s p".into(), elem: Scalar::Pred, len: 0, align: 3 },
-            SharedDecl { name: "huge".into(), elem: Scalar::F64, len: u32::MAX, align: 1 << 31 },
+            SharedDecl {
+                name: "s p".into(),
+                elem: Scalar::Pred,
+                len: 0,
+                align: 3,
+            },
+            SharedDecl {
+                name: "huge".into(),
+                elem: Scalar::F64,
+                len: u32::MAX,
+                align: 1 << 31,
+            },
         ],
         max_threads: 0,
         values,
-        body: Block { args: vec![body_arg], insts },
+        body: Block {
+            args: vec![body_arg],
+            insts,
+        },
     }
 }
 
@@ -578,11 +908,24 @@ const PLAIN: [Scalar; 14] = [
     Scalar::F16x2,
     Scalar::BF16x2,
 ];
-const INTS: [Scalar; 8] =
-    [Scalar::I8, Scalar::I16, Scalar::I32, Scalar::I64, Scalar::U8, Scalar::U16, Scalar::U32, Scalar::U64];
+const INTS: [Scalar; 8] = [
+    Scalar::I8,
+    Scalar::I16,
+    Scalar::I32,
+    Scalar::I64,
+    Scalar::U8,
+    Scalar::U16,
+    Scalar::U32,
+    Scalar::U64,
+];
 const FLOATS: [Scalar; 4] = [Scalar::F16, Scalar::BF16, Scalar::F32, Scalar::F64];
 const SCOPES: [Scope; 3] = [Scope::Cta, Scope::Gpu, Scope::Sys];
-const FENCE_ORDS: [Ordering; 4] = [Ordering::Acquire, Ordering::Release, Ordering::AcqRel, Ordering::SeqCst];
+const FENCE_ORDS: [Ordering; 4] = [
+    Ordering::Acquire,
+    Ordering::Release,
+    Ordering::AcqRel,
+    Ordering::SeqCst,
+];
 
 impl Gen {
     fn new(seed: u64) -> Gen {
@@ -620,12 +963,20 @@ impl Gen {
             )
             && !matches!(op, Op::Special(s) if !s.name().contains("ctaid") && !s.name().starts_with("ntid"));
         let v = self.new_value(ty, uniform);
-        out.push(Inst { results: vec![v], op });
+        out.push(Inst {
+            results: vec![v],
+            op,
+        });
         v
     }
 
     fn visible(&self, want: impl Fn(Type) -> bool) -> Vec<Value> {
-        self.scopes.iter().flatten().copied().filter(|v| want(self.values[v.index()])).collect()
+        self.scopes
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|v| want(self.values[v.index()]))
+            .collect()
     }
 
     fn pick(&mut self, want: impl Fn(Type) -> bool) -> Option<Value> {
@@ -640,7 +991,9 @@ impl Gen {
     fn const_of(&mut self, out: &mut Vec<Inst>, s: Scalar) -> Value {
         let bits = match s {
             Scalar::Pred => self.rng.gen_range(0..2),
-            Scalar::F32 if self.rng.gen_bool(0.5) => (self.rng.gen_range(-1e6f32..1e6)).to_bits() as u64,
+            Scalar::F32 if self.rng.gen_bool(0.5) => {
+                (self.rng.gen_range(-1e6f32..1e6)).to_bits() as u64
+            }
             Scalar::F64 if self.rng.gen_bool(0.5) => self.rng.gen_range(-1e9f64..1e9).to_bits(),
             s => {
                 let x: u64 = self.rng.gen();
@@ -651,7 +1004,14 @@ impl Gen {
                 }
             }
         };
-        self.emit(out, Type::Scalar(s), Op::Const { ty: Type::Scalar(s), bits })
+        self.emit(
+            out,
+            Type::Scalar(s),
+            Op::Const {
+                ty: Type::Scalar(s),
+                bits,
+            },
+        )
     }
 
     /// A visible value of type `ty`, or a new one built from constants.
@@ -668,12 +1028,15 @@ impl Gen {
                 self.emit(out, ty, Op::Pack { ty, parts })
             }
             Type::Frag(f) => {
-                let parts: Vec<Value> = (0..f.regs()).map(|_| self.get(out, Type::Scalar(f.reg_type()))).collect();
+                let parts: Vec<Value> = (0..f.regs())
+                    .map(|_| self.get(out, Type::Scalar(f.reg_type())))
+                    .collect();
                 self.emit(out, ty, Op::Pack { ty, parts })
             }
-            Type::Ptr(..) => self
-                .pick(|t| t == ty)
-                .unwrap_or_else(|| self.pick(|t| matches!(t, Type::Ptr(..))).expect("kernels always have pointers")),
+            Type::Ptr(..) => self.pick(|t| t == ty).unwrap_or_else(|| {
+                self.pick(|t| matches!(t, Type::Ptr(..)))
+                    .expect("kernels always have pointers")
+            }),
         }
     }
 
@@ -712,26 +1075,49 @@ impl Gen {
 
     fn kernel(&mut self, name: &str) -> Function {
         let mut body = vec![];
-        let elems =
-            [Scalar::F32, Scalar::U32, Scalar::I32, Scalar::F16, Scalar::BF16, Scalar::U64, Scalar::F64, Scalar::U8];
+        let elems = [
+            Scalar::F32,
+            Scalar::U32,
+            Scalar::I32,
+            Scalar::F16,
+            Scalar::BF16,
+            Scalar::U64,
+            Scalar::F64,
+            Scalar::U8,
+        ];
         for i in 0..self.rng.gen_range(2..6) {
             let ty = if i < 2 || self.rng.gen_bool(0.6) {
                 gptr(self.one_of(&elems))
             } else {
                 Type::Scalar(self.one_of(&PLAIN))
             };
-            self.params.push(Param { name: format!("p{i}"), ty });
+            self.params.push(Param {
+                name: format!("p{i}"),
+                ty,
+            });
             self.emit(&mut body, ty, Op::Param(i));
         }
         for i in 0..self.rng.gen_range(0..3) {
             let elem = self.one_of(&[Scalar::F32, Scalar::U16, Scalar::F16, Scalar::U32]);
-            let decl = SharedDecl { name: format!("s{i}"), elem, len: self.rng.gen_range(1..512), align: 16 };
+            let decl = SharedDecl {
+                name: format!("s{i}"),
+                elem,
+                len: self.rng.gen_range(1..512),
+                align: 16,
+            };
             self.shared.push(decl);
-            self.emit(&mut body, Type::Ptr(AddrSpace::Shared, elem), Op::SharedAddr { decl: i });
+            self.emit(
+                &mut body,
+                Type::Ptr(AddrSpace::Shared, elem),
+                Op::SharedAddr { decl: i },
+            );
         }
         self.block(&mut body, 0, true);
         if self.rng.gen_bool(0.3) {
-            body.push(Inst { results: vec![], op: Op::Return });
+            body.push(Inst {
+                results: vec![],
+                op: Op::Return,
+            });
         }
         Function {
             name: name.into(),
@@ -739,12 +1125,19 @@ impl Gen {
             shared: std::mem::take(&mut self.shared),
             max_threads: self.rng.gen_range(1..=1024),
             values: std::mem::take(&mut self.values),
-            body: Block { args: vec![], insts: body },
+            body: Block {
+                args: vec![],
+                insts: body,
+            },
         }
     }
 
     fn block(&mut self, out: &mut Vec<Inst>, depth: u32, uniform_ctx: bool) {
-        let steps = if depth == 0 { self.rng.gen_range(10..40) } else { self.rng.gen_range(2..10) };
+        let steps = if depth == 0 {
+            self.rng.gen_range(10..40)
+        } else {
+            self.rng.gen_range(2..10)
+        };
         for _ in 0..steps {
             self.step(out, depth, uniform_ctx);
         }
@@ -764,15 +1157,35 @@ impl Gen {
             2..=4 => self.bin(out),
             5 if self.rng.gen_bool(0.25) => {
                 let (a_signed, b_signed) = (self.rng.gen_bool(0.5), self.rng.gen_bool(0.5));
-                let acc = if a_signed || b_signed { Type::I32 } else { Type::U32 };
+                let acc = if a_signed || b_signed {
+                    Type::I32
+                } else {
+                    Type::U32
+                };
                 let words = [Type::U32, Type::I32];
                 let (ta, tb) = (self.one_of(&words), self.one_of(&words));
                 let (a, b, c) = (self.get(out, ta), self.get(out, tb), self.get(out, acc));
-                self.emit(out, acc, Op::Dp4a { a_signed, b_signed, a, b, c });
+                self.emit(
+                    out,
+                    acc,
+                    Op::Dp4a {
+                        a_signed,
+                        b_signed,
+                        a,
+                        b,
+                        c,
+                    },
+                );
             }
             5 => {
-                let s =
-                    self.one_of(&[Scalar::F16, Scalar::BF16, Scalar::F32, Scalar::F64, Scalar::F16x2, Scalar::BF16x2]);
+                let s = self.one_of(&[
+                    Scalar::F16,
+                    Scalar::BF16,
+                    Scalar::F32,
+                    Scalar::F64,
+                    Scalar::F16x2,
+                    Scalar::BF16x2,
+                ]);
                 let t = Type::Scalar(s);
                 let (a, b, c) = (self.get(out, t), self.get(out, t), self.get(out, t));
                 let rnd = self.one_of(&Round::ALL);
@@ -785,7 +1198,10 @@ impl Gen {
             }
             8 => {
                 let s = self.one_of(&[INTS.as_slice(), FLOATS.as_slice()].concat());
-                let (a, b) = (self.get(out, Type::Scalar(s)), self.get(out, Type::Scalar(s)));
+                let (a, b) = (
+                    self.get(out, Type::Scalar(s)),
+                    self.get(out, Type::Scalar(s)),
+                );
                 let op = self.one_of(&CmpOp::ALL);
                 self.emit(out, Type::PRED, Op::Cmp { op, a, b });
             }
@@ -798,8 +1214,10 @@ impl Gen {
             10 => self.cvt(out),
             11 => {
                 let from = self.rand_type();
-                let same: Vec<Type> =
-                    (0..40).map(|_| self.rand_type()).filter(|t| t.bytes() == from.bytes() && !t.is_pred()).collect();
+                let same: Vec<Type> = (0..40)
+                    .map(|_| self.rand_type())
+                    .filter(|t| t.bytes() == from.bytes() && !t.is_pred())
+                    .collect();
                 if let (Some(to), false) = (same.first().copied(), from.is_pred()) {
                     let a = self.get(out, from);
                     self.emit(out, to, Op::Bitcast { to, a });
@@ -822,7 +1240,12 @@ impl Gen {
             }
             13 => {
                 let whole = self.pick(|t| {
-                    matches!(t, Type::Vec(..) | Type::Frag(_) | Type::Scalar(Scalar::F16x2 | Scalar::BF16x2))
+                    matches!(
+                        t,
+                        Type::Vec(..)
+                            | Type::Frag(_)
+                            | Type::Scalar(Scalar::F16x2 | Scalar::BF16x2)
+                    )
                 });
                 if let Some(a) = whole {
                     let (n, part) = match self.values[a.index()] {
@@ -844,40 +1267,79 @@ impl Gen {
             }
             15 => {
                 let ptr = self.get(out, gptr(Scalar::F32));
-                let Type::Ptr(space, _) = self.values[ptr.index()] else { unreachable!() };
+                let Type::Ptr(space, _) = self.values[ptr.index()] else {
+                    unreachable!()
+                };
                 let to = self.one_of(&PLAIN);
                 self.emit(out, Type::Ptr(space, to), Op::PtrCast { to, ptr });
             }
             16 | 17 => self.memory(out),
             18 => {
                 if uniform_ctx {
-                    out.push(Inst { results: vec![], op: Op::Barrier });
+                    out.push(Inst {
+                        results: vec![],
+                        op: Op::Barrier,
+                    });
                 }
             }
             19 => {
                 let ord = self.one_of(&FENCE_ORDS);
                 let scope = self.one_of(&SCOPES);
-                out.push(Inst { results: vec![], op: Op::Fence { ord, scope } });
+                out.push(Inst {
+                    results: vec![],
+                    op: Op::Fence { ord, scope },
+                });
             }
             20 => self.atomic(out),
             21 => {
-                let s = self.one_of(&[Scalar::I32, Scalar::U32, Scalar::F32, Scalar::F16x2, Scalar::BF16x2]);
+                let s = self.one_of(&[
+                    Scalar::I32,
+                    Scalar::U32,
+                    Scalar::F32,
+                    Scalar::F16x2,
+                    Scalar::BF16x2,
+                ]);
                 let value = self.get(out, Type::Scalar(s));
-                let (b, c, mask) = (self.get(out, Type::U32), self.get(out, Type::U32), self.get(out, Type::U32));
-                let mode = self.one_of(&[ShflMode::Idx, ShflMode::Up, ShflMode::Down, ShflMode::Bfly]);
-                self.emit(out, Type::Scalar(s), Op::Shfl { mode, value, b, c, mask });
+                let (b, c, mask) = (
+                    self.get(out, Type::U32),
+                    self.get(out, Type::U32),
+                    self.get(out, Type::U32),
+                );
+                let mode =
+                    self.one_of(&[ShflMode::Idx, ShflMode::Up, ShflMode::Down, ShflMode::Bfly]);
+                self.emit(
+                    out,
+                    Type::Scalar(s),
+                    Op::Shfl {
+                        mode,
+                        value,
+                        b,
+                        c,
+                        mask,
+                    },
+                );
             }
             22 => {
                 let (pred, mask) = (self.get(out, Type::PRED), self.get(out, Type::U32));
                 let mode = self.one_of(&[VoteMode::All, VoteMode::Any, VoteMode::Ballot]);
-                let ty = if mode == VoteMode::Ballot { Type::U32 } else { Type::PRED };
+                let ty = if mode == VoteMode::Ballot {
+                    Type::U32
+                } else {
+                    Type::PRED
+                };
                 self.emit(out, ty, Op::Vote { mode, pred, mask });
             }
             23 => {
                 let t = Type::Scalar(self.one_of(&[Scalar::I32, Scalar::U32]));
                 let (value, mask) = (self.get(out, t), self.get(out, Type::U32));
-                let op =
-                    self.one_of(&[ReduxOp::Add, ReduxOp::Min, ReduxOp::Max, ReduxOp::And, ReduxOp::Or, ReduxOp::Xor]);
+                let op = self.one_of(&[
+                    ReduxOp::Add,
+                    ReduxOp::Min,
+                    ReduxOp::Max,
+                    ReduxOp::And,
+                    ReduxOp::Or,
+                    ReduxOp::Xor,
+                ]);
                 self.emit(out, t, Op::Redux { op, value, mask });
             }
             24 => {
@@ -894,14 +1356,22 @@ impl Gen {
             25 => {
                 if let Some(ptr) = self.pick(|t| matches!(t, Type::Ptr(AddrSpace::Shared, _))) {
                     let num = self.one_of(&[1u8, 2, 4]);
-                    let mut options = vec![if num == 1 { Type::U32 } else { Type::Vec(Scalar::U32, num) }];
+                    let mut options = vec![if num == 1 {
+                        Type::U32
+                    } else {
+                        Type::Vec(Scalar::U32, num)
+                    }];
                     for role in [FragRole::A, FragRole::B] {
                         for (shape, e) in [
                             (MmaShape::M16N8K16, Scalar::F16),
                             (MmaShape::M16N8K16, Scalar::BF16),
                             (MmaShape::M16N8K32, Scalar::I8),
                         ] {
-                            let ft = FragType { shape, role, elem: e };
+                            let ft = FragType {
+                                shape,
+                                role,
+                                elem: e,
+                            };
                             if ft.regs() == num as u32 {
                                 options.push(Type::Frag(ft));
                             }
@@ -909,7 +1379,16 @@ impl Gen {
                     }
                     let ty = self.one_of(&options);
                     let trans = self.rng.gen();
-                    self.emit(out, ty, Op::LdMatrix { ty, num, trans, ptr });
+                    self.emit(
+                        out,
+                        ty,
+                        Op::LdMatrix {
+                            ty,
+                            num,
+                            trans,
+                            ptr,
+                        },
+                    );
                 }
             }
             26 => {
@@ -917,11 +1396,29 @@ impl Gen {
                 let src = self.pick(|t| matches!(t, Type::Ptr(AddrSpace::Global, _)));
                 if let (Some(dst), Some(src)) = (dst, src) {
                     let bytes = self.one_of(&[4u8, 8, 16]);
-                    let cache = if bytes == 16 && self.rng.gen() { CacheOp::Cg } else { CacheOp::Ca };
-                    out.push(Inst { results: vec![], op: Op::CpAsync { dst, src, bytes, cache } });
-                    out.push(Inst { results: vec![], op: Op::CpAsyncCommit });
+                    let cache = if bytes == 16 && self.rng.gen() {
+                        CacheOp::Cg
+                    } else {
+                        CacheOp::Ca
+                    };
+                    out.push(Inst {
+                        results: vec![],
+                        op: Op::CpAsync {
+                            dst,
+                            src,
+                            bytes,
+                            cache,
+                        },
+                    });
+                    out.push(Inst {
+                        results: vec![],
+                        op: Op::CpAsyncCommit,
+                    });
                     let n = self.rng.gen_range(0..3);
-                    out.push(Inst { results: vec![], op: Op::CpAsyncWait { n } });
+                    out.push(Inst {
+                        results: vec![],
+                        op: Op::CpAsyncWait { n },
+                    });
                 }
             }
             27 | 28 if depth < 3 => self.if_(out, depth, uniform_ctx),
@@ -947,7 +1444,11 @@ impl Gen {
         };
         let op = self.one_of(&ops);
         let a = self.get(out, Type::Scalar(s));
-        let b = if matches!(op, Shl | Shr) { self.get(out, Type::U32) } else { self.get(out, Type::Scalar(s)) };
+        let b = if matches!(op, Shl | Shr) {
+            self.get(out, Type::U32)
+        } else {
+            self.get(out, Type::Scalar(s))
+        };
         let inexact = !s.is_int() && s != Scalar::Pred && matches!(op, Add | Sub | Mul | Div);
         let rnd = inexact.then(|| self.one_of(&Round::ALL));
         self.emit(out, Type::Scalar(s), Op::Bin { op, rnd, a, b });
@@ -956,9 +1457,25 @@ impl Gen {
     fn un(&mut self, out: &mut Vec<Inst>) {
         let r = self.one_of(&Round::ALL);
         let choices: Vec<(UnOp, &[Scalar])> = vec![
-            (UnOp::Neg, &[Scalar::I8, Scalar::I32, Scalar::I64, Scalar::F16, Scalar::F32, Scalar::BF16x2]),
-            (UnOp::Abs, &[Scalar::I16, Scalar::F64, Scalar::F16x2, Scalar::BF16]),
-            (UnOp::Not, &[Scalar::Pred, Scalar::U8, Scalar::U32, Scalar::I64]),
+            (
+                UnOp::Neg,
+                &[
+                    Scalar::I8,
+                    Scalar::I32,
+                    Scalar::I64,
+                    Scalar::F16,
+                    Scalar::F32,
+                    Scalar::BF16x2,
+                ],
+            ),
+            (
+                UnOp::Abs,
+                &[Scalar::I16, Scalar::F64, Scalar::F16x2, Scalar::BF16],
+            ),
+            (
+                UnOp::Not,
+                &[Scalar::Pred, Scalar::U8, Scalar::U32, Scalar::I64],
+            ),
             (UnOp::Sqrt(r), &[Scalar::F32, Scalar::F64]),
             (UnOp::Rcp(r), &[Scalar::F32, Scalar::F64]),
             (UnOp::RoundInt(r), &FLOATS),
@@ -975,7 +1492,11 @@ impl Gen {
         let (op, types) = choices[self.rng.gen_range(0..choices.len())];
         let s = self.one_of(types);
         let a = self.get(out, Type::Scalar(s));
-        let ty = if matches!(op, UnOp::Popc | UnOp::Clz) { Type::U32 } else { Type::Scalar(s) };
+        let ty = if matches!(op, UnOp::Popc | UnOp::Clz) {
+            Type::U32
+        } else {
+            Type::Scalar(s)
+        };
         self.emit(out, ty, Op::Un { op, a });
     }
 
@@ -992,8 +1513,12 @@ impl Gen {
     }
 
     fn memory(&mut self, out: &mut Vec<Inst>) {
-        let Some(ptr) = self.pick(|t| matches!(t, Type::Ptr(..))) else { return };
-        let Type::Ptr(space, elem) = self.values[ptr.index()] else { return };
+        let Some(ptr) = self.pick(|t| matches!(t, Type::Ptr(..))) else {
+            return;
+        };
+        let Type::Ptr(space, elem) = self.values[ptr.index()] else {
+            return;
+        };
         let ty = match self.rng.gen_range(0..3) {
             0 if elem.bytes() * 2 <= 16 => Type::Vec(elem, 2),
             1 if elem.bytes() * 4 <= 16 => Type::Vec(elem, 4),
@@ -1007,25 +1532,49 @@ impl Gen {
             let cache = self.one_of(&caches);
             self.emit(out, ty, Op::Load { ty, ptr, cache });
         } else {
-            let caches: Vec<CacheOp> = CacheOp::ALL.into_iter().filter(|c| c.valid_for_store()).collect();
+            let caches: Vec<CacheOp> = CacheOp::ALL
+                .into_iter()
+                .filter(|c| c.valid_for_store())
+                .collect();
             let cache = self.one_of(&caches);
             let value = self.get(out, ty);
-            out.push(Inst { results: vec![], op: Op::Store { ptr, value, cache } });
+            out.push(Inst {
+                results: vec![],
+                op: Op::Store { ptr, value, cache },
+            });
         }
     }
 
     fn atomic(&mut self, out: &mut Vec<Inst>) {
-        let Some(ptr) = self.pick(|t| matches!(t, Type::Ptr(AddrSpace::Global | AddrSpace::Shared, _))) else { return };
-        let Type::Ptr(_, elem) = self.values[ptr.index()] else { return };
+        let Some(ptr) =
+            self.pick(|t| matches!(t, Type::Ptr(AddrSpace::Global | AddrSpace::Shared, _)))
+        else {
+            return;
+        };
+        let Type::Ptr(_, elem) = self.values[ptr.index()] else {
+            return;
+        };
         let mut ops = vec![];
         if matches!(
             elem,
-            Scalar::I32 | Scalar::U32 | Scalar::U64 | Scalar::F32 | Scalar::F64 | Scalar::F16 | Scalar::BF16
+            Scalar::I32
+                | Scalar::U32
+                | Scalar::U64
+                | Scalar::F32
+                | Scalar::F64
+                | Scalar::F16
+                | Scalar::BF16
         ) {
             ops.push(AtomOp::Add);
         }
         if matches!(elem, Scalar::I32 | Scalar::U32 | Scalar::U64) {
-            ops.extend([AtomOp::Min, AtomOp::Max, AtomOp::And, AtomOp::Or, AtomOp::Xor]);
+            ops.extend([
+                AtomOp::Min,
+                AtomOp::Max,
+                AtomOp::And,
+                AtomOp::Or,
+                AtomOp::Xor,
+            ]);
         }
         if elem.bits() >= 32 {
             ops.extend([AtomOp::Exch, AtomOp::Cas]);
@@ -1037,20 +1586,48 @@ impl Gen {
         let t = Type::Scalar(elem);
         let a = self.get(out, t);
         let b = (op == AtomOp::Cas).then(|| self.get(out, t));
-        let ord =
-            self.one_of(&[Ordering::Relaxed, Ordering::Acquire, Ordering::Release, Ordering::AcqRel, Ordering::SeqCst]);
+        let ord = self.one_of(&[
+            Ordering::Relaxed,
+            Ordering::Acquire,
+            Ordering::Release,
+            Ordering::AcqRel,
+            Ordering::SeqCst,
+        ]);
         let scope = self.one_of(&SCOPES);
-        self.emit(out, t, Op::Atomic { op, ord, scope, ptr, a, b });
+        self.emit(
+            out,
+            t,
+            Op::Atomic {
+                op,
+                ord,
+                scope,
+                ptr,
+                a,
+                b,
+            },
+        );
     }
 
     /// A nested block whose arguments are already defined: random body, then a yield
     /// of values of `yield_types`.
-    fn nested(&mut self, args: Vec<Value>, yield_types: &[Type], depth: u32, uniform_ctx: bool) -> Block {
+    fn nested(
+        &mut self,
+        args: Vec<Value>,
+        yield_types: &[Type],
+        depth: u32,
+        uniform_ctx: bool,
+    ) -> Block {
         self.scopes.push(args.clone());
         let mut insts = vec![];
         self.block(&mut insts, depth + 1, uniform_ctx);
-        let vals = yield_types.iter().map(|t| self.get(&mut insts, *t)).collect();
-        insts.push(Inst { results: vec![], op: Op::Yield(vals) });
+        let vals = yield_types
+            .iter()
+            .map(|t| self.get(&mut insts, *t))
+            .collect();
+        insts.push(Inst {
+            results: vec![],
+            op: Op::Yield(vals),
+        });
         self.scopes.pop();
         Block { args, insts }
     }
@@ -1071,7 +1648,15 @@ impl Gen {
         let then_ = self.nested(vec![], &results, depth, inner);
         let else_ = self.nested(vec![], &results, depth, inner);
         let res: Vec<Value> = results.iter().map(|t| self.new_value(*t, false)).collect();
-        out.push(Inst { results: res, op: Op::If { cond, then_, else_, results } });
+        out.push(Inst {
+            results: res,
+            op: Op::If {
+                cond,
+                then_,
+                else_,
+                results,
+            },
+        });
     }
 
     fn for_(&mut self, out: &mut Vec<Inst>, depth: u32, uniform_ctx: bool) {
@@ -1088,7 +1673,16 @@ impl Gen {
         self.scopes.pop();
         let body = self.nested(args, &carried, depth, uniform_ctx && bounds_uniform);
         let res: Vec<Value> = carried.iter().map(|t| self.new_value(*t, false)).collect();
-        out.push(Inst { results: res, op: Op::For { lo, hi, step, init, body } });
+        out.push(Inst {
+            results: res,
+            op: Op::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            },
+        });
     }
 }
 
@@ -1098,7 +1692,10 @@ fn random_kernels_verify_and_round_trip() {
     for i in 0..300u64 {
         let f = Gen::new(seed ^ i).kernel(&format!("random_{i}"));
         if let Err(e) = verify(&f) {
-            panic!("seed {seed} ^ {i}: generated kernel rejected: {e}\n{}", print(&f));
+            panic!(
+                "seed {seed} ^ {i}: generated kernel rejected: {e}\n{}",
+                print(&f)
+            );
         }
         round_trip(&f);
     }
@@ -1117,10 +1714,18 @@ fn mutate_structure(f: &mut Function, rng: &mut ChaCha8Rng) {
             1 => {
                 let v = Value(f.values.len() as u32);
                 f.values.push(Type::Scalar(Scalar::U16));
-                f.body.insts.push(Inst { results: vec![v], op: Op::Barrier });
+                f.body.insts.push(Inst {
+                    results: vec![v],
+                    op: Op::Barrier,
+                });
             }
             2 => {
-                if let Some(inst) = f.body.insts.iter_mut().find(|i| matches!(i.op, Op::If { .. } | Op::For { .. })) {
+                if let Some(inst) = f
+                    .body
+                    .insts
+                    .iter_mut()
+                    .find(|i| matches!(i.op, Op::If { .. } | Op::For { .. }))
+                {
                     match &mut inst.op {
                         Op::If { results, .. } => results.push(Type::Scalar(Scalar::F64)),
                         Op::For { init, .. } => init.push(Value(0)),
@@ -1132,9 +1737,10 @@ fn mutate_structure(f: &mut Function, rng: &mut ChaCha8Rng) {
                 let target = Type::Scalar(Scalar::ALL[rng.gen_range(0..15)]);
                 for inst in f.body.insts.iter_mut() {
                     match &mut inst.op {
-                        Op::Load { ty, .. } | Op::Pack { ty, .. } | Op::Const { ty, .. } | Op::LdMatrix { ty, .. } => {
-                            *ty = target
-                        }
+                        Op::Load { ty, .. }
+                        | Op::Pack { ty, .. }
+                        | Op::Const { ty, .. }
+                        | Op::LdMatrix { ty, .. } => *ty = target,
                         Op::Bitcast { to, .. } => *to = target,
                         _ => {}
                     }
@@ -1209,9 +1815,19 @@ fn mutate_text(text: &str, rng: &mut ChaCha8Rng) -> String {
             }
             _ => {
                 // Duplicate a line somewhere else.
-                let lines: Vec<String> = s.iter().collect::<String>().lines().map(String::from).collect();
+                let lines: Vec<String> = s
+                    .iter()
+                    .collect::<String>()
+                    .lines()
+                    .map(String::from)
+                    .collect();
                 let line = &lines[rng.gen_range(0..lines.len())];
-                let pos = s.iter().enumerate().filter(|(_, c)| **c == '\n').map(|(i, _)| i + 1).collect::<Vec<_>>();
+                let pos = s
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| **c == '\n')
+                    .map(|(i, _)| i + 1)
+                    .collect::<Vec<_>>();
                 if let Some(p) = pos.choose(rng) {
                     s.splice(*p..*p, format!("{line}\n").chars());
                 }
@@ -1225,7 +1841,9 @@ fn mutate_text(text: &str, rng: &mut ChaCha8Rng) -> String {
 fn mutated_text_gives_errors_not_panics() {
     let seed: u64 = rand::random();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut texts: Vec<String> = (0..20u64).map(|i| print(&Gen::new(seed ^ i).kernel("fuzz"))).collect();
+    let mut texts: Vec<String> = (0..20u64)
+        .map(|i| print(&Gen::new(seed ^ i).kernel("fuzz")))
+        .collect();
     texts.push(print(&kernel_f16()));
     texts.push(print(&attribute_sweep()));
     let (mut ok, mut failed) = (0, 0);
@@ -1238,42 +1856,122 @@ fn mutated_text_gives_errors_not_panics() {
                 // Whatever parses is a function the verifier and printer handle, and
                 // its printed form reads back to it.
                 let _ = verify(&g);
-                let again = parse(&print(&g)).unwrap_or_else(|e| panic!("seed {seed} case {case}: {e}"));
+                let again =
+                    parse(&print(&g)).unwrap_or_else(|e| panic!("seed {seed} case {case}: {e}"));
                 assert_eq!(again, g, "seed {seed} case {case}");
             }
             Err(e) => {
                 failed += 1;
                 let line_count = text.lines().count() as u32 + 1;
-                assert!(e.line >= 1 && e.line <= line_count, "seed {seed} case {case}: {e}");
+                assert!(
+                    e.line >= 1 && e.line <= line_count,
+                    "seed {seed} case {case}: {e}"
+                );
                 assert!(e.column >= 1);
             }
         }
     }
-    assert!(failed > ok, "mutations should mostly break the text ({ok} parsed, {failed} failed)");
+    assert!(
+        failed > ok,
+        "mutations should mostly break the text ({ok} parsed, {failed} failed)"
+    );
 }
 
 #[test]
 fn parse_errors_name_place_and_expectation() {
     let cases: &[(&str, u32, u32, &str)] = &[
-        ("kernel k() max_threads=1 {\n  %0: f32 = add.rn %1, %2\n}\n", 2, 20, "%1 is used but never defined"),
-        ("kernel k() max_threads=1 {\n  %0: f32 = frob %1\n}\n", 2, 13, "unknown operation `frob`"),
-        ("kernel k() max_threads=1 {\n  %0: f31 = const 1\n}\n", 2, 7, "unknown type `f31`"),
-        ("kernel k() max_threads=1 {\n  %0: u8 = const 256\n}\n", 2, 18, "does not fit in u8"),
-        ("kernel k() max_threads=1 {\n  %1: u32 = const 1\n}\n", 2, 3, "%0 is never defined"),
-        ("kernel k() max_threads=1 {\n  %0: u32 = const 1\n  %0: f32 = const 1.0\n}\n", 3, 3, "defined with type f32"),
-        ("kernel k() max_threads=1 {\n  store %0 %1\n}\n", 2, 12, "expected `,`, found `%1`"),
-        ("kernel k() max_threads=1 {\n  %0: u32 = load.xx %1\n}\n", 2, 13, "unknown modifier `load.xx`"),
-        ("kernel k() max_threads=1 {\n  %0: f32 = fma %1, %1, %1\n}\n", 2, 13, "expected a rounding mode after `fma`"),
-        ("kernel k(a b) max_threads=1 {\n}\n", 1, 12, "expected `:`, found `b`"),
-        ("kernel \"k max_threads=1 {\n}\n", 1, 8, "unterminated string"),
-        ("kernel k() max_threads=1 {\n  barrier\n", 3, 1, "expected `}`, found end of input"),
-        ("kernel k() max_threads=1 {\n  barrier # x\n}\n", 2, 11, "unexpected character '#'"),
-        ("kernel k() max_threads=1 {\n}\nkernel", 3, 1, "expected end of input after the kernel"),
+        (
+            "kernel k() max_threads=1 {\n  %0: f32 = add.rn %1, %2\n}\n",
+            2,
+            20,
+            "%1 is used but never defined",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  %0: f32 = frob %1\n}\n",
+            2,
+            13,
+            "unknown operation `frob`",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  %0: f31 = const 1\n}\n",
+            2,
+            7,
+            "unknown type `f31`",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  %0: u8 = const 256\n}\n",
+            2,
+            18,
+            "does not fit in u8",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  %1: u32 = const 1\n}\n",
+            2,
+            3,
+            "%0 is never defined",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  %0: u32 = const 1\n  %0: f32 = const 1.0\n}\n",
+            3,
+            3,
+            "defined with type f32",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  store %0 %1\n}\n",
+            2,
+            12,
+            "expected `,`, found `%1`",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  %0: u32 = load.xx %1\n}\n",
+            2,
+            13,
+            "unknown modifier `load.xx`",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  %0: f32 = fma %1, %1, %1\n}\n",
+            2,
+            13,
+            "expected a rounding mode after `fma`",
+        ),
+        (
+            "kernel k(a b) max_threads=1 {\n}\n",
+            1,
+            12,
+            "expected `:`, found `b`",
+        ),
+        (
+            "kernel \"k max_threads=1 {\n}\n",
+            1,
+            8,
+            "unterminated string",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  barrier\n",
+            3,
+            1,
+            "expected `}`, found end of input",
+        ),
+        (
+            "kernel k() max_threads=1 {\n  barrier # x\n}\n",
+            2,
+            11,
+            "unexpected character '#'",
+        ),
+        (
+            "kernel k() max_threads=1 {\n}\nkernel",
+            3,
+            1,
+            "expected end of input after the kernel",
+        ),
     ];
     for (text, line, column, what) in cases {
         let e = parse(text).expect_err(text);
         let msg = e.to_string();
-        assert!(msg.contains(what), "{text:?}: got `{msg}`, expected it to contain `{what}`");
+        assert!(
+            msg.contains(what),
+            "{text:?}: got `{msg}`, expected it to contain `{what}`"
+        );
         assert_eq!((e.line, e.column), (*line, *column), "{text:?}: {msg}");
     }
 }

@@ -36,7 +36,10 @@ fn rejected(body: impl FnOnce(&mut Builder, Value, Value), words: &[&str]) -> Ve
 
 fn assert_names(e: &VerifyError, words: &[&str]) {
     let msg = e.to_string();
-    assert!(msg.starts_with(&format!("kernel `{}`", e.kernel())), "{msg}");
+    assert!(
+        msg.starts_with(&format!("kernel `{}`", e.kernel())),
+        "{msg}"
+    );
     for w in words {
         assert!(msg.contains(w), "`{msg}` does not mention `{w}`");
     }
@@ -87,7 +90,10 @@ fn error_message_names_kernel_instruction_place_and_problem() {
         },
         &[],
     );
-    assert_eq!(e.to_string(), "kernel `k`: `%3: f32 = add %2, %2` at body[3]: `add on f32` needs a rounding mode");
+    assert_eq!(
+        e.to_string(),
+        "kernel `k`: `%3: f32 = add %2, %2` at body[3]: `add on f32` needs a rounding mode"
+    );
 }
 
 // ---- kernel header --------------------------------------------------------------------
@@ -97,10 +103,16 @@ fn rejects_names_that_are_not_identifiers() {
     let mut f = valid();
     f.name = "my-kernel".into();
     let e = verify_err(&f, &["kernel name \"my-kernel\""]);
-    assert!(matches!(kernel_problem(&e), KernelProblem::BadName { what: "kernel", .. }));
+    assert!(matches!(
+        kernel_problem(&e),
+        KernelProblem::BadName { what: "kernel", .. }
+    ));
     let mut f = valid();
     f.params[1].name = "n 2".into();
-    assert!(matches!(kernel_problem(&verify_err(&f, &["parameter name \"n 2\""])), KernelProblem::BadName { .. }));
+    assert!(matches!(
+        kernel_problem(&verify_err(&f, &["parameter name \"n 2\""])),
+        KernelProblem::BadName { .. }
+    ));
     let e = build(|k, _, _| {
         k.shared_array("1st", Scalar::F32, 4, 4);
     })
@@ -118,7 +130,13 @@ fn rejects_duplicate_names() {
         k.shared_array("t", Scalar::U32, 4, 4);
     })
     .expect_err("duplicate shared");
-    assert!(matches!(kernel_problem(&e), KernelProblem::DuplicateName { what: "shared array", .. }));
+    assert!(matches!(
+        kernel_problem(&e),
+        KernelProblem::DuplicateName {
+            what: "shared array",
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -148,7 +166,10 @@ fn rejects_parameters_that_are_not_global_pointers_or_scalars() {
         f.params[1].ty = ty;
         f.values[1] = ty;
         let e = verify_err(&f, &["parameter `n`", &ty.to_string()]);
-        assert!(matches!(kernel_problem(&e), KernelProblem::ParamType { .. }));
+        assert!(matches!(
+            kernel_problem(&e),
+            KernelProblem::ParamType { .. }
+        ));
     }
 }
 
@@ -158,7 +179,10 @@ fn rejects_bad_shared_declarations() {
         k.shared_array("flags", Scalar::Pred, 4, 4);
     })
     .expect_err("pred array");
-    assert!(matches!(kernel_problem(&e), KernelProblem::SharedElem { .. }));
+    assert!(matches!(
+        kernel_problem(&e),
+        KernelProblem::SharedElem { .. }
+    ));
     let e = build(|k, _, _| {
         k.shared_array("none", Scalar::F32, 0, 4);
     })
@@ -166,9 +190,17 @@ fn rejects_bad_shared_declarations() {
     assert_names(&e, &["`none` has length 0"]);
     for align in [3, 2] {
         let mut f = valid();
-        f.shared.push(SharedDecl { name: "t".into(), elem: Scalar::F32, len: 4, align });
+        f.shared.push(SharedDecl {
+            name: "t".into(),
+            elem: Scalar::F32,
+            len: 4,
+            align,
+        });
         let e = verify_err(&f, &[&format!("alignment {align}"), "at least 4"]);
-        assert!(matches!(kernel_problem(&e), KernelProblem::SharedAlign { .. }));
+        assert!(matches!(
+            kernel_problem(&e),
+            KernelProblem::SharedAlign { .. }
+        ));
     }
 }
 
@@ -186,7 +218,10 @@ fn rejects_shared_memory_over_the_limit_counting_alignment() {
     .expect_err("padding pushes it over");
     assert_eq!(
         kernel_problem(&e),
-        &KernelProblem::SharedTooLarge { used: MAX_STATIC_SHARED_BYTES + 16, limit: MAX_STATIC_SHARED_BYTES }
+        &KernelProblem::SharedTooLarge {
+            used: MAX_STATIC_SHARED_BYTES + 16,
+            limit: MAX_STATIC_SHARED_BYTES
+        }
     );
     assert_names(&e, &["49168 bytes", "limit of 49152"]);
 }
@@ -196,12 +231,18 @@ fn rejects_kernel_body_arguments_and_values_nothing_defines() {
     let mut f = valid();
     f.values.push(Type::U32);
     f.body.args.push(Value(f.values.len() as u32 - 1));
-    assert_eq!(kernel_problem(&verify_err(&f, &["block arguments"])), &KernelProblem::BodyArgs(1));
+    assert_eq!(
+        kernel_problem(&verify_err(&f, &["block arguments"])),
+        &KernelProblem::BodyArgs(1)
+    );
     let mut f = valid();
     f.values.push(Type::F32);
     let last = Value(f.values.len() as u32 - 1);
     let e = verify_err(&f, &[&format!("{last} (of type f32) is not defined")]);
-    assert!(matches!(kernel_problem(&e), KernelProblem::NeverDefined { .. }));
+    assert!(matches!(
+        kernel_problem(&e),
+        KernelProblem::NeverDefined { .. }
+    ));
 }
 
 // ---- values and scope ---------------------------------------------------------------
@@ -210,21 +251,46 @@ fn rejects_kernel_body_arguments_and_values_nothing_defines() {
 fn rejects_undefined_operands() {
     let e = rejected(
         |k, _, _| {
-            k.emit(Type::F32, Op::Un { op: UnOp::Neg, a: Value(999) });
+            k.emit(
+                Type::F32,
+                Op::Un {
+                    op: UnOp::Neg,
+                    a: Value(999),
+                },
+            );
         },
-        &["%999 is not a value of this kernel, which has 3 values", "neg %999"],
+        &[
+            "%999 is not a value of this kernel, which has 3 values",
+            "neg %999",
+        ],
     );
-    assert_eq!(problem(&e), &InstProblem::NoSuchValue { value: Value(999), count: 3 });
+    assert_eq!(
+        problem(&e),
+        &InstProblem::NoSuchValue {
+            value: Value(999),
+            count: 3
+        }
+    );
     // In the value table, but nothing defines it.
     let mut f = valid();
     f.values.push(Type::U32);
     let ghost = Value(f.values.len() as u32 - 1);
-    f.body.insts.push(Inst { results: vec![], op: Op::Store { ptr: Value(0), value: ghost, cache: CacheOp::Default } });
+    f.body.insts.push(Inst {
+        results: vec![],
+        op: Op::Store {
+            ptr: Value(0),
+            value: ghost,
+            cache: CacheOp::Default,
+        },
+    });
     let e = verify_err(&f, &[&format!("{ghost} is not defined anywhere")]);
     assert_eq!(problem(&e), &InstProblem::Undefined(ghost));
     // A result outside the value table.
     let mut f = valid();
-    f.body.insts.push(Inst { results: vec![Value(500)], op: Op::Special(Special::LaneId) });
+    f.body.insts.push(Inst {
+        results: vec![Value(500)],
+        op: Op::Special(Special::LaneId),
+    });
     let e = verify_err(&f, &["%500 is not a value of this kernel"]);
     assert!(matches!(problem(&e), InstProblem::NoSuchValue { .. }));
 }
@@ -235,7 +301,13 @@ fn rejects_use_before_definition() {
         |k, _, _| {
             let c = k.const_f32(1.0);
             let later = Value(c.0 + 2);
-            k.emit(Type::F32, Op::Un { op: UnOp::Neg, a: later });
+            k.emit(
+                Type::F32,
+                Op::Un {
+                    op: UnOp::Neg,
+                    a: later,
+                },
+            );
             k.const_f32(2.0);
         },
         &["%4 is used before its definition"],
@@ -307,7 +379,10 @@ fn rejects_invalid_types() {
     let cases: Vec<(Type, &str)> = vec![
         (Type::Vec(Scalar::F32, 3), "2 or 4 lanes"),
         (Type::Vec(Scalar::F64, 4), "at most 16 bytes"),
-        (fr(MmaShape::M16N8K16, FragRole::A, Scalar::F32), "does not fit the fragment"),
+        (
+            fr(MmaShape::M16N8K16, FragRole::A, Scalar::F32),
+            "does not fit the fragment",
+        ),
     ];
     for (ty, why) in cases {
         let e = rejected(
@@ -560,7 +635,13 @@ fn rejects_operations_on_types_they_are_not_defined_on() {
         ),
         (
             Box::new(|k, x, _| {
-                k.emit(Type::U64, Op::Bitcast { to: Type::U64, a: x });
+                k.emit(
+                    Type::U64,
+                    Op::Bitcast {
+                        to: Type::U64,
+                        a: x,
+                    },
+                );
             }),
             "`bitcast` is not defined on ptr<global, f32>",
         ),
@@ -575,7 +656,14 @@ fn rejects_operations_on_types_they_are_not_defined_on() {
         (
             Box::new(|k, _, _| {
                 let f = k.const_f32(1.0);
-                k.emit(Type::F32, Op::Vote { mode: VoteMode::Any, pred: f, mask: f });
+                k.emit(
+                    Type::F32,
+                    Op::Vote {
+                        mode: VoteMode::Any,
+                        pred: f,
+                        mask: f,
+                    },
+                );
             }),
             "operand `pred`",
         ),
@@ -590,7 +678,12 @@ fn rejects_operations_on_types_they_are_not_defined_on() {
 fn rejects_missing_and_superfluous_rounding() {
     let e = rejected(
         |k, _, n| {
-            k.cvt_rnd(Scalar::F16, None, false, k.ty(n).scalar().map(|_| n).expect("u32"));
+            k.cvt_rnd(
+                Scalar::F16,
+                None,
+                false,
+                k.ty(n).scalar().map(|_| n).expect("u32"),
+            );
         },
         &["`cvt from u32 to f16` needs a rounding mode"],
     );
@@ -609,7 +702,10 @@ fn rejects_missing_and_superfluous_rounding() {
         },
         &["`add on u32` takes no rounding mode"],
     );
-    assert!(matches!(problem(&e), InstProblem::RoundingNotAllowed { .. }));
+    assert!(matches!(
+        problem(&e),
+        InstProblem::RoundingNotAllowed { .. }
+    ));
     let e = rejected(
         |k, _, _| {
             let f = k.const_f32(1.0);
@@ -617,7 +713,10 @@ fn rejects_missing_and_superfluous_rounding() {
         },
         &["`max on f32` takes no rounding mode"],
     );
-    assert!(matches!(problem(&e), InstProblem::RoundingNotAllowed { .. }));
+    assert!(matches!(
+        problem(&e),
+        InstProblem::RoundingNotAllowed { .. }
+    ));
     let e = rejected(
         |k, _, _| {
             let h = k.const_bits(Type::Scalar(Scalar::F16), 0);
@@ -625,7 +724,10 @@ fn rejects_missing_and_superfluous_rounding() {
         },
         &["`cvt from f16 to f32` takes no rounding mode"],
     );
-    assert!(matches!(problem(&e), InstProblem::RoundingNotAllowed { .. }));
+    assert!(matches!(
+        problem(&e),
+        InstProblem::RoundingNotAllowed { .. }
+    ));
 }
 
 #[test]
@@ -658,21 +760,49 @@ fn default_conversions_agree_with_the_verifier() {
 #[test]
 fn rejects_wrong_result_counts_and_types() {
     let e = rejected(
-        |k, _, n| k.emit_void(Op::Bin { op: BinOp::Add, rnd: None, a: n, b: n }),
+        |k, _, n| {
+            k.emit_void(Op::Bin {
+                op: BinOp::Add,
+                rnd: None,
+                a: n,
+                b: n,
+            })
+        },
         &["defines 0 results, expected 1"],
     );
-    assert_eq!(problem(&e), &InstProblem::ResultCount { expected: 1, found: 0 });
+    assert_eq!(
+        problem(&e),
+        &InstProblem::ResultCount {
+            expected: 1,
+            found: 0
+        }
+    );
     let e = rejected(
         |k, x, _| {
             let f = k.const_f32(1.0);
-            k.emit(Type::U32, Op::Store { ptr: x, value: f, cache: CacheOp::Default });
+            k.emit(
+                Type::U32,
+                Op::Store {
+                    ptr: x,
+                    value: f,
+                    cache: CacheOp::Default,
+                },
+            );
         },
         &["defines 1 results, expected 0"],
     );
     assert!(matches!(problem(&e), InstProblem::ResultCount { .. }));
     let e = rejected(
         |k, _, n| {
-            k.emit(Type::F32, Op::Bin { op: BinOp::Add, rnd: None, a: n, b: n });
+            k.emit(
+                Type::F32,
+                Op::Bin {
+                    op: BinOp::Add,
+                    rnd: None,
+                    a: n,
+                    b: n,
+                },
+            );
         },
         &["result %2 has type f32, expected u32"],
     );
@@ -695,7 +825,12 @@ fn rejects_bad_constants() {
         &["constants have a scalar type, not vec2<f32>"],
     );
     assert!(matches!(problem(&e), InstProblem::ConstType(_)));
-    for (ty, bits) in [(Scalar::U8, 0x100u64), (Scalar::Pred, 2), (Scalar::F16, 0x1_0000), (Scalar::I32, 1 << 32)] {
+    for (ty, bits) in [
+        (Scalar::U8, 0x100u64),
+        (Scalar::Pred, 2),
+        (Scalar::F16, 0x1_0000),
+        (Scalar::I32, 1 << 32),
+    ] {
         let e = rejected(
             |k, _, _| {
                 k.const_bits(Type::Scalar(ty), bits);
@@ -761,16 +896,34 @@ fn rejects_memory_accesses_of_the_wrong_type() {
         },
         &["load of f16 through ptr<global, f32>"],
     );
-    assert!(matches!(problem(&e), InstProblem::MemoryType { access: "load", .. }));
-    let e = rejected(|k, x, n| k.store(x, n), &["store of u32 through ptr<global, f32>"]);
-    assert!(matches!(problem(&e), InstProblem::MemoryType { access: "store", .. }));
+    assert!(matches!(
+        problem(&e),
+        InstProblem::MemoryType { access: "load", .. }
+    ));
+    let e = rejected(
+        |k, x, n| k.store(x, n),
+        &["store of u32 through ptr<global, f32>"],
+    );
+    assert!(matches!(
+        problem(&e),
+        InstProblem::MemoryType {
+            access: "store",
+            ..
+        }
+    ));
     let e = rejected(
         |k, x, n| {
             k.atomic(AtomOp::Exch, Ordering::Relaxed, Scope::Gpu, x, n);
         },
         &["atomic of u32 through ptr<global, f32>"],
     );
-    assert!(matches!(problem(&e), InstProblem::MemoryType { access: "atomic", .. }));
+    assert!(matches!(
+        problem(&e),
+        InstProblem::MemoryType {
+            access: "atomic",
+            ..
+        }
+    ));
     build(|k, x, _| {
         let v = k.load(Type::Vec(Scalar::F32, 4), x);
         k.store(x, v);
@@ -850,7 +1003,14 @@ fn rejects_relaxed_fences_and_wrong_atomic_operand_counts() {
             let f = k.const_f32(0.0);
             k.emit(
                 Type::F32,
-                Op::Atomic { op: AtomOp::Add, ord: Ordering::Relaxed, scope: Scope::Gpu, ptr: x, a: f, b: Some(f) },
+                Op::Atomic {
+                    op: AtomOp::Add,
+                    ord: Ordering::Relaxed,
+                    scope: Scope::Gpu,
+                    ptr: x,
+                    a: f,
+                    b: Some(f),
+                },
             );
         },
         &["`atom.add` takes 2 operands, found 3"],
@@ -898,11 +1058,20 @@ fn rejects_bad_ldmatrix_and_cp_async_immediates_and_types() {
 
 #[test]
 fn rejects_misplaced_yield_and_return() {
-    let e = rejected(|k, _, _| k.emit_void(Op::Yield(vec![])), &["`yield` may only end an if-branch or a loop body"]);
+    let e = rejected(
+        |k, _, _| k.emit_void(Op::Yield(vec![])),
+        &["`yield` may only end an if-branch or a loop body"],
+    );
     assert_eq!(problem(&e), &InstProblem::MisplacedYield);
     let mut f = valid();
     if let Op::If { then_, .. } = &mut f.body.insts[4].op {
-        then_.insts.insert(0, Inst { results: vec![], op: Op::Yield(vec![]) });
+        then_.insts.insert(
+            0,
+            Inst {
+                results: vec![],
+                op: Op::Yield(vec![]),
+            },
+        );
     }
     let e = verify_err(&f, &["at body[4]/then[0]"]);
     assert_eq!(problem(&e), &InstProblem::MisplacedYield);
@@ -911,7 +1080,10 @@ fn rejects_misplaced_yield_and_return() {
             let p = k.lt(n, n);
             k.if_then(p, |k| k.ret());
         },
-        &["`return` may only be the last instruction of the kernel body", "body[3]/then[0]"],
+        &[
+            "`return` may only be the last instruction of the kernel body",
+            "body[3]/then[0]",
+        ],
     );
     assert_eq!(problem(&e), &InstProblem::MisplacedReturn);
     let e = rejected(
@@ -931,8 +1103,16 @@ fn rejects_nested_blocks_without_yield() {
     if let Op::If { else_, .. } = &mut f.body.insts[4].op {
         else_.insts.clear();
     }
-    let e = verify_err(&f, &["`if %3`", "its else-branch does not end with `yield`"]);
-    assert_eq!(problem(&e), &InstProblem::MissingYield { block: "else-branch" });
+    let e = verify_err(
+        &f,
+        &["`if %3`", "its else-branch does not end with `yield`"],
+    );
+    assert_eq!(
+        problem(&e),
+        &InstProblem::MissingYield {
+            block: "else-branch"
+        }
+    );
 }
 
 #[test]
@@ -959,10 +1139,17 @@ fn rejects_block_arguments_that_do_not_match() {
     let e = verify_err(&f, &["its loop body has 1 block arguments, expected 2"]);
     assert!(matches!(problem(&e), InstProblem::BlockArgs { .. }));
     let mut f = looped;
-    let Op::For { body, .. } = &f.body.insts[4].op else { panic!("for") };
+    let Op::For { body, .. } = &f.body.insts[4].op else {
+        panic!("for")
+    };
     let iv = body.args[0];
     f.values[iv.index()] = Type::I32;
-    let e = verify_err(&f, &[&format!("block argument {iv} of its loop body has type s32, expected u32")]);
+    let e = verify_err(
+        &f,
+        &[&format!(
+            "block argument {iv} of its loop body has type s32, expected u32"
+        )],
+    );
     assert!(matches!(problem(&e), InstProblem::BlockArgType { .. }));
 }
 
@@ -1005,7 +1192,11 @@ fn rejects_barriers_under_thread_dependent_control_flow() {
             let p = k.lt(t, n);
             k.if_then(p, |k| k.barrier());
         },
-        &["barrier", "at body[4]/then[0]", "`if %3` depends on `%2: u32 = special tid.x`"],
+        &[
+            "barrier",
+            "at body[4]/then[0]",
+            "`if %3` depends on `%2: u32 = special tid.x`",
+        ],
     );
     assert!(matches!(problem(&e), InstProblem::DivergentBarrier { .. }));
     // Under a uniform `if` that is itself inside a divergent one.

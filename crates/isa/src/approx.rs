@@ -30,7 +30,9 @@ pub fn inputs(op: ApproxOp, n: usize, seed: u64) -> (Vec<f32>, Vec<f32>, String)
     let log_uniform = |rng: &mut ChaCha8Rng, lo: f64, hi: f64| -> f32 {
         (lo.ln() + rng.gen::<f64>() * (hi.ln() - lo.ln())).exp() as f32
     };
-    let uniform = |rng: &mut ChaCha8Rng, lo: f64, hi: f64| -> f32 { (lo + rng.gen::<f64>() * (hi - lo)) as f32 };
+    let uniform = |rng: &mut ChaCha8Rng, lo: f64, hi: f64| -> f32 {
+        (lo + rng.gen::<f64>() * (hi - lo)) as f32
+    };
     let mut x = Vec::with_capacity(n);
     let mut y = vec![];
     let domain;
@@ -46,7 +48,10 @@ pub fn inputs(op: ApproxOp, n: usize, seed: u64) -> (Vec<f32>, Vec<f32>, String)
         ApproxOp::Un(UnOp::RcpApprox) | ApproxOp::Un(UnOp::RsqrtApprox) => {
             // rsqrt is only defined for positive inputs; rcp takes both signs.
             let signed = op == ApproxOp::Un(UnOp::RcpApprox);
-            domain = format!("log-uniform {}[2^-125, 2^125]", if signed { "±" } else { "" });
+            domain = format!(
+                "log-uniform {}[2^-125, 2^125]",
+                if signed { "±" } else { "" }
+            );
             x.extend((0..n).map(|_| {
                 let v = log_uniform(&mut rng, 2f64.powi(-125), 2f64.powi(125));
                 if signed && rng.gen::<bool>() {
@@ -62,7 +67,9 @@ pub fn inputs(op: ApproxOp, n: usize, seed: u64) -> (Vec<f32>, Vec<f32>, String)
         }
         ApproxOp::Un(UnOp::SinApprox) | ApproxOp::Un(UnOp::CosApprox) | ApproxOp::Un(_) => {
             domain = "uniform [-pi, pi]".to_string();
-            x.extend((0..n).map(|_| uniform(&mut rng, -std::f64::consts::PI, std::f64::consts::PI)));
+            x.extend(
+                (0..n).map(|_| uniform(&mut rng, -std::f64::consts::PI, std::f64::consts::PI)),
+            );
         }
         ApproxOp::Div => {
             domain = "x, y log-uniform ±[2^-60, 2^60]".to_string();
@@ -118,11 +125,19 @@ pub fn measure(op: ApproxOp, x: &[f32], y: &[f32], got: &[f32], domain: String) 
     for i in 0..got.len() {
         let r = exact(op, x[i], y[i]);
         let g = got[i] as f64;
-        let abs = if g.is_nan() || r.is_nan() { f64::INFINITY } else { (g - r).abs() };
+        let abs = if g.is_nan() || r.is_nan() {
+            f64::INFINITY
+        } else {
+            (g - r).abs()
+        };
         let ulp = abs / ulp_f32(r);
         if ulp > e.max_ulp {
             e.max_ulp = ulp;
-            e.worst_input = if op == ApproxOp::Div { vec![x[i], y[i]] } else { vec![x[i]] };
+            e.worst_input = if op == ApproxOp::Div {
+                vec![x[i], y[i]]
+            } else {
+                vec![x[i]]
+            };
         }
         e.max_abs = e.max_abs.max(abs);
         if r.abs() >= 2f64.powi(-100) {

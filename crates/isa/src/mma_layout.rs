@@ -42,7 +42,11 @@ struct Slot {
 
 /// Slot numbering used by the probe kernels: `(lane * regs + reg) * per + sub`.
 fn slot_of(index: u32, regs: u32, per: u32) -> Slot {
-    Slot { lane: index / (regs * per), reg: (index / per) % regs, sub: index % per }
+    Slot {
+        lane: index / (regs * per),
+        reg: (index / per) % regs,
+        sub: index % per,
+    }
 }
 
 fn reg_major(s: Slot, per: u32) -> u32 {
@@ -67,7 +71,10 @@ pub struct MmaMeasurement {
 fn decode_b(elem: MmaElem, relation: &[Vec<f64>], i: usize) -> Result<Option<u32>, IsaError> {
     let as_code = |v: f64| -> Result<u32, IsaError> {
         if v.fract() != 0.0 || !(0.0..=256.0).contains(&v) {
-            return Err(IsaError::Probe(format!("{}: D value {v} is not a slot code", elem.key())));
+            return Err(IsaError::Probe(format!(
+                "{}: D value {v} is not a slot code",
+                elem.key()
+            )));
         }
         Ok(v as u32)
     };
@@ -82,7 +89,9 @@ fn decode_b(elem: MmaElem, relation: &[Vec<f64>], i: usize) -> Result<Option<u32
                 .ok_or_else(|| IsaError::Probe("s8 relation needs two launches".into()))?;
             let hi = as_code(hi_arr[i])?;
             if hi == 0 {
-                return Err(IsaError::Probe(format!("s8: launches disagree at output {i}")));
+                return Err(IsaError::Probe(format!(
+                    "s8: launches disagree at output {i}"
+                )));
             }
             Ok(Some((hi - 1) * 127 + (lo - 1)))
         }
@@ -92,11 +101,25 @@ fn decode_b(elem: MmaElem, relation: &[Vec<f64>], i: usize) -> Result<Option<u32
 
 /// Number the classes of `groups` (class key → member slots) by the smallest member
 /// under `order`.
-fn number_classes<K: Ord + Clone>(groups: &BTreeMap<K, Vec<Slot>>, order: impl Fn(Slot) -> u32) -> BTreeMap<K, u32> {
-    let mut firsts: Vec<(u32, K)> =
-        groups.iter().map(|(k, v)| (v.iter().map(|s| order(*s)).min().unwrap_or(u32::MAX), k.clone())).collect();
+fn number_classes<K: Ord + Clone>(
+    groups: &BTreeMap<K, Vec<Slot>>,
+    order: impl Fn(Slot) -> u32,
+) -> BTreeMap<K, u32> {
+    let mut firsts: Vec<(u32, K)> = groups
+        .iter()
+        .map(|(k, v)| {
+            (
+                v.iter().map(|s| order(*s)).min().unwrap_or(u32::MAX),
+                k.clone(),
+            )
+        })
+        .collect();
     firsts.sort();
-    firsts.into_iter().enumerate().map(|(i, (_, k))| (k, i as u32)).collect()
+    firsts
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, k))| (k, i as u32))
+        .collect()
 }
 
 /// Derive the layout of one element type from its measurement.
@@ -109,7 +132,9 @@ pub fn derive(m: &MmaMeasurement) -> Result<MmaLayout, IsaError> {
     let c_n = slots(elem, FragRole::C);
     let (a_regs, b_regs, c_regs) = (a_n / 32 / per, b_n / 32 / per, c_n / 32);
     let bad = |msg: String| IsaError::Probe(format!("{}: {msg}", elem.key()));
-    if m.relation.iter().any(|r| r.len() != (a_n * c_n) as usize) || m.accumulator.len() != c_n as usize {
+    if m.relation.iter().any(|r| r.len() != (a_n * c_n) as usize)
+        || m.accumulator.len() != c_n as usize
+    {
         return Err(bad("probe output has the wrong length".into()));
     }
 
@@ -126,7 +151,11 @@ pub fn derive(m: &MmaMeasurement) -> Result<MmaLayout, IsaError> {
         }
     }
     if triples.len() != (dm * dn * dk) as usize {
-        return Err(bad(format!("{} products measured, a {dm}x{dn}x{dk} product has {}", triples.len(), dm * dn * dk)));
+        return Err(bad(format!(
+            "{} products measured, a {dm}x{dn}x{dk} product has {}",
+            triples.len(),
+            dm * dn * dk
+        )));
     }
 
     // Classes by what each slot meets.
@@ -150,7 +179,10 @@ pub fn derive(m: &MmaMeasurement) -> Result<MmaLayout, IsaError> {
         a_ks.entry(bs.clone()).or_default().push(s);
     }
     for (b, ds) in &reach_b {
-        b_cols.entry(ds.clone()).or_default().push(slot_of(*b, b_regs, per));
+        b_cols
+            .entry(ds.clone())
+            .or_default()
+            .push(slot_of(*b, b_regs, per));
     }
     if a_rows.len() != dm as usize || a_ks.len() != dk as usize || b_cols.len() != dn as usize {
         return Err(bad(format!(
@@ -162,11 +194,25 @@ pub fn derive(m: &MmaMeasurement) -> Result<MmaLayout, IsaError> {
     }
     // Rows are numbered by the D slots they reach, register-major; columns likewise
     // lane-major; k by the A slots that hold it, register-major.
-    let d_groups_rows: BTreeMap<BTreeSet<u32>, Vec<Slot>> =
-        a_rows.keys().map(|ds| (ds.clone(), ds.iter().map(|d| slot_of(*d, c_regs, 1)).collect())).collect();
+    let d_groups_rows: BTreeMap<BTreeSet<u32>, Vec<Slot>> = a_rows
+        .keys()
+        .map(|ds| {
+            (
+                ds.clone(),
+                ds.iter().map(|d| slot_of(*d, c_regs, 1)).collect(),
+            )
+        })
+        .collect();
     let row_no = number_classes(&d_groups_rows, |s| reg_major(s, 1));
-    let d_groups_cols: BTreeMap<BTreeSet<u32>, Vec<Slot>> =
-        b_cols.keys().map(|ds| (ds.clone(), ds.iter().map(|d| slot_of(*d, c_regs, 1)).collect())).collect();
+    let d_groups_cols: BTreeMap<BTreeSet<u32>, Vec<Slot>> = b_cols
+        .keys()
+        .map(|ds| {
+            (
+                ds.clone(),
+                ds.iter().map(|d| slot_of(*d, c_regs, 1)).collect(),
+            )
+        })
+        .collect();
     let col_no = number_classes(&d_groups_cols, |s| lane_major(s, c_regs, 1));
     let k_no = number_classes(&a_ks, |s| reg_major(s, per));
 
@@ -181,10 +227,15 @@ pub fn derive(m: &MmaMeasurement) -> Result<MmaLayout, IsaError> {
     for &(a, b, d) in &triples {
         let (row, k) = a_coord[&a];
         let col = col_no[&reach_b[&b]];
-        for (map, key, val, what) in [(&mut b_coord, b, (k, col), "B"), (&mut d_coord, d, (row, col), "D")] {
+        for (map, key, val, what) in [
+            (&mut b_coord, b, (k, col), "B"),
+            (&mut d_coord, d, (row, col), "D"),
+        ] {
             if let Some(prev) = map.insert(key, val) {
                 if prev != val {
-                    return Err(bad(format!("{what} slot {key} has two coordinates {prev:?} and {val:?}")));
+                    return Err(bad(format!(
+                        "{what} slot {key} has two coordinates {prev:?} and {val:?}"
+                    )));
                 }
             }
         }
@@ -195,13 +246,21 @@ pub fn derive(m: &MmaMeasurement) -> Result<MmaLayout, IsaError> {
         let (row, k) = a_coord[&a];
         let (k2, col) = b_coord[&b];
         if k2 != k || d_coord[&d] != (row, col) || !seen.insert((row, col, k)) {
-            return Err(bad(format!("product A{a}*B{b}->D{d} is not one term of a matrix product")));
+            return Err(bad(format!(
+                "product A{a}*B{b}->D{d} is not one term of a matrix product"
+            )));
         }
     }
-    for (coords, n, what) in [(&a_coord, a_n, "A"), (&b_coord, b_n, "B"), (&d_coord, c_n, "D")] {
+    for (coords, n, what) in [
+        (&a_coord, a_n, "A"),
+        (&b_coord, b_n, "B"),
+        (&d_coord, c_n, "D"),
+    ] {
         let distinct: BTreeSet<_> = coords.values().collect();
         if coords.len() != n as usize || distinct.len() != n as usize {
-            return Err(bad(format!("{what} slots do not map one-to-one onto matrix elements")));
+            return Err(bad(format!(
+                "{what} slots do not map one-to-one onto matrix elements"
+            )));
         }
     }
 
@@ -214,7 +273,9 @@ pub fn derive(m: &MmaMeasurement) -> Result<MmaLayout, IsaError> {
         c_coord.insert(*v as u32 - 1, d_coord[&(d as u32)]);
     }
     if c_coord.len() != c_n as usize {
-        return Err(bad("accumulator probe: C slots do not map one-to-one onto D".into()));
+        return Err(bad(
+            "accumulator probe: C slots do not map one-to-one onto D".into(),
+        ));
     }
 
     let entries = |coords: &BTreeMap<u32, (u32, u32)>, regs: u32, per: u32| -> Vec<FragEntry> {
@@ -242,7 +303,11 @@ pub type LdMatrixEntry = [u32; 5];
 pub fn derive_ldmatrix(num: u8, words: &[u32]) -> Result<Vec<LdMatrixEntry>, IsaError> {
     let num = num as u32;
     if words.len() != (32 * num) as usize {
-        return Err(IsaError::Probe(format!("ldmatrix x{num}: {} words, expected {}", words.len(), 32 * num)));
+        return Err(IsaError::Probe(format!(
+            "ldmatrix x{num}: {} words, expected {}",
+            words.len(),
+            32 * num
+        )));
     }
     let mut out = vec![];
     let mut seen = BTreeSet::new();
@@ -253,7 +318,9 @@ pub fn derive_ldmatrix(num: u8, words: &[u32]) -> Result<Vec<LdMatrixEntry>, Isa
                 let v = (w >> (16 * sub)) & 0xffff;
                 let (src, col) = (v / 8, v % 8);
                 if src >= 32 || !seen.insert(v) {
-                    return Err(IsaError::Probe(format!("ldmatrix x{num}: lane {lane} reg {reg} got element {v}")));
+                    return Err(IsaError::Probe(format!(
+                        "ldmatrix x{num}: lane {lane} reg {reg} got element {v}"
+                    )));
                 }
                 out.push([lane, reg, sub, src, col]);
             }
@@ -278,7 +345,15 @@ pub fn ptx_isa_figure(elem: MmaElem, role: FragRole, lane: u32, reg: u32, sub: u
 
 /// Whether every entry of a layout equals the PTX ISA figure.
 pub fn agrees_with_ptx_isa(elem: MmaElem, l: &MmaLayout) -> bool {
-    [(FragRole::A, &l.a), (FragRole::B, &l.b), (FragRole::C, &l.c), (FragRole::C, &l.d)]
-        .iter()
-        .all(|(role, es)| es.iter().all(|e| ptx_isa_figure(elem, *role, e[0], e[1], e[2]) == (e[3], e[4])))
+    [
+        (FragRole::A, &l.a),
+        (FragRole::B, &l.b),
+        (FragRole::C, &l.c),
+        (FragRole::C, &l.d),
+    ]
+    .iter()
+    .all(|(role, es)| {
+        es.iter()
+            .all(|e| ptx_isa_figure(elem, *role, e[0], e[1], e[2]) == (e[3], e[4]))
+    })
 }

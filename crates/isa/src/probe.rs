@@ -48,18 +48,35 @@ fn upload(exec: &mut dyn Executor, bytes: &[u8]) -> Result<quench_rt::DevicePtr,
     Ok(p)
 }
 
-fn run(exec: &mut dyn Executor, f: &Function, grid: u32, block: u32, args: &[Arg]) -> Result<(), IsaError> {
+fn run(
+    exec: &mut dyn Executor,
+    f: &Function,
+    grid: u32,
+    block: u32,
+    args: &[Arg],
+) -> Result<(), IsaError> {
     let k = exec.load(f)?;
-    let launch = Launch { grid: [grid, 1, 1], block: [block, 1, 1], dynamic_shared_bytes: 0 };
+    let launch = Launch {
+        grid: [grid, 1, 1],
+        block: [block, 1, 1],
+        dynamic_shared_bytes: 0,
+    };
     exec.launch(k, &launch, args, StreamId::DEFAULT)?;
     exec.synchronize()?;
     Ok(())
 }
 
-fn read_words(exec: &mut dyn Executor, p: quench_rt::DevicePtr, n: usize) -> Result<Vec<u32>, IsaError> {
+fn read_words(
+    exec: &mut dyn Executor,
+    p: quench_rt::DevicePtr,
+    n: usize,
+) -> Result<Vec<u32>, IsaError> {
     let mut bytes = vec![0u8; n * 4];
     exec.copy_to_host(p, &mut bytes)?;
-    Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
 }
 
 /// Poisoned output buffer of `n` words (so an unwritten word cannot pass as a result).
@@ -70,7 +87,13 @@ fn poisoned(exec: &mut dyn Executor, n: usize) -> Result<quench_rt::DevicePtr, I
 fn acc_values(elem: MmaElem, words: &[u32]) -> Vec<f64> {
     words
         .iter()
-        .map(|w| if elem == MmaElem::S8 { *w as i32 as f64 } else { f32::from_bits(*w) as f64 })
+        .map(|w| {
+            if elem == MmaElem::S8 {
+                *w as i32 as f64
+            } else {
+                f32::from_bits(*w) as f64
+            }
+        })
         .collect()
 }
 
@@ -92,10 +115,19 @@ fn measure_mma(exec: &mut dyn Executor, elem: MmaElem) -> Result<MmaMeasurement,
     run(exec, &acc, 1, 32, &[Arg::Ptr(out)])?;
     let accumulator = acc_values(elem, &read_words(exec, out, c_n as usize)?);
     exec.free(out)?;
-    Ok(MmaMeasurement { elem, relation, accumulator })
+    Ok(MmaMeasurement {
+        elem,
+        relation,
+        accumulator,
+    })
 }
 
-fn measure_approx(exec: &mut dyn Executor, op: ApproxOp, n: usize, seed: u64) -> Result<ApproxError, IsaError> {
+fn measure_approx(
+    exec: &mut dyn Executor,
+    op: ApproxOp,
+    n: usize,
+    seed: u64,
+) -> Result<ApproxError, IsaError> {
     let (x, y, domain) = approx::inputs(op, n, seed);
     let f32_bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
     let px = upload(exec, &f32_bytes(&x))?;
@@ -103,8 +135,17 @@ fn measure_approx(exec: &mut dyn Executor, op: ApproxOp, n: usize, seed: u64) ->
     let po = poisoned(exec, n)?;
     let f = probe_kernels::approx_probe(op)?;
     let grid = (n as u32).div_ceil(256);
-    run(exec, &f, grid, 256, &[Arg::Ptr(px), Arg::Ptr(py), Arg::Ptr(po), Arg::U32(n as u32)])?;
-    let got: Vec<f32> = read_words(exec, po, n)?.into_iter().map(f32::from_bits).collect();
+    run(
+        exec,
+        &f,
+        grid,
+        256,
+        &[Arg::Ptr(px), Arg::Ptr(py), Arg::Ptr(po), Arg::U32(n as u32)],
+    )?;
+    let got: Vec<f32> = read_words(exec, po, n)?
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
     for p in [px, py, po] {
         exec.free(p)?;
     }
@@ -112,7 +153,12 @@ fn measure_approx(exec: &mut dyn Executor, op: ApproxOp, n: usize, seed: u64) ->
 }
 
 /// Run all probes. `approx_samples` inputs per approximate instruction.
-pub fn run_all(exec: &mut dyn Executor, measured_on: &str, approx_samples: usize, seed: u64) -> Result<ProbeReport, IsaError> {
+pub fn run_all(
+    exec: &mut dyn Executor,
+    measured_on: &str,
+    approx_samples: usize,
+    seed: u64,
+) -> Result<ProbeReport, IsaError> {
     let mut mma = BTreeMap::new();
     let mut agrees = BTreeMap::new();
     for elem in MmaElem::ALL {
@@ -128,15 +174,27 @@ pub fn run_all(exec: &mut dyn Executor, measured_on: &str, approx_samples: usize
         run(exec, &f, 1, 32, &[Arg::Ptr(out)])?;
         let words = read_words(exec, out, n)?;
         exec.free(out)?;
-        ldmatrix.insert(probe_kernels::ldmatrix_key(num, trans), mma_layout::derive_ldmatrix(num, &words)?);
+        ldmatrix.insert(
+            probe_kernels::ldmatrix_key(num, trans),
+            mma_layout::derive_ldmatrix(num, &words)?,
+        );
     }
     let mut ops = vec![];
     for (i, op) in ApproxOp::ALL.into_iter().enumerate() {
         ops.push(measure_approx(exec, op, approx_samples, seed + i as u64)?);
     }
     Ok(ProbeReport {
-        layout: LayoutTable { format: LAYOUT_FORMAT.into(), measured_on: measured_on.into(), mma, ldmatrix },
-        approx: ApproxTable { format: APPROX_FORMAT.into(), measured_on: measured_on.into(), ops },
+        layout: LayoutTable {
+            format: LAYOUT_FORMAT.into(),
+            measured_on: measured_on.into(),
+            mma,
+            ldmatrix,
+        },
+        approx: ApproxTable {
+            format: APPROX_FORMAT.into(),
+            measured_on: measured_on.into(),
+            ops,
+        },
         agrees_with_ptx_isa: agrees,
     })
 }
@@ -144,7 +202,10 @@ pub fn run_all(exec: &mut dyn Executor, measured_on: &str, approx_samples: usize
 /// JSON text of a layout table with one `[lane, reg, sub, row, col]` entry per line.
 pub fn layout_json(t: &LayoutTable) -> String {
     let entries = |es: &[[u32; 5]], indent: &str| -> String {
-        let lines: Vec<String> = es.iter().map(|e| format!("{indent}[{}, {}, {}, {}, {}]", e[0], e[1], e[2], e[3], e[4])).collect();
+        let lines: Vec<String> = es
+            .iter()
+            .map(|e| format!("{indent}[{}, {}, {}, {}, {}]", e[0], e[1], e[2], e[3], e[4]))
+            .collect();
         format!("[\n{}\n{}]", lines.join(",\n"), &indent[..indent.len() - 2])
     };
     let mut mma = vec![];
@@ -155,7 +216,11 @@ pub fn layout_json(t: &LayoutTable) -> String {
             .collect();
         mma.push(format!("    \"{k}\": {{\n{}\n    }}", ops.join(",\n")));
     }
-    let ld: Vec<String> = t.ldmatrix.iter().map(|(k, es)| format!("    \"{k}\": {}", entries(es, "      "))).collect();
+    let ld: Vec<String> = t
+        .ldmatrix
+        .iter()
+        .map(|(k, es)| format!("    \"{k}\": {}", entries(es, "      ")))
+        .collect();
     format!(
         "{{\n  \"format\": {},\n  \"measured_on\": {},\n  \"mma\": {{\n{}\n  }},\n  \"ldmatrix\": {{\n{}\n  }}\n}}\n",
         serde_json::Value::from(t.format.clone()),

@@ -65,13 +65,29 @@ impl MmaElem {
 
 /// Number of slots (lane, register, sub-element) of an operand fragment.
 pub fn slots(elem: MmaElem, role: FragRole) -> u32 {
-    let ft = quench_ir::FragType { shape: elem.shape(), role, elem: if role == FragRole::C { elem.acc() } else { elem.scalar() } };
-    let per = if role == FragRole::C { 1 } else { elem.per_reg() };
+    let ft = quench_ir::FragType {
+        shape: elem.shape(),
+        role,
+        elem: if role == FragRole::C {
+            elem.acc()
+        } else {
+            elem.scalar()
+        },
+    };
+    let per = if role == FragRole::C {
+        1
+    } else {
+        elem.per_reg()
+    };
     32 * ft.regs() * per
 }
 
 fn frag_ty(elem: MmaElem, role: FragRole) -> Type {
-    let e = if role == FragRole::C { elem.acc() } else { elem.scalar() };
+    let e = if role == FragRole::C {
+        elem.acc()
+    } else {
+        elem.scalar()
+    };
     Builder::frag_type(elem.shape(), role, e)
 }
 
@@ -173,7 +189,10 @@ pub fn mma_relation_probe(elem: MmaElem) -> Result<Function, VerifyError> {
 /// The accumulator probe: A and B zero, C slot `lane * regs + r` holds that number plus
 /// one; D shows where each C slot lands.
 pub fn mma_accumulator_probe(elem: MmaElem) -> Result<Function, VerifyError> {
-    let mut k = Builder::new(&format!("probe_mma_acc_{}", elem.key().replace('.', "_")), 32);
+    let mut k = Builder::new(
+        &format!("probe_mma_acc_{}", elem.key().replace('.', "_")),
+        32,
+    );
     let out = k.param("out", Type::Ptr(AddrSpace::Global, elem.acc()));
     let lane = k.lane_id();
     let per = elem.per_reg();
@@ -224,8 +243,14 @@ fn store_frag(k: &mut Builder, out: Value, d: Value, block: Value, lane: Value, 
 }
 
 /// `ldmatrix` variants probed: (matrices, transposed).
-pub const LDMATRIX_VARIANTS: [(u8, bool); 6] =
-    [(1, false), (2, false), (4, false), (1, true), (2, true), (4, true)];
+pub const LDMATRIX_VARIANTS: [(u8, bool); 6] = [
+    (1, false),
+    (2, false),
+    (4, false),
+    (1, true),
+    (2, true),
+    (4, true),
+];
 
 pub fn ldmatrix_key(num: u8, trans: bool) -> String {
     format!("x{num}{}", if trans { ".trans" } else { "" })
@@ -237,7 +262,13 @@ pub fn ldmatrix_key(num: u8, trans: bool) -> String {
 ///
 /// Parameters: `out: ptr<global, u32>` of `32 * num` words.
 pub fn ldmatrix_probe(num: u8, trans: bool) -> Result<Function, VerifyError> {
-    let mut k = Builder::new(&format!("probe_ldmatrix_{}", ldmatrix_key(num, trans).replace('.', "_")), 32);
+    let mut k = Builder::new(
+        &format!(
+            "probe_ldmatrix_{}",
+            ldmatrix_key(num, trans).replace('.', "_")
+        ),
+        32,
+    );
     let out = k.param("out", Type::Ptr(AddrSpace::Global, Scalar::U32));
     let rows = k.shared_array("rows", Scalar::U16, 32 * 8, 16);
     let lane = k.lane_id();

@@ -33,7 +33,12 @@ fn documented(elem: MmaElem) -> Hw {
             .collect::<Vec<_>>()
     };
     let c_n = slots(elem, FragRole::C);
-    Hw { a: coords(FragRole::A, per), b: coords(FragRole::B, per), d: coords(FragRole::C, 1), c_to_d: (0..c_n).collect() }
+    Hw {
+        a: coords(FragRole::A, per),
+        b: coords(FragRole::B, per),
+        d: coords(FragRole::C, 1),
+        c_to_d: (0..c_n).collect(),
+    }
 }
 
 /// What the probes would read on hardware with layout `hw`.
@@ -46,7 +51,11 @@ fn simulate(elem: MmaElem, hw: &Hw) -> MmaMeasurement {
                 continue;
             }
             let j = hw.b.iter().position(|&c| c == (k, dn)).unwrap() as u32;
-            let codes = if elem == MmaElem::S8 { vec![j % 127 + 1, j / 127 + 1] } else { vec![j + 1] };
+            let codes = if elem == MmaElem::S8 {
+                vec![j % 127 + 1, j / 127 + 1]
+            } else {
+                vec![j + 1]
+            };
             for (h, code) in codes.into_iter().enumerate() {
                 relation[h][a * hw.d.len() + d] = code as f64;
             }
@@ -56,11 +65,22 @@ fn simulate(elem: MmaElem, hw: &Hw) -> MmaMeasurement {
     for (c, &d) in hw.c_to_d.iter().enumerate() {
         accumulator[d as usize] = (c + 1) as f64;
     }
-    MmaMeasurement { elem, relation, accumulator }
+    MmaMeasurement {
+        elem,
+        relation,
+        accumulator,
+    }
 }
 
 /// Compute D = A·B + C slot by slot through a derived table.
-fn product_via(l: &MmaLayout, a: &[f64], b: &[f64], c: &[f64], dims: (u32, u32, u32), per: u32) -> Vec<f64> {
+fn product_via(
+    l: &MmaLayout,
+    a: &[f64],
+    b: &[f64],
+    c: &[f64],
+    dims: (u32, u32, u32),
+    per: u32,
+) -> Vec<f64> {
     let (m, n, k) = dims;
     let idx = |e: &[u32; 5], regs: u32, per: u32| ((e[0] * regs + e[1]) * per + e[2]) as usize;
     let a_regs = (l.a.len() as u32) / 32 / per;
@@ -81,7 +101,9 @@ fn product_via(l: &MmaLayout, a: &[f64], b: &[f64], c: &[f64], dims: (u32, u32, 
     let mut d = vec![f64::NAN; l.d.len()];
     for e in &l.d {
         let (r, col) = (e[3], e[4]);
-        let s: f64 = (0..k).map(|kk| am[(r * k + kk) as usize] * bm[(kk * n + col) as usize]).sum();
+        let s: f64 = (0..k)
+            .map(|kk| am[(r * k + kk) as usize] * bm[(kk * n + col) as usize])
+            .sum();
         d[idx(e, c_regs, 1)] = s + cm[(r * n + col) as usize];
     }
     d
@@ -110,18 +132,31 @@ fn check_reproduces(elem: MmaElem, hw: &Hw, seed: u64) {
     let table = derive(&simulate(elem, hw)).expect("derivation");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     use rand::Rng;
-    let mut draw = |n: usize| (0..n).map(|_| rng.gen_range(-8i32..8) as f64).collect::<Vec<f64>>();
+    let mut draw = |n: usize| {
+        (0..n)
+            .map(|_| rng.gen_range(-8i32..8) as f64)
+            .collect::<Vec<f64>>()
+    };
     let (a, b, c) = (draw(hw.a.len()), draw(hw.b.len()), draw(hw.d.len()));
     let want = product_on(hw, &a, &b, &c);
     let got = product_via(&table, &a, &b, &c, elem.shape().dims(), elem.per_reg());
-    assert_eq!(got, want, "{}: derived table computes a different product", elem.key());
+    assert_eq!(
+        got,
+        want,
+        "{}: derived table computes a different product",
+        elem.key()
+    );
 }
 
 #[test]
 fn documented_layouts_are_recovered_exactly() {
     for elem in MmaElem::ALL {
         let table = derive(&simulate(elem, &documented(elem))).unwrap();
-        assert!(mma_layout::agrees_with_ptx_isa(elem, &table), "{}", elem.key());
+        assert!(
+            mma_layout::agrees_with_ptx_isa(elem, &table),
+            "{}",
+            elem.key()
+        );
         check_reproduces(elem, &documented(elem), 1);
     }
 }
@@ -149,7 +184,9 @@ fn a_corrupted_measurement_is_refused() {
         let i = m.relation[0].iter().position(|v| *v != 0.0).unwrap();
         let v = m.relation[0][i];
         m.relation[0][i] = 0.0;
-        let j = (i + 5..m.relation[0].len()).find(|j| m.relation[0][*j] == 0.0).unwrap();
+        let j = (i + 5..m.relation[0].len())
+            .find(|j| m.relation[0][*j] == 0.0)
+            .unwrap();
         m.relation[0][j] = v;
         if elem == MmaElem::S8 {
             m.relation[1][j] = m.relation[1][i];

@@ -41,7 +41,10 @@ impl AddParams {
 /// `add_f32(a, b, y, n)` / `add_bf16(a, b, y, n)`.
 pub fn build(p: &AddParams) -> Result<Function, KernelError> {
     if !matches!(p.elem, Scalar::F32 | Scalar::BF16) {
-        return Err(KernelError::unsupported(p.name(), format!("element type {} (f32 or bf16 only)", p.elem)));
+        return Err(KernelError::unsupported(
+            p.name(),
+            format!("element type {} (f32 or bf16 only)", p.elem),
+        ));
     }
     let mut k = Builder::new(p.name(), p.threads);
     let a = k.param("a", gptr(p.elem));
@@ -57,7 +60,10 @@ pub fn reference_f32(a: &[f32], b: &[f32]) -> Vec<f32> {
 }
 
 pub fn reference_bf16(a: &[bf16], b: &[bf16]) -> Vec<bf16> {
-    a.iter().zip(b).map(|(x, y)| round_bf16(x.to_f32() + y.to_f32())).collect()
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| round_bf16(x.to_f32() + y.to_f32()))
+        .collect()
 }
 
 /// A case over `n` elements, inputs of magnitude in [2^-4, 4].
@@ -68,10 +74,18 @@ pub fn case(p: &AddParams, n: u32, seed: u64) -> Result<KernelCase, KernelError>
     let a = data::signed(&mut rng, len, 0.0625, 4.0);
     let b = data::signed(&mut rng, len, 0.0625, 4.0);
     let (da, db, want) = if p.elem == Scalar::F32 {
-        (data::f32_bytes(&a), data::f32_bytes(&b), data::f32_bytes(&reference_f32(&a, &b)))
+        (
+            data::f32_bytes(&a),
+            data::f32_bytes(&b),
+            data::f32_bytes(&reference_f32(&a, &b)),
+        )
     } else {
         let (a, b) = (data::to_bf16(&a), data::to_bf16(&b));
-        (data::bf16_bytes(&a), data::bf16_bytes(&b), data::bf16_bytes(&reference_bf16(&a, &b)))
+        (
+            data::bf16_bytes(&a),
+            data::bf16_bytes(&b),
+            data::bf16_bytes(&reference_bf16(&a, &b)),
+        )
     };
     let bytes = len * p.elem.bytes() as usize;
     Ok(KernelCase {
@@ -79,9 +93,23 @@ pub fn case(p: &AddParams, n: u32, seed: u64) -> Result<KernelCase, KernelError>
         shape: n.to_string(),
         kernel,
         launch: p.launch(n),
-        buffers: vec![Buffer::input("a", da), Buffer::input("b", db), Buffer::output("y", bytes)],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::U32(n))],
-        expected: vec![Expected { buffer: 2, data: want, elem: p.elem, check: Check::Exact }],
+        buffers: vec![
+            Buffer::input("a", da),
+            Buffer::input("b", db),
+            Buffer::output("y", bytes),
+        ],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Scalar(Arg::U32(n)),
+        ],
+        expected: vec![Expected {
+            buffer: 2,
+            data: want,
+            elem: p.elem,
+            check: Check::Exact,
+        }],
         controls: vec![],
         bytes_moved: 3 * bytes as u64,
         flops: n as u64,

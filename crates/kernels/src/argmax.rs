@@ -30,7 +30,10 @@ pub struct ArgmaxParams {
 
 impl ArgmaxParams {
     fn walk(&self) -> RowWalk {
-        RowWalk { groups: self.cols / 4, threads: self.threads }
+        RowWalk {
+            groups: self.cols / 4,
+            threads: self.threads,
+        }
     }
 
     pub fn launch(&self, rows: u32) -> Launch {
@@ -39,7 +42,11 @@ impl ArgmaxParams {
 }
 
 /// Whether `(ov, oi)` beats `(v, i)`, and the winner.
-fn emit_better(k: &mut Builder, (v, i): (Value, Value), (ov, oi): (Value, Value)) -> (Value, Value) {
+fn emit_better(
+    k: &mut Builder,
+    (v, i): (Value, Value),
+    (ov, oi): (Value, Value),
+) -> (Value, Value) {
     let gt = k.gt(ov, v);
     let eq = k.eq(ov, v);
     let lower = k.lt(oi, i);
@@ -172,7 +179,10 @@ pub fn case(p: &ArgmaxParams, rows: u32, seed: u64) -> Result<KernelCase, Kernel
         shape: format!("{rows}x{}", p.cols),
         kernel,
         launch: p.launch(rows),
-        buffers: vec![Buffer::input("logits", data::f32_bytes(&logits)), Buffer::output("out", rows as usize * 4)],
+        buffers: vec![
+            Buffer::input("logits", data::f32_bytes(&logits)),
+            Buffer::output("out", rows as usize * 4),
+        ],
         args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1)],
         expected: vec![Expected {
             buffer: 1,

@@ -31,18 +31,33 @@ pub struct Buffer {
 
 impl Buffer {
     pub fn input(name: &str, data: Vec<u8>) -> Buffer {
-        Buffer { name: name.to_string(), data, output: false, poisoned: false }
+        Buffer {
+            name: name.to_string(),
+            data,
+            output: false,
+            poisoned: false,
+        }
     }
 
     pub fn output(name: &str, bytes: usize) -> Buffer {
-        Buffer { name: name.to_string(), data: vec![POISON; bytes], output: true, poisoned: true }
+        Buffer {
+            name: name.to_string(),
+            data: vec![POISON; bytes],
+            output: true,
+            poisoned: true,
+        }
     }
 
     /// A buffer the kernel reads and overwrites in place (a residual stream, a cache):
     /// uploaded with `data`, read back after the launch. Its expected contents must differ
     /// from `data` wherever the kernel writes, or the check could not see a missing write.
     pub fn in_out(name: &str, data: Vec<u8>) -> Buffer {
-        Buffer { name: name.to_string(), data, output: true, poisoned: false }
+        Buffer {
+            name: name.to_string(),
+            data,
+            output: true,
+            poisoned: false,
+        }
     }
 }
 
@@ -125,7 +140,10 @@ pub struct CaseOutputs {
 
 impl CaseOutputs {
     pub fn get(&self, buffer: usize) -> Option<&[u8]> {
-        self.outputs.iter().find(|(i, _)| *i == buffer).map(|(_, d)| d.as_slice())
+        self.outputs
+            .iter()
+            .find(|(i, _)| *i == buffer)
+            .map(|(_, d)| d.as_slice())
     }
 }
 
@@ -159,18 +177,26 @@ fn release(exec: &mut dyn Executor, a: Allocated) -> Result<(), RtError> {
 }
 
 fn rt(case: &KernelCase) -> impl Fn(RtError) -> CaseError + '_ {
-    move |source| CaseError::Runtime { case: case.name.clone(), source: Box::new(source) }
+    move |source| CaseError::Runtime {
+        case: case.name.clone(),
+        source: Box::new(source),
+    }
 }
 
 /// Allocate every buffer and upload its contents (inputs and in-place outputs as given,
 /// other outputs poisoned).
-fn upload(exec: &mut dyn Executor, case: &KernelCase, alloc: &mut Allocated) -> Result<(), CaseError> {
+fn upload(
+    exec: &mut dyn Executor,
+    case: &KernelCase,
+    alloc: &mut Allocated,
+) -> Result<(), CaseError> {
     for b in &case.buffers {
         // A zero-sized buffer still gets an address; executors refuse empty allocations.
         let p = exec.alloc(b.data.len().max(1) as u64).map_err(rt(case))?;
         alloc.ptrs.push(p);
         if b.poisoned {
-            exec.copy_to_device(p, &vec![POISON; b.data.len()]).map_err(rt(case))?;
+            exec.copy_to_device(p, &vec![POISON; b.data.len()])
+                .map_err(rt(case))?;
         } else if !b.data.is_empty() {
             exec.copy_to_device(p, &b.data).map_err(rt(case))?;
         }
@@ -184,10 +210,17 @@ fn args(case: &KernelCase, ptrs: &[DevicePtr]) -> Result<Vec<Arg>, CaseError> {
         .enumerate()
         .map(|(i, a)| match a {
             CaseArg::Scalar(s) => Ok(*s),
-            CaseArg::Buffer(b) => ptrs.get(*b).map(|p| Arg::Ptr(*p)).ok_or_else(|| CaseError::Malformed {
-                case: case.name.clone(),
-                message: format!("argument {i} names buffer {b}, but the case has {} buffers", ptrs.len()),
-            }),
+            CaseArg::Buffer(b) => {
+                ptrs.get(*b)
+                    .map(|p| Arg::Ptr(*p))
+                    .ok_or_else(|| CaseError::Malformed {
+                        case: case.name.clone(),
+                        message: format!(
+                            "argument {i} names buffer {b}, but the case has {} buffers",
+                            ptrs.len()
+                        ),
+                    })
+            }
         })
         .collect()
 }
@@ -203,17 +236,23 @@ pub fn run_case(exec: &mut dyn Executor, case: &KernelCase) -> Result<CaseOutput
     Ok(out)
 }
 
-fn run_in(exec: &mut dyn Executor, case: &KernelCase, alloc: &mut Allocated) -> Result<CaseOutputs, CaseError> {
+fn run_in(
+    exec: &mut dyn Executor,
+    case: &KernelCase,
+    alloc: &mut Allocated,
+) -> Result<CaseOutputs, CaseError> {
     upload(exec, case, alloc)?;
     let args = args(case, &alloc.ptrs)?;
     let k = exec.load(&case.kernel).map_err(rt(case))?;
-    exec.launch(k, &case.launch, &args, StreamId::DEFAULT).map_err(rt(case))?;
+    exec.launch(k, &case.launch, &args, StreamId::DEFAULT)
+        .map_err(rt(case))?;
     exec.synchronize().map_err(rt(case))?;
     let mut outputs = vec![];
     for (i, b) in case.buffers.iter().enumerate().filter(|(_, b)| b.output) {
         let mut data = vec![0u8; b.data.len()];
         if !data.is_empty() {
-            exec.copy_to_host(alloc.ptrs[i], &mut data).map_err(rt(case))?;
+            exec.copy_to_host(alloc.ptrs[i], &mut data)
+                .map_err(rt(case))?;
         }
         outputs.push((i, data));
     }
@@ -238,9 +277,17 @@ pub const LAUNCHES_PER_GROUP: u32 = 10;
 /// back-to-back launches, each group between two events; a repeat's time is its group's
 /// time over the launches, and the median repeat is the figure to quote. Inputs are
 /// uploaded once; outputs are not read.
-pub fn time_case(exec: &mut dyn Executor, case: &KernelCase, warmup: u32, reps: u32) -> Result<Timing, CaseError> {
+pub fn time_case(
+    exec: &mut dyn Executor,
+    case: &KernelCase,
+    warmup: u32,
+    reps: u32,
+) -> Result<Timing, CaseError> {
     if reps == 0 {
-        return Err(CaseError::Malformed { case: case.name.clone(), message: "timing needs at least one repeat".into() });
+        return Err(CaseError::Malformed {
+            case: case.name.clone(),
+            message: "timing needs at least one repeat".into(),
+        });
     }
     let mut alloc = Allocated { ptrs: vec![] };
     let result = time_in(exec, case, &mut alloc, warmup, reps);
@@ -279,8 +326,17 @@ fn time_in(
     }
     ms.sort_by(f64::total_cmp);
     let n = ms.len();
-    let median = if n % 2 == 1 { ms[n / 2] } else { (ms[n / 2 - 1] + ms[n / 2]) / 2.0 };
-    Ok(Timing { median_ms: median, min_ms: ms[0], max_ms: ms[n - 1], reps })
+    let median = if n % 2 == 1 {
+        ms[n / 2]
+    } else {
+        (ms[n / 2 - 1] + ms[n / 2]) / 2.0
+    };
+    Ok(Timing {
+        median_ms: median,
+        min_ms: ms[0],
+        max_ms: ms[n - 1],
+        reps,
+    })
 }
 
 /// One element that failed its check.
@@ -316,25 +372,48 @@ const LISTED: usize = 8;
 
 /// Check every expected output of `case` against what a run produced.
 pub fn compare(case: &KernelCase, out: &CaseOutputs) -> Result<Vec<CompareReport>, CaseError> {
-    case.expected.iter().map(|e| check_one(case, e, out)).collect()
+    case.expected
+        .iter()
+        .map(|e| check_one(case, e, out))
+        .collect()
 }
 
 /// Check the output against every control of `case`: each report must come out failed
 /// (`passed == false`) for the bound to have shown its teeth.
-pub fn compare_controls(case: &KernelCase, out: &CaseOutputs) -> Result<Vec<(String, CompareReport)>, CaseError> {
-    case.controls.iter().map(|c| Ok((c.what.clone(), check_one(case, &c.expected, out)?))).collect()
+pub fn compare_controls(
+    case: &KernelCase,
+    out: &CaseOutputs,
+) -> Result<Vec<(String, CompareReport)>, CaseError> {
+    case.controls
+        .iter()
+        .map(|c| Ok((c.what.clone(), check_one(case, &c.expected, out)?)))
+        .collect()
 }
 
-fn check_one(case: &KernelCase, e: &Expected, out: &CaseOutputs) -> Result<CompareReport, CaseError> {
-    let malformed = |message: String| CaseError::Malformed { case: case.name.clone(), message };
+fn check_one(
+    case: &KernelCase,
+    e: &Expected,
+    out: &CaseOutputs,
+) -> Result<CompareReport, CaseError> {
+    let malformed = |message: String| CaseError::Malformed {
+        case: case.name.clone(),
+        message,
+    };
     let name = case
         .buffers
         .get(e.buffer)
         .map(|b| b.name.clone())
-        .ok_or_else(|| malformed(format!("an expected output names buffer {}, which does not exist", e.buffer)))?;
-    let got = out
-        .get(e.buffer)
-        .ok_or_else(|| malformed(format!("buffer `{name}` has an expected value but is not an output")))?;
+        .ok_or_else(|| {
+            malformed(format!(
+                "an expected output names buffer {}, which does not exist",
+                e.buffer
+            ))
+        })?;
+    let got = out.get(e.buffer).ok_or_else(|| {
+        malformed(format!(
+            "buffer `{name}` has an expected value but is not an output"
+        ))
+    })?;
     compare_expected(&name, e, got).map_err(malformed)
 }
 
@@ -342,15 +421,28 @@ fn check_one(case: &KernelCase, e: &Expected, out: &CaseOutputs) -> Result<Compa
 /// control). Errors name a size or type mismatch.
 pub fn compare_expected(buffer: &str, e: &Expected, got: &[u8]) -> Result<CompareReport, String> {
     if got.len() != e.data.len() {
-        return Err(format!("output `{buffer}` has {} bytes, the reference {}", got.len(), e.data.len()));
+        return Err(format!(
+            "output `{buffer}` has {} bytes, the reference {}",
+            got.len(),
+            e.data.len()
+        ));
     }
     let (g, w) = match (decode(e.elem, got), decode(e.elem, &e.data)) {
         (Some(g), Some(w)) => (g, w),
-        _ => return Err(format!("output `{buffer}`: element type {} cannot be compared", e.elem)),
+        _ => {
+            return Err(format!(
+                "output `{buffer}`: element type {} cannot be compared",
+                e.elem
+            ))
+        }
     };
     if let Check::Bound { tol, .. } = &e.check {
         if tol.len() != w.len() {
-            return Err(format!("output `{buffer}` has {} elements but {} tolerances", w.len(), tol.len()));
+            return Err(format!(
+                "output `{buffer}` has {} elements but {} tolerances",
+                w.len(),
+                tol.len()
+            ));
         }
     }
     let size = e.elem.bytes() as usize;
@@ -367,7 +459,11 @@ pub fn compare_expected(buffer: &str, e: &Expected, got: &[u8]) -> Result<Compar
     };
     for i in 0..w.len() {
         let err = if g[i].is_nan() || w[i].is_nan() {
-            if g[i].is_nan() && w[i].is_nan() { 0.0 } else { f64::INFINITY }
+            if g[i].is_nan() && w[i].is_nan() {
+                0.0
+            } else {
+                f64::INFINITY
+            }
         } else if g[i] == w[i] {
             // Equal infinities included (their difference would be NaN).
             0.0
@@ -379,9 +475,18 @@ pub fn compare_expected(buffer: &str, e: &Expected, got: &[u8]) -> Result<Compar
             r.max_rel_err = r.max_rel_err.max(err / w[i].abs());
         }
         let (ok, tol) = match &e.check {
-            Check::Exact => (got[i * size..(i + 1) * size] == e.data[i * size..(i + 1) * size], 0.0),
+            Check::Exact => (
+                got[i * size..(i + 1) * size] == e.data[i * size..(i + 1) * size],
+                0.0,
+            ),
             Check::Bound { tol, .. } => {
-                let ratio = if tol[i] > 0.0 { err / tol[i] } else if err == 0.0 { 0.0 } else { f64::INFINITY };
+                let ratio = if tol[i] > 0.0 {
+                    err / tol[i]
+                } else if err == 0.0 {
+                    0.0
+                } else {
+                    f64::INFINITY
+                };
                 r.max_err_over_tol = r.max_err_over_tol.max(ratio);
                 (!g[i].is_nan() && err <= tol[i], tol[i])
             }
@@ -389,7 +494,12 @@ pub fn compare_expected(buffer: &str, e: &Expected, got: &[u8]) -> Result<Compar
         if !ok {
             r.mismatches += 1;
             if r.first_mismatches.len() < LISTED {
-                r.first_mismatches.push(Mismatch { index: i, got: g[i], want: w[i], tol });
+                r.first_mismatches.push(Mismatch {
+                    index: i,
+                    got: g[i],
+                    want: w[i],
+                    tol,
+                });
             }
         }
     }
@@ -409,11 +519,23 @@ impl std::fmt::Display for CompareReport {
             self.mismatches,
             self.max_abs_err,
             self.max_rel_err,
-            if self.bit_exact { "bit-exact" } else { "not bit-exact" },
-            if self.max_err_over_tol > 0.0 { format!(", worst err/tol {:.3}", self.max_err_over_tol) } else { String::new() },
+            if self.bit_exact {
+                "bit-exact"
+            } else {
+                "not bit-exact"
+            },
+            if self.max_err_over_tol > 0.0 {
+                format!(", worst err/tol {:.3}", self.max_err_over_tol)
+            } else {
+                String::new()
+            },
         )?;
         for m in &self.first_mismatches {
-            write!(f, "\n  [{}] got {:e}, want {:e}, tol {:e}", m.index, m.got, m.want, m.tol)?;
+            write!(
+                f,
+                "\n  [{}] got {:e}, want {:e}, tol {:e}",
+                m.index, m.got, m.want, m.tol
+            )?;
         }
         Ok(())
     }
@@ -425,7 +547,12 @@ mod tests {
     use crate::data::f32_bytes;
 
     fn expected(want: &[f32], check: Check) -> Expected {
-        Expected { buffer: 0, data: f32_bytes(want), elem: Scalar::F32, check }
+        Expected {
+            buffer: 0,
+            data: f32_bytes(want),
+            elem: Scalar::F32,
+            check,
+        }
     }
 
     #[test]
@@ -444,13 +571,24 @@ mod tests {
     #[test]
     fn bound_check_uses_each_tolerance_and_fails_nan() {
         let want = [1.0f32, 100.0];
-        let check = Check::Bound { tol: vec![0.01, 1.0], explain: String::new() };
+        let check = Check::Bound {
+            tol: vec![0.01, 1.0],
+            explain: String::new(),
+        };
         let got = f32_bytes(&[1.005, 100.5]);
         let r = compare_expected("y", &expected(&want, check.clone()), &got).unwrap();
         assert!(r.passed && !r.bit_exact);
-        assert!((r.max_err_over_tol - 0.5).abs() < 1e-3, "{}", r.max_err_over_tol);
+        assert!(
+            (r.max_err_over_tol - 0.5).abs() < 1e-3,
+            "{}",
+            r.max_err_over_tol
+        );
         let got = f32_bytes(&[1.02, 100.5]);
-        assert!(!compare_expected("y", &expected(&want, check.clone()), &got).unwrap().passed);
+        assert!(
+            !compare_expected("y", &expected(&want, check.clone()), &got)
+                .unwrap()
+                .passed
+        );
         let poisoned = vec![POISON; 8];
         let r = compare_expected("y", &expected(&want, check), &poisoned).unwrap();
         assert_eq!(r.mismatches, 2);
@@ -459,18 +597,28 @@ mod tests {
     #[test]
     fn equal_infinities_pass_a_bound() {
         let want = [f32::NEG_INFINITY, 1.0];
-        let check = Check::Bound { tol: vec![0.0, 0.0], explain: String::new() };
+        let check = Check::Bound {
+            tol: vec![0.0, 0.0],
+            explain: String::new(),
+        };
         let r = compare_expected("m", &expected(&want, check.clone()), &f32_bytes(&want)).unwrap();
         assert!(r.passed && r.max_abs_err == 0.0, "{r}");
         let got = f32_bytes(&[f32::INFINITY, 1.0]);
-        assert!(!compare_expected("m", &expected(&want, check), &got).unwrap().passed);
+        assert!(
+            !compare_expected("m", &expected(&want, check), &got)
+                .unwrap()
+                .passed
+        );
     }
 
     #[test]
     fn sizes_must_agree() {
         let e = compare_expected("y", &expected(&[1.0], Check::Exact), &[0u8; 8]).unwrap_err();
         assert!(e.contains("8 bytes") && e.contains("4"), "{e}");
-        let bad = Check::Bound { tol: vec![], explain: String::new() };
+        let bad = Check::Bound {
+            tol: vec![],
+            explain: String::new(),
+        };
         assert!(compare_expected("y", &expected(&[1.0], bad), &[0u8; 4]).is_err());
     }
 }

@@ -16,9 +16,14 @@ pub fn rng(seed: u64) -> ChaCha8Rng {
 /// failure can be replayed.
 #[cfg(test)]
 pub(crate) fn test_seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
     eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
     s
 }
@@ -58,11 +63,15 @@ pub fn bf16_bytes(v: &[bf16]) -> Vec<u8> {
 }
 
 pub fn f32_from_bytes(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 pub fn bf16_from_bytes(b: &[u8]) -> Vec<bf16> {
-    b.chunks_exact(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()
+    b.chunks_exact(2)
+        .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+        .collect()
 }
 
 /// Decode an array of `elem` into f64 for comparison. `None` for element types the
@@ -85,8 +94,12 @@ pub fn decode(elem: Scalar, b: &[u8]) -> Option<Vec<f64>> {
                 Scalar::U16 => u16::from_le_bytes([c[0], c[1]]) as f64,
                 Scalar::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
                 Scalar::U32 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-                Scalar::I64 => i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64,
-                Scalar::U64 => u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64,
+                Scalar::I64 => {
+                    i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64
+                }
+                Scalar::U64 => {
+                    u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64
+                }
                 Scalar::Pred | Scalar::F16x2 | Scalar::BF16x2 => f64::NAN,
             })
             .collect(),
@@ -99,7 +112,9 @@ pub fn below(rng: &mut ChaCha8Rng, n: u32) -> u32 {
 }
 
 pub fn f16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes()).collect()
+    v.iter()
+        .flat_map(|&x| half::f16::from_f32(x).to_bits().to_le_bytes())
+        .collect()
 }
 
 /// Where each ggml block type keeps its f16 scale fields (`d`, and `m`/`dmin`).
@@ -117,7 +132,14 @@ fn scale_fields(ty: GgmlType) -> &'static [usize] {
 /// scale pattern) with their f16 scale fields set to magnitudes in `[lo, hi]`, random
 /// signs. Types other than F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K give random
 /// bytes throughout.
-pub fn ggml_rows(rng: &mut ChaCha8Rng, ty: GgmlType, rows: usize, cols: usize, lo: f32, hi: f32) -> Vec<u8> {
+pub fn ggml_rows(
+    rng: &mut ChaCha8Rng,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    lo: f32,
+    hi: f32,
+) -> Vec<u8> {
     let n = rows * cols;
     match ty {
         GgmlType::F32 => f32_bytes(&signed(rng, n, lo, hi)),

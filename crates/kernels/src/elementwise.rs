@@ -110,7 +110,11 @@ pub fn emit_map(
             })
             .collect();
         let r = f(k, &xs);
-        let r = if elem == Scalar::F32 { r } else { k.cvt(Scalar::BF16, r) };
+        let r = if elem == Scalar::F32 {
+            r
+        } else {
+            k.cvt(Scalar::BF16, r)
+        };
         let at = k.ptr_add(out, i);
         k.store(at, r);
     });

@@ -36,8 +36,13 @@ pub enum TableFormat {
 }
 
 impl TableFormat {
-    pub const ALL: [TableFormat; 5] =
-        [TableFormat::F32, TableFormat::BF16, TableFormat::F16, TableFormat::Q8_0, TableFormat::Q4_1];
+    pub const ALL: [TableFormat; 5] = [
+        TableFormat::F32,
+        TableFormat::BF16,
+        TableFormat::F16,
+        TableFormat::Q8_0,
+        TableFormat::Q4_1,
+    ];
 
     /// The kernel's library name (`embed_q8_0`).
     pub fn kernel_name(self) -> &'static str {
@@ -89,7 +94,10 @@ pub struct EmbedParams {
 
 impl EmbedParams {
     fn walk(&self) -> RowWalk {
-        RowWalk { groups: self.dim / self.format.group(), threads: self.threads }
+        RowWalk {
+            groups: self.dim / self.format.group(),
+            threads: self.threads,
+        }
     }
 
     /// One block per token.
@@ -125,7 +133,10 @@ pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
 
     p.walk().emit(&mut k, tid, &[], &|k, g, _| {
         let values = emit_group(k, format, magic, trow, g);
-        let values: Vec<Value> = values.into_iter().map(|v| k.select(valid, v, nan)).collect();
+        let values: Vec<Value> = values
+            .into_iter()
+            .map(|v| k.select(valid, v, nan))
+            .collect();
         let first = k.mul_const(g, group);
         let o = k.ptr_add(orow, first);
         for (i, four) in values.chunks(4).enumerate() {
@@ -140,7 +151,13 @@ pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
 }
 
 /// The f32 values of group `g` of the table row starting at byte pointer `trow`.
-fn emit_group(k: &mut Builder, format: TableFormat, magic: Magic, trow: Value, g: Value) -> Vec<Value> {
+fn emit_group(
+    k: &mut Builder,
+    format: TableFormat,
+    magic: Magic,
+    trow: Value,
+    g: Value,
+) -> Vec<Value> {
     let vec4 = Type::Vec(Scalar::U32, 4);
     match format {
         TableFormat::F32 => {
@@ -173,7 +190,11 @@ fn emit_group(k: &mut Builder, format: TableFormat, magic: Magic, trow: Value, g
             out
         }
         TableFormat::Q8_0 | TableFormat::Q4_1 => {
-            let (bytes, width) = if format == TableFormat::Q8_0 { (34, 2) } else { (20, 4) };
+            let (bytes, width) = if format == TableFormat::Q8_0 {
+                (34, 2)
+            } else {
+                (20, 4)
+            };
             let off = k.mul_const(g, bytes);
             let at = k.ptr_add(trow, off);
             let b = Bytes::load(k, at, bytes, width);
@@ -196,7 +217,12 @@ pub fn emit_unpack_f16x2(k: &mut Builder, word: Value) -> [Value; 2] {
 }
 
 /// The rows of `table` named by `ids`, dequantized; a row of NaN for an id `≥ vocab`.
-pub fn reference(p: &EmbedParams, table: &[u8], vocab: u32, ids: &[u32]) -> Result<Vec<f32>, KernelError> {
+pub fn reference(
+    p: &EmbedParams,
+    table: &[u8],
+    vocab: u32,
+    ids: &[u32],
+) -> Result<Vec<f32>, KernelError> {
     let rb = p.format.row_bytes(p.dim) as usize;
     let mut out = Vec::with_capacity(ids.len() * p.dim as usize);
     for &id in ids {
@@ -215,14 +241,26 @@ pub fn reference(p: &EmbedParams, table: &[u8], vocab: u32, ids: &[u32]) -> Resu
 /// A case of `tokens` ids into a table of `vocab` random rows (floats in ±[2^-8, 4];
 /// quantized rows with every bit pattern of the quants and f16 scales in ±[2^-10, 2^-4]);
 /// the last id (of two or more) is `vocab`, out of range.
-pub fn case(p: &EmbedParams, tokens: u32, vocab: u32, seed: u64) -> Result<KernelCase, KernelError> {
+pub fn case(
+    p: &EmbedParams,
+    tokens: u32,
+    vocab: u32,
+    seed: u64,
+) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let (lo, hi) = match p.format {
         TableFormat::Q8_0 | TableFormat::Q4_1 => (0.0009765625, 0.0625),
         _ => (0.00390625, 4.0),
     };
-    let table = data::ggml_rows(&mut rng, p.format.ggml(), vocab as usize, p.dim as usize, lo, hi);
+    let table = data::ggml_rows(
+        &mut rng,
+        p.format.ggml(),
+        vocab as usize,
+        p.dim as usize,
+        lo,
+        hi,
+    );
     let mut ids: Vec<u32> = (0..tokens).map(|_| data::below(&mut rng, vocab)).collect();
     if tokens >= 2 {
         ids[tokens as usize - 1] = vocab;
@@ -239,8 +277,18 @@ pub fn case(p: &EmbedParams, tokens: u32, vocab: u32, seed: u64) -> Result<Kerne
             Buffer::input("table", table),
             Buffer::output("out", n * 4),
         ],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::U32(vocab))],
-        expected: vec![Expected { buffer: 2, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact }],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Scalar(Arg::U32(vocab)),
+        ],
+        expected: vec![Expected {
+            buffer: 2,
+            data: data::f32_bytes(&want),
+            elem: Scalar::F32,
+            check: Check::Exact,
+        }],
         controls: vec![],
         bytes_moved: tokens as u64 * (4 + p.format.row_bytes(p.dim) as u64 + 4 * p.dim as u64),
         flops: 0,

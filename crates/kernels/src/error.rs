@@ -10,7 +10,11 @@ pub enum KernelError {
 
     /// A parameter name the kernel does not take.
     #[error("kernel `{kernel}` has no parameter `{key}` (it takes: {known})")]
-    UnknownParam { kernel: String, key: String, known: String },
+    UnknownParam {
+        kernel: String,
+        key: String,
+        known: String,
+    },
 
     /// A parameter the kernel needs was not given.
     #[error("kernel `{kernel}` needs parameter `{key}`")]
@@ -18,7 +22,11 @@ pub enum KernelError {
 
     /// A `key=value` item that does not parse.
     #[error("kernel `{kernel}`: cannot read `{item}`: {reason}")]
-    BadParam { kernel: String, item: String, reason: String },
+    BadParam {
+        kernel: String,
+        item: String,
+        reason: String,
+    },
 
     /// Parameters that parse but that the kernel cannot be built for.
     #[error("kernel `{kernel}`: {reason}")]
@@ -37,6 +45,9 @@ impl From<VerifyError> for KernelError {
 
 impl KernelError {
     pub(crate) fn unsupported(kernel: &str, reason: impl Into<String>) -> KernelError {
-        KernelError::Unsupported { kernel: kernel.to_string(), reason: reason.into() }
+        KernelError::Unsupported {
+            kernel: kernel.to_string(),
+            reason: reason.into(),
+        }
     }
 }

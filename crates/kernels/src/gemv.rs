@@ -21,7 +21,9 @@ use quench_rt::Launch;
 use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
-use crate::lanes::{emit_unpack_bf16x2, emit_warp_allreduce, gptr, warp_allreduce, wide_mul, words, Combine};
+use crate::lanes::{
+    emit_unpack_bf16x2, emit_warp_allreduce, gptr, warp_allreduce, wide_mul, words, Combine,
+};
 use crate::par::par_map;
 
 pub const NAME: &str = "gemv_bf16";
@@ -49,12 +51,18 @@ impl GemvParams {
 /// `gemv_bf16(w, x, y)`.
 pub fn build(p: &GemvParams) -> Result<Function, KernelError> {
     if p.cols == 0 || !p.cols.is_multiple_of(8) {
-        return Err(KernelError::unsupported(NAME, format!("cols = {} must be a positive multiple of 8", p.cols)));
+        return Err(KernelError::unsupported(
+            NAME,
+            format!("cols = {} must be a positive multiple of 8", p.cols),
+        ));
     }
     if p.rows == 0 || !(1..=32).contains(&p.warps) || !(1..=16).contains(&p.unroll) {
         return Err(KernelError::unsupported(
             NAME,
-            format!("rows = {} must be positive, warps = {} in 1..=32, unroll = {} in 1..=16", p.rows, p.warps, p.unroll),
+            format!(
+                "rows = {} must be positive, warps = {} in 1..=32, unroll = {} in 1..=16",
+                p.rows, p.warps, p.unroll
+            ),
         ));
     }
     let mut k = Builder::new(NAME, p.warps * 32);
@@ -79,7 +87,15 @@ pub fn build(p: &GemvParams) -> Result<Function, KernelError> {
 }
 
 /// One warp's row: the unrolled main loop, the remaining chunks, the butterfly, the store.
-fn emit_row(k: &mut Builder, p: &GemvParams, w: Value, x: Value, y: Value, row: Value, lane: Value) {
+fn emit_row(
+    k: &mut Builder,
+    p: &GemvParams,
+    w: Value,
+    x: Value,
+    y: Value,
+    row: Value,
+    lane: Value,
+) {
     let vec4 = Type::Vec(Scalar::U32, 4);
     let start = wide_mul(k, row, p.cols / 2);
     let ww = words(k, w);
@@ -117,7 +133,10 @@ fn emit_row(k: &mut Builder, p: &GemvParams, w: Value, x: Value, y: Value, row: 
                     let off = k.add_const(base, 32 * 4 * u);
                     let pw = k.ptr_add(wr, off);
                     let px = k.ptr_add(xl, off);
-                    (k.load_with(vec4, pw, CacheOp::Nc), k.load_with(vec4, px, CacheOp::Nc))
+                    (
+                        k.load_with(vec4, pw, CacheOp::Nc),
+                        k.load_with(vec4, px, CacheOp::Nc),
+                    )
                 })
                 .collect();
             let mut acc = c[0];
@@ -144,7 +163,12 @@ fn emit_row(k: &mut Builder, p: &GemvParams, w: Value, x: Value, y: Value, row: 
             let left = k.const_u32(p.chunks() - done);
             let has = k.lt(lane, left);
             let before = acc;
-            acc = k.if_else(has, &[Type::F32], |k| vec![load_and_fma(k, before)], |_| vec![before])[0];
+            acc = k.if_else(
+                has,
+                &[Type::F32],
+                |k| vec![load_and_fma(k, before)],
+                |_| vec![before],
+            )[0];
         }
         done += 32;
     }
@@ -194,7 +218,12 @@ pub fn case(p: &GemvParams, seed: u64) -> Result<KernelCase, KernelError> {
             Buffer::output("y", p.rows as usize * 4),
         ],
         args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2)],
-        expected: vec![Expected { buffer: 2, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact }],
+        expected: vec![Expected {
+            buffer: 2,
+            data: data::f32_bytes(&want),
+            elem: Scalar::F32,
+            check: Check::Exact,
+        }],
         controls: vec![],
         bytes_moved: (n as u64 + p.cols as u64) * 2 + p.rows as u64 * 4,
         flops: 2 * n as u64,

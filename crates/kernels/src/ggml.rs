@@ -51,7 +51,15 @@ impl Magic {
 
     /// The field of `nbits` bits at bit `lo` of byte `i` of `b`, minus `bias`, as
     /// `(value, s)`: the float is `(field − bias)·2^s`.
-    pub fn field(self, k: &mut Builder, b: &Bytes, i: u32, lo: u32, nbits: u32, bias: u32) -> (Value, u32) {
+    pub fn field(
+        self,
+        k: &mut Builder,
+        b: &Bytes,
+        i: u32,
+        lo: u32,
+        nbits: u32,
+        bias: u32,
+    ) -> (Value, u32) {
         let (v, s) = b.field(k, i, lo, nbits);
         (self.scaled(k, v, bias, s), s)
     }
@@ -65,7 +73,10 @@ pub(crate) struct Scaled {
 
 impl Scaled {
     pub(crate) fn new(x: Value) -> Scaled {
-        Scaled { x, by_shift: vec![(0, x)] }
+        Scaled {
+            x,
+            by_shift: vec![(0, x)],
+        }
     }
 
     pub(crate) fn get(&mut self, k: &mut Builder, s: u32) -> Value {
@@ -130,14 +141,22 @@ impl Bytes {
         if width == 4 {
             return Bytes::words(k, parts);
         }
-        Bytes { parts, halves: vec![], width }
+        Bytes {
+            parts,
+            halves: vec![],
+            width,
+        }
     }
 
     /// Bytes held in 4-byte words, `parts[i]` holding bytes `4i .. 4i + 4` (loaded
     /// elsewhere: a word's fields are only read when they are decoded).
     pub fn words(k: &mut Builder, parts: Vec<Value>) -> Bytes {
         let halves = parts.iter().map(|&p| k.shr_const(p, 16)).collect();
-        Bytes { parts, halves, width: 4 }
+        Bytes {
+            parts,
+            halves,
+            width: 4,
+        }
     }
 
     /// The field of `nbits` bits at bit `lo` of byte `i`, masked in place within the low
@@ -145,7 +164,11 @@ impl Bytes {
     pub fn field(&self, k: &mut Builder, i: u32, lo: u32, nbits: u32) -> (Value, u32) {
         let at = (i / self.width) as usize;
         let b = 8 * (i % self.width) + lo;
-        let (v, s) = if b + nbits <= 16 { (self.parts[at], b) } else { (self.halves[at], b - 16) };
+        let (v, s) = if b + nbits <= 16 {
+            (self.parts[at], b)
+        } else {
+            (self.halves[at], b - 16)
+        };
         (k.and_const(v, ((1u32 << nbits) - 1) << s), s)
     }
 
@@ -158,7 +181,11 @@ impl Bytes {
     pub fn bits(&self, k: &mut Builder, i: u32, lo: u32, nbits: u32) -> Value {
         let part = self.parts[(i / self.width) as usize];
         let shift = 8 * (i % self.width) + lo;
-        let v = if shift == 0 { part } else { k.shr_const(part, shift) };
+        let v = if shift == 0 {
+            part
+        } else {
+            k.shr_const(part, shift)
+        };
         if shift + nbits >= 8 * self.width {
             v
         } else {
@@ -174,7 +201,11 @@ impl Bytes {
     pub fn f16(&self, k: &mut Builder, i: u32) -> Value {
         let part = self.parts[(i / self.width) as usize];
         let shift = 8 * (i % self.width);
-        let v = if shift == 0 { part } else { k.shr_const(part, shift) };
+        let v = if shift == 0 {
+            part
+        } else {
+            k.shr_const(part, shift)
+        };
         f16_bits_to_f32(k, v)
     }
 }
@@ -270,7 +301,12 @@ impl Q4kLane {
 /// bytes that `bytes` marks (0x01: byte 0 alone; 0x0101: bytes 0 and 1). Sub-blocks 0..4
 /// take six bits of bytes 0..4 (scale) and 4..8 (min); sub-blocks 4..8 (`high`) the low
 /// four bits from the nibbles of bytes 8..12 and the top two from bits 6..8 of 0..8.
-pub(crate) fn q4_k_scale_min(k: &mut Builder, [a, b, c]: [Value; 3], bytes: u32, high: Value) -> (Value, Value) {
+pub(crate) fn q4_k_scale_min(
+    k: &mut Builder,
+    [a, b, c]: [Value; 3],
+    bytes: u32,
+    high: Value,
+) -> (Value, Value) {
     let sc_low = k.and_const(a, 0x3f * bytes);
     let m_low = k.and_const(b, 0x3f * bytes);
     let c_lo = k.and_const(c, 0x0f * bytes);
@@ -312,7 +348,11 @@ impl Q4kScales {
     /// significand): the factors of its integer dot products.
     pub fn sub_block(&self, k: &mut Builder, magic: Magic, half: u32) -> (Value, Value) {
         let factor = |k: &mut Builder, packed: Value, scale: Value| {
-            let v = if half == 0 { packed } else { k.shr_const(packed, 8 * half) };
+            let v = if half == 0 {
+                packed
+            } else {
+                k.shr_const(packed, 8 * half)
+            };
             let v = k.and_const(v, 0x3f);
             let v = magic.int(k, v, 0);
             k.mul(scale, v)
@@ -358,7 +398,13 @@ impl Q6kLane {
         let chalf = k.shr_const(c, 1);
         let lo = k.shl_const(chalf, 1);
         let hi = k.add_const(lo, 4);
-        Q6kLane { ql, qh, scale_pair, scale_shift, crumb_shift: [lo, hi] }
+        Q6kLane {
+            ql,
+            qh,
+            scale_pair,
+            scale_shift,
+            crumb_shift: [lo, hi],
+        }
     }
 }
 
@@ -399,5 +445,8 @@ pub fn q6_k_piece(
 /// [`q6_k_piece`].
 pub fn q6_k_piece_elements(j: u32) -> Vec<u32> {
     let (hh, c) = (j / 4, j % 4);
-    (0..16).map(|t| 128 * hh + 16 * c + t).chain((0..16).map(|t| 128 * hh + 64 + 16 * c + t)).collect()
+    (0..16)
+        .map(|t| 128 * hh + 16 * c + t)
+        .chain((0..16).map(|t| 128 * hh + 64 + 16 * c + t))
+        .collect()
 }

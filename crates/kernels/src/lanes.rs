@@ -66,7 +66,14 @@ pub fn warp_allreduce(lanes: &[f32; 32], op: Combine) -> f32 {
 /// lanes, lane 0 of warp `w` writes slot `w` of a fresh shared array, and after a barrier
 /// every warp reduces the slots (lanes past the warp count contribute the identity), so
 /// every thread gets the total. `tid` is `%tid.x`. Must be reached by the whole block.
-pub fn emit_block_allreduce(k: &mut Builder, v: Value, op: Combine, tid: Value, threads: u32, name: &str) -> Value {
+pub fn emit_block_allreduce(
+    k: &mut Builder,
+    v: Value,
+    op: Combine,
+    tid: Value,
+    threads: u32,
+    name: &str,
+) -> Value {
     let w = emit_warp_allreduce(k, v, op);
     let warps = threads / 32;
     if warps == 1 {
@@ -107,7 +114,10 @@ pub fn emit_block_allreduce_n(
     threads: u32,
     name: &str,
 ) -> Vec<Value> {
-    let ws: Vec<Value> = values.iter().map(|&v| emit_warp_allreduce(k, v, op)).collect();
+    let ws: Vec<Value> = values
+        .iter()
+        .map(|&v| emit_warp_allreduce(k, v, op))
+        .collect();
     let warps = threads / 32;
     if warps == 1 {
         return ws;
@@ -219,7 +229,10 @@ mod tests {
     #[test]
     fn block_allreduce_pads_missing_warps_with_the_identity() {
         let v: Vec<f32> = (0..96).map(|i| i as f32).collect();
-        assert_eq!(block_allreduce(&v, Combine::Sum), (0..96).sum::<i32>() as f32);
+        assert_eq!(
+            block_allreduce(&v, Combine::Sum),
+            (0..96).sum::<i32>() as f32
+        );
         assert_eq!(block_allreduce(&v, Combine::Max), 95.0);
         let neg: Vec<f32> = (0..64).map(|i| -(i as f32) - 1.0).collect();
         assert_eq!(block_allreduce(&neg, Combine::Max), -1.0);

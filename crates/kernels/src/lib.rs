@@ -42,8 +42,8 @@ pub mod softmax;
 pub mod to_bf16;
 
 pub use case::{
-    compare, compare_controls, compare_expected, run_case, time_case, Buffer, CaseArg, CaseError, CaseOutputs, Check,
-    CompareReport, Control, Expected, KernelCase, Mismatch, Timing,
+    compare, compare_controls, compare_expected, run_case, time_case, Buffer, CaseArg, CaseError,
+    CaseOutputs, Check, CompareReport, Control, Expected, KernelCase, Mismatch, Timing,
 };
 pub use error::KernelError;
 pub use library::{find, library, KernelSpec};

@@ -84,8 +84,13 @@ impl KernelSpec {
     pub fn build(&self, p: &Params) -> Result<Function, KernelError> {
         let r = Reader::new(self.name, self.params, p)?;
         match self.family {
-            Family::Add(elem) => add::build(&AddParams { elem, threads: threads(&r)? }),
-            Family::SiluMul => silu_mul::build(&SiluMulParams { threads: threads(&r)? }),
+            Family::Add(elem) => add::build(&AddParams {
+                elem,
+                threads: threads(&r)?,
+            }),
+            Family::SiluMul => silu_mul::build(&SiluMulParams {
+                threads: threads(&r)?,
+            }),
             Family::Reduce(op) => reduce::build(&reduce_params(op, &r)?),
             Family::RmsNorm => rmsnorm::build(&rmsnorm_params(&r)?),
             Family::RmsNormRows => rmsnorm_rows::build(&rmsnorm_rows_params(&r)?),
@@ -96,17 +101,26 @@ impl KernelSpec {
             Family::NormResidual(n, o) => norm_residual::build(&norm_residual_params(n, o, &r)?),
             Family::Rope(style) => rope::build(&rope_params(style, &r)?),
             Family::QGemv(f, e, a) => qgemv::build(&qgemv_params(f, Prologue::None, e, a, &r)?),
-            Family::QGemvRmsNorm(f, e) => qgemv::build(&qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?),
+            Family::QGemvRmsNorm(f, e) => {
+                qgemv::build(&qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?)
+            }
             Family::GemvTc(e) => gemv_tc::build(&gemv_tc::params_from(e, &r)?.0),
             Family::AttentionDecode(kv, merge) => decode::build(&decode_params(kv, merge, &r)?),
             Family::AttentionMerge(out) => merge::build(&merge_params(out, &r)?),
             Family::Argmax => argmax::build(&argmax_params(&r)?),
             Family::KvAppend(kv) => append::build(&append_params(kv, &r)?),
-            Family::RopeAppend(style, qk_norm, kv) => rope_append::build(&rope_append_params(style, qk_norm, kv, &r)?),
+            Family::RopeAppend(style, qk_norm, kv) => {
+                rope_append::build(&rope_append_params(style, qk_norm, kv, &r)?)
+            }
             Family::AttentionPrefill(kv) => prefill::build(&prefill_params(kv, &r)?),
             Family::Sample => sample::build(&sample_params(&r)?),
-            Family::ToBf16(a) => to_bf16::build(&ToBf16Params { activation: a, threads: threads(&r)? }),
-            Family::BiasRows => bias::build(&BiasRowsParams { threads: threads(&r)? }),
+            Family::ToBf16(a) => to_bf16::build(&ToBf16Params {
+                activation: a,
+                threads: threads(&r)?,
+            }),
+            Family::BiasRows => bias::build(&BiasRowsParams {
+                threads: threads(&r)?,
+            }),
             Family::EncoderAttention => encoder_attention::build(&encoder_attention_params(&r)?),
         }
     }
@@ -115,39 +129,71 @@ impl KernelSpec {
     pub fn make_case(&self, p: &Params, seed: u64) -> Result<KernelCase, KernelError> {
         let r = Reader::new(self.name, self.params, p)?;
         match self.family {
-            Family::Add(elem) => add::case(&AddParams { elem, threads: threads(&r)? }, n_of(&r)?, seed),
-            Family::SiluMul => silu_mul::case(&SiluMulParams { threads: threads(&r)? }, n_of(&r)?, seed),
+            Family::Add(elem) => add::case(
+                &AddParams {
+                    elem,
+                    threads: threads(&r)?,
+                },
+                n_of(&r)?,
+                seed,
+            ),
+            Family::SiluMul => silu_mul::case(
+                &SiluMulParams {
+                    threads: threads(&r)?,
+                },
+                n_of(&r)?,
+                seed,
+            ),
             Family::Reduce(op) => reduce::case(&reduce_params(op, &r)?, rows_of(&r)?, seed),
             Family::RmsNorm => rmsnorm::case(&rmsnorm_params(&r)?, rows_of(&r)?, seed),
-            Family::RmsNormRows => rmsnorm_rows::case(&rmsnorm_rows_params(&r)?, rows_of(&r)?, seed),
+            Family::RmsNormRows => {
+                rmsnorm_rows::case(&rmsnorm_rows_params(&r)?, rows_of(&r)?, seed)
+            }
             Family::Softmax => softmax::case(&softmax_params(&r)?, rows_of(&r)?, seed),
             Family::Gemv => gemv::case(&gemv_params(&r)?, seed),
-            Family::Gemm(f, e) => gemm::case(&gemm_params(f, e, &r)?, r.get("m", 1, 1 << 24)?, seed),
+            Family::Gemm(f, e) => {
+                gemm::case(&gemm_params(f, e, &r)?, r.get("m", 1, 1 << 24)?, seed)
+            }
             Family::Embed(f) => {
                 let tokens = r.get("tokens", 1, MAX_ROWS)?;
                 let vocab = r.get("vocab", 1, MAX_ROWS)?;
                 embed::case(&embed_params(f, &r)?, tokens, vocab, seed)
             }
-            Family::NormResidual(n, o) => norm_residual::case(&norm_residual_params(n, o, &r)?, rows_of(&r)?, seed),
+            Family::NormResidual(n, o) => {
+                norm_residual::case(&norm_residual_params(n, o, &r)?, rows_of(&r)?, seed)
+            }
             Family::Rope(style) => {
                 let tokens = r.get("tokens", 1, MAX_ROWS)?;
                 let n_pos = r.get("n_pos", 2, MAX_ROWS)?;
                 rope::case(&rope_params(style, &r)?, tokens, n_pos, seed)
             }
-            Family::QGemv(f, e, a) => qgemv::case(&qgemv_params(f, Prologue::None, e, a, &r)?, vectors(&r)?, seed),
-            Family::QGemvRmsNorm(f, e) => {
-                qgemv::case(&qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?, vectors(&r)?, seed)
-            }
+            Family::QGemv(f, e, a) => qgemv::case(
+                &qgemv_params(f, Prologue::None, e, a, &r)?,
+                vectors(&r)?,
+                seed,
+            ),
+            Family::QGemvRmsNorm(f, e) => qgemv::case(
+                &qgemv_params(f, Prologue::RmsNorm, e, OutType::F32, &r)?,
+                vectors(&r)?,
+                seed,
+            ),
             Family::GemvTc(e) => {
                 let (p, n) = gemv_tc::params_from(e, &r)?;
                 gemv_tc::case(&p, n, seed)
             }
-            Family::AttentionDecode(kv, merge) => decode::case(&decode_params(kv, merge, &r)?, seed),
+            Family::AttentionDecode(kv, merge) => {
+                decode::case(&decode_params(kv, merge, &r)?, seed)
+            }
             Family::AttentionMerge(out) => merge::case(&merge_params(out, &r)?, rows_of(&r)?, seed),
             Family::Argmax => argmax::case(&argmax_params(&r)?, rows_of(&r)?, seed),
             Family::KvAppend(kv) => {
                 let n_seqs = r.get("n_seqs", 1, 1 << 16)?;
-                append::case(&append_params(kv, &r)?, n_seqs, r.get("tokens", 1, MAX_ROWS)?, seed)
+                append::case(
+                    &append_params(kv, &r)?,
+                    n_seqs,
+                    r.get("tokens", 1, MAX_ROWS)?,
+                    seed,
+                )
             }
             Family::RopeAppend(style, qk_norm, kv) => {
                 let p = rope_append_params(style, qk_norm, kv, &r)?;
@@ -159,12 +205,25 @@ impl KernelSpec {
                 prefill::case(&prefill_params(kv, &r)?, q_start, n_q, seed)
             }
             Family::Sample => sample::case(&sample_params(&r)?, rows_of(&r)?, seed),
-            Family::ToBf16(a) => to_bf16::case(&ToBf16Params { activation: a, threads: threads(&r)? }, n_of(&r)?, seed),
-            Family::BiasRows => {
-                bias::case(&BiasRowsParams { threads: threads(&r)? }, rows_of(&r)?, r.get("cols", 1, MAX_COLS)?, seed)
-            }
+            Family::ToBf16(a) => to_bf16::case(
+                &ToBf16Params {
+                    activation: a,
+                    threads: threads(&r)?,
+                },
+                n_of(&r)?,
+                seed,
+            ),
+            Family::BiasRows => bias::case(
+                &BiasRowsParams {
+                    threads: threads(&r)?,
+                },
+                rows_of(&r)?,
+                r.get("cols", 1, MAX_COLS)?,
+                seed,
+            ),
             Family::EncoderAttention => {
-                let (batch, seq_len) = (r.get("batch", 1, 1 << 16)?, r.get("seq_len", 1, MAX_ROWS)?);
+                let (batch, seq_len) =
+                    (r.get("batch", 1, 1 << 16)?, r.get("seq_len", 1, MAX_ROWS)?);
                 encoder_attention::case(&encoder_attention_params(&r)?, batch, seq_len, seed)
             }
         }
@@ -177,7 +236,12 @@ const fn spec(
     params: &'static [ParamInfo],
     family: Family,
 ) -> KernelSpec {
-    KernelSpec { name, description, params, family }
+    KernelSpec {
+        name,
+        description,
+        params,
+        family,
+    }
 }
 
 /// Every kernel of the library, in a fixed order.
@@ -241,11 +305,21 @@ pub fn library() -> Vec<KernelSpec> {
                 BFormat::Q6K => GEMM_Q6K,
                 _ => GEMM_QUANT,
             };
-            all.push(spec(gemm::name(f, e), gemm_description(f, e), params, Family::Gemm(f, e)));
+            all.push(spec(
+                gemm::name(f, e),
+                gemm_description(f, e),
+                params,
+                Family::Gemm(f, e),
+            ));
         }
     }
     for f in TableFormat::ALL {
-        all.push(spec(f.kernel_name(), embed_description(f), EMBED, Family::Embed(f)));
+        all.push(spec(
+            f.kernel_name(),
+            embed_description(f),
+            EMBED,
+            Family::Embed(f),
+        ));
     }
     for (norm, out) in [
         (Norm::Rms, OutType::BF16),
@@ -253,7 +327,12 @@ pub fn library() -> Vec<KernelSpec> {
         (Norm::Layer, OutType::BF16),
         (Norm::Layer, OutType::F32),
     ] {
-        let p = NormResidualParams { norm, out, cols: 0, threads: 0 };
+        let p = NormResidualParams {
+            norm,
+            out,
+            cols: 0,
+            threads: 0,
+        };
         let description = match (norm, out) {
             (Norm::Rms, OutType::BF16) => {
                 "h = x + residual (f32, written back), y = RMSNorm(h)·w (f32 weight) -> bf16; IEEE ops, fixed order"
@@ -268,7 +347,12 @@ pub fn library() -> Vec<KernelSpec> {
                 "h = x + residual (f32, written back), y = LayerNorm(h)·w + b (f32) -> f32; IEEE ops, two-pass variance"
             }
         };
-        all.push(spec(p.name(), description, ROWS, Family::NormResidual(norm, out)));
+        all.push(spec(
+            p.name(),
+            description,
+            ROWS,
+            Family::NormResidual(norm, out),
+        ));
     }
     all.push(spec(
         RopeStyle::NeoX.kernel_name(),
@@ -287,8 +371,13 @@ pub fn library() -> Vec<KernelSpec> {
             for e in Epilogue::ALL {
                 // Plain bf16 is `gemv_bf16` above.
                 if (f, e, act) != (WeightFormat::BF16, Epilogue::Plain, OutType::BF16) {
-                    let params = if f.is_float() { QGEMV_FLOAT } else { QGEMV_QUANT };
-                    let (name, description) = (qgemv::name(f, e, act), qgemv_description(f, e, act));
+                    let params = if f.is_float() {
+                        QGEMV_FLOAT
+                    } else {
+                        QGEMV_QUANT
+                    };
+                    let (name, description) =
+                        (qgemv::name(f, e, act), qgemv_description(f, e, act));
                     all.push(spec(name, description, params, Family::QGemv(f, e, act)));
                 }
             }
@@ -296,17 +385,31 @@ pub fn library() -> Vec<KernelSpec> {
     }
     for f in WeightFormat::ALL {
         for e in Epilogue::ALL {
-            let params = if f.is_float() { QGEMV_FLOAT } else { QGEMV_QUANT };
+            let params = if f.is_float() {
+                QGEMV_FLOAT
+            } else {
+                QGEMV_QUANT
+            };
             let (name, description) = (qgemv::rmsnorm_name(f, e), qgemv_rmsnorm_description(e));
             all.push(spec(name, description, params, Family::QGemvRmsNorm(f, e)));
         }
     }
     for e in Epilogue::ALL {
-        all.push(spec(gemv_tc::name(e), gemv_tc::description(e), gemv_tc::params_info(e), Family::GemvTc(e)));
+        all.push(spec(
+            gemv_tc::name(e),
+            gemv_tc::description(e),
+            gemv_tc::params_info(e),
+            Family::GemvTc(e),
+        ));
     }
     for kv in KvElem::ALL {
         for merged in [false, true] {
-            all.push(spec(decode::name(kv, merged), decode_description(kv, merged), ATTENTION_DECODE, Family::AttentionDecode(kv, merged)));
+            all.push(spec(
+                decode::name(kv, merged),
+                decode_description(kv, merged),
+                ATTENTION_DECODE,
+                Family::AttentionDecode(kv, merged),
+            ));
         }
     }
     all.push(spec(
@@ -322,16 +425,31 @@ pub fn library() -> Vec<KernelSpec> {
         Family::AttentionMerge(OutType::F32),
     ));
     for kv in KvElem::ALL {
-        all.push(spec(prefill::name(kv), prefill_description(kv), ATTENTION_PREFILL, Family::AttentionPrefill(kv)));
+        all.push(spec(
+            prefill::name(kv),
+            prefill_description(kv),
+            ATTENTION_PREFILL,
+            Family::AttentionPrefill(kv),
+        ));
     }
     for kv in KvElem::ALL {
-        all.push(spec(append::name(kv), append_description(kv), KV_APPEND, Family::KvAppend(kv)));
+        all.push(spec(
+            append::name(kv),
+            append_description(kv),
+            KV_APPEND,
+            Family::KvAppend(kv),
+        ));
     }
     for kv in KvElem::ALL {
         for qk_norm in [false, true] {
             for style in [RopeStyle::NeoX, RopeStyle::GptJ] {
                 let description = rope_append_description(style, qk_norm, kv);
-                all.push(spec(rope_append::name(style, qk_norm, kv), description, ROPE_APPEND, Family::RopeAppend(style, qk_norm, kv)));
+                all.push(spec(
+                    rope_append::name(style, qk_norm, kv),
+                    description,
+                    ROPE_APPEND,
+                    Family::RopeAppend(style, qk_norm, kv),
+                ));
             }
         }
     }
@@ -551,7 +669,12 @@ fn embed_description(f: TableFormat) -> &'static str {
 
 /// The kernel named `name`.
 pub fn find(name: &str) -> Result<KernelSpec, KernelError> {
-    library().into_iter().find(|k| k.name == name).ok_or_else(|| KernelError::UnknownKernel { name: name.to_string() })
+    library()
+        .into_iter()
+        .find(|k| k.name == name)
+        .ok_or_else(|| KernelError::UnknownKernel {
+            name: name.to_string(),
+        })
 }
 
 const MAX_N: u64 = 1 << 30;
@@ -559,14 +682,34 @@ const MAX_ROWS: u64 = (1 << 31) - 1;
 const MAX_COLS: u64 = 1 << 24;
 
 const ELEMENTWISE: &[ParamInfo] = &[
-    ParamInfo { name: "n", default: 1 << 24, doc: "elements (a launch argument; the case size)" },
-    ParamInfo { name: "threads", default: 256, doc: "threads per block" },
+    ParamInfo {
+        name: "n",
+        default: 1 << 24,
+        doc: "elements (a launch argument; the case size)",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 256,
+        doc: "threads per block",
+    },
 ];
 
 const ROWS: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 4096, doc: "rows (the grid; the case size)" },
-    ParamInfo { name: "cols", default: 4096, doc: "row length, fixed in the kernel" },
-    ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per row)" },
+    ParamInfo {
+        name: "rows",
+        default: 4096,
+        doc: "rows (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 4096,
+        doc: "row length, fixed in the kernel",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 256,
+        doc: "threads per block (one block per row)",
+    },
 ];
 
 const RMSNORM_ROWS: &[ParamInfo] = &[
@@ -580,161 +723,533 @@ const RMSNORM_ROWS: &[ParamInfo] = &[
 ];
 
 const GEMV: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 8192, doc: "rows of W (outputs)" },
-    ParamInfo { name: "cols", default: 8192, doc: "columns of W (inputs), a multiple of 8" },
-    ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
-    ParamInfo { name: "unroll", default: 4, doc: "16-byte loads in flight per lane" },
+    ParamInfo {
+        name: "rows",
+        default: 8192,
+        doc: "rows of W (outputs)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 8192,
+        doc: "columns of W (inputs), a multiple of 8",
+    },
+    ParamInfo {
+        name: "warps",
+        default: 4,
+        doc: "rows per block (one warp each)",
+    },
+    ParamInfo {
+        name: "unroll",
+        default: 4,
+        doc: "16-byte loads in flight per lane",
+    },
 ];
 
 const GEMM_BF16: &[ParamInfo] = &[
-    ParamInfo { name: "m", default: 2048, doc: "rows of A and C (tokens; a launch argument, any count)" },
-    ParamInfo { name: "n", default: 4096, doc: "columns of C (rows of the [n, k] B operand), a multiple of bn" },
-    ParamInfo { name: "k", default: 4096, doc: "the reduction length, a multiple of 32" },
-    ParamInfo { name: "bm", default: 128, doc: "block tile rows: 64 or 128" },
-    ParamInfo { name: "bn", default: 128, doc: "block tile columns: 64 or 128" },
-    ParamInfo { name: "wn", default: 64, doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64" },
-    ParamInfo { name: "stages", default: 3, doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)" },
+    ParamInfo {
+        name: "m",
+        default: 2048,
+        doc: "rows of A and C (tokens; a launch argument, any count)",
+    },
+    ParamInfo {
+        name: "n",
+        default: 4096,
+        doc: "columns of C (rows of the [n, k] B operand), a multiple of bn",
+    },
+    ParamInfo {
+        name: "k",
+        default: 4096,
+        doc: "the reduction length, a multiple of 32",
+    },
+    ParamInfo {
+        name: "bm",
+        default: 128,
+        doc: "block tile rows: 64 or 128",
+    },
+    ParamInfo {
+        name: "bn",
+        default: 128,
+        doc: "block tile columns: 64 or 128",
+    },
+    ParamInfo {
+        name: "wn",
+        default: 64,
+        doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64",
+    },
+    ParamInfo {
+        name: "stages",
+        default: 3,
+        doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)",
+    },
 ];
 
 /// Quantized B: 64×64 warp tiles over 128×128 blocks halve the fragment loads per MMA
 /// of 64×32 ones; the staged bytes and the two dequantized tile buffers then leave room
 /// for two stages.
 const GEMM_QUANT: &[ParamInfo] = &[
-    ParamInfo { name: "m", default: 2048, doc: "rows of A and C (tokens; a launch argument, any count)" },
-    ParamInfo { name: "n", default: 4096, doc: "columns of C (rows of the [n, k] B operand), a multiple of bn" },
+    ParamInfo {
+        name: "m",
+        default: 2048,
+        doc: "rows of A and C (tokens; a launch argument, any count)",
+    },
+    ParamInfo {
+        name: "n",
+        default: 4096,
+        doc: "columns of C (rows of the [n, k] B operand), a multiple of bn",
+    },
     ParamInfo {
         name: "k",
         default: 4096,
         doc: "the reduction length: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K)",
     },
-    ParamInfo { name: "bm", default: 128, doc: "block tile rows: 64 or 128" },
-    ParamInfo { name: "bn", default: 128, doc: "block tile columns: 64 or 128" },
-    ParamInfo { name: "wn", default: 64, doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64" },
-    ParamInfo { name: "stages", default: 2, doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)" },
+    ParamInfo {
+        name: "bm",
+        default: 128,
+        doc: "block tile rows: 64 or 128",
+    },
+    ParamInfo {
+        name: "bn",
+        default: 128,
+        doc: "block tile columns: 64 or 128",
+    },
+    ParamInfo {
+        name: "wn",
+        default: 64,
+        doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64",
+    },
+    ParamInfo {
+        name: "stages",
+        default: 2,
+        doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)",
+    },
 ];
 
 /// Q6_K's staged bytes (84 a row and k-step) leave room for 128×64 blocks only.
 const GEMM_Q6K: &[ParamInfo] = &[
-    ParamInfo { name: "m", default: 2048, doc: "rows of A and C (tokens; a launch argument, any count)" },
-    ParamInfo { name: "n", default: 4096, doc: "columns of C (rows of the [n, k] B operand), a multiple of bn" },
-    ParamInfo { name: "k", default: 4096, doc: "the reduction length, a multiple of 512" },
-    ParamInfo { name: "bm", default: 128, doc: "block tile rows: 64 or 128" },
-    ParamInfo { name: "bn", default: 64, doc: "block tile columns: 64 or 128" },
-    ParamInfo { name: "wn", default: 32, doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64" },
-    ParamInfo { name: "stages", default: 3, doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)" },
+    ParamInfo {
+        name: "m",
+        default: 2048,
+        doc: "rows of A and C (tokens; a launch argument, any count)",
+    },
+    ParamInfo {
+        name: "n",
+        default: 4096,
+        doc: "columns of C (rows of the [n, k] B operand), a multiple of bn",
+    },
+    ParamInfo {
+        name: "k",
+        default: 4096,
+        doc: "the reduction length, a multiple of 512",
+    },
+    ParamInfo {
+        name: "bm",
+        default: 128,
+        doc: "block tile rows: 64 or 128",
+    },
+    ParamInfo {
+        name: "bn",
+        default: 64,
+        doc: "block tile columns: 64 or 128",
+    },
+    ParamInfo {
+        name: "wn",
+        default: 32,
+        doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64",
+    },
+    ParamInfo {
+        name: "stages",
+        default: 3,
+        doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)",
+    },
 ];
 
 const EMBED: &[ParamInfo] = &[
-    ParamInfo { name: "tokens", default: 64, doc: "token ids gathered (the grid; the case size)" },
-    ParamInfo { name: "vocab", default: 32768, doc: "table rows (a launch argument; the case size)" },
+    ParamInfo {
+        name: "tokens",
+        default: 64,
+        doc: "token ids gathered (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "vocab",
+        default: 32768,
+        doc: "table rows (a launch argument; the case size)",
+    },
     ParamInfo {
         name: "dim",
         default: 4096,
         doc: "row length, fixed in the kernel: a multiple of 8 (of 32 when quantized)",
     },
-    ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per token)" },
+    ParamInfo {
+        name: "threads",
+        default: 256,
+        doc: "threads per block (one block per token)",
+    },
 ];
 
 const ROPE: &[ParamInfo] = &[
-    ParamInfo { name: "tokens", default: 64, doc: "tokens rotated (the grid; the case size)" },
-    ParamInfo { name: "n_pos", default: 8192, doc: "rows of the cos/sin tables (a launch argument; the case size)" },
-    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, even" },
-    ParamInfo { name: "n_heads", default: 32, doc: "query heads per token" },
-    ParamInfo { name: "n_kv_heads", default: 8, doc: "key heads per token" },
-    ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per token)" },
+    ParamInfo {
+        name: "tokens",
+        default: 64,
+        doc: "tokens rotated (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "n_pos",
+        default: 8192,
+        doc: "rows of the cos/sin tables (a launch argument; the case size)",
+    },
+    ParamInfo {
+        name: "head_dim",
+        default: 128,
+        doc: "elements per head, even",
+    },
+    ParamInfo {
+        name: "n_heads",
+        default: 32,
+        doc: "query heads per token",
+    },
+    ParamInfo {
+        name: "n_kv_heads",
+        default: 8,
+        doc: "key heads per token",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 256,
+        doc: "threads per block (one block per token)",
+    },
 ];
 
 const QGEMV_FLOAT: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 8192, doc: "rows of W (outputs)" },
-    ParamInfo { name: "cols", default: 8192, doc: "columns of W (inputs), a multiple of 8" },
-    ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
-    ParamInfo { name: "unroll", default: 4, doc: "16-byte weight loads in flight per lane" },
-    ParamInfo { name: "batch", default: 1, doc: "vectors multiplied per pass over the weights, 1..=8" },
-    ParamInfo { name: "max_blocks", default: 0, doc: "most blocks launched, each looping over row groups (0: a block per group)" },
-    ParamInfo { name: "n", default: 1, doc: "vectors (case only: the kernel takes n at launch)" },
+    ParamInfo {
+        name: "rows",
+        default: 8192,
+        doc: "rows of W (outputs)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 8192,
+        doc: "columns of W (inputs), a multiple of 8",
+    },
+    ParamInfo {
+        name: "warps",
+        default: 4,
+        doc: "rows per block (one warp each)",
+    },
+    ParamInfo {
+        name: "unroll",
+        default: 4,
+        doc: "16-byte weight loads in flight per lane",
+    },
+    ParamInfo {
+        name: "batch",
+        default: 1,
+        doc: "vectors multiplied per pass over the weights, 1..=8",
+    },
+    ParamInfo {
+        name: "max_blocks",
+        default: 0,
+        doc: "most blocks launched, each looping over row groups (0: a block per group)",
+    },
+    ParamInfo {
+        name: "n",
+        default: 1,
+        doc: "vectors (case only: the kernel takes n at launch)",
+    },
 ];
 
 const QGEMV_QUANT: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 8192, doc: "rows of W (outputs)" },
-    ParamInfo { name: "cols", default: 8192, doc: "columns of W: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K)" },
-    ParamInfo { name: "warps", default: 4, doc: "rows per block (one warp each)" },
-    ParamInfo { name: "unroll", default: 2, doc: "pieces (64 or 32 weights) loaded per lane before computing" },
-    ParamInfo { name: "batch", default: 1, doc: "vectors multiplied per pass over the weights, 1..=8" },
-    ParamInfo { name: "max_blocks", default: 0, doc: "most blocks launched, each looping over row groups (0: a block per group)" },
-    ParamInfo { name: "n", default: 1, doc: "vectors (case only: the kernel takes n at launch)" },
+    ParamInfo {
+        name: "rows",
+        default: 8192,
+        doc: "rows of W (outputs)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 8192,
+        doc: "columns of W: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K)",
+    },
+    ParamInfo {
+        name: "warps",
+        default: 4,
+        doc: "rows per block (one warp each)",
+    },
+    ParamInfo {
+        name: "unroll",
+        default: 2,
+        doc: "pieces (64 or 32 weights) loaded per lane before computing",
+    },
+    ParamInfo {
+        name: "batch",
+        default: 1,
+        doc: "vectors multiplied per pass over the weights, 1..=8",
+    },
+    ParamInfo {
+        name: "max_blocks",
+        default: 0,
+        doc: "most blocks launched, each looping over row groups (0: a block per group)",
+    },
+    ParamInfo {
+        name: "n",
+        default: 1,
+        doc: "vectors (case only: the kernel takes n at launch)",
+    },
 ];
 
 const ATTENTION_DECODE: &[ParamInfo] = &[
-    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, a multiple of 8" },
-    ParamInfo { name: "n_heads", default: 32, doc: "query heads" },
-    ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads (dividing n_heads)" },
-    ParamInfo { name: "max_blocks", default: 256, doc: "block-table row length (16 tokens a block)" },
-    ParamInfo { name: "split", default: 64, doc: "positions per split: a multiple of 16 dividing max_blocks·16" },
-    ParamInfo { name: "threads", default: 128, doc: "threads per block (a multiple of 32): warps take positions of a split at once" },
-    ParamInfo { name: "q_stride", default: 0, doc: "elements from one sequence's queries to the next's (0: packed)" },
+    ParamInfo {
+        name: "head_dim",
+        default: 128,
+        doc: "elements per head, a multiple of 8",
+    },
+    ParamInfo {
+        name: "n_heads",
+        default: 32,
+        doc: "query heads",
+    },
+    ParamInfo {
+        name: "n_kv_heads",
+        default: 8,
+        doc: "key/value heads (dividing n_heads)",
+    },
+    ParamInfo {
+        name: "max_blocks",
+        default: 256,
+        doc: "block-table row length (16 tokens a block)",
+    },
+    ParamInfo {
+        name: "split",
+        default: 64,
+        doc: "positions per split: a multiple of 16 dividing max_blocks·16",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 128,
+        doc: "threads per block (a multiple of 32): warps take positions of a split at once",
+    },
+    ParamInfo {
+        name: "q_stride",
+        default: 0,
+        doc: "elements from one sequence's queries to the next's (0: packed)",
+    },
 ];
 
 const ATTENTION_MERGE: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 256, doc: "sequences × heads (the grid; the case size)" },
-    ParamInfo { name: "head_dim", default: 128, doc: "elements per head (the block size), a multiple of 32" },
-    ParamInfo { name: "n_splits", default: 16, doc: "splits per head" },
+    ParamInfo {
+        name: "rows",
+        default: 256,
+        doc: "sequences × heads (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "head_dim",
+        default: 128,
+        doc: "elements per head (the block size), a multiple of 32",
+    },
+    ParamInfo {
+        name: "n_splits",
+        default: 16,
+        doc: "splits per head",
+    },
 ];
 
 const ATTENTION_PREFILL: &[ParamInfo] = &[
-    ParamInfo { name: "head_dim", default: 128, doc: "elements per head: 64 or 128" },
-    ParamInfo { name: "n_heads", default: 32, doc: "query heads" },
-    ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads (dividing n_heads)" },
-    ParamInfo { name: "max_blocks", default: 128, doc: "block-table row length (16 tokens a block)" },
-    ParamInfo { name: "q_start", default: 0, doc: "position of the chunk's first query (a launch argument; the case)" },
-    ParamInfo { name: "n_q", default: 512, doc: "queries in the chunk (a launch argument; the case)" },
-    ParamInfo { name: "q_stride", default: 0, doc: "elements from one token's queries to the next's (0: packed)" },
+    ParamInfo {
+        name: "head_dim",
+        default: 128,
+        doc: "elements per head: 64 or 128",
+    },
+    ParamInfo {
+        name: "n_heads",
+        default: 32,
+        doc: "query heads",
+    },
+    ParamInfo {
+        name: "n_kv_heads",
+        default: 8,
+        doc: "key/value heads (dividing n_heads)",
+    },
+    ParamInfo {
+        name: "max_blocks",
+        default: 128,
+        doc: "block-table row length (16 tokens a block)",
+    },
+    ParamInfo {
+        name: "q_start",
+        default: 0,
+        doc: "position of the chunk's first query (a launch argument; the case)",
+    },
+    ParamInfo {
+        name: "n_q",
+        default: 512,
+        doc: "queries in the chunk (a launch argument; the case)",
+    },
+    ParamInfo {
+        name: "q_stride",
+        default: 0,
+        doc: "elements from one token's queries to the next's (0: packed)",
+    },
 ];
 
 const KV_APPEND: &[ParamInfo] = &[
-    ParamInfo { name: "tokens", default: 64, doc: "tokens appended (the grid; the case size)" },
-    ParamInfo { name: "n_seqs", default: 64, doc: "sequences in the block table (the case size)" },
-    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, a multiple of 4" },
-    ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads" },
-    ParamInfo { name: "max_blocks", default: 64, doc: "block-table row length (16 tokens a block)" },
-    ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per token)" },
+    ParamInfo {
+        name: "tokens",
+        default: 64,
+        doc: "tokens appended (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "n_seqs",
+        default: 64,
+        doc: "sequences in the block table (the case size)",
+    },
+    ParamInfo {
+        name: "head_dim",
+        default: 128,
+        doc: "elements per head, a multiple of 4",
+    },
+    ParamInfo {
+        name: "n_kv_heads",
+        default: 8,
+        doc: "key/value heads",
+    },
+    ParamInfo {
+        name: "max_blocks",
+        default: 64,
+        doc: "block-table row length (16 tokens a block)",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 256,
+        doc: "threads per block (one block per token)",
+    },
 ];
 
 const ROPE_APPEND: &[ParamInfo] = &[
-    ParamInfo { name: "tokens", default: 64, doc: "tokens rotated and appended (the grid; the case size)" },
-    ParamInfo { name: "n_seqs", default: 8, doc: "sequences in the block table (the case size)" },
-    ParamInfo { name: "n_pos", default: 8192, doc: "rows of the cos/sin tables (a launch argument; the case size)" },
-    ParamInfo { name: "head_dim", default: 128, doc: "elements per head, a multiple of 4" },
-    ParamInfo { name: "n_heads", default: 32, doc: "query heads per token" },
-    ParamInfo { name: "n_kv_heads", default: 8, doc: "key/value heads per token" },
-    ParamInfo { name: "max_blocks", default: 64, doc: "block-table row length (16 tokens a block)" },
-    ParamInfo { name: "threads", default: 256, doc: "threads per block (one warp per head at a time)" },
-    ParamInfo { name: "token_stride", default: 0, doc: "elements from one token's q, k, v rows to the next's (0: packed)" },
+    ParamInfo {
+        name: "tokens",
+        default: 64,
+        doc: "tokens rotated and appended (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "n_seqs",
+        default: 8,
+        doc: "sequences in the block table (the case size)",
+    },
+    ParamInfo {
+        name: "n_pos",
+        default: 8192,
+        doc: "rows of the cos/sin tables (a launch argument; the case size)",
+    },
+    ParamInfo {
+        name: "head_dim",
+        default: 128,
+        doc: "elements per head, a multiple of 4",
+    },
+    ParamInfo {
+        name: "n_heads",
+        default: 32,
+        doc: "query heads per token",
+    },
+    ParamInfo {
+        name: "n_kv_heads",
+        default: 8,
+        doc: "key/value heads per token",
+    },
+    ParamInfo {
+        name: "max_blocks",
+        default: 64,
+        doc: "block-table row length (16 tokens a block)",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 256,
+        doc: "threads per block (one warp per head at a time)",
+    },
+    ParamInfo {
+        name: "token_stride",
+        default: 0,
+        doc: "elements from one token's q, k, v rows to the next's (0: packed)",
+    },
 ];
 
 const ARGMAX: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 1, doc: "rows (the grid; the case size)" },
-    ParamInfo { name: "cols", default: 128256, doc: "vocabulary size, a multiple of 4, fixed in the kernel" },
-    ParamInfo { name: "threads", default: 1024, doc: "threads per block (one block per row)" },
+    ParamInfo {
+        name: "rows",
+        default: 1,
+        doc: "rows (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 128256,
+        doc: "vocabulary size, a multiple of 4, fixed in the kernel",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 1024,
+        doc: "threads per block (one block per row)",
+    },
 ];
 
 const SAMPLE: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 8, doc: "rows (the grid; the case size)" },
-    ParamInfo { name: "cols", default: 128256, doc: "vocabulary size, a multiple of 4, fixed in the kernel" },
-    ParamInfo { name: "threads", default: 1024, doc: "threads per block (256..=1024, one block per row)" },
+    ParamInfo {
+        name: "rows",
+        default: 8,
+        doc: "rows (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 128256,
+        doc: "vocabulary size, a multiple of 4, fixed in the kernel",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 1024,
+        doc: "threads per block (256..=1024, one block per row)",
+    },
 ];
 
 const BIAS_ROWS: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 512, doc: "rows written (the grid; the case size)" },
-    ParamInfo { name: "cols", default: 1536, doc: "row length (a launch argument; the case size)" },
-    ParamInfo { name: "threads", default: 256, doc: "threads per block (one block per row)" },
+    ParamInfo {
+        name: "rows",
+        default: 512,
+        doc: "rows written (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 1536,
+        doc: "row length (a launch argument; the case size)",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 256,
+        doc: "threads per block (one block per row)",
+    },
 ];
 
 const ENCODER_ATTENTION: &[ParamInfo] = &[
-    ParamInfo { name: "head_dim", default: 32, doc: "elements per head, a multiple of 32 (at most 256)" },
-    ParamInfo { name: "n_heads", default: 12, doc: "heads" },
-    ParamInfo { name: "warps", default: 4, doc: "queries per block (one warp each)" },
-    ParamInfo { name: "batch", default: 8, doc: "texts (the grid; the case size)" },
-    ParamInfo { name: "seq_len", default: 128, doc: "padded length of every text (a launch argument; the case size)" },
+    ParamInfo {
+        name: "head_dim",
+        default: 32,
+        doc: "elements per head, a multiple of 32 (at most 256)",
+    },
+    ParamInfo {
+        name: "n_heads",
+        default: 12,
+        doc: "heads",
+    },
+    ParamInfo {
+        name: "warps",
+        default: 4,
+        doc: "queries per block (one warp each)",
+    },
+    ParamInfo {
+        name: "batch",
+        default: 8,
+        doc: "texts (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "seq_len",
+        default: 128,
+        doc: "padded length of every text (a launch argument; the case size)",
+    },
 ];
 
 fn threads(r: &Reader) -> Result<u32, KernelError> {
@@ -750,19 +1265,32 @@ fn rows_of(r: &Reader) -> Result<u32, KernelError> {
 }
 
 fn reduce_params(op: Combine, r: &Reader) -> Result<ReduceParams, KernelError> {
-    Ok(ReduceParams { op, cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+    Ok(ReduceParams {
+        op,
+        cols: r.get("cols", 1, MAX_COLS)?,
+        threads: threads(r)?,
+    })
 }
 
 fn rmsnorm_params(r: &Reader) -> Result<RmsNormParams, KernelError> {
-    Ok(RmsNormParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+    Ok(RmsNormParams {
+        cols: r.get("cols", 1, MAX_COLS)?,
+        threads: threads(r)?,
+    })
 }
 
 fn rmsnorm_rows_params(r: &Reader) -> Result<RmsNormRowsParams, KernelError> {
-    Ok(RmsNormRowsParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+    Ok(RmsNormRowsParams {
+        cols: r.get("cols", 1, MAX_COLS)?,
+        threads: threads(r)?,
+    })
 }
 
 fn softmax_params(r: &Reader) -> Result<SoftmaxParams, KernelError> {
-    Ok(SoftmaxParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+    Ok(SoftmaxParams {
+        cols: r.get("cols", 1, MAX_COLS)?,
+        threads: threads(r)?,
+    })
 }
 
 fn gemv_params(r: &Reader) -> Result<GemvParams, KernelError> {
@@ -774,7 +1302,11 @@ fn gemv_params(r: &Reader) -> Result<GemvParams, KernelError> {
     })
 }
 
-fn gemm_params(format: BFormat, epilogue: GemmEpilogue, r: &Reader) -> Result<GemmParams, KernelError> {
+fn gemm_params(
+    format: BFormat,
+    epilogue: GemmEpilogue,
+    r: &Reader,
+) -> Result<GemmParams, KernelError> {
     Ok(GemmParams {
         format,
         epilogue,
@@ -832,11 +1364,24 @@ fn gemm_description(f: BFormat, e: GemmEpilogue) -> &'static str {
 }
 
 fn embed_params(format: TableFormat, r: &Reader) -> Result<EmbedParams, KernelError> {
-    Ok(EmbedParams { format, dim: r.get("dim", 1, MAX_COLS)?, threads: threads(r)? })
+    Ok(EmbedParams {
+        format,
+        dim: r.get("dim", 1, MAX_COLS)?,
+        threads: threads(r)?,
+    })
 }
 
-fn norm_residual_params(norm: Norm, out: OutType, r: &Reader) -> Result<NormResidualParams, KernelError> {
-    Ok(NormResidualParams { norm, out, cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+fn norm_residual_params(
+    norm: Norm,
+    out: OutType,
+    r: &Reader,
+) -> Result<NormResidualParams, KernelError> {
+    Ok(NormResidualParams {
+        norm,
+        out,
+        cols: r.get("cols", 1, MAX_COLS)?,
+        threads: threads(r)?,
+    })
 }
 
 fn rope_params(style: RopeStyle, r: &Reader) -> Result<RopeParams, KernelError> {
@@ -890,11 +1435,18 @@ fn decode_params(kv: KvElem, merge: bool, r: &Reader) -> Result<DecodeParams, Ke
 }
 
 fn merge_params(out: OutType, r: &Reader) -> Result<MergeParams, KernelError> {
-    Ok(MergeParams { head_dim: r.get("head_dim", 32, 1024)?, n_splits: r.get("n_splits", 1, 1 << 16)?, out })
+    Ok(MergeParams {
+        head_dim: r.get("head_dim", 32, 1024)?,
+        n_splits: r.get("n_splits", 1, 1 << 16)?,
+        out,
+    })
 }
 
 fn argmax_params(r: &Reader) -> Result<ArgmaxParams, KernelError> {
-    Ok(ArgmaxParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+    Ok(ArgmaxParams {
+        cols: r.get("cols", 1, MAX_COLS)?,
+        threads: threads(r)?,
+    })
 }
 
 fn append_params(kv: KvElem, r: &Reader) -> Result<AppendParams, KernelError> {
@@ -907,7 +1459,12 @@ fn append_params(kv: KvElem, r: &Reader) -> Result<AppendParams, KernelError> {
     })
 }
 
-fn rope_append_params(style: RopeStyle, qk_norm: bool, kv: KvElem, r: &Reader) -> Result<RopeAppendParams, KernelError> {
+fn rope_append_params(
+    style: RopeStyle,
+    qk_norm: bool,
+    kv: KvElem,
+    r: &Reader,
+) -> Result<RopeAppendParams, KernelError> {
     Ok(RopeAppendParams {
         style,
         qk_norm,
@@ -941,5 +1498,8 @@ fn encoder_attention_params(r: &Reader) -> Result<EncoderAttentionParams, Kernel
 }
 
 fn sample_params(r: &Reader) -> Result<SampleParams, KernelError> {
-    Ok(SampleParams { cols: r.get("cols", 1, MAX_COLS)?, threads: threads(r)? })
+    Ok(SampleParams {
+        cols: r.get("cols", 1, MAX_COLS)?,
+        threads: threads(r)?,
+    })
 }

@@ -23,7 +23,9 @@ use quench_rt::{Arg, Launch};
 use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
-use crate::lanes::{block_allreduce, emit_block_allreduce, emit_pack_bf16x2, gptr, round_bf16, wide_mul, Combine};
+use crate::lanes::{
+    block_allreduce, emit_block_allreduce, emit_pack_bf16x2, gptr, round_bf16, wide_mul, Combine,
+};
 use crate::rows::{self, RowWalk};
 
 /// Which normalization follows the residual add.
@@ -70,7 +72,10 @@ impl NormResidualParams {
     }
 
     fn walk(&self) -> RowWalk {
-        RowWalk { groups: self.cols / 4, threads: self.threads }
+        RowWalk {
+            groups: self.cols / 4,
+            threads: self.threads,
+        }
     }
 
     pub fn launch(&self, rows: u32) -> Launch {
@@ -143,7 +148,10 @@ pub fn build(p: &NormResidualParams) -> Result<Function, KernelError> {
                 }
                 vec![acc]
             });
-            (Some(mean), emit_block_allreduce(&mut k, acc[0], Combine::Sum, tid, p.threads, "squares"))
+            (
+                Some(mean),
+                emit_block_allreduce(&mut k, acc[0], Combine::Sum, tid, p.threads, "squares"),
+            )
         }
     };
     let ms = k.mul(sq, inv_cols);
@@ -211,7 +219,9 @@ pub fn reference(
     let reduce = |row: &[f32], f: &dyn Fn(f32, f32) -> f32| {
         let partials: Vec<f32> = (0..p.threads)
             .map(|t| {
-                walk.groups_of(t).flat_map(|g| &row[g as usize * 4..g as usize * 4 + 4]).fold(0.0f32, |a, &v| f(a, v))
+                walk.groups_of(t)
+                    .flat_map(|g| &row[g as usize * 4..g as usize * 4 + 4])
+                    .fold(0.0f32, |a, &v| f(a, v))
             })
             .collect();
         block_allreduce(&partials, Combine::Sum)
@@ -221,14 +231,21 @@ pub fn reference(
             Norm::Rms => (None, reduce(row, &|a, v| v.mul_add(v, a))),
             Norm::Layer => {
                 let mean = reduce(row, &|a, v| a + v) * p.inv_cols();
-                (Some(mean), reduce(row, &|a, v| (v - mean).mul_add(v - mean, a)))
+                (
+                    Some(mean),
+                    reduce(row, &|a, v| (v - mean).mul_add(v - mean, a)),
+                )
             }
         };
         let r = 1.0 / (sq * p.inv_cols() + eps).sqrt();
         for (i, &v) in row.iter().enumerate() {
             let centred = mean.map_or(v, |m| v - m);
             let scaled = centred * r * w[i];
-            y.push(if p.norm == Norm::Layer { scaled + b[i] } else { scaled });
+            y.push(if p.norm == Norm::Layer {
+                scaled + b[i]
+            } else {
+                scaled
+            });
         }
     }
     (h, y)
@@ -249,7 +266,10 @@ pub fn case(p: &NormResidualParams, rows: u32, seed: u64) -> Result<KernelCase, 
     let (h, y) = reference(p, &x, &residual, &w, &b, eps);
     let (y_bytes, y_elem) = match p.out {
         OutType::F32 => (data::f32_bytes(&y), Scalar::F32),
-        OutType::BF16 => (data::bf16_bytes(&y.iter().map(|&v| round_bf16(v)).collect::<Vec<_>>()), Scalar::BF16),
+        OutType::BF16 => (
+            data::bf16_bytes(&y.iter().map(|&v| round_bf16(v)).collect::<Vec<_>>()),
+            Scalar::BF16,
+        ),
     };
     let mut buffers = vec![
         Buffer::input("x", data::f32_bytes(&x)),
@@ -272,11 +292,23 @@ pub fn case(p: &NormResidualParams, rows: u32, seed: u64) -> Result<KernelCase, 
         buffers,
         args,
         expected: vec![
-            Expected { buffer: 1, data: data::f32_bytes(&h), elem: Scalar::F32, check: Check::Exact },
-            Expected { buffer: yi, data: y_bytes, elem: y_elem, check: Check::Exact },
+            Expected {
+                buffer: 1,
+                data: data::f32_bytes(&h),
+                elem: Scalar::F32,
+                check: Check::Exact,
+            },
+            Expected {
+                buffer: yi,
+                data: y_bytes,
+                elem: y_elem,
+                check: Check::Exact,
+            },
         ],
         controls: vec![],
-        bytes_moved: 3 * 4 * n as u64 + out_bytes + if p.norm == Norm::Layer { 8 } else { 4 } * cols as u64,
+        bytes_moved: 3 * 4 * n as u64
+            + out_bytes
+            + if p.norm == Norm::Layer { 8 } else { 4 } * cols as u64,
         flops: if p.norm == Norm::Layer { 8 } else { 5 } * n as u64,
     })
 }

@@ -2,7 +2,9 @@
 
 /// `(0..n).map(f).collect()`, computed by all available cores in contiguous chunks.
 pub fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let workers = std::thread::available_parallelism().map_or(1, |c| c.get()).min(n.max(1));
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |c| c.get())
+        .min(n.max(1));
     let chunk = n.div_ceil(workers.max(1)).max(1);
     let f = &f;
     std::thread::scope(|s| {
@@ -10,6 +12,9 @@ pub fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
             .step_by(chunk)
             .map(|lo| s.spawn(move || (lo..(lo + chunk).min(n)).map(f).collect::<Vec<T>>()))
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
     })
 }

@@ -22,7 +22,10 @@ pub struct ParamInfo {
 
 /// The defaults of `infos` as a map.
 pub fn defaults(infos: &[ParamInfo]) -> Params {
-    infos.iter().map(|p| (p.name.to_string(), p.default)).collect()
+    infos
+        .iter()
+        .map(|p| (p.name.to_string(), p.default))
+        .collect()
 }
 
 /// Read `key=value` items separated by commas or whitespace onto the defaults. Values are
@@ -31,13 +34,18 @@ pub fn defaults(infos: &[ParamInfo]) -> Params {
 pub fn parse(kernel: &str, infos: &[ParamInfo], text: &str) -> Result<Params, KernelError> {
     let mut out = defaults(infos);
     let mut seen: Vec<&str> = vec![];
-    for item in text.split(|c: char| c == ',' || c.is_whitespace()).filter(|s| !s.is_empty()) {
+    for item in text
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+    {
         let bad = |reason: &str| KernelError::BadParam {
             kernel: kernel.to_string(),
             item: item.to_string(),
             reason: reason.to_string(),
         };
-        let (key, value) = item.split_once('=').ok_or_else(|| bad("expected key=value"))?;
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| bad("expected key=value"))?;
         let (key, value) = (key.trim(), value.trim());
         if !infos.iter().any(|p| p.name == key) {
             return Err(unknown(kernel, infos, key));
@@ -47,7 +55,10 @@ pub fn parse(kernel: &str, infos: &[ParamInfo], text: &str) -> Result<Params, Ke
         }
         seen.push(key);
         let digits = value.replace('_', "");
-        let parsed = match digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        let parsed = match digits
+            .strip_prefix("0x")
+            .or_else(|| digits.strip_prefix("0X"))
+        {
             Some(hex) => u64::from_str_radix(hex, 16),
             None => digits.parse::<u64>(),
         };
@@ -59,7 +70,11 @@ pub fn parse(kernel: &str, infos: &[ParamInfo], text: &str) -> Result<Params, Ke
 
 fn unknown(kernel: &str, infos: &[ParamInfo], key: &str) -> KernelError {
     let known: Vec<&str> = infos.iter().map(|p| p.name).collect();
-    KernelError::UnknownParam { kernel: kernel.to_string(), key: key.to_string(), known: known.join(", ") }
+    KernelError::UnknownParam {
+        kernel: kernel.to_string(),
+        key: key.to_string(),
+        known: known.join(", "),
+    }
 }
 
 /// Typed access to a parameter map for one kernel: refuses keys it does not know and
@@ -70,8 +85,15 @@ pub(crate) struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    pub fn new(kernel: &'a str, infos: &[ParamInfo], params: &'a Params) -> Result<Reader<'a>, KernelError> {
-        if let Some(key) = params.keys().find(|k| !infos.iter().any(|p| p.name == k.as_str())) {
+    pub fn new(
+        kernel: &'a str,
+        infos: &[ParamInfo],
+        params: &'a Params,
+    ) -> Result<Reader<'a>, KernelError> {
+        if let Some(key) = params
+            .keys()
+            .find(|k| !infos.iter().any(|p| p.name == k.as_str()))
+        {
             return Err(unknown(kernel, infos, key));
         }
         Ok(Reader { kernel, params })
@@ -79,10 +101,13 @@ impl<'a> Reader<'a> {
 
     /// A value in `lo..=hi`.
     pub fn get(&self, key: &str, lo: u64, hi: u64) -> Result<u32, KernelError> {
-        let v = *self.params.get(key).ok_or_else(|| KernelError::MissingParam {
-            kernel: self.kernel.to_string(),
-            key: key.to_string(),
-        })?;
+        let v = *self
+            .params
+            .get(key)
+            .ok_or_else(|| KernelError::MissingParam {
+                kernel: self.kernel.to_string(),
+                key: key.to_string(),
+            })?;
         if v < lo || v > hi {
             return Err(KernelError::BadParam {
                 kernel: self.kernel.to_string(),
@@ -100,8 +125,16 @@ mod tests {
     use super::*;
 
     const INFOS: &[ParamInfo] = &[
-        ParamInfo { name: "rows", default: 4, doc: "" },
-        ParamInfo { name: "cols", default: 8, doc: "" },
+        ParamInfo {
+            name: "rows",
+            default: 4,
+            doc: "",
+        },
+        ParamInfo {
+            name: "cols",
+            default: 8,
+            doc: "",
+        },
     ];
 
     #[test]
@@ -119,7 +152,10 @@ mod tests {
         let e = parse("k", INFOS, "rows=4,colz=3").unwrap_err().to_string();
         assert!(e.contains("`colz`") && e.contains("rows, cols"), "{e}");
         let e = parse("k", INFOS, "rows=-1").unwrap_err().to_string();
-        assert!(e.contains("rows=-1") && e.contains("unsigned integer"), "{e}");
+        assert!(
+            e.contains("rows=-1") && e.contains("unsigned integer"),
+            "{e}"
+        );
         let e = parse("k", INFOS, "rows").unwrap_err().to_string();
         assert!(e.contains("key=value"), "{e}");
         let e = parse("k", INFOS, "rows=1 rows=2").unwrap_err().to_string();
@@ -138,6 +174,10 @@ mod tests {
         assert!(Reader::new("k", INFOS, &extra).is_err());
         extra.clear();
         let r = Reader::new("k", INFOS, &extra).unwrap();
-        assert!(r.get("rows", 0, 1).unwrap_err().to_string().contains("needs parameter `rows`"));
+        assert!(r
+            .get("rows", 0, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("needs parameter `rows`"));
     }
 }

@@ -33,7 +33,10 @@ impl ReduceParams {
     }
 
     fn walk(&self) -> RowWalk {
-        RowWalk { groups: self.cols / 4, threads: self.threads }
+        RowWalk {
+            groups: self.cols / 4,
+            threads: self.threads,
+        }
     }
 
     pub fn launch(&self, rows: u32) -> Launch {
@@ -102,9 +105,17 @@ pub fn case(p: &ReduceParams, rows: u32, seed: u64) -> Result<KernelCase, Kernel
         shape: format!("{rows}x{}", p.cols),
         kernel,
         launch: p.launch(rows),
-        buffers: vec![Buffer::input("x", data::f32_bytes(&x)), Buffer::output("y", rows as usize * 4)],
+        buffers: vec![
+            Buffer::input("x", data::f32_bytes(&x)),
+            Buffer::output("y", rows as usize * 4),
+        ],
         args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1)],
-        expected: vec![Expected { buffer: 1, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact }],
+        expected: vec![Expected {
+            buffer: 1,
+            data: data::f32_bytes(&want),
+            elem: Scalar::F32,
+            check: Check::Exact,
+        }],
         controls: vec![],
         bytes_moved: (x.len() as u64 + rows as u64) * 4,
         flops: x.len() as u64,

@@ -18,8 +18,8 @@ use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
 use crate::lanes::{
-    block_allreduce, emit_block_allreduce, emit_pack_bf16x2, emit_unpack_bf16x2, gptr, round_bf16, wide_mul, words,
-    Combine,
+    block_allreduce, emit_block_allreduce, emit_pack_bf16x2, emit_unpack_bf16x2, gptr, round_bf16,
+    wide_mul, words, Combine,
 };
 use crate::rows::{self, RowWalk};
 
@@ -34,7 +34,10 @@ pub struct RmsNormParams {
 
 impl RmsNormParams {
     fn walk(&self) -> RowWalk {
-        RowWalk { groups: self.cols / 8, threads: self.threads }
+        RowWalk {
+            groups: self.cols / 8,
+            threads: self.threads,
+        }
     }
 
     pub fn launch(&self, rows: u32) -> Launch {
@@ -121,15 +124,21 @@ pub fn reference(p: &RmsNormParams, x: &[bf16], w: &[bf16], eps: f32) -> Vec<bf1
     for row in x.chunks_exact(p.cols as usize) {
         let partials: Vec<f32> = (0..p.threads)
             .map(|t| {
-                walk.groups_of(t).flat_map(|g| &row[g as usize * 8..g as usize * 8 + 8]).fold(0.0f32, |acc, e| {
-                    let e = e.to_f32();
-                    e.mul_add(e, acc)
-                })
+                walk.groups_of(t)
+                    .flat_map(|g| &row[g as usize * 8..g as usize * 8 + 8])
+                    .fold(0.0f32, |acc, e| {
+                        let e = e.to_f32();
+                        e.mul_add(e, acc)
+                    })
             })
             .collect();
         let ss = block_allreduce(&partials, Combine::Sum);
         let r = 1.0 / (ss * p.inv_cols() + eps).sqrt();
-        y.extend(row.iter().zip(w).map(|(x, w)| round_bf16(x.to_f32() * r * w.to_f32())));
+        y.extend(
+            row.iter()
+                .zip(w)
+                .map(|(x, w)| round_bf16(x.to_f32() * r * w.to_f32())),
+        );
     }
     y
 }
@@ -153,8 +162,18 @@ pub fn case(p: &RmsNormParams, rows: u32, seed: u64) -> Result<KernelCase, Kerne
             Buffer::input("w", data::bf16_bytes(&w)),
             Buffer::output("y", n * 2),
         ],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::F32(eps))],
-        expected: vec![Expected { buffer: 2, data: data::bf16_bytes(&want), elem: Scalar::BF16, check: Check::Exact }],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Scalar(Arg::F32(eps)),
+        ],
+        expected: vec![Expected {
+            buffer: 2,
+            data: data::bf16_bytes(&want),
+            elem: Scalar::BF16,
+            check: Check::Exact,
+        }],
         controls: vec![],
         bytes_moved: (2 * n + p.cols as usize) as u64 * 2,
         flops: 4 * n as u64,

@@ -60,7 +60,9 @@ pub fn build(p: &RmsNormRowsParams) -> Result<Function, KernelError> {
 
 /// The kernel's arithmetic, in its order: each row of `x` normalized.
 pub fn reference(p: &RmsNormRowsParams, x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
-    x.chunks_exact(p.cols as usize).flat_map(|row| prologue::normalize(row, w, p.threads, eps)).collect()
+    x.chunks_exact(p.cols as usize)
+        .flat_map(|row| prologue::normalize(row, w, p.threads, eps))
+        .collect()
 }
 
 /// A case of `rows` rows: the residual stream in ±[2^-6, 4], the weight in [0.5, 1.5],
@@ -75,11 +77,19 @@ pub fn case(p: &RmsNormRowsParams, rows: u32, seed: u64) -> Result<KernelCase, K
 
 /// The case of normalizing the rows of `x` (`[rows, cols]`) with weight `w` (`[cols]`)
 /// and `eps`, checked bit for bit against [`reference`].
-pub fn case_on(p: &RmsNormRowsParams, x: &[f32], w: &[f32], eps: f32) -> Result<KernelCase, KernelError> {
+pub fn case_on(
+    p: &RmsNormRowsParams,
+    x: &[f32],
+    w: &[f32],
+    eps: f32,
+) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     let (n, cols) = (x.len(), p.cols as usize);
     if w.len() != cols || n % cols != 0 {
-        let reason = format!("{n} inputs and a weight of {} do not make rows of {cols}", w.len());
+        let reason = format!(
+            "{n} inputs and a weight of {} do not make rows of {cols}",
+            w.len()
+        );
         return Err(KernelError::unsupported(NAME, reason));
     }
     let rows = n / cols;
@@ -94,8 +104,18 @@ pub fn case_on(p: &RmsNormRowsParams, x: &[f32], w: &[f32], eps: f32) -> Result<
             Buffer::input("w", data::f32_bytes(w)),
             Buffer::output("y", n * 4),
         ],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::F32(eps))],
-        expected: vec![Expected { buffer: 2, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact }],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Scalar(Arg::F32(eps)),
+        ],
+        expected: vec![Expected {
+            buffer: 2,
+            data: data::f32_bytes(&want),
+            elem: Scalar::F32,
+            check: Check::Exact,
+        }],
         controls: vec![],
         // x read (its second read hits the cache), y written, w read.
         bytes_moved: (2 * n + p.cols as usize) as u64 * 4,

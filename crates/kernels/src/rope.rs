@@ -68,7 +68,13 @@ impl RopeStyle {
 }
 
 /// `(a·c − b·s, a·s + b·c)` with every product rounded, as [`rotate`] computes it.
-pub(crate) fn emit_rotate(k: &mut Builder, a: Value, b: Value, c: Value, s: Value) -> (Value, Value) {
+pub(crate) fn emit_rotate(
+    k: &mut Builder,
+    a: Value,
+    b: Value,
+    c: Value,
+    s: Value,
+) -> (Value, Value) {
     let ac = k.mul(a, c);
     let bs = k.mul(b, s);
     let ra = k.sub(ac, bs);
@@ -98,7 +104,10 @@ impl RopeParams {
     }
 
     fn walk(&self) -> RowWalk {
-        RowWalk { groups: (self.n_heads + self.n_kv_heads) * self.half(), threads: self.threads }
+        RowWalk {
+            groups: (self.n_heads + self.n_kv_heads) * self.half(),
+            threads: self.threads,
+        }
     }
 
     /// One block per token.
@@ -109,15 +118,24 @@ impl RopeParams {
     fn check(&self) -> Result<(), KernelError> {
         let name = self.style.kernel_name();
         if self.head_dim < 2 || !self.head_dim.is_multiple_of(2) {
-            return Err(KernelError::unsupported(name, format!("head_dim = {} must be even", self.head_dim)));
+            return Err(KernelError::unsupported(
+                name,
+                format!("head_dim = {} must be even", self.head_dim),
+            ));
         }
         if self.n_heads == 0 || self.n_kv_heads == 0 {
-            return Err(KernelError::unsupported(name, "n_heads and n_kv_heads must be positive"));
+            return Err(KernelError::unsupported(
+                name,
+                "n_heads and n_kv_heads must be positive",
+            ));
         }
         if !self.threads.is_multiple_of(32) || !(32..=1024).contains(&self.threads) {
             return Err(KernelError::unsupported(
                 name,
-                format!("threads = {} must be a multiple of 32 in 32..=1024", self.threads),
+                format!(
+                    "threads = {} must be a multiple of 32 in 32..=1024",
+                    self.threads
+                ),
             ));
         }
         Ok(())
@@ -201,7 +219,15 @@ pub fn table(freqs: &[f64], positions: u32) -> (Vec<f32>, Vec<f32>) {
 }
 
 /// Rotate `x` (`[tokens, heads, head_dim]`) as the kernel does; NaN for bad positions.
-pub fn reference(p: &RopeParams, x: &[f32], heads: u32, pos: &[u32], cos: &[f32], sin: &[f32], n_pos: u32) -> Vec<f32> {
+pub fn reference(
+    p: &RopeParams,
+    x: &[f32],
+    heads: u32,
+    pos: &[u32],
+    cos: &[f32],
+    sin: &[f32],
+    n_pos: u32,
+) -> Vec<f32> {
     let (half, hd) = (p.half() as usize, p.head_dim as usize);
     let mut out = x.to_vec();
     for (t, &position) in pos.iter().enumerate() {
@@ -215,7 +241,10 @@ pub fn reference(p: &RopeParams, x: &[f32], heads: u32, pos: &[u32], cos: &[f32]
                     head[ib] = f32::NAN;
                     continue;
                 }
-                let (c, s) = (cos[position as usize * half + i], sin[position as usize * half + i]);
+                let (c, s) = (
+                    cos[position as usize * half + i],
+                    sin[position as usize * half + i],
+                );
                 (head[ia], head[ib]) = rotate(head[ia], head[ib], c, s);
             }
         }
@@ -229,25 +258,38 @@ pub fn reference(p: &RopeParams, x: &[f32], heads: u32, pos: &[u32], cos: &[f32]
 pub fn case(p: &RopeParams, tokens: u32, n_pos: u32, seed: u64) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     if n_pos < 2 {
-        return Err(KernelError::unsupported(p.style.kernel_name(), "a case needs n_pos >= 2"));
+        return Err(KernelError::unsupported(
+            p.style.kernel_name(),
+            "a case needs n_pos >= 2",
+        ));
     }
     let mut rng = data::rng(seed);
     let nq = (tokens * p.n_heads * p.head_dim) as usize;
     let nk = (tokens * p.n_kv_heads * p.head_dim) as usize;
     let q = data::signed(&mut rng, nq, 0.015625, 4.0);
     let kx = data::signed(&mut rng, nk, 0.015625, 4.0);
-    let mut pos: Vec<u32> = (0..tokens).map(|_| 1 + data::below(&mut rng, n_pos - 1)).collect();
+    let mut pos: Vec<u32> = (0..tokens)
+        .map(|_| 1 + data::below(&mut rng, n_pos - 1))
+        .collect();
     if tokens >= 2 {
         pos[tokens as usize - 1] = n_pos;
     }
-    let angles = data::uniform(&mut rng, (n_pos * p.half()) as usize, 0.0, std::f32::consts::TAU);
+    let angles = data::uniform(
+        &mut rng,
+        (n_pos * p.half()) as usize,
+        0.0,
+        std::f32::consts::TAU,
+    );
     let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
     let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
     let want_q = reference(p, &q, p.n_heads, &pos, &cos, &sin, n_pos);
     let want_k = reference(p, &kx, p.n_kv_heads, &pos, &cos, &sin, n_pos);
     Ok(KernelCase {
         name: p.style.kernel_name().to_string(),
-        shape: format!("{tokens} tokens, {}+{} heads of {}", p.n_heads, p.n_kv_heads, p.head_dim),
+        shape: format!(
+            "{tokens} tokens, {}+{} heads of {}",
+            p.n_heads, p.n_kv_heads, p.head_dim
+        ),
         kernel,
         launch: p.launch(tokens),
         buffers: vec![
@@ -266,8 +308,18 @@ pub fn case(p: &RopeParams, tokens: u32, n_pos: u32, seed: u64) -> Result<Kernel
             CaseArg::Scalar(Arg::U32(n_pos)),
         ],
         expected: vec![
-            Expected { buffer: 0, data: data::f32_bytes(&want_q), elem: Scalar::F32, check: Check::Exact },
-            Expected { buffer: 1, data: data::f32_bytes(&want_k), elem: Scalar::F32, check: Check::Exact },
+            Expected {
+                buffer: 0,
+                data: data::f32_bytes(&want_q),
+                elem: Scalar::F32,
+                check: Check::Exact,
+            },
+            Expected {
+                buffer: 1,
+                data: data::f32_bytes(&want_k),
+                elem: Scalar::F32,
+                check: Check::Exact,
+            },
         ],
         controls: vec![],
         bytes_moved: 2 * 4 * (nq + nk) as u64 + tokens as u64 * (4 + 4 * p.head_dim as u64),

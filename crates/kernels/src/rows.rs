@@ -14,10 +14,16 @@ use crate::error::KernelError;
 /// start 16-byte aligned) and a block that is not a whole number of warps in 32..=1024.
 pub fn check(kernel: &str, cols: u32, group: u32, threads: u32) -> Result<(), KernelError> {
     if cols == 0 || !cols.is_multiple_of(group) {
-        return Err(KernelError::unsupported(kernel, format!("cols = {cols} must be a positive multiple of {group}")));
+        return Err(KernelError::unsupported(
+            kernel,
+            format!("cols = {cols} must be a positive multiple of {group}"),
+        ));
     }
     if !threads.is_multiple_of(32) || !(32..=1024).contains(&threads) {
-        return Err(KernelError::unsupported(kernel, format!("threads = {threads} must be a multiple of 32 in 32..=1024")));
+        return Err(KernelError::unsupported(
+            kernel,
+            format!("threads = {threads} must be a multiple of 32 in 32..=1024"),
+        ));
     }
     Ok(())
 }
@@ -34,13 +40,7 @@ pub struct RowWalk {
 impl RowWalk {
     /// Emit the walk for thread `tid`: `step(k, group, carried)` returns the new carried
     /// values; the final ones are returned.
-    pub fn emit(
-        &self,
-        k: &mut Builder,
-        tid: Value,
-        init: &[Value],
-        step: Step,
-    ) -> Vec<Value> {
+    pub fn emit(&self, k: &mut Builder, tid: Value, init: &[Value], step: Step) -> Vec<Value> {
         let full = self.groups / self.threads;
         let rem = self.groups % self.threads;
         let threads = self.threads;
@@ -94,7 +94,10 @@ mod tests {
                     seen[g as usize] += 1;
                 }
             }
-            assert!(seen.iter().all(|&n| n == 1), "groups {groups}, threads {threads}");
+            assert!(
+                seen.iter().all(|&n| n == 1),
+                "groups {groups}, threads {threads}"
+            );
         }
     }
 }

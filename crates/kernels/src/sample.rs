@@ -43,7 +43,10 @@ pub struct SampleParams {
 
 impl SampleParams {
     fn walk(&self) -> RowWalk {
-        RowWalk { groups: self.cols / 4, threads: self.threads }
+        RowWalk {
+            groups: self.cols / 4,
+            threads: self.threads,
+        }
     }
 
     pub fn launch(&self, rows: u32) -> Launch {
@@ -99,7 +102,10 @@ fn emit_mass(k: &mut Builder, rc: &RowCtx, l: Value) -> Value {
 pub fn build(p: &SampleParams) -> Result<Function, KernelError> {
     rows::check(NAME, p.cols, 4, p.threads)?;
     if p.threads < 256 {
-        return Err(KernelError::unsupported(NAME, format!("threads = {} must be at least 256", p.threads)));
+        return Err(KernelError::unsupported(
+            NAME,
+            format!("threads = {} must be at least 256", p.threads),
+        ));
     }
     let t = p.threads;
     let mut k = Builder::new(NAME, t);
@@ -192,7 +198,15 @@ pub fn build(p: &SampleParams) -> Result<Function, KernelError> {
     let need = k.cvt_rnd(Scalar::U64, Some(Round::Rp), false, need);
     let one64 = k.const_u64(1);
     let need_p = k.max(need, one64);
-    let tau_p = emit_select(&mut k, p, &sc, &rc, need_p, &|k, l, key, _nan| kept_mass(k, l, key, tau_k), all);
+    let tau_p = emit_select(
+        &mut k,
+        p,
+        &sc,
+        &rc,
+        need_p,
+        &|k, l, key, _nan| kept_mass(k, l, key, tau_k),
+        all,
+    );
     let tau = k.max(tau_k, tau_p);
 
     // 4. The kept mass of this thread's share, the scan, the draw, the token.
@@ -467,14 +481,35 @@ fn key_of(l: f32) -> u32 {
 pub fn decide(row: &[f32], temperature: f32, top_k: u32, top_p: f32) -> Decision {
     let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     let c = std::f64::consts::LOG2_E / temperature as f64;
-    let mass = |l: f32| if l.is_nan() { 0.0 } else { (((l - m) as f64 * c).exp2() * MASS_ONE as f64).floor() };
-    let mut keys: Vec<u32> = row.iter().filter(|l| !l.is_nan()).map(|&l| key_of(l)).collect();
+    let mass = |l: f32| {
+        if l.is_nan() {
+            0.0
+        } else {
+            (((l - m) as f64 * c).exp2() * MASS_ONE as f64).floor()
+        }
+    };
+    let mut keys: Vec<u32> = row
+        .iter()
+        .filter(|l| !l.is_nan())
+        .map(|&l| key_of(l))
+        .collect();
     keys.sort_unstable_by(|a, b| b.cmp(a));
-    let tau_k = if top_k == 0 || top_k as usize > keys.len() { 0 } else { keys[top_k as usize - 1] };
-    let w_k: f64 = row.iter().filter(|&&l| key_of(l) >= tau_k).map(|&l| mass(l)).sum();
+    let tau_k = if top_k == 0 || top_k as usize > keys.len() {
+        0
+    } else {
+        keys[top_k as usize - 1]
+    };
+    let w_k: f64 = row
+        .iter()
+        .filter(|&&l| key_of(l) >= tau_k)
+        .map(|&l| mass(l))
+        .sum();
     let need = (w_k * top_p as f64).ceil().max(1.0);
-    let mut by_key: Vec<(u32, f64)> =
-        row.iter().filter(|&&l| key_of(l) >= tau_k && mass(l) > 0.0).map(|&l| (key_of(l), mass(l))).collect();
+    let mut by_key: Vec<(u32, f64)> = row
+        .iter()
+        .filter(|&&l| key_of(l) >= tau_k && mass(l) > 0.0)
+        .map(|&l| (key_of(l), mass(l)))
+        .collect();
     by_key.sort_unstable_by_key(|k| std::cmp::Reverse(k.0));
     let (mut run, mut tau_p) = (0.0, 0);
     for (i, &(key, w)) in by_key.iter().enumerate() {
@@ -532,8 +567,12 @@ pub fn case(p: &SampleParams, rows: u32, seed: u64) -> Result<KernelCase, Kernel
     let mut rng = data::rng(seed);
     let cols = p.cols as usize;
     // Roughly normal logits (σ ≈ 3): a sum of four uniforms, centred.
-    let parts: Vec<Vec<f32>> = (0..4).map(|_| data::uniform(&mut rng, rows as usize * cols, -3.0, 3.0)).collect();
-    let logits: Vec<f32> = (0..rows as usize * cols).map(|i| parts.iter().map(|p| p[i]).sum()).collect();
+    let parts: Vec<Vec<f32>> = (0..4)
+        .map(|_| data::uniform(&mut rng, rows as usize * cols, -3.0, 3.0))
+        .collect();
+    let logits: Vec<f32> = (0..rows as usize * cols)
+        .map(|i| parts.iter().map(|p| p[i]).sum())
+        .collect();
     let (mut temps, mut ks, mut ps, mut us, mut want) = (vec![], vec![], vec![], vec![], vec![]);
     let (mut no_temp, mut no_k) = (vec![], vec![]);
     for (r, row) in logits.chunks_exact(cols).enumerate() {
@@ -567,7 +606,9 @@ pub fn case(p: &SampleParams, rows: u32, seed: u64) -> Result<KernelCase, Kernel
         let mean = d.kept.iter().map(|k| k.1).sum::<f64>() / d.kept.len() as f64;
         // Among the tokens with room for a draw, those where the wrong twins draw
         // something else (so that they are seen to be wrong), then one at random.
-        let big: Vec<usize> = (0..d.kept.len()).filter(|&j| d.kept[j].1 >= mean / 4.0).collect();
+        let big: Vec<usize> = (0..d.kept.len())
+            .filter(|&j| d.kept[j].1 >= mean / 4.0)
+            .collect();
         let bite = |j: usize| {
             let u = d.draw_for(j);
             let t = d.draw(u);
@@ -586,7 +627,12 @@ pub fn case(p: &SampleParams, rows: u32, seed: u64) -> Result<KernelCase, Kernel
         us.push(u);
     }
     let u32s = |x: &[u32]| x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
-    let exact = |data: Vec<u8>| Expected { buffer: 5, data, elem: Scalar::U32, check: Check::Exact };
+    let exact = |data: Vec<u8>| Expected {
+        buffer: 5,
+        data,
+        elem: Scalar::U32,
+        check: Check::Exact,
+    };
     Ok(KernelCase {
         name: NAME.to_string(),
         shape: format!("{rows}x{}", p.cols),
@@ -603,8 +649,14 @@ pub fn case(p: &SampleParams, rows: u32, seed: u64) -> Result<KernelCase, Kernel
         args: (0..6).map(CaseArg::Buffer).collect(),
         expected: vec![exact(u32s(&want))],
         controls: vec![
-            Control { what: "temperature ignored".into(), expected: exact(u32s(&no_temp)) },
-            Control { what: "top-k and top-p ignored".into(), expected: exact(u32s(&no_k)) },
+            Control {
+                what: "temperature ignored".into(),
+                expected: exact(u32s(&no_temp)),
+            },
+            Control {
+                what: "top-k and top-p ignored".into(),
+                expected: exact(u32s(&no_k)),
+            },
         ],
         bytes_moved: rows as u64 * (p.cols as u64 * 4 + 20),
         flops: 0,

@@ -88,7 +88,10 @@ pub fn reference_without_log2e(g: &[bf16], u: &[bf16]) -> Vec<bf16> {
 pub fn tolerance(g: &[bf16], want: &[bf16]) -> (Vec<f64>, String) {
     let gmax = g.iter().map(|x| x.to_f64().abs()).fold(0.0, f64::max);
     let eta = 2.0 * F32_U * gmax * 1.01 + EX2_REL + DIV_REL + 2.0 * F32_U;
-    let tol = want.iter().map(|w| w.to_f64().abs() * 2f64.powi(-7) + F32_MIN_NORMAL).collect();
+    let tol = want
+        .iter()
+        .map(|w| w.to_f64().abs() * 2f64.powi(-7) + F32_MIN_NORMAL)
+        .collect();
     let explain = format!(
         "one bf16 ulp (2^-7·|want|) + 2^-126: the f32 result before rounding is within η = {eta:.2e} \
          (2u·max|g| = 2u·{gmax} for the rounded exponent, ex2.approx {EX2_REL:.2e}, div.approx {DIV_REL:.2e}, \
@@ -111,7 +114,10 @@ pub fn case(p: &SiluMulParams, n: u32, seed: u64) -> Result<KernelCase, KernelEr
         buffer: 2,
         data: data::bf16_bytes(&reference_without_log2e(&g, &u)),
         elem: Scalar::BF16,
-        check: Check::Bound { tol: tol.clone(), explain: explain.clone() },
+        check: Check::Bound {
+            tol: tol.clone(),
+            explain: explain.clone(),
+        },
     };
     Ok(KernelCase {
         name: NAME.to_string(),
@@ -123,14 +129,22 @@ pub fn case(p: &SiluMulParams, n: u32, seed: u64) -> Result<KernelCase, KernelEr
             Buffer::input("u", data::bf16_bytes(&u)),
             Buffer::output("y", bytes),
         ],
-        args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1), CaseArg::Buffer(2), CaseArg::Scalar(Arg::U32(n))],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Scalar(Arg::U32(n)),
+        ],
         expected: vec![Expected {
             buffer: 2,
             data: data::bf16_bytes(&want),
             elem: Scalar::BF16,
             check: Check::Bound { tol, explain },
         }],
-        controls: vec![Control { what: "sigmoid without the log2(e) scaling".to_string(), expected: control }],
+        controls: vec![Control {
+            what: "sigmoid without the log2(e) scaling".to_string(),
+            expected: control,
+        }],
         bytes_moved: 3 * bytes as u64,
         flops: 6 * n as u64,
     })

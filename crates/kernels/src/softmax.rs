@@ -31,7 +31,10 @@ pub struct SoftmaxParams {
 
 impl SoftmaxParams {
     fn walk(&self) -> RowWalk {
-        RowWalk { groups: self.cols / 4, threads: self.threads }
+        RowWalk {
+            groups: self.cols / 4,
+            threads: self.threads,
+        }
     }
 
     pub fn launch(&self, rows: u32) -> Launch {
@@ -151,7 +154,10 @@ pub fn tolerance(p: &SoftmaxParams, x: &[f32], want: &[f32]) -> (Vec<f64>, Strin
     let alpha = 3.0 * F32_U * d * 1.01 + EX2_REL;
     let h = p.sum_height();
     let rel = (2.0 * alpha + gamma(h) + 2.0 * F32_U) * (1.0 + 2f64.powi(-10)) + F32_U;
-    let tol = want.iter().map(|w| rel * (*w as f64).abs() + F32_MIN_NORMAL).collect();
+    let tol = want
+        .iter()
+        .map(|w| rel * (*w as f64).abs() + F32_MIN_NORMAL)
+        .collect();
     let explain = format!(
         "relative {rel:.3e}·|want| + 2^-126: 2α + γ_h + 3u with α = 3u·D + ex2.approx {EX2_REL:.2e} \
          (D = largest max−x = {d}), summation tree height h = {h}"
@@ -179,10 +185,21 @@ pub fn case(p: &SoftmaxParams, rows: u32, seed: u64) -> Result<KernelCase, Kerne
         shape: format!("{rows}x{}", p.cols),
         kernel,
         launch: p.launch(rows),
-        buffers: vec![Buffer::input("x", data::f32_bytes(&x)), Buffer::output("y", n * 4)],
+        buffers: vec![
+            Buffer::input("x", data::f32_bytes(&x)),
+            Buffer::output("y", n * 4),
+        ],
         args: vec![CaseArg::Buffer(0), CaseArg::Buffer(1)],
-        expected: vec![Expected { buffer: 1, data: data::f32_bytes(&want), elem: Scalar::F32, check }],
-        controls: vec![Control { what: "result kept at bf16 precision".to_string(), expected: control }],
+        expected: vec![Expected {
+            buffer: 1,
+            data: data::f32_bytes(&want),
+            elem: Scalar::F32,
+            check,
+        }],
+        controls: vec![Control {
+            what: "result kept at bf16 precision".to_string(),
+            expected: control,
+        }],
         bytes_moved: 2 * n as u64 * 4,
         flops: 8 * n as u64,
     })

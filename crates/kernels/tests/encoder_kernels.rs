@@ -3,7 +3,6 @@
 //! fresh seeded inputs (`QUENCH_SEED` replays a run) and poisoned outputs; bounded checks
 //! must also fail their deliberately wrong references.
 
-
 mod common;
 
 use common::{case, check};

@@ -65,7 +65,10 @@ fn gemm_bf16() {
     // last step clamped); 2 column tiles.
     check(&case("gemm_bf16", "m=200 n=256 k=96"));
     // 8 warps of 64×32, 2 stages, 1 row tile of 64 holding 37 rows.
-    check(&case("gemm_bf16", "m=37 n=128 k=160 bm=64 bn=128 wn=32 stages=2"));
+    check(&case(
+        "gemm_bf16",
+        "m=37 n=128 k=160 bm=64 bn=128 wn=32 stages=2",
+    ));
     // 4 stages of 64×64, one warp.
     check(&case("gemm_bf16", "m=70 n=64 k=192 bm=64 bn=64 stages=4"));
 }
@@ -79,12 +82,19 @@ fn gemm_bf16_residual() {
 fn gemm_bf16_to_bf16() {
     // As gemm_bf16: a partial second row tile, 2 column tiles; and 64×32 warps, 2 stages.
     check(&case("gemm_bf16_to_bf16", "m=200 n=256 k=96"));
-    check(&case("gemm_bf16_to_bf16", "m=37 n=128 k=160 bm=64 bn=128 wn=32 stages=2"));
+    check(&case(
+        "gemm_bf16_to_bf16",
+        "m=37 n=128 k=160 bm=64 bn=128 wn=32 stages=2",
+    ));
 }
 
 #[test]
 fn gemm_quantized_to_bf16() {
-    for name in ["gemm_q8_0_to_bf16", "gemm_q4_0_to_bf16", "gemm_q4_1_to_bf16"] {
+    for name in [
+        "gemm_q8_0_to_bf16",
+        "gemm_q4_0_to_bf16",
+        "gemm_q4_1_to_bf16",
+    ] {
         check(&case(name, "m=65 n=128 k=128"));
     }
     for name in ["gemm_q4_k_to_bf16", "gemm_q6_k_to_bf16"] {
@@ -96,19 +106,32 @@ fn gemm_quantized_to_bf16() {
 fn gemm_quantized() {
     // At the library's tiles: two row tiles (the second partial), two column tiles or
     // more; Q4_K and Q6_K over two super-blocks.
-    for (name, k) in [("gemm_q8_0", 128), ("gemm_q4_0", 128), ("gemm_q4_1", 192), ("gemm_q4_k", 512), ("gemm_q6_k", 512)] {
+    for (name, k) in [
+        ("gemm_q8_0", 128),
+        ("gemm_q4_0", 128),
+        ("gemm_q4_1", 192),
+        ("gemm_q4_k", 512),
+        ("gemm_q6_k", 512),
+    ] {
         check(&case(name, &format!("m=150 n=256 k={k}")));
     }
     // 64×32 warp tiles with half-row dequantization items, 3 stages.
     check(&case("gemm_q4_0", "m=100 n=128 k=192 bn=64 wn=32 stages=3"));
     // Whole-row items (64 threads for 64 rows), 4 stages, and 2.
-    check(&case("gemm_q8_0", "m=40 n=64 k=256 bm=64 bn=64 wn=32 stages=4"));
+    check(&case(
+        "gemm_q8_0",
+        "m=40 n=64 k=256 bm=64 bn=64 wn=32 stages=4",
+    ));
     check(&case("gemm_q6_k", "m=40 n=64 k=512 bm=64 stages=2"));
 }
 
 #[test]
 fn gemm_quantized_residual() {
-    for name in ["gemm_q8_0_residual", "gemm_q4_0_residual", "gemm_q4_1_residual"] {
+    for name in [
+        "gemm_q8_0_residual",
+        "gemm_q4_0_residual",
+        "gemm_q4_1_residual",
+    ] {
         check(&case(name, "m=65 n=128 k=128"));
     }
     for name in ["gemm_q4_k_residual", "gemm_q6_k_residual"] {
@@ -136,7 +159,12 @@ fn embed_quantized_tables() {
 #[test]
 fn norm_residual() {
     // 146 groups over 64 threads: two full walk steps and a guarded one.
-    for name in ["rmsnorm_residual_bf16", "rmsnorm_residual_f32", "layernorm_residual_bf16", "layernorm_residual_f32"] {
+    for name in [
+        "rmsnorm_residual_bf16",
+        "rmsnorm_residual_f32",
+        "layernorm_residual_bf16",
+        "layernorm_residual_f32",
+    ] {
         check(&case(name, "rows=3 cols=584 threads=64"));
     }
     // One warp (no shared-memory stage), SmolLM2's width.
@@ -147,10 +175,16 @@ fn norm_residual() {
 fn rope() {
     // GQA: 4 query heads and 2 key heads of 64; 192 pairs over 64 threads.
     for name in ["rope_neox_f32", "rope_gptj_f32"] {
-        check(&case(name, "tokens=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 threads=64"));
+        check(&case(
+            name,
+            "tokens=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 threads=64",
+        ));
     }
     // 5 + 1 heads of 128: 384 pairs over 256 threads (a full walk step and a guarded one).
-    check(&case("rope_neox_f32", "tokens=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 threads=256"));
+    check(&case(
+        "rope_neox_f32",
+        "tokens=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 threads=256",
+    ));
 }
 
 /// Every epilogue of a matrix–vector kernel on one shape: 6 rows (quantized: two per
@@ -158,17 +192,32 @@ fn rope() {
 /// so that its wrong-answer control is judged on enough outputs.
 fn check_gemv_family(base: &str, params: &str) {
     check(&case(base, &format!("rows=6 {params}")));
-    check(&case(&format!("{base}_residual"), &format!("rows=5 {params}")));
-    check(&case(&format!("{base}_residual"), &format!("rows=6 {params}")));
-    check(&case(&format!("{base}_swiglu"), &format!("rows=9 {params}")));
+    check(&case(
+        &format!("{base}_residual"),
+        &format!("rows=5 {params}"),
+    ));
+    check(&case(
+        &format!("{base}_residual"),
+        &format!("rows=6 {params}"),
+    ));
+    check(&case(
+        &format!("{base}_swiglu"),
+        &format!("rows=9 {params}"),
+    ));
 }
 
 #[test]
 fn gemv_f16_and_fused_bf16() {
     // 72 pieces of 8 (SmolLM2's 576): one unrolled step of 64, then 8 lanes.
     check_gemv_family("gemv_f16", "cols=576 warps=2 unroll=2");
-    check(&case("gemv_bf16_residual", "rows=5 cols=576 warps=2 unroll=2"));
-    check(&case("gemv_bf16_swiglu", "rows=9 cols=576 warps=4 unroll=1"));
+    check(&case(
+        "gemv_bf16_residual",
+        "rows=5 cols=576 warps=2 unroll=2",
+    ));
+    check(&case(
+        "gemv_bf16_swiglu",
+        "rows=9 cols=576 warps=4 unroll=1",
+    ));
 }
 
 #[test]
@@ -223,34 +272,70 @@ fn gemv_rmsnorm_prologue() {
     }
     // One warp (no shared reduction stage), SmolLM2's width; and a row of fewer groups
     // than threads (a guarded step only).
-    check(&case("qgemv_q4_1_rmsnorm_xf32", "rows=3 cols=576 warps=1 unroll=2"));
-    check(&case("gemv_f16_rmsnorm_residual_xf32", "rows=9 cols=128 warps=4 unroll=1"));
+    check(&case(
+        "qgemv_q4_1_rmsnorm_xf32",
+        "rows=3 cols=576 warps=1 unroll=2",
+    ));
+    check(&case(
+        "gemv_f16_rmsnorm_residual_xf32",
+        "rows=9 cols=128 warps=4 unroll=1",
+    ));
 }
 
 /// [`check_gemv_family`] of the kernels with the RMSNorm prologue.
 fn check_gemv_family_rmsnorm(base: &str, params: &str) {
-    check(&case(&format!("{base}_rmsnorm_xf32"), &format!("rows=6 {params}")));
-    check(&case(&format!("{base}_rmsnorm_residual_xf32"), &format!("rows=5 {params}")));
-    check(&case(&format!("{base}_rmsnorm_swiglu_xf32"), &format!("rows=9 {params}")));
+    check(&case(
+        &format!("{base}_rmsnorm_xf32"),
+        &format!("rows=6 {params}"),
+    ));
+    check(&case(
+        &format!("{base}_rmsnorm_residual_xf32"),
+        &format!("rows=5 {params}"),
+    ));
+    check(&case(
+        &format!("{base}_rmsnorm_swiglu_xf32"),
+        &format!("rows=9 {params}"),
+    ));
 }
 
 /// [`check_gemv_family`] of the f32-activation kernels.
 fn check_gemv_family_xf32(base: &str, params: &str) {
     check(&case(&format!("{base}_xf32"), &format!("rows=6 {params}")));
-    check(&case(&format!("{base}_residual_xf32"), &format!("rows=5 {params}")));
-    check(&case(&format!("{base}_residual_xf32"), &format!("rows=6 {params}")));
-    check(&case(&format!("{base}_swiglu_xf32"), &format!("rows=9 {params}")));
+    check(&case(
+        &format!("{base}_residual_xf32"),
+        &format!("rows=5 {params}"),
+    ));
+    check(&case(
+        &format!("{base}_residual_xf32"),
+        &format!("rows=6 {params}"),
+    ));
+    check(&case(
+        &format!("{base}_swiglu_xf32"),
+        &format!("rows=9 {params}"),
+    ));
 }
 
 #[test]
 fn attention_decode() {
     // 4 splits of 64 tokens; GQA 4/2 of 64; the second sequence leaves its last split empty.
-    check(&case("attention_decode_bf16", "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64"));
+    check(&case(
+        "attention_decode_bf16",
+        "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64",
+    ));
     // 6 query heads on one kv head of 128 (6 accumulators per thread), 2 splits of 128.
-    check(&case("attention_decode_bf16", "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
+    check(&case(
+        "attention_decode_bf16",
+        "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128",
+    ));
     // The f16 cache on both shapes.
-    check(&case("attention_decode_f16", "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64"));
-    check(&case("attention_decode_f16", "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
+    check(&case(
+        "attention_decode_f16",
+        "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64",
+    ));
+    check(&case(
+        "attention_decode_f16",
+        "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128",
+    ));
 }
 
 #[test]
@@ -258,25 +343,46 @@ fn attention_decode_merged_by_the_last_split() {
     // As above, the last split of each (sequence, kv head) merging: 4 splits, GQA 4/2; 2
     // splits, 6 heads on one kv head; and one split (the merge of a single partial).
     for name in ["attention_decode_merge_bf16", "attention_decode_merge_f16"] {
-        check(&case(name, "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64"));
-        check(&case(name, "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
+        check(&case(
+            name,
+            "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64",
+        ));
+        check(&case(
+            name,
+            "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128",
+        ));
     }
-    check(&case("attention_decode_merge_f16", "head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=4 split=64 threads=32"));
-    check(&case("attention_decode_merge_f32", "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128"));
+    check(&case(
+        "attention_decode_merge_f16",
+        "head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=4 split=64 threads=32",
+    ));
+    check(&case(
+        "attention_decode_merge_f32",
+        "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128",
+    ));
 }
 
 #[test]
 fn attention_prefill() {
     // 70 queries after a prefix of 37: two query tiles (the second with 6 rows), key tiles
     // up to position 106 (the last partly past the cache); GQA 4/2 of 64.
-    check(&case("attention_prefill_bf16", "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=8 q_start=37 n_q=70"));
+    check(&case(
+        "attention_prefill_bf16",
+        "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=8 q_start=37 n_q=70",
+    ));
     // A whole prompt of 64, heads of 128.
-    check(&case("attention_prefill_bf16", "head_dim=128 n_heads=2 n_kv_heads=1 max_blocks=4 q_start=0 n_q=64"));
+    check(&case(
+        "attention_prefill_bf16",
+        "head_dim=128 n_heads=2 n_kv_heads=1 max_blocks=4 q_start=0 n_q=64",
+    ));
     // Three query tiles (started last first), the middle one walking 3 key tiles with the
     // next tile's keys in flight, the last ending 22 rows into its tile; the first tile's
     // last warp starts at position 62, so its first key tile crosses its rows by one key;
     // the last key tile reaches past the block table (rows clamped into the cache).
-    check(&case("attention_prefill_bf16", "head_dim=128 n_heads=2 n_kv_heads=1 max_blocks=11 q_start=14 n_q=150"));
+    check(&case(
+        "attention_prefill_bf16",
+        "head_dim=128 n_heads=2 n_kv_heads=1 max_blocks=11 q_start=14 n_q=150",
+    ));
 }
 
 #[test]
@@ -289,7 +395,10 @@ fn attention_prefill_f16() {
     ));
     // Heads of 128, GQA 3/1, 41 queries after a prefix of 80 (two key tiles before the
     // chunk's first row).
-    check(&case("attention_prefill_f16", "head_dim=128 n_heads=3 n_kv_heads=1 max_blocks=8 q_start=80 n_q=41"));
+    check(&case(
+        "attention_prefill_f16",
+        "head_dim=128 n_heads=3 n_kv_heads=1 max_blocks=8 q_start=80 n_q=41",
+    ));
 }
 
 #[test]
@@ -300,38 +409,75 @@ fn attention_prefill_f32() {
         "attention_prefill_f32",
         "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=8 q_start=37 n_q=70 q_stride=320",
     ));
-    check(&case("attention_prefill_f32", "head_dim=128 n_heads=3 n_kv_heads=1 max_blocks=8 q_start=80 n_q=41"));
+    check(&case(
+        "attention_prefill_f32",
+        "head_dim=128 n_heads=3 n_kv_heads=1 max_blocks=8 q_start=80 n_q=41",
+    ));
 }
 
 #[test]
 fn kv_append() {
     // 2 kv heads of 64: 32 groups over 32 threads; the last token is past the cache.
-    check(&case("kv_append_bf16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
+    check(&case(
+        "kv_append_bf16",
+        "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32",
+    ));
     // 8 heads of 128: 256 groups over 96 threads (two full walk steps and a guarded one).
-    check(&case("kv_append_bf16", "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96"));
-    check(&case("kv_append_f16", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
-    check(&case("kv_append_f16", "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96"));
-    check(&case("kv_append_f32", "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"));
+    check(&case(
+        "kv_append_bf16",
+        "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96",
+    ));
+    check(&case(
+        "kv_append_f16",
+        "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32",
+    ));
+    check(&case(
+        "kv_append_f16",
+        "tokens=3 n_seqs=2 head_dim=128 n_kv_heads=8 max_blocks=3 threads=96",
+    ));
+    check(&case(
+        "kv_append_f32",
+        "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32",
+    ));
 }
 
 #[test]
 fn rope_append() {
     // GQA 4/2 heads of 64 over 2 warps (3 rounds of heads, 32 pairs a head: one per lane);
     // 7 tokens into 3 sequences of 32 positions, the tables longer than the cache.
-    for name in ["rope_append_neox_f16", "rope_append_gptj_f16", "rope_append_neox_qknorm_f16", "rope_append_gptj_qknorm_f16"] {
-        check(&case(name, "tokens=7 n_seqs=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=2 threads=64"));
+    for name in [
+        "rope_append_neox_f16",
+        "rope_append_gptj_f16",
+        "rope_append_neox_qknorm_f16",
+        "rope_append_gptj_qknorm_f16",
+    ] {
+        check(&case(
+            name,
+            "tokens=7 n_seqs=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=2 threads=64",
+        ));
     }
     // 5 + 1 heads of 128 on 8 warps (two idle; two pairs a lane); the tables shorter than
     // the cache, so the last token's position is in the cache but not the tables.
-    for name in ["rope_append_neox_bf16", "rope_append_gptj_bf16", "rope_append_neox_qknorm_bf16", "rope_append_gptj_qknorm_bf16"] {
+    for name in [
+        "rope_append_neox_bf16",
+        "rope_append_gptj_bf16",
+        "rope_append_neox_qknorm_bf16",
+        "rope_append_gptj_qknorm_bf16",
+    ] {
         check(&case(name, "tokens=3 n_seqs=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 max_blocks=3 threads=256"));
     }
     // An f32 cache: keys and values stored as computed.
     for name in ["rope_append_neox_f32", "rope_append_gptj_qknorm_f32"] {
-        check(&case(name, "tokens=7 n_seqs=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=2 threads=64"));
+        check(&case(
+            name,
+            "tokens=7 n_seqs=3 n_pos=40 head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=2 threads=64",
+        ));
     }
     // Heads of 32 (16 pairs: half the lanes idle) on one warp.
-    check(&case("rope_append_neox_qknorm_f16", "tokens=2 n_seqs=1 n_pos=48 head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=3 threads=32"));
+    check(&case(
+        "rope_append_neox_qknorm_f16",
+        "tokens=2 n_seqs=1 n_pos=48 head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=3 threads=32",
+    ));
     // Tokens' q, k and v read (and q written) in place in a fused projection's rows of
     // (4 + 2 + 2) heads of 64.
     check(&case(
@@ -342,10 +488,22 @@ fn rope_append() {
 
 #[test]
 fn attention_merge() {
-    check(&case("attention_merge_bf16", "rows=6 head_dim=64 n_splits=5"));
-    check(&case("attention_merge_bf16", "rows=3 head_dim=128 n_splits=2"));
-    check(&case("attention_merge_f32", "rows=6 head_dim=64 n_splits=5"));
-    check(&case("attention_merge_f32", "rows=3 head_dim=128 n_splits=2"));
+    check(&case(
+        "attention_merge_bf16",
+        "rows=6 head_dim=64 n_splits=5",
+    ));
+    check(&case(
+        "attention_merge_bf16",
+        "rows=3 head_dim=128 n_splits=2",
+    ));
+    check(&case(
+        "attention_merge_f32",
+        "rows=6 head_dim=64 n_splits=5",
+    ));
+    check(&case(
+        "attention_merge_f32",
+        "rows=3 head_dim=128 n_splits=2",
+    ));
 }
 
 #[test]

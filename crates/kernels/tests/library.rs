@@ -148,7 +148,9 @@ fn names_are_unique_and_complete() {
     );
     for spec in library() {
         assert!(!spec.description.is_empty());
-        let f = spec.build(&spec.default_params()).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        let f = spec
+            .build(&spec.default_params())
+            .unwrap_or_else(|e| panic!("{}: {e}", spec.name));
         assert_eq!(f.name, spec.name);
     }
 }
@@ -156,10 +158,19 @@ fn names_are_unique_and_complete() {
 #[test]
 fn unknown_kernels_and_parameters_are_named() {
     let e = find("gemv_f64").unwrap_err();
-    assert!(matches!(e, KernelError::UnknownKernel { .. }) && e.to_string().contains("gemv_f64"), "{e}");
+    assert!(
+        matches!(e, KernelError::UnknownKernel { .. }) && e.to_string().contains("gemv_f64"),
+        "{e}"
+    );
     let gemv = find("gemv_bf16").unwrap();
-    let e = gemv.parse_params("rows=64,colums=8").unwrap_err().to_string();
-    assert!(e.contains("gemv_bf16") && e.contains("`colums`") && e.contains("cols"), "{e}");
+    let e = gemv
+        .parse_params("rows=64,colums=8")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("gemv_bf16") && e.contains("`colums`") && e.contains("cols"),
+        "{e}"
+    );
     let e = gemv.parse_params("rows=sixty").unwrap_err().to_string();
     assert!(e.contains("rows=sixty"), "{e}");
 }
@@ -170,7 +181,10 @@ fn unsupported_shapes_are_refused_by_name() {
         let spec = find(kernel).unwrap();
         let p = spec.parse_params(params).unwrap();
         let e = spec.build(&p).unwrap_err().to_string();
-        assert!(e.contains(kernel) && e.contains(needle), "{kernel} {params}: {e}");
+        assert!(
+            e.contains(kernel) && e.contains(needle),
+            "{kernel} {params}: {e}"
+        );
         let e = spec.make_case(&p, 1).unwrap_err().to_string();
         assert!(e.contains(needle), "{kernel} {params}: {e}");
     };
@@ -181,14 +195,21 @@ fn unsupported_shapes_are_refused_by_name() {
     refuse("rmsnorm_bf16", "cols=12", "multiple of 8");
     refuse("softmax_f32", "cols=10", "multiple of 4");
     refuse("reduce_sum_f32", "threads=48", "multiple of 32");
-    let e = find("add_f32").unwrap().build(&find("add_f32").unwrap().parse_params("threads=2048").unwrap());
+    let e = find("add_f32").unwrap().build(
+        &find("add_f32")
+            .unwrap()
+            .parse_params("threads=2048")
+            .unwrap(),
+    );
     assert!(e.unwrap_err().to_string().contains("threads=2048"));
 }
 
 #[test]
 fn timing_runs_on_any_executor() {
     let spec = find("add_f32").unwrap();
-    let case = spec.make_case(&spec.parse_params("n=100 threads=32").unwrap(), 3).unwrap();
+    let case = spec
+        .make_case(&spec.parse_params("n=100 threads=32").unwrap(), 3)
+        .unwrap();
     let t = time_case(&mut InterpExecutor::new(), &case, 1, 3).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(t.reps, 3);
     assert!(t.min_ms <= t.median_ms && t.median_ms <= t.max_ms);

@@ -8,7 +8,9 @@ use quench_ptx::ptxas::assemble;
 fn every_kernel_assembles() {
     let mut failures = vec![];
     for spec in library() {
-        let f = spec.build(&spec.default_params()).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        let f = spec
+            .build(&spec.default_params())
+            .unwrap_or_else(|e| panic!("{}: {e}", spec.name));
         let ptx = match quench_ptx::emit(&f) {
             Ok(p) => p,
             Err(e) => {

@@ -68,11 +68,23 @@ fn every_vector_matches_the_reference() {
         }
     }
     // Q6_K, and bf16 activations (8 a word), on one form each.
-    let p = params(WeightFormat::Q6K, Prologue::None, Epilogue::Residual, 2304, 8);
+    let p = params(
+        WeightFormat::Q6K,
+        Prologue::None,
+        Epilogue::Residual,
+        2304,
+        8,
+    );
     common::check(&qgemv::case(&p, 9, s).expect("case"));
     let p = QGemvParams {
         act: OutType::BF16,
-        ..params(WeightFormat::Q4_0, Prologue::None, Epilogue::SwiGlu, 2112, 4)
+        ..params(
+            WeightFormat::Q4_0,
+            Prologue::None,
+            Epilogue::SwiGlu,
+            2112,
+            4,
+        )
     };
     common::check(&qgemv::case(&p, 6, s).expect("case"));
 }
@@ -81,10 +93,34 @@ fn every_vector_matches_the_reference() {
 fn a_vector_has_the_same_bits_alone_and_in_a_batch() {
     let s = seed();
     let forms = [
-        (WeightFormat::Q4_1, 2112, Prologue::RmsNorm, Epilogue::SwiGlu, OutType::F32),
-        (WeightFormat::Q4K, 2304, Prologue::RmsNorm, Epilogue::Plain, OutType::F32),
-        (WeightFormat::F16, 320, Prologue::None, Epilogue::Residual, OutType::F32),
-        (WeightFormat::BF16, 320, Prologue::None, Epilogue::SwiGlu, OutType::BF16),
+        (
+            WeightFormat::Q4_1,
+            2112,
+            Prologue::RmsNorm,
+            Epilogue::SwiGlu,
+            OutType::F32,
+        ),
+        (
+            WeightFormat::Q4K,
+            2304,
+            Prologue::RmsNorm,
+            Epilogue::Plain,
+            OutType::F32,
+        ),
+        (
+            WeightFormat::F16,
+            320,
+            Prologue::None,
+            Epilogue::Residual,
+            OutType::F32,
+        ),
+        (
+            WeightFormat::BF16,
+            320,
+            Prologue::None,
+            Epilogue::SwiGlu,
+            OutType::BF16,
+        ),
     ];
     for (i, (format, cols, prologue, epilogue, act)) in forms.into_iter().enumerate() {
         let p = QGemvParams {
@@ -122,7 +158,10 @@ fn the_decode_steps_batched_kernels_assemble_without_spills() {
                     ..params(format, prologue, epilogue, cols, batch)
                 };
                 let f = qgemv::build(&p).expect("builds");
-                failures.extend(common::spill_failure(&f, &format!("batch {batch} cols {cols:>5}")));
+                failures.extend(common::spill_failure(
+                    &f,
+                    &format!("batch {batch} cols {cols:>5}"),
+                ));
             }
         }
     }

@@ -21,7 +21,13 @@ use common::{seed, QGEMV_SHAPES as SHAPES};
 /// 2 warps a block and at most 3 blocks. 14 rows pair up per warp (quantized, one vector
 /// a pass) into 4 groups, the last with one warp idle; otherwise 13 rows make 7 groups,
 /// the last half full: blocks of 2 or 3 groups either way.
-fn capped(format: WeightFormat, prologue: Prologue, epilogue: Epilogue, cols: u32, batch: u32) -> QGemvParams {
+fn capped(
+    format: WeightFormat,
+    prologue: Prologue,
+    epilogue: Epilogue,
+    cols: u32,
+    batch: u32,
+) -> QGemvParams {
     let p = QGemvParams {
         format,
         prologue,
@@ -44,9 +50,19 @@ fn capped(format: WeightFormat, prologue: Prologue, epilogue: Epilogue, cols: u3
 /// Checks the capped case against its reference, then runs the same inputs through the
 /// kernel with a block per group: the outputs must be the same bits.
 fn check_against_uncapped(case: &KernelCase, p: &QGemvParams) {
-    assert!(p.launch().grid[0] < p.groups(), "{}: the grid is not capped", case.name);
+    assert!(
+        p.launch().grid[0] < p.groups(),
+        "{}: the grid is not capped",
+        case.name
+    );
     let capped = common::check(case);
-    let uncapped = common::rebuilt(case, &QGemvParams { max_blocks: 0, ..*p });
+    let uncapped = common::rebuilt(
+        case,
+        &QGemvParams {
+            max_blocks: 0,
+            ..*p
+        },
+    );
     common::assert_same_bits(&uncapped, &capped, "from the kernel with a block per group");
 }
 
@@ -63,27 +79,51 @@ fn capped_grids_match_the_reference_and_the_uncapped_kernel() {
                 check_against_uncapped(&qgemv::case(&p, n, seed).expect("case"), &p);
             }
             let p = capped(format, prologue, Epilogue::Residual, cols, batch);
-            check_against_uncapped(&qgemv::case_with(&p, n, Addend::Bias, seed).expect("case"), &p);
+            check_against_uncapped(
+                &qgemv::case_with(&p, n, Addend::Bias, seed).expect("case"),
+                &p,
+            );
         }
     }
     // bf16 activations, with passes of one vector and of several.
     for (batch, n) in [(1, 1), (4, 6)] {
-        let p = capped(WeightFormat::Q4_1, Prologue::None, Epilogue::SwiGlu, 128, batch);
-        let p = QGemvParams { act: OutType::BF16, ..p };
+        let p = capped(
+            WeightFormat::Q4_1,
+            Prologue::None,
+            Epilogue::SwiGlu,
+            128,
+            batch,
+        );
+        let p = QGemvParams {
+            act: OutType::BF16,
+            ..p
+        };
         check_against_uncapped(&qgemv::case(&p, n, s ^ batch as u64).expect("case"), &p);
     }
 }
 
 #[test]
 fn the_grid_is_the_groups_or_the_cap_whichever_is_fewer() {
-    let p = QGemvParams { max_blocks: 0, ..capped(WeightFormat::Q8_0, Prologue::None, Epilogue::Plain, 64, 1) };
+    let p = QGemvParams {
+        max_blocks: 0,
+        ..capped(WeightFormat::Q8_0, Prologue::None, Epilogue::Plain, 64, 1)
+    };
     for (rows, groups) in [(14, 4), (16, 4), (17, 9), (1, 1)] {
         let p = QGemvParams { rows, ..p };
         assert_eq!(p.groups(), groups, "{rows} rows");
         assert_eq!(p.launch().grid, [groups, 1, 1], "{rows} rows, uncapped");
         for cap in [1, groups - 1, groups, groups + 5] {
             let blocks = if cap == 0 { groups } else { cap.min(groups) };
-            assert_eq!(QGemvParams { max_blocks: cap, ..p }.launch().grid, [blocks, 1, 1], "{rows} rows, cap {cap}");
+            assert_eq!(
+                QGemvParams {
+                    max_blocks: cap,
+                    ..p
+                }
+                .launch()
+                .grid,
+                [blocks, 1, 1],
+                "{rows} rows, cap {cap}"
+            );
         }
     }
 }
@@ -119,7 +159,10 @@ fn the_decode_steps_capped_kernels_assemble_without_spills() {
                         max_blocks: 132 * 8,
                     };
                     let f = qgemv::build(&p).expect("builds");
-                    failures.extend(common::spill_failure(&f, &format!("batch {batch} cols {cols:>5}")));
+                    failures.extend(common::spill_failure(
+                        &f,
+                        &format!("batch {batch} cols {cols:>5}"),
+                    ));
                 }
             }
         }

@@ -19,7 +19,13 @@ use common::seed;
 
 const FORMATS: [WeightFormat; 2] = [WeightFormat::Q4K, WeightFormat::Q8_0];
 
-fn params(format: WeightFormat, prologue: Prologue, epilogue: Epilogue, rows: u32, cols: u32) -> QGemvParams {
+fn params(
+    format: WeightFormat,
+    prologue: Prologue,
+    epilogue: Epilogue,
+    rows: u32,
+    cols: u32,
+) -> QGemvParams {
     QGemvParams {
         format,
         prologue,
@@ -54,8 +60,18 @@ fn products_match_the_reference_and_the_exact_bound() {
                     if prologue == Prologue::RmsNorm && act != OutType::F32 {
                         continue;
                     }
-                    let p = QGemvParams { unroll, max_blocks, act, ..params(format, prologue, epilogue, rows, cols) };
-                    let case = qgemv::case(&p, n, s ^ (f as u64) << 16 ^ (i as u64) << 8 ^ epilogue as u64).expect("case");
+                    let p = QGemvParams {
+                        unroll,
+                        max_blocks,
+                        act,
+                        ..params(format, prologue, epilogue, rows, cols)
+                    };
+                    let case = qgemv::case(
+                        &p,
+                        n,
+                        s ^ (f as u64) << 16 ^ (i as u64) << 8 ^ epilogue as u64,
+                    )
+                    .expect("case");
                     common::check(&case);
                 }
             }
@@ -71,7 +87,12 @@ fn chunked_passes_match_and_keep_each_vectors_bits() {
     let s = seed();
     for (f, format) in FORMATS.into_iter().enumerate() {
         for (i, epilogue) in Epilogue::ALL.into_iter().enumerate() {
-            let p = QGemvParams { unroll: 1, batch: 8, max_blocks: 2, ..params(format, Prologue::None, epilogue, 6, 4352) };
+            let p = QGemvParams {
+                unroll: 1,
+                batch: 8,
+                max_blocks: 2,
+                ..params(format, Prologue::None, epilogue, 6, 4352)
+            };
             assert_eq!(integer::chunk_cols(&p), 2048);
             let n = 9;
             let case = qgemv::case(&p, n, s ^ (f as u64) << 8 ^ i as u64).expect("case");
@@ -82,7 +103,9 @@ fn chunked_passes_match_and_keep_each_vectors_bits() {
 }
 
 fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+    b.chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }
 
 /// The kernel's outputs and the inputs of a one-vector case of `p`.
@@ -95,8 +118,17 @@ fn run(p: &QGemvParams) -> (Vec<f32>, Vec<u8>, Vec<f32>) {
 
 /// Whether `wrong` differs from the kernel's `got` in most rows.
 fn assert_mostly_differs(what: &str, got: &[f32], wrong: &[f32]) {
-    let differs = got.iter().zip(wrong).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
-    assert!(differs * 2 > wrong.len(), "the variant with {what} matches on {} of {} rows", wrong.len() - differs, wrong.len());
+    let differs = got
+        .iter()
+        .zip(wrong)
+        .filter(|(g, w)| g.to_bits() != w.to_bits())
+        .count();
+    assert!(
+        differs * 2 > wrong.len(),
+        "the variant with {what} matches on {} of {} rows",
+        wrong.len() - differs,
+        wrong.len()
+    );
 }
 
 /// The bit-for-bit check also tells the wrong variants from the kernel: their outputs
@@ -104,7 +136,10 @@ fn assert_mostly_differs(what: &str, got: &[f32], wrong: &[f32]) {
 /// changed the way the mistake reads them.
 #[test]
 fn the_wrong_variants_fail_the_exact_check() {
-    let p = QGemvParams { max_blocks: 3, ..params(WeightFormat::Q4K, Prologue::None, Epilogue::Plain, 14, 1024) };
+    let p = QGemvParams {
+        max_blocks: 3,
+        ..params(WeightFormat::Q4K, Prologue::None, Epilogue::Plain, 14, 1024)
+    };
     let (got, w, x) = run(&p);
     // A kernel that took each quant byte's high nibble as its low one computes the
     // products of the weights with every quant byte's nibbles swapped.
@@ -115,10 +150,16 @@ fn the_wrong_variants_fail_the_exact_check() {
         }
     }
     let nibbles = qgemv::dots(&p, &swapped, &x).expect("reference");
-    assert_eq!(nibbles, integer::dots(&p, &w, &x, integer::Variant::NibblesSwapped));
+    assert_eq!(
+        nibbles,
+        integer::dots(&p, &w, &x, integer::Variant::NibblesSwapped)
+    );
     assert_mostly_differs("nibbles swapped", &got, &nibbles);
 
-    let p = QGemvParams { format: WeightFormat::Q8_0, ..p };
+    let p = QGemvParams {
+        format: WeightFormat::Q8_0,
+        ..p
+    };
     let (got8, w8, x8) = run(&p);
     // One that took each piece's two block scales the other way round: the products of
     // the weights with the scales of every pair of blocks exchanged.
@@ -128,11 +169,29 @@ fn the_wrong_variants_fail_the_exact_check() {
         a[..2].swap_with_slice(&mut b[..2]);
     }
     let scales = qgemv::dots(&p, &swapped, &x8).expect("reference");
-    assert_eq!(scales, integer::dots(&p, &w8, &x8, integer::Variant::ScalesSwapped));
+    assert_eq!(
+        scales,
+        integer::dots(&p, &w8, &x8, integer::Variant::ScalesSwapped)
+    );
     assert_mostly_differs("block scales swapped", &got8, &scales);
 
-    for (p, got, w, x) in [(QGemvParams { format: WeightFormat::Q4K, ..p }, &got, &w, &x), (p, &got8, &w8, &x8)] {
-        assert_mostly_differs("planes swapped", got, &integer::dots(&p, w, x, integer::Variant::PlanesSwapped));
+    for (p, got, w, x) in [
+        (
+            QGemvParams {
+                format: WeightFormat::Q4K,
+                ..p
+            },
+            &got,
+            &w,
+            &x,
+        ),
+        (p, &got8, &w8, &x8),
+    ] {
+        assert_mostly_differs(
+            "planes swapped",
+            got,
+            &integer::dots(&p, w, x, integer::Variant::PlanesSwapped),
+        );
     }
 }
 
@@ -145,15 +204,27 @@ fn every_shape_fits_in_shared_memory() {
             for (warps, unroll) in [(1, 1), (4, 2), (32, 2)] {
                 for prologue in [Prologue::None, Prologue::RmsNorm] {
                     for batch in [1, 3, 8] {
-                        if prologue == Prologue::RmsNorm && batch * cols > qgemv::prologue::MAX_COLS {
+                        if prologue == Prologue::RmsNorm && batch * cols > qgemv::prologue::MAX_COLS
+                        {
                             continue;
                         }
                         for epilogue in Epilogue::ALL {
-                            let p = QGemvParams { warps, unroll, batch, ..params(format, prologue, epilogue, 64, cols) };
-                            let f = qgemv::build(&p).unwrap_or_else(|e| panic!("{format:?} {cols} cols, batch {batch}: {e}"));
+                            let p = QGemvParams {
+                                warps,
+                                unroll,
+                                batch,
+                                ..params(format, prologue, epilogue, 64, cols)
+                            };
+                            let f = qgemv::build(&p).unwrap_or_else(|e| {
+                                panic!("{format:?} {cols} cols, batch {batch}: {e}")
+                            });
                             assert!(f.shared_bytes() <= quench_ir::func::MAX_STATIC_SHARED_BYTES);
                             if prologue == Prologue::RmsNorm {
-                                assert_eq!(integer::chunk_cols(&p), cols, "the prologue's vectors are staged whole");
+                                assert_eq!(
+                                    integer::chunk_cols(&p),
+                                    cols,
+                                    "the prologue's vectors are staged whole"
+                                );
                             }
                         }
                     }
@@ -184,8 +255,17 @@ fn decode_kernels_assemble_without_spills() {
     let mut failures = vec![];
     for format in FORMATS {
         for (what, prologue, epilogue, rows, cols) in products {
-            let one = QGemvParams { warps: 8, max_blocks: 132, ..params(format, prologue, epilogue, rows, cols) };
-            let many = QGemvParams { prologue: Prologue::None, unroll: 1, batch: 8, ..one };
+            let one = QGemvParams {
+                warps: 8,
+                max_blocks: 132,
+                ..params(format, prologue, epilogue, rows, cols)
+            };
+            let many = QGemvParams {
+                prologue: Prologue::None,
+                unroll: 1,
+                batch: 8,
+                ..one
+            };
             for p in [one, many] {
                 let f = qgemv::build(&p).expect("builds");
                 let name = format!("{format:?} {what:<8} {rows:>6}x{cols:<5} batch {}", p.batch);

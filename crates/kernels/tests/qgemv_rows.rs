@@ -32,7 +32,13 @@ fn widest_rows(format: WeightFormat, epilogue: Epilogue) -> u32 {
 /// 3 warps a block. 20 rows make row groups of 12, 6 or 3 rows (4, 2 or 1 a warp) with
 /// the last one part full (8, 2 or 2 rows); capped, 44 rows make 4, 8 or 15 groups over
 /// 3 blocks.
-fn params(format: WeightFormat, epilogue: Epilogue, cols: u32, batch: u32, capped: bool) -> QGemvParams {
+fn params(
+    format: WeightFormat,
+    epilogue: Epilogue,
+    cols: u32,
+    batch: u32,
+    capped: bool,
+) -> QGemvParams {
     QGemvParams {
         format,
         prologue: Prologue::None,
@@ -56,11 +62,25 @@ fn rows_a_warp_follow_the_format_the_batch_and_the_row_count() {
             assert_eq!(p.rows_per_warp(), widest, "{}", p.name());
             // Halved until it divides the rows.
             for (rows, want) in [(22, widest.min(2)), (21, 1), (4100, widest)] {
-                assert_eq!(QGemvParams { rows, ..p }.rows_per_warp(), want, "{} {rows} rows", p.name());
+                assert_eq!(
+                    QGemvParams { rows, ..p }.rows_per_warp(),
+                    want,
+                    "{} {rows} rows",
+                    p.name()
+                );
             }
             // One vector a pass: two rows of a quantized matrix, one otherwise.
-            let single = if format.is_float() || epilogue == Epilogue::SwiGlu { 1 } else { 2 };
-            assert_eq!(QGemvParams { batch: 1, ..p }.rows_per_warp(), single, "{} batch 1", p.name());
+            let single = if format.is_float() || epilogue == Epilogue::SwiGlu {
+                1
+            } else {
+                2
+            };
+            assert_eq!(
+                QGemvParams { batch: 1, ..p }.rows_per_warp(),
+                single,
+                "{} batch 1",
+                p.name()
+            );
             assert_eq!(p.groups(), 20u32.div_ceil(3 * widest), "{}", p.name());
         }
     }
@@ -71,8 +91,18 @@ fn rows_a_warp_follow_the_format_the_batch_and_the_row_count() {
 fn check_all(case: &KernelCase, p: &QGemvParams, n: u32) {
     let out = common::check(case);
     if p.max_blocks != 0 {
-        assert!(p.launch().grid[0] < p.groups(), "{}: the grid is not capped", case.name);
-        let uncapped = common::rebuilt(case, &QGemvParams { max_blocks: 0, ..*p });
+        assert!(
+            p.launch().grid[0] < p.groups(),
+            "{}: the grid is not capped",
+            case.name
+        );
+        let uncapped = common::rebuilt(
+            case,
+            &QGemvParams {
+                max_blocks: 0,
+                ..*p
+            },
+        );
         common::assert_same_bits(&uncapped, &out, "from a block per group");
     }
     common::assert_batch_invariant(case, p, n, &out);
@@ -93,7 +123,12 @@ fn several_rows_a_warp_match_the_reference_alone_and_capped() {
             let (batch, n) = passes[(i + j) % passes.len()];
             for capped in [false, true] {
                 let p = params(format, epilogue, cols, batch, capped);
-                assert_eq!(p.rows_per_warp(), widest_rows(format, epilogue), "{}", p.name());
+                assert_eq!(
+                    p.rows_per_warp(),
+                    widest_rows(format, epilogue),
+                    "{}",
+                    p.name()
+                );
                 let seed = s ^ (i as u64) << 32 ^ (j as u64) << 16 ^ capped as u64;
                 let case = qgemv::case_with(&p, n, addend, seed).expect("case");
                 check_all(&case, &p, n);
@@ -101,10 +136,14 @@ fn several_rows_a_warp_match_the_reference_alone_and_capped() {
         }
     }
     // bf16 activations (8 a word) on the widest float and quantized rows.
-    for (format, cols, epilogue) in
-        [(WeightFormat::BF16, 96, Epilogue::Residual), (WeightFormat::Q4_0, 128, Epilogue::Plain)]
-    {
-        let p = QGemvParams { act: OutType::BF16, ..params(format, epilogue, cols, 5, true) };
+    for (format, cols, epilogue) in [
+        (WeightFormat::BF16, 96, Epilogue::Residual),
+        (WeightFormat::Q4_0, 128, Epilogue::Plain),
+    ] {
+        let p = QGemvParams {
+            act: OutType::BF16,
+            ..params(format, epilogue, cols, 5, true)
+        };
         check_all(&qgemv::case(&p, 6, s ^ 0xbf16).expect("case"), &p, 6);
     }
 }
@@ -141,7 +180,10 @@ fn a_decode_step_of_several_rows_assembles_without_spills_at_hidden_4096() {
                     max_blocks,
                 };
                 let f = qgemv::build(&p).expect("builds");
-                let label = format!("{what:<8} {rows:>6}x{cols:<5} {} rows a warp", p.rows_per_warp());
+                let label = format!(
+                    "{what:<8} {rows:>6}x{cols:<5} {} rows a warp",
+                    p.rows_per_warp()
+                );
                 failures.extend(common::spill_failure(&f, &label));
             }
         }

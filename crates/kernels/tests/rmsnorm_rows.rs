@@ -24,7 +24,10 @@ fn every_row_matches_the_reference() {
     let s = seed();
     // Rows that leave some threads a group fewer (576 / 4 over 128 threads), fewer groups
     // than threads, one warp, and a row of the decode step's width.
-    for (i, (cols, threads, rows)) in [(576, 128, 3), (128, 128, 2), (320, 32, 4), (4096, 128, 2)].into_iter().enumerate() {
+    for (i, (cols, threads, rows)) in [(576, 128, 3), (128, 128, 2), (320, 32, 4), (4096, 128, 2)]
+        .into_iter()
+        .enumerate()
+    {
         let p = RmsNormRowsParams { cols, threads };
         common::check(&rmsnorm_rows::case(&p, rows, s ^ i as u64).expect("case"));
     }
@@ -34,13 +37,19 @@ fn every_row_matches_the_reference() {
 #[test]
 fn shapes_it_cannot_take_are_refused() {
     for (cols, threads, needle) in [(130, 128, "multiple of 4"), (128, 48, "multiple of 32")] {
-        let e = rmsnorm_rows::build(&RmsNormRowsParams { cols, threads }).expect_err("refused").to_string();
+        let e = rmsnorm_rows::build(&RmsNormRowsParams { cols, threads })
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains(rmsnorm_rows::NAME) && e.contains(needle), "{e}");
     }
 }
 
 fn buffer<'a>(case: &'a KernelCase, name: &str) -> (usize, &'a Buffer) {
-    case.buffers.iter().enumerate().find(|(_, b)| b.name == name).unwrap_or_else(|| panic!("a `{name}` buffer"))
+    case.buffers
+        .iter()
+        .enumerate()
+        .find(|(_, b)| b.name == name)
+        .unwrap_or_else(|| panic!("a `{name}` buffer"))
 }
 
 /// The case's epsilon: its one f32 scalar.
@@ -58,9 +67,18 @@ fn eps(case: &KernelCase) -> f32 {
 /// walk the prologue's sum, as a decode step of several rows normalizes them for products
 /// of any block size (checked against the reference on the way).
 fn normalized(case: &KernelCase, p: &QGemvParams) -> Vec<u8> {
-    let np = RmsNormRowsParams { cols: p.cols, threads: qgemv::prologue::NORM_THREADS };
+    let np = RmsNormRowsParams {
+        cols: p.cols,
+        threads: qgemv::prologue::NORM_THREADS,
+    };
     let (x, w) = (&buffer(case, "x").1.data, &buffer(case, "norm_w").1.data);
-    let norm = rmsnorm_rows::case_on(&np, &data::f32_from_bytes(x), &data::f32_from_bytes(w), eps(case)).expect("case");
+    let norm = rmsnorm_rows::case_on(
+        &np,
+        &data::f32_from_bytes(x),
+        &data::f32_from_bytes(w),
+        eps(case),
+    )
+    .expect("case");
     common::check(&norm).outputs.swap_remove(0).1
 }
 
@@ -78,7 +96,8 @@ fn without_prologue(case: &KernelCase, p: &QGemvParams, rows: Vec<u8>) -> Kernel
     let (xi, _) = buffer(case, "x");
     let (wi, _) = buffer(case, "norm_w");
     c.buffers[xi].data = rows;
-    c.args.retain(|a| *a != CaseArg::Buffer(wi) && !matches!(a, CaseArg::Scalar(Arg::F32(_))));
+    c.args
+        .retain(|a| *a != CaseArg::Buffer(wi) && !matches!(a, CaseArg::Scalar(Arg::F32(_))));
     c
 }
 
@@ -98,7 +117,10 @@ fn normalized_rows_and_a_plain_gemv_give_the_prologues_bytes() {
     ];
     let n = 11;
     for (i, (format, cols, warps)) in shapes.into_iter().enumerate() {
-        let forms = Epilogue::ALL.map(|e| (e, Addend::Residual)).into_iter().chain([(Epilogue::Residual, Addend::Bias)]);
+        let forms = Epilogue::ALL
+            .map(|e| (e, Addend::Residual))
+            .into_iter()
+            .chain([(Epilogue::Residual, Addend::Bias)]);
         for (j, (epilogue, addend)) in forms.enumerate() {
             // The one-row step's kernel (one vector a pass), and the most the prologue stages.
             for batch in [1, qgemv::widest_batch(Prologue::RmsNorm, cols)] {
@@ -114,7 +136,8 @@ fn normalized_rows_and_a_plain_gemv_give_the_prologues_bytes() {
                     batch,
                     max_blocks: 0,
                 };
-                let case = qgemv::case_with(&p, n, addend, s ^ (i as u64) << 8 ^ j as u64).expect("case");
+                let case =
+                    qgemv::case_with(&p, n, addend, s ^ (i as u64) << 8 ^ j as u64).expect("case");
                 let fused = common::check(&case);
                 let plain = without_prologue(&case, &p, normalized(&case, &p));
                 let how = format!("({format:?}, {warps} warps, {epilogue:?}, {addend:?}, {batch} a pass) with the rows normalized apart");

@@ -63,5 +63,7 @@ pub(crate) fn write_image(
         source,
     };
     let mut file = std::io::BufWriter::new(File::create(path).map_err(io_err)?);
-    write_to(&mut file).and_then(|()| file.flush()).map_err(io_err)
+    write_to(&mut file)
+        .and_then(|()| file.flush())
+        .map_err(io_err)
 }

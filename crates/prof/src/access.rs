@@ -60,7 +60,10 @@ impl Flow {
     }
 
     fn mark_param(&mut self, v: Value, param: u32) -> bool {
-        let (w, bit) = (v.index() * self.words + param as usize / 64, 1u64 << (param % 64));
+        let (w, bit) = (
+            v.index() * self.words + param as usize / 64,
+            1u64 << (param % 64),
+        );
         let changed = self.roots[w] & bit == 0;
         self.roots[w] |= bit;
         changed
@@ -95,7 +98,13 @@ fn propagate(flow: &mut Flow, b: &Block) -> bool {
                     }
                 }
             }
-            Op::For { lo, hi, step, init, body } => {
+            Op::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => {
                 if let Some(&iv) = body.args.first() {
                     for bound in [lo, hi, step] {
                         changed |= flow.join(iv, *bound);
@@ -131,7 +140,11 @@ fn propagate(flow: &mut Flow, b: &Block) -> bool {
 
 /// Count one access through `ptr` against the parameters its address derives from.
 fn note(flow: &Flow, out: &mut [ParamAccess], ptr: Value, read: bool, write: bool) {
-    let how = if flow.loaded[ptr.index()] { Access::Indirect } else { Access::Direct };
+    let how = if flow.loaded[ptr.index()] {
+        Access::Indirect
+    } else {
+        Access::Direct
+    };
     for (p, acc) in out.iter_mut().enumerate() {
         if flow.roots(ptr)[p / 64] & (1 << (p % 64)) != 0 {
             if read {
@@ -170,7 +183,11 @@ fn record(flow: &Flow, b: &Block, out: &mut [ParamAccess]) {
 /// wrote itself (shared memory included) counts as loaded data.
 pub fn param_access(f: &Function) -> Vec<ParamAccess> {
     let words = f.params.len().div_ceil(64).max(1);
-    let mut flow = Flow { words, roots: vec![0; f.values.len() * words], loaded: vec![false; f.values.len()] };
+    let mut flow = Flow {
+        words,
+        roots: vec![0; f.values.len() * words],
+        loaded: vec![false; f.values.len()],
+    };
     while propagate(&mut flow, &f.body) {}
     let mut out = vec![ParamAccess::default(); f.params.len()];
     record(&flow, &f.body, &mut out);

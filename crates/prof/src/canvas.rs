@@ -20,7 +20,11 @@ pub struct Canvas {
 
 impl Canvas {
     pub fn new(width: u32, height: u32) -> Canvas {
-        Canvas { width, height, pixels: WHITE.repeat(width as usize * height as usize) }
+        Canvas {
+            width,
+            height,
+            pixels: WHITE.repeat(width as usize * height as usize),
+        }
     }
 
     /// Set one pixel; outside the canvas nothing happens.
@@ -81,7 +85,11 @@ impl Canvas {
     /// characters outside ASCII are drawn as `?`.
     pub fn text(&mut self, x: i32, y: i32, text: &str, c: Rgb, scale: i32) {
         for (i, ch) in text.chars().enumerate() {
-            let glyph = BASIC_LEGACY[if ch.is_ascii() { ch as usize } else { '?' as usize }];
+            let glyph = BASIC_LEGACY[if ch.is_ascii() {
+                ch as usize
+            } else {
+                '?' as usize
+            }];
             let gx = x + i as i32 * GLYPH * scale;
             for (row, bits) in glyph.iter().enumerate() {
                 for col in 0..8 {

@@ -42,7 +42,9 @@ pub fn fma_kernel() -> Result<Function, VerifyError> {
         })
         .collect();
     let (zero, one) = (k.const_u32(0), k.const_u32(1));
-    let chains = k.for_range(zero, iters, one, &init, |k, _, a| a.iter().map(|&a| k.fma(a, m, c)).collect());
+    let chains = k.for_range(zero, iters, one, &init, |k, _, a| {
+        a.iter().map(|&a| k.fma(a, m, c)).collect()
+    });
     let sum = chains.iter().skip(1).fold(chains[0], |s, &a| k.add(s, a));
     let at = k.ptr_add(out, gid);
     k.store(at, sum);
@@ -64,7 +66,12 @@ pub fn fma_flops(blocks: u32, iters: u32) -> u64 {
 /// Measured f32 FLOP/s of `exec`: the median of `reps` timed launches (after a warm-up)
 /// of [`fma_kernel`] over `blocks` blocks (at least one) of `iters` iterations, whose
 /// output is checked against [`fma_expected`] before any time counts.
-pub fn measure_fma_flops(exec: &mut dyn Executor, blocks: u32, iters: u32, reps: u32) -> Result<f64, CeilingError> {
+pub fn measure_fma_flops(
+    exec: &mut dyn Executor,
+    blocks: u32,
+    iters: u32,
+    reps: u32,
+) -> Result<f64, CeilingError> {
     let kernel = exec.load(&fma_kernel()?)?;
     let blocks = blocks.max(1);
     let n = blocks as usize * THREADS as usize;
@@ -101,7 +108,11 @@ fn time_launches(
         let got = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let expected = fma_expected(i as u32, iters, m, c);
         if got.to_bits() != expected.to_bits() {
-            return Err(CeilingError::Wrong { at: i, got, expected });
+            return Err(CeilingError::Wrong {
+                at: i,
+                got,
+                expected,
+            });
         }
     }
     let mut ms = Vec::with_capacity(reps as usize);

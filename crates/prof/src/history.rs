@@ -101,7 +101,10 @@ impl History {
             .checked_mul(steps as u64)
             .filter(|&b| usize::try_from(b).is_ok())
             .zip(words)
-            .ok_or(RingError::HistoryTooLarge { steps, bytes: copy_bytes });
+            .ok_or(RingError::HistoryTooLarge {
+                steps,
+                bytes: copy_bytes,
+            });
         let room = total.and_then(|(total, words)| {
             let kernel = exec.load(&copy_kernel())?;
             // The rooms, then the copy counter.
@@ -110,7 +113,13 @@ impl History {
             let copy = CopyDispatch {
                 kernel,
                 launch: Launch::linear(1, COPY_THREADS),
-                args: vec![Arg::Ptr(ptr), Arg::Ptr(ring_ptr), Arg::U32(words), Arg::U32(steps), Arg::Ptr(counter)],
+                args: vec![
+                    Arg::Ptr(ptr),
+                    Arg::Ptr(ring_ptr),
+                    Arg::U32(words),
+                    Arg::U32(steps),
+                    Arg::Ptr(counter),
+                ],
             };
             match exec.copy_to_device(counter, &0u64.to_le_bytes()) {
                 Ok(()) => Ok((ptr, copy)),
@@ -121,7 +130,15 @@ impl History {
             }
         });
         match room {
-            Ok((ptr, copy)) => Ok(History { ring, ptr, steps, copy_bytes, copies: vec![], made: 0, copy }),
+            Ok((ptr, copy)) => Ok(History {
+                ring,
+                ptr,
+                steps,
+                copy_bytes,
+                copies: vec![],
+                made: 0,
+                copy,
+            }),
             Err(e) => {
                 // Best effort: the allocation error is the one worth reporting.
                 let _ = ring.release(exec);

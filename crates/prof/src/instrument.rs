@@ -3,8 +3,8 @@
 
 use crate::ring::{FIRST_LANE_PLANE, LANES, LAUNCH_PLANE, START_PLANE};
 use quench_ir::{
-    verify, AddrSpace, AtomOp, BinOp, Block, CmpOp, Function, Inst, Op, Ordering, Param, Scalar, Scope, Special, Type,
-    Value, VerifyError,
+    verify, AddrSpace, AtomOp, BinOp, Block, CmpOp, Function, Inst, Op, Ordering, Param, Scalar,
+    Scope, Special, Type, Value, VerifyError,
 };
 
 /// Name of the added record parameter: a global `u64` pointer to the launch's word in
@@ -15,7 +15,9 @@ pub const STRIDE_PARAM: &str = "prof_stride";
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InstrumentError {
-    #[error("kernel `{kernel}` already has a parameter named `{name}`; it cannot be instrumented twice")]
+    #[error(
+        "kernel `{kernel}` already has a parameter named `{name}`; it cannot be instrumented twice"
+    )]
     ParamTaken { kernel: String, name: String },
     #[error("the instrumented kernel does not verify: {0}")]
     Verify(#[from] VerifyError),
@@ -31,20 +33,40 @@ impl Emit<'_> {
     fn val(&mut self, ty: Type, op: Op) -> Value {
         self.values.push(ty);
         let v = Value(self.values.len() as u32 - 1);
-        self.insts.push(Inst { results: vec![v], op });
+        self.insts.push(Inst {
+            results: vec![v],
+            op,
+        });
         v
     }
     fn void(&mut self, op: Op) {
-        self.insts.push(Inst { results: vec![], op });
+        self.insts.push(Inst {
+            results: vec![],
+            op,
+        });
     }
     fn special(&mut self, s: Special) -> Value {
         self.val(Type::Scalar(s.ty()), Op::Special(s))
     }
     fn u32(&mut self, x: u32) -> Value {
-        self.val(Type::U32, Op::Const { ty: Type::U32, bits: x as u64 })
+        self.val(
+            Type::U32,
+            Op::Const {
+                ty: Type::U32,
+                bits: x as u64,
+            },
+        )
     }
     fn bin(&mut self, op: BinOp, a: Value, b: Value, ty: Type) -> Value {
-        self.val(ty, Op::Bin { op, rnd: None, a, b })
+        self.val(
+            ty,
+            Op::Bin {
+                op,
+                rnd: None,
+                a,
+                b,
+            },
+        )
     }
     /// Whether the u32 values of `specials` are all zero.
     fn all_zero(&mut self, specials: &[Special]) -> Value {
@@ -57,7 +79,14 @@ impl Emit<'_> {
             any = self.bin(BinOp::Or, any, v, Type::U32);
         }
         let zero = self.u32(0);
-        self.val(Type::PRED, Op::Cmp { op: CmpOp::Eq, a: any, b: zero })
+        self.val(
+            Type::PRED,
+            Op::Cmp {
+                op: CmpOp::Eq,
+                a: any,
+                b: zero,
+            },
+        )
     }
     /// The record's first-plane address and the plane stride (u64, in words), read from
     /// the added parameters where they are used, so that neither stays live in a
@@ -65,22 +94,52 @@ impl Emit<'_> {
     fn record(&mut self, ring_index: u32, ring_ty: Type) -> (Value, Value) {
         let ring = self.val(ring_ty, Op::Param(ring_index));
         let stride = self.val(Type::U32, Op::Param(ring_index + 1));
-        let stride = self.val(Type::U64, Op::Cvt { to: Scalar::U64, rnd: None, sat: false, a: stride });
+        let stride = self.val(
+            Type::U64,
+            Op::Cvt {
+                to: Scalar::U64,
+                rnd: None,
+                sat: false,
+                a: stride,
+            },
+        );
         (ring, stride)
     }
     /// A reduction: an atomic whose result is left unused, which PTX assemblers compile
     /// to a `red` that no thread waits for.
     fn reduce(&mut self, op: AtomOp, ptr: Value, a: Value) {
-        self.val(Type::U64, Op::Atomic { op, ord: Ordering::Relaxed, scope: Scope::Gpu, ptr, a, b: None });
+        self.val(
+            Type::U64,
+            Op::Atomic {
+                op,
+                ord: Ordering::Relaxed,
+                scope: Scope::Gpu,
+                ptr,
+                a,
+                b: None,
+            },
+        );
     }
     fn u64(&mut self, x: u64) -> Value {
-        self.val(Type::U64, Op::Const { ty: Type::U64, bits: x })
+        self.val(
+            Type::U64,
+            Op::Const {
+                ty: Type::U64,
+                bits: x,
+            },
+        )
     }
     /// The address of `plane` (u64) of the record at `record`: `plane · stride` words on.
     fn plane(&mut self, record: Value, stride: Value, plane: Value) -> Value {
         let word = self.bin(BinOp::Mul, plane, stride, Type::U64);
         let ty = self.values[record.0 as usize];
-        self.val(ty, Op::PtrAdd { ptr: record, index: word })
+        self.val(
+            ty,
+            Op::PtrAdd {
+                ptr: record,
+                index: word,
+            },
+        )
     }
     fn plane_const(&mut self, record: Value, stride: Value, plane: usize) -> Value {
         let plane = self.u64(plane as u64);
@@ -88,12 +147,29 @@ impl Emit<'_> {
     }
     /// `if cond { body }` with no results.
     fn if_then(&mut self, cond: Value, body: impl FnOnce(&mut Emit)) {
-        let mut inner = Emit { values: self.values, insts: vec![] };
+        let mut inner = Emit {
+            values: self.values,
+            insts: vec![],
+        };
         body(&mut inner);
         inner.void(Op::Yield(vec![]));
-        let then_ = Block { args: vec![], insts: inner.insts };
-        let else_ = Block { args: vec![], insts: vec![Inst { results: vec![], op: Op::Yield(vec![]) }] };
-        self.void(Op::If { cond, then_, else_, results: vec![] });
+        let then_ = Block {
+            args: vec![],
+            insts: inner.insts,
+        };
+        let else_ = Block {
+            args: vec![],
+            insts: vec![Inst {
+                results: vec![],
+                op: Op::Yield(vec![]),
+            }],
+        };
+        self.void(Op::If {
+            cond,
+            then_,
+            else_,
+            results: vec![],
+        });
     }
 }
 
@@ -128,16 +204,28 @@ impl Emit<'_> {
 pub fn instrument(f: &Function) -> Result<Function, InstrumentError> {
     for name in [RING_PARAM, STRIDE_PARAM] {
         if f.params.iter().any(|p| p.name == name) {
-            return Err(InstrumentError::ParamTaken { kernel: f.name.clone(), name: name.to_string() });
+            return Err(InstrumentError::ParamTaken {
+                kernel: f.name.clone(),
+                name: name.to_string(),
+            });
         }
     }
     let mut g = f.clone();
     let ring_index = g.params.len() as u32;
     let ring_ty = Type::Ptr(AddrSpace::Global, Scalar::U64);
-    g.params.push(Param { name: RING_PARAM.to_string(), ty: ring_ty });
-    g.params.push(Param { name: STRIDE_PARAM.to_string(), ty: Type::U32 });
+    g.params.push(Param {
+        name: RING_PARAM.to_string(),
+        ty: ring_ty,
+    });
+    g.params.push(Param {
+        name: STRIDE_PARAM.to_string(),
+        ty: Type::U32,
+    });
 
-    let mut pro = Emit { values: &mut g.values, insts: vec![] };
+    let mut pro = Emit {
+        values: &mut g.values,
+        insts: vec![],
+    };
     // One reading of the start suffices: the record's start is block 0's entry. Reading
     // it in every thread would keep a 64-bit value live across the whole body for the
     // sake of one thread. The test is split so that every warp but those holding a
@@ -146,12 +234,21 @@ pub fn instrument(f: &Function) -> Result<Function, InstrumentError> {
     // are read, and waited for, only where they can matter.
     let column0 = pro.all_zero(&[Special::TidX, Special::CtaidX]);
     pro.if_then(column0, |e| {
-        let first_thread = e.all_zero(&[Special::TidY, Special::TidZ, Special::CtaidY, Special::CtaidZ]);
+        let first_thread = e.all_zero(&[
+            Special::TidY,
+            Special::TidZ,
+            Special::CtaidY,
+            Special::CtaidZ,
+        ]);
         e.if_then(first_thread, |e| {
             let start = e.special(Special::GlobalTimer);
             let (ring, stride) = e.record(ring_index, ring_ty);
             let start_at = e.plane_const(ring, stride, START_PLANE);
-            e.void(Op::Store { ptr: start_at, value: start, cache: Default::default() });
+            e.void(Op::Store {
+                ptr: start_at,
+                value: start,
+                cache: Default::default(),
+            });
             // Counting at entry rather than at block 0's end: the reduction then drains
             // while the kernel runs instead of possibly on the grid's last block. The
             // counter is read only once the launch has finished, so the count is the
@@ -163,7 +260,10 @@ pub fn instrument(f: &Function) -> Result<Function, InstrumentError> {
     });
     let prologue = pro.insts;
 
-    let mut epi = Emit { values: &mut g.values, insts: vec![] };
+    let mut epi = Emit {
+        values: &mut g.values,
+        insts: vec![],
+    };
     // The end must be no earlier than any warp of the block finishing. The barrier gives
     // that with one timer reading and one reduction per block. The alternative, every
     // warp's lane 0 reading the timer and reducing as it exits, saves the barrier's
@@ -193,7 +293,15 @@ pub fn instrument(f: &Function) -> Result<Function, InstrumentError> {
         let lane = e.bin(BinOp::And, clock, mask, Type::U32);
         let first = e.u32(FIRST_LANE_PLANE as u32);
         let plane = e.bin(BinOp::Add, lane, first, Type::U32);
-        let plane = e.val(Type::U64, Op::Cvt { to: Scalar::U64, rnd: None, sat: false, a: plane });
+        let plane = e.val(
+            Type::U64,
+            Op::Cvt {
+                to: Scalar::U64,
+                rnd: None,
+                sat: false,
+                a: plane,
+            },
+        );
         let lane_at = e.plane(ring, stride, plane);
         e.reduce(AtomOp::Max, lane_at, end);
     });

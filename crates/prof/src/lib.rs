@@ -36,7 +36,8 @@ pub mod trace;
 pub use history::History;
 pub use instrument::{instrument, InstrumentError, RING_PARAM, STRIDE_PARAM};
 pub use ring::{
-    Dispatch, Ring, RingError, FIRST_LANE_PLANE, LANES, LAUNCH_PLANE, PLANES, RECORD_BYTES, START_PLANE,
+    Dispatch, Ring, RingError, FIRST_LANE_PLANE, LANES, LAUNCH_PLANE, PLANES, RECORD_BYTES,
+    START_PLANE,
 };
 pub use summary::{summarize, Ceilings, Summary, SummaryRow};
 pub use trace::{chrome_trace, HostSpan, HostSpans, Span};

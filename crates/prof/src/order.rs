@@ -32,7 +32,11 @@ pub struct OrderCheck {
 pub fn check_order(dispatches: &[Dispatch]) -> OrderCheck {
     let mut previous: HashMap<(Option<u32>, u32), usize> = HashMap::new();
     let mut check = OrderCheck::default();
-    for (i, d) in dispatches.iter().enumerate().filter(|(_, d)| d.launches > 0) {
+    for (i, d) in dispatches
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.launches > 0)
+    {
         if let Some(p) = previous.insert((d.step, d.stream), i) {
             check.pairs += 1;
             let before = &dispatches[p];

@@ -36,7 +36,10 @@ pub const RECORD_BYTES: usize = PLANES * 8;
 /// 128-byte line.
 const SLOTS_PER_LINE: u32 = 128 / 8;
 
-const _: () = assert!(LANES.is_power_of_two(), "the lane is the cycle counter masked");
+const _: () = assert!(
+    LANES.is_power_of_two(),
+    "the lane is the cycle counter masked"
+);
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RingError {
@@ -113,9 +116,16 @@ impl Ring {
         if slots == 0 {
             return Err(RingError::Empty);
         }
-        let stride = slots.checked_next_multiple_of(SLOTS_PER_LINE).ok_or(RingError::TooLarge { slots })?;
+        let stride = slots
+            .checked_next_multiple_of(SLOTS_PER_LINE)
+            .ok_or(RingError::TooLarge { slots })?;
         let ptr = exec.alloc(Self::bytes(stride))?;
-        let ring = Ring { ptr, slots, stride, taken: vec![] };
+        let ring = Ring {
+            ptr,
+            slots,
+            stride,
+            taken: vec![],
+        };
         ring.zero(exec)?;
         Ok(ring)
     }
@@ -138,8 +148,15 @@ impl Ring {
         if slot >= self.slots {
             return Err(RingError::Full { slots: self.slots });
         }
-        self.taken.push(Slot { kernel: kernel.to_string(), stream: stream.index(), launches_seen: 0 });
-        Ok([Arg::Ptr(self.ptr.offset(8 * slot as u64)), Arg::U32(self.stride)])
+        self.taken.push(Slot {
+            kernel: kernel.to_string(),
+            stream: stream.index(),
+            launches_seen: 0,
+        });
+        Ok([
+            Arg::Ptr(self.ptr.offset(8 * slot as u64)),
+            Arg::U32(self.stride),
+        ])
     }
 
     /// Read the record of every taken slot, in slot order, keeping the slots: one copy

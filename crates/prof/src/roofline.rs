@@ -53,10 +53,18 @@ impl LogAxis {
     /// Decades covering every value of `xs` (positive, finite) with a little room to
     /// spare, at least `span` wide.
     fn covering(xs: &[f64], at: i32, len: i32, span: f64) -> LogAxis {
-        let logs: Vec<f64> = xs.iter().filter(|x| x.is_finite() && **x > 0.0).map(|x| x.log10()).collect();
+        let logs: Vec<f64> = xs
+            .iter()
+            .filter(|x| x.is_finite() && **x > 0.0)
+            .map(|x| x.log10())
+            .collect();
         let lo = logs.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let (mut lo, mut hi) = if lo.is_finite() { ((lo - 0.1).floor(), (hi + 0.1).ceil()) } else { (0.0, 1.0) };
+        let (mut lo, mut hi) = if lo.is_finite() {
+            ((lo - 0.1).floor(), (hi + 0.1).ceil())
+        } else {
+            (0.0, 1.0)
+        };
         while hi - lo < span {
             hi += 1.0;
             if hi - lo < span {
@@ -105,13 +113,25 @@ fn roofline_panel(c: &mut Canvas, points: &[Point], ceilings: &Ceilings) {
         let px = x.pos(d as f64);
         c.line((px, top), (px, top + h), GREY, 3);
         let label = format!("1e{d}");
-        c.text(px - Canvas::text_width(&label, 1) / 2, top + h + 6, &label, BLACK, 1);
+        c.text(
+            px - Canvas::text_width(&label, 1) / 2,
+            top + h + 6,
+            &label,
+            BLACK,
+            1,
+        );
     }
     for d in y.decades() {
         let p = py(d as f64);
         c.line((left, p), (left + w, p), GREY, 3);
         let label = format!("1e{d}");
-        c.text(left - Canvas::text_width(&label, 1) - 6, p - GLYPH / 2, &label, BLACK, 1);
+        c.text(
+            left - Canvas::text_width(&label, 1) - 6,
+            p - GLYPH / 2,
+            &label,
+            BLACK,
+            1,
+        );
     }
     c.text(left + w / 2 - 60, top + h + 22, "FLOP per byte", BLACK, 1);
     c.text(2, top + h / 2 - GLYPH * 3, "FLOP/s", BLACK, 1);
@@ -139,14 +159,32 @@ fn roofline_panel(c: &mut Canvas, points: &[Point], ceilings: &Ceilings) {
     }
     let mut legend = top + h + 40;
     if let Some(bw) = ceilings.copy_bytes_per_s {
-        c.text(left, legend, &format!("copy ceiling {:.0} GB/s", bw / 1e9), MEMORY_ROOF, 1);
+        c.text(
+            left,
+            legend,
+            &format!("copy ceiling {:.0} GB/s", bw / 1e9),
+            MEMORY_ROOF,
+            1,
+        );
         legend += 14;
     }
     if let Some(peak) = ceilings.flops {
-        c.text(left, legend, &format!("f32 FMA ceiling {:.1} TFLOP/s", peak / 1e12), COMPUTE_ROOF, 1);
+        c.text(
+            left,
+            legend,
+            &format!("f32 FMA ceiling {:.1} TFLOP/s", peak / 1e12),
+            COMPUTE_ROOF,
+            1,
+        );
     }
     if points.is_empty() {
-        c.text(left + 20, top + h / 2, "no kernel with modeled FLOPs", BLACK, 1);
+        c.text(
+            left + 20,
+            top + h / 2,
+            "no kernel with modeled FLOPs",
+            BLACK,
+            1,
+        );
     }
     for p in points {
         let (mx, my) = (x.pos(p.intensity.log10()), py(p.flops.log10()));
@@ -159,17 +197,36 @@ fn roofline_panel(c: &mut Canvas, points: &[Point], ceilings: &Ceilings) {
 
 fn bandwidth_panel(c: &mut Canvas, s: &Summary, ceilings: &Ceilings) {
     let top = PLOT.1;
-    c.text(BAR_LABEL, top - 22, "achieved bandwidth per kernel (GB/s)", BLACK, 1);
-    let rates: Vec<(usize, f64)> =
-        s.rows.iter().enumerate().filter_map(|(i, r)| r.bytes_per_s().map(|b| (i, b))).collect();
-    let most = rates.iter().map(|r| r.1).chain(ceilings.copy_bytes_per_s).fold(0.0, f64::max) * 1.05;
+    c.text(
+        BAR_LABEL,
+        top - 22,
+        "achieved bandwidth per kernel (GB/s)",
+        BLACK,
+        1,
+    );
+    let rates: Vec<(usize, f64)> = s
+        .rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.bytes_per_s().map(|b| (i, b)))
+        .collect();
+    let most = rates
+        .iter()
+        .map(|r| r.1)
+        .chain(ceilings.copy_bytes_per_s)
+        .fold(0.0, f64::max)
+        * 1.05;
     let rows = ((HEIGHT as i32 - top - 40) / BAR_ROW) as usize;
     let label_chars = ((BAR_X - BAR_LABEL - 8) / GLYPH) as usize;
     for (n, &(i, rate)) in rates.iter().take(rows).enumerate() {
         let y = top + n as i32 * BAR_ROW;
         let mut name = format!("{} {}", i + 1, s.rows[i].kernel);
         if name.chars().count() > label_chars {
-            name = name.chars().take(label_chars.saturating_sub(1)).collect::<String>() + "~";
+            name = name
+                .chars()
+                .take(label_chars.saturating_sub(1))
+                .collect::<String>()
+                + "~";
         }
         c.text(BAR_LABEL, y + 3, &name, BLACK, 1);
         let len = ((rate / most) * BAR_W as f64).round() as i32;
@@ -181,10 +238,22 @@ fn bandwidth_panel(c: &mut Canvas, s: &Summary, ceilings: &Ceilings) {
         c.text(BAR_X + len + 4, y + 3, &value, BLACK, 1);
     }
     if rates.len() > rows {
-        c.text(BAR_LABEL, top + rows as i32 * BAR_ROW, &format!("... {} more", rates.len() - rows), BLACK, 1);
+        c.text(
+            BAR_LABEL,
+            top + rows as i32 * BAR_ROW,
+            &format!("... {} more", rates.len() - rows),
+            BLACK,
+            1,
+        );
     }
     if rates.is_empty() {
-        c.text(BAR_LABEL, top + 20, "no kernel with modeled bytes", BLACK, 1);
+        c.text(
+            BAR_LABEL,
+            top + 20,
+            "no kernel with modeled bytes",
+            BLACK,
+            1,
+        );
     }
     if let Some(bw) = ceilings.copy_bytes_per_s {
         let px = BAR_X + ((bw / most) * BAR_W as f64).round() as i32;
@@ -197,7 +266,11 @@ fn bandwidth_panel(c: &mut Canvas, s: &Summary, ceilings: &Ceilings) {
 /// The roofline figure of `summary` as PNG bytes, under `title`. Kernels without modeled
 /// bytes are left out of both panels, and those without modeled FLOPs out of the left
 /// one; an absent ceiling is not drawn.
-pub fn roofline_png(summary: &Summary, ceilings: &Ceilings, title: &str) -> Result<Vec<u8>, RooflineError> {
+pub fn roofline_png(
+    summary: &Summary,
+    ceilings: &Ceilings,
+    title: &str,
+) -> Result<Vec<u8>, RooflineError> {
     let mut c = Canvas::new(WIDTH, HEIGHT);
     c.text(20, 12, title, BLACK, 2);
     let points: Vec<Point> = summary
@@ -206,7 +279,11 @@ pub fn roofline_png(summary: &Summary, ceilings: &Ceilings, title: &str) -> Resu
         .enumerate()
         .filter_map(|(index, r)| {
             let flops = r.flops_per_s()?;
-            Some(Point { index, intensity: r.flops as f64 / r.bytes as f64, flops })
+            Some(Point {
+                index,
+                intensity: r.flops as f64 / r.bytes as f64,
+                flops,
+            })
         })
         .filter(|p| p.intensity.is_finite() && p.intensity > 0.0)
         .collect();

@@ -36,12 +36,14 @@ pub struct SummaryRow {
 impl SummaryRow {
     /// Bytes moved per second of kernel time, where bytes are modeled.
     pub fn bytes_per_s(&self) -> Option<f64> {
-        (self.bytes > 0 && self.total_ns > 0).then(|| self.bytes as f64 / (self.total_ns as f64 * 1e-9))
+        (self.bytes > 0 && self.total_ns > 0)
+            .then(|| self.bytes as f64 / (self.total_ns as f64 * 1e-9))
     }
 
     /// FLOP/s over the kernel's time, where FLOPs are modeled.
     pub fn flops_per_s(&self) -> Option<f64> {
-        (self.flops > 0 && self.total_ns > 0).then(|| self.flops as f64 / (self.total_ns as f64 * 1e-9))
+        (self.flops > 0 && self.total_ns > 0)
+            .then(|| self.flops as f64 / (self.total_ns as f64 * 1e-9))
     }
 }
 
@@ -79,7 +81,14 @@ fn step_time(dispatches: &[Dispatch]) -> (usize, u64) {
             None => outside += d.duration_ns(),
         }
     }
-    (spans.len(), outside + spans.values().map(|(a, b)| b.saturating_sub(*a)).sum::<u64>())
+    (
+        spans.len(),
+        outside
+            + spans
+                .values()
+                .map(|(a, b)| b.saturating_sub(*a))
+                .sum::<u64>(),
+    )
 }
 
 /// Summarize `dispatches` per kernel.
@@ -102,15 +111,28 @@ pub fn summarize(dispatches: &[Dispatch]) -> Summary {
                 mean_ns: total as f64 / t.len() as f64,
                 p50_ns: percentile(&t, 50),
                 p90_ns: percentile(&t, 90),
-                share: if step_ns == 0 { 0.0 } else { total as f64 / step_ns as f64 },
+                share: if step_ns == 0 {
+                    0.0
+                } else {
+                    total as f64 / step_ns as f64
+                },
                 bytes: ds.iter().map(|d| d.bytes).sum(),
                 flops: ds.iter().map(|d| d.flops).sum(),
             }
         })
         .collect();
-    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.kernel.cmp(&b.kernel)));
+    rows.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.kernel.cmp(&b.kernel))
+    });
     let busy_ns = rows.iter().map(|r| r.total_ns).sum();
-    Summary { rows, steps, step_ns, busy_ns }
+    Summary {
+        rows,
+        steps,
+        step_ns,
+        busy_ns,
+    }
 }
 
 fn opt(x: Option<f64>, digits: usize) -> String {
@@ -120,14 +142,31 @@ fn opt(x: Option<f64>, digits: usize) -> String {
 /// The summary as a text table, times in microseconds, bandwidth in GB/s (10^9 bytes)
 /// and as a percentage of the copy ceiling, FLOP/s in GFLOP/s.
 pub fn render(s: &Summary, ceilings: &Ceilings) -> String {
-    let w = s.rows.iter().map(|r| r.kernel.len()).max().unwrap_or(0).max("kernel".len());
+    let w = s
+        .rows
+        .iter()
+        .map(|r| r.kernel.len())
+        .max()
+        .unwrap_or(0)
+        .max("kernel".len());
     let mut out = format!(
         "{:<w$}  {:>6}  {:>12}  {:>10}  {:>10}  {:>10}  {:>6}  {:>8}  {:>6}  {:>9}\n",
-        "kernel", "calls", "total µs", "mean µs", "p50 µs", "p90 µs", "share", "GB/s", "% copy", "GFLOP/s"
+        "kernel",
+        "calls",
+        "total µs",
+        "mean µs",
+        "p50 µs",
+        "p90 µs",
+        "share",
+        "GB/s",
+        "% copy",
+        "GFLOP/s"
     );
     for r in &s.rows {
         let bw = r.bytes_per_s();
-        let of_copy = bw.zip(ceilings.copy_bytes_per_s).map(|(b, c)| 100.0 * b / c);
+        let of_copy = bw
+            .zip(ceilings.copy_bytes_per_s)
+            .map(|(b, c)| 100.0 * b / c);
         out += &format!(
             "{:<w$}  {:>6}  {:>12.3}  {:>10.3}  {:>10.3}  {:>10.3}  {:>5.1}%  {:>8}  {:>6}  {:>9}\n",
             r.kernel,

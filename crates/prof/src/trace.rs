@@ -36,11 +36,17 @@ impl Default for HostSpans {
 
 impl HostSpans {
     pub fn new() -> HostSpans {
-        HostSpans { origin: Instant::now(), spans: vec![] }
+        HostSpans {
+            origin: Instant::now(),
+            spans: vec![],
+        }
     }
 
     pub fn begin(&self, name: &str) -> Span {
-        Span { name: name.to_string(), start: Instant::now() }
+        Span {
+            name: name.to_string(),
+            start: Instant::now(),
+        }
     }
 
     /// Record a span given in nanoseconds since this collection began.
@@ -51,7 +57,11 @@ impl HostSpans {
     /// Record a span between two instants.
     pub fn record(&mut self, name: &str, start: Instant, end: Instant) {
         let (start_ns, end_ns) = (self.since(start), self.since(end));
-        self.spans.push(HostSpan { name: name.to_string(), start_ns, end_ns });
+        self.spans.push(HostSpan {
+            name: name.to_string(),
+            start_ns,
+            end_ns,
+        });
     }
 
     pub fn spans(&self) -> &[HostSpan] {
@@ -92,8 +102,10 @@ pub fn chrome_trace(dispatches: &[Dispatch], host: &HostSpans) -> Value {
     streams.sort_unstable();
     streams.dedup();
     for s in streams {
-        events.push(json!({"ph": "M", "name": "thread_name", "pid": GPU_PID, "tid": s,
-            "args": {"name": format!("stream {s}")}}));
+        events.push(
+            json!({"ph": "M", "name": "thread_name", "pid": GPU_PID, "tid": s,
+            "args": {"name": format!("stream {s}")}}),
+        );
     }
     let mut gpu: Vec<&Dispatch> = dispatches.iter().collect();
     gpu.sort_by_key(|d| (d.stream, d.start_ns));
@@ -111,14 +123,18 @@ pub fn chrome_trace(dispatches: &[Dispatch], host: &HostSpans) -> Value {
         if d.flops > 0 {
             args["flops"] = json!(d.flops);
         }
-        events.push(json!({"ph": "X", "cat": "kernel", "name": d.kernel, "pid": GPU_PID, "tid": d.stream,
-            "ts": us(d.start_ns - origin), "dur": us(d.duration_ns()), "args": args}));
+        events.push(
+            json!({"ph": "X", "cat": "kernel", "name": d.kernel, "pid": GPU_PID, "tid": d.stream,
+            "ts": us(d.start_ns - origin), "dur": us(d.duration_ns()), "args": args}),
+        );
     }
     let mut spans: Vec<&HostSpan> = host.spans().iter().collect();
     spans.sort_by_key(|s| s.start_ns);
     for s in spans {
-        events.push(json!({"ph": "X", "cat": "host", "name": s.name, "pid": HOST_PID, "tid": 0,
-            "ts": us(s.start_ns), "dur": us(s.end_ns.saturating_sub(s.start_ns))}));
+        events.push(
+            json!({"ph": "X", "cat": "host", "name": s.name, "pid": HOST_PID, "tid": 0,
+            "ts": us(s.start_ns), "dur": us(s.end_ns.saturating_sub(s.start_ns))}),
+        );
     }
     json!({"traceEvents": events, "displayTimeUnit": "ns"})
 }

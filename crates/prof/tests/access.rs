@@ -11,13 +11,23 @@ fn ptr(s: Scalar) -> Type {
 
 fn of(name: &str) -> Vec<(String, ParamAccess)> {
     let spec = quench_kernels::find(name).unwrap_or_else(|e| panic!("{e}"));
-    let p = spec.parse_params(small_params(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let p = spec
+        .parse_params(small_params(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     let f = spec.build(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
-    f.params.iter().map(|p| p.name.clone()).zip(param_access(&f)).collect()
+    f.params
+        .iter()
+        .map(|p| p.name.clone())
+        .zip(param_access(&f))
+        .collect()
 }
 
 fn get(acc: &[(String, ParamAccess)], param: &str) -> (Access, Access) {
-    let a = acc.iter().find(|(n, _)| n == param).unwrap_or_else(|| panic!("no parameter {param}: {acc:?}")).1;
+    let a = acc
+        .iter()
+        .find(|(n, _)| n == param)
+        .unwrap_or_else(|| panic!("no parameter {param}: {acc:?}"))
+        .1;
     (a.read, a.write)
 }
 
@@ -49,7 +59,16 @@ fn gather_through_a_loop_carried_index_is_indirect() {
     let acc = param_access(&f);
     use Access::*;
     let got: Vec<(Access, Access)> = acc.iter().map(|a| (a.read, a.write)).collect();
-    assert_eq!(got, [(Direct, None), (Direct, None), (None, Direct), (None, None), (None, None)]);
+    assert_eq!(
+        got,
+        [
+            (Direct, None),
+            (Direct, None),
+            (None, Direct),
+            (None, None),
+            (None, None)
+        ]
+    );
 
     // Without the loop, the only read of `table` is the gather.
     let mut k = Builder::new("gather_only", 32);
@@ -76,14 +95,29 @@ fn gather_through_a_loop_carried_index_is_indirect() {
 fn library_kernels_walk_weights_and_gather_tables_and_caches() {
     use Access::*;
     let g = of("qgemv_q4_1_xf32");
-    assert_eq!([get(&g, "w"), get(&g, "x"), get(&g, "y")], [(Direct, None), (Direct, None), (None, Direct)]);
+    assert_eq!(
+        [get(&g, "w"), get(&g, "x"), get(&g, "y")],
+        [(Direct, None), (Direct, None), (None, Direct)]
+    );
     let e = of("embed_q4_1");
-    assert_eq!([get(&e, "ids"), get(&e, "table"), get(&e, "out")], [(Direct, None), (Indirect, None), (None, Direct)]);
+    assert_eq!(
+        [get(&e, "ids"), get(&e, "table"), get(&e, "out")],
+        [(Direct, None), (Indirect, None), (None, Direct)]
+    );
     let a = of("attention_decode_f16");
-    assert_eq!([get(&a, "q"), get(&a, "k_cache"), get(&a, "v_cache")], [(Direct, None), (Indirect, None), (Indirect, None)]);
+    assert_eq!(
+        [get(&a, "q"), get(&a, "k_cache"), get(&a, "v_cache")],
+        [(Direct, None), (Indirect, None), (Indirect, None)]
+    );
     assert_eq!(get(&a, "part_o"), (None, Direct));
     let kv = of("kv_append_f16");
-    assert_eq!([get(&kv, "k"), get(&kv, "k_cache"), get(&kv, "v_cache")], [(Direct, None), (None, Indirect), (None, Indirect)]);
+    assert_eq!(
+        [get(&kv, "k"), get(&kv, "k_cache"), get(&kv, "v_cache")],
+        [(Direct, None), (None, Indirect), (None, Indirect)]
+    );
     let n = of("rmsnorm_residual_f32");
-    assert_eq!([get(&n, "residual"), get(&n, "eps")], [(Direct, Direct), (None, None)]);
+    assert_eq!(
+        [get(&n, "residual"), get(&n, "eps")],
+        [(Direct, Direct), (None, None)]
+    );
 }

@@ -7,7 +7,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
     s
 }
@@ -16,12 +19,22 @@ fn run(exec: &mut InterpExecutor, blocks: u32, iters: u32, m: f32, c: f32) -> Ve
     let k = exec.load(&fma_kernel().expect("verifies")).expect("loads");
     let n = (blocks * THREADS) as usize;
     let out = exec.alloc(4 * n as u64).expect("alloc");
-    exec.copy_to_device(out, &f32::NAN.to_le_bytes().repeat(n)).expect("poison");
+    exec.copy_to_device(out, &f32::NAN.to_le_bytes().repeat(n))
+        .expect("poison");
     let args = [Arg::Ptr(out), Arg::U32(iters), Arg::F32(m), Arg::F32(c)];
-    exec.launch(k, &Launch::linear(blocks, THREADS), &args, StreamId::DEFAULT).expect("launch");
+    exec.launch(
+        k,
+        &Launch::linear(blocks, THREADS),
+        &args,
+        StreamId::DEFAULT,
+    )
+    .expect("launch");
     let mut bytes = vec![0u8; 4 * n];
     exec.copy_to_host(out, &mut bytes).expect("read");
-    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }
 
 #[test]
@@ -32,11 +45,21 @@ fn fma_kernel_matches_its_host_model() {
     let mut exec = InterpExecutor::new();
     let got = run(&mut exec, 2, iters, m, c);
     for (i, g) in got.iter().enumerate() {
-        assert_eq!(g.to_bits(), fma_expected(i as u32, iters, m, c).to_bits(), "thread {i}");
+        assert_eq!(
+            g.to_bits(),
+            fma_expected(i as u32, iters, m, c).to_bits(),
+            "thread {i}"
+        );
     }
     // The control: one iteration more is a different result.
-    assert!(got.iter().enumerate().any(|(i, g)| g.to_bits() != fma_expected(i as u32, iters + 1, m, c).to_bits()));
-    assert_eq!(fma_flops(2, iters), 2 * 2 * THREADS as u64 * 8 * iters as u64);
+    assert!(got
+        .iter()
+        .enumerate()
+        .any(|(i, g)| g.to_bits() != fma_expected(i as u32, iters + 1, m, c).to_bits()));
+    assert_eq!(
+        fma_flops(2, iters),
+        2 * 2 * THREADS as u64 * 8 * iters as u64
+    );
 }
 
 #[test]

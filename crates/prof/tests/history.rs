@@ -3,7 +3,9 @@
 //! for every step exactly the records the ring held right after that step, in order.
 
 use quench_prof::order::check_order;
-use quench_prof::{Dispatch, History, RingError, FIRST_LANE_PLANE, LAUNCH_PLANE, PLANES, START_PLANE};
+use quench_prof::{
+    Dispatch, History, RingError, FIRST_LANE_PLANE, LAUNCH_PLANE, PLANES, START_PLANE,
+};
 use quench_rt::{Arg, Executor, InterpExecutor, StreamId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -14,10 +16,17 @@ use common::{seed, word, GridRun};
 
 /// The record of `slot` as the ring holds it now, read word by word, given its launch
 /// counter when the previous copy was made; and the counter now.
-fn record_now(exec: &mut InterpExecutor, slot: &[Arg; 2], kernel: &str, counter_before: u64) -> (Dispatch, u64) {
+fn record_now(
+    exec: &mut InterpExecutor,
+    slot: &[Arg; 2],
+    kernel: &str,
+    counter_before: u64,
+) -> (Dispatch, u64) {
     let counter = word(exec, slot, LAUNCH_PLANE);
     let start_ns = word(exec, slot, START_PLANE);
-    let lanes: Vec<u64> = (FIRST_LANE_PLANE..PLANES).map(|p| word(exec, slot, p)).collect();
+    let lanes: Vec<u64> = (FIRST_LANE_PLANE..PLANES)
+        .map(|p| word(exec, slot, p))
+        .collect();
     let launches = counter - counter_before;
     let d = Dispatch {
         kernel: kernel.to_string(),
@@ -36,7 +45,8 @@ fn record_now(exec: &mut InterpExecutor, slot: &[Arg; 2], kernel: &str, counter_
 /// End a step as a decoder does: the history's copy dispatch after the step's launches.
 fn copy(exec: &mut InterpExecutor, history: &mut History) {
     let c = history.copy_dispatch().clone();
-    exec.launch(c.kernel, &c.launch, &c.args, StreamId::DEFAULT).expect("copy");
+    exec.launch(c.kernel, &c.launch, &c.args, StreamId::DEFAULT)
+        .expect("copy");
     history.copied().expect("copied");
 }
 
@@ -59,8 +69,10 @@ fn a_run_longer_than_the_history_reads_every_step_in_batches() {
             GridRun::random(&mut exec, &mut rng, grid)
         })
         .collect();
-    let mut slots: Vec<[Arg; 2]> =
-        runs.iter().map(|_| history.next("grid_ids", StreamId::DEFAULT).expect("slot")).collect();
+    let mut slots: Vec<[Arg; 2]> = runs
+        .iter()
+        .map(|_| history.next("grid_ids", StreamId::DEFAULT).expect("slot"))
+        .collect();
     exec.begin_capture(StreamId::DEFAULT).expect("capture");
     for (run, slot) in runs.iter().zip(&slots) {
         run.launch_only(&mut exec, slot);
@@ -102,8 +114,14 @@ fn a_run_longer_than_the_history_reads_every_step_in_batches() {
             let (d, counter) = record_now(&mut exec, slot, kernel, counters[i]);
             counters[i] = counter;
             assert_eq!(d.launches, launches, "step {step}: {d:?}");
-            assert!((1..=run.most_lanes()).contains(&d.lanes_ended), "step {step}: {d:?}");
-            assert!(d.start_ns <= body.block0_began && body.last_ended < d.end_ns, "step {step}: {d:?}");
+            assert!(
+                (1..=run.most_lanes()).contains(&d.lanes_ended),
+                "step {step}: {d:?}"
+            );
+            assert!(
+                d.start_ns <= body.block0_began && body.last_ended < d.end_ns,
+                "step {step}: {d:?}"
+            );
             now.push(d);
         }
         expected.push(now);
@@ -130,7 +148,11 @@ fn a_run_longer_than_the_history_reads_every_step_in_batches() {
         assert_eq!(got, want, "step {step}");
     }
     // The steps' dispatches ran one after another, and each step after the previous one.
-    let flat: Vec<Dispatch> = read.into_iter().flatten().map(|d| Dispatch { step: Some(0), ..d }).collect();
+    let flat: Vec<Dispatch> = read
+        .into_iter()
+        .flatten()
+        .map(|d| Dispatch { step: Some(0), ..d })
+        .collect();
     let order = check_order(&flat);
     assert!(order.overlaps.is_empty(), "{:?}", order.overlaps);
     assert_eq!(order.pairs, flat.len() - 1);
@@ -140,13 +162,22 @@ fn a_run_longer_than_the_history_reads_every_step_in_batches() {
 #[test]
 fn a_history_needs_room() {
     let mut exec = InterpExecutor::new();
-    assert!(matches!(History::new(&mut exec, 4, 0), Err(RingError::HistoryEmpty)));
+    assert!(matches!(
+        History::new(&mut exec, 4, 0),
+        Err(RingError::HistoryEmpty)
+    ));
     let mut history = History::new(&mut exec, 1, 1).expect("history");
     assert!(history.read(&mut exec).expect("nothing to read").is_empty());
     copy(&mut exec, &mut history);
-    assert!(matches!(history.copied(), Err(RingError::HistoryFull { steps: 1 })));
+    assert!(matches!(
+        history.copied(),
+        Err(RingError::HistoryFull { steps: 1 })
+    ));
     // A copy of a ring whose slots were all free holds no record.
-    assert_eq!(history.read(&mut exec).expect("read"), vec![Vec::<Dispatch>::new()]);
+    assert_eq!(
+        history.read(&mut exec).expect("read"),
+        vec![Vec::<Dispatch>::new()]
+    );
     history.release(&mut exec).expect("free");
 }
 

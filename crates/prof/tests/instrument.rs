@@ -8,8 +8,8 @@
 use quench_kernels::{compare, library, run_case, CaseArg, KernelCase};
 use quench_prof::order::check_order;
 use quench_prof::{
-    instrument, shapes::small_params, InstrumentError, Ring, FIRST_LANE_PLANE, LANES, LAUNCH_PLANE, RING_PARAM,
-    START_PLANE,
+    instrument, shapes::small_params, InstrumentError, Ring, FIRST_LANE_PLANE, LANES, LAUNCH_PLANE,
+    RING_PARAM, START_PLANE,
 };
 use quench_rt::{Arg, Executor, InterpExecutor, StreamId};
 use rand::{Rng, SeedableRng};
@@ -21,8 +21,11 @@ use common::{seed, word, GridRun};
 
 fn small_case(name: &str, seed: u64) -> KernelCase {
     let spec = quench_kernels::find(name).unwrap_or_else(|e| panic!("{e}"));
-    let p = spec.parse_params(small_params(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-    spec.make_case(&p, seed).unwrap_or_else(|e| panic!("{name}: {e}"))
+    let p = spec
+        .parse_params(small_params(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    spec.make_case(&p, seed)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// The most end-time lanes the blocks of `case` can raise.
@@ -53,16 +56,30 @@ fn every_kernel_instrumented_runs_the_same() {
         let records = ring.collect(&mut exec).expect("records");
 
         if out != plain {
-            failures.push(format!("{}: outputs differ from the plain kernel's", spec.name));
+            failures.push(format!(
+                "{}: outputs differ from the plain kernel's",
+                spec.name
+            ));
         }
         for r in compare(&profiled, &out).expect("comparable") {
             if !r.passed {
-                failures.push(format!("{}: instrumented output fails its check: {r}", spec.name));
+                failures.push(format!(
+                    "{}: instrumented output fails its check: {r}",
+                    spec.name
+                ));
             }
         }
         let (unused, d) = (&records[0], &records[1]);
-        assert_eq!((unused.start_ns, unused.end_ns, unused.launches), (0, 0, 0), "{}", spec.name);
-        eprintln!("{:<24} lanes {}  start {:>9}  end {:>9}", spec.name, d.lanes_ended, d.start_ns, d.end_ns);
+        assert_eq!(
+            (unused.start_ns, unused.end_ns, unused.launches),
+            (0, 0, 0),
+            "{}",
+            spec.name
+        );
+        eprintln!(
+            "{:<24} lanes {}  start {:>9}  end {:>9}",
+            spec.name, d.lanes_ended, d.start_ns, d.end_ns
+        );
         let lanes = most_lanes(&case);
         if d.launches != 1 || !(1..=lanes).contains(&d.lanes_ended) {
             failures.push(format!(
@@ -71,7 +88,10 @@ fn every_kernel_instrumented_runs_the_same() {
             ));
         }
         if d.end_ns <= d.start_ns {
-            failures.push(format!("{}: end {} not after start {}", spec.name, d.end_ns, d.start_ns));
+            failures.push(format!(
+                "{}: end {} not after start {}",
+                spec.name, d.end_ns, d.start_ns
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -84,11 +104,17 @@ fn every_kernel_instrumented_assembles() {
         return;
     }
     for spec in library() {
-        let f = spec.build(&spec.default_params()).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        let f = spec
+            .build(&spec.default_params())
+            .unwrap_or_else(|e| panic!("{}: {e}", spec.name));
         let inst = instrument(&f).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
         let ptx = quench_ptx::emit(&inst).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
         assert!(ptx.contains("%globaltimer"), "{}", spec.name);
-        assert!(ptx.contains(".max.u64") && ptx.contains(".add.u64"), "{}: no end-lane max or launch count", spec.name);
+        assert!(
+            ptx.contains(".max.u64") && ptx.contains(".add.u64"),
+            "{}: no end-lane max or launch count",
+            spec.name
+        );
         quench_ptx::ptxas::assemble(&ptx, "sm_90").unwrap_or_else(|e| panic!("{}: {e}", spec.name));
     }
 }
@@ -113,13 +139,20 @@ fn serialized_launches_are_ordered_and_disjoint() {
     let mut ring = Ring::new(&mut exec, 8).expect("ring");
     for _ in 0..5 {
         let mut c = profiled.clone();
-        c.args.extend(ring.next("add_f32", StreamId::DEFAULT).expect("slot").map(CaseArg::Scalar));
+        c.args.extend(
+            ring.next("add_f32", StreamId::DEFAULT)
+                .expect("slot")
+                .map(CaseArg::Scalar),
+        );
         run_case(&mut exec, &c).expect("run");
     }
     let d = ring.collect(&mut exec).expect("records");
     assert_eq!(d.len(), 5);
     for w in d.windows(2) {
-        assert!(w[0].start_ns < w[0].end_ns && w[0].end_ns <= w[1].start_ns, "{w:?}");
+        assert!(
+            w[0].start_ns < w[0].end_ns && w[0].end_ns <= w[1].start_ns,
+            "{w:?}"
+        );
     }
     let order = check_order(&d);
     assert_eq!((order.pairs, order.overlaps.len()), (4, 0));
@@ -128,11 +161,21 @@ fn serialized_launches_are_ordered_and_disjoint() {
     shifted[3].start_ns = shifted[2].end_ns - 1;
     let order = check_order(&shifted);
     assert_eq!(order.overlaps.len(), 1);
-    assert_eq!((order.overlaps[0].first, order.overlaps[0].second, order.overlaps[0].by_ns), (2, 3, 1));
+    assert_eq!(
+        (
+            order.overlaps[0].first,
+            order.overlaps[0].second,
+            order.overlaps[0].by_ns
+        ),
+        (2, 3, 1)
+    );
     // Collecting frees the slots, zeroed.
     ring.next("again", StreamId::DEFAULT).expect("slot");
     let again = ring.collect(&mut exec).expect("records");
-    assert_eq!((again[0].kernel.as_str(), again[0].end_ns, again[0].launches), ("again", 0, 0));
+    assert_eq!(
+        (again[0].kernel.as_str(), again[0].end_ns, again[0].launches),
+        ("again", 0, 0)
+    );
     ring.release(&mut exec).expect("free");
     assert!(exec.synchronize().is_ok());
 }
@@ -145,27 +188,46 @@ fn one_slot_serves_every_replay_without_reset() {
     profiled.kernel = instrument(&case.kernel).expect("instrumented");
     let mut exec = InterpExecutor::new();
     let mut ring = Ring::new(&mut exec, 2).expect("ring");
-    profiled.args.extend(ring.next("rmsnorm", StreamId::DEFAULT).expect("slot").map(CaseArg::Scalar));
+    profiled.args.extend(
+        ring.next("rmsnorm", StreamId::DEFAULT)
+            .expect("slot")
+            .map(CaseArg::Scalar),
+    );
     let mut previous_end = 0;
     for run in 0..4 {
         run_case(&mut exec, &profiled).expect("run");
         let d = ring.read(&mut exec).expect("records");
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].launches, 1, "run {run}: {:?}", d[0]);
-        assert!((1..=most_lanes(&case)).contains(&d[0].lanes_ended), "run {run}: {:?}", d[0]);
-        assert!(previous_end <= d[0].start_ns && d[0].start_ns < d[0].end_ns, "run {run}: {:?}", d[0]);
+        assert!(
+            (1..=most_lanes(&case)).contains(&d[0].lanes_ended),
+            "run {run}: {:?}",
+            d[0]
+        );
+        assert!(
+            previous_end <= d[0].start_ns && d[0].start_ns < d[0].end_ns,
+            "run {run}: {:?}",
+            d[0]
+        );
         previous_end = d[0].end_ns;
     }
     // Read again without a launch: no launch counted since, times unchanged.
     let again = ring.read(&mut exec).expect("records");
-    assert_eq!((again[0].launches, again[0].lanes_ended, again[0].end_ns), (0, 0, previous_end));
+    assert_eq!(
+        (again[0].launches, again[0].lanes_ended, again[0].end_ns),
+        (0, 0, previous_end)
+    );
 }
 
 #[test]
 fn the_record_spans_every_block_and_counts_each_launch_once() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     for i in 0..4 {
-        let grid = [rng.gen_range(1..6), rng.gen_range(1..4), rng.gen_range(1..3)];
+        let grid = [
+            rng.gen_range(1..6),
+            rng.gen_range(1..4),
+            rng.gen_range(1..3),
+        ];
         let mut exec = InterpExecutor::new();
         // Once in blocks of two warps, whose second warp ends its body after the first.
         let run = match i {
@@ -187,17 +249,37 @@ fn the_record_spans_every_block_and_counts_each_launch_once() {
             // all its threads finished theirs: the record spans every body of the last
             // launch.
             let start = word(&mut exec, &slot, START_PLANE);
-            let lanes: Vec<u64> = (0..LANES).map(|l| word(&mut exec, &slot, FIRST_LANE_PLANE + l)).collect();
+            let lanes: Vec<u64> = (0..LANES)
+                .map(|l| word(&mut exec, &slot, FIRST_LANE_PLANE + l))
+                .collect();
             let end = *lanes.iter().max().expect("lanes");
-            assert!(previous_end < start && start <= body.block0_began, "{shape}: start {start}, {previous_end} before");
-            assert!(body.last_ended < end, "{shape}: end {end}, a body ended at {}", body.last_ended);
+            assert!(
+                previous_end < start && start <= body.block0_began,
+                "{shape}: start {start}, {previous_end} before"
+            );
+            assert!(
+                body.last_ended < end,
+                "{shape}: end {end}, a body ended at {}",
+                body.last_ended
+            );
             // Lanes raised only by earlier launches hold earlier ends.
             let raised = lanes.iter().filter(|&&t| t >= start).count() as u32;
-            assert!((1..=run.most_lanes()).contains(&raised), "{shape}: {raised} lanes raised: {lanes:?}");
+            assert!(
+                (1..=run.most_lanes()).contains(&raised),
+                "{shape}: {raised} lanes raised: {lanes:?}"
+            );
             // Each launch counted once, by one thread of the whole grid.
             let d = &ring.read(&mut exec).expect("records")[0];
-            assert_eq!((d.start_ns, d.end_ns, d.launches, d.lanes_ended), (start, end, launches, raised), "{shape}");
-            assert_eq!(word(&mut exec, &slot, LAUNCH_PLANE), if launches == 1 { 1 } else { 3 }, "{shape}");
+            assert_eq!(
+                (d.start_ns, d.end_ns, d.launches, d.lanes_ended),
+                (start, end, launches, raised),
+                "{shape}"
+            );
+            assert_eq!(
+                word(&mut exec, &slot, LAUNCH_PLANE),
+                if launches == 1 { 1 } else { 3 },
+                "{shape}"
+            );
             previous_end = end;
         }
     }
@@ -216,7 +298,10 @@ fn replayed_graph_records_each_replay_in_order() {
         })
         .collect();
     let mut ring = Ring::new(&mut exec, runs.len() as u32).expect("ring");
-    let slots: Vec<[Arg; 2]> = runs.iter().map(|_| ring.next("grid_ids", StreamId::DEFAULT).expect("slot")).collect();
+    let slots: Vec<[Arg; 2]> = runs
+        .iter()
+        .map(|_| ring.next("grid_ids", StreamId::DEFAULT).expect("slot"))
+        .collect();
     exec.begin_capture(StreamId::DEFAULT).expect("capture");
     for (run, slot) in runs.iter().zip(&slots) {
         run.launch_only(&mut exec, slot);
@@ -233,13 +318,26 @@ fn replayed_graph_records_each_replay_in_order() {
         let mut records = ring.read(&mut exec).expect("records");
         for ((r, run), body) in records.iter_mut().zip(&runs).zip(&bodies) {
             assert_eq!(r.launches, 1, "replay {replay}: {r:?}");
-            assert!(r.start_ns <= body.block0_began && body.last_ended < r.end_ns, "replay {replay}: {r:?}");
-            assert!((1..=run.most_lanes()).contains(&r.lanes_ended), "replay {replay}: {r:?}");
+            assert!(
+                r.start_ns <= body.block0_began && body.last_ended < r.end_ns,
+                "replay {replay}: {r:?}"
+            );
+            assert!(
+                (1..=run.most_lanes()).contains(&r.lanes_ended),
+                "replay {replay}: {r:?}"
+            );
             r.step = Some(replay);
         }
         let order = check_order(&records);
-        assert_eq!((order.pairs, order.overlaps.len()), (runs.len() - 1, 0), "replay {replay}: {records:?}");
-        assert!(previous_end <= records[0].start_ns, "replay {replay} began before the previous one ended");
+        assert_eq!(
+            (order.pairs, order.overlaps.len()),
+            (runs.len() - 1, 0),
+            "replay {replay}: {records:?}"
+        );
+        assert!(
+            previous_end <= records[0].start_ns,
+            "replay {replay} began before the previous one ended"
+        );
         previous_end = records.last().expect("records").end_ns;
     }
 }

@@ -22,7 +22,10 @@ fn has(pixels: &[u8], c: [u8; 3]) -> bool {
 
 #[test]
 fn figure_shows_kernels_and_ceilings() {
-    let seed = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let seed = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     eprintln!("seed {seed} (set QUENCH_SEED={seed} to replay)");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let d = |kernel: &str, bytes: u64, flops: u64, dur: u64| Dispatch {
@@ -36,17 +39,28 @@ fn figure_shows_kernels_and_ceilings() {
     // First kernel (blue): bytes and FLOPs; second (orange): bytes only; third (green):
     // nothing modeled.
     let ds = [
-        d("gemv", rng.gen_range(1_000_000..4_000_000), rng.gen_range(500_000..2_000_000), 3_000),
+        d(
+            "gemv",
+            rng.gen_range(1_000_000..4_000_000),
+            rng.gen_range(500_000..2_000_000),
+            3_000,
+        ),
         d("argmax", rng.gen_range(10_000..40_000), 0, 2_000),
         d("rope", 0, 0, 1_000),
     ];
     let s = summarize(&ds);
-    let ceilings = Ceilings { copy_bytes_per_s: Some(4e12), flops: Some(60e12) };
+    let ceilings = Ceilings {
+        copy_bytes_per_s: Some(4e12),
+        flops: Some(60e12),
+    };
     let (w, h, px) = decode(&roofline_png(&s, &ceilings, "test").expect("drawn"));
     assert_eq!((w, h), (1200, 640));
     let (blue, orange, green, red) = ([31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40]);
     assert!(has(&px, blue) && has(&px, orange) && has(&px, red));
-    assert!(!has(&px, green), "a kernel with nothing modeled is not drawn");
+    assert!(
+        !has(&px, green),
+        "a kernel with nothing modeled is not drawn"
+    );
 
     // Without ceilings: no roofs (red is only the compute roof here).
     let (_, _, px) = decode(&roofline_png(&s, &Ceilings::default(), "no ceilings").expect("drawn"));

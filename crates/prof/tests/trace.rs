@@ -29,7 +29,11 @@ fn dispatches() -> Vec<Dispatch> {
 #[test]
 fn trace_has_lanes_and_ordered_disjoint_events() {
     let mut host = HostSpans::new();
-    host.push(HostSpan { name: "submit".into(), start_ns: 2_000, end_ns: 3_000 });
+    host.push(HostSpan {
+        name: "submit".into(),
+        start_ns: 2_000,
+        end_ns: 3_000,
+    });
     let span = host.begin("sample");
     span.end(&mut host);
     let text = serde_json::to_string(&chrome_trace(&dispatches(), &host)).expect("serializes");
@@ -42,7 +46,13 @@ fn trace_has_lanes_and_ordered_disjoint_events() {
         complete
             .iter()
             .filter(|e| e["pid"] == pid && e["tid"] == tid)
-            .map(|e| (e["ts"].as_f64().expect("ts"), e["dur"].as_f64().expect("dur"), e["name"].to_string()))
+            .map(|e| {
+                (
+                    e["ts"].as_f64().expect("ts"),
+                    e["dur"].as_f64().expect("dur"),
+                    e["name"].to_string(),
+                )
+            })
             .collect()
     };
     let s0 = lane(1, 0);
@@ -92,8 +102,19 @@ fn summary_per_kernel() {
     let all = 8_600 + 2_000 + 250;
     assert_eq!((s.steps, s.step_ns, s.busy_ns), (0, all, all));
     assert!((g.share - 8_600.0 / all as f64).abs() < 1e-12);
-    assert_eq!((rows[1].calls, rows[1].total_ns, rows[1].p50_ns, rows[1].p90_ns), (2, 2_000, 1_000, 1_000));
-    assert_eq!((rows[2].calls, rows[2].p50_ns, rows[2].p90_ns), (1, 250, 250));
+    assert_eq!(
+        (
+            rows[1].calls,
+            rows[1].total_ns,
+            rows[1].p50_ns,
+            rows[1].p90_ns
+        ),
+        (2, 2_000, 1_000, 1_000)
+    );
+    assert_eq!(
+        (rows[2].calls, rows[2].p50_ns, rows[2].p90_ns),
+        (1, 250, 250)
+    );
     let total_share: f64 = rows.iter().map(|r| r.share).sum();
     assert!((total_share - 1.0).abs() < 1e-12);
     assert_eq!(g.bytes_per_s(), None, "no bytes modeled");
@@ -108,15 +129,18 @@ fn summary_per_kernel() {
 #[test]
 fn steps_share_bandwidth_and_flops() {
     // Two steps of two dispatches with gaps between them; one dispatch outside any step.
-    let w = |kernel: &str, step: Option<u32>, start_ns: u64, end_ns: u64, bytes: u64, flops: u64| Dispatch {
-        kernel: kernel.into(),
-        step,
-        start_ns,
-        end_ns,
-        bytes,
-        flops,
-        ..Dispatch::default()
-    };
+    let w =
+        |kernel: &str, step: Option<u32>, start_ns: u64, end_ns: u64, bytes: u64, flops: u64| {
+            Dispatch {
+                kernel: kernel.into(),
+                step,
+                start_ns,
+                end_ns,
+                bytes,
+                flops,
+                ..Dispatch::default()
+            }
+        };
     let ds = [
         w("gemv", Some(0), 1_000, 2_000, 4_000, 2_000),
         w("argmax", Some(0), 2_500, 3_000, 1_000, 0),
@@ -125,23 +149,44 @@ fn steps_share_bandwidth_and_flops() {
         w("copy", None, 20_000, 20_400, 0, 0),
     ];
     let s = summarize(&ds);
-    assert_eq!((s.steps, s.step_ns, s.busy_ns), (2, 2_000 + 1_700 + 400, 2_000 + 1_000 + 400));
+    assert_eq!(
+        (s.steps, s.step_ns, s.busy_ns),
+        (2, 2_000 + 1_700 + 400, 2_000 + 1_000 + 400)
+    );
     let gemv = &s.rows[0];
-    assert_eq!((gemv.kernel.as_str(), gemv.bytes, gemv.flops), ("gemv", 8_000, 4_000));
+    assert_eq!(
+        (gemv.kernel.as_str(), gemv.bytes, gemv.flops),
+        ("gemv", 8_000, 4_000)
+    );
     assert!((gemv.share - 2_000.0 / 4_100.0).abs() < 1e-12);
     // 8000 bytes in 2000 ns: 4 GB/s; 4000 FLOPs: 2 GFLOP/s.
     assert!((gemv.bytes_per_s().expect("bytes") - 4e9).abs() < 1.0);
     assert!((gemv.flops_per_s().expect("flops") - 2e9).abs() < 1.0);
-    let argmax = s.rows.iter().find(|r| r.kernel == "argmax").expect("argmax");
+    let argmax = s
+        .rows
+        .iter()
+        .find(|r| r.kernel == "argmax")
+        .expect("argmax");
     assert_eq!(argmax.flops_per_s(), None);
 
-    let ceilings = Ceilings { copy_bytes_per_s: Some(8e9), flops: Some(1e12) };
+    let ceilings = Ceilings {
+        copy_bytes_per_s: Some(8e9),
+        flops: Some(1e12),
+    };
     let table = render(&s, &ceilings);
-    let gemv_line = table.lines().find(|l| l.starts_with("gemv")).expect("gemv row");
-    assert!(gemv_line.contains(" 4.0 ") && gemv_line.contains(" 50.0 ") && gemv_line.contains(" 2.0"), "{table}");
+    let gemv_line = table
+        .lines()
+        .find(|l| l.starts_with("gemv"))
+        .expect("gemv row");
+    assert!(
+        gemv_line.contains(" 4.0 ") && gemv_line.contains(" 50.0 ") && gemv_line.contains(" 2.0"),
+        "{table}"
+    );
     assert!(table.contains("2 steps"), "{table}");
     let j = to_json(&s, &ceilings);
-    let fraction = j["kernels"][0]["fraction_of_copy_bandwidth"].as_f64().expect("a fraction");
+    let fraction = j["kernels"][0]["fraction_of_copy_bandwidth"]
+        .as_f64()
+        .expect("a fraction");
     assert!((fraction - 0.5).abs() < 1e-12, "{fraction}");
     assert_eq!(j["step_ns"], 4_100);
 }

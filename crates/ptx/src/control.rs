@@ -29,14 +29,26 @@ fn block(e: &mut Emitter, b: &Block, yield_to: Option<&YieldTo>) -> Result<(), P
     let f = e.f;
     for i in &b.insts {
         e.comment(describe(i));
-        let at = |msg: String| PtxError::Unsupported { kernel: f.name.clone(), at: describe(i), msg };
+        let at = |msg: String| PtxError::Unsupported {
+            kernel: f.name.clone(),
+            at: describe(i),
+            msg,
+        };
         match &i.op {
             // Errors inside the nested blocks name their own instruction.
-            Op::If { cond, then_, else_, .. } => {
+            Op::If {
+                cond, then_, else_, ..
+            } => {
                 let to = if_head(e, i, *cond, else_).map_err(at)?;
                 nested_if(e, then_, else_, to)?;
             }
-            Op::For { lo, hi, step, init, body } => {
+            Op::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => {
                 let to = for_head(e, i, [*lo, *hi, *step], init, body).map_err(at)?;
                 block(e, body, Some(&to.yield_to))?;
                 for_tail(e, &to);
@@ -88,11 +100,21 @@ fn if_head(e: &mut Emitter, i: &Inst, cond: Value, else_: &Block) -> Res<IfHead>
     }
     let (regs, classes) = flatten(e, &i.results)?;
     let id = e.label_id();
-    let else_empty = else_.insts.iter().all(|i| matches!(&i.op, Op::Yield(v) if v.is_empty()));
+    let else_empty = else_
+        .insts
+        .iter()
+        .all(|i| matches!(&i.op, Op::Yield(v) if v.is_empty()));
     let end_label = format!("$Lend_{id}");
     let else_label = (!else_empty).then(|| format!("$Lelse_{id}"));
-    e.line(format!("@!{p} bra {}", else_label.as_ref().unwrap_or(&end_label)));
-    Ok(IfHead { yield_to: YieldTo { regs, classes }, else_label, end_label })
+    e.line(format!(
+        "@!{p} bra {}",
+        else_label.as_ref().unwrap_or(&end_label)
+    ));
+    Ok(IfHead {
+        yield_to: YieldTo { regs, classes },
+        else_label,
+        end_label,
+    })
 }
 
 fn nested_if(e: &mut Emitter, then_: &Block, else_: &Block, h: IfHead) -> Result<(), PtxError> {
@@ -116,7 +138,13 @@ struct ForHead {
     done: String,
 }
 
-fn for_head(e: &mut Emitter, i: &Inst, [lo, hi, step]: [Value; 3], init: &[Value], body: &Block) -> Res<ForHead> {
+fn for_head(
+    e: &mut Emitter,
+    i: &Inst,
+    [lo, hi, step]: [Value; 3],
+    init: &[Value],
+    body: &Block,
+) -> Res<ForHead> {
     // The verifier has checked the bounds' common integer type and the block arguments.
     let s = e.scalar(lo)?;
     let iv = e.def1(body.args[0])?;
@@ -142,7 +170,17 @@ fn for_head(e: &mut Emitter, i: &Inst, [lo, hi, step]: [Value; 3], init: &[Value
     let p = e.temp(RegClass::Pred);
     e.line(format!("setp.ge.{t} {p}, {iv}, {hi_r}"));
     e.line(format!("@{p} bra {done}"));
-    Ok(ForHead { yield_to: YieldTo { regs: carried_regs, classes }, iv, step: step_r, ty: s, head, done })
+    Ok(ForHead {
+        yield_to: YieldTo {
+            regs: carried_regs,
+            classes,
+        },
+        iv,
+        step: step_r,
+        ty: s,
+        head,
+        done,
+    })
 }
 
 fn for_tail(e: &mut Emitter, h: &ForHead) {

@@ -23,8 +23,19 @@ pub(crate) struct Emitter<'f> {
 }
 
 impl<'f> Emitter<'f> {
-    pub(crate) fn new(f: &'f Function, param_names: Vec<String>, shared_names: Vec<String>) -> Self {
-        Emitter { f, regs: Regs::new(f.values.len()), body: String::new(), param_names, shared_names, labels: 0 }
+    pub(crate) fn new(
+        f: &'f Function,
+        param_names: Vec<String>,
+        shared_names: Vec<String>,
+    ) -> Self {
+        Emitter {
+            f,
+            regs: Regs::new(f.values.len()),
+            body: String::new(),
+            param_names,
+            shared_names,
+            labels: 0,
+        }
     }
 
     /// One instruction line (without the trailing `;`).
@@ -47,7 +58,11 @@ impl<'f> Emitter<'f> {
     }
 
     pub(crate) fn ty(&self, v: Value) -> Res<Type> {
-        self.f.values.get(v.index()).copied().ok_or_else(|| format!("{v} is not a value of this kernel"))
+        self.f
+            .values
+            .get(v.index())
+            .copied()
+            .ok_or_else(|| format!("{v} is not a value of this kernel"))
     }
 
     /// The scalar type of a one-register value (pointers are not scalars here).
@@ -76,7 +91,10 @@ impl<'f> Emitter<'f> {
     }
 
     pub(crate) fn regs(&self, v: Value) -> Res<Vec<String>> {
-        self.regs.get(v).map(|r| r.to_vec()).ok_or_else(|| format!("{v} is used before it is defined"))
+        self.regs
+            .get(v)
+            .map(|r| r.to_vec())
+            .ok_or_else(|| format!("{v} is used before it is defined"))
     }
 
     pub(crate) fn reg1(&self, v: Value) -> Res<String> {
@@ -94,7 +112,11 @@ impl<'f> Emitter<'f> {
     /// Re-extend the low 8 bits of a byte-typed register (see `regs`).
     pub(crate) fn rextend(&mut self, s: Scalar, reg: &str) {
         if ptype::is_byte(s) {
-            let (t, from) = if s == Scalar::I8 { ("s16", "s8") } else { ("u16", "u8") };
+            let (t, from) = if s == Scalar::I8 {
+                ("s16", "s8")
+            } else {
+                ("u16", "u8")
+            };
             self.line(format!("cvt.{t}.{from} {reg}, {reg}"));
         }
     }
@@ -102,7 +124,10 @@ impl<'f> Emitter<'f> {
     /// Copy `src` registers to `dst` registers as if all at once (sources may be
     /// among the destinations, as when a loop yields its carried values permuted).
     pub(crate) fn parallel_copy(&mut self, dst: &[String], src: &[String], classes: &[RegClass]) {
-        let clobbers = src.iter().enumerate().any(|(i, s)| dst.iter().enumerate().any(|(j, d)| d == s && i != j));
+        let clobbers = src
+            .iter()
+            .enumerate()
+            .any(|(i, s)| dst.iter().enumerate().any(|(j, d)| d == s && i != j));
         if clobbers {
             let tmps: Vec<String> = classes.iter().map(|c| self.temp(*c)).collect();
             for ((t, s), c) in tmps.iter().zip(src).zip(classes) {

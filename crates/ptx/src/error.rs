@@ -12,7 +12,11 @@ pub enum PtxError {
     /// The kernel uses something PTX cannot express (or the emitter does not support);
     /// `at` names the parameter, shared array or IR value concerned.
     #[error("kernel `{kernel}`, {at}: {msg}")]
-    Unsupported { kernel: String, at: String, msg: String },
+    Unsupported {
+        kernel: String,
+        at: String,
+        msg: String,
+    },
 
     /// No `ptxas` could be found.
     #[error(
@@ -31,7 +35,12 @@ pub enum PtxError {
 
     /// `ptxas` rejected the module; `line`/`text` locate the first PTX line it named.
     #[error("ptxas rejected the PTX for {arch}: {message}{}", locate(*line, text))]
-    PtxasRejected { arch: String, message: String, line: Option<usize>, text: Option<String> },
+    PtxasRejected {
+        arch: String,
+        message: String,
+        line: Option<usize>,
+        text: Option<String>,
+    },
 
     /// `ptxas` succeeded but its `-v` report did not have the expected form.
     #[error("could not read ptxas's resource report: {0}")]

@@ -23,9 +23,13 @@ pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
         }
         Op::Bin { op, rnd, a, b } => arith::bin(e, one(i)?, *op, *rnd, *a, *b),
         Op::Fma { rnd, a, b, c } => arith::fma(e, one(i)?, *rnd, [*a, *b, *c]),
-        Op::Dp4a { a_signed, b_signed, a, b, c } => {
-            arith::dp4a(e, one(i)?, [*a_signed, *b_signed], [*a, *b, *c])
-        }
+        Op::Dp4a {
+            a_signed,
+            b_signed,
+            a,
+            b,
+            c,
+        } => arith::dp4a(e, one(i)?, [*a_signed, *b_signed], [*a, *b, *c]),
         Op::Un { op, a } => arith::un(e, one(i)?, *op, *a),
         Op::DivApprox { a, b } => arith::div_approx(e, one(i)?, *a, *b),
         Op::Cmp { op, a, b } => arith::cmp(e, one(i)?, *op, *a, *b),
@@ -44,13 +48,33 @@ pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
             Ok(())
         }
         Op::Fence { ord, scope } => atomic::fence(e, *ord, *scope),
-        Op::Atomic { op, ord, scope, ptr, a, b } => atomic::atomic(e, one(i)?, *op, *ord, *scope, *ptr, *a, *b),
-        Op::Shfl { mode, value, b, c, mask } => warp::shfl(e, one(i)?, *mode, *value, [*b, *c, *mask]),
+        Op::Atomic {
+            op,
+            ord,
+            scope,
+            ptr,
+            a,
+            b,
+        } => atomic::atomic(e, one(i)?, *op, *ord, *scope, *ptr, *a, *b),
+        Op::Shfl {
+            mode,
+            value,
+            b,
+            c,
+            mask,
+        } => warp::shfl(e, one(i)?, *mode, *value, [*b, *c, *mask]),
         Op::Vote { mode, pred, mask } => warp::vote(e, one(i)?, *mode, *pred, *mask),
         Op::Redux { op, value, mask } => warp::redux(e, one(i)?, *op, *value, *mask),
         Op::Mma { shape, a, b, c } => tensor::mma(e, one(i)?, *shape, [*a, *b, *c]),
-        Op::LdMatrix { num, trans, ptr, .. } => tensor::ldmatrix(e, one(i)?, *num, *trans, *ptr),
-        Op::CpAsync { dst, src, bytes, cache } => memory::cp_async(e, *dst, *src, *bytes, *cache),
+        Op::LdMatrix {
+            num, trans, ptr, ..
+        } => tensor::ldmatrix(e, one(i)?, *num, *trans, *ptr),
+        Op::CpAsync {
+            dst,
+            src,
+            bytes,
+            cache,
+        } => memory::cp_async(e, *dst, *src, *bytes, *cache),
         Op::CpAsyncCommit => {
             e.line("cp.async.commit_group");
             Ok(())
@@ -102,7 +126,9 @@ pub(crate) fn op_name(op: &Op) -> String {
         Op::Vote { mode, .. } => format!("vote {}", mode.name()),
         Op::Redux { op, .. } => format!("redux {}", op.name()),
         Op::Mma { shape, .. } => format!("mma {}", shape.name()),
-        Op::LdMatrix { num, trans, .. } => format!("ldmatrix x{num}{}", if *trans { " trans" } else { "" }),
+        Op::LdMatrix { num, trans, .. } => {
+            format!("ldmatrix x{num}{}", if *trans { " trans" } else { "" })
+        }
         Op::CpAsync { bytes, .. } => format!("cp.async {bytes}"),
         Op::CpAsyncCommit => "cp.async.commit".into(),
         Op::CpAsyncWait { n } => format!("cp.async.wait {n}"),

@@ -34,18 +34,25 @@ pub fn find_ptxas() -> Result<PathBuf, PtxError> {
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(PtxError::PtxasNotFound { looked: format!("QUENCH_PTXAS={} (no such file)", p.display()) })
+            Err(PtxError::PtxasNotFound {
+                looked: format!("QUENCH_PTXAS={} (no such file)", p.display()),
+            })
         };
     }
     if let Some(path) = std::env::var_os("PATH") {
-        if let Some(p) = std::env::split_paths(&path).map(|d| d.join("ptxas")).find(|p| p.is_file()) {
+        if let Some(p) = std::env::split_paths(&path)
+            .map(|d| d.join("ptxas"))
+            .find(|p| p.is_file())
+        {
             return Ok(p);
         }
     }
     match wheel_ptxas() {
         Some(p) => Ok(p.clone()),
         None => Err(PtxError::PtxasNotFound {
-            looked: "QUENCH_PTXAS, PATH, and python3's nvidia.cu13 package (nvidia-cuda-nvcc wheel)".into(),
+            looked:
+                "QUENCH_PTXAS, PATH, and python3's nvidia.cu13 package (nvidia-cuda-nvcc wheel)"
+                    .into(),
         }),
     }
 }
@@ -90,7 +97,9 @@ impl Drop for TempDir {
 ///
 /// On rejection the error carries `ptxas`'s message and the PTX line it names.
 pub fn assemble(ptx: &str, arch: &str) -> Result<AsmReport, PtxError> {
-    let valid_arch = arch.strip_prefix("sm_").is_some_and(|r| !r.is_empty() && r.chars().all(|c| c.is_ascii_alphanumeric()));
+    let valid_arch = arch
+        .strip_prefix("sm_")
+        .is_some_and(|r| !r.is_empty() && r.chars().all(|c| c.is_ascii_alphanumeric()));
     if !valid_arch {
         return Err(PtxError::PtxasRejected {
             arch: arch.into(),
@@ -100,7 +109,10 @@ pub fn assemble(ptx: &str, arch: &str) -> Result<AsmReport, PtxError> {
         });
     }
     let ptxas = find_ptxas()?;
-    let io = |source| PtxError::PtxasIo { path: ptxas.clone(), source };
+    let io = |source| PtxError::PtxasIo {
+        path: ptxas.clone(),
+        source,
+    };
     let dir = TempDir::new().map_err(io)?;
     let (input, cubin) = (dir.0.join("kernel.ptx"), dir.0.join("kernel.cubin"));
     std::fs::write(&input, ptx).map_err(io)?;
@@ -113,7 +125,8 @@ pub fn assemble(ptx: &str, arch: &str) -> Result<AsmReport, PtxError> {
         .output()
         .map_err(io)?;
     // Name the input as the user knows it rather than by its temporary path.
-    let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     let text = text.replace(&input.display().to_string(), "kernel.ptx");
     if !out.status.success() {
         return Err(rejection(ptx, arch, &text));
@@ -125,14 +138,28 @@ pub fn assemble(ptx: &str, arch: &str) -> Result<AsmReport, PtxError> {
 
 /// The error for a failed run: its error lines, and the first PTX line they name.
 fn rejection(ptx: &str, arch: &str, output: &str) -> PtxError {
-    let errors: Vec<&str> = output.lines().filter(|l| l.contains("error") || l.contains("fatal")).collect();
-    let message = if errors.is_empty() { output.trim().to_string() } else { errors.join("\n") };
+    let errors: Vec<&str> = output
+        .lines()
+        .filter(|l| l.contains("error") || l.contains("fatal"))
+        .collect();
+    let message = if errors.is_empty() {
+        output.trim().to_string()
+    } else {
+        errors.join("\n")
+    };
     let line = errors.iter().find_map(|l| {
         let rest = l.split(", line ").nth(1)?;
         rest.split(';').next()?.trim().parse::<usize>().ok()
     });
-    let text = line.and_then(|n| ptx.lines().nth(n.checked_sub(1)?)).map(str::to_string);
-    PtxError::PtxasRejected { arch: arch.into(), message, line, text }
+    let text = line
+        .and_then(|n| ptx.lines().nth(n.checked_sub(1)?))
+        .map(str::to_string);
+    PtxError::PtxasRejected {
+        arch: arch.into(),
+        message,
+        line,
+        text,
+    }
 }
 
 /// The number just before `unit` on `line`: `count("Used 17 registers", "registers")`.
@@ -144,25 +171,47 @@ fn count(line: &str, unit: &str) -> Option<u32> {
 fn parse_report(output: &str) -> Result<AsmReport, PtxError> {
     let entries: Vec<&str> = output
         .lines()
-        .filter_map(|l| l.split("Compiling entry function '").nth(1)?.split('\'').next())
+        .filter_map(|l| {
+            l.split("Compiling entry function '")
+                .nth(1)?
+                .split('\'')
+                .next()
+        })
         .collect();
     let [kernel] = entries.as_slice() else {
-        return Err(PtxError::PtxasReport(format!("expected one entry function, found {}", entries.len())));
+        return Err(PtxError::PtxasReport(format!(
+            "expected one entry function, found {}",
+            entries.len()
+        )));
     };
     let missing = |what: &str| PtxError::PtxasReport(format!("no {what} in:\n{output}"));
-    let props = output.lines().find(|l| l.contains("bytes stack frame")).ok_or_else(|| missing("stack frame size"))?;
-    let usage = output.lines().find(|l| l.contains("Used") && l.contains("registers")).ok_or_else(|| missing("register count"))?;
+    let props = output
+        .lines()
+        .find(|l| l.contains("bytes stack frame"))
+        .ok_or_else(|| missing("stack frame size"))?;
+    let usage = output
+        .lines()
+        .find(|l| l.contains("Used") && l.contains("registers"))
+        .ok_or_else(|| missing("register count"))?;
     Ok(AsmReport {
         kernel: kernel.to_string(),
         registers: count(usage, "registers").ok_or_else(|| missing("register count"))?,
-        spill_store_bytes: count(props, "bytes spill stores").ok_or_else(|| missing("spill stores"))?,
-        spill_load_bytes: count(props, "bytes spill loads").ok_or_else(|| missing("spill loads"))?,
+        spill_store_bytes: count(props, "bytes spill stores")
+            .ok_or_else(|| missing("spill stores"))?,
+        spill_load_bytes: count(props, "bytes spill loads")
+            .ok_or_else(|| missing("spill loads"))?,
         shared_bytes: count(usage, "bytes smem").unwrap_or(0),
-        stack_frame_bytes: count(props, "bytes stack frame").ok_or_else(|| missing("stack frame size"))?,
+        stack_frame_bytes: count(props, "bytes stack frame")
+            .ok_or_else(|| missing("stack frame size"))?,
         warnings: output
             .lines()
             .filter(|l| l.contains("warning"))
-            .map(|l| l.split_once("kernel.ptx, ").map_or(l, |(_, rest)| rest).trim().to_string())
+            .map(|l| {
+                l.split_once("kernel.ptx, ")
+                    .map_or(l, |(_, rest)| rest)
+                    .trim()
+                    .to_string()
+            })
             .collect(),
         cubin: Vec::new(),
     })
@@ -181,7 +230,14 @@ mod tests {
                    ptxas info    : Used 17 registers, used 1 barriers, 1024 bytes smem\n";
         let r = parse_report(out).expect("a well-formed report");
         assert_eq!(
-            (r.kernel.as_str(), r.registers, r.spill_store_bytes, r.spill_load_bytes, r.shared_bytes, r.stack_frame_bytes),
+            (
+                r.kernel.as_str(),
+                r.registers,
+                r.spill_store_bytes,
+                r.spill_load_bytes,
+                r.shared_bytes,
+                r.stack_frame_bytes
+            ),
             ("k", 17, 8, 4, 1024, 24)
         );
     }
@@ -191,7 +247,12 @@ mod tests {
         let ptx = "a\nb\nbad line here\nd";
         let out = "ptxas kernel.ptx, line 3; error   : Unknown symbol 'x'\nptxas fatal   : aborted";
         match rejection(ptx, "sm_90", out) {
-            PtxError::PtxasRejected { line, text, message, .. } => {
+            PtxError::PtxasRejected {
+                line,
+                text,
+                message,
+                ..
+            } => {
                 assert_eq!(line, Some(3));
                 assert_eq!(text.as_deref(), Some("bad line here"));
                 assert!(message.contains("Unknown symbol 'x'"), "{message}");

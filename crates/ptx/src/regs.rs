@@ -23,8 +23,14 @@ pub(crate) enum RegClass {
 }
 
 impl RegClass {
-    const ALL: [RegClass; 6] =
-        [RegClass::Pred, RegClass::B16, RegClass::B32, RegClass::B64, RegClass::F32, RegClass::F64];
+    const ALL: [RegClass; 6] = [
+        RegClass::Pred,
+        RegClass::B16,
+        RegClass::B32,
+        RegClass::B64,
+        RegClass::F32,
+        RegClass::F64,
+    ];
 
     fn index(self) -> usize {
         self as usize
@@ -93,7 +99,10 @@ pub(crate) struct Regs {
 
 impl Regs {
     pub(crate) fn new(values: usize) -> Regs {
-        Regs { counts: [0; 6], of_value: vec![None; values] }
+        Regs {
+            counts: [0; 6],
+            of_value: vec![None; values],
+        }
     }
 
     pub(crate) fn fresh(&mut self, class: RegClass) -> String {

@@ -100,7 +100,12 @@ fn byte_dots() -> Function {
 #[test]
 fn byte_dot_products() {
     let (ptx, _) = common::assemble(&byte_dots());
-    for inst in ["dp4a.u32.u32", "dp4a.s32.u32", "dp4a.u32.s32", "dp4a.s32.s32"] {
+    for inst in [
+        "dp4a.u32.u32",
+        "dp4a.s32.u32",
+        "dp4a.u32.s32",
+        "dp4a.s32.s32",
+    ] {
         assert!(ptx.contains(inst), "no {inst} in\n{ptx}");
     }
 }
@@ -160,9 +165,40 @@ fn variant(op: &Op) -> &'static str {
 }
 
 const VARIANTS: [&str; 34] = [
-    "Const", "Param", "Special", "Bin", "Fma", "Dp4a", "Un", "DivApprox", "Cmp", "Select", "Cvt", "Bitcast", "Pack",
-    "Extract", "PtrAdd", "PtrCast", "SharedAddr", "Load", "Store", "Barrier", "Fence", "Atomic", "Shfl", "Vote",
-    "Redux", "Mma", "LdMatrix", "CpAsync", "CpAsyncCommit", "CpAsyncWait", "If", "For", "Yield", "Return",
+    "Const",
+    "Param",
+    "Special",
+    "Bin",
+    "Fma",
+    "Dp4a",
+    "Un",
+    "DivApprox",
+    "Cmp",
+    "Select",
+    "Cvt",
+    "Bitcast",
+    "Pack",
+    "Extract",
+    "PtrAdd",
+    "PtrCast",
+    "SharedAddr",
+    "Load",
+    "Store",
+    "Barrier",
+    "Fence",
+    "Atomic",
+    "Shfl",
+    "Vote",
+    "Redux",
+    "Mma",
+    "LdMatrix",
+    "CpAsync",
+    "CpAsyncCommit",
+    "CpAsyncWait",
+    "If",
+    "For",
+    "Yield",
+    "Return",
 ];
 
 #[test]
@@ -176,4 +212,3 @@ fn the_test_kernels_use_every_op_variant() {
     let all: BTreeSet<&str> = VARIANTS.into_iter().collect();
     assert_eq!(seen, all);
 }
-

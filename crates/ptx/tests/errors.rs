@@ -29,7 +29,13 @@ fn half_precision_rounds_only_to_nearest() {
     for r in [Round::Rz, Round::Rm, Round::Rp] {
         let (at, msg) = unsupported(&f16_kernel(r));
         assert!(at.contains("add"), "{at}");
-        assert_eq!(msg, format!("`add` on f16 rounds only to nearest (rn) in PTX, not {}", r.name()));
+        assert_eq!(
+            msg,
+            format!(
+                "`add` on f16 rounds only to nearest (rn) in PTX, not {}",
+                r.name()
+            )
+        );
     }
 }
 
@@ -42,7 +48,10 @@ fn saturating_int_to_float_conversion_is_refused() {
     let y = k.cvt_rnd(Scalar::F32, Some(Round::Rn), true, x);
     k.store(q, y);
     let (_, msg) = unsupported(&k.finish().expect("valid kernel"));
-    assert!(msg.contains("`sat` on a conversion from s32 to f32"), "{msg}");
+    assert!(
+        msg.contains("`sat` on a conversion from s32 to f32"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -82,7 +91,9 @@ fn invalid_ir_is_refused_with_the_verifier_reason() {
 
 #[test]
 fn predicate_parameters_are_refused_by_name() {
-    let text = emit(&pred_param_kernel()).expect_err("a pred parameter").to_string();
+    let text = emit(&pred_param_kernel())
+        .expect_err("a pred parameter")
+        .to_string();
     assert!(text.contains("flag") && text.contains("pred"), "{text}");
 }
 
@@ -90,7 +101,10 @@ fn predicate_parameters_are_refused_by_name() {
 fn pred_param_kernel() -> Function {
     Function {
         name: "pred_param".into(),
-        params: vec![quench_ir::Param { name: "flag".into(), ty: Type::PRED }],
+        params: vec![quench_ir::Param {
+            name: "flag".into(),
+            ty: Type::PRED,
+        }],
         shared: vec![],
         max_threads: 32,
         values: vec![],
@@ -107,14 +121,26 @@ fn ptxas_rejection_carries_its_message_and_the_line() {
     k.store(p, y);
     let ptx = emit(&k.finish().expect("valid kernel")).expect("emits");
     let broken = ptx.replacen("add.u32", "add.u33", 1);
-    let line = broken.lines().position(|l| l.contains("add.u33")).expect("the edit") + 1;
+    let line = broken
+        .lines()
+        .position(|l| l.contains("add.u33"))
+        .expect("the edit")
+        + 1;
     match ptxas::assemble(&broken, "sm_90") {
-        Err(PtxError::PtxasRejected { arch, message, line: at, text }) => {
+        Err(PtxError::PtxasRejected {
+            arch,
+            message,
+            line: at,
+            text,
+        }) => {
             assert_eq!(arch, "sm_90");
             assert_eq!(at, Some(line), "{message}");
             assert!(text.is_some_and(|t| t.contains("add.u33")));
             assert!(message.contains("error"), "{message}");
-            assert!(!message.contains("quench-ptxas-"), "temporary path leaked: {message}");
+            assert!(
+                !message.contains("quench-ptxas-"),
+                "temporary path leaked: {message}"
+            );
         }
         other => panic!("expected a rejection, got {other:?}"),
     }

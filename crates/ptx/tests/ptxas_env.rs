@@ -10,5 +10,8 @@ fn a_missing_ptxas_says_how_to_install_it() {
     assert!(matches!(err, PtxError::PtxasNotFound { .. }));
     let text = err.to_string();
     assert!(text.contains("/nonexistent/ptxas"), "{text}");
-    assert!(text.contains("pip install --no-deps nvidia-cuda-nvcc==13.0.88"), "{text}");
+    assert!(
+        text.contains("pip install --no-deps nvidia-cuda-nvcc==13.0.88"),
+        "{text}"
+    );
 }

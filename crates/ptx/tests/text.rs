@@ -78,7 +78,10 @@ fn byte_arithmetic_is_re_extended() {
     k.store(p, y);
     let text = ptx(&k.finish().expect("valid kernel"));
     assert!(text.contains("ld.global.s8 %rs0"), "{text}");
-    assert!(text.contains("add.s16 %rs1, %rs0, %rs0;\n\tcvt.s16.s8 %rs1, %rs1;"), "{text}");
+    assert!(
+        text.contains("add.s16 %rs1, %rs0, %rs0;\n\tcvt.s16.s8 %rs1, %rs1;"),
+        "{text}"
+    );
     assert!(text.contains("st.global.s8 ["), "{text}");
 }
 
@@ -93,7 +96,12 @@ fn approximations_are_the_ones_the_ir_names() {
     let d = k.div_approx(c, x);
     k.store(p, d);
     let text = ptx(&k.finish().expect("valid kernel"));
-    for needle in ["ex2.approx.ftz.f32", "lg2.approx.ftz.f32", "rcp.approx.f32", "div.approx.f32"] {
+    for needle in [
+        "ex2.approx.ftz.f32",
+        "lg2.approx.ftz.f32",
+        "rcp.approx.f32",
+        "div.approx.f32",
+    ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
     }
 }
@@ -111,5 +119,14 @@ fn swapped_loop_values_are_copied_through_temporaries() {
     // Carried values live in %r6 and %r7; the swap reads both before writing either.
     let body = text.split("// yield\n").nth(1).expect("a yield");
     let copies: Vec<&str> = body.lines().take(4).map(str::trim).collect();
-    assert_eq!(copies, ["mov.b32 %r8, %r7;", "mov.b32 %r9, %r6;", "mov.b32 %r6, %r8;", "mov.b32 %r7, %r9;"], "{text}");
+    assert_eq!(
+        copies,
+        [
+            "mov.b32 %r8, %r7;",
+            "mov.b32 %r9, %r6;",
+            "mov.b32 %r6, %r8;",
+            "mov.b32 %r7, %r9;"
+        ],
+        "{text}"
+    );
 }

@@ -327,7 +327,9 @@ async fn load_causal(
     // On a GPU the KV cache is allocated up front: as many whole contexts as the block
     // budget holds (the scheduler admits sequences by the same budget).
     let gpu_sessions = config.engine.kv_blocks * crate::engine::blocks::BLOCK_TOKENS
-        / context.unwrap_or(quench_engine::gpu::DEFAULT_CONTEXT).max(1);
+        / context
+            .unwrap_or(quench_engine::gpu::DEFAULT_CONTEXT)
+            .max(1);
     let loaded = tokio::task::spawn_blocking(move || -> Result<Causal, String> {
         match &spec2.source {
             ModelSource::TinyChat if device != quench_engine::Device::Cpu => {

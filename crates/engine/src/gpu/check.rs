@@ -125,7 +125,12 @@ pub fn judge(bound: LogitBound, position: usize, device: &[f32], reference: &[f6
     outside += device.len().abs_diff(reference.len());
     let device_top1 = quench_cpu::argmax(device).unwrap_or(0);
     let reference_top1 = top1(reference);
-    let logit = |t: u32| reference.get(t as usize).copied().unwrap_or(f64::NEG_INFINITY);
+    let logit = |t: u32| {
+        reference
+            .get(t as usize)
+            .copied()
+            .unwrap_or(f64::NEG_INFINITY)
+    };
     let reference_gap = logit(reference_top1) - logit(device_top1);
     StepVerdict {
         position,
@@ -372,7 +377,10 @@ mod tests {
         let v = judge(b, 0, &[3.0, 0.0, 0.0, 3.05], &[3.0, 0.0, 0.0, 2.998]);
         assert_eq!(v.outside, 0);
         assert_eq!((v.device_top1, v.reference_top1), (3, 0));
-        assert!((v.reference_gap - 2e-3).abs() < 1e-12 && !v.near_tie, "{v:?}");
+        assert!(
+            (v.reference_gap - 2e-3).abs() < 1e-12 && !v.near_tie,
+            "{v:?}"
+        );
         assert!(!v.passed());
         // Closer than the near-tie: either pick is the reference's answer.
         let v = judge(b, 0, &[3.0, 0.0, 0.0, 3.05], &[3.0, 0.0, 0.0, 2.9995]);

@@ -90,8 +90,8 @@ use quench_kernels::attention::{KvElem, BLOCK_TOKENS};
 use quench_kernels::embed::{self, EmbedParams};
 use quench_kernels::gemv_tc::{self, GemvTcParams};
 use quench_kernels::norm_residual::OutType;
-use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::qgemv::prologue::NORM_THREADS;
+use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::rmsnorm_rows::{self, RmsNormRowsParams};
 use quench_kernels::rope;
 use quench_kernels::KernelError;
@@ -663,7 +663,12 @@ impl Assembler<'_> {
             Input::Plain(_) => (Prologue::None, format!("{prefix}{what}")),
             Input::Normed(n) => (Prologue::RmsNorm, format!("{prefix}{} + {what}", n.what)),
         };
-        let (warps, max_blocks) = gemv_shape(format, cols, prologue == Prologue::RmsNorm, self.multiprocessors);
+        let (warps, max_blocks) = gemv_shape(
+            format,
+            cols,
+            prologue == Prologue::RmsNorm,
+            self.multiprocessors,
+        );
         let p = QGemvParams {
             format,
             prologue,
@@ -809,7 +814,12 @@ const GEMV_WARPS: u32 = 4;
 /// one block of 8 warps a multiprocessor (16 warps past 8192 columns) is within 4% of the
 /// fastest shape of q|k|v, gate|up and down, and 1.1–1.7× faster than 4 warps × 8; the
 /// output projection (4096 columns, no norm) keeps 4 × 8.
-pub(crate) fn gemv_shape(format: WeightFormat, cols: usize, normed: bool, multiprocessors: u32) -> (u32, u32) {
+pub(crate) fn gemv_shape(
+    format: WeightFormat,
+    cols: usize,
+    normed: bool,
+    multiprocessors: u32,
+) -> (u32, u32) {
     if format.is_integer() && cols > 8192 {
         (16, multiprocessors)
     } else if format.is_integer() && normed {
@@ -885,7 +895,15 @@ impl DecodeGraph {
         shape: StepShape,
         multiprocessors: u32,
     ) -> Result<DecodeGraph, GpuError> {
-        Self::assemble_with(config, catalog, src, naming, shape, multiprocessors, Products::Gemv)
+        Self::assemble_with(
+            config,
+            catalog,
+            src,
+            naming,
+            shape,
+            multiprocessors,
+            Products::Gemv,
+        )
     }
 
     /// As [`DecodeGraph::assemble_for`], multiplying bf16 matrices as `products` says.
@@ -929,7 +947,10 @@ impl DecodeGraph {
         let kv = KvLayout {
             n_blocks,
             max_blocks,
-            layer_bytes: n_blocks as u64 * (kv_width as u64) * BLOCK_TOKENS as u64 * kv_type.size() as u64,
+            layer_bytes: n_blocks as u64
+                * (kv_width as u64)
+                * BLOCK_TOKENS as u64
+                * kv_type.size() as u64,
             elem: kv_type,
         };
 

@@ -68,7 +68,8 @@ use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 use super::catalog::{tensor_name, Catalog, Qkv};
 use super::error::GpuError;
 use super::graph::{
-    self, attention_shape, gemv_shape, row_threads, u32_of, DecodeGraph, KernelSet, WeightData, WeightGroup,
+    self, attention_shape, gemv_shape, row_threads, u32_of, DecodeGraph, KernelSet, WeightData,
+    WeightGroup,
 };
 use super::stored::{self, StoredTensors};
 
@@ -524,8 +525,12 @@ impl PrefillPlan {
             let kernel = a.kernel("attention", &params, attn_prefill::build)?;
             Attention::TensorCores { kernel, params }
         } else {
-            let (threads, split, most_blocks) =
-                attention_shape(head_dim, n_heads / n_kv_heads.max(1), context32, graph.kv.elem)?;
+            let (threads, split, most_blocks) = attention_shape(
+                head_dim,
+                n_heads / n_kv_heads.max(1),
+                context32,
+                graph.kv.elem,
+            )?;
             if most_blocks != max_blocks {
                 return Err(not_here(
                     "the prompt path's attention",
@@ -671,7 +676,8 @@ impl PrefillPlan {
                 }
             }
 
-            let rp = graph::rope_append_params(c, catalog, max_blocks, token_stride, graph.kv.elem)?;
+            let rp =
+                graph::rope_append_params(c, catalog, max_blocks, token_stride, graph.kv.elem)?;
             let (kc, vc) = (ptr(Loc::KCache(l), 0), ptr(Loc::VCache(l), 0));
             let mut args = vec![
                 q_at,
@@ -829,7 +835,8 @@ impl PrefillPlan {
                 vec![a.stored(DecoderTensor::Output, c.vocab, hidden)?],
             )?
         };
-        let (head_warps, head_blocks) = gemv_shape(catalog.output, hidden, true, graph.multiprocessors);
+        let (head_warps, head_blocks) =
+            gemv_shape(catalog.output, hidden, true, graph.multiprocessors);
         let hp = QGemvParams {
             format: catalog.output,
             prologue: Prologue::RmsNorm,

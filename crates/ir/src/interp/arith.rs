@@ -260,7 +260,9 @@ pub(crate) fn dp4a(a: u32, a_signed: bool, b: u32, b_signed: bool, c: u32) -> u3
             v as i32
         }
     };
-    (0..4).fold(c, |acc, i| acc.wrapping_add((byte(a, i, a_signed) * byte(b, i, b_signed)) as u32))
+    (0..4).fold(c, |acc, i| {
+        acc.wrapping_add((byte(a, i, a_signed) * byte(b, i, b_signed)) as u32)
+    })
 }
 
 pub(crate) fn un(op: UnOp, s: Scalar, a: u64) -> R {

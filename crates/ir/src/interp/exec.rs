@@ -116,15 +116,34 @@ pub(crate) fn exec<'p>(
                 );
             }
         }
-        Op::Dp4a { a_signed, b_signed, a, b, c } => {
-            let acc = if *a_signed || *b_signed { Type::I32 } else { Type::U32 };
+        Op::Dp4a {
+            a_signed,
+            b_signed,
+            a,
+            b,
+            c,
+        } => {
+            let acc = if *a_signed || *b_signed {
+                Type::I32
+            } else {
+                Type::U32
+            };
             let word = |t: Type| matches!(t, Type::Scalar(Scalar::U32 | Scalar::I32));
-            if !word(p.ty(*a)) || !word(p.ty(*b)) || p.ty(*c) != acc || p.ty(inst.results[0]) != acc {
-                return Err(ctx.bad_inst(w.index, ci, format!("dp4a takes 32-bit words and an {acc} addend")));
+            if !word(p.ty(*a)) || !word(p.ty(*b)) || p.ty(*c) != acc || p.ty(inst.results[0]) != acc
+            {
+                return Err(ctx.bad_inst(
+                    w.index,
+                    ci,
+                    format!("dp4a takes 32-bit words and an {acc} addend"),
+                ));
             }
             let (a, b, c, o) = (p.info(*a), p.info(*b), p.info(*c), out());
             for l in lanes(active) {
-                let (x, y, z) = (w.regs.get(a, 0, l), w.regs.get(b, 0, l), w.regs.get(c, 0, l));
+                let (x, y, z) = (
+                    w.regs.get(a, 0, l),
+                    w.regs.get(b, 0, l),
+                    w.regs.get(c, 0, l),
+                );
                 let r = arith::dp4a(x as u32, *a_signed, y as u32, *b_signed, z as u32);
                 w.regs.set(o, 0, l, r as u64);
             }

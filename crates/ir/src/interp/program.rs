@@ -266,8 +266,14 @@ impl<'f> Program<'f> {
             Op::Special(s) => format!("mov %{}", s.name()),
             Op::Bin { op, rnd: r, a, .. } => format!("{}{}.{}", op.name(), rnd(*r), ty(a)),
             Op::Fma { rnd: r, a, .. } => format!("fma{}.{}", rnd(Some(*r)), ty(a)),
-            Op::Dp4a { a_signed, b_signed, .. } => {
-                format!("dp4a.{}.{}", crate::print::byte_sign(*a_signed), crate::print::byte_sign(*b_signed))
+            Op::Dp4a {
+                a_signed, b_signed, ..
+            } => {
+                format!(
+                    "dp4a.{}.{}",
+                    crate::print::byte_sign(*a_signed),
+                    crate::print::byte_sign(*b_signed)
+                )
             }
             Op::Un { op, a } => format!("{}.{}", un_name(*op), ty(a)),
             Op::DivApprox { a, .. } => format!("div.approx.{}", ty(a)),

@@ -50,7 +50,12 @@ pub(super) struct Lexer<'a> {
 
 impl<'a> Lexer<'a> {
     pub(super) fn new(src: &'a str) -> Lexer<'a> {
-        Lexer { src, pos: 0, line: 1, col: 1 }
+        Lexer {
+            src,
+            pos: 0,
+            line: 1,
+            col: 1,
+        }
     }
 
     fn peek_char(&self) -> Option<char> {
@@ -76,7 +81,11 @@ impl<'a> Lexer<'a> {
     }
 
     fn error(&self, line: u32, col: u32, kind: ParseErrorKind) -> ParseError {
-        ParseError { line, column: col, kind }
+        ParseError {
+            line,
+            column: col,
+            kind,
+        }
     }
 
     /// Consume characters while `keep` holds and return them.
@@ -106,7 +115,9 @@ impl<'a> Lexer<'a> {
         }
         let (line, col) = (self.line, self.col);
         let tok = |tok| Ok(Token { tok, line, col });
-        let Some(c) = self.peek_char() else { return tok(Tok::Eof) };
+        let Some(c) = self.peek_char() else {
+            return tok(Tok::Eof);
+        };
         match c {
             '\n' => {
                 self.bump();
@@ -130,7 +141,9 @@ impl<'a> Lexer<'a> {
                         col,
                         ParseErrorKind::Expected {
                             expected: "a value number after `%`".into(),
-                            found: self.peek_char().map_or("end of input".into(), |c| format!("{c:?}")),
+                            found: self
+                                .peek_char()
+                                .map_or("end of input".into(), |c| format!("{c:?}")),
                         },
                     ));
                 }
@@ -147,7 +160,12 @@ impl<'a> Lexer<'a> {
                 }
             }
             '"' => self.string(line, col),
-            c if c.is_ascii_digit() || (c == '-' && self.peek_second().is_some_and(|d| d.is_ascii_alphanumeric())) => {
+            c if c.is_ascii_digit()
+                || (c == '-'
+                    && self
+                        .peek_second()
+                        .is_some_and(|d| d.is_ascii_alphanumeric())) =>
+            {
                 self.bump();
                 let rest = self.take_while(|c, so_far| {
                     let exponent_sign = (c == '+' || c == '-')
@@ -172,10 +190,19 @@ impl<'a> Lexer<'a> {
         loop {
             let (el, ec) = (self.line, self.col);
             match self.bump() {
-                None | Some('\n') => return Err(self.error(line, col, ParseErrorKind::UnterminatedString)),
-                Some('"') => return Ok(Token { tok: Tok::Str(s), line, col }),
+                None | Some('\n') => {
+                    return Err(self.error(line, col, ParseErrorKind::UnterminatedString))
+                }
+                Some('"') => {
+                    return Ok(Token {
+                        tok: Tok::Str(s),
+                        line,
+                        col,
+                    })
+                }
                 Some('\\') => {
-                    let bad = |lx: &Self, text: String| lx.error(el, ec, ParseErrorKind::BadEscape(text));
+                    let bad =
+                        |lx: &Self, text: String| lx.error(el, ec, ParseErrorKind::BadEscape(text));
                     match self.bump() {
                         Some('"') => s.push('"'),
                         Some('\\') => s.push('\\'),
@@ -194,7 +221,9 @@ impl<'a> Lexer<'a> {
                             }
                         }
                         Some(other) => return Err(bad(self, format!("\\{other}"))),
-                        None => return Err(self.error(line, col, ParseErrorKind::UnterminatedString)),
+                        None => {
+                            return Err(self.error(line, col, ParseErrorKind::UnterminatedString))
+                        }
                     }
                 }
                 Some(c) => s.push(c),

@@ -18,7 +18,9 @@ pub(super) fn type_problem(ty: Type) -> Option<&'static str> {
         Type::Vec(..) => None,
         Type::Ptr(_, Scalar::Pred) => Some("pointers cannot point to predicates"),
         Type::Ptr(..) => None,
-        Type::Frag(f) if !f.is_valid() => Some("the element type does not fit the fragment's shape and role"),
+        Type::Frag(f) if !f.is_valid() => {
+            Some("the element type does not fit the fragment's shape and role")
+        }
         Type::Frag(_) => None,
     }
 }
@@ -27,8 +29,18 @@ fn ty(f: &Function, v: Value) -> Type {
     f.values[v.index()]
 }
 
-fn operand(role: impl Into<String>, f: &Function, v: Value, expected: impl Into<String>) -> InstProblem {
-    InstProblem::Operand { role: role.into(), value: v, ty: ty(f, v), expected: expected.into() }
+fn operand(
+    role: impl Into<String>,
+    f: &Function,
+    v: Value,
+    expected: impl Into<String>,
+) -> InstProblem {
+    InstProblem::Operand {
+        role: role.into(),
+        value: v,
+        ty: ty(f, v),
+        expected: expected.into(),
+    }
 }
 
 /// `v` must have type `want`.
@@ -46,7 +58,12 @@ fn same_as(f: &Function, role: &str, b: Value, a_role: &str, a: Value) -> Result
     if ty(f, b) == want {
         Ok(())
     } else {
-        Err(operand(role, f, b, format!("{want} (the type of `{a_role}`)")))
+        Err(operand(
+            role,
+            f,
+            b,
+            format!("{want} (the type of `{a_role}`)"),
+        ))
     }
 }
 
@@ -60,19 +77,30 @@ fn pointer(f: &Function, role: &str, v: Value) -> Result<(AddrSpace, Scalar), In
 fn pointer_in(f: &Function, role: &str, v: Value, space: AddrSpace) -> Result<Scalar, InstProblem> {
     match ty(f, v) {
         Type::Ptr(s, elem) if s == space => Ok(elem),
-        _ => Err(operand(role, f, v, format!("a pointer to {} memory", space.name()))),
+        _ => Err(operand(
+            role,
+            f,
+            v,
+            format!("a pointer to {} memory", space.name()),
+        )),
     }
 }
 
 fn scalar_of(f: &Function, op: &str, v: Value) -> Result<Scalar, InstProblem> {
     match ty(f, v) {
         Type::Scalar(s) => Ok(s),
-        t => Err(InstProblem::NotDefinedOn { op: op.to_string(), ty: t }),
+        t => Err(InstProblem::NotDefinedOn {
+            op: op.to_string(),
+            ty: t,
+        }),
     }
 }
 
 fn not_on(op: &str, s: Scalar) -> InstProblem {
-    InstProblem::NotDefinedOn { op: op.to_string(), ty: Type::Scalar(s) }
+    InstProblem::NotDefinedOn {
+        op: op.to_string(),
+        ty: Type::Scalar(s),
+    }
 }
 
 /// Whether a value of `ty` may be moved through a pointer to `elem`.
@@ -96,7 +124,9 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
     let one = |ty: Type| Ok(vec![ty]);
     match op {
         Op::Const { ty, bits } => {
-            let Type::Scalar(s) = *ty else { return Err(InstProblem::ConstType(*ty)) };
+            let Type::Scalar(s) = *ty else {
+                return Err(InstProblem::ConstType(*ty));
+            };
             let fits = match s {
                 Scalar::Pred => *bits <= 1,
                 s => s.bits() >= 64 || *bits >> s.bits() == 0,
@@ -108,7 +138,10 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
         }
         Op::Param(i) => match f.params.get(*i as usize) {
             Some(p) => one(p.ty),
-            None => Err(InstProblem::ParamIndex { index: *i, count: f.params.len() }),
+            None => Err(InstProblem::ParamIndex {
+                index: *i,
+                count: f.params.len(),
+            }),
         },
         Op::Special(s) => one(Type::Scalar(s.ty())),
         Op::Bin { op, rnd, a, b } => bin(f, *op, *rnd, *a, *b),
@@ -121,13 +154,23 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             same_as(f, "c", *c, "a", *a)?;
             one(t(*a))
         }
-        Op::Dp4a { a_signed, b_signed, a, b, c } => {
+        Op::Dp4a {
+            a_signed,
+            b_signed,
+            a,
+            b,
+            c,
+        } => {
             for (role, v) in [("a", *a), ("b", *b)] {
                 if !matches!(ty(f, v), Type::Scalar(Scalar::U32 | Scalar::I32)) {
                     return Err(operand(role, f, v, "u32 or i32"));
                 }
             }
-            let acc = if *a_signed || *b_signed { Type::I32 } else { Type::U32 };
+            let acc = if *a_signed || *b_signed {
+                Type::I32
+            } else {
+                Type::U32
+            };
             expect(f, "c", *c, acc)?;
             one(acc)
         }
@@ -155,7 +198,10 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             let from = t(*a);
             for x in [from, *to] {
                 if matches!(x, Type::Ptr(..) | Type::Scalar(Scalar::Pred)) {
-                    return Err(InstProblem::NotDefinedOn { op: "bitcast".into(), ty: x });
+                    return Err(InstProblem::NotDefinedOn {
+                        op: "bitcast".into(),
+                        ty: x,
+                    });
                 }
             }
             if from.bytes() != to.bytes() {
@@ -165,10 +211,17 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
         }
         Op::Pack { ty, parts } => {
             let Some((n, part)) = parts_of(*ty) else {
-                return Err(InstProblem::NotDefinedOn { op: "pack".into(), ty: *ty });
+                return Err(InstProblem::NotDefinedOn {
+                    op: "pack".into(),
+                    ty: *ty,
+                });
             };
             if parts.len() != n as usize {
-                return Err(InstProblem::PartCount { ty: *ty, expected: n as usize, found: parts.len() });
+                return Err(InstProblem::PartCount {
+                    ty: *ty,
+                    expected: n as usize,
+                    found: parts.len(),
+                });
             }
             for (i, p) in parts.iter().enumerate() {
                 expect(f, &format!("part {i}"), *p, Type::Scalar(part))?;
@@ -178,10 +231,17 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
         Op::Extract { a, index } => {
             let whole = t(*a);
             let Some((n, part)) = parts_of(whole) else {
-                return Err(InstProblem::NotDefinedOn { op: "extract".into(), ty: whole });
+                return Err(InstProblem::NotDefinedOn {
+                    op: "extract".into(),
+                    ty: whole,
+                });
             };
             if *index >= n {
-                return Err(InstProblem::PartIndex { index: *index, ty: whole, len: n });
+                return Err(InstProblem::PartIndex {
+                    index: *index,
+                    ty: whole,
+                    len: n,
+                });
             }
             one(Type::Scalar(part))
         }
@@ -198,32 +258,54 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
         }
         Op::SharedAddr { decl } => match f.shared.get(*decl as usize) {
             Some(d) => one(Type::Ptr(AddrSpace::Shared, d.elem)),
-            None => Err(InstProblem::SharedIndex { index: *decl, count: f.shared.len() }),
+            None => Err(InstProblem::SharedIndex {
+                index: *decl,
+                count: f.shared.len(),
+            }),
         },
         Op::Load { ty, ptr, cache } => {
             let (space, elem) = pointer(f, "ptr", *ptr)?;
             if !fits_pointee(*ty, elem) {
-                return Err(InstProblem::MemoryType { access: "load", ty: *ty, ptr: t(*ptr) });
+                return Err(InstProblem::MemoryType {
+                    access: "load",
+                    ty: *ty,
+                    ptr: t(*ptr),
+                });
             }
             if !cache.valid_for_load() {
-                return Err(InstProblem::Cache { cache: cache.name(), why: "is not valid on a load" });
+                return Err(InstProblem::Cache {
+                    cache: cache.name(),
+                    why: "is not valid on a load",
+                });
             }
             if *cache == CacheOp::Nc && space != AddrSpace::Global {
-                return Err(InstProblem::Cache { cache: cache.name(), why: "loads only from global memory" });
+                return Err(InstProblem::Cache {
+                    cache: cache.name(),
+                    why: "loads only from global memory",
+                });
             }
             one(*ty)
         }
         Op::Store { ptr, value, cache } => {
             let (_, elem) = pointer(f, "ptr", *ptr)?;
             if !fits_pointee(t(*value), elem) {
-                return Err(InstProblem::MemoryType { access: "store", ty: t(*value), ptr: t(*ptr) });
+                return Err(InstProblem::MemoryType {
+                    access: "store",
+                    ty: t(*value),
+                    ptr: t(*ptr),
+                });
             }
             if !cache.valid_for_store() {
-                return Err(InstProblem::Cache { cache: cache.name(), why: "is not valid on a store" });
+                return Err(InstProblem::Cache {
+                    cache: cache.name(),
+                    why: "is not valid on a store",
+                });
             }
             Ok(vec![])
         }
-        Op::Barrier | Op::CpAsyncCommit | Op::CpAsyncWait { .. } | Op::Return | Op::Yield(_) => Ok(vec![]),
+        Op::Barrier | Op::CpAsyncCommit | Op::CpAsyncWait { .. } | Op::Return | Op::Yield(_) => {
+            Ok(vec![])
+        }
         Op::Fence { ord, .. } => {
             if *ord == Ordering::Relaxed {
                 return Err(InstProblem::RelaxedFence);
@@ -231,7 +313,9 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             Ok(vec![])
         }
         Op::Atomic { op, ptr, a, b, .. } => atomic(f, *op, *ptr, *a, *b),
-        Op::Shfl { value, b, c, mask, .. } => {
+        Op::Shfl {
+            value, b, c, mask, ..
+        } => {
             if t(*value).scalar().is_none_or(|s| s.bits() != 32) {
                 return Err(operand("value", f, *value, "a 32-bit scalar"));
             }
@@ -243,7 +327,11 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
         Op::Vote { mode, pred, mask } => {
             expect(f, "pred", *pred, Type::PRED)?;
             expect(f, "mask", *mask, Type::U32)?;
-            one(if *mode == VoteMode::Ballot { Type::U32 } else { Type::PRED })
+            one(if *mode == VoteMode::Ballot {
+                Type::U32
+            } else {
+                Type::PRED
+            })
         }
         Op::Redux { value, mask, .. } => {
             if !matches!(t(*value), Type::Scalar(Scalar::I32 | Scalar::U32)) {
@@ -265,7 +353,9 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             let ok = match *ty {
                 Type::Scalar(Scalar::U32) => *num == 1,
                 Type::Vec(Scalar::U32, n) => n == *num,
-                Type::Frag(fr) => fr.role != FragRole::C && fr.is_valid() && fr.regs() == *num as u32,
+                Type::Frag(fr) => {
+                    fr.role != FragRole::C && fr.is_valid() && fr.regs() == *num as u32
+                }
                 _ => false,
             };
             if !ok {
@@ -273,7 +363,12 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             }
             one(*ty)
         }
-        Op::CpAsync { dst, src, bytes, cache } => {
+        Op::CpAsync {
+            dst,
+            src,
+            bytes,
+            cache,
+        } => {
             pointer_in(f, "dst", *dst, AddrSpace::Shared)?;
             pointer_in(f, "src", *src, AddrSpace::Global)?;
             if !matches!(bytes, 4 | 8 | 16) {
@@ -286,7 +381,12 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             match cache {
                 CacheOp::Ca => {}
                 CacheOp::Cg if *bytes == 16 => {}
-                CacheOp::Cg => return Err(InstProblem::Cache { cache: "cg", why: "copies only 16 bytes" }),
+                CacheOp::Cg => {
+                    return Err(InstProblem::Cache {
+                        cache: "cg",
+                        why: "copies only 16 bytes",
+                    })
+                }
                 other => {
                     return Err(InstProblem::Cache {
                         cache: other.name(),
@@ -300,7 +400,9 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             expect(f, "cond", *cond, Type::PRED)?;
             Ok(results.clone())
         }
-        Op::For { lo, hi, step, init, .. } => {
+        Op::For {
+            lo, hi, step, init, ..
+        } => {
             if !t(*lo).scalar().is_some_and(Scalar::is_int) {
                 return Err(operand("lo", f, *lo, "an integer type"));
             }
@@ -311,7 +413,13 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
     }
 }
 
-fn bin(f: &Function, op: BinOp, rnd: Option<Round>, a: Value, b: Value) -> Result<Vec<Type>, InstProblem> {
+fn bin(
+    f: &Function,
+    op: BinOp,
+    rnd: Option<Round>,
+    a: Value,
+    b: Value,
+) -> Result<Vec<Type>, InstProblem> {
     let s = scalar_of(f, op.name(), a)?;
     if matches!(op, BinOp::Shl | BinOp::Shr) {
         if ty(f, b) != Type::U32 {
@@ -326,7 +434,8 @@ fn bin(f: &Function, op: BinOp, rnd: Option<Round>, a: Value, b: Value) -> Resul
     } else if s.is_int() {
         true
     } else if s.is_float() {
-        matches!(op, Add | Sub | Mul | Min | Max) || (op == Div && matches!(s, Scalar::F32 | Scalar::F64))
+        matches!(op, Add | Sub | Mul | Min | Max)
+            || (op == Div && matches!(s, Scalar::F32 | Scalar::F64))
     } else {
         // packed pairs
         matches!(op, Add | Sub | Mul | Min | Max)
@@ -363,7 +472,11 @@ fn un(f: &Function, op: UnOp, a: Value) -> Result<Vec<Type>, InstProblem> {
     if !defined {
         return Err(not_on(&name, s));
     }
-    Ok(vec![if matches!(op, UnOp::Popc | UnOp::Clz) { Type::U32 } else { Type::Scalar(s) }])
+    Ok(vec![if matches!(op, UnOp::Popc | UnOp::Clz) {
+        Type::U32
+    } else {
+        Type::Scalar(s)
+    }])
 }
 
 fn cvt(f: &Function, to: Scalar, rnd: Option<Round>, a: Value) -> Result<Vec<Type>, InstProblem> {
@@ -386,19 +499,41 @@ fn cvt(f: &Function, to: Scalar, rnd: Option<Round>, a: Value) -> Result<Vec<Typ
     }
 }
 
-fn atomic(f: &Function, op: AtomOp, ptr: Value, a: Value, b: Option<Value>) -> Result<Vec<Type>, InstProblem> {
+fn atomic(
+    f: &Function,
+    op: AtomOp,
+    ptr: Value,
+    a: Value,
+    b: Option<Value>,
+) -> Result<Vec<Type>, InstProblem> {
     let elem = match ty(f, ptr) {
         Type::Ptr(AddrSpace::Global | AddrSpace::Shared, e) => e,
-        _ => return Err(operand("ptr", f, ptr, "a pointer to global or shared memory")),
+        _ => {
+            return Err(operand(
+                "ptr",
+                f,
+                ptr,
+                "a pointer to global or shared memory",
+            ))
+        }
     };
     let ta = ty(f, a);
     if ta != Type::Scalar(elem) {
-        return Err(InstProblem::MemoryType { access: "atomic", ty: ta, ptr: ty(f, ptr) });
+        return Err(InstProblem::MemoryType {
+            access: "atomic",
+            ty: ta,
+            ptr: ty(f, ptr),
+        });
     }
     use Scalar::*;
     let defined = match op {
-        AtomOp::Add => matches!(elem, I32 | U32 | I64 | U64 | F16 | BF16 | F16x2 | BF16x2 | F32 | F64),
-        AtomOp::Min | AtomOp::Max | AtomOp::And | AtomOp::Or | AtomOp::Xor => matches!(elem, I32 | U32 | I64 | U64),
+        AtomOp::Add => matches!(
+            elem,
+            I32 | U32 | I64 | U64 | F16 | BF16 | F16x2 | BF16x2 | F32 | F64
+        ),
+        AtomOp::Min | AtomOp::Max | AtomOp::And | AtomOp::Or | AtomOp::Xor => {
+            matches!(elem, I32 | U32 | I64 | U64)
+        }
         AtomOp::Exch | AtomOp::Cas => elem.bits() == 32 || elem.bits() == 64,
     };
     let name = format!("atom.{}", op.name());
@@ -407,24 +542,52 @@ fn atomic(f: &Function, op: AtomOp, ptr: Value, a: Value, b: Option<Value>) -> R
     }
     match (op, b) {
         (AtomOp::Cas, Some(b)) => same_as(f, "b", b, "a", a)?,
-        (AtomOp::Cas, None) => return Err(InstProblem::OperandCount { op: name, expected: 3, found: 2 }),
-        (_, Some(_)) => return Err(InstProblem::OperandCount { op: name, expected: 2, found: 3 }),
+        (AtomOp::Cas, None) => {
+            return Err(InstProblem::OperandCount {
+                op: name,
+                expected: 3,
+                found: 2,
+            })
+        }
+        (_, Some(_)) => {
+            return Err(InstProblem::OperandCount {
+                op: name,
+                expected: 2,
+                found: 3,
+            })
+        }
         (_, None) => {}
     }
     Ok(vec![ta])
 }
 
-fn mma(f: &Function, shape: MmaShape, a: Value, b: Value, c: Value) -> Result<Vec<Type>, InstProblem> {
+fn mma(
+    f: &Function,
+    shape: MmaShape,
+    a: Value,
+    b: Value,
+    c: Value,
+) -> Result<Vec<Type>, InstProblem> {
     let frag = |role_name: &str, v: Value, role: FragRole| -> Result<FragType, InstProblem> {
         match ty(f, v) {
             Type::Frag(fr) if fr.shape == shape && fr.role == role && fr.is_valid() => Ok(fr),
-            _ => Err(operand(role_name, f, v, format!("a valid {} fragment of {}", role.name(), shape.name()))),
+            _ => Err(operand(
+                role_name,
+                f,
+                v,
+                format!("a valid {} fragment of {}", role.name(), shape.name()),
+            )),
         }
     };
     let fa = frag("a", a, FragRole::A)?;
     let fb = frag("b", b, FragRole::B)?;
     if fb.elem != fa.elem {
-        return Err(operand("b", f, b, format!("a b fragment of {} elements (matching `a`)", fa.elem)));
+        return Err(operand(
+            "b",
+            f,
+            b,
+            format!("a b fragment of {} elements (matching `a`)", fa.elem),
+        ));
     }
     frag("c", c, FragRole::C)?;
     Ok(vec![ty(f, c)])

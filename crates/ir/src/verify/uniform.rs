@@ -88,24 +88,37 @@ fn thread_varying(op: &Op) -> bool {
 fn visit(b: &Block, vary: &mut Variation, changed: &mut bool) {
     for inst in &b.insts {
         match &inst.op {
-            Op::If { cond, then_, else_, .. } => {
+            Op::If {
+                cond, then_, else_, ..
+            } => {
                 visit(then_, vary, changed);
                 visit(else_, vary, changed);
                 let c = get(vary, *cond);
                 for (i, r) in inst.results.iter().enumerate() {
                     let from_branch = |blk: &Block| yielded(blk).get(i).and_then(|v| get(vary, *v));
-                    let src = c.or_else(|| from_branch(then_)).or_else(|| from_branch(else_));
+                    let src = c
+                        .or_else(|| from_branch(then_))
+                        .or_else(|| from_branch(else_));
                     mark(vary, *r, src, changed);
                 }
             }
-            Op::For { lo, hi, step, init, body } => {
+            Op::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => {
                 let bounds = get(vary, *lo).or(get(vary, *hi)).or(get(vary, *step));
                 if let Some(iv) = body.args.first() {
                     mark(vary, *iv, bounds, changed);
                 }
                 let ys = yielded(body).to_vec();
                 for (i, arg) in body.args.iter().skip(1).enumerate() {
-                    let src = init.get(i).and_then(|v| get(vary, *v)).or_else(|| ys.get(i).and_then(|v| get(vary, *v)));
+                    let src = init
+                        .get(i)
+                        .and_then(|v| get(vary, *v))
+                        .or_else(|| ys.get(i).and_then(|v| get(vary, *v)));
                     mark(vary, *arg, src, changed);
                 }
                 visit(body, vary, changed);
@@ -147,18 +160,27 @@ fn barriers(
         match &inst.op {
             Op::Barrier => {
                 if let Some(d) = div {
-                    let problem =
-                        InstProblem::DivergentBarrier { construct: d.construct.clone(), root: root_text(f, d.root) };
+                    let problem = InstProblem::DivergentBarrier {
+                        construct: d.construct.clone(),
+                        root: root_text(f, d.root),
+                    };
                     return Err(inst_error(f, inst, &at, problem));
                 }
             }
-            Op::If { cond, then_, else_, .. } => {
-                let own = get(vary, *cond).map(|root| Divergence { construct: format!("`if {cond}`"), root });
+            Op::If {
+                cond, then_, else_, ..
+            } => {
+                let own = get(vary, *cond).map(|root| Divergence {
+                    construct: format!("`if {cond}`"),
+                    root,
+                });
                 let d = div.or(own.as_ref());
                 barriers(f, then_, vary, &format!("{at}/then"), d)?;
                 barriers(f, else_, vary, &format!("{at}/else"), d)?;
             }
-            Op::For { lo, hi, step, body, .. } => {
+            Op::For {
+                lo, hi, step, body, ..
+            } => {
                 let root = get(vary, *lo).or(get(vary, *hi)).or(get(vary, *step));
                 let own = root.map(|root| Divergence {
                     construct: format!("the bounds of `for` ({lo} to {hi} step {step})"),

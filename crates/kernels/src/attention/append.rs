@@ -56,7 +56,10 @@ impl AppendParams {
     }
 
     fn walk(&self) -> RowWalk {
-        RowWalk { groups: self.row() / 4, threads: self.threads }
+        RowWalk {
+            groups: self.row() / 4,
+            threads: self.threads,
+        }
     }
 
     pub fn launch(&self, tokens: u32) -> Launch {
@@ -120,7 +123,13 @@ pub fn build(p: &AppendParams) -> Result<Function, KernelError> {
 }
 
 /// The physical block `block_table[seq][bi]` (`bi` within the row).
-pub(super) fn emit_block(k: &mut Builder, table: Value, seq: Value, max_blocks: u32, bi: Value) -> Value {
+pub(super) fn emit_block(
+    k: &mut Builder,
+    table: Value,
+    seq: Value,
+    max_blocks: u32,
+    bi: Value,
+) -> Value {
     let trow = wide_mul(k, seq, max_blocks);
     let trow = k.ptr_add(table, trow);
     let at = k.ptr_add(trow, bi);
@@ -129,7 +138,14 @@ pub(super) fn emit_block(k: &mut Builder, table: Value, seq: Value, max_blocks: 
 
 /// The element offset (u64) in either cache of the row of position `pos` (its row
 /// `pos mod 16` of physical block `blk`) for kv head `head`.
-pub(super) fn emit_row_start(k: &mut Builder, blk: Value, head: Value, pos: Value, n_kv_heads: u32, head_dim: u32) -> Value {
+pub(super) fn emit_row_start(
+    k: &mut Builder,
+    blk: Value,
+    head: Value,
+    pos: Value,
+    n_kv_heads: u32,
+    head_dim: u32,
+) -> Value {
     let b = k.mul_const(blk, n_kv_heads);
     let b = k.add(b, head);
     let r = k.mul_const(b, BLOCK_TOKENS);
@@ -139,7 +155,14 @@ pub(super) fn emit_row_start(k: &mut Builder, blk: Value, head: Value, pos: Valu
 }
 
 /// Four f32 at element `e` of `from`, rounded to `kv`, stored at element `dst` of `to`.
-pub(super) fn store_group(k: &mut Builder, kv: KvElem, from: Value, e: Value, to: Value, dst: Value) {
+pub(super) fn store_group(
+    k: &mut Builder,
+    kv: KvElem,
+    from: Value,
+    e: Value,
+    to: Value,
+    dst: Value,
+) {
     let at = k.ptr_add(from, e);
     let v = k.load_with(Type::Vec(Scalar::F32, 4), at, CacheOp::Nc);
     let xs: Vec<Value> = (0..4).map(|i| k.extract(v, i)).collect();
@@ -160,7 +183,14 @@ pub(super) fn word_of(k: &mut Builder, kv: KvElem, e: Value) -> Value {
 }
 
 /// The caches after the append (`cache.k`, `cache.v` updated).
-pub fn reference(p: &AppendParams, cache: &mut PagedCache, k: &[f32], v: &[f32], seq: &[u32], pos: &[u32]) {
+pub fn reference(
+    p: &AppendParams,
+    cache: &mut PagedCache,
+    k: &[f32],
+    v: &[f32],
+    seq: &[u32],
+    pos: &[u32],
+) {
     let (row, hd) = (p.row() as usize, p.head_dim as usize);
     for (t, (&s, &ps)) in seq.iter().zip(pos).enumerate() {
         if ps / BLOCK_TOKENS >= p.max_blocks {
@@ -181,17 +211,32 @@ pub fn reference(p: &AppendParams, cache: &mut PagedCache, k: &[f32], v: &[f32],
 /// A case: a random cache of `n_seqs` sequences and `tokens` new tokens, each of a random
 /// sequence at a random position (distinct per sequence), the last of two or more past
 /// the cache (writing nothing). Keys and values in ±[2^-6, 4].
-pub fn case(p: &AppendParams, n_seqs: u32, tokens: u32, seed: u64) -> Result<KernelCase, KernelError> {
+pub fn case(
+    p: &AppendParams,
+    n_seqs: u32,
+    tokens: u32,
+    seed: u64,
+) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
-    let mut cache =
-        PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_kv_heads, p.n_kv_heads, p.max_blocks, vec![0; n_seqs as usize]);
+    let mut cache = PagedCache::random(
+        &mut rng,
+        p.kv,
+        p.head_dim,
+        p.n_kv_heads,
+        p.n_kv_heads,
+        p.max_blocks,
+        vec![0; n_seqs as usize],
+    );
     let n = (tokens * p.row()) as usize;
     let k = data::signed(&mut rng, n, 0.015625, 4.0);
     let v = data::signed(&mut rng, n, 0.015625, 4.0);
     let cap = p.max_blocks * BLOCK_TOKENS;
     if tokens as u64 > n_seqs as u64 * cap as u64 {
-        return Err(KernelError::unsupported(p.name(), format!("{tokens} tokens do not fit {n_seqs} sequences of {cap}")));
+        return Err(KernelError::unsupported(
+            p.name(),
+            format!("{tokens} tokens do not fit {n_seqs} sequences of {cap}"),
+        ));
     }
     let mut taken = std::collections::HashSet::new();
     let (mut seq, mut pos) = (vec![], vec![]);
@@ -211,7 +256,10 @@ pub fn case(p: &AppendParams, n_seqs: u32, tokens: u32, seed: u64) -> Result<Ker
     let u32s = |x: &[u32]| x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
     Ok(KernelCase {
         name: p.name().to_string(),
-        shape: format!("{tokens} tokens of {}x{} into {n_seqs} sequences of {cap}", p.n_kv_heads, p.head_dim),
+        shape: format!(
+            "{tokens} tokens of {}x{} into {n_seqs} sequences of {cap}",
+            p.n_kv_heads, p.head_dim
+        ),
         kernel,
         launch: p.launch(tokens),
         buffers: vec![
@@ -225,8 +273,18 @@ pub fn case(p: &AppendParams, n_seqs: u32, tokens: u32, seed: u64) -> Result<Ker
         ],
         args: (0..7).map(CaseArg::Buffer).collect(),
         expected: vec![
-            Expected { buffer: 5, data: p.kv.bytes(&cache.k), elem: p.kv.scalar(), check: Check::Exact },
-            Expected { buffer: 6, data: p.kv.bytes(&cache.v), elem: p.kv.scalar(), check: Check::Exact },
+            Expected {
+                buffer: 5,
+                data: p.kv.bytes(&cache.k),
+                elem: p.kv.scalar(),
+                check: Check::Exact,
+            },
+            Expected {
+                buffer: 6,
+                data: p.kv.bytes(&cache.v),
+                elem: p.kv.scalar(),
+                check: Check::Exact,
+            },
         ],
         controls: vec![],
         bytes_moved: tokens as u64 * (p.row() as u64 * 12 + 8),

@@ -191,19 +191,31 @@ impl DecodeParams {
     fn check(&self) -> Result<(), KernelError> {
         let bad = |m: String| Err(KernelError::unsupported(self.name(), m));
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(8) {
-            return bad(format!("head_dim = {} must be a positive multiple of 8", self.head_dim));
+            return bad(format!(
+                "head_dim = {} must be a positive multiple of 8",
+                self.head_dim
+            ));
         }
-        if self.n_kv_heads == 0 || self.n_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
+        if self.n_kv_heads == 0
+            || self.n_heads == 0
+            || !self.n_heads.is_multiple_of(self.n_kv_heads)
+        {
             return bad(format!(
                 "n_heads = {} must be a positive multiple of n_kv_heads = {}",
                 self.n_heads, self.n_kv_heads
             ));
         }
         if !self.threads.is_multiple_of(32) || !(32..=1024).contains(&self.threads) {
-            return bad(format!("threads = {} must be a multiple of 32 in 32..=1024", self.threads));
+            return bad(format!(
+                "threads = {} must be a multiple of 32 in 32..=1024",
+                self.threads
+            ));
         }
         if self.split == 0 || !self.split.is_multiple_of(BLOCK_TOKENS) {
-            return bad(format!("split = {} must be a positive multiple of 16", self.split));
+            return bad(format!(
+                "split = {} must be a positive multiple of 16",
+                self.split
+            ));
         }
         if self.max_blocks == 0 || !(self.max_blocks * BLOCK_TOKENS).is_multiple_of(self.split) {
             return bad(format!(
@@ -211,7 +223,9 @@ impl DecodeParams {
                 self.max_blocks
             ));
         }
-        if self.q_stride != 0 && (self.q_stride < self.n_heads * self.head_dim || !self.q_stride.is_multiple_of(4)) {
+        if self.q_stride != 0
+            && (self.q_stride < self.n_heads * self.head_dim || !self.q_stride.is_multiple_of(4))
+        {
             return bad(format!(
                 "q_stride = {} must be a multiple of 4 and at least a row of {} queries",
                 self.q_stride,
@@ -241,7 +255,13 @@ pub(super) type StepBody<'a> = &'a dyn Fn(&mut Builder, Value, &[Value]) -> Vec<
 /// `steps` steps of a phase carrying `init`: `body(k, step, carried)` for steps `0, 1,
 /// …`, `unroll` of them back to back per loop iteration (steps past `steps` run too, on
 /// positions past the split, which `body` must mask).
-fn emit_steps(k: &mut Builder, steps: u32, unroll: u32, init: &[Value], body: StepBody) -> Vec<Value> {
+fn emit_steps(
+    k: &mut Builder,
+    steps: u32,
+    unroll: u32,
+    init: &[Value],
+    body: StepBody,
+) -> Vec<Value> {
     let unroll = unroll.clamp(1, steps.max(1));
     let round = |k: &mut Builder, r: Value, c: &[Value]| {
         let mut c = c.to_vec();
@@ -322,7 +342,14 @@ fn store_f32s(k: &mut Builder, at: Value, vals: &[Value]) {
 /// The largest split maximum of each of the `group` heads from `head0` on (`part_m`
 /// rows of `n_splits`), in every lane of the warp: lane `l` takes splits `l, l + 32, …`
 /// (read past the L1, `.cg`), then a butterfly.
-fn emit_group_maxima(k: &mut Builder, part_m: Value, head0: Value, lane: Value, group: u32, n_splits: u32) -> Vec<Value> {
+fn emit_group_maxima(
+    k: &mut Builder,
+    part_m: Value,
+    head0: Value,
+    lane: Value,
+    group: u32,
+    n_splits: u32,
+) -> Vec<Value> {
     let neg_inf = k.const_f32(f32::NEG_INFINITY);
     let rows: Vec<Value> = (0..group)
         .map(|h| {
@@ -366,9 +393,15 @@ fn emit_group_maxima(k: &mut Builder, part_m: Value, head0: Value, lane: Value, 
 /// block_table, ctx_len, part_m, part_l, part_o, counters, out, scale)`.
 pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     p.check()?;
-    let lanes = p.lanes().ok_or_else(|| KernelError::unsupported(p.name(), "no lane layout fits"))?;
+    let lanes = p
+        .lanes()
+        .ok_or_else(|| KernelError::unsupported(p.name(), "no lane layout fits"))?;
     let (d, g, s, t, warps) = (p.head_dim, p.group(), p.split, p.threads, p.warps());
-    let Lanes { vec, per_pos, chunks } = lanes;
+    let Lanes {
+        vec,
+        per_pos,
+        chunks,
+    } = lanes;
     let units = d / vec;
     let mut k = Builder::new(p.name(), t);
     let q = k.param("q", gptr(Scalar::F32));
@@ -379,7 +412,12 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     let part_m = k.param("part_m", gptr(Scalar::F32));
     let part_l = k.param("part_l", gptr(Scalar::F32));
     let part_o = k.param("part_o", gptr(Scalar::F32));
-    let merged = p.merge.then(|| (k.param("counters", gptr(Scalar::U32)), k.param("out", gptr(Scalar::F32))));
+    let merged = p.merge.then(|| {
+        (
+            k.param("counters", gptr(Scalar::U32)),
+            k.param("out", gptr(Scalar::F32)),
+        )
+    });
     let scale = k.param("scale", Type::F32);
     let scores = k.shared_array("scores", Scalar::F32, g * s, 16);
     let warp_out = k.shared_array("warp_out", Scalar::F32, warps * g * d, 16);
@@ -443,7 +481,11 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     let vw = words(&mut k, vc);
     // The loads of this lane's chunks of position `i`'s row and `extras` f32 more that
     // `extra` loads (zeros past the context).
-    let load_rows = |k: &mut Builder, i: Value, from: Value, extras: usize, extra: &dyn Fn(&mut Builder) -> Vec<Value>| {
+    let load_rows = |k: &mut Builder,
+                     i: Value,
+                     from: Value,
+                     extras: usize,
+                     extra: &dyn Fn(&mut Builder) -> Vec<Value>| {
         let valid = k.lt(i, n);
         let mut types = vec![load_ty; chunks as usize];
         types.extend(vec![Type::F32; extras]);
@@ -473,12 +515,19 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
                 vals
             },
         );
-        let rows: Vec<Value> = got[..chunks as usize].iter().flat_map(|&v| unpack_row(k, p.kv, v, load_words)).collect();
+        let rows: Vec<Value> = got[..chunks as usize]
+            .iter()
+            .flat_map(|&v| unpack_row(k, p.kv, v, load_words))
+            .collect();
         (valid, rows, got[chunks as usize..].to_vec())
     };
 
     // The lane's elements of the group's queries (contiguous: its heads are consecutive).
-    let q_row = if p.q_stride == 0 { p.n_heads * d } else { p.q_stride };
+    let q_row = if p.q_stride == 0 {
+        p.n_heads * d
+    } else {
+        p.q_stride
+    };
     let qstart = wide_mul(&mut k, seq, q_row);
     let qg = k.ptr_add(q, qstart);
     let first_q = k.mul_const(first_head, d);
@@ -498,36 +547,42 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
 
     // Phase 1: scores of the positions, running maxima per head.
     let neg_inf = k.const_f32(f32::NEG_INFINITY);
-    let maxima = emit_steps(&mut k, steps, unroll, &vec![neg_inf; g as usize], &|k, step, carried| {
-        let first = k.mul_const(step, per_step);
-        let i = k.add(first, base);
-        let (valid, keys, _) = load_rows(k, i, kw, 0, &|_| vec![]);
-        let in_table = k.lt(i, cap);
-        let lead = k.eq(in_group, zero);
-        let writes = k.and(in_table, lead);
-        (0..g as usize)
-            .map(|h| {
-                let mut dot = k.const_f32(0.0);
-                for (e, &key) in keys.iter().enumerate() {
-                    dot = k.fma(qs[h * per_head + e], key, dot);
-                }
-                let mut m = per_pos / 2;
-                while m > 0 {
-                    let other = k.shfl_bfly(dot, m);
-                    dot = k.add(dot, other);
-                    m /= 2;
-                }
-                let sc = k.mul(dot, c);
-                let sc = k.select(valid, sc, neg_inf);
-                k.if_then(writes, |k| {
-                    let at = k.add_const(i, h as u32 * s);
-                    let at = k.ptr_add(scores, at);
-                    k.store(at, sc);
-                });
-                k.max(carried[h], sc)
-            })
-            .collect()
-    });
+    let maxima = emit_steps(
+        &mut k,
+        steps,
+        unroll,
+        &vec![neg_inf; g as usize],
+        &|k, step, carried| {
+            let first = k.mul_const(step, per_step);
+            let i = k.add(first, base);
+            let (valid, keys, _) = load_rows(k, i, kw, 0, &|_| vec![]);
+            let in_table = k.lt(i, cap);
+            let lead = k.eq(in_group, zero);
+            let writes = k.and(in_table, lead);
+            (0..g as usize)
+                .map(|h| {
+                    let mut dot = k.const_f32(0.0);
+                    for (e, &key) in keys.iter().enumerate() {
+                        dot = k.fma(qs[h * per_head + e], key, dot);
+                    }
+                    let mut m = per_pos / 2;
+                    while m > 0 {
+                        let other = k.shfl_bfly(dot, m);
+                        dot = k.add(dot, other);
+                        m /= 2;
+                    }
+                    let sc = k.mul(dot, c);
+                    let sc = k.select(valid, sc, neg_inf);
+                    k.if_then(writes, |k| {
+                        let at = k.add_const(i, h as u32 * s);
+                        let at = k.ptr_add(scores, at);
+                        k.store(at, sc);
+                    });
+                    k.max(carried[h], sc)
+                })
+                .collect()
+        },
+    );
     let m = emit_block_allreduce_n(&mut k, &maxima, Combine::Max, tid, t, "maxima");
 
     // Phase 2: weights 2^(s − m) in place of the scores, and their sums.
@@ -558,27 +613,33 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     let l = emit_block_allreduce_n(&mut k, &sums, Combine::Sum, tid, t, "sums");
 
     // Phase 3: each lane's elements of every head's weighted sum over its positions.
-    let accs = emit_steps(&mut k, steps, unroll, &vec![fzero; g as usize * per_head], &|k, step, carried| {
-        let first = k.mul_const(step, per_step);
-        let i = k.add(first, base);
-        let weights = |k: &mut Builder| {
-            (0..g)
-                .map(|h| {
-                    let at = k.add_const(i, h * s);
-                    let at = k.ptr_add(scores, at);
-                    k.load(Type::F32, at)
-                })
-                .collect()
-        };
-        let (_, values, ws) = load_rows(k, i, vw, g as usize, &weights);
-        let mut next = Vec::with_capacity(carried.len());
-        for (h, &w) in ws.iter().enumerate() {
-            for (e, &v) in values.iter().enumerate() {
-                next.push(k.fma(w, v, carried[h * per_head + e]));
+    let accs = emit_steps(
+        &mut k,
+        steps,
+        unroll,
+        &vec![fzero; g as usize * per_head],
+        &|k, step, carried| {
+            let first = k.mul_const(step, per_step);
+            let i = k.add(first, base);
+            let weights = |k: &mut Builder| {
+                (0..g)
+                    .map(|h| {
+                        let at = k.add_const(i, h * s);
+                        let at = k.ptr_add(scores, at);
+                        k.load(Type::F32, at)
+                    })
+                    .collect()
+            };
+            let (_, values, ws) = load_rows(k, i, vw, g as usize, &weights);
+            let mut next = Vec::with_capacity(carried.len());
+            for (h, &w) in ws.iter().enumerate() {
+                for (e, &v) in values.iter().enumerate() {
+                    next.push(k.fma(w, v, carried[h * per_head + e]));
+                }
             }
-        }
-        next
-    });
+            next
+        },
+    );
     // The warp's position groups, then the warps in order.
     let mut accs = accs;
     let mut mask = 16;
@@ -728,7 +789,11 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
 
 /// The exact partials of every (sequence, head, split), in f64: `(m, l, o)` laid out as
 /// the kernel's outputs.
-pub fn reference(p: &DecodeParams, cache: &PagedCache, scale: f64) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+pub fn reference(
+    p: &DecodeParams,
+    cache: &PagedCache,
+    scale: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let ns = p.n_splits() as usize;
     let d = p.head_dim as usize;
     let n = cache.n_seqs() * p.n_heads as usize * ns;
@@ -781,7 +846,10 @@ pub fn tolerances(p: &DecodeParams, cache: &PagedCache, scale: f64) -> ([Vec<f64
     let tiny = p.split as f64 * F32_MIN_NORMAL;
     // Each bound also covers the reference's own rounding to f32 (u relative).
     let tol_m: Vec<f64> = m.iter().map(|&m| e + F32_U * m.abs()).collect();
-    let tol_l: Vec<f64> = l.iter().map(|&l| l * ((1.0 + rho) * (1.0 + g_sum) - 1.0 + F32_U) * 1.01 + tiny).collect();
+    let tol_l: Vec<f64> = l
+        .iter()
+        .map(|&l| l * ((1.0 + rho) * (1.0 + g_sum) - 1.0 + F32_U) * 1.01 + tiny)
+        .collect();
     let mut tol_o = vec![0.0; m.len() * d];
     for seq in 0..cache.n_seqs() {
         for h in 0..p.n_heads {
@@ -838,7 +906,10 @@ pub fn weight_error(p: &DecodeParams, cache: &PagedCache, scale: f64) -> WeightE
                 let s = cache.scores(seq, h, lo, hi, scale);
                 let (mut top, mut bottom) = (f64::NEG_INFINITY, f64::INFINITY);
                 for &(v, abs) in &s {
-                    e_max = e_max.max(gamma(p.head_dim as u64) * abs * (1.0 + 3.0 * F32_U) + 2.01 * F32_U * v.abs());
+                    e_max = e_max.max(
+                        gamma(p.head_dim as u64) * abs * (1.0 + 3.0 * F32_U)
+                            + 2.01 * F32_U * v.abs(),
+                    );
                     top = top.max(v);
                     bottom = bottom.min(v);
                 }
@@ -857,10 +928,17 @@ pub fn weight_error(p: &DecodeParams, cache: &PagedCache, scale: f64) -> WeightE
 /// splits' weight error `ρ` and sums over at most `split + 10` terms (as
 /// `tests/attention.rs` checks the two kernels apart).
 fn merged_bound(p: &DecodeParams, cache: &PagedCache, scale: f64, m: &[f64]) -> (Vec<f64>, Check) {
-    let mp = MergeParams { head_dim: p.head_dim, n_splits: p.n_splits(), out: OutType::F32 };
+    let mp = MergeParams {
+        head_dim: p.head_dim,
+        n_splits: p.n_splits(),
+        out: OutType::F32,
+    };
     let WeightError { e, rho, .. } = weight_error(p, cache, scale);
     let m32: Vec<f32> = m.iter().map(|&x| x as f32).collect();
-    let top = m.iter().filter(|x| x.is_finite()).fold(0.0f64, |a, x| a.max(x.abs()));
+    let top = m
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0f64, |a, x| a.max(x.abs()));
     let span = merge::span(&mp, &m32) + 2.0 * e + 2.0 * F32_U * top;
     let splits = (1.0 + rho) * (1.0 + gamma(p.split as u64 + 10)) - 1.0;
     let kappa = (1.0 + merge::kappa(&mp, span)) * (1.0 + splits) - 1.0;
@@ -892,26 +970,47 @@ pub fn case(p: &DecodeParams, seed: u64) -> Result<KernelCase, KernelError> {
     } else {
         2 + data::below(&mut rng, max_ctx - 1)
     };
-    let cache = PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![max_ctx, short]);
+    let cache = PagedCache::random(
+        &mut rng,
+        p.kv,
+        p.head_dim,
+        p.n_heads,
+        p.n_kv_heads,
+        p.max_blocks,
+        vec![max_ctx, short],
+    );
     case_for(p, &cache, 1.0 / (p.head_dim as f64).sqrt())
 }
 
 /// A case over a given cache and softmax scale.
-pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<KernelCase, KernelError> {
+pub fn case_for(
+    p: &DecodeParams,
+    cache: &PagedCache,
+    scale: f64,
+) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     if cache.head_dim != p.head_dim
         || cache.n_heads != p.n_heads
         || cache.n_kv_heads != p.n_kv_heads
         || cache.max_blocks != p.max_blocks
-        || cache.ctx_len.iter().any(|&c| c > p.max_blocks * BLOCK_TOKENS)
+        || cache
+            .ctx_len
+            .iter()
+            .any(|&c| c > p.max_blocks * BLOCK_TOKENS)
         || cache.elem != p.kv
     {
-        return Err(KernelError::unsupported(p.name(), "the cache does not have the kernel's shape and element type"));
+        return Err(KernelError::unsupported(
+            p.name(),
+            "the cache does not have the kernel's shape and element type",
+        ));
     }
     let (m, l, o) = reference(p, cache, scale);
     let ([tm, tl, to], explain) = tolerances(p, cache, scale);
     let (wm, _, wo) = reference(p, cache, 1.0);
-    let bound = |tol: Vec<f64>| Check::Bound { tol, explain: explain.clone() };
+    let bound = |tol: Vec<f64>| Check::Bound {
+        tol,
+        explain: explain.clone(),
+    };
     // Queries `q_stride` apart when that is set, NaN between them (which a kernel that read
     // there would spread).
     let q_row = (p.n_heads * p.head_dim) as usize;
@@ -929,26 +1028,61 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
         Buffer::input("q", data::f32_bytes(&q)),
         Buffer::input("k_cache", cache.elem.bytes(&cache.k)),
         Buffer::input("v_cache", cache.elem.bytes(&cache.v)),
-        Buffer::input("block_table", cache.block_table.iter().flat_map(|v| v.to_le_bytes()).collect()),
-        Buffer::input("ctx_len", cache.ctx_len.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        Buffer::input(
+            "block_table",
+            cache
+                .block_table
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+        Buffer::input(
+            "ctx_len",
+            cache.ctx_len.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ),
         Buffer::output("part_m", m.len() * 4),
         Buffer::output("part_l", l.len() * 4),
         Buffer::output("part_o", o.len() * 4),
     ];
     let mut args: Vec<CaseArg> = (0..8).map(CaseArg::Buffer).collect();
     let mut expected = vec![
-        Expected { buffer: 5, data: f64_as_f32_bytes(&m), elem: Scalar::F32, check: bound(tm.clone()) },
-        Expected { buffer: 6, data: f64_as_f32_bytes(&l), elem: Scalar::F32, check: bound(tl) },
-        Expected { buffer: 7, data: f64_as_f32_bytes(&o), elem: Scalar::F32, check: bound(to.clone()) },
+        Expected {
+            buffer: 5,
+            data: f64_as_f32_bytes(&m),
+            elem: Scalar::F32,
+            check: bound(tm.clone()),
+        },
+        Expected {
+            buffer: 6,
+            data: f64_as_f32_bytes(&l),
+            elem: Scalar::F32,
+            check: bound(tl),
+        },
+        Expected {
+            buffer: 7,
+            data: f64_as_f32_bytes(&o),
+            elem: Scalar::F32,
+            check: bound(to.clone()),
+        },
     ];
     let mut controls = vec![
         Control {
             what: "scores without the 1/sqrt(head_dim) scale (maxima)".into(),
-            expected: Expected { buffer: 5, data: f64_as_f32_bytes(&wm), elem: Scalar::F32, check: bound(tm) },
+            expected: Expected {
+                buffer: 5,
+                data: f64_as_f32_bytes(&wm),
+                elem: Scalar::F32,
+                check: bound(tm),
+            },
         },
         Control {
             what: "scores without the 1/sqrt(head_dim) scale (outputs)".into(),
-            expected: Expected { buffer: 7, data: f64_as_f32_bytes(&wo), elem: Scalar::F32, check: bound(to) },
+            expected: Expected {
+                buffer: 7,
+                data: f64_as_f32_bytes(&wo),
+                elem: Scalar::F32,
+                check: bound(to),
+            },
         },
     ];
     let out_len = cache.n_seqs() * (p.n_heads * p.head_dim) as usize;
@@ -959,14 +1093,29 @@ pub fn case_for(p: &DecodeParams, cache: &PagedCache, scale: f64) -> Result<Kern
         buffers.push(Buffer::in_out("counters", vec![0; 4 * counters]));
         buffers.push(Buffer::output("out", 4 * out_len));
         args.extend([CaseArg::Buffer(8), CaseArg::Buffer(9)]);
-        expected.push(Expected { buffer: 8, data: vec![0; 4 * counters], elem: Scalar::U32, check: Check::Exact });
+        expected.push(Expected {
+            buffer: 8,
+            data: vec![0; 4 * counters],
+            elem: Scalar::U32,
+            check: Check::Exact,
+        });
         let (want, check) = merged_bound(p, cache, scale, &m);
         let (wrong, _) = cache.attend(1.0);
         controls.push(Control {
             what: "scores without the 1/sqrt(head_dim) scale (merged output)".into(),
-            expected: Expected { buffer: 9, data: f64_as_f32_bytes(&wrong), elem: Scalar::F32, check: check.clone() },
+            expected: Expected {
+                buffer: 9,
+                data: f64_as_f32_bytes(&wrong),
+                elem: Scalar::F32,
+                check: check.clone(),
+            },
         });
-        expected.push(Expected { buffer: 9, data: f64_as_f32_bytes(&want), elem: Scalar::F32, check });
+        expected.push(Expected {
+            buffer: 9,
+            data: f64_as_f32_bytes(&want),
+            elem: Scalar::F32,
+            check,
+        });
     }
     args.push(CaseArg::Scalar(Arg::F32(scale as f32)));
     let tokens: u64 = cache.ctx_len.iter().map(|&c| c as u64).sum();

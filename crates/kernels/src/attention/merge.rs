@@ -83,7 +83,13 @@ pub fn build(p: &MergeParams) -> Result<Function, KernelError> {
     let ostart = wide_mul(&mut k, row, p.n_splits * p.head_dim);
     let os = k.ptr_add(po, ostart);
     let os = k.ptr_add(os, d);
-    let y = emit_merge(&mut k, &[SplitRow { ms, ls, os }], p.n_splits, p.head_dim, CacheOp::Nc)[0];
+    let y = emit_merge(
+        &mut k,
+        &[SplitRow { ms, ls, os }],
+        p.n_splits,
+        p.head_dim,
+        CacheOp::Nc,
+    )[0];
     let y = match p.out {
         OutType::BF16 => k.cvt(Scalar::BF16, y),
         OutType::F32 => y,
@@ -111,7 +117,13 @@ const MERGE_LOADS: u32 = 32;
 
 /// `body(k, s, carried)` over splits `0..n_splits` in order, `unroll` of them back to
 /// back per loop iteration and the rest after the loop.
-fn emit_over_splits(k: &mut Builder, n_splits: u32, unroll: u32, init: &[Value], body: StepBody) -> Vec<Value> {
+fn emit_over_splits(
+    k: &mut Builder,
+    n_splits: u32,
+    unroll: u32,
+    init: &[Value],
+    body: StepBody,
+) -> Vec<Value> {
     let round = |k: &mut Builder, first: Value, c: &[Value], count: u32| {
         let mut c = c.to_vec();
         for j in 0..count {
@@ -137,19 +149,31 @@ fn emit_over_splits(k: &mut Builder, n_splits: u32, unroll: u32, init: &[Value],
 /// kernel reads through the read-only path; a kernel that wrote the partials itself must
 /// not). Each element's arithmetic is the same whatever the others are (the unrolling
 /// changes no order).
-pub(super) fn emit_merge(k: &mut Builder, rows: &[SplitRow], n_splits: u32, head_dim: u32, cache: CacheOp) -> Vec<Value> {
+pub(super) fn emit_merge(
+    k: &mut Builder,
+    rows: &[SplitRow],
+    n_splits: u32,
+    head_dim: u32,
+    cache: CacheOp,
+) -> Vec<Value> {
     let unroll = merge_unroll(rows);
     let neg_inf = k.const_f32(f32::NEG_INFINITY);
-    let tops = emit_over_splits(k, n_splits, unroll, &vec![neg_inf; rows.len()], &|k, s, c| {
-        rows.iter()
-            .zip(c)
-            .map(|(r, &top)| {
-                let at = k.ptr_add(r.ms, s);
-                let m = k.load_with(Type::F32, at, cache);
-                k.max(top, m)
-            })
-            .collect()
-    });
+    let tops = emit_over_splits(
+        k,
+        n_splits,
+        unroll,
+        &vec![neg_inf; rows.len()],
+        &|k, s, c| {
+            rows.iter()
+                .zip(c)
+                .map(|(r, &top)| {
+                    let at = k.ptr_add(r.ms, s);
+                    let m = k.load_with(Type::F32, at, cache);
+                    k.max(top, m)
+                })
+                .collect()
+        },
+    );
     emit_merge_below(k, rows, &tops, n_splits, head_dim, cache)
 }
 
@@ -170,25 +194,31 @@ pub(super) fn emit_merge_below(
     let unroll = merge_unroll(rows);
     let neg_inf = k.const_f32(f32::NEG_INFINITY);
     let zero = k.const_f32(0.0);
-    let sums = emit_over_splits(k, n_splits, unroll, &vec![zero; 2 * rows.len()], &|k, s, c| {
-        let mut next = Vec::with_capacity(c.len());
-        for (i, r) in rows.iter().enumerate() {
-            let at = k.ptr_add(r.ms, s);
-            let m = k.load_with(Type::F32, at, cache);
-            let empty = k.eq(m, neg_inf);
-            let x = k.sub(m, tops[i]);
-            let w = k.ex2_approx(x);
-            let w = k.select(empty, zero, w);
-            let at = k.ptr_add(r.ls, s);
-            let l = k.load_with(Type::F32, at, cache);
-            let od = k.mul_const(s, head_dim);
-            let at = k.ptr_add(r.os, od);
-            let o = k.load_with(Type::F32, at, cache);
-            next.push(k.fma(w, l, c[2 * i]));
-            next.push(k.fma(w, o, c[2 * i + 1]));
-        }
-        next
-    });
+    let sums = emit_over_splits(
+        k,
+        n_splits,
+        unroll,
+        &vec![zero; 2 * rows.len()],
+        &|k, s, c| {
+            let mut next = Vec::with_capacity(c.len());
+            for (i, r) in rows.iter().enumerate() {
+                let at = k.ptr_add(r.ms, s);
+                let m = k.load_with(Type::F32, at, cache);
+                let empty = k.eq(m, neg_inf);
+                let x = k.sub(m, tops[i]);
+                let w = k.ex2_approx(x);
+                let w = k.select(empty, zero, w);
+                let at = k.ptr_add(r.ls, s);
+                let l = k.load_with(Type::F32, at, cache);
+                let od = k.mul_const(s, head_dim);
+                let at = k.ptr_add(r.os, od);
+                let o = k.load_with(Type::F32, at, cache);
+                next.push(k.fma(w, l, c[2 * i]));
+                next.push(k.fma(w, o, c[2 * i + 1]));
+            }
+            next
+        },
+    );
     sums.chunks_exact(2)
         .map(|lo| {
             let y = k.div(lo[1], lo[0]);
@@ -206,9 +236,21 @@ pub fn reference(p: &MergeParams, m: &[f32], l: &[f32], o: &[f32]) -> (Vec<f64>,
     let mut scale = Vec::with_capacity(out.capacity());
     for (r, mr) in m.chunks_exact(ns).enumerate() {
         let top = mr.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-        let w: Vec<f64> =
-            mr.iter().map(|&x| if x == f32::NEG_INFINITY { 0.0 } else { (x as f64 - top).exp2() }).collect();
-        let total: f64 = w.iter().zip(&l[r * ns..(r + 1) * ns]).map(|(w, &l)| w * l as f64).sum();
+        let w: Vec<f64> = mr
+            .iter()
+            .map(|&x| {
+                if x == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (x as f64 - top).exp2()
+                }
+            })
+            .collect();
+        let total: f64 = w
+            .iter()
+            .zip(&l[r * ns..(r + 1) * ns])
+            .map(|(w, &l)| w * l as f64)
+            .sum();
         for i in 0..d {
             let (mut acc, mut abs) = (0.0, 0.0);
             for (s, w) in w.iter().enumerate() {
@@ -266,7 +308,11 @@ pub fn tolerance(kappa: f64, scale: &[f64], want: &[f64], unit: f64) -> Vec<f64>
     scale
         .iter()
         .zip(want)
-        .map(|(&b, w)| (2.0 * kappa / (1.0 - kappa) + F32_U) * b * 1.01 + 2.0 * unit * w.abs() * 1.01 + F32_MIN_NORMAL)
+        .map(|(&b, w)| {
+            (2.0 * kappa / (1.0 - kappa) + F32_U) * b * 1.01
+                + 2.0 * unit * w.abs() * 1.01
+                + F32_MIN_NORMAL
+        })
         .collect()
 }
 
@@ -283,7 +329,10 @@ pub fn span(p: &MergeParams, m: &[f32]) -> f64 {
     m.chunks_exact(p.n_splits as usize)
         .map(|mr| {
             let top = mr.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-            mr.iter().filter(|x| x.is_finite()).map(|&x| top - x as f64).fold(0.0, f64::max)
+            mr.iter()
+                .filter(|x| x.is_finite())
+                .map(|&x| top - x as f64)
+                .fold(0.0, f64::max)
         })
         .fold(0.0, f64::max)
 }
@@ -325,10 +374,20 @@ pub fn case_from(
             Buffer::output("out", n * p.out.scalar().bytes() as usize),
         ],
         args: (0..4).map(CaseArg::Buffer).collect(),
-        expected: vec![Expected { buffer: 3, data: out_bytes(p, &want), elem: p.out.scalar(), check: check.clone() }],
+        expected: vec![Expected {
+            buffer: 3,
+            data: out_bytes(p, &want),
+            elem: p.out.scalar(),
+            check: check.clone(),
+        }],
         controls: vec![Control {
             what: "splits summed without rescaling to the common maximum".into(),
-            expected: Expected { buffer: 3, data: out_bytes(p, &wrong), elem: p.out.scalar(), check },
+            expected: Expected {
+                buffer: 3,
+                data: out_bytes(p, &wrong),
+                elem: p.out.scalar(),
+                check,
+            },
         }],
         bytes_moved: (m.len() * 8 + o.len() * 4 + n * p.out.scalar().bytes() as usize) as u64,
         flops: 4 * o.len() as u64,
@@ -352,7 +411,9 @@ pub fn case(p: &MergeParams, rows: u32, seed: u64) -> Result<KernelCase, KernelE
             let i = r * ns + ns - 1;
             m[i] = f32::NEG_INFINITY;
             l[i] = 0.0;
-            o[i * p.head_dim as usize..(i + 1) * p.head_dim as usize].iter_mut().for_each(|v| *v = 0.0);
+            o[i * p.head_dim as usize..(i + 1) * p.head_dim as usize]
+                .iter_mut()
+                .for_each(|v| *v = 0.0);
         }
     }
     let (exact, scale) = reference(p, &m, &l, &o);

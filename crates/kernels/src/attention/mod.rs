@@ -99,7 +99,10 @@ impl KvElem {
     /// element lowest.
     pub(crate) fn emit_pack_words(self, k: &mut Builder, xs: &[Value]) -> Vec<Value> {
         match self {
-            KvElem::BF16 => xs.chunks(2).map(|p| emit_pack_bf16x2(k, p[0], p[1])).collect(),
+            KvElem::BF16 => xs
+                .chunks(2)
+                .map(|p| emit_pack_bf16x2(k, p[0], p[1]))
+                .collect(),
             KvElem::F16 => xs
                 .chunks(2)
                 .map(|p| {
@@ -148,7 +151,10 @@ impl PagedCache {
         let blk = self.block_table[seq * self.max_blocks as usize + (t / BLOCK_TOKENS) as usize];
         let row = ((blk * self.n_kv_heads + kvh) * BLOCK_TOKENS + t % BLOCK_TOKENS) as usize;
         let d = self.head_dim as usize;
-        (&self.k[row * d..(row + 1) * d], &self.v[row * d..(row + 1) * d])
+        (
+            &self.k[row * d..(row + 1) * d],
+            &self.v[row * d..(row + 1) * d],
+        )
     }
 
     pub fn q_head(&self, seq: usize, h: u32) -> &[f32] {
@@ -227,9 +233,23 @@ impl PagedCache {
         let cache = (physical * n_kv_heads * BLOCK_TOKENS * head_dim) as usize;
         let q = data::signed(rng, (n_seqs * n_heads * head_dim) as usize, 0.0625, 2.0);
         let mut kv = || -> Vec<f32> {
-            data::signed(rng, cache, 0.015625, 1.0).into_iter().map(|x| elem.round(x)).collect()
+            data::signed(rng, cache, 0.015625, 1.0)
+                .into_iter()
+                .map(|x| elem.round(x))
+                .collect()
         };
         let (k, v) = (kv(), kv());
-        PagedCache { head_dim, n_heads, n_kv_heads, max_blocks, q, elem, k, v, block_table, ctx_len }
+        PagedCache {
+            head_dim,
+            n_heads,
+            n_kv_heads,
+            max_blocks,
+            q,
+            elem,
+            k,
+            v,
+            block_table,
+            ctx_len,
+        }
     }
 }

@@ -118,25 +118,43 @@ impl PrefillParams {
     }
 
     pub fn launch(&self, n_q: u32) -> Launch {
-        Launch { grid: [self.n_heads, n_q.div_ceil(BQ), 1], block: [THREADS, 1, 1], dynamic_shared_bytes: 0 }
+        Launch {
+            grid: [self.n_heads, n_q.div_ceil(BQ), 1],
+            block: [THREADS, 1, 1],
+            dynamic_shared_bytes: 0,
+        }
     }
 
     fn check(&self) -> Result<(), KernelError> {
         let name = self.name();
         if !HEAD_DIMS.contains(&self.head_dim) {
-            return Err(KernelError::unsupported(name, format!("head_dim = {} must be 64 or 128", self.head_dim)));
-        }
-        if self.n_kv_heads == 0 || self.n_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(KernelError::unsupported(
                 name,
-                format!("n_heads = {} must be a positive multiple of n_kv_heads = {}", self.n_heads, self.n_kv_heads),
+                format!("head_dim = {} must be 64 or 128", self.head_dim),
+            ));
+        }
+        if self.n_kv_heads == 0
+            || self.n_heads == 0
+            || !self.n_heads.is_multiple_of(self.n_kv_heads)
+        {
+            return Err(KernelError::unsupported(
+                name,
+                format!(
+                    "n_heads = {} must be a positive multiple of n_kv_heads = {}",
+                    self.n_heads, self.n_kv_heads
+                ),
             ));
         }
         if self.max_blocks == 0 {
-            return Err(KernelError::unsupported(name, "max_blocks must be positive"));
+            return Err(KernelError::unsupported(
+                name,
+                "max_blocks must be positive",
+            ));
         }
         // Queries are loaded two f32 at a time (8-byte aligned).
-        if self.q_stride != 0 && (self.q_stride < self.n_heads * self.head_dim || !self.q_stride.is_multiple_of(4)) {
+        if self.q_stride != 0
+            && (self.q_stride < self.n_heads * self.head_dim || !self.q_stride.is_multiple_of(4))
+        {
             return Err(KernelError::unsupported(
                 name,
                 format!(
@@ -352,7 +370,10 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     let tid = k.tid_x();
     let lane = k.and_const(tid, 31);
     let warp = k.shr_const(tid, 5);
-    let fl = FragLane { g: k.shr_const(lane, 2), t: k.and_const(lane, 3) };
+    let fl = FragLane {
+        g: k.shr_const(lane, 2),
+        t: k.and_const(lane, 3),
+    };
     // Blocks start in the order of their ids, heads fastest: the last query tiles, which
     // walk the most keys, go first so that the short ones fill the tail.
     let head = k.ctaid_x();
@@ -430,7 +451,15 @@ pub fn build(p: &PrefillParams) -> Result<Function, KernelError> {
     let n_tiles = k.add_const(n_tiles, 1);
 
     let ctx = k.add(q_start, n_q);
-    let copy = TileCopy { table, ctx, tid, kvh, block_elems: p.n_kv_heads * BLOCK_TOKENS * d, d, kv: p.kv };
+    let copy = TileCopy {
+        table,
+        ctx,
+        tid,
+        kvh,
+        block_elems: p.n_kv_heads * BLOCK_TOKENS * d,
+        d,
+        kv: p.kv,
+    };
 
     let neg_inf = k.const_f32(f32::NEG_INFINITY);
     let fzero = k.const_f32(0.0);
@@ -649,7 +678,13 @@ fn as_multiplied(p: &PrefillParams, cache: &PagedCache) -> PagedCache {
 /// Exact causal attention of the chunk (queries, keys and values rounded as the kernel
 /// rounds them) in
 /// f64, `[n_q, n_heads, head_dim]`, and `Σ w|v| / Σ w` per element.
-pub fn reference(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64) -> (Vec<f64>, Vec<f64>) {
+pub fn reference(
+    p: &PrefillParams,
+    cache: &PagedCache,
+    q_start: u32,
+    n_q: u32,
+    scale: f64,
+) -> (Vec<f64>, Vec<f64>) {
     let a = attend(p, cache, q_start, n_q, scale, true);
     (a.out, a.weighted_abs)
 }
@@ -665,17 +700,33 @@ struct Attended {
 
 /// Attention of the chunk over its causal prefix, or (a deliberately wrong twin) over
 /// the whole context.
-fn attend(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scale: f64, causal: bool) -> Attended {
+fn attend(
+    p: &PrefillParams,
+    cache: &PagedCache,
+    q_start: u32,
+    n_q: u32,
+    scale: f64,
+    causal: bool,
+) -> Attended {
     let c = as_multiplied(p, cache);
     let d = p.head_dim as usize;
-    let mut a = Attended { out: vec![], weighted_abs: vec![], plain_abs: vec![] };
+    let mut a = Attended {
+        out: vec![],
+        weighted_abs: vec![],
+        plain_abs: vec![],
+    };
     for i in 0..n_q as usize {
         for h in 0..p.n_heads {
             // Query i of the chunk is "sequence" i of the cache copy's query rows.
-            let keys = if causal { q_start + i as u32 + 1 } else { q_start + n_q };
+            let keys = if causal {
+                q_start + i as u32 + 1
+            } else {
+                q_start + n_q
+            };
             let s = scores_of(&c, i, h, keys, scale);
             let top = s.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v));
-            let (mut acc, mut mag, mut plain, mut total) = (vec![0.0; d], vec![0.0; d], vec![0.0; d], 0.0);
+            let (mut acc, mut mag, mut plain, mut total) =
+                (vec![0.0; d], vec![0.0; d], vec![0.0; d], 0.0);
             for (t, &v) in s.iter().enumerate() {
                 let w = (v - top).exp2();
                 total += w;
@@ -702,7 +753,11 @@ fn scores_of(c: &PagedCache, i: usize, h: u32, n: u32, scale: f64) -> Vec<f64> {
     (0..n)
         .map(|t| {
             let (k, _) = c.kv_row(0, h / (c.n_heads / c.n_kv_heads), t);
-            qv.iter().zip(k).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * cc
+            qv.iter()
+                .zip(k)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum::<f64>()
+                * cc
         })
         .collect()
 }
@@ -731,10 +786,18 @@ pub fn kappa(p: &PrefillParams, cache: &PagedCache, q_start: u32, n_q: u32, scal
             let qv = &c.q[(i * c.n_heads as usize + h as usize) * d..][..d];
             for (t, &v) in s.iter().enumerate() {
                 let (k, _) = c.kv_row(0, h / p.group(), t as u32);
-                let a: f64 = qv.iter().zip(k).map(|(&x, &y)| (x as f64 * y as f64).abs()).sum();
+                let a: f64 = qv
+                    .iter()
+                    .zip(k)
+                    .map(|(&x, &y)| (x as f64 * y as f64).abs())
+                    .sum();
                 e = e.max(cc * p.head_dim as f64 * 2f64.powi(-22) * a + 2.01 * F32_U * v.abs());
             }
-            let (top, bottom) = s.iter().fold((f64::NEG_INFINITY, f64::INFINITY), |(a, b), &v| (a.max(v), b.min(v)));
+            let (top, bottom) = s
+                .iter()
+                .fold((f64::NEG_INFINITY, f64::INFINITY), |(a, b), &v| {
+                    (a.max(v), b.min(v))
+                });
             span = span.max(top - bottom);
         }
     }
@@ -786,7 +849,11 @@ pub fn case_for(
         .map(|(t, v)| t + tiny * v * 1.01)
         .collect();
     let elem = p.kv.tensor_core().scalar();
-    let small_weights = if tiny > 0.0 { " + 2^-25·Σ|v|/Σw" } else { "" };
+    let small_weights = if tiny > 0.0 {
+        " + 2^-25·Σ|v|/Σw"
+    } else {
+        ""
+    };
     let explain = format!(
         "(2κ/(1−κ) + u)·Σw|v|/Σw + 2^-7·|want|{small_weights}: κ = {kappa:.3e} (tensor-core sums, \
          ex2.approx, P rounded to {elem}, rescaling)"
@@ -818,7 +885,10 @@ pub fn case_for(
             Buffer::input("q", data::f32_bytes(&q)),
             Buffer::input("k_cache", cache.elem.bytes(&cache.k)),
             Buffer::input("v_cache", cache.elem.bytes(&cache.v)),
-            Buffer::input("block_table", u32s(&cache.block_table[..p.max_blocks as usize])),
+            Buffer::input(
+                "block_table",
+                u32s(&cache.block_table[..p.max_blocks as usize]),
+            ),
             Buffer::output("out", n * 2),
         ],
         args: vec![
@@ -831,28 +901,70 @@ pub fn case_for(
             CaseArg::Scalar(Arg::F32(scale as f32)),
             CaseArg::Buffer(4),
         ],
-        expected: vec![Expected { buffer: 4, data: data::bf16_bytes(&want), elem: Scalar::BF16, check: check.clone() }],
+        expected: vec![Expected {
+            buffer: 4,
+            data: data::bf16_bytes(&want),
+            elem: Scalar::BF16,
+            check: check.clone(),
+        }],
         controls: vec![
             Control {
                 what: "scores without the 1/sqrt(head_dim) scale".into(),
-                expected: Expected { buffer: 4, data: wrong(1.0, true), elem: Scalar::BF16, check: check.clone() },
+                expected: Expected {
+                    buffer: 4,
+                    data: wrong(1.0, true),
+                    elem: Scalar::BF16,
+                    check: check.clone(),
+                },
             },
             Control {
                 what: "every query attending the whole context (no causal mask)".into(),
-                expected: Expected { buffer: 4, data: wrong(scale, false), elem: Scalar::BF16, check },
+                expected: Expected {
+                    buffer: 4,
+                    data: wrong(scale, false),
+                    elem: Scalar::BF16,
+                    check,
+                },
             },
         ],
-        bytes_moved: (q_start + n_q) as u64 * p.n_kv_heads as u64 * p.head_dim as u64 * 2 * p.kv.size() as u64 + n as u64 * 6,
-        flops: 2 * n_q as u64 * (q_start as u64 + n_q as u64 / 2) * p.n_heads as u64 * p.head_dim as u64 * 2,
+        bytes_moved: (q_start + n_q) as u64
+            * p.n_kv_heads as u64
+            * p.head_dim as u64
+            * 2
+            * p.kv.size() as u64
+            + n as u64 * 6,
+        flops: 2
+            * n_q as u64
+            * (q_start as u64 + n_q as u64 / 2)
+            * p.n_heads as u64
+            * p.head_dim as u64
+            * 2,
     })
 }
 
 /// A case: a chunk of `n_q` queries after a cached prefix of `q_start` tokens, one
 /// sequence of random contents; softmax scale `1/sqrt(head_dim)`.
-pub fn case(p: &PrefillParams, q_start: u32, n_q: u32, seed: u64) -> Result<KernelCase, KernelError> {
+pub fn case(
+    p: &PrefillParams,
+    q_start: u32,
+    n_q: u32,
+    seed: u64,
+) -> Result<KernelCase, KernelError> {
     let mut rng = data::rng(seed);
-    let mut cache =
-        PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_heads, p.n_kv_heads, p.max_blocks, vec![q_start + n_q]);
-    cache.q = data::signed(&mut rng, (n_q * p.n_heads * p.head_dim) as usize, 0.0625, 2.0);
+    let mut cache = PagedCache::random(
+        &mut rng,
+        p.kv,
+        p.head_dim,
+        p.n_heads,
+        p.n_kv_heads,
+        p.max_blocks,
+        vec![q_start + n_q],
+    );
+    cache.q = data::signed(
+        &mut rng,
+        (n_q * p.n_heads * p.head_dim) as usize,
+        0.0625,
+        2.0,
+    );
     case_for(p, &cache, q_start, n_q, 1.0 / (p.head_dim as f64).sqrt())
 }

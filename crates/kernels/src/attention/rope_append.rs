@@ -101,7 +101,10 @@ impl RopeAppendParams {
     fn check(&self) -> Result<(), KernelError> {
         let bad = |m: String| Err(KernelError::unsupported(self.name(), m));
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(4) {
-            return bad(format!("head_dim = {} must be a positive multiple of 4", self.head_dim));
+            return bad(format!(
+                "head_dim = {} must be a positive multiple of 4",
+                self.head_dim
+            ));
         }
         if self.n_heads == 0 || self.n_kv_heads == 0 || self.max_blocks == 0 {
             return bad(format!(
@@ -110,11 +113,17 @@ impl RopeAppendParams {
             ));
         }
         if !self.threads.is_multiple_of(32) || !(32..=1024).contains(&self.threads) {
-            return bad(format!("threads = {} must be a multiple of 32 in 32..=1024", self.threads));
+            return bad(format!(
+                "threads = {} must be a multiple of 32 in 32..=1024",
+                self.threads
+            ));
         }
         let widest = self.n_heads.max(self.n_kv_heads) * self.head_dim;
         if self.token_stride != 0 && self.token_stride < widest {
-            return bad(format!("token_stride = {} is less than a row of {widest}", self.token_stride));
+            return bad(format!(
+                "token_stride = {} is less than a row of {widest}",
+                self.token_stride
+            ));
         }
         Ok(())
     }
@@ -122,7 +131,10 @@ impl RopeAppendParams {
     /// Elements between consecutive tokens' q rows and k (or v) rows.
     fn strides(&self) -> (u32, u32) {
         match self.token_stride {
-            0 => (self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim),
+            0 => (
+                self.n_heads * self.head_dim,
+                self.n_kv_heads * self.head_dim,
+            ),
             s => (s, s),
         }
     }
@@ -182,8 +194,14 @@ pub fn build(p: &RopeAppendParams) -> Result<Function, KernelError> {
     let nan = k.const_f32(f32::NAN);
 
     let (warps, heads) = (p.threads / 32, p.n_heads + p.n_kv_heads);
-    let pairs = RowWalk { groups: half, threads: HEAD_THREADS };
-    let groups = RowWalk { groups: hd / 4, threads: HEAD_THREADS };
+    let pairs = RowWalk {
+        groups: half,
+        threads: HEAD_THREADS,
+    };
+    let groups = RowWalk {
+        groups: hd / 4,
+        threads: HEAD_THREADS,
+    };
     for round in 0..heads.div_ceil(warps) {
         let head = k.add_const(warp, round * warps);
         let total = k.const_u32(heads);
@@ -318,7 +336,11 @@ pub fn reference(
             let at = (t * p.n_heads as usize + h) * hd;
             let out = &mut q[at..at + hd];
             if valid {
-                out.copy_from_slice(&turn(&x.q[at..at + hd], norms.map(|n| n.q.as_slice()), position));
+                out.copy_from_slice(&turn(
+                    &x.q[at..at + hd],
+                    norms.map(|n| n.q.as_slice()),
+                    position,
+                ));
             } else {
                 out.fill(f32::NAN);
             }
@@ -348,7 +370,13 @@ pub fn reference(
 /// more at a position past the tables (its q NaN, nothing written); q, k, v in ±[2^-6,
 /// 4]; tables of random angles (every element changes, so a missed write shows); norm
 /// weights in [0.5, 1.5], eps 1e-6.
-pub fn case(p: &RopeAppendParams, n_seqs: u32, tokens: u32, n_pos: u32, seed: u64) -> Result<KernelCase, KernelError> {
+pub fn case(
+    p: &RopeAppendParams,
+    n_seqs: u32,
+    tokens: u32,
+    n_pos: u32,
+    seed: u64,
+) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let reach = n_pos.min(p.max_blocks * BLOCK_TOKENS);
@@ -359,8 +387,15 @@ pub fn case(p: &RopeAppendParams, n_seqs: u32, tokens: u32, n_pos: u32, seed: u6
             format!("{placed} tokens do not fit {n_seqs} sequences of {reach} positions"),
         ));
     }
-    let mut cache =
-        PagedCache::random(&mut rng, p.kv, p.head_dim, p.n_kv_heads, p.n_kv_heads, p.max_blocks, vec![0; n_seqs as usize]);
+    let mut cache = PagedCache::random(
+        &mut rng,
+        p.kv,
+        p.head_dim,
+        p.n_kv_heads,
+        p.n_kv_heads,
+        p.max_blocks,
+        vec![0; n_seqs as usize],
+    );
     let nq = (tokens * p.n_heads * p.head_dim) as usize;
     let nk = (tokens * p.n_kv_heads * p.head_dim) as usize;
     let (q, k, v) = (
@@ -382,7 +417,12 @@ pub fn case(p: &RopeAppendParams, n_seqs: u32, tokens: u32, n_pos: u32, seed: u6
         seq.push(data::below(&mut rng, n_seqs));
         pos.push(n_pos + data::below(&mut rng, 16));
     }
-    let angles = data::uniform(&mut rng, (n_pos * p.half()) as usize, 0.0, std::f32::consts::TAU);
+    let angles = data::uniform(
+        &mut rng,
+        (n_pos * p.half()) as usize,
+        0.0,
+        std::f32::consts::TAU,
+    );
     let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
     let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
     let norms = p.qk_norm.then(|| HeadNorms {
@@ -417,13 +457,26 @@ pub fn case(p: &RopeAppendParams, n_seqs: u32, tokens: u32, n_pos: u32, seed: u6
         Buffer::in_out("v_cache", p.kv.bytes(&before.v)),
     ];
     let mut args: Vec<CaseArg> = (0..8).map(CaseArg::Buffer).collect();
-    args.extend([CaseArg::Scalar(Arg::U32(n_pos)), CaseArg::Buffer(8), CaseArg::Buffer(9)]);
+    args.extend([
+        CaseArg::Scalar(Arg::U32(n_pos)),
+        CaseArg::Buffer(8),
+        CaseArg::Buffer(9),
+    ]);
     if let Some(n) = &norms {
         buffers.push(Buffer::input("q_norm", data::f32_bytes(&n.q)));
         buffers.push(Buffer::input("k_norm", data::f32_bytes(&n.k)));
-        args.extend([CaseArg::Buffer(10), CaseArg::Buffer(11), CaseArg::Scalar(Arg::F32(n.eps))]);
+        args.extend([
+            CaseArg::Buffer(10),
+            CaseArg::Buffer(11),
+            CaseArg::Scalar(Arg::F32(n.eps)),
+        ]);
     }
-    let exact = |buffer: usize, data: Vec<u8>, elem: Scalar| Expected { buffer, data, elem, check: Check::Exact };
+    let exact = |buffer: usize, data: Vec<u8>, elem: Scalar| Expected {
+        buffer,
+        data,
+        elem,
+        check: Check::Exact,
+    };
     Ok(KernelCase {
         name: p.name().to_string(),
         shape: format!(
@@ -443,7 +496,9 @@ pub fn case(p: &RopeAppendParams, n_seqs: u32, tokens: u32, n_pos: u32, seed: u6
             exact(9, p.kv.bytes(&cache.v), p.kv.scalar()),
         ],
         controls: vec![],
-        bytes_moved: 4 * (2 * nq + 2 * nk) as u64 + 2 * nk as u64 * 2 + tokens as u64 * (12 + 4 * p.head_dim as u64),
+        bytes_moved: 4 * (2 * nq + 2 * nk) as u64
+            + 2 * nk as u64 * 2
+            + tokens as u64 * (12 + 4 * p.head_dim as u64),
         flops: 3 * (nq + nk) as u64,
     })
 }

@@ -194,7 +194,11 @@ impl Decoder {
         let w0 = w.at(k, 0);
         let (d, m, start) = if q4_1 {
             let dm = Word::new(k, w0);
-            (f16_bits_to_f32(k, w0), Some(f16_bits_to_f32(k, dm.hi)), k.const_u32(4))
+            (
+                f16_bits_to_f32(k, w0),
+                Some(f16_bits_to_f32(k, dm.hi)),
+                k.const_u32(4),
+            )
         } else {
             let o8 = k.shl_const(o, 3);
             let d = k.shr(w0, o8);

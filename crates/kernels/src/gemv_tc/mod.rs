@@ -50,8 +50,8 @@ use crate::error::KernelError;
 use crate::lanes::{emit_unpack_bf16x2, gptr, wide_mul};
 use crate::norm_residual::OutType;
 use crate::params::{ParamInfo, Reader};
-pub use crate::qgemv::{Addend, Epilogue};
 use crate::qgemv::swiglu_tolerance;
+pub use crate::qgemv::{Addend, Epilogue};
 
 /// Columns one warp takes at a time: two `k16` MMAs.
 const CHUNK: u32 = 32;
@@ -75,10 +75,17 @@ pub struct GemvTcParams {
 }
 
 /// Library names, by epilogue (in [`Epilogue::ALL`] order).
-const NAMES: [&str; 3] = ["gemv_tc_bf16_xf32", "gemv_tc_bf16_residual_xf32", "gemv_tc_bf16_swiglu_xf32"];
+const NAMES: [&str; 3] = [
+    "gemv_tc_bf16_xf32",
+    "gemv_tc_bf16_residual_xf32",
+    "gemv_tc_bf16_swiglu_xf32",
+];
 
 pub fn name(epilogue: Epilogue) -> &'static str {
-    NAMES[Epilogue::ALL.iter().position(|&e| e == epilogue).unwrap_or(0)]
+    NAMES[Epilogue::ALL
+        .iter()
+        .position(|&e| e == epilogue)
+        .unwrap_or(0)]
 }
 
 impl GemvTcParams {
@@ -118,7 +125,10 @@ impl GemvTcParams {
     pub fn check(&self) -> Result<(), KernelError> {
         let bad = |reason: String| Err(KernelError::unsupported(self.name(), reason));
         if self.cols == 0 || !self.cols.is_multiple_of(CHUNK) {
-            return bad(format!("cols = {} must be a positive multiple of {CHUNK}", self.cols));
+            return bad(format!(
+                "cols = {} must be a positive multiple of {CHUNK}",
+                self.cols
+            ));
         }
         if self.rows == 0
             || !(1..=16).contains(&self.warps)
@@ -155,27 +165,86 @@ pub fn params_info(epilogue: Epilogue) -> &'static [ParamInfo] {
 }
 
 const PARAMS: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 4096, doc: "matrix rows (the grid; the case size)" },
-    ParamInfo { name: "cols", default: 4096, doc: "matrix columns, a multiple of 32" },
-    ParamInfo { name: "warps", default: 8, doc: "warps per block, splitting the columns (1..=16)" },
-    ParamInfo { name: "row_tiles", default: 2, doc: "tiles of 16 rows per warp (1..=4)" },
-    ParamInfo { name: "tiles", default: 8, doc: "tiles of 8 activation rows per pass (1..=8)" },
-    ParamInfo { name: "unroll", default: 2, doc: "32-column chunks loaded before the products (1..=8)" },
-    ParamInfo { name: "n", default: 8, doc: "activation rows (a launch argument; the case size)" },
+    ParamInfo {
+        name: "rows",
+        default: 4096,
+        doc: "matrix rows (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 4096,
+        doc: "matrix columns, a multiple of 32",
+    },
+    ParamInfo {
+        name: "warps",
+        default: 8,
+        doc: "warps per block, splitting the columns (1..=16)",
+    },
+    ParamInfo {
+        name: "row_tiles",
+        default: 2,
+        doc: "tiles of 16 rows per warp (1..=4)",
+    },
+    ParamInfo {
+        name: "tiles",
+        default: 8,
+        doc: "tiles of 8 activation rows per pass (1..=8)",
+    },
+    ParamInfo {
+        name: "unroll",
+        default: 2,
+        doc: "32-column chunks loaded before the products (1..=8)",
+    },
+    ParamInfo {
+        name: "n",
+        default: 8,
+        doc: "activation rows (a launch argument; the case size)",
+    },
 ];
 
 const PARAMS_SWIGLU: &[ParamInfo] = &[
-    ParamInfo { name: "rows", default: 14336, doc: "rows of each matrix (the grid; the case size)" },
-    ParamInfo { name: "cols", default: 4096, doc: "matrix columns, a multiple of 32" },
-    ParamInfo { name: "warps", default: 8, doc: "warps per block, splitting the columns (1..=16)" },
-    ParamInfo { name: "row_tiles", default: 1, doc: "tiles of 16 rows per warp (1..=4)" },
-    ParamInfo { name: "tiles", default: 8, doc: "tiles of 8 activation rows per pass (1..=8)" },
-    ParamInfo { name: "unroll", default: 2, doc: "32-column chunks loaded before the products (1..=8)" },
-    ParamInfo { name: "n", default: 8, doc: "activation rows (a launch argument; the case size)" },
+    ParamInfo {
+        name: "rows",
+        default: 14336,
+        doc: "rows of each matrix (the grid; the case size)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 4096,
+        doc: "matrix columns, a multiple of 32",
+    },
+    ParamInfo {
+        name: "warps",
+        default: 8,
+        doc: "warps per block, splitting the columns (1..=16)",
+    },
+    ParamInfo {
+        name: "row_tiles",
+        default: 1,
+        doc: "tiles of 16 rows per warp (1..=4)",
+    },
+    ParamInfo {
+        name: "tiles",
+        default: 8,
+        doc: "tiles of 8 activation rows per pass (1..=8)",
+    },
+    ParamInfo {
+        name: "unroll",
+        default: 2,
+        doc: "32-column chunks loaded before the products (1..=8)",
+    },
+    ParamInfo {
+        name: "n",
+        default: 8,
+        doc: "activation rows (a launch argument; the case size)",
+    },
 ];
 
 /// The library entry's parameters.
-pub(crate) fn params_from(epilogue: Epilogue, r: &Reader) -> Result<(GemvTcParams, u32), KernelError> {
+pub(crate) fn params_from(
+    epilogue: Epilogue,
+    r: &Reader,
+) -> Result<(GemvTcParams, u32), KernelError> {
     let p = GemvTcParams {
         epilogue,
         rows: r.get("rows", 1, (1 << 31) - 1)?,
@@ -241,7 +310,9 @@ pub fn build(p: &GemvTcParams) -> Result<Function, KernelError> {
         // Accumulators: [tile][stream], a stream being a row tile of one matrix.
         let accs = vec![zero_acc; (p.tiles as usize) * streams.len()];
         let accs = emit_k_loop(k, p, &streams, x, col0, warp, g, pass, n, last, &accs);
-        emit_combine(k, p, partials, &accs, tid, lane, warp, first_row, pass, n, y, r);
+        emit_combine(
+            k, p, partials, &accs, tid, lane, warp, first_row, pass, n, y, r,
+        );
         vec![]
     });
     Ok(k.finish()?)
@@ -353,7 +424,9 @@ fn emit_k_loop(
             // Chunk `(s · unroll + u) · warps + warp` for each u, as a column offset.
             let base = k.mul_const(s, per_step * CHUNK);
             let base = k.add(base, col0);
-            let cols: Vec<Value> = (0..p.unroll).map(|u| k.add_const(base, u * p.warps * CHUNK)).collect();
+            let cols: Vec<Value> = (0..p.unroll)
+                .map(|u| k.add_const(base, u * p.warps * CHUNK))
+                .collect();
             chunk_products(k, &cols, carried)
         });
     }
@@ -371,7 +444,12 @@ fn emit_k_loop(
             let has = k.lt(chunk, limit);
             let before = accs.clone();
             let types = vec![frag_type_c(); before.len()];
-            accs = k.if_else(has, &types, |k| chunk_products(k, &[col], &before), |_| before.clone());
+            accs = k.if_else(
+                has,
+                &types,
+                |k| chunk_products(k, &[col], &before),
+                |_| before.clone(),
+            );
         }
     }
     accs
@@ -403,7 +481,12 @@ fn load_weights(k: &mut Builder, streams: &[[Value; 2]], col: Value) -> Vec<[Val
             });
             // A registers: (row g, k 2t..), (row g + 8, k 2t..), (row g, k 2t + 8..),
             // (row g + 8, k 2t + 8..).
-            [0, 2].map(|w| k.pack(frag_a, &[lo_row[w], hi_row[w], lo_row[w + 1], hi_row[w + 1]]))
+            [0, 2].map(|w| {
+                k.pack(
+                    frag_a,
+                    &[lo_row[w], hi_row[w], lo_row[w + 1], hi_row[w + 1]],
+                )
+            })
         })
         .collect()
 }
@@ -479,7 +562,12 @@ fn emit_combine(
     };
     // The elements this thread sums: e = tid + q · threads.
     let slots: Vec<(u32, Option<u32>)> = (0..per_warp.div_ceil(threads))
-        .map(|q| (q * threads, (q * threads + threads > per_warp).then_some(per_warp)))
+        .map(|q| {
+            (
+                q * threads,
+                (q * threads + threads > per_warp).then_some(per_warp),
+            )
+        })
         .collect();
     for rt in 0..p.row_tiles {
         let mut gate: Vec<Value> = vec![];
@@ -638,8 +726,15 @@ pub fn tolerance_rel(p: &GemvTcParams) -> (f64, String) {
 pub fn tolerance(p: &GemvTcParams, want: &[f64], abs: &[f64]) -> (Vec<f64>, String) {
     let (rel, explain) = tolerance_rel(p);
     let tiny = 2f64.powi(-133) * p.cols as f64 * 4.0 + F32_MIN_NORMAL;
-    let tol = want.iter().zip(abs).map(|(w, a)| rel * a + F32_U * w.abs() + tiny).collect();
-    (tol, format!("{explain}, plus 2^-24·|want| for the residual's addition and 2^-126"))
+    let tol = want
+        .iter()
+        .zip(abs)
+        .map(|(w, a)| rel * a + F32_U * w.abs() + tiny)
+        .collect();
+    (
+        tol,
+        format!("{explain}, plus 2^-24·|want| for the residual's addition and 2^-126"),
+    )
 }
 
 /// A case of `n` activation rows: bf16 weights of magnitude about `1/√cols` (random
@@ -652,21 +747,34 @@ pub fn case(p: &GemvTcParams, n: u32, seed: u64) -> Result<KernelCase, KernelErr
 }
 
 /// As [`case`], with the residual form adding `addend`.
-pub fn case_with(p: &GemvTcParams, n: u32, addend: Addend, seed: u64) -> Result<KernelCase, KernelError> {
+pub fn case_with(
+    p: &GemvTcParams,
+    n: u32,
+    addend: Addend,
+    seed: u64,
+) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     if n == 0 {
-        return Err(KernelError::unsupported(p.name(), "a case needs at least one activation row"));
+        return Err(KernelError::unsupported(
+            p.name(),
+            "a case needs at least one activation row",
+        ));
     }
     let mut rng = data::rng(seed);
     let (rows, cols, nv) = (p.rows as usize, p.cols as usize, n as usize);
     let hi = 1.0 / (cols as f32).sqrt() / 0.6;
-    let ws: Vec<Vec<bf16>> =
-        (0..p.matrices()).map(|_| data::to_bf16(&data::signed(&mut rng, rows * cols, hi / 8.0, hi))).collect();
+    let ws: Vec<Vec<bf16>> = (0..p.matrices())
+        .map(|_| data::to_bf16(&data::signed(&mut rng, rows * cols, hi / 8.0, hi)))
+        .collect();
     let x = data::signed(&mut rng, nv * cols, 0.015625, 4.0);
     // What a kernel that dropped `lo` would multiply.
     let x_hi: Vec<f32> = data::to_bf16(&x).iter().map(|v| v.to_f32()).collect();
-    let exact: Vec<(Vec<f64>, Vec<f64>)> = ws.iter().map(|w| reference(w, &x, rows, cols)).collect();
-    let wrong: Vec<Vec<f64>> = ws.iter().map(|w| reference(w, &x_hi, rows, cols).0).collect();
+    let exact: Vec<(Vec<f64>, Vec<f64>)> =
+        ws.iter().map(|w| reference(w, &x, rows, cols)).collect();
+    let wrong: Vec<Vec<f64>> = ws
+        .iter()
+        .map(|w| reference(w, &x_hi, rows, cols).0)
+        .collect();
 
     let mut buffers: Vec<Buffer> = ws
         .iter()
@@ -681,7 +789,14 @@ pub fn case_with(p: &GemvTcParams, n: u32, addend: Addend, seed: u64) -> Result<
     let (want, control, tol, explain, y, r_stride) = match p.epilogue {
         Epilogue::Plain => {
             buffers.push(Buffer::output("y", outputs * 4));
-            (exact[0].0.clone(), wrong[0].clone(), tol, explain, buffers.len() - 1, None)
+            (
+                exact[0].0.clone(),
+                wrong[0].clone(),
+                tol,
+                explain,
+                buffers.len() - 1,
+                None,
+            )
         }
         Epilogue::Residual => {
             let (added, stride) = match addend {
@@ -689,7 +804,10 @@ pub fn case_with(p: &GemvTcParams, n: u32, addend: Addend, seed: u64) -> Result<
                 Addend::Bias => (data::signed(&mut rng, rows, 0.015625, 4.0), 0),
             };
             let plus = |v: &[f64]| -> Vec<f64> {
-                v.iter().enumerate().map(|(i, d)| d + added[i % added.len()] as f64).collect()
+                v.iter()
+                    .enumerate()
+                    .map(|(i, d)| d + added[i % added.len()] as f64)
+                    .collect()
             };
             let (want, control) = (plus(&exact[0].0), plus(&wrong[0]));
             let (tol, explain) = tolerance(p, &want, &exact[0].1);
@@ -715,7 +833,11 @@ pub fn case_with(p: &GemvTcParams, n: u32, addend: Addend, seed: u64) -> Result<
             let (g, u) = (&exact[0].0, &exact[1].0);
             let silu = |g: f64| g / (1.0 + (-g).exp());
             let want: Vec<f64> = g.iter().zip(u).map(|(&g, &u)| silu(g) * u).collect();
-            let control: Vec<f64> = wrong[0].iter().zip(&wrong[1]).map(|(&g, &u)| silu(g) * u).collect();
+            let control: Vec<f64> = wrong[0]
+                .iter()
+                .zip(&wrong[1])
+                .map(|(&g, &u)| silu(g) * u)
+                .collect();
             let (tol_g, _) = tolerance(p, g, &exact[0].1);
             let (tol_u, _) = tolerance(p, u, &exact[1].1);
             let g32: Vec<f32> = g.iter().map(|&v| v as f32).collect();
@@ -739,15 +861,30 @@ pub fn case_with(p: &GemvTcParams, n: u32, addend: Addend, seed: u64) -> Result<
     args.push(CaseArg::Scalar(Arg::U32(n)));
     args.extend(r_stride.map(|s| CaseArg::Scalar(Arg::U32(s))));
     let check = Check::Bound { tol, explain };
-    let expected = Expected { buffer: y, data: f32s(&want), elem: Scalar::F32, check: check.clone() };
+    let expected = Expected {
+        buffer: y,
+        data: f32s(&want),
+        elem: Scalar::F32,
+        check: check.clone(),
+    };
     let control = Control {
         what: "activations rounded to bf16 (lo dropped)".into(),
-        expected: Expected { buffer: y, data: f32s(&control), elem: Scalar::F32, check },
+        expected: Expected {
+            buffer: y,
+            data: f32s(&control),
+            elem: Scalar::F32,
+            check,
+        },
     };
     let w_bytes = 2 * (p.matrices() as usize * rows * cols) as u64;
     Ok(KernelCase {
         name: p.name().to_string(),
-        shape: format!("{}x{} times {n} rows, {} a pass", p.rows, p.cols, p.per_pass()),
+        shape: format!(
+            "{}x{} times {n} rows, {} a pass",
+            p.rows,
+            p.cols,
+            p.per_pass()
+        ),
         kernel,
         launch: p.launch(),
         buffers,

@@ -14,7 +14,15 @@ use crate::data::test_seed as seed;
 
 /// A small shape: rows not a multiple of a block's, a partial last step of chunks.
 fn params(epilogue: Epilogue) -> GemvTcParams {
-    GemvTcParams { epilogue, rows: 40, cols: 224, warps: 2, row_tiles: 2, tiles: 2, unroll: 2 }
+    GemvTcParams {
+        epilogue,
+        rows: 40,
+        cols: 224,
+        warps: 2,
+        row_tiles: 2,
+        tiles: 2,
+        unroll: 2,
+    }
 }
 
 /// Runs `case`, checks every output within its bound and that the control fails it on
@@ -27,7 +35,11 @@ fn check(case: &KernelCase) -> CaseOutputs {
     }
     for (what, r) in compare_controls(case, &out).expect("comparable") {
         eprintln!("  control `{what}`: {r}");
-        assert!(!r.passed && r.mismatches * 2 > r.elements, "{}: control `{what}` did not fail: {r}", case.name);
+        assert!(
+            !r.passed && r.mismatches * 2 > r.elements,
+            "{}: control `{what}` did not fail: {r}",
+            case.name
+        );
     }
     out
 }
@@ -55,7 +67,11 @@ fn rows_of(case: &KernelCase, p: &GemvTcParams, from: usize, len: usize) -> Kern
         };
         b.data = b.data[4 * from * width..4 * (from + len) * width].to_vec();
     }
-    let at = c.args.iter().position(|a| matches!(a, CaseArg::Scalar(Arg::U32(_)))).expect("an n argument");
+    let at = c
+        .args
+        .iter()
+        .position(|a| matches!(a, CaseArg::Scalar(Arg::U32(_))))
+        .expect("an n argument");
     c.args[at] = CaseArg::Scalar(Arg::U32(len as u32));
     c.expected.clear();
     c.controls.clear();
@@ -66,13 +82,19 @@ fn rows_of(case: &KernelCase, p: &GemvTcParams, from: usize, len: usize) -> Kern
 fn gemv_tc_rows_have_the_same_bits_at_every_batch_size() {
     let s = seed();
     for (i, e) in Epilogue::ALL.into_iter().enumerate() {
-        let p = GemvTcParams { rows: 24, cols: 96, tiles: 1, ..params(e) };
+        let p = GemvTcParams {
+            rows: 24,
+            cols: 96,
+            tiles: 1,
+            ..params(e)
+        };
         let full = case(&p, 64, s ^ (i as u64) << 8).expect("case");
         let mut exec = InterpExecutor::new();
         // Each row alone: what every batch must reproduce.
         let alone: Vec<Vec<u8>> = (0..64)
             .map(|v| {
-                let out = run_case(&mut exec, &rows_of(&full, &p, v, 1)).unwrap_or_else(|e| panic!("{e}"));
+                let out = run_case(&mut exec, &rows_of(&full, &p, v, 1))
+                    .unwrap_or_else(|e| panic!("{e}"));
                 out.outputs[0].1.clone()
             })
             .collect();
@@ -104,8 +126,20 @@ fn gemv_tc_decode_shapes_assemble_without_spills() {
     let mut failures = vec![];
     // The engine's variants: every pass width a step of up to 64 rows takes.
     for tiles in [1, 2, 4, 8] {
-        for (e, row_tiles, warps) in [(Epilogue::Plain, 2, 8), (Epilogue::Residual, 2, 8), (Epilogue::SwiGlu, 1, 8)] {
-            let p = GemvTcParams { epilogue: e, rows: 4096, cols: 4096, warps, row_tiles, tiles, unroll: 2 };
+        for (e, row_tiles, warps) in [
+            (Epilogue::Plain, 2, 8),
+            (Epilogue::Residual, 2, 8),
+            (Epilogue::SwiGlu, 1, 8),
+        ] {
+            let p = GemvTcParams {
+                epilogue: e,
+                rows: 4096,
+                cols: 4096,
+                warps,
+                row_tiles,
+                tiles,
+                unroll: 2,
+            };
             let f = build(&p).expect("builds");
             let ptx = quench_ptx::emit(&f).expect("emits");
             match quench_ptx::ptxas::assemble(&ptx, "sm_90") {
@@ -129,6 +163,11 @@ fn gemv_tc_decode_shapes_assemble_without_spills() {
 fn gemv_tc_refuses_shapes_it_cannot_take() {
     let p = params(Epilogue::Plain);
     assert!(build(&GemvTcParams { cols: 48, ..p }).is_err());
-    assert!(build(&GemvTcParams { warps: 16, tiles: 8, ..p }).is_err());
+    assert!(build(&GemvTcParams {
+        warps: 16,
+        tiles: 8,
+        ..p
+    })
+    .is_err());
     assert!(build(&GemvTcParams { row_tiles: 0, ..p }).is_err());
 }

@@ -119,9 +119,18 @@ impl WeightFormat {
 
 /// What a lane computes once: its format and its sub-piece's constants.
 pub enum Lane {
-    Half { f16: bool },
-    Legacy { format: WeightFormat, magic: Magic },
-    Q6k { lane: Q6kLane, magic: Magic, x_runs: [Value; 2] },
+    Half {
+        f16: bool,
+    },
+    Legacy {
+        format: WeightFormat,
+        magic: Magic,
+    },
+    Q6k {
+        lane: Q6kLane,
+        magic: Magic,
+        x_runs: [Value; 2],
+    },
 }
 
 impl Lane {
@@ -132,8 +141,13 @@ impl Lane {
         match f {
             WeightFormat::BF16 => Lane::Half { f16: false },
             WeightFormat::F16 => Lane::Half { f16: true },
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 => Lane::Legacy { format: f, magic: Magic::new(k) },
-            WeightFormat::Q8_0 | WeightFormat::Q4K => unreachable!("Q8_0 and Q4_K products take the integer path"),
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 => Lane::Legacy {
+                format: f,
+                magic: Magic::new(k),
+            },
+            WeightFormat::Q8_0 | WeightFormat::Q4K => {
+                unreachable!("Q8_0 and Q4_K products take the integer path")
+            }
             WeightFormat::Q6K => {
                 let lane = Q6kLane::new(k, j);
                 // Runs 128hh + 16c and 128hh + 64 + 16c with hh = j / 4, c = j mod 4.
@@ -143,7 +157,11 @@ impl Lane {
                 let c16 = k.shl_const(c, 4);
                 let lo = k.add(hh128, c16);
                 let hi = k.add_const(lo, 64);
-                Lane::Q6k { lane, magic: Magic::new(k), x_runs: [lo, hi] }
+                Lane::Q6k {
+                    lane,
+                    magic: Magic::new(k),
+                    x_runs: [lo, hi],
+                }
             }
         }
     }
@@ -162,17 +180,25 @@ impl Lane {
     pub fn load(&self, k: &mut Builder, wrow: Value, unit: Value) -> Raw<'_> {
         let (unit_bytes, width, bytes) = match self {
             Lane::Half { .. } => (16, 16, 16),
-            Lane::Legacy { format: WeightFormat::Q4_0, .. } => (36, 4, 36),
+            Lane::Legacy {
+                format: WeightFormat::Q4_0,
+                ..
+            } => (36, 4, 36),
             Lane::Legacy { .. } => (40, 8, 40),
             Lane::Q6k { .. } => (210, 2, 16),
         };
         let off = k.mul_const(unit, unit_bytes);
         let at = k.ptr_add(wrow, off);
         match self {
-            Lane::Half { f16 } => Raw::Half { bytes: Bytes::load(k, at, bytes, width), f16: *f16 },
-            Lane::Legacy { format, magic } => {
-                Raw::Legacy { bytes: Bytes::load(k, at, bytes, width), format: *format, magic: *magic }
-            }
+            Lane::Half { f16 } => Raw::Half {
+                bytes: Bytes::load(k, at, bytes, width),
+                f16: *f16,
+            },
+            Lane::Legacy { format, magic } => Raw::Legacy {
+                bytes: Bytes::load(k, at, bytes, width),
+                format: *format,
+                magic: *magic,
+            },
             Lane::Q6k { lane, magic, .. } => {
                 let a = k.ptr_add(at, lane.ql);
                 let ql = Bytes::load(k, a, bytes, width);
@@ -186,7 +212,14 @@ impl Lane {
                 let c208 = k.const_u32(208);
                 let a = k.ptr_add(at, c208);
                 let d = ggml::load_u16(k, a);
-                Raw::Q6k { lane, magic: *magic, ql, qh, scales: [s_lo, s_hi], d }
+                Raw::Q6k {
+                    lane,
+                    magic: *magic,
+                    ql,
+                    qh,
+                    scales: [s_lo, s_hi],
+                    d,
+                }
             }
         }
     }
@@ -194,9 +227,23 @@ impl Lane {
 
 /// A piece's loaded bytes, before decoding.
 pub enum Raw<'a> {
-    Half { bytes: Bytes, f16: bool },
-    Legacy { bytes: Bytes, format: WeightFormat, magic: Magic },
-    Q6k { lane: &'a Q6kLane, magic: Magic, ql: Bytes, qh: Bytes, scales: [Value; 2], d: Value },
+    Half {
+        bytes: Bytes,
+        f16: bool,
+    },
+    Legacy {
+        bytes: Bytes,
+        format: WeightFormat,
+        magic: Magic,
+    },
+    Q6k {
+        lane: &'a Q6kLane,
+        magic: Magic,
+        ql: Bytes,
+        qh: Bytes,
+        scales: [Value; 2],
+        d: Value,
+    },
 }
 
 impl Raw<'_> {
@@ -213,7 +260,11 @@ impl Raw<'_> {
                     }
                 })
                 .collect(),
-            Raw::Legacy { bytes, format, magic } => {
+            Raw::Legacy {
+                bytes,
+                format,
+                magic,
+            } => {
                 let (block, second) = match format {
                     WeightFormat::Q4_0 => (ggml::q4_0_block as BlockFn, 18),
                     _ => (ggml::q4_1_block as BlockFn, 20),
@@ -222,7 +273,14 @@ impl Raw<'_> {
                 out.extend(block(k, *magic, bytes, second));
                 out
             }
-            Raw::Q6k { lane, magic, ql, qh, scales, d } => ggml::q6_k_piece(k, *magic, lane, ql, qh, *scales, *d),
+            Raw::Q6k {
+                lane,
+                magic,
+                ql,
+                qh,
+                scales,
+                d,
+            } => ggml::q6_k_piece(k, *magic, lane, ql, qh, *scales, *d),
         }
     }
 }

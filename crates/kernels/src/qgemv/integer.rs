@@ -89,7 +89,8 @@ fn staged_bytes(cols: u32) -> u64 {
 /// Columns a pass stages at once: the whole row where the pass's vectors fit in shared
 /// memory, else the largest multiple of [`CHUNK_STEP`] that fits.
 pub fn chunk_cols(p: &QGemvParams) -> u32 {
-    let fits = |cols: u32| u64::from(p.batch) * staged_bytes(cols) + SLACK <= MAX_STATIC_SHARED_BYTES;
+    let fits =
+        |cols: u32| u64::from(p.batch) * staged_bytes(cols) + SLACK <= MAX_STATIC_SHARED_BYTES;
     if fits(p.cols) {
         return p.cols;
     }
@@ -113,13 +114,24 @@ pub struct QuantX {
 
 /// The kernels' quantization of `x` (a whole number of 32-element blocks).
 pub fn quantize(x: &[f32]) -> QuantX {
-    let mut out = QuantX { q: Vec::with_capacity(x.len()), dx: vec![], sq: vec![] };
+    let mut out = QuantX {
+        q: Vec::with_capacity(x.len()),
+        dx: vec![],
+        sq: vec![],
+    };
     for block in x.chunks_exact(BLOCK as usize) {
         let m = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let dx = m / QMAX;
-        let (dx, r) = if dx >= f32::MIN_POSITIVE { (dx, 1.0 / dx) } else { (0.0, 0.0) };
+        let (dx, r) = if dx >= f32::MIN_POSITIVE {
+            (dx, 1.0 / dx)
+        } else {
+            (0.0, 0.0)
+        };
         // The product rounded once, to the nearest integer (the kernels' `fma` with 1.5·2^23).
-        let q: Vec<i32> = block.iter().map(|&v| (f64::from(v) * f64::from(r)).round_ties_even() as i32).collect();
+        let q: Vec<i32> = block
+            .iter()
+            .map(|&v| (f64::from(v) * f64::from(r)).round_ties_even() as i32)
+            .collect();
         out.sq.push(q.iter().sum());
         out.q.extend(q);
         out.dx.push(dx);
@@ -208,7 +220,9 @@ fn q4k_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut ac
             Variant::NibblesSwapped => 4 * (1 - half),
             _ => 4 * half,
         };
-        let s = block_sum(qx, block, variant, |b| i64::from((quants[b] >> nibble_shift) & 0x0f));
+        let s = block_sum(qx, block, variant, |b| {
+            i64::from((quants[b] >> nibble_shift) & 0x0f)
+        });
         let dx = qx.dx[block];
         let a = d * f32::from(scales[sub]) * dx;
         let b = dmin * f32::from(mins[sub]) * dx;
@@ -252,27 +266,50 @@ pub struct F64Check {
 /// `Σ_i |w_i|·|q_i|·dx_j`, the magnitude of the f32 terms (`n` terms a row, each with
 /// its scale products' roundings, the lanes' sums and the butterfly), plus `2u·|want|`
 /// for the result's rounding to f32 and a residual's addition.
-pub fn f64_check(p: &QGemvParams, w: &[u8], xs: &[Vec<f32>]) -> Result<F64Check, quench_models::ModelError> {
+pub fn f64_check(
+    p: &QGemvParams,
+    w: &[u8],
+    xs: &[Vec<f32>],
+) -> Result<F64Check, quench_models::ModelError> {
     let (cols, rb) = (p.cols as usize, p.format.row_bytes(p.cols) as usize);
     let wf = w
         .chunks_exact(rb)
         .map(|row| quench_models::dequant::dequantize(p.format.ggml(), row, cols))
         .collect::<Result<Vec<Vec<f32>>, _>>()?;
     let terms = (2 * cols / BLOCK as usize) as f64;
-    let mut out = F64Check { want: vec![], tol: vec![], wrong: vec![] };
+    let mut out = F64Check {
+        want: vec![],
+        tol: vec![],
+        wrong: vec![],
+    };
     let variants = Variant::wrong(p.format);
     let mut wrong = vec![vec![]; variants.len()];
     for x in xs {
         let qx = quantize(x);
         for row in &wf {
-            let want: f64 = row.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x)).sum();
+            let want: f64 = row
+                .iter()
+                .zip(x)
+                .map(|(&w, &x)| f64::from(w) * f64::from(x))
+                .sum();
             let (mut quant, mut magnitude) = (0.0f64, 0.0f64);
-            for (j, (wb, qb)) in row.chunks_exact(BLOCK as usize).zip(qx.q.chunks_exact(BLOCK as usize)).enumerate() {
+            for (j, (wb, qb)) in row
+                .chunks_exact(BLOCK as usize)
+                .zip(qx.q.chunks_exact(BLOCK as usize))
+                .enumerate()
+            {
                 let dx = f64::from(qx.dx[j]);
-                quant += wb.iter().map(|w| f64::from(w.abs())).sum::<f64>() * (0.5 + 1.0 / 128.0) * dx;
-                magnitude += wb.iter().zip(qb).map(|(w, &q)| f64::from(w.abs()) * f64::from(q.abs())).sum::<f64>() * dx;
+                quant +=
+                    wb.iter().map(|w| f64::from(w.abs())).sum::<f64>() * (0.5 + 1.0 / 128.0) * dx;
+                magnitude += wb
+                    .iter()
+                    .zip(qb)
+                    .map(|(w, &q)| f64::from(w.abs()) * f64::from(q.abs()))
+                    .sum::<f64>()
+                    * dx;
             }
-            out.tol.push(quant + (terms + 8.0) * 2.0 * F32_U * magnitude + 2.0 * F32_U * want.abs());
+            out.tol
+                .push(quant + (terms + 8.0) * 2.0 * F32_U * magnitude + 2.0 * F32_U * want.abs());
             out.want.push(want);
         }
         for (v, got) in variants.iter().zip(&mut wrong) {
@@ -346,8 +383,9 @@ impl Pass<'_> {
     /// The pass: every row group of the block, each group's totals handed to `store`.
     pub(super) fn emit(&self, k: &mut Builder, staged: &Staged, store: &Store<'_>) {
         let p = self.p;
-        let chunks: Vec<(u32, u32)> =
-            (0..p.cols.div_ceil(staged.cols)).map(|c| (c * staged.cols, staged.cols.min(p.cols - c * staged.cols))).collect();
+        let chunks: Vec<(u32, u32)> = (0..p.cols.div_ceil(staged.cols))
+            .map(|c| (c * staged.cols, staged.cols.min(p.cols - c * staged.cols)))
+            .collect();
         let whole = chunks.len() == 1;
         if whole {
             self.stage(k, staged, 0, p.cols);
@@ -364,7 +402,11 @@ impl Pass<'_> {
             }
             let totals: Vec<Vec<Value>> = accs
                 .chunks(self.streams())
-                .map(|v| v.iter().map(|&a| emit_warp_allreduce(k, a, Combine::Sum)).collect())
+                .map(|v| {
+                    v.iter()
+                        .map(|&a| emit_warp_allreduce(k, a, Combine::Sum))
+                        .collect()
+                })
                 .collect();
             match inside {
                 Some(c) => k.if_then(c, |k| store(k, row0, &totals)),
@@ -427,7 +469,15 @@ impl Pass<'_> {
             let at = wide_mul(k, v, p.cols);
             let row = k.ptr_add(self.x, at);
             let norm = self.norm.map(|(nw, eps)| {
-                let inv = prologue::emit_inv_rms(k, row, p.cols, self.tid, threads, eps, &format!("rms{j}"));
+                let inv = prologue::emit_inv_rms(
+                    k,
+                    row,
+                    p.cols,
+                    self.tid,
+                    threads,
+                    eps,
+                    &format!("rms{j}"),
+                );
                 (nw, inv)
             });
             let blocks = k.const_u32(width / BLOCK);
@@ -552,11 +602,19 @@ impl Pass<'_> {
         let format = match p.format {
             super::WeightFormat::Q4K => {
                 let g = k.and_const(self.lane, PPU - 1);
-                PieceFormat::Q4K { g, q4lane: Q4kLane::new(k, g), magic: Magic::new(k) }
+                PieceFormat::Q4K {
+                    g,
+                    q4lane: Q4kLane::new(k, g),
+                    magic: Magic::new(k),
+                }
             }
             _ => PieceFormat::Q8_0,
         };
-        let consts = Consts { format, streams, c0 };
+        let consts = Consts {
+            format,
+            streams,
+            c0,
+        };
         let pieces = width / 64;
         let main = pieces / 32 / p.unroll;
         let mut accs = accs;
@@ -572,7 +630,9 @@ impl Pass<'_> {
                         self.issue(k, staged, &consts, step)
                     })
                     .collect();
-                loaded.into_iter().fold(c.to_vec(), |accs, l| self.multiply(k, staged, &consts, l, &accs))
+                loaded.into_iter().fold(c.to_vec(), |accs, l| {
+                    self.multiply(k, staged, &consts, l, &accs)
+                })
             });
         }
         for step in main * p.unroll..pieces.div_ceil(32) {
@@ -627,8 +687,13 @@ impl Pass<'_> {
                     .collect()
             }
         };
-        let acts = (self.p.batch == 1).then(|| [0, 1].map(|h| self.activations(k, staged, piece, 0, h)));
-        Loaded { piece, weights, acts }
+        let acts =
+            (self.p.batch == 1).then(|| [0, 1].map(|h| self.activations(k, staged, piece, 0, h)));
+        Loaded {
+            piece,
+            weights,
+            acts,
+        }
     }
 
     /// Vector `j`'s staged activations of block `2·piece + h` of the chunk: its 8 low and
@@ -654,14 +719,26 @@ impl Pass<'_> {
         let at = k.add_const(at, j * staged.cols / BLOCK * 2 + 2 * h);
         let at = k.ptr_add(staged.meta, at);
         let v = k.load(Type::Vec(Scalar::F32, 2), at);
-        Half { lo, hi, dx: k.extract(v, 0), sq: k.extract(v, 1) }
+        Half {
+            lo,
+            hi,
+            dx: k.extract(v, 0),
+            sq: k.extract(v, 1),
+        }
     }
 
     /// Multiply a loaded piece with every vector of the pass: a stream at a time and a
     /// block of it at a time (its weights in bytes once for all vectors; a vector's sum
     /// still takes the first block before the second), each vector's activations read a
     /// block at a time.
-    fn multiply(&self, k: &mut Builder, staged: &Staged, c: &Consts<'_>, l: Loaded, accs: &[Value]) -> Vec<Value> {
+    fn multiply(
+        &self,
+        k: &mut Builder,
+        staged: &Staged,
+        c: &Consts<'_>,
+        l: Loaded,
+        accs: &[Value],
+    ) -> Vec<Value> {
         let streams = self.streams();
         let mut out = accs.to_vec();
         for (s, bytes) in l.weights.iter().enumerate() {
@@ -694,18 +771,34 @@ enum WeightBlock {
     /// Q4_K: the weights in bytes — low nibbles masked in place, or high nibbles masked in
     /// place as `16·q4` (unsigned bytes, `times16`), the factor 16 taken out of the
     /// integer sum — and `(d·sc, dmin·m)`.
-    Q4K { spread: Vec<Value>, times16: bool, dsc: Value, dm: Value },
+    Q4K {
+        spread: Vec<Value>,
+        times16: bool,
+        dsc: Value,
+        dm: Value,
+    },
     /// Q8_0: the signed quant bytes, four a word, and the block's scale `d`.
     Q8_0 { quants: Vec<Value>, d: Value },
 }
 
 /// Sub-block `2g + h` of a Q4_K piece from its super-block's scales and its 32 quant
 /// bytes.
-fn q4k_block(k: &mut Builder, scales: &Q4kScales, magic: Magic, quants: &Bytes, h: u32) -> WeightBlock {
+fn q4k_block(
+    k: &mut Builder,
+    scales: &Q4kScales,
+    magic: Magic,
+    quants: &Bytes,
+    h: u32,
+) -> WeightBlock {
     let mask = if h == 0 { 0x0F0F_0F0F } else { 0xF0F0_F0F0 };
     let spread: Vec<Value> = (0..8).map(|i| k.and_const(quants.part(i), mask)).collect();
     let (dsc, dm) = scales.sub_block(k, magic, h);
-    WeightBlock::Q4K { spread, times16: h == 1, dsc, dm }
+    WeightBlock::Q4K {
+        spread,
+        times16: h == 1,
+        dsc,
+        dm,
+    }
 }
 
 /// Block `h` of a Q8_0 piece from its 17 words: the first block's scale is the low half
@@ -721,9 +814,15 @@ fn q8_0_block(k: &mut Builder, b: &Bytes, h: u32) -> WeightBlock {
                 k.or(high, low)
             })
             .collect();
-        WeightBlock::Q8_0 { quants, d: b.f16(k, 0) }
+        WeightBlock::Q8_0 {
+            quants,
+            d: b.f16(k, 0),
+        }
     } else {
-        WeightBlock::Q8_0 { quants: (9..17).map(|i| b.part(i)).collect(), d: b.f16(k, 34) }
+        WeightBlock::Q8_0 {
+            quants: (9..17).map(|i| b.part(i)).collect(),
+            d: b.f16(k, 34),
+        }
     }
 }
 
@@ -731,12 +830,23 @@ impl WeightBlock {
     /// `acc` plus this block's product with a staged block of activations `x`.
     fn dot(&self, k: &mut Builder, x: &Half, acc: Value) -> Value {
         match self {
-            WeightBlock::Q4K { spread, times16, dsc, dm } => sub_block_dot(k, spread, *times16, x, *dsc, *dm, acc),
+            WeightBlock::Q4K {
+                spread,
+                times16,
+                dsc,
+                dm,
+            } => sub_block_dot(k, spread, *times16, x, *dsc, *dm, acc),
             WeightBlock::Q8_0 { quants, d } => {
                 let zero = k.const_i32(0);
-                let t = quants.iter().zip(&x.hi).fold(zero, |t, (&w, &q)| k.dp4a(w, true, q, true, t));
+                let t = quants
+                    .iter()
+                    .zip(&x.hi)
+                    .fold(zero, |t, (&w, &q)| k.dp4a(w, true, q, true, t));
                 let t = k.shl_const(t, 8);
-                let t = quants.iter().zip(&x.lo).fold(t, |t, (&w, &q)| k.dp4a(w, true, q, false, t));
+                let t = quants
+                    .iter()
+                    .zip(&x.lo)
+                    .fold(t, |t, (&w, &q)| k.dp4a(w, true, q, false, t));
                 let sum = k.cvt(Scalar::F32, t);
                 let a = k.mul(*d, x.dx);
                 k.fma(a, sum, acc)
@@ -749,19 +859,36 @@ impl WeightBlock {
 /// dot products, then `fma(d·sc·dx, S, acc)` and `fma(−dmin·m·dx, Σq, ·)`. `spread` holds
 /// the weights in bytes, as `16·q4` where `times16` (the sum is then `16·S`, exactly, and
 /// shifted back).
-fn sub_block_dot(k: &mut Builder, spread: &[Value], times16: bool, x: &Half, dsc: Value, dm: Value, acc: Value) -> Value {
+fn sub_block_dot(
+    k: &mut Builder,
+    spread: &[Value],
+    times16: bool,
+    x: &Half,
+    dsc: Value,
+    dm: Value,
+    acc: Value,
+) -> Value {
     // Weight bytes below 16 read the same signed or not; 16·q4 needs them unsigned.
     let signed = !times16;
     let zero = k.const_i32(0);
-    let t = spread.iter().zip(&x.hi).fold(zero, |t, (&n, &q)| k.dp4a(n, signed, q, true, t));
+    let t = spread
+        .iter()
+        .zip(&x.hi)
+        .fold(zero, |t, (&n, &q)| k.dp4a(n, signed, q, true, t));
     let t = k.shl_const(t, 8);
     // The low bytes are unsigned: with unsigned weights too the sum is typed u32, with
     // the same bits (sums wrap modulo 2^32 either way).
     let t = if signed {
-        spread.iter().zip(&x.lo).fold(t, |t, (&n, &q)| k.dp4a(n, true, q, false, t))
+        spread
+            .iter()
+            .zip(&x.lo)
+            .fold(t, |t, (&n, &q)| k.dp4a(n, true, q, false, t))
     } else {
         let t = k.bitcast(Type::U32, t);
-        let t = spread.iter().zip(&x.lo).fold(t, |t, (&n, &q)| k.dp4a(n, false, q, false, t));
+        let t = spread
+            .iter()
+            .zip(&x.lo)
+            .fold(t, |t, (&n, &q)| k.dp4a(n, false, q, false, t));
         let t = k.bitcast(Type::I32, t);
         k.shr_const(t, 4)
     };
@@ -776,7 +903,11 @@ fn sub_block_dot(k: &mut Builder, spread: &[Value], times16: bool, x: &Half, dsc
 /// What a lane computes once for its pieces' format.
 enum PieceFormat {
     /// `g = lane mod 4`: which pair of sub-blocks of each super-block.
-    Q4K { g: Value, q4lane: Q4kLane, magic: Magic },
+    Q4K {
+        g: Value,
+        q4lane: Q4kLane,
+        magic: Magic,
+    },
     Q8_0,
 }
 
@@ -812,7 +943,10 @@ pub(super) fn applies(p: &QGemvParams) -> bool {
 
 /// The RMSNorm prologue's staged vectors always fit whole: `batch · cols` is at most
 /// [`prologue::MAX_COLS`].
-const _: () = assert!(2 * prologue::MAX_COLS as u64 + prologue::MAX_COLS as u64 / 4 + SLACK <= MAX_STATIC_SHARED_BYTES);
+const _: () = assert!(
+    2 * prologue::MAX_COLS as u64 + prologue::MAX_COLS as u64 / 4 + SLACK
+        <= MAX_STATIC_SHARED_BYTES
+);
 
 #[cfg(test)]
 mod tests {
@@ -831,10 +965,18 @@ mod tests {
         let qx = quantize(&x);
         assert_eq!((qx.dx[0], qx.dx[1]), (0.0, 0.0));
         assert!(qx.q[..64].iter().all(|&q| q == 0));
-        for (j, (xb, qb)) in x.chunks_exact(32).zip(qx.q.chunks_exact(32)).enumerate().skip(2) {
+        for (j, (xb, qb)) in x
+            .chunks_exact(32)
+            .zip(qx.q.chunks_exact(32))
+            .enumerate()
+            .skip(2)
+        {
             let dx = f64::from(qx.dx[j]);
             assert!(dx > 0.0);
-            assert!(qb.iter().any(|q| q.abs() == 32767), "block {j} has no full-scale value");
+            assert!(
+                qb.iter().any(|q| q.abs() == 32767),
+                "block {j} has no full-scale value"
+            );
             for (&v, &q) in xb.iter().zip(qb) {
                 assert!(q.abs() <= 32767);
                 let err = (f64::from(v) - f64::from(q) * dx).abs();

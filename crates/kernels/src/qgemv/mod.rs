@@ -58,8 +58,8 @@
 //! quantization's effect is bounded against the exact product ([`integer::f64_check`]).
 
 pub mod format;
-pub mod prologue;
 pub mod integer;
+pub mod prologue;
 
 use half::bf16;
 use quench_ir::{Builder, Function, Scalar, Type, Value};
@@ -145,24 +145,80 @@ const NAMES: [[&str; 3]; 7] = [
 
 /// Library names of the f32-activation kernels, as [`NAMES`].
 const NAMES_XF32: [[&str; 3]; 7] = [
-    ["gemv_bf16_xf32", "gemv_bf16_residual_xf32", "gemv_bf16_swiglu_xf32"],
-    ["gemv_f16_xf32", "gemv_f16_residual_xf32", "gemv_f16_swiglu_xf32"],
-    ["qgemv_q8_0_xf32", "qgemv_q8_0_residual_xf32", "qgemv_q8_0_swiglu_xf32"],
-    ["qgemv_q4_0_xf32", "qgemv_q4_0_residual_xf32", "qgemv_q4_0_swiglu_xf32"],
-    ["qgemv_q4_1_xf32", "qgemv_q4_1_residual_xf32", "qgemv_q4_1_swiglu_xf32"],
-    ["qgemv_q4_k_xf32", "qgemv_q4_k_residual_xf32", "qgemv_q4_k_swiglu_xf32"],
-    ["qgemv_q6_k_xf32", "qgemv_q6_k_residual_xf32", "qgemv_q6_k_swiglu_xf32"],
+    [
+        "gemv_bf16_xf32",
+        "gemv_bf16_residual_xf32",
+        "gemv_bf16_swiglu_xf32",
+    ],
+    [
+        "gemv_f16_xf32",
+        "gemv_f16_residual_xf32",
+        "gemv_f16_swiglu_xf32",
+    ],
+    [
+        "qgemv_q8_0_xf32",
+        "qgemv_q8_0_residual_xf32",
+        "qgemv_q8_0_swiglu_xf32",
+    ],
+    [
+        "qgemv_q4_0_xf32",
+        "qgemv_q4_0_residual_xf32",
+        "qgemv_q4_0_swiglu_xf32",
+    ],
+    [
+        "qgemv_q4_1_xf32",
+        "qgemv_q4_1_residual_xf32",
+        "qgemv_q4_1_swiglu_xf32",
+    ],
+    [
+        "qgemv_q4_k_xf32",
+        "qgemv_q4_k_residual_xf32",
+        "qgemv_q4_k_swiglu_xf32",
+    ],
+    [
+        "qgemv_q6_k_xf32",
+        "qgemv_q6_k_residual_xf32",
+        "qgemv_q6_k_swiglu_xf32",
+    ],
 ];
 
 /// Library names of the kernels with the RMSNorm prologue (f32 activations), as [`NAMES`].
 const NAMES_RMSNORM: [[&str; 3]; 7] = [
-    ["gemv_bf16_rmsnorm_xf32", "gemv_bf16_rmsnorm_residual_xf32", "gemv_bf16_rmsnorm_swiglu_xf32"],
-    ["gemv_f16_rmsnorm_xf32", "gemv_f16_rmsnorm_residual_xf32", "gemv_f16_rmsnorm_swiglu_xf32"],
-    ["qgemv_q8_0_rmsnorm_xf32", "qgemv_q8_0_rmsnorm_residual_xf32", "qgemv_q8_0_rmsnorm_swiglu_xf32"],
-    ["qgemv_q4_0_rmsnorm_xf32", "qgemv_q4_0_rmsnorm_residual_xf32", "qgemv_q4_0_rmsnorm_swiglu_xf32"],
-    ["qgemv_q4_1_rmsnorm_xf32", "qgemv_q4_1_rmsnorm_residual_xf32", "qgemv_q4_1_rmsnorm_swiglu_xf32"],
-    ["qgemv_q4_k_rmsnorm_xf32", "qgemv_q4_k_rmsnorm_residual_xf32", "qgemv_q4_k_rmsnorm_swiglu_xf32"],
-    ["qgemv_q6_k_rmsnorm_xf32", "qgemv_q6_k_rmsnorm_residual_xf32", "qgemv_q6_k_rmsnorm_swiglu_xf32"],
+    [
+        "gemv_bf16_rmsnorm_xf32",
+        "gemv_bf16_rmsnorm_residual_xf32",
+        "gemv_bf16_rmsnorm_swiglu_xf32",
+    ],
+    [
+        "gemv_f16_rmsnorm_xf32",
+        "gemv_f16_rmsnorm_residual_xf32",
+        "gemv_f16_rmsnorm_swiglu_xf32",
+    ],
+    [
+        "qgemv_q8_0_rmsnorm_xf32",
+        "qgemv_q8_0_rmsnorm_residual_xf32",
+        "qgemv_q8_0_rmsnorm_swiglu_xf32",
+    ],
+    [
+        "qgemv_q4_0_rmsnorm_xf32",
+        "qgemv_q4_0_rmsnorm_residual_xf32",
+        "qgemv_q4_0_rmsnorm_swiglu_xf32",
+    ],
+    [
+        "qgemv_q4_1_rmsnorm_xf32",
+        "qgemv_q4_1_rmsnorm_residual_xf32",
+        "qgemv_q4_1_rmsnorm_swiglu_xf32",
+    ],
+    [
+        "qgemv_q4_k_rmsnorm_xf32",
+        "qgemv_q4_k_rmsnorm_residual_xf32",
+        "qgemv_q4_k_rmsnorm_swiglu_xf32",
+    ],
+    [
+        "qgemv_q6_k_rmsnorm_xf32",
+        "qgemv_q6_k_rmsnorm_residual_xf32",
+        "qgemv_q6_k_rmsnorm_swiglu_xf32",
+    ],
 ];
 
 /// The library name of a format, epilogue and activation type (`qgemv_q4_k_swiglu`,
@@ -182,8 +238,14 @@ pub fn rmsnorm_name(format: WeightFormat, epilogue: Epilogue) -> &'static str {
 }
 
 fn indices(format: WeightFormat, epilogue: Epilogue) -> (usize, usize) {
-    let f = WeightFormat::ALL.iter().position(|&x| x == format).unwrap_or(0);
-    let e = Epilogue::ALL.iter().position(|&x| x == epilogue).unwrap_or(0);
+    let f = WeightFormat::ALL
+        .iter()
+        .position(|&x| x == format)
+        .unwrap_or(0);
+    let e = Epilogue::ALL
+        .iter()
+        .position(|&x| x == epilogue)
+        .unwrap_or(0);
     (f, e)
 }
 
@@ -210,7 +272,11 @@ impl QGemvParams {
     }
 
     pub fn launch(&self) -> Launch {
-        let blocks = if self.capped() { self.max_blocks } else { self.groups() };
+        let blocks = if self.capped() {
+            self.max_blocks
+        } else {
+            self.groups()
+        };
         Launch::linear(blocks, self.warps * 32)
     }
 
@@ -229,7 +295,11 @@ impl QGemvParams {
     ///
     /// A row's arithmetic is the same whatever the count.
     pub fn rows_per_warp(&self) -> u32 {
-        let matrices = if self.epilogue == Epilogue::SwiGlu { 2 } else { 1 };
+        let matrices = if self.epilogue == Epilogue::SwiGlu {
+            2
+        } else {
+            1
+        };
         let most = match (self.batch, self.format.is_float()) {
             (1, true) => 1,
             (1, false) => 2 / matrices,
@@ -312,7 +382,11 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let x = k.param("x", gptr(p.act.scalar()));
     let norm_w = (p.prologue == Prologue::RmsNorm).then(|| k.param("norm_w", gptr(Scalar::F32)));
     let r = (p.epilogue == Epilogue::Residual).then(|| k.param("r", gptr(Scalar::F32)));
-    let y_elem = if p.epilogue == Epilogue::SwiGlu { p.act.scalar() } else { Scalar::F32 };
+    let y_elem = if p.epilogue == Epilogue::SwiGlu {
+        p.act.scalar()
+    } else {
+        Scalar::F32
+    };
     let y = k.param("y", gptr(y_elem));
     let norm = norm_w.map(|nw| (nw, k.param("eps", Type::F32)));
     let n = k.param("n", Type::U32);
@@ -320,7 +394,9 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let tid = k.tid_x();
     // The block's copies of the pass's vectors: normalized, or for Q4_K and Q8_0 quantized.
     let quantized = integer::applies(p).then(|| integer::Staged::new(&mut k, p));
-    let staged = norm.filter(|_| quantized.is_none()).map(|_| k.shared_array("x", Scalar::F32, p.batch * p.cols, 16));
+    let staged = norm
+        .filter(|_| quantized.is_none())
+        .map(|_| k.shared_array("x", Scalar::F32, p.batch * p.cols, 16));
     let lane = k.and_const(tid, 31);
     let warp = k.shr_const(tid, 5);
     // One block per row group: the block's rows are fixed before the passes begin.
@@ -352,7 +428,17 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
                     let src = k.ptr_add(x, at);
                     let at = k.const_u32(j * p.cols);
                     let dst = k.ptr_add(xs, at);
-                    prologue::emit_stage_normalized(k, src, nw, eps, p.cols, tid, threads, dst, &format!("rms{j}"));
+                    prologue::emit_stage_normalized(
+                        k,
+                        src,
+                        nw,
+                        eps,
+                        p.cols,
+                        tid,
+                        threads,
+                        dst,
+                        &format!("rms{j}"),
+                    );
                 };
                 match valid(k, j) {
                     Some(c) => k.if_then(c, stage),
@@ -375,7 +461,9 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
         };
         // Lane 0 stores the totals (`[vector][stream]`) of the warp's rows from `row0` on.
         let store = |k: &mut Builder, row0: Value, totals: &[Vec<Value>]| {
-            let rows: Vec<Value> = (0..p.rows_per_warp()).map(|i| k.add_const(row0, i)).collect();
+            let rows: Vec<Value> = (0..p.rows_per_warp())
+                .map(|i| k.add_const(row0, i))
+                .collect();
             let is_first = k.eq(lane, zero);
             k.if_then(is_first, |k| {
                 for j in 0..p.batch {
@@ -435,7 +523,17 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
         match (&quantized, &own) {
             (Some(staged), _) => {
                 let weights = weights.iter().map(|&w| k.ptr_cast(Scalar::U8, w)).collect();
-                let pass = integer::Pass { p, weights, x, norm, n, v0, tid, warp, lane };
+                let pass = integer::Pass {
+                    p,
+                    weights,
+                    x,
+                    norm,
+                    n,
+                    v0,
+                    tid,
+                    warp,
+                    lane,
+                };
                 pass.emit(k, staged, &store);
             }
             (_, Some(g)) => products(k, g),
@@ -465,7 +563,13 @@ struct RowGroup {
 }
 
 impl RowGroup {
-    fn emit(k: &mut Builder, p: &QGemvParams, group: Value, warp: Value, weights: &[Value]) -> RowGroup {
+    fn emit(
+        k: &mut Builder,
+        p: &QGemvParams,
+        group: Value,
+        warp: Value,
+        weights: &[Value],
+    ) -> RowGroup {
         let first = k.mul_const(group, p.warps);
         let first = k.add(first, warp);
         let rpw = p.rows_per_warp();
@@ -548,9 +652,13 @@ fn emit_dots(
         (raws, xs, unit)
     };
     let fold = |k: &mut Builder, ws: &[Value], xv: &[Value], acc: Value| {
-        ws.iter().zip(xv).fold(acc, |acc, (&w, &x)| k.fma(w, x, acc))
+        ws.iter()
+            .zip(xv)
+            .fold(acc, |acc, (&w, &x)| k.fma(w, x, acc))
     };
-    let fma_piece = |k: &mut Builder, loaded: (Vec<format::Raw>, Option<Vec<Value>>, Value), accs: &[Value]| {
+    let fma_piece = |k: &mut Builder,
+                     loaded: (Vec<format::Raw>, Option<Vec<Value>>, Value),
+                     accs: &[Value]| {
         let (raws, x0, unit) = loaded;
         if let Some(x0) = x0 {
             let xv = unpack_x(k, p.act, &x0);
@@ -641,7 +749,11 @@ fn emit_dots(
         done += 32;
     }
     accs.chunks(streams)
-        .map(|v| v.iter().map(|&a| emit_warp_allreduce(k, a, Combine::Sum)).collect())
+        .map(|v| {
+            v.iter()
+                .map(|&a| emit_warp_allreduce(k, a, Combine::Sum))
+                .collect()
+        })
         .collect()
 }
 
@@ -653,7 +765,9 @@ pub fn dots(p: &QGemvParams, w: &[u8], xf: &[f32]) -> Result<Vec<f32>, KernelErr
     }
     let f = p.format;
     let (cols, rb) = (p.cols as usize, f.row_bytes(p.cols) as usize);
-    let pieces: Vec<Vec<u32>> = (0..f.pieces_per_unit()).map(|j| f.piece_elements(j)).collect();
+    let pieces: Vec<Vec<u32>> = (0..f.pieces_per_unit())
+        .map(|j| f.piece_elements(j))
+        .collect();
     let rows = par_map(p.rows as usize, |r| {
         let wr = dequant::dequantize(f.ggml(), &w[r * rb..(r + 1) * rb], cols)?;
         let mut lanes = [0.0f32; 32];
@@ -693,13 +807,19 @@ fn act_bytes(act: OutType, v: &[f64]) -> Vec<u8> {
 
 /// `silu(g)·u` in f64, rounded once to the activation type.
 pub fn swiglu(act: OutType, g: &[f32], u: &[f32]) -> Vec<f64> {
-    g.iter().zip(u).map(|(&g, &u)| round_act(act, g as f64 * u as f64 / (1.0 + (-(g as f64)).exp()))).collect()
+    g.iter()
+        .zip(u)
+        .map(|(&g, &u)| round_act(act, g as f64 * u as f64 / (1.0 + (-(g as f64)).exp())))
+        .collect()
 }
 
 /// A deliberately wrong SwiGLU: the sigmoid taken as `1 / (1 + 2^-g)`, as a kernel that
 /// forgot the log2(e) scaling in front of `ex2` would compute.
 pub fn swiglu_without_log2e(act: OutType, g: &[f32], u: &[f32]) -> Vec<f64> {
-    g.iter().zip(u).map(|(&g, &u)| round_act(act, g as f64 * u as f64 / (1.0 + (-(g as f64)).exp2()))).collect()
+    g.iter()
+        .zip(u)
+        .map(|(&g, &u)| round_act(act, g as f64 * u as f64 / (1.0 + (-(g as f64)).exp2())))
+        .collect()
 }
 
 /// Tolerance of the SwiGLU output against [`swiglu`] of the exact (kernel-order) dot
@@ -720,7 +840,10 @@ pub fn swiglu_tolerance(act: OutType, g: &[f32], want: &[f64]) -> (Vec<f64>, Str
         OutType::F32 => F32_U,
     };
     let rel = (eta + b * (2.0 + eta)) / (1.0 - b);
-    let tol = want.iter().map(|w| w.abs() * rel + F32_MIN_NORMAL).collect();
+    let tol = want
+        .iter()
+        .map(|w| w.abs() * rel + F32_MIN_NORMAL)
+        .collect();
     let explain = format!(
         "{rel:.3e}·|want| + 2^-126: η = {eta:.2e} (2u·max|g| with max|g| = {gmax:.3e}, ex2.approx {EX2_REL:.2e}, \
          div.approx {DIV_REL:.2e}, two roundings) plus the two roundings to {act:?} ({b:.1e} each)"
@@ -753,26 +876,65 @@ fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
 /// ([`integer::f64_check`]) plus `added` (a residual or bias, repeated; empty for none) in
 /// output `buffer`, with the wrong variants as controls.
 fn exact_bound(buffer: usize, c: &integer::F64Check, added: &[f32]) -> (Expected, Vec<Control>) {
-    let add = |i: usize| if added.is_empty() { 0.0 } else { added[i % added.len()] };
-    let want: Vec<f64> = c.want.iter().enumerate().map(|(i, w)| w + f64::from(add(i))).collect();
-    let tol = c.tol.iter().zip(&want).map(|(t, w)| t + F32_U * w.abs()).collect();
-    let explain = "Σ|w|·(½ + 2^-7)·dx (the activations' quantization) + (n + 8)·2u·Σ|w·q|·dx (f32 terms) \
+    let add = |i: usize| {
+        if added.is_empty() {
+            0.0
+        } else {
+            added[i % added.len()]
+        }
+    };
+    let want: Vec<f64> = c
+        .want
+        .iter()
+        .enumerate()
+        .map(|(i, w)| w + f64::from(add(i)))
+        .collect();
+    let tol = c
+        .tol
+        .iter()
+        .zip(&want)
+        .map(|(t, w)| t + F32_U * w.abs())
+        .collect();
+    let explain =
+        "Σ|w|·(½ + 2^-7)·dx (the activations' quantization) + (n + 8)·2u·Σ|w·q|·dx (f32 terms) \
                    + 2u·|dot| + u·|result| of the exact product"
-        .to_string();
+            .to_string();
     let check = Check::Bound { tol, explain };
-    let bytes = |v: &[f64]| act_bytes(OutType::F32, &v.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>());
+    let bytes = |v: &[f64]| {
+        act_bytes(
+            OutType::F32,
+            &v.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>(),
+        )
+    };
     let controls = c
         .wrong
         .iter()
         .map(|(variant, got)| {
-            let got: Vec<f64> = got.iter().enumerate().map(|(i, &g)| f64::from(g + add(i))).collect();
+            let got: Vec<f64> = got
+                .iter()
+                .enumerate()
+                .map(|(i, &g)| f64::from(g + add(i)))
+                .collect();
             Control {
                 what: format!("products with {variant:?}"),
-                expected: Expected { buffer, data: bytes(&got), elem: Scalar::F32, check: check.clone() },
+                expected: Expected {
+                    buffer,
+                    data: bytes(&got),
+                    elem: Scalar::F32,
+                    check: check.clone(),
+                },
             }
         })
         .collect();
-    (Expected { buffer, data: bytes(&want), elem: Scalar::F32, check }, controls)
+    (
+        Expected {
+            buffer,
+            data: bytes(&want),
+            elem: Scalar::F32,
+            check,
+        },
+        controls,
+    )
 }
 
 /// What the residual form adds to the products.
@@ -794,17 +956,26 @@ pub fn case(p: &QGemvParams, n: u32, seed: u64) -> Result<KernelCase, KernelErro
 }
 
 /// As [`case`], with the residual form adding `addend`.
-pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<KernelCase, KernelError> {
+pub fn case_with(
+    p: &QGemvParams,
+    n: u32,
+    addend: Addend,
+    seed: u64,
+) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     if n == 0 {
-        return Err(KernelError::unsupported(p.name(), "a case needs at least one vector"));
+        return Err(KernelError::unsupported(
+            p.name(),
+            "a case needs at least one vector",
+        ));
     }
     let mut rng = data::rng(seed);
     let (lo, hi) = weight_range(p.format, p.cols);
     let (rows, cols, nv) = (p.rows as usize, p.cols as usize, n as usize);
     let matrices = if p.epilogue == Epilogue::SwiGlu { 2 } else { 1 };
-    let ws: Vec<Vec<u8>> =
-        (0..matrices).map(|_| data::ggml_rows(&mut rng, p.format.ggml(), rows, cols, lo, hi)).collect();
+    let ws: Vec<Vec<u8>> = (0..matrices)
+        .map(|_| data::ggml_rows(&mut rng, p.format.ggml(), rows, cols, lo, hi))
+        .collect();
     let x = data::signed(&mut rng, nv * cols, 0.015625, 4.0);
     let x: Vec<f32> = match p.act {
         OutType::BF16 => data::to_bf16(&x).iter().map(|v| v.to_f32()).collect(),
@@ -813,7 +984,8 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
     let x_bytes = act_bytes(p.act, &x.iter().map(|&v| v as f64).collect::<Vec<_>>());
     let act_size = x_bytes.len() / (nv * cols);
     // With the prologue `x` is the residual stream, and the dot products see its norm.
-    let norm = (p.prologue == Prologue::RmsNorm).then(|| (data::uniform(&mut rng, cols, 0.5, 1.5), 1e-5f32));
+    let norm = (p.prologue == Prologue::RmsNorm)
+        .then(|| (data::uniform(&mut rng, cols, 0.5, 1.5), 1e-5f32));
     // Each vector's products on their own: what the kernel must give whatever the batch.
     let mut d: Vec<Vec<f32>> = vec![vec![]; matrices];
     let mut seen = vec![];
@@ -830,14 +1002,18 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
     // Q4_K's and Q8_0's products are exact integer sums on quantized activations: judged
     // bit for bit against their reference and within a bound of the exact products.
     let exact = match p.epilogue {
-        Epilogue::Plain | Epilogue::Residual if integer::applies(p) => {
-            Some(integer::f64_check(p, &ws[0], &seen).map_err(|e| KernelError::unsupported(p.name(), e.to_string()))?)
-        }
+        Epilogue::Plain | Epilogue::Residual if integer::applies(p) => Some(
+            integer::f64_check(p, &ws[0], &seen)
+                .map_err(|e| KernelError::unsupported(p.name(), e.to_string()))?,
+        ),
         _ => None,
     };
     let w_bytes: u64 = ws.iter().map(|w| w.len() as u64).sum();
-    let mut buffers: Vec<Buffer> =
-        ws.into_iter().enumerate().map(|(i, w)| Buffer::input(if i == 0 { "w" } else { "w_up" }, w)).collect();
+    let mut buffers: Vec<Buffer> = ws
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| Buffer::input(if i == 0 { "w" } else { "w_up" }, w))
+        .collect();
     buffers.push(Buffer::input("x", x_bytes));
     if let Some((nw, _)) = &norm {
         buffers.push(Buffer::input("norm_w", data::f32_bytes(nw)));
@@ -854,15 +1030,27 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
                 elem: Scalar::F32,
                 check: Check::Exact,
             };
-            let (bound, controls) = exact.as_ref().map(|c| exact_bound(buffers.len() - 1, c, &[])).unzip();
-            (vec![Some(e), bound].into_iter().flatten().collect(), controls.unwrap_or_default(), outputs * 4, None)
+            let (bound, controls) = exact
+                .as_ref()
+                .map(|c| exact_bound(buffers.len() - 1, c, &[]))
+                .unzip();
+            (
+                vec![Some(e), bound].into_iter().flatten().collect(),
+                controls.unwrap_or_default(),
+                outputs * 4,
+                None,
+            )
         }
         Epilogue::Residual => {
             let (added, stride) = match addend {
                 Addend::Residual => (data::signed(&mut rng, outputs, 0.015625, 4.0), p.rows),
                 Addend::Bias => (data::signed(&mut rng, rows, 0.015625, 4.0), 0),
             };
-            let want: Vec<f32> = d[0].iter().enumerate().map(|(i, a)| a + added[i % added.len()]).collect();
+            let want: Vec<f32> = d[0]
+                .iter()
+                .enumerate()
+                .map(|(i, a)| a + added[i % added.len()])
+                .collect();
             let i = match addend {
                 Addend::Residual => {
                     // y and r are the same buffer: the residual stream updated in place.
@@ -879,10 +1067,20 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
                     i
                 }
             };
-            let e = Expected { buffer: i, data: data::f32_bytes(&want), elem: Scalar::F32, check: Check::Exact };
+            let e = Expected {
+                buffer: i,
+                data: data::f32_bytes(&want),
+                elem: Scalar::F32,
+                check: Check::Exact,
+            };
             let (bound, controls) = exact.as_ref().map(|c| exact_bound(i, c, &added)).unzip();
             let expected = vec![Some(e), bound].into_iter().flatten().collect();
-            (expected, controls.unwrap_or_default(), outputs * 4 + added.len() * 4, Some(stride))
+            (
+                expected,
+                controls.unwrap_or_default(),
+                outputs * 4 + added.len() * 4,
+                Some(stride),
+            )
         }
         Epilogue::SwiGlu => {
             let want = swiglu(p.act, &d[0], &d[1]);
@@ -895,9 +1093,19 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
             let elem = p.act.scalar();
             let control = Control {
                 what: "sigmoid without the log2(e) scaling".into(),
-                expected: Expected { buffer: i, data: act_bytes(p.act, &wrong), elem, check: check.clone() },
+                expected: Expected {
+                    buffer: i,
+                    data: act_bytes(p.act, &wrong),
+                    elem,
+                    check: check.clone(),
+                },
             };
-            let e = Expected { buffer: i, data: act_bytes(p.act, &want), elem, check };
+            let e = Expected {
+                buffer: i,
+                data: act_bytes(p.act, &want),
+                elem,
+                check,
+            };
             (vec![e], vec![control], outputs * act_size, None)
         }
     };
@@ -909,7 +1117,10 @@ pub fn case_with(p: &QGemvParams, n: u32, addend: Addend, seed: u64) -> Result<K
     let norm_bytes = if norm.is_some() { 4 * cols as u64 } else { 0 };
     Ok(KernelCase {
         name: p.name().to_string(),
-        shape: format!("{}x{} times {n} vectors, {} a pass", p.rows, p.cols, p.batch),
+        shape: format!(
+            "{}x{} times {n} vectors, {} a pass",
+            p.rows, p.cols, p.batch
+        ),
         kernel,
         launch: p.launch(),
         buffers,
@@ -944,12 +1155,27 @@ mod tests {
 
     #[test]
     fn names_are_distinct() {
-        let mut all: Vec<&str> = NAMES.iter().chain(&NAMES_XF32).chain(&NAMES_RMSNORM).flatten().copied().collect();
+        let mut all: Vec<&str> = NAMES
+            .iter()
+            .chain(&NAMES_XF32)
+            .chain(&NAMES_RMSNORM)
+            .flatten()
+            .copied()
+            .collect();
         all.sort();
         all.dedup();
         assert_eq!(all.len(), 63);
-        assert_eq!(rmsnorm_name(WeightFormat::Q4_1, Epilogue::SwiGlu), "qgemv_q4_1_rmsnorm_swiglu_xf32");
-        assert_eq!(name(WeightFormat::Q4K, Epilogue::SwiGlu, OutType::BF16), "qgemv_q4_k_swiglu");
-        assert_eq!(name(WeightFormat::Q6K, Epilogue::Residual, OutType::F32), "qgemv_q6_k_residual_xf32");
+        assert_eq!(
+            rmsnorm_name(WeightFormat::Q4_1, Epilogue::SwiGlu),
+            "qgemv_q4_1_rmsnorm_swiglu_xf32"
+        );
+        assert_eq!(
+            name(WeightFormat::Q4K, Epilogue::SwiGlu, OutType::BF16),
+            "qgemv_q4_k_swiglu"
+        );
+        assert_eq!(
+            name(WeightFormat::Q6K, Epilogue::Residual, OutType::F32),
+            "qgemv_q6_k_residual_xf32"
+        );
     }
 }

@@ -57,7 +57,10 @@ pub fn emit_inv_rms(
 ) -> Value {
     let zero = k.const_f32(0.0);
     let walkers = threads.min(NORM_THREADS);
-    let walk = RowWalk { groups: cols / 4, threads: walkers };
+    let walk = RowWalk {
+        groups: cols / 4,
+        threads: walkers,
+    };
     let sum_squares = |k: &mut Builder| {
         walk.emit(k, tid, &[zero], &|k, g, c| {
             let hs = load4(k, row, g);
@@ -100,7 +103,10 @@ pub fn emit_stage_normalized(
     let inv = emit_inv_rms(k, r, cols, tid, threads, eps, name);
     // Each thread normalizes the groups it summed: the row is read from global memory
     // once more (from cache), the weight once.
-    let walk = RowWalk { groups: cols / 4, threads };
+    let walk = RowWalk {
+        groups: cols / 4,
+        threads,
+    };
     walk.emit(k, tid, &[], &|k, g, _| {
         let hs = load4(k, r, g);
         let ws = load4(k, w, g);
@@ -122,7 +128,10 @@ pub fn emit_stage_normalized(
 
 /// Host twin of [`emit_inv_rms`].
 pub fn inv_rms(row: &[f32], threads: u32, eps: f32) -> f32 {
-    let walk = RowWalk { groups: row.len() as u32 / 4, threads: threads.min(NORM_THREADS) };
+    let walk = RowWalk {
+        groups: row.len() as u32 / 4,
+        threads: threads.min(NORM_THREADS),
+    };
     let partials: Vec<f32> = (0..threads)
         .map(|t| {
             if t >= walk.threads {
@@ -159,10 +168,20 @@ mod tests {
             let r = data::signed(&mut rng, cols, 0.015625, 4.0);
             let w = data::uniform(&mut rng, cols, 0.25, 2.0);
             let standalone = threads.min(NORM_THREADS);
-            let p = NormResidualParams { norm: Norm::Rms, out: OutType::F32, cols: cols as u32, threads: standalone };
+            let p = NormResidualParams {
+                norm: Norm::Rms,
+                out: OutType::F32,
+                cols: cols as u32,
+                threads: standalone,
+            };
             let (_, want) = norm_residual::reference(&p, &vec![0.0; cols], &r, &w, &[], 1e-5);
             let got = normalize(&r, &w, threads, 1e-5);
-            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "cols {cols}");
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "cols {cols}"
+            );
         }
     }
 }

@@ -8,13 +8,20 @@
 
 use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::{self, Epilogue, QGemvParams, WeightFormat};
-use quench_kernels::{compare, compare_controls, find, run_case, CaseArg, CaseOutputs, Check, KernelCase};
+use quench_kernels::{
+    compare, compare_controls, find, run_case, CaseArg, CaseOutputs, Check, KernelCase,
+};
 use quench_rt::{Arg, InterpExecutor};
 
 pub fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
     eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
     s
 }
@@ -33,7 +40,11 @@ pub fn check(case: &KernelCase) -> CaseOutputs {
     let out = run_case(&mut exec, case).unwrap_or_else(|e| panic!("{e}"));
     for r in compare(case, &out).expect("comparable outputs") {
         eprintln!("{} {}: {r}", case.name, case.shape);
-        assert!(r.passed, "{} {} failed its check:\n{r}", case.name, case.shape);
+        assert!(
+            r.passed,
+            "{} {} failed its check:\n{r}",
+            case.name, case.shape
+        );
     }
     for e in &case.expected {
         if let Check::Bound { explain, .. } = &e.check {
@@ -41,12 +52,28 @@ pub fn check(case: &KernelCase) -> CaseOutputs {
         }
     }
     let controls = compare_controls(case, &out).expect("comparable controls");
-    let bounded = case.expected.iter().any(|e| matches!(e.check, Check::Bound { .. }));
-    assert!(!bounded || !controls.is_empty(), "{}: a bound needs a wrong-answer control", case.name);
+    let bounded = case
+        .expected
+        .iter()
+        .any(|e| matches!(e.check, Check::Bound { .. }));
+    assert!(
+        !bounded || !controls.is_empty(),
+        "{}: a bound needs a wrong-answer control",
+        case.name
+    );
     for (what, r) in controls {
         eprintln!("  control `{what}`: {r}");
-        assert!(!r.passed, "{}: the wrong reference `{what}` passed the bound", case.name);
-        assert!(r.mismatches * 2 > r.elements, "{}: `{what}` failed on only {} elements", case.name, r.mismatches);
+        assert!(
+            !r.passed,
+            "{}: the wrong reference `{what}` passed the bound",
+            case.name
+        );
+        assert!(
+            r.mismatches * 2 > r.elements,
+            "{}: `{what}` failed on only {} elements",
+            case.name,
+            r.mismatches
+        );
     }
     out
 }
@@ -58,7 +85,13 @@ pub fn assert_same_bits(case: &KernelCase, want: &CaseOutputs, how: &str) {
     assert_eq!(got.outputs.len(), want.outputs.len());
     for ((i, w), (j, g)) in want.outputs.iter().zip(&got.outputs) {
         assert_eq!(i, j);
-        assert!(w == g, "{} {}: `{}` differs {how}", case.name, case.shape, case.buffers[*i].name);
+        assert!(
+            w == g,
+            "{} {}: `{}` differs {how}",
+            case.name,
+            case.shape,
+            case.buffers[*i].name
+        );
     }
 }
 
@@ -95,7 +128,11 @@ pub fn alone(case: &KernelCase, p: &QGemvParams, v: usize) -> KernelCase {
         OutType::F32 => 4,
         OutType::BF16 => 2,
     };
-    let out = if p.epilogue == Epilogue::SwiGlu { act } else { 4 };
+    let out = if p.epilogue == Epilogue::SwiGlu {
+        act
+    } else {
+        4
+    };
     for b in &mut c.buffers {
         let (from, len) = match b.name.as_str() {
             "x" => (v * cols * act, cols * act),
@@ -105,7 +142,11 @@ pub fn alone(case: &KernelCase, p: &QGemvParams, v: usize) -> KernelCase {
         b.data = b.data[from..from + len].to_vec();
     }
     // `n` is the first u32 scalar (a residual's `r_stride` follows it).
-    let at = c.args.iter().position(|a| matches!(a, CaseArg::Scalar(Arg::U32(_)))).expect("an n argument");
+    let at = c
+        .args
+        .iter()
+        .position(|a| matches!(a, CaseArg::Scalar(Arg::U32(_))))
+        .expect("an n argument");
     c.args[at] = CaseArg::Scalar(Arg::U32(1));
     c
 }
@@ -119,9 +160,16 @@ pub fn assert_batch_invariant(case: &KernelCase, p: &QGemvParams, n: u32, batche
     let mut exec = InterpExecutor::new();
     for v in 0..n as usize {
         let single = run_case(&mut exec, &alone(case, p, v)).unwrap_or_else(|e| panic!("{e}"));
-        let (_, got) =
-            single.outputs.iter().find(|(b, _)| case.buffers[*b].name == *name).expect("the same output");
-        assert!(got[..] == all[v * per..(v + 1) * per], "{}: vector {v} alone differs from the batch", case.name);
+        let (_, got) = single
+            .outputs
+            .iter()
+            .find(|(b, _)| case.buffers[*b].name == *name)
+            .expect("the same output");
+        assert!(
+            got[..] == all[v * per..(v + 1) * per],
+            "{}: vector {v} alone differs from the batch",
+            case.name
+        );
     }
 }
 
@@ -146,7 +194,8 @@ pub fn spill_failure(f: &quench_ir::Function, what: &str) -> Option<String> {
                 "{:<36} {what}: registers {:>3}, spills {}/{} B",
                 f.name, r.registers, r.spill_store_bytes, r.spill_load_bytes
             );
-            (r.spill_store_bytes > 0 || r.spill_load_bytes > 0).then(|| format!("{} {what}: spills", f.name))
+            (r.spill_store_bytes > 0 || r.spill_load_bytes > 0)
+                .then(|| format!("{} {what}: spills", f.name))
         }
         Err(e) => Some(format!("{} {what}: {e}", f.name)),
     }

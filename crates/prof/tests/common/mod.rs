@@ -10,9 +10,14 @@ use rand_chacha::ChaCha8Rng;
 
 /// The seed of a test's random inputs: `QUENCH_SEED` if set, else fresh; printed.
 pub fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    });
+    let s = std::env::var("QUENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
     eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
     s
 }
@@ -35,8 +40,16 @@ fn grid_kernel() -> Function {
         let nxyz = k.mul(nx, yz);
         k.add(x, nxyz)
     };
-    let b = linear(&mut k, [Special::CtaidX, Special::CtaidY, Special::CtaidZ], [Special::NctaidX, Special::NctaidY]);
-    let t = linear(&mut k, [Special::TidX, Special::TidY, Special::TidZ], [Special::NtidX, Special::NtidY]);
+    let b = linear(
+        &mut k,
+        [Special::CtaidX, Special::CtaidY, Special::CtaidZ],
+        [Special::NctaidX, Special::NctaidY],
+    );
+    let t = linear(
+        &mut k,
+        [Special::TidX, Special::TidY, Special::TidZ],
+        [Special::NtidX, Special::NtidY],
+    );
     let [nx, ny, nz] = [Special::NtidX, Special::NtidY, Special::NtidZ].map(|s| k.special(s));
     let nxy = k.mul(nx, ny);
     let threads = k.mul(nxy, nz);
@@ -78,16 +91,29 @@ pub struct BodyTimes {
 
 impl GridRun {
     pub fn new(exec: &mut InterpExecutor, grid: [u32; 3], block: [u32; 3], c: u32) -> GridRun {
-        let kernel = exec.load(&instrument(&grid_kernel()).expect("instrumented")).expect("loads");
+        let kernel = exec
+            .load(&instrument(&grid_kernel()).expect("instrumented"))
+            .expect("loads");
         let threads = grid.iter().product::<u32>() * block.iter().product::<u32>();
         let out = exec.alloc(4 * threads as u64).expect("alloc");
         let times = exec.alloc(16 * threads as u64).expect("alloc");
-        GridRun { kernel, grid, block, out, times, c }
+        GridRun {
+            kernel,
+            grid,
+            block,
+            out,
+            times,
+            c,
+        }
     }
 
     /// A grid and block of up to 64 threads, both of random shape.
     pub fn random(exec: &mut InterpExecutor, rng: &mut ChaCha8Rng, grid: [u32; 3]) -> GridRun {
-        let block = [rng.gen_range(1..=16), rng.gen_range(1..=2), rng.gen_range(1..=2)];
+        let block = [
+            rng.gen_range(1..=16),
+            rng.gen_range(1..=2),
+            rng.gen_range(1..=2),
+        ];
         GridRun::new(exec, grid, block, rng.gen())
     }
 
@@ -106,15 +132,28 @@ impl GridRun {
 
     pub fn poison(&self, exec: &mut InterpExecutor) {
         let n = (self.blocks() * self.threads()) as usize;
-        exec.copy_to_device(self.out, &vec![0xA5u8; 4 * n]).expect("poison");
-        exec.copy_to_device(self.times, &vec![0x5Au8; 16 * n]).expect("poison");
+        exec.copy_to_device(self.out, &vec![0xA5u8; 4 * n])
+            .expect("poison");
+        exec.copy_to_device(self.times, &vec![0x5Au8; 16 * n])
+            .expect("poison");
     }
 
     /// Launch without poisoning the outputs first (as while capturing a graph).
     pub fn launch_only(&self, exec: &mut InterpExecutor, slot: &[Arg; 2]) {
-        let launch = Launch { grid: self.grid, block: self.block, dynamic_shared_bytes: 0 };
-        let args = [Arg::Ptr(self.out), Arg::Ptr(self.times), Arg::U32(self.c), slot[0], slot[1]];
-        exec.launch(self.kernel, &launch, &args, StreamId::DEFAULT).expect("launch");
+        let launch = Launch {
+            grid: self.grid,
+            block: self.block,
+            dynamic_shared_bytes: 0,
+        };
+        let args = [
+            Arg::Ptr(self.out),
+            Arg::Ptr(self.times),
+            Arg::U32(self.c),
+            slot[0],
+            slot[1],
+        ];
+        exec.launch(self.kernel, &launch, &args, StreamId::DEFAULT)
+            .expect("launch");
     }
 
     pub fn launch(&self, exec: &mut InterpExecutor, slot: &[Arg; 2]) {
@@ -136,7 +175,8 @@ impl GridRun {
         let times: Vec<(u64, u64)> = bytes
             .chunks_exact(16)
             .map(|w| {
-                let word = |at: usize| u64::from_le_bytes(w[at..at + 8].try_into().expect("8 bytes"));
+                let word =
+                    |at: usize| u64::from_le_bytes(w[at..at + 8].try_into().expect("8 bytes"));
                 (word(0), word(8))
             })
             .collect();
@@ -153,9 +193,11 @@ impl GridRun {
 
 /// Word `plane` of the record whose slot arguments are `slot`, straight from the device.
 pub fn word(exec: &mut InterpExecutor, slot: &[Arg; 2], plane: usize) -> u64 {
-    let (Arg::Ptr(record), Arg::U32(stride)) = (slot[0], slot[1]) else { panic!("slot arguments {slot:?}") };
+    let (Arg::Ptr(record), Arg::U32(stride)) = (slot[0], slot[1]) else {
+        panic!("slot arguments {slot:?}")
+    };
     let mut b = [0u8; 8];
-    exec.copy_to_host(record.offset(8 * plane as u64 * stride as u64), &mut b).expect("read");
+    exec.copy_to_host(record.offset(8 * plane as u64 * stride as u64), &mut b)
+        .expect("read");
     u64::from_le_bytes(b)
 }
-

@@ -14,7 +14,10 @@ fn half_rounding(op: &str, s: Scalar, rnd: Round) -> Res<()> {
     if rnd == Round::Rn {
         Ok(())
     } else {
-        Err(format!("`{op}` on {s} rounds only to nearest (rn) in PTX, not {}", rnd.name()))
+        Err(format!(
+            "`{op}` on {s} rounds only to nearest (rn) in PTX, not {}",
+            rnd.name()
+        ))
     }
 }
 
@@ -27,7 +30,14 @@ fn rounding(op: &str, s: Scalar, rnd: Option<Round>) -> Res<Round> {
     rnd.ok_or_else(|| format!("`{op}` on {s} needs a rounding mode"))
 }
 
-pub(super) fn bin(e: &mut Emitter, d: Value, op: BinOp, rnd: Option<Round>, a: Value, b: Value) -> Res<()> {
+pub(super) fn bin(
+    e: &mut Emitter,
+    d: Value,
+    op: BinOp,
+    rnd: Option<Round>,
+    a: Value,
+    b: Value,
+) -> Res<()> {
     let s = e.scalar(a)?;
     let (ar, br) = (e.reg1(a)?, e.reg1(b)?);
     let name = op.name();
@@ -39,7 +49,13 @@ pub(super) fn bin(e: &mut Emitter, d: Value, op: BinOp, rnd: Option<Round>, a: V
     } else if s.is_int() {
         let (t, bits) = (ptype::arith(s), ptype::bits(s));
         match op {
-            BinOp::Add | BinOp::Sub | BinOp::Div | BinOp::Rem | BinOp::Min | BinOp::Max | BinOp::Shr => {
+            BinOp::Add
+            | BinOp::Sub
+            | BinOp::Div
+            | BinOp::Rem
+            | BinOp::Min
+            | BinOp::Max
+            | BinOp::Shr => {
                 format!("{name}.{t}")
             }
             BinOp::Mul => format!("mul.lo.{t}"),
@@ -78,7 +94,9 @@ pub(super) fn fma(e: &mut Emitter, d: Value, rnd: Round, [a, b, c]: [Value; 3]) 
     let s = e.scalar(a)?;
     match s {
         Scalar::F32 | Scalar::F64 => {}
-        Scalar::F16 | Scalar::BF16 | Scalar::F16x2 | Scalar::BF16x2 => half_rounding("fma", s, rnd)?,
+        Scalar::F16 | Scalar::BF16 | Scalar::F16x2 | Scalar::BF16x2 => {
+            half_rounding("fma", s, rnd)?
+        }
         _ => return Err(no_inst("fma", s)),
     }
     let (ar, br, cr) = (e.reg1(a)?, e.reg1(b)?, e.reg1(c)?);
@@ -93,7 +111,11 @@ pub(super) fn dp4a(e: &mut Emitter, d: Value, signed: [bool; 2], [a, b, c]: [Val
     let sign = |s: bool| if s { "s32" } else { "u32" };
     let (ar, br, cr) = (e.reg1(a)?, e.reg1(b)?, e.reg1(c)?);
     let dr = e.def1(d)?;
-    e.line(format!("dp4a.{}.{} {dr}, {ar}, {br}, {cr}", sign(signed[0]), sign(signed[1])));
+    e.line(format!(
+        "dp4a.{}.{} {dr}, {ar}, {br}, {cr}",
+        sign(signed[0]),
+        sign(signed[1])
+    ));
     Ok(())
 }
 
@@ -101,7 +123,13 @@ pub(super) fn un(e: &mut Emitter, d: Value, op: UnOp, a: Value) -> Res<()> {
     let s = e.scalar(a)?;
     let t = s.name();
     let name = format!("{op:?}").to_lowercase();
-    let f32_only = |inst: &str| if s == Scalar::F32 { Ok(inst.to_string()) } else { Err(no_inst(&name, s)) };
+    let f32_only = |inst: &str| {
+        if s == Scalar::F32 {
+            Ok(inst.to_string())
+        } else {
+            Err(no_inst(&name, s))
+        }
+    };
     let ieee = |inst: &str, r: Round| match s {
         Scalar::F32 | Scalar::F64 => Ok(format!("{inst}.{}.{t}", r.name())),
         _ => Err(no_inst(&name, s)),

@@ -12,11 +12,18 @@ pub(super) fn fence(e: &mut Emitter, ord: Ordering, scope: Scope) -> Res<()> {
 
 /// The `.op.type` of an atomic on `s`, or why there is none.
 fn op_type(op: AtomOp, s: Scalar) -> Res<String> {
-    let none = || Err(format!("atomic `{}` on {s} has no PTX instruction", op.name()));
+    let none = || {
+        Err(format!(
+            "atomic `{}` on {s} has no PTX instruction",
+            op.name()
+        ))
+    };
     let bits = || format!("b{}", s.bits());
     let t = match op {
         AtomOp::Add => match s {
-            Scalar::I32 | Scalar::U32 | Scalar::U64 | Scalar::F32 | Scalar::F64 => s.name().to_string(),
+            Scalar::I32 | Scalar::U32 | Scalar::U64 | Scalar::F32 | Scalar::F64 => {
+                s.name().to_string()
+            }
             // Two's complement addition is the same for both signs; PTX has only u64.
             Scalar::I64 => "u64".into(),
             Scalar::F16 | Scalar::BF16 | Scalar::F16x2 | Scalar::BF16x2 => format!("noftz.{s}"),
@@ -64,6 +71,10 @@ pub(super) fn atomic(
         o => o.name(),
     };
     let (pr, dr) = (e.reg1(ptr)?, e.def1(d)?);
-    e.line(format!("atom.{sem}.{}.{}.{ot} {dr}, [{pr}], {operands}", scope.name(), space.name()));
+    e.line(format!(
+        "atom.{sem}.{}.{}.{ot} {dr}, [{pr}], {operands}",
+        scope.name(),
+        space.name()
+    ));
     Ok(())
 }

@@ -38,28 +38,47 @@ fn int_fits(from: Scalar, to: Scalar) -> bool {
 /// or, with `sat`, clamp; float→float `sat` clamps to [0, 1]. Float→int always clamps,
 /// in PTX as in the IR, so `sat` adds nothing there. 8-bit integer sources convert as
 /// the 16-bit values their registers hold (see `regs`).
-pub(super) fn cvt(e: &mut Emitter, d: Value, to: Scalar, rnd: Option<Round>, sat: bool, a: Value) -> Res<()> {
+pub(super) fn cvt(
+    e: &mut Emitter,
+    d: Value,
+    to: Scalar,
+    rnd: Option<Round>,
+    sat: bool,
+    a: Value,
+) -> Res<()> {
     let from = e.scalar(a)?;
     let (ar, dr) = (e.reg1(a)?, e.def1(d)?);
-    let src = if from.is_int() { ptype::arith(from) } else { from.name() };
+    let src = if from.is_int() {
+        ptype::arith(from)
+    } else {
+        from.name()
+    };
     let s = if sat { ".sat" } else { "" };
     let r = |what: &str| {
-        rnd.map(|r| r.name()).ok_or_else(|| format!("converting {from} to {to} needs a rounding mode ({what})"))
+        rnd.map(|r| r.name())
+            .ok_or_else(|| format!("converting {from} to {to} needs a rounding mode ({what})"))
     };
     let text = match (from.is_float(), to.is_float()) {
         // Widening keeps every value: nothing to clamp, and PTX refuses `.sat` there.
-        (false, false) if int_fits(from, to) && src == to.name() => format!("mov.{} {dr}, {ar}", ptype::bits(to)),
+        (false, false) if int_fits(from, to) && src == to.name() => {
+            format!("mov.{} {dr}, {ar}", ptype::bits(to))
+        }
         (false, false) if int_fits(from, to) => format!("cvt.{to}.{src} {dr}, {ar}"),
         (false, false) => format!("cvt{s}.{to}.{src} {dr}, {ar}"),
         (false, true) if sat => {
             // PTX's `.sat` would clamp the result to [0, 1].
-            return Err(format!("`sat` on a conversion from {from} to {to} has no PTX equivalent"));
+            return Err(format!(
+                "`sat` on a conversion from {from} to {to} has no PTX equivalent"
+            ));
         }
         (false, true) => format!("cvt.{}.{to}.{src} {dr}, {ar}", r("inexact")?),
         // PTX has no bf16 → 8-bit conversion: round to 16 bits, then clamp to 8.
         (true, false) if from == Scalar::BF16 && ptype::is_byte(to) => {
             let wide = ptype::arith(to);
-            e.line(format!("cvt.{}i.{wide}.bf16 {dr}, {ar}", r("the integer rounding")?));
+            e.line(format!(
+                "cvt.{}i.{wide}.bf16 {dr}, {ar}",
+                r("the integer rounding")?
+            ));
             format!("cvt.sat.{to}.{wide} {dr}, {dr}")
         }
         (true, false) => format!("cvt.{}i.{to}.{src} {dr}, {ar}", r("the integer rounding")?),
@@ -67,7 +86,9 @@ pub(super) fn cvt(e: &mut Emitter, d: Value, to: Scalar, rnd: Option<Round>, sat
             return bf16_sat(e, from, to, rnd, &ar, &dr);
         }
         (true, true) if from == to && !sat => format!("mov.{} {dr}, {ar}", ptype::bits(to)),
-        (true, true) if to.bits() > from.bits() || from == to => format!("cvt{s}.{to}.{src} {dr}, {ar}"),
+        (true, true) if to.bits() > from.bits() || from == to => {
+            format!("cvt{s}.{to}.{src} {dr}, {ar}")
+        }
         (true, true) => format!("cvt.{}{s}.{to}.{src} {dr}, {ar}", r("inexact")?),
     };
     e.line(text);
@@ -79,7 +100,14 @@ pub(super) fn cvt(e: &mut Emitter, d: Value, to: Scalar, rnd: Option<Round>, sat
 /// (f64 if either side is f64, else f32), clamp there, then round once to `to`.
 /// Clamping before rounding gives what rounding before clamping gives, since 0 and 1
 /// are exact in every format and rounding is monotonic.
-fn bf16_sat(e: &mut Emitter, from: Scalar, to: Scalar, rnd: Option<Round>, a: &str, d: &str) -> Res<()> {
+fn bf16_sat(
+    e: &mut Emitter,
+    from: Scalar,
+    to: Scalar,
+    rnd: Option<Round>,
+    a: &str,
+    d: &str,
+) -> Res<()> {
     let (wide, class) = if from == Scalar::F64 || to == Scalar::F64 {
         (Scalar::F64, RegClass::F64)
     } else {
@@ -131,7 +159,9 @@ pub(super) fn bitcast(e: &mut Emitter, d: Value, to: Type, a: Value) -> Res<()> 
     let (sw, dw) = (part_widths(from)?, part_widths(to)?);
     let (sbits, dbits) = (sw.iter().sum::<u32>(), dw.iter().sum::<u32>());
     if sbits != dbits {
-        return Err(format!("cannot reinterpret {from} ({sbits} bits) as {to} ({dbits} bits)"));
+        return Err(format!(
+            "cannot reinterpret {from} ({sbits} bits) as {to} ({dbits} bits)"
+        ));
     }
     let src = e.regs(a)?;
     let dst = e.def(d)?;
@@ -148,7 +178,13 @@ pub(super) fn bitcast(e: &mut Emitter, d: Value, to: Type, a: Value) -> Res<()> 
         return Ok(());
     }
     let words = to_words(e, &src, sw[0], RegClass::of_type(from)?[0]);
-    from_words(e, &words, &dst, dw[0], elem(to).is_some_and(|s| s.is_signed()));
+    from_words(
+        e,
+        &words,
+        &dst,
+        dw[0],
+        elem(to).is_some_and(|s| s.is_signed()),
+    );
     for d in &dst {
         rext(e, d);
     }
@@ -241,7 +277,10 @@ fn from_words(e: &mut Emitter, words: &[String], parts: &[String], width: u32, s
 }
 
 pub(super) fn pack(e: &mut Emitter, d: Value, ty: Type, parts: &[Value]) -> Res<()> {
-    let src = parts.iter().map(|p| e.reg1(*p)).collect::<Res<Vec<String>>>()?;
+    let src = parts
+        .iter()
+        .map(|p| e.reg1(*p))
+        .collect::<Res<Vec<String>>>()?;
     let dst = e.def(d)?;
     if ty.scalar().is_some_and(|s| s.is_packed()) {
         e.line(format!("mov.b32 {}, {{{}}}", dst[0], src.join(", ")));
@@ -259,10 +298,16 @@ pub(super) fn extract(e: &mut Emitter, d: Value, a: Value, index: u32) -> Res<()
     let src = e.regs(a)?;
     let dr = e.def1(d)?;
     if ty.scalar().is_some_and(|s| s.is_packed()) {
-        let halves = if index == 0 { format!("{dr}, _") } else { format!("_, {dr}") };
+        let halves = if index == 0 {
+            format!("{dr}, _")
+        } else {
+            format!("_, {dr}")
+        };
         e.line(format!("mov.b32 {{{halves}}}, {}", src[0]));
     } else {
-        let part = src.get(index as usize).ok_or_else(|| format!("{ty} has no part {index}"))?;
+        let part = src
+            .get(index as usize)
+            .ok_or_else(|| format!("{ty} has no part {index}"))?;
         let c = RegClass::of_type(e.ty(d)?)?[0];
         e.line(format!("mov{} {dr}, {part}", c.mov_type()));
     }

@@ -7,8 +7,15 @@ use crate::ptype;
 use crate::regs::RegClass;
 
 pub(super) fn param(e: &mut Emitter, d: Value, index: u32) -> Res<()> {
-    let p = e.f.params.get(index as usize).ok_or_else(|| format!("there is no parameter {index}"))?;
-    let symbol = e.param_names.get(index as usize).cloned().ok_or("parameter without a symbol")?;
+    let p =
+        e.f.params
+            .get(index as usize)
+            .ok_or_else(|| format!("there is no parameter {index}"))?;
+    let symbol = e
+        .param_names
+        .get(index as usize)
+        .cloned()
+        .ok_or("parameter without a symbol")?;
     let dr = e.def1(d)?;
     match p.ty {
         // Parameters hold generic addresses; convert once to the global window.
@@ -24,7 +31,11 @@ pub(super) fn param(e: &mut Emitter, d: Value, index: u32) -> Res<()> {
 }
 
 pub(super) fn shared_addr(e: &mut Emitter, d: Value, decl: u32) -> Res<()> {
-    let sym = e.shared_names.get(decl as usize).cloned().ok_or_else(|| format!("there is no shared array {decl}"))?;
+    let sym = e
+        .shared_names
+        .get(decl as usize)
+        .cloned()
+        .ok_or_else(|| format!("there is no shared array {decl}"))?;
     let dr = e.def1(d)?;
     e.line(format!("mov.u32 {dr}, {sym}"));
     Ok(())
@@ -97,16 +108,27 @@ fn access_shape(ty: Type) -> Res<(Scalar, u8)> {
 
 /// `global.nc`, `global.cg`, `shared`, ... for an access.
 fn space_and_cache(space: AddrSpace, cache: CacheOp, load: bool) -> Res<String> {
-    let valid = if load { cache.valid_for_load() } else { cache.valid_for_store() };
+    let valid = if load {
+        cache.valid_for_load()
+    } else {
+        cache.valid_for_store()
+    };
     let kind = if load { "load" } else { "store" };
     if !valid {
-        return Err(format!("cache operator `{}` does not apply to a {kind}", cache.name()));
+        return Err(format!(
+            "cache operator `{}` does not apply to a {kind}",
+            cache.name()
+        ));
     }
     match (space, cache) {
         (AddrSpace::Global, CacheOp::Default) => Ok("global".into()),
         (AddrSpace::Global, c) => Ok(format!("global.{}", c.name())),
         (AddrSpace::Shared, CacheOp::Default) => Ok("shared".into()),
-        (s, c) => Err(format!("a {} {kind} takes no cache operator (`{}` given)", s.name(), c.name())),
+        (s, c) => Err(format!(
+            "a {} {kind} takes no cache operator (`{}` given)",
+            s.name(),
+            c.name()
+        )),
     }
 }
 
@@ -143,8 +165,17 @@ pub(super) fn store(e: &mut Emitter, ptr: Value, value: Value, cache: CacheOp) -
 }
 
 /// The IR allows `.ca` with 4, 8 or 16 bytes and `.cg` with 16, as PTX does.
-pub(super) fn cp_async(e: &mut Emitter, dst: Value, src: Value, bytes: u8, cache: CacheOp) -> Res<()> {
+pub(super) fn cp_async(
+    e: &mut Emitter,
+    dst: Value,
+    src: Value,
+    bytes: u8,
+    cache: CacheOp,
+) -> Res<()> {
     let (dr, sr) = (e.reg1(dst)?, e.reg1(src)?);
-    e.line(format!("cp.async.{}.shared.global [{dr}], [{sr}], {bytes}", cache.name()));
+    e.line(format!(
+        "cp.async.{}.shared.global [{dr}], [{sr}], {bytes}",
+        cache.name()
+    ));
     Ok(())
 }

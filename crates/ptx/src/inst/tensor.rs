@@ -34,6 +34,9 @@ pub(super) fn ldmatrix(e: &mut Emitter, d: Value, num: u8, trans: bool, ptr: Val
     let pr = e.reg1(ptr)?;
     let dr = e.def(d)?;
     let t = if trans { ".trans" } else { "" };
-    e.line(format!("ldmatrix.sync.aligned.m8n8.x{num}{t}.shared.b16 {}, [{pr}]", list(&dr)));
+    e.line(format!(
+        "ldmatrix.sync.aligned.m8n8.x{num}{t}.shared.b16 {}, [{pr}]",
+        list(&dr)
+    ));
     Ok(())
 }

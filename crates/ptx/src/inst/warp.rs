@@ -6,15 +6,28 @@ use crate::emitter::{Emitter, Res};
 use crate::ptype;
 
 /// `shfl.sync` of a 32-bit value (any 32-bit type; the IR allows no other width).
-pub(super) fn shfl(e: &mut Emitter, d: Value, mode: ShflMode, value: Value, [b, c, mask]: [Value; 3]) -> Res<()> {
+pub(super) fn shfl(
+    e: &mut Emitter,
+    d: Value,
+    mode: ShflMode,
+    value: Value,
+    [b, c, mask]: [Value; 3],
+) -> Res<()> {
     let (vr, br, cr, mr) = (e.reg1(value)?, e.reg1(b)?, e.reg1(c)?, e.reg1(mask)?);
     let dr = e.def1(d)?;
-    e.line(format!("shfl.sync.{}.b32 {dr}, {vr}, {br}, {cr}, {mr}", mode.name()));
+    e.line(format!(
+        "shfl.sync.{}.b32 {dr}, {vr}, {br}, {cr}, {mr}",
+        mode.name()
+    ));
     Ok(())
 }
 
 pub(super) fn vote(e: &mut Emitter, d: Value, mode: VoteMode, pred: Value, mask: Value) -> Res<()> {
-    let t = if mode == VoteMode::Ballot { "b32" } else { "pred" };
+    let t = if mode == VoteMode::Ballot {
+        "b32"
+    } else {
+        "pred"
+    };
     let (pr, mr) = (e.reg1(pred)?, e.reg1(mask)?);
     let dr = e.def1(d)?;
     e.line(format!("vote.sync.{}.{t} {dr}, {pr}, {mr}", mode.name()));

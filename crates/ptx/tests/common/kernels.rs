@@ -63,7 +63,10 @@ fn two_inputs(k: &mut Builder, s: Scalar) -> (Value, Value) {
     let elem = if s == Scalar::Pred { Scalar::U32 } else { s };
     let inp = k.param("inp", global(elem));
     let (pa, pb) = (k.ptr_add(inp, i), k.ptr_add(inp, j));
-    let (a, b) = (k.load(Type::Scalar(elem), pa), k.load(Type::Scalar(elem), pb));
+    let (a, b) = (
+        k.load(Type::Scalar(elem), pa),
+        k.load(Type::Scalar(elem), pb),
+    );
     if s == Scalar::Pred {
         (k.lt(a, b), k.ne(a, b))
     } else {
@@ -79,9 +82,16 @@ pub fn memory(s: Scalar) -> Function {
     let mut sink = Sink::new(&mut k, &[s]);
     let i = k.global_id_x();
     let p = k.ptr_add(inp, i);
-    let stores: Vec<CacheOp> = CacheOp::ALL.into_iter().filter(|c| c.valid_for_store()).collect();
+    let stores: Vec<CacheOp> = CacheOp::ALL
+        .into_iter()
+        .filter(|c| c.valid_for_store())
+        .collect();
     let mut last = x;
-    for (n, cache) in CacheOp::ALL.into_iter().filter(|c| c.valid_for_load()).enumerate() {
+    for (n, cache) in CacheOp::ALL
+        .into_iter()
+        .filter(|c| c.valid_for_load())
+        .enumerate()
+    {
         last = k.load_with(Type::Scalar(s), p, cache);
         k.store_with(p, last, stores[n % stores.len()]);
     }
@@ -118,7 +128,11 @@ pub fn arith(s: Scalar) -> Function {
     let mut sink = Sink::new(&mut k, &[s]);
     let amount = k.const_u32(3);
     for op in BinOp::ALL.into_iter().filter(|op| bin_supported(*op, s)) {
-        let rhs = if matches!(op, BinOp::Shl | BinOp::Shr) { amount } else { b };
+        let rhs = if matches!(op, BinOp::Shl | BinOp::Shr) {
+            amount
+        } else {
+            b
+        };
         let r = k.bin_rnd(op, rounding(op, s), a, rhs);
         sink.put(&mut k, r);
         if matches!(s, Scalar::F32 | Scalar::F64) && rounding(op, s).is_some() {
@@ -129,10 +143,22 @@ pub fn arith(s: Scalar) -> Function {
         }
     }
     if s.is_float() || s.is_packed() {
-        let rounds: &[Round] = if matches!(s, Scalar::F32 | Scalar::F64) { &Round::ALL } else { &[Round::Rn] };
+        let rounds: &[Round] = if matches!(s, Scalar::F32 | Scalar::F64) {
+            &Round::ALL
+        } else {
+            &[Round::Rn]
+        };
         for rnd in rounds {
             let ty = k.ty(a);
-            let r = k.emit(ty, Op::Fma { rnd: *rnd, a, b, c: a });
+            let r = k.emit(
+                ty,
+                Op::Fma {
+                    rnd: *rnd,
+                    a,
+                    b,
+                    c: a,
+                },
+            );
             sink.put(&mut k, r);
         }
     }
@@ -169,8 +195,14 @@ pub fn selects() -> Function {
     let cond = k.eq(i, zero);
     let x = k.select(cond, v, w);
     sink.put(&mut k, x);
-    let c = k.bitcast(Builder::frag_type(MmaShape::M16N8K16, FragRole::C, Scalar::F32), v);
-    let d = k.bitcast(Builder::frag_type(MmaShape::M16N8K16, FragRole::C, Scalar::F32), w);
+    let c = k.bitcast(
+        Builder::frag_type(MmaShape::M16N8K16, FragRole::C, Scalar::F32),
+        v,
+    );
+    let d = k.bitcast(
+        Builder::frag_type(MmaShape::M16N8K16, FragRole::C, Scalar::F32),
+        w,
+    );
     let e = k.select(cond, c, d);
     sink.put(&mut k, e);
     let bytes = k.ptr_cast(Scalar::U8, inp);
@@ -213,7 +245,11 @@ pub fn convert_from(from: Scalar) -> Function {
 }
 
 fn frag(role: FragRole, elem: Scalar) -> Type {
-    let shape = if elem == Scalar::I8 || elem == Scalar::I32 { MmaShape::M16N8K32 } else { MmaShape::M16N8K16 };
+    let shape = if elem == Scalar::I8 || elem == Scalar::I32 {
+        MmaShape::M16N8K32
+    } else {
+        MmaShape::M16N8K16
+    };
     Builder::frag_type(shape, role, elem)
 }
 
@@ -293,7 +329,12 @@ pub fn bits() -> Function {
     let bh = k.load(sc(BF16), bp);
     let fp = k.ptr_cast(F32, inp);
     let f = k.load(sc(F32), fp);
-    for (ty, part) in [(sc(F16x2), h), (sc(BF16x2), bh), (v(F32, 4), f), (frag(FragRole::C, F32), f)] {
+    for (ty, part) in [
+        (sc(F16x2), h),
+        (sc(BF16x2), bh),
+        (v(F32, 4), f),
+        (frag(FragRole::C, F32), f),
+    ] {
         let n = match ty {
             Type::Vec(_, n) => n as usize,
             Type::Frag(fr) => fr.regs() as usize,
@@ -397,7 +438,14 @@ pub fn warp() -> Function {
         sink.put(&mut k, r);
     }
     let signed = k.cvt(I32, lane);
-    for op in [ReduxOp::Add, ReduxOp::Min, ReduxOp::Max, ReduxOp::And, ReduxOp::Or, ReduxOp::Xor] {
+    for op in [
+        ReduxOp::Add,
+        ReduxOp::Min,
+        ReduxOp::Max,
+        ReduxOp::And,
+        ReduxOp::Or,
+        ReduxOp::Xor,
+    ] {
         for x in [lane, signed] {
             let r = k.redux(op, x);
             sink.put(&mut k, r);
@@ -411,7 +459,9 @@ pub fn atomic_types(op: AtomOp) -> Vec<Scalar> {
     use Scalar::*;
     match op {
         AtomOp::Add => vec![I32, U32, I64, U64, F32, F64, F16, BF16, F16x2, BF16x2],
-        AtomOp::Min | AtomOp::Max | AtomOp::And | AtomOp::Or | AtomOp::Xor => vec![I32, U32, I64, U64],
+        AtomOp::Min | AtomOp::Max | AtomOp::And | AtomOp::Or | AtomOp::Xor => {
+            vec![I32, U32, I64, U64]
+        }
         AtomOp::Exch | AtomOp::Cas => vec![I32, U32, I64, U64, F32, F64, F16x2, BF16x2],
     }
 }
@@ -424,14 +474,34 @@ pub fn atomics() -> Function {
     let shared = k.shared_array("scratch", Scalar::U8, 64, 16);
     k.barrier();
     let scopes = [Scope::Cta, Scope::Gpu, Scope::Sys];
-    for ord in [Ordering::Acquire, Ordering::Release, Ordering::AcqRel, Ordering::SeqCst] {
+    for ord in [
+        Ordering::Acquire,
+        Ordering::Release,
+        Ordering::AcqRel,
+        Ordering::SeqCst,
+    ] {
         for scope in scopes {
             k.fence(ord, scope);
         }
     }
-    let orders = [Ordering::Relaxed, Ordering::Acquire, Ordering::Release, Ordering::AcqRel, Ordering::SeqCst];
+    let orders = [
+        Ordering::Relaxed,
+        Ordering::Acquire,
+        Ordering::Release,
+        Ordering::AcqRel,
+        Ordering::SeqCst,
+    ];
     let mut n = 0;
-    for op in [AtomOp::Add, AtomOp::Min, AtomOp::Max, AtomOp::And, AtomOp::Or, AtomOp::Xor, AtomOp::Exch, AtomOp::Cas] {
+    for op in [
+        AtomOp::Add,
+        AtomOp::Min,
+        AtomOp::Max,
+        AtomOp::And,
+        AtomOp::Or,
+        AtomOp::Xor,
+        AtomOp::Exch,
+        AtomOp::Cas,
+    ] {
         for s in atomic_types(op) {
             for base in [buf, shared] {
                 let (ord, scope) = (orders[n % orders.len()], scopes[n % scopes.len()]);
@@ -463,7 +533,12 @@ pub fn tensor() -> Function {
     let eight = k.const_u32(8);
     let row = k.mul(lane, eight);
     let rp = k.ptr_add(tile, row);
-    for (bytes, cache) in [(4, CacheOp::Ca), (8, CacheOp::Ca), (16, CacheOp::Ca), (16, CacheOp::Cg)] {
+    for (bytes, cache) in [
+        (4, CacheOp::Ca),
+        (8, CacheOp::Ca),
+        (16, CacheOp::Ca),
+        (16, CacheOp::Cg),
+    ] {
         let q = k.ptr_add(src, lane);
         let d = k.ptr_add(stage, lane);
         k.cp_async(d, q, bytes, cache);
@@ -483,7 +558,11 @@ pub fn tensor() -> Function {
         let b = k.ldmatrix(frag(FragRole::B, elem), 2, true, rp);
         let z = k.const_bits(Type::Scalar(acc), 0);
         let c = k.pack(frag(FragRole::C, acc), &[z, z, z, z]);
-        let shape = if elem == I8 { MmaShape::M16N8K32 } else { MmaShape::M16N8K16 };
+        let shape = if elem == I8 {
+            MmaShape::M16N8K32
+        } else {
+            MmaShape::M16N8K16
+        };
         let d = k.mma(shape, a, b, c);
         let d2 = k.mma(shape, a, b, d);
         sink.put(&mut k, d2);
@@ -500,7 +579,16 @@ pub fn addressing() -> Function {
     let s1 = k.shared_array("a", Scalar::F32, 100, 4);
     let s2 = k.shared_array("b", Scalar::F64, 10, 8);
     let i = k.tid_x();
-    for s in [Scalar::I8, Scalar::U8, Scalar::I16, Scalar::U16, Scalar::I32, Scalar::U32, Scalar::I64, Scalar::U64] {
+    for s in [
+        Scalar::I8,
+        Scalar::U8,
+        Scalar::I16,
+        Scalar::U16,
+        Scalar::I32,
+        Scalar::U32,
+        Scalar::I64,
+        Scalar::U64,
+    ] {
         let idx = k.cvt(s, i);
         let pg = k.ptr_add(g, idx);
         let x = k.load(Type::Scalar(Scalar::F64), pg);
@@ -576,6 +664,15 @@ pub fn all() -> Vec<Function> {
     let mut v: Vec<Function> = storable().into_iter().map(memory).collect();
     v.extend(Scalar::ALL.into_iter().map(arith));
     v.extend(numeric().into_iter().map(convert_from));
-    v.extend([selects(), bits(), control(), warp(), atomics(), tensor(), addressing(), block_sum()]);
+    v.extend([
+        selects(),
+        bits(),
+        control(),
+        warp(),
+        atomics(),
+        tensor(),
+        addressing(),
+        block_sum(),
+    ]);
     v
 }

@@ -13,7 +13,13 @@ pub fn assemble(f: &Function) -> (String, AsmReport) {
     let ptx = quench_ptx::emit(f).unwrap_or_else(|e| panic!("emitting `{}`: {e}", f.name));
     match quench_ptx::ptxas::assemble(&ptx, "sm_90") {
         Ok(report) => {
-            assert!(report.warnings.is_empty(), "ptxas warned on `{}`: {:?}\n{}", f.name, report.warnings, numbered(&ptx));
+            assert!(
+                report.warnings.is_empty(),
+                "ptxas warned on `{}`: {:?}\n{}",
+                f.name,
+                report.warnings,
+                numbered(&ptx)
+            );
             assert_eq!(report.kernel, f.name);
             assert!(!report.cubin.is_empty());
             (ptx, report)
@@ -23,17 +29,26 @@ pub fn assemble(f: &Function) -> (String, AsmReport) {
 }
 
 pub fn numbered(text: &str) -> String {
-    text.lines().enumerate().map(|(i, l)| format!("{:5} {l}\n", i + 1)).collect()
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| format!("{:5} {l}\n", i + 1))
+        .collect()
 }
 
 /// Every storable scalar type.
 pub fn storable() -> Vec<Scalar> {
-    Scalar::ALL.into_iter().filter(|s| *s != Scalar::Pred).collect()
+    Scalar::ALL
+        .into_iter()
+        .filter(|s| *s != Scalar::Pred)
+        .collect()
 }
 
 /// Scalars that numeric conversions take: no predicates, no packed pairs.
 pub fn numeric() -> Vec<Scalar> {
-    Scalar::ALL.into_iter().filter(|s| *s != Scalar::Pred && !s.is_packed()).collect()
+    Scalar::ALL
+        .into_iter()
+        .filter(|s| *s != Scalar::Pred && !s.is_packed())
+        .collect()
 }
 
 pub fn all_unops() -> Vec<UnOp> {
@@ -75,7 +90,9 @@ pub fn un_supported(op: UnOp, s: Scalar) -> bool {
         Popc | Clz => s.is_int() && s.bits() >= 32,
         Sqrt(_) | Rcp(_) => matches!(s, Scalar::F32 | Scalar::F64),
         RoundInt(_) => s.is_float(),
-        RcpApprox | RsqrtApprox | Ex2Approx | Lg2Approx | TanhApprox | SinApprox | CosApprox => s == Scalar::F32,
+        RcpApprox | RsqrtApprox | Ex2Approx | Lg2Approx | TanhApprox | SinApprox | CosApprox => {
+            s == Scalar::F32
+        }
     }
 }
 

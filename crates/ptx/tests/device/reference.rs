@@ -32,9 +32,17 @@ pub fn decode_float(s: Scalar, bits: u64) -> Num {
         return if m == 0 { Num::Inf(neg) } else { Num::Nan };
     }
     if e == 0 {
-        Num::Finite { neg, mag: m as u128, exp: 1 - bias - mb as i32 }
+        Num::Finite {
+            neg,
+            mag: m as u128,
+            exp: 1 - bias - mb as i32,
+        }
     } else {
-        Num::Finite { neg, mag: (m | 1 << mb) as u128, exp: e as i32 - bias - mb as i32 }
+        Num::Finite {
+            neg,
+            mag: (m | 1 << mb) as u128,
+            exp: e as i32 - bias - mb as i32,
+        }
     }
 }
 
@@ -117,10 +125,20 @@ pub fn cvt(from: Scalar, to: Scalar, sat: bool, bits: u64) -> u64 {
         let v = match x {
             Num::Nan if from == Scalar::F64 || to.bits() == 64 => return 1 << (to.bits() - 1),
             Num::Nan => 0,
-            Num::Inf(neg) => if neg { lo } else { hi },
+            Num::Inf(neg) => {
+                if neg {
+                    lo
+                } else {
+                    hi
+                }
+            }
             Num::Finite { neg, mag, exp } => {
                 let whole = if exp >= 0 {
-                    if 127 - mag.leading_zeros() as i32 + exp > 100 { i128::MAX } else { (mag << exp) as i128 }
+                    if 127 - mag.leading_zeros() as i32 + exp > 100 {
+                        i128::MAX
+                    } else {
+                        (mag << exp) as i128
+                    }
                 } else if exp <= -128 {
                     0
                 } else {
@@ -148,7 +166,11 @@ pub fn cvt(from: Scalar, to: Scalar, sat: bool, bits: u64) -> u64 {
         Num::Finite { mag, exp, .. } => {
             let one = round_float(to, false, 1, 0);
             let at_least_one = (127 - mag.leading_zeros() as i32 + exp) >= 0;
-            if at_least_one { one } else { y }
+            if at_least_one {
+                one
+            } else {
+                y
+            }
         }
     }
 }
@@ -156,19 +178,53 @@ pub fn cvt(from: Scalar, to: Scalar, sat: bool, bits: u64) -> u64 {
 #[test]
 fn rounding_matches_the_hardware_formats_of_rust() {
     // f32 and f64 conversions in Rust round to nearest even: the reference must agree.
-    for x in [1.0f64, 0.1, -3.75e-40, 1e39, 65519.0, 65520.0, 5.960464477539063e-8, 2.9802322387695312e-8] {
-        assert_eq!(round_float_of(Scalar::F32, x), (x as f32).to_bits() as u64, "{x}");
+    for x in [
+        1.0f64,
+        0.1,
+        -3.75e-40,
+        1e39,
+        65519.0,
+        65520.0,
+        5.960464477539063e-8,
+        2.9802322387695312e-8,
+    ] {
+        assert_eq!(
+            round_float_of(Scalar::F32, x),
+            (x as f32).to_bits() as u64,
+            "{x}"
+        );
     }
     assert_eq!(round_float_of(Scalar::F16, 65519.0), 0x7BFF);
     assert_eq!(round_float_of(Scalar::F16, 65520.0), 0x7C00);
     assert_eq!(round_float_of(Scalar::F16, 5.960464477539063e-8), 0x0001);
-    assert_eq!(round_float_of(Scalar::F16, 2.9802322387695312e-8), 0x0000, "ties to even: 0");
-    assert_eq!(round_float_of(Scalar::BF16, 1.00390625), 0x3F80, "ties to even");
-    assert_eq!(round_float_of(Scalar::BF16, 1.01171875), 0x3F82, "ties to even, up");
+    assert_eq!(
+        round_float_of(Scalar::F16, 2.9802322387695312e-8),
+        0x0000,
+        "ties to even: 0"
+    );
+    assert_eq!(
+        round_float_of(Scalar::BF16, 1.00390625),
+        0x3F80,
+        "ties to even"
+    );
+    assert_eq!(
+        round_float_of(Scalar::BF16, 1.01171875),
+        0x3F82,
+        "ties to even, up"
+    );
     assert_eq!(cvt(Scalar::I8, Scalar::U8, true, 0xFF), 0);
-    assert_eq!(cvt(Scalar::F32, Scalar::I8, false, (-300.7f32).to_bits() as u64), 0x80);
-    assert_eq!(cvt(Scalar::F32, Scalar::U32, false, f32::NAN.to_bits() as u64), 0);
-    assert_eq!(cvt(Scalar::F32, Scalar::F32, true, 2.0f32.to_bits() as u64), 1.0f32.to_bits() as u64);
+    assert_eq!(
+        cvt(Scalar::F32, Scalar::I8, false, (-300.7f32).to_bits() as u64),
+        0x80
+    );
+    assert_eq!(
+        cvt(Scalar::F32, Scalar::U32, false, f32::NAN.to_bits() as u64),
+        0
+    );
+    assert_eq!(
+        cvt(Scalar::F32, Scalar::F32, true, 2.0f32.to_bits() as u64),
+        1.0f32.to_bits() as u64
+    );
 }
 
 #[cfg(test)]
