@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# The test command. Installs what the tests need — ptxas from NVIDIA's nvidia-cuda-nvcc
-# wheel (13.0 series, matching the driver the GPU path targets) and the two real models
-# (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) fetched by `quench pull` — then runs every
-# test of the workspace and the server's client tests (the official `openai` Python
-# client, and the chat page in Chromium when /usr/bin/chromium exists). No GPU is needed.
+# The test command. Checks that every number the README and docs quote beside a receipt
+# is in that receipt (scripts/check-claims.py), installs what the tests need — ptxas from
+# NVIDIA's nvidia-cuda-nvcc wheel (13.0 series, matching the driver the GPU path targets)
+# and the two real models (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) fetched by `quench
+# pull` — then runs every test of the workspace and the server's client tests (the
+# official `openai` Python client, and the chat page in Chromium when /usr/bin/chromium
+# exists). No GPU is needed. A claim or test that fails makes the script fail once the
+# rest has run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+status=0
+# Fast, and needs no build: the claims first (the checker's own tests, then the docs).
+python3 scripts/test_check_claims.py || status=$?
+python3 scripts/check-claims.py || status=$?
 
 if [ -z "${QUENCH_PTXAS:-}" ]; then
     QUENCH_PTXAS="$(scripts/find-ptxas.sh)"
@@ -24,7 +32,6 @@ target/debug/quench pull minilm --cache "$cache"
 export QUENCH_SMOLLM2_GGUF="$cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 export QUENCH_MINILM_DIR="$cache/minilm"
 
-status=0
 cargo test --workspace --no-fail-fast "$@" || status=$?
 
 python3 -c "import openai, pytest" 2>/dev/null \

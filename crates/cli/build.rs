@@ -2,7 +2,9 @@
 use std::process::Command;
 
 fn main() {
+    // GIT_OPTIONAL_LOCKS=0: `git status` must not rewrite .git/index (a rerun trigger below).
     let commit = Command::new("git")
+        .env("GIT_OPTIONAL_LOCKS", "0")
         .args(["rev-parse", "HEAD"])
         .output()
         .ok()
@@ -10,6 +12,7 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|| "unknown".to_string());
     let dirty = Command::new("git")
+        .env("GIT_OPTIONAL_LOCKS", "0")
         .args(["status", "--porcelain", "--untracked-files=no"])
         .output()
         .ok()
