@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use quench_engine::gpu::{load_causal_with_prefill, Backend, DecodeTiming, GpuSummary};
-use quench_engine::LoadOptions;
+use quench_engine::gpu::{DecodeTiming, GpuDecoder, GpuSummary};
+use quench_engine::{Device, LoadOptions};
 use quench_rt::CudaExecutor;
 use serde_json::{json, Value};
 
@@ -112,18 +112,20 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
 
     let start = Instant::now();
     let options = LoadOptions {
+        device: Device::Cuda,
+        gpu: ordinal,
         context_limit: Some(a.prompt_tokens + a.gen_tokens),
         tensor_core_decode: a.tensor_core_decode,
         kv_cache: a.kv_cache.into(),
+        prefill_chunk: a.prefill_chunk,
         ..LoadOptions::default()
     };
-    let model =
-        load_causal_with_prefill(&path, Backend::Cuda { ordinal }, &options, a.prefill_chunk)
-            .map_err(|e| e.to_string())?;
+    let loaded = quench_engine::load(&path, &options).map_err(|e| e.to_string())?;
+    let model = loaded.causal().map_err(|e| e.to_string())?;
     let load_s = start.elapsed().as_secs_f64();
     let info = model.info().clone();
     let decoder = model
-        .gpu_decoder()
+        .backend::<GpuDecoder>()
         .ok_or("the model was not put on the GPU")?;
     let s = decoder.summary().clone();
     eprintln!(
@@ -152,7 +154,8 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         );
         timings.push(t);
     }
-    drop(model);
+    // The weights and KV cache leave the device before the second copy measurement.
+    drop(loaded);
     let copy_after = copy_bandwidth(ordinal)?;
     let copy = (copy_before + copy_after) / 2.0;
     let r = rates(&timings);

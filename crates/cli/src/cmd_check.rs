@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use quench_cpu::{StreamProgress, StreamStats};
 use quench_engine::gpu::check::{judge_generation, LogitBound, Reference, StepVerdict};
-use quench_engine::gpu::{load_causal, Backend, DecodeTiming, GpuSummary};
-use quench_engine::{GenerateOptions, LoadOptions, Prompt};
+use quench_engine::gpu::{DecodeTiming, GpuDecoder, GpuSummary};
+use quench_engine::{Device, GenerateOptions, LoadOptions, Prompt};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -236,17 +236,20 @@ fn report_progress(p: StreamProgress) {
 fn generate_on_device(
     a: &CheckArgs,
     path: &Path,
-    backend: Backend,
+    device: Device,
     prompts: &[String],
 ) -> Result<(Vec<DeviceRun>, GpuSummary, Option<DecodeTiming>), String> {
     let options = LoadOptions {
+        device,
+        gpu: a.gpu,
         context_limit: a.context,
         kv_cache: a.kv_cache.into(),
         ..LoadOptions::default()
     };
-    let model = load_causal(path, backend, &options).map_err(|e| e.to_string())?;
+    let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;
+    let model = model.causal().map_err(|e| e.to_string())?;
     let decoder = model
-        .gpu_decoder()
+        .backend::<GpuDecoder>()
         .ok_or("the model was not put on the device")?;
     let summary = decoder.summary().clone();
     eprintln!(
@@ -319,12 +322,9 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let path = cmd_pull::resolve(a.model.as_deref(), SMOLLM2, a.cache.as_deref())?;
     let prompts = read_prompts(a)?;
     let (backend, device) = match a.device {
-        CheckDevice::Cuda => (
-            Backend::Cuda { ordinal: a.gpu },
-            crate::gpu::describe(a.gpu)?,
-        ),
+        CheckDevice::Cuda => (Device::Cuda, crate::gpu::describe(a.gpu)?),
         CheckDevice::Interp => (
-            Backend::Interp,
+            Device::Interp,
             json!({ "name": "quench kernel interpreter (sm_90 model)", "backend": "interp" }),
         ),
     };

@@ -28,6 +28,7 @@ pub fn run(args: &InfoArgs) -> Result<(), String> {
     let format = match info.format {
         Format::Gguf => "GGUF",
         Format::HuggingFace => "Hugging Face (safetensors)",
+        Format::InMemory => "built in memory",
     };
     let kind = match info.kind {
         ModelKind::Causal => "text generation",

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use quench_serve::engine::EngineConfig;
+use quench_serve::scheduler::EngineConfig;
 use quench_serve::{ModelSpec, ServeConfig, Server};
 
 use crate::model_args::{DeviceArg, KvCacheArg};

@@ -96,6 +96,7 @@ impl ModelArgs {
             },
             tensor_core_decode: self.tensor_core_decode,
             kv_cache: self.kv_cache.into(),
+            ..LoadOptions::default()
         }
     }
 

@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use quench_cpu::{Decoder, Logits, ModelConfig, Naming, RopeStyle, TensorSource};
+use quench_cpu::{Decoder, Logits};
+use quench_models::arch::{ModelConfig, Naming, RopeStyle, TensorSource};
 use quench_engine::gpu::Catalog;
 use quench_engine::{GenerateOptions, LoadOptions, Message, Prompt};
 use quench_models::dequant::f32_to_bf16;

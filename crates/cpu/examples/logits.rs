@@ -6,7 +6,8 @@
 
 use std::io::Write;
 
-use quench_cpu::{Decoder, Logits, ModelConfig, Naming};
+use quench_cpu::{Decoder, Logits};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_models::GgufFile;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,14 +1,15 @@
 //! BERT encoders and sentence embeddings.
 
 use crate::attention::{attention, AttentionShape};
-use crate::config::{Arch, ModelConfig};
+use quench_models::arch::{Arch, ModelConfig};
+use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::load;
 use crate::math::{gelu, layer_norm};
 use crate::matrix::{linear, Matrix};
-use crate::names::{BertLayerTensor as L, BertTensor, Naming};
+use quench_models::arch::{BertLayerTensor as L, BertTensor, Naming};
 use crate::real::Real;
-use crate::source::TensorSource;
+use quench_models::arch::TensorSource;
 
 /// A BERT encoder with its weights in memory as `T`.
 pub struct Encoder<T> {
@@ -46,10 +47,10 @@ impl<T: Real> Encoder<T> {
     /// with `bert.` (saved from a task model) are read as well.
     pub fn load(config: ModelConfig, src: &dyn TensorSource, naming: Naming) -> Result<Self> {
         if config.arch != Arch::Bert {
-            return Err(CpuError::UnsupportedArch {
+            return Err(CpuError::from(ArchError::UnsupportedArch {
                 arch: config.arch.name().into(),
                 what: "the BERT encoder",
-            });
+            }));
         }
         config.validate()?;
         let c = &config;

@@ -8,6 +8,7 @@
 
 use quench_models::GgmlType;
 
+use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::q8::{Q8Kind, Q8Row, BLOCK};
 
@@ -67,7 +68,7 @@ impl BlockMatrix {
         let block_bytes = ty.type_size() as usize;
         let blocks = rows * cols / BLOCK;
         if !cols.is_multiple_of(BLOCK) || bytes.len() != blocks * block_bytes {
-            return Err(CpuError::Tensor {
+            return Err(CpuError::from(ArchError::Tensor {
                 name: name.to_owned(),
                 source: format!(
                     "{} bytes of {} do not make [{rows}, {cols}] in whole rows of blocks",
@@ -75,7 +76,7 @@ impl BlockMatrix {
                     ty.name()
                 )
                 .into(),
-            });
+            }));
         }
         let mut m = BlockMatrix {
             format,

@@ -2,7 +2,8 @@
 
 use crate::arithmetic::Arithmetic;
 use crate::attention::{attention, AttentionShape};
-use crate::config::ModelConfig;
+use quench_models::arch::ModelConfig;
+use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::f16_attention::attention_f16;
 use crate::ggml_math;
@@ -10,11 +11,12 @@ use crate::kv_cache::{KvCache, LayerCache};
 use crate::load;
 use crate::math::{rms_norm, silu};
 use crate::matrix::Matrix;
-use crate::names::{DecoderLayerTensor as L, DecoderTensor, Naming};
+use quench_models::arch::{DecoderLayerTensor as L, DecoderTensor, Naming};
 use crate::q8::round_f16;
 use crate::real::Real;
-use crate::rope::{rope_frequencies, RopeTable};
-use crate::source::TensorSource;
+use crate::rope::RopeTable;
+use quench_models::arch::rope_frequencies;
+use quench_models::arch::TensorSource;
 use crate::weight::Weight;
 
 /// Which positions [`Decoder::forward`] returns logits for.
@@ -167,10 +169,10 @@ impl<T: Real> Decoder<T> {
             });
         }
         if !cache.fits(c.layers, c.kv_heads * c.head_dim) {
-            return Err(CpuError::Config {
+            return Err(CpuError::from(ArchError::Config {
                 field: "cache",
                 reason: "was made for another model; use Decoder::new_cache".into(),
-            });
+            }));
         }
         let mut x = Matrix::zeros(tokens.len(), c.hidden);
         for (t, &token) in tokens.iter().enumerate() {
@@ -234,12 +236,12 @@ fn norm<T: Real>(arithmetic: Arithmetic, x: &mut [T], weight: &[T], eps: f64) {
 /// Checks that `config` describes a decoder this crate runs.
 pub(crate) fn check_decoder_config(config: &ModelConfig) -> Result<()> {
     if !config.arch.is_decoder() {
-        return Err(CpuError::UnsupportedArch {
+        return Err(CpuError::from(ArchError::UnsupportedArch {
             arch: config.arch.name().into(),
             what: "the decoder",
-        });
+        }));
     }
-    config.validate()
+    Ok(config.validate()?)
 }
 
 /// The embedding row of `token`, refused when outside the vocabulary.

@@ -3,34 +3,14 @@
 /// Why a model could not be loaded, run or sampled.
 #[derive(Debug, thiserror::Error)]
 pub enum CpuError {
-    #[error("model configuration: {field} {reason}")]
-    Config { field: &'static str, reason: String },
-
-    #[error("{arch} models are not supported by {what}")]
-    UnsupportedArch { arch: String, what: &'static str },
-
-    #[error("tensor {name} not found")]
-    MissingTensor { name: String },
-
-    #[error("tensor {name} has shape {found:?}, but this model needs {expected:?}")]
-    Shape {
-        name: String,
-        expected: Vec<usize>,
-        found: Vec<usize>,
-    },
-
-    #[error("tensor {name}: {source}")]
-    Tensor {
-        name: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-
     #[error(
         "tensor {name} {reason}; llama.cpp's rounding (Arithmetic::GgmlRounding) is reproduced \
          for Q4_1 and Q8_0 weights of GGUF files only"
     )]
     GgmlRounding { name: String, reason: String },
+
+    #[error(transparent)]
+    Model(#[from] quench_models::arch::ArchError),
 
     #[error(transparent)]
     Checkpoint(#[from] quench_models::ModelError),
@@ -63,22 +43,6 @@ pub enum CpuError {
         used: usize,
         added: usize,
     },
-
-    #[error(
-        "prompt of {prompt_len} tokens does not fit the context limit of {limit} tokens \
-         ({used} positions already used)"
-    )]
-    PromptTooLong {
-        prompt_len: usize,
-        limit: usize,
-        used: usize,
-    },
-
-    #[error("sampling parameter {param} {reason}")]
-    Sampling { param: &'static str, reason: String },
-
-    #[error("logits contain {what}")]
-    BadLogits { what: &'static str },
 }
 
 pub type Result<T, E = CpuError> = std::result::Result<T, E>;

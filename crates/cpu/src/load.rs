@@ -4,10 +4,11 @@ use quench_models::GgmlType;
 
 use crate::arithmetic::Arithmetic;
 use crate::blocks::BlockMatrix;
+use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::matrix::Matrix;
 use crate::real::Real;
-use crate::source::TensorSource;
+use quench_models::arch::TensorSource;
 use crate::weight::Weight;
 
 /// A `[rows, cols]` weight, kept in its stored block format where `T` keeps blocks and the
@@ -21,11 +22,11 @@ pub(crate) fn weight<T: Real>(
     if T::KEEPS_BLOCKS {
         if let Some(raw) = src.raw(name)? {
             if raw.dims != [rows, cols] {
-                return Err(CpuError::Shape {
+                return Err(CpuError::from(ArchError::Shape {
                     name: name.to_owned(),
                     expected: vec![rows, cols],
                     found: raw.dims,
-                });
+                }));
             }
             if let Some(m) = BlockMatrix::from_ggml(name, raw.ggml_type, rows, cols, raw.bytes)? {
                 return Ok(Weight::Blocks(m));
@@ -78,11 +79,11 @@ pub(crate) fn vector<T: Real>(src: &dyn TensorSource, name: &str, len: usize) ->
 fn tensor<T: Real>(src: &dyn TensorSource, name: &str, dims: &[usize]) -> Result<Vec<T>> {
     let (found, data) = src.get(name)?;
     if found != dims || data.len() != dims.iter().product::<usize>() {
-        return Err(CpuError::Shape {
+        return Err(CpuError::from(ArchError::Shape {
             name: name.to_owned(),
             expected: dims.to_vec(),
             found,
-        });
+        }));
     }
     Ok(data.into_iter().map(T::from_f32).collect())
 }

@@ -17,16 +17,17 @@ use std::time::{Duration, Instant};
 use quench_models::{dequant, GgmlType};
 
 use crate::arithmetic::Arithmetic;
-use crate::config::ModelConfig;
+use quench_models::arch::ModelConfig;
 use crate::decoder::{check_decoder_config, name, rope_freqs, token_row, Layer};
+use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::kv_cache::LayerCache;
 use crate::load;
 use crate::math::rms_norm;
 use crate::matrix::{linear, Matrix};
-use crate::names::{DecoderTensor, Naming};
+use quench_models::arch::{DecoderTensor, Naming};
 use crate::rope::RopeTable;
-use crate::source::TensorSource;
+use quench_models::arch::TensorSource;
 
 const F64_BYTES: usize = std::mem::size_of::<f64>();
 
@@ -275,11 +276,11 @@ impl<'s> RowReader<'s> {
     fn open(src: &'s dyn TensorSource, name: &str, rows: usize, cols: usize) -> Result<Self> {
         if let Some(raw) = src.raw(name)? {
             if raw.dims != [rows, cols] {
-                return Err(CpuError::Shape {
+                return Err(CpuError::from(ArchError::Shape {
                     name: name.to_owned(),
                     expected: vec![rows, cols],
                     found: raw.dims,
-                });
+                }));
             }
             let row_bytes = raw.ggml_type.bytes_for(cols as u64).map(|b| b as usize);
             if let Some(row_bytes) =
@@ -314,10 +315,10 @@ impl<'s> RowReader<'s> {
                 let mut f32s = vec![0.0f32; count * cols];
                 let bytes = &bytes[range.start * row_bytes..range.end * row_bytes];
                 dequant::dequantize_into(*ggml_type, bytes, &mut f32s).map_err(|e| {
-                    CpuError::Tensor {
+                    CpuError::from(ArchError::Tensor {
                         name: name.clone(),
                         source: Box::new(e),
-                    }
+                    })
                 })?;
                 (f32s.into_iter().map(f64::from).collect(), *cols)
             }

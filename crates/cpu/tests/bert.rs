@@ -3,7 +3,8 @@
 mod common;
 
 use common::{max_rel_diff, random_bert, tiny_config, Filler};
-use quench_cpu::{Arch, CpuError, Encoder, Naming};
+use quench_cpu::{CpuError, Encoder};
+use quench_models::arch::{Arch, Naming};
 
 fn cosine(a: &[f64], b: &[f64]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();

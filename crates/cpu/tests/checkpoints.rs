@@ -4,10 +4,8 @@
 mod common;
 
 use common::{max_rel_diff, random_decoder, tiny_config, to_gguf_layout, Filler};
-use quench_cpu::{
-    Arch, CpuError, Decoder, Llama3Scaling, Logits, MemorySource, ModelConfig, Naming, RopeStyle,
-    TensorSource,
-};
+use quench_cpu::{CpuError, Decoder, Logits};
+use quench_models::arch::{Arch, Llama3Scaling, MemorySource, ModelConfig, Naming, RopeStyle, TensorSource};
 use quench_models::gguf::{GgufWriter, MetadataArray, MetadataValue};
 use quench_models::safetensors::{Dtype, SafetensorsWriter};
 use quench_models::{GgmlType, GgufFile, HfCheckpoint, HfConfig};

@@ -5,7 +5,8 @@ mod common;
 mod naive;
 
 use common::{logit_violations, max_rel_diff, random_decoder, tiny_config, to_gguf_layout, Filler};
-use quench_cpu::{Arch, CpuError, Decoder, Logits, ModelConfig, Naming, RopeStyle, TensorSource};
+use quench_cpu::{CpuError, Decoder, Logits};
+use quench_models::arch::{Arch, ModelConfig, Naming, RopeStyle, TensorSource};
 
 const DECODERS: [Arch; 3] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3];
 

@@ -10,10 +10,8 @@
 mod common;
 
 use common::{logit_violations, random_decoder, to_gguf_layout, Filler};
-use quench_cpu::{
-    Arch, Arithmetic, CpuError, Decoder, Logits, Matrix, MemorySource, ModelConfig, Naming,
-    RopeStyle, TensorSource,
-};
+use quench_cpu::{Arithmetic, CpuError, Decoder, Logits, Matrix};
+use quench_models::arch::{Arch, MemorySource, ModelConfig, Naming, RopeStyle, TensorSource};
 use quench_models::dequant::f32_to_f16;
 use quench_models::gguf::{GgufWriter, MetadataArray, MetadataValue};
 use quench_models::quant::quantize;

@@ -21,7 +21,9 @@ mod gguf_vocab;
 use std::time::Instant;
 
 use common::logit_violations;
-use quench_cpu::{argmax, Arithmetic, Decoder, KvCache, Logits, ModelConfig, Naming};
+use quench_cpu::{Arithmetic, Decoder, KvCache, Logits};
+use quench_models::arch::{ModelConfig, Naming};
+use quench_engine::generate::{argmax};
 use quench_models::GgufFile;
 use serde_json::Value;
 

@@ -5,10 +5,9 @@ mod common;
 mod gguf_vocab;
 
 use common::logit_violations;
-use quench_cpu::{
-    generate, Decoder, GenerateOptions, Logits, ModelConfig, Naming, RopeStyle, SamplingParams,
-    Session,
-};
+use quench_cpu::{Decoder, Logits, Session};
+use quench_models::arch::{ModelConfig, Naming, RopeStyle};
+use quench_engine::generate::{generate, GenerateOptions, SamplingParams};
 use quench_models::GgufFile;
 use quench_text::{ChatTemplate, Message};
 

@@ -9,10 +9,8 @@
 mod common;
 
 use common::{random_decoder, tiny_config, to_gguf_layout, Filler};
-use quench_cpu::{
-    Arch, CpuError, Decoder, Llama3Scaling, Logits, Matrix, MemorySource, ModelConfig, Naming,
-    RopeStyle, StreamProgress, StreamedReference, TensorSource,
-};
+use quench_cpu::{CpuError, Decoder, Logits, Matrix, StreamProgress, StreamedReference};
+use quench_models::arch::{Arch, Llama3Scaling, MemorySource, ModelConfig, Naming, RopeStyle, TensorSource};
 use quench_models::gguf::GgufWriter;
 use quench_models::{dequant, quant, GgmlType, GgufFile};
 use rand::{Rng, SeedableRng};

@@ -3,27 +3,15 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quench_cpu::{CausalLm, Decoder, FinishReason, KvCache, Logits, Real, SamplingParams};
 use quench_text::{ChatTemplate, Message, Tokenizer};
 
+use crate::backend::{Decode, Rows, Sequence};
 use crate::error::{EngineError, Result};
+use crate::generate::{self, CausalLm, FinishReason, GenerateOptions};
 use crate::info::ModelInfo;
 
 /// Distinguishes models so that a session is only ever used with the model that made it.
 static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(1);
-
-pub(crate) enum Weights {
-    F32(Decoder<f32>),
-    F64(Decoder<f64>),
-    /// Boxed: far larger than the CPU decoders' handles.
-    Gpu(Box<crate::gpu::GpuDecoder>),
-}
-
-enum Cache {
-    F32(KvCache<f32>),
-    F64(KvCache<f64>),
-    Gpu(crate::gpu::GpuSession),
-}
 
 /// A model that continues text: llama, qwen2, qwen3.
 ///
@@ -31,7 +19,7 @@ enum Cache {
 /// or request owns a [`Session`].
 pub struct CausalModel {
     id: u64,
-    weights: Weights,
+    backend: Box<dyn Decode>,
     tokenizer: Tokenizer,
     template: Option<ChatTemplate>,
     eos_ids: Vec<u32>,
@@ -46,7 +34,7 @@ pub struct CausalModel {
 /// conversation each turn pays only for the new turn.
 pub struct Session {
     model_id: u64,
-    cache: Cache,
+    sequence: Box<dyn Sequence>,
     tokens: Vec<u32>,
 }
 
@@ -58,11 +46,7 @@ impl Session {
 
     /// Most positions this session holds.
     pub fn context_limit(&self) -> usize {
-        match &self.cache {
-            Cache::F32(c) => c.limit(),
-            Cache::F64(c) => c.limit(),
-            Cache::Gpu(c) => c.context_limit(),
-        }
+        self.sequence.limit()
     }
 
     /// Forgets everything (the memory of a long conversation is kept for reuse).
@@ -73,23 +57,16 @@ impl Session {
     /// After a feed of `tokens` (a prefix of which the session held before): the tokens
     /// list follows the cache, which holds those whose steps completed.
     fn keep_fed(&mut self, tokens: &[u32]) {
-        let held = match &self.cache {
-            Cache::F32(c) => c.len(),
-            Cache::F64(c) => c.len(),
-            Cache::Gpu(c) => c.len(),
-        };
+        let held = self.sequence.len();
         self.tokens.clear();
         self.tokens
             .extend_from_slice(&tokens[..held.min(tokens.len())]);
     }
 
-    fn truncate(&mut self, len: usize) {
+    /// Forgets every position from `len` on.
+    pub fn truncate(&mut self, len: usize) {
         self.tokens.truncate(len);
-        match &mut self.cache {
-            Cache::F32(c) => c.truncate(len),
-            Cache::F64(c) => c.truncate(len),
-            Cache::Gpu(c) => c.truncate(len),
-        }
+        self.sequence.truncate(len);
     }
 }
 
@@ -122,33 +99,6 @@ impl<'a> From<&'a [Message]> for Prompt<'a> {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct GenerateOptions {
-    /// Most tokens to draw.
-    pub max_tokens: usize,
-    pub sampling: SamplingParams,
-    /// Generation ends when the text contains one of these; the text is cut before it.
-    pub stop: Vec<String>,
-    /// Keep going past the model's end-of-sequence tokens (they are then drawn as text).
-    pub ignore_eos: bool,
-    /// Keep the logits of every step in [`Generation::logits`] (for checking against other
-    /// implementations).
-    pub keep_logits: bool,
-}
-
-impl Default for GenerateOptions {
-    /// 256 tokens, greedy, no stop strings.
-    fn default() -> Self {
-        GenerateOptions {
-            max_tokens: 256,
-            sampling: SamplingParams::greedy(),
-            stop: Vec::new(),
-            ignore_eos: false,
-            keep_logits: false,
-        }
-    }
-}
-
 /// The outcome of [`CausalModel::generate`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Generation {
@@ -171,8 +121,10 @@ pub struct Generation {
 }
 
 impl CausalModel {
-    pub(crate) fn new(
-        weights: Weights,
+    /// A model over `backend` with the text side given: for models built in memory (a
+    /// checkpoint's own come from [`crate::load`]).
+    pub fn new(
+        backend: Box<dyn Decode>,
         tokenizer: Tokenizer,
         template: Option<ChatTemplate>,
         eos_ids: Vec<u32>,
@@ -180,7 +132,7 @@ impl CausalModel {
     ) -> Self {
         CausalModel {
             id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),
-            weights,
+            backend,
             tokenizer,
             template,
             eos_ids,
@@ -205,25 +157,17 @@ impl CausalModel {
         self.template.is_some()
     }
 
-    /// The decoder on the GPU, when the model runs there.
-    pub fn gpu_decoder(&self) -> Option<&crate::gpu::GpuDecoder> {
-        match &self.weights {
-            Weights::Gpu(d) => Some(d.as_ref()),
-            _ => None,
-        }
+    /// The backend the model runs on, as its own type `B` when it is one (a GPU
+    /// decoder's timings and dispatch list, say).
+    pub fn backend<B: Decode>(&self) -> Option<&B> {
+        self.backend.as_any().downcast_ref::<B>()
     }
 
     /// An empty session holding up to the load's context limit.
     pub fn new_session(&self) -> Session {
-        let limit = self.info.context_limit;
-        let cache = match &self.weights {
-            Weights::F32(d) => Cache::F32(d.new_cache_with_limit(limit)),
-            Weights::F64(d) => Cache::F64(d.new_cache_with_limit(limit)),
-            Weights::Gpu(d) => Cache::Gpu(d.new_session()),
-        };
         Session {
             model_id: self.id,
-            cache,
+            sequence: self.backend.new_sequence(self.info.context_limit),
             tokens: Vec::new(),
         }
     }
@@ -276,83 +220,35 @@ impl CausalModel {
         options: &GenerateOptions,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation> {
-        if session.model_id != self.id {
-            return Err(EngineError::ForeignSession);
-        }
         let prompt = self.prompt_tokens(prompt)?;
-        let shared = session
-            .tokens
-            .iter()
-            .zip(&prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
-        // At least one prompt token is fed, for the logits of the first draw.
-        let reused = shared.min(prompt.len().saturating_sub(1));
-        session.truncate(reused);
-
-        let cpu_options = quench_cpu::GenerateOptions {
-            max_new_tokens: options.max_tokens,
-            sampling: options.sampling.clone(),
-            stop_strings: options.stop.clone(),
-            eos_ids: if options.ignore_eos {
-                Vec::new()
-            } else {
-                self.eos_ids.clone()
+        let reused = self.reuse_prefix(session, &prompt)?;
+        let mut feeder = Feeder {
+            backend: self.backend.as_ref(),
+            session,
+            reused,
+            prefilled: false,
+            trace: Trace {
+                logits: options.keep_logits.then(Vec::new),
+                ..Trace::default()
             },
         };
-        let mut trace = Trace {
-            logits: options.keep_logits.then(Vec::new),
-            ..Trace::default()
-        };
-        let detokenize = |tokens: &[u32]| self.detokenize(tokens);
-        let mut on_token = |_: u32, piece: &str| {
-            if !piece.is_empty() {
-                on_text(piece)
-            }
-        };
-        let Session { cache, tokens, .. } = session;
-        let generation = match (&self.weights, cache) {
-            (Weights::F32(decoder), Cache::F32(cache)) => {
-                let mut feeder = Feeder::new(decoder, cache, tokens, reused, &mut trace);
-                quench_cpu::generate(
-                    &mut feeder,
-                    &detokenize,
-                    &prompt,
-                    &cpu_options,
-                    &mut on_token,
-                )
-            }
-            (Weights::F64(decoder), Cache::F64(cache)) => {
-                let mut feeder = Feeder::new(decoder, cache, tokens, reused, &mut trace);
-                quench_cpu::generate(
-                    &mut feeder,
-                    &detokenize,
-                    &prompt,
-                    &cpu_options,
-                    &mut on_token,
-                )
-            }
-            (Weights::Gpu(decoder), Cache::Gpu(cache)) => {
-                let mut feeder =
-                    crate::gpu::Feeder::new(decoder, cache, tokens, reused, options.keep_logits);
-                let result = quench_cpu::generate(
-                    &mut feeder,
-                    &detokenize,
-                    &prompt,
-                    &cpu_options,
-                    &mut on_token,
-                );
-                trace.prefill = feeder.prefill;
-                trace.decode = feeder.decode;
-                trace.logits = feeder.logits.take();
-                Ok(feeder.finish(result)?)
-            }
-            _ => return Err(EngineError::ForeignSession),
-        }?;
+        let drawn = generate::generate(
+            &mut feeder,
+            &|tokens: &[u32]| self.detokenize(tokens),
+            &prompt,
+            options,
+            &self.eos_ids,
+            &mut |_, piece: &str| {
+                if !piece.is_empty() {
+                    on_text(piece)
+                }
+            },
+        )?;
+        let trace = feeder.trace;
         Ok(Generation {
-            text: generation.text,
-            tokens: generation.tokens,
-            finish: generation.finish,
+            text: drawn.text,
+            tokens: drawn.tokens,
+            finish: drawn.finish,
             prompt_tokens: prompt.len(),
             reused_tokens: reused,
             prefill_time: trace.prefill,
@@ -384,41 +280,69 @@ impl CausalModel {
     /// as a whole fails the items it was running. A failed item's session holds the
     /// tokens whose steps completed.
     pub fn feed_batch(&self, items: &mut [BatchItem<'_>]) -> Vec<Result<Vec<f32>>> {
-        // What each item computes: its tokens from `from[i]` on.
-        let mut from = vec![0; items.len()];
         let mut out: Vec<Option<Result<Vec<f32>>>> = Vec::with_capacity(items.len());
-        for (i, item) in items.iter_mut().enumerate() {
+        let mut fresh = Vec::with_capacity(items.len());
+        for item in items.iter_mut() {
             match self.reuse_prefix(item.session, item.tokens) {
                 Ok(reused) => {
-                    from[i] = reused;
                     out.push(None);
+                    fresh.push(BatchItem {
+                        session: &mut *item.session,
+                        tokens: &item.tokens[reused..],
+                    });
                 }
                 Err(e) => out.push(Some(Err(e))),
             }
         }
+        let mut results = self.step(&mut fresh).into_iter();
+        out.into_iter()
+            .map(|r| match r {
+                Some(refused) => refused,
+                None => results.next().unwrap_or(Err(EngineError::NoLogits)),
+            })
+            .collect()
+    }
+
+    /// Feeds each item's `tokens` after the positions its session holds and returns, per
+    /// item, the logits of its last token; each session then holds its new tokens too. The
+    /// items run together as [`CausalModel::feed_batch`] runs them. A failed item's session
+    /// holds the tokens whose steps completed.
+    pub fn step(&self, items: &mut [BatchItem<'_>]) -> Vec<Result<Vec<f32>>> {
+        let mut out: Vec<Option<Result<Vec<f32>>>> = items
+            .iter()
+            .map(|item| {
+                if item.session.model_id != self.id {
+                    Some(Err(EngineError::ForeignSession))
+                } else if item.tokens.is_empty() {
+                    Some(Err(EngineError::NoTokens))
+                } else {
+                    None
+                }
+            })
+            .collect();
         let pending: Vec<usize> = (0..items.len()).filter(|&i| out[i].is_none()).collect();
-        match &self.weights {
-            Weights::Gpu(decoder) => {
-                for group in pending.chunks(decoder.max_batch().max(1)) {
-                    feed_gpu_group(decoder, items, &from, group, &mut out);
-                }
-            }
-            weights => {
-                for &i in &pending {
-                    let item = &mut items[i];
-                    let fresh = &item.tokens[from[i]..];
-                    let result = match (weights, &mut item.session.cache) {
-                        (Weights::F32(d), Cache::F32(c)) => last_logits(d, c, fresh),
-                        (Weights::F64(d), Cache::F64(c)) => last_logits(d, c, fresh),
-                        _ => Err(EngineError::ForeignSession),
-                    };
-                    item.session.keep_fed(item.tokens);
-                    out[i] = Some(result);
-                }
-            }
+        let mut rows: Vec<Rows<'_>> = items
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| out[*i].is_none())
+            .map(|(_, item)| Rows {
+                sequence: item.session.sequence.as_mut(),
+                tokens: item.tokens,
+            })
+            .collect();
+        let results = self.backend.feed(&mut rows);
+        drop(rows);
+        for (&i, result) in pending.iter().zip(results) {
+            out[i] = Some(result);
+        }
+        for &i in &pending {
+            let item = &mut items[i];
+            let mut fed = std::mem::take(&mut item.session.tokens);
+            fed.extend_from_slice(item.tokens);
+            item.session.keep_fed(&fed);
         }
         out.into_iter()
-            .map(|r| r.unwrap_or(Err(EngineError::ForeignSession)))
+            .map(|r| r.unwrap_or(Err(EngineError::NoLogits)))
             .collect()
     }
 
@@ -444,61 +368,6 @@ impl CausalModel {
         session.truncate(reused);
         Ok(reused)
     }
-}
-
-/// Feeds the items of `group` (at most the decoder's batch), each from `from[i]` on,
-/// through one GPU batch.
-fn feed_gpu_group(
-    decoder: &crate::gpu::GpuDecoder,
-    items: &mut [BatchItem<'_>],
-    from: &[usize],
-    group: &[usize],
-    out: &mut [Option<Result<Vec<f32>>>],
-) {
-    let mut members = vec![];
-    let mut rows = vec![];
-    for (i, item) in items.iter_mut().enumerate() {
-        if !group.contains(&i) {
-            continue;
-        }
-        match &mut item.session.cache {
-            Cache::Gpu(c) => {
-                rows.push((c, &item.tokens[from[i]..]));
-                members.push(i);
-            }
-            _ => out[i] = Some(Err(EngineError::ForeignSession)),
-        }
-    }
-    match decoder.feed_batch(&mut rows) {
-        Ok(results) => {
-            for (&i, r) in members.iter().zip(results) {
-                out[i] = Some(r.map_err(EngineError::from));
-            }
-        }
-        Err(e) => {
-            let reason = e.to_string();
-            for &i in &members {
-                let failed = crate::gpu::GpuError::BatchFailed {
-                    reason: reason.clone(),
-                };
-                out[i] = Some(Err(failed.into()));
-            }
-        }
-    }
-    for &i in &members {
-        let item = &mut items[i];
-        item.session.keep_fed(item.tokens);
-    }
-}
-
-/// The logits of the last of `tokens`, fed after `cache`.
-fn last_logits<T: Real>(
-    decoder: &Decoder<T>,
-    cache: &mut KvCache<T>,
-    tokens: &[u32],
-) -> Result<Vec<f32>> {
-    let logits = decoder.forward(cache, tokens, Logits::Last)?;
-    Ok(logits.row(0).iter().map(|v| v.to_f32()).collect())
 }
 
 impl std::fmt::Debug for CausalModel {
@@ -529,47 +398,27 @@ struct Trace {
     logits: Option<Vec<Vec<f32>>>,
 }
 
-/// A session seen as quench-cpu's [`CausalLm`], which feeds the whole prompt: the first
-/// `reused` prompt tokens are already in the cache, so the first feed skips them, and until
-/// then the position reported excludes them.
-struct Feeder<'a, T> {
-    decoder: &'a Decoder<T>,
-    cache: &'a mut KvCache<T>,
-    tokens: &'a mut Vec<u32>,
+/// A session seen as the generation loop's [`CausalLm`], which feeds the whole prompt: the
+/// first `reused` prompt tokens are already in the session, so the first feed skips them,
+/// and until then the position reported excludes them.
+struct Feeder<'a> {
+    backend: &'a dyn Decode,
+    session: &'a mut Session,
     reused: usize,
     prefilled: bool,
-    trace: &'a mut Trace,
+    trace: Trace,
 }
 
-impl<'a, T: Real> Feeder<'a, T> {
-    fn new(
-        decoder: &'a Decoder<T>,
-        cache: &'a mut KvCache<T>,
-        tokens: &'a mut Vec<u32>,
-        reused: usize,
-        trace: &'a mut Trace,
-    ) -> Self {
-        Feeder {
-            decoder,
-            cache,
-            tokens,
-            reused,
-            prefilled: false,
-            trace,
-        }
-    }
-}
-
-impl<T: Real> CausalLm for Feeder<'_, T> {
+impl CausalLm for Feeder<'_> {
     fn position(&self) -> usize {
-        self.cache.len() - self.reused
+        self.session.sequence.len() - self.reused
     }
 
     fn context_limit(&self) -> usize {
-        self.cache.limit()
+        self.session.sequence.limit()
     }
 
-    fn feed(&mut self, tokens: &[u32]) -> quench_cpu::Result<Vec<f32>> {
+    fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         let first = !self.prefilled;
         let fresh = if first {
             &tokens[self.reused.min(tokens.len())..]
@@ -577,7 +426,22 @@ impl<T: Real> CausalLm for Feeder<'_, T> {
             tokens
         };
         let start = Instant::now();
-        let logits = self.decoder.forward(self.cache, fresh, Logits::Last)?;
+        let mut rows = [Rows {
+            sequence: self.session.sequence.as_mut(),
+            tokens: fresh,
+        }];
+        let result = self
+            .backend
+            .feed(&mut rows)
+            .pop()
+            .unwrap_or(Err(EngineError::NoLogits));
+        // The token list follows the sequence, which holds the positions whose steps
+        // completed (all of them, unless the feed failed).
+        let (tokens, held) = (&mut self.session.tokens, self.session.sequence.len());
+        let before = tokens.len().min(held);
+        tokens.truncate(before);
+        tokens.extend_from_slice(&fresh[..(held - before).min(fresh.len())]);
+        let row = result?;
         let elapsed = start.elapsed();
         if first {
             self.trace.prefill += elapsed;
@@ -586,8 +450,6 @@ impl<T: Real> CausalLm for Feeder<'_, T> {
         }
         self.reused = 0;
         self.prefilled = true;
-        self.tokens.extend_from_slice(fresh);
-        let row: Vec<f32> = logits.row(0).iter().map(|v| v.to_f32()).collect();
         if let Some(kept) = &mut self.trace.logits {
             kept.push(row.clone());
         }

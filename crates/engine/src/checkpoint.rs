@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use quench_cpu::{ModelConfig, Naming, TensorSource};
+use quench_models::arch::{ModelConfig, Naming, TensorSource};
 use quench_models::{GgufFile, HfCheckpoint};
 
 use crate::error::{EngineError, Result};

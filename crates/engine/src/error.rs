@@ -42,7 +42,32 @@ pub enum EngineError {
     Checkpoint(#[from] quench_models::ModelError),
 
     #[error(transparent)]
+    Arch(#[from] quench_models::arch::ArchError),
+
+    #[error(transparent)]
     Run(#[from] quench_cpu::CpuError),
+
+    #[error("no tokens given")]
+    NoTokens,
+
+    #[error(
+        "prompt of {prompt_len} tokens does not fit the context limit of {limit} tokens \
+         ({used} positions already used)"
+    )]
+    PromptTooLong {
+        prompt_len: usize,
+        limit: usize,
+        used: usize,
+    },
+
+    #[error("sampling parameter {param} {reason}")]
+    Sampling { param: &'static str, reason: String },
+
+    #[error("logits contain {what}")]
+    BadLogits { what: &'static str },
+
+    #[error("the model returned no logits for a sequence it was fed")]
+    NoLogits,
 
     #[error("{what}: {source}")]
     Text {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use quench_cpu::ModelConfig;
+use quench_models::arch::{ModelConfig};
 
 use crate::checkpoint::Checkpoint;
 use crate::options::LoadOptions;
@@ -13,6 +13,8 @@ use crate::options::LoadOptions;
 pub enum Format {
     Gguf,
     HuggingFace,
+    /// Built in memory (the synthetic models), read from no file.
+    InMemory,
 }
 
 /// What a model does.
@@ -54,6 +56,36 @@ impl ModelInfo {
     /// Memory needed to run one session at the full context limit.
     pub fn memory_bytes(&self) -> u64 {
         self.weight_bytes + self.kv_cache_bytes
+    }
+
+    /// A model built in memory with `parameters` f32 weights, at its full context (on the
+    /// CPU, in f32).
+    pub(crate) fn in_memory(config: ModelConfig, parameters: u64) -> ModelInfo {
+        let context_limit = config.max_positions;
+        let kind = if config.arch.is_decoder() {
+            ModelKind::Causal
+        } else {
+            ModelKind::Embedding
+        };
+        let kv_cache_bytes = match kind {
+            ModelKind::Causal => {
+                2 * (config.layers * config.kv_heads * config.head_dim * context_limit) as u64 * 4
+            }
+            ModelKind::Embedding => 0,
+        };
+        ModelInfo {
+            path: PathBuf::new(),
+            format: Format::InMemory,
+            kind,
+            parameters,
+            tensor_types: BTreeMap::from([("F32".to_owned(), 1)]),
+            file_bytes: 0,
+            context_length: context_limit,
+            context_limit,
+            weight_bytes: parameters * 4,
+            kv_cache_bytes,
+            config,
+        }
     }
 
     pub(crate) fn new(

@@ -26,10 +26,13 @@
 //! A [`Model`] is `Send + Sync`: load it once, share it behind an `Arc`, and give each
 //! conversation or request its own [`Session`].
 
+pub mod backend;
 mod causal;
 mod checkpoint;
+pub mod cpu;
 mod embedding;
 mod error;
+pub mod generate;
 pub mod gpu;
 mod info;
 mod load;
@@ -37,13 +40,15 @@ mod options;
 pub mod synth;
 mod text;
 
-pub use causal::{BatchItem, CausalModel, GenerateOptions, Generation, Prompt, Session};
+pub use backend::{Decode, Rows, Sequence};
+pub use causal::{BatchItem, CausalModel, Generation, Prompt, Session};
 pub use embedding::{Embedding, EmbeddingModel, Pooling};
 pub use error::{EngineError, Result};
 pub use info::{Format, ModelInfo, ModelKind};
 pub use load::{inspect, load};
 pub use options::{Arithmetic, Device, KvCache, LoadOptions, Precision};
-pub use quench_cpu::{Arch, FinishReason, ModelConfig, SamplingParams};
+pub use generate::{argmax, FinishReason, GenerateOptions, Sampler, SamplingParams, TextStream};
+pub use quench_models::arch::{Arch, ModelConfig};
 pub use quench_text::Message;
 
 /// A loaded model: one that generates text or one that embeds it.

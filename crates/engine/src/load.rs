@@ -3,14 +3,16 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use quench_cpu::{Decoder, Encoder, ModelConfig};
+use quench_cpu::{Decoder, Encoder};
+use quench_models::arch::ModelConfig;
 use serde_json::Value;
 
-use crate::causal::{CausalModel, Weights};
+use crate::backend::Decode;
+use crate::causal::CausalModel;
 use crate::checkpoint::{self, Checkpoint};
 use crate::embedding::{EmbeddingModel, Encoders, Pooling};
 use crate::error::{EngineError, Result};
-use crate::gpu::encoder::GpuEncoder;
+use crate::gpu::{self, encoder::GpuEncoder};
 use crate::info::ModelInfo;
 use crate::options::{Arithmetic, Device, LoadOptions, Precision};
 use crate::text;
@@ -24,7 +26,8 @@ pub fn inspect(path: &Path, options: &LoadOptions) -> Result<ModelInfo> {
 }
 
 /// Loads the model at `path` (a GGUF file or a Hugging Face checkpoint directory) with its
-/// tokenizer and chat template.
+/// tokenizer and chat template, on the device and with the choices `options` names. The
+/// checkpoint is opened and its config read once.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
     let checkpoint = checkpoint::open(path)?;
     let (config, embedding) = describe(&checkpoint)?;
@@ -38,86 +41,83 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
             reason: "it applies to text models on the CPU in f32 only".into(),
         });
     }
-    if options.device == Device::Cuda {
-        let backend = crate::gpu::Backend::Cuda { ordinal: 0 };
-        return match embedding {
-            None => crate::gpu::load_causal(path, backend, options).map(Model::Causal),
-            Some(setup) => {
-                embedding_on(checkpoint, config, setup, backend, options).map(Model::Embedding)
-            }
-        };
-    }
-    let info = info(&checkpoint, config.clone(), embedding.as_ref(), options);
-    let in_model = |e: EngineError| e.in_model(checkpoint.path());
-    let text = text::read(&checkpoint).map_err(in_model)?;
-    let (src, naming) = (checkpoint.tensors(), checkpoint.naming());
     // describe() sets up pooling exactly for the encoders.
-    let model = match embedding {
-        None => {
-            let weights = match options.precision {
-                Precision::F32 => Weights::F32(Decoder::load_with_arithmetic(
-                    config,
-                    src,
-                    naming,
-                    options.arithmetic,
-                )?),
-                Precision::F64 => Weights::F64(Decoder::load(config, src, naming)?),
-            };
-            Model::Causal(CausalModel::new(
-                weights,
-                text.tokenizer,
-                text.template,
-                text.eos_ids,
-                info,
-            ))
-        }
-        Some(setup) => {
-            let encoder = match options.precision {
-                Precision::F32 => Encoders::F32(Encoder::load(config, src, naming)?),
-                Precision::F64 => Encoders::F64(Encoder::load(config, src, naming)?),
-            };
-            Model::Embedding(EmbeddingModel::new(
-                encoder,
-                text.tokenizer,
-                setup.pooling,
-                setup.normalize,
-                info,
-            ))
-        }
-    };
-    Ok(model)
+    match embedding {
+        None => causal(&checkpoint, config, options).map(Model::Causal),
+        Some(setup) => embedder(&checkpoint, config, setup, options).map(Model::Embedding),
+    }
 }
 
-/// Loads the embedding model at `path` (a BERT checkpoint) with its weights on `backend`:
-/// what `load` does with [`Device::Cuda`], on any backend (quench's interpreter included).
-/// `options.precision` does not apply (the device kernels have their own).
-pub fn load_embedding(
-    path: &Path,
-    backend: crate::gpu::Backend,
+fn causal(checkpoint: &Checkpoint, config: ModelConfig, options: &LoadOptions) -> Result<CausalModel> {
+    let in_model = |e: EngineError| e.in_model(checkpoint.path());
+    let text = text::read(checkpoint).map_err(in_model)?;
+    let mut info = info(checkpoint, config.clone(), None, options);
+    let (src, naming) = (checkpoint.tensors(), checkpoint.naming());
+    let backend: Box<dyn Decode> = match (options.device, options.precision) {
+        (Device::Cpu, Precision::F32) => Box::new(Decoder::<f32>::load_with_arithmetic(
+            config,
+            src,
+            naming,
+            options.arithmetic,
+        )?),
+        (Device::Cpu, Precision::F64) => Box::new(Decoder::<f64>::load(config, src, naming)?),
+        // The GPU kernels have their own precision.
+        (Device::Cuda | Device::Interp, _) => {
+            let gpu_options = gpu::gpu_options(options);
+            let decoder = gpu::decoder_from(checkpoint, config, gpu::backend_of(options), &gpu_options)
+                .map_err(in_model)?;
+            let summary = decoder.summary();
+            info.context_limit = summary.context;
+            info.weight_bytes = summary.weight_bytes;
+            info.kv_cache_bytes = summary.kv_cache_bytes;
+            Box::new(decoder)
+        }
+    };
+    Ok(CausalModel::new(
+        backend,
+        text.tokenizer,
+        text.template,
+        text.eos_ids,
+        info,
+    ))
+}
+
+fn embedder(
+    checkpoint: &Checkpoint,
+    config: ModelConfig,
+    setup: EmbeddingSetup,
     options: &LoadOptions,
 ) -> Result<EmbeddingModel> {
-    let checkpoint = checkpoint::open(path)?;
-    let (config, embedding) = describe(&checkpoint)?;
-    let Some(setup) = embedding else {
-        return Err(EngineError::WrongKind {
-            path: checkpoint.path().to_owned(),
-            found: "a text generation model",
-            expected: "it does not make embeddings",
-        });
+    if options.device.runs_kernels() {
+        return embedding_on(checkpoint, config, setup, gpu::backend_of(options), options);
+    }
+    let info = info(checkpoint, config.clone(), Some(&setup), options);
+    let in_model = |e: EngineError| e.in_model(checkpoint.path());
+    let text = text::read(checkpoint).map_err(in_model)?;
+    let (src, naming) = (checkpoint.tensors(), checkpoint.naming());
+    let encoder = match options.precision {
+        Precision::F32 => Encoders::F32(Encoder::load(config, src, naming)?),
+        Precision::F64 => Encoders::F64(Encoder::load(config, src, naming)?),
     };
-    embedding_on(checkpoint, config, setup, backend, options)
+    Ok(EmbeddingModel::new(
+        encoder,
+        text.tokenizer,
+        setup.pooling,
+        setup.normalize,
+        info,
+    ))
 }
 
 fn embedding_on(
-    checkpoint: Checkpoint,
+    checkpoint: &Checkpoint,
     config: ModelConfig,
     setup: EmbeddingSetup,
     backend: crate::gpu::Backend,
     options: &LoadOptions,
 ) -> Result<EmbeddingModel> {
-    let mut info = info(&checkpoint, config.clone(), Some(&setup), options);
+    let mut info = info(checkpoint, config.clone(), Some(&setup), options);
     let in_model = |e: EngineError| e.in_model(checkpoint.path());
-    let text = text::read(&checkpoint).map_err(in_model)?;
+    let text = text::read(checkpoint).map_err(in_model)?;
     let encoder = GpuEncoder::on(backend, config, checkpoint.tensors(), checkpoint.naming())
         .map_err(|e| in_model(e.into()))?;
     info.weight_bytes = encoder.weight_bytes();

@@ -1,6 +1,6 @@
 //! How a model is to be loaded.
 
-pub use quench_cpu::Arithmetic;
+pub use quench_cpu::{Arithmetic};
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -8,9 +8,18 @@ pub enum Device {
     /// quench's CPU forward passes, on every core.
     #[default]
     Cpu,
-    /// NVIDIA GPU 0, through quench's kernels (text generation; embedding models are
-    /// refused for now).
+    /// An NVIDIA GPU ([`LoadOptions::gpu`]) through quench's kernels.
     Cuda,
+    /// quench's kernels on its interpreter (on the CPU, slow): the GPU path where no GPU
+    /// is, for checking it.
+    Interp,
+}
+
+impl Device {
+    /// Whether quench's kernels run the model (on a GPU or on the interpreter).
+    pub fn runs_kernels(self) -> bool {
+        self != Device::Cpu
+    }
 }
 
 /// The element type weights and activations are held in on the CPU.
@@ -56,6 +65,8 @@ impl KvCache {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     pub device: Device,
+    /// With [`Device::Cuda`]: which GPU (the driver's ordinal).
+    pub gpu: u32,
     pub precision: Precision,
     /// Most positions one session holds (prompt and generated tokens together), or the
     /// longest text an embedding model reads. `None`: the model's own limit. Never above it.
@@ -76,4 +87,8 @@ pub struct LoadOptions {
     pub tensor_core_decode: bool,
     /// On a GPU: the element type of the KV cache.
     pub kv_cache: KvCache,
+    /// On a GPU: most tokens of a prompt one chunk of the prompt path takes; 0 (the
+    /// default) feeds prompts one decode step per token
+    /// ([`crate::gpu::GpuOptions::prefill_chunk`]).
+    pub prefill_chunk: usize,
 }

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 
-use quench_cpu::{ModelConfig, Naming};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::gpu::{
     load_decoder, Backend, DecodeGraph, GpuDecoder, GpuError, GpuOptions, GpuSession, GpuSummary,
     StepShape,
@@ -332,7 +332,7 @@ fn greedy_steps_take_each_rows_largest_logit() {
     let next = decoder.step_batch_greedy(&mut rows).expect("steps");
     let host: Vec<u32> = logits
         .iter()
-        .map(|l| quench_cpu::argmax(l).expect("a largest logit"))
+        .map(|l| crate::generate::argmax(l).expect("a largest logit"))
         .collect();
     assert_eq!(next, host);
 }

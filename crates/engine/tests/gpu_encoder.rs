@@ -7,7 +7,8 @@
 
 use std::path::PathBuf;
 
-use quench_cpu::{Encoder, Naming};
+use quench_cpu::{Encoder};
+use quench_models::arch::{Naming};
 use quench_engine::gpu::encoder::{load_embedding, GpuEncoder};
 use quench_engine::gpu::Backend;
 use quench_engine::synth::TinyBert;

@@ -6,7 +6,8 @@
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else from the
 //! clock, and is printed so that a failure can be replayed.
 
-use quench_cpu::{Decoder, ModelConfig, Naming};
+use quench_cpu::{Decoder};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::gpu::check::{
     check_generation, judge, judge_generation, GenerationCheck, LogitBound, Reference,
 };
@@ -261,7 +262,7 @@ fn the_step_has_the_planned_dispatches_and_replays_like_direct_launches() {
         lb.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
     );
     // The device's argmax is the host's.
-    let next = quench_cpu::argmax(&la).unwrap();
+    let next = crate::generate::argmax(&la).unwrap();
     let mut c = captured.new_session();
     assert_eq!(captured.feed_greedy(&mut c, &prompt).unwrap(), next);
     // Timing: greedy steps after the first token, the tied table read as the LM head.

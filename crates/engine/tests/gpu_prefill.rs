@@ -28,13 +28,14 @@
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
 //! and is printed so that a failure can be replayed.
 
-use quench_cpu::{Decoder, ModelConfig, Naming};
+use quench_cpu::{Decoder};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::gpu::check::{judge, LogitBound, Reference};
 use quench_engine::KvCache;
 use std::collections::HashMap;
 
 use half::bf16;
-use quench_cpu::{RawTensor, TensorSource};
+use quench_models::arch::{RawTensor, TensorSource};
 use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions, StoredTensor, StoredTensors};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
@@ -176,7 +177,7 @@ fn assert_within(
 }
 
 fn argmax(v: &[f32]) -> u32 {
-    quench_cpu::argmax(v).expect("logits")
+    crate::generate::argmax(v).expect("logits")
 }
 
 /// A prompt of 20 tokens (chunks of 16 and 4), three greedy steps, a second prompt of 12

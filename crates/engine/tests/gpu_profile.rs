@@ -11,7 +11,8 @@
 
 use std::sync::Mutex;
 
-use quench_cpu::{ModelConfig, Naming, Sampler, SamplingParams};
+use quench_models::arch::{ModelConfig, Naming};
+use quench_engine::generate::{Sampler, SamplingParams};
 use quench_engine::gpu::profile::{self, Mode, Profile, ProfileOptions};
 use quench_engine::gpu::{GpuDecoder, GpuOptions};
 use quench_models::{GgmlType, GgufFile};

@@ -10,7 +10,8 @@
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else from the
 //! clock, and is printed so that a failure can be replayed.
 
-use quench_cpu::{Decoder, ModelConfig, Naming};
+use quench_cpu::{Decoder};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::gpu::check::{check_generation, LogitBound, Reference};
 use quench_engine::gpu::{
     Catalog, DecodeGraph, GpuDecoder, GpuOptions, GpuSession, Products, Rows, StepShape,

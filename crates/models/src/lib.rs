@@ -1,5 +1,7 @@
 //! quench-models: reading the world's checkpoints.
 //!
+//! - [`arch`]: what a model is — architecture, shape, tensor names, tensor sources — for
+//!   every backend that runs one.
 //! - [`gguf`]: GGUF v2/v3 files (llama.cpp), memory-mapped, every metadata type, tensor views.
 //! - [`dequant`] / [`quant`]: ggml block formats to and from f32, bit-exact with the `gguf`
 //!   Python package where it implements them.
@@ -13,6 +15,7 @@
 //! anything is allocated or sliced, and every failure is a [`ModelError`] naming the file,
 //! tensor or field.
 
+pub mod arch;
 pub mod dequant;
 mod error;
 mod ggml_type;

@@ -15,11 +15,12 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::api::{router, AppState, BodyLimits, ServedModel};
-use crate::engine::{EngineConfig, EngineHandle};
+use crate::scheduler::{EngineConfig, EngineHandle};
 use crate::log::{self, RequestIds};
 use crate::metrics::Metrics;
 use crate::sessions::SessionStore;
-use crate::synthetic;
+use quench_engine::CausalModel;
+use quench_engine::synth::{tiny_chat_model, tiny_embedding_model};
 use crate::text::TextSide;
 
 /// Where a model comes from: `PATH` (a GGUF file or a Hugging Face directory),
@@ -326,19 +327,18 @@ async fn load_causal(
     let max_batch = config.engine.max_batch;
     // On a GPU the KV cache is allocated up front: as many whole contexts as the block
     // budget holds (the scheduler admits sequences by the same budget).
-    let gpu_sessions = config.engine.kv_blocks * crate::engine::blocks::BLOCK_TOKENS
+    let gpu_sessions = config.engine.kv_blocks * crate::scheduler::blocks::BLOCK_TOKENS
         / context
             .unwrap_or(quench_engine::gpu::DEFAULT_CONTEXT)
             .max(1);
-    let loaded = tokio::task::spawn_blocking(move || -> Result<Causal, String> {
+    let loaded = tokio::task::spawn_blocking(move || -> Result<Arc<CausalModel>, String> {
         match &spec2.source {
             ModelSource::TinyChat if device != quench_engine::Device::Cpu => {
                 Err("synthetic:tiny-chat runs on the CPU only; leave out --device".into())
             }
-            ModelSource::TinyChat => {
-                let (decoder, text) = synthetic::tiny_chat_model(1).map_err(|e| e.to_string())?;
-                Ok(Causal::Cpu(Arc::new(decoder), Arc::new(text)))
-            }
+            ModelSource::TinyChat => Ok(Arc::new(
+                tiny_chat_model(1).map_err(|e| e.to_string())?,
+            )),
             ModelSource::TinyEmbed => {
                 Err("synthetic:tiny-embed makes embeddings; pass it with --embedding-model".into())
             }
@@ -354,7 +354,7 @@ async fn load_causal(
                 };
                 let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;
                 match model {
-                    quench_engine::Model::Causal(m) => Ok(Causal::Engine(Arc::new(m))),
+                    quench_engine::Model::Causal(m) => Ok(Arc::new(m)),
                     quench_engine::Model::Embedding(_) => Err(format!(
                         "{} makes embeddings; pass it with --embedding-model",
                         path.display()
@@ -367,36 +367,16 @@ async fn load_causal(
     .map_err(|e| fail(e.to_string()))?
     .map_err(fail)?;
     let engine_config = config.engine.clone();
-    let (engine, text): (EngineHandle, Arc<dyn TextSide>) = match loaded {
-        Causal::Cpu(decoder, text) => {
-            let text: Arc<dyn TextSide> = text;
-            let engine = EngineHandle::start(
-                &spec.name,
-                decoder,
-                text.clone(),
-                engine_config,
-                sessions.clone(),
-            );
-            (engine.map_err(ServeError::Thread)?, text)
-        }
-        Causal::Engine(model) => {
-            let text: Arc<dyn TextSide> = model.clone();
-            let engine = EngineHandle::start(
-                &spec.name,
-                model,
-                text.clone(),
-                engine_config,
-                sessions.clone(),
-            );
-            (engine.map_err(ServeError::Thread)?, text)
-        }
-    };
+    let text: Arc<dyn TextSide> = loaded.clone();
+    let engine = EngineHandle::start(
+        &spec.name,
+        loaded,
+        text.clone(),
+        engine_config,
+        sessions.clone(),
+    )
+    .map_err(ServeError::Thread)?;
     Ok(ServedModel::causal(spec.name.clone(), engine, text))
-}
-
-enum Causal {
-    Cpu(Arc<quench_cpu::Decoder<f32>>, Arc<crate::text::ModelText>),
-    Engine(Arc<quench_engine::CausalModel>),
 }
 
 async fn load_embedding(spec: &ModelSpec, config: &ServeConfig) -> Result<ServedModel, ServeError> {
@@ -409,7 +389,7 @@ async fn load_embedding(spec: &ModelSpec, config: &ServeConfig) -> Result<Served
         move || -> Result<Arc<dyn crate::backend::EmbeddingBackend>, String> {
             match &spec2.source {
                 ModelSource::TinyEmbed => Ok(Arc::new(
-                    synthetic::tiny_embedding_model(1).map_err(|e| e.to_string())?,
+                    tiny_embedding_model(1).map_err(|e| e.to_string())?,
                 )),
                 ModelSource::TinyChat => {
                     Err("synthetic:tiny-chat generates text; pass it with --model".into())

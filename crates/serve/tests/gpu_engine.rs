@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use quench_cpu::SamplingParams;
+use quench_engine::generate::{SamplingParams};
 use quench_engine::gpu::profile::{self, Mode, ProfileOptions};
 use quench_engine::gpu::{load_causal, Backend};
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};

@@ -1,10 +1,8 @@
 //! Tiny seeded random models built in memory, in Hugging Face and GGUF layouts.
 #![allow(dead_code)] // each test binary uses a different part
 
-use quench_cpu::{
-    Arch, DecoderLayerTensor as L, DecoderTensor, Matrix, MemorySource, ModelConfig, Naming,
-    RopeStyle,
-};
+use quench_cpu::{Matrix};
+use quench_models::arch::{Arch, DecoderLayerTensor as L, DecoderTensor, MemorySource, ModelConfig, Naming, RopeStyle};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -137,10 +135,10 @@ pub fn to_gguf_layout(hf: &MemorySource, c: &ModelConfig, permute: bool) -> Memo
     }
     for t in tensors {
         let hf_name = t.name(Naming::HuggingFace).unwrap();
-        if !quench_cpu::TensorSource::contains(hf, &hf_name) {
+        if !quench_models::arch::TensorSource::contains(hf, &hf_name) {
             continue;
         }
-        let (dims, mut data) = quench_cpu::TensorSource::get(hf, &hf_name).unwrap();
+        let (dims, mut data) = quench_models::arch::TensorSource::get(hf, &hf_name).unwrap();
         let heads = match t {
             DecoderTensor::Layer(_, L::Q | L::QBias) => Some(c.heads),
             DecoderTensor::Layer(_, L::K | L::KBias) => Some(c.kv_heads),
@@ -174,7 +172,7 @@ fn permute_rows(data: &[f32], heads: usize, hd: usize, cols: usize) -> Vec<f32> 
 
 /// A random BERT checkpoint with Hugging Face names.
 pub fn random_bert(c: &ModelConfig, seed: u64, prefix: &str) -> MemorySource {
-    use quench_cpu::{BertLayerTensor as B, BertTensor};
+    use quench_models::arch::{BertLayerTensor as B, BertTensor};
     let mut f = Filler::new(seed);
     let mut src = MemorySource::new();
     let d = c.hidden;

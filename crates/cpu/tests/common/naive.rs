@@ -2,7 +2,7 @@
 //! Hugging Face layout checkpoint, sharing no code with quench-cpu, so that a mistake in the
 //! library's forward does not hide by being made twice.
 
-use quench_cpu::{ModelConfig, TensorSource};
+use quench_models::arch::{ModelConfig, TensorSource};
 
 fn w(src: &dyn TensorSource, name: &str) -> Vec<f64> {
     src.get(name)

@@ -10,9 +10,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use quench_cpu::{
-    Decoder, Logits, Matrix, ModelConfig, StreamProgress, StreamStats, StreamedReference,
-};
+use quench_cpu::{Decoder, Logits, Matrix, StreamProgress, StreamStats, StreamedReference};
+use quench_models::arch::{ModelConfig};
 
 use super::decoder::GpuDecoder;
 use super::error::GpuError;
@@ -123,7 +122,7 @@ pub fn judge(bound: LogitBound, position: usize, device: &[f32], reference: &[f6
     }
     // A device row of another length cannot pass.
     outside += device.len().abs_diff(reference.len());
-    let device_top1 = quench_cpu::argmax(device).unwrap_or(0);
+    let device_top1 = crate::generate::argmax(device).unwrap_or(0);
     let reference_top1 = top1(reference);
     let logit = |t: u32| {
         reference
@@ -299,7 +298,7 @@ pub fn check_generation(
     let mut tokens = vec![];
     let mut step_ms = vec![];
     loop {
-        let token = quench_cpu::argmax(&logits).unwrap_or(0);
+        let token = crate::generate::argmax(&logits).unwrap_or(0);
         rows.push(logits);
         tokens.push(token);
         if tokens.len() == n {

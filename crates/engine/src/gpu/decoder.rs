@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use quench_cpu::{ModelConfig, Naming};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_ir::Function;
 use quench_rt::{
     Arg, CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, KernelId, Launch, StreamId,
@@ -763,7 +763,7 @@ impl GpuDecoder {
                 let last = l.into_iter().next().flatten();
                 Out::Next(vec![last
                     .as_deref()
-                    .and_then(quench_cpu::argmax)
+                    .and_then(crate::generate::argmax)
                     .unwrap_or(0)])
             }),
             (Read::Logits(_), _) => read_logits(d, self.config.vocab, &[true]).map(Out::Logits),
@@ -881,7 +881,7 @@ impl GpuDecoder {
                 Out::Next(
                     logits
                         .iter()
-                        .map(|l| l.as_deref().and_then(quench_cpu::argmax).unwrap_or(0))
+                        .map(|l| l.as_deref().and_then(crate::generate::argmax).unwrap_or(0))
                         .collect(),
                 )
             }

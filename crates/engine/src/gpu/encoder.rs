@@ -25,7 +25,7 @@
 
 mod weights;
 
-use quench_cpu::{Arch, ModelConfig, Naming, TensorSource};
+use quench_models::arch::{Arch, ModelConfig, Naming, TensorSource};
 use quench_kernels::bias::BiasRowsParams;
 use quench_kernels::embed::{EmbedParams, TableFormat};
 use quench_kernels::encoder_attention::EncoderAttentionParams;
@@ -629,7 +629,3 @@ fn compile(c: &ModelConfig, exec: &mut dyn Executor) -> Result<Kernels, GpuError
         },
     })
 }
-
-/// Loading an embedding model onto a device (`quench_engine::load` with `Device::Cuda` does
-/// this with CUDA device 0).
-pub use crate::load::load_embedding;

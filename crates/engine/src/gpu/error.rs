@@ -96,7 +96,7 @@ pub enum GpuError {
 
     /// Reading a weight from the checkpoint failed.
     #[error(transparent)]
-    Weights(#[from] quench_cpu::CpuError),
+    Weights(#[from] quench_models::arch::ArchError),
 
     #[error(transparent)]
     Checkpoint(#[from] quench_models::ModelError),

@@ -81,7 +81,7 @@
 
 use std::collections::HashMap;
 
-use quench_cpu::{rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
+use quench_models::arch::{rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
 use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};
 use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};

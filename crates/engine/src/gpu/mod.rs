@@ -27,12 +27,12 @@
 //!   tensor-core GEMMs, bidirectional attention, pooling on the host.
 
 pub mod arena;
+mod backend;
 mod catalog;
 pub mod check;
 mod decoder;
 pub mod encoder;
 mod error;
-mod feeder;
 mod graph;
 mod kv;
 pub mod prefill;
@@ -54,81 +54,62 @@ pub use prefill::{matrix_params, PrefillPlan};
 pub use stored::{StoredTensor, StoredTensors};
 pub use timing::DecodeTiming;
 
-pub(crate) use feeder::Feeder;
-
-use crate::causal::{CausalModel, Weights};
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::Result;
-use crate::info::ModelInfo;
-use crate::options::LoadOptions;
-use crate::text;
+use crate::options::{Device, LoadOptions};
 
-/// Loads the decoder at `path` with its tokenizer and chat template, its weights on
-/// `backend` (`quench_engine::load` with [`crate::Device::Cuda`] is this with CUDA device 0).
-/// `options.context_limit` sizes the KV cache ([`DEFAULT_CONTEXT`] positions when unset),
-/// `options.max_batch` the activations of a step; `options.precision` does not apply (the
-/// GPU kernels have their own).
-/// [`CausalModel::gpu_decoder`] reaches the decoder (what was put on the device, timing).
-pub fn load_causal(path: &Path, backend: Backend, options: &LoadOptions) -> Result<CausalModel> {
-    load_causal_with_prefill(path, backend, options, 0)
+/// The executor `options.device` names: a GPU or quench's interpreter.
+pub(crate) fn backend_of(options: &LoadOptions) -> Backend {
+    match options.device {
+        Device::Interp => Backend::Interp,
+        Device::Cuda | Device::Cpu => Backend::Cuda {
+            ordinal: options.gpu,
+        },
+    }
 }
 
-/// As [`load_causal`], feeding prompts of [`DEFAULT_PREFILL_MIN_TOKENS`] tokens or more
-/// through the prompt path in chunks of up to `prefill_chunk` tokens (0: one decode step
-/// per token). The prompt path's bf16 activations put logits further from the f64
-/// reference than the decode step's f32 ones (see [`prefill`]).
-pub fn load_causal_with_prefill(
-    path: &Path,
-    backend: Backend,
-    options: &LoadOptions,
-    prefill_chunk: usize,
-) -> Result<CausalModel> {
-    let ckpt = checkpoint::open(path)?;
-    let in_model = |e: crate::EngineError| e.in_model(ckpt.path());
-    let config = ckpt.config().map_err(in_model)?;
-    let side = text::read(&ckpt).map_err(in_model)?;
-    let gpu_options = GpuOptions {
+/// The decoder options a load's options ask for.
+pub(crate) fn gpu_options(options: &LoadOptions) -> GpuOptions {
+    GpuOptions {
         context: options.context_limit,
         sessions: options.sessions.unwrap_or(1).max(1),
         max_batch: options.max_batch.unwrap_or(1).max(1),
-        prefill_chunk,
+        prefill_chunk: options.prefill_chunk,
         tensor_core_decode: options.tensor_core_decode,
         kv_cache: options.kv_cache,
         ..GpuOptions::default()
-    };
-    let decoder = decoder_from(&ckpt, backend, &gpu_options).map_err(in_model)?;
-    let summary = decoder.summary();
-    let mut info = ModelInfo::new(&ckpt, config.clone(), config.max_positions, options);
-    info.context_limit = summary.context;
-    info.weight_bytes = summary.weight_bytes;
-    info.kv_cache_bytes = summary.kv_cache_bytes;
-    Ok(CausalModel::new(
-        Weights::Gpu(Box::new(decoder)),
-        side.tokenizer,
-        side.template,
-        side.eos_ids,
-        info,
-    ))
+    }
 }
 
 /// Puts the decoder at `path` (a GGUF file or Hugging Face directory) on `backend`.
 pub fn load_decoder(path: &Path, backend: Backend, options: &GpuOptions) -> Result<GpuDecoder> {
     let ckpt = checkpoint::open(path)?;
-    decoder_from(&ckpt, backend, options).map_err(|e| e.in_model(ckpt.path()))
+    let config = ckpt.config().map_err(|e| e.in_model(ckpt.path()))?;
+    decoder_from(&ckpt, config, backend, options).map_err(|e| e.in_model(ckpt.path()))
 }
 
+/// The checkpoint's tensors as stored, for uploading without expanding them.
+fn stored(ckpt: &Checkpoint) -> &dyn StoredTensors {
+    match ckpt {
+        Checkpoint::Gguf { file, .. } => file,
+        Checkpoint::HuggingFace { checkpoint, .. } => checkpoint,
+    }
+}
+
+/// Puts the decoder of the open checkpoint `ckpt`, whose config is `config`, on `backend`.
 pub(crate) fn decoder_from(
     ckpt: &Checkpoint,
+    config: quench_models::arch::ModelConfig,
     backend: Backend,
     options: &GpuOptions,
 ) -> Result<GpuDecoder> {
-    let config = ckpt.config()?;
     let (exec, available) = decoder::open(backend)?;
-    let (src, naming): (&dyn StoredTensors, _) = match ckpt {
-        Checkpoint::Gguf { file, .. } => (file, quench_cpu::Naming::Gguf),
-        Checkpoint::HuggingFace { checkpoint, .. } => (checkpoint, quench_cpu::Naming::HuggingFace),
-    };
     Ok(GpuDecoder::new(
-        config, src, naming, exec, available, options,
+        config,
+        stored(ckpt),
+        ckpt.naming(),
+        exec,
+        available,
+        options,
     )?)
 }

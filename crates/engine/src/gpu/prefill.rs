@@ -48,7 +48,7 @@
 //! instead does not help (the chunk's keys and values carry the error). The path is
 //! therefore off unless asked for ([`super::GpuOptions::prefill_chunk`]).
 
-use quench_cpu::{DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
+use quench_models::arch::{DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
 use quench_ir::func::MAX_STATIC_SHARED_BYTES;
 use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};

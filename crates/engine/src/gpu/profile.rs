@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use quench_cpu::ModelConfig;
+use quench_models::arch::{ModelConfig};
 use quench_ir::Function;
 use quench_kernels::attention::BLOCK_TOKENS;
 use quench_prof::access::{param_access, Access};

@@ -1,7 +1,7 @@
 //! Weights as the checkpoint stores them: the bytes the GPU kernels read directly (GGUF
 //! blocks, bf16/f16 rows), never expanded on the way.
 
-use quench_cpu::TensorSource;
+use quench_models::arch::{TensorSource};
 use quench_models::safetensors::Dtype;
 use quench_models::{GgmlType, GgufFile, HfCheckpoint};
 
@@ -25,7 +25,7 @@ impl StoredTensors for GgufFile {
     fn stored(&self, name: &str) -> Result<StoredTensor<'_>, GpuError> {
         let raw = self
             .raw(name)?
-            .ok_or_else(|| quench_cpu::CpuError::MissingTensor {
+            .ok_or_else(|| quench_models::arch::ArchError::MissingTensor {
                 name: name.to_owned(),
             })?;
         Ok(StoredTensor {

@@ -8,10 +8,15 @@
 //! tokenizer being padding, as in real checkpoints. The special token ids in `config.json`
 //! are those of this tokenizer.
 //!
-//! [`TinyBert`] is a small encoder of the same kind built in memory, with no files.
+//! [`TinyBert`] is a small encoder of the same kind built in memory, with no files;
+//! [`tiny_chat_model`] and [`tiny_embedding_model`] are whole models built that way (a chat
+//! model and a sentence embedder that load in milliseconds, for trying the server without
+//! a checkpoint and for tests).
 
 mod shapes;
 mod tiny_bert;
+mod tiny_chat;
+mod tiny_embed;
 mod tokenizer;
 mod weights;
 
@@ -21,6 +26,8 @@ use serde_json::{json, Value};
 
 pub use shapes::{SynthArch, SynthShape};
 pub use tiny_bert::TinyBert;
+pub use tiny_chat::{tiny_chat_config, tiny_chat_model};
+pub use tiny_embed::{tiny_embedding_config, tiny_embedding_model};
 pub use weights::SynthDtype;
 
 use crate::error::{EngineError, Result};

@@ -27,7 +27,7 @@ pub use body::BodyLimits;
 pub use error::ApiError;
 
 use crate::backend::EmbeddingBackend;
-use crate::engine::EngineHandle;
+use crate::scheduler::EngineHandle;
 use crate::log::{RequestIds, RequestLog};
 use crate::metrics::Metrics;
 use crate::sessions::SessionStore;

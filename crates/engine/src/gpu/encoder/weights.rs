@@ -9,7 +9,7 @@
 //! `[3·hidden, hidden]` matrix (and one bias), so that one product makes all three.
 
 use half::bf16;
-use quench_cpu::{BertLayerTensor as L, BertTensor, ModelConfig, Naming, TensorSource};
+use quench_models::arch::{BertLayerTensor as L, BertTensor, ModelConfig, Naming, TensorSource};
 use quench_rt::{DevicePtr, Executor};
 
 use crate::gpu::GpuError;

@@ -3,10 +3,9 @@
 mod common;
 
 use common::{random_decoder, tiny_config, Filler};
-use quench_cpu::{
-    generate, Arch, CausalLm, CpuError, Decoder, FinishReason, GenerateOptions, Naming, Result,
-    SamplingParams, Session,
-};
+use quench_cpu::{CpuError, Decoder, Result, Session};
+use quench_models::arch::{Arch, Naming};
+use quench_engine::generate::{generate, CausalLm, FinishReason, GenerateOptions, SamplingParams};
 
 /// A model that always makes the next token of a script the most likely.
 struct Scripted {

@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
-use quench_models::GgmlType;
+use crate::GgmlType;
 
-use crate::error::{CpuError, Result};
+use super::error::{ArchError, Result};
 
 /// A tensor as its checkpoint stores it: ggml type, shape (outermost first) and bytes.
 pub struct RawTensor<'a> {
@@ -48,7 +48,7 @@ impl MemorySource {
     pub fn insert(&mut self, name: &str, dims: Vec<usize>, data: Vec<f32>) -> Result<()> {
         let count: usize = dims.iter().product();
         if count != data.len() {
-            return Err(CpuError::Shape {
+            return Err(ArchError::Shape {
                 name: name.to_owned(),
                 expected: dims,
                 found: vec![data.len()],
@@ -62,6 +62,11 @@ impl MemorySource {
         self.tensors.remove(name)
     }
 
+    /// Elements of every tensor held.
+    pub fn parameters(&self) -> u64 {
+        self.tensors.values().map(|(_, data)| data.len() as u64).sum()
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tensors.keys().map(String::as_str)
     }
@@ -72,7 +77,7 @@ impl TensorSource for MemorySource {
         self.tensors
             .get(name)
             .cloned()
-            .ok_or_else(|| CpuError::MissingTensor {
+            .ok_or_else(|| ArchError::MissingTensor {
                 name: name.to_owned(),
             })
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quench_cpu::SamplingParams;
+use quench_engine::generate::{SamplingParams};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};

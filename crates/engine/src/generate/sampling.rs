@@ -6,7 +6,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::error::{CpuError, Result};
+use crate::error::{EngineError, Result};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -40,7 +40,7 @@ impl SamplingParams {
     }
 
     pub fn validate(&self) -> Result<()> {
-        let bad = |param, reason: String| Err(CpuError::Sampling { param, reason });
+        let bad = |param, reason: String| Err(EngineError::Sampling { param, reason });
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return bad("temperature", format!("{} is not ≥ 0", self.temperature));
         }
@@ -165,16 +165,16 @@ impl Sampler {
     /// Greedy sampling gives the single most likely token.
     pub fn distribution(&self, logits: &[f32], history: &[u32]) -> Result<Vec<Candidate>> {
         if logits.iter().any(|v| v.is_nan()) {
-            return Err(CpuError::BadLogits { what: "NaN" });
+            return Err(EngineError::BadLogits { what: "NaN" });
         }
         if logits.contains(&f32::INFINITY) {
-            return Err(CpuError::BadLogits { what: "+infinity" });
+            return Err(EngineError::BadLogits { what: "+infinity" });
         }
         let p = &self.params;
         let mut logits = logits.to_vec();
         apply_repetition_penalty(&mut logits, history, p.repetition_penalty);
         if logits.iter().all(|&v| v == f32::NEG_INFINITY) {
-            return Err(CpuError::BadLogits {
+            return Err(EngineError::BadLogits {
                 what: "no finite value",
             });
         }

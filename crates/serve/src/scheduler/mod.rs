@@ -15,7 +15,6 @@
 
 pub mod blocks;
 mod logprobs;
-mod text_out;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,16 +23,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use quench_cpu::{Sampler, SamplingParams};
+use quench_engine::generate::{Piece, Sampler, SamplingParams, TextStream};
+use quench_engine::{BatchItem, CausalModel, Session};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::{CausalBackend, StepItem};
 use crate::metrics::EngineStats;
 use crate::sessions::SessionStore;
 use crate::text::TextSide;
 use blocks::{blocks_for, BlockPool};
 pub use logprobs::TokenLogprob;
-use text_out::{Piece, TextOut};
 
 /// How the scheduler is sized.
 #[derive(Clone, Debug)]
@@ -150,10 +148,10 @@ pub struct EngineHandle {
 }
 
 impl EngineHandle {
-    /// Starts the engine thread of `backend`.
-    pub fn start<B: CausalBackend>(
+    /// Starts the scheduler thread of `model`.
+    pub fn start(
         name: &str,
-        backend: Arc<B>,
+        model: Arc<CausalModel>,
         text: Arc<dyn TextSide>,
         config: EngineConfig,
         sessions: Arc<SessionStore>,
@@ -161,11 +159,11 @@ impl EngineHandle {
         let (tx, rx) = std::sync::mpsc::channel();
         let waiting = Arc::new(AtomicUsize::new(0));
         let stats = Arc::new(EngineStats::new(config.kv_blocks));
-        let context_limit = backend.context_limit();
+        let context_limit = model.info().context_limit;
         let scheduler = Scheduler {
             pool: BlockPool::new(config.kv_blocks),
             config: config.clone(),
-            backend,
+            model,
             text,
             sessions,
             commands: rx,
@@ -236,12 +234,12 @@ impl EngineHandle {
 }
 
 /// A request inside the engine.
-struct Seq<C> {
+struct Seq {
     job: Job,
     /// The prompt followed by the generated tokens that belong to the context.
     tokens: Vec<u32>,
     prompt_len: usize,
-    cache: Option<C>,
+    cache: Option<Session>,
     /// Positions of `tokens` held by `cache`.
     fed: usize,
     /// KV blocks held.
@@ -251,15 +249,15 @@ struct Seq<C> {
     /// Tokens fed this step.
     planned: usize,
     sampler: Sampler,
-    out: TextOut,
+    out: TextStream,
     generated: Vec<u32>,
     cached_tokens: usize,
     admitted_before: bool,
     last_token_at: Option<Instant>,
 }
 
-struct Idle<C> {
-    cache: C,
+struct Idle {
+    cache: Session,
     tokens: Vec<u32>,
     blocks: usize,
     last_used: u64,
@@ -271,26 +269,26 @@ enum Drawn {
     Gone,
 }
 
-struct Scheduler<B: CausalBackend> {
+struct Scheduler {
     config: EngineConfig,
-    backend: Arc<B>,
+    model: Arc<CausalModel>,
     text: Arc<dyn TextSide>,
     sessions: Arc<SessionStore>,
     commands: Receiver<Command>,
     waiting: Arc<AtomicUsize>,
     stats: Arc<EngineStats>,
     pool: BlockPool,
-    queue: VecDeque<Seq<B::Cache>>,
+    queue: VecDeque<Seq>,
     /// In admission order: the oldest first.
-    running: Vec<Seq<B::Cache>>,
+    running: Vec<Seq>,
     /// KV caches of sessions between their turns.
-    idle: HashMap<String, Idle<B::Cache>>,
+    idle: HashMap<String, Idle>,
     deadline: Option<Instant>,
     /// Orders idle caches by last use.
     next_order: u64,
 }
 
-impl<B: CausalBackend> Scheduler<B> {
+impl Scheduler {
     fn run(mut self) {
         loop {
             if !self.receive() {
@@ -350,7 +348,7 @@ impl<B: CausalBackend> Scheduler<B> {
                 self.queue.push_back(Seq {
                     tokens: job.prompt.clone(),
                     prompt_len: job.prompt.len(),
-                    out: TextOut::new(job.stop.clone()),
+                    out: TextStream::new(&job.stop),
                     job,
                     cache: None,
                     fed: 0,
@@ -375,7 +373,7 @@ impl<B: CausalBackend> Scheduler<B> {
 
     /// Lets go of a sequence that ends without an answer: its blocks, its place in the
     /// admission count, and the session cache it had taken.
-    fn discard(&mut self, seq: &Seq<B::Cache>) {
+    fn discard(&mut self, seq: &Seq) {
         self.pool.give_back(seq.blocks);
         if !seq.admitted_before {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
@@ -387,7 +385,7 @@ impl<B: CausalBackend> Scheduler<B> {
 
     /// Removes requests whose client has gone away, freeing their blocks.
     fn drop_gone(&mut self) {
-        let gone = |s: &Seq<B::Cache>| s.job.events.is_closed();
+        let gone = |s: &Seq| s.job.events.is_closed();
         let (left, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
             .into_iter()
             .partition(|s| gone(s));
@@ -440,7 +438,7 @@ impl<B: CausalBackend> Scheduler<B> {
             }
             seq.blocks += need;
             if seq.cache.is_none() {
-                seq.cache = Some(self.backend.new_cache());
+                seq.cache = Some(self.model.new_session());
             }
             if !seq.admitted_before {
                 seq.admitted_before = true;
@@ -456,7 +454,7 @@ impl<B: CausalBackend> Scheduler<B> {
     }
 
     /// Gives a sequence its session's cache, cut to the prefix it shares with the prompt.
-    fn resume_session(&mut self, seq: &mut Seq<B::Cache>) {
+    fn resume_session(&mut self, seq: &mut Seq) {
         let Some(idle) = seq.job.session.as_ref().and_then(|id| self.idle.remove(id)) else {
             return;
         };
@@ -473,7 +471,7 @@ impl<B: CausalBackend> Scheduler<B> {
             .count();
         // At least the last prompt token is fed again: its logits start the reply.
         let keep = shared.min(seq.tokens.len().saturating_sub(1));
-        self.backend.truncate(&mut cache, keep);
+        cache.truncate(keep);
         let kept_blocks = blocks_for(keep).min(blocks);
         self.pool.give_back(blocks - kept_blocks);
         seq.cache = Some(cache);
@@ -486,7 +484,7 @@ impl<B: CausalBackend> Scheduler<B> {
 
     /// Puts back the session cache of a sequence that must wait after all, so that it stays
     /// evictable while the sequence waits.
-    fn park_session(&mut self, seq: &mut Seq<B::Cache>) {
+    fn park_session(&mut self, seq: &mut Seq) {
         let (Some(id), Some(cache)) = (seq.job.session.clone(), seq.cache.take()) else {
             return;
         };
@@ -503,7 +501,7 @@ impl<B: CausalBackend> Scheduler<B> {
     }
 
     /// A sequence that needs more blocks than exist ends here.
-    fn end_unfittable(&mut self, seq: Seq<B::Cache>, want: usize) {
+    fn end_unfittable(&mut self, seq: Seq, want: usize) {
         if seq.generated.is_empty() {
             self.discard(&seq);
             let _ = seq.job.events.send(Event::Failed(format!(
@@ -607,15 +605,15 @@ impl<B: CausalBackend> Scheduler<B> {
             return;
         }
 
-        let mut items: Vec<StepItem<'_, B::Cache>> = self
+        let mut items: Vec<BatchItem<'_>> = self
             .running
             .iter_mut()
-            .map(|s| StepItem {
-                cache: s.cache.as_mut().expect("running sequences have a cache"),
+            .map(|s| BatchItem {
+                session: s.cache.as_mut().expect("running sequences have a cache"),
                 tokens: &s.tokens[s.fed..s.fed + s.planned],
             })
             .collect();
-        let results = self.backend.step(&mut items);
+        let results = self.model.step(&mut items);
         drop(items);
 
         let mut failed = Vec::new();
@@ -639,7 +637,7 @@ impl<B: CausalBackend> Scheduler<B> {
 
     /// Draws the next token of running sequence `i` and sends its text.
     fn draw(&mut self, i: usize) -> Drawn {
-        let context_limit = self.backend.context_limit();
+        let context_limit = self.model.info().context_limit;
         let seq = &mut self.running[i];
         let Some(logits) = seq.logits.take() else {
             return Drawn::Finished(Finish::Length);
@@ -666,7 +664,7 @@ impl<B: CausalBackend> Scheduler<B> {
             .map(|top| logprobs::logprobs(&logits, token, top));
 
         if !seq.job.ignore_eos && self.text.stop_ids().contains(&token) {
-            let text = seq.out.flush();
+            let text = seq.out.release_all();
             if !text.is_empty() {
                 let sent = seq.job.events.send(Event::Token(TokenOut {
                     token,
@@ -687,7 +685,7 @@ impl<B: CausalBackend> Scheduler<B> {
             Piece::Text(mut text) => {
                 let full = seq.generated.len() >= seq.job.max_tokens || seq.fed >= context_limit;
                 if full {
-                    text.push_str(&seq.out.flush());
+                    text.push_str(&seq.out.release_all());
                     (text, Drawn::Finished(Finish::Length))
                 } else {
                     seq.tokens.push(token);
@@ -708,7 +706,7 @@ impl<B: CausalBackend> Scheduler<B> {
 
     /// Ends a sequence with an answer. Its cache goes to its session, if it has one, before
     /// the answer is sent, so that the session's next turn finds it.
-    fn finish(&mut self, mut seq: Seq<B::Cache>, finish: Finish) {
+    fn finish(&mut self, mut seq: Seq, finish: Finish) {
         let cache = seq.cache.take();
         match (seq.job.session.as_ref(), cache) {
             (Some(id), Some(cache)) if self.sessions.exists(id) => {

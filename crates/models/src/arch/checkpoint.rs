@@ -1,18 +1,19 @@
-//! Reading models from quench-models' GGUF files and Hugging Face checkpoints.
+//! Model configs read from GGUF metadata and Hugging Face `config.json`; GGUF files and
+//! Hugging Face checkpoints as tensor sources.
 
-use quench_models::{GgufFile, HfCheckpoint, HfConfig, ModelError};
+use crate::{GgufFile, HfCheckpoint, HfConfig, ModelError};
 
-use crate::config::{Arch, Llama3Scaling, ModelConfig, RopeStyle};
-use crate::error::{CpuError, Result};
-use crate::names::{DecoderLayerTensor, DecoderTensor, Naming};
-use crate::source::{RawTensor, TensorSource};
+use super::config::{Arch, Llama3Scaling, ModelConfig, RopeStyle};
+use super::error::{ArchError, Result};
+use super::names::{DecoderLayerTensor, DecoderTensor, Naming};
+use super::source::{RawTensor, TensorSource};
 
-fn tensor_error(name: &str, e: ModelError) -> CpuError {
+fn tensor_error(name: &str, e: ModelError) -> ArchError {
     match e.kind() {
-        ModelError::MissingTensor { .. } => CpuError::MissingTensor {
+        ModelError::MissingTensor { .. } => ArchError::MissingTensor {
             name: name.to_owned(),
         },
-        _ => CpuError::Tensor {
+        _ => ArchError::Tensor {
             name: name.to_owned(),
             source: Box::new(e),
         },
@@ -65,7 +66,7 @@ impl ModelConfig {
             "qwen3" => Arch::Qwen3,
             "bert" => Arch::Bert,
             other => {
-                return Err(CpuError::UnsupportedArch {
+                return Err(ArchError::UnsupportedArch {
                     arch: format!("model_type {other}"),
                     what: "quench's CPU forward",
                 })
@@ -74,7 +75,7 @@ impl ModelConfig {
         let act = hf.hidden_act.as_deref();
         let expected_act = if arch == Arch::Bert { "gelu" } else { "silu" };
         if act.is_some_and(|a| a != expected_act) {
-            return Err(CpuError::Config {
+            return Err(ArchError::Config {
                 field: "hidden_act",
                 reason: format!(
                     "{:?} is not supported (only {expected_act:?})",
@@ -83,7 +84,7 @@ impl ModelConfig {
             });
         }
         if arch == Arch::Llama && hf.attention_bias == Some(true) {
-            return Err(CpuError::Config {
+            return Err(ArchError::Config {
                 field: "attention_bias",
                 reason: "true (biases on llama attention projections) is not supported".into(),
             });
@@ -139,7 +140,7 @@ impl ModelConfig {
             "qwen3" => Arch::Qwen3,
             "bert" => Arch::Bert,
             other => {
-                return Err(CpuError::UnsupportedArch {
+                return Err(ArchError::UnsupportedArch {
                     arch: format!("GGUF architecture {other}"),
                     what: "quench's CPU forward",
                 })
@@ -168,7 +169,7 @@ impl ModelConfig {
         };
         if let Ok(kind) = file.get_str(&key("rope.scaling.type")) {
             if kind != "none" {
-                return Err(CpuError::Config {
+                return Err(ArchError::Config {
                     field: "rope_scaling",
                     reason: format!("type {kind:?} is not supported"),
                 });
@@ -179,7 +180,7 @@ impl ModelConfig {
         let head_dim = opt_int("attention.key_length")?.unwrap_or(hidden / heads.max(1));
         if let Some(rotary) = opt_int("rope.dimension_count")? {
             if arch != Arch::Bert && rotary != head_dim {
-                return Err(CpuError::Config {
+                return Err(ArchError::Config {
                     field: "rope.dimension_count",
                     reason: format!(
                         "{rotary} differs from the head size {head_dim}; partial RoPE is not \
@@ -200,7 +201,7 @@ impl ModelConfig {
         let bias_name = DecoderTensor::Layer(0, DecoderLayerTensor::QBias).name(Naming::Gguf);
         let has = |n: Option<String>| n.is_some_and(|n| file.contains(&n));
         if arch == Arch::Llama && has(bias_name) {
-            return Err(CpuError::Config {
+            return Err(ArchError::Config {
                 field: "attention bias",
                 reason: "llama models with attention biases are not supported".into(),
             });

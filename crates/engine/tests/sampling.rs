@@ -1,9 +1,7 @@
 //! Sampling on hand-made and random distributions.
 
-use quench_cpu::{
-    apply_repetition_penalty, argmax, min_p_filter, top_k_filter, top_p_filter, Candidate,
-    CpuError, Sampler, SamplingParams,
-};
+use quench_cpu::{CpuError};
+use quench_engine::generate::{apply_repetition_penalty, argmax, min_p_filter, top_k_filter, top_p_filter, Candidate, Sampler, SamplingParams};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

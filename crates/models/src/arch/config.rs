@@ -1,6 +1,6 @@
-//! What a forward pass needs to know about a model, independent of where it was read from.
+//! What a model is, independent of where it was read from and of what runs it.
 
-use crate::error::{CpuError, Result};
+use super::error::{ArchError, Result};
 
 /// The architectures this crate runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,33 +97,33 @@ impl ModelConfig {
         ];
         for (field, value) in positive {
             if value == 0 {
-                return Err(CpuError::Config {
+                return Err(ArchError::Config {
                     field,
                     reason: "is 0".into(),
                 });
             }
         }
         if !self.heads.is_multiple_of(self.kv_heads) {
-            return Err(CpuError::Config {
+            return Err(ArchError::Config {
                 field: "kv_heads",
                 reason: format!("{} does not divide heads = {}", self.kv_heads, self.heads),
             });
         }
         if self.vocab > u32::MAX as usize {
-            return Err(CpuError::Config {
+            return Err(ArchError::Config {
                 field: "vocab",
                 reason: format!("{} does not fit token ids of 32 bits", self.vocab),
             });
         }
         if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
-            return Err(CpuError::Config {
+            return Err(ArchError::Config {
                 field: "norm_eps",
                 reason: format!("{} is not a non-negative number", self.norm_eps),
             });
         }
         if self.arch == Arch::Bert {
             if self.heads * self.head_dim != self.hidden {
-                return Err(CpuError::Config {
+                return Err(ArchError::Config {
                     field: "head_dim",
                     reason: format!(
                         "{} × {} heads differs from hidden = {}",
@@ -132,20 +132,20 @@ impl ModelConfig {
                 });
             }
             if self.type_vocab == 0 {
-                return Err(CpuError::Config {
+                return Err(ArchError::Config {
                     field: "type_vocab",
                     reason: "is 0".into(),
                 });
             }
         } else {
             if !self.head_dim.is_multiple_of(2) {
-                return Err(CpuError::Config {
+                return Err(ArchError::Config {
                     field: "head_dim",
                     reason: format!("{} is odd; RoPE rotates pairs", self.head_dim),
                 });
             }
             if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
-                return Err(CpuError::Config {
+                return Err(ArchError::Config {
                     field: "rope_theta",
                     reason: format!("{} is not a number above 1", self.rope_theta),
                 });
@@ -156,7 +156,7 @@ impl ModelConfig {
                     && s.high_freq_factor > s.low_freq_factor
                     && s.original_max_positions > 0;
                 if !ok {
-                    return Err(CpuError::Config {
+                    return Err(ArchError::Config {
                         field: "rope_scaling",
                         reason: format!(
                             "{s:?} needs factor > 0, 0 < low_freq_factor < high_freq_factor \

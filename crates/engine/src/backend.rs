@@ -1,0 +1,63 @@
+//! The one trait every decoder backend implements: feed a batch of sequences' tokens, get
+//! the logits of each one's last token.
+//!
+//! Generation ([`crate::generate`]), [`crate::CausalModel`] and the server's scheduler
+//! drive a model only through [`Decode`]; they never name a backend. The backends today are
+//! the CPU decoders (f64 reference, f32; [`crate::cpu`]) and the GPU decoder on any
+//! executor ([`crate::gpu`]). A backend keeps each sequence's KV state in a [`Sequence`] of
+//! its own type, made by [`Decode::new_sequence`] and handed back in every feed.
+
+use std::any::Any;
+
+use crate::error::{EngineError, Result};
+
+/// The KV state of one sequence in one backend: the positions it holds.
+pub trait Sequence: Send + Any {
+    /// Positions held.
+    fn len(&self) -> usize;
+    /// Most positions it can hold.
+    fn limit(&self) -> usize;
+    /// Forgets every position from `len` on.
+    fn truncate(&mut self, len: usize);
+    /// The sequence as its backend's own type.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// One sequence's share of a feed: `tokens` go after the positions `sequence` holds, at
+/// positions `sequence.len()..sequence.len() + tokens.len()`.
+pub struct Rows<'a> {
+    pub sequence: &'a mut dyn Sequence,
+    pub tokens: &'a [u32],
+}
+
+/// A decoder-only language model on some device.
+pub trait Decode: Send + Sync + Any {
+    /// Most positions one sequence holds.
+    fn context_limit(&self) -> usize;
+
+    /// An empty sequence holding up to `limit` positions (at most [`Decode::context_limit`]).
+    fn new_sequence(&self, limit: usize) -> Box<dyn Sequence>;
+
+    /// Most sequences one call of [`Decode::feed`] runs together in a step; more are run
+    /// in groups of this many.
+    fn max_batch(&self) -> usize;
+
+    /// Feeds each item's tokens after its sequence and returns, per item in order, the
+    /// logits of its last token. The logits of an item do not depend on the other items.
+    /// An item that cannot run (a sequence of another backend, no tokens, a full context,
+    /// a token outside the vocabulary) fails alone; a failed item's sequence holds the
+    /// positions whose steps completed.
+    fn feed(&self, items: &mut [Rows<'_>]) -> Vec<Result<Vec<f32>>>;
+
+    /// The backend as its own type, for callers that need what only it has (a GPU
+    /// decoder's timings and dispatch list).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// `sequence` as the backend type `S`, or the error of a sequence made by another model.
+pub(crate) fn own<S: Sequence>(sequence: &mut dyn Sequence) -> Result<&mut S> {
+    sequence
+        .as_any_mut()
+        .downcast_mut::<S>()
+        .ok_or(EngineError::ForeignSession)
+}

@@ -1,0 +1,13 @@
+//! Generation, the same on every backend: sampling, the loop, stop strings and streamed
+//! text.
+
+mod run;
+mod sampling;
+mod text_stream;
+
+pub use run::{generate, CausalLm, Continuation, Drawn, FinishReason, GenerateOptions};
+pub use sampling::{
+    apply_repetition_penalty, argmax, min_p_filter, top_k_filter, top_p_filter, Candidate, Sampler,
+    SamplingParams,
+};
+pub use text_stream::{Piece, TextStream};
