@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use quench_cpu::{Decoder, Logits};
+use quench_engine::generate::argmax;
 use quench_models::arch::{ModelConfig, Naming};
-use quench_engine::generate::{argmax};
 use quench_models::GgufFile;
 use serde_json::{json, Value};
 

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use quench_cpu::{Decoder, Logits};
-use quench_models::arch::{ModelConfig, Naming, RopeStyle, TensorSource};
 use quench_engine::gpu::Catalog;
 use quench_engine::{GenerateOptions, LoadOptions, Message, Prompt};
+use quench_models::arch::{ModelConfig, Naming, RopeStyle, TensorSource};
 use quench_models::dequant::f32_to_bf16;
 use quench_models::safetensors::{Dtype, SafetensorsWriter};
 use quench_models::{GgmlType, GgufFile, HfCheckpoint};
@@ -556,12 +556,13 @@ fn the_gpu_engine_runs_the_quantized_model() {
     let out = dir.join("q.gguf");
     quantize("q4_k", &model, &out);
     let options = LoadOptions {
+        device: quench_engine::Device::Interp,
         context_limit: Some(32),
         ..LoadOptions::default()
     };
     let start = std::time::Instant::now();
-    let gpu = quench_engine::gpu::load_causal(&out, quench_engine::gpu::Backend::Interp, &options)
-        .unwrap();
+    let gpu = quench_engine::load(&out, &options).unwrap();
+    let gpu = gpu.causal().unwrap();
     let generate = GenerateOptions {
         max_tokens: 3,
         ignore_eos: true,

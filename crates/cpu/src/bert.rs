@@ -1,15 +1,15 @@
 //! BERT encoders and sentence embeddings.
 
 use crate::attention::{attention, AttentionShape};
-use quench_models::arch::{Arch, ModelConfig};
-use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::load;
 use crate::math::{gelu, layer_norm};
 use crate::matrix::{linear, Matrix};
-use quench_models::arch::{BertLayerTensor as L, BertTensor, Naming};
 use crate::real::Real;
+use quench_models::arch::ArchError;
 use quench_models::arch::TensorSource;
+use quench_models::arch::{Arch, ModelConfig};
+use quench_models::arch::{BertLayerTensor as L, BertTensor, Naming};
 
 /// A BERT encoder with its weights in memory as `T`.
 pub struct Encoder<T> {

@@ -8,9 +8,9 @@
 
 use quench_models::GgmlType;
 
-use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::q8::{Q8Kind, Q8Row, BLOCK};
+use quench_models::arch::ArchError;
 
 /// The block formats kept as blocks; other types are expanded to f32 when loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,8 +2,6 @@
 
 use crate::arithmetic::Arithmetic;
 use crate::attention::{attention, AttentionShape};
-use quench_models::arch::ModelConfig;
-use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::f16_attention::attention_f16;
 use crate::ggml_math;
@@ -11,13 +9,15 @@ use crate::kv_cache::{KvCache, LayerCache};
 use crate::load;
 use crate::math::{rms_norm, silu};
 use crate::matrix::Matrix;
-use quench_models::arch::{DecoderLayerTensor as L, DecoderTensor, Naming};
 use crate::q8::round_f16;
 use crate::real::Real;
 use crate::rope::RopeTable;
-use quench_models::arch::rope_frequencies;
-use quench_models::arch::TensorSource;
 use crate::weight::Weight;
+use quench_models::arch::rope_frequencies;
+use quench_models::arch::ArchError;
+use quench_models::arch::ModelConfig;
+use quench_models::arch::TensorSource;
+use quench_models::arch::{DecoderLayerTensor as L, DecoderTensor, Naming};
 
 /// Which positions [`Decoder::forward`] returns logits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

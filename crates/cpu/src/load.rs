@@ -4,12 +4,12 @@ use quench_models::GgmlType;
 
 use crate::arithmetic::Arithmetic;
 use crate::blocks::BlockMatrix;
-use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::matrix::Matrix;
 use crate::real::Real;
-use quench_models::arch::TensorSource;
 use crate::weight::Weight;
+use quench_models::arch::ArchError;
+use quench_models::arch::TensorSource;
 
 /// A `[rows, cols]` weight, kept in its stored block format where `T` keeps blocks and the
 /// format is one that can be multiplied directly; otherwise as a matrix of `T`.

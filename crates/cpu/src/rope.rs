@@ -1,7 +1,7 @@
 //! Rotary position embedding.
 
-use quench_models::arch::RopeStyle;
 use crate::real::Real;
+use quench_models::arch::RopeStyle;
 
 /// Cosines and sines for a run of consecutive positions, computed in f64.
 pub(crate) struct RopeTable<T> {

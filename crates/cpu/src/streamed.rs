@@ -17,17 +17,17 @@ use std::time::{Duration, Instant};
 use quench_models::{dequant, GgmlType};
 
 use crate::arithmetic::Arithmetic;
-use quench_models::arch::ModelConfig;
 use crate::decoder::{check_decoder_config, name, rope_freqs, token_row, Layer};
-use quench_models::arch::ArchError;
 use crate::error::{CpuError, Result};
 use crate::kv_cache::LayerCache;
 use crate::load;
 use crate::math::rms_norm;
 use crate::matrix::{linear, Matrix};
-use quench_models::arch::{DecoderTensor, Naming};
 use crate::rope::RopeTable;
+use quench_models::arch::ArchError;
+use quench_models::arch::ModelConfig;
 use quench_models::arch::TensorSource;
+use quench_models::arch::{DecoderTensor, Naming};
 
 const F64_BYTES: usize = std::mem::size_of::<f64>();
 

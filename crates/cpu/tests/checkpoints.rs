@@ -4,8 +4,10 @@
 mod common;
 
 use common::{max_rel_diff, random_decoder, tiny_config, to_gguf_layout, Filler};
-use quench_cpu::{CpuError, Decoder, Logits};
-use quench_models::arch::{Arch, Llama3Scaling, MemorySource, ModelConfig, Naming, RopeStyle, TensorSource};
+use quench_cpu::{Decoder, Logits};
+use quench_models::arch::{
+    Arch, ArchError, Llama3Scaling, MemorySource, ModelConfig, Naming, RopeStyle, TensorSource,
+};
 use quench_models::gguf::{GgufWriter, MetadataArray, MetadataValue};
 use quench_models::safetensors::{Dtype, SafetensorsWriter};
 use quench_models::{GgmlType, GgufFile, HfCheckpoint, HfConfig};
@@ -216,7 +218,7 @@ fn hugging_face_configs_map_to_model_configs() {
         assert_eq!(err.to_string(), message);
         assert!(matches!(
             err,
-            CpuError::UnsupportedArch { .. } | CpuError::Config { .. }
+            ArchError::UnsupportedArch { .. } | ArchError::Config { .. }
         ));
     }
 }

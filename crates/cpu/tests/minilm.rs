@@ -1,6 +1,6 @@
 //! all-MiniLM-L6-v2 from a real Hugging Face checkpoint, when `QUENCH_MINILM_DIR` names one.
 
-use quench_cpu::{Encoder};
+use quench_cpu::Encoder;
 use quench_models::arch::{ModelConfig, Naming};
 use quench_models::HfCheckpoint;
 use quench_text::Tokenizer;

@@ -20,10 +20,10 @@ mod gguf_vocab;
 
 use std::time::Instant;
 
-use common::logit_violations;
+use common::{argmax, logit_violations};
 use quench_cpu::{Arithmetic, Decoder, KvCache, Logits};
 use quench_models::arch::{ModelConfig, Naming};
-use quench_engine::generate::{argmax};
+
 use quench_models::GgufFile;
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 //! with cosine ≥ [`MIN_COSINE`] for each sentence of `fixtures/minilm_sentence_transformers.json`
 //! (written by scripts/fixtures/parity/make_minilm_embeddings.py).
 
-use quench_cpu::{Encoder};
+use quench_cpu::Encoder;
 use quench_models::arch::{ModelConfig, Naming};
 use quench_models::HfCheckpoint;
 use quench_text::Tokenizer;

@@ -10,7 +10,9 @@ mod common;
 
 use common::{random_decoder, tiny_config, to_gguf_layout, Filler};
 use quench_cpu::{CpuError, Decoder, Logits, Matrix, StreamProgress, StreamedReference};
-use quench_models::arch::{Arch, Llama3Scaling, MemorySource, ModelConfig, Naming, RopeStyle, TensorSource};
+use quench_models::arch::{
+    Arch, ArchError, Llama3Scaling, MemorySource, ModelConfig, Naming, RopeStyle, TensorSource,
+};
 use quench_models::gguf::GgufWriter;
 use quench_models::{dequant, quant, GgmlType, GgufFile};
 use rand::{Rng, SeedableRng};
@@ -324,7 +326,7 @@ fn bad_requests_are_refused_by_name() {
     let reference = StreamedReference::new(config.clone(), &src, Naming::HuggingFace).unwrap();
     let err = reference.logits(&[1, 2], 0..2, none).unwrap_err();
     assert!(
-        matches!(&err, CpuError::MissingTensor { name } if name == "model.layers.1.mlp.up_proj.weight"),
+        matches!(&err, CpuError::Model(ArchError::MissingTensor { name }) if name == "model.layers.1.mlp.up_proj.weight"),
         "{err}"
     );
     src.insert(

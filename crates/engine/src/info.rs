@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use quench_models::arch::{ModelConfig};
+use quench_models::arch::ModelConfig;
 
 use crate::checkpoint::Checkpoint;
 use crate::options::LoadOptions;

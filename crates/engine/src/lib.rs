@@ -44,10 +44,10 @@ pub use backend::{Decode, Rows, Sequence};
 pub use causal::{BatchItem, CausalModel, Generation, Prompt, Session};
 pub use embedding::{Embedding, EmbeddingModel, Pooling};
 pub use error::{EngineError, Result};
+pub use generate::{argmax, FinishReason, GenerateOptions, Sampler, SamplingParams, TextStream};
 pub use info::{Format, ModelInfo, ModelKind};
 pub use load::{inspect, load};
 pub use options::{Arithmetic, Device, KvCache, LoadOptions, Precision};
-pub use generate::{argmax, FinishReason, GenerateOptions, Sampler, SamplingParams, TextStream};
 pub use quench_models::arch::{Arch, ModelConfig};
 pub use quench_text::Message;
 
@@ -70,6 +70,18 @@ impl Model {
 
     /// The model as a text generator, or an error saying it only embeds.
     pub fn causal(&self) -> Result<&CausalModel> {
+        match self {
+            Model::Causal(m) => Ok(m),
+            Model::Embedding(m) => Err(EngineError::WrongKind {
+                path: m.info().path.clone(),
+                found: "an embedding model",
+                expected: "it cannot generate text",
+            }),
+        }
+    }
+
+    /// The model as a text generator, owned, or an error saying it only embeds.
+    pub fn into_causal(self) -> Result<CausalModel> {
         match self {
             Model::Causal(m) => Ok(m),
             Model::Embedding(m) => Err(EngineError::WrongKind {

@@ -48,7 +48,11 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<Model> {
     }
 }
 
-fn causal(checkpoint: &Checkpoint, config: ModelConfig, options: &LoadOptions) -> Result<CausalModel> {
+fn causal(
+    checkpoint: &Checkpoint,
+    config: ModelConfig,
+    options: &LoadOptions,
+) -> Result<CausalModel> {
     let in_model = |e: EngineError| e.in_model(checkpoint.path());
     let text = text::read(checkpoint).map_err(in_model)?;
     let mut info = info(checkpoint, config.clone(), None, options);
@@ -64,8 +68,9 @@ fn causal(checkpoint: &Checkpoint, config: ModelConfig, options: &LoadOptions) -
         // The GPU kernels have their own precision.
         (Device::Cuda | Device::Interp, _) => {
             let gpu_options = gpu::gpu_options(options);
-            let decoder = gpu::decoder_from(checkpoint, config, gpu::backend_of(options), &gpu_options)
-                .map_err(in_model)?;
+            let decoder =
+                gpu::decoder_from(checkpoint, config, gpu::backend_of(options), &gpu_options)
+                    .map_err(in_model)?;
             let summary = decoder.summary();
             info.context_limit = summary.context;
             info.weight_bytes = summary.weight_bytes;

@@ -1,11 +1,19 @@
 //! Generation: stopping, streaming and context limits.
 
-mod common;
+use quench_cpu::Decoder;
+use quench_engine::generate::{
+    generate, CausalLm, Continuation, Drawn, FinishReason, GenerateOptions, SamplingParams,
+};
+use quench_engine::synth::tiny_chat_model;
+use quench_engine::{EngineError, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
-use common::{random_decoder, tiny_config, Filler};
-use quench_cpu::{CpuError, Decoder, Result, Session};
-use quench_models::arch::{Arch, Naming};
-use quench_engine::generate::{generate, CausalLm, FinishReason, GenerateOptions, SamplingParams};
+/// `n` random token ids below `vocab`.
+fn random_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen_range(0..vocab as u32)).collect()
+}
 
 /// A model that always makes the next token of a script the most likely.
 struct Scripted {
@@ -53,23 +61,20 @@ fn detokenize(tokens: &[u32]) -> String {
     tokens.iter().map(|&t| VOCAB[t as usize]).collect()
 }
 
-fn options(max_new_tokens: usize, stops: &[&str]) -> GenerateOptions {
+const EOS: [u32; 1] = [0];
+
+fn options(max_tokens: usize, stops: &[&str]) -> GenerateOptions {
     GenerateOptions {
-        max_new_tokens,
-        sampling: SamplingParams::greedy(),
-        stop_strings: stops.iter().map(|s| s.to_string()).collect(),
-        eos_ids: vec![0],
+        max_tokens,
+        stop: stops.iter().map(|s| s.to_string()).collect(),
+        ..GenerateOptions::default()
     }
 }
 
-fn run(
-    script: &[u32],
-    limit: usize,
-    opts: &GenerateOptions,
-) -> (quench_cpu::Generation, Vec<(u32, String)>) {
+fn run(script: &[u32], limit: usize, opts: &GenerateOptions) -> (Drawn, Vec<(u32, String)>) {
     let mut model = Scripted::new(script, limit);
     let mut pieces = Vec::new();
-    let g = generate(&mut model, &detokenize, &[6, 7], opts, &mut |t, s| {
+    let g = generate(&mut model, &detokenize, &[6, 7], opts, &EOS, &mut |t, s| {
         pieces.push((t, s.to_owned()))
     })
     .unwrap();
@@ -128,22 +133,22 @@ fn stops_at_max_tokens_and_at_the_context_limit() {
 
 #[test]
 fn a_prompt_longer_than_the_context_is_refused_by_name() {
-    let config = tiny_config(Arch::Llama);
-    let src = random_decoder(&config, 1200);
-    let model = Decoder::<f32>::load(config.clone(), &src, Naming::HuggingFace).unwrap();
-    let mut session = Session::with_limit(&model, 16);
-    let prompt = Filler::new(1201).tokens(17, config.vocab);
+    let model = tiny_chat_model(1200).unwrap();
+    let decoder = model.backend::<Decoder<f32>>().expect("on the CPU");
+    let mut session = Continuation::new(decoder, 16);
+    let prompt = random_tokens(1201, 17, model.info().config.vocab);
     let err = generate(
         &mut session,
         &|_| String::new(),
         &prompt,
         &options(4, &[]),
+        &EOS,
         &mut |_, _| {},
     )
     .unwrap_err();
     assert!(matches!(
         err,
-        CpuError::PromptTooLong {
+        EngineError::PromptTooLong {
             prompt_len: 17,
             limit: 16,
             used: 0
@@ -158,12 +163,13 @@ fn a_prompt_longer_than_the_context_is_refused_by_name() {
 
 #[test]
 fn sessions_continue_and_seeded_sampling_repeats() {
-    let config = tiny_config(Arch::Qwen3);
-    let src = random_decoder(&config, 1300);
-    let model = Decoder::<f32>::load(config.clone(), &src, Naming::HuggingFace).unwrap();
-    let prompt = Filler::new(1301).tokens(5, config.vocab);
+    let model = tiny_chat_model(1300).unwrap();
+    let decoder = model.backend::<Decoder<f32>>().expect("on the CPU");
+    let vocab = model.info().config.vocab;
+    let limit = model.info().context_limit;
+    let prompt = random_tokens(1301, 5, vocab);
     let opts = GenerateOptions {
-        max_new_tokens: 8,
+        max_tokens: 8,
         sampling: SamplingParams {
             temperature: 0.8,
             top_k: 20,
@@ -172,44 +178,40 @@ fn sessions_continue_and_seeded_sampling_repeats() {
             repetition_penalty: 1.1,
             seed: 42,
         },
-        stop_strings: vec![],
-        eos_ids: vec![],
+        ignore_eos: true,
+        ..GenerateOptions::default()
     };
     let text = |t: &[u32]| t.iter().map(|t| format!("<{t}>")).collect::<String>();
-    let mut first = Session::new(&model);
-    let a = generate(&mut first, &text, &prompt, &opts, &mut |_, _| {}).unwrap();
+    let mut first = Continuation::new(decoder, limit);
+    let a = generate(&mut first, &text, &prompt, &opts, &[], &mut |_, _| {}).unwrap();
     // The session holds the prompt and every drawn token but the last.
     assert_eq!(first.position(), prompt.len() + a.tokens.len() - 1);
-    let b = generate(
-        &mut Session::new(&model),
-        &text,
-        &prompt,
-        &opts,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let mut second = Continuation::new(decoder, limit);
+    let b = generate(&mut second, &text, &prompt, &opts, &[], &mut |_, _| {}).unwrap();
     assert_eq!(a, b);
     assert_eq!(a.text, text(&a.tokens));
 
     // Continuing a session: feeding the last token then a new turn works like one prompt.
     let mut turn: Vec<u32> = vec![*a.tokens.last().unwrap()];
-    turn.extend(Filler::new(1302).tokens(3, config.vocab));
+    turn.extend(random_tokens(1302, 3, vocab));
     let greedy = GenerateOptions {
         sampling: SamplingParams::greedy(),
         ..opts.clone()
     };
-    let continued = generate(&mut first, &text, &turn, &greedy, &mut |_, _| {}).unwrap();
+    let continued = generate(&mut first, &text, &turn, &greedy, &[], &mut |_, _| {}).unwrap();
     let whole: Vec<u32> = prompt
         .iter()
         .chain(&a.tokens[..a.tokens.len() - 1])
         .chain(&turn)
         .copied()
         .collect();
+    let mut fresh_session = Continuation::new(decoder, limit);
     let fresh = generate(
-        &mut Session::new(&model),
+        &mut fresh_session,
         &text,
         &whole,
         &greedy,
+        &[],
         &mut |_, _| {},
     )
     .unwrap();

@@ -13,13 +13,13 @@
 
 use std::path::PathBuf;
 
-use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::gpu::{
     load_decoder, Backend, DecodeGraph, GpuDecoder, GpuError, GpuOptions, GpuSession, GpuSummary,
     StepShape,
 };
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
 use quench_engine::KvCache;
+use quench_models::arch::{ModelConfig, Naming};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};
@@ -332,7 +332,7 @@ fn greedy_steps_take_each_rows_largest_logit() {
     let next = decoder.step_batch_greedy(&mut rows).expect("steps");
     let host: Vec<u32> = logits
         .iter()
-        .map(|l| crate::generate::argmax(l).expect("a largest logit"))
+        .map(|l| quench_engine::generate::argmax(l).expect("a largest logit"))
         .collect();
     assert_eq!(next, host);
 }
@@ -439,7 +439,15 @@ fn models_feed_sessions_in_batches_as_generate_computes_them() {
         max_batch: Some(2),
         ..LoadOptions::default()
     };
-    let gpu = quench_engine::gpu::load_causal(&dir, Backend::Interp, &gpu_options).expect("loads");
+    let gpu = quench_engine::load(
+        &dir,
+        &quench_engine::LoadOptions {
+            device: quench_engine::Device::Interp,
+            ..gpu_options.clone()
+        },
+    )
+    .and_then(quench_engine::Model::into_causal)
+    .expect("loads");
     for (what, model) in [
         ("cpu", cpu.causal().expect("generates text")),
         ("gpu", &gpu),

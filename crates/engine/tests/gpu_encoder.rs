@@ -7,12 +7,12 @@
 
 use std::path::PathBuf;
 
-use quench_cpu::{Encoder};
-use quench_models::arch::{Naming};
-use quench_engine::gpu::encoder::{load_embedding, GpuEncoder};
+use quench_cpu::Encoder;
+use quench_engine::gpu::encoder::GpuEncoder;
 use quench_engine::gpu::Backend;
 use quench_engine::synth::TinyBert;
-use quench_engine::{load, LoadOptions, Precision};
+use quench_engine::{load, Device, LoadOptions, Precision};
+use quench_models::arch::Naming;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -148,8 +148,15 @@ fn minilm_through_the_interpreter_matches_f64() {
     };
     let texts = ["A man is eating food.", "The girl is carrying a baby."];
     let start = std::time::Instant::now();
-    let device =
-        load_embedding(&dir, Backend::Interp, &LoadOptions::default()).expect("device model");
+    let device = load(
+        &dir,
+        &LoadOptions {
+            device: Device::Interp,
+            ..LoadOptions::default()
+        },
+    )
+    .expect("device model");
+    let device = device.embedding().expect("an embedding model");
     let got = device.embed(&texts).expect("device embeddings");
     eprintln!("interpreter: {:.1} s", start.elapsed().as_secs_f64());
     let options = LoadOptions {

@@ -8,10 +8,10 @@
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
 //! and is printed so that a failure can be replayed.
 
-use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::gpu::{DecodeGraph, GpuDecoder, GpuOptions, Rows, StepShape};
 use quench_engine::KvCache;
 use quench_ir::Function;
+use quench_models::arch::{ModelConfig, Naming};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::{
     Arg, DevicePtr, EventId, Executor, GraphId, InterpExecutor, KernelAbi, KernelId, Launch,

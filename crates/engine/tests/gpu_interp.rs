@@ -6,14 +6,14 @@
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else from the
 //! clock, and is printed so that a failure can be replayed.
 
-use quench_cpu::{Decoder};
-use quench_models::arch::{ModelConfig, Naming};
+use quench_cpu::Decoder;
 use quench_engine::gpu::check::{
     check_generation, judge, judge_generation, GenerationCheck, LogitBound, Reference,
 };
-use quench_engine::gpu::{load_causal, Backend, GpuDecoder, GpuError, GpuOptions};
+use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions};
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
 use quench_engine::{GenerateOptions, KvCache, LoadOptions, Prompt};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_models::safetensors::{Dtype, SafetensorsWriter};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
@@ -262,7 +262,7 @@ fn the_step_has_the_planned_dispatches_and_replays_like_direct_launches() {
         lb.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
     );
     // The device's argmax is the host's.
-    let next = crate::generate::argmax(&la).unwrap();
+    let next = quench_engine::generate::argmax(&la).unwrap();
     let mut c = captured.new_session();
     assert_eq!(captured.feed_greedy(&mut c, &prompt).unwrap(), next);
     // Timing: greedy steps after the first token, the tied table read as the LM head.
@@ -469,8 +469,16 @@ fn a_hugging_face_checkpoint_generates_through_the_engine() {
         context_limit: Some(CONTEXT),
         ..LoadOptions::default()
     };
-    let model = load_causal(&dir, Backend::Interp, &options).unwrap();
-    let summary = model.gpu_decoder().unwrap().summary();
+    let model = quench_engine::load(
+        &dir,
+        &quench_engine::LoadOptions {
+            device: quench_engine::Device::Interp,
+            ..options.clone()
+        },
+    )
+    .and_then(quench_engine::Model::into_causal)
+    .unwrap();
+    let summary = model.backend::<GpuDecoder>().unwrap().summary();
     assert_eq!(
         (model.info().context_limit, summary.context),
         (CONTEXT, CONTEXT)

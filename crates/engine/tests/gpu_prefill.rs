@@ -28,15 +28,15 @@
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
 //! and is printed so that a failure can be replayed.
 
-use quench_cpu::{Decoder};
-use quench_models::arch::{ModelConfig, Naming};
+use quench_cpu::Decoder;
 use quench_engine::gpu::check::{judge, LogitBound, Reference};
 use quench_engine::KvCache;
+use quench_models::arch::{ModelConfig, Naming};
 use std::collections::HashMap;
 
 use half::bf16;
-use quench_models::arch::{RawTensor, TensorSource};
 use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions, StoredTensor, StoredTensors};
+use quench_models::arch::{RawTensor, TensorSource};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};
@@ -177,7 +177,7 @@ fn assert_within(
 }
 
 fn argmax(v: &[f32]) -> u32 {
-    crate::generate::argmax(v).expect("logits")
+    quench_engine::generate::argmax(v).expect("logits")
 }
 
 /// A prompt of 20 tokens (chunks of 16 and 4), three greedy steps, a second prompt of 12
@@ -493,7 +493,7 @@ impl Bf16Weights {
 }
 
 impl TensorSource for Bf16Weights {
-    fn get(&self, name: &str) -> quench_cpu::Result<(Vec<usize>, Vec<f32>)> {
+    fn get(&self, name: &str) -> quench_models::arch::Result<(Vec<usize>, Vec<f32>)> {
         let (dims, v) = self.file.get(name)?;
         match self.widened.contains_key(name) {
             true => Ok((
@@ -508,7 +508,7 @@ impl TensorSource for Bf16Weights {
         self.file.contains(name)
     }
 
-    fn raw(&self, name: &str) -> quench_cpu::Result<Option<RawTensor<'_>>> {
+    fn raw(&self, name: &str) -> quench_models::arch::Result<Option<RawTensor<'_>>> {
         let Some(raw) = self.file.raw(name)? else {
             return Ok(None);
         };
@@ -527,7 +527,7 @@ impl StoredTensors for Bf16Weights {
     fn stored(&self, name: &str) -> Result<StoredTensor<'_>, GpuError> {
         let raw = self
             .raw(name)?
-            .ok_or_else(|| quench_cpu::CpuError::MissingTensor {
+            .ok_or_else(|| quench_models::arch::ArchError::MissingTensor {
                 name: name.to_owned(),
             })?;
         Ok(StoredTensor {

@@ -11,10 +11,10 @@
 
 use std::sync::Mutex;
 
-use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::generate::{Sampler, SamplingParams};
 use quench_engine::gpu::profile::{self, Mode, Profile, ProfileOptions};
 use quench_engine::gpu::{GpuDecoder, GpuOptions};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_models::{GgmlType, GgufFile};
 use quench_prof::{chrome_trace, summarize, Ceilings, LANES};
 use quench_rt::InterpExecutor;

@@ -5,9 +5,9 @@
 //! `QUENCH_SMOLLM2_GGUF` (the SmolLM2-135M-Instruct Q4_1 GGUF file) and `ptxas`
 //! (`QUENCH_PTXAS`, `PATH` or the nvidia-cuda-nvcc wheel); prints SKIPPED without them.
 
-use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::gpu::{Catalog, DecodeGraph, StepShape};
 use quench_engine::KvCache;
+use quench_models::arch::{ModelConfig, Naming};
 use quench_models::GgufFile;
 use quench_ptx::ptxas::{assemble, find_ptxas};
 

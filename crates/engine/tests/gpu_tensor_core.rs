@@ -10,13 +10,13 @@
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else from the
 //! clock, and is printed so that a failure can be replayed.
 
-use quench_cpu::{Decoder};
-use quench_models::arch::{ModelConfig, Naming};
+use quench_cpu::Decoder;
 use quench_engine::gpu::check::{check_generation, LogitBound, Reference};
 use quench_engine::gpu::{
     Catalog, DecodeGraph, GpuDecoder, GpuOptions, GpuSession, Products, Rows, StepShape,
 };
 use quench_engine::KvCache;
+use quench_models::arch::{ModelConfig, Naming};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::seq::SliceRandom;

@@ -1,7 +1,10 @@
 //! Sampling on hand-made and random distributions.
 
-use quench_cpu::{CpuError};
-use quench_engine::generate::{apply_repetition_penalty, argmax, min_p_filter, top_k_filter, top_p_filter, Candidate, Sampler, SamplingParams};
+use quench_engine::generate::{
+    apply_repetition_penalty, argmax, min_p_filter, top_k_filter, top_p_filter, Candidate, Sampler,
+    SamplingParams,
+};
+use quench_engine::EngineError;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -203,14 +206,14 @@ fn bad_parameters_and_logits_are_refused_by_name() {
     ];
     for (params, name) in bad {
         match Sampler::new(params) {
-            Err(CpuError::Sampling { param, .. }) => assert_eq!(param, name),
+            Err(EngineError::Sampling { param, .. }) => assert_eq!(param, name),
             other => panic!("{name}: {other:?}"),
         }
     }
     let mut s = Sampler::new(sampled(1.0, 0, 1.0, 0.0, 0)).unwrap();
     assert!(matches!(
         s.sample(&[0.0, f32::NAN], &[]),
-        Err(CpuError::BadLogits { what: "NaN" })
+        Err(EngineError::BadLogits { what: "NaN" })
     ));
     assert!(s.sample(&[f32::NEG_INFINITY; 3], &[]).is_err());
 }

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use quench_cpu::{Decoder, StreamProgress};
-use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::gpu::check::{judge_generation, LogitBound, Reference};
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_models::HfCheckpoint;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -120,7 +120,7 @@ fn the_streamed_reference_judges_a_generation() {
             .iter()
             .map(|&v| v as f32)
             .collect();
-        tokens.push(crate::generate::argmax(&row).unwrap());
+        tokens.push(quench_engine::generate::argmax(&row).unwrap());
         rows.push(row);
     }
     let bound = LogitBound::FP64_CHECK;

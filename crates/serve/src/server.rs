@@ -15,13 +15,13 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::api::{router, AppState, BodyLimits, ServedModel};
-use crate::scheduler::{EngineConfig, EngineHandle};
 use crate::log::{self, RequestIds};
 use crate::metrics::Metrics;
+use crate::scheduler::{EngineConfig, EngineHandle};
 use crate::sessions::SessionStore;
-use quench_engine::CausalModel;
-use quench_engine::synth::{tiny_chat_model, tiny_embedding_model};
 use crate::text::TextSide;
+use quench_engine::synth::{tiny_chat_model, tiny_embedding_model};
+use quench_engine::CausalModel;
 
 /// Where a model comes from: `PATH` (a GGUF file or a Hugging Face directory),
 /// `NAME=PATH` to serve it under NAME, or one of the built-in synthetic models
@@ -336,9 +336,7 @@ async fn load_causal(
             ModelSource::TinyChat if device != quench_engine::Device::Cpu => {
                 Err("synthetic:tiny-chat runs on the CPU only; leave out --device".into())
             }
-            ModelSource::TinyChat => Ok(Arc::new(
-                tiny_chat_model(1).map_err(|e| e.to_string())?,
-            )),
+            ModelSource::TinyChat => Ok(Arc::new(tiny_chat_model(1).map_err(|e| e.to_string())?)),
             ModelSource::TinyEmbed => {
                 Err("synthetic:tiny-embed makes embeddings; pass it with --embedding-model".into())
             }

@@ -12,13 +12,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use quench_engine::generate::{SamplingParams};
+use quench_engine::generate::SamplingParams;
 use quench_engine::gpu::profile::{self, Mode, ProfileOptions};
-use quench_engine::gpu::{load_causal, Backend};
+use quench_engine::gpu::GpuDecoder;
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
-use quench_engine::{CausalModel, GenerateOptions, LoadOptions, Prompt};
-use quench_serve::backend::{CausalBackend, StepItem};
-use quench_serve::engine::{EngineConfig, EngineHandle, Event, Job};
+use quench_engine::{BatchItem, CausalModel, Device, GenerateOptions, LoadOptions, Model, Prompt};
+use quench_serve::scheduler::{EngineConfig, EngineHandle, Event, Job};
 use quench_serve::sessions::SessionStore;
 use quench_serve::text::TextSide;
 use rand::{Rng, SeedableRng};
@@ -57,14 +56,17 @@ fn load(seed: u64, tensor_core_decode: bool) -> (TempDir, CausalModel) {
     };
     synthesize(&dir.0, &options, &mut |_| {}).expect("synthesizes");
     let options = LoadOptions {
+        device: Device::Interp,
         context_limit: Some(64),
         sessions: Some(4),
         max_batch: Some(4),
         tensor_core_decode,
         ..LoadOptions::default()
     };
-    let model = load_causal(&dir.0, Backend::Interp, &options).expect("loads");
-    (dir, model)
+    match quench_engine::load(&dir.0, &options).expect("loads") {
+        Model::Causal(model) => (dir, model),
+        Model::Embedding(_) => panic!("the tiny llama loaded as an embedding model"),
+    }
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -74,7 +76,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 /// One scheduler step of `feeds` (the tokens each sequence feeds) on fresh caches, then
 /// one more of token `then[i]` each; the logits of both.
 fn two_steps(model: &CausalModel, feeds: &[Vec<u32>], then: &[u32]) -> Vec<Vec<u32>> {
-    let mut caches: Vec<_> = feeds.iter().map(|_| model.new_cache()).collect();
+    let mut caches: Vec<_> = feeds.iter().map(|_| model.new_session()).collect();
     let mut out = vec![];
     for round in 0..2 {
         let next: Vec<Vec<u32>> = feeds
@@ -82,10 +84,10 @@ fn two_steps(model: &CausalModel, feeds: &[Vec<u32>], then: &[u32]) -> Vec<Vec<u
             .zip(then)
             .map(|(f, &t)| if round == 0 { f.clone() } else { vec![t] })
             .collect();
-        let mut items: Vec<StepItem<'_, _>> = caches
+        let mut items: Vec<BatchItem<'_>> = caches
             .iter_mut()
             .zip(&next)
-            .map(|(cache, tokens)| StepItem { cache, tokens })
+            .map(|(session, tokens)| BatchItem { session, tokens })
             .collect();
         for r in model.step(&mut items) {
             out.push(bits(&r.expect("the step runs")));
@@ -113,7 +115,10 @@ fn the_gpu_engine_steps_sequences_together() {
     let then: Vec<u32> = feeds.iter().map(|_| rng.gen_range(0..256)).collect();
     let together = two_steps(&model, &feeds, &then);
     let p = profile::finish().expect("profiling was on");
-    let summary = model.gpu_decoder().expect("on the GPU engine").summary();
+    let summary = model
+        .backend::<GpuDecoder>()
+        .expect("on the GPU engine")
+        .summary();
     let one_row = summary.dispatches_per_token as u64;
     let several = summary
         .batch_dispatches_per_step
@@ -149,7 +154,10 @@ fn the_gpu_engine_steps_sequences_together() {
     // models (in this test, not one beside it: profiling above counts every step of the
     // process).
     let (_dir, model) = load(s, true);
-    let summary = model.gpu_decoder().expect("on the GPU engine").summary();
+    let summary = model
+        .backend::<GpuDecoder>()
+        .expect("on the GPU engine")
+        .summary();
     assert!(summary.tensor_core_products > 0, "{summary:?}");
     scheduler_answers_as_alone(model, &mut rng);
 }

@@ -1,8 +1,10 @@
 //! Tiny seeded random models built in memory, in Hugging Face and GGUF layouts.
 #![allow(dead_code)] // each test binary uses a different part
 
-use quench_cpu::{Matrix};
-use quench_models::arch::{Arch, DecoderLayerTensor as L, DecoderTensor, MemorySource, ModelConfig, Naming, RopeStyle};
+use quench_cpu::Matrix;
+use quench_models::arch::{
+    Arch, DecoderLayerTensor as L, DecoderTensor, MemorySource, ModelConfig, Naming, RopeStyle,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -269,4 +271,15 @@ pub fn max_rel_diff(a: &[f64], b: &[f64]) -> f64 {
             }
         })
         .fold(0.0, f64::max)
+}
+
+/// The index of the largest logit (the first of equal ones), as greedy decoding picks.
+pub fn argmax(logits: &[f32]) -> Option<u32> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in logits.iter().enumerate() {
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| i as u32)
 }

@@ -17,10 +17,10 @@
 //! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K are read as stored; anything
 //! else is refused by name.
 
-use quench_models::arch::{DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming, RopeStyle};
 use quench_kernels::embed::TableFormat;
 use quench_kernels::qgemv::WeightFormat;
 use quench_kernels::rope::RopeStyle as RopePairs;
+use quench_models::arch::{DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming, RopeStyle};
 use quench_models::GgmlType;
 
 use super::error::GpuError;

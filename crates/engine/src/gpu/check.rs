@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use quench_cpu::{Decoder, Logits, Matrix, StreamProgress, StreamStats, StreamedReference};
-use quench_models::arch::{ModelConfig};
+use quench_models::arch::ModelConfig;
 
 use super::decoder::GpuDecoder;
 use super::error::GpuError;

@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use quench_models::arch::{ModelConfig, Naming};
 use quench_ir::Function;
+use quench_models::arch::{ModelConfig, Naming};
 use quench_rt::{
     Arg, CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, KernelId, Launch, StreamId,
 };

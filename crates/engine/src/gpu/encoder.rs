@@ -25,13 +25,13 @@
 
 mod weights;
 
-use quench_models::arch::{Arch, ModelConfig, Naming, TensorSource};
 use quench_kernels::bias::BiasRowsParams;
 use quench_kernels::embed::{EmbedParams, TableFormat};
 use quench_kernels::encoder_attention::EncoderAttentionParams;
 use quench_kernels::gemm::{BFormat, Epilogue, GemmParams};
 use quench_kernels::norm_residual::{Norm, NormResidualParams, OutType};
 use quench_kernels::to_bf16::{Activation, ToBf16Params};
+use quench_models::arch::{Arch, ModelConfig, Naming, TensorSource};
 use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 
 use super::decoder::{open, Backend};

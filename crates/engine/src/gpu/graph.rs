@@ -81,7 +81,6 @@
 
 use std::collections::HashMap;
 
-use quench_models::arch::{rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
 use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};
 use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
@@ -95,6 +94,9 @@ use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, Weigh
 use quench_kernels::rmsnorm_rows::{self, RmsNormRowsParams};
 use quench_kernels::rope;
 use quench_kernels::KernelError;
+use quench_models::arch::{
+    rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming,
+};
 use quench_rt::{Arg, Launch};
 
 use super::catalog::{tensor_name, Catalog, Qkv};

@@ -48,7 +48,6 @@
 //! instead does not help (the chunk's keys and values carry the error). The path is
 //! therefore off unless asked for ([`super::GpuOptions::prefill_chunk`]).
 
-use quench_models::arch::{DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
 use quench_ir::func::MAX_STATIC_SHARED_BYTES;
 use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};
@@ -63,6 +62,7 @@ use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat}
 use quench_kernels::silu_mul::{self, SiluMulParams};
 use quench_kernels::to_bf16::{self, Activation, ToBf16Params};
 use quench_kernels::KernelError;
+use quench_models::arch::{DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
 use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 
 use super::catalog::{tensor_name, Catalog, Qkv};

@@ -46,9 +46,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use quench_models::arch::{ModelConfig};
 use quench_ir::Function;
 use quench_kernels::attention::BLOCK_TOKENS;
+use quench_models::arch::ModelConfig;
 use quench_prof::access::{param_access, Access};
 use quench_prof::{Ceilings, Dispatch, History, HostSpans, RingError};
 use quench_rt::{Arg, Executor, StreamId};

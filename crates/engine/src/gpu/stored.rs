@@ -1,7 +1,7 @@
 //! Weights as the checkpoint stores them: the bytes the GPU kernels read directly (GGUF
 //! blocks, bf16/f16 rows), never expanded on the way.
 
-use quench_models::arch::{TensorSource};
+use quench_models::arch::TensorSource;
 use quench_models::safetensors::Dtype;
 use quench_models::{GgmlType, GgufFile, HfCheckpoint};
 

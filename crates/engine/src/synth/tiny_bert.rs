@@ -1,7 +1,9 @@
 //! A small BERT encoder with seeded random weights, built in memory: for embedding without a
 //! checkpoint (a demo server, tests of the encoder paths).
 
-use quench_models::arch::{Arch, BertLayerTensor as BL, BertTensor, MemorySource, ModelConfig, Naming, RopeStyle};
+use quench_models::arch::{
+    Arch, BertLayerTensor as BL, BertTensor, MemorySource, ModelConfig, Naming, RopeStyle,
+};
 use rand::Rng;
 
 use crate::error::Result;

@@ -170,4 +170,3 @@ fn byte_level_tokenizer_json() -> Value {
         "model": {"type": "BPE", "vocab": vocab, "merges": []}
     })
 }
-

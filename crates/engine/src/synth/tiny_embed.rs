@@ -82,7 +82,6 @@ pub fn tiny_embedding_model(seed: u64) -> Result<EmbeddingModel> {
     ))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::super::{tiny_chat_model, tiny_embedding_model};

@@ -3,9 +3,9 @@
 //! for qwen3), a model's decode step graph, and logits as bits.
 #![allow(dead_code)] // each test binary uses its own part
 
-use quench_models::arch::{ModelConfig, Naming};
 use quench_engine::gpu::{Catalog, DecodeGraph, StepShape};
 use quench_kernels::data::ggml_rows;
+use quench_models::arch::{ModelConfig, Naming};
 use quench_models::gguf::{GgufWriter, MetadataValue};
 use quench_models::{GgmlType, GgufFile};
 use rand::Rng;

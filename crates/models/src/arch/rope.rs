@@ -40,7 +40,6 @@ fn llama3_scale(freq: f64, s: &Llama3Scaling) -> f64 {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +107,4 @@ mod tests {
             assert!((a - b).abs() <= 1e-15 * b);
         }
     }
-
 }

@@ -64,7 +64,10 @@ impl MemorySource {
 
     /// Elements of every tensor held.
     pub fn parameters(&self) -> u64 {
-        self.tensors.values().map(|(_, data)| data.len() as u64).sum()
+        self.tensors
+            .values()
+            .map(|(_, data)| data.len() as u64)
+            .sum()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {

@@ -27,9 +27,9 @@ pub use body::BodyLimits;
 pub use error::ApiError;
 
 use crate::backend::EmbeddingBackend;
-use crate::scheduler::EngineHandle;
 use crate::log::{RequestIds, RequestLog};
 use crate::metrics::Metrics;
+use crate::scheduler::EngineHandle;
 use crate::sessions::SessionStore;
 use crate::text::TextSide;
 

@@ -4,33 +4,33 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quench_engine::generate::{SamplingParams};
+use quench_engine::generate::SamplingParams;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::*;
 use crate::sessions::{History, SessionStore};
-use crate::synthetic::tiny_chat_model;
 use crate::text::TextSide;
+use quench_engine::synth::tiny_chat_model;
+use quench_engine::{GenerateOptions, Prompt};
 
 struct Setup {
     engine: EngineHandle,
-    decoder: Arc<quench_cpu::Decoder<f32>>,
+    model: Arc<CausalModel>,
     text: Arc<dyn TextSide>,
     sessions: Arc<SessionStore>,
 }
 
 fn start(config: EngineConfig) -> Setup {
-    let (decoder, text) = tiny_chat_model(7).unwrap();
-    let decoder = Arc::new(decoder);
-    let text: Arc<dyn TextSide> = Arc::new(text);
+    let model = Arc::new(tiny_chat_model(7).unwrap());
+    let text: Arc<dyn TextSide> = model.clone();
     let sessions = SessionStore::new(16);
     let engine =
-        EngineHandle::start("t", decoder.clone(), text.clone(), config, sessions.clone()).unwrap();
+        EngineHandle::start("t", model.clone(), text.clone(), config, sessions.clone()).unwrap();
     Setup {
         engine,
-        decoder,
+        model,
         text,
         sessions,
     }
@@ -71,31 +71,17 @@ fn collect(mut rx: UnboundedReceiver<Event>) -> (Vec<u32>, Done) {
     }
 }
 
-/// Greedy decoding by hand, one sequence alone, with the decoder's own forward.
-fn reference(decoder: &quench_cpu::Decoder<f32>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
-    let mut cache = decoder.new_cache();
-    let mut logits = decoder
-        .forward(&mut cache, prompt, quench_cpu::Logits::Last)
+/// Greedy decoding of one sequence alone, by the engine's generation loop.
+fn reference(model: &CausalModel, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
+    let options = GenerateOptions {
+        max_tokens,
+        ..GenerateOptions::default()
+    };
+    let mut session = model.new_session();
+    model
+        .generate(&mut session, Prompt::Tokens(prompt), &options, &mut |_| {})
         .unwrap()
-        .row(0)
-        .to_vec();
-    let mut out = Vec::new();
-    while out.len() < max_tokens {
-        let t = quench_cpu::argmax(&logits).unwrap();
-        if [256, 258].contains(&t) {
-            break;
-        }
-        out.push(t);
-        if out.len() == max_tokens {
-            break;
-        }
-        logits = decoder
-            .forward(&mut cache, &[t], quench_cpu::Logits::Last)
-            .unwrap()
-            .row(0)
-            .to_vec();
-    }
-    out
+        .tokens
 }
 
 fn random_prompts(
@@ -127,7 +113,7 @@ fn greedy_output_does_not_depend_on_the_batch_or_on_preemption() {
     let mut prompts = Vec::new();
     for _ in 0..1000 {
         let p = random_prompts(&mut rng, 1, 1..12).remove(0);
-        if reference(&s.decoder, &p, max_tokens).len() == max_tokens {
+        if reference(&s.model, &p, max_tokens).len() == max_tokens {
             prompts.push(p);
         }
         if prompts.len() == 9 {
@@ -150,7 +136,7 @@ fn greedy_output_does_not_depend_on_the_batch_or_on_preemption() {
         lengths.push((p.len(), tokens.len()));
         assert_eq!(
             tokens,
-            reference(&s.decoder, p, max_tokens),
+            reference(&s.model, p, max_tokens),
             "prompt of {} tokens",
             p.len()
         );
@@ -199,7 +185,7 @@ fn a_session_reuses_its_cache_and_answers_as_a_fresh_request_would() {
     s.engine.submit(j).unwrap();
     let (continued, done) = collect(rx);
     assert_eq!(done.cached_tokens, held);
-    assert_eq!(continued, reference(&s.decoder, &second, 12));
+    assert_eq!(continued, reference(&s.model, &second, 12));
     s.sessions.finish("a", History::Text(String::new()));
     assert!(s.sessions.list()[0].cached_tokens >= second.len() + continued.len() - 1);
 
@@ -278,7 +264,7 @@ fn a_full_queue_refuses_and_shutdown_cancels_what_is_left() {
 fn stop_strings_and_max_tokens_end_generation() {
     let s = start(EngineConfig::default());
     let prompt: Vec<u32> = b"Hello".iter().map(|&b| b as u32).collect();
-    let free = reference(&s.decoder, &prompt, 30);
+    let free = reference(&s.model, &prompt, 30);
     let text = s.text.decode(&free);
     assert!(text.len() >= 6, "the tiny model stopped early: {text:?}");
     // Stop at a string that appears after a few characters.
