@@ -61,3 +61,16 @@ pub(crate) fn own<S: Sequence>(sequence: &mut dyn Sequence) -> Result<&mut S> {
         .downcast_mut::<S>()
         .ok_or(EngineError::ForeignSession)
 }
+
+/// Feeds `tokens` after the positions of one `sequence`: the logits of the last.
+pub(crate) fn feed_one(
+    backend: &dyn Decode,
+    sequence: &mut dyn Sequence,
+    tokens: &[u32],
+) -> Result<Vec<f32>> {
+    let mut rows = [Rows { sequence, tokens }];
+    backend
+        .feed(&mut rows)
+        .pop()
+        .unwrap_or(Err(EngineError::NoLogits))
+}

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use quench_text::{ChatTemplate, Message, Tokenizer};
 
-use crate::backend::{Decode, Rows, Sequence};
+use crate::backend::{feed_one, Decode, Rows, Sequence};
 use crate::error::{EngineError, Result};
 use crate::generate::{self, CausalLm, FinishReason, GenerateOptions};
 use crate::info::ModelInfo;
@@ -426,15 +426,7 @@ impl CausalLm for Feeder<'_> {
             tokens
         };
         let start = Instant::now();
-        let mut rows = [Rows {
-            sequence: self.session.sequence.as_mut(),
-            tokens: fresh,
-        }];
-        let result = self
-            .backend
-            .feed(&mut rows)
-            .pop()
-            .unwrap_or(Err(EngineError::NoLogits));
+        let result = feed_one(self.backend, self.session.sequence.as_mut(), fresh);
         // The token list follows the sequence, which holds the positions whose steps
         // completed (all of them, unless the feed failed).
         let (tokens, held) = (&mut self.session.tokens, self.session.sequence.len());

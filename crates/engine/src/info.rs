@@ -62,17 +62,7 @@ impl ModelInfo {
     /// CPU, in f32).
     pub(crate) fn in_memory(config: ModelConfig, parameters: u64) -> ModelInfo {
         let context_limit = config.max_positions;
-        let kind = if config.arch.is_decoder() {
-            ModelKind::Causal
-        } else {
-            ModelKind::Embedding
-        };
-        let kv_cache_bytes = match kind {
-            ModelKind::Causal => {
-                2 * (config.layers * config.kv_heads * config.head_dim * context_limit) as u64 * 4
-            }
-            ModelKind::Embedding => 0,
-        };
+        let (kind, kv_cache_bytes) = kind_and_kv_bytes(&config, context_limit, 4);
         ModelInfo {
             path: PathBuf::new(),
             format: Format::InMemory,
@@ -123,19 +113,8 @@ impl ModelInfo {
             .unwrap_or(model_limit)
             .min(model_limit)
             .max(1);
-        let kind = if config.arch.is_decoder() {
-            ModelKind::Causal
-        } else {
-            ModelKind::Embedding
-        };
         let element = options.precision.bytes();
-        let kv_cache_bytes = match kind {
-            ModelKind::Causal => {
-                2 * (config.layers * config.kv_heads * config.head_dim * context_limit) as u64
-                    * element
-            }
-            ModelKind::Embedding => 0,
-        };
+        let (kind, kv_cache_bytes) = kind_and_kv_bytes(&config, context_limit, element);
         ModelInfo {
             path: checkpoint.path().to_owned(),
             format: match checkpoint {
@@ -152,5 +131,16 @@ impl ModelInfo {
             kv_cache_bytes,
             config,
         }
+    }
+}
+
+/// What the model does, and the bytes of one session's KV cache at `context_limit`
+/// positions of `element`-byte keys and values (none for encoders).
+fn kind_and_kv_bytes(config: &ModelConfig, context_limit: usize, element: u64) -> (ModelKind, u64) {
+    if config.arch.is_decoder() {
+        let elements = 2 * config.layers * config.kv_heads * config.head_dim * context_limit;
+        (ModelKind::Causal, elements as u64 * element)
+    } else {
+        (ModelKind::Embedding, 0)
     }
 }

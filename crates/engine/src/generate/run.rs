@@ -3,7 +3,7 @@
 
 use super::sampling::{Sampler, SamplingParams};
 use super::text_stream::TextStream;
-use crate::backend::{Decode, Rows, Sequence};
+use crate::backend::{feed_one, Decode, Sequence};
 use crate::error::{EngineError, Result};
 
 /// A model that takes tokens and gives the logits of the last one.
@@ -42,14 +42,7 @@ impl CausalLm for Continuation<'_> {
     }
 
     fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        let mut rows = [Rows {
-            sequence: self.sequence.as_mut(),
-            tokens,
-        }];
-        self.backend
-            .feed(&mut rows)
-            .pop()
-            .unwrap_or(Err(EngineError::NoLogits))
+        feed_one(self.backend, self.sequence.as_mut(), tokens)
     }
 }
 
