@@ -15,6 +15,10 @@ use crate::error::{EngineError, Result};
 pub trait Sequence: Send + Any {
     /// Positions held.
     fn len(&self) -> usize;
+    /// Whether it holds no position yet.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Most positions it can hold.
     fn limit(&self) -> usize;
     /// Forgets every position from `len` on.

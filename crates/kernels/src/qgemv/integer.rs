@@ -743,7 +743,7 @@ impl Pass<'_> {
         let mut out = accs.to_vec();
         for (s, bytes) in l.weights.iter().enumerate() {
             // The stream's block `h`, its super-block scales unpacked once for both.
-            let block: Box<dyn Fn(&mut Builder, u32) -> WeightBlock> = match &c.format {
+            let block: Box<BlockLoader<'_>> = match &c.format {
                 PieceFormat::Q4K { q4lane, magic, .. } => {
                     let (scales, magic) = (Q4kScales::new(k, q4lane, &bytes[0]), *magic);
                     Box::new(move |k, h| q4k_block(k, &scales, magic, &bytes[1], h))
@@ -767,6 +767,9 @@ impl Pass<'_> {
 }
 
 /// A piece's block of 32 weights, ready for the byte dot products.
+/// Emits the loads of one weight block (the stream's half `h`).
+type BlockLoader<'a> = dyn Fn(&mut Builder, u32) -> WeightBlock + 'a;
+
 enum WeightBlock {
     /// Q4_K: the weights in bytes — low nibbles masked in place, or high nibbles masked in
     /// place as `16·q4` (unsigned bytes, `times16`), the factor 16 taken out of the
