@@ -12,6 +12,19 @@ pub struct InfoArgs {
     /// A pulled model's name or a GGUF file / Hugging Face directory (same as --model).
     #[arg(value_name = "MODEL", conflicts_with = "model")]
     pub target: Option<String>,
+    /// Print the GPU plan instead: every kernel dispatch of a decode step, with its
+    /// launch and arguments (no GPU needed).
+    #[arg(long)]
+    pub dispatches: bool,
+    /// With --dispatches: the step of this many rows (sequences).
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "dispatches")]
+    pub rows: u32,
+    /// With --dispatches: the step built for up to this many rows [default: --rows].
+    #[arg(long, value_name = "N", requires = "dispatches")]
+    pub max_batch: Option<usize>,
+    /// With --dispatches: also a prompt chunk of this many tokens.
+    #[arg(long, value_name = "TOKENS", requires = "dispatches")]
+    pub prefill_chunk: Option<u32>,
 }
 
 pub fn run(args: &InfoArgs) -> Result<(), String> {
@@ -22,7 +35,20 @@ pub fn run(args: &InfoArgs) -> Result<(), String> {
         );
     };
     let path = crate::cmd_pull::resolve(Some(given), given, args.model.cache.as_deref())?;
-    let options = args.model.load_options();
+    let mut options = args.model.load_options();
+    if args.dispatches {
+        if args.rows == 0 || args.prefill_chunk == Some(0) {
+            return Err("--rows and --prefill-chunk take at least 1".into());
+        }
+        options.max_batch = Some(args.max_batch.unwrap_or(1).max(args.rows as usize));
+        let lines =
+            quench_engine::gpu::dispatch_listing(&path, &options, args.rows, args.prefill_chunk)
+                .map_err(|e| e.to_string())?;
+        for l in lines {
+            println!("{l}");
+        }
+        return Ok(());
+    }
     let info = inspect(&path, &options).map_err(|e| e.to_string())?;
     let c = &info.config;
     let format = match info.format {

@@ -272,6 +272,16 @@ impl std::fmt::Debug for GpuDecoder {
     }
 }
 
+/// Positions one session holds: as asked, else the model's own limit up to
+/// [`DEFAULT_CONTEXT`]; never above the model's limit.
+pub(crate) fn context_of(config: &ModelConfig, options: &GpuOptions) -> usize {
+    options
+        .context
+        .unwrap_or(DEFAULT_CONTEXT)
+        .min(config.max_positions)
+        .max(1)
+}
+
 /// Opens the executor of `backend` and the device memory it offers.
 pub(crate) fn open(backend: Backend) -> Result<(Box<dyn Executor + Send>, Option<u64>), GpuError> {
     match backend {
@@ -300,11 +310,7 @@ impl GpuDecoder {
     ) -> Result<GpuDecoder, GpuError> {
         config.validate()?;
         let catalog = Catalog::choose(&config, src, naming)?;
-        let context = options
-            .context
-            .unwrap_or(DEFAULT_CONTEXT)
-            .min(config.max_positions)
-            .max(1);
+        let context = context_of(&config, options);
         let shape = StepShape {
             context,
             sessions: options.sessions.max(1),

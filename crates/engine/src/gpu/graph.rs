@@ -1339,6 +1339,39 @@ impl DecodeGraph {
             .filter(move |d| d.rows.includes(rows))
     }
 
+    /// One line per dispatch of a step of `rows` rows ([`super::listing`]).
+    pub fn listing(&self, rows: u32) -> Vec<String> {
+        self.step(rows)
+            .map(|d| {
+                let args: Vec<String> = d.args.iter().map(|a| self.operand_text(a)).collect();
+                super::listing::line(
+                    &d.label,
+                    &self.kernels[d.kernel],
+                    &d.launch_for(rows),
+                    &args,
+                )
+            })
+            .collect()
+    }
+
+    fn operand_text(&self, op: &Operand) -> String {
+        match op {
+            Operand::At(region, off) => format!("{}+{off}", self.region_text(*region)),
+            Operand::Value(a) => super::listing::value(a),
+            Operand::Rows => "rows".into(),
+        }
+    }
+
+    /// A region by what it holds.
+    pub(crate) fn region_text(&self, r: Region) -> String {
+        match r {
+            Region::Act(i) => self.activations[i].name.clone(),
+            Region::Weights(g) => super::listing::group(&self.weights[g]),
+            Region::KCache(l) => format!("layer {l} keys"),
+            Region::VCache(l) => format!("layer {l} values"),
+        }
+    }
+
     /// Bytes of all weights and constants.
     pub fn weight_bytes(&self) -> u64 {
         self.weights.iter().map(WeightGroup::bytes).sum()

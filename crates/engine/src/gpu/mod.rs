@@ -35,6 +35,7 @@ pub mod encoder;
 mod error;
 mod graph;
 mod kv;
+mod listing;
 pub mod prefill;
 pub mod profile;
 mod stored;
@@ -50,6 +51,7 @@ pub use decoder::{
 pub use error::GpuError;
 pub use graph::{DecodeGraph, Dispatch, KvLayout, Products, Rows, StepShape};
 pub use kv::GpuSession;
+pub use listing::dispatch_listing;
 pub use prefill::{matrix_params, PrefillPlan};
 pub use stored::{StoredTensor, StoredTensors};
 pub use timing::DecodeTiming;

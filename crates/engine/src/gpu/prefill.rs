@@ -208,6 +208,43 @@ impl PrefillPlan {
         self.dispatches.len()
     }
 
+    /// One line per dispatch of a chunk of `n` tokens ([`super::listing`]), beside
+    /// `graph`, the decode step it was planned with.
+    pub fn listing(&self, graph: &DecodeGraph, n: u32) -> Vec<String> {
+        self.dispatches
+            .iter()
+            .map(|d| {
+                let args: Vec<String> = d
+                    .args
+                    .iter()
+                    .map(|a| match *a {
+                        Operand::Ptr(loc, off) => {
+                            let base = match loc {
+                                Loc::Act(i) => self.buffers[i].0.clone(),
+                                Loc::Weights(g) => graph.region_text(graph::Region::Weights(g)),
+                                Loc::KCache(l) => graph.region_text(graph::Region::KCache(l)),
+                                Loc::VCache(l) => graph.region_text(graph::Region::VCache(l)),
+                                Loc::Logits => {
+                                    graph.region_text(graph::Region::Act(graph.io.logits))
+                                }
+                                Loc::Next => match graph.io.next {
+                                    Some(i) => graph.region_text(graph::Region::Act(i)),
+                                    None => "next tokens".into(),
+                                },
+                            };
+                            format!("{base}+{}", off.bytes(n))
+                        }
+                        Operand::Value(a) => super::listing::value(&a),
+                        Operand::Rows => "rows".into(),
+                        Operand::Start => "start".into(),
+                        Operand::Elements(w) => format!("rows·{w}"),
+                    })
+                    .collect();
+                super::listing::line(&d.label, &self.kernels[d.kernel], &d.grid.launch(n), &args)
+            })
+            .collect()
+    }
+
     /// The labels of layer 0's dispatches, in order.
     pub fn layer_plan(&self) -> Vec<String> {
         self.dispatches

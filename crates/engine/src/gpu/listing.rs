@@ -1,0 +1,108 @@
+//! The GPU plan as text, one line per dispatch, without a device: what `quench info
+//! --dispatches` prints, for reading a plan and for comparing two builds' plans line by
+//! line. A line names the dispatch, its kernel (name and a fingerprint of its IR), the
+//! launch and every argument: buffers by name and byte offset, weights by the tensors
+//! they hold, values as passed.
+
+use std::path::Path;
+
+use quench_ir::Function;
+use quench_rt::{Arg, Launch};
+
+use super::catalog::Catalog;
+use super::graph::{DecodeGraph, Products, StepShape, WeightData, WeightGroup};
+use super::prefill::PrefillPlan;
+use super::{decoder, gpu_options};
+use crate::checkpoint;
+use crate::error::Result;
+use crate::options::LoadOptions;
+
+/// The dispatches of a decode step of `rows` rows of the decoder at `path`, loaded as
+/// `options` say (the step built for `options.max_batch` rows, at least `rows`) on a
+/// device of 132 multiprocessors (an H100 SXM's or H200's), then, where `chunk` is given,
+/// of a prompt chunk of that many tokens.
+pub fn dispatch_listing(
+    path: &Path,
+    options: &LoadOptions,
+    rows: u32,
+    chunk: Option<u32>,
+) -> Result<Vec<String>> {
+    let ckpt = checkpoint::open(path)?;
+    let config = ckpt.config().map_err(|e| e.in_model(ckpt.path()))?;
+    let mut gpu = gpu_options(options);
+    gpu.max_batch = gpu.max_batch.max(rows as usize);
+    let src = super::stored(&ckpt);
+    let naming = ckpt.naming();
+    let listing = || -> std::result::Result<Vec<String>, super::GpuError> {
+        config.validate()?;
+        let catalog = Catalog::choose(&config, src, naming)?;
+        let context = decoder::context_of(&config, &gpu);
+        let shape = StepShape {
+            context,
+            sessions: gpu.sessions.max(1),
+            max_batch: gpu.max_batch.max(1),
+            kv: gpu.kv_cache,
+        };
+        let products = match gpu.tensor_core_decode {
+            true => Products::TensorCore,
+            false => Products::Gemv,
+        };
+        let graph = DecodeGraph::assemble_with(
+            &config,
+            &catalog,
+            src,
+            naming,
+            shape,
+            super::graph::DEFAULT_MULTIPROCESSORS,
+            products,
+        )?;
+        let mut lines = vec![format!("decode step of {rows} rows")];
+        lines.extend(graph.listing(rows));
+        if let Some(n) = chunk {
+            let plan =
+                PrefillPlan::new(&config, &catalog, src, naming, &graph, context, n as usize)?;
+            lines.push(format!("prompt chunk of {n} tokens"));
+            lines.extend(plan.listing(&graph, n));
+        }
+        Ok(lines)
+    };
+    listing().map_err(|e| crate::EngineError::from(e).in_model(ckpt.path()))
+}
+
+/// One dispatch's line.
+pub(crate) fn line(label: &str, kernel: &Function, launch: &Launch, args: &[String]) -> String {
+    format!(
+        "{label} | {} #{:016x} | grid {:?} block {:?} shared {} | {}",
+        kernel.name,
+        fingerprint(&kernel.to_string()),
+        launch.grid,
+        launch.block,
+        launch.dynamic_shared_bytes,
+        args.join(", ")
+    )
+}
+
+/// A weight group by its parts: stored tensors by name, host-computed values by count.
+pub(crate) fn group(g: &WeightGroup) -> String {
+    let parts: Vec<String> = g
+        .parts
+        .iter()
+        .map(|(data, _)| match data {
+            WeightData::Stored(name) => name.clone(),
+            WeightData::Floats(v) => format!("{} f32", v.len()),
+        })
+        .collect();
+    format!("[{}]", parts.join(" | "))
+}
+
+/// A value argument.
+pub(crate) fn value(a: &Arg) -> String {
+    format!("{a:?}")
+}
+
+/// FNV-1a over the kernel's printed IR: equal kernels print equal fingerprints.
+fn fingerprint(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
