@@ -167,7 +167,7 @@ fn the_graph_caps_only_the_matrix_vector_grids() {
             // multiprocessor (in steps of several rows too, where the norm has a
             // dispatch of its own), the others 8 narrow ones.
             let integer = name.contains("q4_k") || name.contains("q8_0");
-            let cap = c.launch.grid[0];
+            let cap = c.launch_for(1).grid[0];
             assert!(
                 cap == 8 || (integer && cap == 1),
                 "{}: {cap} blocks",
@@ -177,14 +177,14 @@ fn the_graph_caps_only_the_matrix_vector_grids() {
                 assert_eq!(cap, 1, "{}", c.label);
             }
             assert!(
-                w.launch.grid[0] > cap,
+                w.launch_for(1).grid[0] > cap,
                 "{}: {} row groups",
                 w.label,
-                w.launch.grid[0]
+                w.launch_for(1).grid[0]
             );
-            assert_eq!(c.launch.grid, [cap, 1, 1], "{}", c.label);
+            assert_eq!(c.launch_for(1).grid, [cap, 1, 1], "{}", c.label);
         } else {
-            assert_eq!(w.launch, c.launch, "{}", c.label);
+            assert_eq!(w.launch_for(1), c.launch_for(1), "{}", c.label);
         }
     }
     // q|k|v, o, gate|up, down and the LM head, in each kind of step.

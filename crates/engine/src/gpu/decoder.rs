@@ -7,21 +7,18 @@ use std::sync::{Arc, Mutex};
 
 use quench_ir::Function;
 use quench_models::arch::{ModelConfig, Naming};
-use quench_rt::{
-    Arg, CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, KernelId, Launch, StreamId,
-};
+use quench_rt::{CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, KernelId, StreamId};
 
 use super::arena;
 use super::catalog::Catalog;
 use super::error::{size, GpuError};
-use super::graph::{
-    DecodeGraph, Operand, Products, Region, Rows, StepRecord, StepShape, WeightData,
-    DEFAULT_MULTIPROCESSORS,
-};
+use super::graph::{DecodeGraph, Products, StepRecord, StepShape, DEFAULT_MULTIPROCESSORS};
 use super::kv::{BlockPool, GpuSession};
+use super::plan::{resolve, Grid, Region, Resolved, Rows, Slot};
 use super::prefill::{self, PrefillPlan};
 use super::profile;
 use super::stored::StoredTensors;
+use super::weights::WeightData;
 use crate::options::KvCache;
 
 static NEXT_MODEL: AtomicU64 = AtomicU64::new(1);
@@ -164,44 +161,67 @@ enum Out {
     Next(Vec<u32>),
 }
 
-/// A launch argument, resolved to a device address or value, or the step's row count.
-#[derive(Clone, Copy, Debug)]
-enum Slot {
-    Arg(Arg),
-    Rows,
-}
-
-/// A dispatch of the step, resolved to device addresses.
-#[derive(Clone)]
-struct Resolved {
-    label: String,
-    kernel: KernelId,
-    launch: Launch,
-    /// The steps it is part of.
-    rows: Rows,
-    /// The grid axis that grows with the rows.
-    per_row: Option<usize>,
-    args: Vec<Slot>,
-}
-
-impl Resolved {
-    /// The launch and arguments in a step of `rows` rows (one that [`Resolved::rows`]
-    /// includes).
-    fn at(&self, rows: u32) -> (Launch, Vec<Arg>) {
-        let mut launch = self.launch;
-        if let Some(axis) = self.per_row {
-            launch.grid[axis] *= rows;
+impl Out {
+    fn name(&self) -> &'static str {
+        match self {
+            Out::Nothing => "nothing",
+            Out::Logits(_) => "logits",
+            Out::Next(_) => "next tokens",
         }
-        let args = self
-            .args
-            .iter()
-            .map(|s| match *s {
-                Slot::Arg(a) => a,
-                Slot::Rows => Arg::U32(rows),
-            })
-            .collect();
-        (launch, args)
     }
+
+    /// Every row's logits (all of them read).
+    fn logits(self) -> Result<Vec<Vec<f32>>, GpuError> {
+        match self {
+            Out::Logits(rows) => rows
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| r.ok_or_else(|| unread(i)))
+                .collect(),
+            other => Err(GpuError::Internal(format!(
+                "a step read back {} where logits were asked for",
+                other.name()
+            ))),
+        }
+    }
+
+    /// Every row's next token.
+    fn next(self) -> Result<Vec<u32>, GpuError> {
+        match self {
+            Out::Next(next) => Ok(next),
+            other => Err(GpuError::Internal(format!(
+                "a step read back {} where next tokens were asked for",
+                other.name()
+            ))),
+        }
+    }
+}
+
+fn unread(row: usize) -> GpuError {
+    GpuError::Internal(format!("row {row}'s logits were asked for but not read"))
+}
+
+/// The only element of what a one-row feed read back.
+fn only<T>(mut rows: Vec<T>) -> Result<T, GpuError> {
+    match (rows.pop(), rows.is_empty()) {
+        (Some(row), true) => Ok(row),
+        _ => Err(GpuError::Internal(format!(
+            "a one-row feed read back {} rows",
+            rows.len() + 1
+        ))),
+    }
+}
+
+/// Each row's greedy next token from its logits, read where the device has no argmax.
+fn greedy(logits: Vec<Option<Vec<f32>>>) -> Result<Vec<u32>, GpuError> {
+    logits
+        .into_iter()
+        .enumerate()
+        .map(|(row, l)| {
+            let l = l.ok_or_else(|| unread(row))?;
+            crate::generate::argmax(&l).ok_or(GpuError::BadLogits { row })
+        })
+        .collect()
 }
 
 /// The dispatches of a step and, when steps replay graphs, the step captured per row
@@ -214,7 +234,8 @@ struct StepLaunches {
 
 /// The executor and everything allocated on it. One step runs at a time.
 struct OnDevice {
-    exec: Box<dyn Executor + Send>,
+    /// The executor and the memory allocated on it (freed last).
+    mem: DeviceMemory,
     /// The step's dispatches: instrumented where every step is profiled, else plain.
     step: StepLaunches,
     /// The instrumented step, where profiling instruments one step in several.
@@ -227,7 +248,6 @@ struct OnDevice {
     table_row: u64,
     /// Per row: the session (id, table version) whose block table the device holds.
     resident: Vec<Option<(u64, u64)>>,
-    allocations: Vec<DevicePtr>,
     /// The ring and records of a decoder loaded while profiling.
     profile: Option<profile::Instrumented>,
     /// The prompt path, where the model's formats and shapes allow it.
@@ -236,16 +256,45 @@ struct OnDevice {
 
 impl Drop for OnDevice {
     fn drop(&mut self) {
-        // Best effort: the executor itself releases everything when it goes.
+        // Best effort: the executor itself releases everything when it goes. The memory
+        // goes after this, with `mem`.
+        let exec = &mut *self.mem.exec;
         let sampled = self.sampled.iter_mut().flat_map(|s| s.graphs.drain(..));
         for g in self.step.graphs.drain(..).chain(sampled).flatten() {
-            let _ = self.exec.release_graph(g);
-        }
-        for p in self.allocations.drain(..) {
-            let _ = self.exec.free(p);
+            let _ = exec.release_graph(g);
         }
         if let Some(p) = self.profile.take() {
-            p.release(&mut *self.exec);
+            p.release(exec);
+        }
+    }
+}
+
+/// An executor and the device memory allocated on it, freed when this goes: on every
+/// error path of a load, and with the decoder.
+pub(crate) struct DeviceMemory {
+    pub exec: Box<dyn Executor + Send>,
+    allocations: Vec<DevicePtr>,
+}
+
+impl DeviceMemory {
+    /// `bytes` of device memory (at least one), named `what` in an error.
+    pub fn alloc(&mut self, bytes: u64, what: &str) -> Result<DevicePtr, GpuError> {
+        let p = self
+            .exec
+            .alloc(bytes.max(1))
+            .map_err(GpuError::runtime(format!(
+                "allocating {what} ({})",
+                size(bytes)
+            )))?;
+        self.allocations.push(p);
+        Ok(p)
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        for p in self.allocations.drain(..) {
+            let _ = self.exec.free(p);
         }
     }
 }
@@ -295,44 +344,52 @@ pub(crate) fn open(backend: Backend) -> Result<(Box<dyn Executor + Send>, Option
     }
 }
 
-impl GpuDecoder {
-    /// Puts the decoder `config` describes on `exec`: chooses kernels, assembles and plans
-    /// the decode step, refuses a model that does not fit in `available` bytes (checked
-    /// before anything is allocated), uploads the weights as stored, compiles the
-    /// kernels and captures the step.
-    pub fn new(
-        config: ModelConfig,
+/// The decoder planned before anything is allocated: the decode step, its arena, the
+/// prompt path where asked for and possible, and the profiler's share.
+struct Planned {
+    shape: StepShape,
+    graph: DecodeGraph,
+    lifetimes: Vec<arena::Lifetime>,
+    arena: arena::ArenaPlan,
+    profiled: Option<profile::Prepared>,
+    prefill: Option<PrefillPlan>,
+}
+
+impl Planned {
+    fn new(
+        config: &ModelConfig,
+        catalog: &Catalog,
         src: &dyn StoredTensors,
         naming: Naming,
-        mut exec: Box<dyn Executor + Send>,
-        available: Option<u64>,
         options: &GpuOptions,
-    ) -> Result<GpuDecoder, GpuError> {
-        config.validate()?;
-        let catalog = Catalog::choose(&config, src, naming)?;
-        let context = context_of(&config, options);
+        multiprocessors: u32,
+    ) -> Result<Planned, GpuError> {
+        let span = profile::span("assemble and plan the decode step");
         let shape = StepShape {
-            context,
+            context: context_of(config, options),
             sessions: options.sessions.max(1),
             max_batch: options.max_batch.max(1),
             kv: options.kv_cache,
         };
-        let assembly = profile::span("assemble and plan the decode step");
-        let sms = exec.multiprocessors().unwrap_or(DEFAULT_MULTIPROCESSORS);
-        let products = if options.tensor_core_decode {
-            Products::TensorCore
-        } else {
-            Products::Gemv
+        let products = match options.tensor_core_decode {
+            true => Products::TensorCore,
+            false => Products::Gemv,
         };
-        let mut graph =
-            DecodeGraph::assemble_with(&config, &catalog, src, naming, shape, sms, products)?;
+        let mut graph = DecodeGraph::assemble_with(
+            config,
+            catalog,
+            src,
+            naming,
+            shape,
+            multiprocessors,
+            products,
+        )?;
         let lifetimes = graph.lifetimes();
-        let plan = arena::plan(&lifetimes, 256);
-        let profiled = profile::prepare(&mut graph, &config, src)?;
-        let prefill_plan = match options.prefill_chunk {
+        let arena = arena::plan(&lifetimes, 256);
+        let profiled = profile::prepare(&mut graph, config, src)?;
+        let prefill = match options.prefill_chunk {
             0 => None,
-            chunk => match PrefillPlan::new(&config, &catalog, src, naming, &graph, context, chunk)
-            {
+            chunk => match PrefillPlan::new(config, catalog, &graph, chunk) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     eprintln!("quench: prompts are fed one token per decode step: {e}");
@@ -340,135 +397,71 @@ impl GpuDecoder {
                 }
             },
         };
-        assembly.end();
-        let weight_bytes = graph.weight_bytes();
-        let kv_bytes = 2 * config.layers as u64 * graph.kv.layer_bytes;
-        let prefill_bytes = prefill_plan.as_ref().map_or(0, PrefillPlan::arena_bytes);
-        let needed = weight_bytes + plan.bytes + kv_bytes + prefill_bytes;
-        let device = exec.device_name();
-        if let Some(available) = options.memory_limit.or(available) {
-            if needed > available {
-                return Err(GpuError::DoesNotFit {
-                    device,
-                    needed,
-                    available,
-                    breakdown: format!(
-                        "weights {}, KV cache {} ({}) for {} × {} positions, activations {} for {} rows \
-                         a step, prompt chunks {} for {} tokens (a smaller prompt chunk needs less)",
-                        size(weight_bytes),
-                        size(kv_bytes),
-                        options.kv_cache.name(),
-                        shape.sessions,
-                        context,
-                        size(plan.bytes),
-                        shape.max_batch,
-                        size(prefill_bytes),
-                        prefill_plan.as_ref().map_or(0, |p| p.chunk),
-                    ),
-                });
-            }
-        }
+        span.end();
+        Ok(Planned {
+            shape,
+            graph,
+            lifetimes,
+            arena,
+            profiled,
+            prefill,
+        })
+    }
 
-        let mut allocations = vec![];
-        let result = place(&mut *exec, &graph, &plan, src, &mut allocations);
-        let result = result.and_then(|(launches, io, bases)| {
-            let on_device = match &prefill_plan {
-                Some(p) => Some(prefill::place(&mut *exec, p, &bases, &mut allocations)?),
-                None => None,
-            };
-            Ok((launches, io, on_device))
-        });
-        let result = result.and_then(|(mut launches, io, on_device)| {
-            let (instrumented, sampled) = match profiled {
-                Some(mut p) => {
-                    // Profiling one step in several: the instrumented kernels beside the
-                    // plain ones, dispatched alike.
-                    let mut sampled = match p.take_sampled_kernels() {
-                        Some(kernels) => {
-                            let span = profile::span("compile the instrumented kernels");
-                            let ids = compile(&mut *exec, &kernels)?;
-                            span.end();
-                            let sampled: Vec<Resolved> = launches
-                                .iter()
-                                .zip(&graph.dispatches)
-                                .map(|(l, d)| Resolved {
-                                    kernel: ids[d.kernel],
-                                    ..l.clone()
-                                })
-                                .collect();
-                            Some(sampled)
-                        }
-                        None => None,
-                    };
-                    let (state, slots) = profile::attach(p, &mut *exec)?;
-                    let instrumented = sampled.as_mut().unwrap_or(&mut launches);
-                    for (l, slot) in instrumented.iter_mut().zip(slots) {
-                        l.args.extend(slot.map(Slot::Arg));
-                    }
-                    // Each instrumented step ends by copying its records on the device,
-                    // inside its graph: a copy issued between replays costs far more.
-                    let copy = state.copy_dispatch();
-                    instrumented.push(Resolved {
-                        label: "copy the profiler's records".into(),
-                        kernel: copy.kernel,
-                        launch: copy.launch,
-                        rows: Rows::Any,
-                        per_row: None,
-                        args: copy.args.iter().copied().map(Slot::Arg).collect(),
-                    });
-                    (Some(state), sampled)
-                }
-                None => (None, None),
-            };
-            Ok((launches, io, instrumented, sampled, on_device))
-        });
-        let (launches, io, instrumented, sampled, prefill_on_device) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                for p in allocations {
-                    let _ = exec.free(p);
-                }
-                return Err(e);
-            }
-        };
-        let mut on_device = OnDevice {
-            exec,
-            step: StepLaunches {
-                launches,
-                graphs: vec![None; shape.max_batch],
-            },
-            sampled: sampled.map(|launches| StepLaunches {
-                launches,
-                graphs: vec![None; shape.max_batch],
+    fn kv_bytes(&self) -> u64 {
+        2 * self.graph.layer_dispatches.len() as u64 * self.graph.kv.layer_bytes
+    }
+
+    fn prefill_bytes(&self) -> u64 {
+        self.prefill.as_ref().map_or(0, PrefillPlan::arena_bytes)
+    }
+
+    /// Refuses, before anything is allocated, a decoder that needs more than `available`
+    /// bytes of `device`.
+    fn check_fits(
+        &self,
+        device: &str,
+        available: Option<u64>,
+        kv: KvCache,
+    ) -> Result<(), GpuError> {
+        let weights = self.graph.weight_bytes();
+        let needed = weights + self.arena.bytes + self.kv_bytes() + self.prefill_bytes();
+        match available {
+            Some(available) if needed > available => Err(GpuError::DoesNotFit {
+                device: device.to_string(),
+                needed,
+                available,
+                breakdown: format!(
+                    "weights {}, KV cache {} ({}) for {} × {} positions, activations {} for {} rows \
+                     a step, prompt chunks {} for {} tokens (a smaller prompt chunk needs less)",
+                    size(weights),
+                    size(self.kv_bytes()),
+                    kv.name(),
+                    self.shape.sessions,
+                    self.shape.context,
+                    size(self.arena.bytes),
+                    self.shape.max_batch,
+                    size(self.prefill_bytes()),
+                    self.prefill.as_ref().map_or(0, |p| p.chunk),
+                ),
             }),
-            capture: options.capture,
-            io,
-            record: graph.record,
-            table_row: 4 * graph.kv.max_blocks as u64,
-            resident: vec![None; shape.max_batch],
-            allocations,
-            profile: instrumented,
-            prefill: prefill_on_device,
-        };
-        if options.capture {
-            // The one-row step now; steps of more rows when they first run.
-            let span = profile::span("capture the decode step");
-            let d = &mut on_device;
-            d.step.graphs[0] = Some(capture(&mut *d.exec, &d.step.launches, 1)?);
-            if let Some(s) = d.sampled.as_mut() {
-                s.graphs[0] = Some(capture(&mut *d.exec, &s.launches, 1)?);
-            }
-            span.end();
+            _ => Ok(()),
         }
+    }
+
+    /// What was put on the device and what one step costs.
+    fn summary(&self, backend: &'static str, device: String, options: &GpuOptions) -> GpuSummary {
+        let graph = &self.graph;
         let layer_plan = |rows: u32| -> Vec<String> {
             graph
                 .step(rows)
                 .filter_map(|d| d.label.strip_prefix("layer 0: ").map(str::to_owned))
                 .collect()
         };
-        let batched = shape.max_batch > 1;
-        let summary = GpuSummary {
-            backend: on_device.exec.backend(),
+        let batched = self.shape.max_batch > 1;
+        let prefill = self.prefill.as_ref();
+        GpuSummary {
+            backend,
             device,
             dispatches_per_token: graph.step(1).count(),
             layer_plan: layer_plan(1),
@@ -476,27 +469,95 @@ impl GpuDecoder {
             batch_layer_plan: if batched { layer_plan(2) } else { vec![] },
             layer_dispatches: graph.layer_dispatches.clone(),
             kernels: graph.kernels.len(),
-            weight_bytes,
+            weight_bytes: graph.weight_bytes(),
             weight_bytes_per_token: graph.weight_bytes_per_token,
-            arena_bytes: plan.bytes,
-            activation_bytes: lifetimes.iter().map(|l| l.bytes).sum(),
-            kv_cache_bytes: kv_bytes,
+            arena_bytes: self.arena.bytes,
+            activation_bytes: self.lifetimes.iter().map(|l| l.bytes).sum(),
+            kv_cache_bytes: self.kv_bytes(),
             kv_cache: options.kv_cache,
-            context,
-            max_batch: shape.max_batch,
+            context: self.shape.context,
+            max_batch: self.shape.max_batch,
             graph_captured: options.capture,
-            prefill_chunk: prefill_plan.as_ref().map_or(0, |p| p.chunk as usize),
+            prefill_chunk: prefill.map_or(0, |p| p.chunk as usize),
             prefill_min_tokens: options.prefill_min_tokens.max(2),
-            prefill_dispatches: prefill_plan.as_ref().map_or(0, PrefillPlan::dispatches),
-            prefill_layer_plan: prefill_plan
-                .as_ref()
-                .map_or_else(Vec::new, PrefillPlan::layer_plan),
-            prefill_arena_bytes: prefill_bytes,
+            prefill_dispatches: prefill.map_or(0, PrefillPlan::dispatches),
+            prefill_layer_plan: prefill.map_or_else(Vec::new, PrefillPlan::layer_plan),
+            prefill_arena_bytes: self.prefill_bytes(),
             tensor_core_products: graph
                 .step(1)
                 .filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_"))
                 .count(),
+        }
+    }
+}
+
+impl GpuDecoder {
+    /// Puts the decoder `config` describes on `exec`: chooses kernels, assembles and plans
+    /// the decode step, refuses a model that does not fit in `available` bytes (checked
+    /// before anything is allocated), uploads the weights as stored, compiles the
+    /// kernels and captures the step. Whatever it allocated is freed if it fails.
+    pub fn new(
+        config: ModelConfig,
+        src: &dyn StoredTensors,
+        naming: Naming,
+        exec: Box<dyn Executor + Send>,
+        available: Option<u64>,
+        options: &GpuOptions,
+    ) -> Result<GpuDecoder, GpuError> {
+        config.validate()?;
+        let catalog = Catalog::choose(&config, src, naming)?;
+        let sms = exec.multiprocessors().unwrap_or(DEFAULT_MULTIPROCESSORS);
+        let mut planned = Planned::new(&config, &catalog, src, naming, options, sms)?;
+        let device = exec.device_name();
+        let available = options.memory_limit.or(available);
+        planned.check_fits(&device, available, options.kv_cache)?;
+
+        // From here on `mem` frees what was allocated if a later step fails.
+        let mut mem = DeviceMemory {
+            exec,
+            allocations: vec![],
         };
+        let (mut launches, io, bases) = place(&mut mem, &planned.graph, &planned.arena, src)?;
+        let prefill = match &planned.prefill {
+            Some(p) => Some(prefill::place(&mut mem, p, &bases)?),
+            None => None,
+        };
+        let (profile, sampled) = match planned.profiled.take() {
+            Some(p) => {
+                let (state, sampled) = instrument(&mut mem, p, &mut launches, &planned.graph)?;
+                (Some(state), sampled)
+            }
+            None => (None, None),
+        };
+        let graph = &planned.graph;
+        let rows = planned.shape.max_batch;
+        let launches_of = |launches| StepLaunches {
+            launches,
+            graphs: vec![None; rows],
+        };
+        let mut on_device = OnDevice {
+            mem,
+            step: launches_of(launches),
+            sampled: sampled.map(launches_of),
+            capture: options.capture,
+            io,
+            record: graph.record,
+            table_row: 4 * graph.kv.max_blocks as u64,
+            resident: vec![None; rows],
+            profile,
+            prefill,
+        };
+        if options.capture {
+            // The one-row step now; steps of more rows when they first run.
+            let span = profile::span("capture the decode step");
+            let d = &mut on_device;
+            d.step.graphs[0] = Some(capture(&mut *d.mem.exec, &d.step.launches, 1)?);
+            if let Some(s) = d.sampled.as_mut() {
+                s.graphs[0] = Some(capture(&mut *d.mem.exec, &s.launches, 1)?);
+            }
+            span.end();
+        }
+        let summary = planned.summary(on_device.mem.exec.backend(), device, options);
         Ok(GpuDecoder {
             id: NEXT_MODEL.fetch_add(1, Ordering::Relaxed),
             config,
@@ -540,19 +601,19 @@ impl GpuDecoder {
     pub fn feed(&self, session: &mut GpuSession, tokens: &[u32]) -> Result<Vec<f32>, GpuError> {
         self.check_feed(session, tokens)?;
         if self.takes_prompt_path(tokens) {
-            return match self.prefill(session, tokens, Read::Logits(&[true]))? {
-                Out::Logits(mut rows) => Ok(rows.pop().flatten().unwrap_or_default()),
-                _ => Ok(vec![]),
-            };
+            return only(
+                self.prefill(session, tokens, Read::Logits(&[true]))?
+                    .logits()?,
+            );
         }
         let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
         for &token in before {
             self.step(&mut [(&mut *session, token)], Read::Nothing)?;
         }
-        match self.step(&mut [(session, *last)], Read::Logits(&[true]))? {
-            Out::Logits(mut rows) => Ok(rows.pop().flatten().unwrap_or_default()),
-            _ => Ok(vec![]),
-        }
+        only(
+            self.step(&mut [(session, *last)], Read::Logits(&[true]))?
+                .logits()?,
+        )
     }
 
     /// Whether a feed of `tokens` goes through the prompt path.
@@ -592,19 +653,13 @@ impl GpuDecoder {
     pub fn feed_greedy(&self, session: &mut GpuSession, tokens: &[u32]) -> Result<u32, GpuError> {
         self.check_feed(session, tokens)?;
         if self.takes_prompt_path(tokens) {
-            return match self.prefill(session, tokens, Read::Next)? {
-                Out::Next(next) => Ok(next.first().copied().unwrap_or(0)),
-                _ => Ok(0),
-            };
+            return only(self.prefill(session, tokens, Read::Next)?.next()?);
         }
         let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
         for &token in before {
             self.step(&mut [(&mut *session, token)], Read::Nothing)?;
         }
-        match self.step(&mut [(session, *last)], Read::Next)? {
-            Out::Next(next) => Ok(next.first().copied().unwrap_or(0)),
-            _ => Ok(0),
-        }
+        only(self.step(&mut [(session, *last)], Read::Next)?.next()?)
     }
 
     /// Readies `session` to take `token` in the next step: refuses another model's
@@ -643,10 +698,7 @@ impl GpuDecoder {
         rows: &mut [(&mut GpuSession, u32)],
     ) -> Result<Vec<Vec<f32>>, GpuError> {
         let all = vec![true; rows.len()];
-        match self.step(rows, Read::Logits(&all))? {
-            Out::Logits(l) => Ok(l.into_iter().map(Option::unwrap_or_default).collect()),
-            _ => Ok(vec![]),
-        }
+        self.step(rows, Read::Logits(&all))?.logits()
     }
 
     /// As [`GpuDecoder::step_batch`], returning each row's greedy next token (the index
@@ -656,10 +708,7 @@ impl GpuDecoder {
         &self,
         rows: &mut [(&mut GpuSession, u32)],
     ) -> Result<Vec<u32>, GpuError> {
-        match self.step(rows, Read::Next)? {
-            Out::Next(next) => Ok(next),
-            _ => Ok(vec![]),
-        }
+        self.step(rows, Read::Next)?.next()
     }
 
     /// Feeds each row's tokens after the positions its session holds, in steps shared
@@ -747,7 +796,7 @@ impl GpuDecoder {
                     session.reserve_next()?;
                     session.advance();
                 }
-                p.run(&mut *d.exec, piece, start as u32, &session.blocks)
+                p.run(&mut *d.mem.exec, piece, start as u32, &session.blocks)
             })();
             if let Err(e) = ran {
                 session.truncate(start);
@@ -755,29 +804,9 @@ impl GpuDecoder {
             }
         }
         let at = session.len();
-        let read_back =
-            || format!("prompt chunk ending at position {at}: its kernels or the read-back");
-        let out = match (read, d.io.next) {
-            (Read::Nothing, _) => Ok(Out::Nothing),
-            (Read::Next, Some(next)) => {
-                let mut bytes = [0u8; 4];
-                d.exec
-                    .copy_to_host(next, &mut bytes)
-                    .map(|_| Out::Next(vec![u32::from_le_bytes(bytes)]))
-            }
-            (Read::Next, None) => read_logits(d, self.config.vocab, &[true]).map(|l| {
-                let last = l.into_iter().next().flatten();
-                Out::Next(vec![last
-                    .as_deref()
-                    .and_then(crate::generate::argmax)
-                    .unwrap_or(0)])
-            }),
-            (Read::Logits(_), _) => read_logits(d, self.config.vocab, &[true]).map(Out::Logits),
-        };
-        let out = out.map_err(|e| {
-            session.truncate(last_start);
-            GpuError::runtime(read_back())(e)
-        })?;
+        let during = format!("prompt chunk ending at position {at}: its kernels or the read-back");
+        let out = read_back(d, self.config.vocab, read, 1, during)
+            .inspect_err(|_| session.truncate(last_start))?;
         if let Out::Next(t) = &out {
             profile::record_tokens(t);
         }
@@ -817,7 +846,8 @@ impl GpuDecoder {
                 .flat_map(|b| b.to_le_bytes())
                 .collect();
             let at = d.io.table.offset(i as u64 * d.table_row);
-            d.exec
+            d.mem
+                .exec
                 .copy_to_device(at, &table)
                 .map_err(GpuError::runtime(during(
                     "writing a block table (or the previous step's kernels)",
@@ -828,7 +858,8 @@ impl GpuDecoder {
             .iter()
             .map(|(s, token)| (*token, s.len() as u32))
             .collect();
-        d.exec
+        d.mem
+            .exec
             .copy_to_device(d.io.step, &d.record.write(&entries))
             .map_err(GpuError::runtime(during(
                 "writing the tokens (or the previous step's kernels)",
@@ -844,19 +875,21 @@ impl GpuDecoder {
                 Some(g) => g,
                 None => {
                     let span = profile::span(&format!("capture the decode step of {n} rows"));
-                    let g = capture(&mut *d.exec, &step.launches, rows_u32)?;
+                    let g = capture(&mut *d.mem.exec, &step.launches, rows_u32)?;
                     span.end();
                     step.graphs[n - 1] = Some(g);
                     g
                 }
             };
-            d.exec
+            d.mem
+                .exec
                 .replay(graph, StreamId::DEFAULT)
                 .map_err(GpuError::runtime(during("replaying the graph")))?;
         } else {
             for l in in_step(&step.launches, rows_u32) {
-                let (launch, args) = l.at(rows_u32);
-                d.exec
+                let (launch, args) = l.at(rows_u32, 0);
+                d.mem
+                    .exec
                     .launch(l.kernel, &launch, &args, StreamId::DEFAULT)
                     .map_err(GpuError::runtime(during(&l.label)))?;
             }
@@ -865,36 +898,13 @@ impl GpuDecoder {
         // A copy waits for the step, so a kernel that failed on the device shows here. A
         // step that reads nothing is not waited for: the next step's copies are ordered
         // after it, and a feed always ends with a read.
-        let read_back = during("the step's kernels or the read-back");
-        let out = match (read, d.io.next) {
-            (Read::Nothing, _) => Out::Nothing,
-            (Read::Next, Some(next)) => {
-                let mut bytes = vec![0u8; 4 * n];
-                d.exec
-                    .copy_to_host(next, &mut bytes)
-                    .map_err(GpuError::runtime(read_back))?;
-                Out::Next(
-                    bytes
-                        .chunks_exact(4)
-                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect(),
-                )
-            }
-            (Read::Next, None) => {
-                let all = vec![true; n];
-                let logits = read_logits(d, self.config.vocab, &all)
-                    .map_err(GpuError::runtime(read_back))?;
-                Out::Next(
-                    logits
-                        .iter()
-                        .map(|l| l.as_deref().and_then(crate::generate::argmax).unwrap_or(0))
-                        .collect(),
-                )
-            }
-            (Read::Logits(wanted), _) => Out::Logits(
-                read_logits(d, self.config.vocab, wanted).map_err(GpuError::runtime(read_back))?,
-            ),
-        };
+        let out = read_back(
+            d,
+            self.config.vocab,
+            read,
+            n,
+            during("the step's kernels or the read-back"),
+        )?;
         if let Out::Next(t) = &out {
             profile::record_tokens(t);
         }
@@ -903,7 +913,7 @@ impl GpuDecoder {
         profile::step_done(
             timer,
             d.profile.as_mut(),
-            &mut *d.exec,
+            &mut *d.mem.exec,
             rows_u32,
             context,
             read_back,
@@ -913,6 +923,35 @@ impl GpuDecoder {
         }
         Ok(out)
     }
+}
+
+/// Reads back what `read` asks for of the first `n` rows; `during` names the work whose
+/// errors show here (a copy waits for the kernels before it).
+fn read_back(
+    d: &mut OnDevice,
+    vocab: usize,
+    read: Read,
+    n: usize,
+    during: String,
+) -> Result<Out, GpuError> {
+    let failed = |e| GpuError::runtime(during.clone())(e);
+    Ok(match (read, d.io.next) {
+        (Read::Nothing, _) => Out::Nothing,
+        (Read::Next, Some(next)) => {
+            let mut bytes = vec![0u8; 4 * n];
+            d.mem.exec.copy_to_host(next, &mut bytes).map_err(failed)?;
+            Out::Next(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            )
+        }
+        (Read::Next, None) => Out::Next(greedy(
+            read_logits(d, vocab, &vec![true; n]).map_err(failed)?,
+        )?),
+        (Read::Logits(wanted), _) => Out::Logits(read_logits(d, vocab, wanted).map_err(failed)?),
+    })
 }
 
 /// The logits of the rows marked in `wanted`, each run of consecutive rows in one copy.
@@ -933,7 +972,8 @@ fn read_logits(
             .find(|&j| !wanted[j])
             .unwrap_or(wanted.len());
         let mut bytes = vec![0u8; row_bytes * (end - i)];
-        d.exec
+        d.mem
+            .exec
             .copy_to_host(d.io.logits.offset((i * row_bytes) as u64), &mut bytes)?;
         for (k, row) in bytes.chunks_exact(row_bytes).enumerate() {
             out[i + k] = Some(
@@ -959,32 +999,23 @@ struct HostAddrs {
 /// the kernels and resolves every launch. Returns the launches and the addresses the
 /// host reads and writes.
 fn place(
-    exec: &mut dyn Executor,
+    mem: &mut DeviceMemory,
     graph: &DecodeGraph,
     plan: &arena::ArenaPlan,
     src: &dyn StoredTensors,
-    allocations: &mut Vec<DevicePtr>,
 ) -> Result<(Vec<Resolved>, HostAddrs, prefill::Bases), GpuError> {
-    let mut alloc =
-        |exec: &mut dyn Executor, bytes: u64, what: &str| -> Result<DevicePtr, GpuError> {
-            let p = exec.alloc(bytes.max(1)).map_err(GpuError::runtime(format!(
-                "allocating {what} ({})",
-                size(bytes)
-            )))?;
-            allocations.push(p);
-            Ok(p)
-        };
-
     // Weights, each group 256-byte aligned, parts back to back.
-    let mut group_at = Vec::with_capacity(graph.weights.len());
+    let groups = &graph.weights.groups;
+    let mut group_at = Vec::with_capacity(groups.len());
     let mut total = 0u64;
-    for g in &graph.weights {
+    for g in groups {
         group_at.push(total);
         total += g.bytes().div_ceil(256) * 256;
     }
     let upload = profile::span("upload the weights");
-    let weights = alloc(exec, total, "the weights")?;
-    for (g, &start) in graph.weights.iter().zip(&group_at) {
+    let weights = mem.alloc(total, "the weights")?;
+    let exec = &mut *mem.exec;
+    for (g, &start) in groups.iter().zip(&group_at) {
         let mut at = start;
         for (data, bytes) in &g.parts {
             let dst = weights.offset(at);
@@ -1005,12 +1036,10 @@ fn place(
     }
 
     upload.end();
-    let arena = alloc(exec, plan.bytes, "the activation arena")?;
-    let kv = alloc(
-        exec,
-        2 * graph.kv.layer_bytes * graph.layer_dispatches.len() as u64,
-        "the KV cache",
-    )?;
+    let arena = mem.alloc(plan.bytes, "the activation arena")?;
+    let kv_bytes = 2 * graph.kv.layer_bytes * graph.layer_dispatches.len() as u64;
+    let kv = mem.alloc(kv_bytes, "the KV cache")?;
+    let exec = &mut *mem.exec;
     let act = |i: usize| arena.offset(plan.offsets[i]);
     let zeros = &graph.activations[graph.io.zeros];
     exec.copy_to_device(act(graph.io.zeros), &vec![0u8; zeros.bytes as usize])
@@ -1024,33 +1053,21 @@ fn place(
     let span = profile::span("compile the kernels");
     let kernels = compile(exec, &graph.kernels)?;
     span.end();
-    let resolve = |op: &Operand| -> Slot {
-        match *op {
-            Operand::Value(a) => Slot::Arg(a),
-            Operand::Rows => Slot::Rows,
-            Operand::At(region, off) => Slot::Arg(Arg::Ptr(
-                match region {
-                    Region::Act(i) => act(i),
-                    Region::Weights(g) => weights.offset(group_at[g]),
-                    Region::KCache(l) => kv.offset(2 * l as u64 * graph.kv.layer_bytes),
-                    Region::VCache(l) => kv.offset((2 * l as u64 + 1) * graph.kv.layer_bytes),
-                }
-                .offset(off),
-            )),
-        }
-    };
-    let launches = graph
-        .dispatches
-        .iter()
-        .map(|d| Resolved {
-            label: d.label.clone(),
-            kernel: kernels[d.kernel],
-            launch: d.launch,
-            rows: d.rows,
-            per_row: d.per_row,
-            args: d.args.iter().map(resolve).collect(),
+    let base = |r: Region| -> Result<DevicePtr, GpuError> {
+        Ok(match r {
+            Region::Act(i) => act(i),
+            Region::Weights(g) => weights.offset(group_at[g]),
+            Region::KCache(l) => kv.offset(2 * l as u64 * graph.kv.layer_bytes),
+            Region::VCache(l) => kv.offset((2 * l as u64 + 1) * graph.kv.layer_bytes),
+            Region::Step(_) => {
+                return Err(GpuError::Unsupported {
+                    what: "the decode step".into(),
+                    reason: "it points into its own arena only".into(),
+                })
+            }
         })
-        .collect();
+    };
+    let launches = resolve(&graph.dispatches, &kernels, base)?;
     let addrs = HostAddrs {
         step: act(graph.io.step),
         table: act(graph.io.table),
@@ -1062,8 +1079,8 @@ fn place(
         group_at,
         kv,
         kv_layer_bytes: graph.kv.layer_bytes,
-        logits: addrs.logits,
-        next: addrs.next,
+        step: arena,
+        step_at: plan.offsets.clone(),
     };
     Ok((launches, addrs, bases))
 }
@@ -1074,7 +1091,10 @@ fn in_step(launches: &[Resolved], rows: u32) -> impl Iterator<Item = &Resolved> 
 }
 
 /// Compiles `kernels` on `exec`, in order.
-fn compile(exec: &mut dyn Executor, kernels: &[Function]) -> Result<Vec<KernelId>, GpuError> {
+pub(crate) fn compile(
+    exec: &mut dyn Executor,
+    kernels: &[Function],
+) -> Result<Vec<KernelId>, GpuError> {
     kernels
         .iter()
         .map(|f| {
@@ -1096,7 +1116,7 @@ fn capture(exec: &mut dyn Executor, launches: &[Resolved], rows: u32) -> Result<
         .map_err(GpuError::runtime(during("")))?;
     let mut failed = None;
     for l in in_step(launches, rows) {
-        let (launch, args) = l.at(rows);
+        let (launch, args) = l.at(rows, 0);
         if let Err(e) = exec.launch(l.kernel, &launch, &args, s) {
             failed = Some(GpuError::Runtime {
                 during: during(&format!(": {}", l.label)),
@@ -1114,4 +1134,48 @@ fn capture(exec: &mut dyn Executor, launches: &[Resolved], rows: u32) -> Result<
         }
         (Some(e), Err(_)) | (None, Err(e)) => Err(e),
     }
+}
+
+/// Attaches the profiler to the step's `launches`: every launch (or, profiling one step
+/// in several, a copy of them with the instrumented kernels, returned beside the state)
+/// gets its record slot, and each instrumented step ends by copying its records on the
+/// device, inside its graph — a copy issued between replays costs far more.
+fn instrument(
+    mem: &mut DeviceMemory,
+    mut p: profile::Prepared,
+    launches: &mut Vec<Resolved>,
+    graph: &DecodeGraph,
+) -> Result<(profile::Instrumented, Option<Vec<Resolved>>), GpuError> {
+    let exec = &mut *mem.exec;
+    let mut sampled = match p.take_sampled_kernels() {
+        Some(kernels) => {
+            let span = profile::span("compile the instrumented kernels");
+            let ids = compile(exec, &kernels)?;
+            span.end();
+            let sampled: Vec<Resolved> = launches
+                .iter()
+                .zip(&graph.dispatches)
+                .map(|(l, d)| Resolved {
+                    kernel: ids[d.kernel],
+                    ..l.clone()
+                })
+                .collect();
+            Some(sampled)
+        }
+        None => None,
+    };
+    let (state, slots) = profile::attach(p, exec)?;
+    let instrumented = sampled.as_mut().unwrap_or(launches);
+    for (l, slot) in instrumented.iter_mut().zip(slots) {
+        l.args.extend(slot.map(Slot::Arg));
+    }
+    let copy = state.copy_dispatch();
+    instrumented.push(Resolved {
+        label: "copy the profiler's records".into(),
+        kernel: copy.kernel,
+        rows: Rows::Any,
+        grid: Grid::Once(copy.launch),
+        args: copy.args.iter().copied().map(Slot::Arg).collect(),
+    });
+    Ok((state, sampled))
 }

@@ -85,6 +85,13 @@ pub enum GpuError {
     #[error("this session was made by another GPU model")]
     ForeignSession,
 
+    #[error("row {row}'s logits hold no number to pick the largest of (NaN everywhere)")]
+    BadLogits { row: usize },
+
+    /// A case the decoder's own wiring should never reach.
+    #[error("internal error: {0} (a bug in quench; please report it)")]
+    Internal(String),
+
     /// A runtime call failed; `during` says what the engine was doing (which kernel of
     /// which layer, the upload of which tensor, ...).
     #[error("{during}: {source}")]

@@ -1,11 +1,12 @@
-//! Graph assembly: the dispatch list of one decode step (one token for each of up to
-//! [`StepShape::max_batch`] sequences, the step's **rows**), with every argument named
-//! symbolically — an activation, a weight, a layer's KV cache, the row count — so that the
-//! arena can be planned before anything is allocated, and the list resolved to device
-//! addresses once it is. One list serves every row count: each dispatch says which steps
-//! it is part of ([`Rows`]: any, one-row steps or steps of several rows), its grid grows
-//! with the rows ([`Dispatch::launch_for`]), and every activation holds a row per
-//! sequence (`[rows, width]`).
+//! The decode step: the dispatch list of one step (one token for each of up to
+//! [`StepShape::max_batch`] sequences, the step's **rows**), built by the one
+//! [`Assembler`] of [`super::plan`] over the model's weights ([`ModelWeights`], which it
+//! gathers) — every argument named symbolically, the arena planned before anything is
+//! allocated. One list serves every row count: each dispatch says which steps it is part
+//! of ([`Rows`]: any, one-row steps or steps of several rows), its grid grows with the
+//! rows ([`Dispatch::launch_for`]), and every activation holds a row per sequence
+//! (`[rows, width]`). The prompt path ([`super::prefill`]) is the same kind of program
+//! for the rows of a prompt chunk, over the same weights.
 //!
 //! A one-row step, with `R` the f32 residual stream. Six dispatches a layer: the norms run
 //! inside the projections that read them (every block of a `_rmsnorm_` GEMV reduces `R`
@@ -79,8 +80,6 @@
 //! prompt positions share steps), unless the prompt path ([`super::prefill`]:
 //! tensor-core GEMMs over whole prompt chunks) is switched on.
 
-use std::collections::HashMap;
-
 use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};
 use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
@@ -92,135 +91,21 @@ use quench_kernels::norm_residual::OutType;
 use quench_kernels::qgemv::prologue::NORM_THREADS;
 use quench_kernels::qgemv::{self, Addend, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::rmsnorm_rows::{self, RmsNormRowsParams};
-use quench_kernels::rope;
-use quench_kernels::KernelError;
-use quench_models::arch::{
-    rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming,
-};
+use quench_models::arch::{ModelConfig, Naming};
 use quench_rt::{Arg, Launch};
 
-use super::catalog::{tensor_name, Catalog, Qkv};
+use super::catalog::{Catalog, Qkv};
 use super::error::GpuError;
-use super::stored::{self, StoredTensors};
+use super::plan::{at, Assembler, Buffer, Grid, Operand, Region};
+pub use super::plan::{Dispatch, Rows};
+use super::stored::StoredTensors;
+use super::weights::{LayerWeights, ModelWeights};
 use crate::options::KvCache;
 
 /// The type of the activations passed between kernels (the attention and SwiGLU outputs:
 /// the matrix–vector kernels' inputs besides the residual stream), and its size.
 const ACT: OutType = OutType::F32;
 const ACT_BYTES: u64 = 4;
-
-/// Where a dispatch argument points.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Region {
-    /// An activation (index into [`DecodeGraph::activations`]).
-    Act(usize),
-    /// A group of weights uploaded back to back (index into [`DecodeGraph::weights`]).
-    Weights(usize),
-    KCache(usize),
-    VCache(usize),
-}
-
-/// One argument of a dispatch.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Operand {
-    /// `bytes` into a region.
-    At(Region, u64),
-    Value(Arg),
-    /// The step's row count (u32).
-    Rows,
-}
-
-/// The steps a dispatch is part of. The matrix–vector products that read a normalized
-/// input differ: a one-row step normalizes inside each product, a step of several rows
-/// with a dispatch of its own and then multiplies several vectors a pass. The tensor-core
-/// products come in variants by row count ([`Rows::Span`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rows {
-    /// Steps of any row count.
-    Any,
-    /// One-row steps.
-    One,
-    /// Steps of two rows or more.
-    Many,
-    /// Steps of `least ..= most` rows.
-    Span { least: u32, most: u32 },
-}
-
-impl Rows {
-    /// Whether a step of `rows` rows includes the dispatch.
-    pub fn includes(self, rows: u32) -> bool {
-        match self {
-            Rows::Any => true,
-            Rows::One => rows == 1,
-            Rows::Many => rows > 1,
-            Rows::Span { least, most } => (least..=most).contains(&rows),
-        }
-    }
-}
-
-/// One kernel launch of the step.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Dispatch {
-    /// What it computes, for messages: `layer 3: attention`.
-    pub label: String,
-    /// Index into [`DecodeGraph::kernels`].
-    pub kernel: usize,
-    /// The launch in a one-row step (or, for [`Rows::Many`], per row).
-    pub launch: Launch,
-    /// The steps it is part of.
-    pub rows: Rows,
-    /// The grid axis that grows with the rows (one block, or one kv head's blocks, per
-    /// row); `None` where the grid is the same for any row count.
-    pub per_row: Option<usize>,
-    pub(crate) args: Vec<Operand>,
-}
-
-impl Dispatch {
-    /// The launch in a step of `rows` rows (one that [`Dispatch::rows`] includes).
-    pub fn launch_for(&self, rows: u32) -> Launch {
-        let mut launch = self.launch;
-        if let Some(axis) = self.per_row {
-            launch.grid[axis] *= rows;
-        }
-        launch
-    }
-}
-
-/// An activation buffer of the step.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Activation {
-    pub name: String,
-    pub bytes: u64,
-    /// Read or written by the host between steps: live for the whole step.
-    pub host: bool,
-}
-
-/// What a weight is uploaded from.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum WeightData {
-    /// A tensor's stored bytes, as they are.
-    Stored(String),
-    /// Values computed or widened on the host (norm weights, biases, RoPE tables).
-    Floats(Vec<f32>),
-}
-
-/// Weights uploaded back to back (q, k and v rows of one layer form one matrix).
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct WeightGroup {
-    /// Each part with its byte length.
-    pub parts: Vec<(WeightData, u64)>,
-}
-
-impl WeightGroup {
-    pub fn bytes(&self) -> u64 {
-        self.parts.iter().map(|(_, b)| b).sum()
-    }
-
-    /// Byte offset of part `i`.
-    fn offset(&self, i: usize) -> u64 {
-        self.parts[..i].iter().map(|(_, b)| b).sum()
-    }
-}
 
 /// The paged KV cache the step reads and appends to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,68 +200,18 @@ pub struct DecodeGraph {
     /// Dispatches of each layer in a one-row step.
     pub layer_dispatches: Vec<usize>,
     pub kv: KvLayout,
-    /// Weight bytes one step reads: every matrix and norm weight, not the RoPE tables nor
-    /// (unless it is also the LM head) the embedding table, of which it reads one row.
+    /// Weight bytes one step reads ([`ModelWeights::bytes_per_token`]).
     pub weight_bytes_per_token: u64,
-    pub(crate) activations: Vec<Activation>,
-    pub(crate) weights: Vec<WeightGroup>,
+    /// The step's buffers (its activations).
+    pub(crate) activations: Vec<Buffer>,
+    /// The model's weights, which the prompt path reads too.
+    pub(crate) weights: ModelWeights,
     pub(crate) io: HostIo,
     pub(crate) record: StepRecord,
     /// The device's multiprocessors (the matrix–vector products' grids: [`gemv_shape`]).
     pub(crate) multiprocessors: u32,
-}
-
-/// Kernels built once per distinct parameters, indexed in the order first asked for.
-#[derive(Default)]
-pub(crate) struct KernelSet {
-    kernels: Vec<Function>,
-    built: HashMap<String, usize>,
-}
-
-impl KernelSet {
-    /// The kernel built from `params` (built now if these parameters are new).
-    pub(crate) fn get<P: std::fmt::Debug>(
-        &mut self,
-        part: &str,
-        params: &P,
-        build: impl FnOnce(&P) -> Result<Function, KernelError>,
-    ) -> Result<usize, GpuError> {
-        let key = format!("{params:?}");
-        if let Some(&i) = self.built.get(&key) {
-            return Ok(i);
-        }
-        let f = build(params).map_err(GpuError::kernel(part))?;
-        self.kernels.push(f);
-        self.built.insert(key, self.kernels.len() - 1);
-        Ok(self.kernels.len() - 1)
-    }
-
-    pub(crate) fn into_kernels(self) -> Vec<Function> {
-        self.kernels
-    }
-}
-
-/// The RoPE cos and sin tables over `context` positions (with the checkpoint's
-/// `rope_freqs` factors where it stores them).
-pub(crate) fn rope_tables(
-    c: &ModelConfig,
-    src: &dyn StoredTensors,
-    naming: Naming,
-    context: u32,
-) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
-    let factors = match DecoderTensor::RopeFreqs.name(naming) {
-        Some(n) if src.contains(&n) => Some(
-            stored::vector(src, &n, c.head_dim / 2)?
-                .into_iter()
-                .map(f64::from)
-                .collect::<Vec<_>>(),
-        ),
-        _ => None,
-    };
-    Ok(rope::table(
-        &rope_frequencies(c, factors.as_deref()),
-        context,
-    ))
+    /// Positions one session holds.
+    pub(crate) context: u32,
 }
 
 /// The token-embedding gather for the catalog's table format.
@@ -485,20 +320,27 @@ const ATTENTION_THREADS: u32 = 128;
 /// Splits of the longest context, at most, while the split's scores fit shared memory.
 const MOST_SPLITS: u32 = 64;
 
-/// Builds the dispatch list, kernels and buffers of one decode step.
-struct Assembler<'a> {
-    src: &'a dyn StoredTensors,
-    naming: Naming,
-    kernels: KernelSet,
-    dispatches: Vec<Dispatch>,
-    activations: Vec<Activation>,
-    weights: Vec<WeightGroup>,
+/// Builds the dispatch list and buffers of one decode step over the model's weights.
+struct StepBuilder<'a> {
+    a: Assembler,
+    c: &'a ModelConfig,
+    catalog: &'a Catalog,
+    w: &'a ModelWeights,
     /// Rows of a step at most.
     max_batch: u32,
     /// The device's multiprocessors.
     multiprocessors: u32,
     /// How the step's products of bf16 matrices run.
     products: Products,
+    kv: KvLayout,
+    /// Positions one session holds.
+    context: u32,
+    /// Decode attention's threads and positions per split ([`attention_shape`]).
+    attention: (u32, u32),
+    io: HostIo,
+    record: StepRecord,
+    /// The residual stream, `[rows, hidden]` f32.
+    residual: Operand,
 }
 
 /// How a decode step multiplies its bf16 matrices with the step's rows.
@@ -515,121 +357,390 @@ pub enum Products {
     TensorCore,
 }
 
-impl Assembler<'_> {
-    /// The kernel built from `params` (once per distinct parameters).
-    fn kernel<P: std::fmt::Debug>(
-        &mut self,
-        part: &str,
-        params: &P,
-        build: impl FnOnce(&P) -> Result<Function, KernelError>,
-    ) -> Result<usize, GpuError> {
-        self.kernels.get(part, params, build)
+/// Where a layer's q, k and v rows lie: each an f32 row per step row, and the elements
+/// from one token's row to the next (0 where each is packed apart).
+#[derive(Clone, Copy)]
+pub(crate) struct QkvRows {
+    pub q: Operand,
+    pub k: Operand,
+    pub v: Operand,
+    pub token_stride: u32,
+}
+
+impl<'a> StepBuilder<'a> {
+    /// The step's sizes, KV layout and the buffers the host touches (live for the whole
+    /// step).
+    fn new(
+        c: &'a ModelConfig,
+        catalog: &'a Catalog,
+        w: &'a ModelWeights,
+        shape: StepShape,
+        multiprocessors: u32,
+        products: Products,
+    ) -> Result<Self, GpuError> {
+        let max_batch = u32_of("rows a step", shape.max_batch.max(1))?;
+        let per_row = |width: usize, bytes: u64| max_batch as u64 * width as u64 * bytes;
+        let context = u32_of("context", shape.context.max(1))?;
+        let group = u32_of("heads per kv head", c.heads / c.kv_heads)?;
+        let elem = kv_elem(shape.kv);
+        let (threads, split, max_blocks) =
+            attention_shape(u32_of("head_dim", c.head_dim)?, group, context, elem)?;
+        let n_blocks = u32_of(
+            "KV cache blocks",
+            shape.sessions.max(1) * context.div_ceil(BLOCK_TOKENS) as usize,
+        )?;
+        let kv_width = (c.kv_heads * c.head_dim) as u64;
+        let kv = KvLayout {
+            n_blocks,
+            max_blocks,
+            layer_bytes: n_blocks as u64 * kv_width * BLOCK_TOKENS as u64 * elem.size() as u64,
+            elem,
+        };
+        let mut a = Assembler::default();
+        let record = StepRecord {
+            max_batch: max_batch as usize,
+        };
+        let mut host = |name: &str, bytes: u64| match a.buffer(name.into(), bytes, true) {
+            Region::Act(i) => i,
+            _ => unreachable!("a buffer is an activation"),
+        };
+        let io = HostIo {
+            step: host("step record", record.bytes()),
+            table: host("block tables", per_row(max_blocks as usize, 4)),
+            logits: host("logits", per_row(c.vocab, 4)),
+            zeros: host("attention split counters", per_row(c.kv_heads, 4)),
+            next: c
+                .vocab
+                .is_multiple_of(4)
+                .then(|| host("next tokens", per_row(1, 4))),
+        };
+        let residual = at(Region::Act(host("residual", per_row(c.hidden, 4))), 0);
+        Ok(StepBuilder {
+            a,
+            c,
+            catalog,
+            w,
+            max_batch,
+            multiprocessors: multiprocessors.max(1),
+            products,
+            kv,
+            context,
+            attention: (threads, split),
+            io,
+            record,
+            residual,
+        })
     }
 
-    fn act(&mut self, name: String, bytes: u64, host: bool) -> usize {
-        self.activations.push(Activation { name, bytes, host });
-        self.activations.len() - 1
+    /// Bytes of a buffer of `width` elements of `bytes` each, a row per step row.
+    fn per_row(&self, width: usize, bytes: u64) -> u64 {
+        self.max_batch as u64 * width as u64 * bytes
     }
 
-    fn group(&mut self, parts: Vec<(WeightData, u64)>) -> usize {
-        self.weights.push(WeightGroup { parts });
-        self.weights.len() - 1
+    /// A buffer for the step's rows, live while its readers run.
+    fn buffer(&mut self, name: String, width: usize, bytes: u64) -> Operand {
+        let bytes = self.per_row(width, bytes);
+        at(self.a.buffer(name, bytes, false), 0)
     }
 
-    /// A dispatch of every step whose grid axis `per_row` (if any) grows with the rows.
-    fn push(
-        &mut self,
-        label: String,
-        kernel: usize,
-        launch: Launch,
-        per_row: Option<usize>,
-        args: Vec<Operand>,
-    ) {
-        self.push_in(Rows::Any, label, kernel, launch, per_row, args);
+    /// Part `i` of the step record (0 tokens, 1 positions, 2 context lengths, 3 row
+    /// indices).
+    fn record_part(&self, i: u64) -> Operand {
+        at(Region::Act(self.io.step), self.record.part(i))
     }
 
-    /// A dispatch of the steps `rows` includes.
-    fn push_in(
-        &mut self,
-        rows: Rows,
-        label: String,
-        kernel: usize,
-        launch: Launch,
-        per_row: Option<usize>,
-        args: Vec<Operand>,
-    ) {
-        self.dispatches.push(Dispatch {
-            label,
-            kernel,
-            launch,
-            rows,
-            per_row,
+    fn block_tables(&self) -> Operand {
+        at(Region::Act(self.io.table), 0)
+    }
+
+    /// `R = table[token]`, a block per row.
+    fn embed(&mut self) -> Result<(), GpuError> {
+        let ep = embed_params(self.catalog, self.c.hidden)?;
+        let k = self.a.kernel("token embedding", &ep, embed::build)?;
+        let args = vec![
+            self.record_part(0),
+            self.w.part(self.w.embedding, 0),
+            self.residual,
+            Operand::Value(Arg::U32(u32_of("vocab", self.c.vocab)?)),
+        ];
+        let grid = Grid::PerRow(ep.launch(1), 0);
+        self.a
+            .push(Rows::Any, "token embedding".into(), k, grid, args);
+        Ok(())
+    }
+
+    /// Layer `l`'s dispatches: the attention block, then the feed-forward block.
+    fn layer(&mut self, l: usize) -> Result<(), GpuError> {
+        let catalog = self.catalog;
+        let lk = &catalog.layers[l];
+        let lw = self.w.layers[l];
+        let prefix = format!("layer {l}: ");
+        let (hidden, q_width) = (self.c.hidden, self.c.heads * self.c.head_dim);
+        let qkv = self.qkv_rows(l, lk.qkv)?;
+        let formats = match &lk.qkv {
+            Qkv::Fused(f) => std::slice::from_ref(f),
+            Qkv::Separate(fs) => fs,
+        };
+        let weight = self.w.part(lw.norms, 0);
+        let attn_norm = Input::Normed(self.norm(&prefix, "attention norm", weight, formats)?);
+        self.qkv_projection(&prefix, lk.qkv, lw, &attn_norm, qkv)?;
+        let rows = RopeRows {
+            seq: self.record_part(3),
+            pos: self.record_part(1),
+            table: self.block_tables(),
+            context: self.context,
+        };
+        let (what, k, launch, args) =
+            rope_append_dispatch(&mut self.a, self.c, catalog, self.w, l, self.kv, qkv, rows)?;
+        self.a.push(
+            Rows::Any,
+            format!("{prefix}{what}"),
+            k,
+            Grid::PerRow(launch, 0),
             args,
-        });
+        );
+        let attn = self.attention(l, qkv)?;
+        self.gemv(
+            &prefix,
+            "output projection",
+            lk.attn_output,
+            hidden,
+            q_width,
+            &[self.w.part(lw.attn_output, 0)],
+            &Input::Plain(attn),
+            Some((self.residual, Addend::Residual)),
+            self.residual,
+        )?;
+        self.ffn(&prefix, l)
     }
 
-    fn name(&self, t: DecoderTensor) -> String {
-        tensor_name(t, self.naming)
+    /// The layer's q, k and v buffers: one projection writes each row's q|k|v back to
+    /// back, which RoPE and the attention read in place; three write them apart, each
+    /// packed.
+    fn qkv_rows(&mut self, l: usize, qkv: Qkv) -> Result<QkvRows, GpuError> {
+        let (q_width, kv_width) = (
+            self.c.heads * self.c.head_dim,
+            self.c.kv_heads * self.c.head_dim,
+        );
+        Ok(match qkv {
+            Qkv::Fused(_) => {
+                let width = q_width + 2 * kv_width;
+                let Operand::At(r, _) = self.buffer(format!("layer {l} q|k|v"), width, 4) else {
+                    unreachable!("a buffer is a pointer")
+                };
+                QkvRows {
+                    q: at(r, 0),
+                    k: at(r, 4 * q_width as u64),
+                    v: at(r, 4 * (q_width + kv_width) as u64),
+                    token_stride: u32_of("q|k|v width", width)?,
+                }
+            }
+            Qkv::Separate(_) => QkvRows {
+                q: self.buffer(format!("layer {l} q"), q_width, 4),
+                k: self.buffer(format!("layer {l} k"), kv_width, 4),
+                v: self.buffer(format!("layer {l} v"), kv_width, 4),
+                token_stride: 0,
+            },
+        })
     }
 
-    /// A stored matrix as a weight part.
-    fn stored(
-        &self,
-        t: DecoderTensor,
-        rows: usize,
-        cols: usize,
-    ) -> Result<(WeightData, u64), GpuError> {
-        let n = self.name(t);
-        let bytes = stored::matrix(self.src, &n, rows, cols)?.bytes.len() as u64;
-        Ok((WeightData::Stored(n), bytes))
+    /// q, k and v (plus their biases) from the normalized input: one product over the
+    /// three matrices back to back, or three where their formats differ.
+    fn qkv_projection(
+        &mut self,
+        prefix: &str,
+        qkv: Qkv,
+        lw: LayerWeights,
+        x: &Input,
+        out: QkvRows,
+    ) -> Result<(), GpuError> {
+        let (hidden, q_width, kv_width) = (
+            self.c.hidden,
+            self.c.heads * self.c.head_dim,
+            self.c.kv_heads * self.c.head_dim,
+        );
+        let bias = |i: usize| lw.qkv_bias.map(|b| (self.w.part(b, i), Addend::Bias));
+        match qkv {
+            Qkv::Fused(f) => self.gemv(
+                prefix,
+                "q|k|v projection",
+                f,
+                q_width + 2 * kv_width,
+                hidden,
+                &[self.w.part(lw.qkv, 0)],
+                x,
+                // The biases' parts lie back to back: one row of q|k|v biases.
+                bias(0),
+                out.q,
+            ),
+            Qkv::Separate(formats) => {
+                let rows = [q_width, kv_width, kv_width];
+                let ys = [out.q, out.k, out.v];
+                for (i, what) in ["q", "k", "v"].iter().enumerate() {
+                    self.gemv(
+                        prefix,
+                        &format!("{what} projection"),
+                        formats[i],
+                        rows[i],
+                        hidden,
+                        &[self.w.part(lw.qkv, i)],
+                        x,
+                        bias(i),
+                        ys[i],
+                    )?;
+                }
+                Ok(())
+            }
+        }
     }
 
-    fn floats(v: Vec<f32>) -> (WeightData, u64) {
-        let bytes = 4 * v.len() as u64;
-        (WeightData::Floats(v), bytes)
+    /// Decode attention over the cache, its splits merged by the last to finish; returns
+    /// the attention output (`[rows, q width]`).
+    fn attention(&mut self, l: usize, qkv: QkvRows) -> Result<Operand, GpuError> {
+        let c = self.c;
+        let (threads, split) = self.attention;
+        let hd = c.head_dim;
+        let dp = DecodeParams {
+            head_dim: u32_of("head_dim", hd)?,
+            n_heads: u32_of("heads", c.heads)?,
+            n_kv_heads: u32_of("kv_heads", c.kv_heads)?,
+            max_blocks: self.kv.max_blocks,
+            split,
+            threads,
+            kv: self.kv.elem,
+            merge: true,
+            q_stride: qkv.token_stride,
+        };
+        let splits = dp.n_splits() as usize;
+        let part_m = self.buffer(format!("layer {l} split maxima"), c.heads * splits, 4);
+        let part_l = self.buffer(format!("layer {l} split sums"), c.heads * splits, 4);
+        let part_o = self.buffer(format!("layer {l} split outputs"), c.heads * splits * hd, 4);
+        let attn = self.buffer(
+            format!("layer {l} attention output"),
+            c.heads * hd,
+            ACT_BYTES,
+        );
+        let label = format!("layer {l}: attention");
+        let k = self.a.kernel(&label, &dp, attn_decode::build)?;
+        let scale = Operand::Value(Arg::F32((1.0 / (hd as f64).sqrt()) as f32));
+        let args = vec![
+            qkv.q,
+            at(Region::KCache(l), 0),
+            at(Region::VCache(l), 0),
+            self.block_tables(),
+            self.record_part(2),
+            part_m,
+            part_l,
+            part_o,
+            at(Region::Act(self.io.zeros), 0),
+            attn,
+            scale,
+        ];
+        self.a
+            .push(Rows::Any, label, k, Grid::PerRow(dp.launch(1), 1), args);
+        Ok(attn)
     }
 
-    fn vector(&self, t: DecoderTensor, len: usize) -> Result<(WeightData, u64), GpuError> {
-        Ok(Self::floats(stored::vector(self.src, &self.name(t), len)?))
+    /// `R += W_down·(silu(W_gate·xf)·(W_up·xf))`, `xf = norm(R)·w_ffn`.
+    fn ffn(&mut self, prefix: &str, l: usize) -> Result<(), GpuError> {
+        let catalog = self.catalog;
+        let lk = &catalog.layers[l];
+        let lw = self.w.layers[l];
+        let (hidden, ffn) = (self.c.hidden, self.c.ffn);
+        let hidden_rows = self.buffer(format!("layer {l} ffn hidden"), ffn, ACT_BYTES);
+        let weight = self.w.part(lw.norms, 1);
+        let ffn_norm = Input::Normed(self.norm(prefix, "ffn norm", weight, &[lk.gate_up])?);
+        self.gemv(
+            prefix,
+            "gate/up + SwiGLU",
+            lk.gate_up,
+            ffn,
+            hidden,
+            &[self.w.part(lw.gate_up, 0), self.w.part(lw.gate_up, 1)],
+            &ffn_norm,
+            None,
+            hidden_rows,
+        )?;
+        self.gemv(
+            prefix,
+            "down projection",
+            lk.down,
+            hidden,
+            ffn,
+            &[self.w.part(lw.down, 0)],
+            &Input::Plain(hidden_rows),
+            Some((self.residual, Addend::Residual)),
+            self.residual,
+        )
     }
 
-    /// The residual stream `residual` (`cols` wide) normalized by the RMSNorm `weight`, for
-    /// the products that read it ([`Input::Normed`]); steps of several rows normalize it
-    /// here, with a dispatch of their own, into a buffer of the arena, and so do one-row
-    /// steps where a tensor-core product reads it (`readers`: the products' formats).
-    /// `what` names the norm in labels, after `prefix`.
-    #[allow(clippy::too_many_arguments)]
+    /// `logits = W_out·(norm(R)·w_out)`, then (where the vocabulary suits the kernel) each
+    /// row's largest logit.
+    fn head(&mut self) -> Result<(), GpuError> {
+        let (c, catalog) = (self.c, self.catalog);
+        let logits = at(Region::Act(self.io.logits), 0);
+        let weight = self.w.part(self.w.output_norm, 0);
+        let normed = Input::Normed(self.norm("", "output norm", weight, &[catalog.output])?);
+        self.gemv(
+            "",
+            "LM head",
+            catalog.output,
+            c.vocab,
+            c.hidden,
+            &[self.w.part(self.w.head, 0)],
+            &normed,
+            None,
+            logits,
+        )?;
+        if let Some(next) = self.io.next {
+            let cols = u32_of("vocab", c.vocab)?;
+            let p = ArgmaxParams {
+                cols,
+                threads: row_threads(cols / 4).max(128),
+            };
+            let k = self.a.kernel("argmax", &p, argmax::build)?;
+            let args = vec![logits, at(Region::Act(next), 0)];
+            self.a.push(
+                Rows::Any,
+                "argmax".into(),
+                k,
+                Grid::PerRow(p.launch(1), 0),
+                args,
+            );
+        }
+        Ok(())
+    }
+
+    /// The residual stream normalized by the RMSNorm `weight`, for the products that
+    /// read it ([`Input::Normed`]); steps of several rows normalize it here, with a
+    /// dispatch of their own, into a buffer of the arena, and so do one-row steps where a
+    /// tensor-core product reads it (`readers`: the products' formats). `what` names the
+    /// norm in labels, after `prefix`.
     fn norm(
         &mut self,
         prefix: &str,
         what: &str,
-        residual: Operand,
         weight: Operand,
-        eps: f32,
-        cols: usize,
         readers: &[WeightFormat],
     ) -> Result<Normed, GpuError> {
+        let (cols, eps) = (self.c.hidden, self.c.norm_eps as f32);
+        let residual = self.residual;
         let tensor_cores = readers.iter().any(|&f| self.takes_tensor_cores(f, cols));
         let rows = if self.max_batch > 1 || tensor_cores {
             let label = format!("{prefix}{what}");
-            let bytes = self.max_batch as u64 * cols as u64 * 4;
-            let buffer = Region::Act(self.act(format!("{label}: normalized rows"), bytes, false));
+            let buffer = self.buffer(format!("{label}: normalized rows"), cols, 4);
             // As many threads as walk the prologue's sum: the same order, the same bits.
             let p = RmsNormRowsParams {
                 cols: u32_of("hidden", cols)?,
                 threads: NORM_THREADS,
             };
-            let k = self.kernel(&label, &p, rmsnorm_rows::build)?;
-            let args = vec![
-                residual,
-                weight,
-                at(buffer, 0),
-                Operand::Value(Arg::F32(eps)),
-            ];
+            let k = self.a.kernel(&label, &p, rmsnorm_rows::build)?;
+            let args = vec![residual, weight, buffer, Operand::Value(Arg::F32(eps))];
             // Tensor-core products read the normalized rows at every row count.
             let steps = if tensor_cores { Rows::Any } else { Rows::Many };
-            self.push_in(steps, label, k, p.launch(1), Some(0), args);
-            Some(at(buffer, 0))
+            self.a
+                .push(steps, label, k, Grid::PerRow(p.launch(1), 0), args);
+            Some(buffer)
         } else {
             None
         };
@@ -711,16 +822,18 @@ impl Assembler<'_> {
         if let (Some(variants), Some(x)) = (self.tensor_core(&p), many_x) {
             let label = format!("{prefix}{what}");
             for (steps, tc) in variants {
-                let k = self.kernel(&label, &tc, gemv_tc::build)?;
-                self.push_in(steps, label.clone(), k, tc.launch(), None, args(x, None));
+                let k = self.a.kernel(&label, &tc, gemv_tc::build)?;
+                let grid = Grid::Once(tc.launch());
+                self.a.push(steps, label.clone(), k, grid, args(x, None));
             }
             return Ok(());
         }
-        let k = self.kernel(&label, &p, qgemv::build)?;
+        let k = self.a.kernel(&label, &p, qgemv::build)?;
         let one_args = args(one_x, one_norm);
         let Some(many_x) = many_x.filter(|_| self.max_batch > 1) else {
             // Every step takes one row.
-            self.push(label, k, p.launch(), None, one_args);
+            self.a
+                .push(Rows::Any, label, k, Grid::Once(p.launch()), one_args);
             return Ok(());
         };
         // Steps of several rows take up to 8 vectors a pass; a quantized piece is then
@@ -733,21 +846,20 @@ impl Assembler<'_> {
             ..p
         };
         let wide_label = format!("{prefix}{what}");
-        let kw = self.kernel(&wide_label, &pw, qgemv::build)?;
-        self.push_in(Rows::One, label, k, p.launch(), None, one_args);
-        self.push_in(
+        let kw = self.a.kernel(&wide_label, &pw, qgemv::build)?;
+        self.a
+            .push(Rows::One, label, k, Grid::Once(p.launch()), one_args);
+        let many_args = args(many_x, None);
+        self.a.push(
             Rows::Many,
             wide_label,
             kw,
-            pw.launch(),
-            None,
-            args(many_x, None),
+            Grid::Once(pw.launch()),
+            many_args,
         );
         Ok(())
     }
-}
 
-impl Assembler<'_> {
     /// Whether a product of a matrix in `format` with `cols` columns runs on the tensor
     /// cores.
     fn takes_tensor_cores(&self, format: WeightFormat, cols: usize) -> bool {
@@ -801,6 +913,58 @@ impl Assembler<'_> {
     }
 }
 
+/// Where RoPE + KV append finds each row's sequence (its block-table row), position and
+/// block table, and the positions the RoPE tables cover.
+pub(crate) struct RopeRows {
+    pub seq: Operand,
+    pub pos: Operand,
+    pub table: Operand,
+    pub context: u32,
+}
+
+/// Layer `l`'s RoPE (qwen3: the per-head q/k norms first) and KV append over `qkv`, for
+/// the decode step and the prompt chunk alike: what it does (for its label), its kernel,
+/// its launch for one row (a block per row) and its arguments.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rope_append_dispatch(
+    a: &mut Assembler,
+    c: &ModelConfig,
+    catalog: &Catalog,
+    w: &ModelWeights,
+    l: usize,
+    kv: KvLayout,
+    qkv: QkvRows,
+    rows: RopeRows,
+) -> Result<(&'static str, usize, Launch, Vec<Operand>), GpuError> {
+    let rp = rope_append_params(c, catalog, kv.max_blocks, qkv.token_stride, kv.elem)?;
+    let mut args = vec![
+        qkv.q,
+        qkv.k,
+        qkv.v,
+        rows.seq,
+        rows.pos,
+        rows.table,
+        w.part(w.rope, 0),
+        w.part(w.rope, 1),
+        Operand::Value(Arg::U32(rows.context)),
+        at(Region::KCache(l), 0),
+        at(Region::VCache(l), 0),
+    ];
+    if let Some(qk) = w.layers[l].qk_norm {
+        args.extend([
+            w.part(qk, 0),
+            w.part(qk, 1),
+            Operand::Value(Arg::F32(c.norm_eps as f32)),
+        ]);
+    }
+    let what = match c.qk_norm {
+        true => "q/k norm + rope + kv append",
+        false => "rope + kv append",
+    };
+    let k = a.kernel(&format!("layer {l}: {what}"), &rp, rope_append::build)?;
+    Ok((what, k, rp.launch(1), args))
+}
+
 /// The 8-row tiles a pass of each tensor-core variant takes: a step of `n` rows runs the
 /// first with `8 · tiles ≥ n`.
 const TC_TILES: [u32; 4] = [1, 2, 4, 8];
@@ -835,7 +999,7 @@ pub(crate) fn gemv_shape(
 enum Input {
     /// Activations as they are (a row per step row).
     Plain(Operand),
-    /// The residual stream under an RMSNorm ([`Assembler::norm`]).
+    /// The residual stream under an RMSNorm ([`StepBuilder::norm`]).
     Normed(Normed),
 }
 
@@ -850,10 +1014,6 @@ struct Normed {
     /// The normalized rows (`[rows, cols]` f32) of steps of several rows; `None` where
     /// a step takes one row at most.
     rows: Option<Operand>,
-}
-
-fn at(r: Region, bytes: u64) -> Operand {
-    Operand::At(r, bytes)
 }
 
 /// Blocks per multiprocessor that a matrix–vector product launches at most. Each block
@@ -918,417 +1078,42 @@ impl DecodeGraph {
         multiprocessors: u32,
         products: Products,
     ) -> Result<DecodeGraph, GpuError> {
-        let c = config;
-        let mut a = Assembler {
-            src,
-            naming,
-            kernels: KernelSet::default(),
-            dispatches: vec![],
-            activations: vec![],
-            weights: vec![],
-            max_batch: u32_of("rows a step", shape.max_batch.max(1))?,
-            multiprocessors: multiprocessors.max(1),
-            products,
-        };
-        // Bytes of an activation of `width` elements of `bytes` each, a row per step row.
-        let rows = a.max_batch as u64;
-        let per_row = |width: usize, bytes: u64| rows * width as u64 * bytes;
-        let (hidden, hd) = (c.hidden, c.head_dim);
-        let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
-        let qkv_width = q_width + 2 * kv_width;
-        let eps = c.norm_eps as f32;
         let context = u32_of("context", shape.context.max(1))?;
-        let group = u32_of("heads per kv head", c.heads / c.kv_heads)?;
-        let kv_type = kv_elem(shape.kv);
-        let (attn_threads, split, max_blocks) =
-            attention_shape(u32_of("head_dim", hd)?, group, context, kv_type)?;
-        let n_blocks = u32_of(
-            "KV cache blocks",
-            shape.sessions.max(1) * context.div_ceil(BLOCK_TOKENS) as usize,
-        )?;
-        let kv = KvLayout {
-            n_blocks,
-            max_blocks,
-            layer_bytes: n_blocks as u64
-                * (kv_width as u64)
-                * BLOCK_TOKENS as u64
-                * kv_type.size() as u64,
-            elem: kv_type,
-        };
-
-        // Activations the host touches, live for the whole step.
-        let record = StepRecord {
-            max_batch: a.max_batch as usize,
-        };
-        let io = HostIo {
-            step: a.act("step record".into(), record.bytes(), true),
-            table: a.act("block tables".into(), per_row(max_blocks as usize, 4), true),
-            logits: a.act("logits".into(), per_row(c.vocab, 4), true),
-            zeros: a.act(
-                "attention split counters".into(),
-                per_row(c.kv_heads, 4),
-                true,
-            ),
-            next: c
-                .vocab
-                .is_multiple_of(4)
-                .then(|| a.act("next tokens".into(), per_row(1, 4), true)),
-        };
-        let residual = Region::Act(a.act("residual".into(), per_row(hidden, 4), true));
-        let step = Region::Act(io.step);
-        let [token, pos, ctx_len, seq] = [0, 1, 2, 3].map(|i| at(step, record.part(i)));
-        let table = at(Region::Act(io.table), 0);
-        let counters = at(Region::Act(io.zeros), 0);
-        let r0 = at(residual, 0);
-
-        // Constants: RoPE tables over the whole context.
-        let (cos, sin) = rope_tables(c, src, naming, context)?;
-        let rope_group = a.group(vec![Assembler::floats(cos), Assembler::floats(sin)]);
-        let rope_cos = at(Region::Weights(rope_group), 0);
-        let rope_sin = at(Region::Weights(rope_group), a.weights[rope_group].offset(1));
-
-        // Embedding.
-        let table_group = a.group(vec![a.stored(
-            DecoderTensor::TokenEmbedding,
-            c.vocab,
-            hidden,
-        )?]);
-        let ep = embed_params(catalog, hidden)?;
-        let k = a.kernel("token embedding", &ep, embed::build)?;
-        a.push(
-            "token embedding".into(),
-            k,
-            ep.launch(1),
-            Some(0),
-            vec![
-                token,
-                at(Region::Weights(table_group), 0),
-                r0,
-                Operand::Value(Arg::U32(u32_of("vocab", c.vocab)?)),
-            ],
-        );
-
-        let mut layer_dispatches = Vec::with_capacity(c.layers);
-        for (l, lk) in catalog.layers.iter().enumerate() {
-            let before = a.dispatches.len();
-            let t = |t| DecoderTensor::Layer(l, t);
-            let prefix = format!("layer {l}: ");
-            let label = |what: &str| format!("{prefix}{what}");
-            // One projection writes each row's q|k|v back to back, which RoPE and the
-            // attention read in place (rows `qkv_width` apart); three write q, k and v
-            // apart, each packed.
-            let (q_at, k_at, v_at, token_stride) = match lk.qkv {
-                Qkv::Fused(_) => {
-                    let qkv = Region::Act(a.act(
-                        format!("layer {l} q|k|v"),
-                        per_row(qkv_width, 4),
-                        false,
-                    ));
-                    (
-                        at(qkv, 0),
-                        at(qkv, 4 * q_width as u64),
-                        at(qkv, 4 * (q_width + kv_width) as u64),
-                        u32_of("q|k|v width", qkv_width)?,
-                    )
-                }
-                Qkv::Separate(_) => {
-                    let mut part = |what: &str, width: usize| {
-                        at(
-                            Region::Act(a.act(
-                                format!("layer {l} {what}"),
-                                per_row(width, 4),
-                                false,
-                            )),
-                            0,
-                        )
-                    };
-                    (
-                        part("q", q_width),
-                        part("k", kv_width),
-                        part("v", kv_width),
-                        0,
-                    )
-                }
-            };
-            let norms = a.group(vec![
-                a.vector(t(L::AttnNorm), hidden)?,
-                a.vector(t(L::FfnNorm), hidden)?,
-            ]);
-            let attn_norm = Input::Normed(a.norm(
-                &prefix,
-                "attention norm",
-                r0,
-                at(Region::Weights(norms), 0),
-                eps,
-                hidden,
-                match &lk.qkv {
-                    Qkv::Fused(f) => std::slice::from_ref(f),
-                    Qkv::Separate(fs) => fs,
-                },
-            )?);
-
-            // q, k, v (and their biases) back to back, so that one GEMV can read all rows.
-            let wqkv = a.group(vec![
-                a.stored(t(L::Q), q_width, hidden)?,
-                a.stored(t(L::K), kv_width, hidden)?,
-                a.stored(t(L::V), kv_width, hidden)?,
-            ]);
-            let bias = if c.qkv_bias {
-                let parts = vec![
-                    a.vector(t(L::QBias), q_width)?,
-                    a.vector(t(L::KBias), kv_width)?,
-                    a.vector(t(L::VBias), kv_width)?,
-                ];
-                Some(Region::Weights(a.group(parts)))
-            } else {
-                None
-            };
-            let wg = &a.weights[wqkv];
-            let w_offsets = [0, wg.offset(1), wg.offset(2)];
-            let b_offsets = [0u64, 4 * q_width as u64, 4 * (q_width + kv_width) as u64];
-            match lk.qkv {
-                Qkv::Fused(f) => {
-                    a.gemv(
-                        &prefix,
-                        "q|k|v projection",
-                        f,
-                        qkv_width,
-                        hidden,
-                        &[at(Region::Weights(wqkv), 0)],
-                        &attn_norm,
-                        bias.map(|b| (at(b, 0), Addend::Bias)),
-                        q_at,
-                    )?;
-                }
-                Qkv::Separate(formats) => {
-                    let rows = [q_width, kv_width, kv_width];
-                    let ys = [q_at, k_at, v_at];
-                    for (i, what) in ["q", "k", "v"].iter().enumerate() {
-                        a.gemv(
-                            &prefix,
-                            &format!("{what} projection"),
-                            formats[i],
-                            rows[i],
-                            hidden,
-                            &[at(Region::Weights(wqkv), w_offsets[i])],
-                            &attn_norm,
-                            bias.map(|b| (at(b, b_offsets[i]), Addend::Bias)),
-                            ys[i],
-                        )?;
-                    }
-                }
-            }
-
-            let rp = rope_append_params(c, catalog, max_blocks, token_stride, kv.elem)?;
-            let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
-            let mut args = vec![
-                q_at,
-                k_at,
-                v_at,
-                seq,
-                pos,
-                table,
-                rope_cos,
-                rope_sin,
-                Operand::Value(Arg::U32(context)),
-                kc,
-                vc,
-            ];
-            if c.qk_norm {
-                let qk = a.group(vec![a.vector(t(L::QNorm), hd)?, a.vector(t(L::KNorm), hd)?]);
-                args.extend([
-                    at(Region::Weights(qk), 0),
-                    at(Region::Weights(qk), 4 * hd as u64),
-                    Operand::Value(Arg::F32(eps)),
-                ]);
-            }
-            let what = if c.qk_norm {
-                "q/k norm + rope + kv append"
-            } else {
-                "rope + kv append"
-            };
-            let k = a.kernel(&label(what), &rp, rope_append::build)?;
-            a.push(label(what), k, rp.launch(1), Some(0), args);
-
-            let dp = DecodeParams {
-                head_dim: rp.head_dim,
-                n_heads: rp.n_heads,
-                n_kv_heads: rp.n_kv_heads,
-                max_blocks,
-                split,
-                threads: attn_threads,
-                kv: kv.elem,
-                merge: true,
-                q_stride: token_stride,
-            };
-            let splits = dp.n_splits() as usize;
-            let part_m = Region::Act(a.act(
-                format!("layer {l} split maxima"),
-                per_row(c.heads * splits, 4),
-                false,
-            ));
-            let part_l = Region::Act(a.act(
-                format!("layer {l} split sums"),
-                per_row(c.heads * splits, 4),
-                false,
-            ));
-            let part_o = Region::Act(a.act(
-                format!("layer {l} split outputs"),
-                per_row(c.heads * splits * hd, 4),
-                false,
-            ));
-            let attn = Region::Act(a.act(
-                format!("layer {l} attention output"),
-                per_row(q_width, ACT_BYTES),
-                false,
-            ));
-            let k = a.kernel(&label("attention"), &dp, attn_decode::build)?;
-            let scale = Operand::Value(Arg::F32((1.0 / (hd as f64).sqrt()) as f32));
-            a.push(
-                label("attention"),
-                k,
-                dp.launch(1),
-                Some(1),
-                vec![
-                    q_at,
-                    kc,
-                    vc,
-                    table,
-                    ctx_len,
-                    at(part_m, 0),
-                    at(part_l, 0),
-                    at(part_o, 0),
-                    counters,
-                    at(attn, 0),
-                    scale,
-                ],
-            );
-
-            let wo = a.group(vec![a.stored(t(L::AttnOutput), hidden, q_width)?]);
-            a.gemv(
-                &prefix,
-                "output projection",
-                lk.attn_output,
-                hidden,
-                q_width,
-                &[at(Region::Weights(wo), 0)],
-                &Input::Plain(at(attn, 0)),
-                Some((r0, Addend::Residual)),
-                r0,
-            )?;
-
-            let gate_up = a.group(vec![
-                a.stored(t(L::Gate), c.ffn, hidden)?,
-                a.stored(t(L::Up), c.ffn, hidden)?,
-            ]);
-            let up_at = a.weights[gate_up].offset(1);
-            let ffn = Region::Act(a.act(
-                format!("layer {l} ffn hidden"),
-                per_row(c.ffn, ACT_BYTES),
-                false,
-            ));
-            let ffn_norm = Input::Normed(a.norm(
-                &prefix,
-                "ffn norm",
-                r0,
-                at(Region::Weights(norms), 4 * hidden as u64),
-                eps,
-                hidden,
-                &[lk.gate_up],
-            )?);
-            a.gemv(
-                &prefix,
-                "gate/up + SwiGLU",
-                lk.gate_up,
-                c.ffn,
-                hidden,
-                &[
-                    at(Region::Weights(gate_up), 0),
-                    at(Region::Weights(gate_up), up_at),
-                ],
-                &ffn_norm,
-                None,
-                at(ffn, 0),
-            )?;
-            let down = a.group(vec![a.stored(t(L::Down), hidden, c.ffn)?]);
-            a.gemv(
-                &prefix,
-                "down projection",
-                lk.down,
-                hidden,
-                c.ffn,
-                &[at(Region::Weights(down), 0)],
-                &Input::Plain(at(ffn, 0)),
-                Some((r0, Addend::Residual)),
-                r0,
-            )?;
-            let one_row = a.dispatches[before..]
+        let weights = ModelWeights::gather(config, src, naming, context)?;
+        let mut s = StepBuilder::new(config, catalog, &weights, shape, multiprocessors, products)?;
+        s.embed()?;
+        let mut layer_dispatches = Vec::with_capacity(catalog.layers.len());
+        for l in 0..catalog.layers.len() {
+            let before = s.a.dispatches.len();
+            s.layer(l)?;
+            let one_row = s.a.dispatches[before..]
                 .iter()
                 .filter(|d| d.rows.includes(1))
                 .count();
             layer_dispatches.push(one_row);
         }
-
-        let out_norm = a.group(vec![a.vector(DecoderTensor::OutputNorm, hidden)?]);
-        let head = if c.tied_embeddings {
-            table_group
-        } else {
-            a.group(vec![a.stored(DecoderTensor::Output, c.vocab, hidden)?])
-        };
-        let logits = at(Region::Act(io.logits), 0);
-        let normed = Input::Normed(a.norm(
-            "",
-            "output norm",
-            r0,
-            at(Region::Weights(out_norm), 0),
-            eps,
-            hidden,
-            &[catalog.output],
-        )?);
-        a.gemv(
-            "",
-            "LM head",
-            catalog.output,
-            c.vocab,
-            hidden,
-            &[at(Region::Weights(head), 0)],
-            &normed,
-            None,
-            logits,
-        )?;
-        if let Some(next) = io.next {
-            let cols = u32_of("vocab", c.vocab)?;
-            let p = ArgmaxParams {
-                cols,
-                threads: row_threads(cols / 4).max(128),
-            };
-            let k = a.kernel("argmax", &p, argmax::build)?;
-            a.push(
-                "argmax".into(),
-                k,
-                p.launch(1),
-                Some(0),
-                vec![logits, at(Region::Act(next), 0)],
-            );
-        }
-
-        let mut not_streamed = a.weights[rope_group].bytes();
-        if !c.tied_embeddings {
-            not_streamed += a.weights[table_group].bytes();
-        }
-        let weight_bytes_per_token =
-            a.weights.iter().map(WeightGroup::bytes).sum::<u64>() - not_streamed;
-        Ok(DecodeGraph {
-            weight_bytes_per_token,
-            kernels: a.kernels.into_kernels(),
-            dispatches: a.dispatches,
-            layer_dispatches,
+        s.head()?;
+        let StepBuilder {
+            a,
             kv,
-            activations: a.activations,
-            weights: a.weights,
             io,
             record,
-            multiprocessors: a.multiprocessors,
+            multiprocessors,
+            ..
+        } = s;
+        let program = a.finish();
+        Ok(DecodeGraph {
+            weight_bytes_per_token: weights.bytes_per_token(),
+            kernels: program.kernels,
+            dispatches: program.dispatches,
+            layer_dispatches,
+            kv,
+            activations: program.buffers,
+            weights,
+            io,
+            record,
+            multiprocessors,
+            context,
         })
     }
 
@@ -1341,32 +1126,20 @@ impl DecodeGraph {
 
     /// One line per dispatch of a step of `rows` rows ([`super::listing`]).
     pub fn listing(&self, rows: u32) -> Vec<String> {
-        self.step(rows)
-            .map(|d| {
-                let args: Vec<String> = d.args.iter().map(|a| self.operand_text(a)).collect();
-                super::listing::line(
-                    &d.label,
-                    &self.kernels[d.kernel],
-                    &d.launch_for(rows),
-                    &args,
-                )
-            })
-            .collect()
-    }
-
-    fn operand_text(&self, op: &Operand) -> String {
-        match op {
-            Operand::At(region, off) => format!("{}+{off}", self.region_text(*region)),
-            Operand::Value(a) => super::listing::value(a),
-            Operand::Rows => "rows".into(),
-        }
+        super::listing::lines(
+            self.step(rows),
+            &self.kernels,
+            &self.activations,
+            self,
+            rows,
+        )
     }
 
     /// A region by what it holds.
     pub(crate) fn region_text(&self, r: Region) -> String {
         match r {
-            Region::Act(i) => self.activations[i].name.clone(),
-            Region::Weights(g) => super::listing::group(&self.weights[g]),
+            Region::Act(i) | Region::Step(i) => self.activations[i].name.clone(),
+            Region::Weights(g) => super::listing::group(&self.weights.groups[g]),
             Region::KCache(l) => format!("layer {l} keys"),
             Region::VCache(l) => format!("layer {l} values"),
         }
@@ -1374,7 +1147,7 @@ impl DecodeGraph {
 
     /// Bytes of all weights and constants.
     pub fn weight_bytes(&self) -> u64 {
-        self.weights.iter().map(WeightGroup::bytes).sum()
+        self.weights.bytes()
     }
 
     /// The lifetime of every activation over the dispatch list.

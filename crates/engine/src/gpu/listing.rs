@@ -7,11 +7,12 @@
 use std::path::Path;
 
 use quench_ir::Function;
-use quench_rt::{Arg, Launch};
 
 use super::catalog::Catalog;
-use super::graph::{DecodeGraph, Products, StepShape, WeightData, WeightGroup};
+use super::graph::{DecodeGraph, Products, StepShape};
+use super::plan::{Buffer, Dispatch, Operand, Region};
 use super::prefill::PrefillPlan;
+use super::weights::{WeightData, WeightGroup};
 use super::{decoder, gpu_options};
 use crate::checkpoint;
 use crate::error::Result;
@@ -59,8 +60,7 @@ pub fn dispatch_listing(
         let mut lines = vec![format!("decode step of {rows} rows")];
         lines.extend(graph.listing(rows));
         if let Some(n) = chunk {
-            let plan =
-                PrefillPlan::new(&config, &catalog, src, naming, &graph, context, n as usize)?;
+            let plan = PrefillPlan::new(&config, &catalog, &graph, n as usize)?;
             lines.push(format!("prompt chunk of {n} tokens"));
             lines.extend(plan.listing(&graph, n));
         }
@@ -69,17 +69,46 @@ pub fn dispatch_listing(
     listing().map_err(|e| crate::EngineError::from(e).in_model(ckpt.path()))
 }
 
-/// One dispatch's line.
-pub(crate) fn line(label: &str, kernel: &Function, launch: &Launch, args: &[String]) -> String {
-    format!(
-        "{label} | {} #{:016x} | grid {:?} block {:?} shared {} | {}",
-        kernel.name,
-        fingerprint(&kernel.to_string()),
-        launch.grid,
-        launch.block,
-        launch.dynamic_shared_bytes,
-        args.join(", ")
-    )
+/// A line per dispatch of `dispatches` (of a program whose kernels and buffers these
+/// are) for `n` rows; regions outside the program are named by `graph`, the decode step.
+pub(crate) fn lines<'a>(
+    dispatches: impl Iterator<Item = &'a Dispatch>,
+    kernels: &[Function],
+    buffers: &[Buffer],
+    graph: &DecodeGraph,
+    n: u32,
+) -> Vec<String> {
+    dispatches
+        .map(|d| {
+            let args: Vec<String> = d
+                .args
+                .iter()
+                .map(|a| operand(a, n, buffers, graph))
+                .collect();
+            let launch = d.launch_for(n);
+            format!(
+                "{} | {} #{:016x} | grid {:?} block {:?} shared {} | {}",
+                d.label,
+                kernels[d.kernel].name,
+                fingerprint(&kernels[d.kernel].to_string()),
+                launch.grid,
+                launch.block,
+                launch.dynamic_shared_bytes,
+                args.join(", ")
+            )
+        })
+        .collect()
+}
+
+fn operand(op: &Operand, n: u32, buffers: &[Buffer], graph: &DecodeGraph) -> String {
+    match *op {
+        Operand::At(Region::Act(i), off) => format!("{}+{}", buffers[i].name, off.bytes(n)),
+        Operand::At(r, off) => format!("{}+{}", graph.region_text(r), off.bytes(n)),
+        Operand::Value(a) => format!("{a:?}"),
+        Operand::Rows => "rows".into(),
+        Operand::Start => "start".into(),
+        Operand::Elements(w) => format!("rows·{w}"),
+    }
 }
 
 /// A weight group by its parts: stored tensors by name, host-computed values by count.
@@ -93,11 +122,6 @@ pub(crate) fn group(g: &WeightGroup) -> String {
         })
         .collect();
     format!("[{}]", parts.join(" | "))
-}
-
-/// A value argument.
-pub(crate) fn value(a: &Arg) -> String {
-    format!("{a:?}")
 }
 
 /// FNV-1a over the kernel's printed IR: equal kernels print equal fingerprints.

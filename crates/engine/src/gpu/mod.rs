@@ -36,10 +36,12 @@ mod error;
 mod graph;
 mod kv;
 mod listing;
+mod plan;
 pub mod prefill;
 pub mod profile;
 mod stored;
 mod timing;
+mod weights;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! The prompt path: a chunk of up to [`PrefillPlan::chunk`] tokens of one session runs
 //! through the model as matrices — every projection a tensor-core GEMM over the chunk's
-//! rows, reading the very weight buffers the decode step reads (found in the decode
-//! graph's weight groups, never uploaded twice) — and writes the chunk's keys and values
+//! rows, reading the weights the decode step reads (uploaded once; a layer's found by what
+//! they are, [`super::weights`]), built by the same [`Assembler`] — and writes the chunk's keys and values
 //! into the session's blocks of the shared KV cache, so that decode steps continue from
 //! it. Only the chunk's last row goes through the final norm and the LM head.
 //!
@@ -53,7 +53,6 @@ use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};
 use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
 use quench_kernels::attention::prefill::{self as attn_prefill, PrefillParams};
-use quench_kernels::attention::rope_append;
 use quench_kernels::bias::{self, BiasRowsParams};
 use quench_kernels::embed;
 use quench_kernels::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams};
@@ -61,101 +60,17 @@ use quench_kernels::norm_residual::{self, Norm, NormResidualParams, OutType};
 use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::silu_mul::{self, SiluMulParams};
 use quench_kernels::to_bf16::{self, Activation, ToBf16Params};
-use quench_kernels::KernelError;
-use quench_models::arch::{DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming};
-use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
+use quench_models::arch::ModelConfig;
+use quench_rt::{Arg, DevicePtr, Executor, StreamId};
 
-use super::catalog::{tensor_name, Catalog, Qkv};
+use super::catalog::{Catalog, Qkv};
+use super::decoder::DeviceMemory;
 use super::error::GpuError;
 use super::graph::{
-    self, attention_shape, gemv_shape, row_threads, u32_of, DecodeGraph, KernelSet, WeightData,
-    WeightGroup,
+    self, attention_shape, gemv_shape, row_threads, u32_of, DecodeGraph, QkvRows, RopeRows,
 };
-use super::stored::{self, StoredTensors};
-
-/// Where a pointer argument points.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Loc {
-    /// A buffer of the prompt path's own arena.
-    Act(usize),
-    /// A weight group of the decode graph.
-    Weights(usize),
-    KCache(usize),
-    VCache(usize),
-    /// The decode step's logits and next-token buffers (row 0).
-    Logits,
-    Next,
-}
-
-/// How far into its buffer a pointer is, given the chunk's `n` rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Offset {
-    Fixed(u64),
-    /// `n · bytes`: past `n` rows of `bytes`.
-    Rows(u64),
-    /// `(n − 1) · bytes`: the last row.
-    LastRow(u64),
-}
-
-impl Offset {
-    fn bytes(self, n: u32) -> u64 {
-        match self {
-            Offset::Fixed(b) => b,
-            Offset::Rows(b) => n as u64 * b,
-            Offset::LastRow(b) => (n as u64).saturating_sub(1) * b,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Operand {
-    Ptr(Loc, Offset),
-    Value(Arg),
-    /// The chunk's row count.
-    Rows,
-    /// The chunk's first position.
-    Start,
-    /// `n · per_row` elements.
-    Elements(u32),
-}
-
-/// How a dispatch's grid follows the chunk's rows.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Grid {
-    /// `launch.grid[axis]` blocks per row.
-    PerRow(Launch, usize),
-    Gemm(GemmParams),
-    /// One thread per group of elements, `per_row` elements a row.
-    Cast(ToBf16Params, u32),
-    SiluMul(SiluMulParams, u32),
-    /// The tensor-core attention's query tiles by heads.
-    Prefill(PrefillParams),
-    Once(Launch),
-}
-
-impl Grid {
-    fn launch(&self, n: u32) -> Launch {
-        match *self {
-            Grid::PerRow(mut l, axis) => {
-                l.grid[axis] *= n;
-                l
-            }
-            Grid::Gemm(p) => p.launch(n),
-            Grid::Cast(p, w) => p.launch(n * w),
-            Grid::SiluMul(p, w) => p.launch(n * w),
-            Grid::Prefill(p) => p.launch(n),
-            Grid::Once(l) => l,
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-struct Dispatch {
-    label: String,
-    kernel: usize,
-    grid: Grid,
-    args: Vec<Operand>,
-}
+use super::plan::{at, resolve, Assembler, Grid, Offset, Operand, Program, Region, Resolved, Rows};
+use super::weights::{LayerWeights, ModelWeights};
 
 /// The host-written parts of the arena, per chunk: `[tokens | positions | context
 /// lengths | zeros]`, `chunk` u32 each (the zeros, written once, are every row's
@@ -177,10 +92,8 @@ impl Record {
 pub struct PrefillPlan {
     /// Most tokens one chunk takes.
     pub chunk: u32,
-    kernels: Vec<Function>,
-    dispatches: Vec<Dispatch>,
-    /// Buffers of the arena: name and bytes.
-    buffers: Vec<(String, u64)>,
+    program: Program,
+    /// The chunk record (a buffer of the program).
     record: usize,
     /// `[chunk, max_blocks]` u32: the session's block table, once per row.
     tables: usize,
@@ -193,61 +106,33 @@ pub struct PrefillPlan {
 impl PrefillPlan {
     /// Bytes of the arena (every buffer 256-byte aligned, none shared).
     pub fn arena_bytes(&self) -> u64 {
-        self.buffers
+        self.program
+            .buffers
             .iter()
-            .map(|(_, b)| b.div_ceil(256) * 256)
+            .map(|b| b.bytes.div_ceil(256) * 256)
             .sum()
     }
 
     /// The distinct kernels its dispatches launch.
     pub fn kernels(&self) -> &[Function] {
-        &self.kernels
+        &self.program.kernels
     }
 
     pub fn dispatches(&self) -> usize {
-        self.dispatches.len()
+        self.program.dispatches.len()
     }
 
     /// One line per dispatch of a chunk of `n` tokens ([`super::listing`]), beside
     /// `graph`, the decode step it was planned with.
     pub fn listing(&self, graph: &DecodeGraph, n: u32) -> Vec<String> {
-        self.dispatches
-            .iter()
-            .map(|d| {
-                let args: Vec<String> = d
-                    .args
-                    .iter()
-                    .map(|a| match *a {
-                        Operand::Ptr(loc, off) => {
-                            let base = match loc {
-                                Loc::Act(i) => self.buffers[i].0.clone(),
-                                Loc::Weights(g) => graph.region_text(graph::Region::Weights(g)),
-                                Loc::KCache(l) => graph.region_text(graph::Region::KCache(l)),
-                                Loc::VCache(l) => graph.region_text(graph::Region::VCache(l)),
-                                Loc::Logits => {
-                                    graph.region_text(graph::Region::Act(graph.io.logits))
-                                }
-                                Loc::Next => match graph.io.next {
-                                    Some(i) => graph.region_text(graph::Region::Act(i)),
-                                    None => "next tokens".into(),
-                                },
-                            };
-                            format!("{base}+{}", off.bytes(n))
-                        }
-                        Operand::Value(a) => super::listing::value(&a),
-                        Operand::Rows => "rows".into(),
-                        Operand::Start => "start".into(),
-                        Operand::Elements(w) => format!("rows·{w}"),
-                    })
-                    .collect();
-                super::listing::line(&d.label, &self.kernels[d.kernel], &d.grid.launch(n), &args)
-            })
-            .collect()
+        let p = &self.program;
+        super::listing::lines(p.run_of(n), &p.kernels, &p.buffers, graph, n)
     }
 
     /// The labels of layer 0's dispatches, in order.
     pub fn layer_plan(&self) -> Vec<String> {
-        self.dispatches
+        self.program
+            .dispatches
             .iter()
             .filter_map(|d| d.label.strip_prefix("layer 0: ").map(str::to_owned))
             .collect()
@@ -290,91 +175,421 @@ enum Attention {
         params: DecodeParams,
         cast: (usize, ToBf16Params),
         /// The splits' maxima, sums and outputs.
-        parts: [usize; 3],
+        parts: [Operand; 3],
         counters: usize,
-        out: usize,
+        out: Operand,
     },
 }
 
-struct Planner<'a> {
-    src: &'a dyn StoredTensors,
-    naming: Naming,
+/// Builds a prompt chunk's program over the decode step's weights, cache and logits.
+struct ChunkBuilder<'a> {
+    a: Assembler,
+    c: &'a ModelConfig,
+    catalog: &'a Catalog,
     graph: &'a DecodeGraph,
+    w: &'a ModelWeights,
     chunk: u32,
-    kernels: KernelSet,
-    dispatches: Vec<Dispatch>,
-    buffers: Vec<(String, u64)>,
+    /// The chunk record, the block tables and the zero rows (buffer indices).
+    record: usize,
+    tables: usize,
+    zeros: usize,
+    /// The f32 residual rows and the bf16 normalized rows.
+    residual: Operand,
+    normed: Operand,
+    qkv: QkvRows,
+    attention: Attention,
+    /// The attention's bf16 output rows.
+    attn16: Operand,
+    /// Gate rows, then up rows (bf16), each the chunk's rows long.
+    gate_up16: Region,
+    act16: Operand,
+    /// The row norm's kernel and parameters.
+    norm: (usize, NormResidualParams),
+    silu: (usize, SiluMulParams),
 }
 
-impl Planner<'_> {
-    fn kernel<P: std::fmt::Debug>(
-        &mut self,
-        part: &str,
-        params: &P,
-        build: impl FnOnce(&P) -> Result<Function, KernelError>,
-    ) -> Result<usize, GpuError> {
-        self.kernels.get(part, params, build)
-    }
-
-    /// A buffer of `width` elements of `bytes` a row, for the chunk's rows.
-    fn buffer(&mut self, name: String, width: usize, bytes: u64) -> usize {
-        self.buffers
-            .push((name, self.chunk as u64 * width as u64 * bytes));
-        self.buffers.len() - 1
-    }
-
-    fn push(&mut self, label: String, kernel: usize, grid: Grid, args: Vec<Operand>) {
-        self.dispatches.push(Dispatch {
-            label,
-            kernel,
-            grid,
-            args,
-        });
-    }
-
-    fn stored(
-        &self,
-        t: DecoderTensor,
-        rows: usize,
-        cols: usize,
-    ) -> Result<(WeightData, u64), GpuError> {
-        let n = tensor_name(t, self.naming);
-        let bytes = stored::matrix(self.src, &n, rows, cols)?.bytes.len() as u64;
-        Ok((WeightData::Stored(n), bytes))
-    }
-
-    fn vector(&self, t: DecoderTensor, len: usize) -> Result<(WeightData, u64), GpuError> {
-        let v = stored::vector(self.src, &tensor_name(t, self.naming), len)?;
-        Ok(floats(v))
-    }
-
-    /// The decode graph's weight group made of exactly `parts`, and each part's offset.
-    fn group(
-        &self,
-        what: &str,
-        parts: Vec<(WeightData, u64)>,
-    ) -> Result<(usize, Vec<u64>), GpuError> {
-        let offsets = parts
-            .iter()
-            .scan(0, |at, (_, b)| {
-                let o = *at;
-                *at += b;
-                Some(o)
-            })
-            .collect();
-        let want = WeightGroup { parts };
-        let i = self
-            .graph
-            .weights
-            .iter()
-            .position(|g| *g == want)
-            .ok_or_else(|| {
-                not_here(
-                    "the prompt path",
-                    format!("the decode step's {what} are not where it looks"),
-                )
+impl<'a> ChunkBuilder<'a> {
+    /// The chunk's buffers and the kernels every layer shares.
+    fn new(
+        c: &'a ModelConfig,
+        catalog: &'a Catalog,
+        graph: &'a DecodeGraph,
+        chunk: u32,
+    ) -> Result<Self, GpuError> {
+        let mut a = Assembler::default();
+        let (hidden, hd, ffn) = (c.hidden, c.head_dim, c.ffn);
+        let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
+        let qkv_width = q_width + 2 * kv_width;
+        let buffer = |a: &mut Assembler, name: &str, width: usize, bytes: u64| match a.buffer(
+            name.into(),
+            chunk as u64 * width as u64 * bytes,
+            false,
+        ) {
+            Region::Act(i) => i,
+            _ => unreachable!("a buffer is an activation"),
+        };
+        let record = buffer(&mut a, "chunk record", 4, 4);
+        let tables = buffer(&mut a, "block tables", graph.kv.max_blocks as usize, 4);
+        let zeros = buffer(&mut a, "zero rows", hidden, 4);
+        let residual = at(Region::Act(buffer(&mut a, "residual", hidden, 4)), 0);
+        let normed = at(
+            Region::Act(buffer(&mut a, "normed rows (bf16)", hidden, 2)),
+            0,
+        );
+        let embed = graph::embed_params(catalog, hidden)?;
+        let embed_k = a.kernel("token embedding", &embed, embed::build)?;
+        let np = NormResidualParams {
+            norm: Norm::Rms,
+            out: OutType::BF16,
+            cols: u32_of("hidden", hidden)?,
+            threads: row_threads(u32_of("hidden", hidden)? / 4),
+        };
+        let norm_k = a.kernel("RMSNorm rows", &np, norm_residual::build)?;
+        // Buffers every layer reuses.
+        let qkv = match catalog.layers.first().map(|l| l.qkv) {
+            Some(Qkv::Separate(_)) => QkvRows {
+                q: at(Region::Act(buffer(&mut a, "q", q_width, 4)), 0),
+                k: at(Region::Act(buffer(&mut a, "k", kv_width, 4)), 0),
+                v: at(Region::Act(buffer(&mut a, "v", kv_width, 4)), 0),
+                token_stride: 0,
+            },
+            _ => {
+                let r = Region::Act(buffer(&mut a, "q|k|v", qkv_width, 4));
+                QkvRows {
+                    q: at(r, 0),
+                    k: at(r, 4 * q_width as u64),
+                    v: at(r, 4 * (q_width + kv_width) as u64),
+                    token_stride: u32_of("q|k|v width", qkv_width)?,
+                }
+            }
+        };
+        let attn16 = at(
+            Region::Act(buffer(&mut a, "attention output (bf16)", q_width, 2)),
+            0,
+        );
+        let attention =
+            attention_kernels(&mut a, c, graph, qkv.token_stride, &mut |a, n, w, b| {
+                buffer(a, n, w, b)
             })?;
-        Ok((i, offsets))
+        let gate_up16 = Region::Act(buffer(&mut a, "gate | up (bf16)", 2 * ffn, 2));
+        let act16 = at(Region::Act(buffer(&mut a, "SwiGLU (bf16)", ffn, 2)), 0);
+        let silu = SiluMulParams { threads: 256 };
+        let silu_k = a.kernel("SwiGLU", &silu, silu_mul::build)?;
+        let mut b = ChunkBuilder {
+            a,
+            c,
+            catalog,
+            graph,
+            w: &graph.weights,
+            chunk,
+            record,
+            tables,
+            zeros,
+            residual,
+            normed,
+            qkv,
+            attention,
+            attn16,
+            gate_up16,
+            act16,
+            norm: (norm_k, np),
+            silu: (silu_k, silu),
+        };
+        let args = vec![
+            b.record_part(0),
+            b.w.part(b.w.embedding, 0),
+            residual,
+            Operand::Value(Arg::U32(u32_of("vocab", c.vocab)?)),
+        ];
+        let grid = Grid::PerRow(embed.launch(1), 0);
+        b.a.push(Rows::Any, "token embedding".into(), embed_k, grid, args);
+        Ok(b)
+    }
+
+    fn record_part(&self, i: u64) -> Operand {
+        at(
+            Region::Act(self.record),
+            Record { chunk: self.chunk }.part(i),
+        )
+    }
+
+    /// `normed = bf16(norm(R)·weight)` (`R += zeros`), a block per row.
+    fn norm(&mut self, label: String, weight: Operand) {
+        let (k, np) = self.norm;
+        let args = vec![
+            at(Region::Act(self.zeros), 0),
+            self.residual,
+            weight,
+            self.normed,
+            Operand::Value(Arg::F32(self.c.norm_eps as f32)),
+        ];
+        self.a
+            .push(Rows::Any, label, k, Grid::PerRow(np.launch(1), 0), args);
+    }
+
+    /// Layer `l`'s dispatches.
+    fn layer(&mut self, l: usize) -> Result<(), GpuError> {
+        let catalog = self.catalog;
+        let lk = &catalog.layers[l];
+        let lw = self.w.layers[l];
+        let label = |what: &str| format!("layer {l}: {what}");
+        self.norm(label("attention norm"), self.w.part(lw.norms, 0));
+        self.qkv_projection(l, lk.qkv, lw)?;
+        let rows = RopeRows {
+            seq: self.record_part(3),
+            pos: self.record_part(1),
+            table: at(Region::Act(self.tables), 0),
+            context: self.graph.context,
+        };
+        let (what, k, launch, args) = graph::rope_append_dispatch(
+            &mut self.a,
+            self.c,
+            catalog,
+            self.w,
+            l,
+            self.graph.kv,
+            self.qkv,
+            rows,
+        )?;
+        self.a
+            .push(Rows::Any, label(what), k, Grid::PerRow(launch, 0), args);
+        self.attention(l)?;
+        let (hidden, q_width, ffn) = (self.c.hidden, self.c.heads * self.c.head_dim, self.c.ffn);
+        let accumulate = GemmEpilogue::Accumulate;
+        let (attn16, r) = (self.attn16, self.residual);
+        let wo = self.w.part(lw.attn_output, 0);
+        self.gemm(
+            label("output projection"),
+            lk.attn_output,
+            hidden,
+            q_width,
+            attn16,
+            wo,
+            r,
+            accumulate,
+        )?;
+
+        self.norm(label("ffn norm"), self.w.part(lw.norms, 1));
+        let gate = at(self.gate_up16, 0);
+        let up = Operand::At(self.gate_up16, Offset::Rows(2 * ffn as u64));
+        let (xn, to_bf16) = (self.normed, GemmEpilogue::StoreBf16);
+        let (wg, wu) = (self.w.part(lw.gate_up, 0), self.w.part(lw.gate_up, 1));
+        self.gemm(
+            label("gate projection"),
+            lk.gate_up,
+            ffn,
+            hidden,
+            xn,
+            wg,
+            gate,
+            to_bf16,
+        )?;
+        self.gemm(
+            label("up projection"),
+            lk.gate_up,
+            ffn,
+            hidden,
+            xn,
+            wu,
+            up,
+            to_bf16,
+        )?;
+        let fw = u32_of("ffn", ffn)?;
+        let (silu_k, silu) = self.silu;
+        let args = vec![gate, up, self.act16, Operand::Elements(fw)];
+        self.a.push(
+            Rows::Any,
+            label("SwiGLU"),
+            silu_k,
+            Grid::SiluMul(silu, fw),
+            args,
+        );
+        let (act16, wd) = (self.act16, self.w.part(lw.down, 0));
+        self.gemm(
+            label("down projection"),
+            lk.down,
+            hidden,
+            ffn,
+            act16,
+            wd,
+            r,
+            accumulate,
+        )
+    }
+
+    /// q, k and v (after their biases, where the model has them) as GEMMs over the
+    /// normalized rows: one over the three matrices back to back, or three.
+    fn qkv_projection(&mut self, l: usize, qkv: Qkv, lw: LayerWeights) -> Result<(), GpuError> {
+        let (hidden, q_width, kv_width) = (
+            self.c.hidden,
+            self.c.heads * self.c.head_dim,
+            self.c.kv_heads * self.c.head_dim,
+        );
+        let bias_p = BiasRowsParams { threads: 128 };
+        let bias_k = match lw.qkv_bias {
+            Some(_) => Some(self.a.kernel("bias rows", &bias_p, bias::build)?),
+            None => None,
+        };
+        let project = |b: &mut Self, what: &str, format, rows: usize, part: usize, out| {
+            let label = |x: &str| format!("layer {l}: {what} {x}");
+            let epilogue = match (lw.qkv_bias, bias_k) {
+                (Some(bias), Some(bk)) => {
+                    let args = vec![
+                        b.w.part(bias, part),
+                        out,
+                        Operand::Value(Arg::U32(u32_of("width", rows)?)),
+                    ];
+                    let grid = Grid::PerRow(bias_p.launch(1), 0);
+                    b.a.push(Rows::Any, label("bias"), bk, grid, args);
+                    GemmEpilogue::Accumulate
+                }
+                _ => GemmEpilogue::Store,
+            };
+            let (xn, w) = (b.normed, b.w.part(lw.qkv, part));
+            b.gemm(
+                label("projection"),
+                format,
+                rows,
+                hidden,
+                xn,
+                w,
+                out,
+                epilogue,
+            )
+        };
+        let out = self.qkv;
+        match qkv {
+            // The biases' parts lie back to back: one row of q|k|v biases.
+            Qkv::Fused(f) if out.token_stride != 0 => {
+                project(self, "q|k|v", f, q_width + 2 * kv_width, 0, out.q)
+            }
+            Qkv::Separate(formats) if out.token_stride == 0 => {
+                let widths = [q_width, kv_width, kv_width];
+                let outs = [out.q, out.k, out.v];
+                for (i, what) in ["q", "k", "v"].iter().enumerate() {
+                    project(self, what, formats[i], widths[i], i, outs[i])?;
+                }
+                Ok(())
+            }
+            _ => Err(not_here(
+                "the prompt path of this model",
+                "its layers differ in whether q, k and v share a format",
+            )),
+        }
+    }
+
+    /// The chunk's attention over the cache its keys and values were just appended to,
+    /// into the bf16 rows the output projection reads.
+    fn attention(&mut self, l: usize) -> Result<(), GpuError> {
+        let label = |what: &str| format!("layer {l}: {what}");
+        let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
+        let table = at(Region::Act(self.tables), 0);
+        let scale = Operand::Value(Arg::F32((1.0 / (self.c.head_dim as f64).sqrt()) as f32));
+        let q = self.qkv.q;
+        match self.attention {
+            Attention::TensorCores { kernel, params } => {
+                let args = vec![
+                    q,
+                    kc,
+                    vc,
+                    table,
+                    Operand::Start,
+                    Operand::Rows,
+                    scale,
+                    self.attn16,
+                ];
+                self.a.push(
+                    Rows::Any,
+                    label("attention"),
+                    kernel,
+                    Grid::Prefill(params),
+                    args,
+                );
+            }
+            Attention::PerRow {
+                kernel,
+                params,
+                cast: (cast_k, cast),
+                parts,
+                counters,
+                out,
+            } => {
+                let args = vec![
+                    q,
+                    kc,
+                    vc,
+                    table,
+                    self.record_part(2),
+                    parts[0],
+                    parts[1],
+                    parts[2],
+                    at(Region::Act(counters), 0),
+                    out,
+                    scale,
+                ];
+                let grid = Grid::PerRow(params.launch(1), 1);
+                self.a
+                    .push(Rows::Any, label("attention"), kernel, grid, args);
+                let qw = u32_of("q width", self.c.heads * self.c.head_dim)?;
+                let args = vec![out, self.attn16, Operand::Elements(qw)];
+                self.a.push(
+                    Rows::Any,
+                    label("attention to bf16"),
+                    cast_k,
+                    Grid::Cast(cast, qw),
+                    args,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The last row's `logits = W_out·(norm(R[n − 1])·w)` into the decode step's row 0,
+    /// and its argmax.
+    fn head(&mut self) -> Result<(), GpuError> {
+        let (c, catalog, graph) = (self.c, self.catalog, self.graph);
+        let hidden = c.hidden;
+        let (warps, max_blocks) = gemv_shape(catalog.output, hidden, true, graph.multiprocessors);
+        let hp = QGemvParams {
+            format: catalog.output,
+            prologue: Prologue::RmsNorm,
+            epilogue: Epilogue::Plain,
+            rows: u32_of("vocab", c.vocab)?,
+            cols: u32_of("hidden", hidden)?,
+            warps,
+            unroll: if catalog.output.is_float() { 4 } else { 2 },
+            act: OutType::F32,
+            batch: 1,
+            max_blocks,
+        };
+        let k = self.a.kernel("output norm + LM head", &hp, qgemv::build)?;
+        let Operand::At(residual, _) = self.residual else {
+            unreachable!("the residual is a buffer")
+        };
+        let logits = at(Region::Step(graph.io.logits), 0);
+        let args = vec![
+            self.w.part(self.w.head, 0),
+            Operand::At(residual, Offset::LastRow(4 * hidden as u64)),
+            self.w.part(self.w.output_norm, 0),
+            logits,
+            Operand::Value(Arg::F32(c.norm_eps as f32)),
+            Operand::Value(Arg::U32(1)),
+        ];
+        let label = "output norm + LM head (last row)".to_string();
+        self.a
+            .push(Rows::Any, label, k, Grid::Once(hp.launch()), args);
+        if let Some(next) = graph.io.next {
+            let cols = u32_of("vocab", c.vocab)?;
+            let p = ArgmaxParams {
+                cols,
+                threads: row_threads(cols / 4).max(128),
+            };
+            let k = self.a.kernel("argmax", &p, argmax::build)?;
+            let args = vec![logits, at(Region::Step(next), 0)];
+            self.a
+                .push(Rows::Any, "argmax".into(), k, Grid::Once(p.launch(1)), args);
+        }
+        Ok(())
     }
 
     /// `C (+)= A·Bᵀ` over the chunk's rows, as `epilogue` says: `B` `[n, k]` in `format`
@@ -430,531 +645,136 @@ impl Planner<'_> {
                     "the GEMM needs n a multiple of 64",
                 )
             })?;
-        let kernel = self.kernel(&label, &p, gemm::build)?;
-        self.push(label, kernel, Grid::Gemm(p), vec![a, b, c, Operand::Rows]);
+        let kernel = self.a.kernel(&label, &p, gemm::build)?;
+        self.a.push(
+            Rows::Any,
+            label,
+            kernel,
+            Grid::Gemm(p),
+            vec![a, b, c, Operand::Rows],
+        );
         Ok(())
     }
 }
 
-fn floats(v: Vec<f32>) -> (WeightData, u64) {
-    let bytes = 4 * v.len() as u64;
-    (WeightData::Floats(v), bytes)
-}
-
-fn ptr(loc: Loc, bytes: u64) -> Operand {
-    Operand::Ptr(loc, Offset::Fixed(bytes))
-}
-
-fn w(group: (usize, Vec<u64>), part: usize) -> Operand {
-    ptr(Loc::Weights(group.0), group.1[part])
+/// The chunk's attention kernels: on the tensor cores where the head size suits them,
+/// else the decode kernel a row per query (with the buffers `buffer` makes).
+fn attention_kernels(
+    a: &mut Assembler,
+    c: &ModelConfig,
+    graph: &DecodeGraph,
+    q_stride: u32,
+    buffer: &mut dyn FnMut(&mut Assembler, &str, usize, u64) -> usize,
+) -> Result<Attention, GpuError> {
+    let head_dim = u32_of("head_dim", c.head_dim)?;
+    let (n_heads, n_kv_heads) = (u32_of("heads", c.heads)?, u32_of("kv_heads", c.kv_heads)?);
+    let max_blocks = graph.kv.max_blocks;
+    if attn_prefill::HEAD_DIMS.contains(&head_dim) {
+        let params = PrefillParams {
+            kv: graph.kv.elem,
+            head_dim,
+            n_heads,
+            n_kv_heads,
+            max_blocks,
+            q_stride,
+        };
+        let kernel = a.kernel("attention", &params, attn_prefill::build)?;
+        return Ok(Attention::TensorCores { kernel, params });
+    }
+    let group = n_heads / n_kv_heads.max(1);
+    let (threads, split, most_blocks) =
+        attention_shape(head_dim, group, graph.context, graph.kv.elem)?;
+    if most_blocks != max_blocks {
+        return Err(not_here(
+            "the prompt path's attention",
+            "its block tables differ from the decode step's",
+        ));
+    }
+    let params = DecodeParams {
+        head_dim,
+        n_heads,
+        n_kv_heads,
+        max_blocks,
+        split,
+        threads,
+        kv: graph.kv.elem,
+        merge: true,
+        q_stride,
+    };
+    let splits = params.n_splits() as usize;
+    let cast = ToBf16Params {
+        activation: Activation::Identity,
+        threads: 256,
+    };
+    let kernel = a.kernel("attention", &params, attn_decode::build)?;
+    let cast_k = a.kernel("bf16 rounding", &cast, to_bf16::build)?;
+    let (heads, hd) = (c.heads, c.head_dim);
+    let mut part = |name: &str, width: usize| at(Region::Act(buffer(a, name, width, 4)), 0);
+    let parts = [
+        part("split maxima", heads * splits),
+        part("split sums", heads * splits),
+        part("split outputs", heads * splits * hd),
+    ];
+    let counters = buffer(a, "attention split counters", c.kv_heads, 4);
+    let out = at(Region::Act(buffer(a, "attention output", heads * hd, 4)), 0);
+    Ok(Attention::PerRow {
+        kernel,
+        params,
+        cast: (cast_k, cast),
+        parts,
+        counters,
+        out,
+    })
 }
 
 impl PrefillPlan {
     /// Plans the prompt path of `config` for chunks of `chunk` tokens beside `graph`, the
-    /// decode step (whose weights, KV cache and logits it uses), built for `context`
-    /// positions. Refuses, naming why, a model whose formats or shapes a kernel does not
-    /// take.
-    #[allow(clippy::too_many_arguments)]
+    /// decode step (whose weights, KV cache and logits it uses). Refuses, naming why, a
+    /// model whose formats or shapes a kernel does not take.
     pub fn new(
         config: &ModelConfig,
         catalog: &Catalog,
-        src: &dyn StoredTensors,
-        naming: Naming,
         graph: &DecodeGraph,
-        context: usize,
         chunk: usize,
     ) -> Result<PrefillPlan, GpuError> {
-        let c = config;
-        let (hidden, hd, ffn) = (c.hidden, c.head_dim, c.ffn);
-        let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
-        let qkv_width = q_width + 2 * kv_width;
-        let eps = c.norm_eps as f32;
-        let context32 = u32_of("context", context.max(1))?;
-        let head_dim = u32_of("head_dim", hd)?;
-        let tensor_cores = attn_prefill::HEAD_DIMS.contains(&head_dim);
         // Attending a row per query, the grid holds a row per query and kv head on its
         // second axis.
+        let tensor_cores = attn_prefill::HEAD_DIMS.contains(&u32_of("head_dim", config.head_dim)?);
         let chunk = match tensor_cores {
             true => chunk,
-            false => chunk.min(65535 / c.kv_heads.max(1)),
+            false => chunk.min(65535 / config.kv_heads.max(1)),
         }
         .max(1);
-        let mut a = Planner {
-            src,
-            naming,
-            graph,
-            chunk: u32_of("prefill chunk", chunk)?,
-            kernels: KernelSet::default(),
-            dispatches: vec![],
-            buffers: vec![],
-        };
-        let max_blocks = graph.kv.max_blocks;
-
-        let record = Record { chunk: a.chunk };
-        let rec = a.buffer("chunk record".into(), 4, 4);
-        let tables = a.buffer("block tables".into(), max_blocks as usize, 4);
-        let zeros = a.buffer("zero rows".into(), hidden, 4);
-        let r = a.buffer("residual".into(), hidden, 4);
-        let xn = a.buffer("normed rows (bf16)".into(), hidden, 2);
-        let at = |b: usize| ptr(Loc::Act(b), 0);
-        let [token, pos, ctx_len, seq] = [0, 1, 2, 3].map(|i| ptr(Loc::Act(rec), record.part(i)));
-        let table = at(tables);
-
-        // Constants the decode step uploaded.
-        let (cos, sin) = graph::rope_tables(c, src, naming, context32)?;
-        let rope_group = a.group("RoPE tables", vec![floats(cos), floats(sin)])?;
-        let embed_group = a.group(
-            "embedding table",
-            vec![a.stored(DecoderTensor::TokenEmbedding, c.vocab, hidden)?],
-        )?;
-
-        let ep = graph::embed_params(catalog, hidden)?;
-        let k = a.kernel("token embedding", &ep, embed::build)?;
-        a.push(
-            "token embedding".into(),
-            k,
-            Grid::PerRow(ep.launch(1), 0),
-            vec![
-                token,
-                w(embed_group.clone(), 0),
-                at(r),
-                Operand::Value(Arg::U32(u32_of("vocab", c.vocab)?)),
-            ],
-        );
-
-        let np = NormResidualParams {
-            norm: Norm::Rms,
-            out: OutType::BF16,
-            cols: u32_of("hidden", hidden)?,
-            threads: row_threads(u32_of("hidden", hidden)? / 4),
-        };
-        let norm_k = a.kernel("RMSNorm rows", &np, norm_residual::build)?;
-
-        // Buffers every layer reuses.
-        let (q_at, k_at, v_at, token_stride) = match catalog.layers.first().map(|l| l.qkv) {
-            Some(Qkv::Separate(_)) => {
-                let q = a.buffer("q".into(), q_width, 4);
-                let k = a.buffer("k".into(), kv_width, 4);
-                let v = a.buffer("v".into(), kv_width, 4);
-                (at(q), at(k), at(v), 0)
-            }
-            _ => {
-                let qkv = Loc::Act(a.buffer("q|k|v".into(), qkv_width, 4));
-                (
-                    ptr(qkv, 0),
-                    ptr(qkv, 4 * q_width as u64),
-                    ptr(qkv, 4 * (q_width + kv_width) as u64),
-                    u32_of("q|k|v width", qkv_width)?,
-                )
-            }
-        };
-        let attn16 = a.buffer("attention output (bf16)".into(), q_width, 2);
-        let (n_heads, n_kv_heads) = (u32_of("heads", c.heads)?, u32_of("kv_heads", c.kv_heads)?);
-        let attention = if tensor_cores {
-            let params = PrefillParams {
-                kv: graph.kv.elem,
-                head_dim,
-                n_heads,
-                n_kv_heads,
-                max_blocks,
-                q_stride: token_stride,
-            };
-            let kernel = a.kernel("attention", &params, attn_prefill::build)?;
-            Attention::TensorCores { kernel, params }
-        } else {
-            let (threads, split, most_blocks) = attention_shape(
-                head_dim,
-                n_heads / n_kv_heads.max(1),
-                context32,
-                graph.kv.elem,
-            )?;
-            if most_blocks != max_blocks {
-                return Err(not_here(
-                    "the prompt path's attention",
-                    "its block tables differ from the decode step's",
-                ));
-            }
-            let params = DecodeParams {
-                head_dim,
-                n_heads,
-                n_kv_heads,
-                max_blocks,
-                split,
-                threads,
-                kv: graph.kv.elem,
-                merge: true,
-                q_stride: token_stride,
-            };
-            let splits = params.n_splits() as usize;
-            let cast = ToBf16Params {
-                activation: Activation::Identity,
-                threads: 256,
-            };
-            Attention::PerRow {
-                kernel: a.kernel("attention", &params, attn_decode::build)?,
-                params,
-                cast: (a.kernel("bf16 rounding", &cast, to_bf16::build)?, cast),
-                parts: [
-                    a.buffer("split maxima".into(), c.heads * splits, 4),
-                    a.buffer("split sums".into(), c.heads * splits, 4),
-                    a.buffer("split outputs".into(), c.heads * splits * hd, 4),
-                ],
-                counters: a.buffer("attention split counters".into(), c.kv_heads, 4),
-                out: a.buffer("attention output".into(), q_width, 4),
-            }
-        };
-        let gate_up16 = Loc::Act(a.buffer("gate | up (bf16)".into(), 2 * ffn, 2));
-        let act16 = a.buffer("SwiGLU (bf16)".into(), ffn, 2);
-        let scale = Operand::Value(Arg::F32((1.0 / (hd as f64).sqrt()) as f32));
-        let silu = SiluMulParams { threads: 256 };
-        let silu_k = a.kernel("SwiGLU", &silu, silu_mul::build)?;
-        let bias_p = BiasRowsParams { threads: 128 };
-
-        let norm = |a: &mut Planner, label: String, weight: Operand| {
-            a.push(
-                label,
-                norm_k,
-                Grid::PerRow(np.launch(1), 0),
-                vec![
-                    at(zeros),
-                    at(r),
-                    weight,
-                    at(xn),
-                    Operand::Value(Arg::F32(eps)),
-                ],
-            );
-        };
-
-        for (l, lk) in catalog.layers.iter().enumerate() {
-            let t = |t| DecoderTensor::Layer(l, t);
-            let label = |what: &str| format!("layer {l}: {what}");
-            let norms = a.group(
-                "norm weights",
-                vec![
-                    a.vector(t(L::AttnNorm), hidden)?,
-                    a.vector(t(L::FfnNorm), hidden)?,
-                ],
-            )?;
-            norm(&mut a, label("attention norm"), w(norms.clone(), 0));
-
-            let wqkv = a.group(
-                "q, k and v weights",
-                vec![
-                    a.stored(t(L::Q), q_width, hidden)?,
-                    a.stored(t(L::K), kv_width, hidden)?,
-                    a.stored(t(L::V), kv_width, hidden)?,
-                ],
-            )?;
-            let bias = if c.qkv_bias {
-                let parts = vec![
-                    a.vector(t(L::QBias), q_width)?,
-                    a.vector(t(L::KBias), kv_width)?,
-                    a.vector(t(L::VBias), kv_width)?,
-                ];
-                Some(a.group("q, k and v biases", parts)?)
-            } else {
-                None
-            };
-            let bias_k = match bias {
-                Some(_) => Some(a.kernel("bias rows", &bias_p, bias::build)?),
-                None => None,
-            };
-            let project = |a: &mut Planner,
-                           what: &str,
-                           format,
-                           rows: usize,
-                           part: usize,
-                           out: Operand,
-                           bias_part: Option<usize>| {
-                if let (Some(b), Some(bk), Some(bp)) = (&bias, bias_k, bias_part) {
-                    a.push(
-                        label(&format!("{what} bias")),
-                        bk,
-                        Grid::PerRow(bias_p.launch(1), 0),
-                        vec![
-                            w(b.clone(), bp),
-                            out,
-                            Operand::Value(Arg::U32(u32_of("width", rows)?)),
-                        ],
-                    );
-                }
-                a.gemm(
-                    label(&format!("{what} projection")),
-                    format,
-                    rows,
-                    hidden,
-                    at(xn),
-                    w(wqkv.clone(), part),
-                    out,
-                    if bias_part.is_some() && bias.is_some() {
-                        GemmEpilogue::Accumulate
-                    } else {
-                        GemmEpilogue::Store
-                    },
-                )
-            };
-            match lk.qkv {
-                Qkv::Fused(f) if token_stride != 0 => {
-                    // The biases' parts lie back to back: one row of q|k|v biases.
-                    project(&mut a, "q|k|v", f, qkv_width, 0, q_at, Some(0))?;
-                }
-                Qkv::Separate(formats) if token_stride == 0 => {
-                    let widths = [q_width, kv_width, kv_width];
-                    let outs = [q_at, k_at, v_at];
-                    for (i, what) in ["q", "k", "v"].iter().enumerate() {
-                        project(&mut a, what, formats[i], widths[i], i, outs[i], Some(i))?;
-                    }
-                }
-                _ => {
-                    return Err(not_here(
-                        "the prompt path of this model",
-                        "its layers differ in whether q, k and v share a format",
-                    ))
-                }
-            }
-
-            let rp =
-                graph::rope_append_params(c, catalog, max_blocks, token_stride, graph.kv.elem)?;
-            let (kc, vc) = (ptr(Loc::KCache(l), 0), ptr(Loc::VCache(l), 0));
-            let mut args = vec![
-                q_at,
-                k_at,
-                v_at,
-                seq,
-                pos,
-                table,
-                w(rope_group.clone(), 0),
-                w(rope_group.clone(), 1),
-                Operand::Value(Arg::U32(context32)),
-                kc,
-                vc,
-            ];
-            if c.qk_norm {
-                let qk = a.group(
-                    "q/k norm weights",
-                    vec![a.vector(t(L::QNorm), hd)?, a.vector(t(L::KNorm), hd)?],
-                )?;
-                args.extend([w(qk.clone(), 0), w(qk, 1), Operand::Value(Arg::F32(eps))]);
-            }
-            let what = if c.qk_norm {
-                "q/k norm + rope + kv append"
-            } else {
-                "rope + kv append"
-            };
-            let k = a.kernel(&label(what), &rp, rope_append::build)?;
-            a.push(label(what), k, Grid::PerRow(rp.launch(1), 0), args);
-
-            match &attention {
-                Attention::TensorCores { kernel, params } => a.push(
-                    label("attention"),
-                    *kernel,
-                    Grid::Prefill(*params),
-                    vec![
-                        q_at,
-                        kc,
-                        vc,
-                        table,
-                        Operand::Start,
-                        Operand::Rows,
-                        scale,
-                        at(attn16),
-                    ],
-                ),
-                Attention::PerRow {
-                    kernel,
-                    params,
-                    cast: (cast_k, cast),
-                    parts,
-                    counters,
-                    out,
-                } => {
-                    a.push(
-                        label("attention"),
-                        *kernel,
-                        Grid::PerRow(params.launch(1), 1),
-                        vec![
-                            q_at,
-                            kc,
-                            vc,
-                            table,
-                            ctx_len,
-                            at(parts[0]),
-                            at(parts[1]),
-                            at(parts[2]),
-                            at(*counters),
-                            at(*out),
-                            scale,
-                        ],
-                    );
-                    let qw = u32_of("q width", q_width)?;
-                    a.push(
-                        label("attention to bf16"),
-                        *cast_k,
-                        Grid::Cast(*cast, qw),
-                        vec![at(*out), at(attn16), Operand::Elements(qw)],
-                    );
-                }
-            }
-            let wo = a.group(
-                "output projection",
-                vec![a.stored(t(L::AttnOutput), hidden, q_width)?],
-            )?;
-            a.gemm(
-                label("output projection"),
-                lk.attn_output,
-                hidden,
-                q_width,
-                at(attn16),
-                w(wo, 0),
-                at(r),
-                GemmEpilogue::Accumulate,
-            )?;
-
-            norm(&mut a, label("ffn norm"), w(norms, 1));
-            let wgu = a.group(
-                "gate and up weights",
-                vec![
-                    a.stored(t(L::Gate), ffn, hidden)?,
-                    a.stored(t(L::Up), ffn, hidden)?,
-                ],
-            )?;
-            // Gate rows, then up rows, each the chunk's rows long.
-            let up = Operand::Ptr(gate_up16, Offset::Rows(2 * ffn as u64));
-            a.gemm(
-                label("gate projection"),
-                lk.gate_up,
-                ffn,
-                hidden,
-                at(xn),
-                w(wgu.clone(), 0),
-                ptr(gate_up16, 0),
-                GemmEpilogue::StoreBf16,
-            )?;
-            a.gemm(
-                label("up projection"),
-                lk.gate_up,
-                ffn,
-                hidden,
-                at(xn),
-                w(wgu, 1),
-                up,
-                GemmEpilogue::StoreBf16,
-            )?;
-            let fw = u32_of("ffn", ffn)?;
-            a.push(
-                label("SwiGLU"),
-                silu_k,
-                Grid::SiluMul(silu, fw),
-                vec![ptr(gate_up16, 0), up, at(act16), Operand::Elements(fw)],
-            );
-            let down = a.group("down projection", vec![a.stored(t(L::Down), hidden, ffn)?])?;
-            a.gemm(
-                label("down projection"),
-                lk.down,
-                hidden,
-                ffn,
-                at(act16),
-                w(down, 0),
-                at(r),
-                GemmEpilogue::Accumulate,
-            )?;
+        let mut b = ChunkBuilder::new(config, catalog, graph, u32_of("prefill chunk", chunk)?)?;
+        for l in 0..catalog.layers.len() {
+            b.layer(l)?;
         }
-
-        let out_norm = a.group(
-            "output norm",
-            vec![a.vector(DecoderTensor::OutputNorm, hidden)?],
-        )?;
-        let head = if c.tied_embeddings {
-            embed_group
-        } else {
-            a.group(
-                "LM head",
-                vec![a.stored(DecoderTensor::Output, c.vocab, hidden)?],
-            )?
+        b.head()?;
+        let zero_buffers = match b.attention {
+            Attention::PerRow { counters, .. } => vec![counters, b.zeros, b.record],
+            Attention::TensorCores { .. } => vec![b.zeros, b.record],
         };
-        let (head_warps, head_blocks) =
-            gemv_shape(catalog.output, hidden, true, graph.multiprocessors);
-        let hp = QGemvParams {
-            format: catalog.output,
-            prologue: Prologue::RmsNorm,
-            epilogue: Epilogue::Plain,
-            rows: u32_of("vocab", c.vocab)?,
-            cols: u32_of("hidden", hidden)?,
-            warps: head_warps,
-            unroll: if catalog.output.is_float() { 4 } else { 2 },
-            act: OutType::F32,
-            batch: 1,
-            max_blocks: head_blocks,
-        };
-        let k = a.kernel("output norm + LM head", &hp, qgemv::build)?;
-        a.push(
-            "output norm + LM head (last row)".into(),
-            k,
-            Grid::Once(hp.launch()),
-            vec![
-                w(head, 0),
-                Operand::Ptr(Loc::Act(r), Offset::LastRow(4 * hidden as u64)),
-                w(out_norm, 0),
-                ptr(Loc::Logits, 0),
-                Operand::Value(Arg::F32(eps)),
-                Operand::Value(Arg::U32(1)),
-            ],
-        );
-        if graph.io.next.is_some() {
-            let cols = u32_of("vocab", c.vocab)?;
-            let p = ArgmaxParams {
-                cols,
-                threads: row_threads(cols / 4).max(128),
-            };
-            let k = a.kernel("argmax", &p, argmax::build)?;
-            a.push(
-                "argmax".into(),
-                k,
-                Grid::Once(p.launch(1)),
-                vec![ptr(Loc::Logits, 0), ptr(Loc::Next, 0)],
-            );
-        }
         Ok(PrefillPlan {
-            chunk: a.chunk,
-            kernels: a.kernels.into_kernels(),
-            dispatches: a.dispatches,
-            buffers: a.buffers,
-            record: rec,
-            tables,
-            zero_buffers: match attention {
-                Attention::PerRow { counters, .. } => vec![counters, zeros, rec],
-                Attention::TensorCores { .. } => vec![zeros, rec],
-            },
-            max_blocks,
+            chunk: b.chunk,
+            record: b.record,
+            tables: b.tables,
+            zero_buffers,
+            max_blocks: graph.kv.max_blocks,
+            program: b.a.finish(),
         })
     }
 }
 
-/// Where the decode step's buffers the prompt path uses live.
+/// Where the decode step's memory the prompt path uses lives.
 pub(crate) struct Bases {
     pub weights: DevicePtr,
     /// Offset of each weight group.
     pub group_at: Vec<u64>,
     pub kv: DevicePtr,
     pub kv_layer_bytes: u64,
-    pub logits: DevicePtr,
-    pub next: Option<DevicePtr>,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Slot {
-    Ptr(DevicePtr, Offset),
-    Arg(Arg),
-    Rows,
-    Start,
-    Elements(u32),
-}
-
-struct Resolved {
-    label: String,
-    kernel: KernelId,
-    grid: Grid,
-    args: Vec<Slot>,
+    /// The decode step's arena and the offset of each of its buffers.
+    pub step: DevicePtr,
+    pub step_at: Vec<u64>,
 }
 
 /// The prompt path on a device: its arena and resolved launches.
@@ -967,76 +787,42 @@ pub(crate) struct OnDevice {
     max_blocks: u32,
 }
 
-/// Allocates the arena (pushed onto `allocations`), zeroes what must start at zero,
-/// compiles the kernels and resolves every launch.
+/// Allocates the arena in `mem`, zeroes what must start at zero, compiles the kernels and
+/// resolves every launch.
 pub(crate) fn place(
-    exec: &mut dyn Executor,
+    mem: &mut DeviceMemory,
     plan: &PrefillPlan,
     bases: &Bases,
-    allocations: &mut Vec<DevicePtr>,
 ) -> Result<OnDevice, GpuError> {
-    let bytes = plan.arena_bytes();
-    let arena = exec.alloc(bytes.max(1)).map_err(GpuError::runtime(
-        "allocating the prompt path's activations",
-    ))?;
-    allocations.push(arena);
-    let mut offsets = Vec::with_capacity(plan.buffers.len());
+    let arena = mem.alloc(plan.arena_bytes(), "the prompt path's activations")?;
+    let exec = &mut *mem.exec;
+    let buffers = &plan.program.buffers;
+    let mut offsets = Vec::with_capacity(buffers.len());
     let mut total = 0;
-    for (_, b) in &plan.buffers {
+    for b in buffers {
         offsets.push(total);
-        total += b.div_ceil(256) * 256;
+        total += b.bytes.div_ceil(256) * 256;
     }
     for &z in &plan.zero_buffers {
         exec.copy_to_device(
             arena.offset(offsets[z]),
-            &vec![0u8; plan.buffers[z].1 as usize],
+            &vec![0u8; buffers[z].bytes as usize],
         )
         .map_err(GpuError::runtime("zeroing the prompt path's buffers"))?;
     }
-    let mut kernels = Vec::with_capacity(plan.kernels.len());
-    for f in &plan.kernels {
-        kernels.push(
-            exec.load(f)
-                .map_err(GpuError::runtime(format!("compiling kernel `{}`", f.name)))?,
-        );
-    }
-    let base = |loc: Loc| -> Result<DevicePtr, GpuError> {
-        Ok(match loc {
-            Loc::Act(i) => arena.offset(offsets[i]),
-            Loc::Weights(g) => bases.weights.offset(bases.group_at[g]),
-            Loc::KCache(l) => bases.kv.offset(2 * l as u64 * bases.kv_layer_bytes),
-            Loc::VCache(l) => bases.kv.offset((2 * l as u64 + 1) * bases.kv_layer_bytes),
-            Loc::Logits => bases.logits,
-            Loc::Next => bases.next.ok_or_else(|| {
-                not_here(
-                    "argmax on the device",
-                    "the vocabulary is not a multiple of 4",
-                )
-            })?,
+    let kernels = super::decoder::compile(exec, &plan.program.kernels)?;
+    let base = |r: Region| -> Result<DevicePtr, GpuError> {
+        Ok(match r {
+            Region::Act(i) => arena.offset(offsets[i]),
+            Region::Weights(g) => bases.weights.offset(bases.group_at[g]),
+            Region::KCache(l) => bases.kv.offset(2 * l as u64 * bases.kv_layer_bytes),
+            Region::VCache(l) => bases.kv.offset((2 * l as u64 + 1) * bases.kv_layer_bytes),
+            Region::Step(i) => bases.step.offset(bases.step_at[i]),
         })
     };
-    let mut launches = Vec::with_capacity(plan.dispatches.len());
-    for d in &plan.dispatches {
-        let mut args = Vec::with_capacity(d.args.len());
-        for op in &d.args {
-            args.push(match *op {
-                Operand::Ptr(loc, off) => Slot::Ptr(base(loc)?, off),
-                Operand::Value(a) => Slot::Arg(a),
-                Operand::Rows => Slot::Rows,
-                Operand::Start => Slot::Start,
-                Operand::Elements(w) => Slot::Elements(w),
-            });
-        }
-        launches.push(Resolved {
-            label: d.label.clone(),
-            kernel: kernels[d.kernel],
-            grid: d.grid,
-            args,
-        });
-    }
     Ok(OnDevice {
         chunk: plan.chunk,
-        launches,
+        launches: resolve(&plan.program.dispatches, &kernels, base)?,
         record: arena.offset(offsets[plan.record]),
         record_layout: Record { chunk: plan.chunk },
         tables: arena.offset(offsets[plan.tables]),
@@ -1079,19 +865,9 @@ impl OnDevice {
             .collect();
         exec.copy_to_device(self.tables, &table)
             .map_err(GpuError::runtime(during("writing the block tables")))?;
-        for l in &self.launches {
-            let args: Vec<Arg> = l
-                .args
-                .iter()
-                .map(|s| match *s {
-                    Slot::Ptr(p, off) => Arg::Ptr(p.offset(off.bytes(n))),
-                    Slot::Arg(a) => a,
-                    Slot::Rows => Arg::U32(n),
-                    Slot::Start => Arg::U32(start),
-                    Slot::Elements(w) => Arg::U32(n * w),
-                })
-                .collect();
-            exec.launch(l.kernel, &l.grid.launch(n), &args, StreamId::DEFAULT)
+        for l in self.launches.iter().filter(|l| l.rows.includes(n)) {
+            let (launch, args) = l.at(n, start);
+            exec.launch(l.kernel, &launch, &args, StreamId::DEFAULT)
                 .map_err(GpuError::runtime(during(&l.label)))?;
         }
         Ok(())
@@ -1106,28 +882,4 @@ pub fn matrix_params(c: &ModelConfig) -> u64 {
     let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
     let layer = c.hidden * (2 * q_width + 2 * kv_width) + 3 * c.hidden * c.ffn;
     (c.layers * layer) as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offsets_follow_the_rows() {
-        assert_eq!(Offset::Fixed(12).bytes(7), 12);
-        assert_eq!(Offset::Rows(8).bytes(3), 24);
-        assert_eq!(Offset::LastRow(8).bytes(3), 16);
-        assert_eq!(Offset::LastRow(8).bytes(1), 0);
-    }
-
-    #[test]
-    fn grids_grow_with_the_rows() {
-        let l = Launch {
-            grid: [4, 2, 1],
-            block: [128, 1, 1],
-            dynamic_shared_bytes: 0,
-        };
-        assert_eq!(Grid::PerRow(l, 1).launch(5).grid, [4, 10, 1]);
-        assert_eq!(Grid::Once(l).launch(5).grid, [4, 2, 1]);
-    }
 }

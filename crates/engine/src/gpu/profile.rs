@@ -54,8 +54,10 @@ use quench_prof::{Ceilings, Dispatch, History, HostSpans, RingError};
 use quench_rt::{Arg, Executor, StreamId};
 
 use super::error::GpuError;
-use super::graph::{DecodeGraph, Operand, Region, Rows, WeightData};
+use super::graph::DecodeGraph;
+use super::plan::{Offset, Operand, Region, Rows};
 use super::stored::StoredTensors;
+use super::weights::WeightData;
 
 /// What a profile records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,8 +271,8 @@ fn work_model(
     src: &dyn StoredTensors,
 ) -> Result<Vec<Work>, GpuError> {
     let end = |r: Region| match r {
-        Region::Act(i) => graph.activations[i].bytes,
-        Region::Weights(g) => graph.weights[g].bytes(),
+        Region::Act(i) | Region::Step(i) => graph.activations[i].bytes,
+        Region::Weights(g) => graph.weights.groups[g].bytes(),
         Region::KCache(_) | Region::VCache(_) => graph.kv.layer_bytes,
     };
     let key = |r: Region| match r {
@@ -278,11 +280,12 @@ fn work_model(
         Region::Weights(g) => (1, g),
         Region::KCache(l) => (2, l),
         Region::VCache(l) => (3, l),
+        Region::Step(i) => (4, i),
     };
     let mut cuts: HashMap<(u8, usize), BTreeSet<u64>> = HashMap::new();
     for d in &graph.dispatches {
         for op in &d.args {
-            if let Operand::At(r, off) = *op {
+            if let Operand::At(r, Offset::Fixed(off)) = *op {
                 cuts.entry(key(r)).or_default().insert(off);
             }
         }
@@ -297,7 +300,7 @@ fn work_model(
     let elements = |g: usize, from: u64, to: u64| -> Result<u64, GpuError> {
         let mut at = 0;
         let mut n = 0;
-        for (data, bytes) in &graph.weights[g].parts {
+        for (data, bytes) in &graph.weights.groups[g].parts {
             if (from..to).contains(&at) {
                 n += match data {
                     WeightData::Stored(name) => {
@@ -320,7 +323,9 @@ fn work_model(
     for d in &graph.dispatches {
         let mut w = Work::default();
         for (op, acc) in d.args.iter().zip(&access[d.kernel]) {
-            let Operand::At(r, off) = *op else { continue };
+            let Operand::At(r, Offset::Fixed(off)) = *op else {
+                continue;
+            };
             let kv = matches!(r, Region::KCache(_) | Region::VCache(_));
             match (acc.read, r) {
                 (Access::Direct, Region::Weights(g)) => {
