@@ -36,7 +36,7 @@ use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 
 use super::decoder::{open, Backend};
 use super::GpuError;
-use weights::Weights;
+use weights::{Layer as LayerWeights, Weights};
 
 /// Padded tokens one pass takes at most: a longer list of texts runs in several passes.
 const PASS_TOKENS: usize = 16384;
@@ -44,6 +44,9 @@ const PASS_TOKENS: usize = 16384;
 const ATTENTION_WARPS: u32 = 4;
 
 /// A compiled kernel with the launch shape it needs.
+/// One launch of a pass: what it does (for errors), the kernel, its launch, its arguments.
+type PassLaunch = (String, KernelId, Launch, Vec<Arg>);
+
 struct Kernel<P> {
     id: KernelId,
     params: P,
@@ -296,10 +299,44 @@ impl GpuEncoder {
         texts: &[Vec<u32>],
         seq_len: usize,
     ) -> Result<Vec<Vec<f32>>, GpuError> {
-        let c = self.config.clone();
+        self.upload_inputs(a, texts, seq_len)?;
+        let mut run = self.embedding_launches(a, texts.len() * seq_len);
+        for (n, l) in self.weights.layers.iter().enumerate() {
+            run.extend(self.layer_launches(n, l, a, texts.len(), seq_len));
+        }
+        for (what, id, launch, args) in run {
+            self.exec
+                .launch(id, &launch, &args, StreamId::DEFAULT)
+                .map_err(GpuError::runtime(what))?;
+        }
+        self.exec
+            .synchronize()
+            .map_err(GpuError::runtime("running the encoder"))?;
+        let hidden = self.config.hidden;
+        let mut bytes = vec![0u8; texts.len() * seq_len * hidden * 4];
+        self.exec
+            .copy_to_host(a.hidden, &mut bytes)
+            .map_err(GpuError::runtime("reading the states back"))?;
+        let all: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok(texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| all[i * seq_len * hidden..(i * seq_len + t.len()) * hidden].to_vec())
+            .collect())
+    }
+
+    /// The token ids, positions and text lengths of a padded batch of `seq_len` rows a
+    /// text.
+    fn upload_inputs(
+        &mut self,
+        a: &Activations,
+        texts: &[Vec<u32>],
+        seq_len: usize,
+    ) -> Result<(), GpuError> {
         let rows = texts.len() * seq_len;
-        let (h, m) = (c.hidden as u32, rows as u32);
-        let eps = c.norm_eps as f32;
         // Padding rows read token 0 at position 0: finite states that no real token attends to.
         let mut ids = vec![0u32; rows];
         let mut positions = vec![0u32; rows];
@@ -317,9 +354,18 @@ impl GpuEncoder {
         self.upload_u32s("the positions", a.positions, &positions)?;
         self.upload_u32s("the text lengths", a.lens, &lens)?;
 
+        Ok(())
+    }
+
+    /// The embeddings' launches over `rows` rows: word and position embeddings, their
+    /// LayerNorm, the states rounded to bf16.
+    fn embedding_launches(&self, a: &Activations, rows: usize) -> Vec<PassLaunch> {
+        let c = &self.config;
+        let (h, m) = (c.hidden as u32, rows as u32);
+        let eps = c.norm_eps as f32;
         let w = &self.weights;
         let k = &self.kernels;
-        let mut run = Vec::<(String, KernelId, Launch, Vec<Arg>)>::new();
+        let mut run = Vec::<PassLaunch>::new();
         let p = Arg::Ptr;
         let emb = k.embed.params.launch(m);
         run.push((
@@ -361,6 +407,26 @@ impl GpuEncoder {
             cast,
             vec![p(a.hidden), p(a.hidden16), Arg::U32(m * h)],
         ));
+        run
+    }
+
+    /// Layer `n`'s launches over `texts` texts of `seq_len` rows each.
+    fn layer_launches(
+        &self,
+        n: usize,
+        l: &LayerWeights,
+        a: &Activations,
+        texts: usize,
+        seq_len: usize,
+    ) -> Vec<PassLaunch> {
+        let c = &self.config;
+        let (h, m) = (c.hidden as u32, (texts * seq_len) as u32);
+        let eps = c.norm_eps as f32;
+        let k = &self.kernels;
+        let p = Arg::Ptr;
+        let mut run = Vec::<PassLaunch>::new();
+        let norm = k.norm.params.launch(m);
+        let cast = k.cast.params.launch(m * h);
         let bias = k.bias.params.launch(m);
         let gemm = |g: &Kernel<GemmParams>,
                     what: String,
@@ -374,140 +440,115 @@ impl GpuEncoder {
                 vec![p(a16), p(wt), p(out), Arg::U32(m)],
             )
         };
-        let attention = k
-            .attention
-            .params
-            .launch(texts.len() as u32, seq_len as u32);
+        let attention = k.attention.params.launch(texts as u32, seq_len as u32);
         let ffn = c.ffn as u32;
-        for (n, l) in w.layers.iter().enumerate() {
-            let at = |what: &str| format!("layer {n}: {what}");
-            run.push((
-                at("q|k|v bias"),
-                k.bias.id,
-                bias,
-                vec![p(l.qkv.bias), p(a.qkv), Arg::U32(3 * h)],
-            ));
-            run.push(gemm(
-                &k.gemm_qkv,
-                at("q|k|v projection"),
-                a.hidden16,
-                l.qkv.weight,
-                a.qkv,
-            ));
-            run.push((
-                at("attention"),
-                k.attention.id,
-                attention,
-                vec![p(a.qkv), p(a.lens), p(a.ctx16), Arg::U32(seq_len as u32)],
-            ));
-            run.push((
-                at("output bias"),
-                k.bias.id,
-                bias,
-                vec![p(l.attn_output.bias), p(a.x), Arg::U32(h)],
-            ));
-            run.push(gemm(
-                &k.gemm_out,
-                at("output projection"),
-                a.ctx16,
-                l.attn_output.weight,
-                a.x,
-            ));
-            let (nw, nb) = (l.attn_norm.weight, l.attn_norm.bias);
-            run.push((
-                at("attention LayerNorm"),
-                k.norm.id,
-                norm,
-                vec![
-                    p(a.x),
-                    p(a.hidden),
-                    p(nw),
-                    p(nb),
-                    p(a.hidden2),
-                    Arg::F32(eps),
-                ],
-            ));
-            run.push((
-                at("rounding to bf16"),
-                k.cast.id,
-                cast,
-                vec![p(a.hidden2), p(a.hidden16), Arg::U32(m * h)],
-            ));
-            run.push((
-                at("up bias"),
-                k.bias.id,
-                bias,
-                vec![p(l.up.bias), p(a.up), Arg::U32(ffn)],
-            ));
-            run.push(gemm(
-                &k.gemm_up,
-                at("up projection"),
-                a.hidden16,
-                l.up.weight,
-                a.up,
-            ));
-            let gelu = k.gelu.params.launch(m * ffn);
-            run.push((
-                at("GELU"),
-                k.gelu.id,
-                gelu,
-                vec![p(a.up), p(a.act16), Arg::U32(m * ffn)],
-            ));
-            run.push((
-                at("down bias"),
-                k.bias.id,
-                bias,
-                vec![p(l.down.bias), p(a.x), Arg::U32(h)],
-            ));
-            run.push(gemm(
-                &k.gemm_down,
-                at("down projection"),
-                a.act16,
-                l.down.weight,
-                a.x,
-            ));
-            let (nw, nb) = (l.output_norm.weight, l.output_norm.bias);
-            run.push((
-                at("output LayerNorm"),
-                k.norm.id,
-                norm,
-                vec![
-                    p(a.x),
-                    p(a.hidden2),
-                    p(nw),
-                    p(nb),
-                    p(a.hidden),
-                    Arg::F32(eps),
-                ],
-            ));
-            run.push((
-                at("rounding to bf16"),
-                k.cast.id,
-                cast,
-                vec![p(a.hidden), p(a.hidden16), Arg::U32(m * h)],
-            ));
-        }
-        for (what, id, launch, args) in run {
-            self.exec
-                .launch(id, &launch, &args, StreamId::DEFAULT)
-                .map_err(GpuError::runtime(what))?;
-        }
-        self.exec
-            .synchronize()
-            .map_err(GpuError::runtime("running the encoder"))?;
-        let mut bytes = vec![0u8; rows * c.hidden * 4];
-        self.exec
-            .copy_to_host(a.hidden, &mut bytes)
-            .map_err(GpuError::runtime("reading the states back"))?;
-        let all: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        Ok(texts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| all[i * seq_len * c.hidden..(i * seq_len + t.len()) * c.hidden].to_vec())
-            .collect())
+        let at = |what: &str| format!("layer {n}: {what}");
+        run.push((
+            at("q|k|v bias"),
+            k.bias.id,
+            bias,
+            vec![p(l.qkv.bias), p(a.qkv), Arg::U32(3 * h)],
+        ));
+        run.push(gemm(
+            &k.gemm_qkv,
+            at("q|k|v projection"),
+            a.hidden16,
+            l.qkv.weight,
+            a.qkv,
+        ));
+        run.push((
+            at("attention"),
+            k.attention.id,
+            attention,
+            vec![p(a.qkv), p(a.lens), p(a.ctx16), Arg::U32(seq_len as u32)],
+        ));
+        run.push((
+            at("output bias"),
+            k.bias.id,
+            bias,
+            vec![p(l.attn_output.bias), p(a.x), Arg::U32(h)],
+        ));
+        run.push(gemm(
+            &k.gemm_out,
+            at("output projection"),
+            a.ctx16,
+            l.attn_output.weight,
+            a.x,
+        ));
+        let (nw, nb) = (l.attn_norm.weight, l.attn_norm.bias);
+        run.push((
+            at("attention LayerNorm"),
+            k.norm.id,
+            norm,
+            vec![
+                p(a.x),
+                p(a.hidden),
+                p(nw),
+                p(nb),
+                p(a.hidden2),
+                Arg::F32(eps),
+            ],
+        ));
+        run.push((
+            at("rounding to bf16"),
+            k.cast.id,
+            cast,
+            vec![p(a.hidden2), p(a.hidden16), Arg::U32(m * h)],
+        ));
+        run.push((
+            at("up bias"),
+            k.bias.id,
+            bias,
+            vec![p(l.up.bias), p(a.up), Arg::U32(ffn)],
+        ));
+        run.push(gemm(
+            &k.gemm_up,
+            at("up projection"),
+            a.hidden16,
+            l.up.weight,
+            a.up,
+        ));
+        let gelu = k.gelu.params.launch(m * ffn);
+        run.push((
+            at("GELU"),
+            k.gelu.id,
+            gelu,
+            vec![p(a.up), p(a.act16), Arg::U32(m * ffn)],
+        ));
+        run.push((
+            at("down bias"),
+            k.bias.id,
+            bias,
+            vec![p(l.down.bias), p(a.x), Arg::U32(h)],
+        ));
+        run.push(gemm(
+            &k.gemm_down,
+            at("down projection"),
+            a.act16,
+            l.down.weight,
+            a.x,
+        ));
+        let (nw, nb) = (l.output_norm.weight, l.output_norm.bias);
+        run.push((
+            at("output LayerNorm"),
+            k.norm.id,
+            norm,
+            vec![
+                p(a.x),
+                p(a.hidden2),
+                p(nw),
+                p(nb),
+                p(a.hidden),
+                Arg::F32(eps),
+            ],
+        ));
+        run.push((
+            at("rounding to bf16"),
+            k.cast.id,
+            cast,
+            vec![p(a.hidden), p(a.hidden16), Arg::U32(m * h)],
+        ));
+        run
     }
 
     fn upload_u32s(&mut self, what: &str, at: DevicePtr, v: &[u32]) -> Result<(), GpuError> {
