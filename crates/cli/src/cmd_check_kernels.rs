@@ -37,92 +37,6 @@ pub struct CheckArgs {
     pub gpu: u32,
 }
 
-/// Shapes small enough for the interpreter, per kernel.
-fn compare_shape(name: &str) -> &'static str {
-    match name {
-        n if n.starts_with("add_") || n.starts_with("silu_mul") => "n=65536",
-        n if n.starts_with("reduce_") || n.starts_with("rmsnorm") || n.starts_with("softmax") => {
-            "rows=64 cols=4096"
-        }
-        // The decode graph's matrix–vector forms, with the grid capped below the row
-        // groups as the graph launches them (each block loops over 8 groups).
-        n if n.ends_with("_xf32") => "rows=256 cols=4096 max_blocks=8",
-        n if n.starts_with("gemv") => "rows=256 cols=4096",
-        n if n.starts_with("gemm_q6_k") => "m=200 n=256 k=512",
-        n if n.starts_with("gemm") => "m=200 n=256 k=256",
-        n if n.starts_with("embed_") => "tokens=16 vocab=1024 dim=4096",
-        n if n.starts_with("layernorm") => "rows=64 cols=4096",
-        n if n.starts_with("rope_append") => "tokens=16 n_seqs=8 max_blocks=16 n_pos=1024",
-        n if n.starts_with("rope_") => "tokens=16 n_pos=4096",
-        n if n.starts_with("qgemv") => "rows=256 cols=4096",
-        n if n.starts_with("attention_decode") => {
-            "head_dim=128 n_heads=32 n_kv_heads=8 max_blocks=64 split=64 threads=128"
-        }
-        n if n.starts_with("attention_merge") => "rows=64 head_dim=128 n_splits=8",
-        n if n.starts_with("attention_prefill") => {
-            "head_dim=128 n_heads=8 n_kv_heads=2 max_blocks=16 q_start=64 n_q=128"
-        }
-        n if n.starts_with("kv_append") => "tokens=64 n_seqs=8 max_blocks=16",
-        n if n.starts_with("argmax") => "rows=4 cols=128256",
-        n if n.starts_with("sample_") => "rows=8 cols=32768",
-        _ => "",
-    }
-}
-
-/// Full-size shapes timed on the GPU, per kernel (the defaults, plus these).
-fn perf_shapes(name: &str) -> Vec<&'static str> {
-    match name {
-        n if n.starts_with("gemv") => vec!["rows=8192 cols=8192", "rows=4096 cols=14336"],
-        n if n.starts_with("gemm") => gemm_perf_shapes(name),
-        _ => vec![""],
-    }
-}
-
-/// The matrix products at llama-3.1-8b prefill shapes: 512 and 2048 tokens through the
-/// q|k|v (6144 × 4096), o (4096 × 4096), gate or up (14336 × 4096) and down
-/// (4096 × 14336) projections; bf16 also at 4096³ and, at 512 tokens (128 blocks of
-/// 128×128), with 64-row tiles or 64×32 warp tiles (more warps for the same work),
-/// Q8_0 also with 128×64 tiles (64×32 warps, 3 stages); the `C +=` forms at the
-/// down projection only.
-fn gemm_perf_shapes(name: &str) -> Vec<&'static str> {
-    const PREFILL: [&str; 8] = [
-        "m=512 n=6144 k=4096",
-        "m=512 n=4096 k=4096",
-        "m=512 n=14336 k=4096",
-        "m=512 n=4096 k=14336",
-        "m=2048 n=6144 k=4096",
-        "m=2048 n=4096 k=4096",
-        "m=2048 n=14336 k=4096",
-        "m=2048 n=4096 k=14336",
-    ];
-    match name {
-        n if n.ends_with("_residual") => vec!["m=2048 n=4096 k=14336"],
-        "gemm_bf16" => {
-            let mut v = PREFILL.to_vec();
-            v.extend([
-                "m=512 n=4096 k=4096 bm=64",
-                "m=512 n=4096 k=4096 wn=32",
-                "m=4096 n=4096 k=4096",
-            ]);
-            v
-        }
-        "gemm_q8_0" => {
-            let mut v = PREFILL[2..4]
-                .iter()
-                .chain(&PREFILL[6..8])
-                .copied()
-                .collect::<Vec<_>>();
-            v.push("m=2048 n=14336 k=4096 bn=64 wn=32 stages=3");
-            v
-        }
-        _ => PREFILL[2..4]
-            .iter()
-            .chain(&PREFILL[6..8])
-            .copied()
-            .collect(),
-    }
-}
-
 struct Row {
     kernel: String,
     shape: String,
@@ -173,7 +87,7 @@ fn reference_ok(c: &KernelCase, out: &case::CaseOutputs) -> Result<bool, String>
 
 fn check_one(spec: &KernelSpec, gpu: &mut CudaExecutor, seed: u64) -> Result<Row, String> {
     let p = spec
-        .parse_params(compare_shape(spec.name))
+        .parse_params(spec.compare_params())
         .map_err(|e| e.to_string())?;
     let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
     let mut interp = InterpExecutor::new();
@@ -299,7 +213,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     if !a.no_perf {
         for s in &specs {
             let shapes: Vec<&str> = if a.shapes.is_empty() {
-                perf_shapes(s.name)
+                s.perf_params().to_vec()
             } else {
                 a.shapes.iter().map(String::as_str).collect()
             };

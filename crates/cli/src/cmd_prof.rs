@@ -18,9 +18,7 @@ use quench_prof::ceiling::measure_fma_flops;
 use quench_prof::order::{check_order, OrderCheck};
 use quench_prof::roofline::roofline_png;
 use quench_prof::summary::{render, to_json};
-use quench_prof::{
-    chrome_trace, instrument, shapes::small_params, summarize, Ceilings, Dispatch, HostSpans, Ring,
-};
+use quench_prof::{chrome_trace, instrument, summarize, Ceilings, Dispatch, HostSpans, Ring};
 use quench_rt::{CudaExecutor, Executor, InterpExecutor, StreamId};
 use serde_json::{json, Value};
 
@@ -596,7 +594,7 @@ fn run_library(a: &ProfArgs) -> Result<(), String> {
     let mut host = HostSpans::new();
     for spec in &specs {
         let params = match a.backend {
-            Backend::Interp => spec.parse_params(small_params(spec.name)),
+            Backend::Interp => spec.parse_params(spec.small_params()),
             Backend::Cuda => Ok(spec.default_params()),
         }
         .map_err(|e| e.to_string())?;

@@ -304,7 +304,8 @@ fn cache_suffix(c: CacheOp) -> String {
     }
 }
 
-/// The text spelling of a unary operation, with its modifiers.
+/// The text spelling of a unary operation, with its modifiers: what the parser reads
+/// back, and the base of the interpreter's PTX-style mnemonics.
 pub(crate) fn un_name(op: UnOp) -> String {
     match op {
         UnOp::Neg => "neg".into(),

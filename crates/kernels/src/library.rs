@@ -125,6 +125,26 @@ impl KernelSpec {
         }
     }
 
+    /// A problem small enough for the interpreter to run quickly (the profiler's
+    /// interpreter backend and its tests), as `key=value` text for
+    /// [`KernelSpec::parse_params`]; empty for the defaults.
+    pub fn small_params(&self) -> &'static str {
+        self.family.small_params()
+    }
+
+    /// The problem `quench check-kernels` runs on the GPU and in the interpreter and
+    /// compares element by element: larger than [`KernelSpec::small_params`], still
+    /// small enough for the interpreter; empty for the defaults.
+    pub fn compare_params(&self) -> &'static str {
+        self.family.compare_params()
+    }
+
+    /// The full-size problems `quench check-kernels` times on the GPU (`""`: the
+    /// defaults).
+    pub fn perf_params(&self) -> &'static [&'static str] {
+        self.family.perf_params()
+    }
+
     /// A case with fresh inputs drawn from `seed` and the reference outputs.
     pub fn make_case(&self, p: &Params, seed: u64) -> Result<KernelCase, KernelError> {
         let r = Reader::new(self.name, self.params, p)?;
@@ -229,6 +249,160 @@ impl KernelSpec {
         }
     }
 }
+
+impl Family {
+    /// See [`KernelSpec::small_params`].
+    fn small_params(self) -> &'static str {
+        match self {
+            Family::Add(_) | Family::SiluMul => "n=1003 threads=64",
+            Family::Reduce(_) | Family::Softmax => "rows=3 cols=324 threads=64",
+            Family::RmsNorm | Family::RmsNormRows | Family::NormResidual(..) => {
+                "rows=2 cols=576 threads=32"
+            }
+            Family::Gemv | Family::GemvTc(_) => GEMV_SMALL,
+            Family::QGemv(f, ..) | Family::QGemvRmsNorm(f, _) => match f {
+                _ if f.is_float() => GEMV_SMALL,
+                WeightFormat::Q4K | WeightFormat::Q6K => "rows=2 cols=768 warps=2 unroll=4",
+                _ => "rows=2 cols=1024 warps=1 unroll=2",
+            },
+            // k: a multiple of what every weight format's tiles need (512 for Q6_K).
+            Family::Gemm(..) => "m=32 n=128 k=512",
+            Family::Embed(_) => "tokens=3 vocab=11 dim=288 threads=32",
+            Family::Rope(_) | Family::RopeAppend(..) => {
+                "tokens=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 threads=256"
+            }
+            Family::AttentionDecode(..) => {
+                "head_dim=64 n_heads=4 n_kv_heads=2 max_blocks=16 split=64 threads=64"
+            }
+            Family::AttentionMerge(_) => "rows=6 head_dim=64 n_splits=5",
+            Family::AttentionPrefill(_) => {
+                "head_dim=64 n_heads=2 n_kv_heads=1 max_blocks=4 q_start=0 n_q=32"
+            }
+            Family::KvAppend(_) => {
+                "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"
+            }
+            Family::Argmax => "rows=3 cols=10000 threads=256",
+            Family::Sample => "rows=3 cols=4096 threads=256",
+            Family::ToBf16(_) | Family::BiasRows | Family::EncoderAttention => "",
+        }
+    }
+
+    /// See [`KernelSpec::compare_params`].
+    fn compare_params(self) -> &'static str {
+        // The decode graph's matrix–vector forms (f32 activations), with the grid
+        // capped below the row groups as the graph launches them (each block loops
+        // over 8 groups).
+        const DECODE_GEMV: &str = "rows=256 cols=4096 max_blocks=8";
+        match self {
+            Family::Add(_) | Family::SiluMul => "n=65536",
+            Family::Reduce(_)
+            | Family::RmsNorm
+            | Family::RmsNormRows
+            | Family::Softmax
+            | Family::NormResidual(..) => "rows=64 cols=4096",
+            // The tensor-core form has no grid cap (a block per row group).
+            Family::Gemv | Family::QGemv(_, _, OutType::BF16) | Family::GemvTc(_) => {
+                "rows=256 cols=4096"
+            }
+            Family::QGemv(_, _, OutType::F32) | Family::QGemvRmsNorm(..) => DECODE_GEMV,
+            Family::Gemm(BFormat::Q6K, _) => "m=200 n=256 k=512",
+            Family::Gemm(..) => "m=200 n=256 k=256",
+            Family::Embed(_) => "tokens=16 vocab=1024 dim=4096",
+            Family::RopeAppend(..) => "tokens=16 n_seqs=8 max_blocks=16 n_pos=1024",
+            Family::Rope(_) => "tokens=16 n_pos=4096",
+            Family::AttentionDecode(..) => {
+                "head_dim=128 n_heads=32 n_kv_heads=8 max_blocks=64 split=64 threads=128"
+            }
+            Family::AttentionMerge(_) => "rows=64 head_dim=128 n_splits=8",
+            Family::AttentionPrefill(_) => {
+                "head_dim=128 n_heads=8 n_kv_heads=2 max_blocks=16 q_start=64 n_q=128"
+            }
+            Family::KvAppend(_) => "tokens=64 n_seqs=8 max_blocks=16",
+            Family::Argmax => "rows=4 cols=128256",
+            Family::Sample => "rows=8 cols=32768",
+            Family::ToBf16(_) | Family::BiasRows | Family::EncoderAttention => "",
+        }
+    }
+
+    /// See [`KernelSpec::perf_params`].
+    fn perf_params(self) -> &'static [&'static str] {
+        match self {
+            Family::Gemv | Family::GemvTc(_) => GEMV_PERF,
+            Family::QGemv(f, ..) | Family::QGemvRmsNorm(f, _) if f.is_float() => GEMV_PERF,
+            Family::Gemm(_, GemmEpilogue::Accumulate) => GEMM_PERF_RESIDUAL,
+            Family::Gemm(BFormat::Bf16, GemmEpilogue::Store) => GEMM_PERF_BF16,
+            Family::Gemm(BFormat::Q8_0, GemmEpilogue::Store) => GEMM_PERF_Q8_0,
+            Family::Gemm(..) => GEMM_PERF,
+            Family::Add(_)
+            | Family::SiluMul
+            | Family::Reduce(_)
+            | Family::RmsNorm
+            | Family::RmsNormRows
+            | Family::Softmax
+            | Family::Embed(_)
+            | Family::NormResidual(..)
+            | Family::Rope(_)
+            | Family::QGemv(..)
+            | Family::QGemvRmsNorm(..)
+            | Family::AttentionDecode(..)
+            | Family::AttentionMerge(_)
+            | Family::Argmax
+            | Family::KvAppend(_)
+            | Family::RopeAppend(..)
+            | Family::AttentionPrefill(_)
+            | Family::Sample
+            | Family::ToBf16(_)
+            | Family::BiasRows
+            | Family::EncoderAttention => &[""],
+        }
+    }
+}
+
+/// The interpreter-sized problem of every bf16/f16 matrix–vector form.
+const GEMV_SMALL: &str = "rows=5 cols=576 warps=2 unroll=2";
+
+/// The bf16/f16 matrix–vector forms at full size: the defaults' square and llama-3.1-8b's
+/// down projection.
+const GEMV_PERF: &[&str] = &["rows=8192 cols=8192", "rows=4096 cols=14336"];
+
+/// The matrix products at llama-3.1-8b prefill shapes: 512 and 2048 tokens through the
+/// gate or up (14336 × 4096) and down (4096 × 14336) projections.
+const GEMM_PERF: &[&str] = &[
+    "m=512 n=14336 k=4096",
+    "m=512 n=4096 k=14336",
+    "m=2048 n=14336 k=4096",
+    "m=2048 n=4096 k=14336",
+];
+
+/// bf16 at every llama-3.1-8b prefill projection, 512 and 2048 tokens through q|k|v
+/// (6144 × 4096), o (4096 × 4096), gate or up and down; also at 4096³ and, at 512
+/// tokens (128 blocks of 128×128), with 64-row tiles or 64×32 warp tiles (more warps
+/// for the same work).
+const GEMM_PERF_BF16: &[&str] = &[
+    "m=512 n=6144 k=4096",
+    "m=512 n=4096 k=4096",
+    "m=512 n=14336 k=4096",
+    "m=512 n=4096 k=14336",
+    "m=2048 n=6144 k=4096",
+    "m=2048 n=4096 k=4096",
+    "m=2048 n=14336 k=4096",
+    "m=2048 n=4096 k=14336",
+    "m=512 n=4096 k=4096 bm=64",
+    "m=512 n=4096 k=4096 wn=32",
+    "m=4096 n=4096 k=4096",
+];
+
+/// Q8_0 as [`GEMM_PERF`], also with 128×64 tiles (64×32 warps, 3 stages).
+const GEMM_PERF_Q8_0: &[&str] = &[
+    "m=512 n=14336 k=4096",
+    "m=512 n=4096 k=14336",
+    "m=2048 n=14336 k=4096",
+    "m=2048 n=4096 k=14336",
+    "m=2048 n=14336 k=4096 bn=64 wn=32 stages=3",
+];
+
+/// The `C +=` forms at the down projection only.
+const GEMM_PERF_RESIDUAL: &[&str] = &["m=2048 n=4096 k=14336"];
 
 const fn spec(
     name: &'static str,

@@ -155,6 +155,27 @@ fn names_are_unique_and_complete() {
     }
 }
 
+/// Every kernel's problem sizes (the interpreter's, check-kernels' comparison and timing
+/// ones) parse against its own parameters and name only parameters it has.
+#[test]
+fn problem_sizes_parse() {
+    let mut failures = vec![];
+    for spec in library() {
+        let sizes = [spec.small_params(), spec.compare_params()];
+        assert!(
+            !spec.perf_params().is_empty(),
+            "{}: no timing shape",
+            spec.name
+        );
+        for text in sizes.iter().chain(spec.perf_params()) {
+            if let Err(e) = spec.parse_params(text) {
+                failures.push(format!("{} [{text}]: {e}", spec.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn unknown_kernels_and_parameters_are_named() {
     let e = find("gemv_f64").unwrap_err();

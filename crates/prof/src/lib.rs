@@ -29,7 +29,6 @@ mod instrument;
 pub mod order;
 mod ring;
 pub mod roofline;
-pub mod shapes;
 pub mod summary;
 pub mod trace;
 

@@ -3,7 +3,6 @@
 
 use quench_ir::{AddrSpace, Builder, Scalar, Type};
 use quench_prof::access::{param_access, Access, ParamAccess};
-use quench_prof::shapes::small_params;
 
 fn ptr(s: Scalar) -> Type {
     Type::Ptr(AddrSpace::Global, s)
@@ -12,7 +11,7 @@ fn ptr(s: Scalar) -> Type {
 fn of(name: &str) -> Vec<(String, ParamAccess)> {
     let spec = quench_kernels::find(name).unwrap_or_else(|e| panic!("{e}"));
     let p = spec
-        .parse_params(small_params(name))
+        .parse_params(spec.small_params())
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let f = spec.build(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
     f.params

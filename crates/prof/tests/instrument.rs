@@ -8,8 +8,8 @@
 use quench_kernels::{compare, library, run_case, CaseArg, KernelCase};
 use quench_prof::order::check_order;
 use quench_prof::{
-    instrument, shapes::small_params, InstrumentError, Ring, FIRST_LANE_PLANE, LANES, LAUNCH_PLANE,
-    RING_PARAM, START_PLANE,
+    instrument, InstrumentError, Ring, FIRST_LANE_PLANE, LANES, LAUNCH_PLANE, RING_PARAM,
+    START_PLANE,
 };
 use quench_rt::{Arg, Executor, InterpExecutor, StreamId};
 use rand::{Rng, SeedableRng};
@@ -22,7 +22,7 @@ use common::{seed, word, GridRun};
 fn small_case(name: &str, seed: u64) -> KernelCase {
     let spec = quench_kernels::find(name).unwrap_or_else(|e| panic!("{e}"));
     let p = spec
-        .parse_params(small_params(name))
+        .parse_params(spec.small_params())
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     spec.make_case(&p, seed)
         .unwrap_or_else(|e| panic!("{name}: {e}"))

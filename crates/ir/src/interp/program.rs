@@ -275,7 +275,7 @@ impl<'f> Program<'f> {
                     crate::print::byte_sign(*b_signed)
                 )
             }
-            Op::Un { op, a } => format!("{}.{}", un_name(*op), ty(a)),
+            Op::Un { op, a } => format!("{}.{}", un_mnemonic(*op), ty(a)),
             Op::DivApprox { a, .. } => format!("div.approx.{}", ty(a)),
             Op::Cmp { op, a, .. } => format!("setp.{}.{}", op.name(), ty(a)),
             Op::Select { a, .. } => format!("selp.{}", ty(a)),
@@ -319,22 +319,14 @@ impl<'f> Program<'f> {
     }
 }
 
-fn un_name(op: UnOp) -> String {
+/// A unary operation as its PTX instruction is spelled, for [`Program::mnemonic`]: the
+/// IR text's spelling ([`crate::print::un_name`]) except where PTX differs: `ex2` and
+/// `lg2` flush subnormals (`.ftz`, as the interpreter computes them) and `round.rnd` is
+/// `cvt.rndi`.
+fn un_mnemonic(op: UnOp) -> String {
     match op {
-        UnOp::Neg => "neg".into(),
-        UnOp::Abs => "abs".into(),
-        UnOp::Not => "not".into(),
-        UnOp::Sqrt(r) => format!("sqrt.{}", r.name()),
-        UnOp::Rcp(r) => format!("rcp.{}", r.name()),
-        UnOp::RcpApprox => "rcp.approx".into(),
-        UnOp::RsqrtApprox => "rsqrt.approx".into(),
-        UnOp::Ex2Approx => "ex2.approx.ftz".into(),
-        UnOp::Lg2Approx => "lg2.approx.ftz".into(),
-        UnOp::TanhApprox => "tanh.approx".into(),
-        UnOp::SinApprox => "sin.approx".into(),
-        UnOp::CosApprox => "cos.approx".into(),
+        UnOp::Ex2Approx | UnOp::Lg2Approx => format!("{}.ftz", crate::print::un_name(op)),
         UnOp::RoundInt(r) => format!("cvt.{}i", r.name()),
-        UnOp::Popc => "popc".into(),
-        UnOp::Clz => "clz".into(),
+        _ => crate::print::un_name(op),
     }
 }
