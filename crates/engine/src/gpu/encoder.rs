@@ -35,6 +35,7 @@ use quench_models::arch::{Arch, ModelConfig, Naming, TensorSource};
 use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 
 use super::decoder::{open, Backend};
+use super::graph::row_threads;
 use super::GpuError;
 use weights::{Layer as LayerWeights, Weights};
 
@@ -568,31 +569,18 @@ impl Drop for GpuEncoder {
     }
 }
 
-/// Threads for a kernel walking rows of `groups` 16-byte groups: a warp per 32 groups,
-/// 32 to 256.
-fn row_threads(groups: usize) -> u32 {
-    (groups.div_ceil(32) * 32).clamp(32, 256) as u32
-}
-
 fn compile(c: &ModelConfig, exec: &mut dyn Executor) -> Result<Kernels, GpuError> {
     let h = c.hidden as u32;
-    let mut load = |f: Result<quench_ir::Function, quench_kernels::KernelError>,
-                    part: &str|
-     -> Result<KernelId, GpuError> {
-        let f = f.map_err(GpuError::kernel(part.to_string()))?;
-        exec.load(&f)
-            .map_err(GpuError::runtime(format!("compiling {}", f.name)))
-    };
     let embed = EmbedParams {
         format: TableFormat::F32,
         dim: h,
-        threads: row_threads(c.hidden / 8),
+        threads: row_threads(h / 8),
     };
     let norm = NormResidualParams {
         norm: Norm::Layer,
         out: OutType::F32,
         cols: h,
-        threads: row_threads(c.hidden / 4),
+        threads: row_threads(h / 4),
     };
     let cast = ToBf16Params {
         activation: Activation::Identity,
@@ -625,48 +613,64 @@ fn compile(c: &ModelConfig, exec: &mut dyn Executor) -> Result<Kernels, GpuError
         gemm(c.hidden, c.ffn),
     );
     Ok(Kernels {
-        embed: Kernel {
-            id: load(quench_kernels::embed::build(&embed), "the embedding gather")?,
-            params: embed,
-        },
-        norm: Kernel {
-            id: load(quench_kernels::norm_residual::build(&norm), "the LayerNorm")?,
-            params: norm,
-        },
-        cast: Kernel {
-            id: load(quench_kernels::to_bf16::build(&cast), "the bf16 rounding")?,
-            params: cast,
-        },
-        gelu: Kernel {
-            id: load(quench_kernels::to_bf16::build(&gelu), "GELU")?,
-            params: gelu,
-        },
-        bias: Kernel {
-            id: load(quench_kernels::bias::build(&bias), "the biases")?,
-            params: bias,
-        },
-        attention: Kernel {
-            id: load(
-                quench_kernels::encoder_attention::build(&attention),
-                "the attention",
-            )?,
-            params: attention,
-        },
-        gemm_qkv: Kernel {
-            id: load(quench_kernels::gemm::build(&qkv), "the q|k|v projection")?,
-            params: qkv,
-        },
-        gemm_out: Kernel {
-            id: load(quench_kernels::gemm::build(&out), "the output projection")?,
-            params: out,
-        },
-        gemm_up: Kernel {
-            id: load(quench_kernels::gemm::build(&up), "the up projection")?,
-            params: up,
-        },
-        gemm_down: Kernel {
-            id: load(quench_kernels::gemm::build(&down), "the down projection")?,
-            params: down,
-        },
+        embed: kernel(
+            exec,
+            embed,
+            quench_kernels::embed::build,
+            "the embedding gather",
+        )?,
+        norm: kernel(
+            exec,
+            norm,
+            quench_kernels::norm_residual::build,
+            "the LayerNorm",
+        )?,
+        cast: kernel(
+            exec,
+            cast,
+            quench_kernels::to_bf16::build,
+            "the bf16 rounding",
+        )?,
+        gelu: kernel(exec, gelu, quench_kernels::to_bf16::build, "GELU")?,
+        bias: kernel(exec, bias, quench_kernels::bias::build, "the biases")?,
+        attention: kernel(
+            exec,
+            attention,
+            quench_kernels::encoder_attention::build,
+            "the attention",
+        )?,
+        gemm_qkv: kernel(
+            exec,
+            qkv,
+            quench_kernels::gemm::build,
+            "the q|k|v projection",
+        )?,
+        gemm_out: kernel(
+            exec,
+            out,
+            quench_kernels::gemm::build,
+            "the output projection",
+        )?,
+        gemm_up: kernel(exec, up, quench_kernels::gemm::build, "the up projection")?,
+        gemm_down: kernel(
+            exec,
+            down,
+            quench_kernels::gemm::build,
+            "the down projection",
+        )?,
     })
+}
+
+/// Builds the kernel of `params` and loads it on `exec`; `part` names it in an error.
+fn kernel<P>(
+    exec: &mut dyn Executor,
+    params: P,
+    build: fn(&P) -> Result<quench_ir::Function, quench_kernels::KernelError>,
+    part: &str,
+) -> Result<Kernel<P>, GpuError> {
+    let f = build(&params).map_err(GpuError::kernel(part))?;
+    let id = exec
+        .load(&f)
+        .map_err(GpuError::runtime(format!("compiling {}", f.name)))?;
+    Ok(Kernel { id, params })
 }
