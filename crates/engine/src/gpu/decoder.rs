@@ -483,10 +483,7 @@ impl Planned {
             prefill_dispatches: prefill.map_or(0, PrefillPlan::dispatches),
             prefill_layer_plan: prefill.map_or_else(Vec::new, PrefillPlan::layer_plan),
             prefill_arena_bytes: self.prefill_bytes(),
-            tensor_core_products: graph
-                .step(1)
-                .filter(|d| graph.kernels[d.kernel].name.starts_with("gemv_tc_"))
-                .count(),
+            tensor_core_products: graph.tensor_core_products,
         }
     }
 }

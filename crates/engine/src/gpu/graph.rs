@@ -212,6 +212,8 @@ pub struct DecodeGraph {
     pub(crate) multiprocessors: u32,
     /// Positions one session holds.
     pub(crate) context: u32,
+    /// Products of a one-row step on the tensor cores ([`Products::TensorCore`]).
+    pub tensor_core_products: usize,
 }
 
 /// The token-embedding gather for the catalog's table format.
@@ -341,6 +343,8 @@ struct StepBuilder<'a> {
     record: StepRecord,
     /// The residual stream, `[rows, hidden]` f32.
     residual: Operand,
+    /// Products of a one-row step on the tensor cores.
+    tensor_core_products: usize,
 }
 
 /// How a decode step multiplies its bf16 matrices with the step's rows.
@@ -429,6 +433,7 @@ impl<'a> StepBuilder<'a> {
             io,
             record,
             residual,
+            tensor_core_products: 0,
         })
     }
 
@@ -824,6 +829,7 @@ impl<'a> StepBuilder<'a> {
             for (steps, tc) in variants {
                 let k = self.a.kernel(&label, &tc, gemv_tc::build)?;
                 let grid = Grid::Once(tc.launch());
+                self.tensor_core_products += usize::from(steps.includes(1));
                 self.a.push(steps, label.clone(), k, grid, args(x, None));
             }
             return Ok(());
@@ -1099,6 +1105,7 @@ impl DecodeGraph {
             io,
             record,
             multiprocessors,
+            tensor_core_products,
             ..
         } = s;
         let program = a.finish();
@@ -1114,6 +1121,7 @@ impl DecodeGraph {
             record,
             multiprocessors,
             context,
+            tensor_core_products,
         })
     }
 
