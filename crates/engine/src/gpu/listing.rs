@@ -57,11 +57,11 @@ pub fn dispatch_listing(
             super::graph::DEFAULT_MULTIPROCESSORS,
             products,
         )?;
-        let mut lines = vec![format!("decode step of {rows} rows")];
+        let mut lines = vec![format!("decode step of {}", plural(rows, "row"))];
         lines.extend(graph.listing(rows));
         if let Some(n) = chunk {
             let plan = PrefillPlan::new(&config, &catalog, &graph, n as usize)?;
-            lines.push(format!("prompt chunk of {n} tokens"));
+            lines.push(format!("prompt chunk of {}", plural(n, "token")));
             lines.extend(plan.listing(&graph, n));
         }
         Ok(lines)
@@ -122,6 +122,14 @@ pub(crate) fn group(g: &WeightGroup) -> String {
         })
         .collect();
     format!("[{}]", parts.join(" | "))
+}
+
+/// `1 row`, `3 rows`.
+fn plural(n: u32, what: &str) -> String {
+    match n {
+        1 => format!("1 {what}"),
+        _ => format!("{n} {what}s"),
+    }
 }
 
 /// FNV-1a over the kernel's printed IR: equal kernels print equal fingerprints.
