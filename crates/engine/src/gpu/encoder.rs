@@ -37,7 +37,7 @@ use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
 use super::decoder::{open, Backend};
 use super::graph::row_threads;
 use super::GpuError;
-use weights::{Layer as LayerWeights, Weights};
+use weights::{Dense, Layer as LayerWeights, Norm as NormWeights, Weights};
 
 /// Padded tokens one pass takes at most: a longer list of texts runs in several passes.
 const PASS_TOKENS: usize = 16384;
@@ -362,53 +362,103 @@ impl GpuEncoder {
     /// LayerNorm, the states rounded to bf16.
     fn embedding_launches(&self, a: &Activations, rows: usize) -> Vec<PassLaunch> {
         let c = &self.config;
-        let (h, m) = (c.hidden as u32, rows as u32);
-        let eps = c.norm_eps as f32;
-        let w = &self.weights;
-        let k = &self.kernels;
-        let mut run = Vec::<PassLaunch>::new();
-        let p = Arg::Ptr;
+        let (w, k, m, p) = (&self.weights, &self.kernels, rows as u32, Arg::Ptr);
         let emb = k.embed.params.launch(m);
-        run.push((
-            "gathering the word embeddings".into(),
-            k.embed.id,
-            emb,
-            vec![p(a.ids), p(w.word), p(a.x), Arg::U32(c.vocab as u32)],
-        ));
-        run.push((
-            "gathering the position embeddings".into(),
-            k.embed.id,
-            emb,
-            vec![
-                p(a.positions),
-                p(w.position_type),
-                p(a.scratch),
-                Arg::U32(c.max_positions as u32),
-            ],
-        ));
-        let norm = k.norm.params.launch(m);
-        let (en_w, en_b) = (w.embedding_norm.weight, w.embedding_norm.bias);
-        run.push((
-            "the embedding LayerNorm".into(),
-            k.norm.id,
-            norm,
-            vec![
-                p(a.x),
-                p(a.scratch),
-                p(en_w),
-                p(en_b),
-                p(a.hidden),
-                Arg::F32(eps),
-            ],
-        ));
-        let cast = k.cast.params.launch(m * h);
-        run.push((
-            "rounding the states to bf16".into(),
-            k.cast.id,
-            cast,
-            vec![p(a.hidden), p(a.hidden16), Arg::U32(m * h)],
+        let mut run = vec![
+            (
+                "gathering the word embeddings".into(),
+                k.embed.id,
+                emb,
+                vec![p(a.ids), p(w.word), p(a.x), Arg::U32(c.vocab as u32)],
+            ),
+            (
+                "gathering the position embeddings".into(),
+                k.embed.id,
+                emb,
+                vec![
+                    p(a.positions),
+                    p(w.position_type),
+                    p(a.scratch),
+                    Arg::U32(c.max_positions as u32),
+                ],
+            ),
+        ];
+        run.extend(self.norm_launches(
+            "the embedding",
+            a,
+            m,
+            a.scratch,
+            &w.embedding_norm,
+            a.hidden,
         ));
         run
+    }
+
+    /// `out = LayerNorm(a.x + residual)` (f32) over `m` rows, and its bf16 copy in
+    /// `a.hidden16`; `what` names them in errors.
+    fn norm_launches(
+        &self,
+        what: &str,
+        a: &Activations,
+        m: u32,
+        residual: DevicePtr,
+        n: &NormWeights,
+        out: DevicePtr,
+    ) -> [PassLaunch; 2] {
+        let (k, p) = (&self.kernels, Arg::Ptr);
+        let eps = self.config.norm_eps as f32;
+        let h = self.config.hidden as u32;
+        [
+            (
+                format!("{what} LayerNorm"),
+                k.norm.id,
+                k.norm.params.launch(m),
+                vec![
+                    p(a.x),
+                    p(residual),
+                    p(n.weight),
+                    p(n.bias),
+                    p(out),
+                    Arg::F32(eps),
+                ],
+            ),
+            (
+                format!("{what} rounding to bf16"),
+                k.cast.id,
+                k.cast.params.launch(m * h),
+                vec![p(out), p(a.hidden16), Arg::U32(m * h)],
+            ),
+        ]
+    }
+
+    /// `out = x16·Wᵀ + b` over `m` rows: the bias rows, then the GEMM accumulating onto
+    /// them (`width`: the output's columns).
+    #[allow(clippy::too_many_arguments)]
+    fn dense_launches(
+        &self,
+        what: &str,
+        g: &Kernel<GemmParams>,
+        m: u32,
+        x16: DevicePtr,
+        d: &Dense,
+        out: DevicePtr,
+        width: u32,
+    ) -> [PassLaunch; 2] {
+        let (k, p) = (&self.kernels, Arg::Ptr);
+        [
+            (
+                format!("{what} bias"),
+                k.bias.id,
+                k.bias.params.launch(m),
+                vec![p(d.bias), p(out), Arg::U32(width)],
+            ),
+            (
+                format!("{what} projection"),
+                g.id,
+                g.params.launch(m),
+                vec![p(x16), p(d.weight), p(out), Arg::U32(m)],
+            ),
+        ]
     }
 
     /// Layer `n`'s launches over `texts` texts of `seq_len` rows each.
@@ -421,134 +471,44 @@ impl GpuEncoder {
         seq_len: usize,
     ) -> Vec<PassLaunch> {
         let c = &self.config;
-        let (h, m) = (c.hidden as u32, (texts * seq_len) as u32);
-        let eps = c.norm_eps as f32;
-        let k = &self.kernels;
-        let p = Arg::Ptr;
-        let mut run = Vec::<PassLaunch>::new();
-        let norm = k.norm.params.launch(m);
-        let cast = k.cast.params.launch(m * h);
-        let bias = k.bias.params.launch(m);
-        let gemm = |g: &Kernel<GemmParams>,
-                    what: String,
-                    a16: DevicePtr,
-                    wt: DevicePtr,
-                    out: DevicePtr| {
-            (
-                what,
-                g.id,
-                g.params.launch(m),
-                vec![p(a16), p(wt), p(out), Arg::U32(m)],
-            )
-        };
-        let attention = k.attention.params.launch(texts as u32, seq_len as u32);
-        let ffn = c.ffn as u32;
+        let (h, m, ffn) = (c.hidden as u32, (texts * seq_len) as u32, c.ffn as u32);
+        let (k, p) = (&self.kernels, Arg::Ptr);
         let at = |what: &str| format!("layer {n}: {what}");
-        run.push((
-            at("q|k|v bias"),
-            k.bias.id,
-            bias,
-            vec![p(l.qkv.bias), p(a.qkv), Arg::U32(3 * h)],
-        ));
-        run.push(gemm(
+        let mut run = Vec::<PassLaunch>::new();
+        run.extend(self.dense_launches(
+            &at("q|k|v"),
             &k.gemm_qkv,
-            at("q|k|v projection"),
+            m,
             a.hidden16,
-            l.qkv.weight,
+            &l.qkv,
             a.qkv,
+            3 * h,
         ));
         run.push((
             at("attention"),
             k.attention.id,
-            attention,
+            k.attention.params.launch(texts as u32, seq_len as u32),
             vec![p(a.qkv), p(a.lens), p(a.ctx16), Arg::U32(seq_len as u32)],
         ));
-        run.push((
-            at("output bias"),
-            k.bias.id,
-            bias,
-            vec![p(l.attn_output.bias), p(a.x), Arg::U32(h)],
-        ));
-        run.push(gemm(
+        run.extend(self.dense_launches(
+            &at("output"),
             &k.gemm_out,
-            at("output projection"),
+            m,
             a.ctx16,
-            l.attn_output.weight,
+            &l.attn_output,
             a.x,
+            h,
         ));
-        let (nw, nb) = (l.attn_norm.weight, l.attn_norm.bias);
-        run.push((
-            at("attention LayerNorm"),
-            k.norm.id,
-            norm,
-            vec![
-                p(a.x),
-                p(a.hidden),
-                p(nw),
-                p(nb),
-                p(a.hidden2),
-                Arg::F32(eps),
-            ],
-        ));
-        run.push((
-            at("rounding to bf16"),
-            k.cast.id,
-            cast,
-            vec![p(a.hidden2), p(a.hidden16), Arg::U32(m * h)],
-        ));
-        run.push((
-            at("up bias"),
-            k.bias.id,
-            bias,
-            vec![p(l.up.bias), p(a.up), Arg::U32(ffn)],
-        ));
-        run.push(gemm(
-            &k.gemm_up,
-            at("up projection"),
-            a.hidden16,
-            l.up.weight,
-            a.up,
-        ));
-        let gelu = k.gelu.params.launch(m * ffn);
+        run.extend(self.norm_launches(&at("attention"), a, m, a.hidden, &l.attn_norm, a.hidden2));
+        run.extend(self.dense_launches(&at("up"), &k.gemm_up, m, a.hidden16, &l.up, a.up, ffn));
         run.push((
             at("GELU"),
             k.gelu.id,
-            gelu,
+            k.gelu.params.launch(m * ffn),
             vec![p(a.up), p(a.act16), Arg::U32(m * ffn)],
         ));
-        run.push((
-            at("down bias"),
-            k.bias.id,
-            bias,
-            vec![p(l.down.bias), p(a.x), Arg::U32(h)],
-        ));
-        run.push(gemm(
-            &k.gemm_down,
-            at("down projection"),
-            a.act16,
-            l.down.weight,
-            a.x,
-        ));
-        let (nw, nb) = (l.output_norm.weight, l.output_norm.bias);
-        run.push((
-            at("output LayerNorm"),
-            k.norm.id,
-            norm,
-            vec![
-                p(a.x),
-                p(a.hidden2),
-                p(nw),
-                p(nb),
-                p(a.hidden),
-                Arg::F32(eps),
-            ],
-        ));
-        run.push((
-            at("rounding to bf16"),
-            k.cast.id,
-            cast,
-            vec![p(a.hidden), p(a.hidden16), Arg::U32(m * h)],
-        ));
+        run.extend(self.dense_launches(&at("down"), &k.gemm_down, m, a.act16, &l.down, a.x, h));
+        run.extend(self.norm_launches(&at("output"), a, m, a.hidden2, &l.output_norm, a.hidden));
         run
     }
 
