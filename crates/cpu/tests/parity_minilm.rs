@@ -58,14 +58,13 @@ fn cosine(a: &[f64], b: &[f64]) -> f64 {
 
 #[test]
 fn minilm_embeddings_match_sentence_transformers() {
-    let Ok(dir) = std::env::var("QUENCH_MINILM_DIR") else {
-        eprintln!("SKIPPED: QUENCH_MINILM_DIR is not set (the all-MiniLM-L6-v2 folder)");
+    let Some(dir) = quench_testkit::minilm_dir() else {
         return;
     };
     let checkpoint = HfCheckpoint::open(&dir).expect("open the checkpoint in QUENCH_MINILM_DIR");
     let config = ModelConfig::from_hf_config(checkpoint.config()).expect("MiniLM config");
     let tokenizer =
-        Tokenizer::from_tokenizer_json(format!("{dir}/tokenizer.json")).expect("tokenizer.json");
+        Tokenizer::from_tokenizer_json(dir.join("tokenizer.json")).expect("tokenizer.json");
     let fast = Encoder::<f32>::load(config.clone(), &checkpoint, Naming::HuggingFace)
         .expect("f32 weights");
     let reference =

@@ -12,8 +12,7 @@ use quench_text::{ChatTemplate, Message};
 
 #[test]
 fn smollm2_answers_greedily_and_passes_the_fp64_check() {
-    let Ok(path) = std::env::var("QUENCH_SMOLLM2_GGUF") else {
-        eprintln!("QUENCH_SMOLLM2_GGUF is not set; skipping the SmolLM2 check");
+    let Some(path) = quench_testkit::smollm2_gguf() else {
         return;
     };
     let file = GgufFile::open(&path).unwrap();

@@ -3,7 +3,7 @@
 //! f32 tensors in memory and from GGUF files in every block format the reference reads a
 //! range of rows from; and one layer held at a time.
 //!
-//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else from the clock,
+//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
 //! and is printed so that a failure can be replayed.
 
 mod common;
@@ -15,19 +15,11 @@ use quench_models::arch::{
 };
 use quench_models::gguf::GgufWriter;
 use quench_models::{dequant, quant, GgmlType, GgufFile};
+use quench_testkit::seed;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const DECODERS: [Arch; 3] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3];
-
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
 
 /// The in-memory f64 decoder's teacher-forced logits at every position.
 fn decoder_logits(
@@ -371,8 +363,7 @@ fn a_changed_token_changes_the_streamed_logits_after_it_only() {
 
 #[test]
 fn smollm2_streamed_logits_are_the_decoders() {
-    let Ok(path) = std::env::var("QUENCH_SMOLLM2_GGUF") else {
-        eprintln!("QUENCH_SMOLLM2_GGUF is not set; skipping the streamed SmolLM2 check");
+    let Some(path) = quench_testkit::smollm2_gguf() else {
         return;
     };
     let file = GgufFile::open(&path).unwrap();

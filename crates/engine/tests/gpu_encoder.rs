@@ -5,8 +5,6 @@
 //! Weights and texts are drawn fresh each run (`QUENCH_SEED` replays one). With
 //! `QUENCH_MINILM_DIR` set, all-MiniLM-L6-v2 itself runs through the interpreter too.
 
-use std::path::PathBuf;
-
 use quench_cpu::Encoder;
 use quench_engine::gpu::encoder::GpuEncoder;
 use quench_engine::gpu::Backend;
@@ -142,8 +140,7 @@ fn refusals_name_the_problem() {
 
 #[test]
 fn minilm_through_the_interpreter_matches_f64() {
-    let Some(dir) = std::env::var_os("QUENCH_MINILM_DIR").map(PathBuf::from) else {
-        eprintln!("skipped: set QUENCH_MINILM_DIR to all-MiniLM-L6-v2's directory");
+    let Some(dir) = quench_testkit::minilm_dir() else {
         return;
     };
     let texts = ["A man is eating food.", "The girl is carrying a baby."];

@@ -3,8 +3,8 @@
 //! untied heads) generate greedily, and the f64 CPU reference, teacher-forced on their
 //! tokens, judges every logit of every step.
 //!
-//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else from the
-//! clock, and is printed so that a failure can be replayed.
+//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at
+//! random, and is printed so that a failure can be replayed.
 
 use quench_cpu::Decoder;
 use quench_engine::gpu::check::{

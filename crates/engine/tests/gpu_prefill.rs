@@ -399,13 +399,10 @@ fn a_prompt_chunk_that_does_not_fit_is_refused() {
     }
 }
 
-/// SmolLM2 from `QUENCH_SMOLLM2_GGUF`, if set.
+/// SmolLM2 from `QUENCH_SMOLLM2_GGUF` (a failure in CI without it, NOT RUN elsewhere).
 fn smollm2() -> Option<GgufFile> {
-    let Some(path) = std::env::var_os("QUENCH_SMOLLM2_GGUF") else {
-        eprintln!("SKIPPED: QUENCH_SMOLLM2_GGUF is not set");
-        return None;
-    };
-    Some(GgufFile::open(std::path::Path::new(&path)).expect("a GGUF file"))
+    let path = quench_testkit::smollm2_gguf()?;
+    Some(GgufFile::open(&path).expect("a GGUF file"))
 }
 
 /// A 20-token prompt of `src` through the prompt path, then two greedy steps, every row
@@ -559,12 +556,10 @@ fn smollm2_with_bf16_weights_prompt_in_chunks_matches_the_f64_reference() {
 fn smollm2_prompt_kernels_assemble_without_spills() {
     use quench_engine::gpu::{PrefillPlan, StepShape, DEFAULT_PREFILL_CHUNK};
     use quench_ptx::ptxas::{assemble, find_ptxas};
-    let Some(path) = std::env::var_os("QUENCH_SMOLLM2_GGUF") else {
-        eprintln!("SKIPPED: QUENCH_SMOLLM2_GGUF is not set");
+    let Some(path) = quench_testkit::smollm2_gguf() else {
         return;
     };
-    if let Err(e) = find_ptxas() {
-        eprintln!("SKIPPED: {e}");
+    if quench_testkit::ok(find_ptxas()).is_none() {
         return;
     }
     let file = GgufFile::open(&path).expect("a GGUF file");
@@ -575,16 +570,8 @@ fn smollm2_prompt_kernels_assemble_without_spills() {
         kv: KvCache::F16,
     };
     let (config, catalog, graph) = common::step_graph(&file, shape);
-    let plan = PrefillPlan::new(
-        &config,
-        &catalog,
-        &file,
-        Naming::Gguf,
-        &graph,
-        shape.context,
-        DEFAULT_PREFILL_CHUNK,
-    )
-    .expect("a prompt path");
+    let plan =
+        PrefillPlan::new(&config, &catalog, &graph, DEFAULT_PREFILL_CHUNK).expect("a prompt path");
     let mut failures = vec![];
     for f in plan.kernels() {
         let ptx = quench_ptx::emit(f).unwrap_or_else(|e| panic!("{}: {e}", f.name));

@@ -3,7 +3,8 @@
 //! KV cache), emitted as PTX and
 //! assembled by `ptxas` for sm_90 without register spills. Needs
 //! `QUENCH_SMOLLM2_GGUF` (the SmolLM2-135M-Instruct Q4_1 GGUF file) and `ptxas`
-//! (`QUENCH_PTXAS`, `PATH` or the nvidia-cuda-nvcc wheel); prints SKIPPED without them.
+//! (`QUENCH_PTXAS`, `PATH` or the nvidia-cuda-nvcc wheel); without them it fails in CI and
+//! reports NOT RUN elsewhere (quench-testkit).
 
 use quench_engine::gpu::{Catalog, DecodeGraph, StepShape};
 use quench_engine::KvCache;
@@ -13,12 +14,10 @@ use quench_ptx::ptxas::{assemble, find_ptxas};
 
 #[test]
 fn smollm2_step_kernels_assemble_without_spills() {
-    let Some(path) = std::env::var_os("QUENCH_SMOLLM2_GGUF") else {
-        eprintln!("SKIPPED: QUENCH_SMOLLM2_GGUF is not set");
+    let Some(path) = quench_testkit::smollm2_gguf() else {
         return;
     };
-    if let Err(e) = find_ptxas() {
-        eprintln!("SKIPPED: {e}");
+    if quench_testkit::ok(find_ptxas()).is_none() {
         return;
     }
     let file = GgufFile::open(&path).unwrap();

@@ -7,8 +7,8 @@
 //! steps of 3, 9 and 17 rows, which take the products' variants of 8, 16 and 32 rows a
 //! pass.
 //!
-//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else from the
-//! clock, and is printed so that a failure can be replayed.
+//! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at
+//! random, and is printed so that a failure can be replayed.
 
 use quench_cpu::Decoder;
 use quench_engine::gpu::check::{check_generation, LogitBound, Reference};

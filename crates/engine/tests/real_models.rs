@@ -1,26 +1,15 @@
 //! The real models quench pulls, when their paths are given: `QUENCH_SMOLLM2_GGUF` (the
 //! SmolLM2-135M-Instruct Q4_1 GGUF file) and `QUENCH_MINILM_DIR` (the all-MiniLM-L6-v2
-//! checkpoint directory). Each test prints SKIPPED without them.
-
-use std::path::PathBuf;
+//! checkpoint directory). Without one, a test fails in CI and reports NOT RUN elsewhere
+//! (quench-testkit).
 
 use quench_engine::{
     load, Format, GenerateOptions, LoadOptions, Message, ModelKind, Prompt, SamplingParams,
 };
 
-fn env_path(var: &str) -> Option<PathBuf> {
-    match std::env::var_os(var) {
-        Some(p) => Some(PathBuf::from(p)),
-        None => {
-            eprintln!("SKIPPED: {var} is not set");
-            None
-        }
-    }
-}
-
 #[test]
 fn smollm2_answers_a_chat_and_reuses_its_session() {
-    let Some(path) = env_path("QUENCH_SMOLLM2_GGUF") else {
+    let Some(path) = quench_testkit::smollm2_gguf() else {
         return;
     };
     let model = load(&path, &LoadOptions::default()).unwrap();
@@ -103,7 +92,7 @@ fn smollm2_answers_a_chat_and_reuses_its_session() {
 
 #[test]
 fn minilm_embeds_similar_sentences_close() {
-    let Some(dir) = env_path("QUENCH_MINILM_DIR") else {
+    let Some(dir) = quench_testkit::minilm_dir() else {
         return;
     };
     let model = load(&dir, &LoadOptions::default()).unwrap();

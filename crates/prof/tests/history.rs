@@ -183,8 +183,7 @@ fn a_history_needs_room() {
 
 #[test]
 fn the_history_copy_kernel_assembles() {
-    if quench_ptx::ptxas::find_ptxas().is_err() {
-        eprintln!("no ptxas (set QUENCH_PTXAS): skipped");
+    if quench_testkit::ok(quench_ptx::ptxas::find_ptxas()).is_none() {
         return;
     }
     let ptx = quench_ptx::emit(&quench_prof::history::copy_kernel()).expect("emits");

@@ -22,11 +22,7 @@ fn has(pixels: &[u8], c: [u8; 3]) -> bool {
 
 #[test]
 fn figure_shows_kernels_and_ceilings() {
-    let seed = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {seed} (set QUENCH_SEED={seed} to replay)");
+    let seed = quench_testkit::seed();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let d = |kernel: &str, bytes: u64, flops: u64, dur: u64| Dispatch {
         kernel: kernel.into(),

@@ -655,11 +655,7 @@ fn index_case(rng: &mut ChaCha8Rng) -> Case {
 fn write_device_cases() {
     let dir = std::env::var("QUENCH_DEVICE_CASES")
         .expect("QUENCH_DEVICE_CASES names the output directory");
-    let seed: u64 = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::thread_rng().gen());
-    println!("seed {seed}");
+    let seed = quench_testkit::seed();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut cases = vec![
         bytes_case(Scalar::I8),

@@ -20,17 +20,9 @@ use quench_engine::{BatchItem, CausalModel, Device, GenerateOptions, LoadOptions
 use quench_serve::scheduler::{EngineConfig, EngineHandle, Event, Job};
 use quench_serve::sessions::SessionStore;
 use quench_serve::text::TextSide;
+use quench_testkit::seed;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
 
 struct TempDir(PathBuf);
 

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{check_decode, check_encode, check_stream, corpus_cases, env_path, fixture, strings};
+use common::{check_decode, check_encode, check_stream, corpus_cases, fixture, strings};
 use quench_text::{GgufVocab, Tokenizer};
 
 const PRES: [&str; 5] = ["default", "gpt2", "smollm", "llama-bpe", "qwen2"];
@@ -68,7 +68,7 @@ fn the_fixture_catches_a_wrong_pre_tokenizer() {
 
 #[test]
 fn smollm2_gguf_matches_hf() {
-    let Some(path) = env_path("QUENCH_SMOLLM2_GGUF", "smollm2_gguf_matches_hf") else {
+    let Some(path) = quench_testkit::smollm2_gguf() else {
         return;
     };
     let (mut vocab, _) = common::gguf_meta::gguf_vocab(&path);

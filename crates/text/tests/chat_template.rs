@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{env_path, fixture, tests_dir};
+use common::{fixture, tests_dir};
 use minijinja::Value;
 use quench_text::{ChatTemplate, Message, TextError};
 
@@ -81,10 +81,7 @@ fn plain_messages_render_through_the_same_path() {
 
 #[test]
 fn smollm2_gguf_template_matches_fixture() {
-    let Some(path) = env_path(
-        "QUENCH_SMOLLM2_GGUF",
-        "smollm2_gguf_template_matches_fixture",
-    ) else {
+    let Some(path) = quench_testkit::smollm2_gguf() else {
         return;
     };
     let (_, template) = common::gguf_meta::gguf_vocab(&path);

@@ -2,9 +2,7 @@
 
 mod common;
 
-use common::{
-    check_decode, check_encode, check_stream, corpus_cases, env_path, fixture, tests_dir,
-};
+use common::{check_decode, check_encode, check_stream, corpus_cases, fixture, tests_dir};
 use quench_text::{GgufVocab, Tokenizer};
 
 fn small() -> Tokenizer {
@@ -77,7 +75,7 @@ fn gguf_bert_vocab_matches_hf() {
 
 #[test]
 fn minilm_matches_hf() {
-    let Some(dir) = env_path("QUENCH_MINILM_DIR", "minilm_matches_hf") else {
+    let Some(dir) = quench_testkit::minilm_dir() else {
         return;
     };
     let f = fixture("minilm_expected.json");

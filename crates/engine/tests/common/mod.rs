@@ -11,15 +11,8 @@ use quench_models::{GgmlType, GgufFile};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-/// A fresh seed, printed (or `QUENCH_SEED` to replay one).
-pub fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+/// The seed of a test's random inputs, printed (`QUENCH_SEED` replays one).
+pub use quench_testkit::seed;
 
 /// The formats of one layer's matrices.
 #[derive(Clone, Copy, Debug)]

@@ -13,18 +13,8 @@ use quench_kernels::{
 };
 use quench_rt::{Arg, InterpExecutor};
 
-pub fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+/// The seed of a test's random inputs, printed (`QUENCH_SEED` replays one).
+pub use quench_testkit::seed;
 
 /// The library kernel `kernel`'s case on `params`, with fresh inputs.
 pub fn case(kernel: &str, params: &str) -> KernelCase {
@@ -173,15 +163,10 @@ pub fn assert_batch_invariant(case: &KernelCase, p: &QGemvParams, n: u32, batche
     }
 }
 
-/// Whether `ptxas` is missing (said on stderr; the test then skips).
+/// Whether `ptxas` is missing: then the test returns, after failing in CI or reporting
+/// NOT RUN elsewhere (quench-testkit).
 pub fn no_ptxas() -> bool {
-    match quench_ptx::ptxas::find_ptxas() {
-        Ok(_) => false,
-        Err(e) => {
-            eprintln!("SKIPPED: {e}");
-            true
-        }
-    }
+    quench_testkit::ok(quench_ptx::ptxas::find_ptxas()).is_none()
 }
 
 /// Assembles `f` with `ptxas` for sm_90 and prints its registers and spills, labelled

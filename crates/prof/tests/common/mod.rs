@@ -8,19 +8,8 @@ use quench_rt::{Arg, DevicePtr, Executor, InterpExecutor, Launch, StreamId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-/// The seed of a test's random inputs: `QUENCH_SEED` if set, else fresh; printed.
-pub fn seed() -> u64 {
-    let s = std::env::var("QUENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("seed {s} (set QUENCH_SEED={s} to replay)");
-    s
-}
+/// The seed of a test's random inputs, printed (`QUENCH_SEED` replays one).
+pub use quench_testkit::seed;
 
 /// `out[i] = b ^ c` and `times[i] = (%globaltimer at the start of the body, at its end)`
 /// for thread `i = b · threads + t`: `t` the linear thread index within the block (of

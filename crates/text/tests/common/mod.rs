@@ -42,17 +42,6 @@ pub fn strings(v: &Value) -> Vec<String> {
         .collect()
 }
 
-/// A path from an environment variable, or `None` after saying the test is skipped.
-pub fn env_path(var: &str, test: &str) -> Option<PathBuf> {
-    match std::env::var_os(var) {
-        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
-        _ => {
-            eprintln!("SKIPPED {test}: set {var} to run it against the real model files");
-            None
-        }
-    }
-}
-
 /// Compares `encode` with the expected ids of every corpus case; reports all mismatches.
 pub fn check_encode(
     tok: &Tokenizer,
