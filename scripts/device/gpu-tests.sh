@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU tests, on the GPU machine: runs every test binary in gpu-tests/ (built and
 # copied there by scripts/gpu-tests.sh, carried with `carry: ["gpu-tests"]`) with
-# `--ignored`, one test at a time. A GPU test fails, not passes, when there is no GPU.
+# `--include-ignored` (the GPU tests and the rest, whose GPU branches run there), one test
+# at a time. A GPU test fails, not passes, when there is no GPU.
 # Prints one line per binary and a summary; exits nonzero if any test failed.
 #
 #   bash scripts/device/gpu-tests.sh
@@ -14,7 +15,7 @@ nvidia-smi -L || true
 failed=0 passed=0 bad=()
 for bin in "${bins[@]}"; do
     log="$(mktemp)"
-    "$bin" --ignored --test-threads=1 2>&1 | tee "$log"
+    "$bin" --include-ignored --test-threads=1 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     # libtest's last line: "test result: ok. N passed; M failed; ..."
     result="$(grep '^test result:' "$log" | tail -1)"
