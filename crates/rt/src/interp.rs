@@ -15,6 +15,7 @@ use crate::alloc_table::Allocations;
 use crate::checks::{check_launch, DeviceLimits};
 use crate::error::RtError;
 use crate::executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};
+use crate::handles;
 
 struct Loaded {
     f: Function,
@@ -94,24 +95,12 @@ impl InterpExecutor {
     }
 
     fn event(&self, e: EventId) -> Result<u64, RtError> {
-        self.events
-            .get(e.0 as usize)
-            .copied()
-            .flatten()
-            .ok_or(RtError::UnknownHandle {
-                kind: "event",
-                id: e.0 as u64,
-            })
+        handles::lookup(&self.events, "event", e.0)
     }
 
     /// Refuse an operation that cannot be part of a graph while a capture is open.
     fn refuse_during_capture(&self, what: &str) -> Result<(), RtError> {
-        match self.captures.keys().next() {
-            Some(s) => Err(RtError::Capture {
-                message: format!("{what} is not allowed while stream {s} is capturing"),
-            }),
-            None => Ok(()),
-        }
+        handles::refuse_during_capture(self.captures.keys().copied(), what)
     }
 
     fn run(&mut self, r: &Recorded) -> Result<(), RtError> {

@@ -15,6 +15,7 @@ pub mod cuda;
 pub mod devices;
 pub mod error;
 pub mod executor;
+mod handles;
 pub mod interp;
 
 pub use abi::{AbiParam, KernelAbi, ParamKind};

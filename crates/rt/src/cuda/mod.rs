@@ -27,6 +27,7 @@ use crate::checks::{check_launch, DeviceLimits};
 use crate::devices::{device_info, DeviceInfo};
 use crate::error::RtError;
 use crate::executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};
+use crate::handles;
 use driver::{compile_ptx, drv, load_cubin};
 use module_cache::ModuleCache;
 
@@ -167,23 +168,11 @@ impl CudaExecutor {
     }
 
     fn event(&self, e: EventId) -> Result<sys::CUevent, RtError> {
-        self.events
-            .get(e.0 as usize)
-            .copied()
-            .flatten()
-            .ok_or(RtError::UnknownHandle {
-                kind: "event",
-                id: e.0 as u64,
-            })
+        handles::lookup(&self.events, "event", e.0)
     }
 
     fn refuse_during_capture(&self, what: &str) -> Result<(), RtError> {
-        match self.capturing.iter().next() {
-            Some(s) => Err(RtError::Capture {
-                message: format!("{what} is not allowed while stream {s} is capturing"),
-            }),
-            None => Ok(()),
-        }
+        handles::refuse_during_capture(self.capturing.iter().copied(), what)
     }
 
     /// Load a kernel whose PTX is already generated; `abi` must be derived from the
