@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use quench_models::{chat_template_source, read_optional_json, GgufFile, HfConfig, HfFileError};
-use quench_text::{ChatTemplate, GgufVocab, Tokenizer};
+use quench_text::{ChatTemplate, Tokenizer};
 use serde_json::Value;
 
 use crate::checkpoint::Checkpoint;
@@ -48,32 +48,7 @@ pub(crate) fn read(checkpoint: &Checkpoint) -> Result<TextSide> {
 }
 
 fn from_gguf(file: &GgufFile) -> Result<TextSide> {
-    let key = |k: &str| format!("tokenizer.ggml.{k}");
-    let id = |k: &str| file.get_u32(&key(k)).ok();
-    let flag = |k: &str| file.get_bool(&key(k)).ok();
-    let vocab = GgufVocab {
-        model: file.get_str(&key("model"))?.to_owned(),
-        pre: file.get_str(&key("pre")).ok().map(str::to_owned),
-        tokens: file.get_str_array(&key("tokens"))?.to_vec(),
-        scores: file.get_f32_array(&key("scores")).ok().map(<[f32]>::to_vec),
-        token_types: file
-            .get_i32_array(&key("token_type"))
-            .ok()
-            .map(<[i32]>::to_vec),
-        merges: file
-            .get_str_array(&key("merges"))
-            .ok()
-            .map(<[String]>::to_vec),
-        bos_id: id("bos_token_id"),
-        eos_id: id("eos_token_id"),
-        unk_id: id("unknown_token_id"),
-        pad_id: id("padding_token_id"),
-        sep_id: id("seperator_token_id"),
-        cls_id: id("cls_token_id"),
-        add_bos: flag("add_bos_token"),
-        add_eos: flag("add_eos_token"),
-        add_space_prefix: flag("add_space_prefix"),
-    };
+    let vocab = file.tokenizer_vocab()?;
     let tokenizer = Tokenizer::from_gguf_vocab(&vocab)
         .map_err(|e| EngineError::text("tokenizer (tokenizer.ggml.*)", e))?;
     let special = |id: Option<u32>| {
@@ -90,7 +65,7 @@ fn from_gguf(file: &GgufFile) -> Result<TextSide> {
     };
     let eos_ids = ["eos_token_id", "eot_token_id", "eom_token_id"]
         .into_iter()
-        .filter_map(id)
+        .filter_map(|k| file.get_u32(&format!("tokenizer.ggml.{k}")).ok())
         .collect();
     Ok(TextSide {
         tokenizer,

@@ -35,7 +35,7 @@ use quench_models::arch::{ModelConfig, Naming};
 use std::collections::HashMap;
 
 use half::bf16;
-use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions, StoredTensor, StoredTensors};
+use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions, StoredTensors};
 use quench_models::arch::{RawTensor, TensorSource};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
@@ -520,20 +520,7 @@ impl TensorSource for Bf16Weights {
     }
 }
 
-impl StoredTensors for Bf16Weights {
-    fn stored(&self, name: &str) -> Result<StoredTensor<'_>, GpuError> {
-        let raw = self
-            .raw(name)?
-            .ok_or_else(|| quench_models::arch::ArchError::MissingTensor {
-                name: name.to_owned(),
-            })?;
-        Ok(StoredTensor {
-            ggml_type: raw.ggml_type,
-            dims: raw.dims,
-            bytes: raw.bytes,
-        })
-    }
-}
+impl StoredTensors for Bf16Weights {}
 
 #[test]
 #[ignore = "a measurement of the prompt path's activations alone on SmolLM2's weights \

@@ -1,8 +1,8 @@
 //! Building a tokenizer from the `tokenizer.ggml.*` metadata of a GGUF file.
 //!
-//! The caller reads the file (quench-text knows nothing of the GGUF format) and fills a
-//! [`GgufVocab`]; this module turns it into the same pipeline the Hugging Face tokenizer
-//! of that model runs.
+//! The caller reads the file (quench-text knows nothing of the GGUF format;
+//! `quench_models::GgufFile::tokenizer_vocab` reads it into a [`GgufVocab`]); this module
+//! turns it into the same pipeline the Hugging Face tokenizer of that model runs.
 
 use crate::added_tokens::AddedToken;
 use crate::bpe::Bpe;

@@ -18,10 +18,8 @@ pub struct StoredTensor<'a> {
 /// A checkpoint seen as stored tensors; also a [`TensorSource`], for the small vectors
 /// (norm weights, biases) that are read as f32.
 pub trait StoredTensors: TensorSource {
-    fn stored(&self, name: &str) -> Result<StoredTensor<'_>, GpuError>;
-}
-
-impl StoredTensors for GgufFile {
+    /// Tensor `name` as stored: by default the source's raw tensor (a missing one is an
+    /// error naming it).
     fn stored(&self, name: &str) -> Result<StoredTensor<'_>, GpuError> {
         let raw = self
             .raw(name)?
@@ -35,6 +33,8 @@ impl StoredTensors for GgufFile {
         })
     }
 }
+
+impl StoredTensors for GgufFile {}
 
 impl StoredTensors for HfCheckpoint {
     fn stored(&self, name: &str) -> Result<StoredTensor<'_>, GpuError> {

@@ -4,6 +4,7 @@
 mod cursor;
 mod metadata;
 mod reader;
+mod vocab;
 mod writer;
 
 use std::collections::HashMap;
