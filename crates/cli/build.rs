@@ -20,6 +20,17 @@ fn main() {
         .unwrap_or(false);
     println!("cargo:rustc-env=QUENCH_GIT_COMMIT={commit}");
     println!("cargo:rustc-env=QUENCH_GIT_DIRTY={dirty}");
-    println!("cargo:rerun-if-changed=../../.git/HEAD");
-    println!("cargo:rerun-if-changed=../../.git/index");
+    // The checkout's own git directory (in a worktree, not `.git` itself): a commit or a
+    // change of what is staged touches its HEAD or index.
+    let git_dir = Command::new("git")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .args(["rev-parse", "--absolute-git-dir"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if let Some(dir) = git_dir {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        println!("cargo:rerun-if-changed={dir}/index");
+    }
 }
