@@ -896,146 +896,99 @@ const RMSNORM_ROWS: &[ParamInfo] = &[
     },
 ];
 
-const GEMV: &[ParamInfo] = &[
-    ParamInfo {
-        name: "rows",
-        default: 8192,
-        doc: "rows of W (outputs)",
-    },
-    ParamInfo {
-        name: "cols",
-        default: 8192,
-        doc: "columns of W (inputs), a multiple of 8",
-    },
-    ParamInfo {
-        name: "warps",
-        default: 4,
-        doc: "rows per block (one warp each)",
-    },
-    ParamInfo {
-        name: "unroll",
-        default: 4,
-        doc: "16-byte loads in flight per lane",
-    },
-];
+const GEMV: &[ParamInfo] = &gemv_infos(
+    "columns of W (inputs), a multiple of 8",
+    4,
+    "16-byte loads in flight per lane",
+);
 
-const GEMM_BF16: &[ParamInfo] = &[
-    ParamInfo {
-        name: "m",
-        default: 2048,
-        doc: "rows of A and C (tokens; a launch argument, any count)",
-    },
-    ParamInfo {
-        name: "n",
-        default: 4096,
-        doc: "columns of C (rows of the [n, k] B operand), a multiple of bn",
-    },
-    ParamInfo {
-        name: "k",
-        default: 4096,
-        doc: "the reduction length, a multiple of 32",
-    },
-    ParamInfo {
-        name: "bm",
-        default: 128,
-        doc: "block tile rows: 64 or 128",
-    },
-    ParamInfo {
-        name: "bn",
-        default: 128,
-        doc: "block tile columns: 64 or 128",
-    },
-    ParamInfo {
-        name: "wn",
-        default: 64,
-        doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64",
-    },
-    ParamInfo {
-        name: "stages",
-        default: 3,
-        doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)",
-    },
-];
+/// The matrix-vector kernels' parameters: `rows`, `cols`, `warps` and `unroll`, with what
+/// the format asks of `cols` and how `unroll` counts.
+const fn gemv_infos(
+    cols_doc: &'static str,
+    unroll: u64,
+    unroll_doc: &'static str,
+) -> [ParamInfo; 4] {
+    [
+        ParamInfo {
+            name: "rows",
+            default: 8192,
+            doc: "rows of W (outputs)",
+        },
+        ParamInfo {
+            name: "cols",
+            default: 8192,
+            doc: cols_doc,
+        },
+        ParamInfo {
+            name: "warps",
+            default: 4,
+            doc: "rows per block (one warp each)",
+        },
+        ParamInfo {
+            name: "unroll",
+            default: unroll,
+            doc: unroll_doc,
+        },
+    ]
+}
+
+const GEMM_BF16: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 32", 128, 64, 3);
 
 /// Quantized B: 64×64 warp tiles over 128×128 blocks halve the fragment loads per MMA
 /// of 64×32 ones; the staged bytes and the two dequantized tile buffers then leave room
 /// for two stages.
-const GEMM_QUANT: &[ParamInfo] = &[
-    ParamInfo {
-        name: "m",
-        default: 2048,
-        doc: "rows of A and C (tokens; a launch argument, any count)",
-    },
-    ParamInfo {
-        name: "n",
-        default: 4096,
-        doc: "columns of C (rows of the [n, k] B operand), a multiple of bn",
-    },
-    ParamInfo {
-        name: "k",
-        default: 4096,
-        doc: "the reduction length: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K)",
-    },
-    ParamInfo {
-        name: "bm",
-        default: 128,
-        doc: "block tile rows: 64 or 128",
-    },
-    ParamInfo {
-        name: "bn",
-        default: 128,
-        doc: "block tile columns: 64 or 128",
-    },
-    ParamInfo {
-        name: "wn",
-        default: 64,
-        doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64",
-    },
-    ParamInfo {
-        name: "stages",
-        default: 2,
-        doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)",
-    },
-];
+const GEMM_QUANT: &[ParamInfo] = &gemm_infos(
+    "the reduction length: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K)",
+    128,
+    64,
+    2,
+);
 
 /// Q6_K's staged bytes (84 a row and k-step) leave room for 128×64 blocks only.
-const GEMM_Q6K: &[ParamInfo] = &[
-    ParamInfo {
-        name: "m",
-        default: 2048,
-        doc: "rows of A and C (tokens; a launch argument, any count)",
-    },
-    ParamInfo {
-        name: "n",
-        default: 4096,
-        doc: "columns of C (rows of the [n, k] B operand), a multiple of bn",
-    },
-    ParamInfo {
-        name: "k",
-        default: 4096,
-        doc: "the reduction length, a multiple of 512",
-    },
-    ParamInfo {
-        name: "bm",
-        default: 128,
-        doc: "block tile rows: 64 or 128",
-    },
-    ParamInfo {
-        name: "bn",
-        default: 64,
-        doc: "block tile columns: 64 or 128",
-    },
-    ParamInfo {
-        name: "wn",
-        default: 32,
-        doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64",
-    },
-    ParamInfo {
-        name: "stages",
-        default: 3,
-        doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)",
-    },
-];
+const GEMM_Q6K: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 512", 64, 32, 3);
+
+/// The GEMM kernels' parameters, with what the format asks of `k` and the tiling's
+/// defaults (`bn`, `wn`, `stages`).
+const fn gemm_infos(k_doc: &'static str, bn: u64, wn: u64, stages: u64) -> [ParamInfo; 7] {
+    [
+        ParamInfo {
+            name: "m",
+            default: 2048,
+            doc: "rows of A and C (tokens; a launch argument, any count)",
+        },
+        ParamInfo {
+            name: "n",
+            default: 4096,
+            doc: "columns of C (rows of the [n, k] B operand), a multiple of bn",
+        },
+        ParamInfo {
+            name: "k",
+            default: 4096,
+            doc: k_doc,
+        },
+        ParamInfo {
+            name: "bm",
+            default: 128,
+            doc: "block tile rows: 64 or 128",
+        },
+        ParamInfo {
+            name: "bn",
+            default: bn,
+            doc: "block tile columns: 64 or 128",
+        },
+        ParamInfo {
+            name: "wn",
+            default: wn,
+            doc: "warp tile columns (warp tiles are 64 × wn): 32 or 64",
+        },
+        ParamInfo {
+            name: "stages",
+            default: stages,
+            doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)",
+        },
+    ]
+}
 
 const EMBED: &[ParamInfo] = &[
     ParamInfo {
@@ -1093,119 +1046,104 @@ const ROPE: &[ParamInfo] = &[
     },
 ];
 
-const QGEMV_FLOAT: &[ParamInfo] = &[
-    ParamInfo {
-        name: "rows",
-        default: 8192,
-        doc: "rows of W (outputs)",
-    },
-    ParamInfo {
-        name: "cols",
-        default: 8192,
-        doc: "columns of W (inputs), a multiple of 8",
-    },
-    ParamInfo {
-        name: "warps",
-        default: 4,
-        doc: "rows per block (one warp each)",
-    },
-    ParamInfo {
-        name: "unroll",
-        default: 4,
-        doc: "16-byte weight loads in flight per lane",
-    },
-    ParamInfo {
-        name: "batch",
-        default: 1,
-        doc: "vectors multiplied per pass over the weights, 1..=8",
-    },
-    ParamInfo {
-        name: "max_blocks",
-        default: 0,
-        doc: "most blocks launched, each looping over row groups (0: a block per group)",
-    },
-    ParamInfo {
-        name: "n",
-        default: 1,
-        doc: "vectors (case only: the kernel takes n at launch)",
-    },
-];
+const QGEMV_FLOAT: &[ParamInfo] = &qgemv_infos(
+    "columns of W (inputs), a multiple of 8",
+    4,
+    "16-byte weight loads in flight per lane",
+);
 
-const QGEMV_QUANT: &[ParamInfo] = &[
-    ParamInfo {
-        name: "rows",
-        default: 8192,
-        doc: "rows of W (outputs)",
-    },
-    ParamInfo {
-        name: "cols",
-        default: 8192,
-        doc: "columns of W: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K)",
-    },
-    ParamInfo {
-        name: "warps",
-        default: 4,
-        doc: "rows per block (one warp each)",
-    },
-    ParamInfo {
-        name: "unroll",
-        default: 2,
-        doc: "pieces (64 or 32 weights) loaded per lane before computing",
-    },
-    ParamInfo {
-        name: "batch",
-        default: 1,
-        doc: "vectors multiplied per pass over the weights, 1..=8",
-    },
-    ParamInfo {
-        name: "max_blocks",
-        default: 0,
-        doc: "most blocks launched, each looping over row groups (0: a block per group)",
-    },
-    ParamInfo {
-        name: "n",
-        default: 1,
-        doc: "vectors (case only: the kernel takes n at launch)",
-    },
-];
+const QGEMV_QUANT: &[ParamInfo] = &qgemv_infos(
+    "columns of W: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K)",
+    2,
+    "pieces (64 or 32 weights) loaded per lane before computing",
+);
 
-const ATTENTION_DECODE: &[ParamInfo] = &[
-    ParamInfo {
-        name: "head_dim",
-        default: 128,
-        doc: "elements per head, a multiple of 8",
-    },
-    ParamInfo {
-        name: "n_heads",
-        default: 32,
-        doc: "query heads",
-    },
-    ParamInfo {
-        name: "n_kv_heads",
-        default: 8,
-        doc: "key/value heads (dividing n_heads)",
-    },
-    ParamInfo {
-        name: "max_blocks",
-        default: 256,
-        doc: "block-table row length (16 tokens a block)",
-    },
-    ParamInfo {
-        name: "split",
-        default: 64,
-        doc: "positions per split: a multiple of 16 dividing max_blocks·16",
-    },
-    ParamInfo {
-        name: "threads",
-        default: 128,
-        doc: "threads per block (a multiple of 32): warps take positions of a split at once",
-    },
-    ParamInfo {
-        name: "q_stride",
-        default: 0,
-        doc: "elements from one sequence's queries to the next's (0: packed)",
-    },
-];
+/// [`gemv_infos`], then the batch, the grid's cap and the case's vector count.
+const fn qgemv_infos(
+    cols_doc: &'static str,
+    unroll: u64,
+    unroll_doc: &'static str,
+) -> [ParamInfo; 7] {
+    let [rows, cols, warps, unroll] = gemv_infos(cols_doc, unroll, unroll_doc);
+    [
+        rows,
+        cols,
+        warps,
+        unroll,
+        ParamInfo {
+            name: "batch",
+            default: 1,
+            doc: "vectors multiplied per pass over the weights, 1..=8",
+        },
+        ParamInfo {
+            name: "max_blocks",
+            default: 0,
+            doc: "most blocks launched, each looping over row groups (0: a block per group)",
+        },
+        ParamInfo {
+            name: "n",
+            default: 1,
+            doc: "vectors (case only: the kernel takes n at launch)",
+        },
+    ]
+}
+
+const ATTENTION_DECODE: &[ParamInfo] = &attention_infos(
+    "elements per head, a multiple of 8",
+    256,
+    [
+        ParamInfo {
+            name: "split",
+            default: 64,
+            doc: "positions per split: a multiple of 16 dividing max_blocks·16",
+        },
+        ParamInfo {
+            name: "threads",
+            default: 128,
+            doc: "threads per block (a multiple of 32): warps take positions of a split at once",
+        },
+        ParamInfo {
+            name: "q_stride",
+            default: 0,
+            doc: "elements from one sequence's queries to the next's (0: packed)",
+        },
+    ],
+);
+
+/// The attention kernels' parameters: the heads' shape and the block table's row length
+/// (with what the kernel asks of `head_dim` and the default `max_blocks`), then `more`.
+const fn attention_infos(
+    head_dim_doc: &'static str,
+    max_blocks: u64,
+    more: [ParamInfo; 3],
+) -> [ParamInfo; 7] {
+    let [a, b, c] = more;
+    [
+        ParamInfo {
+            name: "head_dim",
+            default: 128,
+            doc: head_dim_doc,
+        },
+        ParamInfo {
+            name: "n_heads",
+            default: 32,
+            doc: "query heads",
+        },
+        ParamInfo {
+            name: "n_kv_heads",
+            default: 8,
+            doc: "key/value heads (dividing n_heads)",
+        },
+        ParamInfo {
+            name: "max_blocks",
+            default: max_blocks,
+            doc: "block-table row length (16 tokens a block)",
+        },
+        a,
+        b,
+        c,
+    ]
+}
 
 const ATTENTION_MERGE: &[ParamInfo] = &[
     ParamInfo {
@@ -1225,43 +1163,27 @@ const ATTENTION_MERGE: &[ParamInfo] = &[
     },
 ];
 
-const ATTENTION_PREFILL: &[ParamInfo] = &[
-    ParamInfo {
-        name: "head_dim",
-        default: 128,
-        doc: "elements per head: 64 or 128",
-    },
-    ParamInfo {
-        name: "n_heads",
-        default: 32,
-        doc: "query heads",
-    },
-    ParamInfo {
-        name: "n_kv_heads",
-        default: 8,
-        doc: "key/value heads (dividing n_heads)",
-    },
-    ParamInfo {
-        name: "max_blocks",
-        default: 128,
-        doc: "block-table row length (16 tokens a block)",
-    },
-    ParamInfo {
-        name: "q_start",
-        default: 0,
-        doc: "position of the chunk's first query (a launch argument; the case)",
-    },
-    ParamInfo {
-        name: "n_q",
-        default: 512,
-        doc: "queries in the chunk (a launch argument; the case)",
-    },
-    ParamInfo {
-        name: "q_stride",
-        default: 0,
-        doc: "elements from one token's queries to the next's (0: packed)",
-    },
-];
+const ATTENTION_PREFILL: &[ParamInfo] = &attention_infos(
+    "elements per head: 64 or 128",
+    128,
+    [
+        ParamInfo {
+            name: "q_start",
+            default: 0,
+            doc: "position of the chunk's first query (a launch argument; the case)",
+        },
+        ParamInfo {
+            name: "n_q",
+            default: 512,
+            doc: "queries in the chunk (a launch argument; the case)",
+        },
+        ParamInfo {
+            name: "q_stride",
+            default: 0,
+            doc: "elements from one token's queries to the next's (0: packed)",
+        },
+    ],
+);
 
 const KV_APPEND: &[ParamInfo] = &[
     ParamInfo {

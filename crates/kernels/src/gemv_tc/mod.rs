@@ -164,81 +164,51 @@ pub fn params_info(epilogue: Epilogue) -> &'static [ParamInfo] {
     }
 }
 
-const PARAMS: &[ParamInfo] = &[
-    ParamInfo {
-        name: "rows",
-        default: 4096,
-        doc: "matrix rows (the grid; the case size)",
-    },
-    ParamInfo {
-        name: "cols",
-        default: 4096,
-        doc: "matrix columns, a multiple of 32",
-    },
-    ParamInfo {
-        name: "warps",
-        default: 8,
-        doc: "warps per block, splitting the columns (1..=16)",
-    },
-    ParamInfo {
-        name: "row_tiles",
-        default: 2,
-        doc: "tiles of 16 rows per warp (1..=4)",
-    },
-    ParamInfo {
-        name: "tiles",
-        default: 8,
-        doc: "tiles of 8 activation rows per pass (1..=8)",
-    },
-    ParamInfo {
-        name: "unroll",
-        default: 2,
-        doc: "32-column chunks loaded before the products (1..=8)",
-    },
-    ParamInfo {
-        name: "n",
-        default: 8,
-        doc: "activation rows (a launch argument; the case size)",
-    },
-];
+const PARAMS: &[ParamInfo] = &params(4096, "matrix rows (the grid; the case size)", 2);
 
-const PARAMS_SWIGLU: &[ParamInfo] = &[
-    ParamInfo {
-        name: "rows",
-        default: 14336,
-        doc: "rows of each matrix (the grid; the case size)",
-    },
-    ParamInfo {
-        name: "cols",
-        default: 4096,
-        doc: "matrix columns, a multiple of 32",
-    },
-    ParamInfo {
-        name: "warps",
-        default: 8,
-        doc: "warps per block, splitting the columns (1..=16)",
-    },
-    ParamInfo {
-        name: "row_tiles",
-        default: 1,
-        doc: "tiles of 16 rows per warp (1..=4)",
-    },
-    ParamInfo {
-        name: "tiles",
-        default: 8,
-        doc: "tiles of 8 activation rows per pass (1..=8)",
-    },
-    ParamInfo {
-        name: "unroll",
-        default: 2,
-        doc: "32-column chunks loaded before the products (1..=8)",
-    },
-    ParamInfo {
-        name: "n",
-        default: 8,
-        doc: "activation rows (a launch argument; the case size)",
-    },
-];
+const PARAMS_SWIGLU: &[ParamInfo] =
+    &params(14336, "rows of each matrix (the grid; the case size)", 1);
+
+/// The parameters with the defaults of `rows` (and its doc) and `row_tiles`.
+const fn params(rows: u64, rows_doc: &'static str, row_tiles: u64) -> [ParamInfo; 7] {
+    [
+        ParamInfo {
+            name: "rows",
+            default: rows,
+            doc: rows_doc,
+        },
+        ParamInfo {
+            name: "cols",
+            default: 4096,
+            doc: "matrix columns, a multiple of 32",
+        },
+        ParamInfo {
+            name: "warps",
+            default: 8,
+            doc: "warps per block, splitting the columns (1..=16)",
+        },
+        ParamInfo {
+            name: "row_tiles",
+            default: row_tiles,
+            doc: "tiles of 16 rows per warp (1..=4)",
+        },
+        ParamInfo {
+            name: "tiles",
+            default: 8,
+            doc: "tiles of 8 activation rows per pass (1..=8)",
+        },
+        ParamInfo {
+            name: "unroll",
+            default: 2,
+            doc: "32-column chunks loaded before the products (1..=8)",
+        },
+        ParamInfo {
+            name: "n",
+            default: 8,
+            doc: "activation rows (a launch argument; the case size)",
+        },
+    ]
+}
 
 /// The library entry's parameters.
 pub(crate) fn params_from(

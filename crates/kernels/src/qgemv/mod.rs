@@ -132,94 +132,32 @@ pub fn widest_batch(prologue: Prologue, cols: u32) -> u32 {
     }
 }
 
-/// Library names, by format (in [`WeightFormat::ALL`] order) and epilogue.
-const NAMES: [[&str; 3]; 7] = [
-    ["gemv_bf16", "gemv_bf16_residual", "gemv_bf16_swiglu"],
-    ["gemv_f16", "gemv_f16_residual", "gemv_f16_swiglu"],
-    ["qgemv_q8_0", "qgemv_q8_0_residual", "qgemv_q8_0_swiglu"],
-    ["qgemv_q4_0", "qgemv_q4_0_residual", "qgemv_q4_0_swiglu"],
-    ["qgemv_q4_1", "qgemv_q4_1_residual", "qgemv_q4_1_swiglu"],
-    ["qgemv_q4_k", "qgemv_q4_k_residual", "qgemv_q4_k_swiglu"],
-    ["qgemv_q6_k", "qgemv_q6_k_residual", "qgemv_q6_k_swiglu"],
-];
+/// A table of library names, by format (in [`WeightFormat::ALL`] order) and epilogue (in
+/// [`Epilogue::ALL`] order): each format's stem, then `mid` (the prologue), the epilogue's
+/// part and `end` (the activation type).
+macro_rules! names {
+    ($mid:literal, $end:literal) => {
+        names!(@ $mid, $end; "gemv_bf16", "gemv_f16", "qgemv_q8_0", "qgemv_q4_0",
+            "qgemv_q4_1", "qgemv_q4_k", "qgemv_q6_k")
+    };
+    (@ $mid:literal, $end:literal; $($stem:literal),*) => {
+        [$([
+            concat!($stem, $mid, $end),
+            concat!($stem, $mid, "_residual", $end),
+            concat!($stem, $mid, "_swiglu", $end),
+        ]),*]
+    };
+}
 
-/// Library names of the f32-activation kernels, as [`NAMES`].
-const NAMES_XF32: [[&str; 3]; 7] = [
-    [
-        "gemv_bf16_xf32",
-        "gemv_bf16_residual_xf32",
-        "gemv_bf16_swiglu_xf32",
-    ],
-    [
-        "gemv_f16_xf32",
-        "gemv_f16_residual_xf32",
-        "gemv_f16_swiglu_xf32",
-    ],
-    [
-        "qgemv_q8_0_xf32",
-        "qgemv_q8_0_residual_xf32",
-        "qgemv_q8_0_swiglu_xf32",
-    ],
-    [
-        "qgemv_q4_0_xf32",
-        "qgemv_q4_0_residual_xf32",
-        "qgemv_q4_0_swiglu_xf32",
-    ],
-    [
-        "qgemv_q4_1_xf32",
-        "qgemv_q4_1_residual_xf32",
-        "qgemv_q4_1_swiglu_xf32",
-    ],
-    [
-        "qgemv_q4_k_xf32",
-        "qgemv_q4_k_residual_xf32",
-        "qgemv_q4_k_swiglu_xf32",
-    ],
-    [
-        "qgemv_q6_k_xf32",
-        "qgemv_q6_k_residual_xf32",
-        "qgemv_q6_k_swiglu_xf32",
-    ],
-];
+/// Library names of the bf16-activation kernels (`qgemv_q4_k_swiglu`).
+const NAMES: [[&str; 3]; 7] = names!("", "");
 
-/// Library names of the kernels with the RMSNorm prologue (f32 activations), as [`NAMES`].
-const NAMES_RMSNORM: [[&str; 3]; 7] = [
-    [
-        "gemv_bf16_rmsnorm_xf32",
-        "gemv_bf16_rmsnorm_residual_xf32",
-        "gemv_bf16_rmsnorm_swiglu_xf32",
-    ],
-    [
-        "gemv_f16_rmsnorm_xf32",
-        "gemv_f16_rmsnorm_residual_xf32",
-        "gemv_f16_rmsnorm_swiglu_xf32",
-    ],
-    [
-        "qgemv_q8_0_rmsnorm_xf32",
-        "qgemv_q8_0_rmsnorm_residual_xf32",
-        "qgemv_q8_0_rmsnorm_swiglu_xf32",
-    ],
-    [
-        "qgemv_q4_0_rmsnorm_xf32",
-        "qgemv_q4_0_rmsnorm_residual_xf32",
-        "qgemv_q4_0_rmsnorm_swiglu_xf32",
-    ],
-    [
-        "qgemv_q4_1_rmsnorm_xf32",
-        "qgemv_q4_1_rmsnorm_residual_xf32",
-        "qgemv_q4_1_rmsnorm_swiglu_xf32",
-    ],
-    [
-        "qgemv_q4_k_rmsnorm_xf32",
-        "qgemv_q4_k_rmsnorm_residual_xf32",
-        "qgemv_q4_k_rmsnorm_swiglu_xf32",
-    ],
-    [
-        "qgemv_q6_k_rmsnorm_xf32",
-        "qgemv_q6_k_rmsnorm_residual_xf32",
-        "qgemv_q6_k_rmsnorm_swiglu_xf32",
-    ],
-];
+/// Library names of the f32-activation kernels (`qgemv_q4_k_swiglu_xf32`).
+const NAMES_XF32: [[&str; 3]; 7] = names!("", "_xf32");
+
+/// Library names of the kernels with the RMSNorm prologue (f32 activations,
+/// `qgemv_q4_k_rmsnorm_swiglu_xf32`).
+const NAMES_RMSNORM: [[&str; 3]; 7] = names!("_rmsnorm", "_xf32");
 
 /// The library name of a format, epilogue and activation type (`qgemv_q4_k_swiglu`,
 /// `qgemv_q4_k_swiglu_xf32`).
