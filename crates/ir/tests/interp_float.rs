@@ -296,6 +296,46 @@ fn run_rounding(
         .collect()
 }
 
+/// The exact result of `op` (one of the rounding kernel's: add, sub, mul, div, fma, sqrt
+/// of |x|, else rcp) on f64 operands, as its f64 rounding to nearest and the sign of
+/// what that dropped. `x·y` must be exact in f64 for fma (it is for f32 operands and
+/// for 26-bit significands).
+fn exact_result(op: &str, x: f64, y: f64, z: f64) -> Exact {
+    match op {
+        "add" => sum(x, y),
+        "sub" => sum(x, -y),
+        "mul" => {
+            let p = x * y;
+            Exact {
+                r: p,
+                tail: sgn(x.mul_add(y, -p)),
+            }
+        }
+        "div" => {
+            let q = x / y;
+            Exact {
+                r: q,
+                tail: sgn((-q).mul_add(y, x)) * sgn(y),
+            }
+        }
+        "fma" => sum(x * y, z),
+        "sqrt" => {
+            let s = x.abs().sqrt();
+            Exact {
+                r: s,
+                tail: sgn((-s).mul_add(s, x.abs())),
+            }
+        }
+        _ => {
+            let q = 1.0 / x;
+            Exact {
+                r: q,
+                tail: sgn((-q).mul_add(x, 1.0)) * sgn(x),
+            }
+        }
+    }
+}
+
 #[test]
 fn f32_arithmetic_rounds_correctly_in_every_direction() {
     let mut rng = rng();
@@ -309,33 +349,7 @@ fn f32_arithmetic_rounds_correctly_in_every_direction() {
     for i in 0..n {
         let (x, y, z) = (a[i] as f64, b[i] as f64, c[i] as f64);
         for (oi, op) in ops.iter().enumerate() {
-            let e = match *op {
-                "add" => sum(x, y),
-                "sub" => sum(x, -y),
-                "mul" => exact(x * y),
-                "div" => {
-                    let q = x / y;
-                    Exact {
-                        r: q,
-                        tail: sgn((-q).mul_add(y, x)) * sgn(y),
-                    }
-                }
-                "fma" => sum(x * y, z),
-                "sqrt" => {
-                    let s = x.abs().sqrt();
-                    Exact {
-                        r: s,
-                        tail: sgn((-s).mul_add(s, x.abs())),
-                    }
-                }
-                _ => {
-                    let q = 1.0 / x;
-                    Exact {
-                        r: q,
-                        tail: sgn((-q).mul_add(x, 1.0)) * sgn(x),
-                    }
-                }
-            };
+            let e = exact_result(op, x, y, z);
             if is_zero(e) {
                 continue;
             }
@@ -387,39 +401,7 @@ fn f64_arithmetic_rounds_correctly_in_every_direction() {
     for i in 0..n {
         let (x, y, z) = (a[i], b[i], c[i]);
         for (oi, op) in ops.iter().enumerate() {
-            let e = match *op {
-                "add" => sum(x, y),
-                "sub" => sum(x, -y),
-                "mul" => {
-                    let p = x * y;
-                    Exact {
-                        r: p,
-                        tail: sgn(x.mul_add(y, -p)),
-                    }
-                }
-                "div" => {
-                    let q = x / y;
-                    Exact {
-                        r: q,
-                        tail: sgn((-q).mul_add(y, x)) * sgn(y),
-                    }
-                }
-                "fma" => sum(x * y, z),
-                "sqrt" => {
-                    let s = x.abs().sqrt();
-                    Exact {
-                        r: s,
-                        tail: sgn((-s).mul_add(s, x.abs())),
-                    }
-                }
-                _ => {
-                    let q = 1.0 / x;
-                    Exact {
-                        r: q,
-                        tail: sgn((-q).mul_add(x, 1.0)) * sgn(x),
-                    }
-                }
-            };
+            let e = exact_result(op, x, y, z);
             for (mi, mode) in MODES.into_iter().enumerate() {
                 let got = f64::from_bits(out[(i * ops.len() + oi) * 4 + mi]);
                 let want = round_f64(e, mode);

@@ -892,32 +892,16 @@ struct Gen {
     shared: Vec<SharedDecl>,
 }
 
-const PLAIN: [Scalar; 14] = [
-    Scalar::I8,
-    Scalar::I16,
-    Scalar::I32,
-    Scalar::I64,
-    Scalar::U8,
-    Scalar::U16,
-    Scalar::U32,
-    Scalar::U64,
-    Scalar::F16,
-    Scalar::BF16,
-    Scalar::F32,
-    Scalar::F64,
-    Scalar::F16x2,
-    Scalar::BF16x2,
-];
-const INTS: [Scalar; 8] = [
-    Scalar::I8,
-    Scalar::I16,
-    Scalar::I32,
-    Scalar::I64,
-    Scalar::U8,
-    Scalar::U16,
-    Scalar::U32,
-    Scalar::U64,
-];
+/// The scalar types `keep` takes, in [`Scalar::ALL`] order.
+fn scalars(keep: fn(Scalar) -> bool) -> Vec<Scalar> {
+    Scalar::ALL.into_iter().filter(|&s| keep(s)).collect()
+}
+
+/// Every scalar type but `pred`.
+fn plain() -> Vec<Scalar> {
+    scalars(|s| s != Scalar::Pred)
+}
+
 const FLOATS: [Scalar; 4] = [Scalar::F16, Scalar::BF16, Scalar::F32, Scalar::F64];
 const SCOPES: [Scope; 3] = [Scope::Cta, Scope::Gpu, Scope::Sys];
 const FENCE_ORDS: [Ordering; 4] = [
@@ -1042,7 +1026,7 @@ impl Gen {
 
     fn rand_vec(&mut self) -> Type {
         loop {
-            let s = self.one_of(&PLAIN);
+            let s = self.one_of(&plain());
             let n = self.one_of(&[2u8, 4]);
             if s.bytes() * n as u32 <= 16 {
                 return Type::Vec(s, n);
@@ -1069,7 +1053,7 @@ impl Gen {
             0 => self.rand_vec(),
             1 => self.rand_frag(),
             2 => Type::PRED,
-            _ => Type::Scalar(self.one_of(&PLAIN)),
+            _ => Type::Scalar(self.one_of(&plain())),
         }
     }
 
@@ -1089,7 +1073,7 @@ impl Gen {
             let ty = if i < 2 || self.rng.gen_bool(0.6) {
                 gptr(self.one_of(&elems))
             } else {
-                Type::Scalar(self.one_of(&PLAIN))
+                Type::Scalar(self.one_of(&plain()))
             };
             self.params.push(Param {
                 name: format!("p{i}"),
@@ -1197,7 +1181,7 @@ impl Gen {
                 self.emit(out, Type::F32, Op::DivApprox { a, b });
             }
             8 => {
-                let s = self.one_of(&[INTS.as_slice(), FLOATS.as_slice()].concat());
+                let s = self.one_of(&scalars(|s| s.is_int() || s.is_float()));
                 let (a, b) = (
                     self.get(out, Type::Scalar(s)),
                     self.get(out, Type::Scalar(s)),
@@ -1260,7 +1244,7 @@ impl Gen {
             }
             14 => {
                 let ptr = self.get(out, gptr(Scalar::F32));
-                let it = Type::Scalar(self.one_of(&INTS));
+                let it = Type::Scalar(self.one_of(&scalars(Scalar::is_int)));
                 let index = self.get(out, it);
                 let ty = self.values[ptr.index()];
                 self.emit(out, ty, Op::PtrAdd { ptr, index });
@@ -1270,7 +1254,7 @@ impl Gen {
                 let Type::Ptr(space, _) = self.values[ptr.index()] else {
                     unreachable!()
                 };
-                let to = self.one_of(&PLAIN);
+                let to = self.one_of(&plain());
                 self.emit(out, Type::Ptr(space, to), Op::PtrCast { to, ptr });
             }
             16 | 17 => self.memory(out),
@@ -1424,7 +1408,7 @@ impl Gen {
             27 | 28 if depth < 3 => self.if_(out, depth, uniform_ctx),
             29 if depth < 3 => self.for_(out, depth, uniform_ctx),
             _ => {
-                let s = self.one_of(&PLAIN);
+                let s = self.one_of(&plain());
                 self.const_of(out, s);
             }
         }
@@ -1501,7 +1485,7 @@ impl Gen {
     }
 
     fn cvt(&mut self, out: &mut Vec<Inst>) {
-        let all = [INTS.as_slice(), FLOATS.as_slice()].concat();
+        let all = scalars(|s| s.is_int() || s.is_float());
         let (from, to) = (self.one_of(&all), self.one_of(&all));
         let inexact = (from.is_int() && to.is_float())
             || (from.is_float() && to.is_int())
@@ -1660,7 +1644,7 @@ impl Gen {
     }
 
     fn for_(&mut self, out: &mut Vec<Inst>, depth: u32, uniform_ctx: bool) {
-        let s = self.one_of(&INTS);
+        let s = self.one_of(&scalars(Scalar::is_int));
         let t = Type::Scalar(s);
         let (lo, hi, step) = (self.get(out, t), self.get(out, t), self.get(out, t));
         let bounds_uniform = [lo, hi, step].iter().all(|v| self.uniform[v.index()]);

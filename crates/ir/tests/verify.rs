@@ -732,22 +732,12 @@ fn rejects_missing_and_superfluous_rounding() {
 
 #[test]
 fn default_conversions_agree_with_the_verifier() {
-    let all = [
-        Scalar::I8,
-        Scalar::I16,
-        Scalar::I32,
-        Scalar::I64,
-        Scalar::U8,
-        Scalar::U16,
-        Scalar::U32,
-        Scalar::U64,
-        Scalar::F16,
-        Scalar::BF16,
-        Scalar::F32,
-        Scalar::F64,
-    ];
-    for from in all {
-        for to in all {
+    let all: Vec<Scalar> = Scalar::ALL
+        .into_iter()
+        .filter(|s| s.is_int() || s.is_float())
+        .collect();
+    for &from in &all {
+        for &to in &all {
             build(|k, _, _| {
                 let a = k.const_bits(Type::Scalar(from), 1);
                 k.cvt(to, a);

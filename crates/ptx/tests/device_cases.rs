@@ -85,21 +85,7 @@ fn write(dir: &Path, cases: Vec<Case>) -> std::io::Result<()> {
 /// Every pair of bytes through every integer op, for s8 and u8.
 fn bytes_case(s: Scalar) -> Case {
     const N: usize = 65536;
-    let ops = [
-        BinOp::Add,
-        BinOp::Sub,
-        BinOp::Mul,
-        BinOp::MulHi,
-        BinOp::Div,
-        BinOp::Rem,
-        BinOp::Min,
-        BinOp::Max,
-        BinOp::And,
-        BinOp::Or,
-        BinOp::Xor,
-        BinOp::Shl,
-        BinOp::Shr,
-    ];
+    let ops = BinOp::ALL;
     let uns: &[UnOp] = if s == Scalar::I8 {
         &[UnOp::Neg, UnOp::Abs, UnOp::Not]
     } else {
@@ -573,16 +559,7 @@ fn control_case(rng: &mut ChaCha8Rng) -> Case {
 fn index_case(rng: &mut ChaCha8Rng) -> Case {
     const T: usize = 256;
     const LEN: usize = 1024;
-    let types = [
-        Scalar::I8,
-        Scalar::I16,
-        Scalar::I32,
-        Scalar::I64,
-        Scalar::U8,
-        Scalar::U16,
-        Scalar::U32,
-        Scalar::U64,
-    ];
+    let types: Vec<Scalar> = Scalar::ALL.into_iter().filter(|s| s.is_int()).collect();
     let mut k = Builder::new("indices", T as u32);
     let (buf, out) = (
         k.param("buf", global(Scalar::F32)),
