@@ -63,6 +63,26 @@ fn synth(dir: &Path, arch: &str, seed: u64, cache: &Path) -> String {
     path_str.to_owned()
 }
 
+/// `quench generate` on `model` with fixed sampling (5 tokens, temperature 0.9, top-k 50,
+/// seed 3), then `more`.
+fn generate(model: &str, more: &[&str], stdin: &str, cache: &Path) -> Output {
+    let mut args = vec![
+        "generate",
+        "-m",
+        model,
+        "--max-tokens",
+        "5",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "50",
+        "--seed",
+        "3",
+    ];
+    args.extend_from_slice(more);
+    quench(&args, stdin, cache)
+}
+
 #[test]
 fn synthetic_models_work_end_to_end() {
     let dir = scratch("e2e");
@@ -82,23 +102,9 @@ fn synthetic_models_work_end_to_end() {
         assert!(info.contains("BF16 × "), "{info}");
 
         let logits = dir.join(format!("{arch}-logits.json"));
-        let out = quench(
-            &[
-                "generate",
-                "-m",
-                &model,
-                "--max-tokens",
-                "5",
-                "--temperature",
-                "0.9",
-                "--top-k",
-                "50",
-                "--seed",
-                "3",
-                "--logits-out",
-                logits.to_str().unwrap(),
-                "the cat",
-            ],
+        let out = generate(
+            &model,
+            &["--logits-out", logits.to_str().unwrap(), "the cat"],
             "",
             &cache,
         );
@@ -122,24 +128,7 @@ fn synthetic_models_work_end_to_end() {
         assert_eq!(text(&out.stdout), record["text"].as_str().unwrap());
 
         // The same seed gives the same text; the prompt can come from stdin.
-        let again = quench(
-            &[
-                "generate",
-                "-m",
-                &model,
-                "--max-tokens",
-                "5",
-                "--temperature",
-                "0.9",
-                "--top-k",
-                "50",
-                "--seed",
-                "3",
-                "-q",
-            ],
-            "the cat",
-            &cache,
-        );
+        let again = generate(&model, &["-q"], "the cat", &cache);
         assert!(again.status.success());
         assert_eq!(again.stdout, out.stdout);
         assert!(again.stderr.is_empty(), "--quiet: {}", text(&again.stderr));
