@@ -29,6 +29,13 @@ impl Allocations {
             .is_some_and(|(base, size)| addr - base <= size)
     }
 
+    /// Check that a device-to-device copy of `bytes` reads and writes inside live
+    /// allocations.
+    pub fn check_copy(&self, dst: u64, src: u64, bytes: u64) -> Result<(), RtError> {
+        self.check_range(src, bytes, "device-to-device copy (source)")?;
+        self.check_range(dst, bytes, "device-to-device copy (destination)")
+    }
+
     /// Check that `[addr, addr + bytes)` lies inside one live allocation. `what` names
     /// the operation for the message ("copy to device", ...). Empty ranges pass.
     pub fn check_range(&self, addr: u64, bytes: u64, what: &str) -> Result<(), RtError> {

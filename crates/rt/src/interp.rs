@@ -183,10 +183,7 @@ impl Executor for InterpExecutor {
         bytes: u64,
     ) -> Result<(), RtError> {
         self.refuse_during_capture("device-to-device copy")?;
-        self.allocs
-            .check_range(src.0, bytes, "device-to-device copy (source)")?;
-        self.allocs
-            .check_range(dst.0, bytes, "device-to-device copy (destination)")?;
+        self.allocs.check_copy(dst.0, src.0, bytes)?;
         let len = usize::try_from(bytes).map_err(|_| RtError::Memory {
             message: format!("copy of {bytes} bytes exceeds host memory"),
         })?;

@@ -292,10 +292,7 @@ impl Executor for CudaExecutor {
         bytes: u64,
     ) -> Result<(), RtError> {
         self.refuse_during_capture("device-to-device copy")?;
-        self.allocs
-            .check_range(src.0, bytes, "device-to-device copy (source)")?;
-        self.allocs
-            .check_range(dst.0, bytes, "device-to-device copy (destination)")?;
+        self.allocs.check_copy(dst.0, src.0, bytes)?;
         if bytes == 0 {
             return Ok(());
         }
