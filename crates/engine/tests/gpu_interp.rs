@@ -214,6 +214,38 @@ fn qwen3_with_qk_norms_matches_the_f64_reference() {
     run("qwen3 (per-head q/k norms)", &m, seed());
 }
 
+/// The type mix of llama.cpp's Q4_K_M: Q4_K matrices and token embedding, Q6_K for v,
+/// down and the LM head (so q, k and v take three projections).
+const Q4_K_M: LayerFormats = LayerFormats {
+    q: GgmlType::Q4_K,
+    k: GgmlType::Q4_K,
+    v: GgmlType::Q6_K,
+    o: GgmlType::Q4_K,
+    gate_up: GgmlType::Q4_K,
+    down: GgmlType::Q6_K,
+};
+
+#[test]
+fn a_q4_k_m_mix_with_a_q4_k_embedding_matches_the_f64_reference() {
+    // Rows of whole 256-element super-blocks: width 256, ffn 512.
+    let shape = Shape {
+        hidden: 256,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 64,
+        ffn: 512,
+        ..SHAPE
+    };
+    let m = Tiny {
+        arch: "llama",
+        shape,
+        layers: vec![Q4_K_M, Q4_K_M],
+        embedding: GgmlType::Q4_K,
+        output: Some(GgmlType::Q6_K),
+    };
+    run("llama, Q4_K_M types (Q4_K token embedding)", &m, seed());
+}
+
 #[test]
 fn the_step_has_the_planned_dispatches_and_replays_like_direct_launches() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());

@@ -33,15 +33,18 @@ pub enum TableFormat {
     F16,
     Q8_0,
     Q4_1,
+    /// Q4_K super-blocks of 256 (the token embedding of llama.cpp's Q4_K_M files).
+    Q4K,
 }
 
 impl TableFormat {
-    pub const ALL: [TableFormat; 5] = [
+    pub const ALL: [TableFormat; 6] = [
         TableFormat::F32,
         TableFormat::BF16,
         TableFormat::F16,
         TableFormat::Q8_0,
         TableFormat::Q4_1,
+        TableFormat::Q4K,
     ];
 
     /// The kernel's library name (`embed_q8_0`).
@@ -52,6 +55,7 @@ impl TableFormat {
             TableFormat::F16 => "embed_f16",
             TableFormat::Q8_0 => "embed_q8_0",
             TableFormat::Q4_1 => "embed_q4_1",
+            TableFormat::Q4K => "embed_q4_k",
         }
     }
 
@@ -62,14 +66,17 @@ impl TableFormat {
             TableFormat::F16 => GgmlType::F16,
             TableFormat::Q8_0 => GgmlType::Q8_0,
             TableFormat::Q4_1 => GgmlType::Q4_1,
+            TableFormat::Q4K => GgmlType::Q4_K,
         }
     }
 
     /// Elements per thread step: a 16-byte load of a float row, or one quant block.
-    fn group(self) -> u32 {
+    /// Elements one thread gathers at a time (a quantized block, or a Q4_K piece).
+    pub fn group(self) -> u32 {
         match self {
             TableFormat::F32 | TableFormat::BF16 | TableFormat::F16 => 8,
             TableFormat::Q8_0 | TableFormat::Q4_1 => 32,
+            TableFormat::Q4K => 64,
         }
     }
 
@@ -79,6 +86,7 @@ impl TableFormat {
             TableFormat::BF16 | TableFormat::F16 => dim * 2,
             TableFormat::Q8_0 => dim / 32 * 34,
             TableFormat::Q4_1 => dim / 32 * 20,
+            TableFormat::Q4K => dim / 256 * 144,
         }
     }
 }
@@ -110,6 +118,16 @@ impl EmbedParams {
 pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
     let name = p.format.kernel_name();
     rows::check(name, p.dim, p.format.group(), p.threads)?;
+    let block = p.format.ggml().block_size();
+    if !u64::from(p.dim).is_multiple_of(block) {
+        return Err(KernelError::unsupported(
+            name,
+            format!(
+                "dim = {} is not a multiple of the {block}-element block",
+                p.dim
+            ),
+        ));
+    }
     let mut k = Builder::new(name, p.threads);
     let ids = k.param("ids", gptr(Scalar::U32));
     let table = k.param("table", gptr(Scalar::U8));
@@ -204,6 +222,21 @@ fn emit_group(
                 ggml::q4_1_block(k, magic, &b, 0)
             }
         }
+        TableFormat::Q4K => {
+            // Group `g` is piece `g mod 4` of super-block `g / 4` (144 bytes: a 16-byte
+            // header of scales, then 128 bytes of nibbles), 16-byte aligned.
+            let (sb, piece) = (k.shr_const(g, 2), k.and_const(g, 3));
+            let off = k.mul_const(sb, 144);
+            let at = k.ptr_add(trow, off);
+            let header = Bytes::load(k, at, 16, 16);
+            let lane = ggml::Q4kLane::new(k, piece);
+            let scales = ggml::Q4kScales::new(k, &lane, &header);
+            let qs_off = k.shl_const(piece, 5);
+            let qs_off = k.add_const(qs_off, 16);
+            let qs_at = k.ptr_add(at, qs_off);
+            let qs = Bytes::load(k, qs_at, 32, 16);
+            ggml::q4_k_piece(k, magic, &scales, &qs)
+        }
     }
 }
 
@@ -250,7 +283,7 @@ pub fn case(
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let (lo, hi) = match p.format {
-        TableFormat::Q8_0 | TableFormat::Q4_1 => (0.0009765625, 0.0625),
+        TableFormat::Q8_0 | TableFormat::Q4_1 | TableFormat::Q4K => (0.0009765625, 0.0625),
         _ => (0.00390625, 4.0),
     };
     let table = data::ggml_rows(

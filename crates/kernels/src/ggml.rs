@@ -361,6 +361,23 @@ impl Q4kScales {
     }
 }
 
+/// One Q4_K piece (elements `64g .. 64g + 64` of its super-block, `g` the piece of
+/// `scales`) from its 32 qs bytes: `x = (d·sc)·q − dmin·m` (the product exact), in
+/// element order: the low nibbles, then the high ones.
+pub fn q4_k_piece(k: &mut Builder, magic: Magic, scales: &Q4kScales, qs: &Bytes) -> Vec<Value> {
+    let mut out = Vec::with_capacity(64);
+    for half in 0..2 {
+        let (dl, ml) = scales.sub_block(k, magic, half);
+        for b in 0..32 {
+            let q = qs.bits(k, b, 4 * half, 4);
+            let q = magic.int(k, q, 0);
+            let x = k.mul(dl, q);
+            out.push(k.sub(x, ml));
+        }
+    }
+    out
+}
+
 /// Per-lane constants of a Q6_K piece: piece `j` (`hh = j / 4`, `c = j % 4`) covers
 /// elements `128hh + 16c + t` (low nibbles of ql bytes `64hh + 16c + t`, 2-bit field
 /// `c / 2` of qh bytes `32hh + 16(c mod 2) + t`, scale `8hh + c`) and `128hh + 64 + 16c + t`

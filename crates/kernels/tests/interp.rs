@@ -154,6 +154,18 @@ fn embed_quantized_tables() {
     // 9 blocks over 32 threads and 40 over 32 (a full step and a guarded one).
     check(&case("embed_q4_1", "tokens=3 vocab=11 dim=288 threads=32"));
     check(&case("embed_q4_1", "tokens=2 vocab=5 dim=1280 threads=32"));
+    // Q4_K: 64-element pieces, four a super-block; 8 pieces over 32 threads (a partial
+    // step), 64 over 32 (two full steps: every piece and scale position of a block).
+    check(&case("embed_q4_k", "tokens=3 vocab=11 dim=512 threads=32"));
+    check(&case("embed_q4_k", "tokens=2 vocab=7 dim=4096 threads=32"));
+}
+
+#[test]
+fn embed_q4_k_refuses_rows_that_are_not_whole_super_blocks() {
+    let spec = quench_kernels::find("embed_q4_k").expect("in the library");
+    let p = spec.parse_params("dim=320 threads=32").expect("parses");
+    let err = spec.build(&p).expect_err("320 is not a multiple of 256");
+    assert!(err.to_string().contains("256"), "{err}");
 }
 
 #[test]

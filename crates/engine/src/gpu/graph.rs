@@ -219,15 +219,10 @@ pub struct DecodeGraph {
 /// The token-embedding gather for the catalog's table format.
 pub(crate) fn embed_params(catalog: &Catalog, hidden: usize) -> Result<EmbedParams, GpuError> {
     let dim = u32_of("hidden", hidden)?;
-    let per_group = if catalog.embed.ggml().block_size() > 1 {
-        32
-    } else {
-        8
-    };
     Ok(EmbedParams {
         format: catalog.embed,
         dim,
-        threads: row_threads(dim / per_group),
+        threads: row_threads(dim / catalog.embed.group()),
     })
 }
 
