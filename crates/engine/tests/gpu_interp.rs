@@ -225,25 +225,50 @@ const Q4_K_M: LayerFormats = LayerFormats {
     down: GgmlType::Q6_K,
 };
 
+/// Rows of whole 256-element super-blocks: width 256, ffn 512.
+const K_QUANT_SHAPE: Shape = Shape {
+    hidden: 256,
+    heads: 4,
+    kv_heads: 2,
+    head_dim: 64,
+    ffn: 512,
+    ..SHAPE
+};
+
 #[test]
 fn a_q4_k_m_mix_with_a_q4_k_embedding_matches_the_f64_reference() {
-    // Rows of whole 256-element super-blocks: width 256, ffn 512.
-    let shape = Shape {
-        hidden: 256,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 64,
-        ffn: 512,
-        ..SHAPE
-    };
     let m = Tiny {
         arch: "llama",
-        shape,
+        shape: K_QUANT_SHAPE,
         layers: vec![Q4_K_M, Q4_K_M],
         embedding: GgmlType::Q4_K,
         output: Some(GgmlType::Q6_K),
     };
     run("llama, Q4_K_M types (Q4_K token embedding)", &m, seed());
+}
+
+#[test]
+fn a_q6_k_file_with_a_q6_k_embedding_matches_the_f64_reference() {
+    let q6_k = LayerFormats {
+        q: GgmlType::Q6_K,
+        k: GgmlType::Q6_K,
+        v: GgmlType::Q6_K,
+        o: GgmlType::Q6_K,
+        gate_up: GgmlType::Q6_K,
+        down: GgmlType::Q6_K,
+    };
+    let m = Tiny {
+        arch: "qwen2",
+        shape: K_QUANT_SHAPE,
+        layers: vec![q6_k, q6_k],
+        embedding: GgmlType::Q6_K,
+        output: None,
+    };
+    run(
+        "qwen2, Q6_K throughout (tied Q6_K embedding and head)",
+        &m,
+        seed(),
+    );
 }
 
 #[test]

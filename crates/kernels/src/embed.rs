@@ -35,16 +35,19 @@ pub enum TableFormat {
     Q4_1,
     /// Q4_K super-blocks of 256 (the token embedding of llama.cpp's Q4_K_M files).
     Q4K,
+    /// Q6_K super-blocks of 256 (llama.cpp's Q6_K files).
+    Q6K,
 }
 
 impl TableFormat {
-    pub const ALL: [TableFormat; 6] = [
+    pub const ALL: [TableFormat; 7] = [
         TableFormat::F32,
         TableFormat::BF16,
         TableFormat::F16,
         TableFormat::Q8_0,
         TableFormat::Q4_1,
         TableFormat::Q4K,
+        TableFormat::Q6K,
     ];
 
     /// The kernel's library name (`embed_q8_0`).
@@ -56,6 +59,7 @@ impl TableFormat {
             TableFormat::Q8_0 => "embed_q8_0",
             TableFormat::Q4_1 => "embed_q4_1",
             TableFormat::Q4K => "embed_q4_k",
+            TableFormat::Q6K => "embed_q6_k",
         }
     }
 
@@ -67,15 +71,16 @@ impl TableFormat {
             TableFormat::Q8_0 => GgmlType::Q8_0,
             TableFormat::Q4_1 => GgmlType::Q4_1,
             TableFormat::Q4K => GgmlType::Q4_K,
+            TableFormat::Q6K => GgmlType::Q6_K,
         }
     }
 
     /// Elements per thread step: a 16-byte load of a float row, or one quant block.
-    /// Elements one thread gathers at a time (a quantized block, or a Q4_K piece).
+    /// Elements one thread gathers at a time (a quantized block, or a k-quant piece).
     pub fn group(self) -> u32 {
         match self {
             TableFormat::F32 | TableFormat::BF16 | TableFormat::F16 => 8,
-            TableFormat::Q8_0 | TableFormat::Q4_1 => 32,
+            TableFormat::Q8_0 | TableFormat::Q4_1 | TableFormat::Q6K => 32,
             TableFormat::Q4K => 64,
         }
     }
@@ -87,6 +92,7 @@ impl TableFormat {
             TableFormat::Q8_0 => dim / 32 * 34,
             TableFormat::Q4_1 => dim / 32 * 20,
             TableFormat::Q4K => dim / 256 * 144,
+            TableFormat::Q6K => dim / 256 * 210,
         }
     }
 }
@@ -155,17 +161,44 @@ pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
             .into_iter()
             .map(|v| k.select(valid, v, nan))
             .collect();
-        let first = k.mul_const(g, group);
-        let o = k.ptr_add(orow, first);
-        for (i, four) in values.chunks(4).enumerate() {
-            let v = k.pack(Type::Vec(Scalar::F32, 4), four);
-            let c = k.const_u32(4 * i as u32);
-            let at = k.ptr_add(o, c);
-            k.store(at, v);
+        let runs = group_runs(k, format, g);
+        let per_run = group / runs.len() as u32;
+        for (&first, run) in runs.iter().zip(values.chunks(per_run as usize)) {
+            let o = k.ptr_add(orow, first);
+            for (i, four) in run.chunks(4).enumerate() {
+                let v = k.pack(Type::Vec(Scalar::F32, 4), four);
+                let c = k.const_u32(4 * i as u32);
+                let at = k.ptr_add(o, c);
+                k.store(at, v);
+            }
         }
         vec![]
     });
     Ok(k.finish()?)
+}
+
+/// Where group `g`'s values go in the row: the first element of each of its runs of
+/// consecutive elements, of equal length, in the order [`emit_group`] returns them. A
+/// Q6_K piece is two runs of 16 ([`ggml::q6_k_piece_elements`]); every other group one.
+fn group_runs(k: &mut Builder, format: TableFormat, g: Value) -> Vec<Value> {
+    match format {
+        TableFormat::Q6K => {
+            // Piece j = g mod 8 of super-block g / 8: elements 128·(j / 4) + 16·(j mod 4)
+            // and 64 past it.
+            let sb = k.shr_const(g, 3);
+            let base = k.shl_const(sb, 8);
+            let j = k.and_const(g, 7);
+            let hh = k.shr_const(j, 2);
+            let hh128 = k.shl_const(hh, 7);
+            let c = k.and_const(j, 3);
+            let c16 = k.shl_const(c, 4);
+            let lo = k.add(hh128, c16);
+            let lo = k.add(base, lo);
+            let hi = k.add_const(lo, 64);
+            vec![lo, hi]
+        }
+        _ => vec![k.mul_const(g, format.group())],
+    }
 }
 
 /// The f32 values of group `g` of the table row starting at byte pointer `trow`.
@@ -237,6 +270,28 @@ fn emit_group(
             let qs = Bytes::load(k, qs_at, 32, 16);
             ggml::q4_k_piece(k, magic, &scales, &qs)
         }
+        TableFormat::Q6K => {
+            // Group `g` is piece `g mod 8` of super-block `g / 8` (210 bytes: 128 of low
+            // nibbles, 64 of high bits, 16 scales, f16 d), 2-byte aligned.
+            let sb = k.shr_const(g, 3);
+            let off = k.mul_const(sb, 210);
+            let at = k.ptr_add(trow, off);
+            let j = k.and_const(g, 7);
+            let lane = ggml::Q6kLane::new(k, j);
+            let a = k.ptr_add(at, lane.ql);
+            let ql = Bytes::load(k, a, 16, 2);
+            let a = k.ptr_add(at, lane.qh);
+            let qh = Bytes::load(k, a, 16, 2);
+            let a = k.ptr_add(at, lane.scale_pair);
+            let low = ggml::load_u16(k, a);
+            let four = k.const_u32(4);
+            let a = k.ptr_add(a, four);
+            let high = ggml::load_u16(k, a);
+            let c208 = k.const_u32(208);
+            let a = k.ptr_add(at, c208);
+            let d = ggml::load_u16(k, a);
+            ggml::q6_k_piece(k, magic, &lane, &ql, &qh, [low, high], d)
+        }
     }
 }
 
@@ -283,7 +338,9 @@ pub fn case(
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let (lo, hi) = match p.format {
-        TableFormat::Q8_0 | TableFormat::Q4_1 | TableFormat::Q4K => (0.0009765625, 0.0625),
+        TableFormat::Q8_0 | TableFormat::Q4_1 | TableFormat::Q4K | TableFormat::Q6K => {
+            (0.0009765625, 0.0625)
+        }
         _ => (0.00390625, 4.0),
     };
     let table = data::ggml_rows(

@@ -267,7 +267,9 @@ impl Family {
             },
             // k: a multiple of what every weight format's tiles need (512 for Q6_K).
             Family::Gemm(..) => "m=32 n=128 k=512",
-            Family::Embed(TableFormat::Q4K) => "tokens=3 vocab=11 dim=512 threads=32",
+            Family::Embed(TableFormat::Q4K | TableFormat::Q6K) => {
+                "tokens=3 vocab=11 dim=512 threads=32"
+            }
             Family::Embed(_) => "tokens=3 vocab=11 dim=288 threads=32",
             Family::Rope(_) | Family::RopeAppend(..) => {
                 "tokens=2 n_pos=9 head_dim=128 n_heads=5 n_kv_heads=1 threads=256"
@@ -841,6 +843,9 @@ fn embed_description(f: TableFormat) -> &'static str {
         }
         TableFormat::Q4K => {
             "embedding gather: u32 ids -> rows of a Q4_K table dequantized to f32 (NaN rows for ids >= vocab)"
+        }
+        TableFormat::Q6K => {
+            "embedding gather: u32 ids -> rows of a Q6_K table dequantized to f32 (NaN rows for ids >= vocab)"
         }
     }
 }

@@ -158,14 +158,20 @@ fn embed_quantized_tables() {
     // step), 64 over 32 (two full steps: every piece and scale position of a block).
     check(&case("embed_q4_k", "tokens=3 vocab=11 dim=512 threads=32"));
     check(&case("embed_q4_k", "tokens=2 vocab=7 dim=4096 threads=32"));
+    // Q6_K: 32-element pieces in two runs of 16, eight a super-block; 16 over 32 threads,
+    // 128 over 32 (four full steps: every piece of a block).
+    check(&case("embed_q6_k", "tokens=3 vocab=11 dim=512 threads=32"));
+    check(&case("embed_q6_k", "tokens=2 vocab=7 dim=4096 threads=32"));
 }
 
 #[test]
-fn embed_q4_k_refuses_rows_that_are_not_whole_super_blocks() {
-    let spec = quench_kernels::find("embed_q4_k").expect("in the library");
-    let p = spec.parse_params("dim=320 threads=32").expect("parses");
-    let err = spec.build(&p).expect_err("320 is not a multiple of 256");
-    assert!(err.to_string().contains("256"), "{err}");
+fn k_quant_tables_refuse_rows_that_are_not_whole_super_blocks() {
+    for name in ["embed_q4_k", "embed_q6_k"] {
+        let spec = quench_kernels::find(name).expect("in the library");
+        let p = spec.parse_params("dim=320 threads=32").expect("parses");
+        let err = spec.build(&p).expect_err("320 is not a multiple of 256");
+        assert!(err.to_string().contains("256"), "{name}: {err}");
+    }
 }
 
 #[test]

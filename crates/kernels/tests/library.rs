@@ -40,6 +40,7 @@ fn names_are_unique_and_complete() {
         "embed_q8_0",
         "embed_q4_1",
         "embed_q4_k",
+        "embed_q6_k",
         "rmsnorm_residual_bf16",
         "rmsnorm_residual_f32",
         "layernorm_residual_bf16",
