@@ -327,6 +327,20 @@ fn qwen3_separate_qkv_prompts_in_chunks_match_the_f64_reference() {
     run("qwen3 q/k norms, separate q, k, v", &m, seed());
 }
 
+#[test]
+fn layers_that_differ_in_sharing_a_qkv_format_prompt_in_chunks() {
+    // As llama.cpp's Q4_K_M files, where v is stored apart in some layers only: every
+    // layer's q, k and v products write apart in the chunk, biases included.
+    let m = Tiny {
+        arch: "qwen2",
+        shape: SHAPE,
+        layers: vec![QUANTIZED, SEPARATE],
+        embedding: GgmlType::Q8_0,
+        output: Some(GgmlType::Q8_0),
+    };
+    run("qwen2, one fused and one separate q/k/v layer", &m, seed());
+}
+
 /// A chunk whose KV blocks the shared cache cannot give is refused as a whole: the
 /// session keeps what it held before that chunk, and the blocks it took go back.
 #[test]

@@ -245,15 +245,20 @@ impl<'a> ChunkBuilder<'a> {
             threads: row_threads(u32_of("hidden", hidden)? / 4),
         };
         let norm_k = a.kernel("RMSNorm rows", &np, norm_residual::build)?;
-        // Buffers every layer reuses.
-        let qkv = match catalog.layers.first().map(|l| l.qkv) {
-            Some(Qkv::Separate(_)) => QkvRows {
+        // Buffers every layer reuses: q, k and v apart where any layer's differ in
+        // format (a layer of one format then takes three products too).
+        let separate = catalog
+            .layers
+            .iter()
+            .any(|l| matches!(l.qkv, Qkv::Separate(_)));
+        let qkv = match separate {
+            true => QkvRows {
                 q: at(Region::Act(buffer(&mut a, "q", q_width, 4)), 0),
                 k: at(Region::Act(buffer(&mut a, "k", kv_width, 4)), 0),
                 v: at(Region::Act(buffer(&mut a, "v", kv_width, 4)), 0),
                 token_stride: 0,
             },
-            _ => {
+            false => {
                 let r = Region::Act(buffer(&mut a, "q|k|v", qkv_width, 4));
                 QkvRows {
                     q: at(r, 0),
@@ -458,24 +463,25 @@ impl<'a> ChunkBuilder<'a> {
             )
         };
         let out = self.qkv;
-        match qkv {
+        let formats = match (qkv, out.token_stride) {
             // The biases' parts lie back to back: one row of q|k|v biases.
-            Qkv::Fused(f) if out.token_stride != 0 => {
-                project(self, "q|k|v", f, q_width + 2 * kv_width, 0, out.q)
+            (Qkv::Fused(f), 1..) => {
+                return project(self, "q|k|v", f, q_width + 2 * kv_width, 0, out.q);
             }
-            Qkv::Separate(formats) if out.token_stride == 0 => {
-                let widths = [q_width, kv_width, kv_width];
-                let outs = [out.q, out.k, out.v];
-                for (i, what) in ["q", "k", "v"].iter().enumerate() {
-                    project(self, what, formats[i], widths[i], i, outs[i])?;
-                }
-                Ok(())
+            (Qkv::Fused(f), 0) => [f; 3],
+            (Qkv::Separate(formats), 0) => formats,
+            (Qkv::Separate(_), 1..) => {
+                return Err(GpuError::Internal(format!(
+                    "layer {l}'s q, k and v differ in format but share one buffer"
+                )))
             }
-            _ => Err(not_here(
-                "the prompt path of this model",
-                "its layers differ in whether q, k and v share a format",
-            )),
+        };
+        let widths = [q_width, kv_width, kv_width];
+        let outs = [out.q, out.k, out.v];
+        for (i, what) in ["q", "k", "v"].iter().enumerate() {
+            project(self, what, formats[i], widths[i], i, outs[i])?;
         }
+        Ok(())
     }
 
     /// The chunk's attention over the cache its keys and values were just appended to,
