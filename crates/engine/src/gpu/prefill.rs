@@ -13,7 +13,7 @@
 //! per layer:
 //!   rmsnorm_residual_bf16 xn = bf16(norm(R)·w)                            (R += zeros)
 //!   (bias_rows_f32)       qkv = b_qkv                                     (qwen2)
-//!   gemm                  qkv (+)= xn·W_qkvᵀ        (q, k and v apart when their formats differ)
+//!   gemm                  qkv (+)= xn·W_qkvᵀ        (q, k and v apart where a layer's formats differ)
 //!   rope_append           q, k rotated (qwen3: per-head norms first); k, v → cache (f16)
 //!   attention_prefill_f16 attn16 = bf16(softmax(q·Kᵀ)·V), causal over the cache   [n/64, heads]
 //!   gemm_residual         R += attn16·W_oᵀ
