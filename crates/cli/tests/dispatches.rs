@@ -15,8 +15,13 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// A tiny llama checkpoint (2 layers) in a directory of its own.
+/// A tiny llama checkpoint (2 layers, bf16) in a directory of its own.
 fn tiny(tag: &str) -> std::path::PathBuf {
+    tiny_in(tag, "bf16")
+}
+
+/// As [`tiny`], with weights in `dtype`.
+fn tiny_in(tag: &str, dtype: &str) -> std::path::PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("dispatches-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -28,6 +33,8 @@ fn tiny(tag: &str) -> std::path::PathBuf {
         "llama",
         "--seed",
         "5",
+        "--dtype",
+        dtype,
         dir.to_str().expect("a UTF-8 path"),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -91,6 +98,32 @@ fn the_plan_lists_every_dispatch_of_a_step_and_a_chunk() {
     assert!(three.starts_with("decode step of 3 rows\n"));
     assert!(three.lines().count() > lines[..chunk].len(), "{three}");
     assert!(three.contains(": attention norm | rmsnorm_rows"), "{three}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_model_without_a_prompt_path_lists_its_decode_step_and_says_why() {
+    // No tensor-core GEMM reads f16 weights: prompts feed one token per decode step.
+    let dir = tiny_in("f16", "f16");
+    let out = quench(&[
+        "info",
+        dir.to_str().unwrap(),
+        "--dispatches",
+        "--prefill-chunk",
+        "8",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[1].starts_with("token embedding | embed_f16"),
+        "{stdout}"
+    );
+    let last = lines.last().expect("lines");
+    assert!(
+        last.starts_with("not planned, prompts feed one token per step:") && last.contains("F16"),
+        "{stdout}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -156,14 +156,17 @@ pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
     let format = p.format;
 
     p.walk().emit(&mut k, tid, &[], &|k, g, _| {
-        let values = emit_group(k, format, magic, trow, g);
+        let (values, runs) = emit_group(k, format, magic, trow, g);
         let values: Vec<Value> = values
             .into_iter()
             .map(|v| k.select(valid, v, nan))
             .collect();
-        let runs = group_runs(k, format, g);
-        let per_run = group / runs.len() as u32;
-        for (&first, run) in runs.iter().zip(values.chunks(per_run as usize)) {
+        let firsts = match runs {
+            Some(runs) => runs.to_vec(),
+            None => vec![k.mul_const(g, group)],
+        };
+        let per_run = group / firsts.len() as u32;
+        for (&first, run) in firsts.iter().zip(values.chunks(per_run as usize)) {
             let o = k.ptr_add(orow, first);
             for (i, four) in run.chunks(4).enumerate() {
                 let v = k.pack(Type::Vec(Scalar::F32, 4), four);
@@ -177,38 +180,17 @@ pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
     Ok(k.finish()?)
 }
 
-/// Where group `g`'s values go in the row: the first element of each of its runs of
-/// consecutive elements, of equal length, in the order [`emit_group`] returns them. A
-/// Q6_K piece is two runs of 16 ([`ggml::q6_k_piece_elements`]); every other group one.
-fn group_runs(k: &mut Builder, format: TableFormat, g: Value) -> Vec<Value> {
-    match format {
-        TableFormat::Q6K => {
-            // Piece j = g mod 8 of super-block g / 8: elements 128·(j / 4) + 16·(j mod 4)
-            // and 64 past it.
-            let sb = k.shr_const(g, 3);
-            let base = k.shl_const(sb, 8);
-            let j = k.and_const(g, 7);
-            let hh = k.shr_const(j, 2);
-            let hh128 = k.shl_const(hh, 7);
-            let c = k.and_const(j, 3);
-            let c16 = k.shl_const(c, 4);
-            let lo = k.add(hh128, c16);
-            let lo = k.add(base, lo);
-            let hi = k.add_const(lo, 64);
-            vec![lo, hi]
-        }
-        _ => vec![k.mul_const(g, format.group())],
-    }
-}
-
-/// The f32 values of group `g` of the table row starting at byte pointer `trow`.
+/// The f32 values of group `g` of the table row starting at byte pointer `trow`, and,
+/// for a Q6_K piece, the row elements its two runs of 16 start at
+/// ([`ggml::q6_k_piece_elements`]); every other group is one run from element
+/// `g · group`.
 fn emit_group(
     k: &mut Builder,
     format: TableFormat,
     magic: Magic,
     trow: Value,
     g: Value,
-) -> Vec<Value> {
+) -> (Vec<Value>, Option<[Value; 2]>) {
     let vec4 = Type::Vec(Scalar::U32, 4);
     match format {
         TableFormat::F32 => {
@@ -222,7 +204,7 @@ fn emit_group(
                 let v = k.load_with(Type::Vec(Scalar::F32, 4), at, CacheOp::Nc);
                 out.extend((0..4).map(|i| k.extract(v, i)));
             }
-            out
+            (out, None)
         }
         TableFormat::BF16 | TableFormat::F16 => {
             let w = words(k, trow);
@@ -238,7 +220,7 @@ fn emit_group(
                     out.extend(emit_unpack_f16x2(k, word));
                 }
             }
-            out
+            (out, None)
         }
         TableFormat::Q8_0 | TableFormat::Q4_1 => {
             let (bytes, width) = if format == TableFormat::Q8_0 {
@@ -249,11 +231,12 @@ fn emit_group(
             let off = k.mul_const(g, bytes);
             let at = k.ptr_add(trow, off);
             let b = Bytes::load(k, at, bytes, width);
-            if format == TableFormat::Q8_0 {
+            let values = if format == TableFormat::Q8_0 {
                 ggml::q8_0_block(k, magic, &b, 0)
             } else {
                 ggml::q4_1_block(k, magic, &b, 0)
-            }
+            };
+            (values, None)
         }
         TableFormat::Q4K => {
             // Group `g` is piece `g mod 4` of super-block `g / 4` (144 bytes: a 16-byte
@@ -268,7 +251,8 @@ fn emit_group(
             let qs_off = k.add_const(qs_off, 16);
             let qs_at = k.ptr_add(at, qs_off);
             let qs = Bytes::load(k, qs_at, 32, 16);
-            ggml::q4_k_piece(k, magic, &scales, &qs)
+            let values = ggml::q4_k_piece(k, magic, &scales, &qs);
+            (values, None)
         }
         TableFormat::Q6K => {
             // Group `g` is piece `g mod 8` of super-block `g / 8` (210 bytes: 128 of low
@@ -278,19 +262,11 @@ fn emit_group(
             let at = k.ptr_add(trow, off);
             let j = k.and_const(g, 7);
             let lane = ggml::Q6kLane::new(k, j);
-            let a = k.ptr_add(at, lane.ql);
-            let ql = Bytes::load(k, a, 16, 2);
-            let a = k.ptr_add(at, lane.qh);
-            let qh = Bytes::load(k, a, 16, 2);
-            let a = k.ptr_add(at, lane.scale_pair);
-            let low = ggml::load_u16(k, a);
-            let four = k.const_u32(4);
-            let a = k.ptr_add(a, four);
-            let high = ggml::load_u16(k, a);
-            let c208 = k.const_u32(208);
-            let a = k.ptr_add(at, c208);
-            let d = ggml::load_u16(k, a);
-            ggml::q6_k_piece(k, magic, &lane, &ql, &qh, [low, high], d)
+            let (ql, qh, scales, d) = lane.load(k, at);
+            let values = ggml::q6_k_piece(k, magic, &lane, &ql, &qh, scales, d);
+            let base = k.shl_const(sb, 8);
+            let runs = lane.runs.map(|r| k.add(base, r));
+            (values, Some(runs))
         }
     }
 }

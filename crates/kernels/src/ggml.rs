@@ -393,6 +393,9 @@ pub struct Q6kLane {
     scale_shift: Value,
     /// Shifts of the 2-bit fields for the low and high elements.
     crumb_shift: [Value; 2],
+    /// The super-block elements the piece's two runs of 16 start at: `128hh + 16c` and 64
+    /// past it ([`q6_k_piece_elements`]).
+    pub runs: [Value; 2],
 }
 
 impl Q6kLane {
@@ -415,13 +418,36 @@ impl Q6kLane {
         let chalf = k.shr_const(c, 1);
         let lo = k.shl_const(chalf, 1);
         let hi = k.add_const(lo, 4);
+        let hh128 = k.shl_const(hh, 7);
+        let first = k.add(hh128, c16);
+        let second = k.add_const(first, 64);
         Q6kLane {
             ql,
             qh,
             scale_pair,
             scale_shift,
             crumb_shift: [lo, hi],
+            runs: [first, second],
         }
+    }
+
+    /// The piece's bytes in the super-block at `at` (a `ptr<global, u8>`, 2-aligned): its
+    /// 16 ql and 16 qh bytes, its two scale pairs and the bits of `d`, as
+    /// [`q6_k_piece`] takes them.
+    pub fn load(&self, k: &mut Builder, at: Value) -> (Bytes, Bytes, [Value; 2], Value) {
+        let a = k.ptr_add(at, self.ql);
+        let ql = Bytes::load(k, a, 16, 2);
+        let a = k.ptr_add(at, self.qh);
+        let qh = Bytes::load(k, a, 16, 2);
+        let a = k.ptr_add(at, self.scale_pair);
+        let low = load_u16(k, a);
+        let four = k.const_u32(4);
+        let a = k.ptr_add(a, four);
+        let high = load_u16(k, a);
+        let c208 = k.const_u32(208);
+        let a = k.ptr_add(at, c208);
+        let d = load_u16(k, a);
+        (ql, qh, [low, high], d)
     }
 }
 

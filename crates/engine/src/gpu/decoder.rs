@@ -321,9 +321,41 @@ impl std::fmt::Debug for GpuDecoder {
     }
 }
 
+/// The decode step `options` ask for, on a device of `multiprocessors`, and the sizes it
+/// was built for.
+pub(crate) fn assemble_step(
+    config: &ModelConfig,
+    catalog: &Catalog,
+    src: &dyn StoredTensors,
+    naming: Naming,
+    options: &GpuOptions,
+    multiprocessors: u32,
+) -> Result<(StepShape, DecodeGraph), GpuError> {
+    let shape = StepShape {
+        context: context_of(config, options),
+        sessions: options.sessions.max(1),
+        max_batch: options.max_batch.max(1),
+        kv: options.kv_cache,
+    };
+    let products = match options.tensor_core_decode {
+        true => Products::TensorCore,
+        false => Products::Gemv,
+    };
+    let graph = DecodeGraph::assemble_with(
+        config,
+        catalog,
+        src,
+        naming,
+        shape,
+        multiprocessors,
+        products,
+    )?;
+    Ok((shape, graph))
+}
+
 /// Positions one session holds: as asked, else the model's own limit up to
 /// [`DEFAULT_CONTEXT`]; never above the model's limit.
-pub(crate) fn context_of(config: &ModelConfig, options: &GpuOptions) -> usize {
+fn context_of(config: &ModelConfig, options: &GpuOptions) -> usize {
     options
         .context
         .unwrap_or(DEFAULT_CONTEXT)
@@ -365,25 +397,8 @@ impl Planned {
         multiprocessors: u32,
     ) -> Result<Planned, GpuError> {
         let span = profile::span("assemble and plan the decode step");
-        let shape = StepShape {
-            context: context_of(config, options),
-            sessions: options.sessions.max(1),
-            max_batch: options.max_batch.max(1),
-            kv: options.kv_cache,
-        };
-        let products = match options.tensor_core_decode {
-            true => Products::TensorCore,
-            false => Products::Gemv,
-        };
-        let mut graph = DecodeGraph::assemble_with(
-            config,
-            catalog,
-            src,
-            naming,
-            shape,
-            multiprocessors,
-            products,
-        )?;
+        let (shape, mut graph) =
+            assemble_step(config, catalog, src, naming, options, multiprocessors)?;
         let lifetimes = graph.lifetimes();
         let arena = arena::plan(&lifetimes, 256);
         let profiled = profile::prepare(&mut graph, config, src)?;

@@ -399,10 +399,7 @@ impl<'a> StepBuilder<'a> {
         let record = StepRecord {
             max_batch: max_batch as usize,
         };
-        let mut host = |name: &str, bytes: u64| match a.buffer(name.into(), bytes, true) {
-            Region::Act(i) => i,
-            _ => unreachable!("a buffer is an activation"),
-        };
+        let mut host = |name: &str, bytes: u64| a.buffer(name.into(), bytes, true);
         let io = HostIo {
             step: host("step record", record.bytes()),
             table: host("block tables", per_row(max_blocks as usize, 4)),
@@ -438,9 +435,14 @@ impl<'a> StepBuilder<'a> {
     }
 
     /// A buffer for the step's rows, live while its readers run.
-    fn buffer(&mut self, name: String, width: usize, bytes: u64) -> Operand {
+    fn region(&mut self, name: String, width: usize, bytes: u64) -> Region {
         let bytes = self.per_row(width, bytes);
-        at(self.a.buffer(name, bytes, false), 0)
+        Region::Act(self.a.buffer(name, bytes, false))
+    }
+
+    /// The start of a new [`StepBuilder::region`].
+    fn buffer(&mut self, name: String, width: usize, bytes: u64) -> Operand {
+        at(self.region(name, width, bytes), 0)
     }
 
     /// Part `i` of the step record (0 tokens, 1 positions, 2 context lengths, 3 row
@@ -525,9 +527,7 @@ impl<'a> StepBuilder<'a> {
         Ok(match qkv {
             Qkv::Fused(_) => {
                 let width = q_width + 2 * kv_width;
-                let Operand::At(r, _) = self.buffer(format!("layer {l} q|k|v"), width, 4) else {
-                    unreachable!("a buffer is a pointer")
-                };
+                let r = self.region(format!("layer {l} q|k|v"), width, 4);
                 QkvRows {
                     q: at(r, 0),
                     k: at(r, 4 * q_width as u64),

@@ -9,7 +9,7 @@ use std::path::Path;
 use quench_ir::Function;
 
 use super::catalog::Catalog;
-use super::graph::{DecodeGraph, Products, StepShape};
+use super::graph::DecodeGraph;
 use super::plan::{Buffer, Dispatch, Operand, Region};
 use super::prefill::PrefillPlan;
 use super::weights::{WeightData, WeightGroup};
@@ -37,32 +37,17 @@ pub fn dispatch_listing(
     let listing = || -> std::result::Result<Vec<String>, super::GpuError> {
         config.validate()?;
         let catalog = Catalog::choose(&config, src, naming)?;
-        let context = decoder::context_of(&config, &gpu);
-        let shape = StepShape {
-            context,
-            sessions: gpu.sessions.max(1),
-            max_batch: gpu.max_batch.max(1),
-            kv: gpu.kv_cache,
-        };
-        let products = match gpu.tensor_core_decode {
-            true => Products::TensorCore,
-            false => Products::Gemv,
-        };
-        let graph = DecodeGraph::assemble_with(
-            &config,
-            &catalog,
-            src,
-            naming,
-            shape,
-            super::graph::DEFAULT_MULTIPROCESSORS,
-            products,
-        )?;
+        let sms = super::graph::DEFAULT_MULTIPROCESSORS;
+        let (_, graph) = decoder::assemble_step(&config, &catalog, src, naming, &gpu, sms)?;
         let mut lines = vec![format!("decode step of {}", plural(rows, "row"))];
         lines.extend(graph.listing(rows));
         if let Some(n) = chunk {
-            let plan = PrefillPlan::new(&config, &catalog, &graph, n as usize)?;
             lines.push(format!("prompt chunk of {}", plural(n, "token")));
-            lines.extend(plan.listing(&graph, n));
+            // A model the prompt path cannot take still decodes: say why, as a load does.
+            match PrefillPlan::new(&config, &catalog, &graph, n as usize) {
+                Ok(plan) => lines.extend(plan.listing(&graph, n)),
+                Err(e) => lines.push(format!("not planned, prompts feed one token per step: {e}")),
+            }
         }
         Ok(lines)
     };

@@ -205,10 +205,10 @@ impl Assembler {
         Ok(set.kernels.len() - 1)
     }
 
-    /// A new buffer of `bytes`.
-    pub fn buffer(&mut self, name: String, bytes: u64, host: bool) -> Region {
+    /// A new buffer of `bytes` (its index: [`Region::Act`]).
+    pub fn buffer(&mut self, name: String, bytes: u64, host: bool) -> usize {
         self.buffers.push(Buffer { name, bytes, host });
-        Region::Act(self.buffers.len() - 1)
+        self.buffers.len() - 1
     }
 
     /// A dispatch of the row counts `rows` includes.

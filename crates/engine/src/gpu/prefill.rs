@@ -193,8 +193,8 @@ struct ChunkBuilder<'a> {
     record: usize,
     tables: usize,
     zeros: usize,
-    /// The f32 residual rows and the bf16 normalized rows.
-    residual: Operand,
+    /// The f32 residual rows (a buffer) and the bf16 normalized rows.
+    residual: usize,
     normed: Operand,
     qkv: QkvRows,
     attention: Attention,
@@ -220,18 +220,13 @@ impl<'a> ChunkBuilder<'a> {
         let (hidden, hd, ffn) = (c.hidden, c.head_dim, c.ffn);
         let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
         let qkv_width = q_width + 2 * kv_width;
-        let buffer = |a: &mut Assembler, name: &str, width: usize, bytes: u64| match a.buffer(
-            name.into(),
-            chunk as u64 * width as u64 * bytes,
-            false,
-        ) {
-            Region::Act(i) => i,
-            _ => unreachable!("a buffer is an activation"),
+        let buffer = |a: &mut Assembler, name: &str, width: usize, bytes: u64| {
+            a.buffer(name.into(), chunk as u64 * width as u64 * bytes, false)
         };
         let record = buffer(&mut a, "chunk record", 4, 4);
         let tables = buffer(&mut a, "block tables", graph.kv.max_blocks as usize, 4);
         let zeros = buffer(&mut a, "zero rows", hidden, 4);
-        let residual = at(Region::Act(buffer(&mut a, "residual", hidden, 4)), 0);
+        let residual = buffer(&mut a, "residual", hidden, 4);
         let normed = at(
             Region::Act(buffer(&mut a, "normed rows (bf16)", hidden, 2)),
             0,
@@ -303,7 +298,7 @@ impl<'a> ChunkBuilder<'a> {
         let args = vec![
             b.record_part(0),
             b.w.part(b.w.embedding, 0),
-            residual,
+            at(Region::Act(residual), 0),
             Operand::Value(Arg::U32(u32_of("vocab", c.vocab)?)),
         ];
         let grid = Grid::PerRow(embed.launch(1), 0);
@@ -323,7 +318,7 @@ impl<'a> ChunkBuilder<'a> {
         let (k, np) = self.norm;
         let args = vec![
             at(Region::Act(self.zeros), 0),
-            self.residual,
+            at(Region::Act(self.residual), 0),
             weight,
             self.normed,
             Operand::Value(Arg::F32(self.c.norm_eps as f32)),
@@ -361,7 +356,7 @@ impl<'a> ChunkBuilder<'a> {
         self.attention(l)?;
         let (hidden, q_width, ffn) = (self.c.hidden, self.c.heads * self.c.head_dim, self.c.ffn);
         let accumulate = GemmEpilogue::Accumulate;
-        let (attn16, r) = (self.attn16, self.residual);
+        let (attn16, r) = (self.attn16, at(Region::Act(self.residual), 0));
         let wo = self.w.part(lw.attn_output, 0);
         self.gemm(
             label("output projection"),
@@ -569,13 +564,13 @@ impl<'a> ChunkBuilder<'a> {
             max_blocks,
         };
         let k = self.a.kernel("output norm + LM head", &hp, qgemv::build)?;
-        let Operand::At(residual, _) = self.residual else {
-            unreachable!("the residual is a buffer")
-        };
         let logits = at(Region::Step(graph.io.logits), 0);
         let args = vec![
             self.w.part(self.w.head, 0),
-            Operand::At(residual, Offset::LastRow(4 * hidden as u64)),
+            Operand::At(
+                Region::Act(self.residual),
+                Offset::LastRow(4 * hidden as u64),
+            ),
             self.w.part(self.w.output_norm, 0),
             logits,
             Operand::Value(Arg::F32(c.norm_eps as f32)),

@@ -119,18 +119,9 @@ impl WeightFormat {
 
 /// What a lane computes once: its format and its sub-piece's constants.
 pub enum Lane {
-    Half {
-        f16: bool,
-    },
-    Legacy {
-        format: WeightFormat,
-        magic: Magic,
-    },
-    Q6k {
-        lane: Q6kLane,
-        magic: Magic,
-        x_runs: [Value; 2],
-    },
+    Half { f16: bool },
+    Legacy { format: WeightFormat, magic: Magic },
+    Q6k { lane: Q6kLane, magic: Magic },
 }
 
 impl Lane {
@@ -150,17 +141,9 @@ impl Lane {
             }
             WeightFormat::Q6K => {
                 let lane = Q6kLane::new(k, j);
-                // Runs 128hh + 16c and 128hh + 64 + 16c with hh = j / 4, c = j mod 4.
-                let hh = k.shr_const(j, 2);
-                let hh128 = k.shl_const(hh, 7);
-                let c = k.and_const(j, 3);
-                let c16 = k.shl_const(c, 4);
-                let lo = k.add(hh128, c16);
-                let hi = k.add_const(lo, 64);
                 Lane::Q6k {
                     lane,
                     magic: Magic::new(k),
-                    x_runs: [lo, hi],
                 }
             }
         }
@@ -169,7 +152,7 @@ impl Lane {
     /// The piece's runs of consecutive elements: (offset within the unit, length).
     pub fn x_runs(&self, k: &mut Builder) -> Vec<(Value, u32)> {
         match self {
-            Lane::Q6k { x_runs, .. } => x_runs.iter().map(|&r| (r, 16)).collect(),
+            Lane::Q6k { lane, .. } => lane.runs.iter().map(|&r| (r, 16)).collect(),
             Lane::Half { .. } => vec![(k.const_u32(0), 8)],
             Lane::Legacy { .. } => vec![(k.const_u32(0), 64)],
         }
@@ -200,24 +183,13 @@ impl Lane {
                 magic: *magic,
             },
             Lane::Q6k { lane, magic, .. } => {
-                let a = k.ptr_add(at, lane.ql);
-                let ql = Bytes::load(k, a, bytes, width);
-                let a = k.ptr_add(at, lane.qh);
-                let qh = Bytes::load(k, a, bytes, width);
-                let a = k.ptr_add(at, lane.scale_pair);
-                let s_lo = ggml::load_u16(k, a);
-                let four = k.const_u32(4);
-                let a = k.ptr_add(a, four);
-                let s_hi = ggml::load_u16(k, a);
-                let c208 = k.const_u32(208);
-                let a = k.ptr_add(at, c208);
-                let d = ggml::load_u16(k, a);
+                let (ql, qh, scales, d) = lane.load(k, at);
                 Raw::Q6k {
                     lane,
                     magic: *magic,
                     ql,
                     qh,
-                    scales: [s_lo, s_hi],
+                    scales,
                     d,
                 }
             }
