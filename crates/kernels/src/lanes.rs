@@ -184,6 +184,15 @@ pub fn emit_pack_bf16x2(k: &mut Builder, lo: Value, hi: Value) -> Value {
     k.bitcast(Type::U32, pair)
 }
 
+/// Round two f32 to f16 (to nearest even; past ±65504 to infinity) and pack them, `lo`
+/// in the low half.
+pub fn emit_pack_f16x2(k: &mut Builder, lo: Value, hi: Value) -> Value {
+    let l = k.cvt(Scalar::F16, lo);
+    let h = k.cvt(Scalar::F16, hi);
+    let pair = k.pack(Type::Scalar(Scalar::F16x2), &[l, h]);
+    k.bitcast(Type::U32, pair)
+}
+
 /// Host twin of the kernels' f32 → bf16 rounding (`cvt.rn.bf16.f32`).
 pub fn round_bf16(x: f32) -> bf16 {
     bf16::from_f32(x)

@@ -16,7 +16,7 @@ use crate::case::KernelCase;
 use crate::embed::{self, EmbedParams, TableFormat};
 use crate::encoder_attention::{self, EncoderAttentionParams};
 use crate::error::KernelError;
-use crate::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams};
+use crate::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams, Operands};
 use crate::gemv::{self, GemvParams};
 use crate::gemv_tc;
 use crate::lanes::Combine;
@@ -42,7 +42,7 @@ enum Family {
     RmsNormRows,
     Softmax,
     Gemv,
-    Gemm(BFormat, GemmEpilogue),
+    Gemm(Operands, BFormat, GemmEpilogue),
     Embed(TableFormat),
     NormResidual(Norm, OutType),
     Rope(RopeStyle),
@@ -96,7 +96,7 @@ impl KernelSpec {
             Family::RmsNormRows => rmsnorm_rows::build(&rmsnorm_rows_params(&r)?),
             Family::Softmax => softmax::build(&softmax_params(&r)?),
             Family::Gemv => gemv::build(&gemv_params(&r)?),
-            Family::Gemm(f, e) => gemm::build(&gemm_params(f, e, &r)?),
+            Family::Gemm(o, f, e) => gemm::build(&gemm_params(o, f, e, &r)?),
             Family::Embed(f) => embed::build(&embed_params(f, &r)?),
             Family::NormResidual(n, o) => norm_residual::build(&norm_residual_params(n, o, &r)?),
             Family::Rope(style) => rope::build(&rope_params(style, &r)?),
@@ -171,8 +171,8 @@ impl KernelSpec {
             }
             Family::Softmax => softmax::case(&softmax_params(&r)?, rows_of(&r)?, seed),
             Family::Gemv => gemv::case(&gemv_params(&r)?, seed),
-            Family::Gemm(f, e) => {
-                gemm::case(&gemm_params(f, e, &r)?, r.get("m", 1, 1 << 24)?, seed)
+            Family::Gemm(o, f, e) => {
+                gemm::case(&gemm_params(o, f, e, &r)?, r.get("m", 1, 1 << 24)?, seed)
             }
             Family::Embed(f) => {
                 let tokens = r.get("tokens", 1, MAX_ROWS)?;
@@ -266,7 +266,13 @@ impl Family {
                 _ => "rows=2 cols=1024 warps=1 unroll=2",
             },
             // k: a multiple of what every weight format's tiles need (512 for Q6_K).
-            Family::Gemm(..) => "m=32 n=128 k=512",
+            Family::Gemm(Operands::Bf16, ..) | Family::Gemm(_, BFormat::Q6K, _) => {
+                "m=32 n=128 k=512"
+            }
+            // f16 operands, which double the family's count: the least k of each format,
+            // at least 4 k-steps.
+            Family::Gemm(_, BFormat::Q4K, _) => "m=32 n=128 k=256",
+            Family::Gemm(..) => "m=32 n=128 k=128",
             Family::Embed(TableFormat::Q4K | TableFormat::Q6K) => {
                 "tokens=3 vocab=11 dim=512 threads=32"
             }
@@ -308,7 +314,7 @@ impl Family {
                 "rows=256 cols=4096"
             }
             Family::QGemv(_, _, OutType::F32) | Family::QGemvRmsNorm(..) => DECODE_GEMV,
-            Family::Gemm(BFormat::Q6K, _) => "m=200 n=256 k=512",
+            Family::Gemm(_, BFormat::Q6K, _) => "m=200 n=256 k=512",
             Family::Gemm(..) => "m=200 n=256 k=256",
             Family::Embed(_) => "tokens=16 vocab=1024 dim=4096",
             Family::RopeAppend(..) => "tokens=16 n_seqs=8 max_blocks=16 n_pos=1024",
@@ -332,9 +338,9 @@ impl Family {
         match self {
             Family::Gemv | Family::GemvTc(_) => GEMV_PERF,
             Family::QGemv(f, ..) | Family::QGemvRmsNorm(f, _) if f.is_float() => GEMV_PERF,
-            Family::Gemm(_, GemmEpilogue::Accumulate) => GEMM_PERF_RESIDUAL,
-            Family::Gemm(BFormat::Bf16, GemmEpilogue::Store) => GEMM_PERF_BF16,
-            Family::Gemm(BFormat::Q8_0, GemmEpilogue::Store) => GEMM_PERF_Q8_0,
+            Family::Gemm(_, _, GemmEpilogue::Accumulate) => GEMM_PERF_RESIDUAL,
+            Family::Gemm(Operands::Bf16, BFormat::Bf16, GemmEpilogue::Store) => GEMM_PERF_BF16,
+            Family::Gemm(Operands::Bf16, BFormat::Q8_0, GemmEpilogue::Store) => GEMM_PERF_Q8_0,
             Family::Gemm(..) => GEMM_PERF,
             Family::Add(_)
             | Family::SiluMul
@@ -475,19 +481,25 @@ pub fn library() -> Vec<KernelSpec> {
             Family::Gemv,
         ),
     ];
-    for f in BFormat::ALL {
-        for e in GemmEpilogue::ALL {
-            let params = match f {
-                BFormat::Bf16 => GEMM_BF16,
-                BFormat::Q6K => GEMM_Q6K,
-                _ => GEMM_QUANT,
-            };
-            all.push(spec(
-                gemm::name(f, e),
-                gemm_description(f, e),
-                params,
-                Family::Gemm(f, e),
-            ));
+    // bf16 operands first (all but f16 weights, which they refuse), then f16 operands.
+    for o in Operands::ALL {
+        for f in BFormat::ALL {
+            if o == Operands::Bf16 && f == BFormat::F16 {
+                continue;
+            }
+            for e in GemmEpilogue::ALL {
+                let params = match f {
+                    BFormat::Bf16 | BFormat::F16 => GEMM_FLOAT,
+                    BFormat::Q6K => GEMM_Q6K,
+                    _ => GEMM_QUANT,
+                };
+                all.push(spec(
+                    gemm::name(o, f, e),
+                    gemm_description(o, f, e),
+                    params,
+                    Family::Gemm(o, f, e),
+                ));
+            }
         }
     }
     for f in TableFormat::ALL {
@@ -942,7 +954,8 @@ const fn gemv_infos(
     ]
 }
 
-const GEMM_BF16: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 32", 128, 64, 3);
+/// bf16 or f16 B.
+const GEMM_FLOAT: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 32", 128, 64, 3);
 
 /// Quantized B: 64×64 warp tiles over 128×128 blocks halve the fragment loads per MMA
 /// of 64×32 ones; the staged bytes and the two dequantized tile buffers then leave room
@@ -1408,11 +1421,13 @@ fn gemv_params(r: &Reader) -> Result<GemvParams, KernelError> {
 }
 
 fn gemm_params(
+    operands: Operands,
     format: BFormat,
     epilogue: GemmEpilogue,
     r: &Reader,
 ) -> Result<GemmParams, KernelError> {
     Ok(GemmParams {
+        operands,
         format,
         epilogue,
         n: r.get("n", 1, 1 << 24)?,
@@ -1424,47 +1439,124 @@ fn gemm_params(
     })
 }
 
-/// The descriptions of the matrix products, by weight format and epilogue.
-fn gemm_description(f: BFormat, e: GemmEpilogue) -> &'static str {
+/// The descriptions of the matrix products, by operand type, weight format and epilogue.
+fn gemm_description(o: Operands, f: BFormat, e: GemmEpilogue) -> &'static str {
     use BFormat::*;
     use GemmEpilogue::*;
-    match (f, e) {
-        (Bf16, Store) => {
+    match (o, f, e) {
+        (Operands::Bf16, Bf16, Store) => {
             "C = A·Bᵀ on tensor cores: A [m, k] bf16, B [n, k] bf16, C [m, n] f32, any m; \
              mma.sync m16n8k16, ldmatrix, multi-stage cp.async"
         }
-        (Bf16, Accumulate) => "C += A·Bᵀ (in place), A [m, k] bf16, B [n, k] bf16, C [m, n] f32; as gemm_bf16",
-        (Q8_0, Store) => {
+        (Operands::Bf16, Bf16, Accumulate) => "C += A·Bᵀ (in place), A [m, k] bf16, B [n, k] bf16, C [m, n] f32; as gemm_bf16",
+        (Operands::Bf16, Q8_0, Store) => {
             "C = A·Bᵀ, B [n, k] Q8_0 (GGUF blocks) dequantized to bf16 a tile at a time in shared memory, \
              A bf16, C f32; mma.sync"
         }
-        (Q8_0, Accumulate) => "C += A·Bᵀ (in place), B Q8_0 dequantized per tile in shared memory, A bf16, C f32",
-        (Q4_0, Store) => {
+        (Operands::Bf16, Q8_0, Accumulate) => "C += A·Bᵀ (in place), B Q8_0 dequantized per tile in shared memory, A bf16, C f32",
+        (Operands::Bf16, Q4_0, Store) => {
             "C = A·Bᵀ, B [n, k] Q4_0 (GGUF blocks) dequantized to bf16 a tile at a time in shared memory, \
              A bf16, C f32; mma.sync"
         }
-        (Q4_0, Accumulate) => "C += A·Bᵀ (in place), B Q4_0 dequantized per tile in shared memory, A bf16, C f32",
-        (Q4_1, Store) => {
+        (Operands::Bf16, Q4_0, Accumulate) => "C += A·Bᵀ (in place), B Q4_0 dequantized per tile in shared memory, A bf16, C f32",
+        (Operands::Bf16, Q4_1, Store) => {
             "C = A·Bᵀ, B [n, k] Q4_1 (GGUF blocks) dequantized to bf16 a tile at a time in shared memory, \
              A bf16, C f32; mma.sync"
         }
-        (Q4_1, Accumulate) => "C += A·Bᵀ (in place), B Q4_1 dequantized per tile in shared memory, A bf16, C f32",
-        (Q4K, Store) => {
+        (Operands::Bf16, Q4_1, Accumulate) => "C += A·Bᵀ (in place), B Q4_1 dequantized per tile in shared memory, A bf16, C f32",
+        (Operands::Bf16, Q4K, Store) => {
             "C = A·Bᵀ, B [n, k] Q4_K (GGUF super-blocks) dequantized to bf16 a tile at a time in shared \
              memory, A bf16, C f32; mma.sync"
         }
-        (Q4K, Accumulate) => "C += A·Bᵀ (in place), B Q4_K dequantized per tile in shared memory, A bf16, C f32",
-        (Q6K, Store) => {
+        (Operands::Bf16, Q4K, Accumulate) => "C += A·Bᵀ (in place), B Q4_K dequantized per tile in shared memory, A bf16, C f32",
+        (Operands::Bf16, Q6K, Store) => {
             "C = A·Bᵀ, B [n, k] Q6_K (GGUF super-blocks) dequantized to bf16 a tile at a time in shared \
              memory, A bf16, C f32; mma.sync"
         }
-        (Q6K, Accumulate) => "C += A·Bᵀ (in place), B Q6_K dequantized per tile in shared memory, A bf16, C f32",
-        (Bf16, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B bf16, A bf16, C bf16; as gemm_bf16",
-        (Q8_0, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q8_0, A bf16, C bf16; as gemm_q8_0",
-        (Q4_0, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_0, A bf16, C bf16; as gemm_q4_0",
-        (Q4_1, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_1, A bf16, C bf16; as gemm_q4_1",
-        (Q4K, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_K, A bf16, C bf16; as gemm_q4_k",
-        (Q6K, StoreBf16) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q6_K, A bf16, C bf16; as gemm_q6_k",
+        (Operands::Bf16, Q6K, Accumulate) => "C += A·Bᵀ (in place), B Q6_K dequantized per tile in shared memory, A bf16, C f32",
+        (Operands::Bf16, Bf16, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B bf16, A bf16, C bf16; as gemm_bf16",
+        (Operands::Bf16, Q8_0, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q8_0, A bf16, C bf16; as gemm_q8_0",
+        (Operands::Bf16, Q4_0, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_0, A bf16, C bf16; as gemm_q4_0",
+        (Operands::Bf16, Q4_1, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_1, A bf16, C bf16; as gemm_q4_1",
+        (Operands::Bf16, Q4K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_K, A bf16, C bf16; as gemm_q4_k",
+        (Operands::Bf16, Q6K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q6_K, A bf16, C bf16; as gemm_q6_k",
+        (Operands::Bf16, F16, _) => "f16 weights with bf16 operands: refused (the gemm_f16_xf16 kernels take them)",
+        (Operands::F16, Bf16, Store) => {
+            "C = A·Bᵀ on tensor cores with f16 operands: A [m, k] f16, B [n, k] bf16 converted to f16 \
+             after ldmatrix (cvt.rn), C [m, n] f32, any m; mma.sync m16n8k16 f16, multi-stage cp.async"
+        }
+        (Operands::F16, Bf16, Accumulate) => {
+            "C += A·Bᵀ (in place), A [m, k] f16, B [n, k] bf16 converted to f16, C [m, n] f32; as gemm_bf16_xf16"
+        }
+        (Operands::F16, Bf16, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B bf16 converted to f16, A f16, C f16; \
+             as gemm_bf16_xf16"
+        }
+        (Operands::F16, F16, Store) => {
+            "C = A·Bᵀ on tensor cores: A [m, k] f16, B [n, k] f16, C [m, n] f32, any m; mma.sync m16n8k16 \
+             f16, ldmatrix, multi-stage cp.async"
+        }
+        (Operands::F16, F16, Accumulate) => {
+            "C += A·Bᵀ (in place), A [m, k] f16, B [n, k] f16, C [m, n] f32; as gemm_f16_xf16"
+        }
+        (Operands::F16, F16, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B f16, A f16, C f16; as gemm_f16_xf16"
+        }
+        (Operands::F16, Q8_0, Store) => {
+            "C = A·Bᵀ, B [n, k] Q8_0 (GGUF blocks) dequantized to f16 a tile at a time in shared \
+             memory, A [m, k] f16, C f32; mma.sync f16"
+        }
+        (Operands::F16, Q8_0, Accumulate) => {
+            "C += A·Bᵀ (in place), B Q8_0 dequantized to f16 per tile in shared memory, A f16, C f32"
+        }
+        (Operands::F16, Q8_0, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q8_0 dequantized to f16, A f16, C f16; \
+             as gemm_q8_0_xf16"
+        }
+        (Operands::F16, Q4_0, Store) => {
+            "C = A·Bᵀ, B [n, k] Q4_0 (GGUF blocks) dequantized to f16 a tile at a time in shared \
+             memory, A [m, k] f16, C f32; mma.sync f16"
+        }
+        (Operands::F16, Q4_0, Accumulate) => {
+            "C += A·Bᵀ (in place), B Q4_0 dequantized to f16 per tile in shared memory, A f16, C f32"
+        }
+        (Operands::F16, Q4_0, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_0 dequantized to f16, A f16, C f16; \
+             as gemm_q4_0_xf16"
+        }
+        (Operands::F16, Q4_1, Store) => {
+            "C = A·Bᵀ, B [n, k] Q4_1 (GGUF blocks) dequantized to f16 a tile at a time in shared \
+             memory, A [m, k] f16, C f32; mma.sync f16"
+        }
+        (Operands::F16, Q4_1, Accumulate) => {
+            "C += A·Bᵀ (in place), B Q4_1 dequantized to f16 per tile in shared memory, A f16, C f32"
+        }
+        (Operands::F16, Q4_1, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_1 dequantized to f16, A f16, C f16; \
+             as gemm_q4_1_xf16"
+        }
+        (Operands::F16, Q4K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q4_K (GGUF super-blocks) dequantized to f16 a tile at a time in shared \
+             memory, A [m, k] f16, C f32; mma.sync f16"
+        }
+        (Operands::F16, Q4K, Accumulate) => {
+            "C += A·Bᵀ (in place), B Q4_K dequantized to f16 per tile in shared memory, A f16, C f32"
+        }
+        (Operands::F16, Q4K, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_K dequantized to f16, A f16, C f16; \
+             as gemm_q4_k_xf16"
+        }
+        (Operands::F16, Q6K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q6_K (GGUF super-blocks) dequantized to f16 a tile at a time in shared \
+             memory, A [m, k] f16, C f32; mma.sync f16"
+        }
+        (Operands::F16, Q6K, Accumulate) => {
+            "C += A·Bᵀ (in place), B Q6_K dequantized to f16 per tile in shared memory, A f16, C f32"
+        }
+        (Operands::F16, Q6K, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q6_K dequantized to f16, A f16, C f16; \
+             as gemm_q6_k_xf16"
+        }
     }
 }
 

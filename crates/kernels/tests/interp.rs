@@ -140,6 +140,40 @@ fn gemm_quantized_residual() {
 }
 
 #[test]
+fn gemm_float_weights_xf16() {
+    // bf16 weights converted to f16 per fragment, and f16 weights, as gemm_bf16: a
+    // partial second row tile, 2 column tiles; and 64×32 warps, 2 stages.
+    for stem in ["gemm_bf16_xf16", "gemm_f16_xf16"] {
+        check(&case(stem, "m=200 n=256 k=96"));
+        check(&case(stem, "m=37 n=128 k=160 bm=64 bn=128 wn=32 stages=2"));
+        check(&case(&format!("{stem}_residual"), "m=131 n=128 k=64"));
+        check(&case(&format!("{stem}_to_f16"), "m=200 n=256 k=96"));
+    }
+}
+
+#[test]
+fn gemm_quantized_xf16() {
+    // As gemm_quantized: two row tiles (the second partial), two column tiles; Q4_K and
+    // Q6_K over two super-blocks; and half-row dequantization items.
+    for (stem, k) in [
+        ("gemm_q8_0_xf16", 128),
+        ("gemm_q4_0_xf16", 128),
+        ("gemm_q4_1_xf16", 192),
+        ("gemm_q4_k_xf16", 512),
+        ("gemm_q6_k_xf16", 512),
+    ] {
+        check(&case(stem, &format!("m=150 n=256 k={k}")));
+        for end in ["_residual", "_to_f16"] {
+            check(&case(&format!("{stem}{end}"), &format!("m=65 n=128 k={k}")));
+        }
+    }
+    check(&case(
+        "gemm_q4_0_xf16",
+        "m=100 n=128 k=192 bn=64 wn=32 stages=3",
+    ));
+}
+
+#[test]
 fn embed_float_tables() {
     // 40 groups over 32 threads: one full walk step and a guarded one.
     for name in ["embed_f32", "embed_bf16", "embed_f16"] {

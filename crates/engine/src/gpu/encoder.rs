@@ -28,7 +28,7 @@ mod weights;
 use quench_kernels::bias::BiasRowsParams;
 use quench_kernels::embed::{EmbedParams, TableFormat};
 use quench_kernels::encoder_attention::EncoderAttentionParams;
-use quench_kernels::gemm::{BFormat, Epilogue, GemmParams};
+use quench_kernels::gemm::{BFormat, Epilogue, GemmParams, Operands};
 use quench_kernels::norm_residual::{Norm, NormResidualParams, OutType};
 use quench_kernels::to_bf16::{Activation, ToBf16Params};
 use quench_models::arch::{Arch, ModelConfig, Naming, TensorSource};
@@ -557,6 +557,7 @@ fn compile(c: &ModelConfig, exec: &mut dyn Executor) -> Result<Kernels, GpuError
         warps: ATTENTION_WARPS,
     };
     let gemm = |n: usize, k: usize| GemmParams {
+        operands: Operands::Bf16,
         format: BFormat::Bf16,
         epilogue: Epilogue::Accumulate,
         n: n as u32,

@@ -55,7 +55,7 @@ use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
 use quench_kernels::attention::prefill::{self as attn_prefill, PrefillParams};
 use quench_kernels::bias::{self, BiasRowsParams};
 use quench_kernels::embed;
-use quench_kernels::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams};
+use quench_kernels::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams, Operands};
 use quench_kernels::norm_residual::{self, Norm, NormResidualParams, OutType};
 use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::silu_mul::{self, SiluMulParams};
@@ -372,7 +372,7 @@ impl<'a> ChunkBuilder<'a> {
         self.norm(label("ffn norm"), self.w.part(lw.norms, 1));
         let gate = at(self.gate_up16, 0);
         let up = Operand::At(self.gate_up16, Offset::Rows(2 * ffn as u64));
-        let (xn, to_bf16) = (self.normed, GemmEpilogue::StoreBf16);
+        let (xn, to_bf16) = (self.normed, GemmEpilogue::StoreHalf);
         let (wg, wu) = (self.w.part(lw.gate_up, 0), self.w.part(lw.gate_up, 1));
         self.gemm(
             label("gate projection"),
@@ -630,6 +630,7 @@ impl<'a> ChunkBuilder<'a> {
             .into_iter()
             .flat_map(|(bn, wn)| (2..=3).rev().map(move |stages| (bn, wn, stages)))
             .map(|(bn, wn, stages)| GemmParams {
+                operands: Operands::Bf16,
                 format: f,
                 epilogue,
                 n,

@@ -1,11 +1,11 @@
 //! Cases: seeded random operands, the reference outputs and their bound.
 
-use half::bf16;
 use quench_ir::Scalar;
 use quench_rt::Arg;
+use rand::Rng;
 
 use super::reference::{exact, tolerance, weights, wrong_weights};
-use super::{build, BFormat, Epilogue, GemmParams};
+use super::{build, Epilogue, GemmParams};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
@@ -15,29 +15,52 @@ use crate::error::KernelError;
 /// again on the host.
 const CONTROL_MAX_MACS: u64 = 1 << 32;
 
-/// The magnitudes of the random operands: `A` in ±[2^-4, 2], bf16 `B` in ±[2^-6, 0.5],
-/// and the f16 scales of quantized `B` in ±[2^-16, 2^-8] (subnormal f16 scales included).
+/// The magnitudes of the random operands: `A` in ±[2^-4, 2], bf16 and f16 `B` in
+/// ±[2^-6, 0.5], and the f16 scales of quantized `B` in ±[2^-16, 2^-8] (subnormal f16
+/// scales included).
 const A_RANGE: (f32, f32) = (0.0625, 2.0);
 const B_RANGE: (f32, f32) = (0.015625, 0.5);
 const SCALE_RANGE: (f32, f32) = (1.0 / 65536.0, 1.0 / 256.0);
 
+/// The exponents of the exactness case's bf16 and f16 weights: see [`spread_weights`].
+const SPREAD_EXPONENTS: (i32, i32) = (-30, 3);
+
 fn weight_bytes(p: &GemmParams, rng: &mut rand_chacha::ChaCha8Rng) -> Vec<u8> {
     let (n, k) = (p.n as usize, p.k as usize);
-    match p.format {
-        BFormat::Bf16 => data::bf16_bytes(&data::to_bf16(&data::signed(
-            rng,
-            n * k,
-            B_RANGE.0,
-            B_RANGE.1,
-        ))),
-        f => data::ggml_rows(rng, f.ggml(), n, k, SCALE_RANGE.0, SCALE_RANGE.1),
-    }
+    let (lo, hi) = if p.format.is_quantized() {
+        SCALE_RANGE
+    } else {
+        B_RANGE
+    };
+    data::ggml_rows(rng, p.format.ggml(), n, k, lo, hi)
 }
 
-/// `C`'s bytes holding `v`: f32, or each value rounded to bf16 (to nearest even).
-fn c_bytes_of(elem: Scalar, v: &[f32]) -> Vec<u8> {
+/// bf16 or f16 weights `±2^e·(1 + f)` with `e` uniform in [`SPREAD_EXPONENTS`] and `f` in
+/// [0, 1): under f16 operands some round to f16's subnormals (below 2^-14; bf16 ones
+/// inexactly below 2^-17) or to zero (below 2^-25), so the exactness case sees the
+/// conversion's rounding as well as its exact range.
+fn spread_weights(p: &GemmParams, rng: &mut rand_chacha::ChaCha8Rng) -> Vec<u8> {
+    let v: Vec<f32> = (0..p.n as usize * p.k as usize)
+        .map(|_| {
+            let e = rng.gen_range(SPREAD_EXPONENTS.0..=SPREAD_EXPONENTS.1);
+            let m = 1.0 + rng.gen::<f32>();
+            let x = m * 2f32.powi(e);
+            if rng.gen::<bool>() {
+                -x
+            } else {
+                x
+            }
+        })
+        .collect();
+    bytes_of(p.format.stored_elem(), &v)
+}
+
+/// `v` as the bytes of `elem`: f32 as is, or each value rounded to bf16 or f16 (to
+/// nearest even).
+fn bytes_of(elem: Scalar, v: &[f32]) -> Vec<u8> {
     match elem {
         Scalar::BF16 => data::bf16_bytes(&data::to_bf16(v)),
+        Scalar::F16 => data::f16_bytes(v),
         _ => data::f32_bytes(v),
     }
 }
@@ -52,18 +75,20 @@ fn check_m(p: &GemmParams, m: u32) -> Result<(), KernelError> {
     Ok(())
 }
 
-/// A case of `m` rows: random `A`, random `B` (every quant pattern, random scales), and
-/// for `C += A·Bᵀ` a random `C` in ±[2^-6, 4] updated in place.
+/// A case of `m` rows: random `A` (of the operand type), random `B` (every quant pattern,
+/// random scales), and for `C += A·Bᵀ` a random `C` in ±[2^-6, 4] updated in place.
 pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     check_m(p, m)?;
     let mut rng = data::rng(seed);
     let (mu, n, k) = (m as usize, p.n as usize, p.k as usize);
-    let a = data::to_bf16(&data::signed(&mut rng, mu * k, A_RANGE.0, A_RANGE.1));
+    let a: Vec<f32> = data::signed(&mut rng, mu * k, A_RANGE.0, A_RANGE.1)
+        .into_iter()
+        .map(|x| p.operands.round(x))
+        .collect();
     let b = weight_bytes(p, &mut rng);
     let w = weights(p, &b)?;
-    let af: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
-    let (sums, abs_sums) = exact(mu, n, k, &af, &w);
+    let (sums, abs_sums) = exact(mu, n, k, &a, &w);
     let accumulate = p.epilogue == Epilogue::Accumulate;
     let c0 = if accumulate {
         data::signed(&mut rng, mu * n, 0.015625, 4.0)
@@ -83,11 +108,11 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
     let want = finish(&sums);
     let (tol, explain) = tolerance(p, &abs_sums, &want);
     let check = Check::Bound { tol, explain };
-    let c_elem = p.epilogue.c_elem();
-    // An f32 result as the kernel stores it: as is, or rounded to bf16.
+    let c_elem = p.c_elem();
+    // An f32 result as the kernel stores it: as is, or rounded to the operand type.
     let expected = |data: &[f32]| Expected {
         buffer: 2,
-        data: c_bytes_of(c_elem, data),
+        data: bytes_of(c_elem, data),
         elem: c_elem,
         check: check.clone(),
     };
@@ -95,7 +120,7 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
     let mut controls = vec![];
     if mu as u64 * n as u64 * k as u64 <= CONTROL_MAX_MACS {
         let (wrong, what) = wrong_weights(p, &w);
-        let (wrong_sums, _) = exact(mu, n, k, &af, &wrong);
+        let (wrong_sums, _) = exact(mu, n, k, &a, &wrong);
         controls.push(Control {
             what: what.to_string(),
             expected: expected(&finish(&wrong_sums)),
@@ -122,7 +147,7 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
         launch: p.launch(m),
         bytes_moved: (mu * k * 2 + b.len()) as u64 + c_bytes,
         buffers: vec![
-            Buffer::input("a", data::bf16_bytes(&a)),
+            Buffer::input("a", bytes_of(p.operands.scalar(), &a)),
             Buffer::input("b", b),
             c_buffer,
         ],
@@ -140,9 +165,11 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
 
 /// A case that shows the weights the kernel multiplies bit for bit: `A` is the `k × k`
 /// identity, so `C` is `Bᵀ` as the kernel holds it (each output one exact product), and
-/// every element must equal `bf16(dequant(B))` — compared by value, as the tensor core
-/// may give either zero for a sum of zeros. `p` must store `C` (not add to it); stored as
-/// bf16, the values are unchanged (they are bf16 already).
+/// every element must equal [`weights`]: `bf16(dequant(B))` or `f16(dequant(B))`, bf16
+/// or f16 weights rounded to the operand type (their magnitudes spread from 2^-30 to
+/// 2^4, see [`spread_weights`]) — compared by value, as the tensor core may give either
+/// zero for a sum of zeros. `p` must store `C` (not add to it); stored in the operand
+/// type, the values are unchanged (they are of that type already).
 pub fn exactness_case(p: &GemmParams, seed: u64) -> Result<KernelCase, KernelError> {
     if p.epilogue == Epilogue::Accumulate {
         return Err(KernelError::unsupported(
@@ -153,17 +180,21 @@ pub fn exactness_case(p: &GemmParams, seed: u64) -> Result<KernelCase, KernelErr
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let (n, k) = (p.n as usize, p.k as usize);
-    let a: Vec<bf16> = (0..k * k)
-        .map(|i| bf16::from_f32(if i / k == i % k { 1.0 } else { 0.0 }))
+    let a: Vec<f32> = (0..k * k)
+        .map(|i| if i / k == i % k { 1.0 } else { 0.0 })
         .collect();
-    let b = weight_bytes(p, &mut rng);
+    let b = if p.format.is_quantized() {
+        weight_bytes(p, &mut rng)
+    } else {
+        spread_weights(p, &mut rng)
+    };
     let w = weights(p, &b)?;
     let want: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
     let check = Check::Bound {
         tol: vec![0.0; k * n],
         explain: "equal values: each output is one exact product".into(),
     };
-    let c_elem = p.epilogue.c_elem();
+    let c_elem = p.c_elem();
     let c_size = k * n * c_elem.bytes() as usize;
     Ok(KernelCase {
         name: p.name().to_string(),
@@ -172,7 +203,7 @@ pub fn exactness_case(p: &GemmParams, seed: u64) -> Result<KernelCase, KernelErr
         launch: p.launch(p.k),
         bytes_moved: (k * k * 2 + b.len() + c_size) as u64,
         buffers: vec![
-            Buffer::input("a", data::bf16_bytes(&a)),
+            Buffer::input("a", bytes_of(p.operands.scalar(), &a)),
             Buffer::input("b", b),
             Buffer::output("c", c_size),
         ],
@@ -184,7 +215,7 @@ pub fn exactness_case(p: &GemmParams, seed: u64) -> Result<KernelCase, KernelErr
         ],
         expected: vec![Expected {
             buffer: 2,
-            data: c_bytes_of(c_elem, &want),
+            data: bytes_of(c_elem, &want),
             elem: c_elem,
             check,
         }],

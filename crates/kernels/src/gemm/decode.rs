@@ -1,4 +1,5 @@
-//! Dequantizing a staged k-step of weight rows into the block's bf16 B tile.
+//! Dequantizing a staged k-step of weight rows into the block's B tile, of the operand
+//! type (bf16 or f16).
 //!
 //! The work is cut into **items**: `(row, part)`, a part being all 32 elements of the
 //! row's step or one 16-element half, so that every thread takes the same number of
@@ -7,8 +8,8 @@
 //! sit an odd number of words apart, so their shared-memory loads hit distinct banks.
 //!
 //! **Exactness.** Each weight is computed in f32 exactly as [`quench_models::dequant`]
-//! computes it, then rounded to bf16 (to nearest even): the tile holds
-//! `bf16(dequant(w))`. Integer fields become floats by the magic-number trick: a field
+//! computes it, then rounded to the operand type (to nearest even): the tile holds
+//! `bf16(dequant(w))` or `f16(dequant(w))`. Integer fields become floats by the magic-number trick: a field
 //! masked in place within the low 16 bits of a word, `v = n·2^s`, gives
 //! `bitcast(v | 0x4B00_0000) − (2^23 + bias·2^s) = (n − bias)·2^s` exactly, and the scale
 //! it is multiplied by is taken times `2^-s` (exact: a power of two, far from
@@ -22,9 +23,8 @@ use quench_ir::{Builder, Scalar, Type, Value};
 use super::format::BFormat;
 use super::raw::segment_bytes;
 use super::tiles::{swizzled, Ids};
-use super::{GemmParams, BK};
+use super::{GemmParams, Operands, BK};
 use crate::ggml::{f16_bits_to_f32, q4_k_scale_min, Magic, Scaled};
-use crate::lanes::emit_pack_bf16x2;
 
 /// Four bytes in a register, each seen where the magic trick can convert it: bytes 0
 /// and 1 in the word itself, bytes 2 and 3 in the word shifted down by 16.
@@ -72,6 +72,7 @@ struct Item {
 /// One thread's share of dequantizing a k-step into the B tile.
 pub struct Decoder {
     format: BFormat,
+    operands: Operands,
     items: Vec<Item>,
     magic: Magic,
     /// Elements per item: 32 or 16.
@@ -109,6 +110,7 @@ impl Decoder {
             .collect();
         Decoder {
             format: p.format,
+            operands: p.operands,
             items,
             magic: Magic::new(k),
             elems,
@@ -137,12 +139,12 @@ impl Decoder {
                 BFormat::Q4_0 | BFormat::Q4_1 => self.q4_legacy(k, &words, item, offsets[0]),
                 BFormat::Q4K => self.q4_k(k, &words, item, tile),
                 BFormat::Q6K => self.q6_k(k, &words, item, tile, &offsets),
-                BFormat::Bf16 => vec![],
+                BFormat::Bf16 | BFormat::F16 => vec![],
             };
             for (chunk, v) in item.chunks.iter().zip(values.chunks_exact(8)) {
                 let packed: Vec<Value> = v
                     .chunks_exact(2)
-                    .map(|p| emit_pack_bf16x2(k, p[0], p[1]))
+                    .map(|p| self.operands.emit_pack(k, p[0], p[1]))
                     .collect();
                 let vec = k.pack(Type::Vec(Scalar::U32, 4), &packed);
                 let at = k.add(buf, *chunk);

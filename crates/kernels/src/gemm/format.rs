@@ -9,6 +9,7 @@
 //! 2-byte aligned every other block, so their data then begins two bytes into the
 //! copied window ([`BFormat::data_offset`]).
 
+use quench_ir::Scalar;
 use quench_models::GgmlType;
 
 /// How `B` (the `[n, k]` weight operand) is stored.
@@ -16,6 +17,8 @@ use quench_models::GgmlType;
 pub enum BFormat {
     /// bf16, row-major `[n, k]`.
     Bf16,
+    /// f16, row-major `[n, k]` (GGUF type F16); with f16 operands only.
+    F16,
     /// GGUF blocks, rows of `k` elements back to back.
     Q8_0,
     Q4_0,
@@ -33,8 +36,9 @@ pub struct Segment {
 }
 
 impl BFormat {
-    pub const ALL: [BFormat; 6] = [
+    pub const ALL: [BFormat; 7] = [
         BFormat::Bf16,
+        BFormat::F16,
         BFormat::Q8_0,
         BFormat::Q4_0,
         BFormat::Q4_1,
@@ -45,6 +49,7 @@ impl BFormat {
     pub fn ggml(self) -> GgmlType {
         match self {
             BFormat::Bf16 => GgmlType::BF16,
+            BFormat::F16 => GgmlType::F16,
             BFormat::Q8_0 => GgmlType::Q8_0,
             BFormat::Q4_0 => GgmlType::Q4_0,
             BFormat::Q4_1 => GgmlType::Q4_1,
@@ -54,7 +59,16 @@ impl BFormat {
     }
 
     pub fn is_quantized(self) -> bool {
-        self != BFormat::Bf16
+        !matches!(self, BFormat::Bf16 | BFormat::F16)
+    }
+
+    /// The element type of `B` in memory: bf16, f16, or bytes for the block formats.
+    pub fn stored_elem(self) -> Scalar {
+        match self {
+            BFormat::Bf16 => Scalar::BF16,
+            BFormat::F16 => Scalar::F16,
+            _ => Scalar::U8,
+        }
     }
 
     /// `k` must be a multiple of this: whole blocks per row, rows 4-byte aligned, and for
@@ -62,7 +76,7 @@ impl BFormat {
     /// has the same alignment.
     pub fn k_multiple(self) -> u32 {
         match self {
-            BFormat::Bf16 => 32,
+            BFormat::Bf16 | BFormat::F16 => 32,
             BFormat::Q8_0 | BFormat::Q4_0 | BFormat::Q4_1 => 64,
             BFormat::Q4K => 256,
             BFormat::Q6K => 512,
@@ -73,7 +87,7 @@ impl BFormat {
     pub fn row_bytes(self, k: u32) -> u64 {
         let k = k as u64;
         match self {
-            BFormat::Bf16 => 2 * k,
+            BFormat::Bf16 | BFormat::F16 => 2 * k,
             BFormat::Q8_0 => k / 32 * 34,
             BFormat::Q4_0 => k / 32 * 18,
             BFormat::Q4_1 => k / 32 * 20,
@@ -100,7 +114,7 @@ impl BFormat {
         const Q4K: [Segment; 2] = [seg(0, 4), seg(4, 8)];
         const Q6K: [Segment; 4] = [seg(0, 9), seg(9, 9), seg(18, 1), seg(19, 1)];
         match self {
-            BFormat::Bf16 => &[],
+            BFormat::Bf16 | BFormat::F16 => &[],
             BFormat::Q8_0 => &Q8_0,
             BFormat::Q4_0 | BFormat::Q4_1 => &Q4,
             BFormat::Q4K => &Q4K,
@@ -138,7 +152,7 @@ impl BFormat {
             (BFormat::Q6K, 1) => 210 * sb + 128 + 32 * (s / 4),
             (BFormat::Q6K, 2) => 210 * sb + 192 + 2 * s,
             (BFormat::Q6K, _) => 210 * sb + 208,
-            (BFormat::Bf16, _) => 0,
+            (BFormat::Bf16 | BFormat::F16, _) => 0,
         }
     }
 

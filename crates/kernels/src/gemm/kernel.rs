@@ -2,7 +2,7 @@
 //! epilogue.
 //!
 //! **The k-loop.** Commit group `j` carries A's tile `j` into stage `j mod stages`, and
-//! B's tile `j` (bf16) or the stored bytes of tile `j + 1` (quantized, into staging slot
+//! B's tile `j` (bf16 or f16) or the stored bytes of tile `j + 1` (quantized, into staging slot
 //! `(j + 1) mod stages`). Iteration `t` enters holding the fragments of tile `t`'s first
 //! k16 slice (loaded by the previous iteration) and:
 //! 1. loads the second slice's fragments of tile `t`;
@@ -32,9 +32,10 @@ use crate::lanes::gptr;
 
 /// Where the B tile of a k-step comes from.
 enum BSource {
-    /// bf16 tiles copied like A's, one per stage.
+    /// bf16 or f16 tiles copied like A's, one per stage.
     Tiles(TileCopy),
-    /// Stored bytes, staged in `raw_s`, dequantized into one of two bf16 tile buffers.
+    /// Stored bytes, staged in `raw_s`, dequantized into one of two tile buffers of the
+    /// operand type.
     Dequant {
         raw: RawCopy,
         dec: Decoder,
@@ -59,20 +60,22 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     let quantized = p.format.is_quantized();
     let mut kb = Builder::new(p.name(), threads);
     let k = &mut kb;
-    let a = k.param("a", gptr(Scalar::BF16));
-    let b = k.param("b", gptr(if quantized { Scalar::U8 } else { Scalar::BF16 }));
-    let c = k.param("c", gptr(p.epilogue.c_elem()));
+    let operand = p.operands.scalar();
+    let a = k.param("a", gptr(operand));
+    let b = k.param("b", gptr(p.format.stored_elem()));
+    let c = k.param("c", gptr(p.c_elem()));
     let m = k.param("m", Type::U32);
 
     let (a_stage, b_stage) = (p.bm * BK, p.bn * BK);
+    // Stored bf16 or f16 tiles as they are copied; dequantized ones of the operand type.
+    let (b_elem, b_buffers) = if quantized {
+        (operand, 2)
+    } else {
+        (p.format.stored_elem(), stages)
+    };
     let sm = Smem {
-        a_s: k.shared_array("a_tile", Scalar::BF16, stages * a_stage, 128),
-        b_s: k.shared_array(
-            "b_tile",
-            Scalar::BF16,
-            if quantized { 2 } else { stages } * b_stage,
-            128,
-        ),
+        a_s: k.shared_array("a_tile", operand, stages * a_stage, 128),
+        b_s: k.shared_array("b_tile", b_elem, b_buffers * b_stage, 128),
         a_stage,
         b_stage,
         raw_stage: p.bn * p.format.staged_stride(),

@@ -23,7 +23,7 @@ pub fn segment_bytes(k: &mut Builder, f: BFormat, tile: Value) -> Vec<Value> {
     let sb = k.shr_const(tile, 3);
     let s = k.and_const(tile, 7);
     match f {
-        BFormat::Bf16 => vec![],
+        BFormat::Bf16 | BFormat::F16 => vec![],
         BFormat::Q8_0 => vec![k.mul_const(tile, 34)],
         BFormat::Q4_0 => vec![k.mul_const(tile, 18)],
         BFormat::Q4_1 => vec![k.mul_const(tile, 20)],

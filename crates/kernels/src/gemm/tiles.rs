@@ -1,8 +1,9 @@
 //! The parts every matrix product of this family shares: the block's identity, copies
-//! of bf16 tiles into shared memory, the fragment loads and `mma.sync` of one k-step,
+//! of 16-bit tiles into shared memory, the fragment loads and `mma.sync` of one k-step,
 //! and the epilogue that writes `C`.
 //!
-//! A shared-memory tile holds `rows × 32` bf16, one 64-byte row per matrix row; 16-byte
+//! A shared-memory tile holds `rows × 32` 16-bit elements (bf16 or f16), one 64-byte row
+//! per matrix row; 16-byte
 //! chunk `c` of row `r` sits at chunk `c ^ ((r >> 1) & 3)`. Eight consecutive rows then
 //! cover all eight 16-byte bank groups for any fixed `c`, so `ldmatrix` (eight row
 //! addresses per phase), the 16-byte `cp.async` copies and the dequantizer's 16-byte
@@ -11,7 +12,7 @@
 use quench_ir::{Builder, CacheOp, FragRole, MmaShape, Scalar, Type, Value};
 
 use super::{Epilogue, GemmParams, BK, WARP_M};
-use crate::lanes::{emit_pack_bf16x2, wide_mul};
+use crate::lanes::{emit_pack_f16x2, emit_unpack_bf16x2, wide_mul};
 
 /// Element offset, within a tile, of chunk `chunk` of row `row` (both `u32` values).
 pub fn swizzled(k: &mut Builder, row: Value, chunk: Value) -> Value {
@@ -62,7 +63,7 @@ impl Ids {
     }
 }
 
-/// One thread's share of copying a `[rows][32]` bf16 tile of a row-major `[·, kdim]`
+/// One thread's share of copying a `[rows][32]` 16-bit tile of a row-major `[·, kdim]`
 /// operand into a stage of shared memory: chunk `tid & 3` of rows `tid / 4 + i·threads/4`.
 pub struct TileCopy {
     /// Global address of each of this thread's chunks at k-step 0, as a pointer and a
@@ -209,7 +210,9 @@ impl Frags {
     }
 
     /// Slice `ks` (0 or 1) of the k-step held by the A tile at element offset `a_stage`
-    /// of `a_s` and the B tile at `b_stage` of `b_s`.
+    /// of `a_s` and the B tile at `b_stage` of `b_s`, as fragments of the operand type:
+    /// a bf16 B tile under f16 operands has each register converted (both halves widened
+    /// to f32 exactly, then rounded to nearest f16).
     pub fn load(
         k: &mut Builder,
         p: &GemmParams,
@@ -218,8 +221,10 @@ impl Frags {
         (a_s, a_stage): (Value, Value),
         (b_s, b_stage): (Value, Value),
     ) -> Frags {
-        let frag_a = Builder::frag_type(MmaShape::M16N8K16, FragRole::A, Scalar::BF16);
-        let frag_b = Builder::frag_type(MmaShape::M16N8K16, FragRole::B, Scalar::BF16);
+        let operand = p.operands.scalar();
+        let frag_a = Builder::frag_type(MmaShape::M16N8K16, FragRole::A, operand);
+        let frag_b = Builder::frag_type(MmaShape::M16N8K16, FragRole::B, operand);
+        let pair = Type::Scalar(p.operands.pair());
         let a_base = k.add(a_stage, f.a[ks]);
         let a = (0..WARP_M / 16)
             .map(|mi| {
@@ -237,7 +242,13 @@ impl Frags {
             let regs: Vec<Value> = (0..4)
                 .map(|i| {
                     let r = k.extract(v, i);
-                    k.bitcast(Type::Scalar(Scalar::BF16x2), r)
+                    let r = if p.converts_b() {
+                        let [lo, hi] = emit_unpack_bf16x2(k, r);
+                        emit_pack_f16x2(k, lo, hi)
+                    } else {
+                        r
+                    };
+                    k.bitcast(pair, r)
                 })
                 .collect();
             b.push(k.pack(frag_b, &regs[0..2]));
@@ -260,8 +271,8 @@ impl Frags {
 }
 
 /// Write the warp tile to `C` (row-major `[m, n]`), rows below `m` only, as `p`'s
-/// epilogue says: f32 stored or added to what `C` holds (one rounding), or rounded to
-/// bf16 (`cvt.rn`, to nearest even) and stored as one 4-byte pair.
+/// epilogue says: f32 stored or added to what `C` holds (one rounding), or rounded to the
+/// operand type, bf16 or f16 (`cvt.rn`, to nearest even), and stored as one 4-byte pair.
 ///
 /// Accumulator layout: `c0, c1` at (row `g`, columns `2t, 2t + 1`), `c2, c3` at row
 /// `g + 8`, with `g = lane / 4`, `t = lane mod 4`.
@@ -309,8 +320,8 @@ pub fn store_c(k: &mut Builder, p: &GemmParams, ids: &Ids, c: Value, m: Value, a
                             let v = k.pack(vec2, &sum);
                             k.store(at, v);
                         }
-                        Epilogue::StoreBf16 => {
-                            let pair = emit_pack_bf16x2(k, lo, hi);
+                        Epilogue::StoreHalf => {
+                            let pair = p.operands.emit_pack(k, lo, hi);
                             let at = k.ptr_cast(Scalar::U32, at);
                             k.store(at, pair);
                         }
