@@ -39,7 +39,8 @@ pub struct CheckArgs {
     /// The CUDA device.
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
-    /// Prompts, one per line (blank lines skipped) [default: 8 built-in prompts].
+    /// Prompts, one per line (blank lines skipped) [default: 8 built-in prompts, and a
+    /// table of at least 1,000 tokens where the context holds it].
     #[arg(long, value_name = "FILE")]
     pub prompts: Option<PathBuf>,
     /// Tokens generated (greedily) per prompt, each judged.
@@ -52,6 +53,10 @@ pub struct CheckArgs {
     /// The element type of the device's KV cache.
     #[arg(long, value_enum, default_value = "f16")]
     pub kv_cache: KvCacheArg,
+    /// Most prompt tokens one pass of the device's prompt path takes [default: 512]; 0
+    /// feeds prompts one token per decode step.
+    #[arg(long, value_name = "TOKENS")]
+    pub prefill_chunk: Option<usize>,
     /// After the check, time this many greedy decode steps (0: no timing).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub time_tokens: usize,
@@ -81,6 +86,29 @@ const DEFAULT_PROMPTS: [&str; 8] = [
     "User: Can you recommend a good book about space?\nAssistant:",
     "In 1969, the Apollo 11 mission",
 ];
+
+/// The fewest tokens of the built-in long prompt: long enough that the prompt path
+/// multiplies matrices of many rows and attends over a long causal span.
+const LONG_PROMPT_TOKENS: usize = 1000;
+
+/// The built-in long prompt: a table of products, one per line, grown until the model's
+/// tokenizer makes at least [`LONG_PROMPT_TOKENS`] tokens of it, then a question about
+/// it. `count` gives a text's token count.
+fn long_prompt(count: &dyn Fn(&str) -> Result<usize, String>) -> Result<String, String> {
+    const QUESTION: &str = "\nQ: According to the table, what is 7 × 12?\nA:";
+    let mut text = String::from("A table of products, one per line:\n");
+    // Each block of 144 lines adds several hundred tokens in any tokenizer; the count is
+    // checked a block at a time.
+    for a in 2u32.. {
+        for b in 2..=13u32 {
+            text.push_str(&format!("{a} × {b} = {}\n", a * b));
+        }
+        if a % 12 == 1 && count(&format!("{text}{QUESTION}"))? >= LONG_PROMPT_TOKENS {
+            break;
+        }
+    }
+    Ok(format!("{text}{QUESTION}"))
+}
 
 /// What the device produced for one prompt.
 struct DeviceRun {
@@ -232,18 +260,21 @@ fn report_progress(p: StreamProgress) {
     }
 }
 
-/// Greedy generation on the device for every prompt.
+/// Greedy generation on the device for every prompt — and, with the built-in prompts,
+/// the long one where the context holds it. Every prompt is tokenized and measured
+/// against the context before anything is generated.
 fn generate_on_device(
     a: &CheckArgs,
     path: &Path,
     device: Device,
-    prompts: &[String],
+    mut prompts: Vec<String>,
 ) -> Result<(Vec<DeviceRun>, GpuSummary, Option<DecodeTiming>), String> {
     let options = LoadOptions {
         device,
         gpu: a.gpu,
         context_limit: a.context,
         kv_cache: a.kv_cache.into(),
+        prefill_chunk: a.prefill_chunk,
         ..LoadOptions::default()
     };
     let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;
@@ -271,11 +302,46 @@ fn generate_on_device(
         ignore_eos: true,
         ..GenerateOptions::default()
     };
-    let mut runs = Vec::with_capacity(prompts.len());
-    for p in prompts {
-        let prompt_tokens = model
+    let tokenize = |p: &str| {
+        model
             .prompt_tokens(Prompt::Text(p))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("tokenizing a prompt: {e}"))
+    };
+    let context = summary.context;
+    if a.prompts.is_none() {
+        let long = long_prompt(&|p| tokenize(p).map(|t| t.len()))?;
+        let n = tokenize(&long)?.len();
+        if n + a.tokens <= context {
+            prompts.push(long);
+        } else {
+            eprintln!(
+                "the built-in long prompt ({n} tokens) and {} generated tokens do not fit the \
+                 context of {context} positions; it is left out",
+                a.tokens
+            );
+        }
+    }
+    let mut tokenized = Vec::with_capacity(prompts.len());
+    for (i, p) in prompts.iter().enumerate() {
+        let t = tokenize(p)?;
+        if t.len() + a.tokens > context {
+            return Err(format!(
+                "prompt {} has {} tokens: with --tokens {} it needs {} positions, but the \
+                 context holds {context} (--context)",
+                i + 1,
+                t.len(),
+                a.tokens,
+                t.len() + a.tokens
+            ));
+        }
+        tokenized.push(t);
+    }
+    let mut runs = Vec::with_capacity(prompts.len());
+    for (p, prompt_tokens) in prompts.iter().zip(tokenized) {
+        eprintln!(
+            "generating after a prompt of {} tokens",
+            prompt_tokens.len()
+        );
         let outcome = model
             .generate(
                 &mut model.new_session(),
@@ -320,7 +386,6 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     // The bound is fixed here, before anything runs, and recorded as such.
     let bound = LogitBound::FP64_CHECK;
     let path = cmd_pull::resolve(a.model.as_deref(), SMOLLM2, a.cache.as_deref())?;
-    let prompts = read_prompts(a)?;
     let (backend, device) = match a.device {
         CheckDevice::Cuda => (Device::Cuda, crate::gpu::describe(a.gpu)?),
         CheckDevice::Interp => (
@@ -330,7 +395,8 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     };
     let hashes = checkpoint_hashes(&path)?;
 
-    let (runs, summary, timing) = generate_on_device(a, &path, backend, &prompts)?;
+    let (runs, summary, timing) = generate_on_device(a, &path, backend, read_prompts(a)?)?;
+    let prompts: Vec<&str> = runs.iter().map(|r| r.prompt.as_str()).collect();
     eprintln!("judging with the f64 CPU reference, streamed a layer at a time ...");
     let reference = Reference::load(&path)
         .map_err(|e| e.to_string())?

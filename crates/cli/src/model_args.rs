@@ -63,6 +63,11 @@ pub struct ModelArgs {
     /// On a GPU, the element type of the KV cache.
     #[arg(long, value_enum, default_value = "f16")]
     pub kv_cache: KvCacheArg,
+    /// On a GPU, most prompt tokens one pass of the prompt path takes (tensor-core
+    /// products over the pass's rows) [default: 512]; 0 feeds the prompt one token per
+    /// decode step.
+    #[arg(long, value_name = "TOKENS")]
+    pub prefill_chunk: Option<usize>,
     /// Print no diagnostics (load time, speed) on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -96,6 +101,7 @@ impl ModelArgs {
             },
             tensor_core_decode: self.tensor_core_decode,
             kv_cache: self.kv_cache.into(),
+            prefill_chunk: self.prefill_chunk,
             ..LoadOptions::default()
         }
     }

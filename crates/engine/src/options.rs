@@ -87,8 +87,8 @@ pub struct LoadOptions {
     pub tensor_core_decode: bool,
     /// On a GPU: the element type of the KV cache.
     pub kv_cache: KvCache,
-    /// On a GPU: most tokens of a prompt one chunk of the prompt path takes; 0 (the
-    /// default) feeds prompts one decode step per token
-    /// ([`crate::gpu::GpuOptions::prefill_chunk`]).
-    pub prefill_chunk: usize,
+    /// On a GPU: most tokens of a prompt one chunk of the prompt path takes; `None`: the
+    /// default, [`crate::gpu::DEFAULT_PREFILL_CHUNK`]; 0 feeds prompts one decode step per
+    /// token ([`crate::gpu::GpuOptions::prefill_chunk`]).
+    pub prefill_chunk: Option<usize>,
 }

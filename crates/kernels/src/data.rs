@@ -54,6 +54,15 @@ pub fn to_bf16(v: &[f32]) -> Vec<bf16> {
     v.iter().map(|&x| bf16::from_f32(x)).collect()
 }
 
+/// Round each value to f16 (to nearest even).
+pub fn to_f16(v: &[f32]) -> Vec<half::f16> {
+    v.iter().map(|&x| half::f16::from_f32(x)).collect()
+}
+
+pub fn f16_values_bytes(v: &[half::f16]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect()
+}
+
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }

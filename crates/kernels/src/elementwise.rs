@@ -3,13 +3,15 @@
 //!
 //! Thread `i` of the grid handles 16-byte group `i` (4 f32 or 8 bf16) with one vector
 //! load per input and one vector store; the `n mod group` trailing elements go one per
-//! thread to the first threads of the grid. `f` computes in f32; bf16 inputs are widened
-//! exactly and the result is rounded to bf16 once, to nearest even.
+//! thread to the first threads of the grid. `f` computes in f32; bf16 and f16 inputs are
+//! widened exactly and the result is rounded to the element type once, to nearest even.
 
 use quench_ir::{Builder, Scalar, Type, Value};
 use quench_rt::Launch;
 
-use crate::lanes::{emit_pack_bf16x2, emit_unpack_bf16x2, words};
+use crate::lanes::{
+    emit_pack_bf16x2, emit_pack_f16x2, emit_unpack_bf16x2, emit_unpack_f16x2, words,
+};
 
 /// Elements in one 16-byte group of `elem`.
 pub fn group(elem: Scalar) -> u32 {
@@ -23,7 +25,7 @@ pub fn launch(elem: Scalar, n: u32, threads: u32) -> Launch {
     Launch::linear(per_thread.div_ceil(threads).max(1), threads)
 }
 
-/// Emit the body: `inputs` and `out` are global pointers to `elem` (f32 or bf16), `n` the
+/// Emit the body: `inputs` and `out` are global pointers to `elem` (f32, bf16 or f16), `n` the
 /// element count (u32), `f` maps f32 inputs of one element to its f32 result.
 pub fn emit_map(
     k: &mut Builder,
@@ -59,6 +61,10 @@ pub fn emit_map(
             let at = k.ptr_add(out, word);
             k.store(at, v);
         } else {
+            let (unpack, pack): (fn(&mut Builder, Value) -> [Value; 2], _) = match elem {
+                Scalar::F16 => (emit_unpack_f16x2, emit_pack_f16x2 as fn(&mut _, _, _) -> _),
+                _ => (emit_unpack_bf16x2, emit_pack_bf16x2),
+            };
             let ty = Type::Vec(Scalar::U32, 4);
             let loaded: Vec<Value> = inputs
                 .iter()
@@ -74,14 +80,14 @@ pub fn emit_map(
                         .iter()
                         .map(|&v| {
                             let w = k.extract(v, i);
-                            emit_unpack_bf16x2(k, w)
+                            unpack(k, w)
                         })
                         .collect();
                     let lo: Vec<Value> = halves.iter().map(|h| h[0]).collect();
                     let hi: Vec<Value> = halves.iter().map(|h| h[1]).collect();
                     let rlo = f(k, &lo);
                     let rhi = f(k, &hi);
-                    emit_pack_bf16x2(k, rlo, rhi)
+                    pack(k, rlo, rhi)
                 })
                 .collect();
             let v = k.pack(ty, &packed);
@@ -113,7 +119,7 @@ pub fn emit_map(
         let r = if elem == Scalar::F32 {
             r
         } else {
-            k.cvt(Scalar::BF16, r)
+            k.cvt(elem, r)
         };
         let at = k.ptr_add(out, i);
         k.store(at, r);

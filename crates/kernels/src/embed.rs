@@ -22,7 +22,7 @@ use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
 use crate::ggml::{self, Bytes, Magic};
-use crate::lanes::{emit_unpack_bf16x2, gptr, wide_mul, words};
+use crate::lanes::{emit_unpack_bf16x2, emit_unpack_f16x2, gptr, wide_mul, words};
 use crate::rows::{self, RowWalk};
 
 /// Element formats of an embedding table.
@@ -269,15 +269,6 @@ fn emit_group(
             (values, Some(runs))
         }
     }
-}
-
-/// The two f16 halves of a 32-bit word (low half first), widened to f32 (exact).
-pub fn emit_unpack_f16x2(k: &mut Builder, word: Value) -> [Value; 2] {
-    let pair = k.bitcast(Type::Scalar(Scalar::F16x2), word);
-    [0, 1].map(|i| {
-        let h = k.extract(pair, i);
-        k.cvt(Scalar::F32, h)
-    })
 }
 
 /// The rows of `table` named by `ids`, dequantized; a row of NaN for an id `≥ vocab`.

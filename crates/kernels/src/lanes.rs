@@ -184,6 +184,15 @@ pub fn emit_pack_bf16x2(k: &mut Builder, lo: Value, hi: Value) -> Value {
     k.bitcast(Type::U32, pair)
 }
 
+/// The two f16 halves of a 32-bit word (low half first), widened to f32 (exact).
+pub fn emit_unpack_f16x2(k: &mut Builder, word: Value) -> [Value; 2] {
+    let pair = k.bitcast(Type::Scalar(Scalar::F16x2), word);
+    [0, 1].map(|i| {
+        let h = k.extract(pair, i);
+        k.cvt(Scalar::F32, h)
+    })
+}
+
 /// Round two f32 to f16 (to nearest even; past ±65504 to infinity) and pack them, `lo`
 /// in the low half.
 pub fn emit_pack_f16x2(k: &mut Builder, lo: Value, hi: Value) -> Value {

@@ -20,7 +20,7 @@ use crate::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams, Operands}
 use crate::gemv::{self, GemvParams};
 use crate::gemv_tc;
 use crate::lanes::Combine;
-use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
+use crate::norm_residual::{self, Norm, NormOut, NormResidualParams, OutType};
 use crate::params::{self, ParamInfo, Params, Reader};
 use crate::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
 use crate::reduce::{self, ReduceParams};
@@ -44,7 +44,7 @@ enum Family {
     Gemv,
     Gemm(Operands, BFormat, GemmEpilogue),
     Embed(TableFormat),
-    NormResidual(Norm, OutType),
+    NormResidual(Norm, NormOut),
     Rope(RopeStyle),
     QGemv(WeightFormat, Epilogue, OutType),
     QGemvRmsNorm(WeightFormat, Epilogue),
@@ -56,7 +56,7 @@ enum Family {
     RopeAppend(RopeStyle, bool, KvElem),
     AttentionPrefill(KvElem),
     Sample,
-    ToBf16(Activation),
+    ToBf16(Activation, Scalar),
     BiasRows,
     EncoderAttention,
 }
@@ -114,8 +114,9 @@ impl KernelSpec {
             }
             Family::AttentionPrefill(kv) => prefill::build(&prefill_params(kv, &r)?),
             Family::Sample => sample::build(&sample_params(&r)?),
-            Family::ToBf16(a) => to_bf16::build(&ToBf16Params {
+            Family::ToBf16(a, out) => to_bf16::build(&ToBf16Params {
                 activation: a,
+                out,
                 threads: threads(&r)?,
             }),
             Family::BiasRows => bias::build(&BiasRowsParams {
@@ -225,9 +226,10 @@ impl KernelSpec {
                 prefill::case(&prefill_params(kv, &r)?, q_start, n_q, seed)
             }
             Family::Sample => sample::case(&sample_params(&r)?, rows_of(&r)?, seed),
-            Family::ToBf16(a) => to_bf16::case(
+            Family::ToBf16(a, out) => to_bf16::case(
                 &ToBf16Params {
                     activation: a,
+                    out,
                     threads: threads(&r)?,
                 },
                 n_of(&r)?,
@@ -292,7 +294,7 @@ impl Family {
             }
             Family::Argmax => "rows=3 cols=10000 threads=256",
             Family::Sample => "rows=3 cols=4096 threads=256",
-            Family::ToBf16(_) | Family::BiasRows | Family::EncoderAttention => "",
+            Family::ToBf16(..) | Family::BiasRows | Family::EncoderAttention => "",
         }
     }
 
@@ -329,7 +331,7 @@ impl Family {
             Family::KvAppend(_) => "tokens=64 n_seqs=8 max_blocks=16",
             Family::Argmax => "rows=4 cols=128256",
             Family::Sample => "rows=8 cols=32768",
-            Family::ToBf16(_) | Family::BiasRows | Family::EncoderAttention => "",
+            Family::ToBf16(..) | Family::BiasRows | Family::EncoderAttention => "",
         }
     }
 
@@ -360,7 +362,7 @@ impl Family {
             | Family::RopeAppend(..)
             | Family::AttentionPrefill(_)
             | Family::Sample
-            | Family::ToBf16(_)
+            | Family::ToBf16(..)
             | Family::BiasRows
             | Family::EncoderAttention => &[""],
         }
@@ -439,7 +441,7 @@ pub fn library() -> Vec<KernelSpec> {
         ),
         spec(
             silu_mul::NAME,
-            "y = silu(g)·u (SwiGLU gate), bf16 in/out, f32 math with ex2.approx and div.approx",
+            "y = silu(g)·u (SwiGLU gate), f16 in/out, f32 math with ex2.approx and div.approx",
             ELEMENTWISE,
             Family::SiluMul,
         ),
@@ -511,10 +513,11 @@ pub fn library() -> Vec<KernelSpec> {
         ));
     }
     for (norm, out) in [
-        (Norm::Rms, OutType::BF16),
-        (Norm::Rms, OutType::F32),
-        (Norm::Layer, OutType::BF16),
-        (Norm::Layer, OutType::F32),
+        (Norm::Rms, NormOut::BF16),
+        (Norm::Rms, NormOut::F16),
+        (Norm::Rms, NormOut::F32),
+        (Norm::Layer, NormOut::BF16),
+        (Norm::Layer, NormOut::F32),
     ] {
         let p = NormResidualParams {
             norm,
@@ -523,16 +526,22 @@ pub fn library() -> Vec<KernelSpec> {
             threads: 0,
         };
         let description = match (norm, out) {
-            (Norm::Rms, OutType::BF16) => {
+            (Norm::Rms, NormOut::BF16) => {
                 "h = x + residual (f32, written back), y = RMSNorm(h)·w (f32 weight) -> bf16; IEEE ops, fixed order"
             }
-            (Norm::Rms, OutType::F32) => {
+            (Norm::Rms, NormOut::F16) => {
+                "h = x + residual (f32, written back), y = RMSNorm(h)·w (f32 weight) -> f16; IEEE ops, fixed order"
+            }
+            (Norm::Rms, NormOut::F32) => {
                 "h = x + residual (f32, written back), y = RMSNorm(h)·w (f32 weight) -> f32; IEEE ops, fixed order"
             }
-            (Norm::Layer, OutType::BF16) => {
+            (Norm::Layer, NormOut::BF16) => {
                 "h = x + residual (f32, written back), y = LayerNorm(h)·w + b (f32) -> bf16; IEEE ops, two-pass variance"
             }
-            (Norm::Layer, OutType::F32) => {
+            (Norm::Layer, NormOut::F16) => {
+                "h = x + residual (f32, written back), y = LayerNorm(h)·w + b (f32) -> f16; IEEE ops, two-pass variance"
+            }
+            (Norm::Layer, NormOut::F32) => {
                 "h = x + residual (f32, written back), y = LayerNorm(h)·w + b (f32) -> f32; IEEE ops, two-pass variance"
             }
         };
@@ -659,13 +668,25 @@ pub fn library() -> Vec<KernelSpec> {
         "cast_f32_bf16",
         "y = bf16(x), f32 in, bf16 out (round to nearest even), 16-byte loads",
         ELEMENTWISE,
-        Family::ToBf16(Activation::Identity),
+        Family::ToBf16(Activation::Identity, Scalar::BF16),
+    ));
+    all.push(spec(
+        "cast_f32_f16",
+        "y = f16(x), f32 in, f16 out (round to nearest even, ±65504 at most), 16-byte loads",
+        ELEMENTWISE,
+        Family::ToBf16(Activation::Identity, Scalar::F16),
     ));
     all.push(spec(
         "gelu_f32_bf16",
         "y = gelu(x), erf form (BERT's), f32 in, bf16 out; erfc by A&S 7.1.26 with ex2.approx",
         ELEMENTWISE,
-        Family::ToBf16(Activation::GeluErf),
+        Family::ToBf16(Activation::GeluErf, Scalar::BF16),
+    ));
+    all.push(spec(
+        "gelu_f32_f16",
+        "y = gelu(x), erf form (BERT's), f32 in, f16 out; erfc by A&S 7.1.26 with ex2.approx",
+        ELEMENTWISE,
+        Family::ToBf16(Activation::GeluErf, Scalar::F16),
     ));
     all.push(spec(
         bias::NAME,
@@ -786,15 +807,15 @@ fn prefill_description(kv: KvElem) -> &'static str {
     match kv {
         KvElem::BF16 => {
             "causal attention of a prompt chunk over the paged bf16 KV cache on tensor cores (mma.sync, \
-             ldmatrix, cp.async), online softmax with ex2.approx, GQA; bf16 out"
+             ldmatrix, cp.async), online softmax with ex2.approx, GQA; f16 out"
         }
         KvElem::F16 => {
             "causal attention of a prompt chunk over the paged f16 KV cache on tensor cores (mma.sync f16, \
-             ldmatrix, cp.async), online softmax with ex2.approx, GQA; bf16 out"
+             ldmatrix, cp.async), online softmax with ex2.approx, GQA; f16 out"
         }
         KvElem::F32 => {
             "causal attention of a prompt chunk over the paged f32 KV cache on tensor cores (tiles rounded to \
-             f16 as they load, mma.sync f16, ldmatrix), online softmax with ex2.approx, GQA; bf16 out"
+             f16 as they load, mma.sync f16, ldmatrix), online softmax with ex2.approx, GQA; f16 out"
         }
     }
 }
@@ -1570,7 +1591,7 @@ fn embed_params(format: TableFormat, r: &Reader) -> Result<EmbedParams, KernelEr
 
 fn norm_residual_params(
     norm: Norm,
-    out: OutType,
+    out: NormOut,
     r: &Reader,
 ) -> Result<NormResidualParams, KernelError> {
     Ok(NormResidualParams {

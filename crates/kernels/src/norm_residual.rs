@@ -6,7 +6,8 @@
 //!
 //! **Layout**: `x`, `residual` `[rows, cols]` f32 row-major (the residual stream is f32);
 //! `w`, `b` `[cols]` f32 (norm weights are kept in f32: GGUF stores them so, and widening
-//! bf16 ones is exact); `y` `[rows, cols]` f32 or bf16 (bf16 feeds the next projection);
+//! bf16 ones is exact); `y` `[rows, cols]` f32, bf16 or f16 (a 16-bit type feeds the next projection's
+//! tensor cores);
 //! `eps` an f32 argument. `cols` a multiple of 4: groups of 4 f32 (16 bytes) walked by
 //! [`crate::rows::RowWalk`], one block per row (grid = rows).
 //!
@@ -24,7 +25,8 @@ use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
 use crate::lanes::{
-    block_allreduce, emit_block_allreduce, emit_pack_bf16x2, gptr, round_bf16, wide_mul, Combine,
+    block_allreduce, emit_block_allreduce, emit_pack_bf16x2, emit_pack_f16x2, gptr, round_bf16,
+    wide_mul, Combine,
 };
 use crate::rows::{self, RowWalk};
 
@@ -42,6 +44,26 @@ pub enum OutType {
     BF16,
 }
 
+/// The element type of a normalized output: f32, or a 16-bit type the next
+/// projection's tensor cores read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormOut {
+    F32,
+    BF16,
+    /// f16, the prompt path's activations: an 11-bit significand, ±65504 at most.
+    F16,
+}
+
+impl NormOut {
+    pub fn scalar(self) -> Scalar {
+        match self {
+            NormOut::F32 => Scalar::F32,
+            NormOut::BF16 => Scalar::BF16,
+            NormOut::F16 => Scalar::F16,
+        }
+    }
+}
+
 impl OutType {
     pub fn scalar(self) -> Scalar {
         match self {
@@ -54,7 +76,7 @@ impl OutType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NormResidualParams {
     pub norm: Norm,
-    pub out: OutType,
+    pub out: NormOut,
     pub cols: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
@@ -64,10 +86,12 @@ impl NormResidualParams {
     /// The library name (`rmsnorm_residual_bf16`).
     pub fn name(&self) -> &'static str {
         match (self.norm, self.out) {
-            (Norm::Rms, OutType::F32) => "rmsnorm_residual_f32",
-            (Norm::Rms, OutType::BF16) => "rmsnorm_residual_bf16",
-            (Norm::Layer, OutType::F32) => "layernorm_residual_f32",
-            (Norm::Layer, OutType::BF16) => "layernorm_residual_bf16",
+            (Norm::Rms, NormOut::F32) => "rmsnorm_residual_f32",
+            (Norm::Rms, NormOut::BF16) => "rmsnorm_residual_bf16",
+            (Norm::Rms, NormOut::F16) => "rmsnorm_residual_f16",
+            (Norm::Layer, NormOut::F32) => "layernorm_residual_f32",
+            (Norm::Layer, NormOut::BF16) => "layernorm_residual_bf16",
+            (Norm::Layer, NormOut::F16) => "layernorm_residual_f16",
         }
     }
 
@@ -181,14 +205,18 @@ pub fn build(p: &NormResidualParams) -> Result<Function, KernelError> {
             .collect();
         let at = k.mul_const(g, 4);
         match out {
-            OutType::F32 => {
+            NormOut::F32 => {
                 let v = k.pack(vec4, &ys);
                 let at = k.ptr_add(yr, at);
                 k.store(at, v);
             }
-            OutType::BF16 => {
-                let lo = emit_pack_bf16x2(k, ys[0], ys[1]);
-                let hi = emit_pack_bf16x2(k, ys[2], ys[3]);
+            NormOut::BF16 | NormOut::F16 => {
+                let pack = match out {
+                    NormOut::BF16 => emit_pack_bf16x2,
+                    _ => emit_pack_f16x2,
+                };
+                let lo = pack(k, ys[0], ys[1]);
+                let hi = pack(k, ys[2], ys[3]);
                 let v = k.pack(Type::Vec(Scalar::U32, 2), &[lo, hi]);
                 let words = k.ptr_cast(Scalar::U32, yr);
                 let at = k.shr_const(at, 1);
@@ -202,7 +230,7 @@ pub fn build(p: &NormResidualParams) -> Result<Function, KernelError> {
 }
 
 /// What the kernel computes, in its order: the new residual `h` and the output `y`
-/// (f32 values, to be rounded to bf16 for a bf16 output).
+/// (f32 values, to be rounded for a 16-bit output).
 pub fn reference(
     p: &NormResidualParams,
     x: &[f32],
@@ -265,11 +293,12 @@ pub fn case(p: &NormResidualParams, rows: u32, seed: u64) -> Result<KernelCase, 
     let eps = if p.norm == Norm::Rms { 1e-6f32 } else { 1e-12 };
     let (h, y) = reference(p, &x, &residual, &w, &b, eps);
     let (y_bytes, y_elem) = match p.out {
-        OutType::F32 => (data::f32_bytes(&y), Scalar::F32),
-        OutType::BF16 => (
+        NormOut::F32 => (data::f32_bytes(&y), Scalar::F32),
+        NormOut::BF16 => (
             data::bf16_bytes(&y.iter().map(|&v| round_bf16(v)).collect::<Vec<_>>()),
             Scalar::BF16,
         ),
+        NormOut::F16 => (data::f16_bytes(&y), Scalar::F16),
     };
     let mut buffers = vec![
         Buffer::input("x", data::f32_bytes(&x)),

@@ -1,9 +1,11 @@
-//! f32 activations rounded to bf16 for the next matrix product, optionally through the
-//! erf form of GELU on the way (BERT's feed-forward activation):
-//! - `cast_f32_bf16`: `y = bf16(x)`, exact (one rounding, to nearest even);
-//! - `gelu_f32_bf16`: `y = bf16(x · Φ(x))` with `Φ(x) = ½(1 + erf(x/√2))`.
+//! f32 activations rounded to a 16-bit type (bf16 or f16) for the next matrix product,
+//! optionally through the erf form of GELU on the way (BERT's feed-forward activation):
+//! - `cast_f32_bf16`, `cast_f32_f16`: `y = bf16(x)` / `f16(x)`, exact (one rounding, to
+//!   nearest even; past f16's ±65504 to infinity);
+//! - `gelu_f32_bf16`, `gelu_f32_f16`: `y = bf16(x · Φ(x))` (or f16) with
+//!   `Φ(x) = ½(1 + erf(x/√2))`.
 //!
-//! **Layout**: `x` `[n]` f32, `y` `[n]` bf16, `n` a launch argument; both 16-byte
+//! **Layout**: `x` `[n]` f32, `y` `[n]` bf16 or f16, `n` a launch argument; both 16-byte
 //! aligned. Thread `i` of the grid converts group `i` of 4 elements (one 16-byte load, one
 //! 8-byte store); the `n mod 4` trailing elements go one per thread to the first threads.
 //!
@@ -14,7 +16,7 @@
 //! nothing cancels where GELU is small. One approximate instruction and a truncated
 //! series: the check is a bound ([`gelu_tolerance`]).
 
-use half::bf16;
+use half::{bf16, f16};
 use quench_ir::{Builder, Function, Scalar, Type, Value};
 use quench_rt::{Arg, Launch};
 
@@ -22,7 +24,7 @@ use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
-use crate::lanes::{emit_pack_bf16x2, gptr, round_bf16};
+use crate::lanes::{emit_pack_bf16x2, emit_pack_f16x2, gptr};
 
 /// What happens to each element before the rounding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +38,8 @@ pub enum Activation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ToBf16Params {
     pub activation: Activation,
+    /// The output's element type: `Scalar::BF16` or `Scalar::F16`.
+    pub out: Scalar,
     /// Threads per block.
     pub threads: u32,
 }
@@ -54,9 +58,11 @@ const SERIES_ERR: f64 = 1.5e-7;
 
 impl ToBf16Params {
     pub fn name(&self) -> &'static str {
-        match self.activation {
-            Activation::Identity => "cast_f32_bf16",
-            Activation::GeluErf => "gelu_f32_bf16",
+        match (self.activation, self.out) {
+            (Activation::Identity, Scalar::F16) => "cast_f32_f16",
+            (Activation::GeluErf, Scalar::F16) => "gelu_f32_f16",
+            (Activation::Identity, _) => "cast_f32_bf16",
+            (Activation::GeluErf, _) => "gelu_f32_bf16",
         }
     }
 
@@ -66,11 +72,21 @@ impl ToBf16Params {
     }
 }
 
-/// `cast_f32_bf16(x, y, n)` / `gelu_f32_bf16(x, y, n)`.
+/// `cast_f32_bf16(x, y, n)` / `gelu_f32_bf16(x, y, n)` (or `_f16`).
 pub fn build(p: &ToBf16Params) -> Result<Function, KernelError> {
+    if !matches!(p.out, Scalar::BF16 | Scalar::F16) {
+        return Err(KernelError::unsupported(
+            p.name(),
+            format!("output type {:?}: must be bf16 or f16", p.out),
+        ));
+    }
     let mut k = Builder::new(p.name(), p.threads);
     let x = k.param("x", gptr(Scalar::F32));
-    let y = k.param("y", gptr(Scalar::BF16));
+    let y = k.param("y", gptr(p.out));
+    let pack = match p.out {
+        Scalar::F16 => emit_pack_f16x2,
+        _ => emit_pack_bf16x2,
+    };
     let n = k.param("n", Type::U32);
     let act = p.activation;
     let f = move |k: &mut Builder, v: Value| match act {
@@ -90,8 +106,8 @@ pub fn build(p: &ToBf16Params) -> Result<Function, KernelError> {
                 f(k, e)
             })
             .collect();
-        let lo = emit_pack_bf16x2(k, ys[0], ys[1]);
-        let hi = emit_pack_bf16x2(k, ys[2], ys[3]);
+        let lo = pack(k, ys[0], ys[1]);
+        let hi = pack(k, ys[2], ys[3]);
         let pair = k.pack(Type::Vec(Scalar::U32, 2), &[lo, hi]);
         let words = k.ptr_cast(Scalar::U32, y);
         let at = k.mul_const(gid, 2);
@@ -106,7 +122,7 @@ pub fn build(p: &ToBf16Params) -> Result<Function, KernelError> {
         let src = k.ptr_add(x, i);
         let v = k.load(Type::F32, src);
         let r = f(k, v);
-        let r = k.cvt(Scalar::BF16, r);
+        let r = k.cvt(p.out, r);
         let dst = k.ptr_add(y, i);
         k.store(dst, r);
     });
@@ -142,26 +158,51 @@ fn emit_gelu(k: &mut Builder, x: Value) -> Value {
     k.mul(x, factor)
 }
 
-/// `bf16(x)` for each element: the conversion's reference, bit for bit.
-pub fn reference_cast(x: &[f32]) -> Vec<bf16> {
-    x.iter().map(|&v| round_bf16(v)).collect()
+/// `v` rounded once to the output type (to nearest even), as f64.
+fn round_out(out: Scalar, v: f64) -> f64 {
+    match out {
+        Scalar::F16 => f16::from_f64(v).to_f64(),
+        _ => bf16::from_f64(v).to_f64(),
+    }
 }
 
-/// The exact GELU (erf form, with [`erf`] in f64), rounded once to bf16; `scale` is the
-/// factor inside erf (1/√2 for GELU).
-fn gelu_with(x: &[f32], scale: f64) -> Vec<bf16> {
-    x.iter()
-        .map(|&v| bf16::from_f64(0.5 * v as f64 * (1.0 + erf(v as f64 * scale))))
+/// Values (exactly representable in `out`) as `out`'s bytes.
+fn out_bytes(out: Scalar, v: &[f64]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| match out {
+            Scalar::F16 => f16::from_f64(x).to_bits().to_le_bytes(),
+            _ => bf16::from_f64(x).to_bits().to_le_bytes(),
+        })
         .collect()
 }
 
-pub fn reference_gelu(x: &[f32]) -> Vec<bf16> {
-    gelu_with(x, std::f64::consts::FRAC_1_SQRT_2)
+/// `bf16(x)` (or `f16(x)`) for each element: the conversion's reference, bit for bit
+/// (rounded from the f32 itself, as the kernel rounds it: `half`'s conversion from f64
+/// rounds some f32 values differently).
+pub fn reference_cast(out: Scalar, x: &[f32]) -> Vec<f64> {
+    x.iter()
+        .map(|&v| match out {
+            Scalar::F16 => f16::from_f32(v).to_f64(),
+            _ => bf16::from_f32(v).to_f64(),
+        })
+        .collect()
+}
+
+/// The exact GELU (erf form, with [`erf`] in f64), rounded once to the output type;
+/// `scale` is the factor inside erf (1/√2 for GELU).
+fn gelu_with(out: Scalar, x: &[f32], scale: f64) -> Vec<f64> {
+    x.iter()
+        .map(|&v| round_out(out, 0.5 * v as f64 * (1.0 + erf(v as f64 * scale))))
+        .collect()
+}
+
+pub fn reference_gelu(out: Scalar, x: &[f32]) -> Vec<f64> {
+    gelu_with(out, x, std::f64::consts::FRAC_1_SQRT_2)
 }
 
 /// A deliberately wrong GELU: `x·½(1 + erf(x))`, the 1/√2 inside erf forgotten.
-pub fn reference_gelu_unscaled(x: &[f32]) -> Vec<bf16> {
-    gelu_with(x, 1.0)
+pub fn reference_gelu_unscaled(out: Scalar, x: &[f32]) -> Vec<f64> {
+    gelu_with(out, x, 1.0)
 }
 
 /// erf to about 1e-16 absolute: the Maclaurin series (alternating, summed in f64) for
@@ -196,24 +237,29 @@ pub fn erf(x: f64) -> f64 {
 /// ≤ 1), the exponent `−z²·log₂e` rounded twice (relative error `ln2·|w|·γ₂` after ex2)
 /// and ex2.approx itself; all relative to a value at most 1, so absolute. `y` then
 /// differs from the exact GELU by `δ = ½|x|·E_c + γ₃|y|`, and the two roundings to bf16
-/// add at most one bf16 ulp: `2^-7·|want|`, with margin.
-pub fn gelu_tolerance(x: &[f32], want: &[bf16]) -> (Vec<f64>, String) {
+/// add at most one ulp of the output type: `2^-7·|want|` for bf16, `2^-10·|want|` or
+/// f16's subnormal step 2^-24 for f16, with margin.
+pub fn gelu_tolerance(out: Scalar, x: &[f32], want: &[f64]) -> (Vec<f64>, String) {
+    let (ulp, tiny, name) = match out {
+        Scalar::F16 => (2f64.powi(-10), 2f64.powi(-24), "f16"),
+        _ => (2f64.powi(-7), F32_MIN_NORMAL, "bf16"),
+    };
     let tol = x
         .iter()
         .zip(want)
         .map(|(&v, &w)| {
-            let (v, w) = (v as f64, w.to_f64().abs());
+            let (v, w) = (v as f64, w.abs());
             let z2 = v * v / 2.0;
             let e_c = SERIES_ERR
                 + 3.0 * gamma(12)
                 + std::f64::consts::LN_2 * z2 * std::f64::consts::LOG2_E * gamma(2)
                 + EX2_REL;
             let delta = 0.5 * v.abs() * e_c + gamma(3) * (w + 1e-30);
-            delta * 1.01 + 2f64.powi(-7) * (w + delta) * 1.01 + F32_MIN_NORMAL
+            delta * 1.01 + ulp * (w + delta) * 1.01 + tiny
         })
         .collect();
     let explain = format!(
-        "½|x|·E_c + γ₃|y| + one bf16 ulp (2^-7·|want|): E_c = 1.5e-7 (A&S 7.1.26) + 3γ₁₂ + ex2.approx {EX2_REL:.2e} \
+        "½|x|·E_c + γ₃|y| + one {name} ulp ({ulp:e}·|want|, at least {tiny:e}): E_c = 1.5e-7 (A&S 7.1.26) + 3γ₁₂ + ex2.approx {EX2_REL:.2e} \
          + ln2·|w|·γ₂ (the rounded exponent w = −z²·log₂e), u = {F32_U:.2e}"
     );
     (tol, explain)
@@ -237,36 +283,36 @@ pub fn case(p: &ToBf16Params, n: u32, seed: u64) -> Result<KernelCase, KernelErr
     };
     let (expected, controls) = match p.activation {
         Activation::Identity => {
-            let want = reference_cast(&x);
+            let want = reference_cast(p.out, &x);
             (
                 Expected {
                     buffer: 1,
-                    data: data::bf16_bytes(&want),
-                    elem: Scalar::BF16,
+                    data: out_bytes(p.out, &want),
+                    elem: p.out,
                     check: Check::Exact,
                 },
                 vec![],
             )
         }
         Activation::GeluErf => {
-            let want = reference_gelu(&x);
-            let (tol, explain) = gelu_tolerance(&x, &want);
+            let want = reference_gelu(p.out, &x);
+            let (tol, explain) = gelu_tolerance(p.out, &x, &want);
             let check = Check::Bound { tol, explain };
-            let wrong = reference_gelu_unscaled(&x);
+            let wrong = reference_gelu_unscaled(p.out, &x);
             let control = Control {
                 what: "erf(x) in place of erf(x/√2)".to_string(),
                 expected: Expected {
                     buffer: 1,
-                    data: data::bf16_bytes(&wrong),
-                    elem: Scalar::BF16,
+                    data: out_bytes(p.out, &wrong),
+                    elem: p.out,
                     check: check.clone(),
                 },
             };
             (
                 Expected {
                     buffer: 1,
-                    data: data::bf16_bytes(&want),
-                    elem: Scalar::BF16,
+                    data: out_bytes(p.out, &want),
+                    elem: p.out,
                     check,
                 },
                 vec![control],

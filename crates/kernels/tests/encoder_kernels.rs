@@ -19,6 +19,16 @@ fn gelu_f32_bf16() {
 }
 
 #[test]
+fn cast_f32_f16() {
+    check(&case("cast_f32_f16", "n=1003 threads=64"));
+}
+
+#[test]
+fn gelu_f32_f16() {
+    check(&case("gelu_f32_f16", "n=1030 threads=64"));
+}
+
+#[test]
 fn bias_rows_f32() {
     // 100 columns over 64 threads: a full stride and a partial one.
     check(&case("bias_rows_f32", "rows=5 cols=100 threads=64"));

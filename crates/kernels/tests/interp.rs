@@ -25,8 +25,9 @@ fn add_bf16() {
 }
 
 #[test]
-fn silu_mul_bf16() {
-    check(&case("silu_mul_bf16", "n=779 threads=64"));
+fn silu_mul_f16() {
+    // 97 vector groups and 3 trailing elements.
+    check(&case("silu_mul_f16", "n=779 threads=64"));
 }
 
 #[test]
@@ -213,6 +214,7 @@ fn norm_residual() {
     // 146 groups over 64 threads: two full walk steps and a guarded one.
     for name in [
         "rmsnorm_residual_bf16",
+        "rmsnorm_residual_f16",
         "rmsnorm_residual_f32",
         "layernorm_residual_bf16",
         "layernorm_residual_f32",
@@ -221,6 +223,7 @@ fn norm_residual() {
     }
     // One warp (no shared-memory stage), SmolLM2's width.
     check(&case("rmsnorm_residual_bf16", "rows=2 cols=576 threads=32"));
+    check(&case("rmsnorm_residual_f16", "rows=2 cols=576 threads=32"));
 }
 
 #[test]

@@ -9,7 +9,7 @@ fn names_are_unique_and_complete() {
     let head = [
         "add_f32",
         "add_bf16",
-        "silu_mul_bf16",
+        "silu_mul_f16",
         "reduce_sum_f32",
         "reduce_max_f32",
         "rmsnorm_bf16",
@@ -63,6 +63,7 @@ fn names_are_unique_and_complete() {
         "embed_q4_k",
         "embed_q6_k",
         "rmsnorm_residual_bf16",
+        "rmsnorm_residual_f16",
         "rmsnorm_residual_f32",
         "layernorm_residual_bf16",
         "layernorm_residual_f32",
@@ -121,7 +122,9 @@ fn names_are_unique_and_complete() {
         "argmax_f32",
         "sample_f32",
         "cast_f32_bf16",
+        "cast_f32_f16",
         "gelu_f32_bf16",
+        "gelu_f32_f16",
         "bias_rows_f32",
         "encoder_attention_bf16",
     ];

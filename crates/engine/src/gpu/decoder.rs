@@ -55,12 +55,10 @@ pub struct GpuOptions {
     /// this many rows.
     pub max_batch: usize,
     /// Most tokens of a prompt one chunk of the prompt path takes (its activations are
-    /// sized for this many rows); 0 (the default) feeds prompts one decode step per token.
-    /// [`DEFAULT_PREFILL_CHUNK`] suits most models and devices.
+    /// sized for this many rows); 0 feeds prompts one decode step per token. The default,
+    /// [`DEFAULT_PREFILL_CHUNK`], suits most models and devices.
     pub prefill_chunk: usize,
-    /// Feeds of fewer tokens (a chat's next turn, a few tokens) take decode steps: their
-    /// logits keep the decode step's f32 activations, and the same bits however the
-    /// tokens are split into feeds and batches ([`GpuDecoder::feed_batch`] steps).
+    /// Feeds of fewer tokens take decode steps (a single token always does).
     pub prefill_min_tokens: usize,
     /// Multiply bf16 matrices on the tensor cores at every step ([`Products::TensorCore`]):
     /// the weights are read once for up to 64 rows, so steps of many rows cost little more
@@ -72,11 +70,11 @@ pub struct GpuOptions {
     pub kv_cache: KvCache,
 }
 
-/// Tokens per prompt chunk where the prompt path is asked for without a size (off by
-/// default: see [`super::prefill`] on its precision).
+/// Tokens per prompt chunk unless told otherwise.
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
-/// The shortest feed that takes the prompt path unless told otherwise.
-pub const DEFAULT_PREFILL_MIN_TOKENS: usize = 32;
+/// The shortest feed that takes the prompt path unless told otherwise: one chunk of two
+/// tokens reads the weights once, two decode steps twice.
+pub const DEFAULT_PREFILL_MIN_TOKENS: usize = 2;
 
 impl Default for GpuOptions {
     fn default() -> Self {
@@ -86,7 +84,7 @@ impl Default for GpuOptions {
             capture: true,
             memory_limit: None,
             max_batch: 1,
-            prefill_chunk: 0,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
             prefill_min_tokens: DEFAULT_PREFILL_MIN_TOKENS,
             tensor_core_decode: false,
             kv_cache: KvCache::F16,
@@ -630,7 +628,7 @@ impl GpuDecoder {
 
     /// Whether a feed of `tokens` goes through the prompt path.
     fn takes_prompt_path(&self, tokens: &[u32]) -> bool {
-        self.summary.prefill_chunk > 0 && tokens.len() >= self.summary.prefill_min_tokens
+        self.summary.prefill_chunk > 0 && tokens.len() >= self.summary.prefill_min_tokens.max(2)
     }
 
     /// Refuses a feed that cannot run: no tokens, another model's session, a context
@@ -723,10 +721,10 @@ impl GpuDecoder {
         self.step(rows, Read::Next)?.next()
     }
 
-    /// Feeds each row's tokens after the positions its session holds, in steps shared
-    /// by the rows: step `j` decodes token `j` of every row that has one, so rows of
-    /// different lengths (prompts at different positions, or one token each) run
-    /// together. Returns, per row, the logits of its last token, or why that row could
+    /// Feeds each row's tokens after the positions its session holds. A row of as many
+    /// tokens as takes the prompt path (a prompt's chunk) runs through it alone; the
+    /// others share decode steps: step `j` decodes token `j` of every such row that has
+    /// one, so rows of different lengths run together. Returns, per row, the logits of its last token, or why that row could
     /// not be fed (as [`GpuDecoder::feed`] refuses, or its KV block could not be had);
     /// such a row drops out without disturbing the others. The outer error is a step
     /// that failed as a whole, or more rows than [`GpuDecoder::max_batch`]; each session
@@ -746,13 +744,24 @@ impl GpuDecoder {
             .iter()
             .map(|(s, tokens)| self.check_feed(s, tokens).map(|_| vec![]))
             .collect();
+        let prompted: Vec<bool> = rows
+            .iter()
+            .map(|(_, tokens)| self.takes_prompt_path(tokens))
+            .collect();
+        for (i, (session, tokens)) in rows.iter_mut().enumerate() {
+            if prompted[i] && out[i].is_ok() {
+                out[i] = self
+                    .prefill(session, tokens, Read::Logits(&[true]))
+                    .and_then(|o| only(o.logits()?));
+            }
+        }
         let longest = rows.iter().map(|(_, t)| t.len()).max().unwrap_or(0);
         for j in 0..longest {
             let mut live = vec![];
             let mut step_rows = vec![];
             let mut want = vec![];
             for (i, (session, tokens)) in rows.iter_mut().enumerate() {
-                if out[i].is_err() || j >= tokens.len() {
+                if prompted[i] || out[i].is_err() || j >= tokens.len() {
                     continue;
                 }
                 if let Err(e) = self.prepare_row(session, tokens[j]) {

@@ -25,11 +25,12 @@
 
 mod weights;
 
+use quench_ir::Scalar;
 use quench_kernels::bias::BiasRowsParams;
 use quench_kernels::embed::{EmbedParams, TableFormat};
 use quench_kernels::encoder_attention::EncoderAttentionParams;
 use quench_kernels::gemm::{BFormat, Epilogue, GemmParams, Operands};
-use quench_kernels::norm_residual::{Norm, NormResidualParams, OutType};
+use quench_kernels::norm_residual::{Norm, NormOut, NormResidualParams};
 use quench_kernels::to_bf16::{Activation, ToBf16Params};
 use quench_models::arch::{Arch, ModelConfig, Naming, TensorSource};
 use quench_rt::{Arg, DevicePtr, Executor, KernelId, Launch, StreamId};
@@ -538,16 +539,18 @@ fn compile(c: &ModelConfig, exec: &mut dyn Executor) -> Result<Kernels, GpuError
     };
     let norm = NormResidualParams {
         norm: Norm::Layer,
-        out: OutType::F32,
+        out: NormOut::F32,
         cols: h,
         threads: row_threads(h / 4),
     };
     let cast = ToBf16Params {
         activation: Activation::Identity,
+        out: Scalar::BF16,
         threads: 256,
     };
     let gelu = ToBf16Params {
         activation: Activation::GeluErf,
+        out: Scalar::BF16,
         threads: 256,
     };
     let bias = BiasRowsParams { threads: 128 };

@@ -78,7 +78,7 @@ pub(crate) fn gpu_options(options: &LoadOptions) -> GpuOptions {
         context: options.context_limit,
         sessions: options.sessions.unwrap_or(1).max(1),
         max_batch: options.max_batch.unwrap_or(1).max(1),
-        prefill_chunk: options.prefill_chunk,
+        prefill_chunk: options.prefill_chunk.unwrap_or(DEFAULT_PREFILL_CHUNK),
         tensor_core_decode: options.tensor_core_decode,
         kv_cache: options.kv_cache,
         ..GpuOptions::default()

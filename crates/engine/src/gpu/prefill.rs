@@ -11,16 +11,16 @@
 //! ```text
 //! embed                   R = table[tokens]                               [n, hidden]
 //! per layer:
-//!   rmsnorm_residual_bf16 xn = bf16(norm(R)·w)                            (R += zeros)
+//!   rmsnorm_residual_f16  xn = f16(norm(R)·w)                             (R += zeros)
 //!   (bias_rows_f32)       qkv = b_qkv                                     (qwen2)
-//!   gemm                  qkv (+)= xn·W_qkvᵀ        (q, k and v apart where a layer's formats differ)
+//!   gemm_*_xf16           qkv (+)= xn·W_qkvᵀ        (q, k and v apart where a layer's formats differ)
 //!   rope_append           q, k rotated (qwen3: per-head norms first); k, v → cache (f16)
-//!   attention_prefill_f16 attn16 = bf16(softmax(q·Kᵀ)·V), causal over the cache   [n/64, heads]
-//!   gemm_residual         R += attn16·W_oᵀ
-//!   rmsnorm_residual_bf16 xn = bf16(norm(R)·w)
-//!   gemm_to_bf16 (×2)     gate16 = bf16(xn·W_gateᵀ), up16 = bf16(xn·W_upᵀ)   (side by side)
-//!   silu_mul_bf16         act16 = silu(gate16)·up16
-//!   gemm_residual         R += act16·W_downᵀ
+//!   attention_prefill_f16 attn16 = f16(softmax(q·Kᵀ)·V), causal over the cache   [n/64, heads]
+//!   gemm_*_xf16_residual  R += attn16·W_oᵀ
+//!   rmsnorm_residual_f16  xn = f16(norm(R)·w)
+//!   gemm_*_xf16_to_f16 ×2 gate16 = f16(xn·W_gateᵀ), up16 = f16(xn·W_upᵀ)   (side by side)
+//!   silu_mul_f16          act16 = silu(gate16)·up16
+//!   gemm_*_xf16_residual  R += act16·W_downᵀ
 //! qgemv_rmsnorm           logits = W_out·(norm(R[n − 1])·w)               (the last row only)
 //! argmax                  the next token (greedy)
 //! ```
@@ -28,35 +28,33 @@
 //! **Attention** runs once a chunk on the tensor cores over the f16 cache the chunk's keys
 //! and values were just appended to (so a cached prefix and earlier chunks come for
 //! free): 64 queries of one head a block, keys 64 at a time up to the block's last
-//! position, its bf16 output what the output projection reads. Heads of sizes other than
+//! position, its f16 output what the output projection reads. Heads of sizes other than
 //! 64 and 128, which that kernel does not take, run the decode attention kernel instead,
 //! a row per query (its own context length, its own copy of the session's block table),
-//! and round its f32 output to bf16 in a pass of its own (`cast_f32_bf16`).
+//! and round its f32 output to f16 in a pass of its own (`cast_f32_f16`).
 //!
-//! **Precision**: the matrix products take bf16 activations (norm outputs, attention
-//! outputs, SwiGLU) and, for quantized weights, the dequantized weights rounded to bf16,
-//! while the residual stream, the q, k and v projections and RoPE stay f32 and the cache
-//! f16, as in the decode step. The gate and up projections, which only the SwiGLU reads
-//! (in bf16), are summed in f32 and rounded to bf16 (to nearest even) as they are
-//! stored. The tensor-core attention multiplies f16: the queries are rounded to f16 as
-//! it loads them, and the softmax weights (in [0, 1]) to f16 for the product with the
-//! values, each a relative 2⁻¹¹ (its scores, maxima and sums stay f32). bf16's unit roundoff (2⁻⁸) is eight times the f16 cache's, and it reaches every
-//! activation the products read: SmolLM2-135M after a 20-token prompt has logits up to
-//! 0.14 from the f64 reference (Q4_1 weights; 0.19 with its weights widened to bf16,
-//! which the products read exactly; one random prompt each), about three times the FP64
-//! check's bound, and feeding the prompt's last token through the decode step
-//! instead does not help (the chunk's keys and values carry the error). The path is
-//! therefore off unless asked for ([`super::GpuOptions::prefill_chunk`]).
+//! **Precision**: the matrix products multiply f16 on the tensor cores, summing in f32:
+//! the activations they read (norm outputs, attention outputs, SwiGLU) are rounded to
+//! f16 by the kernels that write them, bf16 weights are widened to f16 in registers
+//! (exact for every bf16 of magnitude 2⁻¹⁷ to 65504), f16 weights are read as stored,
+//! and quantized weights are dequantized in f32 and rounded to f16 in shared memory. The
+//! residual stream, the q, k and v projections and RoPE stay f32 and the cache f16, as in
+//! the decode step. f16's 11-bit significand rounds each operand by at most 2⁻¹¹ of it —
+//! eight times finer than bf16, whose 2⁻⁸ on every activation put logits about twice as
+//! far from the f64 reference as `quench check` allows. The price is f16's range: an
+//! activation past ±65504 becomes infinite, so a model whose activations reach that far
+//! needs its prompts fed token by token (`--prefill-chunk 0`). How far the logits land from f64: `docs/perf/NOTES.md` ("Prompt path in
+//! f16").
 
 use quench_ir::func::MAX_STATIC_SHARED_BYTES;
-use quench_ir::Function;
+use quench_ir::{Function, Scalar};
 use quench_kernels::argmax::{self, ArgmaxParams};
 use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
 use quench_kernels::attention::prefill::{self as attn_prefill, PrefillParams};
 use quench_kernels::bias::{self, BiasRowsParams};
 use quench_kernels::embed;
 use quench_kernels::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams, Operands};
-use quench_kernels::norm_residual::{self, Norm, NormResidualParams, OutType};
+use quench_kernels::norm_residual::{self, Norm, NormOut, NormResidualParams, OutType};
 use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::silu_mul::{self, SiluMulParams};
 use quench_kernels::to_bf16::{self, Activation, ToBf16Params};
@@ -139,17 +137,17 @@ impl PrefillPlan {
     }
 }
 
-/// The tensor-core GEMM of a weight format, if the library has one.
-fn gemm_format(f: WeightFormat) -> Option<BFormat> {
-    Some(match f {
+/// The tensor-core GEMM's name for a weight format.
+fn gemm_format(f: WeightFormat) -> BFormat {
+    match f {
         WeightFormat::BF16 => BFormat::Bf16,
         WeightFormat::Q8_0 => BFormat::Q8_0,
         WeightFormat::Q4_0 => BFormat::Q4_0,
         WeightFormat::Q4_1 => BFormat::Q4_1,
         WeightFormat::Q4K => BFormat::Q4K,
         WeightFormat::Q6K => BFormat::Q6K,
-        WeightFormat::F16 => return None,
-    })
+        WeightFormat::F16 => BFormat::F16,
+    }
 }
 
 /// Why a model's prompts cannot take the chunk path (they are then fed token by token).
@@ -162,14 +160,14 @@ fn not_here(what: impl Into<String>, reason: impl Into<String>) -> GpuError {
 
 /// How a chunk attends to the cache.
 enum Attention {
-    /// One tensor-core launch for the chunk (`attention_prefill_f16`), bf16 out.
+    /// One tensor-core launch for the chunk (`attention_prefill_f16`), f16 out.
     TensorCores {
         kernel: usize,
         params: PrefillParams,
     },
     /// For head sizes that kernel does not take: the decode attention kernel with a row
     /// per query (its own context length, its own copy of the block table), f32 out into
-    /// `out`, then rounded to bf16 by a pass of its own (`cast`).
+    /// `out`, then rounded to f16 by a pass of its own (`cast`).
     PerRow {
         kernel: usize,
         params: DecodeParams,
@@ -193,14 +191,14 @@ struct ChunkBuilder<'a> {
     record: usize,
     tables: usize,
     zeros: usize,
-    /// The f32 residual rows (a buffer) and the bf16 normalized rows.
+    /// The f32 residual rows (a buffer) and the f16 normalized rows.
     residual: usize,
     normed: Operand,
     qkv: QkvRows,
     attention: Attention,
-    /// The attention's bf16 output rows.
+    /// The attention's f16 output rows.
     attn16: Operand,
-    /// Gate rows, then up rows (bf16), each the chunk's rows long.
+    /// Gate rows, then up rows (f16), each the chunk's rows long.
     gate_up16: Region,
     act16: Operand,
     /// The row norm's kernel and parameters.
@@ -228,14 +226,14 @@ impl<'a> ChunkBuilder<'a> {
         let zeros = buffer(&mut a, "zero rows", hidden, 4);
         let residual = buffer(&mut a, "residual", hidden, 4);
         let normed = at(
-            Region::Act(buffer(&mut a, "normed rows (bf16)", hidden, 2)),
+            Region::Act(buffer(&mut a, "normed rows (f16)", hidden, 2)),
             0,
         );
         let embed = graph::embed_params(catalog, hidden)?;
         let embed_k = a.kernel("token embedding", &embed, embed::build)?;
         let np = NormResidualParams {
             norm: Norm::Rms,
-            out: OutType::BF16,
+            out: NormOut::F16,
             cols: u32_of("hidden", hidden)?,
             threads: row_threads(u32_of("hidden", hidden)? / 4),
         };
@@ -264,15 +262,15 @@ impl<'a> ChunkBuilder<'a> {
             }
         };
         let attn16 = at(
-            Region::Act(buffer(&mut a, "attention output (bf16)", q_width, 2)),
+            Region::Act(buffer(&mut a, "attention output (f16)", q_width, 2)),
             0,
         );
         let attention =
             attention_kernels(&mut a, c, graph, qkv.token_stride, &mut |a, n, w, b| {
                 buffer(a, n, w, b)
             })?;
-        let gate_up16 = Region::Act(buffer(&mut a, "gate | up (bf16)", 2 * ffn, 2));
-        let act16 = at(Region::Act(buffer(&mut a, "SwiGLU (bf16)", ffn, 2)), 0);
+        let gate_up16 = Region::Act(buffer(&mut a, "gate | up (f16)", 2 * ffn, 2));
+        let act16 = at(Region::Act(buffer(&mut a, "SwiGLU (f16)", ffn, 2)), 0);
         let silu = SiluMulParams { threads: 256 };
         let silu_k = a.kernel("SwiGLU", &silu, silu_mul::build)?;
         let mut b = ChunkBuilder {
@@ -313,7 +311,7 @@ impl<'a> ChunkBuilder<'a> {
         )
     }
 
-    /// `normed = bf16(norm(R)·weight)` (`R += zeros`), a block per row.
+    /// `normed = f16(norm(R)·weight)` (`R += zeros`), a block per row.
     fn norm(&mut self, label: String, weight: Operand) {
         let (k, np) = self.norm;
         let args = vec![
@@ -372,7 +370,7 @@ impl<'a> ChunkBuilder<'a> {
         self.norm(label("ffn norm"), self.w.part(lw.norms, 1));
         let gate = at(self.gate_up16, 0);
         let up = Operand::At(self.gate_up16, Offset::Rows(2 * ffn as u64));
-        let (xn, to_bf16) = (self.normed, GemmEpilogue::StoreHalf);
+        let (xn, to_f16) = (self.normed, GemmEpilogue::StoreHalf);
         let (wg, wu) = (self.w.part(lw.gate_up, 0), self.w.part(lw.gate_up, 1));
         self.gemm(
             label("gate projection"),
@@ -382,7 +380,7 @@ impl<'a> ChunkBuilder<'a> {
             xn,
             wg,
             gate,
-            to_bf16,
+            to_f16,
         )?;
         self.gemm(
             label("up projection"),
@@ -392,7 +390,7 @@ impl<'a> ChunkBuilder<'a> {
             xn,
             wu,
             up,
-            to_bf16,
+            to_f16,
         )?;
         let fw = u32_of("ffn", ffn)?;
         let (silu_k, silu) = self.silu;
@@ -480,7 +478,7 @@ impl<'a> ChunkBuilder<'a> {
     }
 
     /// The chunk's attention over the cache its keys and values were just appended to,
-    /// into the bf16 rows the output projection reads.
+    /// into the f16 rows the output projection reads.
     fn attention(&mut self, l: usize) -> Result<(), GpuError> {
         let label = |what: &str| format!("layer {l}: {what}");
         let (kc, vc) = (at(Region::KCache(l), 0), at(Region::VCache(l), 0));
@@ -535,7 +533,7 @@ impl<'a> ChunkBuilder<'a> {
                 let args = vec![out, self.attn16, Operand::Elements(qw)];
                 self.a.push(
                     Rows::Any,
-                    label("attention to bf16"),
+                    label("attention to f16"),
                     cast_k,
                     Grid::Cast(cast, qw),
                     args,
@@ -607,12 +605,7 @@ impl<'a> ChunkBuilder<'a> {
         c: Operand,
         epilogue: GemmEpilogue,
     ) -> Result<(), GpuError> {
-        let f = gemm_format(format).ok_or_else(|| {
-            not_here(
-                format!("{label} ({format:?} weights)"),
-                "no tensor-core GEMM reads this format",
-            )
-        })?;
+        let f = gemm_format(format);
         let (n, k) = (u32_of("GEMM n", n)?, u32_of("GEMM k", k)?);
         if !k.is_multiple_of(f.k_multiple()) {
             return Err(not_here(
@@ -630,8 +623,8 @@ impl<'a> ChunkBuilder<'a> {
             .into_iter()
             .flat_map(|(bn, wn)| (2..=3).rev().map(move |stages| (bn, wn, stages)))
             .map(|(bn, wn, stages)| GemmParams {
-                operands: Operands::Bf16,
                 format: f,
+                operands: Operands::F16,
                 epilogue,
                 n,
                 k,
@@ -706,10 +699,11 @@ fn attention_kernels(
     let splits = params.n_splits() as usize;
     let cast = ToBf16Params {
         activation: Activation::Identity,
+        out: Scalar::F16,
         threads: 256,
     };
     let kernel = a.kernel("attention", &params, attn_decode::build)?;
-    let cast_k = a.kernel("bf16 rounding", &cast, to_bf16::build)?;
+    let cast_k = a.kernel("f16 rounding", &cast, to_bf16::build)?;
     let (heads, hd) = (c.heads, c.head_dim);
     let mut part = |name: &str, width: usize| at(Region::Act(buffer(a, name, width, 4)), 0);
     let parts = [

@@ -90,7 +90,7 @@ impl KvElem {
     pub(crate) fn emit_unpack_word(self, k: &mut Builder, word: Value) -> Vec<Value> {
         match self {
             KvElem::BF16 => emit_unpack_bf16x2(k, word).to_vec(),
-            KvElem::F16 => crate::embed::emit_unpack_f16x2(k, word).to_vec(),
+            KvElem::F16 => crate::lanes::emit_unpack_f16x2(k, word).to_vec(),
             KvElem::F32 => vec![k.bitcast(Type::F32, word)],
         }
     }

@@ -23,9 +23,9 @@
 use quench_ir::{AddrSpace, Builder, CacheOp, Scalar, Type, Value};
 use quench_models::GgmlType;
 
-use crate::embed::emit_unpack_f16x2;
 use crate::ggml::{self, Bytes, Magic, Q6kLane};
 use crate::lanes::emit_unpack_bf16x2;
+use crate::lanes::emit_unpack_f16x2;
 use crate::norm_residual::OutType;
 
 /// Weight formats of the matrix–vector kernels.

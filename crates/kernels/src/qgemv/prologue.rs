@@ -156,7 +156,7 @@ pub fn normalize(row: &[f32], w: &[f32], threads: u32, eps: f32) -> Vec<f32> {
 mod tests {
     use super::*;
     use crate::data;
-    use crate::norm_residual::{self, Norm, NormResidualParams, OutType};
+    use crate::norm_residual::{self, Norm, NormOut, NormResidualParams};
 
     /// The prologue computes what `rmsnorm_residual_f32` computes from a zero `x` at the
     /// same block size (at most [`NORM_THREADS`]), bit for bit: fusing the norm into the
@@ -170,7 +170,7 @@ mod tests {
             let standalone = threads.min(NORM_THREADS);
             let p = NormResidualParams {
                 norm: Norm::Rms,
-                out: OutType::F32,
+                out: NormOut::F32,
                 cols: cols as u32,
                 threads: standalone,
             };
