@@ -97,13 +97,12 @@ const LONG_PROMPT_TOKENS: usize = 1000;
 fn long_prompt(count: &dyn Fn(&str) -> Result<usize, String>) -> Result<String, String> {
     const QUESTION: &str = "\nQ: According to the table, what is 7 × 12?\nA:";
     let mut text = String::from("A table of products, one per line:\n");
-    // Each block of 144 lines adds several hundred tokens in any tokenizer; the count is
-    // checked a block at a time.
+    // The count is checked every 12 lines (one multiplicand).
     for a in 2u32.. {
         for b in 2..=13u32 {
             text.push_str(&format!("{a} × {b} = {}\n", a * b));
         }
-        if a % 12 == 1 && count(&format!("{text}{QUESTION}"))? >= LONG_PROMPT_TOKENS {
+        if count(&format!("{text}{QUESTION}"))? >= LONG_PROMPT_TOKENS {
             break;
         }
     }
