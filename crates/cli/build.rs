@@ -33,4 +33,8 @@ fn main() {
         println!("cargo:rerun-if-changed={dir}/HEAD");
         println!("cargo:rerun-if-changed={dir}/index");
     }
+    // An edit to any crate's sources changes whether the tree is dirty (a directory is
+    // scanned whole for changes).
+    println!("cargo:rerun-if-changed=..");
+    println!("cargo:rerun-if-changed=../../Cargo.lock");
 }
