@@ -22,9 +22,6 @@ pub struct InfoArgs {
     /// With --dispatches: the step built for up to this many rows [default: --rows].
     #[arg(long, value_name = "N", requires = "dispatches")]
     pub max_batch: Option<usize>,
-    /// With --dispatches: also a prompt chunk of this many tokens.
-    #[arg(long, value_name = "TOKENS", requires = "dispatches")]
-    pub prefill_chunk: Option<u32>,
 }
 
 pub fn run(args: &InfoArgs) -> Result<(), String> {
@@ -37,13 +34,19 @@ pub fn run(args: &InfoArgs) -> Result<(), String> {
     let path = crate::cmd_pull::resolve(Some(given), given, args.model.cache.as_deref())?;
     let mut options = args.model.load_options();
     if args.dispatches {
-        if args.rows == 0 || args.prefill_chunk == Some(0) {
-            return Err("--rows and --prefill-chunk take at least 1".into());
+        if args.rows == 0 {
+            return Err("--rows takes at least 1".into());
         }
+        // With --prefill-chunk N, a prompt chunk of N tokens is listed too.
+        let chunk = match args.model.prefill_chunk {
+            None | Some(0) => None,
+            Some(n) => {
+                Some(u32::try_from(n).map_err(|_| format!("--prefill-chunk {n}: too large"))?)
+            }
+        };
         options.max_batch = Some(args.max_batch.unwrap_or(1).max(args.rows as usize));
-        let lines =
-            quench_engine::gpu::dispatch_listing(&path, &options, args.rows, args.prefill_chunk)
-                .map_err(|e| e.to_string())?;
+        let lines = quench_engine::gpu::dispatch_listing(&path, &options, args.rows, chunk)
+            .map_err(|e| e.to_string())?;
         for l in lines {
             println!("{l}");
         }

@@ -31,9 +31,12 @@ use common::{bits, gguf, seed, step_graph, LayerFormats, Shape, Tiny};
 
 const CONTEXT: usize = 32;
 
+/// Decode steps only: prompts fed a token per step (the prompt path's batching is
+/// tested in `gpu_prefill.rs`).
 fn options(max_batch: usize) -> GpuOptions {
     GpuOptions {
         context: Some(CONTEXT),
+        prefill_chunk: 0,
         sessions: 4,
         max_batch,
         ..GpuOptions::default()
@@ -432,11 +435,14 @@ fn models_feed_sessions_in_batches_as_generate_computes_them() {
     let dir = synth(SynthArch::Qwen2, s ^ 3);
     let mut rng = ChaCha8Rng::seed_from_u64(s);
     let cpu = quench_engine::load(&dir, &LoadOptions::default()).expect("loads");
+    // Decode steps only: a prompt path's chunk of several tokens rounds otherwise than
+    // the decode steps that fed a session's earlier tokens.
     let gpu_options = LoadOptions {
         device: Device::Cuda,
         context_limit: Some(CONTEXT),
         sessions: Some(3),
         max_batch: Some(2),
+        prefill_chunk: Some(0),
         ..LoadOptions::default()
     };
     let gpu = quench_engine::load(

@@ -44,9 +44,11 @@ const SHAPE: Shape = Shape {
     eps: 1e-5,
 };
 
+/// Decode steps only: prompts fed a token per step (the prompt path: `gpu_prefill.rs`).
 fn options() -> GpuOptions {
     GpuOptions {
         context: Some(CONTEXT),
+        prefill_chunk: 0,
         ..GpuOptions::default()
     }
 }

@@ -29,7 +29,7 @@ use quench_engine::gpu::check::{judge, LogitBound, Reference};
 use quench_engine::KvCache;
 use quench_models::arch::{ModelConfig, Naming};
 
-use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions, StoredTensors};
+use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions, GpuSession, StoredTensors};
 use quench_models::{GgmlType, GgufFile};
 use quench_rt::InterpExecutor;
 use rand::{Rng, SeedableRng};
@@ -372,6 +372,42 @@ fn llama_f16_prompts_in_chunks_match_the_f64_reference() {
         output: Some(GgmlType::F16),
     };
     run("llama f16", &m, seed());
+}
+
+/// In a batch (as the server feeds its sequences), a row of a prompt's tokens takes the
+/// prompt path and gets the bits it gets fed alone; a row of one token takes a decode
+/// step beside it.
+#[test]
+fn a_prompt_fed_in_a_batch_takes_the_prompt_path_as_alone() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let m = one_layer_llama(uniform(GgmlType::BF16));
+    let file = gguf(&m, &mut rng);
+    let config = ModelConfig::from_gguf(&file).expect("a config");
+    let options = GpuOptions {
+        context: Some(CONTEXT),
+        sessions: 2,
+        max_batch: 2,
+        prefill_chunk: CHUNK,
+        ..GpuOptions::default()
+    };
+    let exec = Box::new(InterpExecutor::new());
+    let gpu = GpuDecoder::new(config, &file, Naming::Gguf, exec, None, &options).expect("loads");
+    let prompt: Vec<u32> = (0..20).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let alone = gpu
+        .feed(&mut gpu.new_session(), &prompt)
+        .expect("the prompt alone");
+    let (mut a, mut b) = (gpu.new_session(), gpu.new_session());
+    gpu.feed(&mut b, &prompt[..3]).expect("another prompt");
+    let mut rows: Vec<(&mut GpuSession, &[u32])> = vec![(&mut a, &prompt), (&mut b, &prompt[3..4])];
+    let out = gpu.feed_batch(&mut rows).expect("a batch");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let row = out[0].as_ref().expect("the prompt's row");
+    assert!(
+        bits(row) == bits(&alone),
+        "the prompt's logits differ from alone"
+    );
+    assert!(out[1].is_ok(), "the one-token row");
+    assert_eq!((a.len(), b.len()), (prompt.len(), 4));
 }
 
 #[test]

@@ -68,9 +68,11 @@ fn load(file: &GgufFile) -> GpuDecoder {
 /// As [`load`], replaying captured steps or launching each dispatch.
 fn load_with(file: &GgufFile, capture: bool) -> GpuDecoder {
     let config = ModelConfig::from_gguf(file).expect("config");
+    // Decode steps only: prompts fed a token per step, each step profiled.
     let options = GpuOptions {
         context: Some(32),
         capture,
+        prefill_chunk: 0,
         ..GpuOptions::default()
     };
     GpuDecoder::new(
