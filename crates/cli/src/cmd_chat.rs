@@ -23,7 +23,7 @@ pub struct ChatArgs {
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
     /// Most tokens in one reply.
-    #[arg(long, value_name = "N", default_value_t = 512)]
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 512)]
     pub max_tokens: usize,
 }
 

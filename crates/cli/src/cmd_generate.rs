@@ -62,7 +62,7 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Most tokens to generate.
-    #[arg(long, value_name = "N", default_value_t = 128)]
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 128)]
     pub max_tokens: usize,
     /// Write the prompt's tokens, the generated tokens and the logits of every step to FILE
     /// as JSON (for checking quench against other implementations).

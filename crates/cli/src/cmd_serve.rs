@@ -14,7 +14,7 @@ pub struct ServeArgs {
     /// A model that generates text: a pulled model's name (smollm2), a GGUF file, a Hugging
     /// Face directory, or synthetic:tiny-chat; NAME=MODEL serves it under NAME. Repeat to
     /// serve several.
-    #[arg(long = "model", value_name = "MODEL")]
+    #[arg(long = "model", short = 'm', value_name = "MODEL")]
     models: Vec<String>,
     /// A model that embeds text (minilm, a BERT sentence embedder's directory, or
     /// synthetic:tiny-embed); NAME=MODEL serves it under NAME. Repeatable.
@@ -24,6 +24,9 @@ pub struct ServeArgs {
     /// the KV cache for `--kv-blocks` is allocated when the model loads.
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceArg,
+    /// With --device cuda: which GPU (as `quench devices` numbers them).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    gpu: u32,
     /// The model cache that pulled names are looked up in (see `quench pull`).
     #[arg(long)]
     cache: Option<PathBuf>,
@@ -69,6 +72,14 @@ pub struct ServeArgs {
     /// over the weights) instead of the tensor cores (up to 64 a pass).
     #[arg(long)]
     no_tensor_core_decode: bool,
+    /// A key clients must send (`Authorization: Bearer KEY`) on every route but /health
+    /// and the chat page; repeat for several. Also read from $QUENCH_API_KEY and from
+    /// --api-key-file. Without any, anyone who can reach the address may call.
+    #[arg(long = "api-key", value_name = "KEY")]
+    api_keys: Vec<String>,
+    /// A file of API keys, one a line (blank lines and lines starting with # skipped).
+    #[arg(long, value_name = "PATH")]
+    api_key_file: Option<std::path::PathBuf>,
     /// On a GPU, the element type of the KV cache.
     #[arg(long, value_enum, default_value = "f16")]
     kv_cache: KvCacheArg,
@@ -76,6 +87,25 @@ pub struct ServeArgs {
 
 fn seconds(name: &str, s: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(s).map_err(|_| format!("--{name} {s} is not a number of seconds"))
+}
+
+/// The keys from --api-key, $QUENCH_API_KEY and --api-key-file, in that order.
+fn api_keys(a: &ServeArgs) -> Result<Vec<String>, String> {
+    let mut keys = a.api_keys.clone();
+    if let Ok(k) = std::env::var("QUENCH_API_KEY") {
+        keys.push(k.trim().to_owned());
+    }
+    if let Some(path) = &a.api_key_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--api-key-file {}: {e}", path.display()))?;
+        keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned),
+        );
+    }
+    Ok(keys)
 }
 
 /// A model as given on the command line: `[NAME=]MODEL`, where MODEL is a pulled model's
@@ -120,6 +150,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             DeviceArg::Cpu => quench_engine::Device::Cpu,
             DeviceArg::Cuda => quench_engine::Device::Cuda,
         },
+        gpu: a.gpu,
         context: a.context,
         max_sessions: a.max_sessions,
         body_limit: a.body_limit,
@@ -129,6 +160,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         max_connections: a.max_connections,
         tensor_core_decode: !a.no_tensor_core_decode,
         kv_cache: a.kv_cache.into(),
+        api_keys: api_keys(a)?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -118,8 +118,22 @@ pub(crate) fn run(command: &Command) -> Result<(), String> {
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        quiet_on_closed_stdout();
+    }
     if let Err(e) = run(&cli.command) {
         eprintln!("error: {e}");
         std::process::exit(1);
+    }
+}
+
+/// A reader that stops early (`quench cc --list | head`) ends the command quietly, as
+/// other command-line tools end, instead of a failed write to standard output. (The
+/// server keeps the default, under which a closed socket is an error to handle.)
+fn quiet_on_closed_stdout() {
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -43,6 +43,9 @@ pub struct ModelArgs {
     /// Where the model runs.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
+    /// With --device cuda: which GPU (as `quench devices` numbers them).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub gpu: u32,
     /// The model cache pulled models are found in (as for `quench pull --cache`).
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
@@ -86,6 +89,7 @@ impl ModelArgs {
                 DeviceArg::Cpu => Device::Cpu,
                 DeviceArg::Cuda => Device::Cuda,
             },
+            gpu: self.gpu,
             precision: if self.f64 {
                 Precision::F64
             } else {
@@ -102,7 +106,6 @@ impl ModelArgs {
             tensor_core_decode: self.tensor_core_decode,
             kv_cache: self.kv_cache.into(),
             prefill_chunk: self.prefill_chunk,
-            ..LoadOptions::default()
         }
     }
 

@@ -478,3 +478,26 @@ fn generates_llama_cpp_tokens(gguf: &str, cache: &Path) {
     }
     std::fs::remove_dir_all(out_file.parent().unwrap()).unwrap();
 }
+
+/// A reader that stops after the first line (`quench cc … --emit ptx | head -1`, the PTX
+/// some 200 KB, more than a pipe holds): the command ends without a panic or an error
+/// message.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quench"))
+        .args(["cc", "attention_prefill_f16", "--emit", "ptx"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty(), "a first kernel name");
+    // The pipe's read end is closed here, with most of the list unwritten.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.is_empty(), "quench wrote to stderr: {stderr}");
+}

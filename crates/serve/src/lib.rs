@@ -11,6 +11,7 @@
 
 mod api;
 pub mod backend;
+pub mod keys;
 pub mod log;
 pub mod metrics;
 pub mod scheduler;

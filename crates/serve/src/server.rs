@@ -15,6 +15,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::api::{router, AppState, BodyLimits, ServedModel};
+use crate::keys::ApiKeys;
 use crate::log::{self, RequestIds};
 use crate::metrics::Metrics;
 use crate::scheduler::{EngineConfig, EngineHandle};
@@ -95,6 +96,8 @@ pub struct ServeConfig {
     pub engine: EngineConfig,
     /// Where the text-generating models run (embedding models run on the CPU).
     pub device: quench_engine::Device,
+    /// With a GPU device: which one (the driver's ordinal).
+    pub gpu: u32,
     /// Most positions one sequence may hold (capped at the model's own context).
     pub context: Option<usize>,
     pub max_sessions: usize,
@@ -113,6 +116,8 @@ pub struct ServeConfig {
     pub tensor_core_decode: bool,
     /// On a GPU, the element type of the KV cache.
     pub kv_cache: quench_engine::KvCache,
+    /// Keys a client must present (`Authorization: Bearer KEY`); none: anyone may call.
+    pub api_keys: Vec<String>,
 }
 
 impl Default for ServeConfig {
@@ -124,8 +129,10 @@ impl Default for ServeConfig {
             port: 8080,
             engine: EngineConfig::default(),
             device: quench_engine::Device::Cpu,
+            gpu: 0,
             context: None,
             max_sessions: 256,
+            api_keys: Vec::new(),
             body_limit: 1 << 20,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
@@ -185,6 +192,7 @@ impl Server {
                 "--kv-blocks and --max-batch must be at least 1".into(),
             ));
         }
+        let keys = ApiKeys::new(&config.api_keys).map_err(ServeError::Config)?;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr)
             .await
@@ -223,6 +231,7 @@ impl Server {
             },
             draining: AtomicBool::new(false),
             request_ids: RequestIds::default(),
+            keys,
         });
         Ok(Server {
             listener,
@@ -254,6 +263,14 @@ impl Server {
                 "listening",
                 json!({"address": addr.to_string(), "port": addr.port()}),
             );
+            if !addr.ip().is_loopback() && state.keys.is_empty() {
+                log::line(
+                    "warn",
+                    "listening beyond this machine without an API key: anyone who can reach \
+                     the address can use the models (pass --api-key)",
+                    json!({"address": addr.to_string()}),
+                );
+            }
         }
         tokio::pin!(shutdown);
         let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
@@ -323,7 +340,8 @@ async fn load_causal(
         reason,
     };
     let (spec2, context, device) = (spec.clone(), config.context, config.device);
-    let (tensor_core_decode, kv_cache) = (config.tensor_core_decode, config.kv_cache);
+    let (tensor_core_decode, kv_cache, gpu) =
+        (config.tensor_core_decode, config.kv_cache, config.gpu);
     let max_batch = config.engine.max_batch;
     // On a GPU the KV cache is allocated up front: as many whole contexts as the block
     // budget holds (the scheduler admits sequences by the same budget).
@@ -343,6 +361,7 @@ async fn load_causal(
             ModelSource::Path(path) => {
                 let options = quench_engine::LoadOptions {
                     device,
+                    gpu,
                     context_limit: context,
                     sessions: Some(gpu_sessions.max(1)),
                     max_batch: Some(max_batch),

@@ -27,6 +27,7 @@ pub use body::BodyLimits;
 pub use error::ApiError;
 
 use crate::backend::EmbeddingBackend;
+use crate::keys::{ApiKeys, Refusal};
 use crate::log::{RequestIds, RequestLog};
 use crate::metrics::Metrics;
 use crate::scheduler::EngineHandle;
@@ -95,6 +96,8 @@ pub struct AppState {
     /// Set at shutdown: new requests are refused with 503.
     pub draining: AtomicBool,
     pub request_ids: RequestIds,
+    /// The keys requests must carry (none: every request is served).
+    pub keys: ApiKeys,
 }
 
 impl AppState {
@@ -162,9 +165,44 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            require_key,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             log_requests,
         ))
         .with_state(state)
+}
+
+/// With API keys, every route but the health check and the chat page (a static page,
+/// which asks for the key when the API answers 401) needs one: 401 otherwise, as OpenAI
+/// answers.
+async fn require_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let open = matches!(request.uri().path(), "/health" | "/");
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    match state.keys.check(given) {
+        Ok(()) => next.run(request).await,
+        Err(_) if open => next.run(request).await,
+        Err(refusal) => {
+            let message = match refusal {
+                Refusal::Missing => {
+                    "this server needs an API key: send it as `Authorization: Bearer KEY`"
+                }
+                Refusal::Wrong => "the API key given is not one this server accepts",
+            };
+            let mut response = ApiError::new(StatusCode::UNAUTHORIZED, message)
+                .code("invalid_api_key")
+                .into_response();
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+            response
+        }
+    }
 }
 
 async fn not_found(request: Request) -> ApiError {

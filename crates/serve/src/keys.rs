@@ -1,0 +1,103 @@
+//! API keys: the bearer tokens a client must present (`Authorization: Bearer KEY`) on every
+//! route but `/health` and the chat page, when the server is given any.
+//!
+//! Keys are kept as SHA-256 digests and a presented key's digest is compared with every
+//! one of them in full, so the time an answer takes does not depend on how much of a key
+//! a guess got right, nor on which key matched.
+
+use sha2::{Digest, Sha256};
+
+/// The keys a server accepts; none means every request is served.
+#[derive(Clone, Default)]
+pub struct ApiKeys {
+    digests: Vec<[u8; 32]>,
+}
+
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ApiKeys({} keys)", self.digests.len())
+    }
+}
+
+/// Why a request was not let through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No `Authorization: Bearer` header.
+    Missing,
+    /// A key that is not one of the server's.
+    Wrong,
+}
+
+impl ApiKeys {
+    /// Refuses an empty key and one with white space or control characters (which no
+    /// header could carry intact).
+    pub fn new(keys: &[String]) -> Result<ApiKeys, String> {
+        let mut digests = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            if k.is_empty() || k.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(format!(
+                    "API key {} is empty or holds white space or control characters",
+                    i + 1
+                ));
+            }
+            digests.push(digest(k));
+        }
+        Ok(ApiKeys { digests })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.digests.is_empty()
+    }
+
+    /// Whether a request with this `Authorization` header value may go on.
+    pub fn check(&self, authorization: Option<&[u8]>) -> Result<(), Refusal> {
+        if self.digests.is_empty() {
+            return Ok(());
+        }
+        let key = authorization
+            .and_then(|v| v.strip_prefix(b"Bearer "))
+            .ok_or(Refusal::Missing)?;
+        let d: [u8; 32] = Sha256::digest(key).into();
+        let matched = self
+            .digests
+            .iter()
+            .fold(0u8, |any, k| any | u8::from(same(k, &d)));
+        match matched {
+            0 => Err(Refusal::Wrong),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// Equal digests, every byte compared whatever the first difference.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_checked_by_value() {
+        let keys = ApiKeys::new(&["sk-one".into(), "sk-two".into()]).expect("valid keys");
+        assert_eq!(keys.check(Some(b"Bearer sk-one")), Ok(()));
+        assert_eq!(keys.check(Some(b"Bearer sk-two")), Ok(()));
+        assert_eq!(keys.check(Some(b"Bearer sk-on")), Err(Refusal::Wrong));
+        assert_eq!(keys.check(Some(b"Bearer sk-one ")), Err(Refusal::Wrong));
+        assert_eq!(keys.check(Some(b"sk-one")), Err(Refusal::Missing));
+        assert_eq!(keys.check(None), Err(Refusal::Missing));
+        assert_eq!(ApiKeys::default().check(None), Ok(()));
+    }
+
+    #[test]
+    fn unusable_keys_are_refused() {
+        for bad in ["", "two words", "tab\there"] {
+            assert!(ApiKeys::new(&[bad.to_string()]).is_err(), "{bad:?}");
+        }
+    }
+}
