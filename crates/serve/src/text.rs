@@ -15,6 +15,8 @@ pub trait TextSide: Send + Sync + 'static {
     fn token_text(&self, id: u32) -> String;
     /// Tokens that end generation when drawn (end of sequence, end of turn).
     fn stop_ids(&self) -> &[u32];
+    /// Token ids run from 0 to this, exclusive.
+    fn vocab_size(&self) -> usize;
 }
 
 /// Text that the tokenizer or the chat template refused.
@@ -52,5 +54,9 @@ impl TextSide for CausalModel {
 
     fn stop_ids(&self) -> &[u32] {
         self.eos_ids()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.info().config.vocab
     }
 }

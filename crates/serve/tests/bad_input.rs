@@ -350,3 +350,121 @@ fn a_model_with_no_room_for_the_prompt_in_its_kv_budget_refuses_it() {
         .json();
     assert_eq!(v["usage"]["completion_tokens"], 2);
 }
+
+/// Bodies a web page could POST from another origin without a preflight (plain text,
+/// forms) are refused with 415 before they are parsed, on every route that reads JSON;
+/// `application/json` with a charset, and a body without a type, are read.
+#[test]
+fn bodies_not_sent_as_json_are_refused() {
+    let server = TestServer::start(config());
+    let chat = br#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}"#;
+    for path in ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"] {
+        for ty in [
+            "text/plain",
+            "text/plain;charset=UTF-8",
+            "multipart/form-data; boundary=x",
+            "application/x-www-form-urlencoded",
+        ] {
+            let r = server.post_raw(path, &[("Content-Type", ty)], chat);
+            refused(&r, 415, None, &format!("{path} as {ty}"));
+        }
+    }
+    for ty in ["application/json", "application/json; charset=utf-8"] {
+        let r = server.post_raw("/v1/chat/completions", &[("Content-Type", ty)], chat);
+        assert_eq!(r.status, 200, "{ty}: {}", r.text());
+    }
+    let mut s = connect(server.addr);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        chat.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(chat).unwrap();
+    let r = common::read_response(&mut std::io::BufReader::new(s));
+    assert_eq!(r.status, 200, "a body without a type: {}", r.text());
+    ok_chat(&server);
+    server.stop();
+}
+
+/// What a request may ask for that the server does not do is refused by name, never
+/// answered as if not asked; the values that ask for nothing are served.
+#[test]
+fn unserved_fields_are_refused_by_name() {
+    let server = TestServer::start(config());
+    let base = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let with = |field: &str, value: Value| {
+        let mut body = base.clone();
+        body[field] = value;
+        body
+    };
+    let tool = json!({"type": "function", "function": {"name": "f", "parameters": {}}});
+    for (field, value) in [
+        ("logit_bias", json!({"42": 5})),
+        ("best_of", json!(3)),
+        ("tools", json!([tool])),
+        ("tool_choice", json!("required")),
+        ("functions", json!([{"name": "f"}])),
+        ("response_format", json!({"type": "json_object"})),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+        ),
+        ("top_k", json!(-2)),
+        ("min_p", json!(1.5)),
+        ("repetition_penalty", json!(0)),
+    ] {
+        let r = server.post("/v1/chat/completions", &with(field, value.clone()));
+        refused(&r, 400, Some(field), &format!("{field}: {value}"));
+    }
+    for (field, value) in [
+        ("logit_bias", json!({})),
+        ("best_of", json!(1)),
+        ("tools", json!([])),
+        ("tool_choice", json!("none")),
+        ("response_format", json!({"type": "text"})),
+        ("top_k", json!(-1)),
+        ("min_p", json!(0.05)),
+        ("repetition_penalty", json!(1.1)),
+    ] {
+        let r = server.post("/v1/chat/completions", &with(field, value.clone()));
+        assert_eq!(r.status, 200, "{field}: {value}: {}", r.text());
+    }
+    // top_k is honoured: keeping one token samples what greedy decoding picks.
+    let answer = |body: Value| {
+        let r = server.post("/v1/chat/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["choices"][0]["message"]["content"].clone()
+    };
+    let long = with("max_tokens", json!(12));
+    let greedy_long = {
+        let mut b = long.clone();
+        b["temperature"] = json!(0);
+        answer(b)
+    };
+    for seed in 0..3 {
+        let mut b = long.clone();
+        b["temperature"] = json!(1.5);
+        b["top_k"] = json!(1);
+        b["seed"] = json!(seed);
+        assert_eq!(answer(b), greedy_long, "top_k 1 at seed {seed}");
+    }
+    server.stop();
+}
+
+/// A token-id prompt with an id past the vocabulary is refused with 400 naming the id.
+#[test]
+fn token_ids_outside_the_vocabulary_are_refused() {
+    let server = TestServer::start(config());
+    let r = server.post(
+        "/v1/completions",
+        &json!({"prompt": [1, 2, 4_000_000], "max_tokens": 2}),
+    );
+    refused(&r, 400, Some("prompt[2]"), "an id past the vocabulary");
+    assert!(r.text().contains("4000000"), "{}", r.text());
+    let r = server.post(
+        "/v1/completions",
+        &json!({"prompt": [1, 2, 3], "max_tokens": 2}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    server.stop();
+}

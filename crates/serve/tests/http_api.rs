@@ -285,3 +285,66 @@ fn a_session_continues_and_a_reset_takes_effect() {
         0
     );
 }
+
+/// `/tokenize` gives the ids a completion or a chat would feed, `/detokenize` the text of
+/// ids; both refuse what they cannot take by name.
+#[test]
+fn tokenize_and_detokenize_round_trip() {
+    let server = TestServer::start(config());
+    let r = server.post("/tokenize", &json!({"prompt": "hello there"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let tokens: Vec<u64> = v["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t.as_u64().expect("an id"))
+        .collect();
+    assert_eq!(v["count"].as_u64(), Some(tokens.len() as u64));
+    assert!(v["max_model_len"].as_u64().is_some_and(|n| n > 0), "{v}");
+    // The same ids a completion counts as its prompt.
+    let c = server.post(
+        "/v1/completions",
+        &json!({"prompt": "hello there", "max_tokens": 1}),
+    );
+    assert_eq!(
+        c.json()["usage"]["prompt_tokens"].as_u64(),
+        Some(tokens.len() as u64)
+    );
+    let r = server.post("/detokenize", &json!({"tokens": tokens}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.json()["prompt"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello there")),
+        "{}",
+        r.text()
+    );
+    let chat = server.post(
+        "/tokenize",
+        &json!({"messages": [{"role": "user", "content": "hello there"}]}),
+    );
+    assert_eq!(chat.status, 200, "{}", chat.text());
+    assert!(
+        chat.json()["count"].as_u64() > Some(tokens.len() as u64),
+        "the template adds tokens"
+    );
+    for (path, body, param) in [
+        ("/tokenize", json!({}), "prompt"),
+        (
+            "/tokenize",
+            json!({"prompt": "a", "messages": []}),
+            "prompt",
+        ),
+        (
+            "/detokenize",
+            json!({"tokens": [1, 4_000_000]}),
+            "tokens[1]",
+        ),
+    ] {
+        let r = server.post(path, &body);
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], param, "{path} {body}");
+    }
+    server.stop();
+}

@@ -35,12 +35,41 @@ pub async fn read_json_split<A: DeserializeOwned, B: DeserializeOwned>(
     parse_json_split(&read_body(headers, body, limits).await?)
 }
 
-/// The body's bytes, refused when larger than the limit or slower than the timeout.
+/// Refuses a body declared as anything but JSON: the forms a web page may POST to another
+/// origin without asking first (`text/plain`, `multipart/form-data`, URL-encoded forms)
+/// never reach the parser. A body without a `Content-Type` is read as JSON.
+fn check_json_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(given) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let media = given
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim();
+    if media.eq_ignore_ascii_case("application/json") {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!(
+            "the request body must be JSON sent as `Content-Type: application/json`, not {:?}",
+            String::from_utf8_lossy(given.as_bytes())
+        ),
+    )
+    .code("unsupported_media_type"))
+}
+
+/// The body's bytes, refused when not JSON, larger than the limit or slower than the
+/// timeout.
 async fn read_body(
     headers: &HeaderMap,
     body: Body,
     limits: BodyLimits,
 ) -> Result<Vec<u8>, ApiError> {
+    check_json_type(headers)?;
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

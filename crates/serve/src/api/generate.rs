@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::body::read_json_split;
-use super::types::{ChatRequest, CompletionRequest, GenerationFields, PromptInput};
+use super::types::{ChatMessage, ChatRequest, CompletionRequest, GenerationFields, PromptInput};
 use super::{ApiError, AppState, ServedKind, ServedModel};
 use crate::log::RequestLog;
 use crate::scheduler::blocks::blocks_for;
@@ -57,8 +57,25 @@ fn check_options(fields: GenerationFields) -> Result<Options, ApiError> {
         presence_penalty,
         frequency_penalty,
         ignore_eos,
+        logit_bias,
+        best_of,
+        tools,
+        tool_choice,
+        functions,
+        response_format,
+        top_k,
+        min_p,
+        repetition_penalty,
         ..
     } = fields;
+    refuse_unserved(
+        logit_bias.as_ref(),
+        best_of,
+        &tools,
+        tool_choice.as_ref(),
+        &functions,
+        response_format.as_ref(),
+    )?;
     let max_tokens = match (max_completion_tokens, max_tokens) {
         (Some(v), _) => Some((v, "max_completion_tokens")),
         (None, Some(v)) => Some((v, "max_tokens")),
@@ -119,12 +136,40 @@ fn check_options(fields: GenerationFields) -> Result<Options, ApiError> {
     let include_usage = stream_options
         .and_then(|o| o.include_usage)
         .unwrap_or(false);
+    let top_k = match top_k {
+        None | Some(-1) => 0,
+        Some(k) if k >= 0 => usize::try_from(k).unwrap_or(usize::MAX),
+        Some(k) => {
+            return Err(ApiError::invalid(
+                "top_k",
+                format!("top_k must be 0 or more (0 or -1 keep every token), not {k}"),
+            ))
+        }
+    };
+    let min_p = min_p.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&min_p) {
+        return Err(ApiError::invalid(
+            "min_p",
+            format!("min_p must be between 0 and 1, not {min_p}"),
+        ));
+    }
+    let repetition_penalty = repetition_penalty.unwrap_or(1.0);
+    if !(repetition_penalty > 0.0 && repetition_penalty.is_finite()) {
+        return Err(ApiError::invalid(
+            "repetition_penalty",
+            format!(
+                "repetition_penalty must be above 0 (1 changes nothing), not {repetition_penalty}"
+            ),
+        ));
+    }
     let sampling = SamplingParams {
         temperature: temperature as f32,
+        top_k,
+        min_p: min_p as f32,
+        repetition_penalty: repetition_penalty as f32,
         top_p: top_p as f32,
         // Without a seed, each request draws differently.
         seed: seed.map_or_else(rand::random, |s| s as u64),
-        ..SamplingParams::greedy()
     };
     Ok(Options {
         max_tokens,
@@ -134,6 +179,57 @@ fn check_options(fields: GenerationFields) -> Result<Options, ApiError> {
         stream,
         include_usage,
     })
+}
+
+/// Refuses, by name, what a request may ask for that the server does not do, where the
+/// value asks for something (an empty list or map, `best_of: 1`, `tool_choice: "none"`,
+/// `response_format: {"type": "text"}` ask for nothing).
+fn refuse_unserved(
+    logit_bias: Option<&serde_json::Map<String, serde_json::Value>>,
+    best_of: Option<i64>,
+    tools: &Option<Vec<serde_json::Value>>,
+    tool_choice: Option<&serde_json::Value>,
+    functions: &Option<Vec<serde_json::Value>>,
+    response_format: Option<&serde_json::Value>,
+) -> Result<(), ApiError> {
+    let unsupported = |name: &str, what: &str| {
+        Err(
+            ApiError::invalid(name, format!("{name} is not supported: {what}"))
+                .code("unsupported_parameter"),
+        )
+    };
+    if logit_bias.is_some_and(|m| !m.is_empty()) {
+        return unsupported("logit_bias", "leave it out or empty");
+    }
+    if let Some(b) = best_of.filter(|&b| b != 1) {
+        return unsupported(
+            "best_of",
+            &format!("one completion is drawn per request (got {b})"),
+        );
+    }
+    if tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return unsupported(
+            "tools",
+            "this server does not call tools yet; leave tools out",
+        );
+    }
+    if functions.as_ref().is_some_and(|f| !f.is_empty()) {
+        return unsupported(
+            "functions",
+            "this server does not call functions; leave it out",
+        );
+    }
+    if tool_choice.is_some_and(|c| c.as_str() != Some("none")) {
+        return unsupported("tool_choice", "without tools only \"none\" is served");
+    }
+    let text = |f: &serde_json::Value| f.get("type").and_then(|t| t.as_str()) == Some("text");
+    if response_format.is_some_and(|f| !text(f)) {
+        return unsupported(
+            "response_format",
+            "output is not constrained to JSON or a schema yet; only {\"type\": \"text\"} is served",
+        );
+    }
+    Ok(())
 }
 
 /// How many alternatives per token `name` asks for, at most [`MAX_TOP_LOGPROBS`].
@@ -282,7 +378,45 @@ fn claim_session(
     Ok((claim, turn))
 }
 
-fn text_failure(e: TextFailure, param: &str) -> ApiError {
+/// A chat request's messages, checked: at least one, text content, a known role.
+pub(super) fn chat_messages(given: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
+    if given.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "messages must hold at least one message",
+        ));
+    }
+    let mut messages = Vec::with_capacity(given.len());
+    for (i, m) in given.iter().enumerate() {
+        let text = m.content.text().map_err(|kind| {
+            ApiError::invalid(
+                format!("messages[{i}].content"),
+                format!(
+                    "messages[{i}].content: parts of type {kind:?} are not supported; send text"
+                ),
+            )
+        })?;
+        if !["system", "developer", "user", "assistant", "tool"].contains(&m.role.as_str()) {
+            return Err(ApiError::invalid(
+                format!("messages[{i}].role"),
+                format!(
+                "messages[{i}].role {:?} is not one of system, developer, user, assistant, tool",
+                m.role
+            ),
+            ));
+        }
+        // Chat templates know "system"; "developer" is its newer name.
+        let role = if m.role == "developer" {
+            "system"
+        } else {
+            &m.role
+        };
+        messages.push(Message::new(role, text));
+    }
+    Ok(messages)
+}
+
+pub(super) fn text_failure(e: TextFailure, param: &str) -> ApiError {
     match e {
         TextFailure::NoTemplate => ApiError::invalid("model", e.to_string()),
         _ => ApiError::invalid(param, e.to_string()),
@@ -312,39 +446,7 @@ pub async fn chat(
         (true, n) => Some(n.unwrap_or(0)),
         (false, None) => None,
     };
-    if req.messages.is_empty() {
-        return Err(ApiError::invalid(
-            "messages",
-            "messages must hold at least one message",
-        ));
-    }
-    let mut messages = Vec::with_capacity(req.messages.len());
-    for (i, m) in req.messages.iter().enumerate() {
-        let text = m.content.text().map_err(|kind| {
-            ApiError::invalid(
-                format!("messages[{i}].content"),
-                format!(
-                    "messages[{i}].content: parts of type {kind:?} are not supported; send text"
-                ),
-            )
-        })?;
-        if !["system", "developer", "user", "assistant", "tool"].contains(&m.role.as_str()) {
-            return Err(ApiError::invalid(
-                format!("messages[{i}].role"),
-                format!(
-                    "messages[{i}].role {:?} is not one of system, developer, user, assistant, tool",
-                    m.role
-                ),
-            ));
-        }
-        // Chat templates know "system"; "developer" is its newer name.
-        let role = if m.role == "developer" {
-            "system"
-        } else {
-            &m.role
-        };
-        messages.push(Message::new(role, text));
-    }
+    let mut messages = chat_messages(&req.messages)?;
 
     let session = session_id(received.body_session.take(), &received.headers)?;
     let text = generator_text(&received.served)?;
@@ -404,7 +506,21 @@ pub async fn completions(
                 "a session continues text prompts; send the prompt as text",
             ))
         }
-        PromptInput::Tokens(tokens) => tokens,
+        PromptInput::Tokens(tokens) => {
+            let vocab = text.vocab_size();
+            if let Some(i) = tokens.iter().position(|&t| t as usize >= vocab) {
+                return Err(ApiError::invalid(
+                    format!("prompt[{i}]"),
+                    format!(
+                        "prompt[{i}] is token id {}, outside the vocabulary of {vocab} tokens \
+                         (0 to {})",
+                        tokens[i],
+                        vocab - 1
+                    ),
+                ));
+            }
+            tokens
+        }
         PromptInput::Text(mut t) => {
             if let Some(id) = &session {
                 let (claim, mut tr) = claim_session(&state, &received.served, id, false)?;
@@ -423,7 +539,7 @@ pub async fn completions(
 }
 
 /// The text side of a model that generates text; other models are refused.
-fn generator_text(served: &ServedModel) -> Result<Arc<dyn TextSide>, ApiError> {
+pub(super) fn generator_text(served: &ServedModel) -> Result<Arc<dyn TextSide>, ApiError> {
     match &served.kind {
         ServedKind::Causal { text, .. } => Ok(text.clone()),
         ServedKind::Embedding { .. } => Err(ApiError::invalid(

@@ -6,6 +6,7 @@ mod error;
 mod generate;
 mod info;
 mod page;
+mod tokens;
 mod types;
 
 use std::pin::Pin;
@@ -161,6 +162,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(generate::chat))
         .route("/v1/completions", post(generate::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/tokenize", post(tokens::tokenize))
+        .route("/detokenize", post(tokens::detokenize))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
@@ -225,7 +228,7 @@ async fn method_not_allowed(request: Request) -> ApiError {
 
 /// A route's name for logs and metrics: its pattern, not the ids in it.
 fn route_name(path: &str) -> String {
-    const KNOWN: [&str; 9] = [
+    const KNOWN: [&str; 11] = [
         "/",
         "/health",
         "/metrics",
@@ -234,6 +237,8 @@ fn route_name(path: &str) -> String {
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/embeddings",
+        "/tokenize",
+        "/detokenize",
         "/favicon.ico",
     ];
     if KNOWN.contains(&path) {

@@ -1,5 +1,7 @@
-//! Request bodies, as OpenAI's API defines them. Fields the server does not use are
-//! ignored; a field it uses with a value of the wrong type is refused by name. Chat and text
+//! Request bodies, as OpenAI's API defines them. Fields the server does not act on are
+//! read too, so that a request asking for what the server does not do (tools, a response
+//! format, logit biases, several choices) is refused by name rather than answered as if it
+//! had not asked; a field with a value of the wrong type is refused by name. Chat and text
 //! completion bodies are read twice: once for the fields they share ([`GenerationFields`]),
 //! once for the endpoint's own.
 
@@ -23,6 +25,19 @@ pub struct GenerationFields {
     pub n: Option<i64>,
     pub presence_penalty: Option<f64>,
     pub frequency_penalty: Option<f64>,
+    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Completions: candidates drawn to return the best of; only 1 is served.
+    pub best_of: Option<i64>,
+    pub tools: Option<Vec<serde_json::Value>>,
+    pub tool_choice: Option<serde_json::Value>,
+    pub functions: Option<Vec<serde_json::Value>>,
+    pub response_format: Option<serde_json::Value>,
+    /// Extensions other servers take as well: keep the `top_k` most likely tokens, drop
+    /// those below `min_p` times the most likely one, and divide (multiply, for a negative
+    /// logit) the logits of tokens already in the context by `repetition_penalty`.
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub repetition_penalty: Option<f64>,
     /// quench: continue this session (see the `X-Session-Id` header too).
     pub session_id: Option<String>,
     /// quench: draw past end-of-sequence tokens, for answers of a fixed length.
