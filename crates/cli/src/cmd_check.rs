@@ -39,8 +39,8 @@ pub struct CheckArgs {
     /// The CUDA device.
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
-    /// Prompts, one per line (blank lines skipped) [default: 8 built-in prompts, and a
-    /// table of at least 1,000 tokens where the context holds it].
+    /// Prompts, one per line (blank lines skipped) [default: 8 built-in prompts, and on a
+    /// GPU a table of at least 1,000 tokens where the context holds it].
     #[arg(long, value_name = "FILE")]
     pub prompts: Option<PathBuf>,
     /// Tokens generated (greedily) per prompt, each judged.
@@ -307,7 +307,9 @@ fn generate_on_device(
             .map_err(|e| format!("tokenizing a prompt: {e}"))
     };
     let context = summary.context;
-    if a.prompts.is_none() {
+    if a.prompts.is_none() && device == Device::Interp {
+        eprintln!("the built-in long prompt is left out on the interpreter (hours of work there)");
+    } else if a.prompts.is_none() {
         let long = long_prompt(&|p| tokenize(p).map(|t| t.len()))?;
         let n = tokenize(&long)?.len();
         if n + a.tokens <= context {
