@@ -76,9 +76,9 @@
 //! table; every launch argument is fixed for a row count, so the dispatches of a row
 //! count are captured as a graph once per row count used and replayed. The attention's
 //! split counters start at zero (written once, with the arena) and every launch leaves
-//! them at zero. Prompts run through the same step token by token (rows at different
-//! prompt positions share steps), unless the prompt path ([`super::prefill`]:
-//! tensor-core GEMMs over whole prompt chunks) is switched on.
+//! them at zero. Prompts take the prompt path ([`super::prefill`]: tensor-core GEMMs over
+//! whole prompt chunks) unless it is switched off; then they run through this step token
+//! by token (rows at different prompt positions share steps).
 
 use quench_ir::Function;
 use quench_kernels::argmax::{self, ArgmaxParams};

@@ -13,13 +13,13 @@
 //!   another row) block tables written by the host. One step decodes a token for each of
 //!   up to `max_batch` sessions ([`GpuDecoder::step_batch`]), each weight read once for
 //!   all of them, and a session's logits have the same bits whichever sessions share its
-//!   steps. Prompts are fed through the same step, one token at a time (prompts at
-//!   different positions share steps: [`GpuDecoder::feed_batch`]) — or, where
-//!   [`GpuOptions::prefill_chunk`] is set, a session's prompt ([`GpuDecoder::feed`], from
-//!   [`GpuOptions::prefill_min_tokens`] tokens on) goes through the prompt path
-//!   ([`prefill`]) in chunks: tensor-core GEMMs over the chunk's rows, its keys and values
-//!   written into the same cache. Its bf16 activations do not yet hold the FP64 check's
-//!   bound on real checkpoints, so it is off unless asked for (`quench bench` asks).
+//!   steps. A session's prompt ([`GpuDecoder::feed`], and each row of
+//!   [`GpuDecoder::feed_batch`], from [`GpuOptions::prefill_min_tokens`] tokens on) goes
+//!   through the prompt path ([`prefill`]) in chunks of up to
+//!   [`GpuOptions::prefill_chunk`] tokens: tensor-core GEMMs over the chunk's rows with f16
+//!   operands, its keys and values written into the same cache. Single tokens, and prompts
+//!   where the chunk is 0, are fed through the decode step (rows at different positions
+//!   share steps).
 //! - [`check`]: the FP64 check of a device generation against the CPU reference.
 //! - [`profile`]: GPU times of every dispatch of every step, switched on for the process.
 //!
