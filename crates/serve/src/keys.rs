@@ -19,6 +19,11 @@ impl std::fmt::Debug for ApiKeys {
     }
 }
 
+/// Who sent a request: the index of the key it carried, or `None` on a server without
+/// keys. Sessions belong to the caller that made them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caller(pub Option<usize>);
+
 /// Why a request was not let through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -49,22 +54,27 @@ impl ApiKeys {
         self.digests.is_empty()
     }
 
-    /// Whether a request with this `Authorization` header value may go on.
-    pub fn check(&self, authorization: Option<&[u8]>) -> Result<(), Refusal> {
+    /// Who sends a request with this `Authorization` header value, if it may go on.
+    pub fn check(&self, authorization: Option<&[u8]>) -> Result<Caller, Refusal> {
         if self.digests.is_empty() {
-            return Ok(());
+            return Ok(Caller(None));
         }
         let key = authorization
             .and_then(|v| v.strip_prefix(b"Bearer "))
             .ok_or(Refusal::Missing)?;
         let d: [u8; 32] = Sha256::digest(key).into();
+        // Every key is compared, and the match is selected without a branch on it.
         let matched = self
             .digests
             .iter()
-            .fold(0u8, |any, k| any | u8::from(same(k, &d)));
+            .enumerate()
+            .fold(0usize, |found, (i, k)| {
+                let mask = 0usize.wrapping_sub(usize::from(same(k, &d)));
+                found | ((i + 1) & mask)
+            });
         match matched {
             0 => Err(Refusal::Wrong),
-            _ => Ok(()),
+            n => Ok(Caller(Some(n - 1))),
         }
     }
 }
@@ -85,13 +95,13 @@ mod tests {
     #[test]
     fn keys_are_checked_by_value() {
         let keys = ApiKeys::new(&["sk-one".into(), "sk-two".into()]).expect("valid keys");
-        assert_eq!(keys.check(Some(b"Bearer sk-one")), Ok(()));
-        assert_eq!(keys.check(Some(b"Bearer sk-two")), Ok(()));
+        assert_eq!(keys.check(Some(b"Bearer sk-one")), Ok(Caller(Some(0))));
+        assert_eq!(keys.check(Some(b"Bearer sk-two")), Ok(Caller(Some(1))));
         assert_eq!(keys.check(Some(b"Bearer sk-on")), Err(Refusal::Wrong));
         assert_eq!(keys.check(Some(b"Bearer sk-one ")), Err(Refusal::Wrong));
         assert_eq!(keys.check(Some(b"sk-one")), Err(Refusal::Missing));
         assert_eq!(keys.check(None), Err(Refusal::Missing));
-        assert_eq!(ApiKeys::default().check(None), Ok(()));
+        assert_eq!(ApiKeys::default().check(None), Ok(Caller(None)));
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //! session already holds (earlier messages and its own replies, or earlier text) and, while
 //! the session's KV cache is kept, feeds only what is new. The store here holds the
 //! conversations; the engine thread holds the caches and reports their size back.
+//!
+//! On a server with API keys a session belongs to the key that made it: another key's
+//! requests neither see it listed nor continue nor delete it (to them it does not exist).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,6 +14,8 @@ use std::time::Instant;
 
 use quench_text::Message;
 use serde::Serialize;
+
+use crate::keys::Caller;
 
 /// What a session has said so far.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +30,7 @@ pub enum History {
 
 #[derive(Debug)]
 struct Entry {
+    owner: Caller,
     model: String,
     history: History,
     busy: bool,
@@ -104,8 +110,12 @@ impl SessionStore {
         id: &str,
         model: &str,
         chat: bool,
+        owner: Caller,
     ) -> Result<(Claim, Option<String>), SessionRefusal> {
         let mut entries = self.lock();
+        if entries.get(id).is_some_and(|e| e.owner != owner) {
+            return Err(SessionRefusal::Unknown(id.to_owned()));
+        }
         let mut forgotten = None;
         if !entries.contains_key(id) && entries.len() >= self.capacity {
             let oldest = entries
@@ -119,6 +129,7 @@ impl SessionStore {
             }
         }
         let entry = entries.entry(id.to_owned()).or_insert_with(|| Entry {
+            owner,
             model: model.to_owned(),
             history: History::Empty,
             busy: false,
@@ -187,10 +198,10 @@ impl SessionStore {
         }
     }
 
-    /// Forgets a session that is not busy.
-    pub fn delete(&self, id: &str) -> Result<(), SessionRefusal> {
+    /// Forgets a session of `owner`'s that is not busy.
+    pub fn delete(&self, id: &str, owner: Caller) -> Result<(), SessionRefusal> {
         let mut entries = self.lock();
-        match entries.get(id) {
+        match entries.get(id).filter(|e| e.owner == owner) {
             None => Err(SessionRefusal::Unknown(id.to_owned())),
             Some(e) if e.busy => Err(SessionRefusal::Busy(id.to_owned())),
             Some(_) => {
@@ -221,10 +232,11 @@ impl SessionStore {
         self.len() == 0
     }
 
-    /// Every session, most recently used first.
-    pub fn list(&self) -> Vec<SessionInfo> {
+    /// `owner`'s sessions, most recently used first.
+    pub fn list(&self, owner: Caller) -> Vec<SessionInfo> {
         let entries = self.lock();
-        let mut list: Vec<(&String, &Entry)> = entries.iter().collect();
+        let mut list: Vec<(&String, &Entry)> =
+            entries.iter().filter(|(_, e)| e.owner == owner).collect();
         list.sort_by(|a, b| b.1.last_used.cmp(&a.1.last_used).then(a.0.cmp(b.0)));
         list.into_iter()
             .map(|(id, e)| SessionInfo {
@@ -255,37 +267,56 @@ mod tests {
     use super::*;
 
     #[test]
+    fn another_keys_sessions_do_not_exist_for_it() {
+        let store = SessionStore::new(8);
+        let (a, b) = (Caller(Some(0)), Caller(Some(1)));
+        let (claim, _) = store.claim("s", "m", true, a).unwrap();
+        store.finish(&claim.id, History::Text("secret".into()));
+        assert_eq!(
+            store.claim("s", "m", true, b).unwrap_err(),
+            SessionRefusal::Unknown("s".into())
+        );
+        assert!(store.list(b).is_empty());
+        assert_eq!(
+            store.delete("s", b),
+            Err(SessionRefusal::Unknown("s".into()))
+        );
+        assert_eq!(store.list(a).len(), 1);
+        store.delete("s", a).unwrap();
+    }
+
+    #[test]
     fn a_claimed_session_is_busy_until_finished() {
         let store = SessionStore::new(8);
-        let (claim, _) = store.claim("s", "m", true).unwrap();
+        let (claim, _) = store.claim("s", "m", true, Caller(None)).unwrap();
         assert_eq!(claim.history, History::Empty);
         assert_eq!(
-            store.claim("s", "m", true).unwrap_err(),
+            store.claim("s", "m", true, Caller(None)).unwrap_err(),
             SessionRefusal::Busy("s".into())
         );
-        assert!(store.delete("s").is_err());
+        assert!(store.delete("s", Caller(None)).is_err());
         let history = History::Chat(vec![Message::new("user", "hi")]);
         store.finish("s", history.clone());
         assert!(matches!(
-            store.claim("s", "other", true),
+            store.claim("s", "other", true, Caller(None)),
             Err(SessionRefusal::OtherModel { .. })
         ));
         assert!(matches!(
-            store.claim("s", "m", false),
+            store.claim("s", "m", false, Caller(None)),
             Err(SessionRefusal::OtherKind { .. })
         ));
-        let (claim, _) = store.claim("s", "m", true).unwrap();
+        let (claim, _) = store.claim("s", "m", true, Caller(None)).unwrap();
         assert_eq!(claim.history, history);
         store.release("s");
-        assert_eq!(store.list()[0].turns, 1);
-        store.delete("s").unwrap();
+        assert_eq!(store.list(Caller(None))[0].turns, 1);
+        store.delete("s", Caller(None)).unwrap();
         assert!(store.is_empty());
     }
 
     #[test]
     fn a_session_without_an_answer_is_forgotten() {
         let store = SessionStore::new(8);
-        store.claim("s", "m", false).unwrap();
+        store.claim("s", "m", false, Caller(None)).unwrap();
         store.release("s");
         assert!(!store.exists("s"));
     }
@@ -294,12 +325,12 @@ mod tests {
     fn the_least_recently_used_idle_session_makes_room() {
         let store = SessionStore::new(2);
         for id in ["a", "b"] {
-            store.claim(id, "m", true).unwrap();
+            store.claim(id, "m", true, Caller(None)).unwrap();
             store.finish(id, History::Chat(vec![]));
         }
-        store.claim("a", "m", true).unwrap();
+        store.claim("a", "m", true, Caller(None)).unwrap();
         store.finish("a", History::Chat(vec![]));
-        let (_, forgotten) = store.claim("c", "m", true).unwrap();
+        let (_, forgotten) = store.claim("c", "m", true, Caller(None)).unwrap();
         assert_eq!(forgotten.as_deref(), Some("b"));
         assert!(store.exists("a") && store.exists("c") && !store.exists("b"));
     }

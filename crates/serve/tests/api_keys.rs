@@ -71,3 +71,53 @@ fn an_unusable_key_is_refused_at_start() {
         .expect("refused");
     assert!(err.to_string().contains("API key 1"), "{err}");
 }
+
+/// A session belongs to the key that made it: another key neither lists, continues nor
+/// deletes it.
+#[test]
+fn sessions_belong_to_their_key() {
+    let server = TestServer::start(ServeConfig {
+        api_keys: vec!["sk-alice".into(), "sk-bob".into()],
+        ..config()
+    });
+    let call = |method: &str, path: &str, key: &str, body: Option<&serde_json::Value>| {
+        let auth = format!("Bearer {key}");
+        let text = body.map(|b| b.to_string());
+        request(
+            server.addr,
+            method,
+            path,
+            &[("Authorization", auth.as_str())],
+            text.as_deref().map(str::as_bytes),
+        )
+    };
+    let turn = serde_json::json!({
+        "messages": [{"role": "user", "content": "my secret is 1234"}],
+        "max_tokens": 2,
+        "session_id": "notes",
+    });
+    let r = call("POST", "/v1/chat/completions", "sk-alice", Some(&turn));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ids = |key: &str| -> Vec<String> {
+        call("GET", "/v1/sessions", key, None).json()["data"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|s| s["id"].as_str().expect("an id").to_owned())
+            .collect()
+    };
+    assert_eq!(ids("sk-alice"), ["notes"]);
+    assert!(ids("sk-bob").is_empty());
+    let r = call("POST", "/v1/chat/completions", "sk-bob", Some(&turn));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "session_id");
+    assert_eq!(
+        call("DELETE", "/v1/sessions/notes", "sk-bob", None).status,
+        404
+    );
+    assert_eq!(
+        call("DELETE", "/v1/sessions/notes", "sk-alice", None).status,
+        200
+    );
+    server.stop();
+}

@@ -19,6 +19,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use super::body::read_json_split;
 use super::types::{ChatMessage, ChatRequest, CompletionRequest, GenerationFields, PromptInput};
 use super::{ApiError, AppState, ServedKind, ServedModel};
+use crate::keys::Caller;
 use crate::log::RequestLog;
 use crate::scheduler::blocks::blocks_for;
 use crate::scheduler::{Done, Event, Job, TokenLogprob, TokenOut};
@@ -252,6 +253,8 @@ struct Received {
     options: Options,
     /// The session the body names, not yet checked against the header ([`session_id`]).
     body_session: Option<String>,
+    /// Whose sessions it may continue.
+    caller: Caller,
 }
 
 /// Reads a chat or text completion request: the shared fields, checked, and the endpoint's
@@ -262,6 +265,11 @@ async fn receive<E: DeserializeOwned>(
 ) -> Result<(Received, E), ApiError> {
     let arrived = Instant::now();
     let log = request_log(&request);
+    let caller = request
+        .extensions()
+        .get::<Caller>()
+        .copied()
+        .unwrap_or_default();
     let (parts, body) = request.into_parts();
     let (mut fields, own): (GenerationFields, E) =
         read_json_split(&parts.headers, body, state.limits).await?;
@@ -278,6 +286,7 @@ async fn receive<E: DeserializeOwned>(
         served,
         options,
         body_session,
+        caller,
     };
     Ok((received, own))
 }
@@ -350,13 +359,14 @@ impl Drop for SessionTurn {
 /// to make room.
 fn claim_session(
     state: &AppState,
-    served: &ServedModel,
+    received: &Received,
     id: &str,
     chat: bool,
 ) -> Result<(crate::sessions::Claim, SessionTurn), ApiError> {
+    let served = &received.served;
     let (claim, forgotten) = state
         .sessions
-        .claim(id, &served.id, chat)
+        .claim(id, &served.id, chat, received.caller)
         .map_err(|e| match e {
             SessionRefusal::Busy(_) => ApiError::new(StatusCode::CONFLICT, e.to_string())
                 .param("session_id")
@@ -452,7 +462,7 @@ pub async fn chat(
     let text = generator_text(&received.served)?;
     let mut turn = None;
     if let Some(id) = &session {
-        let (claim, mut t) = claim_session(&state, &received.served, id, true)?;
+        let (claim, mut t) = claim_session(&state, &received, id, true)?;
         if let History::Chat(earlier) = claim.history {
             messages.splice(0..0, earlier);
         }
@@ -523,7 +533,7 @@ pub async fn completions(
         }
         PromptInput::Text(mut t) => {
             if let Some(id) = &session {
-                let (claim, mut tr) = claim_session(&state, &received.served, id, false)?;
+                let (claim, mut tr) = claim_session(&state, &received, id, false)?;
                 if let History::Text(earlier) = claim.history {
                     t.insert_str(0, &earlier);
                 }

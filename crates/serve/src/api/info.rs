@@ -6,10 +6,12 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use serde_json::{json, Value};
 
 use super::{ApiError, AppState, ServedKind, ServedModel};
+use crate::keys::Caller;
 use crate::sessions::SessionRefusal;
 
 pub async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
@@ -86,21 +88,26 @@ pub async fn model(
     Ok(Json(describe(m)))
 }
 
-pub async fn sessions(State(state): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({"object": "list", "data": state.sessions.list()}))
+/// The caller's sessions only.
+pub async fn sessions(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+) -> Json<Value> {
+    Json(json!({"object": "list", "data": state.sessions.list(caller)}))
 }
 
 pub async fn delete_session(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let model = state
         .sessions
-        .list()
+        .list(caller)
         .into_iter()
         .find(|s| s.id == id)
         .map(|s| s.model);
-    state.sessions.delete(&id).map_err(|e| match e {
+    state.sessions.delete(&id, caller).map_err(|e| match e {
         SessionRefusal::Unknown(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string())
             .param("session_id")
             .code("session_not_found"),

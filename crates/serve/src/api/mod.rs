@@ -180,14 +180,21 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// With API keys, every route but the health check and the chat page (a static page,
 /// which asks for the key when the API answers 401) needs one: 401 otherwise, as OpenAI
 /// answers.
-async fn require_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+async fn require_key(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let open = matches!(request.uri().path(), "/health" | "/");
     let given = request
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .map(HeaderValue::as_bytes);
     match state.keys.check(given) {
-        Ok(()) => next.run(request).await,
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
         Err(_) if open => next.run(request).await,
         Err(refusal) => {
             let message = match refusal {
