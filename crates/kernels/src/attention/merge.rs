@@ -394,13 +394,22 @@ pub fn case_from(
     })
 }
 
-/// A case of `rows` rows of random partials: maxima in [−6, 6] (base 2), sums in
-/// [1, 64], outputs in ±[2^-6, 1]·sum; the last split of every other row is empty.
+/// A case of `rows` rows of random partials: maxima in [−6, 6] (base 2), each row's first
+/// 2 above its others' largest, sums in [1, 64], outputs in ±[2^-6, 1]·sum; the last split
+/// of every other row is empty.
 pub fn case(p: &MergeParams, rows: u32, seed: u64) -> Result<KernelCase, KernelError> {
     let mut rng = data::rng(seed);
     let ns = p.n_splits as usize;
     let total = rows as usize * ns;
     let mut m = data::uniform(&mut rng, total, -6.0, 6.0);
+    // Each row's first split 2 above its others' largest maximum: where the maxima were
+    // close, merging without rescaling (the control) would land inside the bound.
+    for row in m.chunks_exact_mut(ns) {
+        let others = row[1..].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if others.is_finite() {
+            row[0] = others + 2.0;
+        }
+    }
     let mut l = data::uniform(&mut rng, total, 1.0, 64.0);
     let mut o = data::signed(&mut rng, total * p.head_dim as usize, 0.015625, 1.0);
     for (i, o) in o.chunks_exact_mut(p.head_dim as usize).enumerate() {
