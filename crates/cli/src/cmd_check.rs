@@ -93,20 +93,25 @@ const LONG_PROMPT_TOKENS: usize = 1000;
 
 /// The built-in long prompt: a table of products, one per line, grown until the model's
 /// tokenizer makes at least [`LONG_PROMPT_TOKENS`] tokens of it, then a question about
-/// it. `count` gives a text's token count.
-fn long_prompt(count: &dyn Fn(&str) -> Result<usize, String>) -> Result<String, String> {
+/// it; with its tokens (`tokenize` gives a text's).
+fn long_prompt(
+    tokenize: &dyn Fn(&str) -> Result<Vec<u32>, String>,
+) -> Result<(String, Vec<u32>), String> {
     const QUESTION: &str = "\nQ: According to the table, what is 7 × 12?\nA:";
-    let mut text = String::from("A table of products, one per line:\n");
+    let mut table = String::from("A table of products, one per line:\n");
     // The count is checked every 12 lines (one multiplicand).
-    for a in 2u32.. {
+    let mut a = 2u32;
+    loop {
         for b in 2..=13u32 {
-            text.push_str(&format!("{a} × {b} = {}\n", a * b));
+            table.push_str(&format!("{a} × {b} = {}\n", a * b));
         }
-        if count(&format!("{text}{QUESTION}"))? >= LONG_PROMPT_TOKENS {
-            break;
+        let prompt = format!("{table}{QUESTION}");
+        let tokens = tokenize(&prompt)?;
+        if tokens.len() >= LONG_PROMPT_TOKENS {
+            return Ok((prompt, tokens));
         }
+        a += 1;
     }
-    Ok(format!("{text}{QUESTION}"))
 }
 
 /// What the device produced for one prompt.
@@ -307,22 +312,7 @@ fn generate_on_device(
             .map_err(|e| format!("tokenizing a prompt: {e}"))
     };
     let context = summary.context;
-    if a.prompts.is_none() && device == Device::Interp {
-        eprintln!("the built-in long prompt is left out on the interpreter (hours of work there)");
-    } else if a.prompts.is_none() {
-        let long = long_prompt(&|p| tokenize(p).map(|t| t.len()))?;
-        let n = tokenize(&long)?.len();
-        if n + a.tokens <= context {
-            prompts.push(long);
-        } else {
-            eprintln!(
-                "the built-in long prompt ({n} tokens) and {} generated tokens do not fit the \
-                 context of {context} positions; it is left out",
-                a.tokens
-            );
-        }
-    }
-    let mut tokenized = Vec::with_capacity(prompts.len());
+    let mut tokenized = Vec::with_capacity(prompts.len() + 1);
     for (i, p) in prompts.iter().enumerate() {
         let t = tokenize(p)?;
         if t.len() + a.tokens > context {
@@ -336,6 +326,22 @@ fn generate_on_device(
             ));
         }
         tokenized.push(t);
+    }
+    if a.prompts.is_none() && device == Device::Interp {
+        eprintln!("the built-in long prompt is left out on the interpreter (hours of work there)");
+    } else if a.prompts.is_none() {
+        let (long, tokens) = long_prompt(&tokenize)?;
+        let n = tokens.len();
+        if n + a.tokens <= context {
+            prompts.push(long);
+            tokenized.push(tokens);
+        } else {
+            eprintln!(
+                "the built-in long prompt ({n} tokens) and {} generated tokens do not fit the \
+                 context of {context} positions; it is left out",
+                a.tokens
+            );
+        }
     }
     let mut runs = Vec::with_capacity(prompts.len());
     for (p, prompt_tokens) in prompts.iter().zip(tokenized) {
@@ -538,5 +544,28 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
              another top token (details in {})",
             a.receipt.display()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table grows until the tokenizer given makes enough tokens of it, whatever it
+    /// makes per line, and ends with its question.
+    #[test]
+    fn the_long_prompt_grows_to_the_tokens_asked_for() {
+        for chars_per_token in [1, 4, 9] {
+            let tokenize = |t: &str| Ok(vec![0u32; t.chars().count() / chars_per_token]);
+            let (text, tokens) = long_prompt(&tokenize).expect("a prompt");
+            assert!(tokens.len() >= LONG_PROMPT_TOKENS, "{chars_per_token}");
+            let shorter = text.chars().count() / chars_per_token;
+            assert!(
+                shorter < LONG_PROMPT_TOKENS + 12 * 20,
+                "grown much past the count"
+            );
+            assert!(text.ends_with("what is 7 × 12?\nA:"));
+            assert_eq!(tokens, tokenize(&text).expect("tokens"));
+        }
     }
 }

@@ -205,25 +205,24 @@ fn unsupported_shapes_are_refused_by_name() {
 /// outputs are f16.
 #[test]
 fn names_say_the_operand_type() {
-    let p = |o, f, e| name(o, f, e);
     assert_eq!(
-        p(Operands::Bf16, BFormat::Bf16, Epilogue::Store),
+        name(Operands::Bf16, BFormat::Bf16, Epilogue::Store),
         "gemm_bf16"
     );
     assert_eq!(
-        p(Operands::Bf16, BFormat::Q4K, Epilogue::StoreHalf),
+        name(Operands::Bf16, BFormat::Q4K, Epilogue::StoreHalf),
         "gemm_q4_k_to_bf16"
     );
     assert_eq!(
-        p(Operands::F16, BFormat::Bf16, Epilogue::Store),
+        name(Operands::F16, BFormat::Bf16, Epilogue::Store),
         "gemm_bf16_xf16"
     );
     assert_eq!(
-        p(Operands::F16, BFormat::F16, Epilogue::Accumulate),
+        name(Operands::F16, BFormat::F16, Epilogue::Accumulate),
         "gemm_f16_xf16_residual"
     );
     assert_eq!(
-        p(Operands::F16, BFormat::Q4K, Epilogue::StoreHalf),
+        name(Operands::F16, BFormat::Q4K, Epilogue::StoreHalf),
         "gemm_q4_k_xf16_to_f16"
     );
 }

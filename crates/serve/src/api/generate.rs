@@ -426,6 +426,26 @@ pub(super) fn chat_messages(given: &[ChatMessage]) -> Result<Vec<Message>, ApiEr
     Ok(messages)
 }
 
+/// Refuses an id past the model's vocabulary, naming its place in `field`.
+pub(super) fn check_token_ids(
+    text: &dyn TextSide,
+    ids: &[u32],
+    field: &str,
+) -> Result<(), ApiError> {
+    let vocab = text.vocab_size();
+    match ids.iter().position(|&t| t as usize >= vocab) {
+        None => Ok(()),
+        Some(i) => Err(ApiError::invalid(
+            format!("{field}[{i}]"),
+            format!(
+                "{field}[{i}] is token id {}, outside the vocabulary of {vocab} tokens (0 to {})",
+                ids[i],
+                vocab.saturating_sub(1)
+            ),
+        )),
+    }
+}
+
 pub(super) fn text_failure(e: TextFailure, param: &str) -> ApiError {
     match e {
         TextFailure::NoTemplate => ApiError::invalid("model", e.to_string()),
@@ -517,18 +537,7 @@ pub async fn completions(
             ))
         }
         PromptInput::Tokens(tokens) => {
-            let vocab = text.vocab_size();
-            if let Some(i) = tokens.iter().position(|&t| t as usize >= vocab) {
-                return Err(ApiError::invalid(
-                    format!("prompt[{i}]"),
-                    format!(
-                        "prompt[{i}] is token id {}, outside the vocabulary of {vocab} tokens \
-                         (0 to {})",
-                        tokens[i],
-                        vocab - 1
-                    ),
-                ));
-            }
+            check_token_ids(&*text, &tokens, "prompt")?;
             tokens
         }
         PromptInput::Text(mut t) => {

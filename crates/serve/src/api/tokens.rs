@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::body::read_json;
-use super::generate::{chat_messages, generator_text, text_failure};
+use super::generate::{chat_messages, check_token_ids, generator_text, text_failure};
 use super::types::ChatMessage;
 use super::{ApiError, AppState};
 
@@ -68,16 +68,7 @@ pub async fn detokenize(
     let req: DetokenizeRequest = read_json(&parts.headers, body, state.limits).await?;
     let served = state.model(req.model.as_deref(), true)?;
     let text = generator_text(&served)?;
-    let vocab = text.vocab_size();
-    if let Some(i) = req.tokens.iter().position(|&t| t as usize >= vocab) {
-        return Err(ApiError::invalid(
-            format!("tokens[{i}]"),
-            format!(
-                "tokens[{i}] is token id {}, outside the vocabulary of {vocab} tokens",
-                req.tokens[i]
-            ),
-        ));
-    }
+    check_token_ids(&*text, &req.tokens, "tokens")?;
     Ok(Json(
         json!({"model": served.id, "prompt": text.decode(&req.tokens)}),
     ))
