@@ -19,4 +19,5 @@ pub mod server;
 pub mod sessions;
 pub mod text;
 
+pub use api::{check_request, Endpoint};
 pub use server::{ModelSource, ModelSpec, ServeConfig, ServeError, Server};

@@ -33,7 +33,7 @@ const MAX_TOP_LOGPROBS: i64 = 20;
 const SESSION_HEADER: &str = "x-session-id";
 
 /// The options chat and text completions share, checked.
-struct Options {
+pub(super) struct Options {
     max_tokens: Option<(usize, &'static str)>,
     ignore_eos: bool,
     sampling: SamplingParams,
@@ -44,7 +44,7 @@ struct Options {
 
 /// Checks the shared fields but `model` and `session_id`, which name what the request is
 /// answered by rather than how.
-fn check_options(fields: GenerationFields) -> Result<Options, ApiError> {
+pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiError> {
     let GenerationFields {
         max_tokens,
         max_completion_tokens,

@@ -1,6 +1,7 @@
 //! The HTTP API: routes, shared state, and the request log around every route.
 
 mod body;
+mod check;
 mod embeddings;
 mod error;
 mod generate;
@@ -25,6 +26,7 @@ use http_body::{Frame, SizeHint};
 use tokio::sync::Semaphore;
 
 pub use body::BodyLimits;
+pub use check::{check_request, Endpoint};
 pub use error::ApiError;
 
 use crate::backend::EmbeddingBackend;
