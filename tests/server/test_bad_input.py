@@ -68,9 +68,9 @@ def test_slow_loris_clients_are_dropped_and_others_served(root_url, http, chat_m
     url = urlparse(root_url)
     started = time.monotonic()
     slow_headers = socket.create_connection((url.hostname, url.port))
-    slow_headers.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    slow_headers.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n")
     slow_body = socket.create_connection((url.hostname, url.port))
-    slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
                       b"Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"mod")
     normal_request_succeeds(http, chat_model)
     for s in (slow_headers, slow_body):

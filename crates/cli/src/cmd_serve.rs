@@ -53,6 +53,10 @@ pub struct ServeArgs {
     /// Most sessions kept; the least recently used is forgotten beyond it.
     #[arg(long, default_value_t = 256)]
     max_sessions: usize,
+    /// Most sessions one API key holds (without keys, one client address); beyond it the
+    /// key's own least recently used session is forgotten, never another client's.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    sessions_per_client: usize,
     /// Largest request body, in bytes (413 beyond).
     #[arg(long, default_value_t = 1 << 20)]
     body_limit: usize,
@@ -68,6 +72,19 @@ pub struct ServeArgs {
     /// Most client connections open at once; more wait to be accepted.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
+    /// Most connections one client address holds open; a further one is answered 429 and
+    /// closed.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    connections_per_address: usize,
+    /// A host name the server answers to (the `Host` header), besides IP addresses,
+    /// localhost and --host; repeatable; `*` answers any. Requests for other names are
+    /// refused (403), which stops DNS-rebinding pages.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    allowed_hosts: Vec<String>,
+    /// An origin (https://app.example.com) whose web pages may call the API; repeatable;
+    /// `*` allows every page. Without it only the server's own chat page may.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
     /// On a GPU, multiply bf16 weights with the matrix–vector kernels (8 requests a pass
     /// over the weights) instead of the tensor cores (up to 64 a pass).
     #[arg(long)]
@@ -153,11 +170,15 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         gpu: a.gpu,
         context: a.context,
         max_sessions: a.max_sessions,
+        sessions_per_client: a.sessions_per_client,
         body_limit: a.body_limit,
         header_timeout: seconds("header-timeout", a.header_timeout)?,
         body_timeout: seconds("body-timeout", a.body_timeout)?,
         shutdown_grace: seconds("shutdown-grace", a.shutdown_grace)?,
         max_connections: a.max_connections,
+        connections_per_address: a.connections_per_address,
+        allowed_hosts: a.allowed_hosts.clone(),
+        cors_origins: a.cors_origins.clone(),
         tensor_core_decode: !a.no_tensor_core_decode,
         kv_cache: a.kv_cache.into(),
         api_keys: api_keys(a)?,
@@ -166,15 +187,32 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         let server = Server::start(config).await.map_err(|e| e.to_string())?;
         server.run(shutdown_signal()).await;
         Ok(())
-    })
+    });
+    // The last pieces of work cancelled at the deadline are not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
+}
+
+/// Completes at the first SIGTERM or Ctrl-C; a second one ends the process at once.
+async fn shutdown_signal() {
+    signal().await;
+    tokio::spawn(async {
+        signal().await;
+        quench_serve::log::line(
+            "warn",
+            "a second signal: stopping at once, requests in flight cut off",
+            serde_json::json!({}),
+        );
+        std::process::exit(130);
+    });
 }
 
 /// Completes at SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
+async fn signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -119,6 +119,10 @@ impl EmbeddingModel {
                     .collect()
             }
         };
+        // A number that cannot be trusted is refused, never returned as a vector.
+        if vectors.iter().flatten().any(|x| !x.is_finite()) {
+            return Err(EngineError::BadEmbedding);
+        }
         Ok(tokenized
             .into_iter()
             .zip(vectors)

@@ -66,6 +66,12 @@ pub enum EngineError {
     #[error("logits contain {what}")]
     BadLogits { what: &'static str },
 
+    #[error(
+        "an embedding holds NaN or infinite values: the model's weights hold such values or \
+         overflow"
+    )]
+    BadEmbedding,
+
     #[error("the model returned no logits for a sequence it was fed")]
     NoLogits,
 

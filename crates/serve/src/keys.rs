@@ -5,6 +5,8 @@
 //! one of them in full, so the time an answer takes does not depend on how much of a key
 //! a guess got right, nor on which key matched.
 
+use std::net::IpAddr;
+
 use sha2::{Digest, Sha256};
 
 /// The keys a server accepts; none means every request is served.
@@ -19,10 +21,44 @@ impl std::fmt::Debug for ApiKeys {
     }
 }
 
-/// Who sent a request: the index of the key it carried, or `None` on a server without
-/// keys. Sessions belong to the caller that made them.
+/// Who sent a request: the index of the key it carried (`None` on a server without keys)
+/// and the address it came from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Caller(pub Option<usize>);
+pub struct Caller {
+    pub key: Option<usize>,
+    pub addr: Option<IpAddr>,
+}
+
+/// Whom a session counts against (its owner's quota) and whose list shows it: the key that
+/// made it, or on a server without keys the address it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Holder {
+    Key(usize),
+    Addr(Option<IpAddr>),
+}
+
+impl Caller {
+    /// A caller with key `key` (a server with keys), from no particular address.
+    pub fn with_key(key: usize) -> Caller {
+        Caller {
+            key: Some(key),
+            addr: None,
+        }
+    }
+
+    /// Whether this caller may continue or delete a session `owner` made: with keys, only
+    /// the same key may; without keys, anyone who knows the session's id.
+    pub fn may_use(&self, owner: &Caller) -> bool {
+        self.key == owner.key
+    }
+
+    pub fn holder(&self) -> Holder {
+        match self.key {
+            Some(k) => Holder::Key(k),
+            None => Holder::Addr(self.addr),
+        }
+    }
+}
 
 /// Why a request was not let through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,10 +90,11 @@ impl ApiKeys {
         self.digests.is_empty()
     }
 
-    /// Who sends a request with this `Authorization` header value, if it may go on.
-    pub fn check(&self, authorization: Option<&[u8]>) -> Result<Caller, Refusal> {
+    /// The index of the key a request with this `Authorization` header value carries
+    /// (`None` on a server without keys), if it may go on.
+    pub fn check(&self, authorization: Option<&[u8]>) -> Result<Option<usize>, Refusal> {
         if self.digests.is_empty() {
-            return Ok(Caller(None));
+            return Ok(None);
         }
         let key = authorization
             .and_then(|v| v.strip_prefix(b"Bearer "))
@@ -74,7 +111,7 @@ impl ApiKeys {
             });
         match matched {
             0 => Err(Refusal::Wrong),
-            n => Ok(Caller(Some(n - 1))),
+            n => Ok(Some(n - 1)),
         }
     }
 }
@@ -95,13 +132,13 @@ mod tests {
     #[test]
     fn keys_are_checked_by_value() {
         let keys = ApiKeys::new(&["sk-one".into(), "sk-two".into()]).expect("valid keys");
-        assert_eq!(keys.check(Some(b"Bearer sk-one")), Ok(Caller(Some(0))));
-        assert_eq!(keys.check(Some(b"Bearer sk-two")), Ok(Caller(Some(1))));
+        assert_eq!(keys.check(Some(b"Bearer sk-one")), Ok(Some(0)));
+        assert_eq!(keys.check(Some(b"Bearer sk-two")), Ok(Some(1)));
         assert_eq!(keys.check(Some(b"Bearer sk-on")), Err(Refusal::Wrong));
         assert_eq!(keys.check(Some(b"Bearer sk-one ")), Err(Refusal::Wrong));
         assert_eq!(keys.check(Some(b"sk-one")), Err(Refusal::Missing));
         assert_eq!(keys.check(None), Err(Refusal::Missing));
-        assert_eq!(ApiKeys::default().check(None), Ok(Caller(None)));
+        assert_eq!(ApiKeys::default().check(None), Ok(None));
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //! - [`backend`]: what the server needs from an embedding model.
 //! - [`text`]: a causal model's text side (tokenizer, chat template, stop tokens).
 //! - [`sessions`]: conversations the server remembers between requests.
+//! - [`keys`]: API keys; who a request comes from.
 //! - [`server`]: [`Server::start`] loads the models and listens; [`Server::run`] serves
 //!   until asked to stop, then shuts down gracefully.
 
 mod api;
 pub mod backend;
+mod connections;
 pub mod keys;
 pub mod log;
 pub mod metrics;

@@ -80,6 +80,7 @@ pub struct RequestLog {
 
 impl RequestLog {
     pub fn new(id: String, method: &str, route: String, metrics: Arc<Metrics>) -> Self {
+        metrics.in_flight.fetch_add(1, Ordering::AcqRel);
         RequestLog {
             id,
             method: method.to_owned(),
@@ -132,6 +133,7 @@ impl Drop for RequestLog {
             d.cancelled = true;
         }
         self.metrics.count_request(&self.route, d.status);
+        self.metrics.in_flight.fetch_sub(1, Ordering::AcqRel);
         let level = if d.status >= 500 || d.error.is_some() {
             "error"
         } else {

@@ -104,6 +104,8 @@ pub struct Metrics {
     pub embedding_inputs: AtomicU64,
     pub embedding_tokens: AtomicU64,
     pub rejected_queue_full: AtomicU64,
+    /// Requests received whose response has not been sent (or abandoned) yet.
+    pub in_flight: AtomicUsize,
 }
 
 impl Metrics {
@@ -136,7 +138,13 @@ impl Metrics {
                 "quench_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
             );
         }
-        let simple: [(&str, &str, &str, u64); 4] = [
+        let simple: [(&str, &str, &str, u64); 5] = [
+            (
+                "quench_requests_in_flight",
+                "gauge",
+                "Requests being answered.",
+                loadz(&self.in_flight) as u64,
+            ),
             (
                 "quench_rejected_queue_full_total",
                 "counter",

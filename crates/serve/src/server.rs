@@ -14,7 +14,8 @@ use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::api::{router, AppState, BodyLimits, ServedModel};
+use crate::api::{router, AppState, BodyLimits, ClientAddr, OriginPolicy, ServedModel};
+use crate::connections::{self, PerAddress};
 use crate::keys::ApiKeys;
 use crate::log::{self, RequestIds};
 use crate::metrics::Metrics;
@@ -101,6 +102,9 @@ pub struct ServeConfig {
     /// Most positions one sequence may hold (capped at the model's own context).
     pub context: Option<usize>,
     pub max_sessions: usize,
+    /// Most sessions one API key holds (without keys, one client address); beyond it the
+    /// key's own least recently used session is forgotten.
+    pub sessions_per_client: usize,
     pub body_limit: usize,
     /// Time a client has to send a request's headers.
     pub header_timeout: Duration,
@@ -110,6 +114,13 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     /// Most connections open at once; further clients wait to be accepted.
     pub max_connections: usize,
+    /// Most connections one client address holds open; a further one is answered 429 and
+    /// closed.
+    pub connections_per_address: usize,
+    /// Host names answered besides IP addresses, `localhost` and the bound name (`*`: any).
+    pub allowed_hosts: Vec<String>,
+    /// Origins whose web pages may call the API (CORS); none: only the server's own pages.
+    pub cors_origins: Vec<String>,
     /// On a GPU, multiply bf16 weights on the tensor cores at every decode step (the
     /// weights read once for up to 64 requests' rows); off, the matrix–vector kernels,
     /// 8 rows a pass. Other weight formats take the matrix–vector kernels either way.
@@ -132,12 +143,16 @@ impl Default for ServeConfig {
             gpu: 0,
             context: None,
             max_sessions: 256,
+            sessions_per_client: 64,
             api_keys: Vec::new(),
             body_limit: 1 << 20,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             max_connections: 1024,
+            connections_per_address: 256,
+            allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
             tensor_core_decode: true,
             kv_cache: quench_engine::KvCache::F16,
         }
@@ -193,12 +208,19 @@ impl Server {
             ));
         }
         let keys = ApiKeys::new(&config.api_keys).map_err(ServeError::Config)?;
+        let origins = OriginPolicy::new(
+            &config.allowed_hosts,
+            &config.cors_origins,
+            &config.host,
+            machine_name().as_deref(),
+        )
+        .map_err(ServeError::Config)?;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = TcpListener::bind(&addr)
             .await
             .map_err(|source| ServeError::Bind { addr, source })?;
 
-        let sessions = SessionStore::new(config.max_sessions);
+        let sessions = SessionStore::new(config.max_sessions, config.sessions_per_client);
         let mut models = Vec::new();
         for spec in &config.models {
             let started = Instant::now();
@@ -230,8 +252,10 @@ impl Server {
                 timeout: config.body_timeout,
             },
             draining: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             request_ids: RequestIds::default(),
             keys,
+            origins,
         });
         Ok(Server {
             listener,
@@ -274,6 +298,7 @@ impl Server {
         }
         tokio::pin!(shutdown);
         let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
+        let per_address = PerAddress::new(config.connections_per_address);
         loop {
             // At the connection limit, wait for one to close before accepting another.
             let permit = tokio::select! {
@@ -285,8 +310,8 @@ impl Server {
             };
             tokio::select! {
                 accepted = listener.accept() => {
-                    let stream = match accepted {
-                        Ok((stream, _)) => stream,
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => accepted,
                         Err(e) => {
                             // Out of file descriptors and the like: wait a little.
                             log::line("error", "accept failed", json!({"error": e.to_string()}));
@@ -294,12 +319,17 @@ impl Server {
                             continue;
                         }
                     };
+                    let Some(place) = per_address.enter(peer.ip()) else {
+                        tokio::spawn(refuse(stream, per_address.limit()));
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    let service = TowerToHyperService::new(app.clone());
+                    let app = tower::Layer::layer(&axum::Extension(ClientAddr(peer.ip())), app.clone());
+                    let service = TowerToHyperService::new(app);
                     let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
                     tokio::spawn(async move {
                         let _ = conn.await;
-                        drop(permit);
+                        drop((permit, place));
                     });
                 }
                 _ = &mut shutdown => break,
@@ -312,22 +342,54 @@ impl Server {
             "shutting down",
             json!({"grace_ms": config.shutdown_grace.as_millis() as u64}),
         );
-        // Idle connections close now; busy ones after their response.
-        let connections = tokio::spawn(graceful.shutdown());
         let deadline = Instant::now() + config.shutdown_grace;
+        // The engines finish what runs by the deadline and cancel what is left then.
         let engines = state.clone();
-        let _ = tokio::task::spawn_blocking(move || {
+        let engines = tokio::task::spawn_blocking(move || {
             for m in &engines.models {
                 if let Some(engine) = m.engine() {
                     engine.shutdown(deadline);
                 }
             }
-        })
-        .await;
-        // Streams cancelled at the deadline end at once; leave a moment for their last bytes.
-        let _ = tokio::time::timeout(Duration::from_secs(2), connections).await;
+        });
+        // Until every request in flight is answered or the deadline passes, connections stay
+        // open: a request on a kept-alive one is answered 503 (and its connection closed).
+        while state.metrics.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Embeddings still in flight stop at their next piece.
+        state.stopping.store(true, Ordering::Release);
+        let _ = engines.await;
+        // Idle connections close now, busy ones after their response; streams cancelled at
+        // the deadline end at once, so leave a moment for their last bytes.
+        let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
         log::line("info", "stopped", json!({}));
     }
+}
+
+/// Answers a connection past its address's limit with 429 and closes it: the answer, then
+/// the end of the stream, then whatever the client still sends is read (for at most a
+/// second) so that closing does not reset the connection before the client has read it.
+async fn refuse(mut stream: tokio::net::TcpStream, limit: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let answer = connections::refusal(limit);
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(&answer).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        std::io::Result::Ok(())
+    })
+    .await;
+}
+
+/// This machine's host name, which a server bound to every interface answers to.
+fn machine_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_owned())
 }
 
 async fn load_causal(

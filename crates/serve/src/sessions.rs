@@ -7,6 +7,10 @@
 //!
 //! On a server with API keys a session belongs to the key that made it: another key's
 //! requests neither see it listed nor continue nor delete it (to them it does not exist).
+//! Without keys, a session is continued or deleted by whoever knows its id, and listed only
+//! to the address that made it. Each key (or, without keys, each address) holds at most a
+//! quota of sessions: beyond it, its own least recently used idle session makes room, never
+//! another client's.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,6 +74,11 @@ pub enum SessionRefusal {
     },
     #[error("session {0:?} does not exist")]
     Unknown(String),
+    #[error(
+        "this client holds {0} sessions, each answering a request; wait for one to finish \
+         or delete one (DELETE /v1/sessions/ID)"
+    )]
+    Quota(usize),
 }
 
 /// All sessions; shared by the HTTP handlers and the engine threads.
@@ -77,6 +86,8 @@ pub enum SessionRefusal {
 pub struct SessionStore {
     entries: Mutex<HashMap<String, Entry>>,
     capacity: usize,
+    /// Most sessions one key (or address) holds.
+    quota: usize,
 }
 
 /// A session taken by one request: its history at that time. Give it back with
@@ -88,12 +99,14 @@ pub struct Claim {
 }
 
 impl SessionStore {
-    /// A store that keeps at most `capacity` sessions (the least recently used idle one
-    /// is forgotten to make room).
-    pub fn new(capacity: usize) -> Arc<Self> {
+    /// A store that keeps at most `capacity` sessions, at most `quota` of them for one
+    /// holder (the least recently used idle one is forgotten to make room: the holder's own
+    /// when it is at its quota).
+    pub fn new(capacity: usize, quota: usize) -> Arc<Self> {
         Arc::new(SessionStore {
             entries: Mutex::new(HashMap::new()),
             capacity: capacity.max(1),
+            quota: quota.max(1),
         })
     }
 
@@ -113,17 +126,25 @@ impl SessionStore {
         owner: Caller,
     ) -> Result<(Claim, Option<String>), SessionRefusal> {
         let mut entries = self.lock();
-        if entries.get(id).is_some_and(|e| e.owner != owner) {
+        if entries.get(id).is_some_and(|e| !owner.may_use(&e.owner)) {
             return Err(SessionRefusal::Unknown(id.to_owned()));
         }
         let mut forgotten = None;
-        if !entries.contains_key(id) && entries.len() >= self.capacity {
-            let oldest = entries
-                .iter()
-                .filter(|(_, e)| !e.busy)
-                .min_by_key(|(_, e)| e.last_used)
-                .map(|(k, _)| k.clone());
-            if let Some(old) = oldest {
+        if !entries.contains_key(id) {
+            let holder = owner.holder();
+            let held = entries
+                .values()
+                .filter(|e| e.owner.holder() == holder)
+                .count();
+            let room = if held >= self.quota {
+                let own = least_recently_used(&entries, |e| e.owner.holder() == holder);
+                Some(own.ok_or(SessionRefusal::Quota(held))?)
+            } else if entries.len() >= self.capacity {
+                least_recently_used(&entries, |_| true)
+            } else {
+                None
+            };
+            if let Some(old) = room {
                 entries.remove(&old);
                 forgotten = Some(old);
             }
@@ -201,7 +222,7 @@ impl SessionStore {
     /// Forgets a session of `owner`'s that is not busy.
     pub fn delete(&self, id: &str, owner: Caller) -> Result<(), SessionRefusal> {
         let mut entries = self.lock();
-        match entries.get(id).filter(|e| e.owner == owner) {
+        match entries.get(id).filter(|e| owner.may_use(&e.owner)) {
             None => Err(SessionRefusal::Unknown(id.to_owned())),
             Some(e) if e.busy => Err(SessionRefusal::Busy(id.to_owned())),
             Some(_) => {
@@ -232,11 +253,15 @@ impl SessionStore {
         self.len() == 0
     }
 
-    /// `owner`'s sessions, most recently used first.
-    pub fn list(&self, owner: Caller) -> Vec<SessionInfo> {
+    /// The sessions `caller` holds (made with its key, or without keys from its address),
+    /// most recently used first.
+    pub fn list(&self, caller: Caller) -> Vec<SessionInfo> {
         let entries = self.lock();
-        let mut list: Vec<(&String, &Entry)> =
-            entries.iter().filter(|(_, e)| e.owner == owner).collect();
+        let holder = caller.holder();
+        let mut list: Vec<(&String, &Entry)> = entries
+            .iter()
+            .filter(|(_, e)| e.owner.holder() == holder)
+            .collect();
         list.sort_by(|a, b| b.1.last_used.cmp(&a.1.last_used).then(a.0.cmp(b.0)));
         list.into_iter()
             .map(|(id, e)| SessionInfo {
@@ -251,6 +276,18 @@ impl SessionStore {
             })
             .collect()
     }
+}
+
+/// The id of the least recently used idle session among those `which` picks.
+fn least_recently_used(
+    entries: &HashMap<String, Entry>,
+    which: impl Fn(&Entry) -> bool,
+) -> Option<String> {
+    entries
+        .iter()
+        .filter(|(_, e)| !e.busy && which(e))
+        .min_by_key(|(_, e)| e.last_used)
+        .map(|(k, _)| k.clone())
 }
 
 /// Whether `id` is acceptable as a session id: 1 to 128 characters out of letters, digits
@@ -268,8 +305,8 @@ mod tests {
 
     #[test]
     fn another_keys_sessions_do_not_exist_for_it() {
-        let store = SessionStore::new(8);
-        let (a, b) = (Caller(Some(0)), Caller(Some(1)));
+        let store = SessionStore::new(8, 8);
+        let (a, b) = (Caller::with_key(0), Caller::with_key(1));
         let (claim, _) = store.claim("s", "m", true, a).unwrap();
         store.finish(&claim.id, History::Text("secret".into()));
         assert_eq!(
@@ -287,52 +324,91 @@ mod tests {
 
     #[test]
     fn a_claimed_session_is_busy_until_finished() {
-        let store = SessionStore::new(8);
-        let (claim, _) = store.claim("s", "m", true, Caller(None)).unwrap();
+        let store = SessionStore::new(8, 8);
+        let (claim, _) = store.claim("s", "m", true, Caller::default()).unwrap();
         assert_eq!(claim.history, History::Empty);
         assert_eq!(
-            store.claim("s", "m", true, Caller(None)).unwrap_err(),
+            store.claim("s", "m", true, Caller::default()).unwrap_err(),
             SessionRefusal::Busy("s".into())
         );
-        assert!(store.delete("s", Caller(None)).is_err());
+        assert!(store.delete("s", Caller::default()).is_err());
         let history = History::Chat(vec![Message::new("user", "hi")]);
         store.finish("s", history.clone());
         assert!(matches!(
-            store.claim("s", "other", true, Caller(None)),
+            store.claim("s", "other", true, Caller::default()),
             Err(SessionRefusal::OtherModel { .. })
         ));
         assert!(matches!(
-            store.claim("s", "m", false, Caller(None)),
+            store.claim("s", "m", false, Caller::default()),
             Err(SessionRefusal::OtherKind { .. })
         ));
-        let (claim, _) = store.claim("s", "m", true, Caller(None)).unwrap();
+        let (claim, _) = store.claim("s", "m", true, Caller::default()).unwrap();
         assert_eq!(claim.history, history);
         store.release("s");
-        assert_eq!(store.list(Caller(None))[0].turns, 1);
-        store.delete("s", Caller(None)).unwrap();
+        assert_eq!(store.list(Caller::default())[0].turns, 1);
+        store.delete("s", Caller::default()).unwrap();
         assert!(store.is_empty());
     }
 
     #[test]
     fn a_session_without_an_answer_is_forgotten() {
-        let store = SessionStore::new(8);
-        store.claim("s", "m", false, Caller(None)).unwrap();
+        let store = SessionStore::new(8, 8);
+        store.claim("s", "m", false, Caller::default()).unwrap();
         store.release("s");
         assert!(!store.exists("s"));
     }
 
     #[test]
     fn the_least_recently_used_idle_session_makes_room() {
-        let store = SessionStore::new(2);
+        let store = SessionStore::new(2, 2);
         for id in ["a", "b"] {
-            store.claim(id, "m", true, Caller(None)).unwrap();
+            store.claim(id, "m", true, Caller::default()).unwrap();
             store.finish(id, History::Chat(vec![]));
         }
-        store.claim("a", "m", true, Caller(None)).unwrap();
+        store.claim("a", "m", true, Caller::default()).unwrap();
         store.finish("a", History::Chat(vec![]));
-        let (_, forgotten) = store.claim("c", "m", true, Caller(None)).unwrap();
+        let (_, forgotten) = store.claim("c", "m", true, Caller::default()).unwrap();
         assert_eq!(forgotten.as_deref(), Some("b"));
         assert!(store.exists("a") && store.exists("c") && !store.exists("b"));
+    }
+
+    #[test]
+    fn a_client_at_its_quota_makes_room_from_its_own_sessions() {
+        let store = SessionStore::new(8, 2);
+        let (a, b) = (Caller::with_key(0), Caller::with_key(1));
+        for id in ["b1", "a1", "a2"] {
+            let owner = if id.starts_with('a') { a } else { b };
+            store.claim(id, "m", true, owner).unwrap();
+            store.finish(id, History::Chat(vec![]));
+        }
+        // a is at its quota: its own oldest session goes, not b's (older still).
+        let (_, forgotten) = store.claim("a3", "m", true, a).unwrap();
+        assert_eq!(forgotten.as_deref(), Some("a1"));
+        assert!(store.exists("b1"));
+        // With both of a's sessions busy, a third is refused.
+        store.claim("a2", "m", true, a).unwrap();
+        assert_eq!(
+            store.claim("a4", "m", true, a).unwrap_err(),
+            SessionRefusal::Quota(2)
+        );
+        assert!(store.exists("b1") && store.exists("a2") && store.exists("a3"));
+    }
+
+    #[test]
+    fn without_keys_the_list_shows_the_callers_address_only() {
+        let store = SessionStore::new(8, 8);
+        let at = |last: u8| Caller {
+            key: None,
+            addr: Some(std::net::IpAddr::from([10, 0, 0, last])),
+        };
+        store.claim("s", "m", true, at(1)).unwrap();
+        store.finish("s", History::Chat(vec![]));
+        assert_eq!(store.list(at(1)).len(), 1);
+        assert!(store.list(at(2)).is_empty());
+        // The id alone lets another address continue it.
+        store.claim("s", "m", true, at(2)).unwrap();
+        store.finish("s", History::Chat(vec![]));
+        store.delete("s", at(2)).unwrap();
     }
 
     #[test]

@@ -308,12 +308,12 @@ fn slow_clients_time_out_without_holding_up_others() {
     // Headers that never end: the connection is closed after the header timeout.
     let mut slow_headers = connect(server.addr);
     slow_headers
-        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n")
         .unwrap();
     // A body that never comes: 408 after the body timeout.
     let mut slow_body = connect(server.addr);
     slow_body
-        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mess")
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mess")
         .unwrap();
     // Others are served meanwhile.
     let started = Instant::now();
@@ -375,7 +375,7 @@ fn bodies_not_sent_as_json_are_refused() {
     }
     let mut s = connect(server.addr);
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
         chat.len()
     );
     s.write_all(head.as_bytes()).unwrap();

@@ -167,7 +167,7 @@ fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
             queue: 16,
             prefill_chunk: 4,
         },
-        SessionStore::new(8),
+        SessionStore::new(8, 8),
     )
     .expect("the engine starts");
     let prompts: Vec<Vec<u32>> = (0..4)

@@ -44,8 +44,13 @@ fn wordpiece_vocab() -> Vec<String> {
 /// The tiny embedder with weights drawn from `seed`, on the CPU in f32, with its WordPiece
 /// tokenizer; mean pooling, normalized.
 pub fn tiny_embedding_model(seed: u64) -> Result<EmbeddingModel> {
+    let src = tiny_embedder().weights(&mut ChaCha8Rng::seed_from_u64(seed))?;
+    with_weights(src)
+}
+
+/// The tiny embedder with the weights `src`.
+fn with_weights(src: quench_models::arch::MemorySource) -> Result<EmbeddingModel> {
     let shape = tiny_embedder();
-    let src = shape.weights(&mut ChaCha8Rng::seed_from_u64(seed))?;
     let encoder = Encoder::<f32>::load(shape.config(), &src, Naming::HuggingFace)?;
 
     let vocab: Map<String, Value> = wordpiece_vocab()
@@ -85,7 +90,28 @@ pub fn tiny_embedding_model(seed: u64) -> Result<EmbeddingModel> {
 #[cfg(test)]
 mod tests {
     use super::super::{tiny_chat_model, tiny_embedding_model};
+    use super::{tiny_embedder, with_weights, ChaCha8Rng, SeedableRng};
+    use crate::error::EngineError;
     use quench_text::Message;
+
+    #[test]
+    fn an_embedder_with_a_nan_weight_refuses_to_answer() {
+        let mut src = tiny_embedder()
+            .weights(&mut ChaCha8Rng::seed_from_u64(3))
+            .unwrap();
+        let name = src
+            .names()
+            .find(|n| n.contains("word_embeddings"))
+            .unwrap()
+            .to_owned();
+        let (dims, mut data) = src.remove(&name).unwrap();
+        data.iter_mut().for_each(|v| *v = f32::NAN);
+        src.insert(&name, dims, data).unwrap();
+        let model = with_weights(src).unwrap();
+        let err = model.embed(&["fine", "hello"]).unwrap_err();
+        assert!(matches!(err, EngineError::BadEmbedding), "{err}");
+        assert!(tiny_embedding_model(3).unwrap().embed(&["hello"]).is_ok());
+    }
 
     #[test]
     fn tiny_chat_model_round_trips_text_and_stops_at_end_of_turn() {

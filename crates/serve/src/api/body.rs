@@ -91,11 +91,13 @@ async fn read_body(
         )
         .code("request_timeout")
     };
-    let deadline = tokio::time::Instant::now() + limits.timeout;
+    // A body declared too large is refused at once; what the client still sends is read
+    // and dropped beside the answer (see `drain`).
     if declared.is_some_and(|n| n > limits.max_bytes as u64) {
-        drain(body, limits, deadline).await;
+        tokio::spawn(drain(body, limits, tokio::time::Instant::now() + DRAIN_TIME));
         return Err(too_large());
     }
+    let deadline = tokio::time::Instant::now() + limits.timeout;
     let mut body = body;
     let mut bytes = Vec::new();
     loop {
@@ -112,7 +114,7 @@ async fn read_body(
         };
         if let Ok(data) = frame.into_data() {
             if bytes.len() + data.len() > limits.max_bytes {
-                drain(body, limits, deadline).await;
+                tokio::spawn(drain(body, limits, tokio::time::Instant::now() + DRAIN_TIME));
                 return Err(too_large());
             }
             bytes.extend_from_slice(&data);
@@ -121,9 +123,13 @@ async fn read_body(
     Ok(bytes)
 }
 
-/// Reads and drops what is left of a body that is too large, so that the client, which is
-/// still sending it, can read the 413 instead of a reset connection. At most a few times
-/// the limit is read, within the body's deadline; beyond that the connection closes.
+/// How long the rest of a refused body is read for.
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+
+/// Reads and drops what is left of a body that is too large, while the 413 is sent, so that
+/// the client, which may still be sending it, can read the answer instead of a reset
+/// connection. At most a few times the limit is read, for at most `DRAIN_TIME`; then the
+/// connection closes.
 async fn drain(mut body: Body, limits: BodyLimits, deadline: tokio::time::Instant) {
     let mut left = limits.max_bytes.saturating_mul(16);
     while left > 0 {

@@ -15,6 +15,11 @@ use crate::log::RequestLog;
 /// Most texts in one request.
 const MAX_INPUTS: usize = 2048;
 
+/// Texts embedded in one turn of the model. A large request takes its turns between other
+/// requests' (the turns go in arrival order), and stops at its next turn when its client
+/// goes away or the server's shutdown grace is over.
+const PIECE: usize = 16;
+
 pub async fn embeddings(
     State(state): State<Arc<AppState>>,
     request: Request,
@@ -26,7 +31,7 @@ pub async fn embeddings(
     if let Some(log) = &log {
         log.set_model(&served.id);
     }
-    let ServedKind::Embedding { model, busy } = &served.kind else {
+    let ServedKind::Embedding { model, turns } = &served.kind else {
         return Err(ApiError::invalid(
             "model",
             "this model does not make embeddings",
@@ -73,24 +78,42 @@ pub async fn embeddings(
             ));
         }
     }
-    // One request at a time per model, off the async threads.
-    let _turn = busy
-        .acquire()
+    let texts = Arc::new(texts);
+    let mut out = Vec::with_capacity(texts.len());
+    for start in (0..texts.len()).step_by(PIECE) {
+        if state.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server shut down before the embeddings were finished",
+            ));
+        }
+        let unloading =
+            |_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the model is unloading");
+        // The turn is held by the piece's thread, so that a piece whose client has gone
+        // still keeps the next one waiting until it ends.
+        let turn = turns.clone().acquire_owned().await.map_err(unloading)?;
+        let (worker, texts) = (model.clone(), texts.clone());
+        let end = (start + PIECE).min(texts.len());
+        let piece = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            let refs: Vec<&str> = texts[start..end].iter().map(String::as_str).collect();
+            worker.embed(&refs)
+        })
         .await
-        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the model is unloading"))?;
-    let worker = model.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        worker.embed(&refs)
-    })
-    .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("embedding failed: {e}"),
-        )
-    })?
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("embedding failed: {e}"),
+            )
+        })?
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("input[{start}..{end}]: {e}"),
+            )
+        })?;
+        out.extend(piece);
+    }
     let tokens: usize = out.iter().map(|e| e.tokens).sum();
     let metrics = &state.metrics;
     metrics

@@ -6,6 +6,7 @@ mod embeddings;
 mod error;
 mod generate;
 mod info;
+mod origin;
 mod page;
 mod tokens;
 mod types;
@@ -28,9 +29,10 @@ use tokio::sync::Semaphore;
 pub use body::BodyLimits;
 pub use check::{check_request, Endpoint};
 pub use error::ApiError;
+pub use origin::OriginPolicy;
 
 use crate::backend::EmbeddingBackend;
-use crate::keys::{ApiKeys, Refusal};
+use crate::keys::{ApiKeys, Caller, Refusal};
 use crate::log::{RequestIds, RequestLog};
 use crate::metrics::Metrics;
 use crate::scheduler::EngineHandle;
@@ -51,10 +53,11 @@ pub enum ServedKind {
         engine: EngineHandle,
         text: Arc<dyn TextSide>,
     },
-    /// Embeds text, one request at a time.
+    /// Embeds text, one piece of a request at a time (pieces of waiting requests take
+    /// turns in arrival order).
     Embedding {
         model: Arc<dyn EmbeddingBackend>,
-        busy: Semaphore,
+        turns: Arc<Semaphore>,
     },
 }
 
@@ -73,7 +76,7 @@ impl ServedModel {
             created: chrono::Utc::now().timestamp(),
             kind: ServedKind::Embedding {
                 model,
-                busy: Semaphore::new(1),
+                turns: Arc::new(Semaphore::new(1)),
             },
         }
     }
@@ -98,10 +101,19 @@ pub struct AppState {
     pub limits: BodyLimits,
     /// Set at shutdown: new requests are refused with 503.
     pub draining: AtomicBool,
+    /// Set when the shutdown grace period is over: work still in flight stops at its next
+    /// piece.
+    pub stopping: AtomicBool,
     pub request_ids: RequestIds,
     /// The keys requests must carry (none: every request is served).
     pub keys: ApiKeys,
+    /// The host names and web origins answered.
+    pub origins: OriginPolicy,
 }
+
+/// The address a connection comes from, put in each request's extensions.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub std::net::IpAddr);
 
 impl AppState {
     /// The model a request names, or the first one of the kind asked for when it names none.
@@ -174,6 +186,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            origin::check_origin,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             log_requests,
         ))
         .with_state(state)
@@ -193,8 +209,9 @@ async fn require_key(
         .get(axum::http::header::AUTHORIZATION)
         .map(HeaderValue::as_bytes);
     match state.keys.check(given) {
-        Ok(caller) => {
-            request.extensions_mut().insert(caller);
+        Ok(key) => {
+            let addr = request.extensions().get::<ClientAddr>().map(|a| a.0);
+            request.extensions_mut().insert(Caller { key, addr });
             next.run(request).await
         }
         Err(_) if open => next.run(request).await,
@@ -275,12 +292,19 @@ async fn log_requests(
     ));
     request.extensions_mut().insert(log.clone());
     let mut response = if state.draining.load(Ordering::Acquire) {
-        ApiError::new(
+        // Answered (rather than the connection dropped) so that a client on a kept-alive
+        // connection learns why, and closed so that it reconnects elsewhere.
+        let mut r = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the server is shutting down",
         )
         .retry_after(5)
-        .into_response()
+        .into_response();
+        r.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            HeaderValue::from_static("close"),
+        );
+        r
     } else {
         next.run(request).await
     };

@@ -26,7 +26,7 @@ struct Setup {
 fn start(config: EngineConfig) -> Setup {
     let model = Arc::new(tiny_chat_model(7).unwrap());
     let text: Arc<dyn TextSide> = model.clone();
-    let sessions = SessionStore::new(16);
+    let sessions = SessionStore::new(16, 16);
     let engine =
         EngineHandle::start("t", model.clone(), text.clone(), config, sessions.clone()).unwrap();
     Setup {
@@ -162,7 +162,7 @@ fn wait_for(done: impl Fn() -> bool) {
 #[test]
 fn a_session_reuses_its_cache_and_answers_as_a_fresh_request_would() {
     let s = start(EngineConfig::default());
-    s.sessions.claim("a", "t", false, Caller(None)).unwrap();
+    s.sessions.claim("a", "t", false, Caller::default()).unwrap();
     let first: Vec<u32> = b"Once upon a time".iter().map(|&b| b as u32).collect();
     let (j, rx) = job(first.clone(), 12, Some("a"));
     s.engine.submit(j).unwrap();
@@ -171,7 +171,7 @@ fn a_session_reuses_its_cache_and_answers_as_a_fresh_request_would() {
     s.sessions.finish("a", History::Text(String::new()));
     // The cache holds the prompt and the answer, but for its last token when the answer
     // ended at max_tokens (a drawn token is fed only to draw the next).
-    let held = s.sessions.list(Caller(None))[0].cached_tokens;
+    let held = s.sessions.list(Caller::default())[0].cached_tokens;
     let full = first.len() + answer.len();
     assert!(
         held == full || (held == full - 1 && answer.len() == 12),
@@ -181,14 +181,14 @@ fn a_session_reuses_its_cache_and_answers_as_a_fresh_request_would() {
     let mut second = first.clone();
     second.extend(&answer);
     second.extend(b" and then".iter().map(|&b| b as u32));
-    s.sessions.claim("a", "t", false, Caller(None)).unwrap();
+    s.sessions.claim("a", "t", false, Caller::default()).unwrap();
     let (j, rx) = job(second.clone(), 12, Some("a"));
     s.engine.submit(j).unwrap();
     let (continued, done) = collect(rx);
     assert_eq!(done.cached_tokens, held);
     assert_eq!(continued, reference(&s.model, &second, 12));
     s.sessions.finish("a", History::Text(String::new()));
-    assert!(s.sessions.list(Caller(None))[0].cached_tokens >= second.len() + continued.len() - 1);
+    assert!(s.sessions.list(Caller::default())[0].cached_tokens >= second.len() + continued.len() - 1);
 
     s.engine.drop_session("a");
     wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
@@ -200,16 +200,16 @@ fn idle_session_caches_are_evicted_under_pressure() {
         kv_blocks: 12,
         ..EngineConfig::default()
     });
-    s.sessions.claim("old", "t", false, Caller(None)).unwrap();
+    s.sessions.claim("old", "t", false, Caller::default()).unwrap();
     let (j, rx) = job(vec![65; 100], 4, Some("old"));
     s.engine.submit(j).unwrap();
     collect(rx);
-    assert_eq!(s.sessions.list(Caller(None))[0].kv_blocks, 7);
+    assert_eq!(s.sessions.list(Caller::default())[0].kv_blocks, 7);
     // 150 positions need 10 of the 12 blocks: the idle cache must go.
     let (j, rx) = job(vec![66; 150], 4, None);
     s.engine.submit(j).unwrap();
     collect(rx);
-    assert_eq!(s.sessions.list(Caller(None))[0].cached_tokens, 0);
+    assert_eq!(s.sessions.list(Caller::default())[0].cached_tokens, 0);
     wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
 }
 
