@@ -8,6 +8,12 @@
 //! special tokens. Here the same is done with minijinja, plus Python's string/dict/list
 //! methods (`.strip()`, `.split()`, `.items()`, ...) and Python's way of printing values
 //! (`None`, `True`, `['a', 1]`).
+//!
+//! A template comes inside a model file and is as untrusted as one: every render runs
+//! within [`RenderLimits`] (see `template_limits`), and a template that passes one is
+//! refused with an error naming the limit.
+
+use std::sync::{Arc, Mutex};
 
 use chrono::format::{Item, StrftimeItems};
 use minijinja::value::{Kwargs, ValueKind};
@@ -15,8 +21,11 @@ use minijinja::{Environment, Error, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TextError};
+use crate::template_limits::{self, check_budget, Failure, RenderLimits};
 
 const TEMPLATE_NAME: &str = "chat_template";
+/// The widest `tojson` indent (in spaces, or bytes of an indent string).
+const MAX_JSON_INDENT: usize = 64;
 
 /// One chat message: `{"role": ..., "content": ...}` to the template.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,11 +43,16 @@ impl Message {
     }
 }
 
-/// A compiled chat template with the special tokens it is rendered with.
+/// A compiled chat template with the special tokens it is rendered with, and the limits
+/// every render of it keeps within ([`RenderLimits`]).
 pub struct ChatTemplate {
-    env: Environment<'static>,
+    env: Arc<Environment<'static>>,
     bos_token: String,
     eos_token: String,
+    limits: RenderLimits,
+    /// Set once a render had to be abandoned (past its hard memory limit or its deadline):
+    /// the template is refused from then on, so that it strands at most one thread.
+    refused: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -58,7 +72,9 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_fuel(Some(RenderLimits::default().fuel));
         env.set_formatter(|out, _state, value| {
+            check_budget()?;
             out.write_str(&python_str(value)?)
                 .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
         });
@@ -73,10 +89,26 @@ impl ChatTemplate {
                     .map_or_else(|| e.kind().to_string(), str::to_string),
             })?;
         Ok(ChatTemplate {
-            env,
+            env: Arc::new(env),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            limits: RenderLimits::default(),
+            refused: Mutex::new(None),
         })
+    }
+
+    /// The same template rendered within `limits` instead of the defaults.
+    pub fn with_limits(mut self, limits: RenderLimits) -> Self {
+        // Nothing else holds the environment before the first render.
+        if let Some(env) = Arc::get_mut(&mut self.env) {
+            env.set_fuel(Some(limits.fuel));
+            self.limits = limits;
+        }
+        self
+    }
+
+    pub fn limits(&self) -> RenderLimits {
+        self.limits
     }
 
     /// Renders plain text messages.
@@ -99,7 +131,16 @@ impl ChatTemplate {
         M: Serialize + ?Sized,
         T: Serialize + ?Sized,
     {
-        let template = self.env.get_template(TEMPLATE_NAME).map_err(render_error)?;
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(reason) = refused {
+            return Err(TextError::TemplateLimit(format!(
+                "refused: an earlier render of this template was stopped ({reason})"
+            )));
+        }
         let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
             add_generation_prompt => add_generation_prompt,
@@ -108,7 +149,24 @@ impl ChatTemplate {
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         };
-        template.render(ctx).map_err(render_error)
+        let mut abandoned = false;
+        let result = template_limits::render(
+            self.env.clone(),
+            TEMPLATE_NAME,
+            ctx,
+            self.limits,
+            &mut abandoned,
+        );
+        match result {
+            Ok(text) => Ok(text),
+            Err(Failure::Render(e)) => Err(render_error(e)),
+            Err(Failure::Limit(reason)) => {
+                if abandoned {
+                    *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.clone());
+                }
+                Err(TextError::TemplateLimit(reason))
+            }
+        }
     }
 }
 
@@ -124,10 +182,12 @@ fn render_error(e: Error) -> TextError {
 }
 
 fn raise_exception(message: String) -> std::result::Result<Value, Error> {
+    check_budget()?;
     Err(Error::new(ErrorKind::InvalidOperation, message))
 }
 
 fn strftime_now(format: &str) -> std::result::Result<String, Error> {
+    check_budget()?;
     let items: Vec<Item> = StrftimeItems::new(format).collect();
     if items.iter().any(|i| matches!(i, Item::Error)) {
         return Err(Error::new(
@@ -142,12 +202,30 @@ fn strftime_now(format: &str) -> std::result::Result<String, Error> {
 
 /// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`.
 fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<String, Error> {
+    check_budget()?;
     let indent: Option<Value> = kwargs.get("indent")?;
     let indent = match indent {
         None => None,
         Some(v) if v.is_none() => None,
         Some(v) => match (v.as_i64(), v.as_str()) {
+            // Python takes any width; a width past this is only ever a way to ask for
+            // gigabytes (the indent is repeated at every level of every line).
+            (Some(n), _) if n > MAX_JSON_INDENT as i64 => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("tojson: indent {n} is wider than {MAX_JSON_INDENT}"),
+                ))
+            }
             (Some(n), _) => Some(" ".repeat(usize::try_from(n).unwrap_or(0))),
+            (None, Some(s)) if s.len() > MAX_JSON_INDENT => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "tojson: an indent string of {} bytes is wider than {MAX_JSON_INDENT}",
+                        s.len()
+                    ),
+                ))
+            }
             (None, Some(s)) => Some(s.to_string()),
             _ => {
                 return Err(Error::new(

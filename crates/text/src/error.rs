@@ -53,6 +53,8 @@ pub enum TextError {
     TemplateSyntax { line: usize, message: String },
     #[error("chat template: {0}")]
     TemplateRender(String),
+    #[error("chat template: {0}")]
+    TemplateLimit(String),
 }
 
 pub type Result<T> = std::result::Result<T, TextError>;

@@ -5,7 +5,9 @@
 //!   ([`Tokenizer::from_gguf_vocab`]) or a Hugging Face `tokenizer.json`
 //!   ([`Tokenizer::from_tokenizer_json`]); encodes and decodes as the Hugging Face
 //!   `tokenizers` package does, token for token.
-//! - [`ChatTemplate`]: Jinja chat templates rendered as transformers renders them.
+//! - [`ChatTemplate`]: Jinja chat templates rendered as transformers renders them, each
+//!   render within [`RenderLimits`] (instructions, output, memory with [`BudgetAllocator`],
+//!   time), since a template is as untrusted as the model file it came in.
 
 mod added_tokens;
 mod bpe;
@@ -16,7 +18,9 @@ mod error;
 mod gguf_vocab;
 mod normalize;
 mod pretokenize;
+pub mod render_budget;
 mod sentencepiece;
+mod template_limits;
 mod tokenizer;
 mod tokenizer_json;
 mod unicode;
@@ -26,4 +30,6 @@ mod wordpiece;
 pub use chat_template::{ChatTemplate, Message};
 pub use error::{Result, TextError};
 pub use gguf_vocab::GgufVocab;
+pub use render_budget::BudgetAllocator;
+pub use template_limits::RenderLimits;
 pub use tokenizer::{DecodeStream, Tokenizer};
