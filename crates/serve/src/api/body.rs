@@ -94,7 +94,11 @@ async fn read_body(
     // A body declared too large is refused at once; what the client still sends is read
     // and dropped beside the answer (see `drain`).
     if declared.is_some_and(|n| n > limits.max_bytes as u64) {
-        tokio::spawn(drain(body, limits, tokio::time::Instant::now() + DRAIN_TIME));
+        tokio::spawn(drain(
+            body,
+            limits,
+            tokio::time::Instant::now() + DRAIN_TIME,
+        ));
         return Err(too_large());
     }
     let deadline = tokio::time::Instant::now() + limits.timeout;
@@ -114,7 +118,11 @@ async fn read_body(
         };
         if let Ok(data) = frame.into_data() {
             if bytes.len() + data.len() > limits.max_bytes {
-                tokio::spawn(drain(body, limits, tokio::time::Instant::now() + DRAIN_TIME));
+                tokio::spawn(drain(
+                    body,
+                    limits,
+                    tokio::time::Instant::now() + DRAIN_TIME,
+                ));
                 return Err(too_large());
             }
             bytes.extend_from_slice(&data);

@@ -1,5 +1,6 @@
 //! `POST /v1/embeddings`.
 
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -15,10 +16,28 @@ use crate::log::RequestLog;
 /// Most texts in one request.
 const MAX_INPUTS: usize = 2048;
 
-/// Texts embedded in one turn of the model. A large request takes its turns between other
-/// requests' (the turns go in arrival order), and stops at its next turn when its client
-/// goes away or the server's shutdown grace is over.
-const PIECE: usize = 16;
+/// Most text, in bytes, embedded in one turn of the model (a longer text is a turn of its
+/// own): about 500 tokens. A large request takes its turns between other requests' (the
+/// turns go in arrival order), and stops at its next turn when its client goes away or the
+/// server's shutdown grace is over.
+const PIECE_BYTES: usize = 2048;
+
+/// The ranges of `texts` embedded in one turn each.
+fn pieces(texts: &[String]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, t) in texts.iter().enumerate() {
+        if i > start && bytes + t.len() > PIECE_BYTES {
+            out.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += t.len();
+    }
+    if start < texts.len() {
+        out.push(start..texts.len());
+    }
+    out
+}
 
 pub async fn embeddings(
     State(state): State<Arc<AppState>>,
@@ -80,8 +99,9 @@ pub async fn embeddings(
     }
     let texts = Arc::new(texts);
     let mut out = Vec::with_capacity(texts.len());
-    for start in (0..texts.len()).step_by(PIECE) {
-        if state.stopping.load(std::sync::atomic::Ordering::Acquire) {
+    for range in pieces(&texts) {
+        let (start, end) = (range.start, range.end);
+        if state.stopping.load(Acquire) {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the server shut down before the embeddings were finished",
@@ -92,12 +112,18 @@ pub async fn embeddings(
         // The turn is held by the piece's thread, so that a piece whose client has gone
         // still keeps the next one waiting until it ends.
         let turn = turns.clone().acquire_owned().await.map_err(unloading)?;
-        let (worker, texts) = (model.clone(), texts.clone());
-        let end = (start + PIECE).min(texts.len());
+        let (worker, texts, metrics) = (model.clone(), texts.clone(), state.metrics.clone());
         let piece = tokio::task::spawn_blocking(move || {
             let _turn = turn;
             let refs: Vec<&str> = texts[start..end].iter().map(String::as_str).collect();
-            worker.embed(&refs)
+            let piece = worker.embed(&refs)?;
+            // Counted as each piece is done: the metrics show the work as it goes.
+            let tokens = piece.iter().map(|e| e.tokens as u64).sum();
+            metrics
+                .embedding_inputs
+                .fetch_add(piece.len() as u64, Relaxed);
+            metrics.embedding_tokens.fetch_add(tokens, Relaxed);
+            Ok::<_, crate::backend::BackendError>(piece)
         })
         .await
         .map_err(|e| {
@@ -115,13 +141,6 @@ pub async fn embeddings(
         out.extend(piece);
     }
     let tokens: usize = out.iter().map(|e| e.tokens).sum();
-    let metrics = &state.metrics;
-    metrics
-        .embedding_inputs
-        .fetch_add(out.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    metrics
-        .embedding_tokens
-        .fetch_add(tokens as u64, std::sync::atomic::Ordering::Relaxed);
     if let Some(log) = &log {
         log.set_tokens(tokens, 0);
     }
@@ -171,7 +190,19 @@ fn base64_f32(vector: &[f32]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::base64_f32;
+    use super::{base64_f32, pieces};
+
+    #[test]
+    fn texts_are_embedded_in_pieces_of_bounded_size() {
+        let texts = |lens: &[usize]| lens.iter().map(|&n| "x".repeat(n)).collect::<Vec<_>>();
+        assert_eq!(
+            pieces(&texts(&[1000, 1000, 100, 5000, 10])),
+            [0..2, 2..3, 3..4, 4..5]
+        );
+        assert_eq!(pieces(&texts(&[1; 3000])).len(), 2);
+        assert_eq!(pieces(&texts(&[1; 3000]))[0], 0..2048);
+        assert!(pieces(&[]).is_empty());
+    }
 
     #[test]
     fn base64_of_f32_bytes() {

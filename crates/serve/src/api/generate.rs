@@ -371,11 +371,9 @@ fn claim_session(
             SessionRefusal::Busy(_) => ApiError::new(StatusCode::CONFLICT, e.to_string())
                 .param("session_id")
                 .code("session_busy"),
-            SessionRefusal::Quota(_) => {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string())
-                    .param("session_id")
-                    .code("session_quota")
-            }
+            SessionRefusal::Quota(_) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string())
+                .param("session_id")
+                .code("session_quota"),
             _ => ApiError::invalid("session_id", e.to_string()),
         })?;
     if let Some(old) = forgotten {

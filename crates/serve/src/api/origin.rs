@@ -68,9 +68,8 @@ impl OriginPolicy {
             if o == "*" {
                 policy.any_origin = true;
             } else if !(o.starts_with("http://") || o.starts_with("https://"))
-                || o.split_once("://").is_some_and(|(_, rest)| {
-                    rest.is_empty() || rest.contains('/')
-                })
+                || o.split_once("://")
+                    .is_some_and(|(_, rest)| rest.is_empty() || rest.contains('/'))
             {
                 return Err(format!(
                     "--cors-origin {o:?} is not an origin such as https://app.example.com"

@@ -162,7 +162,9 @@ fn wait_for(done: impl Fn() -> bool) {
 #[test]
 fn a_session_reuses_its_cache_and_answers_as_a_fresh_request_would() {
     let s = start(EngineConfig::default());
-    s.sessions.claim("a", "t", false, Caller::default()).unwrap();
+    s.sessions
+        .claim("a", "t", false, Caller::default())
+        .unwrap();
     let first: Vec<u32> = b"Once upon a time".iter().map(|&b| b as u32).collect();
     let (j, rx) = job(first.clone(), 12, Some("a"));
     s.engine.submit(j).unwrap();
@@ -181,14 +183,18 @@ fn a_session_reuses_its_cache_and_answers_as_a_fresh_request_would() {
     let mut second = first.clone();
     second.extend(&answer);
     second.extend(b" and then".iter().map(|&b| b as u32));
-    s.sessions.claim("a", "t", false, Caller::default()).unwrap();
+    s.sessions
+        .claim("a", "t", false, Caller::default())
+        .unwrap();
     let (j, rx) = job(second.clone(), 12, Some("a"));
     s.engine.submit(j).unwrap();
     let (continued, done) = collect(rx);
     assert_eq!(done.cached_tokens, held);
     assert_eq!(continued, reference(&s.model, &second, 12));
     s.sessions.finish("a", History::Text(String::new()));
-    assert!(s.sessions.list(Caller::default())[0].cached_tokens >= second.len() + continued.len() - 1);
+    assert!(
+        s.sessions.list(Caller::default())[0].cached_tokens >= second.len() + continued.len() - 1
+    );
 
     s.engine.drop_session("a");
     wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
@@ -200,7 +206,9 @@ fn idle_session_caches_are_evicted_under_pressure() {
         kv_blocks: 12,
         ..EngineConfig::default()
     });
-    s.sessions.claim("old", "t", false, Caller::default()).unwrap();
+    s.sessions
+        .claim("old", "t", false, Caller::default())
+        .unwrap();
     let (j, rx) = job(vec![65; 100], 4, Some("old"));
     s.engine.submit(j).unwrap();
     collect(rx);

@@ -60,6 +60,13 @@ impl TestServer {
         self.shutdown();
     }
 
+    /// Asks the server to shut down without waiting; dropping it then waits.
+    pub fn begin_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
     fn shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -146,8 +153,12 @@ pub fn request(
     body: Option<&[u8]>,
 ) -> Response {
     let mut s = connect(addr);
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        head.push_str(&format!("Host: {addr}\r\n"));
+    }
+    // A header given with an empty value is left out (and so is its default).
+    for (k, v) in headers.iter().filter(|(_, v)| !v.is_empty()) {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     if let Some(b) = body {
