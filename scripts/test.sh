@@ -2,7 +2,8 @@
 # The test command. Checks that every number the README and docs quote beside a receipt
 # is in that receipt (scripts/check-claims.py), that the code is formatted (`cargo fmt`)
 # and has no clippy warnings, installs what the tests need — ptxas from NVIDIA's
-# nvidia-cuda-nvcc wheel (13.0 series, matching the driver the GPU path targets) and the
+# nvidia-cuda-nvcc wheel (13.0 series, matching the driver the GPU path targets), nvdisasm and
+# cuobjdump (scripts/find-nvdisasm.sh) and the
 # two real models (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) fetched by `quench pull` —
 # then runs every test of the workspace and the server's client tests (the official
 # `openai` Python client, and the chat page in Chromium when /usr/bin/chromium exists).
@@ -30,6 +31,16 @@ if [ -z "${QUENCH_PTXAS:-}" ]; then
     export QUENCH_PTXAS
 fi
 echo "ptxas: $QUENCH_PTXAS ($("$QUENCH_PTXAS" --version | tail -1))"
+# nvdisasm and cuobjdump (their wheels) check the machine code and cubins quench writes.
+if [ -z "${QUENCH_NVDISASM:-}" ]; then
+    QUENCH_NVDISASM="$(scripts/find-nvdisasm.sh nvdisasm)"
+    export QUENCH_NVDISASM
+fi
+if [ -z "${QUENCH_CUOBJDUMP:-}" ]; then
+    QUENCH_CUOBJDUMP="$(scripts/find-nvdisasm.sh cuobjdump)"
+    export QUENCH_CUOBJDUMP
+fi
+echo "nvdisasm: $QUENCH_NVDISASM ($("$QUENCH_NVDISASM" --version | tail -1))"
 
 # Tests whose prerequisite is missing append a line here (quench-testkit's not_run).
 not_run_log="$(mktemp)"

@@ -1,0 +1,17 @@
+//! quench-sass: sm_90 machine code that quench reads and writes itself.
+//!
+//! - [`elf`] and [`cubin`]: read a cubin (ELF64) — sections, symbols, relocations and the
+//!   `.nv.info` records ([`nvinfo`]) — and write it back byte for byte;
+//! - [`build`]: write a cubin for a kernel given its code and ABI.
+//!
+//! Every reader checks sizes and offsets against the input and names the section or
+//! record that is wrong; nothing here panics on bad input.
+
+pub mod build;
+pub mod cubin;
+pub mod elf;
+pub mod error;
+pub mod nvinfo;
+pub mod tools;
+
+pub use error::{Result, SassError};
