@@ -23,6 +23,11 @@ mod receipt;
 
 use clap::{Parser, Subcommand};
 
+/// Chat templates come inside model files, and each render of one is held to a memory
+/// budget, which only the global allocator sees (see `quench_text::render_budget`).
+#[global_allocator]
+static ALLOC: quench_text::BudgetAllocator = quench_text::BudgetAllocator;
+
 /// `quench --version`: the release and the commit it was built from, which receipts record
 /// too (scripts that write receipts of their own read it from here).
 const VERSION: &str = concat!(
