@@ -43,7 +43,7 @@ fn parse_args() -> Result<Args, String> {
         iterations: 10_000,
         seed: 1,
         jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        failures: PathBuf::from("fuzz-failures"),
+        failures: PathBuf::from("target/fuzz-failures"),
         receipt: None,
         json: false,
     };
