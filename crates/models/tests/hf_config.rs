@@ -264,3 +264,19 @@ fn file_errors_name_the_file() {
     std::fs::write(&path, MINILM_L6).unwrap();
     assert_eq!(HfConfig::from_file(&path).unwrap().vocab_size, 30522);
 }
+
+/// Found by quench-fuzz: a BERT config whose head count times head size does not fit a
+/// `usize` overflowed in the check that the two make the hidden size.
+#[test]
+fn a_bert_head_size_whose_product_overflows_is_refused_by_name() {
+    let json = edit(
+        MINILM_L6,
+        r#""num_attention_heads": 12,"#,
+        r#""num_attention_heads": 4294967296, "head_dim": 4294967296,"#,
+    );
+    let hf = HfConfig::from_json(&json).expect("parses: the heads divide themselves");
+    let err = quench_models::arch::ModelConfig::from_hf_config(&hf)
+        .expect_err("refused")
+        .to_string();
+    assert!(err.contains("head_dim"), "{err}");
+}

@@ -122,7 +122,8 @@ impl ModelConfig {
             });
         }
         if self.arch == Arch::Bert {
-            if self.heads * self.head_dim != self.hidden {
+            // Both numbers come from the file: their product may not fit.
+            if self.heads.checked_mul(self.head_dim) != Some(self.hidden) {
                 return Err(ArchError::Config {
                     field: "head_dim",
                     reason: format!(
