@@ -75,6 +75,9 @@ if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
     export QUENCH_SKIP_BROWSER=1
 fi
 QUENCH_BIN=target/debug/quench bash tests/server/run.sh || status=$?
+# A bounded soak (the full one is 64 clients for 10 minutes: scripts/soak.sh).
+QUENCH_BIN=target/debug/quench SOAK_MODEL=synthetic:tiny-chat SOAK_EMBED_MODEL=synthetic:tiny-embed \
+    SOAK_CLIENTS=16 SOAK_SECONDS=30 SOAK_RECEIPT="$(mktemp)" bash scripts/soak.sh || status=$?
 
 # The summary: ignored tests (libtest's "N ignored", summed over every test binary) and
 # the tests that reported NOT RUN; in CI a test that did not run is a failure.
