@@ -1,5 +1,6 @@
-//! `quench serve` and its signals: the first SIGINT or SIGTERM drains (requests in flight
-//! get the grace period), a second ends the process at once.
+//! `quench serve` as a process: its signals (the first SIGINT or SIGTERM drains, requests
+//! in flight getting the grace period; a second ends the process at once) and what it says
+//! at start.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -15,26 +16,34 @@ struct Serve {
 }
 
 fn serve(grace: &str) -> Serve {
+    serve_with(&["--shutdown-grace", grace, "--body-timeout", "60"])
+}
+
+fn serve_with(args: &[&str]) -> Serve {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quench"))
         .args(["serve", "--model", "synthetic:tiny-chat", "--port", "0"])
-        .args(["--shutdown-grace", grace, "--body-timeout", "60"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut start_log = String::new();
     let port = loop {
         let line = lines
             .next()
             .expect("the server ended before listening")
             .unwrap();
+        start_log.push_str(&line);
+        start_log.push('\n');
         if line.contains("\"listening\"") {
             let v: serde_json::Value = serde_json::from_str(&line).unwrap();
             break v["port"].as_u64().unwrap() as u16;
         }
     };
     let log = Arc::new(Mutex::new(String::new()));
+    log.lock().unwrap().push_str(&start_log);
     let sink = log.clone();
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
@@ -109,4 +118,26 @@ fn one_signal_ends_the_server_within_its_grace() {
     assert_eq!(code, Some(0), "{}", server.log.lock().unwrap());
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert!(server.log.lock().unwrap().contains("\"stopped\""));
+}
+
+#[test]
+fn listening_beyond_loopback_without_a_key_is_warned_of() {
+    let warning = "without an API key";
+    let mut open = serve_with(&["--host", "0.0.0.0"]);
+    // The warning comes right after the listening line.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        open.log.lock().unwrap().contains(warning),
+        "{}",
+        open.log.lock().unwrap()
+    );
+    open.signal(libc::SIGTERM);
+    assert_eq!(open.wait(Duration::from_secs(5)), Some(0));
+    for args in [&["--host", "0.0.0.0", "--api-key", "sk-test"][..], &[][..]] {
+        let mut server = serve_with(args);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!server.log.lock().unwrap().contains(warning), "{args:?}");
+        server.signal(libc::SIGTERM);
+        assert_eq!(server.wait(Duration::from_secs(5)), Some(0));
+    }
 }
