@@ -1969,3 +1969,27 @@ fn nesting_is_bounded() {
     let e = parse(&text).expect_err("too deep");
     assert_eq!(e.kind, ParseErrorKind::TooDeep);
 }
+
+#[test]
+fn the_deepest_nesting_the_parser_takes_verifies_and_prints_on_a_small_stack() {
+    // The parser's limit bounds the recursion of everything after it (verify, print): on
+    // a thread with a 2 MiB stack (libtest's, tokio's), none may run out of stack.
+    let depth = quench_ir::parse::MAX_NESTING - 1;
+    let mut text = String::from("kernel k() max_threads=1 {\n  %0: pred = const true\n");
+    text.push_str(&"if %0 {\n".repeat(depth));
+    text.push_str(&"}\n".repeat(depth));
+    text.push_str("}\n");
+    let worker = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let f = parse(&text).expect("parses at the limit");
+            let _ = quench_ir::verify(&f);
+            let printed = quench_ir::print(&f);
+            assert_eq!(
+                quench_ir::print(&parse(&printed).expect("reparses")),
+                printed
+            );
+        })
+        .expect("spawns");
+    worker.join().expect("no stack overflow");
+}

@@ -120,3 +120,32 @@ fn real_templates_render_within_the_limits() {
     );
     assert_eq!(result.expect("renders"), "<|im_start|>user\nhi<|im_end|>\n");
 }
+
+#[test]
+fn deeply_nested_templates_compile_and_render_on_a_small_stack() {
+    // minijinja's parser refuses nesting past 150 levels; what it accepts must not run a
+    // thread with a 2 MiB stack (tokio's, libtest's) out of stack.
+    let depth = 149;
+    let sources = [
+        format!("{{{{ {}1{} }}}}", "(".repeat(depth), ")".repeat(depth)),
+        format!("{{{{ {}1{} }}}}", "[".repeat(depth), "]".repeat(depth)),
+        format!(
+            "{}x{}",
+            "{% if true %}".repeat(depth),
+            "{% endif %}".repeat(depth)
+        ),
+        format!("{{{{ {}1 }}}}", "not ".repeat(depth)),
+        format!("{{{{ 1{} }}}}", " ~ 1".repeat(2000)),
+    ];
+    let worker = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            for source in &sources {
+                if let Ok(t) = ChatTemplate::new(source, "", "") {
+                    let _ = t.render(&[], false);
+                }
+            }
+        })
+        .expect("spawns");
+    worker.join().expect("no stack overflow");
+}
