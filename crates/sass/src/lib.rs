@@ -7,11 +7,16 @@
 //! Every reader checks sizes and offsets against the input and names the section or
 //! record that is wrong; nothing here panics on bad input.
 
+pub mod asm;
 pub mod build;
 pub mod cubin;
+pub mod dis;
 pub mod elf;
 pub mod error;
 pub mod nvinfo;
+pub mod probe;
+pub mod syntax;
+pub mod table;
 pub mod tools;
 
 pub use error::{Result, SassError};
