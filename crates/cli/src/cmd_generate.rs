@@ -48,6 +48,7 @@ impl SamplingArgs {
                 min_p: self.min_p,
                 repetition_penalty: self.repeat_penalty,
                 seed: self.seed,
+                ..SamplingParams::greedy()
             },
             stop: self.stop.clone(),
             ..GenerateOptions::default()

@@ -177,6 +177,7 @@ fn sessions_continue_and_seeded_sampling_repeats() {
             min_p: 0.0,
             repetition_penalty: 1.1,
             seed: 42,
+            ..SamplingParams::greedy()
         },
         ignore_eos: true,
         ..GenerateOptions::default()

@@ -68,6 +68,7 @@ fn smollm2_answers_a_chat_and_reuses_its_session() {
             min_p: 0.05,
             repetition_penalty: 1.1,
             seed: 7,
+            ..SamplingParams::greedy()
         },
         ..options
     };

@@ -21,6 +21,7 @@ fn sampled(temperature: f32, top_k: usize, top_p: f32, min_p: f32, seed: u64) ->
         min_p,
         repetition_penalty: 1.0,
         seed,
+        ..SamplingParams::greedy()
     }
 }
 
@@ -216,4 +217,36 @@ fn bad_parameters_and_logits_are_refused_by_name() {
         Err(EngineError::BadLogits { what: "NaN" })
     ));
     assert!(s.sample(&[f32::NEG_INFINITY; 3], &[]).is_err());
+}
+
+#[test]
+fn bias_and_penalties_move_the_choice() {
+    let logits = [1.0f32, 0.9, 0.0];
+    let with = |bias: Vec<(u32, f32)>, presence: f32, frequency: f32| SamplingParams {
+        logit_bias: bias,
+        presence_penalty: presence,
+        frequency_penalty: frequency,
+        ..SamplingParams::greedy()
+    };
+    let draws = |params: SamplingParams, n: usize| {
+        let mut s = Sampler::new(params).unwrap();
+        (0..n).map(|_| s.sample(&logits, &[]).unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(draws(with(vec![], 0.0, 0.0), 3), [0, 0, 0]);
+    assert_eq!(draws(with(vec![(2, 5.0)], 0.0, 0.0), 2), [2, 2]);
+    assert_eq!(draws(with(vec![(0, -100.0)], 0.0, 0.0), 1), [1]);
+    // Token 0 drawn once loses 0.2 and falls below token 1; once 1 is drawn too, both
+    // have lost 0.2 (once, however often drawn) and 0 leads again.
+    assert_eq!(draws(with(vec![], 0.2, 0.0), 4), [0, 1, 0, 0]);
+    // 0.06 per draw: 0 leads until drawn twice (1.0 - 0.12 < 0.9).
+    assert_eq!(draws(with(vec![], 0.0, 0.06), 3), [0, 0, 1]);
+    // An id past the logits is ignored.
+    assert_eq!(draws(with(vec![(7, 100.0)], 0.0, 0.0), 1), [0]);
+    for bad in [
+        with(vec![(0, 101.0)], 0.0, 0.0),
+        with(vec![], 2.5, 0.0),
+        with(vec![], 0.0, -2.1),
+    ] {
+        assert!(Sampler::new(bad).is_err());
+    }
 }

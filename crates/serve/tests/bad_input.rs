@@ -399,7 +399,6 @@ fn unserved_fields_are_refused_by_name() {
     };
     let tool = json!({"type": "function", "function": {"name": "f", "parameters": {}}});
     for (field, value) in [
-        ("logit_bias", json!({"42": 5})),
         ("best_of", json!(3)),
         ("tools", json!([tool])),
         ("tool_choice", json!("required")),

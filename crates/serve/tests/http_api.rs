@@ -348,3 +348,73 @@ fn tokenize_and_detokenize_round_trip() {
     }
     server.stop();
 }
+
+/// `logit_bias` moves the logits of the tokens it names, and the presence and frequency
+/// penalties push back tokens already drawn; ids past the vocabulary and values out of
+/// range are refused by name.
+#[test]
+fn logit_bias_and_penalties_are_honoured() {
+    let server = TestServer::start(config());
+    let text_of = |ids: &[u32]| {
+        let r = server.post("/detokenize", &json!({"tokens": ids}));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["prompt"].as_str().unwrap().to_owned()
+    };
+    let (x, y) = (b'x' as u32, b'y' as u32);
+    let complete = |extra: Value| {
+        let mut body = json!({"prompt": "Say something:", "max_tokens": 16, "temperature": 0,
+                              "ignore_eos": true});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let r = server.post("/v1/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["choices"][0]["text"].as_str().unwrap().to_owned()
+    };
+    let plain = complete(json!({}));
+    let forced = complete(json!({"logit_bias": {x.to_string(): 100}}));
+    assert_eq!(forced, text_of(&[x; 16]), "plain: {plain:?}");
+    // With penalties, the forced token gives way to the next most favoured one.
+    let bias = json!({x.to_string(): 100, y.to_string(): 90});
+    let penalised = complete(json!({"logit_bias": bias, "presence_penalty": 2,
+                                    "frequency_penalty": 2}));
+    let (tx, ty) = (text_of(&[x]), text_of(&[y]));
+    assert!(penalised.starts_with(&tx), "{penalised:?}");
+    assert!(penalised.contains(&ty), "{penalised:?}");
+    assert!(penalised.matches(tx.as_str()).count() < 16, "{penalised:?}");
+    let unpenalised = complete(json!({"logit_bias": {x.to_string(): 100, y.to_string(): 90}}));
+    assert_eq!(unpenalised, forced);
+    // A bias of -100 bans the token greedy decoding picks first.
+    let first = server.post(
+        "/v1/completions",
+        &json!({"prompt": "Say something:", "max_tokens": 1, "temperature": 0,
+                "ignore_eos": true, "logprobs": 0}),
+    );
+    let first_text = first.json()["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let tokens = server.post("/tokenize", &json!({"prompt": first_text}));
+    let id = tokens.json()["tokens"][0].as_u64().unwrap();
+    let banned = complete(json!({"logit_bias": {id.to_string(): -100}, "max_tokens": 1}));
+    assert_ne!(banned, first_text);
+
+    for (body, param) in [
+        (
+            json!({"logit_bias": {"99999999": 1}}),
+            "logit_bias.99999999",
+        ),
+        (json!({"logit_bias": {"abc": 1}}), "logit_bias.abc"),
+        (json!({"logit_bias": {"5": 101}}), "logit_bias.5"),
+        (json!({"logit_bias": {"5": "up"}}), "logit_bias.5"),
+        (json!({"presence_penalty": 2.5}), "presence_penalty"),
+        (json!({"frequency_penalty": -3}), "frequency_penalty"),
+    ] {
+        let mut request = body.clone();
+        request["prompt"] = json!("hi");
+        let r = server.post("/v1/completions", &request);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], param, "{body}");
+    }
+    server.stop();
+}

@@ -1,7 +1,11 @@
 //! Choosing the next token from logits.
 //!
 //! The order of operations is that of Hugging Face transformers: repetition penalty, then
-//! temperature, top-k, softmax, top-p, min-p, and a draw from what is left.
+//! temperature, top-k, softmax, top-p, min-p, and a draw from what is left. OpenAI's
+//! adjustments (a bias per token, the presence and frequency penalties over the tokens
+//! drawn so far) come first, after the repetition penalty.
+
+use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -22,6 +26,13 @@ pub struct SamplingParams {
     /// Above 1, discourages tokens already present in the context: a positive logit is
     /// divided by it, a negative one multiplied. 1 leaves logits alone.
     pub repetition_penalty: f32,
+    /// Added to the logits of the tokens named (OpenAI's `logit_bias`, each in [-100, 100];
+    /// -100 in effect bans a token, 100 all but forces it).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Subtracted from the logit of every token drawn so far (OpenAI's, in [-2, 2]).
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it was drawn so far (in [-2, 2]).
+    pub frequency_penalty: f32,
     /// Seed of the random draws: the same seed, logits and history give the same tokens.
     pub seed: u64,
 }
@@ -35,6 +46,9 @@ impl SamplingParams {
             top_p: 1.0,
             min_p: 0.0,
             repetition_penalty: 1.0,
+            logit_bias: Vec::new(),
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             seed: 0,
         }
     }
@@ -55,6 +69,21 @@ impl SamplingParams {
                 "repetition_penalty",
                 format!("{} is not > 0", self.repetition_penalty),
             );
+        }
+        for (param, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(param, format!("{v} is not in [-2, 2]"));
+            }
+        }
+        if let Some((token, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !(-100.0..=100.0).contains(b))
+        {
+            return bad("logit_bias", format!("token {token}'s {b} is not in [-100, 100]"));
         }
         Ok(())
     }
@@ -129,13 +158,19 @@ pub fn min_p_filter(sorted: &mut Vec<Candidate>, min_p: f64) {
 pub struct Sampler {
     params: SamplingParams,
     rng: ChaCha8Rng,
+    /// How often each token was drawn, for the presence and frequency penalties.
+    drawn: HashMap<u32, u32>,
 }
 
 impl Sampler {
     pub fn new(params: SamplingParams) -> Result<Self> {
         params.validate()?;
         let rng = ChaCha8Rng::seed_from_u64(params.seed);
-        Ok(Sampler { params, rng })
+        Ok(Sampler {
+            params,
+            rng,
+            drawn: HashMap::new(),
+        })
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -145,6 +180,12 @@ impl Sampler {
     /// The next token given the logits of the last position and the tokens of the context
     /// (for the repetition penalty).
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
+        let token = self.draw(logits, history)?;
+        *self.drawn.entry(token).or_default() += 1;
+        Ok(token)
+    }
+
+    fn draw(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
         let candidates = self.distribution(logits, history)?;
         if candidates.len() == 1 {
             return Ok(candidates[0].token);
@@ -161,6 +202,24 @@ impl Sampler {
         Ok(candidates[candidates.len() - 1].token)
     }
 
+    /// OpenAI's adjustments: the bias per token, then the penalties for the tokens drawn.
+    /// Ids outside `logits` are ignored.
+    fn adjust(&self, logits: &mut [f32]) {
+        let p = &self.params;
+        for &(token, bias) in &p.logit_bias {
+            if let Some(v) = logits.get_mut(token as usize) {
+                *v += bias;
+            }
+        }
+        if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+            for (&token, &count) in &self.drawn {
+                if let Some(v) = logits.get_mut(token as usize) {
+                    *v -= p.presence_penalty + p.frequency_penalty * count as f32;
+                }
+            }
+        }
+    }
+
     /// The tokens a draw chooses among, most likely first, with probabilities that sum to 1.
     /// Greedy sampling gives the single most likely token.
     pub fn distribution(&self, logits: &[f32], history: &[u32]) -> Result<Vec<Candidate>> {
@@ -173,6 +232,7 @@ impl Sampler {
         let p = &self.params;
         let mut logits = logits.to_vec();
         apply_repetition_penalty(&mut logits, history, p.repetition_penalty);
+        self.adjust(&mut logits);
         if logits.iter().all(|&v| v == f32::NEG_INFINITY) {
             return Err(EngineError::BadLogits {
                 what: "no finite value",

@@ -70,7 +70,6 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
         ..
     } = fields;
     refuse_unserved(
-        logit_bias.as_ref(),
         best_of,
         &tools,
         tool_choice.as_ref(),
@@ -116,13 +115,14 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
         ("presence_penalty", presence_penalty),
         ("frequency_penalty", frequency_penalty),
     ] {
-        if let Some(v) = value.filter(|&v| v != 0.0) {
+        if let Some(v) = value.filter(|v| !(-2.0..=2.0).contains(v)) {
             return Err(ApiError::invalid(
                 name,
-                format!("{name} is not supported (got {v}); leave it at 0"),
+                format!("{name} must be between -2 and 2, not {v}"),
             ));
         }
     }
+    let logit_bias = biases(logit_bias.as_ref())?;
     let stop: Vec<String> = stop.map(|s| s.0).unwrap_or_default();
     if stop.len() > MAX_STOPS {
         return Err(ApiError::invalid(
@@ -169,6 +169,9 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
         min_p: min_p as f32,
         repetition_penalty: repetition_penalty as f32,
         top_p: top_p as f32,
+        logit_bias,
+        presence_penalty: presence_penalty.unwrap_or(0.0) as f32,
+        frequency_penalty: frequency_penalty.unwrap_or(0.0) as f32,
         // Without a seed, each request draws differently.
         seed: seed.map_or_else(rand::random, |s| s as u64),
     };
@@ -183,10 +186,9 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
 }
 
 /// Refuses, by name, what a request may ask for that the server does not do, where the
-/// value asks for something (an empty list or map, `best_of: 1`, `tool_choice: "none"`,
+/// value asks for something (an empty list, `best_of: 1`, `tool_choice: "none"`,
 /// `response_format: {"type": "text"}` ask for nothing).
 fn refuse_unserved(
-    logit_bias: Option<&serde_json::Map<String, serde_json::Value>>,
     best_of: Option<i64>,
     tools: &Option<Vec<serde_json::Value>>,
     tool_choice: Option<&serde_json::Value>,
@@ -199,9 +201,6 @@ fn refuse_unserved(
                 .code("unsupported_parameter"),
         )
     };
-    if logit_bias.is_some_and(|m| !m.is_empty()) {
-        return unsupported("logit_bias", "leave it out or empty");
-    }
     if let Some(b) = best_of.filter(|&b| b != 1) {
         return unsupported(
             "best_of",
@@ -231,6 +230,35 @@ fn refuse_unserved(
         );
     }
     Ok(())
+}
+
+/// `logit_bias` as OpenAI sends it (`{"TOKEN_ID": BIAS}`, each bias in [-100, 100]), sorted
+/// by token id. Ids are checked against the vocabulary once the model is known.
+fn biases(
+    given: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(map) = given else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let param = format!("logit_bias.{key}");
+        let token: u32 = key
+            .parse()
+            .map_err(|_| ApiError::invalid(&param, format!("{key:?} is not a token id")))?;
+        let bias = value
+            .as_f64()
+            .filter(|b| (-100.0..=100.0).contains(b))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    &param,
+                    format!("the bias of token {token} must be a number between -100 and 100, not {value}"),
+                )
+            })?;
+        out.push((token, bias as f32));
+    }
+    out.sort_by_key(|&(t, _)| t);
+    Ok(out)
 }
 
 /// How many alternatives per token `name` asks for, at most [`MAX_TOP_LOGPROBS`].
@@ -279,6 +307,19 @@ async fn receive<E: DeserializeOwned>(
     }
     let body_session = fields.session_id.take();
     let options = check_options(fields)?;
+    let text = generator_text(&served)?;
+    let vocab = text.vocab_size();
+    if let Some(&(token, _)) = options
+        .sampling
+        .logit_bias
+        .iter()
+        .find(|&&(t, _)| t as usize >= vocab)
+    {
+        return Err(ApiError::invalid(
+            format!("logit_bias.{token}"),
+            format!("token id {token} is past the vocabulary ({vocab} tokens)"),
+        ));
+    }
     let received = Received {
         arrived,
         log,
