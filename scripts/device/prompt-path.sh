@@ -67,18 +67,30 @@ case "${1:?usage: prompt-path.sh kernels|speed|check|long-prompt ...}" in
             >"$DEST/kernel-check-prompt-path.log" 2>&1
         status=$?
         tail -45 "$DEST/kernel-check-prompt-path.log"
-        # The 8B layer's products at 512 and 2048 rows, with the tiles the engine picks.
+        # The 8B layer's products at 512 and 2048 rows, with the tiles the engine picks
+        # (64×64 warp tiles) and the 64×32 ones it picked before.
         shapes=()
         for m in 512 2048; do
             for nk in "6144 4096" "4096 4096" "14336 4096" "4096 14336"; do
                 read -r n k <<<"$nk"
-                shapes+=(--shape "m=$m n=$n k=$k bm=128 bn=128 wn=32 stages=3")
+                for wn in 64 32; do
+                    shapes+=(--shape "m=$m n=$n k=$k bm=128 bn=128 wn=$wn stages=3")
+                done
             done
         done
-        shapes+=(--shape "m=4096 n=4096 k=4096 bm=128 bn=128 wn=32 stages=3")
+        shapes+=(--shape "m=4096 n=4096 k=4096 bm=128 bn=128 wn=64 stages=3")
         "$BIN" check-kernels --only gemm_bf16,gemm_bf16_xf16,gemm_f16_xf16 --no-compare "${shapes[@]}" \
             --receipt "$DEST/kernel-perf-gemm-xf16.json" >"$DEST/kernel-perf-gemm-xf16.log" 2>&1 || status=1
-        grep -E "gemm_" "$DEST/kernel-perf-gemm-xf16.log" | tail -30
+        qshapes=()
+        for nk in "6144 4096" "14336 4096" "4096 14336"; do
+            read -r n k <<<"$nk"
+            for wn in 64 32; do
+                qshapes+=(--shape "m=2048 n=$n k=$k bm=128 bn=128 wn=$wn stages=2")
+            done
+        done
+        "$BIN" check-kernels --only gemm_q4_k_xf16,gemm_q8_0_xf16 --no-compare "${qshapes[@]}" \
+            --receipt "$DEST/kernel-perf-gemm-xf16-quant.json" >>"$DEST/kernel-perf-gemm-xf16.log" 2>&1 || status=1
+        grep -E "gemm_" "$DEST/kernel-perf-gemm-xf16.log" | tail -60
         python3 scripts/device/torch_baseline.py >"$DEST/torch-baseline-prompt-path.json" || status=1
         exit $status
         ;;

@@ -617,10 +617,15 @@ impl<'a> ChunkBuilder<'a> {
             ));
         }
         // The widest tile the shapes, the chunk and the shared memory allow (large tiles
-        // read the weights fewer times; a 64-row tile wastes less on short chunks).
+        // read the weights fewer times; a 64-row tile wastes less on short chunks). Under
+        // 128-row tiles, 64×64 warp tiles where they fit: half the fragment loads per MMA
+        // of 64×32 ones, with four warps a block; under 64-row ones, 64×32 (four warps).
         let bm = if self.chunk >= 256 { 128 } else { 64 };
-        let p = [(128, 32), (64, 32)]
-            .into_iter()
+        let wide = if bm == 128 { &[(128, 64)][..] } else { &[] };
+        let p = wide
+            .iter()
+            .chain(&[(128, 32), (64, 32)])
+            .copied()
             .flat_map(|(bn, wn)| (2..=3).rev().map(move |stages| (bn, wn, stages)))
             .map(|(bn, wn, stages)| GemmParams {
                 format: f,
