@@ -4,6 +4,8 @@
 //! Byte-level tokenizers finally replace each byte of every piece by its printable
 //! character (see `byte_level`).
 
+use std::sync::Mutex;
+
 use fancy_regex::Regex;
 
 use crate::byte_level::bytes_to_chars;
@@ -64,12 +66,38 @@ pub(crate) enum Step {
     PrefixSpace,
 }
 
+/// Compiles `pattern`, reusing a recent compilation of the same text: a pre-tokenizer
+/// pattern takes about a millisecond to compile, and the same few (GPT-2's, Llama 3's,
+/// Qwen 2's) come back with every tokenizer built (a loaded model, a test, a fuzz input).
+fn compile(pattern: &str) -> Result<Regex> {
+    /// Patterns kept; the oldest goes first.
+    const KEEP: usize = 8;
+    static RECENT: Mutex<Vec<(String, Regex)>> = Mutex::new(Vec::new());
+    let lock = || RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    let found = lock()
+        .iter()
+        .find(|(p, _)| p == pattern)
+        .map(|(_, re)| re.clone());
+    if let Some(regex) = found {
+        return Ok(regex);
+    }
+    // Compiled outside the lock: another thread may compile the same pattern meanwhile,
+    // which costs only time.
+    let regex = Regex::new(pattern).map_err(|e| TextError::Regex {
+        pattern: pattern.to_string(),
+        reason: e.to_string(),
+    })?;
+    let mut recent = lock();
+    if recent.len() == KEEP {
+        recent.remove(0);
+    }
+    recent.push((pattern.to_owned(), regex.clone()));
+    Ok(regex)
+}
+
 impl Step {
     pub(crate) fn split(pattern: &str, behavior: SplitBehavior) -> Result<Step> {
-        let regex = Regex::new(pattern).map_err(|e| TextError::Regex {
-            pattern: pattern.to_string(),
-            reason: e.to_string(),
-        })?;
+        let regex = compile(pattern)?;
         Ok(Step::Split { regex, behavior })
     }
 
