@@ -47,6 +47,8 @@ pub struct Slowest {
     pub index: u64,
     pub seconds: f64,
     pub bytes: usize,
+    /// The input itself, for `quench-fuzz run --save-slowest`.
+    pub input: Vec<u8>,
 }
 
 #[derive(Clone, Debug)]
@@ -259,6 +261,7 @@ pub fn run(target: &Target, options: &RunOptions) -> Report {
                 index,
                 seconds: took.as_secs_f64(),
                 bytes: input.len(),
+                input: input.to_vec(),
             };
         }
         let failure = match outcome {

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! quench-fuzz list
-//! quench-fuzz run TARGET [--iterations N] [--seed S] [--failures DIR] [--json]
+//! quench-fuzz run TARGET [--iterations N] [--seed S] [--failures DIR] [--json] [--save-slowest]
 //! quench-fuzz replay TARGET FILE
 //! quench-fuzz all [--iterations N] [--seed S] [--jobs J] [--failures DIR] [--receipt PATH]
 //! ```
@@ -35,6 +35,7 @@ struct Args {
     failures: PathBuf,
     receipt: Option<PathBuf>,
     json: bool,
+    save_slowest: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -46,6 +47,7 @@ fn parse_args() -> Result<Args, String> {
         failures: PathBuf::from("target/fuzz-failures"),
         receipt: None,
         json: false,
+        save_slowest: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -59,6 +61,7 @@ fn parse_args() -> Result<Args, String> {
             "--failures" => args.failures = PathBuf::from(value("--failures")?),
             "--receipt" => args.receipt = Some(PathBuf::from(value("--receipt")?)),
             "--json" => args.json = true,
+            "--save-slowest" => args.save_slowest = true,
             flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
             _ => args.positional.push(a),
         }
@@ -82,6 +85,15 @@ fn cmd_run(args: &Args) -> Result<bool, String> {
     };
     let report = run(&target, &options);
     let value = report_json(&report, peak_rss_kib());
+    if args.save_slowest {
+        let path = args
+            .failures
+            .join(format!("{}-seed{}-slowest.bin", target.name, args.seed));
+        std::fs::create_dir_all(&args.failures)
+            .and_then(|()| std::fs::write(&path, &report.slowest.input))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("slowest input: {}", path.display());
+    }
     if args.json {
         println!("{value}");
     } else {

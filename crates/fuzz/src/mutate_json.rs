@@ -122,7 +122,19 @@ fn mutate_value(rng: &mut Rng, v: &mut Value, dict: &[&[u8]]) {
                 }
             }
             Value::Object(o) => {
-                o.insert(format!("k{}", rng.below(4)), donor);
+                // A member the format knows (a dictionary token's name), or a stranger.
+                let named: String = String::from_utf8_lossy(
+                    dict.get(rng.below(dict.len() + 1)).copied().unwrap_or(b""),
+                )
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'))
+                .collect();
+                let key = if named.is_empty() {
+                    format!("k{}", rng.below(4))
+                } else {
+                    named
+                };
+                o.insert(key, donor);
             }
             _ => *node = json!([donor]),
         },

@@ -24,6 +24,20 @@ pub fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Threads of this process now (`Threads` in /proc): beyond the main thread and the
+/// watchdog, these are chat template renders stopped for good (see quench-text's
+/// `render_budget`), each holding at most twice its memory budget.
+pub fn threads() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// One target's outcome as the receipt holds it.
 pub fn report_json(report: &Report, peak_rss_kib: u64) -> Value {
     let failures: Vec<Value> = report
@@ -61,6 +75,7 @@ pub fn report_json(report: &Report, peak_rss_kib: u64) -> Value {
             "bytes": report.slowest.bytes,
         },
         "peak_rss_kib": peak_rss_kib,
+        "threads_at_end": threads(),
         "failures": failures,
     })
 }

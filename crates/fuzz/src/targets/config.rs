@@ -37,6 +37,11 @@ fn seeds() -> Vec<Vec<u8>> {
     let mut seeds: Vec<Vec<u8>> = checkpoints().iter().map(|c| c.config.clone()).collect();
     seeds.push(LLAMA31.as_bytes().to_vec());
     seeds.push(BERT.as_bytes().to_vec());
+    // BERT with the head size given, as some converters write it.
+    seeds.push(
+        BERT.replacen("\"hidden_size\"", "\"head_dim\":32,\"hidden_size\"", 1)
+            .into_bytes(),
+    );
     seeds
 }
 

@@ -116,8 +116,43 @@ fn llama_vocab() -> Vec<u8> {
     w.to_bytes()
 }
 
+/// A BERT encoder's metadata (all-MiniLM-L6-v2's numbers) with a WordPiece vocabulary.
+fn bert() -> Vec<u8> {
+    let tokens: Vec<String> = [
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "▁hello", "▁world", "s", "▁!", "▁na", "ive",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut w = GgufWriter::new();
+    let entries = [
+        ("general.architecture", V::String("bert".into())),
+        ("bert.embedding_length", V::U32(384)),
+        ("bert.attention.head_count", V::U32(12)),
+        ("bert.attention.key_length", V::U32(32)),
+        ("bert.block_count", V::U32(6)),
+        ("bert.feed_forward_length", V::U32(1536)),
+        ("bert.context_length", V::U32(512)),
+        ("bert.vocab_size", V::U32(10)),
+        ("bert.attention.layer_norm_epsilon", V::F32(1e-12)),
+        ("tokenizer.ggml.model", V::String("bert".into())),
+        ("tokenizer.ggml.tokens", V::Array(A::String(tokens))),
+        (
+            "tokenizer.ggml.token_type",
+            V::Array(A::I32(vec![3, 2, 3, 3, 1, 1, 1, 1, 1, 1])),
+        ),
+        ("tokenizer.ggml.unknown_token_id", V::U32(1)),
+        ("tokenizer.ggml.cls_token_id", V::U32(2)),
+        ("tokenizer.ggml.seperator_token_id", V::U32(3)),
+        ("tokenizer.ggml.padding_token_id", V::U32(0)),
+    ];
+    for (key, value) in entries {
+        w.add_metadata(key, value).expect("valid metadata");
+    }
+    w.to_bytes()
+}
+
 fn seeds() -> Vec<Vec<u8>> {
-    let mut seeds = vec![all_types(), llama_vocab()];
+    let mut seeds = vec![all_types(), llama_vocab(), bert()];
     // Written by the Python `gguf` package: another writer's layout.
     seeds.push(include_bytes!("../../../models/tests/fixtures/all_types.gguf").to_vec());
     seeds.extend(checkpoints().iter().map(|c| c.gguf.clone()));

@@ -1,8 +1,10 @@
 //! Chat templates: compiling and rendering an untrusted template, which must end in bounded
 //! time and memory whatever it says (the limits are quench-text's: fuel, output size,
-//! memory, wall-clock time).
+//! memory, wall-clock time; here [`FUZZ_LIMITS`]).
 
-use quench_text::{ChatTemplate, Message};
+use std::time::Duration;
+
+use quench_text::{ChatTemplate, Message, RenderLimits};
 
 use super::synth::checkpoints;
 use crate::Target;
@@ -89,9 +91,23 @@ fn messages() -> Vec<Message> {
     ]
 }
 
+/// The fuzzer's render limits: far tighter than the defaults, since a template that is
+/// stopped without unwinding (past twice its memory budget, or its deadline) leaves its
+/// thread and what it held behind for good, and a fuzz run meets many such templates
+/// where a server meets one per model. Real templates over this conversation need a few
+/// kilobytes and microseconds.
+pub const FUZZ_LIMITS: RenderLimits = RenderLimits {
+    fuel: 1_000_000,
+    output_bytes: 1 << 20,
+    memory_bytes: 2 << 20,
+    time: Duration::from_millis(500),
+};
+
 /// Compiles `source` and renders it with and without a generation prompt, and with tools.
 pub(crate) fn render_all(source: &str) -> Result<(), String> {
-    let template = ChatTemplate::new(source, "<s>", "</s>").map_err(|e| e.to_string())?;
+    let template = ChatTemplate::new(source, "<s>", "</s>")
+        .map_err(|e| e.to_string())?
+        .with_limits(FUZZ_LIMITS);
     let messages = messages();
     let tools = serde_json::json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
     let mut outcome = Ok(());
