@@ -69,35 +69,35 @@ fn fuzz(name: &str, iterations: u64) {
 
 #[test]
 fn gguf() {
-    fuzz("gguf", 20_000);
+    fuzz("gguf", 50_000);
 }
 
 #[test]
 fn safetensors() {
-    fuzz("safetensors", 20_000);
+    fuzz("safetensors", 50_000);
 }
 
 #[test]
 fn config() {
-    fuzz("config", 20_000);
+    fuzz("config", 50_000);
 }
 
 #[test]
 fn tokenizer() {
-    fuzz("tokenizer", 5_000);
+    fuzz("tokenizer", 20_000);
 }
 
 #[test]
 fn template() {
-    fuzz("template", 10_000);
+    fuzz("template", 30_000);
 }
 
 #[test]
 fn request() {
-    fuzz("request", 20_000);
+    fuzz("request", 50_000);
 }
 
 #[test]
 fn ir() {
-    fuzz("ir", 10_000);
+    fuzz("ir", 30_000);
 }
