@@ -14,6 +14,7 @@ mod cmd_isa;
 mod cmd_prof;
 mod cmd_pull;
 mod cmd_quantize;
+mod cmd_sass;
 mod cmd_serve;
 mod cmd_synth;
 mod cmd_top;
@@ -66,6 +67,9 @@ pub(crate) enum Command {
     Cc(cmd_cc::CcArgs),
     /// List the GPUs the NVIDIA driver sees.
     Devices,
+    /// sm_90 machine code: disassemble a cubin (`dis`), assemble SASS text (`asm`).
+    #[command(subcommand)]
+    Sass(cmd_sass::SassCommand),
     /// Measure the machine model of the GPU.
     #[command(subcommand)]
     Isa(IsaCommand),
@@ -110,6 +114,7 @@ pub(crate) fn run(command: &Command) -> Result<(), String> {
         Command::Synth(a) => cmd_synth::run(a),
         Command::Quantize(a) => cmd_quantize::run(a),
         Command::Cc(a) => cmd_cc::run(a),
+        Command::Sass(a) => cmd_sass::run(a),
         Command::Devices => cmd_devices::run(),
         Command::Isa(IsaCommand::Probe(a)) => cmd_isa::probe(a),
         Command::CheckKernels(a) => cmd_check_kernels::run(a),

@@ -204,12 +204,15 @@ pub fn assemble(text: &str, tables: &Tables) -> Result<KernelDesc> {
             let mut p =
                 syntax::parse(inst.text).map_err(|e| err(inst.line, inst.col + e.col, e.msg))?;
             let names = syntax::labels(inst.text);
-            let mut li = 0;
-            for h in p.holes.iter_mut().filter(|h| h.kind == Kind::Label) {
+            for (li, h) in p
+                .holes
+                .iter_mut()
+                .filter(|h| h.kind == Kind::Label)
+                .enumerate()
+            {
                 let name = names
                     .get(li)
                     .ok_or_else(|| err(inst.line, inst.col, "a label without a name"))?;
-                li += 1;
                 h.value = *labels.get(name).ok_or_else(|| {
                     err(
                         inst.line,

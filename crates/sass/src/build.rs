@@ -173,7 +173,7 @@ fn section(name: &str, sh_type: u32, flags: u64, data: Vec<u8>, align: u64) -> S
 /// Writes the cubin of `k`.
 pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
     let what = format!("kernel {}", k.name);
-    if k.text.is_empty() || k.text.len() % 16 != 0 {
+    if k.text.is_empty() || !k.text.len().is_multiple_of(16) {
         return Err(SassError::malformed(
             &what,
             format!(

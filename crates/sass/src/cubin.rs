@@ -84,7 +84,7 @@ pub struct Cubin {
 /// Parses a symbol table section whose names are in `strtab`.
 pub fn parse_symbols(s: &Section, strtab: &[u8]) -> Result<Vec<Symbol>> {
     let what = format!("section {}", s.name);
-    if s.data.len() as u64 % SYM_SIZE != 0 {
+    if !(s.data.len() as u64).is_multiple_of(SYM_SIZE) {
         return Err(SassError::malformed(
             what,
             format!(
@@ -133,7 +133,7 @@ pub fn parse_relocs(s: &Section) -> Result<Vec<Reloc>> {
     } else {
         REL_SIZE
     };
-    if s.data.len() as u64 % size != 0 {
+    if !(s.data.len() as u64).is_multiple_of(size) {
         return Err(SassError::malformed(
             what,
             format!(

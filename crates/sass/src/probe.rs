@@ -439,11 +439,16 @@ pub fn check(corpus: &[Instance], tables: &table::Tables) -> Check {
             continue;
         };
         // Raw text shows code addresses as numbers; the form says which are addresses.
-        for (h, f) in p.holes.iter_mut().zip(&tables.forms[d.form].form.fields) {
+        let fields = &tables.forms[d.form].form.fields;
+        for (h, f) in p.holes.iter_mut().zip(fields) {
             if f.pcrel {
                 h.kind = Kind::Label;
             }
         }
+        p.template = syntax::with_labels(
+            &p.template,
+            &fields.iter().map(|f| f.pcrel).collect::<Vec<_>>(),
+        );
         match tables.encode(&p, d.control, inst.addr) {
             Ok(w) if w == inst.word => c.reencoded += 1,
             Ok(w) => fail(

@@ -210,7 +210,7 @@ pub fn float_bits(kind: Kind, v: f64) -> Option<i64> {
         }
         Kind::F64 => {
             let b = if v.is_nan() {
-                (u64::from(nan32(v)) << 32) | 0
+                u64::from(nan32(v)) << 32
             } else {
                 v.to_bits()
             };
@@ -439,6 +439,28 @@ pub fn parse(text: &str) -> Result<Parsed, SyntaxError> {
     })
 }
 
+/// `template` with its `k`-th hole shown as a label (`{L}`) wherever `labels[k]`.
+pub fn with_labels(template: &str, labels: &[bool]) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    let mut k = 0;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let Some(end) = rest[start..].find('}') else {
+            break;
+        };
+        if labels.get(k).copied().unwrap_or(false) {
+            out.push_str("{L}");
+        } else {
+            out.push_str(&rest[start..start + end + 1]);
+        }
+        k += 1;
+        rest = &rest[start + end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The label text between `` `( `` and `)` of each label hole of `text`, in order.
 pub fn labels(text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -572,7 +594,7 @@ mod tests {
             (1.0f32, "1"),
             (-8388608.0, "-8388608"),
             (0.00390625, "0.00390625"),
-            (1.442_695, "1.4426950216293334961"),
+            (std::f32::consts::LOG2_E, "1.4426950216293334961"),
             (1.175_494_4e-38, "1.175494350822287508e-38"),
             (2.328_306_4e-10, "2.3283064365386962891e-10"),
             (18446744073709551616.0, "1.84467440737095516160e+19"),

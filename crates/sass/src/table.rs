@@ -325,8 +325,10 @@ impl Tables {
                     form.template
                 ));
             }
+            // Code addresses are labels in assembly text (`{L}`), numbers in raw listings.
+            let pcrel: Vec<bool> = form.fields.iter().map(|f| f.pcrel).collect();
             by_template
-                .entry(form.template.clone())
+                .entry(syntax::with_labels(&form.template, &pcrel))
                 .or_default()
                 .push(i);
             by_opcode.entry((value & 0xfff) as u16).or_default().push(i);
