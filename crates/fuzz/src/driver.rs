@@ -136,10 +136,11 @@ impl Corpus {
     }
 }
 
-/// A mutant in the target's format: JSON structurally half the time, text kept UTF-8
-/// seven times in eight.
+/// A mutant in the target's format: JSON structurally three times in four (a byte-level
+/// mutant of JSON mostly tests serde_json's syntax errors), text kept UTF-8 seven times
+/// in eight.
 fn mutant(rng: &mut Rng, format: Format, corpus: &Corpus, dict: &[&[u8]]) -> Vec<u8> {
-    if format == Format::Json && !corpus.json.is_empty() && rng.one_in(2) {
+    if format == Format::Json && !corpus.json.is_empty() && !rng.one_in(4) {
         let base = &corpus.inputs[*rng.pick(&corpus.json)];
         if let Some(m) = mutate_json::mutate(rng, base, dict) {
             return m;

@@ -99,11 +99,59 @@ fn replace_number(rng: &mut Rng, data: &mut Vec<u8>, number: &str) -> bool {
     true
 }
 
+/// Where the words (runs of letters, digits, `_` and `.`) of the first 64 KiB of `data` are.
+fn words(data: &[u8]) -> Vec<(usize, usize)> {
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'.';
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, &b) in data.iter().take(1 << 16).enumerate() {
+        match (is_word(b), start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                out.push((s, i));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        out.push((s, data.len().min(1 << 16)));
+    }
+    out
+}
+
+/// Replaces a word of `data` by a word of `donor` (itself or another input): a type name
+/// by another, a value number by another, a key by another, an op by another. The syntax
+/// mostly survives, so the checks behind it are reached.
+fn swap_word(rng: &mut Rng, data: &mut Vec<u8>, donor: &[u8]) -> bool {
+    let here = words(data);
+    let there = words(donor);
+    if here.is_empty() || there.is_empty() {
+        return false;
+    }
+    let (a, b) = *rng.pick(&here);
+    let (c, d) = *rng.pick(&there);
+    let word = donor[c..d].to_vec();
+    data.splice(a..b, word);
+    true
+}
+
 /// One mutation of `data`; `other` is another corpus input to splice from, `dict` the
 /// target's tokens.
 pub fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, other: &[u8], dict: &[&[u8]]) {
     let len = data.len();
-    match rng.below(12) {
+    match rng.below(14) {
+        12 | 13 => {
+            let donor = if rng.one_in(2) {
+                data.clone()
+            } else {
+                other.to_vec()
+            };
+            if !swap_word(rng, data, &donor) && len > 0 {
+                let at = position(rng, len);
+                data[at] ^= 1 << rng.below(8);
+            }
+        }
         0 if len > 0 => {
             let at = position(rng, len);
             data[at] ^= 1 << rng.below(8);

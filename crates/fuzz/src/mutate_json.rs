@@ -41,10 +41,21 @@ fn nth_mut<'a>(v: &'a mut Value, k: &mut usize) -> Option<&'a mut Value> {
     None
 }
 
+/// A copy of the `k`-th node in pre-order.
 fn nth(v: &Value, k: usize) -> Value {
-    let mut copy = v.clone();
+    fn find<'a>(v: &'a Value, k: &mut usize) -> Option<&'a Value> {
+        if *k == 0 {
+            return Some(v);
+        }
+        *k -= 1;
+        match v {
+            Value::Array(a) => a.iter().find_map(|x| find(x, k)),
+            Value::Object(o) => o.values().find_map(|x| find(x, k)),
+            _ => None,
+        }
+    }
     let mut k = k;
-    nth_mut(&mut copy, &mut k).cloned().unwrap_or(Value::Null)
+    find(v, &mut k).cloned().unwrap_or(Value::Null)
 }
 
 fn boundary(rng: &mut Rng) -> Value {

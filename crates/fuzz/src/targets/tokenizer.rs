@@ -46,6 +46,15 @@ const WORDPIECE: &str = r###"{"version":"1.0","truncation":null,"padding":null,
 fn seeds() -> Vec<Vec<u8>> {
     let mut seeds: Vec<Vec<u8>> = checkpoints().iter().map(|c| c.tokenizer.clone()).collect();
     seeds.push(WORDPIECE.as_bytes().to_vec());
+    // Real shapes (their first 1000 merges, by scripts/fixtures/text): Llama 3's split pattern
+    // and Sequence pre-tokenizer, Qwen 2's with NFC, SmolLM's with Digits.
+    for fixture in [
+        include_str!("../../../text/tests/fixtures/bpe_llama3.tokenizer.json"),
+        include_str!("../../../text/tests/fixtures/bpe_qwen2.tokenizer.json"),
+        include_str!("../../../text/tests/fixtures/bpe_smollm.tokenizer.json"),
+    ] {
+        seeds.push(fixture.as_bytes().to_vec());
+    }
     seeds
 }
 
