@@ -4,6 +4,7 @@
 mod common;
 
 use common::{fixture, temp_dir, RawGguf};
+use quench_models::arch::ModelConfig;
 use quench_models::gguf::{GgufWriter, MetadataArray as A, MetadataValue as V};
 use quench_models::{GgmlType, GgufFile, ModelError};
 use serde_json::Value;
@@ -485,4 +486,71 @@ fn open_errors_name_the_file() {
         GgufFile::open(&empty).err().unwrap().kind(),
         ModelError::Truncated { .. }
     ));
+}
+
+/// A model config whose numbers multiply past `usize` is refused by name before any
+/// backend forms the product (an attention width, a weight's element count, a KV cache).
+#[test]
+fn model_sizes_that_overflow_are_refused_by_field() {
+    let file = |entries: &[(&str, V)]| {
+        let mut w = GgufWriter::new();
+        let base = [
+            ("general.architecture", V::String("llama".into())),
+            ("llama.embedding_length", V::U64(64)),
+            ("llama.attention.head_count", V::U64(4)),
+            ("llama.block_count", V::U64(2)),
+            ("llama.feed_forward_length", V::U64(128)),
+            ("llama.context_length", V::U64(256)),
+            ("llama.vocab_size", V::U64(320)),
+            ("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5)),
+        ];
+        for (key, value) in base.clone() {
+            let given = entries.iter().find(|(k, _)| *k == key);
+            let value = given.map_or(value, |(_, v)| v.clone());
+            w.add_metadata(key, value).unwrap();
+        }
+        for (key, value) in entries {
+            if !base.iter().any(|(k, _)| k == key) {
+                w.add_metadata(key, value.clone()).unwrap();
+            }
+        }
+        GgufFile::from_bytes(w.to_bytes()).unwrap()
+    };
+    let big = 1u64 << 32;
+    assert!(ModelConfig::from_gguf(&file(&[])).is_ok());
+    let cases: [(&[(&str, V)], &str); 4] = [
+        (
+            &[
+                ("llama.attention.head_count", V::U64(big)),
+                ("llama.attention.key_length", V::U64(big)),
+            ],
+            "heads 4294967296 × head_dim 4294967296 overflows",
+        ),
+        (
+            &[
+                ("llama.embedding_length", V::U64(u64::MAX - 1)),
+                ("llama.attention.key_length", V::U64(16)),
+            ],
+            "vocab 320 × hidden 18446744073709551614 overflows",
+        ),
+        (
+            &[
+                ("llama.feed_forward_length", V::U64(big)),
+                ("llama.embedding_length", V::U64(big)),
+                ("llama.attention.key_length", V::U64(16)),
+                ("llama.vocab_size", V::U64(1)),
+            ],
+            "ffn 4294967296 × hidden 4294967296 overflows",
+        ),
+        (
+            &[("llama.context_length", V::U64(u64::MAX))],
+            "max_positions 18446744073709551615 overflows",
+        ),
+    ];
+    for (entries, expected) in cases {
+        let err = ModelConfig::from_gguf(&file(entries))
+            .expect_err(expected)
+            .to_string();
+        assert!(err.contains(expected), "{expected}: {err}");
+    }
 }

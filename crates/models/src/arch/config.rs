@@ -167,6 +167,52 @@ impl ModelConfig {
                 }
             }
         }
+        self.check_sizes()
+    }
+
+    /// Every size a backend forms from these numbers must fit in a `usize`: the widths of
+    /// the projections, the element counts of the largest weights and of a full KV cache.
+    /// The numbers come from a file, so their products may not (and a product that wraps
+    /// could pass a shape check it should fail).
+    fn check_sizes(&self) -> Result<()> {
+        let product = |field: &'static str, factors: &[(&str, usize)]| -> Result<usize> {
+            factors
+                .iter()
+                .try_fold(1usize, |acc, &(_, n)| acc.checked_mul(n))
+                .ok_or_else(|| ArchError::Config {
+                    field,
+                    reason: format!(
+                        "{} overflows",
+                        factors
+                            .iter()
+                            .map(|(name, n)| format!("{name} {n}"))
+                            .collect::<Vec<_>>()
+                            .join(" × ")
+                    ),
+                })
+        };
+        let q_width = product(
+            "head_dim",
+            &[("heads", self.heads), ("head_dim", self.head_dim)],
+        )?;
+        let kv_width = product(
+            "head_dim",
+            &[("kv_heads", self.kv_heads), ("head_dim", self.head_dim)],
+        )?;
+        product("vocab", &[("vocab", self.vocab), ("hidden", self.hidden)])?;
+        product("ffn", &[("ffn", self.ffn), ("hidden", self.hidden)])?;
+        product(
+            "hidden",
+            &[("heads × head_dim", q_width), ("hidden", self.hidden)],
+        )?;
+        product(
+            "max_positions",
+            &[
+                ("layers", self.layers),
+                ("kv_heads × head_dim", kv_width),
+                ("max_positions", self.max_positions),
+            ],
+        )?;
         Ok(())
     }
 }
