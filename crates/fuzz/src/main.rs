@@ -14,7 +14,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use quench_fuzz::driver::{run, run_one, RunOptions};
-use quench_fuzz::receipt::{peak_rss_kib, receipt, report_json, RunSettings};
+use quench_fuzz::receipt::{peak_rss_kib, receipt, report_json, Checkout, RunSettings};
 use serde_json::{json, Value};
 
 /// The chat template target renders untrusted templates: their memory budget is enforced
@@ -139,6 +139,7 @@ fn cmd_replay(args: &Args) -> Result<bool, String> {
 fn cmd_all(args: &Args) -> Result<bool, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
     let names: Vec<&str> = quench_fuzz::targets().iter().map(|t| t.name).collect();
+    let checkout = Checkout::now();
     let started = Instant::now();
     let mut results: Vec<Value> = Vec::new();
     for batch in names.chunks(args.jobs) {
@@ -194,6 +195,7 @@ fn cmd_all(args: &Args) -> Result<bool, String> {
         }
     }
     let settings = RunSettings {
+        checkout,
         iterations: args.iterations,
         seed: args.seed,
         jobs: args.jobs,

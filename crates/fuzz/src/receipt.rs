@@ -114,8 +114,27 @@ fn device() -> Value {
     })
 }
 
+/// The checkout a run starts from: its commit and whether tracked files differ from it.
+/// Read before the run, since the tree may change while it goes on.
+#[derive(Clone, Debug)]
+pub struct Checkout {
+    pub commit: String,
+    pub dirty: bool,
+}
+
+impl Checkout {
+    pub fn now() -> Checkout {
+        Checkout {
+            commit: git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_owned()),
+            dirty: git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty()),
+        }
+    }
+}
+
 /// The settings of the run a receipt records.
 pub struct RunSettings {
+    pub checkout: Checkout,
     pub iterations: u64,
     pub seed: u64,
     pub jobs: usize,
@@ -142,8 +161,8 @@ pub fn receipt(settings: &RunSettings, targets: &[Value]) -> (Value, bool) {
         "format": FORMAT,
         "kind": "fuzz",
         "date": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        "git_commit": git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_owned()),
-        "git_dirty": git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty()),
+        "git_commit": settings.checkout.commit,
+        "git_dirty": settings.checkout.dirty,
         "binary_sha256": binary,
         "quench_version": env!("CARGO_PKG_VERSION"),
         "device": device(),
