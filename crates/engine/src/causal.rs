@@ -1,13 +1,14 @@
 //! Text generation: a decoder, its tokenizer and chat template, and sessions.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use quench_text::{ChatTemplate, Message, Tokenizer};
 
 use crate::backend::{feed_one, Decode, Rows, Sequence};
 use crate::error::{EngineError, Result};
-use crate::generate::{self, CausalLm, FinishReason, GenerateOptions};
+use crate::generate::{self, CausalLm, ConstrainError, FinishReason, GenerateOptions, Grammars};
 use crate::info::ModelInfo;
 
 /// Distinguishes models so that a session is only ever used with the model that made it.
@@ -24,6 +25,8 @@ pub struct CausalModel {
     template: Option<ChatTemplate>,
     eos_ids: Vec<u32>,
     info: ModelInfo,
+    /// Structured output's token trie, built on the first constrained request.
+    grammars: OnceLock<std::result::Result<Grammars, String>>,
 }
 
 /// The KV cache of one conversation, owned by its caller and used with the model that made
@@ -137,7 +140,24 @@ impl CausalModel {
             template,
             eos_ids,
             info,
+            grammars: OnceLock::new(),
         }
+    }
+
+    /// The compiler of output grammars over this model's tokens, built on first use (the
+    /// token trie takes a moment for a large vocabulary).
+    pub fn grammars(&self) -> std::result::Result<&Grammars, ConstrainError> {
+        self.grammars
+            .get_or_init(|| {
+                Grammars::new(&self.tokenizer, &self.eos_ids, self.info.config.vocab).map_err(|e| {
+                    match e {
+                        ConstrainError::Vocabulary(why) => why,
+                        other => other.to_string(),
+                    }
+                })
+            })
+            .as_ref()
+            .map_err(|e| ConstrainError::Vocabulary(e.clone()))
     }
 
     pub fn info(&self) -> &ModelInfo {

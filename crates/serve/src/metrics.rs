@@ -14,6 +14,11 @@ const ITL_BOUNDS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
+/// Bucket upper bounds, in seconds, for one structured-output token mask.
+const MASK_BOUNDS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05,
+];
+
 /// A Prometheus histogram: counts per bucket, their sum and count.
 #[derive(Debug)]
 pub struct Histogram {
@@ -77,6 +82,8 @@ pub struct EngineStats {
     pub preemptions: AtomicU64,
     pub ttft: Histogram,
     pub inter_token: Histogram,
+    /// Computing and applying one token's `response_format` mask.
+    pub grammar_mask: Histogram,
 }
 
 impl EngineStats {
@@ -92,6 +99,7 @@ impl EngineStats {
             preemptions: AtomicU64::new(0),
             ttft: Histogram::new(TTFT_BOUNDS),
             inter_token: Histogram::new(ITL_BOUNDS),
+            grammar_mask: Histogram::new(MASK_BOUNDS),
         }
     }
 }
@@ -233,7 +241,7 @@ impl Metrics {
             }
         }
         type Get = fn(&EngineStats) -> &Histogram;
-        let histograms: [(&str, &str, Get); 2] = [
+        let histograms: [(&str, &str, Get); 3] = [
             (
                 "quench_time_to_first_token_seconds",
                 "Time from a request's arrival to its first generated token.",
@@ -243,6 +251,11 @@ impl Metrics {
                 "quench_inter_token_latency_seconds",
                 "Time between consecutive tokens of one request.",
                 |s| &s.inter_token,
+            ),
+            (
+                "quench_grammar_mask_seconds",
+                "Time to compute and apply one token's response_format mask.",
+                |s| &s.grammar_mask,
             ),
         ];
         for (name, help, get) in histograms {

@@ -1,5 +1,6 @@
 //! A causal model's text side: tokenizer, chat template and the tokens that end a reply.
 
+use quench_engine::generate::{ConstrainError, Grammars};
 use quench_engine::{CausalModel, Prompt};
 use quench_text::Message;
 
@@ -17,6 +18,8 @@ pub trait TextSide: Send + Sync + 'static {
     fn stop_ids(&self) -> &[u32];
     /// Token ids run from 0 to this, exclusive.
     fn vocab_size(&self) -> usize;
+    /// The compiler of `response_format` grammars over the model's tokens.
+    fn grammars(&self) -> Result<&Grammars, ConstrainError>;
 }
 
 /// Text that the tokenizer or the chat template refused.
@@ -58,5 +61,9 @@ impl TextSide for CausalModel {
 
     fn vocab_size(&self) -> usize {
         self.info().config.vocab
+    }
+
+    fn grammars(&self) -> Result<&Grammars, ConstrainError> {
+        CausalModel::grammars(self)
     }
 }

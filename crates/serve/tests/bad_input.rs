@@ -403,10 +403,9 @@ fn unserved_fields_are_refused_by_name() {
         ("tools", json!([tool])),
         ("tool_choice", json!("required")),
         ("functions", json!([{"name": "f"}])),
-        ("response_format", json!({"type": "json_object"})),
         (
             "response_format",
-            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}),
         ),
         ("top_k", json!(-2)),
         ("min_p", json!(1.5)),
@@ -421,6 +420,11 @@ fn unserved_fields_are_refused_by_name() {
         ("tools", json!([])),
         ("tool_choice", json!("none")),
         ("response_format", json!({"type": "text"})),
+        ("response_format", json!({"type": "json_object"})),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+        ),
         ("top_k", json!(-1)),
         ("min_p", json!(0.05)),
         ("repetition_penalty", json!(1.1)),

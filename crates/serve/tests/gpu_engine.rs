@@ -190,6 +190,7 @@ fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
                     stop: vec![],
                     logprobs: None,
                     ignore_eos: true,
+                    constraint: None,
                     events,
                     arrived: Instant::now(),
                 })

@@ -21,6 +21,7 @@ mod pretokenize;
 pub mod render_budget;
 mod sentencepiece;
 mod template_limits;
+mod token_bytes;
 mod tokenizer;
 mod tokenizer_json;
 mod unicode;

@@ -170,6 +170,14 @@ impl Tokenizer {
         self.vocab.token(id)
     }
 
+    /// The raw bytes token `id` stands for on its own (byte-level BPE through GPT-2's byte
+    /// alphabet, SentencePiece's '▁' as a space and `<0xNN>` as its byte), for matching
+    /// tokens against a grammar. A special token gives its text: tell it apart with
+    /// [`Tokenizer::is_special`]. `None` past the vocabulary.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        self.vocab.token(id).map(|t| self.decoder.token_bytes(t))
+    }
+
     /// Whether `decode(.., skip_special_tokens = true)` leaves `id` out.
     pub fn is_special(&self, id: u32) -> bool {
         self.special.contains(&id)

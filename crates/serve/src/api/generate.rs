@@ -10,7 +10,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use quench_engine::generate::SamplingParams;
+use quench_engine::generate::{Constraint, OutputFormat, SamplingParams};
 use quench_text::Message;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -40,6 +40,10 @@ pub(super) struct Options {
     stop: Vec<String>,
     stream: bool,
     include_usage: bool,
+    /// `response_format`, when it asks for JSON.
+    format: Option<OutputFormat>,
+    /// The format compiled for the model, once it is known ([`receive`]).
+    constraint: Option<Box<Constraint>>,
 }
 
 /// Checks the shared fields but `model` and `session_id`, which name what the request is
@@ -69,13 +73,8 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
         repetition_penalty,
         ..
     } = fields;
-    refuse_unserved(
-        best_of,
-        &tools,
-        tool_choice.as_ref(),
-        &functions,
-        response_format.as_ref(),
-    )?;
+    refuse_unserved(best_of, &tools, tool_choice.as_ref(), &functions)?;
+    let format = output_format(response_format.as_ref())?;
     let max_tokens = match (max_completion_tokens, max_tokens) {
         (Some(v), _) => Some((v, "max_completion_tokens")),
         (None, Some(v)) => Some((v, "max_tokens")),
@@ -182,18 +181,19 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
         stop,
         stream,
         include_usage,
+        format,
+        constraint: None,
     })
 }
 
 /// Refuses, by name, what a request may ask for that the server does not do, where the
-/// value asks for something (an empty list, `best_of: 1`, `tool_choice: "none"`,
-/// `response_format: {"type": "text"}` ask for nothing).
+/// value asks for something (an empty list, `best_of: 1`, `tool_choice: "none"` ask for
+/// nothing).
 fn refuse_unserved(
     best_of: Option<i64>,
     tools: &Option<Vec<serde_json::Value>>,
     tool_choice: Option<&serde_json::Value>,
     functions: &Option<Vec<serde_json::Value>>,
-    response_format: Option<&serde_json::Value>,
 ) -> Result<(), ApiError> {
     let unsupported = |name: &str, what: &str| {
         Err(
@@ -222,14 +222,112 @@ fn refuse_unserved(
     if tool_choice.is_some_and(|c| c.as_str() != Some("none")) {
         return unsupported("tool_choice", "without tools only \"none\" is served");
     }
-    let text = |f: &serde_json::Value| f.get("type").and_then(|t| t.as_str()) == Some("text");
-    if response_format.is_some_and(|f| !text(f)) {
-        return unsupported(
-            "response_format",
-            "output is not constrained to JSON or a schema yet; only {\"type\": \"text\"} is served",
-        );
-    }
     Ok(())
+}
+
+/// `response_format`, read: `{"type": "text"}` (or none) asks for nothing, `json_object`
+/// for any JSON object, `json_schema` for JSON valid against `json_schema.schema`.
+fn output_format(given: Option<&Value>) -> Result<Option<OutputFormat>, ApiError> {
+    let Some(given) = given else {
+        return Ok(None);
+    };
+    let Some(format) = given.as_object() else {
+        return Err(ApiError::invalid(
+            "response_format",
+            "response_format must be an object such as {\"type\": \"json_object\"}",
+        ));
+    };
+    let kind = match format.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "response_format.type",
+                "response_format.type must be a string",
+            ))
+        }
+        None => {
+            return Err(ApiError::invalid(
+                "response_format.type",
+                "response_format.type is required: text, json_object or json_schema",
+            ))
+        }
+    };
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(OutputFormat::JsonObject)),
+        "json_schema" => {
+            let Some(spec) = format.get("json_schema").and_then(Value::as_object) else {
+                return Err(ApiError::invalid(
+                    "response_format.json_schema",
+                    "response_format.json_schema must be an object with a name and a schema",
+                ));
+            };
+            match spec.get("name") {
+                Some(Value::String(name))
+                    if !name.is_empty()
+                        && name.len() <= 64
+                        && name
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') => {}
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "response_format.json_schema.name",
+                        "response_format.json_schema.name must be 1 to 64 letters, digits, \
+                         '_' or '-'",
+                    ))
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        "response_format.json_schema.name",
+                        "response_format.json_schema.name is required",
+                    ))
+                }
+            }
+            let strict = match spec.get("strict") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "response_format.json_schema.strict",
+                        "response_format.json_schema.strict must be true or false",
+                    ))
+                }
+            };
+            let schema = match spec.get("schema") {
+                // Without a schema, any JSON value.
+                None | Some(Value::Null) => json!({}),
+                Some(s @ (Value::Object(_) | Value::Bool(_))) => s.clone(),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "response_format.json_schema.schema",
+                        "response_format.json_schema.schema must be a JSON Schema object",
+                    ))
+                }
+            };
+            Ok(Some(OutputFormat::JsonSchema { schema, strict }))
+        }
+        other => Err(ApiError::invalid(
+            "response_format.type",
+            format!("response_format.type {other:?} is not one of text, json_object, json_schema"),
+        )),
+    }
+}
+
+/// Compiles `format` for the model of `text`: a schema the compiler refuses is the
+/// request's fault, named as `response_format`.
+fn compile_format(text: &dyn TextSide, format: &OutputFormat) -> Result<Constraint, ApiError> {
+    let grammars = text.grammars().map_err(|e| {
+        ApiError::invalid(
+            "response_format",
+            format!("response_format cannot be served by this model: {e}"),
+        )
+    })?;
+    grammars.constraint(format).map_err(|e| {
+        ApiError::invalid(
+            "response_format",
+            format!("response_format: the schema cannot be used: {e}"),
+        )
+    })
 }
 
 /// `logit_bias` as OpenAI sends it (`{"TOKEN_ID": BIAS}`, each bias in [-100, 100]), sorted
@@ -306,8 +404,11 @@ async fn receive<E: DeserializeOwned>(
         log.set_model(&served.id);
     }
     let body_session = fields.session_id.take();
-    let options = check_options(fields)?;
+    let mut options = check_options(fields)?;
     let text = generator_text(&served)?;
+    if let Some(format) = &options.format {
+        options.constraint = Some(Box::new(compile_format(text.as_ref(), format)?));
+    }
     let vocab = text.vocab_size();
     if let Some(&(token, _)) = options
         .sampling
@@ -686,6 +787,7 @@ async fn run(
         stop: options.stop,
         logprobs,
         ignore_eos: options.ignore_eos,
+        constraint: options.constraint,
         events,
         arrived,
     };

@@ -92,7 +92,7 @@ impl OriginPolicy {
         self.any_host
             || bare.parse::<IpAddr>().is_ok()
             || name == "localhost"
-            || self.hosts.iter().any(|h| *h == name)
+            || self.hosts.contains(&name)
     }
 
     /// Whether a page of `origin` may call the API, for a request sent to `host`.
@@ -134,7 +134,7 @@ fn strip_port(host: &str) -> &str {
     }
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: header::HeaderName) -> Option<&'a str> {
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use quench_engine::generate::{Piece, Sampler, SamplingParams, TextStream};
+use quench_engine::generate::{Constraint, Piece, Sampler, SamplingParams, TextStream};
 use quench_engine::{BatchItem, CausalModel, Session};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -71,6 +71,9 @@ pub struct Job {
     /// Keep drawing past end-of-sequence tokens (they are then part of the text), for
     /// answers of a fixed length.
     pub ignore_eos: bool,
+    /// `response_format`'s grammar: each step's logits are masked to what it allows, and
+    /// the reply ends once it is complete.
+    pub constraint: Option<Box<Constraint>>,
     pub events: UnboundedSender<Event>,
     pub arrived: Instant,
 }
@@ -97,7 +100,7 @@ pub struct TokenOut {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finish {
-    /// An end-of-sequence token or a stop string.
+    /// An end-of-sequence token, a stop string, or a `response_format` grammar complete.
     Stop,
     /// `max_tokens`, the context, or the KV budget ran out.
     Length,
@@ -639,10 +642,29 @@ impl Scheduler {
     fn draw(&mut self, i: usize) -> Drawn {
         let context_limit = self.model.info().context_limit;
         let seq = &mut self.running[i];
-        let Some(logits) = seq.logits.take() else {
+        let Some(mut logits) = seq.logits.take() else {
             return Drawn::Finished(Finish::Length);
         };
-        let token = match seq.sampler.sample(&logits, &seq.tokens) {
+        // A grammar masks a copy where log-probabilities (the model's own) are reported.
+        let mut masked = None;
+        if let Some(constraint) = seq.job.constraint.as_mut() {
+            let mut m = match seq.job.logprobs {
+                Some(_) => logits.clone(),
+                None => std::mem::take(&mut logits),
+            };
+            match constraint.mask(&mut m) {
+                Ok(spent) => self.stats.grammar_mask.observe(spent.as_secs_f64()),
+                Err(e) => {
+                    let _ = seq.job.events.send(Event::Failed(e.to_string()));
+                    return Drawn::Gone;
+                }
+            }
+            masked = Some(m);
+        }
+        let token = match seq
+            .sampler
+            .sample(masked.as_deref().unwrap_or(&logits), &seq.tokens)
+        {
             Ok(t) => t,
             Err(e) => {
                 let _ = seq.job.events.send(Event::Failed(e.to_string()));
@@ -679,9 +701,21 @@ impl Scheduler {
         }
         seq.generated.push(token);
         self.stats.completion_tokens.fetch_add(1, Ordering::Relaxed);
+        let mut complete = false;
+        if let Some(constraint) = seq.job.constraint.as_mut() {
+            if let Err(e) = constraint.commit(token) {
+                let _ = seq.job.events.send(Event::Failed(e.to_string()));
+                return Drawn::Gone;
+            }
+            complete = constraint.finished();
+        }
         let decoded = self.text.decode(&seq.generated);
         let (text, outcome) = match seq.out.update(decoded) {
             Piece::Stopped(text) => (text, Drawn::Finished(Finish::Stop)),
+            Piece::Text(mut text) if complete => {
+                text.push_str(&seq.out.release_all());
+                (text, Drawn::Finished(Finish::Stop))
+            }
             Piece::Text(mut text) => {
                 let full = seq.generated.len() >= seq.job.max_tokens || seq.fed >= context_limit;
                 if full {

@@ -52,6 +52,7 @@ fn job(
         stop: Vec::new(),
         logprobs: None,
         ignore_eos: false,
+        constraint: None,
         events,
         arrived: Instant::now(),
     };
