@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 
 use clap::Args;
+use quench_engine::generate::OutputFormat;
 use quench_engine::{FinishReason, GenerateOptions, Generation, Prompt, SamplingParams};
 use serde_json::json;
 
@@ -69,6 +70,10 @@ pub struct GenerateArgs {
     /// as JSON (for checking quench against other implementations).
     #[arg(long, value_name = "FILE")]
     pub logits_out: Option<PathBuf>,
+    /// Hold the output to the JSON Schema in FILE (`{}` for any JSON value): each step draws
+    /// only tokens that keep the text valid, and generation ends when the JSON is complete.
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<PathBuf>,
     /// The text to continue, as is (no chat template); `-` or nothing reads it from stdin
     /// (without the final newline).
     pub prompt: Option<String>,
@@ -84,6 +89,7 @@ pub fn speed_line(g: &Generation) -> String {
         FinishReason::Stop(s) => format!("stop string {s:?}"),
         FinishReason::MaxTokens => "token limit".to_string(),
         FinishReason::ContextFull => "context full".to_string(),
+        FinishReason::Complete => "JSON complete".to_string(),
     };
     let reused = if g.reused_tokens > 0 {
         format!(" ({} reused)", g.reused_tokens)
@@ -117,13 +123,33 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
     let model = loaded.model.causal().map_err(|e| e.to_string())?;
     let mut options = args.sampling.options(args.max_tokens);
     options.keep_logits = args.logits_out.is_some();
+    let mut constraint = match &args.json_schema {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--json-schema {}: {e}", path.display()))?;
+            let schema: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| format!("--json-schema {}: not JSON: {e}", path.display()))?;
+            let format = OutputFormat::JsonSchema {
+                schema,
+                strict: true,
+            };
+            let grammars = model.grammars().map_err(|e| e.to_string())?;
+            Some(
+                grammars
+                    .constraint(&format)
+                    .map_err(|e| format!("--json-schema {}: {e}", path.display()))?,
+            )
+        }
+        None => None,
+    };
     let mut stdout = std::io::stdout().lock();
     let mut write_error = None;
     let generation = model
-        .generate(
+        .generate_constrained(
             &mut model.new_session(),
             Prompt::Text(&prompt),
             &options,
+            constraint.as_mut(),
             &mut |piece| {
                 if write_error.is_none() {
                     write_error = stdout
@@ -141,6 +167,13 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         let _ = writeln!(stdout);
     }
     args.model.note(&speed_line(&generation));
+    if let Some(c) = &constraint {
+        let (masks, spent) = c.mask_cost();
+        args.model.note(&format!(
+            "{masks} token masks, {:.1} µs each",
+            spent.as_secs_f64() * 1e6 / masks.max(1) as f64
+        ));
+    }
     if let Some(path) = &args.logits_out {
         let record = json!({
             "model": loaded.name,

@@ -240,6 +240,19 @@ impl CausalModel {
         options: &GenerateOptions,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generation> {
+        self.generate_constrained(session, prompt, options, None, on_text)
+    }
+
+    /// [`CausalModel::generate`] with the reply held to `constraint` (from
+    /// [`CausalModel::grammars`]): it ends with [`FinishReason::Complete`] once complete.
+    pub fn generate_constrained(
+        &self,
+        session: &mut Session,
+        prompt: Prompt<'_>,
+        options: &GenerateOptions,
+        constraint: Option<&mut generate::Constraint>,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generation> {
         let prompt = self.prompt_tokens(prompt)?;
         let reused = self.reuse_prefix(session, &prompt)?;
         let mut feeder = Feeder {
@@ -252,12 +265,13 @@ impl CausalModel {
                 ..Trace::default()
             },
         };
-        let drawn = generate::generate(
+        let drawn = generate::generate_constrained(
             &mut feeder,
             &|tokens: &[u32]| self.detokenize(tokens),
             &prompt,
             options,
             &self.eos_ids,
+            constraint,
             &mut |_, piece: &str| {
                 if !piece.is_empty() {
                     on_text(piece)

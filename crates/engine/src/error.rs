@@ -66,6 +66,10 @@ pub enum EngineError {
     #[error("logits contain {what}")]
     BadLogits { what: &'static str },
 
+    /// An output format that cannot be compiled or followed.
+    #[error(transparent)]
+    Constrain(#[from] crate::generate::ConstrainError),
+
     #[error(
         "an embedding holds NaN or infinite values: the model's weights hold such values or \
          overflow"

@@ -1,6 +1,7 @@
 //! The generation loop: feed a prompt, then draw one token at a time until an
 //! end-of-sequence token, a stop string, the token budget or the context ends it.
 
+use super::constrain::Constraint;
 use super::sampling::{Sampler, SamplingParams};
 use super::text_stream::TextStream;
 use crate::backend::{feed_one, Decode, Sequence};
@@ -80,6 +81,8 @@ pub enum FinishReason {
     MaxTokens,
     /// The context limit was reached.
     ContextFull,
+    /// The output format's grammar is complete (see [`generate_constrained`]).
+    Complete,
 }
 
 /// What one generation drew.
@@ -108,6 +111,21 @@ pub fn generate(
     eos_ids: &[u32],
     on_token: &mut dyn FnMut(u32, &str),
 ) -> Result<Drawn> {
+    generate_constrained(model, detokenize, prompt, options, eos_ids, None, on_token)
+}
+
+/// [`generate`] with each step's logits masked to what `constraint` allows (an output
+/// format's grammar); the generation ends with [`FinishReason::Complete`] once the grammar
+/// is complete.
+pub fn generate_constrained(
+    model: &mut dyn CausalLm,
+    detokenize: &dyn Fn(&[u32]) -> String,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    eos_ids: &[u32],
+    mut constraint: Option<&mut Constraint>,
+    on_token: &mut dyn FnMut(u32, &str),
+) -> Result<Drawn> {
     let mut sampler = Sampler::new(options.sampling.clone())?;
     if prompt.is_empty() {
         return Err(EngineError::NoTokens);
@@ -129,10 +147,16 @@ pub fn generate(
     }
     let mut logits = model.feed(prompt)?;
     loop {
+        if let Some(c) = constraint.as_deref_mut() {
+            c.mask(&mut logits)?;
+        }
         let token = sampler.sample(&logits, &history)?;
         if ends(token) {
             on_token(token, &text.release_all());
             return Ok(text.finish(tokens, FinishReason::Eos(token)));
+        }
+        if let Some(c) = constraint.as_deref_mut() {
+            c.commit(token)?;
         }
         history.push(token);
         tokens.push(token);
@@ -141,7 +165,9 @@ pub fn generate(
             on_token(token, &text.release_all());
             return Ok(text.finish(tokens, FinishReason::Stop(stop)));
         }
-        let finish = if tokens.len() == options.max_tokens {
+        let finish = if constraint.as_deref().is_some_and(Constraint::finished) {
+            Some(FinishReason::Complete)
+        } else if tokens.len() == options.max_tokens {
             Some(FinishReason::MaxTokens)
         } else if model.position() >= model.context_limit() {
             Some(FinishReason::ContextFull)

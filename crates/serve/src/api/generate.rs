@@ -406,8 +406,19 @@ async fn receive<E: DeserializeOwned>(
     let body_session = fields.session_id.take();
     let mut options = check_options(fields)?;
     let text = generator_text(&served)?;
-    if let Some(format) = &options.format {
-        options.constraint = Some(Box::new(compile_format(text.as_ref(), format)?));
+    if let Some(format) = options.format.clone() {
+        // The first structured request builds the model's token trie and every one compiles
+        // its schema: off the async workers.
+        let text = text.clone();
+        let compiled = tokio::task::spawn_blocking(move || compile_format(text.as_ref(), &format))
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("compiling response_format failed: {e}"),
+                )
+            })??;
+        options.constraint = Some(Box::new(compiled));
     }
     let vocab = text.vocab_size();
     if let Some(&(token, _)) = options
