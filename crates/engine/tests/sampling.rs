@@ -230,7 +230,9 @@ fn bias_and_penalties_move_the_choice() {
     };
     let draws = |params: SamplingParams, n: usize| {
         let mut s = Sampler::new(params).unwrap();
-        (0..n).map(|_| s.sample(&logits, &[]).unwrap()).collect::<Vec<_>>()
+        (0..n)
+            .map(|_| s.sample(&logits, &[]).unwrap())
+            .collect::<Vec<_>>()
     };
     assert_eq!(draws(with(vec![], 0.0, 0.0), 3), [0, 0, 0]);
     assert_eq!(draws(with(vec![(2, 5.0)], 0.0, 0.0), 2), [2, 2]);

@@ -7,7 +7,9 @@ mod sampling;
 mod text_stream;
 
 pub use constrain::{ConstrainError, Constraint, Grammars, OutputFormat};
-pub use run::{generate, generate_constrained, CausalLm, Continuation, Drawn, FinishReason, GenerateOptions};
+pub use run::{
+    generate, generate_constrained, CausalLm, Continuation, Drawn, FinishReason, GenerateOptions,
+};
 pub use sampling::{
     apply_repetition_penalty, argmax, min_p_filter, top_k_filter, top_p_filter, Candidate, Sampler,
     SamplingParams,

@@ -83,7 +83,10 @@ impl SamplingParams {
             .iter()
             .find(|(_, b)| !(-100.0..=100.0).contains(b))
         {
-            return bad("logit_bias", format!("token {token}'s {b} is not in [-100, 100]"));
+            return bad(
+                "logit_bias",
+                format!("token {token}'s {b} is not in [-100, 100]"),
+            );
         }
         Ok(())
     }
