@@ -88,9 +88,16 @@ fn nvdisasm_and_cuobjdump_read_built_cubins() {
     let Some(cuobjdump) = quench_testkit::ok(quench_sass::tools::find("cuobjdump")) else {
         return;
     };
-    let Some(_) = quench_testkit::ok(quench_sass::tools::find("nvdisasm")) else {
+    let Some(nvdisasm) = quench_testkit::ok(quench_sass::tools::find("nvdisasm")) else {
         return;
     };
+    // `cuobjdump -sass` runs nvdisasm itself, found on PATH.
+    let mut path_dirs: Vec<std::path::PathBuf> =
+        nvdisasm.parent().into_iter().map(Into::into).collect();
+    if let Some(p) = std::env::var_os("PATH") {
+        path_dirs.extend(std::env::split_paths(&p));
+    }
+    let search_path = std::env::join_paths(path_dirs).unwrap();
     for a in lib.iter().step_by(8) {
         let c = Cubin::parse(&a.cubin).unwrap();
         let desc = KernelDesc::from_cubin(&c, &c.kernels[0]).unwrap();
@@ -106,9 +113,17 @@ fn nvdisasm_and_cuobjdump_read_built_cubins() {
         let f = quench_sass::tools::TempFile::new("k.cubin", &built).unwrap();
         let path = f.path.to_string_lossy().into_owned();
         // (`cuobjdump -elf` still calls the built file "Invalid ELF": see the crate docs.)
-        let (ok, out, err) = quench_sass::tools::run(&cuobjdump, &["-sass", &path]).unwrap();
+        let run = std::process::Command::new(&cuobjdump)
+            .args(["-sass", &path])
+            .env("PATH", &search_path)
+            .output()
+            .unwrap();
+        let (out, err) = (
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr),
+        );
         assert!(
-            ok && out.contains(&a.name),
+            run.status.success() && out.contains(&a.name),
             "{}: cuobjdump -sass: {err}",
             a.name
         );
