@@ -65,15 +65,15 @@ impl Drop for Place {
 /// What a connection past its address's limit is told before it is closed: a complete
 /// HTTP response, so that the client sees why rather than a reset.
 pub fn refusal(limit: usize) -> Vec<u8> {
-    let body = serde_json::json!({"error": {
-        "message": format!(
+    let body = crate::api::ApiError::new(
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+        format!(
             "this address holds {limit} connections to the server already; \
              close one or reuse it (keep-alive)"
         ),
-        "type": "rate_limit_error",
-        "param": null,
-        "code": "too_many_connections",
-    }})
+    )
+    .code("too_many_connections")
+    .body()
     .to_string();
     format!(
         "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
