@@ -11,7 +11,15 @@
 //! prompt chunk that does not fit in memory is refused by name.
 //!
 //! With `QUENCH_SMOLLM2_GGUF` set (the SmolLM2-135M-Instruct Q4_1 GGUF file), a prompt of
-//! SmolLM2 goes through the prompt path on the interpreter too, held to the check's bound.
+//! SmolLM2 goes through the prompt path on the interpreter too. SmolLM2 amplifies a
+//! rounding of its activations far more than the tiny models do: f16 operands alone
+//! (everything else in f64) put its logits up to ~0.1 from the f64 reference at the end of
+//! a random 20-token prompt, past the check's bound on some prompts (see
+//! docs/perf/NOTES.md, "SmolLM2 and the f16 prompt path"). So SmolLM2 is held to a wider
+//! bound, [`F16_OPERANDS`], which the path's own rounding stays inside while any wrong
+//! wiring does not (one prompt token changed moves its last logits by 1.7–5.3, the
+//! positions shifted by one by 2.8–13); how many logits lie past the check's bound is
+//! printed.
 //!
 //! **The bound.** The chunk's matrix products round their operands to f16 (unit roundoff
 //! 2⁻¹¹, as the KV cache) where the decode step keeps f32 activations. These tiny models
@@ -427,6 +435,16 @@ fn a_prompt_chunk_that_does_not_fit_is_refused() {
     }
 }
 
+/// What SmolLM2's logits are held to through the prompt path: its f16 operands' error,
+/// measured up to 0.16 from the f64 reference at a random prompt's end on the kernels
+/// (0.1 with only the operands rounded to f16 in an f64 decoder), with room, and a
+/// tenth of what one wrong token, position or weight does to them.
+const F16_OPERANDS: LogitBound = LogitBound {
+    abs: 0.3,
+    rel: 0.01,
+    near_tie: 1e-3,
+};
+
 /// SmolLM2 from `QUENCH_SMOLLM2_GGUF` (a failure in CI without it, NOT RUN elsewhere).
 fn smollm2() -> Option<GgufFile> {
     let path = quench_testkit::smollm2_gguf()?;
@@ -434,7 +452,7 @@ fn smollm2() -> Option<GgufFile> {
 }
 
 /// A 20-token prompt of `src` through the prompt path, then two greedy steps, every row
-/// held to the check's own bound.
+/// held to [`F16_OPERANDS`].
 fn check_smollm2(what: &str, config: ModelConfig, src: &dyn StoredTensors) {
     let options = GpuOptions {
         context: Some(CONTEXT),
@@ -466,14 +484,18 @@ fn check_smollm2(what: &str, config: ModelConfig, src: &dyn StoredTensors) {
     }
     let want = reference.logits(&forced, 0).expect("reference logits");
     for (position, logits) in &rows {
-        assert_within(
-            what,
-            LogitBound::FP64_CHECK,
-            *position,
-            logits,
-            &want[*position],
-        );
+        assert_within(what, F16_OPERANDS, *position, logits, &want[*position]);
     }
+    // The bound can fail: the prompt's last logits against the reference of the same
+    // prompt with one token in its middle changed.
+    let mut other = forced[..20].to_vec();
+    other[10] = (other[10] + 1 + rng.gen_range(0..vocab - 1)) % vocab;
+    let wrong = reference.logits(&other, 0).expect("reference logits");
+    let v = judge(F16_OPERANDS, 19, &rows[0].1, &wrong[19]);
+    assert!(
+        v.outside > 0,
+        "{what}: a changed prompt token stays inside the bound"
+    );
 }
 
 #[test]
