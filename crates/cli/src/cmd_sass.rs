@@ -20,11 +20,15 @@ pub enum SassCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Run every library kernel on the GPU from the driver's cubin and from that cubin
+    /// disassembled and reassembled by quench, and compare the outputs bit for bit.
+    CheckGpu(crate::cmd_sass_gpu::CheckGpuArgs),
 }
 
 pub fn run(c: &SassCommand) -> Result<(), String> {
     let tables = Tables::sm90()?;
     match c {
+        SassCommand::CheckGpu(a) => crate::cmd_sass_gpu::run(a),
         SassCommand::Dis { file } => {
             let bytes =
                 std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;

@@ -15,6 +15,7 @@ mod cmd_prof;
 mod cmd_pull;
 mod cmd_quantize;
 mod cmd_sass;
+mod cmd_sass_gpu;
 mod cmd_serve;
 mod cmd_synth;
 mod cmd_top;
@@ -67,7 +68,8 @@ pub(crate) enum Command {
     Cc(cmd_cc::CcArgs),
     /// List the GPUs the NVIDIA driver sees.
     Devices,
-    /// sm_90 machine code: disassemble a cubin (`dis`), assemble SASS text (`asm`).
+    /// sm_90 machine code: disassemble a cubin (`dis`), assemble SASS text (`asm`), run the
+    /// library from reassembled cubins on the GPU (`check-gpu`).
     #[command(subcommand)]
     Sass(cmd_sass::SassCommand),
     /// Measure the machine model of the GPU.

@@ -19,7 +19,7 @@ mod handles;
 pub mod interp;
 
 pub use abi::{AbiParam, KernelAbi, ParamKind};
-pub use cuda::{CacheStats, CudaExecutor};
+pub use cuda::{CacheStats, CubinRewrite, CudaExecutor};
 pub use devices::{list_devices, DeviceInfo};
 pub use error::RtError;
 pub use executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};

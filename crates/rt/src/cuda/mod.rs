@@ -42,6 +42,10 @@ struct CudaKernel {
     dynamic_shared_opt_in: u32,
 }
 
+/// What a kernel's cubin goes through between the JIT and the loader: given the kernel's
+/// name and the JIT's cubin, the cubin to load instead.
+pub type CubinRewrite = Box<dyn Fn(&str, &[u8]) -> Result<Vec<u8>, String> + Send>;
+
 pub struct CudaExecutor {
     info: DeviceInfo,
     driver_version: i32,
@@ -56,6 +60,7 @@ pub struct CudaExecutor {
     events: Vec<Option<sys::CUevent>>,
     graphs: Vec<Option<(sys::CUgraph, sys::CUgraphExec)>>,
     capturing: BTreeSet<u32>,
+    rewrite: Option<CubinRewrite>,
 }
 
 // SAFETY: the driver handles belong to the context, not to a thread, and every method
@@ -100,6 +105,7 @@ impl CudaExecutor {
             events: vec![],
             graphs: vec![],
             capturing: BTreeSet::new(),
+            rewrite: None,
         };
         ex.bind()?;
         ex.limits = ex.query_limits()?;
@@ -110,6 +116,13 @@ impl CudaExecutor {
 
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// Load every kernel loaded from now on from what `rewrite` makes of the JIT's cubin
+    /// (see [`CubinRewrite`]). Such kernels bypass the disk cache, which holds the JIT's
+    /// cubins only; a rewrite that fails is the kernel's load error.
+    pub fn set_cubin_rewrite(&mut self, rewrite: CubinRewrite) {
+        self.rewrite = Some(rewrite);
     }
 
     /// Where compiled kernels are cached (`None`: caching is off, see
@@ -202,8 +215,17 @@ impl CudaExecutor {
         Ok(KernelId(self.kernels.len() as u32 - 1))
     }
 
-    /// A module for `ptx`, from the cache or compiled (and then cached).
+    /// A module for `ptx`: compiled and rewritten when a rewrite is set, else from the
+    /// cache or compiled (and then cached).
     fn module_for(&mut self, ptx: &str, abi: &KernelAbi) -> Result<sys::CUmodule, RtError> {
+        if let Some(rewrite) = &self.rewrite {
+            let cubin = compile_ptx(ptx, &abi.name)?;
+            let ours = rewrite(&abi.name, &cubin).map_err(|message| RtError::Ptx {
+                kernel: abi.name.clone(),
+                message: format!("rewriting its cubin: {message}"),
+            })?;
+            return load_cubin(&ours).map_err(drv("cuModuleLoadData"));
+        }
         let key = module_cache::key(
             ptx,
             self.driver_version,
