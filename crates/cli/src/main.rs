@@ -11,6 +11,7 @@ mod cmd_embed;
 mod cmd_generate;
 mod cmd_info;
 mod cmd_isa;
+mod cmd_isa_latency;
 mod cmd_prof;
 mod cmd_pull;
 mod cmd_quantize;
@@ -95,6 +96,9 @@ pub(crate) enum Command {
 enum IsaCommand {
     /// Run the probe kernels and write the tables under isa/sm90 with a receipt.
     Probe(cmd_isa::ProbeArgs),
+    /// Time dependent chains and independent streams of each instruction class and write
+    /// isa/sm90/latencies.json with a receipt.
+    Latency(cmd_isa_latency::LatencyArgs),
 }
 
 /// A quench command line without the program name (`generate --device cuda …`), parsed.
@@ -119,6 +123,7 @@ pub(crate) fn run(command: &Command) -> Result<(), String> {
         Command::Sass(a) => cmd_sass::run(a),
         Command::Devices => cmd_devices::run(),
         Command::Isa(IsaCommand::Probe(a)) => cmd_isa::probe(a),
+        Command::Isa(IsaCommand::Latency(a)) => cmd_isa_latency::run(a),
         Command::CheckKernels(a) => cmd_check_kernels::run(a),
         Command::Check(a) => cmd_check::run(a),
         Command::Top(a) => cmd_top::run(a),

@@ -141,3 +141,39 @@ fn compiled_kernels_are_cached_on_disk() {
     assert_eq!(fourth.cache_stats().hits, 1, "the rebuilt entry is used");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+#[ignore = "needs a GPU: scripts/device/gpu-tests.sh runs it"]
+fn a_cubin_rewrite_is_what_the_loader_sees() {
+    let dir = scratch_dir("cubin-rewrite");
+    let mut rng = common::rng("a_cubin_rewrite_is_what_the_loader_sees");
+    // The JIT's cubin passed through as it is: the kernel runs, and the cache is not used.
+    let mut ex = gpu(Some(dir.clone()));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+    let record = std::sync::Arc::clone(&seen);
+    ex.set_cubin_rewrite(Box::new(move |name, cubin| {
+        record.lock().expect("the record").push(name.to_string());
+        Ok(cubin.to_vec())
+    }));
+    let k = ex.load(&common::saxpy()).expect("load through the rewrite");
+    assert_eq!(seen.lock().expect("the record").len(), 1);
+    assert_eq!(
+        (ex.cache_stats().hits, ex.cache_stats().misses),
+        (0, 0),
+        "a rewritten kernel bypasses the cache"
+    );
+    let p = common::Problem::new(&mut ex, &mut rng, 321);
+    ex.launch(k, &p.launch(), &p.args(), StreamId::DEFAULT)
+        .expect("launch");
+    p.check(&mut ex, 1, "kernel loaded from the rewritten cubin");
+    // A rewrite that fails, or returns what the loader refuses, is the load's error.
+    ex.set_cubin_rewrite(Box::new(|_, _| Err("no".into())));
+    let e = ex.load(&common::saxpy()).expect_err("a failed rewrite");
+    assert!(e.to_string().contains("rewriting its cubin: no"), "{e}");
+    ex.set_cubin_rewrite(Box::new(|_, cubin| Ok(cubin[..cubin.len() / 3].to_vec())));
+    assert!(
+        ex.load(&common::saxpy()).is_err(),
+        "a truncated cubin loads"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
