@@ -1,5 +1,6 @@
 //! A cubin for one kernel from its code and ABI, laid out as ptxas lays out its own:
-//! string tables, symbols, `.nv.info` (register count, frame and stack sizes),
+//! string tables, symbols, `.nv.compat`, the `.note.nv.tkinfo` and `.note.nv.cuinfo`
+//! notes (at ptxas's indices 5 and 6), `.nv.info` (register count, frame and stack sizes),
 //! `.nv.info.<kernel>` (parameters, exit offsets, barriers, parameter bank),
 //! `.text.<kernel>`, `.nv.shared.<kernel>` when it uses shared memory, and
 //! `.nv.constant0.<kernel>`, with the five program headers ptxas writes.
@@ -131,6 +132,41 @@ fn cuinfo_note() -> Section {
     section(".note.nv.cuinfo", elf::SHT_NOTE, 0x100_0040, d, 4)
 }
 
+/// `.note.nv.tkinfo`: an ELF note (owner "NVIDIA Corp", type 2000) naming the tool that
+/// wrote the file. Its descriptor, as ptxas writes it: version 2, a zero word, then the
+/// offsets of four strings (tool, tool version, build, options) in the string block that
+/// follows, which starts with an empty string.
+fn tkinfo_note() -> Section {
+    let strings = [
+        "quench",
+        concat!("quench ", env!("CARGO_PKG_VERSION")),
+        "",
+        "",
+    ];
+    let mut block = vec![0u8];
+    let mut offsets = Vec::new();
+    for s in strings {
+        offsets.push(block.len() as u32);
+        block.extend_from_slice(s.as_bytes());
+        block.push(0);
+    }
+    while block.len() % 4 != 0 {
+        block.push(0);
+    }
+    let mut desc = Vec::new();
+    for v in [2u32, 0].into_iter().chain(offsets) {
+        desc.extend_from_slice(&v.to_le_bytes());
+    }
+    desc.extend_from_slice(&block);
+    let mut d = Vec::new();
+    d.extend_from_slice(&12u32.to_le_bytes());
+    d.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+    d.extend_from_slice(&2000u32.to_le_bytes());
+    d.extend_from_slice(b"NVIDIA Corp\0");
+    d.extend_from_slice(&desc);
+    section(".note.nv.tkinfo", elf::SHT_NOTE, 0x200_0000, d, 4)
+}
+
 /// A growing string table.
 struct Strtab(Vec<u8>);
 
@@ -221,9 +257,9 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
 
     // Section indices, fixed up front because records and symbols refer to them.
     let has_shared = k.shared_bytes > 0;
-    let (shstrtab, strtab, symtab, text) = (1usize, 2usize, 3usize, 9usize);
-    let shared = has_shared.then_some(10usize);
-    let constant0 = if has_shared { 11usize } else { 10 };
+    let (shstrtab, strtab, symtab, text) = (1usize, 2usize, 3usize, 10usize);
+    let shared = has_shared.then_some(11usize);
+    let constant0 = if has_shared { 12usize } else { 11 };
     // Symbols: the null symbol, a section symbol for the text and constant sections, then
     // the kernel (globals after locals, as ELF requires).
     let mut strs = Strtab::new();
@@ -348,6 +384,16 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
     s.info = first_global;
     s.entsize = 24;
     sections.push(s);
+    // The notes at indices 5 and 6, where ptxas puts them: `cuobjdump -elf` calls a file
+    // whose `.note.nv.cuinfo` is at any other index an invalid ELF.
+    sections.push(section(
+        ".nv.compat",
+        elf::SHT_CUDA_COMPAT,
+        0,
+        SM90_COMPAT.to_vec(),
+        4,
+    ));
+    sections.push(tkinfo_note());
     sections.push(cuinfo_note());
     let mut s = section(
         ".nv.info",
@@ -358,13 +404,6 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
     );
     s.link = symtab as u32;
     sections.push(s);
-    sections.push(section(
-        ".nv.compat",
-        elf::SHT_CUDA_COMPAT,
-        0,
-        SM90_COMPAT.to_vec(),
-        4,
-    ));
     let mut s = section(
         &format!(".nv.info.{}", k.name),
         elf::SHT_CUDA_INFO,

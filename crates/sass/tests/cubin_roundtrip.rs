@@ -112,20 +112,21 @@ fn nvdisasm_and_cuobjdump_read_built_cubins() {
         assert_eq!(ours, theirs, "{}: nvdisasm reads different code", a.name);
         let f = quench_sass::tools::TempFile::new("k.cubin", &built).unwrap();
         let path = f.path.to_string_lossy().into_owned();
-        // (`cuobjdump -elf` still calls the built file "Invalid ELF": see the crate docs.)
-        let run = std::process::Command::new(&cuobjdump)
-            .args(["-sass", &path])
-            .env("PATH", &search_path)
-            .output()
-            .unwrap();
-        let (out, err) = (
-            String::from_utf8_lossy(&run.stdout),
-            String::from_utf8_lossy(&run.stderr),
-        );
-        assert!(
-            run.status.success() && out.contains(&a.name),
-            "{}: cuobjdump -sass: {err}",
-            a.name
-        );
+        for mode in ["-sass", "-elf"] {
+            let run = std::process::Command::new(&cuobjdump)
+                .args([mode, &path])
+                .env("PATH", &search_path)
+                .output()
+                .unwrap();
+            let (out, err) = (
+                String::from_utf8_lossy(&run.stdout),
+                String::from_utf8_lossy(&run.stderr),
+            );
+            assert!(
+                run.status.success() && out.contains(&a.name) && !err.contains("Invalid ELF"),
+                "{}: cuobjdump {mode}: {err}",
+                a.name
+            );
+        }
     }
 }
