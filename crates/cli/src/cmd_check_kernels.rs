@@ -186,19 +186,25 @@ fn row_json(r: &Row, copy: f64) -> Value {
     })
 }
 
-pub fn run(a: &CheckArgs) -> Result<(), String> {
-    let device = crate::gpu::describe(a.gpu)?;
-    let mut gpu = CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?;
+/// The library kernels named in `only` (all of them when it is empty); an error when none
+/// matches.
+pub fn selected(only: &[String]) -> Result<Vec<KernelSpec>, String> {
     let specs: Vec<KernelSpec> = library()
         .into_iter()
-        .filter(|s| a.only.is_empty() || a.only.iter().any(|o| o == s.name))
+        .filter(|s| only.is_empty() || only.iter().any(|o| o == s.name))
         .collect();
     if specs.is_empty() {
         return Err(format!(
-            "no library kernel matches {:?} (see `quench cc --list`)",
-            a.only
+            "no library kernel matches {only:?} (see `quench cc --list`)"
         ));
     }
+    Ok(specs)
+}
+
+pub fn run(a: &CheckArgs) -> Result<(), String> {
+    let device = crate::gpu::describe(a.gpu)?;
+    let mut gpu = CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?;
+    let specs = selected(&a.only)?;
     let copy = copy_bandwidth_gbps(&mut gpu, 20)?;
     eprintln!("device-to-device copy: {copy:.0} GB/s");
     let mut rows = vec![];

@@ -25,15 +25,20 @@ pub struct ProbeArgs {
     pub gpu: u32,
 }
 
-pub fn probe(a: &ProbeArgs) -> Result<(), String> {
-    let device = crate::gpu::describe(a.gpu)?;
-    let mut exec = quench_rt::CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?;
-    let measured_on = format!(
+/// `NAME, driver VERSION, DATE` of a device description, for a table's `measured_on`.
+pub fn measured_on(device: &serde_json::Value) -> String {
+    format!(
         "{}, driver {}, {}",
         device["name"].as_str().unwrap_or("?"),
         device["driver"].as_str().unwrap_or("?"),
         chrono::Utc::now().format("%Y-%m-%d")
-    );
+    )
+}
+
+pub fn probe(a: &ProbeArgs) -> Result<(), String> {
+    let device = crate::gpu::describe(a.gpu)?;
+    let mut exec = quench_rt::CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?;
+    let measured_on = measured_on(&device);
     eprintln!("probing {measured_on} ...");
     let outcome = quench_isa::probe::run_all(&mut exec, &measured_on, a.samples, a.seed);
     let (passed, detail) = match &outcome {

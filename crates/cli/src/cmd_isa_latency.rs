@@ -169,12 +169,7 @@ pub fn run(a: &LatencyArgs) -> Result<(), String> {
         let tput = bench.pair(class, Mode::Throughput)?;
         rows.push(latency::row(class, &lat, &tput));
     }
-    let measured_on = format!(
-        "{}, driver {}, {}",
-        device["name"].as_str().unwrap_or("?"),
-        device["driver"].as_str().unwrap_or("?"),
-        chrono::Utc::now().format("%Y-%m-%d")
-    );
+    let measured_on = crate::cmd_isa::measured_on(&device);
     let table = LatencyTable {
         format: latency::FORMAT.into(),
         measured_on,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use quench_kernels::{case, library, KernelSpec};
+use quench_kernels::{case, KernelSpec};
 use quench_rt::CudaExecutor;
 use quench_sass::build::KernelDesc;
 use quench_sass::cubin::Cubin;
@@ -99,16 +99,7 @@ fn outputs_identical(
 pub fn run(a: &CheckGpuArgs) -> Result<(), String> {
     let tables = Tables::sm90()?;
     let device = crate::gpu::describe(a.gpu)?;
-    let specs: Vec<KernelSpec> = library()
-        .into_iter()
-        .filter(|s| a.only.is_empty() || a.only.iter().any(|o| o == s.name))
-        .collect();
-    if specs.is_empty() {
-        return Err(format!(
-            "no library kernel matches {:?} (see `quench cc --list`)",
-            a.only
-        ));
-    }
+    let specs = crate::cmd_check_kernels::selected(&a.only)?;
     let mut jit = CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?;
     let mut ours = CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?;
     let seen: Arc<Mutex<BTreeMap<String, Rewritten>>> = Arc::default();
