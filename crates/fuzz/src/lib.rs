@@ -3,7 +3,8 @@
 //!
 //! A [`Target`] is a parser with a corpus of valid inputs built in code (by the repository's
 //! own writers: `GgufWriter`, `SafetensorsWriter`, `quench synth`, the HF→GGUF converter,
-//! the IR printer over the kernel library; and real shapes: chat templates of the llama3,
+//! the IR printer over the kernel library, the cubin writer and disassembler over the sm_90
+//! tables; and real shapes: chat templates of the llama3,
 //! qwen and smollm families, tokenizer.json, config.json, request bodies), a dictionary of
 //! tokens for its format, and a function that parses an input and then uses what parsed
 //! (every getter, every tensor, encoding and decoding, rendering). [`driver::run`] feeds
@@ -52,6 +53,8 @@ pub fn targets() -> Vec<Target> {
         targets::template::target(),
         targets::request::target(),
         targets::ir::target(),
+        targets::sass::cubin_target(),
+        targets::sass::sass_target(),
     ]
 }
 

@@ -4,10 +4,10 @@
 //! quench-fuzz list
 //! quench-fuzz run TARGET [--iterations N] [--seed S] [--failures DIR] [--json] [--save-slowest]
 //! quench-fuzz replay TARGET FILE
-//! quench-fuzz all [--iterations N] [--seed S] [--jobs J] [--failures DIR] [--receipt PATH]
+//! quench-fuzz all [TARGET ...] [--iterations N] [--seed S] [--jobs J] [--failures DIR] [--receipt PATH]
 //! ```
-//! `all` runs each target in its own process (so that each has its own peak RSS), `--jobs`
-//! at a time, and writes the receipt.
+//! `all` runs each target (or those named) in its own process (so that each has its own
+//! peak RSS), `--jobs` at a time, and writes the receipt.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -135,10 +135,21 @@ fn cmd_replay(args: &Args) -> Result<bool, String> {
     Ok(took <= SLOW.as_secs_f64())
 }
 
-/// Runs every target in a child process, `jobs` at a time, and writes the receipt.
+/// Runs every target (or those named after `all`) in a child process, `jobs` at a time,
+/// and writes the receipt.
 fn cmd_all(args: &Args) -> Result<bool, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
-    let names: Vec<&str> = quench_fuzz::targets().iter().map(|t| t.name).collect();
+    let chosen = &args.positional[1..];
+    let names: Vec<&str> = quench_fuzz::targets()
+        .iter()
+        .map(|t| t.name)
+        .filter(|n| chosen.is_empty() || chosen.iter().any(|c| c == n))
+        .collect();
+    if let Some(unknown) = chosen.iter().find(|c| !names.contains(&c.as_str())) {
+        return Err(format!(
+            "no fuzz target {unknown:?} (see `quench-fuzz list`)"
+        ));
+    }
     let checkout = Checkout::now();
     let started = Instant::now();
     let mut results: Vec<Value> = Vec::new();

@@ -101,3 +101,13 @@ fn request() {
 fn ir() {
     fuzz("ir", 30_000);
 }
+
+#[test]
+fn cubin() {
+    fuzz("cubin", 30_000);
+}
+
+#[test]
+fn sass() {
+    fuzz("sass", 30_000);
+}

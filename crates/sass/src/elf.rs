@@ -342,7 +342,11 @@ impl Elf {
             .map_err(|_| SassError::malformed("ELF writer", "the file is too large"))?;
         let mut out = vec![0u8; total];
         let put = |out: &mut Vec<u8>, at: u64, b: &[u8]| {
-            // Every part was bounded by `total` above.
+            // Every part with bytes was bounded by `total` above; an empty one (a section
+            // of size 0) may lie anywhere and writes nothing.
+            if b.is_empty() {
+                return;
+            }
             let at = at as usize;
             out[at..at + b.len()].copy_from_slice(b);
         };

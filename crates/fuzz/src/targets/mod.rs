@@ -5,6 +5,7 @@ pub mod gguf;
 pub mod ir;
 pub mod request;
 pub mod safetensors;
+pub mod sass;
 pub mod template;
 pub mod tokenizer;
 
