@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use quench_kernels::{case, KernelSpec};
 use quench_rt::CudaExecutor;
-use quench_sass::build::KernelDesc;
 use quench_sass::cubin::Cubin;
 use quench_sass::table::Tables;
 use serde_json::{json, Value};
@@ -55,18 +54,14 @@ fn reassemble(tables: &Tables, jit: &[u8]) -> Result<(Vec<u8>, Rewritten), Strin
     let (text, cov) =
         quench_sass::dis::disassemble(&theirs, tables).map_err(|e| format!("dis: {e}"))?;
     let ours = quench_sass::asm::assemble_cubin(&text, tables).map_err(|e| format!("asm: {e}"))?;
-    let code = |bytes: &[u8]| -> Result<Vec<Vec<u8>>, String> {
-        let c = Cubin::parse(bytes).map_err(|e| e.to_string())?;
+    let written = Cubin::parse(&ours).map_err(|e| format!("the written cubin: {e}"))?;
+    let code = |c: &Cubin| {
         c.kernels
             .iter()
-            .map(|k| {
-                Ok(KernelDesc::from_cubin(&c, k)
-                    .map_err(|e| e.to_string())?
-                    .text)
-            })
-            .collect()
+            .map(|k| c.text(k).to_vec())
+            .collect::<Vec<_>>()
     };
-    let same_code = code(&ours).map_err(|e| format!("the written cubin: {e}"))? == code(jit)?;
+    let same_code = code(&written) == code(&theirs);
     let r = Rewritten {
         instructions: cov.instructions,
         decoded: cov.decoded,

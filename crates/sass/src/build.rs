@@ -118,24 +118,33 @@ const SM90_COMPAT: [u8; 36] = [
     0x00, 0x00, 0x00, 0x00,
 ];
 
-/// `.note.nv.cuinfo`: an ELF note (owner "NVIDIA Corp", type 1000) whose descriptor is the
-/// note version (2), the virtual SM (90) and the toolkit version (130 for 13.0).
-fn cuinfo_note() -> Section {
+/// An ELF note of owner "NVIDIA Corp": name and descriptor sizes, `kind`, the name, then
+/// `desc` (whole 4-byte words).
+fn nvidia_note(kind: u32, desc: &[u8]) -> Vec<u8> {
     let mut d = Vec::new();
     d.extend_from_slice(&12u32.to_le_bytes());
-    d.extend_from_slice(&8u32.to_le_bytes());
-    d.extend_from_slice(&1000u32.to_le_bytes());
+    d.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+    d.extend_from_slice(&kind.to_le_bytes());
     d.extend_from_slice(b"NVIDIA Corp\0");
-    for v in [2u16, 90, 130, 0] {
-        d.extend_from_slice(&v.to_le_bytes());
-    }
+    d.extend_from_slice(desc);
+    d
+}
+
+/// `.note.nv.cuinfo`: a note of type 1000 whose descriptor is the note version (2), the
+/// virtual SM (90) and the toolkit version (130 for 13.0).
+fn cuinfo_note() -> Section {
+    let desc: Vec<u8> = [2u16, 90, 130, 0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let d = nvidia_note(1000, &desc);
     section(".note.nv.cuinfo", elf::SHT_NOTE, 0x100_0040, d, 4)
 }
 
-/// `.note.nv.tkinfo`: an ELF note (owner "NVIDIA Corp", type 2000) naming the tool that
-/// wrote the file. Its descriptor, as ptxas writes it: version 2, a zero word, then the
-/// offsets of four strings (tool, tool version, build, options) in the string block that
-/// follows, which starts with an empty string.
+/// `.note.nv.tkinfo`: a note of type 2000 naming the tool that wrote the file. Its
+/// descriptor, as ptxas writes it: version 2, a zero word, then the offsets of four
+/// strings (tool, tool version, build, options) in the string block that follows, which
+/// starts with an empty string.
 fn tkinfo_note() -> Section {
     let strings = [
         "quench",
@@ -158,13 +167,13 @@ fn tkinfo_note() -> Section {
         desc.extend_from_slice(&v.to_le_bytes());
     }
     desc.extend_from_slice(&block);
-    let mut d = Vec::new();
-    d.extend_from_slice(&12u32.to_le_bytes());
-    d.extend_from_slice(&(desc.len() as u32).to_le_bytes());
-    d.extend_from_slice(&2000u32.to_le_bytes());
-    d.extend_from_slice(b"NVIDIA Corp\0");
-    d.extend_from_slice(&desc);
-    section(".note.nv.tkinfo", elf::SHT_NOTE, 0x200_0000, d, 4)
+    section(
+        ".note.nv.tkinfo",
+        elf::SHT_NOTE,
+        0x200_0000,
+        nvidia_note(2000, &desc),
+        4,
+    )
 }
 
 /// A growing string table.
@@ -384,8 +393,8 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
     s.info = first_global;
     s.entsize = 24;
     sections.push(s);
-    // The notes at indices 5 and 6, where ptxas puts them: `cuobjdump -elf` calls a file
-    // whose `.note.nv.cuinfo` is at any other index an invalid ELF.
+    // The notes at indices 5 and 6, where ptxas puts them: `cuobjdump -elf` calls this
+    // file an invalid ELF with `.note.nv.cuinfo` at index 4, 5 or 7, and reads it at 6.
     sections.push(section(
         ".nv.compat",
         elf::SHT_CUDA_COMPAT,
