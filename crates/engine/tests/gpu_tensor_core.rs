@@ -119,8 +119,9 @@ fn tensor_core_steps_match_the_f64_reference() {
             "position {}: max |error| {:.2e}",
             st.position, st.max_abs_error
         );
-        assert_eq!(st.outside, 0, "{st:?}");
-        assert_eq!(st.device_top1, st.reference_top1, "{st:?}");
+        // A different pick is accepted only at a near-tie of the reference (the bound's
+        // `near_tie`): seeds exist whose two best logits differ by less than 1e-4.
+        assert!(st.passed(), "{st:?}");
     }
 }
 
