@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use quench_text::{ChatTemplate, Message, Tokenizer};
+use quench_text::{ChatTemplate, Message, Tokenizer, ToolFormat};
 
 use crate::backend::{feed_one, Decode, Rows, Sequence};
 use crate::error::{EngineError, Result};
@@ -82,6 +82,8 @@ pub enum Prompt<'a> {
     Tokens(&'a [u32]),
     /// A conversation, rendered with the model's chat template and an assistant turn opened.
     Chat(&'a [Message]),
+    /// A conversation whose reply may call these tools (OpenAI tool definitions).
+    ChatWithTools(&'a [Message], &'a [serde_json::Value]),
 }
 
 impl<'a> From<&'a str> for Prompt<'a> {
@@ -195,10 +197,26 @@ impl CausalModel {
     /// The conversation as the model's chat template writes it; with `add_generation_prompt`,
     /// followed by the opening of an assistant turn.
     pub fn render_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_chat_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// [`CausalModel::render_chat`] for a reply that may call `tools`.
+    pub fn render_chat_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let template = self.template.as_ref().ok_or(EngineError::NoChatTemplate)?;
         template
-            .render(messages, add_generation_prompt)
+            .render_with_tools(messages, tools, add_generation_prompt)
             .map_err(|e| EngineError::text("chat template", e))
+    }
+
+    /// The form in which the chat template's replies write tool calls (none without a
+    /// template).
+    pub fn tool_format(&self) -> Option<ToolFormat> {
+        self.template.as_ref().map(ChatTemplate::tool_format)
     }
 
     /// The token ids `prompt` stands for.
@@ -214,6 +232,9 @@ impl CausalModel {
             // The template writes the framing tokens itself, as transformers'
             // apply_chat_template(tokenize=True) assumes.
             Prompt::Chat(messages) => tokenize(&self.render_chat(messages, true)?, false),
+            Prompt::ChatWithTools(messages, tools) => {
+                tokenize(&self.render_chat_with_tools(messages, tools, true)?, false)
+            }
         }
     }
 

@@ -466,3 +466,95 @@ fn chat_templates_and_end_tokens_are_found_where_checkpoints_keep_them() {
     assert_eq!(render().1, [65, 256, end_of_text, im_end]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Each synthetic template family gives a conversation its tools and earlier calls in its
+/// own form, and text held to the family's call grammar (sampled at temperature 1 from
+/// random weights) reads back as a call of the defined tool with valid arguments.
+#[test]
+fn tool_calls_take_each_templates_form() {
+    use quench_engine::generate::OutputFormat;
+    use quench_text::{ToolCall, ToolFormat};
+    use serde_json::json;
+
+    let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
+    let tool = json!({"type": "function", "function": {"name": "weather", "parameters": {
+        "type": "object", "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["days"], "additionalProperties": false}}});
+    let mut asked = Message::new("assistant", "");
+    asked.tool_calls = vec![ToolCall {
+        id: "call_1".into(),
+        name: "weather".into(),
+        arguments: json!({"days": 2}),
+    }];
+    let mut answered = Message::new("tool", "{\"sky\": \"clear\"}");
+    answered.tool_call_id = Some("call_1".into());
+    let chat = [
+        Message::new("system", "Be brief."),
+        Message::new("user", "Weather?"),
+        asked,
+        answered,
+    ];
+    for (arch, format, call_text, result_turn) in [
+        (
+            SynthArch::Qwen2,
+            ToolFormat::Hermes,
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"days\": 2}}\n</tool_call><|im_end|>",
+            "<|im_start|>user\n<tool_response>\n{\"sky\": \"clear\"}\n</tool_response><|im_end|>",
+        ),
+        (
+            SynthArch::Llama,
+            ToolFormat::Llama3,
+            "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"weather\", \"parameters\": {\"days\": 2}}<|eot_id|>",
+            "<|start_header_id|>ipython<|end_header_id|>\n\n{\"sky\": \"clear\"}<|eot_id|>",
+        ),
+    ] {
+        let seed = rng.gen();
+        let dir = synth(arch, seed, SynthDtype::F32, u64::MAX);
+        let model = load(&dir, &LoadOptions::default()).unwrap();
+        let model = model.causal().unwrap();
+        assert_eq!(model.tool_format(), Some(format), "{arch:?}");
+        let text = model
+            .render_chat_with_tools(&chat, std::slice::from_ref(&tool), true)
+            .unwrap();
+        assert!(text.contains("Be brief."), "{text}");
+        assert!(text.contains("\"name\": \"weather\""), "{arch:?}: the tool is not listed: {text}");
+        assert!(text.contains(call_text), "{arch:?}: {text}");
+        assert!(text.contains(result_turn), "{arch:?}: {text}");
+        // The system message is written once, inside the tools' turn.
+        assert_eq!(text.matches("Be brief.").count(), 1, "{text}");
+        // Without tools the template renders as before.
+        let plain = model.render_chat(&chat[..2], true).unwrap();
+        assert!(!plain.contains("weather"), "{plain}");
+
+        let grammar = format.call_grammar(&[&tool], false);
+        let grammars = model.grammars().unwrap();
+        for _ in 0..3 {
+            let mut constraint = grammars.constraint(&OutputFormat::Lark(grammar.clone())).unwrap();
+            let options = GenerateOptions {
+                max_tokens: 160,
+                sampling: SamplingParams {
+                    temperature: 1.0,
+                    seed: rng.gen(),
+                    ..SamplingParams::greedy()
+                },
+                ..GenerateOptions::default()
+            };
+            let g = model
+                .generate_constrained(
+                    &mut model.new_session(),
+                    // The tiny model's context is shorter than the tools' prompt.
+                    Prompt::Text("call"),
+                    &options,
+                    Some(&mut constraint),
+                    &mut |_| {},
+                )
+                .unwrap();
+            eprintln!("{arch:?}: {:?}", g.text);
+            let parsed = format.parse(&g.text);
+            assert_eq!(parsed.malformed, None, "{arch:?}: {:?}", g.text);
+            assert_eq!(parsed.calls.len(), 1, "{arch:?}: {:?}", g.text);
+            let days = parsed.calls[0].arguments["days"].as_i64();
+            assert!(days.is_some_and(|d| (1..=7).contains(&d)), "{:?}", g.text);
+        }
+    }
+}

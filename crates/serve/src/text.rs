@@ -2,12 +2,16 @@
 
 use quench_engine::generate::{ConstrainError, Grammars};
 use quench_engine::{CausalModel, Prompt};
-use quench_text::Message;
+use quench_text::{Message, ToolFormat};
+use serde_json::Value;
 
 /// Turns requests into token ids and generated ids back into text.
 pub trait TextSide: Send + Sync + 'static {
-    /// The prompt of a conversation, ready for the assistant's reply.
-    fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>, TextFailure>;
+    /// The prompt of a conversation, ready for the assistant's reply, which may call
+    /// `tools` (OpenAI tool definitions; none when empty).
+    fn chat_prompt(&self, messages: &[Message], tools: &[Value]) -> Result<Vec<u32>, TextFailure>;
+    /// The form the chat template's replies write tool calls in.
+    fn tool_format(&self) -> ToolFormat;
     /// A plain-text prompt, with the model's framing tokens (such as BOS).
     fn text_prompt(&self, text: &str) -> Result<Vec<u32>, TextFailure>;
     /// The text of generated ids, special tokens left out.
@@ -34,12 +38,16 @@ pub enum TextFailure {
 }
 
 impl TextSide for CausalModel {
-    fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>, TextFailure> {
+    fn chat_prompt(&self, messages: &[Message], tools: &[Value]) -> Result<Vec<u32>, TextFailure> {
         if !self.has_chat_template() {
             return Err(TextFailure::NoTemplate);
         }
-        self.prompt_tokens(Prompt::Chat(messages))
+        self.prompt_tokens(Prompt::ChatWithTools(messages, tools))
             .map_err(|e| TextFailure::Template(e.to_string()))
+    }
+
+    fn tool_format(&self) -> ToolFormat {
+        CausalModel::tool_format(self).unwrap_or(ToolFormat::Hermes)
     }
 
     fn text_prompt(&self, text: &str) -> Result<Vec<u32>, TextFailure> {

@@ -41,7 +41,7 @@ fn models_health_metrics_and_page() {
     let data = models.json()["data"].as_array().unwrap().clone();
     let ids: Vec<&str> = data.iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["tiny-chat", "tiny-embed"]);
-    assert_eq!(data[0]["context_length"], 512);
+    assert_eq!(data[0]["context_length"], 2048);
     assert_eq!(server.get("/v1/models/tiny-embed").json()["dimensions"], 32);
     assert_eq!(server.get("/v1/models/nope").status, 404);
 

@@ -440,12 +440,13 @@ fn bad_formats_are_refused_and_short_budgets_end_by_length() {
         json!({"type": "json_schema", "json_schema": {"schema": {}}}),
         "response_format.json_schema.name",
     );
-    // Tools stay refused.
+    // A tool choice that requires a call and a JSON format cannot both hold.
     let mut body = chat(json!({"type": "json_object"}), 0, 10);
     body["tools"] = json!([{"type": "function", "function": {"name": "f", "parameters": {}}}]);
+    body["tool_choice"] = json!("required");
     let r = server.post("/v1/chat/completions", &body);
     assert_eq!(r.status, 400);
-    assert_eq!(r.json()["error"]["code"], "unsupported_parameter");
+    assert_eq!(r.json()["error"]["param"], "tool_choice");
 
     let schema = json!({"type": "object", "properties": {"word": {"type": "string", "minLength": 20}},
                         "required": ["word"], "additionalProperties": false});
@@ -461,5 +462,41 @@ fn bad_formats_are_refused_and_short_budgets_end_by_length() {
         metrics.contains("quench_grammar_mask_seconds_count"),
         "{metrics}"
     );
+    server.stop();
+}
+
+/// `response_format: {"type": "grammar"}` holds a reply to a Lark grammar (here a choice
+/// of words and a bounded number, which random weights never write unasked); a grammar
+/// that does not compile is refused naming the field.
+#[test]
+fn a_lark_grammar_is_followed_and_a_bad_one_refused() {
+    let server = TestServer::start(config());
+    let grammar = "start: (\"yes\" | \"no\") \", \" NUM\nNUM: /[1-9][0-9]?/\n";
+    let format = json!({"type": "grammar", "grammar": grammar});
+    for seed in 0..6 {
+        let (text, finish) = answer(&server, &chat(format.clone(), seed, 20));
+        let (word, num) = text.split_once(", ").unwrap_or_else(|| panic!("{text:?}"));
+        assert!(word == "yes" || word == "no", "{text:?}");
+        assert!(
+            num.parse::<u32>().is_ok_and(|n| (1..100).contains(&n)),
+            "{text:?}"
+        );
+        assert_eq!(finish, "stop", "{text:?}");
+    }
+    for (bad, param) in [
+        (
+            json!({"type": "grammar", "grammar": "start: undefined_rule"}),
+            "response_format",
+        ),
+        (
+            json!({"type": "grammar", "grammar": ""}),
+            "response_format.grammar",
+        ),
+        (json!({"type": "grammar"}), "response_format.grammar"),
+    ] {
+        let r = server.post("/v1/chat/completions", &chat(bad.clone(), 0, 5));
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], param, "{}", r.text());
+    }
     server.stop();
 }

@@ -22,16 +22,25 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TextError};
 use crate::template_limits::{self, check_budget, Failure, RenderLimits};
+use crate::tools::{self, ToolCall, ToolFormat};
 
 const TEMPLATE_NAME: &str = "chat_template";
 /// The widest `tojson` indent (in spaces, or bytes of an indent string).
 const MAX_JSON_INDENT: usize = 64;
 
-/// One chat message: `{"role": ..., "content": ...}` to the template.
+/// One chat message: `{"role": ..., "content": ...}` to the template, with the calls an
+/// assistant turn made (`tool_calls`) and, on a `tool` message, the call it answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The tool's name, on a `tool` message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -39,6 +48,9 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
         }
     }
 }
@@ -50,6 +62,9 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     limits: RenderLimits,
+    /// Whether the template renders `tools` itself, and the form it asks calls in.
+    renders_tools: bool,
+    tool_format: ToolFormat,
     /// Set once a render had to be abandoned (past its hard memory limit or its deadline):
     /// the template is refused from then on, so that it strands at most one thread.
     refused: Mutex<Option<String>>,
@@ -93,6 +108,8 @@ impl ChatTemplate {
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
             limits: RenderLimits::default(),
+            renders_tools: source.contains("tools"),
+            tool_format: ToolFormat::of_template(source),
             refused: Mutex::new(None),
         })
     }
@@ -111,9 +128,32 @@ impl ChatTemplate {
         self.limits
     }
 
-    /// Renders plain text messages.
+    /// Renders a conversation.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        self.render_serialize(messages, add_generation_prompt, None::<&()>)
+        self.render_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// Renders a conversation whose replies may call `tools` (OpenAI tool definitions):
+    /// given to the template as `tools` where it renders them, otherwise described in the
+    /// system message, with the conversation's earlier calls and results written as text
+    /// in the same form (see the `tools` module).
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        if self.renders_tools {
+            let tools = (!tools.is_empty()).then_some(tools);
+            return self.render_serialize(messages, add_generation_prompt, tools);
+        }
+        let inlined = tools::inline(messages, tools);
+        self.render_serialize(&inlined, add_generation_prompt, None::<&()>)
+    }
+
+    /// The form in which replies rendered by this template write tool calls.
+    pub fn tool_format(&self) -> ToolFormat {
+        self.tool_format
     }
 
     /// Renders any serializable messages (tool calls, structured content...) and tool

@@ -7,7 +7,8 @@
 //!   `tokenizers` package does, token for token.
 //! - [`ChatTemplate`]: Jinja chat templates rendered as transformers renders them, each
 //!   render within [`RenderLimits`] (instructions, output, memory with [`BudgetAllocator`],
-//!   time), since a template is as untrusted as the model file it came in.
+//!   time), since a template is as untrusted as the model file it came in; [`tools`]
+//!   gives a conversation tools and reads the calls back out of a reply.
 
 mod added_tokens;
 mod bpe;
@@ -24,6 +25,7 @@ mod template_limits;
 mod token_bytes;
 mod tokenizer;
 mod tokenizer_json;
+pub mod tools;
 mod unicode;
 mod vocab;
 mod wordpiece;
@@ -34,3 +36,4 @@ pub use gguf_vocab::GgufVocab;
 pub use render_budget::BudgetAllocator;
 pub use template_limits::RenderLimits;
 pub use tokenizer::{DecodeStream, Tokenizer};
+pub use tools::{ParsedReply, ToolCall, ToolFormat};

@@ -1,4 +1,4 @@
-//! Structured output: a grammar (JSON, or JSON that a schema describes) enforced while
+//! Structured output: a grammar (JSON, JSON that a schema describes, or a Lark grammar) enforced while
 //! decoding, by masking the logits of every token the grammar does not allow next.
 //!
 //! [`Grammars`] is built once per model from its tokenizer (each token's bytes in a trie,
@@ -26,6 +26,9 @@ pub enum OutputFormat {
     /// JSON that validates against `schema`. Without `strict`, keywords the compiler does
     /// not know are ignored instead of refused.
     JsonSchema { schema: Value, strict: bool },
+    /// Text that a grammar in llguidance's Lark dialect derives (which can hold JSON
+    /// Schemas as `%json {...}`).
+    Lark(String),
 }
 
 /// Why a grammar could not be built or followed.
@@ -139,6 +142,9 @@ impl Grammars {
         let (mut schema, strict) = match format {
             OutputFormat::JsonObject => (json!({"type": "object"}), true),
             OutputFormat::JsonSchema { schema, strict } => (schema.clone(), *strict),
+            OutputFormat::Lark(grammar) => {
+                return self.compile(TopLevelGrammar::from_lark(grammar.clone()))
+            }
         };
         if let Some(object) = schema.as_object_mut() {
             // One line of JSON with the usual separators: free whitespace lets a model
@@ -154,9 +160,12 @@ impl Grammars {
                 }),
             );
         }
-        let grammar = TopLevelGrammar::from_json_schema(schema);
+        self.compile(TopLevelGrammar::from_json_schema(schema))
+    }
+
+    fn compile(&self, grammar: TopLevelGrammar) -> Result<Constraint, ConstrainError> {
         let parser = catch_unwind(AssertUnwindSafe(|| self.factory.create_parser(grammar)))
-            .map_err(|_| ConstrainError::Grammar("the schema compiler failed".into()))?
+            .map_err(|_| ConstrainError::Grammar("the grammar compiler failed".into()))?
             .map_err(|e| ConstrainError::Grammar(e.to_string()))?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
@@ -327,6 +336,34 @@ mod tests {
             strict: true,
         };
         let e = g.constraint(&bad).err().unwrap();
+        assert!(matches!(e, ConstrainError::Grammar(_)), "{e}");
+    }
+
+    #[test]
+    fn a_lark_grammar_with_a_schema_inside_is_followed() {
+        let (g, eos, len) = grammars();
+        let model = tiny_chat_model(7).unwrap();
+        let tool = json!({"type": "function", "function": {"name": "add", "parameters": {
+            "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+            "required": ["a"], "additionalProperties": false}}});
+        let lark = quench_text::ToolFormat::Hermes.call_grammar(&[&tool], false);
+        let mut c = g.constraint(&OutputFormat::Lark(lark)).unwrap();
+        let ids = drive(&mut c, len, &[], &eos);
+        let text = model.tokenizer().decode(&ids, true).unwrap();
+        let parsed = quench_text::ToolFormat::Hermes.parse(&text);
+        assert_eq!(parsed.malformed, None, "{text}");
+        assert_eq!(parsed.calls.len(), 1, "{text}");
+        assert_eq!(parsed.calls[0].name, "add");
+        assert!(parsed.calls[0].arguments["a"].is_u64(), "{text}");
+        assert!(
+            text.starts_with("<tool_call>\n{\"name\": \"add\", \"arguments\": {"),
+            "{text}"
+        );
+
+        let e = g
+            .constraint(&OutputFormat::Lark("start: nowhere".into()))
+            .err()
+            .unwrap();
         assert!(matches!(e, ConstrainError::Grammar(_)), "{e}");
     }
 

@@ -22,7 +22,7 @@ const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['
 
 const CHAT_SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
 
-/// The shape of the tiny chat model: llama-style, 2 layers, 64 wide, 512 positions, a
+/// The shape of the tiny chat model: llama-style, 2 layers, 64 wide, 2,048 positions, a
 /// byte-level vocabulary of 256 bytes and 3 ChatML special tokens.
 pub fn tiny_chat_config() -> ModelConfig {
     ModelConfig {
@@ -34,7 +34,7 @@ pub fn tiny_chat_config() -> ModelConfig {
         head_dim: 16,
         ffn: 128,
         vocab: 256 + CHAT_SPECIALS.len(),
-        max_positions: 512,
+        max_positions: 2048,
         norm_eps: 1e-6,
         rope_theta: 10_000.0,
         rope_scaling: None,

@@ -46,14 +46,54 @@ const MERGES: &[(&str, &str)] = &[
     ("Ġan", "d"),
 ];
 
-const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] \
-+ '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}\
-{{ '<|im_start|>assistant\\n' }}{% endif %}";
+/// ChatML, with tools as Qwen2.5's template gives them: described in the system turn,
+/// calls as `<tool_call>` blocks, results in user turns inside `<tool_response>` tags.
+const CHATML_TEMPLATE: &str = concat!(
+    "{% if tools %}{{ '<|im_start|>system\\n' }}",
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}",
+    "{{ '# Tools\\n\\nYou may call one or more functions. Their signatures are inside <tools></tools>:\\n<tools>' }}",
+    "{% for tool in tools %}{{ '\\n' + tool | tojson }}{% endfor %}",
+    "{{ '\\n</tools>\\n\\nFor each call, write a JSON object with the function name and arguments inside <tool_call></tool_call> tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}",
+    "{% endif %}",
+    "{% for message in messages %}",
+    "{% if tools and loop.first and message['role'] == 'system' %}",
+    "{% elif message['role'] == 'assistant' and message['tool_calls'] is defined %}",
+    "{{ '<|im_start|>assistant\\n' + message['content'] }}",
+    "{% for call in message['tool_calls'] %}{% if not loop.first or message['content'] %}{{ '\\n' }}{% endif %}",
+    "{{ '<tool_call>\\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' + call['function']['arguments'] | tojson + '}\\n</tool_call>' }}",
+    "{% endfor %}{{ '<|im_end|>\\n' }}",
+    "{% elif message['role'] == 'tool' %}",
+    "{{ '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}",
+    "{% else %}",
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}",
+    "{% endif %}{% endfor %}",
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+);
 
-const LLAMA3_TEMPLATE: &str = "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' \
-+ message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}\
-{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\
-{% endif %}";
+/// Llama 3's header format, with tools as Llama 3.1's template gives them: listed in the
+/// system turn, a call as the whole reply `{"name": ..., "parameters": ...}`, results in
+/// `ipython` turns.
+const LLAMA3_TEMPLATE: &str = concat!(
+    "{{ bos_token }}",
+    "{% if tools %}{{ '<|start_header_id|>system<|end_header_id|>\\n\\n' }}",
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] | trim + '\\n\\n' }}{% endif %}",
+    "{{ 'You have access to the functions below. To call one, reply with only a JSON object of the form {\"name\": function name, \"parameters\": dictionary of argument name and its value}.\\n\\n' }}",
+    "{% for tool in tools %}{{ tool | tojson(indent=4) + '\\n\\n' }}{% endfor %}{{ '<|eot_id|>' }}",
+    "{% endif %}",
+    "{% for message in messages %}",
+    "{% if tools and loop.first and message['role'] == 'system' %}",
+    "{% elif message['role'] == 'assistant' and message['tool_calls'] is defined %}",
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}",
+    "{% for call in message['tool_calls'] %}",
+    "{{ '{\"name\": \"' + call['function']['name'] + '\", \"parameters\": ' + call['function']['arguments'] | tojson + '}' }}",
+    "{% endfor %}{{ '<|eot_id|>' }}",
+    "{% elif message['role'] == 'tool' %}",
+    "{{ '<|start_header_id|>ipython<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}",
+    "{% else %}",
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}",
+    "{% endif %}{% endfor %}",
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+);
 
 /// The tokenizer files of a synthetic checkpoint.
 pub(crate) struct SynthTokenizer {

@@ -11,12 +11,13 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use quench_engine::generate::{Constraint, OutputFormat, SamplingParams};
-use quench_text::Message;
+use quench_text::{Message, ToolFormat};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::body::read_json_split;
+use super::tools::{check_tools, read_calls, reply_message, CallStream, ToolRequest};
 use super::types::{ChatMessage, ChatRequest, CompletionRequest, GenerationFields, PromptInput};
 use super::{ApiError, AppState, ServedKind, ServedModel};
 use crate::keys::Caller;
@@ -42,8 +43,11 @@ pub(super) struct Options {
     include_usage: bool,
     /// `response_format`, when it asks for JSON.
     format: Option<OutputFormat>,
-    /// The format compiled for the model, once it is known ([`receive`]).
+    /// The format (or the tool calls a choice requires) compiled for the model, once it
+    /// is known ([`receive`]).
     constraint: Option<Box<Constraint>>,
+    /// `tools` with a choice other than `"none"` (chat only).
+    tools: Option<ToolRequest>,
 }
 
 /// Checks the shared fields but `model` and `session_id`, which name what the request is
@@ -67,14 +71,26 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
         tools,
         tool_choice,
         functions,
+        parallel_tool_calls,
         response_format,
         top_k,
         min_p,
         repetition_penalty,
         ..
     } = fields;
-    refuse_unserved(best_of, &tools, tool_choice.as_ref(), &functions)?;
+    refuse_unserved(best_of, &functions)?;
     let format = output_format(response_format.as_ref())?;
+    let tools = check_tools(tools, tool_choice.as_ref(), parallel_tool_calls)?;
+    if format.is_some()
+        && tools
+            .as_ref()
+            .is_some_and(|t| t.grammar(ToolFormat::Hermes).is_some())
+    {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "a tool_choice that requires a call cannot be combined with a response_format",
+        ));
+    }
     let max_tokens = match (max_completion_tokens, max_tokens) {
         (Some(v), _) => Some((v, "max_completion_tokens")),
         (None, Some(v)) => Some((v, "max_tokens")),
@@ -183,16 +199,14 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
         include_usage,
         format,
         constraint: None,
+        tools,
     })
 }
 
 /// Refuses, by name, what a request may ask for that the server does not do, where the
-/// value asks for something (an empty list, `best_of: 1`, `tool_choice: "none"` ask for
-/// nothing).
+/// value asks for something (an empty list or `best_of: 1` ask for nothing).
 fn refuse_unserved(
     best_of: Option<i64>,
-    tools: &Option<Vec<serde_json::Value>>,
-    tool_choice: Option<&serde_json::Value>,
     functions: &Option<Vec<serde_json::Value>>,
 ) -> Result<(), ApiError> {
     let unsupported = |name: &str, what: &str| {
@@ -207,26 +221,18 @@ fn refuse_unserved(
             &format!("one completion is drawn per request (got {b})"),
         );
     }
-    if tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return unsupported(
-            "tools",
-            "this server does not call tools yet; leave tools out",
-        );
-    }
     if functions.as_ref().is_some_and(|f| !f.is_empty()) {
         return unsupported(
             "functions",
-            "this server does not call functions; leave it out",
+            "the deprecated functions field is not served; send the functions as tools",
         );
-    }
-    if tool_choice.is_some_and(|c| c.as_str() != Some("none")) {
-        return unsupported("tool_choice", "without tools only \"none\" is served");
     }
     Ok(())
 }
 
 /// `response_format`, read: `{"type": "text"}` (or none) asks for nothing, `json_object`
-/// for any JSON object, `json_schema` for JSON valid against `json_schema.schema`.
+/// for any JSON object, `json_schema` for JSON valid against `json_schema.schema`,
+/// `grammar` (a quench extension) for text that the Lark grammar `grammar` derives.
 fn output_format(given: Option<&Value>) -> Result<Option<OutputFormat>, ApiError> {
     let Some(given) = given else {
         return Ok(None);
@@ -306,28 +312,42 @@ fn output_format(given: Option<&Value>) -> Result<Option<OutputFormat>, ApiError
             };
             Ok(Some(OutputFormat::JsonSchema { schema, strict }))
         }
+        "grammar" => match format.get("grammar") {
+            Some(Value::String(g)) if !g.trim().is_empty() => {
+                Ok(Some(OutputFormat::Lark(g.clone())))
+            }
+            _ => Err(ApiError::invalid(
+                "response_format.grammar",
+                "response_format.grammar must be the text of a Lark grammar with a start rule",
+            )),
+        },
         other => Err(ApiError::invalid(
             "response_format.type",
-            format!("response_format.type {other:?} is not one of text, json_object, json_schema"),
+            format!(
+                "response_format.type {other:?} is not one of text, json_object, json_schema, \
+                 grammar"
+            ),
         )),
     }
 }
 
 /// Compiles `format` for the model of `text`: a schema the compiler refuses is the
-/// request's fault, named as `response_format`.
-fn compile_format(text: &dyn TextSide, format: &OutputFormat) -> Result<Constraint, ApiError> {
+/// request's fault, named as `param` (`response_format`, or `tools` for the grammar of
+/// the calls a tool choice requires).
+fn compile_format(
+    text: &dyn TextSide,
+    format: &OutputFormat,
+    param: &'static str,
+) -> Result<Constraint, ApiError> {
     let grammars = text.grammars().map_err(|e| {
         ApiError::invalid(
-            "response_format",
-            format!("response_format cannot be served by this model: {e}"),
+            param,
+            format!("{param} cannot be served by this model: {e}"),
         )
     })?;
-    grammars.constraint(format).map_err(|e| {
-        ApiError::invalid(
-            "response_format",
-            format!("response_format: the schema cannot be used: {e}"),
-        )
-    })
+    grammars
+        .constraint(format)
+        .map_err(|e| ApiError::invalid(param, format!("{param}: the grammar cannot be used: {e}")))
 }
 
 /// `logit_bias` as OpenAI sends it (`{"TOKEN_ID": BIAS}`, each bias in [-100, 100]), sorted
@@ -406,18 +426,28 @@ async fn receive<E: DeserializeOwned>(
     let body_session = fields.session_id.take();
     let mut options = check_options(fields)?;
     let text = generator_text(&served)?;
-    if let Some(format) = options.format.clone() {
+    let calls_only = options
+        .tools
+        .as_ref()
+        .and_then(|t| t.grammar(text.tool_format()));
+    let grammar = match (options.format.clone(), calls_only) {
+        (Some(format), _) => Some((format, "response_format")),
+        (None, Some(lark)) => Some((OutputFormat::Lark(lark), "tools")),
+        (None, None) => None,
+    };
+    if let Some((format, param)) = grammar {
         // The first structured request builds the model's token trie and every one compiles
         // its schema: off the async workers.
         let text = text.clone();
-        let compiled = tokio::task::spawn_blocking(move || compile_format(text.as_ref(), &format))
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("compiling response_format failed: {e}"),
-                )
-            })??;
+        let compiled =
+            tokio::task::spawn_blocking(move || compile_format(text.as_ref(), &format, param))
+                .await
+                .map_err(|e| {
+                    ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("compiling {param} failed: {e}"),
+                    )
+                })??;
         options.constraint = Some(Box::new(compiled));
     }
     let vocab = text.vocab_size();
@@ -544,7 +574,8 @@ fn claim_session(
     Ok((claim, turn))
 }
 
-/// A chat request's messages, checked: at least one, text content, a known role.
+/// A chat request's messages, checked: at least one, text content, a known role; an
+/// assistant turn's tool calls and a tool message's call id read.
 pub(super) fn chat_messages(given: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
     if given.is_empty() {
         return Err(ApiError::invalid(
@@ -577,7 +608,21 @@ pub(super) fn chat_messages(given: &[ChatMessage]) -> Result<Vec<Message>, ApiEr
         } else {
             &m.role
         };
-        messages.push(Message::new(role, text));
+        let mut message = Message::new(role, text);
+        if let Some(calls) = &m.tool_calls {
+            if m.role != "assistant" {
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].tool_calls"),
+                    format!("messages[{i}].tool_calls: only assistant messages make tool calls"),
+                ));
+            }
+            message.tool_calls = read_calls(i, calls)?;
+        }
+        if m.role == "tool" {
+            message.tool_call_id = m.tool_call_id.clone();
+            message.name = m.name.clone();
+        }
+        messages.push(message);
     }
     Ok(messages)
 }
@@ -645,10 +690,12 @@ pub async fn chat(
         t.with_input = Some(History::Chat(messages.clone()));
         turn = Some(t);
     }
+    let tools = received.options.tools.as_ref();
     let prompt = text
-        .chat_prompt(&messages)
+        .chat_prompt(&messages, tools.map_or(&[], |t| t.tools.as_slice()))
         .map_err(|e| text_failure(e, "messages"))?;
-    let reply = Reply::new(&received, true, text, session);
+    let mut reply = Reply::new(&received, true, text.clone(), session);
+    reply.tool_format = tools.map(|_| text.tool_format());
     run(state, received, reply, prompt, "messages", logprobs, turn).await
 }
 
@@ -666,6 +713,12 @@ pub async fn completions(
     }
     if req.suffix.is_some() {
         return Err(ApiError::invalid("suffix", "suffix is not supported"));
+    }
+    if received.options.tools.is_some() {
+        return Err(ApiError::invalid(
+            "tools",
+            "tools are taken by /v1/chat/completions, not by text completions",
+        ));
     }
     let text = generator_text(&received.served)?;
     let session = session_id(received.body_session.take(), &received.headers)?;
@@ -837,6 +890,8 @@ struct Reply {
     chat: bool,
     text: Arc<dyn TextSide>,
     session: Option<String>,
+    /// The form in which the reply's tool calls are read, where the request has tools.
+    tool_format: Option<ToolFormat>,
 }
 
 impl Reply {
@@ -855,6 +910,7 @@ impl Reply {
             chat,
             text,
             session,
+            tool_format: None,
         }
     }
 
@@ -917,15 +973,21 @@ impl Reply {
 
     /// A streamed chunk with one choice.
     fn chunk(&self, text: Option<&str>, logprobs: Value, finish: Option<&str>) -> Value {
-        let choice = if self.chat {
+        if self.chat {
             let delta = match text {
                 Some(t) => json!({"content": t}),
                 None => json!({}),
             };
-            json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
-        } else {
-            json!({"index": 0, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish})
-        };
+            return self.chat_chunk(delta, logprobs, finish);
+        }
+        let choice = json!({"index": 0, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish});
+        self.object(vec![choice], true)
+    }
+
+    /// A streamed chat chunk with one choice whose delta is `delta`.
+    fn chat_chunk(&self, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
+        let choice =
+            json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish});
         self.object(vec![choice], true)
     }
 
@@ -993,7 +1055,10 @@ async fn whole_response(
     } else {
         reply.logprobs(&logprobs, 0)
     };
-    let choice = if reply.chat {
+    let choice = if let Some(format) = reply.tool_format {
+        let (message, finish) = reply_message(format, &done.text, done.finish.as_str());
+        json!({"index": 0, "message": message, "logprobs": lp, "finish_reason": finish})
+    } else if reply.chat {
         json!({"index": 0, "message": {"role": "assistant", "content": done.text},
                "logprobs": lp, "finish_reason": done.finish.as_str()})
     } else {
@@ -1015,6 +1080,8 @@ struct Streaming {
     /// Bytes of text sent so far (completion logprobs' offsets).
     sent: usize,
     finished: bool,
+    /// Where the request has tools: the reply's text split into content and calls.
+    calls: Option<CallStream>,
 }
 
 fn event(value: &Value) -> String {
@@ -1038,15 +1105,29 @@ impl Streaming {
                         None => Value::Null,
                     };
                     self.sent += t.text.len();
-                    event(&self.reply.chunk(Some(&t.text), lp, None))
+                    match &mut self.calls {
+                        None => event(&self.reply.chunk(Some(&t.text), lp, None)),
+                        Some(calls) => {
+                            let deltas = calls.push(&t.text);
+                            if deltas.is_empty() && lp.is_null() {
+                                continue;
+                            }
+                            self.delta_events(deltas, lp)
+                        }
+                    }
                 }
                 Some(Event::Done(done)) => {
                     self.finished = true;
-                    let mut out = event(&self.reply.chunk(
-                        None,
-                        Value::Null,
-                        Some(done.finish.as_str()),
-                    ));
+                    let mut finish = done.finish.as_str().to_string();
+                    let mut out = String::new();
+                    if let Some(calls) = &mut self.calls {
+                        let (deltas, f) = calls.finish(&finish);
+                        finish = f;
+                        if !deltas.is_empty() {
+                            out = self.delta_events(deltas, Value::Null);
+                        }
+                    }
+                    out.push_str(&event(&self.reply.chunk(None, Value::Null, Some(&finish))));
                     if self.include_usage {
                         let mut usage = self.reply.object(vec![], true);
                         usage["usage"] = self.reply.usage(&done);
@@ -1067,6 +1148,23 @@ impl Streaming {
             };
             return Some(Bytes::from(out));
         }
+    }
+
+    /// A chunk per delta, the token's log-probabilities on the first (or on an empty
+    /// delta of their own while the text is held back).
+    fn delta_events(&self, deltas: Vec<Value>, mut logprobs: Value) -> String {
+        if deltas.is_empty() {
+            return event(&self.reply.chat_chunk(json!({}), logprobs, None));
+        }
+        let mut out = String::new();
+        for d in deltas {
+            out.push_str(&event(&self.reply.chat_chunk(
+                d,
+                std::mem::take(&mut logprobs),
+                None,
+            )));
+        }
+        out
     }
 
     fn fail(&mut self, error: ApiError) -> String {
@@ -1101,6 +1199,7 @@ fn stream_response(
         chunk["choices"][0]["delta"] = json!({"role": "assistant", "content": ""});
         Bytes::from(event(&chunk))
     });
+    let calls = reply.tool_format.map(CallStream::new);
     let state = Streaming {
         reply,
         rx,
@@ -1109,6 +1208,7 @@ fn stream_response(
         log,
         sent: 0,
         finished: false,
+        calls,
     };
     let rest = futures_util::stream::unfold(state, |mut s| async move {
         s.next().await.map(|bytes| (Ok::<_, Infallible>(bytes), s))

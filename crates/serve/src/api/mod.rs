@@ -9,6 +9,7 @@ mod info;
 mod origin;
 mod page;
 mod tokens;
+mod tools;
 mod types;
 
 use std::pin::Pin;

@@ -42,7 +42,7 @@ pub async fn tokenize(
             .text_prompt(&p)
             .map_err(|e| text_failure(e, "prompt"))?,
         (None, Some(m)) => text
-            .chat_prompt(&chat_messages(&m)?)
+            .chat_prompt(&chat_messages(&m)?, &[])
             .map_err(|e| text_failure(e, "messages"))?,
         _ => {
             return Err(ApiError::invalid(

@@ -1,6 +1,6 @@
 //! Request bodies, as OpenAI's API defines them. Fields the server does not act on are
-//! read too, so that a request asking for what the server does not do (tools, a response
-//! format, logit biases, several choices) is refused by name rather than answered as if it
+//! read too, so that a request asking for what the server does not do (legacy
+//! `functions`, several choices) is refused by name rather than answered as if it
 //! had not asked; a field with a value of the wrong type is refused by name. Chat and text
 //! completion bodies are read twice: once for the fields they share ([`GenerationFields`]),
 //! once for the endpoint's own.
@@ -31,6 +31,7 @@ pub struct GenerationFields {
     pub tools: Option<Vec<serde_json::Value>>,
     pub tool_choice: Option<serde_json::Value>,
     pub functions: Option<Vec<serde_json::Value>>,
+    pub parallel_tool_calls: Option<bool>,
     pub response_format: Option<serde_json::Value>,
     /// Extensions other servers take as well: keep the `top_k` most likely tokens, drop
     /// those below `min_p` times the most likely one, and divide (multiply, for a negative
@@ -72,6 +73,12 @@ pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
     pub content: Content,
+    /// An assistant turn's calls: `[{"id", "type": "function", "function": {"name",
+    /// "arguments"}}]`, read when the messages are checked.
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` message: the call it answers, and the tool's name.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
 }
 
 /// A message's content: a string, or a list of parts of which only text parts are read.
