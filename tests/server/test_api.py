@@ -1,9 +1,11 @@
 """The official openai client against quench serve: chat, streaming, completions,
 embeddings, models, sessions."""
 
+import json
 import math
 import uuid
 
+import openai
 import pytest
 
 
@@ -134,3 +136,92 @@ def test_health_and_metrics(http):
                    "quench_time_to_first_token_seconds_bucket",
                    "quench_inter_token_latency_seconds_bucket", "quench_completion_tokens_total"):
         assert family in text, family
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 40},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def check_weather_call(name, arguments):
+    args = json.loads(arguments)
+    assert name == "get_weather"
+    assert set(args) == {"city", "unit"}, args
+    assert isinstance(args["city"], str) and len(args["city"]) <= 40
+    assert args["unit"] in ("celsius", "fahrenheit")
+    return args
+
+
+def test_tool_calls_whole_streamed_and_answered(client, chat_model, real_models):
+    messages = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+    kw = dict(tools=[WEATHER], tool_choice="required", parallel_tool_calls=False, max_tokens=60)
+    r = ask(client, chat_model, messages, **kw)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    args = check_weather_call(call.function.name, call.function.arguments)
+    if real_models:
+        assert "Paris" in args["city"], args
+
+    # Streamed: the deltas add up to the same call.
+    parts, finish = {}, None
+    for chunk in ask(client, chat_model, messages, stream=True, **kw):
+        for c in chunk.choices:
+            for d in c.delta.tool_calls or []:
+                p = parts.setdefault(d.index, {"name": "", "arguments": ""})
+                p["name"] += d.function.name or ""
+                p["arguments"] += d.function.arguments or ""
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    assert list(parts) == [0]
+    assert check_weather_call(parts[0]["name"], parts[0]["arguments"]) == args
+
+    # The call and its result go back; the model answers in text.
+    messages += [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 18})},
+    ]
+    r = ask(client, chat_model, messages, tools=[WEATHER], tool_choice="none", max_tokens=30)
+    assert r.choices[0].message.content and not r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_named_tool_choice_and_bad_tools(client, chat_model):
+    other = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    r = ask(client, chat_model, [{"role": "user", "content": "Weather in Rome?"}],
+            tools=[other, WEATHER], max_tokens=60,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert r.choices[0].finish_reason == "tool_calls", r
+    [call] = r.choices[0].message.tool_calls
+    check_weather_call(call.function.name, call.function.arguments)
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, chat_model, [{"role": "user", "content": "x"}], tools=[WEATHER],
+            tool_choice={"type": "function", "function": {"name": "nowhere"}})
+    assert e.value.body["param"] == "tool_choice.function.name"
+
+
+def test_structured_output_follows_its_schema(client, chat_model):
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["name", "age"], "additionalProperties": False}
+    r = ask(client, chat_model, [{"role": "user", "content": "Invent a person as JSON."}],
+            max_tokens=60,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "person", "schema": schema, "strict": True}})
+    assert r.choices[0].finish_reason == "stop", r
+    v = json.loads(r.choices[0].message.content)
+    assert set(v) == {"name", "age"} and 0 <= v["age"] <= 99 and len(v["name"]) <= 12

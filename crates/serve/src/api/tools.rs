@@ -27,7 +27,7 @@ pub(super) struct ToolRequest {
     /// As the client sent them (templates read OpenAI's shape).
     pub tools: Vec<Value>,
     pub choice: ToolChoice,
-    /// Whether a reply may hold several calls.
+    /// Whether a reply may hold several calls (under `"required"`; a named choice gets one).
     pub parallel: bool,
 }
 
@@ -35,16 +35,19 @@ impl ToolRequest {
     /// The grammar (llguidance's Lark) that a reply must follow in `format`: calls only,
     /// where the choice requires one; `None` where the model may answer in text.
     pub fn grammar(&self, format: ToolFormat) -> Option<String> {
-        let chosen: Vec<&Value> = match &self.choice {
+        // A named choice asks for that function's call: one.
+        let (chosen, parallel): (Vec<&Value>, bool) = match &self.choice {
             ToolChoice::Auto => return None,
-            ToolChoice::Required => self.tools.iter().collect(),
-            ToolChoice::Named(name) => self
-                .tools
-                .iter()
-                .filter(|t| t["function"]["name"].as_str() == Some(name))
-                .collect(),
+            ToolChoice::Required => (self.tools.iter().collect(), self.parallel),
+            ToolChoice::Named(name) => (
+                self.tools
+                    .iter()
+                    .filter(|t| t["function"]["name"].as_str() == Some(name))
+                    .collect(),
+                false,
+            ),
         };
-        Some(format.call_grammar(&chosen, self.parallel))
+        Some(format.call_grammar(&chosen, parallel))
     }
 }
 
@@ -385,6 +388,10 @@ mod tests {
         r.choice = ToolChoice::Named("weather".into());
         let g = r.grammar(ToolFormat::Hermes).unwrap();
         assert!(g.contains("\"weather\""), "{g}");
+        assert!(
+            g.starts_with("start: call\n"),
+            "a named choice gets one call: {g}"
+        );
     }
 
     #[test]
