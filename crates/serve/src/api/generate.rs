@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::body::read_json_split;
-use super::tools::{check_tools, read_calls, reply_message, CallStream, ToolRequest};
+use super::tools::{check_tools, read_calls, reply_message, valid_name, CallStream, ToolRequest};
 use super::types::{ChatMessage, ChatRequest, CompletionRequest, GenerationFields, PromptInput};
 use super::{ApiError, AppState, ServedKind, ServedModel};
 use crate::keys::Caller;
@@ -269,12 +269,7 @@ fn output_format(given: Option<&Value>) -> Result<Option<OutputFormat>, ApiError
                 ));
             };
             match spec.get("name") {
-                Some(Value::String(name))
-                    if !name.is_empty()
-                        && name.len() <= 64
-                        && name
-                            .chars()
-                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') => {}
+                Some(Value::String(name)) if valid_name(name) => {}
                 Some(_) => {
                     return Err(ApiError::invalid(
                         "response_format.json_schema.name",

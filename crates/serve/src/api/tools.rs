@@ -51,7 +51,8 @@ impl ToolRequest {
     }
 }
 
-fn valid_name(name: &str) -> bool {
+/// A name OpenAI takes for a function or a schema: 1 to 64 letters, digits, `_` or `-`.
+pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
