@@ -225,3 +225,23 @@ def test_structured_output_follows_its_schema(client, chat_model):
     assert r.choices[0].finish_reason == "stop", r
     v = json.loads(r.choices[0].message.content)
     assert set(v) == {"name", "age"} and 0 <= v["age"] <= 99 and len(v["name"]) <= 12
+
+
+def test_several_choices_each_with_its_own_seed(client, chat_model):
+    def ask(n, seed):
+        return client.chat.completions.create(
+            model=chat_model, messages=[{"role": "user", "content": "Name a colour."}],
+            max_tokens=8, temperature=1.0, seed=seed, n=n)
+
+    r = ask(3, 11)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    for k in range(3):
+        assert r.choices[k].message.content == ask(1, 11 + k).choices[0].message.content
+    stream = client.chat.completions.create(
+        model=chat_model, messages=[{"role": "user", "content": "Name a colour."}],
+        max_tokens=8, temperature=1.0, seed=11, n=3, stream=True)
+    texts = ["", "", ""]
+    for chunk in stream:
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+    assert texts == [c.message.content for c in r.choices]

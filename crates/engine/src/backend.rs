@@ -21,8 +21,12 @@ pub trait Sequence: Send + Any {
     }
     /// Most positions it can hold.
     fn limit(&self) -> usize;
-    /// Forgets every position from `len` on.
+    /// Forgets every position from `len` on (a backend may forget more, where it shares the
+    /// positions just before `len` with another sequence: [`Sequence::len`] tells).
     fn truncate(&mut self, len: usize);
+    /// A new sequence holding a prefix of this one's positions (all of them, or as many as
+    /// the backend shares without copying), for continuing one prompt in several ways.
+    fn fork(&self) -> Box<dyn Sequence>;
     /// The sequence as its backend's own type.
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }

@@ -66,10 +66,24 @@ impl Session {
             .extend_from_slice(&tokens[..held.min(tokens.len())]);
     }
 
-    /// Forgets every position from `len` on.
+    /// Forgets every position from `len` on (and possibly a few before it, where the
+    /// cache shares them with a fork: [`Session::tokens`] tells what is held).
     pub fn truncate(&mut self, len: usize) {
-        self.tokens.truncate(len);
         self.sequence.truncate(len);
+        self.tokens.truncate(self.sequence.len());
+    }
+
+    /// A new session of the same model holding a prefix of this one's tokens: all of them
+    /// on the CPU; on the GPU the whole 16-position blocks, shared with this session rather
+    /// than copied. Feeding the rest of the tokens again makes it whole.
+    pub fn fork(&self) -> Session {
+        let sequence = self.sequence.fork();
+        let held = sequence.len().min(self.tokens.len());
+        Session {
+            model_id: self.model_id,
+            sequence,
+            tokens: self.tokens[..held].to_vec(),
+        }
     }
 }
 
@@ -419,9 +433,8 @@ impl CausalModel {
             .zip(tokens)
             .take_while(|(a, b)| a == b)
             .count();
-        let reused = shared.min(tokens.len() - 1);
-        session.truncate(reused);
-        Ok(reused)
+        session.truncate(shared.min(tokens.len() - 1));
+        Ok(session.tokens.len())
     }
 }
 

@@ -23,6 +23,11 @@ impl<T: Real + Send + Sync + 'static> Sequence for KvCache<T> {
         KvCache::truncate(self, len)
     }
 
+    /// A copy: the CPU cache lives in one allocation per sequence.
+    fn fork(&self) -> Box<dyn Sequence> {
+        Box::new(self.clone())
+    }
+
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }

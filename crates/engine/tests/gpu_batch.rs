@@ -509,3 +509,70 @@ fn models_feed_sessions_in_batches_as_generate_computes_them() {
         assert!(got[0].is_err() && got[1].is_ok());
     }
 }
+
+/// A fork holds its parent's whole 16-position blocks, shared rather than copied: fed the
+/// parent's remaining tokens it gets the parent's logits bit for bit. As both go on their
+/// own ways, stepped together, and after the parent is dropped, each gets the bits of a
+/// session that was never forked: neither writes into the other's keys and values, and a
+/// shared block outlives the session that made it.
+#[test]
+fn a_fork_shares_whole_blocks_and_neither_disturbs_the_other() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = separate_qkv(&mut rng);
+    let decoder = gguf_decoder(&file, &options(2));
+    let mut draw =
+        |n: usize| -> Vec<u32> { (0..n).map(|_| rng.gen_range(0..VOCAB as u32)).collect() };
+    let prompt = draw(21);
+    let (mine, theirs) = (draw(6), draw(6));
+    let parent_way: Vec<u32> = prompt.iter().chain(&mine).copied().collect();
+    let fork_way: Vec<u32> = prompt.iter().chain(&theirs).copied().collect();
+    let (want_parent, want_fork) = (alone(&decoder, &parent_way), alone(&decoder, &fork_way));
+
+    let mut parent = decoder.new_session();
+    for &t in &prompt {
+        decoder.feed(&mut parent, &[t]).expect("steps");
+    }
+    let mut fork = parent.fork();
+    assert_eq!(fork.len(), 16, "the fork holds the one whole block");
+    assert_eq!(parent.len(), 21);
+    for (i, &t) in prompt[16..].iter().enumerate() {
+        let got = bits(&decoder.feed(&mut fork, &[t]).expect("steps"));
+        same(&got, &want_parent[16 + i], || {
+            format!("the fork at {}", 16 + i)
+        });
+    }
+    for (j, (&a, &b)) in mine[..3].iter().zip(&theirs[..3]).enumerate() {
+        let mut rows: Vec<(&mut GpuSession, u32)> = vec![(&mut parent, a), (&mut fork, b)];
+        let got = decoder.step_batch(&mut rows).expect("steps");
+        let at = prompt.len() + j;
+        same(&bits(&got[0]), &want_parent[at], || {
+            format!("the parent at {at}")
+        });
+        same(&bits(&got[1]), &want_fork[at], || {
+            format!("the fork at {at}")
+        });
+    }
+    drop(parent);
+    // A new session takes the blocks given back first: had the shared one been given
+    // back, these would overwrite the fork's keys.
+    let mut intruder = decoder.new_session();
+    for &t in &draw(17) {
+        decoder.feed(&mut intruder, &[t]).expect("steps");
+    }
+    for (j, &t) in theirs[3..].iter().enumerate() {
+        let at = prompt.len() + 3 + j;
+        let got = bits(&decoder.feed(&mut fork, &[t]).expect("steps"));
+        same(&got, &want_fork[at], || {
+            format!("the fork at {at}, its parent gone")
+        });
+    }
+
+    // Cut back into the shared block, a session lets go of that block's positions too:
+    // the next position it writes would land in the other's keys.
+    let mut other = fork.fork();
+    assert_eq!(other.len(), 16);
+    fork.truncate(10);
+    assert_eq!(fork.len(), 0, "the shared block is given up whole");
+    other.truncate(10);
+    assert_eq!(other.len(), 10, "no longer shared, the block is kept");
+}

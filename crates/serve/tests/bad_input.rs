@@ -196,9 +196,25 @@ fn each_bad_request_is_refused_by_name_and_the_server_keeps_serving() {
             Some("top_p"),
         ),
         (
-            "several choices",
+            "more choices than taken",
             chat,
-            json!({"messages": msgs, "n": 2}).to_string().into_bytes(),
+            json!({"messages": msgs, "n": 17}).to_string().into_bytes(),
+            400,
+            Some("n"),
+        ),
+        (
+            "no choices",
+            chat,
+            json!({"messages": msgs, "n": 0}).to_string().into_bytes(),
+            400,
+            Some("n"),
+        ),
+        (
+            "several choices of a session",
+            chat,
+            json!({"messages": msgs, "n": 2, "session_id": "s1"})
+                .to_string()
+                .into_bytes(),
             400,
             Some("n"),
         ),

@@ -193,6 +193,7 @@ fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
                     constraint: None,
                     events,
                     arrived: Instant::now(),
+                    siblings: Vec::new(),
                 })
                 .expect("queued");
             rx

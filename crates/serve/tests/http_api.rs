@@ -175,6 +175,62 @@ fn sampling_with_a_seed_repeats() {
     assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
 }
 
+/// `n` choices: each drawn as a request of its own with the seed plus its index (so the
+/// first is the one-choice answer), whole and streamed alike; usage counts the prompt
+/// once and every choice's tokens.
+#[test]
+fn several_choices_are_drawn_with_seeds_of_their_own() {
+    let server = TestServer::start(config());
+    let ask = |n: u64, seed: u64, stream: bool| {
+        let body = json!({"messages": user("tell me something"), "max_tokens": 12,
+                          "temperature": 1.0, "seed": seed, "n": n, "stream": stream,
+                          "stream_options": {"include_usage": true}});
+        server.post("/v1/chat/completions", &body)
+    };
+    let alone: Vec<Value> = (0..3).map(|k| ask(1, 40 + k, false).json()).collect();
+    let texts: Vec<&str> = alone
+        .iter()
+        .map(|a| a["choices"][0]["message"]["content"].as_str().unwrap())
+        .collect();
+    assert!(texts.iter().any(|t| *t != texts[0]), "{texts:?}");
+
+    let whole = ask(3, 40, false).json();
+    let choices = whole["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for (k, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], k);
+        assert_eq!(c["message"]["content"], texts[k], "choice {k}");
+    }
+    let completion: u64 = alone
+        .iter()
+        .map(|a| a["usage"]["completion_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        whole["usage"]["prompt_tokens"],
+        alone[0]["usage"]["prompt_tokens"]
+    );
+    assert_eq!(whole["usage"]["completion_tokens"], completion);
+
+    let events = ask(3, 40, true).events();
+    let mut streamed = vec![String::new(); 3];
+    let mut finished = [false; 3];
+    let mut usage = None;
+    for e in events.iter().filter(|e| e.as_str() != "[DONE]") {
+        let v: Value = serde_json::from_str(e).unwrap();
+        if let Some(c) = v["choices"].get(0) {
+            let k = c["index"].as_u64().unwrap() as usize;
+            streamed[k].push_str(c["delta"]["content"].as_str().unwrap_or(""));
+            finished[k] |= !c["finish_reason"].is_null();
+        } else {
+            usage = Some(v["usage"].clone());
+        }
+    }
+    assert_eq!(streamed, texts);
+    assert_eq!(finished, [true; 3]);
+    assert_eq!(usage.unwrap()["completion_tokens"], completion);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+}
+
 #[test]
 fn embeddings_by_model_name() {
     let server = TestServer::start(config());

@@ -180,7 +180,9 @@ impl Grammars {
     }
 }
 
-/// One reply's grammar state.
+/// One reply's grammar state. A clone continues independently from the same state (the
+/// grammar's compiled tables are shared).
+#[derive(Clone)]
 pub struct Constraint {
     matcher: Matcher,
     logits_len: usize,

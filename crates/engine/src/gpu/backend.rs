@@ -24,6 +24,10 @@ impl Sequence for GpuSession {
         GpuSession::truncate(self, len)
     }
 
+    fn fork(&self) -> Box<dyn Sequence> {
+        Box::new(GpuSession::fork(self))
+    }
+
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }

@@ -3,7 +3,11 @@
 //!
 //! A session takes a block when its length crosses a multiple of 16 and gives blocks back
 //! when it is truncated or dropped, so sessions of different lengths share the cache
-//! without reserving a whole context each.
+//! without reserving a whole context each. A session forked from another
+//! ([`GpuSession::fork`]) holds the other's whole blocks too: a block returns to the pool
+//! when its last holder lets go of it. Nobody writes into a block that another session
+//! holds: a fork takes only whole blocks, and positions are written only past a session's
+//! length, which never ends inside a shared block ([`GpuSession::truncate`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,10 +18,11 @@ use super::error::GpuError;
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
-/// The physical blocks not held by any session.
+/// The physical blocks: those not held by any session, and how many sessions hold each.
 #[derive(Debug)]
 pub(crate) struct BlockPool {
     free: Vec<u32>,
+    holders: Vec<u32>,
     total: usize,
 }
 
@@ -26,8 +31,31 @@ impl BlockPool {
         // Handed out lowest first: a lone session's blocks are consecutive.
         Arc::new(Mutex::new(BlockPool {
             free: (0..blocks).rev().collect(),
+            holders: vec![0; blocks as usize],
             total: blocks as usize,
         }))
+    }
+
+    /// A free block, now held by one session.
+    fn take(&mut self) -> Option<u32> {
+        let block = self.free.pop()?;
+        self.holders[block as usize] = 1;
+        Some(block)
+    }
+
+    /// One holder lets go of each of `blocks`, last first; a block nobody holds is free.
+    fn release(&mut self, blocks: &[u32]) {
+        for &block in blocks.iter().rev() {
+            let holders = &mut self.holders[block as usize];
+            *holders = holders.saturating_sub(1);
+            if *holders == 0 {
+                self.free.push(block);
+            }
+        }
+    }
+
+    fn shared(&self, block: u32) -> bool {
+        self.holders[block as usize] > 1
     }
 }
 
@@ -78,17 +106,49 @@ impl GpuSession {
         self.limit
     }
 
-    /// Forgets every position from `len` on, giving back the blocks no longer needed.
+    /// Forgets every position from `len` on, giving back the blocks no longer needed. Where
+    /// `len` ends inside a block that another session holds too, the positions of that
+    /// block are forgotten as well (the next one written would land in the other session's
+    /// keys): [`GpuSession::len`] tells what is held.
     pub fn truncate(&mut self, len: usize) {
         if len >= self.len {
             return;
         }
+        let block = BLOCK_TOKENS as usize;
+        let mut pool = lock(&self.pool);
+        let mut keep = len.div_ceil(block);
+        let mut len = len;
+        if !len.is_multiple_of(block) && pool.shared(self.blocks[keep - 1]) {
+            keep -= 1;
+            len = keep * block;
+        }
         self.len = len;
-        let keep = len.div_ceil(BLOCK_TOKENS as usize);
         if keep < self.blocks.len() {
-            let mut pool = lock(&self.pool);
-            pool.free.extend(self.blocks.drain(keep..).rev());
+            pool.release(&self.blocks[keep..]);
+            self.blocks.truncate(keep);
             self.version += 1;
+        }
+    }
+
+    /// A new session holding this one's whole blocks, shared: the positions up to the last
+    /// multiple of 16 this session holds, without copying their keys and values. The rest,
+    /// if any, is for the new session to compute again.
+    pub fn fork(&self) -> GpuSession {
+        let whole = self.len / BLOCK_TOKENS as usize;
+        let blocks = self.blocks[..whole].to_vec();
+        let mut pool = lock(&self.pool);
+        for &b in &blocks {
+            pool.holders[b as usize] += 1;
+        }
+        drop(pool);
+        GpuSession {
+            id: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
+            model: self.model,
+            blocks,
+            version: 0,
+            len: whole * BLOCK_TOKENS as usize,
+            limit: self.limit,
+            pool: self.pool.clone(),
         }
     }
 
@@ -98,10 +158,7 @@ impl GpuSession {
         if pos / BLOCK_TOKENS as usize == self.blocks.len() {
             let mut pool = lock(&self.pool);
             let total = pool.total;
-            let block = pool
-                .free
-                .pop()
-                .ok_or(GpuError::CacheFull { blocks: total })?;
+            let block = pool.take().ok_or(GpuError::CacheFull { blocks: total })?;
             self.blocks.push(block);
             self.version += 1;
         }
@@ -116,8 +173,7 @@ impl GpuSession {
 
 impl Drop for GpuSession {
     fn drop(&mut self) {
-        let mut pool = lock(&self.pool);
-        pool.free.append(&mut self.blocks);
+        lock(&self.pool).release(&self.blocks);
     }
 }
 
@@ -155,5 +211,22 @@ mod tests {
         assert_eq!(b.blocks, [2, 1]);
         drop(b);
         assert_eq!(lock(&pool).free.len(), 2);
+    }
+
+    #[test]
+    fn a_shared_block_is_free_once_its_last_holder_lets_go() {
+        let pool = BlockPool::new(4);
+        let mut a = GpuSession::new(1, 100, pool.clone());
+        for _ in 0..20 {
+            a.reserve_next().unwrap();
+            a.advance();
+        }
+        let b = a.fork();
+        assert_eq!((b.len(), b.blocks.as_slice()), (16, &[0][..]));
+        assert_eq!(lock(&pool).holders[..2], [2, 1]);
+        drop(a);
+        assert_eq!(lock(&pool).free.len(), 3, "block 0 is still b's");
+        drop(b);
+        assert_eq!(lock(&pool).free.len(), 4);
     }
 }

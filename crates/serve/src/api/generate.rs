@@ -32,6 +32,8 @@ const MAX_STOPS: usize = 16;
 /// Most alternatives per token `top_logprobs` (chat) or `logprobs` (completions) may ask for.
 const MAX_TOP_LOGPROBS: i64 = 20;
 const SESSION_HEADER: &str = "x-session-id";
+/// Most choices (`n`) one request may ask for.
+const MAX_CHOICES: i64 = 16;
 
 /// The options chat and text completions share, checked.
 pub(super) struct Options {
@@ -41,6 +43,8 @@ pub(super) struct Options {
     stop: Vec<String>,
     stream: bool,
     include_usage: bool,
+    /// `n`: how many choices continue the prompt, each drawn with its own seed.
+    choices: usize,
     /// `response_format`, when it asks for JSON.
     format: Option<OutputFormat>,
     /// The format (or the tool calls a choice requires) compiled for the model, once it
@@ -120,10 +124,11 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
             format!("top_p must be above 0 and at most 1, not {top_p}"),
         ));
     }
-    if let Some(n) = n.filter(|&n| n != 1) {
+    let choices = n.unwrap_or(1);
+    if !(1..=MAX_CHOICES).contains(&choices) {
         return Err(ApiError::invalid(
             "n",
-            format!("n must be 1 (one choice per request), not {n}"),
+            format!("n must be between 1 and {MAX_CHOICES}, not {choices}"),
         ));
     }
     for (name, value) in [
@@ -197,6 +202,7 @@ pub(super) fn check_options(fields: GenerationFields) -> Result<Options, ApiErro
         stop,
         stream,
         include_usage,
+        choices: choices as usize,
         format,
         constraint: None,
         tools,
@@ -836,7 +842,16 @@ async fn run(
     if let (Some(log), Some(id)) = (&log, &reply.session) {
         log.set_session(id);
     }
+    if options.choices > 1 && reply.session.is_some() {
+        return Err(ApiError::invalid(
+            "n",
+            "a session continues one conversation: n must be 1 with session_id",
+        ));
+    }
     let (events, rx) = unbounded_channel();
+    let (siblings, mut receivers): (Vec<_>, Vec<_>) =
+        (1..options.choices).map(|_| unbounded_channel()).unzip();
+    receivers.insert(0, rx);
     let job = Job {
         request_id: log.as_ref().map_or_else(String::new, |l| l.id.clone()),
         prompt,
@@ -849,6 +864,7 @@ async fn run(
         constraint: options.constraint,
         events,
         arrived,
+        siblings,
     };
     if let Err(full) = engine.submit(job) {
         state
@@ -862,9 +878,9 @@ async fn run(
         );
     }
     let mut response = if options.stream {
-        stream_response(reply.clone(), rx, options.include_usage, turn, log)
+        stream_response(reply.clone(), receivers, options.include_usage, turn, log)
     } else {
-        whole_response(&reply, rx, turn, log).await?
+        whole_response(&reply, receivers, turn, log).await?
     };
     if let Some(id) = reply
         .session
@@ -909,12 +925,17 @@ impl Reply {
         }
     }
 
-    fn usage(&self, done: &Done) -> Value {
+    /// The usage of the choices `done` (the prompt counted once, as it was fed once).
+    fn usage(&self, done: &[Done]) -> Value {
+        let (prompt, cached) = done
+            .first()
+            .map_or((0, 0), |d| (d.prompt_tokens, d.cached_tokens));
+        let completion: usize = done.iter().map(|d| d.completion_tokens).sum();
         json!({
-            "prompt_tokens": done.prompt_tokens,
-            "completion_tokens": done.completion_tokens,
-            "total_tokens": done.prompt_tokens + done.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
         })
     }
 
@@ -966,24 +987,50 @@ impl Reply {
         }
     }
 
-    /// A streamed chunk with one choice.
-    fn chunk(&self, text: Option<&str>, logprobs: Value, finish: Option<&str>) -> Value {
+    /// A streamed chunk of choice `index`.
+    fn chunk(
+        &self,
+        index: usize,
+        text: Option<&str>,
+        logprobs: Value,
+        finish: Option<&str>,
+    ) -> Value {
         if self.chat {
             let delta = match text {
                 Some(t) => json!({"content": t}),
                 None => json!({}),
             };
-            return self.chat_chunk(delta, logprobs, finish);
+            return self.chat_chunk(index, delta, logprobs, finish);
         }
-        let choice = json!({"index": 0, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish});
+        let choice = json!({"index": index, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish});
         self.object(vec![choice], true)
     }
 
-    /// A streamed chat chunk with one choice whose delta is `delta`.
-    fn chat_chunk(&self, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
+    /// A streamed chat chunk of choice `index` whose delta is `delta`.
+    fn chat_chunk(
+        &self,
+        index: usize,
+        delta: Value,
+        logprobs: Value,
+        finish: Option<&str>,
+    ) -> Value {
         let choice =
-            json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish});
+            json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish});
         self.object(vec![choice], true)
+    }
+
+    /// Choice `index` of a whole answer.
+    fn whole_choice(&self, index: usize, done: &Done, logprobs: Value) -> Value {
+        if let Some(format) = self.tool_format {
+            let (message, finish) = reply_message(format, &done.text, done.finish.as_str());
+            json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish})
+        } else if self.chat {
+            json!({"index": index, "message": {"role": "assistant", "content": done.text},
+                   "logprobs": logprobs, "finish_reason": done.finish.as_str()})
+        } else {
+            json!({"index": index, "text": done.text, "logprobs": logprobs,
+                   "finish_reason": done.finish.as_str()})
+        }
     }
 
     fn object(&self, choices: Vec<Value>, chunk: bool) -> Value {
@@ -1019,141 +1066,217 @@ fn cancelled() -> ApiError {
     .retry_after(5)
 }
 
-/// Waits for the whole answer.
-async fn whole_response(
-    reply: &Reply,
+/// Waits for one choice's whole answer: its end and the log-probabilities of its tokens.
+async fn whole_choice(
     mut rx: UnboundedReceiver<Event>,
-    turn: Option<SessionTurn>,
-    log: Option<Arc<RequestLog>>,
-) -> Result<Response, ApiError> {
+) -> Result<(Done, Vec<(TokenLogprob, Vec<TokenLogprob>)>), ApiError> {
     let mut logprobs = Vec::new();
-    let done = loop {
+    loop {
         match rx.recv().await {
             Some(Event::Token(TokenOut {
                 logprobs: Some(lp), ..
             })) => logprobs.push(lp),
             Some(Event::Token(_)) => {}
-            Some(Event::Done(done)) => break done,
+            Some(Event::Done(done)) => return Ok((done, logprobs)),
             Some(Event::Failed(why)) => return Err(failure(why)),
             Some(Event::Cancelled) => return Err(cancelled()),
             None => return Err(failure("the model's engine stopped".into())),
         }
-    };
+    }
+}
+
+/// Waits for the whole answer, every choice.
+async fn whole_response(
+    reply: &Reply,
+    receivers: Vec<UnboundedReceiver<Event>>,
+    turn: Option<SessionTurn>,
+    log: Option<Arc<RequestLog>>,
+) -> Result<Response, ApiError> {
+    let mut choices = Vec::with_capacity(receivers.len());
+    let mut done = Vec::with_capacity(receivers.len());
+    for (index, rx) in receivers.into_iter().enumerate() {
+        let (d, logprobs) = whole_choice(rx).await?;
+        let lp = if logprobs.is_empty() {
+            Value::Null
+        } else {
+            reply.logprobs(&logprobs, 0)
+        };
+        choices.push(reply.whole_choice(index, &d, lp));
+        done.push(d);
+    }
+    let usage = reply.usage(&done);
     if let Some(log) = &log {
-        log.set_tokens(done.prompt_tokens, done.completion_tokens);
+        log.set_tokens(
+            done.first().map_or(0, |d| d.prompt_tokens),
+            done.iter().map(|d| d.completion_tokens).sum(),
+        );
     }
-    if let Some(turn) = turn {
-        turn.complete(&done.text);
+    if let (Some(turn), Some(d)) = (turn, done.first()) {
+        turn.complete(&d.text);
     }
-    let lp = if logprobs.is_empty() {
-        Value::Null
-    } else {
-        reply.logprobs(&logprobs, 0)
-    };
-    let choice = if let Some(format) = reply.tool_format {
-        let (message, finish) = reply_message(format, &done.text, done.finish.as_str());
-        json!({"index": 0, "message": message, "logprobs": lp, "finish_reason": finish})
-    } else if reply.chat {
-        json!({"index": 0, "message": {"role": "assistant", "content": done.text},
-               "logprobs": lp, "finish_reason": done.finish.as_str()})
-    } else {
-        json!({"index": 0, "text": done.text, "logprobs": lp,
-               "finish_reason": done.finish.as_str()})
-    };
-    let mut body = reply.object(vec![choice], false);
-    body["usage"] = reply.usage(&done);
+    let mut body = reply.object(choices, false);
+    body["usage"] = usage;
     Ok(axum::Json(body).into_response())
+}
+
+/// What arrives on a streamed answer's merged channels: an event of choice `.0`, or
+/// `None` when that choice's channel closed.
+type Tagged = (usize, Option<Event>);
+
+/// One choice of a streamed answer.
+struct StreamedChoice {
+    /// Bytes of text sent so far (completion logprobs' offsets).
+    sent: usize,
+    /// Where the request has tools: the reply's text split into content and calls.
+    calls: Option<CallStream>,
+    done: Option<Done>,
 }
 
 /// The state of a streamed answer.
 struct Streaming {
     reply: Reply,
-    rx: UnboundedReceiver<Event>,
+    events: futures_util::stream::SelectAll<
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = Tagged> + Send>>,
+    >,
+    choices: Vec<StreamedChoice>,
     include_usage: bool,
     turn: Option<SessionTurn>,
     log: Option<Arc<RequestLog>>,
-    /// Bytes of text sent so far (completion logprobs' offsets).
-    sent: usize,
     finished: bool,
-    /// Where the request has tools: the reply's text split into content and calls.
-    calls: Option<CallStream>,
 }
 
 fn event(value: &Value) -> String {
     format!("data: {value}\n\n")
 }
 
+/// The events of choice `index`, then `None` once its channel closes.
+fn tagged(
+    index: usize,
+    rx: UnboundedReceiver<Event>,
+) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = Tagged> + Send>> {
+    Box::pin(futures_util::stream::unfold(
+        Some(rx),
+        move |rx| async move {
+            let mut rx = rx?;
+            match rx.recv().await {
+                Some(e) => Some(((index, Some(e)), Some(rx))),
+                None => Some(((index, None), None)),
+            }
+        },
+    ))
+}
+
 impl Streaming {
     /// The next bytes to send, or `None` at the end.
     async fn next(&mut self) -> Option<Bytes> {
+        use futures_util::StreamExt;
         if self.finished {
             return None;
         }
         loop {
-            let out = match self.rx.recv().await {
-                Some(Event::Token(t)) => {
-                    if t.text.is_empty() && t.logprobs.is_none() {
-                        continue;
-                    }
-                    let lp = match &t.logprobs {
-                        Some(lp) => self.reply.logprobs(std::slice::from_ref(lp), self.sent),
-                        None => Value::Null,
-                    };
-                    self.sent += t.text.len();
-                    match &mut self.calls {
-                        None => event(&self.reply.chunk(Some(&t.text), lp, None)),
-                        Some(calls) => {
-                            let deltas = calls.push(&t.text);
-                            if deltas.is_empty() && lp.is_null() {
-                                continue;
-                            }
-                            self.delta_events(deltas, lp)
-                        }
-                    }
+            let (index, got) = match self.events.next().await {
+                Some(tagged) => tagged,
+                None => {
+                    return Some(Bytes::from(
+                        self.fail(failure("the model's engine stopped".into())),
+                    ))
                 }
-                Some(Event::Done(done)) => {
-                    self.finished = true;
-                    let mut finish = done.finish.as_str().to_string();
-                    let mut out = String::new();
-                    if let Some(calls) = &mut self.calls {
-                        let (deltas, f) = calls.finish(&finish);
-                        finish = f;
-                        if !deltas.is_empty() {
-                            out = self.delta_events(deltas, Value::Null);
-                        }
-                    }
-                    out.push_str(&event(&self.reply.chunk(None, Value::Null, Some(&finish))));
-                    if self.include_usage {
-                        let mut usage = self.reply.object(vec![], true);
-                        usage["usage"] = self.reply.usage(&done);
-                        out.push_str(&event(&usage));
-                    }
-                    out.push_str("data: [DONE]\n\n");
-                    if let Some(log) = &self.log {
-                        log.set_tokens(done.prompt_tokens, done.completion_tokens);
-                    }
-                    if let Some(turn) = self.turn.take() {
-                        turn.complete(&done.text);
-                    }
-                    out
-                }
+            };
+            let out = match got {
+                Some(Event::Token(t)) => match self.token(index, t) {
+                    Some(out) => out,
+                    None => continue,
+                },
+                Some(Event::Done(done)) => self.done(index, done),
                 Some(Event::Failed(why)) => self.fail(failure(why)),
                 Some(Event::Cancelled) => self.fail(cancelled()),
+                // A choice's channel closes after its end.
+                None if self.choices[index].done.is_some() => continue,
                 None => self.fail(failure("the model's engine stopped".into())),
             };
             return Some(Bytes::from(out));
         }
     }
 
-    /// A chunk per delta, the token's log-probabilities on the first (or on an empty
-    /// delta of their own while the text is held back).
-    fn delta_events(&self, deltas: Vec<Value>, mut logprobs: Value) -> String {
+    /// The chunks of a token of choice `index`, if it has any to send yet.
+    fn token(&mut self, index: usize, t: TokenOut) -> Option<String> {
+        if t.text.is_empty() && t.logprobs.is_none() {
+            return None;
+        }
+        let choice = &mut self.choices[index];
+        let lp = match &t.logprobs {
+            Some(lp) => self.reply.logprobs(std::slice::from_ref(lp), choice.sent),
+            None => Value::Null,
+        };
+        choice.sent += t.text.len();
+        match &mut choice.calls {
+            None => Some(event(&self.reply.chunk(index, Some(&t.text), lp, None))),
+            Some(calls) => {
+                let deltas = calls.push(&t.text);
+                if deltas.is_empty() && lp.is_null() {
+                    return None;
+                }
+                Some(self.delta_events(index, deltas, lp))
+            }
+        }
+    }
+
+    /// The end of choice `index`: its last chunk, and after the last choice the usage
+    /// and `[DONE]`.
+    fn done(&mut self, index: usize, done: Done) -> String {
+        let mut finish = done.finish.as_str().to_string();
+        let mut out = String::new();
+        if let Some(calls) = &mut self.choices[index].calls {
+            let (deltas, f) = calls.finish(&finish);
+            finish = f;
+            if !deltas.is_empty() {
+                out = self.delta_events(index, deltas, Value::Null);
+            }
+        }
+        out.push_str(&event(&self.reply.chunk(
+            index,
+            None,
+            Value::Null,
+            Some(&finish),
+        )));
+        self.choices[index].done = Some(done);
+        if self.choices.iter().any(|c| c.done.is_none()) {
+            return out;
+        }
+        self.finished = true;
+        let done: Vec<Done> = self
+            .choices
+            .iter_mut()
+            .filter_map(|c| c.done.take())
+            .collect();
+        if self.include_usage {
+            let mut usage = self.reply.object(vec![], true);
+            usage["usage"] = self.reply.usage(&done);
+            out.push_str(&event(&usage));
+        }
+        out.push_str("data: [DONE]\n\n");
+        if let Some(log) = &self.log {
+            log.set_tokens(
+                done.first().map_or(0, |d| d.prompt_tokens),
+                done.iter().map(|d| d.completion_tokens).sum(),
+            );
+        }
+        if let (Some(turn), Some(d)) = (self.turn.take(), done.first()) {
+            turn.complete(&d.text);
+        }
+        out
+    }
+
+    /// A chunk per delta of choice `index`, the token's log-probabilities on the first (or
+    /// on an empty delta of their own while the text is held back).
+    fn delta_events(&self, index: usize, deltas: Vec<Value>, mut logprobs: Value) -> String {
         if deltas.is_empty() {
-            return event(&self.reply.chat_chunk(json!({}), logprobs, None));
+            return event(&self.reply.chat_chunk(index, json!({}), logprobs, None));
         }
         let mut out = String::new();
         for d in deltas {
             out.push_str(&event(&self.reply.chat_chunk(
+                index,
                 d,
                 std::mem::take(&mut logprobs),
                 None,
@@ -1183,33 +1306,50 @@ impl Drop for Streaming {
 
 fn stream_response(
     reply: Reply,
-    rx: UnboundedReceiver<Event>,
+    receivers: Vec<UnboundedReceiver<Event>>,
     include_usage: bool,
     turn: Option<SessionTurn>,
     log: Option<Arc<RequestLog>>,
 ) -> Response {
-    // The chat stream opens with the assistant's role, as OpenAI's does.
-    let opening = reply.chat.then(|| {
-        let mut chunk = reply.chunk(Some(""), Value::Null, None);
-        chunk["choices"][0]["delta"] = json!({"role": "assistant", "content": ""});
-        Bytes::from(event(&chunk))
-    });
-    let calls = reply.tool_format.map(CallStream::new);
+    // The chat stream opens with the assistant's role for each choice, as OpenAI's does.
+    let opening: Vec<Bytes> = if reply.chat {
+        (0..receivers.len())
+            .map(|index| {
+                let mut chunk = reply.chunk(index, Some(""), Value::Null, None);
+                chunk["choices"][0]["delta"] = json!({"role": "assistant", "content": ""});
+                Bytes::from(event(&chunk))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let choices = (0..receivers.len())
+        .map(|_| StreamedChoice {
+            sent: 0,
+            calls: reply.tool_format.map(CallStream::new),
+            done: None,
+        })
+        .collect();
+    let events = futures_util::stream::select_all(
+        receivers
+            .into_iter()
+            .enumerate()
+            .map(|(index, rx)| tagged(index, rx)),
+    );
     let state = Streaming {
         reply,
-        rx,
+        events,
+        choices,
         include_usage,
         turn,
         log,
-        sent: 0,
         finished: false,
-        calls,
     };
     let rest = futures_util::stream::unfold(state, |mut s| async move {
         s.next().await.map(|bytes| (Ok::<_, Infallible>(bytes), s))
     });
     let body = futures_util::stream::StreamExt::chain(
-        futures_util::stream::iter(opening.map(Ok::<_, Infallible>)),
+        futures_util::stream::iter(opening.into_iter().map(Ok::<_, Infallible>)),
         rest,
     );
     Response::builder()

@@ -12,6 +12,10 @@
 //! queue and later recomputes its cache from its tokens. The oldest sequence is never
 //! paused, so the batch always progresses. A request whose client went away is dropped at
 //! the next step and its blocks freed.
+//!
+//! A request for several choices (`n` > 1) feeds its prompt once: when it is fed, each
+//! other choice starts from a fork of the cache (on the GPU its whole blocks shared, not
+//! copied) and draws with a seed of its own.
 
 pub mod blocks;
 mod logprobs;
@@ -76,6 +80,39 @@ pub struct Job {
     pub constraint: Option<Box<Constraint>>,
     pub events: UnboundedSender<Event>,
     pub arrived: Instant,
+    /// The events of the request's other choices (`n` > 1), in order: choice `k` (from 1)
+    /// continues the prompt from a fork of this job's cache and draws with the seed
+    /// `sampling.seed + k`.
+    pub siblings: Vec<UnboundedSender<Event>>,
+}
+
+impl Job {
+    /// Choice `k` (from 1) of this job: the same request, answered on `events`.
+    fn sibling(&self, k: usize, events: UnboundedSender<Event>) -> Job {
+        let mut sampling = self.sampling.clone();
+        sampling.seed = sampling.seed.wrapping_add(k as u64);
+        Job {
+            request_id: self.request_id.clone(),
+            prompt: self.prompt.clone(),
+            session: None,
+            max_tokens: self.max_tokens,
+            sampling,
+            stop: self.stop.clone(),
+            logprobs: self.logprobs,
+            ignore_eos: self.ignore_eos,
+            constraint: self.constraint.clone(),
+            events,
+            arrived: self.arrived,
+            siblings: Vec::new(),
+        }
+    }
+
+    /// Tells the job's choices, those not started yet included.
+    fn tell_all(&self, event: impl Fn() -> Event) {
+        for events in std::iter::once(&self.events).chain(&self.siblings) {
+            let _ = events.send(event());
+        }
+    }
 }
 
 /// What the engine tells the HTTP side about a job.
@@ -291,6 +328,27 @@ struct Scheduler {
     next_order: u64,
 }
 
+impl Seq {
+    fn new(job: Job, sampler: Sampler) -> Seq {
+        Seq {
+            tokens: job.prompt.clone(),
+            prompt_len: job.prompt.len(),
+            out: TextStream::new(&job.stop),
+            job,
+            cache: None,
+            fed: 0,
+            blocks: 0,
+            logits: None,
+            planned: 0,
+            sampler,
+            generated: Vec::new(),
+            cached_tokens: 0,
+            admitted_before: false,
+            last_token_at: None,
+        }
+    }
+}
+
 impl Scheduler {
     fn run(mut self) {
         loop {
@@ -344,26 +402,11 @@ impl Scheduler {
                     Ok(s) => s,
                     Err(e) => {
                         self.waiting.fetch_sub(1, Ordering::AcqRel);
-                        let _ = job.events.send(Event::Failed(e.to_string()));
+                        job.tell_all(|| Event::Failed(e.to_string()));
                         return;
                     }
                 };
-                self.queue.push_back(Seq {
-                    tokens: job.prompt.clone(),
-                    prompt_len: job.prompt.len(),
-                    out: TextStream::new(&job.stop),
-                    job,
-                    cache: None,
-                    fed: 0,
-                    blocks: 0,
-                    logits: None,
-                    planned: 0,
-                    sampler,
-                    generated: Vec::new(),
-                    cached_tokens: 0,
-                    admitted_before: false,
-                    last_token_at: None,
-                });
+                self.queue.push_back(Seq::new(job, sampler));
             }
             Command::DropSession(id) => {
                 if let Some(idle) = self.idle.remove(&id) {
@@ -406,7 +449,7 @@ impl Scheduler {
         let all: Vec<_> = self.running.drain(..).chain(self.queue.drain(..)).collect();
         for seq in all {
             self.discard(&seq);
-            let _ = seq.job.events.send(Event::Cancelled);
+            seq.job.tell_all(|| Event::Cancelled);
         }
     }
 
@@ -475,6 +518,7 @@ impl Scheduler {
         // At least the last prompt token is fed again: its logits start the reply.
         let keep = shared.min(seq.tokens.len().saturating_sub(1));
         cache.truncate(keep);
+        let keep = cache.tokens().len();
         let kept_blocks = blocks_for(keep).min(blocks);
         self.pool.give_back(blocks - kept_blocks);
         seq.cache = Some(cache);
@@ -507,10 +551,12 @@ impl Scheduler {
     fn end_unfittable(&mut self, seq: Seq, want: usize) {
         if seq.generated.is_empty() {
             self.discard(&seq);
-            let _ = seq.job.events.send(Event::Failed(format!(
-                "the prompt needs {want} KV blocks and the server has {}",
-                self.pool.total()
-            )));
+            let total = self.pool.total();
+            seq.job.tell_all(|| {
+                Event::Failed(format!(
+                    "the prompt needs {want} KV blocks and the server has {total}"
+                ))
+            });
         } else {
             self.finish(seq, Finish::Length);
         }
@@ -634,7 +680,57 @@ impl Scheduler {
         for (i, why) in failed.into_iter().rev() {
             let seq = self.running.remove(i);
             self.discard(&seq);
-            let _ = seq.job.events.send(Event::Failed(why));
+            seq.job.tell_all(|| Event::Failed(why.clone()));
+        }
+        let forking: Vec<usize> = (0..self.running.len())
+            .filter(|&i| {
+                let seq = &self.running[i];
+                seq.logits.is_some() && !seq.job.siblings.is_empty()
+            })
+            .collect();
+        for i in forking {
+            self.start_siblings(i);
+        }
+    }
+
+    /// Starts the other choices of running sequence `i`, whose prompt is now fed: each
+    /// from a fork of its cache while the batch and the KV blocks have room, the others
+    /// from the head of the queue, where they compute the prompt again. A fork is counted
+    /// as holding every block it needs, the blocks it shares included.
+    fn start_siblings(&mut self, i: usize) {
+        let siblings = std::mem::take(&mut self.running[i].job.siblings);
+        let mut waiting = Vec::new();
+        for (k, events) in siblings.into_iter().enumerate() {
+            let parent = &self.running[i];
+            let job = parent.job.sibling(k + 1, events);
+            let sampler = match Sampler::new(job.sampling.clone()) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = job.events.send(Event::Failed(e.to_string()));
+                    continue;
+                }
+            };
+            let mut seq = Seq::new(job, sampler);
+            seq.admitted_before = true;
+            seq.cached_tokens = parent.cached_tokens;
+            let want = blocks_for(seq.tokens.len() + 1);
+            let room = self.running.len() < self.config.max_batch;
+            match parent.cache.as_ref() {
+                Some(cache) if room && self.pool.try_take(want) => {
+                    let fork = cache.fork();
+                    seq.fed = fork.tokens().len();
+                    if seq.fed == seq.tokens.len() {
+                        seq.logits = parent.logits.clone();
+                    }
+                    seq.cache = Some(fork);
+                    seq.blocks = want;
+                    self.running.push(seq);
+                }
+                _ => waiting.push(seq),
+            }
+        }
+        for seq in waiting.into_iter().rev() {
+            self.queue.push_front(seq);
         }
     }
 

@@ -55,6 +55,7 @@ fn job(
         constraint: None,
         events,
         arrived: Instant::now(),
+        siblings: Vec::new(),
     };
     (job, rx)
 }
@@ -290,4 +291,64 @@ fn stop_strings_and_max_tokens_end_generation() {
     s.engine.submit(j).unwrap();
     let (tokens, done) = collect(rx);
     assert_eq!((tokens.len(), done.finish), (5, Finish::Length));
+}
+
+/// A job of `n` choices sampled at temperature 1 from `seed`: its receivers, choice 0's
+/// first.
+fn sampled_job(
+    prompt: &[u32],
+    max_tokens: usize,
+    seed: u64,
+    n: usize,
+) -> (Job, Vec<UnboundedReceiver<Event>>) {
+    let (mut j, rx) = job(prompt.to_vec(), max_tokens, None);
+    j.sampling = SamplingParams {
+        temperature: 1.0,
+        seed,
+        ..SamplingParams::greedy()
+    };
+    let (siblings, mut receivers): (Vec<_>, Vec<_>) = (1..n).map(|_| unbounded_channel()).unzip();
+    receivers.insert(0, rx);
+    j.siblings = siblings;
+    (j, receivers)
+}
+
+/// Choices of one request: choice k draws what a request of its own with seed + k draws,
+/// whether it starts from a fork of the first choice's cache (room in the batch) or waits
+/// and computes the prompt again (the batch full); the prompt is counted once.
+#[test]
+fn several_choices_draw_as_requests_with_their_own_seeds() {
+    let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
+    for max_batch in [4, 2] {
+        let s = start(EngineConfig {
+            max_batch,
+            kv_blocks: 64,
+            queue: 8,
+            prefill_chunk: 16,
+        });
+        let prompt = random_prompts(&mut rng, 1, 20..40).remove(0);
+        let seed = rng.gen();
+        let alone: Vec<Vec<u32>> = (0..3)
+            .map(|k| {
+                let (j, mut rx) = sampled_job(&prompt, 12, seed + k, 1);
+                s.engine.submit(j).unwrap();
+                collect(rx.remove(0)).0
+            })
+            .collect();
+        let before = s.engine.stats.prompt_tokens.load(Ordering::Relaxed);
+        let (j, receivers) = sampled_job(&prompt, 12, seed, 3);
+        s.engine.submit(j).unwrap();
+        for (k, rx) in receivers.into_iter().enumerate() {
+            let (tokens, done) = collect(rx);
+            assert_eq!(tokens, alone[k], "choice {k} with a batch of {max_batch}");
+            assert_eq!(done.prompt_tokens, prompt.len());
+        }
+        assert!(
+            alone.iter().any(|a| *a != alone[0]),
+            "three seeds drew the same answer: {alone:?}"
+        );
+        let counted = s.engine.stats.prompt_tokens.load(Ordering::Relaxed) - before;
+        assert_eq!(counted, prompt.len() as u64, "the prompt is counted once");
+        wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
+    }
 }
