@@ -67,8 +67,9 @@ export QUENCH_MINILM_DIR="$cache/minilm"
 # The output is kept for the count of ignored tests at the end.
 cargo test --workspace --no-fail-fast "$@" | tee "$test_log" || status=$?
 
-python3 -c "import openai, pytest" 2>/dev/null \
-    || python3 -m pip install -q --disable-pip-version-check "openai>=1.50" "pytest>=8"
+python3 -c "import openai, pytest, jsonschema, langchain_openai" 2>/dev/null \
+    || python3 -m pip install -q --disable-pip-version-check "openai>=1.50" "pytest>=8" \
+        "jsonschema>=4.18" "langchain-openai>=0.3"
 if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
     echo "NOT RUN tests/server chat page test: no Chromium (apt-get install chromium)" \
         | tee -a "$not_run_log"

@@ -3,8 +3,8 @@
 # openai-client tests (pytest) and the chat page test (Playwright in Debian's Chromium)
 # against it, then stops it with SIGTERM and checks that it exits cleanly.
 #
-# Needs: python3 with `openai` and `pytest`, node with npm, and /usr/bin/chromium (or
-# CHROMIUM=path). Models: SmolLM2 and MiniLM when both are pulled (`quench pull smollm2`,
+# Needs: python3 with `openai`, `pytest`, `jsonschema` and `langchain-openai`, node with
+# npm, and /usr/bin/chromium (or CHROMIUM=path). Models: SmolLM2 and MiniLM when both are pulled (`quench pull smollm2`,
 # `quench pull minilm`), else the built-in tiny models (or with QUENCH_SERVER_TINY=1).
 # QUENCH_SKIP_BROWSER=1 leaves out the browser test; QUENCH_BIN=path uses that binary
 # instead of building one.
@@ -15,7 +15,8 @@ root="$(cd "$here/../.." && pwd)"
 cd "$root"
 
 missing=()
-python3 -c "import openai, pytest" 2>/dev/null || missing+=("pip install openai pytest")
+python3 -c "import openai, pytest, jsonschema, langchain_openai" 2>/dev/null \
+    || missing+=("pip install openai pytest jsonschema langchain-openai")
 if [ "${QUENCH_SKIP_BROWSER:-0}" != 1 ]; then
     command -v node >/dev/null || missing+=("apt-get install -y nodejs npm")
     [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || missing+=("apt-get install -y chromium")

@@ -117,11 +117,15 @@ def test_a_session_continues_a_conversation_and_its_reset_takes_effect(client, h
     assert second.choices[0].message.content == whole.choices[0].message.content
     assert second.usage.prompt_tokens == whole.usage.prompt_tokens
 
-    listed = {s["id"]: s for s in http.get("/v1/sessions").json()["data"]}
-    assert listed[sid]["turns"] == 2 and listed[sid]["cached_tokens"] > 0
+    info = http.get(f"/v1/sessions/{sid}").json()
+    assert info["turns"] == 2 and info["cached_tokens"] > 0
+    # Without API keys sessions are reached by id only, never listed.
+    listing = http.get("/v1/sessions")
+    assert listing.status_code == 403
+    assert listing.json()["error"]["code"] == "session_listing_needs_api_key"
 
     assert http.delete(f"/v1/sessions/{sid}").status_code == 200
-    assert sid not in {s["id"] for s in http.get("/v1/sessions").json()["data"]}
+    assert http.get(f"/v1/sessions/{sid}").status_code == 404
     after = ask(client, chat_model, [second_q], extra_body={"session_id": sid})
     fresh = ask(client, chat_model, [second_q])
     assert after.choices[0].message.content == fresh.choices[0].message.content

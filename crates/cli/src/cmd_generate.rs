@@ -74,6 +74,11 @@ pub struct GenerateArgs {
     /// only tokens that keep the text valid, and generation ends when the JSON is complete.
     #[arg(long, value_name = "FILE")]
     pub json_schema: Option<PathBuf>,
+    /// Write a receipt of the run to FILE: the model, device, prompt and output lengths,
+    /// the prompt's time and the decode step's, and with `--json-schema` what each token's
+    /// mask cost beside the step (bound: at most 5% of it).
+    #[arg(long, value_name = "FILE")]
+    pub receipt: Option<PathBuf>,
     /// The text to continue, as is (no chat template); `-` or nothing reads it from stdin
     /// (without the final newline).
     pub prompt: Option<String>,
@@ -174,6 +179,9 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
             spent.as_secs_f64() * 1e6 / masks.max(1) as f64
         ));
     }
+    if let Some(path) = &args.receipt {
+        write_receipt(args, path, &loaded.name, &generation, constraint.as_ref())?;
+    }
     if let Some(path) = &args.logits_out {
         let record = json!({
             "model": loaded.name,
@@ -186,4 +194,57 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         std::fs::write(path, record.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// Most of a decode step that masking a token may cost where a receipt is written.
+const MASK_SHARE_BOUND: f64 = 0.05;
+
+/// The receipt of a generation: its speed and, with a schema, its masks' cost beside the
+/// decode step (the time the model took for one token, the mask not counted).
+fn write_receipt(
+    args: &GenerateArgs,
+    path: &std::path::Path,
+    model: &str,
+    g: &Generation,
+    constraint: Option<&quench_engine::generate::Constraint>,
+) -> Result<(), String> {
+    let device = match args.model.device {
+        crate::model_args::DeviceArg::Cuda => crate::gpu::describe(args.model.gpu)?,
+        crate::model_args::DeviceArg::Cpu => json!({
+            "name": "cpu",
+            "threads": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }),
+    };
+    let steps = g.tokens.len().saturating_sub(1);
+    let step_s = g.decode_time.as_secs_f64() / steps.max(1) as f64;
+    let mut outcome = json!({
+        "prompt_tokens": g.prompt_tokens,
+        "generated_tokens": g.tokens.len(),
+        "prefill_s": g.prefill_time.as_secs_f64(),
+        "decode_steps": steps,
+        "decode_step_ms": step_s * 1e3,
+        "decode_tokens_per_s": if step_s > 0.0 { 1.0 / step_s } else { 0.0 },
+        "text": g.text,
+    });
+    let mut bound = json!(null);
+    let mut inputs = json!({ "model": model, "max_tokens": args.max_tokens });
+    if let (Some(c), Some(schema)) = (constraint, &args.json_schema) {
+        let (masks, spent) = c.mask_cost();
+        let mask_s = spent.as_secs_f64() / masks.max(1) as f64;
+        let share = if step_s > 0.0 {
+            mask_s / step_s
+        } else {
+            f64::INFINITY
+        };
+        outcome["masks"] = json!(masks);
+        outcome["mask_us"] = json!(mask_s * 1e6);
+        outcome["mask_share_of_step"] = json!(share);
+        outcome["passed"] = json!(share <= MASK_SHARE_BOUND && steps > 0);
+        let text = std::fs::read(schema).map_err(|e| format!("{}: {e}", schema.display()))?;
+        inputs["json_schema_sha256"] = json!(crate::receipt::sha256_hex(&text));
+        inputs["logits_per_step"] = json!(c.logits_len());
+        bound = json!({ "mask_share_of_step_max": MASK_SHARE_BOUND });
+    }
+    let rec = crate::receipt::receipt("generate", device, inputs, bound, outcome);
+    crate::receipt::write_json(path, &rec)
 }
