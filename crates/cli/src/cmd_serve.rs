@@ -50,11 +50,13 @@ pub struct ServeArgs {
     /// Most positions per sequence (default: the model's context length).
     #[arg(long)]
     context: Option<usize>,
-    /// Most sessions kept; the least recently used is forgotten beyond it.
+    /// Most sessions kept; beyond it a key's new session forgets the key's own least
+    /// recently used one, and one that cannot (no key, nothing of its own) gets 429.
     #[arg(long, default_value_t = 256)]
     max_sessions: usize,
     /// Most sessions one API key holds (without keys, one client address); beyond it the
-    /// key's own least recently used session is forgotten, never another client's.
+    /// key's own least recently used session is forgotten, never another client's (without
+    /// keys the new session gets 429: one address may be several clients).
     #[arg(long, value_name = "N", default_value_t = 64)]
     sessions_per_client: usize,
     /// Largest request body, in bytes (413 beyond).

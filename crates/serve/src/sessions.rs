@@ -7,10 +7,14 @@
 //!
 //! On a server with API keys a session belongs to the key that made it: another key's
 //! requests neither see it listed nor continue nor delete it (to them it does not exist).
-//! Without keys, a session is continued or deleted by whoever knows its id, and listed only
-//! to the address that made it. Each key (or, without keys, each address) holds at most a
-//! quota of sessions: beyond it, its own least recently used idle session makes room, never
-//! another client's.
+//! Without keys, a session is read, continued or deleted by whoever knows its id, and never
+//! listed (the HTTP route refuses to: every client on one address would see the others').
+//!
+//! Each key (or, without keys, each address) holds at most a quota of sessions, and the
+//! store at most its capacity. A new session past either makes room only from its own
+//! maker's sessions: with keys, the key's least recently used idle one is forgotten; without
+//! keys nothing is, because the sessions of one address may be several clients' (every
+//! local client is 127.0.0.1), and the new one is refused instead.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -74,11 +78,44 @@ pub enum SessionRefusal {
     },
     #[error("session {0:?} does not exist")]
     Unknown(String),
-    #[error(
-        "this client holds {0} sessions, each answering a request; wait for one to finish \
-         or delete one (DELETE /v1/sessions/ID)"
-    )]
-    Quota(usize),
+    #[error("{0}")]
+    Quota(Limit),
+}
+
+/// Which limit keeps a new session from being made (answered 429, `session_quota`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// A key holds its quota of sessions, every one of them answering a request.
+    Key { held: usize },
+    /// An address (on a server without keys) holds its quota of sessions.
+    Address { held: usize },
+    /// The store holds its capacity, none of it the caller's to forget.
+    Server { capacity: usize },
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Limit::Key { held } => write!(
+                f,
+                "this API key holds {held} sessions, its quota, each answering a request; wait \
+                 for one to finish or delete one (DELETE /v1/sessions/ID)"
+            ),
+            Limit::Address { held } => write!(
+                f,
+                "this address holds {held} sessions, its quota (--sessions-per-client); delete \
+                 one (DELETE /v1/sessions/ID) to start another. Without API keys the server \
+                 cannot tell the clients of one address apart, so it forgets none of their \
+                 sessions to make room"
+            ),
+            Limit::Server { capacity } => write!(
+                f,
+                "the server holds its most sessions ({capacity}, --max-sessions) and none of \
+                 them is this client's to forget; delete one of yours (DELETE \
+                 /v1/sessions/ID) or try again later"
+            ),
+        }
+    }
 }
 
 /// All sessions; shared by the HTTP handlers and the engine threads.
@@ -100,8 +137,7 @@ pub struct Claim {
 
 impl SessionStore {
     /// A store that keeps at most `capacity` sessions, at most `quota` of them for one
-    /// holder (the least recently used idle one is forgotten to make room: the holder's own
-    /// when it is at its quota).
+    /// holder (see [`SessionStore::claim`] for what makes room).
     pub fn new(capacity: usize, quota: usize) -> Arc<Self> {
         Arc::new(SessionStore {
             entries: Mutex::new(HashMap::new()),
@@ -118,6 +154,12 @@ impl SessionStore {
     /// Marks session `id` busy for a request to `model` that continues a `chat` (or plain
     /// text) history, creating it if new. Returns the history and the id of a session
     /// forgotten to make room, if any (its cache must be dropped too).
+    ///
+    /// A new session past the holder's quota or the store's capacity takes the place of
+    /// the holder's least recently used idle session when the holder is a key; otherwise
+    /// (every one of the key's sessions busy, or a server without keys, where one address
+    /// may be many clients) it is refused with [`SessionRefusal::Quota`]. Another holder's
+    /// session is never forgotten for it.
     pub fn claim(
         &self,
         id: &str,
@@ -136,15 +178,21 @@ impl SessionStore {
                 .values()
                 .filter(|e| e.owner.holder() == holder)
                 .count();
-            let room = if held >= self.quota {
-                let own = least_recently_used(&entries, |e| e.owner.holder() == holder);
-                Some(own.ok_or(SessionRefusal::Quota(held))?)
-            } else if entries.len() >= self.capacity {
-                least_recently_used(&entries, |_| true)
-            } else {
-                None
-            };
-            if let Some(old) = room {
+            let at_quota = held >= self.quota;
+            if at_quota || entries.len() >= self.capacity {
+                let own = match owner.key {
+                    Some(_) => least_recently_used(&entries, |e| e.owner.holder() == holder),
+                    None => None,
+                };
+                let Some(old) = own else {
+                    return Err(SessionRefusal::Quota(match (at_quota, owner.key) {
+                        (true, Some(_)) => Limit::Key { held },
+                        (true, None) => Limit::Address { held },
+                        (false, _) => Limit::Server {
+                            capacity: self.capacity,
+                        },
+                    }));
+                };
                 entries.remove(&old);
                 forgotten = Some(old);
             }
@@ -219,17 +267,24 @@ impl SessionStore {
         }
     }
 
-    /// Forgets a session of `owner`'s that is not busy.
-    pub fn delete(&self, id: &str, owner: Caller) -> Result<(), SessionRefusal> {
+    /// Forgets a session `caller` may use that is not busy; returns the model it belonged
+    /// to, whose engine holds its KV cache (to be dropped too). Another key's session is
+    /// [`SessionRefusal::Unknown`], as an id that does not exist.
+    pub fn delete(&self, id: &str, caller: Caller) -> Result<String, SessionRefusal> {
         let mut entries = self.lock();
-        match entries.get(id).filter(|e| owner.may_use(&e.owner)) {
+        match entries.get(id).filter(|e| caller.may_use(&e.owner)) {
             None => Err(SessionRefusal::Unknown(id.to_owned())),
             Some(e) if e.busy => Err(SessionRefusal::Busy(id.to_owned())),
-            Some(_) => {
-                entries.remove(id);
-                Ok(())
-            }
+            Some(_) => Ok(entries.remove(id).map(|e| e.model).unwrap_or_default()),
         }
+    }
+
+    /// Session `id` as `caller` may see it: `None` when it does not exist or is another
+    /// key's.
+    pub fn get(&self, id: &str, caller: Caller) -> Option<SessionInfo> {
+        let entries = self.lock();
+        let e = entries.get(id).filter(|e| caller.may_use(&e.owner))?;
+        Some(info(id, e))
     }
 
     /// Whether session `id` still exists (the engine keeps caches only for those).
@@ -254,7 +309,8 @@ impl SessionStore {
     }
 
     /// The sessions `caller` holds (made with its key, or without keys from its address),
-    /// most recently used first.
+    /// most recently used first. The HTTP route lists only with keys: without them one
+    /// address may be many clients.
     pub fn list(&self, caller: Caller) -> Vec<SessionInfo> {
         let entries = self.lock();
         let holder = caller.holder();
@@ -263,18 +319,20 @@ impl SessionStore {
             .filter(|(_, e)| e.owner.holder() == holder)
             .collect();
         list.sort_by(|a, b| b.1.last_used.cmp(&a.1.last_used).then(a.0.cmp(b.0)));
-        list.into_iter()
-            .map(|(id, e)| SessionInfo {
-                id: id.clone(),
-                object: "session",
-                model: e.model.clone(),
-                created: e.created,
-                turns: e.turns,
-                cached_tokens: e.cached_tokens,
-                kv_blocks: e.kv_blocks,
-                busy: e.busy,
-            })
-            .collect()
+        list.into_iter().map(|(id, e)| info(id, e)).collect()
+    }
+}
+
+fn info(id: &str, e: &Entry) -> SessionInfo {
+    SessionInfo {
+        id: id.to_owned(),
+        object: "session",
+        model: e.model.clone(),
+        created: e.created,
+        turns: e.turns,
+        cached_tokens: e.cached_tokens,
+        kv_blocks: e.kv_blocks,
+        busy: e.busy,
     }
 }
 
@@ -314,12 +372,14 @@ mod tests {
             SessionRefusal::Unknown("s".into())
         );
         assert!(store.list(b).is_empty());
+        assert!(store.get("s", b).is_none());
         assert_eq!(
             store.delete("s", b),
             Err(SessionRefusal::Unknown("s".into()))
         );
         assert_eq!(store.list(a).len(), 1);
-        store.delete("s", a).unwrap();
+        assert_eq!(store.get("s", a).map(|s| s.turns), Some(1));
+        assert_eq!(store.delete("s", a).as_deref(), Ok("m"));
     }
 
     #[test]
@@ -359,17 +419,77 @@ mod tests {
     }
 
     #[test]
-    fn the_least_recently_used_idle_session_makes_room() {
+    fn the_least_recently_used_idle_session_of_a_key_makes_room() {
         let store = SessionStore::new(2, 2);
+        let key = Caller::with_key(0);
         for id in ["a", "b"] {
-            store.claim(id, "m", true, Caller::default()).unwrap();
+            store.claim(id, "m", true, key).unwrap();
             store.finish(id, History::Chat(vec![]));
         }
-        store.claim("a", "m", true, Caller::default()).unwrap();
+        store.claim("a", "m", true, key).unwrap();
         store.finish("a", History::Chat(vec![]));
-        let (_, forgotten) = store.claim("c", "m", true, Caller::default()).unwrap();
+        let (_, forgotten) = store.claim("c", "m", true, key).unwrap();
         assert_eq!(forgotten.as_deref(), Some("b"));
         assert!(store.exists("a") && store.exists("c") && !store.exists("b"));
+    }
+
+    #[test]
+    fn a_full_store_forgets_the_callers_own_sessions_only() {
+        let store = SessionStore::new(3, 8);
+        let (a, b, c) = (
+            Caller::with_key(0),
+            Caller::with_key(1),
+            Caller::with_key(2),
+        );
+        for (id, owner) in [("a1", a), ("a2", a), ("b1", b)] {
+            store.claim(id, "m", true, owner).unwrap();
+            store.finish(id, History::Chat(vec![]));
+        }
+        // b's own session makes room, not a's older ones.
+        let (_, forgotten) = store.claim("b2", "m", true, b).unwrap();
+        assert_eq!(forgotten.as_deref(), Some("b1"));
+        store.finish("b2", History::Chat(vec![]));
+        // c holds nothing to forget: refused, and nobody's session goes.
+        assert_eq!(
+            store.claim("c1", "m", true, c).unwrap_err(),
+            SessionRefusal::Quota(Limit::Server { capacity: 3 })
+        );
+        // Nor without keys.
+        assert_eq!(
+            store.claim("x", "m", true, Caller::default()).unwrap_err(),
+            SessionRefusal::Quota(Limit::Server { capacity: 3 })
+        );
+        assert!(store.exists("a1") && store.exists("a2") && store.exists("b2"));
+        assert_eq!(store.len(), 3);
+    }
+
+    #[test]
+    fn without_keys_an_address_at_its_quota_is_refused_and_forgets_nothing() {
+        let store = SessionStore::new(8, 2);
+        // Two clients on one address: what one holds, the other must not lose.
+        let local = Caller {
+            key: None,
+            addr: Some(std::net::IpAddr::from([127, 0, 0, 1])),
+        };
+        for id in ["first-client", "second-client"] {
+            store.claim(id, "m", true, local).unwrap();
+            store.finish(id, History::Chat(vec![]));
+        }
+        let refused = store
+            .claim("second-client-2", "m", true, local)
+            .unwrap_err();
+        assert_eq!(refused, SessionRefusal::Quota(Limit::Address { held: 2 }));
+        assert!(refused.to_string().contains("--sessions-per-client"));
+        assert!(store.exists("first-client") && store.exists("second-client"));
+        // Another address has its own quota.
+        let other = Caller {
+            addr: Some(std::net::IpAddr::from([10, 0, 0, 2])),
+            ..local
+        };
+        assert!(store.claim("elsewhere", "m", true, other).is_ok());
+        // Deleting one makes room.
+        assert_eq!(store.delete("first-client", local).as_deref(), Ok("m"));
+        assert!(store.claim("second-client-2", "m", true, local).is_ok());
     }
 
     #[test]
@@ -389,13 +509,13 @@ mod tests {
         store.claim("a2", "m", true, a).unwrap();
         assert_eq!(
             store.claim("a4", "m", true, a).unwrap_err(),
-            SessionRefusal::Quota(2)
+            SessionRefusal::Quota(Limit::Key { held: 2 })
         );
         assert!(store.exists("b1") && store.exists("a2") && store.exists("a3"));
     }
 
     #[test]
-    fn without_keys_the_list_shows_the_callers_address_only() {
+    fn without_keys_the_id_reaches_a_session_from_any_address() {
         let store = SessionStore::new(8, 8);
         let at = |last: u8| Caller {
             key: None,
@@ -405,10 +525,12 @@ mod tests {
         store.finish("s", History::Chat(vec![]));
         assert_eq!(store.list(at(1)).len(), 1);
         assert!(store.list(at(2)).is_empty());
-        // The id alone lets another address continue it.
+        // The id alone lets another address see, continue and delete it.
+        assert_eq!(store.get("s", at(2)).map(|s| s.turns), Some(1));
         store.claim("s", "m", true, at(2)).unwrap();
         store.finish("s", History::Chat(vec![]));
-        store.delete("s", at(2)).unwrap();
+        assert_eq!(store.delete("s", at(2)).as_deref(), Ok("m"));
+        assert!(store.get("s", at(1)).is_none());
     }
 
     #[test]

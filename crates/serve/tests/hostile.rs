@@ -278,26 +278,212 @@ fn a_key_at_its_session_quota_forgets_its_own_sessions_only() {
     server.stop();
 }
 
-#[test]
-fn without_keys_the_session_list_shows_the_callers_own_only() {
-    let server = TestServer::start(config());
-    let addr = server.addr;
-    let r = request_from(
-        [127, 0, 0, 1],
+/// A chat turn of session `id` from the loopback address `from`.
+fn turn_from(from: [u8; 4], addr: SocketAddr, id: &str) -> Response {
+    request_from(
+        from,
         addr,
         "POST",
         "/v1/chat/completions",
-        Some(&chat(Some("mine"))),
+        Some(&chat(Some(id))),
+    )
+}
+
+/// Two clients on one address (every local client is 127.0.0.1), on a server without keys:
+/// neither can list the other's sessions, and one at the address's quota is refused rather
+/// than forgetting the other's.
+#[test]
+fn without_keys_clients_on_one_address_neither_list_nor_evict_each_other() {
+    let server = TestServer::start(ServeConfig {
+        sessions_per_client: 3,
+        ..config()
+    });
+    let addr = server.addr;
+    let local = [127, 0, 0, 1];
+    let r = turn_from(local, addr, "alice-secret");
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // Bob, on the same address, cannot enumerate: a clear refusal, no ids in it.
+    let r = request_from(local, addr, "GET", "/v1/sessions", None);
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(code(&r), "session_listing_needs_api_key");
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("--api-key")));
+    assert!(!r.text().contains("alice-secret"));
+
+    // Bob fills the address's quota, then is refused: Alice's session stays.
+    for id in ["bob-1", "bob-2"] {
+        let r = turn_from(local, addr, id);
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+    }
+    for id in ["bob-3", "bob-4"] {
+        let r = turn_from(local, addr, id);
+        assert_eq!(r.status, 429, "{id}: {}", r.text());
+        assert_eq!(code(&r), "session_quota");
+    }
+    let r = request_from(local, addr, "GET", "/v1/sessions/alice-secret", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["turns"], 1);
+    // Alice continues her conversation, from the cache she left.
+    let r = turn_from(local, addr, "alice-secret");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{}",
+        r.text()
+    );
+    // Bob makes room by deleting one of his own.
+    let r = request_from(local, addr, "DELETE", "/v1/sessions/bob-1", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(turn_from(local, addr, "bob-3").status, 200);
+    server.stop();
+}
+
+/// A full store (`--max-sessions`) does not let one client flush the others' sessions:
+/// with keys it forgets the caller's own oldest, otherwise the new session is refused.
+#[test]
+fn a_full_store_forgets_nobody_elses_sessions() {
+    let server = TestServer::start(ServeConfig {
+        api_keys: vec!["sk-a".into(), "sk-b".into(), "sk-c".into()],
+        max_sessions: 3,
+        ..config()
+    });
+    let addr = server.addr;
+    let turn = |key: &str, session: &str| {
+        let auth = format!("Bearer {key}");
+        post_as(
+            addr,
+            "/v1/chat/completions",
+            &[("Authorization", &auth)],
+            &chat(Some(session)),
+        )
+    };
+    for (key, id) in [("sk-a", "a-1"), ("sk-a", "a-2"), ("sk-b", "b-1")] {
+        assert_eq!(turn(key, id).status, 200, "{id}");
+    }
+    // b's own session makes room, not a's older ones.
+    assert_eq!(turn("sk-b", "b-2").status, 200);
+    assert_eq!(sessions_of(addr, "sk-a"), ["a-1", "a-2"]);
+    assert_eq!(sessions_of(addr, "sk-b"), ["b-2"]);
+    // c has nothing of its own to forget.
+    let r = turn("sk-c", "c-1");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(code(&r), "session_quota");
+    assert_eq!(sessions_of(addr, "sk-a"), ["a-1", "a-2"]);
+    assert_eq!(sessions_of(addr, "sk-b"), ["b-2"]);
+    server.stop();
+
+    // Without keys, one address cannot flush another's either.
+    let server = TestServer::start(ServeConfig {
+        max_sessions: 2,
+        ..config()
+    });
+    let addr = server.addr;
+    assert_eq!(turn_from([127, 0, 0, 1], addr, "one").status, 200);
+    assert_eq!(turn_from([127, 0, 0, 2], addr, "two").status, 200);
+    let r = turn_from([127, 0, 0, 2], addr, "three");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(code(&r), "session_quota");
+    for id in ["one", "two"] {
+        let r = request_from(
+            [127, 0, 0, 3],
+            addr,
+            "GET",
+            &format!("/v1/sessions/{id}"),
+            None,
+        );
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+    }
+    server.stop();
+}
+
+/// KV blocks the chat model holds (sessions' caches included), from `/health`.
+fn kv_blocks_used(addr: SocketAddr) -> u64 {
+    let health = request(addr, "GET", "/health", &[], None).json();
+    health["models"]
+        .as_array()
+        .and_then(|m| m.iter().find_map(|m| m["kv_blocks_used"].as_u64()))
+        .unwrap_or_else(|| panic!("no kv_blocks_used in {health}"))
+}
+
+/// Waits (up to 10 s) for the chat model's KV blocks in use to reach `want`.
+fn blocks_reach(addr: SocketAddr, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let used = kv_blocks_used(addr);
+        if used == want || Instant::now() > deadline {
+            return used;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Deleting a session drops its KV cache, whoever (allowed) deletes it; another key's
+/// delete is 404 and leaves the session and its cache alone.
+#[test]
+fn deleting_a_session_frees_its_cache_and_another_key_cannot() {
+    let server = TestServer::start(ServeConfig {
+        api_keys: vec!["sk-alice".into(), "sk-bob".into()],
+        ..config()
+    });
+    let addr = server.addr;
+    let call = |method: &str, path: &str, key: &str, body: Option<&Value>| {
+        let auth = format!("Bearer {key}");
+        let text = body.map(Value::to_string);
+        request(
+            addr,
+            method,
+            path,
+            &[("Authorization", &auth)],
+            text.as_deref().map(str::as_bytes),
+        )
+    };
+    let r = call(
+        "POST",
+        "/v1/chat/completions",
+        "sk-alice",
+        Some(&chat(Some("notes"))),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    let list = |from| {
-        request_from(from, addr, "GET", "/v1/sessions", None).json()["data"]
-            .as_array()
-            .unwrap()
-            .len()
-    };
-    assert_eq!(list([127, 0, 0, 1]), 1);
-    assert_eq!(list([127, 0, 0, 2]), 0);
+    let held = kv_blocks_used(addr);
+    assert!(held > 0, "the idle session keeps its cache");
+    let r = call("DELETE", "/v1/sessions/notes", "sk-bob", None);
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(code(&r), "session_not_found");
+    assert_eq!(
+        call("GET", "/v1/sessions/notes", "sk-bob", None).status,
+        404
+    );
+    assert_eq!(kv_blocks_used(addr), held);
+    assert_eq!(
+        call("GET", "/v1/sessions/notes", "sk-alice", None).status,
+        200
+    );
+    let r = call("DELETE", "/v1/sessions/notes", "sk-alice", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        blocks_reach(addr, 0),
+        0,
+        "the deleted session's cache is freed"
+    );
+    server.stop();
+
+    // Without keys the id is what reaches a session: a delete from another address than
+    // the one that made it frees the cache too.
+    let server = TestServer::start(config());
+    let addr = server.addr;
+    assert_eq!(turn_from([127, 0, 0, 1], addr, "shared").status, 200);
+    assert!(kv_blocks_used(addr) > 0);
+    let r = request_from([127, 0, 0, 2], addr, "DELETE", "/v1/sessions/shared", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        blocks_reach(addr, 0),
+        0,
+        "the deleted session's cache is freed"
+    );
     server.stop();
 }
 

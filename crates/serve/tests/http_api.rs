@@ -315,14 +315,15 @@ fn a_session_continues_and_a_reset_takes_effect() {
         second["usage"]["prompt_tokens"]
     );
 
-    let list = server.get("/v1/sessions").json();
-    assert_eq!(list["data"][0]["id"], "s1");
-    assert_eq!(list["data"][0]["turns"], 2);
-    assert!(list["data"][0]["cached_tokens"].as_u64().unwrap() > 0);
+    let info = server.get("/v1/sessions/s1").json();
+    assert_eq!(info["id"], "s1");
+    assert_eq!(info["turns"], 2);
+    assert!(info["cached_tokens"].as_u64().unwrap() > 0);
 
     // The header names a session too; after DELETE the session starts empty.
     assert_eq!(server.delete("/v1/sessions/s1").status, 200);
     assert_eq!(server.delete("/v1/sessions/s1").status, 404);
+    assert_eq!(server.get("/v1/sessions/s1").status, 404);
     let r = server.post_raw(
         "/v1/chat/completions",
         &[("X-Session-Id", "s1")],

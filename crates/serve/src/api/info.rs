@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::{ApiError, AppState, ServedKind, ServedModel};
 use crate::keys::Caller;
-use crate::sessions::SessionRefusal;
+use crate::sessions::{SessionInfo, SessionRefusal};
 
 pub async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
     let models: Vec<Value> = state
@@ -88,39 +88,67 @@ pub async fn model(
     Ok(Json(describe(m)))
 }
 
-/// The caller's sessions only.
+/// The caller's sessions, on a server with API keys. Without keys the server cannot tell
+/// one client from another (every local client is 127.0.0.1), so listing would show each
+/// client the others' session ids: it is refused, and a session is reached by its id.
 pub async fn sessions(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
-) -> Json<Value> {
-    Json(json!({"object": "list", "data": state.sessions.list(caller)}))
+) -> Result<Json<Value>, ApiError> {
+    if caller.key.is_none() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "sessions are listed only on a server with API keys (start it with --api-key), \
+             where each key sees its own; without keys, use a session by its id: \
+             GET or DELETE /v1/sessions/ID",
+        )
+        .code("session_listing_needs_api_key"));
+    }
+    Ok(Json(
+        json!({"object": "list", "data": state.sessions.list(caller)}),
+    ))
 }
 
+fn unknown_session(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        SessionRefusal::Unknown(id.to_owned()).to_string(),
+    )
+    .param("session_id")
+    .code("session_not_found")
+}
+
+/// One session, to whoever may use it (with keys, its key; without, whoever knows its id).
+pub async fn session(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionInfo>, ApiError> {
+    state
+        .sessions
+        .get(&id, caller)
+        .map(Json)
+        .ok_or_else(|| unknown_session(&id))
+}
+
+/// Forgets a session and drops its KV cache from the engine of its model. Another key's
+/// session is 404, as an unknown one.
 pub async fn delete_session(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let model = state
-        .sessions
-        .list(caller)
-        .into_iter()
-        .find(|s| s.id == id)
-        .map(|s| s.model);
-    state.sessions.delete(&id, caller).map_err(|e| match e {
-        SessionRefusal::Unknown(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string())
-            .param("session_id")
-            .code("session_not_found"),
+    let model = state.sessions.delete(&id, caller).map_err(|e| match e {
+        SessionRefusal::Unknown(_) => unknown_session(&id),
         _ => ApiError::new(StatusCode::CONFLICT, e.to_string()).param("session_id"),
     })?;
-    for m in state
+    let engine = state
         .models
         .iter()
-        .filter(|m| Some(&m.id) == model.as_ref())
-    {
-        if let Some(engine) = m.engine() {
-            engine.drop_session(&id);
-        }
+        .find(|m| m.id == model)
+        .and_then(|m| m.engine());
+    if let Some(engine) = engine {
+        engine.drop_session(&id);
     }
     Ok(Json(
         json!({"id": id, "object": "session", "deleted": true}),

@@ -172,7 +172,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/sessions", get(info::sessions))
         .route(
             "/v1/sessions/{id}",
-            axum::routing::delete(info::delete_session),
+            get(info::session).delete(info::delete_session),
         )
         .route("/v1/chat/completions", post(generate::chat))
         .route("/v1/completions", post(generate::completions))
