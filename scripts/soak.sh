@@ -37,8 +37,12 @@ fi
 if [ -z "$embed" ] && [ "$device" = cpu ]; then
     if "$bin" info minilm >/dev/null 2>&1; then embed=minilm; else embed=synthetic:tiny-embed; fi
 fi
+# Every client is 127.0.0.1 and holds one session at a time; without API keys the address's
+# quota refuses new sessions rather than forget others', so it must hold them all.
+sessions=$(( clients * 2 > 256 ? clients * 2 : 256 ))
 args=(serve --model "soak=$chat" --device "$device" --port 0 --context 1024
-      --shutdown-grace "$grace" --queue 256)
+      --shutdown-grace "$grace" --queue 256 --max-sessions "$sessions"
+      --sessions-per-client "$sessions")
 [ -n "$embed" ] && args+=(--embedding-model "soak-embed=$embed")
 
 log="$(mktemp)"
