@@ -165,7 +165,7 @@ fn time_quench(decoder: &Decoder<f32>, prompt: &[u32], gen_tokens: usize) -> Res
     let mut token_times_s = Vec::with_capacity(gen_tokens);
     for k in 0..gen_tokens {
         if k > 0 {
-            let token = argmax(logits.row(0)).ok_or("the model returned no logits")?;
+            let token = argmax(logits.row(0)).ok_or("the model returned no logits, or only NaN")?;
             logits = decoder
                 .forward(&mut cache, &[token], Logits::Last)
                 .map_err(|e| format!("decode step {k}: {e}"))?;
@@ -173,7 +173,7 @@ fn time_quench(decoder: &Decoder<f32>, prompt: &[u32], gen_tokens: usize) -> Res
         token_times_s.push(start.elapsed().as_secs_f64());
     }
     // The last token is picked too, as llama.cpp's timing script does.
-    argmax(logits.row(0)).ok_or("the model returned no logits")?;
+    argmax(logits.row(0)).ok_or("the model returned no logits, or only NaN")?;
     Ok(Run {
         prefill_s,
         token_times_s,

@@ -211,12 +211,33 @@ fn bad_parameters_and_logits_are_refused_by_name() {
             other => panic!("{name}: {other:?}"),
         }
     }
-    let mut s = Sampler::new(sampled(1.0, 0, 1.0, 0.0, 0)).unwrap();
-    assert!(matches!(
-        s.sample(&[0.0, f32::NAN], &[]),
-        Err(EngineError::BadLogits { what: "NaN" })
-    ));
-    assert!(s.sample(&[f32::NEG_INFINITY; 3], &[]).is_err());
+    for params in [sampled(1.0, 0, 1.0, 0.0, 0), SamplingParams::greedy()] {
+        let mut s = Sampler::new(params).unwrap();
+        assert!(matches!(
+            s.sample(&[0.0, f32::NAN], &[]),
+            Err(EngineError::BadLogits { what: "NaN" })
+        ));
+        // +infinity would make every other probability 0 (and inf - inf NaN): refused too.
+        let e = s.sample(&[0.0, f32::INFINITY, 1.0], &[]).unwrap_err();
+        assert!(
+            matches!(e, EngineError::BadLogits { what: "+infinity" }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("+infinity"), "{e}");
+        assert!(s.sample(&[f32::NEG_INFINITY; 3], &[]).is_err());
+    }
+}
+
+/// argmax passes NaN over, so that a NaN first does not win by comparing above nothing,
+/// and has no answer for logits that are all NaN (the GPU's greedy step then refuses the
+/// row instead of drawing token 0).
+#[test]
+fn argmax_passes_nan_over() {
+    assert_eq!(argmax(&[f32::NAN; 4]), None);
+    assert_eq!(argmax(&[]), None);
+    assert_eq!(argmax(&[f32::NAN, 1.0, 3.0, f32::NAN, 2.0]), Some(2));
+    assert_eq!(argmax(&[f32::NAN, f32::NEG_INFINITY]), Some(1));
+    assert_eq!(argmax(&[1.0, f32::INFINITY]), Some(1));
 }
 
 #[test]

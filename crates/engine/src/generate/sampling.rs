@@ -92,11 +92,13 @@ impl SamplingParams {
     }
 }
 
-/// The index of the largest logit; the lowest index among equals.
+/// The index of the largest logit; the lowest index among equals. NaN is no number to
+/// pick: it is passed over (a NaN first would otherwise win, no value comparing above it),
+/// and logits that are all NaN (or none) give `None`.
 pub fn argmax(logits: &[f32]) -> Option<u32> {
     let mut best: Option<(usize, f32)> = None;
     for (i, &v) in logits.iter().enumerate() {
-        if best.is_none_or(|(_, b)| v > b) {
+        if !v.is_nan() && best.is_none_or(|(_, b)| v > b) {
             best = Some((i, v));
         }
     }

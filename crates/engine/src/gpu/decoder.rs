@@ -1200,3 +1200,20 @@ fn instrument(
     });
     Ok((state, sampled))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{greedy, GpuError};
+
+    #[test]
+    fn greedy_refuses_a_row_of_nan_and_passes_nan_over_elsewhere() {
+        let rows = vec![
+            Some(vec![0.5, f32::NAN, 2.0]),
+            Some(vec![f32::NAN; 3]),
+            Some(vec![1.0, 0.0]),
+        ];
+        assert!(matches!(greedy(rows), Err(GpuError::BadLogits { row: 1 })));
+        let rows = vec![Some(vec![f32::NAN, 1.0, 3.0]), Some(vec![2.0, 1.0])];
+        assert_eq!(greedy(rows).unwrap(), [2, 0]);
+    }
+}
