@@ -226,6 +226,54 @@ fn bad_files_and_options_fail_with_a_message() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `quench embed` on an embedder whose weights hold a NaN or an infinity (safetensors and
+/// GGUF): exit status 1 with a message naming the problem, and no vector printed; the same
+/// model undamaged embeds.
+#[test]
+fn embedding_with_nan_or_infinite_weights_fails_with_a_message() {
+    use quench_engine::synth::{write_tiny_embedder, EmbedderFormat};
+    let dir = scratch("damaged-embedder");
+    let cache = dir.join("cache");
+    let healthy = dir.join("healthy");
+    write_tiny_embedder(&healthy, EmbedderFormat::HuggingFace, 4, None).unwrap();
+    let out = quench(
+        &["embed", "-m", healthy.to_str().unwrap(), "hello"],
+        "",
+        &cache,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for (name, format, poison) in [
+        ("nan", EmbedderFormat::HuggingFace, f32::NAN),
+        ("inf", EmbedderFormat::HuggingFace, f32::INFINITY),
+        ("nan.gguf", EmbedderFormat::Gguf, f32::NAN),
+        ("inf.gguf", EmbedderFormat::Gguf, f32::NEG_INFINITY),
+    ] {
+        let path = dir.join(name);
+        write_tiny_embedder(&path, format, 4, Some(poison)).unwrap();
+        let model = path.to_str().unwrap();
+        for extra in [&[][..], &["--json"], &["--similarity"]] {
+            let mut args = vec!["embed", "-m", model];
+            args.extend_from_slice(extra);
+            args.extend(["hello", "a second text"]);
+            let out = quench(&args, "", &cache);
+            assert_eq!(out.status.code(), Some(1), "{name} {extra:?}");
+            let stderr = text(&out.stderr);
+            assert!(
+                stderr
+                    .lines()
+                    .any(|l| l.starts_with("error: ") && l.contains("NaN or infinite")),
+                "{name} {extra:?}: {stderr}"
+            );
+            assert!(
+                out.stdout.is_empty(),
+                "{name} {extra:?}: {}",
+                text(&out.stdout)
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn missing_models_name_the_pull_command() {
     let dir = scratch("missing");

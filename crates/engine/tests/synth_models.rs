@@ -2,7 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
+use quench_engine::synth::{
+    synthesize, tiny_embedding_model, write_tiny_embedder, EmbedderFormat, SynthArch, SynthDtype,
+    SynthOptions, SynthShape,
+};
 use quench_engine::{
     inspect, load, Device, EngineError, Format, GenerateOptions, LoadOptions, Message, ModelKind,
     Precision, Prompt, SamplingParams,
@@ -557,4 +560,57 @@ fn tool_calls_take_each_templates_form() {
             assert!(days.is_some_and(|d| (1..=7).contains(&d)), "{:?}", g.text);
         }
     }
+}
+
+/// The tiny embedder written as files loads and embeds as the one built in memory, in
+/// both formats; with a NaN or an infinite weight its embeddings are refused, never
+/// returned.
+#[test]
+fn the_tiny_embedder_on_file_embeds_as_in_memory_and_refuses_damaged_weights() {
+    let texts = ["the cat sat", "a dog ran!"];
+    let want = tiny_embedding_model(5).unwrap().embed(&texts).unwrap();
+    let dir = scratch("tiny-embed");
+    for format in [EmbedderFormat::HuggingFace, EmbedderFormat::Gguf] {
+        let path = match format {
+            EmbedderFormat::HuggingFace => dir.join("hf"),
+            EmbedderFormat::Gguf => dir.join("tiny-embed.gguf"),
+        };
+        write_tiny_embedder(&path, format, 5, None).unwrap();
+        let quench_engine::Model::Embedding(model) = load(&path, &LoadOptions::default()).unwrap()
+        else {
+            panic!("{format:?}: not an embedding model");
+        };
+        let got = model.embed(&texts).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.tokens, w.tokens, "{format:?}");
+            let diff = g
+                .vector
+                .iter()
+                .zip(&w.vector)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(diff < 1e-5, "{format:?}: differs by {diff}");
+        }
+        for (i, poison) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY]
+            .into_iter()
+            .enumerate()
+        {
+            let path = match format {
+                EmbedderFormat::HuggingFace => dir.join(format!("hf-poisoned-{i}")),
+                EmbedderFormat::Gguf => dir.join(format!("poisoned-{i}.gguf")),
+            };
+            write_tiny_embedder(&path, format, 5, Some(poison)).unwrap();
+            let quench_engine::Model::Embedding(model) =
+                load(&path, &LoadOptions::default()).unwrap()
+            else {
+                panic!("{format:?}: not an embedding model");
+            };
+            let err = model.embed(&texts).unwrap_err();
+            assert!(
+                matches!(err, EngineError::BadEmbedding),
+                "{format:?} with {poison}: {err}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

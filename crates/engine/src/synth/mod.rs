@@ -27,7 +27,9 @@ use serde_json::{json, Value};
 pub use shapes::{SynthArch, SynthShape};
 pub use tiny_bert::TinyBert;
 pub use tiny_chat::{tiny_chat_config, tiny_chat_model};
-pub use tiny_embed::{tiny_embedding_config, tiny_embedding_model};
+pub use tiny_embed::{
+    tiny_embedding_config, tiny_embedding_model, write_tiny_embedder, EmbedderFormat,
+};
 pub use weights::SynthDtype;
 
 use crate::error::{EngineError, Result};

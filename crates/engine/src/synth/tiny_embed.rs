@@ -1,8 +1,13 @@
 //! A tiny sentence embedder with seeded random weights, built in memory (BERT, WordPiece):
 //! for trying a server without a checkpoint and for tests.
 
+use std::path::Path;
+
 use quench_cpu::Encoder;
-use quench_models::arch::{ModelConfig, Naming};
+use quench_models::arch::{BertTensor, MemorySource, ModelConfig, Naming, TensorSource};
+use quench_models::gguf::{GgufWriter, MetadataArray, MetadataValue};
+use quench_models::safetensors::{Dtype, SafetensorsWriter};
+use quench_models::GgmlType;
 use quench_text::Tokenizer;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -49,10 +54,23 @@ pub fn tiny_embedding_model(seed: u64) -> Result<EmbeddingModel> {
 }
 
 /// The tiny embedder with the weights `src`.
-fn with_weights(src: quench_models::arch::MemorySource) -> Result<EmbeddingModel> {
+fn with_weights(src: MemorySource) -> Result<EmbeddingModel> {
     let shape = tiny_embedder();
     let encoder = Encoder::<f32>::load(shape.config(), &src, Naming::HuggingFace)?;
+    let tokenizer = Tokenizer::from_tokenizer_json_str(&tokenizer_json().to_string())
+        .map_err(|e| EngineError::text("the tiny embedder's tokenizer", e))?;
+    let info = ModelInfo::in_memory(shape.config(), src.parameters());
+    Ok(EmbeddingModel::new(
+        Encoders::F32(encoder),
+        tokenizer,
+        Pooling::Mean,
+        true,
+        info,
+    ))
+}
 
+/// The tiny embedder's WordPiece tokenizer as `tokenizer.json` writes it.
+fn tokenizer_json() -> Value {
     let vocab: Map<String, Value> = wordpiece_vocab()
         .into_iter()
         .enumerate()
@@ -66,7 +84,7 @@ fn with_weights(src: quench_models::arch::MemorySource) -> Result<EmbeddingModel
                    "lstrip": false, "rstrip": false, "single_word": false})
         })
         .collect();
-    let json = json!({
+    json!({
         "added_tokens": added,
         "normalizer": {"type": "BertNormalizer", "lowercase": true},
         "pre_tokenizer": {"type": "BertPreTokenizer"},
@@ -74,17 +92,199 @@ fn with_weights(src: quench_models::arch::MemorySource) -> Result<EmbeddingModel
         "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
         "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
                   "max_input_chars_per_word": 100, "vocab": vocab}
+    })
+}
+
+/// The file format [`write_tiny_embedder`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmbedderFormat {
+    /// A directory: `config.json`, `model.safetensors` (f32), `tokenizer.json`.
+    HuggingFace,
+    /// One GGUF file (f32 tensors, the WordPiece vocabulary as llama.cpp stores it).
+    Gguf,
+}
+
+/// Writes the tiny embedder with weights drawn from `seed` to `path` in `format`, for tests
+/// of the loaders, the CLI and the server on files; it embeds as
+/// [`tiny_embedding_model`]`(seed)` does. With `poison`, the first scale of the embeddings'
+/// LayerNorm, which every token passes through, is that value instead: a NaN or an
+/// infinity there damages every embedding, as a corrupt checkpoint would.
+pub fn write_tiny_embedder(
+    path: &Path,
+    format: EmbedderFormat,
+    seed: u64,
+    poison: Option<f32>,
+) -> Result<()> {
+    let shape = tiny_embedder();
+    let mut src = shape.weights(&mut ChaCha8Rng::seed_from_u64(seed))?;
+    if let Some(value) = poison {
+        let name = BertTensor::EmbeddingNormWeight.name(Naming::HuggingFace, "");
+        let (dims, mut data) = src.get(&name)?;
+        if let Some(first) = data.first_mut() {
+            *first = value;
+        }
+        src.insert(&name, dims, data)?;
+    }
+    match format {
+        EmbedderFormat::HuggingFace => write_hf(path, &shape, &src),
+        EmbedderFormat::Gguf => write_gguf(path, &shape, &src),
+    }
+}
+
+fn f32_bytes(data: &[f32]) -> Vec<u8> {
+    data.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Every tensor of the encoder, in the order the weights are drawn.
+fn bert_tensors(layers: usize) -> Vec<BertTensor> {
+    use quench_models::arch::BertLayerTensor as L;
+    let mut all = vec![
+        BertTensor::WordEmbedding,
+        BertTensor::PositionEmbedding,
+        BertTensor::TypeEmbedding,
+        BertTensor::EmbeddingNormWeight,
+        BertTensor::EmbeddingNormBias,
+    ];
+    for n in 0..layers {
+        all.extend(
+            [
+                L::Q,
+                L::QBias,
+                L::K,
+                L::KBias,
+                L::V,
+                L::VBias,
+                L::AttnOutput,
+                L::AttnOutputBias,
+                L::AttnNormWeight,
+                L::AttnNormBias,
+                L::Up,
+                L::UpBias,
+                L::Down,
+                L::DownBias,
+                L::OutputNormWeight,
+                L::OutputNormBias,
+            ]
+            .map(|t| BertTensor::Layer(n, t)),
+        );
+    }
+    all
+}
+
+/// A tensor as a file stores it: its name, its row-major dims and its f32 bytes.
+struct Stored {
+    name: String,
+    dims: Vec<u64>,
+    bytes: Vec<u8>,
+}
+
+/// The tensors under `naming`'s names.
+fn stored(shape: &TinyBert, src: &MemorySource, naming: Naming) -> Result<Vec<Stored>> {
+    bert_tensors(shape.layers)
+        .into_iter()
+        .map(|t| {
+            let (dims, data) = src.get(&t.name(Naming::HuggingFace, ""))?;
+            Ok(Stored {
+                name: t.name(naming, ""),
+                dims: dims.iter().map(|&d| d as u64).collect(),
+                bytes: f32_bytes(&data),
+            })
+        })
+        .collect()
+}
+
+fn write_hf(dir: &Path, shape: &TinyBert, src: &MemorySource) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|source| EngineError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let config = json!({
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "hidden_size": shape.hidden,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "intermediate_size": shape.ffn,
+        "hidden_act": "gelu",
+        "vocab_size": shape.vocab,
+        "max_position_embeddings": shape.max_positions,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+        "torch_dtype": "float32",
     });
-    let tokenizer = Tokenizer::from_tokenizer_json_str(&json.to_string())
-        .map_err(|e| EngineError::text("the tiny embedder's tokenizer", e))?;
-    let info = ModelInfo::in_memory(shape.config(), src.parameters());
-    Ok(EmbeddingModel::new(
-        Encoders::F32(encoder),
-        tokenizer,
-        Pooling::Mean,
-        true,
-        info,
-    ))
+    super::write_json(dir, "config.json", &config)?;
+    super::write_json(dir, "tokenizer.json", &tokenizer_json())?;
+    let tensors = stored(shape, src, Naming::HuggingFace)?;
+    let mut w = SafetensorsWriter::new();
+    for t in &tensors {
+        w.add_tensor(&t.name, Dtype::F32, &t.dims, &t.bytes)?;
+    }
+    w.write(dir.join("model.safetensors"))?;
+    Ok(())
+}
+
+fn write_gguf(path: &Path, shape: &TinyBert, src: &MemorySource) -> Result<()> {
+    let tensors = stored(shape, src, Naming::Gguf)?;
+    let mut w = GgufWriter::new();
+    let text = |s: &str| MetadataValue::String(s.to_owned());
+    let int = |n: usize| MetadataValue::U32(n as u32);
+    // llama.cpp's BERT vocabulary: a word's first piece marked with '▁', continuations
+    // without their "##", bracketed special tokens as they are.
+    let vocab = wordpiece_vocab();
+    let tokens: Vec<String> = vocab
+        .iter()
+        .map(|t| match t.strip_prefix("##") {
+            Some(rest) => rest.to_owned(),
+            None if t.starts_with('[') => t.clone(),
+            None => format!("\u{2581}{t}"),
+        })
+        .collect();
+    // Unknown (2) for [UNK], control (3) for the other bracketed ones, normal (1) else.
+    let types: Vec<i32> = vocab
+        .iter()
+        .map(|t| match t.as_str() {
+            "[UNK]" => 2,
+            t if t.starts_with('[') => 3,
+            _ => 1,
+        })
+        .collect();
+    let metadata = [
+        ("general.architecture", text("bert")),
+        ("general.name", text("tiny-embed")),
+        ("bert.embedding_length", int(shape.hidden)),
+        ("bert.block_count", int(shape.layers)),
+        ("bert.attention.head_count", int(shape.heads)),
+        ("bert.feed_forward_length", int(shape.ffn)),
+        ("bert.context_length", int(shape.max_positions)),
+        (
+            "bert.attention.layer_norm_epsilon",
+            MetadataValue::F32(1e-12),
+        ),
+        ("bert.pooling_type", int(1)),
+        ("tokenizer.ggml.model", text("bert")),
+        (
+            "tokenizer.ggml.tokens",
+            MetadataValue::Array(MetadataArray::String(tokens)),
+        ),
+        (
+            "tokenizer.ggml.token_type",
+            MetadataValue::Array(MetadataArray::I32(types)),
+        ),
+        ("tokenizer.ggml.padding_token_id", int(0)),
+        ("tokenizer.ggml.unknown_token_id", int(1)),
+        ("tokenizer.ggml.cls_token_id", int(2)),
+        ("tokenizer.ggml.seperator_token_id", int(3)),
+    ];
+    for (key, value) in metadata {
+        w.add_metadata(key, value)?;
+    }
+    for t in &tensors {
+        // ggml orders dims from the row length out.
+        let dims: Vec<u64> = t.dims.iter().rev().copied().collect();
+        w.add_tensor(&t.name, &dims, GgmlType::F32, &t.bytes)?;
+    }
+    w.write(path)?;
+    Ok(())
 }
 
 #[cfg(test)]
