@@ -7,13 +7,17 @@
 //! as usual, then [`commit`](Constraint::commit)s the drawn token. End-of-sequence tokens are
 //! allowed only where the grammar may end, and once the grammar can go no further
 //! [`Constraint::finished`] says so.
+//!
+//! The mask of the next token depends only on the tokens drawn so far, as does the model's
+//! next step: [`Constraint::overlap`] computes the mask on another thread while the step
+//! runs, so that a step waits only for what the mask takes beyond it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llguidance::api::TopLevelGrammar;
-use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
 use quench_text::Tokenizer;
 use serde_json::{json, Value};
@@ -174,8 +178,10 @@ impl Grammars {
         Ok(Constraint {
             matcher,
             logits_len: self.logits_len,
+            next: None,
             steps: 0,
-            mask_time: Duration::ZERO,
+            waited: Duration::ZERO,
+            computed: Duration::ZERO,
         })
     }
 }
@@ -186,25 +192,96 @@ impl Grammars {
 pub struct Constraint {
     matcher: Matcher,
     logits_len: usize,
+    /// The next token's mask, computed ahead ([`Constraint::overlap`]).
+    next: Option<Result<SimpleVob, String>>,
     steps: u64,
-    mask_time: Duration,
+    /// Time the steps waited for masks: computing those not computed ahead, the part of
+    /// those computed ahead that outlasted the step, and applying them.
+    waited: Duration,
+    /// Time spent computing masks, wherever it was spent.
+    computed: Duration,
+}
+
+/// What [`Constraint::mask_cost`] reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MaskCost {
+    /// Masks applied.
+    pub masks: u64,
+    /// Time the steps waited for them (computing and applying).
+    pub waited: Duration,
+    /// Time spent computing them, in the background or not.
+    pub computed: Duration,
 }
 
 impl Constraint {
-    /// Sets every logit the grammar does not allow next to -infinity. Fails when the
-    /// grammar has failed, or allows none of the tokens that `logits` holds.
+    /// Runs `step` (the model's next step, which does not depend on the grammar) while
+    /// another thread computes the mask of the token that step's logits will draw; the
+    /// next [`Constraint::mask`] uses it. Returns what `step` returned.
+    pub fn overlap<T>(&mut self, step: impl FnOnce() -> T) -> T {
+        Constraint::overlap_all(&mut [self], step)
+    }
+
+    /// As [`Constraint::overlap`] for the constraints of several sequences that one step
+    /// moves: a thread computes their masks, one after another, while `step` runs.
+    pub fn overlap_all<T>(constraints: &mut [&mut Constraint], step: impl FnOnce() -> T) -> T {
+        if constraints.is_empty() {
+            return step();
+        }
+        let matchers: Vec<&mut Matcher> = constraints.iter_mut().map(|c| &mut c.matcher).collect();
+        let (out, masks, waited) = std::thread::scope(|scope| {
+            let ahead = scope.spawn(move || {
+                matchers
+                    .into_iter()
+                    .map(|m| {
+                        let start = Instant::now();
+                        let mask = m.compute_mask().map_err(|e| e.to_string());
+                        (mask, start.elapsed())
+                    })
+                    .collect::<Vec<_>>()
+            });
+            let out = step();
+            let ready = Instant::now();
+            let masks = ahead.join().ok();
+            (out, masks, ready.elapsed())
+        });
+        let mut masks = masks.map(Vec::into_iter);
+        for c in constraints.iter_mut() {
+            let (mask, computed) = masks.as_mut().and_then(Iterator::next).unwrap_or_else(|| {
+                let failed = "computing the grammar's mask failed".to_string();
+                (Err(failed), Duration::ZERO)
+            });
+            c.next = Some(mask);
+            c.computed += computed;
+            c.waited += waited;
+        }
+        out
+    }
+
+    /// Sets every logit the grammar does not allow next to -infinity, with the mask
+    /// computed ahead if there is one. Returns the time the caller waited for it. Fails
+    /// when the grammar has failed, or allows none of the tokens that `logits` holds.
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<Duration, ConstrainError> {
         let start = Instant::now();
-        let mask = self
-            .matcher
-            .compute_mask()
-            .map_err(|e| ConstrainError::Decoding(e.to_string()))?;
+        let mask = match self.next.take() {
+            Some(ahead) => ahead,
+            None => {
+                let mask = self.matcher.compute_mask().map_err(|e| e.to_string());
+                self.computed += start.elapsed();
+                mask
+            }
+        }
+        .map_err(ConstrainError::Decoding)?;
         let words = mask.as_slice();
         let mut any = false;
         for (w, chunk) in logits.chunks_mut(32).enumerate() {
             let bits = words.get(w).copied().unwrap_or(0);
             if bits == u32::MAX {
                 any |= chunk.iter().any(|&v| v != f32::NEG_INFINITY);
+                continue;
+            }
+            // Most words of a mask allow nothing.
+            if bits == 0 {
+                chunk.fill(f32::NEG_INFINITY);
                 continue;
             }
             for (b, v) in chunk.iter_mut().enumerate() {
@@ -217,7 +294,7 @@ impl Constraint {
         }
         let spent = start.elapsed();
         self.steps += 1;
-        self.mask_time += spent;
+        self.waited += spent;
         if any {
             Ok(spent)
         } else {
@@ -227,6 +304,8 @@ impl Constraint {
 
     /// Takes the drawn `token` into the grammar's state.
     pub fn commit(&mut self, token: u32) -> Result<(), ConstrainError> {
+        // A mask computed ahead was for the state before this token.
+        self.next = None;
         self.matcher
             .consume_token(token)
             .map_err(|e| ConstrainError::Decoding(e.to_string()))
@@ -242,9 +321,14 @@ impl Constraint {
         self.matcher.is_accepting().unwrap_or(false)
     }
 
-    /// Masks computed so far and the time they took.
-    pub fn mask_cost(&self) -> (u64, Duration) {
-        (self.steps, self.mask_time)
+    /// Masks applied so far, the time steps waited for them and the time spent computing
+    /// them.
+    pub fn mask_cost(&self) -> MaskCost {
+        MaskCost {
+            masks: self.steps,
+            waited: self.waited,
+            computed: self.computed,
+        }
     }
 
     /// Logits per step this constraint was built for.
@@ -308,7 +392,7 @@ mod tests {
         let text = model.tokenizer().decode(&ids, true).unwrap();
         assert_eq!(text, "{}");
         assert!(c.finished());
-        assert!(c.mask_cost().0 >= 2);
+        assert!(c.mask_cost().masks >= 2);
     }
 
     #[test]
@@ -379,5 +463,61 @@ mod tests {
             assert_eq!(words[e as usize][0], TokTrie::SPECIAL_TOKEN_MARKER);
         }
         assert!(words[tok.vocab_size()].is_empty());
+    }
+
+    /// Masks computed ahead, beside a step ([`Constraint::overlap_all`], several
+    /// constraints at once), are the masks computed in place, at every step of a reply;
+    /// a mask computed ahead of a token that was then committed is not used.
+    #[test]
+    fn masks_computed_ahead_are_the_masks_computed_in_place() {
+        let (g, eos, len) = grammars();
+        let schema = json!({
+            "type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 6},
+                           "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+            "required": ["name", "n"],
+            "additionalProperties": false
+        });
+        let format = OutputFormat::JsonSchema {
+            schema,
+            strict: true,
+        };
+        let mut plain = g.constraint(&format).unwrap();
+        let mut ahead = [plain.clone(), plain.clone()];
+        // Given a mask ahead of each token it then commits, and never one after.
+        let mut stale = plain.clone();
+        let (mut steps, mut t) = (0, 0u32);
+        loop {
+            let mut want = vec![0.0f32; len];
+            plain.mask(&mut want).unwrap();
+            let [a, b] = &mut ahead;
+            let ran = Constraint::overlap_all(&mut [a, b], || 7);
+            assert_eq!(ran, 7);
+            for c in ahead.iter_mut().chain([&mut stale]) {
+                let mut got = vec![0.0f32; len];
+                c.mask(&mut got).unwrap();
+                assert_eq!(got, want, "step {steps}");
+            }
+            // Draw the allowed token after the last one drawn, to vary the reply.
+            let allowed = |t: u32| want[t as usize] != f32::NEG_INFINITY;
+            t = (t + 1..len as u32)
+                .chain(0..=t)
+                .find(|&t| allowed(t))
+                .unwrap();
+            if eos.contains(&t) {
+                break;
+            }
+            plain.commit(t).unwrap();
+            stale.overlap(|| ());
+            for c in ahead.iter_mut().chain([&mut stale]) {
+                c.commit(t).unwrap();
+            }
+            steps += 1;
+            if plain.finished() {
+                break;
+            }
+        }
+        assert!(steps > 5, "{steps}");
+        assert!(ahead[0].mask_cost().computed > Duration::ZERO);
     }
 }

@@ -6,7 +6,7 @@ mod run;
 mod sampling;
 mod text_stream;
 
-pub use constrain::{ConstrainError, Constraint, Grammars, OutputFormat};
+pub use constrain::{ConstrainError, Constraint, Grammars, MaskCost, OutputFormat};
 pub use run::{
     generate, generate_constrained, CausalLm, Continuation, Drawn, FinishReason, GenerateOptions,
 };

@@ -145,7 +145,11 @@ pub fn generate_constrained(
     if options.max_tokens == 0 {
         return Ok(text.finish(tokens, FinishReason::MaxTokens));
     }
-    let mut logits = model.feed(prompt)?;
+    let mut logits = match constraint.as_deref_mut() {
+        // The first mask is computed while the model reads the prompt.
+        Some(c) => c.overlap(|| model.feed(prompt))?,
+        None => model.feed(prompt)?,
+    };
     loop {
         if let Some(c) = constraint.as_deref_mut() {
             c.mask(&mut logits)?;
@@ -181,6 +185,10 @@ pub fn generate_constrained(
             }
             None => on_token(token, &text.release_final()),
         }
-        logits = model.feed(&[token])?;
+        logits = match constraint.as_deref_mut() {
+            // The next mask is computed while the model takes the token.
+            Some(c) => c.overlap(|| model.feed(&[token]))?,
+            None => model.feed(&[token])?,
+        };
     }
 }

@@ -654,15 +654,22 @@ impl Scheduler {
             return;
         }
 
-        let mut items: Vec<BatchItem<'_>> = self
-            .running
-            .iter_mut()
-            .map(|s| BatchItem {
+        // The masks of the grammars whose sequences draw after this step are computed on
+        // another thread while the model steps.
+        let mut items: Vec<BatchItem<'_>> = Vec::with_capacity(self.running.len());
+        let mut ahead: Vec<&mut Constraint> = Vec::new();
+        for s in self.running.iter_mut() {
+            let draws = s.fed + s.planned == s.tokens.len();
+            if let (true, Some(c)) = (draws, s.job.constraint.as_deref_mut()) {
+                ahead.push(c);
+            }
+            items.push(BatchItem {
                 session: s.cache.as_mut().expect("running sequences have a cache"),
                 tokens: &s.tokens[s.fed..s.fed + s.planned],
-            })
-            .collect();
-        let results = self.model.step(&mut items);
+            });
+        }
+        let model = &self.model;
+        let results = Constraint::overlap_all(&mut ahead, || model.step(&mut items));
         drop(items);
 
         let mut failed = Vec::new();
