@@ -368,8 +368,8 @@ fn a_model_with_no_room_for_the_prompt_in_its_kv_budget_refuses_it() {
 }
 
 /// Bodies a web page could POST from another origin without a preflight (plain text,
-/// forms) are refused with 415 before they are parsed, on every route that reads JSON;
-/// `application/json` with a charset, and a body without a type, are read.
+/// forms, a body without a type) are refused with 415 before they are parsed, on every
+/// route that reads JSON; `application/json`, with a charset or not, is read.
 #[test]
 fn bodies_not_sent_as_json_are_refused() {
     let server = TestServer::start(config());
@@ -397,7 +397,9 @@ fn bodies_not_sent_as_json_are_refused() {
     s.write_all(head.as_bytes()).unwrap();
     s.write_all(chat).unwrap();
     let r = common::read_response(&mut std::io::BufReader::new(s));
-    assert_eq!(r.status, 200, "a body without a type: {}", r.text());
+    refused(&r, 415, None, "a body without a type");
+    assert_eq!(r.json()["error"]["code"], "unsupported_media_type");
+    assert!(r.text().contains("application/json"), "{}", r.text());
     ok_chat(&server);
     server.stop();
 }

@@ -35,12 +35,19 @@ pub async fn read_json_split<A: DeserializeOwned, B: DeserializeOwned>(
     parse_json_split(&read_body(headers, body, limits).await?)
 }
 
-/// Refuses a body declared as anything but JSON: the forms a web page may POST to another
-/// origin without asking first (`text/plain`, `multipart/form-data`, URL-encoded forms)
-/// never reach the parser. A body without a `Content-Type` is read as JSON.
+/// Refuses a body not declared as JSON: the forms a web page may POST to another origin
+/// without asking first (`text/plain`, `multipart/form-data`, URL-encoded forms) never
+/// reach the parser, nor does a body with no `Content-Type`, which a page may send unasked
+/// too (a `fetch` of a `Blob` without a type, `navigator.sendBeacon`). OpenAI's clients,
+/// and any JSON client, declare `application/json`.
 fn check_json_type(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(given) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "the request body must be JSON sent as `Content-Type: application/json`; this \
+             request declares no Content-Type",
+        )
+        .code("unsupported_media_type"));
     };
     let media = given
         .to_str()
