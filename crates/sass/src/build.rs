@@ -1,9 +1,18 @@
 //! A cubin for one kernel from its code and ABI, laid out as ptxas lays out its own:
 //! string tables, symbols, `.nv.compat`, the `.note.nv.tkinfo` and `.note.nv.cuinfo`
 //! notes (at ptxas's indices 5 and 6), `.nv.info` (register count, frame and stack sizes),
-//! `.nv.info.<kernel>` (parameters, exit offsets, barriers, parameter bank),
-//! `.text.<kernel>`, `.nv.shared.<kernel>` when it uses shared memory, and
-//! `.nv.constant0.<kernel>`, with the five program headers ptxas writes.
+//! `.nv.info.<kernel>` (parameters, exit offsets, barriers, parameter bank, and the
+//! records ptxas writes for every sm_90 kernel), `.text.<kernel>`, `.nv.shared.<kernel>`
+//! when it uses shared memory, and `.nv.constant0.<kernel>`, with the five program headers
+//! ptxas writes.
+//!
+//! A kernel may come with device functions in code sections of their own, as the driver's
+//! JIT (a linker, unlike ptxas) writes the slow paths of division and square root: each
+//! gets `.text.<function>` (before the kernel's, as nvlink orders them), a local function
+//! symbol, `.nv.info.<function>`, its register count in `.nv.info`, and an edge in
+//! `.nv.callgraph` from each caller; the calls are relocations in `.rela.text.<caller>`
+//! that the driver resolves when it loads the code (`CALL.ABS` to the function, and the
+//! return address in two `MOV`s), since a section's address is known only then.
 
 use crate::cubin::{
     self, Symbol, PARAM_BASE, STB_GLOBAL, STB_LOCAL, STO_CUDA_ENTRY, STT_FUNC, STT_SECTION,
@@ -97,17 +106,110 @@ impl KernelDesc {
             barriers: k.barriers.unwrap_or(0),
             exit_offsets: k.exit_offsets.clone(),
             max_threads,
-            subroutines: c
-                .symbols
-                .iter()
-                .enumerate()
-                .filter(|(i, s)| {
-                    *i != k.symbol && s.kind() == STT_FUNC && usize::from(s.shndx) == k.text_section
-                })
-                .map(|(_, s)| (s.name.clone(), s.value, s.size))
-                .collect(),
+            subroutines: subroutines(c, k),
         })
     }
+}
+
+/// A device function in a code section of its own, which the kernel (or another function)
+/// calls through relocations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionDesc {
+    pub name: String,
+    /// The code: whole 16-byte instructions.
+    pub text: Vec<u8>,
+    pub registers: u32,
+    /// Subroutines inside its code: name, offset and size (local function symbols).
+    pub subroutines: Vec<(String, u64, u64)>,
+}
+
+/// A relocation of code, which the driver applies when it loads the cubin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelocDesc {
+    /// The kernel or function whose code it patches.
+    pub function: String,
+    /// Byte offset of the patched instruction in that code.
+    pub offset: u64,
+    /// `R_CUDA_…` (see [`cubin::RELOCATIONS`]): which bits it fills, and with what.
+    pub r_type: u32,
+    /// The function symbol whose address, plus `addend`, goes into those bits.
+    pub symbol: String,
+    pub addend: i64,
+}
+
+/// Everything needed to write a cubin: one kernel, the device functions it calls, and the
+/// relocations that connect them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleDesc {
+    pub kernel: KernelDesc,
+    pub functions: Vec<FunctionDesc>,
+    pub relocs: Vec<RelocDesc>,
+}
+
+impl ModuleDesc {
+    /// A kernel alone.
+    pub fn kernel(kernel: KernelDesc) -> ModuleDesc {
+        ModuleDesc {
+            kernel,
+            functions: Vec::new(),
+            relocs: Vec::new(),
+        }
+    }
+
+    /// The description of kernel `k` of a parsed cubin with every device function of the
+    /// cubin and the relocations of their code.
+    pub fn from_cubin(c: &cubin::Cubin, k: &cubin::Kernel) -> Result<ModuleDesc> {
+        let kernel = KernelDesc::from_cubin(c, k)?;
+        let mut functions = Vec::new();
+        for f in &c.functions {
+            functions.push(FunctionDesc {
+                name: f.name.clone(),
+                text: c.text(f).to_vec(),
+                registers: f.registers.ok_or_else(|| {
+                    SassError::malformed(format!("function {}", f.name), "no EIATTR_REGCOUNT")
+                })?,
+                subroutines: subroutines(c, f),
+            });
+        }
+        let mut relocs = Vec::new();
+        for f in std::iter::once(k).chain(&c.functions) {
+            for r in &f.relocs {
+                let symbol = c.symbols.get(r.sym as usize).ok_or_else(|| {
+                    SassError::malformed(
+                        format!("section .rela.text.{}", f.name),
+                        format!(
+                            "relocation at {:#x} names symbol {}, which does not exist",
+                            r.offset, r.sym
+                        ),
+                    )
+                })?;
+                relocs.push(RelocDesc {
+                    function: f.name.clone(),
+                    offset: r.offset,
+                    r_type: r.r_type,
+                    symbol: symbol.name.clone(),
+                    addend: r.addend,
+                });
+            }
+        }
+        Ok(ModuleDesc {
+            kernel,
+            functions,
+            relocs,
+        })
+    }
+}
+
+/// The function symbols inside the code of `k` other than its own (ptxas's subroutines).
+fn subroutines(c: &cubin::Cubin, k: &cubin::Kernel) -> Vec<(String, u64, u64)> {
+    c.symbols
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            *i != k.symbol && s.kind() == STT_FUNC && usize::from(s.shndx) == k.text_section
+        })
+        .map(|(_, s)| (s.name.clone(), s.value, s.size))
+        .collect()
 }
 
 /// The `.nv.compat` records ptxas 13.0 writes for an sm_90 kernel (cuobjdump refuses a
@@ -176,6 +278,22 @@ fn tkinfo_note() -> Section {
     )
 }
 
+/// `EIATTR_SW_WAR` with the value ptxas 13.0 and nvlink write into every sm_90 kernel's
+/// and function's records of the library (8; what the driver does with it is not known
+/// here, so quench's files carry it as NVIDIA's tools write it).
+fn sw_war() -> Attr {
+    Attr::bytes(nvinfo::EIATTR_SW_WAR, 8u32.to_le_bytes().to_vec())
+}
+
+/// `EIATTR_MERCURY_ISA_VERSION` 1.1, which ptxas 13.0 and nvlink write into every sm_90
+/// kernel's and function's records of the library.
+fn mercury_isa_version() -> Attr {
+    Attr {
+        attr: nvinfo::EIATTR_MERCURY_ISA_VERSION,
+        value: Value::Half(0x0101),
+    }
+}
+
 /// A growing string table.
 struct Strtab(Vec<u8>);
 
@@ -215,23 +333,75 @@ fn section(name: &str, sh_type: u32, flags: u64, data: Vec<u8>, align: u64) -> S
     }
 }
 
-/// Writes the cubin of `k`.
-pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
-    let what = format!("kernel {}", k.name);
-    if k.text.is_empty() || !k.text.len().is_multiple_of(16) {
+/// Checks that `text` is whole instructions and `registers` fits, for `what`.
+fn check_code(what: &str, text: &[u8], registers: u32) -> Result<()> {
+    if text.is_empty() || !text.len().is_multiple_of(16) {
         return Err(SassError::malformed(
-            &what,
+            what,
             format!(
                 "code of {} bytes is not whole 16-byte instructions",
-                k.text.len()
+                text.len()
             ),
         ));
     }
-    if k.registers > 255 {
+    if registers > 255 {
         return Err(SassError::malformed(
-            &what,
-            format!("{} registers exceed 255", k.registers),
+            what,
+            format!("{registers} registers exceed 255"),
         ));
+    }
+    Ok(())
+}
+
+/// Local function symbols for the subroutines inside a code section.
+fn subroutine_symbols(
+    what: &str,
+    subs: &[(String, u64, u64)],
+    code_len: usize,
+    section: usize,
+    strs: &mut Strtab,
+) -> Result<Vec<Symbol>> {
+    let mut out = Vec::new();
+    for (name, value, size) in subs {
+        let end = value.checked_add(*size);
+        if end.is_none_or(|e| e > code_len as u64) {
+            return Err(SassError::malformed(
+                what,
+                format!("subroutine {name} at {value:#x} (+{size:#x}) is outside the code"),
+            ));
+        }
+        out.push(Symbol {
+            name: name.clone(),
+            name_offset: strs.add(name),
+            info: (STB_LOCAL << 4) | STT_FUNC,
+            other: 0,
+            shndx: section as u16,
+            value: *value,
+            size: *size,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes the cubin of `k`.
+pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
+    build_module(&ModuleDesc::kernel(k.clone()))
+}
+
+/// Writes the cubin of a kernel with its device functions and relocations.
+pub fn build_module(m: &ModuleDesc) -> Result<Vec<u8>> {
+    let k = &m.kernel;
+    let what = format!("kernel {}", k.name);
+    check_code(&what, &k.text, k.registers)?;
+    for (i, f) in m.functions.iter().enumerate() {
+        let fwhat = format!("function {}", f.name);
+        check_code(&fwhat, &f.text, f.registers)?;
+        if f.name == k.name || m.functions[..i].iter().any(|g| g.name == f.name) {
+            return Err(SassError::malformed(
+                fwhat,
+                "a second function of that name",
+            ));
+        }
     }
     // Parameter offsets: each aligned to its own alignment.
     let mut kparams = Vec::new();
@@ -264,12 +434,48 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
     let param_bytes =
         u16::try_from(off).map_err(|_| SassError::malformed(&what, "parameters exceed 64 KiB"))?;
 
+    // The code units: the functions, then the kernel (nvlink's order of their sections).
+    let units: Vec<(&str, &[u8])> = m
+        .functions
+        .iter()
+        .map(|f| (f.name.as_str(), f.text.as_slice()))
+        .chain([(k.name.as_str(), k.text.as_slice())])
+        .collect();
+    let kernel_unit = m.functions.len();
+    let unit_of = |name: &str| units.iter().position(|(n, _)| *n == name);
+    for r in &m.relocs {
+        let u = unit_of(&r.function).ok_or_else(|| {
+            SassError::malformed(
+                format!("relocation of {} at {:#x}", r.function, r.offset),
+                "no kernel or function of that name",
+            )
+        })?;
+        if r.offset >= units[u].1.len() as u64 {
+            return Err(SassError::malformed(
+                format!("relocation of {} at {:#x}", r.function, r.offset),
+                format!("outside its {} bytes of code", units[u].1.len()),
+            ));
+        }
+    }
+    // Units whose code has relocations, each with a `.rela.text.<unit>`.
+    let relocated: Vec<usize> = (0..units.len())
+        .filter(|&u| m.relocs.iter().any(|r| r.function == units[u].0))
+        .collect();
+
     // Section indices, fixed up front because records and symbols refer to them.
+    let nf = m.functions.len();
     let has_shared = k.shared_bytes > 0;
-    let (shstrtab, strtab, symtab, text) = (1usize, 2usize, 3usize, 10usize);
-    let shared = has_shared.then_some(11usize);
-    let constant0 = if has_shared { 12usize } else { 11 };
-    // Symbols: the null symbol, a section symbol for the text and constant sections, then
+    let (shstrtab, strtab, symtab, compat, tkinfo) = (1usize, 2usize, 3usize, 4usize, 5usize);
+    let kernel_info = 8usize;
+    let callgraph = kernel_info + 1 + nf;
+    let first_rela = callgraph + 1;
+    let first_text = first_rela + relocated.len();
+    let text_of = |u: usize| first_text + u;
+    let text = text_of(kernel_unit);
+    let shared = has_shared.then_some(text + 1);
+    let constant0 = text + 1 + usize::from(has_shared);
+    // Symbols: the null symbol, a section symbol for the kernel's text and constant
+    // sections, each function's section and (local) function symbol, the subroutines, then
     // the kernel (globals after locals, as ELF requires).
     let mut strs = Strtab::new();
     let mut syms = vec![Symbol {
@@ -281,39 +487,52 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
         value: 0,
         size: 0,
     }];
+    let section_symbol = |name: &str, idx: usize, strs: &mut Strtab| Symbol {
+        name: name.to_string(),
+        name_offset: strs.add(name),
+        info: (STB_LOCAL << 4) | STT_SECTION,
+        other: 0,
+        shndx: idx as u16,
+        value: 0,
+        size: 0,
+    };
     let text_name = format!(".text.{}", k.name);
     let const_name = format!(".nv.constant0.{}", k.name);
-    for (name, idx) in [(&text_name, text), (&const_name, constant0)] {
+    syms.push(section_symbol(&text_name, text, &mut strs));
+    let constant0_sym = syms.len() as u32;
+    syms.push(section_symbol(&const_name, constant0, &mut strs));
+    // Symbol index of each unit's function symbol, and of every function symbol by name.
+    let mut unit_sym = vec![0u32; units.len()];
+    for (u, f) in m.functions.iter().enumerate() {
+        syms.push(section_symbol(
+            &format!(".text.{}", f.name),
+            text_of(u),
+            &mut strs,
+        ));
+        unit_sym[u] = syms.len() as u32;
         syms.push(Symbol {
-            name: name.clone(),
-            name_offset: strs.add(name),
-            info: (STB_LOCAL << 4) | STT_SECTION,
-            other: 0,
-            shndx: idx as u16,
-            value: 0,
-            size: 0,
-        });
-    }
-    for (name, value, size) in &k.subroutines {
-        let end = value.checked_add(*size);
-        if end.is_none_or(|e| e > k.text.len() as u64) {
-            return Err(SassError::malformed(
-                &what,
-                format!("subroutine {name} at {value:#x} (+{size:#x}) is outside the code"),
-            ));
-        }
-        syms.push(Symbol {
-            name: name.clone(),
-            name_offset: strs.add(name),
+            name: f.name.clone(),
+            name_offset: strs.add(&f.name),
             info: (STB_LOCAL << 4) | STT_FUNC,
             other: 0,
-            shndx: text as u16,
-            value: *value,
-            size: *size,
+            shndx: text_of(u) as u16,
+            value: 0,
+            size: f.text.len() as u64,
         });
+        let subs = subroutine_symbols(
+            &format!("function {}", f.name),
+            &f.subroutines,
+            f.text.len(),
+            text_of(u),
+            &mut strs,
+        )?;
+        syms.extend(subs);
     }
+    let subs = subroutine_symbols(&what, &k.subroutines, k.text.len(), text, &mut strs)?;
+    syms.extend(subs);
     let first_global = syms.len() as u32;
     let kernel_sym = syms.len() as u32;
+    unit_sym[kernel_unit] = kernel_sym;
     syms.push(Symbol {
         name: k.name.clone(),
         name_offset: strs.add(&k.name),
@@ -323,30 +542,79 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
         value: 0,
         size: k.text.len() as u64,
     });
+    let function_symbol = |name: &str| {
+        syms.iter()
+            .position(|s| s.kind() == STT_FUNC && s.name == name)
+            .map(|i| i as u32)
+    };
 
-    let global_info = vec![
+    // Relocations by the unit they patch, with symbol indices; and the call graph's edges:
+    // a unit whose code names another unit's function symbol calls it (the return address
+    // names the caller's own symbol, which is no edge).
+    let mut relas: Vec<Vec<cubin::Reloc>> = vec![Vec::new(); units.len()];
+    let mut edges: Vec<(u32, u32)> = Vec::new();
+    for r in &m.relocs {
+        let u = unit_of(&r.function).unwrap_or(kernel_unit);
+        let sym = function_symbol(&r.symbol).ok_or_else(|| {
+            SassError::malformed(
+                format!("relocation of {} at {:#x}", r.function, r.offset),
+                format!("names {}, which is no function of this cubin", r.symbol),
+            )
+        })?;
+        relas[u].push(cubin::Reloc {
+            offset: r.offset,
+            sym,
+            r_type: r.r_type,
+            addend: r.addend,
+        });
+        if let Some(callee) = unit_of(&r.symbol).filter(|&c| c != u) {
+            let edge = (unit_sym[u], unit_sym[callee]);
+            if !edges.contains(&edge) {
+                edges.push(edge);
+            }
+        }
+    }
+
+    let mut global_info = vec![
         Attr::sym_u32(nvinfo::EIATTR_REGCOUNT, kernel_sym, k.registers),
         Attr::sym_u32(nvinfo::EIATTR_FRAME_SIZE, kernel_sym, 0),
         Attr::sym_u32(nvinfo::EIATTR_MIN_STACK_SIZE, kernel_sym, 0),
     ];
-    let mut kernel_info = vec![Attr::bytes(
+    for (u, f) in m.functions.iter().enumerate() {
+        global_info.push(Attr::sym_u32(
+            nvinfo::EIATTR_REGCOUNT,
+            unit_sym[u],
+            f.registers,
+        ));
+        global_info.push(Attr::sym_u32(nvinfo::EIATTR_FRAME_SIZE, unit_sym[u], 0));
+    }
+    let mut kernel_records = vec![Attr::bytes(
         nvinfo::EIATTR_CUDA_API_VERSION,
         0x82u32.to_le_bytes().to_vec(),
     )];
     // ptxas lists the parameters last to first.
     for p in kparams.iter().rev() {
-        kernel_info.push(p.record()?);
+        kernel_records.push(p.record()?);
     }
-    kernel_info.push(Attr {
+    kernel_records.push(Attr {
+        attr: nvinfo::EIATTR_SPARSE_MMA_MASK,
+        value: Value::Half(0),
+    });
+    kernel_records.push(Attr {
         attr: nvinfo::EIATTR_MAXREG_COUNT,
         value: Value::Half(0xff),
     });
     if k.barriers > 0 {
-        kernel_info.push(Attr {
+        // A byte record, as ptxas writes it (nvdisasm and cuobjdump print EIFMT_BVAL).
+        let b = u8::try_from(k.barriers).map_err(|_| {
+            SassError::malformed(&what, format!("{} barriers exceed 255", k.barriers))
+        })?;
+        kernel_records.push(Attr {
             attr: nvinfo::EIATTR_NUM_BARRIERS,
-            value: Value::Half(k.barriers),
+            value: Value::Byte(b),
         });
     }
+    kernel_records.push(mercury_isa_version());
     if !k.exit_offsets.is_empty() {
         for &e in &k.exit_offsets {
             if e as usize >= k.text.len() || e % 16 != 0 {
@@ -361,23 +629,38 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
             .iter()
             .flat_map(|e| e.to_le_bytes())
             .collect();
-        kernel_info.push(Attr::bytes(nvinfo::EIATTR_EXIT_INSTR_OFFSETS, d));
+        kernel_records.push(Attr::bytes(nvinfo::EIATTR_EXIT_INSTR_OFFSETS, d));
     }
     if let Some(t) = k.max_threads {
-        kernel_info.push(Attr::bytes(
+        kernel_records.push(Attr::bytes(
             nvinfo::EIATTR_MAX_THREADS,
             t.iter().flat_map(|v| v.to_le_bytes()).collect(),
         ));
     }
-    kernel_info.push(Attr::bytes(nvinfo::EIATTR_CRS_STACK_SIZE, vec![0; 4]));
-    kernel_info.push(Attr {
+    kernel_records.push(Attr::bytes(nvinfo::EIATTR_CRS_STACK_SIZE, vec![0; 4]));
+    kernel_records.push(Attr {
         attr: nvinfo::EIATTR_CBANK_PARAM_SIZE,
         value: Value::Half(param_bytes),
     });
     // PARAM_CBANK: the constant-bank section's symbol, then (size << 16) | offset.
-    let mut pc = 2u32.to_le_bytes().to_vec();
+    let mut pc = constant0_sym.to_le_bytes().to_vec();
     pc.extend_from_slice(&((u32::from(param_bytes) << 16) | PARAM_BASE).to_le_bytes());
-    kernel_info.push(Attr::bytes(nvinfo::EIATTR_PARAM_CBANK, pc));
+    kernel_records.push(Attr::bytes(nvinfo::EIATTR_PARAM_CBANK, pc));
+    kernel_records.push(sw_war());
+    // A function's records, as nvlink writes them.
+    let function_records = vec![
+        sw_war(),
+        Attr::bytes(nvinfo::EIATTR_CRS_STACK_SIZE, vec![0; 4]),
+        mercury_isa_version(),
+        Attr {
+            attr: nvinfo::EIATTR_SPARSE_MMA_MASK,
+            value: Value::Half(0),
+        },
+        Attr::bytes(
+            nvinfo::EIATTR_CUDA_API_VERSION,
+            0x82u32.to_le_bytes().to_vec(),
+        ),
+    ];
 
     let mut sections = vec![section("", elf::SHT_NULL, 0, Vec::new(), 0)];
     sections.push(section(".shstrtab", elf::SHT_STRTAB, 0, Vec::new(), 1));
@@ -393,8 +676,9 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
     s.info = first_global;
     s.entsize = 24;
     sections.push(s);
-    // The notes at indices 5 and 6, where ptxas puts them: `cuobjdump -elf` calls this
-    // file an invalid ELF with `.note.nv.cuinfo` at index 4, 5 or 7, and reads it at 6.
+    // The notes at indices 5 and 6, where ptxas puts them: `cuobjdump -elf` calls a file
+    // an invalid ELF unless section 6 is a note (measured by moving sections of ptxas's
+    // files and quench's; nothing else about their order mattered).
     sections.push(section(
         ".nv.compat",
         elf::SHT_CUDA_COMPAT,
@@ -403,7 +687,12 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
         4,
     ));
     sections.push(tkinfo_note());
-    sections.push(cuinfo_note());
+    // ptxas and nvlink link the cuinfo note to the tkinfo note and give `.nv.compat` as
+    // its info section.
+    let mut s = cuinfo_note();
+    s.link = tkinfo as u32;
+    s.info = compat as u32;
+    sections.push(s);
     let mut s = section(
         ".nv.info",
         elf::SHT_CUDA_INFO,
@@ -417,31 +706,62 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
         &format!(".nv.info.{}", k.name),
         elf::SHT_CUDA_INFO,
         elf::SHF_INFO_LINK,
-        nvinfo::write(&kernel_info)?,
+        nvinfo::write(&kernel_records)?,
         4,
     );
     s.link = symtab as u32;
     s.info = text as u32;
     sections.push(s);
-    // The call graph of a kernel that calls nothing, as ptxas writes it: (0, -1) .. (0, -4).
-    let graph = (1..=4u32)
-        .flat_map(|i| [0u32, 0u32.wrapping_sub(i)])
+    for (u, f) in m.functions.iter().enumerate() {
+        let mut s = section(
+            &format!(".nv.info.{}", f.name),
+            elf::SHT_CUDA_INFO,
+            elf::SHF_INFO_LINK,
+            nvinfo::write(&function_records)?,
+            4,
+        );
+        s.link = symtab as u32;
+        s.info = text_of(u) as u32;
+        sections.push(s);
+    }
+    // The call graph as ptxas and nvlink write it: (0, -1), each call (caller, callee) by
+    // symbol, then (0, -2) .. (0, -4).
+    let graph = [(0u32, u32::MAX)]
+        .into_iter()
+        .chain(edges)
+        .chain((2..=4u32).map(|i| (0, 0u32.wrapping_sub(i))))
+        .flat_map(|(a, b)| [a, b])
         .flat_map(u32::to_le_bytes)
         .collect();
     let mut s = section(".nv.callgraph", elf::SHT_CUDA_CALLGRAPH, 0, graph, 4);
     s.link = symtab as u32;
     s.entsize = 8;
     sections.push(s);
-    let mut s = section(
-        &text_name,
-        elf::SHT_PROGBITS,
-        elf::SHF_ALLOC | elf::SHF_EXECINSTR,
-        k.text.clone(),
-        128,
-    );
-    s.link = symtab as u32;
-    s.info = kernel_sym;
-    sections.push(s);
+    for &u in &relocated {
+        let mut s = section(
+            &format!(".rela.text.{}", units[u].0),
+            elf::SHT_RELA,
+            elf::SHF_INFO_LINK,
+            cubin::write_relocs(&relas[u]),
+            8,
+        );
+        s.link = symtab as u32;
+        s.info = text_of(u) as u32;
+        s.entsize = 24;
+        sections.push(s);
+    }
+    for (u, (name, code)) in units.iter().enumerate() {
+        let mut s = section(
+            &format!(".text.{name}"),
+            elf::SHT_PROGBITS,
+            elf::SHF_ALLOC | elf::SHF_EXECINSTR,
+            code.to_vec(),
+            128,
+        );
+        s.link = symtab as u32;
+        s.info = unit_sym[u];
+        sections.push(s);
+    }
     if has_shared {
         let mut s = section(
             &format!(".nv.shared.{}", k.name),
@@ -465,6 +785,7 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
     s.info = text as u32;
     sections.push(s);
     debug_assert_eq!(sections.len() - 1, constant0);
+    debug_assert_eq!(sections[text].name, text_name);
 
     // Names, then the string tables' contents.
     let mut shstr = Strtab::new();
@@ -489,7 +810,9 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
     let shoff = align_up(at, 8, &what)?;
     let phoff = shoff + (sections.len() * elf::SHDR_SIZE) as u64;
     let phsize = 5 * elf::PHDR_SIZE as u64;
-    let t = &sections[text];
+    // One loadable segment for all the code: the functions' sections and the kernel's.
+    let code_start = sections[first_text].offset;
+    let code_size = sections[text].offset + sections[text].size - code_start;
     let c = &sections[constant0];
     let shared_off = shared.map_or(c.offset, |i| sections[i].offset);
     let seg = |p_type, flags, offset, filesz, memsz| Segment {
@@ -505,7 +828,7 @@ pub fn build(k: &KernelDesc) -> Result<Vec<u8>> {
     let segments = vec![
         seg(6, 4, phoff, phsize, phsize),
         seg(1, 4, phoff, phsize, phsize),
-        seg(1, 5, t.offset, t.size, t.size),
+        seg(1, 5, code_start, code_size, code_size),
         seg(1, 6, shared_off, 0, k.shared_bytes),
         seg(1, 4, c.offset, c.size, c.size),
     ];

@@ -19,6 +19,41 @@ const SYM_SIZE: u64 = 24;
 const RELA_SIZE: u64 = 24;
 const REL_SIZE: u64 = 16;
 
+/// Relocation types (`ELF64_R_TYPE`) met in sm_90 cubins, with the names cuobjdump prints.
+pub const R_CUDA_64: u32 = 0x02;
+pub const R_CUDA_ABS32_32: u32 = 0x37;
+/// The low 32 bits of an address into the 32-bit immediate at bit 32 (a `MOV`'s operand).
+pub const R_CUDA_ABS32_LO_32: u32 = 0x38;
+/// The high 32 bits of an address into the 32-bit immediate at bit 32.
+pub const R_CUDA_ABS32_HI_32: u32 = 0x39;
+pub const R_CUDA_UNUSED_CLEAR64: u32 = 0x49;
+/// The absolute target of a `CALL.ABS`.
+pub const R_CUDA_ABS55_16_34: u32 = 0x4b;
+pub const RELOCATIONS: &[(u32, &str)] = &[
+    (R_CUDA_64, "R_CUDA_64"),
+    (R_CUDA_ABS32_32, "R_CUDA_ABS32_32"),
+    (R_CUDA_ABS32_LO_32, "R_CUDA_ABS32_LO_32"),
+    (R_CUDA_ABS32_HI_32, "R_CUDA_ABS32_HI_32"),
+    (R_CUDA_UNUSED_CLEAR64, "R_CUDA_UNUSED_CLEAR64"),
+    (R_CUDA_ABS55_16_34, "R_CUDA_ABS55_16_34"),
+];
+
+/// The name of relocation type `t`, if it is one quench knows.
+pub fn reloc_name(t: u32) -> Option<&'static str> {
+    RELOCATIONS.iter().find(|(n, _)| *n == t).map(|(_, s)| *s)
+}
+
+/// The relocation type named `name` (`R_CUDA_…`, or a number such as `0x4b`).
+pub fn reloc_type(name: &str) -> Option<u32> {
+    if let Some(hex) = name.strip_prefix("0x") {
+        return u32::from_str_radix(hex, 16).ok();
+    }
+    RELOCATIONS
+        .iter()
+        .find(|(_, s)| *s == name)
+        .map(|(n, _)| *n)
+}
+
 /// The sm_90 constant bank 0 holds the launch state below this offset; parameters follow.
 pub const PARAM_BASE: u32 = 0x210;
 
@@ -51,10 +86,14 @@ pub struct Reloc {
     pub addend: i64,
 }
 
-/// What the cubin says about one kernel.
+/// What the cubin says about one function with a code section of its own: a kernel (an
+/// entry, `STO_CUDA_ENTRY`) or a device function that code calls, such as the slow paths
+/// of division and square root the JIT links in (`.text.__cuda_sm20_rcp_rn_f32_slowpath`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kernel {
     pub name: String,
+    /// A kernel entry (its symbol carries `STO_CUDA_ENTRY`), not a device function.
+    pub entry: bool,
     /// Index of `.text.<name>`.
     pub text_section: usize,
     pub symbol: usize,
@@ -78,7 +117,12 @@ pub struct Cubin {
     pub symbols: Vec<Symbol>,
     /// `.nv.info` records (per-kernel register counts, frame and stack sizes).
     pub info: Vec<Attr>,
+    /// The kernel entries, in section order.
     pub kernels: Vec<Kernel>,
+    /// The device functions with a code section of their own (what a linker such as the
+    /// driver's JIT makes of the subroutines ptxas would put inside the kernel's code), in
+    /// section order.
+    pub functions: Vec<Kernel>,
 }
 
 /// Parses a symbol table section whose names are in `strtab`.
@@ -121,6 +165,17 @@ pub fn write_symbols(syms: &[Symbol]) -> Vec<u8> {
         out.extend_from_slice(&s.shndx.to_le_bytes());
         out.extend_from_slice(&s.value.to_le_bytes());
         out.extend_from_slice(&s.size.to_le_bytes());
+    }
+    out
+}
+
+/// Writes relocations in the `SHT_RELA` layout: offset, `(symbol << 32) | type`, addend.
+pub fn write_relocs(relocs: &[Reloc]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(relocs.len() * RELA_SIZE as usize);
+    for r in relocs {
+        out.extend_from_slice(&r.offset.to_le_bytes());
+        out.extend_from_slice(&((u64::from(r.sym) << 32) | u64::from(r.r_type)).to_le_bytes());
+        out.extend_from_slice(&r.addend.to_le_bytes());
     }
     out
 }
@@ -190,6 +245,7 @@ impl Cubin {
             None => Vec::new(),
         };
         let mut kernels = Vec::new();
+        let mut functions = Vec::new();
         for (idx, s) in elf.sections.iter().enumerate() {
             let Some(name) = s.name.strip_prefix(".text.") else {
                 continue;
@@ -224,7 +280,9 @@ impl Cubin {
                     .iter()
                     .find(|a| a.attr == attr)
                     .and_then(|a| match a.value {
+                        // ptxas writes some small counts (EIATTR_NUM_BARRIERS) as a byte.
                         nvinfo::Value::Half(v) => Some(v),
+                        nvinfo::Value::Byte(v) => Some(u16::from(v)),
                         _ => None,
                     })
             };
@@ -248,8 +306,11 @@ impl Cubin {
                 Some((_, s)) => parse_relocs(s)?,
                 None => Vec::new(),
             };
-            kernels.push(Kernel {
+            let entry = symbols[symbol].other & STO_CUDA_ENTRY != 0;
+            let list = if entry { &mut kernels } else { &mut functions };
+            list.push(Kernel {
                 name: name.to_string(),
+                entry,
                 text_section: idx,
                 symbol,
                 registers: per_kernel(nvinfo::EIATTR_REGCOUNT),
@@ -268,6 +329,7 @@ impl Cubin {
             symbols,
             info,
             kernels,
+            functions,
         })
     }
 
@@ -276,16 +338,26 @@ impl Cubin {
         self.elf.write()
     }
 
-    /// The code of `kernel`.
+    /// The code of `kernel` (a kernel or a device function).
     pub fn text(&self, kernel: &Kernel) -> &[u8] {
         &self.elf.sections[kernel.text_section].data
     }
 
-    /// Replaces the code of the kernel named `name` with `code` of the same length.
+    /// Every function with a code section, kernels and device functions, in section order
+    /// (the order of their code in the file and in nvdisasm's listing).
+    pub fn code_functions(&self) -> Vec<&Kernel> {
+        let mut all: Vec<&Kernel> = self.kernels.iter().chain(&self.functions).collect();
+        all.sort_by_key(|k| k.text_section);
+        all
+    }
+
+    /// Replaces the code of the kernel or function named `name` with `code` of the same
+    /// length.
     pub fn set_text(&mut self, name: &str, code: Vec<u8>) -> Result<()> {
         let k = self
             .kernels
             .iter()
+            .chain(&self.functions)
             .find(|k| k.name == name)
             .ok_or_else(|| SassError::malformed("cubin", format!("no kernel {name}")))?;
         let s = &mut self.elf.sections[k.text_section];

@@ -114,6 +114,7 @@ pub const EIATTR_MAXREG_COUNT: u8 = 0x1b;
 pub const EIATTR_EXIT_INSTR_OFFSETS: u8 = 0x1c;
 pub const EIATTR_CRS_STACK_SIZE: u8 = 0x1e;
 pub const EIATTR_REGCOUNT: u8 = 0x2f;
+pub const EIATTR_SW_WAR: u8 = 0x36;
 pub const EIATTR_CUDA_API_VERSION: u8 = 0x37;
 pub const EIATTR_NUM_BARRIERS: u8 = 0x4c;
 pub const EIATTR_SPARSE_MMA_MASK: u8 = 0x50;

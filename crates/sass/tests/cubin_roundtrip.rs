@@ -23,6 +23,28 @@ fn every_library_cubin_writes_back_byte_for_byte() {
 }
 
 #[test]
+fn every_linked_cubin_writes_back_byte_for_byte() {
+    // As the driver's JIT links them: the device functions in sections of their own.
+    let Some(linked) = common::linked() else {
+        return;
+    };
+    let mut functions = 0;
+    for a in linked {
+        let c = Cubin::parse(&a.cubin).unwrap_or_else(|e| panic!("{}: {e}", a.name));
+        assert_eq!(c.kernels.len(), 1, "{}", a.name);
+        assert_eq!(c.kernels[0].name, a.name);
+        assert!(c.kernels[0].entry && c.functions.iter().all(|f| !f.entry));
+        for f in &c.functions {
+            assert!(f.registers.is_some(), "{}: {}: registers", a.name, f.name);
+        }
+        functions += c.functions.len();
+        let out = c.write().unwrap_or_else(|e| panic!("{}: {e}", a.name));
+        assert!(out == a.cubin, "{}: written cubin differs", a.name);
+    }
+    assert!(functions > 0, "no linked cubin holds a device function");
+}
+
+#[test]
 fn a_built_cubin_reads_back_with_the_same_abi() {
     let Some(lib) = common::library() else { return };
     for a in lib {
