@@ -2,8 +2,9 @@
 //! from the cubin the driver's JIT made of its PTX, and from that cubin disassembled by
 //! quench and assembled again by quench's cubin writer — and the outputs compared bit for
 //! bit. One row a kernel: instructions, how many the tables decode, whether the writer's
-//! cubin equals the JIT's byte for byte and its code equals the JIT's code, whether the
-//! outputs are identical.
+//! cubin equals the JIT's byte for byte and its code equals the JIT's code (every section,
+//! with the relocations of the calls to the JIT's device functions), whether the outputs
+//! are identical.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -37,7 +38,10 @@ struct Rewritten {
     instructions: usize,
     decoded: usize,
     same_bytes: bool,
+    /// The code of every section and the relocations of code are the JIT's.
     same_code: bool,
+    /// Device functions with code sections of their own (the JIT's slow paths).
+    functions: usize,
 }
 
 struct Row {
@@ -55,11 +59,25 @@ fn reassemble(tables: &Tables, jit: &[u8]) -> Result<(Vec<u8>, Rewritten), Strin
         quench_sass::dis::disassemble(&theirs, tables).map_err(|e| format!("dis: {e}"))?;
     let ours = quench_sass::asm::assemble_cubin(&text, tables).map_err(|e| format!("asm: {e}"))?;
     let written = Cubin::parse(&ours).map_err(|e| format!("the written cubin: {e}"))?;
+    // The code of every section (kernel and device functions, by name) and the
+    // relocations that connect them (where a call goes, by symbol name).
     let code = |c: &Cubin| {
-        c.kernels
-            .iter()
-            .map(|k| c.text(k).to_vec())
-            .collect::<Vec<_>>()
+        let code: Vec<_> = c
+            .code_functions()
+            .into_iter()
+            .map(|k| (k.name.clone(), c.text(k).to_vec()))
+            .collect();
+        let relocs: Vec<_> = c
+            .code_functions()
+            .into_iter()
+            .flat_map(|k| {
+                k.relocs.iter().map(|r| {
+                    let sym = c.symbols.get(r.sym as usize).map(|s| s.name.clone());
+                    (k.name.clone(), r.offset, r.r_type, sym, r.addend)
+                })
+            })
+            .collect();
+        (code, relocs)
     };
     let same_code = code(&written) == code(&theirs);
     let r = Rewritten {
@@ -67,6 +85,7 @@ fn reassemble(tables: &Tables, jit: &[u8]) -> Result<(Vec<u8>, Rewritten), Strin
         decoded: cov.decoded,
         same_bytes: ours == jit,
         same_code,
+        functions: theirs.functions.len(),
     };
     Ok((ours, r))
 }
@@ -167,6 +186,7 @@ pub fn run(a: &CheckGpuArgs) -> Result<(), String> {
             "kernel": r.kernel, "shape": r.shape,
             "instructions": w.instructions, "decoded": w.decoded,
             "cubin_bytes_equal": w.same_bytes, "code_equal": w.same_code,
+            "device_functions": w.functions,
             "outputs_identical": r.outcome.as_ref().ok(),
             "error": r.outcome.as_ref().err(),
         })

@@ -15,6 +15,7 @@ pub mod elf;
 pub mod error;
 pub mod nvinfo;
 pub mod probe;
+pub mod reloc;
 pub mod syntax;
 pub mod table;
 pub mod tools;

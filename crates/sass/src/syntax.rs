@@ -502,6 +502,18 @@ pub fn format_hole(h: &Hole, label: Option<&str>) -> String {
 
 /// Prints an instruction from its parts; `labels` names the label holes in order.
 pub fn render(guard: Option<Guard>, template: &str, holes: &[Hole], labels: &[String]) -> String {
+    render_with(guard, template, holes, labels, &|_| None)
+}
+
+/// [`render`], with the text of hole `k` replaced by `over(k)` where that is given (a
+/// relocation's expression in place of the zeros the file holds, as nvdisasm prints it).
+pub fn render_with(
+    guard: Option<Guard>,
+    template: &str,
+    holes: &[Hole],
+    labels: &[String],
+    over: &dyn Fn(usize) -> Option<String>,
+) -> String {
     let mut out = String::new();
     if let Some(g) = guard {
         let u = if g.uniform { "U" } else { "" };
@@ -525,6 +537,12 @@ pub fn render(guard: Option<Guard>, template: &str, holes: &[Hole], labels: &[St
                 .flatten();
             if hole.kind == Kind::Label {
                 l += 1;
+            }
+            if let Some(text) = over(h) {
+                out.push_str(&text);
+                h += 1;
+                rest = &rest[start + end + 1..];
+                continue;
             }
             if hole.reuse && hole.kind == Kind::R && rest[start + end + 1..].starts_with('|') {
                 let plain = Hole {

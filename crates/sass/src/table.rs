@@ -415,6 +415,22 @@ impl Tables {
         syntax::render(d.guard, &self.forms[d.form].form.template, &d.holes, labels)
     }
 
+    /// [`Tables::render`] with the text of hole `k` replaced by `over(k)` where given.
+    pub fn render_with(
+        &self,
+        d: &Decoded,
+        labels: &[String],
+        over: &dyn Fn(usize) -> Option<String>,
+    ) -> String {
+        syntax::render_with(
+            d.guard,
+            &self.forms[d.form].form.template,
+            &d.holes,
+            labels,
+            over,
+        )
+    }
+
     /// Encodes an instruction at `addr` (label holes absolute), trying the forms of its
     /// template from the most common; the error says why none fits.
     pub fn encode(&self, p: &syntax::Parsed, control: Control, addr: u64) -> Result<u128, String> {
