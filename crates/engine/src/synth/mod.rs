@@ -11,7 +11,9 @@
 //! [`TinyBert`] is a small encoder of the same kind built in memory, with no files;
 //! [`tiny_chat_model`] and [`tiny_embedding_model`] are whole models built that way (a chat
 //! model and a sentence embedder that load in milliseconds, for trying the server without
-//! a checkpoint and for tests).
+//! a checkpoint and for tests). [`write_tiny_embedder`] writes that embedder to files
+//! (safetensors or GGUF), optionally with a NaN or infinite weight, for tests of loading
+//! and of refusing damaged numbers.
 
 mod shapes;
 mod tiny_bert;
