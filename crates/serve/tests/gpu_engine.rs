@@ -225,3 +225,95 @@ fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
     }
     engine.shutdown(Instant::now());
 }
+
+/// A greedy job of `max_tokens` that goes on past end-of-sequence tokens.
+fn long_job(
+    prompt: Vec<u32>,
+    max_tokens: usize,
+) -> (Job, tokio::sync::mpsc::UnboundedReceiver<Event>) {
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+    let job = Job {
+        request_id: String::new(),
+        prompt,
+        session: None,
+        max_tokens,
+        sampling: SamplingParams::greedy(),
+        stop: vec![],
+        logprobs: None,
+        ignore_eos: true,
+        constraint: None,
+        events,
+        arrived: Instant::now(),
+        siblings: Vec::new(),
+    };
+    (job, rx)
+}
+
+/// On the GPU engine, work stops with its client and with the server: a request whose
+/// receiver is dropped mid-answer is dropped at the next step and gives its KV blocks
+/// back while the others go on; at a shutdown deadline that has passed, what is left is
+/// cancelled, every block is free and the engine's thread ends.
+#[test]
+fn gpu_work_stops_when_its_client_goes_and_at_shutdown() {
+    let seed = seed();
+    let (_dir, model) = load(seed, false);
+    let model = Arc::new(model);
+    let text: Arc<dyn TextSide> = model.clone();
+    let engine = EngineHandle::start(
+        "gpu",
+        model,
+        text,
+        EngineConfig {
+            max_batch: 4,
+            kv_blocks: 16,
+            queue: 16,
+            prefill_chunk: 4,
+        },
+        SessionStore::new(8, 8),
+    )
+    .expect("the engine starts");
+    let used = || {
+        engine
+            .stats
+            .kv_blocks_used
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let mut receivers: Vec<_> = (0..3u32)
+        .map(|k| {
+            let (job, rx) = long_job(vec![k + 1, 7, 9], 60);
+            engine.submit(job).expect("queued");
+            rx
+        })
+        .collect();
+    // Each has drawn a token: all three run.
+    for rx in &mut receivers {
+        assert!(matches!(rx.blocking_recv(), Some(Event::Token(_))));
+    }
+    let with_three = used();
+    assert!(with_three >= 3, "{with_three} blocks for three sequences");
+    drop(receivers.remove(0));
+    let until = Instant::now() + std::time::Duration::from_secs(60);
+    while used() >= with_three {
+        assert!(
+            Instant::now() < until,
+            "the dropped request kept its blocks"
+        );
+        // The others keep drawing meanwhile.
+        for rx in &mut receivers {
+            assert!(matches!(rx.try_recv(), Ok(Event::Token(_)) | Err(_)));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let stopping = Instant::now();
+    engine.shutdown(Instant::now());
+    assert!(
+        stopping.elapsed() < std::time::Duration::from_secs(30),
+        "shutdown took {:?}",
+        stopping.elapsed()
+    );
+    for mut rx in receivers {
+        let last = std::iter::from_fn(|| rx.blocking_recv()).last();
+        assert!(matches!(last, Some(Event::Cancelled)), "{last:?}");
+    }
+    assert_eq!(used(), 0, "blocks left in use after the shutdown");
+}
