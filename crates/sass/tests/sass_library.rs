@@ -189,6 +189,14 @@ fn round_trip(corpus: &[Assembled], tables: &Tables, cuobjdump: bool) -> Seen {
             "{}: the written cubin describes what was assembled",
             a.name
         );
+        // nvdisasm reads the written file as it reads NVIDIA's: every instruction, call
+        // target and relocated operand the same.
+        let again = tools::listing_instructions(&tools::nvdisasm_cubin(&bytes, &["-c"]).unwrap());
+        assert!(
+            again == theirs,
+            "{}: nvdisasm reads the written cubin differently",
+            a.name
+        );
         if cuobjdump {
             if let Some(Err(e)) = common::cuobjdump_elf(&bytes) {
                 panic!("{}: cuobjdump -elf refuses quench's cubin: {e}", a.name);
