@@ -277,7 +277,11 @@ pub fn assemble(text: &str, tables: &Tables) -> Result<ModuleDesc> {
     let mut kernel = None;
     let mut pending: Vec<(usize, u64, PendingReloc)> = Vec::new();
     for (ui, u) in units.iter_mut().enumerate() {
-        let (text, exit_offsets, operands) = encode(u, tables)?;
+        let Encoded {
+            code: text,
+            exits: exit_offsets,
+            operands,
+        } = encode(u, tables)?;
         pending.extend(operands.into_iter().map(|(a, r)| (ui, a, r)));
         for (i, inst) in u.insts.iter_mut().enumerate() {
             let addr = (i * 16) as u64;
@@ -309,6 +313,8 @@ pub fn assemble(text: &str, tables: &Tables) -> Result<ModuleDesc> {
             });
         }
     }
+    // In the order of the code they patch, as nvlink writes them.
+    pending.sort_by_key(|(ui, addr, _)| (*ui, *addr));
     let relocs = pending
         .into_iter()
         .map(|(ui, addr, r)| resolve(&units, &label_unit, ui, addr, r))
@@ -339,9 +345,17 @@ fn subroutines(u: &Unit) -> Vec<(String, u64, u64)> {
     out
 }
 
-/// The code of a unit, its EXIT offsets, and the relocations of its operands by address.
-#[allow(clippy::type_complexity)]
-fn encode(u: &Unit, tables: &Tables) -> Result<(Vec<u8>, Vec<u32>, Vec<(u64, PendingReloc)>)> {
+/// A unit's instructions encoded.
+struct Encoded {
+    code: Vec<u8>,
+    /// Offsets of its EXIT instructions.
+    exits: Vec<u32>,
+    /// The relocations of its operands (`32@lo(…)`), by the address of their instruction.
+    operands: Vec<(u64, PendingReloc)>,
+}
+
+/// Encodes the instructions of a unit.
+fn encode(u: &Unit, tables: &Tables) -> Result<Encoded> {
     let mut code = Vec::with_capacity(u.insts.len() * 16);
     let mut exits = Vec::new();
     let mut operands = Vec::new();
@@ -429,7 +443,11 @@ fn encode(u: &Unit, tables: &Tables) -> Result<(Vec<u8>, Vec<u32>, Vec<(u64, Pen
             ));
         }
     }
-    Ok((code, exits, operands))
+    Ok(Encoded {
+        code,
+        exits,
+        operands,
+    })
 }
 
 /// A relocation with its symbol checked and its label (if any) made an offset.
