@@ -179,23 +179,8 @@ fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
     let receivers: Vec<_> = prompts
         .iter()
         .map(|prompt| {
-            let (events, rx) = tokio::sync::mpsc::unbounded_channel();
-            engine
-                .submit(Job {
-                    request_id: String::new(),
-                    prompt: prompt.clone(),
-                    session: None,
-                    max_tokens: 5,
-                    sampling: SamplingParams::greedy(),
-                    stop: vec![],
-                    logprobs: None,
-                    ignore_eos: true,
-                    constraint: None,
-                    events,
-                    arrived: Instant::now(),
-                    siblings: Vec::new(),
-                })
-                .expect("queued");
+            let (job, rx) = greedy_job(prompt.clone(), 5);
+            engine.submit(job).expect("queued");
             rx
         })
         .collect();
@@ -227,7 +212,7 @@ fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
 }
 
 /// A greedy job of `max_tokens` that goes on past end-of-sequence tokens.
-fn long_job(
+fn greedy_job(
     prompt: Vec<u32>,
     max_tokens: usize,
 ) -> (Job, tokio::sync::mpsc::UnboundedReceiver<Event>) {
@@ -280,7 +265,7 @@ fn gpu_work_stops_when_its_client_goes_and_at_shutdown() {
     };
     let mut receivers: Vec<_> = (0..3u32)
         .map(|k| {
-            let (job, rx) = long_job(vec![k + 1, 7, 9], 60);
+            let (job, rx) = greedy_job(vec![k + 1, 7, 9], 60);
             engine.submit(job).expect("queued");
             rx
         })
