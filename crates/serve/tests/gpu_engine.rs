@@ -9,7 +9,7 @@
 //! and is printed so that a failure can be replayed.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use quench_engine::generate::SamplingParams;
@@ -31,6 +31,10 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The profiler that counts decode steps is the process's own: the tests that step a model
+/// take turns, so that one test's count holds only its own steps.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// The tiny bf16 llama on the interpreter, its bf16 products on the tensor cores at every
 /// step where `tensor_core_decode` (as `quench serve` loads bf16 models by default).
@@ -90,6 +94,7 @@ fn two_steps(model: &CausalModel, feeds: &[Vec<u32>], then: &[u32]) -> Vec<Vec<u
 
 #[test]
 fn the_gpu_engine_steps_sequences_together() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let s = seed();
     let mut rng = ChaCha8Rng::seed_from_u64(s);
 
@@ -240,6 +245,7 @@ fn greedy_job(
 /// cancelled, every block is free and the engine's thread ends.
 #[test]
 fn gpu_work_stops_when_its_client_goes_and_at_shutdown() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let seed = seed();
     let (_dir, model) = load(seed, false);
     let model = Arc::new(model);
