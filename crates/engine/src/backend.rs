@@ -10,6 +10,8 @@
 use std::any::Any;
 
 use crate::error::{EngineError, Result};
+use crate::generate::constrain::apply_mask;
+use crate::generate::{argmax, ConstrainError};
 
 /// The KV state of one sequence in one backend: the positions it holds.
 pub trait Sequence: Send + Any {
@@ -57,6 +59,27 @@ pub trait Decode: Send + Sync + Any {
     /// positions whose steps completed.
     fn feed(&self, items: &mut [Rows<'_>]) -> Vec<Result<Vec<f32>>>;
 
+    /// Feeds `tokens` after the positions of one `sequence` and returns the next token of
+    /// greedy decoding: the index of the last token's largest logit among those `mask`
+    /// allows (a grammar's mask, as [`apply_mask`] reads it; every token where it gives
+    /// none). `mask` is called once, while the step runs or after it, so that a mask
+    /// computed meanwhile on another thread is waited for as late as possible. A backend
+    /// on a device applies the mask and picks the token there, reading back one index
+    /// instead of the logits; this default masks and picks on the host.
+    fn feed_greedy(
+        &self,
+        sequence: &mut dyn Sequence,
+        tokens: &[u32],
+        mask: &dyn Fn() -> Option<Vec<u32>>,
+    ) -> Result<u32> {
+        let mut rows = [Rows { sequence, tokens }];
+        let logits = self
+            .feed(&mut rows)
+            .pop()
+            .unwrap_or(Err(EngineError::NoLogits))?;
+        host_greedy(logits, mask().as_deref())
+    }
+
     /// The backend as its own type, for callers that need what only it has (a GPU
     /// decoder's timings and dispatch list).
     fn as_any(&self) -> &dyn Any;
@@ -81,4 +104,31 @@ pub(crate) fn feed_one(
         .feed(&mut rows)
         .pop()
         .unwrap_or(Err(EngineError::NoLogits))
+}
+
+/// Greedy decoding's next token from `logits` on the host, under `mask` where there is
+/// one: refuses NaN and +infinity logits as sampling does, and a mask that leaves no finite
+/// logit.
+pub(crate) fn host_greedy(mut logits: Vec<f32>, mask: Option<&[u32]>) -> Result<u32> {
+    if logits.iter().any(|v| v.is_nan()) {
+        return Err(EngineError::BadLogits { what: "NaN" });
+    }
+    if logits.contains(&f32::INFINITY) {
+        return Err(EngineError::BadLogits { what: "+infinity" });
+    }
+    let finite = match mask {
+        Some(words) => {
+            if !apply_mask(words, &mut logits) {
+                return Err(ConstrainError::NoToken.into());
+            }
+            true
+        }
+        None => logits.iter().any(|&v| v != f32::NEG_INFINITY),
+    };
+    match argmax(&logits) {
+        Some(token) if finite => Ok(token),
+        _ => Err(EngineError::BadLogits {
+            what: "no finite value",
+        }),
+    }
 }

@@ -487,6 +487,30 @@ impl CausalLm for Feeder<'_> {
     }
 
     fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let row = self.fed(tokens, |backend, sequence, fresh| {
+            feed_one(backend, sequence, fresh)
+        })?;
+        if let Some(kept) = &mut self.trace.logits {
+            kept.push(row.clone());
+        }
+        Ok(row)
+    }
+
+    fn feed_greedy(&mut self, tokens: &[u32], mask: &dyn Fn() -> Option<Vec<u32>>) -> Result<u32> {
+        self.fed(tokens, |backend, sequence, fresh| {
+            backend.feed_greedy(sequence, fresh, mask)
+        })
+    }
+}
+
+impl Feeder<'_> {
+    /// Runs `feed` on the tokens not yet in the session (the first feed skips the reused
+    /// ones), keeps the session's token list in step with its sequence and times it.
+    fn fed<T>(
+        &mut self,
+        tokens: &[u32],
+        feed: impl FnOnce(&dyn Decode, &mut dyn Sequence, &[u32]) -> Result<T>,
+    ) -> Result<T> {
         let first = !self.prefilled;
         let fresh = if first {
             &tokens[self.reused.min(tokens.len())..]
@@ -494,14 +518,14 @@ impl CausalLm for Feeder<'_> {
             tokens
         };
         let start = Instant::now();
-        let result = feed_one(self.backend, self.session.sequence.as_mut(), fresh);
+        let result = feed(self.backend, self.session.sequence.as_mut(), fresh);
         // The token list follows the sequence, which holds the positions whose steps
         // completed (all of them, unless the feed failed).
         let (tokens, held) = (&mut self.session.tokens, self.session.sequence.len());
         let before = tokens.len().min(held);
         tokens.truncate(before);
         tokens.extend_from_slice(&fresh[..(held - before).min(fresh.len())]);
-        let row = result?;
+        let out = result?;
         let elapsed = start.elapsed();
         if first {
             self.trace.prefill += elapsed;
@@ -510,9 +534,6 @@ impl CausalLm for Feeder<'_> {
         }
         self.reused = 0;
         self.prefilled = true;
-        if let Some(kept) = &mut self.trace.logits {
-            kept.push(row.clone());
-        }
-        Ok(row)
+        Ok(out)
     }
 }

@@ -576,3 +576,64 @@ fn a_fork_shares_whole_blocks_and_neither_disturbs_the_other() {
     other.truncate(10);
     assert_eq!(other.len(), 10, "no longer shared, the block is kept");
 }
+
+/// Greedy decoding under a grammar's mask, the mask applied and the token picked on the
+/// device: the same token as the logits read back, masked and picked on the host, after
+/// a prompt chunk (the prompt path) and after decode steps. Each mask bans the token the
+/// unmasked logits would pick, so a device that ignored it would fail; a row without a
+/// mask picks as plain greedy decoding.
+#[test]
+fn masks_applied_on_the_device_pick_as_the_host_does() {
+    use quench_engine::generate::argmax;
+    use quench_engine::generate::constrain::apply_mask;
+    let s = seed();
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+    let dir = synth(SynthArch::Llama, s ^ 5);
+    let options = GpuOptions {
+        context: Some(CONTEXT),
+        sessions: 2,
+        max_batch: 1,
+        prefill_chunk: 8,
+        prefill_min_tokens: 2,
+        ..GpuOptions::default()
+    };
+    let decoder = load_decoder(&dir, Backend::Interp, &options).expect("loads");
+    assert!(decoder.summary().prefill_chunk > 0, "the prompt path is on");
+    let vocab = decoder.config().vocab;
+    let (mut host, mut device) = (decoder.new_session(), decoder.new_session());
+    let mut tokens: Vec<u32> = (0..6).map(|_| rng.gen_range(0..vocab as u32)).collect();
+    for step in 0..4 {
+        let fed = if step == 0 {
+            &tokens[..]
+        } else {
+            &tokens[tokens.len() - 1..]
+        };
+        let logits = decoder.feed(&mut host, fed).expect("feeds");
+        let best = argmax(&logits).expect("finite logits");
+        // A random half of the words allow about a quarter of their tokens; never `best`.
+        let mut mask: Vec<u32> = (0..vocab.div_ceil(32))
+            .map(|_| match rng.gen_range(0..2) {
+                0 => 0,
+                _ => rng.gen::<u32>() & rng.gen::<u32>(),
+            })
+            .collect();
+        mask[best as usize / 32] &= !(1 << (best % 32));
+        let other = (best as usize / 32 + 1) % mask.len();
+        mask[other] |= 1;
+        let mut masked = logits.clone();
+        assert!(apply_mask(&mask, &mut masked));
+        let want = argmax(&masked).expect("an allowed token");
+        assert_ne!(want, best);
+        // The last step without a mask: plain greedy decoding.
+        let (given, want) = match step {
+            3 => (None, best),
+            _ => (Some(mask), want),
+        };
+        let got = decoder
+            .feed_greedy_masked(&mut device, fed, &|| given.clone())
+            .expect("feeds");
+        assert_eq!(got, want, "step {step} (seed {s})");
+        tokens.push(got);
+    }
+    assert_eq!(host.len(), device.len());
+}

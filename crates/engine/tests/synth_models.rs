@@ -614,3 +614,51 @@ fn the_tiny_embedder_on_file_embeds_as_in_memory_and_refuses_damaged_weights() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Greedy generation under a JSON grammar on the GPU (the interpreter's): each mask is
+/// applied and the token picked on the device. The same generation with its logits kept
+/// (which reads them back, masks and picks on the host) draws the same tokens, and both
+/// reply with JSON that parses.
+#[test]
+fn greedy_generation_under_a_grammar_masks_on_the_device_as_on_the_host() {
+    use quench_engine::generate::OutputFormat;
+    let seed = rand::random();
+    let dir = synth(SynthArch::Llama, seed, SynthDtype::Bf16, u64::MAX);
+    let options = LoadOptions {
+        device: Device::Interp,
+        context_limit: Some(256),
+        sessions: Some(2),
+        ..LoadOptions::default()
+    };
+    let model = load(&dir, &options).unwrap();
+    let model = model.causal().unwrap();
+    let grammars = model.grammars().unwrap();
+    let mut runs = vec![];
+    for keep_logits in [false, true] {
+        let mut constraint = grammars.constraint(&OutputFormat::JsonObject).unwrap();
+        let options = GenerateOptions {
+            max_tokens: 48,
+            keep_logits,
+            ..GenerateOptions::default()
+        };
+        let g = model
+            .generate_constrained(
+                &mut model.new_session(),
+                Prompt::Text("a json object:"),
+                &options,
+                Some(&mut constraint),
+                &mut |_| {},
+            )
+            .unwrap();
+        assert_eq!(g.logits.is_some(), keep_logits);
+        let masks = constraint.mask_cost().masks;
+        assert!(masks as usize >= g.tokens.len(), "a mask for every token drawn");
+        runs.push((g.tokens, g.text, g.finish, masks));
+    }
+    assert_eq!(runs[0], runs[1], "seed {seed}");
+    let (_, text, finish, _) = &runs[0];
+    eprintln!("{finish:?}: {text:?}");
+    if *finish == quench_engine::FinishReason::Complete {
+        serde_json::from_str::<serde_json::Value>(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    }
+}

@@ -27,6 +27,7 @@ pub mod gemv_tc;
 pub mod ggml;
 pub mod lanes;
 mod library;
+pub mod mask;
 pub mod norm_residual;
 mod par;
 pub mod params;

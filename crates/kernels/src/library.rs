@@ -20,6 +20,7 @@ use crate::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams, Operands}
 use crate::gemv::{self, GemvParams};
 use crate::gemv_tc;
 use crate::lanes::Combine;
+use crate::mask::{self, MaskParams};
 use crate::norm_residual::{self, Norm, NormOut, NormResidualParams, OutType};
 use crate::params::{self, ParamInfo, Params, Reader};
 use crate::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
@@ -52,6 +53,7 @@ enum Family {
     AttentionDecode(KvElem, bool),
     AttentionMerge(OutType),
     Argmax,
+    MaskLogits,
     KvAppend(KvElem),
     RopeAppend(RopeStyle, bool, KvElem),
     AttentionPrefill(KvElem),
@@ -108,6 +110,7 @@ impl KernelSpec {
             Family::AttentionDecode(kv, merge) => decode::build(&decode_params(kv, merge, &r)?),
             Family::AttentionMerge(out) => merge::build(&merge_params(out, &r)?),
             Family::Argmax => argmax::build(&argmax_params(&r)?),
+            Family::MaskLogits => mask::build(&mask_params(&r)?),
             Family::KvAppend(kv) => append::build(&append_params(kv, &r)?),
             Family::RopeAppend(style, qk_norm, kv) => {
                 rope_append::build(&rope_append_params(style, qk_norm, kv, &r)?)
@@ -207,6 +210,7 @@ impl KernelSpec {
             }
             Family::AttentionMerge(out) => merge::case(&merge_params(out, &r)?, rows_of(&r)?, seed),
             Family::Argmax => argmax::case(&argmax_params(&r)?, rows_of(&r)?, seed),
+            Family::MaskLogits => mask::case(&mask_params(&r)?, rows_of(&r)?, seed),
             Family::KvAppend(kv) => {
                 let n_seqs = r.get("n_seqs", 1, 1 << 16)?;
                 append::case(
@@ -293,6 +297,7 @@ impl Family {
                 "tokens=7 n_seqs=3 head_dim=64 n_kv_heads=2 max_blocks=2 threads=32"
             }
             Family::Argmax => "rows=3 cols=10000 threads=256",
+            Family::MaskLogits => "rows=3 cols=10000 threads=256",
             Family::Sample => "rows=3 cols=4096 threads=256",
             Family::ToBf16(..) | Family::BiasRows | Family::EncoderAttention => "",
         }
@@ -330,6 +335,7 @@ impl Family {
             }
             Family::KvAppend(_) => "tokens=64 n_seqs=8 max_blocks=16",
             Family::Argmax => "rows=4 cols=128256",
+            Family::MaskLogits => "rows=8 cols=128256",
             Family::Sample => "rows=8 cols=32768",
             Family::ToBf16(..) | Family::BiasRows | Family::EncoderAttention => "",
         }
@@ -358,6 +364,7 @@ impl Family {
             | Family::AttentionDecode(..)
             | Family::AttentionMerge(_)
             | Family::Argmax
+            | Family::MaskLogits
             | Family::KvAppend(_)
             | Family::RopeAppend(..)
             | Family::AttentionPrefill(_)
@@ -656,6 +663,13 @@ pub fn library() -> Vec<KernelSpec> {
         "index of each row's largest f32 logit (u32), lowest index on ties, NaN skipped; one block per row",
         ARGMAX,
         Family::Argmax,
+    ));
+    all.push(spec(
+        mask::NAME,
+        "a grammar's token mask applied in place: each listed row's logits that its mask (u32 bit words) \
+         does not allow set to -inf; one block per mask",
+        MASK,
+        Family::MaskLogits,
     ));
     all.push(spec(
         sample::NAME,
@@ -1327,6 +1341,24 @@ const ARGMAX: &[ParamInfo] = &[
     },
 ];
 
+const MASK: &[ParamInfo] = &[
+    ParamInfo {
+        name: "rows",
+        default: 8,
+        doc: "rows of logits (the case masks every other one; the grid is the masks)",
+    },
+    ParamInfo {
+        name: "cols",
+        default: 128256,
+        doc: "vocabulary size, a multiple of 4, fixed in the kernel",
+    },
+    ParamInfo {
+        name: "threads",
+        default: 256,
+        doc: "threads per block (one block per mask)",
+    },
+];
+
 const SAMPLE: &[ParamInfo] = &[
     ParamInfo {
         name: "rows",
@@ -1662,6 +1694,13 @@ fn merge_params(out: OutType, r: &Reader) -> Result<MergeParams, KernelError> {
 
 fn argmax_params(r: &Reader) -> Result<ArgmaxParams, KernelError> {
     Ok(ArgmaxParams {
+        cols: r.get("cols", 1, MAX_COLS)?,
+        threads: threads(r)?,
+    })
+}
+
+fn mask_params(r: &Reader) -> Result<MaskParams, KernelError> {
+    Ok(MaskParams {
         cols: r.get("cols", 1, MAX_COLS)?,
         threads: threads(r)?,
     })

@@ -579,6 +579,14 @@ fn argmax() {
     check(&case("argmax_f32", "rows=2 cols=49152 threads=32"));
 }
 
+#[test]
+fn mask_logits() {
+    // 2500 groups over 256 threads (a guarded last step); rows 2 and 0 masked, 1 not.
+    check(&case("mask_logits_f32", "rows=3 cols=10000 threads=256"));
+    // One warp, SmolLM2's vocabulary; rows 3, 2 and 0 masked.
+    check(&case("mask_logits_f32", "rows=4 cols=49152 threads=32"));
+}
+
 /// The harness itself must be able to fail: a launch that leaves outputs unwritten
 /// leaves poison, which the check catches.
 #[test]

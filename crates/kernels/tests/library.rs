@@ -120,6 +120,7 @@ fn names_are_unique_and_complete() {
         "rope_append_neox_qknorm_f32",
         "rope_append_gptj_qknorm_f32",
         "argmax_f32",
+        "mask_logits_f32",
         "sample_f32",
         "cast_f32_bf16",
         "cast_f32_f16",

@@ -12,6 +12,7 @@
 //! next step: [`Constraint::overlap`] computes the mask on another thread while the step
 //! runs, so that a step waits only for what the mask takes beyond it.
 
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -186,6 +187,33 @@ impl Grammars {
     }
 }
 
+/// Sets every logit that `words` (a grammar's mask: bit `t mod 32` of word `t / 32` set
+/// when token `t` is allowed; tokens past its words are not) does not allow to -infinity.
+/// Returns whether a logit other than -infinity is left.
+pub fn apply_mask(words: &[u32], logits: &mut [f32]) -> bool {
+    let mut any = false;
+    for (w, chunk) in logits.chunks_mut(32).enumerate() {
+        let bits = words.get(w).copied().unwrap_or(0);
+        if bits == u32::MAX {
+            any |= chunk.iter().any(|&v| v != f32::NEG_INFINITY);
+            continue;
+        }
+        // Most words of a mask allow nothing.
+        if bits == 0 {
+            chunk.fill(f32::NEG_INFINITY);
+            continue;
+        }
+        for (b, v) in chunk.iter_mut().enumerate() {
+            if bits & (1 << b) == 0 {
+                *v = f32::NEG_INFINITY;
+            } else {
+                any |= *v != f32::NEG_INFINITY;
+            }
+        }
+    }
+    any
+}
+
 /// One reply's grammar state. A clone continues independently from the same state (the
 /// grammar's compiled tables are shared).
 #[derive(Clone)]
@@ -257,6 +285,59 @@ impl Constraint {
         out
     }
 
+    /// As [`Constraint::overlap`] for a step that picks the next token itself (greedy
+    /// decoding on a device): `step` gets a function that waits for the mask computed
+    /// beside it and gives its words, to call once the step is under way. The token
+    /// picked must be one the mask allows ([`ConstrainError::NoToken`] otherwise: the
+    /// model gave every allowed token -infinity); the mask counts as applied.
+    pub fn overlap_pick(
+        &mut self,
+        step: impl FnOnce(&dyn Fn() -> Option<Vec<u32>>) -> crate::Result<u32>,
+    ) -> crate::Result<u32> {
+        let matcher = &mut self.matcher;
+        type Computed = (Result<SimpleVob, String>, Duration);
+        let (picked, mask, waited) = std::thread::scope(|scope| {
+            let ahead = scope.spawn(move || {
+                let start = Instant::now();
+                let mask = matcher.compute_mask().map_err(|e| e.to_string());
+                (mask, start.elapsed())
+            });
+            let handle = RefCell::new(Some(ahead));
+            let done: RefCell<Option<Computed>> = RefCell::new(None);
+            let waited = Cell::new(Duration::ZERO);
+            let wait = || {
+                if let Some(h) = handle.borrow_mut().take() {
+                    let start = Instant::now();
+                    let failed = || {
+                        (
+                            Err("computing the grammar's mask failed".into()),
+                            Duration::ZERO,
+                        )
+                    };
+                    *done.borrow_mut() = Some(h.join().unwrap_or_else(|_| failed()));
+                    waited.set(start.elapsed());
+                }
+                let done = done.borrow();
+                let words = done.as_ref().and_then(|(m, _)| m.as_ref().ok());
+                words.map(|m| m.as_slice().to_vec())
+            };
+            let picked = step(&wait);
+            wait();
+            (picked, done.into_inner(), waited.get())
+        });
+        let (mask, computed) = mask.unwrap_or((Err("no mask was computed".into()), Duration::ZERO));
+        self.computed += computed;
+        self.waited += waited;
+        self.steps += 1;
+        let token = picked?;
+        let mask = mask.map_err(ConstrainError::Decoding)?;
+        if (token as usize) < mask.len() && mask.is_allowed(token) {
+            Ok(token)
+        } else {
+            Err(ConstrainError::NoToken.into())
+        }
+    }
+
     /// Sets every logit the grammar does not allow next to -infinity, with the mask
     /// computed ahead if there is one. Returns the time the caller waited for it. Fails
     /// when the grammar has failed, or allows none of the tokens that `logits` holds.
@@ -271,27 +352,7 @@ impl Constraint {
             }
         }
         .map_err(ConstrainError::Decoding)?;
-        let words = mask.as_slice();
-        let mut any = false;
-        for (w, chunk) in logits.chunks_mut(32).enumerate() {
-            let bits = words.get(w).copied().unwrap_or(0);
-            if bits == u32::MAX {
-                any |= chunk.iter().any(|&v| v != f32::NEG_INFINITY);
-                continue;
-            }
-            // Most words of a mask allow nothing.
-            if bits == 0 {
-                chunk.fill(f32::NEG_INFINITY);
-                continue;
-            }
-            for (b, v) in chunk.iter_mut().enumerate() {
-                if bits & (1 << b) == 0 {
-                    *v = f32::NEG_INFINITY;
-                } else {
-                    any |= *v != f32::NEG_INFINITY;
-                }
-            }
-        }
+        let any = apply_mask(mask.as_slice(), logits);
         let spent = start.elapsed();
         self.steps += 1;
         self.waited += spent;

@@ -4,7 +4,7 @@
 use super::constrain::Constraint;
 use super::sampling::{Sampler, SamplingParams};
 use super::text_stream::TextStream;
-use crate::backend::{feed_one, Decode, Sequence};
+use crate::backend::{feed_one, host_greedy, Decode, Sequence};
 use crate::error::{EngineError, Result};
 
 /// A model that takes tokens and gives the logits of the last one.
@@ -15,6 +15,13 @@ pub trait CausalLm {
     fn context_limit(&self) -> usize;
     /// Feeds `tokens` after those already fed; the logits of the last of them.
     fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
+    /// Feeds `tokens` after those already fed; the next token of greedy decoding under
+    /// `mask` (as [`Decode::feed_greedy`]). By default from [`CausalLm::feed`]'s logits,
+    /// masked and picked on the host.
+    fn feed_greedy(&mut self, tokens: &[u32], mask: &dyn Fn() -> Option<Vec<u32>>) -> Result<u32> {
+        let logits = self.feed(tokens)?;
+        host_greedy(logits, mask().as_deref())
+    }
 }
 
 /// A backend and one sequence of it, seen as a [`CausalLm`].
@@ -44,6 +51,11 @@ impl CausalLm for Continuation<'_> {
 
     fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         feed_one(self.backend, self.sequence.as_mut(), tokens)
+    }
+
+    fn feed_greedy(&mut self, tokens: &[u32], mask: &dyn Fn() -> Option<Vec<u32>>) -> Result<u32> {
+        self.backend
+            .feed_greedy(self.sequence.as_mut(), tokens, mask)
     }
 }
 
@@ -145,16 +157,20 @@ pub fn generate_constrained(
     if options.max_tokens == 0 {
         return Ok(text.finish(tokens, FinishReason::MaxTokens));
     }
-    let mut logits = match constraint.as_deref_mut() {
-        // The first mask is computed while the model reads the prompt.
-        Some(c) => c.overlap(|| model.feed(prompt))?,
-        None => model.feed(prompt)?,
-    };
+    // Plain greedy decoding lets the backend mask the logits and pick the token itself (on
+    // a device: no logits read back); otherwise the logits come back to be sampled.
+    let picks = options.sampling.picks_largest_logit() && !options.keep_logits;
+    let mut next = feed(model, picks, prompt, constraint.as_deref_mut())?;
     loop {
-        if let Some(c) = constraint.as_deref_mut() {
-            c.mask(&mut logits)?;
-        }
-        let token = sampler.sample(&logits, &history)?;
+        let token = match next {
+            Next::Token(token) => token,
+            Next::Logits(mut logits) => {
+                if let Some(c) = constraint.as_deref_mut() {
+                    c.mask(&mut logits)?;
+                }
+                sampler.sample(&logits, &history)?
+            }
+        };
         if ends(token) {
             on_token(token, &text.release_all());
             return Ok(text.finish(tokens, FinishReason::Eos(token)));
@@ -185,10 +201,29 @@ pub fn generate_constrained(
             }
             None => on_token(token, &text.release_final()),
         }
-        logits = match constraint.as_deref_mut() {
-            // The next mask is computed while the model takes the token.
-            Some(c) => c.overlap(|| model.feed(&[token]))?,
-            None => model.feed(&[token])?,
-        };
+        next = feed(model, picks, &[token], constraint.as_deref_mut())?;
     }
+}
+
+/// What a feed gave: the logits to sample from, or the token the backend picked.
+enum Next {
+    Logits(Vec<f32>),
+    Token(u32),
+}
+
+/// Feeds `tokens`: where `picks`, the model masks and picks the next token itself,
+/// else its logits come back. A grammar's next mask is computed while the model reads
+/// the tokens.
+fn feed(
+    model: &mut dyn CausalLm,
+    picks: bool,
+    tokens: &[u32],
+    constraint: Option<&mut Constraint>,
+) -> Result<Next> {
+    Ok(match (picks, constraint) {
+        (true, Some(c)) => Next::Token(c.overlap_pick(|mask| model.feed_greedy(tokens, mask))?),
+        (true, None) => Next::Token(model.feed_greedy(tokens, &|| None)?),
+        (false, Some(c)) => Next::Logits(c.overlap(|| model.feed(tokens))?),
+        (false, None) => Next::Logits(model.feed(tokens)?),
+    })
 }

@@ -53,6 +53,16 @@ impl SamplingParams {
         }
     }
 
+    /// Greedy with nothing that changes the logits first (no penalty, no bias): the next
+    /// token is the largest logit's index, which a device can pick itself.
+    pub fn picks_largest_logit(&self) -> bool {
+        self.temperature == 0.0
+            && self.repetition_penalty == 1.0
+            && self.logit_bias.is_empty()
+            && self.presence_penalty == 0.0
+            && self.frequency_penalty == 0.0
+    }
+
     pub fn validate(&self) -> Result<()> {
         let bad = |param, reason: String| Err(EngineError::Sampling { param, reason });
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {

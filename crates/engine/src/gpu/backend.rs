@@ -62,6 +62,17 @@ impl Decode for GpuDecoder {
         out
     }
 
+    /// On the device: the mask applied and the token picked there, one index read back.
+    fn feed_greedy(
+        &self,
+        sequence: &mut dyn Sequence,
+        tokens: &[u32],
+        mask: &dyn Fn() -> Option<Vec<u32>>,
+    ) -> Result<u32> {
+        let session = own::<GpuSession>(sequence)?;
+        GpuDecoder::feed_greedy_masked(self, session, tokens, mask).map_err(EngineError::from)
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

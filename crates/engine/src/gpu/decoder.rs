@@ -12,13 +12,15 @@ use quench_rt::{CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, Kern
 use super::arena;
 use super::catalog::Catalog;
 use super::error::{size, GpuError};
-use super::graph::{DecodeGraph, Products, StepRecord, StepShape, DEFAULT_MULTIPROCESSORS};
+use super::graph::{u32_of, DecodeGraph, Products, StepRecord, StepShape, DEFAULT_MULTIPROCESSORS};
 use super::kv::{BlockPool, GpuSession};
+use super::masking::Masking;
 use super::plan::{resolve, Grid, Region, Resolved, Rows, Slot};
 use super::prefill::{self, PrefillPlan};
 use super::profile;
 use super::stored::StoredTensors;
 use super::weights::WeightData;
+use crate::generate::constrain::apply_mask;
 use crate::options::KvCache;
 
 static NEXT_MODEL: AtomicU64 = AtomicU64::new(1);
@@ -142,14 +144,20 @@ pub struct GpuSummary {
     pub tensor_core_products: usize,
 }
 
+/// Per row of a step, a grammar's mask of the tokens allowed next, or none.
+type RowMasks<'a> = &'a dyn Fn() -> Vec<Option<Vec<u32>>>;
+
 /// What a step reads back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Read<'a> {
     Nothing,
     /// The logits of the rows marked.
     Logits(&'a [bool]),
     /// The device's argmax of each row's logits.
     Next,
+    /// As `Next`, each row's logits first masked (on the device where it has the argmax
+    /// kernel) by its mask, asked for once the step's kernels are submitted.
+    Masked(RowMasks<'a>),
 }
 
 enum Out {
@@ -222,6 +230,26 @@ fn greedy(logits: Vec<Option<Vec<f32>>>) -> Result<Vec<u32>, GpuError> {
         .collect()
 }
 
+/// Each row's greedy next token from its logits read back, masked on the host by its mask
+/// where it has one, as the device would: a mask that leaves no finite logit gives token 0
+/// (the caller checks the token against its mask).
+fn masked_greedy(
+    logits: Vec<Option<Vec<f32>>>,
+    masks: &[Option<Vec<u32>>],
+) -> Result<Vec<u32>, GpuError> {
+    logits
+        .into_iter()
+        .enumerate()
+        .map(|(row, l)| {
+            let mut l = l.ok_or_else(|| unread(row))?;
+            if let Some(words) = masks.get(row).and_then(Option::as_deref) {
+                apply_mask(words, &mut l);
+            }
+            crate::generate::argmax(&l).ok_or(GpuError::BadLogits { row })
+        })
+        .collect()
+}
+
 /// The dispatches of a step and, when steps replay graphs, the step captured per row
 /// count.
 struct StepLaunches {
@@ -250,6 +278,8 @@ struct OnDevice {
     profile: Option<profile::Instrumented>,
     /// The prompt path, where the model's formats and shapes allow it.
     prefill: Option<prefill::OnDevice>,
+    /// Grammar masks applied on the device, where the vocabulary suits the argmax kernel.
+    masking: Option<Masking>,
 }
 
 impl Drop for OnDevice {
@@ -541,6 +571,14 @@ impl GpuDecoder {
         };
         let graph = &planned.graph;
         let rows = planned.shape.max_batch;
+        let masking = match io.next {
+            Some(_) => Some(Masking::new(
+                &mut mem,
+                u32_of("vocab", config.vocab)?,
+                rows,
+            )?),
+            None => None,
+        };
         let launches_of = |launches| StepLaunches {
             launches,
             graphs: vec![None; rows],
@@ -556,6 +594,7 @@ impl GpuDecoder {
             resident: vec![None; rows],
             profile,
             prefill,
+            masking,
         };
         if options.capture {
             // The one-row step now; steps of more rows when they first run.
@@ -661,15 +700,31 @@ impl GpuDecoder {
     /// token (the next token of greedy decoding): computed on the device and read back as
     /// 4 bytes where the vocabulary suits the argmax kernel, else from the logits.
     pub fn feed_greedy(&self, session: &mut GpuSession, tokens: &[u32]) -> Result<u32, GpuError> {
+        self.feed_greedy_masked(session, tokens, &|| None)
+    }
+
+    /// As [`GpuDecoder::feed_greedy`], the largest logit among those `mask` allows (a
+    /// grammar's mask: bit `t mod 32` of word `t / 32` set when token `t` is allowed; all
+    /// tokens where it gives none). `mask` is called once the last step's kernels are
+    /// submitted; the mask is applied on the device where the vocabulary suits the argmax
+    /// kernel (the logits are not read back), else on the host.
+    pub fn feed_greedy_masked(
+        &self,
+        session: &mut GpuSession,
+        tokens: &[u32],
+        mask: &dyn Fn() -> Option<Vec<u32>>,
+    ) -> Result<u32, GpuError> {
         self.check_feed(session, tokens)?;
+        let masks = || vec![mask()];
+        let read = Read::Masked(&masks);
         if self.takes_prompt_path(tokens) {
-            return only(self.prefill(session, tokens, Read::Next)?.next()?);
+            return only(self.prefill(session, tokens, read)?.next()?);
         }
         let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
         for &token in before {
             self.step(&mut [(&mut *session, token)], Read::Nothing)?;
         }
-        only(self.step(&mut [(session, *last)], Read::Next)?.next()?)
+        only(self.step(&mut [(session, *last)], read)?.next()?)
     }
 
     /// Readies `session` to take `token` in the next step: refuses another model's
@@ -958,21 +1013,37 @@ fn read_back(
     let failed = |e| GpuError::runtime(during.clone())(e);
     Ok(match (read, d.io.next) {
         (Read::Nothing, _) => Out::Nothing,
-        (Read::Next, Some(next)) => {
-            let mut bytes = vec![0u8; 4 * n];
-            d.mem.exec.copy_to_host(next, &mut bytes).map_err(failed)?;
-            Out::Next(
-                bytes
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            )
+        (Read::Next, Some(next)) => Out::Next(read_next(d, next, n).map_err(failed)?),
+        (Read::Masked(masks), Some(next)) => {
+            let masks = masks();
+            if let Some(m) = &d.masking {
+                m.apply(&mut *d.mem.exec, &masks, d.io.logits, next)
+                    .map_err(failed)?;
+                Out::Next(read_next(d, next, n).map_err(failed)?)
+            } else {
+                let logits = read_logits(d, vocab, &vec![true; n]).map_err(failed)?;
+                Out::Next(masked_greedy(logits, &masks)?)
+            }
+        }
+        (Read::Masked(masks), None) => {
+            let logits = read_logits(d, vocab, &vec![true; n]).map_err(failed)?;
+            Out::Next(masked_greedy(logits, &masks())?)
         }
         (Read::Next, None) => Out::Next(greedy(
             read_logits(d, vocab, &vec![true; n]).map_err(failed)?,
         )?),
         (Read::Logits(wanted), _) => Out::Logits(read_logits(d, vocab, wanted).map_err(failed)?),
     })
+}
+
+/// The device's argmax of the first `n` rows.
+fn read_next(d: &mut OnDevice, next: DevicePtr, n: usize) -> Result<Vec<u32>, quench_rt::RtError> {
+    let mut bytes = vec![0u8; 4 * n];
+    d.mem.exec.copy_to_host(next, &mut bytes)?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
 }
 
 /// The logits of the rows marked in `wanted`, each run of consecutive rows in one copy.

@@ -36,6 +36,7 @@ mod error;
 mod graph;
 mod kv;
 mod listing;
+mod masking;
 mod plan;
 pub mod prefill;
 pub mod profile;
