@@ -33,6 +33,36 @@ pub trait Sequence: Send + Any {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
+/// What a feed gives back for one item: the logits of its last token, or the token
+/// greedy decoding picks from them ([`Decode::feed_picking`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fed {
+    Logits(Vec<f32>),
+    Token(u32),
+}
+
+impl Fed {
+    /// The logits, where they were read back.
+    pub fn into_logits(self) -> Result<Vec<f32>> {
+        match self {
+            Fed::Logits(l) => Ok(l),
+            Fed::Token(_) => Err(EngineError::NoLogits),
+        }
+    }
+
+    /// The token picked, where one was.
+    pub fn token(&self) -> Option<u32> {
+        match self {
+            Fed::Token(t) => Some(*t),
+            Fed::Logits(_) => None,
+        }
+    }
+}
+
+/// Per item of a feed, a grammar's mask of the tokens allowed next (or none), given when
+/// asked for.
+pub type Masks<'a> = &'a dyn Fn() -> Vec<Option<Vec<u32>>>;
+
 /// One sequence's share of a feed: `tokens` go after the positions `sequence` holds, at
 /// positions `sequence.len()..sequence.len() + tokens.len()`.
 pub struct Rows<'a> {
@@ -59,25 +89,36 @@ pub trait Decode: Send + Sync + Any {
     /// positions whose steps completed.
     fn feed(&self, items: &mut [Rows<'_>]) -> Vec<Result<Vec<f32>>>;
 
-    /// Feeds `tokens` after the positions of one `sequence` and returns the next token of
-    /// greedy decoding: the index of the last token's largest logit among those `mask`
-    /// allows (a grammar's mask, as [`apply_mask`] reads it; every token where it gives
-    /// none). `mask` is called once, while the step runs or after it, so that a mask
-    /// computed meanwhile on another thread is waited for as late as possible. A backend
-    /// on a device applies the mask and picks the token there, reading back one index
-    /// instead of the logits; this default masks and picks on the host.
-    fn feed_greedy(
+    /// As [`Decode::feed`], where each item with `picks[i]` set gets back only the next
+    /// token of greedy decoding: the index of its last token's largest logit among those
+    /// its mask allows (`masks()[i]`, a grammar's mask as [`apply_mask`] reads it; every
+    /// token where it gives none). `masks` is called once the step runs or after it, so
+    /// that masks computed meanwhile on another thread are waited for as late as
+    /// possible. A backend on a device applies the masks and picks the tokens there,
+    /// reading back one index instead of the logits; this default masks and picks on the
+    /// host.
+    fn feed_picking(
         &self,
-        sequence: &mut dyn Sequence,
-        tokens: &[u32],
-        mask: &dyn Fn() -> Option<Vec<u32>>,
-    ) -> Result<u32> {
-        let mut rows = [Rows { sequence, tokens }];
-        let logits = self
-            .feed(&mut rows)
-            .pop()
-            .unwrap_or(Err(EngineError::NoLogits))?;
-        host_greedy(logits, mask().as_deref())
+        items: &mut [Rows<'_>],
+        picks: &[bool],
+        masks: Masks<'_>,
+    ) -> Vec<Result<Fed>> {
+        let fed = self.feed(items);
+        let masks = if picks.contains(&true) {
+            masks()
+        } else {
+            vec![]
+        };
+        fed.into_iter()
+            .enumerate()
+            .map(|(i, logits)| match picks.get(i) {
+                Some(true) => {
+                    let mask = masks.get(i).and_then(Option::as_deref);
+                    host_greedy(logits?, mask).map(Fed::Token)
+                }
+                _ => logits.map(Fed::Logits),
+            })
+            .collect()
     }
 
     /// The backend as its own type, for callers that need what only it has (a GPU
@@ -91,6 +132,23 @@ pub(crate) fn own<S: Sequence>(sequence: &mut dyn Sequence) -> Result<&mut S> {
         .as_any_mut()
         .downcast_mut::<S>()
         .ok_or(EngineError::ForeignSession)
+}
+
+/// Feeds `tokens` after the positions of one `sequence`; the greedy next token under
+/// `mask` ([`Decode::feed_picking`]).
+pub(crate) fn pick_one(
+    backend: &dyn Decode,
+    sequence: &mut dyn Sequence,
+    tokens: &[u32],
+    mask: &dyn Fn() -> Option<Vec<u32>>,
+) -> Result<u32> {
+    let mut rows = [Rows { sequence, tokens }];
+    let fed = backend.feed_picking(&mut rows, &[true], &|| vec![mask()]);
+    match fed.into_iter().next() {
+        Some(Ok(Fed::Token(t))) => Ok(t),
+        Some(Err(e)) => Err(e),
+        _ => Err(EngineError::NoLogits),
+    }
 }
 
 /// Feeds `tokens` after the positions of one `sequence`: the logits of the last.

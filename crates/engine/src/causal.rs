@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use quench_text::{ChatTemplate, Message, Tokenizer, ToolFormat};
 
-use crate::backend::{feed_one, Decode, Rows, Sequence};
+use crate::backend::{feed_one, pick_one, Decode, Fed, Masks, Rows, Sequence};
 use crate::error::{EngineError, Result};
 use crate::generate::{self, CausalLm, ConstrainError, FinishReason, GenerateOptions, Grammars};
 use crate::info::ModelInfo;
@@ -377,7 +377,22 @@ impl CausalModel {
     /// items run together as [`CausalModel::feed_batch`] runs them. A failed item's session
     /// holds the tokens whose steps completed.
     pub fn step(&self, items: &mut [BatchItem<'_>]) -> Vec<Result<Vec<f32>>> {
-        let mut out: Vec<Option<Result<Vec<f32>>>> = items
+        self.step_picking(items, &[], &Vec::new)
+            .into_iter()
+            .map(|r| r.and_then(Fed::into_logits))
+            .collect()
+    }
+
+    /// As [`CausalModel::step`], where each item with `picks[i]` set gets back only the
+    /// next token of greedy decoding under its mask (`masks()[i]`), picked on the device
+    /// on a GPU ([`Decode::feed_picking`]).
+    pub fn step_picking(
+        &self,
+        items: &mut [BatchItem<'_>],
+        picks: &[bool],
+        masks: Masks<'_>,
+    ) -> Vec<Result<Fed>> {
+        let mut out: Vec<Option<Result<Fed>>> = items
             .iter()
             .map(|item| {
                 if item.session.model_id != self.id {
@@ -399,7 +414,20 @@ impl CausalModel {
                 tokens: item.tokens,
             })
             .collect();
-        let results = self.backend.feed(&mut rows);
+        let pending_picks: Vec<bool> = pending
+            .iter()
+            .map(|&i| picks.get(i).copied().unwrap_or(false))
+            .collect();
+        let pending_masks = || {
+            let all = masks();
+            pending
+                .iter()
+                .map(|&i| all.get(i).cloned().flatten())
+                .collect()
+        };
+        let results = self
+            .backend
+            .feed_picking(&mut rows, &pending_picks, &pending_masks);
         drop(rows);
         for (&i, result) in pending.iter().zip(results) {
             out[i] = Some(result);
@@ -498,7 +526,7 @@ impl CausalLm for Feeder<'_> {
 
     fn feed_greedy(&mut self, tokens: &[u32], mask: &dyn Fn() -> Option<Vec<u32>>) -> Result<u32> {
         self.fed(tokens, |backend, sequence, fresh| {
-            backend.feed_greedy(sequence, fresh, mask)
+            pick_one(backend, sequence, fresh, mask)
         })
     }
 }

@@ -40,7 +40,7 @@ mod options;
 pub mod synth;
 mod text;
 
-pub use backend::{Decode, Rows, Sequence};
+pub use backend::{Decode, Fed, Masks, Rows, Sequence};
 pub use causal::{BatchItem, CausalModel, Generation, Prompt, Session};
 pub use embedding::{Embedding, EmbeddingModel, Pooling};
 pub use error::{EngineError, Result};

@@ -637,3 +637,89 @@ fn masks_applied_on_the_device_pick_as_the_host_does() {
     }
     assert_eq!(host.len(), device.len());
 }
+
+/// A batch whose rows want different things: a prompt chunk picked under a mask, decode
+/// rows picked under masks or without one, and rows whose logits are read back. Each
+/// picked row gets the token the host picks from the same batch's logits under the same
+/// mask (each mask bans the unmasked choice), and the other rows' logits keep their bits.
+#[test]
+fn a_batch_mixes_rows_picked_on_the_device_and_rows_read_back() {
+    use quench_engine::generate::argmax;
+    use quench_engine::generate::constrain::apply_mask;
+    use quench_engine::Fed;
+    let s = seed();
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+    let dir = synth(SynthArch::Qwen2, s ^ 7);
+    let options = GpuOptions {
+        context: Some(CONTEXT),
+        sessions: 10,
+        max_batch: 4,
+        prefill_chunk: 8,
+        prefill_min_tokens: 4,
+        ..GpuOptions::default()
+    };
+    let decoder = load_decoder(&dir, Backend::Interp, &options).expect("loads");
+    let vocab = decoder.config().vocab as u32;
+    // Row 0 a prompt chunk (the prompt path), the others decode steps of 1–3 tokens.
+    let feeds: Vec<Vec<u32>> = [6, 1, 3, 2]
+        .iter()
+        .map(|&n| (0..n).map(|_| rng.gen_range(0..vocab)).collect())
+        .collect();
+    let fresh = |n: usize| -> Vec<GpuSession> { (0..n).map(|_| decoder.new_session()).collect() };
+    let mut host = fresh(4);
+    let mut rows: Vec<_> = host
+        .iter_mut()
+        .zip(&feeds)
+        .map(|(s, f)| (s, &f[..]))
+        .collect();
+    let logits: Vec<Vec<f32>> = decoder
+        .feed_batch(&mut rows)
+        .expect("steps")
+        .into_iter()
+        .map(|r| r.expect("feeds"))
+        .collect();
+    let picks = [true, true, false, true];
+    let masks: Vec<Option<Vec<u32>>> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            // Row 3 picks without a mask; row 2 is read back, its mask ignored.
+            (i != 3).then(|| {
+                let best = argmax(l).expect("finite logits");
+                let mut mask: Vec<u32> = (0..vocab.div_ceil(32)).map(|_| rng.gen()).collect();
+                mask[best as usize / 32] &= !(1 << (best % 32));
+                mask
+            })
+        })
+        .collect();
+    let mut device = fresh(4);
+    let mut rows: Vec<_> = device
+        .iter_mut()
+        .zip(&feeds)
+        .map(|(s, f)| (s, &f[..]))
+        .collect();
+    let fed = decoder
+        .feed_batch_picking(&mut rows, &picks, &|| masks.clone())
+        .expect("steps");
+    for (i, got) in fed.into_iter().enumerate() {
+        let got = got.unwrap_or_else(|e| panic!("row {i}: {e}"));
+        let mut want = logits[i].clone();
+        match (picks[i], &masks[i]) {
+            (true, Some(mask)) => {
+                apply_mask(mask, &mut want);
+                let token = argmax(&want).expect("an allowed token");
+                assert_ne!(
+                    Some(token),
+                    argmax(&logits[i]),
+                    "row {i}: the mask bans the best"
+                );
+                assert_eq!(got, Fed::Token(token), "row {i} (seed {s})");
+            }
+            (true, None) => assert_eq!(got, Fed::Token(argmax(&want).unwrap()), "row {i}"),
+            (false, _) => match got {
+                Fed::Logits(l) => same(&bits(&l), &bits(&want), || format!("row {i}")),
+                Fed::Token(t) => panic!("row {i} was picked ({t}), not read back"),
+            },
+        }
+    }
+}

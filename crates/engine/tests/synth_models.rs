@@ -652,7 +652,10 @@ fn greedy_generation_under_a_grammar_masks_on_the_device_as_on_the_host() {
             .unwrap();
         assert_eq!(g.logits.is_some(), keep_logits);
         let masks = constraint.mask_cost().masks;
-        assert!(masks as usize >= g.tokens.len(), "a mask for every token drawn");
+        assert!(
+            masks as usize >= g.tokens.len(),
+            "a mask for every token drawn"
+        );
         runs.push((g.tokens, g.text, g.finish, masks));
     }
     assert_eq!(runs[0], runs[1], "seed {seed}");

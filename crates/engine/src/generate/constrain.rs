@@ -252,10 +252,24 @@ impl Constraint {
     /// As [`Constraint::overlap`] for the constraints of several sequences that one step
     /// moves: a thread computes their masks, one after another, while `step` runs.
     pub fn overlap_all<T>(constraints: &mut [&mut Constraint], step: impl FnOnce() -> T) -> T {
+        Constraint::overlap_masks(constraints, |_| step())
+    }
+
+    /// As [`Constraint::overlap_all`], for a step that applies the masks itself (greedy
+    /// decoding on a device): `step` gets a function that waits for the masks and gives
+    /// their words (one per constraint, in order; `None` where computing one failed), to
+    /// call once the step is under way. Each token then picked goes through
+    /// [`Constraint::check_pick`].
+    pub fn overlap_masks<T>(
+        constraints: &mut [&mut Constraint],
+        step: impl FnOnce(&dyn Fn() -> Vec<Option<Vec<u32>>>) -> T,
+    ) -> T {
         if constraints.is_empty() {
-            return step();
+            return step(&Vec::new);
         }
+        let n = constraints.len();
         let matchers: Vec<&mut Matcher> = constraints.iter_mut().map(|c| &mut c.matcher).collect();
+        type Computed = Vec<(Result<SimpleVob, String>, Duration)>;
         let (out, masks, waited) = std::thread::scope(|scope| {
             let ahead = scope.spawn(move || {
                 matchers
@@ -265,12 +279,29 @@ impl Constraint {
                         let mask = m.compute_mask().map_err(|e| e.to_string());
                         (mask, start.elapsed())
                     })
-                    .collect::<Vec<_>>()
+                    .collect::<Computed>()
             });
-            let out = step();
-            let ready = Instant::now();
-            let masks = ahead.join().ok();
-            (out, masks, ready.elapsed())
+            let handle = RefCell::new(Some(ahead));
+            let done: RefCell<Option<Computed>> = RefCell::new(None);
+            let waited = Cell::new(Duration::ZERO);
+            let wait = || {
+                if let Some(h) = handle.borrow_mut().take() {
+                    let start = Instant::now();
+                    *done.borrow_mut() = h.join().ok();
+                    waited.set(start.elapsed());
+                }
+                match &*done.borrow() {
+                    Some(masks) => masks
+                        .iter()
+                        .map(|(m, _)| m.as_ref().ok().map(|m| m.as_slice().to_vec()))
+                        .collect(),
+                    None => vec![None; n],
+                }
+            };
+            let out = step(&wait);
+            // Joined here where the step did not ask.
+            wait();
+            (out, done.into_inner(), waited.get())
         });
         let mut masks = masks.map(Vec::into_iter);
         for c in constraints.iter_mut() {
@@ -285,56 +316,31 @@ impl Constraint {
         out
     }
 
-    /// As [`Constraint::overlap`] for a step that picks the next token itself (greedy
-    /// decoding on a device): `step` gets a function that waits for the mask computed
-    /// beside it and gives its words, to call once the step is under way. The token
-    /// picked must be one the mask allows ([`ConstrainError::NoToken`] otherwise: the
-    /// model gave every allowed token -infinity); the mask counts as applied.
+    /// As [`Constraint::overlap`] for a step that picks the next token itself under the
+    /// mask: `step` gets a function that waits for the mask and gives its words. The
+    /// token picked goes through [`Constraint::check_pick`].
     pub fn overlap_pick(
         &mut self,
         step: impl FnOnce(&dyn Fn() -> Option<Vec<u32>>) -> crate::Result<u32>,
     ) -> crate::Result<u32> {
-        let matcher = &mut self.matcher;
-        type Computed = (Result<SimpleVob, String>, Duration);
-        let (picked, mask, waited) = std::thread::scope(|scope| {
-            let ahead = scope.spawn(move || {
-                let start = Instant::now();
-                let mask = matcher.compute_mask().map_err(|e| e.to_string());
-                (mask, start.elapsed())
-            });
-            let handle = RefCell::new(Some(ahead));
-            let done: RefCell<Option<Computed>> = RefCell::new(None);
-            let waited = Cell::new(Duration::ZERO);
-            let wait = || {
-                if let Some(h) = handle.borrow_mut().take() {
-                    let start = Instant::now();
-                    let failed = || {
-                        (
-                            Err("computing the grammar's mask failed".into()),
-                            Duration::ZERO,
-                        )
-                    };
-                    *done.borrow_mut() = Some(h.join().unwrap_or_else(|_| failed()));
-                    waited.set(start.elapsed());
-                }
-                let done = done.borrow();
-                let words = done.as_ref().and_then(|(m, _)| m.as_ref().ok());
-                words.map(|m| m.as_slice().to_vec())
-            };
-            let picked = step(&wait);
-            wait();
-            (picked, done.into_inner(), waited.get())
-        });
-        let (mask, computed) = mask.unwrap_or((Err("no mask was computed".into()), Duration::ZERO));
-        self.computed += computed;
-        self.waited += waited;
+        let picked = Constraint::overlap_masks(&mut [&mut *self], |masks| {
+            step(&|| masks().pop().flatten())
+        })?;
+        Ok(self.check_pick(picked)?)
+    }
+
+    /// Takes the place of [`Constraint::mask`] where the model applied the mask and picked
+    /// `token` itself: the token must be one the mask allows ([`ConstrainError::NoToken`]
+    /// otherwise: the model gave every allowed token -infinity). Returns it.
+    pub fn check_pick(&mut self, token: u32) -> Result<u32, ConstrainError> {
+        let start = Instant::now();
+        let mask = self.take_mask()?;
         self.steps += 1;
-        let token = picked?;
-        let mask = mask.map_err(ConstrainError::Decoding)?;
+        self.waited += start.elapsed();
         if (token as usize) < mask.len() && mask.is_allowed(token) {
             Ok(token)
         } else {
-            Err(ConstrainError::NoToken.into())
+            Err(ConstrainError::NoToken)
         }
     }
 
@@ -343,15 +349,7 @@ impl Constraint {
     /// when the grammar has failed, or allows none of the tokens that `logits` holds.
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<Duration, ConstrainError> {
         let start = Instant::now();
-        let mask = match self.next.take() {
-            Some(ahead) => ahead,
-            None => {
-                let mask = self.matcher.compute_mask().map_err(|e| e.to_string());
-                self.computed += start.elapsed();
-                mask
-            }
-        }
-        .map_err(ConstrainError::Decoding)?;
+        let mask = self.take_mask()?;
         let any = apply_mask(mask.as_slice(), logits);
         let spent = start.elapsed();
         self.steps += 1;
@@ -361,6 +359,20 @@ impl Constraint {
         } else {
             Err(ConstrainError::NoToken)
         }
+    }
+
+    /// The next token's mask: the one computed ahead, or computed now.
+    fn take_mask(&mut self) -> Result<SimpleVob, ConstrainError> {
+        match self.next.take() {
+            Some(ahead) => ahead,
+            None => {
+                let start = Instant::now();
+                let mask = self.matcher.compute_mask().map_err(|e| e.to_string());
+                self.computed += start.elapsed();
+                mask
+            }
+        }
+        .map_err(ConstrainError::Decoding)
     }
 
     /// Takes the drawn `token` into the grammar's state.

@@ -4,7 +4,7 @@
 use super::constrain::Constraint;
 use super::sampling::{Sampler, SamplingParams};
 use super::text_stream::TextStream;
-use crate::backend::{feed_one, host_greedy, Decode, Sequence};
+use crate::backend::{feed_one, host_greedy, pick_one, Decode, Sequence};
 use crate::error::{EngineError, Result};
 
 /// A model that takes tokens and gives the logits of the last one.
@@ -16,7 +16,7 @@ pub trait CausalLm {
     /// Feeds `tokens` after those already fed; the logits of the last of them.
     fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
     /// Feeds `tokens` after those already fed; the next token of greedy decoding under
-    /// `mask` (as [`Decode::feed_greedy`]). By default from [`CausalLm::feed`]'s logits,
+    /// `mask` (as [`Decode::feed_picking`]). By default from [`CausalLm::feed`]'s logits,
     /// masked and picked on the host.
     fn feed_greedy(&mut self, tokens: &[u32], mask: &dyn Fn() -> Option<Vec<u32>>) -> Result<u32> {
         let logits = self.feed(tokens)?;
@@ -54,8 +54,7 @@ impl CausalLm for Continuation<'_> {
     }
 
     fn feed_greedy(&mut self, tokens: &[u32], mask: &dyn Fn() -> Option<Vec<u32>>) -> Result<u32> {
-        self.backend
-            .feed_greedy(self.sequence.as_mut(), tokens, mask)
+        pick_one(self.backend, self.sequence.as_mut(), tokens, mask)
     }
 }
 

@@ -8,7 +8,7 @@ use std::any::Any;
 use super::decoder::GpuDecoder;
 use super::error::GpuError;
 use super::kv::GpuSession;
-use crate::backend::{own, Decode, Rows, Sequence};
+use crate::backend::{own, Decode, Fed, Masks, Rows, Sequence};
 use crate::error::{EngineError, Result};
 
 impl Sequence for GpuSession {
@@ -49,28 +49,50 @@ impl Decode for GpuDecoder {
     }
 
     fn feed(&self, items: &mut [Rows<'_>]) -> Vec<Result<Vec<f32>>> {
+        self.feed_picking(items, &[], &Vec::new)
+            .into_iter()
+            .map(|r| r.and_then(Fed::into_logits))
+            .collect()
+    }
+
+    /// On the device: each picked item's mask applied and its token picked there, one
+    /// index read back.
+    fn feed_picking(
+        &self,
+        items: &mut [Rows<'_>],
+        picks: &[bool],
+        masks: Masks<'_>,
+    ) -> Vec<Result<Fed>> {
+        let picked = |i: usize| picks.get(i).copied().unwrap_or(false);
         if let [item] = items {
             let result = own::<GpuSession>(item.sequence).and_then(|session| {
-                GpuDecoder::feed(self, session, item.tokens).map_err(EngineError::from)
+                let fed = match picked(0) {
+                    true => {
+                        let mask = || masks().into_iter().next().flatten();
+                        self.feed_greedy_masked(session, item.tokens, &mask)
+                            .map(Fed::Token)
+                    }
+                    false => GpuDecoder::feed(self, session, item.tokens).map(Fed::Logits),
+                };
+                fed.map_err(EngineError::from)
             });
             return vec![result];
         }
+        let size = GpuDecoder::max_batch(self).max(1);
         let mut out = Vec::with_capacity(items.len());
-        for group in items.chunks_mut(GpuDecoder::max_batch(self).max(1)) {
-            out.extend(feed_group(self, group));
+        for (g, group) in items.chunks_mut(size).enumerate() {
+            let range = g * size..g * size + group.len();
+            let group_picks: Vec<bool> = range.clone().map(picked).collect();
+            let group_masks = || {
+                let all = masks();
+                range
+                    .clone()
+                    .map(|i| all.get(i).cloned().flatten())
+                    .collect()
+            };
+            out.extend(feed_group(self, group, &group_picks, &group_masks));
         }
         out
-    }
-
-    /// On the device: the mask applied and the token picked there, one index read back.
-    fn feed_greedy(
-        &self,
-        sequence: &mut dyn Sequence,
-        tokens: &[u32],
-        mask: &dyn Fn() -> Option<Vec<u32>>,
-    ) -> Result<u32> {
-        let session = own::<GpuSession>(sequence)?;
-        GpuDecoder::feed_greedy_masked(self, session, tokens, mask).map_err(EngineError::from)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -78,10 +100,15 @@ impl Decode for GpuDecoder {
     }
 }
 
-/// One [`GpuDecoder::feed_batch`] over `group` (at most the decoder's batch). A step that
-/// fails as a whole fails every sequence it was running.
-fn feed_group(decoder: &GpuDecoder, group: &mut [Rows<'_>]) -> Vec<Result<Vec<f32>>> {
-    let mut out: Vec<Option<Result<Vec<f32>>>> = Vec::with_capacity(group.len());
+/// One [`GpuDecoder::feed_batch_picking`] over `group` (at most the decoder's batch). A
+/// step that fails as a whole fails every sequence it was running.
+fn feed_group(
+    decoder: &GpuDecoder,
+    group: &mut [Rows<'_>],
+    picks: &[bool],
+    masks: Masks<'_>,
+) -> Vec<Result<Fed>> {
+    let mut out: Vec<Option<Result<Fed>>> = Vec::with_capacity(group.len());
     let mut members = vec![];
     let mut rows = vec![];
     for (i, item) in group.iter_mut().enumerate() {
@@ -94,7 +121,15 @@ fn feed_group(decoder: &GpuDecoder, group: &mut [Rows<'_>]) -> Vec<Result<Vec<f3
             Err(e) => out.push(Some(Err(e))),
         }
     }
-    match decoder.feed_batch(&mut rows) {
+    let member_picks: Vec<bool> = members.iter().map(|&i| picks[i]).collect();
+    let member_masks = || {
+        let all = masks();
+        members
+            .iter()
+            .map(|&i| all.get(i).cloned().flatten())
+            .collect()
+    };
+    match decoder.feed_batch_picking(&mut rows, &member_picks, &member_masks) {
         Ok(results) => {
             for (&i, r) in members.iter().zip(results) {
                 out[i] = Some(r.map_err(EngineError::from));

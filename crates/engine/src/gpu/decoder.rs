@@ -20,6 +20,7 @@ use super::prefill::{self, PrefillPlan};
 use super::profile;
 use super::stored::StoredTensors;
 use super::weights::WeightData;
+use crate::backend::Fed;
 use crate::generate::constrain::apply_mask;
 use crate::options::KvCache;
 
@@ -155,9 +156,14 @@ enum Read<'a> {
     Logits(&'a [bool]),
     /// The device's argmax of each row's logits.
     Next,
-    /// As `Next`, each row's logits first masked (on the device where it has the argmax
-    /// kernel) by its mask, asked for once the step's kernels are submitted.
-    Masked(RowMasks<'a>),
+    /// The logits of the rows marked in `logits`, and the greedy next token of the rows
+    /// marked in `picks`, each under its mask (asked for once the step's kernels are
+    /// submitted): on the device where it has the argmax kernel, else on the host.
+    Picked {
+        logits: &'a [bool],
+        picks: &'a [bool],
+        masks: RowMasks<'a>,
+    },
 }
 
 enum Out {
@@ -165,6 +171,8 @@ enum Out {
     /// Per row: its logits, where they were read.
     Logits(Vec<Option<Vec<f32>>>),
     Next(Vec<u32>),
+    /// Per row: its logits where they were read, its next token where it was picked.
+    Picked(Vec<Option<Vec<f32>>>, Vec<Option<u32>>),
 }
 
 impl Out {
@@ -173,6 +181,21 @@ impl Out {
             Out::Nothing => "nothing",
             Out::Logits(_) => "logits",
             Out::Next(_) => "next tokens",
+            Out::Picked(..) => "logits and tokens picked",
+        }
+    }
+
+    /// Per row, what was read of it: its logits or the token picked.
+    fn rows(self, n: usize) -> Vec<Option<Fed>> {
+        match self {
+            Out::Nothing => vec![None; n],
+            Out::Logits(rows) => rows.into_iter().map(|r| r.map(Fed::Logits)).collect(),
+            Out::Next(next) => next.into_iter().map(|t| Some(Fed::Token(t))).collect(),
+            Out::Picked(logits, next) => logits
+                .into_iter()
+                .zip(next)
+                .map(|(l, t)| t.map(Fed::Token).or(l.map(Fed::Logits)))
+                .collect(),
         }
     }
 
@@ -225,26 +248,6 @@ fn greedy(logits: Vec<Option<Vec<f32>>>) -> Result<Vec<u32>, GpuError> {
         .enumerate()
         .map(|(row, l)| {
             let l = l.ok_or_else(|| unread(row))?;
-            crate::generate::argmax(&l).ok_or(GpuError::BadLogits { row })
-        })
-        .collect()
-}
-
-/// Each row's greedy next token from its logits read back, masked on the host by its mask
-/// where it has one, as the device would: a mask that leaves no finite logit gives token 0
-/// (the caller checks the token against its mask).
-fn masked_greedy(
-    logits: Vec<Option<Vec<f32>>>,
-    masks: &[Option<Vec<u32>>],
-) -> Result<Vec<u32>, GpuError> {
-    logits
-        .into_iter()
-        .enumerate()
-        .map(|(row, l)| {
-            let mut l = l.ok_or_else(|| unread(row))?;
-            if let Some(words) = masks.get(row).and_then(Option::as_deref) {
-                apply_mask(words, &mut l);
-            }
             crate::generate::argmax(&l).ok_or(GpuError::BadLogits { row })
         })
         .collect()
@@ -716,15 +719,24 @@ impl GpuDecoder {
     ) -> Result<u32, GpuError> {
         self.check_feed(session, tokens)?;
         let masks = || vec![mask()];
-        let read = Read::Masked(&masks);
-        if self.takes_prompt_path(tokens) {
-            return only(self.prefill(session, tokens, read)?.next()?);
+        let read = Read::Picked {
+            logits: &[false],
+            picks: &[true],
+            masks: &masks,
+        };
+        let picked = if self.takes_prompt_path(tokens) {
+            self.prefill(session, tokens, read)?
+        } else {
+            let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
+            for &token in before {
+                self.step(&mut [(&mut *session, token)], Read::Nothing)?;
+            }
+            self.step(&mut [(session, *last)], read)?
+        };
+        match only(picked.rows(1))? {
+            Some(Fed::Token(t)) => Ok(t),
+            _ => Err(GpuError::Internal("a picked row read back no token".into())),
         }
-        let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
-        for &token in before {
-            self.step(&mut [(&mut *session, token)], Read::Nothing)?;
-        }
-        only(self.step(&mut [(session, *last)], read)?.next()?)
     }
 
     /// Readies `session` to take `token` in the next step: refuses another model's
@@ -789,15 +801,41 @@ impl GpuDecoder {
         &self,
         rows: &mut [(&mut GpuSession, &[u32])],
     ) -> Result<Vec<Result<Vec<f32>, GpuError>>, GpuError> {
+        let fed = self.feed_batch_picking(rows, &[], &Vec::new)?;
+        Ok(fed
+            .into_iter()
+            .map(|r| match r? {
+                Fed::Logits(l) => Ok(l),
+                Fed::Token(_) => Err(GpuError::Internal("a row was picked, not read".into())),
+            })
+            .collect())
+    }
+
+    /// As [`GpuDecoder::feed_batch`], where each row with `picks[i]` set gets back only
+    /// its greedy next token under its mask (`masks()[i]`; every token where it gives
+    /// none): the mask applied and the token picked on the device where the vocabulary
+    /// suits the argmax kernel, so the row's logits are not read back. `masks` is called
+    /// once the first step that needs them has been submitted.
+    #[allow(clippy::type_complexity)]
+    pub fn feed_batch_picking(
+        &self,
+        rows: &mut [(&mut GpuSession, &[u32])],
+        picks: &[bool],
+        masks: RowMasks<'_>,
+    ) -> Result<Vec<Result<Fed, GpuError>>, GpuError> {
         if rows.len() > self.max_batch() {
             return Err(GpuError::BatchTooLarge {
                 rows: rows.len(),
                 max: self.max_batch(),
             });
         }
-        let mut out: Vec<Result<Vec<f32>, GpuError>> = rows
+        let picks: Vec<bool> = (0..rows.len())
+            .map(|i| picks.get(i).copied().unwrap_or(false))
+            .collect();
+        let unread = || GpuError::Internal("a fed row read back nothing".into());
+        let mut out: Vec<Result<Fed, GpuError>> = rows
             .iter()
-            .map(|(s, tokens)| self.check_feed(s, tokens).map(|_| vec![]))
+            .map(|(s, tokens)| self.check_feed(s, tokens).map(|_| Fed::Logits(vec![])))
             .collect();
         let prompted: Vec<bool> = rows
             .iter()
@@ -805,16 +843,22 @@ impl GpuDecoder {
             .collect();
         for (i, (session, tokens)) in rows.iter_mut().enumerate() {
             if prompted[i] && out[i].is_ok() {
+                let mask = || vec![masks().get(i).cloned().flatten()];
+                let read = Read::Picked {
+                    logits: &[!picks[i]],
+                    picks: &[picks[i]],
+                    masks: &mask,
+                };
                 out[i] = self
-                    .prefill(session, tokens, Read::Logits(&[true]))
-                    .and_then(|o| only(o.logits()?));
+                    .prefill(session, tokens, read)
+                    .and_then(|o| only(o.rows(1))?.ok_or_else(unread));
             }
         }
         let longest = rows.iter().map(|(_, t)| t.len()).max().unwrap_or(0);
         for j in 0..longest {
             let mut live = vec![];
             let mut step_rows = vec![];
-            let mut want = vec![];
+            let (mut want, mut pick) = (vec![], vec![]);
             for (i, (session, tokens)) in rows.iter_mut().enumerate() {
                 if prompted[i] || out[i].is_err() || j >= tokens.len() {
                     continue;
@@ -825,21 +869,35 @@ impl GpuDecoder {
                 }
                 live.push(i);
                 step_rows.push((&mut **session, tokens[j]));
-                want.push(j + 1 == tokens.len());
+                let last = j + 1 == tokens.len();
+                want.push(last && !picks[i]);
+                pick.push(last && picks[i]);
             }
             if step_rows.is_empty() {
                 continue;
             }
-            let read = if want.contains(&true) {
+            let step_masks = || {
+                let all = masks();
+                live.iter()
+                    .map(|&i| all.get(i).cloned().flatten())
+                    .collect()
+            };
+            let read = if pick.contains(&true) {
+                Read::Picked {
+                    logits: &want,
+                    picks: &pick,
+                    masks: &step_masks,
+                }
+            } else if want.contains(&true) {
                 Read::Logits(&want)
             } else {
                 Read::Nothing
             };
-            if let Out::Logits(logits) = self.step(&mut step_rows, read)? {
-                for (&i, l) in live.iter().zip(logits) {
-                    if let Some(l) = l {
-                        out[i] = Ok(l);
-                    }
+            let n = step_rows.len();
+            let fed = self.step(&mut step_rows, read)?.rows(n);
+            for (&i, row) in live.iter().zip(fed) {
+                if let Some(row) = row {
+                    out[i] = Ok(row);
                 }
             }
         }
@@ -1014,20 +1072,53 @@ fn read_back(
     Ok(match (read, d.io.next) {
         (Read::Nothing, _) => Out::Nothing,
         (Read::Next, Some(next)) => Out::Next(read_next(d, next, n).map_err(failed)?),
-        (Read::Masked(masks), Some(next)) => {
-            let masks = masks();
+        (
+            Read::Picked {
+                logits,
+                picks,
+                masks,
+            },
+            Some(next),
+        ) if d.masking.is_some() => {
+            // Only the rows picked on the device are masked there: the others' logits are
+            // read back as computed.
+            let masks: Vec<Option<Vec<u32>>> = masks()
+                .into_iter()
+                .zip(picks)
+                .map(|(m, &p)| m.filter(|_| p))
+                .collect();
             if let Some(m) = &d.masking {
                 m.apply(&mut *d.mem.exec, &masks, d.io.logits, next)
                     .map_err(failed)?;
-                Out::Next(read_next(d, next, n).map_err(failed)?)
-            } else {
-                let logits = read_logits(d, vocab, &vec![true; n]).map_err(failed)?;
-                Out::Next(masked_greedy(logits, &masks)?)
             }
+            let next = read_next(d, next, n).map_err(failed)?;
+            let picked = picks.iter().zip(next).map(|(&p, t)| p.then_some(t));
+            let picked = picked.collect();
+            Out::Picked(read_logits(d, vocab, logits).map_err(failed)?, picked)
         }
-        (Read::Masked(masks), None) => {
-            let logits = read_logits(d, vocab, &vec![true; n]).map_err(failed)?;
-            Out::Next(masked_greedy(logits, &masks())?)
+        (
+            Read::Picked {
+                logits,
+                picks,
+                masks,
+            },
+            _,
+        ) => {
+            let either: Vec<bool> = logits.iter().zip(picks).map(|(&l, &p)| l || p).collect();
+            let mut rows = read_logits(d, vocab, &either).map_err(failed)?;
+            let masks = masks();
+            let mut picked = vec![None; n];
+            for (row, slot) in picked.iter_mut().enumerate() {
+                if !picks.get(row).copied().unwrap_or(false) {
+                    continue;
+                }
+                let mut l = rows[row].take().ok_or_else(|| unread(row))?;
+                if let Some(words) = masks.get(row).and_then(Option::as_deref) {
+                    apply_mask(words, &mut l);
+                }
+                *slot = Some(crate::generate::argmax(&l).ok_or(GpuError::BadLogits { row })?);
+            }
+            Out::Picked(rows, picked)
         }
         (Read::Next, None) => Out::Next(greedy(
             read_logits(d, vocab, &vec![true; n]).map_err(failed)?,
