@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use quench_engine::generate::SamplingParams;
+use quench_engine::generate::{OutputFormat, SamplingParams};
 use quench_engine::gpu::profile::{self, Mode, ProfileOptions};
 use quench_engine::gpu::GpuDecoder;
 use quench_engine::synth::{synthesize, SynthArch, SynthDtype, SynthOptions, SynthShape};
@@ -158,7 +158,9 @@ fn the_gpu_engine_steps_sequences_together() {
 }
 
 /// Through the scheduler: concurrent greedy requests, prefilled in chunks of 4 beside
-/// the others' decoding, answer as each does alone.
+/// the others' decoding, answer as each does alone. Every other request is held to a JSON
+/// grammar, its masks applied and its tokens picked on the device; alone, it generates
+/// with its logits kept, which reads them back and masks and picks on the host.
 fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
     let model = Arc::new(model);
     let text: Arc<dyn TextSide> = model.clone();
@@ -181,15 +183,22 @@ fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
             (0..n).map(|_| rng.gen_range(0..256)).collect()
         })
         .collect();
+    let grammars = model.grammars().expect("the model has a tokenizer");
+    let json = || {
+        let format = OutputFormat::JsonObject;
+        Box::new(grammars.constraint(&format).expect("the grammar compiles"))
+    };
     let receivers: Vec<_> = prompts
         .iter()
-        .map(|prompt| {
-            let (job, rx) = greedy_job(prompt.clone(), 5);
+        .enumerate()
+        .map(|(i, prompt)| {
+            let (mut job, rx) = greedy_job(prompt.clone(), 5);
+            job.constraint = (i % 2 == 1).then(json);
             engine.submit(job).expect("queued");
             rx
         })
         .collect();
-    for (prompt, mut rx) in prompts.iter().zip(receivers) {
+    for (i, (prompt, mut rx)) in prompts.iter().zip(receivers).enumerate() {
         let mut got = vec![];
         loop {
             match rx.blocking_recv() {
@@ -198,16 +207,19 @@ fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
                 other => panic!("{other:?}"),
             }
         }
+        let mut constraint = (i % 2 == 1).then(json);
         let options = GenerateOptions {
             max_tokens: 5,
             ignore_eos: true,
+            keep_logits: constraint.is_some(),
             ..GenerateOptions::default()
         };
         let alone = model
-            .generate(
+            .generate_constrained(
                 &mut model.new_session(),
                 Prompt::Tokens(prompt),
                 &options,
+                constraint.as_deref_mut(),
                 &mut |_| {},
             )
             .expect("generates");

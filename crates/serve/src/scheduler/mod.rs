@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use quench_engine::generate::{Constraint, Piece, Sampler, SamplingParams, TextStream};
-use quench_engine::{BatchItem, CausalModel, Session};
+use quench_engine::{BatchItem, CausalModel, Fed, Session};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metrics::EngineStats;
@@ -87,6 +87,12 @@ pub struct Job {
 }
 
 impl Job {
+    /// Whether the model may pick this job's tokens itself: greedy decoding with nothing
+    /// that changes or reports the logits, and no other choices to start from them.
+    fn picks_largest_logit(&self) -> bool {
+        self.sampling.picks_largest_logit() && self.logprobs.is_none() && self.siblings.is_empty()
+    }
+
     /// Choice `k` (from 1) of this job: the same request, answered on `events`.
     fn sibling(&self, k: usize, events: UnboundedSender<Event>) -> Job {
         let mut sampling = self.sampling.clone();
@@ -284,8 +290,10 @@ struct Seq {
     fed: usize,
     /// KV blocks held.
     blocks: usize,
-    /// Logits after the last token fed, once the whole of `tokens` is fed.
-    logits: Option<Vec<f32>>,
+    /// Once the whole of `tokens` is fed: the logits after the last token, or the next
+    /// token where the model picked it (greedy decoding, on the GPU under the grammar's
+    /// mask on the device).
+    next: Option<Fed>,
     /// Tokens fed this step.
     planned: usize,
     sampler: Sampler,
@@ -338,7 +346,7 @@ impl Seq {
             cache: None,
             fed: 0,
             blocks: 0,
-            logits: None,
+            next: None,
             planned: 0,
             sampler,
             generated: Vec::new(),
@@ -587,7 +595,7 @@ impl Scheduler {
         seq.blocks = 0;
         seq.cache = None;
         seq.fed = 0;
-        seq.logits = None;
+        seq.next = None;
         self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
         self.queue.push_front(seq);
     }
@@ -655,12 +663,20 @@ impl Scheduler {
         }
 
         // The masks of the grammars whose sequences draw after this step are computed on
-        // another thread while the model steps.
+        // another thread while the model steps. A sequence decoding greedily with nothing
+        // that needs its logits has the model pick its token (on the GPU with the mask
+        // applied on the device).
         let mut items: Vec<BatchItem<'_>> = Vec::with_capacity(self.running.len());
         let mut ahead: Vec<&mut Constraint> = Vec::new();
+        let mut picks = Vec::with_capacity(self.running.len());
+        // Per item, its constraint's place in `ahead`.
+        let mut mask_of = Vec::with_capacity(self.running.len());
         for s in self.running.iter_mut() {
             let draws = s.fed + s.planned == s.tokens.len();
+            picks.push(draws && s.job.picks_largest_logit());
+            mask_of.push(None);
             if let (true, Some(c)) = (draws, s.job.constraint.as_deref_mut()) {
+                mask_of[items.len()] = Some(ahead.len());
                 ahead.push(c);
             }
             items.push(BatchItem {
@@ -669,16 +685,25 @@ impl Scheduler {
             });
         }
         let model = &self.model;
-        let results = Constraint::overlap_all(&mut ahead, || model.step(&mut items));
+        let results = Constraint::overlap_masks(&mut ahead, |wait| {
+            let masks = || {
+                let computed = wait();
+                mask_of
+                    .iter()
+                    .map(|k: &Option<usize>| k.and_then(|k| computed.get(k).cloned().flatten()))
+                    .collect()
+            };
+            model.step_picking(&mut items, &picks, &masks)
+        });
         drop(items);
 
         let mut failed = Vec::new();
         for (i, (seq, result)) in self.running.iter_mut().zip(results).enumerate() {
             match result {
-                Ok(logits) => {
+                Ok(next) => {
                     seq.fed += seq.planned;
                     if seq.fed == seq.tokens.len() {
-                        seq.logits = Some(logits);
+                        seq.next = Some(next);
                     }
                 }
                 Err(e) => failed.push((i, e.to_string())),
@@ -692,7 +717,7 @@ impl Scheduler {
         let forking: Vec<usize> = (0..self.running.len())
             .filter(|&i| {
                 let seq = &self.running[i];
-                seq.logits.is_some() && !seq.job.siblings.is_empty()
+                seq.next.is_some() && !seq.job.siblings.is_empty()
             })
             .collect();
         for i in forking {
@@ -727,7 +752,7 @@ impl Scheduler {
                     let fork = cache.fork();
                     seq.fed = fork.tokens().len();
                     if seq.fed == seq.tokens.len() {
-                        seq.logits = parent.logits.clone();
+                        seq.next = parent.next.clone();
                     }
                     seq.cache = Some(fork);
                     seq.blocks = want;
@@ -745,33 +770,59 @@ impl Scheduler {
     fn draw(&mut self, i: usize) -> Drawn {
         let context_limit = self.model.info().context_limit;
         let seq = &mut self.running[i];
-        let Some(mut logits) = seq.logits.take() else {
+        let Some(next) = seq.next.take() else {
             return Drawn::Finished(Finish::Length);
         };
-        // A grammar masks a copy where log-probabilities (the model's own) are reported.
-        let mut masked = None;
-        if let Some(constraint) = seq.job.constraint.as_mut() {
-            let mut m = match seq.job.logprobs {
-                Some(_) => logits.clone(),
-                None => std::mem::take(&mut logits),
-            };
-            match constraint.mask(&mut m) {
-                Ok(spent) => self.stats.grammar_mask.observe(spent.as_secs_f64()),
-                Err(e) => {
-                    let _ = seq.job.events.send(Event::Failed(e.to_string()));
-                    return Drawn::Gone;
+        let (token, logits) = match next {
+            // Picked by the model, under the grammar's mask where there is one.
+            Fed::Token(token) => {
+                let checked = match seq.job.constraint.as_mut() {
+                    Some(constraint) => {
+                        let start = Instant::now();
+                        let checked = constraint.check_pick(token);
+                        self.stats
+                            .grammar_mask
+                            .observe(start.elapsed().as_secs_f64());
+                        checked.map_err(|e| e.to_string())
+                    }
+                    None => Ok(token),
+                };
+                match checked {
+                    Ok(token) => (token, None),
+                    Err(e) => {
+                        let _ = seq.job.events.send(Event::Failed(e));
+                        return Drawn::Gone;
+                    }
                 }
             }
-            masked = Some(m);
-        }
-        let token = match seq
-            .sampler
-            .sample(masked.as_deref().unwrap_or(&logits), &seq.tokens)
-        {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = seq.job.events.send(Event::Failed(e.to_string()));
-                return Drawn::Gone;
+            Fed::Logits(mut logits) => {
+                // A grammar masks a copy where log-probabilities (the model's own) are
+                // reported.
+                let mut masked = None;
+                if let Some(constraint) = seq.job.constraint.as_mut() {
+                    let mut m = match seq.job.logprobs {
+                        Some(_) => logits.clone(),
+                        None => std::mem::take(&mut logits),
+                    };
+                    match constraint.mask(&mut m) {
+                        Ok(spent) => self.stats.grammar_mask.observe(spent.as_secs_f64()),
+                        Err(e) => {
+                            let _ = seq.job.events.send(Event::Failed(e.to_string()));
+                            return Drawn::Gone;
+                        }
+                    }
+                    masked = Some(m);
+                }
+                match seq
+                    .sampler
+                    .sample(masked.as_deref().unwrap_or(&logits), &seq.tokens)
+                {
+                    Ok(t) => (t, Some(logits)),
+                    Err(e) => {
+                        let _ = seq.job.events.send(Event::Failed(e.to_string()));
+                        return Drawn::Gone;
+                    }
+                }
             }
         };
         let now = Instant::now();
@@ -783,10 +834,11 @@ impl Scheduler {
             Some(t) => self.stats.inter_token.observe((now - t).as_secs_f64()),
         }
         seq.last_token_at = Some(now);
-        let logprobs = seq
-            .job
-            .logprobs
-            .map(|top| logprobs::logprobs(&logits, token, top));
+        // Sequences that report log-probabilities always read their logits back.
+        let logprobs = match (seq.job.logprobs, &logits) {
+            (Some(top), Some(logits)) => Some(logprobs::logprobs(logits, token, top)),
+            _ => None,
+        };
 
         if !seq.job.ignore_eos && self.text.stop_ids().contains(&token) {
             let text = seq.out.release_all();
