@@ -185,6 +185,17 @@ impl Out {
         }
     }
 
+    /// Adds the tokens read back (picked on the device) to the profile, if one is on.
+    fn record_tokens(&self) {
+        match self {
+            Out::Next(t) => profile::record_tokens(t),
+            Out::Picked(_, picked) => {
+                profile::record_tokens(&picked.iter().flatten().copied().collect::<Vec<_>>())
+            }
+            Out::Nothing | Out::Logits(_) => {}
+        }
+    }
+
     /// Per row, what was read of it: its logits or the token picked.
     fn rows(self, n: usize) -> Vec<Option<Fed>> {
         match self {
@@ -941,9 +952,7 @@ impl GpuDecoder {
         let during = format!("prompt chunk ending at position {at}: its kernels or the read-back");
         let out = read_back(d, self.config.vocab, read, 1, during)
             .inspect_err(|_| session.truncate(last_start))?;
-        if let Out::Next(t) = &out {
-            profile::record_tokens(t);
-        }
+        out.record_tokens();
         Ok(out)
     }
 
@@ -1039,9 +1048,7 @@ impl GpuDecoder {
             n,
             during("the step's kernels or the read-back"),
         )?;
-        if let Out::Next(t) = &out {
-            profile::record_tokens(t);
-        }
+        out.record_tokens();
         let read_back = !matches!(out, Out::Nothing);
         let context = rows.iter().map(|(s, _)| s.len() + 1).sum();
         profile::step_done(
@@ -1080,6 +1087,10 @@ fn read_back(
             },
             Some(next),
         ) if d.masking.is_some() => {
+            // The step runs while the masks are computed beside it; waiting for it first
+            // makes the time then spent waiting for the masks what they add to the step
+            // (the masks' copy would wait for it anyway).
+            d.mem.exec.synchronize().map_err(failed)?;
             // Only the rows picked on the device are masked there: the others' logits are
             // read back as computed.
             let masks: Vec<Option<Vec<u32>>> = masks()
