@@ -413,6 +413,12 @@ fn attention_decode_merged_by_the_last_split() {
         "attention_decode_merge_f16",
         "head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=4 split=64 threads=32",
     ));
+    // 32 splits, more than the merge takes a round: a short context's merge stops after
+    // the rounds that hold its splits.
+    check(&case(
+        "attention_decode_merge_bf16",
+        "head_dim=32 n_heads=4 n_kv_heads=2 max_blocks=64 split=32 threads=32",
+    ));
     check(&case(
         "attention_decode_merge_f32",
         "head_dim=128 n_heads=6 n_kv_heads=1 max_blocks=16 split=128 threads=128",

@@ -277,7 +277,9 @@ pub(crate) fn u32_of(what: &str, n: usize) -> Result<u32, GpuError> {
 /// walks its positions with four warps at once rather than one position after another),
 /// and grow with the context beyond that so that at most [`MOST_SPLITS`] partials per
 /// head are merged (within the kernel's shared memory; past it the splits grow in number
-/// instead).
+/// instead). The split returned is the longest: each sequence takes the shortest that
+/// spreads its own length over the splits (`DecodeParams::split_for`), so a session
+/// opened for a long context is not slower while its context is short.
 pub(crate) fn attention_shape(
     head_dim: u32,
     group: u32,

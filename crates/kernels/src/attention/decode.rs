@@ -4,8 +4,11 @@
 //! serially.
 //!
 //! **Layout**: see [`super`] for the cache. Grid `[n_splits, n_seqs · n_kv_heads]` with
-//! `n_splits = max_blocks · 16 / split`; split `s` covers positions `s·split ..` of its
-//! sequence (none when the context is shorter). Outputs, per query head `h` and split:
+//! `n_splits = max_blocks · 16 / split`; split `s` of a sequence of `ctx` positions covers
+//! positions `s·e .. (s+1)·e` with `e` the fewest positions (a multiple of 16, at most
+//! `split`) that spread the context over the splits ([`DecodeParams::split_for`]): none
+//! past the context, so a short context takes short splits, and a sequence's splits depend
+//! on its own length only. Each phase's loops stop after the split's positions. Outputs, per query head `h` and split:
 //! `part_m [n_seqs, n_heads, n_splits]` the largest base-2 score (−∞ for an empty split),
 //! `part_l` (same shape) `Σ 2^(s_t − m)`, and `part_o [n_seqs, n_heads, n_splits,
 //! head_dim]` `Σ 2^(s_t − m)·v_t` (f32, not normalized; zeros for an empty split).
@@ -88,7 +91,8 @@ pub struct DecodeParams {
     pub n_kv_heads: u32,
     /// Block-table row length: the longest context is `max_blocks · 16` tokens.
     pub max_blocks: u32,
-    /// Positions per split: a multiple of 16 dividing `max_blocks · 16`.
+    /// Most positions per split (a multiple of 16 dividing `max_blocks · 16`): the split
+    /// of the longest context. A sequence's own is [`DecodeParams::split_for`] its length.
     pub split: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
@@ -144,6 +148,25 @@ impl DecodeParams {
 
     pub fn n_splits(&self) -> u32 {
         self.max_blocks * BLOCK_TOKENS / self.split
+    }
+
+    /// Positions per split of a sequence of `ctx` positions: the fewest (a multiple of 16)
+    /// that spread it over the splits, at most [`DecodeParams::split`]. A short context
+    /// thus takes many short splits rather than a few long ones, and a sequence's splits
+    /// depend on its own length only.
+    pub fn split_for(&self, ctx: u32) -> u32 {
+        ctx.div_ceil(self.n_splits())
+            .next_multiple_of(BLOCK_TOKENS)
+            .clamp(BLOCK_TOKENS, self.split)
+    }
+
+    /// The positions `lo..hi` that split `sp` of a sequence of `ctx` positions covers;
+    /// `None` for an empty split.
+    pub fn split_range(&self, ctx: u32, sp: u32) -> Option<(u32, u32)> {
+        let each = self.split_for(ctx);
+        let lo = sp * each;
+        let hi = ctx.min(lo + each);
+        (hi > lo).then_some((lo, hi))
     }
 
     pub fn warps(&self) -> u32 {
@@ -254,11 +277,14 @@ pub(super) type StepBody<'a> = &'a dyn Fn(&mut Builder, Value, &[Value]) -> Vec<
 
 /// `steps` steps of a phase carrying `init`: `body(k, step, carried)` for steps `0, 1,
 /// …`, `unroll` of them back to back per loop iteration (steps past `steps` run too, on
-/// positions past the split, which `body` must mask).
+/// positions past the split, which `body` must mask). `live`, where given, is the number
+/// of loop iterations needed at run time (at most those of `steps`); a single iteration
+/// is emitted without a loop and always runs.
 fn emit_steps(
     k: &mut Builder,
     steps: u32,
     unroll: u32,
+    live: Option<Value>,
     init: &[Value],
     body: StepBody,
 ) -> Vec<Value> {
@@ -278,7 +304,7 @@ fn emit_steps(
         round(k, zero, init)
     } else {
         let lo = k.const_u32(0);
-        let hi = k.const_u32(rounds);
+        let hi = live.unwrap_or_else(|| k.const_u32(rounds));
         let one = k.const_u32(1);
         k.for_range(lo, hi, one, init, |k, r, c| round(k, r, c))
     }
@@ -378,7 +404,7 @@ fn emit_group_maxima(
     };
     let init = vec![neg_inf; group as usize];
     // At most 32 loads in flight a lane.
-    let mut tops = emit_steps(k, rounds, (32 / group).max(1), &init, &body);
+    let mut tops = emit_steps(k, rounds, (32 / group).max(1), None, &init, &body);
     for m in [16, 8, 4, 2, 1] {
         for t in tops.iter_mut() {
             let other = k.shfl_bfly(*t, m);
@@ -432,12 +458,22 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     let kvh = k.rem(sk, kv_heads);
     let at = k.ptr_add(ctx_len, seq);
     let ctx = k.load_with(Type::U32, at, CacheOp::Nc);
-    let t0 = k.mul_const(split, s);
-    // Positions in this split: clamp(ctx − t0, 0, split).
+    // This sequence's split (`DecodeParams::split_for`): clamp(⌈⌈ctx / n_splits⌉⌉₁₆, 16, s).
+    let n_splits = p.n_splits();
+    let each = k.add_const(ctx, n_splits - 1);
+    let splits_c = k.const_u32(n_splits);
+    let each = k.div(each, splits_c);
+    let each = k.add_const(each, BLOCK_TOKENS - 1);
+    let each = k.and_const(each, !(BLOCK_TOKENS - 1));
+    let least = k.const_u32(BLOCK_TOKENS);
+    let each = k.max(each, least);
+    let cap = k.const_u32(s);
+    let each = k.min(each, cap);
+    let t0 = k.mul(split, each);
+    // Positions in this split: clamp(ctx − t0, 0, each).
     let has = k.gt(ctx, t0);
     let left = k.sub(ctx, t0);
-    let cap = k.const_u32(s);
-    let left = k.min(left, cap);
+    let left = k.min(left, each);
     let zero = k.const_u32(0);
     let n = k.select(has, left, zero);
     let log2e = k.const_f32(std::f32::consts::LOG2_E);
@@ -466,6 +502,12 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     // 32-bit words of a lane's load.
     let load_words = vec * p.kv.size() / 4;
     let unroll = (IN_FLIGHT / (g + load_words * chunks)).clamp(1, MOST_UNROLL);
+    // The rounds of steps that this split's positions need: those after them would only
+    // load nothing and add zeros.
+    let per_round = per_step * unroll.clamp(1, steps.max(1));
+    let live = k.add_const(n, per_round - 1);
+    let per_round = k.const_u32(per_round);
+    let live = k.div(live, per_round);
     let mut offsets = vec![];
     let mut real = vec![];
     for j in 0..chunks {
@@ -551,6 +593,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
         &mut k,
         steps,
         unroll,
+        Some(live),
         &vec![neg_inf; g as usize],
         &|k, step, carried| {
             let first = k.mul_const(step, per_step);
@@ -617,6 +660,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
         &mut k,
         steps,
         unroll,
+        Some(live),
         &vec![fzero; g as usize * per_head],
         &|k, step, carried| {
             let first = k.mul_const(step, per_step);
@@ -670,7 +714,6 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     });
     k.barrier();
     // Thread `i` adds elements `i, i + threads, …` of the warps' outputs and writes them.
-    let n_splits = p.n_splits();
     let elems = g * d;
     let mine: Vec<(Value, Value, Value)> = (0..elems.div_ceil(t))
         .map(|j| {
@@ -771,7 +814,11 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
                     top
                 })
                 .collect();
-            let ys = emit_merge_below(k, &rows, &item_tops, n_splits, d, CacheOp::Cg);
+            // The splits past ⌈ctx / 16⌉ (at least as many as hold positions, as each
+            // holds 16 or more) are empty, weigh 0, and the merge stops before them.
+            let held = k.add_const(ctx, BLOCK_TOKENS - 1);
+            let held = k.shr_const(held, BLOCK_TOKENS.trailing_zeros());
+            let ys = emit_merge_below(k, &rows, &item_tops, n_splits, Some(held), d, CacheOp::Cg);
             for (&(valid, h, dim), y) in mine.iter().zip(ys) {
                 k.if_then(valid, |k| {
                     let hh = k.add(head0, h);
@@ -801,11 +848,9 @@ pub fn reference(
     for seq in 0..cache.n_seqs() {
         for h in 0..p.n_heads {
             for sp in 0..ns as u32 {
-                let lo = sp * p.split;
-                let hi = cache.ctx_len[seq].min(lo + p.split);
-                if hi <= lo {
+                let Some((lo, hi)) = p.split_range(cache.ctx_len[seq], sp) else {
                     continue;
-                }
+                };
                 let i = (seq * p.n_heads as usize + h as usize) * ns + sp as usize;
                 let s = cache.scores(seq, h, lo, hi, scale);
                 let mx = s.iter().fold(f64::NEG_INFINITY, |a, &(v, _)| a.max(v));
@@ -854,11 +899,9 @@ pub fn tolerances(p: &DecodeParams, cache: &PagedCache, scale: f64) -> ([Vec<f64
     for seq in 0..cache.n_seqs() {
         for h in 0..p.n_heads {
             for sp in 0..ns as u32 {
-                let lo = sp * p.split;
-                let hi = cache.ctx_len[seq].min(lo + p.split);
-                if hi <= lo {
+                let Some((lo, hi)) = p.split_range(cache.ctx_len[seq], sp) else {
                     continue;
-                }
+                };
                 let i = (seq * p.n_heads as usize + h as usize) * ns + sp as usize;
                 let s = cache.scores(seq, h, lo, hi, scale);
                 for (t, &(v, _)) in (lo..hi).zip(&s) {
@@ -898,11 +941,9 @@ pub fn weight_error(p: &DecodeParams, cache: &PagedCache, scale: f64) -> WeightE
     for seq in 0..cache.n_seqs() {
         for h in 0..p.n_heads {
             for sp in 0..p.n_splits() {
-                let lo = sp * p.split;
-                let hi = cache.ctx_len[seq].min(lo + p.split);
-                if hi <= lo {
+                let Some((lo, hi)) = p.split_range(cache.ctx_len[seq], sp) else {
                     continue;
-                }
+                };
                 let s = cache.scores(seq, h, lo, hi, scale);
                 let (mut top, mut bottom) = (f64::NEG_INFINITY, f64::INFINITY);
                 for &(v, abs) in &s {
@@ -957,18 +998,32 @@ fn f64_as_f32_bytes(v: &[f64]) -> Vec<u8> {
     data::f32_bytes(&v.iter().map(|&x| x as f32).collect::<Vec<_>>())
 }
 
-/// A case: two sequences, the first with a full context, the second ending in its second
-/// to last split (so one split of the second is empty); softmax scale `1/sqrt(head_dim)`.
-/// Every split that is not empty holds at least two positions: over one, attention is
-/// that position's values whatever the scale, which the wrong-answer control could not
-/// tell apart.
+/// A case: three sequences, the first with a full context, the second ending within
+/// the longest split's length of the end, the third at most half the longest (where there
+/// are several splits, the last two take shorter splits, or leave some empty); softmax
+/// scale `1/sqrt(head_dim)`. Every split that is not empty holds at
+/// least two positions: over one, attention is that position's values whatever the
+/// scale, which the wrong-answer control could not tell apart.
 pub fn case(p: &DecodeParams, seed: u64) -> Result<KernelCase, KernelError> {
     let mut rng = data::rng(seed);
     let max_ctx = p.max_blocks * BLOCK_TOKENS;
-    let short = if p.n_splits() >= 2 {
-        max_ctx - p.split - data::below(&mut rng, p.split - 1)
+    let two_each = |ctx: u32| {
+        let each = p.split_for(ctx);
+        ctx >= 2 && ctx % each != 1
+    };
+    let mut pick = |lo: u32, hi: u32| loop {
+        let ctx = lo + data::below(&mut rng, hi - lo + 1);
+        if two_each(ctx) {
+            break ctx;
+        }
+    };
+    let (short, shortest) = if p.n_splits() >= 2 {
+        (
+            pick(max_ctx - 2 * p.split + 2, max_ctx - p.split),
+            pick(2, (max_ctx / 2).max(2)),
+        )
     } else {
-        2 + data::below(&mut rng, max_ctx - 1)
+        (pick(2, max_ctx), pick(2, max_ctx))
     };
     let cache = PagedCache::random(
         &mut rng,
@@ -977,7 +1032,7 @@ pub fn case(p: &DecodeParams, seed: u64) -> Result<KernelCase, KernelError> {
         p.n_heads,
         p.n_kv_heads,
         p.max_blocks,
-        vec![max_ctx, short],
+        vec![max_ctx, short, shortest],
     );
     case_for(p, &cache, 1.0 / (p.head_dim as f64).sqrt())
 }

@@ -120,6 +120,7 @@ const MERGE_LOADS: u32 = 32;
 fn emit_over_splits(
     k: &mut Builder,
     n_splits: u32,
+    held: Option<Value>,
     unroll: u32,
     init: &[Value],
     body: StepBody,
@@ -136,7 +137,19 @@ fn emit_over_splits(
     let mut c = init.to_vec();
     if rounds > 0 {
         let lo = k.const_u32(0);
-        let hi = k.const_u32(rounds * unroll);
+        let all = k.const_u32(rounds * unroll);
+        // Whole rounds up to the last split holding positions, the rest skipped (only
+        // empty splits, which add nothing); the tail after the rounds always runs.
+        let hi = match held {
+            Some(held) => {
+                let up = k.add_const(held, unroll - 1);
+                let per = k.const_u32(unroll);
+                let up = k.div(up, per);
+                let up = k.mul_const(up, unroll);
+                k.min(up, all)
+            }
+            None => all,
+        };
         let step = k.const_u32(unroll);
         c = k.for_range(lo, hi, step, &c, |k, first, c| round(k, first, c, unroll));
     }
@@ -161,6 +174,7 @@ pub(super) fn emit_merge(
     let tops = emit_over_splits(
         k,
         n_splits,
+        None,
         unroll,
         &vec![neg_inf; rows.len()],
         &|k, s, c| {
@@ -174,7 +188,7 @@ pub(super) fn emit_merge(
                 .collect()
         },
     );
-    emit_merge_below(k, rows, &tops, n_splits, head_dim, cache)
+    emit_merge_below(k, rows, &tops, n_splits, None, head_dim, cache)
 }
 
 fn merge_unroll(rows: &[SplitRow]) -> u32 {
@@ -182,12 +196,15 @@ fn merge_unroll(rows: &[SplitRow]) -> u32 {
 }
 
 /// [`emit_merge`] given each row's largest split maximum `tops[i]` (the maximum is exact
-/// in any order: however it was found, the result has the same bits).
+/// in any order: however it was found, the result has the same bits). `held`, where
+/// given, counts the splits that hold positions; those after it are empty, add exact
+/// zeros, and are mostly skipped.
 pub(super) fn emit_merge_below(
     k: &mut Builder,
     rows: &[SplitRow],
     tops: &[Value],
     n_splits: u32,
+    held: Option<Value>,
     head_dim: u32,
     cache: CacheOp,
 ) -> Vec<Value> {
@@ -197,6 +214,7 @@ pub(super) fn emit_merge_below(
     let sums = emit_over_splits(
         k,
         n_splits,
+        held,
         unroll,
         &vec![zero; 2 * rows.len()],
         &|k, s, c| {
