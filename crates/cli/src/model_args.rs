@@ -49,7 +49,7 @@ pub struct ModelArgs {
     /// The model cache pulled models are found in (as for `quench pull --cache`).
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
-    /// Most tokens of context (default: the model's own limit).
+    /// Most tokens of context (default: the model's own limit; on the GPU at most 8192).
     #[arg(long, value_name = "TOKENS")]
     pub context: Option<usize>,
     /// Compute in double precision (the reference; slower).
