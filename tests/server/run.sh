@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the server tests: builds quench, starts `quench serve` on a free port, runs the
-# openai-client tests (pytest) and the chat page test (Playwright in Debian's Chromium)
-# against it, then stops it with SIGTERM and checks that it exits cleanly.
+# openai-client tests (pytest, and node's test runner for the JavaScript client) and the
+# chat page test (Playwright in Debian's Chromium) against it, then stops it with SIGTERM
+# and checks that it exits cleanly.
 #
 # Needs: python3 with `openai`, `pytest`, `jsonschema` and `langchain-openai`, node with
 # npm, and /usr/bin/chromium (or CHROMIUM=path). Models: SmolLM2 and MiniLM when both are pulled (`quench pull smollm2`,
@@ -17,8 +18,8 @@ cd "$root"
 missing=()
 python3 -c "import openai, pytest, jsonschema, langchain_openai" 2>/dev/null \
     || missing+=("pip install openai pytest jsonschema langchain-openai")
+command -v npm >/dev/null || missing+=("apt-get install -y nodejs npm")
 if [ "${QUENCH_SKIP_BROWSER:-0}" != 1 ]; then
-    command -v node >/dev/null || missing+=("apt-get install -y nodejs npm")
     [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || missing+=("apt-get install -y chromium")
 fi
 if [ ${#missing[@]} -gt 0 ]; then
@@ -93,10 +94,13 @@ export QUENCH_REAL_MODELS="$real"
 status=0
 python3 -m pytest -q -s -p no:cacheprovider "$here" || status=$?
 
-if [ "${QUENCH_SKIP_BROWSER:-0}" != 1 ] && [ $status -eq 0 ]; then
-    if [ ! -d "$here/node_modules/playwright-core" ]; then
-        npm install --prefix "$here" --no-audit --no-fund --silent
+if [ $status -eq 0 ]; then
+    if [ ! -d "$here/node_modules/playwright-core" ] || [ ! -d "$here/node_modules/openai" ]; then
+        npm ci --prefix "$here" --no-audit --no-fund --silent
     fi
+    node --test "$here/openai_client.test.mjs" || status=$?
+fi
+if [ "${QUENCH_SKIP_BROWSER:-0}" != 1 ] && [ $status -eq 0 ]; then
     node --test "$here/chat_page.test.mjs" || status=$?
 fi
 
