@@ -23,6 +23,24 @@ enum Format {
 }
 
 impl Format {
+    /// The format tensors of `ty` are kept in, if they are kept as blocks.
+    fn of(ty: GgmlType) -> Option<Format> {
+        match ty {
+            GgmlType::Q4_1 => Some(Format::Q4_1),
+            GgmlType::Q8_0 => Some(Format::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Bytes held per block: the scale (and Q4_1's offset) as f32, and the quantized values.
+    fn held_bytes(self) -> usize {
+        let scales = match self {
+            Format::Q4_1 => 8,
+            Format::Q8_0 => 4,
+        };
+        scales + self.quant_bytes()
+    }
+
     /// Bytes of quantized values per block (what remains after the scales are taken out).
     fn quant_bytes(self) -> usize {
         match self {
@@ -60,10 +78,8 @@ impl BlockMatrix {
         cols: usize,
         bytes: &[u8],
     ) -> Result<Option<Self>> {
-        let format = match ty {
-            GgmlType::Q4_1 => Format::Q4_1,
-            GgmlType::Q8_0 => Format::Q8_0,
-            _ => return Ok(None),
+        let Some(format) = Format::of(ty) else {
+            return Ok(None);
         };
         let block_bytes = ty.type_size() as usize;
         let blocks = rows * cols / BLOCK;
@@ -102,6 +118,17 @@ impl BlockMatrix {
 
     pub(crate) fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Bytes held: the scales and offsets (as f32) and the quantized values.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.scales.len() * self.format.held_bytes()
+    }
+
+    /// What a matrix of `elements` elements of `ty` holds when kept as blocks; `None` for a
+    /// type not kept as blocks.
+    pub(crate) fn held_bytes_for(ty: GgmlType, elements: u64) -> Option<u64> {
+        Format::of(ty).map(|f| elements / BLOCK as u64 * f.held_bytes() as u64)
     }
 
     pub(crate) fn cols(&self) -> usize {

@@ -123,6 +123,18 @@ impl<T: Real> Decoder<T> {
         })
     }
 
+    /// Bytes of the weights this decoder holds, each in the form it is kept in (what
+    /// loading it costs in memory, the KV cache apart).
+    pub fn weight_bytes(&self) -> usize {
+        let layers: usize = self.layers.iter().map(Layer::held_bytes).sum();
+        let vectors = self.output_norm.len() * std::mem::size_of::<T>()
+            + self.rope_factors.as_ref().map_or(0, |f| f.len() * 4);
+        self.token_embedding.held_bytes()
+            + self.output.as_ref().map_or(0, Weight::held_bytes)
+            + layers
+            + vectors
+    }
+
     pub fn config(&self) -> &ModelConfig {
         &self.config
     }
@@ -319,15 +331,15 @@ impl<T: Real> Layer<T> {
         })
     }
 
-    /// How many weight elements the layer holds (in whatever format each is kept; all of
-    /// them as `T` where `T` keeps no blocks).
-    pub(crate) fn elements(&self) -> usize {
-        let vectors = [&self.attn_norm, &self.ffn_norm]
+    /// Bytes of the weights the layer holds, each in the form it is kept in.
+    pub(crate) fn held_bytes(&self) -> usize {
+        let vectors: usize = [&self.attn_norm, &self.ffn_norm]
             .into_iter()
             .chain(self.qkv_bias.iter().flatten())
             .chain(self.qk_norm.iter().flatten())
-            .map(Vec::len);
-        let weights = [
+            .map(Vec::len)
+            .sum();
+        let weights: usize = [
             &self.q,
             &self.k,
             &self.v,
@@ -337,11 +349,9 @@ impl<T: Real> Layer<T> {
             &self.down,
         ]
         .into_iter()
-        .map(|w| match w {
-            Weight::Dense(m) => m.rows() * m.cols(),
-            Weight::Blocks(b) => b.rows() * b.cols(),
-        });
-        vectors.chain(weights).sum()
+        .map(Weight::held_bytes)
+        .sum();
+        vectors * std::mem::size_of::<T>() + weights
     }
 
     /// `x += o_proj(attention(rope(q), rope(k), v))` over the normed `x`, appending this

@@ -6,13 +6,15 @@ use crate::arithmetic::Arithmetic;
 use crate::blocks::BlockMatrix;
 use crate::error::{CpuError, Result};
 use crate::matrix::Matrix;
+use crate::packed::PackedMatrix;
 use crate::real::Real;
 use crate::weight::Weight;
 use quench_models::arch::ArchError;
 use quench_models::arch::TensorSource;
 
-/// A `[rows, cols]` weight, kept in its stored block format where `T` keeps blocks and the
-/// format is one that can be multiplied directly; otherwise as a matrix of `T`.
+/// A `[rows, cols]` weight, kept in its stored ggml type where `T` keeps blocks (Q4_1 and
+/// Q8_0 as blocks multiplied directly, the other quantized and 16-bit types packed and
+/// expanded a row at a time); otherwise, and for f32, as a matrix of `T`.
 pub(crate) fn weight<T: Real>(
     src: &dyn TensorSource,
     name: &str,
@@ -31,9 +33,25 @@ pub(crate) fn weight<T: Real>(
             if let Some(m) = BlockMatrix::from_ggml(name, raw.ggml_type, rows, cols, raw.bytes)? {
                 return Ok(Weight::Blocks(m));
             }
+            if let Some(m) = PackedMatrix::from_ggml(name, raw.ggml_type, rows, cols, raw.bytes)? {
+                return Ok(Weight::Packed(m));
+            }
         }
     }
     Ok(Weight::Dense(matrix(src, name, rows, cols)?))
+}
+
+/// Bytes a decoder over `T` holds for a tensor of `ty`, `elements` elements stored in
+/// `stored` bytes: a matrix (`matrix`) as [`weight`] keeps it, anything else as `T`. What
+/// loading the decoder will cost, from the checkpoint's headers.
+pub fn held_bytes<T: Real>(ty: GgmlType, matrix: bool, elements: u64, stored: u64) -> u64 {
+    let dense = elements * std::mem::size_of::<T>() as u64;
+    if !(T::KEEPS_BLOCKS && matrix) {
+        return dense;
+    }
+    BlockMatrix::held_bytes_for(ty, elements)
+        .or_else(|| PackedMatrix::keeps(ty).then_some(stored))
+        .unwrap_or(dense)
 }
 
 /// Refuses, under [`Arithmetic::GgmlRounding`], a weight whose product with activations this

@@ -65,6 +65,28 @@ impl<T: Real> Matrix<T> {
     }
 }
 
+/// A weight matrix whose rows [`linear`] multiplies: held dense, or expanded a row at a
+/// time into `scratch` (at least `cols` long) from a packed form.
+pub(crate) trait Rows<T>: Sync {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+    fn row<'a>(&'a self, r: usize, scratch: &'a mut [T]) -> &'a [T];
+}
+
+impl<T: Real> Rows<T> for Matrix<T> {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn row<'a>(&'a self, r: usize, _scratch: &'a mut [T]) -> &'a [T] {
+        Matrix::row(self, r)
+    }
+}
+
 /// How many weight rows one parallel task takes: enough work to amortize scheduling, few enough
 /// that a 576-wide projection still spreads over every core.
 const ROWS_PER_TASK: usize = 32;
@@ -73,23 +95,25 @@ const ROWS_PER_TASK: usize = 32;
 /// `[out_features, in_features]`, parallel over blocks of weight rows.
 ///
 /// Panics if the shapes disagree; every caller checks shapes when the weights are loaded.
-pub fn linear<T: Real>(x: &Matrix<T>, w: &Matrix<T>, bias: Option<&[T]>) -> Matrix<T> {
+pub(crate) fn linear<T: Real>(x: &Matrix<T>, w: &impl Rows<T>, bias: Option<&[T]>) -> Matrix<T> {
     assert_eq!(
-        x.cols, w.cols,
+        x.cols,
+        w.cols(),
         "linear: input width differs from weight width"
     );
     if let Some(b) = bias {
         assert_eq!(
             b.len(),
-            w.rows,
+            w.rows(),
             "linear: bias length differs from weight rows"
         );
     }
     let n = x.rows;
-    by_weight_rows(n, w.rows, |first, out| {
+    by_weight_rows(n, w.rows(), |first, out| {
+        let mut scratch = vec![T::ZERO; w.cols()];
         for (r, out_row) in out.chunks_mut(n).enumerate() {
             let o = first + r;
-            let w_row = w.row(o);
+            let w_row = w.row(o, &mut scratch);
             let b = bias.map_or(T::ZERO, |b| b[o]);
             for (t, y) in out_row.iter_mut().enumerate() {
                 *y = dot(w_row, x.row(t)) + b;

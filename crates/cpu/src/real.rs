@@ -38,10 +38,12 @@ pub trait Real:
     fn sqrt(self) -> Self;
     fn exp(self) -> Self;
     fn max(self, other: Self) -> Self;
+    /// The slice as f32, where `Self` is f32 (to write expanded weights in place).
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]>;
 }
 
 macro_rules! impl_real {
-    ($t:ty, $keeps_blocks:expr) => {
+    ($t:ty, $keeps_blocks:expr, $as_f32:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -67,9 +69,12 @@ macro_rules! impl_real {
             fn max(self, other: Self) -> Self {
                 <$t>::max(self, other)
             }
+            fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]> {
+                $as_f32(s)
+            }
         }
     };
 }
 
-impl_real!(f32, true);
-impl_real!(f64, false);
+impl_real!(f32, true, Some);
+impl_real!(f64, false, |_| None);

@@ -163,7 +163,7 @@ impl<'a> StreamedReference<'a> {
         let rope = RopeTable::<f64>::new(&self.rope_freqs, 0, n);
         for i in 0..c.layers {
             let loaded = Layer::<f64>::load(c, self.src, self.naming, i)?;
-            let bytes = loaded.elements() * F64_BYTES;
+            let bytes = loaded.held_bytes();
             let layer = ledger.hold(loaded, bytes, Held::Layer);
             // Keys and values live for this layer only: the whole sequence is one batch.
             let mut kv = LayerCache {
@@ -230,7 +230,7 @@ impl<'a> StreamedReference<'a> {
             let chunk = reader.rows(first..end)?;
             let bytes = chunk.as_slice().len() * F64_BYTES;
             let chunk = ledger.hold(chunk, bytes, Held::HeadChunk);
-            let part = linear(h, &chunk, None);
+            let part = linear(h, &*chunk, None);
             for t in 0..h.rows() {
                 logits.row_mut(t)[first..end].copy_from_slice(part.row(t));
             }

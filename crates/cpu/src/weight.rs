@@ -1,15 +1,18 @@
 //! A decoder's weight matrix as it is held: dense in the element type, or (in the f32
-//! decoder) in the block format the checkpoint stores it in.
+//! decoder) in the format the checkpoint stores it in: Q4_1 and Q8_0 as blocks multiplied
+//! as they are, the other ggml types packed and expanded a row at a time.
 
 use crate::arithmetic::Arithmetic;
 use crate::blocks::{block_sums, BlockMatrix};
-use crate::matrix::{by_weight_rows, linear, Matrix};
+use crate::matrix::{by_weight_rows, linear, Matrix, Rows};
+use crate::packed::PackedMatrix;
 use crate::q8::{quantize_row, Q8Row};
 use crate::real::Real;
 
 pub(crate) enum Weight<T> {
     Dense(Matrix<T>),
     Blocks(BlockMatrix),
+    Packed(PackedMatrix),
 }
 
 impl<T: Real> Weight<T> {
@@ -29,6 +32,7 @@ impl<T: Real> Weight<T> {
     ) -> Matrix<T> {
         let w = match self {
             Weight::Dense(w) => return linear(x, w, bias),
+            Weight::Packed(w) => return linear(x, w, bias),
             Weight::Blocks(w) => w,
         };
         assert_eq!(
@@ -81,10 +85,22 @@ impl<T: Real> Weight<T> {
         })
     }
 
+    /// Bytes the matrix holds, in the form it is kept in.
+    pub(crate) fn held_bytes(&self) -> usize {
+        match self {
+            Weight::Dense(m) => m.rows() * m.cols() * std::mem::size_of::<T>(),
+            Weight::Blocks(b) => b.held_bytes(),
+            Weight::Packed(p) => p.held_bytes(),
+        }
+    }
+
     /// Row `r` (an embedding lookup).
     pub(crate) fn row_into(&self, r: usize, out: &mut [T]) {
         match self {
             Weight::Dense(w) => out.copy_from_slice(w.row(r)),
+            Weight::Packed(w) => {
+                w.row(r, out);
+            }
             Weight::Blocks(w) => {
                 let mut row = vec![0.0f32; w.cols()];
                 w.dequant_row(r, &mut row);

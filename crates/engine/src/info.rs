@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use quench_models::arch::ModelConfig;
 
 use crate::checkpoint::Checkpoint;
-use crate::options::LoadOptions;
+use crate::options::{Device, LoadOptions, Precision};
+use quench_cpu::held_bytes;
 
 /// The file format a model was read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,15 +87,28 @@ impl ModelInfo {
     ) -> ModelInfo {
         let mut tensor_types = BTreeMap::new();
         let (mut parameters, mut file_bytes) = (0u64, 0u64);
+        let element = options.precision.bytes();
+        // What the weights take once loaded, where it is not every parameter at the load's
+        // precision: a decoder on the CPU keeps a GGUF file's quantized and 16-bit matrices
+        // in their stored types.
+        let mut held = None;
         match checkpoint {
             Checkpoint::Gguf { file, .. } => {
+                let cpu_decoder = options.device == Device::Cpu && config.arch.is_decoder();
+                let mut bytes = 0;
                 for t in file.tensor_infos() {
                     *tensor_types
                         .entry(t.ggml_type.name().to_owned())
                         .or_insert(0) += 1;
                     parameters += t.n_elements();
                     file_bytes += t.size;
+                    let (matrix, n) = (t.dims.len() == 2, t.n_elements());
+                    bytes += match options.precision {
+                        Precision::F32 => held_bytes::<f32>(t.ggml_type, matrix, n, t.size),
+                        Precision::F64 => held_bytes::<f64>(t.ggml_type, matrix, n, t.size),
+                    };
                 }
+                held = cpu_decoder.then_some(bytes);
             }
             Checkpoint::HuggingFace { checkpoint, .. } => {
                 for t in checkpoint.tensor_infos() {
@@ -113,7 +127,6 @@ impl ModelInfo {
             .unwrap_or(model_limit)
             .min(model_limit)
             .max(1);
-        let element = options.precision.bytes();
         let (kind, kv_cache_bytes) = kind_and_kv_bytes(&config, context_limit, element);
         ModelInfo {
             path: checkpoint.path().to_owned(),
@@ -127,7 +140,7 @@ impl ModelInfo {
             file_bytes,
             context_length,
             context_limit,
-            weight_bytes: parameters * element,
+            weight_bytes: held.unwrap_or(parameters * element),
             kv_cache_bytes,
             config,
         }

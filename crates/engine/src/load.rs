@@ -58,13 +58,16 @@ fn causal(
     let mut info = info(checkpoint, config.clone(), None, options);
     let (src, naming) = (checkpoint.tensors(), checkpoint.naming());
     let backend: Box<dyn Decode> = match (options.device, options.precision) {
-        (Device::Cpu, Precision::F32) => Box::new(Decoder::<f32>::load_with_arithmetic(
-            config,
-            src,
-            naming,
-            options.arithmetic,
-        )?),
-        (Device::Cpu, Precision::F64) => Box::new(Decoder::<f64>::load(config, src, naming)?),
+        (Device::Cpu, Precision::F32) => {
+            let d = Decoder::<f32>::load_with_arithmetic(config, src, naming, options.arithmetic)?;
+            info.weight_bytes = d.weight_bytes() as u64;
+            Box::new(d)
+        }
+        (Device::Cpu, Precision::F64) => {
+            let d = Decoder::<f64>::load(config, src, naming)?;
+            info.weight_bytes = d.weight_bytes() as u64;
+            Box::new(d)
+        }
         // The GPU kernels have their own precision.
         (Device::Cuda | Device::Interp, _) => {
             let gpu_options = gpu::gpu_options(options);

@@ -94,11 +94,16 @@ pub fn dequant_q4_k(block: &[u8; Q4_K_BYTES], out: &mut [f32; QK_K]) {
     let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
     let (scales, mins) = k_scales(block);
     let qs = &block[16..144];
-    for (i, o) in out.iter_mut().enumerate() {
-        let j = i / 32;
+    // Sub-block j (32 elements) takes the low (j even) or high nibbles of bytes
+    // 32·(j/2) .. 32·(j/2) + 32, as `k_nibble` reads them; written per sub-block so that
+    // the loop vectorizes.
+    for (j, sub) in out.chunks_exact_mut(32).enumerate() {
         let dl = d * f32::from(scales[j]);
         let ml = dmin * f32::from(mins[j]);
-        *o = dl * f32::from(k_nibble(qs, i)) - ml;
+        let (bytes, shift) = (&qs[32 * (j / 2)..32 * (j / 2) + 32], 4 * (j % 2));
+        for (o, &b) in sub.iter_mut().zip(bytes) {
+            *o = dl * f32::from((b >> shift) & 0x0f) - ml;
+        }
     }
 }
 
@@ -123,11 +128,17 @@ pub fn dequant_q5_k(block: &[u8; Q5_K_BYTES], out: &mut [f32; QK_K]) {
 pub fn dequant_q6_k(block: &[u8; Q6_K_BYTES], out: &mut [f32; QK_K]) {
     let (ql, qh, scales) = (&block[0..128], &block[128..192], &block[192..208]);
     let d = f16_at(block, 208);
-    for (i, o) in out.iter_mut().enumerate() {
-        let (h, e) = (i / 128, i % 128);
-        let low = (ql[64 * h + e % 64] >> (4 * (e / 64))) & 0x0f;
-        let q = (low | (crumb(qh, i) << 4)) as i8 - 32;
-        let dl = d * f32::from(scales[i / 16] as i8);
-        *o = dl * f32::from(q);
+    // Per 16 elements (one scale), as the layout above reads them; written per group so
+    // that the loop vectorizes.
+    for (g, group) in out.chunks_exact_mut(16).enumerate() {
+        let dl = d * f32::from(scales[g] as i8);
+        let first = 16 * g;
+        let (h, e) = (first / 128, first % 128);
+        let low = &ql[64 * h + e % 64..64 * h + e % 64 + 16];
+        let shift = 4 * (e / 64);
+        for (k, o) in group.iter_mut().enumerate() {
+            let q = (((low[k] >> shift) & 0x0f) | (crumb(qh, first + k) << 4)) as i8 - 32;
+            *o = dl * f32::from(q);
+        }
     }
 }

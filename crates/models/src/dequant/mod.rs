@@ -37,27 +37,42 @@ pub fn dequantize_into(
     out: &mut [f32],
 ) -> Result<(), ModelError> {
     check_size(ggml_type, bytes, out.len())?;
-    match ggml_type {
-        GgmlType::F32 => elements(bytes, out, |b: [u8; 4]| f32::from_le_bytes(b)),
-        GgmlType::F16 => elements(bytes, out, |b: [u8; 2]| f16_to_f32(u16::from_le_bytes(b))),
-        GgmlType::BF16 => elements(bytes, out, |b: [u8; 2]| bf16_to_f32(u16::from_le_bytes(b))),
-        GgmlType::Q4_0 => blocks(bytes, out, dequant_q4_0),
-        GgmlType::Q4_1 => blocks(bytes, out, dequant_q4_1),
-        GgmlType::Q5_0 => blocks(bytes, out, dequant_q5_0),
-        GgmlType::Q5_1 => blocks(bytes, out, dequant_q5_1),
-        GgmlType::Q8_0 => blocks(bytes, out, dequant_q8_0),
-        GgmlType::Q2_K => blocks(bytes, out, dequant_q2_k),
-        GgmlType::Q3_K => blocks(bytes, out, dequant_q3_k),
-        GgmlType::Q4_K => blocks(bytes, out, dequant_q4_k),
-        GgmlType::Q5_K => blocks(bytes, out, dequant_q5_k),
-        GgmlType::Q6_K => blocks(bytes, out, dequant_q6_k),
-        other => {
-            return Err(ModelError::Unsupported {
-                what: format!("dequantization of ggml type {other} (id {})", other.id()),
-            })
-        }
-    }
+    let expand = expander(ggml_type).ok_or_else(|| ModelError::Unsupported {
+        what: format!(
+            "dequantization of ggml type {ggml_type} (id {})",
+            ggml_type.id()
+        ),
+    })?;
+    expand(bytes, out);
     Ok(())
+}
+
+/// Whether [`dequantize_into`] expands tensors of `ggml_type`.
+pub fn dequantizes(ggml_type: GgmlType) -> bool {
+    expander(ggml_type).is_some()
+}
+
+/// Expands a type's bytes into f32, sizes checked by the caller.
+type Expand = fn(&[u8], &mut [f32]);
+
+/// How a type's bytes become f32; `None` for types quench does not dequantize.
+fn expander(ggml_type: GgmlType) -> Option<Expand> {
+    Some(match ggml_type {
+        GgmlType::F32 => |b, o| elements(b, o, |b: [u8; 4]| f32::from_le_bytes(b)),
+        GgmlType::F16 => |b, o| elements(b, o, |b: [u8; 2]| f16_to_f32(u16::from_le_bytes(b))),
+        GgmlType::BF16 => |b, o| elements(b, o, |b: [u8; 2]| bf16_to_f32(u16::from_le_bytes(b))),
+        GgmlType::Q4_0 => |b, o| blocks(b, o, dequant_q4_0),
+        GgmlType::Q4_1 => |b, o| blocks(b, o, dequant_q4_1),
+        GgmlType::Q5_0 => |b, o| blocks(b, o, dequant_q5_0),
+        GgmlType::Q5_1 => |b, o| blocks(b, o, dequant_q5_1),
+        GgmlType::Q8_0 => |b, o| blocks(b, o, dequant_q8_0),
+        GgmlType::Q2_K => |b, o| blocks(b, o, dequant_q2_k),
+        GgmlType::Q3_K => |b, o| blocks(b, o, dequant_q3_k),
+        GgmlType::Q4_K => |b, o| blocks(b, o, dequant_q4_k),
+        GgmlType::Q5_K => |b, o| blocks(b, o, dequant_q5_k),
+        GgmlType::Q6_K => |b, o| blocks(b, o, dequant_q6_k),
+        _ => return None,
+    })
 }
 
 fn check_size(ggml_type: GgmlType, bytes: &[u8], n: usize) -> Result<(), ModelError> {
