@@ -310,6 +310,17 @@ fn emit_steps(
     }
 }
 
+/// `a / c` for a constant `c`: a shift where `c` is a power of two (a division there keeps
+/// ptxas's generic sequence, whose result it may spill).
+fn div_const(k: &mut Builder, a: Value, c: u32) -> Value {
+    if c.is_power_of_two() {
+        k.shr_const(a, c.trailing_zeros())
+    } else {
+        let c = k.const_u32(c);
+        k.div(a, c)
+    }
+}
+
 /// The load type of `n` 32-bit words, and its zero.
 fn row_load(k: &mut Builder, n: u32) -> (Type, Value) {
     let zero = k.const_u32(0);
@@ -461,8 +472,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     // This sequence's split (`DecodeParams::split_for`): clamp(⌈⌈ctx / n_splits⌉⌉₁₆, 16, s).
     let n_splits = p.n_splits();
     let each = k.add_const(ctx, n_splits - 1);
-    let splits_c = k.const_u32(n_splits);
-    let each = k.div(each, splits_c);
+    let each = div_const(&mut k, each, n_splits);
     let each = k.add_const(each, BLOCK_TOKENS - 1);
     let each = k.and_const(each, !(BLOCK_TOKENS - 1));
     let least = k.const_u32(BLOCK_TOKENS);
@@ -506,8 +516,7 @@ pub fn build(p: &DecodeParams) -> Result<Function, KernelError> {
     // load nothing and add zeros.
     let per_round = per_step * unroll.clamp(1, steps.max(1));
     let live = k.add_const(n, per_round - 1);
-    let per_round = k.const_u32(per_round);
-    let live = k.div(live, per_round);
+    let live = div_const(&mut k, live, per_round);
     let mut offsets = vec![];
     let mut real = vec![];
     for j in 0..chunks {
