@@ -15,9 +15,6 @@ use crate::error::{CpuError, Result};
 use crate::matrix::Rows;
 use crate::real::Real;
 
-/// Elements expanded at once: whole blocks of every type, a few KiB of f32.
-const CHUNK: usize = 256;
-
 /// A `[rows, cols]` weight matrix in a ggml type, as stored.
 #[derive(Clone, Debug)]
 pub(crate) struct PackedMatrix {
@@ -26,8 +23,6 @@ pub(crate) struct PackedMatrix {
     cols: usize,
     /// Bytes of one row.
     row_bytes: usize,
-    /// Elements of the pieces a row is expanded in: a whole number of blocks.
-    chunk: usize,
     bytes: Vec<u8>,
 }
 
@@ -70,8 +65,6 @@ impl PackedMatrix {
             rows,
             cols,
             row_bytes,
-            // Block sizes (1, 32, 256) divide CHUNK, so this is whole blocks.
-            chunk: gcd(cols, CHUNK),
             bytes: bytes.to_vec(),
         }))
     }
@@ -98,33 +91,23 @@ impl<T: Real> Rows<T> for PackedMatrix {
 
     fn row<'a>(&'a self, r: usize, scratch: &'a mut [T]) -> &'a [T] {
         let stored = &self.bytes[r * self.row_bytes..(r + 1) * self.row_bytes];
-        if let Some(f) = T::as_f32_mut(&mut scratch[..self.cols]) {
+        let expand = |f: &mut [f32]| {
             dequantize_into(self.ggml_type, stored, f)
-                .expect("sizes checked when the matrix was made");
-            return &scratch[..self.cols];
-        }
-        let piece_bytes = self.row_bytes / (self.cols / self.chunk);
-        let mut f = [0.0f32; CHUNK];
-        let f = &mut f[..self.chunk];
-        for (bytes, out) in stored
-            .chunks_exact(piece_bytes)
-            .zip(scratch[..self.cols].chunks_exact_mut(self.chunk))
-        {
-            dequantize_into(self.ggml_type, bytes, f)
-                .expect("sizes checked when the matrix was made");
-            for (o, &v) in out.iter_mut().zip(f.iter()) {
-                *o = T::from_f32(v);
+                .expect("sizes checked when the matrix was made")
+        };
+        let out = &mut scratch[..self.cols];
+        match T::as_f32_mut(out) {
+            Some(f) => expand(f),
+            // Only f32 decoders keep weights packed; other element types expand through f32.
+            None => {
+                let mut f = vec![0.0; self.cols];
+                expand(&mut f);
+                for (o, v) in out.iter_mut().zip(f) {
+                    *o = T::from_f32(v);
+                }
             }
         }
         &scratch[..self.cols]
-    }
-}
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
     }
 }
 
@@ -167,7 +150,7 @@ mod tests {
                 let bits =
                     |m: &Matrix<f32>| m.as_slice().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "{ty:?}, {n} tokens");
-                // In f64, expanded a chunk at a time.
+                // In f64, expanded through f32.
                 let wide = |m: &Matrix<f32>| {
                     let v = m.as_slice().iter().map(|&v| f64::from(v)).collect();
                     Matrix::from_vec(m.rows(), m.cols(), v).unwrap()

@@ -98,6 +98,7 @@ impl<T: Real> Weight<T> {
     pub(crate) fn row_into(&self, r: usize, out: &mut [T]) {
         match self {
             Weight::Dense(w) => out.copy_from_slice(w.row(r)),
+            // A packed row is expanded into the buffer it is given.
             Weight::Packed(w) => {
                 w.row(r, out);
             }

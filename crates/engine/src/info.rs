@@ -94,21 +94,27 @@ impl ModelInfo {
         let mut held = None;
         match checkpoint {
             Checkpoint::Gguf { file, .. } => {
-                let cpu_decoder = options.device == Device::Cpu && config.arch.is_decoder();
-                let mut bytes = 0;
                 for t in file.tensor_infos() {
                     *tensor_types
                         .entry(t.ggml_type.name().to_owned())
                         .or_insert(0) += 1;
                     parameters += t.n_elements();
                     file_bytes += t.size;
-                    let (matrix, n) = (t.dims.len() == 2, t.n_elements());
-                    bytes += match options.precision {
-                        Precision::F32 => held_bytes::<f32>(t.ggml_type, matrix, n, t.size),
-                        Precision::F64 => held_bytes::<f64>(t.ggml_type, matrix, n, t.size),
-                    };
                 }
-                held = cpu_decoder.then_some(bytes);
+                if options.device == Device::Cpu && config.arch.is_decoder() {
+                    let held_of = match options.precision {
+                        Precision::F32 => held_bytes::<f32>,
+                        Precision::F64 => held_bytes::<f64>,
+                    };
+                    let infos = file.tensor_infos().iter();
+                    held = Some(
+                        infos
+                            .map(|t| {
+                                held_of(t.ggml_type, t.dims.len() == 2, t.n_elements(), t.size)
+                            })
+                            .sum(),
+                    );
+                }
             }
             Checkpoint::HuggingFace { checkpoint, .. } => {
                 for t in checkpoint.tensor_infos() {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny};
+use common::{gguf, seed, LayerFormats, Shape, Tiny, Q4_K_M};
 use quench_cpu::{held_bytes, Decoder, Logits};
 use quench_models::arch::{ModelConfig, Naming};
 use quench_models::GgmlType;
@@ -14,14 +14,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// llama.cpp's Q4_K_M mix in one layer, the 16-bit and legacy types in the other.
 const LAYERS: [LayerFormats; 2] = [
-    LayerFormats {
-        q: GgmlType::Q4_K,
-        k: GgmlType::Q4_K,
-        v: GgmlType::Q6_K,
-        o: GgmlType::Q4_K,
-        gate_up: GgmlType::Q4_K,
-        down: GgmlType::Q6_K,
-    },
+    Q4_K_M,
     LayerFormats {
         q: GgmlType::BF16,
         k: GgmlType::F16,

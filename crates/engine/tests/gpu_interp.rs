@@ -22,7 +22,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny, QUANTIZED};
+use common::{gguf, seed, LayerFormats, Shape, Tiny, Q4_K_M, QUANTIZED};
 
 const HIDDEN: usize = 128;
 const HEADS: usize = 4;
@@ -215,17 +215,6 @@ fn qwen3_with_qk_norms_matches_the_f64_reference() {
     };
     run("qwen3 (per-head q/k norms)", &m, seed());
 }
-
-/// The type mix of llama.cpp's Q4_K_M: Q4_K matrices and token embedding, Q6_K for v,
-/// down and the LM head (so q, k and v take three projections).
-const Q4_K_M: LayerFormats = LayerFormats {
-    q: GgmlType::Q4_K,
-    k: GgmlType::Q4_K,
-    v: GgmlType::Q6_K,
-    o: GgmlType::Q4_K,
-    gate_up: GgmlType::Q4_K,
-    down: GgmlType::Q6_K,
-};
 
 /// Rows of whole 256-element super-blocks: width 256, ffn 512.
 const K_QUANT_SHAPE: Shape = Shape {

@@ -35,6 +35,17 @@ pub const QUANTIZED: LayerFormats = LayerFormats {
     down: GgmlType::Q4_K,
 };
 
+/// The type mix of llama.cpp's Q4_K_M: Q4_K matrices (and token embedding), Q6_K for v,
+/// down (and the LM head); on the GPU q, k and v then take three projections.
+pub const Q4_K_M: LayerFormats = LayerFormats {
+    q: GgmlType::Q4_K,
+    k: GgmlType::Q4_K,
+    v: GgmlType::Q6_K,
+    o: GgmlType::Q4_K,
+    gate_up: GgmlType::Q4_K,
+    down: GgmlType::Q6_K,
+};
+
 /// The sizes of a tiny decoder.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {

@@ -8,10 +8,11 @@
 //! positions `s·e .. (s+1)·e` with `e` the fewest positions (a multiple of 16, at most
 //! `split`) that spread the context over the splits ([`DecodeParams::split_for`]): none
 //! past the context, so a short context takes short splits, and a sequence's splits depend
-//! on its own length only. Each phase's loops stop after the split's positions. Outputs, per query head `h` and split:
-//! `part_m [n_seqs, n_heads, n_splits]` the largest base-2 score (−∞ for an empty split),
-//! `part_l` (same shape) `Σ 2^(s_t − m)`, and `part_o [n_seqs, n_heads, n_splits,
-//! head_dim]` `Σ 2^(s_t − m)·v_t` (f32, not normalized; zeros for an empty split).
+//! on its own length only. Each phase's loops stop after the split's positions. Outputs,
+//! per query head `h` and split: `part_m [n_seqs, n_heads, n_splits]` the largest base-2
+//! score (−∞ for an empty split), `part_l` (same shape) `Σ 2^(s_t − m)`, and `part_o
+//! [n_seqs, n_heads, n_splits, head_dim]` `Σ 2^(s_t − m)·v_t` (f32, not normalized; zeros
+//! for an empty split).
 //!
 //! **Lanes** ([`Lanes`]): a row of `head_dim` elements is read by a group of `per_pos`
 //! lanes (a power of two), each loading `vec` elements (16, 8 or 4 bytes) `chunks` times;
@@ -312,7 +313,7 @@ fn emit_steps(
 
 /// `a / c` for a constant `c`: a shift where `c` is a power of two (a division there keeps
 /// ptxas's generic sequence, whose result it may spill).
-fn div_const(k: &mut Builder, a: Value, c: u32) -> Value {
+pub(super) fn div_const(k: &mut Builder, a: Value, c: u32) -> Value {
     if c.is_power_of_two() {
         k.shr_const(a, c.trailing_zeros())
     } else {
@@ -1007,12 +1008,12 @@ fn f64_as_f32_bytes(v: &[f64]) -> Vec<u8> {
     data::f32_bytes(&v.iter().map(|&x| x as f32).collect::<Vec<_>>())
 }
 
-/// A case: three sequences, the first with a full context, the second ending within
-/// the longest split's length of the end, the third at most half the longest (where there
-/// are several splits, the last two take shorter splits, or leave some empty); softmax
-/// scale `1/sqrt(head_dim)`. Every split that is not empty holds at
-/// least two positions: over one, attention is that position's values whatever the
-/// scale, which the wrong-answer control could not tell apart.
+/// A case: three sequences, the first with a full context, the second ending within the
+/// longest split's length of the end, the third at most half the longest (where there are
+/// several splits, the last two take shorter splits, or leave some empty); softmax scale
+/// `1/sqrt(head_dim)`. Every split that is not empty holds at least two positions: over
+/// one, attention is that position's values whatever the scale, which the wrong-answer
+/// control could not tell apart.
 pub fn case(p: &DecodeParams, seed: u64) -> Result<KernelCase, KernelError> {
     let mut rng = data::rng(seed);
     let max_ctx = p.max_blocks * BLOCK_TOKENS;

@@ -16,7 +16,7 @@ use half::bf16;
 use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
 use quench_rt::Launch;
 
-use super::decode::StepBody;
+use super::decode::{div_const, StepBody};
 use crate::approx::{gamma, EX2_REL, F32_MIN_NORMAL, F32_U};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
@@ -143,8 +143,7 @@ fn emit_over_splits(
         let hi = match held {
             Some(held) => {
                 let up = k.add_const(held, unroll - 1);
-                let per = k.const_u32(unroll);
-                let up = k.div(up, per);
+                let up = div_const(k, up, unroll);
                 let up = k.mul_const(up, unroll);
                 k.min(up, all)
             }
