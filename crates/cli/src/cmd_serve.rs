@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// Most prompt tokens a sequence prefills in one step.
     #[arg(long, default_value_t = 64)]
     prefill_chunk: usize,
+    /// Do not keep finished prompts' KV blocks for later requests that start the same way
+    /// (the prefix cache; it only ever uses blocks no request needs).
+    #[arg(long)]
+    no_prefix_cache: bool,
     /// Most positions per sequence (default: the model's context length).
     #[arg(long)]
     context: Option<usize>,
@@ -164,6 +168,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             kv_blocks: a.kv_blocks,
             queue: a.queue,
             prefill_chunk: a.prefill_chunk,
+            prefix_cache: !a.no_prefix_cache,
         },
         device: match a.device {
             DeviceArg::Cpu => quench_engine::Device::Cpu,

@@ -74,12 +74,17 @@ pub struct EngineStats {
     pub queued: AtomicUsize,
     pub running: AtomicUsize,
     pub kv_blocks_used: AtomicUsize,
+    /// Blocks the prefix cache holds (given back whenever a request needs them).
+    pub kv_blocks_cached: AtomicUsize,
     pub kv_blocks_total: AtomicUsize,
     pub prompt_tokens: AtomicU64,
     /// Prompt tokens that a session's cache already held.
     pub cached_prompt_tokens: AtomicU64,
     pub completion_tokens: AtomicU64,
     pub preemptions: AtomicU64,
+    /// Requests that started from the prefix cache, and those that found nothing there.
+    pub prefix_hits: AtomicU64,
+    pub prefix_misses: AtomicU64,
     pub ttft: Histogram,
     pub inter_token: Histogram,
     /// Computing and applying one token's `response_format` mask.
@@ -92,11 +97,14 @@ impl EngineStats {
             queued: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             kv_blocks_used: AtomicUsize::new(0),
+            kv_blocks_cached: AtomicUsize::new(0),
             kv_blocks_total: AtomicUsize::new(kv_blocks_total),
             prompt_tokens: AtomicU64::new(0),
             cached_prompt_tokens: AtomicU64::new(0),
             completion_tokens: AtomicU64::new(0),
             preemptions: AtomicU64::new(0),
+            prefix_hits: AtomicU64::new(0),
+            prefix_misses: AtomicU64::new(0),
             ttft: Histogram::new(TTFT_BOUNDS),
             inter_token: Histogram::new(ITL_BOUNDS),
             grammar_mask: Histogram::new(MASK_BOUNDS),
@@ -184,7 +192,7 @@ impl Metrics {
         }
         let models: Vec<_> = models.collect();
         type Read = fn(&EngineStats) -> u64;
-        let per_model: [(&str, &str, &str, Read); 8] = [
+        let per_model: [(&str, &str, &str, Read); 11] = [
             (
                 "quench_queue_depth",
                 "gauge",
@@ -204,6 +212,12 @@ impl Metrics {
                 |s| loadz(&s.kv_blocks_used) as u64,
             ),
             (
+                "quench_kv_blocks_cached",
+                "gauge",
+                "KV cache blocks the prefix cache holds for later requests (evicted when needed).",
+                |s| loadz(&s.kv_blocks_cached) as u64,
+            ),
+            (
                 "quench_kv_blocks_total",
                 "gauge",
                 "KV cache blocks available (--kv-blocks).",
@@ -218,8 +232,20 @@ impl Metrics {
             (
                 "quench_cached_prompt_tokens_total",
                 "counter",
-                "Prompt tokens a session's KV cache already held (not prefilled again).",
+                "Prompt tokens a session's cache or the prefix cache already held (not prefilled again).",
                 |s| load(&s.cached_prompt_tokens),
+            ),
+            (
+                "quench_prefix_cache_hits_total",
+                "counter",
+                "Requests that started from a prompt prefix the prefix cache held.",
+                |s| load(&s.prefix_hits),
+            ),
+            (
+                "quench_prefix_cache_misses_total",
+                "counter",
+                "Requests the prefix cache held no prefix of.",
+                |s| load(&s.prefix_misses),
             ),
             (
                 "quench_completion_tokens_total",

@@ -406,11 +406,12 @@ async fn load_causal(
         (config.tensor_core_decode, config.kv_cache, config.gpu);
     let max_batch = config.engine.max_batch;
     // On a GPU the KV cache is allocated up front: as many whole contexts as the block
-    // budget holds (the scheduler admits sequences by the same budget).
-    let gpu_sessions = config.engine.kv_blocks * crate::scheduler::blocks::BLOCK_TOKENS
-        / context
+    // budget holds, rounded up so that the device has every block the scheduler counts.
+    let gpu_sessions = (config.engine.kv_blocks * crate::scheduler::blocks::BLOCK_TOKENS).div_ceil(
+        context
             .unwrap_or(quench_engine::gpu::DEFAULT_CONTEXT)
-            .max(1);
+            .max(1),
+    );
     let loaded = tokio::task::spawn_blocking(move || -> Result<Arc<CausalModel>, String> {
         match &spec2.source {
             ModelSource::TinyChat if device != quench_engine::Device::Cpu => {

@@ -173,6 +173,7 @@ fn scheduler_answers_as_alone(model: CausalModel, rng: &mut ChaCha8Rng) {
             kv_blocks: 16,
             queue: 16,
             prefill_chunk: 4,
+            prefix_cache: true,
         },
         SessionStore::new(8, 8),
     )
@@ -271,6 +272,7 @@ fn gpu_work_stops_when_its_client_goes_and_at_shutdown() {
             kv_blocks: 16,
             queue: 16,
             prefill_chunk: 4,
+            prefix_cache: true,
         },
         SessionStore::new(8, 8),
     )
@@ -319,4 +321,84 @@ fn gpu_work_stops_when_its_client_goes_and_at_shutdown() {
         assert!(matches!(last, Some(Event::Cancelled)), "{last:?}");
     }
     assert_eq!(used(), 0, "blocks left in use after the shutdown");
+}
+
+/// Greedy answers with log-probabilities, one request after another on a fresh engine:
+/// per request its tokens, the bits of every reported log-probability, and the prompt
+/// tokens it found cached.
+fn answers_with_logprobs(
+    model: &Arc<CausalModel>,
+    prefix_cache: bool,
+    prompts: &[Vec<u32>],
+) -> Vec<(Vec<u32>, Vec<u32>, usize)> {
+    let text: Arc<dyn TextSide> = model.clone();
+    let engine = EngineHandle::start(
+        "gpu",
+        model.clone(),
+        text,
+        EngineConfig {
+            max_batch: 4,
+            kv_blocks: 16,
+            queue: 16,
+            prefill_chunk: 5,
+            prefix_cache,
+        },
+        SessionStore::new(8, 8),
+    )
+    .expect("the engine starts");
+    let out = prompts
+        .iter()
+        .map(|prompt| {
+            let (mut job, mut rx) = greedy_job(prompt.clone(), 6);
+            job.logprobs = Some(3);
+            engine.submit(job).expect("queued");
+            let (mut tokens, mut logprobs) = (vec![], vec![]);
+            loop {
+                match rx.blocking_recv() {
+                    Some(Event::Token(t)) => {
+                        tokens.push(t.token);
+                        let (chosen, top) = t.logprobs.expect("log-probabilities asked for");
+                        logprobs.extend(
+                            std::iter::once(chosen)
+                                .chain(top)
+                                .map(|l| l.logprob.to_bits()),
+                        );
+                    }
+                    Some(Event::Done(done)) => return (tokens, logprobs, done.cached_tokens),
+                    other => panic!("{other:?}"),
+                }
+            }
+        })
+        .collect();
+    engine.shutdown(Instant::now());
+    out
+}
+
+/// On the GPU engine a request that starts from the prefix cache gets the bits it gets
+/// computing its whole prompt itself: the same tokens and log-probabilities, bit for bit,
+/// as on an engine without the cache, though its prompt is cut into chunks at other
+/// places.
+#[test]
+fn a_prefix_from_the_cache_gives_the_bits_of_the_whole_prompt() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let seed = seed();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (_dir, model) = load(seed, true);
+    let model = Arc::new(model);
+    let mut random = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.gen_range(0..256)).collect() };
+    let shared = random(37);
+    let first = [shared.clone(), random(5)].concat();
+    let second = [shared, random(9)].concat();
+    let cached = answers_with_logprobs(&model, true, &[first, second.clone()]);
+    let fresh = answers_with_logprobs(&model, false, &[second]);
+    assert_eq!(
+        cached[1].2, 32,
+        "two whole blocks of the shared prompt reused"
+    );
+    assert_eq!(fresh[0].2, 0);
+    assert_eq!(cached[1].0, fresh[0].0, "tokens");
+    assert!(
+        cached[1].1 == fresh[0].1,
+        "log-probabilities differ from the prompt computed whole"
+    );
 }

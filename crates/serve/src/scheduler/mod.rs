@@ -19,6 +19,7 @@
 
 pub mod blocks;
 mod logprobs;
+mod prefix;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,8 +35,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::metrics::EngineStats;
 use crate::sessions::SessionStore;
 use crate::text::TextSide;
-use blocks::{blocks_for, BlockPool};
+use blocks::{blocks_for, BlockPool, BLOCK_TOKENS};
 pub use logprobs::TokenLogprob;
+use prefix::{Pin, PrefixCache};
 
 /// How the scheduler is sized.
 #[derive(Clone, Debug)]
@@ -48,6 +50,9 @@ pub struct EngineConfig {
     pub queue: usize,
     /// Most prompt tokens one sequence feeds in one step.
     pub prefill_chunk: usize,
+    /// Keep finished prompts' KV blocks for later requests that start the same way
+    /// ([`prefix`]).
+    pub prefix_cache: bool,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +62,7 @@ impl Default for EngineConfig {
             kv_blocks: 4096,
             queue: 64,
             prefill_chunk: 64,
+            prefix_cache: true,
         }
     }
 }
@@ -218,6 +224,7 @@ impl EngineHandle {
             queue: VecDeque::new(),
             running: Vec::new(),
             idle: HashMap::new(),
+            prefix: PrefixCache::default(),
             deadline: None,
             next_order: 0,
         };
@@ -288,8 +295,13 @@ struct Seq {
     cache: Option<Session>,
     /// Positions of `tokens` held by `cache`.
     fed: usize,
-    /// KV blocks held.
+    /// KV blocks held and counted by this sequence: those it does not share through `pin`.
     blocks: usize,
+    /// The prefix-cache entry whose first blocks `cache` shares.
+    pin: Option<Pin>,
+    /// Whether the positions of its prompt came from the prompt path alone, so that its
+    /// cache may serve later requests (not so after a session's earlier turns).
+    cacheable: bool,
     /// Once the whole of `tokens` is fed: the logits after the last token, or the next
     /// token where the model picked it (greedy decoding, on the GPU under the grammar's
     /// mask on the device).
@@ -307,7 +319,9 @@ struct Seq {
 struct Idle {
     cache: Session,
     tokens: Vec<u32>,
+    /// As [`Seq::blocks`].
     blocks: usize,
+    pin: Option<Pin>,
     last_used: u64,
 }
 
@@ -331,6 +345,8 @@ struct Scheduler {
     running: Vec<Seq>,
     /// KV caches of sessions between their turns.
     idle: HashMap<String, Idle>,
+    /// KV caches of finished prompts, for requests that start the same way.
+    prefix: PrefixCache,
     deadline: Option<Instant>,
     /// Orders idle caches by last use.
     next_order: u64,
@@ -342,10 +358,12 @@ impl Seq {
             tokens: job.prompt.clone(),
             prompt_len: job.prompt.len(),
             out: TextStream::new(&job.stop),
+            cacheable: job.session.is_none(),
             job,
             cache: None,
             fed: 0,
             blocks: 0,
+            pin: None,
             next: None,
             planned: 0,
             sampler,
@@ -354,6 +372,25 @@ impl Seq {
             admitted_before: false,
             last_token_at: None,
         }
+    }
+
+    /// Blocks its cache holds, those shared with a prefix-cache entry included.
+    fn held(&self) -> usize {
+        self.blocks + self.pin.map_or(0, |p| p.shared)
+    }
+}
+
+/// Tokens to feed of a sequence with `remaining` left, at most `limit` a step. A prompt's
+/// token is never fed alone but where it is the whole of it: a single token takes a decode
+/// step, whose rounding differs from the prompt path's, and the positions would not get
+/// the bits they get when the same prompt is cut elsewhere (as a prefix-cache hit cuts
+/// it).
+fn chunk_len(remaining: usize, limit: usize) -> usize {
+    let n = remaining.min(limit.max(1));
+    match remaining - n {
+        1 if limit >= 2 && n > 2 => n - 1,
+        1 if limit >= 2 => n + 1,
+        _ => n,
     }
 }
 
@@ -418,17 +455,33 @@ impl Scheduler {
             }
             Command::DropSession(id) => {
                 if let Some(idle) = self.idle.remove(&id) {
-                    self.pool.give_back(idle.blocks);
+                    self.drop_idle(idle);
                 }
             }
             Command::Shutdown(deadline) => self.deadline = Some(deadline),
         }
     }
 
+    /// Lets go of a pin on a prefix-cache entry, giving back what that frees.
+    fn unpin(&mut self, pin: Option<Pin>) {
+        if let Some(pin) = pin {
+            let freed = self.prefix.release(pin);
+            self.pool.give_back(freed);
+        }
+    }
+
+    /// Drops a session's idle cache, giving back its blocks.
+    fn drop_idle(&mut self, idle: Idle) {
+        self.pool.give_back(idle.blocks);
+        self.unpin(idle.pin);
+    }
+
     /// Lets go of a sequence that ends without an answer: its blocks, its place in the
     /// admission count, and the session cache it had taken.
-    fn discard(&mut self, seq: &Seq) {
+    fn discard(&mut self, seq: &mut Seq) {
         self.pool.give_back(seq.blocks);
+        seq.blocks = 0;
+        self.unpin(seq.pin.take());
         if !seq.admitted_before {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
         }
@@ -448,15 +501,15 @@ impl Scheduler {
             .into_iter()
             .partition(|s| gone(s));
         self.queue = waiting;
-        for seq in left.iter().chain(&left_waiting) {
-            self.discard(seq);
+        for mut seq in left.into_iter().chain(left_waiting) {
+            self.discard(&mut seq);
         }
     }
 
     fn cancel_all(&mut self) {
         let all: Vec<_> = self.running.drain(..).chain(self.queue.drain(..)).collect();
-        for seq in all {
-            self.discard(&seq);
+        for mut seq in all {
+            self.discard(&mut seq);
             seq.job.tell_all(|| Event::Cancelled);
         }
     }
@@ -465,7 +518,10 @@ impl Scheduler {
         let s = &self.stats;
         s.running.store(self.running.len(), Ordering::Relaxed);
         s.queued.store(self.queue.len(), Ordering::Relaxed);
-        s.kv_blocks_used.store(self.pool.used(), Ordering::Relaxed);
+        let cached = self.prefix.blocks();
+        s.kv_blocks_used
+            .store(self.pool.used() - cached, Ordering::Relaxed);
+        s.kv_blocks_cached.store(cached, Ordering::Relaxed);
     }
 
     /// Moves waiting sequences into the batch, oldest first, while they fit.
@@ -477,13 +533,16 @@ impl Scheduler {
             if seq.cache.is_none() {
                 self.resume_session(&mut seq);
             }
+            if seq.cache.is_none() && self.config.prefix_cache {
+                self.reuse_prefix(&mut seq);
+            }
             // The whole prompt and the first drawn token.
             let want = blocks_for(seq.tokens.len() + 1);
             if want > self.pool.total() {
                 self.end_unfittable(seq, want);
                 continue;
             }
-            let need = want.saturating_sub(seq.blocks);
+            let need = want.saturating_sub(seq.held());
             while self.pool.free() < need && self.evict_idle() {}
             if !self.pool.try_take(need) {
                 self.park_session(&mut seq);
@@ -502,6 +561,13 @@ impl Scheduler {
                     .fetch_add(seq.prompt_len as u64, Ordering::Relaxed);
                 st.cached_prompt_tokens
                     .fetch_add(seq.cached_tokens as u64, Ordering::Relaxed);
+                if self.config.prefix_cache {
+                    let counter = match seq.pin {
+                        Some(_) => &st.prefix_hits,
+                        None => &st.prefix_misses,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
             }
             self.running.push(seq);
         }
@@ -516,6 +582,7 @@ impl Scheduler {
             mut cache,
             tokens,
             blocks,
+            pin,
             ..
         } = idle;
         let shared = tokens
@@ -527,14 +594,61 @@ impl Scheduler {
         let keep = shared.min(seq.tokens.len().saturating_sub(1));
         cache.truncate(keep);
         let keep = cache.tokens().len();
-        let kept_blocks = blocks_for(keep).min(blocks);
+        // The blocks still held: those shared with a prefix-cache entry first.
+        let held = blocks_for(keep);
+        let shared = pin.map_or(0, |p| p.shared.min(held));
+        let kept_blocks = (held - shared).min(blocks);
         self.pool.give_back(blocks - kept_blocks);
+        seq.pin = match pin {
+            Some(p) if shared > 0 => Some(Pin { shared, ..p }),
+            other => {
+                self.unpin(other);
+                None
+            }
+        };
         seq.cache = Some(cache);
         seq.fed = keep;
         seq.blocks = kept_blocks;
         if !seq.admitted_before {
             seq.cached_tokens = keep;
         }
+    }
+
+    /// Starts a sequence from the longest prefix of its tokens the prefix cache holds,
+    /// leaving at least two tokens to feed (a prompt chunk, as [`chunk_len`] keeps them).
+    fn reuse_prefix(&mut self, seq: &mut Seq) {
+        self.next_order += 1;
+        let usable = seq.tokens.len().saturating_sub(2);
+        let Some(hit) = self.prefix.lookup(&seq.tokens, usable, self.next_order) else {
+            return;
+        };
+        seq.fed = hit.cache.tokens().len();
+        seq.cache = Some(hit.cache);
+        seq.pin = Some(hit.pin);
+        if !seq.admitted_before {
+            seq.cached_tokens = seq.fed;
+        }
+    }
+
+    /// Offers a finished sequence's cache to the prefix cache: the whole blocks of its
+    /// prompt, if they are not held already and the budget has room.
+    fn keep_prefix(&mut self, seq: &mut Seq, mut cache: Session) {
+        let pin = seq.pin.take();
+        self.pool.give_back(seq.blocks);
+        seq.blocks = 0;
+        let whole = seq.prompt_len.min(seq.fed) / BLOCK_TOKENS * BLOCK_TOKENS;
+        cache.truncate(whole);
+        let tokens = &seq.tokens[..whole];
+        let add = self.prefix.blocks_to_add(tokens, pin);
+        if !seq.cacheable || cache.tokens() != tokens || add == 0 || !self.pool.try_take(add) {
+            self.unpin(pin);
+            return;
+        }
+        self.next_order += 1;
+        let freed = self
+            .prefix
+            .insert(cache, tokens.to_vec(), pin, self.next_order);
+        self.pool.give_back(freed);
     }
 
     /// Puts back the session cache of a sequence that must wait after all, so that it stays
@@ -548,6 +662,7 @@ impl Scheduler {
             cache,
             tokens: seq.tokens[..seq.fed].to_vec(),
             blocks: seq.blocks,
+            pin: seq.pin.take(),
             last_used: self.next_order,
         };
         self.idle.insert(id, idle);
@@ -556,9 +671,9 @@ impl Scheduler {
     }
 
     /// A sequence that needs more blocks than exist ends here.
-    fn end_unfittable(&mut self, seq: Seq, want: usize) {
+    fn end_unfittable(&mut self, mut seq: Seq, want: usize) {
         if seq.generated.is_empty() {
-            self.discard(&seq);
+            self.discard(&mut seq);
             let total = self.pool.total();
             seq.job.tell_all(|| {
                 Event::Failed(format!(
@@ -570,29 +685,39 @@ impl Scheduler {
         }
     }
 
-    /// Drops the least recently used idle session cache; false if there is none.
+    /// Drops the least recently used of the idle session caches and the prefix-cache
+    /// entries nobody uses; false if there is none.
     fn evict_idle(&mut self) -> bool {
-        let Some(id) = self
+        let session = self
             .idle
             .iter()
             .min_by_key(|(_, i)| i.last_used)
-            .map(|(id, _)| id.clone())
-        else {
-            return false;
-        };
-        if let Some(idle) = self.idle.remove(&id) {
-            self.pool.give_back(idle.blocks);
+            .map(|(id, i)| (id.clone(), i.last_used));
+        match (session, self.prefix.oldest()) {
+            (Some((_, session)), Some(entry)) if entry < session => self.evict_prefix(),
+            (None, Some(_)) => self.evict_prefix(),
+            (Some((id, _)), _) => {
+                if let Some(idle) = self.idle.remove(&id) {
+                    self.drop_idle(idle);
+                }
+                self.sessions.set_cache(&id, 0, 0);
+                true
+            }
+            (None, None) => false,
         }
-        self.sessions.set_cache(&id, 0, 0);
-        true
+    }
+
+    fn evict_prefix(&mut self) -> bool {
+        let freed = self.prefix.evict();
+        self.pool.give_back(freed);
+        freed > 0
     }
 
     /// Pauses running sequence `i`: its cache is dropped and it waits at the head of the
     /// queue, to be recomputed from its tokens.
     fn preempt(&mut self, i: usize) {
         let mut seq = self.running.remove(i);
-        self.discard(&seq);
-        seq.blocks = 0;
+        self.discard(&mut seq);
         seq.cache = None;
         seq.fed = 0;
         seq.next = None;
@@ -632,15 +757,15 @@ impl Scheduler {
                         continue;
                     }
                     Drawn::Gone => {
-                        let seq = self.running.remove(i);
-                        self.discard(&seq);
+                        let mut seq = self.running.remove(i);
+                        self.discard(&mut seq);
                         continue;
                     }
                 }
             }
             let seq = &self.running[i];
-            let n = (seq.tokens.len() - seq.fed).min(self.config.prefill_chunk.max(1));
-            let need = blocks_for(seq.fed + n).saturating_sub(seq.blocks);
+            let n = chunk_len(seq.tokens.len() - seq.fed, self.config.prefill_chunk);
+            let need = blocks_for(seq.fed + n).saturating_sub(seq.held());
             if need > 0 && !self.acquire(i, need) {
                 if i > 0 {
                     // The youngest sequence waits for older ones to finish.
@@ -710,8 +835,8 @@ impl Scheduler {
             }
         }
         for (i, why) in failed.into_iter().rev() {
-            let seq = self.running.remove(i);
-            self.discard(&seq);
+            let mut seq = self.running.remove(i);
+            self.discard(&mut seq);
             seq.job.tell_all(|| Event::Failed(why.clone()));
         }
         let forking: Vec<usize> = (0..self.running.len())
@@ -745,6 +870,7 @@ impl Scheduler {
             let mut seq = Seq::new(job, sampler);
             seq.admitted_before = true;
             seq.cached_tokens = parent.cached_tokens;
+            seq.cacheable = parent.cacheable;
             let want = blocks_for(seq.tokens.len() + 1);
             let room = self.running.len() < self.config.max_batch;
             match parent.cache.as_ref() {
@@ -899,7 +1025,8 @@ impl Scheduler {
         let cache = seq.cache.take();
         match (seq.job.session.as_ref(), cache) {
             (Some(id), Some(cache)) if self.sessions.exists(id) => {
-                let blocks = blocks_for(seq.fed).min(seq.blocks);
+                let shared = seq.pin.map_or(0, |p| p.shared);
+                let blocks = blocks_for(seq.fed).saturating_sub(shared).min(seq.blocks);
                 self.pool.give_back(seq.blocks - blocks);
                 seq.tokens.truncate(seq.fed);
                 self.sessions.set_cache(id, seq.fed, blocks);
@@ -908,15 +1035,20 @@ impl Scheduler {
                     cache,
                     tokens: std::mem::take(&mut seq.tokens),
                     blocks,
+                    pin: seq.pin.take(),
                     last_used: self.next_order,
                 };
                 if let Some(old) = self.idle.insert(id.clone(), idle) {
-                    self.pool.give_back(old.blocks);
+                    self.drop_idle(old);
                 }
+            }
+            (_, Some(cache)) if self.config.prefix_cache => {
+                self.keep_prefix(&mut seq, cache);
+                self.discard(&mut seq);
             }
             (_, cache) => {
                 seq.cache = cache;
-                self.discard(&seq);
+                self.discard(&mut seq);
             }
         }
         let _ = seq.job.events.send(Event::Done(Done {

@@ -108,6 +108,7 @@ fn greedy_output_does_not_depend_on_the_batch_or_on_preemption() {
         kv_blocks: 16,
         queue: 64,
         prefill_chunk: 16,
+        prefix_cache: true,
     });
     let max_tokens = 60;
     // Short prompts whose answers run to max_tokens fill the batch first; as they grow past
@@ -325,6 +326,7 @@ fn several_choices_draw_as_requests_with_their_own_seeds() {
             kv_blocks: 64,
             queue: 8,
             prefill_chunk: 16,
+            prefix_cache: true,
         });
         let prompt = random_prompts(&mut rng, 1, 20..40).remove(0);
         let seed = rng.gen();
@@ -351,4 +353,156 @@ fn several_choices_draw_as_requests_with_their_own_seeds() {
         assert_eq!(counted, prompt.len() as u64, "the prompt is counted once");
         wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
     }
+}
+
+#[test]
+fn prompt_chunks_never_leave_a_token_alone() {
+    assert_eq!(chunk_len(1, 64), 1, "a drawn token, or a prompt of one");
+    assert_eq!(chunk_len(64, 64), 64);
+    assert_eq!(chunk_len(65, 64), 63, "then 2");
+    assert_eq!(chunk_len(2, 64), 2);
+    assert_eq!(chunk_len(3, 2), 3, "chunks of 2 would leave one");
+    assert_eq!(chunk_len(4, 2), 2);
+    assert_eq!(chunk_len(5, 1), 1, "chunks of one are decode steps anyway");
+    for limit in 2..20 {
+        for remaining in 2..80 {
+            let mut left = remaining;
+            while left > 0 {
+                let n = chunk_len(left, limit);
+                assert!(n >= 2 && n <= limit.max(3), "{remaining} by {limit}: {n}");
+                left -= n;
+            }
+        }
+    }
+}
+
+fn config_with_prefix(kv_blocks: usize, prefix_cache: bool) -> EngineConfig {
+    EngineConfig {
+        max_batch: 4,
+        kv_blocks,
+        queue: 64,
+        prefill_chunk: 16,
+        prefix_cache,
+    }
+}
+
+fn stat(s: &Setup, read: impl Fn(&EngineStats) -> u64) -> u64 {
+    read(&s.engine.stats)
+}
+
+/// Requests whose prompts begin with the same 40 tokens: once the first has finished, the
+/// others start from its first two whole blocks (the third holds tokens of its own), run
+/// together, answer as each does alone, and leave the blocks to the cache.
+#[test]
+fn requests_sharing_a_prefix_start_from_the_cache_and_answer_as_alone() {
+    let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
+    let s = start(config_with_prefix(64, true));
+    let shared = random_prompts(&mut rng, 1, 40..41).remove(0);
+    let prompts: Vec<Vec<u32>> = random_prompts(&mut rng, 5, 3..20)
+        .into_iter()
+        .map(|own| [shared.clone(), own].concat())
+        .collect();
+    let (j, rx) = job(prompts[0].clone(), 8, None);
+    s.engine.submit(j).unwrap();
+    let (_, done) = collect(rx);
+    assert_eq!(done.cached_tokens, 0);
+    wait_for(|| s.engine.stats.kv_blocks_cached.load(Ordering::Relaxed) > 0);
+    let receivers: Vec<_> = prompts[1..]
+        .iter()
+        .map(|p| {
+            let (j, rx) = job(p.clone(), 8, None);
+            s.engine.submit(j).unwrap();
+            rx
+        })
+        .collect();
+    for (p, rx) in prompts[1..].iter().zip(receivers) {
+        let (tokens, done) = collect(rx);
+        assert_eq!(tokens, reference(&s.model, p, 8));
+        assert_eq!(done.cached_tokens, 32, "prompt of {}", p.len());
+        assert_eq!(done.prompt_tokens, p.len());
+    }
+    assert_eq!(stat(&s, |st| st.prefix_hits.load(Ordering::Relaxed)), 4);
+    assert_eq!(stat(&s, |st| st.prefix_misses.load(Ordering::Relaxed)), 1);
+    assert_eq!(
+        stat(&s, |st| st.cached_prompt_tokens.load(Ordering::Relaxed)),
+        4 * 32
+    );
+    wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
+    assert!(s.engine.stats.kv_blocks_cached.load(Ordering::Relaxed) >= 3);
+}
+
+/// The cache only uses blocks nobody needs: a request that needs them all evicts it, and
+/// without the cache nothing is kept.
+#[test]
+fn the_prefix_cache_gives_way_and_can_be_turned_off() {
+    let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
+    let s = start(config_with_prefix(12, true));
+    for p in random_prompts(&mut rng, 3, 40..60) {
+        let (j, rx) = job(p, 4, None);
+        s.engine.submit(j).unwrap();
+        collect(rx);
+    }
+    let cached = || s.engine.stats.kv_blocks_cached.load(Ordering::Relaxed);
+    wait_for(|| cached() >= 6);
+    // 180 positions need all 12 blocks.
+    let big = random_prompts(&mut rng, 1, 175..176).remove(0);
+    let (j, rx) = job(big.clone(), 4, None);
+    s.engine.submit(j).unwrap();
+    let (tokens, done) = collect(rx);
+    assert_eq!(tokens, reference(&s.model, &big, 4));
+    assert_eq!(done.cached_tokens, 0);
+    wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
+    assert_eq!(cached(), 175 / 16, "the big prompt's own whole blocks");
+
+    let s = start(config_with_prefix(64, false));
+    let p = random_prompts(&mut rng, 1, 40..60).remove(0);
+    for _ in 0..2 {
+        let (j, rx) = job(p.clone(), 4, None);
+        s.engine.submit(j).unwrap();
+        assert_eq!(collect(rx).1.cached_tokens, 0);
+    }
+    let st = &s.engine.stats;
+    assert_eq!(st.kv_blocks_cached.load(Ordering::Relaxed), 0);
+    assert_eq!(st.prefix_hits.load(Ordering::Relaxed), 0);
+    assert_eq!(st.prefix_misses.load(Ordering::Relaxed), 0);
+}
+
+/// A session's first turn starts from the prefix cache; its cache then stays the
+/// session's (its answer's positions are not offered to other requests), and dropping the
+/// session gives every block it counted back.
+#[test]
+fn a_session_starts_from_the_prefix_cache() {
+    let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
+    let s = start(config_with_prefix(64, true));
+    let shared = random_prompts(&mut rng, 1, 48..49).remove(0);
+    let (j, rx) = job(shared.clone(), 4, None);
+    s.engine.submit(j).unwrap();
+    collect(rx);
+    wait_for(|| s.engine.stats.kv_blocks_cached.load(Ordering::Relaxed) == 3);
+    s.sessions
+        .claim("a", "t", false, Caller::default())
+        .unwrap();
+    let first = [shared.clone(), vec![70, 71, 72]].concat();
+    let (j, rx) = job(first.clone(), 6, Some("a"));
+    s.engine.submit(j).unwrap();
+    let (answer, done) = collect(rx);
+    assert_eq!(done.cached_tokens, 48);
+    assert_eq!(answer, reference(&s.model, &first, 6));
+    s.sessions.finish("a", History::Text(String::new()));
+    wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) > 0);
+    assert_eq!(s.engine.stats.kv_blocks_cached.load(Ordering::Relaxed), 3);
+
+    let second = [first.clone(), answer.clone(), vec![73, 74]].concat();
+    s.sessions
+        .claim("a", "t", false, Caller::default())
+        .unwrap();
+    let (j, rx) = job(second.clone(), 6, Some("a"));
+    s.engine.submit(j).unwrap();
+    let (continued, done) = collect(rx);
+    assert!(done.cached_tokens > 48, "{}", done.cached_tokens);
+    assert_eq!(continued, reference(&s.model, &second, 6));
+    s.sessions.finish("a", History::Text(String::new()));
+    s.engine.drop_session("a");
+    wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
+    assert_eq!(s.engine.stats.kv_blocks_cached.load(Ordering::Relaxed), 3);
 }
