@@ -1,11 +1,13 @@
-"""Load client for `quench serve`: greedy streaming completions at several concurrency
-levels, with a receipt. Python standard library only.
+"""Load client for `quench serve`: greedy streaming completions at several prompt lengths
+and concurrency levels, the prefix cache's time to first token, a receipt and a plot.
+Python standard library only.
 
-    python3 serve_load.py --url http://127.0.0.1:8093 --model llama --levels 1 8 32 64
-                          --receipt OUT.json [--prompt-tokens 32] [--gen-tokens 128]
-                          [--rounds 2] [--check-tokens 24] [--binary PATH] [--checkpoint DIR]
+    python3 serve_load.py --url http://127.0.0.1:8093 --model llama --receipt OUT.json
+                          [--levels 1 16 64 128] [--prompt-tokens 128 1024] [--gen-tokens 128]
+                          [--rounds 2] [--check-tokens 24] [--plot OUT.svg]
+                          [--binary PATH] [--checkpoint DIR]
 
-Per level `c`:
+Per prompt length and level `c`:
   1. warm-up: `c` short requests at once (the server captures its decode step for each
      batch size the first time it runs one);
   2. timed: `c` clients, each sending `--rounds` requests one after another; every request
@@ -22,7 +24,14 @@ Per level `c`:
      `logprobs: 0`, each compared with the same request sent alone (run first, one at a
      time): identical when the text and every token's log-probability are equal (a
      different token or different logits shows in the log-probabilities). Batch-invariant
-     decoding makes the share 1.
+     decoding makes the share 1. The requests sent together find the prompts of those sent
+     alone in the server's prefix cache: the share also checks that an answer from cached
+     keys and values is that of the prompt computed whole.
+
+Then the prefix cache (once, at the longest prompt length `L`): time to first token of a
+request alone (wall time of a one-token, non-streamed completion) for fresh random
+prompts of `L` tokens ("cold"), and for the same prompts sent again ("cached": all but
+the last block's tokens found in the cache), medians of `--cache-probes` prompts.
 
 The bound, fixed here before the run: every level's identical share is 1 and no request
 fails. Prints the receipt and exits 1 when the bound is not met."""
@@ -30,6 +39,7 @@ import argparse
 import hashlib
 import http.client
 import json
+import os
 import random
 import re
 import subprocess
@@ -180,13 +190,13 @@ def prompt(rng, n):
     return [rng.randrange(256) for _ in range(n)]
 
 
-def level(server, c, a, seed):
+def level(server, c, a, prompt_tokens, seed):
     rng = random.Random(seed)
-    out = {"concurrency": c}
+    out = {"concurrency": c, "prompt_tokens": prompt_tokens}
     # 1. Warm-up: every batch size up to c is captured on its first step.
     run_parallel(lambda p: server.complete(
         {"prompt": p, "max_tokens": 8, "temperature": 0, "ignore_eos": True}, True),
-        [prompt(rng, a.prompt_tokens) for _ in range(c)])
+        [prompt(rng, prompt_tokens) for _ in range(c)])
 
     # 2. Timed.
     _, before = server.get("/metrics")
@@ -196,7 +206,7 @@ def level(server, c, a, seed):
         return [server.complete({"prompt": p, "max_tokens": a.gen_tokens, "temperature": 0,
                                  "ignore_eos": True}, True) for p in prompts]
 
-    work = [[prompt(rng, a.prompt_tokens) for _ in range(a.rounds)] for _ in range(c)]
+    work = [[prompt(rng, prompt_tokens) for _ in range(a.rounds)] for _ in range(c)]
     records = [r for rs in run_parallel(client, work) for r in rs]
     wall = time.perf_counter() - t0
     _, after = server.get("/metrics")
@@ -232,7 +242,7 @@ def level(server, c, a, seed):
     })
 
     # 3. Identity with the same requests sent alone.
-    checks = [prompt(rng, a.prompt_tokens) for _ in range(c)]
+    checks = [prompt(rng, prompt_tokens) for _ in range(c)]
     body = lambda p: {"prompt": p, "max_tokens": a.check_tokens, "temperature": 0,
                       "ignore_eos": True, "logprobs": 0}
     alone = [server.complete(body(p), False) for p in checks]
@@ -243,6 +253,89 @@ def level(server, c, a, seed):
     out["identity"] = {"requests": c, "identical": same, "share": same / c,
                        "failed": sum(1 for r in alone + together if not r["ok"])}
     return out
+
+
+def prefix_cache_probe(server, prompt_tokens, probes, seed):
+    """Time to first token alone, cold and with the prompt's prefix cached (see above)."""
+    rng = random.Random(seed)
+    body = lambda p: {"prompt": p, "max_tokens": 1, "temperature": 0, "ignore_eos": True}
+    _, before = server.get("/metrics")
+    cold, cached, reused, failed = [], [], [], 0
+    for _ in range(probes):
+        p = prompt(rng, prompt_tokens)
+        for times in (cold, cached):
+            r = server.complete(body(p), False)
+            if not r["ok"]:
+                failed += 1
+                continue
+            times.append(r["end"] - r["start"])
+            if times is cached:
+                details = (r["usage"] or {}).get("prompt_tokens_details") or {}
+                reused.append(details.get("cached_tokens", 0))
+    _, after = server.get("/metrics")
+    ms = lambda v: quantile(v, 0.5) and quantile(v, 0.5) * 1e3
+    return {
+        "prompt_tokens": prompt_tokens,
+        "probes": probes,
+        "failed": failed,
+        "cold_p50_ms": ms(cold),
+        "cached_p50_ms": ms(cached),
+        "cold_ms": [t * 1e3 for t in cold],
+        "cached_ms": [t * 1e3 for t in cached],
+        "cached_tokens": reused,
+        "hits": counter(after, "quench_prefix_cache_hits_total")
+        - counter(before, "quench_prefix_cache_hits_total"),
+        "misses": counter(after, "quench_prefix_cache_misses_total")
+        - counter(before, "quench_prefix_cache_misses_total"),
+        "how": "wall time of a non-streamed one-token completion, request sent to answer read",
+    }
+
+
+def svg_plot(levels, path):
+    """Aggregate tokens/s, and time to first token and inter-token latency (p50), against
+    concurrency, a line per prompt length: two panels of one SVG file."""
+    lengths = sorted({r["prompt_tokens"] for r in levels})
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+    w, h, pad = 420, 300, 55
+    panels = [
+        ("output tokens/s", lambda r: r["aggregate_tokens_per_s"], False),
+        ("latency p50, ms (solid: first token, dashed: between tokens)",
+         lambda r: r["ttft_server"]["p50_ms"], True),
+    ]
+    conc = sorted({r["concurrency"] for r in levels})
+    xpos = {c: pad + i * (w - 2 * pad) / max(len(conc) - 1, 1) for i, c in enumerate(conc)}
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * w}" height="{h}" '
+           'font-family="sans-serif" font-size="11">']
+    for panel, (title, value, latency) in enumerate(panels):
+        x0 = panel * w
+        series = [[(r["concurrency"], value(r)) for r in levels if r["prompt_tokens"] == n]
+                  for n in lengths]
+        if latency:
+            series += [[(r["concurrency"], r["itl_server"]["p50_ms"]) for r in levels
+                        if r["prompt_tokens"] == n] for n in lengths]
+        top = max([v for s in series for _, v in s if v] + [1]) * 1.1
+        y = lambda v: h - pad - (v / top) * (h - 2 * pad)
+        out.append(f'<text x="{x0 + w / 2}" y="20" text-anchor="middle">{title}</text>')
+        out.append(f'<line x1="{x0 + pad}" y1="{h - pad}" x2="{x0 + w - pad}" y2="{h - pad}" stroke="black"/>')
+        out.append(f'<line x1="{x0 + pad}" y1="{pad}" x2="{x0 + pad}" y2="{h - pad}" stroke="black"/>')
+        for c in conc:
+            out.append(f'<text x="{x0 + xpos[c]}" y="{h - pad + 15}" text-anchor="middle">{c}</text>')
+        out.append(f'<text x="{x0 + w / 2}" y="{h - 12}" text-anchor="middle">concurrent streams</text>')
+        for i in range(5):
+            v = top * i / 4
+            out.append(f'<text x="{x0 + pad - 5}" y="{y(v) + 4}" text-anchor="end">{v:.0f}</text>')
+        for k, s in enumerate(series):
+            n = lengths[k % len(lengths)]
+            colour = colours[k % len(lengths) % len(colours)]
+            dash = ' stroke-dasharray="4 3"' if k >= len(lengths) else ""
+            pts = " ".join(f"{x0 + xpos[c]:.1f},{y(v):.1f}" for c, v in s if v is not None)
+            out.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
+            if k < len(lengths):
+                out.append(f'<text x="{x0 + pad + 8}" y="{pad + 14 * k}" fill="{colour}">'
+                           f'{n}-token prompts</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
 
 
 def sha256(path):
@@ -278,8 +371,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
-    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 16, 64, 128])
+    ap.add_argument("--prompt-tokens", type=int, nargs="+", default=[128, 1024])
+    ap.add_argument("--cache-probes", type=int, default=5)
+    ap.add_argument("--plot", default="")
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--check-tokens", type=int, default=24)
@@ -291,17 +386,30 @@ def main():
     server = Server(a.url, a.model)
 
     levels = []
-    for i, c in enumerate(a.levels):
-        r = level(server, c, a, a.seed * 1000 + i)
-        levels.append(r)
-        print(f"concurrency {c:>3}: {r['aggregate_tokens_per_s'] or 0:9.1f} tokens/s, "
-              f"ITL p50 {r['itl_server']['p50_ms'] or 0:.1f} ms p99 {r['itl_server']['p99_ms'] or 0:.1f} ms "
-              f"(mean {r['itl_server']['mean_ms'] or 0:.2f} ms), identical {r['identity']['identical']}/{c}, "
-              f"failed {r['failed']}", file=sys.stderr, flush=True)
+    for j, n in enumerate(a.prompt_tokens):
+        for i, c in enumerate(a.levels):
+            r = level(server, c, a, n, a.seed * 1000 + 100 * j + i)
+            levels.append(r)
+            print(f"{n:>5}-token prompts, concurrency {c:>3}: "
+                  f"{r['aggregate_tokens_per_s'] or 0:9.1f} tokens/s, "
+                  f"TTFT p50 {r['ttft_server']['p50_ms'] or 0:.1f} ms, "
+                  f"ITL p50 {r['itl_server']['p50_ms'] or 0:.1f} ms p99 {r['itl_server']['p99_ms'] or 0:.1f} ms "
+                  f"(mean {r['itl_server']['mean_ms'] or 0:.2f} ms), identical {r['identity']['identical']}/{c}, "
+                  f"failed {r['failed']}", file=sys.stderr, flush=True)
+    probe = prefix_cache_probe(server, max(a.prompt_tokens), a.cache_probes, a.seed + 7)
+    print(f"prefix cache, {probe['prompt_tokens']}-token prompt alone: first token "
+          f"{probe['cold_p50_ms'] or 0:.1f} ms cold, {probe['cached_p50_ms'] or 0:.1f} ms cached "
+          f"({probe['cached_tokens']} tokens reused)", file=sys.stderr, flush=True)
+    if a.plot:
+        svg_plot(levels, a.plot)
 
-    passed = all(r["failed"] == 0 and r["identity"]["failed"] == 0 and r["identity"]["share"] == 1
-                 for r in levels)
-    base = levels[0]["aggregate_tokens_per_s"] if levels else None
+    passed = probe["failed"] == 0 and all(
+        r["failed"] == 0 and r["identity"]["failed"] == 0 and r["identity"]["share"] == 1
+        for r in levels)
+    # Each prompt length's first level.
+    base = {}
+    for r in levels:
+        base.setdefault(r["prompt_tokens"], r["aggregate_tokens_per_s"])
     receipt = {
         "format": "quench.receipt.v1",
         "kind": "serve-load",
@@ -314,22 +422,29 @@ def main():
         },
         "inputs": {
             "checkpoint": a.checkpoint,
-            "config_sha256": sha256(a.checkpoint + "/config.json") if a.checkpoint else None,
+            # A checkpoint directory by its config; a GGUF file by its size.
+            "config_sha256": sha256(os.path.join(a.checkpoint, "config.json"))
+            if os.path.isdir(a.checkpoint) else None,
+            "checkpoint_bytes": os.path.getsize(a.checkpoint)
+            if os.path.isfile(a.checkpoint) else None,
             "server": a.url, "model": a.model, "levels": a.levels,
             "prompt_tokens": a.prompt_tokens, "gen_tokens": a.gen_tokens, "rounds": a.rounds,
-            "check_tokens": a.check_tokens, "seed": a.seed,
+            "check_tokens": a.check_tokens, "cache_probes": a.cache_probes, "seed": a.seed,
         },
         "bound": {
             "identical_share": 1.0,
             "failed_requests": 0,
             "why": "batched decode is batch-invariant: a sequence's logits do not depend on the "
-                   "other sequences in its steps, so greedy answers are the same alone and under load",
+                   "other sequences in its steps, nor on whether its prompt's prefix came from "
+                   "the prefix cache, so greedy answers are the same alone and under load",
         },
         "outcome": {
             "passed": passed,
             "levels": levels,
+            "prefix_cache": probe,
             "scaling_vs_first_level": [
-                (r["aggregate_tokens_per_s"] / base) if base and r["aggregate_tokens_per_s"] else None
+                (r["aggregate_tokens_per_s"] / base[r["prompt_tokens"]])
+                if base.get(r["prompt_tokens"]) and r["aggregate_tokens_per_s"] else None
                 for r in levels
             ],
         },
