@@ -329,6 +329,7 @@ fn gpu_work_stops_when_its_client_goes_and_at_shutdown() {
 fn answers_with_logprobs(
     model: &Arc<CausalModel>,
     prefix_cache: bool,
+    prefill_chunk: usize,
     prompts: &[Vec<u32>],
 ) -> Vec<(Vec<u32>, Vec<u32>, usize)> {
     let text: Arc<dyn TextSide> = model.clone();
@@ -340,7 +341,7 @@ fn answers_with_logprobs(
             max_batch: 4,
             kv_blocks: 16,
             queue: 16,
-            prefill_chunk: 5,
+            prefill_chunk,
             prefix_cache,
         },
         SessionStore::new(8, 8),
@@ -389,8 +390,8 @@ fn a_prefix_from_the_cache_gives_the_bits_of_the_whole_prompt() {
     let shared = random(37);
     let first = [shared.clone(), random(5)].concat();
     let second = [shared, random(9)].concat();
-    let cached = answers_with_logprobs(&model, true, &[first, second.clone()]);
-    let fresh = answers_with_logprobs(&model, false, &[second]);
+    let cached = answers_with_logprobs(&model, true, 5, &[first, second.clone()]);
+    let fresh = answers_with_logprobs(&model, false, 5, std::slice::from_ref(&second));
     assert_eq!(
         cached[1].2, 32,
         "two whole blocks of the shared prompt reused"
@@ -401,4 +402,13 @@ fn a_prefix_from_the_cache_gives_the_bits_of_the_whole_prompt() {
         cached[1].1 == fresh[0].1,
         "log-probabilities differ from the prompt computed whole"
     );
+    // Cut into chunks of other sizes (the last of 46 tokens would be one token alone at
+    // 3 and 9: the scheduler never feeds it so), the same bits.
+    for chunk in [2, 3, 9, 64] {
+        let other = answers_with_logprobs(&model, false, chunk, std::slice::from_ref(&second));
+        assert!(
+            other[0].0 == fresh[0].0 && other[0].1 == fresh[0].1,
+            "chunks of {chunk}: the answer differs from chunks of 5"
+        );
+    }
 }

@@ -506,3 +506,23 @@ fn a_session_starts_from_the_prefix_cache() {
     wait_for(|| s.engine.stats.kv_blocks_used.load(Ordering::Relaxed) == 0);
     assert_eq!(s.engine.stats.kv_blocks_cached.load(Ordering::Relaxed), 3);
 }
+
+/// A client that goes away while its long prompt is still being fed gives its blocks back
+/// at the next step.
+#[test]
+fn a_client_that_goes_away_mid_prompt_frees_its_blocks() {
+    let s = start(EngineConfig {
+        prefill_chunk: 2,
+        prefix_cache: false,
+        ..EngineConfig::default()
+    });
+    let used = || s.engine.stats.kv_blocks_used.load(Ordering::Relaxed);
+    let (j, rx) = job(vec![71; 1500], 4, None);
+    s.engine.submit(j).unwrap();
+    // Admitted: its blocks are taken; 750 steps of 2 tokens follow.
+    wait_for(|| used() > 0);
+    drop(rx);
+    wait_for(|| used() == 0 && s.engine.stats.running.load(Ordering::Relaxed) == 0);
+    // No token was drawn: it went before its prompt was fed.
+    assert_eq!(s.engine.stats.completion_tokens.load(Ordering::Relaxed), 0);
+}
