@@ -44,8 +44,9 @@ pub struct ServeArgs {
     /// Most requests waiting per model; beyond it requests get 429 with Retry-After.
     #[arg(long, default_value_t = 64)]
     queue: usize,
-    /// Most prompt tokens a sequence prefills in one step.
-    #[arg(long, default_value_t = 64)]
+    /// Most prompt tokens fed in one step, shared by the requests reading prompts (oldest
+    /// first); the streams already decoding draw a token every step regardless.
+    #[arg(long, default_value_t = 512)]
     prefill_chunk: usize,
     /// Do not keep finished prompts' KV blocks for later requests that start the same way
     /// (the prefix cache; it only ever uses blocks no request needs).

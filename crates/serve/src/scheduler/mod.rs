@@ -2,9 +2,10 @@
 //!
 //! Requests arrive as [`Job`]s and wait in a queue. Between two steps the scheduler admits
 //! waiting jobs into the running batch while there is room (`max_batch`) and KV blocks for
-//! the whole prompt. Each step then moves every running sequence forward once: a sequence
-//! still prefilling feeds its next chunk of at most `prefill_chunk` tokens, a decoding one
-//! draws a token and feeds it, so long prompts do not stall the streams already flowing.
+//! the whole prompt. Each step then moves the running sequences forward: every decoding
+//! one draws a token and feeds it, and those still reading their prompts feed their next
+//! chunks, oldest first, `prefill_chunk` prompt tokens in all, so that long prompts do not
+//! stall the streams already flowing and a prompt alone is read in few steps.
 //!
 //! KV memory is counted in blocks of [`blocks::BLOCK_TOKENS`] positions. A sequence that
 //! needs a block when none is free first evicts idle session caches (least recently used
@@ -48,7 +49,8 @@ pub struct EngineConfig {
     pub kv_blocks: usize,
     /// Most requests waiting to be admitted; beyond it requests are refused.
     pub queue: usize,
-    /// Most prompt tokens one sequence feeds in one step.
+    /// Most prompt tokens fed in one step, shared by the sequences reading prompts (oldest
+    /// first).
     pub prefill_chunk: usize,
     /// Keep finished prompts' KV blocks for later requests that start the same way
     /// ([`prefix`]).
@@ -61,7 +63,7 @@ impl Default for EngineConfig {
             max_batch: 16,
             kv_blocks: 4096,
             queue: 64,
-            prefill_chunk: 64,
+            prefill_chunk: 512,
             prefix_cache: true,
         }
     }
@@ -306,7 +308,7 @@ struct Seq {
     /// token where the model picked it (greedy decoding, on the GPU under the grammar's
     /// mask on the device).
     next: Option<Fed>,
-    /// Tokens fed this step.
+    /// Tokens fed this step (none while it waits for the step's prompt budget).
     planned: usize,
     sampler: Sampler,
     out: TextStream,
@@ -743,8 +745,10 @@ impl Scheduler {
         }
     }
 
-    /// One step: every running sequence draws and feeds a token, or feeds a prompt chunk.
+    /// One step: every decoding sequence draws and feeds a token; sequences reading their
+    /// prompts feed chunks of them, oldest first, while the step's prompt budget lasts.
     fn step(&mut self) {
+        let mut budget = self.config.prefill_chunk.max(1);
         let mut i = 0;
         while i < self.running.len() {
             let seq = &self.running[i];
@@ -764,7 +768,11 @@ impl Scheduler {
                 }
             }
             let seq = &self.running[i];
-            let n = chunk_len(seq.tokens.len() - seq.fed, self.config.prefill_chunk);
+            let n = match seq.tokens.len() - seq.fed {
+                1 => 1,
+                _ if budget == 0 => 0,
+                left => chunk_len(left, budget),
+            };
             let need = blocks_for(seq.fed + n).saturating_sub(seq.held());
             if need > 0 && !self.acquire(i, need) {
                 if i > 0 {
@@ -778,12 +786,15 @@ impl Scheduler {
                 }
                 continue;
             }
+            if n > 1 {
+                budget = budget.saturating_sub(n);
+            }
             let seq = &mut self.running[i];
             seq.blocks += need;
             seq.planned = n;
             i += 1;
         }
-        if self.running.is_empty() {
+        if self.running.iter().all(|s| s.planned == 0) {
             return;
         }
 
@@ -796,7 +807,7 @@ impl Scheduler {
         let mut picks = Vec::with_capacity(self.running.len());
         // Per item, its constraint's place in `ahead`.
         let mut mask_of = Vec::with_capacity(self.running.len());
-        for s in self.running.iter_mut() {
+        for s in self.running.iter_mut().filter(|s| s.planned > 0) {
             let draws = s.fed + s.planned == s.tokens.len();
             picks.push(draws && s.job.picks_largest_logit());
             mask_of.push(None);
@@ -823,10 +834,12 @@ impl Scheduler {
         drop(items);
 
         let mut failed = Vec::new();
-        for (i, (seq, result)) in self.running.iter_mut().zip(results).enumerate() {
+        let fed = self.running.iter_mut().enumerate().filter(|(_, s)| s.planned > 0);
+        for ((i, seq), result) in fed.zip(results) {
+            let planned = std::mem::take(&mut seq.planned);
             match result {
                 Ok(next) => {
-                    seq.fed += seq.planned;
+                    seq.fed += planned;
                     if seq.fed == seq.tokens.len() {
                         seq.next = Some(next);
                     }
