@@ -65,12 +65,34 @@ fn gguf_name(hf: &str) -> String {
     format!("blk.{n}.{g}.{kind}")
 }
 
-/// The type a tensor is meant for before fallbacks: vectors F32, embedding and LM head
-/// Q8_0, other matrices the target.
-fn intended_type(hf: &str, dims: &[usize], target: TargetType) -> GgmlType {
+/// Whether llama.cpp's Q4_K_M gives layer `l` of `n` more bits (its `use_more_bits`): the
+/// first and last eighth of the layers, and every third layer between.
+fn more_bits(l: usize, n: usize) -> bool {
+    l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2
+}
+
+/// The type a tensor is meant for before fallbacks: vectors F32; with one type, embedding
+/// and LM head Q8_0 and other matrices the target; in llama.cpp's mixes (Q4_K_M, Q6_K) the
+/// LM head and a tied embedding Q6_K, an untied embedding the mix's type, and in Q4_K_M
+/// the v and down matrices of the layers [`more_bits`] names Q6_K.
+fn intended_type(hf: &str, dims: &[usize], target: TargetType, shape: &Shape) -> GgmlType {
+    let mix = matches!(target, TargetType::Q4_K_M | TargetType::Q6_K);
+    let layer = hf
+        .strip_prefix("model.layers.")
+        .and_then(|r| r.split_once('.'))
+        .and_then(|(n, _)| n.parse::<usize>().ok());
+    let v_or_down = hf.contains("v_proj") || hf.contains("down_proj");
     match hf {
         _ if dims.len() == 1 => GgmlType::F32,
-        "model.embed_tokens.weight" | "lm_head.weight" => GgmlType::Q8_0,
+        "model.embed_tokens.weight" | "lm_head.weight" if !mix => GgmlType::Q8_0,
+        "lm_head.weight" => GgmlType::Q6_K,
+        "model.embed_tokens.weight" if shape.tied => GgmlType::Q6_K,
+        _ if target == TargetType::Q4_K_M
+            && v_or_down
+            && layer.is_some_and(|l| more_bits(l, shape.layers)) =>
+        {
+            GgmlType::Q6_K
+        }
         _ => target.ggml_type(),
     }
 }
@@ -116,16 +138,13 @@ fn named_in_notes(notes: &[String]) -> BTreeSet<String> {
     out
 }
 
-/// The policy, stated independently: vectors F32; embedding and LM head Q8_0; other
-/// matrices the target; rows that are not whole blocks Q8_0, then F16.
-fn expected_type(hf: &str, dims: &[usize], target: TargetType) -> GgmlType {
-    if dims.len() == 1 {
-        return GgmlType::F32;
+/// The policy, stated independently: [`intended_type`], then rows that are not whole
+/// blocks Q8_0, then F16.
+fn expected_type(hf: &str, dims: &[usize], target: TargetType, shape: &Shape) -> GgmlType {
+    let wanted = intended_type(hf, dims, target, shape);
+    if wanted == GgmlType::F32 {
+        return wanted;
     }
-    let wanted = match hf {
-        "model.embed_tokens.weight" | "lm_head.weight" => GgmlType::Q8_0,
-        _ => target.ggml_type(),
-    };
     let cols = dims[1] as u64;
     [wanted, GgmlType::Q8_0, GgmlType::F16]
         .into_iter()
@@ -178,6 +197,7 @@ fn rms_bound(t: GgmlType) -> f64 {
         GgmlType::Q8_0 => 0.0065,
         GgmlType::Q4_0 => 0.095,
         GgmlType::Q4_K => 0.085,
+        GgmlType::Q6_K => 0.025,
         _ => 1e-3,
     }
 }
@@ -256,6 +276,21 @@ fn check_bound(ggml_type: GgmlType, x: &[f32], bytes: &[u8]) -> Result<(), Strin
                 }
             }
         }
+        GgmlType::Q6_K => {
+            for (b, raw) in bytes.chunks(210).enumerate() {
+                let d = f16_at(raw, 208);
+                for i in 0..256 {
+                    let at = b * 256 + i;
+                    let s = d * f32::from(raw[192 + i / 16] as i8);
+                    let nearest = (-32..32)
+                        .map(|q| (s * q as f32 - x[at]).abs())
+                        .fold(f32::INFINITY, f32::min);
+                    if (x[at] - y[at]).abs() > nearest * 1.000_01 + 1e-9 {
+                        return fail(at, nearest);
+                    }
+                }
+            }
+        }
         other => return Err(format!("no bound for {other}")),
     }
     let rel = rel_rms(x, &y);
@@ -284,7 +319,7 @@ fn check_conversion(shape: &Shape, dtype: Dtype) {
             let view = file.tensor(&name).unwrap();
             let want_dims: Vec<u64> = dims.iter().rev().map(|&d| d as u64).collect();
             assert_eq!(view.dims, &want_dims[..], "{name}");
-            let want = expected_type(hf, dims, target);
+            let want = expected_type(hf, dims, target, shape);
             assert_eq!(
                 view.ggml_type,
                 want,
@@ -292,7 +327,7 @@ fn check_conversion(shape: &Shape, dtype: Dtype) {
                 shape.arch,
                 target.name()
             );
-            if want != intended_type(hf, dims, target) {
+            if want != intended_type(hf, dims, target, shape) {
                 fell_back.insert(name.clone());
             }
             let x = in_gguf_order(shape, hf, dims, values);

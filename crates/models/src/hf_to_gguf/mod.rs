@@ -38,19 +38,32 @@ use crate::{GgmlType, HfCheckpoint, ModelError};
 use encode::{encode_rows, SourceRows};
 use plan::{PlannedTensor, Source};
 
-/// The type most weights are quantized to.
+/// The type most weights are quantized to: one type for every matrix (the token embedding
+/// and LM head kept at Q8_0), or one of llama.cpp's mixes, which give some matrices more
+/// bits by llama.cpp's own rules ([`plan`] has them).
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TargetType {
     Q8_0,
     Q4_0,
     Q4_K,
+    /// llama.cpp's Q4_K_M: Q4_K, with Q6_K for the LM head and for the v projection and
+    /// the FFN down matrix of half the layers.
+    Q4_K_M,
+    /// llama.cpp's Q6_K: Q6_K throughout.
+    Q6_K,
 }
 
 impl TargetType {
-    pub const ALL: [TargetType; 3] = [TargetType::Q8_0, TargetType::Q4_0, TargetType::Q4_K];
+    pub const ALL: [TargetType; 5] = [
+        TargetType::Q8_0,
+        TargetType::Q4_0,
+        TargetType::Q4_K,
+        TargetType::Q4_K_M,
+        TargetType::Q6_K,
+    ];
 
-    /// `q8_0`, `q4_0` or `q4_k` (any case).
+    /// As [`TargetType::name`] gives it (any case).
     pub fn from_name(name: &str) -> Option<TargetType> {
         Self::ALL
             .into_iter()
@@ -63,24 +76,36 @@ impl TargetType {
             TargetType::Q8_0 => "q8_0",
             TargetType::Q4_0 => "q4_0",
             TargetType::Q4_K => "q4_k",
+            TargetType::Q4_K_M => "q4_k_m",
+            TargetType::Q6_K => "q6_k",
         }
     }
 
+    /// The type of the matrices the mix gives no more bits.
     pub fn ggml_type(self) -> GgmlType {
         match self {
             TargetType::Q8_0 => GgmlType::Q8_0,
             TargetType::Q4_0 => GgmlType::Q4_0,
-            TargetType::Q4_K => GgmlType::Q4_K,
+            TargetType::Q4_K | TargetType::Q4_K_M => GgmlType::Q4_K,
+            TargetType::Q6_K => GgmlType::Q6_K,
         }
     }
 
+    /// Whether this is one of llama.cpp's mixes (its rules for the LM head, the token
+    /// embedding and the layers), rather than quench's one type with 8-bit ends.
+    pub fn is_llama_cpp_mix(self) -> bool {
+        matches!(self, TargetType::Q4_K_M | TargetType::Q6_K)
+    }
+
     /// `general.file_type`: llama.cpp's `llama_ftype` (MOSTLY_Q8_0, MOSTLY_Q4_0,
-    /// MOSTLY_Q4_K_S).
+    /// MOSTLY_Q4_K_S, MOSTLY_Q4_K_M, MOSTLY_Q6_K).
     fn file_type(self) -> u32 {
         match self {
             TargetType::Q8_0 => 7,
             TargetType::Q4_0 => 2,
             TargetType::Q4_K => 14,
+            TargetType::Q4_K_M => 15,
+            TargetType::Q6_K => 18,
         }
     }
 }

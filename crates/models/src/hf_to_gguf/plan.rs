@@ -129,23 +129,50 @@ fn gguf_name(hf: &str) -> Result<Option<(String, SortKey, Option<bool>)>, Conver
     Ok(Some((format!("blk.{layer}.{gguf}"), (1, layer, rank), *qk)))
 }
 
-/// The type a tensor is meant for, and the type it is stored in: vectors in F32; the token
-/// embedding and LM head in Q8_0 (8 bits keep the logits close, and Q8_0 is a format the
-/// GPU reads as an embedding table); other matrices in the target type. Rows that are not
-/// whole blocks of that type fall back to Q8_0, then F16.
-fn choose_type(
-    vector: bool,
-    keep_8_bits: bool,
-    cols: usize,
-    target: TargetType,
-) -> (GgmlType, GgmlType) {
-    if vector {
-        return (GgmlType::F32, GgmlType::F32);
-    }
-    let wanted = if keep_8_bits {
-        GgmlType::Q8_0
-    } else {
-        target.ggml_type()
+/// What a tensor is, for the choice of its type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Vector,
+    /// The token embedding; `tied` when it is the LM head too.
+    Embedding {
+        tied: bool,
+    },
+    Output,
+    /// The v projection (`value`) or the FFN down matrix (`down`) of layer `layer` of
+    /// `layers`, which llama.cpp's mixes may give more bits; other matrices of a layer.
+    Layer {
+        more_bits_candidate: bool,
+        layer: usize,
+        layers: usize,
+    },
+}
+
+/// llama.cpp's rule for the layers whose v and down matrices get more bits in its _M
+/// mixes: the first and last eighth of the layers, and every third one between.
+fn use_more_bits(layer: usize, layers: usize) -> bool {
+    layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2
+}
+
+/// The type a tensor is meant for, and the type it is stored in: vectors in F32. With one
+/// type throughout, the token embedding and LM head in Q8_0 (8 bits keep the logits close,
+/// and Q8_0 is a format the GPU reads as an embedding table) and other matrices in the
+/// target type. In llama.cpp's mixes, as llama.cpp chooses: the LM head (or a tied
+/// embedding) in Q6_K, the token embedding in the mix's type, and in Q4_K_M the v and down
+/// matrices of the layers [`use_more_bits`] names in Q6_K. Rows that are not whole blocks
+/// of the type fall back to Q8_0, then F16.
+fn choose_type(role: Role, cols: usize, target: TargetType) -> (GgmlType, GgmlType) {
+    let base = target.ggml_type();
+    let wanted = match role {
+        Role::Vector => return (GgmlType::F32, GgmlType::F32),
+        Role::Embedding { .. } | Role::Output if !target.is_llama_cpp_mix() => GgmlType::Q8_0,
+        Role::Output | Role::Embedding { tied: true } => GgmlType::Q6_K,
+        Role::Embedding { tied: false } => base,
+        Role::Layer {
+            more_bits_candidate: true,
+            layer,
+            layers,
+        } if target == TargetType::Q4_K_M && use_more_bits(layer, layers) => GgmlType::Q6_K,
+        Role::Layer { .. } => base,
     };
     let fits = |t: GgmlType| (cols as u64).is_multiple_of(t.block_size());
     let stored = [wanted, GgmlType::Q8_0, GgmlType::F16]
@@ -213,8 +240,18 @@ pub fn plan(
             }
             _ => RowOrder::AsStored,
         };
-        let keep_8_bits = matches!(name.as_str(), "token_embd.weight" | "output.weight");
-        let (wanted, ggml_type) = choose_type(vector, keep_8_bits, cols, target);
+        let role = match (name.as_str(), key) {
+            _ if vector => Role::Vector,
+            ("token_embd.weight", _) => Role::Embedding { tied },
+            ("output.weight", _) => Role::Output,
+            (_, (_, layer, _)) => Role::Layer {
+                more_bits_candidate: name.ends_with(".attn_v.weight")
+                    || name.ends_with(".ffn_down.weight"),
+                layer,
+                layers: config.num_hidden_layers,
+            },
+        };
+        let (wanted, ggml_type) = choose_type(role, cols, target);
         planned.push((
             key,
             PlannedTensor {
@@ -327,15 +364,50 @@ mod tests {
         assert_eq!(rows, [0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15]);
     }
 
+    const MATRIX: Role = Role::Layer {
+        more_bits_candidate: false,
+        layer: 0,
+        layers: 1,
+    };
+
     #[test]
     fn rows_that_are_not_whole_blocks_fall_back() {
         let q4_k = TargetType::Q4_K;
+        let ends = Role::Embedding { tied: false };
         use GgmlType::*;
-        assert_eq!(choose_type(false, false, 288, q4_k), (Q4_K, Q8_0));
-        assert_eq!(choose_type(false, false, 48, TargetType::Q4_0), (Q4_0, F16));
-        assert_eq!(choose_type(false, false, 512, q4_k), (Q4_K, Q4_K));
-        assert_eq!(choose_type(true, false, 48, q4_k), (F32, F32));
-        assert_eq!(choose_type(false, true, 512, q4_k), (Q8_0, Q8_0));
-        assert_eq!(choose_type(false, true, 80, q4_k), (Q8_0, F16));
+        assert_eq!(choose_type(MATRIX, 288, q4_k), (Q4_K, Q8_0));
+        assert_eq!(choose_type(MATRIX, 48, TargetType::Q4_0), (Q4_0, F16));
+        assert_eq!(choose_type(MATRIX, 512, q4_k), (Q4_K, Q4_K));
+        assert_eq!(choose_type(Role::Vector, 48, q4_k), (F32, F32));
+        assert_eq!(choose_type(ends, 512, q4_k), (Q8_0, Q8_0));
+        assert_eq!(choose_type(Role::Output, 80, q4_k), (Q8_0, F16));
+        assert_eq!(choose_type(MATRIX, 288, TargetType::Q6_K), (Q6_K, Q8_0));
+    }
+
+    /// llama.cpp's Q4_K_M of a 32-layer model: 16 layers' v and down in Q6_K (the first 4,
+    /// the last 4, and layers 6, 9, …, 27), the LM head in Q6_K, the embedding in Q4_K
+    /// (Q6_K when tied).
+    #[test]
+    fn q4_k_m_gives_llama_cpps_layers_more_bits() {
+        let more: Vec<usize> = (0..32).filter(|&l| use_more_bits(l, 32)).collect();
+        assert_eq!(more, [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]);
+        let m = TargetType::Q4_K_M;
+        let layer = |more_bits_candidate, layer| Role::Layer {
+            more_bits_candidate,
+            layer,
+            layers: 32,
+        };
+        use GgmlType::*;
+        assert_eq!(choose_type(layer(true, 6), 4096, m).0, Q6_K);
+        assert_eq!(choose_type(layer(true, 7), 4096, m).0, Q4_K);
+        assert_eq!(choose_type(layer(false, 6), 4096, m).0, Q4_K);
+        assert_eq!(choose_type(Role::Output, 4096, m).0, Q6_K);
+        assert_eq!(choose_type(Role::Embedding { tied: false }, 4096, m).0, Q4_K);
+        assert_eq!(choose_type(Role::Embedding { tied: true }, 4096, m).0, Q6_K);
+        // llama.cpp keeps an LM head whose rows are not whole super-blocks at Q8_0.
+        assert_eq!(choose_type(Role::Output, 896, m), (Q6_K, Q8_0));
+        let q6 = TargetType::Q6_K;
+        assert_eq!(choose_type(layer(false, 7), 4096, q6).0, Q6_K);
+        assert_eq!(choose_type(Role::Embedding { tied: false }, 4096, q6).0, Q6_K);
     }
 }
