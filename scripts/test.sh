@@ -64,6 +64,10 @@ target/debug/quench pull minilm --cache "$cache"
 export QUENCH_SMOLLM2_GGUF="$cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 export QUENCH_MINILM_DIR="$cache/minilm"
 
+# The `gguf` package reads the files `quench quantize` writes (crates/cli/tests/quantize.rs).
+python3 -c "import gguf" 2>/dev/null \
+    || python3 -m pip install -q --disable-pip-version-check "gguf>=0.10"
+
 # The output is kept for the count of ignored tests at the end.
 cargo test --workspace --no-fail-fast "$@" | tee "$test_log" || status=$?
 

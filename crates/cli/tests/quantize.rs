@@ -606,3 +606,98 @@ fn the_gpu_engine_runs_the_quantized_model() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Each tensor's type as the `gguf` Python package reads it (`None` where Python or the
+/// package is missing: then the test is reported as not run, which fails in CI).
+fn types_by_gguf_package(path: &Path) -> Option<Vec<(String, String)>> {
+    let script = "import sys, json, gguf\n\
+                  r = gguf.GGUFReader(sys.argv[1])\n\
+                  print(json.dumps([[t.name, t.tensor_type.name] for t in r.tensors]))";
+    let out = Command::new("python3")
+        .args(["-c", script, path_str(path)])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        quench_testkit::not_run(&format!(
+            "the gguf Python package reads quench's files (pip install gguf): {}",
+            text(&out.stderr)
+        ));
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// llama.cpp's mixes as `quench quantize` writes them, on a two-layer llama whose rows
+/// are whole super-blocks (but its FFN down matrix, 320 columns, which falls back to Q8_0):
+/// Q4_K_M gives the LM head and layer 1's v (llama.cpp's `use_more_bits`: the last eighth of
+/// the layers, here layer 1) Q6_K, the rest Q4_K; Q6_K gives every matrix Q6_K. The `gguf`
+/// package reads every tensor's type as quench does, the file says which mix it is, the
+/// logits stay close to the checkpoint's and the GPU engine has a kernel for each.
+#[test]
+fn llama_cpp_mixes_give_each_tensor_llama_cpps_type() {
+    let dir = scratch("mixes");
+    let mut rng = ChaCha8Rng::seed_from_u64(rand::random());
+    let model = synth(&dir, "llama", rng.gen());
+    widen(&model, &mut rng);
+    let hf = HfCheckpoint::open(&model).unwrap();
+    let hf_config = ModelConfig::from_hf_config(hf.config()).unwrap();
+    let prompt: Vec<u32> = (0..12).map(|_| rng.gen_range(0..280)).collect();
+    let want = logits(hf_config.clone(), &hf, Naming::HuggingFace, &prompt);
+    use GgmlType::*;
+    for (target, file_type, expected) in [
+        (
+            "q4_k_m",
+            15,
+            [
+                ("token_embd.weight", Q4_K),
+                ("blk.0.attn_q.weight", Q4_K),
+                ("blk.0.attn_v.weight", Q4_K),
+                ("blk.1.attn_v.weight", Q6_K),
+                ("blk.1.attn_output.weight", Q4_K),
+                ("blk.1.ffn_up.weight", Q4_K),
+                ("blk.1.ffn_down.weight", Q8_0),
+                ("output.weight", Q6_K),
+                ("blk.1.ffn_norm.weight", F32),
+            ],
+        ),
+        (
+            "q6_k",
+            18,
+            [
+                ("token_embd.weight", Q6_K),
+                ("blk.0.attn_q.weight", Q6_K),
+                ("blk.0.attn_v.weight", Q6_K),
+                ("blk.1.attn_v.weight", Q6_K),
+                ("blk.1.attn_output.weight", Q6_K),
+                ("blk.1.ffn_up.weight", Q6_K),
+                ("blk.1.ffn_down.weight", Q8_0),
+                ("output.weight", Q6_K),
+                ("blk.1.ffn_norm.weight", F32),
+            ],
+        ),
+    ] {
+        let out = model.with_extension(format!("{target}.gguf"));
+        let stderr = quantize(target, &model, &out);
+        assert!(stderr.contains("wrote "), "{stderr}");
+        let file = GgufFile::open(&out).unwrap();
+        for (name, t) in expected {
+            let got = file.tensor(name).unwrap().ggml_type;
+            assert_eq!(got, t, "{target}: {name}");
+        }
+        let meta = file.metadata("general.file_type").and_then(|v| v.as_u64());
+        assert_eq!(meta, Some(file_type), "{target}: general.file_type");
+        if let Some(types) = types_by_gguf_package(&out) {
+            assert_eq!(types.len(), file.tensors().count(), "{target}");
+            for (name, t) in types {
+                let ours = file.tensor(&name).unwrap().ggml_type;
+                assert_eq!(t, ours.name(), "{target}: {name} as the gguf package reads it");
+            }
+        }
+        let config = ModelConfig::from_gguf(&file).unwrap();
+        Catalog::choose(&config, &file, Naming::Gguf).unwrap_or_else(|e| panic!("{target}: {e}"));
+        let rel = rel_rms(&want, &logits(config, &file, Naming::Gguf, &prompt));
+        eprintln!("llama wide {target}: logits relative RMS error {rel:.4}");
+        assert!(rel < logit_bound(target), "{target}: {rel}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
