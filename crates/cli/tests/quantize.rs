@@ -690,7 +690,11 @@ fn llama_cpp_mixes_give_each_tensor_llama_cpps_type() {
             assert_eq!(types.len(), file.tensors().count(), "{target}");
             for (name, t) in types {
                 let ours = file.tensor(&name).unwrap().ggml_type;
-                assert_eq!(t, ours.name(), "{target}: {name} as the gguf package reads it");
+                assert_eq!(
+                    t,
+                    ours.name(),
+                    "{target}: {name} as the gguf package reads it"
+                );
             }
         }
         let config = ModelConfig::from_gguf(&file).unwrap();
