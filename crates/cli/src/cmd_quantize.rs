@@ -12,7 +12,8 @@ use crate::model_args::{bytes, count};
 #[derive(Args)]
 pub struct QuantizeArgs {
     /// Weight type: q8_0, q4_0 or q4_k (every matrix in that type, the token embedding and
-    /// LM head in Q8_0), or one of llama.cpp's mixes with its per-tensor rules: q4_k_m, q6_k.
+    /// LM head in Q8_0), or one of llama.cpp's mixes with its per-tensor rules: q4_k_m, q5_k_m,
+    /// q6_k.
     #[arg(long = "type", value_name = "TYPE")]
     pub target: String,
     /// Replace OUTPUT if it exists.

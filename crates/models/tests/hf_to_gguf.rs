@@ -73,10 +73,14 @@ fn more_bits(l: usize, n: usize) -> bool {
 
 /// The type a tensor is meant for before fallbacks: vectors F32; with one type, embedding
 /// and LM head Q8_0 and other matrices the target; in llama.cpp's mixes (Q4_K_M, Q6_K) the
-/// LM head and a tied embedding Q6_K, an untied embedding the mix's type, and in Q4_K_M
-/// the v and down matrices of the layers [`more_bits`] names Q6_K.
+/// LM head and a tied embedding Q6_K, an untied embedding the mix's type, and in Q4_K_M and
+/// Q5_K_M the v and down matrices of the layers [`more_bits`] names Q6_K.
 fn intended_type(hf: &str, dims: &[usize], target: TargetType, shape: &Shape) -> GgmlType {
-    let mix = matches!(target, TargetType::Q4_K_M | TargetType::Q6_K);
+    let mix = matches!(
+        target,
+        TargetType::Q4_K_M | TargetType::Q5_K_M | TargetType::Q6_K
+    );
+    let more_bits_mix = matches!(target, TargetType::Q4_K_M | TargetType::Q5_K_M);
     let layer = hf
         .strip_prefix("model.layers.")
         .and_then(|r| r.split_once('.'))
@@ -87,10 +91,7 @@ fn intended_type(hf: &str, dims: &[usize], target: TargetType, shape: &Shape) ->
         "model.embed_tokens.weight" | "lm_head.weight" if !mix => GgmlType::Q8_0,
         "lm_head.weight" => GgmlType::Q6_K,
         "model.embed_tokens.weight" if shape.tied => GgmlType::Q6_K,
-        _ if target == TargetType::Q4_K_M
-            && v_or_down
-            && layer.is_some_and(|l| more_bits(l, shape.layers)) =>
-        {
+        _ if more_bits_mix && v_or_down && layer.is_some_and(|l| more_bits(l, shape.layers)) => {
             GgmlType::Q6_K
         }
         _ => target.ggml_type(),
@@ -197,6 +198,7 @@ fn rms_bound(t: GgmlType) -> f64 {
         GgmlType::Q8_0 => 0.0065,
         GgmlType::Q4_0 => 0.095,
         GgmlType::Q4_K => 0.085,
+        GgmlType::Q5_K => 0.045,
         GgmlType::Q6_K => 0.025,
         _ => 1e-3,
     }
@@ -257,8 +259,12 @@ fn check_bound(ggml_type: GgmlType, x: &[f32], bytes: &[u8]) -> Result<(), Strin
             }
         }
         // Each element on the grid point of its sub-block's stored map nearest to it.
-        GgmlType::Q4_K => {
-            for (b, raw) in bytes.chunks(144).enumerate() {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let (size, levels) = match ggml_type {
+                GgmlType::Q4_K => (144, 16u8),
+                _ => (176, 32),
+            };
+            for (b, raw) in bytes.chunks(size).enumerate() {
                 let (d, dmin) = (f16_at(raw, 0), f16_at(raw, 2));
                 let (scales, mins) = unpack_k_scales(raw[4..16].try_into().unwrap());
                 for i in 0..256 {
@@ -267,7 +273,7 @@ fn check_bound(ggml_type: GgmlType, x: &[f32], bytes: &[u8]) -> Result<(), Strin
                         d * f32::from(scales[i / 32]),
                         dmin * f32::from(mins[i / 32]),
                     );
-                    let nearest = (0..16u8)
+                    let nearest = (0..levels)
                         .map(|q| (s * f32::from(q) - m - x[at]).abs())
                         .fold(f32::INFINITY, f32::min);
                     if (x[at] - y[at]).abs() > nearest * 1.000_01 + 1e-9 {

@@ -50,16 +50,19 @@ pub enum TargetType {
     /// llama.cpp's Q4_K_M: Q4_K, with Q6_K for the LM head and for the v projection and
     /// the FFN down matrix of half the layers.
     Q4_K_M,
+    /// llama.cpp's Q5_K_M: as Q4_K_M with Q5_K in place of Q4_K.
+    Q5_K_M,
     /// llama.cpp's Q6_K: Q6_K throughout.
     Q6_K,
 }
 
 impl TargetType {
-    pub const ALL: [TargetType; 5] = [
+    pub const ALL: [TargetType; 6] = [
         TargetType::Q8_0,
         TargetType::Q4_0,
         TargetType::Q4_K,
         TargetType::Q4_K_M,
+        TargetType::Q5_K_M,
         TargetType::Q6_K,
     ];
 
@@ -77,6 +80,7 @@ impl TargetType {
             TargetType::Q4_0 => "q4_0",
             TargetType::Q4_K => "q4_k",
             TargetType::Q4_K_M => "q4_k_m",
+            TargetType::Q5_K_M => "q5_k_m",
             TargetType::Q6_K => "q6_k",
         }
     }
@@ -87,6 +91,7 @@ impl TargetType {
             TargetType::Q8_0 => GgmlType::Q8_0,
             TargetType::Q4_0 => GgmlType::Q4_0,
             TargetType::Q4_K | TargetType::Q4_K_M => GgmlType::Q4_K,
+            TargetType::Q5_K_M => GgmlType::Q5_K,
             TargetType::Q6_K => GgmlType::Q6_K,
         }
     }
@@ -94,17 +99,27 @@ impl TargetType {
     /// Whether this is one of llama.cpp's mixes (its rules for the LM head, the token
     /// embedding and the layers), rather than quench's one type with 8-bit ends.
     pub fn is_llama_cpp_mix(self) -> bool {
-        matches!(self, TargetType::Q4_K_M | TargetType::Q6_K)
+        matches!(
+            self,
+            TargetType::Q4_K_M | TargetType::Q5_K_M | TargetType::Q6_K
+        )
+    }
+
+    /// Whether the mix gives the v and down matrices of some layers Q6_K (llama.cpp's _M
+    /// mixes).
+    pub fn gives_layers_more_bits(self) -> bool {
+        matches!(self, TargetType::Q4_K_M | TargetType::Q5_K_M)
     }
 
     /// `general.file_type`: llama.cpp's `llama_ftype` (MOSTLY_Q8_0, MOSTLY_Q4_0,
-    /// MOSTLY_Q4_K_S, MOSTLY_Q4_K_M, MOSTLY_Q6_K).
+    /// MOSTLY_Q4_K_S, MOSTLY_Q4_K_M, MOSTLY_Q5_K_M, MOSTLY_Q6_K).
     fn file_type(self) -> u32 {
         match self {
             TargetType::Q8_0 => 7,
             TargetType::Q4_0 => 2,
             TargetType::Q4_K => 14,
             TargetType::Q4_K_M => 15,
+            TargetType::Q5_K_M => 17,
             TargetType::Q6_K => 18,
         }
     }

@@ -157,7 +157,7 @@ fn use_more_bits(layer: usize, layers: usize) -> bool {
 /// type throughout, the token embedding and LM head in Q8_0 (8 bits keep the logits close,
 /// and Q8_0 is a format the GPU reads as an embedding table) and other matrices in the
 /// target type. In llama.cpp's mixes, as llama.cpp chooses: the LM head (or a tied
-/// embedding) in Q6_K, the token embedding in the mix's type, and in Q4_K_M the v and down
+/// embedding) in Q6_K, the token embedding in the mix's type, and in Q4_K_M and Q5_K_M the v and down
 /// matrices of the layers [`use_more_bits`] names in Q6_K. Rows that are not whole blocks
 /// of the type fall back to Q8_0, then F16.
 fn choose_type(role: Role, cols: usize, target: TargetType) -> (GgmlType, GgmlType) {
@@ -171,7 +171,7 @@ fn choose_type(role: Role, cols: usize, target: TargetType) -> (GgmlType, GgmlTy
             more_bits_candidate: true,
             layer,
             layers,
-        } if target == TargetType::Q4_K_M && use_more_bits(layer, layers) => GgmlType::Q6_K,
+        } if target.gives_layers_more_bits() && use_more_bits(layer, layers) => GgmlType::Q6_K,
         Role::Layer { .. } => base,
     };
     let fits = |t: GgmlType| (cols as u64).is_multiple_of(t.block_size());
@@ -390,7 +390,10 @@ mod tests {
     #[test]
     fn q4_k_m_gives_llama_cpps_layers_more_bits() {
         let more: Vec<usize> = (0..32).filter(|&l| use_more_bits(l, 32)).collect();
-        assert_eq!(more, [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]);
+        assert_eq!(
+            more,
+            [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+        );
         let m = TargetType::Q4_K_M;
         let layer = |more_bits_candidate, layer| Role::Layer {
             more_bits_candidate,
@@ -402,12 +405,25 @@ mod tests {
         assert_eq!(choose_type(layer(true, 7), 4096, m).0, Q4_K);
         assert_eq!(choose_type(layer(false, 6), 4096, m).0, Q4_K);
         assert_eq!(choose_type(Role::Output, 4096, m).0, Q6_K);
-        assert_eq!(choose_type(Role::Embedding { tied: false }, 4096, m).0, Q4_K);
+        assert_eq!(
+            choose_type(Role::Embedding { tied: false }, 4096, m).0,
+            Q4_K
+        );
         assert_eq!(choose_type(Role::Embedding { tied: true }, 4096, m).0, Q6_K);
         // llama.cpp keeps an LM head whose rows are not whole super-blocks at Q8_0.
         assert_eq!(choose_type(Role::Output, 896, m), (Q6_K, Q8_0));
+        let q5 = TargetType::Q5_K_M;
+        assert_eq!(choose_type(layer(true, 6), 4096, q5).0, Q6_K);
+        assert_eq!(choose_type(layer(true, 7), 4096, q5).0, Q5_K);
+        assert_eq!(
+            choose_type(Role::Embedding { tied: false }, 4096, q5).0,
+            Q5_K
+        );
         let q6 = TargetType::Q6_K;
         assert_eq!(choose_type(layer(false, 7), 4096, q6).0, Q6_K);
-        assert_eq!(choose_type(Role::Embedding { tied: false }, 4096, q6).0, Q6_K);
+        assert_eq!(
+            choose_type(Role::Embedding { tied: false }, 4096, q6).0,
+            Q6_K
+        );
     }
 }

@@ -1,13 +1,13 @@
 //! Quantization of f32 data to ggml types: Q8_0 and Q4_0 bit-exact with the `gguf` package,
-//! Q4_K and Q6_K by this crate's own least-squares fits, and the plain F32/F16/BF16
+//! Q4_K, Q5_K and Q6_K by this crate's own least-squares fits, and the plain F32/F16/BF16
 //! conversions.
 
+mod affine_k;
 mod legacy;
-mod q4_k;
 mod q6_k;
 
+pub use affine_k::{quantize_q4_k, quantize_q5_k};
 pub use legacy::{quantize_q4_0, quantize_q8_0};
-pub use q4_k::quantize_q4_k;
 pub use q6_k::quantize_q6_k;
 
 use crate::dequant::{f16_to_f32, f32_to_bf16, f32_to_f16};
@@ -55,6 +55,7 @@ pub fn quantize_into(ggml_type: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(
         GgmlType::Q8_0 => blocks(x, out, quantize_q8_0, &[0]).map_err(err)?,
         GgmlType::Q4_0 => blocks(x, out, quantize_q4_0, &[0]).map_err(err)?,
         GgmlType::Q4_K => blocks(x, out, quantize_q4_k, &[0, 2]).map_err(err)?,
+        GgmlType::Q5_K => blocks(x, out, quantize_q5_k, &[0, 2]).map_err(err)?,
         GgmlType::Q6_K => blocks(x, out, quantize_q6_k, &[208]).map_err(err)?,
         other => {
             return Err(ModelError::Unsupported {

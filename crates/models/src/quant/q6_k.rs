@@ -33,7 +33,9 @@ fn quant(x: f32, inv: f32) -> i8 {
 /// `s = Σ x·q / Σ q²`, keeping the one that explains most of the group (`(Σ x·q)² / Σ q²`,
 /// which minimizes the squared error at the fitted scale).
 fn fit_group(xs: &[f32]) -> f32 {
-    let peak = xs.iter().fold(0.0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
+    let peak = xs
+        .iter()
+        .fold(0.0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
     if peak == 0.0 {
         return 0.0;
     }
@@ -144,7 +146,11 @@ mod tests {
         }
         let mut back = [0f32; QK_K];
         dequant_q6_k(&q, &mut back);
-        let err: f64 = x.iter().zip(&back).map(|(&a, &b)| f64::from(a - b).powi(2)).sum();
+        let err: f64 = x
+            .iter()
+            .zip(&back)
+            .map(|(&a, &b)| f64::from(a - b).powi(2))
+            .sum();
         let norm: f64 = x.iter().map(|&a| f64::from(a).powi(2)).sum();
         assert!((err / norm).sqrt() > 0.2);
     }
@@ -162,6 +168,9 @@ mod tests {
         quantize_q6_k(&x, &mut q);
         dequant_q6_k(&q, &mut back);
         assert!((back[37] + 5.0).abs() < 0.05 && (back[200] - 0.25).abs() < 0.01);
-        assert!(back.iter().enumerate().all(|(i, &v)| i == 37 || i == 200 || v == 0.0));
+        assert!(back
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| i == 37 || i == 200 || v == 0.0));
     }
 }
