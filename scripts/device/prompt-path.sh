@@ -60,7 +60,7 @@ case "${1:?usage: prompt-path.sh kernels|speed|check|long-prompt ...}" in
     kernels)
         "$BIN" devices
         only=rmsnorm_residual_f16,silu_mul_f16,cast_f32_f16,attention_prefill_f16,attention_prefill_f32
-        for f in bf16 f16 q8_0 q4_0 q4_1 q4_k q6_k; do
+        for f in bf16 f16 q8_0 q4_0 q4_1 q4_k q5_k q6_k; do
             only+=",gemm_${f}_xf16,gemm_${f}_xf16_residual,gemm_${f}_xf16_to_f16"
         done
         "$BIN" check-kernels --only "$only" --no-perf --receipt "$DEST/kernel-check-prompt-path.json" \

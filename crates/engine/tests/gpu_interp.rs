@@ -22,7 +22,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny, Q4_K_M, QUANTIZED};
+use common::{gguf, seed, LayerFormats, Shape, Tiny, Q4_K_M, Q5_K_M, QUANTIZED};
 
 const HIDDEN: usize = 128;
 const HEADS: usize = 4;
@@ -236,6 +236,29 @@ fn a_q4_k_m_mix_with_a_q4_k_embedding_matches_the_f64_reference() {
         output: Some(GgmlType::Q6_K),
     };
     run("llama, Q4_K_M types (Q4_K token embedding)", &m, seed());
+}
+
+#[test]
+fn a_q5_k_m_mix_with_a_q5_k_embedding_matches_the_f64_reference() {
+    // A Q5_K_M layer (q, k and v in two formats: three products) and one of Q5_K
+    // throughout (q|k|v in one product); the Q5_K table tied to the head.
+    let q5_k = LayerFormats {
+        v: GgmlType::Q5_K,
+        down: GgmlType::Q5_K,
+        ..Q5_K_M
+    };
+    let m = Tiny {
+        arch: "qwen2",
+        shape: K_QUANT_SHAPE,
+        layers: vec![Q5_K_M, q5_k],
+        embedding: GgmlType::Q5_K,
+        output: None,
+    };
+    run(
+        "qwen2, Q5_K_M types (tied Q5_K embedding and head)",
+        &m,
+        seed(),
+    );
 }
 
 #[test]

@@ -5,10 +5,11 @@
 //! read the keys and values the chunks wrote; and those steps agree, within the same
 //! bound, with a decoder that fed the prompt one token per step. A second prompt fed
 //! later to the same session attends to the first through the cache. Tiny seeded llama
-//! (bf16, and f16 weights), qwen2 (biases, tied head, quantized layers) and qwen3 (q/k
-//! norms, q, k and v in three formats), with heads of 64 (attention on the tensor cores,
-//! one launch a chunk), and a llama with heads of 32 (attention a row per query). A
-//! prompt chunk that does not fit in memory is refused by name.
+//! (bf16, f16 weights, and Q5_K ones), qwen2 (biases, tied head, quantized
+//! layers) and qwen3 (q/k norms, q, k and v in three formats), with heads of 64
+//! (attention on the tensor cores, one launch a chunk), and a llama with heads of 32
+//! (attention a row per query). A prompt chunk that does not fit in memory is refused by
+//! name.
 //!
 //! With `QUENCH_SMOLLM2_GGUF` set (the SmolLM2-135M-Instruct Q4_1 GGUF file), a prompt of
 //! SmolLM2 goes through the prompt path on the interpreter too. SmolLM2 amplifies a
@@ -45,7 +46,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny, QUANTIZED};
+use common::{gguf, seed, LayerFormats, Shape, Tiny, Q5_K_M, QUANTIZED};
 
 const VOCAB: usize = 256;
 /// Positions a session holds: two prompts and a few decode steps.
@@ -330,6 +331,30 @@ fn layers_that_differ_in_sharing_a_qkv_format_prompt_in_chunks() {
         output: Some(GgmlType::Q8_0),
     };
     run("qwen2, one fused and one separate q/k/v layer", &m, seed());
+}
+
+#[test]
+fn q5_k_prompts_in_chunks_match_the_f64_reference() {
+    // Rows of whole super-blocks (width 256, ffn 512): a layer of Q5_K with Q6_K's down
+    // projection (as llama.cpp's Q5_K_M files; a Q6_K GEMM takes k a multiple of 512) and
+    // one of Q5_K throughout, the chunk's Q5_K products dequantized a tile at a time; a
+    // Q5_K embedding, a Q6_K head.
+    let q5_k_m = LayerFormats {
+        v: GgmlType::Q5_K,
+        ..Q5_K_M
+    };
+    let m = Tiny {
+        arch: "llama",
+        shape: Shape {
+            hidden: 256,
+            ffn: 512,
+            ..SHAPE
+        },
+        layers: vec![q5_k_m, uniform(GgmlType::Q5_K)],
+        embedding: GgmlType::Q5_K,
+        output: Some(GgmlType::Q6_K),
+    };
+    run("llama, Q5_K (Q5_K token embedding)", &m, seed());
 }
 
 /// A chunk whose KV blocks the shared cache cannot give is refused as a whole: the

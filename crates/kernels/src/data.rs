@@ -130,7 +130,7 @@ pub fn f16_bytes(v: &[f32]) -> Vec<u8> {
 fn scale_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q8_0 | GgmlType::Q4_0 => &[0],
-        GgmlType::Q4_1 | GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
         _ => &[],
     }
@@ -139,8 +139,8 @@ fn scale_fields(ty: GgmlType) -> &'static [usize] {
 /// `rows` rows of `cols` random elements of `ty`, back to back. Float types hold values
 /// with magnitude in `[lo, hi]`; block types hold random bytes (every quant and packed
 /// scale pattern) with their f16 scale fields set to magnitudes in `[lo, hi]`, random
-/// signs. Types other than F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K give random
-/// bytes throughout.
+/// signs. Types other than F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K give
+/// random bytes throughout.
 pub fn ggml_rows(
     rng: &mut ChaCha8Rng,
     ty: GgmlType,
@@ -167,4 +167,50 @@ pub fn ggml_rows(
             out
         }
     }
+}
+
+/// Mistakes a Q5_K dequantizer could make, each as `(what, blocks)`: Q5_K super-blocks
+/// that the right dequantizer turns into the values the mistaken one gives for `blocks`
+/// (whole super-blocks, back to back). The Q5_K kernels' checks hold these as controls,
+/// which their outputs must fail.
+///
+/// - The fifth bit placed at bit 0 of the quant (`q = 2·nibble + bit`) instead of bit 4:
+///   the quant is right for 2 of its 32 values only.
+/// - Each sub-block's 6-bit scale and min taken the other way round.
+pub fn q5_k_mistakes(blocks: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let size = GgmlType::Q5_K.type_size() as usize;
+    let mut low_bit = blocks.to_vec();
+    let mut swapped = blocks.to_vec();
+    for (b, (low, swap)) in blocks.chunks_exact(size).zip(
+        low_bit
+            .chunks_exact_mut(size)
+            .zip(swapped.chunks_exact_mut(size)),
+    ) {
+        // Element i: nibble (i / 32) % 2 of qs byte 32·(i / 64) + i % 32, bit i / 32 of
+        // qh byte i % 32.
+        low[16..].fill(0);
+        for i in 0..256 {
+            let (nibble_at, shift) = (48 + 32 * (i / 64) + i % 32, 4 * ((i / 32) % 2));
+            let (bit_at, bit) = (16 + i % 32, i / 32);
+            let nibble = (b[nibble_at] >> shift) & 0x0f;
+            let fifth = (b[bit_at] >> bit) & 1;
+            let q = 2 * nibble + fifth;
+            low[nibble_at] |= (q & 0x0f) << shift;
+            low[bit_at] |= (q >> 4) << bit;
+        }
+        // Scale bytes 0..4 and min bytes 4..8 trade places, and so do the nibbles of
+        // bytes 8..12 (the low four bits of sub-blocks 4..8's scale and min).
+        swap[4..8].copy_from_slice(&b[8..12]);
+        swap[8..12].copy_from_slice(&b[4..8]);
+        for byte in &mut swap[12..16] {
+            *byte = byte.rotate_left(4);
+        }
+    }
+    vec![
+        (
+            "the fifth bit taken as bit 0 of the quant instead of bit 4",
+            low_bit,
+        ),
+        ("each sub-block's scale and min swapped", swapped),
+    ]
 }

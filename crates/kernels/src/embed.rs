@@ -18,7 +18,7 @@ use quench_ir::{Builder, CacheOp, Function, Scalar, Type, Value};
 use quench_models::{dequant, GgmlType};
 use quench_rt::{Arg, Launch};
 
-use crate::case::{Buffer, CaseArg, Check, Expected, KernelCase};
+use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
 use crate::ggml::{self, Bytes, Magic};
@@ -35,18 +35,21 @@ pub enum TableFormat {
     Q4_1,
     /// Q4_K super-blocks of 256 (the token embedding of llama.cpp's Q4_K_M files).
     Q4K,
+    /// Q5_K super-blocks of 256 (the token embedding of llama.cpp's Q5_K_M files).
+    Q5K,
     /// Q6_K super-blocks of 256 (llama.cpp's Q6_K files).
     Q6K,
 }
 
 impl TableFormat {
-    pub const ALL: [TableFormat; 7] = [
+    pub const ALL: [TableFormat; 8] = [
         TableFormat::F32,
         TableFormat::BF16,
         TableFormat::F16,
         TableFormat::Q8_0,
         TableFormat::Q4_1,
         TableFormat::Q4K,
+        TableFormat::Q5K,
         TableFormat::Q6K,
     ];
 
@@ -59,6 +62,7 @@ impl TableFormat {
             TableFormat::Q8_0 => "embed_q8_0",
             TableFormat::Q4_1 => "embed_q4_1",
             TableFormat::Q4K => "embed_q4_k",
+            TableFormat::Q5K => "embed_q5_k",
             TableFormat::Q6K => "embed_q6_k",
         }
     }
@@ -71,6 +75,7 @@ impl TableFormat {
             TableFormat::Q8_0 => GgmlType::Q8_0,
             TableFormat::Q4_1 => GgmlType::Q4_1,
             TableFormat::Q4K => GgmlType::Q4_K,
+            TableFormat::Q5K => GgmlType::Q5_K,
             TableFormat::Q6K => GgmlType::Q6_K,
         }
     }
@@ -81,7 +86,7 @@ impl TableFormat {
         match self {
             TableFormat::F32 | TableFormat::BF16 | TableFormat::F16 => 8,
             TableFormat::Q8_0 | TableFormat::Q4_1 | TableFormat::Q6K => 32,
-            TableFormat::Q4K => 64,
+            TableFormat::Q4K | TableFormat::Q5K => 64,
         }
     }
 
@@ -92,6 +97,7 @@ impl TableFormat {
             TableFormat::Q8_0 => dim / 32 * 34,
             TableFormat::Q4_1 => dim / 32 * 20,
             TableFormat::Q4K => dim / 256 * 144,
+            TableFormat::Q5K => dim / 256 * 176,
             TableFormat::Q6K => dim / 256 * 210,
         }
     }
@@ -251,7 +257,21 @@ fn emit_group(
             let qs_off = k.add_const(qs_off, 16);
             let qs_at = k.ptr_add(at, qs_off);
             let qs = Bytes::load(k, qs_at, 32, 16);
-            let values = ggml::q4_k_piece(k, magic, &scales, &qs);
+            let values = ggml::k_quant_piece(k, magic, &scales, &qs, None);
+            (values, None)
+        }
+        TableFormat::Q5K => {
+            // Group `g` is piece `g mod 4` of super-block `g / 4` (176 bytes: Q4_K's
+            // 16-byte header, 32 bytes of fifth bits, 128 bytes of nibbles), 16-byte
+            // aligned.
+            let (sb, piece) = (k.shr_const(g, 2), k.and_const(g, 3));
+            let off = k.mul_const(sb, 176);
+            let at = k.ptr_add(trow, off);
+            let lane = ggml::Q5kLane::new(k, piece);
+            let (header, qh, qs) = lane.load(k, at);
+            let scales = ggml::Q4kScales::new(k, &lane.q4k, &header);
+            let high = lane.fifth_bits(k, &qh);
+            let values = ggml::k_quant_piece(k, magic, &scales, &qs, Some(&high));
             (values, None)
         }
         TableFormat::Q6K => {
@@ -295,7 +315,8 @@ pub fn reference(
 
 /// A case of `tokens` ids into a table of `vocab` random rows (floats in ±[2^-8, 4];
 /// quantized rows with every bit pattern of the quants and f16 scales in ±[2^-10, 2^-4]);
-/// the last id (of two or more) is `vocab`, out of range.
+/// the last id (of two or more) is `vocab`, out of range. A Q5_K table's case holds
+/// [`data::q5_k_mistakes`] as controls.
 pub fn case(
     p: &EmbedParams,
     tokens: u32,
@@ -305,9 +326,11 @@ pub fn case(
     let kernel = build(p)?;
     let mut rng = data::rng(seed);
     let (lo, hi) = match p.format {
-        TableFormat::Q8_0 | TableFormat::Q4_1 | TableFormat::Q4K | TableFormat::Q6K => {
-            (0.0009765625, 0.0625)
-        }
+        TableFormat::Q8_0
+        | TableFormat::Q4_1
+        | TableFormat::Q4K
+        | TableFormat::Q5K
+        | TableFormat::Q6K => (0.0009765625, 0.0625),
         _ => (0.00390625, 4.0),
     };
     let table = data::ggml_rows(
@@ -324,6 +347,26 @@ pub fn case(
     }
     let want = reference(p, &table, vocab, &ids)?;
     let n = tokens as usize * p.dim as usize;
+    let expected = |data: &[f32]| Expected {
+        buffer: 2,
+        data: data::f32_bytes(data),
+        elem: Scalar::F32,
+        check: Check::Exact,
+    };
+    // Q5_K's mistakes, which the gathered rows must not match.
+    let mistakes = match p.format {
+        TableFormat::Q5K => data::q5_k_mistakes(&table),
+        _ => vec![],
+    };
+    let controls = mistakes
+        .iter()
+        .map(|(what, wrong)| {
+            Ok(Control {
+                what: what.to_string(),
+                expected: expected(&reference(p, wrong, vocab, &ids)?),
+            })
+        })
+        .collect::<Result<_, KernelError>>()?;
     Ok(KernelCase {
         name: p.format.kernel_name().to_string(),
         shape: format!("{tokens} of {vocab}x{}", p.dim),
@@ -340,13 +383,8 @@ pub fn case(
             CaseArg::Buffer(2),
             CaseArg::Scalar(Arg::U32(vocab)),
         ],
-        expected: vec![Expected {
-            buffer: 2,
-            data: data::f32_bytes(&want),
-            elem: Scalar::F32,
-            check: Check::Exact,
-        }],
-        controls: vec![],
+        expected: vec![expected(&want)],
+        controls,
         bytes_moved: tokens as u64 * (4 + p.format.row_bytes(p.dim) as u64 + 4 * p.dim as u64),
         flops: 0,
     })

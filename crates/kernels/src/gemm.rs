@@ -2,7 +2,7 @@
 //! with `A` the activations, row-major `[m, k]` of the operand type ([`Operands`]); `B`
 //! a weight matrix `[n, k]`, row-major (each output column's operands contiguous — the
 //! layout of a linear layer's weight and the `.col` operand `mma.sync` wants), stored as
-//! bf16, f16 or in a GGUF block format (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: rows of `k`
+//! bf16, f16 or in a GGUF block format (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K: rows of `k`
 //! elements back to back); `C` row-major `[m, n]`, f32 — or of the operand type
 //! ([`Epilogue::StoreHalf`]) where the product only feeds the next operand: the f32 sums
 //! rounded to nearest even as they are stored, the very bits a separate rounding pass
@@ -162,7 +162,7 @@ impl Epilogue {
 /// Library names, by operand type (in [`Operands::ALL`] order), format (in
 /// [`BFormat::ALL`] order) and epilogue (in [`Epilogue::ALL`] order). f16 weights with
 /// bf16 operands are refused: their names only name the refusal.
-const NAMES: [[[&str; 3]; 7]; 2] = [
+const NAMES: [[[&str; 3]; 8]; 2] = [
     [
         ["gemm_bf16", "gemm_bf16_residual", "gemm_bf16_to_bf16"],
         ["gemm_f16", "gemm_f16_residual", "gemm_f16_to_bf16"],
@@ -170,6 +170,7 @@ const NAMES: [[[&str; 3]; 7]; 2] = [
         ["gemm_q4_0", "gemm_q4_0_residual", "gemm_q4_0_to_bf16"],
         ["gemm_q4_1", "gemm_q4_1_residual", "gemm_q4_1_to_bf16"],
         ["gemm_q4_k", "gemm_q4_k_residual", "gemm_q4_k_to_bf16"],
+        ["gemm_q5_k", "gemm_q5_k_residual", "gemm_q5_k_to_bf16"],
         ["gemm_q6_k", "gemm_q6_k_residual", "gemm_q6_k_to_bf16"],
     ],
     [
@@ -204,6 +205,11 @@ const NAMES: [[[&str; 3]; 7]; 2] = [
             "gemm_q4_k_xf16_to_f16",
         ],
         [
+            "gemm_q5_k_xf16",
+            "gemm_q5_k_xf16_residual",
+            "gemm_q5_k_xf16_to_f16",
+        ],
+        [
             "gemm_q6_k_xf16",
             "gemm_q6_k_xf16_residual",
             "gemm_q6_k_xf16_to_f16",
@@ -223,7 +229,8 @@ pub fn name(operands: Operands, format: BFormat, epilogue: Epilogue) -> &'static
         BFormat::Q4_0 => 3,
         BFormat::Q4_1 => 4,
         BFormat::Q4K => 5,
-        BFormat::Q6K => 6,
+        BFormat::Q5K => 6,
+        BFormat::Q6K => 7,
     };
     let e = match epilogue {
         Epilogue::Store => 0,

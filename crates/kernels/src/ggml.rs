@@ -125,16 +125,7 @@ impl Bytes {
                 }
             }
             _ => {
-                let lanes = width / 4;
-                let p = k.ptr_cast(Scalar::U32, at);
-                for i in 0..n / width {
-                    let c = k.const_u32(i * lanes);
-                    let pi = k.ptr_add(p, c);
-                    let v = k.load_with(Type::Vec(Scalar::U32, lanes as u8), pi, CacheOp::Nc);
-                    for l in 0..lanes {
-                        parts.push(k.extract(v, l));
-                    }
-                }
+                let parts = load_words(k, at, n, width);
                 return Bytes::words(k, parts);
             }
         }
@@ -208,6 +199,24 @@ impl Bytes {
         };
         f16_bits_to_f32(k, v)
     }
+}
+
+/// `n` bytes at `at` (a `ptr<global, u8>` aligned to `width`) as 4-byte words, loaded
+/// `width` bytes (8 or 16) at a time through the read-only path. `n` is a multiple of
+/// `width`.
+pub fn load_words(k: &mut Builder, at: Value, n: u32, width: u32) -> Vec<Value> {
+    let lanes = width / 4;
+    let p = k.ptr_cast(Scalar::U32, at);
+    let mut words = vec![];
+    for i in 0..n / width {
+        let c = k.const_u32(i * lanes);
+        let pi = k.ptr_add(p, c);
+        let v = k.load_with(Type::Vec(Scalar::U32, lanes as u8), pi, CacheOp::Nc);
+        for l in 0..lanes {
+            words.push(k.extract(v, l));
+        }
+    }
+    words
 }
 
 /// The u16 at `at` (a `ptr<global, u8>`, 2-aligned), zero-extended to a `u32`.
@@ -361,21 +370,103 @@ impl Q4kScales {
     }
 }
 
-/// One Q4_K piece (elements `64g .. 64g + 64` of its super-block, `g` the piece of
-/// `scales`) from its 32 qs bytes: `x = (d·sc)·q − dmin·m` (the product exact), in
-/// element order: the low nibbles, then the high ones.
-pub fn q4_k_piece(k: &mut Builder, magic: Magic, scales: &Q4kScales, qs: &Bytes) -> Vec<Value> {
+/// One Q4_K or Q5_K piece (elements `64g .. 64g + 64` of its super-block, `g` the piece
+/// of `scales`) from its 32 qs bytes and, for Q5_K, its fifth bits (`high`, from
+/// [`Q5kLane::fifth_bits`]): `x = (d·sc)·q − dmin·m` (the product exact: 11 by 6 by 4 or
+/// 5 significant bits), in element order: the low nibbles, then the high ones.
+pub fn k_quant_piece(
+    k: &mut Builder,
+    magic: Magic,
+    scales: &Q4kScales,
+    qs: &Bytes,
+    high: Option<&[Value]>,
+) -> Vec<Value> {
     let mut out = Vec::with_capacity(64);
     for half in 0..2 {
         let (dl, ml) = scales.sub_block(k, magic, half);
+        let mut dl = Scaled::new(dl);
+        // Each word's four quants, one a byte: the half's nibbles, and for Q5_K the fifth
+        // bit at bit 4.
+        let words = (0..8)
+            .map(|w| {
+                let q = qs.part(w);
+                let q = if half == 0 { q } else { k.shr_const(q, 4) };
+                match high {
+                    Some(h) => {
+                        let q = k.and_const(q, 0x0f0f_0f0f);
+                        let b = if half == 0 {
+                            h[w]
+                        } else {
+                            k.shr_const(h[w], 1)
+                        };
+                        let b = k.and_const(b, 0x0101_0101);
+                        let b = k.shl_const(b, 4);
+                        k.or(q, b)
+                    }
+                    None => q,
+                }
+            })
+            .collect();
+        let quants = Bytes::words(k, words);
+        let bits = if high.is_some() { 5 } else { 4 };
         for b in 0..32 {
-            let q = qs.bits(k, b, 4 * half, 4);
-            let q = magic.int(k, q, 0);
-            let x = k.mul(dl, q);
+            let (q, s) = magic.field(k, &quants, b, 0, bits, 0);
+            let ds = dl.get(k, s);
+            let x = k.mul(ds, q);
             out.push(k.sub(x, ml));
         }
     }
     out
+}
+
+/// Per-lane constants of a Q5_K piece: Q4_K's (a Q5_K super-block is a Q4_K one with 32
+/// bytes of fifth bits, `qh`, between the 16-byte header and the 128 qs bytes), and where
+/// the piece's fifth bits lie: bits `2g` and `2g + 1` of every qh byte (bit `j` of qh byte
+/// `l` is element `32j + l`'s).
+pub struct Q5kLane {
+    pub q4k: Q4kLane,
+    /// `2g`: the shift bringing the piece's two bits of each qh byte down to bits 0, 1.
+    qh_shift: Value,
+    /// Byte offset in the super-block of the piece's 32 qs bytes: `48 + 32g`.
+    qs: Value,
+    /// The piece's first element in its super-block: `64g`.
+    pub first: Value,
+}
+
+impl Q5kLane {
+    /// The constants of piece `g` (a `u32` below 4).
+    pub fn new(k: &mut Builder, g: Value) -> Q5kLane {
+        let q4k = Q4kLane::new(k, g);
+        let qh_shift = k.shl_const(g, 1);
+        let qs = k.shl_const(g, 5);
+        let qs = k.add_const(qs, 48);
+        let first = k.shl_const(g, 6);
+        Q5kLane {
+            q4k,
+            qh_shift,
+            qs,
+            first,
+        }
+    }
+
+    /// The piece's bytes in the super-block at `at` (a `ptr<global, u8>`, 16-aligned):
+    /// its 16 header bytes, the 32 qh bytes (as 8 words) and its 32 qs bytes, in 16-byte
+    /// loads.
+    pub fn load(&self, k: &mut Builder, at: Value) -> (Bytes, Vec<Value>, Bytes) {
+        let header = Bytes::load(k, at, 16, 16);
+        let c16 = k.const_u32(16);
+        let a = k.ptr_add(at, c16);
+        let qh = load_words(k, a, 32, 16);
+        let a = k.ptr_add(at, self.qs);
+        let qs = Bytes::load(k, a, 32, 16);
+        (header, qh, qs)
+    }
+
+    /// The qh words with the piece's two bits of each byte moved down to bits 0 (the low
+    /// sub-block) and 1 (the high one), as [`k_quant_piece`] takes them.
+    pub fn fifth_bits(&self, k: &mut Builder, qh: &[Value]) -> Vec<Value> {
+        qh.iter().map(|&w| k.shr(w, self.qh_shift)).collect()
+    }
 }
 
 /// Per-lane constants of a Q6_K piece: piece `j` (`hh = j / 4`, `c = j % 4`) covers

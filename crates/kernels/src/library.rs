@@ -268,7 +268,9 @@ impl Family {
             Family::Gemv | Family::GemvTc(_) => GEMV_SMALL,
             Family::QGemv(f, ..) | Family::QGemvRmsNorm(f, _) => match f {
                 _ if f.is_float() => GEMV_SMALL,
-                WeightFormat::Q4K | WeightFormat::Q6K => "rows=2 cols=768 warps=2 unroll=4",
+                WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
+                    "rows=2 cols=768 warps=2 unroll=4"
+                }
                 _ => "rows=2 cols=1024 warps=1 unroll=2",
             },
             // k: a multiple of what every weight format's tiles need (512 for Q6_K).
@@ -277,9 +279,9 @@ impl Family {
             }
             // f16 operands, which double the family's count: the least k of each format,
             // at least 4 k-steps.
-            Family::Gemm(_, BFormat::Q4K, _) => "m=32 n=128 k=256",
+            Family::Gemm(_, BFormat::Q4K | BFormat::Q5K, _) => "m=32 n=128 k=256",
             Family::Gemm(..) => "m=32 n=128 k=128",
-            Family::Embed(TableFormat::Q4K | TableFormat::Q6K) => {
+            Family::Embed(TableFormat::Q4K | TableFormat::Q5K | TableFormat::Q6K) => {
                 "tokens=3 vocab=11 dim=512 threads=32"
             }
             Family::Embed(_) => "tokens=3 vocab=11 dim=288 threads=32",
@@ -499,6 +501,7 @@ pub fn library() -> Vec<KernelSpec> {
             for e in GemmEpilogue::ALL {
                 let params = match f {
                     BFormat::Bf16 | BFormat::F16 => GEMM_FLOAT,
+                    BFormat::Q5K => GEMM_Q5K,
                     BFormat::Q6K => GEMM_Q6K,
                     _ => GEMM_QUANT,
                 };
@@ -759,6 +762,12 @@ fn qgemv_description(f: WeightFormat, e: Epilogue, act: OutType) -> &'static str
         (Q4K, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q4_K dequantized in-kernel, x f32, y f32",
         (Q4K, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q4_K dequantized in-kernel, x bf16",
         (Q4K, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q4_K dequantized in-kernel, x f32",
+        (Q5K, Plain, OutType::BF16) => "y = W·x, W Q5_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q5K, Plain, OutType::F32) => "y = W·x, W Q5_K (GGUF super-blocks, dequantized in-kernel), x f32, y f32; one warp per row",
+        (Q5K, Residual, OutType::BF16) => "y = W·x + r (in place on r), W Q5_K dequantized in-kernel, x bf16, y f32",
+        (Q5K, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q5_K dequantized in-kernel, x f32, y f32",
+        (Q5K, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q5_K dequantized in-kernel, x bf16",
+        (Q5K, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q5_K dequantized in-kernel, x f32",
         (Q6K, Plain, OutType::BF16) => "y = W·x, W Q6_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
         (Q6K, Plain, OutType::F32) => "y = W·x, W Q6_K (GGUF super-blocks, dequantized in-kernel), x f32, y f32; one warp per row",
         (Q6K, Residual, OutType::BF16) => "y = W·x + r (in place on r), W Q6_K dequantized in-kernel, x bf16, y f32",
@@ -891,6 +900,9 @@ fn embed_description(f: TableFormat) -> &'static str {
         TableFormat::Q4K => {
             "embedding gather: u32 ids -> rows of a Q4_K table dequantized to f32 (NaN rows for ids >= vocab)"
         }
+        TableFormat::Q5K => {
+            "embedding gather: u32 ids -> rows of a Q5_K table dequantized to f32 (NaN rows for ids >= vocab)"
+        }
         TableFormat::Q6K => {
             "embedding gather: u32 ids -> rows of a Q6_K table dequantized to f32 (NaN rows for ids >= vocab)"
         }
@@ -1002,6 +1014,9 @@ const GEMM_QUANT: &[ParamInfo] = &gemm_infos(
     2,
 );
 
+/// Q5_K's staged bytes (84 a row and k-step, as Q6_K's) leave room for 128×64 blocks only.
+const GEMM_Q5K: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 256", 64, 32, 3);
+
 /// Q6_K's staged bytes (84 a row and k-step) leave room for 128×64 blocks only.
 const GEMM_Q6K: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 512", 64, 32, 3);
 
@@ -1110,7 +1125,7 @@ const QGEMV_FLOAT: &[ParamInfo] = &qgemv_infos(
 );
 
 const QGEMV_QUANT: &[ParamInfo] = &qgemv_infos(
-    "columns of W: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K)",
+    "columns of W: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q5_K, Q6_K)",
     2,
     "pieces (64 or 32 weights) loaded per lane before computing",
 );
@@ -1522,6 +1537,11 @@ fn gemm_description(o: Operands, f: BFormat, e: GemmEpilogue) -> &'static str {
              memory, A bf16, C f32; mma.sync"
         }
         (Operands::Bf16, Q4K, Accumulate) => "C += A·Bᵀ (in place), B Q4_K dequantized per tile in shared memory, A bf16, C f32",
+        (Operands::Bf16, Q5K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q5_K (GGUF super-blocks) dequantized to bf16 a tile at a time in shared \
+             memory, A bf16, C f32; mma.sync"
+        }
+        (Operands::Bf16, Q5K, Accumulate) => "C += A·Bᵀ (in place), B Q5_K dequantized per tile in shared memory, A bf16, C f32",
         (Operands::Bf16, Q6K, Store) => {
             "C = A·Bᵀ, B [n, k] Q6_K (GGUF super-blocks) dequantized to bf16 a tile at a time in shared \
              memory, A bf16, C f32; mma.sync"
@@ -1532,6 +1552,7 @@ fn gemm_description(o: Operands, f: BFormat, e: GemmEpilogue) -> &'static str {
         (Operands::Bf16, Q4_0, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_0, A bf16, C bf16; as gemm_q4_0",
         (Operands::Bf16, Q4_1, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_1, A bf16, C bf16; as gemm_q4_1",
         (Operands::Bf16, Q4K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_K, A bf16, C bf16; as gemm_q4_k",
+        (Operands::Bf16, Q5K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q5_K, A bf16, C bf16; as gemm_q5_k",
         (Operands::Bf16, Q6K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q6_K, A bf16, C bf16; as gemm_q6_k",
         (Operands::Bf16, F16, _) => "f16 weights with bf16 operands: refused (the gemm_f16_xf16 kernels take them)",
         (Operands::F16, Bf16, Store) => {
@@ -1598,6 +1619,17 @@ fn gemm_description(o: Operands, f: BFormat, e: GemmEpilogue) -> &'static str {
         (Operands::F16, Q4K, StoreHalf) => {
             "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_K dequantized to f16, A f16, C f16; \
              as gemm_q4_k_xf16"
+        }
+        (Operands::F16, Q5K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q5_K (GGUF super-blocks) dequantized to f16 a tile at a time in shared \
+             memory, A [m, k] f16, C f32; mma.sync f16"
+        }
+        (Operands::F16, Q5K, Accumulate) => {
+            "C += A·Bᵀ (in place), B Q5_K dequantized to f16 per tile in shared memory, A f16, C f32"
+        }
+        (Operands::F16, Q5K, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q5_K dequantized to f16, A f16, C f16; \
+             as gemm_q5_k_xf16"
         }
         (Operands::F16, Q6K, Store) => {
             "C = A·Bᵀ, B [n, k] Q6_K (GGUF super-blocks) dequantized to f16 a tile at a time in shared \

@@ -98,7 +98,11 @@ fn gemm_quantized_to_bf16() {
     ] {
         check(&case(name, "m=65 n=128 k=128"));
     }
-    for name in ["gemm_q4_k_to_bf16", "gemm_q6_k_to_bf16"] {
+    for name in [
+        "gemm_q4_k_to_bf16",
+        "gemm_q5_k_to_bf16",
+        "gemm_q6_k_to_bf16",
+    ] {
         check(&case(name, "m=65 n=128 k=512"));
     }
 }
@@ -106,12 +110,13 @@ fn gemm_quantized_to_bf16() {
 #[test]
 fn gemm_quantized() {
     // At the library's tiles: two row tiles (the second partial), two column tiles or
-    // more; Q4_K and Q6_K over two super-blocks.
+    // more; Q4_K, Q5_K and Q6_K over two super-blocks.
     for (name, k) in [
         ("gemm_q8_0", 128),
         ("gemm_q4_0", 128),
         ("gemm_q4_1", 192),
         ("gemm_q4_k", 512),
+        ("gemm_q5_k", 512),
         ("gemm_q6_k", 512),
     ] {
         check(&case(name, &format!("m=150 n=256 k={k}")));
@@ -124,6 +129,10 @@ fn gemm_quantized() {
         "m=40 n=64 k=256 bm=64 bn=64 wn=32 stages=4",
     ));
     check(&case("gemm_q6_k", "m=40 n=64 k=512 bm=64 stages=2"));
+    // Q5_K: one super-block (every sub-block of its scales, mins and fifth bits) with
+    // whole-row items, 4 stages; three with half-row items.
+    check(&case("gemm_q5_k", "m=40 n=64 k=256 bm=64 stages=4"));
+    check(&case("gemm_q5_k", "m=70 n=128 k=768"));
 }
 
 #[test]
@@ -135,7 +144,11 @@ fn gemm_quantized_residual() {
     ] {
         check(&case(name, "m=65 n=128 k=128"));
     }
-    for name in ["gemm_q4_k_residual", "gemm_q6_k_residual"] {
+    for name in [
+        "gemm_q4_k_residual",
+        "gemm_q5_k_residual",
+        "gemm_q6_k_residual",
+    ] {
         check(&case(name, "m=65 n=128 k=512"));
     }
 }
@@ -155,12 +168,13 @@ fn gemm_float_weights_xf16() {
 #[test]
 fn gemm_quantized_xf16() {
     // As gemm_quantized: two row tiles (the second partial), two column tiles; Q4_K and
-    // Q6_K over two super-blocks; and half-row dequantization items.
+    // Q5_K and Q6_K over two super-blocks; and half-row dequantization items.
     for (stem, k) in [
         ("gemm_q8_0_xf16", 128),
         ("gemm_q4_0_xf16", 128),
         ("gemm_q4_1_xf16", 192),
         ("gemm_q4_k_xf16", 512),
+        ("gemm_q5_k_xf16", 512),
         ("gemm_q6_k_xf16", 512),
     ] {
         check(&case(stem, &format!("m=150 n=256 k={k}")));
@@ -197,11 +211,17 @@ fn embed_quantized_tables() {
     // 128 over 32 (four full steps: every piece of a block).
     check(&case("embed_q6_k", "tokens=3 vocab=11 dim=512 threads=32"));
     check(&case("embed_q6_k", "tokens=2 vocab=7 dim=4096 threads=32"));
+    // Q5_K: 64-element pieces as Q4_K's, with the fifth bits; 8 over 32 threads (a partial
+    // step), 64 over 32 (two full steps: every piece and bit plane of a block). Three
+    // tokens or more, so that the out-of-range id's NaN row, which the controls share,
+    // is at most a third of the output.
+    check(&case("embed_q5_k", "tokens=3 vocab=11 dim=512 threads=32"));
+    check(&case("embed_q5_k", "tokens=4 vocab=7 dim=4096 threads=32"));
 }
 
 #[test]
 fn k_quant_tables_refuse_rows_that_are_not_whole_super_blocks() {
-    for name in ["embed_q4_k", "embed_q6_k"] {
+    for name in ["embed_q4_k", "embed_q5_k", "embed_q6_k"] {
         let spec = quench_kernels::find(name).expect("in the library");
         let p = spec.parse_params("dim=320 threads=32").expect("parses");
         let err = spec.build(&p).expect_err("320 is not a multiple of 256");
@@ -291,12 +311,16 @@ fn qgemv_legacy_blocks() {
 #[test]
 fn qgemv_k_quants() {
     // 9 super-blocks = 72 pieces of 32: one unrolled step of 64, then 8 lanes.
-    for base in ["qgemv_q4_k", "qgemv_q6_k"] {
+    for base in ["qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k"] {
         check_gemv_family(base, "cols=2304 warps=2 unroll=2");
     }
     // 3 super-blocks: a partial step only.
     check(&case("qgemv_q4_k", "rows=2 cols=768 warps=2 unroll=4"));
+    check(&case("qgemv_q5_k", "rows=2 cols=768 warps=2 unroll=4"));
     check(&case("qgemv_q6_k", "rows=2 cols=768 warps=2 unroll=4"));
+    // Q5_K: 40 super-blocks = 160 pieces of 64, one unrolled step of 128 and a full
+    // step of 32.
+    check(&case("qgemv_q5_k", "rows=4 cols=10240 warps=1 unroll=4"));
 }
 
 #[test]
@@ -308,7 +332,7 @@ fn gemv_f32_activations() {
     for base in ["qgemv_q8_0", "qgemv_q4_0", "qgemv_q4_1"] {
         check_gemv_family_xf32(base, "cols=2560 warps=2 unroll=1");
     }
-    for base in ["qgemv_q4_k", "qgemv_q6_k"] {
+    for base in ["qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k"] {
         check_gemv_family_xf32(base, "cols=2304 warps=2 unroll=2");
     }
     check(&case("qgemv_q4_1_xf32", "rows=3 cols=576 warps=1 unroll=2"));
@@ -324,7 +348,7 @@ fn gemv_rmsnorm_prologue() {
     for base in ["qgemv_q8_0", "qgemv_q4_0", "qgemv_q4_1"] {
         check_gemv_family_rmsnorm(base, "cols=2560 warps=2 unroll=1");
     }
-    for base in ["qgemv_q4_k", "qgemv_q6_k"] {
+    for base in ["qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k"] {
         check_gemv_family_rmsnorm(base, "cols=2304 warps=2 unroll=2");
     }
     // One warp (no shared reduction stage), SmolLM2's width; and a row of fewer groups

@@ -67,15 +67,14 @@ fn every_vector_matches_the_reference() {
             }
         }
     }
-    // Q6_K, and bf16 activations (8 a word), on one form each.
-    let p = params(
-        WeightFormat::Q6K,
-        Prologue::None,
-        Epilogue::Residual,
-        2304,
-        8,
-    );
-    common::check(&qgemv::case(&p, 9, s).expect("case"));
+    // Q5_K and Q6_K, and bf16 activations (8 a word), on one form each.
+    for (format, epilogue) in [
+        (WeightFormat::Q5K, Epilogue::SwiGlu),
+        (WeightFormat::Q6K, Epilogue::Residual),
+    ] {
+        let p = params(format, Prologue::None, epilogue, 2304, 8);
+        common::check(&qgemv::case(&p, 9, s).expect("case"));
+    }
     let p = QGemvParams {
         act: OutType::BF16,
         ..params(

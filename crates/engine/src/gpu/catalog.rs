@@ -3,7 +3,7 @@
 //!
 //! | part | kernel |
 //! |---|---|
-//! | token embedding | `embed_<table format>` (f32, bf16, f16, Q8_0, Q4_1, Q4_K, Q6_K tables) |
+//! | token embedding | `embed_<table format>` (f32, bf16, f16, Q8_0, Q4_1, Q4_K, Q5_K, Q6_K tables) |
 //! | attention norm + q, k, v projections | one `qgemv_<format>_rmsnorm_xf32` over the concatenated rows when the three share a format, else three (`_rmsnorm_residual_` adding qwen2's biases) |
 //! | (q/k norms +) RoPE + KV append | `rope_append_<neox\|gptj>[_qknorm]_<f16\|f32>` (the cache's type): neox for Hugging Face layout and qwen GGUF, gptj for llama GGUF; the q/k norms for qwen3 |
 //! | attention | `attention_decode_merge_<f16\|f32>` (the last split merges) |
@@ -14,8 +14,8 @@
 //! The norms run inside the projections that read them. Activations between kernels are
 //! f32 and the KV cache f16 or f32 (see [`super::graph`]).
 //!
-//! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K are read as stored; anything
-//! else is refused by name.
+//! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K are read as stored;
+//! anything else is refused by name.
 
 use quench_kernels::embed::TableFormat;
 use quench_kernels::qgemv::WeightFormat;
@@ -26,8 +26,8 @@ use quench_models::GgmlType;
 use super::error::GpuError;
 use super::stored::{self, StoredTensors};
 
-const MATRIX_FORMATS: &str = "matrices in BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K";
-const TABLE_FORMATS: &str = "token embeddings in F32, BF16, F16, Q8_0, Q4_1, Q4_K or Q6_K";
+const MATRIX_FORMATS: &str = "matrices in BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K";
+const TABLE_FORMATS: &str = "token embeddings in F32, BF16, F16, Q8_0, Q4_1, Q4_K, Q5_K or Q6_K";
 
 /// The kernels of one decode step.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,6 +73,7 @@ pub fn weight_format(t: GgmlType) -> Option<WeightFormat> {
         GgmlType::Q4_0 => WeightFormat::Q4_0,
         GgmlType::Q4_1 => WeightFormat::Q4_1,
         GgmlType::Q4_K => WeightFormat::Q4K,
+        GgmlType::Q5_K => WeightFormat::Q5K,
         GgmlType::Q6_K => WeightFormat::Q6K,
         _ => return None,
     })

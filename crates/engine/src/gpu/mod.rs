@@ -2,8 +2,8 @@
 //! the CPU).
 //!
 //! - [`Catalog`]: which library kernel runs each part of the model, from its config and
-//!   the stored format of each weight (bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; anything
-//!   else is refused by name).
+//!   the stored format of each weight (bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K;
+//!   anything else is refused by name).
 //! - [`DecodeGraph`]: the dispatch list of one decode step, with fused residual adds,
 //!   q/k/v in one product and gate/up in one SwiGLU kernel; its activations share one
 //!   arena ([`arena`]), planned before anything is allocated.

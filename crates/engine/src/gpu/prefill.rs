@@ -145,6 +145,7 @@ fn gemm_format(f: WeightFormat) -> BFormat {
         WeightFormat::Q4_0 => BFormat::Q4_0,
         WeightFormat::Q4_1 => BFormat::Q4_1,
         WeightFormat::Q4K => BFormat::Q4K,
+        WeightFormat::Q5K => BFormat::Q5K,
         WeightFormat::Q6K => BFormat::Q6K,
         WeightFormat::F16 => BFormat::F16,
     }

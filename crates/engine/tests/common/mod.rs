@@ -46,6 +46,15 @@ pub const Q4_K_M: LayerFormats = LayerFormats {
     down: GgmlType::Q6_K,
 };
 
+/// The type mix of llama.cpp's Q5_K_M: [`Q4_K_M`] with Q5_K in place of Q4_K.
+pub const Q5_K_M: LayerFormats = LayerFormats {
+    q: GgmlType::Q5_K,
+    k: GgmlType::Q5_K,
+    o: GgmlType::Q5_K,
+    gate_up: GgmlType::Q5_K,
+    ..Q4_K_M
+};
+
 /// The sizes of a tiny decoder.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
@@ -79,6 +88,7 @@ fn weight_range(t: GgmlType, cols: usize, gain: f32) -> (f32, f32) {
         GgmlType::Q4_0 => 4.6,
         GgmlType::Q4_1 => 9.0,
         GgmlType::Q4_K => 317.0,
+        GgmlType::Q5_K => 636.0,
         GgmlType::Q6_K => 1350.0,
         _ => 1.0,
     };

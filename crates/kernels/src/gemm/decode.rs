@@ -14,9 +14,9 @@
 //! `bitcast(v | 0x4B00_0000) − (2^23 + bias·2^s) = (n − bias)·2^s` exactly, and the scale
 //! it is multiplied by is taken times `2^-s` (exact: a power of two, far from
 //! underflow), so that the product is the reference's product. Where the reference's
-//! product is exact (`d·q`, `(d·sc)·q` for Q4_K) the kernel may fuse the following
-//! addition into an `fma`; where it rounds (Q6_K's `(d·sc)·q`) the kernel rounds the
-//! same exact product once.
+//! product is exact (`d·q`, `(d·sc)·q` for Q4_K and Q5_K) the kernel may fuse the
+//! following addition into an `fma`; where it rounds (Q6_K's `(d·sc)·q`) the kernel
+//! rounds the same exact product once.
 
 use quench_ir::{Builder, Scalar, Type, Value};
 
@@ -137,7 +137,8 @@ impl Decoder {
             let values = match self.format {
                 BFormat::Q8_0 => self.q8_0(k, &words, item, offsets[0]),
                 BFormat::Q4_0 | BFormat::Q4_1 => self.q4_legacy(k, &words, item, offsets[0]),
-                BFormat::Q4K => self.q4_k(k, &words, item, tile),
+                BFormat::Q4K => self.k_quant(k, &words, item, tile, false),
+                BFormat::Q5K => self.k_quant(k, &words, item, tile, true),
                 BFormat::Q6K => self.q6_k(k, &words, item, tile, &offsets),
                 BFormat::Bf16 | BFormat::F16 => vec![],
             };
@@ -238,9 +239,18 @@ impl Decoder {
         out
     }
 
-    /// Q4_K: `x = (d·sc)·q − dmin·m` for sub-block `s = tile mod 8`, whose nibbles are
-    /// nibble `s mod 2` of the staged qs bytes; header in words 0–3, qs in 4–11.
-    fn q4_k(&self, k: &mut Builder, w: &Words, item: &Item, tile: Value) -> Vec<Value> {
+    /// Q4_K and Q5_K: `x = (d·sc)·q − dmin·m` for sub-block `s = tile mod 8`, whose
+    /// nibbles are nibble `s mod 2` of the staged qs bytes; header in words 0–3, then for
+    /// Q4_K (`fifth` false) qs in 4–11; for Q5_K the qh bytes in 4–11, whose bit `s` is
+    /// each element's fifth (bit 4 of `q`), and qs in 12–19.
+    fn k_quant(
+        &self,
+        k: &mut Builder,
+        w: &Words,
+        item: &Item,
+        tile: Value,
+        fifth: bool,
+    ) -> Vec<Value> {
         let s = k.and_const(tile, 7);
         let h: Vec<Value> = (0..4).map(|i| w.at(k, i)).collect();
         let d = f16_bits_to_f32(k, h[0]);
@@ -255,7 +265,8 @@ impl Decoder {
         let (sc, mn) = q4_k_scale_min(k, [a, b, c], 0x01, high);
         let sc = self.magic.scaled(k, sc, 0, 0);
         let mn = self.magic.scaled(k, mn, 0, 0);
-        // d·sc and dmin·m are exact (11 by 6 significant bits).
+        // d·sc and dmin·m are exact (11 by 6 significant bits), and so is (d·sc)·q (4 or 5
+        // more).
         let dl = k.mul(d, sc);
         let mut dl = Scaled::new(dl);
         let ml = k.mul(dmin, mn);
@@ -263,14 +274,28 @@ impl Decoder {
         let nib = k.and_const(s, 1);
         let nib = k.shl_const(nib, 2);
         let first = self.first_elem(k, item);
-        let start = k.add_const(first, 16);
+        let start = k.add_const(first, if fifth { 48 } else { 16 });
         let qs = w.aligned_from(k, start, self.elems / 4);
+        let qh = fifth.then(|| {
+            let start = k.add_const(first, 16);
+            w.aligned_from(k, start, self.elems / 4)
+        });
         let mut out = vec![];
-        for q in qs {
+        for (i, q) in qs.into_iter().enumerate() {
             let q = k.shr(q, nib);
+            let (q, bits) = match &qh {
+                Some(qh) => {
+                    let q = k.and_const(q, 0x0f0f_0f0f);
+                    let h = k.shr(qh[i], s);
+                    let h = k.and_const(h, 0x0101_0101);
+                    let h = k.shl_const(h, 4);
+                    (k.or(q, h), 5)
+                }
+                None => (q, 4),
+            };
             let q = Word::new(k, q);
             for byte in 0..4 {
-                let (v, sh) = q.field(k, self.magic, byte, 0, 4, 0);
+                let (v, sh) = q.field(k, self.magic, byte, 0, bits, 0);
                 let ds = dl.get(k, sh);
                 out.push(k.fma(ds, v, nml));
             }

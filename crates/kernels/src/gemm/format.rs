@@ -24,6 +24,7 @@ pub enum BFormat {
     Q4_0,
     Q4_1,
     Q4K,
+    Q5K,
     Q6K,
 }
 
@@ -36,13 +37,14 @@ pub struct Segment {
 }
 
 impl BFormat {
-    pub const ALL: [BFormat; 7] = [
+    pub const ALL: [BFormat; 8] = [
         BFormat::Bf16,
         BFormat::F16,
         BFormat::Q8_0,
         BFormat::Q4_0,
         BFormat::Q4_1,
         BFormat::Q4K,
+        BFormat::Q5K,
         BFormat::Q6K,
     ];
 
@@ -54,6 +56,7 @@ impl BFormat {
             BFormat::Q4_0 => GgmlType::Q4_0,
             BFormat::Q4_1 => GgmlType::Q4_1,
             BFormat::Q4K => GgmlType::Q4_K,
+            BFormat::Q5K => GgmlType::Q5_K,
             BFormat::Q6K => GgmlType::Q6_K,
         }
     }
@@ -78,7 +81,7 @@ impl BFormat {
         match self {
             BFormat::Bf16 | BFormat::F16 => 32,
             BFormat::Q8_0 | BFormat::Q4_0 | BFormat::Q4_1 => 64,
-            BFormat::Q4K => 256,
+            BFormat::Q4K | BFormat::Q5K => 256,
             BFormat::Q6K => 512,
         }
     }
@@ -92,6 +95,7 @@ impl BFormat {
             BFormat::Q4_0 => k / 32 * 18,
             BFormat::Q4_1 => k / 32 * 20,
             BFormat::Q4K => k / 256 * 144,
+            BFormat::Q5K => k / 256 * 176,
             BFormat::Q6K => k / 256 * 210,
         }
     }
@@ -104,6 +108,7 @@ impl BFormat {
     /// | Q4_0 | block `t` (18 bytes at `18t`) | 5 |
     /// | Q4_1 | block `t` (20 bytes at `20t`) | 5 |
     /// | Q4_K | super-block header (16 bytes), the 32 nibble bytes of sub-block `t mod 8` | 4 + 8 |
+    /// | Q5_K | super-block header (16 bytes), the 32 high-bit bytes, the 32 nibble bytes of sub-block `t mod 8` | 4 + 8 + 8 |
     /// | Q6_K | 32 low-nibble bytes, 32 high-bit bytes, the two scales, `d` | 9 + 9 + 1 + 1 |
     pub fn segments(self) -> &'static [Segment] {
         const fn seg(first_word: u32, words: u32) -> Segment {
@@ -112,12 +117,14 @@ impl BFormat {
         const Q8_0: [Segment; 1] = [seg(0, 9)];
         const Q4: [Segment; 1] = [seg(0, 5)];
         const Q4K: [Segment; 2] = [seg(0, 4), seg(4, 8)];
+        const Q5K: [Segment; 3] = [seg(0, 4), seg(4, 8), seg(12, 8)];
         const Q6K: [Segment; 4] = [seg(0, 9), seg(9, 9), seg(18, 1), seg(19, 1)];
         match self {
             BFormat::Bf16 | BFormat::F16 => &[],
             BFormat::Q8_0 => &Q8_0,
             BFormat::Q4_0 | BFormat::Q4_1 => &Q4,
             BFormat::Q4K => &Q4K,
+            BFormat::Q5K => &Q5K,
             BFormat::Q6K => &Q6K,
         }
     }
@@ -148,6 +155,9 @@ impl BFormat {
             (BFormat::Q4_1, _) => 20 * t64,
             (BFormat::Q4K, 0) => 144 * sb,
             (BFormat::Q4K, _) => 144 * sb + 16 + 32 * (s / 2),
+            (BFormat::Q5K, 0) => 176 * sb,
+            (BFormat::Q5K, 1) => 176 * sb + 16,
+            (BFormat::Q5K, _) => 176 * sb + 48 + 32 * (s / 2),
             (BFormat::Q6K, 0) => 210 * sb + 64 * (s / 4) + 32 * (s % 2),
             (BFormat::Q6K, 1) => 210 * sb + 128 + 32 * (s / 4),
             (BFormat::Q6K, 2) => 210 * sb + 192 + 2 * s,
@@ -198,6 +208,7 @@ mod tests {
                     BFormat::Q4_0 => &[18],
                     BFormat::Q4_1 => &[20],
                     BFormat::Q4K => &[16, 32],
+                    BFormat::Q5K => &[16, 32, 32],
                     _ => &[32, 32, 2, 2],
                 };
                 for (i, (s, n)) in segs.iter().zip(need).enumerate() {

@@ -34,6 +34,13 @@ pub fn segment_bytes(k: &mut Builder, f: BFormat, tile: Value) -> Vec<Value> {
             let qs = k.add(head, pair);
             vec![head, k.add_const(qs, 16)]
         }
+        BFormat::Q5K => {
+            let head = k.mul_const(sb, 176);
+            let pair = k.shr_const(s, 1);
+            let pair = k.shl_const(pair, 5);
+            let qs = k.add(head, pair);
+            vec![head, k.add_const(head, 16), k.add_const(qs, 48)]
+        }
         BFormat::Q6K => {
             let base = k.mul_const(sb, 210);
             let h = k.shr_const(s, 2);

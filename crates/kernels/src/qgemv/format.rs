@@ -14,16 +14,18 @@
 //! | Q4_0 | 2 blocks | 36 | 1 | 64 elements | 9 × 4-byte |
 //! | Q4_1 | 2 blocks | 40 | 1 | 64 elements | 5 × 8-byte |
 //! | Q4_K | 1 super-block, 256 elements | 144 | 4 | 64 elements | 3 × 16-byte (header, 2 × quants), on integer activations ([`super::integer`]) |
+//! | Q5_K | 1 super-block | 176 | 4 | 64 elements | 5 × 16-byte (header, 2 × fifth bits, 2 × nibbles) |
 //! | Q6_K | 1 super-block | 210 | 8 | 32 elements | 19 × 2-byte |
 //!
 //! The unaligned formats (Q8_0's 34-byte and Q4_0's 18-byte blocks, Q6_K's 210-byte
 //! super-blocks) cannot use 16-byte loads in GGUF layout; pairs of legacy blocks are
-//! 4- or 8-byte aligned, and Q6_K is only 2-byte aligned.
+//! 4- or 8-byte aligned, and Q6_K is only 2-byte aligned. Q4_K's 144-byte and Q5_K's
+//! 176-byte super-blocks are 16-byte aligned.
 
 use quench_ir::{AddrSpace, Builder, CacheOp, Scalar, Type, Value};
 use quench_models::GgmlType;
 
-use crate::ggml::{self, Bytes, Magic, Q6kLane};
+use crate::ggml::{self, Bytes, Magic, Q4kScales, Q5kLane, Q6kLane};
 use crate::lanes::emit_unpack_bf16x2;
 use crate::lanes::emit_unpack_f16x2;
 use crate::norm_residual::OutType;
@@ -37,17 +39,19 @@ pub enum WeightFormat {
     Q4_0,
     Q4_1,
     Q4K,
+    Q5K,
     Q6K,
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 7] = [
+    pub const ALL: [WeightFormat; 8] = [
         WeightFormat::BF16,
         WeightFormat::F16,
         WeightFormat::Q8_0,
         WeightFormat::Q4_0,
         WeightFormat::Q4_1,
         WeightFormat::Q4K,
+        WeightFormat::Q5K,
         WeightFormat::Q6K,
     ];
 
@@ -59,6 +63,7 @@ impl WeightFormat {
             WeightFormat::Q4_0 => GgmlType::Q4_0,
             WeightFormat::Q4_1 => GgmlType::Q4_1,
             WeightFormat::Q4K => GgmlType::Q4_K,
+            WeightFormat::Q5K => GgmlType::Q5_K,
             WeightFormat::Q6K => GgmlType::Q6_K,
         }
     }
@@ -78,7 +83,7 @@ impl WeightFormat {
         match self {
             WeightFormat::BF16 | WeightFormat::F16 => 8,
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 64,
-            WeightFormat::Q4K | WeightFormat::Q6K => 256,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => 256,
         }
     }
 
@@ -89,13 +94,14 @@ impl WeightFormat {
             WeightFormat::Q4_0 => 36,
             WeightFormat::Q4_1 => 40,
             WeightFormat::Q4K => 144,
+            WeightFormat::Q5K => 176,
             WeightFormat::Q6K => 210,
         }
     }
 
     pub fn pieces_per_unit(self) -> u32 {
         match self {
-            WeightFormat::Q4K => 4,
+            WeightFormat::Q4K | WeightFormat::Q5K => 4,
             WeightFormat::Q6K => 8,
             _ => 1,
         }
@@ -110,7 +116,7 @@ impl WeightFormat {
     pub fn piece_elements(self, j: u32) -> Vec<u32> {
         match self {
             // A lane's 32 quant bytes: low nibbles (sub-block 2j), then high (2j + 1).
-            WeightFormat::Q4K => (64 * j..64 * j + 64).collect(),
+            WeightFormat::Q4K | WeightFormat::Q5K => (64 * j..64 * j + 64).collect(),
             WeightFormat::Q6K => ggml::q6_k_piece_elements(j),
             _ => (0..self.unit_elems()).collect(),
         }
@@ -121,6 +127,7 @@ impl WeightFormat {
 pub enum Lane {
     Half { f16: bool },
     Legacy { format: WeightFormat, magic: Magic },
+    Q5k { lane: Q5kLane, magic: Magic },
     Q6k { lane: Q6kLane, magic: Magic },
 }
 
@@ -139,6 +146,10 @@ impl Lane {
             WeightFormat::Q8_0 | WeightFormat::Q4K => {
                 unreachable!("Q8_0 and Q4_K products take the integer path")
             }
+            WeightFormat::Q5K => Lane::Q5k {
+                lane: Q5kLane::new(k, j),
+                magic: Magic::new(k),
+            },
             WeightFormat::Q6K => {
                 let lane = Q6kLane::new(k, j);
                 Lane::Q6k {
@@ -152,6 +163,7 @@ impl Lane {
     /// The piece's runs of consecutive elements: (offset within the unit, length).
     pub fn x_runs(&self, k: &mut Builder) -> Vec<(Value, u32)> {
         match self {
+            Lane::Q5k { lane, .. } => vec![(lane.first, 64)],
             Lane::Q6k { lane, .. } => lane.runs.iter().map(|&r| (r, 16)).collect(),
             Lane::Half { .. } => vec![(k.const_u32(0), 8)],
             Lane::Legacy { .. } => vec![(k.const_u32(0), 64)],
@@ -161,27 +173,39 @@ impl Lane {
     /// Issue the loads of this lane's piece of unit `unit` (a `u32`) in the row starting
     /// at byte pointer `wrow`.
     pub fn load(&self, k: &mut Builder, wrow: Value, unit: Value) -> Raw<'_> {
-        let (unit_bytes, width, bytes) = match self {
-            Lane::Half { .. } => (16, 16, 16),
+        // A unit's bytes, and the width of the loads of the formats that load it whole.
+        let (unit_bytes, width) = match self {
+            Lane::Half { .. } => (16, 16),
             Lane::Legacy {
                 format: WeightFormat::Q4_0,
                 ..
-            } => (36, 4, 36),
-            Lane::Legacy { .. } => (40, 8, 40),
-            Lane::Q6k { .. } => (210, 2, 16),
+            } => (36, 4),
+            Lane::Legacy { .. } => (40, 8),
+            Lane::Q5k { .. } => (176, 16),
+            Lane::Q6k { .. } => (210, 2),
         };
         let off = k.mul_const(unit, unit_bytes);
         let at = k.ptr_add(wrow, off);
         match self {
             Lane::Half { f16 } => Raw::Half {
-                bytes: Bytes::load(k, at, bytes, width),
+                bytes: Bytes::load(k, at, unit_bytes, width),
                 f16: *f16,
             },
             Lane::Legacy { format, magic } => Raw::Legacy {
-                bytes: Bytes::load(k, at, bytes, width),
+                bytes: Bytes::load(k, at, unit_bytes, width),
                 format: *format,
                 magic: *magic,
             },
+            Lane::Q5k { lane, magic } => {
+                let (header, qh, qs) = lane.load(k, at);
+                Raw::Q5k {
+                    lane,
+                    magic: *magic,
+                    header,
+                    qh,
+                    qs,
+                }
+            }
             Lane::Q6k { lane, magic, .. } => {
                 let (ql, qh, scales, d) = lane.load(k, at);
                 Raw::Q6k {
@@ -207,6 +231,13 @@ pub enum Raw<'a> {
         bytes: Bytes,
         format: WeightFormat,
         magic: Magic,
+    },
+    Q5k {
+        lane: &'a Q5kLane,
+        magic: Magic,
+        header: Bytes,
+        qh: Vec<Value>,
+        qs: Bytes,
     },
     Q6k {
         lane: &'a Q6kLane,
@@ -244,6 +275,17 @@ impl Raw<'_> {
                 let mut out = block(k, *magic, bytes, 0);
                 out.extend(block(k, *magic, bytes, second));
                 out
+            }
+            Raw::Q5k {
+                lane,
+                magic,
+                header,
+                qh,
+                qs,
+            } => {
+                let scales = Q4kScales::new(k, &lane.q4k, header);
+                let high = lane.fifth_bits(k, qh);
+                ggml::k_quant_piece(k, *magic, &scales, qs, Some(&high))
             }
             Raw::Q6k {
                 lane,

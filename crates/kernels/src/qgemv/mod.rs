@@ -28,12 +28,12 @@
 //! activations to bf16 costs too much accuracy: the `_xf32` kernels); `y` `[n, rows]`;
 //! `r` `[n, r_stride]` f32 (`r_stride = rows` for a residual stream, 0 to add one bias
 //! row to every product);
-//! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q6_K). Each
-//! warp computes [`QGemvParams::rows_per_warp`] rows, which share each activation load
-//! (at one vector a pass two rows of a quantized matrix; with several, up to 4 matrix
-//! rows), `warps` warps per block. Lane `l` takes pieces `l, l + 32, ...` of its rows; the
-//! loop is unrolled `unroll` times with every weight load of a step (and, at one vector a
-//! pass, every activation load) issued before any arithmetic.
+//! `cols` a multiple of 8 (bf16, f16), 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q5_K, Q6_K).
+//! Each warp computes [`QGemvParams::rows_per_warp`] rows, which share each activation
+//! load (at one vector a pass two rows of a quantized matrix; with several, up to 4
+//! matrix rows), `warps` warps per block. Lane `l` takes pieces `l, l + 32, ...` of its
+//! rows; the loop is unrolled `unroll` times with every weight load of a step (and, at one
+//! vector a pass, every activation load) issued before any arithmetic.
 //!
 //! **Grid**: a block computes a row group (`warps · rows_per_warp` rows) at a time. By
 //! default the launch has a block per group; with [`QGemvParams::max_blocks`] below the
@@ -138,7 +138,7 @@ pub fn widest_batch(prologue: Prologue, cols: u32) -> u32 {
 macro_rules! names {
     ($mid:literal, $end:literal) => {
         names!(@ $mid, $end; "gemv_bf16", "gemv_f16", "qgemv_q8_0", "qgemv_q4_0",
-            "qgemv_q4_1", "qgemv_q4_k", "qgemv_q6_k")
+            "qgemv_q4_1", "qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k")
     };
     (@ $mid:literal, $end:literal; $($stem:literal),*) => {
         [$([
@@ -150,14 +150,14 @@ macro_rules! names {
 }
 
 /// Library names of the bf16-activation kernels (`qgemv_q4_k_swiglu`).
-const NAMES: [[&str; 3]; 7] = names!("", "");
+const NAMES: [[&str; 3]; 8] = names!("", "");
 
 /// Library names of the f32-activation kernels (`qgemv_q4_k_swiglu_xf32`).
-const NAMES_XF32: [[&str; 3]; 7] = names!("", "_xf32");
+const NAMES_XF32: [[&str; 3]; 8] = names!("", "_xf32");
 
 /// Library names of the kernels with the RMSNorm prologue (f32 activations,
 /// `qgemv_q4_k_rmsnorm_swiglu_xf32`).
-const NAMES_RMSNORM: [[&str; 3]; 7] = names!("_rmsnorm", "_xf32");
+const NAMES_RMSNORM: [[&str; 3]; 8] = names!("_rmsnorm", "_xf32");
 
 /// The library name of a format, epilogue and activation type (`qgemv_q4_k_swiglu`,
 /// `qgemv_q4_k_swiglu_xf32`).
@@ -803,6 +803,7 @@ fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
         WeightFormat::Q4_0 => 4.6,
         WeightFormat::Q4_1 => 9.0,
         WeightFormat::Q4K => 317.0,
+        WeightFormat::Q5K => 636.0,
         WeightFormat::Q6K => 1350.0,
     };
     // Magnitudes uniform in [hi/8, hi] have a root mean square of about 0.6·hi.
@@ -875,6 +876,17 @@ fn exact_bound(buffer: usize, c: &integer::F64Check, added: &[f32]) -> (Expected
     )
 }
 
+/// `v` with `added` (repeated along it; empty: nothing) added.
+fn with_added(v: &[f32], added: &[f32]) -> Vec<f32> {
+    if added.is_empty() {
+        return v.to_vec();
+    }
+    v.iter()
+        .enumerate()
+        .map(|(i, a)| a + added[i % added.len()])
+        .collect()
+}
+
 /// What the residual form adds to the products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Addend {
@@ -888,7 +900,8 @@ pub enum Addend {
 /// `weight_range`, random signs, f16 subnormals included for the finest formats),
 /// activations in ±[2^-6, 4], a residual in ±[2^-6, 4] updated in place. With the RMSNorm
 /// prologue the activations are the residual stream to normalize, the norm weight in
-/// [0.5, 1.5], eps 1e-5.
+/// [0.5, 1.5], eps 1e-5. A Q5_K case holds the products of the weights as each of
+/// [`data::q5_k_mistakes`] reads them as controls.
 pub fn case(p: &QGemvParams, n: u32, seed: u64) -> Result<KernelCase, KernelError> {
     case_with(p, n, Addend::Residual, seed)
 }
@@ -937,6 +950,23 @@ pub fn case_with(
         }
         seen.push(xv);
     }
+    // Q5_K: each matrix read with each of the format's mistakes ([`data::q5_k_mistakes`])
+    // and multiplied as the kernel multiplies: `(what, [matrix][vector, row])`.
+    let mut mistaken: Vec<(&str, Vec<Vec<f32>>)> = vec![];
+    if p.format == WeightFormat::Q5K {
+        let readings: Vec<_> = ws.iter().map(|w| data::q5_k_mistakes(w)).collect();
+        for (i, &(what, _)) in readings[0].iter().enumerate() {
+            let mut per_matrix = vec![];
+            for reading in &readings {
+                let mut products = vec![];
+                for xv in &seen {
+                    products.extend(dots(p, &reading[i].1, xv)?);
+                }
+                per_matrix.push(products);
+            }
+            mistaken.push((what, per_matrix));
+        }
+    }
     // Q4_K's and Q8_0's products are exact integer sums on quantized activations: judged
     // bit for bit against their reference and within a bound of the exact products.
     let exact = match p.epilogue {
@@ -958,7 +988,7 @@ pub fn case_with(
     }
     let mut args: Vec<CaseArg> = (0..buffers.len()).map(CaseArg::Buffer).collect();
     let outputs = nv * rows;
-    let (expected, controls, out_bytes, r_stride) = match p.epilogue {
+    let (expected, mut controls, out_bytes, r_stride, added) = match p.epilogue {
         Epilogue::Plain => {
             buffers.push(Buffer::output("y", outputs * 4));
             args.push(CaseArg::Buffer(buffers.len() - 1));
@@ -977,6 +1007,7 @@ pub fn case_with(
                 controls.unwrap_or_default(),
                 outputs * 4,
                 None,
+                vec![],
             )
         }
         Epilogue::Residual => {
@@ -984,11 +1015,7 @@ pub fn case_with(
                 Addend::Residual => (data::signed(&mut rng, outputs, 0.015625, 4.0), p.rows),
                 Addend::Bias => (data::signed(&mut rng, rows, 0.015625, 4.0), 0),
             };
-            let want: Vec<f32> = d[0]
-                .iter()
-                .enumerate()
-                .map(|(i, a)| a + added[i % added.len()])
-                .collect();
+            let want = with_added(&d[0], &added);
             let i = match addend {
                 Addend::Residual => {
                     // y and r are the same buffer: the residual stream updated in place.
@@ -1018,6 +1045,7 @@ pub fn case_with(
                 controls.unwrap_or_default(),
                 outputs * 4 + added.len() * 4,
                 Some(stride),
+                added,
             )
         }
         Epilogue::SwiGlu => {
@@ -1044,9 +1072,23 @@ pub fn case_with(
                 elem,
                 check,
             };
-            (vec![e], vec![control], outputs * act_size, None)
+            (vec![e], vec![control], outputs * act_size, None, vec![])
         }
     };
+    // The output of each mistaken reading must fail the check the right one passes.
+    for (what, d) in &mistaken {
+        let data = match p.epilogue {
+            Epilogue::Plain | Epilogue::Residual => data::f32_bytes(&with_added(&d[0], &added)),
+            Epilogue::SwiGlu => act_bytes(p.act, &swiglu(p.act, &d[0], &d[1])),
+        };
+        controls.push(Control {
+            what: format!("weights read with {what}"),
+            expected: Expected {
+                data,
+                ..expected[0].clone()
+            },
+        });
+    }
     if let Some((_, eps)) = norm {
         args.push(CaseArg::Scalar(Arg::F32(eps)));
     }
@@ -1102,7 +1144,7 @@ mod tests {
             .collect();
         all.sort();
         all.dedup();
-        assert_eq!(all.len(), 63);
+        assert_eq!(all.len(), 72);
         assert_eq!(
             rmsnorm_name(WeightFormat::Q4_1, Epilogue::SwiGlu),
             "qgemv_q4_1_rmsnorm_swiglu_xf32"

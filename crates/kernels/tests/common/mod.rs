@@ -87,13 +87,14 @@ pub fn assert_same_bits(case: &KernelCase, want: &CaseOutputs, how: &str) {
 
 /// Each matrix–vector format on a row of a few pieces per lane, most with a partial last
 /// step.
-pub const QGEMV_SHAPES: [(WeightFormat, u32); 7] = [
+pub const QGEMV_SHAPES: [(WeightFormat, u32); 8] = [
     (WeightFormat::F16, 576),
     (WeightFormat::BF16, 96),
     (WeightFormat::Q8_0, 192),
     (WeightFormat::Q4_0, 128),
     (WeightFormat::Q4_1, 192),
     (WeightFormat::Q4K, 512),
+    (WeightFormat::Q5K, 768),
     (WeightFormat::Q6K, 256),
 ];
 

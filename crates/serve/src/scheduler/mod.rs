@@ -834,7 +834,11 @@ impl Scheduler {
         drop(items);
 
         let mut failed = Vec::new();
-        let fed = self.running.iter_mut().enumerate().filter(|(_, s)| s.planned > 0);
+        let fed = self
+            .running
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, s)| s.planned > 0);
         for ((i, seq), result) in fed.zip(results) {
             let planned = std::mem::take(&mut seq.planned);
             match result {
