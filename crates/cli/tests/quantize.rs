@@ -630,7 +630,8 @@ fn types_by_gguf_package(path: &Path) -> Option<Vec<(String, String)>> {
 /// llama.cpp's mixes as `quench quantize` writes them, on a two-layer llama whose rows
 /// are whole super-blocks (but its FFN down matrix, 320 columns, which falls back to Q8_0):
 /// Q4_K_M gives the LM head and layer 1's v (llama.cpp's `use_more_bits`: the last eighth of
-/// the layers, here layer 1) Q6_K, the rest Q4_K; Q6_K gives every matrix Q6_K. The `gguf`
+/// the layers, here layer 1) Q6_K, the rest Q4_K; Q5_K_M the same with Q5_K; Q6_K gives
+/// every matrix Q6_K. The `gguf`
 /// package reads every tensor's type as quench does, the file says which mix it is, the
 /// logits stay close to the checkpoint's and the GPU engine has a kernel for each.
 #[test]
@@ -655,6 +656,21 @@ fn llama_cpp_mixes_give_each_tensor_llama_cpps_type() {
                 ("blk.1.attn_v.weight", Q6_K),
                 ("blk.1.attn_output.weight", Q4_K),
                 ("blk.1.ffn_up.weight", Q4_K),
+                ("blk.1.ffn_down.weight", Q8_0),
+                ("output.weight", Q6_K),
+                ("blk.1.ffn_norm.weight", F32),
+            ],
+        ),
+        (
+            "q5_k_m",
+            17,
+            [
+                ("token_embd.weight", Q5_K),
+                ("blk.0.attn_q.weight", Q5_K),
+                ("blk.0.attn_v.weight", Q5_K),
+                ("blk.1.attn_v.weight", Q6_K),
+                ("blk.1.attn_output.weight", Q5_K),
+                ("blk.1.ffn_up.weight", Q5_K),
                 ("blk.1.ffn_down.weight", Q8_0),
                 ("output.weight", Q6_K),
                 ("blk.1.ffn_norm.weight", F32),
