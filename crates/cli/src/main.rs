@@ -68,7 +68,7 @@ pub(crate) enum Command {
     /// Compile library kernels: list them, print their IR or PTX.
     Cc(cmd_cc::CcArgs),
     /// List the GPUs the NVIDIA driver sees.
-    Devices,
+    Devices(cmd_devices::DevicesArgs),
     /// sm_90 machine code: disassemble a cubin (`dis`), assemble SASS text (`asm`), run the
     /// library from reassembled cubins on the GPU (`check-gpu`).
     #[command(subcommand)]
@@ -121,7 +121,7 @@ pub(crate) fn run(command: &Command) -> Result<(), String> {
         Command::Quantize(a) => cmd_quantize::run(a),
         Command::Cc(a) => cmd_cc::run(a),
         Command::Sass(a) => cmd_sass::run(a),
-        Command::Devices => cmd_devices::run(),
+        Command::Devices(a) => cmd_devices::run(a),
         Command::Isa(IsaCommand::Probe(a)) => cmd_isa::probe(a),
         Command::Isa(IsaCommand::Latency(a)) => cmd_isa_latency::run(a),
         Command::CheckKernels(a) => cmd_check_kernels::run(a),

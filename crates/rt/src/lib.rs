@@ -7,6 +7,8 @@
 //! - [`InterpExecutor`]: the IR interpreter on the CPU.
 //! - [`CudaExecutor`]: the NVIDIA driver, loaded at run time.
 //! - [`list_devices`]: the CUDA devices present.
+//! - [`native`]: quench's own runtime over the NVIDIA kernel module's ioctls, no libcuda
+//!   (so far it finds and describes the GPUs).
 
 pub mod abi;
 mod alloc_table;
@@ -17,6 +19,7 @@ pub mod error;
 pub mod executor;
 mod handles;
 pub mod interp;
+pub mod native;
 
 pub use abi::{AbiParam, KernelAbi, ParamKind};
 pub use cuda::{CacheStats, CubinRewrite, CudaExecutor};

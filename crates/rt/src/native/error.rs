@@ -1,0 +1,88 @@
+//! Errors of the native backend: each says what is missing or which driver call failed,
+//! and how.
+
+use super::rm::CallError;
+
+/// Why the native backend cannot reach the GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NativeError {
+    /// `/proc/driver/nvidia/version` does not exist: no nvidia module is loaded.
+    #[error(
+        "the NVIDIA kernel module is not loaded ({path} does not exist); load it \
+         (`modprobe nvidia`) or install the driver"
+    )]
+    ModuleNotLoaded { path: String },
+
+    /// The version file exists but could not be read.
+    #[error("cannot read {path}: {message}")]
+    VersionUnreadable { path: String, message: String },
+
+    /// The version file does not say which module is loaded.
+    #[error("{path} does not name an NVIDIA kernel module and its version; it reads: {excerpt:?}")]
+    VersionUnrecognized { path: String, excerpt: String },
+
+    /// NVIDIA's proprietary (closed) kernel module is loaded.
+    #[error(
+        "quench's native backend needs NVIDIA's open kernel module, but the proprietary \
+         module {version} is loaded; install the open module of the same driver (the \
+         `-open` packages, or the installer's `--kernel-module-type=open`), or use \
+         `--backend cuda`"
+    )]
+    ProprietaryModule { version: String },
+
+    /// A driver branch whose resource-manager structures quench has not been checked
+    /// against.
+    #[error(
+        "quench's native backend speaks the resource-manager interface of driver branches \
+         {known}, but the loaded module is {version}; use a driver from one of those \
+         branches, or `--backend cuda`"
+    )]
+    UnsupportedDriver { version: String, known: String },
+
+    /// A device node does not exist.
+    #[error(
+        "{node} does not exist: the NVIDIA driver has not created it (no GPU with that \
+         number, or the nodes were never made: `nvidia-modprobe` or `nvidia-smi` as root \
+         creates them)"
+    )]
+    NodeMissing { node: String },
+
+    /// The process may not open a device node for reading and writing.
+    #[error(
+        "permission denied: quench needs read and write access to {node} ({detail}); \
+         run as a user in the node's group, or ask an administrator to grant access"
+    )]
+    NodePermission { node: String, detail: String },
+
+    /// A device node could not be opened for another reason.
+    #[error("cannot open {node}: {message}")]
+    NodeOpen { node: String, message: String },
+
+    /// The driver's resource manager rejected the version quench announced.
+    #[error(
+        "version handshake failed: quench announced driver version {announced} (read from \
+         /proc/driver/nvidia/version), but the resource manager behind /dev/nvidiactl is \
+         {driver}; the two should be one module: reload the NVIDIA module or reboot"
+    )]
+    VersionMismatch { announced: String, driver: String },
+
+    /// The driver did not understand the version handshake at all.
+    #[error(
+        "the NVIDIA driver did not recognise quench's version handshake \
+         (NV_ESC_CHECK_VERSION_STR); it is too old or not NVIDIA's driver"
+    )]
+    HandshakeUnrecognized,
+
+    /// A call to the driver failed.
+    #[error("{call} failed: {error}")]
+    Call { call: String, error: CallError },
+}
+
+impl NativeError {
+    pub(crate) fn call(call: impl Into<String>, error: CallError) -> Self {
+        NativeError::Call {
+            call: call.into(),
+            error,
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! `native`: quench's own runtime below the CUDA driver library, talking to NVIDIA's open
+//! kernel module directly through its resource-manager ioctls on `/dev/nvidiactl` and
+//! `/dev/nvidiaN`. No libcuda.
+//!
+//! So far it finds and describes the GPUs; it cannot allocate memory or launch kernels
+//! yet. The layers, bottom to top:
+//!
+//! - [`ioctl`]: request numbers and the parameter structs of the driver's escapes.
+//! - [`objects`], [`controls`]: the resource-manager classes quench allocates and the
+//!   control calls it makes, each struct laid out as NVIDIA's header declares it.
+//! - [`ResourceManager`]: alloc, free, control, card info and the version check, with
+//!   [`DeviceFiles`] over the real device nodes (and a recording fake in the tests).
+//! - [`version`]: which kernel module is loaded (`/proc/driver/nvidia/version`).
+//! - [`query_devices`]: the version handshake and the device query over any resource
+//!   manager; objects are freed in reverse order when they go out of scope.
+//!
+//! Layouts follow open-gpu-kernel-modules 580.142; the structs quench uses are identical
+//! in every 580 and 590 release and differ in other branches, so [`version`] refuses
+//! those by name.
+
+use std::path::Path;
+
+/// Checks at compile time that a `#[repr(C)]` struct has the size and field offsets of
+/// its C declaration in NVIDIA's headers.
+macro_rules! assert_layout {
+    ($t:ty, size $size:expr $(, $field:ident @ $offset:expr)* $(,)?) => {
+        const _: () = {
+            assert!(std::mem::size_of::<$t>() == $size);
+            $(assert!(std::mem::offset_of!($t, $field) == $offset);)*
+        };
+    };
+}
+
+pub mod arch;
+pub mod controls;
+mod device_files;
+mod error;
+#[cfg(test)]
+mod fake;
+pub mod ioctl;
+pub mod objects;
+mod query;
+mod rm;
+pub mod status;
+pub mod version;
+
+pub use arch::Architecture;
+pub use device_files::DeviceFiles;
+pub use error::NativeError;
+pub use query::{query_devices, NativeDeviceInfo};
+pub use rm::{CallError, Handle, ResourceManager, VersionReply};
+pub use status::NvStatus;
+
+/// Where the device nodes live.
+const DEV_DIR: &str = "/dev";
+
+/// Every GPU the open kernel module drives, as its resource manager describes it; or
+/// the error that says what is missing (module, device node, permission, version).
+pub fn list_devices() -> Result<Vec<NativeDeviceInfo>, NativeError> {
+    let module = version::loaded_module(Path::new(version::PROC_VERSION))?;
+    let rm = DeviceFiles::open(Path::new(DEV_DIR))?;
+    query_devices(&rm, &module.version)
+}
