@@ -86,11 +86,12 @@ fn native_text() -> Result<(), String> {
     }
     for d in devs {
         println!(
-            "{}: {} ({}, {} multiprocessors, {:.1} GiB, PCI {}, driver {} open kernel module)",
+            "{}: {} ({}, {} multiprocessors, {:.1} GiB for allocations of {:.1} GiB, PCI {}, driver {} open kernel module)",
             d.ordinal,
             d.name,
             d.architecture,
             d.multiprocessors,
+            gib(d.heap_bytes),
             gib(d.memory_bytes),
             d.pci_bus_id,
             d.driver_version
