@@ -770,7 +770,9 @@ impl Scheduler {
             let seq = &self.running[i];
             let n = match seq.tokens.len() - seq.fed {
                 1 => 1,
-                _ if budget == 0 => 0,
+                // What is left of the budget would feed one prompt token alone (a decode
+                // step: see `chunk_len`), unless the budget itself is one token a step.
+                _ if budget == 0 || (budget == 1 && self.config.prefill_chunk > 1) => 0,
                 left => chunk_len(left, budget),
             };
             let need = blocks_for(seq.fed + n).saturating_sub(seq.held());

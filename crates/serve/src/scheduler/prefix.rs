@@ -214,10 +214,12 @@ impl PrefixCache {
         };
         self.blocks += entry.own_blocks();
         self.entries.insert(id, entry);
+        // Every entry sharing a prefix with the new one is indexed under its first block.
         let covered: Vec<u64> = self.entries[&id]
             .chain
+            .first()
+            .map_or(&[][..], |h| &self.index[h][..])
             .iter()
-            .flat_map(|h| &self.index[h])
             .copied()
             .filter(|&other| other != id && self.entries[&other].users == 0 && self.covered(other))
             .collect();
