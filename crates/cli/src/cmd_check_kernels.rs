@@ -27,6 +27,10 @@ pub struct CheckArgs {
     /// full-size defaults, e.g. to compare tile choices.
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
+    /// Compare GPU and interpreter at these parameters (`key=value ...`, repeatable)
+    /// instead of each kernel's own comparison parameters
+    #[arg(long = "compare-shape")]
+    pub compare_shapes: Vec<String>,
     /// Skip the GPU-versus-interpreter comparison rows.
     #[arg(long)]
     pub no_compare: bool,
@@ -85,10 +89,13 @@ fn reference_ok(c: &KernelCase, out: &case::CaseOutputs) -> Result<bool, String>
         .all(|r| r.passed))
 }
 
-fn check_one(spec: &KernelSpec, gpu: &mut CudaExecutor, seed: u64) -> Result<Row, String> {
-    let p = spec
-        .parse_params(spec.compare_params())
-        .map_err(|e| e.to_string())?;
+fn check_one(
+    spec: &KernelSpec,
+    params: &str,
+    gpu: &mut CudaExecutor,
+    seed: u64,
+) -> Result<Row, String> {
+    let p = spec.parse_params(params).map_err(|e| e.to_string())?;
     let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
     let mut interp = InterpExecutor::new();
     let cpu_out = case::run_case(&mut interp, &c).map_err(|e| e.to_string())?;
@@ -210,10 +217,17 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let mut rows = vec![];
     let mut failures = vec![];
     for s in specs.iter().filter(|_| !a.no_compare) {
-        eprintln!("checking {} ...", s.name);
-        match check_one(s, &mut gpu, a.seed) {
-            Ok(r) => rows.push(r),
-            Err(e) => failures.push(format!("{}: {e}", s.name)),
+        let shapes: Vec<&str> = if a.compare_shapes.is_empty() {
+            vec![s.compare_params()]
+        } else {
+            a.compare_shapes.iter().map(String::as_str).collect()
+        };
+        for shape in shapes {
+            eprintln!("checking {} {shape} ...", s.name);
+            match check_one(s, shape, &mut gpu, a.seed) {
+                Ok(r) => rows.push(r),
+                Err(e) => failures.push(format!("{} {shape}: {e}", s.name)),
+            }
         }
     }
     if !a.no_perf {

@@ -20,7 +20,7 @@
 
 use crate::func::{Block, Function, Inst, Param, SharedDecl, Value};
 use crate::ops::*;
-use crate::types::{AddrSpace, FragType, MmaShape, Scalar, Type};
+use crate::types::{AddrSpace, FragType, MmaShape, Scalar, Swizzle, Type};
 use crate::verify::{verify, VerifyError};
 
 pub struct Builder {
@@ -538,6 +538,36 @@ impl Builder {
     }
     pub fn cp_async_wait(&mut self, n: u32) {
         self.emit_void(Op::CpAsyncWait { n })
+    }
+    /// A `wgmma` matrix descriptor of the operand tile at the shared pointer `ptr`.
+    pub fn wgmma_desc(&mut self, ptr: Value, lbo: u32, sbo: u32, swizzle: Swizzle) -> Value {
+        self.emit(
+            Type::Scalar(Scalar::U64),
+            Op::WgmmaDesc {
+                ptr,
+                lbo,
+                sbo,
+                swizzle,
+            },
+        )
+    }
+    /// `wgmma.mma_async`: `a` a fragment or a descriptor, `b` a descriptor, `c` the
+    /// accumulator.
+    pub fn wgmma(&mut self, shape: MmaShape, ab: Scalar, a: Value, b: Value, c: Value) -> Value {
+        let ty = self.ty(c);
+        self.emit(ty, Op::Wgmma { shape, ab, a, b, c })
+    }
+    pub fn wgmma_fence(&mut self) {
+        self.emit_void(Op::WgmmaFence)
+    }
+    pub fn wgmma_commit(&mut self) {
+        self.emit_void(Op::WgmmaCommit)
+    }
+    pub fn wgmma_wait(&mut self, n: u32) {
+        self.emit_void(Op::WgmmaWait { n })
+    }
+    pub fn fence_proxy_async(&mut self) {
+        self.emit_void(Op::FenceProxyAsync)
     }
     pub fn frag_type(shape: MmaShape, role: crate::types::FragRole, elem: Scalar) -> Type {
         Type::Frag(FragType { shape, role, elem })

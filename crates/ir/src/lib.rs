@@ -22,5 +22,5 @@ pub use func::{Block, Function, Inst, Param, SharedDecl, Value};
 pub use ops::*;
 pub use parse::{parse, ParseError, ParseErrorKind};
 pub use print::print;
-pub use types::{AddrSpace, FragRole, FragType, MmaShape, Scalar, Type};
+pub use types::{AddrSpace, FragRole, FragType, MmaShape, Scalar, Swizzle, Type};
 pub use verify::{verify, InstProblem, KernelProblem, VerifyError};

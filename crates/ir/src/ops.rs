@@ -5,7 +5,7 @@
 //! behaviour on memory accesses, scope and ordering on atomics and fences.
 
 use crate::func::Block;
-use crate::types::{FragType, MmaShape, Scalar, Type};
+use crate::types::{FragType, MmaShape, Scalar, Swizzle, Type};
 use crate::Value;
 
 /// IEEE rounding direction of a float operation or conversion.
@@ -606,6 +606,40 @@ pub enum Op {
     CpAsyncWait {
         n: u32,
     },
+    /// A `wgmma` shared-memory matrix descriptor (`u64`) for the K-major operand tile at
+    /// `ptr` (shared, 16-byte aligned): `lbo` and `sbo` in bytes (multiples of 16 below
+    /// 2^18), laid out as `swizzle` says (see [`Swizzle`]).
+    WgmmaDesc {
+        ptr: Value,
+        lbo: u32,
+        sbo: u32,
+        swizzle: Swizzle,
+    },
+    /// `wgmma.mma_async.sync.aligned` over a warpgroup: D = A·B + C with `shape` a
+    /// warpgroup shape, A and B of element type `ab` (f16 or bf16), both K-major. `a` is
+    /// an A fragment (registers) or a descriptor (`u64`), `b` a descriptor, `c` the
+    /// accumulator fragment; the result has C's type. The product is asynchronous: it
+    /// belongs to the group the next `wgmma.commit_group` closes, and its result and
+    /// operands may be touched only after `wgmma.wait_group` has retired that group.
+    Wgmma {
+        shape: MmaShape,
+        ab: Scalar,
+        a: Value,
+        b: Value,
+        c: Value,
+    },
+    /// `wgmma.fence.sync.aligned`: orders earlier register and shared-memory writes
+    /// before the `wgmma` that follow.
+    WgmmaFence,
+    /// `wgmma.commit_group.sync.aligned`: closes a group of `wgmma`.
+    WgmmaCommit,
+    /// `wgmma.wait_group.sync.aligned n`: wait until at most `n` groups are pending.
+    WgmmaWait {
+        n: u32,
+    },
+    /// `fence.proxy.async.shared::cta`: makes this thread's shared-memory writes visible
+    /// to the asynchronous proxy (`wgmma` reading its operands).
+    FenceProxyAsync,
     /// Structured conditional. Each branch ends by yielding `results.len()` values.
     If {
         cond: Value,
@@ -641,6 +675,10 @@ impl Op {
             | Op::Fence { .. }
             | Op::CpAsyncCommit
             | Op::CpAsyncWait { .. }
+            | Op::WgmmaFence
+            | Op::WgmmaCommit
+            | Op::WgmmaWait { .. }
+            | Op::FenceProxyAsync
             | Op::Return => vec![],
             Op::Bin { a, b, .. } | Op::DivApprox { a, b } | Op::Cmp { a, b, .. } => vec![*a, *b],
             Op::Fma { a, b, c, .. } | Op::Dp4a { a, b, c, .. } => vec![*a, *b, *c],
@@ -665,7 +703,8 @@ impl Op {
             } => vec![*value, *b, *c, *mask],
             Op::Vote { pred, mask, .. } => vec![*pred, *mask],
             Op::Redux { value, mask, .. } => vec![*value, *mask],
-            Op::Mma { a, b, c, .. } => vec![*a, *b, *c],
+            Op::Mma { a, b, c, .. } | Op::Wgmma { a, b, c, .. } => vec![*a, *b, *c],
+            Op::WgmmaDesc { ptr, .. } => vec![*ptr],
             Op::CpAsync { dst, src, .. } => vec![*dst, *src],
             Op::If { cond, .. } => vec![*cond],
             Op::For {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use crate::func::{Block, Function, Inst, Param, SharedDecl, Value};
 use crate::ops::*;
 use crate::print::float_bits;
-use crate::types::{AddrSpace, FragRole, FragType, MmaShape, Scalar, Type};
+use crate::types::{AddrSpace, FragRole, FragType, MmaShape, Scalar, Swizzle, Type};
 use lex::{Lexer, Tok, Token};
 
 /// Blocks nested deeper than this are refused (the parser recurses per block).
@@ -930,6 +930,55 @@ impl Parser<'_> {
                     trans,
                     ptr: self.operand()?,
                 }
+            }
+            "wgmma" if m.flag("fence") => {
+                m.done()?;
+                Op::WgmmaFence
+            }
+            "wgmma" if m.flag("commit") => {
+                m.done()?;
+                Op::WgmmaCommit
+            }
+            "wgmma" if m.flag("wait") => {
+                m.done()?;
+                Op::WgmmaWait {
+                    n: self.uint("a group count")?,
+                }
+            }
+            "wgmma" => {
+                let shape = m.need("a warpgroup MMA shape", |s| {
+                    MmaShape::from_name(s).filter(|s| s.is_warpgroup())
+                })?;
+                let ab = m.need("an operand type (`f16`, `bf16`)", |s| {
+                    Scalar::from_name(s).filter(|s| matches!(s, Scalar::F16 | Scalar::BF16))
+                })?;
+                m.done()?;
+                let v = self.operands(3)?;
+                Op::Wgmma {
+                    shape,
+                    ab,
+                    a: v[0],
+                    b: v[1],
+                    c: v[2],
+                }
+            }
+            "wgmma_desc" => {
+                let swizzle = m.need("a swizzle (`none`, `b32`, `b64`, `b128`)", Swizzle::from_name)?;
+                m.done()?;
+                let ptr = self.operand()?;
+                self.punct(',')?;
+                let lbo = self.uint("a leading byte offset")?;
+                self.punct(',')?;
+                Op::WgmmaDesc {
+                    ptr,
+                    lbo,
+                    sbo: self.uint("a stride byte offset")?,
+                    swizzle,
+                }
+            }
+            "fence_proxy_async" => {
+                m.done()?;
+                Op::FenceProxyAsync
             }
             "cp_async" if m.flag("commit") => {
                 m.done()?;

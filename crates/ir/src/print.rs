@@ -84,6 +84,10 @@
 //! | `LdMatrix` | `ldmatrix.x{num}{.trans} [T] %ptr` |
 //! | `CpAsync` | `cp_async{.cache} %dst, %src, bytes` |
 //! | `CpAsyncCommit`, `CpAsyncWait` | `cp_async.commit`, `cp_async.wait n` |
+//! | `WgmmaDesc` | `wgmma_desc.{none,b32,b64,b128} %ptr, lbo, sbo` |
+//! | `Wgmma` | `wgmma.shape.{f16,bf16} %a, %b, %c` |
+//! | `WgmmaFence`, `WgmmaCommit`, `WgmmaWait` | `wgmma.fence`, `wgmma.commit`, `wgmma.wait n` |
+//! | `FenceProxyAsync` | `fence_proxy_async` |
 //! | `If` | `if %cond [-> (T, …)] [args] {` NL then-block `} else [args] {` NL else-block `}` |
 //! | `For` | `for %iv: T = %lo to %hi step %step [iter(%arg: T = %init, …)] {` NL body `}` |
 //! | `Yield`, `Return` | `yield %v, …`, `return` |
@@ -445,6 +449,19 @@ fn op_text(f: &Function, inst: &Inst, out: &mut String) {
         } => format!("cp_async{} {dst}, {src}, {bytes}", cache_suffix(*cache)),
         Op::CpAsyncCommit => "cp_async.commit".into(),
         Op::CpAsyncWait { n } => format!("cp_async.wait {n}"),
+        Op::WgmmaDesc {
+            ptr,
+            lbo,
+            sbo,
+            swizzle,
+        } => format!("wgmma_desc.{} {ptr}, {lbo}, {sbo}", swizzle.name()),
+        Op::Wgmma {
+            shape, ab, a, b, c, ..
+        } => format!("wgmma.{}.{ab} {a}, {b}, {c}", shape.name()),
+        Op::WgmmaFence => "wgmma.fence".into(),
+        Op::WgmmaCommit => "wgmma.commit".into(),
+        Op::WgmmaWait { n } => format!("wgmma.wait {n}"),
+        Op::FenceProxyAsync => "fence_proxy_async".into(),
         Op::If {
             cond,
             then_,

@@ -145,27 +145,54 @@ impl AddrSpace {
     }
 }
 
-/// `mma.sync` shapes the IR supports.
+/// Matrix shapes the IR supports: `mma.sync` (one warp) and `wgmma.mma_async` (a
+/// warpgroup of four consecutive warps, `m64nNk16`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MmaShape {
     /// m16n8k16, A/B f16 or bf16, C/D f32.
     M16N8K16,
     /// m16n8k32, A/B s8, C/D s32.
     M16N8K32,
+    /// wgmma m64n16k16, A/B f16 or bf16, C/D f32 (and the wider ones below).
+    M64N16K16,
+    M64N32K16,
+    M64N64K16,
+    M64N128K16,
+    M64N256K16,
 }
 
 impl MmaShape {
+    pub const ALL: [MmaShape; 7] = [
+        MmaShape::M16N8K16,
+        MmaShape::M16N8K32,
+        MmaShape::M64N16K16,
+        MmaShape::M64N32K16,
+        MmaShape::M64N64K16,
+        MmaShape::M64N128K16,
+        MmaShape::M64N256K16,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             MmaShape::M16N8K16 => "m16n8k16",
             MmaShape::M16N8K32 => "m16n8k32",
+            MmaShape::M64N16K16 => "m64n16k16",
+            MmaShape::M64N32K16 => "m64n32k16",
+            MmaShape::M64N64K16 => "m64n64k16",
+            MmaShape::M64N128K16 => "m64n128k16",
+            MmaShape::M64N256K16 => "m64n256k16",
         }
     }
 
     pub fn from_name(s: &str) -> Option<MmaShape> {
-        [MmaShape::M16N8K16, MmaShape::M16N8K32]
+        MmaShape::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// The warpgroup shape `m64nNk16`, if there is one for `n`.
+    pub fn warpgroup(n: u32) -> Option<MmaShape> {
+        MmaShape::ALL
             .into_iter()
-            .find(|m| m.name() == s)
+            .find(|s| s.is_warpgroup() && s.dims().1 == n)
     }
 
     /// (m, n, k)
@@ -173,7 +200,99 @@ impl MmaShape {
         match self {
             MmaShape::M16N8K16 => (16, 8, 16),
             MmaShape::M16N8K32 => (16, 8, 32),
+            MmaShape::M64N16K16 => (64, 16, 16),
+            MmaShape::M64N32K16 => (64, 32, 16),
+            MmaShape::M64N64K16 => (64, 64, 16),
+            MmaShape::M64N128K16 => (64, 128, 16),
+            MmaShape::M64N256K16 => (64, 256, 16),
         }
+    }
+
+    /// Whether the shape belongs to `wgmma` (a warpgroup's 128 threads share it).
+    pub fn is_warpgroup(self) -> bool {
+        !matches!(self, MmaShape::M16N8K16 | MmaShape::M16N8K32)
+    }
+
+    /// Threads holding one operand: 32 for `mma.sync`, 128 for `wgmma`.
+    pub fn threads(self) -> u32 {
+        if self.is_warpgroup() {
+            128
+        } else {
+            32
+        }
+    }
+}
+
+/// How a `wgmma` operand tile is laid out in shared memory (a matrix descriptor's
+/// layout type). Each operand row (an `m` row of A, an `n` column of B) holds its `k`
+/// elements contiguously ("K-major"); eight rows form a group, and `sbo` bytes separate
+/// consecutive groups. Without swizzling the unit is the 8-row × 16-byte core matrix
+/// (`lbo` bytes to the next one along `k`); a swizzled layout stores each row's
+/// `bytes()` contiguously and XORs the 16-byte chunk index (address bits 4..) with the
+/// row within a `bytes() × 8` atom (address bits 7..), on the absolute shared address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Swizzle {
+    None,
+    B32,
+    B64,
+    B128,
+}
+
+impl Swizzle {
+    pub const ALL: [Swizzle; 4] = [Swizzle::None, Swizzle::B32, Swizzle::B64, Swizzle::B128];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Swizzle::None => "none",
+            Swizzle::B32 => "b32",
+            Swizzle::B64 => "b64",
+            Swizzle::B128 => "b128",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Swizzle> {
+        Swizzle::ALL.into_iter().find(|z| z.name() == s)
+    }
+
+    /// The descriptor's 2-bit layout type (bits 62–63).
+    pub fn code(self) -> u64 {
+        match self {
+            Swizzle::None => 0,
+            Swizzle::B128 => 1,
+            Swizzle::B64 => 2,
+            Swizzle::B32 => 3,
+        }
+    }
+
+    pub fn from_code(code: u64) -> Swizzle {
+        match code & 3 {
+            0 => Swizzle::None,
+            1 => Swizzle::B128,
+            2 => Swizzle::B64,
+            _ => Swizzle::B32,
+        }
+    }
+
+    /// Bytes of one swizzled row (0 without swizzling).
+    pub fn bytes(self) -> u32 {
+        match self {
+            Swizzle::None => 0,
+            Swizzle::B32 => 32,
+            Swizzle::B64 => 64,
+            Swizzle::B128 => 128,
+        }
+    }
+
+    /// Apply the swizzle to a shared-memory byte address.
+    pub fn apply(self, addr: u32) -> u32 {
+        let bits = match self {
+            Swizzle::None => return addr,
+            Swizzle::B32 => 1,
+            Swizzle::B64 => 2,
+            Swizzle::B128 => 3,
+        };
+        let mask = (1u32 << bits) - 1;
+        addr ^ (((addr >> 7) & mask) << 4)
     }
 }
 
@@ -220,7 +339,7 @@ impl FragType {
             FragRole::B => k * n,
             FragRole::C => m * n,
         };
-        elems * self.elem.bytes() / 4 / 32
+        elems * self.elem.bytes() / 4 / self.shape.threads()
     }
 
     /// The type of each register: packed pairs for 16-bit elements, `u32` holding four
@@ -243,6 +362,10 @@ impl FragType {
             (MmaShape::M16N8K16, FragRole::C) => self.elem == Scalar::F32,
             (MmaShape::M16N8K32, FragRole::A | FragRole::B) => self.elem == Scalar::I8,
             (MmaShape::M16N8K32, FragRole::C) => self.elem == Scalar::I32,
+            // wgmma takes B from shared memory only (through a matrix descriptor).
+            (_, FragRole::B) => false,
+            (_, FragRole::A) => matches!(self.elem, Scalar::F16 | Scalar::BF16),
+            (_, FragRole::C) => self.elem == Scalar::F32,
         }
     }
 }

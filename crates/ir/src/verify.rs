@@ -59,7 +59,7 @@ pub enum KernelProblem {
     ParamType { name: String, ty: Type },
     #[error("shared array `{name}` has element type {elem}, which cannot be stored")]
     SharedElem { name: String, elem: Scalar },
-    #[error("shared array `{name}` has length 0")]
+    #[error("shared array `{name}` has length 0 (only a kernel's one shared array may: its dynamic shared memory)")]
     SharedEmpty { name: String },
     #[error(
         "shared array `{name}` has alignment {align}; it must be a power of two and at least {min}"
@@ -262,7 +262,8 @@ fn check_header(f: &Function) -> Result<(), KernelProblem> {
                 elem: d.elem,
             });
         }
-        if d.len == 0 {
+        // A kernel's one array may have length 0: it is then all dynamic shared memory.
+        if d.len == 0 && f.shared.len() > 1 {
             return Err(KernelProblem::SharedEmpty {
                 name: d.name.clone(),
             });

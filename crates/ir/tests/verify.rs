@@ -183,10 +183,15 @@ fn rejects_bad_shared_declarations() {
         kernel_problem(&e),
         KernelProblem::SharedElem { .. }
     ));
+    build(|k, _, _| {
+        k.shared_array("dynamic", Scalar::F32, 0, 4);
+    })
+    .expect("one array of length 0: the dynamic shared memory");
     let e = build(|k, _, _| {
+        k.shared_array("table", Scalar::F32, 4, 4);
         k.shared_array("none", Scalar::F32, 0, 4);
     })
-    .expect_err("empty array");
+    .expect_err("empty array beside another");
     assert_names(&e, &["`none` has length 0"]);
     for align in [3, 2] {
         let mut f = valid();

@@ -60,18 +60,28 @@ mod kernel;
 mod raw;
 pub mod reference;
 mod tiles;
+mod wg;
 
 use half::{bf16, f16};
 use quench_ir::func::MAX_STATIC_SHARED_BYTES;
+use quench_ir::interp::MAX_SHARED_BYTES_PER_BLOCK;
 use quench_ir::{Builder, Scalar, Value};
 use quench_rt::Launch;
 
 pub use case::{case, exactness_case};
 pub use format::BFormat;
-pub use kernel::build;
 
 use crate::error::KernelError;
 use crate::lanes::{emit_pack_bf16x2, emit_pack_f16x2};
+
+/// The kernel for `p`: on `mma.sync` (`kernel.rs`) or on `wgmma` (`wg.rs`).
+pub fn build(p: &GemmParams) -> Result<quench_ir::Function, KernelError> {
+    if p.wgmma {
+        wg::build(p)
+    } else {
+        kernel::build(p)
+    }
+}
 
 /// k covered by one pipeline step.
 pub const BK: u32 = 32;
@@ -255,8 +265,12 @@ pub struct GemmParams {
     pub bn: u32,
     /// Warp tile columns: 32 or 64 (warp tiles are `64 × wn`).
     pub wn: u32,
-    /// Shared-memory pipeline stages, 2..=4.
+    /// Shared-memory pipeline stages, 2..=4 (3 or 4 with `wgmma`).
     pub stages: u32,
+    /// Multiply with Hopper's `wgmma` (sm_90a) instead of `mma.sync`: warpgroups of 64
+    /// weight rows (`bn / 64` of them) against all `bm` tokens of the block (64, 128 or
+    /// 256); `wn` is unused. bf16 and f16 weights only.
+    pub wgmma: bool,
 }
 
 impl GemmParams {
@@ -279,19 +293,31 @@ impl GemmParams {
     }
 
     pub fn threads(&self) -> u32 {
-        (self.bm / WARP_M) * (self.bn / self.wn) * 32
+        if self.wgmma {
+            self.bn / 64 * 128
+        } else {
+            (self.bm / WARP_M) * (self.bn / self.wn) * 32
+        }
     }
 
     pub fn launch(&self, m: u32) -> Launch {
         Launch {
             grid: [m.div_ceil(self.bm), self.n / self.bn, 1],
             block: [self.threads(), 1, 1],
-            dynamic_shared_bytes: 0,
+            dynamic_shared_bytes: if self.wgmma {
+                self.shared_bytes() as u32
+            } else {
+                0
+            },
         }
     }
 
-    /// Static shared memory the kernel declares (each array 128-byte aligned).
+    /// Shared memory the kernel takes: static arrays (each 128-byte aligned), or with
+    /// `wgmma` the dynamic stages of A and B tiles.
     pub fn shared_bytes(&self) -> u64 {
+        if self.wgmma {
+            return (self.stages * (self.bm + self.bn) * BK * 2) as u64;
+        }
         let a = self.stages * self.bm * BK * 2;
         let arrays = if self.format.is_quantized() {
             vec![
@@ -317,7 +343,23 @@ impl GemmParams {
                     .into(),
             );
         }
-        if ![64, 128].contains(&self.bm) || ![64, 128].contains(&self.bn) {
+        if self.wgmma {
+            if self.format.is_quantized() {
+                return fail("the wgmma products take bf16 or f16 weights only".into());
+            }
+            if ![64, 128, 256].contains(&self.bm) || ![64, 128].contains(&self.bn) {
+                return fail(format!(
+                    "bm = {}, bn = {}: with wgmma bm must be 64, 128 or 256 and bn 64 or 128",
+                    self.bm, self.bn
+                ));
+            }
+            if !(3..=4).contains(&self.stages) {
+                return fail(format!(
+                    "stages = {}: with wgmma must be 3 or 4",
+                    self.stages
+                ));
+            }
+        } else if ![64, 128].contains(&self.bm) || ![64, 128].contains(&self.bn) {
             return fail(format!(
                 "bm = {}, bn = {}: each must be 64 or 128",
                 self.bm, self.bn
@@ -349,7 +391,13 @@ impl GemmParams {
             ));
         }
         let smem = self.shared_bytes();
-        if smem > MAX_STATIC_SHARED_BYTES {
+        if self.wgmma && smem > MAX_SHARED_BYTES_PER_BLOCK {
+            return fail(format!(
+                "{} stages of {}×{} tiles need {smem} bytes of shared memory, more than {MAX_SHARED_BYTES_PER_BLOCK}",
+                self.stages, self.bm, self.bn
+            ));
+        }
+        if !self.wgmma && smem > MAX_STATIC_SHARED_BYTES {
             return fail(format!(
                 "{} stages of {}×{} tiles need {smem} bytes of shared memory, more than {MAX_STATIC_SHARED_BYTES}",
                 self.stages, self.bm, self.bn

@@ -1022,7 +1022,7 @@ const GEMM_Q6K: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 
 
 /// The GEMM kernels' parameters, with what the format asks of `k` and the tiling's
 /// defaults (`bn`, `wn`, `stages`).
-const fn gemm_infos(k_doc: &'static str, bn: u64, wn: u64, stages: u64) -> [ParamInfo; 7] {
+const fn gemm_infos(k_doc: &'static str, bn: u64, wn: u64, stages: u64) -> [ParamInfo; 8] {
     [
         ParamInfo {
             name: "m",
@@ -1058,6 +1058,11 @@ const fn gemm_infos(k_doc: &'static str, bn: u64, wn: u64, stages: u64) -> [Para
             name: "stages",
             default: stages,
             doc: "shared-memory pipeline stages: 2, 3 or 4 (48 KiB at most)",
+        },
+        ParamInfo {
+            name: "wgmma",
+            default: 0,
+            doc: "1: multiply with wgmma (sm_90a; bf16 or f16 weights; bm the wgmma n: 64, 128 or 256; stages 3 or 4)",
         },
     ]
 }
@@ -1504,6 +1509,7 @@ fn gemm_params(
         bn: r.get("bn", 64, 128)?,
         wn: r.get("wn", 32, 64)?,
         stages: r.get("stages", 2, 4)?,
+        wgmma: r.get("wgmma", 0, 1)? == 1,
     })
 }
 

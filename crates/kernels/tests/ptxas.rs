@@ -33,3 +33,51 @@ fn every_kernel_assembles() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The wgmma products assemble for sm_90a without spills and without a warning (ptxas
+/// warns when it has to serialize the asynchronous products).
+#[test]
+fn wgmma_gemms_assemble_without_warnings() {
+    use quench_kernels::gemm::{self, BFormat, Epilogue, GemmParams, Operands};
+    let mut failures = vec![];
+    for (operands, format) in [
+        (Operands::F16, BFormat::Bf16),
+        (Operands::F16, BFormat::F16),
+        (Operands::Bf16, BFormat::Bf16),
+    ] {
+        for (bm, bn, stages) in [(64, 128, 3), (128, 128, 4), (256, 128, 4), (256, 64, 4)] {
+            for epilogue in Epilogue::ALL {
+                let p = GemmParams {
+                    operands,
+                    format,
+                    epilogue,
+                    n: 4096,
+                    k: 4096,
+                    bm,
+                    bn,
+                    wn: 64,
+                    stages,
+                    wgmma: true,
+                };
+                let f = gemm::build(&p).unwrap_or_else(|e| panic!("{e}"));
+                let ptx = quench_ptx::emit(&f).unwrap_or_else(|e| panic!("{e}"));
+                assert!(ptx.contains(".target sm_90a"), "{}", p.name());
+                match assemble(&ptx, "sm_90") {
+                    Ok(r) => {
+                        eprintln!("{} bm {bm} bn {bn}: {} registers", p.name(), r.registers);
+                        if r.spill_store_bytes > 0 || !r.warnings.is_empty() {
+                            failures.push(format!(
+                                "{} bm {bm} bn {bn}: spills {} B, warnings {:?}",
+                                p.name(),
+                                r.spill_store_bytes,
+                                r.warnings
+                            ));
+                        }
+                    }
+                    Err(e) => failures.push(format!("{} bm {bm} bn {bn}: {e}", p.name())),
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

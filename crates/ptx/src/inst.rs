@@ -83,6 +83,31 @@ pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
             e.line(format!("cp.async.wait_group {n}"));
             Ok(())
         }
+        Op::WgmmaDesc {
+            ptr,
+            lbo,
+            sbo,
+            swizzle,
+        } => tensor::wgmma_desc(e, one(i)?, *ptr, (*lbo, *sbo, *swizzle)),
+        Op::Wgmma { shape, ab, a, b, c } => {
+            tensor::wgmma(e, i, one(i)?, (*shape, *ab), [*a, *b, *c])
+        }
+        Op::WgmmaFence => {
+            e.line("wgmma.fence.sync.aligned");
+            Ok(())
+        }
+        Op::WgmmaCommit => {
+            e.line("wgmma.commit_group.sync.aligned");
+            Ok(())
+        }
+        Op::WgmmaWait { n } => {
+            e.line(format!("wgmma.wait_group.sync.aligned {n}"));
+            Ok(())
+        }
+        Op::FenceProxyAsync => {
+            e.line("fence.proxy.async.shared::cta");
+            Ok(())
+        }
         Op::If { .. } | Op::For { .. } | Op::Yield(_) | Op::Return => {
             Err("structured control flow reached the instruction emitter".into())
         }
@@ -132,6 +157,12 @@ pub(crate) fn op_name(op: &Op) -> String {
         Op::CpAsync { bytes, .. } => format!("cp.async {bytes}"),
         Op::CpAsyncCommit => "cp.async.commit".into(),
         Op::CpAsyncWait { n } => format!("cp.async.wait {n}"),
+        Op::WgmmaDesc { swizzle, .. } => format!("wgmma_desc {}", swizzle.name()),
+        Op::Wgmma { shape, .. } => format!("wgmma {}", shape.name()),
+        Op::WgmmaFence => "wgmma.fence".into(),
+        Op::WgmmaCommit => "wgmma.commit".into(),
+        Op::WgmmaWait { n } => format!("wgmma.wait {n}"),
+        Op::FenceProxyAsync => "fence_proxy_async".into(),
         Op::If { .. } => "if".into(),
         Op::For { .. } => "for".into(),
         Op::Yield(_) => "yield".into(),

@@ -23,6 +23,9 @@ pub use error::PtxError;
 pub const PTX_VERSION: &str = "9.0";
 /// Target architecture of the emitted modules.
 pub const PTX_TARGET: &str = "sm_90";
+/// Target of modules that use Hopper's architecture-specific instructions (`wgmma`):
+/// they run on sm_90 GPUs only, never on later ones.
+pub const PTX_TARGET_ARCH_SPECIFIC: &str = "sm_90a";
 
 /// Emit a complete PTX module holding `f` as its only entry point.
 ///

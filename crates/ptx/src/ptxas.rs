@@ -93,10 +93,18 @@ impl Drop for TempDir {
     }
 }
 
-/// Assemble `ptx` for `arch` (`sm_90`, `sm_90a`, ...) with `ptxas -v`.
+/// Assemble `ptx` for `arch` (`sm_90`, `sm_90a`, ...) with `ptxas -v`. A module that
+/// targets `sm_90a` (it uses `wgmma`) is assembled for `sm_90a` when `arch` is `sm_90`:
+/// the same GPU, its architecture-specific instructions allowed.
 ///
 /// On rejection the error carries `ptxas`'s message and the PTX line it names.
 pub fn assemble(ptx: &str, arch: &str) -> Result<AsmReport, PtxError> {
+    let specific = format!("{arch}a");
+    let arch = if ptx.lines().any(|l| l.trim() == format!(".target {specific}")) {
+        specific.as_str()
+    } else {
+        arch
+    };
     let valid_arch = arch
         .strip_prefix("sm_")
         .is_some_and(|r| !r.is_empty() && r.chars().all(|c| c.is_ascii_alphanumeric()));

@@ -569,6 +569,7 @@ fn compile(c: &ModelConfig, exec: &mut dyn Executor) -> Result<Kernels, GpuError
         bn: 64,
         wn: 32,
         stages: 3,
+        wgmma: false,
     };
     let (qkv, out, up, down) = (
         gemm(3 * c.hidden, c.hidden),

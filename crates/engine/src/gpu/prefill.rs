@@ -638,6 +638,7 @@ impl<'a> ChunkBuilder<'a> {
                 bn,
                 wn,
                 stages,
+                wgmma: false,
             })
             .find(|p| n.is_multiple_of(p.bn) && p.shared_bytes() <= MAX_STATIC_SHARED_BYTES)
             .ok_or_else(|| {

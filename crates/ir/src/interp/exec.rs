@@ -5,7 +5,7 @@ use super::arith::{self, ArithError};
 use super::block::BlockCtx;
 use super::program::{CInst, ValInfo};
 use super::warp::{lanes, Regs, Warp};
-use super::{collective, cp_async, mma, InterpError};
+use super::{collective, cp_async, mma, wgmma, InterpError};
 use crate::func::Value;
 use crate::ops::{AtomOp, BinOp, Op, Special, UnOp};
 use crate::types::{AddrSpace, Scalar, Type};
@@ -323,6 +323,28 @@ pub(crate) fn exec<'p>(
         } => cp_async::issue(ctx, w, ci, active, *dst, *src, *bytes)?,
         Op::CpAsyncCommit => cp_async::commit(w, active),
         Op::CpAsyncWait { n } => cp_async::wait(ctx, w, ci, active, *n)?,
+        Op::WgmmaDesc {
+            ptr,
+            lbo,
+            sbo,
+            swizzle,
+        } => wgmma::exec_desc(ctx, w, ci, active, (*ptr, *lbo, *sbo, *swizzle))?,
+        Op::Wgmma { shape, ab, a, b, c } => {
+            wgmma::exec_wgmma(ctx, w, ci, active, (*shape, *ab), [*a, *b, *c])?
+        }
+        // Each warp's products are complete when it issues them (see `wgmma`): the
+        // fence, the groups and the waits have nothing left to order, but like the
+        // hardware they need the whole warp.
+        Op::WgmmaFence | Op::WgmmaCommit | Op::WgmmaWait { .. } => {
+            if active != u32::MAX {
+                return Err(InterpError::NotConverged {
+                    site: ctx.site(w.index, None, ci),
+                    active,
+                });
+            }
+        }
+        // Shared memory is one memory here: no proxy to synchronize with.
+        Op::FenceProxyAsync => {}
         Op::Barrier | Op::If { .. } | Op::For { .. } | Op::Yield(_) | Op::Return => {
             return Err(ctx.bad_inst(
                 w.index,

@@ -141,7 +141,9 @@ impl<'f> Program<'f> {
                     sub[1] = self.add_block(else_, Nest::If(inst), next_id)?;
                 }
                 Op::For { body, .. } => sub[0] = self.add_block(body, Nest::For(inst), next_id)?,
-                Op::Mma { .. } | Op::LdMatrix { .. } => self.uses_layout = true,
+                Op::Mma { .. } | Op::Wgmma { .. } | Op::LdMatrix { .. } => {
+                    self.uses_layout = true
+                }
                 _ => {}
             }
             insts.push(CInst { id, inst, sub });
@@ -179,6 +181,10 @@ impl<'f> Program<'f> {
             | Op::CpAsync { .. }
             | Op::CpAsyncCommit
             | Op::CpAsyncWait { .. }
+            | Op::WgmmaFence
+            | Op::WgmmaCommit
+            | Op::WgmmaWait { .. }
+            | Op::FenceProxyAsync
             | Op::Return => want(0),
             Op::Yield(vals) => {
                 want(0)?;
@@ -311,6 +317,12 @@ impl<'f> Program<'f> {
             Op::CpAsync { bytes, .. } => format!("cp.async {bytes} bytes"),
             Op::CpAsyncCommit => "cp.async.commit_group".into(),
             Op::CpAsyncWait { n } => format!("cp.async.wait_group {n}"),
+            Op::WgmmaDesc { .. } => "wgmma descriptor".into(),
+            Op::Wgmma { shape, ab, .. } => format!("wgmma.mma_async.{}.f32.{ab}", shape.name()),
+            Op::WgmmaFence => "wgmma.fence".into(),
+            Op::WgmmaCommit => "wgmma.commit_group".into(),
+            Op::WgmmaWait { n } => format!("wgmma.wait_group {n}"),
+            Op::FenceProxyAsync => "fence.proxy.async.shared::cta".into(),
             Op::If { .. } => "if".into(),
             Op::For { .. } => "for".into(),
             Op::Yield(_) => "yield".into(),

@@ -303,9 +303,31 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
             }
             Ok(vec![])
         }
-        Op::Barrier | Op::CpAsyncCommit | Op::CpAsyncWait { .. } | Op::Return | Op::Yield(_) => {
-            Ok(vec![])
+        Op::Barrier
+        | Op::CpAsyncCommit
+        | Op::CpAsyncWait { .. }
+        | Op::WgmmaFence
+        | Op::WgmmaCommit
+        | Op::WgmmaWait { .. }
+        | Op::FenceProxyAsync
+        | Op::Return
+        | Op::Yield(_) => Ok(vec![]),
+        Op::WgmmaDesc { ptr, lbo, sbo, .. } => {
+            pointer_in(f, "ptr", *ptr, AddrSpace::Shared)?;
+            for (what, v) in [("the leading byte offset", *lbo), ("the stride byte offset", *sbo)] {
+                if v % 16 != 0 || v >= 1 << 18 {
+                    return Err(InstProblem::Immediate {
+                        what,
+                        value: v,
+                        allowed: "a multiple of 16 below 2^18",
+                    });
+                }
+            }
+            one(Type::Scalar(Scalar::U64))
         }
+        Op::Wgmma {
+            shape, ab, a, b, c, ..
+        } => wgmma(f, *shape, *ab, *a, *b, *c),
         Op::Fence { ord, .. } => {
             if *ord == Ordering::Relaxed {
                 return Err(InstProblem::RelaxedFence);
@@ -559,6 +581,49 @@ fn atomic(
         (_, None) => {}
     }
     Ok(vec![ta])
+}
+
+fn wgmma(
+    f: &Function,
+    shape: MmaShape,
+    ab: Scalar,
+    a: Value,
+    b: Value,
+    c: Value,
+) -> Result<Vec<Type>, InstProblem> {
+    if !shape.is_warpgroup() || !matches!(ab, Scalar::F16 | Scalar::BF16) {
+        return Err(operand(
+            "c",
+            f,
+            c,
+            format!("a warpgroup shape and f16 or bf16 operands, not {} {ab}", shape.name()),
+        ));
+    }
+    let desc = Type::Scalar(Scalar::U64);
+    match ty(f, a) {
+        t if t == desc => {}
+        Type::Frag(fr) if fr.shape == shape && fr.role == FragRole::A && fr.elem == ab => {}
+        _ => {
+            return Err(operand(
+                "a",
+                f,
+                a,
+                format!("a u64 descriptor or an A fragment of {} {ab}", shape.name()),
+            ))
+        }
+    }
+    expect(f, "b", b, desc)?;
+    match ty(f, c) {
+        Type::Frag(fr) if fr.shape == shape && fr.role == FragRole::C && fr.is_valid() => {
+            Ok(vec![ty(f, c)])
+        }
+        _ => Err(operand(
+            "c",
+            f,
+            c,
+            format!("a valid c fragment of {}", shape.name()),
+        )),
+    }
 }
 
 fn mma(

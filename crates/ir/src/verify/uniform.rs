@@ -80,6 +80,7 @@ fn thread_varying(op: &Op) -> bool {
         | Op::Vote { .. }
         | Op::Redux { .. }
         | Op::Mma { .. }
+        | Op::Wgmma { .. }
         | Op::LdMatrix { .. } => true,
         _ => false,
     }

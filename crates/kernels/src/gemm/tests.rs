@@ -20,6 +20,7 @@ fn params(format: BFormat, n: u32, k: u32, bm: u32, bn: u32, wn: u32, stages: u3
         bn,
         wn,
         stages,
+        wgmma: false,
     }
 }
 
@@ -225,4 +226,50 @@ fn names_say_the_operand_type() {
         name(Operands::F16, BFormat::Q4K, Epilogue::StoreHalf),
         "gemm_q4_k_xf16_to_f16"
     );
+}
+
+/// The wgmma kernels: bf16 and f16 weights, each epilogue, one and two warpgroups, the
+/// three token widths, a partial token tile; the products within their bound (and the
+/// controls outside it), the weights through an identity `A` bit for bit.
+#[test]
+fn wgmma_products_meet_the_bound_and_carry_exact_weights() {
+    let seed = seed();
+    let shapes = [(64, 128, 3), (128, 64, 4), (256, 128, 4)];
+    for (operands, f) in [
+        (Operands::F16, BFormat::Bf16),
+        (Operands::F16, BFormat::F16),
+        (Operands::Bf16, BFormat::Bf16),
+    ] {
+        for (i, &(bm, bn, stages)) in shapes.iter().enumerate() {
+            let p = GemmParams {
+                operands,
+                epilogue: Epilogue::ALL[i % 3],
+                wgmma: true,
+                ..params(f, 128, 96, bm, bn, 32, stages)
+            };
+            let mut cases = vec![case(&p, 70, seed).unwrap_or_else(|e| panic!("{e}"))];
+            if p.epilogue != Epilogue::Accumulate {
+                cases.push(exactness_case(&p, seed).unwrap_or_else(|e| panic!("{e}")));
+            }
+            for case in cases {
+                let out =
+                    run_case(&mut InterpExecutor::new(), &case).unwrap_or_else(|e| panic!("{e}"));
+                for r in compare(&case, &out).expect("comparable") {
+                    assert!(r.passed, "{} bm {bm} bn {bn}: {r}", case.name);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn wgmma_refuses_what_it_does_not_do() {
+    let wg = |p: GemmParams| GemmParams { wgmma: true, ..p };
+    let refuse = |p: GemmParams, needle: &str| {
+        let e = build(&p).unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+    };
+    refuse(wg(params(BFormat::Q8_0, 128, 64, 128, 128, 64, 3)), "bf16 or f16 weights");
+    refuse(wg(params(BFormat::Bf16, 128, 64, 96, 128, 64, 3)), "64, 128 or 256");
+    refuse(wg(params(BFormat::Bf16, 128, 64, 128, 128, 64, 2)), "3 or 4");
 }

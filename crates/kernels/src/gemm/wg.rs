@@ -1,0 +1,239 @@
+//! The same products on Hopper's warpgroup MMA (`wgmma.mma_async`, `GemmParams::wgmma`).
+//!
+//! **Roles.** A warpgroup (four warps, 128 threads) computes `64 × bm` of `Cᵀ`: 64 weight
+//! rows (columns of `C`) against the block's `bm` tokens, as `wgmma.m64n{bm}k16`. The
+//! weights are wgmma's A, taken from registers: each warp loads its 16 rows with
+//! `ldmatrix`, exactly as the `mma.sync` kernel loads its A fragments, and bf16 weights
+//! under f16 operands are converted there (see [`super`]). The activations are wgmma's
+//! B, read by the tensor cores from shared memory through a matrix descriptor: the
+//! tiles `tiles.rs` writes — 64-byte rows, 16-byte chunk `c` of row `r` at chunk
+//! `c ^ ((r >> 1) & 3)` — are the 64-byte-swizzled K-major layout (eight rows a 512-byte
+//! atom), so they need no other copy. A block of `bn / 64` warpgroups covers `bn` weight
+//! rows.
+//!
+//! **Pipeline.** Commit group `g` of `cp.async` carries the tiles of k-step `g` into
+//! stage `g mod stages`. Iteration `t` loads the weight fragments of step `t`, issues its
+//! two k16 `wgmma` as one group, and waits until only that group is pending
+//! (`wgmma.wait_group 1`): step `t − 1`'s products are done, step `t`'s run on while the
+//! warps wait for the copies of step `t + 1` (`cp.async.wait_group stages − 3`), make
+//! them visible to the tensor cores (`fence.proxy.async`) and meet at the barrier; then
+//! step `t + stages − 1` is copied into the stage step `t − 1` used, which no product
+//! reads any more. So `stages − 2` steps are in flight while one is multiplied.
+//!
+//! **Epilogue.** Accumulator register `4j + r` of lane `l` in warp `q` of warpgroup `w`
+//! holds weight row `64w + 16q + l/4 + 8·(r/2)` and token `8j + 2·(l mod 4) + (r mod 2)`
+//! (the `m16n8k16` accumulator of each warp's 16 rows, repeated over the `n8` blocks);
+//! each token's values are stored for tokens below `m`.
+
+use quench_ir::{Builder, FragRole, Function, MmaShape, Scalar, Swizzle, Type, Value};
+
+use super::tiles::{swizzled, Ids, TileCopy};
+use super::{Epilogue, GemmParams, BK};
+use crate::error::KernelError;
+use crate::lanes::{emit_pack_f16x2, emit_unpack_bf16x2, gptr, wide_mul};
+
+/// Bytes between eight-row groups of a tile (64-byte rows).
+const ATOM_BYTES: u32 = 8 * BK * 2;
+
+/// `(a, b, c, m)`: see the module documentation of [`super`].
+pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
+    p.check()?;
+    let shape = MmaShape::warpgroup(p.bm)
+        .ok_or_else(|| KernelError::unsupported(p.name(), format!("no wgmma with n = {}", p.bm)))?;
+    let stages = p.stages;
+    let mut kb = Builder::new(p.name(), p.threads());
+    let k = &mut kb;
+    let operand = p.operands.scalar();
+    let a = k.param("a", gptr(operand));
+    let b = k.param("b", gptr(p.format.stored_elem()));
+    let c = k.param("c", gptr(p.c_elem()));
+    let m = k.param("m", Type::U32);
+
+    let (a_stage, b_stage) = (p.bm * BK, p.bn * BK);
+    // The stages live in dynamic shared memory (`GemmParams::launch` sizes it): A's, then
+    // B's. 1024-byte alignment: the swizzle atoms must sit at 512-byte addresses.
+    let a_s = k.shared_array("tiles", operand, 0, 1024);
+    let b_s = k.const_u32(stages * a_stage);
+    let b_s = k.ptr_add(a_s, b_s);
+    let b_s = k.ptr_cast(p.format.stored_elem(), b_s);
+    let ids = Ids::emit(k, p);
+    let one = k.const_u32(1);
+    let last_row = k.sub(m, one);
+    let a_copy = TileCopy::emit(k, p, &ids, a, ids.row0, Some(last_row), p.bm);
+    let b_copy = TileCopy::emit(k, p, &ids, b, ids.col0, None, p.bn);
+    let frag_rows = FragRows::emit(k, &ids);
+
+    let steps = p.k / BK;
+    let last_tile = k.const_u32(steps - 1);
+    // Group `j` (clamped to the last step: the copies past it fill stages nobody reads).
+    let issue = |k: &mut Builder, j: Value, slot: Value| {
+        let tile = k.min(j, last_tile);
+        let a_off = k.mul_const(slot, a_stage);
+        a_copy.issue(k, a_s, a_off, tile);
+        let b_off = k.mul_const(slot, b_stage);
+        b_copy.issue(k, b_s, b_off, tile);
+        k.cp_async_commit();
+    };
+    let zero = k.const_u32(0);
+    for g in 0..stages - 1 {
+        let g = k.const_u32(g);
+        issue(k, g, g);
+    }
+    k.cp_async_wait(stages - 2);
+    k.fence_proxy_async();
+    k.barrier();
+
+    let frag_c = Builder::frag_type(shape, FragRole::C, Scalar::F32);
+    let zf = k.const_f32(0.0);
+    let acc0 = k.pack(frag_c, &vec![zf; (p.bm / 2) as usize]);
+    let hi = k.const_u32(steps);
+    let out = k.for_range(zero, hi, one, &[zero, acc0], |k, t, carried| {
+        let (slot, mut acc) = (carried[0], carried[1]);
+        let a_off = k.mul_const(slot, a_stage);
+        let b_off = k.mul_const(slot, b_stage);
+        let frags: Vec<Value> = (0..2)
+            .map(|ks| frag_rows.load(k, p, shape, (b_s, b_off), ks))
+            .collect();
+        k.wgmma_fence();
+        for (ks, &fa) in frags.iter().enumerate() {
+            let at = k.add_const(a_off, ks as u32 * 16);
+            let at = k.ptr_add(a_s, at);
+            let desc = k.wgmma_desc(at, 16, ATOM_BYTES, Swizzle::B64);
+            acc = k.wgmma(shape, operand, fa, desc, acc);
+        }
+        k.wgmma_commit();
+        k.wgmma_wait(1);
+        k.cp_async_wait(stages - 3);
+        k.fence_proxy_async();
+        k.barrier();
+        let ahead = k.add_const(t, stages - 1);
+        let free = prev_slot(k, slot, stages);
+        issue(k, ahead, free);
+        let next = next_slot(k, slot, stages);
+        vec![next, acc]
+    });
+    k.wgmma_wait(0);
+    // Nothing is read from the copies still in flight (repeats of the last step).
+    k.cp_async_wait(0);
+    store(k, p, &ids, c, m, out[1]);
+    Ok(kb.finish()?)
+}
+
+/// Each lane's `ldmatrix.x4` row within the weight tile: lane `l` gives row `l mod 8` of
+/// 8×8 matrix `l / 8`, the matrices being (rows 0–7, k 0–7), (rows 8–15, k 0–7),
+/// (rows 0–7, k 8–15), (rows 8–15, k 8–15) of the warp's 16 rows — the m16n8k16 A
+/// fragment's registers a0..a3, which is also each warp's part of wgmma's A.
+struct FragRows {
+    row: Value,
+    khalf: Value,
+}
+
+impl FragRows {
+    fn emit(k: &mut Builder, ids: &Ids) -> FragRows {
+        let quad = k.shr_const(ids.lane, 3);
+        let r8 = k.and_const(ids.lane, 7);
+        let q_lo = k.and_const(quad, 1);
+        let khalf = k.shr_const(quad, 1);
+        let row = k.mul_const(ids.warp, 16);
+        let q8 = k.shl_const(q_lo, 3);
+        let row = k.add(row, q8);
+        let row = k.add(row, r8);
+        FragRows { row, khalf }
+    }
+
+    /// The warp's A fragment of k16 slice `ks` of the weight tile at element offset
+    /// `stage` of `b_s`, converted to the operand type where it differs from storage.
+    fn load(
+        &self,
+        k: &mut Builder,
+        p: &GemmParams,
+        shape: MmaShape,
+        (b_s, stage): (Value, Value),
+        ks: u32,
+    ) -> Value {
+        let chunk = k.add_const(self.khalf, 2 * ks);
+        let at = swizzled(k, self.row, chunk);
+        let at = k.add(stage, at);
+        let at = k.ptr_add(b_s, at);
+        let v = k.ldmatrix(Type::Vec(Scalar::U32, 4), 4, false, at);
+        let pair = Type::Scalar(p.operands.pair());
+        let regs: Vec<Value> = (0..4)
+            .map(|i| {
+                let r = k.extract(v, i);
+                let r = if p.converts_b() {
+                    let [lo, hi] = emit_unpack_bf16x2(k, r);
+                    emit_pack_f16x2(k, lo, hi)
+                } else {
+                    r
+                };
+                k.bitcast(pair, r)
+            })
+            .collect();
+        let frag_a = Builder::frag_type(shape, FragRole::A, p.operands.scalar());
+        k.pack(frag_a, &regs)
+    }
+}
+
+/// Write the warpgroup's `64 × bm` block of `Cᵀ` into `C` (row-major `[m, n]`), tokens
+/// below `m` only, as the epilogue says (see `tiles::store_c` for the three kinds).
+fn store(k: &mut Builder, p: &GemmParams, ids: &Ids, c: Value, m: Value, acc: Value) {
+    let g = k.shr_const(ids.lane, 2);
+    let t = k.and_const(ids.lane, 3);
+    let col = {
+        let w = k.mul_const(ids.warp, 16);
+        let cc = k.add(ids.col0, w);
+        let cc = k.add(cc, g);
+        k.cvt(Scalar::U64, cc)
+    };
+    let tok0 = {
+        let t2 = k.shl_const(t, 1);
+        k.add(ids.row0, t2)
+    };
+    for j in 0..p.bm / 8 {
+        for parity in 0..2u32 {
+            let tok = k.add_const(tok0, 8 * j + parity);
+            let inside = k.lt(tok, m);
+            k.if_then(inside, |k| {
+                let at = wide_mul(k, tok, p.n);
+                let at = k.add(at, col);
+                let row_ptr = k.ptr_add(c, at);
+                for half in 0..2u32 {
+                    let v = k.extract(acc, 4 * j + 2 * half + parity);
+                    let off = k.const_u32(8 * half);
+                    let at = k.ptr_add(row_ptr, off);
+                    match p.epilogue {
+                        Epilogue::Store => k.store(at, v),
+                        Epilogue::Accumulate => {
+                            let old = k.load(Type::Scalar(Scalar::F32), at);
+                            let sum = k.add(v, old);
+                            k.store(at, sum);
+                        }
+                        Epilogue::StoreHalf => {
+                            let h = k.cvt(p.operands.scalar(), v);
+                            k.store(at, h);
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// `(slot + 1) mod stages`.
+fn next_slot(k: &mut Builder, slot: Value, stages: u32) -> Value {
+    let wrap = k.const_u32(stages - 1);
+    let at_end = k.eq(slot, wrap);
+    let zero = k.const_u32(0);
+    let after = k.add_const(slot, 1);
+    k.select(at_end, zero, after)
+}
+
+/// `(slot − 1) mod stages`.
+fn prev_slot(k: &mut Builder, slot: Value, stages: u32) -> Value {
+    let zero = k.const_u32(0);
+    let at_start = k.eq(slot, zero);
+    let last = k.const_u32(stages - 1);
+    let one = k.const_u32(1);
+    let before = k.sub(slot, one);
+    k.select(at_start, last, before)
+}
