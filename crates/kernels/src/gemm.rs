@@ -316,7 +316,7 @@ impl GemmParams {
     /// `wgmma` the dynamic stages of A and B tiles.
     pub fn shared_bytes(&self) -> u64 {
         if self.wgmma {
-            return (self.stages * (self.bm + self.bn) * BK * 2) as u64;
+            return (self.stages * (self.bm + self.bn) * wg::SUB * BK * 2) as u64;
         }
         let a = self.stages * self.bm * BK * 2;
         let arrays = if self.format.is_quantized() {
@@ -357,6 +357,13 @@ impl GemmParams {
                 return fail(format!(
                     "stages = {}: with wgmma must be 3 or 4",
                     self.stages
+                ));
+            }
+            let step = wg::SUB * BK;
+            if self.k == 0 || !self.k.is_multiple_of(step) {
+                return fail(format!(
+                    "k = {} must be a positive multiple of {step} for the wgmma products",
+                    self.k
                 ));
             }
         } else if ![64, 128].contains(&self.bm) || ![64, 128].contains(&self.bn) {

@@ -1042,7 +1042,7 @@ const fn gemm_infos(k_doc: &'static str, bn: u64, wn: u64, stages: u64) -> [Para
         ParamInfo {
             name: "bm",
             default: 128,
-            doc: "block tile rows: 64 or 128",
+            doc: "block tile rows: 64 or 128 (with wgmma also 256)",
         },
         ParamInfo {
             name: "bn",
@@ -1505,7 +1505,7 @@ fn gemm_params(
         epilogue,
         n: r.get("n", 1, 1 << 24)?,
         k: r.get("k", 1, 1 << 20)?,
-        bm: r.get("bm", 64, 128)?,
+        bm: r.get("bm", 64, 256)?,
         bn: r.get("bn", 64, 128)?,
         wn: r.get("wn", 32, 64)?,
         stages: r.get("stages", 2, 4)?,

@@ -245,7 +245,7 @@ fn wgmma_products_meet_the_bound_and_carry_exact_weights() {
                 operands,
                 epilogue: Epilogue::ALL[i % 3],
                 wgmma: true,
-                ..params(f, 128, 96, bm, bn, 32, stages)
+                ..params(f, 128, 192 + 64 * i as u32, bm, bn, 32, stages)
             };
             let mut cases = vec![case(&p, 70, seed).unwrap_or_else(|e| panic!("{e}"))];
             if p.epilogue != Epilogue::Accumulate {

@@ -11,14 +11,18 @@
 //! atom), so they need no other copy. A block of `bn / 64` warpgroups covers `bn` weight
 //! rows.
 //!
-//! **Pipeline.** Commit group `g` of `cp.async` carries the tiles of k-step `g` into
-//! stage `g mod stages`. Iteration `t` loads the weight fragments of step `t`, issues its
-//! two k16 `wgmma` as one group, and waits until only that group is pending
-//! (`wgmma.wait_group 1`): step `t − 1`'s products are done, step `t`'s run on while the
-//! warps wait for the copies of step `t + 1` (`cp.async.wait_group stages − 3`), make
-//! them visible to the tensor cores (`fence.proxy.async`) and meet at the barrier; then
-//! step `t + stages − 1` is copied into the stage step `t − 1` used, which no product
-//! reads any more. So `stages − 2` steps are in flight while one is multiplied.
+//! **Pipeline.** A step covers 64 of `k`: two `[rows][32]` sub-tiles of each operand
+//! per stage. Commit group `g` of `cp.async` carries step `g`'s tiles into stage
+//! `g mod stages`. Step `t` loads its weight fragments, issues its four k16 `wgmma` as
+//! one group, and waits until only that group is pending (`wgmma.wait_group 1`): step
+//! `t − 1`'s products are done, step `t`'s run on while the warps wait for the copies of
+//! step `t + 1` (`cp.async.wait_group stages − 3`), make them visible to the tensor
+//! cores (`fence.proxy.async`) and meet at the barrier; then step `t + stages − 1` is
+//! copied into the stage step `t − 1` used, which no product reads any more. So
+//! `stages − 2` steps are in flight while one is multiplied. A step's A fragments are
+//! read by the tensor cores until the next step's wait, so consecutive steps must hold
+//! them in different registers: the loop body holds two steps (an odd last one follows
+//! the loop).
 //!
 //! **Epilogue.** Accumulator register `4j + r` of lane `l` in warp `q` of warpgroup `w`
 //! holds weight row `64w + 16q + l/4 + 8·(r/2)` and token `8j + 2·(l mod 4) + (r mod 2)`
@@ -34,6 +38,8 @@ use crate::lanes::{emit_pack_f16x2, emit_unpack_bf16x2, gptr, wide_mul};
 
 /// Bytes between eight-row groups of a tile (64-byte rows).
 const ATOM_BYTES: u32 = 8 * BK * 2;
+/// Sub-tiles of `BK` a pipeline step covers: k advances 64 a step.
+pub const SUB: u32 = 2;
 
 /// `(a, b, c, m)`: see the module documentation of [`super`].
 pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
@@ -49,7 +55,10 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     let c = k.param("c", gptr(p.c_elem()));
     let m = k.param("m", Type::U32);
 
-    let (a_stage, b_stage) = (p.bm * BK, p.bn * BK);
+    // A stage holds `SUB` sub-tiles of each operand, each `[rows][BK]` as `tiles.rs`
+    // lays it out.
+    let (a_sub, b_sub) = (p.bm * BK, p.bn * BK);
+    let (a_stage, b_stage) = (SUB * a_sub, SUB * b_sub);
     // The stages live in dynamic shared memory (`GemmParams::launch` sizes it): A's, then
     // B's. 1024-byte alignment: the swizzle atoms must sit at 512-byte addresses.
     let a_s = k.shared_array("tiles", operand, 0, 1024);
@@ -63,15 +72,22 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     let b_copy = TileCopy::emit(k, p, &ids, b, ids.col0, None, p.bn);
     let frag_rows = FragRows::emit(k, &ids);
 
-    let steps = p.k / BK;
-    let last_tile = k.const_u32(steps - 1);
-    // Group `j` (clamped to the last step: the copies past it fill stages nobody reads).
+    let steps = p.k / (SUB * BK);
+    let last_step = k.const_u32(steps - 1);
+    // Group `j`: step `j`'s sub-tiles (clamped to the last step: the copies past it fill
+    // stages nobody reads).
     let issue = |k: &mut Builder, j: Value, slot: Value| {
-        let tile = k.min(j, last_tile);
-        let a_off = k.mul_const(slot, a_stage);
-        a_copy.issue(k, a_s, a_off, tile);
-        let b_off = k.mul_const(slot, b_stage);
-        b_copy.issue(k, b_s, b_off, tile);
+        let j = k.min(j, last_step);
+        let first = k.mul_const(j, SUB);
+        for sub in 0..SUB {
+            let tile = k.add_const(first, sub);
+            let a_off = k.mul_const(slot, a_stage);
+            let a_off = k.add_const(a_off, sub * a_sub);
+            a_copy.issue(k, a_s, a_off, tile);
+            let b_off = k.mul_const(slot, b_stage);
+            let b_off = k.add_const(b_off, sub * b_sub);
+            b_copy.issue(k, b_s, b_off, tile);
+        }
         k.cp_async_commit();
     };
     let zero = k.const_u32(0);
@@ -83,20 +99,24 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     k.fence_proxy_async();
     k.barrier();
 
-    let frag_c = Builder::frag_type(shape, FragRole::C, Scalar::F32);
-    let zf = k.const_f32(0.0);
-    let acc0 = k.pack(frag_c, &vec![zf; (p.bm / 2) as usize]);
-    let hi = k.const_u32(steps);
-    let out = k.for_range(zero, hi, one, &[zero, acc0], |k, t, carried| {
-        let (slot, mut acc) = (carried[0], carried[1]);
+    // Step `t` (a `u32`) in stage `slot`: returns the next slot and the accumulator.
+    // Each emission loads its A fragments into values of its own: a step's fragments
+    // are read by the tensor cores until the next step's `wgmma.wait_group 1`, so the
+    // step after must not write them — the loop body holds two steps.
+    let step = |k: &mut Builder, t: Value, slot: Value, mut acc: Value| {
         let a_off = k.mul_const(slot, a_stage);
         let b_off = k.mul_const(slot, b_stage);
-        let frags: Vec<Value> = (0..2)
-            .map(|ks| frag_rows.load(k, p, shape, (b_s, b_off), ks))
+        let frags: Vec<Value> = (0..SUB)
+            .flat_map(|sub| [(sub, 0), (sub, 1)])
+            .map(|(sub, ks)| {
+                let off = k.add_const(b_off, sub * b_sub);
+                frag_rows.load(k, p, shape, (b_s, off), ks)
+            })
             .collect();
         k.wgmma_fence();
-        for (ks, &fa) in frags.iter().enumerate() {
-            let at = k.add_const(a_off, ks as u32 * 16);
+        for (i, &fa) in frags.iter().enumerate() {
+            let (sub, ks) = (i as u32 / 2, i as u32 % 2);
+            let at = k.add_const(a_off, sub * a_sub + ks * 16);
             let at = k.ptr_add(a_s, at);
             let desc = k.wgmma_desc(at, 16, ATOM_BYTES, Swizzle::B64);
             acc = k.wgmma(shape, operand, fa, desc, acc);
@@ -109,13 +129,30 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
         let ahead = k.add_const(t, stages - 1);
         let free = prev_slot(k, slot, stages);
         issue(k, ahead, free);
-        let next = next_slot(k, slot, stages);
-        vec![next, acc]
+        (next_slot(k, slot, stages), acc)
+    };
+
+    let frag_c = Builder::frag_type(shape, FragRole::C, Scalar::F32);
+    let zf = k.const_f32(0.0);
+    let acc0 = k.pack(frag_c, &vec![zf; (p.bm / 2) as usize]);
+    let pairs = k.const_u32(steps / 2);
+    let out = k.for_range(zero, pairs, one, &[zero, acc0], |k, i, carried| {
+        let t = k.shl_const(i, 1);
+        let (slot, acc) = step(k, t, carried[0], carried[1]);
+        let t1 = k.add_const(t, 1);
+        let (slot, acc) = step(k, t1, slot, acc);
+        vec![slot, acc]
     });
+    let acc = if steps % 2 == 1 {
+        let t = k.const_u32(steps - 1);
+        step(k, t, out[0], out[1]).1
+    } else {
+        out[1]
+    };
     k.wgmma_wait(0);
     // Nothing is read from the copies still in flight (repeats of the last step).
     k.cp_async_wait(0);
-    store(k, p, &ids, c, m, out[1]);
+    store(k, p, &ids, c, m, acc);
     Ok(kb.finish()?)
 }
 
