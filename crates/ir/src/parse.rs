@@ -963,7 +963,10 @@ impl Parser<'_> {
                 }
             }
             "wgmma_desc" => {
-                let swizzle = m.need("a swizzle (`none`, `b32`, `b64`, `b128`)", Swizzle::from_name)?;
+                let swizzle = m.need(
+                    "a swizzle (`none`, `b32`, `b64`, `b128`)",
+                    Swizzle::from_name,
+                )?;
                 m.done()?;
                 let ptr = self.operand()?;
                 self.punct(',')?;

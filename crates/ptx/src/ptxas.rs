@@ -100,7 +100,10 @@ impl Drop for TempDir {
 /// On rejection the error carries `ptxas`'s message and the PTX line it names.
 pub fn assemble(ptx: &str, arch: &str) -> Result<AsmReport, PtxError> {
     let specific = format!("{arch}a");
-    let arch = if ptx.lines().any(|l| l.trim() == format!(".target {specific}")) {
+    let arch = if ptx
+        .lines()
+        .any(|l| l.trim() == format!(".target {specific}"))
+    {
         specific.as_str()
     } else {
         arch

@@ -623,24 +623,52 @@ impl<'a> ChunkBuilder<'a> {
         // of 64×32 ones, with four warps a block; under 64-row ones, 64×32 (four warps).
         let bm = if self.chunk >= 256 { 128 } else { 64 };
         let wide = if bm == 128 { &[(128, 64)][..] } else { &[] };
-        let p = wide
-            .iter()
-            .chain(&[(128, 32), (64, 32)])
-            .copied()
-            .flat_map(|(bn, wn)| (2..=3).rev().map(move |stages| (bn, wn, stages)))
-            .map(|(bn, wn, stages)| GemmParams {
+        // bf16 and f16 weights on Hopper's wgmma where the chunk fills its tiles: 256
+        // tokens by 128 weight rows from 1,024 tokens a chunk (1.5–1.7× the mma.sync
+        // products at 2048 rows), 128 by 128 from 256.
+        let wgmma_bm = match self.chunk {
+            c if c >= 1024 => Some(256),
+            c if c >= 256 => Some(128),
+            _ => None,
+        };
+        let wgmma = wgmma_bm
+            .filter(|_| !f.is_quantized())
+            .map(|bm| GemmParams {
                 format: f,
                 operands: Operands::F16,
                 epilogue,
                 n,
                 k,
                 bm,
-                bn,
-                wn,
-                stages,
-                wgmma: false,
+                bn: 128,
+                wn: 64,
+                stages: 4,
+                wgmma: true,
             })
-            .find(|p| n.is_multiple_of(p.bn) && p.shared_bytes() <= MAX_STATIC_SHARED_BYTES)
+            .filter(|p| n.is_multiple_of(p.bn) && k.is_multiple_of(64));
+        let p = wgmma
+            .into_iter()
+            .chain(
+                wide.iter()
+                    .chain(&[(128, 32), (64, 32)])
+                    .copied()
+                    .flat_map(|(bn, wn)| (2..=3).rev().map(move |stages| (bn, wn, stages)))
+                    .map(|(bn, wn, stages)| GemmParams {
+                        format: f,
+                        operands: Operands::F16,
+                        epilogue,
+                        n,
+                        k,
+                        bm,
+                        bn,
+                        wn,
+                        stages,
+                        wgmma: false,
+                    }),
+            )
+            .find(|p| {
+                n.is_multiple_of(p.bn) && (p.wgmma || p.shared_bytes() <= MAX_STATIC_SHARED_BYTES)
+            })
             .ok_or_else(|| {
                 not_here(
                     format!("{label} with n = {n}"),

@@ -141,9 +141,7 @@ impl<'f> Program<'f> {
                     sub[1] = self.add_block(else_, Nest::If(inst), next_id)?;
                 }
                 Op::For { body, .. } => sub[0] = self.add_block(body, Nest::For(inst), next_id)?,
-                Op::Mma { .. } | Op::Wgmma { .. } | Op::LdMatrix { .. } => {
-                    self.uses_layout = true
-                }
+                Op::Mma { .. } | Op::Wgmma { .. } | Op::LdMatrix { .. } => self.uses_layout = true,
                 _ => {}
             }
             insts.push(CInst { id, inst, sub });

@@ -121,23 +121,19 @@ fn warp_descriptor(
 }
 
 /// Read the 16-bit element at `addr` of shared memory.
-fn read16(
-    ctx: &BlockCtx,
-    w: &Warp,
-    ci: &CInst,
-    addr: u32,
-    prov: u16,
-) -> Result<u16, InterpError> {
-    let i = ctx
-        .shared
-        .check(addr as u64, 2, prov)
-        .map_err(|region| InterpError::SharedOutOfBounds {
+fn read16(ctx: &BlockCtx, w: &Warp, ci: &CInst, addr: u32, prov: u16) -> Result<u16, InterpError> {
+    let i = ctx.shared.check(addr as u64, 2, prov).map_err(|region| {
+        InterpError::SharedOutOfBounds {
             site: ctx.site(w.index, None, ci),
             offset: addr as u64,
             bytes: 2,
             region,
-        })?;
-    Ok(u16::from_le_bytes([ctx.shared.bytes[i], ctx.shared.bytes[i + 1]]))
+        }
+    })?;
+    Ok(u16::from_le_bytes([
+        ctx.shared.bytes[i],
+        ctx.shared.bytes[i + 1],
+    ]))
 }
 
 fn half(ab: Scalar, bits: u16) -> f64 {
@@ -166,7 +162,10 @@ pub(crate) fn exec_wgmma(
         return Err(ctx.bad_inst(
             w.index,
             ci,
-            format!("warp {} has no full warpgroup in a block of {warps} warps", w.index),
+            format!(
+                "warp {} has no full warpgroup in a block of {warps} warps",
+                w.index
+            ),
         ));
     }
     let c_ok = matches!(p.ty(c), Type::Frag(f) if f.shape == shape && f.role == FragRole::C);

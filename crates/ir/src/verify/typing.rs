@@ -314,7 +314,10 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
         | Op::Yield(_) => Ok(vec![]),
         Op::WgmmaDesc { ptr, lbo, sbo, .. } => {
             pointer_in(f, "ptr", *ptr, AddrSpace::Shared)?;
-            for (what, v) in [("the leading byte offset", *lbo), ("the stride byte offset", *sbo)] {
+            for (what, v) in [
+                ("the leading byte offset", *lbo),
+                ("the stride byte offset", *sbo),
+            ] {
                 if v % 16 != 0 || v >= 1 << 18 {
                     return Err(InstProblem::Immediate {
                         what,
@@ -596,7 +599,10 @@ fn wgmma(
             "c",
             f,
             c,
-            format!("a warpgroup shape and f16 or bf16 operands, not {} {ab}", shape.name()),
+            format!(
+                "a warpgroup shape and f16 or bf16 operands, not {} {ab}",
+                shape.name()
+            ),
         ));
     }
     let desc = Type::Scalar(Scalar::U64);

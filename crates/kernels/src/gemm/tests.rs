@@ -269,7 +269,16 @@ fn wgmma_refuses_what_it_does_not_do() {
         let e = build(&p).unwrap_err().to_string();
         assert!(e.contains(needle), "{e}");
     };
-    refuse(wg(params(BFormat::Q8_0, 128, 64, 128, 128, 64, 3)), "bf16 or f16 weights");
-    refuse(wg(params(BFormat::Bf16, 128, 64, 96, 128, 64, 3)), "64, 128 or 256");
-    refuse(wg(params(BFormat::Bf16, 128, 64, 128, 128, 64, 2)), "3 or 4");
+    refuse(
+        wg(params(BFormat::Q8_0, 128, 64, 128, 128, 64, 3)),
+        "bf16 or f16 weights",
+    );
+    refuse(
+        wg(params(BFormat::Bf16, 128, 64, 96, 128, 64, 3)),
+        "64, 128 or 256",
+    );
+    refuse(
+        wg(params(BFormat::Bf16, 128, 64, 128, 128, 64, 2)),
+        "3 or 4",
+    );
 }
