@@ -101,9 +101,25 @@ fn assert_passes(what: &str, c: &GenerationCheck, reference: &Reference) {
 }
 
 fn run(what: &str, m: &Tiny, seed: u64) {
+    run_with(what, m, seed, &options())
+}
+
+/// The k-quant mixes' tests judge their formats' products with an f32 KV cache: on these
+/// random models the f16 cache's own rounding alone can put a logit past the check's
+/// bound (seen at 6.8e-2 where the f32 cache gives a pass; see docs/perf/NOTES.md on the
+/// f16 cache), which says nothing about the formats.
+fn run_f32_cache(what: &str, m: &Tiny, seed: u64) {
+    let options = GpuOptions {
+        kv_cache: KvCache::F32,
+        ..options()
+    };
+    run_with(what, m, seed, &options)
+}
+
+fn run_with(what: &str, m: &Tiny, seed: u64, options: &GpuOptions) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let file = gguf(m, &mut rng);
-    let gpu = on_interp(&file, &options()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let gpu = on_interp(&file, options).unwrap_or_else(|e| panic!("{what}: {e}"));
     let summary = gpu.summary();
     eprintln!("{what}: {summary:?}");
     assert!(
@@ -235,7 +251,7 @@ fn a_q4_k_m_mix_with_a_q4_k_embedding_matches_the_f64_reference() {
         embedding: GgmlType::Q4_K,
         output: Some(GgmlType::Q6_K),
     };
-    run("llama, Q4_K_M types (Q4_K token embedding)", &m, seed());
+    run_f32_cache("llama, Q4_K_M types (Q4_K token embedding)", &m, seed());
 }
 
 #[test]
@@ -254,7 +270,7 @@ fn a_q5_k_m_mix_with_a_q5_k_embedding_matches_the_f64_reference() {
         embedding: GgmlType::Q5_K,
         output: None,
     };
-    run(
+    run_f32_cache(
         "qwen2, Q5_K_M types (tied Q5_K embedding and head)",
         &m,
         seed(),
