@@ -147,6 +147,28 @@ fn kernel_f16() -> Function {
     let d2 = k.mma(MmaShape::M16N8K16, bfa, bfb, d);
     let d0 = k.extract(d2, 0);
 
+    // Warpgroup MMA: A from registers, then from a descriptor.
+    k.fence_proxy_async();
+    let desc_b = k.wgmma_desc(tile, 16, 512, Swizzle::B64);
+    let desc_a = k.wgmma_desc(st, 128, 256, Swizzle::None);
+    let wa = k.ldmatrix(
+        fr(MmaShape::M64N16K16, FragRole::A, Scalar::F16),
+        4,
+        false,
+        st,
+    );
+    let wc = k.pack(
+        fr(MmaShape::M64N16K16, FragRole::C, Scalar::F32),
+        &[zero; 8],
+    );
+    k.wgmma_fence();
+    let wd = k.wgmma(MmaShape::M64N16K16, Scalar::F16, wa, desc_b, wc);
+    let wd = k.wgmma(MmaShape::M64N16K16, Scalar::F16, desc_a, desc_b, wd);
+    k.wgmma_commit();
+    k.wgmma_wait(0);
+    let wd0 = k.extract(wd, 7);
+    let d0 = k.add(d0, wd0);
+
     // Structured control flow with results and carried values.
     let res = k.if_else(
         inside,
@@ -257,13 +279,19 @@ fn op_kind(op: &Op) -> &'static str {
         Op::CpAsync { .. } => "cp_async",
         Op::CpAsyncCommit => "cp_async_commit",
         Op::CpAsyncWait { .. } => "cp_async_wait",
+        Op::WgmmaDesc { .. } => "wgmma_desc",
+        Op::Wgmma { .. } => "wgmma",
+        Op::WgmmaFence => "wgmma_fence",
+        Op::WgmmaCommit => "wgmma_commit",
+        Op::WgmmaWait { .. } => "wgmma_wait",
+        Op::FenceProxyAsync => "fence_proxy_async",
         Op::If { .. } => "if",
         Op::For { .. } => "for",
         Op::Yield(_) => "yield",
         Op::Return => "return",
     }
 }
-const OP_KINDS: usize = 34;
+const OP_KINDS: usize = 40;
 
 fn type_kind(t: Type) -> String {
     match t {

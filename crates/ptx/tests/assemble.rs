@@ -97,6 +97,44 @@ fn byte_dots() -> Function {
     k.finish().expect("byte_dots verifies")
 }
 
+/// The warpgroup products target sm_90a; a loop's accumulator stays in its registers
+/// (no copy between products), the one read after its product is copied first.
+#[test]
+fn warpgroup_products() {
+    let (ptx, report) = common::assemble(&kernels::warpgroup());
+    assert!(ptx.contains(".target sm_90a"), "{ptx}");
+    for inst in [
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16",
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+        "wgmma.fence.sync.aligned",
+        "wgmma.commit_group.sync.aligned",
+        "wgmma.wait_group.sync.aligned 1",
+        "fence.proxy.async.shared::cta",
+    ] {
+        assert!(ptx.contains(inst), "no {inst} in\n{ptx}");
+    }
+    // Registers copied into each product's accumulator (the lines its emission begins
+    // with): none in the loops, each shape's n/2 for the product after its loop.
+    let mut copies: Vec<usize> = ptx
+        .split("= wgmma m64n")
+        .skip(1)
+        .map(|part| {
+            part.lines()
+                .skip(1)
+                .take_while(|l| l.trim_start().starts_with("mov.f32"))
+                .count()
+        })
+        .collect();
+    copies.sort_unstable();
+    assert_eq!(
+        copies,
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 16, 32, 64, 128],
+        "{ptx}"
+    );
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+}
+
 #[test]
 fn byte_dot_products() {
     let (ptx, _) = common::assemble(&byte_dots());
@@ -157,6 +195,12 @@ fn variant(op: &Op) -> &'static str {
         Op::CpAsync { .. } => "CpAsync",
         Op::CpAsyncCommit => "CpAsyncCommit",
         Op::CpAsyncWait { .. } => "CpAsyncWait",
+        Op::WgmmaDesc { .. } => "WgmmaDesc",
+        Op::Wgmma { .. } => "Wgmma",
+        Op::WgmmaFence => "WgmmaFence",
+        Op::WgmmaCommit => "WgmmaCommit",
+        Op::WgmmaWait { .. } => "WgmmaWait",
+        Op::FenceProxyAsync => "FenceProxyAsync",
         Op::If { .. } => "If",
         Op::For { .. } => "For",
         Op::Yield(_) => "Yield",
@@ -164,7 +208,7 @@ fn variant(op: &Op) -> &'static str {
     }
 }
 
-const VARIANTS: [&str; 34] = [
+const VARIANTS: [&str; 40] = [
     "Const",
     "Param",
     "Special",
@@ -195,6 +239,12 @@ const VARIANTS: [&str; 34] = [
     "CpAsync",
     "CpAsyncCommit",
     "CpAsyncWait",
+    "WgmmaDesc",
+    "Wgmma",
+    "WgmmaFence",
+    "WgmmaCommit",
+    "WgmmaWait",
+    "FenceProxyAsync",
     "If",
     "For",
     "Yield",

@@ -570,6 +570,53 @@ pub fn tensor() -> Function {
     k.finish().expect("valid kernel")
 }
 
+/// `wgmma` of every shape, both operand types, A from registers and through a
+/// descriptor, descriptors of every swizzle, accumulators carried through a loop (in
+/// place) and one read after its product (copied), with the fences and groups.
+pub fn warpgroup() -> Function {
+    use Scalar::*;
+    let mut k = Builder::new("warpgroup", 128);
+    let mut sink = Sink::new(&mut k, &[F32]);
+    let tile = k.shared_array("tile", F16, 8192, 1024);
+    let lane = k.lane_id();
+    let row = k.shl_const(lane, 3);
+    let rp = k.ptr_add(tile, row);
+    k.fence_proxy_async();
+    k.barrier();
+    let descs: Vec<Value> = Swizzle::ALL
+        .into_iter()
+        .map(|z| k.wgmma_desc(tile, 128, 1024, z))
+        .collect();
+    let zero = k.const_f32(0.0);
+    for (i, n) in [16, 32, 64, 128, 256].into_iter().enumerate() {
+        let shape = MmaShape::warpgroup(n).expect("a warpgroup shape");
+        let elem = if i % 2 == 0 { F16 } else { BF16 };
+        let c_ty = Builder::frag_type(shape, FragRole::C, F32);
+        let c = k.pack(c_ty, &vec![zero; (n / 2) as usize]);
+        let (lo, hi, one) = (k.const_u32(0), k.const_u32(2), k.const_u32(1));
+        let out = k.for_range(lo, hi, one, &[c], |k, _, acc| {
+            let a = k.ldmatrix(Builder::frag_type(shape, FragRole::A, elem), 4, false, rp);
+            k.wgmma_fence();
+            let d = k.wgmma(shape, elem, a, descs[i % 4], acc[0]);
+            let d = k.wgmma(shape, elem, descs[(i + 1) % 4], descs[i % 4], d);
+            k.wgmma_commit();
+            k.wgmma_wait(1);
+            vec![d]
+        });
+        k.wgmma_wait(0);
+        // `out` feeds a product and is read after it: the product copies it first.
+        k.wgmma_fence();
+        let again = k.wgmma(shape, elem, descs[0], descs[1], out[0]);
+        k.wgmma_commit();
+        k.wgmma_wait(0);
+        let x = k.extract(again, n / 2 - 1);
+        let y = k.extract(out[0], 0);
+        let s = k.add(x, y);
+        sink.put(&mut k, s);
+    }
+    k.finish().expect("valid kernel")
+}
+
 /// Address arithmetic with every index type in both spaces, casts, pointer selects,
 /// several shared arrays.
 pub fn addressing() -> Function {
@@ -671,6 +718,7 @@ pub fn all() -> Vec<Function> {
         warp(),
         atomics(),
         tensor(),
+        warpgroup(),
         addressing(),
         block_sum(),
     ]);
