@@ -79,7 +79,7 @@ pub(crate) fn exec_desc(
     let (pi, o) = (p.info(ptr), p.info(ci.inst.results[0]));
     for l in (0..32).filter(|l| active >> l & 1 == 1) {
         let start = w.regs.get(pi, 0, l);
-        if start % 16 != 0 || start >= 1 << 18 {
+        if !start.is_multiple_of(16) || start >= 1 << 18 {
             return Err(ctx.bad_inst(
                 w.index,
                 ci,

@@ -318,7 +318,7 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
                 ("the leading byte offset", *lbo),
                 ("the stride byte offset", *sbo),
             ] {
-                if v % 16 != 0 || v >= 1 << 18 {
+                if !v.is_multiple_of(16) || v >= 1 << 18 {
                     return Err(InstProblem::Immediate {
                         what,
                         value: v,
