@@ -407,6 +407,56 @@ fn llama_f16_prompts_in_chunks_match_the_f64_reference() {
     run("llama f16", &m, seed());
 }
 
+/// Chunks of 256 tokens put bf16 and f16 weights on the wgmma products (the tiny shapes
+/// fit their 128-row tiles): a 270-token prompt — a full chunk, then 14 tokens — against
+/// the f64 reference at its last position; with chunks of 16 no product takes wgmma.
+#[test]
+fn long_prompts_on_the_wgmma_products_match_the_f64_reference() {
+    const LONG: usize = 270;
+    for t in [GgmlType::BF16, GgmlType::F16] {
+        let m = Tiny {
+            arch: "llama",
+            shape: SHAPE,
+            layers: vec![uniform(t); LAYERS],
+            embedding: t,
+            output: Some(t),
+        };
+        let what = format!("llama {t:?}, a {LONG}-token prompt in chunks of 256");
+        let mut rng = ChaCha8Rng::seed_from_u64(seed());
+        let file = gguf(&m, &mut rng);
+        let load = |chunk: usize| {
+            let options = GpuOptions {
+                context: Some(LONG + 8),
+                prefill_chunk: chunk,
+                prefill_min_tokens: 2,
+                ..GpuOptions::default()
+            };
+            let config = ModelConfig::from_gguf(&file).expect("a config");
+            GpuDecoder::new(
+                config,
+                &file,
+                Naming::Gguf,
+                Box::new(InterpExecutor::new()),
+                None,
+                &options,
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+        };
+        let (long, short) = (load(256), load(CHUNK));
+        // q|k|v, o, gate, up and down in each layer.
+        assert_eq!(long.summary().prefill_wgmma_products, 5 * LAYERS, "{what}");
+        assert_eq!(short.summary().prefill_wgmma_products, 0, "{what}");
+        let prompt: Vec<u32> = (0..LONG).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+        let got = long
+            .feed(&mut long.new_session(), &prompt)
+            .expect("the chunked feed");
+        let want = reference(&file)
+            .logits(&prompt, LONG - 1)
+            .expect("reference logits");
+        assert_within(&what, LogitBound::FP64_CHECK, LONG - 1, &got, &want[0]);
+    }
+}
+
 /// In a batch (as the server feeds its sequences), a row of a prompt's tokens takes the
 /// prompt path and gets the bits it gets fed alone; a row of one token takes a decode
 /// step beside it.

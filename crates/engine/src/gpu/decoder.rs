@@ -140,6 +140,8 @@ pub struct GpuSummary {
     pub prefill_layer_plan: Vec<String>,
     /// Bytes of the prompt path's activations.
     pub prefill_arena_bytes: u64,
+    /// Matrix products of a prompt chunk on Hopper's `wgmma` (the others on `mma.sync`).
+    pub prefill_wgmma_products: usize,
     /// Products of a step on the tensor cores: 0 unless
     /// [`GpuOptions::tensor_core_decode`] is on and the model has bf16 matrices.
     pub tensor_core_products: usize,
@@ -540,6 +542,7 @@ impl Planned {
             prefill_dispatches: prefill.map_or(0, PrefillPlan::dispatches),
             prefill_layer_plan: prefill.map_or_else(Vec::new, PrefillPlan::layer_plan),
             prefill_arena_bytes: self.prefill_bytes(),
+            prefill_wgmma_products: prefill.map_or(0, PrefillPlan::wgmma_products),
             tensor_core_products: graph.tensor_core_products,
         }
     }

@@ -120,6 +120,15 @@ impl PrefillPlan {
         self.program.dispatches.len()
     }
 
+    /// Matrix products of a chunk on `wgmma`.
+    pub fn wgmma_products(&self) -> usize {
+        self.program
+            .dispatches
+            .iter()
+            .filter(|d| matches!(d.grid, Grid::Gemm(p) if p.wgmma))
+            .count()
+    }
+
     /// One line per dispatch of a chunk of `n` tokens ([`super::listing`]), beside
     /// `graph`, the decode step it was planned with.
     pub fn listing(&self, graph: &DecodeGraph, n: u32) -> Vec<String> {
