@@ -9,7 +9,7 @@ use quench_kernels::library;
 pub enum Emit {
     /// quench's kernel IR, as text
     Ir,
-    /// PTX for sm_90
+    /// PTX for sm_90 (sm_90a for a kernel that uses wgmma)
     Ptx,
 }
 

@@ -131,6 +131,7 @@ fn features(f: &Function) -> Vec<String> {
     f.walk(&mut |inst| {
         let name = match &inst.op {
             Op::Mma { .. } => "mma.sync",
+            Op::Wgmma { .. } | Op::WgmmaFence | Op::WgmmaCommit | Op::WgmmaWait { .. } => "wgmma",
             Op::LdMatrix { .. } => "ldmatrix",
             Op::CpAsync { .. } | Op::CpAsyncCommit | Op::CpAsyncWait { .. } => "cp.async",
             Op::DivApprox { .. } => "approx",

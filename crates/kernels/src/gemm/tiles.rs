@@ -238,19 +238,7 @@ impl Frags {
         for nj in 0..p.wn / 16 {
             let at = k.add_const(b_base, nj * 16 * BK);
             let at = k.ptr_add(b_s, at);
-            let v = k.ldmatrix(Type::Vec(Scalar::U32, 4), 4, false, at);
-            let regs: Vec<Value> = (0..4)
-                .map(|i| {
-                    let r = k.extract(v, i);
-                    let r = if p.converts_b() {
-                        let [lo, hi] = emit_unpack_bf16x2(k, r);
-                        emit_pack_f16x2(k, lo, hi)
-                    } else {
-                        r
-                    };
-                    k.bitcast(pair, r)
-                })
-                .collect();
+            let regs = weight_regs(k, p, at);
             b.push(k.pack(frag_b, &regs[0..2]));
             b.push(k.pack(frag_b, &regs[2..4]));
         }
@@ -268,6 +256,26 @@ impl Frags {
         }
         acc
     }
+}
+
+/// `ldmatrix.x4` of weight rows at `at` (shared): four registers of the operand type's
+/// pairs, each converted from bf16 to f16 where the kernel converts B (both halves
+/// widened to f32 exactly, then rounded to nearest f16).
+pub fn weight_regs(k: &mut Builder, p: &GemmParams, at: Value) -> Vec<Value> {
+    let pair = Type::Scalar(p.operands.pair());
+    let v = k.ldmatrix(Type::Vec(Scalar::U32, 4), 4, false, at);
+    (0..4)
+        .map(|i| {
+            let r = k.extract(v, i);
+            let r = if p.converts_b() {
+                let [lo, hi] = emit_unpack_bf16x2(k, r);
+                emit_pack_f16x2(k, lo, hi)
+            } else {
+                r
+            };
+            k.bitcast(pair, r)
+        })
+        .collect()
 }
 
 /// Write the warp tile to `C` (row-major `[m, n]`), rows below `m` only, as `p`'s

@@ -31,10 +31,10 @@
 
 use quench_ir::{Builder, FragRole, Function, MmaShape, Scalar, Swizzle, Type, Value};
 
-use super::tiles::{swizzled, Ids, TileCopy};
+use super::tiles::{swizzled, weight_regs, Ids, TileCopy};
 use super::{Epilogue, GemmParams, BK};
 use crate::error::KernelError;
-use crate::lanes::{emit_pack_f16x2, emit_unpack_bf16x2, gptr, wide_mul};
+use crate::lanes::{gptr, wide_mul};
 
 /// Bytes between eight-row groups of a tile (64-byte rows).
 const ATOM_BYTES: u32 = 8 * BK * 2;
@@ -192,20 +192,7 @@ impl FragRows {
         let at = swizzled(k, self.row, chunk);
         let at = k.add(stage, at);
         let at = k.ptr_add(b_s, at);
-        let v = k.ldmatrix(Type::Vec(Scalar::U32, 4), 4, false, at);
-        let pair = Type::Scalar(p.operands.pair());
-        let regs: Vec<Value> = (0..4)
-            .map(|i| {
-                let r = k.extract(v, i);
-                let r = if p.converts_b() {
-                    let [lo, hi] = emit_unpack_bf16x2(k, r);
-                    emit_pack_f16x2(k, lo, hi)
-                } else {
-                    r
-                };
-                k.bitcast(pair, r)
-            })
-            .collect();
+        let regs = weight_regs(k, p, at);
         let frag_a = Builder::frag_type(shape, FragRole::A, p.operands.scalar());
         k.pack(frag_a, &regs)
     }
