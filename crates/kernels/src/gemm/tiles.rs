@@ -224,7 +224,6 @@ impl Frags {
         let operand = p.operands.scalar();
         let frag_a = Builder::frag_type(MmaShape::M16N8K16, FragRole::A, operand);
         let frag_b = Builder::frag_type(MmaShape::M16N8K16, FragRole::B, operand);
-        let pair = Type::Scalar(p.operands.pair());
         let a_base = k.add(a_stage, f.a[ks]);
         let a = (0..WARP_M / 16)
             .map(|mi| {
