@@ -569,6 +569,18 @@ impl Builder {
     pub fn fence_proxy_async(&mut self) {
         self.emit_void(Op::FenceProxyAsync)
     }
+    pub fn mbarrier_init(&mut self, bar: Value, count: Value) {
+        self.emit_void(Op::MbarrierInit { bar, count })
+    }
+    pub fn mbarrier_arrive(&mut self, bar: Value) {
+        self.emit_void(Op::MbarrierArrive { bar })
+    }
+    pub fn mbarrier_wait(&mut self, bar: Value, parity: Value) {
+        self.emit_void(Op::MbarrierWait { bar, parity })
+    }
+    pub fn cp_async_mbarrier_arrive(&mut self, bar: Value) {
+        self.emit_void(Op::CpAsyncMbarrierArrive { bar })
+    }
     pub fn frag_type(shape: MmaShape, role: crate::types::FragRole, elem: Scalar) -> Type {
         Type::Frag(FragType { shape, role, elem })
     }

@@ -640,6 +640,31 @@ pub enum Op {
     /// `fence.proxy.async.shared::cta`: makes this thread's shared-memory writes visible
     /// to the asynchronous proxy (`wgmma` reading its operands).
     FenceProxyAsync,
+    /// `mbarrier.init.shared::cta.b64 [bar], count`: the barrier object at `bar` (a shared
+    /// `u64`, 8-byte aligned) expects `count` (u32, 1 to 2^20 − 1) arrivals a phase, its
+    /// current phase of parity 0.
+    MbarrierInit {
+        bar: Value,
+        count: Value,
+    },
+    /// `mbarrier.arrive.shared::cta.b64`: each executing thread arrives once; the
+    /// arrival that completes the expected count completes the phase.
+    MbarrierArrive {
+        bar: Value,
+    },
+    /// Wait until the phase of the parity `parity` (a u32, its low bit) has completed (a
+    /// `mbarrier.try_wait.parity` loop): 0 waits for the first phase, 1 for the second,
+    /// 0 again for the third.
+    MbarrierWait {
+        bar: Value,
+        parity: Value,
+    },
+    /// `cp.async.mbarrier.arrive.noinc.shared::cta.b64 [bar]`: the thread arrives once
+    /// all the `cp.async` copies it issued before have landed (counted among the
+    /// expected arrivals).
+    CpAsyncMbarrierArrive {
+        bar: Value,
+    },
     /// Structured conditional. Each branch ends by yielding `results.len()` values.
     If {
         cond: Value,
@@ -705,6 +730,9 @@ impl Op {
             Op::Redux { value, mask, .. } => vec![*value, *mask],
             Op::Mma { a, b, c, .. } | Op::Wgmma { a, b, c, .. } => vec![*a, *b, *c],
             Op::WgmmaDesc { ptr, .. } => vec![*ptr],
+            Op::MbarrierInit { bar, count } => vec![*bar, *count],
+            Op::MbarrierArrive { bar } | Op::CpAsyncMbarrierArrive { bar } => vec![*bar],
+            Op::MbarrierWait { bar, parity } => vec![*bar, *parity],
             Op::CpAsync { dst, src, .. } => vec![*dst, *src],
             Op::If { cond, .. } => vec![*cond],
             Op::For {

@@ -979,6 +979,34 @@ impl Parser<'_> {
                     swizzle,
                 }
             }
+            "mbarrier" if m.flag("init") => {
+                m.done()?;
+                let v = self.operands(2)?;
+                Op::MbarrierInit {
+                    bar: v[0],
+                    count: v[1],
+                }
+            }
+            "mbarrier" if m.flag("arrive") => {
+                m.done()?;
+                Op::MbarrierArrive {
+                    bar: self.operand()?,
+                }
+            }
+            "mbarrier" if m.flag("wait") => {
+                m.done()?;
+                let v = self.operands(2)?;
+                Op::MbarrierWait {
+                    bar: v[0],
+                    parity: v[1],
+                }
+            }
+            "cp_async" if m.flag("mbarrier_arrive") => {
+                m.done()?;
+                Op::CpAsyncMbarrierArrive {
+                    bar: self.operand()?,
+                }
+            }
             "fence_proxy_async" => {
                 m.done()?;
                 Op::FenceProxyAsync

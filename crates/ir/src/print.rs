@@ -88,6 +88,8 @@
 //! | `Wgmma` | `wgmma.shape.{f16,bf16} %a, %b, %c` |
 //! | `WgmmaFence`, `WgmmaCommit`, `WgmmaWait` | `wgmma.fence`, `wgmma.commit`, `wgmma.wait n` |
 //! | `FenceProxyAsync` | `fence_proxy_async` |
+//! | `MbarrierInit`, `MbarrierArrive`, `MbarrierWait` | `mbarrier.init %bar, %count`, `mbarrier.arrive %bar`, `mbarrier.wait %bar, %parity` |
+//! | `CpAsyncMbarrierArrive` | `cp_async.mbarrier_arrive %bar` |
 //! | `If` | `if %cond [-> (T, …)] [args] {` NL then-block `} else [args] {` NL else-block `}` |
 //! | `For` | `for %iv: T = %lo to %hi step %step [iter(%arg: T = %init, …)] {` NL body `}` |
 //! | `Yield`, `Return` | `yield %v, …`, `return` |
@@ -462,6 +464,10 @@ fn op_text(f: &Function, inst: &Inst, out: &mut String) {
         Op::WgmmaCommit => "wgmma.commit".into(),
         Op::WgmmaWait { n } => format!("wgmma.wait {n}"),
         Op::FenceProxyAsync => "fence_proxy_async".into(),
+        Op::MbarrierInit { bar, count } => format!("mbarrier.init {bar}, {count}"),
+        Op::MbarrierArrive { bar } => format!("mbarrier.arrive {bar}"),
+        Op::MbarrierWait { bar, parity } => format!("mbarrier.wait {bar}, {parity}"),
+        Op::CpAsyncMbarrierArrive { bar } => format!("cp_async.mbarrier_arrive {bar}"),
         Op::If {
             cond,
             then_,

@@ -169,6 +169,15 @@ fn kernel_f16() -> Function {
     let wd0 = k.extract(wd, 7);
     let d0 = k.add(d0, wd0);
 
+    // mbarriers.
+    let bar = k.shared_array("bar", Scalar::U64, 2, 8);
+    let count = k.const_u32(128);
+    k.mbarrier_init(bar, count);
+    k.cp_async_mbarrier_arrive(bar);
+    k.mbarrier_arrive(bar);
+    let parity = k.const_u32(0);
+    k.mbarrier_wait(bar, parity);
+
     // Structured control flow with results and carried values.
     let res = k.if_else(
         inside,
@@ -285,13 +294,17 @@ fn op_kind(op: &Op) -> &'static str {
         Op::WgmmaCommit => "wgmma_commit",
         Op::WgmmaWait { .. } => "wgmma_wait",
         Op::FenceProxyAsync => "fence_proxy_async",
+        Op::MbarrierInit { .. } => "mbarrier_init",
+        Op::MbarrierArrive { .. } => "mbarrier_arrive",
+        Op::MbarrierWait { .. } => "mbarrier_wait",
+        Op::CpAsyncMbarrierArrive { .. } => "cp_async_mbarrier_arrive",
         Op::If { .. } => "if",
         Op::For { .. } => "for",
         Op::Yield(_) => "yield",
         Op::Return => "return",
     }
 }
-const OP_KINDS: usize = 40;
+const OP_KINDS: usize = 44;
 
 fn type_kind(t: Type) -> String {
     match t {

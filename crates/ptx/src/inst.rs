@@ -10,6 +10,7 @@ mod warp;
 use quench_ir::{Inst, Op, Value};
 
 use crate::emitter::{Emitter, Res};
+use crate::regs::RegClass;
 
 pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
     match &i.op {
@@ -108,6 +109,35 @@ pub(crate) fn emit(e: &mut Emitter, i: &Inst) -> Res<()> {
             e.line("fence.proxy.async.shared::cta");
             Ok(())
         }
+        Op::MbarrierInit { bar, count } => {
+            let (b, c) = (e.reg1(*bar)?, e.reg1(*count)?);
+            e.line(format!("mbarrier.init.shared::cta.b64 [{b}], {c}"));
+            Ok(())
+        }
+        Op::MbarrierArrive { bar } => {
+            let b = e.reg1(*bar)?;
+            e.line(format!("mbarrier.arrive.shared::cta.b64 _, [{b}]"));
+            Ok(())
+        }
+        Op::MbarrierWait { bar, parity } => {
+            let (b, q) = (e.reg1(*bar)?, e.reg1(*parity)?);
+            let p = e.temp(RegClass::Pred);
+            let id = e.label_id();
+            let label = format!("$Lmbar_{id}");
+            e.label(&label);
+            e.line(format!(
+                "mbarrier.try_wait.parity.shared::cta.b64 {p}, [{b}], {q}"
+            ));
+            e.line(format!("@!{p} bra {label}"));
+            Ok(())
+        }
+        Op::CpAsyncMbarrierArrive { bar } => {
+            let b = e.reg1(*bar)?;
+            e.line(format!(
+                "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [{b}]"
+            ));
+            Ok(())
+        }
         Op::If { .. } | Op::For { .. } | Op::Yield(_) | Op::Return => {
             Err("structured control flow reached the instruction emitter".into())
         }
@@ -163,6 +193,10 @@ pub(crate) fn op_name(op: &Op) -> String {
         Op::WgmmaCommit => "wgmma.commit".into(),
         Op::WgmmaWait { n } => format!("wgmma.wait {n}"),
         Op::FenceProxyAsync => "fence_proxy_async".into(),
+        Op::MbarrierInit { .. } => "mbarrier.init".into(),
+        Op::MbarrierArrive { .. } => "mbarrier.arrive".into(),
+        Op::MbarrierWait { .. } => "mbarrier.wait".into(),
+        Op::CpAsyncMbarrierArrive { .. } => "cp.async.mbarrier_arrive".into(),
         Op::If { .. } => "if".into(),
         Op::For { .. } => "for".into(),
         Op::Yield(_) => "yield".into(),

@@ -135,6 +135,21 @@ fn warpgroup_products() {
     assert!(report.warnings.is_empty(), "{:?}", report.warnings);
 }
 
+/// mbarrier initialization, arrivals (also on `cp.async` completion) and a parity wait
+/// loop.
+#[test]
+fn mbarriers() {
+    let (ptx, _) = common::assemble(&kernels::mbarriers());
+    for inst in [
+        "mbarrier.init.shared::cta.b64",
+        "mbarrier.arrive.shared::cta.b64 _,",
+        "mbarrier.try_wait.parity.shared::cta.b64",
+        "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+    ] {
+        assert!(ptx.contains(inst), "no {inst} in\n{ptx}");
+    }
+}
+
 #[test]
 fn byte_dot_products() {
     let (ptx, _) = common::assemble(&byte_dots());
@@ -201,6 +216,10 @@ fn variant(op: &Op) -> &'static str {
         Op::WgmmaCommit => "WgmmaCommit",
         Op::WgmmaWait { .. } => "WgmmaWait",
         Op::FenceProxyAsync => "FenceProxyAsync",
+        Op::MbarrierInit { .. } => "MbarrierInit",
+        Op::MbarrierArrive { .. } => "MbarrierArrive",
+        Op::MbarrierWait { .. } => "MbarrierWait",
+        Op::CpAsyncMbarrierArrive { .. } => "CpAsyncMbarrierArrive",
         Op::If { .. } => "If",
         Op::For { .. } => "For",
         Op::Yield(_) => "Yield",
@@ -208,7 +227,7 @@ fn variant(op: &Op) -> &'static str {
     }
 }
 
-const VARIANTS: [&str; 40] = [
+const VARIANTS: [&str; 44] = [
     "Const",
     "Param",
     "Special",
@@ -245,6 +264,10 @@ const VARIANTS: [&str; 40] = [
     "WgmmaCommit",
     "WgmmaWait",
     "FenceProxyAsync",
+    "MbarrierInit",
+    "MbarrierArrive",
+    "MbarrierWait",
+    "CpAsyncMbarrierArrive",
     "If",
     "For",
     "Yield",

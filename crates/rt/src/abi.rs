@@ -132,6 +132,10 @@ fn features(f: &Function) -> Vec<String> {
         let name = match &inst.op {
             Op::Mma { .. } => "mma.sync",
             Op::Wgmma { .. } | Op::WgmmaFence | Op::WgmmaCommit | Op::WgmmaWait { .. } => "wgmma",
+            Op::MbarrierInit { .. }
+            | Op::MbarrierArrive { .. }
+            | Op::MbarrierWait { .. }
+            | Op::CpAsyncMbarrierArrive { .. } => "mbarrier",
             Op::LdMatrix { .. } => "ldmatrix",
             Op::CpAsync { .. } | Op::CpAsyncCommit | Op::CpAsyncWait { .. } => "cp.async",
             Op::DivApprox { .. } => "approx",

@@ -64,29 +64,57 @@ impl BlockCtx<'_, '_> {
     }
 }
 
+/// Where a warp stands between passes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Ready,
+    AtBarrier,
+    Blocked,
+    Done,
+}
+
 /// Run the block whose context is `ctx` with `warps` (reset here) to completion.
 pub(crate) fn run_block<'p>(
     ctx: &mut BlockCtx<'_, 'p>,
     warps: &mut [Warp<'p>],
 ) -> Result<(), InterpError> {
     ctx.shared.reset();
-    let mut running = vec![true; warps.len()];
+    let mut state = vec![State::Ready; warps.len()];
     for w in warps.iter_mut() {
         w.start();
     }
     loop {
-        let mut waiting = false;
-        for (w, r) in warps.iter_mut().zip(running.iter_mut()) {
-            if *r {
-                match w.run(ctx)? {
-                    Stop::Done => *r = false,
-                    Stop::Barrier => waiting = true,
-                }
+        let mut progressed = false;
+        for (w, s) in warps.iter_mut().zip(state.iter_mut()) {
+            if matches!(s, State::Ready | State::Blocked) {
+                (*s, progressed) = match w.run(ctx)? {
+                    Stop::Done => (State::Done, true),
+                    Stop::Barrier => (State::AtBarrier, true),
+                    Stop::Blocked { progressed: p } => (State::Blocked, progressed || p),
+                };
             }
         }
-        if !waiting {
+        if state.iter().all(|s| *s == State::Done) {
             return Ok(());
         }
-        // Every warp not yet ended now waits at the barrier; the next pass releases them.
+        // Every warp not yet ended waits at the barrier: the next pass releases them.
+        if state
+            .iter()
+            .all(|s| matches!(s, State::Done | State::AtBarrier))
+        {
+            for s in state.iter_mut().filter(|s| **s == State::AtBarrier) {
+                *s = State::Ready;
+            }
+            continue;
+        }
+        if !progressed {
+            return Err(InterpError::Deadlock {
+                kernel: ctx.prog.f.name.clone(),
+                block: ctx.ctaid,
+                waiting: (0..warps.len() as u32)
+                    .filter(|&i| state[i as usize] == State::Blocked)
+                    .collect(),
+            });
+        }
     }
 }

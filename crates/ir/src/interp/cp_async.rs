@@ -6,7 +6,8 @@
 //! missing wait shows up. Each thread keeps its own queue: `commit_group` closes the
 //! copies issued since the last commit into a group (possibly empty), and
 //! `wait_group n` completes the oldest groups until at most `n` remain pending. Copies
-//! never waited for are dropped when the block ends. A barrier does not complete them.
+//! never waited for are dropped when the block ends. A barrier does not complete them;
+//! `cp.async.mbarrier.arrive` completes all of the thread's copies before it arrives.
 
 use std::collections::VecDeque;
 
@@ -96,28 +97,51 @@ pub(crate) fn wait(
     n: u32,
 ) -> Result<(), InterpError> {
     for l in lanes(active) {
-        let q = &mut w.cp[l as usize];
-        while q.groups.len() > n as usize {
-            for c in q.groups.pop_front().unwrap_or_default() {
-                let len = c.bytes as usize;
-                let data = ctx.mem.slice(c.src, len as u64).map_err(|detail| {
-                    InterpError::GlobalOutOfBounds {
-                        site: ctx.site(w.index, Some(l), ci),
-                        addr: c.src,
-                        bytes: len as u64,
-                        detail,
-                    }
+        while w.cp[l as usize].groups.len() > n as usize {
+            let group = w.cp[l as usize].groups.pop_front().unwrap_or_default();
+            land(ctx, w, ci, l, &group)?;
+        }
+    }
+    Ok(())
+}
+
+/// Complete every copy lane `l` has issued, committed or not (the copies before a
+/// `cp.async.mbarrier.arrive`); its groups are then all retired.
+pub(crate) fn complete_all(
+    ctx: &mut BlockCtx,
+    w: &mut Warp,
+    ci: &CInst,
+    l: u32,
+) -> Result<(), InterpError> {
+    let q = &mut w.cp[l as usize];
+    let mut copies: Vec<Copy> = q.groups.drain(..).flatten().collect();
+    copies.append(&mut q.open);
+    land(ctx, w, ci, l, &copies)
+}
+
+/// Move the data of `copies`, issued by lane `l`.
+fn land(
+    ctx: &mut BlockCtx,
+    w: &Warp,
+    ci: &CInst,
+    l: u32,
+    copies: &[Copy],
+) -> Result<(), InterpError> {
+    for c in copies {
+        let len = c.bytes as usize;
+        let data =
+            ctx.mem
+                .slice(c.src, len as u64)
+                .map_err(|detail| InterpError::GlobalOutOfBounds {
+                    site: ctx.site(w.index, Some(l), ci),
+                    addr: c.src,
+                    bytes: len as u64,
+                    detail,
                 })?;
-                match ctx.shared.bytes.get_mut(c.dst..c.dst + len) {
-                    Some(d) => d.copy_from_slice(data),
-                    None => {
-                        return Err(ctx.bad_inst(
-                            w.index,
-                            ci,
-                            "cp.async destination left shared memory",
-                        ))
-                    }
-                }
+        match ctx.shared.bytes.get_mut(c.dst..c.dst + len) {
+            Some(d) => d.copy_from_slice(data),
+            None => {
+                return Err(ctx.bad_inst(w.index, ci, "cp.async destination left shared memory"))
             }
         }
     }

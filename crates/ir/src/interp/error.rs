@@ -129,4 +129,13 @@ pub enum InterpError {
     Unsupported { site: Box<Site>, what: String },
     #[error("{site}: malformed: {what}")]
     BadInst { site: Box<Site>, what: String },
+    #[error(
+        "kernel `{kernel}`, block {block:?}: deadlock: warps {waiting:?} wait on mbarriers \
+         that no other warp can complete (the rest have ended or wait at a barrier)"
+    )]
+    Deadlock {
+        kernel: String,
+        block: [u32; 3],
+        waiting: Vec<u32>,
+    },
 }

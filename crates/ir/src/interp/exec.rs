@@ -5,7 +5,7 @@ use super::arith::{self, ArithError};
 use super::block::BlockCtx;
 use super::program::{CInst, ValInfo};
 use super::warp::{lanes, Regs, Warp};
-use super::{collective, cp_async, mma, wgmma, InterpError};
+use super::{collective, cp_async, mbarrier, mma, wgmma, InterpError};
 use crate::func::Value;
 use crate::ops::{AtomOp, BinOp, Op, Special, UnOp};
 use crate::types::{AddrSpace, Scalar, Type};
@@ -345,6 +345,11 @@ pub(crate) fn exec<'p>(
         }
         // Shared memory is one memory here: no proxy to synchronize with.
         Op::FenceProxyAsync => {}
+        Op::MbarrierInit { bar, count } => mbarrier::init(ctx, w, ci, active, (*bar, *count))?,
+        Op::MbarrierArrive { bar } => mbarrier::arrive(ctx, w, ci, active, *bar)?,
+        Op::CpAsyncMbarrierArrive { bar } => mbarrier::cp_async_arrive(ctx, w, ci, active, *bar)?,
+        // The warp checked that the wait passes before it got here (`Warp::run`).
+        Op::MbarrierWait { .. } => {}
         Op::Barrier | Op::If { .. } | Op::For { .. } | Op::Yield(_) | Op::Return => {
             return Err(ctx.bad_inst(
                 w.index,

@@ -172,6 +172,8 @@ impl GlobalMemory {
 /// block, so that reading what was never written stands out.
 pub(crate) struct SharedMem {
     pub bytes: Vec<u8>,
+    /// The mbarrier objects initialized in this block, by offset.
+    pub mbarriers: std::collections::BTreeMap<usize, super::mbarrier::Mbar>,
     /// Name and byte range of each declaration. The dynamic part is reached through
     /// the last declaration, so its range extends to the end of the window (as does a
     /// zero-length declaration's).
@@ -200,12 +202,14 @@ impl SharedMem {
             .collect();
         SharedMem {
             bytes: vec![SHARED_POISON; total as usize],
+            mbarriers: Default::default(),
             arrays,
         }
     }
 
     pub fn reset(&mut self) {
         self.bytes.fill(SHARED_POISON);
+        self.mbarriers.clear();
     }
 
     /// Check an access of `len` bytes at `off` through a pointer derived from

@@ -10,8 +10,10 @@
 //!   below its bound, lanes dropping out as theirs is reached; `return` ends the lanes
 //!   executing it. Lanes run an instruction one after another in lane order, so
 //!   atomics are sequentially consistent and fences have nothing to do.
-//! - Within a block, each warp runs until it reaches `bar.sync` or ends; when all warps
-//!   that have not ended are waiting, they are released together. Threads that have
+//! - Within a block, each warp runs until it reaches `bar.sync`, blocks on an mbarrier
+//!   wait that does not pass yet, or ends; blocked warps are retried after the others
+//!   have run, and when all warps that have not ended wait at `bar.sync` they are
+//!   released together. A pass in which no warp gets further is a deadlock, reported. Threads that have
 //!   exited are not waited for (as on the GPU). A barrier executed by only some of a
 //!   warp's living lanes (under divergent control flow) is an error.
 //! - Shared memory holds the static declarations at [`Function::shared_offsets`], then
@@ -46,6 +48,7 @@ mod collective;
 mod cp_async;
 mod error;
 mod exec;
+mod mbarrier;
 mod memory;
 mod mma;
 mod nan;

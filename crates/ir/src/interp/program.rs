@@ -183,6 +183,10 @@ impl<'f> Program<'f> {
             | Op::WgmmaCommit
             | Op::WgmmaWait { .. }
             | Op::FenceProxyAsync
+            | Op::MbarrierInit { .. }
+            | Op::MbarrierArrive { .. }
+            | Op::MbarrierWait { .. }
+            | Op::CpAsyncMbarrierArrive { .. }
             | Op::Return => want(0),
             Op::Yield(vals) => {
                 want(0)?;
@@ -321,6 +325,12 @@ impl<'f> Program<'f> {
             Op::WgmmaCommit => "wgmma.commit_group".into(),
             Op::WgmmaWait { n } => format!("wgmma.wait_group {n}"),
             Op::FenceProxyAsync => "fence.proxy.async.shared::cta".into(),
+            Op::MbarrierInit { .. } => "mbarrier.init.shared::cta.b64".into(),
+            Op::MbarrierArrive { .. } => "mbarrier.arrive.shared::cta.b64".into(),
+            Op::MbarrierWait { .. } => "mbarrier.try_wait.parity.shared::cta.b64".into(),
+            Op::CpAsyncMbarrierArrive { .. } => {
+                "cp.async.mbarrier.arrive.noinc.shared::cta.b64".into()
+            }
             Op::If { .. } => "if".into(),
             Op::For { .. } => "for".into(),
             Op::Yield(_) => "yield".into(),

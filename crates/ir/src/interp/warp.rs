@@ -103,6 +103,11 @@ struct Frame<'p> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stop {
     Barrier,
+    /// At an mbarrier wait that does not pass yet (resumed there); `progressed` says
+    /// whether it executed anything before.
+    Blocked {
+        progressed: bool,
+    },
     Done,
 }
 
@@ -147,8 +152,9 @@ impl<'p> Warp<'p> {
         self.cp.iter_mut().for_each(CpQueue::clear);
     }
 
-    /// Run until the warp reaches a barrier or ends.
+    /// Run until the warp reaches a barrier, blocks on an mbarrier or ends.
     pub fn run(&mut self, ctx: &mut BlockCtx<'_, 'p>) -> Result<Stop, InterpError> {
+        let mut progressed = false;
         loop {
             let Some(top) = self.frames.last_mut() else {
                 return Ok(Stop::Done);
@@ -160,6 +166,13 @@ impl<'p> Warp<'p> {
                 continue;
             }
             let ci = &block.insts[top.pc];
+            if let Op::MbarrierWait { bar, parity } = &ci.inst.op {
+                if !super::mbarrier::wait_passes(ctx, self, ci, active, (*bar, *parity))? {
+                    return Ok(Stop::Blocked { progressed });
+                }
+            }
+            progressed = true;
+            let top = self.frames.last_mut().expect("the frame just read");
             top.pc += 1;
             ctx.tick();
             match &ci.inst.op {

@@ -331,6 +331,20 @@ pub(super) fn result_types(f: &Function, op: &Op) -> Result<Vec<Type>, InstProbl
         Op::Wgmma {
             shape, ab, a, b, c, ..
         } => wgmma(f, *shape, *ab, *a, *b, *c),
+        Op::MbarrierInit { bar, count } => {
+            mbarrier(f, *bar)?;
+            expect(f, "count", *count, Type::U32)?;
+            Ok(vec![])
+        }
+        Op::MbarrierArrive { bar } | Op::CpAsyncMbarrierArrive { bar } => {
+            mbarrier(f, *bar)?;
+            Ok(vec![])
+        }
+        Op::MbarrierWait { bar, parity } => {
+            mbarrier(f, *bar)?;
+            expect(f, "parity", *parity, Type::U32)?;
+            Ok(vec![])
+        }
         Op::Fence { ord, .. } => {
             if *ord == Ordering::Relaxed {
                 return Err(InstProblem::RelaxedFence);
@@ -584,6 +598,11 @@ fn atomic(
         (_, None) => {}
     }
     Ok(vec![ta])
+}
+
+/// An mbarrier operand: a shared pointer to u64.
+fn mbarrier(f: &Function, bar: Value) -> Result<(), InstProblem> {
+    expect(f, "bar", bar, Type::Ptr(AddrSpace::Shared, Scalar::U64))
 }
 
 fn wgmma(

@@ -617,6 +617,55 @@ pub fn warpgroup() -> Function {
     k.finish().expect("valid kernel")
 }
 
+/// A producer warp copies into a stage and arrives when its copies land; the other warp
+/// waits for the phase, then arrives on a second barrier.
+pub fn mbarriers() -> Function {
+    use Scalar::*;
+    let mut k = Builder::new("mbarriers", 64);
+    let src = k.param("src", global(U32));
+    let out = k.param("out", global(U32));
+    let stage = k.shared_array("stage", U32, 128, 16);
+    let bars = k.shared_array("bars", U64, 2, 8);
+    let tid = k.tid_x();
+    let zero = k.const_u32(0);
+    let first = k.eq(tid, zero);
+    let full = bars;
+    let one = k.const_u32(1);
+    let empty = k.ptr_add(bars, one);
+    k.if_then(first, |k| {
+        let n = k.const_u32(32);
+        k.mbarrier_init(full, n);
+        k.mbarrier_init(empty, n);
+    });
+    k.barrier();
+    let warp = k.shr_const(tid, 5);
+    let lane = k.lane_id();
+    let producer = k.eq(warp, zero);
+    k.if_else(
+        producer,
+        &[],
+        |k| {
+            let four = k.shl_const(lane, 2);
+            let from = k.ptr_add(src, four);
+            let to = k.ptr_add(stage, four);
+            k.cp_async(to, from, 16, CacheOp::Cg);
+            k.cp_async_mbarrier_arrive(full);
+            vec![]
+        },
+        |k| {
+            let zero = k.const_u32(0);
+            k.mbarrier_wait(full, zero);
+            let at = k.ptr_add(stage, lane);
+            let x = k.load(Type::U32, at);
+            let o = k.ptr_add(out, lane);
+            k.store(o, x);
+            k.mbarrier_arrive(empty);
+            vec![]
+        },
+    );
+    k.finish().expect("valid kernel")
+}
+
 /// Address arithmetic with every index type in both spaces, casts, pointer selects,
 /// several shared arrays.
 pub fn addressing() -> Function {
@@ -719,6 +768,7 @@ pub fn all() -> Vec<Function> {
         atomics(),
         tensor(),
         warpgroup(),
+        mbarriers(),
         addressing(),
         block_sum(),
     ]);
