@@ -76,7 +76,7 @@ use crate::lanes::{emit_pack_bf16x2, emit_pack_f16x2};
 
 /// The kernel for `p`: on `mma.sync` (`kernel.rs`) or on `wgmma` (`wg.rs`).
 pub fn build(p: &GemmParams) -> Result<quench_ir::Function, KernelError> {
-    if p.wgmma {
+    if p.core.is_wgmma() {
         wg::build(p)
     } else {
         kernel::build(p)
@@ -267,10 +267,38 @@ pub struct GemmParams {
     pub wn: u32,
     /// Shared-memory pipeline stages, 2..=4 (3 or 4 with `wgmma`).
     pub stages: u32,
-    /// Multiply with Hopper's `wgmma` (sm_90a) instead of `mma.sync`: warpgroups of 64
-    /// weight rows (`bn / 64` of them) against all `bm` tokens of the block (64, 128 or
-    /// 256); `wn` is unused. bf16 and f16 weights only.
-    pub wgmma: bool,
+    /// Which tensor-core instructions multiply, and how the tiles arrive.
+    pub core: Core,
+}
+
+/// The products' instructions (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Core {
+    /// `mma.sync`, warp tiles of `64 × wn`.
+    MmaSync,
+    /// Hopper's `wgmma` (sm_90a): warpgroups of 64 weight rows (`bn / 64` of them)
+    /// against all `bm` tokens of the block (64, 128 or 256); `wn` is unused. bf16 and
+    /// f16 weights only. Every thread copies and multiplies.
+    Wgmma,
+    /// As [`Core::Wgmma`], with one more warp that only copies: it fills the stages and
+    /// signals them full through mbarriers, the warpgroups signal them empty, and no
+    /// block-wide barrier is left in the k-loop.
+    WgmmaProducer,
+}
+
+impl Core {
+    /// From the library parameter `wgmma`: 0, 1 or 2.
+    pub fn from_param(x: u32) -> Core {
+        match x {
+            0 => Core::MmaSync,
+            1 => Core::Wgmma,
+            _ => Core::WgmmaProducer,
+        }
+    }
+
+    pub fn is_wgmma(self) -> bool {
+        self != Core::MmaSync
+    }
 }
 
 impl GemmParams {
@@ -293,8 +321,13 @@ impl GemmParams {
     }
 
     pub fn threads(&self) -> u32 {
-        if self.wgmma {
+        if self.core.is_wgmma() {
             self.bn / 64 * 128
+                + if self.core == Core::WgmmaProducer {
+                    32
+                } else {
+                    0
+                }
         } else {
             (self.bm / WARP_M) * (self.bn / self.wn) * 32
         }
@@ -304,7 +337,7 @@ impl GemmParams {
         Launch {
             grid: [m.div_ceil(self.bm), self.n / self.bn, 1],
             block: [self.threads(), 1, 1],
-            dynamic_shared_bytes: if self.wgmma {
+            dynamic_shared_bytes: if self.core.is_wgmma() {
                 self.shared_bytes() as u32
             } else {
                 0
@@ -315,8 +348,15 @@ impl GemmParams {
     /// Shared memory the kernel takes: static arrays (each 128-byte aligned), or with
     /// `wgmma` the dynamic stages of A and B tiles.
     pub fn shared_bytes(&self) -> u64 {
-        if self.wgmma {
-            return (self.stages * (self.bm + self.bn) * wg::SUB * BK * 2) as u64;
+        if self.core.is_wgmma() {
+            let tiles = (self.stages * (self.bm + self.bn) * wg::SUB * BK * 2) as u64;
+            // The copier's full and empty mbarriers, 8 bytes each.
+            let bars = if self.core == Core::WgmmaProducer {
+                2 * self.stages as u64 * 8
+            } else {
+                0
+            };
+            return tiles + bars;
         }
         let a = self.stages * self.bm * BK * 2;
         let arrays = if self.format.is_quantized() {
@@ -343,7 +383,7 @@ impl GemmParams {
                     .into(),
             );
         }
-        if self.wgmma {
+        if self.core.is_wgmma() {
             if self.format.is_quantized() {
                 return fail("the wgmma products take bf16 or f16 weights only".into());
             }
@@ -398,13 +438,13 @@ impl GemmParams {
             ));
         }
         let smem = self.shared_bytes();
-        if self.wgmma && smem > MAX_SHARED_BYTES_PER_BLOCK {
+        if self.core.is_wgmma() && smem > MAX_SHARED_BYTES_PER_BLOCK {
             return fail(format!(
                 "{} stages of {}×{} tiles need {smem} bytes of shared memory, more than {MAX_SHARED_BYTES_PER_BLOCK}",
                 self.stages, self.bm, self.bn
             ));
         }
-        if !self.wgmma && smem > MAX_STATIC_SHARED_BYTES {
+        if !self.core.is_wgmma() && smem > MAX_STATIC_SHARED_BYTES {
             return fail(format!(
                 "{} stages of {}×{} tiles need {smem} bytes of shared memory, more than {MAX_STATIC_SHARED_BYTES}",
                 self.stages, self.bm, self.bn

@@ -16,7 +16,7 @@ use crate::case::KernelCase;
 use crate::embed::{self, EmbedParams, TableFormat};
 use crate::encoder_attention::{self, EncoderAttentionParams};
 use crate::error::KernelError;
-use crate::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams, Operands};
+use crate::gemm::{self, BFormat, Core, Epilogue as GemmEpilogue, GemmParams, Operands};
 use crate::gemv::{self, GemvParams};
 use crate::gemv_tc;
 use crate::lanes::Combine;
@@ -1062,7 +1062,7 @@ const fn gemm_infos(k_doc: &'static str, bn: u64, wn: u64, stages: u64) -> [Para
         ParamInfo {
             name: "wgmma",
             default: 0,
-            doc: "1: multiply with wgmma (sm_90a; bf16 or f16 weights; bm the wgmma n: 64, 128 or 256; stages 3 or 4)",
+            doc: "1: multiply with wgmma (sm_90a; bf16 or f16 weights; bm the wgmma n: 64, 128 or 256; stages 3 or 4); 2: the same with a copier warp and mbarriers",
         },
     ]
 }
@@ -1509,7 +1509,7 @@ fn gemm_params(
         bn: r.get("bn", 64, 128)?,
         wn: r.get("wn", 32, 64)?,
         stages: r.get("stages", 2, 4)?,
-        wgmma: r.get("wgmma", 0, 1)? == 1,
+        core: Core::from_param(r.get("wgmma", 0, 2)?),
     })
 }
 

@@ -38,7 +38,7 @@ fn every_kernel_assembles() {
 /// warns when it has to serialize the asynchronous products).
 #[test]
 fn wgmma_gemms_assemble_without_warnings() {
-    use quench_kernels::gemm::{self, BFormat, Epilogue, GemmParams, Operands};
+    use quench_kernels::gemm::{self, BFormat, Core, Epilogue, GemmParams, Operands};
     let mut failures = vec![];
     for (operands, format) in [
         (Operands::F16, BFormat::Bf16),
@@ -46,7 +46,10 @@ fn wgmma_gemms_assemble_without_warnings() {
         (Operands::Bf16, BFormat::Bf16),
     ] {
         for (bm, bn, stages) in [(64, 128, 3), (128, 128, 4), (256, 128, 4), (256, 64, 4)] {
-            for epilogue in Epilogue::ALL {
+            for (epilogue, core) in Epilogue::ALL
+                .into_iter()
+                .flat_map(|e| [(e, Core::Wgmma), (e, Core::WgmmaProducer)])
+            {
                 let p = GemmParams {
                     operands,
                     format,
@@ -57,14 +60,18 @@ fn wgmma_gemms_assemble_without_warnings() {
                     bn,
                     wn: 64,
                     stages,
-                    wgmma: true,
+                    core,
                 };
                 let f = gemm::build(&p).unwrap_or_else(|e| panic!("{e}"));
                 let ptx = quench_ptx::emit(&f).unwrap_or_else(|e| panic!("{e}"));
                 assert!(ptx.contains(".target sm_90a"), "{}", p.name());
                 match assemble(&ptx, "sm_90") {
                     Ok(r) => {
-                        eprintln!("{} bm {bm} bn {bn}: {} registers", p.name(), r.registers);
+                        eprintln!(
+                            "{} {core:?} bm {bm} bn {bn}: {} registers",
+                            p.name(),
+                            r.registers
+                        );
                         if r.spill_store_bytes > 0 || !r.warnings.is_empty() {
                             failures.push(format!(
                                 "{} bm {bm} bn {bn}: spills {} B, warnings {:?}",

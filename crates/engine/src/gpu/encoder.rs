@@ -29,7 +29,7 @@ use quench_ir::Scalar;
 use quench_kernels::bias::BiasRowsParams;
 use quench_kernels::embed::{EmbedParams, TableFormat};
 use quench_kernels::encoder_attention::EncoderAttentionParams;
-use quench_kernels::gemm::{BFormat, Epilogue, GemmParams, Operands};
+use quench_kernels::gemm::{BFormat, Core, Epilogue, GemmParams, Operands};
 use quench_kernels::norm_residual::{Norm, NormOut, NormResidualParams};
 use quench_kernels::to_bf16::{Activation, ToBf16Params};
 use quench_models::arch::{Arch, ModelConfig, Naming, TensorSource};
@@ -569,7 +569,7 @@ fn compile(c: &ModelConfig, exec: &mut dyn Executor) -> Result<Kernels, GpuError
         bn: 64,
         wn: 32,
         stages: 3,
-        wgmma: false,
+        core: Core::MmaSync,
     };
     let (qkv, out, up, down) = (
         gemm(3 * c.hidden, c.hidden),

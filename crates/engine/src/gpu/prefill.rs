@@ -53,7 +53,7 @@ use quench_kernels::attention::decode::{self as attn_decode, DecodeParams};
 use quench_kernels::attention::prefill::{self as attn_prefill, PrefillParams};
 use quench_kernels::bias::{self, BiasRowsParams};
 use quench_kernels::embed;
-use quench_kernels::gemm::{self, BFormat, Epilogue as GemmEpilogue, GemmParams, Operands};
+use quench_kernels::gemm::{self, BFormat, Core, Epilogue as GemmEpilogue, GemmParams, Operands};
 use quench_kernels::norm_residual::{self, Norm, NormOut, NormResidualParams, OutType};
 use quench_kernels::qgemv::{self, Epilogue, Prologue, QGemvParams, WeightFormat};
 use quench_kernels::silu_mul::{self, SiluMulParams};
@@ -125,7 +125,7 @@ impl PrefillPlan {
         self.program
             .dispatches
             .iter()
-            .filter(|d| matches!(d.grid, Grid::Gemm(p) if p.wgmma))
+            .filter(|d| matches!(d.grid, Grid::Gemm(p) if p.core.is_wgmma()))
             .count()
     }
 
@@ -652,7 +652,7 @@ impl<'a> ChunkBuilder<'a> {
                 bn: 128,
                 wn: 64,
                 stages: 4,
-                wgmma: true,
+                core: Core::Wgmma,
             })
             .filter(|p| n.is_multiple_of(p.bn) && k.is_multiple_of(64));
         let p = wgmma
@@ -672,11 +672,12 @@ impl<'a> ChunkBuilder<'a> {
                         bn,
                         wn,
                         stages,
-                        wgmma: false,
+                        core: Core::MmaSync,
                     }),
             )
             .find(|p| {
-                n.is_multiple_of(p.bn) && (p.wgmma || p.shared_bytes() <= MAX_STATIC_SHARED_BYTES)
+                n.is_multiple_of(p.bn)
+                    && (p.core.is_wgmma() || p.shared_bytes() <= MAX_STATIC_SHARED_BYTES)
             })
             .ok_or_else(|| {
                 not_here(

@@ -83,7 +83,15 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     let ids = Ids::emit(k, p);
     let one = k.const_u32(1);
     let last_row = k.sub(m, one);
-    let a_copy = TileCopy::emit(k, p, &ids, a, ids.row0, Some(last_row), p.bm);
+    let a_copy = TileCopy::emit(
+        k,
+        p,
+        (ids.tid, p.threads()),
+        a,
+        ids.row0,
+        Some(last_row),
+        p.bm,
+    );
     let source = if quantized {
         let raw_s = k.shared_array("b_raw", Scalar::U32, stages * sm.raw_stage, 128);
         BSource::Dequant {
@@ -92,7 +100,15 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
             raw_s,
         }
     } else {
-        BSource::Tiles(TileCopy::emit(k, p, &ids, b, ids.col0, None, p.bn))
+        BSource::Tiles(TileCopy::emit(
+            k,
+            p,
+            (ids.tid, p.threads()),
+            b,
+            ids.col0,
+            None,
+            p.bn,
+        ))
     };
     let fa = FragAddrs::emit(k, p, &ids);
 

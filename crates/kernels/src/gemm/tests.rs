@@ -20,7 +20,7 @@ fn params(format: BFormat, n: u32, k: u32, bm: u32, bn: u32, wn: u32, stages: u3
         bn,
         wn,
         stages,
-        wgmma: false,
+        core: Core::MmaSync,
     }
 }
 
@@ -228,9 +228,10 @@ fn names_say_the_operand_type() {
     );
 }
 
-/// The wgmma kernels: bf16 and f16 weights, each epilogue, one and two warpgroups, the
-/// three token widths, a partial token tile; the products within their bound (and the
-/// controls outside it), the weights through an identity `A` bit for bit.
+/// The wgmma kernels, every thread copying or a copier warp beside the warpgroups: bf16
+/// and f16 weights, each epilogue, one and two warpgroups, the three token widths, a
+/// partial token tile, odd and even step counts; the products within their bound (and
+/// the controls outside it), the weights through an identity `A` bit for bit.
 #[test]
 fn wgmma_products_meet_the_bound_and_carry_exact_weights() {
     let seed = seed();
@@ -241,21 +242,23 @@ fn wgmma_products_meet_the_bound_and_carry_exact_weights() {
         (Operands::Bf16, BFormat::Bf16),
     ] {
         for (i, &(bm, bn, stages)) in shapes.iter().enumerate() {
-            let p = GemmParams {
-                operands,
-                epilogue: Epilogue::ALL[i % 3],
-                wgmma: true,
-                ..params(f, 128, 192 + 64 * i as u32, bm, bn, 32, stages)
-            };
-            let mut cases = vec![case(&p, 70, seed).unwrap_or_else(|e| panic!("{e}"))];
-            if p.epilogue != Epilogue::Accumulate {
-                cases.push(exactness_case(&p, seed).unwrap_or_else(|e| panic!("{e}")));
-            }
-            for case in cases {
-                let out =
-                    run_case(&mut InterpExecutor::new(), &case).unwrap_or_else(|e| panic!("{e}"));
-                for r in compare(&case, &out).expect("comparable") {
-                    assert!(r.passed, "{} bm {bm} bn {bn}: {r}", case.name);
+            for core in [Core::Wgmma, Core::WgmmaProducer] {
+                let p = GemmParams {
+                    operands,
+                    epilogue: Epilogue::ALL[i % 3],
+                    core,
+                    ..params(f, 128, 192 + 64 * i as u32, bm, bn, 32, stages)
+                };
+                let mut cases = vec![case(&p, 70, seed).unwrap_or_else(|e| panic!("{e}"))];
+                if p.epilogue != Epilogue::Accumulate {
+                    cases.push(exactness_case(&p, seed).unwrap_or_else(|e| panic!("{e}")));
+                }
+                for case in cases {
+                    let out = run_case(&mut InterpExecutor::new(), &case)
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    for r in compare(&case, &out).expect("comparable") {
+                        assert!(r.passed, "{} {core:?} bm {bm} bn {bn}: {r}", case.name);
+                    }
                 }
             }
         }
@@ -264,7 +267,10 @@ fn wgmma_products_meet_the_bound_and_carry_exact_weights() {
 
 #[test]
 fn wgmma_refuses_what_it_does_not_do() {
-    let wg = |p: GemmParams| GemmParams { wgmma: true, ..p };
+    let wg = |p: GemmParams| GemmParams {
+        core: Core::Wgmma,
+        ..p
+    };
     let refuse = |p: GemmParams, needle: &str| {
         let e = build(&p).unwrap_err().to_string();
         assert!(e.contains(needle), "{e}");

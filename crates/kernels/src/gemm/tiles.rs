@@ -64,7 +64,8 @@ impl Ids {
 }
 
 /// One thread's share of copying a `[rows][32]` 16-bit tile of a row-major `[·, kdim]`
-/// operand into a stage of shared memory: chunk `tid & 3` of rows `tid / 4 + i·threads/4`.
+/// operand into a stage of shared memory: chunk `tid & 3` of rows `tid / 4 + i·threads/4`,
+/// `tid` counting the `threads` that copy.
 pub struct TileCopy {
     /// Global address of each of this thread's chunks at k-step 0, as a pointer and a
     /// constant element offset from it.
@@ -82,16 +83,16 @@ impl TileCopy {
     pub fn emit(
         k: &mut Builder,
         p: &GemmParams,
-        ids: &Ids,
+        (tid, threads): (Value, u32),
         base: Value,
         first_row: Value,
         last_row: Option<Value>,
         rows: u32,
     ) -> TileCopy {
         let kdim = p.k;
-        let r = k.shr_const(ids.tid, 2);
-        let c = k.and_const(ids.tid, 3);
-        let pass_rows = p.threads() / 4;
+        let r = k.shr_const(tid, 2);
+        let c = k.and_const(tid, 3);
+        let pass_rows = threads / 4;
         let c8 = k.shl_const(c, 3);
         let c8 = k.cvt(Scalar::U64, c8);
         let row = k.add(first_row, r);

@@ -1,4 +1,5 @@
-//! The same products on Hopper's warpgroup MMA (`wgmma.mma_async`, `GemmParams::wgmma`).
+//! The same products on Hopper's warpgroup MMA (`wgmma.mma_async`; [`super::Core::Wgmma`]
+//! and [`super::Core::WgmmaProducer`]).
 //!
 //! **Roles.** A warpgroup (four warps, 128 threads) computes `64 × bm` of `Cᵀ`: 64 weight
 //! rows (columns of `C`) against the block's `bm` tokens, as `wgmma.m64n{bm}k16`. The
@@ -24,6 +25,15 @@
 //! them in different registers: the loop body holds two steps (an odd last one follows
 //! the loop).
 //!
+//! **With a copier warp** ([`super::Core::WgmmaProducer`]): one warp after the
+//! warpgroups only copies, step after step, into stage `t mod stages`, and its lanes
+//! arrive on the stage's "full" mbarrier as their copies land
+//! (`cp.async.mbarrier.arrive.noinc`); before refilling a stage it waits on the stage's
+//! "empty" mbarrier, on which every multiplying thread arrives once the products of its
+//! previous use are done (after the next step's `wgmma.wait_group 1`). The warpgroups
+//! wait on "full" by phase parity, make the copies visible to the tensor cores and
+//! multiply: no block-wide barrier is left in the k-loop.
+//!
 //! **Epilogue.** Accumulator register `4j + r` of lane `l` in warp `q` of warpgroup `w`
 //! holds weight row `64w + 16q + l/4 + 8·(r/2)` and token `8j + 2·(l mod 4) + (r mod 2)`
 //! (the `m16n8k16` accumulator of each warp's 16 rows, repeated over the `n8` blocks);
@@ -32,7 +42,7 @@
 use quench_ir::{Builder, FragRole, Function, MmaShape, Scalar, Swizzle, Type, Value};
 
 use super::tiles::{swizzled, weight_regs, Ids, TileCopy};
-use super::{Epilogue, GemmParams, BK};
+use super::{Core, Epilogue, GemmParams, BK};
 use crate::error::KernelError;
 use crate::lanes::{gptr, wide_mul};
 
@@ -41,56 +51,160 @@ const ATOM_BYTES: u32 = 8 * BK * 2;
 /// Sub-tiles of `BK` a pipeline step covers: k advances 64 a step.
 pub const SUB: u32 = 2;
 
-/// `(a, b, c, m)`: see the module documentation of [`super`].
-pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
-    p.check()?;
-    let shape = MmaShape::warpgroup(p.bm)
-        .ok_or_else(|| KernelError::unsupported(p.name(), format!("no wgmma with n = {}", p.bm)))?;
-    let stages = p.stages;
-    let mut kb = Builder::new(p.name(), p.threads());
-    let k = &mut kb;
-    let operand = p.operands.scalar();
-    let a = k.param("a", gptr(operand));
-    let b = k.param("b", gptr(p.format.stored_elem()));
-    let c = k.param("c", gptr(p.c_elem()));
-    let m = k.param("m", Type::U32);
+/// What both pipelines share: the operands, the shared-memory stages and who is who.
+struct Setup {
+    shape: MmaShape,
+    c: Value,
+    m: Value,
+    ids: Ids,
+    /// A's stages, then B's (element offsets `a_stage`, `b_stage` apart).
+    a_s: Value,
+    b_s: Value,
+    a_stage: u32,
+    b_stage: u32,
+    frag_rows: FragRows,
+    /// Steps of `SUB · BK` along k.
+    steps: u32,
+}
 
-    // A stage holds `SUB` sub-tiles of each operand, each `[rows][BK]` as `tiles.rs`
-    // lays it out.
-    let (a_sub, b_sub) = (p.bm * BK, p.bn * BK);
-    let (a_stage, b_stage) = (SUB * a_sub, SUB * b_sub);
-    // The stages live in dynamic shared memory (`GemmParams::launch` sizes it): A's, then
-    // B's. 1024-byte alignment: the swizzle atoms must sit at 512-byte addresses.
-    let a_s = k.shared_array("tiles", operand, 0, 1024);
-    let b_s = k.const_u32(stages * a_stage);
-    let b_s = k.ptr_add(a_s, b_s);
-    let b_s = k.ptr_cast(p.format.stored_elem(), b_s);
-    let ids = Ids::emit(k, p);
-    let one = k.const_u32(1);
-    let last_row = k.sub(m, one);
-    let a_copy = TileCopy::emit(k, p, &ids, a, ids.row0, Some(last_row), p.bm);
-    let b_copy = TileCopy::emit(k, p, &ids, b, ids.col0, None, p.bn);
-    let frag_rows = FragRows::emit(k, &ids);
+impl Setup {
+    fn emit(k: &mut Builder, p: &GemmParams) -> Result<(Setup, Value, Value), KernelError> {
+        let shape = MmaShape::warpgroup(p.bm).ok_or_else(|| {
+            KernelError::unsupported(p.name(), format!("no wgmma with n = {}", p.bm))
+        })?;
+        let operand = p.operands.scalar();
+        let a = k.param("a", gptr(operand));
+        let b = k.param("b", gptr(p.format.stored_elem()));
+        let c = k.param("c", gptr(p.c_elem()));
+        let m = k.param("m", Type::U32);
+        // A stage holds `SUB` sub-tiles of each operand, each `[rows][BK]` as `tiles.rs`
+        // lays it out. The stages live in dynamic shared memory (`GemmParams::launch`
+        // sizes it): A's, then B's, then any mbarriers. 1024-byte alignment: the swizzle
+        // atoms must sit at 512-byte addresses.
+        let (a_stage, b_stage) = (SUB * p.bm * BK, SUB * p.bn * BK);
+        let a_s = k.shared_array("tiles", operand, 0, 1024);
+        let b_at = k.const_u32(p.stages * a_stage);
+        let b_s = k.ptr_add(a_s, b_at);
+        let b_s = k.ptr_cast(p.format.stored_elem(), b_s);
+        let ids = Ids::emit(k, p);
+        let frag_rows = FragRows::emit(k, &ids);
+        let setup = Setup {
+            shape,
+            c,
+            m,
+            ids,
+            a_s,
+            b_s,
+            a_stage,
+            b_stage,
+            frag_rows,
+            steps: p.k / (SUB * BK),
+        };
+        Ok((setup, a, b))
+    }
 
-    let steps = p.k / (SUB * BK);
-    let last_step = k.const_u32(steps - 1);
-    // Group `j`: step `j`'s sub-tiles (clamped to the last step: the copies past it fill
-    // stages nobody reads).
-    let issue = |k: &mut Builder, j: Value, slot: Value| {
-        let j = k.min(j, last_step);
+    /// The copies of step `j` (a `u32`) into stage `slot`, without a commit.
+    fn issue(&self, k: &mut Builder, copies: &(TileCopy, TileCopy), j: Value, slot: Value) {
         let first = k.mul_const(j, SUB);
         for sub in 0..SUB {
             let tile = k.add_const(first, sub);
-            let a_off = k.mul_const(slot, a_stage);
-            let a_off = k.add_const(a_off, sub * a_sub);
-            a_copy.issue(k, a_s, a_off, tile);
-            let b_off = k.mul_const(slot, b_stage);
-            let b_off = k.add_const(b_off, sub * b_sub);
-            b_copy.issue(k, b_s, b_off, tile);
+            let a_off = k.mul_const(slot, self.a_stage);
+            let a_off = k.add_const(a_off, sub * self.a_stage / SUB);
+            copies.0.issue(k, self.a_s, a_off, tile);
+            let b_off = k.mul_const(slot, self.b_stage);
+            let b_off = k.add_const(b_off, sub * self.b_stage / SUB);
+            copies.1.issue(k, self.b_s, b_off, tile);
         }
+    }
+
+    /// The step's products on the tiles in stage `slot`, as one committed group: the
+    /// warp's weight fragments (values of this emission's own, see the module
+    /// documentation), then four k16 `wgmma` into `acc`.
+    fn multiply(&self, k: &mut Builder, p: &GemmParams, slot: Value, mut acc: Value) -> Value {
+        let a_off = k.mul_const(slot, self.a_stage);
+        let b_off = k.mul_const(slot, self.b_stage);
+        let (a_sub, b_sub) = (self.a_stage / SUB, self.b_stage / SUB);
+        let frags: Vec<Value> = (0..SUB)
+            .flat_map(|sub| [(sub, 0), (sub, 1)])
+            .map(|(sub, ks)| {
+                let off = k.add_const(b_off, sub * b_sub);
+                self.frag_rows.load(k, p, self.shape, (self.b_s, off), ks)
+            })
+            .collect();
+        k.wgmma_fence();
+        for (i, &fa) in frags.iter().enumerate() {
+            let (sub, ks) = (i as u32 / 2, i as u32 % 2);
+            let at = k.add_const(a_off, sub * a_sub + ks * 16);
+            let at = k.ptr_add(self.a_s, at);
+            let desc = k.wgmma_desc(at, 16, ATOM_BYTES, Swizzle::B64);
+            acc = k.wgmma(self.shape, p.operands.scalar(), fa, desc, acc);
+        }
+        k.wgmma_commit();
+        acc
+    }
+
+    fn zero_acc(&self, k: &mut Builder, p: &GemmParams) -> Value {
+        let frag_c = Builder::frag_type(self.shape, FragRole::C, Scalar::F32);
+        let zf = k.const_f32(0.0);
+        k.pack(frag_c, &vec![zf; (p.bm / 2) as usize])
+    }
+
+    /// Steps `0..steps`, two a loop iteration (each emission with fragments of its
+    /// own), an odd last one after the loop. `step(k, t, carried) -> carried`.
+    fn steps(
+        &self,
+        k: &mut Builder,
+        init: &[Value],
+        step: &impl Fn(&mut Builder, Value, &[Value]) -> Vec<Value>,
+    ) -> Vec<Value> {
+        let (zero, one) = (k.const_u32(0), k.const_u32(1));
+        let pairs = k.const_u32(self.steps / 2);
+        let out = k.for_range(zero, pairs, one, init, |k, i, carried| {
+            let t = k.shl_const(i, 1);
+            let carried = step(k, t, carried);
+            let t1 = k.add_const(t, 1);
+            step(k, t1, &carried)
+        });
+        if self.steps % 2 == 1 {
+            let t = k.const_u32(self.steps - 1);
+            step(k, t, &out)
+        } else {
+            out
+        }
+    }
+}
+
+/// `(a, b, c, m)`: see the module documentation of [`super`].
+pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
+    p.check()?;
+    let mut kb = Builder::new(p.name(), p.threads());
+    let k = &mut kb;
+    let (setup, a, b) = Setup::emit(k, p)?;
+    match p.core {
+        Core::WgmmaProducer => producer_consumer(k, p, &setup, (a, b)),
+        _ => all_threads(k, p, &setup, (a, b)),
+    }
+    Ok(kb.finish()?)
+}
+
+/// Every thread copies and multiplies; a barrier a step.
+fn all_threads(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value)) {
+    let stages = p.stages;
+    let ids = &s.ids;
+    let one = k.const_u32(1);
+    let last_row = k.sub(s.m, one);
+    let copier = (ids.tid, p.threads());
+    let copies = (
+        TileCopy::emit(k, p, copier, a, ids.row0, Some(last_row), p.bm),
+        TileCopy::emit(k, p, copier, b, ids.col0, None, p.bn),
+    );
+    let last_step = k.const_u32(s.steps - 1);
+    // Group `j`, clamped to the last step: the copies past it fill stages nobody reads.
+    let issue = |k: &mut Builder, j: Value, slot: Value| {
+        let j = k.min(j, last_step);
+        s.issue(k, &copies, j, slot);
         k.cp_async_commit();
     };
-    let zero = k.const_u32(0);
     for g in 0..stages - 1 {
         let g = k.const_u32(g);
         issue(k, g, g);
@@ -98,30 +212,9 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     k.cp_async_wait(stages - 2);
     k.fence_proxy_async();
     k.barrier();
-
-    // Step `t` (a `u32`) in stage `slot`: returns the next slot and the accumulator.
-    // Each emission loads its A fragments into values of its own: a step's fragments
-    // are read by the tensor cores until the next step's `wgmma.wait_group 1`, so the
-    // step after must not write them — the loop body holds two steps.
-    let step = |k: &mut Builder, t: Value, slot: Value, mut acc: Value| {
-        let a_off = k.mul_const(slot, a_stage);
-        let b_off = k.mul_const(slot, b_stage);
-        let frags: Vec<Value> = (0..SUB)
-            .flat_map(|sub| [(sub, 0), (sub, 1)])
-            .map(|(sub, ks)| {
-                let off = k.add_const(b_off, sub * b_sub);
-                frag_rows.load(k, p, shape, (b_s, off), ks)
-            })
-            .collect();
-        k.wgmma_fence();
-        for (i, &fa) in frags.iter().enumerate() {
-            let (sub, ks) = (i as u32 / 2, i as u32 % 2);
-            let at = k.add_const(a_off, sub * a_sub + ks * 16);
-            let at = k.ptr_add(a_s, at);
-            let desc = k.wgmma_desc(at, 16, ATOM_BYTES, Swizzle::B64);
-            acc = k.wgmma(shape, operand, fa, desc, acc);
-        }
-        k.wgmma_commit();
+    let step = |k: &mut Builder, t: Value, carried: &[Value]| {
+        let slot = carried[0];
+        let acc = s.multiply(k, p, slot, carried[1]);
         k.wgmma_wait(1);
         k.cp_async_wait(stages - 3);
         k.fence_proxy_async();
@@ -129,31 +222,105 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
         let ahead = k.add_const(t, stages - 1);
         let free = prev_slot(k, slot, stages);
         issue(k, ahead, free);
-        (next_slot(k, slot, stages), acc)
+        vec![next_slot(k, slot, stages), acc]
     };
-
-    let frag_c = Builder::frag_type(shape, FragRole::C, Scalar::F32);
-    let zf = k.const_f32(0.0);
-    let acc0 = k.pack(frag_c, &vec![zf; (p.bm / 2) as usize]);
-    let pairs = k.const_u32(steps / 2);
-    let out = k.for_range(zero, pairs, one, &[zero, acc0], |k, i, carried| {
-        let t = k.shl_const(i, 1);
-        let (slot, acc) = step(k, t, carried[0], carried[1]);
-        let t1 = k.add_const(t, 1);
-        let (slot, acc) = step(k, t1, slot, acc);
-        vec![slot, acc]
-    });
-    let acc = if steps % 2 == 1 {
-        let t = k.const_u32(steps - 1);
-        step(k, t, out[0], out[1]).1
-    } else {
-        out[1]
-    };
+    let zero = k.const_u32(0);
+    let acc0 = s.zero_acc(k, p);
+    let out = s.steps(k, &[zero, acc0], &step);
     k.wgmma_wait(0);
     // Nothing is read from the copies still in flight (repeats of the last step).
     k.cp_async_wait(0);
-    store(k, p, &ids, c, m, acc);
-    Ok(kb.finish()?)
+    store(k, p, ids, s.c, s.m, out[1]);
+}
+
+/// The last warp copies, the warpgroups multiply; stage `s` has a "full" mbarrier (the
+/// copier's 32 lanes arrive as their copies land) and an "empty" one (every multiplying
+/// thread arrives once its step's products are done). The `n`-th use of a stage waits
+/// for the parity `n mod 2` of its full barrier; the copier's `n`-th refill waits for
+/// the parity `(n − 1) mod 2` of its empty one.
+fn producer_consumer(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value)) {
+    let stages = p.stages;
+    let consumers = p.threads() - 32;
+    let ids = &s.ids;
+    let bar_at = k.const_u32(stages * s.b_stage);
+    let bars = k.ptr_add(s.b_s, bar_at);
+    let bars = k.ptr_cast(Scalar::U64, bars);
+    let full = |k: &mut Builder, slot: Value| k.ptr_add(bars, slot);
+    let empty = |k: &mut Builder, slot: Value| {
+        let i = k.add_const(slot, stages);
+        k.ptr_add(bars, i)
+    };
+    let zero = k.const_u32(0);
+    let first = k.eq(ids.tid, zero);
+    k.if_then(first, |k| {
+        for st in 0..stages {
+            let st = k.const_u32(st);
+            let (f, e) = (full(k, st), empty(k, st));
+            let n = k.const_u32(32);
+            k.mbarrier_init(f, n);
+            let n = k.const_u32(consumers);
+            k.mbarrier_init(e, n);
+        }
+    });
+    k.barrier();
+    let copier = k.const_u32(consumers / 32);
+    let is_copier = k.eq(ids.warp, copier);
+    k.if_else(
+        is_copier,
+        &[],
+        |k| {
+            let one = k.const_u32(1);
+            let last_row = k.sub(s.m, one);
+            let copies = (
+                TileCopy::emit(k, p, (ids.lane, 32), a, ids.row0, Some(last_row), p.bm),
+                TileCopy::emit(k, p, (ids.lane, 32), b, ids.col0, None, p.bn),
+            );
+            let (lo, hi) = (k.const_u32(0), k.const_u32(s.steps));
+            k.for_range(lo, hi, one, &[zero, zero], |k, t, carried| {
+                let (slot, round) = (carried[0], carried[1]);
+                let n = k.const_u32(stages);
+                let refill = k.ge(t, n);
+                k.if_then(refill, |k| {
+                    let e = empty(k, slot);
+                    let one = k.const_u32(1);
+                    let parity = k.xor(round, one);
+                    k.mbarrier_wait(e, parity);
+                });
+                s.issue(k, &copies, t, slot);
+                k.cp_async_commit();
+                let f = full(k, slot);
+                k.cp_async_mbarrier_arrive(f);
+                next_slot_round(k, slot, round, stages)
+            });
+            vec![]
+        },
+        |k| {
+            let step = |k: &mut Builder, t: Value, carried: &[Value]| {
+                let (slot, round) = (carried[0], carried[1]);
+                let f = full(k, slot);
+                k.mbarrier_wait(f, round);
+                k.fence_proxy_async();
+                let acc = s.multiply(k, p, slot, carried[2]);
+                // Step t − 1's products are done: its stage may be refilled.
+                k.wgmma_wait(1);
+                let zero = k.const_u32(0);
+                let after_first = k.ne(t, zero);
+                k.if_then(after_first, |k| {
+                    let prev = prev_slot(k, slot, stages);
+                    let e = empty(k, prev);
+                    k.mbarrier_arrive(e);
+                });
+                let mut next = next_slot_round(k, slot, round, stages);
+                next.push(acc);
+                next
+            };
+            let acc0 = s.zero_acc(k, p);
+            let out = s.steps(k, &[zero, zero, acc0], &step);
+            k.wgmma_wait(0);
+            store(k, p, ids, s.c, s.m, out[2]);
+            vec![]
+        },
+    );
 }
 
 /// Each lane's `ldmatrix.x4` row within the weight tile: lane `l` gives row `l mod 8` of
@@ -241,6 +408,16 @@ fn store(k: &mut Builder, p: &GemmParams, ids: &Ids, c: Value, m: Value, acc: Va
             });
         }
     }
+}
+
+/// The next stage and its round's parity (flipped when the stages wrap around).
+fn next_slot_round(k: &mut Builder, slot: Value, round: Value, stages: u32) -> Vec<Value> {
+    let wrap = k.const_u32(stages - 1);
+    let at_end = k.eq(slot, wrap);
+    let one = k.const_u32(1);
+    let flipped = k.xor(round, one);
+    let round = k.select(at_end, flipped, round);
+    vec![next_slot(k, slot, stages), round]
 }
 
 /// `(slot + 1) mod stages`.
