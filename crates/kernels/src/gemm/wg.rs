@@ -62,7 +62,6 @@ struct Setup {
     b_s: Value,
     a_stage: u32,
     b_stage: u32,
-    frag_rows: FragRows,
     /// Steps of `SUB · BK` along k.
     steps: u32,
 }
@@ -87,7 +86,6 @@ impl Setup {
         let b_s = k.ptr_add(a_s, b_at);
         let b_s = k.ptr_cast(p.format.stored_elem(), b_s);
         let ids = Ids::emit(k, p);
-        let frag_rows = FragRows::emit(k, &ids);
         let setup = Setup {
             shape,
             c,
@@ -97,7 +95,6 @@ impl Setup {
             b_s,
             a_stage,
             b_stage,
-            frag_rows,
             steps: p.k / (SUB * BK),
         };
         Ok((setup, a, b))
@@ -120,7 +117,13 @@ impl Setup {
     /// The step's products on the tiles in stage `slot`, as one committed group: the
     /// warp's weight fragments (values of this emission's own, see the module
     /// documentation), then four k16 `wgmma` into `acc`.
-    fn multiply(&self, k: &mut Builder, p: &GemmParams, slot: Value, mut acc: Value) -> Value {
+    fn multiply(
+        &self,
+        k: &mut Builder,
+        (p, rows): (&GemmParams, &FragRows),
+        slot: Value,
+        mut acc: Value,
+    ) -> Value {
         let a_off = k.mul_const(slot, self.a_stage);
         let b_off = k.mul_const(slot, self.b_stage);
         let (a_sub, b_sub) = (self.a_stage / SUB, self.b_stage / SUB);
@@ -128,7 +131,7 @@ impl Setup {
             .flat_map(|sub| [(sub, 0), (sub, 1)])
             .map(|(sub, ks)| {
                 let off = k.add_const(b_off, sub * b_sub);
-                self.frag_rows.load(k, p, self.shape, (self.b_s, off), ks)
+                rows.load(k, p, self.shape, (self.b_s, off), ks)
             })
             .collect();
         k.wgmma_fence();
@@ -198,6 +201,7 @@ fn all_threads(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value
         TileCopy::emit(k, p, copier, a, ids.row0, Some(last_row), p.bm),
         TileCopy::emit(k, p, copier, b, ids.col0, None, p.bn),
     );
+    let rows = FragRows::emit(k, ids);
     let last_step = k.const_u32(s.steps - 1);
     // Group `j`, clamped to the last step: the copies past it fill stages nobody reads.
     let issue = |k: &mut Builder, j: Value, slot: Value| {
@@ -214,7 +218,7 @@ fn all_threads(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value
     k.barrier();
     let step = |k: &mut Builder, t: Value, carried: &[Value]| {
         let slot = carried[0];
-        let acc = s.multiply(k, p, slot, carried[1]);
+        let acc = s.multiply(k, (p, &rows), slot, carried[1]);
         k.wgmma_wait(1);
         k.cp_async_wait(stages - 3);
         k.fence_proxy_async();
@@ -295,12 +299,13 @@ fn producer_consumer(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value,
             vec![]
         },
         |k| {
+            let rows = FragRows::emit(k, ids);
             let step = |k: &mut Builder, t: Value, carried: &[Value]| {
                 let (slot, round) = (carried[0], carried[1]);
                 let f = full(k, slot);
                 k.mbarrier_wait(f, round);
                 k.fence_proxy_async();
-                let acc = s.multiply(k, p, slot, carried[2]);
+                let acc = s.multiply(k, (p, &rows), slot, carried[2]);
                 // Step t − 1's products are done: its stage may be refilled.
                 k.wgmma_wait(1);
                 let zero = k.const_u32(0);
