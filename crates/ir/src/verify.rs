@@ -11,10 +11,13 @@
 //!   blocks end with exactly one `yield`; `return` only ends the kernel body);
 //! - that every value of the kernel is defined by something;
 //! - that no barrier sits under control flow that differs between the threads of a
-//!   block (`verify/uniform.rs`).
+//!   block (`verify/uniform.rs`);
+//! - that no loop writes a `wgmma`'s A fragment again while the product may still read
+//!   it (`verify/wgmma.rs`).
 
 mod typing;
 mod uniform;
+mod wgmma;
 
 use crate::func::{Block, Function, Inst, Value, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK};
 use crate::ops::Op;
@@ -196,6 +199,13 @@ pub enum InstProblem {
     },
     #[error("barrier under control flow that differs between threads of a block: {construct} depends on `{root}`")]
     DivergentBarrier { construct: String, root: String },
+    #[error(
+        "the loop's next iteration defines this wgmma's A fragment `{frag}` again while the \
+         product may still be reading it (no wgmma.wait_group on the way retires its group): \
+         give consecutive iterations' fragments values of their own (two steps a loop \
+         body) or wait for the group"
+    )]
+    PendingFragment { frag: String },
 }
 
 /// Check `f`; the first problem found is returned.
@@ -220,7 +230,8 @@ pub fn verify(f: &Function) -> Result<(), VerifyError> {
             problem,
         });
     }
-    uniform::check_barriers(f)
+    uniform::check_barriers(f)?;
+    wgmma::check_fragments(f)
 }
 
 fn check_header(f: &Function) -> Result<(), KernelProblem> {

@@ -1276,3 +1276,47 @@ fn accepts_barriers_under_uniform_control_flow() {
     })
     .expect("uniform control flow");
 }
+
+/// A loop whose body loads a wgmma A fragment and leaves its product pending at the back
+/// edge is refused; waiting for it, or two steps a body (each with its own fragment),
+/// passes.
+#[test]
+fn a_pending_wgmma_fragment_written_again_is_refused() {
+    let looped = |steps: usize, wait: u32| {
+        let mut k = Builder::new("wg", 128);
+        let tile = k.shared_array("tile", Scalar::F16, 4096, 1024);
+        let desc = k.wgmma_desc(tile, 16, 512, quench_ir::Swizzle::B64);
+        let shape = quench_ir::MmaShape::M64N64K16;
+        let zero = k.const_f32(0.0);
+        let c = k.pack(
+            Builder::frag_type(shape, quench_ir::FragRole::C, Scalar::F32),
+            &[zero; 32],
+        );
+        let (lo, hi, one) = (k.const_u32(0), k.const_u32(4), k.const_u32(1));
+        k.for_range(lo, hi, one, &[c], |k, _, acc| {
+            let mut acc = acc[0];
+            for _ in 0..steps {
+                let a = k.ldmatrix(
+                    Builder::frag_type(shape, quench_ir::FragRole::A, Scalar::F16),
+                    4,
+                    false,
+                    tile,
+                );
+                k.wgmma_fence();
+                acc = k.wgmma(shape, Scalar::F16, a, desc, acc);
+                k.wgmma_commit();
+                k.wgmma_wait(wait);
+            }
+            vec![acc]
+        });
+        k.wgmma_wait(0);
+        k.finish()
+    };
+    let e = looped(1, 1).expect_err("one step a body, its group left pending");
+    assert!(
+        e.to_string().contains("defines this wgmma's A fragment"),
+        "{e}"
+    );
+    looped(1, 0).expect("waited for");
+    looped(2, 1).expect("two steps a body");
+}

@@ -600,9 +600,11 @@ pub fn warpgroup() -> Function {
             let d = k.wgmma(shape, elem, a, descs[i % 4], acc[0]);
             let d = k.wgmma(shape, elem, descs[(i + 1) % 4], descs[i % 4], d);
             k.wgmma_commit();
-            k.wgmma_wait(1);
+            // The next iteration writes `a` again: its product must be done.
+            k.wgmma_wait(0);
             vec![d]
         });
+        k.wgmma_wait(1);
         k.wgmma_wait(0);
         // `out` feeds a product and is read after it: the product copies it first.
         k.wgmma_fence();
