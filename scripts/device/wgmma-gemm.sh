@@ -32,7 +32,12 @@ case "${1:?usage: wgmma-gemm.sh kernels|speed}" in
         compare+=(--compare-shape "m=200 n=256 k=512 bm=128 bn=128 stages=4 wgmma=2")
         "$BIN" check-kernels --only "$only" --no-perf "${compare[@]}" \
             --receipt "$DEST/kernel-check-wgmma.json" >"$DEST/kernel-check-wgmma.log" 2>&1 || status=1
-        grep -E "^gemm_|FAIL|error" "$DEST/kernel-check-wgmma.log" | tail -30
+        quant=gemm_q4_k_xf16,gemm_q8_0_xf16,gemm_q6_k_xf16,gemm_q5_k_xf16,gemm_q4_0_xf16,gemm_q4_1_xf16
+        "$BIN" check-kernels --only "$quant" --no-perf \
+            --compare-shape "m=130 n=256 k=1024 bm=128 bn=128 stages=3 wgmma=1" \
+            --compare-shape "m=300 n=128 k=512 bm=256 bn=128 stages=3 wgmma=1" \
+            --receipt "$DEST/kernel-check-wgmma-quant.json" >>"$DEST/kernel-check-wgmma.log" 2>&1 || status=1
+        grep -E "^gemm_|FAIL|error" "$DEST/kernel-check-wgmma.log" | tail -40
         shapes=()
         for nk in "6144 4096" "4096 4096" "14336 4096" "4096 14336"; do
             read -r n k <<<"$nk"
@@ -46,6 +51,16 @@ case "${1:?usage: wgmma-gemm.sh kernels|speed}" in
         shapes+=(--shape "m=4096 n=4096 k=4096 bm=256 bn=128 stages=4 wgmma=2")
         "$BIN" check-kernels --only gemm_bf16_xf16,gemm_f16_xf16 --no-compare --reps 20 "${shapes[@]}" \
             --receipt "$DEST/kernel-perf-wgmma.json" >"$DEST/kernel-perf-wgmma.log" 2>&1 || status=1
+        # Quantized weights: the mma.sync products at the engine's tiles, then wgmma.
+        qshapes=()
+        for nk in "6144 4096" "14336 4096" "4096 14336"; do
+            read -r n k <<<"$nk"
+            qshapes+=(--shape "m=2048 n=$n k=$k bm=128 bn=128 wn=64 stages=2")
+            qshapes+=(--shape "m=2048 n=$n k=$k bm=256 bn=128 stages=3 wgmma=1")
+            qshapes+=(--shape "m=2048 n=$n k=$k bm=128 bn=128 stages=3 wgmma=1")
+        done
+        "$BIN" check-kernels --only gemm_q4_k_xf16,gemm_q8_0_xf16 --no-compare --reps 20 "${qshapes[@]}" \
+            --receipt "$DEST/kernel-perf-wgmma-quant.json" >>"$DEST/kernel-perf-wgmma.log" 2>&1 || status=1
         grep -E "^gemm_|copy" "$DEST/kernel-perf-wgmma.log" | awk '{print $1, $2, $3, $(NF-4), $(NF-3), $NF}'
         python3 scripts/device/torch_baseline.py >"$DEST/torch-baseline-wgmma.json" || status=1
         cat "$DEST/torch-baseline-wgmma.json"

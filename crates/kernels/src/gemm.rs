@@ -277,12 +277,13 @@ pub enum Core {
     /// `mma.sync`, warp tiles of `64 × wn`.
     MmaSync,
     /// Hopper's `wgmma` (sm_90a): warpgroups of 64 weight rows (`bn / 64` of them)
-    /// against all `bm` tokens of the block (64, 128 or 256); `wn` is unused. bf16 and
-    /// f16 weights only. Every thread copies and multiplies.
+    /// against all `bm` tokens of the block (64, 128 or 256); `wn` is unused. Every
+    /// thread copies and multiplies; quantized weights are dequantized into shared
+    /// memory and read there by the tensor cores.
     Wgmma,
     /// As [`Core::Wgmma`], with one more warp that only copies: it fills the stages and
     /// signals them full through mbarriers, the warpgroups signal them empty, and no
-    /// block-wide barrier is left in the k-loop.
+    /// block-wide barrier is left in the k-loop. bf16 and f16 weights only.
     WgmmaProducer,
 }
 
@@ -348,6 +349,12 @@ impl GemmParams {
     /// Shared memory the kernel takes: static arrays (each 128-byte aligned), or with
     /// `wgmma` the dynamic stages of A and B tiles.
     pub fn shared_bytes(&self) -> u64 {
+        if self.core.is_wgmma() && self.format.is_quantized() {
+            // Activation stages, two dequantized buffers, stages of stored bytes.
+            let step = wg::SUB * BK;
+            let raw = self.stages * wg::SUB * self.bn * self.format.staged_stride() * 4;
+            return ((self.stages * self.bm + 2 * self.bn) * step * 2 + raw) as u64;
+        }
         if self.core.is_wgmma() {
             let tiles = (self.stages * (self.bm + self.bn) * wg::SUB * BK * 2) as u64;
             // The copier's full and empty mbarriers, 8 bytes each.
@@ -384,8 +391,8 @@ impl GemmParams {
             );
         }
         if self.core.is_wgmma() {
-            if self.format.is_quantized() {
-                return fail("the wgmma products take bf16 or f16 weights only".into());
+            if self.format.is_quantized() && self.core == Core::WgmmaProducer {
+                return fail("the copier-warp wgmma products take bf16 or f16 weights only".into());
             }
             if ![64, 128, 256].contains(&self.bm) || ![64, 128].contains(&self.bn) {
                 return fail(format!(

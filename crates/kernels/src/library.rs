@@ -1062,7 +1062,7 @@ const fn gemm_infos(k_doc: &'static str, bn: u64, wn: u64, stages: u64) -> [Para
         ParamInfo {
             name: "wgmma",
             default: 0,
-            doc: "1: multiply with wgmma (sm_90a; bf16 or f16 weights; bm the wgmma n: 64, 128 or 256; stages 3 or 4); 2: the same with a copier warp and mbarriers",
+            doc: "1: multiply with wgmma (sm_90a; bm the wgmma n: 64, 128 or 256; stages 3 or 4; k a multiple of 64); 2: the same with a copier warp and mbarriers (bf16 or f16 weights)",
         },
     ]
 }

@@ -92,3 +92,44 @@ fn wgmma_gemms_assemble_without_warnings() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The wgmma products of quantized weights (dequantized in shared memory) assemble
+/// without spills or warnings at the tiles the prompt path would take.
+#[test]
+fn quantized_wgmma_gemms_assemble_without_spills() {
+    use quench_kernels::gemm::{self, BFormat, Core, Epilogue, GemmParams, Operands};
+    let mut failures = vec![];
+    for format in BFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
+        for (bm, bn) in [(128, 128), (256, 128)] {
+            let p = GemmParams {
+                operands: Operands::F16,
+                format,
+                epilogue: Epilogue::Store,
+                n: 4096,
+                k: 4096,
+                bm,
+                bn,
+                wn: 64,
+                stages: 3,
+                core: Core::Wgmma,
+            };
+            let f = gemm::build(&p).unwrap_or_else(|e| panic!("{e}"));
+            let ptx = quench_ptx::emit(&f).unwrap_or_else(|e| panic!("{e}"));
+            match assemble(&ptx, "sm_90") {
+                Ok(r) => {
+                    eprintln!("{} bm {bm} bn {bn}: {} registers", p.name(), r.registers);
+                    if r.spill_store_bytes > 0 || !r.warnings.is_empty() {
+                        failures.push(format!(
+                            "{} bm {bm} bn {bn}: spills {} B, warnings {:?}",
+                            p.name(),
+                            r.spill_store_bytes,
+                            r.warnings
+                        ));
+                    }
+                }
+                Err(e) => failures.push(format!("{} bm {bm} bn {bn}: {e}", p.name())),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -275,8 +275,12 @@ fn wgmma_refuses_what_it_does_not_do() {
         let e = build(&p).unwrap_err().to_string();
         assert!(e.contains(needle), "{e}");
     };
+    let copier = |p: GemmParams| GemmParams {
+        core: Core::WgmmaProducer,
+        ..p
+    };
     refuse(
-        wg(params(BFormat::Q8_0, 128, 64, 128, 128, 64, 3)),
+        copier(params(BFormat::Q8_0, 128, 64, 128, 128, 64, 3)),
         "bf16 or f16 weights",
     );
     refuse(
@@ -287,4 +291,34 @@ fn wgmma_refuses_what_it_does_not_do() {
         wg(params(BFormat::Bf16, 128, 64, 128, 128, 64, 2)),
         "3 or 4",
     );
+}
+
+/// The wgmma products of quantized weights (dequantized in shared memory, both operands
+/// read there by the tensor cores), every format and operand type, each epilogue, odd
+/// and even step counts, a partial token tile: within the bound, the controls outside
+/// it, and the dequantized weights through an identity `A` bit for bit.
+#[test]
+fn wgmma_products_of_quantized_weights_meet_the_bound() {
+    let seed = seed();
+    for (j, (operands, f)) in variants().filter(|(_, f)| f.is_quantized()).enumerate() {
+        let km = f.k_multiple();
+        let k = if km < 64 { 192 } else { km.max(128) };
+        let (bm, bn, stages) = [(64, 128, 3), (128, 64, 4)][j % 2];
+        let p = GemmParams {
+            operands,
+            epilogue: Epilogue::ALL[j % 3],
+            core: Core::Wgmma,
+            ..params(f, 128, k, bm, bn, 32, stages)
+        };
+        let mut cases = vec![case(&p, 70, seed).unwrap_or_else(|e| panic!("{e}"))];
+        if p.epilogue != Epilogue::Accumulate {
+            cases.push(exactness_case(&p, seed).unwrap_or_else(|e| panic!("{e}")));
+        }
+        for case in cases {
+            let out = run_case(&mut InterpExecutor::new(), &case).unwrap_or_else(|e| panic!("{e}"));
+            for r in compare(&case, &out).expect("comparable") {
+                assert!(r.passed, "{} k {k} bm {bm} bn {bn}: {r}", case.name);
+            }
+        }
+    }
 }

@@ -25,6 +25,12 @@
 //! them in different registers: the loop body holds two steps (an odd last one follows
 //! the loop).
 //!
+//! **Quantized weights** (all threads copying): the stored bytes of each step are staged
+//! one step ahead, as in the `mma.sync` kernel, and dequantized into one of two buffers
+//! of the operand type laid out like the tiles; the tensor cores then read both
+//! operands from shared memory, the weights through descriptors too (see
+//! `dequantized`).
+//!
 //! **With a copier warp** ([`super::Core::WgmmaProducer`]): one warp after the
 //! warpgroups only copies, step after step, into stage `t mod stages`, and its lanes
 //! arrive on the stage's "full" mbarrier as their copies land
@@ -41,6 +47,8 @@
 
 use quench_ir::{Builder, FragRole, Function, MmaShape, Scalar, Swizzle, Type, Value};
 
+use super::decode::Decoder;
+use super::raw::RawCopy;
 use super::tiles::{swizzled, weight_regs, Ids, TileCopy};
 use super::{Core, Epilogue, GemmParams, BK};
 use crate::error::KernelError;
@@ -84,7 +92,14 @@ impl Setup {
         let a_s = k.shared_array("tiles", operand, 0, 1024);
         let b_at = k.const_u32(p.stages * a_stage);
         let b_s = k.ptr_add(a_s, b_at);
-        let b_s = k.ptr_cast(p.format.stored_elem(), b_s);
+        // Quantized weights: two buffers of dequantized tiles of the operand type, then
+        // `stages` of their stored bytes (see `dequantized`).
+        let b_elem = if p.format.is_quantized() {
+            operand
+        } else {
+            p.format.stored_elem()
+        };
+        let b_s = k.ptr_cast(b_elem, b_s);
         let ids = Ids::emit(k, p);
         let setup = Setup {
             shape,
@@ -114,26 +129,44 @@ impl Setup {
         }
     }
 
-    /// The step's products on the tiles in stage `slot`, as one committed group: the
-    /// warp's weight fragments (values of this emission's own, see the module
-    /// documentation), then four k16 `wgmma` into `acc`.
+    /// The step's products on the activations in stage `slot`, as one committed group,
+    /// four k16 `wgmma` into `acc`. The weights: from registers, the warp's fragments of
+    /// the tiles in the same stage (values of this emission's own, see the module
+    /// documentation); or read by the tensor cores from the dequantized buffer at element
+    /// offset `buf`, the warpgroup's 64 rows through a descriptor.
     fn multiply(
         &self,
         k: &mut Builder,
-        (p, rows): (&GemmParams, &FragRows),
+        (p, weights): (&GemmParams, Weights),
         slot: Value,
         mut acc: Value,
     ) -> Value {
         let a_off = k.mul_const(slot, self.a_stage);
-        let b_off = k.mul_const(slot, self.b_stage);
         let (a_sub, b_sub) = (self.a_stage / SUB, self.b_stage / SUB);
-        let frags: Vec<Value> = (0..SUB)
-            .flat_map(|sub| [(sub, 0), (sub, 1)])
-            .map(|(sub, ks)| {
-                let off = k.add_const(b_off, sub * b_sub);
-                rows.load(k, p, self.shape, (self.b_s, off), ks)
-            })
-            .collect();
+        let slices = (0..SUB).flat_map(|sub| [(sub, 0), (sub, 1)]);
+        let frags: Vec<Value> = match weights {
+            Weights::Registers(rows) => {
+                let b_off = k.mul_const(slot, self.b_stage);
+                slices
+                    .map(|(sub, ks)| {
+                        let off = k.add_const(b_off, sub * b_sub);
+                        rows.load(k, p, self.shape, (self.b_s, off), ks)
+                    })
+                    .collect()
+            }
+            Weights::Dequantized(buf) => {
+                let group = k.shr_const(self.ids.warp, 2);
+                let rows = k.mul_const(group, 64 * BK);
+                let base = k.add(buf, rows);
+                slices
+                    .map(|(sub, ks)| {
+                        let at = k.add_const(base, sub * b_sub + ks * 16);
+                        let at = k.ptr_add(self.b_s, at);
+                        k.wgmma_desc(at, 16, ATOM_BYTES, Swizzle::B64)
+                    })
+                    .collect()
+            }
+        };
         k.wgmma_fence();
         for (i, &fa) in frags.iter().enumerate() {
             let (sub, ks) = (i as u32 / 2, i as u32 % 2);
@@ -177,6 +210,14 @@ impl Setup {
     }
 }
 
+/// Where a step's weights come from (see [`Setup::multiply`]).
+#[derive(Clone, Copy)]
+enum Weights<'r> {
+    Registers(&'r FragRows),
+    /// Element offset of the dequantized buffer.
+    Dequantized(Value),
+}
+
 /// `(a, b, c, m)`: see the module documentation of [`super`].
 pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     p.check()?;
@@ -185,6 +226,7 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     let (setup, a, b) = Setup::emit(k, p)?;
     match p.core {
         Core::WgmmaProducer => producer_consumer(k, p, &setup, (a, b)),
+        _ if p.format.is_quantized() => dequantized(k, p, &setup, (a, b)),
         _ => all_threads(k, p, &setup, (a, b)),
     }
     Ok(kb.finish()?)
@@ -218,7 +260,7 @@ fn all_threads(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value
     k.barrier();
     let step = |k: &mut Builder, t: Value, carried: &[Value]| {
         let slot = carried[0];
-        let acc = s.multiply(k, (p, &rows), slot, carried[1]);
+        let acc = s.multiply(k, (p, Weights::Registers(&rows)), slot, carried[1]);
         k.wgmma_wait(1);
         k.cp_async_wait(stages - 3);
         k.fence_proxy_async();
@@ -233,6 +275,110 @@ fn all_threads(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value
     let out = s.steps(k, &[zero, acc0], &step);
     k.wgmma_wait(0);
     // Nothing is read from the copies still in flight (repeats of the last step).
+    k.cp_async_wait(0);
+    store(k, p, ids, s.c, s.m, out[1]);
+}
+
+/// Quantized weights, every thread copying: commit group `j` carries step `j`'s
+/// activations into stage `j mod stages` and the stored bytes of step `j + 1` into
+/// staging slot `(j + 1) mod stages`; step `t` dequantizes step `t + 1`'s bytes (landed
+/// with group `t`) into the dequantized buffer `(t + 1) mod 2` once step `t − 1`'s
+/// products, which read that buffer, are retired, and the tensor cores read both
+/// operands from shared memory. One barrier a step.
+fn dequantized(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value)) {
+    let stages = p.stages;
+    let ids = &s.ids;
+    let one = k.const_u32(1);
+    let last_row = k.sub(s.m, one);
+    let a_copy = TileCopy::emit(
+        k,
+        p,
+        (ids.tid, p.threads()),
+        a,
+        ids.row0,
+        Some(last_row),
+        p.bm,
+    );
+    let raw = RawCopy::emit(k, p, ids, b);
+    let dec = Decoder::emit(k, p, ids);
+    // The stored bytes' stages follow the two dequantized buffers (u32 words).
+    let raw_sub = p.bn * p.format.staged_stride();
+    let raw_at = k.const_u32(2 * s.b_stage);
+    let raw_s = k.ptr_add(s.b_s, raw_at);
+    let raw_s = k.ptr_cast(Scalar::U32, raw_s);
+    let last_step = k.const_u32(s.steps - 1);
+    // The stored bytes of step `j` (clamped) into staging slot `slot`, no commit.
+    let stage_raw = |k: &mut Builder, j: Value, slot: Value| {
+        let j = k.min(j, last_step);
+        let first = k.mul_const(j, SUB);
+        for sub in 0..SUB {
+            let tile = k.add_const(first, sub);
+            let off = k.mul_const(slot, SUB * raw_sub);
+            let off = k.add_const(off, sub * raw_sub);
+            raw.issue(k, raw_s, off, tile);
+        }
+    };
+    let issue = |k: &mut Builder, j: Value, slot: Value| {
+        let jc = k.min(j, last_step);
+        let first = k.mul_const(jc, SUB);
+        for sub in 0..SUB {
+            let tile = k.add_const(first, sub);
+            let off = k.mul_const(slot, s.a_stage);
+            let off = k.add_const(off, sub * s.a_stage / SUB);
+            a_copy.issue(k, s.a_s, off, tile);
+        }
+        let j1 = k.add_const(j, 1);
+        let slot1 = next_slot(k, slot, stages);
+        stage_raw(k, j1, slot1);
+        k.cp_async_commit();
+    };
+    // Dequantize step `j` (clamped) from staging slot `slot` into buffer `j mod 2`.
+    let decode = |k: &mut Builder, j: Value, slot: Value| {
+        let jc = k.min(j, last_step);
+        let first = k.mul_const(jc, SUB);
+        let buf = k.and_const(j, 1);
+        let buf = k.mul_const(buf, s.b_stage);
+        for sub in 0..SUB {
+            let tile = k.add_const(first, sub);
+            let from = k.mul_const(slot, SUB * raw_sub);
+            let from = k.add_const(from, sub * raw_sub);
+            let to = k.add_const(buf, sub * s.b_stage / SUB);
+            dec.decode(k, raw_s, from, s.b_s, to, tile);
+        }
+    };
+    let zero = k.const_u32(0);
+    stage_raw(k, zero, zero);
+    k.cp_async_commit();
+    for g in 0..stages - 1 {
+        let g = k.const_u32(g);
+        issue(k, g, g);
+    }
+    k.cp_async_wait(stages - 2);
+    k.barrier();
+    decode(k, zero, zero);
+    k.fence_proxy_async();
+    k.barrier();
+    let step = |k: &mut Builder, t: Value, carried: &[Value]| {
+        let slot = carried[0];
+        let buf = k.and_const(t, 1);
+        let buf = k.mul_const(buf, s.b_stage);
+        let acc = s.multiply(k, (p, Weights::Dequantized(buf)), slot, carried[1]);
+        // Step t − 1's products are done: its buffer and stage are free.
+        k.wgmma_wait(1);
+        let t1 = k.add_const(t, 1);
+        let slot1 = next_slot(k, slot, stages);
+        decode(k, t1, slot1);
+        k.cp_async_wait(stages - 3);
+        k.fence_proxy_async();
+        k.barrier();
+        let ahead = k.add_const(t, stages - 1);
+        let free = prev_slot(k, slot, stages);
+        issue(k, ahead, free);
+        vec![slot1, acc]
+    };
+    let acc0 = s.zero_acc(k, p);
+    let out = s.steps(k, &[zero, acc0], &step);
+    k.wgmma_wait(0);
     k.cp_async_wait(0);
     store(k, p, ids, s.c, s.m, out[1]);
 }
@@ -305,7 +451,7 @@ fn producer_consumer(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value,
                 let f = full(k, slot);
                 k.mbarrier_wait(f, round);
                 k.fence_proxy_async();
-                let acc = s.multiply(k, (p, &rows), slot, carried[2]);
+                let acc = s.multiply(k, (p, Weights::Registers(&rows)), slot, carried[2]);
                 // Step t − 1's products are done: its stage may be refilled.
                 k.wgmma_wait(1);
                 let zero = k.const_u32(0);
