@@ -40,7 +40,7 @@ fn every_kernel_assembles() {
 /// row pointer for each of the 32 row passes of the 256-token tile).
 #[test]
 fn wgmma_gemms_assemble_without_warnings() {
-    use quench_kernels::gemm::{self, BFormat, Core, Epilogue, GemmParams, Operands};
+    use quench_kernels::gemm::{BFormat, Core, Epilogue, GemmParams, Operands};
     let mut failures = vec![];
     for (operands, format) in [
         (Operands::F16, BFormat::Bf16),
@@ -64,28 +64,9 @@ fn wgmma_gemms_assemble_without_warnings() {
                     stages,
                     core,
                 };
-                let f = gemm::build(&p).unwrap_or_else(|e| panic!("{e}"));
-                let ptx = quench_ptx::emit(&f).unwrap_or_else(|e| panic!("{e}"));
-                assert!(ptx.contains(".target sm_90a"), "{}", p.name());
-                match assemble(&ptx, "sm_90") {
-                    Ok(r) => {
-                        eprintln!(
-                            "{} {core:?} bm {bm} bn {bn}: {} registers",
-                            p.name(),
-                            r.registers
-                        );
-                        let known = core == Core::WgmmaProducer && (bm, bn) == (256, 128);
-                        let spill_limit = if known { 32 } else { 0 };
-                        if r.spill_store_bytes > spill_limit || !r.warnings.is_empty() {
-                            failures.push(format!(
-                                "{} {core:?} bm {bm} bn {bn}: spills {} B, warnings {:?}",
-                                p.name(),
-                                r.spill_store_bytes,
-                                r.warnings
-                            ));
-                        }
-                    }
-                    Err(e) => failures.push(format!("{} bm {bm} bn {bn}: {e}", p.name())),
+                let known = core == Core::WgmmaProducer && (bm, bn) == (256, 128);
+                if let Err(e) = assemble_gemm(&p, if known { 32 } else { 0 }) {
+                    failures.push(format!("{core:?} bm {bm} bn {bn}: {e}"));
                 }
             }
         }
@@ -97,7 +78,7 @@ fn wgmma_gemms_assemble_without_warnings() {
 /// without spills or warnings at the tiles the prompt path would take.
 #[test]
 fn quantized_wgmma_gemms_assemble_without_spills() {
-    use quench_kernels::gemm::{self, BFormat, Core, Epilogue, GemmParams, Operands};
+    use quench_kernels::gemm::{BFormat, Core, Epilogue, GemmParams, Operands};
     let mut failures = vec![];
     for format in BFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
         for (bm, bn) in [(128, 128), (256, 128)] {
@@ -113,23 +94,38 @@ fn quantized_wgmma_gemms_assemble_without_spills() {
                 stages: 3,
                 core: Core::Wgmma,
             };
-            let f = gemm::build(&p).unwrap_or_else(|e| panic!("{e}"));
-            let ptx = quench_ptx::emit(&f).unwrap_or_else(|e| panic!("{e}"));
-            match assemble(&ptx, "sm_90") {
-                Ok(r) => {
-                    eprintln!("{} bm {bm} bn {bn}: {} registers", p.name(), r.registers);
-                    if r.spill_store_bytes > 0 || !r.warnings.is_empty() {
-                        failures.push(format!(
-                            "{} bm {bm} bn {bn}: spills {} B, warnings {:?}",
-                            p.name(),
-                            r.spill_store_bytes,
-                            r.warnings
-                        ));
-                    }
-                }
-                Err(e) => failures.push(format!("{} bm {bm} bn {bn}: {e}", p.name())),
+            if let Err(e) = assemble_gemm(&p, 0) {
+                failures.push(format!("bm {bm} bn {bn}: {e}"));
             }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Assemble the product `p`; an error names spills past `spill_limit` bytes, warnings or
+/// a rejection. Prints the registers.
+fn assemble_gemm(p: &quench_kernels::gemm::GemmParams, spill_limit: u32) -> Result<(), String> {
+    let f = quench_kernels::gemm::build(p).map_err(|e| e.to_string())?;
+    let ptx = quench_ptx::emit(&f).map_err(|e| e.to_string())?;
+    if p.core.is_wgmma() && !ptx.contains(".target sm_90a") {
+        return Err(format!("{}: not emitted for sm_90a", p.name()));
+    }
+    let r = assemble(&ptx, "sm_90").map_err(|e| format!("{}: {e}", p.name()))?;
+    eprintln!(
+        "{} {:?} bm {} bn {}: {} registers",
+        p.name(),
+        p.core,
+        p.bm,
+        p.bn,
+        r.registers
+    );
+    if r.spill_store_bytes > spill_limit || !r.warnings.is_empty() {
+        return Err(format!(
+            "{}: spills {} B, warnings {:?}",
+            p.name(),
+            r.spill_store_bytes,
+            r.warnings
+        ));
+    }
+    Ok(())
 }

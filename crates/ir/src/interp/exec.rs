@@ -346,8 +346,8 @@ pub(crate) fn exec<'p>(
         // Shared memory is one memory here: no proxy to synchronize with.
         Op::FenceProxyAsync => {}
         Op::MbarrierInit { bar, count } => mbarrier::init(ctx, w, ci, active, (*bar, *count))?,
-        Op::MbarrierArrive { bar } => mbarrier::arrive(ctx, w, ci, active, *bar)?,
-        Op::CpAsyncMbarrierArrive { bar } => mbarrier::cp_async_arrive(ctx, w, ci, active, *bar)?,
+        Op::MbarrierArrive { bar } => mbarrier::arrive(ctx, w, ci, active, (*bar, false))?,
+        Op::CpAsyncMbarrierArrive { bar } => mbarrier::arrive(ctx, w, ci, active, (*bar, true))?,
         // The warp checked that the wait passes before it got here (`Warp::run`).
         Op::MbarrierWait { .. } => {}
         Op::Barrier | Op::If { .. } | Op::For { .. } | Op::Yield(_) | Op::Return => {

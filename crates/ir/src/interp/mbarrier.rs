@@ -79,31 +79,20 @@ fn arrive_at(ctx: &mut BlockCtx, w: &Warp, ci: &CInst, i: usize) -> Result<(), I
     Ok(())
 }
 
+/// `mbarrier.arrive` (`land_copies` false) or `cp.async.mbarrier.arrive.noinc` (true:
+/// each lane's copies land first).
 pub(crate) fn arrive(
     ctx: &mut BlockCtx,
     w: &mut Warp,
     ci: &CInst,
     active: u32,
-    bar: Value,
+    (bar, land_copies): (Value, bool),
 ) -> Result<(), InterpError> {
     for l in lanes(active) {
         let i = locate(ctx, w, ci, l, bar)?;
-        arrive_at(ctx, w, ci, i)?;
-    }
-    Ok(())
-}
-
-/// `cp.async.mbarrier.arrive.noinc`: the lane's copies land, then it arrives.
-pub(crate) fn cp_async_arrive(
-    ctx: &mut BlockCtx,
-    w: &mut Warp,
-    ci: &CInst,
-    active: u32,
-    bar: Value,
-) -> Result<(), InterpError> {
-    for l in lanes(active) {
-        let i = locate(ctx, w, ci, l, bar)?;
-        cp_async::complete_all(ctx, w, ci, l)?;
+        if land_copies {
+            cp_async::complete_all(ctx, w, ci, l)?;
+        }
         arrive_at(ctx, w, ci, i)?;
     }
     Ok(())

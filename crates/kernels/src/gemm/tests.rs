@@ -249,17 +249,7 @@ fn wgmma_products_meet_the_bound_and_carry_exact_weights() {
                     core,
                     ..params(f, 128, 192 + 64 * i as u32, bm, bn, 32, stages)
                 };
-                let mut cases = vec![case(&p, 70, seed).unwrap_or_else(|e| panic!("{e}"))];
-                if p.epilogue != Epilogue::Accumulate {
-                    cases.push(exactness_case(&p, seed).unwrap_or_else(|e| panic!("{e}")));
-                }
-                for case in cases {
-                    let out = run_case(&mut InterpExecutor::new(), &case)
-                        .unwrap_or_else(|e| panic!("{e}"));
-                    for r in compare(&case, &out).expect("comparable") {
-                        assert!(r.passed, "{} {core:?} bm {bm} bn {bn}: {r}", case.name);
-                    }
-                }
+                check_products(&p, seed);
             }
         }
     }
@@ -310,15 +300,26 @@ fn wgmma_products_of_quantized_weights_meet_the_bound() {
             core: Core::Wgmma,
             ..params(f, 128, k, bm, bn, 32, stages)
         };
-        let mut cases = vec![case(&p, 70, seed).unwrap_or_else(|e| panic!("{e}"))];
-        if p.epilogue != Epilogue::Accumulate {
-            cases.push(exactness_case(&p, seed).unwrap_or_else(|e| panic!("{e}")));
-        }
-        for case in cases {
-            let out = run_case(&mut InterpExecutor::new(), &case).unwrap_or_else(|e| panic!("{e}"));
-            for r in compare(&case, &out).expect("comparable") {
-                assert!(r.passed, "{} k {k} bm {bm} bn {bn}: {r}", case.name);
-            }
+        check_products(&p, seed);
+    }
+}
+
+/// `p`'s products on 70 tokens within their bound (controls outside it) and, unless it
+/// accumulates, its weights through an identity `A` bit for bit.
+fn check_products(p: &GemmParams, seed: u64) {
+    let mut cases = vec![case(p, 70, seed).unwrap_or_else(|e| panic!("{e}"))];
+    if p.epilogue != Epilogue::Accumulate {
+        cases.push(exactness_case(p, seed).unwrap_or_else(|e| panic!("{e}")));
+    }
+    for case in cases {
+        let out = run_case(&mut InterpExecutor::new(), &case).unwrap_or_else(|e| panic!("{e}"));
+        for r in compare(&case, &out).expect("comparable") {
+            let (bm, bn, k) = (p.bm, p.bn, p.k);
+            assert!(
+                r.passed,
+                "{} {:?} k {k} bm {bm} bn {bn}: {r}",
+                case.name, p.core
+            );
         }
     }
 }

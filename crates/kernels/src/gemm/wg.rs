@@ -29,7 +29,7 @@
 //! one step ahead, as in the `mma.sync` kernel, and dequantized into one of two buffers
 //! of the operand type laid out like the tiles; the tensor cores then read both
 //! operands from shared memory, the weights through descriptors too (see
-//! `dequantized`).
+//! `all_threads`).
 //!
 //! **With a copier warp** ([`super::Core::WgmmaProducer`]): one warp after the
 //! warpgroups only copies, step after step, into stage `t mod stages`, and its lanes
@@ -115,17 +115,26 @@ impl Setup {
         Ok((setup, a, b))
     }
 
-    /// The copies of step `j` (a `u32`) into stage `slot`, without a commit.
-    fn issue(&self, k: &mut Builder, copies: &(TileCopy, TileCopy), j: Value, slot: Value) {
+    /// The copies of step `j` (a `u32`) into stage `slot`, without a commit: the
+    /// activations, and the weights' tiles where they are copied as stored.
+    fn issue(
+        &self,
+        k: &mut Builder,
+        (a, b): (&TileCopy, Option<&TileCopy>),
+        j: Value,
+        slot: Value,
+    ) {
         let first = k.mul_const(j, SUB);
         for sub in 0..SUB {
             let tile = k.add_const(first, sub);
             let a_off = k.mul_const(slot, self.a_stage);
             let a_off = k.add_const(a_off, sub * self.a_stage / SUB);
-            copies.0.issue(k, self.a_s, a_off, tile);
-            let b_off = k.mul_const(slot, self.b_stage);
-            let b_off = k.add_const(b_off, sub * self.b_stage / SUB);
-            copies.1.issue(k, self.b_s, b_off, tile);
+            a.issue(k, self.a_s, a_off, tile);
+            if let Some(b) = b {
+                let b_off = k.mul_const(slot, self.b_stage);
+                let b_off = k.add_const(b_off, sub * self.b_stage / SUB);
+                b.issue(k, self.b_s, b_off, tile);
+            }
         }
     }
 
@@ -226,107 +235,80 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
     let (setup, a, b) = Setup::emit(k, p)?;
     match p.core {
         Core::WgmmaProducer => producer_consumer(k, p, &setup, (a, b)),
-        _ if p.format.is_quantized() => dequantized(k, p, &setup, (a, b)),
         _ => all_threads(k, p, &setup, (a, b)),
     }
     Ok(kb.finish()?)
 }
 
-/// Every thread copies and multiplies; a barrier a step.
+/// How the weights reach the tensor cores when every thread copies.
+enum Source {
+    /// bf16 or f16 tiles copied like the activations, loaded into registers.
+    Tiles(TileCopy, FragRows),
+    /// Stored bytes staged a step ahead in `raw_s` (`raw_sub` words a sub-tile),
+    /// dequantized into two buffers read through descriptors.
+    Dequant {
+        raw: RawCopy,
+        dec: Decoder,
+        raw_s: Value,
+        raw_sub: u32,
+    },
+}
+
+/// Every thread copies and multiplies; a barrier a step. Commit group `j` carries step
+/// `j`'s activations (and bf16 or f16 weight tiles) into stage `j mod stages`; for
+/// quantized weights, the stored bytes of step `j + 1` into staging slot
+/// `(j + 1) mod stages` instead, and step `t` dequantizes step `t + 1`'s bytes (landed
+/// with group `t`) into buffer `(t + 1) mod 2` once step `t − 1`'s products, which read
+/// that buffer, are retired.
 fn all_threads(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value)) {
     let stages = p.stages;
     let ids = &s.ids;
     let one = k.const_u32(1);
     let last_row = k.sub(s.m, one);
     let copier = (ids.tid, p.threads());
-    let copies = (
-        TileCopy::emit(k, p, copier, a, ids.row0, Some(last_row), p.bm),
-        TileCopy::emit(k, p, copier, b, ids.col0, None, p.bn),
-    );
-    let rows = FragRows::emit(k, ids);
-    let last_step = k.const_u32(s.steps - 1);
-    // Group `j`, clamped to the last step: the copies past it fill stages nobody reads.
-    let issue = |k: &mut Builder, j: Value, slot: Value| {
-        let j = k.min(j, last_step);
-        s.issue(k, &copies, j, slot);
-        k.cp_async_commit();
+    let a_copy = TileCopy::emit(k, p, copier, a, ids.row0, Some(last_row), p.bm);
+    let source = if p.format.is_quantized() {
+        // The stored bytes' stages follow the two dequantized buffers (u32 words).
+        let raw_at = k.const_u32(2 * s.b_stage);
+        let raw_s = k.ptr_add(s.b_s, raw_at);
+        Source::Dequant {
+            raw: RawCopy::emit(k, p, ids, b),
+            dec: Decoder::emit(k, p, ids),
+            raw_s: k.ptr_cast(Scalar::U32, raw_s),
+            raw_sub: p.bn * p.format.staged_stride(),
+        }
+    } else {
+        let b_copy = TileCopy::emit(k, p, copier, b, ids.col0, None, p.bn);
+        Source::Tiles(b_copy, FragRows::emit(k, ids))
     };
-    for g in 0..stages - 1 {
-        let g = k.const_u32(g);
-        issue(k, g, g);
-    }
-    k.cp_async_wait(stages - 2);
-    k.fence_proxy_async();
-    k.barrier();
-    let step = |k: &mut Builder, t: Value, carried: &[Value]| {
-        let slot = carried[0];
-        let acc = s.multiply(k, (p, Weights::Registers(&rows)), slot, carried[1]);
-        k.wgmma_wait(1);
-        k.cp_async_wait(stages - 3);
-        k.fence_proxy_async();
-        k.barrier();
-        let ahead = k.add_const(t, stages - 1);
-        let free = prev_slot(k, slot, stages);
-        issue(k, ahead, free);
-        vec![next_slot(k, slot, stages), acc]
-    };
-    let zero = k.const_u32(0);
-    let acc0 = s.zero_acc(k, p);
-    let out = s.steps(k, &[zero, acc0], &step);
-    k.wgmma_wait(0);
-    // Nothing is read from the copies still in flight (repeats of the last step).
-    k.cp_async_wait(0);
-    store(k, p, ids, s.c, s.m, out[1]);
-}
-
-/// Quantized weights, every thread copying: commit group `j` carries step `j`'s
-/// activations into stage `j mod stages` and the stored bytes of step `j + 1` into
-/// staging slot `(j + 1) mod stages`; step `t` dequantizes step `t + 1`'s bytes (landed
-/// with group `t`) into the dequantized buffer `(t + 1) mod 2` once step `t − 1`'s
-/// products, which read that buffer, are retired, and the tensor cores read both
-/// operands from shared memory. One barrier a step.
-fn dequantized(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value)) {
-    let stages = p.stages;
-    let ids = &s.ids;
-    let one = k.const_u32(1);
-    let last_row = k.sub(s.m, one);
-    let a_copy = TileCopy::emit(
-        k,
-        p,
-        (ids.tid, p.threads()),
-        a,
-        ids.row0,
-        Some(last_row),
-        p.bm,
-    );
-    let raw = RawCopy::emit(k, p, ids, b);
-    let dec = Decoder::emit(k, p, ids);
-    // The stored bytes' stages follow the two dequantized buffers (u32 words).
-    let raw_sub = p.bn * p.format.staged_stride();
-    let raw_at = k.const_u32(2 * s.b_stage);
-    let raw_s = k.ptr_add(s.b_s, raw_at);
-    let raw_s = k.ptr_cast(Scalar::U32, raw_s);
     let last_step = k.const_u32(s.steps - 1);
     // The stored bytes of step `j` (clamped) into staging slot `slot`, no commit.
     let stage_raw = |k: &mut Builder, j: Value, slot: Value| {
-        let j = k.min(j, last_step);
-        let first = k.mul_const(j, SUB);
-        for sub in 0..SUB {
-            let tile = k.add_const(first, sub);
-            let off = k.mul_const(slot, SUB * raw_sub);
-            let off = k.add_const(off, sub * raw_sub);
-            raw.issue(k, raw_s, off, tile);
+        if let Source::Dequant {
+            raw,
+            raw_s,
+            raw_sub,
+            ..
+        } = &source
+        {
+            let j = k.min(j, last_step);
+            let first = k.mul_const(j, SUB);
+            for sub in 0..SUB {
+                let tile = k.add_const(first, sub);
+                let off = k.mul_const(slot, SUB * raw_sub);
+                let off = k.add_const(off, sub * raw_sub);
+                raw.issue(k, *raw_s, off, tile);
+            }
         }
     };
+    // Group `j`, clamped to the last step: the copies past it fill stages nobody reads.
     let issue = |k: &mut Builder, j: Value, slot: Value| {
         let jc = k.min(j, last_step);
-        let first = k.mul_const(jc, SUB);
-        for sub in 0..SUB {
-            let tile = k.add_const(first, sub);
-            let off = k.mul_const(slot, s.a_stage);
-            let off = k.add_const(off, sub * s.a_stage / SUB);
-            a_copy.issue(k, s.a_s, off, tile);
-        }
+        let b_copy = match &source {
+            Source::Tiles(b_copy, _) => Some(b_copy),
+            Source::Dequant { .. } => None,
+        };
+        s.issue(k, (&a_copy, b_copy), jc, slot);
         let j1 = k.add_const(j, 1);
         let slot1 = next_slot(k, slot, stages);
         stage_raw(k, j1, slot1);
@@ -334,36 +316,56 @@ fn dequantized(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value
     };
     // Dequantize step `j` (clamped) from staging slot `slot` into buffer `j mod 2`.
     let decode = |k: &mut Builder, j: Value, slot: Value| {
-        let jc = k.min(j, last_step);
-        let first = k.mul_const(jc, SUB);
-        let buf = k.and_const(j, 1);
-        let buf = k.mul_const(buf, s.b_stage);
-        for sub in 0..SUB {
-            let tile = k.add_const(first, sub);
-            let from = k.mul_const(slot, SUB * raw_sub);
-            let from = k.add_const(from, sub * raw_sub);
-            let to = k.add_const(buf, sub * s.b_stage / SUB);
-            dec.decode(k, raw_s, from, s.b_s, to, tile);
+        if let Source::Dequant {
+            dec,
+            raw_s,
+            raw_sub,
+            ..
+        } = &source
+        {
+            let jc = k.min(j, last_step);
+            let first = k.mul_const(jc, SUB);
+            let buf = k.and_const(j, 1);
+            let buf = k.mul_const(buf, s.b_stage);
+            for sub in 0..SUB {
+                let tile = k.add_const(first, sub);
+                let from = k.mul_const(slot, SUB * raw_sub);
+                let from = k.add_const(from, sub * raw_sub);
+                let to = k.add_const(buf, sub * s.b_stage / SUB);
+                dec.decode(k, *raw_s, from, s.b_s, to, tile);
+            }
         }
     };
     let zero = k.const_u32(0);
-    stage_raw(k, zero, zero);
-    k.cp_async_commit();
+    // Prologue: for quantized weights, step 0's stored bytes first (their own group);
+    // then groups 0 .. stages − 2. Step 0's tiles (and bytes) are then in.
+    if let Source::Dequant { .. } = source {
+        stage_raw(k, zero, zero);
+        k.cp_async_commit();
+    }
     for g in 0..stages - 1 {
         let g = k.const_u32(g);
         issue(k, g, g);
     }
     k.cp_async_wait(stages - 2);
-    k.barrier();
-    decode(k, zero, zero);
     k.fence_proxy_async();
     k.barrier();
+    if let Source::Dequant { .. } = source {
+        decode(k, zero, zero);
+        k.fence_proxy_async();
+        k.barrier();
+    }
     let step = |k: &mut Builder, t: Value, carried: &[Value]| {
         let slot = carried[0];
-        let buf = k.and_const(t, 1);
-        let buf = k.mul_const(buf, s.b_stage);
-        let acc = s.multiply(k, (p, Weights::Dequantized(buf)), slot, carried[1]);
-        // Step t − 1's products are done: its buffer and stage are free.
+        let weights = match &source {
+            Source::Tiles(_, rows) => Weights::Registers(rows),
+            Source::Dequant { .. } => {
+                let buf = k.and_const(t, 1);
+                Weights::Dequantized(k.mul_const(buf, s.b_stage))
+            }
+        };
+        let acc = s.multiply(k, (p, weights), slot, carried[1]);
+        // Step t − 1's products are done: its stage (and buffer) are free.
         k.wgmma_wait(1);
         let t1 = k.add_const(t, 1);
         let slot1 = next_slot(k, slot, stages);
@@ -379,6 +381,7 @@ fn dequantized(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value
     let acc0 = s.zero_acc(k, p);
     let out = s.steps(k, &[zero, acc0], &step);
     k.wgmma_wait(0);
+    // Nothing is read from the copies still in flight (repeats of the last step).
     k.cp_async_wait(0);
     store(k, p, ids, s.c, s.m, out[1]);
 }
@@ -436,7 +439,7 @@ fn producer_consumer(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value,
                     let parity = k.xor(round, one);
                     k.mbarrier_wait(e, parity);
                 });
-                s.issue(k, &copies, t, slot);
+                s.issue(k, (&copies.0, Some(&copies.1)), t, slot);
                 k.cp_async_commit();
                 let f = full(k, slot);
                 k.cp_async_mbarrier_arrive(f);
