@@ -218,7 +218,7 @@ pub fn build(p: &GemmParams) -> Result<Function, KernelError> {
 }
 
 /// `(slot + 1) mod stages`.
-fn next_slot(k: &mut Builder, slot: Value, stages: u32) -> Value {
+pub(super) fn next_slot(k: &mut Builder, slot: Value, stages: u32) -> Value {
     let wrap = k.const_u32(stages - 1);
     let at_end = k.eq(slot, wrap);
     let zero = k.const_u32(0);

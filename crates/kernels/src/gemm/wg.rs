@@ -48,6 +48,7 @@
 use quench_ir::{Builder, FragRole, Function, MmaShape, Scalar, Swizzle, Type, Value};
 
 use super::decode::Decoder;
+use super::kernel::next_slot;
 use super::raw::RawCopy;
 use super::tiles::{swizzled, weight_regs, Ids, TileCopy};
 use super::{Core, Epilogue, GemmParams, BK};
@@ -572,15 +573,6 @@ fn next_slot_round(k: &mut Builder, slot: Value, round: Value, stages: u32) -> V
     let flipped = k.xor(round, one);
     let round = k.select(at_end, flipped, round);
     vec![next_slot(k, slot, stages), round]
-}
-
-/// `(slot + 1) mod stages`.
-fn next_slot(k: &mut Builder, slot: Value, stages: u32) -> Value {
-    let wrap = k.const_u32(stages - 1);
-    let at_end = k.eq(slot, wrap);
-    let zero = k.const_u32(0);
-    let after = k.add_const(slot, 1);
-    k.select(at_end, zero, after)
 }
 
 /// `(slot − 1) mod stages`.
