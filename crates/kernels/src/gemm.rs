@@ -35,6 +35,10 @@
 //! is `[⌈m / bm⌉, n / bn]`, `m`-tiles first, so that the blocks resident at once share a
 //! few columns of `B` and all of `A`, and both are read from memory about once.
 //!
+//! With [`Core::Wgmma`] or [`Core::WgmmaProducer`] the products run on Hopper's warpgroup
+//! MMA instead (`wg.rs`): warpgroups of 64 weight rows against all of the block's tokens,
+//! `bm` 64, 128 or 256.
+//!
 //! **Pipeline** (`kernel.rs`): `stages` shared-memory stages, filled by `cp.async` one
 //! commit group per step, waited for with `cp.async.wait_group stages − 2`, one barrier
 //! per step. A bf16 or f16 `B` is copied like `A` (`tiles.rs`). A quantized `B` is copied
