@@ -305,14 +305,15 @@ fn all_threads(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value
     // Group `j`, clamped to the last step: the copies past it fill stages nobody reads.
     let issue = |k: &mut Builder, j: Value, slot: Value| {
         let jc = k.min(j, last_step);
-        let b_copy = match &source {
-            Source::Tiles(b_copy, _) => Some(b_copy),
-            Source::Dequant { .. } => None,
-        };
-        s.issue(k, (&a_copy, b_copy), jc, slot);
-        let j1 = k.add_const(j, 1);
-        let slot1 = next_slot(k, slot, stages);
-        stage_raw(k, j1, slot1);
+        match &source {
+            Source::Tiles(b_copy, _) => s.issue(k, (&a_copy, Some(b_copy)), jc, slot),
+            Source::Dequant { .. } => {
+                s.issue(k, (&a_copy, None), jc, slot);
+                let j1 = k.add_const(j, 1);
+                let slot1 = next_slot(k, slot, stages);
+                stage_raw(k, j1, slot1);
+            }
+        }
         k.cp_async_commit();
     };
     // Dequantize step `j` (clamped) from staging slot `slot` into buffer `j mod 2`.
@@ -368,9 +369,11 @@ fn all_threads(k: &mut Builder, p: &GemmParams, s: &Setup, (a, b): (Value, Value
         let acc = s.multiply(k, (p, weights), slot, carried[1]);
         // Step t − 1's products are done: its stage (and buffer) are free.
         k.wgmma_wait(1);
-        let t1 = k.add_const(t, 1);
         let slot1 = next_slot(k, slot, stages);
-        decode(k, t1, slot1);
+        if let Source::Dequant { .. } = source {
+            let t1 = k.add_const(t, 1);
+            decode(k, t1, slot1);
+        }
         k.cp_async_wait(stages - 3);
         k.fence_proxy_async();
         k.barrier();
