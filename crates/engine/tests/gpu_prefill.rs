@@ -413,15 +413,16 @@ fn llama_f16_prompts_in_chunks_match_the_f64_reference() {
 #[test]
 fn long_prompts_on_the_wgmma_products_match_the_f64_reference() {
     const LONG: usize = 270;
-    for t in [GgmlType::BF16, GgmlType::F16] {
+    // llama with bf16 weights, qwen2 (q/k/v biases) with f16 ones.
+    for (arch, t) in [("llama", GgmlType::BF16), ("qwen2", GgmlType::F16)] {
         let m = Tiny {
-            arch: "llama",
+            arch,
             shape: SHAPE,
             layers: vec![uniform(t); LAYERS],
             embedding: t,
             output: Some(t),
         };
-        let what = format!("llama {t:?}, a {LONG}-token prompt in chunks of 256");
+        let what = format!("{arch} {t:?}, a {LONG}-token prompt in chunks of 256");
         let mut rng = ChaCha8Rng::seed_from_u64(seed());
         let file = gguf(&m, &mut rng);
         let load = |chunk: usize| {
