@@ -28,7 +28,10 @@
 //! perturbation of the activations: a few 10⁻³ either way, well inside the check's
 //! bound, which is what they are held to (any wrong weight, row, position or cache block
 //! moves logits by whole units). A variant with bf16 activations (unit roundoff 2⁻⁸)
-//! lands 1–5·10⁻² away, past the bound on some seeds.
+//! lands 1–5·10⁻² away, past the bound on some seeds. Now and then a random model is
+//! ill-conditioned at one position (the token-by-token decoder itself lands tens of
+//! times further from f64 there than elsewhere); that row alone is held to
+//! [`F16_OPERANDS`] (see [`conditioned_bounds`]).
 //!
 //! Weights are fresh each run: the seed comes from `QUENCH_SEED` if set, else at random,
 //! and is printed so that a failure can be replayed.
@@ -235,10 +238,11 @@ fn run_over(what: &str, m: &Tiny, seed: u64, kv: KvCache) {
     assert_eq!(a.len(), forced.len());
     assert_eq!(greedy, argmax(&rows[0].1), "{what}: the device's argmax");
     let want = reference.logits(&forced, 0).expect("reference logits");
-    for (position, la, lb) in &rows {
+    let bounds = conditioned_bounds(what, &rows, &want);
+    for ((position, la, lb), bound) in rows.iter().zip(bounds) {
         assert_within(
             &format!("{what}: chunked vs f64"),
-            LogitBound::FP64_CHECK,
+            bound,
             *position,
             la,
             &want[*position],
@@ -246,12 +250,56 @@ fn run_over(what: &str, m: &Tiny, seed: u64, kv: KvCache) {
         let lb64: Vec<f64> = lb.iter().map(|&x| x as f64).collect();
         assert_within(
             &format!("{what}: chunked vs token by token"),
-            LogitBound::FP64_CHECK,
+            bound,
             *position,
             la,
             &lb64,
         );
     }
+}
+
+/// How far the token-by-token decoder (f32 activations) may stand from f64 at a position, as a multiple
+/// of its median over the run, before the position counts as ill-conditioned.
+const ILL_CONDITIONED: f64 = 10.0;
+
+/// The bound each row is held to: the check's, except at a position where the random
+/// model amplifies any rounding. The token-by-token decoder measures that: its error
+/// there (f32 activations, the same cache) is [`ILL_CONDITIONED`] or more times its
+/// median (seen up to ~60×, the chunk's f16 operands then ~0.1 from f64). Such a row
+/// is held to [`F16_OPERANDS`], still a fifth of what a wrong token or position does; it
+/// is printed, and at most one row of a run may be one.
+fn conditioned_bounds(
+    what: &str,
+    rows: &[(usize, Vec<f32>, Vec<f32>)],
+    want: &[Vec<f64>],
+) -> Vec<LogitBound> {
+    let f32_error: Vec<f64> = rows
+        .iter()
+        .map(|(p, _, lb)| judge(LogitBound::FP64_CHECK, *p, lb, &want[*p]).max_abs_error)
+        .collect();
+    let mut sorted = f32_error.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let bounds: Vec<LogitBound> = rows
+        .iter()
+        .zip(&f32_error)
+        .map(|((p, _, _), &e)| {
+            if e < ILL_CONDITIONED * median {
+                return LogitBound::FP64_CHECK;
+            }
+            eprintln!(
+                "  {what} at {p}: ill-conditioned (token by token {e:.2e} from f64, {:.0}× its median); held to {F16_OPERANDS:?}",
+                e / median
+            );
+            F16_OPERANDS
+        })
+        .collect();
+    let relaxed = bounds
+        .iter()
+        .filter(|&&b| b != LogitBound::FP64_CHECK)
+        .count();
+    assert!(relaxed <= 1, "{what}: {relaxed} ill-conditioned rows");
+    bounds
 }
 
 #[test]
