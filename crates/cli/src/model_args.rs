@@ -121,6 +121,9 @@ impl ModelArgs {
                 summary(model.info()),
                 start.elapsed().as_secs_f64()
             );
+            if let Some(note) = widened_note(model.info()) {
+                eprintln!("{note}");
+            }
         }
         Ok(Loaded { model, name })
     }
@@ -131,6 +134,25 @@ impl ModelArgs {
             eprintln!("{line}");
         }
     }
+}
+
+/// Where the GPU expanded tensors to f16 because no kernel reads their stored type: which
+/// types, how many tensors, and what that costs.
+pub fn widened_note(info: &ModelInfo) -> Option<String> {
+    if info.widened.is_empty() {
+        return None;
+    }
+    let types: Vec<String> = info
+        .widened
+        .iter()
+        .map(|(t, n)| format!("{t} ({n} tensor{})", if *n == 1 { "" } else { "s" }))
+        .collect();
+    Some(format!(
+        "note: no GPU kernel reads {} as stored; expanded to F16 as uploaded (exact values \
+         rounded to f16), they take and read more memory than stored, so decode is slower \
+         than the stored size suggests",
+        types.join(", ")
+    ))
 }
 
 /// "llama, 134.5M parameters (Q4_1, F32), context 2048".

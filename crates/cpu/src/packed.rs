@@ -1,5 +1,5 @@
 //! Weight matrices kept in the ggml type the checkpoint stores them in (the k-quants, the
-//! other legacy block types, f16, bf16) and expanded one row at a time as they are
+//! i-quants, the other legacy block types, f16, bf16) and expanded one row at a time as they are
 //! multiplied.
 //!
 //! A row's values are those loading it dense would give (quench-models' dequantization,
@@ -132,6 +132,11 @@ mod tests {
             (GgmlType::Q4_0, 576),
             (GgmlType::F16, 40),
             (GgmlType::BF16, 300),
+            (GgmlType::IQ4_NL, 96),
+            (GgmlType::IQ4_XS, 256),
+            (GgmlType::IQ3_XXS, 256),
+            (GgmlType::IQ2_S, 512),
+            (GgmlType::IQ1_M, 256),
         ] {
             let rows = 37;
             let bytes = random_blocks(ty, rows * cols, &mut rng);

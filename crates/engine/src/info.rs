@@ -51,6 +51,9 @@ pub struct ModelInfo {
     pub weight_bytes: u64,
     /// Bytes of one session's KV cache when it holds `context_limit` positions.
     pub kv_cache_bytes: u64,
+    /// On the GPU, the tensors stored in a type no kernel reads, expanded to f16 as they
+    /// were uploaded: how many of each stored type, by type name.
+    pub widened: BTreeMap<String, usize>,
 }
 
 impl ModelInfo {
@@ -75,6 +78,7 @@ impl ModelInfo {
             context_limit,
             weight_bytes: parameters * 4,
             kv_cache_bytes,
+            widened: BTreeMap::new(),
             config,
         }
     }
@@ -148,6 +152,7 @@ impl ModelInfo {
             context_limit,
             weight_bytes: held.unwrap_or(parameters * element),
             kv_cache_bytes,
+            widened: BTreeMap::new(),
             config,
         }
     }

@@ -78,6 +78,9 @@ fn causal(
             info.context_limit = summary.context;
             info.weight_bytes = summary.weight_bytes;
             info.kv_cache_bytes = summary.kv_cache_bytes;
+            for w in &summary.widened {
+                *info.widened.entry(w.stored.name().to_owned()).or_default() += 1;
+            }
             Box::new(decoder)
         }
     };

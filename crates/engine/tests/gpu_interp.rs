@@ -22,7 +22,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny, Q4_K_M, Q5_K_M, QUANTIZED};
+use common::{gguf, seed, LayerFormats, Shape, Tiny, Q4_K_M, Q5_K_M, QUANTIZED, WIDENED_TYPES};
 
 const HIDDEN: usize = 128;
 const HEADS: usize = 4;
@@ -302,6 +302,41 @@ fn a_q6_k_file_with_a_q6_k_embedding_matches_the_f64_reference() {
 }
 
 #[test]
+fn types_without_a_kernel_are_expanded_to_f16_and_match_the_f64_reference() {
+    // A Q4_0 table tied to the head: Q4_0 matrices have a kernel, Q4_0 tables no gather,
+    // so the one table goes up as f16 for both.
+    let m = Tiny {
+        arch: "qwen2",
+        shape: K_QUANT_SHAPE,
+        layers: WIDENED_TYPES.to_vec(),
+        embedding: GgmlType::Q4_0,
+        output: None,
+    };
+    let seed = seed();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let file = gguf(&m, &mut rng);
+    let gpu = on_interp(&file, &options()).expect("loads");
+    let widened: Vec<(String, GgmlType)> = gpu
+        .summary()
+        .widened
+        .iter()
+        .map(|w| (w.tensor.clone(), w.stored))
+        .collect();
+    // Every tensor but layer 2's Q4_K output projection, each with its stored type.
+    assert_eq!(widened.len(), 1 + 3 * 7 - 1, "{widened:?}");
+    assert!(widened.contains(&("token_embd.weight".into(), GgmlType::Q4_0)));
+    assert!(widened.contains(&("blk.1.ffn_down.weight".into(), GgmlType::IQ1_S)));
+    assert!(widened.contains(&("blk.2.attn_v.weight".into(), GgmlType::IQ1_M)));
+    assert!(!widened.iter().any(|(t, _)| t == "blk.2.attn_output.weight"));
+    drop(gpu);
+    run_f32_cache(
+        "qwen2, Q2_K, Q3_K, Q5_0, Q5_1 and i-quant matrices, a tied Q4_0 table (as f16)",
+        &m,
+        seed,
+    );
+}
+
+#[test]
 fn the_step_has_the_planned_dispatches_and_replays_like_direct_launches() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let m = Tiny {
@@ -407,7 +442,7 @@ fn a_wrong_reference_fails_the_check() {
 fn unsupported_input_is_refused_by_name() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let mut layer = QUANTIZED;
-    layer.down = GgmlType::Q5_0;
+    layer.down = GgmlType::MXFP4;
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
@@ -418,19 +453,22 @@ fn unsupported_input_is_refused_by_name() {
     let e = on_interp(&gguf(&m, &mut rng), &options())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("blk.1.ffn_down.weight is stored as Q5_0"), "{e}");
+    assert!(
+        e.contains("blk.1.ffn_down.weight is stored as MXFP4"),
+        "{e}"
+    );
 
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
         layers: vec![QUANTIZED, QUANTIZED],
-        embedding: GgmlType::Q4_0,
+        embedding: GgmlType::MXFP4,
         output: None,
     };
     let e = on_interp(&gguf(&m, &mut rng), &options())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("token_embd.weight is stored as Q4_0"), "{e}");
+    assert!(e.contains("token_embd.weight is stored as MXFP4"), "{e}");
 
     let m = Tiny {
         arch: "llama",

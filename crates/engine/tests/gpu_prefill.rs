@@ -5,7 +5,7 @@
 //! read the keys and values the chunks wrote; and those steps agree, within the same
 //! bound, with a decoder that fed the prompt one token per step. A second prompt fed
 //! later to the same session attends to the first through the cache. Tiny seeded llama
-//! (bf16, f16 weights, and Q5_K ones), qwen2 (biases, tied head, quantized
+//! (bf16, f16 weights, Q5_K ones, and the types expanded to f16), qwen2 (biases, tied head, quantized
 //! layers) and qwen3 (q/k norms, q, k and v in three formats), with heads of 64
 //! (attention on the tensor cores, one launch a chunk), and a llama with heads of 32
 //! (attention a row per query). A prompt chunk that does not fit in memory is refused by
@@ -49,7 +49,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny, Q5_K_M, QUANTIZED};
+use common::{gguf, seed, LayerFormats, Shape, Tiny, Q5_K_M, QUANTIZED, WIDENED_TYPES};
 
 const VOCAB: usize = 256;
 /// Positions a session holds: two prompts and a few decode steps.
@@ -403,6 +403,25 @@ fn q5_k_prompts_in_chunks_match_the_f64_reference() {
         output: Some(GgmlType::Q6_K),
     };
     run("llama, Q5_K (Q5_K token embedding)", &m, seed());
+}
+
+#[test]
+fn types_expanded_to_f16_prompt_in_chunks() {
+    // Two of the layers of every type no kernel reads as stored (Q2_K, Q3_K, Q5_0, Q5_1,
+    // IQ4_NL, IQ4_XS, the lattice i-quants), an IQ4_XS table and an IQ2_S head: the
+    // chunk's products read them as the f16 they were expanded to.
+    let m = Tiny {
+        arch: "llama",
+        shape: Shape {
+            hidden: 256,
+            ffn: 512,
+            ..SHAPE
+        },
+        layers: WIDENED_TYPES[..2].to_vec(),
+        embedding: GgmlType::IQ4_XS,
+        output: Some(GgmlType::IQ2_S),
+    };
+    run("llama, types expanded to f16", &m, seed());
 }
 
 /// A chunk whose KV blocks the shared cache cannot give is refused as a whole: the

@@ -128,19 +128,34 @@ pub fn f16_bytes(v: &[f32]) -> Vec<u8> {
 
 /// Where each ggml block type keeps its f16 scale fields (`d`, and `m`/`dmin`).
 fn scale_fields(ty: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
     match ty {
-        GgmlType::Q8_0 | GgmlType::Q4_0 => &[0],
-        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        GgmlType::Q6_K => &[208],
+        Q8_0 | Q4_0 | Q5_0 | IQ4_NL | IQ4_XS | IQ3_XXS | IQ3_S | IQ2_XXS | IQ2_XS | IQ2_S
+        | IQ1_S => &[0],
+        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+        Q2_K => &[80, 82],
+        Q3_K => &[108],
+        Q6_K => &[208],
         _ => &[],
+    }
+}
+
+/// Sets IQ1_M's f16 scale `d`, kept in the top nibbles of the block's last four u16
+/// (bits `4w..4w + 4` of `d` in u16 `w`).
+fn set_iq1_m_scale(block: &mut [u8], d: u16) {
+    for w in 0..4 {
+        let at = 48 + 2 * w;
+        let v = u16::from_le_bytes([block[at], block[at + 1]]) & 0x0fff;
+        let v = v | (((d >> (4 * w)) & 0xf) << 12);
+        block[at..at + 2].copy_from_slice(&v.to_le_bytes());
     }
 }
 
 /// `rows` rows of `cols` random elements of `ty`, back to back. Float types hold values
 /// with magnitude in `[lo, hi]`; block types hold random bytes (every quant and packed
 /// scale pattern) with their f16 scale fields set to magnitudes in `[lo, hi]`, random
-/// signs. Types other than F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K give
-/// random bytes throughout.
+/// signs (the k-quants' `dmin` too). Types without an f16 scale give random bytes
+/// throughout.
 pub fn ggml_rows(
     rng: &mut ChaCha8Rng,
     ty: GgmlType,
@@ -162,6 +177,10 @@ pub fn ggml_rows(
                 for &at in scale_fields(ty) {
                     let v = signed(rng, 1, lo, hi)[0];
                     b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+                }
+                if ty == GgmlType::IQ1_M {
+                    let v = signed(rng, 1, lo, hi)[0];
+                    set_iq1_m_scale(b, half::f16::from_f32(v).to_bits());
                 }
             }
             out

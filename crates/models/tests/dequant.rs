@@ -7,9 +7,9 @@ use common::{assert_bits_eq, read_qfx};
 use quench_models::dequant::{dequant_q4_k, dequantize, dequantize_into, Q4_K_BYTES};
 use quench_models::{GgmlType, ModelError};
 
-const TYPES: [&str; 13] = [
+const TYPES: [&str; 22] = [
     "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-    "Q6_K",
+    "Q6_K", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M",
 ];
 
 #[test]
@@ -75,8 +75,25 @@ fn sizes_are_checked() {
 
 #[test]
 fn unsupported_types_are_refused_by_name() {
-    let err = dequantize(GgmlType::IQ2_XXS, &[0u8; 66], 256).unwrap_err();
+    let err = dequantize(GgmlType::TQ1_0, &[0u8; 54], 256).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, ModelError::Unsupported { .. }));
-    assert!(msg.contains("IQ2_XXS") && msg.contains("16"), "{msg}");
+    assert!(msg.contains("TQ1_0") && msg.contains("34"), "{msg}");
+}
+
+#[test]
+fn a_stored_sign_bit_flips_its_weight_and_the_implied_eighth() {
+    // Control for the i-quants' seven stored signs per eight weights: flipping stored sign
+    // bit 2 of IQ2_XXS's first group changes weight 2 and weight 7 (whose sign keeps the
+    // count of minus signs even), and nothing else.
+    let fx = read_qfx("dequant/IQ2_XXS.qfx");
+    let mut bytes = fx.bytes.clone();
+    bytes[2 + 4] ^= 1 << 2; // the first sub-block's sign word, group 0, bit 2
+    let got = dequantize(GgmlType::IQ2_XXS, &bytes, fx.values.len()).unwrap();
+    let differing: Vec<usize> = (0..got.len())
+        .filter(|&i| got[i].to_bits() != fx.values[i].to_bits())
+        .collect();
+    assert_eq!(differing, [2, 7]);
+    assert_eq!(got[2], -fx.values[2]);
+    assert_eq!(got[7], -fx.values[7]);
 }

@@ -14,8 +14,10 @@
 //! The norms run inside the projections that read them. Activations between kernels are
 //! f32 and the KV cache f16 or f32 (see [`super::graph`]).
 //!
-//! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K are read as stored;
-//! anything else is refused by name.
+//! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K are read as stored; a
+//! matrix or table in another GGUF block type (Q2_K, Q3_K, Q5_0, Q5_1, the i-quants) is
+//! expanded to f16 as it is uploaded and listed in [`Catalog::widened`]; anything else
+//! (safetensors' integer types, a tied f32 table) is refused by name.
 
 use quench_kernels::embed::TableFormat;
 use quench_kernels::qgemv::WeightFormat;
@@ -26,8 +28,10 @@ use quench_models::GgmlType;
 use super::error::GpuError;
 use super::stored::{self, StoredTensors};
 
-const MATRIX_FORMATS: &str = "matrices in BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K";
-const TABLE_FORMATS: &str = "token embeddings in F32, BF16, F16, Q8_0, Q4_1, Q4_K, Q5_K or Q6_K";
+const MATRIX_FORMATS: &str =
+    "matrices in BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K, and expand the other GGUF block types (the other k-quants, Q5_0, Q5_1, the i-quants) to F16";
+const TABLE_FORMATS: &str =
+    "token embeddings in F32, BF16, F16, Q8_0, Q4_1, Q4_K, Q5_K or Q6_K, and expand the other GGUF block types to F16";
 
 /// The kernels of one decode step.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +41,16 @@ pub struct Catalog {
     pub layers: Vec<LayerKernels>,
     /// The LM head's format (the embedding's when the two are tied).
     pub output: WeightFormat,
+    /// The tensors stored in a type no kernel reads, expanded to f16 at upload, in the
+    /// order they were met.
+    pub widened: Vec<Widened>,
+}
+
+/// A tensor expanded to f16 at upload, and the type it is stored in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Widened {
+    pub tensor: String,
+    pub stored: GgmlType,
 }
 
 /// The matrix formats of one layer.
@@ -98,31 +112,62 @@ impl Catalog {
         }
         let c = config;
         let name = |t| tensor_name(t, naming);
+        let widened = std::cell::RefCell::new(vec![]);
+        // A matrix's format: as stored where a kernel reads it, else f16 widened.
         let matrix =
             |t: DecoderTensor, rows: usize, cols: usize| -> Result<WeightFormat, GpuError> {
                 let n = name(t);
-                let m = stored::matrix(src, &n, rows, cols)?;
-                weight_format(m.ggml_type).ok_or_else(|| GpuError::Format {
+                let ty = stored::matrix(src, &n, rows, cols)?.ggml_type;
+                if let Some(f) = weight_format(ty) {
+                    return Ok(f);
+                }
+                if !stored::widens(ty) {
+                    return Err(GpuError::Format {
+                        tensor: n,
+                        format: ty.name().to_owned(),
+                        supported: MATRIX_FORMATS,
+                    });
+                }
+                widened.borrow_mut().push(Widened {
                     tensor: n,
-                    format: m.ggml_type.name().to_owned(),
-                    supported: MATRIX_FORMATS,
-                })
+                    stored: ty,
+                });
+                Ok(WeightFormat::F16)
             };
         let embed_name = name(DecoderTensor::TokenEmbedding);
         let table = stored::matrix(src, &embed_name, c.vocab, c.hidden)?.ggml_type;
-        let embed = table_format(table).ok_or_else(|| GpuError::Format {
-            tensor: embed_name.clone(),
-            format: table.name().to_owned(),
-            supported: TABLE_FORMATS,
-        })?;
-        let output = if c.tied_embeddings {
-            weight_format(table).ok_or_else(|| GpuError::Format {
-                tensor: format!("{embed_name} (the LM head, tied to the embedding)"),
-                format: table.name().to_owned(),
-                supported: MATRIX_FORMATS,
-            })?
-        } else {
-            matrix(DecoderTensor::Output, c.vocab, c.hidden)?
+        // A tied table serves as the LM head too: kept as stored only where both read it.
+        let as_stored = table_format(table).zip(match c.tied_embeddings {
+            true => weight_format(table),
+            false => Some(WeightFormat::F16),
+        });
+        let (embed, tied_head) = match as_stored {
+            Some((embed, head)) => (embed, head),
+            None if stored::widens(table) => {
+                widened.borrow_mut().push(Widened {
+                    tensor: embed_name.clone(),
+                    stored: table,
+                });
+                (TableFormat::F16, WeightFormat::F16)
+            }
+            None => {
+                let what = match table_format(table) {
+                    None => embed_name.clone(),
+                    Some(_) => format!("{embed_name} (the LM head, tied to the embedding)"),
+                };
+                return Err(GpuError::Format {
+                    tensor: what,
+                    format: table.name().to_owned(),
+                    supported: match table_format(table) {
+                        None => TABLE_FORMATS,
+                        Some(_) => MATRIX_FORMATS,
+                    },
+                });
+            }
+        };
+        let output = match c.tied_embeddings {
+            true => tied_head,
+            false => matrix(DecoderTensor::Output, c.vocab, c.hidden)?,
         };
         let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let mut layers = Vec::with_capacity(c.layers);
@@ -155,6 +200,7 @@ impl Catalog {
             });
         }
         Ok(Catalog {
+            widened: widened.into_inner(),
             embed,
             rope: match c.rope_style {
                 RopeStyle::HalfSplit => RopePairs::NeoX,

@@ -10,7 +10,7 @@ use quench_models::arch::{ModelConfig, Naming};
 use quench_rt::{CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, KernelId, StreamId};
 
 use super::arena;
-use super::catalog::Catalog;
+use super::catalog::{Catalog, Widened};
 use super::error::{size, GpuError};
 use super::graph::{u32_of, DecodeGraph, Products, StepRecord, StepShape, DEFAULT_MULTIPROCESSORS};
 use super::kv::{BlockPool, GpuSession};
@@ -18,7 +18,7 @@ use super::masking::Masking;
 use super::plan::{resolve, Grid, Region, Resolved, Rows, Slot};
 use super::prefill::{self, PrefillPlan};
 use super::profile;
-use super::stored::StoredTensors;
+use super::stored::{self, StoredTensors};
 use super::weights::WeightData;
 use crate::backend::Fed;
 use crate::generate::constrain::apply_mask;
@@ -145,6 +145,9 @@ pub struct GpuSummary {
     /// Products of a step on the tensor cores: 0 unless
     /// [`GpuOptions::tensor_core_decode`] is on and the model has bf16 matrices.
     pub tensor_core_products: usize,
+    /// The tensors stored in a type no GPU kernel reads, expanded to f16 as they were
+    /// uploaded (see [`super::Catalog::widened`]).
+    pub widened: Vec<Widened>,
 }
 
 /// Per row of a step, a grammar's mask of the tokens allowed next, or none.
@@ -544,6 +547,7 @@ impl Planned {
             prefill_arena_bytes: self.prefill_bytes(),
             prefill_wgmma_products: prefill.map_or(0, PrefillPlan::wgmma_products),
             tensor_core_products: graph.tensor_core_products,
+            widened: vec![],
         }
     }
 }
@@ -623,7 +627,8 @@ impl GpuDecoder {
             }
             span.end();
         }
-        let summary = planned.summary(on_device.mem.exec.backend(), device, options);
+        let mut summary = planned.summary(on_device.mem.exec.backend(), device, options);
+        summary.widened = catalog.widened.clone();
         Ok(GpuDecoder {
             id: NEXT_MODEL.fetch_add(1, Ordering::Relaxed),
             config,
@@ -1220,6 +1225,11 @@ fn place(
                 WeightData::Stored(name) => {
                     let t = src.stored(name)?;
                     exec.copy_to_device(dst, t.bytes)
+                        .map_err(GpuError::runtime(format!("uploading {name}")))?;
+                }
+                WeightData::Widened(name) => {
+                    let f16 = stored::widened_f16(name, &src.stored(name)?)?;
+                    exec.copy_to_device(dst, &f16)
                         .map_err(GpuError::runtime(format!("uploading {name}")))?;
                 }
                 WeightData::Floats(v) => {

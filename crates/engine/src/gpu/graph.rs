@@ -1082,7 +1082,7 @@ impl DecodeGraph {
         products: Products,
     ) -> Result<DecodeGraph, GpuError> {
         let context = u32_of("context", shape.context.max(1))?;
-        let weights = ModelWeights::gather(config, src, naming, context)?;
+        let weights = ModelWeights::gather(config, catalog, src, naming, context)?;
         let mut s = StepBuilder::new(config, catalog, &weights, shape, multiprocessors, products)?;
         s.embed()?;
         let mut layer_dispatches = Vec::with_capacity(catalog.layers.len());

@@ -103,6 +103,7 @@ pub(crate) fn group(g: &WeightGroup) -> String {
         .iter()
         .map(|(data, _)| match data {
             WeightData::Stored(name) => name.clone(),
+            WeightData::Widened(name) => format!("{name} as f16"),
             WeightData::Floats(v) => format!("{} f32", v.len()),
         })
         .collect();

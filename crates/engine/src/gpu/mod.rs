@@ -46,7 +46,7 @@ mod weights;
 
 use std::path::Path;
 
-pub use catalog::{weight_format, Catalog, LayerKernels, Qkv};
+pub use catalog::{weight_format, Catalog, LayerKernels, Qkv, Widened};
 pub use decoder::{
     Backend, GpuDecoder, GpuOptions, GpuSummary, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK,
     DEFAULT_PREFILL_MIN_TOKENS,

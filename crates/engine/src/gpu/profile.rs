@@ -303,7 +303,7 @@ fn work_model(
         for (data, bytes) in &graph.weights.groups[g].parts {
             if (from..to).contains(&at) {
                 n += match data {
-                    WeightData::Stored(name) => {
+                    WeightData::Stored(name) | WeightData::Widened(name) => {
                         src.stored(name)?.dims.iter().product::<usize>() as u64
                     }
                     WeightData::Floats(v) => v.len() as u64,

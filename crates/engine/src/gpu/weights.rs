@@ -8,7 +8,7 @@ use quench_models::arch::{
     rope_frequencies, DecoderLayerTensor as L, DecoderTensor, ModelConfig, Naming,
 };
 
-use super::catalog::tensor_name;
+use super::catalog::{tensor_name, Catalog};
 use super::error::GpuError;
 use super::plan::{at, Operand, Region};
 use super::stored::{self, StoredTensors};
@@ -18,6 +18,9 @@ use super::stored::{self, StoredTensors};
 pub(crate) enum WeightData {
     /// A tensor's stored bytes, as they are.
     Stored(String),
+    /// A tensor in a type no kernel reads, expanded to f16 on the host
+    /// ([`stored::widened_f16`]).
+    Widened(String),
     /// Values computed or widened on the host (norm weights, biases, RoPE tables).
     Floats(Vec<f32>),
 }
@@ -73,6 +76,8 @@ pub(crate) struct ModelWeights {
 /// Gathers the groups, naming the tensors by `naming`.
 struct Gather<'a> {
     src: &'a dyn StoredTensors,
+    /// Which tensors are widened to f16.
+    catalog: &'a Catalog,
     naming: Naming,
     groups: Vec<WeightGroup>,
 }
@@ -91,8 +96,11 @@ impl Gather<'_> {
         cols: usize,
     ) -> Result<(WeightData, u64), GpuError> {
         let n = tensor_name(t, self.naming);
-        let bytes = stored::matrix(self.src, &n, rows, cols)?.bytes.len() as u64;
-        Ok((WeightData::Stored(n), bytes))
+        let m = stored::matrix(self.src, &n, rows, cols)?;
+        Ok(match self.catalog.widened.iter().any(|w| w.tensor == n) {
+            false => (WeightData::Stored(n), m.bytes.len() as u64),
+            true => (WeightData::Widened(n), 2 * (rows * cols) as u64),
+        })
     }
 
     /// A stored vector of `len`, widened to f32.
@@ -108,10 +116,11 @@ fn floats(v: Vec<f32>) -> (WeightData, u64) {
 }
 
 impl ModelWeights {
-    /// The weights of the decoder `c` describes, from `src`, with RoPE tables over
-    /// `context` positions.
+    /// The weights of the decoder `c` describes, from `src` (each matrix stored or
+    /// widened as `catalog` chose), with RoPE tables over `context` positions.
     pub fn gather(
         c: &ModelConfig,
+        catalog: &Catalog,
         src: &dyn StoredTensors,
         naming: Naming,
         context: u32,
@@ -120,6 +129,7 @@ impl ModelWeights {
         let (q_width, kv_width) = (c.heads * hd, c.kv_heads * hd);
         let mut g = Gather {
             src,
+            catalog,
             naming,
             groups: vec![],
         };

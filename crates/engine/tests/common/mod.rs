@@ -35,6 +35,35 @@ pub const QUANTIZED: LayerFormats = LayerFormats {
     down: GgmlType::Q4_K,
 };
 
+/// Layers of every GGUF block type no kernel reads as stored: Q2_K, Q3_K, Q5_0, Q5_1 and
+/// the i-quants, each matrix expanded to f16 as it is uploaded.
+pub const WIDENED_TYPES: [LayerFormats; 3] = [
+    LayerFormats {
+        q: GgmlType::Q2_K,
+        k: GgmlType::Q3_K,
+        v: GgmlType::Q5_0,
+        o: GgmlType::Q5_1,
+        gate_up: GgmlType::IQ4_NL,
+        down: GgmlType::IQ4_XS,
+    },
+    LayerFormats {
+        q: GgmlType::IQ3_XXS,
+        k: GgmlType::IQ3_S,
+        v: GgmlType::IQ2_XXS,
+        o: GgmlType::IQ2_XS,
+        gate_up: GgmlType::IQ2_S,
+        down: GgmlType::IQ1_S,
+    },
+    LayerFormats {
+        q: GgmlType::IQ1_M,
+        k: GgmlType::IQ1_M,
+        v: GgmlType::IQ1_M,
+        o: GgmlType::Q4_K,
+        gate_up: GgmlType::IQ3_S,
+        down: GgmlType::Q2_K,
+    },
+];
+
 /// The type mix of llama.cpp's Q4_K_M: Q4_K matrices (and token embedding), Q6_K for v,
 /// down (and the LM head); on the GPU q, k and v then take three projections.
 pub const Q4_K_M: LayerFormats = LayerFormats {
@@ -90,10 +119,25 @@ fn weight_range(t: GgmlType, cols: usize, gain: f32) -> (f32, f32) {
         GgmlType::Q4_K => 317.0,
         GgmlType::Q5_K => 636.0,
         GgmlType::Q6_K => 1350.0,
-        _ => 1.0,
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1.0,
+        other => measured_spread(other),
     };
     let hi = gain / (cols as f32).sqrt() / per_scale / 0.6;
     (hi / 8.0, hi)
+}
+
+/// The root-mean-square of random blocks of `t` at unit scale, measured.
+fn measured_spread(t: GgmlType) -> f32 {
+    use rand::SeedableRng;
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let n = 64 * 256;
+    let bytes = ggml_rows(&mut rng, t, 1, n, 1.0, 1.0);
+    // A type quench does not read (for refusal tests) gets unit spread.
+    let Ok(v) = quench_models::dequant::dequantize(t, &bytes, n) else {
+        return 1.0;
+    };
+    let mean_square = v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / n as f64;
+    mean_square.sqrt() as f32
 }
 
 /// The model's GGUF image. Every matrix has full gain: logits of a few units, which with

@@ -1,10 +1,19 @@
 //! Dequantization of ggml tensor data to f32, bit-exact with the `gguf` Python package.
 
 mod floats;
+mod iq_grids;
+mod iquants;
 mod kquants;
 mod legacy;
 
 pub use floats::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use iq_grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+pub use iquants::{
+    dequant_iq1_m, dequant_iq1_s, dequant_iq2_s, dequant_iq2_xs, dequant_iq2_xxs, dequant_iq3_s,
+    dequant_iq3_xxs, dequant_iq4_nl, dequant_iq4_xs, even_signs, IQ1_DELTA, IQ1_M_BYTES,
+    IQ1_S_BYTES, IQ2_S_BYTES, IQ2_XS_BYTES, IQ2_XXS_BYTES, IQ3_S_BYTES, IQ3_XXS_BYTES, IQ4_LEVELS,
+    IQ4_NL_BYTES, IQ4_XS_BYTES,
+};
 pub use kquants::{
     dequant_q2_k, dequant_q3_k, dequant_q4_k, dequant_q5_k, dequant_q6_k, unpack_k_scales,
     Q2_K_BYTES, Q3_K_BYTES, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QK_K,
@@ -71,6 +80,15 @@ fn expander(ggml_type: GgmlType) -> Option<Expand> {
         GgmlType::Q4_K => |b, o| blocks(b, o, dequant_q4_k),
         GgmlType::Q5_K => |b, o| blocks(b, o, dequant_q5_k),
         GgmlType::Q6_K => |b, o| blocks(b, o, dequant_q6_k),
+        GgmlType::IQ4_NL => |b, o| blocks(b, o, dequant_iq4_nl),
+        GgmlType::IQ4_XS => |b, o| blocks(b, o, dequant_iq4_xs),
+        GgmlType::IQ3_XXS => |b, o| blocks(b, o, dequant_iq3_xxs),
+        GgmlType::IQ3_S => |b, o| blocks(b, o, dequant_iq3_s),
+        GgmlType::IQ2_XXS => |b, o| blocks(b, o, dequant_iq2_xxs),
+        GgmlType::IQ2_XS => |b, o| blocks(b, o, dequant_iq2_xs),
+        GgmlType::IQ2_S => |b, o| blocks(b, o, dequant_iq2_s),
+        GgmlType::IQ1_S => |b, o| blocks(b, o, dequant_iq1_s),
+        GgmlType::IQ1_M => |b, o| blocks(b, o, dequant_iq1_m),
         _ => return None,
     })
 }
