@@ -134,6 +134,9 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         s.dispatches_per_token,
         bytes(s.weight_bytes_per_token)
     );
+    if let Some(note) = crate::model_args::widened_note(&info) {
+        eprintln!("{note}");
+    }
     let prompt = prompt_ids(a.prompt_tokens, decoder.config().vocab);
     // Warm-up: compiles nothing new, but settles clocks and caches (the whole prompt, so
     // that the prompt path is warm too), and no more tokens than the timed runs take, which

@@ -300,6 +300,9 @@ fn generate_on_device(
         summary.kv_cache.name(),
         summary.context
     );
+    if let Some(note) = crate::model_args::widened_note(model.info()) {
+        eprintln!("{note}");
+    }
     let generate = GenerateOptions {
         max_tokens: a.tokens,
         keep_logits: true,

@@ -31,14 +31,25 @@ pub(crate) fn weight<T: Real>(
                 }));
             }
             if let Some(m) = BlockMatrix::from_ggml(name, raw.ggml_type, rows, cols, raw.bytes)? {
+                // Copied into the block layout: the stored pages are not read again.
+                src.release(name);
                 return Ok(Weight::Blocks(m));
             }
-            if let Some(m) = PackedMatrix::from_ggml(name, raw.ggml_type, rows, cols, raw.bytes)? {
-                return Ok(Weight::Packed(m));
+            if PackedMatrix::keeps(raw.ggml_type) {
+                // Multiplied as stored: the source's own bytes where it shares them.
+                let bytes = match src.shared(name)? {
+                    Some(shared) => shared,
+                    None => raw.bytes.to_vec().into(),
+                };
+                if let Some(m) = PackedMatrix::from_ggml(name, raw.ggml_type, rows, cols, bytes)? {
+                    return Ok(Weight::Packed(m));
+                }
             }
         }
     }
-    Ok(Weight::Dense(matrix(src, name, rows, cols)?))
+    let dense = matrix(src, name, rows, cols)?;
+    src.release(name);
+    Ok(Weight::Dense(dense))
 }
 
 /// Bytes a decoder over `T` holds for a tensor of `ty`, `elements` elements stored in

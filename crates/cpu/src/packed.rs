@@ -5,11 +5,12 @@
 //! A row's values are those loading it dense would give (quench-models' dequantization,
 //! bit for bit) and its products are computed by the same [`linear`](crate::matrix::linear)
 //! as a dense matrix's, so the results are the same bits while the process holds only the
-//! stored bytes: a Q4_K matrix takes a seventh of its f32 expansion.
+//! stored bytes: a Q4_K matrix takes a seventh of its f32 expansion. From a memory-mapped
+//! GGUF file those bytes are the mapping's own ([`SharedBytes`]), not a copy.
 
 use quench_models::arch::ArchError;
 use quench_models::dequant::{dequantize_into, dequantizes};
-use quench_models::GgmlType;
+use quench_models::{GgmlType, SharedBytes};
 
 use crate::error::{CpuError, Result};
 use crate::matrix::Rows;
@@ -23,7 +24,7 @@ pub(crate) struct PackedMatrix {
     cols: usize,
     /// Bytes of one row.
     row_bytes: usize,
-    bytes: Vec<u8>,
+    bytes: SharedBytes,
 }
 
 impl PackedMatrix {
@@ -35,7 +36,7 @@ impl PackedMatrix {
         ty: GgmlType,
         rows: usize,
         cols: usize,
-        bytes: &[u8],
+        bytes: SharedBytes,
     ) -> Result<Option<Self>> {
         if !Self::keeps(ty) {
             return Ok(None);
@@ -65,7 +66,7 @@ impl PackedMatrix {
             rows,
             cols,
             row_bytes,
-            bytes: bytes.to_vec(),
+            bytes,
         }))
     }
 
@@ -74,7 +75,7 @@ impl PackedMatrix {
         ty != GgmlType::F32 && dequantizes(ty)
     }
 
-    /// The bytes held: those stored.
+    /// The bytes held: those stored (in the file's mapping where it is mapped).
     pub(crate) fn held_bytes(&self) -> usize {
         self.bytes.len()
     }
@@ -140,7 +141,7 @@ mod tests {
         ] {
             let rows = 37;
             let bytes = random_blocks(ty, rows * cols, &mut rng);
-            let packed = PackedMatrix::from_ggml("w", ty, rows, cols, &bytes)
+            let packed = PackedMatrix::from_ggml("w", ty, rows, cols, bytes.clone().into())
                 .unwrap()
                 .unwrap();
             assert_eq!(packed.held_bytes(), bytes.len());
@@ -189,17 +190,25 @@ mod tests {
 
     #[test]
     fn tensors_of_the_wrong_size_are_refused_by_name() {
-        assert!(PackedMatrix::from_ggml("w", GgmlType::F32, 1, 4, &[0; 16])
-            .unwrap()
-            .is_none());
-        let err = PackedMatrix::from_ggml("blk.0.ffn_up.weight", GgmlType::Q4_K, 2, 256, &[0; 144])
-            .unwrap_err()
-            .to_string();
+        assert!(
+            PackedMatrix::from_ggml("w", GgmlType::F32, 1, 4, vec![0; 16].into())
+                .unwrap()
+                .is_none()
+        );
+        let err = PackedMatrix::from_ggml(
+            "blk.0.ffn_up.weight",
+            GgmlType::Q4_K,
+            2,
+            256,
+            vec![0; 144].into(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("blk.0.ffn_up.weight") && err.contains("144 bytes"),
             "{err}"
         );
-        let err = PackedMatrix::from_ggml("w", GgmlType::Q6_K, 1, 128, &[0; 105])
+        let err = PackedMatrix::from_ggml("w", GgmlType::Q6_K, 1, 128, vec![0; 105].into())
             .unwrap_err()
             .to_string();
         assert!(err.contains("not whole Q6_K blocks"), "{err}");

@@ -34,3 +34,4 @@ pub use gguf::{GgufFile, TensorView};
 pub use hf_checkpoint::HfCheckpoint;
 pub use hf_config::{HfConfig, Llama3RopeScaling, RopeScaling, TokenIds};
 pub use hf_files::{chat_template_source, read_optional_json, HfFileError};
+pub use storage::SharedBytes;

@@ -446,6 +446,14 @@ async fn load_causal(
     .await
     .map_err(|e| fail(e.to_string()))?
     .map_err(fail)?;
+    if !loaded.info().widened.is_empty() {
+        // A type without a GPU kernel runs expanded to f16: slower than its size says.
+        log::line(
+            "warn",
+            "tensors expanded to f16",
+            json!({"model": spec.name, "stored_types": loaded.info().widened}),
+        );
+    }
     let engine_config = config.engine.clone();
     let text: Arc<dyn TextSide> = loaded.clone();
     let engine = EngineHandle::start(

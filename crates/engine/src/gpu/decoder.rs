@@ -1226,11 +1226,14 @@ fn place(
                     let t = src.stored(name)?;
                     exec.copy_to_device(dst, t.bytes)
                         .map_err(GpuError::runtime(format!("uploading {name}")))?;
+                    // On the device now: the host's pages of it need not stay resident.
+                    src.release(name);
                 }
                 WeightData::Widened(name) => {
                     let f16 = stored::widened_f16(name, &src.stored(name)?)?;
                     exec.copy_to_device(dst, &f16)
                         .map_err(GpuError::runtime(format!("uploading {name}")))?;
+                    src.release(name);
                 }
                 WeightData::Floats(v) => {
                     let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();

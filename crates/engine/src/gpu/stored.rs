@@ -172,10 +172,7 @@ mod tests {
         assert!(exact.iter().all(|&v| v == exact[0] && v != 0.0));
 
         let bytes = q5_0(60000.0, 31);
-        let t = StoredTensor {
-            bytes: &bytes,
-            ..t
-        };
+        let t = StoredTensor { bytes: &bytes, ..t };
         let e = widened_f16("blk.3.ffn_down.weight", &t)
             .unwrap_err()
             .to_string();

@@ -1,7 +1,7 @@
 //! Model configs read from GGUF metadata and Hugging Face `config.json`; GGUF files and
 //! Hugging Face checkpoints as tensor sources.
 
-use crate::{GgufFile, HfCheckpoint, HfConfig, ModelError};
+use crate::{GgufFile, HfCheckpoint, HfConfig, ModelError, SharedBytes};
 
 use super::config::{Arch, Llama3Scaling, ModelConfig, RopeStyle};
 use super::error::{ArchError, Result};
@@ -40,6 +40,15 @@ impl TensorSource for GgufFile {
             dims: view.dims.iter().rev().map(|&d| d as usize).collect(),
             bytes: view.bytes,
         }))
+    }
+
+    fn shared(&self, name: &str) -> Result<Option<SharedBytes>> {
+        let bytes = self.shared_bytes(name).map_err(|e| tensor_error(name, e))?;
+        Ok(Some(bytes))
+    }
+
+    fn release(&self, name: &str) {
+        GgufFile::release(self, name);
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::GgmlType;
+use crate::{GgmlType, SharedBytes};
 
 use super::error::{ArchError, Result};
 
@@ -30,6 +30,19 @@ pub trait TensorSource {
     fn raw(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
         let _ = name;
         Ok(None)
+    }
+
+    /// The tensor's stored bytes as [`Self::raw`] gives them, held without a copy where the
+    /// source can share them (a memory-mapped GGUF file); `None` where it cannot.
+    fn shared(&self, name: &str) -> Result<Option<SharedBytes>> {
+        let _ = name;
+        Ok(None)
+    }
+
+    /// A hint from a loader that has copied what it needs of tensor `name`: its stored
+    /// bytes may leave resident memory. Sources that hold nothing releasable ignore it.
+    fn release(&self, name: &str) {
+        let _ = name;
     }
 }
 

@@ -13,8 +13,9 @@ use std::path::Path;
 pub use metadata::{MetadataArray, MetadataValue, ValueType};
 pub use writer::{GgufFileWriter, GgufHeader, GgufWriter};
 
-use crate::storage::Storage;
+use crate::storage::{SharedBytes, Storage};
 use crate::{GgmlType, ModelError};
+use std::sync::Arc;
 
 /// Where one tensor lives in a GGUF file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,7 +64,7 @@ impl TensorView<'_> {
 
 /// An open GGUF file.
 pub struct GgufFile {
-    storage: Storage,
+    storage: Arc<Storage>,
     version: u32,
     alignment: u64,
     data_start: u64,
@@ -108,7 +109,7 @@ impl GgufFile {
             metadata_index: header.metadata_index,
             tensors: header.tensors,
             tensor_index: header.tensor_index,
-            storage,
+            storage: Arc::new(storage),
         })
     }
 
@@ -217,23 +218,46 @@ impl GgufFile {
     }
 
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, ModelError> {
+        self.info_of(name).map(|info| self.view(info))
+    }
+
+    /// The stored bytes of tensor `name`, held with the file's mapping rather than copied.
+    pub fn shared_bytes(&self, name: &str) -> Result<SharedBytes, ModelError> {
+        let info = self.info_of(name)?;
+        Ok(SharedBytes::new(self.storage.clone(), self.range(info)))
+    }
+
+    /// Lets the pages of tensor `name` leave resident memory (see [`Storage::release`]):
+    /// for a loader that has copied what it needs of them.
+    pub fn release(&self, name: &str) {
+        if let Ok(info) = self.info_of(name) {
+            self.storage.release(self.range(info));
+        }
+    }
+
+    fn info_of(&self, name: &str) -> Result<&TensorInfo, ModelError> {
         self.tensor_index
             .get(name)
-            .map(|&i| self.view(&self.tensors[i]))
+            .map(|&i| &self.tensors[i])
             .ok_or_else(|| ModelError::MissingTensor {
                 name: name.to_owned(),
             })
     }
 
-    fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
+    /// Where `info`'s bytes lie in the file.
+    fn range(&self, info: &TensorInfo) -> std::ops::Range<usize> {
         // The header parser checked that every tensor lies inside the data section, which lies
         // inside the file, so these offsets are in bounds and fit in `usize`.
         let start = (self.data_start + info.offset) as usize;
+        start..start + info.size as usize
+    }
+
+    fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
         TensorView {
             name: &info.name,
             dims: &info.dims,
             ggml_type: info.ggml_type,
-            bytes: &self.storage[start..start + info.size as usize],
+            bytes: &self.storage[self.range(info)],
         }
     }
 }
