@@ -291,9 +291,8 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         .clone()
         .unwrap_or_else(|| "receipts/cpu-bench.json".into());
     let path = cmd_pull::resolve(a.model.as_deref(), "smollm2", a.cache.as_deref())?;
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let model_sha256 = receipt::sha256_hex(&bytes);
-    drop(bytes);
+    let model_sha256 = receipt::sha256_file(&path)?;
+    let file_bytes = std::fs::metadata(&path).map(|m| m.len()).ok();
     let file = GgufFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let model_name = file.get_str("general.name").unwrap_or("unnamed").to_owned();
     let config = ModelConfig::from_gguf(&file).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -330,6 +329,8 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         }
     }
     let load_after = load_average();
+    // Everything quench held, the mapped weights included (llama.cpp runs in a child).
+    let peak_rss = receipt::peak_rss_bytes();
     drop(decoder);
     let quench = summarize(&runs, a.prompt_tokens);
     let llama = a
@@ -348,6 +349,8 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         "quench_f32": summary_json(&quench),
         "llama_cpp": llama_json,
         "decode_ratio_quench_over_llama_cpp": ratio,
+        "quench_peak_rss_bytes": peak_rss,
+        "model_file_bytes": file_bytes,
         "meets_target": ratio.map(|r| r >= TARGET_RATIO),
     });
     let rec = receipt::receipt(
@@ -407,6 +410,14 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         }
         if let Some(r) = ratio {
             println!("decode speed quench / llama.cpp: {r:.2}× (target ≥ {TARGET_RATIO}×)");
+        }
+        if let (Some(peak), Some(file)) = (peak_rss, file_bytes) {
+            println!(
+                "quench's peak memory: {} ({:.2}× the model file's {})",
+                crate::model_args::bytes(peak),
+                peak as f64 / file as f64,
+                crate::model_args::bytes(file)
+            );
         }
         println!("receipt: {}", receipt_path.display());
     }
