@@ -63,7 +63,7 @@ pub(crate) enum Command {
     Info(cmd_info::InfoArgs),
     /// Write a seeded random checkpoint in the Hugging Face layout of a real model.
     Synth(cmd_synth::SynthArgs),
-    /// Convert a Hugging Face checkpoint to a GGUF file with Q8_0, Q4_0 or Q4_K weights.
+    /// Convert a Hugging Face checkpoint to a GGUF file: Q8_0, Q4_0 or Q4_K weights, or a llama.cpp mix (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K).
     Quantize(cmd_quantize::QuantizeArgs),
     /// Compile library kernels: list them, print their IR or PTX.
     Cc(cmd_cc::CcArgs),

@@ -72,29 +72,49 @@ fn more_bits(l: usize, n: usize) -> bool {
 }
 
 /// The type a tensor is meant for before fallbacks: vectors F32; with one type, embedding
-/// and LM head Q8_0 and other matrices the target; in llama.cpp's mixes (Q4_K_M, Q6_K) the
-/// LM head and a tied embedding Q6_K, an untied embedding the mix's type, and in Q4_K_M and
-/// Q5_K_M the v and down matrices of the layers [`more_bits`] names Q6_K.
+/// and LM head Q8_0 and other matrices the target; in llama.cpp's mixes (Q4_K_M, Q5_K_M,
+/// Q6_K, Q3_K_M, Q2_K) the LM head and a tied embedding Q6_K, an untied embedding the mix's
+/// type, and:
+/// - Q4_K_M, Q5_K_M: the v and down matrices of the layers [`more_bits`] names Q6_K;
+/// - Q3_K_M: v Q5_K in layers 0 and 1 and Q4_K after, down Q5_K in the first sixteenth of
+///   the layers and Q4_K after, the attention output Q4_K;
+/// - Q2_K: v Q4_K with 4 or more query heads a key/value head and Q3_K otherwise, down
+///   and the attention output Q3_K.
 fn intended_type(hf: &str, dims: &[usize], target: TargetType, shape: &Shape) -> GgmlType {
-    let mix = matches!(
+    use GgmlType::*;
+    let mix = !matches!(
         target,
-        TargetType::Q4_K_M | TargetType::Q5_K_M | TargetType::Q6_K
+        TargetType::Q8_0 | TargetType::Q4_0 | TargetType::Q4_K
     );
-    let more_bits_mix = matches!(target, TargetType::Q4_K_M | TargetType::Q5_K_M);
     let layer = hf
         .strip_prefix("model.layers.")
         .and_then(|r| r.split_once('.'))
         .and_then(|(n, _)| n.parse::<usize>().ok());
-    let v_or_down = hf.contains("v_proj") || hf.contains("down_proj");
+    let (v, down, o) = (
+        hf.contains("v_proj"),
+        hf.contains("down_proj"),
+        hf.contains("o_proj"),
+    );
+    let l = layer.unwrap_or(0);
     match hf {
-        _ if dims.len() == 1 => GgmlType::F32,
-        "model.embed_tokens.weight" | "lm_head.weight" if !mix => GgmlType::Q8_0,
-        "lm_head.weight" => GgmlType::Q6_K,
-        "model.embed_tokens.weight" if shape.tied => GgmlType::Q6_K,
-        _ if more_bits_mix && v_or_down && layer.is_some_and(|l| more_bits(l, shape.layers)) => {
-            GgmlType::Q6_K
-        }
-        _ => target.ggml_type(),
+        _ if dims.len() == 1 => F32,
+        "model.embed_tokens.weight" | "lm_head.weight" if !mix => Q8_0,
+        "lm_head.weight" => Q6_K,
+        "model.embed_tokens.weight" if shape.tied => Q6_K,
+        "model.embed_tokens.weight" => target.ggml_type(),
+        _ => match target {
+            TargetType::Q4_K_M | TargetType::Q5_K_M
+                if (v || down) && more_bits(l, shape.layers) =>
+            {
+                Q6_K
+            }
+            TargetType::Q3_K_M if v => [Q4_K, Q5_K][usize::from(l < 2)],
+            TargetType::Q3_K_M if down => [Q4_K, Q5_K][usize::from(l < shape.layers / 16)],
+            TargetType::Q3_K_M if o => Q4_K,
+            TargetType::Q2_K if v => [Q3_K, Q4_K][usize::from(shape.heads >= 4 * shape.kv_heads)],
+            TargetType::Q2_K if down || o => Q3_K,
+            _ => target.ggml_type(),
+        },
     }
 }
 
@@ -200,6 +220,8 @@ fn rms_bound(t: GgmlType) -> f64 {
         GgmlType::Q4_K => 0.085,
         GgmlType::Q5_K => 0.045,
         GgmlType::Q6_K => 0.025,
+        GgmlType::Q3_K => 0.17,
+        GgmlType::Q2_K => 0.32,
         _ => 1e-3,
     }
 }
@@ -275,6 +297,34 @@ fn check_bound(ggml_type: GgmlType, x: &[f32], bytes: &[u8]) -> Result<(), Strin
                     );
                     let nearest = (0..levels)
                         .map(|q| (s * f32::from(q) - m - x[at]).abs())
+                        .fold(f32::INFINITY, f32::min);
+                    if (x[at] - y[at]).abs() > nearest * 1.000_01 + 1e-9 {
+                        return fail(at, nearest);
+                    }
+                }
+            }
+        }
+        // Each element on the grid point of its group's stored scale (and Q2_K's minimum)
+        // nearest to it.
+        GgmlType::Q3_K | GgmlType::Q2_K => {
+            let size = ggml_type.type_size() as usize;
+            for (b, raw) in bytes.chunks(size).enumerate() {
+                for i in 0..256 {
+                    let at = b * 256 + i;
+                    let g = i / 16;
+                    let points: Vec<f32> = if ggml_type == GgmlType::Q3_K {
+                        let low = (raw[96 + g % 8] >> (4 * (g / 8))) & 0x0f;
+                        let high = (raw[104 + g % 4] >> (2 * (g / 4))) & 3;
+                        let s = f16_at(raw, 108) * f32::from((low | (high << 4)) as i8 - 32);
+                        (-4..4).map(|q| s * q as f32).collect()
+                    } else {
+                        let s = f16_at(raw, 80) * f32::from(raw[g] & 0x0f);
+                        let m = f16_at(raw, 82) * f32::from(raw[g] >> 4);
+                        (0..4).map(|q| s * q as f32 - m).collect()
+                    };
+                    let nearest = points
+                        .iter()
+                        .map(|p| (p - x[at]).abs())
                         .fold(f32::INFINITY, f32::min);
                     if (x[at] - y[at]).abs() > nearest * 1.000_01 + 1e-9 {
                         return fail(at, nearest);

@@ -54,16 +54,24 @@ pub enum TargetType {
     Q5_K_M,
     /// llama.cpp's Q6_K: Q6_K throughout.
     Q6_K,
+    /// llama.cpp's Q3_K_M: Q3_K, with Q4_K and Q5_K for the v, down and attention output
+    /// matrices and Q6_K for the LM head.
+    Q3_K_M,
+    /// llama.cpp's Q2_K: Q2_K, with Q3_K or Q4_K for the v, down and attention output
+    /// matrices and Q6_K for the LM head.
+    Q2_K,
 }
 
 impl TargetType {
-    pub const ALL: [TargetType; 6] = [
+    pub const ALL: [TargetType; 8] = [
         TargetType::Q8_0,
         TargetType::Q4_0,
         TargetType::Q4_K,
         TargetType::Q4_K_M,
         TargetType::Q5_K_M,
         TargetType::Q6_K,
+        TargetType::Q3_K_M,
+        TargetType::Q2_K,
     ];
 
     /// As [`TargetType::name`] gives it (any case).
@@ -82,6 +90,8 @@ impl TargetType {
             TargetType::Q4_K_M => "q4_k_m",
             TargetType::Q5_K_M => "q5_k_m",
             TargetType::Q6_K => "q6_k",
+            TargetType::Q3_K_M => "q3_k_m",
+            TargetType::Q2_K => "q2_k",
         }
     }
 
@@ -93,26 +103,20 @@ impl TargetType {
             TargetType::Q4_K | TargetType::Q4_K_M => GgmlType::Q4_K,
             TargetType::Q5_K_M => GgmlType::Q5_K,
             TargetType::Q6_K => GgmlType::Q6_K,
+            TargetType::Q3_K_M => GgmlType::Q3_K,
+            TargetType::Q2_K => GgmlType::Q2_K,
         }
     }
 
     /// Whether this is one of llama.cpp's mixes (its rules for the LM head, the token
     /// embedding and the layers), rather than quench's one type with 8-bit ends.
     pub fn is_llama_cpp_mix(self) -> bool {
-        matches!(
-            self,
-            TargetType::Q4_K_M | TargetType::Q5_K_M | TargetType::Q6_K
-        )
-    }
-
-    /// Whether the mix gives the v and down matrices of some layers Q6_K (llama.cpp's _M
-    /// mixes).
-    pub fn gives_layers_more_bits(self) -> bool {
-        matches!(self, TargetType::Q4_K_M | TargetType::Q5_K_M)
+        !matches!(self, TargetType::Q8_0 | TargetType::Q4_0 | TargetType::Q4_K)
     }
 
     /// `general.file_type`: llama.cpp's `llama_ftype` (MOSTLY_Q8_0, MOSTLY_Q4_0,
-    /// MOSTLY_Q4_K_S, MOSTLY_Q4_K_M, MOSTLY_Q5_K_M, MOSTLY_Q6_K).
+    /// MOSTLY_Q4_K_S, MOSTLY_Q4_K_M, MOSTLY_Q5_K_M, MOSTLY_Q6_K, MOSTLY_Q3_K_M,
+    /// MOSTLY_Q2_K).
     fn file_type(self) -> u32 {
         match self {
             TargetType::Q8_0 => 7,
@@ -121,6 +125,8 @@ impl TargetType {
             TargetType::Q4_K_M => 15,
             TargetType::Q5_K_M => 17,
             TargetType::Q6_K => 18,
+            TargetType::Q3_K_M => 12,
+            TargetType::Q2_K => 10,
         }
     }
 }

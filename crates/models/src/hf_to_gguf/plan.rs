@@ -138,13 +138,26 @@ enum Role {
         tied: bool,
     },
     Output,
-    /// The v projection (`value`) or the FFN down matrix (`down`) of layer `layer` of
-    /// `layers`, which llama.cpp's mixes may give more bits; other matrices of a layer.
+    /// A matrix of layer `layer` of `layers`, in a model whose query heads share each
+    /// key/value head `gqa` ways.
     Layer {
-        more_bits_candidate: bool,
+        matrix: LayerMatrix,
         layer: usize,
         layers: usize,
+        gqa: usize,
     },
+}
+
+/// The matrices of a layer llama.cpp's mixes may give more bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LayerMatrix {
+    /// The v projection.
+    Value,
+    /// The FFN down matrix.
+    Down,
+    /// The attention's output projection.
+    AttnOutput,
+    Other,
 }
 
 /// llama.cpp's rule for the layers whose v and down matrices get more bits in its _M
@@ -153,13 +166,42 @@ fn use_more_bits(layer: usize, layers: usize) -> bool {
     layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2
 }
 
+/// The type llama.cpp's mix `target` gives a layer matrix (its `llama_tensor_get_type` for
+/// these mixes, dense models):
+/// - Q4_K_M, Q5_K_M: v and down in Q6_K in the layers [`use_more_bits`] names.
+/// - Q3_K_M: v in Q5_K in layers 0 and 1, Q4_K after; down in Q5_K in the first
+///   sixteenth of the layers, Q4_K after; the output projection in Q4_K.
+/// - Q2_K: v in Q4_K where four or more query heads share a key/value head, else Q3_K;
+///   down and the output projection in Q3_K.
+/// - Every other matrix: the mix's own type.
+fn mix_layer_type(
+    target: TargetType,
+    matrix: LayerMatrix,
+    layer: usize,
+    layers: usize,
+    gqa: usize,
+) -> GgmlType {
+    use LayerMatrix::*;
+    match (target, matrix) {
+        (TargetType::Q4_K_M | TargetType::Q5_K_M, Value | Down) if use_more_bits(layer, layers) => {
+            GgmlType::Q6_K
+        }
+        (TargetType::Q3_K_M, Value) if layer < 2 => GgmlType::Q5_K,
+        (TargetType::Q3_K_M, Down) if layer < layers / 16 => GgmlType::Q5_K,
+        (TargetType::Q3_K_M, Value | Down | AttnOutput) => GgmlType::Q4_K,
+        (TargetType::Q2_K, Value) if gqa >= 4 => GgmlType::Q4_K,
+        (TargetType::Q2_K, Value | Down | AttnOutput) => GgmlType::Q3_K,
+        _ => target.ggml_type(),
+    }
+}
+
 /// The type a tensor is meant for, and the type it is stored in: vectors in F32. With one
 /// type throughout, the token embedding and LM head in Q8_0 (8 bits keep the logits close,
 /// and Q8_0 is a format the GPU reads as an embedding table) and other matrices in the
 /// target type. In llama.cpp's mixes, as llama.cpp chooses: the LM head (or a tied
-/// embedding) in Q6_K, the token embedding in the mix's type, and in Q4_K_M and Q5_K_M the v and down
-/// matrices of the layers [`use_more_bits`] names in Q6_K. Rows that are not whole blocks
-/// of the type fall back to Q8_0, then F16.
+/// embedding) in Q6_K, the token embedding in the mix's type, and the layer matrices as
+/// [`mix_layer_type`] says. Rows that are not whole blocks of the type fall back to Q8_0,
+/// then F16.
 fn choose_type(role: Role, cols: usize, target: TargetType) -> (GgmlType, GgmlType) {
     let base = target.ggml_type();
     let wanted = match role {
@@ -168,10 +210,11 @@ fn choose_type(role: Role, cols: usize, target: TargetType) -> (GgmlType, GgmlTy
         Role::Output | Role::Embedding { tied: true } => GgmlType::Q6_K,
         Role::Embedding { tied: false } => base,
         Role::Layer {
-            more_bits_candidate: true,
+            matrix,
             layer,
             layers,
-        } if target.gives_layers_more_bits() && use_more_bits(layer, layers) => GgmlType::Q6_K,
+            gqa,
+        } if target.is_llama_cpp_mix() => mix_layer_type(target, matrix, layer, layers, gqa),
         Role::Layer { .. } => base,
     };
     let fits = |t: GgmlType| (cols as u64).is_multiple_of(t.block_size());
@@ -245,10 +288,15 @@ pub fn plan(
             ("token_embd.weight", _) => Role::Embedding { tied },
             ("output.weight", _) => Role::Output,
             (_, (_, layer, _)) => Role::Layer {
-                more_bits_candidate: name.ends_with(".attn_v.weight")
-                    || name.ends_with(".ffn_down.weight"),
+                matrix: match name.rsplit_once(&format!("blk.{layer}.")) {
+                    Some((_, "attn_v.weight")) => LayerMatrix::Value,
+                    Some((_, "ffn_down.weight")) => LayerMatrix::Down,
+                    Some((_, "attn_output.weight")) => LayerMatrix::AttnOutput,
+                    _ => LayerMatrix::Other,
+                },
                 layer,
                 layers: config.num_hidden_layers,
+                gqa: config.num_attention_heads / config.num_kv_heads().max(1),
             },
         };
         let (wanted, ggml_type) = choose_type(role, cols, target);
@@ -365,9 +413,10 @@ mod tests {
     }
 
     const MATRIX: Role = Role::Layer {
-        more_bits_candidate: false,
+        matrix: LayerMatrix::Other,
         layer: 0,
         layers: 1,
+        gqa: 1,
     };
 
     #[test]
@@ -396,9 +445,13 @@ mod tests {
         );
         let m = TargetType::Q4_K_M;
         let layer = |more_bits_candidate, layer| Role::Layer {
-            more_bits_candidate,
+            matrix: match more_bits_candidate {
+                true => LayerMatrix::Down,
+                false => LayerMatrix::Other,
+            },
             layer,
             layers: 32,
+            gqa: 4,
         };
         use GgmlType::*;
         assert_eq!(choose_type(layer(true, 6), 4096, m).0, Q6_K);
@@ -425,5 +478,37 @@ mod tests {
             choose_type(Role::Embedding { tied: false }, 4096, q6).0,
             Q6_K
         );
+    }
+
+    /// llama.cpp's Q3_K_M and Q2_K of a 32-layer model with 4 query heads a key/value head.
+    #[test]
+    fn q3_k_m_and_q2_k_follow_llama_cpps_rules() {
+        use GgmlType::*;
+        use LayerMatrix::*;
+        let role = |matrix, layer, gqa| Role::Layer {
+            matrix,
+            layer,
+            layers: 32,
+            gqa,
+        };
+        let t = |target, role| choose_type(role, 4096, target).0;
+        let m = TargetType::Q3_K_M;
+        assert_eq!(t(m, role(Value, 1, 4)), Q5_K);
+        assert_eq!(t(m, role(Value, 2, 4)), Q4_K);
+        assert_eq!(t(m, role(Down, 1, 4)), Q5_K);
+        assert_eq!(t(m, role(Down, 2, 4)), Q4_K);
+        assert_eq!(t(m, role(AttnOutput, 9, 4)), Q4_K);
+        assert_eq!(t(m, role(Other, 0, 4)), Q3_K);
+        assert_eq!(t(m, Role::Output), Q6_K);
+        assert_eq!(t(m, Role::Embedding { tied: false }), Q3_K);
+        let q2 = TargetType::Q2_K;
+        assert_eq!(t(q2, role(Value, 5, 4)), Q4_K);
+        assert_eq!(t(q2, role(Value, 5, 2)), Q3_K);
+        assert_eq!(t(q2, role(Down, 5, 4)), Q3_K);
+        assert_eq!(t(q2, role(AttnOutput, 5, 4)), Q3_K);
+        assert_eq!(t(q2, role(Other, 5, 4)), Q2_K);
+        assert_eq!(t(q2, Role::Embedding { tied: true }), Q6_K);
+        // Rows that are not whole super-blocks: Q8_0, as for the other k-quant mixes.
+        assert_eq!(choose_type(role(Other, 0, 4), 896, q2), (Q2_K, Q8_0));
     }
 }

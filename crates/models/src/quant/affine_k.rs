@@ -14,14 +14,14 @@ const REFINE_ROUNDS: usize = 6;
 
 /// An affine map `x ≈ scale·q − offset` onto the quants 0..=`top`.
 #[derive(Clone, Copy)]
-struct Affine {
-    scale: f32,
-    offset: f32,
-    top: f32,
+pub(super) struct Affine {
+    pub(super) scale: f32,
+    pub(super) offset: f32,
+    pub(super) top: f32,
 }
 
 impl Affine {
-    fn quant(self, x: f32) -> u8 {
+    pub(super) fn quant(self, x: f32) -> u8 {
         if self.scale == 0.0 {
             return 0;
         }
@@ -34,7 +34,7 @@ impl Affine {
 
     /// Assigns each of `xs` its quant under this map, into `qs`, and returns the squared
     /// error. (The quants are kept: the next refit starts from them.)
-    fn assign(self, xs: &[f32; 32], qs: &mut [u8; 32]) -> f64 {
+    fn assign(self, xs: &[f32], qs: &mut [u8]) -> f64 {
         let mut err = 0.0;
         for (q, &x) in qs.iter_mut().zip(xs) {
             *q = self.quant(x);
@@ -47,7 +47,7 @@ impl Affine {
 
 /// The least-squares `(scale, offset)` for the quants `qs` of `xs`, with the offset held at
 /// zero when the free fit would make it negative.
-fn refit(xs: &[f32; 32], qs: &[u8; 32], top: f32) -> Option<Affine> {
+fn refit(xs: &[f32], qs: &[u8], top: f32) -> Option<Affine> {
     let n = xs.len() as f64;
     let (mut sq, mut sqq, mut sx, mut sqx) = (0.0, 0.0, 0.0, 0.0);
     for (&q, &x) in qs.iter().zip(xs) {
@@ -74,7 +74,8 @@ fn refit(xs: &[f32; 32], qs: &[u8; 32], top: f32) -> Option<Affine> {
     })
 }
 
-fn fit_sub_block(xs: &[f32; 32], top: f32) -> Affine {
+/// The map of one sub-block (of up to 32 elements) onto 0..=`top`.
+pub(super) fn fit_sub_block(xs: &[f32], top: f32) -> Affine {
     let lo = xs.iter().fold(0.0f32, |m, &x| m.min(x));
     let hi = xs.iter().fold(lo, |m, &x| m.max(x));
     let mut best = Affine {
@@ -83,12 +84,13 @@ fn fit_sub_block(xs: &[f32; 32], top: f32) -> Affine {
         top,
     };
     let mut qs = [0u8; 32];
-    let mut best_err = best.assign(xs, &mut qs);
+    let qs = &mut qs[..xs.len()];
+    let mut best_err = best.assign(xs, qs);
     for _ in 0..REFINE_ROUNDS {
-        let Some(next) = refit(xs, &qs, top) else {
+        let Some(next) = refit(xs, qs, top) else {
             break;
         };
-        let err = next.assign(xs, &mut qs);
+        let err = next.assign(xs, qs);
         if err < best_err {
             best = next;
             best_err = err;

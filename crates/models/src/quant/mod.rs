@@ -1,13 +1,15 @@
 //! Quantization of f32 data to ggml types: Q8_0 and Q4_0 bit-exact with the `gguf` package,
-//! Q4_K, Q5_K and Q6_K by this crate's own least-squares fits, and the plain F32/F16/BF16
-//! conversions.
+//! Q2_K, Q3_K, Q4_K, Q5_K and Q6_K by this crate's own least-squares fits, and the plain
+//! F32/F16/BF16 conversions.
 
 mod affine_k;
 mod legacy;
+mod low_k;
 mod q6_k;
 
 pub use affine_k::{quantize_q4_k, quantize_q5_k};
 pub use legacy::{quantize_q4_0, quantize_q8_0};
+pub use low_k::{quantize_q2_k, quantize_q3_k};
 pub use q6_k::quantize_q6_k;
 
 use crate::dequant::{f16_to_f32, f32_to_bf16, f32_to_f16};
@@ -57,6 +59,8 @@ pub fn quantize_into(ggml_type: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(
         GgmlType::Q4_K => blocks(x, out, quantize_q4_k, &[0, 2]).map_err(err)?,
         GgmlType::Q5_K => blocks(x, out, quantize_q5_k, &[0, 2]).map_err(err)?,
         GgmlType::Q6_K => blocks(x, out, quantize_q6_k, &[208]).map_err(err)?,
+        GgmlType::Q3_K => blocks(x, out, quantize_q3_k, &[108]).map_err(err)?,
+        GgmlType::Q2_K => blocks(x, out, quantize_q2_k, &[80, 82]).map_err(err)?,
         other => {
             return Err(ModelError::Unsupported {
                 what: format!("quantization to ggml type {other}"),

@@ -20,19 +20,29 @@ const GRID_TRIES: std::ops::RangeInclusive<i32> = -9..=9;
 
 /// `v` rounded to the nearest integer (ties to even), for `|v| < 2²²`: adding and taking
 /// away 1.5·2²³ leaves it rounded; `round` would be a libm call on baseline x86-64.
-fn round(v: f32) -> f32 {
+pub(super) fn round(v: f32) -> f32 {
     (v + 12_582_912.0) - 12_582_912.0
 }
 
-/// The quant of `x` on the grid of step `1 / inv`, in −32..=31.
-fn quant(x: f32, inv: f32) -> i8 {
-    round(x * inv).clamp(-32.0, 31.0) as i8
+/// Signed quants `−low..=low − 1`: Q6_K's −32..=31, Q3_K's −4..=3.
+#[derive(Clone, Copy)]
+pub(super) struct Levels {
+    pub(super) low: i32,
 }
 
-/// The least-squares scale of one group of 16: for each candidate grid, the quants, then
-/// `s = Σ x·q / Σ q²`, keeping the one that explains most of the group (`(Σ x·q)² / Σ q²`,
-/// which minimizes the squared error at the fitted scale).
-fn fit_group(xs: &[f32]) -> f32 {
+impl Levels {
+    const Q6_K: Levels = Levels { low: 32 };
+
+    /// The quant of `x` on the grid of step `1 / inv`.
+    pub(super) fn quant(self, x: f32, inv: f32) -> i8 {
+        round(x * inv).clamp(-self.low as f32, (self.low - 1) as f32) as i8
+    }
+}
+
+/// The least-squares scale of one group of 16 on `levels`: for each candidate grid, the
+/// quants, then `s = Σ x·q / Σ q²`, keeping the one that explains most of the group
+/// (`(Σ x·q)² / Σ q²`, which minimizes the squared error at the fitted scale).
+pub(super) fn fit_group(xs: &[f32], levels: Levels) -> f32 {
     let peak = xs
         .iter()
         .fold(0.0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
@@ -41,10 +51,10 @@ fn fit_group(xs: &[f32]) -> f32 {
     }
     let mut best = (0.0f64, 0.0f32);
     for t in GRID_TRIES {
-        let inv = -(32.0 + 0.1 * t as f32) / peak;
+        let inv = -(levels.low as f32 + 0.1 * t as f32) / peak;
         let (mut xq, mut qq) = (0.0f64, 0.0f64);
         for &x in xs {
-            let q = f64::from(quant(x, inv));
+            let q = f64::from(levels.quant(x, inv));
             xq += f64::from(x) * q;
             qq += q * q;
         }
@@ -58,7 +68,8 @@ fn fit_group(xs: &[f32]) -> f32 {
 /// Quantizes one super-block. Inputs must be finite; the caller checks that `d` came out
 /// finite.
 pub fn quantize_q6_k(x: &[f32; QK_K], out: &mut [u8; Q6_K_BYTES]) {
-    let scales: [f32; 16] = std::array::from_fn(|g| fit_group(&x[16 * g..16 * g + 16]));
+    let scales: [f32; 16] =
+        std::array::from_fn(|g| fit_group(&x[16 * g..16 * g + 16], Levels::Q6_K));
     let max = scales.iter().fold(0.0f32, |m, s| m.max(s.abs()));
     let d_bits = f32_to_f16(max / 127.0);
     let d = f16_to_f32(d_bits);
@@ -74,7 +85,11 @@ pub fn quantize_q6_k(x: &[f32; QK_K], out: &mut [u8; Q6_K_BYTES]) {
     for (i, &v) in x.iter().enumerate() {
         // The product the dequantizer forms, so `q` is chosen against the stored scale.
         let step = d * f32::from(stored[i / 16]);
-        let q = if step == 0.0 { 0 } else { quant(v, 1.0 / step) };
+        let q = if step == 0.0 {
+            0
+        } else {
+            Levels::Q6_K.quant(v, 1.0 / step)
+        };
         let q = (q + 32) as u8;
         let (h, e) = (i / 128, i % 128);
         out[64 * h + e % 64] |= (q & 0x0f) << (4 * (e / 64));
