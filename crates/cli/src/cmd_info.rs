@@ -101,5 +101,29 @@ pub fn run(args: &InfoArgs) -> Result<(), String> {
             bytes(info.weight_bytes)
         ),
     }
+    if info.kind == ModelKind::Causal {
+        println!("gpu:          {}", gpu_line(&path));
+    }
     Ok(())
+}
+
+/// How the GPU engine would take the model: every weight as stored, some expanded to f16
+/// (which types, how many tensors), or refused (why).
+fn gpu_line(path: &std::path::Path) -> String {
+    let catalog = match quench_engine::gpu::gpu_catalog(path) {
+        Ok(c) => c,
+        Err(e) => return format!("does not run: {e}"),
+    };
+    if catalog.widened.is_empty() {
+        return "every weight read as stored".into();
+    }
+    let mut by_type = std::collections::BTreeMap::<&str, usize>::new();
+    for w in &catalog.widened {
+        *by_type.entry(w.stored.name()).or_default() += 1;
+    }
+    let types: Vec<String> = by_type.iter().map(|(t, n)| format!("{t} × {n}")).collect();
+    format!(
+        "runs, expanding tensors no kernel reads as stored to F16 ({})",
+        types.join(", ")
+    )
 }

@@ -766,6 +766,25 @@ fn llama_cpp_mixes_give_each_tensor_llama_cpps_type() {
             no_kernel.iter().collect::<BTreeSet<_>>(),
             "{target}"
         );
+        // `quench info` says so, from the headers.
+        let info = quench(&["info", path_str(&out)]);
+        let gpu = text(&info.stdout)
+            .lines()
+            .find(|l| l.starts_with("gpu:"))
+            .map(str::to_owned)
+            .unwrap_or_default();
+        let count = |t: GgmlType| {
+            no_kernel
+                .iter()
+                .filter(|n| file.tensor(n).unwrap().ggml_type == t)
+                .count()
+        };
+        let said = match (count(Q2_K), count(Q3_K)) {
+            (0, 0) => "every weight read as stored".to_owned(),
+            (0, q3) => format!("F16 (Q3_K × {q3})"),
+            (q2, q3) => format!("F16 (Q2_K × {q2}, Q3_K × {q3})"),
+        };
+        assert!(gpu.ends_with(&said), "{target}: {gpu:?}, want …{said}");
         let rel = rel_rms(&want, &logits(config, &file, Naming::Gguf, &prompt));
         eprintln!("llama wide {target}: logits relative RMS error {rel:.4}");
         assert!(rel < logit_bound(target), "{target}: {rel}");

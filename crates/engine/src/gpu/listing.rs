@@ -54,6 +54,16 @@ pub fn dispatch_listing(
     listing().map_err(|e| crate::EngineError::from(e).in_model(ckpt.path()))
 }
 
+/// How the GPU engine would take the decoder at `path`, from its headers (no device, no
+/// weights read): the kernels' catalog, whose [`Catalog::widened`] lists the tensors it
+/// would expand to f16; or why the GPU refuses the model.
+pub fn gpu_catalog(path: &Path) -> Result<Catalog> {
+    let ckpt = checkpoint::open(path)?;
+    let config = ckpt.config().map_err(|e| e.in_model(ckpt.path()))?;
+    Catalog::choose(&config, super::stored(&ckpt), ckpt.naming())
+        .map_err(|e| crate::EngineError::from(e).in_model(ckpt.path()))
+}
+
 /// A line per dispatch of `dispatches` (of a program whose kernels and buffers these
 /// are) for `n` rows; regions outside the program are named by `graph`, the decode step.
 pub(crate) fn lines<'a>(

@@ -54,7 +54,7 @@ pub use decoder::{
 pub use error::GpuError;
 pub use graph::{DecodeGraph, Dispatch, KvLayout, Products, Rows, StepShape};
 pub use kv::GpuSession;
-pub use listing::dispatch_listing;
+pub use listing::{dispatch_listing, gpu_catalog};
 pub use prefill::{matrix_params, PrefillPlan};
 pub use stored::{StoredTensor, StoredTensors};
 pub use timing::DecodeTiming;
