@@ -117,13 +117,12 @@ fn gpu_line(path: &std::path::Path) -> String {
     if catalog.widened.is_empty() {
         return "every weight read as stored".into();
     }
-    let mut by_type = std::collections::BTreeMap::<&str, usize>::new();
+    let mut by_kind = std::collections::BTreeMap::<String, usize>::new();
     for w in &catalog.widened {
-        *by_type.entry(w.stored.name()).or_default() += 1;
+        *by_kind.entry(w.what()).or_default() += 1;
     }
-    let types: Vec<String> = by_type.iter().map(|(t, n)| format!("{t} × {n}")).collect();
     format!(
-        "runs, expanding tensors no kernel reads as stored to F16 ({})",
-        types.join(", ")
+        "runs, expanding to F16 what it cannot read as stored: {}",
+        crate::model_args::widened_list(&by_kind)
     )
 }

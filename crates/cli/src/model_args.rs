@@ -136,23 +136,40 @@ impl ModelArgs {
     }
 }
 
-/// Where the GPU expanded tensors to f16 because no kernel reads their stored type: which
-/// types, how many tensors, and what that costs.
+/// Where the GPU expanded tensors to f16: which types (and widths), how many tensors, and
+/// what that costs.
 pub fn widened_note(info: &ModelInfo) -> Option<String> {
     if info.widened.is_empty() {
         return None;
     }
-    let types: Vec<String> = info
-        .widened
-        .iter()
-        .map(|(t, n)| format!("{t} ({n} tensor{})", if *n == 1 { "" } else { "s" }))
-        .collect();
     Some(format!(
-        "note: no GPU kernel reads {} as stored; expanded to F16 as uploaded (exact values \
-         rounded to f16), they take and read more memory than stored, so decode is slower \
-         than the stored size suggests",
-        types.join(", ")
+        "note: {}; expanded to F16 as uploaded (exact values rounded to f16), they take and \
+         read more memory than stored, so decode is slower than the stored size suggests",
+        widened_list(&info.widened)
     ))
+}
+
+/// `IQ2_XS (64 tensors) have no GPU kernel, Q6_K rows of 8960 (14) no prompt-path kernel`.
+pub fn widened_list(widened: &std::collections::BTreeMap<String, usize>) -> String {
+    let (width, kernel): (Vec<_>, Vec<_>) =
+        widened.iter().partition(|(w, _)| w.contains(" rows of "));
+    let list = |v: &[(&String, &usize)]| {
+        v.iter()
+            .map(|(w, n)| format!("{w} ({n} tensor{})", if **n == 1 { "" } else { "s" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut parts = vec![];
+    if !kernel.is_empty() {
+        parts.push(format!("no GPU kernel reads {} as stored", list(&kernel)));
+    }
+    if !width.is_empty() {
+        parts.push(format!(
+            "the prompt path's products do not take {} (they need rows of a multiple of 512)",
+            list(&width)
+        ));
+    }
+    parts.join("; ")
 }
 
 /// "llama, 134.5M parameters (Q4_1, F32), context 2048".

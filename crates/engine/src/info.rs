@@ -51,8 +51,9 @@ pub struct ModelInfo {
     pub weight_bytes: u64,
     /// Bytes of one session's KV cache when it holds `context_limit` positions.
     pub kv_cache_bytes: u64,
-    /// On the GPU, the tensors stored in a type no kernel reads, expanded to f16 as they
-    /// were uploaded: how many of each stored type, by type name.
+    /// On the GPU, the tensors expanded to f16 as they were uploaded: how many of each
+    /// kind, by [`crate::gpu::Widened::what`] (a type no kernel reads, `IQ2_XS`; or a type
+    /// at a width its prompt products refuse, `Q6_K rows of 8960`).
     pub widened: BTreeMap<String, usize>,
 }
 

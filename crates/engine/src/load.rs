@@ -79,7 +79,7 @@ fn causal(
             info.weight_bytes = summary.weight_bytes;
             info.kv_cache_bytes = summary.kv_cache_bytes;
             for w in &summary.widened {
-                *info.widened.entry(w.stored.name().to_owned()).or_default() += 1;
+                *info.widened.entry(w.what()).or_default() += 1;
             }
             Box::new(decoder)
         }

@@ -49,7 +49,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{gguf, seed, LayerFormats, Shape, Tiny, Q5_K_M, QUANTIZED, WIDENED_TYPES};
+use common::{gguf, seed, LayerFormats, Shape, Tiny, Q3_K_M, Q5_K_M, QUANTIZED, WIDENED_TYPES};
 
 const VOCAB: usize = 256;
 /// Positions a session holds: two prompts and a few decode steps.
@@ -403,6 +403,32 @@ fn q5_k_prompts_in_chunks_match_the_f64_reference() {
         output: Some(GgmlType::Q6_K),
     };
     run("llama, Q5_K (Q5_K token embedding)", &m, seed());
+}
+
+#[test]
+fn q3_k_prompts_in_chunks_match_the_f64_reference() {
+    // The chunk's Q3_K products dequantized a tile at a time (k a multiple of 512: width
+    // 512, ffn 1024), a Q3_K_M layer and one of Q3_K but for the output projection (whose
+    // k, 256, is Q4_K's to take).
+    let m = Tiny {
+        arch: "llama",
+        shape: Shape {
+            hidden: 512,
+            ffn: 1024,
+            ..SHAPE
+        },
+        layers: vec![
+            Q3_K_M,
+            LayerFormats {
+                v: GgmlType::Q3_K,
+                down: GgmlType::Q3_K,
+                ..Q3_K_M
+            },
+        ],
+        embedding: GgmlType::Q8_0,
+        output: Some(GgmlType::Q6_K),
+    };
+    run("llama, Q3_K", &m, seed());
 }
 
 #[test]

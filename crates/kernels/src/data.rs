@@ -188,6 +188,45 @@ pub fn ggml_rows(
     }
 }
 
+/// Mistakes a dequantizer of `ty` could make, as [`q5_k_mistakes`] gives them for Q5_K
+/// ([`q3_k_mistakes`] for Q3_K); none for the other types.
+pub fn mistakes(ty: GgmlType, blocks: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    match ty {
+        GgmlType::Q5_K => q5_k_mistakes(blocks),
+        GgmlType::Q3_K => q3_k_mistakes(blocks),
+        _ => vec![],
+    }
+}
+
+/// Mistakes a Q3_K dequantizer could make, each as `(what, blocks)` (whole super-blocks
+/// that the right dequantizer reads as the mistaken one reads `blocks`):
+/// - The hmask bit read the other way round (4 taken off where it is set).
+/// - Each group's scale nibble taken from the other half of the super-block (group `j`'s
+///   low four bits from group `j ± 8`'s nibble).
+pub fn q3_k_mistakes(blocks: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let size = GgmlType::Q3_K.type_size() as usize;
+    let mut polarity = blocks.to_vec();
+    let mut nibbles = blocks.to_vec();
+    for (flip, swap) in polarity
+        .chunks_exact_mut(size)
+        .zip(nibbles.chunks_exact_mut(size))
+    {
+        for byte in &mut flip[..32] {
+            *byte = !*byte;
+        }
+        for byte in &mut swap[96..104] {
+            *byte = byte.rotate_left(4);
+        }
+    }
+    vec![
+        ("the hmask bit taken the other way round", polarity),
+        (
+            "each group's scale nibble taken from the other half",
+            nibbles,
+        ),
+    ]
+}
+
 /// Mistakes a Q5_K dequantizer could make, each as `(what, blocks)`: Q5_K super-blocks
 /// that the right dequantizer turns into the values the mistaken one gives for `blocks`
 /// (whole super-blocks, back to back). The Q5_K kernels' checks hold these as controls,

@@ -584,3 +584,134 @@ pub fn q6_k_piece_elements(j: u32) -> Vec<u32> {
         .chain((0..16).map(|t| 128 * hh + 64 + 16 * c + t))
         .collect()
 }
+
+/// Per-lane constants of a Q3_K piece: piece `j` (`h = j / 4`, `c = j % 4`) covers, for
+/// each 32-element run `g` of half `h`, the 8 elements `128h + 32g + 8c + t`: crumb `g` of
+/// qs bytes `32 + 32h + 8c + t`, bit `4h + g` of hmask bytes `8c + t`, and the scale of
+/// group `8h + 2g + c/2` (its low nibble: nibble `h` of scale byte `2g + c/2`; its top two
+/// bits: bits `4h + 2·(g/2)` of byte `8 + 2·(g mod 2) + c/2`).
+pub struct Q3kLane {
+    /// Byte offsets in the block of the piece's 8 qs bytes and 8 hmask bytes.
+    qs: Value,
+    hmask: Value,
+    /// `8·(c/2) + 4h`: brings the piece's scale nibble (and, plus `2·(g/2)`, its top bits)
+    /// down to bit 0 of the scale byte pairs.
+    scale_shift: Value,
+    /// `4h + g`: the shift bringing run `g`'s hmask bit of each byte down to bit 0.
+    hmask_shift: [Value; 4],
+    /// The super-block elements the piece's four runs of 8 start at
+    /// ([`q3_k_piece_elements`]).
+    pub runs: [Value; 4],
+}
+
+impl Q3kLane {
+    pub fn new(k: &mut Builder, j: Value) -> Q3kLane {
+        let h = k.shr_const(j, 2);
+        let c = k.and_const(j, 3);
+        let h32 = k.shl_const(h, 5);
+        let c8 = k.shl_const(c, 3);
+        let qs = k.add(h32, c8);
+        let qs = k.add_const(qs, 32);
+        let chalf = k.shr_const(c, 1);
+        let chalf8 = k.shl_const(chalf, 3);
+        let h4 = k.shl_const(h, 2);
+        let scale_shift = k.add(chalf8, h4);
+        let hmask_shift = std::array::from_fn(|g| k.add_const(h4, g as u32));
+        let h128 = k.shl_const(h, 7);
+        let first = k.add(h128, c8);
+        let runs = std::array::from_fn(|g| k.add_const(first, 32 * g as u32));
+        Q3kLane {
+            qs,
+            hmask: c8,
+            scale_shift,
+            hmask_shift,
+            runs,
+        }
+    }
+
+    /// The piece's bytes in the super-block at `at` (a `ptr<global, u8>`, 2-aligned), as
+    /// [`q3_k_piece`] takes them: its 8 qs and 8 hmask bytes, the 12 scale bytes and `d`.
+    pub fn load(&self, k: &mut Builder, at: Value) -> Q3kRaw {
+        let a = k.ptr_add(at, self.qs);
+        let qs = Bytes::load(k, a, 8, 2);
+        let a = k.ptr_add(at, self.hmask);
+        let hmask = Bytes::load(k, a, 8, 2);
+        let c96 = k.const_u32(96);
+        let a = k.ptr_add(at, c96);
+        let scales = Bytes::load(k, a, 12, 2);
+        let c108 = k.const_u32(108);
+        let a = k.ptr_add(at, c108);
+        let d = load_u16(k, a);
+        Q3kRaw {
+            qs,
+            hmask,
+            scales,
+            d,
+        }
+    }
+}
+
+/// A Q3_K piece's loaded bytes.
+pub struct Q3kRaw {
+    pub qs: Bytes,
+    pub hmask: Bytes,
+    /// The 12 scale bytes, as 2-byte parts.
+    pub scales: Bytes,
+    /// The bits of `d`.
+    pub d: Value,
+}
+
+/// One Q3_K piece: `x = (d·(sc − 32))·(q − 4)` with `q` the crumb plus 4 where the hmask
+/// bit is set (every product exact: 11 by 6 by 3 significant bits), in the order of
+/// [`q3_k_piece_elements`].
+pub fn q3_k_piece(k: &mut Builder, magic: Magic, lane: &Q3kLane, raw: &Q3kRaw) -> Vec<Value> {
+    let d = f16_bits_to_f32(k, raw.d);
+    // The piece's 8 qs and hmask bytes as two words each.
+    let word = |k: &mut Builder, b: &Bytes, i: usize| {
+        let hi = k.shl_const(b.part(2 * i + 1), 16);
+        k.or(b.part(2 * i), hi)
+    };
+    let qs: Vec<Value> = (0..2).map(|i| word(k, &raw.qs, i)).collect();
+    let hm: Vec<Value> = (0..2).map(|i| word(k, &raw.hmask, i)).collect();
+    let mut out = Vec::with_capacity(32);
+    for g in 0..4u32 {
+        // Scale byte pair g holds the low nibbles of groups 2g, 2g + 1 of each half;
+        // pair 4 + g mod 2 their top bits.
+        let low = k.shr(raw.scales.part(g as usize), lane.scale_shift);
+        let low = k.and_const(low, 0x0f);
+        let high = k.shr(raw.scales.part(4 + (g % 2) as usize), lane.scale_shift);
+        let high = k.shr_const(high, 2 * (g / 2));
+        let high = k.and_const(high, 3);
+        let high = k.shl_const(high, 4);
+        let sc = k.or(low, high);
+        let sc = magic.int(k, sc, 32);
+        let dl = k.mul(d, sc);
+        let mut dl = Scaled::new(dl);
+        let words: Vec<Value> = (0..2)
+            .map(|i| {
+                let q = k.shr_const(qs[i], 2 * g);
+                let q = k.and_const(q, 0x0303_0303);
+                let b = k.shr(hm[i], lane.hmask_shift[g as usize]);
+                let b = k.and_const(b, 0x0101_0101);
+                let b = k.shl_const(b, 2);
+                k.or(q, b)
+            })
+            .collect();
+        let quants = Bytes::words(k, words);
+        for t in 0..8 {
+            let (q, s) = magic.field(k, &quants, t, 0, 3, 4);
+            let ds = dl.get(k, s);
+            out.push(k.mul(ds, q));
+        }
+    }
+    out
+}
+
+/// Element offsets (within the super-block) of Q3_K piece `j`, in the order of
+/// [`q3_k_piece`].
+pub fn q3_k_piece_elements(j: u32) -> Vec<u32> {
+    let (h, c) = (j / 4, j % 4);
+    (0..4)
+        .flat_map(|g| (0..8).map(move |t| 128 * h + 32 * g + 8 * c + t))
+        .collect()
+}

@@ -268,13 +268,13 @@ impl Family {
             Family::Gemv | Family::GemvTc(_) => GEMV_SMALL,
             Family::QGemv(f, ..) | Family::QGemvRmsNorm(f, _) => match f {
                 _ if f.is_float() => GEMV_SMALL,
-                WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
+                WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K | WeightFormat::Q3K => {
                     "rows=2 cols=768 warps=2 unroll=4"
                 }
                 _ => "rows=2 cols=1024 warps=1 unroll=2",
             },
             // k: a multiple of what every weight format's tiles need (512 for Q6_K).
-            Family::Gemm(Operands::Bf16, ..) | Family::Gemm(_, BFormat::Q6K, _) => {
+            Family::Gemm(Operands::Bf16, ..) | Family::Gemm(_, BFormat::Q6K | BFormat::Q3K, _) => {
                 "m=32 n=128 k=512"
             }
             // f16 operands, which double the family's count: the least k of each format,
@@ -323,7 +323,7 @@ impl Family {
                 "rows=256 cols=4096"
             }
             Family::QGemv(_, _, OutType::F32) | Family::QGemvRmsNorm(..) => DECODE_GEMV,
-            Family::Gemm(_, BFormat::Q6K, _) => "m=200 n=256 k=512",
+            Family::Gemm(_, BFormat::Q6K | BFormat::Q3K, _) => "m=200 n=256 k=512",
             Family::Gemm(..) => "m=200 n=256 k=256",
             Family::Embed(_) => "tokens=16 vocab=1024 dim=4096",
             Family::RopeAppend(..) => "tokens=16 n_seqs=8 max_blocks=16 n_pos=1024",
@@ -503,6 +503,7 @@ pub fn library() -> Vec<KernelSpec> {
                     BFormat::Bf16 | BFormat::F16 => GEMM_FLOAT,
                     BFormat::Q5K => GEMM_Q5K,
                     BFormat::Q6K => GEMM_Q6K,
+                    BFormat::Q3K => GEMM_Q3K,
                     _ => GEMM_QUANT,
                 };
                 all.push(spec(
@@ -774,6 +775,12 @@ fn qgemv_description(f: WeightFormat, e: Epilogue, act: OutType) -> &'static str
         (Q6K, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q6_K dequantized in-kernel, x f32, y f32",
         (Q6K, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q6_K dequantized in-kernel, x bf16",
         (Q6K, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q6_K dequantized in-kernel, x f32",
+        (Q3K, Plain, OutType::BF16) => "y = W·x, W Q3_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q3K, Plain, OutType::F32) => "y = W·x, W Q3_K (GGUF super-blocks, dequantized in-kernel), x f32, y f32; one warp per row",
+        (Q3K, Residual, OutType::BF16) => "y = W·x + r (in place on r), W Q3_K dequantized in-kernel, x bf16, y f32",
+        (Q3K, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q3_K dequantized in-kernel, x f32, y f32",
+        (Q3K, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q3_K dequantized in-kernel, x bf16",
+        (Q3K, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q3_K dequantized in-kernel, x f32",
     }
 }
 
@@ -1019,6 +1026,10 @@ const GEMM_Q5K: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 
 
 /// Q6_K's staged bytes (84 a row and k-step) leave room for 128×64 blocks only.
 const GEMM_Q6K: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 512", 64, 32, 3);
+
+/// Q3_K's staged bytes (88 a row and k-step, 92 with the row stride) leave room for two
+/// stages of 128×64 blocks.
+const GEMM_Q3K: &[ParamInfo] = &gemm_infos("the reduction length, a multiple of 512", 64, 32, 2);
 
 /// The GEMM kernels' parameters, with what the format asks of `k` and the tiling's
 /// defaults (`bn`, `wn`, `stages`).
@@ -1560,6 +1571,12 @@ fn gemm_description(o: Operands, f: BFormat, e: GemmEpilogue) -> &'static str {
         (Operands::Bf16, Q4K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q4_K, A bf16, C bf16; as gemm_q4_k",
         (Operands::Bf16, Q5K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q5_K, A bf16, C bf16; as gemm_q5_k",
         (Operands::Bf16, Q6K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q6_K, A bf16, C bf16; as gemm_q6_k",
+        (Operands::Bf16, Q3K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q3_K (GGUF super-blocks) dequantized to bf16 a tile at a time in shared \
+             memory, A bf16, C f32; mma.sync"
+        }
+        (Operands::Bf16, Q3K, Accumulate) => "C += A·Bᵀ (in place), B Q3_K dequantized per tile in shared memory, A bf16, C f32",
+        (Operands::Bf16, Q3K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q3_K, A bf16, C bf16; as gemm_q3_k",
         (Operands::Bf16, F16, _) => "f16 weights with bf16 operands: refused (the gemm_f16_xf16 kernels take them)",
         (Operands::F16, Bf16, Store) => {
             "C = A·Bᵀ on tensor cores with f16 operands: A [m, k] f16, B [n, k] bf16 converted to f16 \
@@ -1647,6 +1664,17 @@ fn gemm_description(o: Operands, f: BFormat, e: GemmEpilogue) -> &'static str {
         (Operands::F16, Q6K, StoreHalf) => {
             "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q6_K dequantized to f16, A f16, C f16; \
              as gemm_q6_k_xf16"
+        }
+        (Operands::F16, Q3K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q3_K (GGUF super-blocks) dequantized to f16 a tile at a time in shared \
+             memory, A [m, k] f16, C f32; mma.sync f16"
+        }
+        (Operands::F16, Q3K, Accumulate) => {
+            "C += A·Bᵀ (in place), B Q3_K dequantized to f16 per tile in shared memory, A f16, C f32"
+        }
+        (Operands::F16, Q3K, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q3_K dequantized to f16, A f16, C f16; \
+             as gemm_q3_k_xf16"
         }
     }
 }

@@ -67,10 +67,11 @@ fn every_vector_matches_the_reference() {
             }
         }
     }
-    // Q5_K and Q6_K, and bf16 activations (8 a word), on one form each.
+    // Q5_K, Q6_K and Q3_K, and bf16 activations (8 a word), on one form each.
     for (format, epilogue) in [
         (WeightFormat::Q5K, Epilogue::SwiGlu),
         (WeightFormat::Q6K, Epilogue::Residual),
+        (WeightFormat::Q3K, Epilogue::Plain),
     ] {
         let p = params(format, Prologue::None, epilogue, 2304, 8);
         common::check(&qgemv::case(&p, 9, s).expect("case"));

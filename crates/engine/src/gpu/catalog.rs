@@ -3,7 +3,7 @@
 //!
 //! | part | kernel |
 //! |---|---|
-//! | token embedding | `embed_<table format>` (f32, bf16, f16, Q8_0, Q4_1, Q4_K, Q5_K, Q6_K tables) |
+//! | token embedding | `embed_<table format>` (f32, bf16, f16, Q8_0, Q4_1, Q4_K, Q5_K, Q6_K tables; f16 for a table expanded at upload) |
 //! | attention norm + q, k, v projections | one `qgemv_<format>_rmsnorm_xf32` over the concatenated rows when the three share a format, else three (`_rmsnorm_residual_` adding qwen2's biases) |
 //! | (q/k norms +) RoPE + KV append | `rope_append_<neox\|gptj>[_qknorm]_<f16\|f32>` (the cache's type): neox for Hugging Face layout and qwen GGUF, gptj for llama GGUF; the q/k norms for qwen3 |
 //! | attention | `attention_decode_merge_<f16\|f32>` (the last split merges) |
@@ -14,9 +14,11 @@
 //! The norms run inside the projections that read them. Activations between kernels are
 //! f32 and the KV cache f16 or f32 (see [`super::graph`]).
 //!
-//! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K are read as stored; a
-//! matrix or table in another GGUF block type (Q2_K, Q3_K, Q5_0, Q5_1, the i-quants) is
-//! expanded to f16 as it is uploaded and listed in [`Catalog::widened`]; anything else
+//! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q3_K, Q4_K, Q5_K or Q6_K are read as stored;
+//! a matrix or table in another GGUF block type (Q2_K, Q5_0, Q5_1, the i-quants; a Q3_K
+//! table) is
+//! expanded to f16 as it is uploaded and listed in [`Catalog::widened`], and so is a
+//! layer matrix whose rows the prompt path's product of its type cannot take; anything else
 //! (safetensors' integer types, a tied f32 table) is refused by name.
 
 use quench_kernels::embed::TableFormat;
@@ -29,7 +31,7 @@ use super::error::GpuError;
 use super::stored::{self, StoredTensors};
 
 const MATRIX_FORMATS: &str =
-    "matrices in BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K, and expand the other GGUF block types (the other k-quants, Q5_0, Q5_1, the i-quants) to F16";
+    "matrices in BF16, F16, Q8_0, Q4_0, Q4_1, Q3_K, Q4_K, Q5_K or Q6_K, and expand the other GGUF block types (Q2_K, Q5_0, Q5_1, the i-quants) to F16";
 const TABLE_FORMATS: &str =
     "token embeddings in F32, BF16, F16, Q8_0, Q4_1, Q4_K, Q5_K or Q6_K, and expand the other GGUF block types to F16";
 
@@ -46,11 +48,26 @@ pub struct Catalog {
     pub widened: Vec<Widened>,
 }
 
-/// A tensor expanded to f16 at upload, and the type it is stored in.
+/// A tensor expanded to f16 at upload, the type it is stored in, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Widened {
     pub tensor: String,
     pub stored: GgmlType,
+    /// `Some(k)` where a kernel reads the type but the prompt path's product of that type
+    /// does not take rows of `k` elements (Q6_K's and Q3_K's need a multiple of 512);
+    /// `None` where no kernel reads the type.
+    pub rows_of: Option<usize>,
+}
+
+impl Widened {
+    /// What was widened, for grouping in messages: the type (`IQ2_XS`), or the type and
+    /// the width its prompt products refuse (`Q6_K rows of 8960`).
+    pub fn what(&self) -> String {
+        match self.rows_of {
+            None => self.stored.name().to_owned(),
+            Some(k) => format!("{} rows of {k}", self.stored.name()),
+        }
+    }
 }
 
 /// The matrix formats of one layer.
@@ -89,6 +106,7 @@ pub fn weight_format(t: GgmlType) -> Option<WeightFormat> {
         GgmlType::Q4_K => WeightFormat::Q4K,
         GgmlType::Q5_K => WeightFormat::Q5K,
         GgmlType::Q6_K => WeightFormat::Q6K,
+        GgmlType::Q3_K => WeightFormat::Q3K,
         _ => return None,
     })
 }
@@ -98,11 +116,24 @@ fn table_format(t: GgmlType) -> Option<TableFormat> {
 }
 
 impl Catalog {
-    /// Chooses the kernels for `config`, checking every weight's format and shape.
+    /// Chooses the kernels for `config`, checking every weight's format and shape, for a
+    /// decoder with the prompt path ([`Catalog::choose_for`]).
     pub fn choose(
         config: &ModelConfig,
         src: &dyn StoredTensors,
         naming: Naming,
+    ) -> Result<Catalog, GpuError> {
+        Self::choose_for(config, src, naming, true)
+    }
+
+    /// As [`Catalog::choose`]; with `prompt_path`, a layer matrix whose rows the prompt
+    /// path's product of its type cannot take is widened to f16 (without it, prompts go
+    /// token by token and every matrix the decode step reads stays as stored).
+    pub fn choose_for(
+        config: &ModelConfig,
+        src: &dyn StoredTensors,
+        naming: Naming,
+        prompt_path: bool,
     ) -> Result<Catalog, GpuError> {
         if !config.arch.is_decoder() {
             return Err(GpuError::Unsupported {
@@ -114,26 +145,41 @@ impl Catalog {
         let name = |t| tensor_name(t, naming);
         let widened = std::cell::RefCell::new(vec![]);
         // A matrix's format: as stored where a kernel reads it, else f16 widened.
-        let matrix =
-            |t: DecoderTensor, rows: usize, cols: usize| -> Result<WeightFormat, GpuError> {
-                let n = name(t);
-                let ty = stored::matrix(src, &n, rows, cols)?.ggml_type;
-                if let Some(f) = weight_format(ty) {
-                    return Ok(f);
-                }
-                if !stored::widens(ty) {
-                    return Err(GpuError::Format {
+        let matrix = |t: DecoderTensor,
+                      rows: usize,
+                      cols: usize|
+         -> Result<WeightFormat, GpuError> {
+            let n = name(t);
+            let ty = stored::matrix(src, &n, rows, cols)?.ggml_type;
+            // Every matrix but the LM head is multiplied by the prompt path's GEMMs
+            // too: one those cannot take goes up as f16, which keeps the prompt path.
+            let in_prompt_gemm = prompt_path && t != DecoderTensor::Output;
+            match weight_format(ty) {
+                Some(f) if !in_prompt_gemm || super::prefill::gemm_takes(f, cols) => return Ok(f),
+                Some(_) => {
+                    widened.borrow_mut().push(Widened {
                         tensor: n,
-                        format: ty.name().to_owned(),
-                        supported: MATRIX_FORMATS,
+                        stored: ty,
+                        rows_of: Some(cols),
                     });
+                    return Ok(WeightFormat::F16);
                 }
-                widened.borrow_mut().push(Widened {
+                None => {}
+            }
+            if !stored::widens(ty) {
+                return Err(GpuError::Format {
                     tensor: n,
-                    stored: ty,
+                    format: ty.name().to_owned(),
+                    supported: MATRIX_FORMATS,
                 });
-                Ok(WeightFormat::F16)
-            };
+            }
+            widened.borrow_mut().push(Widened {
+                tensor: n,
+                stored: ty,
+                rows_of: None,
+            });
+            Ok(WeightFormat::F16)
+        };
         let embed_name = name(DecoderTensor::TokenEmbedding);
         let table = stored::matrix(src, &embed_name, c.vocab, c.hidden)?.ggml_type;
         // A tied table serves as the LM head too: kept as stored only where both read it.
@@ -147,6 +193,7 @@ impl Catalog {
                 widened.borrow_mut().push(Widened {
                     tensor: embed_name.clone(),
                     stored: table,
+                    rows_of: None,
                 });
                 (TableFormat::F16, WeightFormat::F16)
             }

@@ -566,7 +566,7 @@ impl GpuDecoder {
         options: &GpuOptions,
     ) -> Result<GpuDecoder, GpuError> {
         config.validate()?;
-        let catalog = Catalog::choose(&config, src, naming)?;
+        let catalog = Catalog::choose_for(&config, src, naming, options.prefill_chunk > 0)?;
         let sms = exec.multiprocessors().unwrap_or(DEFAULT_MULTIPROCESSORS);
         let mut planned = Planned::new(&config, &catalog, src, naming, options, sms)?;
         let device = exec.device_name();

@@ -36,7 +36,7 @@ pub fn dispatch_listing(
     let naming = ckpt.naming();
     let listing = || -> std::result::Result<Vec<String>, super::GpuError> {
         config.validate()?;
-        let catalog = Catalog::choose(&config, src, naming)?;
+        let catalog = Catalog::choose_for(&config, src, naming, gpu.prefill_chunk > 0)?;
         let sms = super::graph::DEFAULT_MULTIPROCESSORS;
         let (_, graph) = decoder::assemble_step(&config, &catalog, src, naming, &gpu, sms)?;
         let mut lines = vec![format!("decode step of {}", plural(rows, "row"))];

@@ -146,6 +146,11 @@ impl PrefillPlan {
     }
 }
 
+/// Whether the prompt path's GEMM of format `f` takes rows of `k` elements.
+pub(crate) fn gemm_takes(f: WeightFormat, k: usize) -> bool {
+    k.is_multiple_of(gemm_format(f).k_multiple() as usize)
+}
+
 /// The tensor-core GEMM's name for a weight format.
 fn gemm_format(f: WeightFormat) -> BFormat {
     match f {
@@ -156,6 +161,7 @@ fn gemm_format(f: WeightFormat) -> BFormat {
         WeightFormat::Q4K => BFormat::Q4K,
         WeightFormat::Q5K => BFormat::Q5K,
         WeightFormat::Q6K => BFormat::Q6K,
+        WeightFormat::Q3K => BFormat::Q3K,
         WeightFormat::F16 => BFormat::F16,
     }
 }

@@ -35,12 +35,12 @@ pub const QUANTIZED: LayerFormats = LayerFormats {
     down: GgmlType::Q4_K,
 };
 
-/// Layers of every GGUF block type no kernel reads as stored: Q2_K, Q3_K, Q5_0, Q5_1 and
-/// the i-quants, each matrix expanded to f16 as it is uploaded.
+/// Layers of every GGUF block type no kernel reads as stored: Q2_K, Q5_0, Q5_1 and the
+/// i-quants, each matrix expanded to f16 as it is uploaded.
 pub const WIDENED_TYPES: [LayerFormats; 3] = [
     LayerFormats {
         q: GgmlType::Q2_K,
-        k: GgmlType::Q3_K,
+        k: GgmlType::IQ3_XXS,
         v: GgmlType::Q5_0,
         o: GgmlType::Q5_1,
         gate_up: GgmlType::IQ4_NL,
@@ -73,6 +73,17 @@ pub const Q4_K_M: LayerFormats = LayerFormats {
     o: GgmlType::Q4_K,
     gate_up: GgmlType::Q4_K,
     down: GgmlType::Q6_K,
+};
+
+/// The type mix of llama.cpp's Q3_K_M in a layer past the first two: Q3_K matrices, Q4_K
+/// for v, the output projection and down.
+pub const Q3_K_M: LayerFormats = LayerFormats {
+    q: GgmlType::Q3_K,
+    k: GgmlType::Q3_K,
+    v: GgmlType::Q4_K,
+    o: GgmlType::Q4_K,
+    gate_up: GgmlType::Q3_K,
+    down: GgmlType::Q4_K,
 };
 
 /// The type mix of llama.cpp's Q5_K_M: [`Q4_K_M`] with Q5_K in place of Q4_K.

@@ -5,7 +5,7 @@ use quench_rt::Arg;
 use rand::Rng;
 
 use super::reference::{exact, tolerance, weights, wrong_weights};
-use super::{build, BFormat, Epilogue, GemmParams};
+use super::{build, Epilogue, GemmParams};
 use crate::case::{Buffer, CaseArg, Check, Control, Expected, KernelCase};
 use crate::data;
 use crate::error::KernelError;
@@ -78,7 +78,7 @@ fn check_m(p: &GemmParams, m: u32) -> Result<(), KernelError> {
 /// A case of `m` rows: random `A` (of the operand type), random `B` (every quant pattern,
 /// random scales), and for `C += A·Bᵀ` a random `C` in ±[2^-6, 4] updated in place.
 /// Small cases hold wrong answers as controls: [`super::reference::wrong_weights`], for
-/// Q5_K each of [`data::q5_k_mistakes`], and for `C +=` the sums stored without `C`.
+/// Q5_K and Q3_K each of [`data::mistakes`], and for `C +=` the sums stored without `C`.
 pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError> {
     let kernel = build(p)?;
     check_m(p, m)?;
@@ -127,11 +127,8 @@ pub fn case(p: &GemmParams, m: u32, seed: u64) -> Result<KernelCase, KernelError
             what: what.to_string(),
             expected: expected(&finish(&wrong_sums)),
         });
-        // Q5_K: B read with each of the format's mistakes.
-        let mistakes = match p.format {
-            BFormat::Q5K => data::q5_k_mistakes(&b),
-            _ => vec![],
-        };
+        // Q5_K and Q3_K: B read with each of the format's mistakes.
+        let mistakes = data::mistakes(p.format.ggml(), &b);
         for (what, wrong) in mistakes {
             let (wrong_sums, _) = exact(mu, n, k, &a, &weights(p, &wrong)?);
             controls.push(Control {

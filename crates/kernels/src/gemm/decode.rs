@@ -140,6 +140,7 @@ impl Decoder {
                 BFormat::Q4K => self.k_quant(k, &words, item, tile, false),
                 BFormat::Q5K => self.k_quant(k, &words, item, tile, true),
                 BFormat::Q6K => self.q6_k(k, &words, item, tile, &offsets),
+                BFormat::Q3K => self.q3_k(k, &words, item, tile, &offsets),
                 BFormat::Bf16 | BFormat::F16 => vec![],
             };
             for (chunk, v) in item.chunks.iter().zip(values.chunks_exact(8)) {
@@ -367,6 +368,91 @@ impl Decoder {
             let scale = &mut scales[i * 4 / 16];
             for byte in 0..4 {
                 let (v, sh) = q.field(k, self.magic, byte, 0, 6, 32);
+                let ds = scale.get(k, sh);
+                out.push(k.mul(ds, v));
+            }
+        }
+        out
+    }
+}
+
+impl Decoder {
+    /// Q3_K: `x = (d·(sc − 32))·(q − 4)` (every product exact) for sub-block `s = tile
+    /// mod 8` (half `h = s / 4`, run `g = s mod 4`): `q`'s low two bits are crumb `g` of
+    /// the qs bytes (words 9–17), its third bit is bit `s` of the hmask bytes (words 0–8);
+    /// group `p` of the run (its elements `16p ..`) takes scale `8h + 2g + p`, whose low
+    /// nibble is nibble `h` of scale byte `2g + p` and whose top bits are bits
+    /// `2·(2h + g/2)` of byte `8 + 2·(g mod 2) + p` (words 18–21, `d` after them).
+    fn q3_k(
+        &self,
+        k: &mut Builder,
+        w: &Words,
+        item: &Item,
+        tile: Value,
+        offsets: &[Value],
+    ) -> Vec<Value> {
+        let s = k.and_const(tile, 7);
+        let h = k.shr_const(s, 2);
+        let g = k.and_const(s, 3);
+        let sc_start = k.add_const(offsets[2], 72);
+        let sc = w.bytes_from(k, sc_start, 3);
+        let d = w.at(k, 21);
+        let o8 = k.shl_const(offsets[2], 3);
+        let d = k.shr(d, o8);
+        let d = f16_bits_to_f32(k, d);
+        // Scale bytes 0..8 (the low nibbles) lie in words 0 and 1; the run's pair in word
+        // g / 2, from bit 16·(g mod 2); their top bits in word 2, from the same bit.
+        let two = k.const_u32(2);
+        let upper = k.ge(g, two);
+        let low_word = k.select(upper, sc[1], sc[0]);
+        let godd = k.and_const(g, 1);
+        let pair = k.shl_const(godd, 4);
+        let h4 = k.shl_const(h, 2);
+        let low_shift = k.add(pair, h4);
+        let ghalf = k.shr_const(g, 1);
+        let ghalf2 = k.shl_const(ghalf, 1);
+        let high_shift = k.add(low_shift, ghalf2);
+        let scale = |k: &mut Builder, p: Value| -> Value {
+            let p8 = k.shl_const(p, 3);
+            let sh = k.add(low_shift, p8);
+            let low = k.shr(low_word, sh);
+            let low = k.and_const(low, 0x0f);
+            let sh = k.add(high_shift, p8);
+            let high = k.shr(sc[2], sh);
+            let high = k.and_const(high, 3);
+            let high = k.shl_const(high, 4);
+            let v = k.or(low, high);
+            let v = self.magic.int(k, v, 32);
+            k.mul(d, v)
+        };
+        let per_scale = match item.part {
+            // A half row is one 16-element scale group.
+            Some(q) => vec![scale(k, q)],
+            None => {
+                let (zero, one) = (k.const_u32(0), k.const_u32(1));
+                vec![scale(k, zero), scale(k, one)]
+            }
+        };
+        let mut scales: Vec<Scaled> = per_scale.into_iter().map(Scaled::new).collect();
+        let first = self.first_elem(k, item);
+        let hm_start = k.add(offsets[0], first);
+        let qs_start = k.add(offsets[1], first);
+        let qs_start = k.add_const(qs_start, 36);
+        let hmask = w.bytes_from(k, hm_start, self.elems / 4);
+        let qs = w.bytes_from(k, qs_start, self.elems / 4);
+        let crumb = k.shl_const(g, 1);
+        let mut out = vec![];
+        for (i, (&q, &hm)) in qs.iter().zip(&hmask).enumerate() {
+            let q = k.shr(q, crumb);
+            let q = k.and_const(q, 0x0303_0303);
+            let b = k.shr(hm, s);
+            let b = k.and_const(b, 0x0101_0101);
+            let b = k.shl_const(b, 2);
+            let q = k.or(q, b);
+            let q = Word::new(k, q);
+            let scale = &mut scales[i * 4 / 16];
+            for byte in 0..4 {
+                let (v, sh) = q.field(k, self.magic, byte, 0, 3, 4);
                 let ds = scale.get(k, sh);
                 out.push(k.mul(ds, v));
             }

@@ -5,8 +5,8 @@
 //! a step needs are a few runs ([`Segment`]s) of the row, each copied to shared memory
 //! as whole 4-byte words from the word boundary at or below its first byte: rows start
 //! 4-byte aligned (the `k` multiples in [`BFormat::k_multiple`] make sure of it), but
-//! Q8_0's 34-byte and Q4_0's 18-byte blocks and Q6_K's 210-byte super-blocks start
-//! 2-byte aligned every other block, so their data then begins two bytes into the
+//! Q8_0's 34-byte and Q4_0's 18-byte blocks and Q6_K's 210-byte and Q3_K's 110-byte
+//! super-blocks start 2-byte aligned every other block, so their data then begins two bytes into the
 //! copied window ([`BFormat::data_offset`]).
 
 use quench_ir::Scalar;
@@ -26,6 +26,7 @@ pub enum BFormat {
     Q4K,
     Q5K,
     Q6K,
+    Q3K,
 }
 
 /// One run of 4-byte words of a row that a k-step copies.
@@ -37,7 +38,7 @@ pub struct Segment {
 }
 
 impl BFormat {
-    pub const ALL: [BFormat; 8] = [
+    pub const ALL: [BFormat; 9] = [
         BFormat::Bf16,
         BFormat::F16,
         BFormat::Q8_0,
@@ -46,6 +47,7 @@ impl BFormat {
         BFormat::Q4K,
         BFormat::Q5K,
         BFormat::Q6K,
+        BFormat::Q3K,
     ];
 
     pub fn ggml(self) -> GgmlType {
@@ -58,6 +60,7 @@ impl BFormat {
             BFormat::Q4K => GgmlType::Q4_K,
             BFormat::Q5K => GgmlType::Q5_K,
             BFormat::Q6K => GgmlType::Q6_K,
+            BFormat::Q3K => GgmlType::Q3_K,
         }
     }
 
@@ -75,14 +78,14 @@ impl BFormat {
     }
 
     /// `k` must be a multiple of this: whole blocks per row, rows 4-byte aligned, and for
-    /// Q6_K an even number of super-blocks per row, so that every row's super-block `j`
-    /// has the same alignment.
+    /// Q6_K and Q3_K an even number of super-blocks per row, so that every row's
+    /// super-block `j` has the same alignment.
     pub fn k_multiple(self) -> u32 {
         match self {
             BFormat::Bf16 | BFormat::F16 => 32,
             BFormat::Q8_0 | BFormat::Q4_0 | BFormat::Q4_1 => 64,
             BFormat::Q4K | BFormat::Q5K => 256,
-            BFormat::Q6K => 512,
+            BFormat::Q6K | BFormat::Q3K => 512,
         }
     }
 
@@ -97,6 +100,7 @@ impl BFormat {
             BFormat::Q4K => k / 256 * 144,
             BFormat::Q5K => k / 256 * 176,
             BFormat::Q6K => k / 256 * 210,
+            BFormat::Q3K => k / 256 * 110,
         }
     }
 
@@ -110,6 +114,7 @@ impl BFormat {
     /// | Q4_K | super-block header (16 bytes), the 32 nibble bytes of sub-block `t mod 8` | 4 + 8 |
     /// | Q5_K | super-block header (16 bytes), the 32 high-bit bytes, the 32 nibble bytes of sub-block `t mod 8` | 4 + 8 + 8 |
     /// | Q6_K | 32 low-nibble bytes, 32 high-bit bytes, the two scales, `d` | 9 + 9 + 1 + 1 |
+    /// | Q3_K | the 32 hmask bytes, the 32 qs bytes of half `s / 4`, the 12 scale bytes and `d` | 9 + 9 + 4 |
     pub fn segments(self) -> &'static [Segment] {
         const fn seg(first_word: u32, words: u32) -> Segment {
             Segment { first_word, words }
@@ -119,6 +124,7 @@ impl BFormat {
         const Q4K: [Segment; 2] = [seg(0, 4), seg(4, 8)];
         const Q5K: [Segment; 3] = [seg(0, 4), seg(4, 8), seg(12, 8)];
         const Q6K: [Segment; 4] = [seg(0, 9), seg(9, 9), seg(18, 1), seg(19, 1)];
+        const Q3K: [Segment; 3] = [seg(0, 9), seg(9, 9), seg(18, 4)];
         match self {
             BFormat::Bf16 | BFormat::F16 => &[],
             BFormat::Q8_0 => &Q8_0,
@@ -126,6 +132,7 @@ impl BFormat {
             BFormat::Q4K => &Q4K,
             BFormat::Q5K => &Q5K,
             BFormat::Q6K => &Q6K,
+            BFormat::Q3K => &Q3K,
         }
     }
 
@@ -162,6 +169,9 @@ impl BFormat {
             (BFormat::Q6K, 1) => 210 * sb + 128 + 32 * (s / 4),
             (BFormat::Q6K, 2) => 210 * sb + 192 + 2 * s,
             (BFormat::Q6K, _) => 210 * sb + 208,
+            (BFormat::Q3K, 0) => 110 * sb,
+            (BFormat::Q3K, 1) => 110 * sb + 32 + 32 * (s / 4),
+            (BFormat::Q3K, _) => 110 * sb + 96,
             (BFormat::Bf16 | BFormat::F16, _) => 0,
         }
     }
@@ -209,6 +219,7 @@ mod tests {
                     BFormat::Q4_1 => &[20],
                     BFormat::Q4K => &[16, 32],
                     BFormat::Q5K => &[16, 32, 32],
+                    BFormat::Q3K => &[32, 32, 14],
                     _ => &[32, 32, 2, 2],
                 };
                 for (i, (s, n)) in segs.iter().zip(need).enumerate() {

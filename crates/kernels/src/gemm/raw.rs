@@ -58,6 +58,13 @@ pub fn segment_bytes(k: &mut Builder, f: BFormat, tile: Value) -> Vec<Value> {
             let d = k.add_const(base, 208);
             vec![ql, qh, sc, d]
         }
+        BFormat::Q3K => {
+            let base = k.mul_const(sb, 110);
+            let h = k.shr_const(s, 2);
+            let h32 = k.shl_const(h, 5);
+            let qs = k.add(base, h32);
+            vec![base, k.add_const(qs, 32), k.add_const(base, 96)]
+        }
     }
 }
 

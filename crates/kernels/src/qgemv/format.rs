@@ -16,16 +16,17 @@
 //! | Q4_K | 1 super-block, 256 elements | 144 | 4 | 64 elements | 3 × 16-byte (header, 2 × quants), on integer activations ([`super::integer`]) |
 //! | Q5_K | 1 super-block | 176 | 4 | 64 elements | 5 × 16-byte (header, 2 × fifth bits, 2 × nibbles) |
 //! | Q6_K | 1 super-block | 210 | 8 | 32 elements | 19 × 2-byte |
+//! | Q3_K | 1 super-block | 110 | 8 | 32 elements (4 runs of 8) | 15 × 2-byte |
 //!
-//! The unaligned formats (Q8_0's 34-byte and Q4_0's 18-byte blocks, Q6_K's 210-byte
-//! super-blocks) cannot use 16-byte loads in GGUF layout; pairs of legacy blocks are
-//! 4- or 8-byte aligned, and Q6_K is only 2-byte aligned. Q4_K's 144-byte and Q5_K's
+//! The unaligned formats (Q8_0's 34-byte and Q4_0's 18-byte blocks, Q6_K's 210-byte and
+//! Q3_K's 110-byte super-blocks) cannot use 16-byte loads in GGUF layout; pairs of legacy
+//! blocks are 4- or 8-byte aligned, and Q6_K and Q3_K are only 2-byte aligned. Q4_K's 144-byte and Q5_K's
 //! 176-byte super-blocks are 16-byte aligned.
 
 use quench_ir::{AddrSpace, Builder, CacheOp, Scalar, Type, Value};
 use quench_models::GgmlType;
 
-use crate::ggml::{self, Bytes, Magic, Q4kScales, Q5kLane, Q6kLane};
+use crate::ggml::{self, Bytes, Magic, Q3kLane, Q3kRaw, Q4kScales, Q5kLane, Q6kLane};
 use crate::lanes::emit_unpack_bf16x2;
 use crate::lanes::emit_unpack_f16x2;
 use crate::norm_residual::OutType;
@@ -41,10 +42,11 @@ pub enum WeightFormat {
     Q4K,
     Q5K,
     Q6K,
+    Q3K,
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 8] = [
+    pub const ALL: [WeightFormat; 9] = [
         WeightFormat::BF16,
         WeightFormat::F16,
         WeightFormat::Q8_0,
@@ -53,6 +55,7 @@ impl WeightFormat {
         WeightFormat::Q4K,
         WeightFormat::Q5K,
         WeightFormat::Q6K,
+        WeightFormat::Q3K,
     ];
 
     pub fn ggml(self) -> GgmlType {
@@ -65,6 +68,7 @@ impl WeightFormat {
             WeightFormat::Q4K => GgmlType::Q4_K,
             WeightFormat::Q5K => GgmlType::Q5_K,
             WeightFormat::Q6K => GgmlType::Q6_K,
+            WeightFormat::Q3K => GgmlType::Q3_K,
         }
     }
 
@@ -83,7 +87,7 @@ impl WeightFormat {
         match self {
             WeightFormat::BF16 | WeightFormat::F16 => 8,
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 64,
-            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => 256,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K | WeightFormat::Q3K => 256,
         }
     }
 
@@ -96,13 +100,14 @@ impl WeightFormat {
             WeightFormat::Q4K => 144,
             WeightFormat::Q5K => 176,
             WeightFormat::Q6K => 210,
+            WeightFormat::Q3K => 110,
         }
     }
 
     pub fn pieces_per_unit(self) -> u32 {
         match self {
             WeightFormat::Q4K | WeightFormat::Q5K => 4,
-            WeightFormat::Q6K => 8,
+            WeightFormat::Q6K | WeightFormat::Q3K => 8,
             _ => 1,
         }
     }
@@ -118,6 +123,7 @@ impl WeightFormat {
             // A lane's 32 quant bytes: low nibbles (sub-block 2j), then high (2j + 1).
             WeightFormat::Q4K | WeightFormat::Q5K => (64 * j..64 * j + 64).collect(),
             WeightFormat::Q6K => ggml::q6_k_piece_elements(j),
+            WeightFormat::Q3K => ggml::q3_k_piece_elements(j),
             _ => (0..self.unit_elems()).collect(),
         }
     }
@@ -129,6 +135,7 @@ pub enum Lane {
     Legacy { format: WeightFormat, magic: Magic },
     Q5k { lane: Q5kLane, magic: Magic },
     Q6k { lane: Q6kLane, magic: Magic },
+    Q3k { lane: Q3kLane, magic: Magic },
 }
 
 impl Lane {
@@ -157,6 +164,10 @@ impl Lane {
                     magic: Magic::new(k),
                 }
             }
+            WeightFormat::Q3K => Lane::Q3k {
+                lane: Q3kLane::new(k, j),
+                magic: Magic::new(k),
+            },
         }
     }
 
@@ -165,6 +176,7 @@ impl Lane {
         match self {
             Lane::Q5k { lane, .. } => vec![(lane.first, 64)],
             Lane::Q6k { lane, .. } => lane.runs.iter().map(|&r| (r, 16)).collect(),
+            Lane::Q3k { lane, .. } => lane.runs.iter().map(|&r| (r, 8)).collect(),
             Lane::Half { .. } => vec![(k.const_u32(0), 8)],
             Lane::Legacy { .. } => vec![(k.const_u32(0), 64)],
         }
@@ -183,6 +195,7 @@ impl Lane {
             Lane::Legacy { .. } => (40, 8),
             Lane::Q5k { .. } => (176, 16),
             Lane::Q6k { .. } => (210, 2),
+            Lane::Q3k { .. } => (110, 2),
         };
         let off = k.mul_const(unit, unit_bytes);
         let at = k.ptr_add(wrow, off);
@@ -217,6 +230,11 @@ impl Lane {
                     d,
                 }
             }
+            Lane::Q3k { lane, magic } => Raw::Q3k {
+                lane,
+                magic: *magic,
+                raw: lane.load(k, at),
+            },
         }
     }
 }
@@ -246,6 +264,11 @@ pub enum Raw<'a> {
         qh: Bytes,
         scales: [Value; 2],
         d: Value,
+    },
+    Q3k {
+        lane: &'a Q3kLane,
+        magic: Magic,
+        raw: Q3kRaw,
     },
 }
 
@@ -295,6 +318,7 @@ impl Raw<'_> {
                 scales,
                 d,
             } => ggml::q6_k_piece(k, *magic, lane, ql, qh, *scales, *d),
+            Raw::Q3k { lane, magic, raw } => ggml::q3_k_piece(k, *magic, lane, raw),
         }
     }
 }
