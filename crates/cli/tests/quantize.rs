@@ -752,7 +752,7 @@ fn llama_cpp_mixes_give_each_tensor_llama_cpps_type() {
         let config = ModelConfig::from_gguf(&file).unwrap();
         let catalog = Catalog::choose(&config, &file, Naming::Gguf)
             .unwrap_or_else(|e| panic!("{target}: {e}"));
-        // Q2_K has no GPU kernel, nor has a Q3_K table; the prompt path's Q3_K and Q6_K
+        // A Q2_K or Q3_K table has no GPU gather; the prompt path's Q3_K and Q6_K
         // products take rows of a multiple of 512 only (these are of 256; the LM head is
         // not among them): those tensors, and only those, go up as f16, each counted
         // under what it is.
@@ -760,8 +760,7 @@ fn llama_cpp_mixes_give_each_tensor_llama_cpps_type() {
         for t in file.tensor_infos() {
             let cols = t.dims[0] as usize;
             let what = match t.ggml_type {
-                Q2_K => t.ggml_type.name().to_owned(),
-                Q3_K if t.name == "token_embd.weight" => "Q3_K".to_owned(),
+                Q2_K | Q3_K if t.name == "token_embd.weight" => t.ggml_type.name().to_owned(),
                 Q3_K | Q6_K
                     if !cols.is_multiple_of(512)
                         && !t.name.starts_with("output")

@@ -286,6 +286,40 @@ fn a_q3_k_m_mix_matches_the_f64_reference() {
 }
 
 #[test]
+fn a_q2_k_mix_matches_the_f64_reference() {
+    // llama.cpp's Q2_K mix read as stored (Q2_K matrices, Q3_K for v, the output
+    // projection and down) by the decode step's products; a tied Q2_K table goes up as
+    // f16 for the gather and the head.
+    let q2_k = LayerFormats {
+        q: GgmlType::Q2_K,
+        k: GgmlType::Q2_K,
+        v: GgmlType::Q3_K,
+        o: GgmlType::Q3_K,
+        gate_up: GgmlType::Q2_K,
+        down: GgmlType::Q3_K,
+    };
+    let m = Tiny {
+        arch: "qwen2",
+        shape: K_QUANT_SHAPE,
+        layers: vec![q2_k, q2_k],
+        embedding: GgmlType::Q2_K,
+        output: None,
+    };
+    let seed = seed();
+    let file = gguf(&m, &mut ChaCha8Rng::seed_from_u64(seed));
+    let gpu = on_interp(&file, &options()).expect("loads");
+    let widened: Vec<&str> = gpu
+        .summary()
+        .widened
+        .iter()
+        .map(|w| w.tensor.as_str())
+        .collect();
+    assert_eq!(widened, ["token_embd.weight"]);
+    drop(gpu);
+    run_f32_cache("qwen2, Q2_K mix (tied Q2_K table as f16)", &m, seed);
+}
+
+#[test]
 fn a_q5_k_m_mix_with_a_q5_k_embedding_matches_the_f64_reference() {
     // A Q5_K_M layer (q, k and v in two formats: three products) and one of Q5_K
     // throughout (q|k|v in one product); the Q5_K table tied to the head.
@@ -361,7 +395,7 @@ fn types_without_a_kernel_are_expanded_to_f16_and_match_the_f64_reference() {
     assert!(!widened.iter().any(|(t, _)| t == "blk.2.attn_output.weight"));
     drop(gpu);
     run_f32_cache(
-        "qwen2, Q2_K, Q5_0, Q5_1 and i-quant matrices, a tied Q4_0 table (as f16)",
+        "qwen2, Q5_0, Q5_1 and i-quant matrices, a tied Q4_0 table (as f16)",
         &m,
         seed,
     );

@@ -432,10 +432,37 @@ fn q3_k_prompts_in_chunks_match_the_f64_reference() {
 }
 
 #[test]
+fn q2_k_prompts_in_chunks_match_the_f64_reference() {
+    // llama.cpp's Q2_K mix: Q2_K matrices, Q3_K for v, the output projection and down
+    // (k a multiple of 512 for those: width 512, ffn 1024, heads of 64 × 8).
+    let q2_k = LayerFormats {
+        q: GgmlType::Q2_K,
+        k: GgmlType::Q2_K,
+        v: GgmlType::Q3_K,
+        o: GgmlType::Q3_K,
+        gate_up: GgmlType::Q2_K,
+        down: GgmlType::Q3_K,
+    };
+    let m = Tiny {
+        arch: "llama",
+        shape: Shape {
+            hidden: 512,
+            heads: 8,
+            ffn: 1024,
+            ..SHAPE
+        },
+        layers: vec![q2_k, q2_k],
+        embedding: GgmlType::Q2_K,
+        output: Some(GgmlType::Q6_K),
+    };
+    run("llama, Q2_K mix (Q2_K table as f16)", &m, seed());
+}
+
+#[test]
 fn types_expanded_to_f16_prompt_in_chunks() {
-    // Two of the layers of every type no kernel reads as stored (Q2_K, Q3_K, Q5_0, Q5_1,
-    // IQ4_NL, IQ4_XS, the lattice i-quants), an IQ4_XS table and an IQ2_S head: the
-    // chunk's products read them as the f16 they were expanded to.
+    // Two of the layers of every type no kernel reads as stored (Q5_0, Q5_1, IQ4_NL,
+    // IQ4_XS, the lattice i-quants), an IQ4_XS table and an IQ2_S head: the chunk's
+    // products read them as the f16 they were expanded to.
     let m = Tiny {
         arch: "llama",
         shape: Shape {

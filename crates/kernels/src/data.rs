@@ -189,13 +189,39 @@ pub fn ggml_rows(
 }
 
 /// Mistakes a dequantizer of `ty` could make, as [`q5_k_mistakes`] gives them for Q5_K
-/// ([`q3_k_mistakes`] for Q3_K); none for the other types.
+/// ([`q3_k_mistakes`] for Q3_K, [`q2_k_mistakes`] for Q2_K); none for the other types.
 pub fn mistakes(ty: GgmlType, blocks: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     match ty {
         GgmlType::Q5_K => q5_k_mistakes(blocks),
         GgmlType::Q3_K => q3_k_mistakes(blocks),
+        GgmlType::Q2_K => q2_k_mistakes(blocks),
         _ => vec![],
     }
+}
+
+/// Mistakes a Q2_K dequantizer could make, each as `(what, blocks)` (as
+/// [`q3_k_mistakes`]):
+/// - Each group's scale and min taken the other way round (the nibbles of its byte).
+/// - The quants of the two halves of the super-block traded.
+pub fn q2_k_mistakes(blocks: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let size = GgmlType::Q2_K.type_size() as usize;
+    let mut swapped = blocks.to_vec();
+    let mut halves = blocks.to_vec();
+    for (b, (swap, half)) in blocks.chunks_exact(size).zip(
+        swapped
+            .chunks_exact_mut(size)
+            .zip(halves.chunks_exact_mut(size)),
+    ) {
+        for byte in &mut swap[..16] {
+            *byte = byte.rotate_left(4);
+        }
+        half[16..48].copy_from_slice(&b[48..80]);
+        half[48..80].copy_from_slice(&b[16..48]);
+    }
+    vec![
+        ("each group's scale and min swapped", swapped),
+        ("the quants of the super-block's two halves traded", halves),
+    ]
 }
 
 /// Mistakes a Q3_K dequantizer could make, each as `(what, blocks)` (whole super-blocks

@@ -176,7 +176,7 @@ impl Epilogue {
 /// Library names, by operand type (in [`Operands::ALL`] order), format (in
 /// [`BFormat::ALL`] order) and epilogue (in [`Epilogue::ALL`] order). f16 weights with
 /// bf16 operands are refused: their names only name the refusal.
-const NAMES: [[[&str; 3]; 9]; 2] = [
+const NAMES: [[[&str; 3]; 10]; 2] = [
     [
         ["gemm_bf16", "gemm_bf16_residual", "gemm_bf16_to_bf16"],
         ["gemm_f16", "gemm_f16_residual", "gemm_f16_to_bf16"],
@@ -187,6 +187,7 @@ const NAMES: [[[&str; 3]; 9]; 2] = [
         ["gemm_q5_k", "gemm_q5_k_residual", "gemm_q5_k_to_bf16"],
         ["gemm_q6_k", "gemm_q6_k_residual", "gemm_q6_k_to_bf16"],
         ["gemm_q3_k", "gemm_q3_k_residual", "gemm_q3_k_to_bf16"],
+        ["gemm_q2_k", "gemm_q2_k_residual", "gemm_q2_k_to_bf16"],
     ],
     [
         [
@@ -234,6 +235,11 @@ const NAMES: [[[&str; 3]; 9]; 2] = [
             "gemm_q3_k_xf16_residual",
             "gemm_q3_k_xf16_to_f16",
         ],
+        [
+            "gemm_q2_k_xf16",
+            "gemm_q2_k_xf16_residual",
+            "gemm_q2_k_xf16_to_f16",
+        ],
     ],
 ];
 
@@ -252,6 +258,7 @@ pub fn name(operands: Operands, format: BFormat, epilogue: Epilogue) -> &'static
         BFormat::Q5K => 6,
         BFormat::Q6K => 7,
         BFormat::Q3K => 8,
+        BFormat::Q2K => 9,
     };
     let e = match epilogue {
         Epilogue::Store => 0,

@@ -715,3 +715,102 @@ pub fn q3_k_piece_elements(j: u32) -> Vec<u32> {
         .flat_map(|g| (0..8).map(move |t| 128 * h + 32 * g + 8 * c + t))
         .collect()
 }
+
+/// Per-lane constants of a Q2_K piece: piece `j` (`h = j / 4`, `c = j % 4`) covers, for
+/// each 32-element run `g` of half `h`, the 8 elements `128h + 32g + 8c + t`: crumb `g`
+/// of qs bytes `16 + 32h + 8c + t`, and the scale/min byte `8h + 2g + c/2` (scale in its
+/// low nibble, min in its high one).
+pub struct Q2kLane {
+    /// Byte offsets in the block of the piece's 8 qs bytes and of its half's 8 scale
+    /// bytes.
+    qs: Value,
+    scales: Value,
+    /// `8·(c/2)`: brings the piece's scale/min byte down to bits 0..8 of its pair.
+    scale_shift: Value,
+    /// The super-block elements the piece's four runs of 8 start at (as Q3_K's,
+    /// [`q3_k_piece_elements`]).
+    pub runs: [Value; 4],
+}
+
+impl Q2kLane {
+    pub fn new(k: &mut Builder, j: Value) -> Q2kLane {
+        let h = k.shr_const(j, 2);
+        let c = k.and_const(j, 3);
+        let h32 = k.shl_const(h, 5);
+        let c8 = k.shl_const(c, 3);
+        let qs = k.add(h32, c8);
+        let qs = k.add_const(qs, 16);
+        let scales = k.shl_const(h, 3);
+        let chalf = k.shr_const(c, 1);
+        let scale_shift = k.shl_const(chalf, 3);
+        let h128 = k.shl_const(h, 7);
+        let first = k.add(h128, c8);
+        let runs = std::array::from_fn(|g| k.add_const(first, 32 * g as u32));
+        Q2kLane {
+            qs,
+            scales,
+            scale_shift,
+            runs,
+        }
+    }
+
+    /// The piece's bytes in the super-block at `at` (a `ptr<global, u8>`, 4-aligned): its
+    /// 8 qs bytes and `d` with `dmin` in 4-byte loads, its half's 8 scale bytes in 2-byte
+    /// ones (a pair a register).
+    pub fn load(&self, k: &mut Builder, at: Value) -> Q2kRaw {
+        let a = k.ptr_add(at, self.qs);
+        let qs = Bytes::load(k, a, 8, 4);
+        let a = k.ptr_add(at, self.scales);
+        let scales = Bytes::load(k, a, 8, 2);
+        let c80 = k.const_u32(80);
+        let a = k.ptr_add(at, c80);
+        let p = k.ptr_cast(Scalar::U32, a);
+        let d = k.load_with(Type::U32, p, CacheOp::Nc);
+        Q2kRaw { qs, scales, d }
+    }
+}
+
+/// A Q2_K piece's loaded bytes.
+pub struct Q2kRaw {
+    pub qs: Bytes,
+    /// The 8 scale/min bytes of the piece's half, a pair a part.
+    pub scales: Bytes,
+    /// `d` in the low 16 bits, `dmin` in the high ones.
+    pub d: Value,
+}
+
+/// One Q2_K piece: `x = (d·sc)·q − dmin·m` (the product exact: 11 by 4 by 2 significant
+/// bits, so one `fma`), in the order of [`q3_k_piece_elements`].
+pub fn q2_k_piece(k: &mut Builder, magic: Magic, lane: &Q2kLane, raw: &Q2kRaw) -> Vec<Value> {
+    let d = f16_bits_to_f32(k, raw.d);
+    let dmin = k.shr_const(raw.d, 16);
+    let dmin = f16_bits_to_f32(k, dmin);
+    let neg_dmin = k.neg(dmin);
+    let mut out = Vec::with_capacity(32);
+    for g in 0..4u32 {
+        // Scale byte 2g + c/2 of the half: byte c/2 of the half's pair g.
+        let b = k.shr(raw.scales.part(g as usize), lane.scale_shift);
+        let sc = k.and_const(b, 0x0f);
+        let m = k.shr_const(b, 4);
+        let m = k.and_const(m, 0x0f);
+        let sc = magic.int(k, sc, 0);
+        let m = magic.int(k, m, 0);
+        let dl = k.mul(d, sc);
+        let mut dl = Scaled::new(dl);
+        // −(dmin·m), exactly the negated product.
+        let nml = k.mul(neg_dmin, m);
+        let words: Vec<Value> = (0..2)
+            .map(|i| {
+                let q = k.shr_const(raw.qs.part(i), 2 * g);
+                k.and_const(q, 0x0303_0303)
+            })
+            .collect();
+        let quants = Bytes::words(k, words);
+        for t in 0..8 {
+            let (q, s) = magic.field(k, &quants, t, 0, 2, 0);
+            let ds = dl.get(k, s);
+            out.push(k.fma(ds, q, nml));
+        }
+    }
+    out
+}

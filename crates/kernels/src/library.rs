@@ -268,9 +268,11 @@ impl Family {
             Family::Gemv | Family::GemvTc(_) => GEMV_SMALL,
             Family::QGemv(f, ..) | Family::QGemvRmsNorm(f, _) => match f {
                 _ if f.is_float() => GEMV_SMALL,
-                WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K | WeightFormat::Q3K => {
-                    "rows=2 cols=768 warps=2 unroll=4"
-                }
+                WeightFormat::Q4K
+                | WeightFormat::Q5K
+                | WeightFormat::Q6K
+                | WeightFormat::Q3K
+                | WeightFormat::Q2K => "rows=2 cols=768 warps=2 unroll=4",
                 _ => "rows=2 cols=1024 warps=1 unroll=2",
             },
             // k: a multiple of what every weight format's tiles need (512 for Q6_K).
@@ -279,7 +281,7 @@ impl Family {
             }
             // f16 operands, which double the family's count: the least k of each format,
             // at least 4 k-steps.
-            Family::Gemm(_, BFormat::Q4K | BFormat::Q5K, _) => "m=32 n=128 k=256",
+            Family::Gemm(_, BFormat::Q4K | BFormat::Q5K | BFormat::Q2K, _) => "m=32 n=128 k=256",
             Family::Gemm(..) => "m=32 n=128 k=128",
             Family::Embed(TableFormat::Q4K | TableFormat::Q5K | TableFormat::Q6K) => {
                 "tokens=3 vocab=11 dim=512 threads=32"
@@ -781,6 +783,12 @@ fn qgemv_description(f: WeightFormat, e: Epilogue, act: OutType) -> &'static str
         (Q3K, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q3_K dequantized in-kernel, x f32, y f32",
         (Q3K, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q3_K dequantized in-kernel, x bf16",
         (Q3K, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q3_K dequantized in-kernel, x f32",
+        (Q2K, Plain, OutType::BF16) => "y = W·x, W Q2_K (GGUF super-blocks, dequantized in-kernel), x bf16, y f32; one warp per row",
+        (Q2K, Plain, OutType::F32) => "y = W·x, W Q2_K (GGUF super-blocks, dequantized in-kernel), x f32, y f32; one warp per row",
+        (Q2K, Residual, OutType::BF16) => "y = W·x + r (in place on r), W Q2_K dequantized in-kernel, x bf16, y f32",
+        (Q2K, Residual, OutType::F32) => "y = W·x + r (in place on r), W Q2_K dequantized in-kernel, x f32, y f32",
+        (Q2K, SwiGlu, OutType::BF16) => "y = silu(Wg·x)·(Wu·x) -> bf16, Wg/Wu Q2_K dequantized in-kernel, x bf16",
+        (Q2K, SwiGlu, OutType::F32) => "y = silu(Wg·x)·(Wu·x) -> f32, Wg/Wu Q2_K dequantized in-kernel, x f32",
     }
 }
 
@@ -1015,7 +1023,7 @@ const GEMM_FLOAT: &[ParamInfo] = &gemm_infos("the reduction length, a multiple o
 /// of 64×32 ones; the staged bytes and the two dequantized tile buffers then leave room
 /// for two stages.
 const GEMM_QUANT: &[ParamInfo] = &gemm_infos(
-    "the reduction length: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K)",
+    "the reduction length: a multiple of 64 (Q8_0, Q4_0, Q4_1) or 256 (Q4_K, Q2_K)",
     128,
     64,
     2,
@@ -1577,6 +1585,12 @@ fn gemm_description(o: Operands, f: BFormat, e: GemmEpilogue) -> &'static str {
         }
         (Operands::Bf16, Q3K, Accumulate) => "C += A·Bᵀ (in place), B Q3_K dequantized per tile in shared memory, A bf16, C f32",
         (Operands::Bf16, Q3K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q3_K, A bf16, C bf16; as gemm_q3_k",
+        (Operands::Bf16, Q2K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q2_K (GGUF super-blocks) dequantized to bf16 a tile at a time in shared \
+             memory, A bf16, C f32; mma.sync"
+        }
+        (Operands::Bf16, Q2K, Accumulate) => "C += A·Bᵀ (in place), B Q2_K dequantized per tile in shared memory, A bf16, C f32",
+        (Operands::Bf16, Q2K, StoreHalf) => "C = bf16(A·Bᵀ) (f32 sums rounded to nearest even), B Q2_K, A bf16, C bf16; as gemm_q2_k",
         (Operands::Bf16, F16, _) => "f16 weights with bf16 operands: refused (the gemm_f16_xf16 kernels take them)",
         (Operands::F16, Bf16, Store) => {
             "C = A·Bᵀ on tensor cores with f16 operands: A [m, k] f16, B [n, k] bf16 converted to f16 \
@@ -1675,6 +1689,17 @@ fn gemm_description(o: Operands, f: BFormat, e: GemmEpilogue) -> &'static str {
         (Operands::F16, Q3K, StoreHalf) => {
             "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q3_K dequantized to f16, A f16, C f16; \
              as gemm_q3_k_xf16"
+        }
+        (Operands::F16, Q2K, Store) => {
+            "C = A·Bᵀ, B [n, k] Q2_K (GGUF super-blocks) dequantized to f16 a tile at a time in shared \
+             memory, A [m, k] f16, C f32; mma.sync f16"
+        }
+        (Operands::F16, Q2K, Accumulate) => {
+            "C += A·Bᵀ (in place), B Q2_K dequantized to f16 per tile in shared memory, A f16, C f32"
+        }
+        (Operands::F16, Q2K, StoreHalf) => {
+            "C = f16(A·Bᵀ) (f32 sums rounded to nearest even), B Q2_K dequantized to f16, A f16, C f16; \
+             as gemm_q2_k_xf16"
         }
     }
 }

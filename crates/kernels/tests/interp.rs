@@ -103,6 +103,7 @@ fn gemm_quantized_to_bf16() {
         "gemm_q5_k_to_bf16",
         "gemm_q6_k_to_bf16",
         "gemm_q3_k_to_bf16",
+        "gemm_q2_k_to_bf16",
     ] {
         check(&case(name, "m=65 n=128 k=512"));
     }
@@ -120,6 +121,7 @@ fn gemm_quantized() {
         ("gemm_q5_k", 512),
         ("gemm_q6_k", 512),
         ("gemm_q3_k", 512),
+        ("gemm_q2_k", 512),
     ] {
         check(&case(name, &format!("m=150 n=256 k={k}")));
     }
@@ -139,6 +141,12 @@ fn gemm_quantized() {
     // hmask bit), and four with half-row items.
     check(&case("gemm_q3_k", "m=40 n=64 k=512 bm=64 stages=4"));
     check(&case("gemm_q3_k", "m=70 n=128 k=1024"));
+    // Q2_K: one super-block with whole-row items, three with half-row items.
+    check(&case(
+        "gemm_q2_k",
+        "m=40 n=64 k=256 bm=64 bn=64 wn=32 stages=4",
+    ));
+    check(&case("gemm_q2_k", "m=70 n=128 k=768 bn=64 wn=32 stages=3"));
 }
 
 #[test]
@@ -155,6 +163,7 @@ fn gemm_quantized_residual() {
         "gemm_q5_k_residual",
         "gemm_q6_k_residual",
         "gemm_q3_k_residual",
+        "gemm_q2_k_residual",
     ] {
         check(&case(name, "m=65 n=128 k=512"));
     }
@@ -184,6 +193,7 @@ fn gemm_quantized_xf16() {
         ("gemm_q5_k_xf16", 512),
         ("gemm_q6_k_xf16", 512),
         ("gemm_q3_k_xf16", 512),
+        ("gemm_q2_k_xf16", 512),
     ] {
         check(&case(stem, &format!("m=150 n=256 k={k}")));
         for end in ["_residual", "_to_f16"] {
@@ -319,7 +329,13 @@ fn qgemv_legacy_blocks() {
 #[test]
 fn qgemv_k_quants() {
     // 9 super-blocks = 72 pieces of 32: one unrolled step of 64, then 8 lanes.
-    for base in ["qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k", "qgemv_q3_k"] {
+    for base in [
+        "qgemv_q4_k",
+        "qgemv_q5_k",
+        "qgemv_q6_k",
+        "qgemv_q3_k",
+        "qgemv_q2_k",
+    ] {
         check_gemv_family(base, "cols=2304 warps=2 unroll=2");
     }
     // 3 super-blocks: a partial step only.
@@ -327,6 +343,7 @@ fn qgemv_k_quants() {
     check(&case("qgemv_q5_k", "rows=2 cols=768 warps=2 unroll=4"));
     check(&case("qgemv_q6_k", "rows=2 cols=768 warps=2 unroll=4"));
     check(&case("qgemv_q3_k", "rows=2 cols=768 warps=2 unroll=4"));
+    check(&case("qgemv_q2_k", "rows=2 cols=768 warps=2 unroll=4"));
     // Q5_K: 40 super-blocks = 160 pieces of 64, one unrolled step of 128 and a full
     // step of 32.
     check(&case("qgemv_q5_k", "rows=4 cols=10240 warps=1 unroll=4"));

@@ -40,6 +40,9 @@ fn names_are_unique_and_complete() {
         "gemm_q3_k",
         "gemm_q3_k_residual",
         "gemm_q3_k_to_bf16",
+        "gemm_q2_k",
+        "gemm_q2_k_residual",
+        "gemm_q2_k_to_bf16",
         "gemm_bf16_xf16",
         "gemm_bf16_xf16_residual",
         "gemm_bf16_xf16_to_f16",
@@ -67,6 +70,9 @@ fn names_are_unique_and_complete() {
         "gemm_q3_k_xf16",
         "gemm_q3_k_xf16_residual",
         "gemm_q3_k_xf16_to_f16",
+        "gemm_q2_k_xf16",
+        "gemm_q2_k_xf16_residual",
+        "gemm_q2_k_xf16_to_f16",
         "embed_f32",
         "embed_bf16",
         "embed_f16",
@@ -95,6 +101,7 @@ fn names_are_unique_and_complete() {
         "qgemv_q5_k",
         "qgemv_q6_k",
         "qgemv_q3_k",
+        "qgemv_q2_k",
     ];
     let mut gemv: Vec<String> = vec![];
     for (mid, end) in [("", ""), ("", "_xf32"), ("_rmsnorm", "_xf32")] {

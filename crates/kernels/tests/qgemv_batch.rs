@@ -67,11 +67,12 @@ fn every_vector_matches_the_reference() {
             }
         }
     }
-    // Q5_K, Q6_K and Q3_K, and bf16 activations (8 a word), on one form each.
+    // Q5_K, Q6_K, Q3_K and Q2_K, and bf16 activations (8 a word), on one form each.
     for (format, epilogue) in [
         (WeightFormat::Q5K, Epilogue::SwiGlu),
         (WeightFormat::Q6K, Epilogue::Residual),
         (WeightFormat::Q3K, Epilogue::Plain),
+        (WeightFormat::Q2K, Epilogue::SwiGlu),
     ] {
         let p = params(format, Prologue::None, epilogue, 2304, 8);
         common::check(&qgemv::case(&p, 9, s).expect("case"));

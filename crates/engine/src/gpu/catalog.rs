@@ -14,9 +14,9 @@
 //! The norms run inside the projections that read them. Activations between kernels are
 //! f32 and the KV cache f16 or f32 (see [`super::graph`]).
 //!
-//! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1, Q3_K, Q4_K, Q5_K or Q6_K are read as stored;
-//! a matrix or table in another GGUF block type (Q2_K, Q5_0, Q5_1, the i-quants; a Q3_K
-//! table) is
+//! Matrices in bf16, f16, Q8_0, Q4_0, Q4_1 or a k-quant (Q2_K to Q6_K) are read as
+//! stored; a matrix or table in another GGUF block type (Q5_0, Q5_1, the i-quants; a
+//! Q2_K or Q3_K table) is
 //! expanded to f16 as it is uploaded and listed in [`Catalog::widened`], and so is a
 //! layer matrix whose rows the prompt path's product of its type cannot take; anything else
 //! (safetensors' integer types, a tied f32 table) is refused by name.
@@ -31,7 +31,7 @@ use super::error::GpuError;
 use super::stored::{self, StoredTensors};
 
 const MATRIX_FORMATS: &str =
-    "matrices in BF16, F16, Q8_0, Q4_0, Q4_1, Q3_K, Q4_K, Q5_K or Q6_K, and expand the other GGUF block types (Q2_K, Q5_0, Q5_1, the i-quants) to F16";
+    "matrices in BF16, F16, Q8_0, Q4_0, Q4_1 and the k-quants (Q2_K to Q6_K), and expand the other GGUF block types (Q5_0, Q5_1, the i-quants) to F16";
 const TABLE_FORMATS: &str =
     "token embeddings in F32, BF16, F16, Q8_0, Q4_1, Q4_K, Q5_K or Q6_K, and expand the other GGUF block types to F16";
 
@@ -107,6 +107,7 @@ pub fn weight_format(t: GgmlType) -> Option<WeightFormat> {
         GgmlType::Q5_K => WeightFormat::Q5K,
         GgmlType::Q6_K => WeightFormat::Q6K,
         GgmlType::Q3_K => WeightFormat::Q3K,
+        GgmlType::Q2_K => WeightFormat::Q2K,
         _ => return None,
     })
 }

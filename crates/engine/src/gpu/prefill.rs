@@ -162,6 +162,7 @@ fn gemm_format(f: WeightFormat) -> BFormat {
         WeightFormat::Q5K => BFormat::Q5K,
         WeightFormat::Q6K => BFormat::Q6K,
         WeightFormat::Q3K => BFormat::Q3K,
+        WeightFormat::Q2K => BFormat::Q2K,
         WeightFormat::F16 => BFormat::F16,
     }
 }

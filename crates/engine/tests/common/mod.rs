@@ -35,11 +35,11 @@ pub const QUANTIZED: LayerFormats = LayerFormats {
     down: GgmlType::Q4_K,
 };
 
-/// Layers of every GGUF block type no kernel reads as stored: Q2_K, Q5_0, Q5_1 and the
+/// Layers of every GGUF block type no kernel reads as stored: Q5_0, Q5_1 and the
 /// i-quants, each matrix expanded to f16 as it is uploaded.
 pub const WIDENED_TYPES: [LayerFormats; 3] = [
     LayerFormats {
-        q: GgmlType::Q2_K,
+        q: GgmlType::Q5_1,
         k: GgmlType::IQ3_XXS,
         v: GgmlType::Q5_0,
         o: GgmlType::Q5_1,
@@ -60,7 +60,7 @@ pub const WIDENED_TYPES: [LayerFormats; 3] = [
         v: GgmlType::IQ1_M,
         o: GgmlType::Q4_K,
         gate_up: GgmlType::IQ3_S,
-        down: GgmlType::Q2_K,
+        down: GgmlType::IQ4_XS,
     },
 ];
 

@@ -141,6 +141,7 @@ impl Decoder {
                 BFormat::Q5K => self.k_quant(k, &words, item, tile, true),
                 BFormat::Q6K => self.q6_k(k, &words, item, tile, &offsets),
                 BFormat::Q3K => self.q3_k(k, &words, item, tile, &offsets),
+                BFormat::Q2K => self.q2_k(k, &words, item, tile),
                 BFormat::Bf16 | BFormat::F16 => vec![],
             };
             for (chunk, v) in item.chunks.iter().zip(values.chunks_exact(8)) {
@@ -455,6 +456,64 @@ impl Decoder {
                 let (v, sh) = q.field(k, self.magic, byte, 0, 3, 4);
                 let ds = scale.get(k, sh);
                 out.push(k.mul(ds, v));
+            }
+        }
+        out
+    }
+}
+
+impl Decoder {
+    /// Q2_K: `x = (d·sc)·q − dmin·m` (the product exact, so one `fma`) for sub-block
+    /// `s = tile mod 8` (run `g = s mod 4` of half `s / 4`): `q` is crumb `g` of the qs
+    /// bytes (words 0–7); group `p` of the run takes scale/min byte `2s + p`, byte
+    /// `2·(s mod 2) + p` of word 8 (scale low nibble, min high); `d`, `dmin` in word 9.
+    fn q2_k(&self, k: &mut Builder, w: &Words, item: &Item, tile: Value) -> Vec<Value> {
+        let s = k.and_const(tile, 7);
+        let g = k.and_const(s, 3);
+        let dd = w.at(k, 9);
+        let d = f16_bits_to_f32(k, dd);
+        let dmin = k.shr_const(dd, 16);
+        let dmin = f16_bits_to_f32(k, dmin);
+        let sc = w.at(k, 8);
+        let sodd = k.and_const(s, 1);
+        let pair = k.shl_const(sodd, 4);
+        let scale = |k: &mut Builder, p: Value| -> (Value, Value) {
+            let p8 = k.shl_const(p, 3);
+            let sh = k.add(pair, p8);
+            let b = k.shr(sc, sh);
+            let scale = k.and_const(b, 0x0f);
+            let min = k.shr_const(b, 4);
+            let min = k.and_const(min, 0x0f);
+            let scale = self.magic.int(k, scale, 0);
+            let min = self.magic.int(k, min, 0);
+            let ml = k.mul(dmin, min);
+            (k.mul(d, scale), k.neg(ml))
+        };
+        let per_scale = match item.part {
+            // A half row is one 16-element scale group.
+            Some(q) => vec![scale(k, q)],
+            None => {
+                let (zero, one) = (k.const_u32(0), k.const_u32(1));
+                vec![scale(k, zero), scale(k, one)]
+            }
+        };
+        let mut scales: Vec<(Scaled, Value)> = per_scale
+            .into_iter()
+            .map(|(dl, nml)| (Scaled::new(dl), nml))
+            .collect();
+        let first = self.first_elem(k, item);
+        let qs = w.aligned_from(k, first, self.elems / 4);
+        let crumb = k.shl_const(g, 1);
+        let mut out = vec![];
+        for (i, &q) in qs.iter().enumerate() {
+            let q = k.shr(q, crumb);
+            let q = k.and_const(q, 0x0303_0303);
+            let q = Word::new(k, q);
+            let (dl, nml) = &mut scales[i * 4 / 16];
+            for byte in 0..4 {
+                let (v, sh) = q.field(k, self.magic, byte, 0, 2, 0);
+                let ds = dl.get(k, sh);
+                out.push(k.fma(ds, v, *nml));
             }
         }
         out

@@ -27,6 +27,7 @@ pub enum BFormat {
     Q5K,
     Q6K,
     Q3K,
+    Q2K,
 }
 
 /// One run of 4-byte words of a row that a k-step copies.
@@ -38,7 +39,7 @@ pub struct Segment {
 }
 
 impl BFormat {
-    pub const ALL: [BFormat; 9] = [
+    pub const ALL: [BFormat; 10] = [
         BFormat::Bf16,
         BFormat::F16,
         BFormat::Q8_0,
@@ -48,6 +49,7 @@ impl BFormat {
         BFormat::Q5K,
         BFormat::Q6K,
         BFormat::Q3K,
+        BFormat::Q2K,
     ];
 
     pub fn ggml(self) -> GgmlType {
@@ -61,6 +63,7 @@ impl BFormat {
             BFormat::Q5K => GgmlType::Q5_K,
             BFormat::Q6K => GgmlType::Q6_K,
             BFormat::Q3K => GgmlType::Q3_K,
+            BFormat::Q2K => GgmlType::Q2_K,
         }
     }
 
@@ -84,7 +87,7 @@ impl BFormat {
         match self {
             BFormat::Bf16 | BFormat::F16 => 32,
             BFormat::Q8_0 | BFormat::Q4_0 | BFormat::Q4_1 => 64,
-            BFormat::Q4K | BFormat::Q5K => 256,
+            BFormat::Q4K | BFormat::Q5K | BFormat::Q2K => 256,
             BFormat::Q6K | BFormat::Q3K => 512,
         }
     }
@@ -101,6 +104,7 @@ impl BFormat {
             BFormat::Q5K => k / 256 * 176,
             BFormat::Q6K => k / 256 * 210,
             BFormat::Q3K => k / 256 * 110,
+            BFormat::Q2K => k / 256 * 84,
         }
     }
 
@@ -115,6 +119,7 @@ impl BFormat {
     /// | Q5_K | super-block header (16 bytes), the 32 high-bit bytes, the 32 nibble bytes of sub-block `t mod 8` | 4 + 8 + 8 |
     /// | Q6_K | 32 low-nibble bytes, 32 high-bit bytes, the two scales, `d` | 9 + 9 + 1 + 1 |
     /// | Q3_K | the 32 hmask bytes, the 32 qs bytes of half `s / 4`, the 12 scale bytes and `d` | 9 + 9 + 4 |
+    /// | Q2_K | the 32 qs bytes of half `s / 4`, the word of the sub-block's two scale/min bytes, `d` and `dmin` | 8 + 1 + 1 |
     pub fn segments(self) -> &'static [Segment] {
         const fn seg(first_word: u32, words: u32) -> Segment {
             Segment { first_word, words }
@@ -125,6 +130,7 @@ impl BFormat {
         const Q5K: [Segment; 3] = [seg(0, 4), seg(4, 8), seg(12, 8)];
         const Q6K: [Segment; 4] = [seg(0, 9), seg(9, 9), seg(18, 1), seg(19, 1)];
         const Q3K: [Segment; 3] = [seg(0, 9), seg(9, 9), seg(18, 4)];
+        const Q2K: [Segment; 3] = [seg(0, 8), seg(8, 1), seg(9, 1)];
         match self {
             BFormat::Bf16 | BFormat::F16 => &[],
             BFormat::Q8_0 => &Q8_0,
@@ -133,6 +139,7 @@ impl BFormat {
             BFormat::Q5K => &Q5K,
             BFormat::Q6K => &Q6K,
             BFormat::Q3K => &Q3K,
+            BFormat::Q2K => &Q2K,
         }
     }
 
@@ -172,6 +179,9 @@ impl BFormat {
             (BFormat::Q3K, 0) => 110 * sb,
             (BFormat::Q3K, 1) => 110 * sb + 32 + 32 * (s / 4),
             (BFormat::Q3K, _) => 110 * sb + 96,
+            (BFormat::Q2K, 0) => 84 * sb + 16 + 32 * (s / 4),
+            (BFormat::Q2K, 1) => 84 * sb + 4 * (s / 2),
+            (BFormat::Q2K, _) => 84 * sb + 80,
             (BFormat::Bf16 | BFormat::F16, _) => 0,
         }
     }
@@ -220,6 +230,7 @@ mod tests {
                     BFormat::Q4K => &[16, 32],
                     BFormat::Q5K => &[16, 32, 32],
                     BFormat::Q3K => &[32, 32, 14],
+                    BFormat::Q2K => &[32, 4, 4],
                     _ => &[32, 32, 2, 2],
                 };
                 for (i, (s, n)) in segs.iter().zip(need).enumerate() {

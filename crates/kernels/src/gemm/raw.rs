@@ -58,6 +58,16 @@ pub fn segment_bytes(k: &mut Builder, f: BFormat, tile: Value) -> Vec<Value> {
             let d = k.add_const(base, 208);
             vec![ql, qh, sc, d]
         }
+        BFormat::Q2K => {
+            let base = k.mul_const(sb, 84);
+            let h = k.shr_const(s, 2);
+            let h32 = k.shl_const(h, 5);
+            let qs = k.add(base, h32);
+            let pair = k.shr_const(s, 1);
+            let pair = k.shl_const(pair, 2);
+            let sc = k.add(base, pair);
+            vec![k.add_const(qs, 16), sc, k.add_const(base, 80)]
+        }
         BFormat::Q3K => {
             let base = k.mul_const(sb, 110);
             let h = k.shr_const(s, 2);

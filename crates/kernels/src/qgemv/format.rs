@@ -17,6 +17,7 @@
 //! | Q5_K | 1 super-block | 176 | 4 | 64 elements | 5 × 16-byte (header, 2 × fifth bits, 2 × nibbles) |
 //! | Q6_K | 1 super-block | 210 | 8 | 32 elements | 19 × 2-byte |
 //! | Q3_K | 1 super-block | 110 | 8 | 32 elements (4 runs of 8) | 15 × 2-byte |
+//! | Q2_K | 1 super-block | 84 | 8 | 32 elements (4 runs of 8, as Q3_K) | 3 × 4-byte, 4 × 2-byte |
 //!
 //! The unaligned formats (Q8_0's 34-byte and Q4_0's 18-byte blocks, Q6_K's 210-byte and
 //! Q3_K's 110-byte super-blocks) cannot use 16-byte loads in GGUF layout; pairs of legacy
@@ -26,7 +27,9 @@
 use quench_ir::{AddrSpace, Builder, CacheOp, Scalar, Type, Value};
 use quench_models::GgmlType;
 
-use crate::ggml::{self, Bytes, Magic, Q3kLane, Q3kRaw, Q4kScales, Q5kLane, Q6kLane};
+use crate::ggml::{
+    self, Bytes, Magic, Q2kLane, Q2kRaw, Q3kLane, Q3kRaw, Q4kScales, Q5kLane, Q6kLane,
+};
 use crate::lanes::emit_unpack_bf16x2;
 use crate::lanes::emit_unpack_f16x2;
 use crate::norm_residual::OutType;
@@ -43,10 +46,11 @@ pub enum WeightFormat {
     Q5K,
     Q6K,
     Q3K,
+    Q2K,
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 9] = [
+    pub const ALL: [WeightFormat; 10] = [
         WeightFormat::BF16,
         WeightFormat::F16,
         WeightFormat::Q8_0,
@@ -56,6 +60,7 @@ impl WeightFormat {
         WeightFormat::Q5K,
         WeightFormat::Q6K,
         WeightFormat::Q3K,
+        WeightFormat::Q2K,
     ];
 
     pub fn ggml(self) -> GgmlType {
@@ -69,6 +74,7 @@ impl WeightFormat {
             WeightFormat::Q5K => GgmlType::Q5_K,
             WeightFormat::Q6K => GgmlType::Q6_K,
             WeightFormat::Q3K => GgmlType::Q3_K,
+            WeightFormat::Q2K => GgmlType::Q2_K,
         }
     }
 
@@ -87,7 +93,11 @@ impl WeightFormat {
         match self {
             WeightFormat::BF16 | WeightFormat::F16 => 8,
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 64,
-            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K | WeightFormat::Q3K => 256,
+            WeightFormat::Q4K
+            | WeightFormat::Q5K
+            | WeightFormat::Q6K
+            | WeightFormat::Q3K
+            | WeightFormat::Q2K => 256,
         }
     }
 
@@ -101,13 +111,14 @@ impl WeightFormat {
             WeightFormat::Q5K => 176,
             WeightFormat::Q6K => 210,
             WeightFormat::Q3K => 110,
+            WeightFormat::Q2K => 84,
         }
     }
 
     pub fn pieces_per_unit(self) -> u32 {
         match self {
             WeightFormat::Q4K | WeightFormat::Q5K => 4,
-            WeightFormat::Q6K | WeightFormat::Q3K => 8,
+            WeightFormat::Q6K | WeightFormat::Q3K | WeightFormat::Q2K => 8,
             _ => 1,
         }
     }
@@ -123,7 +134,7 @@ impl WeightFormat {
             // A lane's 32 quant bytes: low nibbles (sub-block 2j), then high (2j + 1).
             WeightFormat::Q4K | WeightFormat::Q5K => (64 * j..64 * j + 64).collect(),
             WeightFormat::Q6K => ggml::q6_k_piece_elements(j),
-            WeightFormat::Q3K => ggml::q3_k_piece_elements(j),
+            WeightFormat::Q3K | WeightFormat::Q2K => ggml::q3_k_piece_elements(j),
             _ => (0..self.unit_elems()).collect(),
         }
     }
@@ -136,6 +147,7 @@ pub enum Lane {
     Q5k { lane: Q5kLane, magic: Magic },
     Q6k { lane: Q6kLane, magic: Magic },
     Q3k { lane: Q3kLane, magic: Magic },
+    Q2k { lane: Q2kLane, magic: Magic },
 }
 
 impl Lane {
@@ -168,6 +180,10 @@ impl Lane {
                 lane: Q3kLane::new(k, j),
                 magic: Magic::new(k),
             },
+            WeightFormat::Q2K => Lane::Q2k {
+                lane: Q2kLane::new(k, j),
+                magic: Magic::new(k),
+            },
         }
     }
 
@@ -177,6 +193,7 @@ impl Lane {
             Lane::Q5k { lane, .. } => vec![(lane.first, 64)],
             Lane::Q6k { lane, .. } => lane.runs.iter().map(|&r| (r, 16)).collect(),
             Lane::Q3k { lane, .. } => lane.runs.iter().map(|&r| (r, 8)).collect(),
+            Lane::Q2k { lane, .. } => lane.runs.iter().map(|&r| (r, 8)).collect(),
             Lane::Half { .. } => vec![(k.const_u32(0), 8)],
             Lane::Legacy { .. } => vec![(k.const_u32(0), 64)],
         }
@@ -196,6 +213,7 @@ impl Lane {
             Lane::Q5k { .. } => (176, 16),
             Lane::Q6k { .. } => (210, 2),
             Lane::Q3k { .. } => (110, 2),
+            Lane::Q2k { .. } => (84, 4),
         };
         let off = k.mul_const(unit, unit_bytes);
         let at = k.ptr_add(wrow, off);
@@ -235,6 +253,11 @@ impl Lane {
                 magic: *magic,
                 raw: lane.load(k, at),
             },
+            Lane::Q2k { lane, magic } => Raw::Q2k {
+                lane,
+                magic: *magic,
+                raw: lane.load(k, at),
+            },
         }
     }
 }
@@ -269,6 +292,11 @@ pub enum Raw<'a> {
         lane: &'a Q3kLane,
         magic: Magic,
         raw: Q3kRaw,
+    },
+    Q2k {
+        lane: &'a Q2kLane,
+        magic: Magic,
+        raw: Q2kRaw,
     },
 }
 
@@ -319,6 +347,7 @@ impl Raw<'_> {
                 d,
             } => ggml::q6_k_piece(k, *magic, lane, ql, qh, *scales, *d),
             Raw::Q3k { lane, magic, raw } => ggml::q3_k_piece(k, *magic, lane, raw),
+            Raw::Q2k { lane, magic, raw } => ggml::q2_k_piece(k, *magic, lane, raw),
         }
     }
 }

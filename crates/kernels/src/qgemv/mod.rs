@@ -138,7 +138,8 @@ pub fn widest_batch(prologue: Prologue, cols: u32) -> u32 {
 macro_rules! names {
     ($mid:literal, $end:literal) => {
         names!(@ $mid, $end; "gemv_bf16", "gemv_f16", "qgemv_q8_0", "qgemv_q4_0",
-            "qgemv_q4_1", "qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k", "qgemv_q3_k")
+            "qgemv_q4_1", "qgemv_q4_k", "qgemv_q5_k", "qgemv_q6_k", "qgemv_q3_k",
+            "qgemv_q2_k")
     };
     (@ $mid:literal, $end:literal; $($stem:literal),*) => {
         [$([
@@ -150,14 +151,14 @@ macro_rules! names {
 }
 
 /// Library names of the bf16-activation kernels (`qgemv_q4_k_swiglu`).
-const NAMES: [[&str; 3]; 9] = names!("", "");
+const NAMES: [[&str; 3]; 10] = names!("", "");
 
 /// Library names of the f32-activation kernels (`qgemv_q4_k_swiglu_xf32`).
-const NAMES_XF32: [[&str; 3]; 9] = names!("", "_xf32");
+const NAMES_XF32: [[&str; 3]; 10] = names!("", "_xf32");
 
 /// Library names of the kernels with the RMSNorm prologue (f32 activations,
 /// `qgemv_q4_k_rmsnorm_swiglu_xf32`).
-const NAMES_RMSNORM: [[&str; 3]; 9] = names!("_rmsnorm", "_xf32");
+const NAMES_RMSNORM: [[&str; 3]; 10] = names!("_rmsnorm", "_xf32");
 
 /// The library name of a format, epilogue and activation type (`qgemv_q4_k_swiglu`,
 /// `qgemv_q4_k_swiglu_xf32`).
@@ -807,6 +808,9 @@ fn weight_range(f: WeightFormat, cols: u32) -> (f32, f32) {
         WeightFormat::Q6K => 1350.0,
         // Quants −4..=3 (RMS 2.35) times scales −32..=31 (RMS 18.5).
         WeightFormat::Q3K => 43.0,
+        // Quants 0..=3 times scales 0..=15 (RMS 16.5) less mins 0..=15 times `dmin`
+        // (RMS 8.8): about 18.
+        WeightFormat::Q2K => 18.0,
     };
     // Magnitudes uniform in [hi/8, hi] have a root mean square of about 0.6·hi.
     let hi = target / per_scale / 0.6;
@@ -902,8 +906,8 @@ pub enum Addend {
 /// `weight_range`, random signs, f16 subnormals included for the finest formats),
 /// activations in ±[2^-6, 4], a residual in ±[2^-6, 4] updated in place. With the RMSNorm
 /// prologue the activations are the residual stream to normalize, the norm weight in
-/// [0.5, 1.5], eps 1e-5. A Q5_K or Q3_K case holds the products of the weights as each
-/// of [`data::mistakes`] reads them as controls.
+/// [0.5, 1.5], eps 1e-5. A Q5_K, Q3_K or Q2_K case holds the products of the weights as
+/// each of [`data::mistakes`] reads them as controls.
 pub fn case(p: &QGemvParams, n: u32, seed: u64) -> Result<KernelCase, KernelError> {
     case_with(p, n, Addend::Residual, seed)
 }
@@ -952,7 +956,7 @@ pub fn case_with(
         }
         seen.push(xv);
     }
-    // Q5_K and Q3_K: each matrix read with each of the format's mistakes
+    // Q5_K, Q3_K and Q2_K: each matrix read with each of the format's mistakes
     // ([`data::mistakes`]) and multiplied as the kernel multiplies:
     // `(what, [matrix][vector, row])`.
     let mut mistaken: Vec<(&str, Vec<Vec<f32>>)> = vec![];
@@ -1150,7 +1154,7 @@ mod tests {
             .collect();
         all.sort();
         all.dedup();
-        assert_eq!(all.len(), 81);
+        assert_eq!(all.len(), 90);
         assert_eq!(
             rmsnorm_name(WeightFormat::Q4_1, Epilogue::SwiGlu),
             "qgemv_q4_1_rmsnorm_swiglu_xf32"

@@ -87,7 +87,7 @@ pub fn assert_same_bits(case: &KernelCase, want: &CaseOutputs, how: &str) {
 
 /// Each matrix–vector format on a row of a few pieces per lane, most with a partial last
 /// step.
-pub const QGEMV_SHAPES: [(WeightFormat, u32); 9] = [
+pub const QGEMV_SHAPES: [(WeightFormat, u32); 10] = [
     (WeightFormat::F16, 576),
     (WeightFormat::BF16, 96),
     (WeightFormat::Q8_0, 192),
@@ -97,6 +97,7 @@ pub const QGEMV_SHAPES: [(WeightFormat, u32); 9] = [
     (WeightFormat::Q5K, 768),
     (WeightFormat::Q6K, 256),
     (WeightFormat::Q3K, 512),
+    (WeightFormat::Q2K, 768),
 ];
 
 /// The matrix–vector `case` with its kernel and launch built from `p` instead, and its
