@@ -585,6 +585,43 @@ pub fn q6_k_piece_elements(j: u32) -> Vec<u32> {
         .collect()
 }
 
+/// What Q3_K and Q2_K pieces share: piece `j` (`h = j / 4`, `c = j % 4`) covers the
+/// elements `128h + 32g + 8c + t` of each 32-element run `g` of half `h`, whose crumbs
+/// `g` are in the 8 qs bytes `32h + 8c ..` past the format's qs array start.
+struct LowKPiece {
+    h: Value,
+    /// `8c`: the piece's first byte within a 32-byte run of bytes.
+    c8: Value,
+    /// `32h + 8c`: the piece's qs bytes within the qs array.
+    qs: Value,
+    /// `8·(c/2)`: the bit of the piece's byte within a pair of scale bytes.
+    pair_shift: Value,
+    /// `128h + 8c + 32g` for each run `g` ([`q3_k_piece_elements`]).
+    runs: [Value; 4],
+}
+
+impl LowKPiece {
+    fn new(k: &mut Builder, j: Value) -> LowKPiece {
+        let h = k.shr_const(j, 2);
+        let c = k.and_const(j, 3);
+        let h32 = k.shl_const(h, 5);
+        let c8 = k.shl_const(c, 3);
+        let qs = k.add(h32, c8);
+        let chalf = k.shr_const(c, 1);
+        let pair_shift = k.shl_const(chalf, 3);
+        let h128 = k.shl_const(h, 7);
+        let first = k.add(h128, c8);
+        let runs = std::array::from_fn(|g| k.add_const(first, 32 * g as u32));
+        LowKPiece {
+            h,
+            c8,
+            qs,
+            pair_shift,
+            runs,
+        }
+    }
+}
+
 /// Per-lane constants of a Q3_K piece: piece `j` (`h = j / 4`, `c = j % 4`) covers, for
 /// each 32-element run `g` of half `h`, the 8 elements `128h + 32g + 8c + t`: crumb `g` of
 /// qs bytes `32 + 32h + 8c + t`, bit `4h + g` of hmask bytes `8c + t`, and the scale of
@@ -606,26 +643,17 @@ pub struct Q3kLane {
 
 impl Q3kLane {
     pub fn new(k: &mut Builder, j: Value) -> Q3kLane {
-        let h = k.shr_const(j, 2);
-        let c = k.and_const(j, 3);
-        let h32 = k.shl_const(h, 5);
-        let c8 = k.shl_const(c, 3);
-        let qs = k.add(h32, c8);
-        let qs = k.add_const(qs, 32);
-        let chalf = k.shr_const(c, 1);
-        let chalf8 = k.shl_const(chalf, 3);
-        let h4 = k.shl_const(h, 2);
-        let scale_shift = k.add(chalf8, h4);
+        let p = LowKPiece::new(k, j);
+        let qs = k.add_const(p.qs, 32);
+        let h4 = k.shl_const(p.h, 2);
+        let scale_shift = k.add(p.pair_shift, h4);
         let hmask_shift = std::array::from_fn(|g| k.add_const(h4, g as u32));
-        let h128 = k.shl_const(h, 7);
-        let first = k.add(h128, c8);
-        let runs = std::array::from_fn(|g| k.add_const(first, 32 * g as u32));
         Q3kLane {
             qs,
-            hmask: c8,
+            hmask: p.c8,
             scale_shift,
             hmask_shift,
-            runs,
+            runs: p.runs,
         }
     }
 
@@ -734,23 +762,12 @@ pub struct Q2kLane {
 
 impl Q2kLane {
     pub fn new(k: &mut Builder, j: Value) -> Q2kLane {
-        let h = k.shr_const(j, 2);
-        let c = k.and_const(j, 3);
-        let h32 = k.shl_const(h, 5);
-        let c8 = k.shl_const(c, 3);
-        let qs = k.add(h32, c8);
-        let qs = k.add_const(qs, 16);
-        let scales = k.shl_const(h, 3);
-        let chalf = k.shr_const(c, 1);
-        let scale_shift = k.shl_const(chalf, 3);
-        let h128 = k.shl_const(h, 7);
-        let first = k.add(h128, c8);
-        let runs = std::array::from_fn(|g| k.add_const(first, 32 * g as u32));
+        let p = LowKPiece::new(k, j);
         Q2kLane {
-            qs,
-            scales,
-            scale_shift,
-            runs,
+            qs: k.add_const(p.qs, 16),
+            scales: k.shl_const(p.h, 3),
+            scale_shift: p.pair_shift,
+            runs: p.runs,
         }
     }
 

@@ -426,15 +426,10 @@ impl Decoder {
             let v = self.magic.int(k, v, 32);
             k.mul(d, v)
         };
-        let per_scale = match item.part {
-            // A half row is one 16-element scale group.
-            Some(q) => vec![scale(k, q)],
-            None => {
-                let (zero, one) = (k.const_u32(0), k.const_u32(1));
-                vec![scale(k, zero), scale(k, one)]
-            }
-        };
-        let mut scales: Vec<Scaled> = per_scale.into_iter().map(Scaled::new).collect();
+        let mut scales: Vec<Scaled> = per_group(k, item, scale)
+            .into_iter()
+            .map(Scaled::new)
+            .collect();
         let first = self.first_elem(k, item);
         let hm_start = k.add(offsets[0], first);
         let qs_start = k.add(offsets[1], first);
@@ -489,15 +484,7 @@ impl Decoder {
             let ml = k.mul(dmin, min);
             (k.mul(d, scale), k.neg(ml))
         };
-        let per_scale = match item.part {
-            // A half row is one 16-element scale group.
-            Some(q) => vec![scale(k, q)],
-            None => {
-                let (zero, one) = (k.const_u32(0), k.const_u32(1));
-                vec![scale(k, zero), scale(k, one)]
-            }
-        };
-        let mut scales: Vec<(Scaled, Value)> = per_scale
+        let mut scales: Vec<(Scaled, Value)> = per_group(k, item, scale)
             .into_iter()
             .map(|(dl, nml)| (Scaled::new(dl), nml))
             .collect();
@@ -517,6 +504,22 @@ impl Decoder {
             }
         }
         out
+    }
+}
+
+/// `f` of each 16-element scale group the item covers (its group `p` within the step's
+/// 32 elements, a `u32`): both for a whole row, the half's own for a half row.
+fn per_group<T>(
+    k: &mut Builder,
+    item: &Item,
+    mut f: impl FnMut(&mut Builder, Value) -> T,
+) -> Vec<T> {
+    match item.part {
+        Some(q) => vec![f(k, q)],
+        None => {
+            let (zero, one) = (k.const_u32(0), k.const_u32(1));
+            vec![f(k, zero), f(k, one)]
+        }
     }
 }
 
