@@ -375,9 +375,7 @@ impl Decoder {
         }
         out
     }
-}
 
-impl Decoder {
     /// Q3_K: `x = (d·(sc − 32))·(q − 4)` (every product exact) for sub-block `s = tile
     /// mod 8` (half `h = s / 4`, run `g = s mod 4`): `q`'s low two bits are crumb `g` of
     /// the qs bytes (words 9–17), its third bit is bit `s` of the hmask bytes (words 0–8);
@@ -455,9 +453,7 @@ impl Decoder {
         }
         out
     }
-}
 
-impl Decoder {
     /// Q2_K: `x = (d·sc)·q − dmin·m` (the product exact, so one `fma`) for sub-block
     /// `s = tile mod 8` (run `g = s mod 4` of half `s / 4`): `q` is crumb `g` of the qs
     /// bytes (words 0–7); group `p` of the run takes scale/min byte `2s + p`, byte
