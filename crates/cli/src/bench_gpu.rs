@@ -90,13 +90,7 @@ fn summary_json(s: &GpuSummary) -> Value {
             "matrix–vector kernels".to_string()
         },
         // Tensors expanded to f16 at upload (none where every weight is read as stored).
-        "expanded_to_f16": s.widened.iter().fold(
-            std::collections::BTreeMap::<String, usize>::new(),
-            |mut m, w| {
-                *m.entry(w.what()).or_default() += 1;
-                m
-            },
-        ),
+        "expanded_to_f16": quench_engine::gpu::Widened::counts(&s.widened),
         "prefill_chunk": s.prefill_chunk,
         "prefill_dispatches_per_chunk": s.prefill_dispatches,
         "prefill_layer_plan": s.prefill_layer_plan,

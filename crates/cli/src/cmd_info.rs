@@ -117,12 +117,8 @@ fn gpu_line(path: &std::path::Path) -> String {
     if catalog.widened.is_empty() {
         return "every weight read as stored".into();
     }
-    let mut by_kind = std::collections::BTreeMap::<String, usize>::new();
-    for w in &catalog.widened {
-        *by_kind.entry(w.what()).or_default() += 1;
-    }
     format!(
         "runs, expanding to F16 what it cannot read as stored: {}",
-        crate::model_args::widened_list(&by_kind)
+        crate::model_args::widened_list(&catalog.widened)
     )
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
+use quench_engine::gpu::Widened;
 use quench_engine::{Arithmetic, Device, KvCache, LoadOptions, Model, ModelInfo, Precision};
 
 use crate::cmd_pull;
@@ -149,24 +150,26 @@ pub fn widened_note(info: &ModelInfo) -> Option<String> {
     ))
 }
 
-/// `IQ2_XS (64 tensors) have no GPU kernel, Q6_K rows of 8960 (14) no prompt-path kernel`.
-pub fn widened_list(widened: &std::collections::BTreeMap<String, usize>) -> String {
-    let (width, kernel): (Vec<_>, Vec<_>) =
-        widened.iter().partition(|(w, _)| w.contains(" rows of "));
-    let list = |v: &[(&String, &usize)]| {
-        v.iter()
-            .map(|(w, n)| format!("{w} ({n} tensor{})", if **n == 1 { "" } else { "s" }))
+/// `no GPU kernel reads IQ2_XS (64 tensors) as stored; the prompt path's products do not
+/// take Q6_K rows of 8960 (14 tensors)`.
+pub fn widened_list(widened: &[Widened]) -> String {
+    let (width, kernel): (Vec<&Widened>, Vec<&Widened>) =
+        widened.iter().partition(|w| w.rows_of.is_some());
+    let list = |v: Vec<&Widened>| {
+        Widened::counts(v)
+            .iter()
+            .map(|(w, n)| format!("{w} ({n} tensor{})", if *n == 1 { "" } else { "s" }))
             .collect::<Vec<_>>()
             .join(", ")
     };
     let mut parts = vec![];
     if !kernel.is_empty() {
-        parts.push(format!("no GPU kernel reads {} as stored", list(&kernel)));
+        parts.push(format!("no GPU kernel reads {} as stored", list(kernel)));
     }
     if !width.is_empty() {
         parts.push(format!(
-            "the prompt path's products do not take {} (they need rows of a multiple of 512)",
-            list(&width)
+            "the prompt path's products do not take {}",
+            list(width)
         ));
     }
     parts.join("; ")

@@ -51,10 +51,8 @@ pub struct ModelInfo {
     pub weight_bytes: u64,
     /// Bytes of one session's KV cache when it holds `context_limit` positions.
     pub kv_cache_bytes: u64,
-    /// On the GPU, the tensors expanded to f16 as they were uploaded: how many of each
-    /// kind, by [`crate::gpu::Widened::what`] (a type no kernel reads, `IQ2_XS`; or a type
-    /// at a width its prompt products refuse, `Q6_K rows of 8960`).
-    pub widened: BTreeMap<String, usize>,
+    /// On the GPU, the tensors expanded to f16 as they were uploaded.
+    pub widened: Vec<crate::gpu::Widened>,
 }
 
 impl ModelInfo {
@@ -79,7 +77,7 @@ impl ModelInfo {
             context_limit,
             weight_bytes: parameters * 4,
             kv_cache_bytes,
-            widened: BTreeMap::new(),
+            widened: vec![],
             config,
         }
     }
@@ -153,7 +151,7 @@ impl ModelInfo {
             context_limit,
             weight_bytes: held.unwrap_or(parameters * element),
             kv_cache_bytes,
-            widened: BTreeMap::new(),
+            widened: vec![],
             config,
         }
     }

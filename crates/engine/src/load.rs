@@ -78,9 +78,7 @@ fn causal(
             info.context_limit = summary.context;
             info.weight_bytes = summary.weight_bytes;
             info.kv_cache_bytes = summary.kv_cache_bytes;
-            for w in &summary.widened {
-                *info.widened.entry(w.what()).or_default() += 1;
-            }
+            info.widened = summary.widened.clone();
             Box::new(decoder)
         }
     };

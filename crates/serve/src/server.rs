@@ -451,7 +451,7 @@ async fn load_causal(
         log::line(
             "warn",
             "tensors expanded to f16",
-            json!({"model": spec.name, "stored_types": loaded.info().widened}),
+            json!({"model": spec.name, "stored_types": quench_engine::gpu::Widened::counts(&loaded.info().widened)}),
         );
     }
     let engine_config = config.engine.clone();

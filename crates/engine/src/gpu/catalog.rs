@@ -68,6 +68,17 @@ impl Widened {
             Some(k) => format!("{} rows of {k}", self.stored.name()),
         }
     }
+
+    /// How many of `widened` there are of each [`Widened::what`].
+    pub fn counts<'a>(
+        widened: impl IntoIterator<Item = &'a Widened>,
+    ) -> std::collections::BTreeMap<String, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        for w in widened {
+            *counts.entry(w.what()).or_default() += 1;
+        }
+        counts
+    }
 }
 
 /// The matrix formats of one layer.
@@ -184,38 +195,40 @@ impl Catalog {
         let embed_name = name(DecoderTensor::TokenEmbedding);
         let table = stored::matrix(src, &embed_name, c.vocab, c.hidden)?.ggml_type;
         // A tied table serves as the LM head too: kept as stored only where both read it.
-        let as_stored = table_format(table).zip(match c.tied_embeddings {
-            true => weight_format(table),
-            false => Some(WeightFormat::F16),
-        });
-        let (embed, tied_head) = match as_stored {
-            Some((embed, head)) => (embed, head),
+        let gather = table_format(table);
+        let kept = match c.tied_embeddings {
+            false => gather.map(|embed| (embed, None)),
+            true => gather.zip(weight_format(table).map(Some)),
+        };
+        let (embed, tied_head) = match kept {
+            Some(kept) => kept,
             None if stored::widens(table) => {
                 widened.borrow_mut().push(Widened {
                     tensor: embed_name.clone(),
                     stored: table,
                     rows_of: None,
                 });
-                (TableFormat::F16, WeightFormat::F16)
+                let head = c.tied_embeddings.then_some(WeightFormat::F16);
+                (TableFormat::F16, head)
             }
             None => {
-                let what = match table_format(table) {
-                    None => embed_name.clone(),
-                    Some(_) => format!("{embed_name} (the LM head, tied to the embedding)"),
+                let (tensor, supported) = match gather {
+                    None => (embed_name, TABLE_FORMATS),
+                    Some(_) => (
+                        format!("{embed_name} (the LM head, tied to the embedding)"),
+                        MATRIX_FORMATS,
+                    ),
                 };
                 return Err(GpuError::Format {
-                    tensor: what,
+                    tensor,
                     format: table.name().to_owned(),
-                    supported: match table_format(table) {
-                        None => TABLE_FORMATS,
-                        Some(_) => MATRIX_FORMATS,
-                    },
+                    supported,
                 });
             }
         };
-        let output = match c.tied_embeddings {
-            true => tied_head,
-            false => matrix(DecoderTensor::Output, c.vocab, c.hidden)?,
+        let output = match tied_head {
+            Some(head) => head,
+            None => matrix(DecoderTensor::Output, c.vocab, c.hidden)?,
         };
         let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let mut layers = Vec::with_capacity(c.layers);

@@ -511,8 +511,15 @@ impl Planned {
         }
     }
 
-    /// What was put on the device and what one step costs.
-    fn summary(&self, backend: &'static str, device: String, options: &GpuOptions) -> GpuSummary {
+    /// What was put on the device (the weights as `catalog` chose them) and what one step
+    /// costs.
+    fn summary(
+        &self,
+        backend: &'static str,
+        device: String,
+        options: &GpuOptions,
+        catalog: &Catalog,
+    ) -> GpuSummary {
         let graph = &self.graph;
         let layer_plan = |rows: u32| -> Vec<String> {
             graph
@@ -547,7 +554,7 @@ impl Planned {
             prefill_arena_bytes: self.prefill_bytes(),
             prefill_wgmma_products: prefill.map_or(0, PrefillPlan::wgmma_products),
             tensor_core_products: graph.tensor_core_products,
-            widened: vec![],
+            widened: catalog.widened.clone(),
         }
     }
 }
@@ -627,8 +634,7 @@ impl GpuDecoder {
             }
             span.end();
         }
-        let mut summary = planned.summary(on_device.mem.exec.backend(), device, options);
-        summary.widened = catalog.widened.clone();
+        let summary = planned.summary(on_device.mem.exec.backend(), device, options, &catalog);
         Ok(GpuDecoder {
             id: NEXT_MODEL.fetch_add(1, Ordering::Relaxed),
             config,

@@ -86,15 +86,16 @@ pub fn quantize_q2_k(x: &[f32; QK_K], out: &mut [u8; Q2_K_BYTES]) {
     let dmin_bits = f32_to_f16(max_offset / 15.0);
     let (d, dmin) = (f16_to_f32(d_bits), f16_to_f32(dmin_bits));
     out.fill(0);
-    let mut stored = [fits[0]; 16];
-    for (g, fit) in fits.iter().enumerate() {
-        let (sc, m) = (four_bit(fit.scale, d), four_bit(fit.offset, dmin));
-        out[g] = sc | (m << 4);
-        stored[g] = Affine {
-            scale: d * f32::from(sc),
-            offset: dmin * f32::from(m),
-            top: 3.0,
-        };
+    let codes: [(u8, u8); 16] =
+        std::array::from_fn(|g| (four_bit(fits[g].scale, d), four_bit(fits[g].offset, dmin)));
+    // The maps as the dequantizer forms them, so the quants are chosen against them.
+    let stored: [Affine; 16] = std::array::from_fn(|g| Affine {
+        scale: d * f32::from(codes[g].0),
+        offset: dmin * f32::from(codes[g].1),
+        top: 3.0,
+    });
+    for (o, (sc, m)) in out.iter_mut().zip(codes) {
+        *o = sc | (m << 4);
     }
     for (i, &v) in x.iter().enumerate() {
         set_crumb(&mut out[16..80], i, stored[i / 16].quant(v));
