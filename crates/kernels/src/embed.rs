@@ -187,8 +187,8 @@ pub fn build(p: &EmbedParams) -> Result<Function, KernelError> {
 }
 
 /// The f32 values of group `g` of the table row starting at byte pointer `trow`, and,
-/// for a Q6_K piece, the row elements its two runs of 16 start at
-/// ([`ggml::q6_k_piece_elements`]); every other group is one run from element
+/// for a Q6_K piece, the row elements its two runs of 16 start at (`128hh + 16c` and 64
+/// past it, [`ggml::Q6kLane`]); every other group is one run from element
 /// `g · group`.
 fn emit_group(
     k: &mut Builder,

@@ -429,8 +429,6 @@ pub struct Q5kLane {
     qh_shift: Value,
     /// Byte offset in the super-block of the piece's 32 qs bytes: `48 + 32g`.
     qs: Value,
-    /// The piece's first element in its super-block: `64g`.
-    pub first: Value,
 }
 
 impl Q5kLane {
@@ -440,13 +438,7 @@ impl Q5kLane {
         let qh_shift = k.shl_const(g, 1);
         let qs = k.shl_const(g, 5);
         let qs = k.add_const(qs, 48);
-        let first = k.shl_const(g, 6);
-        Q5kLane {
-            q4k,
-            qh_shift,
-            qs,
-            first,
-        }
+        Q5kLane { q4k, qh_shift, qs }
     }
 
     /// The piece's bytes in the super-block at `at` (a `ptr<global, u8>`, 16-aligned):
@@ -485,7 +477,7 @@ pub struct Q6kLane {
     /// Shifts of the 2-bit fields for the low and high elements.
     crumb_shift: [Value; 2],
     /// The super-block elements the piece's two runs of 16 start at: `128hh + 16c` and 64
-    /// past it ([`q6_k_piece_elements`]).
+    /// past it.
     pub runs: [Value; 2],
 }
 
@@ -573,16 +565,6 @@ pub fn q6_k_piece(
         }
     }
     out
-}
-
-/// Element offsets (within the super-block) of Q6_K piece `j`, in the order of
-/// [`q6_k_piece`].
-pub fn q6_k_piece_elements(j: u32) -> Vec<u32> {
-    let (hh, c) = (j / 4, j % 4);
-    (0..16)
-        .map(|t| 128 * hh + 16 * c + t)
-        .chain((0..16).map(|t| 128 * hh + 64 + 16 * c + t))
-        .collect()
 }
 
 /// What Q3_K and Q2_K pieces share: piece `j` (`h = j / 4`, `c = j % 4`) covers the

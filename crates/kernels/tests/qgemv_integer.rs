@@ -1,8 +1,11 @@
-//! The Q4_K and Q8_0 matrix–vector kernels on 16-bit integer activations (`dp4a`): on
-//! the interpreter, every output bit for bit against the integer reference and within the
-//! bound of the exact f64 product (whose wrong variants — Q4_K nibbles swapped, Q8_0
-//! block scales swapped, byte planes swapped — must fail it), over rows whose last step
-//! is full or ragged, grids with a block per group or capped, idle warps in a last group,
+//! The Q4_K, Q5_K, Q6_K and Q8_0 matrix–vector kernels on 16-bit integer activations
+//! (`dp4a`): on the interpreter, every output bit for bit against the integer reference
+//! and within the bound of the exact f64 product (whose wrong variants — the k-quants'
+//! nibbles swapped, Q8_0 block scales and Q6_K 16-weight scales swapped, Q5_K fifth bits
+//! and Q6_K high fields taken from the other nibble's, byte planes swapped — must fail
+//! it), over rows whose last
+//! step is full or ragged, Q6_K rows of an odd number of super-blocks (every other row
+//! starting 2 bytes past a word boundary), grids with a block per group or capped, idle warps in a last group,
 //! several passes, and passes too wide for shared memory (staged in column chunks); a
 //! vector's bits alone and in such a batch; then the decode step's kernels at the
 //! llama-3.1-8b shape assemble with `ptxas` without spills (registers printed).
@@ -17,7 +20,12 @@ mod common;
 
 use common::seed;
 
-const FORMATS: [WeightFormat; 2] = [WeightFormat::Q4K, WeightFormat::Q8_0];
+const FORMATS: [WeightFormat; 4] = [
+    WeightFormat::Q4K,
+    WeightFormat::Q8_0,
+    WeightFormat::Q6K,
+    WeightFormat::Q5K,
+];
 
 fn params(
     format: WeightFormat,
@@ -175,6 +183,67 @@ fn the_wrong_variants_fail_the_exact_check() {
     );
     assert_mostly_differs("block scales swapped", &got8, &scales);
 
+    // Q6_K over rows of an odd number of super-blocks (768 columns): each ql byte's
+    // nibbles swapped; each 16-weight scale pair swapped; the high fields of each qh byte
+    // taken from the other nibble's (bits 0–3 and 4–7 exchanged).
+    let p6 = QGemvParams {
+        format: WeightFormat::Q6K,
+        ..params(WeightFormat::Q6K, Prologue::None, Epilogue::Plain, 14, 768)
+    };
+    let (got6, w6, x6) = run(&p6);
+    type Mistake = (&'static str, integer::Variant, fn(&mut [u8]));
+    let mistakes: [Mistake; 3] = [
+        (
+            "ql nibbles swapped",
+            integer::Variant::NibblesSwapped,
+            |b| b[..128].iter_mut().for_each(|q| *q = q.rotate_left(4)),
+        ),
+        (
+            "16-weight scales swapped",
+            integer::Variant::ScalesSwapped,
+            |b| b[192..208].chunks_exact_mut(2).for_each(|s| s.swap(0, 1)),
+        ),
+        (
+            "high fields swapped",
+            integer::Variant::FieldsSwapped,
+            |b| b[128..192].iter_mut().for_each(|q| *q = q.rotate_left(4)),
+        ),
+    ];
+    for (what, variant, change) in mistakes {
+        let mut changed = w6.clone();
+        changed.chunks_exact_mut(210).for_each(change);
+        let want = qgemv::dots(&p6, &changed, &x6).expect("reference");
+        assert_eq!(want, integer::dots(&p6, &w6, &x6, variant), "{what}");
+        assert_mostly_differs(what, &got6, &want);
+    }
+
+    // Q5_K: each qs byte's nibbles swapped; each weight's fifth bit taken from the other
+    // nibble's (the bits of each pair 2g, 2g + 1 of every qh byte exchanged).
+    let p5 = QGemvParams {
+        format: WeightFormat::Q5K,
+        ..p6
+    };
+    let (got5, w5, x5) = run(&p5);
+    let mistakes: [Mistake; 2] = [
+        (
+            "qs nibbles swapped",
+            integer::Variant::NibblesSwapped,
+            |b| b[48..].iter_mut().for_each(|q| *q = q.rotate_left(4)),
+        ),
+        ("fifth bits swapped", integer::Variant::FieldsSwapped, |b| {
+            b[16..48]
+                .iter_mut()
+                .for_each(|q| *q = (*q & 0x55) << 1 | (*q & 0xaa) >> 1)
+        }),
+    ];
+    for (what, variant, change) in mistakes {
+        let mut changed = w5.clone();
+        changed.chunks_exact_mut(176).for_each(change);
+        let want = qgemv::dots(&p5, &changed, &x5).expect("reference");
+        assert_eq!(want, integer::dots(&p5, &w5, &x5, variant), "{what}");
+        assert_mostly_differs(what, &got5, &want);
+    }
+
     for (p, got, w, x) in [
         (
             QGemvParams {
@@ -186,6 +255,8 @@ fn the_wrong_variants_fail_the_exact_check() {
             &x,
         ),
         (p, &got8, &w8, &x8),
+        (p6, &got6, &w6, &x6),
+        (p5, &got5, &w5, &x5),
     ] {
         assert_mostly_differs(
             "planes swapped",
@@ -195,7 +266,7 @@ fn the_wrong_variants_fail_the_exact_check() {
     }
 }
 
-/// Every Q4_K and Q8_0 kernel the parameters allow builds within the static shared
+/// Every integer-path kernel the parameters allow builds within the static shared
 /// memory: the prologue's vectors always whole, others in chunks where they do not fit.
 #[test]
 fn every_shape_fits_in_shared_memory() {
@@ -237,7 +308,7 @@ fn every_shape_fits_in_shared_memory() {
     }
 }
 
-/// The decode step's Q4_K and Q8_0 products at the llama-3.1-8b shape (hidden 4096, ffn 14336,
+/// The decode step's integer-path products at the llama-3.1-8b shape (hidden 4096, ffn 14336,
 /// 8 of 32 heads for keys and values, vocabulary 128256), as the engine builds them: one
 /// vector a pass (unroll 2) and eight (unroll 1).
 #[test]
@@ -258,6 +329,7 @@ fn decode_kernels_assemble_without_spills() {
             let one = QGemvParams {
                 warps: 8,
                 max_blocks: 132,
+                unroll: if format == WeightFormat::Q6K { 1 } else { 2 },
                 ..params(format, prologue, epilogue, rows, cols)
             };
             let many = QGemvParams {

@@ -795,7 +795,13 @@ impl<'a> StepBuilder<'a> {
             rows: u32_of("rows", rows)?,
             cols: u32_of("cols", cols)?,
             warps,
-            unroll: if format.is_float() { 4 } else { 2 },
+            // A Q6_K piece loads 21 words a row (its unaligned runs a word wider): two
+            // pieces in flight spill the SwiGLU product's registers.
+            unroll: match format {
+                _ if format.is_float() => 4,
+                WeightFormat::Q6K => 1,
+                _ => 2,
+            },
             act: ACT,
             batch: 1,
             max_blocks,
@@ -975,7 +981,7 @@ const TC_TILES: [u32; 4] = [1, 2, 4, 8];
 /// Warps of a matrix–vector block (but see [`gemv_shape`]).
 const GEMV_WARPS: u32 = 4;
 
-/// Q4_K and Q8_0 products stage the whole input vector, quantized, in every block before
+/// Q4_K, Q5_K, Q6_K and Q8_0 products stage the whole input vector, quantized, in every block before
 /// its rows ([`quench_kernels::qgemv::integer`]), and one thread quantizes each
 /// 32-element block: fewer, wider blocks spend less of the product on it where the input
 /// is normalized first or long. Measured on an H200 over warps 4/8/16 × 1/2/4/8 blocks a

@@ -14,8 +14,8 @@
 //! | Q4_0 | 2 blocks | 36 | 1 | 64 elements | 9 × 4-byte |
 //! | Q4_1 | 2 blocks | 40 | 1 | 64 elements | 5 × 8-byte |
 //! | Q4_K | 1 super-block, 256 elements | 144 | 4 | 64 elements | 3 × 16-byte (header, 2 × quants), on integer activations ([`super::integer`]) |
-//! | Q5_K | 1 super-block | 176 | 4 | 64 elements | 5 × 16-byte (header, 2 × fifth bits, 2 × nibbles) |
-//! | Q6_K | 1 super-block | 210 | 8 | 32 elements | 19 × 2-byte |
+//! | Q5_K | 1 super-block | 176 | 4 | 64 elements | 5 × 16-byte (header, 2 × fifth bits, 2 × nibbles), on integer activations ([`super::integer`]) |
+//! | Q6_K | 1 super-block | 210 | 4 | 2 runs of 32 elements | 18 × 4-byte (ql and qh, from the word boundary below), 3 × 2-byte, on integer activations ([`super::integer`]) |
 //! | Q3_K | 1 super-block | 110 | 8 | 32 elements (4 runs of 8) | 15 × 2-byte |
 //! | Q2_K | 1 super-block | 84 | 8 | 32 elements (4 runs of 8, as Q3_K) | 3 × 4-byte, 4 × 2-byte |
 //!
@@ -27,9 +27,7 @@
 use quench_ir::{AddrSpace, Builder, CacheOp, Scalar, Type, Value};
 use quench_models::GgmlType;
 
-use crate::ggml::{
-    self, Bytes, Magic, Q2kLane, Q2kRaw, Q3kLane, Q3kRaw, Q4kScales, Q5kLane, Q6kLane,
-};
+use crate::ggml::{self, Bytes, Magic, Q2kLane, Q2kRaw, Q3kLane, Q3kRaw};
 use crate::lanes::emit_unpack_bf16x2;
 use crate::lanes::emit_unpack_f16x2;
 use crate::norm_residual::OutType;
@@ -85,7 +83,10 @@ impl WeightFormat {
     /// Whether products with these weights take integer activations, quantized in every
     /// block ([`super::integer`]).
     pub fn is_integer(self) -> bool {
-        matches!(self, WeightFormat::Q4K | WeightFormat::Q8_0)
+        matches!(
+            self,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K | WeightFormat::Q8_0
+        )
     }
 
     /// Elements per unit; rows must be a whole number of units.
@@ -117,8 +118,8 @@ impl WeightFormat {
 
     pub fn pieces_per_unit(self) -> u32 {
         match self {
-            WeightFormat::Q4K | WeightFormat::Q5K => 4,
-            WeightFormat::Q6K | WeightFormat::Q3K | WeightFormat::Q2K => 8,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => 4,
+            WeightFormat::Q3K | WeightFormat::Q2K => 8,
             _ => 1,
         }
     }
@@ -133,7 +134,11 @@ impl WeightFormat {
         match self {
             // A lane's 32 quant bytes: low nibbles (sub-block 2j), then high (2j + 1).
             WeightFormat::Q4K | WeightFormat::Q5K => (64 * j..64 * j + 64).collect(),
-            WeightFormat::Q6K => ggml::q6_k_piece_elements(j),
+            // The ql bytes 32j.. : low nibbles, then high ([`super::integer`]).
+            WeightFormat::Q6K => {
+                let first = 128 * (j / 2) + 32 * (j % 2);
+                (first..first + 32).chain(first + 64..first + 96).collect()
+            }
             WeightFormat::Q3K | WeightFormat::Q2K => ggml::q3_k_piece_elements(j),
             _ => (0..self.unit_elems()).collect(),
         }
@@ -144,15 +149,13 @@ impl WeightFormat {
 pub enum Lane {
     Half { f16: bool },
     Legacy { format: WeightFormat, magic: Magic },
-    Q5k { lane: Q5kLane, magic: Magic },
-    Q6k { lane: Q6kLane, magic: Magic },
     Q3k { lane: Q3kLane, magic: Magic },
     Q2k { lane: Q2kLane, magic: Magic },
 }
 
 impl Lane {
     /// The constants of sub-piece `j` (a `u32`, `lane mod pieces_per_unit`). Emit once
-    /// per kernel, outside loops. Not for Q4_K and Q8_0, whose products multiply integers
+    /// per kernel, outside loops. Not for Q8_0 and the Q4_K, Q5_K and Q6_K formats, whose products multiply integers
     /// ([`super::integer`]): [`super::build`] never asks.
     pub fn new(k: &mut Builder, f: WeightFormat, j: Value) -> Lane {
         match f {
@@ -162,19 +165,8 @@ impl Lane {
                 format: f,
                 magic: Magic::new(k),
             },
-            WeightFormat::Q8_0 | WeightFormat::Q4K => {
-                unreachable!("Q8_0 and Q4_K products take the integer path")
-            }
-            WeightFormat::Q5K => Lane::Q5k {
-                lane: Q5kLane::new(k, j),
-                magic: Magic::new(k),
-            },
-            WeightFormat::Q6K => {
-                let lane = Q6kLane::new(k, j);
-                Lane::Q6k {
-                    lane,
-                    magic: Magic::new(k),
-                }
+            WeightFormat::Q8_0 | WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
+                unreachable!("Q8_0 and the Q4_K, Q5_K and Q6_K products take the integer path")
             }
             WeightFormat::Q3K => Lane::Q3k {
                 lane: Q3kLane::new(k, j),
@@ -190,8 +182,6 @@ impl Lane {
     /// The piece's runs of consecutive elements: (offset within the unit, length).
     pub fn x_runs(&self, k: &mut Builder) -> Vec<(Value, u32)> {
         match self {
-            Lane::Q5k { lane, .. } => vec![(lane.first, 64)],
-            Lane::Q6k { lane, .. } => lane.runs.iter().map(|&r| (r, 16)).collect(),
             Lane::Q3k { lane, .. } => lane.runs.iter().map(|&r| (r, 8)).collect(),
             Lane::Q2k { lane, .. } => lane.runs.iter().map(|&r| (r, 8)).collect(),
             Lane::Half { .. } => vec![(k.const_u32(0), 8)],
@@ -210,8 +200,6 @@ impl Lane {
                 ..
             } => (36, 4),
             Lane::Legacy { .. } => (40, 8),
-            Lane::Q5k { .. } => (176, 16),
-            Lane::Q6k { .. } => (210, 2),
             Lane::Q3k { .. } => (110, 2),
             Lane::Q2k { .. } => (84, 4),
         };
@@ -227,27 +215,6 @@ impl Lane {
                 format: *format,
                 magic: *magic,
             },
-            Lane::Q5k { lane, magic } => {
-                let (header, qh, qs) = lane.load(k, at);
-                Raw::Q5k {
-                    lane,
-                    magic: *magic,
-                    header,
-                    qh,
-                    qs,
-                }
-            }
-            Lane::Q6k { lane, magic, .. } => {
-                let (ql, qh, scales, d) = lane.load(k, at);
-                Raw::Q6k {
-                    lane,
-                    magic: *magic,
-                    ql,
-                    qh,
-                    scales,
-                    d,
-                }
-            }
             Lane::Q3k { lane, magic } => Raw::Q3k {
                 lane,
                 magic: *magic,
@@ -272,21 +239,6 @@ pub enum Raw<'a> {
         bytes: Bytes,
         format: WeightFormat,
         magic: Magic,
-    },
-    Q5k {
-        lane: &'a Q5kLane,
-        magic: Magic,
-        header: Bytes,
-        qh: Vec<Value>,
-        qs: Bytes,
-    },
-    Q6k {
-        lane: &'a Q6kLane,
-        magic: Magic,
-        ql: Bytes,
-        qh: Bytes,
-        scales: [Value; 2],
-        d: Value,
     },
     Q3k {
         lane: &'a Q3kLane,
@@ -327,25 +279,6 @@ impl Raw<'_> {
                 out.extend(block(k, *magic, bytes, second));
                 out
             }
-            Raw::Q5k {
-                lane,
-                magic,
-                header,
-                qh,
-                qs,
-            } => {
-                let scales = Q4kScales::new(k, &lane.q4k, header);
-                let high = lane.fifth_bits(k, qh);
-                ggml::k_quant_piece(k, *magic, &scales, qs, Some(&high))
-            }
-            Raw::Q6k {
-                lane,
-                magic,
-                ql,
-                qh,
-                scales,
-                d,
-            } => ggml::q6_k_piece(k, *magic, lane, ql, qh, *scales, *d),
             Raw::Q3k { lane, magic, raw } => ggml::q3_k_piece(k, *magic, lane, raw),
             Raw::Q2k { lane, magic, raw } => ggml::q2_k_piece(k, *magic, lane, raw),
         }

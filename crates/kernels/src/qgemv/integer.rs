@@ -1,4 +1,4 @@
-//! Q4_K and Q8_0 products on 16-bit integer activations: byte dot products (`dp4a`) in
+//! Q4_K, Q5_K, Q6_K and Q8_0 products on 16-bit integer activations: byte dot products (`dp4a`) in
 //! place of a float dequantization per weight.
 //!
 //! **Why.** Dequantizing each weight to f32 and multiplying it with an f32 activation
@@ -8,7 +8,7 @@
 //! FP64 check allows, so the activations keep 16 bits, split into two byte planes.
 //!
 //! **Activations.** Each pass first quantizes its vectors into shared memory, every
-//! 32-element block `j` (a Q4_K sub-block's span, a Q8_0 block's) on its own
+//! 32-element block `j` (a Q4_K or Q5_K sub-block's span, a Q8_0 block's, two Q6_K scales') on its own
 //! ([`quantize`]): `dx_j = max|x| / 32767` and `q_i = rne(x_i · fl(1/dx_j))`, the exact
 //! product rounded once to an integer (|q| ≤ 32767), or `dx_j = 0` and
 //! `q = 0` where `dx_j` would be below the smallest normal f32 (an all-zero block). The
@@ -21,13 +21,27 @@
 //!
 //! **Pieces.** A lane takes 64-weight pieces of a row, lane `l` pieces `l, l + 32, ...` in
 //! order (a chunk boundary falls on a multiple of 32 pieces, so chunking keeps that
-//! order); piece `p` covers activation blocks `2p` and `2p + 1`.
+//! order); piece `p` covers activation blocks `2p` and `2p + 1` (Q6_K: two blocks of its
+//! super-block, below).
 //! - Q4_K: piece `4u + g` is sub-blocks `2g`, `2g + 1` of super-block `u`: the 32 quant
 //!   bytes `32g ..` whose low nibbles are sub-block `2g` and high nibbles sub-block
 //!   `2g + 1`, element `32·sub-block + b` at byte `b`. Masking a word of them with
 //!   `0x0F0F0F0F` spreads four weights to bytes that meet four consecutive activations in
 //!   the byte planes, so no permutation is needed; `0xF0F0F0F0` leaves the high nibbles
 //!   as `16·q4` in place (read unsigned), whose exact sum is shifted back.
+//! - Q5_K: as Q4_K, its 32 qs bytes at `48 + 32g`, with the fifth bit of each weight
+//!   (bit `2g` or `2g + 1` of the super-block's qh byte `b`, loaded by every lane of the
+//!   super-block) put on top of its nibble: weights up to 31, no `16·q4` trick.
+//! - Q6_K: piece `4u + j` (`n = j / 2`, `e = j mod 2`) takes the 32 ql bytes `32j ..` of
+//!   super-block `u` whole: their low nibbles are elements `128n + 32e + t`, their high
+//!   nibbles elements `128n + 64 + 32e + t` (activation blocks `8u + 4n + e` and
+//!   `8u + 4n + 2 + e`, the piece's two blocks), with the 2-bit fields `e` and `2 + e` of
+//!   the qh bytes `32n + t` on top, and the scales `sc[e / 16]` of each 16 elements. Its
+//!   ql and qh bytes are read as 4-byte words from the word boundary at or below them (a
+//!   super-block is 210 bytes: every other one starts 2 bytes past a boundary), 9 words
+//!   each, joined a word at a time where the run is not aligned. Each weight byte
+//!   `(ql nibble | field << 4) − 32` is formed in place as `((ql | field·16) + 0x60) ⊕ 0x80`,
+//!   a signed byte with no carry between bytes.
 //! - Q8_0: piece `p` is blocks `2p`, `2p + 1`, 68 bytes loaded as 17 words: the first
 //!   block's quant bytes start 2 bytes into a word (each of its quant words is joined
 //!   from the high half of one word and the low half of the next), the second block's
@@ -38,9 +52,13 @@
 //! this order:
 //! - Q4_K (`w = q4`, scale `sc`, min `m`, super-block `d`, `dmin`): `S` is exact in f32
 //!   (|S| < 2^24); `acc = fma(fl(d·sc)·dx, S, acc)`, `acc = fma(−fl(dmin·m)·dx, Σq, acc)`
-//!   (`d·sc` and `dmin·m` are exact);
+//!   (`d·sc` and `dmin·m` are exact); Q5_K the same with `w = q5` (|S| < 2^25, rounded to
+//!   f32 once);
 //! - Q8_0 (`w` the signed quant, `d` the block's f16 scale): `acc = fma(fl(d·dx),
-//!   fl(S), acc)` (|S| < 2^28 is rounded to f32 once).
+//!   fl(S), acc)` (|S| < 2^28 is rounded to f32 once);
+//! - Q6_K (`w = q6 − 32`, super-block `d`, a signed scale `sc` per 16 weights): `S` taken
+//!   per 16 weights (|S| < 2^24, exact in f32), `acc = fma(fl(d·sc)·dx, S, acc)` for the
+//!   first 16 then the second (`d·sc` is exact).
 //!
 //! The warp sums its lanes by the butterfly. The integer sums are exact and the float
 //! operations fixed, so [`dots`] reproduces every bit, and a vector's results do not
@@ -52,14 +70,14 @@
 //! scale products and the sums ([`f64_check`]).
 
 use quench_ir::func::MAX_STATIC_SHARED_BYTES;
-use quench_ir::{Builder, Scalar, Type, Value};
+use quench_ir::{Builder, CacheOp, Scalar, Type, Value};
 use quench_models::dequant::{f16_to_f32, unpack_k_scales};
 
 use super::format::{load_x, unpack_x};
 use super::prologue;
 use super::QGemvParams;
 use crate::approx::F32_U;
-use crate::ggml::{Bytes, Magic, Q4kLane, Q4kScales};
+use crate::ggml::{f16_bits_to_f32, load_u16, Bytes, Magic, Q4kLane, Q4kScales, Q5kLane};
 use crate::lanes::{emit_warp_allreduce, warp_allreduce, wide_mul, words, Combine};
 use crate::norm_residual::OutType;
 use crate::par::par_map;
@@ -74,8 +92,16 @@ const ROUND_MAGIC: f32 = 12_582_912.0;
 const PPU: u32 = 4;
 /// Q4_K super-block bytes: `d`, `dmin`, 12 scale bytes, 128 quant bytes.
 const UNIT_BYTES: u32 = 144;
+/// Q5_K super-block bytes: Q4_K's header, 32 qh bytes, 128 qs bytes.
+const Q5K_UNIT_BYTES: u32 = 176;
 /// Q8_0 piece bytes: two blocks of an f16 scale and 32 quant bytes.
 const Q8_PIECE_BYTES: u32 = 68;
+/// Q6_K super-block bytes: 128 ql, 64 qh, 16 scales, `d`.
+const Q6K_UNIT_BYTES: u32 = 210;
+/// Q6_K byte offsets in the super-block: qh, the scales, `d`.
+const Q6K_QH: u32 = 128;
+const Q6K_SCALES: u32 = 192;
+const Q6K_D: u32 = 208;
 /// Shared bytes left for the prologue's reductions.
 const SLACK: u64 = 1024;
 /// Chunks are a multiple of this many columns: 32 pieces, one per lane.
@@ -145,12 +171,16 @@ pub fn quantize(x: &[f32]) -> QuantX {
 pub enum Variant {
     /// What the kernels compute.
     Right,
-    /// Q4_K: each quant byte's nibbles taken the other way round.
+    /// Q4_K, Q5_K, Q6_K: each quant byte's nibbles taken the other way round.
     NibblesSwapped,
     /// The activations' low bytes taken as the high ones and the reverse.
     PlanesSwapped,
-    /// Q8_0: each piece's two block scales taken the other way round.
+    /// Q8_0: each piece's two block scales taken the other way round; Q6_K: each
+    /// block's two 16-weight scales.
     ScalesSwapped,
+    /// Q6_K: each weight's 2-bit high field, Q5_K: its fifth bit, taken from the other
+    /// nibble's.
+    FieldsSwapped,
 }
 
 impl Variant {
@@ -158,6 +188,17 @@ impl Variant {
     pub fn wrong(format: super::WeightFormat) -> Vec<Variant> {
         match format {
             super::WeightFormat::Q4K => vec![Variant::NibblesSwapped, Variant::PlanesSwapped],
+            super::WeightFormat::Q5K => vec![
+                Variant::NibblesSwapped,
+                Variant::PlanesSwapped,
+                Variant::FieldsSwapped,
+            ],
+            super::WeightFormat::Q6K => vec![
+                Variant::NibblesSwapped,
+                Variant::PlanesSwapped,
+                Variant::ScalesSwapped,
+                Variant::FieldsSwapped,
+            ],
             _ => vec![Variant::PlanesSwapped, Variant::ScalesSwapped],
         }
     }
@@ -169,17 +210,18 @@ pub fn dots(p: &QGemvParams, w: &[u8], x: &[f32], variant: Variant) -> Vec<f32> 
     let qx = quantize(x);
     let rb = p.format.row_bytes(p.cols) as usize;
     let pieces = (p.cols / 64) as usize;
-    let q4k = p.format == super::WeightFormat::Q4K;
+    let piece_dot = match p.format {
+        super::WeightFormat::Q4K => q4k_piece_dot,
+        super::WeightFormat::Q5K => q5k_piece_dot,
+        super::WeightFormat::Q6K => q6k_piece_dot,
+        _ => q8_0_piece_dot,
+    };
     par_map(p.rows as usize, |r| {
         let row = &w[r * rb..(r + 1) * rb];
         let mut lanes = [0.0f32; 32];
         for (l, acc) in lanes.iter_mut().enumerate() {
             for piece in (l..pieces).step_by(32) {
-                *acc = if q4k {
-                    q4k_piece_dot(row, piece, &qx, variant, *acc)
-                } else {
-                    q8_0_piece_dot(row, piece, &qx, variant, *acc)
-                };
+                *acc = piece_dot(row, piece, &qx, variant, *acc);
             }
         }
         warp_allreduce(&lanes, Combine::Sum)
@@ -190,7 +232,18 @@ pub fn dots(p: &QGemvParams, w: &[u8], x: &[f32], variant: Variant) -> Vec<f32> 
 /// form it from the byte planes (or, for [`Variant::PlanesSwapped`], from the planes
 /// exchanged).
 fn block_sum(qx: &QuantX, block: usize, variant: Variant, w: impl Fn(usize) -> i64) -> i64 {
-    (0..32)
+    span_sum(qx, block, 0..32, variant, w)
+}
+
+/// [`block_sum`] over the elements `range` of the block.
+fn span_sum(
+    qx: &QuantX,
+    block: usize,
+    range: std::ops::Range<usize>,
+    variant: Variant,
+    w: impl Fn(usize) -> i64,
+) -> i64 {
+    range
         .map(|b| {
             let q = qx.q[block * 32 + b];
             let (lo, hi) = (i64::from(q & 0xff), i64::from(q >> 8));
@@ -204,15 +257,34 @@ fn block_sum(qx: &QuantX, block: usize, variant: Variant, w: impl Fn(usize) -> i
 }
 
 /// A lane's Q4_K piece of a row, added to `acc` as the kernel adds it.
-fn q4k_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut acc: f32) -> f32 {
+fn q4k_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, acc: f32) -> f32 {
+    k_quant_piece_dot(row, piece, qx, variant, acc, false)
+}
+
+/// A lane's Q5_K piece of a row, added to `acc` as the kernel adds it.
+fn q5k_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, acc: f32) -> f32 {
+    k_quant_piece_dot(row, piece, qx, variant, acc, true)
+}
+
+/// A Q4_K piece, or with `fifth` a Q5_K one (its qs bytes 32 further, the fifth bits
+/// before them).
+fn k_quant_piece_dot(
+    row: &[u8],
+    piece: usize,
+    qx: &QuantX,
+    variant: Variant,
+    mut acc: f32,
+    fifth: bool,
+) -> f32 {
     let (unit, g) = (piece / PPU as usize, piece % PPU as usize);
-    let sb = &row[unit * UNIT_BYTES as usize..][..UNIT_BYTES as usize];
+    let unit_bytes = if fifth { Q5K_UNIT_BYTES } else { UNIT_BYTES } as usize;
+    let sb = &row[unit * unit_bytes..][..unit_bytes];
     let d = f16_to_f32(u16::from_le_bytes([sb[0], sb[1]]));
     let dmin = f16_to_f32(u16::from_le_bytes([sb[2], sb[3]]));
     let mut packed = [0u8; 12];
     packed.copy_from_slice(&sb[4..16]);
     let (scales, mins) = unpack_k_scales(&packed);
-    let quants = &sb[16 + 32 * g..][..32];
+    let quants = &sb[if fifth { 48 } else { 16 } + 32 * g..][..32];
     for half in 0..2 {
         let sub = 2 * g + half;
         let block = unit * 8 + sub;
@@ -220,14 +292,60 @@ fn q4k_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut ac
             Variant::NibblesSwapped => 4 * (1 - half),
             _ => 4 * half,
         };
+        let bit = match variant {
+            Variant::FieldsSwapped => 2 * g + 1 - half,
+            _ => sub,
+        };
         let s = block_sum(qx, block, variant, |b| {
-            i64::from((quants[b] >> nibble_shift) & 0x0f)
+            let high = if fifth { (sb[16 + b] >> bit) & 1 } else { 0 };
+            i64::from(((quants[b] >> nibble_shift) & 0x0f) | high << 4)
         });
         let dx = qx.dx[block];
         let a = d * f32::from(scales[sub]) * dx;
         let b = dmin * f32::from(mins[sub]) * dx;
         acc = a.mul_add(s as f32, acc);
         acc = (-b).mul_add(qx.sq[block] as f32, acc);
+    }
+    acc
+}
+
+/// A lane's Q6_K piece of a row, added to `acc` as the kernel adds it.
+fn q6k_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut acc: f32) -> f32 {
+    let (unit, j) = (piece / PPU as usize, piece % PPU as usize);
+    let (n, e) = (j / 2, j % 2);
+    let sb = &row[unit * Q6K_UNIT_BYTES as usize..][..Q6K_UNIT_BYTES as usize];
+    let d = f16_to_f32(u16::from_le_bytes([
+        sb[Q6K_D as usize],
+        sb[Q6K_D as usize + 1],
+    ]));
+    let ql = &sb[32 * j..][..32];
+    let qh = &sb[Q6K_QH as usize + 32 * n..][..32];
+    for h in 0..2 {
+        // Elements 128n + 64h + 32e + t: activation block 4n + 2h + e of the super-block.
+        let first = 128 * n + 64 * h + 32 * e;
+        let block = unit * 8 + first / 32;
+        let nibble = match variant {
+            Variant::NibblesSwapped => 4 * (1 - h),
+            _ => 4 * h,
+        };
+        let field = match variant {
+            Variant::FieldsSwapped => 2 * e + 4 * (1 - h),
+            _ => 2 * e + 4 * h,
+        };
+        let w = |t: usize| {
+            let v = ((ql[t] >> nibble) & 0x0f) | (((qh[t] >> field) & 3) << 4);
+            i64::from(v) - 32
+        };
+        let dx = qx.dx[block];
+        for half in 0..2 {
+            let s = span_sum(qx, block, 16 * half..16 * half + 16, variant, w);
+            let which = match variant {
+                Variant::ScalesSwapped => 1 - half,
+                _ => half,
+            };
+            let sc = f32::from(sb[Q6K_SCALES as usize + first / 16 + which] as i8);
+            acc = (d * sc * dx).mul_add(s as f32, acc);
+        }
     }
     acc
 }
@@ -428,10 +546,10 @@ impl Pass<'_> {
     }
 
     /// The warp's first row in row group `group`, whether it has rows there (absent when
-    /// every warp has), and byte pointers to each of its rows in each matrix (row-major
-    /// over (row, matrix)). A warp past the last row reads the last rows instead, so that
-    /// it reaches the staging barriers with the others; its totals are not stored.
-    fn rows(&self, k: &mut Builder, group: Value) -> (Value, Option<Value>, Vec<Value>) {
+    /// every warp has), and each of its rows in each matrix (row-major over (row,
+    /// matrix)). A warp past the last row reads the last rows instead, so that it reaches
+    /// the staging barriers with the others; its totals are not stored.
+    fn rows(&self, k: &mut Builder, group: Value) -> (Value, Option<Value>, Vec<Stream>) {
         let p = self.p;
         let rpw = p.rows_per_warp();
         let first = k.mul_const(group, p.warps);
@@ -447,12 +565,26 @@ impl Pass<'_> {
         };
         let rb = p.format.row_bytes(p.cols);
         let start = wide_mul(k, row, rb);
+        // A Q6_K row of an odd number of 210-byte super-blocks starts 2 bytes past a word
+        // boundary where the row before it does not: its stream points at the boundary
+        // below and its pieces add the 2 bytes back.
+        let skewed = p.format == super::WeightFormat::Q6K && (rb / Q6K_UNIT_BYTES) % 2 == 1;
         let mut streams = vec![];
         for i in 0..rpw {
+            let (start, skew) = if skewed {
+                let r = k.add_const(row, i);
+                let odd = k.and_const(r, 1);
+                let skew = k.shl_const(odd, 1);
+                let back = k.cvt(Scalar::U64, skew);
+                let start = wide_mul(k, r, rb);
+                (k.sub(start, back), skew)
+            } else {
+                let later = k.const_u64(u64::from(i * rb));
+                (k.add(start, later), k.const_u32(0))
+            };
             for &w in &self.weights {
                 let at = k.ptr_add(w, start);
-                let later = k.const_u32(i * rb);
-                streams.push(k.ptr_add(at, later));
+                streams.push(Stream { at, skew });
             }
         }
         (row0, inside, streams)
@@ -593,7 +725,7 @@ impl Pass<'_> {
         &self,
         k: &mut Builder,
         staged: &Staged,
-        streams: &[Value],
+        streams: &[Stream],
         c0: u32,
         width: u32,
         accs: Vec<Value>,
@@ -606,6 +738,33 @@ impl Pass<'_> {
                     g,
                     q4lane: Q4kLane::new(k, g),
                     magic: Magic::new(k),
+                }
+            }
+            super::WeightFormat::Q5K => {
+                let g = k.and_const(self.lane, PPU - 1);
+                PieceFormat::Q5K {
+                    lane: Q5kLane::new(k, g),
+                    magic: Magic::new(k),
+                }
+            }
+            super::WeightFormat::Q6K => {
+                let j = k.and_const(self.lane, PPU - 1);
+                let n = k.shr_const(j, 1);
+                let e = k.and_const(j, 1);
+                let ql = k.shl_const(j, 5);
+                let qh = k.shl_const(n, 5);
+                let qh = k.add_const(qh, Q6K_QH);
+                // The first block's pair of scales, sc[(128n + 32e) / 16].
+                let n8 = k.shl_const(n, 3);
+                let e2 = k.shl_const(e, 1);
+                let scales = k.add(n8, e2);
+                let scales = k.add_const(scales, Q6K_SCALES);
+                PieceFormat::Q6K {
+                    e,
+                    field: e2,
+                    ql,
+                    qh,
+                    scales,
                 }
             }
             _ => PieceFormat::Q8_0,
@@ -660,19 +819,74 @@ impl Pass<'_> {
         let piece = k.shl_const(step, 5);
         let piece = k.add(piece, self.lane);
         let global = k.add_const(piece, c.c0 / 64);
-        let weights = match c.format {
+        let weights = match &c.format {
             PieceFormat::Q4K { g, .. } => {
                 let unit = k.shr_const(global, 2);
                 let off = k.mul_const(unit, UNIT_BYTES);
-                let quant_off = k.shl_const(g, 5);
+                let quant_off = k.shl_const(*g, 5);
                 let quant_off = k.add_const(quant_off, 16);
                 c.streams
                     .iter()
-                    .map(|&s| {
-                        let at = k.ptr_add(s, off);
+                    .map(|s| {
+                        let at = k.ptr_add(s.at, off);
                         let header = Bytes::load(k, at, 16, 16);
                         let qa = k.ptr_add(at, quant_off);
-                        vec![header, Bytes::load(k, qa, 32, 16)]
+                        PieceBytes::Q4K(header, Bytes::load(k, qa, 32, 16))
+                    })
+                    .collect()
+            }
+            PieceFormat::Q5K { lane, .. } => {
+                let unit = k.shr_const(global, 2);
+                let off = k.mul_const(unit, Q5K_UNIT_BYTES);
+                c.streams
+                    .iter()
+                    .map(|s| {
+                        let at = k.ptr_add(s.at, off);
+                        let (header, qh, qs) = lane.load(k, at);
+                        PieceBytes::Q5K(header, qh, qs)
+                    })
+                    .collect()
+            }
+            PieceFormat::Q6K { ql, qh, scales, .. } => {
+                let unit = k.shr_const(global, 2);
+                let off = k.mul_const(unit, Q6K_UNIT_BYTES);
+                c.streams
+                    .iter()
+                    .map(|s| {
+                        let sb = k.add(off, s.skew);
+                        let ql_at = k.add(sb, *ql);
+                        let mis = k.and_const(ql_at, 3);
+                        let shift = k.shl_const(mis, 3);
+                        let run = |k: &mut Builder, at: Value| {
+                            let at = k.and_const(at, !3);
+                            let at = k.ptr_add(s.at, at);
+                            let at = k.ptr_cast(Scalar::U32, at);
+                            (0..9)
+                                .map(|i| {
+                                    let c = k.const_u32(i);
+                                    let a = k.ptr_add(at, c);
+                                    k.load_with(Type::U32, a, CacheOp::Nc)
+                                })
+                                .collect::<Vec<_>>()
+                        };
+                        let ql = run(k, ql_at);
+                        let qh_at = k.add(sb, *qh);
+                        let qh = run(k, qh_at);
+                        let at = k.ptr_add(s.at, sb);
+                        let sc = k.ptr_add(at, *scales);
+                        let first = load_u16(k, sc);
+                        let four = k.const_u32(4);
+                        let sc = k.ptr_add(sc, four);
+                        let second = load_u16(k, sc);
+                        let da = k.const_u32(Q6K_D);
+                        let da = k.ptr_add(at, da);
+                        PieceBytes::Q6K {
+                            ql,
+                            qh,
+                            shift,
+                            scales: [first, second],
+                            d: load_u16(k, da),
+                        }
                     })
                     .collect()
             }
@@ -680,28 +894,35 @@ impl Pass<'_> {
                 let off = k.mul_const(global, Q8_PIECE_BYTES);
                 c.streams
                     .iter()
-                    .map(|&s| {
-                        let at = k.ptr_add(s, off);
-                        vec![Bytes::load(k, at, Q8_PIECE_BYTES, 4)]
+                    .map(|s| {
+                        let at = k.ptr_add(s.at, off);
+                        PieceBytes::Q8_0(Bytes::load(k, at, Q8_PIECE_BYTES, 4))
                     })
                     .collect()
             }
         };
+        let blocks = c.format.blocks(k, piece);
         let acts =
-            (self.p.batch == 1).then(|| [0, 1].map(|h| self.activations(k, staged, piece, 0, h)));
+            (self.p.batch == 1).then(|| [0, 1].map(|h| self.activations(k, staged, &blocks, h, 0)));
         Loaded {
-            piece,
+            blocks,
             weights,
             acts,
         }
     }
 
-    /// Vector `j`'s staged activations of block `2·piece + h` of the chunk: its 8 low and
-    /// 8 high plane words and its `(dx, Σq)`.
-    fn activations(&self, k: &mut Builder, staged: &Staged, piece: Value, j: u32, h: u32) -> Half {
-        // Element offset of the block in the chunk, 64·piece + 32h, in words.
-        let word = k.shl_const(piece, 4);
-        let word = k.add_const(word, j * staged.cols / 4 + 8 * h);
+    /// Vector `j`'s staged activations of a piece's block `h`: its 8 low and 8 high plane
+    /// words and its `(dx, Σq)`.
+    fn activations(
+        &self,
+        k: &mut Builder,
+        staged: &Staged,
+        blocks: &Blocks,
+        h: u32,
+        j: u32,
+    ) -> Half {
+        // Element offset of the block in the chunk, in words.
+        let word = k.add_const(blocks.word, j * staged.cols / 4 + 8 * blocks.apart * h);
         let plane = |k: &mut Builder, base: Value| -> Vec<Value> {
             (0..2)
                 .flat_map(|i| {
@@ -714,9 +935,11 @@ impl Pass<'_> {
         };
         let lo = plane(k, staged.lo);
         let hi = plane(k, staged.hi);
-        // Block 2·piece + h: its pair at float 2·that.
-        let at = k.shl_const(piece, 2);
-        let at = k.add_const(at, j * staged.cols / BLOCK * 2 + 2 * h);
+        // The block's pair, at float 2·block.
+        let at = k.add_const(
+            blocks.pair,
+            j * staged.cols / BLOCK * 2 + 2 * blocks.apart * h,
+        );
         let at = k.ptr_add(staged.meta, at);
         let v = k.load(Type::Vec(Scalar::F32, 2), at);
         Half {
@@ -742,20 +965,30 @@ impl Pass<'_> {
         let streams = self.streams();
         let mut out = accs.to_vec();
         for (s, bytes) in l.weights.iter().enumerate() {
-            // The stream's block `h`, its super-block scales unpacked once for both.
-            let block: Box<BlockLoader<'_>> = match &c.format {
-                PieceFormat::Q4K { q4lane, magic, .. } => {
-                    let (scales, magic) = (Q4kScales::new(k, q4lane, &bytes[0]), *magic);
-                    Box::new(move |k, h| q4k_block(k, &scales, magic, &bytes[1], h))
+            // The stream's block `h`, what both blocks share formed once.
+            let block: Box<BlockLoader<'_>> = match (&c.format, bytes) {
+                (PieceFormat::Q4K { q4lane, magic, .. }, PieceBytes::Q4K(header, quants)) => {
+                    let (scales, magic) = (Q4kScales::new(k, q4lane, header), *magic);
+                    Box::new(move |k, h| q4k_block(k, &scales, magic, quants, h))
                 }
-                PieceFormat::Q8_0 => Box::new(|k, h| q8_0_block(k, &bytes[0], h)),
+                (PieceFormat::Q5K { lane, magic }, PieceBytes::Q5K(header, qh, qs)) => {
+                    let (scales, magic) = (Q4kScales::new(k, &lane.q4k, header), *magic);
+                    let high = lane.fifth_bits(k, qh);
+                    Box::new(move |k, h| q5k_block(k, &scales, magic, qs, &high, h))
+                }
+                (PieceFormat::Q6K { field, .. }, PieceBytes::Q6K { .. }) => {
+                    let piece = Q6kPiece::new(k, bytes, *field);
+                    Box::new(move |k, h| piece.block(k, h))
+                }
+                (_, PieceBytes::Q8_0(b)) => Box::new(|k, h| q8_0_block(k, b, h)),
+                _ => unreachable!("a piece's bytes are loaded for its format"),
             };
             for h in 0..2 {
                 let block = block(k, h);
                 for j in 0..self.p.batch {
                     let half = match &l.acts {
                         Some(a) => a[h as usize].clone(),
-                        None => self.activations(k, staged, l.piece, j, h),
+                        None => self.activations(k, staged, &l.blocks, h, j),
                     };
                     let at = j as usize * streams + s;
                     out[at] = block.dot(k, &half, out[at]);
@@ -782,6 +1015,11 @@ enum WeightBlock {
     },
     /// Q8_0: the signed quant bytes, four a word, and the block's scale `d`.
     Q8_0 { quants: Vec<Value>, d: Value },
+    /// Q6_K: the signed weights `q6 − 32`, four a word, and `d·sc` of each 16.
+    Q6K {
+        weights: Vec<Value>,
+        dsc: [Value; 2],
+    },
 }
 
 /// Sub-block `2g + h` of a Q4_K piece from its super-block's scales and its 32 quant
@@ -799,6 +1037,39 @@ fn q4k_block(
     WeightBlock::Q4K {
         spread,
         times16: h == 1,
+        dsc,
+        dm,
+    }
+}
+
+/// Sub-block `2g + h` of a Q5_K piece from its super-block's scales, its 32 qs bytes and
+/// the qh words shifted down by `2g`: each weight's nibble with its fifth bit (bit `h`)
+/// on top.
+fn q5k_block(
+    k: &mut Builder,
+    scales: &Q4kScales,
+    magic: Magic,
+    qs: &Bytes,
+    high: &[Value],
+    h: u32,
+) -> WeightBlock {
+    let spread: Vec<Value> = (0..8)
+        .map(|i| {
+            let q = if h == 0 {
+                qs.part(i)
+            } else {
+                k.shr_const(qs.part(i), 4)
+            };
+            let q = k.and_const(q, 0x0F0F_0F0F);
+            let b = k.shl_const(high[i], 4 - h);
+            let b = k.and_const(b, 0x1010_1010);
+            k.or(q, b)
+        })
+        .collect();
+    let (dsc, dm) = scales.sub_block(k, magic, h);
+    WeightBlock::Q4K {
+        spread,
+        times16: false,
         dsc,
         dm,
     }
@@ -839,6 +1110,26 @@ impl WeightBlock {
                 dsc,
                 dm,
             } => sub_block_dot(k, spread, *times16, x, *dsc, *dm, acc),
+            WeightBlock::Q6K { weights, dsc } => {
+                let mut acc = acc;
+                for (half, &dsc) in dsc.iter().enumerate() {
+                    let span = 4 * half..4 * half + 4;
+                    let zero = k.const_i32(0);
+                    let t = weights[span.clone()]
+                        .iter()
+                        .zip(&x.hi[span.clone()])
+                        .fold(zero, |t, (&w, &q)| k.dp4a(w, true, q, true, t));
+                    let t = k.shl_const(t, 8);
+                    let t = weights[span.clone()]
+                        .iter()
+                        .zip(&x.lo[span])
+                        .fold(t, |t, (&w, &q)| k.dp4a(w, true, q, false, t));
+                    let sum = k.cvt(Scalar::F32, t);
+                    let a = k.mul(dsc, x.dx);
+                    acc = k.fma(a, sum, acc);
+                }
+                acc
+            }
             WeightBlock::Q8_0 { quants, d } => {
                 let zero = k.const_i32(0);
                 let t = quants
@@ -911,22 +1202,175 @@ enum PieceFormat {
         q4lane: Q4kLane,
         magic: Magic,
     },
+    /// `g = lane mod 4`, as Q4_K, and where its fifth bits are.
+    Q5K {
+        lane: Q5kLane,
+        magic: Magic,
+    },
+    /// `j = lane mod 4 = 2n + e`: the piece's ql bytes `32j ..`, qh bytes `128 + 32n ..`,
+    /// its first block's two scales at `192 + 8n + 2e`, the second's 4 bytes further,
+    /// and its qh fields' shift `2e`.
+    Q6K {
+        e: Value,
+        field: Value,
+        ql: Value,
+        qh: Value,
+        scales: Value,
+    },
     Q8_0,
+}
+
+impl PieceFormat {
+    /// Where piece `piece`'s activation blocks are staged: `2·piece` and the next, or for
+    /// Q6_K (blocks `4n + e` and `4n + 2 + e` of the super-block) `2·piece − e` and two
+    /// further.
+    fn blocks(&self, k: &mut Builder, piece: Value) -> Blocks {
+        match self {
+            PieceFormat::Q6K { e, .. } => {
+                let twice = k.shl_const(piece, 1);
+                let first = k.sub(twice, *e);
+                Blocks {
+                    word: k.shl_const(first, 3),
+                    pair: k.shl_const(first, 1),
+                    apart: 2,
+                }
+            }
+            _ => Blocks {
+                word: k.shl_const(piece, 4),
+                pair: k.shl_const(piece, 2),
+                apart: 1,
+            },
+        }
+    }
+}
+
+/// A piece's first activation block in the chunk's staging: its first plane word and its
+/// `(dx, Σq)` pair's first float; the second block is `apart` blocks further.
+struct Blocks {
+    word: Value,
+    pair: Value,
+    apart: u32,
+}
+
+/// A row of one matrix as a lane reads it: a byte pointer, and the bytes its pieces' offsets
+/// add back (a Q6_K row's start lowered to a word boundary; otherwise 0).
+#[derive(Clone, Copy)]
+pub(super) struct Stream {
+    at: Value,
+    skew: Value,
 }
 
 /// A lane's constants for a chunk's products.
 struct Consts<'a> {
     format: PieceFormat,
-    streams: &'a [Value],
+    streams: &'a [Stream],
     /// The chunk's first column.
     c0: u32,
 }
 
-/// A piece's loads: its index in the chunk, each stream's bytes (Q4_K: header and quants;
-/// Q8_0: the piece), and at one vector a pass the activations of both blocks.
+/// A stream's loads of a piece.
+enum PieceBytes {
+    /// The super-block header and the piece's 32 quant bytes.
+    Q4K(Bytes, Bytes),
+    /// The super-block header, its 32 qh bytes as words and the piece's 32 qs bytes.
+    Q5K(Bytes, Vec<Value>, Bytes),
+    /// 9 words from the word boundary at or below the piece's 32 ql bytes and its 32 qh
+    /// bytes, the bits they are shifted by, the two scale pairs and the bits of `d`.
+    Q6K {
+        ql: Vec<Value>,
+        qh: Vec<Value>,
+        shift: Value,
+        scales: [Value; 2],
+        d: Value,
+    },
+    /// The piece's 68 bytes.
+    Q8_0(Bytes),
+}
+
+/// A Q6_K piece's bytes as both its blocks use them: the ql and qh words aligned, the
+/// qh fields of the piece moved down by `2e`, and `d`.
+struct Q6kPiece {
+    ql: Vec<Value>,
+    qh: Vec<Value>,
+    scales: [Value; 2],
+    d: Value,
+}
+
+impl Q6kPiece {
+    fn new(k: &mut Builder, bytes: &PieceBytes, field: Value) -> Q6kPiece {
+        let PieceBytes::Q6K {
+            ql,
+            qh,
+            shift,
+            scales,
+            d,
+        } = bytes
+        else {
+            unreachable!("Q6_K bytes")
+        };
+        // Word i of a run: bits `shift ..` of the 64 bits of loaded words i, i + 1 (a
+        // shift by 32 gives 0).
+        let c32 = k.const_u32(32);
+        let back = k.sub(c32, *shift);
+        let join = |k: &mut Builder, w: &[Value]| -> Vec<Value> {
+            (0..8)
+                .map(|i| {
+                    let lo = k.shr(w[i], *shift);
+                    let hi = k.shl(w[i + 1], back);
+                    k.or(lo, hi)
+                })
+                .collect()
+        };
+        let ql = join(k, ql);
+        let qh = join(k, qh);
+        let qh = qh.iter().map(|&w| k.shr(w, field)).collect();
+        Q6kPiece {
+            ql,
+            qh,
+            scales: *scales,
+            d: f16_bits_to_f32(k, *d),
+        }
+    }
+
+    /// Block `h`: the low (`h = 0`) or high nibbles of the ql bytes, the qh field `2h`
+    /// (after the piece's shift) on top, less 32, as signed bytes: `(v + 0x60) ⊕ 0x80`
+    /// per byte (`v < 64`, so no byte carries into the next); `d·sc` of each 16 weights.
+    fn block(&self, k: &mut Builder, h: u32) -> WeightBlock {
+        let weights = self
+            .ql
+            .iter()
+            .zip(&self.qh)
+            .map(|(&l, &hb)| {
+                let (l, hb) = if h == 0 {
+                    (l, k.shl_const(hb, 4))
+                } else {
+                    (k.shr_const(l, 4), hb)
+                };
+                let l = k.and_const(l, 0x0F0F_0F0F);
+                let hb = k.and_const(hb, 0x3030_3030);
+                let v = k.add(l, hb);
+                let v = k.add_const(v, 0x6060_6060);
+                let sign = k.const_u32(0x8080_8080);
+                k.xor(v, sign)
+            })
+            .collect();
+        let pair = self.scales[h as usize];
+        let dsc = [24, 16].map(|up| {
+            let s = k.shl_const(pair, up);
+            let s = k.bitcast(Type::I32, s);
+            let s = k.shr_const(s, 24);
+            let s = k.cvt(Scalar::F32, s);
+            k.mul(self.d, s)
+        });
+        WeightBlock::Q6K { weights, dsc }
+    }
+}
+
+/// A piece's loads: where its activations are staged, each stream's bytes, and at one
+/// vector a pass the activations of both blocks.
 struct Loaded {
-    piece: Value,
-    weights: Vec<Vec<Bytes>>,
+    blocks: Blocks,
+    weights: Vec<PieceBytes>,
     acts: Option<[Half; 2]>,
 }
 
@@ -939,7 +1383,7 @@ struct Half {
     sq: Value,
 }
 
-/// Whether the kernel of `p` takes this path (Q4_K and Q8_0 weights).
+/// Whether the kernel of `p` takes this path (Q4_K, Q5_K, Q6_K and Q8_0 weights).
 pub(super) fn applies(p: &QGemvParams) -> bool {
     p.format.is_integer()
 }

@@ -51,7 +51,7 @@
 //! whatever batch it is in (batch invariance). The SwiGLU form adds `ex2.approx` and `div.approx` (as
 //! [`crate::silu_mul`]) and is checked within a bound.
 //!
-//! **Q4_K and Q8_0** are the exception: their kernels quantize the activations to 16-bit
+//! **Q4_K, Q5_K, Q6_K and Q8_0** are the exception: their kernels quantize the activations to 16-bit
 //! integers in shared memory and multiply them with the quantized weights by byte dot
 //! products ([`integer`]). Their sums are exact and their float operations fixed, so they
 //! too match their reference ([`integer::dots`]) bit for bit, whatever the batch; the
@@ -331,7 +331,7 @@ pub fn build(p: &QGemvParams) -> Result<Function, KernelError> {
     let n = k.param("n", Type::U32);
     let r = r.map(|r| (r, k.param("r_stride", Type::U32)));
     let tid = k.tid_x();
-    // The block's copies of the pass's vectors: normalized, or for Q4_K and Q8_0 quantized.
+    // The block's copies of the pass's vectors: normalized, or for the integer formats quantized.
     let quantized = integer::applies(p).then(|| integer::Staged::new(&mut k, p));
     let staged = norm
         .filter(|_| quantized.is_none())
@@ -977,7 +977,7 @@ pub fn case_with(
             mistaken.push((what, per_matrix));
         }
     }
-    // Q4_K's and Q8_0's products are exact integer sums on quantized activations: judged
+    // The integer formats' products are exact integer sums on quantized activations: judged
     // bit for bit against their reference and within a bound of the exact products.
     let exact = match p.epilogue {
         Epilogue::Plain | Epilogue::Residual if integer::applies(p) => Some(
