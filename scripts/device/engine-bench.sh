@@ -9,6 +9,8 @@
 #   shape:SHAPE[:TARGET]      a synthetic bf16 checkpoint of a catalog shape (`quench synth`,
 #                             seed 1, under $SYNTH_DIR), quench and torch on the same files
 #   quant:SHAPE:TYPE[:TARGET] that checkpoint quantized by `quench quantize --type TYPE`
+#   f16:SHAPE[:TARGET]        the same checkpoint written in f16 (`quench synth --dtype f16`),
+#                             quench only
 # TARGET is `N` tokens/s or `N%` of the copy bandwidth (weight bytes per token × rate),
 # fixed here before the run and recorded in the receipt.
 #
@@ -31,8 +33,10 @@ target_args() {
 }
 
 synth() {
-    local shape=$1 dir="$SYNTH_DIR/$1"
-    [ -f "$dir/config.json" ] || "$BIN" synth --shape "$shape" --seed 1 "$dir" >&2 || return 1
+    local shape=$1 dtype=${2:-bf16} dir="$SYNTH_DIR/$1"
+    [ "$dtype" = bf16 ] || dir="$dir-$dtype"
+    [ -f "$dir/config.json" ] ||
+        "$BIN" synth --shape "$shape" --seed 1 --dtype "$dtype" "$dir" >&2 || return 1
     echo "$dir"
 }
 
@@ -54,6 +58,10 @@ for spec in "$@"; do
             bench "$a" "$dir" "${b:-}" || status=1
             python3 "$HERE/torch_generate.py" "$dir" >"$DEST/torch-generate-$a.json" ||
                 status=1
+            ;;
+        f16)
+            dir=$(synth "$a" f16) || { status=1; continue; }
+            bench "$a-f16" "$dir" "${b:-}" || status=1
             ;;
         quant)
             dir=$(synth "$a") || { status=1; continue; }
