@@ -163,10 +163,10 @@ fn the_graph_caps_only_the_matrix_vector_grids() {
         let name = &capped.kernels[c.kernel].name;
         if name.contains("gemv") {
             gemvs[usize::from(c.rows == Rows::Many)] += 1;
-            // Q4_K, Q5_K, Q6_K and Q8_0 products of a normalized input run one wide block a
+            // The integer formats' products of a normalized input run one wide block a
             // multiprocessor (in steps of several rows too, where the norm has a
             // dispatch of its own), the others 8 narrow ones.
-            let integer = ["q4_k", "q5_k", "q6_k", "q8_0"]
+            let integer = ["q4_k", "q5_k", "q6_k", "q8_0", "q4_0", "q4_1"]
                 .iter()
                 .any(|f| name.contains(f));
             let cap = c.launch_for(1).grid[0];

@@ -256,19 +256,6 @@ pub fn q8_0_block(k: &mut Builder, magic: Magic, b: &Bytes, at: u32) -> Vec<Valu
         .collect()
 }
 
-/// Q4_0 block at byte `at`: `x = d · (q − 8)`; byte `e mod 16` of the nibbles holds
-/// element `e`, low nibble first.
-pub fn q4_0_block(k: &mut Builder, magic: Magic, b: &Bytes, at: u32) -> Vec<Value> {
-    let mut d = Scaled::new(b.f16(k, at));
-    (0..32)
-        .map(|e| {
-            let (q, s) = magic.field(k, b, at + 2 + e % 16, 4 * (e / 16), 4, 8);
-            let ds = d.get(k, s);
-            k.mul(ds, q)
-        })
-        .collect()
-}
-
 /// Q4_1 block at byte `at`: `x = d · q + m` (`d · q` is exact, so one fma).
 pub fn q4_1_block(k: &mut Builder, magic: Magic, b: &Bytes, at: u32) -> Vec<Value> {
     let mut d = Scaled::new(b.f16(k, at));

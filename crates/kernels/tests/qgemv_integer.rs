@@ -1,7 +1,8 @@
-//! The Q4_K, Q5_K, Q6_K and Q8_0 matrix–vector kernels on 16-bit integer activations
-//! (`dp4a`): on the interpreter, every output bit for bit against the integer reference
-//! and within the bound of the exact f64 product (whose wrong variants — the k-quants'
-//! nibbles swapped, Q8_0 block scales and Q6_K 16-weight scales swapped, Q5_K fifth bits
+//! The Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q4_1 matrix–vector kernels on 16-bit integer
+//! activations (`dp4a`): on the interpreter, every output bit for bit against the integer
+//! reference and within the bound of the exact f64 product (whose wrong variants — the
+//! 4-bit formats' nibbles swapped, Q8_0, Q4_0 and Q4_1 block scales and Q6_K 16-weight
+//! scales swapped, Q5_K fifth bits
 //! and Q6_K high fields taken from the other nibble's, byte planes swapped — must fail
 //! it), over rows whose last
 //! step is full or ragged, Q6_K rows of an odd number of super-blocks (every other row
@@ -20,11 +21,13 @@ mod common;
 
 use common::seed;
 
-const FORMATS: [WeightFormat; 4] = [
+const FORMATS: [WeightFormat; 6] = [
     WeightFormat::Q4K,
     WeightFormat::Q8_0,
     WeightFormat::Q6K,
     WeightFormat::Q5K,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
 ];
 
 fn params(
@@ -242,6 +245,45 @@ fn the_wrong_variants_fail_the_exact_check() {
         let want = qgemv::dots(&p5, &changed, &x5).expect("reference");
         assert_eq!(want, integer::dots(&p5, &w5, &x5, variant), "{what}");
         assert_mostly_differs(what, &got5, &want);
+    }
+
+    // Q4_0 and Q4_1 (blocks of 18 and 20 bytes, two a piece): each quant byte's nibbles
+    // swapped; each piece's two blocks' scales (and offsets) swapped.
+    for (format, block) in [(WeightFormat::Q4_0, 18), (WeightFormat::Q4_1, 20)] {
+        let p = QGemvParams { format, ..p6 };
+        let (got, w, x) = run(&p);
+        let mut nibbles = w.clone();
+        for b in nibbles.chunks_exact_mut(block) {
+            b[block - 16..]
+                .iter_mut()
+                .for_each(|q| *q = q.rotate_left(4));
+        }
+        let mut scales = w.clone();
+        for piece in scales.chunks_exact_mut(2 * block) {
+            let (a, b) = piece.split_at_mut(block);
+            a[..block - 16].swap_with_slice(&mut b[..block - 16]);
+        }
+        for (what, variant, changed) in [
+            ("nibbles swapped", integer::Variant::NibblesSwapped, nibbles),
+            (
+                "block scales swapped",
+                integer::Variant::ScalesSwapped,
+                scales,
+            ),
+        ] {
+            let want = qgemv::dots(&p, &changed, &x).expect("reference");
+            assert_eq!(
+                want,
+                integer::dots(&p, &w, &x, variant),
+                "{format:?} {what}"
+            );
+            assert_mostly_differs(what, &got, &want);
+        }
+        assert_mostly_differs(
+            "planes swapped",
+            &got,
+            &integer::dots(&p, &w, &x, integer::Variant::PlanesSwapped),
+        );
     }
 
     for (p, got, w, x) in [

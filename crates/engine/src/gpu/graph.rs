@@ -981,7 +981,7 @@ const TC_TILES: [u32; 4] = [1, 2, 4, 8];
 /// Warps of a matrix–vector block (but see [`gemv_shape`]).
 const GEMV_WARPS: u32 = 4;
 
-/// Q4_K, Q5_K, Q6_K and Q8_0 products stage the whole input vector, quantized, in every block before
+/// The integer formats' products (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) stage the whole input vector, quantized, in every block before
 /// its rows ([`quench_kernels::qgemv::integer`]), and one thread quantizes each
 /// 32-element block: fewer, wider blocks spend less of the product on it where the input
 /// is normalized first or long. Measured on an H200 over warps 4/8/16 × 1/2/4/8 blocks a

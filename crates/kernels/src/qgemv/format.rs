@@ -11,8 +11,8 @@
 //! |---|---|---|---|---|---|
 //! | bf16, f16 | 8 elements | 16 | 1 | 8 elements | one 16-byte |
 //! | Q8_0 | 2 blocks, 64 elements | 68 | 1 | 64 elements | 17 × 4-byte, on integer activations ([`super::integer`]) |
-//! | Q4_0 | 2 blocks | 36 | 1 | 64 elements | 9 × 4-byte |
-//! | Q4_1 | 2 blocks | 40 | 1 | 64 elements | 5 × 8-byte |
+//! | Q4_0 | 2 blocks | 36 | 1 | 64 elements | 9 × 4-byte, on integer activations |
+//! | Q4_1 | 2 blocks | 40 | 1 | 64 elements | 5 × 8-byte, on integer activations |
 //! | Q4_K | 1 super-block, 256 elements | 144 | 4 | 64 elements | 3 × 16-byte (header, 2 × quants), on integer activations ([`super::integer`]) |
 //! | Q5_K | 1 super-block | 176 | 4 | 64 elements | 5 × 16-byte (header, 2 × fifth bits, 2 × nibbles), on integer activations ([`super::integer`]) |
 //! | Q6_K | 1 super-block | 210 | 4 | 2 runs of 32 elements | 18 × 4-byte (ql and qh, from the word boundary below), 3 × 2-byte, on integer activations ([`super::integer`]) |
@@ -85,7 +85,12 @@ impl WeightFormat {
     pub fn is_integer(self) -> bool {
         matches!(
             self,
-            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K | WeightFormat::Q8_0
+            WeightFormat::Q4K
+                | WeightFormat::Q5K
+                | WeightFormat::Q6K
+                | WeightFormat::Q8_0
+                | WeightFormat::Q4_0
+                | WeightFormat::Q4_1
         )
     }
 
@@ -148,26 +153,24 @@ impl WeightFormat {
 /// What a lane computes once: its format and its sub-piece's constants.
 pub enum Lane {
     Half { f16: bool },
-    Legacy { format: WeightFormat, magic: Magic },
     Q3k { lane: Q3kLane, magic: Magic },
     Q2k { lane: Q2kLane, magic: Magic },
 }
 
 impl Lane {
     /// The constants of sub-piece `j` (a `u32`, `lane mod pieces_per_unit`). Emit once
-    /// per kernel, outside loops. Not for Q8_0 and the Q4_K, Q5_K and Q6_K formats, whose products multiply integers
-    /// ([`super::integer`]): [`super::build`] never asks.
+    /// per kernel, outside loops. Not for the formats whose products multiply integers
+    /// ([`WeightFormat::is_integer`], [`super::integer`]): [`super::build`] never asks.
     pub fn new(k: &mut Builder, f: WeightFormat, j: Value) -> Lane {
         match f {
             WeightFormat::BF16 => Lane::Half { f16: false },
             WeightFormat::F16 => Lane::Half { f16: true },
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 => Lane::Legacy {
-                format: f,
-                magic: Magic::new(k),
-            },
-            WeightFormat::Q8_0 | WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
-                unreachable!("Q8_0 and the Q4_K, Q5_K and Q6_K products take the integer path")
-            }
+            WeightFormat::Q8_0
+            | WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q4K
+            | WeightFormat::Q5K
+            | WeightFormat::Q6K => unreachable!("{f:?} products take the integer path"),
             WeightFormat::Q3K => Lane::Q3k {
                 lane: Q3kLane::new(k, j),
                 magic: Magic::new(k),
@@ -185,7 +188,6 @@ impl Lane {
             Lane::Q3k { lane, .. } => lane.runs.iter().map(|&r| (r, 8)).collect(),
             Lane::Q2k { lane, .. } => lane.runs.iter().map(|&r| (r, 8)).collect(),
             Lane::Half { .. } => vec![(k.const_u32(0), 8)],
-            Lane::Legacy { .. } => vec![(k.const_u32(0), 64)],
         }
     }
 
@@ -195,11 +197,6 @@ impl Lane {
         // A unit's bytes, and the width of the loads of the formats that load it whole.
         let (unit_bytes, width) = match self {
             Lane::Half { .. } => (16, 16),
-            Lane::Legacy {
-                format: WeightFormat::Q4_0,
-                ..
-            } => (36, 4),
-            Lane::Legacy { .. } => (40, 8),
             Lane::Q3k { .. } => (110, 2),
             Lane::Q2k { .. } => (84, 4),
         };
@@ -209,11 +206,6 @@ impl Lane {
             Lane::Half { f16 } => Raw::Half {
                 bytes: Bytes::load(k, at, unit_bytes, width),
                 f16: *f16,
-            },
-            Lane::Legacy { format, magic } => Raw::Legacy {
-                bytes: Bytes::load(k, at, unit_bytes, width),
-                format: *format,
-                magic: *magic,
             },
             Lane::Q3k { lane, magic } => Raw::Q3k {
                 lane,
@@ -234,11 +226,6 @@ pub enum Raw<'a> {
     Half {
         bytes: Bytes,
         f16: bool,
-    },
-    Legacy {
-        bytes: Bytes,
-        format: WeightFormat,
-        magic: Magic,
     },
     Q3k {
         lane: &'a Q3kLane,
@@ -266,26 +253,11 @@ impl Raw<'_> {
                     }
                 })
                 .collect(),
-            Raw::Legacy {
-                bytes,
-                format,
-                magic,
-            } => {
-                let (block, second) = match format {
-                    WeightFormat::Q4_0 => (ggml::q4_0_block as BlockFn, 18),
-                    _ => (ggml::q4_1_block as BlockFn, 20),
-                };
-                let mut out = block(k, *magic, bytes, 0);
-                out.extend(block(k, *magic, bytes, second));
-                out
-            }
             Raw::Q3k { lane, magic, raw } => ggml::q3_k_piece(k, *magic, lane, raw),
             Raw::Q2k { lane, magic, raw } => ggml::q2_k_piece(k, *magic, lane, raw),
         }
     }
 }
-
-type BlockFn = fn(&mut Builder, Magic, &Bytes, u32) -> Vec<Value>;
 
 /// Load the activations of one run (`len` a multiple of 8, `first` 8-aligned) as 16-byte
 /// words, `xw` being `x` viewed as 32-bit words: 8 bf16 or 4 f32 a word; [`unpack_x`]

@@ -1,4 +1,4 @@
-//! Q4_K, Q5_K, Q6_K and Q8_0 products on 16-bit integer activations: byte dot products (`dp4a`) in
+//! Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q4_1 products on 16-bit integer activations: byte dot products (`dp4a`) in
 //! place of a float dequantization per weight.
 //!
 //! **Why.** Dequantizing each weight to f32 and multiplying it with an f32 activation
@@ -8,7 +8,7 @@
 //! FP64 check allows, so the activations keep 16 bits, split into two byte planes.
 //!
 //! **Activations.** Each pass first quantizes its vectors into shared memory, every
-//! 32-element block `j` (a Q4_K or Q5_K sub-block's span, a Q8_0 block's, two Q6_K scales') on its own
+//! 32-element block `j` (a Q4_K or Q5_K sub-block's span, a Q8_0, Q4_0 or Q4_1 block's, two Q6_K scales') on its own
 //! ([`quantize`]): `dx_j = max|x| / 32767` and `q_i = rne(x_i · fl(1/dx_j))`, the exact
 //! product rounded once to an integer (|q| ≤ 32767), or `dx_j = 0` and
 //! `q = 0` where `dx_j` would be below the smallest normal f32 (an all-zero block). The
@@ -42,6 +42,11 @@
 //!   each, joined a word at a time where the run is not aligned. Each weight byte
 //!   `(ql nibble | field << 4) − 32` is formed in place as `((ql | field·16) + 0x60) ⊕ 0x80`,
 //!   a signed byte with no carry between bytes.
+//! - Q4_0 and Q4_1: piece `p` is blocks `2p`, `2p + 1`, 36 bytes (9 words; the first
+//!   block's quant words joined across its 2-byte scale, as Q8_0's) or 40 (5 pairs of
+//!   words); a block's low nibbles are its elements 0–15 and its high nibbles 16–31, so
+//!   masking its 4 quant words, then shifting them down by 4 and masking, gives 8 words
+//!   in element order. Q4_0's `q − 8` is formed bytewise as `(q + 0x78) ⊕ 0x80`.
 //! - Q8_0: piece `p` is blocks `2p`, `2p + 1`, 68 bytes loaded as 17 words: the first
 //!   block's quant bytes start 2 bytes into a word (each of its quant words is joined
 //!   from the high half of one word and the low half of the next), the second block's
@@ -55,7 +60,10 @@
 //!   (`d·sc` and `dmin·m` are exact); Q5_K the same with `w = q5` (|S| < 2^25, rounded to
 //!   f32 once);
 //! - Q8_0 (`w` the signed quant, `d` the block's f16 scale): `acc = fma(fl(d·dx),
-//!   fl(S), acc)` (|S| < 2^28 is rounded to f32 once);
+//!   fl(S), acc)` (|S| < 2^28 is rounded to f32 once); Q4_0 the same with `w = q − 8`
+//!   (|S| < 2^24, exact);
+//! - Q4_1 (`w = q`, scale `d`, offset `m`): `acc = fma(fl(d·dx), S, acc)`, then
+//!   `acc = fma(fl(m·dx), Σq, acc)`;
 //! - Q6_K (`w = q6 − 32`, super-block `d`, a signed scale `sc` per 16 weights): `S` taken
 //!   per 16 weights (|S| < 2^24, exact in f32), `acc = fma(fl(d·sc)·dx, S, acc)` for the
 //!   first 16 then the second (`d·sc` is exact).
@@ -96,6 +104,9 @@ const UNIT_BYTES: u32 = 144;
 const Q5K_UNIT_BYTES: u32 = 176;
 /// Q8_0 piece bytes: two blocks of an f16 scale and 32 quant bytes.
 const Q8_PIECE_BYTES: u32 = 68;
+/// Q4_0 and Q4_1 block bytes: an f16 scale (and for Q4_1 an f16 offset), 16 quant bytes.
+const Q4_0_BLOCK_BYTES: u32 = 18;
+const Q4_1_BLOCK_BYTES: u32 = 20;
 /// Q6_K super-block bytes: 128 ql, 64 qh, 16 scales, `d`.
 const Q6K_UNIT_BYTES: u32 = 210;
 /// Q6_K byte offsets in the super-block: qh, the scales, `d`.
@@ -171,12 +182,13 @@ pub fn quantize(x: &[f32]) -> QuantX {
 pub enum Variant {
     /// What the kernels compute.
     Right,
-    /// Q4_K, Q5_K, Q6_K: each quant byte's nibbles taken the other way round.
+    /// Q4_K, Q5_K, Q6_K, Q4_0, Q4_1: each quant byte's nibbles taken the other way
+    /// round.
     NibblesSwapped,
     /// The activations' low bytes taken as the high ones and the reverse.
     PlanesSwapped,
-    /// Q8_0: each piece's two block scales taken the other way round; Q6_K: each
-    /// block's two 16-weight scales.
+    /// Q8_0, Q4_0, Q4_1: each piece's two blocks' scales (and offsets) taken the other
+    /// way round; Q6_K: each block's two 16-weight scales.
     ScalesSwapped,
     /// Q6_K: each weight's 2-bit high field, Q5_K: its fifth bit, taken from the other
     /// nibble's.
@@ -188,6 +200,11 @@ impl Variant {
     pub fn wrong(format: super::WeightFormat) -> Vec<Variant> {
         match format {
             super::WeightFormat::Q4K => vec![Variant::NibblesSwapped, Variant::PlanesSwapped],
+            super::WeightFormat::Q4_0 | super::WeightFormat::Q4_1 => vec![
+                Variant::NibblesSwapped,
+                Variant::PlanesSwapped,
+                Variant::ScalesSwapped,
+            ],
             super::WeightFormat::Q5K => vec![
                 Variant::NibblesSwapped,
                 Variant::PlanesSwapped,
@@ -214,6 +231,8 @@ pub fn dots(p: &QGemvParams, w: &[u8], x: &[f32], variant: Variant) -> Vec<f32> 
         super::WeightFormat::Q4K => q4k_piece_dot,
         super::WeightFormat::Q5K => q5k_piece_dot,
         super::WeightFormat::Q6K => q6k_piece_dot,
+        super::WeightFormat::Q4_0 => q4_0_piece_dot,
+        super::WeightFormat::Q4_1 => q4_1_piece_dot,
         _ => q8_0_piece_dot,
     };
     par_map(p.rows as usize, |r| {
@@ -345,6 +364,54 @@ fn q6k_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, mut ac
             };
             let sc = f32::from(sb[Q6K_SCALES as usize + first / 16 + which] as i8);
             acc = (d * sc * dx).mul_add(s as f32, acc);
+        }
+    }
+    acc
+}
+
+/// A lane's Q4_0 piece (two blocks) of a row, added to `acc` as the kernel adds it.
+fn q4_0_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, acc: f32) -> f32 {
+    legacy_piece_dot(row, piece, qx, variant, acc, false)
+}
+
+/// A lane's Q4_1 piece (two blocks) of a row, added to `acc` as the kernel adds it.
+fn q4_1_piece_dot(row: &[u8], piece: usize, qx: &QuantX, variant: Variant, acc: f32) -> f32 {
+    legacy_piece_dot(row, piece, qx, variant, acc, true)
+}
+
+/// A Q4_0 piece, or with `offset` a Q4_1 one.
+fn legacy_piece_dot(
+    row: &[u8],
+    piece: usize,
+    qx: &QuantX,
+    variant: Variant,
+    mut acc: f32,
+    offset: bool,
+) -> f32 {
+    let bb = if offset {
+        Q4_1_BLOCK_BYTES
+    } else {
+        Q4_0_BLOCK_BYTES
+    } as usize;
+    let bytes = &row[piece * 2 * bb..][..2 * bb];
+    let half = |i: usize| f16_to_f32(u16::from_le_bytes([bytes[i], bytes[i + 1]]));
+    for h in 0..2 {
+        let block = 2 * piece + h;
+        let qs = &bytes[bb * h + bb - 16..][..16];
+        let high = |b: usize| (b >= 16) != (variant == Variant::NibblesSwapped);
+        let nibble = |b: usize| i64::from((qs[b % 16] >> (4 * u8::from(high(b)))) & 0x0f);
+        let g = match variant {
+            Variant::ScalesSwapped => 1 - h,
+            _ => h,
+        };
+        let (d, dx) = (half(bb * g), qx.dx[block]);
+        if offset {
+            let s = block_sum(qx, block, variant, nibble);
+            acc = (d * dx).mul_add(s as f32, acc);
+            acc = (half(bb * g + 2) * dx).mul_add(qx.sq[block] as f32, acc);
+        } else {
+            let s = block_sum(qx, block, variant, |b| nibble(b) - 8);
+            acc = (d * dx).mul_add(s as f32, acc);
         }
     }
     acc
@@ -767,6 +834,8 @@ impl Pass<'_> {
                     scales,
                 }
             }
+            super::WeightFormat::Q4_0 => PieceFormat::Q4_0,
+            super::WeightFormat::Q4_1 => PieceFormat::Q4_1,
             _ => PieceFormat::Q8_0,
         };
         let consts = Consts {
@@ -890,13 +959,19 @@ impl Pass<'_> {
                     })
                     .collect()
             }
-            PieceFormat::Q8_0 => {
-                let off = k.mul_const(global, Q8_PIECE_BYTES);
+            PieceFormat::Q8_0 | PieceFormat::Q4_0 | PieceFormat::Q4_1 => {
+                // Pieces of 68, 36 or 40 bytes: words, or pairs of them for Q4_1's.
+                let (bytes, width) = match c.format {
+                    PieceFormat::Q8_0 => (Q8_PIECE_BYTES, 4),
+                    PieceFormat::Q4_0 => (2 * Q4_0_BLOCK_BYTES, 4),
+                    _ => (2 * Q4_1_BLOCK_BYTES, 8),
+                };
+                let off = k.mul_const(global, bytes);
                 c.streams
                     .iter()
                     .map(|s| {
                         let at = k.ptr_add(s.at, off);
-                        PieceBytes::Q8_0(Bytes::load(k, at, Q8_PIECE_BYTES, 4))
+                        PieceBytes::Whole(Bytes::load(k, at, bytes, width))
                     })
                     .collect()
             }
@@ -980,7 +1055,9 @@ impl Pass<'_> {
                     let piece = Q6kPiece::new(k, bytes, *field);
                     Box::new(move |k, h| piece.block(k, h))
                 }
-                (_, PieceBytes::Q8_0(b)) => Box::new(|k, h| q8_0_block(k, b, h)),
+                (PieceFormat::Q4_0, PieceBytes::Whole(b)) => Box::new(|k, h| q4_0_block(k, b, h)),
+                (PieceFormat::Q4_1, PieceBytes::Whole(b)) => Box::new(|k, h| q4_1_block(k, b, h)),
+                (_, PieceBytes::Whole(b)) => Box::new(|k, h| q8_0_block(k, b, h)),
                 _ => unreachable!("a piece's bytes are loaded for its format"),
             };
             for h in 0..2 {
@@ -1072,6 +1149,67 @@ fn q5k_block(
         times16: false,
         dsc,
         dm,
+    }
+}
+
+/// A Q4_0 or Q4_1 block's 4 quant words as 8 words of weights in element order: the low
+/// nibbles (elements 0–15), then the high ones (16–31).
+fn nibble_words(k: &mut Builder, quants: &[Value]) -> Vec<Value> {
+    let low: Vec<Value> = quants
+        .iter()
+        .map(|&q| k.and_const(q, 0x0F0F_0F0F))
+        .collect();
+    let high: Vec<Value> = quants
+        .iter()
+        .map(|&q| {
+            let q = k.shr_const(q, 4);
+            k.and_const(q, 0x0F0F_0F0F)
+        })
+        .collect();
+    low.into_iter().chain(high).collect()
+}
+
+/// Block `h` of a Q4_0 piece from its 9 words: as Q8_0's, the first block's scale is the
+/// low half of word 0 and its quant word `i` joined from words `i` and `i + 1`; the
+/// second's scale the high half of word 4, its quants words 5–8. The weights `q − 8` as
+/// signed bytes, `(q + 0x78) ⊕ 0x80` (no byte carries into the next).
+fn q4_0_block(k: &mut Builder, b: &Bytes, h: u32) -> WeightBlock {
+    let quants: Vec<Value> = if h == 0 {
+        (0..4)
+            .map(|i| {
+                let high = k.shr_const(b.part(i), 16);
+                let low = k.shl_const(b.part(i + 1), 16);
+                k.or(high, low)
+            })
+            .collect()
+    } else {
+        (5..9).map(|i| b.part(i)).collect()
+    };
+    let sign = k.const_u32(0x8080_8080);
+    let quants = nibble_words(k, &quants)
+        .into_iter()
+        .map(|w| {
+            let w = k.add_const(w, 0x7878_7878);
+            k.xor(w, sign)
+        })
+        .collect();
+    WeightBlock::Q8_0 {
+        quants,
+        d: b.f16(k, Q4_0_BLOCK_BYTES * h),
+    }
+}
+
+/// Block `h` of a Q4_1 piece from its 10 words: `d` and `m` in word `5h`, the quants in
+/// the 4 words after it; its dot product is Q4_K's with `(d, −m)` for `(d·sc, dmin·m)`.
+fn q4_1_block(k: &mut Builder, b: &Bytes, h: u32) -> WeightBlock {
+    let first = 5 * h as usize + 1;
+    let quants: Vec<Value> = (first..first + 4).map(|i| b.part(i)).collect();
+    let m = b.f16(k, Q4_1_BLOCK_BYTES * h + 2);
+    WeightBlock::Q4K {
+        spread: nibble_words(k, &quants),
+        times16: false,
+        dsc: b.f16(k, Q4_1_BLOCK_BYTES * h),
+        dm: k.neg(m),
     }
 }
 
@@ -1218,6 +1356,8 @@ enum PieceFormat {
         scales: Value,
     },
     Q8_0,
+    Q4_0,
+    Q4_1,
 }
 
 impl PieceFormat {
@@ -1283,8 +1423,8 @@ enum PieceBytes {
         scales: [Value; 2],
         d: Value,
     },
-    /// The piece's 68 bytes.
-    Q8_0(Bytes),
+    /// A Q8_0, Q4_0 or Q4_1 piece's bytes (68, 36 or 40).
+    Whole(Bytes),
 }
 
 /// A Q6_K piece's bytes as both its blocks use them: the ql and qh words aligned, the
@@ -1383,7 +1523,8 @@ struct Half {
     sq: Value,
 }
 
-/// Whether the kernel of `p` takes this path (Q4_K, Q5_K, Q6_K and Q8_0 weights).
+/// Whether the kernel of `p` takes this path (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q4_1
+/// weights).
 pub(super) fn applies(p: &QGemvParams) -> bool {
     p.format.is_integer()
 }

@@ -51,7 +51,7 @@
 //! whatever batch it is in (batch invariance). The SwiGLU form adds `ex2.approx` and `div.approx` (as
 //! [`crate::silu_mul`]) and is checked within a bound.
 //!
-//! **Q4_K, Q5_K, Q6_K and Q8_0** are the exception: their kernels quantize the activations to 16-bit
+//! **Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K** are the exception: their kernels quantize the activations to 16-bit
 //! integers in shared memory and multiply them with the quantized weights by byte dot
 //! products ([`integer`]). Their sums are exact and their float operations fixed, so they
 //! too match their reference ([`integer::dots`]) bit for bit, whatever the batch; the
