@@ -981,14 +981,16 @@ const TC_TILES: [u32; 4] = [1, 2, 4, 8];
 /// Warps of a matrix–vector block (but see [`gemv_shape`]).
 const GEMV_WARPS: u32 = 4;
 
-/// The integer formats' products (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) stage the whole input vector, quantized, in every block before
-/// its rows ([`quench_kernels::qgemv::integer`]), and one thread quantizes each
-/// 32-element block: fewer, wider blocks spend less of the product on it where the input
-/// is normalized first or long. Measured on an H200 over warps 4/8/16 × 1/2/4/8 blocks a
+/// The integer formats' products (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) stage the whole
+/// input vector, quantized, in every block before its rows
+/// ([`quench_kernels::qgemv::integer`]), and one thread quantizes each 32-element block:
+/// fewer, wider blocks spend less of the product on it where the input is normalized
+/// first or long. Measured on an H200 over warps 4/8/16 × 1/2/4/8 blocks a
 /// multiprocessor (receipts/kernel-perf-q4k-sweep-*.json, llama-3.1-8b's Q4_K products):
 /// one block of 8 warps a multiprocessor (16 warps past 8192 columns) is within 4% of the
 /// fastest shape of q|k|v, gate|up and down, and 1.1–1.7× faster than 4 warps × 8; the
-/// output projection (4096 columns, no norm) keeps 4 × 8.
+/// output projection (4096 columns, no norm) keeps 4 × 8, and so do rows of fewer than
+/// 2048 columns, whose staging is short (SmolLM2's 576).
 pub(crate) fn gemv_shape(
     format: WeightFormat,
     cols: usize,
@@ -997,7 +999,7 @@ pub(crate) fn gemv_shape(
 ) -> (u32, u32) {
     if format.is_integer() && cols > 8192 {
         (16, multiprocessors)
-    } else if format.is_integer() && normed {
+    } else if format.is_integer() && normed && cols >= 2048 {
         (8, multiprocessors)
     } else {
         (GEMV_WARPS, gemv_blocks(multiprocessors))
