@@ -1269,16 +1269,20 @@ impl WeightBlock {
                 acc
             }
             WeightBlock::Q8_0 { quants, d } => {
+                // Each weight word meets both planes at once (then it is no longer
+                // needed); the two sums are joined after, the same integer either way.
                 let zero = k.const_i32(0);
-                let t = quants
-                    .iter()
-                    .zip(&x.hi)
-                    .fold(zero, |t, (&w, &q)| k.dp4a(w, true, q, true, t));
-                let t = k.shl_const(t, 8);
-                let t = quants
-                    .iter()
-                    .zip(&x.lo)
-                    .fold(t, |t, (&w, &q)| k.dp4a(w, true, q, false, t));
+                let (hi, lo) = quants.iter().zip(x.hi.iter().zip(&x.lo)).fold(
+                    (zero, zero),
+                    |(hi, lo), (&w, (&qh, &ql))| {
+                        (
+                            k.dp4a(w, true, qh, true, hi),
+                            k.dp4a(w, true, ql, false, lo),
+                        )
+                    },
+                );
+                let hi = k.shl_const(hi, 8);
+                let t = k.add(hi, lo);
                 let sum = k.cvt(Scalar::F32, t);
                 let a = k.mul(*d, x.dx);
                 k.fma(a, sum, acc)
