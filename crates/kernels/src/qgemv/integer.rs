@@ -1068,7 +1068,7 @@ impl Pass<'_> {
                         None => self.activations(k, staged, &l.blocks, h, j),
                     };
                     let at = j as usize * streams + s;
-                    out[at] = block.dot(k, &half, out[at]);
+                    out[at] = block.dot(k, &half, out[at], self.p.batch > 1);
                 }
             }
         }
@@ -1239,8 +1239,10 @@ fn q8_0_block(k: &mut Builder, b: &Bytes, h: u32) -> WeightBlock {
 }
 
 impl WeightBlock {
-    /// `acc` plus this block's product with a staged block of activations `x`.
-    fn dot(&self, k: &mut Builder, x: &Half, acc: Value) -> Value {
+    /// `acc` plus this block's product with a staged block of activations `x`. With
+    /// `both_planes_at_once` (several vectors a pass, where registers are short) a Q8_0 or
+    /// Q4_0 block's weight words are each multiplied with both planes before the next.
+    fn dot(&self, k: &mut Builder, x: &Half, acc: Value, both_planes_at_once: bool) -> Value {
         match self {
             WeightBlock::Q4K {
                 spread,
@@ -1269,20 +1271,32 @@ impl WeightBlock {
                 acc
             }
             WeightBlock::Q8_0 { quants, d } => {
-                // Each weight word meets both planes at once (then it is no longer
-                // needed); the two sums are joined after, the same integer either way.
                 let zero = k.const_i32(0);
-                let (hi, lo) = quants.iter().zip(x.hi.iter().zip(&x.lo)).fold(
-                    (zero, zero),
-                    |(hi, lo), (&w, (&qh, &ql))| {
-                        (
-                            k.dp4a(w, true, qh, true, hi),
-                            k.dp4a(w, true, ql, false, lo),
-                        )
-                    },
-                );
-                let hi = k.shl_const(hi, 8);
-                let t = k.add(hi, lo);
+                let t = if both_planes_at_once {
+                    // Each weight word meets both planes at once (then it is no longer
+                    // needed); the two sums are joined after, the same integer either way.
+                    let (hi, lo) = quants.iter().zip(x.hi.iter().zip(&x.lo)).fold(
+                        (zero, zero),
+                        |(hi, lo), (&w, (&qh, &ql))| {
+                            (
+                                k.dp4a(w, true, qh, true, hi),
+                                k.dp4a(w, true, ql, false, lo),
+                            )
+                        },
+                    );
+                    let hi = k.shl_const(hi, 8);
+                    k.add(hi, lo)
+                } else {
+                    let t = quants
+                        .iter()
+                        .zip(&x.hi)
+                        .fold(zero, |t, (&w, &q)| k.dp4a(w, true, q, true, t));
+                    let t = k.shl_const(t, 8);
+                    quants
+                        .iter()
+                        .zip(&x.lo)
+                        .fold(t, |t, (&w, &q)| k.dp4a(w, true, q, false, t))
+                };
                 let sum = k.cvt(Scalar::F32, t);
                 let a = k.mul(*d, x.dx);
                 k.fma(a, sum, acc)
