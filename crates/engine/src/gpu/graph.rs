@@ -96,7 +96,7 @@ use quench_rt::{Arg, Launch};
 
 use super::catalog::{Catalog, Qkv};
 use super::error::GpuError;
-use super::plan::{at, Assembler, Buffer, Grid, Operand, Region};
+use super::plan::{at, Assembler, Buffer, Grid, Offset, Operand, Region};
 pub use super::plan::{Dispatch, Rows};
 use super::stored::StoredTensors;
 use super::weights::{LayerWeights, ModelWeights};
@@ -778,6 +778,21 @@ impl<'a> StepBuilder<'a> {
             Input::Plain(_) => (Prologue::None, format!("{prefix}{what}")),
             Input::Normed(n) => (Prologue::RmsNorm, format!("{prefix}{} + {what}", n.what)),
         };
+        // The integer Q6_K products read each matrix in 4-byte words from its start: a
+        // matrix placed after another of an odd number of odd-length rows (an odd FFN
+        // width) would start between words.
+        let unaligned = w.iter().any(|op| match op {
+            Operand::At(_, Offset::Fixed(bytes)) => bytes % 4 != 0,
+            _ => false,
+        });
+        if format == WeightFormat::Q6K && unaligned {
+            return Err(GpuError::Unsupported {
+                what: label,
+                reason: "a Q6_K matrix that starts between 4-byte words (an odd number of \
+                         rows of an odd number of super-blocks before it)"
+                    .into(),
+            });
+        }
         let (warps, max_blocks) = gemv_shape(
             format,
             cols,
