@@ -163,21 +163,11 @@ fn the_graph_caps_only_the_matrix_vector_grids() {
         let name = &capped.kernels[c.kernel].name;
         if name.contains("gemv") {
             gemvs[usize::from(c.rows == Rows::Many)] += 1;
-            // The integer formats' products of a normalized input run one wide block a
-            // multiprocessor (in steps of several rows too, where the norm has a
-            // dispatch of its own), the others 8 narrow ones.
-            let integer = ["q4_k", "q5_k", "q6_k", "q8_0", "q4_0", "q4_1"]
-                .iter()
-                .any(|f| name.contains(f));
+            // 8 narrow blocks a multiprocessor: the integer formats' products take one
+            // wide block only from 2048 columns (the engine's unit tests), and this
+            // model's rows are 128 and 256 wide.
             let cap = c.launch_for(1).grid[0];
-            assert!(
-                cap == 8 || (integer && cap == 1),
-                "{}: {cap} blocks",
-                c.label
-            );
-            if integer && name.contains("rmsnorm") {
-                assert_eq!(cap, 1, "{}", c.label);
-            }
+            assert_eq!(cap, 8, "{}: {cap} blocks", c.label);
             assert!(
                 w.launch_for(1).grid[0] > cap,
                 "{}: {} row groups",

@@ -1214,6 +1214,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn matrix_vector_grids_follow_the_format_and_the_width() {
+        let sms = 132;
+        let narrow = (GEMV_WARPS, gemv_blocks(sms));
+        for f in [WeightFormat::Q4K, WeightFormat::Q6K, WeightFormat::Q8_0] {
+            assert_eq!(gemv_shape(f, 4096, true, sms), (8, sms), "{f:?} normalized");
+            assert_eq!(gemv_shape(f, 14336, false, sms), (16, sms), "{f:?} long");
+            assert_eq!(gemv_shape(f, 4096, false, sms), narrow, "{f:?} plain");
+            assert_eq!(gemv_shape(f, 576, true, sms), narrow, "{f:?} narrow rows");
+        }
+        for f in [WeightFormat::BF16, WeightFormat::Q3K] {
+            assert_eq!(gemv_shape(f, 4096, true, sms), narrow, "{f:?}");
+            assert_eq!(gemv_shape(f, 14336, false, sms), narrow, "{f:?}");
+        }
+    }
+
+    #[test]
     fn attention_shapes_fit_the_kernel() {
         for (hd, group, ctx) in [
             (64, 3, 8192),
