@@ -3,8 +3,9 @@
 # is in that receipt (scripts/check-claims.py), that the code is formatted (`cargo fmt`)
 # and has no clippy warnings, installs what the tests need — ptxas from NVIDIA's
 # nvidia-cuda-nvcc wheel (13.0 series, matching the driver the GPU path targets), nvdisasm and
-# cuobjdump (scripts/find-nvdisasm.sh) and the
-# two real models (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) fetched by `quench pull` —
+# cuobjdump (scripts/find-nvdisasm.sh), the
+# two real models (SmolLM2-135M-Instruct, all-MiniLM-L6-v2) fetched by `quench pull` and
+# llama.cpp in two builds (scripts/find-llama-cpp.sh) —
 # then runs every test of the workspace and the server's client tests (the official
 # `openai` Python client, and the chat page in Chromium when /usr/bin/chromium exists).
 # No GPU is needed: the tests that need one are ignored here and run on a GPU machine by
@@ -67,6 +68,20 @@ export QUENCH_MINILM_DIR="$cache/minilm"
 # The `gguf` package reads the files `quench quantize` writes (crates/cli/tests/quantize.rs).
 python3 -c "import gguf" 2>/dev/null \
     || python3 -m pip install -q --disable-pip-version-check "gguf>=0.10"
+
+# llama.cpp itself in its AVX2 and AVX-512 builds (llama-cpp-python from source, built once
+# into .tools/), for crates/cli/tests/llama_cpp_live.rs; a build that fails leaves that test
+# without its prerequisite.
+for build in avx2 avx512; do
+    var="QUENCH_LLAMA_CPP_$(echo "$build" | tr '[:lower:]' '[:upper:]')_PYTHON"
+    if [ -z "${!var:-}" ]; then
+        if python="$(scripts/find-llama-cpp.sh "$build")"; then
+            export "$var=$python"
+        else
+            echo "llama-cpp-python ($build) did not build" >&2
+        fi
+    fi
+done
 
 # The output is kept for the count of ignored tests at the end.
 cargo test --workspace --no-fail-fast "$@" | tee "$test_log" || status=$?

@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use quench_engine::gpu::Widened;
-use quench_engine::{Arithmetic, Device, KvCache, LoadOptions, Model, ModelInfo, Precision};
+use quench_engine::{
+    Arithmetic, Device, GgmlKernels, KvCache, LoadOptions, Model, ModelInfo, Precision,
+};
 
 use crate::cmd_pull;
 
@@ -24,6 +26,29 @@ pub enum KvCacheArg {
     F16,
     /// Keys and values as computed: twice the memory and attention traffic of f16.
     F32,
+}
+
+/// Which build of llama.cpp `--llama-cpp-rounding` follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LlamaCppKernelsArg {
+    /// The kernels llama.cpp built natively for this CPU uses (`pip install
+    /// llama-cpp-python` builds natively): avx512 where the CPU has AVX-512, else avx2.
+    Native,
+    /// ggml's AVX2 kernels: a build with -DGGML_NATIVE=OFF, or native on a CPU without
+    /// AVX-512.
+    Avx2,
+    /// ggml's AVX-512 kernels: native on a CPU with AVX-512, or -DGGML_AVX512=ON.
+    Avx512,
+}
+
+impl From<LlamaCppKernelsArg> for GgmlKernels {
+    fn from(a: LlamaCppKernelsArg) -> GgmlKernels {
+        match a {
+            LlamaCppKernelsArg::Native => GgmlKernels::native(),
+            LlamaCppKernelsArg::Avx2 => GgmlKernels::Avx2,
+            LlamaCppKernelsArg::Avx512 => GgmlKernels::Avx512,
+        }
+    }
 }
 
 impl From<KvCacheArg> for KvCache {
@@ -58,8 +83,18 @@ pub struct ModelArgs {
     pub f64: bool,
     /// Round as llama.cpp's CPU path does (8-bit activation blocks, f16 keys and values),
     /// to pick the tokens llama.cpp picks: CPU only, Q4_1/Q8_0 GGUF weights.
-    #[arg(long, conflicts_with = "f64")]
-    pub llama_cpp_rounding: bool,
+    /// `--llama-cpp-rounding=BUILD` names the build of llama.cpp to follow (its vector width
+    /// changes the last bits).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "BUILD",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "native",
+        conflicts_with = "f64"
+    )]
+    pub llama_cpp_rounding: Option<LlamaCppKernelsArg>,
     /// On a GPU, multiply bf16 weights on the tensor cores at every decode step (built for
     /// many sequences a step; one sequence decodes slightly faster without).
     #[arg(long)]
@@ -99,10 +134,9 @@ impl ModelArgs {
             context_limit: self.context,
             sessions: None,
             max_batch: None,
-            arithmetic: if self.llama_cpp_rounding {
-                Arithmetic::GgmlRounding
-            } else {
-                Arithmetic::F32
+            arithmetic: match self.llama_cpp_rounding {
+                Some(build) => Arithmetic::GgmlRounding(build.into()),
+                None => Arithmetic::F32,
             },
             tensor_core_decode: self.tensor_core_decode,
             kv_cache: self.kv_cache.into(),

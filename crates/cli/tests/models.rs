@@ -532,9 +532,9 @@ fn real_models_answer_from_the_command_line() {
     std::fs::remove_dir_all(&cache).unwrap();
 }
 
-/// `generate --llama-cpp-rounding` continues each prompt of the llama.cpp fixture (its
-/// tokens from llama-cpp-python) with llama.cpp's own greedy tokens, free-running: every
-/// token is quench's pick fed back, not llama.cpp's.
+/// `generate --llama-cpp-rounding=avx2` continues each prompt of the llama.cpp fixture (its
+/// tokens from llama-cpp-python built for AVX2) with llama.cpp's own greedy tokens,
+/// free-running: every token is quench's pick fed back, not llama.cpp's.
 fn generates_llama_cpp_tokens(gguf: &str, cache: &Path) {
     let fixture: serde_json::Value = serde_json::from_str(include_str!(
         "../../cpu/tests/fixtures/llama_cpp_smollm2.json"
@@ -561,7 +561,7 @@ fn generates_llama_cpp_tokens(gguf: &str, cache: &Path) {
             "0",
             "--max-tokens",
             &n,
-            "--llama-cpp-rounding",
+            "--llama-cpp-rounding=avx2",
             "--logits-out",
             out_file.to_str().unwrap(),
             case["prompt"].as_str().unwrap(),

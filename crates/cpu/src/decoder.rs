@@ -194,7 +194,7 @@ impl<T: Real> Decoder<T> {
 
         let rope = match self.arithmetic {
             Arithmetic::F32 => RopeTable::<T>::new(&self.rope_freqs, start, tokens.len()),
-            Arithmetic::GgmlRounding => RopeTable::ggml(
+            Arithmetic::GgmlRounding(_) => RopeTable::ggml(
                 c.rope_theta as f32,
                 c.head_dim,
                 self.rope_factors.as_deref(),
@@ -241,7 +241,7 @@ impl Decoder<f32> {
 fn norm<T: Real>(arithmetic: Arithmetic, x: &mut [T], weight: &[T], eps: f64) {
     match arithmetic {
         Arithmetic::F32 => rms_norm(x, weight, eps),
-        Arithmetic::GgmlRounding => ggml_math::rms_norm(x, weight, eps),
+        Arithmetic::GgmlRounding(_) => ggml_math::rms_norm(x, weight, eps),
     }
 }
 
@@ -388,7 +388,7 @@ impl<T: Real> Layer<T> {
                 rope.rotate(head, t, c.rope_style);
             }
         }
-        if a == Arithmetic::GgmlRounding {
+        if matches!(a, Arithmetic::GgmlRounding(_)) {
             // llama.cpp's cache holds f16.
             for e in k.as_mut_slice().iter_mut().chain(v.as_mut_slice()) {
                 *e = T::from_f32(round_f16(e.to_f32()));
@@ -405,7 +405,7 @@ impl<T: Real> Layer<T> {
         };
         let attn = match a {
             Arithmetic::F32 => attention(&q, keys, values, start + h.rows(), &shape),
-            Arithmetic::GgmlRounding => attention_f16(&q, keys, values, &shape),
+            Arithmetic::GgmlRounding(kernels) => attention_f16(&q, keys, values, &shape, kernels),
         };
         let out = self.attn_output.apply(&attn, None, a);
         for (a, b) in x.as_mut_slice().iter_mut().zip(out.as_slice()) {
@@ -427,9 +427,9 @@ impl<T: Real> Layer<T> {
                     *g = silu(*g) * *u;
                 }
             }
-            Arithmetic::GgmlRounding => {
+            Arithmetic::GgmlRounding(kernels) => {
                 for t in 0..gate.rows() {
-                    ggml_math::swiglu(gate.row_mut(t), up.row(t));
+                    ggml_math::swiglu(gate.row_mut(t), up.row(t), kernels);
                 }
             }
         }

@@ -5,13 +5,14 @@
 //! the query before `K·q`, and the softmax row before it weighs `V`. Products are summed in f32
 //! lanes, in one order for a single query (`ggml_vec_dot_f16`) and in another for several
 //! (the tiled matrix product llama.cpp uses for a prompt); the softmax runs in f32 with its
-//! sum kept in f64.
+//! sum kept in f64. How many lanes, and how they are added, depends on the build
+//! ([`GgmlKernels`]).
 
 use rayon::prelude::*;
 
+use crate::arithmetic::GgmlKernels;
 use crate::attention::AttentionShape;
-use crate::blocks::sum_8_lanes;
-use crate::ggml_math;
+use crate::ggml_math::{self, sum_lanes};
 use crate::matrix::Matrix;
 use crate::q8::round_f16;
 use crate::real::Real;
@@ -24,6 +25,7 @@ pub(crate) fn attention_f16<T: Real>(
     keys: &[T],
     values: &[T],
     shape: &AttentionShape,
+    kernels: GgmlKernels,
 ) -> Matrix<T> {
     let job = Heads {
         q,
@@ -31,6 +33,7 @@ pub(crate) fn attention_f16<T: Real>(
         values,
         shape,
         start: shape.causal_start.expect("decoder attention is causal"),
+        kernels,
     };
     let mut out = Matrix::zeros(q.rows(), shape.heads * shape.head_dim);
     out.as_mut_slice()
@@ -46,6 +49,7 @@ struct Heads<'a, T> {
     values: &'a [T],
     shape: &'a AttentionShape,
     start: usize,
+    kernels: GgmlKernels,
 }
 
 /// Output head `i` (token `i / heads`, head `i mod heads`) into `out`.
@@ -62,11 +66,12 @@ fn one_head<T: Real>(job: &Heads<'_, T>, i: usize, out: &mut [T]) {
     let kv_at = (h / (heads / kv_heads)) * hd;
     let scale = 1.0 / (hd as f32).sqrt();
     let single = job.q.rows() == 1;
+    let lanes = job.kernels.lanes();
     let dot = |a: &[f32], b: &[f32]| {
         if single {
-            dot_f16_single(a, b)
+            dot_f16_single(a, b, lanes)
         } else {
-            dot_f16_tiled(a, b)
+            dot_f16_tiled(a, b, lanes)
         }
     };
     let q_head: Vec<f32> = job.q.row(t)[h * hd..(h + 1) * hd]
@@ -84,7 +89,7 @@ fn one_head<T: Real>(job: &Heads<'_, T>, i: usize, out: &mut [T]) {
             dot(&q_head, &key) * scale
         })
         .collect();
-    softmax_f64_sum(&mut weights);
+    softmax_f64_sum(&mut weights, job.kernels);
     for w in &mut weights {
         *w = round_f16(*w);
     }
@@ -97,59 +102,61 @@ fn one_head<T: Real>(job: &Heads<'_, T>, i: usize, out: &mut [T]) {
     }
 }
 
-/// `Σ a·b` as `ggml_vec_dot_f16` sums it (AVX2): element `i` goes to lane `i mod 8` of
-/// accumulator `(i mod 32) / 8`, added fused; the four accumulators are added as
-/// `(a0 + a2) + (a1 + a3)`, then the eight lanes as `((l0 + l4) + (l1 + l5)) + ((l2 + l6) +
-/// (l3 + l7))`.
+/// `Σ a·b` as `ggml_vec_dot_f16` sums it, in registers of `lanes` f32 (8 for AVX2, 16 for
+/// AVX-512): element `i` goes to lane `i mod lanes` of accumulator `(i mod 4·lanes) / lanes`,
+/// added fused; the four accumulators are added lane by lane as `(a0 + a2) + (a1 + a3)`, then
+/// the lanes: AVX2 with horizontal adds, `((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7))`;
+/// AVX-512 as [`sum_lanes`].
 ///
-/// llama.cpp pads the cache to a multiple of 32 positions with zero weights, so every element
+/// llama.cpp pads the cache to a multiple of 256 positions with zero weights, so every element
 /// goes through the lanes (none through its scalar tail).
 #[inline(always)]
-fn dot_f16_single(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [[0.0f32; 8]; 4];
+fn dot_f16_single(a: &[f32], b: &[f32], lanes: usize) -> f32 {
+    let mut acc = [[0.0f32; 16]; 4];
     for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
-        let lane = &mut acc[(i % 32) / 8][i % 8];
+        let lane = &mut acc[(i % (4 * lanes)) / lanes][i % lanes];
         *lane = x.mul_add(y, *lane);
     }
-    let mut lanes = [0.0f32; 8];
-    for (l, lane) in lanes.iter_mut().enumerate() {
-        *lane = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    let mut sum = [0.0f32; 16];
+    for (l, s) in sum.iter_mut().enumerate() {
+        *s = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
     }
-    let h = [
-        lanes[0] + lanes[4],
-        lanes[1] + lanes[5],
-        lanes[2] + lanes[6],
-        lanes[3] + lanes[7],
-    ];
-    (h[0] + h[1]) + (h[2] + h[3])
+    if lanes == 8 {
+        let h: [f32; 4] = std::array::from_fn(|l| sum[l] + sum[l + 4]);
+        (h[0] + h[1]) + (h[2] + h[3])
+    } else {
+        sum_lanes(&sum[..lanes])
+    }
 }
 
-/// `Σ a·b` as llama.cpp's tiled matrix product for several queries sums it (AVX2): element
-/// `i` goes to lane `i mod 8` of one accumulator, added fused; the lanes are then added
-/// pairwise.
+/// `Σ a·b` as llama.cpp's tiled matrix product for several queries sums it: element `i` goes
+/// to lane `i mod lanes` of one accumulator, added fused; the lanes are then added as
+/// [`sum_lanes`].
 #[inline(always)]
-fn dot_f16_tiled(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
+fn dot_f16_tiled(a: &[f32], b: &[f32], lanes: usize) -> f32 {
+    let mut acc = [0.0f32; 16];
     for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
-        lanes[i % 8] = x.mul_add(y, lanes[i % 8]);
+        acc[i % lanes] = x.mul_add(y, acc[i % lanes]);
     }
-    sum_8_lanes(lanes)
+    sum_lanes(&acc[..lanes])
 }
 
-/// Softmax as ggml computes it: `exp(x − max)` in f32 (ggml's approximation), summed eight at a time in f32 and
-/// those sums added in f64; each value then multiplied by `1/sum` rounded to f32.
+/// Softmax as ggml computes it: `exp(x − max)` in f32 (ggml's approximation), summed a
+/// register at a time in f32 ([`sum_lanes`]) and those sums added in f64; each value then
+/// multiplied by `1/sum` rounded to f32.
 #[inline(always)]
-fn softmax_f64_sum(x: &mut [f32]) {
+fn softmax_f64_sum(x: &mut [f32], kernels: GgmlKernels) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    // The cache's padding makes every group of eight a full vector, all through ggml's `exp`.
+    // The cache's padding makes every group a full vector, all through ggml's `exp`.
     for v in x.iter_mut() {
-        *v = ggml_math::exp(*v - max);
+        *v = ggml_math::exp(*v - max, kernels);
     }
+    let lanes = kernels.lanes();
     let mut sum = 0.0f64;
-    for chunk in x.chunks(8) {
-        let mut lanes = [0.0f32; 8];
-        lanes[..chunk.len()].copy_from_slice(chunk);
-        sum += f64::from(sum_8_lanes(lanes));
+    for chunk in x.chunks(lanes) {
+        let mut register = [0.0f32; 16];
+        register[..chunk.len()].copy_from_slice(chunk);
+        sum += f64::from(sum_lanes(&register[..lanes]));
     }
     let inverse = (1.0 / sum) as f32;
     for v in x.iter_mut() {
@@ -200,8 +207,16 @@ mod tests {
         b[0] = 16_777_216.0;
         b[8] = 1.0;
         b[16] = -16_777_216.0;
-        assert_eq!(dot_f16_tiled(&ones, &b), 0.0);
-        assert_eq!(dot_f16_single(&ones, &b), 1.0);
+        assert_eq!(dot_f16_tiled(&ones, &b, 8), 0.0);
+        assert_eq!(dot_f16_single(&ones, &b, 8), 1.0);
+        // AVX-512's 16 lanes keep elements 0 and 16 in one lane, 8 in another.
+        assert_eq!(dot_f16_tiled(&ones, &b, 16), 1.0);
+        let mut b = [0.0f32; 64];
+        b[0] = 16_777_216.0;
+        b[16] = 1.0;
+        b[32] = -16_777_216.0;
+        assert_eq!(dot_f16_tiled(&ones, &b, 16), 0.0);
+        assert_eq!(dot_f16_single(&ones, &b, 16), 1.0);
     }
 
     /// Against attention in f64 over the same f16 keys and values: within what rounding the
@@ -229,7 +244,7 @@ mod tests {
                 .map(|_| rng.gen_range(-2.0f32..2.0))
                 .collect();
             let q = Matrix::from_vec(rows, 64, qv).unwrap();
-            let got = attention_f16(&q, &keys, &values, &shape(start));
+            let got = attention_f16(&q, &keys, &values, &shape(start), GgmlKernels::Avx2);
             let widen = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
             let q64 = Matrix::from_vec(rows, 64, widen(q.as_slice())).unwrap();
             let want = attention(

@@ -32,7 +32,7 @@ mod rope;
 mod streamed;
 mod weight;
 
-pub use arithmetic::Arithmetic;
+pub use arithmetic::{Arithmetic, GgmlKernels};
 pub use bert::Encoder;
 pub use decoder::{Decoder, Logits};
 pub use error::{CpuError, Result};

@@ -73,7 +73,7 @@ pub(crate) fn check_arithmetic(
     name: &str,
     arithmetic: Arithmetic,
 ) -> Result<()> {
-    if arithmetic != Arithmetic::GgmlRounding {
+    if !matches!(arithmetic, Arithmetic::GgmlRounding(_)) {
         return Ok(());
     }
     let refuse = |reason: String| CpuError::GgmlRounding {

@@ -50,7 +50,7 @@ impl<T: Real> Weight<T> {
         let bias_at = |o: usize| bias.map_or(T::ZERO, |b| b[o]);
         let n = x.rows();
         let xf: Vec<f32> = x.as_slice().iter().map(|v| v.to_f32()).collect();
-        if arithmetic == Arithmetic::GgmlRounding {
+        if matches!(arithmetic, Arithmetic::GgmlRounding(_)) {
             let kind = w.activation_kind();
             let rows: Vec<Q8Row> = xf
                 .chunks_exact(w.cols())

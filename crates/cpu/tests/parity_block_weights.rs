@@ -10,7 +10,7 @@
 mod common;
 
 use common::{logit_violations, random_decoder, to_gguf_layout, Filler};
-use quench_cpu::{Arithmetic, CpuError, Decoder, Logits, Matrix};
+use quench_cpu::{Arithmetic, CpuError, Decoder, GgmlKernels, Logits, Matrix};
 use quench_models::arch::{Arch, MemorySource, ModelConfig, Naming, RopeStyle, TensorSource};
 use quench_models::dequant::f32_to_f16;
 use quench_models::gguf::{GgufWriter, MetadataArray, MetadataValue};
@@ -205,12 +205,12 @@ fn ggml_rounding_differs_from_f32_by_the_scale_of_its_roundings() {
         read.clone(),
         &file,
         Naming::Gguf,
-        Arithmetic::GgmlRounding,
+        Arithmetic::GgmlRounding(GgmlKernels::Avx2),
     )
     .unwrap();
     assert_eq!(
         (plain.arithmetic(), ggml.arithmetic()),
-        (Arithmetic::F32, Arithmetic::GgmlRounding)
+        (Arithmetic::F32, Arithmetic::GgmlRounding(GgmlKernels::Avx2))
     );
     let reference = Decoder::<f64>::load(read, &file, Naming::Gguf).unwrap();
     let tokens = Filler::new(4201).tokens(16, c.vocab);
@@ -272,7 +272,7 @@ fn ggml_rounding_refuses_weights_it_cannot_round_as_llama_cpp() {
         read.clone(),
         src,
         Naming::Gguf,
-        Arithmetic::GgmlRounding,
+        Arithmetic::GgmlRounding(GgmlKernels::Avx2),
     ) {
         Err(e @ CpuError::GgmlRounding { .. }) => e.to_string(),
         Err(e) => panic!("refused for another reason: {e}"),

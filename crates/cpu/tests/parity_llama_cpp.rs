@@ -21,7 +21,7 @@ mod gguf_vocab;
 use std::time::Instant;
 
 use common::{argmax, logit_violations};
-use quench_cpu::{Arithmetic, Decoder, KvCache, Logits};
+use quench_cpu::{Arithmetic, Decoder, GgmlKernels, KvCache, Logits};
 use quench_models::arch::{ModelConfig, Naming};
 
 use quench_models::GgufFile;
@@ -223,7 +223,8 @@ fn smollm2_greedy_tokens_match_llama_cpp() {
         config.clone(),
         &file,
         Naming::Gguf,
-        Arithmetic::GgmlRounding,
+        // The fixture's llama.cpp was built with -DGGML_NATIVE=OFF: AVX2.
+        Arithmetic::GgmlRounding(GgmlKernels::Avx2),
     )
     .expect("weights for llama.cpp's rounding");
     let fast = Decoder::<f32>::load(config.clone(), &file, Naming::Gguf).expect("f32 weights");

@@ -1,6 +1,6 @@
 //! How a model is to be loaded.
 
-pub use quench_cpu::Arithmetic;
+pub use quench_cpu::{Arithmetic, GgmlKernels};
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
