@@ -21,6 +21,7 @@ mod decoder;
 mod error;
 mod f16_attention;
 mod ggml_math;
+mod kquant_dot;
 mod kv_cache;
 mod load;
 mod math;

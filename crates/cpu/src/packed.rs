@@ -6,13 +6,15 @@
 //! bit for bit) and its products are computed by the same [`linear`](crate::matrix::linear)
 //! as a dense matrix's, so the results are the same bits while the process holds only the
 //! stored bytes: a Q4_K matrix takes a seventh of its f32 expansion. From a memory-mapped
-//! GGUF file those bytes are the mapping's own ([`SharedBytes`]), not a copy.
+//! GGUF file those bytes are the mapping's own ([`SharedBytes`]), not a copy. One token's
+//! products with Q4_K, Q5_K and Q6_K rows read them as stored instead ([`kquant_dot`]).
 
 use quench_models::arch::ArchError;
 use quench_models::dequant::{dequantize_into, dequantizes};
 use quench_models::{GgmlType, SharedBytes};
 
 use crate::error::{CpuError, Result};
+use crate::kquant_dot;
 use crate::matrix::Rows;
 use crate::real::Real;
 
@@ -78,6 +80,25 @@ impl PackedMatrix {
     /// The bytes held: those stored (in the file's mapping where it is mapped).
     pub(crate) fn held_bytes(&self) -> usize {
         self.bytes.len()
+    }
+
+    /// Whether one token's products read the rows as stored ([`Self::dot_rows`]) rather than
+    /// expanding each row first.
+    pub(crate) fn multiplies_as_stored(&self) -> bool {
+        kquant_dot::multiplies(self.ggml_type)
+    }
+
+    /// `out[i] = Σ_k w[first + i][k]·x[k]`, read as stored, with `x_sums[b]` the sum of `x`
+    /// over its 32-element block `b`; only where [`Self::multiplies_as_stored`].
+    pub(crate) fn dot_rows(&self, first: usize, x: &[f32], x_sums: &[f32], out: &mut [f32]) {
+        assert_eq!(x.len(), self.cols, "dot_rows: input width");
+        assert!(
+            first + out.len() <= self.rows,
+            "dot_rows: rows out of range"
+        );
+        // The rest of the matrix goes along, for the next rows to be fetched ahead.
+        let rows = &self.bytes[first * self.row_bytes..];
+        kquant_dot::dot_rows(self.ggml_type, rows, self.row_bytes, x, x_sums, out)
     }
 }
 

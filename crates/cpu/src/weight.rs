@@ -32,6 +32,9 @@ impl<T: Real> Weight<T> {
     ) -> Matrix<T> {
         let w = match self {
             Weight::Dense(w) => return linear(x, w, bias),
+            Weight::Packed(w) if x.rows() == 1 && w.multiplies_as_stored() => {
+                return packed_one_token(w, x, bias)
+            }
             Weight::Packed(w) => return linear(x, w, bias),
             Weight::Blocks(w) => w,
         };
@@ -111,4 +114,17 @@ impl<T: Real> Weight<T> {
             }
         }
     }
+}
+
+/// One token's products with a packed matrix read as stored ([`PackedMatrix::dot_rows`]).
+fn packed_one_token<T: Real>(w: &PackedMatrix, x: &Matrix<T>, bias: Option<&[T]>) -> Matrix<T> {
+    let xf: Vec<f32> = x.as_slice().iter().map(|v| v.to_f32()).collect();
+    let sums = block_sums(&xf);
+    by_weight_rows(1, Rows::<T>::rows(w), |first, out: &mut [T]| {
+        let mut y = vec![0.0f32; out.len()];
+        w.dot_rows(first, &xf, &sums, &mut y);
+        for (i, (o, v)) in out.iter_mut().zip(y).enumerate() {
+            *o = T::from_f32(v) + bias.map_or(T::ZERO, |b| b[first + i]);
+        }
+    })
 }

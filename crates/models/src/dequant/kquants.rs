@@ -38,6 +38,7 @@ fn k_nibble(qs: &[u8], i: usize) -> u8 {
 /// The eight 6-bit (scale, min) pairs of Q4_K and Q5_K, packed in 12 bytes: pairs 0..4 are
 /// the low six bits of bytes 0..4 (scales) and 4..8 (mins); pairs 4..8 keep their low four
 /// bits in the nibbles of bytes 8..12 and their top two bits in the top bits of bytes 0..8.
+#[inline]
 pub fn unpack_k_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     let mut scales = [0u8; 8];
     let mut mins = [0u8; 8];
