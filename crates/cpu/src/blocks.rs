@@ -9,6 +9,7 @@
 use quench_models::GgmlType;
 
 use crate::error::{CpuError, Result};
+use crate::prefetch::prefetch;
 use crate::q8::{Q8Kind, Q8Row, BLOCK};
 use quench_models::arch::ArchError;
 
@@ -271,6 +272,9 @@ fn dot_rows<const FMA: bool>(
         let r = first + i;
         let b = m.row_blocks(r);
         let quants = m.row_quants(r);
+        if r + 1 < m.rows {
+            prefetch(m.row_quants(r + 1));
+        }
         *o = match m.format {
             Format::Q4_1 => q4_1_dot::<FMA>(&m.scales[b.clone()], &m.offsets[b], quants, x, x_sums),
             Format::Q8_0 => q8_0_dot::<FMA>(&m.scales[b], quants, x),

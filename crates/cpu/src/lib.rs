@@ -27,6 +27,7 @@ mod load;
 mod math;
 mod matrix;
 mod packed;
+mod prefetch;
 mod q8;
 mod real;
 mod rope;
