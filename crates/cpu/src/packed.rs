@@ -7,15 +7,15 @@
 //! as a dense matrix's, so the results are the same bits while the process holds only the
 //! stored bytes: a Q4_K matrix takes a seventh of its f32 expansion. From a memory-mapped
 //! GGUF file those bytes are the mapping's own ([`SharedBytes`]), not a copy. One token's
-//! products with Q4_K, Q5_K and Q6_K rows read them as stored instead ([`kquant_dot`]).
+//! products with Q4_K, Q5_K and Q6_K rows read them as stored instead ([`packed_dot`]).
 
 use quench_models::arch::ArchError;
 use quench_models::dequant::{dequantize_into, dequantizes};
 use quench_models::{GgmlType, SharedBytes};
 
 use crate::error::{CpuError, Result};
-use crate::kquant_dot;
 use crate::matrix::Rows;
+use crate::packed_dot;
 use crate::real::Real;
 
 /// A `[rows, cols]` weight matrix in a ggml type, as stored.
@@ -85,7 +85,7 @@ impl PackedMatrix {
     /// Whether one token's products read the rows as stored ([`Self::dot_rows`]) rather than
     /// expanding each row first.
     pub(crate) fn multiplies_as_stored(&self) -> bool {
-        kquant_dot::multiplies(self.ggml_type)
+        packed_dot::multiplies(self.ggml_type)
     }
 
     /// `out[i] = Σ_k w[first + i][k]·x[k]`, read as stored, with `x_sums[b]` the sum of `x`
@@ -98,7 +98,7 @@ impl PackedMatrix {
         );
         // The rest of the matrix goes along, for the next rows to be fetched ahead.
         let rows = &self.bytes[first * self.row_bytes..];
-        kquant_dot::dot_rows(self.ggml_type, rows, self.row_bytes, x, x_sums, out)
+        packed_dot::dot_rows(self.ggml_type, rows, self.row_bytes, x, x_sums, out)
     }
 }
 

@@ -5,6 +5,7 @@
 //! are; checkpoints are compared bit for bit.
 
 /// IEEE binary16 to f32. Exact for every input; NaN payloads are kept, not quieted.
+#[inline]
 pub fn f16_to_f32(h: u16) -> f32 {
     let sign = u32::from(h & 0x8000) << 16;
     let exp = u32::from(h >> 10) & 0x1f;

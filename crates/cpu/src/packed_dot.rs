@@ -1,6 +1,7 @@
-//! One token's activations times k-quant weight rows (Q4_K, Q5_K, Q6_K) read as stored: each
-//! sub-block's quants meet the f32 activations, their sum is scaled once by the sub-block's
-//! factor, and the mins (Q4_K, Q5_K) are taken off through the activations' sums per 32.
+//! One token's activations times weight rows read as stored (Q4_K, Q5_K, Q6_K and the
+//! 32-element Q4_0, Q5_0, Q5_1): each (sub-)block's quants meet the f32 activations, their sum
+//! is scaled once by the block's factor, and the offsets (the k-quants' mins, the legacy
+//! types' `m` or zero point) are applied through the activations' sums per 32.
 //!
 //! Expanding a row to f32 first and multiplying the expansion costs a store and a load per
 //! weight; here the quants are widened in registers, so decoding reads each weight's bits once.
@@ -17,7 +18,15 @@ const QK_K: usize = 256;
 
 /// Whether rows of `ty` have a kernel here.
 pub(crate) fn multiplies(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+    matches!(
+        ty,
+        GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::Q4_0
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+    )
 }
 
 /// `out[i] = Σ_k w[i][k]·x[k]` for the first `out.len()` rows stored one after another in
@@ -33,7 +42,7 @@ pub(crate) fn dot_rows(
 ) {
     debug_assert!(multiplies(ty));
     assert!(rows.len() >= row_bytes * out.len(), "dot_rows: row bytes");
-    assert_eq!(x.len() % QK_K, 0, "dot_rows: whole super-blocks");
+    assert_eq!(x.len() % 32, 0, "dot_rows: whole blocks");
     assert_eq!(x_sums.len() * 32, x.len(), "dot_rows: block sums");
     simd::dot_rows(ty, rows, row_bytes, x, x_sums, out)
 }
@@ -54,7 +63,10 @@ fn dot_rows_body<const FMA: bool>(
         *o = match ty {
             GgmlType::Q4_K => q45_k_dot::<FMA, false>(row, x, x_sums),
             GgmlType::Q5_K => q45_k_dot::<FMA, true>(row, x, x_sums),
-            _ => q6_k_dot::<FMA>(row, x),
+            GgmlType::Q6_K => q6_k_dot::<FMA>(row, x),
+            GgmlType::Q4_0 => legacy_dot::<FMA, false, false>(row, x, x_sums),
+            GgmlType::Q5_0 => legacy_dot::<FMA, true, false>(row, x, x_sums),
+            _ => legacy_dot::<FMA, true, true>(row, x, x_sums),
         };
     }
 }
@@ -161,6 +173,63 @@ fn q6_k_dot<const FMA: bool>(row: &[u8], x: &[f32]) -> f32 {
     acc.iter().sum()
 }
 
+/// Q4_0 (`FIFTH = false, OFFSET = false`: f16 `d`, 16 bytes of nibbles; `w = d·(q − 8)`),
+/// Q5_0 (`FIFTH`: f16 `d`, a little-endian u32 of fifth bits, nibbles; `w = d·(q − 16)`) or
+/// Q5_1 (`FIFTH, OFFSET`: f16 `d`, f16 `m`, fifth bits, nibbles; `w = d·q + m`). Byte `j` holds
+/// element `j` (low nibble) and `j + 16`; bit `i` of the u32 is element `i`'s fifth bit.
+#[inline(always)]
+fn legacy_dot<const FMA: bool, const FIFTH: bool, const OFFSET: bool>(
+    row: &[u8],
+    x: &[f32],
+    x_sums: &[f32],
+) -> f32 {
+    let (qh_at, qs_at) = match (FIFTH, OFFSET) {
+        (false, _) => (2, 2),
+        (true, false) => (2, 6),
+        (true, true) => (4, 8),
+    };
+    let zero = match (FIFTH, OFFSET) {
+        (_, true) => 0.0,
+        (true, false) => 16.0,
+        (false, false) => 8.0,
+    };
+    let mut acc = [0.0f32; 16];
+    let mut offsets = 0.0f32;
+    for ((block, xb), &s) in row
+        .chunks_exact(qs_at + 16)
+        .zip(x.chunks_exact(32))
+        .zip(x_sums)
+    {
+        let d = f16_at(block, 0);
+        let qh = u32::from_le_bytes([
+            block[qh_at],
+            block[qh_at + 1],
+            block[qh_at + 2],
+            block[qh_at + 3],
+        ]);
+        let qs = &block[qs_at..qs_at + 16];
+        let quants = |k: usize| {
+            let (mut lo, mut hi) = (qs[k] & 0x0f, qs[k] >> 4);
+            if FIFTH {
+                lo |= (((qh >> k) & 1) as u8) << 4;
+                hi |= (((qh >> (k + 16)) & 1) as u8) << 4;
+            }
+            (f32::from(lo), f32::from(hi))
+        };
+        let mut t = [0.0f32; 16];
+        for (k, t) in t.iter_mut().enumerate() {
+            let (lo, hi) = quants(k);
+            *t = madd::<FMA>(hi, xb[16 + k], lo * xb[k]);
+        }
+        for (a, t) in acc.iter_mut().zip(t) {
+            *a = madd::<FMA>(d, t, *a);
+        }
+        let offset = if OFFSET { f16_at(block, 2) } else { -zero * d };
+        offsets = madd::<FMA>(offset, s, offsets);
+    }
+    acc.iter().sum::<f32>() + offsets
+}
+
 /// The loops compiled for AVX2 and FMA, chosen at run time where the CPU has them.
 #[cfg(target_arch = "x86_64")]
 mod simd {
@@ -219,41 +288,49 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
-    /// Random super-blocks of `ty`: every quant and scale byte random, `d` and `dmin` of
-    /// either sign and several magnitudes.
+    /// Random (super-)blocks of `ty`: every quant and scale byte random, the f16 factors (`d`,
+    /// and `dmin` or `m`) of either sign and several magnitudes.
     fn random_rows(rng: &mut ChaCha8Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         let size = ty.type_size() as usize;
         let mut bytes = Vec::new();
-        for _ in 0..rows * cols / QK_K {
+        for _ in 0..rows * cols / ty.block_size() as usize {
             let mut block: Vec<u8> = (0..size).map(|_| rng.gen()).collect();
             let mut half = |at: usize| {
                 let v = rng.gen_range(-1.0f32..1.0) * 10f32.powi(rng.gen_range(-4..0));
                 block[at..at + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
             };
-            if ty == GgmlType::Q6_K {
-                half(208);
-            } else {
-                half(0);
-                half(2);
+            match ty {
+                GgmlType::Q6_K => half(208),
+                GgmlType::Q4_0 | GgmlType::Q5_0 => half(0),
+                _ => {
+                    half(0);
+                    half(2);
+                }
             }
             bytes.extend(block);
         }
         bytes
     }
 
-    /// The part of each element's weight the mins take off (`dmin·m_j`; 0 for Q6_K), so that
-    /// the bound covers both terms of `(d·sc)·q − dmin·m`.
+    /// The size of the offset part of each element's weight (`dmin·m_j`, the legacy types'
+    /// `m` or zero point `z·d`; 0 for Q6_K), so that the bound covers both terms of
+    /// `scale·q − offset`.
     fn min_terms(ty: GgmlType, bytes: &[u8], cols: usize) -> Vec<f64> {
         let size = ty.type_size() as usize;
         let mut out = Vec::new();
         for block in bytes.chunks_exact(size) {
-            if ty == GgmlType::Q6_K {
-                out.extend([0.0; QK_K]);
-                continue;
-            }
-            let (_, mins) = unpack_k_scales(block[4..16].try_into().unwrap());
-            for j in 0..QK_K {
-                out.push(f64::from(f16_at(block, 2) * f32::from(mins[j / 32])).abs());
+            let d = f64::from(f16_at(block, 0)).abs();
+            match ty {
+                GgmlType::Q6_K => out.extend([0.0; QK_K]),
+                GgmlType::Q4_0 => out.extend([8.0 * d; 32]),
+                GgmlType::Q5_0 => out.extend([16.0 * d; 32]),
+                GgmlType::Q5_1 => out.extend([f64::from(f16_at(block, 2)).abs(); 32]),
+                _ => {
+                    let (_, mins) = unpack_k_scales(block[4..16].try_into().unwrap());
+                    for j in 0..QK_K {
+                        out.push(f64::from(f16_at(block, 2) * f32::from(mins[j / 32])).abs());
+                    }
+                }
             }
         }
         assert_eq!(out.len() % cols, 0);
@@ -266,7 +343,14 @@ mod tests {
     #[test]
     fn row_products_match_f64_of_the_expanded_weights() {
         let mut rng = ChaCha8Rng::seed_from_u64(31);
-        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+        ] {
             let (rows, cols) = (23, 768);
             let bytes = random_rows(&mut rng, ty, rows, cols);
             let w = dequantize(ty, &bytes, rows * cols).unwrap();
