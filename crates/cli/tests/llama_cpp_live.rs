@@ -153,6 +153,8 @@ fn quench(model: &Path, case: &Value, build: &str, dir: &Path) -> (Vec<u64>, Vec
             &rounding,
             "--logits-out",
             logits_file.to_str().unwrap(),
+            // Made-up prompts may begin with '-': end the options first.
+            "--",
             case["prompt"].as_str().unwrap(),
         ])
         .env("QUENCH_HOME", dir)
