@@ -65,7 +65,9 @@ pub(crate) struct BlockMatrix {
     quants: Vec<u8>,
 }
 
-fn f16_at(bytes: &[u8], at: usize) -> f32 {
+/// The little-endian f16 at byte `at`, as f32.
+#[inline]
+pub(crate) fn f16_at(bytes: &[u8], at: usize) -> f32 {
     quench_models::dequant::f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
 }
 

@@ -7,7 +7,8 @@
 //! as a dense matrix's, so the results are the same bits while the process holds only the
 //! stored bytes: a Q4_K matrix takes a seventh of its f32 expansion. From a memory-mapped
 //! GGUF file those bytes are the mapping's own ([`SharedBytes`]), not a copy. One token's
-//! products with Q4_K, Q5_K and Q6_K rows read them as stored instead ([`packed_dot`]).
+//! products with Q4_K, Q5_K, Q6_K, Q4_0, Q5_0 and Q5_1 rows read them as stored instead, in
+//! integers ([`packed_dot`]).
 
 use quench_models::arch::ArchError;
 use quench_models::dequant::{dequantize_into, dequantizes};
@@ -15,7 +16,7 @@ use quench_models::{GgmlType, SharedBytes};
 
 use crate::error::{CpuError, Result};
 use crate::matrix::Rows;
-use crate::packed_dot;
+use crate::packed_dot::{self, Activations};
 use crate::real::Real;
 
 /// A `[rows, cols]` weight matrix in a ggml type, as stored.
@@ -88,9 +89,9 @@ impl PackedMatrix {
         packed_dot::multiplies(self.ggml_type)
     }
 
-    /// `out[i] = Σ_k w[first + i][k]·x[k]`, read as stored, with `x_sums[b]` the sum of `x`
-    /// over its 32-element block `b`; only where [`Self::multiplies_as_stored`].
-    pub(crate) fn dot_rows(&self, first: usize, x: &[f32], x_sums: &[f32], out: &mut [f32]) {
+    /// `out[i] = Σ_k w[first + i][k]·x[k]`, read as stored, with `x` rounded to 16-bit
+    /// integers ([`Activations`]); only where [`Self::multiplies_as_stored`].
+    pub(crate) fn dot_rows(&self, first: usize, x: &Activations, out: &mut [f32]) {
         assert_eq!(x.len(), self.cols, "dot_rows: input width");
         assert!(
             first + out.len() <= self.rows,
@@ -98,7 +99,7 @@ impl PackedMatrix {
         );
         // The rest of the matrix goes along, for the next rows to be fetched ahead.
         let rows = &self.bytes[first * self.row_bytes..];
-        packed_dot::dot_rows(self.ggml_type, rows, self.row_bytes, x, x_sums, out)
+        packed_dot::dot_rows(self.ggml_type, rows, self.row_bytes, x, out)
     }
 }
 

@@ -1,20 +1,36 @@
 //! One token's activations times weight rows read as stored (Q4_K, Q5_K, Q6_K and the
-//! 32-element Q4_0, Q5_0, Q5_1): each (sub-)block's quants meet the f32 activations, their sum
-//! is scaled once by the block's factor, and the offsets (the k-quants' mins, the legacy
-//! types' `m` or zero point) are applied through the activations' sums per 32.
+//! 32-element Q4_0, Q5_0, Q5_1), in integers: the activations rounded once per product to
+//! 16-bit integers per 32-element block ([`quantize`], the GPU's integer kernels' form),
+//! each block's quants widened to 16 bits in registers and multiplied with them exactly,
+//! and each block's integer sum scaled once in f32.
 //!
-//! Expanding a row to f32 first and multiplying the expansion costs a store and a load per
-//! weight; here the quants are widened in registers, so decoding reads each weight's bits once.
-//! The sums are regrouped (sub-block by sub-block), so they are not the expansion's bits, but
-//! they stay within f32 rounding of the same products.
+//! **Why.** Widening every weight to f32 for a fused multiply made these products bound by
+//! the instructions, not the memory: two cores decoded a 1B Q4_K_M model at half
+//! llama.cpp's rate. An integer multiply-add of 16-bit pairs takes 16 weights an
+//! instruction and needs no conversion per weight. 8-bit activations (llama.cpp's) would
+//! move the logits further than the FP64 check allows; 16 bits move each element by at
+//! most `(½ + 2^-7)·dx` of its block's step `dx = max|x|/32767`.
+//!
+//! **Order.** Per 32-element block (Q6_K: per 16), eight 32-bit lanes each take the exact
+//! sum of four products, lane `l` elements `2l, 2l + 1, 16 + 2l, 17 + 2l` (what
+//! `_mm256_madd_epi16` gives for the block's two halves, added); each lane is converted to
+//! f32 (exact: below 2^24) and added into its own f32 accumulator as `acc = fma(scale, sum,
+//! acc)`, with the block's `scale` formed as below; the accumulators are summed as
+//! [`sum_8_lanes`] at the end, and the offsets, accumulated apart in block order, added.
+//! The portable code and the AVX2 code follow this order, so they give the same bits.
+//! - Q4_K, Q5_K (`w = q`, sub-block scale `sc`, min `m`, super-block `d`, `dmin`): scale
+//!   `fl(d·sc)·dx`; the offsets `fl(dmin·m)·dx·Σq` accumulated (fused) in eight lanes of
+//!   their own, one per sub-block position, summed as [`sum_8_lanes`] and subtracted.
+//! - Q6_K (`w = q − 32`, a signed scale per 16): scale `fl(d·sc)·dx` for each 16's lanes.
+//! - Q4_0, Q5_0 (`w = q − 8`, `q − 16`), Q5_1 (`w = q`, offset `m`): scale `fl(d·dx)`;
+//!   Q5_1's offset `fma(fl(m·dx), Σq, ·)`.
 
-use quench_models::dequant::{f16_to_f32, unpack_k_scales};
+use quench_models::dequant::unpack_k_scales;
+use quench_models::quant::activations::{quantize, BLOCK};
 use quench_models::GgmlType;
 
+use crate::blocks::{f16_at, sum_8_lanes};
 use crate::prefetch::prefetch;
-
-/// Elements of a super-block.
-const QK_K: usize = 256;
 
 /// Whether rows of `ty` have a kernel here.
 pub(crate) fn multiplies(ty: GgmlType) -> bool {
@@ -29,238 +45,477 @@ pub(crate) fn multiplies(ty: GgmlType) -> bool {
     )
 }
 
+/// One token's activations as the products take them.
+pub(crate) struct Activations {
+    /// The 16-bit quants, 32 per block.
+    q: Vec<i16>,
+    /// Each block's step `dx`.
+    dx: Vec<f32>,
+    /// Each block's `Σq` (an integer below 2^21: exact).
+    sq: Vec<f32>,
+}
+
+impl Activations {
+    /// `x` (a whole number of 32-element blocks) rounded to 16-bit integers.
+    pub(crate) fn of(x: &[f32]) -> Self {
+        let qx = quantize(x);
+        Activations {
+            // |q| ≤ 32767.
+            q: qx.q.iter().map(|&q| q as i16).collect(),
+            dx: qx.dx,
+            sq: qx.sq.iter().map(|&s| s as f32).collect(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.q.len()
+    }
+}
+
 /// `out[i] = Σ_k w[i][k]·x[k]` for the first `out.len()` rows stored one after another in
-/// `rows` (each `row_bytes` long) of type `ty`; `x_sums[b]` is the sum of `x` over its
-/// 32-element block `b`. Rows past those are fetched into the caches ahead of their turn.
+/// `rows` (each `row_bytes` long) of type `ty`. Rows past those are fetched into the caches
+/// ahead of their turn.
 pub(crate) fn dot_rows(
     ty: GgmlType,
     rows: &[u8],
     row_bytes: usize,
-    x: &[f32],
-    x_sums: &[f32],
+    x: &Activations,
     out: &mut [f32],
 ) {
-    debug_assert!(multiplies(ty));
+    assert!(multiplies(ty), "dot_rows: no kernel for {}", ty.name());
     assert!(rows.len() >= row_bytes * out.len(), "dot_rows: row bytes");
-    assert_eq!(x.len() % 32, 0, "dot_rows: whole blocks");
-    assert_eq!(x_sums.len() * 32, x.len(), "dot_rows: block sums");
-    simd::dot_rows(ty, rows, row_bytes, x, x_sums, out)
+    assert_eq!(
+        row_bytes as u64,
+        ty.bytes_for(x.len() as u64).unwrap_or(0),
+        "dot_rows: row width"
+    );
+    simd::dot_rows(ty, rows, row_bytes, x, out)
 }
 
-/// The body of [`dot_rows`], inlined into each instruction-set variant.
-#[inline(always)]
-fn dot_rows_body<const FMA: bool>(
+/// The portable [`dot_rows`]: the reference the vector code matches bit for bit.
+fn dot_rows_portable(
     ty: GgmlType,
     rows: &[u8],
     row_bytes: usize,
-    x: &[f32],
-    x_sums: &[f32],
+    x: &Activations,
     out: &mut [f32],
 ) {
     for (r, (row, o)) in rows.chunks_exact(row_bytes).zip(out.iter_mut()).enumerate() {
         let next = ((r + 1) * row_bytes).min(rows.len());
         prefetch(&rows[next..(next + row_bytes).min(rows.len())]);
         *o = match ty {
-            GgmlType::Q4_K => q45_k_dot::<FMA, false>(row, x, x_sums),
-            GgmlType::Q5_K => q45_k_dot::<FMA, true>(row, x, x_sums),
-            GgmlType::Q6_K => q6_k_dot::<FMA>(row, x),
-            GgmlType::Q4_0 => legacy_dot::<FMA, false, false>(row, x, x_sums),
-            GgmlType::Q5_0 => legacy_dot::<FMA, true, false>(row, x, x_sums),
-            _ => legacy_dot::<FMA, true, true>(row, x, x_sums),
+            GgmlType::Q4_K => q45_k_dot::<false>(row, x),
+            GgmlType::Q5_K => q45_k_dot::<true>(row, x),
+            GgmlType::Q6_K => q6_k_dot(row, x),
+            GgmlType::Q4_0 => legacy_dot::<false, false>(row, x),
+            GgmlType::Q5_0 => legacy_dot::<true, false>(row, x),
+            _ => legacy_dot::<true, true>(row, x),
         };
     }
 }
 
-/// `a·b + c`, fused where the caller was compiled for FMA (unfused it is a slow library call).
-#[inline(always)]
-fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
-    if FMA {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
+/// The eight lanes' exact sums of a block's products: lane `l` takes elements `2l`, `2l + 1`
+/// of each 16 in `w` (16 or 32 weights) and the same elements of `q`.
+fn lane_sums(w: &[i16], q: &[i16]) -> [f32; 8] {
+    let mut s = [0i32; 8];
+    for (half_w, half_q) in w.chunks_exact(16).zip(q.chunks_exact(16)) {
+        for (l, s) in s.iter_mut().enumerate() {
+            *s += i32::from(half_w[2 * l]) * i32::from(half_q[2 * l])
+                + i32::from(half_w[2 * l + 1]) * i32::from(half_q[2 * l + 1]);
+        }
     }
+    s.map(|v| v as f32)
 }
 
-fn f16_at(bytes: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+/// `acc[l] = fma(scale, sums[l], acc[l])`.
+fn accumulate(acc: &mut [f32; 8], scale: f32, sums: [f32; 8]) {
+    for (a, s) in acc.iter_mut().zip(sums) {
+        *a = scale.mul_add(s, *a);
+    }
 }
 
 /// Q4_K (`FIFTH = false`: f16 `d`, f16 `dmin`, 12 scale bytes, 128 bytes of nibbles) or Q5_K
 /// (`FIFTH = true`: 32 bytes of fifth bits before the nibbles). Sub-block `j` (32 elements)
 /// holds the low (`j` even) or high nibbles of bytes `32·(j/2) ..`, and Q5_K's bit `j` of
 /// `qh[0..32]`; `w = (d·sc_j)·q − dmin·m_j`.
-#[inline(always)]
-fn q45_k_dot<const FMA: bool, const FIFTH: bool>(row: &[u8], x: &[f32], x_sums: &[f32]) -> f32 {
+fn q45_k_dot<const FIFTH: bool>(row: &[u8], x: &Activations) -> f32 {
     let block_bytes = if FIFTH { 176 } else { 144 };
-    let mut acc = [0.0f32; 16];
-    let mut mins_part = 0.0f32;
-    for (b, (block, xb)) in row
-        .chunks_exact(block_bytes)
-        .zip(x.chunks_exact(QK_K))
-        .enumerate()
-    {
+    let mut acc = [0.0f32; 8];
+    let mut mins_part = [0.0f32; 8];
+    for (u, block) in row.chunks_exact(block_bytes).enumerate() {
         let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
         let (scales, mins) = unpack_k_scales(block[4..16].try_into().expect("12 bytes"));
-        let (qh, qs) = if FIFTH {
-            (&block[16..48], &block[48..176])
-        } else {
-            (&block[0..0], &block[16..144])
-        };
-        // Sub-blocks 2p and 2p + 1 share bytes 32p .. 32p + 32: low and high nibbles.
-        for p in 0..4 {
-            let bytes = &qs[32 * p..32 * p + 32];
-            let (xl, xh) = (&xb[64 * p..64 * p + 32], &xb[64 * p + 32..64 * p + 64]);
-            let quants = |k: usize| {
-                let (mut lo, mut hi) = (bytes[k] & 0x0f, bytes[k] >> 4);
+        let qs = &block[block_bytes - 128..];
+        for j in 0..8 {
+            let bytes = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+            let w: [i16; 32] = std::array::from_fn(|k| {
+                let mut q = (bytes[k] >> (4 * (j % 2))) & 0x0f;
                 if FIFTH {
-                    lo |= ((qh[k] >> (2 * p)) & 1) << 4;
-                    hi |= ((qh[k] >> (2 * p + 1)) & 1) << 4;
+                    q |= ((block[16 + k] >> j) & 1) << 4;
                 }
-                (f32::from(lo), f32::from(hi))
-            };
-            let (mut tl, mut th) = ([0.0f32; 16], [0.0f32; 16]);
-            for k in 0..16 {
-                let (lo, hi) = quants(k);
-                tl[k] = lo * xl[k];
-                th[k] = hi * xh[k];
-            }
-            for k in 0..16 {
-                let (lo, hi) = quants(16 + k);
-                tl[k] = madd::<FMA>(lo, xl[16 + k], tl[k]);
-                th[k] = madd::<FMA>(hi, xh[16 + k], th[k]);
-            }
-            let (dl, dh) = (
-                d * f32::from(scales[2 * p]),
-                d * f32::from(scales[2 * p + 1]),
-            );
-            for k in 0..16 {
-                acc[k] = madd::<FMA>(dh, th[k], madd::<FMA>(dl, tl[k], acc[k]));
-            }
-            let m = &x_sums[8 * b + 2 * p..8 * b + 2 * p + 2];
-            mins_part = madd::<FMA>(dmin * f32::from(mins[2 * p]), m[0], mins_part);
-            mins_part = madd::<FMA>(dmin * f32::from(mins[2 * p + 1]), m[1], mins_part);
+                i16::from(q)
+            });
+            let b = 8 * u + j;
+            let sums = lane_sums(&w, &x.q[BLOCK * b..BLOCK * (b + 1)]);
+            accumulate(&mut acc, d * f32::from(scales[j]) * x.dx[b], sums);
+            mins_part[j] = (dmin * f32::from(mins[j]) * x.dx[b]).mul_add(x.sq[b], mins_part[j]);
         }
     }
-    acc.iter().sum::<f32>() - mins_part
+    sum_8_lanes(acc) - sum_8_lanes(mins_part)
 }
 
 /// Q6_K: 128 bytes of low nibbles, 64 bytes of high 2-bit fields, 16 signed scales (one per
 /// 16 elements), f16 `d`; within half `h`, element `e` takes nibble `e / 64` of byte
 /// `64h + e % 64` and bits `2·(e / 32)` of byte `128 + 32h + e % 32`; `w = (d·sc)·(q − 32)`.
-#[inline(always)]
-fn q6_k_dot<const FMA: bool>(row: &[u8], x: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 16];
-    for (block, xb) in row.chunks_exact(210).zip(x.chunks_exact(QK_K)) {
+fn q6_k_dot(row: &[u8], x: &Activations) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for (u, block) in row.chunks_exact(210).enumerate() {
         let (ql, qh, scales) = (&block[0..128], &block[128..192], &block[192..208]);
         let d = f16_at(block, 208);
-        for g in 0..16 {
-            let (h, e) = (g / 8, (16 * g) % 128);
-            let low = &ql[64 * h + e % 64..64 * h + e % 64 + 16];
-            let high = &qh[32 * h + e % 32..32 * h + e % 32 + 16];
-            let (low_shift, high_shift) = (4 * (e / 64), 2 * (e / 32));
-            let xs = &xb[16 * g..16 * g + 16];
-            let mut t = [0.0f32; 16];
-            for (k, t) in t.iter_mut().enumerate() {
-                let q = ((low[k] >> low_shift) & 0x0f) | (((high[k] >> high_shift) & 3) << 4);
-                *t = f32::from(i16::from(q) - 32) * xs[k];
-            }
-            let dl = d * f32::from(scales[g] as i8);
-            for (a, t) in acc.iter_mut().zip(t) {
-                *a = madd::<FMA>(dl, t, *a);
+        for j in 0..8 {
+            let (h, e) = (j / 4, 32 * (j % 4));
+            let low = &ql[64 * h + e % 64..];
+            let high = &qh[32 * h..];
+            let w: [i16; 32] = std::array::from_fn(|k| {
+                let q =
+                    ((low[k] >> (4 * (e / 64))) & 0x0f) | (((high[k] >> (2 * (j % 4))) & 3) << 4);
+                i16::from(q) - 32
+            });
+            let b = 8 * u + j;
+            let q = &x.q[BLOCK * b..BLOCK * (b + 1)];
+            for half in 0..2 {
+                let span = 16 * half..16 * half + 16;
+                let sums = lane_sums(&w[span.clone()], &q[span]);
+                let sc = f32::from(scales[2 * j + half] as i8);
+                accumulate(&mut acc, d * sc * x.dx[b], sums);
             }
         }
     }
-    acc.iter().sum()
+    sum_8_lanes(acc)
 }
 
 /// Q4_0 (`FIFTH = false, OFFSET = false`: f16 `d`, 16 bytes of nibbles; `w = d·(q − 8)`),
 /// Q5_0 (`FIFTH`: f16 `d`, a little-endian u32 of fifth bits, nibbles; `w = d·(q − 16)`) or
 /// Q5_1 (`FIFTH, OFFSET`: f16 `d`, f16 `m`, fifth bits, nibbles; `w = d·q + m`). Byte `j` holds
 /// element `j` (low nibble) and `j + 16`; bit `i` of the u32 is element `i`'s fifth bit.
-#[inline(always)]
-fn legacy_dot<const FMA: bool, const FIFTH: bool, const OFFSET: bool>(
-    row: &[u8],
-    x: &[f32],
-    x_sums: &[f32],
-) -> f32 {
-    let (qh_at, qs_at) = match (FIFTH, OFFSET) {
+fn legacy_dot<const FIFTH: bool, const OFFSET: bool>(row: &[u8], x: &Activations) -> f32 {
+    let (qh_at, qs_at) = legacy_layout(FIFTH, OFFSET);
+    let zero = legacy_zero(FIFTH, OFFSET);
+    let mut acc = [0.0f32; 8];
+    let mut offsets = 0.0f32;
+    for (b, block) in row.chunks_exact(qs_at + 16).enumerate() {
+        let qh = if FIFTH {
+            u32::from_le_bytes(block[qh_at..qh_at + 4].try_into().expect("4 bytes"))
+        } else {
+            0
+        };
+        let qs = &block[qs_at..qs_at + 16];
+        let w: [i16; 32] = std::array::from_fn(|k| {
+            let q = (qs[k % 16] >> (4 * (k / 16))) & 0x0f;
+            i16::from(q) + 16 * ((qh >> k) & 1) as i16 - zero
+        });
+        let sums = lane_sums(&w, &x.q[BLOCK * b..BLOCK * (b + 1)]);
+        accumulate(&mut acc, f16_at(block, 0) * x.dx[b], sums);
+        if OFFSET {
+            offsets = (f16_at(block, 2) * x.dx[b]).mul_add(x.sq[b], offsets);
+        }
+    }
+    sum_8_lanes(acc) + offsets
+}
+
+/// Where a legacy block's fifth bits and nibbles start.
+const fn legacy_layout(fifth: bool, offset: bool) -> (usize, usize) {
+    match (fifth, offset) {
         (false, _) => (2, 2),
         (true, false) => (2, 6),
         (true, true) => (4, 8),
-    };
-    let zero = match (FIFTH, OFFSET) {
-        (_, true) => 0.0,
-        (true, false) => 16.0,
-        (false, false) => 8.0,
-    };
-    let mut acc = [0.0f32; 16];
-    let mut offsets = 0.0f32;
-    for ((block, xb), &s) in row
-        .chunks_exact(qs_at + 16)
-        .zip(x.chunks_exact(32))
-        .zip(x_sums)
-    {
-        let d = f16_at(block, 0);
-        let qh = u32::from_le_bytes([
-            block[qh_at],
-            block[qh_at + 1],
-            block[qh_at + 2],
-            block[qh_at + 3],
-        ]);
-        let qs = &block[qs_at..qs_at + 16];
-        let quants = |k: usize| {
-            let (mut lo, mut hi) = (qs[k] & 0x0f, qs[k] >> 4);
-            if FIFTH {
-                lo |= (((qh >> k) & 1) as u8) << 4;
-                hi |= (((qh >> (k + 16)) & 1) as u8) << 4;
-            }
-            (f32::from(lo), f32::from(hi))
-        };
-        let mut t = [0.0f32; 16];
-        for (k, t) in t.iter_mut().enumerate() {
-            let (lo, hi) = quants(k);
-            *t = madd::<FMA>(hi, xb[16 + k], lo * xb[k]);
-        }
-        for (a, t) in acc.iter_mut().zip(t) {
-            *a = madd::<FMA>(d, t, *a);
-        }
-        let offset = if OFFSET { f16_at(block, 2) } else { -zero * d };
-        offsets = madd::<FMA>(offset, s, offsets);
     }
-    acc.iter().sum::<f32>() + offsets
 }
 
-/// The loops compiled for AVX2 and FMA, chosen at run time where the CPU has them.
+/// What a legacy type subtracts from its quants (Q5_1 adds its offset instead).
+const fn legacy_zero(fifth: bool, offset: bool) -> i16 {
+    match (fifth, offset) {
+        (_, true) => 0,
+        (true, false) => 16,
+        (false, false) => 8,
+    }
+}
+
+/// The products in AVX2, chosen at run time where the CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 mod simd {
+    use std::arch::x86_64::*;
+
+    use quench_models::dequant::unpack_k_scales;
     use quench_models::GgmlType;
+
+    use super::{legacy_layout, legacy_zero, Activations, BLOCK};
+    use crate::blocks::{f16_at, sum_8_lanes};
+    use crate::prefetch::prefetch;
+
+    pub(super) fn dot_rows(
+        ty: GgmlType,
+        rows: &[u8],
+        row_bytes: usize,
+        x: &Activations,
+        out: &mut [f32],
+    ) {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA, the only requirement of the function.
+            unsafe { dot_rows_avx2(ty, rows, row_bytes, x, out) }
+        } else {
+            super::dot_rows_portable(ty, rows, row_bytes, x, out)
+        }
+    }
 
     #[target_feature(enable = "avx2,fma")]
     fn dot_rows_avx2(
         ty: GgmlType,
         rows: &[u8],
         row_bytes: usize,
-        x: &[f32],
-        x_sums: &[f32],
+        x: &Activations,
         out: &mut [f32],
     ) {
-        super::dot_rows_body::<true>(ty, rows, row_bytes, x, x_sums, out)
+        for (r, (row, o)) in rows.chunks_exact(row_bytes).zip(out.iter_mut()).enumerate() {
+            let next = ((r + 1) * row_bytes).min(rows.len());
+            prefetch(&rows[next..(next + row_bytes).min(rows.len())]);
+            *o = match ty {
+                GgmlType::Q4_K => q45_k_dot::<false>(row, x),
+                GgmlType::Q5_K => q45_k_dot::<true>(row, x),
+                GgmlType::Q6_K => q6_k_dot(row, x),
+                GgmlType::Q4_0 => legacy_dot::<false, false>(row, x),
+                GgmlType::Q5_0 => legacy_dot::<true, false>(row, x),
+                _ => legacy_dot::<true, true>(row, x),
+            };
+        }
     }
 
-    pub(super) fn dot_rows(
-        ty: GgmlType,
-        rows: &[u8],
-        row_bytes: usize,
-        x: &[f32],
-        x_sums: &[f32],
-        out: &mut [f32],
-    ) {
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA, the only requirement of the function.
-            unsafe { dot_rows_avx2(ty, rows, row_bytes, x, x_sums, out) }
-        } else {
-            super::dot_rows_body::<false>(ty, rows, row_bytes, x, x_sums, out)
+    /// 32 bytes from `bytes[at..]`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load32(bytes: &[u8], at: usize) -> __m256i {
+        assert!(at + 32 <= bytes.len());
+        // SAFETY: the 32 bytes are in bounds (checked); the load is unaligned.
+        unsafe { _mm256_loadu_si256(bytes[at..].as_ptr().cast()) }
+    }
+
+    /// Block `b`'s 32 activation quants, as two registers of 16.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn activations(x: &Activations, b: usize) -> (__m256i, __m256i) {
+        let q = &x.q[BLOCK * b..BLOCK * (b + 1)];
+        // SAFETY: `q` holds 32 i16, two 256-bit loads' worth; the loads are unaligned.
+        unsafe {
+            (
+                _mm256_loadu_si256(q.as_ptr().cast()),
+                _mm256_loadu_si256(q[16..].as_ptr().cast()),
+            )
         }
+    }
+
+    /// 32 weights (bytes, unsigned) times a block's activations: eight lanes of exact sums,
+    /// as f32.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn unsigned_block(w: __m256i, (xa, xb): (__m256i, __m256i)) -> __m256 {
+        let wa = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(w));
+        let wb = _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(w));
+        _mm256_cvtepi32_ps(_mm256_add_epi32(
+            _mm256_madd_epi16(wa, xa),
+            _mm256_madd_epi16(wb, xb),
+        ))
+    }
+
+    /// The eight accumulators summed as [`sum_8_lanes`].
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn sum(acc: __m256) -> f32 {
+        sum_8_lanes(lanes(acc))
+    }
+
+    /// Eight bytes from `bytes[at..]` as f32 lanes, unsigned.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn u8_lanes(bytes: &[u8], at: usize) -> __m256 {
+        let v = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)))
+    }
+
+    /// Eight bytes from `bytes[at..]` as f32 lanes, signed.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn i8_lanes(bytes: &[u8], at: usize) -> __m256 {
+        let v = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(v as i64)))
+    }
+
+    /// Super-block `u`'s eight activation steps.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn steps(x: &Activations, u: usize) -> __m256 {
+        let dx = &x.dx[8 * u..8 * u + 8];
+        // SAFETY: `dx` holds 8 f32, as an unaligned 256-bit load reads.
+        unsafe { _mm256_loadu_ps(dx.as_ptr()) }
+    }
+
+    /// The lanes of `v`, to be read one at a time.
+    #[inline]
+    #[target_feature(enable = "avx")]
+    fn lanes(v: __m256) -> [f32; 8] {
+        let mut l = [0.0f32; 8];
+        // SAFETY: `l` holds 8 f32, as an unaligned 256-bit store writes.
+        unsafe { _mm256_storeu_ps(l.as_mut_ptr(), v) };
+        l
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn q45_k_dot<const FIFTH: bool>(row: &[u8], x: &Activations) -> f32 {
+        let block_bytes = if FIFTH { 176 } else { 144 };
+        let nibble = _mm256_set1_epi8(0x0f);
+        let one = _mm256_set1_epi8(1);
+        let mut acc = _mm256_setzero_ps();
+        let mut mins_part = _mm256_setzero_ps();
+        for (u, block) in row.chunks_exact(block_bytes).enumerate() {
+            let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+            let (scales, mins) = unpack_k_scales(block[4..16].try_into().expect("12 bytes"));
+            // Each sub-block's `fl(d·sc)·dx` and `fl(dmin·m)·dx`, eight at a time.
+            let dx = steps(x, u);
+            let scale = lanes(_mm256_mul_ps(
+                _mm256_mul_ps(_mm256_set1_ps(d), u8_lanes(&scales, 0)),
+                dx,
+            ));
+            let min = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), u8_lanes(&mins, 0)), dx);
+            let sq = &x.sq[8 * u..8 * u + 8];
+            // SAFETY: `sq` holds 8 f32, as an unaligned 256-bit load reads.
+            mins_part = _mm256_fmadd_ps(min, unsafe { _mm256_loadu_ps(sq.as_ptr()) }, mins_part);
+            let qh = if FIFTH {
+                load32(block, 16)
+            } else {
+                _mm256_setzero_si256()
+            };
+            for p in 0..4 {
+                let bytes = load32(block, block_bytes - 128 + 32 * p);
+                let halves = [
+                    _mm256_and_si256(bytes, nibble),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), nibble),
+                ];
+                for (half, mut w) in halves.into_iter().enumerate() {
+                    let j = 2 * p + half;
+                    if FIFTH {
+                        let bit = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32));
+                        w = _mm256_or_si256(w, _mm256_slli_epi16::<4>(_mm256_and_si256(bit, one)));
+                    }
+                    let sums = unsigned_block(w, activations(x, 8 * u + j));
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale[j]), sums, acc);
+                }
+            }
+        }
+        sum(acc) - sum(mins_part)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn q6_k_dot(row: &[u8], x: &Activations) -> f32 {
+        let nibble = _mm256_set1_epi8(0x0f);
+        let field = _mm256_set1_epi8(3);
+        let offset = _mm256_set1_epi8(32);
+        // Scales 2j and 2j + 1 both take block j's step.
+        let (first, second) = (
+            _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3),
+            _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7),
+        );
+        let mut acc = _mm256_setzero_ps();
+        for (u, block) in row.chunks_exact(210).enumerate() {
+            let d = _mm256_set1_ps(f16_at(block, 208));
+            // Each 16's `fl(d·sc)·dx`, eight at a time.
+            let dx = steps(x, u);
+            let scale = |at: usize, steps: __m256i| {
+                let sc = _mm256_mul_ps(d, i8_lanes(block, 192 + at));
+                lanes(_mm256_mul_ps(sc, _mm256_permutevar8x32_ps(dx, steps)))
+            };
+            let scales = [scale(0, first), scale(8, second)];
+            for j in 0..8 {
+                let (h, e) = (j / 4, 32 * (j % 4));
+                let ql = load32(block, 64 * h + e % 64);
+                let low = if e < 64 {
+                    _mm256_and_si256(ql, nibble)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql), nibble)
+                };
+                let qh = load32(block, 128 + 32 * h);
+                let high = _mm256_and_si256(
+                    _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * (j % 4) as i32)),
+                    field,
+                );
+                let w = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16::<4>(high)), offset);
+                let (xa, xb) = activations(x, 8 * u + j);
+                let halves = [
+                    (_mm256_castsi256_si128(w), xa),
+                    (_mm256_extracti128_si256::<1>(w), xb),
+                ];
+                for (half, (w, xs)) in halves.into_iter().enumerate() {
+                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(w), xs));
+                    let k = 2 * j + half;
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[k / 8][k % 8]), sums, acc);
+                }
+            }
+        }
+        sum(acc)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn legacy_dot<const FIFTH: bool, const OFFSET: bool>(row: &[u8], x: &Activations) -> f32 {
+        let (qh_at, qs_at) = legacy_layout(FIFTH, OFFSET);
+        let nibble = _mm_set1_epi8(0x0f);
+        let zero = _mm256_set1_epi16(legacy_zero(FIFTH, OFFSET));
+        // Element k of each 16 tests bit k of its half of the fifth bits.
+        let bits = _mm256_setr_epi16(
+            1,
+            2,
+            4,
+            8,
+            16,
+            32,
+            64,
+            128,
+            256,
+            512,
+            1024,
+            2048,
+            4096,
+            8192,
+            16384,
+            i16::MIN,
+        );
+        let sixteen = _mm256_set1_epi16(16);
+        let fifth = |half: u32| {
+            let set = _mm256_and_si256(_mm256_set1_epi16(half as u16 as i16), bits);
+            _mm256_and_si256(_mm256_cmpeq_epi16(set, bits), sixteen)
+        };
+        let mut acc = _mm256_setzero_ps();
+        let mut offsets = 0.0f32;
+        for (b, block) in row.chunks_exact(qs_at + 16).enumerate() {
+            assert!(qs_at + 16 <= block.len());
+            // SAFETY: the block's 16 quant bytes are in bounds (checked); the load is unaligned.
+            let qs = unsafe { _mm_loadu_si128(block[qs_at..].as_ptr().cast()) };
+            let mut wa = _mm256_cvtepu8_epi16(_mm_and_si128(qs, nibble));
+            let mut wb = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(qs), nibble));
+            if FIFTH {
+                let qh = u32::from_le_bytes(block[qh_at..qh_at + 4].try_into().expect("4 bytes"));
+                wa = _mm256_add_epi16(wa, fifth(qh & 0xffff));
+                wb = _mm256_add_epi16(wb, fifth(qh >> 16));
+            }
+            let (xa, xb) = activations(x, b);
+            let s = _mm256_add_epi32(
+                _mm256_madd_epi16(_mm256_sub_epi16(wa, zero), xa),
+                _mm256_madd_epi16(_mm256_sub_epi16(wb, zero), xb),
+            );
+            let scale = _mm256_set1_ps(f16_at(block, 0) * x.dx[b]);
+            acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc);
+            if OFFSET {
+                offsets = (f16_at(block, 2) * x.dx[b]).mul_add(x.sq[b], offsets);
+            }
+        }
+        sum(acc) + offsets
     }
 }
 
@@ -268,25 +523,37 @@ mod simd {
 mod simd {
     use quench_models::GgmlType;
 
+    use super::Activations;
+
     pub(super) fn dot_rows(
         ty: GgmlType,
         rows: &[u8],
         row_bytes: usize,
-        x: &[f32],
-        x_sums: &[f32],
+        x: &Activations,
         out: &mut [f32],
     ) {
-        super::dot_rows_body::<false>(ty, rows, row_bytes, x, x_sums, out)
+        super::dot_rows_portable(ty, rows, row_bytes, x, out)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocks::block_sums;
     use quench_models::dequant::{dequantize, f32_to_f16};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    /// Elements of a super-block.
+    const QK_K: usize = 256;
+
+    const TYPES: [GgmlType; 6] = [
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+    ];
 
     /// Random (super-)blocks of `ty`: every quant and scale byte random, the f16 factors (`d`,
     /// and `dmin` or `m`) of either sign and several magnitudes.
@@ -315,10 +582,9 @@ mod tests {
     /// The size of the offset part of each element's weight (`dmin·m_j`, the legacy types'
     /// `m` or zero point `z·d`; 0 for Q6_K), so that the bound covers both terms of
     /// `scale·q − offset`.
-    fn min_terms(ty: GgmlType, bytes: &[u8], cols: usize) -> Vec<f64> {
-        let size = ty.type_size() as usize;
+    fn offset_terms(ty: GgmlType, bytes: &[u8]) -> Vec<f64> {
         let mut out = Vec::new();
-        for block in bytes.chunks_exact(size) {
+        for block in bytes.chunks_exact(ty.type_size() as usize) {
             let d = f64::from(f16_at(block, 0)).abs();
             match ty {
                 GgmlType::Q6_K => out.extend([0.0; QK_K]),
@@ -333,72 +599,140 @@ mod tests {
                 }
             }
         }
-        assert_eq!(out.len() % cols, 0);
         out
     }
 
-    /// Against the f64 products of the rows as quench-models expands them (bit for bit what
-    /// the `gguf` package gives), within f32 rounding of the sums of absolute terms; the
-    /// portable and the dispatched code, from row blocks not starting at 0.
+    /// Activations of several magnitudes per block, some blocks all zero, some with one
+    /// large outlier.
+    fn random_activations(rng: &mut ChaCha8Rng, cols: usize) -> Vec<f32> {
+        let mut x = Vec::with_capacity(cols);
+        for _ in 0..cols / BLOCK {
+            let scale = 10f32.powi(rng.gen_range(-3..3));
+            let kind = rng.gen_range(0..8);
+            for k in 0..BLOCK {
+                x.push(match kind {
+                    0 => 0.0,
+                    1 if k == 7 => 300.0 * scale,
+                    _ => rng.gen_range(-1.0f32..1.0) * scale,
+                });
+            }
+        }
+        x
+    }
+
+    /// `Σ_i w_i·x_i` against f64 of the rows as quench-models expands them (bit for bit what
+    /// the `gguf` package gives): within what rounding the activations to 16 bits moves
+    /// them (`(½ + 2^-7)·dx` per element, times `|w|`) plus f32 rounding of the sums of
+    /// absolute terms; the vector code equal to the portable code bit for bit, from row
+    /// blocks not starting at 0.
     #[test]
-    fn row_products_match_f64_of_the_expanded_weights() {
+    fn row_products_match_f64_within_the_activations_rounding() {
         let mut rng = ChaCha8Rng::seed_from_u64(31);
-        for ty in [
-            GgmlType::Q4_K,
-            GgmlType::Q5_K,
-            GgmlType::Q6_K,
-            GgmlType::Q4_0,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-        ] {
+        for ty in TYPES {
             let (rows, cols) = (23, 768);
             let bytes = random_rows(&mut rng, ty, rows, cols);
             let w = dequantize(ty, &bytes, rows * cols).unwrap();
-            let mins = min_terms(ty, &bytes, cols);
-            let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
-            let sums = block_sums(&x);
+            let offsets = offset_terms(ty, &bytes);
+            let x = random_activations(&mut rng, cols);
+            let ax = Activations::of(&x);
             let row_bytes = bytes.len() / rows;
             let mut portable = vec![f32::NAN; rows];
-            dot_rows_body::<false>(ty, &bytes, row_bytes, &x, &sums, &mut portable);
+            dot_rows_portable(ty, &bytes, row_bytes, &ax, &mut portable);
             let mut dispatched = vec![f32::NAN; rows];
             dot_rows(
                 ty,
                 &bytes[..5 * row_bytes],
                 row_bytes,
-                &x,
-                &sums,
+                &ax,
                 &mut dispatched[..5],
             );
             dot_rows(
                 ty,
                 &bytes[5 * row_bytes..],
                 row_bytes,
-                &x,
-                &sums,
+                &ax,
                 &mut dispatched[5..],
             );
+            assert_eq!(
+                portable.map_bits(),
+                dispatched.map_bits(),
+                "{ty:?}: the vector code differs from the portable code"
+            );
             for r in 0..rows {
-                let (row, row_mins) = (&w[r * cols..(r + 1) * cols], &mins[r * cols..]);
-                let exact: f64 = row
-                    .iter()
-                    .zip(&x)
-                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                    .sum();
-                let magnitude: f64 = row
-                    .iter()
-                    .zip(&x)
-                    .zip(row_mins)
-                    .map(|((&a, &b), &m)| (f64::from(a).abs() + 2.0 * m) * f64::from(b).abs())
-                    .sum();
-                let bound = 1e-5 * magnitude + 1e-30;
-                for (what, got) in [("portable", portable[r]), ("dispatched", dispatched[r])] {
-                    let err = (f64::from(got) - exact).abs();
-                    assert!(
-                        err <= bound,
-                        "{ty:?} {what} row {r}: {got} vs {exact} (bound {bound})"
-                    );
+                let (row, row_offsets) = (&w[r * cols..(r + 1) * cols], &offsets[r * cols..]);
+                let mut exact = 0.0f64;
+                let mut moved = 0.0f64;
+                let mut magnitude = 0.0f64;
+                for (k, ((&a, &b), &o)) in row.iter().zip(&x).zip(row_offsets).enumerate() {
+                    let (a, b) = (f64::from(a), f64::from(b));
+                    exact += a * b;
+                    moved += (a.abs() + 2.0 * o) * (0.5 + 1.0 / 128.0) * f64::from(ax.dx[k / 32]);
+                    magnitude += (a.abs() + 2.0 * o) * b.abs();
                 }
+                let bound = moved + 1e-5 * magnitude + 1e-30;
+                let err = (f64::from(portable[r]) - exact).abs();
+                assert!(
+                    err <= bound,
+                    "{ty:?} row {r}: {} vs {exact} (bound {bound})",
+                    portable[r]
+                );
             }
+        }
+    }
+
+    /// The bound above is tight enough to notice 8-bit activations: rounding them to 8 bits
+    /// (a step of `max|x|/127`) before the products breaks it on every type.
+    #[test]
+    fn eight_bit_activations_break_the_bound() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for ty in TYPES {
+            let (rows, cols) = (8, 512);
+            let bytes = random_rows(&mut rng, ty, rows, cols);
+            let w = dequantize(ty, &bytes, rows * cols).unwrap();
+            let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+            let exact = Activations::of(&x);
+            let mut coarse = Activations::of(&x);
+            for (b, q) in coarse.q.chunks_exact_mut(BLOCK).enumerate() {
+                for v in q.iter_mut() {
+                    *v = (f32::from(*v) / 258.0).round() as i16 * 258;
+                }
+                coarse.sq[b] = q.iter().map(|&v| f32::from(v)).sum();
+            }
+            let row_bytes = bytes.len() / rows;
+            let mut got = vec![0.0f32; rows];
+            dot_rows(ty, &bytes, row_bytes, &coarse, &mut got);
+            let worst = (0..rows)
+                .map(|r| {
+                    let row = &w[r * cols..(r + 1) * cols];
+                    let want: f64 = row
+                        .iter()
+                        .zip(&x)
+                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                        .sum();
+                    let moved: f64 = row
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &a)| {
+                            f64::from(a).abs() * (0.5 + 1.0 / 128.0) * f64::from(exact.dx[k / 32])
+                        })
+                        .sum();
+                    (f64::from(got[r]) - want).abs() / moved
+                })
+                .fold(0.0f64, f64::max);
+            assert!(
+                worst > 1.0,
+                "{ty:?}: 8-bit activations stayed within the bound ({worst})"
+            );
+        }
+    }
+
+    trait MapBits {
+        fn map_bits(&self) -> Vec<u32>;
+    }
+
+    impl MapBits for Vec<f32> {
+        fn map_bits(&self) -> Vec<u32> {
+            self.iter().map(|v| v.to_bits()).collect()
         }
     }
 }

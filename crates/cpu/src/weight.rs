@@ -6,6 +6,7 @@ use crate::arithmetic::Arithmetic;
 use crate::blocks::{block_sums, BlockMatrix};
 use crate::matrix::{by_weight_rows, linear, Matrix, Rows};
 use crate::packed::PackedMatrix;
+use crate::packed_dot::Activations;
 use crate::q8::{quantize_row, Q8Row};
 use crate::real::Real;
 
@@ -116,13 +117,14 @@ impl<T: Real> Weight<T> {
     }
 }
 
-/// One token's products with a packed matrix read as stored ([`PackedMatrix::dot_rows`]).
+/// One token's products with a packed matrix read as stored ([`PackedMatrix::dot_rows`]), its
+/// activations rounded to 16-bit integers once for all rows.
 fn packed_one_token<T: Real>(w: &PackedMatrix, x: &Matrix<T>, bias: Option<&[T]>) -> Matrix<T> {
     let xf: Vec<f32> = x.as_slice().iter().map(|v| v.to_f32()).collect();
-    let sums = block_sums(&xf);
+    let activations = Activations::of(&xf);
     by_weight_rows(1, Rows::<T>::rows(w), |first, out: &mut [T]| {
         let mut y = vec![0.0f32; out.len()];
-        w.dot_rows(first, &xf, &sums, &mut y);
+        w.dot_rows(first, &activations, &mut y);
         for (i, (o, v)) in out.iter_mut().zip(y).enumerate() {
             *o = T::from_f32(v) + bias.map_or(T::ZERO, |b| b[first + i]);
         }

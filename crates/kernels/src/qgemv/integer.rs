@@ -89,11 +89,11 @@ use crate::ggml::{f16_bits_to_f32, load_u16, Bytes, Magic, Q4kLane, Q4kScales, Q
 use crate::lanes::{emit_warp_allreduce, warp_allreduce, wide_mul, words, Combine};
 use crate::norm_residual::OutType;
 use crate::par::par_map;
+use quench_models::quant::activations::QMAX;
+pub use quench_models::quant::activations::{quantize, QuantX};
 
 /// Elements per activation block: one `dx`, one Q4_K sub-block.
 const BLOCK: u32 = 32;
-/// The largest quantized magnitude.
-const QMAX: f32 = 32767.0;
 /// `1.5·2^23`: an f32 in `[2^23, 2^24)`, where the step is 1, for any `M + q`, |q| < 2^22.
 const ROUND_MAGIC: f32 = 12_582_912.0;
 /// Q4_K pieces (64 weights each) of a 256-weight super-block.
@@ -136,44 +136,6 @@ pub fn chunk_cols(p: &QGemvParams) -> u32 {
         c += CHUNK_STEP;
     }
     c
-}
-
-/// Activations of one vector quantized to 16 bits, per 32-element block.
-#[derive(Clone, Debug, PartialEq)]
-pub struct QuantX {
-    /// `rne(x_i / dx)`, |q| ≤ 32767.
-    pub q: Vec<i32>,
-    /// Each block's step (0 for a block quantized to zero).
-    pub dx: Vec<f32>,
-    /// Each block's `Σ q_i`.
-    pub sq: Vec<i32>,
-}
-
-/// The kernels' quantization of `x` (a whole number of 32-element blocks).
-pub fn quantize(x: &[f32]) -> QuantX {
-    let mut out = QuantX {
-        q: Vec::with_capacity(x.len()),
-        dx: vec![],
-        sq: vec![],
-    };
-    for block in x.chunks_exact(BLOCK as usize) {
-        let m = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let dx = m / QMAX;
-        let (dx, r) = if dx >= f32::MIN_POSITIVE {
-            (dx, 1.0 / dx)
-        } else {
-            (0.0, 0.0)
-        };
-        // The product rounded once, to the nearest integer (the kernels' `fma` with 1.5·2^23).
-        let q: Vec<i32> = block
-            .iter()
-            .map(|&v| (f64::from(v) * f64::from(r)).round_ties_even() as i32)
-            .collect();
-        out.sq.push(q.iter().sum());
-        out.q.extend(q);
-        out.dx.push(dx);
-    }
-    out
 }
 
 /// Ways to compute the products: the kernels' own, and mistakes a kernel could make that

@@ -1,7 +1,9 @@
 //! Quantization of f32 data to ggml types: Q8_0 and Q4_0 bit-exact with the `gguf` package,
 //! Q2_K, Q3_K, Q4_K, Q5_K and Q6_K by this crate's own least-squares fits, and the plain
-//! F32/F16/BF16 conversions.
+//! F32/F16/BF16 conversions; and [`activations`], the 16-bit integer form of activations
+//! that the integer products of quantized weights take.
 
+pub mod activations;
 mod affine_k;
 mod legacy;
 mod low_k;
