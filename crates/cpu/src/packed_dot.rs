@@ -30,7 +30,7 @@ use quench_models::quant::activations::{quantize, BLOCK};
 use quench_models::GgmlType;
 
 use crate::blocks::{f16_at, sum_8_lanes};
-use crate::prefetch::prefetch;
+use crate::prefetch::prefetch_ahead;
 
 /// Whether rows of `ty` have a kernel here.
 pub(crate) fn multiplies(ty: GgmlType) -> bool {
@@ -100,16 +100,16 @@ fn dot_rows_portable(
     x: &Activations,
     out: &mut [f32],
 ) {
-    for (r, (row, o)) in rows.chunks_exact(row_bytes).zip(out.iter_mut()).enumerate() {
-        let next = ((r + 1) * row_bytes).min(rows.len());
-        prefetch(&rows[next..(next + row_bytes).min(rows.len())]);
+    for (r, o) in out.iter_mut().enumerate() {
+        // From the row's start on: the row, and the rows ahead to fetch.
+        let row = &rows[r * row_bytes..];
         *o = match ty {
-            GgmlType::Q4_K => q45_k_dot::<false>(row, x),
-            GgmlType::Q5_K => q45_k_dot::<true>(row, x),
-            GgmlType::Q6_K => q6_k_dot(row, x),
-            GgmlType::Q4_0 => legacy_dot::<false, false>(row, x),
-            GgmlType::Q5_0 => legacy_dot::<true, false>(row, x),
-            _ => legacy_dot::<true, true>(row, x),
+            GgmlType::Q4_K => q45_k_dot::<false>(row, row_bytes, x),
+            GgmlType::Q5_K => q45_k_dot::<true>(row, row_bytes, x),
+            GgmlType::Q6_K => q6_k_dot(row, row_bytes, x),
+            GgmlType::Q4_0 => legacy_dot::<false, false>(row, row_bytes, x),
+            GgmlType::Q5_0 => legacy_dot::<true, false>(row, row_bytes, x),
+            _ => legacy_dot::<true, true>(row, row_bytes, x),
         };
     }
 }
@@ -138,11 +138,12 @@ fn accumulate(acc: &mut [f32; 8], scale: f32, sums: [f32; 8]) {
 /// (`FIFTH = true`: 32 bytes of fifth bits before the nibbles). Sub-block `j` (32 elements)
 /// holds the low (`j` even) or high nibbles of bytes `32·(j/2) ..`, and Q5_K's bit `j` of
 /// `qh[0..32]`; `w = (d·sc_j)·q − dmin·m_j`.
-fn q45_k_dot<const FIFTH: bool>(row: &[u8], x: &Activations) -> f32 {
+fn q45_k_dot<const FIFTH: bool>(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
     let block_bytes = if FIFTH { 176 } else { 144 };
     let mut acc = [0.0f32; 8];
     let mut mins_part = [0.0f32; 8];
-    for (u, block) in row.chunks_exact(block_bytes).enumerate() {
+    for (u, block) in rows[..row_bytes].chunks_exact(block_bytes).enumerate() {
+        prefetch_ahead(rows, u * block_bytes, block_bytes);
         let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
         let (scales, mins) = unpack_k_scales(block[4..16].try_into().expect("12 bytes"));
         let qs = &block[block_bytes - 128..];
@@ -167,9 +168,10 @@ fn q45_k_dot<const FIFTH: bool>(row: &[u8], x: &Activations) -> f32 {
 /// Q6_K: 128 bytes of low nibbles, 64 bytes of high 2-bit fields, 16 signed scales (one per
 /// 16 elements), f16 `d`; within half `h`, element `e` takes nibble `e / 64` of byte
 /// `64h + e % 64` and bits `2·(e / 32)` of byte `128 + 32h + e % 32`; `w = (d·sc)·(q − 32)`.
-fn q6_k_dot(row: &[u8], x: &Activations) -> f32 {
+fn q6_k_dot(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
     let mut acc = [0.0f32; 8];
-    for (u, block) in row.chunks_exact(210).enumerate() {
+    for (u, block) in rows[..row_bytes].chunks_exact(210).enumerate() {
+        prefetch_ahead(rows, u * 210, 210);
         let (ql, qh, scales) = (&block[0..128], &block[128..192], &block[192..208]);
         let d = f16_at(block, 208);
         for j in 0..8 {
@@ -198,12 +200,17 @@ fn q6_k_dot(row: &[u8], x: &Activations) -> f32 {
 /// Q5_0 (`FIFTH`: f16 `d`, a little-endian u32 of fifth bits, nibbles; `w = d·(q − 16)`) or
 /// Q5_1 (`FIFTH, OFFSET`: f16 `d`, f16 `m`, fifth bits, nibbles; `w = d·q + m`). Byte `j` holds
 /// element `j` (low nibble) and `j + 16`; bit `i` of the u32 is element `i`'s fifth bit.
-fn legacy_dot<const FIFTH: bool, const OFFSET: bool>(row: &[u8], x: &Activations) -> f32 {
+fn legacy_dot<const FIFTH: bool, const OFFSET: bool>(
+    rows: &[u8],
+    row_bytes: usize,
+    x: &Activations,
+) -> f32 {
     let (qh_at, qs_at) = legacy_layout(FIFTH, OFFSET);
     let zero = legacy_zero(FIFTH, OFFSET);
     let mut acc = [0.0f32; 8];
     let mut offsets = 0.0f32;
-    for (b, block) in row.chunks_exact(qs_at + 16).enumerate() {
+    for (b, block) in rows[..row_bytes].chunks_exact(qs_at + 16).enumerate() {
+        prefetch_ahead(rows, b * (qs_at + 16), qs_at + 16);
         let qh = if FIFTH {
             u32::from_le_bytes(block[qh_at..qh_at + 4].try_into().expect("4 bytes"))
         } else {
@@ -251,7 +258,7 @@ mod simd {
 
     use super::{legacy_layout, legacy_zero, Activations, BLOCK};
     use crate::blocks::{f16_at, sum_8_lanes};
-    use crate::prefetch::prefetch;
+    use crate::prefetch::prefetch_ahead;
 
     pub(super) fn dot_rows(
         ty: GgmlType,
@@ -276,16 +283,15 @@ mod simd {
         x: &Activations,
         out: &mut [f32],
     ) {
-        for (r, (row, o)) in rows.chunks_exact(row_bytes).zip(out.iter_mut()).enumerate() {
-            let next = ((r + 1) * row_bytes).min(rows.len());
-            prefetch(&rows[next..(next + row_bytes).min(rows.len())]);
+        for (r, o) in out.iter_mut().enumerate() {
+            let row = &rows[r * row_bytes..];
             *o = match ty {
-                GgmlType::Q4_K => q45_k_dot::<false>(row, x),
-                GgmlType::Q5_K => q45_k_dot::<true>(row, x),
-                GgmlType::Q6_K => q6_k_dot(row, x),
-                GgmlType::Q4_0 => legacy_dot::<false, false>(row, x),
-                GgmlType::Q5_0 => legacy_dot::<true, false>(row, x),
-                _ => legacy_dot::<true, true>(row, x),
+                GgmlType::Q4_K => q45_k_dot::<false>(row, row_bytes, x),
+                GgmlType::Q5_K => q45_k_dot::<true>(row, row_bytes, x),
+                GgmlType::Q6_K => q6_k_dot(row, row_bytes, x),
+                GgmlType::Q4_0 => legacy_dot::<false, false>(row, row_bytes, x),
+                GgmlType::Q5_0 => legacy_dot::<true, false>(row, row_bytes, x),
+                _ => legacy_dot::<true, true>(row, row_bytes, x),
             };
         }
     }
@@ -369,13 +375,14 @@ mod simd {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    fn q45_k_dot<const FIFTH: bool>(row: &[u8], x: &Activations) -> f32 {
+    fn q45_k_dot<const FIFTH: bool>(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
         let block_bytes = if FIFTH { 176 } else { 144 };
         let nibble = _mm256_set1_epi8(0x0f);
         let one = _mm256_set1_epi8(1);
         let mut acc = _mm256_setzero_ps();
         let mut mins_part = _mm256_setzero_ps();
-        for (u, block) in row.chunks_exact(block_bytes).enumerate() {
+        for (u, block) in rows[..row_bytes].chunks_exact(block_bytes).enumerate() {
+            prefetch_ahead(rows, u * block_bytes, block_bytes);
             let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
             let (scales, mins) = unpack_k_scales(block[4..16].try_into().expect("12 bytes"));
             // Each sub-block's `fl(d·sc)·dx` and `fl(dmin·m)·dx`, eight at a time.
@@ -414,7 +421,7 @@ mod simd {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    fn q6_k_dot(row: &[u8], x: &Activations) -> f32 {
+    fn q6_k_dot(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
         let nibble = _mm256_set1_epi8(0x0f);
         let field = _mm256_set1_epi8(3);
         let offset = _mm256_set1_epi8(32);
@@ -424,7 +431,8 @@ mod simd {
             _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7),
         );
         let mut acc = _mm256_setzero_ps();
-        for (u, block) in row.chunks_exact(210).enumerate() {
+        for (u, block) in rows[..row_bytes].chunks_exact(210).enumerate() {
+            prefetch_ahead(rows, u * 210, 210);
             let d = _mm256_set1_ps(f16_at(block, 208));
             // Each 16's `fl(d·sc)·dx`, eight at a time.
             let dx = steps(x, u);
@@ -463,7 +471,11 @@ mod simd {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    fn legacy_dot<const FIFTH: bool, const OFFSET: bool>(row: &[u8], x: &Activations) -> f32 {
+    fn legacy_dot<const FIFTH: bool, const OFFSET: bool>(
+        rows: &[u8],
+        row_bytes: usize,
+        x: &Activations,
+    ) -> f32 {
         let (qh_at, qs_at) = legacy_layout(FIFTH, OFFSET);
         let nibble = _mm_set1_epi8(0x0f);
         let zero = _mm256_set1_epi16(legacy_zero(FIFTH, OFFSET));
@@ -493,7 +505,8 @@ mod simd {
         };
         let mut acc = _mm256_setzero_ps();
         let mut offsets = 0.0f32;
-        for (b, block) in row.chunks_exact(qs_at + 16).enumerate() {
+        for (b, block) in rows[..row_bytes].chunks_exact(qs_at + 16).enumerate() {
+            prefetch_ahead(rows, b * (qs_at + 16), qs_at + 16);
             assert!(qs_at + 16 <= block.len());
             // SAFETY: the block's 16 quant bytes are in bounds (checked); the load is unaligned.
             let qs = unsafe { _mm_loadu_si128(block[qs_at..].as_ptr().cast()) };
