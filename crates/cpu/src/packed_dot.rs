@@ -248,7 +248,7 @@ const fn legacy_zero(fifth: bool, offset: bool) -> i16 {
     }
 }
 
-/// The products in AVX2, chosen at run time where the CPU has AVX2 and FMA.
+/// The products in AVX2, chosen at run time where the CPU has AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::*;
@@ -267,15 +267,18 @@ mod simd {
         x: &Activations,
         out: &mut [f32],
     ) {
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA, the only requirement of the function.
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
+            // SAFETY: the CPU has AVX2, FMA and F16C, the function's only requirements.
             unsafe { dot_rows_avx2(ty, rows, row_bytes, x, out) }
         } else {
             super::dot_rows_portable(ty, rows, row_bytes, x, out)
         }
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn dot_rows_avx2(
         ty: GgmlType,
         rows: &[u8],
@@ -470,7 +473,16 @@ mod simd {
         sum(acc)
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    /// The f16 at byte `at` of `bytes`, converted by the F16C instruction (exact, as
+    /// [`f16_at`]).
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    fn half(bytes: &[u8], at: usize) -> f32 {
+        let h = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn legacy_dot<const FIFTH: bool, const OFFSET: bool>(
         rows: &[u8],
         row_bytes: usize,
@@ -478,31 +490,14 @@ mod simd {
     ) -> f32 {
         let (qh_at, qs_at) = legacy_layout(FIFTH, OFFSET);
         let nibble = _mm_set1_epi8(0x0f);
-        let zero = _mm256_set1_epi16(legacy_zero(FIFTH, OFFSET));
-        // Element k of each 16 tests bit k of its half of the fifth bits.
-        let bits = _mm256_setr_epi16(
-            1,
-            2,
-            4,
-            8,
-            16,
-            32,
-            64,
-            128,
-            256,
-            512,
-            1024,
-            2048,
-            4096,
-            8192,
-            16384,
-            i16::MIN,
+        let zero = _mm256_set1_epi8(legacy_zero(FIFTH, OFFSET) as i8);
+        // Byte k of 32 takes byte k / 8 of the fifth bits and tests its bit k % 8.
+        let spread = _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
         );
-        let sixteen = _mm256_set1_epi16(16);
-        let fifth = |half: u32| {
-            let set = _mm256_and_si256(_mm256_set1_epi16(half as u16 as i16), bits);
-            _mm256_and_si256(_mm256_cmpeq_epi16(set, bits), sixteen)
-        };
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let sixteen = _mm256_set1_epi8(16);
         let mut acc = _mm256_setzero_ps();
         let mut offsets = 0.0f32;
         for (b, block) in rows[..row_bytes].chunks_exact(qs_at + 16).enumerate() {
@@ -510,22 +505,27 @@ mod simd {
             assert!(qs_at + 16 <= block.len());
             // SAFETY: the block's 16 quant bytes are in bounds (checked); the load is unaligned.
             let qs = unsafe { _mm_loadu_si128(block[qs_at..].as_ptr().cast()) };
-            let mut wa = _mm256_cvtepu8_epi16(_mm_and_si128(qs, nibble));
-            let mut wb = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(qs), nibble));
+            // The 32 quants as bytes in element order: low nibbles, then high.
+            let mut w = _mm256_set_m128i(
+                _mm_and_si128(_mm_srli_epi16::<4>(qs), nibble),
+                _mm_and_si128(qs, nibble),
+            );
             if FIFTH {
                 let qh = u32::from_le_bytes(block[qh_at..qh_at + 4].try_into().expect("4 bytes"));
-                wa = _mm256_add_epi16(wa, fifth(qh & 0xffff));
-                wb = _mm256_add_epi16(wb, fifth(qh >> 16));
+                let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+                w = _mm256_or_si256(w, _mm256_and_si256(set, sixteen));
             }
+            w = _mm256_sub_epi8(w, zero);
             let (xa, xb) = activations(x, b);
             let s = _mm256_add_epi32(
-                _mm256_madd_epi16(_mm256_sub_epi16(wa, zero), xa),
-                _mm256_madd_epi16(_mm256_sub_epi16(wb, zero), xb),
+                _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)), xa),
+                _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)), xb),
             );
-            let scale = _mm256_set1_ps(f16_at(block, 0) * x.dx[b]);
+            let scale = _mm256_set1_ps(half(block, 0) * x.dx[b]);
             acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc);
             if OFFSET {
-                offsets = (f16_at(block, 2) * x.dx[b]).mul_add(x.sq[b], offsets);
+                offsets = (half(block, 2) * x.dx[b]).mul_add(x.sq[b], offsets);
             }
         }
         sum(acc) + offsets

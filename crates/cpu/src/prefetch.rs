@@ -22,9 +22,16 @@ pub(crate) fn prefetch(bytes: &[u8]) {
     }
 }
 
-/// Fetches the `len` bytes that lie [`AHEAD`] past byte `at` of `rows` (those that exist).
+/// Fetches the cache lines that begin in the `len` bytes lying [`AHEAD`] past byte `at` of
+/// `rows` (those that exist): called for consecutive spans, it asks for each line once, and
+/// a span shorter than a line (a 32-element legacy block) asks for one only where a line
+/// begins in it.
 #[inline(always)]
 pub(crate) fn prefetch_ahead(rows: &[u8], at: usize, len: usize) {
     let start = (at + AHEAD).min(rows.len());
-    prefetch(&rows[start..(start + len).min(rows.len())]);
+    let span = &rows[start..(start + len).min(rows.len())];
+    let first = (span.as_ptr() as usize).next_multiple_of(64) - span.as_ptr() as usize;
+    if let Some(lines) = span.get(first..) {
+        prefetch(lines);
+    }
 }
