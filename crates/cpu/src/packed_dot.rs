@@ -1,5 +1,5 @@
-//! One token's activations times weight rows read as stored (Q4_K, Q5_K, Q6_K and the
-//! 32-element Q4_0, Q5_0, Q5_1), in integers: the activations rounded once per product to
+//! One token's activations times weight rows read as stored (the k-quants Q2_K to Q6_K and
+//! the 32-element Q4_0, Q5_0, Q5_1), in integers: the activations rounded once per product to
 //! 16-bit integers per 32-element block ([`quantize`], the GPU's integer kernels' form),
 //! each block's quants widened to 16 bits in registers and multiplied with them exactly,
 //! and each block's integer sum scaled once in f32.
@@ -21,11 +21,15 @@
 //! - Q4_K, Q5_K (`w = q`, sub-block scale `sc`, min `m`, super-block `d`, `dmin`): scale
 //!   `fl(d·sc)·dx`; the offsets `fl(dmin·m)·dx·Σq` accumulated (fused) in eight lanes of
 //!   their own, one per sub-block position, summed as [`sum_8_lanes`] and subtracted.
-//! - Q6_K (`w = q − 32`, a signed scale per 16): scale `fl(d·sc)·dx` for each 16's lanes.
+//! - Q6_K (`w = q − 32`, a signed scale per 16): scale `fl(d·sc)·dx` for each 16's lanes;
+//!   Q3_K the same with `w = low + 4·high − 4` and `sc` its stored scale less 32.
+//! - Q2_K (`w = q`, a scale and a min per 16): scale `fl(d·sc)·dx` for each 16's lanes, the
+//!   offsets `fl(dmin·m)·dx·Σq` (`Σq` over the 16) in eight offset lanes, mins `k` and
+//!   `k + 8` of a super-block in lane `k`, summed as [`sum_8_lanes`] and subtracted.
 //! - Q4_0, Q5_0 (`w = q − 8`, `q − 16`), Q5_1 (`w = q`, offset `m`): scale `fl(d·dx)`;
 //!   Q5_1's offset `fma(fl(m·dx), Σq, ·)`.
 
-use quench_models::dequant::unpack_k_scales;
+use quench_models::dequant::{unpack_k_scales, unpack_q3_k_scales};
 use quench_models::quant::activations::{quantize, BLOCK};
 use quench_models::GgmlType;
 
@@ -36,7 +40,9 @@ use crate::prefetch::prefetch_ahead;
 pub(crate) fn multiplies(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::Q4_K
+        GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_K
             | GgmlType::Q5_K
             | GgmlType::Q6_K
             | GgmlType::Q4_0
@@ -53,6 +59,8 @@ pub(crate) struct Activations {
     dx: Vec<f32>,
     /// Each block's `Σq` (an integer below 2^21: exact).
     sq: Vec<f32>,
+    /// `Σq` over each 16 elements (Q2_K's mins are per 16).
+    sq16: Vec<f32>,
 }
 
 impl Activations {
@@ -64,6 +72,11 @@ impl Activations {
             q: qx.q.iter().map(|&q| q as i16).collect(),
             dx: qx.dx,
             sq: qx.sq.iter().map(|&s| s as f32).collect(),
+            sq16: qx
+                .q
+                .chunks_exact(16)
+                .map(|h| h.iter().sum::<i32>() as f32)
+                .collect(),
         }
     }
 
@@ -104,6 +117,8 @@ fn dot_rows_portable(
         // From the row's start on: the row, and the rows ahead to fetch.
         let row = &rows[r * row_bytes..];
         *o = match ty {
+            GgmlType::Q2_K => q2_k_dot(row, row_bytes, x),
+            GgmlType::Q3_K => q3_k_dot(row, row_bytes, x),
             GgmlType::Q4_K => q45_k_dot::<false>(row, row_bytes, x),
             GgmlType::Q5_K => q45_k_dot::<true>(row, row_bytes, x),
             GgmlType::Q6_K => q6_k_dot(row, row_bytes, x),
@@ -196,6 +211,67 @@ fn q6_k_dot(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
     sum_8_lanes(acc)
 }
 
+/// Q2_K: 16 scale bytes (low nibble the scale, high nibble the min, per 16 elements), 64
+/// bytes of 2-bit quants, f16 `d`, f16 `dmin`; element `32j + k` is bits `2·(j % 4)` of
+/// byte `32·(j / 4) + k`; `w = (d·sc)·q − dmin·m`. The mins of scales `k` and `k + 8` go to
+/// offset lane `k`.
+fn q2_k_dot(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let mut mins_part = [0.0f32; 8];
+    for (u, block) in rows[..row_bytes].chunks_exact(84).enumerate() {
+        prefetch_ahead(rows, u * 84, 84);
+        let (scales, qs) = (&block[0..16], &block[16..80]);
+        let (d, dmin) = (f16_at(block, 80), f16_at(block, 82));
+        for (k, &s) in scales.iter().enumerate() {
+            let min = dmin * f32::from(s >> 4) * x.dx[8 * u + k / 2];
+            mins_part[k % 8] = min.mul_add(x.sq16[16 * u + k], mins_part[k % 8]);
+        }
+        for j in 0..8 {
+            let bytes = &qs[32 * (j / 4)..];
+            let w: [i16; 32] = std::array::from_fn(|k| i16::from((bytes[k] >> (2 * (j % 4))) & 3));
+            let b = 8 * u + j;
+            let q = &x.q[BLOCK * b..BLOCK * (b + 1)];
+            for half in 0..2 {
+                let span = 16 * half..16 * half + 16;
+                let sums = lane_sums(&w[span.clone()], &q[span]);
+                let sc = f32::from(scales[2 * j + half] & 0x0f);
+                accumulate(&mut acc, d * sc * x.dx[b], sums);
+            }
+        }
+    }
+    sum_8_lanes(acc) - sum_8_lanes(mins_part)
+}
+
+/// Q3_K: 32 bytes of high bits, 64 bytes of low 2-bit quants, 12 bytes of sixteen 6-bit
+/// scales, f16 `d`; element `32j + k` takes bits `2·(j % 4)` of byte `32·(j / 4) + k` and
+/// bit `j` of high byte `k`; `w = (d·(sc − 32))·(low + 4·high − 4)`.
+fn q3_k_dot(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for (u, block) in rows[..row_bytes].chunks_exact(110).enumerate() {
+        prefetch_ahead(rows, u * 110, 110);
+        let (hmask, qs) = (&block[0..32], &block[32..96]);
+        let scales = unpack_q3_k_scales(block[96..108].try_into().expect("12 bytes"));
+        let d = f16_at(block, 108);
+        for j in 0..8 {
+            let bytes = &qs[32 * (j / 4)..];
+            let w: [i16; 32] = std::array::from_fn(|k| {
+                let low = (bytes[k] >> (2 * (j % 4))) & 3;
+                let high = (hmask[k] >> j) & 1;
+                i16::from(low | (high << 2)) - 4
+            });
+            let b = 8 * u + j;
+            let q = &x.q[BLOCK * b..BLOCK * (b + 1)];
+            for half in 0..2 {
+                let span = 16 * half..16 * half + 16;
+                let sums = lane_sums(&w[span.clone()], &q[span]);
+                let sc = f32::from(scales[2 * j + half]);
+                accumulate(&mut acc, d * sc * x.dx[b], sums);
+            }
+        }
+    }
+    sum_8_lanes(acc)
+}
+
 /// Q4_0 (`FIFTH = false, OFFSET = false`: f16 `d`, 16 bytes of nibbles; `w = d·(q − 8)`),
 /// Q5_0 (`FIFTH`: f16 `d`, a little-endian u32 of fifth bits, nibbles; `w = d·(q − 16)`) or
 /// Q5_1 (`FIFTH, OFFSET`: f16 `d`, f16 `m`, fifth bits, nibbles; `w = d·q + m`). Byte `j` holds
@@ -253,7 +329,7 @@ const fn legacy_zero(fifth: bool, offset: bool) -> i16 {
 mod simd {
     use std::arch::x86_64::*;
 
-    use quench_models::dequant::unpack_k_scales;
+    use quench_models::dequant::{unpack_k_scales, unpack_q3_k_scales};
     use quench_models::GgmlType;
 
     use super::{legacy_layout, legacy_zero, Activations, BLOCK};
@@ -289,6 +365,8 @@ mod simd {
         for (r, o) in out.iter_mut().enumerate() {
             let row = &rows[r * row_bytes..];
             *o = match ty {
+                GgmlType::Q2_K => q2_k_dot(row, row_bytes, x),
+                GgmlType::Q3_K => q3_k_dot(row, row_bytes, x),
                 GgmlType::Q4_K => q45_k_dot::<false>(row, row_bytes, x),
                 GgmlType::Q5_K => q45_k_dot::<true>(row, row_bytes, x),
                 GgmlType::Q6_K => q6_k_dot(row, row_bytes, x),
@@ -473,6 +551,123 @@ mod simd {
         sum(acc)
     }
 
+    /// Q2_K, in the order of the portable `q2_k_dot`.
+    #[target_feature(enable = "avx2,fma")]
+    fn q2_k_dot(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
+        let (nibble, crumb) = (_mm_set1_epi8(0x0f), _mm256_set1_epi8(3));
+        let (first, second) = (
+            _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3),
+            _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7),
+        );
+        let mut acc = _mm256_setzero_ps();
+        let mut mins_part = _mm256_setzero_ps();
+        for (u, block) in rows[..row_bytes].chunks_exact(84).enumerate() {
+            prefetch_ahead(rows, u * 84, 84);
+            let (d, dmin) = (f16_at(block, 80), f16_at(block, 82));
+            let dx = steps(x, u);
+            let dxs = [
+                _mm256_permutevar8x32_ps(dx, first),
+                _mm256_permutevar8x32_ps(dx, second),
+            ];
+            assert!(16 <= block.len());
+            // SAFETY: the 16 scale bytes are in bounds (checked); the load is unaligned.
+            let packed = unsafe { _mm_loadu_si128(block.as_ptr().cast()) };
+            let (sc, m) = (
+                _mm_and_si128(packed, nibble),
+                _mm_and_si128(_mm_srli_epi16::<4>(packed), nibble),
+            );
+            let as_f32 = |v: __m128i| {
+                [
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)),
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v))),
+                ]
+            };
+            let (sc, m) = (as_f32(sc), as_f32(m));
+            let sq16 = &x.sq16[16 * u..16 * u + 16];
+            let mut scales = [[0.0f32; 8]; 2];
+            for i in 0..2 {
+                let min = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), m[i]), dxs[i]);
+                // SAFETY: `sq16[8i..]` holds 8 f32, as an unaligned 256-bit load reads.
+                let sums = unsafe { _mm256_loadu_ps(sq16[8 * i..].as_ptr()) };
+                mins_part = _mm256_fmadd_ps(min, sums, mins_part);
+                scales[i] = lanes(_mm256_mul_ps(
+                    _mm256_mul_ps(_mm256_set1_ps(d), sc[i]),
+                    dxs[i],
+                ));
+            }
+            for j in 0..8 {
+                let bytes = load32(block, 16 + 32 * (j / 4));
+                let shift = _mm_cvtsi32_si128(2 * (j % 4) as i32);
+                let w = _mm256_and_si256(_mm256_srl_epi16(bytes, shift), crumb);
+                let (xa, xb) = activations(x, 8 * u + j);
+                let halves = [
+                    (_mm256_castsi256_si128(w), xa),
+                    (_mm256_extracti128_si256::<1>(w), xb),
+                ];
+                for (half, (w, xs)) in halves.into_iter().enumerate() {
+                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepu8_epi16(w), xs));
+                    let k = 2 * j + half;
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[k / 8][k % 8]), sums, acc);
+                }
+            }
+        }
+        sum(acc) - sum(mins_part)
+    }
+
+    /// Q3_K, in the order of the portable `q3_k_dot`.
+    #[target_feature(enable = "avx2,fma")]
+    fn q3_k_dot(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
+        let (crumb, one, four) = (
+            _mm256_set1_epi8(3),
+            _mm256_set1_epi8(1),
+            _mm256_set1_epi8(4),
+        );
+        let (first, second) = (
+            _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3),
+            _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7),
+        );
+        let mut acc = _mm256_setzero_ps();
+        for (u, block) in rows[..row_bytes].chunks_exact(110).enumerate() {
+            prefetch_ahead(rows, u * 110, 110);
+            let d = _mm256_set1_ps(f16_at(block, 108));
+            let dx = steps(x, u);
+            let sc =
+                unpack_q3_k_scales(block[96..108].try_into().expect("12 bytes")).map(|v| v as u8);
+            let scales = [
+                lanes(_mm256_mul_ps(
+                    _mm256_mul_ps(d, i8_lanes(&sc, 0)),
+                    _mm256_permutevar8x32_ps(dx, first),
+                )),
+                lanes(_mm256_mul_ps(
+                    _mm256_mul_ps(d, i8_lanes(&sc, 8)),
+                    _mm256_permutevar8x32_ps(dx, second),
+                )),
+            ];
+            let hmask = load32(block, 0);
+            for j in 0..8 {
+                let bytes = load32(block, 32 + 32 * (j / 4));
+                let low = _mm256_and_si256(
+                    _mm256_srl_epi16(bytes, _mm_cvtsi32_si128(2 * (j % 4) as i32)),
+                    crumb,
+                );
+                let high =
+                    _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(j as i32)), one);
+                let w = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16::<2>(high)), four);
+                let (xa, xb) = activations(x, 8 * u + j);
+                let halves = [
+                    (_mm256_castsi256_si128(w), xa),
+                    (_mm256_extracti128_si256::<1>(w), xb),
+                ];
+                for (half, (w, xs)) in halves.into_iter().enumerate() {
+                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(w), xs));
+                    let k = 2 * j + half;
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[k / 8][k % 8]), sums, acc);
+                }
+            }
+        }
+        sum(acc)
+    }
+
     /// The f16 at byte `at` of `bytes`, converted by the F16C instruction (exact, as
     /// [`f16_at`]).
     #[inline]
@@ -559,7 +754,9 @@ mod tests {
     /// Elements of a super-block.
     const QK_K: usize = 256;
 
-    const TYPES: [GgmlType; 6] = [
+    const TYPES: [GgmlType; 8] = [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
@@ -580,6 +777,11 @@ mod tests {
                 block[at..at + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
             };
             match ty {
+                GgmlType::Q2_K => {
+                    half(80);
+                    half(82);
+                }
+                GgmlType::Q3_K => half(108),
                 GgmlType::Q6_K => half(208),
                 GgmlType::Q4_0 | GgmlType::Q5_0 => half(0),
                 _ => {
@@ -593,14 +795,20 @@ mod tests {
     }
 
     /// The size of the offset part of each element's weight (`dmin·m_j`, the legacy types'
-    /// `m` or zero point `z·d`; 0 for Q6_K), so that the bound covers both terms of
+    /// `m` or zero point `z·d`; 0 for Q3_K and Q6_K), so that the bound covers both terms of
     /// `scale·q − offset`.
     fn offset_terms(ty: GgmlType, bytes: &[u8]) -> Vec<f64> {
         let mut out = Vec::new();
         for block in bytes.chunks_exact(ty.type_size() as usize) {
             let d = f64::from(f16_at(block, 0)).abs();
             match ty {
-                GgmlType::Q6_K => out.extend([0.0; QK_K]),
+                GgmlType::Q2_K => {
+                    let dmin = f64::from(f16_at(block, 82)).abs();
+                    for j in 0..QK_K {
+                        out.push(dmin * f64::from(block[j / 16] >> 4));
+                    }
+                }
+                GgmlType::Q3_K | GgmlType::Q6_K => out.extend([0.0; QK_K]),
                 GgmlType::Q4_0 => out.extend([8.0 * d; 32]),
                 GgmlType::Q5_0 => out.extend([16.0 * d; 32]),
                 GgmlType::Q5_1 => out.extend([f64::from(f16_at(block, 2)).abs(); 32]),

@@ -76,17 +76,24 @@ pub fn dequant_q2_k(block: &[u8; Q2_K_BYTES], out: &mut [f32; QK_K]) {
 pub fn dequant_q3_k(block: &[u8; Q3_K_BYTES], out: &mut [f32; QK_K]) {
     let (hmask, qs, sc) = (&block[0..32], &block[32..96], &block[96..108]);
     let d = f16_at(block, 108);
-    // Scale j: low four bits from nibble j / 8 of byte j % 8, top two bits from bits
-    // 2·(j / 4) of byte 8 + j % 4.
-    let dl: [f32; 16] = std::array::from_fn(|j| {
-        let low = (sc[j % 8] >> (4 * (j / 8))) & 0x0f;
-        let high = (sc[8 + j % 4] >> (2 * (j / 4))) & 0x03;
-        d * f32::from((low | (high << 4)) as i8 - 32)
-    });
+    let scales = unpack_q3_k_scales(sc.try_into().expect("12 bytes"));
+    let dl: [f32; 16] = std::array::from_fn(|j| d * f32::from(scales[j]));
     for (i, o) in out.iter_mut().enumerate() {
         let q = crumb(qs, i) as i8 - (((plane_bit(hmask, i) ^ 1) << 2) as i8);
         *o = dl[i / 16] * f32::from(q);
     }
+}
+
+/// Q3_K's sixteen 6-bit scales from their 12 bytes, less the 32 they are stored plus: scale
+/// `j` has its low four bits in nibble `j / 8` of byte `j % 8` and its top two in bits
+/// `2·(j / 4)` of byte `8 + j % 4`.
+#[inline]
+pub fn unpack_q3_k_scales(sc: &[u8; 12]) -> [i8; 16] {
+    std::array::from_fn(|j| {
+        let low = (sc[j % 8] >> (4 * (j / 8))) & 0x0f;
+        let high = (sc[8 + j % 4] >> (2 * (j / 4))) & 0x03;
+        (low | (high << 4)) as i8 - 32
+    })
 }
 
 /// Layout: f16 `d`, f16 `dmin`, 12 bytes of packed 6-bit scales and mins (one pair per 32

@@ -16,7 +16,7 @@ pub use iquants::{
 };
 pub use kquants::{
     dequant_q2_k, dequant_q3_k, dequant_q4_k, dequant_q5_k, dequant_q6_k, unpack_k_scales,
-    Q2_K_BYTES, Q3_K_BYTES, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QK_K,
+    unpack_q3_k_scales, Q2_K_BYTES, Q3_K_BYTES, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, QK_K,
 };
 pub use legacy::{
     dequant_q4_0, dequant_q4_1, dequant_q5_0, dequant_q5_1, dequant_q8_0, Q4_0_BYTES, Q4_1_BYTES,
