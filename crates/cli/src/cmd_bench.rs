@@ -17,8 +17,9 @@ use crate::cmd_pull;
 use crate::model_args::{DeviceArg, KvCacheArg};
 use crate::receipt;
 
-/// The decode speed quench's CPU path aims at, as a fraction of llama.cpp's.
-const TARGET_RATIO: f64 = 0.5;
+/// The decode speed quench's CPU path aims at, as a fraction of llama.cpp's on the same
+/// machine: at least as fast.
+const TARGET_RATIO: f64 = 1.0;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
