@@ -286,7 +286,9 @@ fn legacy_dot<const FIFTH: bool, const OFFSET: bool>(
     let mut acc = [0.0f32; 8];
     let mut offsets = 0.0f32;
     for (b, block) in rows[..row_bytes].chunks_exact(qs_at + 16).enumerate() {
-        prefetch_ahead(rows, b * (qs_at + 16), qs_at + 16);
+        if b % 4 == 0 {
+            prefetch_ahead(rows, b * (qs_at + 16), 4 * (qs_at + 16));
+        }
         let qh = if FIFTH {
             u32::from_le_bytes(block[qh_at..qh_at + 4].try_into().expect("4 bytes"))
         } else {
@@ -695,9 +697,16 @@ mod simd {
         let sixteen = _mm256_set1_epi8(16);
         let mut acc = _mm256_setzero_ps();
         let mut offsets = 0.0f32;
-        for (b, block) in rows[..row_bytes].chunks_exact(qs_at + 16).enumerate() {
-            prefetch_ahead(rows, b * (qs_at + 16), qs_at + 16);
-            assert!(qs_at + 16 <= block.len());
+        let block_bytes = qs_at + 16;
+        let blocks = rows[..row_bytes].chunks_exact(block_bytes);
+        let steps = x.dx.iter().zip(&x.sq);
+        for (b, ((block, q), (&dx, &sq))) in
+            blocks.zip(x.q.chunks_exact(BLOCK)).zip(steps).enumerate()
+        {
+            if b % 4 == 0 {
+                prefetch_ahead(rows, b * block_bytes, 4 * block_bytes);
+            }
+            assert!(block_bytes <= block.len());
             // SAFETY: the block's 16 quant bytes are in bounds (checked); the load is unaligned.
             let qs = unsafe { _mm_loadu_si128(block[qs_at..].as_ptr().cast()) };
             // The 32 quants as bytes in element order: low nibbles, then high.
@@ -712,15 +721,21 @@ mod simd {
                 w = _mm256_or_si256(w, _mm256_and_si256(set, sixteen));
             }
             w = _mm256_sub_epi8(w, zero);
-            let (xa, xb) = activations(x, b);
+            // SAFETY: `q` holds 32 i16, two 256-bit loads' worth; the loads are unaligned.
+            let (xa, xb) = unsafe {
+                (
+                    _mm256_loadu_si256(q.as_ptr().cast()),
+                    _mm256_loadu_si256(q[16..].as_ptr().cast()),
+                )
+            };
             let s = _mm256_add_epi32(
                 _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)), xa),
                 _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)), xb),
             );
-            let scale = _mm256_set1_ps(half(block, 0) * x.dx[b]);
+            let scale = _mm256_set1_ps(half(block, 0) * dx);
             acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc);
             if OFFSET {
-                offsets = (half(block, 2) * x.dx[b]).mul_add(x.sq[b], offsets);
+                offsets = (half(block, 2) * dx).mul_add(sq, offsets);
             }
         }
         sum(acc) + offsets

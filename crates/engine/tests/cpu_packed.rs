@@ -1,7 +1,9 @@
 //! The CPU decoder in f32 keeps a GGUF file's quantized and 16-bit matrices as stored
-//! (Q4_1 and Q8_0 as blocks, the others packed and expanded a row at a time): the memory
-//! its headers predict is what it holds, a fraction of the f32 expansion, and its logits
-//! stay those of the f64 reference's dense weights.
+//! (Q4_1 and Q8_0 as blocks, the others packed: a prompt's products expand them a row at a
+//! time, one token's read the k-quant and Q4_0/Q5_0/Q5_1 rows as stored, in integers): the
+//! memory its headers predict is what it holds, a fraction of the f32 expansion, and its
+//! logits stay those of the f64 reference's dense weights, at the prompt and at each
+//! decoding step.
 
 mod common;
 
@@ -12,8 +14,9 @@ use quench_models::GgmlType;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// llama.cpp's Q4_K_M mix in one layer, the 16-bit and legacy types in the other.
-const LAYERS: [LayerFormats; 2] = [
+/// llama.cpp's Q4_K_M mix in one layer, the 16-bit and legacy types in the second, the
+/// other k-quants and legacy types in the third.
+const LAYERS: [LayerFormats; 3] = [
     Q4_K_M,
     LayerFormats {
         q: GgmlType::BF16,
@@ -22,6 +25,14 @@ const LAYERS: [LayerFormats; 2] = [
         o: GgmlType::Q8_0,
         gate_up: GgmlType::Q4_0,
         down: GgmlType::F16,
+    },
+    LayerFormats {
+        q: GgmlType::Q2_K,
+        k: GgmlType::Q3_K,
+        v: GgmlType::Q5_0,
+        o: GgmlType::Q5_K,
+        gate_up: GgmlType::Q5_1,
+        down: GgmlType::Q3_K,
     },
 ];
 
