@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use crate::math::dot;
+use crate::math::{dot, dot4};
 use crate::real::Real;
 
 /// A dense row-major matrix: `rows` rows of `cols` elements.
@@ -115,8 +115,17 @@ pub(crate) fn linear<T: Real>(x: &Matrix<T>, w: &impl Rows<T>, bias: Option<&[T]
             let o = first + r;
             let w_row = w.row(o, &mut scratch);
             let b = bias.map_or(T::ZERO, |b| b[o]);
-            for (t, y) in out_row.iter_mut().enumerate() {
-                *y = dot(w_row, x.row(t)) + b;
+            // Four tokens at a time where there are four.
+            let mut quads = out_row.chunks_exact_mut(4);
+            for (q, ys) in (&mut quads).enumerate() {
+                let tokens = std::array::from_fn(|k| x.row(4 * q + k));
+                for (y, d) in ys.iter_mut().zip(dot4(w_row, tokens)) {
+                    *y = d + b;
+                }
+            }
+            let done = n - n % 4;
+            for (t, y) in quads.into_remainder().iter_mut().enumerate() {
+                *y = dot(w_row, x.row(done + t)) + b;
             }
         }
     })

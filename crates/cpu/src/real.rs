@@ -40,10 +40,12 @@ pub trait Real:
     fn max(self, other: Self) -> Self;
     /// The slice as f32, where `Self` is f32 (to write expanded weights in place).
     fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]>;
+    /// The slice as f32, where `Self` is f32 (for vector code written for f32).
+    fn as_f32(s: &[Self]) -> Option<&[f32]>;
 }
 
 macro_rules! impl_real {
-    ($t:ty, $keeps_blocks:expr, $as_f32:expr) => {
+    ($t:ty, $keeps_blocks:expr, $as_f32_mut:expr, $as_f32:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -70,11 +72,14 @@ macro_rules! impl_real {
                 <$t>::max(self, other)
             }
             fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]> {
+                $as_f32_mut(s)
+            }
+            fn as_f32(s: &[Self]) -> Option<&[f32]> {
                 $as_f32(s)
             }
         }
     };
 }
 
-impl_real!(f32, true, Some);
-impl_real!(f64, false, |_| None);
+impl_real!(f32, true, Some, Some);
+impl_real!(f64, false, |_| None, |_| None);
