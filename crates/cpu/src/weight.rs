@@ -1,6 +1,8 @@
 //! A decoder's weight matrix as it is held: dense in the element type, or (in the f32
 //! decoder) in the format the checkpoint stores it in: Q4_1 and Q8_0 as blocks multiplied
-//! as they are, the other ggml types packed and expanded a row at a time.
+//! as they are, the other ggml types packed: one token's products read the k-quant and
+//! Q4_0/Q5_0/Q5_1 rows as stored ([`packed_dot`](crate::packed_dot)), other products expand
+//! a row at a time.
 
 use crate::arithmetic::Arithmetic;
 use crate::blocks::{block_sums, BlockMatrix};
