@@ -415,6 +415,38 @@ mod simd {
         ))
     }
 
+    /// The lanes of `a`, then those of `b`.
+    #[inline]
+    #[target_feature(enable = "avx")]
+    fn sixteen_lanes(a: __m256, b: __m256) -> [f32; 16] {
+        let mut l = [0.0f32; 16];
+        l[..8].copy_from_slice(&lanes(a));
+        l[8..].copy_from_slice(&lanes(b));
+        l
+    }
+
+    /// 32 weights as signed bytes times a block's activations, each 16's eight lanes of
+    /// exact sums scaled by its own factor (`scales[0]` the first 16's) and added to `acc`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn scaled_sixteens(
+        w: __m256i,
+        (xa, xb): (__m256i, __m256i),
+        scales: [f32; 2],
+        acc: __m256,
+    ) -> __m256 {
+        let halves = [
+            (_mm256_castsi256_si128(w), xa),
+            (_mm256_extracti128_si256::<1>(w), xb),
+        ];
+        let mut acc = acc;
+        for ((w, xs), scale) in halves.into_iter().zip(scales) {
+            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(w), xs));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), sums, acc);
+        }
+        acc
+    }
+
     /// The eight accumulators summed as [`sum_8_lanes`].
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -521,9 +553,9 @@ mod simd {
             let dx = steps(x, u);
             let scale = |at: usize, steps: __m256i| {
                 let sc = _mm256_mul_ps(d, i8_lanes(block, 192 + at));
-                lanes(_mm256_mul_ps(sc, _mm256_permutevar8x32_ps(dx, steps)))
+                _mm256_mul_ps(sc, _mm256_permutevar8x32_ps(dx, steps))
             };
-            let scales = [scale(0, first), scale(8, second)];
+            let scales = sixteen_lanes(scale(0, first), scale(8, second));
             for j in 0..8 {
                 let (h, e) = (j / 4, 32 * (j % 4));
                 let ql = load32(block, 64 * h + e % 64);
@@ -538,16 +570,8 @@ mod simd {
                     field,
                 );
                 let w = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16::<4>(high)), offset);
-                let (xa, xb) = activations(x, 8 * u + j);
-                let halves = [
-                    (_mm256_castsi256_si128(w), xa),
-                    (_mm256_extracti128_si256::<1>(w), xb),
-                ];
-                for (half, (w, xs)) in halves.into_iter().enumerate() {
-                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(w), xs));
-                    let k = 2 * j + half;
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[k / 8][k % 8]), sums, acc);
-                }
+                let sixteens = [scales[2 * j], scales[2 * j + 1]];
+                acc = scaled_sixteens(w, activations(x, 8 * u + j), sixteens, acc);
             }
         }
         sum(acc)
@@ -586,31 +610,21 @@ mod simd {
             };
             let (sc, m) = (as_f32(sc), as_f32(m));
             let sq16 = &x.sq16[16 * u..16 * u + 16];
-            let mut scales = [[0.0f32; 8]; 2];
+            let mut halves = [_mm256_setzero_ps(); 2];
             for i in 0..2 {
                 let min = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), m[i]), dxs[i]);
                 // SAFETY: `sq16[8i..]` holds 8 f32, as an unaligned 256-bit load reads.
                 let sums = unsafe { _mm256_loadu_ps(sq16[8 * i..].as_ptr()) };
                 mins_part = _mm256_fmadd_ps(min, sums, mins_part);
-                scales[i] = lanes(_mm256_mul_ps(
-                    _mm256_mul_ps(_mm256_set1_ps(d), sc[i]),
-                    dxs[i],
-                ));
+                halves[i] = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), sc[i]), dxs[i]);
             }
+            let scales = sixteen_lanes(halves[0], halves[1]);
             for j in 0..8 {
                 let bytes = load32(block, 16 + 32 * (j / 4));
                 let shift = _mm_cvtsi32_si128(2 * (j % 4) as i32);
                 let w = _mm256_and_si256(_mm256_srl_epi16(bytes, shift), crumb);
-                let (xa, xb) = activations(x, 8 * u + j);
-                let halves = [
-                    (_mm256_castsi256_si128(w), xa),
-                    (_mm256_extracti128_si256::<1>(w), xb),
-                ];
-                for (half, (w, xs)) in halves.into_iter().enumerate() {
-                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepu8_epi16(w), xs));
-                    let k = 2 * j + half;
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[k / 8][k % 8]), sums, acc);
-                }
+                let sixteens = [scales[2 * j], scales[2 * j + 1]];
+                acc = scaled_sixteens(w, activations(x, 8 * u + j), sixteens, acc);
             }
         }
         sum(acc) - sum(mins_part)
@@ -635,16 +649,16 @@ mod simd {
             let dx = steps(x, u);
             let sc =
                 unpack_q3_k_scales(block[96..108].try_into().expect("12 bytes")).map(|v| v as u8);
-            let scales = [
-                lanes(_mm256_mul_ps(
+            let scales = sixteen_lanes(
+                _mm256_mul_ps(
                     _mm256_mul_ps(d, i8_lanes(&sc, 0)),
                     _mm256_permutevar8x32_ps(dx, first),
-                )),
-                lanes(_mm256_mul_ps(
+                ),
+                _mm256_mul_ps(
                     _mm256_mul_ps(d, i8_lanes(&sc, 8)),
                     _mm256_permutevar8x32_ps(dx, second),
-                )),
-            ];
+                ),
+            );
             let hmask = load32(block, 0);
             for j in 0..8 {
                 let bytes = load32(block, 32 + 32 * (j / 4));
@@ -655,16 +669,8 @@ mod simd {
                 let high =
                     _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(j as i32)), one);
                 let w = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16::<2>(high)), four);
-                let (xa, xb) = activations(x, 8 * u + j);
-                let halves = [
-                    (_mm256_castsi256_si128(w), xa),
-                    (_mm256_extracti128_si256::<1>(w), xb),
-                ];
-                for (half, (w, xs)) in halves.into_iter().enumerate() {
-                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(w), xs));
-                    let k = 2 * j + half;
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[k / 8][k % 8]), sums, acc);
-                }
+                let sixteens = [scales[2 * j], scales[2 * j + 1]];
+                acc = scaled_sixteens(w, activations(x, 8 * u + j), sixteens, acc);
             }
         }
         sum(acc)
