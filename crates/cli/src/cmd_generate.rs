@@ -66,6 +66,11 @@ pub struct GenerateArgs {
     /// Most tokens to generate.
     #[arg(long, short = 'n', value_name = "N", default_value_t = 128)]
     pub max_tokens: usize,
+    /// Keep generating past the model's end-of-sequence tokens (drawn as text) up to
+    /// `--max-tokens`, as a benchmark or a comparison with another implementation that
+    /// generates a fixed count does.
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Write the prompt's tokens, the generated tokens and the logits of every step to FILE
     /// as JSON (for checking quench against other implementations).
     #[arg(long, value_name = "FILE")]
@@ -128,6 +133,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
     let model = loaded.model.causal().map_err(|e| e.to_string())?;
     let mut options = args.sampling.options(args.max_tokens);
     options.keep_logits = args.logits_out.is_some();
+    options.ignore_eos = args.ignore_eos;
     let mut constraint = match &args.json_schema {
         Some(path) => {
             let text = std::fs::read_to_string(path)

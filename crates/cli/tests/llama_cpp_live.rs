@@ -150,6 +150,8 @@ fn quench(model: &Path, case: &Value, build: &str, dir: &Path) -> (Vec<u64>, Vec
             "0",
             "--max-tokens",
             &n,
+            // llama.cpp's side picks a fixed count of tokens, past any end of text.
+            "--ignore-eos",
             &rounding,
             "--logits-out",
             logits_file.to_str().unwrap(),
