@@ -1,5 +1,6 @@
 //! `quench quantize`: a Hugging Face checkpoint directory to a GGUF file with Q8_0, Q4_0 or
-//! Q4_K weights, or one of llama.cpp's k-quant mixes, which quench and llama.cpp load.
+//! Q4_K weights, or one of llama.cpp's mixes (the k-quant ones and IQ4_XS), which quench
+//! and llama.cpp load.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -13,7 +14,7 @@ use crate::model_args::{bytes, count};
 pub struct QuantizeArgs {
     /// Weight type: q8_0, q4_0 or q4_k (every matrix in that type, the token embedding and
     /// LM head in Q8_0), or one of llama.cpp's mixes with its per-tensor rules: q4_k_m, q5_k_m,
-    /// q6_k, q3_k_m, q2_k.
+    /// q6_k, q3_k_m, q2_k, iq4_xs.
     #[arg(long = "type", value_name = "TYPE")]
     pub target: String,
     /// Replace OUTPUT if it exists.

@@ -637,7 +637,8 @@ fn types_by_gguf_package(path: &Path) -> Option<Vec<(String, String)>> {
 /// the layers, here layer 1) Q6_K, the rest Q4_K; Q5_K_M the same with Q5_K; Q6_K gives
 /// every matrix Q6_K; Q3_K_M gives v Q5_K (layers 0 and 1), the attention output Q4_K, the
 /// rest Q3_K; Q2_K (2 query heads a key/value head) gives v and the attention output Q3_K,
-/// the rest Q2_K. The `gguf`
+/// the rest Q2_K; IQ4_XS (2 query heads a key/value head, 2 layers: no v or down gets
+/// Q5_K) gives every matrix but the LM head IQ4_XS. The `gguf`
 /// package reads every tensor's type as quench does, the file says which mix it is, the
 /// logits stay close to the checkpoint's and the GPU engine has a kernel for each.
 #[test]
@@ -727,6 +728,21 @@ fn llama_cpp_mixes_give_each_tensor_llama_cpps_type() {
                 ("blk.1.ffn_norm.weight", F32),
             ],
         ),
+        (
+            "iq4_xs",
+            30,
+            [
+                ("token_embd.weight", IQ4_XS),
+                ("blk.0.attn_q.weight", IQ4_XS),
+                ("blk.0.attn_v.weight", IQ4_XS),
+                ("blk.1.attn_v.weight", IQ4_XS),
+                ("blk.1.attn_output.weight", IQ4_XS),
+                ("blk.1.ffn_up.weight", IQ4_XS),
+                ("blk.1.ffn_down.weight", Q8_0),
+                ("output.weight", Q6_K),
+                ("blk.1.ffn_norm.weight", F32),
+            ],
+        ),
     ] {
         let out = model.with_extension(format!("{target}.gguf"));
         let stderr = quantize(target, &model, &out);
@@ -754,13 +770,14 @@ fn llama_cpp_mixes_give_each_tensor_llama_cpps_type() {
             .unwrap_or_else(|e| panic!("{target}: {e}"));
         // A Q2_K or Q3_K table has no GPU gather; the prompt path's Q3_K and Q6_K
         // products take rows of a multiple of 512 only (these are of 256; the LM head is
-        // not among them): those tensors, and only those, go up as f16, each counted
-        // under what it is.
+        // not among them); IQ4_XS has no GPU kernel: those tensors, and only those, go up
+        // as f16, each counted under what it is.
         let mut widened = std::collections::BTreeMap::<String, usize>::new();
         for t in file.tensor_infos() {
             let cols = t.dims[0] as usize;
             let what = match t.ggml_type {
                 Q2_K | Q3_K if t.name == "token_embd.weight" => t.ggml_type.name().to_owned(),
+                IQ4_XS => t.ggml_type.name().to_owned(),
                 Q3_K | Q6_K
                     if !cols.is_multiple_of(512)
                         && !t.name.starts_with("output")

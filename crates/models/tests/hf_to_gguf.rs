@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use common::temp_dir;
 use convert::{write_checkpoint, Shape, Weights};
-use quench_models::dequant::{dequantize, f16_to_f32, f32_to_f16, unpack_k_scales};
+use quench_models::dequant::{dequantize, f16_to_f32, f32_to_f16, unpack_k_scales, IQ4_LEVELS};
 use quench_models::hf_to_gguf::{convert, ConvertError, ConvertOptions, Progress, TargetType};
 use quench_models::safetensors::Dtype;
 use quench_models::{GgmlType, GgufFile};
@@ -73,13 +73,15 @@ fn more_bits(l: usize, n: usize) -> bool {
 
 /// The type a tensor is meant for before fallbacks: vectors F32; with one type, embedding
 /// and LM head Q8_0 and other matrices the target; in llama.cpp's mixes (Q4_K_M, Q5_K_M,
-/// Q6_K, Q3_K_M, Q2_K) the LM head and a tied embedding Q6_K, an untied embedding the mix's
+/// Q6_K, Q3_K_M, Q2_K, IQ4_XS) the LM head and a tied embedding Q6_K, an untied embedding the mix's
 /// type, and:
 /// - Q4_K_M, Q5_K_M: the v and down matrices of the layers [`more_bits`] names Q6_K;
 /// - Q3_K_M: v Q5_K in layers 0 and 1 and Q4_K after, down Q5_K in the first sixteenth of
 ///   the layers and Q4_K after, the attention output Q4_K;
 /// - Q2_K: v Q4_K with 4 or more query heads a key/value head and Q3_K otherwise, down
-///   and the attention output Q3_K.
+///   and the attention output Q3_K;
+/// - IQ4_XS: v Q5_K with 4 or more query heads a key/value head, down Q5_K in the first
+///   eighth of the layers.
 fn intended_type(hf: &str, dims: &[usize], target: TargetType, shape: &Shape) -> GgmlType {
     use GgmlType::*;
     let mix = !matches!(
@@ -113,6 +115,8 @@ fn intended_type(hf: &str, dims: &[usize], target: TargetType, shape: &Shape) ->
             TargetType::Q3_K_M if o => Q4_K,
             TargetType::Q2_K if v => [Q3_K, Q4_K][usize::from(shape.heads >= 4 * shape.kv_heads)],
             TargetType::Q2_K if down || o => Q3_K,
+            TargetType::IQ4_XS if v && shape.heads >= 4 * shape.kv_heads => Q5_K,
+            TargetType::IQ4_XS if down && l < shape.layers / 8 => Q5_K,
             _ => target.ggml_type(),
         },
     }
@@ -222,6 +226,7 @@ fn rms_bound(t: GgmlType) -> f64 {
         GgmlType::Q6_K => 0.025,
         GgmlType::Q3_K => 0.17,
         GgmlType::Q2_K => 0.32,
+        GgmlType::IQ4_XS => 0.09,
         _ => 1e-3,
     }
 }
@@ -325,6 +330,25 @@ fn check_bound(ggml_type: GgmlType, x: &[f32], bytes: &[u8]) -> Result<(), Strin
                     let nearest = points
                         .iter()
                         .map(|p| (p - x[at]).abs())
+                        .fold(f32::INFINITY, f32::min);
+                    if (x[at] - y[at]).abs() > nearest * 1.000_01 + 1e-9 {
+                        return fail(at, nearest);
+                    }
+                }
+            }
+        }
+        // Each element on the level of its sub-block's stored scale nearest to it.
+        GgmlType::IQ4_XS => {
+            for (b, raw) in bytes.chunks(136).enumerate() {
+                let high = u16::from_le_bytes([raw[2], raw[3]]);
+                for i in 0..256 {
+                    let (at, s) = (b * 256 + i, i / 32);
+                    let low = (raw[4 + s / 2] >> (4 * (s % 2))) & 0x0f;
+                    let scale = (low | (((high >> (2 * s)) & 3) as u8) << 4) as i32 - 32;
+                    let step = f16_at(raw, 0) * scale as f32;
+                    let nearest = IQ4_LEVELS
+                        .iter()
+                        .map(|&l| (step * f32::from(l) - x[at]).abs())
                         .fold(f32::INFINITY, f32::min);
                     if (x[at] - y[at]).abs() > nearest * 1.000_01 + 1e-9 {
                         return fail(at, nearest);

@@ -60,10 +60,14 @@ pub enum TargetType {
     /// llama.cpp's Q2_K: Q2_K, with Q3_K or Q4_K for the v, down and attention output
     /// matrices and Q6_K for the LM head.
     Q2_K,
+    /// llama.cpp's IQ4_XS without importance data: IQ4_XS, with Q5_K for the v projection
+    /// (where four or more query heads share a key/value head) and for the FFN down matrix
+    /// of the first eighth of the layers, and Q6_K for the LM head.
+    IQ4_XS,
 }
 
 impl TargetType {
-    pub const ALL: [TargetType; 8] = [
+    pub const ALL: [TargetType; 9] = [
         TargetType::Q8_0,
         TargetType::Q4_0,
         TargetType::Q4_K,
@@ -72,6 +76,7 @@ impl TargetType {
         TargetType::Q6_K,
         TargetType::Q3_K_M,
         TargetType::Q2_K,
+        TargetType::IQ4_XS,
     ];
 
     /// As [`TargetType::name`] gives it (any case).
@@ -92,6 +97,7 @@ impl TargetType {
             TargetType::Q6_K => "q6_k",
             TargetType::Q3_K_M => "q3_k_m",
             TargetType::Q2_K => "q2_k",
+            TargetType::IQ4_XS => "iq4_xs",
         }
     }
 
@@ -105,6 +111,7 @@ impl TargetType {
             TargetType::Q6_K => GgmlType::Q6_K,
             TargetType::Q3_K_M => GgmlType::Q3_K,
             TargetType::Q2_K => GgmlType::Q2_K,
+            TargetType::IQ4_XS => GgmlType::IQ4_XS,
         }
     }
 
@@ -116,7 +123,7 @@ impl TargetType {
 
     /// `general.file_type`: llama.cpp's `llama_ftype` (MOSTLY_Q8_0, MOSTLY_Q4_0,
     /// MOSTLY_Q4_K_S, MOSTLY_Q4_K_M, MOSTLY_Q5_K_M, MOSTLY_Q6_K, MOSTLY_Q3_K_M,
-    /// MOSTLY_Q2_K).
+    /// MOSTLY_Q2_K, MOSTLY_IQ4_XS).
     fn file_type(self) -> u32 {
         match self {
             TargetType::Q8_0 => 7,
@@ -127,6 +134,7 @@ impl TargetType {
             TargetType::Q6_K => 18,
             TargetType::Q3_K_M => 12,
             TargetType::Q2_K => 10,
+            TargetType::IQ4_XS => 30,
         }
     }
 }

@@ -173,6 +173,8 @@ fn use_more_bits(layer: usize, layers: usize) -> bool {
 ///   sixteenth of the layers, Q4_K after; the output projection in Q4_K.
 /// - Q2_K: v in Q4_K where four or more query heads share a key/value head, else Q3_K;
 ///   down and the output projection in Q3_K.
+/// - IQ4_XS (no importance data): v in Q5_K where four or more query heads share a
+///   key/value head; down in Q5_K in the first eighth of the layers.
 /// - Every other matrix: the mix's own type.
 fn mix_layer_type(
     target: TargetType,
@@ -191,6 +193,8 @@ fn mix_layer_type(
         (TargetType::Q3_K_M, Value | Down | AttnOutput) => GgmlType::Q4_K,
         (TargetType::Q2_K, Value) if gqa >= 4 => GgmlType::Q4_K,
         (TargetType::Q2_K, Value | Down | AttnOutput) => GgmlType::Q3_K,
+        (TargetType::IQ4_XS, Value) if gqa >= 4 => GgmlType::Q5_K,
+        (TargetType::IQ4_XS, Down) if layer < layers / 8 => GgmlType::Q5_K,
         _ => target.ggml_type(),
     }
 }
@@ -480,9 +484,10 @@ mod tests {
         );
     }
 
-    /// llama.cpp's Q3_K_M and Q2_K of a 32-layer model with 4 query heads a key/value head.
+    /// llama.cpp's Q3_K_M, Q2_K and IQ4_XS of a 32-layer model with 4 query heads a
+    /// key/value head (and 2, where the rule depends on it).
     #[test]
-    fn q3_k_m_and_q2_k_follow_llama_cpps_rules() {
+    fn q3_k_m_q2_k_and_iq4_xs_follow_llama_cpps_rules() {
         use GgmlType::*;
         use LayerMatrix::*;
         let role = |matrix, layer, gqa| Role::Layer {
@@ -510,5 +515,15 @@ mod tests {
         assert_eq!(t(q2, Role::Embedding { tied: true }), Q6_K);
         // Rows that are not whole super-blocks: Q8_0, as for the other k-quant mixes.
         assert_eq!(choose_type(role(Other, 0, 4), 896, q2), (Q2_K, Q8_0));
+        let iq4 = TargetType::IQ4_XS;
+        assert_eq!(t(iq4, role(Value, 20, 4)), Q5_K);
+        assert_eq!(t(iq4, role(Value, 20, 2)), IQ4_XS);
+        assert_eq!(t(iq4, role(Down, 3, 4)), Q5_K);
+        assert_eq!(t(iq4, role(Down, 4, 4)), IQ4_XS);
+        assert_eq!(t(iq4, role(AttnOutput, 0, 4)), IQ4_XS);
+        assert_eq!(t(iq4, role(Other, 0, 4)), IQ4_XS);
+        assert_eq!(t(iq4, Role::Output), Q6_K);
+        assert_eq!(t(iq4, Role::Embedding { tied: false }), IQ4_XS);
+        assert_eq!(t(iq4, Role::Embedding { tied: true }), Q6_K);
     }
 }

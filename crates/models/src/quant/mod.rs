@@ -1,15 +1,17 @@
 //! Quantization of f32 data to ggml types: Q8_0 and Q4_0 bit-exact with the `gguf` package,
-//! Q2_K, Q3_K, Q4_K, Q5_K and Q6_K by this crate's own least-squares fits, and the plain
+//! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS by this crate's own least-squares fits, and the plain
 //! F32/F16/BF16 conversions; and [`activations`], the 16-bit integer form of activations
 //! that the integer products of quantized weights take.
 
 pub mod activations;
 mod affine_k;
+mod iq4_xs;
 mod legacy;
 mod low_k;
 mod q6_k;
 
 pub use affine_k::{quantize_q4_k, quantize_q5_k};
+pub use iq4_xs::quantize_iq4_xs;
 pub use legacy::{quantize_q4_0, quantize_q8_0};
 pub use low_k::{quantize_q2_k, quantize_q3_k};
 pub use q6_k::quantize_q6_k;
@@ -63,6 +65,7 @@ pub fn quantize_into(ggml_type: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(
         GgmlType::Q6_K => blocks(x, out, quantize_q6_k, &[208]).map_err(err)?,
         GgmlType::Q3_K => blocks(x, out, quantize_q3_k, &[108]).map_err(err)?,
         GgmlType::Q2_K => blocks(x, out, quantize_q2_k, &[80, 82]).map_err(err)?,
+        GgmlType::IQ4_XS => blocks(x, out, quantize_iq4_xs, &[0]).map_err(err)?,
         other => {
             return Err(ModelError::Unsupported {
                 what: format!("quantization to ggml type {other}"),
