@@ -1,5 +1,5 @@
-//! One token's activations times weight rows read as stored (the k-quants Q2_K to Q6_K and
-//! the 32-element Q4_0, Q5_0, Q5_1), in integers: the activations rounded once per product to
+//! One token's activations times weight rows read as stored (the k-quants Q2_K to Q6_K, the
+//! 32-element Q4_0, Q5_0, Q5_1, and the 4-bit non-linear IQ4_NL and IQ4_XS), in integers: the activations rounded once per product to
 //! 16-bit integers per 32-element block ([`quantize`], the GPU's integer kernels' form),
 //! each block's quants widened to 16 bits in registers and multiplied with them exactly,
 //! and each block's integer sum scaled once in f32.
@@ -28,8 +28,10 @@
 //!   `k + 8` of a super-block in lane `k`, summed as [`sum_8_lanes`] and subtracted.
 //! - Q4_0, Q5_0 (`w = q − 8`, `q − 16`), Q5_1 (`w = q`, offset `m`): scale `fl(d·dx)`;
 //!   Q5_1's offset `fma(fl(m·dx), Σq, ·)`.
+//! - IQ4_NL, IQ4_XS (`w` the level its 4-bit index names, −127 … 113): scale `fl(d·dx)`,
+//!   IQ4_XS's `fl(d·sc)·dx` with its sub-block's 6-bit scale `sc` less 32.
 
-use quench_models::dequant::{unpack_k_scales, unpack_q3_k_scales};
+use quench_models::dequant::{unpack_k_scales, unpack_q3_k_scales, IQ4_LEVELS};
 use quench_models::quant::activations::{quantize, BLOCK};
 use quench_models::GgmlType;
 
@@ -48,6 +50,8 @@ pub(crate) fn multiplies(ty: GgmlType) -> bool {
             | GgmlType::Q4_0
             | GgmlType::Q5_0
             | GgmlType::Q5_1
+            | GgmlType::IQ4_NL
+            | GgmlType::IQ4_XS
     )
 }
 
@@ -124,6 +128,8 @@ fn dot_rows_portable(
             GgmlType::Q6_K => q6_k_dot(row, row_bytes, x),
             GgmlType::Q4_0 => legacy_dot::<false, false>(row, row_bytes, x),
             GgmlType::Q5_0 => legacy_dot::<true, false>(row, row_bytes, x),
+            GgmlType::IQ4_NL => iq4_dot::<false>(row, row_bytes, x),
+            GgmlType::IQ4_XS => iq4_dot::<true>(row, row_bytes, x),
             _ => legacy_dot::<true, true>(row, row_bytes, x),
         };
     }
@@ -308,6 +314,51 @@ fn legacy_dot<const FIFTH: bool, const OFFSET: bool>(
     sum_8_lanes(acc) + offsets
 }
 
+/// The 4-bit non-linear types: IQ4_NL (`XS = false`: blocks of 32, f16 `d`, 16 bytes of
+/// indices; `w = d·level[q]`) or IQ4_XS (`XS`: super-blocks of 256, f16 `d`, a u16 of the
+/// scales' high bits, 4 bytes of their low nibbles, then per 32-element sub-block 16 bytes
+/// of indices; `w = (d·(sc − 32))·level[q]`). Byte `k` of a block's indices holds element
+/// `k` (low nibble) and `k + 16`.
+fn iq4_dot<const XS: bool>(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
+    let (unit_bytes, subs) = iq4_layout(XS);
+    let mut acc = [0.0f32; 8];
+    for (u, unit) in rows[..row_bytes].chunks_exact(unit_bytes).enumerate() {
+        prefetch_ahead(rows, u * unit_bytes, unit_bytes);
+        let d = f16_at(unit, 0);
+        for j in 0..subs {
+            let (sc, qs) = if XS {
+                (f32::from(iq4_xs_scale(unit, j)), &unit[8 + 16 * j..])
+            } else {
+                (1.0, &unit[2..])
+            };
+            let w: [i16; 32] = std::array::from_fn(|k| {
+                i16::from(IQ4_LEVELS[usize::from((qs[k % 16] >> (4 * (k / 16))) & 0x0f)])
+            });
+            let b = subs * u + j;
+            let sums = lane_sums(&w, &x.q[BLOCK * b..BLOCK * (b + 1)]);
+            accumulate(&mut acc, d * sc * x.dx[b], sums);
+        }
+    }
+    sum_8_lanes(acc)
+}
+
+/// An IQ4_NL block's or IQ4_XS super-block's bytes, and its 32-element blocks.
+const fn iq4_layout(xs: bool) -> (usize, usize) {
+    if xs {
+        (136, 8)
+    } else {
+        (18, 1)
+    }
+}
+
+/// IQ4_XS sub-block `j`'s scale, less 32: its low nibble from byte `4 + j/2`, its high two
+/// bits from the u16 at byte 2.
+fn iq4_xs_scale(unit: &[u8], j: usize) -> i8 {
+    let high = u16::from_le_bytes([unit[2], unit[3]]);
+    let low = (unit[4 + j / 2] >> (4 * (j % 2))) & 0x0f;
+    (low | ((((high >> (2 * j)) & 3) as u8) << 4)) as i8 - 32
+}
+
 /// Where a legacy block's fifth bits and nibbles start.
 const fn legacy_layout(fifth: bool, offset: bool) -> (usize, usize) {
     match (fifth, offset) {
@@ -334,9 +385,10 @@ mod simd {
     use quench_models::dequant::{unpack_k_scales, unpack_q3_k_scales};
     use quench_models::GgmlType;
 
-    use super::{legacy_layout, legacy_zero, Activations, BLOCK};
+    use super::{iq4_layout, iq4_xs_scale, legacy_layout, legacy_zero, Activations, BLOCK};
     use crate::blocks::{f16_at, sum_8_lanes};
     use crate::prefetch::prefetch_ahead;
+    use quench_models::dequant::IQ4_LEVELS;
 
     pub(super) fn dot_rows(
         ty: GgmlType,
@@ -374,6 +426,8 @@ mod simd {
                 GgmlType::Q6_K => q6_k_dot(row, row_bytes, x),
                 GgmlType::Q4_0 => legacy_dot::<false, false>(row, row_bytes, x),
                 GgmlType::Q5_0 => legacy_dot::<true, false>(row, row_bytes, x),
+                GgmlType::IQ4_NL => iq4_dot::<false>(row, row_bytes, x),
+                GgmlType::IQ4_XS => iq4_dot::<true>(row, row_bytes, x),
                 _ => legacy_dot::<true, true>(row, row_bytes, x),
             };
         }
@@ -409,6 +463,19 @@ mod simd {
     fn unsigned_block(w: __m256i, (xa, xb): (__m256i, __m256i)) -> __m256 {
         let wa = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(w));
         let wb = _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(w));
+        _mm256_cvtepi32_ps(_mm256_add_epi32(
+            _mm256_madd_epi16(wa, xa),
+            _mm256_madd_epi16(wb, xb),
+        ))
+    }
+
+    /// 32 weights (bytes, signed) times a block's activations: eight lanes of exact sums,
+    /// as f32.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn signed_block(w: __m256i, (xa, xb): (__m256i, __m256i)) -> __m256 {
+        let wa = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w));
+        let wb = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w));
         _mm256_cvtepi32_ps(_mm256_add_epi32(
             _mm256_madd_epi16(wa, xa),
             _mm256_madd_epi16(wb, xb),
@@ -744,17 +811,47 @@ mod simd {
                         _mm256_loadu_si256(q[16..].as_ptr().cast()),
                     )
                 };
-                let s = _mm256_add_epi32(
-                    _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)), xa),
-                    _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)), xb),
-                );
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[k]), _mm256_cvtepi32_ps(s), acc);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(scales[k]), signed_block(w, (xa, xb)), acc);
                 if OFFSET {
                     offsets = offset_steps[k].mul_add(x.sq[first + k], offsets);
                 }
             }
         }
         sum(acc) + offsets
+    }
+
+    /// IQ4_NL and IQ4_XS, in the order of the portable `iq4_dot`: each byte's two indices
+    /// looked up in the 16 levels by a byte shuffle.
+    #[target_feature(enable = "avx2,fma")]
+    fn iq4_dot<const XS: bool>(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
+        let (unit_bytes, subs) = iq4_layout(XS);
+        let nibble = _mm_set1_epi8(0x0f);
+        // SAFETY: the 16 levels are 16 bytes, as the unaligned load reads.
+        let levels = unsafe { _mm_loadu_si128(IQ4_LEVELS.as_ptr().cast()) };
+        let mut acc = _mm256_setzero_ps();
+        for (u, unit) in rows[..row_bytes].chunks_exact(unit_bytes).enumerate() {
+            prefetch_ahead(rows, u * unit_bytes, unit_bytes);
+            let d = f16_at(unit, 0);
+            for j in 0..subs {
+                let (sc, at) = if XS {
+                    (f32::from(iq4_xs_scale(unit, j)), 8 + 16 * j)
+                } else {
+                    (1.0, 2)
+                };
+                assert!(at + 16 <= unit.len());
+                // SAFETY: the 16 index bytes are in bounds (checked); the load is unaligned.
+                let qs = unsafe { _mm_loadu_si128(unit[at..].as_ptr().cast()) };
+                // The 32 weights as signed bytes in element order: low nibbles, then high.
+                let w = _mm256_set_m128i(
+                    _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(qs), nibble)),
+                    _mm_shuffle_epi8(levels, _mm_and_si128(qs, nibble)),
+                );
+                let b = subs * u + j;
+                let scale = _mm256_set1_ps(d * sc * x.dx[b]);
+                acc = _mm256_fmadd_ps(scale, signed_block(w, activations(x, b)), acc);
+            }
+        }
+        sum(acc)
     }
 }
 
@@ -785,7 +882,7 @@ mod tests {
     /// Elements of a super-block.
     const QK_K: usize = 256;
 
-    const TYPES: [GgmlType; 8] = [
+    const TYPES: [GgmlType; 10] = [
         GgmlType::Q2_K,
         GgmlType::Q3_K,
         GgmlType::Q4_K,
@@ -794,6 +891,8 @@ mod tests {
         GgmlType::Q4_0,
         GgmlType::Q5_0,
         GgmlType::Q5_1,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
     ];
 
     /// Random (super-)blocks of `ty`: every quant and scale byte random, the f16 factors (`d`,
@@ -814,7 +913,7 @@ mod tests {
                 }
                 GgmlType::Q3_K => half(108),
                 GgmlType::Q6_K => half(208),
-                GgmlType::Q4_0 | GgmlType::Q5_0 => half(0),
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => half(0),
                 _ => {
                     half(0);
                     half(2);
@@ -826,7 +925,7 @@ mod tests {
     }
 
     /// The size of the offset part of each element's weight (`dmin·m_j`, the legacy types'
-    /// `m` or zero point `z·d`; 0 for Q3_K and Q6_K), so that the bound covers both terms of
+    /// `m` or zero point `z·d`; 0 for Q3_K, Q6_K and the IQ4 types), so that the bound covers both terms of
     /// `scale·q − offset`.
     fn offset_terms(ty: GgmlType, bytes: &[u8]) -> Vec<f64> {
         let mut out = Vec::new();
@@ -839,7 +938,8 @@ mod tests {
                         out.push(dmin * f64::from(block[j / 16] >> 4));
                     }
                 }
-                GgmlType::Q3_K | GgmlType::Q6_K => out.extend([0.0; QK_K]),
+                GgmlType::Q3_K | GgmlType::Q6_K | GgmlType::IQ4_XS => out.extend([0.0; QK_K]),
+                GgmlType::IQ4_NL => out.extend([0.0; 32]),
                 GgmlType::Q4_0 => out.extend([8.0 * d; 32]),
                 GgmlType::Q5_0 => out.extend([16.0 * d; 32]),
                 GgmlType::Q5_1 => out.extend([f64::from(f16_at(block, 2)).abs(); 32]),

@@ -1,6 +1,6 @@
 //! The CPU decoder in f32 keeps a GGUF file's quantized and 16-bit matrices as stored
 //! (Q4_1 and Q8_0 as blocks, the others packed: a prompt's products expand them a row at a
-//! time, one token's read the k-quant and Q4_0/Q5_0/Q5_1 rows as stored, in integers): the
+//! time, one token's read the k-quant, Q4_0/Q5_0/Q5_1 and IQ4 rows as stored, in integers): the
 //! memory its headers predict is what it holds, a fraction of the f32 expansion, and its
 //! logits stay those of the f64 reference's dense weights, at the prompt and at each
 //! decoding step.
@@ -15,8 +15,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// llama.cpp's Q4_K_M mix in one layer, the 16-bit and legacy types in the second, the
-/// other k-quants and legacy types in the third.
-const LAYERS: [LayerFormats; 3] = [
+/// other k-quants and legacy types in the third, IQ4_XS and IQ4_NL in the fourth.
+const LAYERS: [LayerFormats; 4] = [
     Q4_K_M,
     LayerFormats {
         q: GgmlType::BF16,
@@ -33,6 +33,14 @@ const LAYERS: [LayerFormats; 3] = [
         o: GgmlType::Q5_K,
         gate_up: GgmlType::Q5_1,
         down: GgmlType::Q3_K,
+    },
+    LayerFormats {
+        q: GgmlType::IQ4_XS,
+        k: GgmlType::IQ4_NL,
+        v: GgmlType::IQ4_XS,
+        o: GgmlType::IQ4_NL,
+        gate_up: GgmlType::IQ4_XS,
+        down: GgmlType::IQ4_NL,
     },
 ];
 
