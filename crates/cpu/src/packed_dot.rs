@@ -38,6 +38,25 @@ use quench_models::GgmlType;
 use crate::blocks::{f16_at, sum_8_lanes};
 use crate::prefetch::prefetch_ahead;
 
+/// One row's product by the function for `ty` of the module it is used in (the portable
+/// functions, or the AVX2 ones of the same names).
+macro_rules! per_type {
+    ($ty:expr, $row:expr, $row_bytes:expr, $x:expr) => {
+        match $ty {
+            GgmlType::Q2_K => q2_k_dot($row, $row_bytes, $x),
+            GgmlType::Q3_K => q3_k_dot($row, $row_bytes, $x),
+            GgmlType::Q4_K => q45_k_dot::<false>($row, $row_bytes, $x),
+            GgmlType::Q5_K => q45_k_dot::<true>($row, $row_bytes, $x),
+            GgmlType::Q6_K => q6_k_dot($row, $row_bytes, $x),
+            GgmlType::Q4_0 => legacy_dot::<false, false>($row, $row_bytes, $x),
+            GgmlType::Q5_0 => legacy_dot::<true, false>($row, $row_bytes, $x),
+            GgmlType::IQ4_NL => iq4_dot::<false>($row, $row_bytes, $x),
+            GgmlType::IQ4_XS => iq4_dot::<true>($row, $row_bytes, $x),
+            _ => legacy_dot::<true, true>($row, $row_bytes, $x),
+        }
+    };
+}
+
 /// Whether rows of `ty` have a kernel here.
 pub(crate) fn multiplies(ty: GgmlType) -> bool {
     matches!(
@@ -120,18 +139,7 @@ fn dot_rows_portable(
     for (r, o) in out.iter_mut().enumerate() {
         // From the row's start on: the row, and the rows ahead to fetch.
         let row = &rows[r * row_bytes..];
-        *o = match ty {
-            GgmlType::Q2_K => q2_k_dot(row, row_bytes, x),
-            GgmlType::Q3_K => q3_k_dot(row, row_bytes, x),
-            GgmlType::Q4_K => q45_k_dot::<false>(row, row_bytes, x),
-            GgmlType::Q5_K => q45_k_dot::<true>(row, row_bytes, x),
-            GgmlType::Q6_K => q6_k_dot(row, row_bytes, x),
-            GgmlType::Q4_0 => legacy_dot::<false, false>(row, row_bytes, x),
-            GgmlType::Q5_0 => legacy_dot::<true, false>(row, row_bytes, x),
-            GgmlType::IQ4_NL => iq4_dot::<false>(row, row_bytes, x),
-            GgmlType::IQ4_XS => iq4_dot::<true>(row, row_bytes, x),
-            _ => legacy_dot::<true, true>(row, row_bytes, x),
-        };
+        *o = per_type!(ty, row, row_bytes, x);
     }
 }
 
@@ -418,18 +426,7 @@ mod simd {
     ) {
         for (r, o) in out.iter_mut().enumerate() {
             let row = &rows[r * row_bytes..];
-            *o = match ty {
-                GgmlType::Q2_K => q2_k_dot(row, row_bytes, x),
-                GgmlType::Q3_K => q3_k_dot(row, row_bytes, x),
-                GgmlType::Q4_K => q45_k_dot::<false>(row, row_bytes, x),
-                GgmlType::Q5_K => q45_k_dot::<true>(row, row_bytes, x),
-                GgmlType::Q6_K => q6_k_dot(row, row_bytes, x),
-                GgmlType::Q4_0 => legacy_dot::<false, false>(row, row_bytes, x),
-                GgmlType::Q5_0 => legacy_dot::<true, false>(row, row_bytes, x),
-                GgmlType::IQ4_NL => iq4_dot::<false>(row, row_bytes, x),
-                GgmlType::IQ4_XS => iq4_dot::<true>(row, row_bytes, x),
-                _ => legacy_dot::<true, true>(row, row_bytes, x),
-            };
+            *o = per_type!(ty, row, row_bytes, x);
         }
     }
 
