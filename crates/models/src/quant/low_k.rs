@@ -108,37 +108,20 @@ pub fn quantize_q2_k(x: &[f32; QK_K], out: &mut [u8; Q2_K_BYTES]) {
 mod tests {
     use super::*;
     use crate::dequant::{dequant_q2_k, dequant_q3_k};
-    use rand::{Rng, SeedableRng};
+    use crate::quant::test_data::{gaussian, relative_rms};
+    use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
-
-    fn gaussian(rng: &mut ChaCha8Rng, scale: f32) -> [f32; QK_K] {
-        std::array::from_fn(|_| {
-            let (u, v): (f32, f32) = (rng.gen_range(1e-7..1.0), rng.gen());
-            scale * (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
-        })
-    }
-
-    /// RMS of `back − x` over RMS of `x`.
-    fn relative(x: &[f32; QK_K], back: &[f32; QK_K]) -> f64 {
-        let err: f64 = x
-            .iter()
-            .zip(back)
-            .map(|(&a, &b)| f64::from(a - b).powi(2))
-            .sum();
-        let norm: f64 = x.iter().map(|&a| f64::from(a).powi(2)).sum();
-        (err / norm).sqrt()
-    }
 
     fn q3_k_error(x: &[f32; QK_K], q: &[u8; Q3_K_BYTES]) -> f64 {
         let mut back = [0f32; QK_K];
         dequant_q3_k(q, &mut back);
-        relative(x, &back)
+        relative_rms(x, &back)
     }
 
     fn q2_k_error(x: &[f32; QK_K], q: &[u8; Q2_K_BYTES]) -> f64 {
         let mut back = [0f32; QK_K];
         dequant_q2_k(q, &mut back);
-        relative(x, &back)
+        relative_rms(x, &back)
     }
 
     /// Gaussian weights: 8 levels a group of 16 leave 14% of the data's RMS (measured: 14.3%

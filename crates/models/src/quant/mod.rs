@@ -9,6 +9,8 @@ mod iq4_xs;
 mod legacy;
 mod low_k;
 mod q6_k;
+#[cfg(test)]
+mod test_data;
 
 pub use affine_k::{quantize_q4_k, quantize_q5_k};
 pub use iq4_xs::quantize_iq4_xs;

@@ -105,7 +105,8 @@ pub fn quantize_q6_k(x: &[f32; QK_K], out: &mut [u8; Q6_K_BYTES]) {
 mod tests {
     use super::*;
     use crate::dequant::dequant_q6_k;
-    use rand::{Rng, SeedableRng};
+    use crate::quant::test_data::{gaussian, relative_rms};
+    use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
     /// RMS of the round trip's error over RMS of the data.
@@ -119,20 +120,7 @@ mod tests {
     fn stored_error(x: &[f32; QK_K], q: &[u8; Q6_K_BYTES]) -> f64 {
         let mut back = [0f32; QK_K];
         dequant_q6_k(q, &mut back);
-        let err: f64 = x
-            .iter()
-            .zip(&back)
-            .map(|(&a, &b)| f64::from(a - b).powi(2))
-            .sum();
-        let norm: f64 = x.iter().map(|&a| f64::from(a).powi(2)).sum();
-        (err / norm).sqrt()
-    }
-
-    fn gaussian(rng: &mut ChaCha8Rng, scale: f32) -> [f32; QK_K] {
-        std::array::from_fn(|_| {
-            let (u, v): (f32, f32) = (rng.gen_range(1e-7..1.0), rng.gen());
-            scale * (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
-        })
+        relative_rms(x, &back)
     }
 
     /// Six bits with a scale per 16 elements: a quant step of about a 32nd of a group's
