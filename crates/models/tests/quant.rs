@@ -161,6 +161,7 @@ fn zeros_and_constants() {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
     ] {
         let n = ty.block_size() as usize;
         for c in [0.0f32, 1.5, -2.0] {
@@ -189,9 +190,9 @@ fn bad_input_is_refused() {
     assert!(err.to_string().contains("too large"), "{err}");
     let err = quantize(GgmlType::Q4_0, &[0.0; 31]).unwrap_err();
     assert!(err.to_string().contains("whole number of blocks"), "{err}");
-    let err = quantize(GgmlType::IQ4_XS, &[0.0; 256]).unwrap_err();
+    let err = quantize(GgmlType::IQ2_XXS, &[0.0; 256]).unwrap_err();
     assert!(
-        matches!(err, ModelError::Unsupported { .. }) && err.to_string().contains("IQ4_XS"),
+        matches!(err, ModelError::Unsupported { .. }) && err.to_string().contains("IQ2_XXS"),
         "{err}"
     );
 }
