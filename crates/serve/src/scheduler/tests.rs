@@ -303,6 +303,9 @@ fn sampled_job(
     n: usize,
 ) -> (Job, Vec<UnboundedReceiver<Event>>) {
     let (mut j, rx) = job(prompt.to_vec(), max_tokens, None);
+    // Every answer runs to max_tokens: a drawn end of text would leave answers empty, and
+    // empty answers of different seeds are equal.
+    j.ignore_eos = true;
     j.sampling = SamplingParams {
         temperature: 1.0,
         seed,
