@@ -763,25 +763,14 @@ mod simd {
         for (g, group) in rows[..row_bytes].chunks(8 * block_bytes).enumerate() {
             prefetch_ahead(rows, g * 8 * block_bytes, 8 * block_bytes);
             let (first, n) = (8 * g, group.len() / block_bytes);
-            let mut dx = [0.0f32; 8];
-            dx[..n].copy_from_slice(&x.dx[first..first + n]);
-            // The f16 at byte `at` of each block times its step, eight at a time.
-            let times_step = |at: usize| {
-                let mut h = [0u16; 8];
-                for (h, block) in h.iter_mut().zip(group.chunks_exact(block_bytes)) {
-                    *h = u16::from_le_bytes([block[at], block[at + 1]]);
-                }
-                // SAFETY: `h` holds 8 u16 and `dx` 8 f32, as the unaligned loads read.
-                lanes(unsafe {
-                    _mm256_mul_ps(
-                        _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())),
-                        _mm256_loadu_ps(dx.as_ptr()),
-                    )
-                })
-            };
-            let scales = times_step(0);
+            let dx = group_steps(x, first, n);
+            let scales = f16_times_steps(group, block_bytes, 0, dx);
             // Q5_1's offsets `fl(m·dx)`.
-            let offset_steps = if OFFSET { times_step(2) } else { [0.0; 8] };
+            let offset_steps = if OFFSET {
+                f16_times_steps(group, block_bytes, 2, dx)
+            } else {
+                [0.0; 8]
+            };
             let quants = x.q[BLOCK * first..].chunks_exact(BLOCK);
             for (k, (block, q)) in group.chunks_exact(block_bytes).zip(quants).enumerate() {
                 assert!(block_bytes <= block.len());
@@ -817,35 +806,74 @@ mod simd {
         sum(acc) + offsets
     }
 
+    /// Blocks `first .. first + n` (n ≤ 8) steps, zero past `n`.
+    fn group_steps(x: &Activations, first: usize, n: usize) -> [f32; 8] {
+        let mut dx = [0.0f32; 8];
+        dx[..n].copy_from_slice(&x.dx[first..first + n]);
+        dx
+    }
+
+    /// The f16 at byte `at` of each of a group's (up to) eight blocks of `block_bytes`, times
+    /// its step in `dx`: eight products `fl(h·dx)` at once.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn f16_times_steps(group: &[u8], block_bytes: usize, at: usize, dx: [f32; 8]) -> [f32; 8] {
+        let mut h = [0u16; 8];
+        for (h, block) in h.iter_mut().zip(group.chunks_exact(block_bytes)) {
+            *h = u16::from_le_bytes([block[at], block[at + 1]]);
+        }
+        // SAFETY: `h` holds 8 u16 and `dx` 8 f32, as the unaligned loads read.
+        lanes(unsafe {
+            _mm256_mul_ps(
+                _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())),
+                _mm256_loadu_ps(dx.as_ptr()),
+            )
+        })
+    }
+
     /// IQ4_NL and IQ4_XS, in the order of the portable `iq4_dot`: each byte's two indices
-    /// looked up in the 16 levels by a byte shuffle.
-    #[target_feature(enable = "avx2,fma")]
+    /// looked up in the 16 levels by a byte shuffle. Eight 32-element blocks at a time (an
+    /// IQ4_XS super-block, or eight IQ4_NL blocks), their scales formed together.
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn iq4_dot<const XS: bool>(rows: &[u8], row_bytes: usize, x: &Activations) -> f32 {
         let (unit_bytes, subs) = iq4_layout(XS);
+        let group_bytes = 8 * unit_bytes / subs;
         let nibble = _mm_set1_epi8(0x0f);
         // SAFETY: the 16 levels are 16 bytes, as the unaligned load reads.
         let levels = unsafe { _mm_loadu_si128(IQ4_LEVELS.as_ptr().cast()) };
         let mut acc = _mm256_setzero_ps();
-        for (u, unit) in rows[..row_bytes].chunks_exact(unit_bytes).enumerate() {
-            prefetch_ahead(rows, u * unit_bytes, unit_bytes);
-            let d = f16_at(unit, 0);
-            for j in 0..subs {
-                let (sc, at) = if XS {
-                    (f32::from(iq4_xs_scale(unit, j)), 8 + 16 * j)
-                } else {
-                    (1.0, 2)
-                };
-                assert!(at + 16 <= unit.len());
+        for (g, group) in rows[..row_bytes].chunks(group_bytes).enumerate() {
+            prefetch_ahead(rows, g * group_bytes, group_bytes);
+            let (first, n) = (8 * g, group.len() * subs / unit_bytes);
+            let dx = group_steps(x, first, n);
+            let scales = if XS {
+                // `fl(fl(d·sc)·dx)`, as the portable code rounds it (`d·sc` is exact).
+                let sc: [f32; 8] = std::array::from_fn(|j| f32::from(iq4_xs_scale(group, j)));
+                // SAFETY: `sc` and `dx` hold 8 f32, as the unaligned loads read.
+                lanes(unsafe {
+                    _mm256_mul_ps(
+                        _mm256_mul_ps(
+                            _mm256_set1_ps(f16_at(group, 0)),
+                            _mm256_loadu_ps(sc.as_ptr()),
+                        ),
+                        _mm256_loadu_ps(dx.as_ptr()),
+                    )
+                })
+            } else {
+                f16_times_steps(group, unit_bytes, 0, dx)
+            };
+            for (k, scale) in scales.into_iter().enumerate().take(n) {
+                let at = if XS { 8 + 16 * k } else { unit_bytes * k + 2 };
+                assert!(at + 16 <= group.len());
                 // SAFETY: the 16 index bytes are in bounds (checked); the load is unaligned.
-                let qs = unsafe { _mm_loadu_si128(unit[at..].as_ptr().cast()) };
+                let qs = unsafe { _mm_loadu_si128(group[at..].as_ptr().cast()) };
                 // The 32 weights as signed bytes in element order: low nibbles, then high.
                 let w = _mm256_set_m128i(
                     _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16::<4>(qs), nibble)),
                     _mm_shuffle_epi8(levels, _mm_and_si128(qs, nibble)),
                 );
-                let b = subs * u + j;
-                let scale = _mm256_set1_ps(d * sc * x.dx[b]);
-                acc = _mm256_fmadd_ps(scale, signed_block(w, activations(x, b)), acc);
+                let sums = signed_block(w, activations(x, first + k));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), sums, acc);
             }
         }
         sum(acc)
