@@ -11,6 +11,10 @@ pub enum Emit {
     Ir,
     /// PTX for sm_90 (sm_90a for a kernel that uses wgmma)
     Ptx,
+    /// sm_90 SASS from quench's own code generator, no ptxas involved, as `quench sass
+    /// dis` prints it (`quench sass asm` makes it a cubin); kernels it cannot compile yet
+    /// are refused with the operation that stops them
+    Sass,
 }
 
 #[derive(clap::Args)]
@@ -67,6 +71,10 @@ pub fn run(a: &CcArgs) -> Result<(), String> {
     match a.emit {
         Emit::Ir => print!("{}", quench_ir::print::print(&f)),
         Emit::Ptx => print!("{}", quench_ptx::emit(&f).map_err(|e| e.to_string())?),
+        Emit::Sass => print!(
+            "{}",
+            quench_sass::codegen::compile(&f).map_err(|e| e.to_string())?
+        ),
     }
     Ok(())
 }

@@ -17,6 +17,9 @@ pub enum SassError {
     /// Machine code that no table entry decodes.
     #[error("at offset {offset:#x}: {msg}")]
     Decode { offset: u64, msg: String },
+    /// A kernel the code generator cannot compile: the operation or limit that stops it.
+    #[error("kernel {kernel}: {msg}")]
+    Codegen { kernel: String, msg: String },
     /// An external tool (nvdisasm, cuobjdump, ptxas) is missing or failed.
     #[error("{tool}: {msg}")]
     Tool { tool: String, msg: String },

@@ -2,13 +2,15 @@
 //!
 //! - [`elf`] and [`cubin`]: read a cubin (ELF64) — sections, symbols, relocations and the
 //!   `.nv.info` records ([`nvinfo`]) — and write it back byte for byte;
-//! - [`build`]: write a cubin for a kernel given its code and ABI.
+//! - [`build`]: write a cubin for a kernel given its code and ABI;
+//! - [`codegen`]: compile a kernel from quench's IR to machine code, no ptxas involved.
 //!
 //! Every reader checks sizes and offsets against the input and names the section or
 //! record that is wrong; nothing here panics on bad input.
 
 pub mod asm;
 pub mod build;
+pub mod codegen;
 pub mod cubin;
 pub mod dis;
 pub mod elf;

@@ -1,0 +1,53 @@
+//! IR → sm_90 machine code, without ptxas: instruction selection ([`select`]), register
+//! assignment ([`regs`]) and control bits ([`control`]), written as the SASS text that
+//! [`crate::asm`] assembles into a cubin.
+//!
+//! **What it takes so far.** Straight-line code and `if` without results over 32-bit
+//! integers, f32 and global pointers: parameters, thread and block ids, integer and f32
+//! arithmetic, comparisons, pointer offsets, and global loads and stores of 4, 8 or 16
+//! bytes. Any other operation is refused with its name and the kernel's; the library's
+//! other kernels are compiled through PTX.
+//!
+//! **Registers.** Each value gets registers of its own (no reuse yet): a kernel whose
+//! values need more than the 255 registers of a thread, or more than the seven
+//! predicates, is refused with the numbers.
+//!
+//! **Control bits.** A fixed-latency instruction stalls the warp for its latency
+//! (measured on the H200, `isa/sm90/latencies.json`, where measured; else
+//! [`control::DEFAULT_STALL`] cycles) before the next instruction issues, so every
+//! result is ready before anything reads it. A variable-latency instruction (global
+//! loads, constant loads, special registers) sets scoreboard 0 and the next instruction
+//! waits on it. Correct, not yet fast: scheduling comes later.
+
+mod control;
+mod regs;
+mod select;
+
+use quench_ir::Function;
+
+use crate::error::{Result, SassError};
+use crate::table::Tables;
+
+pub use regs::MAX_REGISTERS;
+
+/// The SASS text (as `quench sass dis` prints it) of `f`'s machine code, with its ABI.
+pub fn compile(f: &Function) -> Result<String> {
+    let mut s = select::Selector::new(f)?;
+    s.body()?;
+    Ok(s.finish())
+}
+
+/// A cubin of `f`'s machine code, assembled by quench's own encoder.
+pub fn compile_cubin(f: &Function) -> Result<Vec<u8>> {
+    let text = compile(f)?;
+    let tables = Tables::sm90().map_err(|e| SassError::malformed("sm_90 encoding tables", e))?;
+    crate::asm::assemble_cubin(&text, tables)
+}
+
+/// A kernel the code generator cannot compile, and why.
+pub(crate) fn refuse(f: &Function, msg: impl Into<String>) -> SassError {
+    SassError::Codegen {
+        kernel: f.name.clone(),
+        msg: msg.into(),
+    }
+}

@@ -1,0 +1,89 @@
+//! quench's own code generator (IR → sm_90 SASS): which library kernels it compiles, that
+//! what it writes assembles into cubins nvdisasm reads, with the ABI ptxas gives the same
+//! kernel, and that the rest is refused by name.
+
+mod common;
+
+use quench_sass::codegen;
+use quench_sass::cubin::Cubin;
+
+/// Every library kernel with its default parameters, and what the code generator says.
+fn compiled() -> Vec<(String, quench_sass::Result<Vec<u8>>)> {
+    quench_kernels::library()
+        .into_iter()
+        .map(|spec| {
+            let params = spec.parse_params("").expect("defaults parse");
+            let f = spec.build(&params).expect("library kernel builds");
+            (spec.name.to_string(), codegen::compile_cubin(&f))
+        })
+        .collect()
+}
+
+#[test]
+fn elementwise_kernels_compile_and_the_rest_are_refused_by_name() {
+    let all = compiled();
+    let ok: Vec<&str> = all
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert!(ok.contains(&"add_f32"), "add_f32 compiles: {ok:?}");
+    for (name, r) in &all {
+        if let Err(e) = r {
+            let e = e.to_string();
+            assert!(
+                e.starts_with(&format!("kernel {name}: ")) && e.contains("not compiled yet")
+                    || e.contains("no selection rule")
+                    || e.contains("needs more than"),
+                "{name}: the refusal names the kernel and what stops it: {e}"
+            );
+        }
+    }
+    eprintln!(
+        "codegen: {} of {} library kernels compile to quench's own SASS: {ok:?}",
+        ok.len(),
+        all.len()
+    );
+    let mut why = std::collections::BTreeMap::new();
+    for (_, r) in &all {
+        if let Err(e) = r {
+            let e = e.to_string();
+            let reason = e.split_once(": ").map_or(e.clone(), |(_, r)| r.to_string());
+            *why.entry(reason).or_insert(0) += 1;
+        }
+    }
+    for (reason, n) in why {
+        eprintln!("codegen: {n:4} refused: {reason}");
+    }
+}
+
+#[test]
+fn compiled_cubins_have_ptxas_abi_and_nvdisasm_reads_them() {
+    let Some(lib) = common::library() else { return };
+    for (name, r) in compiled() {
+        let Ok(ours) = r else { continue };
+        let c = Cubin::parse(&ours).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let theirs = lib.iter().find(|a| a.name == name).expect("in the corpus");
+        let t = Cubin::parse(&theirs.cubin).unwrap();
+        let (k, tk) = (&c.kernels[0], &t.kernels[0]);
+        assert_eq!(k.name, tk.name);
+        assert_eq!(
+            k.params, tk.params,
+            "{name}: parameters as ptxas lays them out"
+        );
+        assert_eq!(
+            k.param_bytes, tk.param_bytes,
+            "{name}: the parameter block's size"
+        );
+        assert!(!k.exit_offsets.is_empty(), "{name}: an EXIT is recorded");
+        let Some(text) = quench_testkit::ok(quench_sass::tools::nvdisasm_cubin(&ours, &["-c"]))
+        else {
+            return;
+        };
+        let listing = quench_sass::tools::listing_instructions(&text);
+        assert!(
+            listing.iter().any(|(_, l)| l.contains("EXIT")),
+            "{name}: nvdisasm reads the code: {text}"
+        );
+    }
+}
