@@ -1,8 +1,14 @@
-//! Register assignment: every IR value gets general registers (or a predicate) of its
-//! own, aligned as the instructions that read it need (pairs for 64-bit addresses, four
-//! for 16-byte vectors).
+//! Register assignment on SSA: each value gets general registers (or a predicate) from
+//! its definition to its last use, aligned as the instructions that read it need (pairs
+//! for 64-bit addresses, four for 16-byte vectors), then gives them back.
+//!
+//! Positions are the instructions' pre-order numbers (the order the selector visits
+//! them). A value used inside a loop it was defined outside of lives to the loop's end,
+//! as do the loop's bounds, step and carried values (its block arguments). A vector's
+//! element (`extract`) and a same-size `bitcast` share their source's registers, so their
+//! uses count as uses of the source.
 
-use quench_ir::{Function, Scalar, Type, Value};
+use quench_ir::{AddrSpace, Block, Function, Op, Scalar, Type, Value};
 
 use crate::error::Result;
 
@@ -10,8 +16,8 @@ use super::refuse;
 
 /// General registers a thread may use on sm_90 (R0–R254; R255 reads as zero).
 pub const MAX_REGISTERS: u32 = 255;
-/// Predicates P0–P6 (P7 is always true).
-const MAX_PREDICATES: u8 = 7;
+/// Predicates P0–P5 for values (P6 is the selector's scratch, P7 always true).
+const MAX_PREDICATES: usize = 6;
 /// The first register handed out: R0 and R1 are left alone (R1 is the stack pointer by
 /// the ABI's convention).
 const FIRST: u32 = 2;
@@ -37,27 +43,83 @@ impl Loc {
     }
 }
 
-/// Hands out registers in order, each range aligned to its size.
-pub struct Registers {
-    next: u32,
-    next_pred: u8,
-    locs: Vec<Option<Loc>>,
-}
-
 /// How many 32-bit registers a value of `ty` takes, or `None` for a predicate.
 pub fn width(ty: Type) -> Option<u32> {
     match ty {
         Type::Scalar(Scalar::Pred) => None,
+        // A shared or local address is a 32-bit offset in its window.
+        Type::Ptr(AddrSpace::Shared | AddrSpace::Local, _) => Some(1),
         t => Some(t.bytes().div_ceil(4)),
     }
 }
 
+/// Hands out registers as values are defined and takes them back after their last use.
+pub struct Registers {
+    locs: Vec<Option<Loc>>,
+    /// The value whose registers each value shares (itself, or an extract's source).
+    root: Vec<Value>,
+    /// Each root's last use (a position), `None` for a value never used.
+    last: Vec<Option<usize>>,
+    busy: [bool; MAX_REGISTERS as usize],
+    busy_pred: [bool; MAX_PREDICATES],
+    /// Allocated roots, in the order they were defined.
+    live: Vec<Value>,
+    high_water: u32,
+}
+
 impl Registers {
     pub fn new(f: &Function) -> Registers {
+        let n = f.values.len();
+        let mut root: Vec<Value> = (0..n as u32).map(Value).collect();
+        f.walk(&mut |inst| match &inst.op {
+            Op::Extract { a, .. } => root[inst.results[0].index()] = root[a.index()],
+            Op::Bitcast { to, a } if to.bytes() == f.ty(*a).bytes() => {
+                root[inst.results[0].index()] = root[a.index()]
+            }
+            Op::For { body, .. } => {
+                // The loop's results are its carried values as they stand at the end.
+                for (r, arg) in inst.results.iter().zip(&body.args[1..]) {
+                    root[r.index()] = root[arg.index()];
+                }
+            }
+            _ => {}
+        });
+        let mut live = Liveness {
+            root: &root,
+            def: vec![0; n],
+            last: vec![None; n],
+            loops: Vec::new(),
+            pos: 0,
+        };
+        live.block(&f.body);
         Registers {
-            next: FIRST,
-            next_pred: 0,
-            locs: vec![None; f.values.len()],
+            locs: vec![None; n],
+            last: live.last,
+            root,
+            busy: [false; MAX_REGISTERS as usize],
+            busy_pred: [false; MAX_PREDICATES],
+            live: Vec::new(),
+            high_water: FIRST,
+        }
+    }
+
+    /// The selector reached position `pos`: values last used before it give their
+    /// registers back.
+    pub fn at(&mut self, pos: usize) {
+        let (last, locs) = (&self.last, &self.locs);
+        let (done, live): (Vec<Value>, Vec<Value>) = self
+            .live
+            .iter()
+            .partition(|v| last[v.index()].is_none_or(|l| l < pos));
+        self.live = live;
+        for v in done {
+            match locs[v.index()] {
+                Some(Loc::R { base, count }) => {
+                    self.busy[base as usize..(base + count) as usize].fill(false)
+                }
+                Some(Loc::P(p)) => self.busy_pred[p as usize] = false,
+                None => {}
+            }
         }
     }
 
@@ -65,40 +127,45 @@ impl Registers {
     pub fn define(&mut self, f: &Function, v: Value) -> Result<Loc> {
         let loc = match width(f.ty(v)) {
             None => {
-                if self.next_pred == MAX_PREDICATES {
-                    return Err(refuse(
+                let p = self.busy_pred.iter().position(|b| !b).ok_or_else(|| {
+                    refuse(
                         f,
-                        format!(
-                            "needs more than the {MAX_PREDICATES} predicates (register reuse is \
-                             not implemented yet)"
-                        ),
-                    ));
-                }
-                self.next_pred += 1;
-                Loc::P(self.next_pred - 1)
+                        format!("needs more than the {MAX_PREDICATES} predicates at once"),
+                    )
+                })?;
+                self.busy_pred[p] = true;
+                Loc::P(p as u8)
             }
             Some(count) => {
-                let base = self.next.next_multiple_of(count.next_power_of_two());
-                if base + count > MAX_REGISTERS {
-                    return Err(refuse(
-                        f,
-                        format!(
-                            "needs more than the {MAX_REGISTERS} registers of a thread: {} \
-                             values take {} registers (register reuse is not implemented yet)",
-                            f.values.len(),
-                            base + count
-                        ),
-                    ));
-                }
-                self.next = base + count;
+                let align = count.next_power_of_two();
+                let base = (FIRST..MAX_REGISTERS)
+                    .step_by(align as usize)
+                    .find(|&b| {
+                        b + count <= MAX_REGISTERS
+                            && !self.busy[b as usize..(b + count) as usize].contains(&true)
+                    })
+                    .ok_or_else(|| {
+                        refuse(
+                            f,
+                            format!(
+                                "needs more than the {MAX_REGISTERS} registers of a thread: \
+                                 {} live values hold them all (spilling is not implemented yet)",
+                                self.live.len()
+                            ),
+                        )
+                    })?;
+                self.busy[base as usize..(base + count) as usize].fill(true);
+                self.high_water = self.high_water.max(base + count);
                 Loc::R { base, count }
             }
         };
         self.locs[v.index()] = Some(loc);
+        self.live.push(v);
         Ok(loc)
     }
 
-    /// `v` lives in `loc` (an alias: a vector's element, or a value moved without a copy).
+    /// `v` lives in `loc`, its root's registers (a vector's element, a same-size bitcast,
+    /// a loop's result).
     pub fn alias(&mut self, v: Value, loc: Loc) {
         self.locs[v.index()] = Some(loc);
     }
@@ -106,11 +173,96 @@ impl Registers {
     /// Where `v` lives; every operand is defined before its use (the verifier's rule).
     pub fn loc(&self, f: &Function, v: Value) -> Result<Loc> {
         self.locs[v.index()]
+            .or(self.locs[self.root[v.index()].index()])
             .ok_or_else(|| refuse(f, format!("{v} is used before it has a register")))
     }
 
     /// Registers used, for the cubin's register count.
     pub fn used(&self) -> u32 {
-        self.next
+        self.high_water
     }
+}
+
+/// The pass that finds each root's last use.
+struct Liveness<'a> {
+    root: &'a [Value],
+    def: Vec<usize>,
+    last: Vec<Option<usize>>,
+    /// Enclosing loops: (position of the `for`, position of its last instruction).
+    loops: Vec<(usize, usize)>,
+    pos: usize,
+}
+
+impl Liveness<'_> {
+    fn use_at(&mut self, v: Value, pos: usize) {
+        let r = self.root[v.index()].index();
+        // Defined outside a loop that encloses the use: live through the whole loop.
+        let end = self
+            .loops
+            .iter()
+            .find(|(start, _)| self.def[r] < *start)
+            .map_or(pos, |&(_, end)| end);
+        self.last[r] = Some(self.last[r].map_or(end, |l| l.max(end)));
+    }
+
+    fn block(&mut self, b: &Block) {
+        for inst in &b.insts {
+            let pos = self.pos;
+            self.pos += 1;
+            for r in &inst.results {
+                self.def[self.root[r.index()].index()] = pos;
+            }
+            match &inst.op {
+                Op::For {
+                    lo,
+                    hi,
+                    step,
+                    init,
+                    body,
+                } => {
+                    for v in init.iter().chain([lo]) {
+                        self.use_at(*v, pos);
+                    }
+                    for a in &body.args {
+                        self.def[self.root[a.index()].index()] = pos;
+                    }
+                    let end = pos + count(body);
+                    self.loops.push((pos, end));
+                    // The bound and step are read at the end of every iteration, the
+                    // carried values written there.
+                    for v in [hi, step].into_iter().chain(&body.args) {
+                        self.use_at(*v, end);
+                    }
+                    self.block(body);
+                    self.loops.pop();
+                }
+                Op::If {
+                    cond, then_, else_, ..
+                } => {
+                    self.use_at(*cond, pos);
+                    self.block(then_);
+                    self.block(else_);
+                }
+                op => {
+                    for v in op.operands() {
+                        self.use_at(v, pos);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Instructions in `b`, nested ones included.
+fn count(b: &Block) -> usize {
+    b.insts
+        .iter()
+        .map(|i| {
+            1 + match &i.op {
+                Op::For { body, .. } => count(body),
+                Op::If { then_, else_, .. } => count(then_) + count(else_),
+                _ => 0,
+            }
+        })
+        .sum()
 }

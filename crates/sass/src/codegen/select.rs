@@ -14,8 +14,13 @@ use crate::error::Result;
 /// The uniform register pair holding the global memory descriptor, loaded once at entry
 /// from `c[0x0][0x208]`, as ptxas does.
 const DESC: &str = "UR4";
-/// Barrier registers for `if` reconvergence (B0–B15): one per nesting level.
+/// Barrier registers for reconvergence after `if` and `for` (B0–B15): one per nesting
+/// level.
 const MAX_NESTING: usize = 16;
+/// Where the static shared declarations start in the block's shared window.
+const SHARED_BASE: u32 = 0x400;
+/// The predicate a loop's bound test writes (values get P0–P5).
+const SCRATCH_P: &str = "P6";
 
 /// One line of the kernel's code: a label or an instruction.
 enum Line {
@@ -29,6 +34,10 @@ pub struct Selector<'f> {
     lines: Vec<Line>,
     labels: u32,
     depth: usize,
+    /// The position of the next instruction, as [`Registers`] numbers them.
+    pos: usize,
+    /// Where the innermost `if` or `for` block's `yield` moves its values.
+    yield_to: Vec<Vec<Loc>>,
     /// Each parameter's offset in constant bank 0.
     param_offsets: Vec<u32>,
 }
@@ -38,6 +47,7 @@ pub struct Selector<'f> {
 enum Kind {
     U32,
     S32,
+    U64,
     F32,
 }
 
@@ -57,6 +67,8 @@ impl<'f> Selector<'f> {
             lines: Vec::new(),
             labels: 0,
             depth: 0,
+            pos: 0,
+            yield_to: Vec::new(),
             param_offsets,
         };
         s.emit("", format!("ULDC.64 {DESC}, c[0x0][0x208]"));
@@ -93,6 +105,9 @@ impl<'f> Selector<'f> {
             self.regs.used(),
             f.max_threads
         );
+        if !f.shared.is_empty() {
+            out += &format!(".shared {}\n", u64::from(SHARED_BASE) + f.shared_bytes());
+        }
         for p in &f.params {
             let (size, log_align, space) = match p.ty {
                 Type::Ptr(_, elem) => (8, elem.bytes().max(1).trailing_zeros(), 4),
@@ -133,15 +148,105 @@ impl<'f> Selector<'f> {
     }
 
     fn block(&mut self, b: &Block) -> Result<()> {
-        if !b.args.is_empty() {
-            return Err(refuse(
-                self.f,
-                "block arguments (for loops) are not compiled yet",
-            ));
-        }
         for inst in &b.insts {
+            self.regs.at(self.pos);
+            self.pos += 1;
             self.inst(&inst.results, &inst.op)?;
         }
+        Ok(())
+    }
+
+    /// Registers for the results of an `if` or the carried values of a `for`.
+    fn define_all(&mut self, values: &[Value]) -> Result<Vec<Loc>> {
+        let f = self.f;
+        values
+            .iter()
+            .map(|v| match self.regs.define(f, *v)? {
+                Loc::P(_) => Err(refuse(
+                    f,
+                    "a predicate carried out of an if or through a loop is not compiled yet",
+                )),
+                loc => Ok(loc),
+            })
+            .collect()
+    }
+
+    /// Moves `values` into `to` as if all at once: a register is written only after every
+    /// read of it, a cycle broken through R0.
+    fn parallel_copy(&mut self, to: &[Loc], values: &[Value]) -> Result<()> {
+        let mut pending = Vec::new();
+        for (d, v) in to.iter().zip(values) {
+            let (Loc::R { base: db, count }, Loc::R { base: sb, .. }) =
+                (*d, self.regs.loc(self.f, *v)?)
+            else {
+                return Err(refuse(self.f, "a predicate yielded is not compiled yet"));
+            };
+            pending.extend((0..count).map(|i| (db + i, sb + i)).filter(|(d, s)| d != s));
+        }
+        while !pending.is_empty() {
+            let free = pending
+                .iter()
+                .position(|(d, _)| !pending.iter().any(|(_, s)| s == d));
+            match free {
+                Some(i) => {
+                    let (d, s) = pending.remove(i);
+                    self.emit("", format!("MOV R{d}, R{s}"));
+                }
+                None => {
+                    let d = pending[0].0;
+                    self.emit("", format!("MOV R0, R{d}"));
+                    for (_, s) in pending.iter_mut().filter(|(_, s)| *s == d) {
+                        *s = 0;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `for iv in lo..hi step s`: the induction variable and the carried values live in
+    /// the body's argument registers, which are also the loop's results. The bound is
+    /// tested at the top (no trip when `lo >= hi`), signed or unsigned by `lo`'s type;
+    /// threads leave the loop separately and meet again at a `BSYNC`.
+    fn for_(&mut self, [lo, hi, step]: [Value; 3], init: &[Value], body: &Block) -> Result<()> {
+        let f = self.f;
+        let signed = match self.kind(lo, "for")? {
+            Kind::U32 => ".U32",
+            Kind::S32 => "",
+            Kind::U64 | Kind::F32 => {
+                return Err(refuse(f, "a loop over u64 or f32 is not compiled yet"))
+            }
+        };
+        if self.depth == MAX_NESTING {
+            return Err(refuse(
+                f,
+                format!("control flow nested deeper than {MAX_NESTING} levels"),
+            ));
+        }
+        let args = self.define_all(&body.args)?;
+        let mut start = vec![lo];
+        start.extend(init);
+        self.parallel_copy(&args, &start)?;
+        let (iv, hi, step) = (args[0].reg(0), self.reg(hi)?, self.reg(step)?);
+        let b = format!("B{}", self.depth);
+        let (head, done, after) = (self.label(), self.label(), self.label());
+        self.emit("", format!("BSSY {b}, `({after})"));
+        self.lines.push(Line::Label(head.clone()));
+        self.emit(
+            "",
+            format!("ISETP.GE{signed}.AND {SCRATCH_P}, PT, {iv}, {hi}, PT"),
+        );
+        self.emit(&format!("@{SCRATCH_P} "), format!("BRA `({done})"));
+        self.depth += 1;
+        self.yield_to.push(args[1..].to_vec());
+        self.block(body)?;
+        self.yield_to.pop();
+        self.depth -= 1;
+        self.emit("", format!("IADD3 {iv}, {iv}, {step}, RZ"));
+        self.emit("", format!("BRA `({head})"));
+        self.lines.push(Line::Label(done));
+        self.emit("", format!("BSYNC {b}"));
+        self.lines.push(Line::Label(after));
         Ok(())
     }
 
@@ -154,6 +259,7 @@ impl<'f> Selector<'f> {
             Type::Scalar(Scalar::U32) => Ok(Kind::U32),
             Type::Scalar(Scalar::I32) => Ok(Kind::S32),
             Type::Scalar(Scalar::F32) => Ok(Kind::F32),
+            Type::Scalar(Scalar::U64) => Ok(Kind::U64),
             t => Err(refuse(
                 self.f,
                 format!("{what} on {t:?} is not compiled yet"),
@@ -238,26 +344,59 @@ impl<'f> Selector<'f> {
                 self.emit("", format!("SEL {d}, {a}, {b}, {p}"));
             }
             Op::PtrAdd { ptr, index } => {
-                let elem = match f.ty(*ptr) {
-                    Type::Ptr(AddrSpace::Global, elem) => elem,
+                let (space, size) = match f.ty(*ptr) {
+                    Type::Ptr(space @ (AddrSpace::Global | AddrSpace::Shared), elem) => {
+                        (space, elem.bytes())
+                    }
                     t => return Err(refuse(f, format!("ptr_add on {t:?} is not compiled yet"))),
                 };
-                if self.kind(*index, "ptr_add")? != Kind::U32 {
-                    return Err(refuse(f, "ptr_add with a signed index is not compiled yet"));
+                let index_ty = f.ty(*index);
+                let (p, i) = (self.reg(*ptr)?, self.regs.loc(f, *index)?);
+                let d = self
+                    .regs
+                    .define(f, result.ok_or_else(|| refuse(f, "ptr_add"))?)?;
+                match (space, index_ty) {
+                    // Shared addresses are 32-bit offsets in the block's window.
+                    (AddrSpace::Shared, Type::Scalar(Scalar::U32)) => self.emit(
+                        "",
+                        format!("IMAD {}, {}, {size:#x}, {p}", d.reg(0), i.reg(0)),
+                    ),
+                    (AddrSpace::Global, Type::Scalar(Scalar::U32 | Scalar::U64)) => {
+                        self.emit(
+                            "",
+                            format!("IMAD.WIDE.U32 {}, {}, {size:#x}, {p}", d.reg(0), i.reg(0)),
+                        );
+                        if index_ty == Type::U64 {
+                            let hi = d.reg(1);
+                            self.emit("", format!("IMAD {hi}, {}, {size:#x}, {hi}", i.reg(1)));
+                        }
+                    }
+                    _ => {
+                        return Err(refuse(
+                            f,
+                            format!("ptr_add by a {index_ty:?} index is not compiled yet"),
+                        ))
+                    }
                 }
-                let (p, i) = (self.reg(*ptr)?, self.reg(*index)?);
-                let d = def(self)?;
-                self.emit(
-                    "",
-                    format!("IMAD.WIDE.U32 {d}, {i}, {:#x}, {p}", elem.bytes()),
-                );
             }
+            Op::SharedAddr { decl } => {
+                // The static declarations start 1 KiB into the shared window (below them
+                // the space the system reserves, as ptxas lays it out), the block's
+                // position in its cluster in the address's top byte.
+                let at = SHARED_BASE + f.shared_offsets()[*decl as usize] as u32;
+                let d = def(self)?;
+                self.emit("", "S2R R0, SR_CgaCtaId".into());
+                self.emit("", format!("MOV {d}, {at:#x}"));
+                self.emit("", format!("LEA {d}, R0, {d}, 0x18"));
+            }
+            Op::Barrier => self.emit("", "BAR.SYNC.DEFER_BLOCKING 0x0".into()),
+            Op::Cvt { to, rnd, sat, a } => self.cvt(result, *to, *rnd, *sat, *a)?,
             Op::Load { ty, ptr, cache } => {
-                let width = self.access(*ptr, *ty, "load")?;
-                let cache = match cache {
-                    CacheOp::Default => "",
-                    CacheOp::Nc => ".CONSTANT",
-                    other => {
+                let (space, width) = self.access(*ptr, *ty, "load")?;
+                let cache = match (space, cache) {
+                    (_, CacheOp::Default) => "",
+                    (AddrSpace::Global, CacheOp::Nc) => ".CONSTANT",
+                    (_, other) => {
                         return Err(refuse(
                             f,
                             format!(
@@ -269,10 +408,14 @@ impl<'f> Selector<'f> {
                 };
                 let p = self.reg(*ptr)?;
                 let d = def(self)?;
-                self.emit("", format!("LDG.E{width}{cache} {d}, desc[{DESC}][{p}.64]"));
+                if space == AddrSpace::Shared {
+                    self.emit("", format!("LDS{width} {d}, [{p}]"));
+                } else {
+                    self.emit("", format!("LDG.E{width}{cache} {d}, desc[{DESC}][{p}.64]"));
+                }
             }
             Op::Store { ptr, value, cache } => {
-                let width = self.access(*ptr, f.ty(*value), "store")?;
+                let (space, width) = self.access(*ptr, f.ty(*value), "store")?;
                 if *cache != CacheOp::Default {
                     return Err(refuse(
                         f,
@@ -283,20 +426,42 @@ impl<'f> Selector<'f> {
                     ));
                 }
                 let (p, v) = (self.reg(*ptr)?, self.reg(*value)?);
-                self.emit("", format!("STG.E{width} desc[{DESC}][{p}.64], {v}"));
+                if space == AddrSpace::Shared {
+                    self.emit("", format!("STS{width} [{p}], {v}"));
+                } else {
+                    self.emit("", format!("STG.E{width} desc[{DESC}][{p}.64], {v}"));
+                }
             }
             Op::Extract { a, index } => {
                 let Loc::R { base, .. } = self.regs.loc(f, *a)? else {
                     return Err(refuse(f, "extract from a predicate"));
                 };
                 let v = result.ok_or_else(|| refuse(f, "extract without its result"))?;
-                self.regs.alias(
-                    v,
-                    Loc::R {
-                        base: base + index,
-                        count: 1,
-                    },
-                );
+                match f.ty(v).bytes() {
+                    // A 16-bit value lives in the low half of a register, whatever the high
+                    // half holds: an even element is its pair's register, an odd one is
+                    // shifted down.
+                    2 if index % 2 == 1 => {
+                        let d = self.regs.define(f, v)?.reg(0);
+                        let r = format!("R{}", base + index / 2);
+                        self.emit("", format!("SHF.R.U32.HI {d}, RZ, 0x10, {r}"));
+                    }
+                    2 => self.regs.alias(
+                        v,
+                        Loc::R {
+                            base: base + index / 2,
+                            count: 1,
+                        },
+                    ),
+                    n if n % 4 == 0 => self.regs.alias(
+                        v,
+                        Loc::R {
+                            base: base + index * n / 4,
+                            count: n / 4,
+                        },
+                    ),
+                    n => return Err(refuse(f, format!("extract of a {n}-byte element"))),
+                }
             }
             Op::Pack { parts, .. } => {
                 let sources = parts
@@ -304,9 +469,23 @@ impl<'f> Selector<'f> {
                     .map(|p| self.reg(*p))
                     .collect::<Result<Vec<_>>>()?;
                 let v = result.ok_or_else(|| refuse(f, "pack without its result"))?;
+                let part_bytes = parts.first().map_or(4, |p| f.ty(*p).bytes());
                 let loc = self.regs.define(f, v)?;
-                for (i, s) in sources.iter().enumerate() {
-                    self.emit("", format!("MOV {}, {s}", loc.reg(i as u32)));
+                match part_bytes {
+                    // Two 16-bit parts a register: bytes 0–1 of the first, 0–1 of the second.
+                    2 => {
+                        for (i, pair) in sources.chunks(2).enumerate() {
+                            let hi = pair.get(1).map_or("RZ", String::as_str);
+                            let d = loc.reg(i as u32);
+                            self.emit("", format!("PRMT {d}, {}, 0x5410, {hi}", pair[0]));
+                        }
+                    }
+                    4 => {
+                        for (i, s) in sources.iter().enumerate() {
+                            self.emit("", format!("MOV {}, {s}", loc.reg(i as u32)));
+                        }
+                    }
+                    n => return Err(refuse(f, format!("pack of {n}-byte parts"))),
                 }
             }
             Op::Bitcast { to, a } if to.bytes() == f.ty(*a).bytes() => {
@@ -320,12 +499,26 @@ impl<'f> Selector<'f> {
                 else_,
                 results: types,
             } => {
-                if !types.is_empty() {
-                    return Err(refuse(f, "an if with results is not compiled yet"));
-                }
+                debug_assert_eq!(types.len(), results.len());
+                let to = self.define_all(results)?;
+                self.yield_to.push(to);
                 self.if_(*cond, then_, else_)?;
+                self.yield_to.pop();
             }
-            Op::Yield(values) if values.is_empty() => {}
+            Op::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => self.for_([*lo, *hi, *step], init, body)?,
+            Op::Yield(values) => {
+                let to = self.yield_to.last().cloned().unwrap_or_default();
+                if to.len() != values.len() {
+                    return Err(refuse(f, "a yield that does not match its block"));
+                }
+                self.parallel_copy(&to, values)?;
+            }
             Op::Return => self.emit("", "EXIT".into()),
             other => {
                 return Err(refuse(
@@ -337,23 +530,98 @@ impl<'f> Selector<'f> {
         Ok(())
     }
 
-    /// Checks a global access of `ty` through `ptr`; the width suffix of its instruction.
-    fn access(&self, ptr: Value, ty: Type, what: &str) -> Result<&'static str> {
-        if !matches!(self.f.ty(ptr), Type::Ptr(AddrSpace::Global, _)) {
-            return Err(refuse(
+    /// Checks an access of `ty` through `ptr`: its space and its instruction's width
+    /// suffix.
+    fn access(&self, ptr: Value, ty: Type, what: &str) -> Result<(AddrSpace, &'static str)> {
+        let space = match self.f.ty(ptr) {
+            Type::Ptr(space @ (AddrSpace::Global | AddrSpace::Shared), _) => space,
+            t => {
+                return Err(refuse(
+                    self.f,
+                    format!("a {what} through {t:?} is not compiled yet"),
+                ))
+            }
+        };
+        match (space, ty.bytes()) {
+            (AddrSpace::Global, 2) => Ok((space, ".U16")),
+            (_, 4) => Ok((space, "")),
+            (_, 8) => Ok((space, ".64")),
+            (_, 16) => Ok((space, ".128")),
+            (_, n) => Err(refuse(
                 self.f,
-                format!("a {what} outside global memory is not compiled yet"),
-            ));
-        }
-        match ty.bytes() {
-            4 => Ok(""),
-            8 => Ok(".64"),
-            16 => Ok(".128"),
-            n => Err(refuse(
-                self.f,
-                format!("a {what} of {n} bytes is not compiled yet"),
+                format!("a {what} of {n} bytes in {space:?} memory is not compiled yet"),
             )),
         }
+    }
+
+    /// Conversions: widening and narrowing integers, f32 to and from bf16 and f16.
+    fn cvt(
+        &mut self,
+        result: Option<Value>,
+        to: Scalar,
+        rnd: Option<Round>,
+        sat: bool,
+        a: Value,
+    ) -> Result<()> {
+        let f = self.f;
+        let from = f.ty(a);
+        let src = self.regs.loc(f, a)?;
+        let v = result.ok_or_else(|| refuse(f, "cvt without its result"))?;
+        let refused = || {
+            let how = rnd.map(|r| format!(".{}", r.name())).unwrap_or_default();
+            let sat = if sat { ".sat" } else { "" };
+            refuse(
+                f,
+                format!("no selection rule for cvt{how}{sat} from {from:?} to {to:?} yet"),
+            )
+        };
+        if sat {
+            return Err(refused());
+        }
+        let Type::Scalar(from) = from else {
+            return Err(refused());
+        };
+        let a = src.reg(0);
+        let lines: Vec<String> = match (from, to, rnd) {
+            (Scalar::U32, Scalar::U64, None)
+            | (Scalar::U32 | Scalar::I32, Scalar::U32 | Scalar::I32, None) => {
+                let d = self.regs.define(f, v)?;
+                let mut l = vec![format!("MOV {}, {a}", d.reg(0))];
+                if to == Scalar::U64 {
+                    l.push(format!("MOV {}, RZ", d.reg(1)));
+                }
+                l
+            }
+            (Scalar::I32, Scalar::I64 | Scalar::U64, None) => {
+                let d = self.regs.define(f, v)?;
+                vec![
+                    format!("MOV {}, {a}", d.reg(0)),
+                    format!("SHF.R.S32.HI {}, RZ, 0x1f, {a}", d.reg(1)),
+                ]
+            }
+            (Scalar::U64 | Scalar::I64, Scalar::U32 | Scalar::I32, None) => {
+                let d = self.regs.define(f, v)?;
+                vec![format!("MOV {}, {a}", d.reg(0))]
+            }
+            (Scalar::F32, Scalar::BF16 | Scalar::F16, Some(Round::Rn)) => {
+                let d = self.regs.define(f, v)?;
+                let ty = if to == Scalar::BF16 { "BF16" } else { "F16" };
+                vec![format!("F2FP.{ty}.F32.PACK_AB {}, RZ, {a}", d.reg(0))]
+            }
+            (Scalar::BF16, Scalar::F32, None) => {
+                let d = self.regs.define(f, v)?;
+                vec![format!("SHF.L.U32 {}, {a}, 0x10, RZ", d.reg(0))]
+            }
+            (Scalar::F16, Scalar::F32, None) => {
+                let d = self.regs.define(f, v)?;
+                vec![format!("HADD2.F32 {}, -RZ, {a}.H0_H0", d.reg(0))]
+            }
+            _ => return Err(refused()),
+        };
+        for l in lines {
+            self.emit("", l);
+        }
+        Ok(())
     }
 
     fn bin(
@@ -366,6 +634,9 @@ impl<'f> Selector<'f> {
     ) -> Result<()> {
         let f = self.f;
         let kind = self.kind(a, op.name())?;
+        if kind == Kind::U64 {
+            return self.bin64(result, op, a, b);
+        }
         let (ra, rb) = (self.reg(a)?, self.reg(b)?);
         let text = |d: &str| -> Option<String> {
             Some(match (kind, op) {
@@ -405,6 +676,41 @@ impl<'f> Selector<'f> {
         let d = self.regs.define(f, v)?.reg(0);
         let line = text(&d).unwrap_or_default();
         self.emit("", line);
+        Ok(())
+    }
+
+    /// 64-bit integer addition and multiplication, a register pair each (low word
+    /// first): the carry through P6; the product's high word from the wide low product
+    /// and the two cross products, through R0.
+    fn bin64(&mut self, result: Option<Value>, op: BinOp, a: Value, b: Value) -> Result<()> {
+        let f = self.f;
+        let (a, b) = (self.regs.loc(f, a)?, self.regs.loc(f, b)?);
+        if !matches!(op, BinOp::Add | BinOp::Mul) {
+            return Err(refuse(
+                f,
+                format!("no selection rule for {} on u64 yet", op.name()),
+            ));
+        }
+        let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
+        let d = self.regs.define(f, v)?;
+        let (d0, d1, a0, a1, b0, b1) = (d.reg(0), d.reg(1), a.reg(0), a.reg(1), b.reg(0), b.reg(1));
+        let lines = if op == BinOp::Add {
+            vec![
+                format!("IADD3 {d0}, {SCRATCH_P}, {a0}, {b0}, RZ"),
+                format!("IADD3.X {d1}, {a1}, {b1}, RZ, {SCRATCH_P}, !PT"),
+            ]
+        } else {
+            vec![
+                format!("IMAD.WIDE.U32 {d0}, {a0}, {b0}, RZ"),
+                format!("IMAD R0, {a0}, {b1}, URZ"),
+                format!("IADD3 {d1}, {d1}, R0, RZ"),
+                format!("IMAD R0, {a1}, {b0}, URZ"),
+                format!("IADD3 {d1}, {d1}, R0, RZ"),
+            ]
+        };
+        for l in lines {
+            self.emit("", l);
+        }
         Ok(())
     }
 
@@ -448,7 +754,7 @@ impl<'f> Selector<'f> {
         if self.depth == MAX_NESTING {
             return Err(refuse(
                 self.f,
-                format!("ifs nested deeper than {MAX_NESTING} levels"),
+                format!("control flow nested deeper than {MAX_NESTING} levels"),
             ));
         }
         let b = format!("B{}", self.depth);
