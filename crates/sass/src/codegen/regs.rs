@@ -72,7 +72,12 @@ impl Registers {
         let n = f.values.len();
         let mut root: Vec<Value> = (0..n as u32).map(Value).collect();
         f.walk(&mut |inst| match &inst.op {
-            Op::Extract { a, .. } => root[inst.results[0].index()] = root[a.index()],
+            // Shares its vector's registers, except an odd 16-bit element (shifted down
+            // into a register of its own).
+            Op::Extract { a, index } if !(f.ty(inst.results[0]).bytes() == 2 && index % 2 == 1) => {
+                root[inst.results[0].index()] = root[a.index()]
+            }
+            Op::PtrCast { ptr, .. } => root[inst.results[0].index()] = root[ptr.index()],
             Op::Bitcast { to, a } if to.bytes() == f.ty(*a).bytes() => {
                 root[inst.results[0].index()] = root[a.index()]
             }
@@ -138,7 +143,7 @@ impl Registers {
             }
             Some(count) => {
                 let align = count.next_power_of_two();
-                let base = (FIRST..MAX_REGISTERS)
+                let base = (FIRST.next_multiple_of(align)..MAX_REGISTERS)
                     .step_by(align as usize)
                     .find(|&b| {
                         b + count <= MAX_REGISTERS

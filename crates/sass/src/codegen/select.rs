@@ -2,7 +2,8 @@
 //! in the forms of the encoding tables (those ptxas emits), as SASS text.
 
 use quench_ir::{
-    AddrSpace, BinOp, Block, CacheOp, CmpOp, Function, Op, Round, Scalar, Special, Type, Value,
+    AddrSpace, BinOp, Block, CacheOp, CmpOp, Function, Op, Round, Scalar, ShflMode, Special, Type,
+    UnOp, Value,
 };
 
 use super::control::control;
@@ -40,6 +41,8 @@ pub struct Selector<'f> {
     yield_to: Vec<Vec<Loc>>,
     /// Each parameter's offset in constant bank 0.
     param_offsets: Vec<u32>,
+    /// The bits of each constant value.
+    consts: std::collections::HashMap<Value, u64>,
 }
 
 /// How an integer or float type is handled.
@@ -70,6 +73,7 @@ impl<'f> Selector<'f> {
             pos: 0,
             yield_to: Vec::new(),
             param_offsets,
+            consts: Default::default(),
         };
         s.emit("", format!("ULDC.64 {DESC}, c[0x0][0x208]"));
         Ok(s)
@@ -308,14 +312,19 @@ impl<'f> Selector<'f> {
                 self.emit("", line(&d).unwrap_or_default());
             }
             Op::Const { ty, bits } => {
-                if ty.bytes() != 4 || !matches!(ty, Type::Scalar(_)) {
+                if !matches!((ty, ty.bytes()), (Type::Scalar(_), 4 | 8)) {
                     return Err(refuse(
                         f,
                         format!("a constant of type {ty:?} is not compiled yet"),
                     ));
                 }
-                let d = def(self)?;
-                self.emit("", format!("MOV {d}, {:#x}", *bits as u32));
+                let v = result.ok_or_else(|| refuse(f, "a constant without its result"))?;
+                self.consts.insert(v, *bits);
+                let d = self.regs.define(f, v)?;
+                self.emit("", format!("MOV {}, {:#x}", d.reg(0), *bits as u32));
+                if ty.bytes() == 8 {
+                    self.emit("", format!("MOV {}, {:#x}", d.reg(1), (*bits >> 32) as u32));
+                }
             }
             Op::Bin { op, rnd, a, b } => self.bin(result, *op, *rnd, *a, *b)?,
             Op::Fma { rnd, a, b, c } => {
@@ -488,6 +497,26 @@ impl<'f> Selector<'f> {
                     n => return Err(refuse(f, format!("pack of {n}-byte parts"))),
                 }
             }
+            Op::Un { op, a } => self.un(result, *op, *a)?,
+            Op::Shfl {
+                mode: ShflMode::Bfly,
+                value,
+                b,
+                c,
+                mask,
+            } if self.consts.get(mask) == Some(&u64::from(u32::MAX))
+                && f.ty(*value).bytes() == 4 =>
+            {
+                let (v, b, c) = (self.reg(*value)?, self.reg(*b)?, self.reg(*c)?);
+                let d = def(self)?;
+                self.emit("", format!("SHFL.BFLY PT, {d}, {v}, {b}, {c}"));
+            }
+            // A pointer to another element type: the same address.
+            Op::PtrCast { ptr, .. } => {
+                let v = result.ok_or_else(|| refuse(f, "ptr_cast without its result"))?;
+                let loc = self.regs.loc(f, *ptr)?;
+                self.regs.alias(v, loc);
+            }
             Op::Bitcast { to, a } if to.bytes() == f.ty(*a).bytes() => {
                 let v = result.ok_or_else(|| refuse(f, "bitcast without its result"))?;
                 let loc = self.regs.loc(f, *a)?;
@@ -646,6 +675,7 @@ impl<'f> Selector<'f> {
                 (Kind::F32, BinOp::Sub) if rnd == Some(Round::Rn) => {
                     format!("FADD {d}, {ra}, -{rb}")
                 }
+                (Kind::F32, BinOp::Max) => format!("FMNMX {d}, {ra}, {rb}, !PT"),
                 (Kind::F32, BinOp::Mul) if rnd == Some(Round::Rn) => {
                     format!("FMUL {d}, {ra}, {rb}")
                 }
@@ -657,6 +687,8 @@ impl<'f> Selector<'f> {
                 (_, BinOp::Or) => format!("LOP3.LUT {d}, {ra}, {rb}, RZ, 0xfc, !PT"),
                 (_, BinOp::Xor) => format!("LOP3.LUT {d}, {ra}, {rb}, RZ, 0x3c, !PT"),
                 (_, BinOp::Shl) => format!("SHF.L.U32 {d}, {ra}, {rb}, RZ"),
+                (Kind::U32, BinOp::Min) => format!("VIMNMX.U32 {d}, {ra}, {rb}, PT"),
+                (Kind::U32, BinOp::Max) => format!("VIMNMX.U32 {d}, {ra}, {rb}, !PT"),
                 (Kind::U32, BinOp::Shr) => format!("SHF.R.U32.HI {d}, RZ, {rb}, {ra}"),
                 _ => return None,
             })
@@ -676,6 +708,36 @@ impl<'f> Selector<'f> {
         let d = self.regs.define(f, v)?.reg(0);
         let line = text(&d).unwrap_or_default();
         self.emit("", line);
+        Ok(())
+    }
+
+    /// Negation, absolute value and bitwise not; the float ones as multiplications by
+    /// ±1, which flip or clear the sign of everything but NaN and give NaN in its
+    /// canonical form, as the GPU's `neg.f32`/`abs.f32` do.
+    fn un(&mut self, result: Option<Value>, op: UnOp, a: Value) -> Result<()> {
+        let f = self.f;
+        let kind = self.kind(a, "a one-operand operation")?;
+        let ra = self.reg(a)?;
+        let line = |d: &str| -> Option<String> {
+            Some(match (kind, op) {
+                (Kind::F32, UnOp::Neg) => format!("FMUL {d}, {ra}, -1"),
+                (Kind::F32, UnOp::Abs) => format!("FMUL {d}, |{ra}|, 1"),
+                (Kind::U32 | Kind::S32, UnOp::Neg) => format!("IADD3 {d}, -{ra}, RZ, RZ"),
+                (Kind::U32 | Kind::S32, UnOp::Not) => {
+                    format!("LOP3.LUT {d}, RZ, {ra}, RZ, 0x33, !PT")
+                }
+                _ => return None,
+            })
+        };
+        if line("").is_none() {
+            return Err(refuse(
+                f,
+                format!("no selection rule for {op:?} on {:?} yet", f.ty(a)),
+            ));
+        }
+        let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
+        let d = self.regs.define(f, v)?.reg(0);
+        self.emit("", line(&d).unwrap_or_default());
         Ok(())
     }
 
