@@ -39,6 +39,7 @@ mod error;
 mod fake;
 pub mod ioctl;
 pub mod objects;
+pub mod pushbuf;
 pub mod qmd;
 mod query;
 mod rm;
