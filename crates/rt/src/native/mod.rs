@@ -38,6 +38,7 @@ mod error;
 #[cfg(test)]
 mod fake;
 pub mod ioctl;
+pub mod launch;
 pub mod objects;
 pub mod pushbuf;
 pub mod qmd;
