@@ -127,7 +127,7 @@ pub fn method_header(
     if subchannel > 7 {
         return Err(PushError::Subchannel(subchannel));
     }
-    if method % 4 != 0 || method >= 0x4000 {
+    if !method.is_multiple_of(4) || method >= 0x4000 {
         return Err(PushError::Method(method));
     }
     if count as usize > MAX_COUNT {
@@ -244,7 +244,7 @@ impl PushBuffer {
 
     fn semaphore(&mut self, address: u64, payload: u64, execute: u32) -> Result<(), PushError> {
         const WHAT: &str = "a 64-bit semaphore";
-        if address % 8 != 0 {
+        if !address.is_multiple_of(8) {
             return Err(PushError::Misaligned {
                 what: WHAT,
                 address,
@@ -282,7 +282,7 @@ impl PushBuffer {
         action: PcasAction,
     ) -> Result<(), PushError> {
         const WHAT: &str = "a QMD";
-        if qmd_address % QMD_ALIGN != 0 {
+        if !qmd_address.is_multiple_of(QMD_ALIGN) {
             return Err(PushError::Misaligned {
                 what: WHAT,
                 address: qmd_address,
@@ -328,7 +328,7 @@ impl GpEntry {
     /// The entry for `length_words` words at `address`, or why there is none.
     pub fn new(address: u64, length_words: usize, level: Level) -> Result<GpEntry, PushError> {
         const WHAT: &str = "a push buffer segment";
-        if address % 4 != 0 {
+        if !address.is_multiple_of(4) {
             return Err(PushError::Misaligned {
                 what: WHAT,
                 address,

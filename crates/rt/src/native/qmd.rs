@@ -319,7 +319,7 @@ pub fn sm_config_shared_mem(shared_bytes: u32) -> Result<u64, QmdError> {
 }
 
 fn aligned(what: &'static str, address: u64, align: u64) -> Result<(), QmdError> {
-    if address % align == 0 {
+    if address.is_multiple_of(align) {
         Ok(())
     } else {
         Err(QmdError::Misaligned {
