@@ -257,7 +257,7 @@ impl KernelLaunch {
         })?;
         // Registers are allocated per warp, 8 per thread at a time.
         let warps = threads.div_ceil(32);
-        let per_block = u64::from(registers.next_multiple_of(8)) * u64::from(warps) * 32;
+        let per_block = u64::from(registers).next_multiple_of(8) * u64::from(warps) * 32;
         if registers > MAX_REGISTERS_PER_THREAD || per_block > u64::from(MAX_REGISTERS_PER_BLOCK) {
             return Err(LaunchError::Registers {
                 kernel,
@@ -499,6 +499,13 @@ mod tests {
             ..desc()
         };
         KernelLaunch::from_cubin(&cubin(&fits), "scale", &full, &[0; 12]).unwrap();
+
+        let absurd = KernelDesc {
+            registers: u32::MAX,
+            ..desc()
+        };
+        let e = refused(&absurd, &dims(), 12);
+        assert!(e.contains("4294967295 registers per thread"), "{e}");
 
         let barriers = KernelDesc {
             barriers: 17,
