@@ -500,12 +500,20 @@ mod tests {
         };
         KernelLaunch::from_cubin(&cubin(&fits), "scale", &full, &[0; 12]).unwrap();
 
-        let absurd = KernelDesc {
-            registers: u32::MAX,
-            ..desc()
-        };
-        let e = refused(&absurd, &dims(), 12);
-        assert!(e.contains("4294967295 registers per thread"), "{e}");
+        // quench's writer refuses such a count; another cubin may carry one.
+        let mut absurd = cubin(&desc());
+        absurd.kernels[0].registers = Some(u32::MAX);
+        let e = KernelLaunch::from_cubin(&absurd, "scale", &dims(), &[0; 12]).unwrap_err();
+        assert!(
+            e.to_string().contains("4294967295 registers per thread"),
+            "{e}"
+        );
+        absurd.kernels[0].registers = None;
+        let e = KernelLaunch::from_cubin(&absurd, "scale", &dims(), &[0; 12]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kernel scale: the cubin has no EIATTR_REGCOUNT record"
+        );
 
         let barriers = KernelDesc {
             barriers: 17,
