@@ -3,7 +3,7 @@
 //! `/dev/nvidiaN`. No libcuda.
 //!
 //! So far it finds and describes the GPUs; it cannot allocate memory or launch kernels
-//! yet. The layers, bottom to top:
+//! yet, though it can encode what a launch sends. The layers, bottom to top:
 //!
 //! - [`ioctl`]: request numbers and the parameter structs of the driver's escapes.
 //! - [`objects`], [`controls`]: the resource-manager classes quench allocates and the
@@ -13,6 +13,17 @@
 //! - [`version`]: which kernel module is loaded (`/proc/driver/nvidia/version`).
 //! - [`query_devices`]: the version handshake and the device query over any resource
 //!   manager; objects are freed in reverse order when they go out of scope.
+//!
+//! What a kernel launch sends, encoded without a GPU (the channel, memory and submission
+//! that would carry it are yet to come):
+//!
+//! - [`qmd`]: the launch descriptor of HOPPER_COMPUTE_A (QMD V04_00), its fields one table
+//!   of NVIDIA's `clcbc0qmd.h` bit positions.
+//! - [`pushbuf`]: push buffer methods and GPFIFO entries of HOPPER_CHANNEL_GPFIFO_A:
+//!   method headers, `SET_OBJECT`, host semaphores, and the compute class's
+//!   `SEND_PCAS_A` / `SEND_SIGNALING_PCAS2_B` that start a grid.
+//! - [`launch`]: a kernel of a cubin, its launch dimensions and parameter bytes, checked
+//!   against Hopper's limits and turned into the QMD's values.
 //!
 //! Layouts follow open-gpu-kernel-modules 580.142; the structs quench uses are identical
 //! in every 580 and 590 release and differ in other branches, so [`version`] refuses
@@ -38,7 +49,10 @@ mod error;
 #[cfg(test)]
 mod fake;
 pub mod ioctl;
+pub mod launch;
 pub mod objects;
+pub mod pushbuf;
+pub mod qmd;
 mod query;
 mod rm;
 pub mod status;
