@@ -2,15 +2,16 @@
 //! assignment ([`regs`]) and control bits ([`control`]), written as the SASS text that
 //! [`crate::asm`] assembles into a cubin.
 //!
-//! **What it takes so far.** Straight-line code and `if` without results over 32-bit
-//! integers, f32 and global pointers: parameters, thread and block ids, integer and f32
-//! arithmetic, comparisons, pointer offsets, and global loads and stores of 4, 8 or 16
-//! bytes. Any other operation is refused with its name and the kernel's; the library's
-//! other kernels are compiled through PTX.
+//! **What it takes so far.** Structured control flow (`if` with or without results,
+//! counted `for` with carried values), 32- and 64-bit integers, f32, 16-bit floats moved
+//! and converted, global and shared memory, barriers and butterfly shuffles: enough for
+//! the library's elementwise kernels, reductions, embeddings and GEMVs. Any other
+//! operation is refused with its name and the kernel's; those kernels are compiled
+//! through PTX.
 //!
-//! **Registers.** Each value gets registers of its own (no reuse yet): a kernel whose
-//! values need more than the 255 registers of a thread, or more than the seven
-//! predicates, is refused with the numbers.
+//! **Registers** ([`regs`]): on SSA, each value's registers given back after its last
+//! use; a kernel whose live values need more than the 255 registers of a thread (or six
+//! predicates) is refused with the numbers, as spilling is not implemented yet.
 //!
 //! **Control bits.** A fixed-latency instruction stalls the warp for its latency
 //! (measured on the H200, `isa/sm90/latencies.json`, where measured; else
