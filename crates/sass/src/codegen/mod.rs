@@ -1,5 +1,5 @@
-//! IR → sm_90 machine code, without ptxas: instruction selection ([`select`]), register
-//! assignment ([`regs`]) and control bits ([`control`]), written as the SASS text that
+//! IR → sm_90 machine code, without ptxas: instruction selection (`select`), register
+//! assignment (`regs`) and control bits (`control`), written as the SASS text that
 //! [`crate::asm`] assembles into a cubin.
 //!
 //! **What it takes so far.** Structured control flow (`if` with or without results,
@@ -9,13 +9,13 @@
 //! operation is refused with its name and the kernel's; those kernels are compiled
 //! through PTX.
 //!
-//! **Registers** ([`regs`]): on SSA, each value's registers given back after its last
+//! **Registers** (`regs`): on SSA, each value's registers given back after its last
 //! use; a kernel whose live values need more than the 255 registers of a thread (or six
 //! predicates) is refused with the numbers, as spilling is not implemented yet.
 //!
 //! **Control bits.** A fixed-latency instruction stalls the warp for its latency
 //! (measured on the H200, `isa/sm90/latencies.json`, where measured; else
-//! [`control::DEFAULT_STALL`] cycles) before the next instruction issues, so every
+//! `control::DEFAULT_STALL` cycles) before the next instruction issues, so every
 //! result is ready before anything reads it. A variable-latency instruction (global
 //! loads, constant loads, special registers) sets scoreboard 0 and the next instruction
 //! waits on it. Correct, not yet fast: scheduling comes later.
