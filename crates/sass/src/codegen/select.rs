@@ -7,6 +7,7 @@ use quench_ir::{
 };
 
 use super::control::control;
+use super::divide;
 use super::refuse;
 use super::regs::{Loc, Registers};
 use crate::cubin::PARAM_BASE;
@@ -341,16 +342,21 @@ impl<'f> Selector<'f> {
             }
             Op::Cmp { op, a, b } => self.cmp(result, *op, *a, *b)?,
             Op::Select { cond, a, b } => {
-                let (p, a_reg, b_reg) = (self.reg(*cond)?, self.reg(*a)?, self.reg(*b)?);
-                if f.ty(*a).bytes() != 4 {
+                let p = self.reg(*cond)?;
+                let (la, lb) = (self.regs.loc(f, *a)?, self.regs.loc(f, *b)?);
+                let words = f.ty(*a).bytes().div_ceil(4);
+                if !matches!(words, 1 | 2) {
                     return Err(refuse(
                         f,
-                        "select of a value wider than 32 bits is not compiled yet",
+                        "select of a value wider than 64 bits is not compiled yet",
                     ));
                 }
-                let (a, b) = (a_reg, b_reg);
-                let d = def(self)?;
-                self.emit("", format!("SEL {d}, {a}, {b}, {p}"));
+                let v = result.ok_or_else(|| refuse(f, "select without its result"))?;
+                let d = self.regs.define(f, v)?;
+                for i in 0..words {
+                    let (d, a, b) = (d.reg(i), la.reg(i), lb.reg(i));
+                    self.emit("", format!("SEL {d}, {a}, {b}, {p}"));
+                }
             }
             Op::PtrAdd { ptr, index } => {
                 let (space, size) = match f.ty(*ptr) {
@@ -628,7 +634,17 @@ impl<'f> Selector<'f> {
                     format!("SHF.R.S32.HI {}, RZ, 0x1f, {a}", d.reg(1)),
                 ]
             }
-            (Scalar::U64 | Scalar::I64, Scalar::U32 | Scalar::I32, None) => {
+            // A 16-bit value's high half is undefined: cleared when it widens, left when
+            // a 32-bit one narrows.
+            (Scalar::U16, Scalar::U32, None) => {
+                let d = self.regs.define(f, v)?;
+                vec![format!("LOP3.LUT {}, {a}, 0xffff, RZ, 0xc0, !PT", d.reg(0))]
+            }
+            (
+                Scalar::U64 | Scalar::I64 | Scalar::U32,
+                Scalar::U32 | Scalar::I32 | Scalar::U16,
+                None,
+            ) => {
                 let d = self.regs.define(f, v)?;
                 vec![format!("MOV {}, {a}", d.reg(0))]
             }
@@ -662,9 +678,16 @@ impl<'f> Selector<'f> {
         b: Value,
     ) -> Result<()> {
         let f = self.f;
+        if f.ty(a) == Type::PRED {
+            return self.pred_logic(result, Some(op), a, Some(b));
+        }
         let kind = self.kind(a, op.name())?;
         if kind == Kind::U64 {
             return self.bin64(result, op, a, b);
+        }
+        let divisor = self.consts.get(&b).map(|&d| d as u32);
+        if let (Kind::U32, BinOp::Div | BinOp::Rem, Some(d)) = (kind, op, divisor) {
+            return self.divide(result, op, a, d);
         }
         let (ra, rb) = (self.reg(a)?, self.reg(b)?);
         let text = |d: &str| -> Option<String> {
@@ -711,11 +734,80 @@ impl<'f> Selector<'f> {
         Ok(())
     }
 
+    /// `x / d` or `x % d` for a constant `d` ([`divide`]): the quotient through R0 into
+    /// the result, then `x − q·d` for the remainder.
+    fn divide(&mut self, result: Option<Value>, op: BinOp, a: Value, d: u32) -> Result<()> {
+        let f = self.f;
+        let plan = divide::plan(d).ok_or_else(|| refuse(f, "a division by the constant 0"))?;
+        let x = self.reg(a)?;
+        let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
+        let q = self.regs.define(f, v)?.reg(0);
+        let mut lines = match plan {
+            divide::Plan::Shift(_) if op == BinOp::Rem => {
+                vec![format!("LOP3.LUT {q}, {x}, {:#x}, RZ, 0xc0, !PT", d - 1)]
+            }
+            divide::Plan::Shift(k) => vec![format!("SHF.R.U32.HI {q}, RZ, {k:#x}, {x}")],
+            divide::Plan::Magic { m, shift } => vec![
+                format!("IMAD.HI.U32 R0, {x}, {m:#x}, RZ"),
+                format!("IADD3 {q}, -R0, {x}, RZ"),
+                format!("SHF.R.U32.HI {q}, RZ, 0x1, {q}"),
+                format!("IADD3 {q}, R0, {q}, RZ"),
+                format!("SHF.R.U32.HI {q}, RZ, {shift:#x}, {q}"),
+            ],
+        };
+        if op == BinOp::Rem && matches!(plan, divide::Plan::Magic { .. }) {
+            lines.push(format!("IMAD {q}, {q}, {:#x}, {x}", d.wrapping_neg()));
+        }
+        for l in lines {
+            self.emit("", l);
+        }
+        Ok(())
+    }
+
+    /// Predicate logic (`op` `None` for not) as `PLOP3.LUT` over the truth tables of
+    /// its inputs `0xf0` and `0xcc` (the third input PT).
+    fn pred_logic(
+        &mut self,
+        result: Option<Value>,
+        op: Option<BinOp>,
+        a: Value,
+        b: Option<Value>,
+    ) -> Result<()> {
+        let f = self.f;
+        let lut = match op {
+            Some(BinOp::And) => 0xc0,
+            Some(BinOp::Or) => 0xfc,
+            Some(BinOp::Xor) => 0x3c,
+            None => 0x0f,
+            Some(other) => {
+                return Err(refuse(
+                    f,
+                    format!("no selection rule for {} on predicates", other.name()),
+                ))
+            }
+        };
+        let pa = self.reg(a)?;
+        let pb = match b {
+            Some(b) => self.reg(b)?,
+            None => "PT".to_string(),
+        };
+        let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
+        let d = self.regs.define(f, v)?.reg(0);
+        self.emit(
+            "",
+            format!("PLOP3.LUT {d}, PT, {pa}, {pb}, PT, {lut:#x}, 0x0"),
+        );
+        Ok(())
+    }
+
     /// Negation, absolute value and bitwise not; the float ones as multiplications by
     /// ±1, which flip or clear the sign of everything but NaN and give NaN in its
     /// canonical form, as the GPU's `neg.f32`/`abs.f32` do.
     fn un(&mut self, result: Option<Value>, op: UnOp, a: Value) -> Result<()> {
         let f = self.f;
+        if op == UnOp::Not && f.ty(a) == Type::PRED {
+            return self.pred_logic(result, None, a, None);
+        }
         let kind = self.kind(a, "a one-operand operation")?;
         let ra = self.reg(a)?;
         let line = |d: &str| -> Option<String> {
