@@ -8,6 +8,7 @@ use quench_kernels::{case, library, Check, Expected, KernelCase, KernelSpec};
 use quench_rt::{CudaExecutor, Executor, InterpExecutor, StreamId};
 use serde_json::{json, Value};
 
+use crate::own_code::{Codegen, OwnCode};
 use crate::receipt;
 
 #[derive(clap::Args)]
@@ -39,6 +40,40 @@ pub struct CheckArgs {
     pub receipt: PathBuf,
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
+    /// Where the kernels' machine code comes from: PTX finished by the driver, or quench's
+    /// own code generator (each timed row then also times the PTX build, its twin).
+    #[arg(long, value_enum, default_value = "ptx")]
+    pub codegen: Codegen,
+}
+
+/// Why a kernel has no row.
+enum Failure {
+    /// Quench's code generator cannot compile it yet (`--codegen sass`).
+    Refused(String),
+    Failed(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Failed(e)
+    }
+}
+
+/// The executors of a run: the one measured, and with `--codegen sass` the code
+/// generator feeding it and a PTX-built twin for the timings.
+struct Gpus {
+    gpu: CudaExecutor,
+    own: Option<(OwnCode, CudaExecutor)>,
+}
+
+impl Gpus {
+    /// Compiles `c`'s kernel with quench's code generator when that is the source.
+    fn prepare(&self, c: &KernelCase) -> Result<(), Failure> {
+        match &self.own {
+            Some((own, _)) => own.prepare(c).map_err(Failure::Refused),
+            None => Ok(()),
+        }
+    }
 }
 
 struct Row {
@@ -49,6 +84,8 @@ struct Row {
     exact_kernel: bool,
     reference_ok: bool,
     ms: Option<f64>,
+    /// The PTX build's time beside quench's own code's (`--codegen sass`).
+    twin_ms: Option<f64>,
     gbps: Option<f64>,
     tflops: Option<f64>,
     note: String,
@@ -89,17 +126,13 @@ fn reference_ok(c: &KernelCase, out: &case::CaseOutputs) -> Result<bool, String>
         .all(|r| r.passed))
 }
 
-fn check_one(
-    spec: &KernelSpec,
-    params: &str,
-    gpu: &mut CudaExecutor,
-    seed: u64,
-) -> Result<Row, String> {
+fn check_one(spec: &KernelSpec, params: &str, gpus: &mut Gpus, seed: u64) -> Result<Row, Failure> {
     let p = spec.parse_params(params).map_err(|e| e.to_string())?;
     let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
+    gpus.prepare(&c)?;
     let mut interp = InterpExecutor::new();
     let cpu_out = case::run_case(&mut interp, &c).map_err(|e| e.to_string())?;
-    let gpu_out = case::run_case(gpu, &c).map_err(|e| e.to_string())?;
+    let gpu_out = case::run_case(&mut gpus.gpu, &c).map_err(|e| e.to_string())?;
     let (max_err, bit_exact) = gpu_vs_interp(&c, &gpu_out, &cpu_out)?;
     Ok(Row {
         kernel: spec.name.to_string(),
@@ -109,6 +142,7 @@ fn check_one(
         exact_kernel: is_exact(&c),
         reference_ok: reference_ok(&c, &gpu_out)? && reference_ok(&c, &cpu_out)?,
         ms: None,
+        twin_ms: None,
         gbps: None,
         tflops: None,
         note: "GPU vs interpreter".into(),
@@ -120,15 +154,24 @@ fn perf_one(
     spec: &KernelSpec,
     shape: &str,
     label_with_params: bool,
-    gpu: &mut CudaExecutor,
+    gpus: &mut Gpus,
     seed: u64,
     reps: u32,
-) -> Result<Row, String> {
+) -> Result<Row, Failure> {
     let p = spec.parse_params(shape).map_err(|e| e.to_string())?;
     let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
-    let out = case::run_case(gpu, &c).map_err(|e| e.to_string())?;
+    gpus.prepare(&c)?;
+    let out = case::run_case(&mut gpus.gpu, &c).map_err(|e| e.to_string())?;
     let ok = reference_ok(&c, &out)?;
-    let t = case::time_case(gpu, &c, 5, reps).map_err(|e| e.to_string())?;
+    let t = case::time_case(&mut gpus.gpu, &c, 5, reps).map_err(|e| e.to_string())?;
+    let twin_ms = match &mut gpus.own {
+        Some((_, twin)) => Some(
+            case::time_case(twin, &c, 5, reps)
+                .map_err(|e| e.to_string())?
+                .median_ms,
+        ),
+        None => None,
+    };
     Ok(Row {
         kernel: spec.name.to_string(),
         shape: if label_with_params {
@@ -141,6 +184,7 @@ fn perf_one(
         exact_kernel: is_exact(&c),
         reference_ok: ok,
         ms: Some(t.median_ms),
+        twin_ms,
         gbps: Some(c.gbps(t.median_ms)),
         tflops: (c.flops > 0).then(|| c.tflops(t.median_ms)),
         note: "GPU vs reference, timed".into(),
@@ -188,7 +232,7 @@ fn row_json(r: &Row, copy: f64) -> Value {
         "bit_exact_vs_interpreter": if r.ms.is_some() { Value::Null } else { json!(r.bit_exact) },
         "exact_kernel": r.exact_kernel,
         "reference_check_passed": r.reference_ok,
-        "median_ms": r.ms, "gbps": r.gbps, "percent_of_copy_bandwidth": r.gbps.map(|g| 100.0 * g / copy),
+        "median_ms": r.ms, "ptx_build_median_ms": r.twin_ms, "gbps": r.gbps, "percent_of_copy_bandwidth": r.gbps.map(|g| 100.0 * g / copy),
         "tflops": r.tflops,
     })
 }
@@ -214,8 +258,26 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let specs = selected(&a.only)?;
     let copy = copy_bandwidth_gbps(&mut gpu, 20)?;
     eprintln!("device-to-device copy: {copy:.0} GB/s");
+    let own = match a.codegen {
+        Codegen::Ptx => None,
+        Codegen::Sass => {
+            let own = OwnCode::default();
+            own.install(&mut gpu);
+            Some((own, CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?))
+        }
+    };
+    let mut gpus = Gpus { gpu, own };
     let mut rows = vec![];
     let mut failures = vec![];
+    // Kernels quench's code generator cannot compile yet, with what stops each.
+    let mut refused = std::collections::BTreeMap::new();
+    let mut record = |name: &str, shape: &str, r: Result<Row, Failure>| match r {
+        Ok(r) => rows.push(r),
+        Err(Failure::Failed(e)) => failures.push(format!("{name} {shape}: {e}")),
+        Err(Failure::Refused(e)) => {
+            refused.insert(name.to_string(), e);
+        }
+    };
     for s in specs.iter().filter(|_| !a.no_compare) {
         let shapes: Vec<&str> = if a.compare_shapes.is_empty() {
             vec![s.compare_params()]
@@ -224,10 +286,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
         };
         for shape in shapes {
             eprintln!("checking {} {shape} ...", s.name);
-            match check_one(s, shape, &mut gpu, a.seed) {
-                Ok(r) => rows.push(r),
-                Err(e) => failures.push(format!("{} {shape}: {e}", s.name)),
-            }
+            record(s.name, shape, check_one(s, shape, &mut gpus, a.seed));
         }
     }
     if !a.no_perf {
@@ -239,10 +298,15 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
             };
             for shape in shapes {
                 eprintln!("timing {} {shape} ...", s.name);
-                match perf_one(s, shape, !a.shapes.is_empty(), &mut gpu, a.seed + 1, a.reps) {
-                    Ok(r) => rows.push(r),
-                    Err(e) => failures.push(format!("{} {shape}: {e}", s.name)),
-                }
+                let r = perf_one(
+                    s,
+                    shape,
+                    !a.shapes.is_empty(),
+                    &mut gpus,
+                    a.seed + 1,
+                    a.reps,
+                );
+                record(s.name, shape, r);
             }
         }
     }
@@ -276,6 +340,22 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
             opt(r.tflops, 1)
         );
     }
+    let own_code = a.codegen == Codegen::Sass;
+    if own_code {
+        for r in rows.iter().filter(|r| r.ms.is_some()) {
+            if let (Some(ours), Some(twin)) = (r.ms, r.twin_ms) {
+                println!(
+                    "{:<16} {:<22} quench's code {ours:.4} ms, PTX build {twin:.4} ms: {:.2}x its speed",
+                    r.kernel,
+                    r.shape,
+                    twin / ours
+                );
+            }
+        }
+        for (name, why) in &refused {
+            println!("not compiled by quench's code generator: {name}: {why}");
+        }
+    }
     for f in &failures {
         println!("FAILED {f}");
     }
@@ -297,13 +377,14 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let rec = receipt::receipt(
         "kernel-check",
         device,
-        json!({ "seed": a.seed, "reps": a.reps }),
+        json!({ "seed": a.seed, "reps": a.reps, "codegen": if own_code { "sass" } else { "ptx" } }),
         json!("exact kernels: GPU output bit-identical to the interpreter and to the reference; approximate kernels: within each case's stated bound of the reference"),
         json!({
             "passed": passed,
             "copy_bandwidth_gbps": copy,
             "rows": rows.iter().map(|r| row_json(r, copy)).collect::<Vec<_>>(),
             "failures": failures,
+            "not_compiled_by_quench_codegen": refused,
             "exact_kernels_not_bit_identical": exact_mismatch,
         }),
     );

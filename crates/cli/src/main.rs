@@ -22,6 +22,7 @@ mod cmd_synth;
 mod cmd_top;
 mod gpu;
 mod model_args;
+mod own_code;
 mod receipt;
 
 use clap::{Parser, Subcommand};
