@@ -838,6 +838,9 @@ impl<'f> Selector<'f> {
     /// and the two cross products, through R0.
     fn bin64(&mut self, result: Option<Value>, op: BinOp, a: Value, b: Value) -> Result<()> {
         let f = self.f;
+        if let (BinOp::Shl | BinOp::Shr, Some(&k)) = (op, self.consts.get(&b)) {
+            return self.shift64(result, op, a, k);
+        }
         let (a, b) = (self.regs.loc(f, a)?, self.regs.loc(f, b)?);
         if !matches!(op, BinOp::Add | BinOp::Mul) {
             return Err(refuse(
@@ -861,6 +864,40 @@ impl<'f> Selector<'f> {
                 format!("IMAD R0, {a1}, {b0}, URZ"),
                 format!("IADD3 {d1}, {d1}, R0, RZ"),
             ]
+        };
+        for l in lines {
+            self.emit("", l);
+        }
+        Ok(())
+    }
+
+    /// A 64-bit shift by a constant `k`: funnel shifts across the pair below 32, one
+    /// word moved and shifted from 32 on, zero from 64 on (as PTX clamps the amount).
+    fn shift64(&mut self, result: Option<Value>, op: BinOp, a: Value, k: u64) -> Result<()> {
+        let f = self.f;
+        let a = self.regs.loc(f, a)?;
+        let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
+        let d = self.regs.define(f, v)?;
+        let (d0, d1, a0, a1) = (d.reg(0), d.reg(1), a.reg(0), a.reg(1));
+        let lines = match (op, k) {
+            (_, 0) => vec![format!("MOV {d0}, {a0}"), format!("MOV {d1}, {a1}")],
+            (_, 64..) => vec![format!("MOV {d0}, RZ"), format!("MOV {d1}, RZ")],
+            (BinOp::Shr, 1..=31) => vec![
+                format!("SHF.R.U64 {d0}, {a0}, {k:#x}, {a1}"),
+                format!("SHF.R.U32.HI {d1}, RZ, {k:#x}, {a1}"),
+            ],
+            (BinOp::Shr, _) => vec![
+                format!("SHF.R.U32.HI {d0}, RZ, {:#x}, {a1}", k - 32),
+                format!("MOV {d1}, RZ"),
+            ],
+            (_, 1..=31) => vec![
+                format!("SHF.L.U32.HI {d1}, {a0}, {k:#x}, {a1}"),
+                format!("SHF.L.U32 {d0}, {a0}, {k:#x}, RZ"),
+            ],
+            _ => vec![
+                format!("SHF.L.U32 {d1}, {a0}, {:#x}, RZ", k - 32),
+                format!("MOV {d0}, RZ"),
+            ],
         };
         for l in lines {
             self.emit("", l);
