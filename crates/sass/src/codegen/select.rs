@@ -324,7 +324,8 @@ impl<'f> Selector<'f> {
                 let d = self.regs.define(f, v)?;
                 self.emit("", format!("MOV {}, {:#x}", d.reg(0), *bits as u32));
                 if ty.bytes() == 8 {
-                    self.emit("", format!("MOV {}, {:#x}", d.reg(1), (*bits >> 32) as u32));
+                    let hi = format!("{:#x}", (*bits >> 32) as u32);
+                    self.emit("", format!("MOV {}, {hi}", d.reg(1)));
                 }
             }
             Op::Bin { op, rnd, a, b } => self.bin(result, *op, *rnd, *a, *b)?,
@@ -748,7 +749,7 @@ impl<'f> Selector<'f> {
             }
             divide::Plan::Shift(k) => vec![format!("SHF.R.U32.HI {q}, RZ, {k:#x}, {x}")],
             divide::Plan::Magic { m, shift } => vec![
-                format!("IMAD.HI.U32 R0, {x}, {m:#x}, RZ"),
+                format!("IMAD.HI.U32 R0, {x}, {}, RZ", signed_hex(m)),
                 format!("IADD3 {q}, -R0, {x}, RZ"),
                 format!("SHF.R.U32.HI {q}, RZ, 0x1, {q}"),
                 format!("IADD3 {q}, R0, {q}, RZ"),
@@ -756,7 +757,10 @@ impl<'f> Selector<'f> {
             ],
         };
         if op == BinOp::Rem && matches!(plan, divide::Plan::Magic { .. }) {
-            lines.push(format!("IMAD {q}, {q}, {:#x}, {x}", d.wrapping_neg()));
+            lines.push(format!(
+                "IMAD {q}, {q}, {}, {x}",
+                signed_hex(d.wrapping_neg())
+            ));
         }
         for l in lines {
             self.emit("", l);
@@ -974,6 +978,15 @@ impl<'f> Selector<'f> {
         self.emit("", format!("BSYNC {b}"));
         self.lines.push(Line::Label(after));
         Ok(())
+    }
+}
+
+/// A 32-bit immediate as the signed fields of IMAD's forms take it (`-0x7`; MOV's field
+/// is unsigned).
+fn signed_hex(v: u32) -> String {
+    match v as i32 {
+        n if n < 0 => format!("-{:#x}", n.unsigned_abs()),
+        n => format!("{n:#x}"),
     }
 }
 
