@@ -608,3 +608,42 @@ fn a_closed_stdout_ends_the_command_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.is_empty(), "quench wrote to stderr: {stderr}");
 }
+
+/// `quench cc --emit sass`: quench's own machine code for a kernel it compiles, which
+/// `quench sass asm` assembles; a kernel it cannot compile yet is refused with its name
+/// and the operation that stops it.
+#[test]
+fn cc_emits_quench_s_own_sass_or_names_what_stops_it() {
+    let dir = scratch("cc-sass");
+    let out = quench(&["cc", "add_f32", "--emit", "sass"], "", &dir);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let sass = text(&out.stdout);
+    assert!(sass.starts_with(".kernel add_f32\n"), "{sass}");
+    assert!(sass.contains("FADD") && sass.contains("EXIT ;"), "{sass}");
+    let file = dir.join("add.sass");
+    std::fs::write(&file, &sass).unwrap();
+    let cubin = dir.join("add.cubin");
+    let out = quench(
+        &[
+            "sass",
+            "asm",
+            file.to_str().unwrap(),
+            "-o",
+            cubin.to_str().unwrap(),
+        ],
+        "",
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = quench(&["sass", "dis", cubin.to_str().unwrap()], "", &dir);
+    assert!(text(&out.stdout).contains("FADD"), "{}", text(&out.stderr));
+
+    let out = quench(&["cc", "rmsnorm_bf16", "--emit", "sass"], "", &dir);
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("kernel rmsnorm_bf16:") && e.contains("sqrt"),
+        "the refusal names the kernel and the operation: {e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -130,8 +130,8 @@ impl fmt::Display for Function {
 }
 
 /// One instruction as a single line: for `if`/`for` the header without its blocks.
-/// Used to name instructions in verifier errors.
-pub(crate) fn inst_header(f: &Function, inst: &Inst) -> String {
+/// Used to name instructions in errors (the verifier's, the code generators').
+pub fn inst_header(f: &Function, inst: &Inst) -> String {
     let mut s = String::new();
     results(f, inst, &mut s);
     op_text(f, inst, &mut s);
@@ -312,7 +312,7 @@ fn cache_suffix(c: CacheOp) -> String {
 
 /// The text spelling of a unary operation, with its modifiers: what the parser reads
 /// back, and the base of the interpreter's PTX-style mnemonics.
-pub(crate) fn un_name(op: UnOp) -> String {
+pub fn un_name(op: UnOp) -> String {
     match op {
         UnOp::Neg => "neg".into(),
         UnOp::Abs => "abs".into(),

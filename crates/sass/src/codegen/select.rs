@@ -2,8 +2,8 @@
 //! in the forms of the encoding tables (those ptxas emits), as SASS text.
 
 use quench_ir::{
-    AddrSpace, BinOp, Block, CacheOp, CmpOp, Function, Op, Round, Scalar, ShflMode, Special, Type,
-    UnOp, Value,
+    AddrSpace, BinOp, Block, CacheOp, CmpOp, Function, Inst, Op, Round, Scalar, ShflMode, Special,
+    Type, UnOp, Value,
 };
 
 use super::control::control;
@@ -11,7 +11,7 @@ use super::divide;
 use super::refuse;
 use super::regs::{Loc, Registers};
 use crate::cubin::PARAM_BASE;
-use crate::error::Result;
+use crate::error::{Result, SassError};
 
 /// The uniform register pair holding the global memory descriptor, loaded once at entry
 /// from `c[0x0][0x208]`, as ptxas does.
@@ -156,7 +156,8 @@ impl<'f> Selector<'f> {
         for inst in &b.insts {
             self.regs.at(self.pos);
             self.pos += 1;
-            self.inst(&inst.results, &inst.op)?;
+            self.inst(&inst.results, &inst.op)
+                .map_err(|e| at_inst(e, self.f, inst))?;
         }
         Ok(())
     }
@@ -265,10 +266,7 @@ impl<'f> Selector<'f> {
             Type::Scalar(Scalar::I32) => Ok(Kind::S32),
             Type::Scalar(Scalar::F32) => Ok(Kind::F32),
             Type::Scalar(Scalar::U64) => Ok(Kind::U64),
-            t => Err(refuse(
-                self.f,
-                format!("{what} on {t:?} is not compiled yet"),
-            )),
+            t => Err(refuse(self.f, format!("{what} on {t} is not compiled yet"))),
         }
     }
 
@@ -316,7 +314,7 @@ impl<'f> Selector<'f> {
                 if !matches!((ty, ty.bytes()), (Type::Scalar(_), 4 | 8)) {
                     return Err(refuse(
                         f,
-                        format!("a constant of type {ty:?} is not compiled yet"),
+                        format!("a constant of type {ty} is not compiled yet"),
                     ));
                 }
                 let v = result.ok_or_else(|| refuse(f, "a constant without its result"))?;
@@ -364,7 +362,7 @@ impl<'f> Selector<'f> {
                     Type::Ptr(space @ (AddrSpace::Global | AddrSpace::Shared), elem) => {
                         (space, elem.bytes())
                     }
-                    t => return Err(refuse(f, format!("ptr_add on {t:?} is not compiled yet"))),
+                    t => return Err(refuse(f, format!("ptr_add on {t} is not compiled yet"))),
                 };
                 let index_ty = f.ty(*index);
                 let (p, i) = (self.reg(*ptr)?, self.regs.loc(f, *index)?);
@@ -390,7 +388,7 @@ impl<'f> Selector<'f> {
                     _ => {
                         return Err(refuse(
                             f,
-                            format!("ptr_add by a {index_ty:?} index is not compiled yet"),
+                            format!("ptr_add by a {index_ty} index is not compiled yet"),
                         ))
                     }
                 }
@@ -574,7 +572,7 @@ impl<'f> Selector<'f> {
             t => {
                 return Err(refuse(
                     self.f,
-                    format!("a {what} through {t:?} is not compiled yet"),
+                    format!("a {what} through {t} is not compiled yet"),
                 ))
             }
         };
@@ -608,7 +606,7 @@ impl<'f> Selector<'f> {
             let sat = if sat { ".sat" } else { "" };
             refuse(
                 f,
-                format!("no selection rule for cvt{how}{sat} from {from:?} to {to:?} yet"),
+                format!("no selection rule for cvt{how}{sat} from {from} to {to} yet"),
             )
         };
         if sat {
@@ -722,7 +720,7 @@ impl<'f> Selector<'f> {
             return Err(refuse(
                 f,
                 format!(
-                    "no selection rule for {}{how} on {:?} yet",
+                    "no selection rule for {}{how} on {} yet",
                     op.name(),
                     f.ty(a)
                 ),
@@ -828,7 +826,11 @@ impl<'f> Selector<'f> {
         if line("").is_none() {
             return Err(refuse(
                 f,
-                format!("no selection rule for {op:?} on {:?} yet", f.ty(a)),
+                format!(
+                    "no selection rule for {} on {} yet",
+                    quench_ir::print::un_name(op),
+                    f.ty(a)
+                ),
             ));
         }
         let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
@@ -928,11 +930,7 @@ impl<'f> Selector<'f> {
             _ => {
                 return Err(refuse(
                     f,
-                    format!(
-                        "no selection rule for cmp.{} on {:?} yet",
-                        op.name(),
-                        f.ty(a)
-                    ),
+                    format!("no selection rule for cmp.{} on {} yet", op.name(), f.ty(a)),
                 ))
             }
         };
@@ -987,6 +985,18 @@ fn signed_hex(v: u32) -> String {
     match v as i32 {
         n if n < 0 => format!("-{:#x}", n.unsigned_abs()),
         n => format!("{n:#x}"),
+    }
+}
+
+/// A refusal raised while selecting `inst` names it as the IR prints it (once: the
+/// innermost instruction of nested blocks).
+fn at_inst(e: SassError, f: &Function, inst: &Inst) -> SassError {
+    match e {
+        SassError::Codegen { kernel, msg } if !msg.contains(" (at `") => SassError::Codegen {
+            kernel,
+            msg: format!("{msg} (at `{}`)", quench_ir::print::inst_header(f, inst)),
+        },
+        e => e,
     }
 }
 
