@@ -5,7 +5,9 @@
 //! arithmetic on sm_20 and later.
 
 use super::exec::{lanes, Ctx, Step};
+use super::inst::Operand;
 use super::EmuError;
+use crate::syntax::Kind;
 
 pub const CANONICAL_NAN: u32 = 0x7fff_ffff;
 
@@ -64,6 +66,98 @@ pub fn f2fp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     for l in lanes(on) {
         let (a, b) = (c.f32(l, 1)?, c.f32(l, 2)?);
         c.set(l, 0, u32::from(bf16_rn(a)) << 16 | u32::from(bf16_rn(b)))?;
+    }
+    Ok(Step::Next)
+}
+
+/// `FMNMX d, a, b, p`: the minimum when `p` holds, else the maximum (ptxas writes
+/// `min.f32` with `PT`, `max.f32` with `!PT`). As the IR interpreter has it from
+/// measurement: a NaN operand yields the other (the canonical NaN if both are), and -0
+/// is less than +0.
+pub fn fmnmx(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&[])?;
+    c.arity(4)?;
+    for l in lanes(on) {
+        let (a, b, min) = (c.f32(l, 1)?, c.f32(l, 2)?, c.pred(l, 3)?);
+        let r = match (a.is_nan(), b.is_nan()) {
+            (true, true) => CANONICAL_NAN,
+            (true, false) => b.to_bits(),
+            (false, true) => a.to_bits(),
+            _ => {
+                let a_less = a < b || (a == b && a.is_sign_negative());
+                if a_less == min {
+                    a.to_bits()
+                } else {
+                    b.to_bits()
+                }
+            }
+        };
+        c.set(l, 0, r)?;
+    }
+    Ok(Step::Next)
+}
+
+/// `I2FP.F32.{S32|U32} d, a`: the integer to the nearest f32 (ties to even).
+pub fn i2fp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    let signed = match c.inst.mods.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["F32", "S32"] => true,
+        ["F32", "U32"] => false,
+        _ => return Err(c.unmodelled("conversions other than .F32.S32 and .F32.U32")),
+    };
+    c.arity(2)?;
+    for l in lanes(on) {
+        let a = c.int(l, 1)?;
+        // Through f64, which holds every 32-bit integer exactly: one rounding.
+        let v = if signed {
+            f64::from(a as i32)
+        } else {
+            f64::from(a)
+        };
+        c.set(l, 0, (v as f32).to_bits())?;
+    }
+    Ok(Step::Next)
+}
+
+/// `HFMA2.MMA d, -RZ, RZ, hi, lo`: ptxas's way to write a constant. The product is -0
+/// in both halves, and -0 + x is x for every f16 `x` but a NaN, so `d` is the two
+/// immediates, the first in the high half (as ptxas writes `0x3c000000` as `1, 0`).
+/// Any other HFMA2 is refused: half-precision arithmetic is not modelled.
+pub fn hfma2(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["MMA"])?;
+    c.arity(5)?;
+    let idiom = matches!(
+        c.ops[1..3],
+        [
+            Operand::Reg {
+                n: 255,
+                neg: true,
+                not: false,
+                abs: false,
+                uniform: false
+            },
+            Operand::Reg {
+                n: 255,
+                neg: false,
+                not: false,
+                abs: false,
+                uniform: false
+            }
+        ]
+    );
+    let half = |o: &Operand| match *o {
+        Operand::Float {
+            kind: Kind::F16,
+            bits,
+            neg: false,
+            abs: false,
+        } if bits & 0x7c00 != 0x7c00 || bits & 0x3ff == 0 => Some(bits as u32 & 0xffff),
+        _ => None,
+    };
+    let (Some(hi), Some(lo), true) = (half(&c.ops[3]), half(&c.ops[4]), idiom) else {
+        return Err(c.unmodelled("HFMA2 other than -RZ * RZ plus non-NaN immediates"));
+    };
+    for l in lanes(on) {
+        c.set(l, 0, hi << 16 | lo)?;
     }
     Ok(Step::Next)
 }

@@ -85,15 +85,17 @@ impl Inst {
     }
 }
 
-/// Decodes `code` (a kernel's `.text` section) into instructions at addresses 0, 16, ...
-pub fn decode_all(code: &[u8], tables: &Tables) -> Result<Vec<Inst>, EmuError> {
+/// Decodes `code` (a kernel's `.text` section) into instructions at addresses 0, 16, ...;
+/// a word the tables do not decode is kept as that error, raised if it is ever issued.
+pub fn decode_all(code: &[u8], tables: &Tables) -> Result<Vec<Result<Inst, EmuError>>, EmuError> {
     if !code.len().is_multiple_of(16) {
         return Err(EmuError::Program(format!(
             "code of {} bytes is not a whole number of 16-byte instructions",
             code.len()
         )));
     }
-    code.chunks_exact(16)
+    Ok(code
+        .chunks_exact(16)
         .enumerate()
         .map(|(i, c)| {
             let mut b = [0u8; 16];
@@ -107,7 +109,7 @@ pub fn decode_all(code: &[u8], tables: &Tables) -> Result<Vec<Inst>, EmuError> {
             let text = tables.render(&d, &[]);
             Ok(split(addr, d.guard, template, &d.holes, d.control, text))
         })
-        .collect()
+        .collect())
 }
 
 fn split(

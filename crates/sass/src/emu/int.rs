@@ -349,3 +349,44 @@ pub fn r2ur(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     }
     Ok(Step::Next)
 }
+
+/// `VIMNMX[.U32] d, a, b, p`: the minimum when `p` holds, else the maximum (ptxas writes
+/// `min.u32` as `VIMNMX.U32 d, a, b, PT` and `max.u32` with `!PT`), signed without `.U32`.
+pub fn vimnmx(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["U32"])?;
+    c.arity(4)?;
+    let unsigned = c.inst.has("U32");
+    for l in lanes(on) {
+        let (a, b, min) = (c.int(l, 1)?, c.int(l, 2)?, c.pred(l, 3)?);
+        let a_less = if unsigned {
+            a < b
+        } else {
+            (a as i32) < (b as i32)
+        };
+        c.set(l, 0, if a_less == min { a } else { b })?;
+    }
+    Ok(Step::Next)
+}
+
+/// `PLOP3.LUT p, q, a, b, c, lut_p, lut_q`: each destination is its table looked up at
+/// `a << 2 | b << 1 | c`, the index LOP3 uses.
+pub fn plop3(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["LUT"])?;
+    c.arity(7)?;
+    let mut luts = [0u32; 2];
+    for (k, lut) in luts.iter_mut().enumerate() {
+        *lut = match c.op(5 + k)? {
+            &Operand::Imm(v) if (0..256).contains(&v) => v as u32,
+            o => return Err(c.unmodelled(format!("lookup table {o:?}"))),
+        };
+    }
+    for l in lanes(on) {
+        let idx = u32::from(c.pred(l, 2)?) << 2
+            | u32::from(c.pred(l, 3)?) << 1
+            | u32::from(c.pred(l, 4)?);
+        for (k, lut) in luts.iter().enumerate() {
+            c.set_pred(l, k, lut >> idx & 1 == 1)?;
+        }
+    }
+    Ok(Step::Next)
+}

@@ -83,7 +83,8 @@ pub enum EmuError {
 #[derive(Clone, Debug)]
 pub struct Kernel {
     pub name: String,
-    pub code: Vec<Inst>,
+    /// The instructions at addresses 0, 16, ..., or why a word does not decode.
+    pub code: Vec<Result<Inst, EmuError>>,
     /// Where the parameters start in constant bank 0.
     pub param_base: usize,
     pub param_bytes: usize,
@@ -252,7 +253,7 @@ fn run_warp(
             let inst = code.get(pc).ok_or_else(|| {
                 EmuError::Program(format!("lane {l} of warp {} ran past the code", w.index))
             })?;
-            if waits_at_bsync(w, inst, l, live) {
+            if waits_at_bsync(w, inst.as_ref().map_err(Clone::clone)?, l, live) {
                 continue;
             }
             best = Some(best.map_or(pc, |b| b.min(pc)));
@@ -263,17 +264,16 @@ fn run_warp(
                 w.index, env.ctaid
             )));
         };
+        let inst = code[pc].as_ref().map_err(Clone::clone)?;
         let active = exec::lanes(live)
-            .filter(|&l| w.pc[l] == pc && !waits_at_bsync(w, &code[pc], l, live))
+            .filter(|&l| w.pc[l] == pc && !waits_at_bsync(w, inst, l, live))
             .fold(0u32, |m, l| m | 1 << l);
         issued += 1;
         stats.issued += 1;
         if issued > MAX_ISSUED_PER_WARP {
             return Err(EmuError::Runaway(MAX_ISSUED_PER_WARP));
         }
-        if let Step::Barrier(id) =
-            exec::issue(w, &code[pc], active, env, global, shared, code.len())?
-        {
+        if let Step::Barrier(id) = exec::issue(w, inst, active, env, global, shared, code.len())? {
             return Ok(Some(id));
         }
     }
