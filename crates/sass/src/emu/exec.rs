@@ -59,6 +59,8 @@ fn semantics(op: &str) -> Option<Semantics> {
         "FADD" | "FMUL" | "FFMA" => float::arith,
         "F2FP" => float::f2fp,
         "FMNMX" => float::fmnmx,
+        "FSEL" => float::fsel,
+        "FSETP" => float::fsetp,
         "I2FP" => float::i2fp,
         "HFMA2" => float::hfma2,
         "PLOP3" => int::plop3,

@@ -161,3 +161,72 @@ pub fn hfma2(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     }
     Ok(Step::Next)
 }
+
+/// `FSEL d, a, b, p`: `p ? a : b`, the bits unchanged.
+pub fn fsel(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&[])?;
+    c.arity(4)?;
+    for l in lanes(on) {
+        let v = if c.pred(l, 3)? {
+            c.f32(l, 1)?
+        } else {
+            c.f32(l, 2)?
+        };
+        c.set(l, 0, v.to_bits())?;
+    }
+    Ok(Step::Next)
+}
+
+/// `FSETP.cmp[.FTZ].{AND|OR|XOR} p, PT, a, b, q`: `p = (a cmp b) op q`. As PTX's `setp`
+/// defines them, the ordered comparisons (EQ, NE, LT, LE, GT, GE) are false when either
+/// operand is NaN, the unordered ones (EQU, ..., GEU) true; NUM and NAN test for NaN.
+pub fn fsetp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&[
+        "EQ", "NE", "LT", "LE", "GT", "GE", "EQU", "NEU", "LTU", "LEU", "GTU", "GEU", "NUM", "NAN",
+        "FTZ", "AND", "OR", "XOR",
+    ])?;
+    c.arity(5)?;
+    if !c.is_pt(1, false) {
+        return Err(c.unmodelled("a second predicate destination other than PT"));
+    }
+    let cmp = c.inst.mods.first().cloned().unwrap_or_default();
+    let ftz = c.inst.has("FTZ");
+    let combine = ["AND", "OR", "XOR"]
+        .into_iter()
+        .find(|m| c.inst.has(m))
+        .ok_or_else(|| c.unmodelled("no .AND/.OR/.XOR"))?;
+    for l in lanes(on) {
+        let (mut a, mut b) = (c.f32(l, 2)?, c.f32(l, 3)?);
+        if ftz {
+            (a, b) = (flush(a), flush(b));
+        }
+        let unordered = a.is_nan() || b.is_nan();
+        let ordered = |r: bool| !unordered && r;
+        let or_nan = |r: bool| unordered || r;
+        let r = match cmp.as_str() {
+            "EQ" => ordered(a == b),
+            "NE" => ordered(a != b),
+            "LT" => ordered(a < b),
+            "LE" => ordered(a <= b),
+            "GT" => ordered(a > b),
+            "GE" => ordered(a >= b),
+            "EQU" => or_nan(a == b),
+            "NEU" => or_nan(a != b),
+            "LTU" => or_nan(a < b),
+            "LEU" => or_nan(a <= b),
+            "GTU" => or_nan(a > b),
+            "GEU" => or_nan(a >= b),
+            "NUM" => !unordered,
+            "NAN" => unordered,
+            m => return Err(c.unmodelled(format!("comparison .{m}"))),
+        };
+        let q = c.pred(l, 4)?;
+        let v = match combine {
+            "AND" => r && q,
+            "OR" => r || q,
+            _ => r != q,
+        };
+        c.set_pred(l, 0, v)?;
+    }
+    Ok(Step::Next)
+}

@@ -131,6 +131,7 @@ impl Warp {
 /// missing wait as a wrong value; it checks the waits instead: reading or writing a
 /// register that a pending instruction still owes, in a lane where it does, is an error
 /// naming both instructions. (Lanes matter: `@!P1 LDS R0` then `@P1 MOV R0, RZ` is fine.)
+/// The read scoreboards guard against immediate writes only (see [`Scoreboard::issue`]).
 #[derive(Default)]
 pub struct Scoreboard {
     /// Registers a pending write will still change.
@@ -188,7 +189,10 @@ impl Scoreboard {
             if let Some(i) = clash(&self.writes, t) {
                 return Err(hazard("writes", &self.writes[i]));
             }
-            if let Some(i) = clash(&self.reads, t) {
+            // A write that is itself tracked by a scoreboard lands late, after the pending
+            // reader has read (ptxas lets `LDG R23` follow `LDG [R22.64]` that still owes
+            // its read of R23); an immediate write must wait.
+            if let Some(i) = clash(&self.reads, t).filter(|_| inst.control.write_barrier >= 6) {
                 return Err(hazard("overwrites", &self.reads[i]));
             }
         }
