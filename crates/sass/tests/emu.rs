@@ -189,6 +189,56 @@ fn a_wrong_instruction_fails_the_comparison() {
     assert!(agree(&c, &out).is_err(), "missing stores went unnoticed");
 }
 
+/// The dependency-barrier check: with the wait on its loads' scoreboards cleared, the
+/// first FADD of add_f32 reads registers still owed by an LDG, and the run says so.
+#[test]
+fn a_missing_scoreboard_wait_is_an_error() {
+    let c = case("add_f32", "n=1003 threads=64", 1);
+    let Some(mut k) = assemble(&c) else { return };
+    let fadd = k
+        .code
+        .iter_mut()
+        .flatten()
+        .find(|i| i.op == "FADD")
+        .expect("add_f32 has an FADD");
+    assert_ne!(
+        fadd.control.wait, 0,
+        "ptxas makes the FADD wait on its loads"
+    );
+    fadd.control.wait = 0;
+    let at = fadd.addr;
+    match run_emu(&k, &c) {
+        Err(EmuError::Hazard { at: a, why }) => {
+            assert_eq!(a, at);
+            assert!(why.starts_with("reads R"), "{why}");
+        }
+        other => panic!("expected a hazard at {at:#x}, got {other:?}"),
+    }
+}
+
+/// An access outside every allocation is an error naming the instruction and the address:
+/// add_f32 told that its arrays are longer than they are.
+#[test]
+fn an_access_out_of_bounds_is_an_error() {
+    let mut c = case("add_f32", "n=1003 threads=64", 1);
+    let Some(k) = assemble(&c) else { return };
+    c.args[3] = CaseArg::Scalar(Arg::U32(1100));
+    match run_emu(&k, &c) {
+        Err(EmuError::Fault {
+            at,
+            space,
+            addr,
+            len,
+        }) => {
+            let inst = k.code[(at / 16) as usize].as_ref().unwrap();
+            assert_eq!((inst.op.as_str(), space), ("LDG", "global"));
+            assert_eq!(len, 16);
+            assert!(addr % 16 == 0 && addr > 0x7f00_0000_0000, "{addr:#x}");
+        }
+        other => panic!("expected a fault, got {other:?}"),
+    }
+}
+
 /// `silu_mul` converts f16 (HADD2.F32) and uses `ex2.approx` (MUFU.EX2), which the
 /// emulator does not model: the run stops at the first with its name and address.
 #[test]
@@ -393,7 +443,13 @@ const RUN_TO_THE_END: &[&str] = &[
     "rope_append_neox_f32",
     "rope_append_gptj_f32",
     "cast_f32_bf16",
+    "cast_f32_f16",
     "bias_rows_f32",
+    "embed_f16",
+    "embed_q8_0",
+    "embed_q4_k",
+    "rope_append_neox_bf16",
+    "rope_append_neox_f16",
 ];
 
 /// Every library kernel at its small shape: it runs in the emulator and agrees with the

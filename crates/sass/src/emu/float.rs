@@ -47,27 +47,81 @@ pub fn arith(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
-/// f32 to bf16, rounding to nearest even; a NaN becomes the quiet NaN `0x7fff`.
-pub fn bf16_rn(x: f32) -> u16 {
-    if x.is_nan() {
-        return 0x7fff;
-    }
+/// f32 to bf16, rounding to nearest even (a NaN is the caller's to refuse).
+fn bf16_rn(x: f32) -> u16 {
     let b = x.to_bits();
     let round = 0x7fff + (b >> 16 & 1);
     (b.wrapping_add(round) >> 16) as u16
 }
 
-/// `F2FP.BF16.F32.PACK_AB d, a, b`: `d = bf16(a) << 16 | bf16(b)`.
-pub fn f2fp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
-    if c.inst.mods != ["BF16", "F32", "PACK_AB"] {
-        return Err(c.unmodelled("conversions other than .BF16.F32.PACK_AB"));
+/// f32 to f16, rounding to nearest even: subnormal halves below 2^-14, infinity from
+/// 65520 up (halfway between 65504 and 2^16, which is even). Every step is exact in f64.
+fn f16_rn(x: f32) -> u16 {
+    let sign = ((x.to_bits() >> 16) & 0x8000) as u16;
+    let v = f64::from(x.abs());
+    if x.is_infinite() || v >= 65520.0 {
+        return sign | 0x7c00;
     }
+    if v < 2f64.powi(-14) {
+        // Multiples of 2^-24; 1024 of them is the least normal half, 0x0400.
+        return sign | (v * 2f64.powi(24)).round_ties_even() as u16;
+    }
+    let e = ((x.to_bits() >> 23) & 0xff) as i32 - 127;
+    let m = (v * 2f64.powi(10 - e)).round_ties_even() as u32;
+    let (e, m) = if m == 2048 { (e + 1, 1024) } else { (e, m) };
+    if e + 15 >= 31 {
+        return sign | 0x7c00;
+    }
+    sign | ((e + 15) as u16) << 10 | (m - 1024) as u16
+}
+
+/// `F2FP.{BF16|F16}.F32.PACK_AB d, a, b`: `d = half(a) << 16 | half(b)`, each rounded to
+/// nearest even. A NaN input is refused: which NaN comes out is not known here.
+pub fn f2fp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    let round: fn(f32) -> u16 = match c.inst.mods.iter().map(String::as_str).collect::<Vec<_>>()[..]
+    {
+        ["BF16", "F32", "PACK_AB"] => bf16_rn,
+        ["F16", "F32", "PACK_AB"] => f16_rn,
+        _ => return Err(c.unmodelled("conversions other than .BF16/.F16.F32.PACK_AB")),
+    };
     c.arity(3)?;
     for l in lanes(on) {
         let (a, b) = (c.f32(l, 1)?, c.f32(l, 2)?);
-        c.set(l, 0, u32::from(bf16_rn(a)) << 16 | u32::from(bf16_rn(b)))?;
+        if a.is_nan() || b.is_nan() {
+            return Err(c.unmodelled("a NaN input"));
+        }
+        c.set(l, 0, u32::from(round(a)) << 16 | u32::from(round(b)))?;
     }
     Ok(Step::Next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_rounding_agrees_with_the_f16_table_at_every_boundary() {
+        // Every f16 and the f32 midpoints around it: to nearest, ties to even.
+        for h in 0..0x7c00u16 {
+            let v = crate::syntax::f16_to_f64(h);
+            assert_eq!(f16_rn(v as f32), h, "{v}");
+            assert_eq!(f16_rn(-v as f32), h | 0x8000, "{v}");
+            if h == 0x7bff {
+                continue;
+            }
+            let next = crate::syntax::f16_to_f64(h + 1);
+            let mid = ((v + next) / 2.0) as f32;
+            let even = if h % 2 == 0 { h } else { h + 1 };
+            assert_eq!(f16_rn(mid), even, "midpoint of {v} and {next}");
+            assert_eq!(f16_rn(mid.next_up()), h + 1, "above the midpoint of {v}");
+            assert_eq!(f16_rn(mid.next_down()), h, "below the midpoint of {v}");
+        }
+        assert_eq!(f16_rn(65520.0f32.next_down()), 0x7bff);
+        assert_eq!(f16_rn(65520.0), 0x7c00);
+        assert_eq!(f16_rn(f32::INFINITY), 0x7c00);
+        assert_eq!(f16_rn(1e9), 0x7c00);
+        assert_eq!(f16_rn(-0.0), 0x8000);
+    }
 }
 
 /// `FMNMX d, a, b, p`: the minimum when `p` holds, else the maximum (ptxas writes
@@ -227,6 +281,42 @@ pub fn fsetp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
             _ => r != q,
         };
         c.set_pred(l, 0, v)?;
+    }
+    Ok(Step::Next)
+}
+
+/// `HADD2.F32 d, -RZ, r.H0_H0` (or `.H1_H1`): ptxas's conversion of one f16 half of `r`
+/// to f32, exact (-0 + x is x). A NaN half is refused (its payload on the way is not
+/// known here), as is HADD2 with any other addend: f16 arithmetic is not modelled.
+pub fn hadd2(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    if c.inst.mods != ["F32"] {
+        return Err(c.unmodelled("HADD2 other than .F32"));
+    }
+    c.arity(3)?;
+    let neg_rz = matches!(
+        c.ops[1],
+        Operand::Reg {
+            n: 255,
+            neg: true,
+            not: false,
+            abs: false,
+            uniform: false
+        }
+    );
+    let &Operand::Half { n, high } = &c.ops[2] else {
+        return Err(c.unmodelled("an operand other than R.H0_H0 or R.H1_H1"));
+    };
+    if !neg_rz {
+        return Err(c.unmodelled("an addend other than -RZ"));
+    }
+    for l in lanes(on) {
+        let w = c.reg_value(l, false, n);
+        let h = if high { w >> 16 } else { w & 0xffff } as u16;
+        let v = crate::syntax::f16_to_f64(h);
+        if v.is_nan() {
+            return Err(c.unmodelled("a NaN half"));
+        }
+        c.set(l, 0, (v as f32).to_bits())?;
     }
     Ok(Step::Next)
 }

@@ -22,6 +22,9 @@ pub enum Operand {
         not: bool,
         abs: bool,
     },
+    /// One f16 half of a register, as both halves of an f16x2 operand: `R.H0_H0` (the low
+    /// half) or `R.H1_H1`.
+    Half { n: u8, high: bool },
     /// A predicate (`P`, 7 = PT) or uniform predicate (`UP`), `!` negating it.
     Pred { uniform: bool, n: u8, not: bool },
     /// A convergence barrier register (`B0`).
@@ -183,6 +186,10 @@ fn operand<'a>(text: &str, holes: &mut impl Iterator<Item = &'a Hole>) -> Result
                 abs,
             })
         }
+        "{R}.H0_H0" | "{R}.H1_H1" if plain => Ok(Operand::Half {
+            n: take(holes, &[Kind::R]).ok_or_else(bad)?.value as u8,
+            high: s.ends_with("H1_H1"),
+        }),
         "{P}" | "{UP}" if !neg && !abs => {
             let h = take(holes, &[Kind::P, Kind::UP]).ok_or_else(bad)?;
             Ok(Operand::Pred {

@@ -390,3 +390,48 @@ pub fn plop3(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     }
     Ok(Step::Next)
 }
+
+/// `VIADDMNMX[.U32] d, a, b, c, p`: `min(a + b, c)` when `p` holds, else the maximum (ptxas
+/// fuses `add.u32` then `min.u32` into `VIADDMNMX.U32 d, a, b, c, PT`, `max` with `!PT`).
+pub fn viaddmnmx(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["U32"])?;
+    if !c.inst.has("U32") {
+        return Err(c.unmodelled("the signed form"));
+    }
+    c.arity(5)?;
+    for l in lanes(on) {
+        let sum = c.int(l, 1)?.wrapping_add(c.int(l, 2)?);
+        let (bound, min) = (c.int(l, 3)?, c.pred(l, 4)?);
+        c.set(l, 0, if min { sum.min(bound) } else { sum.max(bound) })?;
+    }
+    Ok(Step::Next)
+}
+
+/// `PRMT d, a, sel, b` (PTX's `prmt.b32 d, a, b, sel`, default mode): byte `i` of `d` is
+/// byte `sel[i] & 7` of the eight bytes `b:a`, or that byte's sign bit replicated when
+/// `sel[i] & 8`, where `sel[i]` is the `i`-th nibble of the selector.
+pub fn prmt(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&[])?;
+    c.arity(4)?;
+    for l in lanes(on) {
+        let (a, sel, b) = (c.int(l, 1)?, c.int(l, 2)?, c.int(l, 3)?);
+        let bytes = u64::from(b) << 32 | u64::from(a);
+        let mut d = 0u32;
+        for i in 0..4 {
+            let s = sel >> (4 * i) & 0xf;
+            let byte = (bytes >> (8 * (s & 7)) & 0xff) as u32;
+            let byte = if s & 8 != 0 {
+                if byte & 0x80 != 0 {
+                    0xff
+                } else {
+                    0
+                }
+            } else {
+                byte
+            };
+            d |= byte << (8 * i);
+        }
+        c.set(l, 0, d)?;
+    }
+    Ok(Step::Next)
+}
