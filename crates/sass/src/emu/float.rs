@@ -95,35 +95,6 @@ pub fn f2fp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn f16_rounding_agrees_with_the_f16_table_at_every_boundary() {
-        // Every f16 and the f32 midpoints around it: to nearest, ties to even.
-        for h in 0..0x7c00u16 {
-            let v = crate::syntax::f16_to_f64(h);
-            assert_eq!(f16_rn(v as f32), h, "{v}");
-            assert_eq!(f16_rn(-v as f32), h | 0x8000, "{v}");
-            if h == 0x7bff {
-                continue;
-            }
-            let next = crate::syntax::f16_to_f64(h + 1);
-            let mid = ((v + next) / 2.0) as f32;
-            let even = if h % 2 == 0 { h } else { h + 1 };
-            assert_eq!(f16_rn(mid), even, "midpoint of {v} and {next}");
-            assert_eq!(f16_rn(mid.next_up()), h + 1, "above the midpoint of {v}");
-            assert_eq!(f16_rn(mid.next_down()), h, "below the midpoint of {v}");
-        }
-        assert_eq!(f16_rn(65520.0f32.next_down()), 0x7bff);
-        assert_eq!(f16_rn(65520.0), 0x7c00);
-        assert_eq!(f16_rn(f32::INFINITY), 0x7c00);
-        assert_eq!(f16_rn(1e9), 0x7c00);
-        assert_eq!(f16_rn(-0.0), 0x8000);
-    }
-}
-
 /// `FMNMX d, a, b, p`: the minimum when `p` holds, else the maximum (ptxas writes
 /// `min.f32` with `PT`, `max.f32` with `!PT`). As the IR interpreter has it from
 /// measurement: a NaN operand yields the other (the canonical NaN if both are), and -0
@@ -319,4 +290,33 @@ pub fn hadd2(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
         c.set(l, 0, (v as f32).to_bits())?;
     }
     Ok(Step::Next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_rounding_agrees_with_the_f16_table_at_every_boundary() {
+        // Every f16 and the f32 midpoints around it: to nearest, ties to even.
+        for h in 0..0x7c00u16 {
+            let v = crate::syntax::f16_to_f64(h);
+            assert_eq!(f16_rn(v as f32), h, "{v}");
+            assert_eq!(f16_rn(-v as f32), h | 0x8000, "{v}");
+            if h == 0x7bff {
+                continue;
+            }
+            let next = crate::syntax::f16_to_f64(h + 1);
+            let mid = ((v + next) / 2.0) as f32;
+            let even = if h % 2 == 0 { h } else { h + 1 };
+            assert_eq!(f16_rn(mid), even, "midpoint of {v} and {next}");
+            assert_eq!(f16_rn(mid.next_up()), h + 1, "above the midpoint of {v}");
+            assert_eq!(f16_rn(mid.next_down()), h, "below the midpoint of {v}");
+        }
+        assert_eq!(f16_rn(65520.0f32.next_down()), 0x7bff);
+        assert_eq!(f16_rn(65520.0), 0x7c00);
+        assert_eq!(f16_rn(f32::INFINITY), 0x7c00);
+        assert_eq!(f16_rn(1e9), 0x7c00);
+        assert_eq!(f16_rn(-0.0), 0x8000);
+    }
 }
