@@ -450,6 +450,9 @@ const RUN_TO_THE_END: &[&str] = &[
     "embed_q4_k",
     "rope_append_neox_bf16",
     "rope_append_neox_f16",
+    "gemv_f16",
+    "gemv_bf16_xf32",
+    "qgemv_q3_k",
 ];
 
 /// Every library kernel at its small shape: it runs in the emulator and agrees with the

@@ -51,9 +51,26 @@ fn target(c: &Ctx, i: usize) -> Result<usize, EmuError> {
     }
 }
 
-/// `BRA target` for the lanes whose guard holds.
+/// `BRA target` for the lanes whose guard holds. `BRA.DIV mask, target` guards a
+/// warp-synchronous fast path: ptxas places the converged code right after it and the
+/// slow path (`WARPSYNC.COLLECTIVE`) at the target. Only the case where every lane of
+/// `mask` is here is modelled (it falls through); any other is refused.
 pub fn bra(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
-    c.only(&[])?;
+    c.only(&["DIV"])?;
+    if c.inst.has("DIV") {
+        c.arity(2)?;
+        target(c, 1)?;
+        let Some(l) = lanes(on).next() else {
+            return Ok(Step::Next);
+        };
+        let mask = c.bits(l, 0)?;
+        if mask != on {
+            return Err(c.unmodelled(format!(
+                "lanes {on:#010x} here, mask {mask:#010x}: the diverged path"
+            )));
+        }
+        return Ok(Step::Next);
+    }
     c.arity(1)?;
     let t = target(c, 0)?;
     for l in lanes(on) {
