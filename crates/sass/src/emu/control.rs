@@ -3,36 +3,30 @@
 //! until every live lane `BSSY` gathered has arrived), the block barrier and shuffles.
 
 use super::exec::{lanes, Ctx, Step};
-use super::inst::Operand;
+use super::inst::{Operand, Special};
 use super::EmuError;
 
 /// `S2R r, SR_*`, `S2UR ur, SR_*`, `CS2R r, SRZ` (a zero register pair).
 pub fn special(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     c.only(&[])?;
     c.arity(2)?;
-    let Operand::Special(name) = c.op(1)?.clone() else {
+    let Operand::Special(sr) = *c.op(1)? else {
         return Err(c.unmodelled("a source that is not a special register"));
     };
-    let cs2r = c.inst.op == "CS2R";
+    if (c.inst.op == "CS2R") != (sr == Special::Zero) {
+        return Err(c.unmodelled(format!("{sr:?}")));
+    }
     for l in lanes(on) {
-        if cs2r {
-            if name != "SRZ" {
-                return Err(c.unmodelled(name.to_string()));
+        let v = match sr {
+            Special::Zero => {
+                c.set_many(l, 0, &[0, 0])?;
+                continue;
             }
-            c.set_many(l, 0, &[0, 0])?;
-            continue;
-        }
-        let v = match name.as_str() {
-            "SR_TID.X" => c.w.tid[l][0],
-            "SR_TID.Y" => c.w.tid[l][1],
-            "SR_TID.Z" => c.w.tid[l][2],
-            "SR_CTAID.X" => c.env.ctaid[0],
-            "SR_CTAID.Y" => c.env.ctaid[1],
-            "SR_CTAID.Z" => c.env.ctaid[2],
-            "SR_LANEID" => l as u32,
-            // The block's rank in its cluster: launches here have no clusters.
-            "SR_CgaCtaId" => 0,
-            _ => return Err(c.unmodelled(name)),
+            Special::Tid(d) => c.w.tid[l][d],
+            Special::Ctaid(d) => c.env.ctaid[d],
+            Special::LaneId => l as u32,
+            // Launches here have no clusters: every block is rank 0 of its own.
+            Special::CgaCtaId => 0,
         };
         c.set(l, 0, v)?;
     }

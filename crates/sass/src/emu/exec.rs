@@ -40,9 +40,10 @@ pub fn lanes(mask: u32) -> impl Iterator<Item = usize> {
     (0..32).filter(move |l| mask >> l & 1 == 1)
 }
 
-/// The family that models `op`, or `None`.
+/// The semantics of one instruction, for the lanes of the mask.
 type Semantics = fn(&mut Ctx, u32) -> Result<Step, EmuError>;
 
+/// The family that models `op`, or `None`.
 fn semantics(op: &str) -> Option<Semantics> {
     Some(match op {
         "IMAD" | "UIMAD" => int::imad,
@@ -125,6 +126,10 @@ pub fn issue(
         // One execution for the warp, on behalf of its lowest active lane.
         on &= on.wrapping_neg();
     }
+    // The warp's buffers for the registers touched, reused from one issue to the next.
+    let (mut read, mut wrote) = std::mem::take(&mut w.touched);
+    read.clear();
+    wrote.clear();
     let mut c = Ctx {
         w,
         inst,
@@ -133,12 +138,13 @@ pub fn issue(
         global,
         shared,
         len,
-        read: Vec::new(),
-        wrote: Vec::new(),
+        read,
+        wrote,
     };
     let step = if on == 0 { Step::Next } else { f(&mut c, on)? };
     let (read, wrote) = (std::mem::take(&mut c.read), std::mem::take(&mut c.wrote));
     c.w.scoreboard.issue(inst, &read, &wrote)?;
+    c.w.touched = (read, wrote);
     Ok(step)
 }
 
@@ -217,7 +223,7 @@ impl Ctx<'_> {
 
     /// The 32 bits of operand `i` with no modifier applied (a float immediate's bits).
     pub fn bits(&mut self, lane: usize, i: usize) -> Result<u32, EmuError> {
-        match self.op(i)?.clone() {
+        match *self.op(i)? {
             Operand::Reg { uniform, n, .. } => Ok(self.reg(lane, uniform, n)),
             Operand::Imm(v) => Ok(v as u32),
             Operand::Float {
@@ -305,7 +311,7 @@ impl Ctx<'_> {
         if self.modified(i) {
             return Err(self.unmodelled(format!("a modifier on 64-bit operand {}", i + 1)));
         }
-        match self.op(i)?.clone() {
+        match *self.op(i)? {
             Operand::Reg { uniform, n, .. } => self.reg_pair(lane, uniform, n),
             Operand::Const {
                 bank,

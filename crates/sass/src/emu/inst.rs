@@ -10,8 +10,37 @@ use crate::table::{Control, Tables};
 
 use super::EmuError;
 
+/// The special registers read by `S2R`, `S2UR` and `CS2R`; another is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Special {
+    /// `SR_TID.X` .. `.Z` (0..2), `SR_CTAID.X` .. `.Z` (0..2).
+    Tid(usize),
+    Ctaid(usize),
+    LaneId,
+    /// `SR_CgaCtaId`: the block's rank in its cluster.
+    CgaCtaId,
+    /// `SRZ`, the zero register pair `CS2R` reads.
+    Zero,
+}
+
+impl Special {
+    fn parse(name: &str) -> Option<Special> {
+        let xyz = |s: &str| ["X", "Y", "Z"].iter().position(|a| *a == s);
+        Some(match name {
+            "SR_LANEID" => Special::LaneId,
+            "SR_CgaCtaId" => Special::CgaCtaId,
+            "SRZ" => Special::Zero,
+            _ => match name.split_once('.')? {
+                ("SR_TID", d) => Special::Tid(xyz(d)?),
+                ("SR_CTAID", d) => Special::Ctaid(xyz(d)?),
+                _ => return None,
+            },
+        })
+    }
+}
+
 /// One source or destination operand.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Operand {
     /// A general (`R`, 255 = RZ) or uniform (`UR`, 63 = URZ) register, with the modifiers
     /// printed around it: `-` (negate), `~` (bitwise not), `|..|` (absolute value).
@@ -52,8 +81,8 @@ pub enum Operand {
         wide: bool,
         offset: i64,
     },
-    /// A special register by name (`SR_TID.X`, `SRZ`).
-    Special(String),
+    /// A special register the emulator knows (`SR_TID.X`, `SRZ`).
+    Special(Special),
     /// A code address (absolute).
     Label(u64),
 }
@@ -222,7 +251,9 @@ fn operand<'a>(text: &str, holes: &mut impl Iterator<Item = &'a Hole>) -> Result
             })
         }
         _ if !plain => Err(bad()),
-        _ if s.starts_with("SR") && !s.contains('{') => Ok(Operand::Special(s.to_string())),
+        _ if s.starts_with("SR") && !s.contains('{') => {
+            Special::parse(s).map(Operand::Special).ok_or_else(bad)
+        }
         _ if s.starts_with("c[") => constant(s, holes).ok_or_else(bad),
         _ if s.starts_with("desc[") || s.starts_with('[') => memory(s, holes).ok_or_else(bad),
         _ => Err(bad()),

@@ -58,7 +58,7 @@ fn address(c: &mut Ctx, lane: usize, i: usize, global: bool) -> Result<u64, EmuE
         uniform,
         wide,
         offset,
-    } = c.op(i)?.clone()
+    } = *c.op(i)?
     else {
         return Err(c.unmodelled(format!("address operand {}", i + 1)));
     };
@@ -91,9 +91,9 @@ pub fn global(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     for l in lanes(on) {
         if load {
             let a = address(c, l, 1, true)?;
-            let mut buf = vec![0u8; len];
-            c.global.read(at, a, &mut buf)?;
-            c.set_many(l, 0, &words(&buf, signed))?;
+            let mut buf = [0u8; 16];
+            c.global.read(at, a, &mut buf[..len])?;
+            c.set_many(l, 0, &words(&buf[..len], signed))?;
         } else {
             let a = address(c, l, 0, true)?;
             let data = c.get_many(l, 1, len.div_ceil(4))?;
@@ -113,9 +113,9 @@ pub fn shared(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     for l in lanes(on) {
         if load {
             let a = address(c, l, 1, false)?;
-            let mut buf = vec![0u8; len];
-            c.shared.read(at, a, &mut buf)?;
-            c.set_many(l, 0, &words(&buf, signed))?;
+            let mut buf = [0u8; 16];
+            c.shared.read(at, a, &mut buf[..len])?;
+            c.set_many(l, 0, &words(&buf[..len], signed))?;
         } else {
             let a = address(c, l, 0, false)?;
             let data = c.get_many(l, 1, len.div_ceil(4))?;
@@ -130,7 +130,7 @@ pub fn constant(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     c.only(&["64"])?;
     c.arity(2)?;
     let wide = c.inst.has("64");
-    let Operand::Const { bank, reg, offset } = c.op(1)?.clone() else {
+    let Operand::Const { bank, reg, offset } = *c.op(1)? else {
         return Err(c.unmodelled("a source other than c[..][..]"));
     };
     for l in lanes(on) {

@@ -29,7 +29,7 @@ mod mem;
 mod memory;
 mod warp;
 
-pub use inst::{decode_all, Inst, Operand};
+pub use inst::{decode_all, Inst, Operand, Special};
 pub use memory::{Global, Shared, SHARED_BASE};
 
 use crate::cubin::Cubin;
@@ -247,27 +247,33 @@ fn run_warp(
         if live == 0 {
             return Ok(None);
         }
-        let mut best: Option<usize> = None;
+        // The lowest program counter among the lanes that may go on, and those lanes.
+        let mut best = usize::MAX;
+        let mut active = 0u32;
         for l in exec::lanes(live) {
             let pc = w.pc[l];
+            if pc > best {
+                continue;
+            }
             let inst = code.get(pc).ok_or_else(|| {
                 EmuError::Program(format!("lane {l} of warp {} ran past the code", w.index))
             })?;
             if waits_at_bsync(w, inst.as_ref().map_err(Clone::clone)?, l, live) {
                 continue;
             }
-            best = Some(best.map_or(pc, |b| b.min(pc)));
+            if pc < best {
+                (best, active) = (pc, 0);
+            }
+            active |= 1 << l;
         }
-        let Some(pc) = best else {
+        if active == 0 {
             return Err(EmuError::Deadlock(format!(
                 "every live lane of warp {} of block {:?} waits at a BSYNC",
                 w.index, env.ctaid
             )));
-        };
+        }
+        let pc = best;
         let inst = code[pc].as_ref().map_err(Clone::clone)?;
-        let active = exec::lanes(live)
-            .filter(|&l| w.pc[l] == pc && !waits_at_bsync(w, inst, l, live))
-            .fold(0u32, |m, l| m | 1 << l);
         issued += 1;
         stats.issued += 1;
         if issued > MAX_ISSUED_PER_WARP {

@@ -37,6 +37,8 @@ pub struct Warp {
     /// Each lane's `SR_TID`.
     pub tid: [[u32; 3]; LANES],
     pub scoreboard: Scoreboard,
+    /// Buffers for the registers an instruction reads and writes (see `exec::issue`).
+    pub touched: (Vec<Touched>, Vec<Touched>),
 }
 
 impl Warp {
@@ -67,6 +69,7 @@ impl Warp {
             bregs: [[0; 16]; LANES],
             tid,
             scoreboard: Scoreboard::default(),
+            touched: (Vec::new(), Vec::new()),
         }
     }
 
