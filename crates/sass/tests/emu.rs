@@ -109,6 +109,20 @@ fn kernel_params(kernel: &Kernel) -> Vec<(usize, usize)> {
 /// Every output of the emulator's run equals the interpreter's, byte for byte, and
 /// passes the case's own check against its reference.
 fn agree(case: &KernelCase, emu: &CaseOutputs) -> Result<(), String> {
+    same_as_interpreter(case, emu)?;
+    for r in quench_kernels::compare(case, emu).map_err(|e| e.to_string())? {
+        if !r.passed {
+            return Err(format!(
+                "{}: {} fails its reference: {r:?}",
+                case.name, r.buffer
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every output byte of the emulator's run equals the interpreter's.
+fn same_as_interpreter(case: &KernelCase, emu: &CaseOutputs) -> Result<(), String> {
     let interp = quench_kernels::run_case(&mut InterpExecutor::new(), case)
         .map_err(|e| format!("interpreter: {e}"))?;
     for ((i, ours), (_, theirs)) in emu.outputs.iter().zip(&interp.outputs) {
@@ -116,14 +130,6 @@ fn agree(case: &KernelCase, emu: &CaseOutputs) -> Result<(), String> {
             return Err(format!(
                 "{}: buffer {} differs from the interpreter at byte {at} ({:#04x} vs {:#04x})",
                 case.name, case.buffers[*i].name, ours[at], theirs[at]
-            ));
-        }
-    }
-    for r in quench_kernels::compare(case, emu).map_err(|e| e.to_string())? {
-        if !r.passed {
-            return Err(format!(
-                "{}: {} fails its reference: {r:?}",
-                case.name, r.buffer
             ));
         }
     }
@@ -155,6 +161,38 @@ fn library_kernels_run_bit_exact_against_the_interpreter() {
         let Some(k) = assemble(&c) else { return };
         let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("{name}: {e}"));
         agree(&c, &out).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// NaNs come out as the interpreter's measured table says: f32 arithmetic and the
+/// conversions to bf16 and f16 given quiet and signalling NaNs of either sign.
+#[test]
+fn nans_come_out_as_measured() {
+    let nans: [u32; 4] = [0x7fc0_0000, 0xffc1_2345, 0x7f80_0001, 0xffa0_0001];
+    let canonical32 = 0x7fff_ffffu32.to_le_bytes().to_vec();
+    let canonical16 = 0x7fffu16.to_le_bytes().to_vec();
+    for (name, inputs, canonical) in [
+        ("add_f32", 2, canonical32),
+        ("cast_f32_bf16", 1, canonical16.clone()),
+        ("cast_f32_f16", 1, canonical16),
+    ] {
+        let mut c = case(name, "n=1003 threads=64", quench_testkit::seed());
+        for b in 0..inputs {
+            for (k, nan) in nans.iter().enumerate() {
+                let at = 4 * (37 * k + 11 * b);
+                c.buffers[b].data[at..at + 4].copy_from_slice(&nan.to_le_bytes());
+            }
+        }
+        let Some(k) = assemble(&c) else { return };
+        let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("{name}: {e}"));
+        same_as_interpreter(&c, &out).unwrap_or_else(|e| panic!("{e}"));
+        let y = &out.outputs[0].1;
+        let n = canonical.len();
+        let found = y
+            .chunks_exact(n)
+            .filter(|w| *w == canonical.as_slice())
+            .count();
+        assert_eq!(found, 4 * inputs, "{name}: canonical NaNs out");
     }
 }
 

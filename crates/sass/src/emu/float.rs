@@ -1,8 +1,10 @@
 //! f32 semantics: FADD, FMUL, FFMA (round to nearest even, one rounding for the fused
 //! multiply-add) and F2FP's packing conversion to bf16. Subnormals are kept unless the
 //! instruction says `.FTZ`, which flushes inputs and result to zero of the same sign.
-//! A NaN result is the canonical NaN `0x7fffffff`, as the PTX ISA says of f32
-//! arithmetic on sm_20 and later.
+//! NaNs come out as measured on an H200 for the PTX operations these instructions
+//! implement (the IR interpreter's table, `crates/ir/src/interp/nan.rs`): f32 arithmetic
+//! gives the canonical NaN `0x7fffffff`, f32 → f16/bf16 the canonical `0x7fff`, f16 → f32
+//! `0x7fffffff`.
 
 use super::exec::{lanes, Ctx, Step};
 use super::inst::Operand;
@@ -10,6 +12,7 @@ use super::EmuError;
 use crate::syntax::Kind;
 
 pub const CANONICAL_NAN: u32 = 0x7fff_ffff;
+pub const CANONICAL_NAN16: u16 = 0x7fff;
 
 fn flush(x: f32) -> f32 {
     if x.is_subnormal() {
@@ -47,7 +50,7 @@ pub fn arith(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
-/// f32 to bf16, rounding to nearest even (a NaN is the caller's to refuse).
+/// f32 to bf16, rounding to nearest even (a NaN is the caller's).
 fn bf16_rn(x: f32) -> u16 {
     let b = x.to_bits();
     let round = 0x7fff + (b >> 16 & 1);
@@ -76,7 +79,7 @@ fn f16_rn(x: f32) -> u16 {
 }
 
 /// `F2FP.{BF16|F16}.F32.PACK_AB d, a, b`: `d = half(a) << 16 | half(b)`, each rounded to
-/// nearest even. A NaN input is refused: which NaN comes out is not known here.
+/// nearest even; a NaN becomes the canonical `0x7fff`.
 pub fn f2fp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     let round: fn(f32) -> u16 = match c.inst.mods.iter().map(String::as_str).collect::<Vec<_>>()[..]
     {
@@ -87,10 +90,14 @@ pub fn f2fp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     c.arity(3)?;
     for l in lanes(on) {
         let (a, b) = (c.f32(l, 1)?, c.f32(l, 2)?);
-        if a.is_nan() || b.is_nan() {
-            return Err(c.unmodelled("a NaN input"));
-        }
-        c.set(l, 0, u32::from(round(a)) << 16 | u32::from(round(b)))?;
+        let half = |x: f32| {
+            if x.is_nan() {
+                CANONICAL_NAN16
+            } else {
+                round(x)
+            }
+        };
+        c.set(l, 0, u32::from(half(a)) << 16 | u32::from(half(b)))?;
     }
     Ok(Step::Next)
 }
@@ -257,8 +264,8 @@ pub fn fsetp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
 }
 
 /// `HADD2.F32 d, -RZ, r.H0_H0` (or `.H1_H1`): ptxas's conversion of one f16 half of `r`
-/// to f32, exact (-0 + x is x). A NaN half is refused (its payload on the way is not
-/// known here), as is HADD2 with any other addend: f16 arithmetic is not modelled.
+/// to f32, exact (-0 + x is x), a NaN half giving the canonical NaN. HADD2 with any other
+/// addend is refused: f16 arithmetic is not modelled.
 pub fn hadd2(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     if c.inst.mods != ["F32"] {
         return Err(c.unmodelled("HADD2 other than .F32"));
@@ -284,10 +291,12 @@ pub fn hadd2(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
         let w = c.reg_value(l, false, n);
         let h = if high { w >> 16 } else { w & 0xffff } as u16;
         let v = crate::syntax::f16_to_f64(h);
-        if v.is_nan() {
-            return Err(c.unmodelled("a NaN half"));
-        }
-        c.set(l, 0, (v as f32).to_bits())?;
+        let bits = if v.is_nan() {
+            CANONICAL_NAN
+        } else {
+            (v as f32).to_bits()
+        };
+        c.set(l, 0, bits)?;
     }
     Ok(Step::Next)
 }
