@@ -254,6 +254,37 @@ fn a_missing_scoreboard_wait_is_an_error() {
     }
 }
 
+/// A block barrier reached by some lanes of a warp only is an error, not a hang or a
+/// guess: reduce_sum_f32's BAR.SYNC guarded by a predicate that differs between lanes.
+#[test]
+fn a_barrier_under_divergence_is_an_error() {
+    let c = case("reduce_sum_f32", "rows=3 cols=324 threads=64", 1);
+    let Some(mut k) = assemble(&c) else { return };
+    let code = &mut k.code;
+    let bar = code
+        .iter()
+        .flatten()
+        .position(|i| i.op == "BAR")
+        .expect("a BAR");
+    // The predicate the STS before it is guarded by (lane 0 of each warp stores).
+    let guard = code[..bar]
+        .iter()
+        .flatten()
+        .rev()
+        .find(|i| i.op == "STS")
+        .and_then(|i| i.guard)
+        .expect("a guarded STS before the barrier");
+    let bar = code[bar].as_mut().unwrap();
+    bar.guard = Some(guard);
+    match run_emu(&k, &c) {
+        Err(EmuError::Divergent { at, why }) => {
+            assert!(why.starts_with("BAR.SYNC by lanes"), "{why}");
+            assert_eq!(k.code[(at / 16) as usize].as_ref().unwrap().op, "BAR");
+        }
+        other => panic!("expected a divergent barrier, got {other:?}"),
+    }
+}
+
 /// An access outside every allocation is an error naming the instruction and the address:
 /// add_f32 told that its arrays are longer than they are.
 #[test]

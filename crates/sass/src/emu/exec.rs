@@ -255,10 +255,11 @@ impl Ctx<'_> {
             return Err(self.unmodelled(format!("constant bank {bank}")));
         }
         let start = usize::try_from(offset).map_err(|_| fault.clone())?;
+        let end = start.checked_add(len).ok_or(fault.clone())?;
         let b = self
             .env
             .cbank
-            .get(start..start + len)
+            .get(start..end)
             .filter(|_| start % len == 0)
             .ok_or(fault)?;
         let mut v = [0u8; 8];

@@ -7,11 +7,11 @@ use super::exec::{lanes, Ctx, Step};
 use super::inst::Operand;
 use super::EmuError;
 
-/// Operands `0..n` of the form that are predicates right after the destination (carry
-/// outputs), counted from index 1.
+/// How many predicates follow the destination: the carry outputs of IADD3 and LEA.
 fn leading_preds(c: &Ctx) -> usize {
-    c.ops[1..]
+    c.ops
         .iter()
+        .skip(1)
         .take_while(|o| matches!(o, Operand::Pred { .. }))
         .count()
 }

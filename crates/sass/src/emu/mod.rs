@@ -166,6 +166,13 @@ pub fn run(
             "launch of grid {g:?} and block {b:?}: empty, or more than 1024 threads a block"
         )));
     }
+    // blockDim and gridDim take the first 0x18 bytes; the parameters must start after.
+    if kernel.param_base < 0x18 {
+        return Err(EmuError::Program(format!(
+            "{}: parameters at c[0x0][{:#x}] overlap the launch dimensions",
+            kernel.name, kernel.param_base
+        )));
+    }
     let mut cbank = vec![0u8; kernel.param_base + params.len()];
     for (i, v) in b.iter().chain(&g).enumerate() {
         cbank[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
