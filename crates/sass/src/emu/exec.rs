@@ -66,6 +66,7 @@ fn semantics(op: &str) -> Option<Semantics> {
         "FSEL" => float::fsel,
         "FSETP" => float::fsetp,
         "I2FP" => float::i2fp,
+        "I2F" => float::i2f,
         "HFMA2" => float::hfma2,
         "PLOP3" => int::plop3,
         "LDG" | "STG" => mem::global,

@@ -150,6 +150,60 @@ pub fn i2fp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
+/// A rounding direction named by a modifier (`.RP`, `.RM`, `.RZ`; none is to nearest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    Nearest,
+    Up,
+    Down,
+    Zero,
+}
+
+/// `v` (exact in f64) as an f32 rounded in `dir`.
+fn to_f32(v: f64, dir: Direction) -> f32 {
+    let near = v as f32;
+    let below = f64::from(near) < v;
+    let above = f64::from(near) > v;
+    match dir {
+        Direction::Up if below => near.next_up(),
+        Direction::Down if above => near.next_down(),
+        Direction::Zero if v > 0.0 && above => near.next_down(),
+        Direction::Zero if v < 0.0 && below => near.next_up(),
+        _ => near,
+    }
+}
+
+/// `I2F.{U32|S32}[.RP|.RM|.RZ] d, a`: a 32-bit integer to f32, to nearest even or in the
+/// direction named. (A form without a source type, or with another destination, is
+/// refused.)
+pub fn i2f(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["U32", "S32", "RP", "RM", "RZ"])?;
+    let signed = match (c.inst.has("S32"), c.inst.has("U32")) {
+        (true, false) => true,
+        (false, true) => false,
+        _ => return Err(c.unmodelled("a source type other than one of .U32 and .S32")),
+    };
+    c.arity(2)?;
+    let dir = [
+        ("RP", Direction::Up),
+        ("RM", Direction::Down),
+        ("RZ", Direction::Zero),
+    ]
+    .into_iter()
+    .find(|(m, _)| c.inst.has(m))
+    .map_or(Direction::Nearest, |(_, d)| d);
+    for l in lanes(on) {
+        let a = c.int(l, 1)?;
+        let v = if signed {
+            f64::from(a as i32)
+        } else {
+            f64::from(a)
+        };
+        c.set(l, 0, to_f32(v, dir).to_bits())?;
+    }
+    Ok(Step::Next)
+}
+
 /// `HFMA2.MMA d, -RZ, RZ, hi, lo`: ptxas's way to write a constant. The product is -0
 /// in both halves, and -0 + x is x for every f16 `x` but a NaN, so `d` is the two
 /// immediates, the first in the high half (as ptxas writes `0x3c000000` as `1, 0`).
@@ -304,6 +358,25 @@ pub fn hadd2(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directed_rounding_of_integers() {
+        // 2^24 + 1 lies between the f32s 2^24 and 2^24 + 2; 2^24 + 3 between + 2 and + 4.
+        let (a, b, c) = (16777216f32, 16777218f32, 16777220f32);
+        for (v, dir, want) in [
+            (16777217.0, Direction::Nearest, a),
+            (16777219.0, Direction::Nearest, c),
+            (16777217.0, Direction::Up, b),
+            (16777217.0, Direction::Down, a),
+            (16777217.0, Direction::Zero, a),
+            (-16777217.0, Direction::Zero, -a),
+            (-16777217.0, Direction::Down, -b),
+            (-16777217.0, Direction::Up, -a),
+            (9.0, Direction::Up, 9.0),
+        ] {
+            assert_eq!(to_f32(v, dir), want, "{v} {dir:?}");
+        }
+    }
 
     #[test]
     fn f16_rounding_agrees_with_the_f16_table_at_every_boundary() {
