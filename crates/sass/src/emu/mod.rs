@@ -1,8 +1,8 @@
 //! A SASS emulator: runs a kernel's sm_90 machine code from its bytes on the CPU.
 //!
 //! Every instruction goes through the decoder ([`crate::table::Tables::decode`]); its
-//! template names the semantics ([`exec`]), grouped by family ([`int`], [`float`],
-//! [`mem`], [`control`]). An instruction, modifier or operand shape without semantics
+//! template names the semantics (`exec.rs`), grouped by family (`int.rs`, `float.rs`,
+//! `mem.rs`, `control.rs`). An instruction, modifier or operand shape without semantics
 //! here is refused by name and address ([`EmuError::Unmodelled`]), never guessed.
 //!
 //! The machine: blocks run one after another; a block's warps run in turn, each until it
@@ -12,8 +12,16 @@
 //! run, to every lane there: lanes that branched apart run apart and meet again at the
 //! `BSYNC` that `BSSY` set up, where a lane waits until every live lane of its barrier
 //! register has arrived. Each instruction's dependency barriers are checked
-//! ([`warp::Scoreboard`]): touching a register that a load still owes to a scoreboard
+//! (`warp.rs`): touching a register that a load still owes to a scoreboard
 //! without waiting on it is an error, since on the GPU that reads a stale value.
+//!
+//! Modelled, each with the modifiers and operand forms its function names: IMAD (`.MOV`,
+//! `.SHL`, `.IADD`, `.U32`, `.WIDE`, `.HI.U32` with an RZ addend, `.X`), IADD3(`.X`), VIADD,
+//! LEA(`.HI`)(`.X`), SHF, LOP3.LUT, PLOP3.LUT, ISETP(`.EX`), VIMNMX, VIADDMNMX.U32, PRMT,
+//! MOV, SEL, R2UR and the uniform twins; FADD, FMUL, FFMA, FMNMX, FSEL, FSETP, I2F, I2FP,
+//! F2FP (to bf16 and f16), HADD2.F32 and HFMA2.MMA as ptxas uses them for conversions and
+//! constants; LDG, STG, LDS, STS, LDC, ULDC; S2R, S2UR, CS2R; BRA (`.DIV` when converged),
+//! EXIT, BSSY, BSYNC, NOP, BAR.SYNC, SHFL.
 //!
 //! Memory: constant bank 0 holds the launch (`blockDim` at `c[0x0][0x0]`, `gridDim` at
 //! `c[0x0][0xc]`, as ptxas reads `%ntid`/`%nctaid`) and the parameters from the offset
