@@ -231,7 +231,8 @@ fn run_block(
         let live = warps.iter().filter(|w| w.live() != 0).count();
         if waiting.len() != live || waiting.len() != warps.len() {
             return Err(EmuError::Deadlock(format!(
-                "block {:?}: {} of {} warps wait at BAR.SYNC, the others have exited",
+                "block {:?}: {} of {} warps wait at BAR.SYNC, the others have exited \
+                 (whether exited warps count at a barrier is not modelled)",
                 env.ctaid,
                 waiting.len(),
                 warps.len()
