@@ -1,0 +1,149 @@
+//! Memory semantics: LDG/STG (global, through a 64-bit register pair), LDS/STS (the
+//! block's shared window), LDC/ULDC (constant bank 0). Sizes are 8/16 bits (zero- or
+//! sign-extended into one register), 32, 64 and 128 bits (consecutive registers).
+
+use super::exec::{lanes, Ctx, Step};
+use super::inst::Operand;
+use super::EmuError;
+
+/// The access width in bytes from the modifiers, and whether a narrow load sign-extends.
+fn width(c: &Ctx) -> (usize, bool) {
+    let mut w = (4, false);
+    for m in &c.inst.mods {
+        w = match m.as_str() {
+            "U8" => (1, false),
+            "S8" => (1, true),
+            "U16" => (2, false),
+            "S16" => (2, true),
+            "64" => (8, false),
+            "128" => (16, false),
+            _ => continue,
+        };
+    }
+    w
+}
+
+/// Little-endian bytes to register words; narrow values extended to one word.
+fn words(bytes: &[u8], signed: bool) -> Vec<u32> {
+    match bytes.len() {
+        1 if signed => vec![bytes[0] as i8 as i32 as u32],
+        1 => vec![u32::from(bytes[0])],
+        2 => {
+            let v = u16::from_le_bytes([bytes[0], bytes[1]]);
+            vec![if signed {
+                v as i16 as i32 as u32
+            } else {
+                u32::from(v)
+            }]
+        }
+        _ => bytes
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect(),
+    }
+}
+
+/// Register words to the `len` little-endian bytes a store writes.
+fn bytes(words: &[u32], len: usize) -> Vec<u8> {
+    let mut b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    b.truncate(len);
+    b
+}
+
+/// The address operand `i` names for `lane`.
+fn address(c: &mut Ctx, lane: usize, i: usize, global: bool) -> Result<u64, EmuError> {
+    let Operand::Mem {
+        desc,
+        reg,
+        uniform,
+        wide,
+        offset,
+    } = *c.op(i)?
+    else {
+        return Err(c.unmodelled(format!("address operand {}", i + 1)));
+    };
+    if global != (desc.is_some() && wide) {
+        return Err(c.unmodelled("this addressing form"));
+    }
+    if let Some(d) = desc {
+        // The memory descriptor (ULDC.64 of c[0x0][0x208]) is read but not modelled: every
+        // global access goes to the flat memory.
+        c.reg_pair(lane, true, d)?;
+    }
+    let base = match reg {
+        None => 0,
+        Some(n) if wide => c.reg_pair(lane, uniform, n)?,
+        Some(n) => u64::from(c.reg_value(lane, uniform, n)),
+    };
+    Ok(base.wrapping_add(offset as u64))
+}
+
+/// `LDG[.E][.size][.CONSTANT|.STRONG.GPU] d, desc[UR][R.64+imm]` and
+/// `STG[.E][.size] desc[UR][R.64+imm], r`.
+pub fn global(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&[
+        "E", "U8", "S8", "U16", "S16", "64", "128", "CONSTANT", "STRONG", "GPU",
+    ])?;
+    c.arity(2)?;
+    let (len, signed) = width(c);
+    let at = c.inst.addr;
+    let load = c.inst.op == "LDG";
+    for l in lanes(on) {
+        if load {
+            let a = address(c, l, 1, true)?;
+            let mut buf = [0u8; 16];
+            c.global.read(at, a, &mut buf[..len])?;
+            c.set_many(l, 0, &words(&buf[..len], signed))?;
+        } else {
+            let a = address(c, l, 0, true)?;
+            let data = c.get_many(l, 1, len.div_ceil(4))?;
+            c.global.write(at, a, &bytes(&data, len))?;
+        }
+    }
+    Ok(Step::Next)
+}
+
+/// `LDS[.size] d, [R+imm]` and `STS[.size] [R+imm], r` (also `[UR+imm]`).
+pub fn shared(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["U8", "S8", "U16", "S16", "64", "128"])?;
+    c.arity(2)?;
+    let (len, signed) = width(c);
+    let at = c.inst.addr;
+    let load = c.inst.op == "LDS";
+    for l in lanes(on) {
+        if load {
+            let a = address(c, l, 1, false)?;
+            let mut buf = [0u8; 16];
+            c.shared.read(at, a, &mut buf[..len])?;
+            c.set_many(l, 0, &words(&buf[..len], signed))?;
+        } else {
+            let a = address(c, l, 0, false)?;
+            let data = c.get_many(l, 1, len.div_ceil(4))?;
+            c.shared.write(at, a, &bytes(&data, len))?;
+        }
+    }
+    Ok(Step::Next)
+}
+
+/// `LDC[.64] d, c[bank][R+imm]`, `ULDC[.64] ud, c[bank][imm]`.
+pub fn constant(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["64"])?;
+    c.arity(2)?;
+    let wide = c.inst.has("64");
+    let Operand::Const { bank, reg, offset } = *c.op(1)? else {
+        return Err(c.unmodelled("a source other than c[..][..]"));
+    };
+    for l in lanes(on) {
+        let base = match reg {
+            Some(n) => i64::from(c.reg_value(l, false, n)),
+            None => 0,
+        };
+        let v = c.constant(bank, base + offset, if wide { 8 } else { 4 })?;
+        if wide {
+            c.set_many(l, 0, &[v as u32, (v >> 32) as u32])?;
+        } else {
+            c.set(l, 0, v as u32)?;
+        }
+    }
+    Ok(Step::Next)
+}
