@@ -5,7 +5,7 @@
 //! deliberately wrong instruction, or a store removed, must fail that comparison; an
 //! instruction the emulator does not model is refused by name and address.
 
-use quench_ir::{Builder, Function, Scalar, Type};
+use quench_ir::{AddrSpace, Builder, Function, Scalar, Type};
 use quench_kernels::case::{Buffer, Check, Expected, POISON};
 use quench_kernels::{CaseArg, CaseOutputs, KernelCase};
 use quench_rt::{Arg, InterpExecutor};
@@ -436,7 +436,10 @@ fn mix() -> Function {
 }
 
 /// [`mix`] over `n` threads of random words, its expected output the interpreter's.
-fn mix_case(n: u32, seed: u64) -> KernelCase {
+/// A case of a hand-built kernel over `n` threads: `inputs` arrays of `n` fresh random
+/// words, then an output of `outputs` words a thread, then `n`; what the interpreter
+/// writes is the expected output.
+fn words_case(kernel: Function, inputs: usize, outputs: u32, n: u32, seed: u64) -> KernelCase {
     let mut s = seed | 1;
     let mut word = || {
         // xorshift64*: any fresh words do.
@@ -445,25 +448,22 @@ fn mix_case(n: u32, seed: u64) -> KernelCase {
         s ^= s >> 27;
         (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
     };
-    let xs: Vec<u8> = (0..n).flat_map(|_| word().to_le_bytes()).collect();
-    let ys: Vec<u8> = (0..n).flat_map(|_| word().to_le_bytes()).collect();
-    let outs = (n * MIX_OUTPUTS * 4) as usize;
+    let mut buffers: Vec<Buffer> = (0..inputs)
+        .map(|i| {
+            let data = (0..n).flat_map(|_| word().to_le_bytes()).collect();
+            Buffer::input(&format!("in{i}"), data)
+        })
+        .collect();
+    buffers.push(Buffer::output("out", (n * outputs * 4) as usize));
+    let mut args: Vec<CaseArg> = (0..=inputs).map(CaseArg::Buffer).collect();
+    args.push(CaseArg::Scalar(Arg::U32(n)));
     let mut c = KernelCase {
-        name: "emu_mix".into(),
+        name: kernel.name.clone(),
         shape: n.to_string(),
-        kernel: mix(),
+        kernel,
         launch: quench_rt::Launch::linear(n.div_ceil(64), 64),
-        buffers: vec![
-            Buffer::input("x", xs),
-            Buffer::input("y", ys),
-            Buffer::output("out", outs),
-        ],
-        args: vec![
-            CaseArg::Buffer(0),
-            CaseArg::Buffer(1),
-            CaseArg::Buffer(2),
-            CaseArg::Scalar(Arg::U32(n)),
-        ],
+        buffers,
+        args,
         expected: vec![],
         controls: vec![],
         bytes_moved: 0,
@@ -472,12 +472,16 @@ fn mix_case(n: u32, seed: u64) -> KernelCase {
     let want =
         quench_kernels::run_case(&mut InterpExecutor::new(), &c).expect("interpreter runs it");
     c.expected.push(Expected {
-        buffer: 2,
-        data: want.get(2).unwrap().to_vec(),
+        buffer: inputs,
+        data: want.get(inputs).unwrap().to_vec(),
         elem: Scalar::U32,
         check: Check::Exact,
     });
     c
+}
+
+fn mix_case(n: u32, seed: u64) -> KernelCase {
+    words_case(mix(), 2, MIX_OUTPUTS, n, seed)
 }
 
 #[test]
@@ -563,4 +567,163 @@ fn every_library_kernel_runs_bit_exact_or_is_refused_by_name() {
     for name in RUN_TO_THE_END {
         assert!(ran.contains(name), "{name} no longer runs to the end");
     }
+}
+
+// ---- quench's own code generator, checked without a GPU -----------------------------
+
+/// `case`'s kernel through quench's own code generator (no ptxas); `None` when the
+/// generator refuses it.
+fn compile_own(case: &KernelCase) -> Option<Kernel> {
+    let cubin = quench_sass::codegen::compile_cubin(&case.kernel).ok()?;
+    let c = Cubin::parse(&cubin).expect("quench's cubin parses");
+    let tables = Tables::sm90().expect("tables load");
+    Some(Kernel::from_cubin(&c, &c.kernels[0].name, tables).expect("quench's code decodes"))
+}
+
+/// Every library kernel the code generator compiles runs in the emulator byte for byte
+/// like the interpreter: its output may use no instruction the emulator does not model,
+/// and a regression in what it compiles fails here too.
+#[test]
+fn quench_generated_code_runs_bit_exact_against_the_interpreter() {
+    let seed = quench_testkit::seed();
+    let mut ran = Vec::new();
+    for spec in quench_kernels::library() {
+        let params = SMALLER
+            .iter()
+            .find(|(n, _)| *n == spec.name)
+            .map_or(spec.small_params(), |(_, p)| p);
+        let c = case(spec.name, params, seed);
+        let Some(k) = compile_own(&c) else { continue };
+        let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        agree(&c, &out).unwrap_or_else(|e| panic!("quench's code for {e}"));
+        ran.push(spec.name);
+    }
+    eprintln!(
+        "quench's own code: {} library kernels bit-exact in the emulator: {ran:?}",
+        ran.len()
+    );
+    for name in [
+        "add_f32",
+        "add_bf16",
+        "reduce_sum_f32",
+        "gemv_bf16",
+        "embed_q4_k",
+        "rope_append_neox_f32",
+        "qgemv_q3_k",
+        "cast_f32_f16",
+    ] {
+        assert!(ran.contains(&name), "{name} no longer compiles: {ran:?}");
+    }
+}
+
+#[test]
+fn quench_generated_loops_branches_and_division_match_the_interpreter() {
+    for c in [
+        words_case(
+            codegen_mix(),
+            1,
+            CODEGEN_OUTPUTS,
+            150,
+            quench_testkit::seed(),
+        ),
+        mix_case(150, quench_testkit::seed()),
+    ] {
+        let Some(k) = compile_own(&c) else {
+            let e = quench_sass::codegen::compile(&c.kernel).unwrap_err();
+            panic!("{}: {e}", c.name)
+        };
+        let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        agree(&c, &out).unwrap_or_else(|e| panic!("quench's code for {e}"));
+    }
+}
+
+/// Outputs per thread of [`codegen_mix`].
+const CODEGEN_OUTPUTS: u32 = 13;
+
+/// A kernel made to exercise the code generator where it is easiest to get wrong: a loop
+/// whose carried values swap places each trip (a parallel copy with a cycle), an `if` with
+/// results inside it, shared memory across a barrier, division and remainder by
+/// constants of each kind, predicate logic, 64-bit arithmetic, and 16-bit halves packed
+/// and taken apart.
+fn codegen_mix() -> Function {
+    let u32p = Type::Ptr(AddrSpace::Global, Scalar::U32);
+    let mut k = Builder::new("codegen_mix", 64);
+    let x = k.param("x", u32p);
+    let out = k.param("out", u32p);
+    let n = k.param("n", Type::U32);
+    let gid = k.global_id_x();
+    let tid = k.tid_x();
+    let shared = k.shared_array("s", Scalar::U32, 64, 4);
+    let in_range = k.lt(gid, n);
+    let xv = k.if_else(
+        in_range,
+        &[Type::U32],
+        |k| {
+            let p = k.ptr_add(x, gid);
+            vec![k.load(Type::U32, p)]
+        },
+        |k| vec![k.const_u32(0x5bd1_e995)],
+    )[0];
+    let slot = k.ptr_add(shared, tid);
+    k.store(slot, xv);
+    k.barrier();
+    let next = k.add_const(tid, 1);
+    let next = k.and_const(next, 63);
+    let nslot = k.ptr_add(shared, next);
+    let neighbour = k.load(Type::U32, nslot);
+    // (a, b) ← (b, a + i), a trip count differing between lanes.
+    let trips = k.and_const(xv, 7);
+    let (zero, one) = (k.const_u32(0), k.const_u32(1));
+    let swapped = k.for_range(zero, trips, one, &[xv, neighbour], |k, iv, c| {
+        let odd = k.and_const(iv, 1);
+        let is_odd = k.ne(odd, zero);
+        let bumped = k.if_else(
+            is_odd,
+            &[Type::U32],
+            |k| vec![k.add(c[0], iv)],
+            |k| vec![k.xor(c[0], iv)],
+        )[0];
+        vec![c[1], bumped]
+    });
+    let mut outs = swapped.clone();
+    for d in [7u32, 16, 1_000_000_007, 641] {
+        let dv = k.const_u32(d);
+        outs.push(k.div(xv, dv));
+        outs.push(k.rem(neighbour, dv));
+    }
+    // p = (x < 2^31) and not (neighbour > x), or (x == neighbour).
+    let half = k.const_u32(1 << 31);
+    let small = k.lt(xv, half);
+    let above = k.gt(neighbour, xv);
+    let not_above = k.not(above);
+    let both = k.and(small, not_above);
+    let same = k.eq(xv, neighbour);
+    let p = k.or(both, same);
+    let (two, three) = (k.const_u32(2), k.const_u32(3));
+    outs.push(k.select(p, two, three));
+    // 64-bit: x·neighbour + x, its high word.
+    let xw = k.cvt(Scalar::U64, xv);
+    let nw = k.cvt(Scalar::U64, neighbour);
+    let prod = k.mul(xw, nw);
+    let sum = k.add(prod, xw);
+    let c32 = k.const_u32(32);
+    let hi = k.shr(sum, c32);
+    outs.push(k.cvt(Scalar::U32, hi));
+    assert_eq!(outs.len() as u32, CODEGEN_OUTPUTS - 1);
+    // The halves of x swapped through a pair of u16.
+    let lo16 = k.cvt(Scalar::U16, xv);
+    let sh16 = k.const_u32(16);
+    let hi32 = k.shr(xv, sh16);
+    let hi16 = k.cvt(Scalar::U16, hi32);
+    let pair = k.pack(Type::Vec(Scalar::U16, 2), &[hi16, lo16]);
+    outs.push(k.bitcast(Type::U32, pair));
+    k.if_then(in_range, |k| {
+        let base = k.mul_const(gid, CODEGEN_OUTPUTS);
+        for (j, v) in outs.iter().enumerate() {
+            let at = k.add_const(base, j as u32);
+            let p = k.ptr_add(out, at);
+            k.store(p, *v);
+        }
+    });
+    k.finish().expect("codegen_mix verifies")
 }

@@ -652,6 +652,10 @@ impl<'f> Selector<'f> {
                 let ty = if to == Scalar::BF16 { "BF16" } else { "F16" };
                 vec![format!("F2FP.{ty}.F32.PACK_AB {}, RZ, {a}", d.reg(0))]
             }
+            (Scalar::I32, Scalar::F32, Some(Round::Rn)) => {
+                let d = self.regs.define(f, v)?;
+                vec![format!("I2FP.F32.S32 {}, {a}", d.reg(0))]
+            }
             (Scalar::BF16, Scalar::F32, None) => {
                 let d = self.regs.define(f, v)?;
                 vec![format!("SHF.L.U32 {}, {a}, 0x10, RZ", d.reg(0))]
@@ -689,6 +693,7 @@ impl<'f> Selector<'f> {
             return self.divide(result, op, a, d);
         }
         let (ra, rb) = (self.reg(a)?, self.reg(b)?);
+        let shift_by = self.consts.get(&b).copied();
         let text = |d: &str| -> Option<String> {
             Some(match (kind, op) {
                 (Kind::F32, BinOp::Add) if rnd == Some(Round::Rn) => {
@@ -712,6 +717,11 @@ impl<'f> Selector<'f> {
                 (Kind::U32, BinOp::Min) => format!("VIMNMX.U32 {d}, {ra}, {rb}, PT"),
                 (Kind::U32, BinOp::Max) => format!("VIMNMX.U32 {d}, {ra}, {rb}, !PT"),
                 (Kind::U32, BinOp::Shr) => format!("SHF.R.U32.HI {d}, RZ, {rb}, {ra}"),
+                // The tables hold the arithmetic shift by an immediate only.
+                (Kind::S32, BinOp::Shr) => {
+                    format!("SHF.R.S32.HI {d}, RZ, {:#x}, {ra}", shift_by?.min(31))
+                }
+                (Kind::U32, BinOp::MulHi) => format!("IMAD.HI.U32 {d}, {ra}, {rb}, RZ"),
                 _ => return None,
             })
         };
@@ -839,25 +849,36 @@ impl<'f> Selector<'f> {
         Ok(())
     }
 
-    /// 64-bit integer addition and multiplication, a register pair each (low word
-    /// first): the carry through P6; the product's high word from the wide low product
-    /// and the two cross products, through R0.
+    /// 64-bit integer addition, multiplication and bitwise logic, a register pair each
+    /// (low word first): the carry through P6; the product's high word from the wide low
+    /// product and the two cross products, through R0.
     fn bin64(&mut self, result: Option<Value>, op: BinOp, a: Value, b: Value) -> Result<()> {
         let f = self.f;
         if let (BinOp::Shl | BinOp::Shr, Some(&k)) = (op, self.consts.get(&b)) {
             return self.shift64(result, op, a, k);
         }
         let (a, b) = (self.regs.loc(f, a)?, self.regs.loc(f, b)?);
-        if !matches!(op, BinOp::Add | BinOp::Mul) {
-            return Err(refuse(
-                f,
-                format!("no selection rule for {} on u64 yet", op.name()),
-            ));
-        }
+        let lut = match op {
+            BinOp::And => Some(0xc0),
+            BinOp::Or => Some(0xfc),
+            BinOp::Xor => Some(0x3c),
+            BinOp::Add | BinOp::Mul => None,
+            _ => {
+                return Err(refuse(
+                    f,
+                    format!("no selection rule for {} on u64 yet", op.name()),
+                ))
+            }
+        };
         let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
         let d = self.regs.define(f, v)?;
         let (d0, d1, a0, a1, b0, b1) = (d.reg(0), d.reg(1), a.reg(0), a.reg(1), b.reg(0), b.reg(1));
-        let lines = if op == BinOp::Add {
+        let lines = if let Some(lut) = lut {
+            vec![
+                format!("LOP3.LUT {d0}, {a0}, {b0}, RZ, {lut:#x}, !PT"),
+                format!("LOP3.LUT {d1}, {a1}, {b1}, RZ, {lut:#x}, !PT"),
+            ]
+        } else if op == BinOp::Add {
             vec![
                 format!("IADD3 {d0}, {SCRATCH_P}, {a0}, {b0}, RZ"),
                 format!("IADD3.X {d1}, {a1}, {b1}, RZ, {SCRATCH_P}, !PT"),
@@ -914,8 +935,26 @@ impl<'f> Selector<'f> {
     fn cmp(&mut self, result: Option<Value>, op: CmpOp, a: Value, b: Value) -> Result<()> {
         let f = self.f;
         let kind = self.kind(a, "cmp")?;
-        let (ra, rb) = (self.reg(a)?, self.reg(b)?);
         let name = |op: CmpOp| op.name().to_uppercase();
+        if kind == Kind::U64 {
+            // The low words compared into P6, the high words then decide, with P6 taken
+            // where they are equal (`.EX`).
+            let (la, lb) = (self.regs.loc(f, a)?, self.regs.loc(f, b)?);
+            let v = result.ok_or_else(|| refuse(f, "cmp without its result"))?;
+            let p = self.regs.define(f, v)?.reg(0);
+            let (a0, a1, b0, b1) = (la.reg(0), la.reg(1), lb.reg(0), lb.reg(1));
+            let op = name(op);
+            self.emit(
+                "",
+                format!("ISETP.{op}.U32.AND {SCRATCH_P}, PT, {a0}, {b0}, PT"),
+            );
+            self.emit(
+                "",
+                format!("ISETP.{op}.U32.AND.EX {p}, PT, {a1}, {b1}, PT, {SCRATCH_P}"),
+            );
+            return Ok(());
+        }
+        let (ra, rb) = (self.reg(a)?, self.reg(b)?);
         // The forms the tables hold: every unsigned comparison; signed GE and NE; ordered
         // float EQ, GE and GT (LT and LE by swapping the operands).
         let (mnemonic, x, y) = match (kind, op) {
