@@ -812,3 +812,48 @@ impl ResourceManager for FakeRm {
         Ok(())
     }
 }
+
+/// Checks that every object and mapping in `calls` was undone, the most recent first:
+/// frees and unmaps pop what allocs and maps pushed, in stack order, and nothing is left.
+/// A GPU node is closed only once nothing made after it was opened is left.
+pub fn assert_undone_in_reverse(calls: &[Call]) {
+    #[derive(Debug, PartialEq)]
+    enum Made {
+        Object(Handle),
+        Cpu(Handle),
+        Dma(Handle, u64),
+        Node(u32),
+    }
+    let mut stack = vec![];
+    for call in calls {
+        let (push, pop) = match *call {
+            Call::Alloc { handle, .. } => (Some(Made::Object(handle)), None),
+            Call::Free { handle, .. } => (None, Some(Made::Object(handle))),
+            Call::MapMemory { memory, .. } => (Some(Made::Cpu(memory)), None),
+            Call::UnmapMemory { memory, .. } => (None, Some(Made::Cpu(memory))),
+            Call::MapDma {
+                memory, address, ..
+            } => (Some(Made::Dma(memory, address)), None),
+            Call::UnmapDma {
+                memory, address, ..
+            } => (None, Some(Made::Dma(memory, address))),
+            Call::OpenGpu(minor) => (Some(Made::Node(minor)), None),
+            Call::CloseGpu(minor) => (None, Some(Made::Node(minor))),
+            _ => (None, None),
+        };
+        if let Some(made) = push {
+            stack.push(made);
+        }
+        if let Some(undone) = pop {
+            // The driver frees a client with everything under it; quench frees each
+            // object itself, so the client (and with it the node's objects) comes last.
+            let top = stack.pop();
+            assert_eq!(
+                top.as_ref(),
+                Some(&undone),
+                "undone out of order in {calls:#?}"
+            );
+        }
+    }
+    assert!(stack.is_empty(), "left behind: {stack:?}");
+}

@@ -464,7 +464,14 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
         self.memory
     }
 
-    fn cpu_at(&self, what: &'static str, offset: u64, length: u64) -> Result<*mut u8, NativeError> {
+    /// The CPU address of `length` bytes at `offset`, which must be a multiple of `align`.
+    fn cpu_at(
+        &self,
+        what: &'static str,
+        offset: u64,
+        length: u64,
+        align: u64,
+    ) -> Result<*mut u8, NativeError> {
         // Memory not mapped for the CPU has no bytes the CPU can reach.
         let out_of_bounds = NativeError::OutOfBounds {
             what,
@@ -476,7 +483,7 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
             return Err(out_of_bounds);
         };
         match offset.checked_add(length) {
-            Some(end) if end <= self.size && offset.is_multiple_of(length.min(8).max(1)) => {
+            Some(end) if end <= self.size && offset.is_multiple_of(align) => {
                 // SAFETY: within the mapping, which lives as long as `self`.
                 Ok(unsafe { base.as_ptr().add(offset as usize) })
             }
@@ -486,7 +493,7 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
 
     /// Copies `bytes` into the allocation at `offset` through the CPU mapping.
     pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), NativeError> {
-        let dst = self.cpu_at("a write", offset, bytes.len() as u64)?;
+        let dst = self.cpu_at("a write", offset, bytes.len() as u64, 1)?;
         for (i, b) in bytes.iter().enumerate() {
             // SAFETY: in bounds (checked above); volatile, since the GPU reads it.
             unsafe { dst.add(i).write_volatile(*b) };
@@ -496,7 +503,7 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
 
     /// Writes a naturally aligned 32-bit word at `offset`.
     pub fn write_u32(&self, offset: u64, value: u32) -> Result<(), NativeError> {
-        let dst = self.cpu_at("a 32-bit write", offset, 4)?;
+        let dst = self.cpu_at("a 32-bit write", offset, 4, 4)?;
         // SAFETY: in bounds and 4-byte aligned (checked above; mappings are page aligned).
         unsafe { dst.cast::<u32>().write_volatile(value) };
         Ok(())
@@ -504,7 +511,7 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
 
     /// Writes a naturally aligned 64-bit word at `offset`.
     pub fn write_u64(&self, offset: u64, value: u64) -> Result<(), NativeError> {
-        let dst = self.cpu_at("a 64-bit write", offset, 8)?;
+        let dst = self.cpu_at("a 64-bit write", offset, 8, 8)?;
         // SAFETY: in bounds and 8-byte aligned (checked above).
         unsafe { dst.cast::<u64>().write_volatile(value) };
         Ok(())
@@ -512,15 +519,378 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
 
     /// Reads the naturally aligned 32-bit word at `offset`, as the GPU left it.
     pub fn read_u32(&self, offset: u64) -> Result<u32, NativeError> {
-        let src = self.cpu_at("a 32-bit read", offset, 4)?;
+        let src = self.cpu_at("a 32-bit read", offset, 4, 4)?;
         // SAFETY: in bounds and 4-byte aligned (checked above).
         Ok(unsafe { src.cast::<u32>().read_volatile() })
     }
 
     /// Reads the naturally aligned 64-bit word at `offset`, as the GPU left it.
     pub fn read_u64(&self, offset: u64) -> Result<u64, NativeError> {
-        let src = self.cpu_at("a 64-bit read", offset, 8)?;
+        let src = self.cpu_at("a 64-bit read", offset, 8, 8)?;
         // SAFETY: in bounds and 8-byte aligned (checked above).
         Ok(unsafe { src.cast::<u64>().read_volatile() })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::super::fake::{assert_undone_in_reverse, Call, FakeRm, H200};
+    use super::super::objects::NvChannelAllocParams;
+    use super::super::status::NvStatus;
+    use super::*;
+
+    pub(crate) const DRIVER: &str = "580.159.04";
+    /// The handles the fake gives [`Gpu::open`]'s objects, in order.
+    pub(crate) const CLIENT: Handle = 1;
+    pub(crate) const DEVICE: Handle = 2;
+    pub(crate) const SUBDEVICE: Handle = 3;
+    pub(crate) const VA_SPACE: Handle = 4;
+
+    /// The calls since the `n`-th.
+    pub(crate) fn calls_from(rm: &FakeRm, n: usize) -> Vec<Call> {
+        rm.calls()[n..].to_vec()
+    }
+
+    #[test]
+    fn a_gpu_is_a_client_device_subdevice_and_address_space_freed_in_reverse() {
+        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        assert_eq!(gpu.heap_bytes(), u64::from(H200.heap_kib) * 1024);
+        assert_eq!(
+            (gpu.client(), gpu.device(), gpu.subdevice(), gpu.va_space()),
+            (CLIENT, DEVICE, SUBDEVICE, VA_SPACE)
+        );
+        let made = rm.calls();
+        assert_eq!(
+            made,
+            vec![
+                Call::CheckVersion(DRIVER.into()),
+                Call::CardInfo,
+                Call::OpenGpu(0),
+                Call::Alloc {
+                    class: 0x41,
+                    parent: 0,
+                    handle: CLIENT
+                },
+                Call::Control {
+                    object: CLIENT,
+                    cmd: GpuGetIdInfoV2Params::CMD
+                },
+                Call::Alloc {
+                    class: 0x80,
+                    parent: CLIENT,
+                    handle: DEVICE
+                },
+                Call::Alloc {
+                    class: 0x2080,
+                    parent: DEVICE,
+                    handle: SUBDEVICE
+                },
+                Call::Control {
+                    object: SUBDEVICE,
+                    cmd: FbGetInfoV2Params::CMD
+                },
+                Call::Alloc {
+                    class: 0x90f1,
+                    parent: DEVICE,
+                    handle: VA_SPACE
+                },
+            ]
+        );
+        // A new address space of the driver's default size and base, its page tables
+        // the resource manager's.
+        assert_eq!(
+            rm.params::<NvVaspaceAllocationParameters>(VA_SPACE),
+            NvVaspaceAllocationParameters::default()
+        );
+        drop(gpu);
+        assert_eq!(
+            calls_from(&rm, made.len()),
+            vec![
+                Call::Free {
+                    parent: DEVICE,
+                    handle: VA_SPACE
+                },
+                Call::Free {
+                    parent: DEVICE,
+                    handle: SUBDEVICE
+                },
+                Call::Free {
+                    parent: CLIENT,
+                    handle: DEVICE
+                },
+                Call::Free {
+                    parent: 0,
+                    handle: CLIENT
+                },
+                Call::CloseGpu(0),
+            ]
+        );
+        assert!(rm.live_objects().is_empty());
+    }
+
+    #[test]
+    fn a_missing_gpu_is_named() {
+        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let err = Gpu::open(&rm, DRIVER, 1).err().unwrap();
+        assert_eq!(
+            err,
+            NativeError::NoSuchGpu {
+                ordinal: 1,
+                count: 1
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "there is no GPU 1: this process can open 1"
+        );
+    }
+
+    #[test]
+    fn gpu_memory_is_allocated_mapped_for_the_gpu_and_the_cpu_and_undone_in_reverse() {
+        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        let before = rm.calls().len();
+        let a = gpu.allocate(100_000, Placement::Device, true).unwrap();
+        // Rounded up to 64 KiB pages.
+        assert_eq!(a.size(), 128 << 10);
+        assert_eq!(a.placement(), Placement::Device);
+        let (memory, range) = (5, 6);
+        assert_eq!(a.memory(), memory);
+        let made = calls_from(&rm, before);
+        assert_eq!(
+            made,
+            vec![
+                Call::Alloc {
+                    class: 0x40,
+                    parent: DEVICE,
+                    handle: memory
+                },
+                Call::Alloc {
+                    class: 0x50a0,
+                    parent: DEVICE,
+                    handle: range
+                },
+                Call::MapDma {
+                    device: DEVICE,
+                    dma: range,
+                    memory,
+                    length: 128 << 10,
+                    address: a.gpu_address(),
+                },
+                Call::MapMemory {
+                    device: DEVICE,
+                    memory,
+                    length: 128 << 10,
+                    flags: 0,
+                    node: MapNode::Gpu(0),
+                },
+            ]
+        );
+        let p = rm.params::<NvMemoryAllocationParams>(memory);
+        assert_eq!(
+            (p.owner, p.type_, p.size, p.alignment),
+            (CLIENT, 0, 128 << 10, 64 << 10)
+        );
+        assert_eq!(
+            p.flags, 0x8101,
+            "IGNORE_BANK_PLACEMENT | ALIGNMENT_FORCE | MAP_NOT_REQUIRED"
+        );
+        // LOCATION_VIDMEM, PHYSICALITY_ALLOW_NONCONTIGUOUS, PAGE_SIZE_BIG.
+        assert_eq!(p.attr, (3 << 27) | (2 << 23));
+        assert_eq!(p.attr2, 0b0101, "ZBC_PREFER_NO_ZBC, GPU_CACHEABLE_YES");
+        let v = rm.params::<NvMemoryAllocationParams>(range);
+        assert_eq!(v.flags, 0x0008_0100, "VIRTUAL | ALIGNMENT_FORCE");
+        assert_eq!(
+            (v.h_va_space, v.size, v.attr),
+            (VA_SPACE, 128 << 10, p.attr)
+        );
+
+        // The CPU mapping reaches the memory.
+        a.write_u32(0x10, 0xdead_beef).unwrap();
+        a.write(0x20, &[1, 2, 3, 4]).unwrap();
+        a.write_u64(0x28, 0x0123_4567_89ab_cdef).unwrap();
+        assert_eq!(rm.read_u32(memory, 0x10), 0xdead_beef);
+        assert_eq!(rm.read_u32(memory, 0x20), 0x0403_0201);
+        assert_eq!(rm.read_u64(memory, 0x28), 0x0123_4567_89ab_cdef);
+        assert_eq!(a.read_u32(0x10).unwrap(), 0xdead_beef);
+        assert_eq!(a.read_u64(0x28).unwrap(), 0x0123_4567_89ab_cdef);
+
+        drop(a);
+        assert_eq!(
+            calls_from(&rm, before + made.len()),
+            vec![
+                Call::UnmapMemory {
+                    device: DEVICE,
+                    memory
+                },
+                Call::UnmapDma {
+                    dma: range,
+                    memory,
+                    address: 0x20_0000_0000
+                },
+                Call::Free {
+                    parent: DEVICE,
+                    handle: range
+                },
+                Call::Free {
+                    parent: DEVICE,
+                    handle: memory
+                },
+            ]
+        );
+        assert_eq!(rm.live_mappings(), (0, 0));
+        drop(gpu);
+        assert_undone_in_reverse(&rm.calls());
+    }
+
+    #[test]
+    fn host_memory_goes_through_the_control_node_and_is_always_mapped() {
+        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        let before = rm.calls().len();
+        let a = gpu.allocate(1, Placement::Host, false).unwrap();
+        assert_eq!(a.size(), 4096);
+        assert!(a.cpu_address().is_some());
+        let calls = calls_from(&rm, before);
+        assert!(matches!(
+            calls[0],
+            Call::Alloc {
+                class: 0x3e,
+                parent: DEVICE,
+                ..
+            }
+        ));
+        assert!(matches!(
+            calls[3],
+            Call::MapMemory {
+                node: MapNode::Control,
+                length: 4096,
+                ..
+            }
+        ));
+        let p = rm.params::<NvMemoryAllocationParams>(a.memory());
+        // LOCATION_PCI, PHYSICALITY_NONCONTIGUOUS, COHERENCY_CACHED, PAGE_SIZE_4KB.
+        assert_eq!(p.attr, (1 << 25) | (1 << 27) | (1 << 29) | (1 << 23));
+        assert_eq!(p.attr2, 0b1001, "ZBC_PREFER_NO_ZBC, GPU_CACHEABLE_NO");
+        assert_eq!(p.alignment, 4096);
+    }
+
+    #[test]
+    fn gpu_memory_without_a_cpu_mapping_refuses_cpu_access_by_name() {
+        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        let a = gpu.allocate(4096, Placement::Device, false).unwrap();
+        assert!(a.cpu_address().is_none());
+        assert!(!rm
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::MapMemory { .. })));
+        let err = a.write_u32(0, 1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "a 32-bit write of 4 bytes at offset 0x0 is outside the 0-byte allocation"
+        );
+        let mapped = gpu.allocate(4096, Placement::Host, false).unwrap();
+        assert!(mapped.read_u64(4096).is_err());
+        assert!(mapped.read_u64(4092).is_err());
+        assert!(mapped.read_u32(2).is_err(), "misaligned");
+        assert!(mapped.write(4090, &[0; 6]).is_ok());
+        assert!(mapped.write(4090, &[0; 7]).is_err());
+    }
+
+    #[test]
+    fn zero_and_absurd_sizes_are_refused_before_any_call() {
+        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        let before = rm.calls().len();
+        let err = gpu.allocate(0, Placement::Device, false).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "cannot allocate 0 bytes of GPU memory: an allocation needs at least one byte"
+        );
+        let too_big = gpu.heap_bytes() + 1;
+        let err = gpu.allocate(too_big, Placement::Host, false).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot allocate {too_big} bytes of host memory: the GPU has {} bytes for \
+                 allocations",
+                gpu.heap_bytes()
+            )
+        );
+        assert!(gpu.allocate(u64::MAX, Placement::Device, false).is_err());
+        assert_eq!(rm.calls().len(), before);
+    }
+
+    /// Everything this slice makes, one after the other: a GPU, GPU memory mapped for the
+    /// CPU, host memory, and a channel.
+    fn everything(rm: &FakeRm) -> Result<(), NativeError> {
+        let gpu = Gpu::open(rm, DRIVER, 0)?;
+        let _device = gpu.allocate(1 << 20, Placement::Device, true)?;
+        let _host = gpu.allocate(4096, Placement::Host, false)?;
+        let _channel = super::super::channel::Channel::create(&gpu, 1024)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_failure_at_any_step_is_named_and_undoes_everything_made_before_it() {
+        let rm = FakeRm::new(DRIVER, vec![H200]);
+        everything(&rm).unwrap();
+        assert_undone_in_reverse(&rm.calls());
+        let steps = rm.attempts();
+        let mut failed = vec![];
+        for step in 0..steps {
+            let mut rm = FakeRm::new(DRIVER, vec![H200]);
+            rm.fail_at = Some((step, NvStatus(0x40)));
+            let err = everything(&rm).unwrap_err().to_string();
+            let (call, status) = err.split_once(" failed: ").unwrap();
+            assert_eq!(
+                status, "the resource manager returned NV_ERR_INVALID_STATE (0x40)",
+                "{err}"
+            );
+            failed.push(call.to_string());
+            assert!(rm.live_objects().is_empty(), "step {step}: {err}");
+            assert_eq!(rm.live_mappings(), (0, 0), "step {step}: {err}");
+            assert_undone_in_reverse(&rm.calls());
+        }
+        let memory = |class: &str, n: u32| {
+            [
+                format!("allocating {class}"),
+                "allocating NV50_MEMORY_VIRTUAL (class 0x50a0)".into(),
+                format!(
+                    "NV_ESC_RM_MAP_MEMORY_DMA of memory {:#x} into range {:#x}",
+                    n,
+                    n + 1
+                ),
+            ]
+        };
+        let mut expected = vec![
+            "allocating NV01_ROOT_CLIENT (class 0x41)".to_string(),
+            "NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2 (0x205)".into(),
+            "allocating NV01_DEVICE_0 (class 0x80)".into(),
+            "allocating NV20_SUBDEVICE_0 (class 0x2080)".into(),
+            "NV2080_CTRL_CMD_FB_GET_INFO_V2 (0x20801303)".into(),
+            "allocating FERMI_VASPACE_A (class 0x90f1)".into(),
+        ];
+        expected.extend(memory("NV01_MEMORY_LOCAL_USER (class 0x40)", 5));
+        expected.push("NV_ESC_RM_MAP_MEMORY".into());
+        expected.extend(memory("NV01_MEMORY_SYSTEM (class 0x3e)", 7));
+        expected.push("NV_ESC_RM_MAP_MEMORY".into());
+        expected.extend(memory("NV01_MEMORY_LOCAL_USER (class 0x40)", 9));
+        expected.push("NV_ESC_RM_MAP_MEMORY".into());
+        expected.extend([
+            "allocating KEPLER_CHANNEL_GROUP_A (class 0xa06c)".into(),
+            "allocating HOPPER_CHANNEL_GPFIFO_A (class 0xc86f)".into(),
+            "allocating HOPPER_COMPUTE_A (class 0xcbc0)".into(),
+            "allocating HOPPER_DMA_COPY_A (class 0xc8b5)".into(),
+            "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108)".into(),
+            "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE (0xa06c0101)".into(),
+            "allocating HOPPER_USERMODE_A (class 0xc661)".into(),
+            "NV_ESC_RM_MAP_MEMORY".into(),
+        ]);
+        assert_eq!(failed, expected);
+        // The channel parameters are not checked here but in channel.rs.
+        let _ = NvChannelAllocParams::default();
     }
 }
