@@ -255,7 +255,7 @@ impl FakeRm {
             .iter()
             .find(|(h, _, _)| *h == memory)
             .expect("memory never mapped");
-        assert!(offset % 4 == 0 && offset + 4 <= len as u64 * 8);
+        assert!(offset.is_multiple_of(4) && offset + 4 <= len as u64 * 8);
         // SAFETY: in bounds and aligned (checked); the backing lives as long as the fake.
         unsafe {
             words

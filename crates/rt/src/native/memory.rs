@@ -535,7 +535,6 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::super::fake::{assert_undone_in_reverse, Call, FakeRm, H200};
-    use super::super::objects::NvChannelAllocParams;
     use super::super::status::NvStatus;
     use super::*;
 
@@ -890,7 +889,5 @@ pub(crate) mod tests {
             "NV_ESC_RM_MAP_MEMORY".into(),
         ]);
         assert_eq!(failed, expected);
-        // The channel parameters are not checked here but in channel.rs.
-        let _ = NvChannelAllocParams::default();
     }
 }
