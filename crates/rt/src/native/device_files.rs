@@ -504,4 +504,34 @@ mod tests {
             Err(CallError::Os(libc::ENOTTY))
         );
     }
+
+    #[test]
+    fn mapping_calls_on_a_file_that_is_not_the_driver_name_the_escape() {
+        let dir = TempDir::new("not-driver-map");
+        std::fs::write(dir.0.join("nvidiactl"), b"").unwrap();
+        let files = DeviceFiles::open(&dir.0).unwrap();
+        let err = files
+            .map_memory(1, 2, 3, 4096, 0, MapNode::Control)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err,
+            NativeError::call("NV_ESC_RM_MAP_MEMORY", CallError::Os(libc::ENOTTY))
+        );
+        // The GPU's node is opened first, for the mapping to go through.
+        let err = files
+            .map_memory(1, 2, 3, 4096, 0, MapNode::Gpu(0))
+            .err()
+            .unwrap();
+        let node = dir.0.join("nvidia0").display().to_string();
+        assert_eq!(err, NativeError::NodeMissing { node });
+        assert_eq!(
+            files.map_memory_dma(1, 2, 3, 4, 4096),
+            Err(CallError::Os(libc::ENOTTY))
+        );
+        assert_eq!(
+            files.unmap_memory_dma(1, 2, 3, 4, 0x1000),
+            Err(CallError::Os(libc::ENOTTY))
+        );
+    }
 }
