@@ -229,6 +229,7 @@ mod tests {
                     dma: RING_RANGE,
                     memory: RING,
                     length: 64 << 10,
+                    flags: 0,
                     address: ring_address,
                 },
                 Call::MapMemory {

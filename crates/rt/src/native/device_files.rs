@@ -149,8 +149,9 @@ impl ResourceManager for DeviceFiles {
         dma: Handle,
         memory: Handle,
         length: u64,
+        flags: u32,
     ) -> Result<u64, CallError> {
-        self.map_memory_dma_impl(client, device, dma, memory, length)
+        self.map_memory_dma_impl(client, device, dma, memory, length, flags)
     }
 
     fn unmap_memory_dma(
@@ -277,6 +278,7 @@ impl DeviceFiles {
         dma: Handle,
         memory: Handle,
         length: u64,
+        flags: u32,
     ) -> Result<u64, CallError> {
         let mut p = Nvos46Parameters {
             h_client: client,
@@ -285,6 +287,7 @@ impl DeviceFiles {
             h_memory: memory,
             offset: 0,
             length,
+            flags,
             ..Nvos46Parameters::default()
         };
         ioctl::<NV_ESC_RM_MAP_MEMORY_DMA, _>(&self.ctl, &mut p).map_err(CallError::Os)?;
@@ -526,7 +529,7 @@ mod tests {
         let node = dir.0.join("nvidia0").display().to_string();
         assert_eq!(err, NativeError::NodeMissing { node });
         assert_eq!(
-            files.map_memory_dma(1, 2, 3, 4, 4096),
+            files.map_memory_dma(1, 2, 3, 4, 4096, 0),
             Err(CallError::Os(libc::ENOTTY))
         );
         assert_eq!(

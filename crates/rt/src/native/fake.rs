@@ -100,6 +100,7 @@ pub enum Call {
         dma: Handle,
         memory: Handle,
         length: u64,
+        flags: u32,
         address: u64,
     },
     UnmapDma {
@@ -762,6 +763,7 @@ impl ResourceManager for FakeRm {
         dma: Handle,
         memory: Handle,
         length: u64,
+        flags: u32,
     ) -> Result<u64, CallError> {
         self.attempt()?;
         if !self.is_live(dma, NV50_MEMORY_VIRTUAL.id) {
@@ -784,6 +786,7 @@ impl ResourceManager for FakeRm {
             dma,
             memory,
             length,
+            flags,
             address,
         });
         Ok(address)

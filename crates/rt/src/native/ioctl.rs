@@ -223,6 +223,12 @@ pub struct Nvos33Parameters {
 assert_layout!(Nvos33Parameters, size 48, h_client @ 0, h_device @ 4, h_memory @ 8,
     offset @ 16, length @ 24, p_linear_address @ 32, status @ 40, flags @ 44);
 
+/// `NVOS46_FLAGS_CACHE_SNOOP_ENABLE` (nvos.h, field `CACHE_SNOOP` 4:4): the GPU's accesses
+/// to host memory through the mapping snoop the CPU's caches (the page table entries'
+/// coherent system-memory aperture). Without it they do not, and a CPU that writes a
+/// push buffer through a cached mapping may leave the GPU reading stale memory.
+pub const NVOS46_FLAGS_CACHE_SNOOP_ENABLE: u32 = 1 << 4;
+
 /// `NVOS33_FLAGS_ACCESS_WRITE_ONLY` (nvos.h, field `ACCESS` 1:0).
 pub const NVOS33_FLAGS_ACCESS_WRITE_ONLY: u32 = 2;
 

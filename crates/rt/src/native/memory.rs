@@ -15,7 +15,7 @@ use std::ptr::NonNull;
 
 use super::controls::{Control, FbGetInfoV2Params, GpuGetIdInfoV2Params, FB_INFO_INDEX_HEAP_SIZE};
 use super::error::NativeError;
-use super::ioctl::Params;
+use super::ioctl::{Params, NVOS46_FLAGS_CACHE_SNOOP_ENABLE};
 use super::objects::{
     alloc_flags, attr, attr2, Class, Nv0080AllocParameters, Nv2080AllocParameters,
     NvMemoryAllocationParams, NvVaspaceAllocationParameters, FERMI_VASPACE_A, NV01_DEVICE_0,
@@ -99,10 +99,11 @@ impl<'rm, R: ResourceManager> Teardown<'rm, R> {
         dma: Handle,
         memory: Handle,
         length: u64,
+        flags: u32,
     ) -> Result<u64, NativeError> {
         let address = self
             .rm
-            .map_memory_dma(self.client, device, dma, memory, length)
+            .map_memory_dma(self.client, device, dma, memory, length, flags)
             .map_err(|e| {
                 NativeError::call(
                     format!("NV_ESC_RM_MAP_MEMORY_DMA of memory {memory:#x} into range {dma:#x}"),
@@ -347,6 +348,15 @@ impl Placement {
         }
     }
 
+    /// `NVOS46_FLAGS_*` of the GPU mapping: host memory, which the CPU reaches through a
+    /// cached mapping, is mapped for the GPU to snoop the CPU's caches.
+    fn dma_flags(self) -> u32 {
+        match self {
+            Placement::Device => 0,
+            Placement::Host => NVOS46_FLAGS_CACHE_SNOOP_ENABLE,
+        }
+    }
+
     /// The node a CPU mapping goes through.
     fn map_node(self, minor: u32) -> MapNode {
         match self {
@@ -424,7 +434,8 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
                 ..NvMemoryAllocationParams::default()
             }),
         )?;
-        let gpu_address = objects.map_dma(gpu.device, range, memory, size)?;
+        let gpu_address =
+            objects.map_dma(gpu.device, range, memory, size, placement.dma_flags())?;
         let cpu = if map_cpu {
             Some(objects.map_cpu(gpu.device, memory, size, 0, placement.map_node(gpu.minor))?)
         } else {
@@ -675,6 +686,7 @@ pub(crate) mod tests {
                     dma: range,
                     memory,
                     length: 128 << 10,
+                    flags: 0,
                     address: a.gpu_address(),
                 },
                 Call::MapMemory {
@@ -757,6 +769,14 @@ pub(crate) mod tests {
             Call::Alloc {
                 class: 0x3e,
                 parent: DEVICE,
+                ..
+            }
+        ));
+        assert!(matches!(
+            calls[2],
+            Call::MapDma {
+                flags: 0x10,
+                length: 4096,
                 ..
             }
         ));

@@ -150,7 +150,8 @@ pub trait ResourceManager {
     ) -> Result<(), CallError>;
 
     /// `NV_ESC_RM_MAP_MEMORY_DMA`: maps `length` bytes of `memory` into the GPU virtual
-    /// range `dma` (an `NV50_MEMORY_VIRTUAL` under `device`); returns the GPU address.
+    /// range `dma` (an `NV50_MEMORY_VIRTUAL` under `device`) with `NVOS46_FLAGS_*`
+    /// `flags`; returns the GPU address.
     fn map_memory_dma(
         &self,
         client: Handle,
@@ -158,6 +159,7 @@ pub trait ResourceManager {
         dma: Handle,
         memory: Handle,
         length: u64,
+        flags: u32,
     ) -> Result<u64, CallError>;
 
     /// `NV_ESC_RM_UNMAP_MEMORY_DMA`: undoes the mapping at GPU address `address`.
