@@ -9,8 +9,9 @@
 //! - [`ioctl`]: request numbers and the parameter structs of the driver's escapes.
 //! - [`objects`], [`controls`]: the resource-manager classes quench allocates and the
 //!   control calls it makes, each struct laid out as NVIDIA's header declares it.
-//! - [`ResourceManager`]: alloc, free, control, card info and the version check, with
-//!   [`DeviceFiles`] over the real device nodes (and a recording fake in the tests).
+//! - [`ResourceManager`]: alloc, free, control, CPU and GPU mappings, card info and the
+//!   version check, with [`DeviceFiles`] over the real device nodes (and a recording fake
+//!   in the tests).
 //! - [`version`]: which kernel module is loaded (`/proc/driver/nvidia/version`).
 //! - [`query_devices`]: the version handshake and the device query over any resource
 //!   manager; objects are freed in reverse order when they go out of scope.
