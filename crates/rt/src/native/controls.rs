@@ -235,6 +235,46 @@ impl Control for McGetArchInfoParams {
     const NAME: &'static str = "NV2080_CTRL_CMD_MC_GET_ARCH_INFO";
 }
 
+/// `NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS`
+/// (src/common/sdk/nvidia/inc/ctrl/ctrlc36f.h), asked of a channel: the value to write to
+/// the usermode doorbell to make the GPU look at the channel's new work.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpfifoGetWorkSubmitTokenParams {
+    pub work_submit_token: u32,
+}
+assert_layout!(GpfifoGetWorkSubmitTokenParams, size 4, work_submit_token @ 0);
+
+// SAFETY: #[repr(C)] integers only, layout asserted above.
+unsafe impl Params for GpfifoGetWorkSubmitTokenParams {}
+
+impl Control for GpfifoGetWorkSubmitTokenParams {
+    const CMD: u32 = 0xc36f_0108;
+    const NAME: &'static str = "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN";
+}
+
+/// `NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS`
+/// (src/common/sdk/nvidia/inc/ctrl/ctrla06f/ctrla06fgpfifo.h), which the channel group's
+/// `NVA06C_CTRL_CMD_GPFIFO_SCHEDULE` (ctrl/ctrla06c.h) takes as its own: puts the group
+/// on the hardware's runlist (`b_enable`) once its channels have their objects.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpfifoScheduleParams {
+    pub b_enable: u8,
+    pub b_skip_submit: u8,
+    pub b_skip_enable: u8,
+}
+assert_layout!(GpfifoScheduleParams, size 3, b_enable @ 0, b_skip_submit @ 1,
+    b_skip_enable @ 2);
+
+// SAFETY: #[repr(C)] integers only, layout asserted above.
+unsafe impl Params for GpfifoScheduleParams {}
+
+impl Control for GpfifoScheduleParams {
+    const CMD: u32 = 0xa06c_0101;
+    const NAME: &'static str = "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +291,11 @@ mod tests {
         );
         assert_eq!(parts(FbGetInfoV2Params::CMD), (0x2080, 0x13, 0x03));
         assert_eq!(parts(McGetArchInfoParams::CMD), (0x2080, 0x17, 0x01));
+        assert_eq!(
+            parts(GpfifoGetWorkSubmitTokenParams::CMD),
+            (0xc36f, 0x01, 0x08)
+        );
+        assert_eq!(parts(GpfifoScheduleParams::CMD), (0xa06c, 0x01, 0x01));
     }
 
     #[test]

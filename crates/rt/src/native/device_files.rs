@@ -11,11 +11,13 @@ use std::path::{Path, PathBuf};
 
 use super::error::NativeError;
 use super::ioctl::{
-    iowr, CardInfo, Nvos00Parameters, Nvos21Parameters, Nvos54Parameters, Params, RmApiVersion,
+    iowr, CardInfo, Nvos00Parameters, Nvos21Parameters, Nvos33Parameters, Nvos33ParametersWithFd,
+    Nvos34Parameters, Nvos46Parameters, Nvos47Parameters, Nvos54Parameters, Params, RmApiVersion,
     MAX_DEVICES, NV_ESC_CARD_INFO, NV_ESC_CHECK_VERSION_STR, NV_ESC_RM_ALLOC, NV_ESC_RM_CONTROL,
-    NV_ESC_RM_FREE, RM_API_VERSION_REPLY_RECOGNIZED,
+    NV_ESC_RM_FREE, NV_ESC_RM_MAP_MEMORY, NV_ESC_RM_MAP_MEMORY_DMA, NV_ESC_RM_UNMAP_MEMORY,
+    NV_ESC_RM_UNMAP_MEMORY_DMA, RM_API_VERSION_REPLY_RECOGNIZED,
 };
-use super::rm::{CallError, Handle, ResourceManager, VersionReply};
+use super::rm::{CallError, CpuMapping, Handle, MapNode, ResourceManager, VersionReply};
 use super::status::NvStatus;
 
 /// The NVIDIA driver's control node, open; closed when dropped.
@@ -115,6 +117,201 @@ impl ResourceManager for DeviceFiles {
             status: 0,
         };
         ioctl::<NV_ESC_RM_CONTROL, _>(&self.ctl, &mut p).map_err(CallError::Os)?;
+        status(p.status)
+    }
+
+    fn map_memory(
+        &self,
+        client: Handle,
+        device: Handle,
+        memory: Handle,
+        length: u64,
+        flags: u32,
+        node: MapNode,
+    ) -> Result<CpuMapping, NativeError> {
+        self.map_memory_impl(client, device, memory, length, flags, node)
+    }
+
+    fn unmap_memory(
+        &self,
+        client: Handle,
+        device: Handle,
+        memory: Handle,
+        mapping: CpuMapping,
+    ) -> Result<(), CallError> {
+        self.unmap_memory_impl(client, device, memory, mapping)
+    }
+
+    fn map_memory_dma(
+        &self,
+        client: Handle,
+        device: Handle,
+        dma: Handle,
+        memory: Handle,
+        length: u64,
+        flags: u32,
+    ) -> Result<u64, CallError> {
+        self.map_memory_dma_impl(client, device, dma, memory, length, flags)
+    }
+
+    fn unmap_memory_dma(
+        &self,
+        client: Handle,
+        device: Handle,
+        dma: Handle,
+        memory: Handle,
+        address: u64,
+    ) -> Result<(), CallError> {
+        self.unmap_memory_dma_impl(client, device, dma, memory, address)
+    }
+}
+
+impl DeviceFiles {
+    fn unmap_linear(
+        &self,
+        client: Handle,
+        device: Handle,
+        memory: Handle,
+        linear_address: u64,
+    ) -> Result<(), CallError> {
+        let mut p = Nvos34Parameters {
+            h_client: client,
+            h_device: device,
+            h_memory: memory,
+            p_linear_address: linear_address,
+            ..Nvos34Parameters::default()
+        };
+        ioctl::<NV_ESC_RM_UNMAP_MEMORY, _>(&self.ctl, &mut p).map_err(CallError::Os)?;
+        status(p.status)
+    }
+}
+
+/// The mapping calls of [`ResourceManager`] for the real driver (kept apart from the
+/// object calls above for reading).
+impl DeviceFiles {
+    pub(super) fn map_memory_impl(
+        &self,
+        client: Handle,
+        device: Handle,
+        memory: Handle,
+        length: u64,
+        flags: u32,
+        node: MapNode,
+    ) -> Result<CpuMapping, NativeError> {
+        const CALL: &str = "NV_ESC_RM_MAP_MEMORY";
+        let path = match node {
+            MapNode::Control => self.dev_dir.join("nvidiactl"),
+            MapNode::Gpu(minor) => self.dev_dir.join(format!("nvidia{minor}")),
+        };
+        // The driver attaches one mapping to one open file: a fresh descriptor each time.
+        let fd = open_node(&path)?;
+        let mut p = Nvos33ParametersWithFd {
+            params: Nvos33Parameters {
+                h_client: client,
+                h_device: device,
+                h_memory: memory,
+                offset: 0,
+                length,
+                p_linear_address: 0,
+                status: 0,
+                flags,
+            },
+            fd: fd.as_raw_fd(),
+        };
+        ioctl::<NV_ESC_RM_MAP_MEMORY, _>(&self.ctl, &mut p)
+            .map_err(|e| NativeError::call(CALL, CallError::Os(e)))?;
+        status(p.params.status).map_err(|e| NativeError::call(CALL, e))?;
+        let linear_address = p.params.p_linear_address;
+        let mmap_error = |message: String| NativeError::Mmap {
+            node: path.display().to_string(),
+            length,
+            message,
+        };
+        let Ok(len) = usize::try_from(length) else {
+            let _ = self.unmap_linear(client, device, memory, linear_address);
+            return Err(mmap_error("the length does not fit this process".into()));
+        };
+        // SAFETY: a fresh shared mapping of the driver's file; the kernel chooses the
+        // address, so no existing memory is replaced.
+        let address = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if address == libc::MAP_FAILED {
+            let message = io::Error::last_os_error().to_string();
+            let _ = self.unmap_linear(client, device, memory, linear_address);
+            return Err(mmap_error(message));
+        }
+        Ok(CpuMapping {
+            address: address.cast(),
+            length: len,
+            linear_address,
+            keep: Box::new(fd),
+        })
+    }
+
+    pub(super) fn unmap_memory_impl(
+        &self,
+        client: Handle,
+        device: Handle,
+        memory: Handle,
+        mapping: CpuMapping,
+    ) -> Result<(), CallError> {
+        // SAFETY: the mapping came from `map_memory_impl` and is unmapped only here, once
+        // (it is moved in); nothing in quench keeps its address past this call.
+        unsafe { libc::munmap(mapping.address.cast(), mapping.length) };
+        let result = self.unmap_linear(client, device, memory, mapping.linear_address);
+        drop(mapping.keep);
+        result
+    }
+
+    pub(super) fn map_memory_dma_impl(
+        &self,
+        client: Handle,
+        device: Handle,
+        dma: Handle,
+        memory: Handle,
+        length: u64,
+        flags: u32,
+    ) -> Result<u64, CallError> {
+        let mut p = Nvos46Parameters {
+            h_client: client,
+            h_device: device,
+            h_dma: dma,
+            h_memory: memory,
+            offset: 0,
+            length,
+            flags,
+            ..Nvos46Parameters::default()
+        };
+        ioctl::<NV_ESC_RM_MAP_MEMORY_DMA, _>(&self.ctl, &mut p).map_err(CallError::Os)?;
+        status(p.status)?;
+        Ok(p.dma_offset)
+    }
+
+    pub(super) fn unmap_memory_dma_impl(
+        &self,
+        client: Handle,
+        device: Handle,
+        dma: Handle,
+        memory: Handle,
+        address: u64,
+    ) -> Result<(), CallError> {
+        let mut p = Nvos47Parameters {
+            h_client: client,
+            h_device: device,
+            h_dma: dma,
+            h_memory: memory,
+            dma_offset: address,
+            ..Nvos47Parameters::default()
+        };
+        ioctl::<NV_ESC_RM_UNMAP_MEMORY_DMA, _>(&self.ctl, &mut p).map_err(CallError::Os)?;
         status(p.status)
     }
 }
@@ -307,6 +504,36 @@ mod tests {
         assert_eq!(files.card_info(), Err(CallError::Os(libc::ENOTTY)));
         assert_eq!(
             files.check_version("580.142"),
+            Err(CallError::Os(libc::ENOTTY))
+        );
+    }
+
+    #[test]
+    fn mapping_calls_on_a_file_that_is_not_the_driver_name_the_escape() {
+        let dir = TempDir::new("not-driver-map");
+        std::fs::write(dir.0.join("nvidiactl"), b"").unwrap();
+        let files = DeviceFiles::open(&dir.0).unwrap();
+        let err = files
+            .map_memory(1, 2, 3, 4096, 0, MapNode::Control)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err,
+            NativeError::call("NV_ESC_RM_MAP_MEMORY", CallError::Os(libc::ENOTTY))
+        );
+        // The GPU's node is opened first, for the mapping to go through.
+        let err = files
+            .map_memory(1, 2, 3, 4096, 0, MapNode::Gpu(0))
+            .err()
+            .unwrap();
+        let node = dir.0.join("nvidia0").display().to_string();
+        assert_eq!(err, NativeError::NodeMissing { node });
+        assert_eq!(
+            files.map_memory_dma(1, 2, 3, 4, 4096, 0),
+            Err(CallError::Os(libc::ENOTTY))
+        );
+        assert_eq!(
+            files.unmap_memory_dma(1, 2, 3, 4, 0x1000),
             Err(CallError::Os(libc::ENOTTY))
         );
     }

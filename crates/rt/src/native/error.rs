@@ -73,6 +73,48 @@ pub enum NativeError {
     )]
     HandshakeUnrecognized,
 
+    /// An allocation of no bytes, or of more than the GPU has.
+    #[error("cannot allocate {size} bytes of {placement}: {reason}")]
+    AllocationSize {
+        size: u64,
+        placement: &'static str,
+        reason: String,
+    },
+
+    /// The process has fewer GPUs than the one asked for.
+    #[error("there is no GPU {ordinal}: this process can open {count}")]
+    NoSuchGpu { ordinal: usize, count: usize },
+
+    /// `mmap` of a device node failed after the resource manager prepared the mapping.
+    #[error("mmap of {length} bytes through {node} failed: {message}")]
+    Mmap {
+        node: String,
+        length: u64,
+        message: String,
+    },
+
+    /// A channel's ring has no free entry: the GPU has not yet fetched earlier work.
+    #[error(
+        "the channel's GPFIFO ring of {entries} entries is full (GP_PUT {put}, GP_GET \
+         {get}): wait for the GPU to fetch earlier work"
+    )]
+    RingFull { entries: u32, put: u32, get: u32 },
+
+    /// An access outside an allocation.
+    #[error(
+        "{what} of {length} bytes at offset {offset:#x} is outside the {size}-byte allocation"
+    )]
+    OutOfBounds {
+        what: &'static str,
+        offset: u64,
+        length: u64,
+        size: u64,
+    },
+
+    /// A channel's parameters that the hardware cannot take.
+    #[error("a channel of {entries} GPFIFO entries cannot be made: {reason}")]
+    ChannelShape { entries: u32, reason: &'static str },
+
     /// A call to the driver failed.
     #[error("{call} failed: {error}")]
     Call { call: String, error: CallError },

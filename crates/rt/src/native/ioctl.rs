@@ -25,6 +25,14 @@ pub const NV_ESC_RM_FREE: u8 = 0x29;
 pub const NV_ESC_RM_CONTROL: u8 = 0x2A;
 /// `NV_ESC_RM_ALLOC` (nv_escape.h): takes [`Nvos21Parameters`].
 pub const NV_ESC_RM_ALLOC: u8 = 0x2B;
+/// `NV_ESC_RM_MAP_MEMORY` (nv_escape.h): takes [`Nvos33ParametersWithFd`].
+pub const NV_ESC_RM_MAP_MEMORY: u8 = 0x4E;
+/// `NV_ESC_RM_UNMAP_MEMORY` (nv_escape.h): takes [`Nvos34Parameters`].
+pub const NV_ESC_RM_UNMAP_MEMORY: u8 = 0x4F;
+/// `NV_ESC_RM_MAP_MEMORY_DMA` (nv_escape.h): takes [`Nvos46Parameters`].
+pub const NV_ESC_RM_MAP_MEMORY_DMA: u8 = 0x57;
+/// `NV_ESC_RM_UNMAP_MEMORY_DMA` (nv_escape.h): takes [`Nvos47Parameters`].
+pub const NV_ESC_RM_UNMAP_MEMORY_DMA: u8 = 0x58;
 
 /// `_IOWR(NV_IOCTL_MAGIC, nr, size)` in Linux's generic encoding, the one x86-64 and
 /// Arm64 use: direction in bits 31:30 (read and write: 3), size in 29:16, type in 15:8,
@@ -195,6 +203,115 @@ assert_layout!(Nvos54Parameters, size 32, h_client @ 0, h_object @ 4, cmd @ 8,
 // SAFETY: #[repr(C)] integers only, layout asserted above.
 unsafe impl Params for Nvos54Parameters {}
 
+/// `NVOS33_PARAMETERS` (src/common/sdk/nvidia/inc/nvos.h): maps a memory object (or a
+/// class with registers, such as the usermode doorbell) for the CPU. The resource manager
+/// writes `p_linear_address`, an opaque value that the unmap takes back; the mapping
+/// itself is made by `mmap` of the file descriptor passed beside it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nvos33Parameters {
+    pub h_client: u32,
+    /// The device (or subdevice) the memory belongs to.
+    pub h_device: u32,
+    pub h_memory: u32,
+    pub offset: u64,
+    pub length: u64,
+    pub p_linear_address: u64,
+    pub status: u32,
+    pub flags: u32,
+}
+assert_layout!(Nvos33Parameters, size 48, h_client @ 0, h_device @ 4, h_memory @ 8,
+    offset @ 16, length @ 24, p_linear_address @ 32, status @ 40, flags @ 44);
+
+/// `NVOS46_FLAGS_CACHE_SNOOP_ENABLE` (nvos.h, field `CACHE_SNOOP` 4:4): the GPU's accesses
+/// to host memory through the mapping snoop the CPU's caches (the page table entries'
+/// coherent system-memory aperture). Without it they do not, and a CPU that writes a
+/// push buffer through a cached mapping may leave the GPU reading stale memory.
+pub const NVOS46_FLAGS_CACHE_SNOOP_ENABLE: u32 = 1 << 4;
+
+/// `NVOS33_FLAGS_ACCESS_WRITE_ONLY` (nvos.h, field `ACCESS` 1:0).
+pub const NVOS33_FLAGS_ACCESS_WRITE_ONLY: u32 = 2;
+
+/// `nv_ioctl_nvos33_parameters_with_fd` (src/nvidia/arch/nvalloc/unix/include/
+/// nv-unix-nvos-params-wrappers.h): what `NV_ESC_RM_MAP_MEMORY` takes. `fd` is a fresh
+/// descriptor of the node the mapping goes through (`/dev/nvidiactl` for system memory,
+/// `/dev/nvidiaN` for the GPU's apertures); the driver attaches the mapping to it, one per
+/// descriptor, and `mmap` of that descriptor makes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nvos33ParametersWithFd {
+    pub params: Nvos33Parameters,
+    pub fd: i32,
+}
+assert_layout!(Nvos33ParametersWithFd, size 56, params @ 0, fd @ 48);
+
+// SAFETY: #[repr(C)] integers only, layout asserted above.
+unsafe impl Params for Nvos33ParametersWithFd {}
+
+/// `NVOS34_PARAMETERS` (nvos.h): `NV_ESC_RM_UNMAP_MEMORY`, with the `p_linear_address`
+/// the map returned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nvos34Parameters {
+    pub h_client: u32,
+    pub h_device: u32,
+    pub h_memory: u32,
+    pub p_linear_address: u64,
+    pub status: u32,
+    pub flags: u32,
+}
+assert_layout!(Nvos34Parameters, size 32, h_client @ 0, h_device @ 4, h_memory @ 8,
+    p_linear_address @ 16, status @ 24, flags @ 28);
+
+// SAFETY: #[repr(C)] integers only, layout asserted above.
+unsafe impl Params for Nvos34Parameters {}
+
+/// `NVOS46_PARAMETERS` (nvos.h): `NV_ESC_RM_MAP_MEMORY_DMA`, maps a memory object into a
+/// GPU virtual range (`h_dma`: an `NV50_MEMORY_VIRTUAL` object). With `DMA_OFFSET_FIXED`
+/// clear, `dma_offset` goes in relative to the virtual range and comes back as the GPU
+/// virtual address of the mapping.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nvos46Parameters {
+    pub h_client: u32,
+    pub h_device: u32,
+    pub h_dma: u32,
+    pub h_memory: u32,
+    pub offset: u64,
+    pub length: u64,
+    pub flags: u32,
+    pub flags2: u32,
+    pub kind_override: u32,
+    pub dma_offset: u64,
+    pub status: u32,
+}
+assert_layout!(Nvos46Parameters, size 64, h_client @ 0, h_device @ 4, h_dma @ 8,
+    h_memory @ 12, offset @ 16, length @ 24, flags @ 32, flags2 @ 36, kind_override @ 40,
+    dma_offset @ 48, status @ 56);
+
+// SAFETY: #[repr(C)] integers only, layout asserted above.
+unsafe impl Params for Nvos46Parameters {}
+
+/// `NVOS47_PARAMETERS` (nvos.h): `NV_ESC_RM_UNMAP_MEMORY_DMA`, with the `dma_offset` the
+/// map returned (`size` 0: the whole mapping).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nvos47Parameters {
+    pub h_client: u32,
+    pub h_device: u32,
+    pub h_dma: u32,
+    pub h_memory: u32,
+    pub flags: u32,
+    pub dma_offset: u64,
+    pub size: u64,
+    pub status: u32,
+}
+assert_layout!(Nvos47Parameters, size 48, h_client @ 0, h_device @ 4, h_dma @ 8,
+    h_memory @ 12, flags @ 16, dma_offset @ 24, size @ 32, status @ 40);
+
+// SAFETY: #[repr(C)] integers only, layout asserted above.
+unsafe impl Params for Nvos47Parameters {}
+
 /// The text of a NUL-terminated byte buffer (all of it when there is no NUL).
 pub(crate) fn c_string(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
@@ -228,6 +345,26 @@ mod tests {
         assert_eq!(
             iowr(NV_ESC_CARD_INFO, size_of::<[CardInfo; MAX_DEVICES]>()),
             0xC900_46C8
+        );
+    }
+
+    #[test]
+    fn mapping_request_numbers_carry_their_struct_sizes() {
+        assert_eq!(
+            iowr(NV_ESC_RM_MAP_MEMORY, size_of::<Nvos33ParametersWithFd>()),
+            0xC038_464E
+        );
+        assert_eq!(
+            iowr(NV_ESC_RM_UNMAP_MEMORY, size_of::<Nvos34Parameters>()),
+            0xC020_464F
+        );
+        assert_eq!(
+            iowr(NV_ESC_RM_MAP_MEMORY_DMA, size_of::<Nvos46Parameters>()),
+            0xC040_4657
+        );
+        assert_eq!(
+            iowr(NV_ESC_RM_UNMAP_MEMORY_DMA, size_of::<Nvos47Parameters>()),
+            0xC030_4658
         );
     }
 

@@ -2,20 +2,27 @@
 //! kernel module directly through its resource-manager ioctls on `/dev/nvidiactl` and
 //! `/dev/nvidiaN`. No libcuda.
 //!
-//! So far it finds and describes the GPUs; it cannot allocate memory or launch kernels
-//! yet, though it can encode what a launch sends. The layers, bottom to top:
+//! So far it finds and describes the GPUs, and (untried on a GPU yet) allocates memory
+//! and makes a channel to submit work on; it cannot launch kernels yet, though it can
+//! encode what a launch sends. The layers, bottom to top:
 //!
 //! - [`ioctl`]: request numbers and the parameter structs of the driver's escapes.
 //! - [`objects`], [`controls`]: the resource-manager classes quench allocates and the
 //!   control calls it makes, each struct laid out as NVIDIA's header declares it.
-//! - [`ResourceManager`]: alloc, free, control, card info and the version check, with
-//!   [`DeviceFiles`] over the real device nodes (and a recording fake in the tests).
+//! - [`ResourceManager`]: alloc, free, control, CPU and GPU mappings, card info and the
+//!   version check, with [`DeviceFiles`] over the real device nodes (and a recording fake
+//!   in the tests).
 //! - [`version`]: which kernel module is loaded (`/proc/driver/nvidia/version`).
 //! - [`query_devices`]: the version handshake and the device query over any resource
 //!   manager; objects are freed in reverse order when they go out of scope.
+//! - [`Gpu`], [`Allocation`]: one GPU opened for work with its virtual address space
+//!   (`FERMI_VASPACE_A`), and memory on the GPU or the host mapped into it (and into this
+//!   process).
+//! - [`Channel`]: a channel group and a HOPPER_CHANNEL_GPFIFO_A channel with compute and
+//!   copy objects, its GPFIFO ring and USERD, and the usermode doorbell; `submit` hands
+//!   it a push buffer segment.
 //!
-//! What a kernel launch sends, encoded without a GPU (the channel, memory and submission
-//! that would carry it are yet to come):
+//! What a kernel launch sends, encoded without a GPU:
 //!
 //! - [`qmd`]: the launch descriptor of HOPPER_COMPUTE_A (QMD V04_00), its fields one table
 //!   of NVIDIA's `clcbc0qmd.h` bit positions.
@@ -43,6 +50,7 @@ macro_rules! assert_layout {
 }
 
 pub mod arch;
+mod channel;
 pub mod controls;
 mod device_files;
 mod error;
@@ -50,6 +58,7 @@ mod error;
 mod fake;
 pub mod ioctl;
 pub mod launch;
+mod memory;
 pub mod objects;
 pub mod pushbuf;
 pub mod qmd;
@@ -59,10 +68,12 @@ pub mod status;
 pub mod version;
 
 pub use arch::Architecture;
+pub use channel::{Channel, MAX_GPFIFO_ENTRIES};
 pub use device_files::DeviceFiles;
 pub use error::NativeError;
+pub use memory::{Allocation, Gpu, Placement};
 pub use query::{query_devices, NativeDeviceInfo};
-pub use rm::{CallError, Handle, ResourceManager, VersionReply};
+pub use rm::{CallError, CpuMapping, Handle, MapNode, ResourceManager, VersionReply};
 pub use status::NvStatus;
 
 /// Where the device nodes live.

@@ -84,7 +84,7 @@ pub fn query_devices<R: ResourceManager>(
 
 /// `NV_ESC_CHECK_VERSION_STR`, strict, before any other call: the structures quench
 /// passes are right only for the driver they were checked against.
-fn handshake<R: ResourceManager>(rm: &R, version: &str) -> Result<(), NativeError> {
+pub(super) fn handshake<R: ResourceManager>(rm: &R, version: &str) -> Result<(), NativeError> {
     match rm.check_version(version) {
         Ok(VersionReply::Match) => Ok(()),
         Ok(VersionReply::Mismatch { driver }) => Err(NativeError::VersionMismatch {

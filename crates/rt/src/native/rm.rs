@@ -2,6 +2,7 @@
 //! is built from. [`super::DeviceFiles`] makes them through the device nodes; the tests
 //! use a fake that records them.
 
+use std::any::Any;
 use std::fmt;
 use std::io;
 
@@ -49,6 +50,45 @@ pub enum VersionReply {
     Unrecognized,
 }
 
+/// The device node a CPU mapping goes through: the control node for host memory, the
+/// GPU's node for its apertures (memory through BAR1, registers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapNode {
+    Control,
+    Gpu(u32),
+}
+
+impl fmt::Display for MapNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MapNode::Control => write!(f, "/dev/nvidiactl"),
+            MapNode::Gpu(minor) => write!(f, "/dev/nvidia{minor}"),
+        }
+    }
+}
+
+/// Memory mapped into this process by [`ResourceManager::map_memory`]; it stays mapped
+/// until handed back to [`ResourceManager::unmap_memory`].
+pub struct CpuMapping {
+    /// Where the mapping starts in this process.
+    pub address: *mut u8,
+    /// Its length in bytes.
+    pub length: usize,
+    /// The resource manager's `pLinearAddress`, which the unmap takes back.
+    pub linear_address: u64,
+    /// What keeps the mapping alive (the descriptor it was made through).
+    pub keep: Box<dyn Any>,
+}
+
+impl fmt::Debug for CpuMapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CpuMapping")
+            .field("address", &self.address)
+            .field("length", &self.length)
+            .finish()
+    }
+}
+
 /// The calls quench makes of NVIDIA's resource manager.
 pub trait ResourceManager {
     /// An open GPU device node, closed when dropped.
@@ -85,5 +125,50 @@ pub trait ResourceManager {
         object: Handle,
         cmd: u32,
         params: &mut dyn Params,
+    ) -> Result<(), CallError>;
+
+    /// `NV_ESC_RM_MAP_MEMORY` and `mmap`: maps `length` bytes of `memory` (an object under
+    /// `device`, which may be a subdevice) into this process through `node`, with
+    /// `NVOS33_FLAGS_*` `flags`.
+    fn map_memory(
+        &self,
+        client: Handle,
+        device: Handle,
+        memory: Handle,
+        length: u64,
+        flags: u32,
+        node: MapNode,
+    ) -> Result<CpuMapping, NativeError>;
+
+    /// `munmap` and `NV_ESC_RM_UNMAP_MEMORY`: undoes [`Self::map_memory`].
+    fn unmap_memory(
+        &self,
+        client: Handle,
+        device: Handle,
+        memory: Handle,
+        mapping: CpuMapping,
+    ) -> Result<(), CallError>;
+
+    /// `NV_ESC_RM_MAP_MEMORY_DMA`: maps `length` bytes of `memory` into the GPU virtual
+    /// range `dma` (an `NV50_MEMORY_VIRTUAL` under `device`) with `NVOS46_FLAGS_*`
+    /// `flags`; returns the GPU address.
+    fn map_memory_dma(
+        &self,
+        client: Handle,
+        device: Handle,
+        dma: Handle,
+        memory: Handle,
+        length: u64,
+        flags: u32,
+    ) -> Result<u64, CallError>;
+
+    /// `NV_ESC_RM_UNMAP_MEMORY_DMA`: undoes the mapping at GPU address `address`.
+    fn unmap_memory_dma(
+        &self,
+        client: Handle,
+        device: Handle,
+        dma: Handle,
+        memory: Handle,
+        address: u64,
     ) -> Result<(), CallError>;
 }
