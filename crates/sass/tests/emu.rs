@@ -5,7 +5,7 @@
 //! deliberately wrong instruction, or a store removed, must fail that comparison; an
 //! instruction the emulator does not model is refused by name and address.
 
-use quench_ir::{AddrSpace, Builder, Function, Scalar, Type};
+use quench_ir::{AddrSpace, BinOp, Builder, Function, Round, Scalar, Type};
 use quench_kernels::case::{Buffer, Check, Expected, POISON};
 use quench_kernels::{CaseArg, CaseOutputs, KernelCase};
 use quench_rt::{Arg, InterpExecutor};
@@ -726,4 +726,126 @@ fn codegen_mix() -> Function {
         }
     });
     k.finish().expect("codegen_mix verifies")
+}
+
+/// `x / y`, `1 / x` and `y / x` in f32 with round-to-nearest: quench's integer division
+/// against the interpreter's IEEE division.
+fn f32_division() -> Function {
+    let f32p = Type::Ptr(AddrSpace::Global, Scalar::F32);
+    let mut k = Builder::new("f32_division", 64);
+    let x = k.param("x", f32p);
+    let y = k.param("y", f32p);
+    let out = k.param("out", f32p);
+    let n = k.param("n", Type::U32);
+    let gid = k.global_id_x();
+    let in_range = k.lt(gid, n);
+    k.if_then(in_range, |k| {
+        let px = k.ptr_add(x, gid);
+        let xv = k.load(Type::F32, px);
+        let py = k.ptr_add(y, gid);
+        let yv = k.load(Type::F32, py);
+        let quotients = [
+            k.bin_rnd(BinOp::Div, Some(Round::Rn), xv, yv),
+            k.rcp(xv),
+            k.bin_rnd(BinOp::Div, Some(Round::Rn), yv, xv),
+        ];
+        let base = k.mul_const(gid, 3);
+        for (j, v) in quotients.into_iter().enumerate() {
+            let at = k.add_const(base, j as u32);
+            let p = k.ptr_add(out, at);
+            k.store(p, v);
+        }
+    });
+    k.finish().expect("f32_division verifies")
+}
+
+/// Operands where division goes wrong first: zeros, infinities, NaNs, subnormals, the
+/// largest and smallest normals, powers of two, quotients that overflow or fall below the
+/// normals, and random words.
+fn division_operands(n: usize, seed: u64) -> Vec<u32> {
+    let special = [
+        0u32,
+        0x8000_0000,
+        1,
+        0x8000_0001,
+        3,
+        0x7f_ffff,
+        0x40_0000,
+        0x80_0000,
+        0x7f7f_ffff,
+        0x7f80_0000,
+        0xff80_0000,
+        0x7fc0_0000,
+        0x7f80_0001,
+        0xffff_ffff,
+        0x3f80_0000,
+        0x3f7f_ffff,
+        0x3f80_0001,
+        0x0080_0001,
+        0x4b80_0000,
+    ];
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            let w = s.wrapping_mul(0x2545_f491_4f6c_dd1d);
+            let r = (w >> 32) as u32;
+            // Each operand's kind drawn on its own, so that every pair of kinds meets.
+            match (w >> 59) % 5 {
+                0 => special[(w % special.len() as u64) as usize],
+                // Powers of two: quotients exact to the last bit, rounded only where they
+                // fall below the normals.
+                4 => (w as u32 % 254 + 1) << 23 | r & 0x8000_0000,
+                // Exponents near the ends of the range.
+                1 => r & 0x807f_ffff | ((w as u32 % 24) << 23),
+                2 => r & 0x807f_ffff | ((230 + w as u32 % 25) << 23),
+                _ => r,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn quench_generated_f32_division_is_ieee_exact() {
+    let n = 16384u32;
+    let seed = quench_testkit::seed();
+    let bytes = |w: Vec<u32>| w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    let mut c = KernelCase {
+        name: "f32_division".into(),
+        shape: n.to_string(),
+        kernel: f32_division(),
+        launch: quench_rt::Launch::linear(n / 64, 64),
+        buffers: vec![
+            Buffer::input("x", bytes(division_operands(n as usize, seed))),
+            Buffer::input(
+                "y",
+                bytes(division_operands(n as usize, seed ^ 0x9e37_79b9)),
+            ),
+            Buffer::output("out", (n * 3 * 4) as usize),
+        ],
+        args: vec![
+            CaseArg::Buffer(0),
+            CaseArg::Buffer(1),
+            CaseArg::Buffer(2),
+            CaseArg::Scalar(Arg::U32(n)),
+        ],
+        expected: vec![],
+        controls: vec![],
+        bytes_moved: 0,
+        flops: 0,
+    };
+    let want =
+        quench_kernels::run_case(&mut InterpExecutor::new(), &c).expect("interpreter runs it");
+    c.expected.push(Expected {
+        buffer: 2,
+        data: want.get(2).unwrap().to_vec(),
+        elem: Scalar::F32,
+        check: Check::Exact,
+    });
+    let k = compile_own(&c)
+        .unwrap_or_else(|| panic!("{}", quench_sass::codegen::compile(&c.kernel).unwrap_err()));
+    let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("f32_division: {e}"));
+    agree(&c, &out).unwrap_or_else(|e| panic!("quench's code for {e}"));
 }

@@ -22,6 +22,7 @@
 
 mod control;
 mod divide;
+mod ieee;
 mod regs;
 mod select;
 

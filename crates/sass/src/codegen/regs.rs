@@ -131,42 +131,72 @@ impl Registers {
     /// Fresh registers (or a predicate) for `v`.
     pub fn define(&mut self, f: &Function, v: Value) -> Result<Loc> {
         let loc = match width(f.ty(v)) {
-            None => {
-                let p = self.busy_pred.iter().position(|b| !b).ok_or_else(|| {
-                    refuse(
-                        f,
-                        format!("needs more than the {MAX_PREDICATES} predicates at once"),
-                    )
-                })?;
-                self.busy_pred[p] = true;
-                Loc::P(p as u8)
-            }
-            Some(count) => {
-                let align = count.next_power_of_two();
-                let base = (FIRST.next_multiple_of(align)..MAX_REGISTERS)
-                    .step_by(align as usize)
-                    .find(|&b| {
-                        b + count <= MAX_REGISTERS
-                            && !self.busy[b as usize..(b + count) as usize].contains(&true)
-                    })
-                    .ok_or_else(|| {
-                        refuse(
-                            f,
-                            format!(
-                                "needs more than the {MAX_REGISTERS} registers of a thread: \
-                                 {} live values hold them all (spilling is not implemented yet)",
-                                self.live.len()
-                            ),
-                        )
-                    })?;
-                self.busy[base as usize..(base + count) as usize].fill(true);
-                self.high_water = self.high_water.max(base + count);
-                Loc::R { base, count }
-            }
+            None => Loc::P(self.take_pred(f)?),
+            Some(count) => Loc::R {
+                base: self.take(f, count)?,
+                count,
+            },
         };
         self.locs[v.index()] = Some(loc);
         self.live.push(v);
         Ok(loc)
+    }
+
+    /// `count` registers held by no value, for a sequence's intermediate results; given
+    /// back with [`Registers::give_back`].
+    pub fn scratch(&mut self, f: &Function, count: u32) -> Result<Vec<u32>> {
+        (0..count).map(|_| self.take(f, 1)).collect()
+    }
+
+    /// A predicate held by no value; given back with [`Registers::give_back_pred`].
+    pub fn scratch_pred(&mut self, f: &Function) -> Result<u8> {
+        self.take_pred(f)
+    }
+
+    pub fn give_back(&mut self, regs: &[u32]) {
+        for r in regs {
+            self.busy[*r as usize] = false;
+        }
+    }
+
+    pub fn give_back_pred(&mut self, p: u8) {
+        self.busy_pred[p as usize] = false;
+    }
+
+    /// The lowest free run of `count` registers, aligned to its size rounded up to a
+    /// power of two.
+    fn take(&mut self, f: &Function, count: u32) -> Result<u32> {
+        let align = count.next_power_of_two();
+        let base = (FIRST.next_multiple_of(align)..MAX_REGISTERS)
+            .step_by(align as usize)
+            .find(|&b| {
+                b + count <= MAX_REGISTERS
+                    && !self.busy[b as usize..(b + count) as usize].contains(&true)
+            })
+            .ok_or_else(|| {
+                refuse(
+                    f,
+                    format!(
+                        "needs more than the {MAX_REGISTERS} registers of a thread: {} live \
+                         values hold them all (spilling is not implemented yet)",
+                        self.live.len()
+                    ),
+                )
+            })?;
+        self.busy[base as usize..(base + count) as usize].fill(true);
+        self.high_water = self.high_water.max(base + count);
+        Ok(base)
+    }
+
+    fn take_pred(&mut self, f: &Function) -> Result<u8> {
+        let p = self.busy_pred.iter().position(|b| !b).ok_or_else(|| {
+            refuse(
+                f,
+                format!("needs more than the {MAX_PREDICATES} predicates at once"),
+            )
+        })?;
+        self.busy_pred[p] = true;
+        Ok(p as u8)
     }
 
     /// `v` lives in `loc`, its root's registers (a vector's element, a same-size bitcast,

@@ -8,6 +8,7 @@ use quench_ir::{
 
 use super::control::control;
 use super::divide;
+use super::ieee;
 use super::refuse;
 use super::regs::{Loc, Registers};
 use crate::cubin::PARAM_BASE;
@@ -688,6 +689,10 @@ impl<'f> Selector<'f> {
         if kind == Kind::U64 {
             return self.bin64(result, op, a, b);
         }
+        if (kind, op, rnd) == (Kind::F32, BinOp::Div, Some(Round::Rn)) {
+            let (ra, rb) = (self.reg(a)?, self.reg(b)?);
+            return self.div_rn(result, &ra, &rb);
+        }
         let divisor = self.consts.get(&b).map(|&d| d as u32);
         if let (Kind::U32, BinOp::Div | BinOp::Rem, Some(d)) = (kind, op, divisor) {
             return self.divide(result, op, a, d);
@@ -776,6 +781,22 @@ impl<'f> Selector<'f> {
         Ok(())
     }
 
+    /// `a / b` in f32, correctly rounded ([`ieee::div_rn`]), into `result`.
+    fn div_rn(&mut self, result: Option<Value>, a: &str, b: &str) -> Result<()> {
+        let f = self.f;
+        let v = result.ok_or_else(|| refuse(f, "a division without its result"))?;
+        let d = self.regs.define(f, v)?.reg(0);
+        let scratch = self.regs.scratch(f, ieee::SCRATCH)?;
+        let p = self.regs.scratch_pred(f)?;
+        let names: Vec<String> = scratch.iter().map(|r| format!("R{r}")).collect();
+        for (guard, text) in ieee::div_rn(&d, a, b, &names, &format!("P{p}")) {
+            self.emit(&guard, text);
+        }
+        self.regs.give_back(&scratch);
+        self.regs.give_back_pred(p);
+        Ok(())
+    }
+
     /// Predicate logic (`op` `None` for not) as `PLOP3.LUT` over the truth tables of
     /// its inputs `0xf0` and `0xcc` (the third input PT).
     fn pred_logic(
@@ -819,6 +840,12 @@ impl<'f> Selector<'f> {
         let f = self.f;
         if op == UnOp::Not && f.ty(a) == Type::PRED {
             return self.pred_logic(result, None, a, None);
+        }
+        if op == UnOp::Rcp(Round::Rn) && f.ty(a) == Type::F32 {
+            // 1 / a, the 1 in R0.
+            let ra = self.reg(a)?;
+            self.emit("", "MOV R0, 0x3f800000".into());
+            return self.div_rn(result, "R0", &ra);
         }
         let kind = self.kind(a, "a one-operand operation")?;
         let ra = self.reg(a)?;
