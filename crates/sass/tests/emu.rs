@@ -629,7 +629,7 @@ fn quench_generated_loops_branches_and_division_match_the_interpreter() {
         mix_case(150, quench_testkit::seed()),
     ] {
         let Some(k) = compile_own(&c) else {
-            let e = quench_sass::codegen::compile(&c.kernel).unwrap_err();
+            let e = quench_sass::codegen::compile_cubin(&c.kernel).unwrap_err();
             panic!("{}: {e}", c.name)
         };
         let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("{}: {e}", c.name));
@@ -728,8 +728,11 @@ fn codegen_mix() -> Function {
     k.finish().expect("codegen_mix verifies")
 }
 
-/// `x / y`, `1 / x` and `y / x` in f32 with round-to-nearest: quench's integer division
-/// against the interpreter's IEEE division.
+/// Outputs per thread of [`f32_division`].
+const IEEE_OUTPUTS: u32 = 5;
+
+/// `x / y`, `1 / x`, `y / x`, `sqrt(x)` and `sqrt(y)` in f32 with round-to-nearest:
+/// quench's integer division and root against the interpreter's IEEE ones.
 fn f32_division() -> Function {
     let f32p = Type::Ptr(AddrSpace::Global, Scalar::F32);
     let mut k = Builder::new("f32_division", 64);
@@ -748,8 +751,10 @@ fn f32_division() -> Function {
             k.bin_rnd(BinOp::Div, Some(Round::Rn), xv, yv),
             k.rcp(xv),
             k.bin_rnd(BinOp::Div, Some(Round::Rn), yv, xv),
+            k.sqrt(xv),
+            k.sqrt(yv),
         ];
-        let base = k.mul_const(gid, 3);
+        let base = k.mul_const(gid, IEEE_OUTPUTS);
         for (j, v) in quotients.into_iter().enumerate() {
             let at = k.add_const(base, j as u32);
             let p = k.ptr_add(out, at);
@@ -808,7 +813,7 @@ fn division_operands(n: usize, seed: u64) -> Vec<u32> {
 }
 
 #[test]
-fn quench_generated_f32_division_is_ieee_exact() {
+fn quench_generated_f32_division_and_root_are_ieee_exact() {
     let n = 16384u32;
     let seed = quench_testkit::seed();
     let bytes = |w: Vec<u32>| w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
@@ -823,7 +828,7 @@ fn quench_generated_f32_division_is_ieee_exact() {
                 "y",
                 bytes(division_operands(n as usize, seed ^ 0x9e37_79b9)),
             ),
-            Buffer::output("out", (n * 3 * 4) as usize),
+            Buffer::output("out", (n * IEEE_OUTPUTS * 4) as usize),
         ],
         args: vec![
             CaseArg::Buffer(0),
@@ -844,8 +849,12 @@ fn quench_generated_f32_division_is_ieee_exact() {
         elem: Scalar::F32,
         check: Check::Exact,
     });
-    let k = compile_own(&c)
-        .unwrap_or_else(|| panic!("{}", quench_sass::codegen::compile(&c.kernel).unwrap_err()));
+    let k = compile_own(&c).unwrap_or_else(|| {
+        panic!(
+            "{}",
+            quench_sass::codegen::compile_cubin(&c.kernel).unwrap_err()
+        )
+    });
     let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("f32_division: {e}"));
     agree(&c, &out).unwrap_or_else(|e| panic!("quench's code for {e}"));
 }

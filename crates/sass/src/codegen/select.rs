@@ -783,13 +783,23 @@ impl<'f> Selector<'f> {
 
     /// `a / b` in f32, correctly rounded ([`ieee::div_rn`]), into `result`.
     fn div_rn(&mut self, result: Option<Value>, a: &str, b: &str) -> Result<()> {
+        self.ieee(result, |d, t, p| ieee::div_rn(d, a, b, t, p))
+    }
+
+    /// One of [`ieee`]'s sequences into `result`, with scratch registers and a predicate
+    /// held for its length.
+    fn ieee(
+        &mut self,
+        result: Option<Value>,
+        sequence: impl FnOnce(&str, &[String], &str) -> Vec<(String, String)>,
+    ) -> Result<()> {
         let f = self.f;
-        let v = result.ok_or_else(|| refuse(f, "a division without its result"))?;
+        let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
         let d = self.regs.define(f, v)?.reg(0);
         let scratch = self.regs.scratch(f, ieee::SCRATCH)?;
         let p = self.regs.scratch_pred(f)?;
         let names: Vec<String> = scratch.iter().map(|r| format!("R{r}")).collect();
-        for (guard, text) in ieee::div_rn(&d, a, b, &names, &format!("P{p}")) {
+        for (guard, text) in sequence(&d, &names, &format!("P{p}")) {
             self.emit(&guard, text);
         }
         self.regs.give_back(&scratch);
@@ -840,6 +850,10 @@ impl<'f> Selector<'f> {
         let f = self.f;
         if op == UnOp::Not && f.ty(a) == Type::PRED {
             return self.pred_logic(result, None, a, None);
+        }
+        if op == UnOp::Sqrt(Round::Rn) && f.ty(a) == Type::F32 {
+            let ra = self.reg(a)?;
+            return self.ieee(result, |d, t, p| ieee::sqrt_rn(d, &ra, t, p));
         }
         if op == UnOp::Rcp(Round::Rn) && f.ty(a) == Type::F32 {
             // 1 / a, the 1 in R0.
