@@ -504,6 +504,19 @@ impl<'f> Selector<'f> {
                 }
             }
             Op::Un { op, a } => self.un(result, *op, *a)?,
+            Op::Dp4a {
+                a_signed,
+                b_signed,
+                a,
+                b,
+                c,
+            } => {
+                let sign = |s: bool| if s { "S8" } else { "U8" };
+                let (ra, rb, rc) = (self.reg(*a)?, self.reg(*b)?, self.reg(*c)?);
+                let d = def(self)?;
+                let (x, y) = (sign(*a_signed), sign(*b_signed));
+                self.emit("", format!("IDP.4A.{x}.{y} {d}, {ra}, {rb}, {rc}"));
+            }
             Op::Shfl {
                 mode: ShflMode::Bfly,
                 value,

@@ -58,6 +58,7 @@ fn semantics(op: &str) -> Option<Semantics> {
         "VIMNMX" => int::vimnmx,
         "VIADDMNMX" => int::viaddmnmx,
         "PRMT" => int::prmt,
+        "IDP" => int::idp,
         "R2UR" => int::r2ur,
         "FADD" | "FMUL" | "FFMA" => float::arith,
         "F2FP" => float::f2fp,

@@ -435,3 +435,31 @@ pub fn prmt(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     }
     Ok(Step::Next)
 }
+
+/// `IDP.4A.{S8|U8}.{S8|U8} d, a, b, c`: `c` plus the four products of `a`'s and `b`'s
+/// bytes, byte `i` with byte `i`, each operand's bytes signed or unsigned as its modifier
+/// says (PTX's `dp4a`), the sum wrapping in 32 bits.
+pub fn idp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    let mods: Vec<&str> = c.inst.mods.iter().map(String::as_str).collect();
+    let (a_signed, b_signed) = match mods[..] {
+        ["4A", a, b] if [a, b].iter().all(|m| matches!(*m, "S8" | "U8")) => (a == "S8", b == "S8"),
+        _ => return Err(c.unmodelled(format!("IDP.{}", mods.join(".")))),
+    };
+    c.arity(4)?;
+    let byte = |w: u32, i: u32, signed: bool| {
+        let v = (w >> (8 * i)) & 0xff;
+        if signed {
+            v as u8 as i8 as i32
+        } else {
+            v as i32
+        }
+    };
+    for l in lanes(on) {
+        let (a, b, acc) = (c.int(l, 1)?, c.int(l, 2)?, c.int(l, 3)?);
+        let sum = (0..4).fold(acc as i32, |s, i| {
+            s.wrapping_add(byte(a, i, a_signed).wrapping_mul(byte(b, i, b_signed)))
+        });
+        c.set(l, 0, sum as u32)?;
+    }
+    Ok(Step::Next)
+}
