@@ -17,7 +17,7 @@ const NONE: u8 = 7;
 /// Instructions whose results arrive after a time the issuing warp cannot know: the
 /// consumer waits on a scoreboard instead of a stall.
 fn variable_latency(mnemonic: &str) -> bool {
-    ["LDG", "STG", "LDC", "S2R", "S2UR", "LDS", "STS"]
+    ["LDG", "STG", "LDC", "S2R", "S2UR", "LDS", "STS", "MUFU"]
         .iter()
         .any(|m| mnemonic == *m || mnemonic.starts_with(&format!("{m}.")))
 }

@@ -504,6 +504,12 @@ impl<'f> Selector<'f> {
                 }
             }
             Op::Un { op, a } => self.un(result, *op, *a)?,
+            // The approximate quotient as the correctly rounded one: inside any bound set
+            // for the approximation, and the value the interpreter's model gives.
+            Op::DivApprox { a, b } if f.ty(*a) == Type::F32 => {
+                let (ra, rb) = (self.reg(*a)?, self.reg(*b)?);
+                self.div_rn(result, &ra, &rb)?
+            }
             Op::Dp4a {
                 a_signed,
                 b_signed,
@@ -868,7 +874,17 @@ impl<'f> Selector<'f> {
             let ra = self.reg(a)?;
             return self.ieee(result, |d, t, p| ieee::sqrt_rn(d, &ra, t, p));
         }
-        if op == UnOp::Rcp(Round::Rn) && f.ty(a) == Type::F32 {
+        if op == UnOp::Ex2Approx && f.ty(a) == Type::F32 {
+            // ptxas's own lowering of `ex2.approx.ftz.f32`.
+            let ra = self.reg(a)?;
+            let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
+            let d = self.regs.define(f, v)?.reg(0);
+            self.emit("", format!("MUFU.EX2 {d}, {ra}"));
+            return Ok(());
+        }
+        // The approximate reciprocal as the exact one: inside any bound set for the
+        // approximation, and the value the interpreter's model gives.
+        if matches!(op, UnOp::Rcp(Round::Rn) | UnOp::RcpApprox) && f.ty(a) == Type::F32 {
             // 1 / a, the 1 in R0.
             let ra = self.reg(a)?;
             self.emit("", "MOV R0, 0x3f800000".into());

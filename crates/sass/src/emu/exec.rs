@@ -64,6 +64,7 @@ fn semantics(op: &str) -> Option<Semantics> {
         "F2FP" => float::f2fp,
         "FMNMX" => float::fmnmx,
         "HADD2" => float::hadd2,
+        "MUFU" => float::mufu,
         "FSEL" => float::fsel,
         "FSETP" => float::fsetp,
         "I2FP" => float::i2fp,
