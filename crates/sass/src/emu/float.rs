@@ -355,6 +355,29 @@ pub fn hadd2(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
+/// `MUFU.EX2 d, a`: 2^a with subnormal inputs and results flushed (PTX's
+/// `ex2.approx.ftz.f32`, which ptxas emits as this instruction alone), modelled as the
+/// interpreter models the approximation: the f64 function rounded to f32. The hardware's
+/// own approximation is judged against that model within the kernel's bound, on the GPU.
+/// The other functions (RCP, RSQ, LG2, SIN, COS, ...) are refused.
+pub fn mufu(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    if c.inst.mods != ["EX2"] {
+        return Err(c.unmodelled(format!("MUFU.{}", c.inst.mods.join("."))));
+    }
+    c.arity(2)?;
+    for l in lanes(on) {
+        let x = flush(c.f32(l, 1)?);
+        let r = flush(f64::from(x).exp2() as f32);
+        let bits = if r.is_nan() {
+            CANONICAL_NAN
+        } else {
+            r.to_bits()
+        };
+        c.set(l, 0, bits)?;
+    }
+    Ok(Step::Next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,27 +424,4 @@ mod tests {
         assert_eq!(f16_rn(1e9), 0x7c00);
         assert_eq!(f16_rn(-0.0), 0x8000);
     }
-}
-
-/// `MUFU.EX2 d, a`: 2^a with subnormal inputs and results flushed (PTX's
-/// `ex2.approx.ftz.f32`, which ptxas emits as this instruction alone), modelled as the
-/// interpreter models the approximation: the f64 function rounded to f32. The hardware's
-/// own approximation is judged against that model within the kernel's bound, on the GPU.
-/// The other functions (RCP, RSQ, LG2, SIN, COS, ...) are refused.
-pub fn mufu(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
-    if c.inst.mods != ["EX2"] {
-        return Err(c.unmodelled(format!("MUFU.{}", c.inst.mods.join("."))));
-    }
-    c.arity(2)?;
-    for l in lanes(on) {
-        let x = flush(c.f32(l, 1)?);
-        let r = flush(f64::from(x).exp2() as f32);
-        let bits = if r.is_nan() {
-            CANONICAL_NAN
-        } else {
-            r.to_bits()
-        };
-        c.set(l, 0, bits)?;
-    }
-    Ok(Step::Next)
 }
