@@ -1026,14 +1026,26 @@ impl<'f> Selector<'f> {
         }
         let (ra, rb) = (self.reg(a)?, self.reg(b)?);
         // The forms the tables hold: every unsigned comparison; signed GE and NE; ordered
-        // float EQ, GE and GT (LT and LE by swapping the operands).
+        // float EQ, GE and GT (LT and LE by swapping the operands), unordered NE.
         let (mnemonic, x, y) = match (kind, op) {
             (Kind::U32, op) => (format!("ISETP.{}.U32.AND", name(op)), ra, rb),
             (Kind::S32, CmpOp::Ge | CmpOp::Ne) => (format!("ISETP.{}.AND", name(op)), ra, rb),
             (Kind::S32, CmpOp::Le) => ("ISETP.GE.AND".to_string(), rb, ra),
-            (Kind::F32, CmpOp::Eq | CmpOp::Ge | CmpOp::Gt) => {
-                (format!("FSETP.{}.AND", name(op)), ra, rb)
+            (Kind::F32, CmpOp::Ge | CmpOp::Gt) => (format!("FSETP.{}.AND", name(op)), ra, rb),
+            (Kind::F32, CmpOp::Eq) => {
+                // The tables hold FSETP.EQ only combined with a negated predicate: with
+                // P6 made false, `and !P6` is `and true`.
+                self.emit("", format!("ISETP.NE.U32.AND {SCRATCH_P}, PT, RZ, RZ, PT"));
+                let v = result.ok_or_else(|| refuse(f, "cmp without its result"))?;
+                let p = self.regs.define(f, v)?.reg(0);
+                self.emit(
+                    "",
+                    format!("FSETP.EQ.AND {p}, PT, {ra}, {rb}, !{SCRATCH_P}"),
+                );
+                return Ok(());
             }
+            // Not equal, or unordered (a NaN operand), as the IR defines `ne`.
+            (Kind::F32, CmpOp::Ne) => ("FSETP.NEU.AND".to_string(), ra, rb),
             (Kind::F32, CmpOp::Lt) => ("FSETP.GT.AND".to_string(), rb, ra),
             (Kind::F32, CmpOp::Le) => ("FSETP.GE.AND".to_string(), rb, ra),
             _ => {
