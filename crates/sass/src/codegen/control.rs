@@ -17,9 +17,11 @@ const NONE: u8 = 7;
 /// Instructions whose results arrive after a time the issuing warp cannot know: the
 /// consumer waits on a scoreboard instead of a stall.
 fn variable_latency(mnemonic: &str) -> bool {
-    ["LDG", "STG", "LDC", "S2R", "S2UR", "LDS", "STS", "MUFU"]
-        .iter()
-        .any(|m| mnemonic == *m || mnemonic.starts_with(&format!("{m}.")))
+    [
+        "LDG", "STG", "LDC", "S2R", "S2UR", "LDS", "STS", "MUFU", "ATOMG",
+    ]
+    .iter()
+    .any(|m| mnemonic == *m || mnemonic.starts_with(&format!("{m}.")))
 }
 
 /// Single-instruction latencies measured on the H200 (`isa/sm90/latencies.json`): the

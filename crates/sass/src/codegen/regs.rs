@@ -16,8 +16,9 @@ use super::refuse;
 
 /// General registers a thread may use on sm_90 (R0–R254; R255 reads as zero).
 pub const MAX_REGISTERS: u32 = 255;
-/// Predicates P0–P5 for values (P6 is the selector's scratch, P7 always true).
-const MAX_PREDICATES: usize = 6;
+/// Predicates P0–P4 for values (P5 and P6 are the selector's scratch, P7 always true);
+/// further predicate values live in registers as 0 or 1.
+const MAX_PREDICATES: usize = 5;
 /// The first register handed out: R0 and R1 are left alone (R1 is the stack pointer by
 /// the ABI's convention).
 const FIRST: u32 = 2;
@@ -131,7 +132,15 @@ impl Registers {
     /// Fresh registers (or a predicate) for `v`.
     pub fn define(&mut self, f: &Function, v: Value) -> Result<Loc> {
         let loc = match width(f.ty(v)) {
-            None => Loc::P(self.take_pred(f)?),
+            // With every predicate taken, a predicate value lives in a register as 0 or 1
+            // (the selector moves it through P6 where an instruction needs a predicate).
+            None => match self.take_pred(f) {
+                Ok(p) => Loc::P(p),
+                Err(_) => Loc::R {
+                    base: self.take(f, 1)?,
+                    count: 1,
+                },
+            },
             Some(count) => Loc::R {
                 base: self.take(f, count)?,
                 count,
@@ -148,19 +157,10 @@ impl Registers {
         (0..count).map(|_| self.take(f, 1)).collect()
     }
 
-    /// A predicate held by no value; given back with [`Registers::give_back_pred`].
-    pub fn scratch_pred(&mut self, f: &Function) -> Result<u8> {
-        self.take_pred(f)
-    }
-
     pub fn give_back(&mut self, regs: &[u32]) {
         for r in regs {
             self.busy[*r as usize] = false;
         }
-    }
-
-    pub fn give_back_pred(&mut self, p: u8) {
-        self.busy_pred[p as usize] = false;
     }
 
     /// The lowest free run of `count` registers, aligned to its size rounded up to a
@@ -190,9 +190,18 @@ impl Registers {
 
     fn take_pred(&mut self, f: &Function) -> Result<u8> {
         let p = self.busy_pred.iter().position(|b| !b).ok_or_else(|| {
+            let live: Vec<String> = self
+                .live
+                .iter()
+                .filter(|v| matches!(self.locs[v.index()], Some(Loc::P(_))))
+                .map(|v| v.to_string())
+                .collect();
             refuse(
                 f,
-                format!("needs more than the {MAX_PREDICATES} predicates at once"),
+                format!(
+                    "needs more than the {MAX_PREDICATES} predicates at once (live: {})",
+                    live.join(", ")
+                ),
             )
         })?;
         self.busy_pred[p] = true;

@@ -2,8 +2,8 @@
 //! in the forms of the encoding tables (those ptxas emits), as SASS text.
 
 use quench_ir::{
-    AddrSpace, BinOp, Block, CacheOp, CmpOp, Function, Inst, Op, Round, Scalar, ShflMode, Special,
-    Type, UnOp, Value,
+    AddrSpace, AtomOp, BinOp, Block, CacheOp, CmpOp, Function, Inst, Op, Ordering, Round, Scalar,
+    Scope, ShflMode, Special, Type, UnOp, Value,
 };
 
 use super::control::control;
@@ -22,8 +22,10 @@ const DESC: &str = "UR4";
 const MAX_NESTING: usize = 16;
 /// Where the static shared declarations start in the block's shared window.
 const SHARED_BASE: u32 = 0x400;
-/// The predicate a loop's bound test writes (values get P0–P5).
+/// The predicates the selector's own sequences use (a loop's bound test, a carry, a
+/// predicate value brought back from a register; values get P0–P4).
 const SCRATCH_P: &str = "P6";
+const SCRATCH_P2: &str = "P5";
 
 /// One line of the kernel's code: a label or an instruction.
 enum Line {
@@ -257,6 +259,35 @@ impl<'f> Selector<'f> {
         Ok(())
     }
 
+    /// A predicate value as an instruction's predicate operand: its predicate, or for one
+    /// kept in a register (all predicates taken) `scratch` set from it.
+    fn pred_src(&mut self, v: Value, scratch: &str) -> Result<String> {
+        match self.regs.loc(self.f, v)? {
+            Loc::P(p) => Ok(format!("P{p}")),
+            r => {
+                let r = r.reg(0);
+                self.emit("", format!("ISETP.NE.U32.AND {scratch}, PT, {r}, RZ, PT"));
+                Ok(scratch.to_string())
+            }
+        }
+    }
+
+    /// Defines the predicate value `v`: the predicate an instruction writes it to, and for
+    /// one kept in a register, that register (P6 written, then [`Selector::pred_store`]).
+    fn pred_dest(&mut self, v: Value) -> Result<(String, Option<String>)> {
+        Ok(match self.regs.define(self.f, v)? {
+            Loc::P(p) => (format!("P{p}"), None),
+            r => (SCRATCH_P.to_string(), Some(r.reg(0))),
+        })
+    }
+
+    /// Keeps P6 in `r` as 0 or 1, for a predicate value defined by [`Selector::pred_dest`].
+    fn pred_store(&mut self, r: Option<String>) {
+        if let Some(r) = r {
+            self.emit("", format!("SEL {r}, RZ, 0x1, !{SCRATCH_P}"));
+        }
+    }
+
     fn reg(&self, v: Value) -> Result<String> {
         Ok(self.regs.loc(self.f, v)?.reg(0))
     }
@@ -342,7 +373,7 @@ impl<'f> Selector<'f> {
             }
             Op::Cmp { op, a, b } => self.cmp(result, *op, *a, *b)?,
             Op::Select { cond, a, b } => {
-                let p = self.reg(*cond)?;
+                let p = self.pred_src(*cond, SCRATCH_P)?;
                 let (la, lb) = (self.regs.loc(f, *a)?, self.regs.loc(f, *b)?);
                 let words = f.ty(*a).bytes().div_ceil(4);
                 if !matches!(words, 1 | 2) {
@@ -405,12 +436,40 @@ impl<'f> Selector<'f> {
                 self.emit("", format!("LEA {d}, R0, {d}, 0x18"));
             }
             Op::Barrier => self.emit("", "BAR.SYNC.DEFER_BLOCKING 0x0".into()),
+            // ptxas's lowering of `fence.acq_rel.gpu`: earlier memory operations made
+            // visible at the GPU's scope, then the L1 invalidated for later loads.
+            Op::Fence {
+                ord: Ordering::AcqRel,
+                scope: Scope::Gpu,
+            } => {
+                self.release_fence();
+                self.emit("", "CCTL.IVALL".into());
+            }
+            Op::Atomic {
+                op: AtomOp::Add,
+                ord: Ordering::AcqRel,
+                scope: Scope::Gpu,
+                ptr,
+                a,
+                b: None,
+            } if f.ty(*a) == Type::U32 && matches!(f.ty(*ptr), Type::Ptr(AddrSpace::Global, _)) => {
+                let (p, a) = (self.reg(*ptr)?, self.reg(*a)?);
+                let d = def(self)?;
+                self.release_fence();
+                self.emit(
+                    "",
+                    format!("ATOMG.E.ADD.STRONG.GPU PT, {d}, desc[{DESC}][{p}.64], {a}"),
+                );
+                self.emit("", "CCTL.IVALL".into());
+            }
             Op::Cvt { to, rnd, sat, a } => self.cvt(result, *to, *rnd, *sat, *a)?,
             Op::Load { ty, ptr, cache } => {
                 let (space, width) = self.access(*ptr, *ty, "load")?;
                 let cache = match (space, cache) {
                     (_, CacheOp::Default) => "",
                     (AddrSpace::Global, CacheOp::Nc) => ".CONSTANT",
+                    // Cached in L2 only: ptxas's `.STRONG.GPU`.
+                    (AddrSpace::Global, CacheOp::Cg) => ".STRONG.GPU",
                     (_, other) => {
                         return Err(refuse(
                             f,
@@ -582,6 +641,13 @@ impl<'f> Selector<'f> {
             }
         }
         Ok(())
+    }
+
+    /// The release half of an acquire-release fence at the GPU's scope, as ptxas writes it.
+    fn release_fence(&mut self) {
+        for i in ["MEMBAR.ALL.GPU", "ERRBAR", "CGAERRBAR"] {
+            self.emit("", i.into());
+        }
     }
 
     /// Checks an access of `ty` through `ptr`: its space and its instruction's width
@@ -816,13 +882,11 @@ impl<'f> Selector<'f> {
         let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
         let d = self.regs.define(f, v)?.reg(0);
         let scratch = self.regs.scratch(f, ieee::SCRATCH)?;
-        let p = self.regs.scratch_pred(f)?;
         let names: Vec<String> = scratch.iter().map(|r| format!("R{r}")).collect();
-        for (guard, text) in sequence(&d, &names, &format!("P{p}")) {
+        for (guard, text) in sequence(&d, &names, SCRATCH_P2) {
             self.emit(&guard, text);
         }
         self.regs.give_back(&scratch);
-        self.regs.give_back_pred(p);
         Ok(())
     }
 
@@ -848,17 +912,18 @@ impl<'f> Selector<'f> {
                 ))
             }
         };
-        let pa = self.reg(a)?;
+        let pa = self.pred_src(a, SCRATCH_P)?;
         let pb = match b {
-            Some(b) => self.reg(b)?,
+            Some(b) => self.pred_src(b, SCRATCH_P2)?,
             None => "PT".to_string(),
         };
         let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
-        let d = self.regs.define(f, v)?.reg(0);
+        let (d, spilled) = self.pred_dest(v)?;
         self.emit(
             "",
             format!("PLOP3.LUT {d}, PT, {pa}, {pb}, PT, {lut:#x}, 0x0"),
         );
+        self.pred_store(spilled);
         Ok(())
     }
 
@@ -1011,7 +1076,7 @@ impl<'f> Selector<'f> {
             // where they are equal (`.EX`).
             let (la, lb) = (self.regs.loc(f, a)?, self.regs.loc(f, b)?);
             let v = result.ok_or_else(|| refuse(f, "cmp without its result"))?;
-            let p = self.regs.define(f, v)?.reg(0);
+            let (p, spilled) = self.pred_dest(v)?;
             let (a0, a1, b0, b1) = (la.reg(0), la.reg(1), lb.reg(0), lb.reg(1));
             let op = name(op);
             self.emit(
@@ -1022,6 +1087,7 @@ impl<'f> Selector<'f> {
                 "",
                 format!("ISETP.{op}.U32.AND.EX {p}, PT, {a1}, {b1}, PT, {SCRATCH_P}"),
             );
+            self.pred_store(spilled);
             return Ok(());
         }
         let (ra, rb) = (self.reg(a)?, self.reg(b)?);
@@ -1037,11 +1103,12 @@ impl<'f> Selector<'f> {
                 // P6 made false, `and !P6` is `and true`.
                 self.emit("", format!("ISETP.NE.U32.AND {SCRATCH_P}, PT, RZ, RZ, PT"));
                 let v = result.ok_or_else(|| refuse(f, "cmp without its result"))?;
-                let p = self.regs.define(f, v)?.reg(0);
+                let (p, spilled) = self.pred_dest(v)?;
                 self.emit(
                     "",
                     format!("FSETP.EQ.AND {p}, PT, {ra}, {rb}, !{SCRATCH_P}"),
                 );
+                self.pred_store(spilled);
                 return Ok(());
             }
             // Not equal, or unordered (a NaN operand), as the IR defines `ne`.
@@ -1056,8 +1123,9 @@ impl<'f> Selector<'f> {
             }
         };
         let v = result.ok_or_else(|| refuse(f, "cmp without its result"))?;
-        let p = self.regs.define(f, v)?.reg(0);
+        let (p, spilled) = self.pred_dest(v)?;
         self.emit("", format!("{mnemonic} {p}, PT, {x}, {y}, PT"));
+        self.pred_store(spilled);
         Ok(())
     }
 
@@ -1072,7 +1140,7 @@ impl<'f> Selector<'f> {
             ));
         }
         let b = format!("B{}", self.depth);
-        let p = self.reg(cond)?;
+        let p = self.pred_src(cond, SCRATCH_P)?;
         let (join, after) = (self.label(), self.label());
         let has_else = else_
             .insts

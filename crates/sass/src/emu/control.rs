@@ -103,6 +103,18 @@ pub fn nop(c: &mut Ctx, _on: u32) -> Result<Step, EmuError> {
     }
 }
 
+/// The memory fences ptxas emits for `fence.acq_rel.gpu` and around atomics
+/// (`MEMBAR.ALL.GPU`, `ERRBAR`, `CGAERRBAR`, `CCTL.IVALL`): nothing to do here, where
+/// every store is seen by every later load the moment it is made.
+pub fn fence(c: &mut Ctx, _on: u32) -> Result<Step, EmuError> {
+    let mods: Vec<&str> = c.inst.mods.iter().map(String::as_str).collect();
+    match (c.inst.op.as_str(), &mods[..], c.ops) {
+        ("MEMBAR", ["ALL", "GPU"], []) | ("ERRBAR" | "CGAERRBAR", [], []) => Ok(Step::Next),
+        ("CCTL", ["IVALL"], []) => Ok(Step::Next),
+        _ => Err(c.unmodelled("this fence")),
+    }
+}
+
 /// `BAR.SYNC.DEFER_BLOCKING id`: every live lane of the warp must be here.
 pub fn bar(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     c.only(&["SYNC", "DEFER_BLOCKING"])?;

@@ -72,6 +72,8 @@ fn semantics(op: &str) -> Option<Semantics> {
         "HFMA2" => float::hfma2,
         "PLOP3" => int::plop3,
         "LDG" | "STG" => mem::global,
+        "ATOMG" => mem::atomic,
+        "MEMBAR" | "ERRBAR" | "CGAERRBAR" | "CCTL" => control::fence,
         "LDS" | "STS" => mem::shared,
         "LDC" | "ULDC" => mem::constant,
         "S2R" | "S2UR" | "CS2R" => control::special,

@@ -103,6 +103,31 @@ pub fn global(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
+/// `ATOMG.E.ADD.STRONG.GPU PT, d, [R.64], r`: adds `r` to the 32-bit word at the address
+/// and returns the old word. Warps run one instruction at a time here, so every
+/// read-modify-write is whole.
+pub fn atomic(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    if c.inst.mods != ["E", "ADD", "STRONG", "GPU"] {
+        return Err(c.unmodelled(format!("ATOMG.{}", c.inst.mods.join("."))));
+    }
+    c.arity(4)?;
+    if !matches!(c.op(0)?, Operand::Pred { .. }) {
+        return Err(c.unmodelled("a first operand other than a predicate"));
+    }
+    let at = c.inst.addr;
+    for l in lanes(on) {
+        let a = address(c, l, 2, true)?;
+        let mut old = [0u8; 4];
+        c.global.read(at, a, &mut old)?;
+        let old = u32::from_le_bytes(old);
+        let add = c.int(l, 3)?;
+        c.global
+            .write(at, a, &old.wrapping_add(add).to_le_bytes())?;
+        c.set(l, 1, old)?;
+    }
+    Ok(Step::Next)
+}
+
 /// `LDS[.size] d, [R+imm]` and `STS[.size] [R+imm], r` (also `[UR+imm]`).
 pub fn shared(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     c.only(&["U8", "S8", "U16", "S16", "64", "128"])?;
