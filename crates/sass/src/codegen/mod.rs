@@ -3,15 +3,16 @@
 //! [`crate::asm`] assembles into a cubin.
 //!
 //! **What it takes so far.** Structured control flow (`if` with or without results,
-//! counted `for` with carried values), 32- and 64-bit integers, f32, 16-bit floats moved
-//! and converted, global and shared memory, barriers and butterfly shuffles: enough for
-//! the library's elementwise kernels, reductions, embeddings and GEMVs. Any other
-//! operation is refused with its name and the kernel's; those kernels are compiled
-//! through PTX.
+//! counted `for` with carried values), 32- and 64-bit integers, f32 (IEEE division and
+//! square root in integer instructions, `ieee`), 16-bit floats moved and converted,
+//! global and shared memory, barriers, butterfly shuffles, byte dot products, fences and
+//! atomic adds: every library kernel but the tensor-core ones. Any other operation is
+//! refused with its name and the kernel's; those kernels are compiled through PTX.
 //!
 //! **Registers** (`regs`): on SSA, each value's registers given back after its last
-//! use; a kernel whose live values need more than the 255 registers of a thread (or six
-//! predicates) is refused with the numbers, as spilling is not implemented yet.
+//! use; predicate values in P0–P4, and in registers as 0 or 1 once those are taken. A
+//! kernel whose live values need more than the 255 registers of a thread is refused with
+//! the numbers, as spilling to memory is not implemented yet.
 //!
 //! **Control bits.** A fixed-latency instruction stalls the warp for its latency
 //! (measured on the H200, `isa/sm90/latencies.json`, where measured; else

@@ -18,10 +18,12 @@
 //! Modelled, each with the modifiers and operand forms its function names: IMAD (`.MOV`,
 //! `.SHL`, `.IADD`, `.U32`, `.WIDE`, `.HI.U32` with an RZ addend, `.X`), IADD3(`.X`), VIADD,
 //! LEA(`.HI`)(`.X`), SHF, LOP3.LUT, PLOP3.LUT, ISETP(`.EX`), VIMNMX, VIADDMNMX.U32, PRMT,
-//! MOV, SEL, R2UR and the uniform twins; FADD, FMUL, FFMA, FMNMX, FSEL, FSETP, I2F, I2FP,
-//! F2FP (to bf16 and f16), HADD2.F32 and HFMA2.MMA as ptxas uses them for conversions and
-//! constants; LDG, STG, LDS, STS, LDC, ULDC; S2R, S2UR, CS2R; BRA (`.DIV` when converged),
-//! EXIT, BSSY, BSYNC, NOP, BAR.SYNC, SHFL.
+//! IDP.4A, MOV, SEL, R2UR and the uniform twins; FADD, FMUL, FFMA, FMNMX, FSEL, FSETP,
+//! I2F, I2FP, F2FP (to bf16 and f16), HADD2.F32 and HFMA2.MMA as ptxas uses them for
+//! conversions and constants, MUFU.EX2 as the interpreter models `ex2.approx`; LDG, STG,
+//! LDS, STS, LDC, ULDC, ATOMG.E.ADD and the fences around it (MEMBAR, ERRBAR, CGAERRBAR,
+//! CCTL.IVALL); S2R, S2UR, CS2R; BRA (`.DIV` when converged), EXIT, BSSY, BSYNC, NOP,
+//! BAR.SYNC, SHFL.
 //!
 //! Memory: constant bank 0 holds the launch (`blockDim` at `c[0x0][0x0]`, `gridDim` at
 //! `c[0x0][0xc]`, as ptxas reads `%ntid`/`%nctaid`) and the parameters from the offset
