@@ -8,6 +8,7 @@
 
 use super::exec::{lanes, Ctx, Step};
 use super::inst::Operand;
+use super::int::combine_preds;
 use super::EmuError;
 use crate::syntax::Kind;
 
@@ -307,11 +308,7 @@ pub fn fsetp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
             m => return Err(c.unmodelled(format!("comparison .{m}"))),
         };
         let q = c.pred(l, 4)?;
-        let v = match combine {
-            "AND" => r && q,
-            "OR" => r || q,
-            _ => r != q,
-        };
+        let v = combine_preds(combine, r, q);
         c.set_pred(l, 0, v)?;
     }
     Ok(Step::Next)

@@ -288,11 +288,7 @@ pub fn isetp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
             r = c.pred(l, 5)?;
         }
         let q = c.pred(l, 4)?;
-        let v = match combine {
-            "AND" => r && q,
-            "OR" => r || q,
-            _ => r != q,
-        };
+        let v = combine_preds(combine, r, q);
         c.set_pred(l, 0, v)?;
     }
     Ok(Step::Next)
@@ -462,4 +458,14 @@ pub fn idp(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
         c.set(l, 0, sum as u32)?;
     }
     Ok(Step::Next)
+}
+
+/// A compare's result `r` joined with the predicate operand `q` by the instruction's
+/// `.AND`, `.OR` or `.XOR` (ISETP, FSETP).
+pub fn combine_preds(combine: &str, r: bool, q: bool) -> bool {
+    match combine {
+        "AND" => r && q,
+        "OR" => r || q,
+        _ => r != q,
+    }
 }
