@@ -638,11 +638,11 @@ fn cc_emits_quench_s_own_sass_or_names_what_stops_it() {
     let out = quench(&["sass", "dis", cubin.to_str().unwrap()], "", &dir);
     assert!(text(&out.stdout).contains("FADD"), "{}", text(&out.stderr));
 
-    let out = quench(&["cc", "rmsnorm_bf16", "--emit", "sass"], "", &dir);
+    let out = quench(&["cc", "gemm_q8_0", "--emit", "sass"], "", &dir);
     assert!(!out.status.success());
     let e = text(&out.stderr);
     assert!(
-        e.contains("kernel rmsnorm_bf16:") && e.contains("sqrt"),
+        e.contains("kernel gemm_q8_0:") && e.contains("cp_async"),
         "the refusal names the kernel and the operation: {e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
