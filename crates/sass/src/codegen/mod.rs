@@ -38,8 +38,26 @@ pub use regs::MAX_REGISTERS;
 pub fn compile(f: &Function) -> Result<String> {
     let mut s = select::Selector::new(f)?;
     s.body()?;
+    // A block of `max_threads` must fit the SM's register file, registers being handed to
+    // each thread of whole warps in units of 8.
+    let per_thread = s.registers().next_multiple_of(8);
+    let warps = f.max_threads.div_ceil(32).max(1);
+    if per_thread * 32 * warps > REGISTER_FILE {
+        return Err(refuse(
+            f,
+            format!(
+                "needs {per_thread} registers a thread, more than the {} a block of {} threads \
+                 may use (spilling is not implemented yet)",
+                REGISTER_FILE / (32 * warps) / 8 * 8,
+                f.max_threads
+            ),
+        ));
+    }
     Ok(s.finish())
 }
+
+/// 32-bit registers of an sm_90 SM, shared by the threads of a block.
+const REGISTER_FILE: u32 = 65536;
 
 /// A cubin of `f`'s machine code, assembled by quench's own encoder.
 pub fn compile_cubin(f: &Function) -> Result<Vec<u8>> {

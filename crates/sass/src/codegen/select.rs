@@ -90,6 +90,11 @@ impl<'f> Selector<'f> {
         Ok(())
     }
 
+    /// Registers the code uses so far (the cubin's register count).
+    pub fn registers(&self) -> u32 {
+        self.regs.used()
+    }
+
     /// The kernel as text: its ABI, then its code, padded to 128 bytes as ptxas pads it
     /// (a branch to itself, then `NOP`s).
     pub fn finish(mut self) -> String {
