@@ -120,6 +120,7 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         tensor_core_decode: a.tensor_core_decode,
         kv_cache: a.kv_cache.into(),
         prefill_chunk: Some(a.prefill_chunk),
+        codegen: a.codegen.into(),
         ..LoadOptions::default()
     };
     let loaded = quench_engine::load(&path, &options).map_err(|e| e.to_string())?;

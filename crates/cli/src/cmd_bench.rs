@@ -14,7 +14,7 @@ use quench_models::GgufFile;
 use serde_json::{json, Value};
 
 use crate::cmd_pull;
-use crate::model_args::{DeviceArg, KvCacheArg};
+use crate::model_args::{CodegenArg, DeviceArg, KvCacheArg};
 use crate::receipt;
 
 /// The decode speed quench's CPU path aims at, as a fraction of llama.cpp's on the same
@@ -84,6 +84,9 @@ pub struct BenchArgs {
     /// the prompt one token a step).
     #[arg(long, default_value_t = quench_engine::gpu::DEFAULT_PREFILL_CHUNK)]
     pub prefill_chunk: usize,
+    /// With `--device cuda`: where the kernels' machine code comes from.
+    #[arg(long, value_enum, default_value = "ptx")]
+    pub codegen: CodegenArg,
 }
 
 /// One timed run: seconds from its start to the end of prefill and to each generated token.

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::cmd_pull::{self, SMOLLM2};
-use crate::model_args::KvCacheArg;
+use crate::model_args::{CodegenArg, KvCacheArg};
 use crate::receipt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -57,6 +57,9 @@ pub struct CheckArgs {
     /// feeds prompts one token per decode step.
     #[arg(long, value_name = "TOKENS")]
     pub prefill_chunk: Option<usize>,
+    /// Where the kernels' machine code comes from.
+    #[arg(long, value_enum, default_value = "ptx")]
+    pub codegen: CodegenArg,
     /// After the check, time this many greedy decode steps (0: no timing).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub time_tokens: usize,
@@ -279,6 +282,7 @@ fn generate_on_device(
         context_limit: a.context,
         kv_cache: a.kv_cache.into(),
         prefill_chunk: a.prefill_chunk,
+        codegen: a.codegen.into(),
         ..LoadOptions::default()
     };
     let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;

@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 
 use quench_kernels::{case, library, Check, Expected, KernelCase, KernelSpec};
-use quench_rt::{CudaExecutor, Executor, InterpExecutor, StreamId};
+use quench_rt::{CudaExecutor, Executor, InterpExecutor, RtError, StreamId};
 use serde_json::{json, Value};
 
-use crate::own_code::{Codegen, OwnCode};
+use crate::model_args::CodegenArg;
 use crate::receipt;
 
 #[derive(clap::Args)]
@@ -43,7 +43,7 @@ pub struct CheckArgs {
     /// Where the kernels' machine code comes from: PTX finished by the driver, or quench's
     /// own code generator (each timed row then also times the PTX build, its twin).
     #[arg(long, value_enum, default_value = "ptx")]
-    pub codegen: Codegen,
+    pub codegen: CodegenArg,
 }
 
 /// Why a kernel has no row.
@@ -59,21 +59,21 @@ impl From<String> for Failure {
     }
 }
 
-/// The executors of a run: the one measured, and with `--codegen sass` the code
-/// generator feeding it and a PTX-built twin for the timings.
+/// The executors of a run: the one measured, and with `--codegen sass` (where it runs
+/// quench's own machine code) a PTX-built twin for the timings.
 struct Gpus {
     gpu: CudaExecutor,
-    own: Option<(OwnCode, CudaExecutor)>,
+    twin: Option<CudaExecutor>,
 }
 
-impl Gpus {
-    /// Compiles `c`'s kernel with quench's code generator when that is the source.
-    fn prepare(&self, c: &KernelCase) -> Result<(), Failure> {
-        match &self.own {
-            Some((own, _)) => own.prepare(c).map_err(Failure::Refused),
-            None => Ok(()),
+/// A case's run on the GPU, with the code generator's refusal told apart.
+fn run_on(gpu: &mut CudaExecutor, c: &KernelCase) -> Result<case::CaseOutputs, Failure> {
+    case::run_case(gpu, c).map_err(|e| match e {
+        case::CaseError::Runtime { source, .. } if matches!(*source, RtError::Codegen { .. }) => {
+            Failure::Refused(source.to_string())
         }
-    }
+        e => Failure::Failed(e.to_string()),
+    })
 }
 
 struct Row {
@@ -129,10 +129,9 @@ fn reference_ok(c: &KernelCase, out: &case::CaseOutputs) -> Result<bool, String>
 fn check_one(spec: &KernelSpec, params: &str, gpus: &mut Gpus, seed: u64) -> Result<Row, Failure> {
     let p = spec.parse_params(params).map_err(|e| e.to_string())?;
     let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
-    gpus.prepare(&c)?;
+    let gpu_out = run_on(&mut gpus.gpu, &c)?;
     let mut interp = InterpExecutor::new();
     let cpu_out = case::run_case(&mut interp, &c).map_err(|e| e.to_string())?;
-    let gpu_out = case::run_case(&mut gpus.gpu, &c).map_err(|e| e.to_string())?;
     let (max_err, bit_exact) = gpu_vs_interp(&c, &gpu_out, &cpu_out)?;
     Ok(Row {
         kernel: spec.name.to_string(),
@@ -160,12 +159,11 @@ fn perf_one(
 ) -> Result<Row, Failure> {
     let p = spec.parse_params(shape).map_err(|e| e.to_string())?;
     let c = spec.make_case(&p, seed).map_err(|e| e.to_string())?;
-    gpus.prepare(&c)?;
-    let out = case::run_case(&mut gpus.gpu, &c).map_err(|e| e.to_string())?;
+    let out = run_on(&mut gpus.gpu, &c)?;
     let ok = reference_ok(&c, &out)?;
     let t = case::time_case(&mut gpus.gpu, &c, 5, reps).map_err(|e| e.to_string())?;
-    let twin_ms = match &mut gpus.own {
-        Some((_, twin)) => Some(
+    let twin_ms = match &mut gpus.twin {
+        Some(twin) => Some(
             case::time_case(twin, &c, 5, reps)
                 .map_err(|e| e.to_string())?
                 .median_ms,
@@ -258,15 +256,12 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let specs = selected(&a.only)?;
     let copy = copy_bandwidth_gbps(&mut gpu, 20)?;
     eprintln!("device-to-device copy: {copy:.0} GB/s");
-    let own = match a.codegen {
-        Codegen::Ptx => None,
-        Codegen::Sass => {
-            let own = OwnCode::default();
-            own.install(&mut gpu);
-            Some((own, CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?))
-        }
+    gpu.set_codegen(a.codegen.into());
+    let twin = match a.codegen {
+        CodegenArg::Ptx => None,
+        CodegenArg::Sass => Some(CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?),
     };
-    let mut gpus = Gpus { gpu, own };
+    let mut gpus = Gpus { gpu, twin };
     let mut rows = vec![];
     let mut failures = vec![];
     // Kernels quench's code generator cannot compile yet, with what stops each.
@@ -340,7 +335,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
             opt(r.tflops, 1)
         );
     }
-    let own_code = a.codegen == Codegen::Sass;
+    let own_code = a.codegen == CodegenArg::Sass;
     if own_code {
         for r in rows.iter().filter(|r| r.ms.is_some()) {
             if let (Some(ours), Some(twin)) = (r.ms, r.twin_ms) {

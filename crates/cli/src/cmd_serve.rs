@@ -7,7 +7,7 @@ use clap::Args;
 use quench_serve::scheduler::EngineConfig;
 use quench_serve::{ModelSpec, ServeConfig, Server};
 
-use crate::model_args::{DeviceArg, KvCacheArg};
+use crate::model_args::{CodegenArg, DeviceArg, KvCacheArg};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// first); the streams already decoding draw a token every step regardless.
     #[arg(long, default_value_t = 512)]
     prefill_chunk: usize,
+    /// On a GPU, where the kernels' machine code comes from.
+    #[arg(long, value_enum, default_value = "ptx")]
+    codegen: CodegenArg,
     /// Do not keep finished prompts' KV blocks for later requests that start the same way
     /// (the prefix cache; it only ever uses blocks no request needs).
     #[arg(long)]
@@ -189,6 +192,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         cors_origins: a.cors_origins.clone(),
         tensor_core_decode: !a.no_tensor_core_decode,
         kv_cache: a.kv_cache.into(),
+        codegen: a.codegen.into(),
         api_keys: api_keys(a)?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -22,7 +22,6 @@ mod cmd_synth;
 mod cmd_top;
 mod gpu;
 mod model_args;
-mod own_code;
 mod receipt;
 
 use clap::{Parser, Subcommand};

@@ -6,7 +6,7 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use quench_engine::gpu::Widened;
 use quench_engine::{
-    Arithmetic, Device, GgmlKernels, KvCache, LoadOptions, Model, ModelInfo, Precision,
+    Arithmetic, Codegen, Device, GgmlKernels, KvCache, LoadOptions, Model, ModelInfo, Precision,
 };
 
 use crate::cmd_pull;
@@ -26,6 +26,25 @@ pub enum KvCacheArg {
     F16,
     /// Keys and values as computed: twice the memory and attention traffic of f16.
     F32,
+}
+
+/// Where the machine code of the GPU's kernels comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CodegenArg {
+    /// PTX, finished by the driver's JIT (ptxas)
+    Ptx,
+    /// sm_90 SASS from quench's own code generator, no ptxas involved; a kernel it cannot
+    /// compile yet stops the load with the operation that stops it
+    Sass,
+}
+
+impl From<CodegenArg> for Codegen {
+    fn from(a: CodegenArg) -> Codegen {
+        match a {
+            CodegenArg::Ptx => Codegen::Ptx,
+            CodegenArg::Sass => Codegen::Sass,
+        }
+    }
 }
 
 /// Which build of llama.cpp `--llama-cpp-rounding` follows.
@@ -107,6 +126,9 @@ pub struct ModelArgs {
     /// decode step.
     #[arg(long, value_name = "TOKENS")]
     pub prefill_chunk: Option<usize>,
+    /// On a GPU, where the kernels' machine code comes from.
+    #[arg(long, value_enum, default_value = "ptx")]
+    pub codegen: CodegenArg,
     /// Print no diagnostics (load time, speed) on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -141,6 +163,7 @@ impl ModelArgs {
             tensor_core_decode: self.tensor_core_decode,
             kv_cache: self.kv_cache.into(),
             prefill_chunk: self.prefill_chunk,
+            codegen: self.codegen.into(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! How a model is to be loaded.
 
 pub use quench_cpu::{Arithmetic, GgmlKernels};
+pub use quench_rt::Codegen;
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -91,4 +92,7 @@ pub struct LoadOptions {
     /// default, [`crate::gpu::DEFAULT_PREFILL_CHUNK`]; 0 feeds prompts one decode step per
     /// token ([`crate::gpu::GpuOptions::prefill_chunk`]).
     pub prefill_chunk: Option<usize>,
+    /// With [`Device::Cuda`]: where the kernels' machine code comes from (PTX finished by
+    /// the driver, or quench's own code generator).
+    pub codegen: Codegen,
 }

@@ -28,6 +28,11 @@ pub enum RtError {
     #[error("kernel `{kernel}` could not be translated to PTX: {message}")]
     Ptx { kernel: String, message: String },
 
+    /// quench's own code generator refused the kernel (`Codegen::Sass`): the operation or
+    /// limit that stops it.
+    #[error("quench's code generator cannot compile {message}")]
+    Codegen { kernel: String, message: String },
+
     /// The kernel's interface cannot be used from the host (e.g. a parameter type that
     /// has no host representation).
     #[error("kernel `{kernel}`: {message}")]

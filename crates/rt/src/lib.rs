@@ -22,7 +22,7 @@ pub mod interp;
 pub mod native;
 
 pub use abi::{AbiParam, KernelAbi, ParamKind};
-pub use cuda::{CacheStats, CubinRewrite, CudaExecutor};
+pub use cuda::{CacheStats, Codegen, CubinRewrite, CudaExecutor};
 pub use devices::{list_devices, DeviceInfo};
 pub use error::RtError;
 pub use executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};

@@ -127,6 +127,8 @@ pub struct ServeConfig {
     pub tensor_core_decode: bool,
     /// On a GPU, the element type of the KV cache.
     pub kv_cache: quench_engine::KvCache,
+    /// On a GPU, where the kernels' machine code comes from.
+    pub codegen: quench_engine::Codegen,
     /// Keys a client must present (`Authorization: Bearer KEY`); none: anyone may call.
     pub api_keys: Vec<String>,
 }
@@ -155,6 +157,7 @@ impl Default for ServeConfig {
             cors_origins: Vec::new(),
             tensor_core_decode: true,
             kv_cache: quench_engine::KvCache::F16,
+            codegen: quench_engine::Codegen::Ptx,
         }
     }
 }
@@ -402,8 +405,12 @@ async fn load_causal(
         reason,
     };
     let (spec2, context, device) = (spec.clone(), config.context, config.device);
-    let (tensor_core_decode, kv_cache, gpu) =
-        (config.tensor_core_decode, config.kv_cache, config.gpu);
+    let (tensor_core_decode, kv_cache, codegen, gpu) = (
+        config.tensor_core_decode,
+        config.kv_cache,
+        config.codegen,
+        config.gpu,
+    );
     let max_batch = config.engine.max_batch;
     // On a GPU the KV cache is allocated up front: as many whole contexts as the block
     // budget holds, rounded up so that the device has every block the scheduler counts.
@@ -430,6 +437,7 @@ async fn load_causal(
                     max_batch: Some(max_batch),
                     tensor_core_decode,
                     kv_cache,
+                    codegen,
                     ..Default::default()
                 };
                 let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use quench_ir::Function;
 use quench_models::arch::{ModelConfig, Naming};
-use quench_rt::{CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, KernelId, StreamId};
+use quench_rt::{
+    Codegen, CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, KernelId, StreamId,
+};
 
 use super::arena;
 use super::catalog::{Catalog, Widened};
@@ -37,7 +39,7 @@ const CUDA_RESERVE: u64 = 1 << 30;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// An NVIDIA GPU through the driver.
-    Cuda { ordinal: u32 },
+    Cuda { ordinal: u32, codegen: Codegen },
     /// quench's kernel interpreter on the CPU (slow; for checking without a GPU).
     Interp,
 }
@@ -413,9 +415,10 @@ fn context_of(config: &ModelConfig, options: &GpuOptions) -> usize {
 /// Opens the executor of `backend` and the device memory it offers.
 pub(crate) fn open(backend: Backend) -> Result<(Box<dyn Executor + Send>, Option<u64>), GpuError> {
     match backend {
-        Backend::Cuda { ordinal } => {
-            let exec = CudaExecutor::new(ordinal)
+        Backend::Cuda { ordinal, codegen } => {
+            let mut exec = CudaExecutor::new(ordinal)
                 .map_err(GpuError::runtime(format!("opening CUDA device {ordinal}")))?;
+            exec.set_codegen(codegen);
             let total = exec.info().total_memory_bytes;
             Ok((Box::new(exec), Some(total.saturating_sub(CUDA_RESERVE))))
         }

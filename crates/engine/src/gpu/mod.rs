@@ -69,6 +69,7 @@ pub(crate) fn backend_of(options: &LoadOptions) -> Backend {
         Device::Interp => Backend::Interp,
         Device::Cuda | Device::Cpu => Backend::Cuda {
             ordinal: options.gpu,
+            codegen: options.codegen,
         },
     }
 }

@@ -46,6 +46,17 @@ struct CudaKernel {
 /// name and the JIT's cubin, the cubin to load instead.
 pub type CubinRewrite = Box<dyn Fn(&str, &[u8]) -> Result<Vec<u8>, String> + Send>;
 
+/// Where the machine code of the kernels a [`CudaExecutor`] loads comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Codegen {
+    /// PTX, finished by the driver's JIT (ptxas).
+    #[default]
+    Ptx,
+    /// sm_90 SASS from quench's own code generator, no ptxas involved; a kernel it cannot
+    /// compile fails to load with [`RtError::Codegen`].
+    Sass,
+}
+
 pub struct CudaExecutor {
     info: DeviceInfo,
     driver_version: i32,
@@ -61,6 +72,7 @@ pub struct CudaExecutor {
     graphs: Vec<Option<(sys::CUgraph, sys::CUgraphExec)>>,
     capturing: BTreeSet<u32>,
     rewrite: Option<CubinRewrite>,
+    codegen: Codegen,
 }
 
 // SAFETY: the driver handles belong to the context, not to a thread, and every method
@@ -106,6 +118,7 @@ impl CudaExecutor {
             graphs: vec![],
             capturing: BTreeSet::new(),
             rewrite: None,
+            codegen: Codegen::Ptx,
         };
         ex.bind()?;
         ex.limits = ex.query_limits()?;
@@ -123,6 +136,11 @@ impl CudaExecutor {
     /// cubins only; a rewrite that fails is the kernel's load error.
     pub fn set_cubin_rewrite(&mut self, rewrite: CubinRewrite) {
         self.rewrite = Some(rewrite);
+    }
+
+    /// Where the machine code of kernels loaded from now on comes from.
+    pub fn set_codegen(&mut self, codegen: Codegen) {
+        self.codegen = codegen;
     }
 
     /// Where compiled kernels are cached (`None`: caching is off, see
@@ -193,6 +211,11 @@ impl CudaExecutor {
     pub(crate) fn load_ptx(&mut self, abi: KernelAbi, ptx: &str) -> Result<KernelId, RtError> {
         self.bind()?;
         let module = self.module_for(ptx, &abi)?;
+        self.add_kernel(module, abi)
+    }
+
+    /// Takes kernel `abi.name` from `module` (unloading it on failure).
+    fn add_kernel(&mut self, module: sys::CUmodule, abi: KernelAbi) -> Result<KernelId, RtError> {
         let name = CString::new(abi.name.as_str()).map_err(|_| RtError::Abi {
             kernel: abi.name.clone(),
             message: "kernel name contains a NUL byte".into(),
@@ -327,6 +350,15 @@ impl Executor for CudaExecutor {
     fn load(&mut self, f: &Function) -> Result<KernelId, RtError> {
         quench_ir::verify(f)?;
         let abi = KernelAbi::from_function(f)?;
+        if self.codegen == Codegen::Sass {
+            let cubin = quench_sass::codegen::compile_cubin(f).map_err(|e| RtError::Codegen {
+                kernel: f.name.clone(),
+                message: e.to_string(),
+            })?;
+            self.bind()?;
+            let module = load_cubin(&cubin).map_err(drv("cuModuleLoadData"))?;
+            return self.add_kernel(module, abi);
+        }
         let ptx = quench_ptx::emit(f).map_err(|e| RtError::Ptx {
             kernel: f.name.clone(),
             message: e.to_string(),
