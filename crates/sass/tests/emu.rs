@@ -389,7 +389,7 @@ fn mix() -> Function {
         let umax = k.max(xv, yv);
         // 64-bit words made of the two inputs, compared: the high words decide unless
         // equal. (Unsigned, and not sums or products of sign-extended words, which need
-        // forms the tables lack: `ISETP.GE.AND.EX`, `IMAD R, R, R, R`, `SHF.L.U64.HI`,
+        // forms the tables lack: `ISETP.GE.AND.EX`, `SHF.L.U64.HI`,
         // `LEA.HI.X.SX32`.)
         let xw = k.cvt(Scalar::U64, xv);
         let yw = k.cvt(Scalar::U64, yv);
@@ -489,6 +489,63 @@ fn divergence_loops_and_wide_arithmetic_match_the_interpreter() {
     let c = mix_case(150, quench_testkit::seed());
     let Some(k) = assemble(&c) else { return };
     let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("emu_mix: {e}"));
+    agree(&c, &out).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Products as ptxas writes them: `x·y + n` with `n` a kernel parameter (one product of
+/// two registers plus a uniform register, `IMAD R, R, R, UR`) and the 64-bit product of
+/// the zero-extended words (`IMAD.WIDE.U32 R, R, R, RZ`). quench's code generator emits
+/// both forms for every product; no library kernel the emulator runs has them in ptxas's
+/// code, so this is where their semantics in the emulator meet ptxas's.
+fn products() -> Function {
+    let u32p = Type::Ptr(quench_ir::AddrSpace::Global, Scalar::U32);
+    let mut k = Builder::new("emu_products", 64);
+    let x = k.param("x", u32p);
+    let y = k.param("y", u32p);
+    let out = k.param("out", u32p);
+    let n = k.param("n", Type::U32);
+    let gid = k.global_id_x();
+    let in_range = k.lt(gid, n);
+    k.if_then(in_range, |k| {
+        let px = k.ptr_add(x, gid);
+        let xv = k.load(Type::U32, px);
+        let py = k.ptr_add(y, gid);
+        let yv = k.load(Type::U32, py);
+        let p = k.mul(xv, yv);
+        let mad = k.add(p, n);
+        let xw = k.cvt(Scalar::U64, xv);
+        let yw = k.cvt(Scalar::U64, yv);
+        let w = k.mul(xw, yw);
+        let lo = k.cvt(Scalar::U32, w);
+        let c32 = k.const_u32(32);
+        let hi = k.shr(w, c32);
+        let hi = k.cvt(Scalar::U32, hi);
+        let base = k.mul_const(gid, 3);
+        for (i, v) in [mad, lo, hi].into_iter().enumerate() {
+            let at = k.add_const(base, i as u32);
+            let p = k.ptr_add(out, at);
+            k.store(p, v);
+        }
+    });
+    k.finish().expect("emu_products verifies")
+}
+
+#[test]
+fn products_of_registers_match_the_interpreter() {
+    let c = words_case(products(), 2, 3, 200, quench_testkit::seed());
+    let Some(k) = assemble(&c) else { return };
+    // ptxas's code must hold the two forms, or this checks nothing about them.
+    let texts: Vec<&str> = k.code.iter().flatten().map(|i| i.text.as_str()).collect();
+    let has = |re: &dyn Fn(&str) -> bool| texts.iter().any(|t| re(t));
+    assert!(
+        has(&|t| t.starts_with("IMAD R") && t.contains(", UR")),
+        "no IMAD R, R, R, UR in {texts:#?}"
+    );
+    assert!(
+        has(&|t| t.starts_with("IMAD.WIDE.U32 R") && t.ends_with(", RZ")),
+        "no IMAD.WIDE.U32 R, R, R, RZ in {texts:#?}"
+    );
+    let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("emu_products: {e}"));
     agree(&c, &out).unwrap_or_else(|e| panic!("{e}"));
 }
 

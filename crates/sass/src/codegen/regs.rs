@@ -16,6 +16,12 @@ use super::refuse;
 
 /// General registers a thread may use on sm_90 (R0–R254; R255 reads as zero).
 pub const MAX_REGISTERS: u32 = 255;
+/// Registers a thread's count holds beyond the highest its code names: ptxas's sm_90
+/// cubins always count two more (e.g. 22 for code that names R0–R19), and the hardware
+/// is not given code that names the last two registers of its allocation.
+const RESERVED: u32 = 2;
+/// Registers the code may name: the count's limit less the reserved two.
+const USABLE: u32 = MAX_REGISTERS - RESERVED;
 /// Predicates P0–P4 for values (P5 and P6 are the selector's scratch, P7 always true);
 /// further predicate values live in registers as 0 or 1.
 const MAX_PREDICATES: usize = 5;
@@ -167,17 +173,16 @@ impl Registers {
     /// power of two.
     fn take(&mut self, f: &Function, count: u32) -> Result<u32> {
         let align = count.next_power_of_two();
-        let base = (FIRST.next_multiple_of(align)..MAX_REGISTERS)
+        let base = (FIRST.next_multiple_of(align)..USABLE)
             .step_by(align as usize)
             .find(|&b| {
-                b + count <= MAX_REGISTERS
-                    && !self.busy[b as usize..(b + count) as usize].contains(&true)
+                b + count <= USABLE && !self.busy[b as usize..(b + count) as usize].contains(&true)
             })
             .ok_or_else(|| {
                 refuse(
                     f,
                     format!(
-                        "needs more than the {MAX_REGISTERS} registers of a thread: {} live \
+                        "needs more than the {USABLE} registers a thread's code may name: {} live \
                          values hold them all (spilling is not implemented yet)",
                         self.live.len()
                     ),
@@ -221,9 +226,9 @@ impl Registers {
             .ok_or_else(|| refuse(f, format!("{v} is used before it has a register")))
     }
 
-    /// Registers used, for the cubin's register count.
+    /// The cubin's register count: the registers the code names and the reserved two.
     pub fn used(&self) -> u32 {
-        self.high_water
+        self.high_water + RESERVED
     }
 }
 

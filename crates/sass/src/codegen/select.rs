@@ -804,7 +804,8 @@ impl<'f> Selector<'f> {
                 (Kind::F32, _) => return None,
                 (_, BinOp::Add) => format!("IADD3 {d}, {ra}, {rb}, RZ"),
                 (_, BinOp::Sub) => format!("IADD3 {d}, -{rb}, {ra}, RZ"),
-                (_, BinOp::Mul) => format!("IMAD {d}, {ra}, {rb}, URZ"),
+                // ptxas's plain product: RZ as the addend (it never writes URZ there).
+                (_, BinOp::Mul) => format!("IMAD {d}, {ra}, {rb}, RZ"),
                 (_, BinOp::And) => format!("LOP3.LUT {d}, {ra}, {rb}, RZ, 0xc0, !PT"),
                 (_, BinOp::Or) => format!("LOP3.LUT {d}, {ra}, {rb}, RZ, 0xfc, !PT"),
                 (_, BinOp::Xor) => format!("LOP3.LUT {d}, {ra}, {rb}, RZ, 0x3c, !PT"),
@@ -1026,9 +1027,9 @@ impl<'f> Selector<'f> {
         } else {
             vec![
                 format!("IMAD.WIDE.U32 {d0}, {a0}, {b0}, RZ"),
-                format!("IMAD R0, {a0}, {b1}, URZ"),
+                format!("IMAD R0, {a0}, {b1}, RZ"),
                 format!("IADD3 {d1}, {d1}, R0, RZ"),
-                format!("IMAD R0, {a1}, {b0}, URZ"),
+                format!("IMAD R0, {a1}, {b0}, RZ"),
                 format!("IADD3 {d1}, {d1}, R0, RZ"),
             ]
         };

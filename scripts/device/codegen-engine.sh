@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The engine's decode on quench's own SASS beside the PTX path: seeded llama-3.2-1b and
+# llama-3.1-8b checkpoints (bf16) made here by `quench synth`, each checked with `quench
+# check` on `--codegen ptx` and `--codegen sass` (prompts fed one decode step a token,
+# since the prompt path's tensor-core kernels are not compiled by quench yet), the decode
+# timed by the check (`--time-tokens`), and 40 greedy tokens from `quench generate`
+# compared between the two. Receipts: check-SHAPE-CODEGEN.json in $OUT (or receipts/).
+# Run from the repository root with the release binary carried (target/release/quench).
+set -uo pipefail
+BIN=${QUENCH_BIN:-target/release/quench}
+DEST=${OUT:-receipts}
+mkdir -p "$DEST"
+start=$(date +%s)
+prompts=$(mktemp)
+printf 'The capital of France is\nIn 1492, a sailor named\n' > "$prompts"
+for shape in ${SHAPES:-llama-3.2-1b llama-3.1-8b}; do
+  dir=$(mktemp -d)
+  "$BIN" synth --shape "$shape" --seed 1 "$dir" > /dev/null || { echo "synth $shape failed"; continue; }
+  for cg in ptx sass; do
+    timeout 200 "$BIN" check -m "$dir" --device cuda --codegen "$cg" --prefill-chunk 0 \
+      --prompts "$prompts" --tokens 24 --time-tokens 256 \
+      --receipt "$DEST/check-$shape-$cg.json" 2>&1 | tail -4
+    echo "check $shape $cg: rc=${PIPESTATUS[0]} at $(( $(date +%s) - start )) s"
+    timeout 100 "$BIN" generate -m "$dir" --device cuda --codegen "$cg" --prefill-chunk 0 \
+      --max-tokens 40 --ignore-eos -q "Once upon a time" > "$dir/gen-$cg.txt"
+  done
+  if cmp -s "$dir/gen-ptx.txt" "$dir/gen-sass.txt"; then echo "$shape: the same 40 tokens"
+  else echo "$shape: the texts differ"; fi
+  rm -rf "$dir"
+done
