@@ -90,3 +90,62 @@ fn compiled_cubins_have_ptxas_abi_and_nvdisasm_reads_them() {
         );
     }
 }
+
+/// Results whose latency varies reach their readers through a scoreboard, as in ptxas's
+/// code: every opcode ptxas gives a write scoreboard in most of its instances across the
+/// library (loads, constant loads, special registers, `MUFU`, shuffles, atomics) sets one
+/// in each instance quench's code generator writes. (A shuffle read after a fixed stall
+/// reads whatever the register held before.)
+#[test]
+fn variable_latency_results_wait_on_a_scoreboard_as_in_ptxas_code() {
+    let Some(lib) = common::library() else { return };
+    let tables = quench_sass::table::Tables::sm90().expect("tables load");
+    let decoded = |cubin: &[u8]| -> Vec<quench_sass::emu::Inst> {
+        let c = Cubin::parse(cubin).expect("cubin parses");
+        c.kernels
+            .iter()
+            .flat_map(|k| quench_sass::emu::decode_all(c.text(k), tables).expect("decodes"))
+            .flatten()
+            .collect()
+    };
+    // Per opcode: instances with a write scoreboard, and all instances.
+    let mut theirs: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    for a in lib {
+        for i in decoded(&a.cubin) {
+            let e = theirs.entry(i.op.clone()).or_default();
+            e.0 += usize::from(i.control.write_barrier < 6);
+            e.1 += 1;
+        }
+    }
+    let variable: Vec<&String> = theirs
+        .iter()
+        .filter(|(_, (with, all))| 2 * with > *all)
+        .map(|(op, _)| op)
+        .collect();
+    for needed in ["LDG", "S2R", "SHFL", "MUFU"] {
+        assert!(
+            variable.iter().any(|op| *op == needed),
+            "ptxas scoreboards {needed}: {theirs:?}"
+        );
+    }
+    let mut checked = 0;
+    for (name, r) in compiled() {
+        let Ok(ours) = r else { continue };
+        for i in decoded(&ours) {
+            if variable.contains(&&i.op) {
+                checked += 1;
+                assert!(
+                    i.control.write_barrier < 6,
+                    "{name}: {} at {:#x} sets no scoreboard, as ptxas's {} do",
+                    i.text,
+                    i.addr,
+                    i.op
+                );
+            }
+        }
+    }
+    assert!(
+        checked > 0,
+        "no instruction of {variable:?} in quench's code"
+    );
+}
