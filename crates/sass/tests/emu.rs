@@ -5,7 +5,7 @@
 //! deliberately wrong instruction, or a store removed, must fail that comparison; an
 //! instruction the emulator does not model is refused by name and address.
 
-use quench_ir::{AddrSpace, BinOp, Builder, Function, Round, Scalar, Type};
+use quench_ir::{AddrSpace, BinOp, Builder, Function, Round, Scalar, Type, Value};
 use quench_kernels::case::{Buffer, Check, Expected, POISON};
 use quench_kernels::{CaseArg, CaseOutputs, KernelCase};
 use quench_rt::{Arg, InterpExecutor};
@@ -498,19 +498,7 @@ fn divergence_loops_and_wide_arithmetic_match_the_interpreter() {
 /// both forms for every product; no library kernel the emulator runs has them in ptxas's
 /// code, so this is where their semantics in the emulator meet ptxas's.
 fn products() -> Function {
-    let u32p = Type::Ptr(quench_ir::AddrSpace::Global, Scalar::U32);
-    let mut k = Builder::new("emu_products", 64);
-    let x = k.param("x", u32p);
-    let y = k.param("y", u32p);
-    let out = k.param("out", u32p);
-    let n = k.param("n", Type::U32);
-    let gid = k.global_id_x();
-    let in_range = k.lt(gid, n);
-    k.if_then(in_range, |k| {
-        let px = k.ptr_add(x, gid);
-        let xv = k.load(Type::U32, px);
-        let py = k.ptr_add(y, gid);
-        let yv = k.load(Type::U32, py);
+    per_thread("emu_products", Scalar::U32, 3, |k, xv, yv, n| {
         let p = k.mul(xv, yv);
         let mad = k.add(p, n);
         let xw = k.cvt(Scalar::U64, xv);
@@ -520,14 +508,8 @@ fn products() -> Function {
         let c32 = k.const_u32(32);
         let hi = k.shr(w, c32);
         let hi = k.cvt(Scalar::U32, hi);
-        let base = k.mul_const(gid, 3);
-        for (i, v) in [mad, lo, hi].into_iter().enumerate() {
-            let at = k.add_const(base, i as u32);
-            let p = k.ptr_add(out, at);
-            k.store(p, v);
-        }
-    });
-    k.finish().expect("emu_products verifies")
+        vec![mad, lo, hi]
+    })
 }
 
 #[test]
@@ -791,34 +773,50 @@ const IEEE_OUTPUTS: u32 = 5;
 /// `x / y`, `1 / x`, `y / x`, `sqrt(x)` and `sqrt(y)` in f32 with round-to-nearest:
 /// quench's integer division and root against the interpreter's IEEE ones.
 fn f32_division() -> Function {
-    let f32p = Type::Ptr(AddrSpace::Global, Scalar::F32);
-    let mut k = Builder::new("f32_division", 64);
-    let x = k.param("x", f32p);
-    let y = k.param("y", f32p);
-    let out = k.param("out", f32p);
-    let n = k.param("n", Type::U32);
-    let gid = k.global_id_x();
-    let in_range = k.lt(gid, n);
-    k.if_then(in_range, |k| {
-        let px = k.ptr_add(x, gid);
-        let xv = k.load(Type::F32, px);
-        let py = k.ptr_add(y, gid);
-        let yv = k.load(Type::F32, py);
-        let quotients = [
+    per_thread("f32_division", Scalar::F32, IEEE_OUTPUTS, |k, xv, yv, _| {
+        vec![
             k.bin_rnd(BinOp::Div, Some(Round::Rn), xv, yv),
             k.rcp(xv),
             k.bin_rnd(BinOp::Div, Some(Round::Rn), yv, xv),
             k.sqrt(xv),
             k.sqrt(yv),
-        ];
-        let base = k.mul_const(gid, IEEE_OUTPUTS);
-        for (j, v) in quotients.into_iter().enumerate() {
+        ]
+    })
+}
+
+/// A kernel `name(x, y, out, n)` over `n` threads: thread `gid` loads `x[gid]` and
+/// `y[gid]` (of `elem`) and stores the `outputs` values `body` makes of them (and `n`) at
+/// `out[gid * outputs ..]`.
+fn per_thread(
+    name: &str,
+    elem: Scalar,
+    outputs: u32,
+    body: impl FnOnce(&mut Builder, Value, Value, Value) -> Vec<Value>,
+) -> Function {
+    let ptr = Type::Ptr(AddrSpace::Global, elem);
+    let mut k = Builder::new(name, 64);
+    let x = k.param("x", ptr);
+    let y = k.param("y", ptr);
+    let out = k.param("out", ptr);
+    let n = k.param("n", Type::U32);
+    let gid = k.global_id_x();
+    let in_range = k.lt(gid, n);
+    k.if_then(in_range, |k| {
+        let px = k.ptr_add(x, gid);
+        let xv = k.load(Type::Scalar(elem), px);
+        let py = k.ptr_add(y, gid);
+        let yv = k.load(Type::Scalar(elem), py);
+        let values = body(k, xv, yv, n);
+        assert_eq!(values.len() as u32, outputs, "{name}: outputs a thread");
+        let base = k.mul_const(gid, outputs);
+        for (j, v) in values.into_iter().enumerate() {
             let at = k.add_const(base, j as u32);
             let p = k.ptr_add(out, at);
             k.store(p, v);
         }
     });
-    k.finish().expect("f32_division verifies")
+    k.finish()
+        .unwrap_or_else(|e| panic!("{name} verifies: {e}"))
 }
 
 /// Operands where division goes wrong first: zeros, infinities, NaNs, subnormals, the
