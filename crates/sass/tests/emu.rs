@@ -332,6 +332,34 @@ fn an_unmodelled_instruction_is_refused_by_name() {
         .contains(&format!("does not model {mnemonic} at {at:#x}")));
 }
 
+/// A vector instruction reading URZ is refused: ptxas writes URZ only on the uniform
+/// datapath, so what such a read gives is not known (add_f32's products with URZ as the
+/// addend instead of RZ).
+#[test]
+fn urz_in_a_vector_instruction_is_refused() {
+    let c = case("add_f32", "n=300", 1);
+    let text = quench_sass::codegen::compile(&c.kernel).expect("add_f32 compiles");
+    assert!(text.contains("IMAD "), "add_f32 has a product: {text}");
+    let text = text
+        .lines()
+        .map(|l| match l.trim_start().starts_with("IMAD ") {
+            true => l.replacen(", RZ ;", ", URZ ;", 1),
+            false => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let tables = Tables::sm90().expect("tables load");
+    let cubin = quench_sass::asm::assemble_cubin(&text, tables).expect("assembles");
+    let cubin = Cubin::parse(&cubin).expect("parses");
+    let k = Kernel::from_cubin(&cubin, "add_f32", tables).expect("decodes");
+    let e = run_emu(&k, &c).expect_err("URZ in IMAD is refused");
+    assert!(
+        matches!(&e, EmuError::Unmodelled { mnemonic, detail, .. }
+            if mnemonic == "IMAD" && detail.contains("URZ")),
+        "{e}"
+    );
+}
+
 /// Outputs per thread of [`mix`].
 const MIX_OUTPUTS: u32 = 12;
 

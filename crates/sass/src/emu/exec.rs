@@ -114,6 +114,17 @@ pub fn issue(
         .operands
         .as_ref()
         .map_err(|o| unmodelled(format!("operand {o}")))?;
+    // ptxas writes URZ only in uniform-datapath instructions; what a vector instruction
+    // reads from it was never measured, so it is not assumed to be zero.
+    if !is_uniform(&inst.op)
+        && ops
+            .iter()
+            .any(|o| matches!(o, Operand::Reg { uniform: true, n, .. } if *n == URZ))
+    {
+        return Err(unmodelled(
+            "URZ as an operand of a vector instruction".into(),
+        ));
+    }
     w.scoreboard.wait(inst.control.wait);
     let mut on = 0u32;
     for l in lanes(active) {
