@@ -149,3 +149,62 @@ fn variable_latency_results_wait_on_a_scoreboard_as_in_ptxas_code() {
         "no instruction of {variable:?} in quench's code"
     );
 }
+
+/// The highest general register `code` names (an address pair counts both), if any.
+fn highest_register(code: &[quench_sass::emu::Inst]) -> Option<u32> {
+    use quench_sass::emu::Operand;
+    code.iter()
+        .filter_map(|i| i.operands.as_ref().ok())
+        .flatten()
+        .filter_map(|o| match *o {
+            Operand::Reg {
+                uniform: false, n, ..
+            }
+            | Operand::Half { n, .. } => Some(u32::from(n)),
+            Operand::Mem {
+                reg: Some(n),
+                uniform: false,
+                wide,
+                ..
+            } => Some(u32::from(n) + u32::from(wide)),
+            _ => None,
+        })
+        .filter(|&n| n != 255)
+        .max()
+}
+
+/// A cubin's register count holds two registers past the highest its code names, as
+/// every ptxas cubin of the library does (22 for code naming R0–R19): quench's too.
+#[test]
+fn register_counts_hold_the_two_registers_ptxas_reserves() {
+    let Some(lib) = common::library() else { return };
+    let tables = quench_sass::table::Tables::sm90().expect("tables load");
+    let margin = |name: &str, cubin: &[u8]| -> Option<i64> {
+        let c = Cubin::parse(cubin).expect("cubin parses");
+        let k = c.kernels.iter().find(|k| k.name == name)?;
+        let code: Vec<_> = quench_sass::emu::decode_all(c.text(k), tables)
+            .expect("decodes")
+            .into_iter()
+            .flatten()
+            .collect();
+        let count = k.registers.expect("EIATTR_REGCOUNT");
+        Some(i64::from(count) - i64::from(highest_register(&code)?) - 1)
+    };
+    for a in lib {
+        if let Some(m) = margin(&a.name, &a.cubin) {
+            assert!(
+                m >= 2,
+                "ptxas's {}: {m} registers past the named ones",
+                a.name
+            );
+        }
+    }
+    let mut checked = 0;
+    for (name, r) in compiled() {
+        let Ok(ours) = r else { continue };
+        let m = margin(&name, &ours).expect("quench's code names registers");
+        assert!(m >= 2, "{name}: {m} registers past the named ones");
+        checked += 1;
+    }
+    assert!(checked > 100, "only {checked} kernels compiled");
+}
