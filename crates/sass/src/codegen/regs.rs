@@ -16,9 +16,9 @@ use super::refuse;
 
 /// General registers a thread may use on sm_90 (R0–R254; R255 reads as zero).
 pub const MAX_REGISTERS: u32 = 255;
-/// Registers a thread's count holds beyond the highest its code names: ptxas's sm_90
-/// cubins always count two more (e.g. 22 for code that names R0–R19), and the hardware
-/// is not given code that names the last two registers of its allocation.
+/// Registers a thread's count holds beyond the highest its code names: every ptxas sm_90
+/// cubin of the library counts two more (e.g. 22 for code that names R0–R19), so quench
+/// counts the same rather than hand the hardware code that names the last two.
 const RESERVED: u32 = 2;
 /// Registers the code may name: the count's limit less the reserved two.
 const USABLE: u32 = MAX_REGISTERS - RESERVED;
