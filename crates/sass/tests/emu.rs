@@ -593,6 +593,8 @@ const RUN_TO_THE_END: &[&str] = &[
     "gemv_f16",
     "gemv_bf16_xf32",
     "qgemv_q3_k",
+    "gemm_bf16",
+    "gemm_bf16_xf16",
 ];
 
 /// Every library kernel at its small shape: it runs in the emulator and agrees with the
@@ -678,8 +680,62 @@ fn quench_generated_code_runs_bit_exact_against_the_interpreter() {
         "rope_append_neox_f32",
         "qgemv_q3_k",
         "cast_f32_f16",
+        "gemv_tc_bf16_xf32",
+        "gemm_q5_k_xf16",
+        "attention_prefill_bf16",
     ] {
         assert!(ran.contains(&name), "{name} no longer compiles: {ran:?}");
+    }
+}
+
+/// Changes an instruction in place; whether it was one it changes.
+type Mutation = fn(&mut emu::Inst) -> bool;
+
+/// The tensor-core instructions have teeth in the emulator: in quench's own code of a
+/// tensor-core GEMM (asynchronous copies, `LDSM`, `HMMA`), dropping the waits for the
+/// copies (`DEPBAR`), reading the bf16 operands as f16, or loading the matrices
+/// transposed must each break the agreement with the interpreter.
+#[test]
+fn a_missing_copy_wait_or_a_wrong_tensor_instruction_fails_the_comparison() {
+    let spec = quench_kernels::find("gemm_q5_k").expect("library kernel");
+    let c = case(spec.name, spec.small_params(), quench_testkit::seed());
+    let k = compile_own(&c).expect("quench compiles gemm_q5_k");
+    let out = run_emu(&k, &c).expect("runs");
+    agree(&c, &out).expect("quench's gemm_q5_k agrees with the interpreter");
+    let mutants: [(&str, Mutation); 3] = [
+        ("DEPBAR dropped", |i| {
+            let hit = i.op == "DEPBAR";
+            if hit {
+                i.op = "NOP".into();
+                i.mods.clear();
+                i.operands = Ok(vec![]);
+            }
+            hit
+        }),
+        ("HMMA on f16", |i| {
+            let before = i.mods.len();
+            i.mods.retain(|m| !(i.op == "HMMA" && m == "BF16"));
+            i.mods.len() != before
+        }),
+        ("LDSM transposed", |i| {
+            let hit = i.op == "LDSM";
+            for m in i.mods.iter_mut().filter(|m| hit && *m == "M88") {
+                *m = "MT88".into();
+            }
+            hit
+        }),
+    ];
+    for (what, mutate) in mutants {
+        let mut wrong = k.clone();
+        let hits = wrong
+            .code
+            .iter_mut()
+            .flatten()
+            .filter_map(|i| mutate(i).then_some(()))
+            .count();
+        assert!(hits > 0, "{what}: gemm_q5_k has such instructions");
+        let out = run_emu(&wrong, &c).expect("runs");
+        assert!(agree(&c, &out).is_err(), "{what} went unnoticed");
     }
 }
 

@@ -306,30 +306,55 @@ pub(crate) fn exec_mma(
     }
     let layout = ctx.layout.ok_or(InterpError::LayoutNotMeasured)?;
     let t = layout.mma(shape, fa.elem)?;
-    let (m, n, k) = shape.dims();
     let (ai, bi, cv, o) = (p.info(a), p.info(b), p.info(c), p.info(ci.inst.results[0]));
+    if fa.elem != Scalar::I8 {
+        ctx.stats.approx_mma_used = true;
+    }
+    let d = warp_mma(t, shape, fa.elem, |role, reg, lane| {
+        let v = match role {
+            FragRole::A => ai,
+            FragRole::B => bi,
+            FragRole::C => cv,
+        };
+        w.regs.get(v, reg, lane)
+    });
+    for (lane, regs) in d.iter().enumerate() {
+        for (reg, &x) in regs.iter().enumerate() {
+            w.regs.set(o, reg as u32, lane as u32, x);
+        }
+    }
+    Ok(())
+}
+
+/// One warp's `mma.sync` of `shape` with A and B elements of type `elem`, laid out as `t`
+/// says: `reg(role, r, lane)` reads register `r` of a lane's A, B or C fragment; the
+/// result is D's registers, `d[lane][r]`. The interpreter and the SASS emulator's `HMMA`
+/// both compute it here.
+pub fn warp_mma(
+    t: &MmaTables,
+    shape: MmaShape,
+    elem: Scalar,
+    reg: impl Fn(FragRole, u32, u32) -> u64,
+) -> Vec<Vec<u64>> {
+    let (m, n, k) = shape.dims();
     let mut am = vec![0.0; (m * k) as usize];
     for s in &t.a {
-        am[(s.row * k + s.col) as usize] = element(fa.elem, w.regs.get(ai, s.reg, s.lane), s.sub);
+        am[(s.row * k + s.col) as usize] = element(elem, reg(FragRole::A, s.reg, s.lane), s.sub);
     }
     let mut bm = vec![0.0; (k * n) as usize];
     for s in &t.b {
-        bm[(s.row * n + s.col) as usize] = element(fb.elem, w.regs.get(bi, s.reg, s.lane), s.sub);
+        bm[(s.row * n + s.col) as usize] = element(elem, reg(FragRole::B, s.reg, s.lane), s.sub);
     }
     let mut cm = vec![0u64; (m * n) as usize];
     for s in &t.c {
-        cm[(s.row * n + s.col) as usize] = w.regs.get(cv, s.reg, s.lane);
+        cm[(s.row * n + s.col) as usize] = reg(FragRole::C, s.reg, s.lane);
     }
-    let int = fa.elem == Scalar::I8;
-    if !int {
-        ctx.stats.approx_mma_used = true;
-    }
-    let d = multiply(int, (m, n, k), &am, &bm, &cm);
+    let dm = multiply(elem == Scalar::I8, (m, n, k), &am, &bm, &cm);
+    let mut d = vec![vec![0u64; (m * n / 32) as usize]; 32];
     for s in &t.d {
-        w.regs
-            .set(o, s.reg, s.lane, d[(s.row * n + s.col) as usize]);
+        d[s.lane as usize][s.reg as usize] = dm[(s.row * n + s.col) as usize];
     }
-    Ok(())
+    d
 }
 
 /// `ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16`: lanes 0..8·num each supply
@@ -374,16 +399,23 @@ pub(crate) fn exec_ldmatrix(
             *e = u16::from_le_bytes([pair[0], pair[1]]);
         }
     }
-    for l in 0..32 {
-        for r in 0..o.parts {
-            w.regs.set(o, r, l, 0);
+    for (l, regs) in warp_ldmatrix(table, num, &rows).iter().enumerate() {
+        for (r, &x) in regs.iter().enumerate() {
+            w.regs.set(o, r as u32, l as u32, u64::from(x));
         }
-        w.regs.set_prov(o, l, 0);
-    }
-    for s in table {
-        let x = w.regs.get(o, s.reg, s.lane)
-            | (rows[s.row as usize][s.col as usize] as u64) << (16 * s.sub);
-        w.regs.set(o, s.reg, s.lane, x);
+        w.regs.set_prov(o, l as u32, 0);
     }
     Ok(())
+}
+
+/// One warp's `ldmatrix.x{num}` laid out as `table` says: `rows[i]` is the 16-byte row
+/// whose address lane `i` gave, as 16-bit elements; the result is each lane's `num`
+/// registers, `out[lane][r]`. The interpreter and the SASS emulator's `LDSM` both use it.
+pub fn warp_ldmatrix(table: &[Slot], num: u8, rows: &[[u16; 8]]) -> Vec<Vec<u32>> {
+    let mut out = vec![vec![0u32; num as usize]; 32];
+    for s in table {
+        out[s.lane as usize][s.reg as usize] |=
+            u32::from(rows[s.row as usize][s.col as usize]) << (16 * s.sub);
+    }
+    out
 }

@@ -59,7 +59,7 @@ mod wgmma;
 
 pub use error::{InterpError, Site};
 pub use memory::GlobalMemory;
-pub use mma::{MmaLayout, MmaTables, Slot, LAYOUT_FORMAT};
+pub use mma::{warp_ldmatrix, warp_mma, MmaLayout, MmaTables, Slot, LAYOUT_FORMAT};
 pub use wgmma::{element_address, Descriptor};
 
 use crate::func::{Function, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK};

@@ -1,5 +1,7 @@
 //! Control bits for the code generator's instructions: stalls from the latencies measured
-//! on the H200, scoreboard 0 for everything whose latency varies.
+//! on the H200, scoreboard 1 for everything whose latency varies, scoreboard 0 counting
+//! the groups of asynchronous copies (`LDGDEPBAR`, waited for by `DEPBAR.LE SB0, n`), as
+//! ptxas counts them.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -10,7 +12,15 @@ use crate::table::Control;
 /// every fixed-latency ALU result measured on the H200 (4 for FFMA, FADD, FMUL, IMAD).
 pub const DEFAULT_STALL: u8 = 6;
 /// The scoreboard a variable-latency instruction sets and its successor waits on.
-const SCOREBOARD: u8 = 0;
+const SCOREBOARD: u8 = 1;
+/// The scoreboard `LDGDEPBAR` counts copy groups on. Waiting on it waits for every group,
+/// so nothing else uses it.
+const COPY_GROUPS: u8 = 0;
+/// The most cycles a stall field holds.
+const MAX_STALL: u8 = 15;
+/// The longest stall ptxas writes with the yield bit set (across the library's code; 12
+/// to 15 come only with it clear, and nvdisasm rejects `HMMA` stalling 15 with it set).
+const MAX_STALL_WITHOUT_YIELD: u8 = 11;
 /// No scoreboard (the field's value 7).
 const NONE: u8 = 7;
 
@@ -18,14 +28,15 @@ const NONE: u8 = 7;
 /// consumer waits on a scoreboard instead of a stall.
 fn variable_latency(mnemonic: &str) -> bool {
     [
-        "LDG", "STG", "LDC", "S2R", "S2UR", "LDS", "STS", "MUFU", "ATOMG", "SHFL",
+        "LDG", "STG", "LDC", "S2R", "S2UR", "LDS", "STS", "MUFU", "ATOMG", "SHFL", "LDSM", "LDGSTS",
     ]
     .iter()
     .any(|m| mnemonic == *m || mnemonic.starts_with(&format!("{m}.")))
 }
 
 /// Single-instruction latencies measured on the H200 (`isa/sm90/latencies.json`): the
-/// rows whose chain is one opcode.
+/// rows whose chain is one opcode, alone or with a `NOP` a link (whose cycle then counts
+/// toward the latency, which errs long).
 fn measured() -> &'static HashMap<String, u8> {
     static M: OnceLock<HashMap<String, u8>> = OnceLock::new();
     M.get_or_init(|| {
@@ -37,35 +48,76 @@ fn measured() -> &'static HashMap<String, u8> {
                 let opcode = r["opcode"].as_str()?;
                 let per_link = r["per_link"].as_object()?;
                 let cycles = r["latency_cycles"].as_f64()?;
-                // A chain of this opcode alone, at a latency a stall field can hold.
-                (per_link.len() == 1 && per_link.contains_key(opcode) && cycles <= 15.0)
-                    .then(|| (opcode.to_string(), cycles.ceil() as u8))
+                let alone = per_link.keys().all(|k| k == opcode || k == "NOP")
+                    && per_link.contains_key(opcode);
+                (alone && cycles < 256.0).then(|| (opcode.to_string(), cycles.ceil() as u8))
             })
             .collect()
     })
 }
 
+/// The cycles a fixed-latency instruction's result takes.
+fn latency(opcode: &str) -> u8 {
+    measured().get(opcode).copied().unwrap_or(DEFAULT_STALL)
+}
+
+/// Cycles of `mnemonic`'s latency beyond what its stall field holds (`HMMA`: 24), which
+/// the code generator covers with a `NOP` stalling that long.
+pub fn beyond_stall(mnemonic: &str) -> Option<u8> {
+    let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
+    if variable_latency(mnemonic) || opcode == "LDGDEPBAR" {
+        return None;
+    }
+    latency(opcode).checked_sub(MAX_STALL).filter(|&c| c > 0)
+}
+
 /// The control bits of `mnemonic` (the text before the first space), given whether the
-/// instruction before it set the scoreboard.
+/// instruction before it set the scoreboard its successor waits on.
 pub fn control(mnemonic: &str, after_variable: bool) -> Control {
     let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
     let variable = variable_latency(mnemonic);
     // A store writes no register: its scoreboard is released once its operands are read.
-    let store = matches!(opcode, "STG" | "STS");
-    Control {
-        // A variable-latency instruction is followed by a wait; two cycles let the
-        // scoreboard be set before it is read.
-        stall: if variable {
-            2
-        } else {
-            measured().get(opcode).copied().unwrap_or(DEFAULT_STALL)
-        },
+    // So for an asynchronous copy, whose address registers are read after it issues.
+    let store = matches!(opcode, "STG" | "STS" | "LDGSTS");
+    let c = Control {
+        stall: 0,
         yield_bit: true,
-        write_barrier: if variable && !store { SCOREBOARD } else { NONE },
+        write_barrier: if opcode == "LDGDEPBAR" {
+            COPY_GROUPS
+        } else if variable && !store {
+            SCOREBOARD
+        } else {
+            NONE
+        },
         read_barrier: if store { SCOREBOARD } else { NONE },
         wait: if after_variable { 1 << SCOREBOARD } else { 0 },
         extra: 0,
+    };
+    // A variable-latency instruction is followed by a wait; two cycles let the scoreboard
+    // be set before it is read.
+    stalled(
+        c,
+        if variable {
+            2
+        } else {
+            latency(opcode).min(MAX_STALL)
+        },
+    )
+}
+
+/// `c` stalling `stall` cycles, with the yield bit as ptxas sets it for that stall.
+pub fn stalled(c: Control, stall: u8) -> Control {
+    Control {
+        stall,
+        yield_bit: stall <= MAX_STALL_WITHOUT_YIELD,
+        ..c
     }
+}
+
+/// Whether the instruction after one with control bits `c` must wait on the scoreboard
+/// [`control`] sets (a copy group's is waited for by `DEPBAR` alone).
+pub fn successor_waits(c: &Control) -> bool {
+    c.write_barrier == SCOREBOARD || c.read_barrier == SCOREBOARD
 }
 
 #[cfg(test)]
@@ -79,7 +131,15 @@ mod tests {
         assert_eq!(control("IADD3.X", false).stall, DEFAULT_STALL);
         let load = control("LDG.E.128", false);
         assert_eq!((load.write_barrier, load.wait), (SCOREBOARD, 0));
-        assert_eq!(control("FADD", true).wait, 1);
-        assert_eq!(control("FADD", true).text(), "B0-----:R-:W-:-:S04");
+        assert_eq!(control("FADD", true).wait, 2);
+        assert_eq!(control("FADD", true).text(), "B-1----:R-:W-:-:S04");
+        assert_eq!(control("LDGDEPBAR", false).text(), "B------:R-:W0:-:S06");
+        assert!(!successor_waits(&control("LDGDEPBAR", false)));
+        assert_eq!(beyond_stall("HMMA.16816.F32.BF16"), Some(9));
+        assert_eq!(
+            control("HMMA.16816.F32.BF16", false).text(),
+            "B------:R-:W-:Y:S15"
+        );
+        assert_eq!(beyond_stall("FFMA"), None);
     }
 }

@@ -6,8 +6,10 @@
 //! counted `for` with carried values), 32- and 64-bit integers, f32 (IEEE division and
 //! square root in integer instructions, `ieee`), 16-bit floats moved and converted,
 //! global and shared memory, barriers, butterfly shuffles, byte dot products, fences and
-//! atomic adds: every library kernel but the tensor-core ones. Any other operation is
-//! refused with its name and the kernel's; those kernels are compiled through PTX.
+//! atomic adds, and the tensor cores as `mma.sync` code uses them: `cp.async` (`LDGSTS`,
+//! its groups on `LDGDEPBAR`/`DEPBAR`), `ldmatrix.x4` (`LDSM`) and `mma.m16n8k16` on f16
+//! or bf16 (`HMMA.16816.F32`). Any other operation is refused with its name and the
+//! kernel's; those kernels are compiled through PTX.
 //!
 //! **Registers** (`regs`): on SSA, each value's registers given back after its last
 //! use; predicate values in P0–P4, and in registers as 0 or 1 once those are taken. A
@@ -17,9 +19,12 @@
 //! **Control bits.** A fixed-latency instruction stalls the warp for its latency
 //! (measured on the H200, `isa/sm90/latencies.json`, where measured; else
 //! `control::DEFAULT_STALL` cycles) before the next instruction issues, so every
-//! result is ready before anything reads it. A variable-latency instruction (global
-//! loads, constant loads, special registers) sets scoreboard 0 and the next instruction
-//! waits on it. Correct, not yet fast: scheduling comes later.
+//! result is ready before anything reads it; a latency past the 15 cycles a stall field
+//! holds (`HMMA`'s 24) is waited out by a `NOP`, as ptxas does. A variable-latency
+//! instruction (global, shared and constant loads, special registers, shuffles, `LDSM`)
+//! sets scoreboard 1 and the next instruction waits on it; copy groups are counted on
+//! scoreboard 0, which only `DEPBAR` waits on. Correct, not yet fast: scheduling comes
+//! later.
 
 mod control;
 mod divide;

@@ -2,11 +2,11 @@
 //! in the forms of the encoding tables (those ptxas emits), as SASS text.
 
 use quench_ir::{
-    AddrSpace, AtomOp, BinOp, Block, CacheOp, CmpOp, Function, Inst, Op, Ordering, Round, Scalar,
-    Scope, ShflMode, Special, Type, UnOp, Value,
+    AddrSpace, AtomOp, BinOp, Block, CacheOp, CmpOp, Function, Inst, MmaShape, Op, Ordering, Round,
+    Scalar, Scope, ShflMode, Special, Type, UnOp, Value,
 };
 
-use super::control::control;
+use super::control::{self, control};
 use super::divide;
 use super::ieee;
 use super::refuse;
@@ -30,7 +30,12 @@ const SCRATCH_P2: &str = "P5";
 /// One line of the kernel's code: a label or an instruction.
 enum Line {
     Label(String),
-    Inst { guard: String, text: String },
+    /// An instruction, and the stall that replaces its latency's where it pads another's.
+    Inst {
+        guard: String,
+        text: String,
+        stall: Option<u8>,
+    },
 }
 
 pub struct Selector<'f> {
@@ -137,10 +142,13 @@ impl<'f> Selector<'f> {
                     // Reached from elsewhere too: wait for whatever may be in flight.
                     after_variable = true;
                 }
-                Line::Inst { guard, text } => {
+                Line::Inst { guard, text, stall } => {
                     let mnemonic = text.split_whitespace().next().unwrap_or("");
-                    let c = control(mnemonic, after_variable);
-                    after_variable = c.write_barrier != 7 || c.read_barrier != 7;
+                    let mut c = control(mnemonic, after_variable);
+                    if let Some(s) = stall {
+                        c = control::stalled(c, *s);
+                    }
+                    after_variable = control::successor_waits(&c);
                     out += &format!("        {guard}{text} ;  /* {} */\n", c.text());
                 }
             }
@@ -149,10 +157,21 @@ impl<'f> Selector<'f> {
     }
 
     fn emit(&mut self, guard: &str, text: String) {
+        let mnemonic = text.split_whitespace().next().unwrap_or("");
+        let beyond = control::beyond_stall(mnemonic);
         self.lines.push(Line::Inst {
             guard: guard.to_string(),
             text,
+            stall: None,
         });
+        // A latency longer than a stall field holds: a `NOP` waits out the rest.
+        if let Some(stall) = beyond {
+            self.lines.push(Line::Inst {
+                guard: String::new(),
+                text: "NOP".into(),
+                stall: Some(stall),
+            });
+        }
     }
 
     fn label(&mut self) -> String {
@@ -346,6 +365,17 @@ impl<'f> Selector<'f> {
                 }
                 let d = def(self)?;
                 self.emit("", line(&d).unwrap_or_default());
+            }
+            // A constant predicate: every lane's PT through a table of all ones or zeros.
+            Op::Const {
+                ty: Type::Scalar(Scalar::Pred),
+                bits,
+            } => {
+                let v = result.ok_or_else(|| refuse(f, "a constant without its result"))?;
+                let (p, r) = self.pred_dest(v)?;
+                let lut = if *bits & 1 == 1 { 0xff } else { 0x0 };
+                self.emit("", format!("PLOP3.LUT {p}, PT, PT, PT, PT, {lut:#x}, 0x0"));
+                self.pred_store(r);
             }
             Op::Const { ty, bits } => {
                 if !matches!((ty, ty.bytes()), (Type::Scalar(_), 4 | 8)) {
@@ -638,6 +668,60 @@ impl<'f> Selector<'f> {
                 self.parallel_copy(&to, values)?;
             }
             Op::Return => self.emit("", "EXIT".into()),
+            Op::CpAsync {
+                dst,
+                src,
+                bytes,
+                cache,
+            } => {
+                // ptxas's forms: `.ca` of 4 bytes through L1, `.cg` of 16 bypassing it,
+                // both with its L2 prefetch hint.
+                let form = match (cache, bytes) {
+                    (CacheOp::Ca, 4) => "LDGSTS.E.LTC128B",
+                    (CacheOp::Cg, 16) => "LDGSTS.E.BYPASS.LTC128B.128",
+                    _ => {
+                        return Err(refuse(
+                            f,
+                            format!(
+                                "cp.async.{} of {bytes} bytes is not compiled yet",
+                                cache.name()
+                            ),
+                        ))
+                    }
+                };
+                let (d, s) = (self.reg(*dst)?, self.reg(*src)?);
+                self.emit("", format!("{form} [{d}], desc[{DESC}][{s}.64]"));
+            }
+            Op::CpAsyncCommit => self.emit("", "LDGDEPBAR".into()),
+            Op::CpAsyncWait { n } => self.emit("", format!("DEPBAR.LE SB0, {n:#x}")),
+            Op::LdMatrix {
+                num: 4, trans, ptr, ..
+            } => {
+                let p = self.reg(*ptr)?;
+                let d = def(self)?;
+                let shape = if *trans { "MT88" } else { "M88" };
+                self.emit("", format!("LDSM.16.{shape}.4 {d}, [{p}]"));
+            }
+            Op::Mma {
+                shape: MmaShape::M16N8K16,
+                a,
+                b,
+                c,
+            } => {
+                let form = match f.ty(*a) {
+                    Type::Frag(t) if t.elem == Scalar::BF16 => "HMMA.16816.F32.BF16",
+                    Type::Frag(t) if t.elem == Scalar::F16 => "HMMA.16816.F32",
+                    t => {
+                        return Err(refuse(
+                            f,
+                            format!("mma.m16n8k16 on {t} is not compiled yet"),
+                        ))
+                    }
+                };
+                let (ra, rb, rc) = (self.reg(*a)?, self.reg(*b)?, self.reg(*c)?);
+                let d = def(self)?;
+                self.emit("", format!("{form} {d}, {ra}, {rb}, {rc}"));
+            }
             other => {
                 return Err(refuse(
                     f,

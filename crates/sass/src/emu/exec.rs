@@ -5,7 +5,7 @@
 use super::inst::{Inst, Operand};
 use super::memory::{Global, Shared};
 use super::warp::{RegRef, Touched, Warp, PT, RZ, URZ};
-use super::{control, float, int, mem, EmuError};
+use super::{control, copy, float, int, mem, tensor, EmuError};
 
 /// What the block scheduler must do after an instruction.
 pub enum Step {
@@ -83,6 +83,11 @@ fn semantics(op: &str) -> Option<Semantics> {
         "BSYNC" | "NOP" => control::nop,
         "BAR" => control::bar,
         "SHFL" => control::shfl,
+        "LDGSTS" => copy::ldgsts,
+        "LDGDEPBAR" => copy::ldgdepbar,
+        "DEPBAR" => copy::depbar,
+        "LDSM" => tensor::ldsm,
+        "HMMA" => tensor::hmma,
         _ => return None,
     })
 }
@@ -126,6 +131,7 @@ pub fn issue(
         ));
     }
     w.scoreboard.wait(inst.control.wait);
+    w.copies.wait(inst.control.wait, global, shared)?;
     let mut on = 0u32;
     for l in lanes(active) {
         w.pc[l] += 1;

@@ -58,6 +58,8 @@ pub enum Operand {
     Pred { uniform: bool, n: u8, not: bool },
     /// A convergence barrier register (`B0`).
     Barrier(u8),
+    /// A scoreboard (dependency barrier) named as an operand: `SB0` in `DEPBAR.LE SB0, n`.
+    Scoreboard(u8),
     /// An integer immediate, and a negation printed before it.
     Imm(i64),
     /// A float immediate's bits (as the decoder holds them), with `-` and `|..|`.
@@ -251,6 +253,12 @@ fn operand<'a>(text: &str, holes: &mut impl Iterator<Item = &'a Hole>) -> Result
             })
         }
         _ if !plain => Err(bad()),
+        _ if s.starts_with("SB") && !s.contains('{') => s[2..]
+            .parse()
+            .ok()
+            .filter(|&n: &u8| n < 6)
+            .map(Operand::Scoreboard)
+            .ok_or_else(bad),
         _ if s.starts_with("SR") && !s.contains('{') => {
             Special::parse(s).map(Operand::Special).ok_or_else(bad)
         }

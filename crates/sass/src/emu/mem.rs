@@ -7,7 +7,7 @@ use super::inst::Operand;
 use super::EmuError;
 
 /// The access width in bytes from the modifiers, and whether a narrow load sign-extends.
-fn width(c: &Ctx) -> (usize, bool) {
+pub(super) fn width(c: &Ctx) -> (usize, bool) {
     let mut w = (4, false);
     for m in &c.inst.mods {
         w = match m.as_str() {
@@ -51,7 +51,7 @@ fn bytes(words: &[u32], len: usize) -> Vec<u8> {
 }
 
 /// The address operand `i` names for `lane`.
-fn address(c: &mut Ctx, lane: usize, i: usize, global: bool) -> Result<u64, EmuError> {
+pub(super) fn address(c: &mut Ctx, lane: usize, i: usize, global: bool) -> Result<u64, EmuError> {
     let Operand::Mem {
         desc,
         reg,

@@ -23,7 +23,8 @@
 //! conversions and constants, MUFU.EX2 as the interpreter models `ex2.approx`; LDG, STG,
 //! LDS, STS, LDC, ULDC, ATOMG.E.ADD and the fences around it (MEMBAR, ERRBAR, CGAERRBAR,
 //! CCTL.IVALL); S2R, S2UR, CS2R; BRA (`.DIV` when converged), EXIT, BSSY, BSYNC, NOP,
-//! BAR.SYNC, SHFL.
+//! BAR.SYNC, SHFL; the asynchronous copies LDGSTS, LDGDEPBAR, DEPBAR (`copy.rs`); the
+//! tensor-core LDSM and HMMA.16816.F32 (`tensor.rs`).
 //!
 //! Memory: constant bank 0 holds the launch (`blockDim` at `c[0x0][0x0]`, `gridDim` at
 //! `c[0x0][0xc]`, as ptxas reads `%ntid`/`%nctaid`) and the parameters from the offset
@@ -31,12 +32,14 @@
 //! has its shared window ([`Shared`]).
 
 mod control;
+mod copy;
 mod exec;
 mod float;
 mod inst;
 mod int;
 mod mem;
 mod memory;
+mod tensor;
 mod warp;
 
 pub use inst::{decode_all, Inst, Operand, Special};

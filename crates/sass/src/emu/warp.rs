@@ -2,6 +2,7 @@
 //! predicates; the warp's uniform registers and predicates; the convergence barrier
 //! registers; and the scoreboards (dependency barriers) its instructions set and wait on.
 
+use super::copy::Copies;
 use super::inst::Inst;
 use super::EmuError;
 
@@ -37,6 +38,8 @@ pub struct Warp {
     /// Each lane's `SR_TID`.
     pub tid: [[u32; 3]; LANES],
     pub scoreboard: Scoreboard,
+    /// Asynchronous copies issued and not yet landed.
+    pub copies: Copies,
     /// Buffers for the registers an instruction reads and writes (see `exec::issue`).
     pub touched: (Vec<Touched>, Vec<Touched>),
 }
@@ -69,6 +72,7 @@ impl Warp {
             bregs: [[0; 16]; LANES],
             tid,
             scoreboard: Scoreboard::default(),
+            copies: Copies::default(),
             touched: (Vec::new(), Vec::new()),
         }
     }
