@@ -1,5 +1,8 @@
 //! The interpreter backend: the executor contract over `quench_ir::interp`, so that
-//! everything above the runtime runs without a GPU.
+//! everything above the runtime runs without a GPU. With [`Codegen::Sass`] its kernels
+//! run instead as quench's own sm_90 machine code, from their bytes, in the SASS emulator
+//! (`quench_sass::emu`) on the same memory: what the machine code computes, checked on
+//! any CPU.
 //!
 //! Every operation completes before it returns, so streams are trivially in order and
 //! events read the interpreter's virtual clock. A capture records launches; a replay
@@ -10,9 +13,14 @@ use std::collections::BTreeMap;
 use quench_ir::interp::{self, Device, LaunchConfig, LaunchStats};
 use quench_ir::Function;
 
+use quench_sass::cubin::Cubin;
+use quench_sass::emu;
+use quench_sass::table::Tables;
+
 use crate::abi::KernelAbi;
 use crate::alloc_table::Allocations;
 use crate::checks::{check_launch, DeviceLimits};
+use crate::codegen::{own_cubin, Codegen};
 use crate::error::RtError;
 use crate::executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};
 use crate::handles;
@@ -20,6 +28,8 @@ use crate::handles;
 struct Loaded {
     f: Function,
     abi: KernelAbi,
+    /// quench's own machine code of `f`, run in the emulator instead of `f`.
+    sass: Option<emu::Kernel>,
 }
 
 /// One recorded launch of a captured graph.
@@ -41,6 +51,7 @@ pub struct InterpExecutor {
     /// Open captures: stream → launches recorded so far.
     captures: BTreeMap<u32, Vec<Recorded>>,
     last_stats: Option<LaunchStats>,
+    codegen: Codegen,
 }
 
 impl Default for InterpExecutor {
@@ -60,7 +71,15 @@ impl InterpExecutor {
             graphs: vec![],
             captures: BTreeMap::new(),
             last_stats: None,
+            codegen: Codegen::Ptx,
         }
+    }
+
+    /// Whether kernels loaded from now on are interpreted ([`Codegen::Ptx`], the default)
+    /// or compiled by quench's code generator and run in the SASS emulator
+    /// ([`Codegen::Sass`]; a kernel it cannot compile fails to load).
+    pub fn set_codegen(&mut self, codegen: Codegen) {
+        self.codegen = codegen;
     }
 
     /// The interpreted device (its memory and virtual clock).
@@ -69,7 +88,8 @@ impl InterpExecutor {
     }
 
     /// What the most recent launch did, in particular whether approximate operations
-    /// ran (whose results need an error enclosure rather than equality).
+    /// ran (whose results need an error enclosure rather than equality); `None` after a
+    /// launch of machine code.
     pub fn last_launch_stats(&self) -> Option<&LaunchStats> {
         self.last_stats.as_ref()
     }
@@ -120,6 +140,27 @@ impl InterpExecutor {
         let bits: Vec<u64> = r.args.iter().map(Arg::bits).collect();
         let kernel = r.kernel.0 as usize;
         let f = &self.kernels[kernel].f;
+        if let Some(k) = &self.kernels[kernel].sass {
+            // The parameter block as the cubin lays it out: each argument's low bytes.
+            let mut params = vec![0u8; k.param_bytes];
+            for (p, b) in k.params.iter().zip(&bits) {
+                let (at, size) = (p.offset as usize, p.size as usize);
+                params[at..at + size].copy_from_slice(&b.to_le_bytes()[..size.min(8)]);
+            }
+            let launch = emu::Launch {
+                grid: r.launch.grid,
+                block: r.launch.block,
+                dynamic_shared_bytes: r.launch.dynamic_shared_bytes,
+            };
+            let stats =
+                emu::run(k, &launch, &params, &mut self.dev.mem).map_err(|e| RtError::Interp {
+                    kernel: f.name.clone(),
+                    message: format!("quench's machine code in the emulator: {e}"),
+                })?;
+            self.dev.clock_ns += stats.issued;
+            self.last_stats = None;
+            return Ok(());
+        }
         let stats = interp::launch(f, &cfg, &bits, &mut self.dev).map_err(|e| RtError::Interp {
             kernel: f.name.clone(),
             message: e.to_string(),
@@ -141,7 +182,11 @@ impl Executor for InterpExecutor {
     }
 
     fn device_name(&self) -> String {
-        "quench interpreter (sm_90 model)".to_string()
+        match self.codegen {
+            Codegen::Ptx => "quench interpreter (sm_90 model)",
+            Codegen::Sass => "quench SASS emulator (quench's own sm_90 code)",
+        }
+        .to_string()
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<DevicePtr, RtError> {
@@ -198,7 +243,15 @@ impl Executor for InterpExecutor {
     fn load(&mut self, f: &Function) -> Result<KernelId, RtError> {
         quench_ir::verify(f)?;
         let abi = KernelAbi::from_function(f)?;
-        self.kernels.push(Loaded { f: f.clone(), abi });
+        let sass = match self.codegen {
+            Codegen::Ptx => None,
+            Codegen::Sass => Some(emulated(f)?),
+        };
+        self.kernels.push(Loaded {
+            f: f.clone(),
+            abi,
+            sass,
+        });
         Ok(KernelId(self.kernels.len() as u32 - 1))
     }
 
@@ -325,4 +378,16 @@ impl Executor for InterpExecutor {
     fn synchronize(&mut self) -> Result<(), RtError> {
         self.refuse_during_capture("synchronize")
     }
+}
+
+/// `f` compiled by quench's code generator and decoded for the emulator.
+fn emulated(f: &Function) -> Result<emu::Kernel, RtError> {
+    let bad = |e: String| RtError::Codegen {
+        kernel: f.name.clone(),
+        message: format!("kernel {}: {e}", f.name),
+    };
+    let cubin = own_cubin(f)?;
+    let c = Cubin::parse(&cubin).map_err(|e| bad(e.to_string()))?;
+    let tables = Tables::sm90().map_err(|e| bad(e.to_string()))?;
+    emu::Kernel::from_cubin(&c, &f.name, tables).map_err(|e| bad(e.to_string()))
 }

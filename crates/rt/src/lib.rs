@@ -13,6 +13,7 @@
 pub mod abi;
 mod alloc_table;
 mod checks;
+pub mod codegen;
 pub mod cuda;
 pub mod devices;
 pub mod error;
@@ -22,7 +23,8 @@ pub mod interp;
 pub mod native;
 
 pub use abi::{AbiParam, KernelAbi, ParamKind};
-pub use cuda::{CacheStats, Codegen, CubinRewrite, CudaExecutor};
+pub use codegen::Codegen;
+pub use cuda::{CacheStats, CubinRewrite, CudaExecutor};
 pub use devices::{list_devices, DeviceInfo};
 pub use error::RtError;
 pub use executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};

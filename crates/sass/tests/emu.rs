@@ -761,12 +761,13 @@ fn quench_generated_loops_branches_and_division_match_the_interpreter() {
 }
 
 /// Outputs per thread of [`codegen_mix`].
-const CODEGEN_OUTPUTS: u32 = 13;
+const CODEGEN_OUTPUTS: u32 = 14;
 
 /// A kernel made to exercise the code generator where it is easiest to get wrong: a loop
 /// whose carried values swap places each trip (a parallel copy with a cycle), an `if` with
 /// results inside it, shared memory across a barrier, division and remainder by
-/// constants of each kind, predicate logic, 64-bit arithmetic, and 16-bit halves packed
+/// constants of each kind, predicate logic, 64-bit arithmetic (carries and borrows across
+/// the words), and 16-bit halves packed
 /// and taken apart.
 fn codegen_mix() -> Function {
     let u32p = Type::Ptr(AddrSpace::Global, Scalar::U32);
@@ -831,6 +832,10 @@ fn codegen_mix() -> Function {
     let sum = k.add(prod, xw);
     let c32 = k.const_u32(32);
     let hi = k.shr(sum, c32);
+    outs.push(k.cvt(Scalar::U32, hi));
+    // x − x·neighbour, its high word: the low word's borrow crosses.
+    let diff = k.sub(xw, prod);
+    let hi = k.shr(diff, c32);
     outs.push(k.cvt(Scalar::U32, hi));
     assert_eq!(outs.len() as u32, CODEGEN_OUTPUTS - 1);
     // The halves of x swapped through a pair of u16.

@@ -24,6 +24,7 @@ pub use module_cache::CacheStats;
 use crate::abi::KernelAbi;
 use crate::alloc_table::Allocations;
 use crate::checks::{check_launch, DeviceLimits};
+use crate::codegen::{own_cubin, Codegen};
 use crate::devices::{device_info, DeviceInfo};
 use crate::error::RtError;
 use crate::executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};
@@ -45,17 +46,6 @@ struct CudaKernel {
 /// What a kernel's cubin goes through between the JIT and the loader: given the kernel's
 /// name and the JIT's cubin, the cubin to load instead.
 pub type CubinRewrite = Box<dyn Fn(&str, &[u8]) -> Result<Vec<u8>, String> + Send>;
-
-/// Where the machine code of the kernels a [`CudaExecutor`] loads comes from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Codegen {
-    /// PTX, finished by the driver's JIT (ptxas).
-    #[default]
-    Ptx,
-    /// sm_90 SASS from quench's own code generator, no ptxas involved; a kernel it cannot
-    /// compile fails to load with [`RtError::Codegen`].
-    Sass,
-}
 
 pub struct CudaExecutor {
     info: DeviceInfo,
@@ -351,10 +341,7 @@ impl Executor for CudaExecutor {
         quench_ir::verify(f)?;
         let abi = KernelAbi::from_function(f)?;
         if self.codegen == Codegen::Sass {
-            let cubin = quench_sass::codegen::compile_cubin(f).map_err(|e| RtError::Codegen {
-                kernel: f.name.clone(),
-                message: e.to_string(),
-            })?;
+            let cubin = own_cubin(f)?;
             self.bind()?;
             let module = load_cubin(&cubin).map_err(drv("cuModuleLoadData"))?;
             return self.add_kernel(module, abi);

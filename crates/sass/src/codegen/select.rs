@@ -1087,7 +1087,7 @@ impl<'f> Selector<'f> {
             BinOp::And => Some(0xc0),
             BinOp::Or => Some(0xfc),
             BinOp::Xor => Some(0x3c),
-            BinOp::Add | BinOp::Mul => None,
+            BinOp::Add | BinOp::Sub | BinOp::Mul => None,
             _ => {
                 return Err(refuse(
                     f,
@@ -1107,6 +1107,14 @@ impl<'f> Selector<'f> {
             vec![
                 format!("IADD3 {d0}, {SCRATCH_P}, {a0}, {b0}, RZ"),
                 format!("IADD3.X {d1}, {a1}, {b1}, RZ, {SCRATCH_P}, !PT"),
+            ]
+        } else if op == BinOp::Sub {
+            // a + ~b + 1: the low word's carry out is "no borrow" (ptxas's `-R` form), the
+            // high word adds ~b's high word and that carry.
+            vec![
+                format!("LOP3.LUT R0, {b1}, RZ, RZ, 0xf, !PT"),
+                format!("IADD3 {d0}, {SCRATCH_P}, -{b0}, {a0}, RZ"),
+                format!("IADD3.X {d1}, {a1}, R0, RZ, {SCRATCH_P}, !PT"),
             ]
         } else {
             vec![

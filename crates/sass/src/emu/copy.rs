@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use super::exec::{lanes, Ctx, Step};
 use super::inst::Operand;
 use super::mem::{address, width};
-use super::memory::{Global, Shared};
+use super::memory::{Memory, Shared};
 use super::EmuError;
 
 /// One lane's copy: `len` bytes from global `src` to shared `dst`, issued at `at`.
@@ -40,7 +40,7 @@ impl Copies {
         &mut self,
         sb: u8,
         keep: usize,
-        global: &mut Global,
+        global: &mut dyn Memory,
         shared: &mut Shared,
     ) -> Result<(), EmuError> {
         while self.groups.iter().filter(|(s, _)| *s == sb).count() > keep {
@@ -58,7 +58,7 @@ impl Copies {
     pub fn wait(
         &mut self,
         mask: u8,
-        global: &mut Global,
+        global: &mut dyn Memory,
         shared: &mut Shared,
     ) -> Result<(), EmuError> {
         for sb in 0..6 {
@@ -70,7 +70,7 @@ impl Copies {
     }
 }
 
-fn land(copies: &[Copy], global: &mut Global, shared: &mut Shared) -> Result<(), EmuError> {
+fn land(copies: &[Copy], global: &mut dyn Memory, shared: &mut Shared) -> Result<(), EmuError> {
     let mut buf = [0u8; 16];
     for c in copies {
         global.read(c.at, c.src, &mut buf[..c.len])?;

@@ -3,7 +3,7 @@
 //! check), and the table from opcode to the family that models it.
 
 use super::inst::{Inst, Operand};
-use super::memory::{Global, Shared};
+use super::memory::{Memory, Shared};
 use super::warp::{RegRef, Touched, Warp, PT, RZ, URZ};
 use super::{control, copy, float, int, mem, tensor, EmuError};
 
@@ -27,7 +27,7 @@ pub struct Ctx<'a> {
     pub inst: &'a Inst,
     pub ops: &'a [Operand],
     pub env: &'a Env<'a>,
-    pub global: &'a mut Global,
+    pub global: &'a mut dyn Memory,
     pub shared: &'a mut Shared,
     /// The program's length in instructions (branch targets must fall inside it).
     pub len: usize,
@@ -105,7 +105,7 @@ pub fn issue(
     inst: &Inst,
     active: u32,
     env: &Env,
-    global: &mut Global,
+    global: &mut dyn Memory,
     shared: &mut Shared,
     len: usize,
 ) -> Result<Step, EmuError> {

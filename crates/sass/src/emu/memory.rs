@@ -1,7 +1,42 @@
 //! The memories a kernel sees: global memory (allocations at made-up 64-bit addresses,
 //! every access checked against them) and a block's shared memory.
 
+use quench_ir::interp::GlobalMemory;
+
 use super::EmuError;
+
+/// Global memory as the emulator reads and writes it: whole, aligned accesses inside one
+/// allocation, or a fault naming the instruction at `at`.
+pub trait Memory {
+    fn read(&mut self, at: u64, addr: u64, out: &mut [u8]) -> Result<(), EmuError>;
+    fn write(&mut self, at: u64, addr: u64, bytes: &[u8]) -> Result<(), EmuError>;
+}
+
+/// The interpreter's memory, so that machine code runs on the buffers an
+/// [`quench_ir::interp`] device holds (quench's executor does this for its own SASS).
+impl Memory for GlobalMemory {
+    fn read(&mut self, at: u64, addr: u64, out: &mut [u8]) -> Result<(), EmuError> {
+        let len = out.len();
+        aligned(at, "global", addr, len)?;
+        GlobalMemory::read(self, addr, out).map_err(|_| EmuError::Fault {
+            at,
+            space: "global",
+            addr,
+            len,
+        })
+    }
+
+    fn write(&mut self, at: u64, addr: u64, bytes: &[u8]) -> Result<(), EmuError> {
+        let len = bytes.len();
+        aligned(at, "global", addr, len)?;
+        GlobalMemory::write(self, addr, bytes).map_err(|_| EmuError::Fault {
+            at,
+            space: "global",
+            addr,
+            len,
+        })
+    }
+}
 
 /// Where the first allocation starts: high enough that a small integer mistaken for a
 /// pointer faults, and 64-bit so that address arithmetic needs its carries.
@@ -51,8 +86,10 @@ impl Global {
         let end = off.checked_add(len as u64)?;
         (end <= data.len() as u64).then_some((data, off as usize))
     }
+}
 
-    pub fn read(&mut self, at: u64, addr: u64, out: &mut [u8]) -> Result<(), EmuError> {
+impl Memory for Global {
+    fn read(&mut self, at: u64, addr: u64, out: &mut [u8]) -> Result<(), EmuError> {
         let len = out.len();
         aligned(at, "global", addr, len)?;
         let (data, off) = self.locate(addr, len).ok_or(EmuError::Fault {
@@ -65,7 +102,7 @@ impl Global {
         Ok(())
     }
 
-    pub fn write(&mut self, at: u64, addr: u64, bytes: &[u8]) -> Result<(), EmuError> {
+    fn write(&mut self, at: u64, addr: u64, bytes: &[u8]) -> Result<(), EmuError> {
         let len = bytes.len();
         aligned(at, "global", addr, len)?;
         let (data, off) = self.locate(addr, len).ok_or(EmuError::Fault {

@@ -43,7 +43,7 @@ mod tensor;
 mod warp;
 
 pub use inst::{decode_all, Inst, Operand, Special};
-pub use memory::{Global, Shared, SHARED_BASE};
+pub use memory::{Global, Memory, Shared, SHARED_BASE};
 
 use crate::cubin::Cubin;
 use crate::nvinfo;
@@ -157,12 +157,13 @@ pub struct Stats {
 const MAX_ISSUED_PER_WARP: u64 = 1 << 24;
 
 /// Runs `kernel` over `launch` with the parameter block `params` (laid out as the
-/// cubin's `EIATTR_KPARAM_INFO` records say), reading and writing `global`.
+/// cubin's `EIATTR_KPARAM_INFO` records say), reading and writing `global` (the
+/// emulator's own [`Global`], or the interpreter's memory).
 pub fn run(
     kernel: &Kernel,
     launch: &Launch,
     params: &[u8],
-    global: &mut Global,
+    global: &mut dyn Memory,
 ) -> Result<Stats, EmuError> {
     if params.len() != kernel.param_bytes {
         return Err(EmuError::Program(format!(
@@ -214,7 +215,7 @@ fn run_block(
     env: &Env,
     block: [u32; 3],
     threads: u64,
-    global: &mut Global,
+    global: &mut dyn Memory,
     shared: &mut Shared,
     stats: &mut Stats,
 ) -> Result<(), EmuError> {
@@ -257,7 +258,7 @@ fn run_warp(
     kernel: &Kernel,
     w: &mut Warp,
     env: &Env,
-    global: &mut Global,
+    global: &mut dyn Memory,
     shared: &mut Shared,
     stats: &mut Stats,
 ) -> Result<Option<u32>, EmuError> {
