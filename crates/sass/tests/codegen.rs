@@ -27,11 +27,14 @@ fn elementwise_kernels_compile_and_the_rest_are_refused_by_name() {
         .filter(|(_, r)| r.is_ok())
         .map(|(n, _)| n.as_str())
         .collect();
+    // gemm_bf16 fits the registers only with its loop's accumulators and fragments
+    // updated in place.
     for name in [
         "add_f32",
         "gemv_tc_bf16_xf32",
         "gemm_q5_k",
         "attention_prefill_bf16",
+        "gemm_bf16",
     ] {
         assert!(ok.contains(&name), "{name} compiles: {ok:?}");
     }

@@ -683,6 +683,8 @@ fn quench_generated_code_runs_bit_exact_against_the_interpreter() {
         "gemv_tc_bf16_xf32",
         "gemm_q5_k_xf16",
         "attention_prefill_bf16",
+        "gemm_bf16",
+        "gemm_f16_xf16",
     ] {
         assert!(ran.contains(&name), "{name} no longer compiles: {ran:?}");
     }

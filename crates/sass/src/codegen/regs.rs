@@ -6,7 +6,14 @@
 //! them). A value used inside a loop it was defined outside of lives to the loop's end,
 //! as do the loop's bounds, step and carried values (its block arguments). A vector's
 //! element (`extract`) and a same-size `bitcast` share their source's registers, so their
-//! uses count as uses of the source.
+//! uses count as uses of the source. So does an `mma`'s result its accumulator's, where
+//! nothing reads the accumulator after the `mma` (the tensor cores accumulate in place,
+//! as ptxas writes `HMMA R56, R152, R146, R56`): a chain of products over a loop's
+//! carried accumulators then lives in the carried registers. A `pack` of 32-bit parts
+//! that already lie in consecutive, aligned registers of one value (an `ldmatrix`
+//! result's halves as an `mma` operand) is those registers. And a value a loop carries
+//! to its next trip, defined after the last use of the value it replaces, is made in that
+//! value's registers, so the loop's end copies nothing for it.
 
 use quench_ir::{AddrSpace, Block, Function, Op, Scalar, Type, Value};
 
@@ -65,6 +72,8 @@ pub struct Registers {
     locs: Vec<Option<Loc>>,
     /// The value whose registers each value shares (itself, or an extract's source).
     root: Vec<Value>,
+    /// Where in its root's registers each value starts.
+    offset: Vec<u32>,
     /// Each root's last use (a position), `None` for a value never used.
     last: Vec<Option<usize>>,
     busy: [bool; MAX_REGISTERS as usize],
@@ -78,36 +87,118 @@ impl Registers {
     pub fn new(f: &Function) -> Registers {
         let n = f.values.len();
         let mut root: Vec<Value> = (0..n as u32).map(Value).collect();
-        f.walk(&mut |inst| match &inst.op {
-            // Shares its vector's registers, except an odd 16-bit element (shifted down
-            // into a register of its own).
-            Op::Extract { a, index } if !(f.ty(inst.results[0]).bytes() == 2 && index % 2 == 1) => {
-                root[inst.results[0].index()] = root[a.index()]
-            }
-            Op::PtrCast { ptr, .. } => root[inst.results[0].index()] = root[ptr.index()],
-            Op::Bitcast { to, a } if to.bytes() == f.ty(*a).bytes() => {
-                root[inst.results[0].index()] = root[a.index()]
-            }
-            Op::For { body, .. } => {
-                // The loop's results are its carried values as they stand at the end.
-                for (r, arg) in inst.results.iter().zip(&body.args[1..]) {
-                    root[r.index()] = root[arg.index()];
+        // Each value's own last use, for the in-place accumulators.
+        let own: Vec<Value> = root.clone();
+        let mut values = Liveness::new(&own, false);
+        values.block(&f.body);
+        let mut loop_results = vec![false; n];
+        let mut offset = vec![0u32; n];
+        // The carried value each value replaces at its loop's end (where it is yielded
+        // once, to one slot).
+        let mut replaces: Vec<Option<Value>> = vec![None; n];
+        f.walk(&mut |inst| {
+            if let Op::For { body, .. } = &inst.op {
+                if let Some(Op::Yield(next)) = body.insts.last().map(|i| &i.op) {
+                    for (y, arg) in next.iter().zip(&body.args[1..]) {
+                        if next.iter().filter(|x| *x == y).count() == 1 && y != arg {
+                            replaces[y.index()] = Some(*arg);
+                        }
+                    }
                 }
             }
-            _ => {}
         });
-        let mut live = Liveness {
-            root: &root,
-            def: vec![0; n],
-            last: vec![None; n],
-            loops: Vec::new(),
-            pos: 0,
+        // Whether every value in `r`'s registers (but the loops' results, which take them
+        // after the loop) is read for the last time at or before `at`.
+        let dead = |root: &[Value], loop_results: &[bool], r: Value, at: usize| {
+            (0..n)
+                .all(|w| root[w] != r || loop_results[w] || values.last[w].is_none_or(|l| l <= at))
         };
+        let mut pos = 0;
+        f.walk(&mut |inst| {
+            let at = pos;
+            pos += 1;
+            // Not for the operations whose results share their operands' registers.
+            let shares = matches!(
+                inst.op,
+                Op::For { .. } | Op::Extract { .. } | Op::PtrCast { .. } | Op::Bitcast { .. }
+            );
+            if let (Some(&v), Some(arg), false) = (
+                inst.results.first(),
+                inst.results.first().and_then(|v| replaces[v.index()]),
+                shares,
+            ) {
+                let r = root[arg.index()];
+                let whole = width(f.ty(arg)) == width(f.ty(r)) && width(f.ty(v)) == width(f.ty(r));
+                if whole
+                    && width(f.ty(r)).is_some()
+                    && at > 0
+                    && dead(&root, &loop_results, r, at - 1)
+                {
+                    root[v.index()] = r;
+                    return;
+                }
+            }
+            match &inst.op {
+                Op::Mma { c, .. } => {
+                    let r = root[c.index()];
+                    let whole = width(f.ty(*c)) == width(f.ty(r));
+                    if whole && dead(&root, &loop_results, r, at) {
+                        root[inst.results[0].index()] = r;
+                    }
+                }
+                // Shares its vector's registers, except an odd 16-bit element (shifted down
+                // into a register of its own).
+                Op::Extract { a, index }
+                    if !(f.ty(inst.results[0]).bytes() == 2 && index % 2 == 1) =>
+                {
+                    let r = inst.results[0].index();
+                    root[r] = root[a.index()];
+                    // As the selector places it: a 16-bit element in its pair's register.
+                    offset[r] = offset[a.index()]
+                        + match f.ty(inst.results[0]).bytes() {
+                            2 => index / 2,
+                            n => index * n / 4,
+                        };
+                }
+                Op::PtrCast { ptr, .. } => {
+                    let r = inst.results[0].index();
+                    (root[r], offset[r]) = (root[ptr.index()], offset[ptr.index()]);
+                }
+                Op::Bitcast { to, a } if to.bytes() == f.ty(*a).bytes() => {
+                    let r = inst.results[0].index();
+                    (root[r], offset[r]) = (root[a.index()], offset[a.index()]);
+                }
+                Op::Pack { parts, .. } if parts.iter().all(|p| f.ty(*p).bytes() == 4) => {
+                    let r = root[parts[0].index()];
+                    let o = offset[parts[0].index()];
+                    let count = parts.len() as u32;
+                    let in_place =
+                        parts.iter().enumerate().all(|(i, p)| {
+                            root[p.index()] == r && offset[p.index()] == o + i as u32
+                        }) && o % count.next_power_of_two() == 0
+                            && width(f.ty(r)).is_some();
+                    if in_place {
+                        let v = inst.results[0].index();
+                        (root[v], offset[v]) = (r, o);
+                    }
+                }
+                Op::For { body, .. } => {
+                    // The loop's results are its carried values as they stand at the end.
+                    for (r, arg) in inst.results.iter().zip(&body.args[1..]) {
+                        root[r.index()] = root[arg.index()];
+                        loop_results[r.index()] = true;
+                    }
+                }
+                _ => {}
+            }
+        });
+        let mut live = Liveness::new(&root, true);
         live.block(&f.body);
         Registers {
             locs: vec![None; n],
             last: live.last,
             root,
+            offset,
             busy: [false; MAX_REGISTERS as usize],
             busy_pred: [false; MAX_PREDICATES],
             live: Vec::new(),
@@ -135,8 +226,20 @@ impl Registers {
         }
     }
 
-    /// Fresh registers (or a predicate) for `v`.
+    /// Fresh registers (or a predicate) for `v`; for an `mma` result accumulated in
+    /// place or a `pack` of registers in place, those registers.
     pub fn define(&mut self, f: &Function, v: Value) -> Result<Loc> {
+        let r = self.root[v.index()];
+        if let (Some(Loc::R { base, .. }), Some(count)) = (self.locs[r.index()], width(f.ty(v))) {
+            if r != v {
+                let loc = Loc::R {
+                    base: base + self.offset[v.index()],
+                    count,
+                };
+                self.locs[v.index()] = Some(loc);
+                return Ok(loc);
+            }
+        }
         let loc = match width(f.ty(v)) {
             // With every predicate taken, a predicate value lives in a register as 0 or 1
             // (the selector moves it through P6 where an instruction needs a predicate).
@@ -240,9 +343,25 @@ struct Liveness<'a> {
     /// Enclosing loops: (position of the `for`, position of its last instruction).
     loops: Vec<(usize, usize)>,
     pos: usize,
+    /// Whether a loop's carried values count as used at its end, where the next trip's
+    /// values are written into their registers (for registers; not for the values
+    /// themselves).
+    carried_at_end: bool,
 }
 
-impl Liveness<'_> {
+impl<'a> Liveness<'a> {
+    fn new(root: &'a [Value], carried_at_end: bool) -> Liveness<'a> {
+        let n = root.len();
+        Liveness {
+            root,
+            def: vec![0; n],
+            last: vec![None; n],
+            loops: Vec::new(),
+            pos: 0,
+            carried_at_end,
+        }
+    }
+
     fn use_at(&mut self, v: Value, pos: usize) {
         let r = self.root[v.index()].index();
         // Defined outside a loop that encloses the use: live through the whole loop.
@@ -278,8 +397,13 @@ impl Liveness<'_> {
                     let end = pos + count(body);
                     self.loops.push((pos, end));
                     // The bound and step are read at the end of every iteration, the
-                    // carried values written there.
-                    for v in [hi, step].into_iter().chain(&body.args) {
+                    // carried values written there (the induction variable read too).
+                    let carried = if self.carried_at_end {
+                        &body.args[..]
+                    } else {
+                        &body.args[..1]
+                    };
+                    for v in [hi, step].into_iter().chain(carried) {
                         self.use_at(*v, end);
                     }
                     self.block(body);

@@ -589,9 +589,13 @@ impl<'f> Selector<'f> {
                             self.emit("", format!("PRMT {d}, {}, 0x5410, {hi}", pair[0]));
                         }
                     }
+                    // Parts already in place (a pack of consecutive registers) stay.
                     4 => {
                         for (i, s) in sources.iter().enumerate() {
-                            self.emit("", format!("MOV {}, {s}", loc.reg(i as u32)));
+                            let d = loc.reg(i as u32);
+                            if d != *s {
+                                self.emit("", format!("MOV {d}, {s}"));
+                            }
                         }
                     }
                     n => return Err(refuse(f, format!("pack of {n}-byte parts"))),
