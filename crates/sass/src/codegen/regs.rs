@@ -175,7 +175,7 @@ impl Registers {
                     let in_place =
                         parts.iter().enumerate().all(|(i, p)| {
                             root[p.index()] == r && offset[p.index()] == o + i as u32
-                        }) && o % count.next_power_of_two() == 0
+                        }) && o.is_multiple_of(count.next_power_of_two())
                             && width(f.ty(r)).is_some();
                     if in_place {
                         let v = inst.results[0].index();
