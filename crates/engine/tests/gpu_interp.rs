@@ -795,3 +795,62 @@ fn decode_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
         );
     }
 }
+
+/// The prompt path on quench's own machine code: a bf16 model's prompt fed in chunks
+/// through the tensor-core GEMMs (`cp.async`, `ldmatrix`, `mma.sync` as quench's
+/// `LDGSTS`, `LDSM`, `HMMA`), in the SASS emulator, gives the interpreter's logits bit
+/// for bit, then decodes on.
+#[test]
+fn the_prompt_path_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
+    use quench_rt::Codegen;
+    let s = seed();
+    let bf16 = LayerFormats {
+        q: GgmlType::BF16,
+        k: GgmlType::BF16,
+        v: GgmlType::BF16,
+        o: GgmlType::BF16,
+        gate_up: GgmlType::BF16,
+        down: GgmlType::BF16,
+    };
+    let m = Tiny {
+        arch: "llama",
+        shape: SHAPE,
+        layers: vec![bf16],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::BF16),
+    };
+    let options = GpuOptions {
+        prefill_chunk: 8,
+        prefill_min_tokens: 2,
+        ..options()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(s);
+    let file = gguf(&m, &mut rng);
+    let interp = on_interp(&file, &options).expect("loads on the interpreter");
+    assert!(interp.summary().prefill_chunk > 0, "the prompt path is on");
+    let mut exec = InterpExecutor::new();
+    exec.set_codegen(Codegen::Sass);
+    let config = ModelConfig::from_gguf(&file).expect("config");
+    let own = GpuDecoder::new(config, &file, Naming::Gguf, Box::new(exec), None, &options)
+        .unwrap_or_else(|e| panic!("quench's code generator: {e}"));
+    let (mut a, mut b) = (interp.new_session(), own.new_session());
+    let mut fed: Vec<u32> = (0..11).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    for step in 0..3 {
+        let tokens = if step == 0 {
+            &fed[..]
+        } else {
+            &fed[fed.len() - 1..]
+        };
+        let want = interp.feed(&mut a, tokens).expect("interpreter feeds");
+        let got = own.feed(&mut b, tokens).expect("emulator feeds");
+        let differ = want
+            .iter()
+            .zip(&got)
+            .position(|(x, y)| x.to_bits() != y.to_bits());
+        assert!(
+            differ.is_none() && want.len() == got.len(),
+            "step {step} (seed {s}): logit {differ:?} differs"
+        );
+        fed.push(quench_engine::generate::argmax(&want).expect("finite logits"));
+    }
+}
