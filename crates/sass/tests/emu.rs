@@ -5,7 +5,9 @@
 //! deliberately wrong instruction, or a store removed, must fail that comparison; an
 //! instruction the emulator does not model is refused by name and address.
 
-use quench_ir::{AddrSpace, BinOp, Builder, Function, Round, Scalar, Type, Value};
+use quench_ir::{
+    AddrSpace, AtomOp, BinOp, Builder, Function, Ordering, Round, Scalar, Scope, Type, Value,
+};
 use quench_kernels::case::{Buffer, Check, Expected, POISON};
 use quench_kernels::{CaseArg, CaseOutputs, KernelCase};
 use quench_rt::{Arg, InterpExecutor};
@@ -763,11 +765,12 @@ fn quench_generated_loops_branches_and_division_match_the_interpreter() {
 }
 
 /// Outputs per thread of [`codegen_mix`].
-const CODEGEN_OUTPUTS: u32 = 14;
+const CODEGEN_OUTPUTS: u32 = 15;
 
 /// A kernel made to exercise the code generator where it is easiest to get wrong: a loop
 /// whose carried values swap places each trip (a parallel copy with a cycle), an `if` with
-/// results inside it, shared memory across a barrier, division and remainder by
+/// results inside it, shared memory across a barrier, 64-bit shared atomics, division and
+/// remainder by
 /// constants of each kind, predicate logic, 64-bit arithmetic (carries and borrows across
 /// the words), and 16-bit halves packed
 /// and taken apart.
@@ -792,7 +795,29 @@ fn codegen_mix() -> Function {
     )[0];
     let slot = k.ptr_add(shared, tid);
     k.store(slot, xv);
+    // Four 64-bit counters in shared memory, zeroed, then summed into by 16 threads each
+    // with relaxed atomics (a compare-and-swap loop in the machine code).
+    let buckets = k.shared_array("counts", Scalar::U64, 4, 8);
+    let four = k.const_u32(4);
+    let first = k.lt(tid, four);
+    k.if_then(first, |k| {
+        let b = k.ptr_add(buckets, tid);
+        let z = k.const_u64(0);
+        k.store(b, z);
+    });
     k.barrier();
+    let mine = k.and_const(tid, 3);
+    let bucket = k.ptr_add(buckets, mine);
+    let wide = k.cvt(Scalar::U64, xv);
+    let c20 = k.const_u32(20);
+    let shifted = k.shl(wide, c20);
+    k.atomic(AtomOp::Add, Ordering::Relaxed, Scope::Cta, bucket, shifted);
+    k.barrier();
+    let total = k.load(Type::U64, bucket);
+    let c32 = k.const_u32(32);
+    let total_hi = k.shr(total, c32);
+    let (total_lo, total_hi) = (k.cvt(Scalar::U32, total), k.cvt(Scalar::U32, total_hi));
+    let counted = k.xor(total_lo, total_hi);
     let next = k.add_const(tid, 1);
     let next = k.and_const(next, 63);
     let nslot = k.ptr_add(shared, next);
@@ -839,6 +864,7 @@ fn codegen_mix() -> Function {
     let diff = k.sub(xw, prod);
     let hi = k.shr(diff, c32);
     outs.push(k.cvt(Scalar::U32, hi));
+    outs.push(counted);
     assert_eq!(outs.len() as u32, CODEGEN_OUTPUTS - 1);
     // The halves of x swapped through a pair of u16.
     let lo16 = k.cvt(Scalar::U16, xv);
@@ -859,10 +885,11 @@ fn codegen_mix() -> Function {
 }
 
 /// Outputs per thread of [`f32_division`].
-const IEEE_OUTPUTS: u32 = 5;
+const IEEE_OUTPUTS: u32 = 6;
 
 /// `x / y`, `1 / x`, `y / x`, `sqrt(x)` and `sqrt(y)` in f32 with round-to-nearest:
-/// quench's integer division and root against the interpreter's IEEE ones.
+/// quench's integer division and root against the interpreter's IEEE ones; and `x` toward
+/// zero as a u32 (saturating, NaN to 0) over the same special operands.
 fn f32_division() -> Function {
     per_thread("f32_division", Scalar::F32, IEEE_OUTPUTS, |k, xv, yv, _| {
         vec![
@@ -871,6 +898,10 @@ fn f32_division() -> Function {
             k.bin_rnd(BinOp::Div, Some(Round::Rn), yv, xv),
             k.sqrt(xv),
             k.sqrt(yv),
+            {
+                let t = k.cvt_rnd(Scalar::U32, Some(Round::Rz), false, xv);
+                k.bitcast(Type::F32, t)
+            },
         ]
     })
 }

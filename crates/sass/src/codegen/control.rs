@@ -28,7 +28,8 @@ const NONE: u8 = 7;
 /// consumer waits on a scoreboard instead of a stall.
 fn variable_latency(mnemonic: &str) -> bool {
     [
-        "LDG", "STG", "LDC", "S2R", "S2UR", "LDS", "STS", "MUFU", "ATOMG", "SHFL", "LDSM", "LDGSTS",
+        "LDG", "STG", "LDC", "S2R", "S2UR", "LDS", "STS", "MUFU", "ATOMG", "ATOMS", "SHFL", "LDSM",
+        "LDGSTS", "F2I",
     ]
     .iter()
     .any(|m| mnemonic == *m || mnemonic.starts_with(&format!("{m}.")))

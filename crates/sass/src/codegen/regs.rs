@@ -266,6 +266,12 @@ impl Registers {
         (0..count).map(|_| self.take(f, 1)).collect()
     }
 
+    /// `count` consecutive registers held by no value, aligned as [`Registers::define`]
+    /// aligns a value of that many; the first's number.
+    pub fn scratch_run(&mut self, f: &Function, count: u32) -> Result<u32> {
+        self.take(f, count)
+    }
+
     pub fn give_back(&mut self, regs: &[u32]) {
         for r in regs {
             self.busy[*r as usize] = false;

@@ -497,6 +497,16 @@ impl<'f> Selector<'f> {
                 );
                 self.emit("", "CCTL.IVALL".into());
             }
+            Op::Atomic {
+                op: AtomOp::Add,
+                ord: Ordering::Relaxed,
+                scope: Scope::Cta,
+                ptr,
+                a,
+                b: None,
+            } if f.ty(*a) == Type::U64 && matches!(f.ty(*ptr), Type::Ptr(AddrSpace::Shared, _)) => {
+                self.shared_add64(result, *ptr, *a)?
+            }
             Op::Cvt { to, rnd, sat, a } => self.cvt(result, *to, *rnd, *sat, *a)?,
             Op::Load { ty, ptr, cache } => {
                 let (space, width) = self.access(*ptr, *ty, "load")?;
@@ -834,6 +844,11 @@ impl<'f> Selector<'f> {
             (Scalar::I32, Scalar::F32, Some(Round::Rn)) => {
                 let d = self.regs.define(f, v)?;
                 vec![format!("I2FP.F32.S32 {}, {a}", d.reg(0))]
+            }
+            // Toward zero, saturating, NaN to 0 (PTX's integer conversions), as ptxas writes it.
+            (Scalar::F32, Scalar::U32, Some(Round::Rz)) => {
+                let d = self.regs.define(f, v)?;
+                vec![format!("F2I.U32.TRUNC.NTZ {}, {a}", d.reg(0))]
             }
             (Scalar::BF16, Scalar::F32, None) => {
                 let d = self.regs.define(f, v)?;
@@ -1234,6 +1249,44 @@ impl<'f> Selector<'f> {
     /// `if`: threads where `cond` is false branch past the then-block (to the else-block,
     /// if any); all meet again at a `BSYNC` on the barrier register of this nesting level,
     /// set up by `BSSY` before the branch.
+    /// A 64-bit atomic add to shared memory, as ptxas writes it: the word read, the sum
+    /// offered by compare-and-swap (`ATOMS.CAST.SPIN.64`, which gives 1 where it
+    /// swapped), again until it takes; the result is the word it replaced.
+    fn shared_add64(&mut self, result: Option<Value>, ptr: Value, a: Value) -> Result<()> {
+        let f = self.f;
+        if self.depth == MAX_NESTING {
+            return Err(refuse(
+                f,
+                format!("control flow nested deeper than {MAX_NESTING} levels"),
+            ));
+        }
+        let (p, a) = (self.reg(ptr)?, self.regs.loc(f, a)?);
+        let v = result.ok_or_else(|| refuse(f, "an atomic without its result"))?;
+        let old = self.regs.define(f, v)?;
+        let n = self.regs.scratch_run(f, 2)?;
+        let (o0, o1, a0, a1) = (old.reg(0), old.reg(1), a.reg(0), a.reg(1));
+        let (n0, n1) = (format!("R{n}"), format!("R{}", n + 1));
+        let b = format!("B{}", self.depth);
+        let (head, after) = (self.label(), self.label());
+        self.emit("", format!("BSSY {b}, `({after})"));
+        self.lines.push(Line::Label(head.clone()));
+        for line in [
+            format!("LDS.64 {o0}, [{p}]"),
+            format!("IADD3 {n0}, {SCRATCH_P}, {o0}, {a0}, RZ"),
+            format!("IADD3.X {n1}, {o1}, {a1}, RZ, {SCRATCH_P}, !PT"),
+            format!("ATOMS.CAST.SPIN.64 {n0}, [{p}], {o0}, {n0}"),
+            format!("ISETP.EQ.U32.AND {SCRATCH_P}, PT, {n0}, 0x1, PT"),
+            format!("ISETP.EQ.U32.AND.EX {SCRATCH_P}, PT, {n1}, RZ, PT, {SCRATCH_P}"),
+        ] {
+            self.emit("", line);
+        }
+        self.emit(&format!("@!{SCRATCH_P} "), format!("BRA `({head})"));
+        self.emit("", format!("BSYNC {b}"));
+        self.lines.push(Line::Label(after));
+        self.regs.give_back(&[n, n + 1]);
+        Ok(())
+    }
+
     fn if_(&mut self, cond: Value, then_: &Block, else_: &Block) -> Result<()> {
         if self.depth == MAX_NESTING {
             return Err(refuse(

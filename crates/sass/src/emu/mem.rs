@@ -128,6 +128,29 @@ pub fn atomic(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
+/// `ATOMS.CAST.SPIN.64 d, [R], cmp, new`: where the 64-bit word at the shared address
+/// equals `cmp`, `new` replaces it and `d` is 1, else `d` is 0 (ptxas's loop for a 64-bit
+/// shared atomic retries until it reads 1). Lanes act one after another.
+pub fn shared_cas(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    if c.inst.mods != ["CAST", "SPIN", "64"] {
+        return Err(c.unmodelled(format!("ATOMS.{}", c.inst.mods.join("."))));
+    }
+    c.arity(4)?;
+    let at = c.inst.addr;
+    for l in lanes(on) {
+        let a = address(c, l, 1, false)?;
+        let (cmp, new) = (c.get_many(l, 2, 2)?, c.get_many(l, 3, 2)?);
+        let mut word = [0u8; 8];
+        c.shared.read(at, a, &mut word)?;
+        let swapped = word[..4] == cmp[0].to_le_bytes() && word[4..] == cmp[1].to_le_bytes();
+        if swapped {
+            c.shared.write(at, a, &bytes(&new, 8))?;
+        }
+        c.set_many(l, 0, &[u32::from(swapped), 0])?;
+    }
+    Ok(Step::Next)
+}
+
 /// `LDS[.size] d, [R+imm]` and `STS[.size] [R+imm], r` (also `[UR+imm]`).
 pub fn shared(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     c.only(&["U8", "S8", "U16", "S16", "64", "128"])?;

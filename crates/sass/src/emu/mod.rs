@@ -19,9 +19,9 @@
 //! `.SHL`, `.IADD`, `.U32`, `.WIDE`, `.HI.U32` with an RZ addend, `.X`), IADD3(`.X`), VIADD,
 //! LEA(`.HI`)(`.X`), SHF, LOP3.LUT, PLOP3.LUT, ISETP(`.EX`), VIMNMX, VIADDMNMX.U32, PRMT,
 //! IDP.4A, MOV, SEL, R2UR and the uniform twins; FADD, FMUL, FFMA, FMNMX, FSEL, FSETP,
-//! I2F, I2FP, F2FP (to bf16 and f16), HADD2.F32 and HFMA2.MMA as ptxas uses them for
+//! I2F, I2FP, F2FP (to bf16 and f16), F2I (to u32 toward zero), HADD2.F32 and HFMA2.MMA as ptxas uses them for
 //! conversions and constants, MUFU.EX2 as the interpreter models `ex2.approx`; LDG, STG,
-//! LDS, STS, LDC, ULDC, ATOMG.E.ADD and the fences around it (MEMBAR, ERRBAR, CGAERRBAR,
+//! LDS, STS, LDC, ULDC, ATOMG.E.ADD, ATOMS.CAST.SPIN.64 and the fences around it (MEMBAR, ERRBAR, CGAERRBAR,
 //! CCTL.IVALL); S2R, S2UR, CS2R; BRA (`.DIV` when converged), EXIT, BSSY, BSYNC, NOP,
 //! BAR.SYNC, SHFL; the asynchronous copies LDGSTS, LDGDEPBAR, DEPBAR (`copy.rs`); the
 //! tensor-core LDSM and HMMA.16816.F32 (`tensor.rs`).
