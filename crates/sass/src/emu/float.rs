@@ -375,6 +375,27 @@ pub fn mufu(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
+/// `F2I[.FTZ].U32.TRUNC.NTZ d, a`: the f32 toward zero as an unsigned integer, saturated
+/// to 0 and 2^32 − 1, NaN to 0 (PTX's `cvt.rzi.u32.f32`; a subnormal truncates to 0 with
+/// or without `.FTZ`).
+pub fn f2i(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["FTZ", "U32", "TRUNC", "NTZ"])?;
+    if !(c.inst.has("U32") && c.inst.has("TRUNC")) {
+        return Err(c.unmodelled("a conversion other than to u32 toward zero"));
+    }
+    c.arity(2)?;
+    for l in lanes(on) {
+        let x = c.f32(l, 1)?;
+        let v = if x.is_nan() {
+            0
+        } else {
+            x.trunc().clamp(0.0, u32::MAX as f32) as u32
+        };
+        c.set(l, 0, v)?;
+    }
+    Ok(Step::Next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,25 +442,4 @@ mod tests {
         assert_eq!(f16_rn(1e9), 0x7c00);
         assert_eq!(f16_rn(-0.0), 0x8000);
     }
-}
-
-/// `F2I[.FTZ].U32.TRUNC.NTZ d, a`: the f32 toward zero as an unsigned integer, saturated
-/// to 0 and 2^32 − 1, NaN to 0 (PTX's `cvt.rzi.u32.f32`; a subnormal truncates to 0 with
-/// or without `.FTZ`).
-pub fn f2i(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
-    c.only(&["FTZ", "U32", "TRUNC", "NTZ"])?;
-    if !(c.inst.has("U32") && c.inst.has("TRUNC")) {
-        return Err(c.unmodelled("a conversion other than to u32 toward zero"));
-    }
-    c.arity(2)?;
-    for l in lanes(on) {
-        let x = c.f32(l, 1)?;
-        let v = if x.is_nan() {
-            0
-        } else {
-            x.trunc().clamp(0.0, u32::MAX as f32) as u32
-        };
-        c.set(l, 0, v)?;
-    }
-    Ok(Step::Next)
 }
