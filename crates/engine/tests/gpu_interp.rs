@@ -723,13 +723,54 @@ fn a_hugging_face_checkpoint_generates_through_the_engine() {
     std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
 }
 
+/// `file` on quench's own machine code in the SASS emulator and on the interpreter: the
+/// prompt `fed`, then `steps - 1` greedy tokens, each step's logits equal bit for bit.
+fn same_logits_on_own_code(
+    what: &str,
+    file: &GgufFile,
+    options: &GpuOptions,
+    mut fed: Vec<u32>,
+    steps: usize,
+) {
+    use quench_rt::Codegen;
+    let interp = on_interp(file, options).expect("loads on the interpreter");
+    let mut exec = InterpExecutor::new();
+    exec.set_codegen(Codegen::Sass);
+    assert_eq!(
+        exec.device_name(),
+        "quench SASS emulator (quench's own sm_90 code)"
+    );
+    let config = ModelConfig::from_gguf(file).expect("config");
+    let own = GpuDecoder::new(config, file, Naming::Gguf, Box::new(exec), None, options)
+        .unwrap_or_else(|e| panic!("{what}: quench's code generator: {e}"));
+    let (mut a, mut b) = (interp.new_session(), own.new_session());
+    for step in 0..steps {
+        let tokens = if step == 0 {
+            &fed[..]
+        } else {
+            &fed[fed.len() - 1..]
+        };
+        let want = interp.feed(&mut a, tokens).expect("interpreter feeds");
+        let got = own.feed(&mut b, tokens).expect("emulator feeds");
+        let differ = want
+            .iter()
+            .zip(&got)
+            .position(|(x, y)| x.to_bits() != y.to_bits());
+        assert!(
+            differ.is_none() && want.len() == got.len(),
+            "{what} step {step}: logit {differ:?} differs"
+        );
+        fed.push(quench_engine::generate::argmax(&want).expect("finite logits"));
+    }
+    eprintln!("{what}: {} tokens on quench's own code: {fed:?}", fed.len());
+}
+
 /// The decode step on quench's own machine code: every kernel of the step compiled by
 /// quench's code generator (no ptxas) and run from its bytes in the SASS emulator, on
 /// the same memory, gives the interpreter's logits bit for bit at the prompt and at each
 /// generated token — for float weights, the legacy quantized formats and a k-quant mix.
 #[test]
 fn decode_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
-    use quench_rt::Codegen;
     let s = seed();
     let models = [
         Tiny {
@@ -750,48 +791,13 @@ fn decode_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
     for (i, m) in models.iter().enumerate() {
         let mut rng = ChaCha8Rng::seed_from_u64(s ^ i as u64);
         let file = gguf(m, &mut rng);
-        let interp = on_interp(&file, &options()).expect("loads on the interpreter");
-        let mut exec = InterpExecutor::new();
-        exec.set_codegen(Codegen::Sass);
-        assert_eq!(
-            exec.device_name(),
-            "quench SASS emulator (quench's own sm_90 code)"
-        );
-        let config = ModelConfig::from_gguf(&file).expect("config");
-        let own = GpuDecoder::new(
-            config,
+        let prompt = (0..4).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+        same_logits_on_own_code(
+            &format!("{} (seed {s})", m.arch),
             &file,
-            Naming::Gguf,
-            Box::new(exec),
-            None,
             &options(),
-        )
-        .unwrap_or_else(|e| panic!("{}: quench's code generator: {e}", m.arch));
-        let (mut a, mut b) = (interp.new_session(), own.new_session());
-        let mut fed: Vec<u32> = (0..4).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
-        for step in 0..4 {
-            let tokens = if step == 0 {
-                &fed[..]
-            } else {
-                &fed[fed.len() - 1..]
-            };
-            let want = interp.feed(&mut a, tokens).expect("interpreter feeds");
-            let got = own.feed(&mut b, tokens).expect("emulator feeds");
-            let differ = want
-                .iter()
-                .zip(&got)
-                .position(|(x, y)| x.to_bits() != y.to_bits());
-            assert!(
-                differ.is_none() && want.len() == got.len(),
-                "{} step {step} (seed {s}): logit {differ:?} differs",
-                m.arch
-            );
-            fed.push(quench_engine::generate::argmax(&want).expect("finite logits"));
-        }
-        eprintln!(
-            "{}: {} tokens on quench's own code: {fed:?}",
-            m.arch,
-            fed.len()
+            prompt,
+            4,
         );
     }
 }
@@ -802,7 +808,6 @@ fn decode_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
 /// for bit, then decodes on.
 #[test]
 fn the_prompt_path_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
-    use quench_rt::Codegen;
     let s = seed();
     let bf16 = LayerFormats {
         q: GgmlType::BF16,
@@ -826,31 +831,20 @@ fn the_prompt_path_on_quench_own_machine_code_matches_the_interpreter_bit_for_bi
     };
     let mut rng = ChaCha8Rng::seed_from_u64(s);
     let file = gguf(&m, &mut rng);
-    let interp = on_interp(&file, &options).expect("loads on the interpreter");
-    assert!(interp.summary().prefill_chunk > 0, "the prompt path is on");
-    let mut exec = InterpExecutor::new();
-    exec.set_codegen(Codegen::Sass);
-    let config = ModelConfig::from_gguf(&file).expect("config");
-    let own = GpuDecoder::new(config, &file, Naming::Gguf, Box::new(exec), None, &options)
-        .unwrap_or_else(|e| panic!("quench's code generator: {e}"));
-    let (mut a, mut b) = (interp.new_session(), own.new_session());
-    let mut fed: Vec<u32> = (0..11).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
-    for step in 0..3 {
-        let tokens = if step == 0 {
-            &fed[..]
-        } else {
-            &fed[fed.len() - 1..]
-        };
-        let want = interp.feed(&mut a, tokens).expect("interpreter feeds");
-        let got = own.feed(&mut b, tokens).expect("emulator feeds");
-        let differ = want
-            .iter()
-            .zip(&got)
-            .position(|(x, y)| x.to_bits() != y.to_bits());
-        assert!(
-            differ.is_none() && want.len() == got.len(),
-            "step {step} (seed {s}): logit {differ:?} differs"
-        );
-        fed.push(quench_engine::generate::argmax(&want).expect("finite logits"));
-    }
+    let prompt = (0..11).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    assert!(
+        on_interp(&file, &options)
+            .expect("loads")
+            .summary()
+            .prefill_chunk
+            > 0,
+        "the prompt path is on"
+    );
+    same_logits_on_own_code(
+        &format!("bf16 llama, prompt in chunks (seed {s})"),
+        &file,
+        &options,
+        prompt,
+        3,
+    );
 }

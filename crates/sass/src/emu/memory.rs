@@ -16,25 +16,24 @@ pub trait Memory {
 /// [`quench_ir::interp`] device holds (quench's executor does this for its own SASS).
 impl Memory for GlobalMemory {
     fn read(&mut self, at: u64, addr: u64, out: &mut [u8]) -> Result<(), EmuError> {
+        aligned(at, "global", addr, out.len())?;
         let len = out.len();
-        aligned(at, "global", addr, len)?;
-        GlobalMemory::read(self, addr, out).map_err(|_| EmuError::Fault {
-            at,
-            space: "global",
-            addr,
-            len,
-        })
+        GlobalMemory::read(self, addr, out).map_err(|_| global_fault(at, addr, len))
     }
 
     fn write(&mut self, at: u64, addr: u64, bytes: &[u8]) -> Result<(), EmuError> {
-        let len = bytes.len();
-        aligned(at, "global", addr, len)?;
-        GlobalMemory::write(self, addr, bytes).map_err(|_| EmuError::Fault {
-            at,
-            space: "global",
-            addr,
-            len,
-        })
+        aligned(at, "global", addr, bytes.len())?;
+        GlobalMemory::write(self, addr, bytes).map_err(|_| global_fault(at, addr, bytes.len()))
+    }
+}
+
+/// The instruction at `at` touched `len` bytes at `addr`, outside every allocation.
+fn global_fault(at: u64, addr: u64, len: usize) -> EmuError {
+    EmuError::Fault {
+        at,
+        space: "global",
+        addr,
+        len,
     }
 }
 
@@ -92,12 +91,7 @@ impl Memory for Global {
     fn read(&mut self, at: u64, addr: u64, out: &mut [u8]) -> Result<(), EmuError> {
         let len = out.len();
         aligned(at, "global", addr, len)?;
-        let (data, off) = self.locate(addr, len).ok_or(EmuError::Fault {
-            at,
-            space: "global",
-            addr,
-            len,
-        })?;
+        let (data, off) = self.locate(addr, len).ok_or(global_fault(at, addr, len))?;
         out.copy_from_slice(&data[off..off + len]);
         Ok(())
     }
@@ -105,12 +99,7 @@ impl Memory for Global {
     fn write(&mut self, at: u64, addr: u64, bytes: &[u8]) -> Result<(), EmuError> {
         let len = bytes.len();
         aligned(at, "global", addr, len)?;
-        let (data, off) = self.locate(addr, len).ok_or(EmuError::Fault {
-            at,
-            space: "global",
-            addr,
-            len,
-        })?;
+        let (data, off) = self.locate(addr, len).ok_or(global_fault(at, addr, len))?;
         data[off..off + len].copy_from_slice(bytes);
         Ok(())
     }
