@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The engine's decode on quench's own SASS beside the PTX path: seeded llama-3.2-1b and
 # llama-3.1-8b checkpoints (bf16) made here by `quench synth`, each checked with `quench
-# check` on `--codegen ptx` and `--codegen sass` (prompts fed one decode step a token,
-# since the prompt path's tensor-core kernels are not compiled by quench yet), the decode
+# check` on `--codegen ptx` and `--codegen sass` (prompts fed one decode step a token, so
+# that the decode step's kernels alone are compared), the decode
 # timed by the check (`--time-tokens`), and 40 greedy tokens from `quench generate`
 # compared between the two. Receipts: check-SHAPE-CODEGEN.json in $OUT (or receipts/).
 # Run from the repository root with the release binary carried (target/release/quench).
