@@ -638,11 +638,20 @@ fn cc_emits_quench_s_own_sass_or_names_what_stops_it() {
     let out = quench(&["sass", "dis", cubin.to_str().unwrap()], "", &dir);
     assert!(text(&out.stdout).contains("FADD"), "{}", text(&out.stderr));
 
+    // Refused with the numbers (more registers than a thread may name), and with the
+    // operation that has no selection rule.
     let out = quench(&["cc", "gemm_q8_0", "--emit", "sass"], "", &dir);
     assert!(!out.status.success());
     let e = text(&out.stderr);
     assert!(
-        e.contains("kernel gemm_q8_0:") && e.contains("cp_async"),
+        e.contains("kernel gemm_q8_0:") && e.contains("253 registers"),
+        "the refusal names the kernel and the limit: {e}"
+    );
+    let out = quench(&["cc", "sample_f32", "--emit", "sass"], "", &dir);
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("kernel sample_f32:") && e.contains("cvt.rn from u64 to f64"),
         "the refusal names the kernel and the operation: {e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
