@@ -23,7 +23,7 @@ use rand_chacha::ChaCha8Rng;
 mod common;
 
 use common::{
-    gguf, seed, LayerFormats, Shape, Tiny, Q3_K_M, Q4_K_M, Q5_K_M, QUANTIZED, WIDENED_TYPES,
+    gguf, seed, LayerFormats, Shape, Tiny, BF16, Q3_K_M, Q4_K_M, Q5_K_M, QUANTIZED, WIDENED_TYPES,
 };
 
 const HIDDEN: usize = 128;
@@ -809,18 +809,10 @@ fn decode_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
 #[test]
 fn the_prompt_path_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
     let s = seed();
-    let bf16 = LayerFormats {
-        q: GgmlType::BF16,
-        k: GgmlType::BF16,
-        v: GgmlType::BF16,
-        o: GgmlType::BF16,
-        gate_up: GgmlType::BF16,
-        down: GgmlType::BF16,
-    };
     let m = Tiny {
         arch: "llama",
         shape: SHAPE,
-        layers: vec![bf16],
+        layers: vec![BF16],
         embedding: GgmlType::BF16,
         output: Some(GgmlType::BF16),
     };

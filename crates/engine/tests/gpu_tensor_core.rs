@@ -25,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 
 mod common;
 
-use common::{bits, gguf, seed, LayerFormats, Shape, Tiny};
+use common::{bits, gguf, seed, LayerFormats, Shape, Tiny, BF16};
 
 const VOCAB: usize = 256;
 
@@ -39,15 +39,6 @@ const SHAPE: Shape = Shape {
     vocab: VOCAB,
     context: 512,
     eps: 1e-5,
-};
-
-const BF16: LayerFormats = LayerFormats {
-    q: GgmlType::BF16,
-    k: GgmlType::BF16,
-    v: GgmlType::BF16,
-    o: GgmlType::BF16,
-    gate_up: GgmlType::BF16,
-    down: GgmlType::BF16,
 };
 
 /// q, o and down in bf16 (tensor cores); k, v and gate/up in other formats.

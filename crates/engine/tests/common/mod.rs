@@ -25,6 +25,16 @@ pub struct LayerFormats {
     pub down: GgmlType,
 }
 
+/// Every matrix in bf16 (the tensor cores' format).
+pub const BF16: LayerFormats = LayerFormats {
+    q: GgmlType::BF16,
+    k: GgmlType::BF16,
+    v: GgmlType::BF16,
+    o: GgmlType::BF16,
+    gate_up: GgmlType::BF16,
+    down: GgmlType::BF16,
+};
+
 /// Quantized: q|k|v in one Q8_0 product, the rest in the other GGUF block formats.
 pub const QUANTIZED: LayerFormats = LayerFormats {
     q: GgmlType::Q8_0,

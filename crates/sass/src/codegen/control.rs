@@ -66,7 +66,7 @@ fn latency(opcode: &str) -> u8 {
 /// the code generator covers with a `NOP` stalling that long.
 pub fn beyond_stall(mnemonic: &str) -> Option<u8> {
     let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
-    if variable_latency(mnemonic) || opcode == "LDGDEPBAR" {
+    if variable_latency(mnemonic) {
         return None;
     }
     latency(opcode).checked_sub(MAX_STALL).filter(|&c| c > 0)
