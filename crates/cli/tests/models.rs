@@ -647,11 +647,26 @@ fn cc_emits_quench_s_own_sass_or_names_what_stops_it() {
         e.contains("kernel gemm_q8_0:") && e.contains("253 registers"),
         "the refusal names the kernel and the limit: {e}"
     );
-    let out = quench(&["cc", "sample_f32", "--emit", "sass"], "", &dir);
+    let ir = dir.join("widen.ir");
+    std::fs::write(
+        &ir,
+        "kernel widen(out: ptr<global, f64>) max_threads=32 {\n\
+         %0: ptr<global, f64> = param 0 // out\n\
+         %1: u32 = special tid.x\n\
+         %2: f64 = cvt.rn %1\n\
+         %3: ptr<global, f64> = ptr_add %0, %1\n\
+         store %3, %2\n}\n",
+    )
+    .unwrap();
+    let out = quench(
+        &["cc", "--ir-file", ir.to_str().unwrap(), "--emit", "sass"],
+        "",
+        &dir,
+    );
     assert!(!out.status.success());
     let e = text(&out.stderr);
     assert!(
-        e.contains("kernel sample_f32:") && e.contains("cvt.rn from u64 to f64"),
+        e.contains("kernel widen:") && e.contains("cvt.rn from u32 to f64"),
         "the refusal names the kernel and the operation: {e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

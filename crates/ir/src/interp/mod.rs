@@ -63,12 +63,24 @@ pub use mma::{warp_ldmatrix, warp_mma, MmaLayout, MmaTables, Slot, LAYOUT_FORMAT
 pub use wgmma::{element_address, Descriptor};
 
 use crate::func::{Function, MAX_STATIC_SHARED_BYTES, MAX_THREADS_PER_BLOCK};
-use crate::ops::UnOp;
-use crate::types::Type;
+use crate::ops::{BinOp, Round, UnOp};
+use crate::types::{Scalar, Type};
 use block::{run_block, BlockCtx};
 use memory::SharedMem;
 use program::Program;
 use warp::Warp;
+
+/// One element's `cvt` as the interpreter computes it (rounding, saturation and NaN
+/// results as measured on the H200), for other executors of the same operations: the
+/// SASS emulator's conversions use it, so the two cannot disagree.
+pub fn convert(from: Scalar, to: Scalar, rnd: Option<Round>, a: u64) -> Result<u64, String> {
+    arith::cvt(from, to, rnd, false, a).map_err(|e| format!("{e:?}"))
+}
+
+/// One element's binary arithmetic as the interpreter computes it (see [`convert`]).
+pub fn arithmetic(op: BinOp, rnd: Option<Round>, s: Scalar, a: u64, b: u64) -> Result<u64, String> {
+    arith::bin(op, rnd, s, a, b).map_err(|e| format!("{e:?}"))
+}
 
 /// Shared memory a block may use on sm_90 (static plus dynamic, with the opt-in).
 pub const MAX_SHARED_BYTES_PER_BLOCK: u64 = 227 * 1024;

@@ -61,6 +61,7 @@ enum Kind {
     S32,
     U64,
     F32,
+    F64,
 }
 
 impl<'f> Selector<'f> {
@@ -246,8 +247,8 @@ impl<'f> Selector<'f> {
         let signed = match self.kind(lo, "for")? {
             Kind::U32 => ".U32",
             Kind::S32 => "",
-            Kind::U64 | Kind::F32 => {
-                return Err(refuse(f, "a loop over u64 or f32 is not compiled yet"))
+            Kind::U64 | Kind::F32 | Kind::F64 => {
+                return Err(refuse(f, "a loop over u64 or floats is not compiled yet"))
             }
         };
         if self.depth == MAX_NESTING {
@@ -322,6 +323,7 @@ impl<'f> Selector<'f> {
             Type::Scalar(Scalar::I32) => Ok(Kind::S32),
             Type::Scalar(Scalar::F32) => Ok(Kind::F32),
             Type::Scalar(Scalar::U64) => Ok(Kind::U64),
+            Type::Scalar(Scalar::F64) => Ok(Kind::F64),
             t => Err(refuse(self.f, format!("{what} on {t} is not compiled yet"))),
         }
     }
@@ -777,7 +779,8 @@ impl<'f> Selector<'f> {
         }
     }
 
-    /// Conversions: widening and narrowing integers, f32 to and from bf16 and f16.
+    /// Conversions: widening and narrowing integers, f32 to and from bf16 and f16, u64 and
+    /// f32 to f64 and f64 to u64.
     fn cvt(
         &mut self,
         result: Option<Value>,
@@ -850,6 +853,23 @@ impl<'f> Selector<'f> {
                 let d = self.regs.define(f, v)?;
                 vec![format!("F2I.U32.TRUNC.NTZ {}, {a}", d.reg(0))]
             }
+            (Scalar::U64, Scalar::F64, Some(Round::Rn)) => {
+                let d = self.regs.define(f, v)?;
+                vec![format!("I2F.F64.U64 {}, {a}", d.reg(0))]
+            }
+            (Scalar::F32, Scalar::F64, None) => {
+                let d = self.regs.define(f, v)?;
+                vec![format!("F2F.F64.F32 {}, {a}", d.reg(0))]
+            }
+            (Scalar::F64, Scalar::U64, Some(Round::Rz | Round::Rp)) => {
+                let d = self.regs.define(f, v)?;
+                let how = if rnd == Some(Round::Rz) {
+                    "TRUNC"
+                } else {
+                    "CEIL"
+                };
+                vec![format!("F2I.U64.F64.{how} {}, {a}", d.reg(0))]
+            }
             (Scalar::BF16, Scalar::F32, None) => {
                 let d = self.regs.define(f, v)?;
                 vec![format!("SHF.L.U32 {}, {a}, 0x10, RZ", d.reg(0))]
@@ -905,6 +925,10 @@ impl<'f> Selector<'f> {
                     format!("FMUL {d}, {ra}, {rb}")
                 }
                 (Kind::F32, _) => return None,
+                (Kind::F64, BinOp::Mul) if rnd == Some(Round::Rn) => {
+                    format!("DMUL {d}, {ra}, {rb}")
+                }
+                (Kind::F64, _) => return None,
                 (_, BinOp::Add) => format!("IADD3 {d}, {ra}, {rb}, RZ"),
                 (_, BinOp::Sub) => format!("IADD3 {d}, -{rb}, {ra}, RZ"),
                 // ptxas's plain product: RZ as the addend (it never writes URZ there).
@@ -1106,7 +1130,7 @@ impl<'f> Selector<'f> {
             BinOp::And => Some(0xc0),
             BinOp::Or => Some(0xfc),
             BinOp::Xor => Some(0x3c),
-            BinOp::Add | BinOp::Sub | BinOp::Mul => None,
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Max | BinOp::Min => None,
             _ => {
                 return Err(refuse(
                     f,
@@ -1121,6 +1145,15 @@ impl<'f> Selector<'f> {
             vec![
                 format!("LOP3.LUT {d0}, {a0}, {b0}, RZ, {lut:#x}, !PT"),
                 format!("LOP3.LUT {d1}, {a1}, {b1}, RZ, {lut:#x}, !PT"),
+            ]
+        } else if let BinOp::Max | BinOp::Min = op {
+            // a > b (a < b) on the low words, then decided by the high words (`.EX`).
+            let cmp = if op == BinOp::Max { "GT" } else { "LT" };
+            vec![
+                format!("ISETP.{cmp}.U32.AND {SCRATCH_P}, PT, {a0}, {b0}, PT"),
+                format!("ISETP.{cmp}.U32.AND.EX {SCRATCH_P}, PT, {a1}, {b1}, PT, {SCRATCH_P}"),
+                format!("SEL {d0}, {a0}, {b0}, {SCRATCH_P}"),
+                format!("SEL {d1}, {a1}, {b1}, {SCRATCH_P}"),
             ]
         } else if op == BinOp::Add {
             vec![
@@ -1314,6 +1347,10 @@ impl<'f> Selector<'f> {
             self.emit("", format!("BRA `({join})"));
             self.lines.push(Line::Label(skip));
             self.block(else_)?;
+        } else {
+            // Empty yields alone: no code, but positions as the register pass numbers
+            // them, so that values are given back after their true last use.
+            self.pos += else_.insts.len();
         }
         self.depth -= 1;
         self.lines.push(Line::Label(join));

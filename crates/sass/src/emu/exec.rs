@@ -70,6 +70,8 @@ fn semantics(op: &str) -> Option<Semantics> {
         "I2FP" => float::i2fp,
         "I2F" => float::i2f,
         "F2I" => float::f2i,
+        "F2F" => float::f2f,
+        "DMUL" => float::dmul,
         "HFMA2" => float::hfma2,
         "PLOP3" => int::plop3,
         "LDG" | "STG" => mem::global,

@@ -11,6 +11,8 @@ use super::inst::Operand;
 use super::int::combine_preds;
 use super::EmuError;
 use crate::syntax::Kind;
+use quench_ir::interp;
+use quench_ir::{BinOp, Round, Scalar};
 
 pub const CANONICAL_NAN: u32 = 0x7fff_ffff;
 pub const CANONICAL_NAN16: u16 = 0x7fff;
@@ -175,9 +177,12 @@ fn to_f32(v: f64, dir: Direction) -> f32 {
 }
 
 /// `I2F.{U32|S32}[.RP|.RM|.RZ] d, a`: a 32-bit integer to f32, to nearest even or in the
-/// direction named. (A form without a source type, or with another destination, is
-/// refused.)
+/// direction named; `I2F.F64.U64 d, a` below. (A form without a source type, or with
+/// another destination, is refused.)
 pub fn i2f(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    if c.inst.has("F64") {
+        return i2f64(c, on);
+    }
     c.only(&["U32", "S32", "RP", "RM", "RZ"])?;
     let signed = match (c.inst.has("S32"), c.inst.has("U32")) {
         (true, false) => true,
@@ -201,6 +206,21 @@ pub fn i2f(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
             f64::from(a)
         };
         c.set(l, 0, to_f32(v, dir).to_bits())?;
+    }
+    Ok(Step::Next)
+}
+
+/// `I2F.F64.U64 d, a`: the 64-bit integer to the nearest f64 (ties to even).
+fn i2f64(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    if c.inst.mods != ["F64", "U64"] {
+        return Err(c.unmodelled("a conversion to f64 from other than u64"));
+    }
+    c.arity(2)?;
+    for l in lanes(on) {
+        let a = c.pair(l, 1)?;
+        let v = interp::convert(Scalar::U64, Scalar::F64, Some(Round::Rn), a)
+            .map_err(|e| c.unmodelled(e))?;
+        c.set_many(l, 0, &words(v, Scalar::F64))?;
     }
     Ok(Step::Next)
 }
@@ -375,25 +395,69 @@ pub fn mufu(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
-/// `F2I[.FTZ].U32.TRUNC.NTZ d, a`: the f32 toward zero as an unsigned integer, saturated
-/// to 0 and 2^32 − 1, NaN to 0 (PTX's `cvt.rzi.u32.f32`; a subnormal truncates to 0 with
-/// or without `.FTZ`).
+/// `F2I[.FTZ].U32.TRUNC.NTZ d, a` (f32 to u32 toward zero, PTX's `cvt.rzi.u32.f32`; a
+/// subnormal truncates to 0 with or without `.FTZ`) and `F2I.U64.F64.{TRUNC|CEIL} d, a`
+/// (f64 to u64 toward zero or up): saturating, NaN as the interpreter's `cvt` gives it.
 pub fn f2i(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
-    c.only(&["FTZ", "U32", "TRUNC", "NTZ"])?;
-    if !(c.inst.has("U32") && c.inst.has("TRUNC")) {
-        return Err(c.unmodelled("a conversion other than to u32 toward zero"));
+    c.only(&["FTZ", "U32", "U64", "F64", "TRUNC", "CEIL", "NTZ"])?;
+    let rnd = match (c.inst.has("TRUNC"), c.inst.has("CEIL")) {
+        (true, false) => Round::Rz,
+        (false, true) => Round::Rp,
+        _ => return Err(c.unmodelled("a rounding other than .TRUNC or .CEIL")),
+    };
+    let (from, to) = match (c.inst.has("F64"), c.inst.has("U64"), c.inst.has("U32")) {
+        (false, false, true) => (Scalar::F32, Scalar::U32),
+        (true, true, false) if !c.inst.has("FTZ") && !c.inst.has("NTZ") => {
+            (Scalar::F64, Scalar::U64)
+        }
+        _ => return Err(c.unmodelled("a conversion other than f32 to u32 and f64 to u64")),
+    };
+    c.arity(2)?;
+    for l in lanes(on) {
+        let a = match from {
+            Scalar::F32 => u64::from(c.f32(l, 1)?.to_bits()),
+            _ => c.pair(l, 1)?,
+        };
+        let v = interp::convert(from, to, Some(rnd), a).map_err(|e| c.unmodelled(e))?;
+        c.set_many(l, 0, &words(v, to))?;
+    }
+    Ok(Step::Next)
+}
+
+/// `F2F.F64.F32 d, a`: the f32 widened to f64 (exact; NaN as the interpreter's `cvt`).
+pub fn f2f(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["F64", "F32"])?;
+    if c.inst.mods != ["F64", "F32"] {
+        return Err(c.unmodelled("a conversion other than f32 to f64"));
     }
     c.arity(2)?;
     for l in lanes(on) {
-        let x = c.f32(l, 1)?;
-        let v = if x.is_nan() {
-            0
-        } else {
-            x.trunc().clamp(0.0, u32::MAX as f32) as u32
-        };
-        c.set(l, 0, v)?;
+        let a = u64::from(c.f32(l, 1)?.to_bits());
+        let v = interp::convert(Scalar::F32, Scalar::F64, None, a).map_err(|e| c.unmodelled(e))?;
+        c.set_many(l, 0, &words(v, Scalar::F64))?;
     }
     Ok(Step::Next)
+}
+
+/// `DMUL d, a, b`: the f64 product, rounded to nearest even (NaN as the interpreter's).
+pub fn dmul(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&[])?;
+    c.arity(3)?;
+    for l in lanes(on) {
+        let (a, b) = (c.pair(l, 1)?, c.pair(l, 2)?);
+        let v = interp::arithmetic(BinOp::Mul, Some(Round::Rn), Scalar::F64, a, b)
+            .map_err(|e| c.unmodelled(e))?;
+        c.set_many(l, 0, &words(v, Scalar::F64))?;
+    }
+    Ok(Step::Next)
+}
+
+/// A value of `ty` as the registers that hold it, low word first.
+fn words(v: u64, ty: Scalar) -> Vec<u32> {
+    match ty.bits() {
+        64 => vec![v as u32, (v >> 32) as u32],
+        _ => vec![v as u32],
+    }
 }
 
 #[cfg(test)]
