@@ -80,9 +80,24 @@ pub fn beyond_stall(mnemonic: &str) -> Option<u8> {
     latency(opcode).checked_sub(MAX_STALL).filter(|&c| c > 0)
 }
 
-/// The control bits of `mnemonic` (the text before the first space), given whether the
-/// instruction before it set the scoreboard its successor waits on.
-pub fn control(mnemonic: &str, after_variable: bool) -> Control {
+/// Cycles beyond its latency a fixed-latency result takes to reach an instruction outside
+/// the ALU pipes that read it (loads, stores, shuffles, conversions, the tensor and f64
+/// pipes): ptxas's code never gives those fewer than 5 to 7 cycles after a 4-cycle ALU
+/// result (5–6 before `LDG`/`STG`/`LDS`/`SHFL`, 6–7 before `F2I`, 7 before `HMMA`),
+/// where another ALU instruction reads it after 4.
+const TO_OTHER_PIPES: u8 = 3;
+
+/// Whether `mnemonic` reads its operands outside the fixed-latency ALU pipes (see
+/// [`TO_OTHER_PIPES`]).
+fn other_pipe(mnemonic: &str) -> bool {
+    let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
+    variable_latency(mnemonic) || matches!(opcode, "HMMA" | "DMUL" | "F2F")
+}
+
+/// The control bits of `mnemonic` (the text before the first space), given the next
+/// instruction's and whether the instruction before it set the scoreboard its successor
+/// waits on.
+pub fn control(mnemonic: &str, next: Option<&str>, after_variable: bool) -> Control {
     let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
     let variable = variable_latency(mnemonic);
     // A store writes no register: its scoreboard is released once its operands are read.
@@ -104,14 +119,14 @@ pub fn control(mnemonic: &str, after_variable: bool) -> Control {
     };
     // A variable-latency instruction is followed by a wait; two cycles let the scoreboard
     // be set before it is read.
-    stalled(
-        c,
-        if variable {
-            2
-        } else {
-            latency(opcode).min(MAX_STALL)
-        },
-    )
+    let stall = if variable {
+        2
+    } else if next.is_some_and(other_pipe) {
+        (latency(opcode) + TO_OTHER_PIPES).min(MAX_STALL)
+    } else {
+        latency(opcode).min(MAX_STALL)
+    };
+    stalled(c, stall)
 }
 
 /// `c` stalling `stall` cycles, with the yield bit as ptxas sets it for that stall.
@@ -136,19 +151,26 @@ mod tests {
     #[test]
     fn stalls_come_from_the_measured_table() {
         assert_eq!(measured().get("FFMA"), Some(&4));
-        assert_eq!(control("FFMA", false).stall, 4);
-        assert_eq!(control("IADD3.X", false).stall, DEFAULT_STALL);
-        let load = control("LDG.E.128", false);
+        assert_eq!(control("FFMA", None, false).stall, 4);
+        assert_eq!(control("IADD3.X", None, false).stall, DEFAULT_STALL);
+        let load = control("LDG.E.128", None, false);
         assert_eq!((load.write_barrier, load.wait), (SCOREBOARD, 0));
-        assert_eq!(control("FADD", true).wait, 2);
-        assert_eq!(control("FADD", true).text(), "B-1----:R-:W-:-:S04");
-        assert_eq!(control("LDGDEPBAR", false).text(), "B------:R-:W0:-:S06");
-        assert!(!successor_waits(&control("LDGDEPBAR", false)));
+        assert_eq!(control("FADD", None, true).wait, 2);
+        assert_eq!(control("FADD", None, true).text(), "B-1----:R-:W-:-:S04");
+        assert_eq!(
+            control("LDGDEPBAR", None, false).text(),
+            "B------:R-:W0:-:S06"
+        );
+        assert!(!successor_waits(&control("LDGDEPBAR", None, false)));
         assert_eq!(beyond_stall("HMMA.16816.F32.BF16"), Some(9));
         assert_eq!(
-            control("HMMA.16816.F32.BF16", false).text(),
+            control("HMMA.16816.F32.BF16", None, false).text(),
             "B------:R-:W-:Y:S15"
         );
         assert_eq!(beyond_stall("FFMA"), None);
+        // A result read by a load's address or a shuffle waits longer than by an ALU.
+        assert_eq!(control("IMAD.WIDE.U32", Some("LDG.E.128"), false).stall, 7);
+        assert_eq!(control("FADD", Some("SHFL.BFLY"), false).stall, 7);
+        assert_eq!(control("FADD", Some("FFMA"), false).stall, 4);
     }
 }

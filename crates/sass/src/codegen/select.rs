@@ -136,7 +136,8 @@ impl<'f> Selector<'f> {
         }
         out += &format!("{}:\n", f.name);
         let mut after_variable = false;
-        for line in &self.lines {
+        let mnemonic = |text: &str| text.split_whitespace().next().unwrap_or("").to_string();
+        for (i, line) in self.lines.iter().enumerate() {
             match line {
                 Line::Label(l) => {
                     out += &format!("{l}:\n");
@@ -144,10 +145,13 @@ impl<'f> Selector<'f> {
                     after_variable = true;
                 }
                 Line::Inst { guard, text, stall } => {
-                    let mnemonic = text.split_whitespace().next().unwrap_or("");
-                    let mut c = control(mnemonic, after_variable);
+                    let next = self.lines[i + 1..].iter().find_map(|l| match l {
+                        Line::Inst { text, .. } => Some(mnemonic(text)),
+                        Line::Label(_) => None,
+                    });
+                    let mut c = control(&mnemonic(text), next.as_deref(), after_variable);
                     if let Some(s) = stall {
-                        c = control::stalled(c, *s);
+                        c = control::stalled(c, (*s).max(c.stall));
                     }
                     after_variable = control::successor_waits(&c);
                     out += &format!("        {guard}{text} ;  /* {} */\n", c.text());
