@@ -1,7 +1,7 @@
 //! `quench sass asm`: SASS text as [`crate::dis`] writes it back into a cubin.
 //!
 //! A kernel starts with `.kernel NAME`, then its ABI (`.registers N`, `.shared BYTES`,
-//! `.barriers N`, `.maxntid X Y Z`, and one `.param SIZE ALIGN POINTEE_LOG_ALIGN
+//! `.frame BYTES` of local memory a thread, `.barriers N`, `.maxntid X Y Z`, and one `.param SIZE ALIGN POINTEE_LOG_ALIGN
 //! POINTEE_SPACE` per parameter), then labels (`name:`) and instructions, each optionally
 //! starting with its `/*offset*/` (checked) and ending with ` ;` and its control bits in a
 //! comment (`/* B------:R-:W-:-:S01 */`; without them the stall is 1 and nothing waits).
@@ -52,6 +52,7 @@ struct Unit<'a> {
     entry: bool,
     registers: u32,
     shared_bytes: u64,
+    frame_bytes: u32,
     barriers: u16,
     max_threads: Option<[u32; 3]>,
     params: Vec<Param>,
@@ -113,6 +114,7 @@ pub fn assemble(text: &str, tables: &Tables) -> Result<ModuleDesc> {
                     entry,
                     registers: 0,
                     shared_bytes: 0,
+                    frame_bytes: 0,
                     barriers: 0,
                     max_threads: None,
                     params: Vec::new(),
@@ -142,6 +144,10 @@ pub fn assemble(text: &str, tables: &Tables) -> Result<ModuleDesc> {
                     "shared" => {
                         kernel_only(u)?;
                         u.shared_bytes = number(argn(0)?, line, col, "the shared-memory size")?
+                    }
+                    "frame" => {
+                        kernel_only(u)?;
+                        u.frame_bytes = number(argn(0)?, line, col, "the frame size")?
                     }
                     "barriers" => {
                         kernel_only(u)?;
@@ -299,6 +305,7 @@ pub fn assemble(text: &str, tables: &Tables) -> Result<ModuleDesc> {
                 params: std::mem::take(&mut u.params),
                 registers: u.registers,
                 shared_bytes: u.shared_bytes,
+                frame_bytes: u.frame_bytes,
                 barriers: u.barriers,
                 exit_offsets,
                 max_threads: u.max_threads,

@@ -68,6 +68,8 @@ pub struct KernelDesc {
     pub params: Vec<Param>,
     pub registers: u32,
     pub shared_bytes: u64,
+    /// Bytes of local memory a thread's frame takes (registers spilled there).
+    pub frame_bytes: u32,
     pub barriers: u16,
     /// Byte offsets of the EXIT instructions in `text`.
     pub exit_offsets: Vec<u32>,
@@ -103,6 +105,7 @@ impl KernelDesc {
                 SassError::malformed(format!("kernel {}", k.name), "no EIATTR_REGCOUNT")
             })?,
             shared_bytes: k.shared_bytes,
+            frame_bytes: k.frame_size.unwrap_or(0),
             barriers: k.barriers.unwrap_or(0),
             exit_offsets: k.exit_offsets.clone(),
             max_threads,
@@ -577,8 +580,8 @@ pub fn build_module(m: &ModuleDesc) -> Result<Vec<u8>> {
 
     let mut global_info = vec![
         Attr::sym_u32(nvinfo::EIATTR_REGCOUNT, kernel_sym, k.registers),
-        Attr::sym_u32(nvinfo::EIATTR_FRAME_SIZE, kernel_sym, 0),
-        Attr::sym_u32(nvinfo::EIATTR_MIN_STACK_SIZE, kernel_sym, 0),
+        Attr::sym_u32(nvinfo::EIATTR_FRAME_SIZE, kernel_sym, k.frame_bytes),
+        Attr::sym_u32(nvinfo::EIATTR_MIN_STACK_SIZE, kernel_sym, k.frame_bytes),
     ];
     for (u, f) in m.functions.iter().enumerate() {
         global_info.push(Attr::sym_u32(

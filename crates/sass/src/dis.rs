@@ -141,6 +141,9 @@ fn header(out: &mut String, k: &Kernel) {
     if k.shared_bytes > 0 {
         let _ = writeln!(out, ".shared {}", k.shared_bytes);
     }
+    if let Some(f) = k.frame_size.filter(|&f| f > 0) {
+        let _ = writeln!(out, ".frame {f}");
+    }
     if let Some(b) = k.barriers.filter(|&b| b > 0) {
         let _ = writeln!(out, ".barriers {b}");
     }

@@ -81,6 +81,7 @@ fn cubin_seeds() -> Vec<Vec<u8>> {
                 params: vec![Param::pointer(), Param::scalar(4)],
                 registers: 32,
                 shared_bytes: if i % 2 == 0 { 0 } else { 4096 },
+                frame_bytes: 0,
                 barriers: (i % 3) as u16,
                 exit_offsets: vec![0],
                 max_threads: (i % 4 == 0).then_some([128, 1, 1]),

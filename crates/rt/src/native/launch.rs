@@ -335,6 +335,7 @@ mod tests {
             params: vec![Param::pointer(), Param::scalar(4)],
             registers: 24,
             shared_bytes: 4096,
+            frame_bytes: 0,
             barriers: 1,
             exit_offsets: vec![0],
             max_threads: None,

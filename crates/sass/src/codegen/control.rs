@@ -77,7 +77,9 @@ pub fn beyond_stall(mnemonic: &str) -> Option<u8> {
     if variable_latency(mnemonic) {
         return None;
     }
-    latency(opcode).checked_sub(MAX_STALL).filter(|&c| c > 0)
+    (latency(opcode) + MARGIN)
+        .checked_sub(MAX_STALL)
+        .filter(|&c| c > 0)
 }
 
 /// Cycles beyond its latency a fixed-latency result takes to reach an instruction outside
@@ -92,6 +94,15 @@ const TO_OTHER_PIPES: u8 = 3;
 fn other_pipe(mnemonic: &str) -> bool {
     let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
     variable_latency(mnemonic) || matches!(opcode, "HMMA" | "DMUL" | "F2F")
+}
+
+/// Whether `opcode` issues to the pipe of the fused multiply-add (the measured 4-cycle
+/// results). Its results reach another instruction of that pipe after their latency and
+/// any other one cycle later: ptxas's code reads an `IMAD` result in an `IMAD` after 4
+/// cycles and in an `IADD3`, `LOP3` or `ISETP` after 5, and an `IADD3` result in an
+/// `IMAD` after 5.
+fn fma_pipe(opcode: &str) -> bool {
+    matches!(opcode, "IMAD" | "FFMA" | "FMUL" | "FADD" | "VIADD" | "IDP")
 }
 
 /// The control bits of `mnemonic` (the text before the first space), given the next
@@ -122,12 +133,20 @@ pub fn control(mnemonic: &str, next: Option<&str>, after_variable: bool) -> Cont
     let stall = if variable {
         2
     } else if next.is_some_and(other_pipe) {
-        (latency(opcode) + TO_OTHER_PIPES).min(MAX_STALL)
+        latency(opcode) + TO_OTHER_PIPES
+    } else if fma_pipe(opcode) && !next.is_some_and(|n| fma_pipe(n.split('.').next().unwrap_or(n)))
+    {
+        latency(opcode) + 1
     } else {
-        latency(opcode).min(MAX_STALL)
+        latency(opcode)
     };
-    stalled(c, stall)
+    stalled(c, (stall + MARGIN).min(MAX_STALL))
 }
+
+/// A cycle added to every stall. On the H100, quench's `add_f32` with each stall at the
+/// cycles above summed some elements wrong in some runs (never with each a cycle longer):
+/// one of them is a cycle short of what the hardware needs, not yet pinned down.
+const MARGIN: u8 = 1;
 
 /// `c` stalling `stall` cycles, with the yield bit as ptxas sets it for that stall.
 pub fn stalled(c: Control, stall: u8) -> Control {
@@ -151,26 +170,35 @@ mod tests {
     #[test]
     fn stalls_come_from_the_measured_table() {
         assert_eq!(measured().get("FFMA"), Some(&4));
-        assert_eq!(control("FFMA", None, false).stall, 4);
-        assert_eq!(control("IADD3.X", None, false).stall, DEFAULT_STALL);
+        assert_eq!(control("FFMA", Some("FFMA"), false).stall, 4 + MARGIN);
+        assert_eq!(
+            control("IADD3.X", None, false).stall,
+            DEFAULT_STALL + MARGIN
+        );
         let load = control("LDG.E.128", None, false);
         assert_eq!((load.write_barrier, load.wait), (SCOREBOARD, 0));
         assert_eq!(control("FADD", None, true).wait, 2);
-        assert_eq!(control("FADD", None, true).text(), "B-1----:R-:W-:-:S04");
+        assert_eq!(control("FADD", Some("FFMA"), true).text(), "B-1----:R-:W-:-:S05");
         assert_eq!(
             control("LDGDEPBAR", None, false).text(),
-            "B------:R-:W0:-:S06"
+            "B------:R-:W0:-:S07"
         );
         assert!(!successor_waits(&control("LDGDEPBAR", None, false)));
-        assert_eq!(beyond_stall("HMMA.16816.F32.BF16"), Some(9));
+        assert_eq!(beyond_stall("HMMA.16816.F32.BF16"), Some(10));
         assert_eq!(
             control("HMMA.16816.F32.BF16", None, false).text(),
             "B------:R-:W-:Y:S15"
         );
         assert_eq!(beyond_stall("FFMA"), None);
         // A result read by a load's address or a shuffle waits longer than by an ALU.
-        assert_eq!(control("IMAD.WIDE.U32", Some("LDG.E.128"), false).stall, 7);
-        assert_eq!(control("FADD", Some("SHFL.BFLY"), false).stall, 7);
-        assert_eq!(control("FADD", Some("FFMA"), false).stall, 4);
+        assert_eq!(control("IMAD.WIDE.U32", Some("LDG.E.128"), false).stall, 8);
+        assert_eq!(control("FADD", Some("SHFL.BFLY"), false).stall, 8);
+        assert_eq!(control("FADD", Some("FFMA"), false).stall, 4 + MARGIN);
+        // From the multiply-add pipe to the integer one, a cycle more.
+        assert_eq!(control("IMAD", Some("IADD3"), false).stall, 5 + MARGIN);
+        assert_eq!(
+            control("IMAD", Some("IMAD.WIDE.U32"), false).stall,
+            4 + MARGIN
+        );
     }
 }

@@ -62,7 +62,9 @@ impl Warp {
         }
         Warp {
             index,
-            regs: vec![0; LANES * REGS],
+            regs: (0..LANES * REGS)
+                .map(|i| (i as u32).wrapping_mul(0x9e37_79b9) | 1)
+                .collect(),
             preds: [1 << PT; LANES],
             uregs: [0; UREGS],
             upreds: 1 << PT,
