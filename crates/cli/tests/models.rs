@@ -638,15 +638,15 @@ fn cc_emits_quench_s_own_sass_or_names_what_stops_it() {
     let out = quench(&["sass", "dis", cubin.to_str().unwrap()], "", &dir);
     assert!(text(&out.stdout).contains("FADD"), "{}", text(&out.stderr));
 
-    // Refused with the numbers (more registers than a thread may name), and with the
-    // operation that has no selection rule.
+    // More live values than a thread's registers hold: some are kept in local memory.
     let out = quench(&["cc", "gemm_q8_0", "--emit", "sass"], "", &dir);
-    assert!(!out.status.success());
-    let e = text(&out.stderr);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let sass = text(&out.stdout);
     assert!(
-        e.contains("kernel gemm_q8_0:") && e.contains("253 registers"),
-        "the refusal names the kernel and the limit: {e}"
+        sass.contains("\n.frame ") && sass.contains("STL") && sass.contains("LDL"),
+        "{sass}"
     );
+    // Refused with the operation that has no selection rule.
     let ir = dir.join("widen.ir");
     std::fs::write(
         &ir,

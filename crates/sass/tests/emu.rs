@@ -687,6 +687,9 @@ fn quench_generated_code_runs_bit_exact_against_the_interpreter() {
         "attention_prefill_bf16",
         "gemm_bf16",
         "gemm_f16_xf16",
+        "gemm_q8_0",
+        "gemm_q4_k_xf16",
+        "sample_f32",
     ] {
         assert!(ran.contains(&name), "{name} no longer compiles: {ran:?}");
     }
@@ -740,6 +743,36 @@ fn a_missing_copy_wait_or_a_wrong_tensor_instruction_fails_the_comparison() {
         assert!(hits > 0, "{what}: gemm_q5_k has such instructions");
         let out = run_emu(&wrong, &c).expect("runs");
         assert!(agree(&c, &out).is_err(), "{what} went unnoticed");
+    }
+}
+
+/// Values spilled to local memory come back: the quantized tensor-core GEMMs need more
+/// registers than a thread may name, so the code generator keeps some values in each
+/// thread's frame (`STL` after their definition, `LDL` before each use). Their code
+/// agrees with the interpreter, and with the stores dropped it no longer does.
+#[test]
+fn spilled_values_come_back_from_local_memory() {
+    let spec = quench_kernels::find("gemm_q4_k").expect("library kernel");
+    let c = case(spec.name, spec.small_params(), quench_testkit::seed());
+    let k = compile_own(&c).expect("quench compiles gemm_q4_k");
+    assert!(k.frame_bytes > 0, "gemm_q4_k keeps values in local memory");
+    let out = run_emu(&k, &c).expect("runs");
+    agree(&c, &out).expect("quench's gemm_q4_k agrees with the interpreter");
+    let mut wrong = k.clone();
+    let mut stores = 0;
+    for i in wrong.code.iter_mut().flatten().filter(|i| i.op == "STL") {
+        i.op = "NOP".into();
+        i.mods.clear();
+        i.operands = Ok(vec![]);
+        stores += 1;
+    }
+    assert!(stores > 0, "gemm_q4_k stores spilled values");
+    // Reloaded zeros either fault (an address) or change the output.
+    if let Ok(out) = run_emu(&wrong, &c) {
+        assert!(
+            agree(&c, &out).is_err(),
+            "dropped spill stores went unnoticed"
+        );
     }
 }
 

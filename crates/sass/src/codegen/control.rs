@@ -29,7 +29,7 @@ const NONE: u8 = 7;
 fn variable_latency(mnemonic: &str) -> bool {
     [
         "LDG", "STG", "LDC", "S2R", "S2UR", "LDS", "STS", "MUFU", "ATOMG", "ATOMS", "SHFL", "LDSM",
-        "LDGSTS", "F2I", "I2F",
+        "LDGSTS", "F2I", "I2F", "LDL", "STL",
     ]
     .iter()
     .any(|m| mnemonic == *m || mnemonic.starts_with(&format!("{m}.")))
@@ -113,7 +113,7 @@ pub fn control(mnemonic: &str, next: Option<&str>, after_variable: bool) -> Cont
     let variable = variable_latency(mnemonic);
     // A store writes no register: its scoreboard is released once its operands are read.
     // So for an asynchronous copy, whose address registers are read after it issues.
-    let store = matches!(opcode, "STG" | "STS" | "LDGSTS");
+    let store = matches!(opcode, "STG" | "STS" | "STL" | "LDGSTS");
     let c = Control {
         stall: 0,
         yield_bit: true,
@@ -178,7 +178,10 @@ mod tests {
         let load = control("LDG.E.128", None, false);
         assert_eq!((load.write_barrier, load.wait), (SCOREBOARD, 0));
         assert_eq!(control("FADD", None, true).wait, 2);
-        assert_eq!(control("FADD", Some("FFMA"), true).text(), "B-1----:R-:W-:-:S05");
+        assert_eq!(
+            control("FADD", Some("FFMA"), true).text(),
+            "B-1----:R-:W-:-:S05"
+        );
         assert_eq!(
             control("LDGDEPBAR", None, false).text(),
             "B------:R-:W0:-:S07"

@@ -12,12 +12,16 @@
 //! kernel's; those kernels are compiled through PTX.
 //!
 //! **Registers** (`regs`): on SSA, each value's registers given back after its last
-//! use; predicate values in P0–P4, and in registers as 0 or 1 once those are taken. A
-//! kernel whose live values need more than the 255 registers of a thread is refused with
-//! the numbers, as spilling to memory is not implemented yet.
+//! use; predicate values in P0–P4, and in registers as 0 or 1 once those are taken. The
+//! code names at most 253 registers, fewer where a block of `max_threads` would not fit
+//! the register file; where live values need more, values are spilled to each thread's
+//! frame in local memory one at a time until they fit ([`regs::Spills`]), and a kernel
+//! still short of registers with nothing left to spill is refused with the numbers.
 //!
-//! **Control bits.** A fixed-latency instruction stalls the warp for its latency
-//! (measured on the H200, `isa/sm90/latencies.json`, where measured; else
+//! **Control bits.** A fixed-latency instruction stalls the warp for its latency, a cycle
+//! more into another pipe and three into a load, store, shuffle or conversion, and one
+//! cycle of margin (`control`) — latency measured on the H200
+//! (`isa/sm90/latencies.json`) where measured; else
 //! `control::DEFAULT_STALL` cycles) before the next instruction issues, so every
 //! result is ready before anything reads it; a latency past the 15 cycles a stall field
 //! holds (`HMMA`'s 24) is waited out by a `NOP`, as ptxas does. A variable-latency
@@ -36,30 +40,33 @@ use quench_ir::Function;
 
 use crate::error::{Result, SassError};
 use crate::table::Tables;
+use regs::Spills;
 
 pub use regs::MAX_REGISTERS;
 
 /// The SASS text (as `quench sass dis` prints it) of `f`'s machine code, with its ABI.
 pub fn compile(f: &Function) -> Result<String> {
-    let mut s = select::Selector::new(f)?;
-    s.body()?;
     // A block of `max_threads` must fit the SM's register file, registers being handed to
-    // each thread of whole warps in units of 8.
-    let per_thread = s.registers().next_multiple_of(8);
+    // each thread of whole warps in units of 8, and two of each thread's reserved.
     let warps = f.max_threads.div_ceil(32).max(1);
-    if per_thread * 32 * warps > REGISTER_FILE {
-        return Err(refuse(
-            f,
-            format!(
-                "needs {per_thread} registers a thread, more than the {} a block of {} threads \
-                 may use (spilling is not implemented yet)",
-                REGISTER_FILE / (32 * warps) / 8 * 8,
-                f.max_threads
-            ),
-        ));
+    let limit = (REGISTER_FILE / (32 * warps) / 8 * 8).saturating_sub(regs::RESERVED);
+    let mut spills = Spills::default();
+    loop {
+        let mut more = spills.clone();
+        let mut s = select::Selector::new(f, limit, &spills)?;
+        let e = match s.body() {
+            Ok(()) => return Ok(s.finish()),
+            Err(e) => e,
+        };
+        if spills.len() >= MAX_SPILLS || !s.spill_more(&mut more) {
+            return Err(e);
+        }
+        spills = more;
     }
-    Ok(s.finish())
 }
+
+/// Values the code generator spills before it gives a kernel up.
+const MAX_SPILLS: usize = 256;
 
 /// 32-bit registers of an sm_90 SM, shared by the threads of a block.
 const REGISTER_FILE: u32 = 65536;

@@ -15,6 +15,8 @@
 //! to its next trip, defined after the last use of the value it replaces, is made in that
 //! value's registers, so the loop's end copies nothing for it.
 
+use std::collections::HashMap;
+
 use quench_ir::{AddrSpace, Block, Function, Op, Scalar, Type, Value};
 
 use crate::error::Result;
@@ -26,7 +28,7 @@ pub const MAX_REGISTERS: u32 = 255;
 /// Registers a thread's count holds beyond the highest its code names: every ptxas sm_90
 /// cubin of the library counts two more (e.g. 22 for code that names R0–R19), so quench
 /// counts the same rather than hand the hardware code that names the last two.
-const RESERVED: u32 = 2;
+pub(super) const RESERVED: u32 = 2;
 /// Registers the code may name: the count's limit less the reserved two.
 const USABLE: u32 = MAX_REGISTERS - RESERVED;
 /// Predicates P0–P4 for values (P5 and P6 are the selector's scratch, P7 always true);
@@ -67,6 +69,40 @@ pub fn width(ty: Type) -> Option<u32> {
     }
 }
 
+/// Values kept in local memory (each thread's frame) instead of registers: stored once
+/// after their definition, loaded into scratch registers before each use (a constant is
+/// written again instead). Chosen one at a time, while a kernel's live values need more
+/// registers than a thread may name: the earliest-defined value live where they ran out
+/// that can go (a plain 32- or 64-bit value, neither a loop's nor an `if`'s, read by
+/// ordinary instructions only), usually an address or bound read inside a loop.
+#[derive(Clone, Default)]
+pub struct Spills {
+    slot: HashMap<Value, u32>,
+    bytes: u32,
+}
+
+impl Spills {
+    /// The bytes of a thread's frame.
+    pub fn bytes(&self) -> u32 {
+        self.bytes
+    }
+
+    /// `v`'s offset in the frame, if it is spilled.
+    pub fn slot(&self, v: Value) -> Option<u32> {
+        self.slot.get(&v).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.slot.len()
+    }
+
+    fn add(&mut self, v: Value, words: u32) {
+        let at = self.bytes.next_multiple_of(4 * words);
+        self.slot.insert(v, at);
+        self.bytes = at + 4 * words;
+    }
+}
+
 /// Hands out registers as values are defined and takes them back after their last use.
 pub struct Registers {
     locs: Vec<Option<Loc>>,
@@ -81,10 +117,19 @@ pub struct Registers {
     /// Allocated roots, in the order they were defined.
     live: Vec<Value>,
     high_water: u32,
+    /// Registers the code may name (fewer than [`USABLE`] where a block's threads would
+    /// not fit the register file).
+    limit: u32,
+    /// Values that may be spilled (see [`Spills`]).
+    spillable: Vec<bool>,
+    /// The live values where registers last ran out.
+    exhausted: Option<Vec<Value>>,
 }
 
 impl Registers {
-    pub fn new(f: &Function) -> Registers {
+    /// Registers for `f`'s values, the code naming at most `limit`, with `spills` kept in
+    /// local memory.
+    pub fn new(f: &Function, limit: u32, spills: &Spills) -> Registers {
         let n = f.values.len();
         let mut root: Vec<Value> = (0..n as u32).map(Value).collect();
         // Each value's own last use, for the in-place accumulators.
@@ -194,15 +239,54 @@ impl Registers {
         });
         let mut live = Liveness::new(&root, true);
         live.block(&f.body);
+        let mut last = live.last;
+        // A spilled value's registers hold it from its definition to its store.
+        for (v, _) in &spills.slot {
+            last[v.index()] = Some(live.def[v.index()]);
+        }
+        let spillable = spillable(f, &root);
         Registers {
             locs: vec![None; n],
-            last: live.last,
+            last,
             root,
             offset,
             busy: [false; MAX_REGISTERS as usize],
             busy_pred: [false; MAX_PREDICATES],
             live: Vec::new(),
             high_water: FIRST,
+            limit: limit.min(USABLE),
+            spillable,
+            exhausted: None,
+        }
+    }
+
+    /// After registers ran out: adds the value to spill next to `spills`, if one can go.
+    pub fn spill_more(&self, f: &Function, spills: &mut Spills) -> bool {
+        let Some(live) = &self.exhausted else {
+            return false;
+        };
+        let next = live
+            .iter()
+            .find(|v| self.spillable[v.index()] && spills.slot(**v).is_none());
+        match next.and_then(|v| Some((*v, width(f.ty(*v))?))) {
+            Some((v, words)) => {
+                spills.add(v, words);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `v`, spilled, lives in `loc` (scratch registers it was loaded into) until
+    /// [`Registers::unload`].
+    pub fn load(&mut self, v: Value, loc: Loc) {
+        self.locs[v.index()] = Some(loc);
+    }
+
+    /// Gives back the scratch registers `v` was loaded into.
+    pub fn unload(&mut self, v: Value) {
+        if let Some(Loc::R { base, count }) = self.locs[v.index()].take() {
+            self.busy[base as usize..(base + count) as usize].fill(false);
         }
     }
 
@@ -282,21 +366,25 @@ impl Registers {
     /// power of two.
     fn take(&mut self, f: &Function, count: u32) -> Result<u32> {
         let align = count.next_power_of_two();
-        let base = (FIRST.next_multiple_of(align)..USABLE)
+        let limit = self.limit;
+        let found = (FIRST.next_multiple_of(align)..limit)
             .step_by(align as usize)
             .find(|&b| {
-                b + count <= USABLE && !self.busy[b as usize..(b + count) as usize].contains(&true)
-            })
-            .ok_or_else(|| {
-                refuse(
-                    f,
-                    format!(
-                        "needs more than the {USABLE} registers a thread's code may name: {} live \
-                         values hold them all (spilling is not implemented yet)",
-                        self.live.len()
-                    ),
-                )
-            })?;
+                b + count <= limit && !self.busy[b as usize..(b + count) as usize].contains(&true)
+            });
+        let Some(base) = found else {
+            self.exhausted = Some(self.live.clone());
+            return Err(refuse(
+                f,
+                format!(
+                    "needs more than the {limit} registers a thread's code may name at {} \
+                     threads a block: {} live values hold them all, and none of them can be \
+                     spilled to local memory",
+                    f.max_threads,
+                    self.live.len()
+                ),
+            ));
+        };
         self.busy[base as usize..(base + count) as usize].fill(true);
         self.high_water = self.high_water.max(base + count);
         Ok(base)
@@ -339,6 +427,49 @@ impl Registers {
     pub fn used(&self) -> u32 {
         self.high_water + RESERVED
     }
+}
+
+/// Which values may be spilled: plain 32- and 64-bit values that share their registers
+/// with no other value, are not a loop's or an `if`'s, and are read only by ordinary
+/// instructions (not as a loop's bounds or carried values, an `if`'s condition, a yield,
+/// or an `mma`'s accumulator).
+fn spillable(f: &Function, root: &[Value]) -> Vec<bool> {
+    let n = f.values.len();
+    let mut ok: Vec<bool> = (0..n)
+        .map(|i| {
+            let v = Value(i as u32);
+            matches!(width(f.ty(v)), Some(1 | 2))
+                && root[i] == v
+                && (0..n).all(|w| w == i || root[w] != v)
+        })
+        .collect();
+    f.walk(&mut |inst| {
+        let mut no = |v: &Value| ok[v.index()] = false;
+        match &inst.op {
+            Op::For {
+                lo,
+                hi,
+                step,
+                init,
+                body,
+            } => {
+                [lo, hi, step].into_iter().chain(init).for_each(&mut no);
+                body.args.iter().for_each(&mut no);
+                inst.results.iter().for_each(&mut no);
+            }
+            Op::If { cond, .. } => {
+                no(cond);
+                inst.results.iter().for_each(&mut no);
+            }
+            Op::Yield(values) => values.iter().for_each(&mut no),
+            Op::Mma { c, .. } => {
+                no(c);
+                inst.results.iter().for_each(&mut no);
+            }
+            _ => {}
+        }
+    });
+    ok
 }
 
 /// The pass that finds each root's last use.

@@ -10,7 +10,7 @@ use super::control::{self, control};
 use super::divide;
 use super::ieee;
 use super::refuse;
-use super::regs::{Loc, Registers};
+use super::regs::{width, Loc, Registers, Spills};
 use crate::cubin::PARAM_BASE;
 use crate::error::{Result, SassError};
 
@@ -41,6 +41,7 @@ enum Line {
 pub struct Selector<'f> {
     f: &'f Function,
     regs: Registers,
+    spills: &'f Spills,
     lines: Vec<Line>,
     labels: u32,
     depth: usize,
@@ -65,7 +66,9 @@ enum Kind {
 }
 
 impl<'f> Selector<'f> {
-    pub fn new(f: &'f Function) -> Result<Selector<'f>> {
+    /// A selector for `f` whose code names at most `limit` registers, keeping `spills`
+    /// in local memory.
+    pub fn new(f: &'f Function, limit: u32, spills: &'f Spills) -> Result<Selector<'f>> {
         let mut offset = PARAM_BASE;
         let mut param_offsets = Vec::new();
         for p in &f.params {
@@ -76,7 +79,8 @@ impl<'f> Selector<'f> {
         }
         let mut s = Selector {
             f,
-            regs: Registers::new(f),
+            regs: Registers::new(f, limit, spills),
+            spills,
             lines: Vec::new(),
             labels: 0,
             depth: 0,
@@ -86,7 +90,18 @@ impl<'f> Selector<'f> {
             consts: Default::default(),
         };
         s.emit("", format!("ULDC.64 {DESC}, c[0x0][0x208]"));
+        if spills.bytes() > 0 {
+            // The stack pointer, as ptxas sets it: the top of the thread's local window,
+            // less the frame.
+            s.emit("", "LDC R1, c[0x0][0x28]".into());
+            s.emit("", format!("IADD3 R1, R1, -{:#x}, RZ", spills.bytes()));
+        }
         Ok(s)
+    }
+
+    /// After registers ran out: one more value to keep in local memory, if one can go.
+    pub fn spill_more(&self, spills: &mut Spills) -> bool {
+        self.regs.spill_more(self.f, spills)
     }
 
     /// Selects the kernel's body, then ends it with `EXIT`.
@@ -94,11 +109,6 @@ impl<'f> Selector<'f> {
         self.block(&self.f.body)?;
         self.emit("", "EXIT".into());
         Ok(())
-    }
-
-    /// Registers the code uses so far (the cubin's register count).
-    pub fn registers(&self) -> u32 {
-        self.regs.used()
     }
 
     /// The kernel as text: its ABI, then its code, padded to 128 bytes as ptxas pads it
@@ -126,6 +136,9 @@ impl<'f> Selector<'f> {
         );
         if !f.shared.is_empty() {
             out += &format!(".shared {}\n", u64::from(SHARED_BASE) + f.shared_bytes());
+        }
+        if self.spills.bytes() > 0 {
+            out += &format!(".frame {}\n", self.spills.bytes());
         }
         for p in &f.params {
             let (size, log_align, space) = match p.ty {
@@ -188,9 +201,71 @@ impl<'f> Selector<'f> {
         for inst in &b.insts {
             self.regs.at(self.pos);
             self.pos += 1;
+            let loaded = self
+                .load_spilled(&inst.op)
+                .map_err(|e| at_inst(e, self.f, inst))?;
             self.inst(&inst.results, &inst.op)
                 .map_err(|e| at_inst(e, self.f, inst))?;
+            for v in loaded {
+                self.regs.unload(v);
+            }
+            for r in &inst.results {
+                self.store_spilled(*r)?;
+            }
         }
+        Ok(())
+    }
+
+    /// Loads the spilled operands of `op` into scratch registers (a constant is written
+    /// again); the values loaded.
+    fn load_spilled(&mut self, op: &Op) -> Result<Vec<Value>> {
+        let f = self.f;
+        if matches!(op, Op::For { .. } | Op::If { .. } | Op::Yield(_)) {
+            return Ok(Vec::new());
+        }
+        let mut loaded = Vec::new();
+        for v in op.operands() {
+            let Some(slot) = self.spills.slot(v) else {
+                continue;
+            };
+            if loaded.contains(&v) {
+                continue;
+            }
+            let words = width(f.ty(v)).unwrap_or(1);
+            let base = self.regs.scratch_run(f, words)?;
+            match self.consts.get(&v).copied() {
+                Some(bits) => {
+                    for i in 0..words {
+                        let word = (bits >> (32 * i)) as u32;
+                        self.emit("", format!("MOV R{}, {word:#x}", base + i));
+                    }
+                }
+                None => {
+                    let wide = if words == 2 { ".64" } else { "" };
+                    self.emit("", format!("LDL{wide} R{base}, [R1+{slot:#x}]"));
+                }
+            }
+            self.regs.load(v, Loc::R { base, count: words });
+            loaded.push(v);
+        }
+        Ok(loaded)
+    }
+
+    /// Stores `v` to its slot if it is spilled (a constant needs none).
+    fn store_spilled(&mut self, v: Value) -> Result<()> {
+        let Some(slot) = self.spills.slot(v) else {
+            return Ok(());
+        };
+        if self.consts.contains_key(&v) {
+            return Ok(());
+        }
+        let loc = self.regs.loc(self.f, v)?;
+        let wide = if width(self.f.ty(v)) == Some(2) {
+            ".64"
+        } else {
+            ""
+        };
+        self.emit("", format!("STL{wide} [R1+{slot:#x}], {}", loc.reg(0)));
         Ok(())
     }
 
@@ -1228,6 +1303,11 @@ impl<'f> Selector<'f> {
         if kind == Kind::U64 {
             // The low words compared into P6, the high words then decide, with P6 taken
             // where they are equal (`.EX`).
+            // The tables hold `.EX` for LE only with a negated predicate: b >= a instead.
+            let (op, a, b) = match op {
+                CmpOp::Le => (CmpOp::Ge, b, a),
+                op => (op, a, b),
+            };
             let (la, lb) = (self.regs.loc(f, a)?, self.regs.loc(f, b)?);
             let v = result.ok_or_else(|| refuse(f, "cmp without its result"))?;
             let (p, spilled) = self.pred_dest(v)?;

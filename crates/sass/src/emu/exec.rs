@@ -79,6 +79,7 @@ fn semantics(op: &str) -> Option<Semantics> {
         "ATOMS" => mem::shared_cas,
         "MEMBAR" | "ERRBAR" | "CGAERRBAR" | "CCTL" => control::fence,
         "LDS" | "STS" => mem::shared,
+        "LDL" | "STL" => mem::local,
         "LDC" | "ULDC" => mem::constant,
         "S2R" | "S2UR" | "CS2R" => control::special,
         "BRA" => control::bra,

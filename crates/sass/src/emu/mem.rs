@@ -173,6 +173,34 @@ pub fn shared(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     Ok(Step::Next)
 }
 
+/// `LDL[.64] d, [R+imm]` and `STL[.64] [R+imm], r`: the lane's own frame, which lies
+/// below [`LOCAL_TOP`](super::warp::LOCAL_TOP); an access outside it is an error.
+pub fn local(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
+    c.only(&["64"])?;
+    c.arity(2)?;
+    let (len, signed) = width(c);
+    let load = c.inst.op == "LDL";
+    let frame = c.w.frame as u64;
+    for l in lanes(on) {
+        let a = address(c, l, usize::from(load), false)?;
+        let start = u64::from(super::warp::LOCAL_TOP) - frame;
+        let Some(off) = a.checked_sub(start).filter(|o| o + len as u64 <= frame) else {
+            return Err(c.unmodelled(format!(
+                "a local access at {a:#x}, outside the lane's {frame}-byte frame"
+            )));
+        };
+        let at = l * frame as usize + off as usize;
+        if load {
+            let data = c.w.local[at..at + len].to_vec();
+            c.set_many(l, 0, &words(&data, signed))?;
+        } else {
+            let data = c.get_many(l, 1, len.div_ceil(4))?;
+            c.w.local[at..at + len].copy_from_slice(&bytes(&data, len));
+        }
+    }
+    Ok(Step::Next)
+}
+
 /// `LDC[.64] d, c[bank][R+imm]`, `ULDC[.64] ud, c[bank][imm]`.
 pub fn constant(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     c.only(&["64"])?;

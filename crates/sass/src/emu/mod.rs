@@ -105,6 +105,8 @@ pub struct Kernel {
     pub params: Vec<nvinfo::KParam>,
     /// Static shared memory (`.nv.shared.<name>`).
     pub shared_bytes: u64,
+    /// Each thread's local memory (`EIATTR_FRAME_SIZE`).
+    pub frame_bytes: u32,
 }
 
 impl Kernel {
@@ -134,6 +136,7 @@ impl Kernel {
             param_bytes: (cbank >> 16) as usize,
             params: k.params.clone(),
             shared_bytes: k.shared_bytes,
+            frame_bytes: k.frame_size.unwrap_or(0),
         })
     }
 }
@@ -192,6 +195,7 @@ pub fn run(
         cbank[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
     }
     cbank[kernel.param_base..].copy_from_slice(params);
+    cbank[0x28..0x2c].copy_from_slice(&warp::LOCAL_TOP.to_le_bytes());
     let shared = kernel.shared_bytes as usize + launch.dynamic_shared_bytes as usize;
     let mut stats = Stats::default();
     for z in 0..g[2] {
@@ -220,7 +224,9 @@ fn run_block(
     stats: &mut Stats,
 ) -> Result<(), EmuError> {
     let n = threads.div_ceil(LANES as u64) as u32;
-    let mut warps: Vec<Warp> = (0..n).map(|i| Warp::new(i, block)).collect();
+    let mut warps: Vec<Warp> = (0..n)
+        .map(|i| Warp::new(i, block, kernel.frame_bytes))
+        .collect();
     loop {
         let mut waiting = Vec::new();
         for w in &mut warps {

@@ -42,10 +42,17 @@ pub struct Warp {
     pub copies: Copies,
     /// Buffers for the registers an instruction reads and writes (see `exec::issue`).
     pub touched: (Vec<Touched>, Vec<Touched>),
+    /// Each lane's local memory: its frame, `frame` bytes below [`LOCAL_TOP`].
+    pub local: Vec<u8>,
+    pub frame: u32,
 }
 
+/// Where the emulator's local window ends (the stack pointer's start, `c[0x0][0x28]`).
+pub const LOCAL_TOP: u32 = 0x0100_0000;
+
 impl Warp {
-    pub fn new(index: u32, block: [u32; 3]) -> Warp {
+    /// Warp `index` of a block of `block` threads, each with a frame of `frame` bytes.
+    pub fn new(index: u32, block: [u32; 3], frame: u32) -> Warp {
         let threads = block[0] * block[1] * block[2];
         let mut present = 0u32;
         let mut tid = [[0u32; 3]; LANES];
@@ -62,6 +69,8 @@ impl Warp {
         }
         Warp {
             index,
+            // Registers start as junk, as on the GPU (whatever the last kernel left), so
+            // that code reading one it never wrote disagrees with the interpreter.
             regs: (0..LANES * REGS)
                 .map(|i| (i as u32).wrapping_mul(0x9e37_79b9) | 1)
                 .collect(),
@@ -76,6 +85,8 @@ impl Warp {
             scoreboard: Scoreboard::default(),
             copies: Copies::default(),
             touched: (Vec::new(), Vec::new()),
+            local: vec![0; LANES * frame as usize],
+            frame,
         }
     }
 
