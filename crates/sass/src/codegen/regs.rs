@@ -241,7 +241,7 @@ impl Registers {
         live.block(&f.body);
         let mut last = live.last;
         // A spilled value's registers hold it from its definition to its store.
-        for (v, _) in &spills.slot {
+        for v in spills.slot.keys() {
             last[v.index()] = Some(live.def[v.index()]);
         }
         let spillable = spillable(f, &root);
