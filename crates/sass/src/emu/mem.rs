@@ -185,9 +185,12 @@ pub fn local(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
         let a = address(c, l, usize::from(load), false)?;
         let start = u64::from(super::warp::LOCAL_TOP) - frame;
         let Some(off) = a.checked_sub(start).filter(|o| o + len as u64 <= frame) else {
-            return Err(c.unmodelled(format!(
-                "a local access at {a:#x}, outside the lane's {frame}-byte frame"
-            )));
+            return Err(EmuError::Fault {
+                at: c.inst.addr,
+                space: "local",
+                addr: a,
+                len,
+            });
         };
         let at = l * frame as usize + off as usize;
         if load {
