@@ -435,12 +435,15 @@ impl Registers {
 /// or an `mma`'s accumulator).
 fn spillable(f: &Function, root: &[Value]) -> Vec<bool> {
     let n = f.values.len();
+    // How many values live in each value's registers (itself included, if it is a root).
+    let mut sharing = vec![0u32; n];
+    for r in root {
+        sharing[r.index()] += 1;
+    }
     let mut ok: Vec<bool> = (0..n)
         .map(|i| {
             let v = Value(i as u32);
-            matches!(width(f.ty(v)), Some(1 | 2))
-                && root[i] == v
-                && (0..n).all(|w| w == i || root[w] != v)
+            matches!(width(f.ty(v)), Some(1 | 2)) && root[i] == v && sharing[i] == 1
         })
         .collect();
     f.walk(&mut |inst| {

@@ -149,7 +149,6 @@ impl<'f> Selector<'f> {
         }
         out += &format!("{}:\n", f.name);
         let mut after_variable = false;
-        let mnemonic = |text: &str| text.split_whitespace().next().unwrap_or("").to_string();
         for (i, line) in self.lines.iter().enumerate() {
             match line {
                 Line::Label(l) => {
@@ -162,7 +161,7 @@ impl<'f> Selector<'f> {
                         Line::Inst { text, .. } => Some(mnemonic(text)),
                         Line::Label(_) => None,
                     });
-                    let mut c = control(&mnemonic(text), next.as_deref(), after_variable);
+                    let mut c = control(mnemonic(text), next, after_variable);
                     if let Some(s) = stall {
                         c = control::stalled(c, (*s).max(c.stall));
                     }
@@ -175,8 +174,7 @@ impl<'f> Selector<'f> {
     }
 
     fn emit(&mut self, guard: &str, text: String) {
-        let mnemonic = text.split_whitespace().next().unwrap_or("");
-        let beyond = control::beyond_stall(mnemonic);
+        let beyond = control::beyond_stall(mnemonic(&text));
         self.lines.push(Line::Inst {
             guard: guard.to_string(),
             text,
@@ -1442,6 +1440,11 @@ impl<'f> Selector<'f> {
         self.lines.push(Line::Label(after));
         Ok(())
     }
+}
+
+/// An instruction's mnemonic: its text up to the first space.
+fn mnemonic(text: &str) -> &str {
+    text.split_whitespace().next().unwrap_or("")
 }
 
 /// A 32-bit immediate as the signed fields of IMAD's forms take it (`-0x7`; MOV's field

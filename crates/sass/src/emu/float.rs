@@ -426,7 +426,6 @@ pub fn f2i(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
 
 /// `F2F.F64.F32 d, a`: the f32 widened to f64 (exact; NaN as the interpreter's `cvt`).
 pub fn f2f(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
-    c.only(&["F64", "F32"])?;
     if c.inst.mods != ["F64", "F32"] {
         return Err(c.unmodelled("a conversion other than f32 to f64"));
     }
