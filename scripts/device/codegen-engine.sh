@@ -22,9 +22,11 @@ for shape in ${SHAPES:-llama-3.2-1b llama-3.1-8b}; do
       --receipt "$DEST/check-$shape-$cg.json" 2>&1 | tail -4
     echo "check $shape $cg: rc=${PIPESTATUS[0]} at $(( $(date +%s) - start )) s"
     timeout 100 "$BIN" generate -m "$dir" --device cuda --codegen "$cg" --prefill-chunk 0 \
-      --max-tokens 40 --ignore-eos -q "Once upon a time" > "$dir/gen-$cg.txt"
+      --max-tokens 40 --ignore-eos -q "Once upon a time" > "$dir/gen-$cg.txt" \
+      || { echo "generate $shape $cg failed"; rm -f "$dir/gen-$cg.txt"; }
   done
-  if cmp -s "$dir/gen-ptx.txt" "$dir/gen-sass.txt"; then echo "$shape: the same 40 tokens"
+  if [ ! -s "$dir/gen-ptx.txt" ] || [ ! -s "$dir/gen-sass.txt" ]; then echo "$shape: no comparison"
+  elif cmp -s "$dir/gen-ptx.txt" "$dir/gen-sass.txt"; then echo "$shape: the same 40 tokens"
   else echo "$shape: the texts differ"; fi
   rm -rf "$dir"
 done

@@ -223,6 +223,20 @@ pub fn copy_bandwidth_gbps(exec: &mut dyn Executor, reps: u32) -> Result<f64, St
     Ok(2.0 * bytes as f64 / (median * 1e-3) / 1e9)
 }
 
+/// One result in a line: the comparison's verdict, or the time (and the PTX twin's).
+fn progress_line(r: &Row) -> String {
+    match (r.ms, r.twin_ms) {
+        (Some(ms), Some(twin)) => format!("{ms:.4} ms (PTX build {twin:.4} ms)"),
+        (Some(ms), None) => format!("{ms:.4} ms"),
+        (None, _) => format!(
+            "max err {:.3e}, bit-exact {}, reference {}",
+            r.max_err,
+            if r.bit_exact { "yes" } else { "no" },
+            if r.reference_ok { "pass" } else { "FAIL" }
+        ),
+    }
+}
+
 fn row_json(r: &Row, copy: f64) -> Value {
     json!({
         "kernel": r.kernel, "shape": r.shape, "what": r.note,
@@ -266,10 +280,19 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let mut failures = vec![];
     // Kernels quench's code generator cannot compile yet, with what stops each.
     let mut refused = std::collections::BTreeMap::new();
+    // Each result is also told as soon as it is known, so that a run cut short by a time
+    // limit still reports what it saw.
     let mut record = |name: &str, shape: &str, r: Result<Row, Failure>| match r {
-        Ok(r) => rows.push(r),
-        Err(Failure::Failed(e)) => failures.push(format!("{name} {shape}: {e}")),
+        Ok(r) => {
+            eprintln!("  {}", progress_line(&r));
+            rows.push(r)
+        }
+        Err(Failure::Failed(e)) => {
+            eprintln!("  FAILED: {e}");
+            failures.push(format!("{name} {shape}: {e}"))
+        }
         Err(Failure::Refused(e)) => {
+            eprintln!("  not compiled: {e}");
             refused.insert(name.to_string(), e);
         }
     };

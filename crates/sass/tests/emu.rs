@@ -1068,3 +1068,30 @@ fn quench_generated_f32_division_and_root_are_ieee_exact() {
     let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("f32_division: {e}"));
     agree(&c, &out).unwrap_or_else(|e| panic!("quench's code for {e}"));
 }
+
+/// The guard-latency check: in quench's own add_f32, the instructions before the first
+/// guarded one stalled a cycle each read its predicate long before the 13 cycles the
+/// hardware takes to deliver it, and the run says so at the guarded instruction.
+#[test]
+fn a_guard_read_too_soon_is_an_error() {
+    let c = case("add_f32", "n=1003 threads=64", 1);
+    let mut k = compile_own(&c).expect("quench compiles add_f32");
+    let run_before = run_emu(&k, &c);
+    assert!(run_before.is_ok(), "{:?}", run_before.err());
+    let insts: Vec<&mut emu::Inst> = k.code.iter_mut().flatten().collect();
+    let guarded = insts
+        .iter()
+        .position(|i| i.guard.is_some_and(|g| !g.uniform))
+        .expect("add_f32 has a guarded instruction");
+    let at = insts[guarded].addr;
+    for i in insts.into_iter().take(guarded).skip(guarded.saturating_sub(3)) {
+        i.control.stall = 1;
+    }
+    match run_emu(&k, &c) {
+        Err(EmuError::Hazard { at: a, why }) => {
+            assert_eq!(a, at);
+            assert!(why.starts_with("guarded by P"), "{why}");
+        }
+        other => panic!("expected a guard hazard at {at:#x}, got {other:?}"),
+    }
+}

@@ -157,6 +157,69 @@ pub fn stalled(c: Control, stall: u8) -> Control {
     }
 }
 
+/// Cycles from an instruction writing a predicate to one that it guards (`@P0 …`). ptxas's
+/// code never guards an instruction with a predicate sooner than 13 cycles after its writer
+/// (`ISETP`, `FSETP`, `PLOP3`, `LOP3`), for branches and ALU instructions alike, where an
+/// instruction reading it as an operand (`SEL`, `PLOP3`, a carry) does after 4; on the H100,
+/// quench's code guarding 7 cycles after an `ISETP` computed wrong results.
+pub const GUARD_LATENCY: u8 = 13;
+
+/// When each predicate register was last written, in issue cycles, so that an instruction
+/// it guards waits [`GUARD_LATENCY`] cycles.
+#[derive(Default)]
+pub struct Guards {
+    /// The cycle the instruction being issued issues at.
+    cycle: u32,
+    written: [Option<u32>; 7],
+}
+
+impl Guards {
+    /// The control bits `c` of the instruction `text` (guard removed), stalled longer where
+    /// the next instruction is guarded by a predicate written too recently. `next_guard` is
+    /// that instruction's guard (`"@!P0 "`, or empty); `None` when what follows may be
+    /// reached from elsewhere (a label follows, or `text` branches), where every predicate
+    /// must be ready.
+    pub fn issue(&mut self, c: Control, text: &str, next_guard: Option<&str>) -> Control {
+        let operands: Vec<&str> = text
+            .split_once(' ')
+            .map(|(_, ops)| ops.split(',').map(str::trim).take(2).collect())
+            .unwrap_or_default();
+        // A predicate among the first two operands is written (`ISETP P0, PT, …`,
+        // `IADD3 R1, P0, …`); predicates read as operands come later.
+        for op in operands {
+            if let Some(p) = predicate(op) {
+                self.written[p] = Some(self.cycle);
+            }
+        }
+        let ready = |w: Option<u32>| {
+            w.map_or(0, |w| {
+                u32::from(GUARD_LATENCY + MARGIN).saturating_sub(self.cycle - w)
+            })
+        };
+        let needed = match next_guard {
+            Some(g) => predicate(g.trim().trim_start_matches(['@', '!']))
+                .map_or(0, |p| ready(self.written[p])),
+            None => self.written.iter().map(|w| ready(*w)).max().unwrap_or(0),
+        };
+        let c = if needed > u32::from(c.stall) {
+            stalled(c, needed as u8)
+        } else {
+            c
+        };
+        self.cycle += u32::from(c.stall);
+        if next_guard.is_none() {
+            self.written = [None; 7];
+        }
+        c
+    }
+}
+
+/// The number of predicate register `P0`–`P6` named by `operand`.
+fn predicate(operand: &str) -> Option<usize> {
+    let n = operand.strip_prefix('P')?.parse::<usize>().ok()?;
+    (n < 7).then_some(n)
+}
+
 /// Whether the instruction after one with control bits `c` must wait on the scoreboard
 /// [`control`] sets (a copy group's is waited for by `DEPBAR` alone).
 pub fn successor_waits(c: &Control) -> bool {
@@ -202,6 +265,32 @@ mod tests {
         assert_eq!(
             control("IMAD", Some("IMAD.WIDE.U32"), false).stall,
             4 + MARGIN
+        );
+    }
+
+    #[test]
+    fn a_guard_waits_for_its_predicate() {
+        let alu = || control("IADD3", Some("IADD3"), false);
+        let mut g = Guards::default();
+        let set = g.issue(alu(), "ISETP.GE.U32.AND P6, PT, R1, R2, PT", Some("@P6 "));
+        assert_eq!(set.stall, GUARD_LATENCY + MARGIN);
+        // Another predicate's guard, or a predicate read as an operand, does not wait.
+        let mut g = Guards::default();
+        g.issue(alu(), "ISETP.GE.U32.AND P6, PT, R1, R2, PT", Some("@P5 "));
+        assert_eq!(g.issue(alu(), "MOV R1, R2", Some("")).stall, alu().stall);
+        // The cycles between writer and guard count.
+        let mut g = Guards::default();
+        g.issue(alu(), "IADD3 R1, P0, R2, R3, RZ", Some(""));
+        let before = g.issue(alu(), "MOV R1, R2", Some("@!P0 "));
+        assert_eq!(before.stall, GUARD_LATENCY + MARGIN - alu().stall);
+        // Before a label or a branch's target, every predicate is ready.
+        let mut g = Guards::default();
+        g.issue(alu(), "ISETP.EQ.U32.AND P0, PT, R1, R2, PT", Some(""));
+        let bra = g.issue(alu(), "BRA `(.L_q_0)", None);
+        assert_eq!(bra.stall, GUARD_LATENCY + MARGIN - alu().stall);
+        assert_eq!(
+            g.issue(alu(), "MOV R1, R2", Some("@P0 ")).stall,
+            alu().stall
         );
     }
 }

@@ -149,6 +149,7 @@ impl<'f> Selector<'f> {
         }
         out += &format!("{}:\n", f.name);
         let mut after_variable = false;
+        let mut guards = control::Guards::default();
         for (i, line) in self.lines.iter().enumerate() {
             match line {
                 Line::Label(l) => {
@@ -157,14 +158,26 @@ impl<'f> Selector<'f> {
                     after_variable = true;
                 }
                 Line::Inst { guard, text, stall } => {
-                    let next = self.lines[i + 1..].iter().find_map(|l| match l {
-                        Line::Inst { text, .. } => Some(mnemonic(text)),
+                    let next = self.lines.get(i + 1).map(|l| match l {
+                        Line::Inst { guard, text, .. } => Some((guard.as_str(), mnemonic(text))),
                         Line::Label(_) => None,
                     });
-                    let mut c = control(mnemonic(text), next, after_variable);
+                    let mut c = control(
+                        mnemonic(text),
+                        next.flatten().map(|(_, m)| m),
+                        after_variable,
+                    );
                     if let Some(s) = stall {
                         c = control::stalled(c, (*s).max(c.stall));
                     }
+                    // A guard read right after, or (before a label or from a branch) any
+                    // guard the code elsewhere reads.
+                    let jumps = mnemonic(text).starts_with("BRA");
+                    let guarded = match next {
+                        Some(Some((g, _))) if !jumps => Some(g),
+                        _ => None,
+                    };
+                    c = guards.issue(c, text, guarded);
                     after_variable = control::successor_waits(&c);
                     out += &format!("        {guard}{text} ;  /* {} */\n", c.text());
                 }

@@ -6,6 +6,7 @@ use super::inst::{Inst, Operand};
 use super::memory::{Memory, Shared};
 use super::warp::{RegRef, Touched, Warp, PT, RZ, URZ};
 use super::{control, copy, float, int, mem, tensor, EmuError};
+use crate::codegen::GUARD_LATENCY;
 
 /// What the block scheduler must do after an instruction.
 pub enum Step {
@@ -143,7 +144,10 @@ pub fn issue(
         let holds = match inst.guard {
             None => true,
             Some(g) if g.uniform => w.up(g.pred) != g.neg,
-            Some(g) => w.p(l, g.pred) != g.neg,
+            Some(g) => {
+                guard_ready(w, inst, l, g.pred)?;
+                w.p(l, g.pred) != g.neg
+            }
         };
         if holds {
             on |= 1 << l;
@@ -168,11 +172,35 @@ pub fn issue(
         read,
         wrote,
     };
+    c.w.predicate_latency = if inst.control.write_barrier < 6 {
+        0
+    } else {
+        u64::from(GUARD_LATENCY)
+    };
     let step = if on == 0 { Step::Next } else { f(&mut c, on)? };
     let (read, wrote) = (std::mem::take(&mut c.read), std::mem::take(&mut c.wrote));
     c.w.scoreboard.issue(inst, &read, &wrote)?;
     c.w.touched = (read, wrote);
+    c.w.cycle += u64::from(inst.control.stall);
     Ok(step)
+}
+
+/// A guard read sooner after its predicate's fixed-latency writer than the hardware
+/// delivers it (the emulator counts issue cycles as the stalls; waits and taken branches
+/// only add to them) is an error: on the GPU it reads the old predicate.
+fn guard_ready(w: &Warp, inst: &Inst, lane: usize, pred: u8) -> Result<(), EmuError> {
+    let ready = w.guard_ready[lane][usize::from(pred)];
+    if w.cycle >= ready {
+        return Ok(());
+    }
+    Err(EmuError::Hazard {
+        at: inst.addr,
+        why: format!(
+            "guarded by P{pred} {} cycles after the instruction that wrote it; a guard reads \
+             a predicate {GUARD_LATENCY} cycles after a fixed-latency write",
+            w.cycle + u64::from(GUARD_LATENCY) - ready
+        ),
+    })
 }
 
 impl Ctx<'_> {

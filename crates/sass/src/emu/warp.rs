@@ -45,6 +45,14 @@ pub struct Warp {
     /// Each lane's local memory: its frame, `frame` bytes below [`LOCAL_TOP`].
     pub local: Vec<u8>,
     pub frame: u32,
+    /// Issue cycles so far: the sum of the stalls of the instructions issued.
+    pub cycle: u64,
+    /// The cycles after which the instruction being issued lets a predicate it writes
+    /// guard another ([`crate::codegen::GUARD_LATENCY`] for a fixed-latency one; one that sets a
+    /// scoreboard is waited for on it instead).
+    pub predicate_latency: u64,
+    /// Per lane, the cycle from which each predicate may guard an instruction.
+    pub guard_ready: [[u64; PT as usize]; LANES],
 }
 
 /// Where the emulator's local window ends (the stack pointer's start, `c[0x0][0x28]`).
@@ -87,6 +95,9 @@ impl Warp {
             touched: (Vec::new(), Vec::new()),
             local: vec![0; LANES * frame as usize],
             frame,
+            cycle: 0,
+            predicate_latency: 0,
+            guard_ready: [[0; PT as usize]; LANES],
         }
     }
 
@@ -130,6 +141,7 @@ impl Warp {
     pub fn set_p(&mut self, lane: usize, n: u8, v: bool) {
         if n < PT {
             self.preds[lane] = self.preds[lane] & !(1 << n) | u8::from(v) << n;
+            self.guard_ready[lane][usize::from(n)] = self.cycle + self.predicate_latency;
         }
     }
 
