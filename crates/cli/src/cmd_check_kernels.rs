@@ -66,6 +66,26 @@ struct Gpus {
     twin: Option<CudaExecutor>,
 }
 
+impl Gpus {
+    fn open(a: &CheckArgs) -> Result<Gpus, String> {
+        let e = |e: RtError| e.to_string();
+        let mut gpu = CudaExecutor::new(a.gpu).map_err(e)?;
+        gpu.set_codegen(a.codegen.into());
+        let twin = match a.codegen {
+            CodegenArg::Ptx => None,
+            CodegenArg::Sass => Some(CudaExecutor::new(a.gpu).map_err(e)?),
+        };
+        Ok(Gpus { gpu, twin })
+    }
+
+    /// Fresh executors after a failure: a kernel that faulted leaves the context unusable,
+    /// and releasing its last reference resets it, so the kernels after it still run.
+    fn reopen(self, a: &CheckArgs) -> Result<Gpus, String> {
+        drop(self);
+        Gpus::open(a)
+    }
+}
+
 /// A case's run on the GPU, with the code generator's refusal told apart.
 fn run_on(gpu: &mut CudaExecutor, c: &KernelCase) -> Result<case::CaseOutputs, Failure> {
     case::run_case(gpu, c).map_err(|e| match e {
@@ -266,16 +286,10 @@ pub fn selected(only: &[String]) -> Result<Vec<KernelSpec>, String> {
 
 pub fn run(a: &CheckArgs) -> Result<(), String> {
     let device = crate::gpu::describe(a.gpu)?;
-    let mut gpu = CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?;
     let specs = selected(&a.only)?;
-    let copy = copy_bandwidth_gbps(&mut gpu, 20)?;
+    let mut gpus = Gpus::open(a)?;
+    let copy = copy_bandwidth_gbps(&mut gpus.gpu, 20)?;
     eprintln!("device-to-device copy: {copy:.0} GB/s");
-    gpu.set_codegen(a.codegen.into());
-    let twin = match a.codegen {
-        CodegenArg::Ptx => None,
-        CodegenArg::Sass => Some(CudaExecutor::new(a.gpu).map_err(|e| e.to_string())?),
-    };
-    let mut gpus = Gpus { gpu, twin };
     let mut rows = vec![];
     let mut failures = vec![];
     // Kernels quench's code generator cannot compile yet, with what stops each.
@@ -304,7 +318,12 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
         };
         for shape in shapes {
             eprintln!("checking {} {shape} ...", s.name);
-            record(s.name, shape, check_one(s, shape, &mut gpus, a.seed));
+            let r = check_one(s, shape, &mut gpus, a.seed);
+            let failed = matches!(r, Err(Failure::Failed(_)));
+            record(s.name, shape, r);
+            if failed {
+                gpus = gpus.reopen(a)?;
+            }
         }
     }
     if !a.no_perf {
@@ -324,7 +343,11 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
                     a.seed + 1,
                     a.reps,
                 );
+                let failed = matches!(r, Err(Failure::Failed(_)));
                 record(s.name, shape, r);
+                if failed {
+                    gpus = gpus.reopen(a)?;
+                }
             }
         }
     }

@@ -1084,7 +1084,11 @@ fn a_guard_read_too_soon_is_an_error() {
         .position(|i| i.guard.is_some_and(|g| !g.uniform))
         .expect("add_f32 has a guarded instruction");
     let at = insts[guarded].addr;
-    for i in insts.into_iter().take(guarded).skip(guarded.saturating_sub(3)) {
+    for i in insts
+        .into_iter()
+        .take(guarded)
+        .skip(guarded.saturating_sub(3))
+    {
         i.control.stall = 1;
     }
     match run_emu(&k, &c) {
@@ -1094,4 +1098,16 @@ fn a_guard_read_too_soon_is_an_error() {
         }
         other => panic!("expected a guard hazard at {at:#x}, got {other:?}"),
     }
+}
+
+/// A value defined before a loop and read inside it through a view of its registers (a
+/// pointer cast) keeps them for the whole loop: in quench's code for embed_f32 at four
+/// trips of its row loop, the row's address was overwritten in the first trip, and the
+/// GPU faulted in the second.
+#[test]
+fn values_read_in_a_loop_keep_their_registers_for_every_trip() {
+    let c = case("embed_f32", "tokens=3 vocab=11 dim=1024 threads=32", 1);
+    let k = compile_own(&c).expect("quench compiles embed_f32");
+    let out = run_emu(&k, &c).unwrap_or_else(|e| panic!("embed_f32: {e}"));
+    agree(&c, &out).unwrap_or_else(|e| panic!("quench's code for {e}"));
 }

@@ -82,9 +82,10 @@ pub struct Spills {
 }
 
 impl Spills {
-    /// The bytes of a thread's frame.
+    /// The bytes of a thread's frame: a multiple of 8, so that the frame's base (the stack
+    /// pointer less the frame) keeps each 64-bit slot as aligned as it is in the frame.
     pub fn bytes(&self) -> u32 {
-        self.bytes
+        self.bytes.next_multiple_of(8)
     }
 
     /// `v`'s offset in the frame, if it is spilled.
@@ -517,8 +518,17 @@ impl<'a> Liveness<'a> {
         for inst in &b.insts {
             let pos = self.pos;
             self.pos += 1;
+            // A view of another value's registers (an element, a cast) defines nothing:
+            // its root stays defined where it was, outside any loop the view is inside.
+            let view = matches!(
+                inst.op,
+                Op::Extract { .. } | Op::PtrCast { .. } | Op::Bitcast { .. }
+            );
             for r in &inst.results {
-                self.def[self.root[r.index()].index()] = pos;
+                let root = self.root[r.index()];
+                if !view || root == *r {
+                    self.def[root.index()] = pos;
+                }
             }
             match &inst.op {
                 Op::For {

@@ -174,7 +174,8 @@ pub fn shared(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
 }
 
 /// `LDL[.64] d, [R+imm]` and `STL[.64] [R+imm], r`: the lane's own frame, which lies
-/// below [`LOCAL_TOP`](super::warp::LOCAL_TOP); an access outside it is an error.
+/// below [`LOCAL_TOP`](super::warp::LOCAL_TOP); an access outside it, or one not aligned
+/// to its width, is an error.
 pub fn local(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     c.only(&["64"])?;
     c.arity(2)?;
@@ -183,6 +184,7 @@ pub fn local(c: &mut Ctx, on: u32) -> Result<Step, EmuError> {
     let frame = c.w.frame as u64;
     for l in lanes(on) {
         let a = address(c, l, usize::from(load), false)?;
+        super::memory::aligned(c.inst.addr, "local", a, len)?;
         let start = u64::from(super::warp::LOCAL_TOP) - frame;
         let Some(off) = a.checked_sub(start).filter(|o| o + len as u64 <= frame) else {
             return Err(EmuError::Fault {

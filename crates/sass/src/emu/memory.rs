@@ -106,7 +106,7 @@ impl Memory for Global {
 }
 
 /// An access of `len` bytes must be aligned to `len` (the hardware faults otherwise).
-fn aligned(at: u64, space: &'static str, addr: u64, len: usize) -> Result<(), EmuError> {
+pub fn aligned(at: u64, space: &'static str, addr: u64, len: usize) -> Result<(), EmuError> {
     if addr.is_multiple_of(len as u64) {
         Ok(())
     } else {
