@@ -768,7 +768,8 @@ fn same_logits_on_own_code(
 /// The decode step on quench's own machine code: every kernel of the step compiled by
 /// quench's code generator (no ptxas) and run from its bytes in the SASS emulator, on
 /// the same memory, gives the interpreter's logits bit for bit at the prompt and at each
-/// generated token — for float weights, the legacy quantized formats and a k-quant mix.
+/// generated token — for float weights, the legacy quantized formats and a k-quant mix, and
+/// a bf16 model of hidden width 1024.
 #[test]
 fn decode_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
     let s = seed();
@@ -786,6 +787,22 @@ fn decode_on_quench_own_machine_code_matches_the_interpreter_bit_for_bit() {
             layers: vec![Q4_K_M],
             embedding: GgmlType::Q4_K,
             output: Some(GgmlType::Q6_K),
+        },
+        // Wide enough that the kernels' loops over a row run several trips, with the
+        // 8B shape's heads of 128.
+        Tiny {
+            arch: "llama",
+            shape: Shape {
+                hidden: 1024,
+                heads: 8,
+                kv_heads: 2,
+                head_dim: 128,
+                ffn: 1024,
+                ..SHAPE
+            },
+            layers: vec![BF16],
+            embedding: GgmlType::BF16,
+            output: Some(GgmlType::BF16),
         },
     ];
     for (i, m) in models.iter().enumerate() {
