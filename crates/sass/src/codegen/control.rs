@@ -106,9 +106,9 @@ fn fma_pipe(opcode: &str) -> bool {
 }
 
 /// The control bits of `mnemonic` (the text before the first space), given the next
-/// instruction's and whether the instruction before it set the scoreboard its successor
-/// waits on.
-pub fn control(mnemonic: &str, next: Option<&str>, after_variable: bool) -> Control {
+/// instruction's: its stall, and scoreboard 1 marking where a variable-latency instruction
+/// sets one (which one, and the waits, are [`super::scoreboard::Scoreboards`]'s).
+pub fn control(mnemonic: &str, next: Option<&str>) -> Control {
     let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
     let variable = variable_latency(mnemonic);
     // A store writes no register: its scoreboard is released once its operands are read.
@@ -125,11 +125,11 @@ pub fn control(mnemonic: &str, next: Option<&str>, after_variable: bool) -> Cont
             NONE
         },
         read_barrier: if store { SCOREBOARD } else { NONE },
-        wait: if after_variable { 1 << SCOREBOARD } else { 0 },
+        wait: 0,
         extra: 0,
     };
-    // A variable-latency instruction is followed by a wait; two cycles let the scoreboard
-    // be set before it is read.
+    // Two cycles let a variable-latency instruction's scoreboard be set before an
+    // instruction waits on it.
     let stall = if variable {
         2
     } else if next.is_some_and(other_pipe) {
@@ -220,12 +220,6 @@ fn predicate(operand: &str) -> Option<usize> {
     (n < 7).then_some(n)
 }
 
-/// Whether the instruction after one with control bits `c` must wait on the scoreboard
-/// [`control`] sets (a copy group's is waited for by `DEPBAR` alone).
-pub fn successor_waits(c: &Control) -> bool {
-    c.write_barrier == SCOREBOARD || c.read_barrier == SCOREBOARD
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,44 +227,30 @@ mod tests {
     #[test]
     fn stalls_come_from_the_measured_table() {
         assert_eq!(measured().get("FFMA"), Some(&4));
-        assert_eq!(control("FFMA", Some("FFMA"), false).stall, 4 + MARGIN);
-        assert_eq!(
-            control("IADD3.X", None, false).stall,
-            DEFAULT_STALL + MARGIN
-        );
-        let load = control("LDG.E.128", None, false);
+        assert_eq!(control("FFMA", Some("FFMA")).stall, 4 + MARGIN);
+        assert_eq!(control("IADD3.X", None).stall, DEFAULT_STALL + MARGIN);
+        let load = control("LDG.E.128", None);
         assert_eq!((load.write_barrier, load.wait), (SCOREBOARD, 0));
-        assert_eq!(control("FADD", None, true).wait, 2);
-        assert_eq!(
-            control("FADD", Some("FFMA"), true).text(),
-            "B-1----:R-:W-:-:S05"
-        );
-        assert_eq!(
-            control("LDGDEPBAR", None, false).text(),
-            "B------:R-:W0:-:S07"
-        );
-        assert!(!successor_waits(&control("LDGDEPBAR", None, false)));
+        assert_eq!(control("FADD", Some("FFMA")).text(), "B------:R-:W-:-:S05");
+        assert_eq!(control("LDGDEPBAR", None).text(), "B------:R-:W0:-:S07");
         assert_eq!(beyond_stall("HMMA.16816.F32.BF16"), Some(10));
         assert_eq!(
-            control("HMMA.16816.F32.BF16", None, false).text(),
+            control("HMMA.16816.F32.BF16", None).text(),
             "B------:R-:W-:Y:S15"
         );
         assert_eq!(beyond_stall("FFMA"), None);
         // A result read by a load's address or a shuffle waits longer than by an ALU.
-        assert_eq!(control("IMAD.WIDE.U32", Some("LDG.E.128"), false).stall, 8);
-        assert_eq!(control("FADD", Some("SHFL.BFLY"), false).stall, 8);
-        assert_eq!(control("FADD", Some("FFMA"), false).stall, 4 + MARGIN);
+        assert_eq!(control("IMAD.WIDE.U32", Some("LDG.E.128")).stall, 8);
+        assert_eq!(control("FADD", Some("SHFL.BFLY")).stall, 8);
+        assert_eq!(control("FADD", Some("FFMA")).stall, 4 + MARGIN);
         // From the multiply-add pipe to the integer one, a cycle more.
-        assert_eq!(control("IMAD", Some("IADD3"), false).stall, 5 + MARGIN);
-        assert_eq!(
-            control("IMAD", Some("IMAD.WIDE.U32"), false).stall,
-            4 + MARGIN
-        );
+        assert_eq!(control("IMAD", Some("IADD3")).stall, 5 + MARGIN);
+        assert_eq!(control("IMAD", Some("IMAD.WIDE.U32")).stall, 4 + MARGIN);
     }
 
     #[test]
     fn a_guard_waits_for_its_predicate() {
-        let alu = || control("IADD3", Some("IADD3"), false);
+        let alu = || control("IADD3", Some("IADD3"));
         let mut g = Guards::default();
         let set = g.issue(alu(), "ISETP.GE.U32.AND P6, PT, R1, R2, PT", Some("@P6 "));
         assert_eq!(set.stall, GUARD_LATENCY + MARGIN);

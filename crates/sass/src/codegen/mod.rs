@@ -34,6 +34,7 @@ mod control;
 mod divide;
 mod ieee;
 mod regs;
+mod scoreboard;
 mod select;
 
 use quench_ir::Function;

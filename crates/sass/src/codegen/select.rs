@@ -11,6 +11,7 @@ use super::divide;
 use super::ieee;
 use super::refuse;
 use super::regs::{width, Loc, Registers, Spills};
+use super::scoreboard::Scoreboards;
 use crate::cubin::PARAM_BASE;
 use crate::error::{Result, SassError};
 
@@ -148,25 +149,20 @@ impl<'f> Selector<'f> {
             out += &format!(".param {size} {size} {log_align} {space}\n");
         }
         out += &format!("{}:\n", f.name);
-        let mut after_variable = false;
         let mut guards = control::Guards::default();
+        let mut scoreboards = Scoreboards::default();
         for (i, line) in self.lines.iter().enumerate() {
             match line {
                 Line::Label(l) => {
                     out += &format!("{l}:\n");
-                    // Reached from elsewhere too: wait for whatever may be in flight.
-                    after_variable = true;
+                    scoreboards.label();
                 }
                 Line::Inst { guard, text, stall } => {
                     let next = self.lines.get(i + 1).map(|l| match l {
                         Line::Inst { guard, text, .. } => Some((guard.as_str(), mnemonic(text))),
                         Line::Label(_) => None,
                     });
-                    let mut c = control(
-                        mnemonic(text),
-                        next.flatten().map(|(_, m)| m),
-                        after_variable,
-                    );
+                    let mut c = control(mnemonic(text), next.flatten().map(|(_, m)| m));
                     if let Some(s) = stall {
                         c = control::stalled(c, (*s).max(c.stall));
                     }
@@ -178,7 +174,7 @@ impl<'f> Selector<'f> {
                         _ => None,
                     };
                     c = guards.issue(c, text, guarded);
-                    after_variable = control::successor_waits(&c);
+                    c = scoreboards.issue(c, text);
                     out += &format!("        {guard}{text} ;  /* {} */\n", c.text());
                 }
             }

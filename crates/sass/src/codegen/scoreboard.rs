@@ -1,0 +1,319 @@
+//! Scoreboards for the variable-latency instructions: each load, store, shuffle or
+//! conversion whose latency the warp cannot know sets one of scoreboards 1 to 5, and an
+//! instruction waits on it only where it touches that instruction's registers — reads or
+//! overwrites a result still to come, or overwrites a source still to be read — so that
+//! independent loads are in flight together. Where code may be reached from elsewhere (after
+//! a label) and before barriers, fences and the end of the kernel, everything is waited for.
+//! Scoreboard 0 stays with the copy groups (`LDGDEPBAR`, see `control`).
+
+use crate::table::Control;
+
+/// The scoreboards handed out, round the pending ones.
+const FIRST: u8 = 1;
+const LAST: u8 = 5;
+/// The wait mask of every scoreboard handed out.
+const ALL: u8 = ((1 << (LAST + 1)) - 1) & !((1 << FIRST) - 1);
+/// The field's value for no scoreboard.
+const NONE: u8 = 7;
+
+/// A register as the tracker numbers them: `Rn` is n, `URn` 256 + n, `Pn` 512 + n.
+type Reg = u16;
+
+/// A variable-latency instruction still owed: its scoreboard, the registers it will write
+/// and the ones it may have yet to read.
+struct Pending {
+    sb: u8,
+    writes: Vec<Reg>,
+    reads: Vec<Reg>,
+    /// Whether it reads its sources late, until its scoreboard is released (stores and
+    /// atomics, whose data goes out with them), or within [`SOURCES_READ`] cycles.
+    late_reads: bool,
+    issued: u32,
+}
+
+/// Cycles after which a load, shuffle or conversion has read its sources: ptxas's code
+/// overwrites them with a fixed-latency result, waiting on nothing, from 2 (`MUFU`,
+/// `SHFL`), 3 (`LDG`), 4 (`LDS`, `LDSM`) and 7 (`F2I`) cycles after issue.
+const SOURCES_READ: u32 = 8;
+
+#[derive(Default)]
+pub struct Scoreboards {
+    /// Oldest first.
+    pending: Vec<Pending>,
+    /// Whatever may be pending is unknown (code reached from elsewhere).
+    unknown: bool,
+    /// Issue cycles so far.
+    cycle: u32,
+}
+
+impl Scoreboards {
+    /// What follows may be reached from elsewhere: its first instruction waits for every
+    /// scoreboard.
+    pub fn label(&mut self) {
+        self.unknown = true;
+    }
+
+    /// `c` (from [`super::control::control`], which marks a scoreboard to set with any
+    /// value below 7) with the scoreboard it sets and the ones `text` must wait for.
+    pub fn issue(&mut self, c: Control, text: &str) -> Control {
+        let (reads, writes) = registers(text);
+        let opcode = text.split(['.', ' ']).next().unwrap_or(text);
+        let drain = self.unknown
+            || matches!(
+                opcode,
+                "BAR"
+                    | "MEMBAR"
+                    | "FENCE"
+                    | "ERRBAR"
+                    | "CCTL"
+                    | "EXIT"
+                    | "RET"
+                    | "BSYNC"
+                    | "WARPSYNC"
+            );
+        let sets_write = c.write_barrier < NONE && c.write_barrier >= FIRST;
+        let sets_read = c.read_barrier < NONE && c.read_barrier >= FIRST;
+        let mut wait = if drain { ALL } else { 0 };
+        if !drain {
+            for p in &self.pending {
+                // A result that itself arrives late may go where a load has yet to read
+                // (ptxas's `LDG R23` after `LDG [R22.64]`, waiting on nothing); not where a
+                // store's data is still to go out.
+                let reading = p.late_reads || !sets_write && self.cycle - p.issued < SOURCES_READ;
+                let clash = p
+                    .writes
+                    .iter()
+                    .any(|r| reads.contains(r) || writes.contains(r))
+                    || reading && p.reads.iter().any(|r| writes.contains(r));
+                if clash {
+                    wait |= 1 << p.sb;
+                }
+            }
+        }
+        self.unknown = false;
+        self.pending.retain(|p| wait >> p.sb & 1 == 0);
+        let mut c = Control {
+            wait: c.wait | wait,
+            ..c
+        };
+        if sets_write || sets_read {
+            let sb = self.free();
+            if sets_write {
+                c.write_barrier = sb;
+            }
+            if sets_read {
+                c.read_barrier = sb;
+            }
+            self.pending.push(Pending {
+                sb,
+                writes: if sets_write { writes } else { Vec::new() },
+                reads,
+                late_reads: sets_read || matches!(opcode, "ATOMG" | "ATOMS" | "RED"),
+                issued: self.cycle,
+            });
+        }
+        self.cycle += u32::from(c.stall);
+        c
+    }
+
+    /// A scoreboard no pending instruction holds, or else the oldest one's (waiting on it
+    /// then waits for both).
+    fn free(&self) -> u8 {
+        (FIRST..=LAST)
+            .find(|sb| self.pending.iter().all(|p| p.sb != *sb))
+            .unwrap_or_else(|| self.pending.first().map_or(FIRST, |p| p.sb))
+    }
+}
+
+/// The registers `text` reads and writes, erring wide: every register operand counts as
+/// many consecutive registers as the widest value the instruction moves (4 for `.128`,
+/// `LDSM …4` and `HMMA`; 2 for `.64`, `.WIDE` and 64-bit types), a 64-bit address (`.64`)
+/// as two, and a memory descriptor's uniform register as two.
+pub fn registers(text: &str) -> (Vec<Reg>, Vec<Reg>) {
+    let (mnemonic, operands) = text.split_once(' ').unwrap_or((text, ""));
+    let mods: Vec<&str> = mnemonic.split('.').collect();
+    let opcode = mods[0];
+    let width: u16 = if mods.contains(&"128") || opcode == "HMMA" || opcode == "LDSM" {
+        4
+    } else if mods
+        .iter()
+        .any(|m| matches!(*m, "64" | "WIDE" | "F64" | "U64" | "S64"))
+        || opcode.starts_with('D')
+    {
+        2
+    } else {
+        1
+    };
+    let ops: Vec<&str> = operands.split(',').map(str::trim).collect();
+    // Operands written: none for stores; for `SHFL` and `ATOMG` the value after the
+    // predicate; for the rest the first, and a predicate second (`ISETP P0, P1, …`, a carry).
+    let store = matches!(opcode, "STG" | "STS" | "STL" | "RED" | "LDGSTS" | "ST");
+    let written: Vec<usize> = if store {
+        vec![]
+    } else if matches!(opcode, "SHFL" | "ATOMG") || ops.get(1).is_some_and(|o| is_predicate(o)) {
+        vec![0, 1]
+    } else {
+        vec![0]
+    };
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    for (i, op) in ops.iter().enumerate() {
+        let into = if written.contains(&i) && !op.starts_with('[') && !op.contains("desc[") {
+            &mut writes
+        } else {
+            &mut reads
+        };
+        operand_registers(op, width, into);
+    }
+    (reads, writes)
+}
+
+fn is_predicate(op: &str) -> bool {
+    let op = op.trim_start_matches('!');
+    op.strip_prefix('P')
+        .is_some_and(|n| n.parse::<u8>().is_ok_and(|n| n < 7))
+}
+
+/// The registers named in one operand (`R4`, `-R4.reuse`, `[R2.64+0x10]`,
+/// `desc[UR4][R12.64]`, `!P0`), each register `width` wide unless it is an address.
+fn operand_registers(op: &str, width: u16, into: &mut Vec<Reg>) {
+    let bytes = op.as_bytes();
+    let mut i = 0;
+    let mut in_brackets = false;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'[' {
+            in_brackets = true;
+        } else if c == b']' {
+            in_brackets = false;
+        }
+        let starts = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+        let (base, skip) = match (c, bytes.get(i + 1)) {
+            (b'U', Some(b'R')) if starts => (256, 2),
+            (b'U', Some(b'P')) if starts => (520, 2),
+            (b'R', _) if starts => (0, 1),
+            (b'P', _) if starts => (512, 1),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let digits: String = op[i + skip..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        i += skip + digits.len();
+        let Ok(n) = digits.parse::<u16>() else {
+            continue;
+        };
+        let wide_address = op[i..].starts_with(".64");
+        let count = if base == 256 && op[..i].ends_with(&format!("desc[UR{n}")) {
+            2
+        } else if in_brackets {
+            if wide_address {
+                2
+            } else {
+                1
+            }
+        } else if wide_address {
+            width.max(2)
+        } else if base == 0 {
+            width
+        } else {
+            1
+        };
+        into.extend((0..count).map(|k| base + n + k));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(sb_marker: u8) -> Control {
+        Control {
+            stall: 3,
+            yield_bit: true,
+            write_barrier: sb_marker,
+            read_barrier: NONE,
+            wait: 0,
+            extra: 0,
+        }
+    }
+
+    fn alu() -> Control {
+        Control {
+            write_barrier: NONE,
+            ..load(NONE)
+        }
+    }
+
+    #[test]
+    fn operands_name_their_registers() {
+        let (r, w) = registers("LDG.E.128.CONSTANT R16, desc[UR4][R12.64]");
+        assert_eq!(w, vec![16, 17, 18, 19]);
+        assert_eq!(r, vec![260, 261, 12, 13]);
+        let (r, w) = registers("STG.E.64 desc[UR4][R8.64], R2");
+        assert!(w.is_empty());
+        assert_eq!(r, vec![260, 261, 8, 9, 2, 3]);
+        let (r, w) = registers("IMAD.WIDE.U32 R14, R13, 0x4, R2");
+        assert_eq!((r, w), (vec![13, 14, 2, 3], vec![14, 15]));
+        let (r, w) = registers("SHFL.BFLY PT, R9, R13, R2, R3");
+        assert_eq!((r, w), (vec![13, 2, 3], vec![9]));
+        let (r, w) = registers("ISETP.GE.U32.AND P6, PT, R12, R10, !P0");
+        assert_eq!((r, w), (vec![12, 10, 512], vec![518]));
+        let (r, _) = registers("LDL.64 R4, [R1+0x8]");
+        assert_eq!(r, vec![1]);
+    }
+
+    #[test]
+    fn independent_loads_overlap_and_a_reader_waits_for_its_own() {
+        let mut s = Scoreboards::default();
+        let a = s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]");
+        let b = s.issue(load(1), "LDG.E R5, desc[UR4][R6.64]");
+        assert_ne!(a.write_barrier, b.write_barrier);
+        assert_eq!((a.wait, b.wait), (0, 0));
+        // Reading R5 waits for the second load only.
+        let add = s.issue(alu(), "FADD R8, R5, R9");
+        assert_eq!(add.wait, 1 << b.write_barrier);
+        // Overwriting a load's address right after it waits for the load; once it has
+        // surely read it, not.
+        let c = s.issue(load(1), "LDG.E R6, desc[UR4][R10.64]");
+        let mov = s.issue(alu(), "MOV R10, 0x0");
+        assert_eq!(mov.wait, 1 << c.write_barrier);
+        let mov = s.issue(alu(), "MOV R3, 0x0");
+        assert_eq!(mov.wait, 0);
+        // After a label, everything.
+        s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]");
+        s.label();
+        assert_eq!(s.issue(alu(), "MOV R20, 0x0").wait, ALL);
+    }
+
+    #[test]
+    fn a_store_holds_its_sources_until_read() {
+        let mut s = Scoreboards::default();
+        let store = Control {
+            write_barrier: NONE,
+            read_barrier: 1,
+            ..alu()
+        };
+        let st = s.issue(store, "STS [R8], R2");
+        assert!(st.read_barrier >= FIRST && st.read_barrier <= LAST);
+        assert_eq!(s.issue(alu(), "FADD R9, R2, R2").wait, 0);
+        assert_eq!(s.issue(alu(), "MOV R2, 0x1").wait, 1 << st.read_barrier);
+    }
+
+    #[test]
+    fn six_pending_loads_share_the_oldest_scoreboard() {
+        let mut s = Scoreboards::default();
+        let sbs: Vec<u8> = (0..6)
+            .map(|i| {
+                s.issue(load(1), &format!("LDS R{}, [R40]", 10 + i))
+                    .write_barrier
+            })
+            .collect();
+        assert_eq!(sbs, vec![1, 2, 3, 4, 5, 1]);
+        // Reading the first load's register waits for scoreboard 1: both loads on it.
+        assert_eq!(s.issue(alu(), "FADD R0, R10, R10").wait, 1 << 1);
+        assert_eq!(s.issue(alu(), "FADD R0, R15, R15").wait, 0);
+    }
+}
