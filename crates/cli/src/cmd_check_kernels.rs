@@ -77,13 +77,6 @@ impl Gpus {
         };
         Ok(Gpus { gpu, twin })
     }
-
-    /// Fresh executors after a failure: a kernel that faulted leaves the context unusable,
-    /// and releasing its last reference resets it, so the kernels after it still run.
-    fn reopen(self, a: &CheckArgs) -> Result<Gpus, String> {
-        drop(self);
-        Gpus::open(a)
-    }
 }
 
 /// A case's run on the GPU, with the code generator's refusal told apart.
@@ -318,12 +311,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
         };
         for shape in shapes {
             eprintln!("checking {} {shape} ...", s.name);
-            let r = check_one(s, shape, &mut gpus, a.seed);
-            let failed = matches!(r, Err(Failure::Failed(_)));
-            record(s.name, shape, r);
-            if failed {
-                gpus = gpus.reopen(a)?;
-            }
+            record(s.name, shape, check_one(s, shape, &mut gpus, a.seed));
         }
     }
     if !a.no_perf {
@@ -343,11 +331,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
                     a.seed + 1,
                     a.reps,
                 );
-                let failed = matches!(r, Err(Failure::Failed(_)));
                 record(s.name, shape, r);
-                if failed {
-                    gpus = gpus.reopen(a)?;
-                }
             }
         }
     }

@@ -554,8 +554,7 @@ impl Drop for CudaExecutor {
     /// Release everything in dependency order. Errors cannot be reported from here;
     /// each release is attempted regardless.
     fn drop(&mut self) {
-        // The context is released even where it cannot be made current (a kernel faulted):
-        // its last release resets it, so that a later executor gets a working one.
+        // The context is released even where it cannot be made current (after a fault).
         if self.bind().is_err() {
             // SAFETY: the context was retained by this executor and is released once.
             let _ = unsafe { result::primary_ctx::release(self.device) };
