@@ -125,6 +125,8 @@ pub struct Registers {
     spillable: Vec<bool>,
     /// The live values where registers last ran out.
     exhausted: Option<Vec<Value>>,
+    /// Values whose registers the code has asked for (see [`Registers::was_read`]).
+    read: std::cell::RefCell<Vec<bool>>,
 }
 
 impl Registers {
@@ -258,6 +260,7 @@ impl Registers {
             limit: limit.min(USABLE),
             spillable,
             exhausted: None,
+            read: std::cell::RefCell::new(vec![false; n]),
         }
     }
 
@@ -419,9 +422,20 @@ impl Registers {
 
     /// Where `v` lives; every operand is defined before its use (the verifier's rule).
     pub fn loc(&self, f: &Function, v: Value) -> Result<Loc> {
+        let mut read = self.read.borrow_mut();
+        read[v.index()] = true;
+        read[self.root[v.index()].index()] = true;
+        drop(read);
         self.locs[v.index()]
             .or(self.locs[self.root[v.index()].index()])
             .ok_or_else(|| refuse(f, format!("{v} is used before it has a register")))
+    }
+
+    /// Whether the code asked for `v`'s registers ([`Registers::loc`]), as an operand or
+    /// to share them: a constant never asked for was folded into its readers as an
+    /// immediate, and the instructions writing it can go.
+    pub fn was_read(&self, v: Value) -> bool {
+        self.read.borrow()[v.index()]
     }
 
     /// The cubin's register count: the registers the code names and the reserved two.

@@ -15,6 +15,8 @@ const LAST: u8 = 5;
 const ALL: u8 = ((1 << (LAST + 1)) - 1) & !((1 << FIRST) - 1);
 /// The field's value for no scoreboard.
 const NONE: u8 = 7;
+/// The most cycles a stall field holds.
+const MAX_STALL: u8 = 15;
 
 /// A register as the tracker numbers them: `Rn` is n, `URn` 256 + n, `Pn` 512 + n.
 type Reg = u16;
@@ -55,7 +57,10 @@ impl Scoreboards {
 
     /// `c` (from [`super::control::control`], which marks a scoreboard to set with any
     /// value below 7) with the scoreboard it sets and the ones `text` must wait for.
-    pub fn issue(&mut self, c: Control, text: &str) -> Control {
+    /// Where `text` would overwrite a source a load may not have read yet, the instruction
+    /// before it (`previous`, when it directly precedes) stalls longer instead of `text`
+    /// waiting for the whole load.
+    pub fn issue(&mut self, c: Control, text: &str, previous: Option<&mut Control>) -> Control {
         let (reads, writes) = registers(text);
         let opcode = text.split(['.', ' ']).next().unwrap_or(text);
         let drain = self.unknown
@@ -74,6 +79,22 @@ impl Scoreboards {
         let sets_write = c.write_barrier < NONE && c.write_barrier >= FIRST;
         let sets_read = c.read_barrier < NONE && c.read_barrier >= FIRST;
         let mut wait = if drain { ALL } else { 0 };
+        // A load's sources are read within `SOURCES_READ` cycles: waiting out the rest of
+        // them before `text` spares waiting for its result.
+        if let Some(prev) = previous.filter(|_| !drain && !sets_write) {
+            let short = self
+                .pending
+                .iter()
+                .filter(|p| !p.late_reads && p.reads.iter().any(|r| writes.contains(r)))
+                .map(|p| SOURCES_READ.saturating_sub(self.cycle - p.issued))
+                .max()
+                .unwrap_or(0);
+            let stall = u32::from(prev.stall) + short;
+            if short > 0 && stall <= u32::from(MAX_STALL) {
+                *prev = super::control::stalled(*prev, stall as u8);
+                self.cycle += short;
+            }
+        }
         if !drain {
             for p in &self.pending {
                 // A result that itself arrives late may go where a load has yet to read
@@ -268,24 +289,33 @@ mod tests {
     #[test]
     fn independent_loads_overlap_and_a_reader_waits_for_its_own() {
         let mut s = Scoreboards::default();
-        let a = s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]");
-        let b = s.issue(load(1), "LDG.E R5, desc[UR4][R6.64]");
+        let a = s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]", None);
+        let b = s.issue(load(1), "LDG.E R5, desc[UR4][R6.64]", None);
         assert_ne!(a.write_barrier, b.write_barrier);
         assert_eq!((a.wait, b.wait), (0, 0));
         // Reading R5 waits for the second load only.
-        let add = s.issue(alu(), "FADD R8, R5, R9");
+        let add = s.issue(alu(), "FADD R8, R5, R9", None);
         assert_eq!(add.wait, 1 << b.write_barrier);
         // Overwriting a load's address right after it waits for the load; once it has
         // surely read it, not.
-        let c = s.issue(load(1), "LDG.E R6, desc[UR4][R10.64]");
-        let mov = s.issue(alu(), "MOV R10, 0x0");
+        let c = s.issue(load(1), "LDG.E R6, desc[UR4][R10.64]", None);
+        let mov = s.issue(alu(), "MOV R10, 0x0", None);
         assert_eq!(mov.wait, 1 << c.write_barrier);
-        let mov = s.issue(alu(), "MOV R3, 0x0");
+        let mov = s.issue(alu(), "MOV R3, 0x0", None);
         assert_eq!(mov.wait, 0);
         // After a label, everything.
-        s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]");
+        s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]", None);
         s.label();
-        assert_eq!(s.issue(alu(), "MOV R20, 0x0").wait, ALL);
+        assert_eq!(s.issue(alu(), "MOV R20, 0x0", None).wait, ALL);
+    }
+
+    #[test]
+    fn overwriting_a_load_s_address_waits_out_its_read_not_the_load() {
+        let mut s = Scoreboards::default();
+        let mut ld = s.issue(load(1), "LDG.E R6, desc[UR4][R10.64]", None);
+        let mov = s.issue(alu(), "MOV R10, 0x0", Some(&mut ld));
+        assert_eq!(mov.wait, 0);
+        assert_eq!(u32::from(ld.stall), SOURCES_READ);
     }
 
     #[test]
@@ -296,10 +326,13 @@ mod tests {
             read_barrier: 1,
             ..alu()
         };
-        let st = s.issue(store, "STS [R8], R2");
+        let st = s.issue(store, "STS [R8], R2", None);
         assert!(st.read_barrier >= FIRST && st.read_barrier <= LAST);
-        assert_eq!(s.issue(alu(), "FADD R9, R2, R2").wait, 0);
-        assert_eq!(s.issue(alu(), "MOV R2, 0x1").wait, 1 << st.read_barrier);
+        assert_eq!(s.issue(alu(), "FADD R9, R2, R2", None).wait, 0);
+        assert_eq!(
+            s.issue(alu(), "MOV R2, 0x1", None).wait,
+            1 << st.read_barrier
+        );
     }
 
     #[test]
@@ -307,13 +340,13 @@ mod tests {
         let mut s = Scoreboards::default();
         let sbs: Vec<u8> = (0..6)
             .map(|i| {
-                s.issue(load(1), &format!("LDS R{}, [R40]", 10 + i))
+                s.issue(load(1), &format!("LDS R{}, [R40]", 10 + i), None)
                     .write_barrier
             })
             .collect();
         assert_eq!(sbs, vec![1, 2, 3, 4, 5, 1]);
         // Reading the first load's register waits for scoreboard 1: both loads on it.
-        assert_eq!(s.issue(alu(), "FADD R0, R10, R10").wait, 1 << 1);
-        assert_eq!(s.issue(alu(), "FADD R0, R15, R15").wait, 0);
+        assert_eq!(s.issue(alu(), "FADD R0, R10, R10", None).wait, 1 << 1);
+        assert_eq!(s.issue(alu(), "FADD R0, R15, R15", None).wait, 0);
     }
 }

@@ -14,6 +14,7 @@ use super::regs::{width, Loc, Registers, Spills};
 use super::scoreboard::Scoreboards;
 use crate::cubin::PARAM_BASE;
 use crate::error::{Result, SassError};
+use crate::table::{Control, Tables};
 
 /// The uniform register pair holding the global memory descriptor, loaded once at entry
 /// from `c[0x0][0x208]`, as ptxas does.
@@ -54,6 +55,8 @@ pub struct Selector<'f> {
     param_offsets: Vec<u32>,
     /// The bits of each constant value.
     consts: std::collections::HashMap<Value, u64>,
+    /// Where each constant's `MOV`s start (see [`Selector::finish`]).
+    const_lines: Vec<(Value, usize)>,
 }
 
 /// How an integer or float type is handled.
@@ -89,6 +92,7 @@ impl<'f> Selector<'f> {
             yield_to: Vec::new(),
             param_offsets,
             consts: Default::default(),
+            const_lines: Vec::new(),
         };
         s.emit("", format!("ULDC.64 {DESC}, c[0x0][0x208]"));
         if spills.bytes() > 0 {
@@ -115,6 +119,20 @@ impl<'f> Selector<'f> {
     /// The kernel as text: its ABI, then its code, padded to 128 bytes as ptxas pads it
     /// (a branch to itself, then `NOP`s).
     pub fn finish(mut self) -> String {
+        // The constants every reader took as an immediate need no register.
+        let unread: std::collections::HashSet<usize> = self
+            .const_lines
+            .iter()
+            .filter(|(v, _)| !self.regs.was_read(*v))
+            .flat_map(|&(v, at)| at..at + width(self.f.ty(v)).unwrap_or(1) as usize)
+            .collect();
+        let lines = std::mem::take(&mut self.lines);
+        self.lines = lines
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !unread.contains(i))
+            .map(|(_, l)| l)
+            .collect();
         let end = self.label();
         self.lines.push(Line::Label(end.clone()));
         self.emit("", format!("BRA `({end})"));
@@ -151,13 +169,16 @@ impl<'f> Selector<'f> {
         out += &format!("{}:\n", f.name);
         let mut guards = control::Guards::default();
         let mut scoreboards = Scoreboards::default();
+        // Each line's control bits, kept until the end: the scoreboards may lengthen the
+        // stall of the instruction before the one they are working out.
+        let mut controls: Vec<Option<Control>> = Vec::with_capacity(self.lines.len());
         for (i, line) in self.lines.iter().enumerate() {
             match line {
-                Line::Label(l) => {
-                    out += &format!("{l}:\n");
+                Line::Label(_) => {
                     scoreboards.label();
+                    controls.push(None);
                 }
-                Line::Inst { guard, text, stall } => {
+                Line::Inst { text, stall, .. } => {
                     let next = self.lines.get(i + 1).map(|l| match l {
                         Line::Inst { guard, text, .. } => Some((guard.as_str(), mnemonic(text))),
                         Line::Label(_) => None,
@@ -174,9 +195,19 @@ impl<'f> Selector<'f> {
                         _ => None,
                     };
                     c = guards.issue(c, text, guarded);
-                    c = scoreboards.issue(c, text);
+                    let previous = controls.last_mut().and_then(Option::as_mut);
+                    c = scoreboards.issue(c, text, previous);
+                    controls.push(Some(c));
+                }
+            }
+        }
+        for (line, c) in self.lines.iter().zip(controls) {
+            match (line, c) {
+                (Line::Label(l), _) => out += &format!("{l}:\n"),
+                (Line::Inst { guard, text, .. }, Some(c)) => {
                     out += &format!("        {guard}{text} ;  /* {} */\n", c.text());
                 }
+                (Line::Inst { .. }, None) => {}
             }
         }
         out
@@ -475,6 +506,7 @@ impl<'f> Selector<'f> {
                 let v = result.ok_or_else(|| refuse(f, "a constant without its result"))?;
                 self.consts.insert(v, *bits);
                 let d = self.regs.define(f, v)?;
+                self.const_lines.push((v, self.lines.len()));
                 self.emit("", format!("MOV {}, {:#x}", d.reg(0), *bits as u32));
                 if ty.bytes() == 8 {
                     let hi = format!("{:#x}", (*bits >> 32) as u32);
@@ -996,6 +1028,23 @@ impl<'f> Selector<'f> {
         if let (Kind::U32, BinOp::Div | BinOp::Rem, Some(d)) = (kind, op, divisor) {
             return self.divide(result, op, a, d);
         }
+        // A constant operand as an immediate where the tables hold that form (the second
+        // operand; the first of a commutative operation swapped in).
+        let commutes = matches!(
+            op,
+            BinOp::Add | BinOp::Mul | BinOp::And | BinOp::Or | BinOp::Xor
+        );
+        let (a, b) = if commutes && self.consts.contains_key(&a) && !self.consts.contains_key(&b) {
+            (b, a)
+        } else {
+            (a, b)
+        };
+        if let Some(text) = self.immediate_form(kind, op, a, b)? {
+            let v = result.ok_or_else(|| refuse(f, "an operation without its result"))?;
+            let d = self.regs.define(f, v)?.reg(0);
+            self.emit("", text.replace("{d}", &d));
+            return Ok(());
+        }
         let (ra, rb) = (self.reg(a)?, self.reg(b)?);
         let shift_by = self.consts.get(&b).copied();
         let text = |d: &str| -> Option<String> {
@@ -1050,6 +1099,33 @@ impl<'f> Selector<'f> {
         let line = text(&d).unwrap_or_default();
         self.emit("", line);
         Ok(())
+    }
+
+    /// `a op b` for a 32-bit integer constant `b` with `b` as an immediate, its destination
+    /// written `{d}`, where the tables hold the form: `None` otherwise.
+    fn immediate_form(&self, kind: Kind, op: BinOp, a: Value, b: Value) -> Result<Option<String>> {
+        let Some(&bits) = self.consts.get(&b) else {
+            return Ok(None);
+        };
+        if !matches!(kind, Kind::U32 | Kind::S32) || self.consts.contains_key(&a) {
+            return Ok(None);
+        }
+        let imm = bits as u32;
+        let ra = self.reg(a)?;
+        let text = match (kind, op) {
+            (_, BinOp::Add) => format!("IADD3 {{d}}, {ra}, {}, RZ", signed_hex(imm)),
+            (_, BinOp::Sub) => format!("IADD3 {{d}}, {ra}, {}, RZ", signed_hex(imm.wrapping_neg())),
+            (_, BinOp::Mul) => format!("IMAD {{d}}, {ra}, {}, RZ", signed_hex(imm)),
+            (_, BinOp::And) => format!("LOP3.LUT {{d}}, {ra}, {imm:#x}, RZ, 0xc0, !PT"),
+            (_, BinOp::Or) => format!("LOP3.LUT {{d}}, {ra}, {imm:#x}, RZ, 0xfc, !PT"),
+            (_, BinOp::Xor) => format!("LOP3.LUT {{d}}, {ra}, {imm:#x}, RZ, 0x3c, !PT"),
+            (_, BinOp::Shl) if imm < 32 => format!("SHF.L.U32 {{d}}, {ra}, {imm:#x}, RZ"),
+            (Kind::U32, BinOp::Shr) if imm < 32 => {
+                format!("SHF.R.U32.HI {{d}}, RZ, {imm:#x}, {ra}")
+            }
+            _ => return Ok(None),
+        };
+        Ok(encodable(&text.replace("{d}", "R0")).then_some(text))
     }
 
     /// `x / d` or `x % d` for a constant `d` ([`divide`]): the quotient through R0 into
@@ -1454,6 +1530,14 @@ impl<'f> Selector<'f> {
 /// An instruction's mnemonic: its text up to the first space.
 fn mnemonic(text: &str) -> &str {
     text.split_whitespace().next().unwrap_or("")
+}
+
+/// Whether the encoding tables hold `text`'s form (they hold what ptxas was seen to write).
+fn encodable(text: &str) -> bool {
+    let (Ok(tables), Ok(parsed)) = (Tables::sm90(), crate::syntax::parse(text)) else {
+        return false;
+    };
+    tables.encode(&parsed, Control::default(), 0).is_ok()
 }
 
 /// A 32-bit immediate as the signed fields of IMAD's forms take it (`-0x7`; MOV's field
