@@ -137,12 +137,13 @@ impl Scoreboards {
         c
     }
 
-    /// A scoreboard no pending instruction holds, or else the oldest one's (waiting on it
-    /// then waits for both).
+    /// A scoreboard no pending instruction holds, or else the youngest one's (waiting on
+    /// it then waits for both; results are mostly read in the order they were asked for,
+    /// so the older ones stay apart).
     fn free(&self) -> u8 {
         (FIRST..=LAST)
             .find(|sb| self.pending.iter().all(|p| p.sb != *sb))
-            .unwrap_or_else(|| self.pending.first().map_or(FIRST, |p| p.sb))
+            .unwrap_or_else(|| self.pending.last().map_or(FIRST, |p| p.sb))
     }
 }
 
@@ -336,7 +337,7 @@ mod tests {
     }
 
     #[test]
-    fn six_pending_loads_share_the_oldest_scoreboard() {
+    fn a_sixth_pending_load_shares_the_youngest_scoreboard() {
         let mut s = Scoreboards::default();
         let sbs: Vec<u8> = (0..6)
             .map(|i| {
@@ -344,9 +345,11 @@ mod tests {
                     .write_barrier
             })
             .collect();
-        assert_eq!(sbs, vec![1, 2, 3, 4, 5, 1]);
-        // Reading the first load's register waits for scoreboard 1: both loads on it.
+        assert_eq!(sbs, vec![1, 2, 3, 4, 5, 5]);
+        // Reading the first load's register waits for it alone; the sixth's waits for the
+        // fifth too.
         assert_eq!(s.issue(alu(), "FADD R0, R10, R10", None).wait, 1 << 1);
-        assert_eq!(s.issue(alu(), "FADD R0, R15, R15", None).wait, 0);
+        assert_eq!(s.issue(alu(), "FADD R0, R15, R15", None).wait, 1 << 5);
+        assert_eq!(s.issue(alu(), "FADD R0, R14, R14", None).wait, 0);
     }
 }
