@@ -189,7 +189,10 @@ pub fn issue(
 /// delivers it (the emulator counts issue cycles as the stalls; waits and taken branches
 /// only add to them) is an error: on the GPU it reads the old predicate.
 fn guard_ready(w: &Warp, inst: &Inst, lane: usize, pred: u8) -> Result<(), EmuError> {
-    let ready = w.guard_ready[lane][usize::from(pred)];
+    // PT is never written.
+    let Some(&ready) = w.guard_ready[lane].get(usize::from(pred)) else {
+        return Ok(());
+    };
     if w.cycle >= ready {
         return Ok(());
     }
