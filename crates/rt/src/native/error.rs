@@ -1,10 +1,13 @@
 //! Errors of the native backend: each says what is missing or which driver call failed,
 //! and how.
 
+use super::launch::LaunchError;
+use super::pushbuf::PushError;
+use super::qmd::QmdError;
 use super::rm::CallError;
 
 /// Why the native backend cannot reach the GPUs.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum NativeError {
     /// `/proc/driver/nvidia/version` does not exist: no nvidia module is loaded.
     #[error(
@@ -114,6 +117,47 @@ pub enum NativeError {
     /// A channel's parameters that the hardware cannot take.
     #[error("a channel of {entries} GPFIFO entries cannot be made: {reason}")]
     ChannelShape { entries: u32, reason: &'static str },
+
+    /// A cubin that cannot be read, or that has nothing to run.
+    #[error("cannot load the cubin: {0}")]
+    Cubin(String),
+
+    /// Code that would need relocating before it runs.
+    #[error(
+        "kernel {kernel} has {count} relocations in its code (calls to functions in other \
+         sections, or global symbols), which the native backend does not apply yet"
+    )]
+    Relocations { kernel: String, count: usize },
+
+    /// A kernel with a stack frame.
+    #[error(
+        "kernel {kernel} needs {bytes} bytes of local memory per thread, which the native \
+         backend does not set up yet"
+    )]
+    LocalMemory { kernel: String, bytes: u32 },
+
+    /// A launch that cannot be made as asked.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+
+    /// A launch descriptor that cannot be encoded.
+    #[error(transparent)]
+    Qmd(#[from] QmdError),
+
+    /// Methods that cannot be encoded.
+    #[error(transparent)]
+    Push(#[from] PushError),
+
+    /// Submitted work that did not finish in time.
+    #[error(
+        "{what} did not finish within {seconds} s (the channel had fetched up to GPFIFO \
+         entry {gp_get}); the GPU may be hung or the work faulted"
+    )]
+    Timeout {
+        what: String,
+        seconds: f64,
+        gp_get: u32,
+    },
 
     /// A call to the driver failed.
     #[error("{call} failed: {error}")]

@@ -110,6 +110,27 @@ pub struct KernelLaunch {
     pub params: Vec<u8>,
 }
 
+/// Where generic addresses reach shared memory (`SET_SHADER_SHARED_MEMORY_WINDOW`, and
+/// bank 0 at 0x18 for the code): far above anything the address space hands out, below
+/// the window methods' 49 bits.
+pub const SHARED_WINDOW: u64 = 0x7e00_0000_0000;
+/// Where generic addresses reach local memory (`SET_SHADER_LOCAL_MEMORY_WINDOW`, bank 0
+/// at 0x20).
+pub const LOCAL_WINDOW: u64 = 0x7f00_0000_0000;
+/// The stack pointer's first value, which compiled code loads from bank 0 at 0x28 into
+/// R1: the top of a thread's local memory window less what the hardware keeps there.
+pub const STACK_TOP: u64 = 0x00ff_fdc0;
+
+/// Byte offsets of the launch state in constant bank 0, as compiled code reads it:
+/// `%ntid` at 0x0, `%nctaid` at 0xc (a word per dimension), the windows and stack top.
+mod bank0 {
+    pub const NTID: usize = 0x0;
+    pub const NCTAID: usize = 0xc;
+    pub const SHARED_WINDOW: usize = 0x18;
+    pub const LOCAL_WINDOW: usize = 0x20;
+    pub const STACK_TOP: usize = 0x28;
+}
+
 /// Where a launch's pieces lie in the GPU's address space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchAddresses {
@@ -289,6 +310,24 @@ impl KernelLaunch {
         (PARAM_BASE as usize + self.params.len()).next_multiple_of(16) as u32
     }
 
+    /// Constant bank 0 of this launch, [`KernelLaunch::constant_buffer0_size`] bytes:
+    /// the block and grid sizes, the shared and local windows and the stack top, and the
+    /// parameters from [`PARAM_BASE`] on. Everything else is zero (the global memory
+    /// descriptor at 0x208 among it: the default access policy).
+    pub fn constant_buffer0(&self) -> Vec<u8> {
+        let mut bank = vec![0u8; self.constant_buffer0_size() as usize];
+        let mut put = |at: usize, bytes: &[u8]| bank[at..at + bytes.len()].copy_from_slice(bytes);
+        for d in 0..3 {
+            put(bank0::NTID + 4 * d, &self.block[d].to_le_bytes());
+            put(bank0::NCTAID + 4 * d, &self.grid[d].to_le_bytes());
+        }
+        put(bank0::SHARED_WINDOW, &SHARED_WINDOW.to_le_bytes());
+        put(bank0::LOCAL_WINDOW, &LOCAL_WINDOW.to_le_bytes());
+        put(bank0::STACK_TOP, &STACK_TOP.to_le_bytes());
+        put(PARAM_BASE as usize, &self.params);
+        bank
+    }
+
     /// What the QMD says about this launch, once its pieces have addresses.
     pub fn qmd_launch(&self, at: &LaunchAddresses) -> QmdLaunch {
         QmdLaunch {
@@ -396,6 +435,30 @@ mod tests {
         assert_eq!(q.get(field::CONSTANT_BUFFER0_SIZE_SHIFTED4), 0x22);
         assert_eq!(q.get(field::PROGRAM_ADDRESS_UPPER), 0x7f00);
         assert_eq!(q.get(field::RELEASE0_ENABLE), 1);
+    }
+
+    #[test]
+    fn constant_bank0_holds_the_launch_state_and_the_parameters() {
+        let params: Vec<u8> = (1..=12).collect();
+        let l = KernelLaunch::from_cubin(&cubin(&desc()), "scale", &dims(), &params).unwrap();
+        let bank = l.constant_buffer0();
+        assert_eq!(bank.len(), 0x220);
+        let word = |at: usize| u32::from_le_bytes(bank[at..at + 4].try_into().unwrap());
+        let dword = |at: usize| u64::from_le_bytes(bank[at..at + 8].try_into().unwrap());
+        // %ntid.x/y/z, then %nctaid.x/y/z.
+        assert_eq!([word(0), word(4), word(8)], [256, 1, 1]);
+        assert_eq!([word(0xc), word(0x10), word(0x14)], [100, 2, 1]);
+        assert_eq!(dword(0x18), SHARED_WINDOW);
+        assert_eq!(dword(0x20), LOCAL_WINDOW);
+        assert_eq!(dword(0x28), 0xfffdc0);
+        assert_eq!(&bank[0x210..0x21c], &params[..]);
+        // Nothing else is set: the rest of the state, the descriptor at 0x208, the tail.
+        let set = [0..0x30, 0x210..0x21c];
+        for (i, b) in bank.iter().enumerate() {
+            if !set.iter().any(|r| r.contains(&i)) {
+                assert_eq!(*b, 0, "byte {i:#x}");
+            }
+        }
     }
 
     fn refused(d: &KernelDesc, dims: &LaunchDims, params: usize) -> String {

@@ -53,6 +53,7 @@ pub mod arch;
 mod channel;
 pub mod controls;
 mod device_files;
+mod dispatch;
 mod error;
 #[cfg(test)]
 mod fake;
@@ -70,6 +71,7 @@ pub mod version;
 pub use arch::Architecture;
 pub use channel::{Channel, MAX_GPFIFO_ENTRIES};
 pub use device_files::DeviceFiles;
+pub use dispatch::{Launcher, Program};
 pub use error::NativeError;
 pub use memory::{Allocation, Gpu, Placement};
 pub use query::{query_devices, NativeDeviceInfo};

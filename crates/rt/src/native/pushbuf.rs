@@ -70,6 +70,12 @@ pub mod compute {
     pub const SEND_PCAS_A: u32 = 0x02b4;
     /// `SEND_SIGNALING_PCAS2_B`: `PCAS_ACTION` in 3:0.
     pub const SEND_SIGNALING_PCAS2_B: u32 = 0x02c0;
+    /// `SET_SHADER_SHARED_MEMORY_WINDOW_A`: `BASE_ADDRESS_UPPER` (16:0); `_B` (0x02a4)
+    /// the lower 32 bits.
+    pub const SET_SHADER_SHARED_MEMORY_WINDOW_A: u32 = 0x02a0;
+    /// `SET_SHADER_LOCAL_MEMORY_WINDOW_A`: `BASE_ADDRESS_UPPER` (16:0); `_B` (0x07b4) the
+    /// lower 32 bits.
+    pub const SET_SHADER_LOCAL_MEMORY_WINDOW_A: u32 = 0x07b0;
 }
 
 /// What `SEND_SIGNALING_PCAS2_B` asks of the QMD sent by `SEND_PCAS_A`
@@ -273,6 +279,33 @@ impl PushBuffer {
         )
     }
 
+    /// Places the windows through which generic addresses reach shared and local memory
+    /// for the compute class bound to `sub`.
+    pub fn shader_windows(&mut self, sub: u32, shared: u64, local: u64) -> Result<(), PushError> {
+        for (what, method, address) in [
+            (
+                "the shared memory window",
+                compute::SET_SHADER_SHARED_MEMORY_WINDOW_A,
+                shared,
+            ),
+            (
+                "the local memory window",
+                compute::SET_SHADER_LOCAL_MEMORY_WINDOW_A,
+                local,
+            ),
+        ] {
+            if address >> 49 != 0 {
+                return Err(PushError::Address {
+                    what,
+                    address,
+                    bits: 49,
+                });
+            }
+            self.incrementing(sub, method, &[(address >> 32) as u32, address as u32])?;
+        }
+        Ok(())
+    }
+
     /// Launches the grid of the QMD at `qmd_address` on the compute class bound to `sub`:
     /// `SEND_PCAS_A` with the address >> 8, then `SEND_SIGNALING_PCAS2_B` with `action`.
     pub fn launch(
@@ -465,6 +498,20 @@ mod tests {
         assert!(e.to_string().contains("a QMD at 0x7f12345680"), "{e}");
         assert!(p.launch(1, 1 << 40, PcasAction::Schedule).is_err());
         assert_eq!(p.words().len(), 4);
+    }
+
+    #[test]
+    fn shader_windows_send_upper_then_lower_halves() {
+        let mut p = PushBuffer::new();
+        p.shader_windows(1, 0x7e00_1234_5678, 0x1_0000_0000).unwrap();
+        // INC, two words, subchannel 1, method 0x2a0 (0xa8 in words) then 0x7b0 (0x1ec).
+        assert_eq!(
+            p.words(),
+            &[0x2002_20a8, 0x7e00, 0x1234_5678, 0x2002_21ec, 1, 0]
+        );
+        let e = p.shader_windows(1, 1 << 49, 0).unwrap_err();
+        assert!(e.to_string().contains("the shared memory window"), "{e}");
+        assert!(p.shader_windows(1, 0, 1 << 49).is_err());
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub mod field {
     use super::Field;
 
     qmd_fields! {
+        /// The QMD group the grid is scheduled in: 0x3f, the group no other work names.
+        QMD_GROUP_ID = 21:16;
         /// `QMD_TYPE_GRID_CTA` (2): a grid of independent CTAs.
         QMD_TYPE = 25:23;
         /// `RELEASE_ENABLE(0)`.
@@ -82,6 +84,8 @@ pub mod field {
         SASS_VERSION = 543:536;
         /// `API_VISIBLE_CALL_LIMIT_NO_CHECK` (1).
         API_VISIBLE_CALL_LIMIT = 568:568;
+        /// `SAMPLER_INDEX_VIA_HEADER_INDEX` (1), as compiled compute code expects.
+        SAMPLER_INDEX = 569:569;
         QMD_MINOR_VERSION = 579:576;
         QMD_MAJOR_VERSION = 583:580;
         /// Shared memory per CTA, bytes.
@@ -128,6 +132,10 @@ pub mod field {
     }
 }
 
+/// The QMD group quench's grids are scheduled in.
+pub const QMD_GROUP_ID_OWN: u64 = 0x3f;
+/// `SAMPLER_INDEX_VIA_HEADER_INDEX`.
+pub const SAMPLER_INDEX_VIA_HEADER_INDEX: u64 = 1;
 /// `QMD_TYPE_GRID_CTA`.
 pub const QMD_TYPE_GRID_CTA: u64 = 2;
 /// `RELEASE_STRUCTURE_SIZE_SEMAPHORE_ONE_WORD`.
@@ -338,6 +346,8 @@ impl QmdLaunch {
         q.set(QMD_MAJOR_VERSION, 4)?;
         q.set(QMD_MINOR_VERSION, 0)?;
         q.set(QMD_TYPE, QMD_TYPE_GRID_CTA)?;
+        q.set(QMD_GROUP_ID, QMD_GROUP_ID_OWN)?;
+        q.set(SAMPLER_INDEX, SAMPLER_INDEX_VIA_HEADER_INDEX)?;
         q.set(SASS_VERSION, SASS_VERSION_SM90)?;
         q.set(API_VISIBLE_CALL_LIMIT, API_VISIBLE_CALL_LIMIT_NO_CHECK)?;
         q.set(CWD_MEMBAR_TYPE, CWD_MEMBAR_TYPE_L1_SYSMEMBAR)?;
@@ -455,8 +465,12 @@ mod tests {
     #[test]
     fn fields_land_where_clcbc0qmd_h_puts_them() {
         let q = launch().pack().unwrap();
-        // QMD_TYPE MW(25:23): word 0, bits 23..26.
+        // QMD_TYPE MW(25:23): word 0, bits 23..26; QMD_GROUP_ID MW(21:16) below it.
         assert_eq!(bits(&q, 0, 23, 3), 2);
+        assert_eq!(bits(&q, 0, 16, 6), 0x3f);
+        // API_VISIBLE_CALL_LIMIT MW(568:568), SAMPLER_INDEX MW(569:569): word 17, bits
+        // 24 and 25.
+        assert_eq!(bits(&q, 17, 24, 2), 0b11);
         // RELEASE_ENABLE(0) MW(320:320), STRUCTURE_SIZE MW(322:321), MEMBAR MW(323:323).
         assert_eq!(bits(&q, 10, 0, 4), 0b1011);
         // SASS_VERSION MW(543:536): word 16, bits 24..32.
