@@ -346,7 +346,9 @@ mod tests {
         let bytes = u64::from(N) * 4;
         let x = gpu.allocate(bytes, Placement::Device, true).unwrap();
         let y = gpu.allocate(bytes, Placement::Host, true).unwrap();
-        let xs: Vec<u32> = (0..N).map(|i| i.wrapping_mul(2_654_435_761) ^ 0x5bd1).collect();
+        let xs: Vec<u32> = (0..N)
+            .map(|i| i.wrapping_mul(2_654_435_761) ^ 0x5bd1)
+            .collect();
         let mut packed = vec![];
         for v in &xs {
             packed.extend_from_slice(&v.to_le_bytes());

@@ -503,7 +503,8 @@ mod tests {
     #[test]
     fn shader_windows_send_upper_then_lower_halves() {
         let mut p = PushBuffer::new();
-        p.shader_windows(1, 0x7e00_1234_5678, 0x1_0000_0000).unwrap();
+        p.shader_windows(1, 0x7e00_1234_5678, 0x1_0000_0000)
+            .unwrap();
         // INC, two words, subchannel 1, method 0x2a0 (0xa8 in words) then 0x7b0 (0x1ec).
         assert_eq!(
             p.words(),

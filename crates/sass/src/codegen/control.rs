@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use super::scoreboard::{registers, PREDICATES};
 use crate::table::Control;
 
 /// Cycles a fixed-latency instruction whose latency was not measured stalls for: above
@@ -180,15 +181,9 @@ impl Guards {
     /// reached from elsewhere (a label follows, or `text` branches), where every predicate
     /// must be ready.
     pub fn issue(&mut self, c: Control, text: &str, next_guard: Option<&str>) -> Control {
-        let operands: Vec<&str> = text
-            .split_once(' ')
-            .map(|(_, ops)| ops.split(',').map(str::trim).take(2).collect())
-            .unwrap_or_default();
-        // A predicate among the first two operands is written (`ISETP P0, PT, …`,
-        // `IADD3 R1, P0, …`); predicates read as operands come later.
-        for op in operands {
-            if let Some(p) = predicate(op) {
-                self.written[p] = Some(self.cycle);
+        for p in registers(text).1 {
+            if let Some(p) = p.checked_sub(PREDICATES).filter(|&p| p < 7) {
+                self.written[usize::from(p)] = Some(self.cycle);
             }
         }
         let ready = |w: Option<u32>| {
@@ -215,7 +210,7 @@ impl Guards {
 }
 
 /// The number of predicate register `P0`–`P6` named by `operand`.
-fn predicate(operand: &str) -> Option<usize> {
+pub(super) fn predicate(operand: &str) -> Option<usize> {
     let n = operand.strip_prefix('P')?.parse::<usize>().ok()?;
     (n < 7).then_some(n)
 }

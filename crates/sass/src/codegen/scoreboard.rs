@@ -6,6 +6,7 @@
 //! a label) and before barriers, fences and the end of the kernel, everything is waited for.
 //! Scoreboard 0 stays with the copy groups (`LDGDEPBAR`, see `control`).
 
+use super::control::predicate;
 use crate::table::Control;
 
 /// The scoreboards handed out, round the pending ones.
@@ -20,6 +21,9 @@ const MAX_STALL: u8 = 15;
 
 /// A register as the tracker numbers them: `Rn` is n, `URn` 256 + n, `Pn` 512 + n.
 type Reg = u16;
+/// Where [`registers`] numbers predicate registers: `P0` is `PREDICATES` (general registers
+/// count from 0, uniform ones from 256, uniform predicates from 520).
+pub const PREDICATES: Reg = 512;
 
 /// A variable-latency instruction still owed: its scoreboard, the registers it will write
 /// and the ones it may have yet to read.
@@ -190,9 +194,7 @@ pub fn registers(text: &str) -> (Vec<Reg>, Vec<Reg>) {
 }
 
 fn is_predicate(op: &str) -> bool {
-    let op = op.trim_start_matches('!');
-    op.strip_prefix('P')
-        .is_some_and(|n| n.parse::<u8>().is_ok_and(|n| n < 7))
+    predicate(op.trim_start_matches('!')).is_some()
 }
 
 /// The registers named in one operand (`R4`, `-R4.reuse`, `[R2.64+0x10]`,
@@ -213,7 +215,7 @@ fn operand_registers(op: &str, width: u16, into: &mut Vec<Reg>) {
             (b'U', Some(b'R')) if starts => (256, 2),
             (b'U', Some(b'P')) if starts => (520, 2),
             (b'R', _) if starts => (0, 1),
-            (b'P', _) if starts => (512, 1),
+            (b'P', _) if starts => (PREDICATES, 1),
             _ => {
                 i += 1;
                 continue;
