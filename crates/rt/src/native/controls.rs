@@ -133,6 +133,24 @@ impl Control for FbGetInfoV2Params {
     const NAME: &'static str = "NV2080_CTRL_CMD_FB_GET_INFO_V2";
 }
 
+/// Fills `list` with requests for `indices` (as many as fit); returns how many.
+fn request_info(list: &mut [InfoEntry], indices: &[u32]) -> u32 {
+    let mut n = 0;
+    for (entry, &index) in list.iter_mut().zip(indices) {
+        entry.index = index;
+        n += 1;
+    }
+    n
+}
+
+/// The value returned for `index` among the first `size` entries of `list`.
+fn info_value(list: &[InfoEntry], size: u32, index: u32) -> Option<u32> {
+    list[..(size as usize).min(list.len())]
+        .iter()
+        .find(|e| e.index == index)
+        .map(|e| e.data)
+}
+
 impl FbGetInfoV2Params {
     /// Asks for the values at `indices` (at most [`FB_INFO_MAX_LIST_SIZE`]; the rest
     /// are ignored).
@@ -141,20 +159,13 @@ impl FbGetInfoV2Params {
             fb_info_list_size: 0,
             fb_info_list: [InfoEntry::default(); FB_INFO_MAX_LIST_SIZE],
         };
-        for (entry, &index) in params.fb_info_list.iter_mut().zip(indices) {
-            entry.index = index;
-            params.fb_info_list_size += 1;
-        }
+        params.fb_info_list_size = request_info(&mut params.fb_info_list, indices);
         params
     }
 
     /// The value returned for `index`, if it was asked for.
     pub fn value(&self, index: u32) -> Option<u32> {
-        let n = (self.fb_info_list_size as usize).min(FB_INFO_MAX_LIST_SIZE);
-        self.fb_info_list[..n]
-            .iter()
-            .find(|e| e.index == index)
-            .map(|e| e.data)
+        info_value(&self.fb_info_list, self.fb_info_list_size, index)
     }
 }
 
@@ -168,6 +179,57 @@ pub struct GrRouteInfo {
     pub route: u64,
 }
 assert_layout!(GrRouteInfo, size 16, flags @ 0, route @ 8);
+
+/// `NV0080_CTRL_GR_INFO_MAX_SIZE` (ctrl0080gr.h): entries of a GR info list.
+pub const GR_INFO_MAX_SIZE: usize = 0x3a;
+/// `NV0080_CTRL_GR_INFO_INDEX_MAX_WARPS_PER_SM` (ctrl0080gr.h).
+pub const GR_INFO_INDEX_MAX_WARPS_PER_SM: u32 = 0xd;
+/// `NV0080_CTRL_GR_INFO_INDEX_LITTER_NUM_GPCS`: GPCs the chip's design has (enabled or
+/// not), which bounds the GPC ids hardware uses.
+pub const GR_INFO_INDEX_LITTER_NUM_GPCS: u32 = 0x14;
+/// `NV0080_CTRL_GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC`: TPCs per GPC in the design.
+pub const GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC: u32 = 0x17;
+/// `NV0080_CTRL_GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC`.
+pub const GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC: u32 = 0x20;
+
+/// `NV2080_CTRL_GR_GET_INFO_V2_PARAMS` (= `NV0080_CTRL_GR_GET_INFO_V2_PARAMS`,
+/// src/common/sdk/nvidia/inc/ctrl/ctrl0080/ctrl0080gr.h): graphics engine figures by
+/// index, the list inline.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrGetInfoV2Params {
+    pub gr_info_list_size: u32,
+    pub gr_info_list: [InfoEntry; GR_INFO_MAX_SIZE],
+    pub gr_route_info: GrRouteInfo,
+}
+assert_layout!(GrGetInfoV2Params, size 488, gr_info_list_size @ 0, gr_info_list @ 4,
+    gr_route_info @ 472);
+
+// SAFETY: #[repr(C)] integers only, layout asserted above.
+unsafe impl Params for GrGetInfoV2Params {}
+
+impl Control for GrGetInfoV2Params {
+    const CMD: u32 = 0x2080_1228;
+    const NAME: &'static str = "NV2080_CTRL_CMD_GR_GET_INFO_V2";
+}
+
+impl GrGetInfoV2Params {
+    /// Asks for the values at `indices` (at most [`GR_INFO_MAX_SIZE`]).
+    pub fn request(indices: &[u32]) -> Self {
+        let mut params = GrGetInfoV2Params {
+            gr_info_list_size: 0,
+            gr_info_list: [InfoEntry::default(); GR_INFO_MAX_SIZE],
+            gr_route_info: GrRouteInfo::default(),
+        };
+        params.gr_info_list_size = request_info(&mut params.gr_info_list, indices);
+        params
+    }
+
+    /// The value returned for `index`, if it was asked for.
+    pub fn value(&self, index: u32) -> Option<u32> {
+        info_value(&self.gr_info_list, self.gr_info_list_size, index)
+    }
+}
 
 /// `NV2080_CTRL_GR_GET_SM_TO_GPC_TPC_MAPPINGS_MAX_SM_COUNT` (ctrl2080gr.h; 144 before the
 /// 560 branch).

@@ -9,17 +9,28 @@
 //! the grid has finished, releases a semaphore (a host semaphore with `RELEASE_WFI`); it
 //! submits that and waits for the semaphore.
 //!
-//! Not yet: kernels whose code needs relocating (calls to functions in other sections),
-//! and kernels with a stack frame (local memory is not set up): both are refused by name.
+//! A kernel with a stack frame needs local memory: the launcher allocates it the first
+//! time a kernel needs it (and again, larger, when one needs more), enough for every
+//! thread the GPU can hold at once, sized from the chip's design as the resource manager
+//! reports it, and hands it to the compute class (`SET_SHADER_LOCAL_MEMORY_*`).
+//!
+//! Not yet: kernels whose code needs relocating (calls to functions in other sections)
+//! are refused by name.
 
 use std::time::{Duration, Instant};
 
 use quench_sass::cubin::Cubin;
 
 use super::channel::Channel;
+use super::controls::{
+    GrGetInfoV2Params, GR_INFO_INDEX_LITTER_NUM_GPCS, GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC,
+    GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC, GR_INFO_INDEX_MAX_WARPS_PER_SM,
+};
 use super::error::NativeError;
-use super::launch::{KernelLaunch, LaunchAddresses, LaunchDims, LOCAL_WINDOW, SHARED_WINDOW};
-use super::memory::{Allocation, Gpu, Placement};
+use super::launch::{
+    stack_bytes, KernelLaunch, LaunchAddresses, LaunchDims, LOCAL_WINDOW, SHARED_WINDOW,
+};
+use super::memory::{Allocation, Gpu, Placement, Teardown};
 use super::pushbuf::{GpEntry, Level, PcasAction, PushBuffer, HOPPER_COMPUTE_A};
 use super::qmd::QMD_ALIGN;
 use super::rm::ResourceManager;
@@ -89,8 +100,64 @@ impl<'g, R: ResourceManager> Program<'g, R> {
     }
 }
 
+/// The chip's design as far as local memory is concerned: every TPC its GPCs can have
+/// (enabled or not, since the hardware indexes local memory by TPC id), SMs per TPC and
+/// warps per SM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub tpcs: u32,
+    pub sms_per_tpc: u32,
+    pub warps_per_sm: u32,
+}
+
+impl Geometry {
+    /// Asks the resource manager of `gpu`.
+    pub fn query<R: ResourceManager>(gpu: &Gpu<'_, R>) -> Result<Geometry, NativeError> {
+        let asked = [
+            GR_INFO_INDEX_LITTER_NUM_GPCS,
+            GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC,
+            GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC,
+            GR_INFO_INDEX_MAX_WARPS_PER_SM,
+        ];
+        let objects = Teardown::new(gpu.rm(), gpu.client());
+        let info = objects.control(gpu.subdevice(), GrGetInfoV2Params::request(&asked))?;
+        let [gpcs, tpcs_per_gpc, sms_per_tpc, warps_per_sm] = asked.map(|i| info.value(i));
+        match (gpcs, tpcs_per_gpc, sms_per_tpc, warps_per_sm) {
+            (Some(g), Some(t), Some(s), Some(w)) if g * t * s * w != 0 => Ok(Geometry {
+                tpcs: g * t,
+                sms_per_tpc: s,
+                warps_per_sm: w,
+            }),
+            _ => Err(NativeError::Unreported(format!(
+                "how many GPCs ({gpcs:?}), TPCs per GPC ({tpcs_per_gpc:?}), SMs per TPC \
+                 ({sms_per_tpc:?}) and warps per SM ({warps_per_sm:?}) the GPU has, which \
+                 sizes local memory"
+            ))),
+        }
+    }
+
+    /// Local memory for stacks of `per_thread` bytes: bytes per TPC (a multiple of 32 KiB)
+    /// and in all (a multiple of 128 KiB).
+    pub fn local_bytes(&self, per_thread: u32) -> (u64, u64) {
+        let per_warp = (u64::from(per_thread) * 32).next_multiple_of(0x200);
+        let per_tpc = (per_warp * u64::from(self.warps_per_sm) * u64::from(self.sms_per_tpc))
+            .next_multiple_of(0x8000);
+        let total = (per_tpc * u64::from(self.tpcs)).next_multiple_of(0x2_0000);
+        (per_tpc, total)
+    }
+}
+
+/// The local memory a channel's compute class was given.
+struct LocalMemory<'g, R: ResourceManager> {
+    _memory: Allocation<'g, R>,
+    per_thread: u32,
+}
+
 /// Runs grids on one channel, one at a time.
 pub struct Launcher<'c, 'g, R: ResourceManager> {
+    gpu: &'g Gpu<'g, R>,
+    geometry: Geometry,
+    local: Option<LocalMemory<'g, R>>,
     channel: &'c mut Channel<'g, R>,
     /// The semaphore and the push buffer.
     host: Allocation<'g, R>,
@@ -104,14 +171,18 @@ impl<'c, 'g, R: ResourceManager> Launcher<'c, 'g, R> {
     /// Binds the compute class on `channel` and places the memory windows, waiting up to
     /// `timeout` for the GPU to take them.
     pub fn new(
-        gpu: &'g Gpu<'_, R>,
+        gpu: &'g Gpu<'g, R>,
         channel: &'c mut Channel<'g, R>,
         timeout: Duration,
     ) -> Result<Self, NativeError> {
+        let geometry = Geometry::query(gpu)?;
         let host = gpu.allocate(HOST_BYTES, Placement::Host, true)?;
         host.write_u64(SEMAPHORE, 0)?;
         let state = gpu.allocate(STATE_BYTES, Placement::Device, true)?;
         let mut l = Launcher {
+            gpu,
+            geometry,
+            local: None,
             channel,
             host,
             state,
@@ -136,11 +207,9 @@ impl<'c, 'g, R: ResourceManager> Launcher<'c, 'g, R> {
         timeout: Duration,
     ) -> Result<Duration, NativeError> {
         let launch = KernelLaunch::from_cubin(&program.cubin, kernel, dims, params)?;
-        if launch.local_bytes_per_thread > 0 {
-            return Err(NativeError::LocalMemory {
-                kernel: launch.kernel,
-                bytes: launch.local_bytes_per_thread,
-            });
+        let stack = stack_bytes(launch.local_bytes_per_thread);
+        if stack > self.local.as_ref().map_or(0, |l| l.per_thread) {
+            self.give_local_memory(stack, timeout)?;
         }
         let program_address = program
             .entry(kernel)
@@ -150,7 +219,12 @@ impl<'c, 'g, R: ResourceManager> Launcher<'c, 'g, R> {
             constant_buffer0: self.state.gpu_address() + BANK0_AT,
             release: None,
         };
-        let qmd = launch.qmd(&at)?;
+        let mut qmd = launch.qmd_launch(&at);
+        if let Some(local) = self.local.as_ref().filter(|_| stack > 0) {
+            // Each thread's share is laid out by the size the compute class was given.
+            qmd.stack_bytes_per_thread = local.per_thread;
+        }
+        let qmd = qmd.pack()?;
         self.state.write(QMD_AT, &qmd.to_bytes())?;
         self.state.write(BANK0_AT, &launch.constant_buffer0())?;
 
@@ -163,6 +237,21 @@ impl<'c, 'g, R: ResourceManager> Launcher<'c, 'g, R> {
         let start = Instant::now();
         self.submit_and_wait(push, &format!("kernel {kernel}"), timeout)?;
         Ok(start.elapsed())
+    }
+
+    /// Allocates local memory for stacks of `per_thread` bytes and gives it to the
+    /// compute class; the previous local memory goes once the GPU has taken the new one.
+    fn give_local_memory(&mut self, per_thread: u32, timeout: Duration) -> Result<(), NativeError> {
+        let (per_tpc, total) = self.geometry.local_bytes(per_thread);
+        let memory = self.gpu.allocate(total, Placement::Device, false)?;
+        let mut push = PushBuffer::new();
+        push.shader_local_memory(COMPUTE, memory.gpu_address(), per_tpc)?;
+        self.submit_and_wait(push, "giving the compute class local memory", timeout)?;
+        self.local = Some(LocalMemory {
+            _memory: memory,
+            per_thread,
+        });
+        Ok(())
     }
 
     /// Appends the semaphore release to `push`, submits it and waits for the release.
@@ -261,6 +350,32 @@ mod tests {
     }
 
     #[test]
+    fn local_memory_is_sized_for_every_thread_of_the_chip_s_design() {
+        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        let g = Geometry::query(&gpu).unwrap();
+        assert_eq!(
+            g,
+            Geometry {
+                tpcs: 72,
+                sms_per_tpc: 2,
+                warps_per_sm: 64
+            }
+        );
+        // A 32-byte frame: 0x260 bytes a thread with the 0x240 above the stack top, a
+        // warp's 0x4c00 (a multiple of 0x200), 128 warps a TPC, 72 TPCs.
+        assert_eq!(stack_bytes(32), 0x260);
+        assert_eq!(g.local_bytes(0x260), (0x26_0000, 0x26_0000 * 72));
+        // Rounded up: a warp to 0x200 bytes, a TPC to 32 KiB, the whole to 128 KiB.
+        let odd = Geometry {
+            tpcs: 3,
+            sms_per_tpc: 1,
+            warps_per_sm: 1,
+        };
+        assert_eq!(odd.local_bytes(1), (0x8000, 0x2_0000));
+    }
+
+    #[test]
     fn bad_cubins_are_refused_by_name() {
         let rm = FakeRm::new(DRIVER, vec![H200]);
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
@@ -310,6 +425,49 @@ mod tests {
         k.finish().unwrap()
     }
 
+    /// `y[i] = sum over j < 96 of (j + 1) * x[96 i + j]` for `i < n`, the 96 loads made
+    /// before the sum: more values live at once than the 64 registers a 1024-thread block
+    /// leaves a thread, so the code spills to a stack frame (local memory).
+    fn spilling_probe() -> quench_ir::Function {
+        use quench_ir::{AddrSpace, Builder, Scalar, Type};
+        let ptr = Type::Ptr(AddrSpace::Global, Scalar::U32);
+        let mut k = Builder::new("native_stack", 1024);
+        let x = k.param("x", ptr);
+        let y = k.param("y", ptr);
+        let n = k.param("n", Type::U32);
+        let gid = k.global_id_x();
+        let in_range = k.lt(gid, n);
+        k.if_then(in_range, |k| {
+            let base = k.mul_const(gid, 96);
+            let values: Vec<_> = (0..96)
+                .map(|j| {
+                    let at = k.add_const(base, j);
+                    let p = k.ptr_add(x, at);
+                    k.load(Type::U32, p)
+                })
+                .collect();
+            let mut sum = k.const_u32(0);
+            for (j, v) in values.into_iter().enumerate().rev() {
+                let term = k.mul_const(v, j as u32 + 1);
+                sum = k.add(sum, term);
+            }
+            let py = k.ptr_add(y, gid);
+            k.store(py, sum);
+        });
+        k.finish().unwrap()
+    }
+
+    #[test]
+    fn the_spilling_probe_has_a_stack_frame() {
+        let own = quench_sass::codegen::compile_cubin(&spilling_probe()).unwrap();
+        let c = Cubin::parse(&own).unwrap();
+        let frame = c.kernels[0].frame_size.unwrap_or(0);
+        assert!(
+            frame > 0,
+            "no frame: the GPU test would not reach local memory"
+        );
+    }
+
     /// The parameter block of `kernel` in `cubin`, each value at the offset the cubin
     /// records for its ordinal.
     fn params(cubin: &[u8], kernel: &str, values: &[&[u8]]) -> Vec<u8> {
@@ -332,75 +490,86 @@ mod tests {
         use super::super::DeviceFiles;
         use std::path::Path;
 
-        const N: u32 = 100_003;
         const WAIT: Duration = Duration::from_secs(5);
+        const XS: u32 = 400_000;
         let step = |what: &str| eprintln!("native-dispatch: {what}");
-        let f = probe();
-        let own = quench_sass::codegen::compile_cubin(&f).unwrap();
-        let ptx = quench_ptx::emit(&f).unwrap();
-        let ptxas = quench_ptx::ptxas::assemble(&ptx, "sm_90").unwrap().cubin;
-
         let module = version::loaded_module(Path::new(version::PROC_VERSION)).unwrap();
         let rm = DeviceFiles::open(Path::new("/dev")).unwrap();
         let gpu = Gpu::open(&rm, &module.version, 0).unwrap();
-        let bytes = u64::from(N) * 4;
-        let x = gpu.allocate(bytes, Placement::Device, true).unwrap();
-        let y = gpu.allocate(bytes, Placement::Host, true).unwrap();
-        let xs: Vec<u32> = (0..N)
+        let x = gpu
+            .allocate(u64::from(XS) * 4, Placement::Device, true)
+            .unwrap();
+        let y = gpu
+            .allocate(u64::from(XS) * 4, Placement::Host, true)
+            .unwrap();
+        let xs: Vec<u32> = (0..XS)
             .map(|i| i.wrapping_mul(2_654_435_761) ^ 0x5bd1)
             .collect();
-        let mut packed = vec![];
-        for v in &xs {
-            packed.extend_from_slice(&v.to_le_bytes());
-        }
+        let packed: Vec<u8> = xs.iter().flat_map(|v| v.to_le_bytes()).collect();
         x.write(0, &packed).unwrap();
         let mut channel = Channel::create(&gpu, 1024).unwrap();
         let mut launcher = Launcher::new(&gpu, &mut channel, WAIT).unwrap();
-        step("compute class bound, windows placed");
+        step(&format!(
+            "compute class bound, windows placed; {:?}",
+            launcher.geometry
+        ));
 
-        let block = 128;
-        let dims = LaunchDims {
-            grid: [N.div_ceil(block), 1, 1],
-            block: [block, 1, 1],
-            dynamic_shared_bytes: 0,
-        };
-        for (label, cubin) in [("quench's own SASS", &own), ("ptxas", &ptxas)] {
-            for i in 0..u64::from(N) {
-                y.write_u32(i * 4, 0xdead_beef).unwrap();
+        type Expect = fn(&[u32], u32) -> u32;
+        let cases: [(quench_ir::Function, u32, u32, Expect); 2] = [
+            (probe(), 100_003, 128, |xs, i| {
+                xs[i as usize].wrapping_mul(3).wrapping_add(i)
+            }),
+            (spilling_probe(), 4_099, 256, |xs, i| {
+                (0..96u32).fold(0u32, |sum, j| {
+                    sum.wrapping_add(xs[(96 * i + j) as usize].wrapping_mul(j + 1))
+                })
+            }),
+        ];
+        for (f, n, block, expect) in cases {
+            let own = quench_sass::codegen::compile_cubin(&f).unwrap();
+            let ptx = quench_ptx::emit(&f).unwrap();
+            let ptxas = quench_ptx::ptxas::assemble(&ptx, "sm_90").unwrap().cubin;
+            let dims = LaunchDims {
+                grid: [n.div_ceil(block), 1, 1],
+                block: [block, 1, 1],
+                dynamic_shared_bytes: 0,
+            };
+            for (label, cubin) in [("quench's own SASS", &own), ("ptxas", &ptxas)] {
+                let name = &f.name;
+                let frame = Cubin::parse(cubin).unwrap().kernels[0]
+                    .frame_size
+                    .unwrap_or(0);
+                for i in 0..u64::from(n) {
+                    y.write_u32(i * 4, 0xdead_beef).unwrap();
+                }
+                let program = Program::load(&gpu, cubin).unwrap();
+                let block = params(
+                    cubin,
+                    name,
+                    &[
+                        &x.gpu_address().to_le_bytes(),
+                        &y.gpu_address().to_le_bytes(),
+                        &n.to_le_bytes(),
+                    ],
+                );
+                let first = launcher.run(&program, name, &dims, &block, WAIT).unwrap();
+                let wrong = (0..n)
+                    .filter(|&i| y.read_u32(u64::from(i) * 4).unwrap() != expect(&xs, i))
+                    .count();
+                assert_eq!(
+                    wrong, 0,
+                    "{name} from {label}: {wrong} of {n} elements wrong"
+                );
+                let mut times: Vec<Duration> = (0..200)
+                    .map(|_| launcher.run(&program, name, &dims, &block, WAIT).unwrap())
+                    .collect();
+                times.sort();
+                step(&format!(
+                    "{name} from {label} ({frame}-byte frame): {n} elements right (first \
+                     run {first:?}); submit to semaphore, median of 200 runs {:?}",
+                    times[100]
+                ));
             }
-            let program = Program::load(&gpu, cubin).unwrap();
-            let block = params(
-                cubin,
-                "native_probe",
-                &[
-                    &x.gpu_address().to_le_bytes(),
-                    &y.gpu_address().to_le_bytes(),
-                    &N.to_le_bytes(),
-                ],
-            );
-            let first = launcher
-                .run(&program, "native_probe", &dims, &block, WAIT)
-                .unwrap();
-            let wrong = (0..N)
-                .filter(|&i| {
-                    let want = xs[i as usize].wrapping_mul(3).wrapping_add(i);
-                    y.read_u32(u64::from(i) * 4).unwrap() != want
-                })
-                .count();
-            assert_eq!(wrong, 0, "{label}: {wrong} of {N} elements wrong");
-            let mut times: Vec<Duration> = (0..200)
-                .map(|_| {
-                    launcher
-                        .run(&program, "native_probe", &dims, &block, WAIT)
-                        .unwrap()
-                })
-                .collect();
-            times.sort();
-            step(&format!(
-                "{label}: {N} elements right (first run {first:?}); submit to semaphore, \
-                 median of 200 runs {:?}",
-                times[100]
-            ));
         }
     }
 }

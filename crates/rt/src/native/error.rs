@@ -129,12 +129,9 @@ pub enum NativeError {
     )]
     Relocations { kernel: String, count: usize },
 
-    /// A kernel with a stack frame.
-    #[error(
-        "kernel {kernel} needs {bytes} bytes of local memory per thread, which the native \
-         backend does not set up yet"
-    )]
-    LocalMemory { kernel: String, bytes: u32 },
+    /// A figure the driver was asked for and did not give.
+    #[error("the driver did not report {0}")]
+    Unreported(String),
 
     /// A launch that cannot be made as asked.
     #[error(transparent)]

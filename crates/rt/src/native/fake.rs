@@ -9,9 +9,11 @@ use std::rc::Rc;
 
 use super::controls::{
     Control, FbGetInfoV2Params, GpfifoGetWorkSubmitTokenParams, GpfifoScheduleParams,
-    GpuGetIdInfoV2Params, GpuGetNameStringParams, GrGetSmToGpcTpcMappingsParams,
+    GpuGetIdInfoV2Params, GpuGetNameStringParams, GrGetInfoV2Params, GrGetSmToGpcTpcMappingsParams,
     McGetArchInfoParams, FB_INFO_INDEX_HEAP_SIZE, FB_INFO_INDEX_TOTAL_RAM_SIZE,
-    FB_INFO_INDEX_USABLE_RAM_SIZE,
+    FB_INFO_INDEX_USABLE_RAM_SIZE, GR_INFO_INDEX_LITTER_NUM_GPCS,
+    GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC, GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC,
+    GR_INFO_INDEX_MAX_WARPS_PER_SM,
 };
 use super::error::NativeError;
 use super::ioctl::{CardInfo, Params, PciInfo};
@@ -510,6 +512,23 @@ impl FakeRm {
                         FB_INFO_INDEX_TOTAL_RAM_SIZE => gpu.total_kib,
                         FB_INFO_INDEX_USABLE_RAM_SIZE => gpu.usable_kib,
                         FB_INFO_INDEX_HEAP_SIZE => gpu.heap_kib,
+                        _ => 0,
+                    };
+                }
+            }
+            GrGetInfoV2Params::CMD => {
+                self.subdevice_gpu(object)?;
+                let p = params
+                    .downcast_mut::<GrGetInfoV2Params>()
+                    .ok_or(wrong_struct)?;
+                let n = p.gr_info_list_size as usize;
+                // GH100's design: 8 GPCs of 9 TPCs of 2 SMs, 64 warps per SM.
+                for entry in &mut p.gr_info_list[..n] {
+                    entry.data = match entry.index {
+                        GR_INFO_INDEX_MAX_WARPS_PER_SM => 64,
+                        GR_INFO_INDEX_LITTER_NUM_GPCS => 8,
+                        GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC => 9,
+                        GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC => 2,
                         _ => 0,
                     };
                 }

@@ -121,6 +121,19 @@ pub const LOCAL_WINDOW: u64 = 0x7f00_0000_0000;
 /// R1: the top of a thread's local memory window less what the hardware keeps there.
 pub const STACK_TOP: u64 = 0x00ff_fdc0;
 
+/// Bytes above the stack top in each thread's local memory, which the hardware keeps.
+pub const STACK_RESERVED: u32 = 0x0100_0000 - STACK_TOP as u32;
+
+/// Local memory per thread that a stack frame of `frame` bytes needs: the frame below the
+/// stack top and what lies above it, in 32-byte units; none without a frame.
+pub fn stack_bytes(frame: u32) -> u32 {
+    if frame == 0 {
+        0
+    } else {
+        (frame + STACK_RESERVED).next_multiple_of(32)
+    }
+}
+
 /// Byte offsets of the launch state in constant bank 0, as compiled code reads it:
 /// `%ntid` at 0x0, `%nctaid` at 0xc (a word per dimension), the windows and stack top.
 mod bank0 {
@@ -336,7 +349,7 @@ impl KernelLaunch {
             shared_bytes: self.shared_bytes,
             registers: self.registers,
             barriers: self.barriers,
-            local_bytes_per_thread: self.local_bytes_per_thread,
+            stack_bytes_per_thread: stack_bytes(self.local_bytes_per_thread),
             program_address: at.program,
             constant_buffer0: ConstantBuffer {
                 address: at.constant_buffer0,

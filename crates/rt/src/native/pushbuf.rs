@@ -76,6 +76,12 @@ pub mod compute {
     /// `SET_SHADER_LOCAL_MEMORY_WINDOW_A`: `BASE_ADDRESS_UPPER` (16:0); `_B` (0x07b4) the
     /// lower 32 bits.
     pub const SET_SHADER_LOCAL_MEMORY_WINDOW_A: u32 = 0x07b0;
+    /// `SET_SHADER_LOCAL_MEMORY_A`: the local memory's `ADDRESS_UPPER` (24:0); `_B`
+    /// (0x0794) the lower 32 bits.
+    pub const SET_SHADER_LOCAL_MEMORY_A: u32 = 0x0790;
+    /// `SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A`: bytes per TPC, `SIZE_UPPER` (7:0); `_B`
+    /// (0x02e8) the lower 32 bits; `_C` (0x02ec) `MAX_SM_COUNT` (8:0).
+    pub const SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A: u32 = 0x02e4;
 }
 
 /// What `SEND_SIGNALING_PCAS2_B` asks of the QMD sent by `SEND_PCAS_A`
@@ -118,6 +124,10 @@ pub enum PushError {
     #[error("a push buffer segment of {0} words exceeds a GPFIFO entry's 2097151")]
     Length(usize),
 }
+
+/// `MAX_SM_COUNT` of `SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C`: every SM may use the
+/// local memory at once.
+const MAX_SM_COUNT: u32 = 0xff;
 
 /// Largest count in a method header (13 bits, 28:16).
 pub const MAX_COUNT: usize = (1 << 13) - 1;
@@ -304,6 +314,44 @@ impl PushBuffer {
             self.incrementing(sub, method, &[(address >> 32) as u32, address as u32])?;
         }
         Ok(())
+    }
+
+    /// Gives the compute class bound to `sub` its local memory: `bytes_per_tpc` for each
+    /// TPC, the TPCs' shares one after another from `address`.
+    pub fn shader_local_memory(
+        &mut self,
+        sub: u32,
+        address: u64,
+        bytes_per_tpc: u64,
+    ) -> Result<(), PushError> {
+        if address >> 57 != 0 {
+            return Err(PushError::Address {
+                what: "local memory",
+                address,
+                bits: 57,
+            });
+        }
+        if bytes_per_tpc >> 40 != 0 {
+            return Err(PushError::Address {
+                what: "local memory per TPC",
+                address: bytes_per_tpc,
+                bits: 40,
+            });
+        }
+        self.incrementing(
+            sub,
+            compute::SET_SHADER_LOCAL_MEMORY_A,
+            &[(address >> 32) as u32, address as u32],
+        )?;
+        self.incrementing(
+            sub,
+            compute::SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A,
+            &[
+                (bytes_per_tpc >> 32) as u32,
+                bytes_per_tpc as u32,
+                MAX_SM_COUNT,
+            ],
+        )
     }
 
     /// Launches the grid of the QMD at `qmd_address` on the compute class bound to `sub`:
@@ -513,6 +561,30 @@ mod tests {
         let e = p.shader_windows(1, 1 << 49, 0).unwrap_err();
         assert!(e.to_string().contains("the shared memory window"), "{e}");
         assert!(p.shader_windows(1, 0, 1 << 49).is_err());
+    }
+
+    #[test]
+    fn local_memory_sends_its_address_then_its_size_per_tpc() {
+        let mut p = PushBuffer::new();
+        p.shader_local_memory(1, 0x12_3456_0000, 0x1_0002_8000)
+            .unwrap();
+        // INC, subchannel 1: method 0x790 (0x1e4 in words) with two words, then 0x2e4
+        // (0xb9) with three.
+        assert_eq!(
+            p.words(),
+            &[
+                0x2002_21e4,
+                0x12,
+                0x3456_0000,
+                0x2003_20b9,
+                1,
+                0x2_8000,
+                0xff
+            ]
+        );
+        assert!(p.shader_local_memory(1, 1 << 57, 0x8000).is_err());
+        assert!(p.shader_local_memory(1, 0, 1 << 40).is_err());
+        assert_eq!(p.words().len(), 7);
     }
 
     #[test]

@@ -78,8 +78,9 @@ pub mod field {
         CONSTANT_BUFFER0_VALID = 416:416;
         /// `CONSTANT_BUFFER_INVALIDATE(0)`: drop cached copies of bank 0 before the grid.
         CONSTANT_BUFFER0_INVALIDATE = 419:419;
-        /// Local memory per thread, bytes.
-        SHADER_LOCAL_MEMORY_LOW_SIZE = 535:512;
+        /// Local memory per thread at the top of the local window, bytes: where compiled
+        /// code keeps its stack (R1 starts near the window's top and grows down).
+        SHADER_LOCAL_MEMORY_HIGH_SIZE = 567:544;
         /// The SASS version of the code: 0x90 for sm_90.
         SASS_VERSION = 543:536;
         /// `API_VISIBLE_CALL_LIMIT_NO_CHECK` (1).
@@ -302,8 +303,9 @@ pub struct QmdLaunch {
     pub shared_bytes: u32,
     pub registers: u32,
     pub barriers: u32,
-    /// Local memory per thread (the code's stack frame), bytes.
-    pub local_bytes_per_thread: u32,
+    /// Local memory per thread at the top of the local window (the stack), bytes: at
+    /// most what the channel's local memory holds per thread.
+    pub stack_bytes_per_thread: u32,
     /// The virtual address of the kernel's first instruction.
     pub program_address: u64,
     pub constant_buffer0: ConstantBuffer,
@@ -361,8 +363,8 @@ impl QmdLaunch {
         q.set(REGISTER_COUNT, u64::from(self.registers))?;
         q.set(BARRIER_COUNT, u64::from(self.barriers))?;
         q.set(
-            SHADER_LOCAL_MEMORY_LOW_SIZE,
-            u64::from(self.local_bytes_per_thread.next_multiple_of(16)),
+            SHADER_LOCAL_MEMORY_HIGH_SIZE,
+            u64::from(self.stack_bytes_per_thread.next_multiple_of(16)),
         )?;
 
         // Shared memory is allocated in 256-byte units.
@@ -440,7 +442,7 @@ mod tests {
             shared_bytes: 5000,
             registers: 40,
             barriers: 1,
-            local_bytes_per_thread: 0,
+            stack_bytes_per_thread: 0x260,
             program_address: 0x1_2345_6780,
             constant_buffer0: ConstantBuffer {
                 address: 0x7f_0000_1240,
@@ -475,6 +477,8 @@ mod tests {
         assert_eq!(bits(&q, 10, 0, 4), 0b1011);
         // SASS_VERSION MW(543:536): word 16, bits 24..32.
         assert_eq!(bits(&q, 16, 24, 8), 0x90);
+        // SHADER_LOCAL_MEMORY_HIGH_SIZE MW(567:544): word 17, bits 0..24.
+        assert_eq!(bits(&q, 17, 0, 24), 0x260);
         // QMD_MINOR_VERSION MW(579:576), QMD_MAJOR_VERSION MW(583:580): word 18.
         assert_eq!(bits(&q, 18, 0, 4), 0);
         assert_eq!(bits(&q, 18, 4, 4), 4);
