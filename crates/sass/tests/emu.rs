@@ -1079,9 +1079,9 @@ fn quench_generated_f32_division_and_root_are_ieee_exact() {
     agree(&c, &out).unwrap_or_else(|e| panic!("quench's code for {e}"));
 }
 
-/// The guard-latency check: in quench's own add_f32, the instructions before the first
-/// guarded one stalled a cycle each read its predicate long before the 13 cycles the
-/// hardware takes to deliver it, and the run says so at the guarded instruction.
+/// The guard-latency check: in quench's own add_f32, the instructions from the comparison
+/// to the first guarded one stalled a cycle each read its predicate long before the 13
+/// cycles the hardware takes to deliver it, and the run says so at the guarded instruction.
 #[test]
 fn a_guard_read_too_soon_is_an_error() {
     let c = case("add_f32", "n=1003 threads=64", 1);
@@ -1094,11 +1094,12 @@ fn a_guard_read_too_soon_is_an_error() {
         .position(|i| i.guard.is_some_and(|g| !g.uniform))
         .expect("add_f32 has a guarded instruction");
     let at = insts[guarded].addr;
-    for i in insts
-        .into_iter()
-        .take(guarded)
-        .skip(guarded.saturating_sub(3))
-    {
+    // From the comparison that sets the predicate on (so that no other read comes sooner).
+    let writer = insts[..guarded]
+        .iter()
+        .rposition(|i| i.op == "ISETP")
+        .expect("add_f32 compares before its guarded instruction");
+    for i in insts.into_iter().take(guarded).skip(writer) {
         i.control.stall = 1;
     }
     match run_emu(&k, &c) {
@@ -1107,6 +1108,53 @@ fn a_guard_read_too_soon_is_an_error() {
             assert!(why.starts_with("guarded by P"), "{why}");
         }
         other => panic!("expected a guard hazard at {at:#x}, got {other:?}"),
+    }
+}
+
+/// The result-latency check: in quench's own rmsnorm_rows_f32, the first fixed-latency result
+/// (not an `IMAD`'s) that an instruction at most three further reads, with the stalls
+/// between them cut to a cycle each, is read sooner than any code reads one, and the run
+/// says so at the reader.
+#[test]
+fn a_result_read_too_soon_is_an_error() {
+    let c = case("rmsnorm_rows_f32", "rows=3 cols=256 threads=64", 1);
+    let mut k = compile_own(&c).expect("quench compiles rmsnorm_rows_f32");
+    let run_before = run_emu(&k, &c);
+    assert!(run_before.is_ok(), "{:?}", run_before.err());
+    let mut insts: Vec<&mut emu::Inst> = k.code.iter_mut().flatten().collect();
+    let register = |o: &emu::Operand| match *o {
+        emu::Operand::Reg {
+            uniform: false, n, ..
+        } if n != 255 => Some(n),
+        _ => None,
+    };
+    let dst = |i: &emu::Inst| {
+        let ops = i.operands.as_ref().ok()?;
+        let fixed = i.control.write_barrier == 7 && i.op != "IMAD" && i.guard.is_none();
+        fixed.then(|| ops.first().and_then(register)).flatten()
+    };
+    let reads = |i: &emu::Inst, n: u8| {
+        i.operands
+            .as_ref()
+            .is_ok_and(|ops| ops.iter().skip(1).any(|o| register(o) == Some(n)))
+    };
+    let (writer, reader) = (0..insts.len())
+        .find_map(|w| {
+            let n = dst(insts[w])?;
+            let r = (w + 1..insts.len().min(w + 4)).find(|&r| reads(insts[r], n))?;
+            Some((w, r))
+        })
+        .expect("rmsnorm_rows_f32 reads a fixed-latency result within three instructions");
+    let at = insts[reader].addr;
+    for i in &mut insts[writer..reader] {
+        i.control.stall = 1;
+    }
+    match run_emu(&k, &c) {
+        Err(EmuError::Hazard { at: a, why }) => {
+            assert_eq!(a, at, "{why}");
+            assert!(why.starts_with("reads R"), "{why}");
+        }
+        other => panic!("expected a result hazard at {at:#x}, got {other:?}"),
     }
 }
 

@@ -71,14 +71,16 @@ fn latency(opcode: &str) -> u8 {
     measured().get(opcode).copied().unwrap_or(unmeasured)
 }
 
-/// Cycles of `mnemonic`'s latency beyond what its stall field holds (`HMMA`: 24), which
-/// the code generator covers with a `NOP` stalling that long.
+/// Cycles of `mnemonic`'s result beyond what its stall field holds (`HMMA`: 24 cycles of
+/// latency), which the code generator covers with a `NOP` stalling that long, so that any
+/// reader's wait fits in the stalls of the two.
 pub fn beyond_stall(mnemonic: &str) -> Option<u8> {
     let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
     if variable_latency(mnemonic) {
         return None;
     }
-    (latency(opcode) + MARGIN)
+    FixedResult::of(opcode)
+        .given_to_any()
         .checked_sub(MAX_STALL)
         .filter(|&c| c > 0)
 }
@@ -106,10 +108,61 @@ fn fma_pipe(opcode: &str) -> bool {
     matches!(opcode, "IMAD" | "FFMA" | "FMUL" | "FADD" | "VIADD" | "IDP")
 }
 
-/// The control bits of `mnemonic` (the text before the first space), given the next
-/// instruction's: its stall, and scoreboard 1 marking where a variable-latency instruction
-/// sets one (which one, and the waits, are [`super::scoreboard::Scoreboards`]'s).
-pub fn control(mnemonic: &str, next: Option<&str>) -> Control {
+/// A fixed-latency result as its readers see it: the cycles after its writer issues that
+/// an instruction may read it, which depend on the reader's pipe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedResult {
+    latency: u8,
+    fma: bool,
+    floor: u8,
+}
+
+impl FixedResult {
+    /// The result of an instruction of `opcode` (the mnemonic's first part).
+    pub fn of(opcode: &str) -> FixedResult {
+        FixedResult {
+            latency: latency(opcode),
+            fma: fma_pipe(opcode),
+            floor: match opcode {
+                "IMAD" => 2,
+                "MOV" => 3,
+                _ => 4,
+            },
+        }
+    }
+
+    /// The fewest cycles after its writer issues at which ptxas's code anywhere in the
+    /// library reads a result: 2 after an `IMAD` (into another `IMAD`; 3 into an `IADD3`
+    /// or `LEA`), 3 after a `MOV`, 4 after anything else (into the pipes outside the ALUs,
+    /// 4 into `MUFU`, 5 into loads, stores and shuffles). What the emulator holds every
+    /// code to, ptxas's included: a read sooner than that is certainly too soon.
+    pub fn ready_for(self) -> u8 {
+        self.floor
+    }
+
+    /// The cycles quench's code gives the result before `reader` (an opcode) reads it: the
+    /// latency measured on the H200, a cycle more from the multiply-add pipe into another
+    /// or back, [`TO_OTHER_PIPES`] more into a pipe outside the ALUs, and the margin.
+    fn given_to(self, reader: &str) -> u8 {
+        let extra = if other_pipe(reader) {
+            TO_OTHER_PIPES
+        } else {
+            u8::from(self.fma != fma_pipe(reader))
+        };
+        self.latency + extra + MARGIN
+    }
+
+    /// The most cycles any reader is given.
+    fn given_to_any(self) -> u8 {
+        self.latency + TO_OTHER_PIPES + MARGIN
+    }
+}
+
+/// The control bits of `mnemonic` (the text before the first space) on its own: scoreboard
+/// 1 marking where a variable-latency instruction sets one (which one, and the waits, are
+/// [`super::scoreboard::Scoreboards`]'s), and the shortest stall. Stalls for the results
+/// of fixed-latency instructions are [`Results`]'.
+pub fn control(mnemonic: &str) -> Control {
     let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
     let variable = variable_latency(mnemonic);
     // A store writes no register: its scoreboard is released once its operands are read.
@@ -131,17 +184,80 @@ pub fn control(mnemonic: &str, next: Option<&str>) -> Control {
     };
     // Two cycles let a variable-latency instruction's scoreboard be set before an
     // instruction waits on it.
-    let stall = if variable {
-        2
-    } else if next.is_some_and(other_pipe) {
-        latency(opcode) + TO_OTHER_PIPES
-    } else if fma_pipe(opcode) && !next.is_some_and(|n| fma_pipe(n.split('.').next().unwrap_or(n)))
-    {
-        latency(opcode) + 1
-    } else {
-        latency(opcode)
-    };
-    stalled(c, (stall + MARGIN).min(MAX_STALL))
+    stalled(c, if variable { 2 } else { 1 })
+}
+
+/// The fixed-latency results not yet readable by every instruction, so that each
+/// instruction issues only once what it reads (and what it overwrites) is ready: the
+/// instruction before it stalls as long as that takes, and no longer.
+#[derive(Default)]
+pub struct Results {
+    /// The cycle the instruction being issued issues at.
+    cycle: u32,
+    /// Registers (numbered as [`registers`] numbers them) whose fixed-latency writer issued
+    /// at the cycle given.
+    pending: Vec<(u16, u32, FixedResult)>,
+}
+
+impl Results {
+    /// Issues `text` (guard removed) with control bits `c`: lengthens the stalls of the
+    /// instructions issued since the last label (`earlier`, in order; `None` for labels),
+    /// the latest first, until the registers `text` reads or writes are ready for it, and
+    /// records the results it writes. With `drain`, `c`'s own stall covers every result
+    /// pending (before a label, and at a branch, where what runs next is not the next
+    /// line).
+    pub fn issue(
+        &mut self,
+        c: Control,
+        text: &str,
+        earlier: &mut [Option<Control>],
+        drain: bool,
+    ) -> Control {
+        let mnemonic = text.split(' ').next().unwrap_or(text);
+        let opcode = mnemonic.split('.').next().unwrap_or(mnemonic);
+        let (reads, writes) = registers(text);
+        let needed = self
+            .pending
+            .iter()
+            .filter(|(r, _, _)| reads.contains(r) || writes.contains(r))
+            .map(|&(_, at, result)| at + u32::from(result.given_to(opcode)))
+            .max()
+            .unwrap_or(0);
+        // Longer stalls before this instruction, as few as it takes.
+        let mut short = needed.saturating_sub(self.cycle);
+        for p in earlier.iter_mut().rev().map_while(Option::as_mut) {
+            if short == 0 {
+                break;
+            }
+            let more = (MAX_STALL - p.stall).min(short as u8);
+            *p = stalled(*p, p.stall + more);
+            short -= u32::from(more);
+            self.cycle += u32::from(more);
+        }
+        self.pending.retain(|&(r, at, result)| {
+            !writes.contains(&r) && at + u32::from(result.given_to_any()) > self.cycle
+        });
+        if !variable_latency(mnemonic) {
+            let result = FixedResult::of(opcode);
+            self.pending
+                .extend(writes.iter().map(|&r| (r, self.cycle, result)));
+        }
+        let mut c = c;
+        if drain {
+            let ready = self
+                .pending
+                .iter()
+                .map(|&(_, at, result)| at + u32::from(result.given_to_any()))
+                .max()
+                .unwrap_or(0);
+            if ready > self.cycle + u32::from(c.stall) {
+                c = stalled(c, ((ready - self.cycle) as u8).min(MAX_STALL));
+            }
+            self.pending.clear();
+        }
+        self.cycle += u32::from(c.stall);
+        c
+    }
 }
 
 /// A cycle added to every stall. On the H100, quench's `add_f32` with each stall at the
@@ -220,32 +336,105 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stalls_come_from_the_measured_table() {
+    fn latencies_come_from_the_measured_table() {
         assert_eq!(measured().get("FFMA"), Some(&4));
-        assert_eq!(control("FFMA", Some("FFMA")).stall, 4 + MARGIN);
-        assert_eq!(control("IADD3.X", None).stall, DEFAULT_STALL + MARGIN);
-        let load = control("LDG.E.128", None);
-        assert_eq!((load.write_barrier, load.wait), (SCOREBOARD, 0));
-        assert_eq!(control("FADD", Some("FFMA")).text(), "B------:R-:W-:-:S05");
-        assert_eq!(control("LDGDEPBAR", None).text(), "B------:R-:W0:-:S07");
-        assert_eq!(beyond_stall("HMMA.16816.F32.BF16"), Some(10));
+        assert_eq!(FixedResult::of("FFMA").given_to("FFMA"), 4 + MARGIN);
         assert_eq!(
-            control("HMMA.16816.F32.BF16", None).text(),
-            "B------:R-:W-:Y:S15"
+            FixedResult::of("IADD3").given_to("IADD3"),
+            DEFAULT_STALL + MARGIN
         );
+        // From the multiply-add pipe to the integer one or back, a cycle more; into a pipe
+        // outside the ALUs (a load's address, a shuffle), three.
+        assert_eq!(FixedResult::of("IMAD").given_to("IADD3"), 5 + MARGIN);
+        assert_eq!(FixedResult::of("IADD3").given_to("IMAD"), 7 + MARGIN);
+        assert_eq!(FixedResult::of("IMAD").given_to("IMAD"), 4 + MARGIN);
+        assert_eq!(FixedResult::of("IMAD").given_to("LDG"), 8);
+        assert_eq!(FixedResult::of("FADD").given_to("SHFL"), 8);
+        // Never below what ptxas's code leaves.
+        for op in ["IMAD", "MOV", "IADD3", "FFMA", "LOP3", "HMMA"] {
+            let r = FixedResult::of(op);
+            for reader in ["IMAD", "IADD3", "LDG", "MUFU", "FFMA"] {
+                assert!(r.given_to(reader) > r.ready_for(), "{op} into {reader}");
+            }
+        }
+        assert_eq!(beyond_stall("HMMA.16816.F32.BF16"), Some(13));
         assert_eq!(beyond_stall("FFMA"), None);
-        // A result read by a load's address or a shuffle waits longer than by an ALU.
-        assert_eq!(control("IMAD.WIDE.U32", Some("LDG.E.128")).stall, 8);
-        assert_eq!(control("FADD", Some("SHFL.BFLY")).stall, 8);
-        assert_eq!(control("FADD", Some("FFMA")).stall, 4 + MARGIN);
-        // From the multiply-add pipe to the integer one, a cycle more.
-        assert_eq!(control("IMAD", Some("IADD3")).stall, 5 + MARGIN);
-        assert_eq!(control("IMAD", Some("IMAD.WIDE.U32")).stall, 4 + MARGIN);
+    }
+
+    #[test]
+    fn an_instruction_on_its_own_stalls_as_little_as_it_can() {
+        assert_eq!(control("FFMA").text(), "B------:R-:W-:-:S01");
+        let load = control("LDG.E.128");
+        assert_eq!(
+            (load.write_barrier, load.wait, load.stall),
+            (SCOREBOARD, 0, 2)
+        );
+        assert_eq!(control("LDGDEPBAR").text(), "B------:R-:W0:-:S01");
+    }
+
+    /// Issues `lines` through a fresh tracker (the last one draining); their stalls.
+    fn stalls(lines: &[&str]) -> Vec<u8> {
+        let mut r = Results::default();
+        let mut cs: Vec<Option<Control>> = vec![];
+        for (i, text) in lines.iter().enumerate() {
+            let mnemonic = text.split(' ').next().unwrap();
+            let mut c = control(mnemonic);
+            if mnemonic == "NOP" {
+                c = stalled(c, 2);
+            }
+            let c = r.issue(c, text, &mut cs, i + 1 == lines.len());
+            cs.push(Some(c));
+        }
+        cs.into_iter().map(|c| c.unwrap().stall).collect()
+    }
+
+    #[test]
+    fn an_instruction_waits_only_for_what_it_reads() {
+        // Independent instructions issue a cycle apart; the third reads both results,
+        // the FADD's (issued at cycle 1, ready at 1 + 5) the later. The last line drains:
+        // the third's result ready for any reader (4 + 3 + 1 cycles after it).
+        assert_eq!(
+            stalls(&[
+                "FFMA R1, R2, R3, R4",
+                "FADD R5, R6, R7",
+                "FADD R8, R1, R5",
+                "EXIT"
+            ]),
+            vec![1, 5, 1, 7]
+        );
+        // An overwrite waits too (the older result must not land after it), and a store's
+        // data is read in another pipe: 4 + 1 + 2 + 1 cycles.
+        assert_eq!(
+            stalls(&[
+                "FADD R1, R2, R3",
+                "FADD R1, R4, R5",
+                "STG.E desc[UR4][R2.64], R1",
+                "EXIT"
+            ]),
+            vec![5, 8, 2, 1]
+        );
+        // A wait longer than one stall field spreads over the instructions before it: the
+        // f64 multiply's NOP and the multiply itself.
+        let dmul = stalls(&[
+            "DMUL R2, R4, R6",
+            "NOP",
+            "STG.E.64 desc[UR4][R8.64], R2",
+            "EXIT",
+        ]);
+        assert_eq!(
+            dmul[..2].iter().sum::<u8>(),
+            FP64_STALL + TO_OTHER_PIPES + MARGIN
+        );
+        // Before a label (the last line drains), every result is ready for any reader.
+        assert_eq!(
+            stalls(&["FADD R4, R5, R6", "IMAD R1, R2, R3, RZ"]),
+            vec![1, 8]
+        );
     }
 
     #[test]
     fn a_guard_waits_for_its_predicate() {
-        let alu = || control("IADD3", Some("IADD3"));
+        let alu = || control("IADD3");
         let mut g = Guards::default();
         let set = g.issue(alu(), "ISETP.GE.U32.AND P6, PT, R1, R2, PT", Some("@P6 "));
         assert_eq!(set.stall, GUARD_LATENCY + MARGIN);

@@ -43,7 +43,7 @@ use crate::error::{Result, SassError};
 use crate::table::Tables;
 use regs::Spills;
 
-pub use control::GUARD_LATENCY;
+pub use control::{FixedResult, GUARD_LATENCY};
 pub use regs::MAX_REGISTERS;
 
 /// The SASS text (as `quench sass dis` prints it) of `f`'s machine code, with its ABI.

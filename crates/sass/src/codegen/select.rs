@@ -167,6 +167,7 @@ impl<'f> Selector<'f> {
             out += &format!(".param {size} {size} {log_align} {space}\n");
         }
         out += &format!("{}:\n", f.name);
+        let mut results = control::Results::default();
         let mut guards = control::Guards::default();
         let mut scoreboards = Scoreboards::default();
         // Each line's control bits, kept until the end: the scoreboards may lengthen the
@@ -183,17 +184,18 @@ impl<'f> Selector<'f> {
                         Line::Inst { guard, text, .. } => Some((guard.as_str(), mnemonic(text))),
                         Line::Label(_) => None,
                     });
-                    let mut c = control(mnemonic(text), next.flatten().map(|(_, m)| m));
+                    let mut c = control(mnemonic(text));
                     if let Some(s) = stall {
                         c = control::stalled(c, (*s).max(c.stall));
                     }
                     // A guard read right after, or (before a label or from a branch) any
-                    // guard the code elsewhere reads.
+                    // guard the code elsewhere reads; likewise any register.
                     let jumps = mnemonic(text).starts_with("BRA");
                     let guarded = match next {
                         Some(Some((g, _))) if !jumps => Some(g),
                         _ => None,
                     };
+                    c = results.issue(c, text, &mut controls, guarded.is_none());
                     c = guards.issue(c, text, guarded);
                     let previous = controls.last_mut().and_then(Option::as_mut);
                     c = scoreboards.issue(c, text, previous);

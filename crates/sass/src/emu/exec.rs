@@ -4,9 +4,9 @@
 
 use super::inst::{Inst, Operand};
 use super::memory::{Memory, Shared};
-use super::warp::{RegRef, Touched, Warp, PT, RZ, URZ};
+use super::warp::{RegRef, Touched, Warp, Written, PT, RZ, URZ};
 use super::{control, copy, float, int, mem, tensor, EmuError};
-use crate::codegen::GUARD_LATENCY;
+use crate::codegen::{FixedResult, GUARD_LATENCY};
 
 /// What the block scheduler must do after an instruction.
 pub enum Step {
@@ -179,10 +179,53 @@ pub fn issue(
     };
     let step = if on == 0 { Step::Next } else { f(&mut c, on)? };
     let (read, wrote) = (std::mem::take(&mut c.read), std::mem::take(&mut c.wrote));
+    results_ready(c.w, inst, &read, &wrote)?;
     c.w.scoreboard.issue(inst, &read, &wrote)?;
     c.w.touched = (read, wrote);
     c.w.cycle += u64::from(inst.control.stall);
     Ok(step)
+}
+
+/// A vector register read sooner after its fixed-latency writer than ptxas's code ever
+/// reads one ([`FixedResult::ready_for`]) is an error: on the GPU it reads the old value.
+/// Then the registers `inst` wrote are recorded: its results if it is of fixed latency (it
+/// sets no scoreboard), nothing to wait for otherwise.
+fn results_ready(
+    w: &mut Warp,
+    inst: &Inst,
+    read: &[Touched],
+    wrote: &[Touched],
+) -> Result<(), EmuError> {
+    for &((uniform, n), lanes) in read {
+        let Some(written) = w.results.get(usize::from(n)).copied().flatten() else {
+            continue;
+        };
+        let needed = u64::from(written.result.ready_for());
+        if !uniform && written.lanes & lanes != 0 && w.cycle < written.cycle + needed {
+            return Err(EmuError::Hazard {
+                at: inst.addr,
+                why: format!(
+                    "reads R{n} {} cycles after the fixed-latency instruction at {:#x} \
+                     wrote it; no code reads that result sooner than {needed}",
+                    w.cycle - written.cycle,
+                    written.at,
+                ),
+            });
+        }
+    }
+    let fixed = inst.control.write_barrier >= 6;
+    let result = FixedResult::of(&inst.op);
+    for &((uniform, n), lanes) in wrote {
+        if let (false, Some(slot)) = (uniform, w.results.get_mut(usize::from(n))) {
+            *slot = fixed.then_some(Written {
+                cycle: w.cycle,
+                lanes,
+                result,
+                at: inst.addr,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A guard read sooner after its predicate's fixed-latency writer than the hardware

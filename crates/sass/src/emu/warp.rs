@@ -5,6 +5,7 @@
 use super::copy::Copies;
 use super::inst::Inst;
 use super::EmuError;
+use crate::codegen::FixedResult;
 
 pub const LANES: usize = 32;
 /// General registers per lane, R0..R254 and RZ (255, which reads 0 and ignores writes).
@@ -53,6 +54,18 @@ pub struct Warp {
     pub predicate_latency: u64,
     /// Per lane, the cycle from which each predicate may guard an instruction.
     pub guard_ready: [[u64; PT as usize]; LANES],
+    /// Per vector register, the latest fixed-latency write to it.
+    pub results: Vec<Option<Written>>,
+}
+
+/// A fixed-latency write: when it issued, for which lanes, what its readers wait for, and
+/// where the writer is (for messages).
+#[derive(Clone, Copy, Debug)]
+pub struct Written {
+    pub cycle: u64,
+    pub lanes: u32,
+    pub result: FixedResult,
+    pub at: u64,
 }
 
 /// Where the emulator's local window ends (the stack pointer's start, `c[0x0][0x28]`).
@@ -98,6 +111,7 @@ impl Warp {
             cycle: 0,
             predicate_latency: 0,
             guard_ready: [[0; PT as usize]; LANES],
+            results: vec![None; usize::from(RZ)],
         }
     }
 
