@@ -403,47 +403,55 @@ mod tests {
         assert_eq!(channel.ring().read_u64(8).unwrap(), 0);
     }
 
-    /// `y[i] = x[i] * 3 + i` for `i < n`: global loads and stores, the parameters, and
-    /// `%ntid`/`%nctaid` from constant bank 0.
-    fn probe() -> quench_ir::Function {
+    /// A kernel `name(x, y, n)` over u32 arrays whose thread `i < n` stores what `body`
+    /// makes of `x`, `i` into `y[i]`.
+    fn per_thread(
+        name: &str,
+        max_threads: u32,
+        body: impl FnOnce(
+            &mut quench_ir::Builder,
+            quench_ir::Value,
+            quench_ir::Value,
+        ) -> quench_ir::Value,
+    ) -> quench_ir::Function {
         use quench_ir::{AddrSpace, Builder, Scalar, Type};
         let ptr = Type::Ptr(AddrSpace::Global, Scalar::U32);
-        let mut k = Builder::new("native_probe", 128);
+        let mut k = Builder::new(name, max_threads);
         let x = k.param("x", ptr);
         let y = k.param("y", ptr);
         let n = k.param("n", Type::U32);
         let gid = k.global_id_x();
         let in_range = k.lt(gid, n);
         k.if_then(in_range, |k| {
-            let px = k.ptr_add(x, gid);
-            let xv = k.load(Type::U32, px);
-            let tripled = k.mul_const(xv, 3);
-            let v = k.add(tripled, gid);
+            let v = body(k, x, gid);
             let py = k.ptr_add(y, gid);
             k.store(py, v);
         });
         k.finish().unwrap()
     }
 
-    /// `y[i] = sum over j < 96 of (j + 1) * x[96 i + j]` for `i < n`, the 96 loads made
-    /// before the sum: more values live at once than the 64 registers a 1024-thread block
-    /// leaves a thread, so the code spills to a stack frame (local memory).
+    /// `y[i] = x[i] * 3 + i`: global loads and stores, the parameters, and
+    /// `%ntid`/`%nctaid` from constant bank 0.
+    fn probe() -> quench_ir::Function {
+        per_thread("native_probe", 128, |k, x, gid| {
+            let px = k.ptr_add(x, gid);
+            let xv = k.load(quench_ir::Type::U32, px);
+            let tripled = k.mul_const(xv, 3);
+            k.add(tripled, gid)
+        })
+    }
+
+    /// `y[i] = sum over j < 96 of (j + 1) * x[96 i + j]`, the 96 loads made before the
+    /// sum: more values live at once than the 64 registers a 1024-thread block leaves a
+    /// thread, so the code spills to a stack frame (local memory).
     fn spilling_probe() -> quench_ir::Function {
-        use quench_ir::{AddrSpace, Builder, Scalar, Type};
-        let ptr = Type::Ptr(AddrSpace::Global, Scalar::U32);
-        let mut k = Builder::new("native_stack", 1024);
-        let x = k.param("x", ptr);
-        let y = k.param("y", ptr);
-        let n = k.param("n", Type::U32);
-        let gid = k.global_id_x();
-        let in_range = k.lt(gid, n);
-        k.if_then(in_range, |k| {
+        per_thread("native_stack", 1024, |k, x, gid| {
             let base = k.mul_const(gid, 96);
             let values: Vec<_> = (0..96)
                 .map(|j| {
                     let at = k.add_const(base, j);
                     let p = k.ptr_add(x, at);
-                    k.load(Type::U32, p)
+                    k.load(quench_ir::Type::U32, p)
                 })
                 .collect();
             let mut sum = k.const_u32(0);
@@ -451,10 +459,8 @@ mod tests {
                 let term = k.mul_const(v, j as u32 + 1);
                 sum = k.add(sum, term);
             }
-            let py = k.ptr_add(y, gid);
-            k.store(py, sum);
-        });
-        k.finish().unwrap()
+            sum
+        })
     }
 
     #[test]
