@@ -377,10 +377,40 @@ mod tests {
 
     #[test]
     fn bad_cubins_are_refused_by_name() {
+        use quench_sass::build::{build_module, FunctionDesc, ModuleDesc, RelocDesc};
+        use quench_sass::cubin::R_CUDA_ABS32_LO_32;
         let rm = FakeRm::new(DRIVER, vec![H200]);
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let e = Program::load(&gpu, b"not an ELF").err().unwrap();
         assert!(e.to_string().starts_with("cannot load the cubin: "), "{e}");
+        // A kernel whose code takes a device function's address from a relocation.
+        let Ok(cubin) = Cubin::parse(&cubin(0)) else {
+            panic!("the probe cubin parses")
+        };
+        let kernel = quench_sass::build::KernelDesc::from_cubin(&cubin, &cubin.kernels[0]).unwrap();
+        let linked = build_module(&ModuleDesc {
+            kernel,
+            functions: vec![FunctionDesc {
+                name: "helper".into(),
+                text: code(),
+                registers: 16,
+                subroutines: vec![],
+            }],
+            relocs: vec![RelocDesc {
+                function: "probe".into(),
+                offset: 0,
+                r_type: R_CUDA_ABS32_LO_32,
+                symbol: "helper".into(),
+                addend: 0,
+            }],
+        })
+        .unwrap();
+        let e = Program::load(&gpu, &linked).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            "kernel probe needs its code relocated (1 relocation entries: calls to functions \
+             in other sections, or global symbols), which the native backend does not do yet"
+        );
     }
 
     #[test]

@@ -124,8 +124,9 @@ pub enum NativeError {
 
     /// Code that would need relocating before it runs.
     #[error(
-        "kernel {kernel} has {count} relocations in its code (calls to functions in other \
-         sections, or global symbols), which the native backend does not apply yet"
+        "kernel {kernel} needs its code relocated ({count} relocation entries: calls to \
+         functions in other sections, or global symbols), which the native backend does not \
+         do yet"
     )]
     Relocations { kernel: String, count: usize },
 
