@@ -58,6 +58,19 @@ fn measured() -> &'static HashMap<String, u8> {
     })
 }
 
+/// Cycles the scheduler counts for a variable-latency result: about a load from L2.
+const VARIABLE_CYCLES: u8 = 30;
+
+/// Cycles until `mnemonic`'s result can be used, as the scheduler weighs chains: its
+/// latency, or [`VARIABLE_CYCLES`] for a load, shuffle or the like.
+pub(super) fn result_cycles(mnemonic: &str) -> u8 {
+    if variable_latency(mnemonic) {
+        VARIABLE_CYCLES
+    } else {
+        latency(mnemonic.split('.').next().unwrap_or(mnemonic))
+    }
+}
+
 /// Cycles an f64 result (`DMUL`, `F2F.F64.F32`) is given, not measured on the H200:
 /// ptxas's code reads them 10 cycles after issue at the earliest, and 15 leaves a margin.
 const FP64_STALL: u8 = 15;

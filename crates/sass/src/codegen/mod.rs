@@ -34,6 +34,7 @@ mod control;
 mod divide;
 mod ieee;
 mod regs;
+mod schedule;
 mod scoreboard;
 mod select;
 

@@ -11,6 +11,7 @@ use super::divide;
 use super::ieee;
 use super::refuse;
 use super::regs::{width, Loc, Registers, Spills};
+use super::schedule;
 use super::scoreboard::Scoreboards;
 use crate::cubin::PARAM_BASE;
 use crate::error::{Result, SassError};
@@ -146,6 +147,7 @@ impl<'f> Selector<'f> {
         {
             self.emit("", "NOP".into());
         }
+        self.schedule();
         let f = self.f;
         let mut out = format!(
             ".kernel {}\n.registers {}\n.maxntid {} 1 1\n",
@@ -213,6 +215,41 @@ impl<'f> Selector<'f> {
             }
         }
         out
+    }
+
+    /// Reorders the instructions between each two labels (see [`schedule`]).
+    fn schedule(&mut self) {
+        let lines = std::mem::take(&mut self.lines);
+        // The instructions since the last label: guard, text, stall.
+        let mut run: Vec<(String, String, Option<u8>)> = Vec::new();
+        let flush = |run: &mut Vec<(String, String, Option<u8>)>, out: &mut Vec<Line>| {
+            let items: Vec<schedule::Item> = run
+                .iter()
+                .map(|(guard, text, stall)| schedule::Item {
+                    guard,
+                    text,
+                    pinned: stall.is_some(),
+                })
+                .collect();
+            let order = schedule::order(&items);
+            let mut taken: Vec<Option<_>> = run.drain(..).map(Some).collect();
+            out.extend(
+                order
+                    .into_iter()
+                    .filter_map(|i| taken[i].take())
+                    .map(|(guard, text, stall)| Line::Inst { guard, text, stall }),
+            );
+        };
+        for line in lines {
+            match line {
+                Line::Label(_) => {
+                    flush(&mut run, &mut self.lines);
+                    self.lines.push(line);
+                }
+                Line::Inst { guard, text, stall } => run.push((guard, text, stall)),
+            }
+        }
+        flush(&mut run, &mut self.lines);
     }
 
     fn emit(&mut self, guard: &str, text: String) {
