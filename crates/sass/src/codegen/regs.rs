@@ -114,6 +114,11 @@ pub struct Registers {
     /// Each root's last use (a position), `None` for a value never used.
     last: Vec<Option<usize>>,
     busy: [bool; MAX_REGISTERS as usize],
+    /// When each register was last given back (a count of give-backs), so that a value
+    /// takes the register freed longest ago: reusing one at once would chain instructions
+    /// that are independent, which the schedule could otherwise interleave.
+    freed: [u32; MAX_REGISTERS as usize],
+    frees: u32,
     busy_pred: [bool; MAX_PREDICATES],
     /// Allocated roots, in the order they were defined.
     live: Vec<Value>,
@@ -254,6 +259,8 @@ impl Registers {
             root,
             offset,
             busy: [false; MAX_REGISTERS as usize],
+            freed: [0; MAX_REGISTERS as usize],
+            frees: 0,
             busy_pred: [false; MAX_PREDICATES],
             live: Vec::new(),
             high_water: FIRST,
@@ -290,24 +297,31 @@ impl Registers {
     /// Gives back the scratch registers `v` was loaded into.
     pub fn unload(&mut self, v: Value) {
         if let Some(Loc::R { base, count }) = self.locs[v.index()].take() {
-            self.busy[base as usize..(base + count) as usize].fill(false);
+            self.release(base, count);
+        }
+    }
+
+    /// Registers `base..base + count` are free again.
+    fn release(&mut self, base: u32, count: u32) {
+        self.frees += 1;
+        for r in base..base + count {
+            self.busy[r as usize] = false;
+            self.freed[r as usize] = self.frees;
         }
     }
 
     /// The selector reached position `pos`: values last used before it give their
     /// registers back.
     pub fn at(&mut self, pos: usize) {
-        let (last, locs) = (&self.last, &self.locs);
+        let last = &self.last;
         let (done, live): (Vec<Value>, Vec<Value>) = self
             .live
             .iter()
             .partition(|v| last[v.index()].is_none_or(|l| l < pos));
         self.live = live;
         for v in done {
-            match locs[v.index()] {
-                Some(Loc::R { base, count }) => {
-                    self.busy[base as usize..(base + count) as usize].fill(false)
-                }
+            match self.locs[v.index()] {
+                Some(Loc::R { base, count }) => self.release(base, count),
                 Some(Loc::P(p)) => self.busy_pred[p as usize] = false,
                 None => {}
             }
@@ -361,21 +375,31 @@ impl Registers {
     }
 
     pub fn give_back(&mut self, regs: &[u32]) {
-        for r in regs {
-            self.busy[*r as usize] = false;
+        for &r in regs {
+            self.release(r, 1);
         }
     }
 
-    /// The lowest free run of `count` registers, aligned to its size rounded up to a
-    /// power of two.
+    /// A free run of `count` registers, aligned to its size rounded up to a power of two:
+    /// of those below the most registers used so far, the one given back longest ago;
+    /// else the lowest.
     fn take(&mut self, f: &Function, count: u32) -> Result<u32> {
         let align = count.next_power_of_two();
         let limit = self.limit;
-        let found = (FIRST.next_multiple_of(align)..limit)
-            .step_by(align as usize)
-            .find(|&b| {
-                b + count <= limit && !self.busy[b as usize..(b + count) as usize].contains(&true)
+        let free = |b: u32| {
+            b + count <= limit && !self.busy[b as usize..(b + count) as usize].contains(&true)
+        };
+        let runs = (FIRST.next_multiple_of(align)..limit).step_by(align as usize);
+        let oldest = runs
+            .clone()
+            .filter(|&b| b + count <= self.high_water && free(b))
+            .min_by_key(|&b| {
+                self.freed[b as usize..(b + count) as usize]
+                    .iter()
+                    .max()
+                    .copied()
             });
+        let found = oldest.or_else(|| runs.clone().find(|&b| free(b)));
         let Some(base) = found else {
             self.exhausted = Some(self.live.clone());
             return Err(refuse(
