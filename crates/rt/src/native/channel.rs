@@ -48,20 +48,20 @@ pub const MAX_GPFIFO_ENTRIES: u32 = 1 << 16;
 
 /// A GPFIFO channel with compute and copy objects, scheduled and ready for work; freed
 /// when dropped, the channel's objects before its ring.
-pub struct Channel<'g, R: ResourceManager> {
+pub struct Channel<R: ResourceManager> {
     // Declared first, so dropped first: everything made after the ring goes before it.
-    _objects: Teardown<'g, R>,
-    ring: Allocation<'g, R>,
+    _objects: Teardown<R>,
+    ring: Allocation<R>,
     doorbell: NonNull<u8>,
     entries: u32,
     put: u32,
     token: u32,
 }
 
-impl<'g, R: ResourceManager> Channel<'g, R> {
+impl<R: ResourceManager> Channel<R> {
     /// A channel of `entries` GPFIFO entries (a power of two from 2 to
     /// [`MAX_GPFIFO_ENTRIES`]) on `gpu`.
-    pub fn create(gpu: &'g Gpu<'_, R>, entries: u32) -> Result<Self, NativeError> {
+    pub fn create(gpu: &Gpu<R>, entries: u32) -> Result<Self, NativeError> {
         if !entries.is_power_of_two() || !(2..=MAX_GPFIFO_ENTRIES).contains(&entries) {
             return Err(NativeError::ChannelShape {
                 entries,
@@ -75,7 +75,7 @@ impl<'g, R: ResourceManager> Channel<'g, R> {
         let userd_offset = ring_bytes.next_multiple_of(userd::SIZE);
         let ring = gpu.allocate(userd_offset + userd::SIZE, Placement::Device, true)?;
 
-        let mut objects = Teardown::new(gpu.rm(), gpu.client());
+        let mut objects = Teardown::under(gpu);
         let group = objects.alloc(
             gpu.device(),
             KEPLER_CHANNEL_GROUP_A,
@@ -144,7 +144,7 @@ impl<'g, R: ResourceManager> Channel<'g, R> {
 
     /// The allocation holding the ring and USERD.
     #[cfg(test)]
-    pub(crate) fn ring(&self) -> &Allocation<'g, R> {
+    pub(crate) fn ring(&self) -> &Allocation<R> {
         &self.ring
     }
 
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_channel_is_made_in_order_with_the_headers_parameters() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let before = rm.calls().len();
         let channel = Channel::create(&gpu, 1024).unwrap();
@@ -327,7 +327,7 @@ mod tests {
 
     #[test]
     fn a_small_ring_keeps_userd_aligned() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let _channel = Channel::create(&gpu, 8).unwrap();
         let p = rm.params::<NvChannelAllocParams>(CHANNEL);
@@ -336,7 +336,7 @@ mod tests {
 
     #[test]
     fn submit_writes_the_entry_gp_put_and_the_doorbell_where_the_headers_say() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let mut channel = Channel::create(&gpu, 4).unwrap();
         let userd = 0x200; // 4 entries of 8 bytes, USERD at the next 512 bytes.
@@ -384,7 +384,7 @@ mod tests {
 
     #[test]
     fn impossible_rings_are_refused_before_any_call() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let before = rm.calls().len();
         for entries in [0, 1, 3, 1000, 1 << 17] {
@@ -420,7 +420,7 @@ mod tests {
         let step = |what: &str| eprintln!("native-channel: {what}");
         let module = version::loaded_module(Path::new(version::PROC_VERSION)).unwrap();
         step(&format!("driver {}", module.version));
-        let rm = DeviceFiles::open(Path::new("/dev")).unwrap();
+        let rm = std::rc::Rc::new(DeviceFiles::open(Path::new("/dev")).unwrap());
         let gpu = Gpu::open(&rm, &module.version, 0).unwrap();
         step(&format!(
             "opened /dev/nvidia{}, heap {} bytes",

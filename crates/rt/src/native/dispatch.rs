@@ -53,16 +53,16 @@ const BANK0_AT: u64 = 0x400;
 const STATE_BYTES: u64 = BANK0_AT + 0x1_0000;
 
 /// The kernels of one cubin, their code in GPU memory.
-pub struct Program<'g, R: ResourceManager> {
+pub struct Program<R: ResourceManager> {
     cubin: Cubin,
-    code: Allocation<'g, R>,
+    code: Allocation<R>,
     /// Each kernel's name and the offset of its code in `code`.
     entries: Vec<(String, u64)>,
 }
 
-impl<'g, R: ResourceManager> Program<'g, R> {
+impl<R: ResourceManager> Program<R> {
     /// Parses `cubin` and copies its kernels' code into GPU memory of `gpu`.
-    pub fn load(gpu: &'g Gpu<'_, R>, cubin: &[u8]) -> Result<Self, NativeError> {
+    pub fn load(gpu: &Gpu<R>, cubin: &[u8]) -> Result<Self, NativeError> {
         let cubin = Cubin::parse(cubin).map_err(|e| NativeError::Cubin(e.to_string()))?;
         let mut entries = vec![];
         let mut end = 0u64;
@@ -112,14 +112,14 @@ pub struct Geometry {
 
 impl Geometry {
     /// Asks the resource manager of `gpu`.
-    pub fn query<R: ResourceManager>(gpu: &Gpu<'_, R>) -> Result<Geometry, NativeError> {
+    pub fn query<R: ResourceManager>(gpu: &Gpu<R>) -> Result<Geometry, NativeError> {
         let asked = [
             GR_INFO_INDEX_LITTER_NUM_GPCS,
             GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC,
             GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC,
             GR_INFO_INDEX_MAX_WARPS_PER_SM,
         ];
-        let objects = Teardown::new(gpu.rm(), gpu.client());
+        let objects = Teardown::under(gpu);
         let info = objects.control(gpu.subdevice(), GrGetInfoV2Params::request(&asked))?;
         let [gpcs, tpcs_per_gpc, sms_per_tpc, warps_per_sm] = asked.map(|i| info.value(i));
         match (gpcs, tpcs_per_gpc, sms_per_tpc, warps_per_sm) {
@@ -148,51 +148,63 @@ impl Geometry {
 }
 
 /// The local memory a channel's compute class was given.
-struct LocalMemory<'g, R: ResourceManager> {
-    _memory: Allocation<'g, R>,
+struct LocalMemory<R: ResourceManager> {
+    _memory: Allocation<R>,
     per_thread: u32,
 }
 
 /// Runs grids on one channel, one at a time.
-pub struct Launcher<'c, 'g, R: ResourceManager> {
-    gpu: &'g Gpu<'g, R>,
+pub struct Launcher<R: ResourceManager> {
+    gpu: Gpu<R>,
     geometry: Geometry,
-    local: Option<LocalMemory<'g, R>>,
-    channel: &'c mut Channel<'g, R>,
+    local: Option<LocalMemory<R>>,
+    channel: Channel<R>,
     /// The semaphore and the push buffer.
-    host: Allocation<'g, R>,
+    host: Allocation<R>,
     /// The QMD and constant bank 0.
-    state: Allocation<'g, R>,
+    state: Allocation<R>,
     /// The semaphore's value after the latest submission.
     serial: u64,
+    /// Whether the compute class is bound and the windows placed.
+    bound: bool,
 }
 
-impl<'c, 'g, R: ResourceManager> Launcher<'c, 'g, R> {
-    /// Binds the compute class on `channel` and places the memory windows, waiting up to
-    /// `timeout` for the GPU to take them.
-    pub fn new(
-        gpu: &'g Gpu<'g, R>,
-        channel: &'c mut Channel<'g, R>,
-        timeout: Duration,
-    ) -> Result<Self, NativeError> {
+impl<R: ResourceManager> Launcher<R> {
+    /// A launcher for `gpu` on `channel`; it binds the compute class and places the
+    /// memory windows with its first submission.
+    pub fn new(gpu: &Gpu<R>, channel: Channel<R>) -> Result<Self, NativeError> {
         let geometry = Geometry::query(gpu)?;
         let host = gpu.allocate(HOST_BYTES, Placement::Host, true)?;
         host.write_u64(SEMAPHORE, 0)?;
         let state = gpu.allocate(STATE_BYTES, Placement::Device, true)?;
-        let mut l = Launcher {
-            gpu,
+        Ok(Launcher {
+            gpu: gpu.clone(),
             geometry,
             local: None,
             channel,
             host,
             state,
             serial: 0,
-        };
-        let mut push = PushBuffer::new();
-        push.set_object(COMPUTE, HOPPER_COMPUTE_A)?;
-        push.shader_windows(COMPUTE, SHARED_WINDOW, LOCAL_WINDOW)?;
-        l.submit_and_wait(push, "binding the compute class", timeout)?;
-        Ok(l)
+            bound: false,
+        })
+    }
+
+    /// The channel the launcher submits on.
+    pub fn channel(&self) -> &Channel<R> {
+        &self.channel
+    }
+
+    /// Binds the compute class on the channel and places the memory windows, waiting up
+    /// to `timeout` for the GPU to take them (once; later calls do nothing).
+    pub fn bind(&mut self, timeout: Duration) -> Result<(), NativeError> {
+        if !self.bound {
+            let mut push = PushBuffer::new();
+            push.set_object(COMPUTE, HOPPER_COMPUTE_A)?;
+            push.shader_windows(COMPUTE, SHARED_WINDOW, LOCAL_WINDOW)?;
+            self.submit_and_wait(push, "binding the compute class", timeout)?;
+            self.bound = true;
+        }
+        Ok(())
     }
 
     /// Runs `kernel` of `program` over `dims` with the parameter block `params` (laid out
@@ -200,12 +212,13 @@ impl<'c, 'g, R: ResourceManager> Launcher<'c, 'g, R> {
     /// from submission to the semaphore, as the CPU saw it.
     pub fn run(
         &mut self,
-        program: &Program<'g, R>,
+        program: &Program<R>,
         kernel: &str,
         dims: &LaunchDims,
         params: &[u8],
         timeout: Duration,
     ) -> Result<Duration, NativeError> {
+        self.bind(timeout)?;
         let launch = KernelLaunch::from_cubin(&program.cubin, kernel, dims, params)?;
         let stack = stack_bytes(launch.local_bytes_per_thread);
         if stack > self.local.as_ref().map_or(0, |l| l.per_thread) {
@@ -335,7 +348,7 @@ mod tests {
 
     #[test]
     fn a_program_is_its_kernels_code_in_gpu_memory() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let p = Program::load(&gpu, &cubin(0)).unwrap();
         assert_eq!(p.entry("probe"), Some(p.code.gpu_address()));
@@ -351,7 +364,7 @@ mod tests {
 
     #[test]
     fn local_memory_is_sized_for_every_thread_of_the_chip_s_design() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let g = Geometry::query(&gpu).unwrap();
         assert_eq!(
@@ -379,7 +392,7 @@ mod tests {
     fn bad_cubins_are_refused_by_name() {
         use quench_sass::build::{build_module, FunctionDesc, ModuleDesc, RelocDesc};
         use quench_sass::cubin::R_CUDA_ABS32_LO_32;
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let e = Program::load(&gpu, b"not an ELF").err().unwrap();
         assert!(e.to_string().starts_with("cannot load the cubin: "), "{e}");
@@ -415,12 +428,11 @@ mod tests {
 
     #[test]
     fn a_launcher_binds_the_compute_class_and_reports_a_gpu_that_never_answers() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
-        let mut channel = Channel::create(&gpu, 64).unwrap();
-        let e = Launcher::new(&gpu, &mut channel, Duration::from_millis(20))
-            .err()
-            .unwrap();
+        let channel = Channel::create(&gpu, 64).unwrap();
+        let mut launcher = Launcher::new(&gpu, channel).unwrap();
+        let e = launcher.bind(Duration::from_millis(20)).err().unwrap();
         assert!(
             e.to_string()
                 .starts_with("binding the compute class did not finish within 0.02 s"),
@@ -428,9 +440,10 @@ mod tests {
         );
         // One GPFIFO entry was submitted, as long as the binding (2 words), the windows
         // (6) and the semaphore release (6).
-        let entry = channel.ring().read_u64(0).unwrap();
+        let ring = launcher.channel().ring();
+        let entry = ring.read_u64(0).unwrap();
         assert_eq!((entry >> 42) & 0x1f_ffff, 14);
-        assert_eq!(channel.ring().read_u64(8).unwrap(), 0);
+        assert_eq!(ring.read_u64(8).unwrap(), 0);
     }
 
     /// A kernel `name(x, y, n)` over u32 arrays whose thread `i < n` stores what `body`
@@ -530,7 +543,7 @@ mod tests {
         const XS: u32 = 400_000;
         let step = |what: &str| eprintln!("native-dispatch: {what}");
         let module = version::loaded_module(Path::new(version::PROC_VERSION)).unwrap();
-        let rm = DeviceFiles::open(Path::new("/dev")).unwrap();
+        let rm = std::rc::Rc::new(DeviceFiles::open(Path::new("/dev")).unwrap());
         let gpu = Gpu::open(&rm, &module.version, 0).unwrap();
         let x = gpu
             .allocate(u64::from(XS) * 4, Placement::Device, true)
@@ -543,8 +556,9 @@ mod tests {
             .collect();
         let packed: Vec<u8> = xs.iter().flat_map(|v| v.to_le_bytes()).collect();
         x.write(0, &packed).unwrap();
-        let mut channel = Channel::create(&gpu, 1024).unwrap();
-        let mut launcher = Launcher::new(&gpu, &mut channel, WAIT).unwrap();
+        let channel = Channel::create(&gpu, 1024).unwrap();
+        let mut launcher = Launcher::new(&gpu, channel).unwrap();
+        launcher.bind(WAIT).unwrap();
         step(&format!(
             "compute class bound, windows placed; {:?}",
             launcher.geometry

@@ -12,6 +12,7 @@
 //! recent first, when dropped, also when a later step of its construction fails.
 
 use std::ptr::NonNull;
+use std::rc::Rc;
 
 use super::controls::{Control, FbGetInfoV2Params, GpuGetIdInfoV2Params, FB_INFO_INDEX_HEAP_SIZE};
 use super::error::NativeError;
@@ -44,24 +45,35 @@ enum Undo {
     },
 }
 
+/// Whom a [`Teardown`] answers to: the resource manager itself (a GPU's own objects), or
+/// a GPU, which it keeps open until everything it made there is undone.
+enum Owner<R: ResourceManager> {
+    Root(Rc<R>),
+    Gpu(Gpu<R>),
+}
+
 /// What one owner made of the resource manager, undone the most recent first on drop.
-pub(crate) struct Teardown<'rm, R: ResourceManager> {
-    rm: &'rm R,
+pub(crate) struct Teardown<R: ResourceManager> {
+    owner: Owner<R>,
     client: Handle,
     stack: Vec<Undo>,
 }
 
-impl<'rm, R: ResourceManager> Teardown<'rm, R> {
-    pub(crate) fn new(rm: &'rm R, client: Handle) -> Self {
+impl<R: ResourceManager> Teardown<R> {
+    /// Objects made under `gpu`'s client; `gpu` stays open as long as they do.
+    pub(crate) fn under(gpu: &Gpu<R>) -> Self {
         Teardown {
-            rm,
-            client,
+            owner: Owner::Gpu(gpu.clone()),
+            client: gpu.client(),
             stack: vec![],
         }
     }
 
-    pub(crate) fn rm(&self) -> &'rm R {
-        self.rm
+    pub(crate) fn rm(&self) -> &R {
+        match &self.owner {
+            Owner::Root(rm) => rm,
+            Owner::Gpu(gpu) => gpu.rm(),
+        }
     }
 
     /// An object of `class` under `parent`, freed on teardown.
@@ -72,7 +84,7 @@ impl<'rm, R: ResourceManager> Teardown<'rm, R> {
         params: Option<&mut dyn Params>,
     ) -> Result<Handle, NativeError> {
         let object = self
-            .rm
+            .rm()
             .alloc(self.client, parent, class.id, params)
             .map_err(|e| NativeError::call(alloc_call(class), e))?;
         self.stack.push(Undo::Free { parent, object });
@@ -86,7 +98,7 @@ impl<'rm, R: ResourceManager> Teardown<'rm, R> {
         object: Handle,
         mut params: P,
     ) -> Result<P, NativeError> {
-        self.rm
+        self.rm()
             .control(self.client, object, P::CMD, &mut params)
             .map_err(|e| NativeError::call(format!("{} ({:#x})", P::NAME, P::CMD), e))?;
         Ok(params)
@@ -102,7 +114,7 @@ impl<'rm, R: ResourceManager> Teardown<'rm, R> {
         flags: u32,
     ) -> Result<u64, NativeError> {
         let address = self
-            .rm
+            .rm()
             .map_memory_dma(self.client, device, dma, memory, length, flags)
             .map_err(|e| {
                 NativeError::call(
@@ -129,7 +141,7 @@ impl<'rm, R: ResourceManager> Teardown<'rm, R> {
         node: MapNode,
     ) -> Result<NonNull<u8>, NativeError> {
         let mapping = self
-            .rm
+            .rm()
             .map_memory(self.client, device, memory, length, flags, node)?;
         let address = NonNull::new(mapping.address).ok_or_else(|| NativeError::Mmap {
             node: node.to_string(),
@@ -145,27 +157,29 @@ impl<'rm, R: ResourceManager> Teardown<'rm, R> {
     }
 }
 
-impl<R: ResourceManager> Drop for Teardown<'_, R> {
+impl<R: ResourceManager> Drop for Teardown<R> {
     fn drop(&mut self) {
         // A failed undo cannot be reported from here and leaks nothing for long: the
         // driver frees a client's objects and mappings with the client, and the client
-        // when the control node is closed.
+        // when the control node is closed. The owner (a GPU) is let go after this.
+        let rm = match &self.owner {
+            Owner::Root(rm) => rm.as_ref(),
+            Owner::Gpu(gpu) => gpu.rm(),
+        };
         while let Some(undo) = self.stack.pop() {
             let _ = match undo {
-                Undo::Free { parent, object } => self.rm.free(self.client, parent, object),
+                Undo::Free { parent, object } => rm.free(self.client, parent, object),
                 Undo::UnmapDma {
                     device,
                     dma,
                     memory,
                     address,
-                } => self
-                    .rm
-                    .unmap_memory_dma(self.client, device, dma, memory, address),
+                } => rm.unmap_memory_dma(self.client, device, dma, memory, address),
                 Undo::UnmapCpu {
                     device,
                     memory,
                     mapping,
-                } => self.rm.unmap_memory(self.client, device, memory, mapping),
+                } => rm.unmap_memory(self.client, device, memory, mapping),
             };
         }
     }
@@ -176,10 +190,20 @@ pub(crate) fn alloc_call(class: Class) -> String {
 }
 
 /// One GPU opened for work: a client of the resource manager, the GPU's device and
-/// subdevice, and a virtual address space under the device.
-pub struct Gpu<'rm, R: ResourceManager> {
+/// subdevice, and a virtual address space under the device. Cloning it shares it:
+/// everything made on the GPU (memory, channels, programs) holds a clone, so the client
+/// and its objects are freed after the last of them.
+pub struct Gpu<R: ResourceManager>(Rc<Opened<R>>);
+
+impl<R: ResourceManager> Clone for Gpu<R> {
+    fn clone(&self) -> Self {
+        Gpu(Rc::clone(&self.0))
+    }
+}
+
+struct Opened<R: ResourceManager> {
     // Declared first, so dropped first: the objects go before the node is closed.
-    objects: Teardown<'rm, R>,
+    objects: Teardown<R>,
     _node: R::GpuNode,
     client: Handle,
     device: Handle,
@@ -189,11 +213,11 @@ pub struct Gpu<'rm, R: ResourceManager> {
     heap_bytes: u64,
 }
 
-impl<'rm, R: ResourceManager> Gpu<'rm, R> {
+impl<R: ResourceManager> Gpu<R> {
     /// Checks that the driver runs `driver_version` and opens the `ordinal`-th GPU it
     /// reports (in the driver's order).
-    pub fn open(rm: &'rm R, driver_version: &str, ordinal: usize) -> Result<Self, NativeError> {
-        handshake(rm, driver_version)?;
+    pub fn open(rm: &Rc<R>, driver_version: &str, ordinal: usize) -> Result<Self, NativeError> {
+        handshake(rm.as_ref(), driver_version)?;
         let cards = rm
             .card_info()
             .map_err(|e| NativeError::call("NV_ESC_CARD_INFO", e))?;
@@ -202,7 +226,11 @@ impl<'rm, R: ResourceManager> Gpu<'rm, R> {
             count: cards.len(),
         })?;
         let node = rm.open_gpu(card.minor_number)?;
-        let mut objects = Teardown::new(rm, 0);
+        let mut objects = Teardown {
+            owner: Owner::Root(Rc::clone(rm)),
+            client: 0,
+            stack: vec![],
+        };
         let client = rm
             .alloc(0, 0, NV01_ROOT_CLIENT.id, None)
             .map_err(|e| NativeError::call(alloc_call(NV01_ROOT_CLIENT), e))?;
@@ -235,7 +263,7 @@ impl<'rm, R: ResourceManager> Gpu<'rm, R> {
             FERMI_VASPACE_A,
             Some(&mut NvVaspaceAllocationParameters::default()),
         )?;
-        Ok(Gpu {
+        Ok(Gpu(Rc::new(Opened {
             objects,
             _node: node,
             client,
@@ -244,37 +272,37 @@ impl<'rm, R: ResourceManager> Gpu<'rm, R> {
             va_space,
             minor: card.minor_number,
             heap_bytes,
-        })
+        })))
     }
 
-    pub(crate) fn rm(&self) -> &'rm R {
-        self.objects.rm()
+    pub(crate) fn rm(&self) -> &R {
+        self.0.objects.rm()
     }
 
     pub(crate) fn client(&self) -> Handle {
-        self.client
+        self.0.client
     }
 
     pub(crate) fn device(&self) -> Handle {
-        self.device
+        self.0.device
     }
 
     pub(crate) fn subdevice(&self) -> Handle {
-        self.subdevice
+        self.0.subdevice
     }
 
     pub(crate) fn va_space(&self) -> Handle {
-        self.va_space
+        self.0.va_space
     }
 
     /// N of the GPU's device node `/dev/nvidiaN`.
     pub fn minor(&self) -> u32 {
-        self.minor
+        self.0.minor
     }
 
     /// Memory available for allocations (`NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE`).
     pub fn heap_bytes(&self) -> u64 {
-        self.heap_bytes
+        self.0.heap_bytes
     }
 
     /// `size` bytes in `placement`, mapped into the GPU's address space and, when
@@ -284,7 +312,7 @@ impl<'rm, R: ResourceManager> Gpu<'rm, R> {
         size: u64,
         placement: Placement,
         map_cpu: bool,
-    ) -> Result<Allocation<'_, R>, NativeError> {
+    ) -> Result<Allocation<R>, NativeError> {
         Allocation::new(
             self,
             size,
@@ -368,9 +396,9 @@ impl Placement {
 
 /// Memory mapped into a GPU's address space, and perhaps into this process; unmapped and
 /// freed when dropped.
-pub struct Allocation<'g, R: ResourceManager> {
+pub struct Allocation<R: ResourceManager> {
     /// The memory, its range and mappings, undone on drop.
-    _objects: Teardown<'g, R>,
+    _objects: Teardown<R>,
     memory: Handle,
     gpu_address: u64,
     size: u64,
@@ -378,9 +406,9 @@ pub struct Allocation<'g, R: ResourceManager> {
     cpu: Option<NonNull<u8>>,
 }
 
-impl<'g, R: ResourceManager> Allocation<'g, R> {
+impl<R: ResourceManager> Allocation<R> {
     fn new(
-        gpu: &'g Gpu<'_, R>,
+        gpu: &Gpu<R>,
         size: u64,
         placement: Placement,
         map_cpu: bool,
@@ -393,21 +421,21 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
         if size == 0 {
             return Err(refuse("an allocation needs at least one byte".into()));
         }
-        if size > gpu.heap_bytes {
+        if size > gpu.heap_bytes() {
             return Err(refuse(format!(
                 "the GPU has {} bytes for allocations",
-                gpu.heap_bytes
+                gpu.heap_bytes()
             )));
         }
         let page = placement.page_size();
         let size = size.div_ceil(page) * page;
 
-        let mut objects = Teardown::new(gpu.rm(), gpu.client);
+        let mut objects = Teardown::under(gpu);
         let memory = objects.alloc(
-            gpu.device,
+            gpu.device(),
             placement.class(),
             Some(&mut NvMemoryAllocationParams {
-                owner: gpu.client,
+                owner: gpu.client(),
                 type_: NVOS32_TYPE_IMAGE,
                 flags: alloc_flags::IGNORE_BANK_PLACEMENT
                     | alloc_flags::ALIGNMENT_FORCE
@@ -420,24 +448,30 @@ impl<'g, R: ResourceManager> Allocation<'g, R> {
             }),
         )?;
         let range = objects.alloc(
-            gpu.device,
+            gpu.device(),
             NV50_MEMORY_VIRTUAL,
             Some(&mut NvMemoryAllocationParams {
-                owner: gpu.client,
+                owner: gpu.client(),
                 type_: NVOS32_TYPE_IMAGE,
                 flags: alloc_flags::VIRTUAL | alloc_flags::ALIGNMENT_FORCE,
                 attr: placement.attr(),
                 attr2: placement.attr2(),
                 size,
                 alignment: page,
-                h_va_space: gpu.va_space,
+                h_va_space: gpu.va_space(),
                 ..NvMemoryAllocationParams::default()
             }),
         )?;
         let gpu_address =
-            objects.map_dma(gpu.device, range, memory, size, placement.dma_flags())?;
+            objects.map_dma(gpu.device(), range, memory, size, placement.dma_flags())?;
         let cpu = if map_cpu {
-            Some(objects.map_cpu(gpu.device, memory, size, 0, placement.map_node(gpu.minor))?)
+            Some(objects.map_cpu(
+                gpu.device(),
+                memory,
+                size,
+                0,
+                placement.map_node(gpu.minor()),
+            )?)
         } else {
             None
         };
@@ -563,7 +597,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_gpu_is_a_client_device_subdevice_and_address_space_freed_in_reverse() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         assert_eq!(gpu.heap_bytes(), u64::from(H200.heap_kib) * 1024);
         assert_eq!(
@@ -641,7 +675,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_missing_gpu_is_named() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let err = Gpu::open(&rm, DRIVER, 1).err().unwrap();
         assert_eq!(
             err,
@@ -658,7 +692,7 @@ pub(crate) mod tests {
 
     #[test]
     fn gpu_memory_is_allocated_mapped_for_the_gpu_and_the_cpu_and_undone_in_reverse() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let before = rm.calls().len();
         let a = gpu.allocate(100_000, Placement::Device, true).unwrap();
@@ -757,7 +791,7 @@ pub(crate) mod tests {
 
     #[test]
     fn host_memory_goes_through_the_control_node_and_is_always_mapped() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let before = rm.calls().len();
         let a = gpu.allocate(1, Placement::Host, false).unwrap();
@@ -797,7 +831,7 @@ pub(crate) mod tests {
 
     #[test]
     fn gpu_memory_without_a_cpu_mapping_refuses_cpu_access_by_name() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let a = gpu.allocate(4096, Placement::Device, false).unwrap();
         assert!(a.cpu_address().is_none());
@@ -820,7 +854,7 @@ pub(crate) mod tests {
 
     #[test]
     fn zero_and_absurd_sizes_are_refused_before_any_call() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let before = rm.calls().len();
         let err = gpu.allocate(0, Placement::Device, false).err().unwrap();
@@ -844,7 +878,7 @@ pub(crate) mod tests {
 
     /// Everything this slice makes, one after the other: a GPU, GPU memory mapped for the
     /// CPU, host memory, and a channel.
-    fn everything(rm: &FakeRm) -> Result<(), NativeError> {
+    fn everything(rm: &std::rc::Rc<FakeRm>) -> Result<(), NativeError> {
         let gpu = Gpu::open(rm, DRIVER, 0)?;
         let _device = gpu.allocate(1 << 20, Placement::Device, true)?;
         let _host = gpu.allocate(4096, Placement::Host, false)?;
@@ -854,7 +888,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_failure_at_any_step_is_named_and_undoes_everything_made_before_it() {
-        let rm = FakeRm::new(DRIVER, vec![H200]);
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         everything(&rm).unwrap();
         assert_undone_in_reverse(&rm.calls());
         let steps = rm.attempts();
@@ -862,6 +896,7 @@ pub(crate) mod tests {
         for step in 0..steps {
             let mut rm = FakeRm::new(DRIVER, vec![H200]);
             rm.fail_at = Some((step, NvStatus(0x40)));
+            let rm = std::rc::Rc::new(rm);
             let err = everything(&rm).unwrap_err().to_string();
             let (call, status) = err.split_once(" failed: ").unwrap();
             assert_eq!(
