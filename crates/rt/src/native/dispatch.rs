@@ -31,19 +31,26 @@ use super::launch::{
     stack_bytes, KernelLaunch, LaunchAddresses, LaunchDims, LOCAL_WINDOW, SHARED_WINDOW,
 };
 use super::memory::{Allocation, Gpu, Placement, Teardown};
-use super::pushbuf::{GpEntry, Level, PcasAction, PushBuffer, HOPPER_COMPUTE_A};
+use super::pushbuf::{
+    copy, GpEntry, Level, PcasAction, PushBuffer, HOPPER_COMPUTE_A, HOPPER_DMA_COPY_A,
+};
 use super::qmd::QMD_ALIGN;
 use super::rm::ResourceManager;
 
 /// The subchannel HOPPER_COMPUTE_A is bound to.
 const COMPUTE: u32 = 1;
+/// The subchannel HOPPER_DMA_COPY_A is bound to.
+const COPY: u32 = 4;
 /// Where each kernel's code starts: a multiple of the instruction cache's line.
 const CODE_ALIGN: u64 = 256;
 /// Slack after the code, which the instruction prefetcher may read past the last kernel.
 const CODE_SLACK: u64 = 4096;
 
-/// Layout of a launcher's host memory: the semaphore, then the push buffer.
+/// Layout of a launcher's host memory: the host's semaphore, the copy engine's, a
+/// timestamped report, then the push buffer.
 const SEMAPHORE: u64 = 0;
+const COPY_SEMAPHORE: u64 = 0x10;
+const TIMESTAMP: u64 = 0x20;
 const PUSH: u64 = 0x100;
 const HOST_BYTES: u64 = 0x1000;
 /// Layout of its GPU memory: the QMD, then constant bank 0.
@@ -200,8 +207,9 @@ impl<R: ResourceManager> Launcher<R> {
         if !self.bound {
             let mut push = PushBuffer::new();
             push.set_object(COMPUTE, HOPPER_COMPUTE_A)?;
+            push.set_object(COPY, HOPPER_DMA_COPY_A)?;
             push.shader_windows(COMPUTE, SHARED_WINDOW, LOCAL_WINDOW)?;
-            self.submit_and_wait(push, "binding the compute class", timeout)?;
+            self.submit_and_wait(push, "binding the compute and copy classes", timeout)?;
             self.bound = true;
         }
         Ok(())
@@ -252,6 +260,58 @@ impl<R: ResourceManager> Launcher<R> {
         Ok(start.elapsed())
     }
 
+    /// Copies `bytes` from the GPU virtual address `src` to `dst` on the copy engine, in
+    /// pieces of at most [`copy::MAX_LINE`], and waits up to `timeout` for each.
+    pub fn copy(
+        &mut self,
+        src: u64,
+        dst: u64,
+        bytes: u64,
+        timeout: Duration,
+    ) -> Result<(), NativeError> {
+        self.bind(timeout)?;
+        let mut done = 0;
+        while done < bytes {
+            let piece = (bytes - done).min(copy::MAX_LINE);
+            // The copy engine's semaphore is 32 bits: the serial's low half.
+            let serial = self.serial + 1;
+            let mut push = PushBuffer::new();
+            push.dma_copy(
+                COPY,
+                src + done,
+                dst + done,
+                piece,
+                self.host.gpu_address() + COPY_SEMAPHORE,
+                serial as u32,
+            )?;
+            self.submit(push)?;
+            self.serial = serial;
+            self.wait(
+                |h| Ok(h.read_u32(COPY_SEMAPHORE)? == serial as u32),
+                "a copy",
+                timeout,
+            )?;
+            done += piece;
+        }
+        Ok(())
+    }
+
+    /// The GPU's clock in nanoseconds once the work submitted before has finished.
+    pub fn timestamp(&mut self, timeout: Duration) -> Result<u64, NativeError> {
+        self.bind(timeout)?;
+        let serial = self.serial + 1;
+        let mut push = PushBuffer::new();
+        push.semaphore_release_timestamp(self.host.gpu_address() + TIMESTAMP, serial)?;
+        self.submit(push)?;
+        self.serial = serial;
+        self.wait(
+            |h| Ok(h.read_u64(TIMESTAMP)? == serial),
+            "a timestamp",
+            timeout,
+        )?;
+        self.host.read_u64(TIMESTAMP + 8)
+    }
+
     /// Allocates local memory for stacks of `per_thread` bytes and gives it to the
     /// compute class; the previous local memory goes once the GPU has taken the new one.
     fn give_local_memory(&mut self, per_thread: u32, timeout: Duration) -> Result<(), NativeError> {
@@ -276,6 +336,13 @@ impl<R: ResourceManager> Launcher<R> {
     ) -> Result<(), NativeError> {
         let serial = self.serial + 1;
         push.semaphore_release(self.host.gpu_address() + SEMAPHORE, serial)?;
+        self.submit(push)?;
+        self.serial = serial;
+        self.wait(|h| Ok(h.read_u64(SEMAPHORE)? == serial), what, timeout)
+    }
+
+    /// Writes `push` into the host memory and hands it to the channel.
+    fn submit(&mut self, push: PushBuffer) -> Result<(), NativeError> {
         let bytes = push.to_bytes();
         if PUSH + bytes.len() as u64 > HOST_BYTES {
             return Err(NativeError::OutOfBounds {
@@ -291,11 +358,20 @@ impl<R: ResourceManager> Launcher<R> {
             push.words().len(),
             Level::Main,
         )?;
-        self.channel.submit(entry)?;
-        self.serial = serial;
+        self.channel.submit(entry)
+    }
+
+    /// Spins until `done` says the GPU has written what it was asked to into the host
+    /// memory, or `timeout` has passed.
+    fn wait(
+        &self,
+        done: impl Fn(&Allocation<R>) -> Result<bool, NativeError>,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<(), NativeError> {
         let start = Instant::now();
         loop {
-            if self.host.read_u64(SEMAPHORE)? == serial {
+            if done(&self.host)? {
                 return Ok(());
             }
             if start.elapsed() > timeout {
@@ -435,14 +511,14 @@ mod tests {
         let e = launcher.bind(Duration::from_millis(20)).err().unwrap();
         assert!(
             e.to_string()
-                .starts_with("binding the compute class did not finish within 0.02 s"),
+                .starts_with("binding the compute and copy classes did not finish within 0.02 s"),
             "{e}"
         );
-        // One GPFIFO entry was submitted, as long as the binding (2 words), the windows
-        // (6) and the semaphore release (6).
+        // One GPFIFO entry was submitted, as long as the two bindings (2 words each), the
+        // windows (6) and the semaphore release (6).
         let ring = launcher.channel().ring();
         let entry = ring.read_u64(0).unwrap();
-        assert_eq!((entry >> 42) & 0x1f_ffff, 14);
+        assert_eq!((entry >> 42) & 0x1f_ffff, 16);
         assert_eq!(ring.read_u64(8).unwrap(), 0);
     }
 

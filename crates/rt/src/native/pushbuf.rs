@@ -60,6 +60,38 @@ pub mod host {
     pub const SEM_EXECUTE_RELEASE_WFI_EN: u32 = 1 << 20;
     /// `SEM_EXECUTE_PAYLOAD_SIZE_64BIT` at bit 24.
     pub const SEM_EXECUTE_PAYLOAD_SIZE_64BIT: u32 = 1 << 24;
+    /// `SEM_EXECUTE_RELEASE_TIMESTAMP_EN` at bit 25: the release writes a 16-byte report,
+    /// the payload and then the GPU's time in nanoseconds.
+    pub const SEM_EXECUTE_RELEASE_TIMESTAMP_EN: u32 = 1 << 25;
+}
+
+/// HOPPER_DMA_COPY_A: the copy engine's class.
+pub const HOPPER_DMA_COPY_A: u32 = 0xC8B5;
+
+/// Copy engine methods (`NVC8B5_*` in src/common/sdk/nvidia/inc/class/clc8b5.h), byte
+/// addresses.
+pub mod copy {
+    /// `SET_SEMAPHORE_A` (`UPPER`, 24:0), `_B` (0x244, lower 32 bits), `_PAYLOAD` (0x248).
+    pub const SET_SEMAPHORE_A: u32 = 0x0240;
+    /// `LAUNCH_DMA`: starts the copy set up by the methods from `OFFSET_IN_UPPER` on.
+    pub const LAUNCH_DMA: u32 = 0x0300;
+    /// `OFFSET_IN_UPPER` (24:0), `OFFSET_IN_LOWER`, `OFFSET_OUT_UPPER`, `OFFSET_OUT_LOWER`.
+    pub const OFFSET_IN_UPPER: u32 = 0x0400;
+    /// `LINE_LENGTH_IN`: bytes in a line (a one-line copy: its length).
+    pub const LINE_LENGTH_IN: u32 = 0x0418;
+    /// `LAUNCH_DMA_DATA_TRANSFER_TYPE_NON_PIPELINED` (1:0 = 2): the copy waits for the
+    /// engine's earlier work.
+    pub const LAUNCH_NON_PIPELINED: u32 = 2;
+    /// `LAUNCH_DMA_FLUSH_ENABLE_TRUE` (bit 2): the data are visible when the semaphore is.
+    pub const LAUNCH_FLUSH: u32 = 1 << 2;
+    /// `LAUNCH_DMA_SEMAPHORE_TYPE_RELEASE_ONE_WORD_SEMAPHORE` (4:3 = 1).
+    pub const LAUNCH_RELEASE_SEMAPHORE: u32 = 1 << 3;
+    /// `LAUNCH_DMA_SRC_MEMORY_LAYOUT_PITCH` (bit 7) and `DST_MEMORY_LAYOUT_PITCH` (bit 8):
+    /// plain byte ranges, not block-linear surfaces.
+    pub const LAUNCH_PITCH: u32 = (1 << 7) | (1 << 8);
+    /// The most bytes one `LAUNCH_DMA` of a single line moves (`LINE_LENGTH_IN` is 32
+    /// bits); larger copies are cut into pieces of at most this.
+    pub const MAX_LINE: u64 = 1 << 31;
 }
 
 /// Compute methods (`NVCBC0_*`), byte addresses.
@@ -123,6 +155,8 @@ pub enum PushError {
     Class(u32),
     #[error("a push buffer segment of {0} words exceeds a GPFIFO entry's 2097151")]
     Length(usize),
+    #[error("a copy of {0} bytes: one copy engine launch moves 1 to 2147483648 bytes")]
+    CopyLength(u64),
 }
 
 /// `MAX_SM_COUNT` of `SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C`: every SM may use the
@@ -243,6 +277,91 @@ impl PushBuffer {
             host::SEM_EXECUTE_OPERATION_RELEASE
                 | host::SEM_EXECUTE_RELEASE_WFI_EN
                 | host::SEM_EXECUTE_PAYLOAD_SIZE_64BIT,
+        )
+    }
+
+    /// As [`PushBuffer::semaphore_release`], and the GPU's time in nanoseconds written
+    /// at `address + 8` (16-byte aligned).
+    pub fn semaphore_release_timestamp(
+        &mut self,
+        address: u64,
+        payload: u64,
+    ) -> Result<(), PushError> {
+        if !address.is_multiple_of(16) {
+            return Err(PushError::Misaligned {
+                what: "a timestamped semaphore",
+                address,
+                align: 16,
+            });
+        }
+        self.semaphore(
+            address,
+            payload,
+            host::SEM_EXECUTE_OPERATION_RELEASE
+                | host::SEM_EXECUTE_RELEASE_WFI_EN
+                | host::SEM_EXECUTE_PAYLOAD_SIZE_64BIT
+                | host::SEM_EXECUTE_RELEASE_TIMESTAMP_EN,
+        )
+    }
+
+    /// The copy engine bound to `sub` copies `bytes` (1 to [`copy::MAX_LINE`]) from the
+    /// GPU virtual address `src` to `dst`, then writes the 32-bit `payload` to the
+    /// semaphore at `semaphore` (4-byte aligned) once the data have landed.
+    pub fn dma_copy(
+        &mut self,
+        sub: u32,
+        src: u64,
+        dst: u64,
+        bytes: u64,
+        semaphore: u64,
+        payload: u32,
+    ) -> Result<(), PushError> {
+        if bytes == 0 || bytes > copy::MAX_LINE {
+            return Err(PushError::CopyLength(bytes));
+        }
+        if !semaphore.is_multiple_of(4) {
+            return Err(PushError::Misaligned {
+                what: "a copy engine semaphore",
+                address: semaphore,
+                align: 4,
+            });
+        }
+        for (what, address) in [
+            ("a copy's source", src),
+            ("a copy's destination", dst),
+            ("a copy engine semaphore", semaphore),
+        ] {
+            if address >> 57 != 0 {
+                return Err(PushError::Address {
+                    what,
+                    address,
+                    bits: 57,
+                });
+            }
+        }
+        self.incrementing(
+            sub,
+            copy::SET_SEMAPHORE_A,
+            &[(semaphore >> 32) as u32, semaphore as u32, payload],
+        )?;
+        self.incrementing(
+            sub,
+            copy::OFFSET_IN_UPPER,
+            &[
+                (src >> 32) as u32,
+                src as u32,
+                (dst >> 32) as u32,
+                dst as u32,
+            ],
+        )?;
+        self.incrementing(sub, copy::LINE_LENGTH_IN, &[bytes as u32])?;
+        self.incrementing(
+            sub,
+            copy::LAUNCH_DMA,
+            &[copy::LAUNCH_NON_PIPELINED
+                | copy::LAUNCH_FLUSH
+                | copy::LAUNCH_RELEASE_SEMAPHORE
+                | copy::LAUNCH_PITCH],
         )
     }
 
@@ -531,6 +650,46 @@ mod tests {
         assert!(matches!(
             p.semaphore_release(1 << 57, 1),
             Err(PushError::Address { bits: 57, .. })
+        ));
+    }
+
+    #[test]
+    fn a_timestamped_release_sets_bit_25_and_wants_16_bytes() {
+        let mut p = PushBuffer::new();
+        p.semaphore_release_timestamp(0x1_0000_0010, 3).unwrap();
+        assert_eq!(p.words()[5], 0x0310_0001);
+        assert!(matches!(
+            p.semaphore_release_timestamp(0x1008, 1),
+            Err(PushError::Misaligned { align: 16, .. })
+        ));
+    }
+
+    /// SET_SEMAPHORE_A..PAYLOAD, OFFSET_IN_UPPER..OFFSET_OUT_LOWER, LINE_LENGTH_IN,
+    /// LAUNCH_DMA on the copy engine's subchannel.
+    #[test]
+    fn a_copy_sets_its_semaphore_and_range_then_launches() {
+        let mut p = PushBuffer::new();
+        p.dma_copy(4, 0x12_3456_7800, 0x9_8765_4300, 0x1_0000, 0x2_0000_0010, 9)
+            .unwrap();
+        let w = p.words();
+        assert_eq!(fields(w[0]), (1, 3, 4, 0x240));
+        assert_eq!(&w[1..4], &[0x2, 0x10, 9]);
+        assert_eq!(fields(w[4]), (1, 4, 4, 0x400));
+        assert_eq!(&w[5..9], &[0x12, 0x3456_7800, 0x9, 0x8765_4300]);
+        assert_eq!(fields(w[9]), (1, 1, 4, 0x418));
+        assert_eq!(w[10], 0x1_0000);
+        assert_eq!(fields(w[11]), (1, 1, 4, 0x300));
+        // NON_PIPELINED (2), FLUSH (bit 2), one-word semaphore (bit 3), pitch in and out
+        // (bits 7 and 8).
+        assert_eq!(w[12], 0x18e);
+        assert_eq!(p.dma_copy(4, 0, 0, 0, 0, 1), Err(PushError::CopyLength(0)));
+        assert_eq!(
+            p.dma_copy(4, 0, 0, (1 << 31) + 1, 0, 1),
+            Err(PushError::CopyLength((1 << 31) + 1))
+        );
+        assert!(matches!(
+            p.dma_copy(4, 0, 0, 8, 2, 1),
+            Err(PushError::Misaligned { align: 4, .. })
         ));
     }
 
