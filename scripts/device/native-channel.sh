@@ -31,7 +31,11 @@
 #
 #   cargo test -p quench-rt --lib --no-run --message-format=json \
 #     | python3 -c 'import json,sys; [print(m["executable"]) for m in map(json.loads, sys.stdin) if m.get("profile",{}).get("test") and m.get("executable") and "quench_rt" in m["executable"]]'
-#   QUENCH_RT_TEST=target/debug/deps/quench_rt-<hash> bash scripts/device/native-channel.sh
+#   QUENCH_RT_TEST=target/debug/deps/quench_rt-<hash> \
+#   QUENCH_RT_CONTRACT=target/debug/deps/native_backend-<hash> bash scripts/device/native-channel.sh
+# (the second is the test binary of crates/rt/tests/native_backend.rs: the executor's
+# contract on the native backend, with ptxas's code and with quench's own; ptxas from
+# QUENCH_PTXAS, PATH or the nvidia-cuda-nvcc wheel).
 #
 # Writes under $OUT (or the repository when OUT is unset):
 #   receipts/native-channel.json   the receipt: what ran, on what, and its output
@@ -47,14 +51,19 @@ trap 'rm -rf "$WORK"' EXIT
 
 if [ -n "${QUENCH_RT_TEST:-}" ]; then
     [ -x "$QUENCH_RT_TEST" ] || { echo "QUENCH_RT_TEST=$QUENCH_RT_TEST is not an executable" >&2; exit 1; }
+    [ -x "${QUENCH_RT_CONTRACT:-}" ] || { echo "QUENCH_RT_CONTRACT=${QUENCH_RT_CONTRACT:-} is not an executable" >&2; exit 1; }
     BIN=$QUENCH_RT_TEST
     "$BIN" --ignored "$TEST" --nocapture --test-threads=1 >"$WORK/out" 2>&1
     RC=$?
+    # The executor's contract on the native backend (tests/native_backend.rs).
+    "$QUENCH_RT_CONTRACT" --ignored --nocapture --test-threads=1 >>"$WORK/out" 2>&1 || RC=1
 elif command -v cargo >/dev/null; then
     BIN=cargo
     cargo test -p quench-rt --lib -- --ignored "$TEST" --nocapture --test-threads=1 \
         >"$WORK/out" 2>&1
     RC=$?
+    cargo test -p quench-rt --test native_backend -- --ignored --nocapture --test-threads=1 \
+        >>"$WORK/out" 2>&1 || RC=1
 else
     echo "neither QUENCH_RT_TEST nor cargo: build the test binary and carry it (see the top of $0)" >&2
     exit 1
@@ -102,9 +111,11 @@ receipt = {
     },
     "inputs": {"tests": test, "payload": "0x0123456789abcdef", "elements": 100003},
     "bound": "the 64-bit payload of one host semaphore release appears in host memory "
-             "within 5 s of the doorbell; every element a kernel writes equals 3 x[i] + i",
+             "within 5 s of the doorbell; every element a kernel writes equals 3 x[i] + i; "
+             "the executor contract's checks pass on the native backend (ptxas's and "
+             "quench's own code)",
     "outcome": {
-        "passed": rc == 0 and "2 passed" in out,
+        "passed": rc == 0 and out.count("test result: ok. 2 passed") == 2,
         "exit_status": rc,
         "steps_passed": steps,
         "output": out[-20000:],

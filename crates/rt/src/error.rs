@@ -76,9 +76,19 @@ pub enum RtError {
     #[error("kernel `{kernel}` failed in the interpreter: {message}")]
     Interp { kernel: String, message: String },
 
+    /// The native backend (quench's own driver over the kernel module) failed.
+    #[error("native backend: {0}")]
+    Native(Box<crate::native::NativeError>),
+
     /// The interpreter's memory refused an operation.
     #[error("interpreter memory: {message}")]
     InterpMemory { message: String },
+}
+
+impl From<crate::native::NativeError> for RtError {
+    fn from(e: crate::native::NativeError) -> Self {
+        RtError::Native(Box::new(e))
+    }
 }
 
 impl From<quench_ir::VerifyError> for RtError {

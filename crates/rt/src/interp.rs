@@ -8,8 +8,6 @@
 //! events read the interpreter's virtual clock. A capture records launches; a replay
 //! checks and runs them again.
 
-use std::collections::BTreeMap;
-
 use quench_ir::interp::{self, Device, LaunchConfig, LaunchStats};
 use quench_ir::Function;
 
@@ -23,7 +21,7 @@ use crate::checks::{check_launch, DeviceLimits};
 use crate::codegen::{own_cubin, Codegen};
 use crate::error::RtError;
 use crate::executor::{Arg, DevicePtr, EventId, Executor, GraphId, KernelId, Launch, StreamId};
-use crate::handles;
+use crate::handles::{self, Recorded, Recorder};
 
 struct Loaded {
     f: Function,
@@ -32,24 +30,13 @@ struct Loaded {
     sass: Option<emu::Kernel>,
 }
 
-/// One recorded launch of a captured graph.
-#[derive(Clone)]
-struct Recorded {
-    kernel: KernelId,
-    launch: Launch,
-    args: Vec<Arg>,
-}
-
 pub struct InterpExecutor {
     dev: Device,
     allocs: Allocations,
     kernels: Vec<Loaded>,
-    streams: u32,
     /// Virtual time at which each event was recorded; `None` once released.
     events: Vec<Option<u64>>,
-    graphs: Vec<Option<Vec<Recorded>>>,
-    /// Open captures: stream → launches recorded so far.
-    captures: BTreeMap<u32, Vec<Recorded>>,
+    recorder: Recorder,
     last_stats: Option<LaunchStats>,
     codegen: Codegen,
 }
@@ -66,10 +53,8 @@ impl InterpExecutor {
             dev: Device::new(),
             allocs: Allocations::default(),
             kernels: vec![],
-            streams: 1,
             events: vec![],
-            graphs: vec![],
-            captures: BTreeMap::new(),
+            recorder: Recorder::new(),
             last_stats: None,
             codegen: Codegen::Ptx,
         }
@@ -103,24 +88,13 @@ impl InterpExecutor {
             })
     }
 
-    fn check_stream(&self, s: StreamId) -> Result<(), RtError> {
-        if s.0 < self.streams {
-            Ok(())
-        } else {
-            Err(RtError::UnknownHandle {
-                kind: "stream",
-                id: s.0 as u64,
-            })
-        }
-    }
-
     fn event(&self, e: EventId) -> Result<u64, RtError> {
         handles::lookup(&self.events, "event", e.0)
     }
 
     /// Refuse an operation that cannot be part of a graph while a capture is open.
     fn refuse_during_capture(&self, what: &str) -> Result<(), RtError> {
-        handles::refuse_during_capture(self.captures.keys().copied(), what)
+        self.recorder.refuse_during_capture(what)
     }
 
     fn run(&mut self, r: &Recorded) -> Result<(), RtError> {
@@ -266,42 +240,30 @@ impl Executor for InterpExecutor {
         args: &[Arg],
         stream: StreamId,
     ) -> Result<(), RtError> {
-        self.check_stream(stream)?;
+        check_launch(
+            &self.kernel(k)?.abi,
+            launch,
+            args,
+            &DeviceLimits::SM90,
+            &self.allocs,
+        )?;
         let r = Recorded {
             kernel: k,
             launch: *launch,
             args: args.to_vec(),
         };
-        if let Some(rec) = self.captures.get_mut(&stream.0) {
-            let loaded = self
-                .kernels
-                .get(k.0 as usize)
-                .ok_or(RtError::UnknownHandle {
-                    kind: "kernel",
-                    id: k.0 as u64,
-                })?;
-            check_launch(&loaded.abi, launch, args, &DeviceLimits::SM90, &self.allocs)?;
-            rec.push(r);
-            return Ok(());
+        match self.recorder.capture(stream, r)? {
+            Some(r) => self.run(&r),
+            None => Ok(()),
         }
-        self.run(&r)
     }
 
     fn create_stream(&mut self) -> Result<StreamId, RtError> {
-        self.streams += 1;
-        Ok(StreamId(self.streams - 1))
+        Ok(self.recorder.create_stream())
     }
 
     fn record_event(&mut self, stream: StreamId) -> Result<EventId, RtError> {
-        self.check_stream(stream)?;
-        if self.captures.contains_key(&stream.0) {
-            return Err(RtError::Capture {
-                message: format!(
-                    "cannot record an event on stream {} while it is capturing",
-                    stream.0
-                ),
-            });
-        }
+        self.recorder.check_event_stream(stream)?;
         self.events.push(Some(self.dev.clock_ns));
         Ok(EventId(self.events.len() as u32 - 1))
     }
@@ -318,61 +280,22 @@ impl Executor for InterpExecutor {
     }
 
     fn begin_capture(&mut self, stream: StreamId) -> Result<(), RtError> {
-        self.check_stream(stream)?;
-        if self.captures.contains_key(&stream.0) {
-            return Err(RtError::Capture {
-                message: format!("stream {} is already capturing", stream.0),
-            });
-        }
-        self.captures.insert(stream.0, vec![]);
-        Ok(())
+        self.recorder.begin(stream)
     }
 
     fn end_capture(&mut self, stream: StreamId) -> Result<GraphId, RtError> {
-        self.check_stream(stream)?;
-        let rec = self
-            .captures
-            .remove(&stream.0)
-            .ok_or_else(|| RtError::Capture {
-                message: format!("stream {} is not capturing", stream.0),
-            })?;
-        self.graphs.push(Some(rec));
-        Ok(GraphId(self.graphs.len() as u32 - 1))
+        self.recorder.end(stream)
     }
 
     fn replay(&mut self, g: GraphId, stream: StreamId) -> Result<(), RtError> {
-        self.check_stream(stream)?;
-        let launches =
-            self.graphs
-                .get(g.0 as usize)
-                .cloned()
-                .flatten()
-                .ok_or(RtError::UnknownHandle {
-                    kind: "graph",
-                    id: g.0 as u64,
-                })?;
-        // Replaying into a capturing stream nests the graph's launches in the capture.
-        if let Some(rec) = self.captures.get_mut(&stream.0) {
-            rec.extend(launches);
-            return Ok(());
-        }
-        for r in &launches {
+        for r in &self.recorder.replay(g, stream)? {
             self.run(r)?;
         }
         Ok(())
     }
 
     fn release_graph(&mut self, g: GraphId) -> Result<(), RtError> {
-        match self.graphs.get_mut(g.0 as usize) {
-            Some(slot @ Some(_)) => {
-                *slot = None;
-                Ok(())
-            }
-            _ => Err(RtError::UnknownHandle {
-                kind: "graph",
-                id: g.0 as u64,
-            }),
-        }
+        self.recorder.release(g)
     }
 
     fn synchronize(&mut self) -> Result<(), RtError> {

@@ -13,6 +13,7 @@
 
 use std::ptr::NonNull;
 use std::rc::Rc;
+use std::sync::atomic::{fence, Ordering};
 
 use super::controls::{Control, FbGetInfoV2Params, GpuGetIdInfoV2Params, FB_INFO_INDEX_HEAP_SIZE};
 use super::error::NativeError;
@@ -539,10 +540,22 @@ impl<R: ResourceManager> Allocation<R> {
     /// Copies `bytes` into the allocation at `offset` through the CPU mapping.
     pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), NativeError> {
         let dst = self.cpu_at("a write", offset, bytes.len() as u64, 1)?;
-        for (i, b) in bytes.iter().enumerate() {
-            // SAFETY: in bounds (checked above); volatile, since the GPU reads it.
-            unsafe { dst.add(i).write_volatile(*b) };
-        }
+        // SAFETY: in bounds (checked above); the mapping cannot overlap `bytes`, memory
+        // of this process that the resource manager did not map.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+        // The bytes are in place before anything after this tells the GPU to read them.
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes at `offset` out of the allocation through the CPU
+    /// mapping, as the GPU left them.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), NativeError> {
+        let src = self.cpu_at("a read", offset, out.len() as u64, 1)?;
+        // Nothing read here is older than what told the CPU the GPU was done.
+        fence(Ordering::SeqCst);
+        // SAFETY: in bounds (checked above), and not overlapping `out` (see `write`).
+        unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 

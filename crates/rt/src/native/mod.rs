@@ -55,6 +55,7 @@ pub mod controls;
 mod device_files;
 mod dispatch;
 mod error;
+mod executor;
 #[cfg(test)]
 mod fake;
 pub mod ioctl;
@@ -73,6 +74,7 @@ pub use channel::{Channel, MAX_GPFIFO_ENTRIES};
 pub use device_files::DeviceFiles;
 pub use dispatch::{Launcher, Program};
 pub use error::NativeError;
+pub use executor::NativeExecutor;
 pub use memory::{Allocation, Gpu, Placement};
 pub use query::{query_devices, NativeDeviceInfo};
 pub use rm::{CallError, CpuMapping, Handle, MapNode, ResourceManager, VersionReply};
