@@ -14,12 +14,11 @@ use std::time::Instant;
 
 use quench_engine::gpu::{DecodeTiming, GpuDecoder, GpuSummary};
 use quench_engine::{Device, LoadOptions};
-use quench_rt::CudaExecutor;
 use serde_json::{json, Value};
 
 use crate::cmd_bench::{median, percentile, prompt_ids, BenchArgs};
 use crate::cmd_check_kernels::copy_bandwidth_gbps;
-use crate::model_args::{bytes, summary};
+use crate::model_args::{bytes, summary, RuntimeArg};
 use crate::{cmd_pull, receipt};
 
 /// Copies of 1 GiB timed for each bandwidth measurement.
@@ -98,18 +97,18 @@ fn summary_json(s: &GpuSummary) -> Value {
     })
 }
 
-/// The copy bandwidth on GPU `ordinal`, from an executor of its own (freed again before
-/// the model's timed runs).
-fn copy_bandwidth(ordinal: u32) -> Result<f64, String> {
-    let mut exec = CudaExecutor::new(ordinal).map_err(|e| format!("--device cuda: {e}"))?;
-    copy_bandwidth_gbps(&mut exec, COPY_REPS)
+/// The copy bandwidth on GPU `ordinal`, from an executor of its own on `runtime` (freed
+/// again before the model's timed runs).
+fn copy_bandwidth(ordinal: u32, runtime: RuntimeArg) -> Result<f64, String> {
+    let mut exec = crate::gpu::executor(ordinal, runtime)?;
+    copy_bandwidth_gbps(exec.as_mut(), COPY_REPS)
 }
 
 pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     let ordinal = a.gpu;
-    let device = crate::gpu::describe(ordinal)?;
+    let device = crate::gpu::describe_on(ordinal, a.backend)?;
     let path: PathBuf = cmd_pull::resolve(a.model.as_deref(), "smollm2", a.cache.as_deref())?;
-    let copy_before = copy_bandwidth(ordinal)?;
+    let copy_before = copy_bandwidth(ordinal, a.backend)?;
     eprintln!("device-to-device copy: {copy_before:.0} GB/s");
 
     let start = Instant::now();
@@ -121,6 +120,7 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         kv_cache: a.kv_cache.into(),
         prefill_chunk: Some(a.prefill_chunk),
         codegen: a.codegen.into(),
+        runtime: a.backend.into(),
         ..LoadOptions::default()
     };
     let loaded = quench_engine::load(&path, &options).map_err(|e| e.to_string())?;
@@ -162,7 +162,7 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     }
     // The weights and KV cache leave the device before the second copy measurement.
     drop(loaded);
-    let copy_after = copy_bandwidth(ordinal)?;
+    let copy_after = copy_bandwidth(ordinal, a.backend)?;
     let copy = (copy_before + copy_after) / 2.0;
     let r = rates(&timings);
     let weight_gbps = s.weight_bytes_per_token as f64 * r.decode_tokens_per_s / 1e9;

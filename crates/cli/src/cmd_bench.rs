@@ -14,7 +14,7 @@ use quench_models::GgufFile;
 use serde_json::{json, Value};
 
 use crate::cmd_pull;
-use crate::model_args::{CodegenArg, DeviceArg, KvCacheArg};
+use crate::model_args::{CodegenArg, DeviceArg, KvCacheArg, RuntimeArg};
 use crate::receipt;
 
 /// The decode speed quench's CPU path aims at, as a fraction of llama.cpp's on the same
@@ -87,6 +87,9 @@ pub struct BenchArgs {
     /// With `--device cuda`: where the kernels' machine code comes from.
     #[arg(long, value_enum, default_value = "ptx")]
     pub codegen: CodegenArg,
+    /// With `--device cuda`: which runtime drives the GPU.
+    #[arg(long, value_enum, default_value = "cuda")]
+    pub backend: RuntimeArg,
 }
 
 /// One timed run: seconds from its start to the end of prefill and to each generated token.

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::cmd_pull::{self, SMOLLM2};
-use crate::model_args::{CodegenArg, KvCacheArg};
+use crate::model_args::{CodegenArg, KvCacheArg, RuntimeArg};
 use crate::receipt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -60,6 +60,9 @@ pub struct CheckArgs {
     /// Where the kernels' machine code comes from.
     #[arg(long, value_enum, default_value = "ptx")]
     pub codegen: CodegenArg,
+    /// With `--device cuda`: which runtime drives the GPU.
+    #[arg(long, value_enum, default_value = "cuda")]
+    pub backend: RuntimeArg,
     /// After the check, time this many greedy decode steps (0: no timing).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub time_tokens: usize,
@@ -283,6 +286,7 @@ fn generate_on_device(
         kv_cache: a.kv_cache.into(),
         prefill_chunk: a.prefill_chunk,
         codegen: a.codegen.into(),
+        runtime: a.backend.into(),
         ..LoadOptions::default()
     };
     let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;
@@ -401,7 +405,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
     let bound = LogitBound::FP64_CHECK;
     let path = cmd_pull::resolve(a.model.as_deref(), SMOLLM2, a.cache.as_deref())?;
     let (backend, device) = match a.device {
-        CheckDevice::Cuda => (Device::Cuda, crate::gpu::describe(a.gpu)?),
+        CheckDevice::Cuda => (Device::Cuda, crate::gpu::describe_on(a.gpu, a.backend)?),
         CheckDevice::Interp => (
             Device::Interp,
             json!({ "name": "quench kernel interpreter (sm_90 model)", "backend": "interp" }),

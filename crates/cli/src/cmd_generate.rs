@@ -221,7 +221,9 @@ fn write_receipt(
     constraint: Option<&quench_engine::generate::Constraint>,
 ) -> Result<(), String> {
     let device = match args.model.device {
-        crate::model_args::DeviceArg::Cuda => crate::gpu::describe(args.model.gpu)?,
+        crate::model_args::DeviceArg::Cuda => {
+            crate::gpu::describe_on(args.model.gpu, args.model.backend)?
+        }
         crate::model_args::DeviceArg::Cpu => json!({
             "name": "cpu",
             "threads": std::thread::available_parallelism().map_or(1, |n| n.get()),

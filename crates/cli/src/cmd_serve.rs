@@ -7,7 +7,7 @@ use clap::Args;
 use quench_serve::scheduler::EngineConfig;
 use quench_serve::{ModelSpec, ServeConfig, Server};
 
-use crate::model_args::{CodegenArg, DeviceArg, KvCacheArg};
+use crate::model_args::{CodegenArg, DeviceArg, KvCacheArg, RuntimeArg};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -51,6 +51,9 @@ pub struct ServeArgs {
     /// On a GPU, where the kernels' machine code comes from.
     #[arg(long, value_enum, default_value = "ptx")]
     codegen: CodegenArg,
+    /// On a GPU, which runtime drives it.
+    #[arg(long, value_enum, default_value = "cuda")]
+    backend: RuntimeArg,
     /// Do not keep finished prompts' KV blocks for later requests that start the same way
     /// (the prefix cache; it only ever uses blocks no request needs).
     #[arg(long)]
@@ -193,6 +196,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         tensor_core_decode: !a.no_tensor_core_decode,
         kv_cache: a.kv_cache.into(),
         codegen: a.codegen.into(),
+        runtime: a.backend.into(),
         api_keys: api_keys(a)?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use quench_engine::gpu::Widened;
 use quench_engine::{
     Arithmetic, Codegen, Device, GgmlKernels, KvCache, LoadOptions, Model, ModelInfo, Precision,
+    Runtime,
 };
 
 use crate::cmd_pull;
@@ -43,6 +44,25 @@ impl From<CodegenArg> for Codegen {
         match a {
             CodegenArg::Ptx => Codegen::Ptx,
             CodegenArg::Sass => Codegen::Sass,
+        }
+    }
+}
+
+/// Which runtime drives the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeArg {
+    /// NVIDIA's driver library (libcuda)
+    Cuda,
+    /// quench's own driver over NVIDIA's open kernel module, no libcuda (kernels from
+    /// ptxas, or from quench's own code generator with `--codegen sass`)
+    Native,
+}
+
+impl From<RuntimeArg> for Runtime {
+    fn from(a: RuntimeArg) -> Runtime {
+        match a {
+            RuntimeArg::Cuda => Runtime::Cuda,
+            RuntimeArg::Native => Runtime::Native,
         }
     }
 }
@@ -129,6 +149,9 @@ pub struct ModelArgs {
     /// On a GPU, where the kernels' machine code comes from.
     #[arg(long, value_enum, default_value = "ptx")]
     pub codegen: CodegenArg,
+    /// On a GPU, which runtime drives it.
+    #[arg(long, value_enum, default_value = "cuda")]
+    pub backend: RuntimeArg,
     /// Print no diagnostics (load time, speed) on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -164,6 +187,7 @@ impl ModelArgs {
             kv_cache: self.kv_cache.into(),
             prefill_chunk: self.prefill_chunk,
             codegen: self.codegen.into(),
+            runtime: self.backend.into(),
         }
     }
 

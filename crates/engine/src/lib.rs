@@ -47,7 +47,9 @@ pub use error::{EngineError, Result};
 pub use generate::{argmax, FinishReason, GenerateOptions, Sampler, SamplingParams, TextStream};
 pub use info::{Format, ModelInfo, ModelKind};
 pub use load::{inspect, load};
-pub use options::{Arithmetic, Codegen, Device, GgmlKernels, KvCache, LoadOptions, Precision};
+pub use options::{
+    Arithmetic, Codegen, Device, GgmlKernels, KvCache, LoadOptions, Precision, Runtime,
+};
 pub use quench_models::arch::{Arch, ModelConfig};
 pub use quench_text::Message;
 

@@ -95,4 +95,17 @@ pub struct LoadOptions {
     /// With [`Device::Cuda`]: where the kernels' machine code comes from (PTX finished by
     /// the driver, or quench's own code generator).
     pub codegen: Codegen,
+    /// With [`Device::Cuda`]: which runtime drives the GPU.
+    pub runtime: Runtime,
+}
+
+/// Which runtime drives an NVIDIA GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Runtime {
+    /// NVIDIA's driver library (libcuda).
+    #[default]
+    Cuda,
+    /// quench's own driver over NVIDIA's open kernel module, no libcuda
+    /// ([`quench_rt::native`]).
+    Native,
 }

@@ -129,6 +129,8 @@ pub struct ServeConfig {
     pub kv_cache: quench_engine::KvCache,
     /// On a GPU, where the kernels' machine code comes from.
     pub codegen: quench_engine::Codegen,
+    /// On a GPU, which runtime drives it.
+    pub runtime: quench_engine::Runtime,
     /// Keys a client must present (`Authorization: Bearer KEY`); none: anyone may call.
     pub api_keys: Vec<String>,
 }
@@ -158,6 +160,7 @@ impl Default for ServeConfig {
             tensor_core_decode: true,
             kv_cache: quench_engine::KvCache::F16,
             codegen: quench_engine::Codegen::Ptx,
+            runtime: quench_engine::Runtime::Cuda,
         }
     }
 }
@@ -405,10 +408,11 @@ async fn load_causal(
         reason,
     };
     let (spec2, context, device) = (spec.clone(), config.context, config.device);
-    let (tensor_core_decode, kv_cache, codegen, gpu) = (
+    let (tensor_core_decode, kv_cache, codegen, runtime, gpu) = (
         config.tensor_core_decode,
         config.kv_cache,
         config.codegen,
+        config.runtime,
         config.gpu,
     );
     let max_batch = config.engine.max_batch;
@@ -438,6 +442,7 @@ async fn load_causal(
                     tensor_core_decode,
                     kv_cache,
                     codegen,
+                    runtime,
                     ..Default::default()
                 };
                 let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use quench_ir::Function;
 use quench_models::arch::{ModelConfig, Naming};
 use quench_rt::{
-    Codegen, CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor, KernelId, StreamId,
+    native::NativeExecutor, Codegen, CudaExecutor, DevicePtr, Executor, GraphId, InterpExecutor,
+    KernelId, StreamId,
 };
 
 use super::arena;
@@ -40,6 +41,8 @@ const CUDA_RESERVE: u64 = 1 << 30;
 pub enum Backend {
     /// An NVIDIA GPU through the driver.
     Cuda { ordinal: u32, codegen: Codegen },
+    /// An NVIDIA GPU through quench's own driver over the kernel module (no libcuda).
+    Native { ordinal: u32, codegen: Codegen },
     /// quench's kernel interpreter on the CPU (slow; for checking without a GPU).
     Interp,
 }
@@ -420,6 +423,14 @@ pub(crate) fn open(backend: Backend) -> Result<(Box<dyn Executor + Send>, Option
                 .map_err(GpuError::runtime(format!("opening CUDA device {ordinal}")))?;
             exec.set_codegen(codegen);
             let total = exec.info().total_memory_bytes;
+            Ok((Box::new(exec), Some(total.saturating_sub(CUDA_RESERVE))))
+        }
+        Backend::Native { ordinal, codegen } => {
+            let mut exec = NativeExecutor::open(ordinal).map_err(GpuError::runtime(format!(
+                "opening GPU {ordinal} through the kernel module"
+            )))?;
+            exec.set_codegen(codegen);
+            let total = exec.heap_bytes();
             Ok((Box::new(exec), Some(total.saturating_sub(CUDA_RESERVE))))
         }
         Backend::Interp => Ok((Box::new(InterpExecutor::new()), None)),

@@ -61,15 +61,21 @@ pub use timing::DecodeTiming;
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::Result;
-use crate::options::{Device, LoadOptions};
+use crate::options::{Device, LoadOptions, Runtime};
 
 /// The executor `options.device` names: a GPU or quench's interpreter.
 pub(crate) fn backend_of(options: &LoadOptions) -> Backend {
     match options.device {
         Device::Interp => Backend::Interp,
-        Device::Cuda | Device::Cpu => Backend::Cuda {
-            ordinal: options.gpu,
-            codegen: options.codegen,
+        Device::Cuda | Device::Cpu => match options.runtime {
+            Runtime::Cuda => Backend::Cuda {
+                ordinal: options.gpu,
+                codegen: options.codegen,
+            },
+            Runtime::Native => Backend::Native {
+                ordinal: options.gpu,
+                codegen: options.codegen,
+            },
         },
     }
 }
