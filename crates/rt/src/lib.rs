@@ -8,7 +8,7 @@
 //! - [`CudaExecutor`]: the NVIDIA driver, loaded at run time.
 //! - [`list_devices`]: the CUDA devices present.
 //! - [`native`]: quench's own runtime over the NVIDIA kernel module's ioctls, no libcuda
-//!   (so far it finds and describes the GPUs).
+//!   (the GPUs described, and [`native::NativeExecutor`]).
 
 pub mod abi;
 mod alloc_table;

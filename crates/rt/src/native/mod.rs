@@ -2,9 +2,9 @@
 //! kernel module directly through its resource-manager ioctls on `/dev/nvidiactl` and
 //! `/dev/nvidiaN`. No libcuda.
 //!
-//! So far it finds and describes the GPUs, and (untried on a GPU yet) allocates memory
-//! and makes a channel to submit work on; it cannot launch kernels yet, though it can
-//! encode what a launch sends. The layers, bottom to top:
+//! It finds and describes the GPUs, and [`NativeExecutor`] runs the executor contract on
+//! them (memory, copies on the copy engine, kernels from cubins, events, graphs), every
+//! operation waiting for the GPU before it returns. The layers, bottom to top:
 //!
 //! - [`ioctl`]: request numbers and the parameter structs of the driver's escapes.
 //! - [`objects`], [`controls`]: the resource-manager classes quench allocates and the
@@ -21,6 +21,9 @@
 //! - [`Channel`]: a channel group and a HOPPER_CHANNEL_GPFIFO_A channel with compute and
 //!   copy objects, its GPFIFO ring and USERD, and the usermode doorbell; `submit` hands
 //!   it a push buffer segment.
+//! - [`Program`], [`Launcher`]: kernels' code in GPU memory; grids, copies and GPU
+//!   timestamps run through a channel and waited for.
+//! - [`NativeExecutor`]: the executor contract over all of it.
 //!
 //! What a kernel launch sends, encoded without a GPU:
 //!
