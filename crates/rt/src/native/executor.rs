@@ -475,6 +475,40 @@ mod tests {
         assert!(rm.live_objects().is_empty(), "{:?}", rm.live_objects());
     }
 
+    #[test]
+    fn a_thousand_executors_made_and_dropped_leave_nothing_behind() {
+        let rm = Rc::new(FakeRm::new(DRIVER, vec![H200]));
+        for i in 0..1000 {
+            let mut ex = executor(&rm);
+            let p = ex.alloc(1 << 16).unwrap();
+            ex.load(&offset()).unwrap();
+            // Half of them free what they allocated, half leave it to the drop.
+            if i % 2 == 0 {
+                ex.free(p).unwrap();
+            }
+        }
+        assert!(rm.live_objects().is_empty(), "{:?}", rm.live_objects());
+        assert_eq!(rm.live_mappings(), (0, 0));
+    }
+
+    #[test]
+    fn copies_outside_an_allocation_are_refused_before_the_gpu_sees_them() {
+        let rm = Rc::new(FakeRm::new(DRIVER, vec![H200]));
+        let mut ex = executor(&rm);
+        let p = ex.alloc(4096).unwrap();
+        let refused = |r: Result<(), RtError>| matches!(r, Err(RtError::Memory { .. }));
+        assert!(refused(ex.copy_to_device(p.offset(4000), &[0; 200])));
+        assert!(refused(ex.copy_to_device(DevicePtr(0x10), &[0; 4])));
+        let mut out = [0u8; 8];
+        assert!(refused(ex.copy_to_host(p.offset(4092), &mut out)));
+        assert!(refused(ex.copy_device_to_device(p, p.offset(2048), 4096)));
+        assert_eq!(
+            ex.launcher.channel().ring().read_u64(0).unwrap(),
+            0,
+            "nothing submitted"
+        );
+    }
+
     /// Bad launches are refused by name before anything reaches the GPU: the fake never
     /// answers a semaphore, so a launch that got as far as the channel would time out.
     #[test]
