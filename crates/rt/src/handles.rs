@@ -3,6 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::abi::KernelAbi;
+use crate::alloc_table::Allocations;
+use crate::checks::{check_launch, DeviceLimits};
 use crate::error::RtError;
 use crate::executor::{Arg, GraphId, KernelId, Launch, StreamId};
 
@@ -20,6 +23,14 @@ pub(crate) fn lookup<T: Copy>(
             kind,
             id: id as u64,
         })
+}
+
+/// Kernel `k` of `kernels`, or the error naming it unknown.
+pub(crate) fn kernel<T>(kernels: &[T], k: KernelId) -> Result<&T, RtError> {
+    kernels.get(k.0 as usize).ok_or(RtError::UnknownHandle {
+        kind: "kernel",
+        id: k.0 as u64,
+    })
 }
 
 /// Refuses `what`, an operation that cannot be part of a graph, while one of the streams
@@ -97,9 +108,25 @@ impl Recorder {
         Ok(())
     }
 
-    /// Records `r` if `stream` is capturing; otherwise hands it back to be run now.
-    pub fn capture(&mut self, stream: StreamId, r: Recorded) -> Result<Option<Recorded>, RtError> {
+    /// Checks a launch of kernel `kernel` against its interface `abi`, the device's limits
+    /// and the live allocations `allocs`; records it if `stream` is capturing, otherwise
+    /// hands it back to be run now.
+    pub fn launch(
+        &mut self,
+        abi: &KernelAbi,
+        allocs: &Allocations,
+        kernel: KernelId,
+        launch: &Launch,
+        args: &[Arg],
+        stream: StreamId,
+    ) -> Result<Option<Recorded>, RtError> {
+        check_launch(abi, launch, args, &DeviceLimits::SM90, allocs)?;
         self.check_stream(stream)?;
+        let r = Recorded {
+            kernel,
+            launch: *launch,
+            args: args.to_vec(),
+        };
         match self.captures.get_mut(&stream.0) {
             Some(rec) => {
                 rec.push(r);

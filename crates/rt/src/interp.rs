@@ -80,12 +80,7 @@ impl InterpExecutor {
     }
 
     fn kernel(&self, k: KernelId) -> Result<&Loaded, RtError> {
-        self.kernels
-            .get(k.0 as usize)
-            .ok_or(RtError::UnknownHandle {
-                kind: "kernel",
-                id: k.0 as u64,
-            })
+        handles::kernel(&self.kernels, k)
     }
 
     fn event(&self, e: EventId) -> Result<u64, RtError> {
@@ -240,19 +235,11 @@ impl Executor for InterpExecutor {
         args: &[Arg],
         stream: StreamId,
     ) -> Result<(), RtError> {
-        check_launch(
-            &self.kernel(k)?.abi,
-            launch,
-            args,
-            &DeviceLimits::SM90,
-            &self.allocs,
-        )?;
-        let r = Recorded {
-            kernel: k,
-            launch: *launch,
-            args: args.to_vec(),
-        };
-        match self.recorder.capture(stream, r)? {
+        let abi = &handles::kernel(&self.kernels, k)?.abi;
+        match self
+            .recorder
+            .launch(abi, &self.allocs, k, launch, args, stream)?
+        {
             Some(r) => self.run(&r),
             None => Ok(()),
         }

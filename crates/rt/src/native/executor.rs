@@ -135,12 +135,7 @@ impl<R: ResourceManager> NativeExecutor<R> {
     }
 
     fn kernel(&self, k: KernelId) -> Result<&NativeKernel<R>, RtError> {
-        self.kernels
-            .get(k.0 as usize)
-            .ok_or(RtError::UnknownHandle {
-                kind: "kernel",
-                id: k.0 as u64,
-            })
+        handles::kernel(&self.kernels, k)
     }
 
     /// Copies between the staging buffer and device memory, a staging buffer's worth at
@@ -353,19 +348,11 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
         args: &[Arg],
         stream: StreamId,
     ) -> Result<(), RtError> {
-        check_launch(
-            &self.kernel(k)?.abi,
-            launch,
-            args,
-            &DeviceLimits::SM90,
-            &self.allocs,
-        )?;
-        let r = Recorded {
-            kernel: k,
-            launch: *launch,
-            args: args.to_vec(),
-        };
-        match self.recorder.capture(stream, r)? {
+        let abi = &handles::kernel(&self.kernels, k)?.abi;
+        match self
+            .recorder
+            .launch(abi, &self.allocs, k, launch, args, stream)?
+        {
             Some(r) => self.run(&r),
             None => Ok(()),
         }
