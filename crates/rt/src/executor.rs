@@ -1,4 +1,5 @@
-//! The executor contract: what every backend (CUDA driver, CPU interpreter) provides.
+//! The executor contract: what every backend (CUDA driver, quench's native driver, CPU
+//! interpreter) provides.
 //!
 //! Ordering: work on one stream runs in issue order. Copies are not stream-ordered
 //! operations of their own: each one is ordered after all work issued before it on
@@ -168,7 +169,7 @@ impl Arg {
 
 /// What every backend provides. Errors are values: no method panics on bad input.
 pub trait Executor {
-    /// `"cuda"` or `"interp"`.
+    /// `"cuda"`, `"native"` or `"interp"`.
     fn backend(&self) -> &'static str;
     fn device_name(&self) -> String;
     /// The device's streaming multiprocessors, where it has them (not the interpreter):
