@@ -272,13 +272,19 @@ const BOUND_USED: f64 = 0.5;
 /// there (f32 activations, the same cache) is [`ILL_CONDITIONED`] or more times its
 /// median (seen up to ~60×, the chunk's f16 operands then ~0.1 from f64), or already
 /// [`BOUND_USED`] of the check's bound (seen at 0.042 on a Q2_K mix, the chunk's
-/// operands then 0.052). Such a row is held to [`F16_OPERANDS`], still a fifth of what a
-/// wrong token or position does; it is printed, and at most one row of a run may be one.
+/// operands then 0.052). Such a row, where the chunk's logits do not already meet the
+/// check's bound, is held to [`F16_OPERANDS`], still a fifth of what a wrong token or
+/// position does; it is printed, and at most one row of a run may need it.
 fn conditioned_bounds(
     what: &str,
     rows: &[(usize, Vec<f32>, Vec<f32>)],
     want: &[Vec<f64>],
 ) -> Vec<LogitBound> {
+    // Within the check's bound of `want`: every logit, and the top token or a near-tie.
+    let meets = |p: usize, device: &[f32], want: &[f64]| {
+        let v = judge(LogitBound::FP64_CHECK, p, device, want);
+        v.outside == 0 && (v.device_top1 == v.reference_top1 || v.near_tie)
+    };
     let f32_error: Vec<f64> = rows
         .iter()
         .map(|(p, _, lb)| judge(LogitBound::FP64_CHECK, *p, lb, &want[*p]).max_abs_error)
@@ -289,8 +295,11 @@ fn conditioned_bounds(
     let bounds: Vec<LogitBound> = rows
         .iter()
         .zip(&f32_error)
-        .map(|((p, _, _), &e)| {
-            if e < ILL_CONDITIONED * median && e < BOUND_USED * LogitBound::FP64_CHECK.abs {
+        .map(|((p, la, lb), &e)| {
+            let lb64: Vec<f64> = lb.iter().map(|&x| x as f64).collect();
+            let conditioned =
+                e < ILL_CONDITIONED * median && e < BOUND_USED * LogitBound::FP64_CHECK.abs;
+            if conditioned || meets(*p, la, &want[*p]) && meets(*p, la, &lb64) {
                 return LogitBound::FP64_CHECK;
             }
             eprintln!(
