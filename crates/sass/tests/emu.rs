@@ -12,7 +12,7 @@ use quench_kernels::case::{Buffer, Check, Expected, POISON};
 use quench_kernels::{CaseArg, CaseOutputs, KernelCase};
 use quench_rt::{Arg, InterpExecutor};
 use quench_sass::cubin::Cubin;
-use quench_sass::emu::{self, EmuError, Global, Kernel, Launch};
+use quench_sass::emu::{self, EmuError, Global, Kernel, Launch, Operand};
 use quench_sass::table::Tables;
 
 /// `case`'s kernel through quench's PTX and ptxas (sm_90); `None` (after `not_run`)
@@ -1191,4 +1191,37 @@ fn quench_generated_code_runs_bit_exact_at_the_gpu_comparison_shapes() {
         ran += 1;
     }
     assert!(ran > 150, "only {ran} kernels name a comparison shape");
+}
+
+/// A shuffle reads its sources late, so overwriting one before waiting for the shuffle is
+/// an error however many cycles have passed: in quench's own code of reduce_sum_f32, the
+/// `MOV` right after a shuffle, made to write the shuffle's last source instead of its own
+/// register, stops the run there.
+#[test]
+fn overwriting_a_shuffle_s_source_unwaited_is_an_error() {
+    let c = case("reduce_sum_f32", "rows=3 cols=324 threads=64", 1);
+    let mut k = compile_own(&c).expect("the code generator compiles reduce_sum_f32");
+    let mut code: Vec<&mut emu::Inst> = k.code.iter_mut().flatten().collect();
+    let i = (1..code.len())
+        .find(|&i| code[i - 1].op == "SHFL" && code[i].op == "MOV" && code[i].control.wait == 0)
+        .expect("a MOV waiting on nothing right after a shuffle");
+    let source = match code[i - 1].operands.as_ref().ok().and_then(|o| o.last()) {
+        Some(&Operand::Reg { n, .. }) => n,
+        other => panic!("a shuffle's last operand is a register, not {other:?}"),
+    };
+    let Ok(ops) = code[i].operands.as_mut() else {
+        panic!("the MOV's operands decode")
+    };
+    let Some(Operand::Reg { n, .. }) = ops.first_mut() else {
+        panic!("a MOV writes a register")
+    };
+    *n = source;
+    let at = code[i].addr;
+    match run_emu(&k, &c) {
+        Err(EmuError::Hazard { at: a, why }) => {
+            assert_eq!(a, at);
+            assert!(why.starts_with(&format!("overwrites R{source} ")), "{why}");
+        }
+        other => panic!("expected a hazard at {at:#x}, got {other:?}"),
+    }
 }

@@ -32,14 +32,16 @@ struct Pending {
     writes: Vec<Reg>,
     reads: Vec<Reg>,
     /// Whether it reads its sources late, until its scoreboard is released (stores and
-    /// atomics, whose data goes out with them), or within [`SOURCES_READ`] cycles.
+    /// atomics, whose data goes out with them; shuffles and conversions, whose sources
+    /// ptxas's code never overwrites without waiting, or not sooner than 32 cycles after),
+    /// or within [`SOURCES_READ`] cycles.
     late_reads: bool,
     issued: u32,
 }
 
-/// Cycles after which a load, shuffle or conversion has read its sources: ptxas's code
-/// overwrites them with a fixed-latency result, waiting on nothing, from 2 (`MUFU`,
-/// `SHFL`), 3 (`LDG`), 4 (`LDS`, `LDSM`) and 7 (`F2I`) cycles after issue.
+/// Cycles after which a load or `MUFU` has read its sources: ptxas's code overwrites them
+/// with a fixed-latency result, waiting on nothing, from 1 (`LDS`, `LDSM`), 3 (`MUFU`)
+/// and 6 (`LDG`) cycles after issue.
 const SOURCES_READ: u32 = 8;
 
 #[derive(Default)]
@@ -133,7 +135,8 @@ impl Scoreboards {
                 sb,
                 writes: if sets_write { writes } else { Vec::new() },
                 reads,
-                late_reads: sets_read || matches!(opcode, "ATOMG" | "ATOMS" | "RED"),
+                late_reads: sets_read
+                    || matches!(opcode, "ATOMG" | "ATOMS" | "RED" | "SHFL" | "F2I" | "I2F"),
                 issued: self.cycle,
             });
         }
@@ -252,6 +255,7 @@ fn operand_registers(op: &str, width: u16, into: &mut Vec<Reg>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codegen::control::stalled;
 
     fn load(sb_marker: u8) -> Control {
         Control {
@@ -319,6 +323,23 @@ mod tests {
         let mov = s.issue(alu(), "MOV R10, 0x0", Some(&mut ld));
         assert_eq!(mov.wait, 0);
         assert_eq!(u32::from(ld.stall), SOURCES_READ);
+    }
+
+    #[test]
+    fn overwriting_a_shuffle_s_source_waits_for_the_shuffle() {
+        let mut s = Scoreboards::default();
+        let mut sh = s.issue(load(1), "SHFL.BFLY PT, R4, R2, R3, R5", None);
+        let mov = s.issue(alu(), "MOV R3, 0x1", Some(&mut sh));
+        assert_eq!(mov.wait, 1 << sh.write_barrier);
+        // However late it comes.
+        let mut s = Scoreboards::default();
+        let sh = s.issue(load(1), "SHFL.BFLY PT, R4, R2, R3, R5", None);
+        s.issue(stalled(alu(), 15), "FADD R8, R9, R9", None);
+        s.issue(stalled(alu(), 15), "FADD R8, R9, R9", None);
+        assert_eq!(
+            s.issue(alu(), "MOV R5, 0x1", None).wait,
+            1 << sh.write_barrier
+        );
     }
 
     #[test]

@@ -177,7 +177,8 @@ impl Warp {
 /// missing wait as a wrong value; it checks the waits instead: reading or writing a
 /// register that a pending instruction still owes, in a lane where it does, is an error
 /// naming both instructions. (Lanes matter: `@!P1 LDS R0` then `@P1 MOV R0, RZ` is fine.)
-/// The read scoreboards guard against immediate writes only (see [`Scoreboard::issue`]).
+/// The read scoreboards guard against immediate writes only (see [`Scoreboard::issue`]);
+/// a shuffle or conversion that releases none owes its sources on its write scoreboard.
 #[derive(Default)]
 pub struct Scoreboard {
     /// Registers a pending write will still change.
@@ -243,9 +244,17 @@ impl Scoreboard {
             }
         }
         let c = inst.control;
+        // A shuffle or conversion reads its sources late, however long after issue: they
+        // are owed until its result is waited for, unless it releases a read scoreboard.
+        let late = matches!(inst.op.as_str(), "SHFL" | "F2I" | "I2F");
+        let read_sb = if c.read_barrier >= 6 && late {
+            c.write_barrier
+        } else {
+            c.read_barrier
+        };
         for (sb, list, into) in [
             (c.write_barrier, wrote, &mut self.writes),
-            (c.read_barrier, read, &mut self.reads),
+            (read_sb, read, &mut self.reads),
         ] {
             if sb < 6 {
                 into.extend(list.iter().map(|&(reg, lanes)| Pending {
