@@ -47,17 +47,24 @@ const CODE_ALIGN: u64 = 256;
 const CODE_SLACK: u64 = 4096;
 
 /// Layout of a launcher's host memory: the host's semaphore, the copy engine's, a
-/// timestamped report, then the push buffer.
+/// timestamped report, then the push buffers, one region per submission in a ring.
 const SEMAPHORE: u64 = 0;
 const COPY_SEMAPHORE: u64 = 0x10;
 const TIMESTAMP: u64 = 0x20;
 const PUSH: u64 = 0x100;
-const HOST_BYTES: u64 = 0x1000;
-/// Layout of its GPU memory: the QMD, then constant bank 0.
+const PUSH_REGION: u64 = 0x200;
+/// Submissions whose push buffers are kept: a region is written again once the GPU has
+/// finished the submission that had it. Fewer than a channel's GPFIFO entries, so the
+/// ring of entries never fills.
+const PUSH_REGIONS: u64 = 256;
+const HOST_BYTES: u64 = PUSH + PUSH_REGION * PUSH_REGIONS;
+/// Layout of its GPU memory: launch slots, each a QMD and then constant bank 0, used in
+/// turn and written again once the grid that had the slot has finished.
 const QMD_AT: u64 = 0;
 const BANK0_AT: u64 = 0x400;
-/// Constant bank 0 holds at most 64 KiB.
-const STATE_BYTES: u64 = BANK0_AT + 0x1_0000;
+const SLOT_BYTES: u64 = 0x2000;
+const SLOTS: usize = 256;
+const STATE_BYTES: u64 = SLOT_BYTES * SLOTS as u64;
 
 /// The kernels of one cubin, their code in GPU memory.
 pub struct Program<R: ResourceManager> {
@@ -160,18 +167,27 @@ struct LocalMemory<R: ResourceManager> {
     per_thread: u32,
 }
 
-/// Runs grids on one channel, one at a time.
+/// Runs grids on one channel, one after another. A grid is started without waiting for
+/// it ([`Launcher::start`]): each submission releases the host's semaphore with the next
+/// serial once the work before it has finished, which also keeps the next grid from
+/// starting before; the CPU waits only where it must ([`Launcher::finish`], copies, a
+/// launch slot or push buffer region still in use).
 pub struct Launcher<R: ResourceManager> {
     gpu: Gpu<R>,
     geometry: Geometry,
     local: Option<LocalMemory<R>>,
     channel: Channel<R>,
-    /// The semaphore and the push buffer.
+    /// The semaphores and the push buffers.
     host: Allocation<R>,
-    /// The QMD and constant bank 0.
+    /// The launch slots.
     state: Allocation<R>,
+    /// The serial each launch slot's last grid released; the next slot to use.
+    slots: Vec<u64>,
+    next_slot: usize,
     /// The semaphore's value after the latest submission.
     serial: u64,
+    /// Copies submitted: the copy engine's semaphore after the latest.
+    copies: u32,
     /// Whether the compute class is bound and the windows placed.
     bound: bool,
 }
@@ -191,7 +207,10 @@ impl<R: ResourceManager> Launcher<R> {
             channel,
             host,
             state,
+            slots: vec![0; SLOTS],
+            next_slot: 0,
             serial: 0,
+            copies: 0,
             bound: false,
         })
     }
@@ -226,8 +245,35 @@ impl<R: ResourceManager> Launcher<R> {
         params: &[u8],
         timeout: Duration,
     ) -> Result<Duration, NativeError> {
+        self.finish(timeout)?;
+        let start = Instant::now();
+        self.start(program, kernel, dims, params, timeout)?;
+        self.finish(timeout)?;
+        Ok(start.elapsed())
+    }
+
+    /// Starts `kernel` of `program` over `dims` with the parameter block `params` (laid
+    /// out as the cubin records) after the work submitted before; `timeout` bounds any
+    /// wait for a launch slot or push buffer region still in use.
+    pub fn start(
+        &mut self,
+        program: &Program<R>,
+        kernel: &str,
+        dims: &LaunchDims,
+        params: &[u8],
+        timeout: Duration,
+    ) -> Result<(), NativeError> {
         self.bind(timeout)?;
         let launch = KernelLaunch::from_cubin(&program.cubin, kernel, dims, params)?;
+        let bank0 = launch.constant_buffer0();
+        if BANK0_AT + bank0.len() as u64 > SLOT_BYTES {
+            return Err(NativeError::OutOfBounds {
+                what: "a kernel's parameters and launch state (constant bank 0)",
+                offset: BANK0_AT,
+                length: bank0.len() as u64,
+                size: SLOT_BYTES,
+            });
+        }
         let stack = stack_bytes(launch.local_bytes_per_thread);
         if stack > self.local.as_ref().map_or(0, |l| l.per_thread) {
             self.give_local_memory(stack, timeout)?;
@@ -235,9 +281,17 @@ impl<R: ResourceManager> Launcher<R> {
         let program_address = program
             .entry(kernel)
             .ok_or_else(|| NativeError::Cubin(format!("no code for kernel {kernel}")))?;
+        let slot = self.next_slot;
+        self.next_slot = (slot + 1) % SLOTS;
+        self.wait(
+            self.slots[slot],
+            &format!("a launch slot for kernel {kernel}"),
+            timeout,
+        )?;
+        let base = slot as u64 * SLOT_BYTES;
         let at = LaunchAddresses {
             program: program_address,
-            constant_buffer0: self.state.gpu_address() + BANK0_AT,
+            constant_buffer0: self.state.gpu_address() + base + BANK0_AT,
             release: None,
         };
         let mut qmd = launch.qmd_launch(&at);
@@ -246,22 +300,27 @@ impl<R: ResourceManager> Launcher<R> {
             qmd.stack_bytes_per_thread = local.per_thread;
         }
         let qmd = qmd.pack()?;
-        self.state.write(QMD_AT, &qmd.to_bytes())?;
-        self.state.write(BANK0_AT, &launch.constant_buffer0())?;
+        self.state.write(base + QMD_AT, &qmd.to_bytes())?;
+        self.state.write(base + BANK0_AT, &bank0)?;
 
         let mut push = PushBuffer::new();
         push.launch(
             COMPUTE,
-            self.state.gpu_address() + QMD_AT,
+            self.state.gpu_address() + base + QMD_AT,
             PcasAction::InvalidateCopySchedule,
         )?;
-        let start = Instant::now();
-        self.submit_and_wait(push, &format!("kernel {kernel}"), timeout)?;
-        Ok(start.elapsed())
+        self.slots[slot] = self.submit(push, timeout)?;
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for everything submitted so far to finish.
+    pub fn finish(&mut self, timeout: Duration) -> Result<(), NativeError> {
+        self.wait(self.serial, "the work submitted", timeout)
     }
 
     /// Copies `bytes` from the GPU virtual address `src` to `dst` on the copy engine, in
-    /// pieces of at most [`copy::MAX_LINE`], and waits up to `timeout` for each.
+    /// pieces of at most [`copy::MAX_LINE`], after the work submitted before, and waits up
+    /// to `timeout` for each piece to land.
     pub fn copy(
         &mut self,
         src: u64,
@@ -270,11 +329,12 @@ impl<R: ResourceManager> Launcher<R> {
         timeout: Duration,
     ) -> Result<(), NativeError> {
         self.bind(timeout)?;
+        // The copy engine does not wait for grids: the grids before go first.
+        self.finish(timeout)?;
         let mut done = 0;
         while done < bytes {
             let piece = (bytes - done).min(copy::MAX_LINE);
-            // The copy engine's semaphore is 32 bits: the serial's low half.
-            let serial = self.serial + 1;
+            let copies = self.copies.wrapping_add(1);
             let mut push = PushBuffer::new();
             push.dma_copy(
                 COPY,
@@ -282,12 +342,12 @@ impl<R: ResourceManager> Launcher<R> {
                 dst + done,
                 piece,
                 self.host.gpu_address() + COPY_SEMAPHORE,
-                serial as u32,
+                copies,
             )?;
-            self.submit(push)?;
-            self.serial = serial;
-            self.wait(
-                |h| Ok(h.read_u32(COPY_SEMAPHORE)? == serial as u32),
+            self.submit(push, timeout)?;
+            self.copies = copies;
+            self.wait_for(
+                |h| Ok(h.read_u32(COPY_SEMAPHORE)? == copies),
                 "a copy",
                 timeout,
             )?;
@@ -299,22 +359,18 @@ impl<R: ResourceManager> Launcher<R> {
     /// The GPU's clock in nanoseconds once the work submitted before has finished.
     pub fn timestamp(&mut self, timeout: Duration) -> Result<u64, NativeError> {
         self.bind(timeout)?;
-        let serial = self.serial + 1;
         let mut push = PushBuffer::new();
-        push.semaphore_release_timestamp(self.host.gpu_address() + TIMESTAMP, serial)?;
-        self.submit(push)?;
-        self.serial = serial;
-        self.wait(
-            |h| Ok(h.read_u64(TIMESTAMP)? == serial),
-            "a timestamp",
-            timeout,
-        )?;
+        push.semaphore_release_timestamp(self.host.gpu_address() + TIMESTAMP, self.serial + 1)?;
+        let serial = self.submit(push, timeout)?;
+        self.wait(serial, "a timestamp", timeout)?;
         self.host.read_u64(TIMESTAMP + 8)
     }
 
     /// Allocates local memory for stacks of `per_thread` bytes and gives it to the
     /// compute class; the previous local memory goes once the GPU has taken the new one.
     fn give_local_memory(&mut self, per_thread: u32, timeout: Duration) -> Result<(), NativeError> {
+        // No grid may still be running in the local memory given before.
+        self.finish(timeout)?;
         let (per_tpc, total) = self.geometry.local_bytes(per_thread);
         let memory = self.gpu.allocate(total, Placement::Device, false)?;
         let mut push = PushBuffer::new();
@@ -327,43 +383,62 @@ impl<R: ResourceManager> Launcher<R> {
         Ok(())
     }
 
-    /// Appends the semaphore release to `push`, submits it and waits for the release.
+    /// Submits `push` and waits up to `timeout` for it to finish.
     fn submit_and_wait(
         &mut self,
-        mut push: PushBuffer,
+        push: PushBuffer,
         what: &str,
         timeout: Duration,
     ) -> Result<(), NativeError> {
-        let serial = self.serial + 1;
-        push.semaphore_release(self.host.gpu_address() + SEMAPHORE, serial)?;
-        self.submit(push)?;
-        self.serial = serial;
-        self.wait(|h| Ok(h.read_u64(SEMAPHORE)? == serial), what, timeout)
+        let serial = self.submit(push, timeout)?;
+        self.wait(serial, what, timeout)
     }
 
-    /// Writes `push` into the host memory and hands it to the channel.
-    fn submit(&mut self, push: PushBuffer) -> Result<(), NativeError> {
+    /// Appends to `push` the release of the host's semaphore with the next serial (once
+    /// the work before has finished), writes it into the next push buffer region (waiting
+    /// up to `timeout` for the submission that had the region to finish) and hands it to
+    /// the channel. Returns the serial.
+    fn submit(&mut self, mut push: PushBuffer, timeout: Duration) -> Result<u64, NativeError> {
+        let serial = self.serial + 1;
+        push.semaphore_release(self.host.gpu_address() + SEMAPHORE, serial)?;
         let bytes = push.to_bytes();
-        if PUSH + bytes.len() as u64 > HOST_BYTES {
+        if bytes.len() as u64 > PUSH_REGION {
             return Err(NativeError::OutOfBounds {
                 what: "a push buffer",
-                offset: PUSH,
+                offset: 0,
                 length: bytes.len() as u64,
-                size: HOST_BYTES,
+                size: PUSH_REGION,
             });
         }
-        self.host.write(PUSH, &bytes)?;
+        // Submissions outstanding stay fewer than the push buffer regions and the
+        // channel's GPFIFO entries.
+        let outstanding = PUSH_REGIONS.min(u64::from(self.channel.entries()) - 1);
+        self.wait(
+            serial.saturating_sub(outstanding),
+            "a push buffer region",
+            timeout,
+        )?;
+        let at = PUSH + serial % PUSH_REGIONS * PUSH_REGION;
+        self.host.write(at, &bytes)?;
         let entry = GpEntry::new(
-            self.host.gpu_address() + PUSH,
+            self.host.gpu_address() + at,
             push.words().len(),
             Level::Main,
         )?;
-        self.channel.submit(entry)
+        self.channel.submit(entry)?;
+        self.serial = serial;
+        Ok(serial)
+    }
+
+    /// Waits up to `timeout` until the host's semaphore has reached `serial` (releases
+    /// come in order, so it only grows).
+    fn wait(&self, serial: u64, what: &str, timeout: Duration) -> Result<(), NativeError> {
+        self.wait_for(|h| Ok(h.read_u64(SEMAPHORE)? >= serial), what, timeout)
     }
 
     /// Spins until `done` says the GPU has written what it was asked to into the host
     /// memory, or `timeout` has passed.
-    fn wait(
+    fn wait_for(
         &self,
         done: impl Fn(&Allocation<R>) -> Result<bool, NativeError>,
         what: &str,
@@ -386,7 +461,19 @@ impl<R: ResourceManager> Launcher<R> {
     }
 }
 
-const _: () = assert!(QMD_AT.is_multiple_of(QMD_ALIGN) && BANK0_AT.is_multiple_of(64));
+const _: () = assert!(
+    QMD_AT.is_multiple_of(QMD_ALIGN)
+        && BANK0_AT.is_multiple_of(64)
+        && SLOT_BYTES.is_multiple_of(QMD_ALIGN)
+);
+
+impl<R: ResourceManager> Drop for Launcher<R> {
+    /// Lets the work submitted finish before its memory goes (a GPU that does not finish
+    /// within a few seconds is left to the driver's teardown of the channel).
+    fn drop(&mut self) {
+        let _ = self.finish(Duration::from_secs(5));
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,9 +1,9 @@
 //! The executor contract on the native backend: quench's own driver, no libcuda.
 //!
-//! One channel carries everything, and every operation waits for the GPU before it
-//! returns: a launch for its grid's semaphore, a copy for the copy engine's. So work is
-//! in order on every stream, and a copy after all work issued before it, as the contract
-//! asks. Memory is the GPU's own, mapped into its address space only; copies go through
+//! One channel carries everything, in order: a launch is started without waiting for
+//! it, and each grid starts once the one before has finished, so work is in order on
+//! every stream; a copy waits for the work before it and for its data, so it comes after
+//! all work issued before it, as the contract asks. Memory is the GPU's own, mapped into its address space only; copies go through
 //! a staging buffer in host memory on the copy engine. Kernels come from quench's own
 //! code generator or from ptxas (`Codegen::Ptx`: there is no driver JIT below libcuda).
 //! Events are the GPU's clock (nanoseconds) read through a timestamped semaphore; graphs
@@ -184,7 +184,7 @@ impl<R: ResourceManager> NativeExecutor<R> {
         };
         let kernel = &self.kernels[r.kernel.0 as usize];
         self.launcher
-            .run(&kernel.program, &kernel.abi.name, &dims, &block, TIMEOUT)?;
+            .start(&kernel.program, &kernel.abi.name, &dims, &block, TIMEOUT)?;
         Ok(())
     }
 }
@@ -283,6 +283,8 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
     fn free(&mut self, p: DevicePtr) -> Result<(), RtError> {
         self.recorder.refuse_during_capture("free")?;
         self.allocs.remove(p.0)?;
+        // A grid started before may still be using it.
+        self.launcher.finish(TIMEOUT)?;
         self.memory.remove(&p.0);
         Ok(())
     }
@@ -399,8 +401,8 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
     }
 
     fn synchronize(&mut self) -> Result<(), RtError> {
-        // Every operation has finished when it returns.
-        self.recorder.refuse_during_capture("synchronize")
+        self.recorder.refuse_during_capture("synchronize")?;
+        Ok(self.launcher.finish(TIMEOUT)?)
     }
 }
 

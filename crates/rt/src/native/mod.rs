@@ -3,8 +3,8 @@
 //! `/dev/nvidiaN`. No libcuda.
 //!
 //! It finds and describes the GPUs, and [`NativeExecutor`] runs the executor contract on
-//! them (memory, copies on the copy engine, kernels from cubins, events, graphs), every
-//! operation waiting for the GPU before it returns. The layers, bottom to top:
+//! them (memory, copies on the copy engine, kernels from cubins, events, graphs), grids
+//! started without waiting for them. The layers, bottom to top:
 //!
 //! - [`ioctl`]: request numbers and the parameter structs of the driver's escapes.
 //! - [`objects`], [`controls`]: the resource-manager classes quench allocates and the
@@ -22,7 +22,7 @@
 //!   copy objects, its GPFIFO ring and USERD, and the usermode doorbell; `submit` hands
 //!   it a push buffer segment.
 //! - [`Program`], [`Launcher`]: kernels' code in GPU memory; grids, copies and GPU
-//!   timestamps run through a channel and waited for.
+//!   timestamps run through a channel, in order.
 //! - [`NativeExecutor`]: the executor contract over all of it.
 //!
 //! What a kernel launch sends, encoded without a GPU:
