@@ -5,6 +5,12 @@
 //! independent loads are in flight together. Where code may be reached from elsewhere (after
 //! a label) and before barriers, fences and the end of the kernel, everything is waited for.
 //! Scoreboard 0 stays with the copy groups (`LDGDEPBAR`, see `control`).
+//!
+//! Such an instruction may read its sources long after it issues (the GPU faulted on
+//! addresses overwritten 8 cycles after their load, where the memory system was busy), so
+//! overwriting a source waits until it has been read: on the instruction's read scoreboard,
+//! which the first such overwrite gives it afterwards (as ptxas's code has `R1:W2`, reads
+//! released on 1 and results on 2), so that the wait is for the read, not the whole load.
 
 use super::control::predicate;
 use crate::table::Control;
@@ -16,8 +22,6 @@ const LAST: u8 = 5;
 const ALL: u8 = ((1 << (LAST + 1)) - 1) & !((1 << FIRST) - 1);
 /// The field's value for no scoreboard.
 const NONE: u8 = 7;
-/// The most cycles a stall field holds.
-const MAX_STALL: u8 = 15;
 
 /// A register as the tracker numbers them: `Rn` is n, `URn` 256 + n, `Pn` 512 + n.
 type Reg = u16;
@@ -25,24 +29,16 @@ type Reg = u16;
 /// count from 0, uniform ones from 256, uniform predicates from 520).
 pub const PREDICATES: Reg = 512;
 
-/// A variable-latency instruction still owed: its scoreboard, the registers it will write
-/// and the ones it may have yet to read.
+/// A variable-latency instruction still owed: where its control bits are, its scoreboard,
+/// the registers it will write and the ones it may have yet to read.
 struct Pending {
+    at: usize,
     sb: u8,
     writes: Vec<Reg>,
     reads: Vec<Reg>,
-    /// Whether it reads its sources late, until its scoreboard is released (stores and
-    /// atomics, whose data goes out with them; shuffles and conversions, whose sources
-    /// ptxas's code never overwrites without waiting, or not sooner than 32 cycles after),
-    /// or within [`SOURCES_READ`] cycles.
-    late_reads: bool,
-    issued: u32,
+    /// The scoreboard released once its sources are read, where it has one.
+    read_sb: Option<u8>,
 }
-
-/// Cycles after which a load or `MUFU` has read its sources: ptxas's code overwrites them
-/// with a fixed-latency result, waiting on nothing, from 1 (`LDS`, `LDSM`), 3 (`MUFU`)
-/// and 6 (`LDG`) cycles after issue.
-const SOURCES_READ: u32 = 8;
 
 #[derive(Default)]
 pub struct Scoreboards {
@@ -50,8 +46,6 @@ pub struct Scoreboards {
     pending: Vec<Pending>,
     /// Whatever may be pending is unknown (code reached from elsewhere).
     unknown: bool,
-    /// Issue cycles so far.
-    cycle: u32,
 }
 
 impl Scoreboards {
@@ -63,10 +57,10 @@ impl Scoreboards {
 
     /// `c` (from [`super::control::control`], which marks a scoreboard to set with any
     /// value below 7) with the scoreboard it sets and the ones `text` must wait for.
-    /// Where `text` would overwrite a source a load may not have read yet, the instruction
-    /// before it (`previous`, when it directly precedes) stalls longer instead of `text`
-    /// waiting for the whole load.
-    pub fn issue(&mut self, c: Control, text: &str, previous: Option<&mut Control>) -> Control {
+    /// `controls` holds the control bits of the instructions before it (`text` is the
+    /// next): an instruction whose source `text` overwrites is given a read scoreboard
+    /// there.
+    pub fn issue(&mut self, c: Control, text: &str, controls: &mut [Option<Control>]) -> Control {
         let (reads, writes) = registers(text);
         let opcode = text.split(['.', ' ']).next().unwrap_or(text);
         let drain = self.unknown
@@ -85,46 +79,54 @@ impl Scoreboards {
         let sets_write = c.write_barrier < NONE && c.write_barrier >= FIRST;
         let sets_read = c.read_barrier < NONE && c.read_barrier >= FIRST;
         let mut wait = if drain { ALL } else { 0 };
-        // A load's sources are read within `SOURCES_READ` cycles: waiting out the rest of
-        // them before `text` spares waiting for its result.
-        if let Some(prev) = previous.filter(|_| !drain && !sets_write) {
-            let short = self
-                .pending
-                .iter()
-                .filter(|p| !p.late_reads && p.reads.iter().any(|r| writes.contains(r)))
-                .map(|p| SOURCES_READ.saturating_sub(self.cycle - p.issued))
-                .max()
-                .unwrap_or(0);
-            let stall = u32::from(prev.stall) + short;
-            if short > 0 && stall <= u32::from(MAX_STALL) {
-                *prev = super::control::stalled(*prev, stall as u8);
-                self.cycle += short;
-            }
-        }
         if !drain {
+            // Results still to come that `text` reads or overwrites.
             for p in &self.pending {
-                // A result that itself arrives late may go where a load has yet to read
-                // (ptxas's `LDG R23` after `LDG [R22.64]`, waiting on nothing); not where a
-                // store's data is still to go out.
-                let reading = p.late_reads || !sets_write && self.cycle - p.issued < SOURCES_READ;
-                let clash = p
-                    .writes
+                if p.writes
                     .iter()
                     .any(|r| reads.contains(r) || writes.contains(r))
-                    || reading && p.reads.iter().any(|r| writes.contains(r));
-                if clash {
+                {
                     wait |= 1 << p.sb;
                 }
             }
+            // Sources still to be read that `text` overwrites.
+            for i in 0..self.pending.len() {
+                let p = &self.pending[i];
+                if wait >> p.sb & 1 == 1 || !p.reads.iter().any(|r| writes.contains(r)) {
+                    continue;
+                }
+                let sb = match p.read_sb {
+                    Some(sb) => sb,
+                    None => {
+                        let sb = self.unheld().unwrap_or(p.sb);
+                        let at = p.at;
+                        self.pending[i].read_sb = Some(sb);
+                        if let Some(Some(owner)) = controls.get_mut(at) {
+                            owner.read_barrier = sb;
+                        }
+                        sb
+                    }
+                };
+                wait |= 1 << sb;
+            }
         }
         self.unknown = false;
-        self.pending.retain(|p| wait >> p.sb & 1 == 0);
+        self.pending.retain_mut(|p| {
+            if wait >> p.sb & 1 == 1 {
+                return false;
+            }
+            if p.read_sb.is_some_and(|sb| wait >> sb & 1 == 1) {
+                p.reads.clear();
+                p.read_sb = None;
+            }
+            !p.writes.is_empty() || !p.reads.is_empty()
+        });
         let mut c = Control {
             wait: c.wait | wait,
             ..c
         };
         if sets_write || sets_read {
-            let sb = self.free();
+            let sb = self.unheld().unwrap_or_else(|| self.youngest());
             if sets_write {
                 c.write_barrier = sb;
             }
@@ -132,25 +134,30 @@ impl Scoreboards {
                 c.read_barrier = sb;
             }
             self.pending.push(Pending {
+                at: controls.len(),
                 sb,
                 writes: if sets_write { writes } else { Vec::new() },
                 reads,
-                late_reads: sets_read
-                    || matches!(opcode, "ATOMG" | "ATOMS" | "RED" | "SHFL" | "F2I" | "I2F"),
-                issued: self.cycle,
+                read_sb: sets_read.then_some(sb),
             });
         }
-        self.cycle += u32::from(c.stall);
         c
     }
 
-    /// A scoreboard no pending instruction holds, or else the youngest one's (waiting on
+    /// A scoreboard no pending instruction holds, for its results or its reads.
+    fn unheld(&self) -> Option<u8> {
+        (FIRST..=LAST).find(|&sb| {
+            self.pending
+                .iter()
+                .all(|p| p.sb != sb && p.read_sb != Some(sb))
+        })
+    }
+
+    /// The youngest pending instruction's scoreboard, shared when none is free (waiting on
     /// it then waits for both; results are mostly read in the order they were asked for,
     /// so the older ones stay apart).
-    fn free(&self) -> u8 {
-        (FIRST..=LAST)
-            .find(|sb| self.pending.iter().all(|p| p.sb != *sb))
-            .unwrap_or_else(|| self.pending.last().map_or(FIRST, |p| p.sb))
+    fn youngest(&self) -> u8 {
+        self.pending.last().map_or(FIRST, |p| p.sb)
     }
 }
 
@@ -257,6 +264,26 @@ mod tests {
     use super::*;
     use crate::codegen::control::stalled;
 
+    /// Scoreboards with the control bits issued so far, as the code generator keeps them.
+    #[derive(Default)]
+    struct Track {
+        s: Scoreboards,
+        controls: Vec<Option<Control>>,
+    }
+
+    impl Track {
+        fn issue(&mut self, c: Control, text: &str) -> Control {
+            let c = self.s.issue(c, text, &mut self.controls);
+            self.controls.push(Some(c));
+            c
+        }
+
+        /// The control bits of the `i`th instruction as they stand now.
+        fn at(&self, i: usize) -> Control {
+            self.controls[i].expect("an instruction")
+        }
+    }
+
     fn load(sb_marker: u8) -> Control {
         Control {
             stall: 3,
@@ -295,84 +322,111 @@ mod tests {
 
     #[test]
     fn independent_loads_overlap_and_a_reader_waits_for_its_own() {
-        let mut s = Scoreboards::default();
-        let a = s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]", None);
-        let b = s.issue(load(1), "LDG.E R5, desc[UR4][R6.64]", None);
+        let mut s = Track::default();
+        let a = s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]");
+        let b = s.issue(load(1), "LDG.E R5, desc[UR4][R6.64]");
         assert_ne!(a.write_barrier, b.write_barrier);
         assert_eq!((a.wait, b.wait), (0, 0));
         // Reading R5 waits for the second load only.
-        let add = s.issue(alu(), "FADD R8, R5, R9", None);
+        let add = s.issue(alu(), "FADD R8, R5, R9");
         assert_eq!(add.wait, 1 << b.write_barrier);
-        // Overwriting a load's address right after it waits for the load; once it has
-        // surely read it, not.
-        let c = s.issue(load(1), "LDG.E R6, desc[UR4][R10.64]", None);
-        let mov = s.issue(alu(), "MOV R10, 0x0", None);
-        assert_eq!(mov.wait, 1 << c.write_barrier);
-        let mov = s.issue(alu(), "MOV R3, 0x0", None);
+        // Overwriting a load's address waits until the load has read it; what it has not
+        // read, not.
+        s.issue(load(1), "LDG.E R6, desc[UR4][R10.64]");
+        let mov = s.issue(alu(), "MOV R10, 0x0");
+        assert_eq!(mov.wait, 1 << s.at(3).read_barrier);
+        let mov = s.issue(alu(), "MOV R8, 0x0");
         assert_eq!(mov.wait, 0);
+        // The first load may still have to read R3.
+        assert_eq!(s.issue(alu(), "MOV R3, 0x0").wait, 1 << s.at(0).read_barrier);
         // After a label, everything.
-        s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]", None);
-        s.label();
-        assert_eq!(s.issue(alu(), "MOV R20, 0x0", None).wait, ALL);
+        s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]");
+        s.s.label();
+        assert_eq!(s.issue(alu(), "MOV R20, 0x0").wait, ALL);
     }
 
     #[test]
-    fn overwriting_a_load_s_address_waits_out_its_read_not_the_load() {
-        let mut s = Scoreboards::default();
-        let mut ld = s.issue(load(1), "LDG.E R6, desc[UR4][R10.64]", None);
-        let mov = s.issue(alu(), "MOV R10, 0x0", Some(&mut ld));
-        assert_eq!(mov.wait, 0);
-        assert_eq!(u32::from(ld.stall), SOURCES_READ);
-    }
-
-    #[test]
-    fn overwriting_a_shuffle_s_source_waits_for_the_shuffle() {
-        let mut s = Scoreboards::default();
-        let mut sh = s.issue(load(1), "SHFL.BFLY PT, R4, R2, R3, R5", None);
-        let mov = s.issue(alu(), "MOV R3, 0x1", Some(&mut sh));
-        assert_eq!(mov.wait, 1 << sh.write_barrier);
-        // However late it comes.
-        let mut s = Scoreboards::default();
-        let sh = s.issue(load(1), "SHFL.BFLY PT, R4, R2, R3, R5", None);
-        s.issue(stalled(alu(), 15), "FADD R8, R9, R9", None);
-        s.issue(stalled(alu(), 15), "FADD R8, R9, R9", None);
+    fn overwriting_a_load_s_address_waits_for_its_read_not_the_load() {
+        let mut s = Track::default();
+        let ld = s.issue(load(1), "LDG.E R6, desc[UR4][R10.64]");
+        assert_eq!(ld.read_barrier, NONE);
+        // However late the overwrite comes, the load is given a read scoreboard of its
+        // own, and the overwrite waits on that.
+        s.issue(stalled(alu(), 15), "FADD R8, R9, R9");
+        s.issue(stalled(alu(), 15), "FADD R8, R9, R9");
+        let mov = s.issue(alu(), "MOV R11, 0x0");
+        let read = s.at(0).read_barrier;
+        assert!((FIRST..=LAST).contains(&read) && read != ld.write_barrier);
+        assert_eq!(mov.wait, 1 << read);
+        // Its result is still to come.
         assert_eq!(
-            s.issue(alu(), "MOV R5, 0x1", None).wait,
-            1 << sh.write_barrier
+            s.issue(alu(), "FADD R0, R6, R6").wait,
+            1 << ld.write_barrier
+        );
+        // Both scoreboards are free again: another load takes the first.
+        assert_eq!(
+            s.issue(load(1), "LDG.E R7, desc[UR4][R12.64]")
+                .write_barrier,
+            FIRST
         );
     }
 
     #[test]
+    fn overwriting_a_shuffle_s_source_waits_for_its_read() {
+        let mut s = Track::default();
+        let sh = s.issue(load(1), "SHFL.BFLY PT, R4, R2, R3, R5");
+        let mov = s.issue(alu(), "MOV R3, 0x1");
+        assert_ne!(s.at(0).read_barrier, sh.write_barrier);
+        assert_eq!(mov.wait, 1 << s.at(0).read_barrier);
+        // Once read, another source is free to overwrite.
+        assert_eq!(s.issue(alu(), "MOV R5, 0x1").wait, 0);
+    }
+
+    #[test]
+    fn with_every_scoreboard_held_an_overwrite_waits_for_the_whole_load() {
+        let mut s = Track::default();
+        let sbs: Vec<u8> = (0..5)
+            .map(|i| {
+                s.issue(
+                    load(1),
+                    &format!("LDG.E R{}, desc[UR4][R{}.64]", 10 + i, 20 + 2 * i),
+                )
+                .write_barrier
+            })
+            .collect();
+        let mov = s.issue(alu(), "MOV R22, 0x0");
+        assert_eq!(mov.wait, 1 << sbs[1]);
+        assert_eq!(s.at(1).read_barrier, sbs[1]);
+    }
+
+    #[test]
     fn a_store_holds_its_sources_until_read() {
-        let mut s = Scoreboards::default();
+        let mut s = Track::default();
         let store = Control {
             write_barrier: NONE,
             read_barrier: 1,
             ..alu()
         };
-        let st = s.issue(store, "STS [R8], R2", None);
+        let st = s.issue(store, "STS [R8], R2");
         assert!(st.read_barrier >= FIRST && st.read_barrier <= LAST);
-        assert_eq!(s.issue(alu(), "FADD R9, R2, R2", None).wait, 0);
-        assert_eq!(
-            s.issue(alu(), "MOV R2, 0x1", None).wait,
-            1 << st.read_barrier
-        );
+        assert_eq!(s.issue(alu(), "FADD R9, R2, R2").wait, 0);
+        assert_eq!(s.issue(alu(), "MOV R2, 0x1").wait, 1 << st.read_barrier);
     }
 
     #[test]
     fn a_sixth_pending_load_shares_the_youngest_scoreboard() {
-        let mut s = Scoreboards::default();
+        let mut s = Track::default();
         let sbs: Vec<u8> = (0..6)
             .map(|i| {
-                s.issue(load(1), &format!("LDS R{}, [R40]", 10 + i), None)
+                s.issue(load(1), &format!("LDS R{}, [R40]", 10 + i))
                     .write_barrier
             })
             .collect();
         assert_eq!(sbs, vec![1, 2, 3, 4, 5, 5]);
         // Reading the first load's register waits for it alone; the sixth's waits for the
         // fifth too.
-        assert_eq!(s.issue(alu(), "FADD R0, R10, R10", None).wait, 1 << 1);
-        assert_eq!(s.issue(alu(), "FADD R0, R15, R15", None).wait, 1 << 5);
-        assert_eq!(s.issue(alu(), "FADD R0, R14, R14", None).wait, 0);
+        assert_eq!(s.issue(alu(), "FADD R0, R10, R10").wait, 1 << 1);
+        assert_eq!(s.issue(alu(), "FADD R0, R15, R15").wait, 1 << 5);
+        assert_eq!(s.issue(alu(), "FADD R0, R14, R14").wait, 0);
     }
 }

@@ -172,8 +172,9 @@ impl<'f> Selector<'f> {
         let mut results = control::Results::default();
         let mut guards = control::Guards::default();
         let mut scoreboards = Scoreboards::default();
-        // Each line's control bits, kept until the end: the scoreboards may lengthen the
-        // stall of the instruction before the one they are working out.
+        // Each line's control bits, kept until the end: the stalls of earlier instructions
+        // may be lengthened for a result, and an earlier instruction given a read
+        // scoreboard when a later one overwrites its source.
         let mut controls: Vec<Option<Control>> = Vec::with_capacity(self.lines.len());
         for (i, line) in self.lines.iter().enumerate() {
             match line {
@@ -199,8 +200,7 @@ impl<'f> Selector<'f> {
                     };
                     c = results.issue(c, text, &mut controls, guarded.is_none());
                     c = guards.issue(c, text, guarded);
-                    let previous = controls.last_mut().and_then(Option::as_mut);
-                    c = scoreboards.issue(c, text, previous);
+                    c = scoreboards.issue(c, text, &mut controls);
                     controls.push(Some(c));
                 }
             }
