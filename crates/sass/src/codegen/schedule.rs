@@ -40,6 +40,7 @@ fn fence(opcode: &str) -> bool {
             | "MEMBAR"
             | "FENCE"
             | "ERRBAR"
+            | "CGAERRBAR"
             | "CCTL"
     )
 }

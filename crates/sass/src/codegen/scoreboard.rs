@@ -79,6 +79,10 @@ impl Scoreboards {
         let sets_write = c.write_barrier < NONE && c.write_barrier >= FIRST;
         let sets_read = c.read_barrier < NONE && c.read_barrier >= FIRST;
         let mut wait = if drain { ALL } else { 0 };
+        // After a fence, ptxas's `CCTL.IVALL` waits on scoreboard 0 as well.
+        if opcode == "CCTL" {
+            wait |= 1;
+        }
         if !drain {
             // Results still to come that `text` reads or overwrites.
             for p in &self.pending {
@@ -338,7 +342,10 @@ mod tests {
         let mov = s.issue(alu(), "MOV R8, 0x0");
         assert_eq!(mov.wait, 0);
         // The first load may still have to read R3.
-        assert_eq!(s.issue(alu(), "MOV R3, 0x0").wait, 1 << s.at(0).read_barrier);
+        assert_eq!(
+            s.issue(alu(), "MOV R3, 0x0").wait,
+            1 << s.at(0).read_barrier
+        );
         // After a label, everything.
         s.issue(load(1), "LDG.E R4, desc[UR4][R2.64]");
         s.s.label();

@@ -905,10 +905,15 @@ impl<'f> Selector<'f> {
         Ok(())
     }
 
-    /// The release half of an acquire-release fence at the GPU's scope, as ptxas writes it.
+    /// The release half of an acquire-release fence at the GPU's scope, as ptxas writes it,
+    /// stalls included.
     fn release_fence(&mut self) {
-        for i in ["MEMBAR.ALL.GPU", "ERRBAR", "CGAERRBAR"] {
-            self.emit("", i.into());
+        for (i, stall) in [("MEMBAR.ALL.GPU", 6), ("ERRBAR", 1), ("CGAERRBAR", 6)] {
+            self.lines.push(Line::Inst {
+                guard: String::new(),
+                text: i.into(),
+                stall: Some(stall),
+            });
         }
     }
 
