@@ -3,7 +3,8 @@
 # llama-3.1-8b checkpoints (bf16) made here by `quench synth`, each checked with `quench
 # check` on `--codegen ptx` and `--codegen sass` (prompts fed one decode step a token, so
 # that the decode step's kernels alone are compared), the decode
-# timed by the check (`--time-tokens`), and 40 greedy tokens from `quench generate`
+# timed by the check (`--time-tokens`; TOKENS checked tokens a prompt, 24 unless set), and
+# 40 greedy tokens from `quench generate`
 # compared between the two. Receipts: check-SHAPE-CODEGEN.json in $OUT (or receipts/).
 # Run from the repository root with the release binary carried (target/release/quench).
 set -uo pipefail
@@ -18,7 +19,7 @@ for shape in ${SHAPES:-llama-3.2-1b llama-3.1-8b}; do
   "$BIN" synth --shape "$shape" --seed 1 "$dir" > /dev/null || { echo "synth $shape failed"; continue; }
   for cg in ptx sass; do
     timeout 200 "$BIN" check -m "$dir" --device cuda --codegen "$cg" --prefill-chunk 0 \
-      --prompts "$prompts" --tokens 24 --time-tokens 256 \
+      --prompts "$prompts" --tokens "${TOKENS:-24}" --time-tokens 256 \
       --receipt "$DEST/check-$shape-$cg.json" 2>&1 | tail -4
     echo "check $shape $cg: rc=${PIPESTATUS[0]} at $(( $(date +%s) - start )) s"
     timeout 100 "$BIN" generate -m "$dir" --device cuda --codegen "$cg" --prefill-chunk 0 \
