@@ -1225,3 +1225,26 @@ fn overwriting_a_shuffle_s_source_unwaited_is_an_error() {
         other => panic!("expected a hazard at {at:#x}, got {other:?}"),
     }
 }
+
+/// A branch, `BSYNC` or `EXIT` that stalls fewer cycles than control flow takes stops the
+/// run there: quench's own add_f32 with its `EXIT` stalling a cycle.
+#[test]
+fn control_flow_stalling_too_little_is_an_error() {
+    let c = case("add_f32", "n=1003 threads=64", 1);
+    let mut k = compile_own(&c).expect("the code generator compiles add_f32");
+    let exit = k
+        .code
+        .iter_mut()
+        .flatten()
+        .find(|i| i.op == "EXIT")
+        .expect("add_f32 ends with EXIT");
+    exit.control.stall = 1;
+    let at = exit.addr;
+    match run_emu(&k, &c) {
+        Err(EmuError::Hazard { at: a, why }) => {
+            assert_eq!(a, at);
+            assert!(why.starts_with("EXIT with a stall of 1:"), "{why}");
+        }
+        other => panic!("expected a hazard at {at:#x}, got {other:?}"),
+    }
+}

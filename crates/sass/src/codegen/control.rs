@@ -22,6 +22,20 @@ const MAX_STALL: u8 = 15;
 /// The longest stall ptxas writes with the yield bit set (across the library's code; 12
 /// to 15 come only with it clear, and nvdisasm rejects `HMMA` stalling 15 with it set).
 const MAX_STALL_WITHOUT_YIELD: u8 = 11;
+/// The fewest cycles a branch, `BSYNC`, `EXIT` or `WARPSYNC` stalls: ptxas's code never
+/// gives them fewer than 5 (every `BSYNC` across the library has exactly 5; the only
+/// shorter `BRA` is the unreachable loop after the last `EXIT`). On the H100, quench's
+/// code with them stalling a cycle merged split attention into infinities and sampled
+/// wrong tokens; with each instruction stalling 8 cycles or more it computed right.
+pub const CONTROL_FLOW_STALL: u8 = 5;
+
+/// Whether `opcode` (a mnemonic's first part) is one that stalls [`CONTROL_FLOW_STALL`].
+pub fn is_control_flow(opcode: &str) -> bool {
+    matches!(
+        opcode,
+        "BRA" | "BSYNC" | "EXIT" | "WARPSYNC" | "RET" | "CALL"
+    )
+}
 /// No scoreboard (the field's value 7).
 const NONE: u8 = 7;
 
@@ -196,8 +210,15 @@ pub fn control(mnemonic: &str) -> Control {
         extra: 0,
     };
     // Two cycles let a variable-latency instruction's scoreboard be set before an
-    // instruction waits on it.
-    stalled(c, if variable { 2 } else { 1 })
+    // instruction waits on it; control flow takes its own (see `CONTROL_FLOW_STALL`).
+    let stall = if is_control_flow(opcode) {
+        CONTROL_FLOW_STALL
+    } else if variable {
+        2
+    } else {
+        1
+    };
+    stalled(c, stall)
 }
 
 /// The fixed-latency results not yet readable by every instruction, so that each
@@ -424,7 +445,7 @@ mod tests {
                 "STG.E desc[UR4][R2.64], R1",
                 "EXIT"
             ]),
-            vec![5, 8, 2, 1]
+            vec![5, 8, 2, CONTROL_FLOW_STALL]
         );
         // A wait longer than one stall field spreads over the instructions before it: the
         // f64 multiply's NOP and the multiply itself.

@@ -6,7 +6,7 @@ use super::inst::{Inst, Operand};
 use super::memory::{Memory, Shared};
 use super::warp::{RegRef, Touched, Warp, Written, PT, RZ, URZ};
 use super::{control, copy, float, int, mem, tensor, EmuError};
-use crate::codegen::{FixedResult, GUARD_LATENCY};
+use crate::codegen::{is_control_flow, FixedResult, CONTROL_FLOW_STALL, GUARD_LATENCY};
 
 /// What the block scheduler must do after an instruction.
 pub enum Step {
@@ -135,6 +135,16 @@ pub fn issue(
         return Err(unmodelled(
             "URZ as an operand of a vector instruction".into(),
         ));
+    }
+    if is_control_flow(&inst.op) && inst.control.stall < CONTROL_FLOW_STALL {
+        return Err(EmuError::Hazard {
+            at: inst.addr,
+            why: format!(
+                "{} with a stall of {}: a branch, BSYNC, EXIT, WARPSYNC, CALL or RET stalls \
+                 {} cycles at least",
+                inst.op, inst.control.stall, CONTROL_FLOW_STALL
+            ),
+        });
     }
     w.scoreboard.wait(inst.control.wait);
     w.copies.wait(inst.control.wait, global, shared)?;
