@@ -1,7 +1,8 @@
 //! A channel: where a GPU fetches the work quench submits.
 //!
 //! [`Channel::create`] makes, in this order: one allocation in GPU memory, mapped for the
-//! CPU, holding the GPFIFO ring and after it the channel's USERD page; a
+//! CPU, holding the GPFIFO ring and after it the channel's USERD page; a page of host
+//! memory where the resource manager reports the channel's errors; a
 //! `KEPLER_CHANNEL_GROUP_A` (on the graphics engine, which runs compute, in the GPU's
 //! address space); a `HOPPER_CHANNEL_GPFIFO_A` in the group over that ring and USERD;
 //! `HOPPER_COMPUTE_A` and `HOPPER_DMA_COPY_A` objects on the channel; the channel's work
@@ -9,7 +10,10 @@
 //! for the CPU, whose doorbell register tells the GPU that a channel has new work.
 //!
 //! [`Channel::submit`] writes one GPFIFO entry at `GP_PUT`, advances `GP_PUT` in USERD,
-//! and writes the token to the doorbell.
+//! and writes the token to the doorbell. [`Channel::fault`] reads the error notifier: when
+//! the GPU faults on the channel's work (a kernel's bad address, an illegal instruction),
+//! the resource manager stops the channel and writes the error there; the channel takes no
+//! more work and is made again.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
@@ -43,6 +47,17 @@ pub mod usermode {
     pub const NOTIFY_CHANNEL_PENDING: u64 = 0x90;
 }
 
+/// The channel's error notifier (`hObjectError`): an `NvNotification` array in host memory
+/// (src/common/sdk/nvidia/inc/nvtypes.h; index 0, `NV_CHANNELGPFIFO_NOTIFICATION_TYPE_ERROR`,
+/// is the one the resource manager writes on a robust-channel error: the error's code in
+/// `info32`, then `status` 0xffff).
+pub mod notifier {
+    pub const BYTES: u64 = 0x1000;
+    pub const INFO32: u64 = 8;
+    /// `info16` (the engine) in the low half, `status` in the high half.
+    pub const INFO16_STATUS: u64 = 12;
+}
+
 /// The most GPFIFO entries a channel takes here (the ring is one allocation).
 pub const MAX_GPFIFO_ENTRIES: u32 = 1 << 16;
 
@@ -51,6 +66,7 @@ pub const MAX_GPFIFO_ENTRIES: u32 = 1 << 16;
 pub struct Channel<R: ResourceManager> {
     // Declared first, so dropped first: everything made after the ring goes before it.
     _objects: Teardown<R>,
+    errors: Allocation<R>,
     ring: Allocation<R>,
     doorbell: NonNull<u8>,
     entries: u32,
@@ -74,6 +90,7 @@ impl<R: ResourceManager> Channel<R> {
         // padded to).
         let userd_offset = ring_bytes.next_multiple_of(userd::SIZE);
         let ring = gpu.allocate(userd_offset + userd::SIZE, Placement::Device, true)?;
+        let errors = gpu.allocate(notifier::BYTES, Placement::Host, true)?;
 
         let mut objects = Teardown::under(gpu);
         let group = objects.alloc(
@@ -93,6 +110,7 @@ impl<R: ResourceManager> Channel<R> {
             group,
             HOPPER_CHANNEL_GPFIFO_A,
             Some(&mut NvChannelAllocParams {
+                h_object_error: errors.memory(),
                 gp_fifo_offset: ring.gpu_address(),
                 gp_fifo_entries: entries,
                 h_userd_memory: userd_memory,
@@ -124,6 +142,7 @@ impl<R: ResourceManager> Channel<R> {
         let doorbell = unsafe { usermode.add(usermode::NOTIFY_CHANNEL_PENDING as usize) };
         Ok(Channel {
             _objects: objects,
+            errors,
             ring,
             doorbell,
             entries,
@@ -150,6 +169,22 @@ impl<R: ResourceManager> Channel<R> {
 
     fn userd(&self) -> u64 {
         (u64::from(self.entries) * 8).next_multiple_of(userd::SIZE)
+    }
+
+    /// The error the resource manager reported on the channel, by its robust-channel code
+    /// (`ROBUST_CHANNEL_*` in src/common/sdk/nvidia/inc/nverror.h); `None` while there is
+    /// none.
+    pub fn fault(&self) -> Result<Option<u32>, NativeError> {
+        if self.errors.read_u32(notifier::INFO16_STATUS)? >> 16 == 0 {
+            return Ok(None);
+        }
+        Ok(Some(self.errors.read_u32(notifier::INFO32)?))
+    }
+
+    /// The error notifier's page.
+    #[cfg(test)]
+    pub(crate) fn errors(&self) -> &Allocation<R> {
+        &self.errors
     }
 
     /// How far the GPU has fetched: `GP_GET` from USERD.
@@ -196,11 +231,13 @@ mod tests {
     // The handles the fake gives a channel's objects after Gpu::open's.
     const RING: u32 = 5;
     const RING_RANGE: u32 = 6;
-    const GROUP: u32 = 7;
-    const CHANNEL: u32 = 8;
-    const COMPUTE: u32 = 9;
-    const COPY: u32 = 10;
-    const USERMODE: u32 = 11;
+    const ERRORS: u32 = 7;
+    const ERRORS_RANGE: u32 = 8;
+    const GROUP: u32 = 9;
+    const CHANNEL: u32 = 10;
+    const COMPUTE: u32 = 11;
+    const COPY: u32 = 12;
+    const USERMODE: u32 = 13;
 
     #[test]
     fn a_channel_is_made_in_order_with_the_headers_parameters() {
@@ -238,6 +275,23 @@ mod tests {
                     length: 64 << 10,
                     flags: 0,
                     node: MapNode::Gpu(0),
+                },
+                alloc(0x3e, DEVICE, ERRORS),
+                alloc(0x50a0, DEVICE, ERRORS_RANGE),
+                Call::MapDma {
+                    device: DEVICE,
+                    dma: ERRORS_RANGE,
+                    memory: ERRORS,
+                    length: 4096,
+                    flags: 0x10,
+                    address: channel.errors().gpu_address(),
+                },
+                Call::MapMemory {
+                    device: DEVICE,
+                    memory: ERRORS,
+                    length: 4096,
+                    flags: 0,
+                    node: MapNode::Control,
                 },
                 alloc(0xa06c, DEVICE, GROUP),
                 alloc(0xc86f, GROUP, CHANNEL),
@@ -278,10 +332,11 @@ mod tests {
         assert_eq!(p.userd_offset, [8192, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(
             (p.h_va_space, p.h_context_share, p.h_object_error, p.flags),
-            (0, 0, 0, 0)
+            (0, 0, ERRORS, 0)
         );
         assert_eq!(
             NvChannelAllocParams {
+                h_object_error: 0,
                 gp_fifo_offset: 0,
                 gp_fifo_entries: 0,
                 h_userd_memory: [0; 8],
@@ -292,6 +347,7 @@ mod tests {
             "nothing else is set"
         );
 
+        let errors_address = channel.errors().gpu_address();
         drop(channel);
         let calls = calls_from(&rm, before + made.len());
         let free = |parent, handle| Call::Free { parent, handle };
@@ -309,6 +365,17 @@ mod tests {
                 free(DEVICE, GROUP),
                 Call::UnmapMemory {
                     device: DEVICE,
+                    memory: ERRORS
+                },
+                Call::UnmapDma {
+                    dma: ERRORS_RANGE,
+                    memory: ERRORS,
+                    address: errors_address
+                },
+                free(DEVICE, ERRORS_RANGE),
+                free(DEVICE, ERRORS),
+                Call::UnmapMemory {
+                    device: DEVICE,
                     memory: RING
                 },
                 Call::UnmapDma {
@@ -323,6 +390,22 @@ mod tests {
         drop(gpu);
         assert_undone_in_reverse(&rm.calls());
         assert!(rm.live_objects().is_empty());
+    }
+
+    #[test]
+    fn an_error_the_resource_manager_writes_is_read_back_by_its_code() {
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        let channel = Channel::create(&gpu, 8).unwrap();
+        assert_eq!(channel.fault().unwrap(), None);
+        // As the resource manager writes it: the code, then the status.
+        channel.errors().write_u32(notifier::INFO32, 31).unwrap();
+        assert_eq!(channel.fault().unwrap(), None, "no status, no error yet");
+        channel
+            .errors()
+            .write_u32(notifier::INFO16_STATUS, 0xffff_0001)
+            .unwrap();
+        assert_eq!(channel.fault().unwrap(), Some(31));
     }
 
     #[test]

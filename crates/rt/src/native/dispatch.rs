@@ -181,8 +181,10 @@ pub struct Launcher<R: ResourceManager> {
     host: Allocation<R>,
     /// The launch slots.
     state: Allocation<R>,
-    /// The serial each launch slot's last grid released; the next slot to use.
+    /// The serial each launch slot's last grid released, and its kernel; the next slot
+    /// to use.
     slots: Vec<u64>,
+    kernels: Vec<String>,
     next_slot: usize,
     /// The semaphore's value after the latest submission.
     serial: u64,
@@ -208,6 +210,7 @@ impl<R: ResourceManager> Launcher<R> {
             host,
             state,
             slots: vec![0; SLOTS],
+            kernels: vec![String::new(); SLOTS],
             next_slot: 0,
             serial: 0,
             copies: 0,
@@ -310,6 +313,8 @@ impl<R: ResourceManager> Launcher<R> {
             PcasAction::InvalidateCopySchedule,
         )?;
         self.slots[slot] = self.submit(push, timeout)?;
+        self.kernels[slot].clear();
+        self.kernels[slot].push_str(kernel);
         Ok(())
     }
 
@@ -449,6 +454,13 @@ impl<R: ResourceManager> Launcher<R> {
             if done(&self.host)? {
                 return Ok(());
             }
+            if let Some(code) = self.channel.fault()? {
+                return Err(NativeError::ChannelFault {
+                    code,
+                    kernel: self.stopped_kernel()?,
+                    what: what.to_string(),
+                });
+            }
             if start.elapsed() > timeout {
                 return Err(NativeError::Timeout {
                     what: what.to_string(),
@@ -458,6 +470,19 @@ impl<R: ResourceManager> Launcher<R> {
             }
             std::hint::spin_loop();
         }
+    }
+}
+
+impl<R: ResourceManager> Launcher<R> {
+    /// The kernel of the submission a fault stopped: the first one whose semaphore was
+    /// not released, if it started a grid (the channel runs its work in order).
+    fn stopped_kernel(&self) -> Result<Option<String>, NativeError> {
+        let first_unfinished = self.host.read_u64(SEMAPHORE)? + 1;
+        Ok(self
+            .slots
+            .iter()
+            .position(|&s| s == first_unfinished)
+            .map(|i| self.kernels[i].clone()))
     }
 }
 
@@ -507,6 +532,23 @@ mod tests {
             subroutines: vec![],
         })
         .unwrap()
+    }
+
+    #[test]
+    fn a_fault_is_put_on_the_first_unfinished_grid() {
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        let channel = Channel::create(&gpu, 64).unwrap();
+        let mut l = Launcher::new(&gpu, channel).unwrap();
+        (l.slots[0], l.kernels[0]) = (4, "first".into());
+        (l.slots[1], l.kernels[1]) = (6, "second".into());
+        l.host.write_u64(SEMAPHORE, 3).unwrap();
+        assert_eq!(l.stopped_kernel().unwrap().as_deref(), Some("first"));
+        // Submission 5 was no grid (a copy, a timestamp).
+        l.host.write_u64(SEMAPHORE, 4).unwrap();
+        assert_eq!(l.stopped_kernel().unwrap(), None);
+        l.host.write_u64(SEMAPHORE, 5).unwrap();
+        assert_eq!(l.stopped_kernel().unwrap().as_deref(), Some("second"));
     }
 
     #[test]

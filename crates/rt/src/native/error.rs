@@ -157,6 +157,20 @@ pub enum NativeError {
         gp_get: u32,
     },
 
+    /// The resource manager stopped the channel on an error (a kernel that faulted, most
+    /// often); the channel takes no more work.
+    #[error(
+        "the GPU stopped the channel's work{}: {} (robust-channel error {code}); quench \
+         was waiting for {what}",
+        kernel.as_ref().map(|k| format!(" in kernel {k}")).unwrap_or_default(),
+        robust_channel_error(*code)
+    )]
+    ChannelFault {
+        code: u32,
+        kernel: Option<String>,
+        what: String,
+    },
+
     /// A call to the driver failed.
     #[error("{call} failed: {error}")]
     Call { call: String, error: CallError },
@@ -168,5 +182,26 @@ impl NativeError {
             call: call.into(),
             error,
         }
+    }
+}
+
+/// What a robust-channel error code (`ROBUST_CHANNEL_*`, the Xid, in
+/// src/common/sdk/nvidia/inc/nverror.h) means, for the ones a compute channel meets.
+pub fn robust_channel_error(code: u32) -> &'static str {
+    match code {
+        13 => {
+            "an exception in the graphics and compute engine (in a kernel: an illegal \
+               instruction, a misaligned or out-of-range address, a trap)"
+        }
+        31 => "a GPU memory page fault (an address not mapped for the GPU)",
+        32 => "a push buffer the GPU could not fetch or parse",
+        43 => "the channel was reset",
+        45 => "the channel was removed (the process's work was preempted)",
+        48 => "an uncorrectable (double-bit) ECC error",
+        69 => "a method the compute class rejected",
+        79 => "the GPU has fallen off the bus",
+        94 => "a contained memory error",
+        95 => "an uncontained memory error",
+        _ => "an error the resource manager reported",
     }
 }

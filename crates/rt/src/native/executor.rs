@@ -154,9 +154,11 @@ impl<R: ResourceManager> NativeExecutor<R> {
             let (staging, at) = (self.staging.gpu_address(), device.0 + done);
             if to_device {
                 each(&self.staging, done, piece)?;
-                self.launcher.copy(staging, at, piece, TIMEOUT)?;
+                let r = self.launcher.copy(staging, at, piece, TIMEOUT);
+                self.recovering(r)?;
             } else {
-                self.launcher.copy(at, staging, piece, TIMEOUT)?;
+                let r = self.launcher.copy(at, staging, piece, TIMEOUT);
+                self.recovering(r)?;
                 each(&self.staging, done, piece)?;
             }
             done += piece;
@@ -183,9 +185,27 @@ impl<R: ResourceManager> NativeExecutor<R> {
             dynamic_shared_bytes: r.launch.dynamic_shared_bytes,
         };
         let kernel = &self.kernels[r.kernel.0 as usize];
-        self.launcher
-            .start(&kernel.program, &kernel.abi.name, &dims, &block, TIMEOUT)?;
-        Ok(())
+        let r = self
+            .launcher
+            .start(&kernel.program, &kernel.abi.name, &dims, &block, TIMEOUT);
+        self.recovering(r)
+    }
+}
+
+impl<R: ResourceManager> NativeExecutor<R> {
+    /// `r`, and where it is the GPU stopping the channel on a fault, a new channel and
+    /// launcher in the old one's place first (memory, kernels, streams and graphs stay), so
+    /// that the executor goes on working after the error.
+    fn recovering<T>(&mut self, r: Result<T, NativeError>) -> Result<T, RtError> {
+        if let Err(NativeError::ChannelFault { .. }) = &r {
+            let fresh = Channel::create(&self.gpu, RING_ENTRIES)
+                .and_then(|channel| Launcher::new(&self.gpu, channel));
+            // Where even that fails, the next operation meets the fault and tries again.
+            if let Ok(fresh) = fresh {
+                self.launcher = fresh;
+            }
+        }
+        Ok(r?)
     }
 }
 
@@ -284,7 +304,8 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
         self.recorder.refuse_during_capture("free")?;
         self.allocs.remove(p.0)?;
         // A grid started before may still be using it.
-        self.launcher.finish(TIMEOUT)?;
+        let r = self.launcher.finish(TIMEOUT);
+        self.recovering(r)?;
         self.memory.remove(&p.0);
         Ok(())
     }
@@ -317,7 +338,8 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
             .refuse_during_capture("device-to-device copy")?;
         self.allocs.check_copy(dst.0, src.0, bytes)?;
         if bytes > 0 {
-            self.launcher.copy(src.0, dst.0, bytes, TIMEOUT)?;
+            let r = self.launcher.copy(src.0, dst.0, bytes, TIMEOUT);
+            self.recovering(r)?;
         }
         Ok(())
     }
@@ -364,7 +386,8 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
 
     fn record_event(&mut self, stream: StreamId) -> Result<EventId, RtError> {
         self.recorder.check_event_stream(stream)?;
-        let now = self.launcher.timestamp(TIMEOUT)?;
+        let r = self.launcher.timestamp(TIMEOUT);
+        let now = self.recovering(r)?;
         self.events.push(Some(now));
         Ok(EventId(self.events.len() as u32 - 1))
     }
@@ -402,7 +425,8 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
 
     fn synchronize(&mut self) -> Result<(), RtError> {
         self.recorder.refuse_during_capture("synchronize")?;
-        Ok(self.launcher.finish(TIMEOUT)?)
+        let r = self.launcher.finish(TIMEOUT);
+        self.recovering(r)
     }
 }
 
@@ -447,6 +471,34 @@ mod tests {
         let (layout, bytes) = parameter_layout(&cubin, &abi).unwrap();
         assert_eq!(layout, vec![(0, 8), (8, 8), (16, 4), (20, 4)]);
         assert_eq!(bytes, 24);
+    }
+
+    #[test]
+    fn a_fault_is_reported_by_name_and_the_executor_goes_on_on_a_new_channel() {
+        let rm = Rc::new(FakeRm::new(DRIVER, vec![H200]));
+        let mut ex = executor(&rm);
+        let kept = ex.alloc(4096).unwrap();
+        let live = rm.live_objects();
+        let old = ex.launcher.channel().work_submit_token();
+        // The resource manager stops the channel on a page fault.
+        let errors = ex.launcher.channel().errors();
+        errors
+            .write_u32(super::super::channel::notifier::INFO32, 31)
+            .unwrap();
+        errors
+            .write_u32(super::super::channel::notifier::INFO16_STATUS, 0xffff_0000)
+            .unwrap();
+        let err = ex.record_event(StreamId::DEFAULT).unwrap_err().to_string();
+        assert!(
+            err.contains("a GPU memory page fault (an address not mapped for the GPU) (robust-channel error 31)")
+                && err.contains("binding the compute and copy classes"),
+            "{err}"
+        );
+        // A new channel took the old one's place, which is gone; the memory stays.
+        assert_ne!(ex.launcher.channel().work_submit_token(), old);
+        assert_eq!(ex.launcher.channel().fault().unwrap(), None);
+        assert_eq!(rm.live_objects().len(), live.len());
+        assert!(ex.memory.contains_key(&kept.0));
     }
 
     #[test]

@@ -946,6 +946,9 @@ pub(crate) mod tests {
         expected.push("NV_ESC_RM_MAP_MEMORY".into());
         expected.extend(memory("NV01_MEMORY_LOCAL_USER (class 0x40)", 9));
         expected.push("NV_ESC_RM_MAP_MEMORY".into());
+        // The channel's error notifier.
+        expected.extend(memory("NV01_MEMORY_SYSTEM (class 0x3e)", 11));
+        expected.push("NV_ESC_RM_MAP_MEMORY".into());
         expected.extend([
             "allocating KEPLER_CHANNEL_GROUP_A (class 0xa06c)".into(),
             "allocating HOPPER_CHANNEL_GPFIFO_A (class 0xc86f)".into(),
