@@ -36,8 +36,9 @@
 # (the second is the test binary of crates/rt/tests/native_backend.rs: the executor's
 # contract on the native backend, with ptxas's code and with quench's own, and a kernel
 # storing 16 GiB past its allocation, which must come back as an error naming it, after
-# which the contract passes again on the same executor; ptxas from QUENCH_PTXAS, PATH or
-# the nvidia-cuda-nvcc wheel).
+# which the contract passes again on the same executor; and the contract on two threads
+# at once, each with its own executor and channel; ptxas from QUENCH_PTXAS, PATH or the
+# nvidia-cuda-nvcc wheel).
 #
 # Writes under $OUT (or the repository when OUT is unset):
 #   receipts/native-channel.json   the receipt: what ran, on what, and its output
@@ -116,10 +117,10 @@ receipt = {
              "within 5 s of the doorbell; every element a kernel writes equals 3 x[i] + i; "
              "the executor contract's checks pass on the native backend (ptxas's and "
              "quench's own code); a faulting kernel is an error naming it, and the contract "
-             "passes after it on the same executor",
+             "passes after it on the same executor; and on two threads at once",
     "outcome": {
         "passed": rc == 0 and "test result: ok. 2 passed" in out
-                  and "test result: ok. 3 passed" in out,
+                  and "test result: ok. 4 passed" in out,
         "exit_status": rc,
         "steps_passed": steps,
         "output": out[-20000:],

@@ -90,3 +90,20 @@ fn a_faulting_kernel_is_named_and_the_executor_goes_on() {
     common::all(&mut ex);
     println!("native-fault: the contract passed on the new channel");
 }
+
+/// Two executors, each with its own client and channel, on two threads at once: the
+/// contract passes on both.
+#[test]
+#[ignore = "needs an NVIDIA GPU and the open kernel module: scripts/device/native-channel.sh"]
+fn two_threads_submit_on_their_own_channels_at_once() {
+    let threads: Vec<_> = [Codegen::Ptx, Codegen::Sass]
+        .into_iter()
+        .map(|codegen| std::thread::spawn(move || common::all(&mut gpu(codegen))))
+        .collect();
+    for t in threads {
+        if t.join().is_err() {
+            panic!("the contract failed on one of two threads");
+        }
+    }
+    println!("native-threads: the contract passed on two threads at once");
+}
