@@ -13,8 +13,8 @@ use std::time::Instant;
 use quench_cpu::{Decoder, Logits, Matrix, StreamProgress, StreamStats, StreamedReference};
 use quench_models::arch::ModelConfig;
 
-use super::decoder::GpuDecoder;
 use super::error::GpuError;
+use crate::backend::{feed_one, Decode};
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::{EngineError, Result};
 
@@ -269,10 +269,11 @@ impl GenerationCheck {
     }
 }
 
-/// Generates `n` tokens greedily on `device` after `prompt`, then judges every step's
-/// logits with `reference` under `bound`.
+/// Generates `n` tokens greedily on `device` (a GPU decoder, a tensor-parallel one, or any
+/// other backend) after `prompt`, then judges every step's logits with `reference` under
+/// `bound`.
 pub fn check_generation(
-    device: &GpuDecoder,
+    device: &dyn Decode,
     reference: &Reference,
     bound: LogitBound,
     prompt: &[u32],
@@ -290,9 +291,9 @@ pub fn check_generation(
         }
         .into());
     }
-    let mut session = device.new_session();
+    let mut session = device.new_sequence(limit);
     let start = Instant::now();
-    let mut logits = device.feed(&mut session, prompt)?;
+    let mut logits = feed_one(device, &mut *session, prompt)?;
     let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut rows = vec![];
     let mut tokens = vec![];
@@ -305,7 +306,7 @@ pub fn check_generation(
             break;
         }
         let start = Instant::now();
-        logits = device.feed(&mut session, &[token])?;
+        logits = feed_one(device, &mut *session, &[token])?;
         step_ms.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let steps = judge_generation(reference, bound, prompt, &tokens, &rows)?;

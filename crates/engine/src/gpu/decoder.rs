@@ -12,10 +12,16 @@ use quench_rt::{
     KernelId, StreamId,
 };
 
+mod rank;
+
+pub(crate) use rank::RankBuffer;
+
 use super::arena;
 use super::catalog::{Catalog, Widened};
 use super::error::{size, GpuError};
-use super::graph::{u32_of, DecodeGraph, Products, StepRecord, StepShape, DEFAULT_MULTIPROCESSORS};
+use super::graph::{
+    u32_of, DecodeGraph, Products, Reduction, StepRecord, StepShape, DEFAULT_MULTIPROCESSORS,
+};
 use super::kv::{BlockPool, GpuSession};
 use super::masking::Masking;
 use super::plan::{resolve, Grid, Region, Resolved, Rows, Slot};
@@ -304,6 +310,8 @@ struct OnDevice {
     prefill: Option<prefill::OnDevice>,
     /// Grammar masks applied on the device, where the vocabulary suits the argmax kernel.
     masking: Option<Masking>,
+    /// A tensor-parallel rank's segment ends ([`DecodeGraph::reductions`]).
+    reductions: Vec<(usize, Reduction)>,
 }
 
 impl Drop for OnDevice {
@@ -374,7 +382,8 @@ impl std::fmt::Debug for GpuDecoder {
 }
 
 /// The decode step `options` ask for, on a device of `multiprocessors`, and the sizes it
-/// was built for.
+/// was built for; with `rank`, a tensor-parallel rank's step
+/// ([`DecodeGraph::reductions`]).
 pub(crate) fn assemble_step(
     config: &ModelConfig,
     catalog: &Catalog,
@@ -382,6 +391,7 @@ pub(crate) fn assemble_step(
     naming: Naming,
     options: &GpuOptions,
     multiprocessors: u32,
+    rank: bool,
 ) -> Result<(StepShape, DecodeGraph), GpuError> {
     let shape = StepShape {
         context: context_of(config, options),
@@ -393,7 +403,7 @@ pub(crate) fn assemble_step(
         true => Products::TensorCore,
         false => Products::Gemv,
     };
-    let graph = DecodeGraph::assemble_with(
+    let graph = DecodeGraph::assemble_split(
         config,
         catalog,
         src,
@@ -401,6 +411,7 @@ pub(crate) fn assemble_step(
         shape,
         multiprocessors,
         products,
+        rank,
     )?;
     Ok((shape, graph))
 }
@@ -456,10 +467,11 @@ impl Planned {
         naming: Naming,
         options: &GpuOptions,
         multiprocessors: u32,
+        rank: bool,
     ) -> Result<Planned, GpuError> {
         let span = profile::span("assemble and plan the decode step");
         let (shape, mut graph) =
-            assemble_step(config, catalog, src, naming, options, multiprocessors)?;
+            assemble_step(config, catalog, src, naming, options, multiprocessors, rank)?;
         let lifetimes = graph.lifetimes();
         let arena = arena::plan(&lifetimes, 256);
         let profiled = profile::prepare(&mut graph, config, src)?;
@@ -586,10 +598,25 @@ impl GpuDecoder {
         available: Option<u64>,
         options: &GpuOptions,
     ) -> Result<GpuDecoder, GpuError> {
+        Self::build(config, src, naming, exec, available, options, false)
+    }
+
+    /// As [`GpuDecoder::new`]; with `rank`, one rank of a tensor-parallel model
+    /// ([`super::TensorParallel`]; `config` is the rank's share), whose step stops at
+    /// each [`DecodeGraph::reductions`] point and which only its model steps.
+    pub(crate) fn build(
+        config: ModelConfig,
+        src: &dyn StoredTensors,
+        naming: Naming,
+        exec: Box<dyn Executor + Send>,
+        available: Option<u64>,
+        options: &GpuOptions,
+        rank: bool,
+    ) -> Result<GpuDecoder, GpuError> {
         config.validate()?;
         let catalog = Catalog::choose_for(&config, src, naming, options.prefill_chunk > 0)?;
         let sms = exec.multiprocessors().unwrap_or(DEFAULT_MULTIPROCESSORS);
-        let mut planned = Planned::new(&config, &catalog, src, naming, options, sms)?;
+        let mut planned = Planned::new(&config, &catalog, src, naming, options, sms, rank)?;
         let device = exec.device_name();
         let available = options.memory_limit.or(available);
         planned.check_fits(&device, available, options.kv_cache)?;
@@ -637,6 +664,7 @@ impl GpuDecoder {
             profile,
             prefill,
             masking,
+            reductions: graph.reductions.clone(),
         };
         if options.capture {
             // The one-row step now; steps of more rows when they first run.
@@ -1001,40 +1029,18 @@ impl GpuDecoder {
         }
         let mut d = self.device.lock().unwrap_or_else(|e| e.into_inner());
         let d = &mut *d;
+        if !d.reductions.is_empty() {
+            return Err(GpuError::Internal(
+                "a tensor-parallel rank is stepped by its model, a segment at a time".into(),
+            ));
+        }
         let mut timer = profile::StepTimer::start(rows[0].0.id);
         let first = rows[0].0.len();
         let during = |what: &str| match n {
             1 => format!("decode step at position {first}: {what}"),
             _ => format!("decode step of {n} sequences: {what}"),
         };
-        for (i, (session, _)) in rows.iter().enumerate() {
-            if d.resident[i] == Some((session.id, session.version)) {
-                continue;
-            }
-            let table: Vec<u8> = session
-                .blocks
-                .iter()
-                .flat_map(|b| b.to_le_bytes())
-                .collect();
-            let at = d.io.table.offset(i as u64 * d.table_row);
-            d.mem
-                .exec
-                .copy_to_device(at, &table)
-                .map_err(GpuError::runtime(during(
-                    "writing a block table (or the previous step's kernels)",
-                )))?;
-            d.resident[i] = Some((session.id, session.version));
-        }
-        let entries: Vec<(u32, u32)> = rows
-            .iter()
-            .map(|(s, token)| (*token, s.len() as u32))
-            .collect();
-        d.mem
-            .exec
-            .copy_to_device(d.io.step, &d.record.write(&entries))
-            .map_err(GpuError::runtime(during(
-                "writing the tokens (or the previous step's kernels)",
-            )))?;
+        write_rows(d, rows, 0, &during)?;
         let rows_u32 = n as u32;
         let instrumented = d.profile.as_ref().is_some_and(|p| p.instruments_next());
         let step = match d.sampled.as_mut() {
@@ -1092,6 +1098,46 @@ impl GpuDecoder {
         }
         Ok(out)
     }
+}
+
+/// Writes the step's rows: each row's block table where the device holds another, and the
+/// step record (tokens less `token_base`, a tensor-parallel rank's first token).
+fn write_rows(
+    d: &mut OnDevice,
+    rows: &[(&mut GpuSession, u32)],
+    token_base: u32,
+    during: &dyn Fn(&str) -> String,
+) -> Result<(), GpuError> {
+    for (i, (session, _)) in rows.iter().enumerate() {
+        if d.resident[i] == Some((session.id, session.version)) {
+            continue;
+        }
+        let table: Vec<u8> = session
+            .blocks
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect();
+        let at = d.io.table.offset(i as u64 * d.table_row);
+        d.mem
+            .exec
+            .copy_to_device(at, &table)
+            .map_err(GpuError::runtime(during(
+                "writing a block table (or the previous step's kernels)",
+            )))?;
+        d.resident[i] = Some((session.id, session.version));
+    }
+    // A token below a rank's share of the vocabulary wraps past it: its embedding row is
+    // another rank's.
+    let entries: Vec<(u32, u32)> = rows
+        .iter()
+        .map(|(s, token)| (token.wrapping_sub(token_base), s.len() as u32))
+        .collect();
+    d.mem
+        .exec
+        .copy_to_device(d.io.step, &d.record.write(&entries))
+        .map_err(GpuError::runtime(during(
+            "writing the tokens (or the previous step's kernels)",
+        )))
 }
 
 /// Reads back what `read` asks for of the first `n` rows; `during` names the work whose
@@ -1215,6 +1261,8 @@ struct HostAddrs {
     table: DevicePtr,
     logits: DevicePtr,
     next: Option<DevicePtr>,
+    residual: DevicePtr,
+    partial: Option<DevicePtr>,
 }
 
 /// Allocates the weights, arena and KV cache, uploads the weights and zeros, compiles
@@ -1303,6 +1351,8 @@ fn place(
         table: act(graph.io.table),
         logits: act(graph.io.logits),
         next: graph.io.next.map(act),
+        residual: act(graph.io.residual),
+        partial: graph.io.partial.map(act),
     };
     let bases = prefill::Bases {
         weights,

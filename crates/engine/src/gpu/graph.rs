@@ -135,6 +135,11 @@ pub(crate) struct HostIo {
     /// Zeros, written once: the attention kernels' split counters (one per row and kv
     /// head), which every launch leaves at zero again.
     pub zeros: usize,
+    /// `[B, hidden]` f32: the residual stream.
+    pub residual: usize,
+    /// `[B, hidden]` f32, in a tensor-parallel rank's step: the output and down
+    /// projections' products ([`Reduction::Sum`]).
+    pub partial: Option<usize>,
     /// `[B]` u32: the index of each row's largest logit (greedy decoding's next token),
     /// when the vocabulary suits the argmax kernel (a multiple of 4).
     pub next: Option<usize>,
@@ -214,6 +219,10 @@ pub struct DecodeGraph {
     pub(crate) context: u32,
     /// Products of a one-row step on the tensor cores ([`Products::TensorCore`]).
     pub tensor_core_products: usize,
+    /// A tensor-parallel rank's step: the ends of its segments (indices into
+    /// [`DecodeGraph::dispatches`]) and how the ranks' rows are combined at each; the
+    /// last segment runs to the end. Empty for a whole model's step.
+    pub reductions: Vec<(usize, Reduction)>,
 }
 
 /// The token-embedding gather for the catalog's table format.
@@ -342,6 +351,22 @@ struct StepBuilder<'a> {
     residual: Operand,
     /// Products of a one-row step on the tensor cores.
     tensor_core_products: usize,
+    /// A tensor-parallel rank's step: where it stops for the ranks' rows to be combined.
+    reductions: Vec<(usize, Reduction)>,
+}
+
+/// Where a tensor-parallel rank's step stops for the ranks' rows to be combined
+/// ([`DecodeGraph::reductions`]): each rank holds a share of the heads, of the FFN's width
+/// and of the vocabulary, and a copy of the residual stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduction {
+    /// Each rank gathered the embedding rows of the tokens in its share of the vocabulary
+    /// (a row of NaN for the others): each row of the residual is its token's rank's row.
+    Gather,
+    /// Each rank multiplied its share of a matrix's columns (the output or the down
+    /// projection) into the partial buffer: the residual gains the ranks' products, added
+    /// in rank order.
+    Sum,
 }
 
 /// How a decode step multiplies its bf16 matrices with the step's rows.
@@ -378,6 +403,7 @@ impl<'a> StepBuilder<'a> {
         shape: StepShape,
         multiprocessors: u32,
         products: Products,
+        rank: bool,
     ) -> Result<Self, GpuError> {
         let max_batch = u32_of("rows a step", shape.max_batch.max(1))?;
         let per_row = |width: usize, bytes: u64| max_batch as u64 * width as u64 * bytes;
@@ -411,8 +437,10 @@ impl<'a> StepBuilder<'a> {
                 .vocab
                 .is_multiple_of(4)
                 .then(|| host("next tokens", per_row(1, 4))),
+            residual: host("residual", per_row(c.hidden, 4)),
+            partial: rank.then(|| host("partial sums", per_row(c.hidden, 4))),
         };
-        let residual = at(Region::Act(host("residual", per_row(c.hidden, 4))), 0);
+        let residual = at(Region::Act(io.residual), 0);
         Ok(StepBuilder {
             a,
             c,
@@ -428,6 +456,7 @@ impl<'a> StepBuilder<'a> {
             record,
             residual,
             tensor_core_products: 0,
+            reductions: vec![],
         })
     }
 
@@ -470,7 +499,24 @@ impl<'a> StepBuilder<'a> {
         let grid = Grid::PerRow(ep.launch(1), 0);
         self.a
             .push(Rows::Any, "token embedding".into(), k, grid, args);
+        self.reduce(Reduction::Gather);
         Ok(())
+    }
+
+    /// Where the output and down projections put their products: added to the residual
+    /// in place, or (a tensor-parallel rank) written apart for the host to sum.
+    fn residual_update(&self) -> (Option<(Operand, Addend)>, Operand) {
+        match self.io.partial {
+            Some(partial) => (None, at(Region::Act(partial), 0)),
+            None => (Some((self.residual, Addend::Residual)), self.residual),
+        }
+    }
+
+    /// Ends a tensor-parallel rank's segment of the step here.
+    fn reduce(&mut self, r: Reduction) {
+        if self.io.partial.is_some() {
+            self.reductions.push((self.a.dispatches.len(), r));
+        }
     }
 
     /// Layer `l`'s dispatches: the attention block, then the feed-forward block.
@@ -504,6 +550,7 @@ impl<'a> StepBuilder<'a> {
             args,
         );
         let attn = self.attention(l, qkv)?;
+        let (addend, out) = self.residual_update();
         self.gemv(
             &prefix,
             "output projection",
@@ -512,9 +559,10 @@ impl<'a> StepBuilder<'a> {
             q_width,
             &[self.w.part(lw.attn_output, 0)],
             &Input::Plain(attn),
-            Some((self.residual, Addend::Residual)),
-            self.residual,
+            addend,
+            out,
         )?;
+        self.reduce(Reduction::Sum);
         self.ffn(&prefix, l)
     }
 
@@ -663,6 +711,7 @@ impl<'a> StepBuilder<'a> {
             None,
             hidden_rows,
         )?;
+        let (addend, out) = self.residual_update();
         self.gemv(
             prefix,
             "down projection",
@@ -671,9 +720,11 @@ impl<'a> StepBuilder<'a> {
             ffn,
             &[self.w.part(lw.down, 0)],
             &Input::Plain(hidden_rows),
-            Some((self.residual, Addend::Residual)),
-            self.residual,
-        )
+            addend,
+            out,
+        )?;
+        self.reduce(Reduction::Sum);
+        Ok(())
     }
 
     /// `logits = W_out·(norm(R)·w_out)`, then (where the vocabulary suits the kernel) each
@@ -1104,9 +1155,44 @@ impl DecodeGraph {
         multiprocessors: u32,
         products: Products,
     ) -> Result<DecodeGraph, GpuError> {
+        let split = false;
+        Self::assemble_split(
+            config,
+            catalog,
+            src,
+            naming,
+            shape,
+            multiprocessors,
+            products,
+            split,
+        )
+    }
+
+    /// As [`DecodeGraph::assemble_with`]; with `split`, the step of one tensor-parallel
+    /// rank (`config` is the rank's share of the model): it stops at each
+    /// [`DecodeGraph::reductions`] point for the ranks' rows to be combined.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn assemble_split(
+        config: &ModelConfig,
+        catalog: &Catalog,
+        src: &dyn StoredTensors,
+        naming: Naming,
+        shape: StepShape,
+        multiprocessors: u32,
+        products: Products,
+        split: bool,
+    ) -> Result<DecodeGraph, GpuError> {
         let context = u32_of("context", shape.context.max(1))?;
         let weights = ModelWeights::gather(config, catalog, src, naming, context)?;
-        let mut s = StepBuilder::new(config, catalog, &weights, shape, multiprocessors, products)?;
+        let mut s = StepBuilder::new(
+            config,
+            catalog,
+            &weights,
+            shape,
+            multiprocessors,
+            products,
+            split,
+        )?;
         s.embed()?;
         let mut layer_dispatches = Vec::with_capacity(catalog.layers.len());
         for l in 0..catalog.layers.len() {
@@ -1126,6 +1212,7 @@ impl DecodeGraph {
             record,
             multiprocessors,
             tensor_core_products,
+            reductions,
             ..
         } = s;
         let program = a.finish();
@@ -1142,6 +1229,7 @@ impl DecodeGraph {
             multiprocessors,
             context,
             tensor_core_products,
+            reductions,
         })
     }
 

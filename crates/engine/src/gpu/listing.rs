@@ -38,7 +38,7 @@ pub fn dispatch_listing(
         config.validate()?;
         let catalog = Catalog::choose_for(&config, src, naming, gpu.prefill_chunk > 0)?;
         let sms = super::graph::DEFAULT_MULTIPROCESSORS;
-        let (_, graph) = decoder::assemble_step(&config, &catalog, src, naming, &gpu, sms)?;
+        let (_, graph) = decoder::assemble_step(&config, &catalog, src, naming, &gpu, sms, false)?;
         let mut lines = vec![format!("decode step of {}", plural(rows, "row"))];
         lines.extend(graph.listing(rows));
         if let Some(n) = chunk {

@@ -41,6 +41,7 @@ mod plan;
 pub mod prefill;
 pub mod profile;
 mod stored;
+pub mod tensor_parallel;
 mod timing;
 mod weights;
 
@@ -52,11 +53,12 @@ pub use decoder::{
     DEFAULT_PREFILL_MIN_TOKENS,
 };
 pub use error::GpuError;
-pub use graph::{DecodeGraph, Dispatch, KvLayout, Products, Rows, StepShape};
+pub use graph::{DecodeGraph, Dispatch, KvLayout, Products, Reduction, Rows, StepShape};
 pub use kv::GpuSession;
 pub use listing::{dispatch_listing, gpu_catalog};
 pub use prefill::{matrix_params, PrefillPlan};
 pub use stored::{StoredTensor, StoredTensors};
+pub use tensor_parallel::{TensorParallel, TpSession};
 pub use timing::DecodeTiming;
 
 use crate::checkpoint::{self, Checkpoint};

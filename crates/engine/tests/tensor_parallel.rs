@@ -1,0 +1,238 @@
+//! Tensor parallelism on the kernel interpreter: tiny seeded llama, qwen2 and qwen3
+//! models split over 2 and 4 in-process ranks, each on its own interpreter, the ranks'
+//! rows combined between the segments of their steps. Every logit of every step is
+//! judged against the f64 CPU reference; results repeat bit for bit; one rank gives the
+//! whole decoder's bits; degrees the model does not divide by are refused by name.
+//!
+//! Weights are fresh each run (`QUENCH_SEED` replays one).
+
+use quench_cpu::Decoder;
+use quench_engine::gpu::check::{check_generation, LogitBound, Reference};
+use quench_engine::gpu::{GpuDecoder, GpuError, GpuOptions, TensorParallel};
+use quench_models::arch::{ModelConfig, Naming};
+use quench_models::{GgmlType, GgufFile};
+use quench_rt::{Executor, InterpExecutor};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+mod common;
+
+use common::{bits, gguf, seed, LayerFormats, Shape, Tiny};
+
+/// 2 layers, width 128, 4 heads of 32 over `kv_heads`, ffn 256, 256 tokens.
+fn shape(kv_heads: usize) -> Shape {
+    Shape {
+        hidden: 128,
+        heads: 4,
+        kv_heads,
+        head_dim: 32,
+        ffn: 256,
+        vocab: 256,
+        context: 512,
+        eps: 1e-5,
+    }
+}
+
+/// Quantized, in block types whose blocks a share of 64 or 32 columns holds whole.
+const QUANTIZED: LayerFormats = LayerFormats {
+    q: GgmlType::Q8_0,
+    k: GgmlType::Q8_0,
+    v: GgmlType::Q8_0,
+    o: GgmlType::Q4_0,
+    gate_up: GgmlType::Q4_1,
+    down: GgmlType::Q8_0,
+};
+
+/// Floats, q, k and v in different formats (three projections).
+const FLOATS: LayerFormats = LayerFormats {
+    q: GgmlType::BF16,
+    k: GgmlType::F16,
+    v: GgmlType::Q4_1,
+    o: GgmlType::F16,
+    gate_up: GgmlType::BF16,
+    down: GgmlType::BF16,
+};
+
+fn options() -> GpuOptions {
+    GpuOptions {
+        context: Some(48),
+        prefill_chunk: 0,
+        ..GpuOptions::default()
+    }
+}
+
+fn interpreters(n: usize) -> Vec<(Box<dyn Executor + Send>, Option<u64>)> {
+    (0..n)
+        .map(|_| {
+            (
+                Box::new(InterpExecutor::new()) as Box<dyn Executor + Send>,
+                None,
+            )
+        })
+        .collect()
+}
+
+fn split(file: &GgufFile, ranks: usize) -> Result<TensorParallel, GpuError> {
+    let config = ModelConfig::from_gguf(file).expect("a config");
+    TensorParallel::new(config, file, Naming::Gguf, interpreters(ranks), &options())
+}
+
+fn reference(file: &GgufFile) -> Reference {
+    let config = ModelConfig::from_gguf(file).expect("a config");
+    Reference::from_decoder(Decoder::load(config, file, Naming::Gguf).expect("a reference"))
+}
+
+/// Generates 4 tokens after a 5-token prompt on `ranks` ranks; every logit within
+/// `quench check`'s bound of the f64 reference. Returns the logits of the last step.
+fn judged(what: &str, m: &Tiny, ranks: usize, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let file = gguf(m, &mut rng);
+    let tp = split(&file, ranks).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(tp.degree(), ranks);
+    let prompt: Vec<u32> = (0..5).map(|_| rng.gen_range(0..256)).collect();
+    let reference = reference(&file);
+    let c = check_generation(&tp, &reference, LogitBound::FP64_CHECK, &prompt, 4)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    for s in &c.steps {
+        eprintln!(
+            "{what}: position {}: max |error| {:.2e}, worst {:+.2e} past the bound",
+            s.position, s.max_abs_error, s.worst.excess
+        );
+        assert_eq!(s.outside, 0, "{what}: {s:?}");
+    }
+    let mut session = tp.new_session();
+    let mut tokens = prompt.clone();
+    tokens.extend(&c.tokens[..3]);
+    tp.feed(&mut session, &tokens).expect("a feed")
+}
+
+fn llama(kv_heads: usize) -> Tiny {
+    Tiny {
+        arch: "llama",
+        shape: shape(kv_heads),
+        layers: vec![QUANTIZED, FLOATS],
+        embedding: GgmlType::Q8_0,
+        output: None,
+    }
+}
+
+#[test]
+fn two_ranks_of_llama_match_the_f64_reference_and_repeat_bit_for_bit() {
+    let s = seed();
+    let once = judged("llama over 2 ranks (tied Q8_0 head)", &llama(2), 2, s);
+    let again = judged("llama over 2 ranks, again", &llama(2), 2, s);
+    assert_eq!(bits(&once), bits(&again), "a rerun gives the same bits");
+}
+
+#[test]
+fn four_ranks_each_with_one_kv_head() {
+    // The Q4_0 kernels read rows of 64 columns or more: a share of 32 is refused.
+    let m = Tiny {
+        layers: vec![FLOATS; 2],
+        ..llama(4)
+    };
+    judged("llama over 4 ranks", &m, 4, seed());
+}
+
+#[test]
+fn qwen2_biases_and_an_untied_head_are_split_too() {
+    let m = Tiny {
+        arch: "qwen2",
+        shape: shape(2),
+        layers: vec![QUANTIZED, FLOATS],
+        embedding: GgmlType::F16,
+        output: Some(GgmlType::Q4_0),
+    };
+    judged(
+        "qwen2 over 2 ranks (q/k/v biases, untied Q4_0 head)",
+        &m,
+        2,
+        seed(),
+    );
+}
+
+#[test]
+fn qwen3_per_head_norms_are_whole_on_every_rank() {
+    let m = Tiny {
+        arch: "qwen3",
+        shape: shape(2),
+        layers: vec![FLOATS, QUANTIZED],
+        embedding: GgmlType::BF16,
+        output: Some(GgmlType::BF16),
+    };
+    judged("qwen3 over 2 ranks (q/k norms)", &m, 2, seed());
+}
+
+#[test]
+fn one_rank_gives_the_whole_decoders_bits() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = gguf(&llama(2), &mut rng);
+    let tokens: Vec<u32> = (0..6).map(|_| rng.gen_range(0..256)).collect();
+    let tp = split(&file, 1).expect("one rank");
+    let whole = GpuDecoder::new(
+        ModelConfig::from_gguf(&file).expect("a config"),
+        &file,
+        Naming::Gguf,
+        Box::new(InterpExecutor::new()),
+        None,
+        &options(),
+    )
+    .expect("a decoder");
+    let (mut a, mut b) = (tp.new_session(), whole.new_session());
+    for t in 0..tokens.len() {
+        let split = tp.feed(&mut a, &tokens[t..t + 1]).expect("a step");
+        let one = whole.feed(&mut b, &tokens[t..t + 1]).expect("a step");
+        assert_eq!(bits(&split), bits(&one), "position {t}");
+    }
+}
+
+#[test]
+fn degrees_the_model_does_not_divide_by_are_refused_by_name() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = gguf(&llama(2), &mut rng);
+    let e = split(&file, 3).expect_err("3 ranks").to_string();
+    assert!(e.contains("attention heads (4) do not divide by 3"), "{e}");
+    let e = split(&file, 4)
+        .expect_err("4 ranks of 2 kv heads")
+        .to_string();
+    assert!(e.contains("kv heads (2) do not divide by 4"), "{e}");
+
+    // Q4_K's blocks of 256 columns cannot be cut in two shares of 128.
+    let m = Tiny {
+        layers: vec![
+            LayerFormats {
+                down: GgmlType::Q4_K,
+                ..QUANTIZED
+            },
+            FLOATS,
+        ],
+        ..llama(2)
+    };
+    let file = gguf(&m, &mut rng);
+    let e = split(&file, 2).expect_err("a cut block").to_string();
+    assert!(
+        e.contains("blk.0.ffn_down.weight (Q4_K)") && e.contains("blocks of 256"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_token_outside_the_vocabulary_and_a_foreign_session_are_refused() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = gguf(&llama(2), &mut rng);
+    let tp = split(&file, 2).expect("two ranks");
+    let mut s = tp.new_session();
+    let e = tp
+        .feed(&mut s, &[3, 256])
+        .expect_err("token 256")
+        .to_string();
+    assert!(e.contains("256"), "{e}");
+    assert_eq!(s.len(), 0, "nothing was fed");
+    let other = split(&file, 2).expect("two ranks");
+    let mut theirs = other.new_session();
+    tp.feed(&mut s, &[3]).expect("a step");
+    assert!(matches!(
+        tp.feed(&mut theirs, &[4]),
+        Err(GpuError::ForeignSession)
+    ));
+}
