@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use quench_engine::gpu::{DecodeTiming, GpuDecoder, GpuSummary};
+use quench_engine::gpu::{DecodeTiming, GpuDecoder, GpuSummary, TensorParallel};
 use quench_engine::{Device, LoadOptions};
 use serde_json::{json, Value};
 
@@ -97,18 +97,46 @@ fn summary_json(s: &GpuSummary) -> Value {
     })
 }
 
-/// The copy bandwidth on GPU `ordinal`, from an executor of its own on `runtime` (freed
-/// again before the model's timed runs).
-fn copy_bandwidth(ordinal: u32, runtime: RuntimeArg) -> Result<f64, String> {
-    let mut exec = crate::gpu::executor(ordinal, runtime)?;
-    copy_bandwidth_gbps(exec.as_mut(), COPY_REPS)
+/// The copy bandwidth of GPUs `ordinal .. ordinal + gpus` together (each measured on an
+/// executor of its own on `runtime`, freed again before the model's timed runs).
+fn copy_bandwidth(ordinal: u32, gpus: u32, runtime: RuntimeArg) -> Result<f64, String> {
+    let mut total = 0.0;
+    for gpu in ordinal..ordinal + gpus {
+        let mut exec = crate::gpu::executor(gpu, runtime)?;
+        total += copy_bandwidth_gbps(exec.as_mut(), COPY_REPS)?;
+    }
+    Ok(total)
+}
+
+/// The benchmarked decoder: on one GPU, or split across several.
+enum OnGpus<'a> {
+    One(&'a GpuDecoder),
+    Split(&'a TensorParallel),
+}
+
+impl OnGpus<'_> {
+    fn summary(&self) -> GpuSummary {
+        match self {
+            OnGpus::One(d) => d.summary().clone(),
+            OnGpus::Split(tp) => tp.summary(),
+        }
+    }
+
+    fn time_decode(&self, prompt: &[u32], tokens: usize) -> Result<DecodeTiming, String> {
+        match self {
+            OnGpus::One(d) => d.time_decode(prompt, tokens),
+            OnGpus::Split(tp) => tp.time_decode(prompt, tokens),
+        }
+        .map_err(|e| e.to_string())
+    }
 }
 
 pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     let ordinal = a.gpu;
     let device = crate::gpu::describe_on(ordinal, a.backend)?;
     let path: PathBuf = cmd_pull::resolve(a.model.as_deref(), "smollm2", a.cache.as_deref())?;
-    let copy_before = copy_bandwidth(ordinal, a.backend)?;
+    let gpus = a.tensor_parallel.unwrap_or(1);
+    let copy_before = copy_bandwidth(ordinal, gpus, a.backend)?;
     eprintln!("device-to-device copy: {copy_before:.0} GB/s");
 
     let start = Instant::now();
@@ -121,16 +149,22 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         prefill_chunk: Some(a.prefill_chunk),
         codegen: a.codegen.into(),
         runtime: a.backend.into(),
+        tensor_parallel: a.tensor_parallel.map(|n| n as usize),
         ..LoadOptions::default()
     };
     let loaded = quench_engine::load(&path, &options).map_err(|e| e.to_string())?;
     let model = loaded.causal().map_err(|e| e.to_string())?;
     let load_s = start.elapsed().as_secs_f64();
     let info = model.info().clone();
-    let decoder = model
-        .backend::<GpuDecoder>()
-        .ok_or("the model was not put on the GPU")?;
-    let s = decoder.summary().clone();
+    let decoder = match (
+        model.backend::<GpuDecoder>(),
+        model.backend::<TensorParallel>(),
+    ) {
+        (Some(d), _) => OnGpus::One(d),
+        (None, Some(tp)) => OnGpus::Split(tp),
+        (None, None) => return Err("the model was not put on the GPU".into()),
+    };
+    let s = decoder.summary();
     eprintln!(
         "loaded {} in {load_s:.1} s: {} dispatches per token, {} of weights read per token",
         summary(&info),
@@ -140,18 +174,14 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     if let Some(note) = crate::model_args::widened_note(&info) {
         eprintln!("{note}");
     }
-    let prompt = prompt_ids(a.prompt_tokens, decoder.config().vocab);
+    let prompt = prompt_ids(a.prompt_tokens, info.config.vocab);
     // Warm-up: compiles nothing new, but settles clocks and caches (the whole prompt, so
     // that the prompt path is warm too), and no more tokens than the timed runs take, which
     // is what the context was sized for.
-    decoder
-        .time_decode(&prompt, a.gen_tokens.min(8))
-        .map_err(|e| e.to_string())?;
+    decoder.time_decode(&prompt, a.gen_tokens.min(8))?;
     let mut timings = Vec::with_capacity(a.repeats);
     for i in 0..a.repeats {
-        let t = decoder
-            .time_decode(&prompt, a.gen_tokens)
-            .map_err(|e| e.to_string())?;
+        let t = decoder.time_decode(&prompt, a.gen_tokens)?;
         eprintln!(
             "run {}/{}: decode {:.1} tokens/s",
             i + 1,
@@ -162,7 +192,7 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
     }
     // The weights and KV cache leave the device before the second copy measurement.
     drop(loaded);
-    let copy_after = copy_bandwidth(ordinal, a.backend)?;
+    let copy_after = copy_bandwidth(ordinal, gpus, a.backend)?;
     let copy = (copy_before + copy_after) / 2.0;
     let r = rates(&timings);
     let weight_gbps = s.weight_bytes_per_token as f64 * r.decode_tokens_per_s / 1e9;
@@ -210,7 +240,12 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
             "prompt_tokens": a.prompt_tokens,
             "gen_tokens": a.gen_tokens,
             "repeats_after_warm_up": a.repeats,
-            "decoding": "greedy on the device (argmax kernel); prompt ids (i·7919 + 13) mod vocab",
+            "decoding": match a.tensor_parallel {
+                None => "greedy on the device (argmax kernel); prompt ids (i·7919 + 13) mod vocab",
+                Some(_) => "greedy on the host from the ranks' gathered logits; prompt ids \
+                            (i·7919 + 13) mod vocab",
+            },
+            "tensor_parallel": a.tensor_parallel,
         }),
         json!({
             "decode_tokens_per_s_at_least": a.target_tokens_per_s,

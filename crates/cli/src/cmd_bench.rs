@@ -90,6 +90,11 @@ pub struct BenchArgs {
     /// With `--device cuda`: which runtime drives the GPU.
     #[arg(long, value_enum, default_value = "cuda")]
     pub backend: RuntimeArg,
+    /// With `--device cuda`: split the model across N GPUs (from --gpu on), each holding a
+    /// share of every layer; the ranks' rows meet in host memory twice a layer, and the
+    /// prompt is fed a token per step. The copy bandwidth is then the GPUs' sum.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub tensor_parallel: Option<u32>,
 }
 
 /// One timed run: seconds from its start to the end of prefill and to each generated token.
@@ -273,6 +278,11 @@ fn check_args(a: &BenchArgs) -> Result<(), String> {
     if a.device == DeviceArg::Cpu && (a.target_percent.is_some() || a.target_tokens_per_s.is_some())
     {
         return Err("--target-percent and --target-tokens-per-s apply with --device cuda".into());
+    }
+    if a.device == DeviceArg::Cpu && a.tensor_parallel.is_some() {
+        return Err(
+            "--tensor-parallel splits a model across GPUs: use it with --device cuda".into(),
+        );
     }
     if a.prompt_tokens == 0 || a.gen_tokens < 2 || a.threads == 0 || a.repeats == 0 {
         return Err(

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use quench_cpu::{StreamProgress, StreamStats};
 use quench_engine::gpu::check::{judge_generation, LogitBound, Reference, StepVerdict};
-use quench_engine::gpu::{DecodeTiming, GpuDecoder, GpuSummary};
+use quench_engine::gpu::{DecodeTiming, GpuDecoder, GpuSummary, TensorParallel};
 use quench_engine::{Device, GenerateOptions, LoadOptions, Prompt};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -63,6 +63,11 @@ pub struct CheckArgs {
     /// With `--device cuda`: which runtime drives the GPU.
     #[arg(long, value_enum, default_value = "cuda")]
     pub backend: RuntimeArg,
+    /// Split the model across N GPUs (from --gpu on) or N interpreters, each holding a
+    /// share of every layer (its heads, FFN width and vocabulary must divide by N); the
+    /// ranks' rows meet in host memory twice a layer. Prompts are fed a token per step.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub tensor_parallel: Option<u32>,
     /// After the check, time this many greedy decode steps (0: no timing).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub time_tokens: usize,
@@ -287,14 +292,23 @@ fn generate_on_device(
         prefill_chunk: a.prefill_chunk,
         codegen: a.codegen.into(),
         runtime: a.backend.into(),
+        tensor_parallel: a.tensor_parallel.map(|n| n as usize),
         ..LoadOptions::default()
     };
     let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;
     let model = model.causal().map_err(|e| e.to_string())?;
-    let decoder = model
-        .backend::<GpuDecoder>()
-        .ok_or("the model was not put on the device")?;
-    let summary = decoder.summary().clone();
+    let decoder = model.backend::<GpuDecoder>();
+    let summary = match (decoder, model.backend::<TensorParallel>()) {
+        (Some(d), _) => d.summary().clone(),
+        (None, Some(tp)) => {
+            eprintln!(
+                "split across {} ranks (byte counts below are their totals)",
+                tp.degree()
+            );
+            tp.summary()
+        }
+        (None, None) => return Err("the model was not put on the device".into()),
+    };
     eprintln!(
         "on {}: {} dispatches per token ({:?} per layer), {} kernels, weights {:.1} MiB, \
          arena {:.1} KiB, KV cache {:.1} MiB ({}) for {} positions",
@@ -384,9 +398,10 @@ fn generate_on_device(
             outcome,
         });
     }
-    let timing = match a.time_tokens {
-        0 => None,
-        n => {
+    // run() refuses --time-tokens with --tensor-parallel.
+    let timing = match (a.time_tokens, decoder) {
+        (0, _) | (_, None) => None,
+        (n, Some(decoder)) => {
             let vocab = decoder.config().vocab as u64;
             let prompt: Vec<u32> = (0..a.time_prompt.max(1) as u64)
                 .map(|i| ((i * 7919 + 13) % vocab) as u32)
@@ -400,6 +415,13 @@ fn generate_on_device(
 pub fn run(a: &CheckArgs) -> Result<(), String> {
     if a.tokens == 0 {
         return Err("--tokens must be at least 1".into());
+    }
+    if a.time_tokens > 0 && a.tensor_parallel.is_some() {
+        return Err(
+            "--time-tokens times a decoder on one device; leave out --tensor-parallel \
+                    (or time it with quench bench)"
+                .into(),
+        );
     }
     // The bound is fixed here, before anything runs, and recorded as such.
     let bound = LogitBound::FP64_CHECK;
@@ -529,6 +551,7 @@ pub fn run(a: &CheckArgs) -> Result<(), String> {
             "checkpoint_sha256": hashes,
             "prompts": prompts,
             "tokens_per_prompt": a.tokens,
+            "tensor_parallel": a.tensor_parallel,
             "decoding": "greedy on the device, end-of-sequence ignored",
             "reference": "quench-cpu f64 decoder streamed a layer at a time, teacher-forced \
                           on the device's tokens",

@@ -54,6 +54,12 @@ pub struct ServeArgs {
     /// On a GPU, which runtime drives it.
     #[arg(long, value_enum, default_value = "cuda")]
     backend: RuntimeArg,
+    /// Split each model across N GPUs (from --gpu on), each holding a share of every
+    /// layer (its heads, FFN width and vocabulary must divide by N); the ranks' rows meet
+    /// in host memory twice a layer. Requests are stepped one at a time, prompts a token
+    /// per step.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    tensor_parallel: Option<u32>,
     /// Do not keep finished prompts' KV blocks for later requests that start the same way
     /// (the prefix cache; it only ever uses blocks no request needs).
     #[arg(long)]
@@ -197,6 +203,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         kv_cache: a.kv_cache.into(),
         codegen: a.codegen.into(),
         runtime: a.backend.into(),
+        tensor_parallel: a.tensor_parallel.map(|n| n as usize),
         api_keys: api_keys(a)?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -152,6 +152,11 @@ pub struct ModelArgs {
     /// On a GPU, which runtime drives it.
     #[arg(long, value_enum, default_value = "cuda")]
     pub backend: RuntimeArg,
+    /// Split the model across N GPUs (from --gpu on), each holding a share of every layer
+    /// (its heads, FFN width and vocabulary must divide by N); the ranks' rows meet in host
+    /// memory twice a layer. Prompts are fed a token per step.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub tensor_parallel: Option<u32>,
     /// Print no diagnostics (load time, speed) on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -188,6 +193,7 @@ impl ModelArgs {
             prefill_chunk: self.prefill_chunk,
             codegen: self.codegen.into(),
             runtime: self.backend.into(),
+            tensor_parallel: self.tensor_parallel.map(|n| n as usize),
         }
     }
 

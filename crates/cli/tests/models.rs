@@ -671,3 +671,57 @@ fn cc_emits_quench_s_own_sass_or_names_what_stops_it() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn check_judges_a_model_split_across_interpreters() {
+    let dir = scratch("tensor-parallel");
+    let cache = dir.join("cache");
+    let model = synth(&dir, "qwen2", rand::random(), &cache);
+    let prompts = dir.join("prompts.txt");
+    std::fs::write(&prompts, "The quick brown fox\nOnce upon a time\n").unwrap();
+    let receipt = dir.join("check.json");
+    let check = |ranks: &str| {
+        quench(
+            &[
+                "check",
+                "--device",
+                "interp",
+                "-m",
+                &model,
+                "--tensor-parallel",
+                ranks,
+                "--tokens",
+                "3",
+                "--prompts",
+                prompts.to_str().unwrap(),
+                "--receipt",
+                receipt.to_str().unwrap(),
+            ],
+            "",
+            &cache,
+        )
+    };
+    let out = check("2");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&receipt).unwrap()).unwrap();
+    assert_eq!(r["inputs"]["tensor_parallel"], 2);
+    assert_eq!(r["outcome"]["passed"], true);
+    assert_eq!(r["outcome"]["steps"], 6);
+
+    // The tiny shape's 4 heads do not divide by 3; the CPU decoder is not split.
+    let out = check("3");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("attention heads (4) do not divide by 3"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = generate(&model, &["--tensor-parallel", "2"], "", &cache);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not the CPU decoder"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -57,6 +57,12 @@ fn causal(
     let text = text::read(checkpoint).map_err(in_model)?;
     let mut info = info(checkpoint, config.clone(), None, options);
     let (src, naming) = (checkpoint.tensors(), checkpoint.naming());
+    if options.device == Device::Cpu && options.tensor_parallel.is_some() {
+        return Err(EngineError::Unsupported {
+            what: "tensor parallelism".into(),
+            reason: "it splits quench's kernels across GPUs, not the CPU decoder".into(),
+        });
+    }
     let backend: Box<dyn Decode> = match (options.device, options.precision) {
         (Device::Cpu, Precision::F32) => {
             let d = Decoder::<f32>::load_with_arithmetic(config, src, naming, options.arithmetic)?;
@@ -71,15 +77,27 @@ fn causal(
         // The GPU kernels have their own precision.
         (Device::Cuda | Device::Interp, _) => {
             let gpu_options = gpu::gpu_options(options);
-            let decoder =
-                gpu::decoder_from(checkpoint, config, gpu::backend_of(options), &gpu_options)
-                    .map_err(in_model)?;
-            let summary = decoder.summary();
+            let backend = gpu::backend_of(options);
+            let (decoder, summary): (Box<dyn Decode>, _) = match options.tensor_parallel {
+                Some(ranks) => {
+                    let tp =
+                        gpu::tensor_parallel_from(checkpoint, config, backend, ranks, &gpu_options)
+                            .map_err(in_model)?;
+                    let summary = tp.summary();
+                    (Box::new(tp), summary)
+                }
+                None => {
+                    let decoder = gpu::decoder_from(checkpoint, config, backend, &gpu_options)
+                        .map_err(in_model)?;
+                    let summary = decoder.summary().clone();
+                    (Box::new(decoder), summary)
+                }
+            };
             info.context_limit = summary.context;
             info.weight_bytes = summary.weight_bytes;
             info.kv_cache_bytes = summary.kv_cache_bytes;
-            info.widened = summary.widened.clone();
-            Box::new(decoder)
+            info.widened = summary.widened;
+            decoder
         }
     };
     Ok(CausalModel::new(

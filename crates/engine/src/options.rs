@@ -97,6 +97,10 @@ pub struct LoadOptions {
     pub codegen: Codegen,
     /// With [`Device::Cuda`]: which runtime drives the GPU.
     pub runtime: Runtime,
+    /// Split the decoder across this many devices ([`crate::gpu::TensorParallel`]): GPUs
+    /// `gpu ..` with [`Device::Cuda`], as many interpreters with [`Device::Interp`].
+    /// `None`: the whole decoder on one device.
+    pub tensor_parallel: Option<usize>,
 }
 
 /// Which runtime drives an NVIDIA GPU.

@@ -131,6 +131,9 @@ pub struct ServeConfig {
     pub codegen: quench_engine::Codegen,
     /// On a GPU, which runtime drives it.
     pub runtime: quench_engine::Runtime,
+    /// On GPUs: split each model across this many, from `gpu` on
+    /// ([`quench_engine::gpu::TensorParallel`]); `None`: one GPU.
+    pub tensor_parallel: Option<usize>,
     /// Keys a client must present (`Authorization: Bearer KEY`); none: anyone may call.
     pub api_keys: Vec<String>,
 }
@@ -161,6 +164,7 @@ impl Default for ServeConfig {
             kv_cache: quench_engine::KvCache::F16,
             codegen: quench_engine::Codegen::Ptx,
             runtime: quench_engine::Runtime::Cuda,
+            tensor_parallel: None,
         }
     }
 }
@@ -408,12 +412,13 @@ async fn load_causal(
         reason,
     };
     let (spec2, context, device) = (spec.clone(), config.context, config.device);
-    let (tensor_core_decode, kv_cache, codegen, runtime, gpu) = (
+    let (tensor_core_decode, kv_cache, codegen, runtime, gpu, tensor_parallel) = (
         config.tensor_core_decode,
         config.kv_cache,
         config.codegen,
         config.runtime,
         config.gpu,
+        config.tensor_parallel,
     );
     let max_batch = config.engine.max_batch;
     // On a GPU the KV cache is allocated up front: as many whole contexts as the block
@@ -443,6 +448,7 @@ async fn load_causal(
                     kv_cache,
                     codegen,
                     runtime,
+                    tensor_parallel,
                     ..Default::default()
                 };
                 let model = quench_engine::load(path, &options).map_err(|e| e.to_string())?;

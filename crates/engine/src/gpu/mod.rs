@@ -127,3 +127,51 @@ pub(crate) fn decoder_from(
         options,
     )?)
 }
+
+/// Puts the decoder of the open checkpoint `ckpt` on `ranks` devices, a share on each
+/// ([`TensorParallel`]): GPUs `ordinal .. ordinal + ranks` of `backend`, or as many
+/// interpreters.
+pub(crate) fn tensor_parallel_from(
+    ckpt: &Checkpoint,
+    config: quench_models::arch::ModelConfig,
+    backend: Backend,
+    ranks: usize,
+    options: &GpuOptions,
+) -> Result<TensorParallel> {
+    tensor_parallel::check_degree(&config, ranks)?;
+    let rank_backend = |r: u32| match backend {
+        Backend::Cuda { ordinal, codegen } => Backend::Cuda {
+            ordinal: ordinal + r,
+            codegen,
+        },
+        Backend::Native { ordinal, codegen } => Backend::Native {
+            ordinal: ordinal + r,
+            codegen,
+        },
+        Backend::Interp => Backend::Interp,
+    };
+    if let Backend::Cuda { ordinal, .. } = backend {
+        let found = quench_rt::list_devices().map_or(0, |d| d.len());
+        if ordinal as usize + ranks > found {
+            return Err(GpuError::Unsupported {
+                what: format!("tensor parallelism over {ranks} GPUs"),
+                reason: format!(
+                    "it needs GPUs {ordinal} to {}, and the driver reports {found}",
+                    ordinal as usize + ranks - 1
+                ),
+            }
+            .into());
+        }
+    }
+    let mut executors = Vec::with_capacity(ranks);
+    for r in 0..ranks {
+        executors.push(decoder::open(rank_backend(r as u32))?);
+    }
+    Ok(TensorParallel::new(
+        config,
+        stored(ckpt),
+        ckpt.naming(),
+        executors,
+        options,
+    )?)
+}

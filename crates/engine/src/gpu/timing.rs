@@ -4,8 +4,12 @@
 
 use std::time::Instant;
 
-use super::decoder::GpuDecoder;
-use super::error::GpuError;
+use quench_models::arch::ModelConfig;
+
+use super::decoder::{GpuDecoder, GpuSummary};
+use super::tensor_parallel::TensorParallel;
+use crate::backend::{pick_one, Decode};
+use crate::error::Result;
 
 /// How fast greedy decoding ran.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,26 +72,45 @@ impl DecodeTiming {
 impl GpuDecoder {
     /// Feeds `prompt`, then draws `tokens` tokens greedily (the device's argmax), timing
     /// each step after the first token.
-    pub fn time_decode(&self, prompt: &[u32], tokens: usize) -> Result<DecodeTiming, GpuError> {
-        let mut session = self.new_session();
-        let start = Instant::now();
-        let mut next = self.feed_greedy(&mut session, prompt)?;
-        let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
-        let mut step_ms = Vec::with_capacity(tokens.saturating_sub(1));
-        for _ in 1..tokens {
-            let start = Instant::now();
-            next = self.feed_greedy(&mut session, &[next])?;
-            step_ms.push(start.elapsed().as_secs_f64() * 1e3);
-        }
-        let s = self.summary();
-        Ok(DecodeTiming {
-            prompt_tokens: prompt.len(),
-            prefill_ms,
-            prefill_chunk: s.prefill_chunk,
-            matrix_params: super::matrix_params(self.config()),
-            step_ms,
-            weight_bytes_per_token: s.weight_bytes_per_token,
-            dispatches_per_token: s.dispatches_per_token,
-        })
+    pub fn time_decode(&self, prompt: &[u32], tokens: usize) -> Result<DecodeTiming> {
+        time(self, self.summary(), self.config(), prompt, tokens)
     }
+}
+
+impl TensorParallel {
+    /// As [`GpuDecoder::time_decode`], every step across all ranks (the next token picked
+    /// on the host from the gathered logits).
+    pub fn time_decode(&self, prompt: &[u32], tokens: usize) -> Result<DecodeTiming> {
+        time(self, &self.summary(), self.config(), prompt, tokens)
+    }
+}
+
+/// Times `decoder`, which `s` describes: `prompt`, then `tokens` greedy tokens.
+fn time(
+    decoder: &dyn Decode,
+    s: &GpuSummary,
+    config: &ModelConfig,
+    prompt: &[u32],
+    tokens: usize,
+) -> Result<DecodeTiming> {
+    let mut session = decoder.new_sequence(decoder.context_limit());
+    let no_mask = || None;
+    let start = Instant::now();
+    let mut next = pick_one(decoder, &mut *session, prompt, &no_mask)?;
+    let prefill_ms = start.elapsed().as_secs_f64() * 1e3;
+    let mut step_ms = Vec::with_capacity(tokens.saturating_sub(1));
+    for _ in 1..tokens {
+        let start = Instant::now();
+        next = pick_one(decoder, &mut *session, &[next], &no_mask)?;
+        step_ms.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(DecodeTiming {
+        prompt_tokens: prompt.len(),
+        prefill_ms,
+        prefill_chunk: s.prefill_chunk,
+        matrix_params: super::matrix_params(config),
+        step_ms,
+        weight_bytes_per_token: s.weight_bytes_per_token,
+        dispatches_per_token: s.dispatches_per_token,
+    })
 }

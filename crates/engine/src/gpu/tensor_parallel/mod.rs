@@ -28,7 +28,7 @@ use std::sync::Mutex;
 use quench_models::arch::{ModelConfig, Naming};
 use quench_rt::Executor;
 
-use super::decoder::{GpuDecoder, GpuOptions, RankBuffer};
+use super::decoder::{GpuDecoder, GpuOptions, GpuSummary, RankBuffer};
 use super::error::GpuError;
 use super::graph::Reduction;
 use super::kv::GpuSession;
@@ -126,6 +126,22 @@ impl TensorParallel {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// What was put on the devices: rank 0's summary (its dispatches, kernels and plans;
+    /// every rank's are alike) with the byte counts of all ranks together.
+    pub fn summary(&self) -> GpuSummary {
+        let mut total = self.ranks[0].summary().clone();
+        for rank in &self.ranks[1..] {
+            let s = rank.summary();
+            total.weight_bytes += s.weight_bytes;
+            total.weight_bytes_per_token += s.weight_bytes_per_token;
+            total.arena_bytes += s.arena_bytes;
+            total.activation_bytes += s.activation_bytes;
+            total.kv_cache_bytes += s.kv_cache_bytes;
+        }
+        total.max_batch = 1;
+        total
     }
 
     /// Most positions one session holds.
