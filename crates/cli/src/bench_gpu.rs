@@ -190,6 +190,20 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         );
         timings.push(t);
     }
+    // Host time combining the ranks' rows, over every step taken (warm-up included).
+    let split = match decoder {
+        OnGpus::One(_) => None,
+        OnGpus::Split(tp) => {
+            let (steps, combining) = tp.combining();
+            Some(json!({
+                "ranks": tp.degree(),
+                "combine_ms_per_step": combining.as_secs_f64() * 1e3 / steps.max(1) as f64,
+                "combine_note": "the ranks' rows meet in host memory: the embedding gather and \
+                                 two sums a layer, each a read from every rank and a write to \
+                                 every rank",
+            }))
+        }
+    };
     // The weights and KV cache leave the device before the second copy measurement.
     drop(loaded);
     let copy_after = copy_bandwidth(ordinal, gpus, a.backend)?;
@@ -222,6 +236,7 @@ pub fn run(a: &BenchArgs, receipt_path: &Path) -> Result<(), String> {
         "percent_of_copy_bandwidth": percent,
         "copy_bandwidth_gbps": { "before": copy_before, "after": copy_after, "mean": copy },
         "graph": summary_json(&s),
+        "tensor_parallel": split,
         "runs": r.runs,
         "meets_target": meets,
     });

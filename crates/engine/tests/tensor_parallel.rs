@@ -236,3 +236,42 @@ fn a_token_outside_the_vocabulary_and_a_foreign_session_are_refused() {
         Err(GpuError::ForeignSession)
     ));
 }
+
+#[test]
+fn rows_stepped_together_have_the_bits_they_have_alone() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = gguf(&llama(2), &mut rng);
+    let config = ModelConfig::from_gguf(&file).expect("a config");
+    let batched = GpuOptions {
+        max_batch: 3,
+        sessions: 3,
+        ..options()
+    };
+    let tp = TensorParallel::new(config, &file, Naming::Gguf, interpreters(2), &batched)
+        .expect("two ranks");
+    assert_eq!(tp.max_batch(), 3);
+    let prompts: Vec<Vec<u32>> = [3, 5, 1]
+        .iter()
+        .map(|&n| (0..n).map(|_| rng.gen_range(0..256)).collect())
+        .collect();
+    let mut sessions: Vec<_> = prompts.iter().map(|_| tp.new_session()).collect();
+    let mut rows: Vec<_> = sessions
+        .iter_mut()
+        .zip(&prompts)
+        .map(|(s, p)| (s, p.as_slice()))
+        .collect();
+    let together = tp.feed_batch(&mut rows).expect("a batch");
+    for (i, (p, row)) in prompts.iter().zip(together).enumerate() {
+        let row = row.expect("a row");
+        let mut alone = tp.new_session();
+        let by_itself = tp.feed(&mut alone, p).expect("alone");
+        assert_eq!(bits(&row), bits(&by_itself), "row {i}");
+    }
+    let (steps, combining) = tp.combining();
+    assert_eq!(
+        steps,
+        5 + 3 + 5 + 1,
+        "the batch's 5 steps, then each prompt's own"
+    );
+    assert!(combining.as_nanos() > 0);
+}

@@ -88,6 +88,14 @@ pub enum GpuError {
     #[error("row {row}'s logits hold no number to pick the largest of (NaN everywhere)")]
     BadLogits { row: usize },
 
+    /// One rank of a tensor-parallel model failed; the step failed on every rank.
+    #[error("tensor-parallel rank {rank} of {ranks}: {source}")]
+    Rank {
+        rank: usize,
+        ranks: usize,
+        #[source]
+        source: Box<GpuError>,
+    },
     /// A case the decoder's own wiring should never reach.
     #[error("internal error: {0} (a bug in quench; please report it)")]
     Internal(String),

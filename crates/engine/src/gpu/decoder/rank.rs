@@ -24,6 +24,11 @@ impl GpuDecoder {
         d.reductions.iter().map(|&(_, r)| r).collect()
     }
 
+    /// Whether `session` was made by this decoder.
+    pub(crate) fn owns(&self, session: &GpuSession) -> bool {
+        session.model == self.id
+    }
+
     /// Readies a step of `rows`: takes each session's next KV block and writes the block
     /// tables and the step record, the tokens less `token_base` (the first token of the
     /// rank's share of the vocabulary).
@@ -33,7 +38,7 @@ impl GpuDecoder {
         token_base: u32,
     ) -> Result<(), GpuError> {
         for (session, _) in rows.iter_mut() {
-            if session.model != self.id {
+            if !self.owns(session) {
                 return Err(GpuError::ForeignSession);
             }
             session.reserve_next()?;

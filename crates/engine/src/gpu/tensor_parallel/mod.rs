@@ -24,6 +24,7 @@ mod shard;
 
 use std::any::Any;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use quench_models::arch::{ModelConfig, Naming};
 use quench_rt::Executor;
@@ -46,6 +47,14 @@ pub struct TensorParallel {
     reductions: Vec<Reduction>,
     /// One step at a time across all ranks.
     stepping: Mutex<()>,
+    stats: Mutex<Combining>,
+}
+
+/// Steps taken and the host time spent combining the ranks' rows in them.
+#[derive(Debug, Default)]
+struct Combining {
+    steps: u64,
+    combining: Duration,
 }
 
 impl std::fmt::Debug for TensorParallel {
@@ -83,7 +92,6 @@ impl TensorParallel {
         let rank_options = GpuOptions {
             capture: false,
             prefill_chunk: 0,
-            max_batch: 1,
             ..options.clone()
         };
         let mut ranks = Vec::with_capacity(n);
@@ -99,10 +107,7 @@ impl TensorParallel {
                 &rank_options,
                 rank,
             )
-            .map_err(|e| GpuError::Unsupported {
-                what: format!("tensor-parallel rank {r} of {n}"),
-                reason: e.to_string(),
-            })?;
+            .map_err(in_rank(r, n))?;
             ranks.push(decoder);
         }
         let reductions = ranks[0].reductions();
@@ -111,6 +116,7 @@ impl TensorParallel {
             ranks,
             reductions,
             stepping: Mutex::new(()),
+            stats: Mutex::default(),
         })
     }
 
@@ -140,7 +146,6 @@ impl TensorParallel {
             total.activation_bytes += s.activation_bytes;
             total.kv_cache_bytes += s.kv_cache_bytes;
         }
-        total.max_batch = 1;
         total
     }
 
@@ -159,7 +164,86 @@ impl TensorParallel {
     /// Feeds `tokens` after the positions `session` holds, one step each, and returns the
     /// logits of the last. On error the session keeps the positions whose steps completed.
     pub fn feed(&self, session: &mut TpSession, tokens: &[u32]) -> Result<Vec<f32>, GpuError> {
-        let (last, before) = tokens.split_last().ok_or(GpuError::NoTokens)?;
+        let mut fed = self.feed_batch(&mut [(session, tokens)])?;
+        fed.pop()
+            .unwrap_or_else(|| Err(GpuError::Internal("a feed gave back nothing".into())))
+    }
+
+    /// Feeds each row's tokens after the positions its session holds, up to
+    /// [`TensorParallel::max_batch`] rows a step (a token of each row that has one left),
+    /// and returns each row's logits of its last token. A row that cannot run (no tokens,
+    /// another model's session, a full context, a token outside the vocabulary) fails
+    /// alone; a failed step fails the rows it held, which keep the positions whose steps
+    /// completed.
+    pub fn feed_batch(
+        &self,
+        rows: &mut [(&mut TpSession, &[u32])],
+    ) -> Result<Vec<Result<Vec<f32>, GpuError>>, GpuError> {
+        if rows.len() > self.max_batch() {
+            return Err(GpuError::BatchTooLarge {
+                rows: rows.len(),
+                max: self.max_batch(),
+            });
+        }
+        let mut out: Vec<Result<Vec<f32>, GpuError>> = rows
+            .iter()
+            .map(|(s, tokens)| self.check_feed(s, tokens).map(|_| vec![]))
+            .collect();
+        let longest = rows.iter().map(|(_, t)| t.len()).max().unwrap_or(0);
+        for j in 0..longest {
+            let live: Vec<usize> = (0..rows.len())
+                .filter(|&i| out[i].is_ok() && j < rows[i].1.len())
+                .collect();
+            if live.is_empty() {
+                continue;
+            }
+            let wanted: Vec<bool> = live.iter().map(|&i| j + 1 == rows[i].1.len()).collect();
+            let mut step_rows: Vec<(&mut TpSession, u32)> = vec![];
+            for (i, (session, tokens)) in rows.iter_mut().enumerate() {
+                if live.contains(&i) {
+                    step_rows.push((&mut **session, tokens[j]));
+                }
+            }
+            match self.step(&mut step_rows, &wanted) {
+                Ok(logits) => {
+                    for (&i, l) in live.iter().zip(logits) {
+                        if let Some(l) = l {
+                            out[i] = Ok(l);
+                        }
+                    }
+                }
+                Err(e) if live.len() == 1 => out[live[0]] = Err(e),
+                Err(e) => {
+                    let reason = e.to_string();
+                    for &i in &live {
+                        out[i] = Err(GpuError::BatchFailed {
+                            reason: reason.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Most sequences one step decodes.
+    pub fn max_batch(&self) -> usize {
+        self.ranks[0].max_batch()
+    }
+
+    /// Refuses a feed that cannot run.
+    fn check_feed(&self, session: &TpSession, tokens: &[u32]) -> Result<(), GpuError> {
+        if tokens.is_empty() {
+            return Err(GpuError::NoTokens);
+        }
+        let ours = self
+            .ranks
+            .iter()
+            .zip(&session.ranks)
+            .all(|(r, s)| r.owns(s));
+        if session.ranks.len() != self.ranks.len() || !ours {
+            return Err(GpuError::ForeignSession);
+        }
         let limit = self.context_limit();
         if session.len() + tokens.len() > limit {
             return Err(GpuError::ContextFull {
@@ -168,56 +252,77 @@ impl TensorParallel {
                 added: tokens.len(),
             });
         }
-        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
-            return Err(GpuError::Token {
+        match tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
+            Some(&token) => Err(GpuError::Token {
                 token,
                 vocab: self.config.vocab,
-            });
+            }),
+            None => Ok(()),
         }
-        for &token in before {
-            self.step(session, token, false)?;
-        }
-        self.step(session, *last, true)?
-            .ok_or_else(|| GpuError::Internal("a step read back no logits".into()))
     }
 
-    /// One step of `session` taking `token`; the logits where `logits` asks for them.
+    /// One step of `rows` (each a session and the token it takes); the logits of the rows
+    /// `wanted` marks. No session advances unless the whole step completes.
     fn step(
         &self,
-        session: &mut TpSession,
-        token: u32,
-        logits: bool,
-    ) -> Result<Option<Vec<f32>>, GpuError> {
-        if session.ranks.len() != self.ranks.len() {
-            return Err(GpuError::ForeignSession);
-        }
+        rows: &mut [(&mut TpSession, u32)],
+        wanted: &[bool],
+    ) -> Result<Vec<Option<Vec<f32>>>, GpuError> {
+        let n = rows.len();
         let _one = self.stepping.lock().unwrap_or_else(|e| e.into_inner());
         let share = (self.config.vocab / self.ranks.len()) as u32;
-        for (r, (rank, s)) in self.ranks.iter().zip(&mut session.ranks).enumerate() {
-            rank.rank_begin(&mut [(s, token)], r as u32 * share)?;
+        let tokens: Vec<u32> = rows.iter().map(|&(_, t)| t).collect();
+        for (r, rank) in self.ranks.iter().enumerate() {
+            let mut own: Vec<(&mut GpuSession, u32)> = rows
+                .iter_mut()
+                .map(|(s, t)| (&mut s.ranks[r], *t))
+                .collect();
+            rank.rank_begin(&mut own, r as u32 * share)
+                .map_err(|e| self.in_rank(r, e))?;
         }
+        let mut combining = Duration::ZERO;
         for k in 0..=self.reductions.len() {
-            for rank in &self.ranks {
-                rank.rank_segment(k, 1)?;
+            for (r, rank) in self.ranks.iter().enumerate() {
+                rank.rank_segment(k, n).map_err(|e| self.in_rank(r, e))?;
             }
             if let Some(&reduction) = self.reductions.get(k) {
-                self.combine(reduction, &[token])?;
+                let start = Instant::now();
+                self.combine(reduction, &tokens)?;
+                combining += start.elapsed();
             }
         }
-        let out = match logits {
-            true => {
-                let mut all = Vec::with_capacity(self.config.vocab);
-                for rank in &self.ranks {
-                    all.extend(rank.rank_logits(1)?.concat());
+        let mut out: Vec<Option<Vec<f32>>> = vec![None; n];
+        if wanted.contains(&true) {
+            let mut shares = Vec::with_capacity(self.ranks.len());
+            for (r, rank) in self.ranks.iter().enumerate() {
+                shares.push(rank.rank_logits(n).map_err(|e| self.in_rank(r, e))?);
+            }
+            for (i, row) in out.iter_mut().enumerate() {
+                if wanted.get(i).copied().unwrap_or(false) {
+                    *row = Some(shares.iter().flat_map(|s| s[i].iter().copied()).collect());
                 }
-                Some(all)
             }
-            false => None,
-        };
-        for s in &mut session.ranks {
-            s.advance();
         }
+        for (session, _) in rows.iter_mut() {
+            for s in &mut session.ranks {
+                s.advance();
+            }
+        }
+        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        stats.steps += 1;
+        stats.combining += combining;
         Ok(out)
+    }
+
+    /// `e` as rank `r`'s error.
+    fn in_rank(&self, r: usize, e: GpuError) -> GpuError {
+        in_rank(r, self.ranks.len())(e)
+    }
+
+    /// Steps taken so far and the host time spent combining the ranks' rows in them.
+    pub fn combining(&self) -> (u64, Duration) {
+        let stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        (stats.steps, stats.combining)
     }
 
     /// Combines the ranks' rows of a step whose rows take `tokens`, as `reduction` says,
@@ -228,11 +333,14 @@ impl TensorParallel {
         let residual = match reduction {
             Reduction::Gather => {
                 let share = self.config.vocab / self.ranks.len();
+                let mut all = Vec::with_capacity(self.ranks.len());
+                for rank in &self.ranks {
+                    all.push(rank.rank_read(RankBuffer::Residual, rows)?);
+                }
                 let mut residual = vec![0f32; rows * hidden];
                 for (i, &token) in tokens.iter().enumerate() {
-                    let owner = &self.ranks[token as usize / share];
-                    let theirs = owner.rank_read(RankBuffer::Residual, i + 1)?;
                     let row = i * hidden..(i + 1) * hidden;
+                    let theirs = &all[token as usize / share];
                     residual[row.clone()].copy_from_slice(&theirs[row]);
                 }
                 residual
@@ -252,6 +360,15 @@ impl TensorParallel {
             rank.rank_write(RankBuffer::Residual, &residual)?;
         }
         Ok(())
+    }
+}
+
+/// An error of rank `rank` of `ranks`.
+fn in_rank(rank: usize, ranks: usize) -> impl FnOnce(GpuError) -> GpuError {
+    move |e| GpuError::Rank {
+        rank,
+        ranks,
+        source: Box::new(e),
     }
 }
 
@@ -302,18 +419,47 @@ impl Decode for TensorParallel {
     }
 
     fn max_batch(&self) -> usize {
-        1
+        TensorParallel::max_batch(self)
     }
 
-    /// Each item in turn, a step per token.
+    /// In groups of up to [`TensorParallel::max_batch`] items, a step per token.
     fn feed(&self, items: &mut [Rows<'_>]) -> Vec<Result<Vec<f32>>> {
-        items
-            .iter_mut()
-            .map(|item| {
-                let session = own::<TpSession>(item.sequence)?;
-                TensorParallel::feed(self, session, item.tokens).map_err(EngineError::from)
-            })
-            .collect()
+        let mut out = Vec::with_capacity(items.len());
+        for group in items.chunks_mut(self.max_batch().max(1)) {
+            let mut results: Vec<Option<Result<Vec<f32>>>> = vec![];
+            let mut rows = vec![];
+            for item in group.iter_mut() {
+                match own::<TpSession>(item.sequence) {
+                    Ok(session) => {
+                        rows.push((session, item.tokens));
+                        results.push(None);
+                    }
+                    Err(e) => results.push(Some(Err(e))),
+                }
+            }
+            let mut fed = match self.feed_batch(&mut rows) {
+                Ok(fed) => fed.into_iter(),
+                Err(e) => {
+                    let reason = e.to_string();
+                    let failed = (0..rows.len()).map(|_| {
+                        Err(GpuError::BatchFailed {
+                            reason: reason.clone(),
+                        })
+                    });
+                    failed.collect::<Vec<_>>().into_iter()
+                }
+            };
+            for r in results {
+                out.push(match r {
+                    Some(failed) => failed,
+                    None => fed
+                        .next()
+                        .unwrap_or_else(|| Err(GpuError::Internal("a row went unfed".into())))
+                        .map_err(EngineError::from),
+                });
+            }
+        }
+        out
     }
 
     fn as_any(&self) -> &dyn Any {
