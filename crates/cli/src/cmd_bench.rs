@@ -91,8 +91,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "cuda")]
     pub backend: RuntimeArg,
     /// With `--device cuda`: split the model across N GPUs (from --gpu on), each holding a
-    /// share of every layer; the ranks' rows meet in host memory twice a layer, and the
-    /// prompt is fed a token per step. The copy bandwidth is then the GPUs' sum.
+    /// share of every layer; the ranks' rows meet in host memory twice a layer. The copy
+    /// bandwidth is then the GPUs' sum.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub tensor_parallel: Option<u32>,
 }

@@ -65,7 +65,7 @@ pub struct CheckArgs {
     pub backend: RuntimeArg,
     /// Split the model across N GPUs (from --gpu on) or N interpreters, each holding a
     /// share of every layer (its heads, FFN width and vocabulary must divide by N); the
-    /// ranks' rows meet in host memory twice a layer. Prompts are fed a token per step.
+    /// ranks' rows meet in host memory twice a layer.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub tensor_parallel: Option<u32>,
     /// After the check, time this many greedy decode steps (0: no timing).

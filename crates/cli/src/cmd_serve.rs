@@ -56,8 +56,7 @@ pub struct ServeArgs {
     backend: RuntimeArg,
     /// Split each model across N GPUs (from --gpu on), each holding a share of every
     /// layer (its heads, FFN width and vocabulary must divide by N); the ranks' rows meet
-    /// in host memory twice a layer. Requests are stepped one at a time, prompts a token
-    /// per step.
+    /// in host memory twice a layer.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     tensor_parallel: Option<u32>,
     /// Do not keep finished prompts' KV blocks for later requests that start the same way

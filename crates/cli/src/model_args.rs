@@ -154,7 +154,7 @@ pub struct ModelArgs {
     pub backend: RuntimeArg,
     /// Split the model across N GPUs (from --gpu on), each holding a share of every layer
     /// (its heads, FFN width and vocabulary must divide by N); the ranks' rows meet in host
-    /// memory twice a layer. Prompts are fed a token per step.
+    /// memory twice a layer, in decode steps and prompt chunks alike.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub tensor_parallel: Option<u32>,
     /// Print no diagnostics (load time, speed) on stderr.

@@ -73,8 +73,24 @@ fn interpreters(n: usize) -> Vec<(Box<dyn Executor + Send>, Option<u64>)> {
 }
 
 fn split(file: &GgufFile, ranks: usize) -> Result<TensorParallel, GpuError> {
+    split_with(file, ranks, &options())
+}
+
+fn split_with(
+    file: &GgufFile,
+    ranks: usize,
+    options: &GpuOptions,
+) -> Result<TensorParallel, GpuError> {
     let config = ModelConfig::from_gguf(file).expect("a config");
-    TensorParallel::new(config, file, Naming::Gguf, interpreters(ranks), &options())
+    TensorParallel::new(config, file, Naming::Gguf, interpreters(ranks), options)
+}
+
+/// The prompt path in chunks of 4 tokens.
+fn chunked() -> GpuOptions {
+    GpuOptions {
+        prefill_chunk: 4,
+        ..options()
+    }
 }
 
 fn reference(file: &GgufFile) -> Reference {
@@ -85,11 +101,23 @@ fn reference(file: &GgufFile) -> Reference {
 /// Generates 4 tokens after a 5-token prompt on `ranks` ranks; every logit within
 /// `quench check`'s bound of the f64 reference. Returns the logits of the last step.
 fn judged(what: &str, m: &Tiny, ranks: usize, seed: u64) -> Vec<f32> {
+    judged_with(what, m, ranks, seed, &options(), 5)
+}
+
+fn judged_with(
+    what: &str,
+    m: &Tiny,
+    ranks: usize,
+    seed: u64,
+    options: &GpuOptions,
+    prompt: usize,
+) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let file = gguf(m, &mut rng);
-    let tp = split(&file, ranks).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let tp = split_with(&file, ranks, options).unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(tp.degree(), ranks);
-    let prompt: Vec<u32> = (0..5).map(|_| rng.gen_range(0..256)).collect();
+    assert_eq!(tp.summary().prefill_chunk, options.prefill_chunk, "{what}");
+    let prompt: Vec<u32> = (0..prompt).map(|_| rng.gen_range(0..256)).collect();
     let reference = reference(&file);
     let c = check_generation(&tp, &reference, LogitBound::FP64_CHECK, &prompt, 4)
         .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -101,9 +129,11 @@ fn judged(what: &str, m: &Tiny, ranks: usize, seed: u64) -> Vec<f32> {
         assert_eq!(s.outside, 0, "{what}: {s:?}");
     }
     let mut session = tp.new_session();
-    let mut tokens = prompt.clone();
-    tokens.extend(&c.tokens[..3]);
-    tp.feed(&mut session, &tokens).expect("a feed")
+    tp.feed(&mut session, &prompt).expect("a feed");
+    for &t in &c.tokens[..2] {
+        tp.feed(&mut session, &[t]).expect("a step");
+    }
+    tp.feed(&mut session, &c.tokens[2..3]).expect("a step")
 }
 
 fn llama(kv_heads: usize) -> Tiny {
@@ -274,4 +304,43 @@ fn rows_stepped_together_have_the_bits_they_have_alone() {
         "the batch's 5 steps, then each prompt's own"
     );
     assert!(combining.as_nanos() > 0);
+}
+
+#[test]
+fn prompt_chunks_are_split_too() {
+    // The prompt path's GEMMs take products 64 rows wide or more: 2 kv heads of 32 a rank.
+    let m = Tiny {
+        layers: vec![common::BF16, FLOATS],
+        ..llama(4)
+    };
+    let s = seed();
+    let once = judged_with("llama over 2 ranks, chunks of 4", &m, 2, s, &chunked(), 10);
+    let again = judged_with("the same, again", &m, 2, s, &chunked(), 10);
+    assert_eq!(bits(&once), bits(&again), "a rerun gives the same bits");
+}
+
+#[test]
+fn one_rank_gives_the_whole_decoders_bits_over_prompt_chunks() {
+    let m = Tiny {
+        layers: vec![common::BF16, FLOATS],
+        ..llama(2)
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = gguf(&m, &mut rng);
+    let prompt: Vec<u32> = (0..10).map(|_| rng.gen_range(0..256)).collect();
+    let tp = split_with(&file, 1, &chunked()).expect("one rank");
+    let whole = GpuDecoder::new(
+        ModelConfig::from_gguf(&file).expect("a config"),
+        &file,
+        Naming::Gguf,
+        Box::new(InterpExecutor::new()),
+        None,
+        &chunked(),
+    )
+    .expect("a decoder");
+    let split = tp.feed(&mut tp.new_session(), &prompt).expect("a prompt");
+    let one = whole
+        .feed(&mut whole.new_session(), &prompt)
+        .expect("a prompt");
+    assert_eq!(bits(&split), bits(&one));
 }

@@ -14,7 +14,7 @@ use quench_rt::{
 
 mod rank;
 
-pub(crate) use rank::RankBuffer;
+pub(crate) use rank::{RankBuffer, Stage};
 
 use super::arena;
 use super::catalog::{Catalog, Widened};

@@ -65,7 +65,8 @@ use super::catalog::{Catalog, Qkv};
 use super::decoder::DeviceMemory;
 use super::error::GpuError;
 use super::graph::{
-    self, attention_shape, gemv_shape, row_threads, u32_of, DecodeGraph, QkvRows, RopeRows,
+    self, attention_shape, gemv_shape, row_threads, u32_of, DecodeGraph, QkvRows, Reduction,
+    RopeRows,
 };
 use super::plan::{at, resolve, Assembler, Grid, Offset, Operand, Program, Region, Resolved, Rows};
 use super::weights::{LayerWeights, ModelWeights};
@@ -99,6 +100,11 @@ pub struct PrefillPlan {
     /// query) the attention's split counters, left at zero by every launch.
     zero_buffers: Vec<usize>,
     max_blocks: u32,
+    /// The residual rows and (a tensor-parallel rank's) partial sums (buffers).
+    residual: usize,
+    partial: Option<usize>,
+    /// A tensor-parallel rank's segment ends, as the decode step's.
+    reductions: Vec<(usize, Reduction)>,
 }
 
 impl PrefillPlan {
@@ -221,6 +227,10 @@ struct ChunkBuilder<'a> {
     /// The row norm's kernel and parameters.
     norm: (usize, NormResidualParams),
     silu: (usize, SiluMulParams),
+    /// A tensor-parallel rank's chunk ([`DecodeGraph::reductions`]): the f32 rows its
+    /// output and down projections write, and where it stops for the ranks' rows to meet.
+    partial: Option<usize>,
+    reductions: Vec<(usize, Reduction)>,
 }
 
 impl<'a> ChunkBuilder<'a> {
@@ -242,6 +252,10 @@ impl<'a> ChunkBuilder<'a> {
         let tables = buffer(&mut a, "block tables", graph.kv.max_blocks as usize, 4);
         let zeros = buffer(&mut a, "zero rows", hidden, 4);
         let residual = buffer(&mut a, "residual", hidden, 4);
+        let partial = graph
+            .io
+            .partial
+            .map(|_| buffer(&mut a, "partial sums", hidden, 4));
         let normed = at(
             Region::Act(buffer(&mut a, "normed rows (f16)", hidden, 2)),
             0,
@@ -309,6 +323,8 @@ impl<'a> ChunkBuilder<'a> {
             act16,
             norm: (norm_k, np),
             silu: (silu_k, silu),
+            partial,
+            reductions: vec![],
         };
         let args = vec![
             b.record_part(0),
@@ -318,7 +334,24 @@ impl<'a> ChunkBuilder<'a> {
         ];
         let grid = Grid::PerRow(embed.launch(1), 0);
         b.a.push(Rows::Any, "token embedding".into(), embed_k, grid, args);
+        b.reduce(Reduction::Gather);
         Ok(b)
+    }
+
+    /// Ends a tensor-parallel rank's segment of the chunk here.
+    fn reduce(&mut self, r: Reduction) {
+        if self.partial.is_some() {
+            self.reductions.push((self.a.dispatches.len(), r));
+        }
+    }
+
+    /// Where the output and down projections put their products, and how: added to the
+    /// residual rows, or (a tensor-parallel rank) stored apart for the host to sum.
+    fn residual_update(&self) -> (Operand, GemmEpilogue) {
+        match self.partial {
+            Some(p) => (at(Region::Act(p), 0), GemmEpilogue::Store),
+            None => (at(Region::Act(self.residual), 0), GemmEpilogue::Accumulate),
+        }
     }
 
     fn record_part(&self, i: u64) -> Operand {
@@ -370,9 +403,8 @@ impl<'a> ChunkBuilder<'a> {
             .push(Rows::Any, label(what), k, Grid::PerRow(launch, 0), args);
         self.attention(l)?;
         let (hidden, q_width, ffn) = (self.c.hidden, self.c.heads * self.c.head_dim, self.c.ffn);
-        let accumulate = GemmEpilogue::Accumulate;
-        let (attn16, r) = (self.attn16, at(Region::Act(self.residual), 0));
-        let wo = self.w.part(lw.attn_output, 0);
+        let (r, update) = self.residual_update();
+        let (attn16, wo) = (self.attn16, self.w.part(lw.attn_output, 0));
         self.gemm(
             label("output projection"),
             lk.attn_output,
@@ -381,8 +413,9 @@ impl<'a> ChunkBuilder<'a> {
             attn16,
             wo,
             r,
-            accumulate,
+            update,
         )?;
+        self.reduce(Reduction::Sum);
 
         self.norm(label("ffn norm"), self.w.part(lw.norms, 1));
         let gate = at(self.gate_up16, 0);
@@ -428,8 +461,10 @@ impl<'a> ChunkBuilder<'a> {
             act16,
             wd,
             r,
-            accumulate,
-        )
+            update,
+        )?;
+        self.reduce(Reduction::Sum);
+        Ok(())
     }
 
     /// q, k and v (after their biases, where the model has them) as GEMMs over the
@@ -808,6 +843,9 @@ impl PrefillPlan {
             tables: b.tables,
             zero_buffers,
             max_blocks: graph.kv.max_blocks,
+            residual: b.residual,
+            partial: b.partial,
+            reductions: b.reductions,
             program: b.a.finish(),
         })
     }
@@ -833,6 +871,10 @@ pub(crate) struct OnDevice {
     record_layout: Record,
     tables: DevicePtr,
     max_blocks: u32,
+    pub residual: DevicePtr,
+    pub partial: Option<DevicePtr>,
+    /// A tensor-parallel rank's segment ends ([`PrefillPlan`]).
+    pub reductions: Vec<(usize, Reduction)>,
 }
 
 /// Allocates the arena in `mem`, zeroes what must start at zero, compiles the kernels and
@@ -875,6 +917,9 @@ pub(crate) fn place(
         record_layout: Record { chunk: plan.chunk },
         tables: arena.offset(offsets[plan.tables]),
         max_blocks: plan.max_blocks,
+        residual: arena.offset(offsets[plan.residual]),
+        partial: plan.partial.map(|p| arena.offset(offsets[p])),
+        reductions: plan.reductions.clone(),
     })
 }
 
@@ -890,12 +935,26 @@ impl OnDevice {
         start: u32,
         blocks: &[u32],
     ) -> Result<(), GpuError> {
+        self.begin(exec, tokens, 0, start, blocks)?;
+        self.launch(exec, 0..self.launches.len(), tokens.len() as u32, start)
+    }
+
+    /// Writes the chunk's record (its tokens less `token_base`, a tensor-parallel rank's
+    /// first token) and block tables, as [`OnDevice::run`] does before launching.
+    pub fn begin(
+        &self,
+        exec: &mut dyn Executor,
+        tokens: &[u32],
+        token_base: u32,
+        start: u32,
+        blocks: &[u32],
+    ) -> Result<(), GpuError> {
         let n = tokens.len() as u32;
         let during = |what: &str| format!("prompt chunk of {n} tokens at position {start}: {what}");
         let c = self.chunk as usize;
         let mut words = vec![0u32; 3 * c];
         for (i, &t) in tokens.iter().enumerate() {
-            words[i] = t;
+            words[i] = t.wrapping_sub(token_base);
             words[c + i] = start + i as u32;
             words[2 * c + i] = start + i as u32 + 1;
         }
@@ -912,8 +971,35 @@ impl OnDevice {
             .flat_map(|_| row.iter().flat_map(|w| w.to_le_bytes()))
             .collect();
         exec.copy_to_device(self.tables, &table)
-            .map_err(GpuError::runtime(during("writing the block tables")))?;
-        for l in self.launches.iter().filter(|l| l.rows.includes(n)) {
+            .map_err(GpuError::runtime(during("writing the block tables")))
+    }
+
+    /// Launches segment `k` of a tensor-parallel rank's chunk of `n` tokens at `start`.
+    pub fn segment(
+        &self,
+        exec: &mut dyn Executor,
+        k: usize,
+        n: u32,
+        start: u32,
+    ) -> Result<(), GpuError> {
+        let first = k.checked_sub(1).map_or(0, |i| self.reductions[i].0);
+        let end = self
+            .reductions
+            .get(k)
+            .map_or(self.launches.len(), |&(end, _)| end);
+        self.launch(exec, first..end, n, start)
+    }
+
+    /// Launches the dispatches in `range` for a chunk of `n` tokens at `start`.
+    fn launch(
+        &self,
+        exec: &mut dyn Executor,
+        range: std::ops::Range<usize>,
+        n: u32,
+        start: u32,
+    ) -> Result<(), GpuError> {
+        let during = |what: &str| format!("prompt chunk of {n} tokens at position {start}: {what}");
+        for l in self.launches[range].iter().filter(|l| l.rows.includes(n)) {
             let (launch, args) = l.at(n, start);
             exec.launch(l.kernel, &launch, &args, StreamId::DEFAULT)
                 .map_err(GpuError::runtime(during(&l.label)))?;

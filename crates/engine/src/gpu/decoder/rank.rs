@@ -8,6 +8,14 @@ use crate::gpu::error::GpuError;
 use crate::gpu::graph::Reduction;
 use crate::gpu::kv::GpuSession;
 
+/// Which program of a rank the ranks' rows are combined in: the decode step or the
+/// prompt path's chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    Step,
+    Chunk,
+}
+
 /// A rank's `[rows, hidden]` f32 buffers that the ranks' rows are combined in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RankBuffer {
@@ -48,6 +56,74 @@ impl GpuDecoder {
         write_rows(&mut d, rows, token_base, &during)
     }
 
+    /// Tokens a chunk of the prompt path takes at most; 0 where the rank has none.
+    pub(crate) fn rank_chunk(&self) -> usize {
+        self.summary.prefill_chunk
+    }
+
+    /// How the ranks' rows are combined in the prompt path's chunks (as in the step).
+    pub(crate) fn chunk_reductions(&self) -> Vec<Reduction> {
+        let d = self.device.lock().unwrap_or_else(|e| e.into_inner());
+        let chunk = d.prefill.iter().flat_map(|p| &p.reductions);
+        chunk.map(|&(_, r)| r).collect()
+    }
+
+    /// Readies a chunk of the prompt path: `tokens` (at most [`GpuDecoder::rank_chunk`])
+    /// after the positions `session` holds, which it takes (its blocks included); writes
+    /// the chunk's record (tokens less `token_base`) and block tables. Returns the chunk's
+    /// first position. On error the session holds what it held before.
+    pub(crate) fn rank_chunk_begin(
+        &self,
+        session: &mut GpuSession,
+        tokens: &[u32],
+        token_base: u32,
+    ) -> Result<u32, GpuError> {
+        if !self.owns(session) {
+            return Err(GpuError::ForeignSession);
+        }
+        let start = session.len();
+        let mut d = self.lock_rank()?;
+        let d = &mut *d;
+        let begun = (|| {
+            let p = d.prefill.as_ref().ok_or_else(|| {
+                GpuError::Internal("a rank without the prompt path was fed a chunk".into())
+            })?;
+            for _ in tokens {
+                session.reserve_next()?;
+                session.advance();
+            }
+            p.begin(
+                &mut *d.mem.exec,
+                tokens,
+                token_base,
+                start as u32,
+                &session.blocks,
+            )
+        })();
+        if let Err(e) = begun {
+            session.truncate(start);
+            return Err(e);
+        }
+        Ok(start as u32)
+    }
+
+    /// Launches segment `k` of a chunk of `n` tokens at `start`.
+    pub(crate) fn rank_chunk_segment(
+        &self,
+        k: usize,
+        n: usize,
+        start: u32,
+    ) -> Result<(), GpuError> {
+        let mut d = self.lock_rank()?;
+        let d = &mut *d;
+        match d.prefill.as_ref() {
+            Some(p) => p.segment(&mut *d.mem.exec, k, n as u32, start),
+            None => Err(GpuError::Internal(
+                "a rank without the prompt path was fed a chunk".into(),
+            )),
+        }
+    }
+
     /// Launches segment `k` of a step of `rows` rows.
     pub(crate) fn rank_segment(&self, k: usize, rows: usize) -> Result<(), GpuError> {
         let mut d = self.lock_rank()?;
@@ -71,10 +147,15 @@ impl GpuDecoder {
         Ok(())
     }
 
-    /// The first `rows` rows of `buffer`.
-    pub(crate) fn rank_read(&self, buffer: RankBuffer, rows: usize) -> Result<Vec<f32>, GpuError> {
+    /// The first `rows` rows of `buffer` of `stage`.
+    pub(crate) fn rank_read(
+        &self,
+        stage: Stage,
+        buffer: RankBuffer,
+        rows: usize,
+    ) -> Result<Vec<f32>, GpuError> {
         let mut d = self.lock_rank()?;
-        let at = buffer_at(&d, buffer)?;
+        let at = buffer_at(&d, stage, buffer)?;
         let mut bytes = vec![0u8; 4 * rows * self.config.hidden];
         d.mem
             .exec
@@ -86,10 +167,15 @@ impl GpuDecoder {
             .collect())
     }
 
-    /// Writes `values` (whole rows) to the start of `buffer`.
-    pub(crate) fn rank_write(&self, buffer: RankBuffer, values: &[f32]) -> Result<(), GpuError> {
+    /// Writes `values` (whole rows) to the start of `buffer` of `stage`.
+    pub(crate) fn rank_write(
+        &self,
+        stage: Stage,
+        buffer: RankBuffer,
+        values: &[f32],
+    ) -> Result<(), GpuError> {
         let mut d = self.lock_rank()?;
-        let at = buffer_at(&d, buffer)?;
+        let at = buffer_at(&d, stage, buffer)?;
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         d.mem
             .exec
@@ -120,12 +206,18 @@ impl GpuDecoder {
     }
 }
 
-fn buffer_at(d: &OnDevice, buffer: RankBuffer) -> Result<DevicePtr, GpuError> {
+fn buffer_at(d: &OnDevice, stage: Stage, buffer: RankBuffer) -> Result<DevicePtr, GpuError> {
+    let (residual, partial) = match (stage, d.prefill.as_ref()) {
+        (Stage::Step, _) => (d.io.residual, d.io.partial),
+        (Stage::Chunk, Some(p)) => (p.residual, p.partial),
+        (Stage::Chunk, None) => {
+            return Err(GpuError::Internal("a rank without the prompt path".into()))
+        }
+    };
     match buffer {
-        RankBuffer::Residual => Ok(d.io.residual),
+        RankBuffer::Residual => Ok(residual),
         RankBuffer::Partial => {
-            d.io.partial
-                .ok_or_else(|| GpuError::Internal("a rank's step without partial sums".into()))
+            partial.ok_or_else(|| GpuError::Internal("a rank's step without partial sums".into()))
         }
     }
 }

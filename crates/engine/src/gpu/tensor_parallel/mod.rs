@@ -15,10 +15,13 @@
 //! norm, LM head (own vocabulary rows)  → the logits, concatenated in rank order
 //! ```
 //!
-//! A sum adds the ranks' products to the residual in rank order, in f32, so results
-//! repeat bit for bit. The ranks' rows meet on the host (each rank's executor reads and
+//! The prompt path's chunks ([`super::prefill`]) are split the same way and stop at the
+//! same places, over the chunk's rows. A sum adds the ranks' products to the residual in
+//! rank order, in f32, so results repeat bit for bit (and one rank gives the whole
+//! decoder's bits). The ranks' rows meet on the host (each rank's executor reads and
 //! writes its buffers): any executor takes part, the interpreter included, and a degree
-//! of 1 runs the same code path on one device.
+//! of 1 runs the same code path on one device. Each rank launches its dispatches one by
+//! one between the stops (no captured graph).
 
 mod shard;
 
@@ -29,7 +32,7 @@ use std::time::{Duration, Instant};
 use quench_models::arch::{ModelConfig, Naming};
 use quench_rt::Executor;
 
-use super::decoder::{GpuDecoder, GpuOptions, GpuSummary, RankBuffer};
+use super::decoder::{GpuDecoder, GpuOptions, GpuSummary, RankBuffer, Stage};
 use super::error::GpuError;
 use super::graph::Reduction;
 use super::kv::GpuSession;
@@ -48,9 +51,11 @@ pub struct TensorParallel {
     /// One step at a time across all ranks.
     stepping: Mutex<()>,
     stats: Mutex<Combining>,
+    /// Feeds of at least this many tokens take the prompt path, where the ranks have it.
+    prefill_min_tokens: usize,
 }
 
-/// Steps taken and the host time spent combining the ranks' rows in them.
+/// Steps and chunks run, and the host time spent combining the ranks' rows in them.
 #[derive(Debug, Default)]
 struct Combining {
     steps: u64,
@@ -87,11 +92,10 @@ impl TensorParallel {
         let n = executors.len();
         check_degree(&config, n)?;
         let share = shard::share_config(&config, n);
-        // The prompt path is not split: prompts take the rank's decode step a token at a
-        // time, launched dispatch by dispatch between the stops.
+        // Each rank's step and prompt chunk are launched dispatch by dispatch between the
+        // stops.
         let rank_options = GpuOptions {
             capture: false,
-            prefill_chunk: 0,
             ..options.clone()
         };
         let mut ranks = Vec::with_capacity(n);
@@ -111,12 +115,20 @@ impl TensorParallel {
             ranks.push(decoder);
         }
         let reductions = ranks[0].reductions();
+        let chunk = ranks[0].chunk_reductions();
+        if ranks[0].rank_chunk() > 0 && chunk != reductions {
+            return Err(GpuError::Internal(
+                "a rank's prompt chunk stops elsewhere than its step".into(),
+            ));
+        }
+        let prefill_min_tokens = options.prefill_min_tokens.max(2);
         Ok(TensorParallel {
             config,
             ranks,
             reductions,
             stepping: Mutex::new(()),
             stats: Mutex::default(),
+            prefill_min_tokens,
         })
     }
 
@@ -189,10 +201,20 @@ impl TensorParallel {
             .iter()
             .map(|(s, tokens)| self.check_feed(s, tokens).map(|_| vec![]))
             .collect();
+        let chunk = self.ranks[0].rank_chunk();
+        let prompted: Vec<bool> = rows
+            .iter()
+            .map(|(_, t)| chunk > 0 && t.len() >= self.prefill_min_tokens)
+            .collect();
+        for (i, (session, tokens)) in rows.iter_mut().enumerate() {
+            if prompted[i] && out[i].is_ok() {
+                out[i] = self.prompt(session, tokens, chunk);
+            }
+        }
         let longest = rows.iter().map(|(_, t)| t.len()).max().unwrap_or(0);
         for j in 0..longest {
             let live: Vec<usize> = (0..rows.len())
-                .filter(|&i| out[i].is_ok() && j < rows[i].1.len())
+                .filter(|&i| !prompted[i] && out[i].is_ok() && j < rows[i].1.len())
                 .collect();
             if live.is_empty() {
                 continue;
@@ -261,6 +283,71 @@ impl TensorParallel {
         }
     }
 
+    /// Feeds `tokens` after the positions `session` holds through the prompt path, chunks
+    /// of up to `chunk` tokens, and returns the logits of the last. On error the session
+    /// keeps the chunks that completed.
+    fn prompt(
+        &self,
+        session: &mut TpSession,
+        tokens: &[u32],
+        chunk: usize,
+    ) -> Result<Vec<f32>, GpuError> {
+        let _one = self.stepping.lock().unwrap_or_else(|e| e.into_inner());
+        let share = (self.config.vocab / self.ranks.len()) as u32;
+        for piece in tokens.chunks(chunk) {
+            let before = session.len();
+            let ran = (|| {
+                let mut start = 0;
+                for (r, (rank, s)) in self.ranks.iter().zip(&mut session.ranks).enumerate() {
+                    start = rank
+                        .rank_chunk_begin(s, piece, r as u32 * share)
+                        .map_err(|e| self.in_rank(r, e))?;
+                }
+                self.run_segments(Stage::Chunk, piece, |rank, k| {
+                    rank.rank_chunk_segment(k, piece.len(), start)
+                })
+            })();
+            if let Err(e) = ran {
+                for s in &mut session.ranks {
+                    s.truncate(before);
+                }
+                return Err(e);
+            }
+        }
+        let mut logits = Vec::with_capacity(self.config.vocab);
+        for (r, rank) in self.ranks.iter().enumerate() {
+            let share = rank.rank_logits(1).map_err(|e| self.in_rank(r, e))?;
+            logits.extend(share.concat());
+        }
+        Ok(logits)
+    }
+
+    /// Runs every segment of a step or chunk whose rows take `tokens` on every rank
+    /// (`segment(rank, k)` launches one), combining the ranks' rows after each but the
+    /// last.
+    fn run_segments(
+        &self,
+        stage: Stage,
+        tokens: &[u32],
+        segment: impl Fn(&GpuDecoder, usize) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let mut combining = Duration::ZERO;
+        for k in 0..=self.reductions.len() {
+            for (r, rank) in self.ranks.iter().enumerate() {
+                segment(rank, k).map_err(|e| self.in_rank(r, e))?;
+            }
+            if let Some(&reduction) = self.reductions.get(k) {
+                let start = Instant::now();
+                self.combine(stage, reduction, tokens)?;
+                combining += start.elapsed();
+            }
+        }
+        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        stats.steps += 1;
+        stats.combining += combining;
+        Ok(())
+    }
+
     /// One step of `rows` (each a session and the token it takes); the logits of the rows
     /// `wanted` marks. No session advances unless the whole step completes.
     fn step(
@@ -280,17 +367,7 @@ impl TensorParallel {
             rank.rank_begin(&mut own, r as u32 * share)
                 .map_err(|e| self.in_rank(r, e))?;
         }
-        let mut combining = Duration::ZERO;
-        for k in 0..=self.reductions.len() {
-            for (r, rank) in self.ranks.iter().enumerate() {
-                rank.rank_segment(k, n).map_err(|e| self.in_rank(r, e))?;
-            }
-            if let Some(&reduction) = self.reductions.get(k) {
-                let start = Instant::now();
-                self.combine(reduction, &tokens)?;
-                combining += start.elapsed();
-            }
-        }
+        self.run_segments(Stage::Step, &tokens, |rank, k| rank.rank_segment(k, n))?;
         let mut out: Vec<Option<Vec<f32>>> = vec![None; n];
         if wanted.contains(&true) {
             let mut shares = Vec::with_capacity(self.ranks.len());
@@ -308,9 +385,6 @@ impl TensorParallel {
                 s.advance();
             }
         }
-        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-        stats.steps += 1;
-        stats.combining += combining;
         Ok(out)
     }
 
@@ -319,7 +393,8 @@ impl TensorParallel {
         in_rank(r, self.ranks.len())(e)
     }
 
-    /// Steps taken so far and the host time spent combining the ranks' rows in them.
+    /// Steps and prompt chunks run so far, and the host time spent combining the ranks'
+    /// rows in them.
     pub fn combining(&self) -> (u64, Duration) {
         let stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         (stats.steps, stats.combining)
@@ -327,7 +402,7 @@ impl TensorParallel {
 
     /// Combines the ranks' rows of a step whose rows take `tokens`, as `reduction` says,
     /// and gives every rank the residual stream that results.
-    fn combine(&self, reduction: Reduction, tokens: &[u32]) -> Result<(), GpuError> {
+    fn combine(&self, stage: Stage, reduction: Reduction, tokens: &[u32]) -> Result<(), GpuError> {
         let rows = tokens.len();
         let hidden = self.config.hidden;
         let residual = match reduction {
@@ -335,7 +410,7 @@ impl TensorParallel {
                 let share = self.config.vocab / self.ranks.len();
                 let mut all = Vec::with_capacity(self.ranks.len());
                 for rank in &self.ranks {
-                    all.push(rank.rank_read(RankBuffer::Residual, rows)?);
+                    all.push(rank.rank_read(stage, RankBuffer::Residual, rows)?);
                 }
                 let mut residual = vec![0f32; rows * hidden];
                 for (i, &token) in tokens.iter().enumerate() {
@@ -346,9 +421,9 @@ impl TensorParallel {
                 residual
             }
             Reduction::Sum => {
-                let mut residual = self.ranks[0].rank_read(RankBuffer::Residual, rows)?;
+                let mut residual = self.ranks[0].rank_read(stage, RankBuffer::Residual, rows)?;
                 for rank in &self.ranks {
-                    let partial = rank.rank_read(RankBuffer::Partial, rows)?;
+                    let partial = rank.rank_read(stage, RankBuffer::Partial, rows)?;
                     for (r, p) in residual.iter_mut().zip(partial) {
                         *r += p;
                     }
@@ -357,7 +432,7 @@ impl TensorParallel {
             }
         };
         for rank in &self.ranks {
-            rank.rank_write(RankBuffer::Residual, &residual)?;
+            rank.rank_write(stage, RankBuffer::Residual, &residual)?;
         }
         Ok(())
     }
