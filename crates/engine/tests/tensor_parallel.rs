@@ -344,3 +344,20 @@ fn one_rank_gives_the_whole_decoders_bits_over_prompt_chunks() {
         .expect("a prompt");
     assert_eq!(bits(&split), bits(&one));
 }
+
+#[test]
+fn a_rank_that_does_not_fit_is_named() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = gguf(&llama(2), &mut rng);
+    let small = GpuOptions {
+        memory_limit: Some(64 << 10),
+        ..options()
+    };
+    let e = split_with(&file, 2, &small)
+        .expect_err("64 KiB a rank")
+        .to_string();
+    assert!(
+        e.starts_with("tensor-parallel rank 0 of 2: the model does not fit"),
+        "{e}"
+    );
+}
