@@ -193,27 +193,33 @@ fn qwen3_per_head_norms_are_whole_on_every_rank() {
     judged("qwen3 over 2 ranks (q/k norms)", &m, 2, seed());
 }
 
-#[test]
-fn one_rank_gives_the_whole_decoders_bits() {
+/// One rank and the whole decoder, both on `options`, fed `feeds` one after another:
+/// the same bits after each.
+fn one_rank_against_the_whole(m: &Tiny, options: &GpuOptions, feeds: &[usize]) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    let file = gguf(&llama(2), &mut rng);
-    let tokens: Vec<u32> = (0..6).map(|_| rng.gen_range(0..256)).collect();
-    let tp = split(&file, 1).expect("one rank");
+    let file = gguf(m, &mut rng);
+    let tp = split_with(&file, 1, options).expect("one rank");
     let whole = GpuDecoder::new(
         ModelConfig::from_gguf(&file).expect("a config"),
         &file,
         Naming::Gguf,
         Box::new(InterpExecutor::new()),
         None,
-        &options(),
+        options,
     )
     .expect("a decoder");
     let (mut a, mut b) = (tp.new_session(), whole.new_session());
-    for t in 0..tokens.len() {
-        let split = tp.feed(&mut a, &tokens[t..t + 1]).expect("a step");
-        let one = whole.feed(&mut b, &tokens[t..t + 1]).expect("a step");
-        assert_eq!(bits(&split), bits(&one), "position {t}");
+    for (i, &n) in feeds.iter().enumerate() {
+        let tokens: Vec<u32> = (0..n).map(|_| rng.gen_range(0..256)).collect();
+        let split = tp.feed(&mut a, &tokens).expect("a feed");
+        let one = whole.feed(&mut b, &tokens).expect("a feed");
+        assert_eq!(bits(&split), bits(&one), "feed {i}");
     }
+}
+
+#[test]
+fn one_rank_gives_the_whole_decoders_bits() {
+    one_rank_against_the_whole(&llama(2), &options(), &[1; 6]);
 }
 
 #[test]
@@ -325,24 +331,7 @@ fn one_rank_gives_the_whole_decoders_bits_over_prompt_chunks() {
         layers: vec![common::BF16, FLOATS],
         ..llama(2)
     };
-    let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    let file = gguf(&m, &mut rng);
-    let prompt: Vec<u32> = (0..10).map(|_| rng.gen_range(0..256)).collect();
-    let tp = split_with(&file, 1, &chunked()).expect("one rank");
-    let whole = GpuDecoder::new(
-        ModelConfig::from_gguf(&file).expect("a config"),
-        &file,
-        Naming::Gguf,
-        Box::new(InterpExecutor::new()),
-        None,
-        &chunked(),
-    )
-    .expect("a decoder");
-    let split = tp.feed(&mut tp.new_session(), &prompt).expect("a prompt");
-    let one = whole
-        .feed(&mut whole.new_session(), &prompt)
-        .expect("a prompt");
-    assert_eq!(bits(&split), bits(&one));
+    one_rank_against_the_whole(&m, &chunked(), &[10, 1, 1, 6]);
 }
 
 #[test]

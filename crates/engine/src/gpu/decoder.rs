@@ -749,20 +749,12 @@ impl GpuDecoder {
         if session.model != self.id {
             return Err(GpuError::ForeignSession);
         }
-        let limit = self.context_limit();
-        if session.len() + tokens.len() > limit {
-            return Err(GpuError::ContextFull {
-                limit,
-                used: session.len(),
-                added: tokens.len(),
-            });
-        }
-        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
-            return Err(GpuError::Token {
-                token,
-                vocab: self.config.vocab,
-            });
-        }
+        check_room(
+            tokens,
+            session.len(),
+            self.context_limit(),
+            self.config.vocab,
+        )?;
         Ok(())
     }
 
@@ -1097,6 +1089,27 @@ impl GpuDecoder {
             session.advance();
         }
         Ok(out)
+    }
+}
+
+/// Refuses `tokens` after `used` positions of a context of `limit` where they overflow
+/// it, or where one is outside a vocabulary of `vocab`.
+pub(crate) fn check_room(
+    tokens: &[u32],
+    used: usize,
+    limit: usize,
+    vocab: usize,
+) -> Result<(), GpuError> {
+    if used + tokens.len() > limit {
+        return Err(GpuError::ContextFull {
+            limit,
+            used,
+            added: tokens.len(),
+        });
+    }
+    match tokens.iter().find(|&&t| t as usize >= vocab) {
+        Some(&token) => Err(GpuError::Token { token, vocab }),
+        None => Ok(()),
     }
 }
 

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use quench_models::arch::{ModelConfig, Naming};
 use quench_rt::Executor;
 
-use super::decoder::{GpuDecoder, GpuOptions, GpuSummary, RankBuffer, Stage};
+use super::decoder::{check_room, GpuDecoder, GpuOptions, GpuSummary, RankBuffer, Stage};
 use super::error::GpuError;
 use super::graph::Reduction;
 use super::kv::GpuSession;
@@ -266,21 +266,12 @@ impl TensorParallel {
         if session.ranks.len() != self.ranks.len() || !ours {
             return Err(GpuError::ForeignSession);
         }
-        let limit = self.context_limit();
-        if session.len() + tokens.len() > limit {
-            return Err(GpuError::ContextFull {
-                limit,
-                used: session.len(),
-                added: tokens.len(),
-            });
-        }
-        match tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
-            Some(&token) => Err(GpuError::Token {
-                token,
-                vocab: self.config.vocab,
-            }),
-            None => Ok(()),
-        }
+        check_room(
+            tokens,
+            session.len(),
+            self.context_limit(),
+            self.config.vocab,
+        )
     }
 
     /// Feeds `tokens` after the positions `session` holds through the prompt path, chunks
