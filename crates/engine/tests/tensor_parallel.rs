@@ -350,3 +350,26 @@ fn a_rank_that_does_not_fit_is_named() {
         "{e}"
     );
 }
+
+#[test]
+fn captured_segments_give_the_bits_of_launched_ones() {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed());
+    let file = gguf(&llama(2), &mut rng);
+    let tokens: Vec<u32> = (0..5).map(|_| rng.gen_range(0..256)).collect();
+    let launched = GpuOptions {
+        capture: false,
+        ..options()
+    };
+    let (a, b) = (
+        split_with(&file, 2, &options()).expect("captured"),
+        split_with(&file, 2, &launched).expect("launched"),
+    );
+    let (mut sa, mut sb) = (a.new_session(), b.new_session());
+    for t in &tokens {
+        let (x, y) = (
+            a.feed(&mut sa, &[*t]).expect("a step"),
+            b.feed(&mut sb, &[*t]).expect("a step"),
+        );
+        assert_eq!(bits(&x), bits(&y));
+    }
+}

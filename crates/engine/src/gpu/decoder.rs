@@ -2,6 +2,7 @@
 //! once, the decode step captured as a graph (once per row count used) and replayed per
 //! step. A step decodes one token for each of up to `max_batch` sessions, its rows.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -312,6 +313,8 @@ struct OnDevice {
     masking: Option<Masking>,
     /// A tensor-parallel rank's segment ends ([`DecodeGraph::reductions`]).
     reductions: Vec<(usize, Reduction)>,
+    /// A rank's segments captured, by (rows, segment), once each has run.
+    segment_graphs: HashMap<(u32, usize), GraphId>,
 }
 
 impl Drop for OnDevice {
@@ -320,7 +323,15 @@ impl Drop for OnDevice {
         // goes after this, with `mem`.
         let exec = &mut *self.mem.exec;
         let sampled = self.sampled.iter_mut().flat_map(|s| s.graphs.drain(..));
-        for g in self.step.graphs.drain(..).chain(sampled).flatten() {
+        let segments = self.segment_graphs.drain().map(|(_, g)| Some(g));
+        for g in self
+            .step
+            .graphs
+            .drain(..)
+            .chain(sampled)
+            .chain(segments)
+            .flatten()
+        {
             let _ = exec.release_graph(g);
         }
         if let Some(p) = self.profile.take() {
@@ -665,8 +676,10 @@ impl GpuDecoder {
             prefill,
             masking,
             reductions: graph.reductions.clone(),
+            segment_graphs: HashMap::new(),
         };
-        if options.capture {
+        // A tensor-parallel rank captures its segments as they first run.
+        if options.capture && !rank {
             // The one-row step now; steps of more rows when they first run.
             let span = profile::span("capture the decode step");
             let d = &mut on_device;

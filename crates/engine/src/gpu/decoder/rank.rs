@@ -3,7 +3,7 @@
 
 use quench_rt::{DevicePtr, StreamId};
 
-use super::{read_logits, write_rows, GpuDecoder, OnDevice};
+use super::{capture, read_logits, write_rows, GpuDecoder, OnDevice};
 use crate::gpu::error::GpuError;
 use crate::gpu::graph::Reduction;
 use crate::gpu::kv::GpuSession;
@@ -124,7 +124,8 @@ impl GpuDecoder {
         }
     }
 
-    /// Launches segment `k` of a step of `rows` rows.
+    /// Runs segment `k` of a step of `rows` rows: replays it where the decoder captures
+    /// (capturing it the first time), else launches its dispatches.
     pub(crate) fn rank_segment(&self, k: usize, rows: usize) -> Result<(), GpuError> {
         let mut d = self.lock_rank()?;
         let d = &mut *d;
@@ -134,17 +135,31 @@ impl GpuDecoder {
             .get(k)
             .map_or(d.step.launches.len(), |&(end, _)| end);
         let rows = rows as u32;
-        for l in d.step.launches[start..end]
-            .iter()
-            .filter(|l| l.rows.includes(rows))
-        {
-            let (launch, args) = l.at(rows, 0);
-            d.mem
-                .exec
-                .launch(l.kernel, &launch, &args, StreamId::DEFAULT)
-                .map_err(GpuError::runtime(l.label.clone()))?;
+        let launches = &d.step.launches[start..end];
+        if !d.capture {
+            for l in launches.iter().filter(|l| l.rows.includes(rows)) {
+                let (launch, args) = l.at(rows, 0);
+                d.mem
+                    .exec
+                    .launch(l.kernel, &launch, &args, StreamId::DEFAULT)
+                    .map_err(GpuError::runtime(l.label.clone()))?;
+            }
+            return Ok(());
         }
-        Ok(())
+        let graph = match d.segment_graphs.get(&(rows, k)) {
+            Some(&g) => g,
+            None => {
+                let g = capture(&mut *d.mem.exec, launches, rows)?;
+                d.segment_graphs.insert((rows, k), g);
+                g
+            }
+        };
+        d.mem
+            .exec
+            .replay(graph, StreamId::DEFAULT)
+            .map_err(GpuError::runtime(format!(
+                "replaying segment {k} of a tensor-parallel step"
+            )))
     }
 
     /// The first `rows` rows of `buffer` of `stage`.

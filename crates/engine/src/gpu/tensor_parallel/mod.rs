@@ -20,8 +20,9 @@
 //! rank order, in f32, so results repeat bit for bit (and one rank gives the whole
 //! decoder's bits). The ranks' rows meet on the host (each rank's executor reads and
 //! writes its buffers): any executor takes part, the interpreter included, and a degree
-//! of 1 runs the same code path on one device. Each rank launches its dispatches one by
-//! one between the stops (no captured graph).
+//! of 1 runs the same code path on one device. Each rank replays its step's segments
+//! between the stops, each captured the first time it runs (per row count); a prompt
+//! chunk's dispatches are launched.
 
 mod shard;
 
@@ -92,12 +93,7 @@ impl TensorParallel {
         let n = executors.len();
         check_degree(&config, n)?;
         let share = shard::share_config(&config, n);
-        // Each rank's step and prompt chunk are launched dispatch by dispatch between the
-        // stops.
-        let rank_options = GpuOptions {
-            capture: false,
-            ..options.clone()
-        };
+        let rank_options = options.clone();
         let mut ranks = Vec::with_capacity(n);
         for (r, (exec, available)) in executors.into_iter().enumerate() {
             let cut = shard::Shard::new(src, &config, naming, r, n)?;
