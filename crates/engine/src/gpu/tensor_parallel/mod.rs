@@ -93,21 +93,13 @@ impl TensorParallel {
         let n = executors.len();
         check_degree(&config, n)?;
         let share = shard::share_config(&config, n);
-        let rank_options = options.clone();
         let mut ranks = Vec::with_capacity(n);
         for (r, (exec, available)) in executors.into_iter().enumerate() {
             let cut = shard::Shard::new(src, &config, naming, r, n)?;
             let rank = true;
-            let decoder = GpuDecoder::build(
-                share.clone(),
-                &cut,
-                naming,
-                exec,
-                available,
-                &rank_options,
-                rank,
-            )
-            .map_err(in_rank(r, n))?;
+            let decoder =
+                GpuDecoder::build(share.clone(), &cut, naming, exec, available, options, rank)
+                    .map_err(in_rank(r, n))?;
             ranks.push(decoder);
         }
         let reductions = ranks[0].reductions();
@@ -131,11 +123,6 @@ impl TensorParallel {
     /// The number of ranks.
     pub fn degree(&self) -> usize {
         self.ranks.len()
-    }
-
-    /// Rank `r`'s decoder: its share's kernels, weights and KV cache.
-    pub fn rank(&self, r: usize) -> Option<&GpuDecoder> {
-        self.ranks.get(r)
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -169,17 +156,20 @@ impl TensorParallel {
         }
     }
 
-    /// Feeds `tokens` after the positions `session` holds, one step each, and returns the
-    /// logits of the last. On error the session keeps the positions whose steps completed.
+    /// Feeds `tokens` after the positions `session` holds (through the prompt path's
+    /// chunks from [`GpuOptions::prefill_min_tokens`] tokens on, where the ranks have it;
+    /// else a step each) and returns the logits of the last. On error the session keeps
+    /// the positions whose steps or chunks completed.
     pub fn feed(&self, session: &mut TpSession, tokens: &[u32]) -> Result<Vec<f32>, GpuError> {
         let mut fed = self.feed_batch(&mut [(session, tokens)])?;
         fed.pop()
             .unwrap_or_else(|| Err(GpuError::Internal("a feed gave back nothing".into())))
     }
 
-    /// Feeds each row's tokens after the positions its session holds, up to
-    /// [`TensorParallel::max_batch`] rows a step (a token of each row that has one left),
-    /// and returns each row's logits of its last token. A row that cannot run (no tokens,
+    /// Feeds each row's tokens after the positions its session holds — a row long enough
+    /// for the prompt path alone, in chunks, the others up to [`TensorParallel::max_batch`]
+    /// rows a step (a token of each row that has one left) — and returns each row's
+    /// logits of its last token. A row that cannot run (no tokens,
     /// another model's session, a full context, a token outside the vocabulary) fails
     /// alone; a failed step fails the rows it held, which keep the positions whose steps
     /// completed.
