@@ -705,6 +705,36 @@ fn quench_generated_code_runs_bit_exact_against_the_interpreter() {
     }
 }
 
+/// A load or store sooner than [`quench_sass::codegen::BARRIER_STALL`] cycles after a block
+/// barrier stops the run there: quench's own sample_f32 with the barrier before a shared
+/// load stalling a cycle (on the H100 such a load read a value before another warp's store
+/// landed).
+#[test]
+fn memory_too_soon_after_a_barrier_is_an_error() {
+    let spec = quench_kernels::find("sample_f32").expect("library kernel");
+    let c = case(spec.name, spec.small_params(), quench_testkit::seed());
+    let mut k = compile_own(&c).expect("the code generator compiles sample_f32");
+    let insts: Vec<&mut emu::Inst> = k.code.iter_mut().flatten().collect();
+    let bar = insts
+        .windows(2)
+        .position(|w| w[0].op == "BAR" && matches!(w[1].op.as_str(), "LDS" | "STS"))
+        .expect("sample_f32 loads from shared memory right after a barrier");
+    let mut insts = insts;
+    assert!(insts[bar].control.stall >= quench_sass::codegen::BARRIER_STALL);
+    insts[bar].control.stall = 1;
+    let (at, op) = (insts[bar + 1].addr, insts[bar + 1].op.clone());
+    match run_emu(&k, &c) {
+        Err(EmuError::Hazard { at: a, why }) => {
+            assert_eq!(a, at);
+            assert!(
+                why.starts_with(&format!("{op} 1 cycles after BAR")),
+                "{why}"
+            );
+        }
+        other => panic!("expected a hazard at {at:#x}, got {other:?}"),
+    }
+}
+
 /// Changes an instruction in place; whether it was one it changes.
 type Mutation = fn(&mut emu::Inst) -> bool;
 

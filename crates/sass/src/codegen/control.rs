@@ -29,6 +29,15 @@ const MAX_STALL_WITHOUT_YIELD: u8 = 11;
 /// wrong tokens; with each instruction stalling 8 cycles or more it computed right.
 pub const CONTROL_FLOW_STALL: u8 = 5;
 
+/// The fewest cycles between a block barrier (`BAR.SYNC.DEFER_BLOCKING`, which blocks the
+/// warp only after it issues) and a memory instruction after it: ptxas's code never reads
+/// or writes shared or global memory sooner than 6 cycles after one (127 of its barriers
+/// across the library stall exactly 6 where a load follows). On the H100, quench's code
+/// loading 1 cycle after the barrier read a counter before another warp's store to it
+/// landed (split attention's last block never merged), and was right with that one stall
+/// at 8. The code generator stalls every barrier this long.
+pub const BARRIER_STALL: u8 = 6;
+
 /// Whether `opcode` (a mnemonic's first part) is one that stalls [`CONTROL_FLOW_STALL`].
 pub fn is_control_flow(opcode: &str) -> bool {
     matches!(
@@ -210,9 +219,12 @@ pub fn control(mnemonic: &str) -> Control {
         extra: 0,
     };
     // Two cycles let a variable-latency instruction's scoreboard be set before an
-    // instruction waits on it; control flow takes its own (see `CONTROL_FLOW_STALL`).
+    // instruction waits on it; control flow and barriers take their own (see
+    // `CONTROL_FLOW_STALL`, `BARRIER_STALL`).
     let stall = if is_control_flow(opcode) {
         CONTROL_FLOW_STALL
+    } else if opcode == "BAR" {
+        BARRIER_STALL
     } else if variable {
         2
     } else {

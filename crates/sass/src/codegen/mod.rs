@@ -44,7 +44,7 @@ use crate::error::{Result, SassError};
 use crate::table::Tables;
 use regs::Spills;
 
-pub use control::{is_control_flow, FixedResult, CONTROL_FLOW_STALL, GUARD_LATENCY};
+pub use control::{is_control_flow, FixedResult, BARRIER_STALL, CONTROL_FLOW_STALL, GUARD_LATENCY};
 pub use regs::MAX_REGISTERS;
 
 /// The SASS text (as `quench sass dis` prints it) of `f`'s machine code, with its ABI.

@@ -6,7 +6,9 @@ use super::inst::{Inst, Operand};
 use super::memory::{Memory, Shared};
 use super::warp::{RegRef, Touched, Warp, Written, PT, RZ, URZ};
 use super::{control, copy, float, int, mem, tensor, EmuError};
-use crate::codegen::{is_control_flow, FixedResult, CONTROL_FLOW_STALL, GUARD_LATENCY};
+use crate::codegen::{
+    is_control_flow, FixedResult, BARRIER_STALL, CONTROL_FLOW_STALL, GUARD_LATENCY,
+};
 
 /// What the block scheduler must do after an instruction.
 pub enum Step {
@@ -98,6 +100,14 @@ fn semantics(op: &str) -> Option<Semantics> {
     })
 }
 
+/// Whether `op` reads or writes shared or global memory (see [`BARRIER_STALL`]).
+fn is_memory(op: &str) -> bool {
+    matches!(
+        op,
+        "LDG" | "STG" | "ATOMG" | "ATOMS" | "LDS" | "STS" | "LDSM" | "LDGSTS"
+    )
+}
+
 /// Whether `op` runs once per warp on the uniform datapath.
 fn is_uniform(op: &str) -> bool {
     op.starts_with('U') || op == "S2UR"
@@ -145,6 +155,23 @@ pub fn issue(
                 inst.op, inst.control.stall, CONTROL_FLOW_STALL
             ),
         });
+    }
+    if let Some(bar) = w.barrier_at {
+        if is_memory(&inst.op) && w.cycle < bar + u64::from(BARRIER_STALL) {
+            return Err(EmuError::Hazard {
+                at: inst.addr,
+                why: format!(
+                    "{} {} cycles after BAR: memory is read or written {} cycles after a \
+                     barrier at the earliest",
+                    inst.op,
+                    w.cycle - bar,
+                    BARRIER_STALL
+                ),
+            });
+        }
+    }
+    if inst.op == "BAR" {
+        w.barrier_at = Some(w.cycle);
     }
     w.scoreboard.wait(inst.control.wait);
     w.copies.wait(inst.control.wait, global, shared)?;

@@ -56,6 +56,8 @@ pub struct Warp {
     pub guard_ready: [[u64; PT as usize]; LANES],
     /// Per vector register, the latest fixed-latency write to it.
     pub results: Vec<Option<Written>>,
+    /// The cycle the latest block barrier (`BAR`) issued at.
+    pub barrier_at: Option<u64>,
 }
 
 /// A fixed-latency write: when it issued, for which lanes, what its readers wait for, and
@@ -112,6 +114,7 @@ impl Warp {
             predicate_latency: 0,
             guard_ready: [[0; PT as usize]; LANES],
             results: vec![None; usize::from(RZ)],
+            barrier_at: None,
         }
     }
 
