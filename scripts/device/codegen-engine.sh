@@ -3,9 +3,9 @@
 # llama-3.1-8b checkpoints (bf16) made here by `quench synth`, each checked with `quench
 # check` on `--codegen ptx` and `--codegen sass` (prompts fed one decode step a token, so
 # that the decode step's kernels alone are compared), the decode
-# timed by the check (`--time-tokens`; TOKENS checked tokens a prompt, 24 unless set), and
-# 40 greedy tokens from `quench generate`
-# compared between the two. Receipts: check-SHAPE-CODEGEN.json in $OUT (or receipts/).
+# timed by the check (`--time-tokens`; TOKENS checked tokens a prompt, 24 unless set), the
+# checked greedy token ids and 40 greedy tokens' text from `quench generate` compared
+# between the two. Receipts: check-SHAPE-CODEGEN.json in $OUT (or receipts/).
 # Run from the repository root with the release binary carried (target/release/quench).
 set -uo pipefail
 BIN=${QUENCH_BIN:-target/release/quench}
@@ -26,8 +26,18 @@ for shape in ${SHAPES:-llama-3.2-1b llama-3.1-8b}; do
       --max-tokens 40 --ignore-eos -q "Once upon a time" > "$dir/gen-$cg.txt" \
       || { echo "generate $shape $cg failed"; rm -f "$dir/gen-$cg.txt"; }
   done
-  if [ ! -s "$dir/gen-ptx.txt" ] || [ ! -s "$dir/gen-sass.txt" ]; then echo "$shape: no comparison"
-  elif cmp -s "$dir/gen-ptx.txt" "$dir/gen-sass.txt"; then echo "$shape: the same 40 tokens"
+  if [ ! -e "$dir/gen-ptx.txt" ] || [ ! -e "$dir/gen-sass.txt" ]; then echo "$shape: no comparison"
+  elif cmp -s "$dir/gen-ptx.txt" "$dir/gen-sass.txt"; then echo "$shape: the same text ($(wc -c < "$dir/gen-ptx.txt") bytes)"
   else echo "$shape: the texts differ"; fi
+  # The checked greedy token ids (a seeded checkpoint's tokens often decode to no text).
+  python3 - "$DEST/check-$shape-ptx.json" "$DEST/check-$shape-sass.json" <<'PY'
+import json, sys
+try:
+    ptx, sass = ([p["tokens"] for p in json.load(open(f))["outcome"]["prompts"]] for f in sys.argv[1:3])
+except (OSError, ValueError, KeyError) as e:
+    print("no token ids to compare:", e)
+else:
+    print("the same checked token ids" if ptx == sass else "the checked token ids DIFFER")
+PY
   rm -rf "$dir"
 done

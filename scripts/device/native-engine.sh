@@ -23,6 +23,10 @@ for shape in ${SHAPES:-llama-3.2-1b}; do
       --ignore-eos "Once upon a time" > "$WORK/$shape-$b.txt" 2> "$WORK/$shape-$b.err"
     echo "generate $shape $b: rc=$?; $(tail -1 "$WORK/$shape-$b.err")"
   done
+  # The checks' receipts hold each backend's greedy token ids (a seeded checkpoint's tokens
+  # often decode to no text, so the texts alone can agree without saying anything).
+  timeout 300 "$BIN" check -m "$dir" --device cuda --backend cuda --prompts "$WORK/prompts" \
+    --tokens 16 --receipt "$WORK/$shape-check-cuda.json" > /dev/null 2>&1
   timeout 600 "$BIN" check -m "$dir" --device cuda --backend native --prompts "$WORK/prompts" \
     --tokens 16 --receipt "$DEST/native-check-$shape.json" > "$WORK/$shape-check.txt" 2>&1
   rc=$?
@@ -46,6 +50,15 @@ for shape in shapes:
         rate = re.findall(r"\(([\d.]+) tokens/s\)", err)
         r[b] = {"text": read(f"{work}/{shape}-{b}.txt"), "decode_tokens_per_s": float(rate[-1]) if rate else None}
     r["same_text"] = r["cuda"]["text"] is not None and r["cuda"]["text"] == r["native"]["text"]
+    ids = {}
+    for b, path in (("cuda", f"{work}/{shape}-check-cuda.json"), ("native", f"{dest}/native-check-{shape}.json")):
+        try:
+            ids[b] = [p["tokens"] for p in json.load(open(path))["outcome"]["prompts"]]
+        except (OSError, ValueError, KeyError) as e:
+            ids[b] = None
+            print(f"{shape} {b}: no token ids ({e})")
+        r[b]["check_tokens"] = ids[b]
+    r["same_tokens"] = ids["cuda"] is not None and ids["cuda"] == ids["native"]
     r["check_passed"] = "check passed" in (read(f"{work}/{shape}-check.txt") or "")
     runs[shape] = r
 commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -58,13 +71,14 @@ receipt = {
     "git_commit": commit or "unknown",
     "device": smi,
     "inputs": {"shapes": shapes, "seed": 1, "prompt": "Once upon a time", "tokens": 32},
-    "bound": "the same greedy text on both backends; quench check passes on native",
-    "outcome": {"passed": all(r["same_text"] and r["check_passed"] for r in runs.values()), "runs": runs},
+    "bound": "the same greedy text and the same checked greedy token ids on both backends; quench check passes on native",
+    "outcome": {"passed": all(r["same_text"] and r["same_tokens"] and r["check_passed"] for r in runs.values()), "runs": runs},
 }
 with open(os.path.join(dest, "native-engine.json"), "w") as f:
     json.dump(receipt, f, indent=2)
 for shape, r in runs.items():
     print(shape, "same text" if r["same_text"] else "TEXTS DIFFER",
+          "same token ids" if r["same_tokens"] else "TOKEN IDS DIFFER",
           {b: r[b]["decode_tokens_per_s"] for b in ("cuda", "native")},
           "check passed" if r["check_passed"] else "check FAILED")
 print("receipt:", os.path.join(dest, "native-engine.json"))
