@@ -309,13 +309,16 @@ impl TensorParallel {
         segment: impl Fn(&GpuDecoder, usize) -> Result<(), GpuError>,
     ) -> Result<(), GpuError> {
         let mut combining = Duration::ZERO;
+        // The residual stream the ranks were last given: a rank leaves it as it is between
+        // stops (its products go to the partial buffer), so it need not be read back.
+        let mut residual = None;
         for k in 0..=self.reductions.len() {
             for (r, rank) in self.ranks.iter().enumerate() {
                 segment(rank, k).map_err(|e| self.in_rank(r, e))?;
             }
             if let Some(&reduction) = self.reductions.get(k) {
                 let start = Instant::now();
-                self.combine(stage, reduction, tokens)?;
+                residual = Some(self.combine(stage, reduction, tokens, residual.take())?);
                 combining += start.elapsed();
             }
         }
@@ -378,27 +381,43 @@ impl TensorParallel {
     }
 
     /// Combines the ranks' rows of a step whose rows take `tokens`, as `reduction` says,
-    /// and gives every rank the residual stream that results.
-    fn combine(&self, stage: Stage, reduction: Reduction, tokens: &[u32]) -> Result<(), GpuError> {
+    /// gives every rank the residual stream that results and returns it. `given` is the
+    /// residual the ranks were last given in this step, if any (read from rank 0 if not).
+    fn combine(
+        &self,
+        stage: Stage,
+        reduction: Reduction,
+        tokens: &[u32],
+        given: Option<Vec<f32>>,
+    ) -> Result<Vec<f32>, GpuError> {
         let rows = tokens.len();
         let hidden = self.config.hidden;
         let residual = match reduction {
             Reduction::Gather => {
+                // Only the ranks holding a row's token are read.
                 let share = self.config.vocab / self.ranks.len();
-                let mut all = Vec::with_capacity(self.ranks.len());
-                for rank in &self.ranks {
-                    all.push(rank.rank_read(stage, RankBuffer::Residual, rows)?);
-                }
+                let mut read: Vec<Option<Vec<f32>>> = vec![None; self.ranks.len()];
                 let mut residual = vec![0f32; rows * hidden];
                 for (i, &token) in tokens.iter().enumerate() {
+                    let r = token as usize / share;
+                    let theirs = match &mut read[r] {
+                        Some(rows) => rows,
+                        slot => slot.insert(self.ranks[r].rank_read(
+                            stage,
+                            RankBuffer::Residual,
+                            rows,
+                        )?),
+                    };
                     let row = i * hidden..(i + 1) * hidden;
-                    let theirs = &all[token as usize / share];
                     residual[row.clone()].copy_from_slice(&theirs[row]);
                 }
                 residual
             }
             Reduction::Sum => {
-                let mut residual = self.ranks[0].rank_read(stage, RankBuffer::Residual, rows)?;
+                let mut residual = match given {
+                    Some(residual) => residual,
+                    None => self.ranks[0].rank_read(stage, RankBuffer::Residual, rows)?,
+                };
                 for rank in &self.ranks {
                     let partial = rank.rank_read(stage, RankBuffer::Partial, rows)?;
                     for (r, p) in residual.iter_mut().zip(partial) {
@@ -411,7 +430,7 @@ impl TensorParallel {
         for rank in &self.ranks {
             rank.rank_write(stage, RankBuffer::Residual, &residual)?;
         }
-        Ok(())
+        Ok(residual)
     }
 }
 
