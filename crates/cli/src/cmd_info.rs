@@ -103,8 +103,31 @@ pub fn run(args: &InfoArgs) -> Result<(), String> {
     }
     if info.kind == ModelKind::Causal {
         println!("gpu:          {}", gpu_line(&path));
+        if let Some(n) = args.model.tensor_parallel {
+            println!(
+                "split:        {}",
+                split_line(c, n as usize, info.file_bytes)
+            );
+        }
     }
     Ok(())
+}
+
+/// What each GPU holds with the model split across `ranks` of them (`--tensor-parallel`),
+/// or why it cannot be split so.
+fn split_line(c: &quench_models::arch::ModelConfig, ranks: usize, file_bytes: u64) -> String {
+    match quench_engine::gpu::tensor_parallel_share(c, ranks) {
+        Ok(s) => format!(
+            "{ranks} GPUs, each {} heads ({} key/value), feed-forward {}, vocabulary {} and \
+             about {} of the tensor data (norms whole on every GPU)",
+            s.heads,
+            s.kv_heads,
+            s.ffn,
+            s.vocab,
+            bytes(file_bytes / ranks as u64)
+        ),
+        Err(e) => format!("does not split: {e}"),
+    }
 }
 
 /// How the GPU engine would take the model: every weight as stored, some expanded to f16

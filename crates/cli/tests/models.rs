@@ -100,6 +100,21 @@ fn synthetic_models_work_end_to_end() {
         );
         assert!(info.contains("vocabulary 320"), "{info}");
         assert!(info.contains("BF16 × "), "{info}");
+        // What each GPU of a split holds, or why the model does not split.
+        let out = quench(&["info", &model, "--tensor-parallel", "2"], "", &cache);
+        let info = text(&out.stdout);
+        assert!(
+            info.contains(
+                "split:        2 GPUs, each 2 heads (1 key/value), feed-forward 64, vocabulary 160"
+            ),
+            "{info}"
+        );
+        let out = quench(&["info", &model, "--tensor-parallel", "3"], "", &cache);
+        let info = text(&out.stdout);
+        assert!(
+            info.contains("split:        does not split:") && info.contains("do not divide by 3"),
+            "{info}"
+        );
 
         let logits = dir.join(format!("{arch}-logits.json"));
         let out = generate(

@@ -128,6 +128,16 @@ pub(crate) fn decoder_from(
     )?)
 }
 
+/// The narrower model each of `ranks` GPUs runs when `config`'s model is split across them
+/// (`--tensor-parallel`), or why the model does not divide by `ranks`.
+pub fn tensor_parallel_share(
+    config: &quench_models::arch::ModelConfig,
+    ranks: usize,
+) -> std::result::Result<quench_models::arch::ModelConfig, GpuError> {
+    tensor_parallel::check_degree(config, ranks)?;
+    Ok(tensor_parallel::share_config(config, ranks))
+}
+
 /// Puts the decoder of the open checkpoint `ckpt` on `ranks` devices, a share on each
 /// ([`TensorParallel`]): GPUs `ordinal .. ordinal + ranks` of `backend`, or as many
 /// interpreters.

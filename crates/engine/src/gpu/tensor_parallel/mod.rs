@@ -41,7 +41,7 @@ use super::stored::StoredTensors;
 use crate::backend::{own, Decode, Rows, Sequence};
 use crate::error::{EngineError, Result};
 
-pub(crate) use shard::check_degree;
+pub(crate) use shard::{check_degree, share_config};
 
 /// A decoder split across ranks, each on its own executor.
 pub struct TensorParallel {
