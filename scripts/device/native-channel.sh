@@ -37,7 +37,10 @@
 # contract on the native backend, with ptxas's code and with quench's own, and a kernel
 # storing 16 GiB past its allocation, which must come back as an error naming it, after
 # which the contract passes again on the same executor; and the contract on two threads
-# at once, each with its own executor and channel; ptxas from QUENCH_PTXAS, PATH or the
+# at once, each with its own executor and channel; and the latency table: an almost empty
+# kernel launched and waited for, 1,000 launched back to back, a captured graph of 195
+# launches replayed, and 256 MiB copies each way and on the device, through libcuda and
+# through the native backend in one process; ptxas from QUENCH_PTXAS, PATH or the
 # nvidia-cuda-nvcc wheel).
 #
 # Writes under $OUT (or the repository when OUT is unset):
@@ -95,6 +98,9 @@ def read(name):
 
 out = read("out")
 steps = [l for l in out.splitlines() if l.startswith(("native-channel: ", "native-dispatch: "))]
+# "latency-table: BACKEND | WHAT | VALUE" rows of the latency test.
+table = [[c.strip() for c in l.split("latency-table:", 1)[1].split("|")]
+         for l in out.splitlines() if "latency-table:" in l]
 try:
     binary_sha = hashlib.sha256(open(binary, "rb").read()).hexdigest() if binary != "cargo" else None
 except OSError as e:
@@ -117,10 +123,12 @@ receipt = {
              "within 5 s of the doorbell; every element a kernel writes equals 3 x[i] + i; "
              "the executor contract's checks pass on the native backend (ptxas's and "
              "quench's own code); a faulting kernel is an error naming it, and the contract "
-             "passes after it on the same executor; and on two threads at once",
+             "passes after it on the same executor; and on two threads at once; the "
+             "latency test's kernel writes its ones and its copies keep their bytes",
     "outcome": {
         "passed": rc == 0 and "test result: ok. 2 passed" in out
-                  and "test result: ok. 4 passed" in out,
+                  and "test result: ok. 5 passed" in out,
+        "latency_table": table,
         "exit_status": rc,
         "steps_passed": steps,
         "output": out[-20000:],

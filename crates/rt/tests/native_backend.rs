@@ -107,3 +107,130 @@ fn two_threads_submit_on_their_own_channels_at_once() {
     }
     println!("native-threads: the contract passed on two threads at once");
 }
+
+/// `p[tid] = 1` for one warp: a kernel whose cost is its launch.
+fn touch() -> quench_ir::Function {
+    use quench_ir::{AddrSpace, Builder, Scalar, Type};
+    let mut k = Builder::new("touch", 32);
+    let p = k.param("p", Type::Ptr(AddrSpace::Global, Scalar::F32));
+    let tid = k.tid_x();
+    let at = k.ptr_add(p, tid);
+    let one = k.const_f32(1.0);
+    k.store(at, one);
+    k.finish().expect("the kernel builds")
+}
+
+/// Launches a decode step holds, for the graph's row of the table.
+const STEP_LAUNCHES: usize = 195;
+
+/// The median of `runs` timings of `f`, in microseconds, after `warm` untimed runs.
+fn median_us(warm: usize, runs: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..warm {
+        f();
+    }
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            f();
+            start.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[runs / 2]
+}
+
+/// One backend's rows of the latency table: an almost empty kernel launched and waited
+/// for, launched 1,000 times back to back, and a captured graph of [`STEP_LAUNCHES`]
+/// launches replayed; then the bandwidth of 256 MiB copies each way and on the device.
+fn latency_rows(ex: &mut dyn quench_rt::Executor, backend: &str) {
+    use quench_rt::{Arg, Launch, StreamId};
+    let row =
+        |what: &str, value: String| println!("latency-table: {backend:<6} | {what:<46} | {value}");
+    let k = ex.load(&touch()).expect("the kernel loads");
+    let p = ex.alloc(128).expect("an allocation");
+    ex.copy_to_device(p, &[0u8; 128]).expect("zeroed");
+    let args = [Arg::Ptr(p)];
+    let one = Launch::linear(1, 32);
+    let s = StreamId::DEFAULT;
+    let waited = median_us(20, 200, || {
+        ex.launch(k, &one, &args, s).expect("a launch");
+        ex.synchronize().expect("it finishes");
+    });
+    let mut out = [0u8; 128];
+    ex.copy_to_host(p, &mut out).expect("read back");
+    assert!(
+        out.chunks_exact(4)
+            .all(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]) == 1.0),
+        "{backend}: the kernel did not write its warp's ones"
+    );
+    row(
+        "one launch, submitted and waited for",
+        format!("{waited:.1} µs"),
+    );
+    let back_to_back = median_us(1, 5, || {
+        for _ in 0..1000 {
+            ex.launch(k, &one, &args, s).expect("a launch");
+        }
+        ex.synchronize().expect("they finish");
+    }) / 1000.0;
+    row(
+        "1,000 launches back to back, each",
+        format!("{back_to_back:.2} µs"),
+    );
+    let stream = ex.create_stream().expect("a stream");
+    ex.begin_capture(stream).expect("capture begins");
+    for _ in 0..STEP_LAUNCHES {
+        ex.launch(k, &one, &args, stream)
+            .expect("a recorded launch");
+    }
+    let graph = ex.end_capture(stream).expect("capture ends");
+    let replay = median_us(10, 100, || {
+        ex.replay(graph, stream).expect("a replay");
+        ex.synchronize().expect("it finishes");
+    });
+    row(
+        &format!("graph of {STEP_LAUNCHES} launches, replayed and waited for"),
+        format!(
+            "{replay:.1} µs ({:.2} µs a launch)",
+            replay / STEP_LAUNCHES as f64
+        ),
+    );
+    ex.release_graph(graph).expect("released");
+    const BYTES: usize = 256 << 20;
+    let host = vec![0x5au8; BYTES];
+    let mut back = vec![0u8; BYTES];
+    let a = ex.alloc(BYTES as u64).expect("256 MiB");
+    let b = ex.alloc(BYTES as u64).expect("256 MiB");
+    let gbps = |us: f64| format!("{:.1} GB/s", BYTES as f64 / us / 1e3);
+    let up = median_us(1, 3, || ex.copy_to_device(a, &host).expect("a copy up"));
+    row("copy host to device, 256 MiB", gbps(up));
+    let down = median_us(1, 3, || ex.copy_to_host(a, &mut back).expect("a copy down"));
+    row("copy device to host, 256 MiB", gbps(down));
+    assert!(back == host, "{backend}: the copies changed the bytes");
+    let across = median_us(1, 3, || {
+        ex.copy_device_to_device(b, a, BYTES as u64)
+            .expect("a copy across");
+        ex.synchronize().expect("it finishes");
+    });
+    row(
+        "copy device to device, 256 MiB (read + write)",
+        gbps(across / 2.0),
+    );
+    for q in [p, a, b] {
+        ex.free(q).expect("freed");
+    }
+}
+
+/// The latency table: the same launches and copies through libcuda and through
+/// the native backend, on the same GPU, in one process.
+#[test]
+#[ignore = "needs an NVIDIA GPU, libcuda and the open kernel module: scripts/device/native-channel.sh"]
+fn latency_table_on_the_gpu() {
+    let mut cuda = match quench_rt::CudaExecutor::new(0) {
+        Ok(ex) => ex,
+        Err(e) => panic!("this test needs libcuda and a GPU: {e}"),
+    };
+    latency_rows(&mut cuda, "cuda");
+    drop(cuda);
+    latency_rows(&mut gpu(Codegen::Ptx), "native");
+}
