@@ -39,8 +39,9 @@
 # which the contract passes again on the same executor; and the contract on two threads
 # at once, each with its own executor and channel; and the latency table: an almost empty
 # kernel launched and waited for, 1,000 launched back to back, a captured graph of 195
-# launches replayed, and 256 MiB copies each way and on the device, through libcuda and
-# through the native backend in one process; ptxas from QUENCH_PTXAS, PATH or the
+# launches replayed, kernels of different shared memory launched in turn, 256 MiB copies
+# each way and on the device, and a copy kernel's bandwidth, through libcuda and through
+# the native backend in one process; ptxas from QUENCH_PTXAS, PATH or the
 # nvidia-cuda-nvcc wheel).
 #
 # Writes under $OUT (or the repository when OUT is unset):

@@ -120,6 +120,40 @@ fn touch() -> quench_ir::Function {
     k.finish().expect("the kernel builds")
 }
 
+/// `y[i] = x[i]`, a thread an element (blocks of 256): a kernel whose cost is memory.
+fn copy_f32() -> quench_ir::Function {
+    use quench_ir::{AddrSpace, Builder, Scalar, Type};
+    let mut k = Builder::new("copy_f32", 256);
+    let x = k.param("x", Type::Ptr(AddrSpace::Global, Scalar::F32));
+    let y = k.param("y", Type::Ptr(AddrSpace::Global, Scalar::F32));
+    let block = k.ctaid_x();
+    let first = k.mul_const(block, 256);
+    let tid = k.tid_x();
+    let i = k.add(first, tid);
+    let from = k.ptr_add(x, i);
+    let v = k.load(Type::F32, from);
+    let to = k.ptr_add(y, i);
+    k.store(to, v);
+    k.finish().expect("the kernel builds")
+}
+
+/// [`touch`] through `floats` f32 of shared memory a block: kernels that differ only in
+/// the shared memory they ask for.
+fn touch_shared(floats: u32) -> quench_ir::Function {
+    use quench_ir::{AddrSpace, Builder, Scalar, Type};
+    let mut k = Builder::new(&format!("touch_shared_{floats}"), 32);
+    let p = k.param("p", Type::Ptr(AddrSpace::Global, Scalar::F32));
+    let s = k.shared_array("s", Scalar::F32, floats, 16);
+    let tid = k.tid_x();
+    let mine = k.ptr_add(s, tid);
+    let one = k.const_f32(1.0);
+    k.store(mine, one);
+    let v = k.load(Type::F32, mine);
+    let at = k.ptr_add(p, tid);
+    k.store(at, v);
+    k.finish().expect("the kernel builds")
+}
+
 /// Launches a decode step holds, for the graph's row of the table.
 const STEP_LAUNCHES: usize = 195;
 
@@ -141,11 +175,12 @@ fn median_us(warm: usize, runs: usize, mut f: impl FnMut()) -> f64 {
 
 /// One backend's rows of the latency table: an almost empty kernel launched and waited
 /// for, launched 1,000 times back to back, and a captured graph of [`STEP_LAUNCHES`]
-/// launches replayed; then the bandwidth of 256 MiB copies each way and on the device.
+/// launches replayed; two kernels asking for different shared memory launched in turn;
+/// then the bandwidth of 256 MiB copies each way and on the device, and of a copy kernel.
 fn latency_rows(ex: &mut dyn quench_rt::Executor, backend: &str) {
     use quench_rt::{Arg, Launch, StreamId};
     let row =
-        |what: &str, value: String| println!("latency-table: {backend:<6} | {what:<46} | {value}");
+        |what: &str, value: String| println!("latency-table: {backend:<6} | {what:<50} | {value}");
     let k = ex.load(&touch()).expect("the kernel loads");
     let p = ex.alloc(128).expect("an allocation");
     ex.copy_to_device(p, &[0u8; 128]).expect("zeroed");
@@ -196,6 +231,20 @@ fn latency_rows(ex: &mut dyn quench_rt::Executor, backend: &str) {
         ),
     );
     ex.release_graph(graph).expect("released");
+    // Kernels asking for different shared memory one after another, as a decode step's do.
+    let small = ex.load(&touch_shared(32)).expect("the kernel loads");
+    let large = ex.load(&touch_shared(10240)).expect("the kernel loads");
+    let alternating = median_us(1, 5, || {
+        for j in 0..1000 {
+            let k = if j % 2 == 0 { small } else { large };
+            ex.launch(k, &one, &args, s).expect("a launch");
+        }
+        ex.synchronize().expect("they finish");
+    }) / 1000.0;
+    row(
+        "1,000 launches of 128 B and 40 KiB of shared, each",
+        format!("{alternating:.2} µs"),
+    );
     const BYTES: usize = 256 << 20;
     let host = vec![0x5au8; BYTES];
     let mut back = vec![0u8; BYTES];
@@ -216,6 +265,21 @@ fn latency_rows(ex: &mut dyn quench_rt::Executor, backend: &str) {
         "copy device to device, 256 MiB (read + write)",
         gbps(across / 2.0),
     );
+    let copy = ex.load(&copy_f32()).expect("the kernel loads");
+    let blocks = (BYTES / 4 / 256) as u32;
+    let kernel = median_us(2, 5, || {
+        ex.launch(
+            copy,
+            &Launch::linear(blocks, 256),
+            &[Arg::Ptr(a), Arg::Ptr(b)],
+            s,
+        )
+        .expect("a launch");
+        ex.synchronize().expect("it finishes");
+    });
+    row("copy kernel, 256 MiB (read + write)", gbps(kernel / 2.0));
+    ex.copy_to_host(b, &mut back).expect("a copy down");
+    assert!(back == host, "{backend}: the copy kernel changed the bytes");
     for q in [p, a, b] {
         ex.free(q).expect("freed");
     }
