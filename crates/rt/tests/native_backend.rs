@@ -202,12 +202,17 @@ fn latency_rows(ex: &mut dyn quench_rt::Executor, backend: &str) {
         "one launch, submitted and waited for",
         format!("{waited:.1} µs"),
     );
-    let back_to_back = median_us(1, 5, || {
-        for _ in 0..1000 {
-            ex.launch(k, &one, &args, s).expect("a launch");
-        }
-        ex.synchronize().expect("they finish");
-    }) / 1000.0;
+    // 1,000 launches of `kernels` in turn, then one wait: the time of each.
+    let in_turn = |ex: &mut dyn quench_rt::Executor, kernels: &[quench_rt::KernelId]| {
+        median_us(1, 5, || {
+            for j in 0..1000 {
+                ex.launch(kernels[j % kernels.len()], &one, &args, s)
+                    .expect("a launch");
+            }
+            ex.synchronize().expect("they finish");
+        }) / 1000.0
+    };
+    let back_to_back = in_turn(ex, &[k]);
     row(
         "1,000 launches back to back, each",
         format!("{back_to_back:.2} µs"),
@@ -234,13 +239,7 @@ fn latency_rows(ex: &mut dyn quench_rt::Executor, backend: &str) {
     // Kernels asking for different shared memory one after another, as a decode step's do.
     let small = ex.load(&touch_shared(32)).expect("the kernel loads");
     let large = ex.load(&touch_shared(10240)).expect("the kernel loads");
-    let alternating = median_us(1, 5, || {
-        for j in 0..1000 {
-            let k = if j % 2 == 0 { small } else { large };
-            ex.launch(k, &one, &args, s).expect("a launch");
-        }
-        ex.synchronize().expect("they finish");
-    }) / 1000.0;
+    let alternating = in_turn(ex, &[small, large]);
     row(
         "1,000 launches of 128 B and 40 KiB of shared, each",
         format!("{alternating:.2} µs"),

@@ -714,12 +714,11 @@ fn memory_too_soon_after_a_barrier_is_an_error() {
     let spec = quench_kernels::find("sample_f32").expect("library kernel");
     let c = case(spec.name, spec.small_params(), quench_testkit::seed());
     let mut k = compile_own(&c).expect("the code generator compiles sample_f32");
-    let insts: Vec<&mut emu::Inst> = k.code.iter_mut().flatten().collect();
+    let mut insts: Vec<&mut emu::Inst> = k.code.iter_mut().flatten().collect();
     let bar = insts
         .windows(2)
         .position(|w| w[0].op == "BAR" && matches!(w[1].op.as_str(), "LDS" | "STS"))
         .expect("sample_f32 loads from shared memory right after a barrier");
-    let mut insts = insts;
     assert!(insts[bar].control.stall >= quench_sass::codegen::BARRIER_STALL);
     insts[bar].control.stall = 1;
     let (at, op) = (insts[bar + 1].addr, insts[bar + 1].op.clone());

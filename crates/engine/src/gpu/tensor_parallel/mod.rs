@@ -401,7 +401,7 @@ impl TensorParallel {
                 for (i, &token) in tokens.iter().enumerate() {
                     let r = token as usize / share;
                     let theirs = match &mut read[r] {
-                        Some(rows) => rows,
+                        Some(theirs) => theirs,
                         slot => slot.insert(self.ranks[r].rank_read(
                             stage,
                             RankBuffer::Residual,
