@@ -159,25 +159,39 @@ impl Recorder {
         Ok(GraphId(self.graphs.len() as u32 - 1))
     }
 
+    /// The launches of graph `g`.
+    pub fn graph(&self, g: GraphId) -> Result<&[Recorded], RtError> {
+        self.graphs
+            .get(g.0 as usize)
+            .and_then(|launches| launches.as_deref())
+            .ok_or(RtError::UnknownHandle {
+                kind: "graph",
+                id: g.0 as u64,
+            })
+    }
+
+    /// Where `stream` is capturing, nests graph `g`'s launches in its capture and says
+    /// so; otherwise the graph is to run now.
+    pub fn replay_into_capture(&mut self, g: GraphId, stream: StreamId) -> Result<bool, RtError> {
+        self.check_stream(stream)?;
+        let launches = self.graph(g)?;
+        if !self.captures.contains_key(&stream.0) {
+            return Ok(false);
+        }
+        let launches = launches.to_vec();
+        if let Some(rec) = self.captures.get_mut(&stream.0) {
+            rec.extend(launches);
+        }
+        Ok(true)
+    }
+
     /// The launches of graph `g` to run now on `stream`; none if `stream` is capturing,
     /// which nests them in its capture instead.
     pub fn replay(&mut self, g: GraphId, stream: StreamId) -> Result<Vec<Recorded>, RtError> {
-        self.check_stream(stream)?;
-        let launches =
-            self.graphs
-                .get(g.0 as usize)
-                .cloned()
-                .flatten()
-                .ok_or(RtError::UnknownHandle {
-                    kind: "graph",
-                    id: g.0 as u64,
-                })?;
-        match self.captures.get_mut(&stream.0) {
-            Some(rec) => {
-                rec.extend(launches);
-                Ok(vec![])
-            }
-            None => Ok(launches),
+        if self.replay_into_capture(g, stream)? {
+            Ok(vec![])
+        } else {
+            Ok(self.graph(g)?.to_vec())
         }
     }
 

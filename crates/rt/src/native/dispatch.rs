@@ -34,11 +34,11 @@ use super::memory::{Allocation, Gpu, Placement, Teardown};
 use super::pushbuf::{
     copy, GpEntry, Level, PcasAction, PushBuffer, HOPPER_COMPUTE_A, HOPPER_DMA_COPY_A,
 };
-use super::qmd::QMD_ALIGN;
+use super::qmd::{Qmd, QMD_ALIGN};
 use super::rm::ResourceManager;
 
 /// The subchannel HOPPER_COMPUTE_A is bound to.
-const COMPUTE: u32 = 1;
+pub(super) const COMPUTE: u32 = 1;
 /// The subchannel HOPPER_DMA_COPY_A is bound to.
 const COPY: u32 = 4;
 /// Where each kernel's code starts: a multiple of the instruction cache's line.
@@ -161,6 +161,13 @@ impl Geometry {
     }
 }
 
+/// A launch ready for its QMD: what the QMD says, constant bank 0 and the code's address.
+pub(super) struct Prepared {
+    pub launch: KernelLaunch,
+    pub bank0: Vec<u8>,
+    pub program_address: u64,
+}
+
 /// The local memory a channel's compute class was given.
 struct LocalMemory<R: ResourceManager> {
     _memory: Allocation<R>,
@@ -218,6 +225,15 @@ impl<R: ResourceManager> Launcher<R> {
         })
     }
 
+    pub(super) fn gpu(&self) -> &Gpu<R> {
+        &self.gpu
+    }
+
+    /// The serial of the first submission the GPU has not finished.
+    pub fn first_unfinished(&self) -> Result<u64, NativeError> {
+        Ok(self.host.read_u64(SEMAPHORE)? + 1)
+    }
+
     /// The channel the launcher submits on.
     pub fn channel(&self) -> &Channel<R> {
         &self.channel
@@ -267,6 +283,42 @@ impl<R: ResourceManager> Launcher<R> {
         timeout: Duration,
     ) -> Result<(), NativeError> {
         self.bind(timeout)?;
+        let prepared = self.prepare(program, kernel, dims, params, timeout)?;
+        let slot = self.next_slot;
+        self.next_slot = (slot + 1) % SLOTS;
+        self.wait(
+            self.slots[slot],
+            &format!("a launch slot for kernel {kernel}"),
+            timeout,
+        )?;
+        let base = slot as u64 * SLOT_BYTES;
+        let state = self.state.gpu_address();
+        let qmd = self.qmd(&prepared, state + base + BANK0_AT)?;
+        self.state.write(base + QMD_AT, &qmd.to_bytes())?;
+        self.state.write(base + BANK0_AT, &prepared.bank0)?;
+
+        let mut push = PushBuffer::new();
+        push.launch(
+            COMPUTE,
+            state + base + QMD_AT,
+            PcasAction::InvalidateCopySchedule,
+        )?;
+        self.slots[slot] = self.submit(push, timeout)?;
+        self.kernels[slot].clear();
+        self.kernels[slot].push_str(kernel);
+        Ok(())
+    }
+
+    /// A launch of `kernel` of `program` described for the QMD, with its constant bank 0;
+    /// gives the compute class more local memory first where the kernel's stack needs it.
+    pub(super) fn prepare(
+        &mut self,
+        program: &Program<R>,
+        kernel: &str,
+        dims: &LaunchDims,
+        params: &[u8],
+        timeout: Duration,
+    ) -> Result<Prepared, NativeError> {
         let launch = KernelLaunch::from_cubin(&program.cubin, kernel, dims, params)?;
         let bank0 = launch.constant_buffer0();
         if BANK0_AT + bank0.len() as u64 > SLOT_BYTES {
@@ -278,44 +330,38 @@ impl<R: ResourceManager> Launcher<R> {
             });
         }
         let stack = stack_bytes(launch.local_bytes_per_thread);
-        if stack > self.local.as_ref().map_or(0, |l| l.per_thread) {
+        if stack > self.local_per_thread() {
             self.give_local_memory(stack, timeout)?;
         }
         let program_address = program
             .entry(kernel)
             .ok_or_else(|| NativeError::Cubin(format!("no code for kernel {kernel}")))?;
-        let slot = self.next_slot;
-        self.next_slot = (slot + 1) % SLOTS;
-        self.wait(
-            self.slots[slot],
-            &format!("a launch slot for kernel {kernel}"),
-            timeout,
-        )?;
-        let base = slot as u64 * SLOT_BYTES;
+        Ok(Prepared {
+            launch,
+            bank0,
+            program_address,
+        })
+    }
+
+    /// The QMD of `p` with its constant bank 0 at `bank0`, its stack laid out in the local
+    /// memory the compute class has now.
+    pub(super) fn qmd(&self, p: &Prepared, bank0: u64) -> Result<Qmd, NativeError> {
         let at = LaunchAddresses {
-            program: program_address,
-            constant_buffer0: self.state.gpu_address() + base + BANK0_AT,
+            program: p.program_address,
+            constant_buffer0: bank0,
             release: None,
         };
-        let mut qmd = launch.qmd_launch(&at);
-        if let Some(local) = self.local.as_ref().filter(|_| stack > 0) {
+        let mut qmd = p.launch.qmd_launch(&at);
+        if stack_bytes(p.launch.local_bytes_per_thread) > 0 {
             // Each thread's share is laid out by the size the compute class was given.
-            qmd.stack_bytes_per_thread = local.per_thread;
+            qmd.stack_bytes_per_thread = self.local_per_thread();
         }
-        let qmd = qmd.pack()?;
-        self.state.write(base + QMD_AT, &qmd.to_bytes())?;
-        self.state.write(base + BANK0_AT, &bank0)?;
+        Ok(qmd.pack()?)
+    }
 
-        let mut push = PushBuffer::new();
-        push.launch(
-            COMPUTE,
-            self.state.gpu_address() + base + QMD_AT,
-            PcasAction::InvalidateCopySchedule,
-        )?;
-        self.slots[slot] = self.submit(push, timeout)?;
-        self.kernels[slot].clear();
-        self.kernels[slot].push_str(kernel);
-        Ok(())
+    /// Local memory per thread the compute class was given (0: none yet).
+    pub(super) fn local_per_thread(&self) -> u32 {
+        self.local.as_ref().map_or(0, |l| l.per_thread)
     }
 
     /// Waits up to `timeout` for everything submitted so far to finish.
@@ -373,7 +419,11 @@ impl<R: ResourceManager> Launcher<R> {
 
     /// Allocates local memory for stacks of `per_thread` bytes and gives it to the
     /// compute class; the previous local memory goes once the GPU has taken the new one.
-    fn give_local_memory(&mut self, per_thread: u32, timeout: Duration) -> Result<(), NativeError> {
+    pub(super) fn give_local_memory(
+        &mut self,
+        per_thread: u32,
+        timeout: Duration,
+    ) -> Result<(), NativeError> {
         // No grid may still be running in the local memory given before.
         self.finish(timeout)?;
         let (per_tpc, total) = self.geometry.local_bytes(per_thread);
@@ -403,7 +453,18 @@ impl<R: ResourceManager> Launcher<R> {
     /// the work before has finished), writes it into the next push buffer region (waiting
     /// up to `timeout` for the submission that had the region to finish) and hands it to
     /// the channel. Returns the serial.
-    fn submit(&mut self, mut push: PushBuffer, timeout: Duration) -> Result<u64, NativeError> {
+    fn submit(&mut self, push: PushBuffer, timeout: Duration) -> Result<u64, NativeError> {
+        self.submit_after(None, push, timeout)
+    }
+
+    /// As [`Launcher::submit`], with the segment `first` (a push buffer elsewhere, such
+    /// as a recorded graph's) handed to the channel just before.
+    pub(super) fn submit_after(
+        &mut self,
+        first: Option<GpEntry>,
+        mut push: PushBuffer,
+        timeout: Duration,
+    ) -> Result<u64, NativeError> {
         let serial = self.serial + 1;
         push.semaphore_release(self.host.gpu_address() + SEMAPHORE, serial)?;
         let bytes = push.to_bytes();
@@ -415,9 +476,9 @@ impl<R: ResourceManager> Launcher<R> {
                 size: PUSH_REGION,
             });
         }
-        // Submissions outstanding stay fewer than the push buffer regions and the
-        // channel's GPFIFO entries.
-        let outstanding = PUSH_REGIONS.min(u64::from(self.channel.entries()) - 1);
+        // Submissions outstanding stay fewer than the push buffer regions and, at up to
+        // two GPFIFO entries each, than the channel's entries.
+        let outstanding = PUSH_REGIONS.min((u64::from(self.channel.entries()) - 1) / 2);
         self.wait(
             serial.saturating_sub(outstanding),
             "a push buffer region",
@@ -425,6 +486,9 @@ impl<R: ResourceManager> Launcher<R> {
         )?;
         let at = PUSH + serial % PUSH_REGIONS * PUSH_REGION;
         self.host.write(at, &bytes)?;
+        if let Some(first) = first {
+            self.channel.submit(first)?;
+        }
         let entry = GpEntry::new(
             self.host.gpu_address() + at,
             push.words().len(),
@@ -477,12 +541,21 @@ impl<R: ResourceManager> Launcher<R> {
     /// The kernel of the submission a fault stopped: the first one whose semaphore was
     /// not released, if it started a grid (the channel runs its work in order).
     fn stopped_kernel(&self) -> Result<Option<String>, NativeError> {
-        let first_unfinished = self.host.read_u64(SEMAPHORE)? + 1;
+        let first_unfinished = self.first_unfinished()?;
         Ok(self
             .slots
             .iter()
             .position(|&s| s == first_unfinished)
             .map(|i| self.kernels[i].clone()))
+    }
+}
+
+#[cfg(test)]
+impl<R: ResourceManager> Launcher<R> {
+    /// For tests over the fake resource manager, which runs nothing: every submission,
+    /// made or to come, counts as finished.
+    pub(super) fn pretend_all_finished(&self) {
+        self.host.write_u64(SEMAPHORE, u64::MAX / 2).unwrap();
     }
 }
 

@@ -6,8 +6,9 @@
 //! all work issued before it, as the contract asks. Memory is the GPU's own, mapped into its address space only; copies go through
 //! a staging buffer in host memory on the copy engine. Kernels come from quench's own
 //! code generator or from ptxas (`Codegen::Ptx`: there is no driver JIT below libcuda).
-//! Events are the GPU's clock (nanoseconds) read through a timestamped semaphore; graphs
-//! are the launches recorded, issued again on replay.
+//! Events are the GPU's clock (nanoseconds) read through a timestamped semaphore; a graph
+//! is written into GPU memory as one push-buffer segment when it is first replayed, and
+//! each replay submits that segment whole.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,6 +22,7 @@ use super::dispatch::{Launcher, Program};
 use super::launch::LaunchDims;
 use super::memory::{Allocation, Gpu, Placement};
 use super::rm::ResourceManager;
+use super::segment::{Segment, SegmentLaunch};
 use super::{query_devices, version, Channel, DeviceFiles, NativeError, DEV_DIR};
 use crate::abi::KernelAbi;
 use crate::alloc_table::Allocations;
@@ -60,6 +62,8 @@ pub struct NativeExecutor<R: ResourceManager = DeviceFiles> {
     /// The GPU's clock when each event was recorded; `None` once released.
     events: Vec<Option<u64>>,
     recorder: Recorder,
+    /// Graphs written as segments, by graph id.
+    segments: BTreeMap<u32, Segment<R>>,
     codegen: Codegen,
 }
 
@@ -119,6 +123,7 @@ impl<R: ResourceManager> NativeExecutor<R> {
             allocs: Allocations::default(),
             events: vec![],
             recorder: Recorder::new(),
+            segments: BTreeMap::new(),
             codegen: Codegen::Ptx,
         })
     }
@@ -167,28 +172,30 @@ impl<R: ResourceManager> NativeExecutor<R> {
     }
 
     fn run(&mut self, r: &Recorded) -> Result<(), RtError> {
-        let kernel = self.kernel(r.kernel)?;
-        check_launch(
-            &kernel.abi,
-            &r.launch,
-            &r.args,
-            &DeviceLimits::SM90,
-            &self.allocs,
-        )?;
-        let mut block = vec![0u8; kernel.param_bytes];
-        for (&(at, size), arg) in kernel.params.iter().zip(&r.args) {
-            block[at..at + size].copy_from_slice(&arg.bits().to_le_bytes()[..size]);
-        }
-        let dims = LaunchDims {
-            grid: r.launch.grid,
-            block: r.launch.block,
-            dynamic_shared_bytes: r.launch.dynamic_shared_bytes,
-        };
-        let kernel = &self.kernels[r.kernel.0 as usize];
+        let l = checked(&self.kernels, &self.allocs, r)?;
         let r = self
             .launcher
-            .start(&kernel.program, &kernel.abi.name, &dims, &block, TIMEOUT);
+            .start(l.program, l.kernel, &l.dims, &l.params, TIMEOUT);
         self.recovering(r)
+    }
+
+    /// Writes graph `g` as a segment if it has not been yet. Its launches are checked as
+    /// they are written (the allocations they name must still live).
+    fn write_segment(&mut self, g: GraphId) -> Result<(), RtError> {
+        if self.segments.contains_key(&g.0) {
+            return Ok(());
+        }
+        let launches = self
+            .recorder
+            .graph(g)?
+            .iter()
+            .map(|r| checked(&self.kernels, &self.allocs, r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let written = self.launcher.record(&launches, TIMEOUT);
+        drop(launches);
+        let segment = self.recovering(written)?;
+        self.segments.insert(g.0, segment);
+        Ok(())
     }
 }
 
@@ -196,8 +203,17 @@ impl<R: ResourceManager> NativeExecutor<R> {
     /// `r`, and where it is the GPU stopping the channel on a fault, a new channel and
     /// launcher in the old one's place first (memory, kernels, streams and graphs stay), so
     /// that the executor goes on working after the error.
-    fn recovering<T>(&mut self, r: Result<T, NativeError>) -> Result<T, RtError> {
-        if let Err(NativeError::ChannelFault { .. }) = &r {
+    fn recovering<T>(&mut self, mut r: Result<T, NativeError>) -> Result<T, RtError> {
+        if let Err(NativeError::ChannelFault { kernel, .. }) = &mut r {
+            if kernel.is_none() {
+                // Stopped inside a graph's segment: the segment knows how far it got.
+                if let Ok(serial) = self.launcher.first_unfinished() {
+                    *kernel = self
+                        .segments
+                        .values()
+                        .find_map(|s| s.unfinished(serial).ok().flatten());
+                }
+            }
             let fresh = Channel::create(&self.gpu, RING_ENTRIES)
                 .and_then(|channel| Launcher::new(&self.gpu, channel));
             // Where even that fails, the next operation meets the fault and tries again.
@@ -207,6 +223,31 @@ impl<R: ResourceManager> NativeExecutor<R> {
         }
         Ok(r?)
     }
+}
+
+/// `r` checked against its kernel and the live allocations `allocs`: what the launcher
+/// needs.
+fn checked<'a, R: ResourceManager>(
+    kernels: &'a [NativeKernel<R>],
+    allocs: &Allocations,
+    r: &Recorded,
+) -> Result<SegmentLaunch<'a, R>, RtError> {
+    let kernel = handles::kernel(kernels, r.kernel)?;
+    check_launch(&kernel.abi, &r.launch, &r.args, &DeviceLimits::SM90, allocs)?;
+    let mut params = vec![0u8; kernel.param_bytes];
+    for (&(at, size), arg) in kernel.params.iter().zip(&r.args) {
+        params[at..at + size].copy_from_slice(&arg.bits().to_le_bytes()[..size]);
+    }
+    Ok(SegmentLaunch {
+        program: &kernel.program,
+        kernel: &kernel.abi.name,
+        dims: LaunchDims {
+            grid: r.launch.grid,
+            block: r.launch.block,
+            dynamic_shared_bytes: r.launch.dynamic_shared_bytes,
+        },
+        params,
+    })
 }
 
 /// `f` as a cubin: quench's own code, or ptxas's from the PTX.
@@ -413,14 +454,24 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
     }
 
     fn replay(&mut self, g: GraphId, stream: StreamId) -> Result<(), RtError> {
-        for r in &self.recorder.replay(g, stream)? {
-            self.run(r)?;
+        if self.recorder.replay_into_capture(g, stream)? {
+            return Ok(());
         }
-        Ok(())
+        self.write_segment(g)?;
+        let segment = self.segments.get_mut(&g.0).expect("written above");
+        let r = self.launcher.replay(segment, TIMEOUT);
+        self.recovering(r)
     }
 
     fn release_graph(&mut self, g: GraphId) -> Result<(), RtError> {
-        self.recorder.release(g)
+        self.recorder.release(g)?;
+        if let Some(segment) = self.segments.remove(&g.0) {
+            // Its memory goes once no replay of it still runs.
+            let r = self.launcher.finish(TIMEOUT);
+            drop(segment);
+            self.recovering(r)?;
+        }
+        Ok(())
     }
 
     fn synchronize(&mut self) -> Result<(), RtError> {

@@ -69,6 +69,7 @@ pub mod pushbuf;
 pub mod qmd;
 mod query;
 mod rm;
+mod segment;
 pub mod status;
 pub mod version;
 

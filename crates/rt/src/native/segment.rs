@@ -1,0 +1,316 @@
+//! Graphs as push-buffer segments: a captured sequence of launches written once into GPU
+//! memory (every launch's QMD and constant bank 0, and the push buffer that starts the
+//! grids in turn), so that a replay is one GPFIFO entry instead of a submission a launch.
+//!
+//! The segment's memory: a progress word at 0, which the GPU sets to the number of
+//! launches finished as it goes (so a fault names the kernel it stopped in); each
+//! launch's QMD and then its constant bank 0; then the push buffer: the progress reset,
+//! and for each launch `SEND_PCAS` and a release of the progress word once the grid has
+//! finished (`RELEASE_WFI`), which keeps the next grid from starting before, as separate
+//! submissions do.
+
+use std::time::Duration;
+
+use super::dispatch::{Launcher, Prepared, Program, COMPUTE};
+use super::error::NativeError;
+use super::launch::{stack_bytes, LaunchDims};
+use super::memory::{Allocation, Placement};
+use super::pushbuf::{GpEntry, Level, PcasAction, PushBuffer};
+use super::qmd::{QMD_ALIGN, QMD_BYTES};
+use super::rm::ResourceManager;
+
+/// Where the progress word lies, and where the launches start.
+const PROGRESS: u64 = 0;
+const FIRST_LAUNCH: u64 = QMD_ALIGN;
+/// Constant bank 0 after its QMD, at the next 64-byte boundary the QMD allows.
+const BANK0_AFTER_QMD: u64 = (QMD_BYTES as u64).next_multiple_of(64);
+
+/// One launch of a segment to be: a kernel of a loaded program, its grid and parameters.
+pub struct SegmentLaunch<'a, R: ResourceManager> {
+    pub program: &'a Program<R>,
+    pub kernel: &'a str,
+    pub dims: LaunchDims,
+    pub params: Vec<u8>,
+}
+
+/// A recorded segment; [`Launcher::replay`] runs it.
+pub struct Segment<R: ResourceManager> {
+    memory: Allocation<R>,
+    launches: Vec<Written>,
+    push_at: u64,
+    push_words: usize,
+    /// The largest stack of its launches, and the local memory per thread the QMDs were
+    /// written for (which matters only where a launch has a stack).
+    stack: u32,
+    per_thread: u32,
+    /// The serial of the latest replay's submission.
+    last_serial: u64,
+}
+
+/// A launch as written into the segment's memory.
+struct Written {
+    prepared: Prepared,
+    kernel: String,
+    qmd_at: u64,
+}
+
+impl Written {
+    fn bank0_at(&self) -> u64 {
+        self.qmd_at + BANK0_AFTER_QMD
+    }
+}
+
+impl<R: ResourceManager> Launcher<R> {
+    /// Writes `launches` into GPU memory as one segment; waits up to `timeout` where the
+    /// compute class must first be bound or given local memory.
+    pub fn record(
+        &mut self,
+        launches: &[SegmentLaunch<'_, R>],
+        timeout: Duration,
+    ) -> Result<Segment<R>, NativeError> {
+        self.bind(timeout)?;
+        let mut written = Vec::with_capacity(launches.len());
+        let mut end = FIRST_LAUNCH;
+        for l in launches {
+            let prepared = self.prepare(l.program, l.kernel, &l.dims, &l.params, timeout)?;
+            let qmd_at = end;
+            end = (qmd_at + BANK0_AFTER_QMD + prepared.bank0.len() as u64)
+                .next_multiple_of(QMD_ALIGN);
+            written.push(Written {
+                prepared,
+                kernel: l.kernel.to_string(),
+                qmd_at,
+            });
+        }
+        // Stacks are laid out by the local memory given last, which the largest needs.
+        let stack = written
+            .iter()
+            .map(|w| stack_bytes(w.prepared.launch.local_bytes_per_thread))
+            .max()
+            .unwrap_or(0);
+        let per_thread = self.local_per_thread();
+
+        // The push buffer goes after the launches; its length does not depend on where.
+        let push_at = end;
+        let push_words = push_buffer(0, &written)?.words().len();
+        let memory =
+            self.gpu()
+                .allocate(push_at + 4 * push_words as u64, Placement::Device, true)?;
+        for w in &written {
+            let qmd = self.qmd(&w.prepared, memory.gpu_address() + w.bank0_at())?;
+            memory.write(w.qmd_at, &qmd.to_bytes())?;
+            memory.write(w.bank0_at(), &w.prepared.bank0)?;
+        }
+        let push = push_buffer(memory.gpu_address(), &written)?;
+        memory.write(push_at, &push.to_bytes())?;
+        Ok(Segment {
+            memory,
+            launches: written,
+            push_at,
+            push_words,
+            stack,
+            per_thread,
+            last_serial: 0,
+        })
+    }
+
+    /// Runs `segment` after the work submitted before, as one GPFIFO entry; waits up to
+    /// `timeout` only where the compute class's local memory changed since the segment
+    /// was written (its stacks are laid out again) or a push buffer region is in use.
+    pub fn replay(
+        &mut self,
+        segment: &mut Segment<R>,
+        timeout: Duration,
+    ) -> Result<(), NativeError> {
+        self.bind(timeout)?;
+        if segment.stack > 0 {
+            // A launcher made since (after a fault) has no local memory yet.
+            if segment.stack > self.local_per_thread() {
+                self.give_local_memory(segment.stack, timeout)?;
+            }
+            let now = self.local_per_thread();
+            if now != segment.per_thread {
+                // The grids of an earlier replay may still read the QMDs.
+                self.finish(timeout)?;
+                for w in &segment.launches {
+                    let bank0 = segment.memory.gpu_address() + w.bank0_at();
+                    let qmd = self.qmd(&w.prepared, bank0)?;
+                    segment.memory.write(w.qmd_at, &qmd.to_bytes())?;
+                }
+                segment.per_thread = now;
+            }
+        }
+        let entry = GpEntry::new(
+            segment.memory.gpu_address() + segment.push_at,
+            segment.push_words,
+            Level::Main,
+        )?;
+        segment.last_serial = self.submit_after(Some(entry), PushBuffer::new(), timeout)?;
+        Ok(())
+    }
+}
+
+impl<R: ResourceManager> Segment<R> {
+    /// Launches in the segment.
+    pub fn len(&self) -> usize {
+        self.launches.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.launches.is_empty()
+    }
+
+    /// Where the submission `serial` is this segment's latest replay, the kernel it has
+    /// not finished: its name and place in the segment.
+    pub fn unfinished(&self, serial: u64) -> Result<Option<String>, NativeError> {
+        if serial != self.last_serial || self.launches.is_empty() {
+            return Ok(None);
+        }
+        let done = self.memory.read_u64(PROGRESS)? as usize;
+        Ok(self.launches.get(done).map(|w| {
+            format!(
+                "{} (launch {} of {} in a graph)",
+                w.kernel,
+                done + 1,
+                self.launches.len()
+            )
+        }))
+    }
+}
+
+/// The push buffer of a segment whose memory is at `base`: the progress reset, then each
+/// launch and the progress released once its grid has finished.
+fn push_buffer(base: u64, written: &[Written]) -> Result<PushBuffer, NativeError> {
+    let mut push = PushBuffer::new();
+    push.semaphore_release(base + PROGRESS, 0)?;
+    for (i, w) in written.iter().enumerate() {
+        push.launch(COMPUTE, base + w.qmd_at, PcasAction::InvalidateCopySchedule)?;
+        push.semaphore_release(base + PROGRESS, i as u64 + 1)?;
+    }
+    Ok(push)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::channel::Channel;
+    use super::super::fake::{FakeRm, H200};
+    use super::super::memory::tests::DRIVER;
+    use super::super::memory::Gpu;
+    use super::super::pushbuf::compute;
+    use super::*;
+    use quench_sass::build::{build, KernelDesc, Param};
+    use quench_sass::cubin::PARAM_BASE;
+    use std::rc::Rc;
+
+    const T: Duration = Duration::from_millis(50);
+
+    /// A kernel `scale(p, n)` whose code is sm_90's `EXIT` (nvdisasm's encoding): what
+    /// it does does not matter to where its launches are written.
+    fn program(gpu: &Gpu<FakeRm>) -> Program<FakeRm> {
+        let mut text = 0x0000_0000_0000_794du64.to_le_bytes().to_vec();
+        text.extend_from_slice(&0x000f_ea00_0380_0000u64.to_le_bytes());
+        let cubin = build(&KernelDesc {
+            name: "scale".into(),
+            text,
+            params: vec![Param::pointer(), Param::scalar(4)],
+            registers: 16,
+            shared_bytes: 0,
+            frame_bytes: 0,
+            barriers: 0,
+            exit_offsets: vec![0],
+            max_threads: None,
+            subroutines: vec![],
+        })
+        .unwrap();
+        Program::load(gpu, &cubin).unwrap()
+    }
+
+    fn word(bytes: &[u8], i: usize) -> u32 {
+        u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap())
+    }
+
+    #[test]
+    fn a_graph_is_written_once_and_replayed_as_one_gpfifo_entry() {
+        let rm = Rc::new(FakeRm::new(DRIVER, vec![H200]));
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        let mut launcher = Launcher::new(&gpu, Channel::create(&gpu, 64).unwrap()).unwrap();
+        launcher.pretend_all_finished();
+        let program = program(&gpu);
+        let live = rm.live_objects().len();
+        let launches: Vec<_> = (1..=3u32)
+            .map(|i| SegmentLaunch {
+                program: &program,
+                kernel: "scale",
+                dims: LaunchDims {
+                    grid: [10 * i, 1, 1],
+                    block: [128, 1, 1],
+                    dynamic_shared_bytes: 0,
+                },
+                params: [[i as u8; 8].as_slice(), &i.to_le_bytes()].concat(),
+            })
+            .collect();
+        let mut segment = launcher.record(&launches, T).unwrap();
+        assert_eq!(segment.len(), 3);
+        assert_eq!(
+            rm.live_objects().len(),
+            live + 2,
+            "one allocation and its range"
+        );
+
+        // Each launch's QMD names its grid and its own constant bank 0, which holds its
+        // parameters; the push buffer starts the three grids in order.
+        let base = segment.memory.gpu_address();
+        let mut bytes = vec![0u8; segment.memory.size() as usize];
+        segment.memory.read(0, &mut bytes).unwrap();
+        let push: Vec<u32> = (0..segment.push_words)
+            .map(|i| word(&bytes, segment.push_at as usize / 4 + i))
+            .collect();
+        let mut started = vec![];
+        for (i, w) in push.iter().enumerate() {
+            // An incrementing method header (SEC_OP 1) for SEND_PCAS_A on the compute
+            // subchannel, one data word.
+            if *w == (1 << 29) | (1 << 16) | (COMPUTE << 13) | (compute::SEND_PCAS_A >> 2) {
+                started.push(u64::from(push[i + 1]) << 8);
+            }
+        }
+        let qmds: Vec<u64> = segment.launches.iter().map(|w| base + w.qmd_at).collect();
+        assert_eq!(started, qmds);
+        for (i, w) in segment.launches.iter().enumerate() {
+            let q = w.qmd_at as usize / 4;
+            assert_eq!(
+                word(&bytes, q + 1024 / 32),
+                10 * (i as u32 + 1),
+                "GRID_WIDTH"
+            );
+            let bank0 = u64::from(word(&bytes, q + 1536 / 32)) << 6;
+            assert_eq!(
+                bank0,
+                base + w.bank0_at(),
+                "CONSTANT_BUFFER0_ADDR_LOWER_SHIFTED6"
+            );
+            let p = w.bank0_at() as usize + PARAM_BASE as usize;
+            assert_eq!(bytes[p..p + 8], [i as u8 + 1; 8]);
+            assert_eq!(word(&bytes, p / 4 + 2), i as u32 + 1);
+        }
+
+        // A replay is the segment's entry and then the host's semaphore release.
+        let entry_at = |l: &Launcher<FakeRm>, e: u64| l.channel().ring().read_u64(8 * e).unwrap();
+        let before = (0..64).take_while(|&e| entry_at(&launcher, e) != 0).count() as u64;
+        launcher.replay(&mut segment, T).unwrap();
+        let ring = launcher.channel().ring();
+        let entry = GpEntry::new(base + segment.push_at, segment.push_words, Level::Main).unwrap();
+        assert_eq!(ring.read_u64(8 * before).unwrap(), entry.to_u64());
+        assert_ne!(ring.read_u64(8 * (before + 1)).unwrap(), 0);
+        assert_eq!(ring.read_u64(8 * (before + 2)).unwrap(), 0);
+
+        // Stopped after the first grid: the second is named.
+        segment.memory.write_u64(PROGRESS, 1).unwrap();
+        assert_eq!(
+            segment.unfinished(segment.last_serial).unwrap().as_deref(),
+            Some("scale (launch 2 of 3 in a graph)")
+        );
+        assert_eq!(segment.unfinished(segment.last_serial + 1).unwrap(), None);
+        drop(segment);
+        assert_eq!(rm.live_objects().len(), live);
+    }
+}
