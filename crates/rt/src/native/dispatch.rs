@@ -161,6 +161,10 @@ impl Geometry {
     }
 }
 
+/// A copy started on the copy engine, to be waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyTicket(u32);
+
 /// A launch ready for its QMD: what the QMD says, constant bank 0 and the code's address.
 pub(super) struct Prepared {
     pub launch: KernelLaunch,
@@ -197,6 +201,8 @@ pub struct Launcher<R: ResourceManager> {
     serial: u64,
     /// Copies submitted: the copy engine's semaphore after the latest.
     copies: u32,
+    /// The serial of the latest submission that started grids.
+    grids: u64,
     /// Whether the compute class is bound and the windows placed.
     bound: bool,
 }
@@ -221,12 +227,18 @@ impl<R: ResourceManager> Launcher<R> {
             next_slot: 0,
             serial: 0,
             copies: 0,
+            grids: 0,
             bound: false,
         })
     }
 
     pub(super) fn gpu(&self) -> &Gpu<R> {
         &self.gpu
+    }
+
+    /// Records that the submission `serial` started grids, which copies wait for.
+    pub(super) fn note_grids(&mut self, serial: u64) {
+        self.grids = serial;
     }
 
     /// The serial of the first submission the GPU has not finished.
@@ -304,6 +316,7 @@ impl<R: ResourceManager> Launcher<R> {
             PcasAction::InvalidateCopySchedule,
         )?;
         self.slots[slot] = self.submit(push, timeout)?;
+        self.grids = self.slots[slot];
         self.kernels[slot].clear();
         self.kernels[slot].push_str(kernel);
         Ok(())
@@ -369,9 +382,8 @@ impl<R: ResourceManager> Launcher<R> {
         self.wait(self.serial, "the work submitted", timeout)
     }
 
-    /// Copies `bytes` from the GPU virtual address `src` to `dst` on the copy engine, in
-    /// pieces of at most [`copy::MAX_LINE`], after the work submitted before, and waits up
-    /// to `timeout` for each piece to land.
+    /// Copies `bytes` from the GPU virtual address `src` to `dst` on the copy engine
+    /// after the work submitted before, and waits up to `timeout` for it to land.
     pub fn copy(
         &mut self,
         src: u64,
@@ -379,9 +391,24 @@ impl<R: ResourceManager> Launcher<R> {
         bytes: u64,
         timeout: Duration,
     ) -> Result<(), NativeError> {
+        let ticket = self.start_copy(src, dst, bytes, timeout)?;
+        self.wait_copy(ticket, timeout)
+    }
+
+    /// Starts copying `bytes` from the GPU virtual address `src` to `dst` on the copy
+    /// engine, in pieces of at most [`copy::MAX_LINE`], after the grids submitted before
+    /// (copies run in the order they were started); returns the ticket
+    /// [`Launcher::wait_copy`] waits for.
+    pub fn start_copy(
+        &mut self,
+        src: u64,
+        dst: u64,
+        bytes: u64,
+        timeout: Duration,
+    ) -> Result<CopyTicket, NativeError> {
         self.bind(timeout)?;
         // The copy engine does not wait for grids: the grids before go first.
-        self.finish(timeout)?;
+        self.wait(self.grids, "the grids before a copy", timeout)?;
         let mut done = 0;
         while done < bytes {
             let piece = (bytes - done).min(copy::MAX_LINE);
@@ -397,14 +424,21 @@ impl<R: ResourceManager> Launcher<R> {
             )?;
             self.submit(push, timeout)?;
             self.copies = copies;
-            self.wait_for(
-                |h| Ok(h.read_u32(COPY_SEMAPHORE)? == copies),
-                "a copy",
-                timeout,
-            )?;
             done += piece;
         }
-        Ok(())
+        Ok(CopyTicket(self.copies))
+    }
+
+    /// Waits up to `timeout` until the copy of `ticket` (and every copy before it) has
+    /// landed.
+    pub fn wait_copy(&self, ticket: CopyTicket, timeout: Duration) -> Result<(), NativeError> {
+        // The copy engine's semaphore counts copies, wrapping at 2³²: reached once it is
+        // no more than 2³¹ behind.
+        self.wait_for(
+            |h| Ok((h.read_u32(COPY_SEMAPHORE)?.wrapping_sub(ticket.0) as i32) >= 0),
+            "a copy",
+            timeout,
+        )
     }
 
     /// The GPU's clock in nanoseconds once the work submitted before has finished.

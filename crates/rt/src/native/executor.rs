@@ -18,7 +18,7 @@ use std::time::Duration;
 use quench_ir::Function;
 use quench_sass::cubin::Cubin;
 
-use super::dispatch::{Launcher, Program};
+use super::dispatch::{CopyTicket, Launcher, Program};
 use super::launch::LaunchDims;
 use super::memory::{Allocation, Gpu, Placement};
 use super::rm::ResourceManager;
@@ -143,30 +143,57 @@ impl<R: ResourceManager> NativeExecutor<R> {
         handles::kernel(&self.kernels, k)
     }
 
-    /// Copies between the staging buffer and device memory, a staging buffer's worth at
-    /// a time: `each(staging, done, piece)` fills or drains the staging buffer around the
-    /// copy engine's move of `piece` bytes at `done`.
+    /// Copies between the staging buffer and device memory, half a staging buffer at a
+    /// time, the halves in turn, so that the CPU fills (or drains) one half while the
+    /// copy engine moves the other: `each(staging, at, done, piece)` fills or drains
+    /// `piece` bytes at offset `at` of the staging buffer, bytes `done..done + piece` of
+    /// the copy.
     fn staged(
         &mut self,
         device: DevicePtr,
         bytes: u64,
         to_device: bool,
-        mut each: impl FnMut(&Allocation<R>, u64, u64) -> Result<(), NativeError>,
+        mut each: impl FnMut(&Allocation<R>, u64, u64, u64) -> Result<(), NativeError>,
     ) -> Result<(), RtError> {
+        const HALF: u64 = STAGING_BYTES / 2;
+        // Each half's copy in flight: its ticket, and where its bytes go in the copy.
+        let mut in_flight: [Option<(CopyTicket, u64, u64)>; 2] = [None, None];
         let mut done = 0;
+        let mut half = 0;
         while done < bytes {
-            let piece = (bytes - done).min(STAGING_BYTES);
-            let (staging, at) = (self.staging.gpu_address(), device.0 + done);
-            if to_device {
-                each(&self.staging, done, piece)?;
-                let r = self.launcher.copy(staging, at, piece, TIMEOUT);
+            let piece = (bytes - done).min(HALF);
+            let at = half as u64 * HALF;
+            let staging = self.staging.gpu_address() + at;
+            // The half's previous copy lands before the half is used again (and, to the
+            // host, is drained first).
+            if let Some((ticket, d, p)) = in_flight[half].take() {
+                let r = self.launcher.wait_copy(ticket, TIMEOUT);
                 self.recovering(r)?;
-            } else {
-                let r = self.launcher.copy(at, staging, piece, TIMEOUT);
-                self.recovering(r)?;
-                each(&self.staging, done, piece)?;
+                if !to_device {
+                    each(&self.staging, at, d, p)?;
+                }
             }
+            let r = if to_device {
+                each(&self.staging, at, done, piece)?;
+                self.launcher
+                    .start_copy(staging, device.0 + done, piece, TIMEOUT)
+            } else {
+                self.launcher
+                    .start_copy(device.0 + done, staging, piece, TIMEOUT)
+            };
+            in_flight[half] = Some((self.recovering(r)?, done, piece));
             done += piece;
+            half ^= 1;
+        }
+        // The older copy first: `half` is the half the next piece would have used.
+        for h in [half, half ^ 1] {
+            if let Some((ticket, d, p)) = in_flight[h].take() {
+                let r = self.launcher.wait_copy(ticket, TIMEOUT);
+                self.recovering(r)?;
+                if !to_device {
+                    each(&self.staging, h as u64 * HALF, d, p)?;
+                }
+            }
         }
         Ok(())
     }
@@ -355,8 +382,8 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
         self.recorder.refuse_during_capture("copy to device")?;
         self.allocs
             .check_range(dst.0, src.len() as u64, "copy to device")?;
-        self.staged(dst, src.len() as u64, true, |staging, done, piece| {
-            staging.write(0, &src[done as usize..(done + piece) as usize])
+        self.staged(dst, src.len() as u64, true, |staging, at, done, piece| {
+            staging.write(at, &src[done as usize..(done + piece) as usize])
         })
     }
 
@@ -364,8 +391,8 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
         self.recorder.refuse_during_capture("copy to host")?;
         self.allocs
             .check_range(src.0, dst.len() as u64, "copy to host")?;
-        self.staged(src, dst.len() as u64, false, |staging, done, piece| {
-            staging.read(0, &mut dst[done as usize..(done + piece) as usize])
+        self.staged(src, dst.len() as u64, false, |staging, at, done, piece| {
+            staging.read(at, &mut dst[done as usize..(done + piece) as usize])
         })
     }
 

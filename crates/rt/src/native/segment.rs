@@ -146,6 +146,7 @@ impl<R: ResourceManager> Launcher<R> {
             Level::Main,
         )?;
         segment.last_serial = self.submit_after(Some(entry), PushBuffer::new(), timeout)?;
+        self.note_grids(segment.last_serial);
         Ok(())
     }
 }
