@@ -22,7 +22,7 @@ use super::objects::{
     alloc_flags, attr, attr2, Class, Nv0080AllocParameters, Nv2080AllocParameters,
     NvMemoryAllocationParams, NvVaspaceAllocationParameters, FERMI_VASPACE_A, NV01_DEVICE_0,
     NV01_MEMORY_LOCAL_USER, NV01_MEMORY_SYSTEM, NV01_ROOT_CLIENT, NV20_SUBDEVICE_0,
-    NV50_MEMORY_VIRTUAL, NVOS32_TYPE_IMAGE,
+    NV50_MEMORY_VIRTUAL, NVOS32_TYPE_IMAGE, NV_MMU_PTE_KIND_GENERIC_MEMORY, NV_MMU_PTE_KIND_PITCH,
 };
 use super::query::handshake;
 use super::rm::{CpuMapping, Handle, MapNode, ResourceManager};
@@ -370,6 +370,16 @@ impl Placement {
         }
     }
 
+    /// The page table entries' kind (`format`): GPU memory as generic memory
+    /// (`NV_MMU_PTE_KIND_GENERIC_MEMORY`, what NVIDIA's own drivers map buffers as; the
+    /// default, pitch, measured about a tenth slower in decode), host memory as pitch.
+    fn pte_kind(self) -> u32 {
+        match self {
+            Placement::Device => NV_MMU_PTE_KIND_GENERIC_MEMORY,
+            Placement::Host => NV_MMU_PTE_KIND_PITCH,
+        }
+    }
+
     fn attr2(self) -> u32 {
         match self {
             Placement::Device => attr2::ZBC_PREFER_NO_ZBC | attr2::GPU_CACHEABLE_YES,
@@ -443,6 +453,7 @@ impl<R: ResourceManager> Allocation<R> {
                     | alloc_flags::MAP_NOT_REQUIRED,
                 attr: placement.attr(),
                 attr2: placement.attr2(),
+                format: placement.pte_kind(),
                 size,
                 alignment: page,
                 ..NvMemoryAllocationParams::default()
@@ -757,6 +768,7 @@ pub(crate) mod tests {
         // LOCATION_VIDMEM, PHYSICALITY_ALLOW_NONCONTIGUOUS, PAGE_SIZE_BIG.
         assert_eq!(p.attr, (3 << 27) | (2 << 23));
         assert_eq!(p.attr2, 0b0101, "ZBC_PREFER_NO_ZBC, GPU_CACHEABLE_YES");
+        assert_eq!(p.format, 6, "NV_MMU_PTE_KIND_GENERIC_MEMORY");
         let v = rm.params::<NvMemoryAllocationParams>(range);
         assert_eq!(v.flags, 0x0008_0100, "VIRTUAL | ALIGNMENT_FORCE");
         assert_eq!(

@@ -179,6 +179,11 @@ unsafe impl Params for NvVaspaceAllocationParameters {}
 /// `NVOS32_TYPE_IMAGE` (nvos.h): the ordinary surface type.
 pub const NVOS32_TYPE_IMAGE: u32 = 0;
 
+/// Page table entry kinds (`NV_MMU_PTE_KIND_*`, hopper/gh100/dev_mmu.h), the `format` of
+/// a memory allocation.
+pub const NV_MMU_PTE_KIND_PITCH: u32 = 0x00;
+pub const NV_MMU_PTE_KIND_GENERIC_MEMORY: u32 = 0x06;
+
 /// `NVOS32_ALLOC_FLAGS_*` (nvos.h).
 pub mod alloc_flags {
     pub const IGNORE_BANK_PLACEMENT: u32 = 0x0000_0001;

@@ -310,22 +310,50 @@ pub struct QmdLaunch {
     pub program_address: u64,
     pub constant_buffer0: ConstantBuffer,
     pub release: Option<SemaphoreRelease>,
-    /// Invalidate the caches the QMD can invalidate (instruction, constant, data,
-    /// texture) before the grid runs, so it sees code and data written before it.
+    /// Invalidate the caches a grid could see stale code or data in (instruction, constant
+    /// bank 0, L1 data) before it runs, so it sees code and data written before it.
     pub invalidate_caches: bool,
 }
 
 /// The `*_SM_CONFIG_SHARED_MEM_SIZE` code of the smallest Hopper carveout that holds
-/// `shared_bytes` per CTA and the reserved kilobyte: the carveout in 4 KiB units, plus one.
-pub fn sm_config_shared_mem(shared_bytes: u32) -> Result<u64, QmdError> {
-    let need = u64::from(shared_bytes) + u64::from(RESERVED_SHARED_PER_CTA);
+/// `ctas` CTAs of `shared_bytes` each and their reserved kilobyte: the carveout in 4 KiB
+/// units, plus one. `None` if even the largest does not.
+fn carveout_for(ctas: u32, shared_bytes: u32) -> Option<u64> {
+    let need = u64::from(ctas) * (u64::from(shared_bytes) + u64::from(RESERVED_SHARED_PER_CTA));
     HOPPER_CARVEOUTS_KIB
         .iter()
         .find(|&&kib| u64::from(kib) * 1024 >= need)
         .map(|&kib| u64::from(kib / 4 + 1))
-        .ok_or(QmdError::SharedMemory {
-            bytes: shared_bytes,
-        })
+}
+
+/// The `*_SM_CONFIG_SHARED_MEM_SIZE` code of the smallest Hopper carveout that holds one
+/// CTA of `shared_bytes`.
+pub fn sm_config_shared_mem(shared_bytes: u32) -> Result<u64, QmdError> {
+    carveout_for(1, shared_bytes).ok_or(QmdError::SharedMemory {
+        bytes: shared_bytes,
+    })
+}
+
+/// Threads, CTAs and registers one Hopper SM holds at once.
+const SM_THREADS: u32 = 2048;
+const SM_CTAS: u32 = 32;
+const SM_REGISTERS: u32 = 65536;
+
+/// The carveout to ask for: the smallest that holds as many CTAs of `threads` threads,
+/// `registers` registers a thread and `shared_bytes` of shared memory as the SM's threads,
+/// registers and CTA slots allow (as CUDA chooses when a kernel states no preference), or
+/// the largest where shared memory is what limits them. Asking for the one-CTA minimum
+/// instead leaves a kernel with shared memory one CTA per SM.
+pub fn sm_config_for_occupancy(threads: u32, registers: u32, shared_bytes: u32) -> u64 {
+    let warps = threads.div_ceil(32).max(1);
+    // Registers are given to a warp in multiples of 8 a thread.
+    let per_warp = registers.max(1).next_multiple_of(8) * 32;
+    let by_registers = SM_REGISTERS / (per_warp * warps);
+    let ctas = (SM_THREADS / (warps * 32))
+        .min(by_registers)
+        .clamp(1, SM_CTAS);
+    let largest = HOPPER_CARVEOUTS_KIB[HOPPER_CARVEOUTS_KIB.len() - 1];
+    carveout_for(ctas, shared_bytes).unwrap_or(u64::from(largest / 4 + 1))
 }
 
 fn aligned(what: &'static str, address: u64, align: u64) -> Result<(), QmdError> {
@@ -372,9 +400,15 @@ impl QmdLaunch {
             SHARED_MEMORY_SIZE,
             u64::from(self.shared_bytes.next_multiple_of(256)),
         )?;
-        let config = sm_config_shared_mem(self.shared_bytes)?;
-        q.set(MIN_SM_CONFIG_SHARED_MEM_SIZE, config)?;
-        q.set(TARGET_SM_CONFIG_SHARED_MEM_SIZE, config)?;
+        q.set(
+            MIN_SM_CONFIG_SHARED_MEM_SIZE,
+            sm_config_shared_mem(self.shared_bytes)?,
+        )?;
+        let threads = self.block.iter().product();
+        q.set(
+            TARGET_SM_CONFIG_SHARED_MEM_SIZE,
+            sm_config_for_occupancy(threads, self.registers, self.shared_bytes),
+        )?;
         let largest = HOPPER_CARVEOUTS_KIB[HOPPER_CARVEOUTS_KIB.len() - 1];
         q.set(MAX_SM_CONFIG_SHARED_MEM_SIZE, u64::from(largest / 4 + 1))?;
 
@@ -392,14 +426,15 @@ impl QmdLaunch {
         q.set(CONSTANT_BUFFER0_VALID, 1)?;
 
         if self.invalidate_caches {
-            q.set(CONSTANT_BUFFER0_INVALIDATE, 1)?;
+            // Code, bank 0 and the data caches (L1, which is not coherent between SMs).
+            // Not the constant cache as a whole (bank 0 is the only bank a launch has) nor
+            // the texture header and sampler caches (no textures): dropping those costs
+            // each grid a cold start for nothing.
             for f in [
-                INVALIDATE_TEXTURE_HEADER_CACHE,
-                INVALIDATE_TEXTURE_SAMPLER_CACHE,
+                CONSTANT_BUFFER0_INVALIDATE,
                 INVALIDATE_TEXTURE_DATA_CACHE,
                 INVALIDATE_SHADER_DATA_CACHE,
                 INVALIDATE_INSTRUCTION_CACHE,
-                INVALIDATE_SHADER_CONSTANT_CACHE,
             ] {
                 q.set(f, 1)?;
             }
@@ -486,10 +521,10 @@ mod tests {
         assert_eq!(bits(&q, 18, 8, 18), 5120);
         // MIN/MAX/TARGET_SM_CONFIG_SHARED_MEM_SIZE MW(613:608), (619:614), (625:620):
         // 5000 + 1024 bytes fit the 8 KiB carveout (8 / 4 + 1 = 3); the largest is 228
-        // KiB (228 / 4 + 1 = 58).
+        // KiB (228 / 4 + 1 = 58); the target holds six such CTAs (64 KiB: 17).
         assert_eq!(bits(&q, 19, 0, 6), 3);
         assert_eq!(bits(&q, 19, 6, 6), 58);
-        assert_eq!(bits(&q, 19, 12, 6), 3);
+        assert_eq!(bits(&q, 19, 12, 6), 17);
         // RELEASE_SEMAPHORE0_ADDR_LOWER MW(671:640) = word 20, UPPER MW(696:672) = word
         // 21 bits 0..25, PAYLOAD_LOWER MW(735:704) = word 22.
         assert_eq!(q.words()[20], 0x0000_0008);
@@ -519,8 +554,10 @@ mod tests {
         assert_eq!(bits(&q, 49, 19, 13), 0x230 >> 4);
         assert_eq!(bits(&q, 13, 0, 1), 1);
         assert_eq!(bits(&q, 13, 3, 1), 1);
-        // The six INVALIDATE_* flags MW(602:602)..MW(607:607): word 18, bits 26..32.
-        assert_eq!(bits(&q, 18, 26, 6), 0b11_1111);
+        // The INVALIDATE_* flags MW(602:602)..MW(607:607): word 18, bits 26..32, from
+        // texture header (26) to shader constant (31): texture data (28), shader data
+        // (29) and instruction (30) set.
+        assert_eq!(bits(&q, 18, 26, 6), 0b01_1100);
     }
 
     /// The hand check above catches a row that is off by one bit: a table with
@@ -655,6 +692,25 @@ mod tests {
         let mut l = launch();
         l.program_address += 8;
         assert!(l.pack().is_err());
+    }
+
+    #[test]
+    fn the_carveout_asked_for_holds_every_cta_the_sm_can_run() {
+        // 128 threads, 32 registers: 16 CTAs by threads, 16 by registers; 16 × (5000 +
+        // 1024) bytes = 94.1 KiB fits the 100 KiB carveout.
+        assert_eq!(sm_config_for_occupancy(128, 32, 5000), 26);
+        // 256 threads, 255 registers (256 a thread as given): one CTA by registers.
+        assert_eq!(sm_config_for_occupancy(256, 255, 5000), 3);
+        // No shared memory: 32 CTAs of 64 threads hold 32 reserved kilobytes.
+        assert_eq!(sm_config_for_occupancy(64, 16, 0), 9);
+        // 48 KiB a CTA: 4 of them need more than the largest carveout, which is asked for.
+        assert_eq!(sm_config_for_occupancy(256, 32, 48 << 10), 58);
+        let l = launch();
+        let q = l.pack().unwrap();
+        assert_eq!(q.get(MIN_SM_CONFIG_SHARED_MEM_SIZE), 3);
+        // 256 threads, 40 registers: 8 CTAs by threads, 6 by registers (40 × 32 × 8
+        // warps = 10,240 a CTA); 6 × 6,024 bytes fit 36 KiB, so the 64 KiB carveout.
+        assert_eq!(q.get(TARGET_SM_CONFIG_SHARED_MEM_SIZE), 17);
     }
 
     #[test]
