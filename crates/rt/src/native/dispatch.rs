@@ -34,7 +34,7 @@ use super::memory::{Allocation, Gpu, Placement, Teardown};
 use super::pushbuf::{
     copy, GpEntry, Level, PcasAction, PushBuffer, HOPPER_COMPUTE_A, HOPPER_DMA_COPY_A,
 };
-use super::qmd::{Qmd, QMD_ALIGN};
+use super::qmd::{Qmd, QmdLaunch, QMD_ALIGN};
 use super::rm::ResourceManager;
 
 /// The subchannel HOPPER_COMPUTE_A is bound to.
@@ -359,6 +359,11 @@ impl<R: ResourceManager> Launcher<R> {
     /// The QMD of `p` with its constant bank 0 at `bank0`, its stack laid out in the local
     /// memory the compute class has now.
     pub(super) fn qmd(&self, p: &Prepared, bank0: u64) -> Result<Qmd, NativeError> {
+        Ok(self.qmd_launch(p, bank0).pack()?)
+    }
+
+    /// What [`Launcher::qmd`] packs.
+    pub(super) fn qmd_launch(&self, p: &Prepared, bank0: u64) -> QmdLaunch {
         let at = LaunchAddresses {
             program: p.program_address,
             constant_buffer0: bank0,
@@ -369,7 +374,7 @@ impl<R: ResourceManager> Launcher<R> {
             // Each thread's share is laid out by the size the compute class was given.
             qmd.stack_bytes_per_thread = self.local_per_thread();
         }
-        Ok(qmd.pack()?)
+        qmd
     }
 
     /// Local memory per thread the compute class was given (0: none yet).

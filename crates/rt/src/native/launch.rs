@@ -356,6 +356,7 @@ impl KernelLaunch {
                 size: self.constant_buffer0_size(),
             },
             release: at.release,
+            next: None,
             invalidate_caches: true,
         }
     }

@@ -74,10 +74,18 @@ pub mod field {
         /// `RELEASE_MEMBAR_TYPE(0)`: `FE_SYSMEMBAR` (1) orders the grid's writes before
         /// the release.
         RELEASE0_MEMBAR_TYPE = 323:323;
+        /// `DEPENDENT_QMD_ENABLE(0)`: when the grid has finished, act on the QMD at
+        /// `DEPENDENT_QMD0_POINTER`.
+        DEPENDENT_QMD0_ENABLE = 368:368;
+        /// `DEPENDENT_QMD_ACTION(0)`: `QMD_INVALIDATE_COPY_SCHEDULE` (3) reads it afresh
+        /// and starts its grid.
+        DEPENDENT_QMD0_ACTION = 371:369;
         /// `CONSTANT_BUFFER_VALID(0)`.
         CONSTANT_BUFFER0_VALID = 416:416;
         /// `CONSTANT_BUFFER_INVALIDATE(0)`: drop cached copies of bank 0 before the grid.
         CONSTANT_BUFFER0_INVALIDATE = 419:419;
+        /// The dependent QMD's address >> 8.
+        DEPENDENT_QMD0_POINTER = 479:448;
         /// Local memory per thread at the top of the local window, bytes: where compiled
         /// code keeps its stack (R1 starts near the window's top and grows down).
         SHADER_LOCAL_MEMORY_HIGH_SIZE = 567:544;
@@ -141,6 +149,8 @@ pub const SAMPLER_INDEX_VIA_HEADER_INDEX: u64 = 1;
 pub const QMD_TYPE_GRID_CTA: u64 = 2;
 /// `RELEASE_STRUCTURE_SIZE_SEMAPHORE_ONE_WORD`.
 pub const RELEASE_STRUCTURE_SIZE_ONE_WORD: u64 = 1;
+/// `DEPENDENT_QMD_ACTION_QMD_INVALIDATE_COPY_SCHEDULE`.
+pub const DEPENDENT_QMD_ACTION_INVALIDATE_COPY_SCHEDULE: u64 = 3;
 /// `RELEASE_MEMBAR_TYPE_FE_SYSMEMBAR`.
 pub const RELEASE_MEMBAR_TYPE_FE_SYSMEMBAR: u64 = 1;
 /// `CWD_MEMBAR_TYPE_L1_SYSMEMBAR`.
@@ -310,6 +320,9 @@ pub struct QmdLaunch {
     pub program_address: u64,
     pub constant_buffer0: ConstantBuffer,
     pub release: Option<SemaphoreRelease>,
+    /// The QMD whose grid starts once this grid has finished (a chain of grids the
+    /// hardware runs in turn, with no submission between them).
+    pub next: Option<u64>,
     /// Invalidate the caches a grid could see stale code or data in (instruction, constant
     /// bank 0, L1 data) before it runs, so it sees code and data written before it.
     pub invalidate_caches: bool,
@@ -440,6 +453,15 @@ impl QmdLaunch {
             }
         }
 
+        if let Some(next) = self.next {
+            aligned("the dependent QMD", next, QMD_ALIGN)?;
+            q.set(DEPENDENT_QMD0_ENABLE, 1)?;
+            q.set(
+                DEPENDENT_QMD0_ACTION,
+                DEPENDENT_QMD_ACTION_INVALIDATE_COPY_SCHEDULE,
+            )?;
+            q.set(DEPENDENT_QMD0_POINTER, next >> 8)?;
+        }
         if let Some(r) = self.release {
             aligned("the release semaphore", r.address, 4)?;
             q.set(RELEASE0_ENABLE, 1)?;
@@ -487,6 +509,7 @@ mod tests {
                 address: 0x1_0000_0008,
                 payload: 0xdead_beef,
             }),
+            next: Some(0x7f_0000_2300),
             invalidate_caches: true,
         }
     }
@@ -554,6 +577,11 @@ mod tests {
         assert_eq!(bits(&q, 49, 19, 13), 0x230 >> 4);
         assert_eq!(bits(&q, 13, 0, 1), 1);
         assert_eq!(bits(&q, 13, 3, 1), 1);
+        // DEPENDENT_QMD_ENABLE(0) MW(368:368), ACTION(0) MW(371:369): word 11, bits 16
+        // and 17..20; DEPENDENT_QMD0_POINTER MW(479:448) = word 14.
+        assert_eq!(bits(&q, 11, 16, 1), 1);
+        assert_eq!(bits(&q, 11, 17, 3), 3);
+        assert_eq!(q.words()[14], 0x7f00_0023);
         // The INVALIDATE_* flags MW(602:602)..MW(607:607): word 18, bits 26..32, from
         // texture header (26) to shader constant (31): texture data (28), shader data
         // (29) and instruction (30) set.
@@ -727,6 +755,7 @@ mod tests {
     fn no_release_and_no_invalidation_leave_their_fields_zero() {
         let mut l = launch();
         l.release = None;
+        l.next = None;
         l.invalidate_caches = false;
         let q = l.pack().unwrap();
         for f in [
@@ -735,6 +764,8 @@ mod tests {
             RELEASE_SEMAPHORE0_PAYLOAD_LOWER,
             INVALIDATE_INSTRUCTION_CACHE,
             CONSTANT_BUFFER0_INVALIDATE,
+            DEPENDENT_QMD0_ENABLE,
+            DEPENDENT_QMD0_POINTER,
         ] {
             assert_eq!(q.get(f), 0, "{}", f.name);
         }

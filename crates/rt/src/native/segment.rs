@@ -2,12 +2,13 @@
 //! memory (every launch's QMD and constant bank 0, and the push buffer that starts the
 //! grids in turn), so that a replay is one GPFIFO entry instead of a submission a launch.
 //!
-//! The segment's memory: a progress word at 0, which the GPU sets to the number of
-//! launches finished as it goes (so a fault names the kernel it stopped in); each
-//! launch's QMD and then its constant bank 0; then the push buffer: the progress reset,
-//! and for each launch `SEND_PCAS` and a release of the progress word once the grid has
-//! finished (`RELEASE_WFI`), which keeps the next grid from starting before, as separate
-//! submissions do.
+//! The grids run as a chain: each QMD names the next as its dependent, which the hardware
+//! starts once the grid before has finished, with no submission or wait-for-idle between
+//! them; each grid also releases a progress word with its number, so a fault names the
+//! kernel it stopped in. The segment's memory: the progress word at 0; each launch's QMD
+//! and then its constant bank 0; then the push buffer: the progress reset, the first
+//! grid started (`SEND_PCAS`), and an acquire that holds the channel until the last grid
+//! has released its number.
 
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use super::error::NativeError;
 use super::launch::{stack_bytes, LaunchDims};
 use super::memory::{Allocation, Placement};
 use super::pushbuf::{GpEntry, Level, PcasAction, PushBuffer};
-use super::qmd::{QMD_ALIGN, QMD_BYTES};
+use super::qmd::{Qmd, SemaphoreRelease, QMD_ALIGN, QMD_BYTES};
 use super::rm::ResourceManager;
 
 /// Where the progress word lies, and where the launches start.
@@ -96,8 +97,8 @@ impl<R: ResourceManager> Launcher<R> {
         let memory =
             self.gpu()
                 .allocate(push_at + 4 * push_words as u64, Placement::Device, true)?;
-        for w in &written {
-            let qmd = self.qmd(&w.prepared, memory.gpu_address() + w.bank0_at())?;
+        for (i, w) in written.iter().enumerate() {
+            let qmd = self.chained_qmd(&memory, &written, i)?;
             memory.write(w.qmd_at, &qmd.to_bytes())?;
             memory.write(w.bank0_at(), &w.prepared.bank0)?;
         }
@@ -132,9 +133,8 @@ impl<R: ResourceManager> Launcher<R> {
             if now != segment.per_thread {
                 // The grids of an earlier replay may still read the QMDs.
                 self.finish(timeout)?;
-                for w in &segment.launches {
-                    let bank0 = segment.memory.gpu_address() + w.bank0_at();
-                    let qmd = self.qmd(&w.prepared, bank0)?;
+                for (i, w) in segment.launches.iter().enumerate() {
+                    let qmd = self.chained_qmd(&segment.memory, &segment.launches, i)?;
                     segment.memory.write(w.qmd_at, &qmd.to_bytes())?;
                 }
                 segment.per_thread = now;
@@ -148,6 +148,27 @@ impl<R: ResourceManager> Launcher<R> {
         segment.last_serial = self.submit_after(Some(entry), PushBuffer::new(), timeout)?;
         self.note_grids(segment.last_serial);
         Ok(())
+    }
+}
+
+impl<R: ResourceManager> Launcher<R> {
+    /// The QMD of launch `i` of `written` in the segment memory `memory`: it releases the
+    /// progress word with `i + 1` when its grid has finished and starts the next grid.
+    fn chained_qmd(
+        &self,
+        memory: &Allocation<R>,
+        written: &[Written],
+        i: usize,
+    ) -> Result<Qmd, NativeError> {
+        let base = memory.gpu_address();
+        let w = &written[i];
+        let mut qmd = self.qmd_launch(&w.prepared, base + w.bank0_at());
+        qmd.release = Some(SemaphoreRelease {
+            address: base + PROGRESS,
+            payload: i as u32 + 1,
+        });
+        qmd.next = written.get(i + 1).map(|n| base + n.qmd_at);
+        Ok(qmd.pack()?)
     }
 }
 
@@ -179,14 +200,18 @@ impl<R: ResourceManager> Segment<R> {
     }
 }
 
-/// The push buffer of a segment whose memory is at `base`: the progress reset, then each
-/// launch and the progress released once its grid has finished.
+/// The push buffer of a segment whose memory is at `base`: the progress reset, the first
+/// grid of the chain started, and a wait until the last has released its number.
 fn push_buffer(base: u64, written: &[Written]) -> Result<PushBuffer, NativeError> {
     let mut push = PushBuffer::new();
     push.semaphore_release(base + PROGRESS, 0)?;
-    for (i, w) in written.iter().enumerate() {
-        push.launch(COMPUTE, base + w.qmd_at, PcasAction::InvalidateCopySchedule)?;
-        push.semaphore_release(base + PROGRESS, i as u64 + 1)?;
+    if let Some(first) = written.first() {
+        push.launch(
+            COMPUTE,
+            base + first.qmd_at,
+            PcasAction::InvalidateCopySchedule,
+        )?;
+        push.semaphore_acquire(base + PROGRESS, written.len() as u64)?;
     }
     Ok(push)
 }
@@ -259,7 +284,8 @@ mod tests {
         );
 
         // Each launch's QMD names its grid and its own constant bank 0, which holds its
-        // parameters; the push buffer starts the three grids in order.
+        // parameters, releases the progress word with its number and names the next QMD
+        // as its dependent; the push buffer starts the first grid only.
         let base = segment.memory.gpu_address();
         let mut bytes = vec![0u8; segment.memory.size() as usize];
         segment.memory.read(0, &mut bytes).unwrap();
@@ -275,7 +301,7 @@ mod tests {
             }
         }
         let qmds: Vec<u64> = segment.launches.iter().map(|w| base + w.qmd_at).collect();
-        assert_eq!(started, qmds);
+        assert_eq!(started, qmds[..1]);
         for (i, w) in segment.launches.iter().enumerate() {
             let q = w.qmd_at as usize / 4;
             assert_eq!(
@@ -292,6 +318,18 @@ mod tests {
             let p = w.bank0_at() as usize + PARAM_BASE as usize;
             assert_eq!(bytes[p..p + 8], [i as u8 + 1; 8]);
             assert_eq!(word(&bytes, p / 4 + 2), i as u32 + 1);
+            // DEPENDENT_QMD_ENABLE(0) (368) and DEPENDENT_QMD0_POINTER (479:448);
+            // RELEASE_ENABLE(0) (320), the semaphore's address (671:640) and payload
+            // (735:704).
+            let next = qmds.get(i + 1).copied();
+            assert_eq!((word(&bytes, q + 11) >> 16) & 1, u32::from(next.is_some()));
+            assert_eq!(u64::from(word(&bytes, q + 14)), next.map_or(0, |a| a >> 8));
+            assert_eq!(word(&bytes, q + 10) & 1, 1);
+            assert_eq!(
+                u64::from(word(&bytes, q + 20)),
+                (base + PROGRESS) & 0xffff_ffff
+            );
+            assert_eq!(word(&bytes, q + 22), i as u32 + 1);
         }
 
         // A replay is the segment's entry and then the host's semaphore release.
