@@ -161,6 +161,15 @@ impl Geometry {
     }
 }
 
+/// One grid to run: a kernel of a loaded program, its grid and its parameter block (laid
+/// out as the cubin records).
+pub struct GridLaunch<'a, R: ResourceManager> {
+    pub program: &'a Program<R>,
+    pub kernel: &'a str,
+    pub dims: LaunchDims,
+    pub params: Vec<u8>,
+}
+
 /// A copy started on the copy engine, to be waited for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CopyTicket(u32);
@@ -265,42 +274,26 @@ impl<R: ResourceManager> Launcher<R> {
         Ok(())
     }
 
-    /// Runs `kernel` of `program` over `dims` with the parameter block `params` (laid out
-    /// as the cubin records), and waits up to `timeout` for it to finish. Returns the time
+    /// Runs `l` and waits up to `timeout` for it to finish. Returns the time
     /// from submission to the semaphore, as the CPU saw it.
-    pub fn run(
-        &mut self,
-        program: &Program<R>,
-        kernel: &str,
-        dims: &LaunchDims,
-        params: &[u8],
-        timeout: Duration,
-    ) -> Result<Duration, NativeError> {
+    pub fn run(&mut self, l: &GridLaunch<R>, timeout: Duration) -> Result<Duration, NativeError> {
         self.finish(timeout)?;
         let start = Instant::now();
-        self.start(program, kernel, dims, params, timeout)?;
+        self.start(l, timeout)?;
         self.finish(timeout)?;
         Ok(start.elapsed())
     }
 
-    /// Starts `kernel` of `program` over `dims` with the parameter block `params` (laid
-    /// out as the cubin records) after the work submitted before; `timeout` bounds any
-    /// wait for a launch slot or push buffer region still in use.
-    pub fn start(
-        &mut self,
-        program: &Program<R>,
-        kernel: &str,
-        dims: &LaunchDims,
-        params: &[u8],
-        timeout: Duration,
-    ) -> Result<(), NativeError> {
+    /// Starts `l` after the work submitted before; `timeout` bounds any wait for a launch
+    /// slot or push buffer region still in use.
+    pub fn start(&mut self, l: &GridLaunch<R>, timeout: Duration) -> Result<(), NativeError> {
         self.bind(timeout)?;
-        let prepared = self.prepare(program, kernel, dims, params, timeout)?;
+        let prepared = self.prepare(l, timeout)?;
         let slot = self.next_slot;
         self.next_slot = (slot + 1) % SLOTS;
         self.wait(
             self.slots[slot],
-            &format!("a launch slot for kernel {kernel}"),
+            &format!("a launch slot for kernel {}", l.kernel),
             timeout,
         )?;
         let base = slot as u64 * SLOT_BYTES;
@@ -318,21 +311,19 @@ impl<R: ResourceManager> Launcher<R> {
         self.slots[slot] = self.submit(push, timeout)?;
         self.grids = self.slots[slot];
         self.kernels[slot].clear();
-        self.kernels[slot].push_str(kernel);
+        self.kernels[slot].push_str(l.kernel);
         Ok(())
     }
 
-    /// A launch of `kernel` of `program` described for the QMD, with its constant bank 0;
+    /// `l` described for the QMD, with its constant bank 0;
     /// gives the compute class more local memory first where the kernel's stack needs it.
     pub(super) fn prepare(
         &mut self,
-        program: &Program<R>,
-        kernel: &str,
-        dims: &LaunchDims,
-        params: &[u8],
+        l: &GridLaunch<R>,
         timeout: Duration,
     ) -> Result<Prepared, NativeError> {
-        let launch = KernelLaunch::from_cubin(&program.cubin, kernel, dims, params)?;
+        let (program, kernel) = (l.program, l.kernel);
+        let launch = KernelLaunch::from_cubin(&program.cubin, kernel, &l.dims, &l.params)?;
         let bank0 = launch.constant_buffer0();
         if BANK0_AT + bank0.len() as u64 > SLOT_BYTES {
             return Err(NativeError::OutOfBounds {
@@ -919,7 +910,13 @@ mod tests {
                         &n.to_le_bytes(),
                     ],
                 );
-                let first = launcher.run(&program, name, &dims, &block, WAIT).unwrap();
+                let grid = GridLaunch {
+                    program: &program,
+                    kernel: name,
+                    dims,
+                    params: block,
+                };
+                let first = launcher.run(&grid, WAIT).unwrap();
                 let wrong = (0..n)
                     .filter(|&i| y.read_u32(u64::from(i) * 4).unwrap() != expect(&xs, i))
                     .count();
@@ -928,7 +925,7 @@ mod tests {
                     "{name} from {label}: {wrong} of {n} elements wrong"
                 );
                 let mut times: Vec<Duration> = (0..200)
-                    .map(|_| launcher.run(&program, name, &dims, &block, WAIT).unwrap())
+                    .map(|_| launcher.run(&grid, WAIT).unwrap())
                     .collect();
                 times.sort();
                 step(&format!(

@@ -18,11 +18,11 @@ use std::time::Duration;
 use quench_ir::Function;
 use quench_sass::cubin::Cubin;
 
-use super::dispatch::{CopyTicket, Launcher, Program};
+use super::dispatch::{CopyTicket, GridLaunch, Launcher, Program};
 use super::launch::LaunchDims;
 use super::memory::{Allocation, Gpu, Placement};
 use super::rm::ResourceManager;
-use super::segment::{Segment, SegmentLaunch};
+use super::segment::Segment;
 use super::{query_devices, version, Channel, DeviceFiles, NativeError, DEV_DIR};
 use crate::abi::KernelAbi;
 use crate::alloc_table::Allocations;
@@ -200,9 +200,7 @@ impl<R: ResourceManager> NativeExecutor<R> {
 
     fn run(&mut self, r: &Recorded) -> Result<(), RtError> {
         let l = checked(&self.kernels, &self.allocs, r)?;
-        let r = self
-            .launcher
-            .start(l.program, l.kernel, &l.dims, &l.params, TIMEOUT);
+        let r = self.launcher.start(&l, TIMEOUT);
         self.recovering(r)
     }
 
@@ -258,14 +256,14 @@ fn checked<'a, R: ResourceManager>(
     kernels: &'a [NativeKernel<R>],
     allocs: &Allocations,
     r: &Recorded,
-) -> Result<SegmentLaunch<'a, R>, RtError> {
+) -> Result<GridLaunch<'a, R>, RtError> {
     let kernel = handles::kernel(kernels, r.kernel)?;
     check_launch(&kernel.abi, &r.launch, &r.args, &DeviceLimits::SM90, allocs)?;
     let mut params = vec![0u8; kernel.param_bytes];
     for (&(at, size), arg) in kernel.params.iter().zip(&r.args) {
         params[at..at + size].copy_from_slice(&arg.bits().to_le_bytes()[..size]);
     }
-    Ok(SegmentLaunch {
+    Ok(GridLaunch {
         program: &kernel.program,
         kernel: &kernel.abi.name,
         dims: LaunchDims {

@@ -368,7 +368,7 @@ impl KernelLaunch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::native::qmd::field;
     use quench_sass::build::{build, KernelDesc, Param};
@@ -381,7 +381,7 @@ mod tests {
         code
     }
 
-    fn desc() -> KernelDesc {
+    pub(crate) fn desc() -> KernelDesc {
         KernelDesc {
             name: "scale".into(),
             text: exit(),

@@ -12,9 +12,9 @@
 
 use std::time::Duration;
 
-use super::dispatch::{Launcher, Prepared, Program, COMPUTE};
+use super::dispatch::{GridLaunch, Launcher, Prepared, COMPUTE};
 use super::error::NativeError;
-use super::launch::{stack_bytes, LaunchDims};
+use super::launch::stack_bytes;
 use super::memory::{Allocation, Placement};
 use super::pushbuf::{GpEntry, Level, PcasAction, PushBuffer};
 use super::qmd::{Qmd, SemaphoreRelease, QMD_ALIGN, QMD_BYTES};
@@ -25,14 +25,6 @@ const PROGRESS: u64 = 0;
 const FIRST_LAUNCH: u64 = QMD_ALIGN;
 /// Constant bank 0 after its QMD, at the next 64-byte boundary the QMD allows.
 const BANK0_AFTER_QMD: u64 = (QMD_BYTES as u64).next_multiple_of(64);
-
-/// One launch of a segment to be: a kernel of a loaded program, its grid and parameters.
-pub struct SegmentLaunch<'a, R: ResourceManager> {
-    pub program: &'a Program<R>,
-    pub kernel: &'a str,
-    pub dims: LaunchDims,
-    pub params: Vec<u8>,
-}
 
 /// A recorded segment; [`Launcher::replay`] runs it.
 pub struct Segment<R: ResourceManager> {
@@ -66,14 +58,14 @@ impl<R: ResourceManager> Launcher<R> {
     /// compute class must first be bound or given local memory.
     pub fn record(
         &mut self,
-        launches: &[SegmentLaunch<'_, R>],
+        launches: &[GridLaunch<'_, R>],
         timeout: Duration,
     ) -> Result<Segment<R>, NativeError> {
         self.bind(timeout)?;
         let mut written = Vec::with_capacity(launches.len());
         let mut end = FIRST_LAUNCH;
         for l in launches {
-            let prepared = self.prepare(l.program, l.kernel, &l.dims, &l.params, timeout)?;
+            let prepared = self.prepare(l, timeout)?;
             let qmd_at = end;
             end = (qmd_at + BANK0_AFTER_QMD + prepared.bank0.len() as u64)
                 .next_multiple_of(QMD_ALIGN);
@@ -219,36 +211,24 @@ fn push_buffer(base: u64, written: &[Written]) -> Result<PushBuffer, NativeError
 #[cfg(test)]
 mod tests {
     use super::super::channel::Channel;
+    use super::super::dispatch::Program;
     use super::super::fake::{FakeRm, H200};
+    use super::super::launch::tests::desc;
+    use super::super::launch::LaunchDims;
     use super::super::memory::tests::DRIVER;
     use super::super::memory::Gpu;
     use super::super::pushbuf::compute;
     use super::*;
-    use quench_sass::build::{build, KernelDesc, Param};
+    use quench_sass::build::build;
     use quench_sass::cubin::PARAM_BASE;
     use std::rc::Rc;
 
     const T: Duration = Duration::from_millis(50);
 
-    /// A kernel `scale(p, n)` whose code is sm_90's `EXIT` (nvdisasm's encoding): what
-    /// it does does not matter to where its launches are written.
+    /// The launch tests' kernel `scale(p, n)`: what its code does does not matter to
+    /// where its launches are written.
     fn program(gpu: &Gpu<FakeRm>) -> Program<FakeRm> {
-        let mut text = 0x0000_0000_0000_794du64.to_le_bytes().to_vec();
-        text.extend_from_slice(&0x000f_ea00_0380_0000u64.to_le_bytes());
-        let cubin = build(&KernelDesc {
-            name: "scale".into(),
-            text,
-            params: vec![Param::pointer(), Param::scalar(4)],
-            registers: 16,
-            shared_bytes: 0,
-            frame_bytes: 0,
-            barriers: 0,
-            exit_offsets: vec![0],
-            max_threads: None,
-            subroutines: vec![],
-        })
-        .unwrap();
-        Program::load(gpu, &cubin).unwrap()
+        Program::load(gpu, &build(&desc()).unwrap()).unwrap()
     }
 
     fn word(bytes: &[u8], i: usize) -> u32 {
@@ -264,7 +244,7 @@ mod tests {
         let program = program(&gpu);
         let live = rm.live_objects().len();
         let launches: Vec<_> = (1..=3u32)
-            .map(|i| SegmentLaunch {
+            .map(|i| GridLaunch {
                 program: &program,
                 kernel: "scale",
                 dims: LaunchDims {
