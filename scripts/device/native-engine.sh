@@ -26,7 +26,7 @@ for shape in ${SHAPES:-llama-3.2-1b}; do
     echo "generate $shape $b: rc=$?; $(tail -1 "$WORK/$shape-$b.err")"
   done
   for p in 1 2; do
-    timeout 120 "$BIN" generate -m "$dir" --device cuda --backend native --max-tokens 32 \
+    timeout 60 "$BIN" generate -m "$dir" --device cuda --backend native --max-tokens 32 \
       --ignore-eos "Once upon a time" > "$WORK/$shape-two-$p.txt" 2> "$WORK/$shape-two-$p.err" &
   done
   wait
