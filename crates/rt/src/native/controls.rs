@@ -337,6 +337,36 @@ impl Control for GpfifoScheduleParams {
     const NAME: &'static str = "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE";
 }
 
+/// `NV2080_CTRL_PERF_BOOST_PARAMS` (src/common/sdk/nvidia/inc/ctrl/ctrl2080/ctrl2080perf.h):
+/// asks the GPU's performance control for its highest clocks, as CUDA does for its
+/// contexts, for `duration` seconds or until the client is freed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PerfBoostParams {
+    pub flags: u32,
+    pub duration: u32,
+}
+assert_layout!(PerfBoostParams, size 8, flags @ 0, duration @ 4);
+
+// SAFETY: #[repr(C)] integers only, layout asserted above.
+unsafe impl Params for PerfBoostParams {}
+
+impl Control for PerfBoostParams {
+    const CMD: u32 = 0x2080_200a;
+    const NAME: &'static str = "NV2080_CTRL_CMD_PERF_BOOST";
+}
+
+impl PerfBoostParams {
+    /// `CMD_BOOST_TO_MAX` (1:0 = 2), `CUDA_YES` (4:4), `CUDA_PRIORITY_HIGH` (6:6), for as
+    /// long as the client lives (`DURATION_INFINITE`).
+    pub fn cuda_max() -> Self {
+        PerfBoostParams {
+            flags: 2 | (1 << 4) | (1 << 6),
+            duration: u32::MAX,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,6 +388,9 @@ mod tests {
             (0xc36f, 0x01, 0x08)
         );
         assert_eq!(parts(GpfifoScheduleParams::CMD), (0xa06c, 0x01, 0x01));
+        assert_eq!(parts(PerfBoostParams::CMD), (0x2080, 0x20, 0x0a));
+        // BOOST_TO_MAX in bits 1:0, CUDA_YES at 4, CUDA_PRIORITY_HIGH at 6.
+        assert_eq!(PerfBoostParams::cuda_max().flags, 0b101_0010);
     }
 
     #[test]
