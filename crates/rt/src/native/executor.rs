@@ -170,15 +170,8 @@ impl<R: ResourceManager> NativeExecutor<R> {
             let piece = (bytes - done).min(HALF);
             let at = half as u64 * HALF;
             let staging = self.staging.gpu_address() + at;
-            // The half's previous copy lands before the half is used again (and, to the
-            // host, is drained first).
-            if let Some((ticket, d, p)) = in_flight[half].take() {
-                let r = self.launcher.wait_copy(ticket, TIMEOUT);
-                self.recovering(r)?;
-                if !to_device {
-                    each(&self.staging, at, d, p)?;
-                }
-            }
+            // The half's previous copy lands before the half is used again.
+            self.land(in_flight[half].take(), at, to_device, &mut each)?;
             let r = if to_device {
                 each(&self.staging, at, done, piece)?;
                 self.launcher
@@ -193,12 +186,26 @@ impl<R: ResourceManager> NativeExecutor<R> {
         }
         // The older copy first: `half` is the half the next piece would have used.
         for h in [half, half ^ 1] {
-            if let Some((ticket, d, p)) = in_flight[h].take() {
-                let r = self.launcher.wait_copy(ticket, TIMEOUT);
-                self.recovering(r)?;
-                if !to_device {
-                    each(&self.staging, h as u64 * HALF, d, p)?;
-                }
+            self.land(in_flight[h].take(), h as u64 * HALF, to_device, &mut each)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for `flight`, a copy through the staging buffer at offset `at` (its ticket
+    /// and which bytes of the copy it moves), to land; one to the host is then drained by
+    /// `each`, as in [`NativeExecutor::staged`].
+    fn land(
+        &mut self,
+        flight: Option<(CopyTicket, u64, u64)>,
+        at: u64,
+        to_device: bool,
+        each: &mut impl FnMut(&Allocation<R>, u64, u64, u64) -> Result<(), NativeError>,
+    ) -> Result<(), RtError> {
+        if let Some((ticket, done, piece)) = flight {
+            let r = self.launcher.wait_copy(ticket, TIMEOUT);
+            self.recovering(r)?;
+            if !to_device {
+                each(&self.staging, at, done, piece)?;
             }
         }
         Ok(())

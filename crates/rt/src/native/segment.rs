@@ -165,15 +165,6 @@ impl<R: ResourceManager> Launcher<R> {
 }
 
 impl<R: ResourceManager> Segment<R> {
-    /// Launches in the segment.
-    pub fn len(&self) -> usize {
-        self.launches.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.launches.is_empty()
-    }
-
     /// Where the submission `serial` is this segment's latest replay, the kernel it has
     /// not finished: its name and place in the segment.
     pub fn unfinished(&self, serial: u64) -> Result<Option<String>, NativeError> {
@@ -256,7 +247,7 @@ mod tests {
             })
             .collect();
         let mut segment = launcher.record(&launches, T).unwrap();
-        assert_eq!(segment.len(), 3);
+        assert_eq!(segment.launches.len(), 3);
         assert_eq!(
             rm.live_objects().len(),
             live + 2,
