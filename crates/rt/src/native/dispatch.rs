@@ -34,7 +34,7 @@ use super::memory::{Allocation, Gpu, Placement, Teardown};
 use super::pushbuf::{
     copy, GpEntry, Level, PcasAction, PushBuffer, HOPPER_COMPUTE_A, HOPPER_DMA_COPY_A,
 };
-use super::qmd::{Qmd, QmdLaunch, QMD_ALIGN};
+use super::qmd::{QmdLaunch, QMD_ALIGN};
 use super::rm::ResourceManager;
 
 /// The subchannel HOPPER_COMPUTE_A is bound to.
@@ -98,6 +98,7 @@ impl<R: ResourceManager> Program<R> {
         for (k, (_, at)) in cubin.kernels.iter().zip(&entries) {
             code.write(*at, cubin.text(k))?;
         }
+        gpu.note_program_written();
         Ok(Program {
             cubin,
             code,
@@ -179,6 +180,7 @@ pub(super) struct Prepared {
     pub launch: KernelLaunch,
     pub bank0: Vec<u8>,
     pub program_address: u64,
+    pub program_bytes: u32,
 }
 
 /// The local memory a channel's compute class was given.
@@ -214,6 +216,9 @@ pub struct Launcher<R: ResourceManager> {
     grids: u64,
     /// Whether the compute class is bound and the windows placed.
     bound: bool,
+    /// [`Gpu::programs_written`] when the latest grid that invalidates the instruction
+    /// cache was submitted; `None` before the first.
+    code_seen: Option<u64>,
 }
 
 impl<R: ResourceManager> Launcher<R> {
@@ -238,6 +243,7 @@ impl<R: ResourceManager> Launcher<R> {
             copies: 0,
             grids: 0,
             bound: false,
+            code_seen: None,
         })
     }
 
@@ -245,9 +251,11 @@ impl<R: ResourceManager> Launcher<R> {
         &self.gpu
     }
 
-    /// Records that the submission `serial` started grids, which copies wait for.
-    pub(super) fn note_grids(&mut self, serial: u64) {
+    /// Records that the submission `serial` started grids, which copies wait for, the
+    /// first of them invalidating the instruction cache.
+    pub(super) fn note_grids(&mut self, serial: u64, programs_written: u64) {
         self.grids = serial;
+        self.code_seen = Some(programs_written);
     }
 
     /// The serial of the first submission the GPU has not finished.
@@ -298,7 +306,12 @@ impl<R: ResourceManager> Launcher<R> {
         )?;
         let base = slot as u64 * SLOT_BYTES;
         let state = self.state.gpu_address();
-        let qmd = self.qmd(&prepared, state + base + BANK0_AT)?;
+        let mut qmd = self.qmd_launch(&prepared, state + base + BANK0_AT);
+        // Code written since the last invalidation may sit where the instruction cache
+        // holds other code.
+        let written = self.gpu.programs_written();
+        qmd.invalidate_code = self.code_seen != Some(written);
+        let qmd = qmd.pack()?;
         self.state.write(base + QMD_AT, &qmd.to_bytes())?;
         self.state.write(base + BANK0_AT, &prepared.bank0)?;
 
@@ -309,6 +322,7 @@ impl<R: ResourceManager> Launcher<R> {
             PcasAction::InvalidateCopySchedule,
         )?;
         self.slots[slot] = self.submit(push, timeout)?;
+        self.code_seen = Some(written);
         self.grids = self.slots[slot];
         self.kernels[slot].clear();
         self.kernels[slot].push_str(l.kernel);
@@ -340,17 +354,18 @@ impl<R: ResourceManager> Launcher<R> {
         let program_address = program
             .entry(kernel)
             .ok_or_else(|| NativeError::Cubin(format!("no code for kernel {kernel}")))?;
+        let program_bytes = program
+            .cubin
+            .kernels
+            .iter()
+            .find(|k| k.name == kernel)
+            .map_or(0, |k| program.cubin.text(k).len() as u32);
         Ok(Prepared {
             launch,
             bank0,
             program_address,
+            program_bytes,
         })
-    }
-
-    /// The QMD of `p` with its constant bank 0 at `bank0`, its stack laid out in the local
-    /// memory the compute class has now.
-    pub(super) fn qmd(&self, p: &Prepared, bank0: u64) -> Result<Qmd, NativeError> {
-        Ok(self.qmd_launch(p, bank0).pack()?)
     }
 
     /// What [`Launcher::qmd`] packs.
@@ -361,6 +376,7 @@ impl<R: ResourceManager> Launcher<R> {
             release: None,
         };
         let mut qmd = p.launch.qmd_launch(&at);
+        qmd.program_bytes = p.program_bytes;
         if stack_bytes(p.launch.local_bytes_per_thread) > 0 {
             // Each thread's share is laid out by the size the compute class was given.
             qmd.stack_bytes_per_thread = self.local_per_thread();
@@ -668,6 +684,49 @@ mod tests {
         assert_eq!(read, code());
         // The prefetcher's slack past the code is inside the allocation.
         assert!(p.code.size() >= code().len() as u64 + CODE_SLACK);
+    }
+
+    #[test]
+    fn the_instruction_cache_is_invalidated_once_after_code_is_written() {
+        let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
+        let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
+        let mut l = Launcher::new(&gpu, Channel::create(&gpu, 64).unwrap()).unwrap();
+        l.pretend_all_finished();
+        let p = Program::load(&gpu, &cubin(0)).unwrap();
+        let start = |l: &mut Launcher<FakeRm>, p: &Program<FakeRm>| {
+            let slot = l.next_slot as u64;
+            let grid = GridLaunch {
+                program: p,
+                kernel: "probe",
+                dims: LaunchDims {
+                    grid: [1, 1, 1],
+                    block: [32, 1, 1],
+                    dynamic_shared_bytes: 0,
+                },
+                params: vec![0; 12],
+            };
+            l.start(&grid, Duration::from_millis(50)).unwrap();
+            // INVALIDATE_INSTRUCTION_CACHE MW(606:606): word 18, bit 30; the data caches'
+            // (604, 605) every time.
+            let w = l
+                .state
+                .read_u32(slot * SLOT_BYTES + QMD_AT + 4 * 18)
+                .unwrap();
+            assert_eq!((w >> 28) & 3, 3, "texture and shader data caches");
+            (w >> 30) & 1 == 1
+        };
+        assert!(
+            start(&mut l, &p),
+            "the first grid after the code was written"
+        );
+        assert!(!start(&mut l, &p), "a second grid of the same code");
+        assert!(!start(&mut l, &p));
+        let q = Program::load(&gpu, &cubin(0)).unwrap();
+        assert!(
+            start(&mut l, &q),
+            "the first grid after more code was written"
+        );
+        assert!(!start(&mut l, &p));
     }
 
     #[test]

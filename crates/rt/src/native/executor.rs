@@ -19,6 +19,7 @@ use quench_ir::Function;
 use quench_sass::cubin::Cubin;
 
 use super::controls::PerfBoostParams;
+use super::copy_kernel;
 use super::dispatch::{CopyTicket, GridLaunch, Launcher, Program};
 use super::launch::LaunchDims;
 use super::memory::{Allocation, Gpu, Placement, Teardown};
@@ -66,6 +67,8 @@ pub struct NativeExecutor<R: ResourceManager = DeviceFiles> {
     /// Graphs written as segments, by graph id.
     segments: BTreeMap<u32, Segment<R>>,
     codegen: Codegen,
+    /// [`copy_kernel::copy_grains`], loaded by the first copy that runs it.
+    copy_kernel: Option<KernelId>,
 }
 
 // SAFETY: the executor's resource manager, GPU and allocations are shared (`Rc`) only
@@ -131,6 +134,7 @@ impl<R: ResourceManager> NativeExecutor<R> {
             recorder: Recorder::new(),
             segments: BTreeMap::new(),
             codegen: Codegen::Ptx,
+            copy_kernel: None,
         })
     }
 
@@ -416,9 +420,30 @@ impl<R: ResourceManager> Executor for NativeExecutor<R> {
         self.recorder
             .refuse_during_capture("device-to-device copy")?;
         self.allocs.check_copy(dst.0, src.0, bytes)?;
-        if bytes > 0 {
+        if bytes == 0 {
+            return Ok(());
+        }
+        if !copy_kernel::fits(dst.0, src.0, bytes) {
             let r = self.launcher.copy(src.0, dst.0, bytes, TIMEOUT);
-            self.recovering(r)?;
+            return self.recovering(r);
+        }
+        let k = match self.copy_kernel {
+            Some(k) => k,
+            None => {
+                let k = self.load(&copy_kernel::copy_grains())?;
+                self.copy_kernel = Some(k);
+                k
+            }
+        };
+        for (at, grains) in copy_kernel::pieces(bytes) {
+            let launch =
+                Launch::linear(grains.div_ceil(copy_kernel::THREADS), copy_kernel::THREADS);
+            let args = [
+                Arg::Ptr(src.offset(at)),
+                Arg::Ptr(dst.offset(at)),
+                Arg::U32(grains),
+            ];
+            self.launch(k, &launch, &args, StreamId::DEFAULT)?;
         }
         Ok(())
     }

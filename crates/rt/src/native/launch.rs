@@ -358,6 +358,8 @@ impl KernelLaunch {
             release: at.release,
             next: None,
             invalidate_caches: true,
+            invalidate_code: true,
+            program_bytes: 0,
         }
     }
 

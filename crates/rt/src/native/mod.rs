@@ -55,6 +55,7 @@ macro_rules! assert_layout {
 pub mod arch;
 mod channel;
 pub mod controls;
+mod copy_kernel;
 mod device_files;
 mod dispatch;
 mod error;

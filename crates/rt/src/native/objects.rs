@@ -198,6 +198,8 @@ pub mod attr {
     pub const PAGE_SIZE_4KB: u32 = 1 << 23;
     /// `PAGE_SIZE` (24:23) `_BIG`: 64 KiB pages.
     pub const PAGE_SIZE_BIG: u32 = 2 << 23;
+    /// `PAGE_SIZE` (24:23) `_HUGE`: the size `attr2`'s `PAGE_SIZE_HUGE` names.
+    pub const PAGE_SIZE_HUGE: u32 = 3 << 23;
     /// `LOCATION` (26:25) `_VIDMEM`.
     pub const LOCATION_VIDMEM: u32 = 0 << 25;
     /// `LOCATION` (26:25) `_PCI`: host memory.
@@ -220,6 +222,8 @@ pub mod attr2 {
     pub const GPU_CACHEABLE_YES: u32 = 1 << 2;
     /// `GPU_CACHEABLE` (3:2) `_NO`.
     pub const GPU_CACHEABLE_NO: u32 = 2 << 2;
+    /// `PAGE_SIZE_HUGE` (21:20) `_2MB`.
+    pub const PAGE_SIZE_HUGE_2MB: u32 = 1 << 20;
 }
 
 /// `NV_MEMORY_ALLOCATION_PARAMS` (src/common/sdk/nvidia/inc/nvos.h): how memory (or a

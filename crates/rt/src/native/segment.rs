@@ -137,8 +137,9 @@ impl<R: ResourceManager> Launcher<R> {
             segment.push_words,
             Level::Main,
         )?;
+        let written = self.gpu().programs_written();
         segment.last_serial = self.submit_after(Some(entry), PushBuffer::new(), timeout)?;
-        self.note_grids(segment.last_serial);
+        self.note_grids(segment.last_serial, written);
         Ok(())
     }
 }
@@ -160,6 +161,9 @@ impl<R: ResourceManager> Launcher<R> {
             payload: i as u32 + 1,
         });
         qmd.next = written.get(i + 1).map(|n| base + n.qmd_at);
+        // The first grid invalidates the instruction cache, so a replay runs the code
+        // written before it; the grids after it run the same code.
+        qmd.invalidate_code = i == 0;
         Ok(qmd.pack()?)
     }
 }
@@ -301,6 +305,10 @@ mod tests {
                 (base + PROGRESS) & 0xffff_ffff
             );
             assert_eq!(word(&bytes, q + 22), i as u32 + 1);
+            // DEPENDENT_QMD_PREFETCH(0) (372) where there is a next QMD; the first grid
+            // alone invalidates the instruction cache (606).
+            assert_eq!((word(&bytes, q + 11) >> 20) & 1, u32::from(next.is_some()));
+            assert_eq!((word(&bytes, q + 18) >> 30) & 1, u32::from(i == 0));
         }
 
         // A replay is the segment's entry and then the host's semaphore release.
