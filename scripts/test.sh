@@ -61,6 +61,13 @@ if [ ! -f "$wheel" ]; then
 fi
 export QUENCH_SMOLLM2_WHEEL="$PWD/$wheel"
 target/debug/quench pull smollm2 --wheel "$wheel" --cache "$cache"
+# The nvidia-cuda-nvcc wheel, for the test of `quench pull ptxas`.
+nvcc_wheel=".whl/nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+if [ ! -f "$nvcc_wheel" ]; then
+    python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+        --dest .whl nvidia-cuda-nvcc==13.0.88
+fi
+export QUENCH_NVCC_WHEEL="$PWD/$nvcc_wheel"
 target/debug/quench pull minilm --cache "$cache"
 export QUENCH_SMOLLM2_GGUF="$cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 export QUENCH_MINILM_DIR="$cache/minilm"

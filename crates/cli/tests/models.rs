@@ -492,6 +492,41 @@ fn a_wheel_that_fails_its_hash_installs_nothing() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `quench pull ptxas` installs NVIDIA's assembler from the nvidia-cuda-nvcc wheel as a
+/// program that runs, and `ptxas` names no model.
+#[test]
+fn ptxas_is_pulled_as_a_program_and_is_no_model() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("ptxas");
+    let cache = dir.join("cache");
+    let out = quench(&["info", "ptxas"], "", &cache);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("not a model quench can pull"), "{stderr}");
+    let Some(wheel) = quench_testkit::env(
+        "QUENCH_NVCC_WHEEL",
+        "the nvidia-cuda-nvcc 13.0.88 wheel quench pull ptxas installs from (scripts/test.sh \
+         downloads it)",
+    ) else {
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    };
+    let out = quench(&["pull", "ptxas", "--wheel", &wheel], "", &cache);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ptxas = cache.join("models/ptxas/ptxas");
+    let mode = std::fs::metadata(&ptxas).unwrap().permissions().mode();
+    assert_eq!(mode & 0o111, 0o111, "executable: {mode:o}");
+    let version = Command::new(&ptxas).arg("--version").output().unwrap();
+    assert!(version.status.success());
+    assert!(
+        text(&version.stdout).contains("cuda_13.0"),
+        "{}",
+        text(&version.stdout)
+    );
+    assert_eq!(listing(&cache.join("models")), ["ptxas", "ptxas/ptxas"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn real_models_answer_from_the_command_line() {
     let cache = scratch("real");

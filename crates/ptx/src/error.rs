@@ -20,8 +20,9 @@ pub enum PtxError {
 
     /// No `ptxas` could be found.
     #[error(
-        "ptxas not found (looked at: {looked}); install it with \
-         `pip install --no-deps nvidia-cuda-nvcc==13.0.88` or point QUENCH_PTXAS at a ptxas binary"
+        "ptxas not found (looked at: {looked}); install it with `quench pull ptxas` or \
+         `pip install --no-deps nvidia-cuda-nvcc==13.0.88`, or point QUENCH_PTXAS at a ptxas \
+         binary"
     )]
     PtxasNotFound { looked: String },
 

@@ -26,8 +26,17 @@ pub struct AsmReport {
     pub cubin: Vec<u8>,
 }
 
-/// Locate `ptxas`: `$QUENCH_PTXAS` if set, else `ptxas` on `PATH`, else the binary
-/// shipped in the `nvidia-cuda-nvcc` Python wheel (`nvidia/cu13/bin/ptxas`).
+/// Where `quench pull ptxas` puts it, as the command line's model cache says.
+static PULLED: OnceLock<PathBuf> = OnceLock::new();
+
+/// Tells [`find_ptxas`] where a pulled `ptxas` would be (the first call counts).
+pub fn set_pulled_ptxas(path: PathBuf) {
+    let _ = PULLED.set(path);
+}
+
+/// Locate `ptxas`: `$QUENCH_PTXAS` if set, else `ptxas` on `PATH`, else the one `quench
+/// pull ptxas` installed ([`set_pulled_ptxas`]), else the binary shipped in an installed
+/// `nvidia-cuda-nvcc` Python wheel (`nvidia/cu13/bin/ptxas`).
 pub fn find_ptxas() -> Result<PathBuf, PtxError> {
     if let Some(p) = std::env::var_os("QUENCH_PTXAS").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -47,12 +56,22 @@ pub fn find_ptxas() -> Result<PathBuf, PtxError> {
             return Ok(p);
         }
     }
+    if let Some(p) = PULLED.get().filter(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
     match wheel_ptxas() {
         Some(p) => Ok(p.clone()),
         None => Err(PtxError::PtxasNotFound {
-            looked:
-                "QUENCH_PTXAS, PATH, and python3's nvidia.cu13 package (nvidia-cuda-nvcc wheel)"
+            looked: match PULLED.get() {
+                Some(p) => format!(
+                    "QUENCH_PTXAS, PATH, {} and python3's nvidia.cu13 package \
+                     (nvidia-cuda-nvcc wheel)",
+                    p.display()
+                ),
+                None => "QUENCH_PTXAS, PATH, and python3's nvidia.cu13 package \
+                         (nvidia-cuda-nvcc wheel)"
                     .into(),
+            },
         }),
     }
 }
