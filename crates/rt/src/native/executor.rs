@@ -648,6 +648,8 @@ mod tests {
         for i in 0..1000 {
             let mut ex = executor(&rm);
             let p = ex.alloc(1 << 16).unwrap();
+            // In 2 MiB pages.
+            ex.alloc(4 << 20).unwrap();
             ex.load(&offset()).unwrap();
             // Half of them free what they allocated, half leave it to the drop.
             if i % 2 == 0 {
