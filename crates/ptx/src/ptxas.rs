@@ -62,16 +62,13 @@ pub fn find_ptxas() -> Result<PathBuf, PtxError> {
     match wheel_ptxas() {
         Some(p) => Ok(p.clone()),
         None => Err(PtxError::PtxasNotFound {
-            looked: match PULLED.get() {
-                Some(p) => format!(
-                    "QUENCH_PTXAS, PATH, {} and python3's nvidia.cu13 package \
-                     (nvidia-cuda-nvcc wheel)",
-                    p.display()
-                ),
-                None => "QUENCH_PTXAS, PATH, and python3's nvidia.cu13 package \
-                         (nvidia-cuda-nvcc wheel)"
-                    .into(),
-            },
+            looked: format!(
+                "QUENCH_PTXAS, PATH, {}python3's nvidia.cu13 package (nvidia-cuda-nvcc wheel)",
+                PULLED
+                    .get()
+                    .map(|p| format!("{}, ", p.display()))
+                    .unwrap_or_default()
+            ),
         }),
     }
 }

@@ -86,6 +86,21 @@ mod tests {
         );
     }
 
+    /// Both code generators compile it: quench's own (which the native backend runs with
+    /// `--codegen sass`) and ptxas, without spilling.
+    #[test]
+    fn the_kernel_compiles_with_both_code_generators() {
+        let f = copy_grains();
+        crate::codegen::own_cubin(&f).expect("quench's own code");
+        let Some(_) = quench_testkit::ok(quench_ptx::ptxas::find_ptxas()) else {
+            return;
+        };
+        let ptx = quench_ptx::emit(&f).unwrap();
+        let report = quench_ptx::ptxas::assemble(&ptx, "sm_90").unwrap();
+        assert_eq!(report.kernel, "copy_grains_u32x4");
+        assert_eq!(report.spill_store_bytes + report.spill_load_bytes, 0);
+    }
+
     #[test]
     fn alignment_and_pieces() {
         assert!(fits(0x1000, 0x2000, 4096));

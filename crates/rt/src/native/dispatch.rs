@@ -66,12 +66,20 @@ const SLOT_BYTES: u64 = 0x2000;
 const SLOTS: usize = 256;
 const STATE_BYTES: u64 = SLOT_BYTES * SLOTS as u64;
 
+/// One kernel's code in a [`Program`].
+struct Entry {
+    name: String,
+    /// Offset in the program's code allocation.
+    at: u64,
+    bytes: u32,
+}
+
 /// The kernels of one cubin, their code in GPU memory.
 pub struct Program<R: ResourceManager> {
     cubin: Cubin,
     code: Allocation<R>,
-    /// Each kernel's name and the offset of its code in `code`.
-    entries: Vec<(String, u64)>,
+    /// Each kernel's name, and the offset and length of its code in `code`.
+    entries: Vec<Entry>,
 }
 
 impl<R: ResourceManager> Program<R> {
@@ -88,15 +96,20 @@ impl<R: ResourceManager> Program<R> {
                 });
             }
             let at = end.next_multiple_of(CODE_ALIGN);
-            end = at + cubin.text(k).len() as u64;
-            entries.push((k.name.clone(), at));
+            let bytes = cubin.text(k).len() as u32;
+            end = at + u64::from(bytes);
+            entries.push(Entry {
+                name: k.name.clone(),
+                at,
+                bytes,
+            });
         }
         if entries.is_empty() {
             return Err(NativeError::Cubin("the cubin has no kernels".into()));
         }
         let code = gpu.allocate(end + CODE_SLACK, Placement::Device, true)?;
-        for (k, (_, at)) in cubin.kernels.iter().zip(&entries) {
-            code.write(*at, cubin.text(k))?;
+        for (k, e) in cubin.kernels.iter().zip(&entries) {
+            code.write(e.at, cubin.text(k))?;
         }
         gpu.note_program_written();
         Ok(Program {
@@ -106,12 +119,12 @@ impl<R: ResourceManager> Program<R> {
         })
     }
 
-    /// The GPU address of `kernel`'s first instruction.
-    fn entry(&self, kernel: &str) -> Option<u64> {
+    /// The GPU address of `kernel`'s first instruction and the length of its code.
+    fn entry(&self, kernel: &str) -> Option<(u64, u32)> {
         self.entries
             .iter()
-            .find(|(name, _)| name == kernel)
-            .map(|&(_, at)| self.code.gpu_address() + at)
+            .find(|e| e.name == kernel)
+            .map(|e| (self.code.gpu_address() + e.at, e.bytes))
     }
 }
 
@@ -351,15 +364,9 @@ impl<R: ResourceManager> Launcher<R> {
         if stack > self.local_per_thread() {
             self.give_local_memory(stack, timeout)?;
         }
-        let program_address = program
+        let (program_address, program_bytes) = program
             .entry(kernel)
             .ok_or_else(|| NativeError::Cubin(format!("no code for kernel {kernel}")))?;
-        let program_bytes = program
-            .cubin
-            .kernels
-            .iter()
-            .find(|k| k.name == kernel)
-            .map_or(0, |k| program.cubin.text(k).len() as u32);
         Ok(Prepared {
             launch,
             bank0,
@@ -675,7 +682,10 @@ mod tests {
         let rm = std::rc::Rc::new(FakeRm::new(DRIVER, vec![H200]));
         let gpu = Gpu::open(&rm, DRIVER, 0).unwrap();
         let p = Program::load(&gpu, &cubin(0)).unwrap();
-        assert_eq!(p.entry("probe"), Some(p.code.gpu_address()));
+        assert_eq!(
+            p.entry("probe"),
+            Some((p.code.gpu_address(), code().len() as u32))
+        );
         assert_eq!(p.entry("other"), None);
         let mut read = vec![];
         for at in (0..code().len() as u64).step_by(4) {

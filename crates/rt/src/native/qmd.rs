@@ -348,7 +348,7 @@ pub struct QmdLaunch {
     /// start (measured: the decode attention kernel 19.4 µs instead of 8.5 on an H100).
     pub invalidate_code: bool,
     /// The kernel's code in bytes, prefetched into the instruction cache as the grid
-    /// starts (up to the field's limit); 0: none.
+    /// starts in whole 256-byte units (up to the field's limit); 0: none.
     pub program_bytes: u32,
 }
 
@@ -452,6 +452,7 @@ impl QmdLaunch {
         aligned("the program address", self.program_address, 16)?;
         q.set(PROGRAM_ADDRESS_LOWER, self.program_address & 0xffff_ffff)?;
         q.set(PROGRAM_ADDRESS_UPPER, self.program_address >> 32)?;
+        // Whole 256-byte units (a last part under 256 bytes is fetched as the grid runs).
         let prefetch = u64::from(self.program_bytes / 256).min(PROGRAM_PREFETCH_MAX);
         if prefetch > 0 {
             let shifted = self.program_address >> 8;
@@ -635,7 +636,7 @@ mod tests {
         assert_eq!(bits(&q, 17, 26, 6), 3);
         // PROGRAM_PREFETCH_ADDR_LOWER_SHIFTED MW(1375:1344) = word 42, UPPER
         // MW(1392:1376) = word 43 bits 0..17, SIZE MW(1401:1393) = word 43 bits 17..26:
-        // 0x1234 bytes are 0x12 whole 256-byte units.
+        // 0x1234 bytes hold 0x12 whole 256-byte units.
         assert_eq!(q.words()[42], 0x0123_4567);
         assert_eq!(bits(&q, 43, 0, 17), 0);
         assert_eq!(bits(&q, 43, 17, 9), 0x12);
