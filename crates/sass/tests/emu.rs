@@ -734,6 +734,54 @@ fn memory_too_soon_after_a_barrier_is_an_error() {
     }
 }
 
+/// A predicate overwritten unread by another opcode before the first write has landed
+/// stops the run there: quench's own sample_f32 writes a predicate with `FSETP` that an
+/// `ISETP` overwrites before anything reads it (on the H100, with 7 cycles between them,
+/// the `FSETP`'s value was what a `SEL` read after the `ISETP`: the kernel sampled token
+/// 2³²−1 on every run). The code generator spaces them as a guard's latency; cut to a
+/// cycle each, the run must say so at the `ISETP`.
+#[test]
+fn a_predicate_overwritten_unread_too_soon_is_an_error() {
+    let spec = quench_kernels::find("sample_f32").expect("library kernel");
+    let c = case(spec.name, spec.small_params(), quench_testkit::seed());
+    let mut k = compile_own(&c).expect("the code generator compiles sample_f32");
+    let run_before = run_emu(&k, &c);
+    assert!(run_before.is_ok(), "{:?}", run_before.err());
+    let mut insts: Vec<&mut emu::Inst> = k.code.iter_mut().flatten().collect();
+    let writes = |i: &emu::Inst| match i.operands.as_ref().ok()?.first()? {
+        emu::Operand::Pred { n, .. } => Some(*n),
+        _ => None,
+    };
+    // The first FSETP whose predicate an ISETP overwrites with nothing between reading it.
+    let (fsetp, isetp) = (0..insts.len())
+        .filter(|&f| insts[f].op == "FSETP")
+        .find_map(|f| {
+            let p = writes(insts[f])?;
+            let i = (f + 1..insts.len().min(f + 6))
+                .find(|&i| insts[i].op == "ISETP" && writes(insts[i]) == Some(p))?;
+            let untouched = insts[f + 1..i].iter().all(|x| {
+                x.guard.is_none()
+                    && !x.operands.as_ref().is_ok_and(|ops| {
+                        ops.iter()
+                            .any(|o| matches!(o, emu::Operand::Pred { n, .. } if *n == p))
+                    })
+            });
+            untouched.then_some((f, i))
+        })
+        .expect("sample_f32 overwrites an FSETP's predicate unread");
+    let at = insts[isetp].addr;
+    for i in &mut insts[fsetp..isetp] {
+        i.control.stall = 1;
+    }
+    match run_emu(&k, &c) {
+        Err(EmuError::Hazard { at: a, why }) => {
+            assert_eq!(a, at, "{why}");
+            assert!(why.starts_with("writes P"), "{why}");
+        }
+        other => panic!("expected a predicate hazard at {at:#x}, got {other:?}"),
+    }
+}
+
 /// Changes an instruction in place; whether it was one it changes.
 type Mutation = fn(&mut emu::Inst) -> bool;
 

@@ -241,12 +241,52 @@ pub struct Results {
     /// The cycle the instruction being issued issues at.
     cycle: u32,
     /// Registers (numbered as [`registers`] numbers them) whose fixed-latency writer issued
-    /// at the cycle given.
-    pending: Vec<(u16, u32, FixedResult)>,
+    /// at the cycle given, with the writer's opcode.
+    pending: Vec<Pending>,
+}
+
+/// A fixed-latency result not yet readable by every instruction.
+struct Pending {
+    register: u16,
+    at: u32,
+    result: FixedResult,
+    writer: String,
+    /// Whether an instruction has read it (as an operand or a guard) since.
+    read: bool,
+}
+
+impl Pending {
+    /// The cycle an instruction of `opcode` that reads `reads` and writes `writes` may
+    /// issue at, as far as this result goes (0 where it does not touch it).
+    fn ready(&self, opcode: &str, reads: &[u16], writes: &[u16]) -> u32 {
+        let read = reads.contains(&self.register);
+        if !read && !writes.contains(&self.register) {
+            return 0;
+        }
+        let mut given = self.result.given_to(opcode);
+        // A predicate overwritten before anything has read it, by another opcode (another
+        // pipe, perhaps a shorter one): the older write must land first, and a predicate
+        // lands as late as a guard sees it. On the H100 an `ISETP` 7 cycles after an
+        // unread `FSETP` of the same predicate lost to it: a `SEL` read the `FSETP`'s.
+        if !read && !self.read && self.register >= PREDICATES && self.writer != opcode {
+            given = given.max(GUARD_LATENCY + MARGIN);
+        }
+        self.at + u32::from(given)
+    }
+
+    /// The cycle after which nothing waits for this result any more.
+    fn landed(&self) -> u32 {
+        let mut given = self.result.given_to_any();
+        if self.register >= PREDICATES {
+            given = given.max(GUARD_LATENCY + MARGIN);
+        }
+        self.at + u32::from(given)
+    }
 }
 
 impl Results {
-    /// Issues `text` (guard removed) with control bits `c`: lengthens the stalls of the
+    /// Issues `text` (its guard, e.g. `P0`, apart in `guard`: a guard reads its predicate)
+    /// with control bits `c`: lengthens the stalls of the
     /// instructions issued since the last label (`earlier`, in order; `None` for labels),
     /// the latest first, until the registers `text` reads or writes are ready for it, and
     /// records the results it writes. With `drain`, `c`'s own stall covers every result
@@ -255,6 +295,7 @@ impl Results {
     pub fn issue(
         &mut self,
         c: Control,
+        guard: Option<&str>,
         text: &str,
         earlier: &mut [Option<Control>],
         drain: bool,
@@ -265,8 +306,7 @@ impl Results {
         let needed = self
             .pending
             .iter()
-            .filter(|(r, _, _)| reads.contains(r) || writes.contains(r))
-            .map(|&(_, at, result)| at + u32::from(result.given_to(opcode)))
+            .map(|p| p.ready(opcode, &reads, &writes))
             .max()
             .unwrap_or(0);
         // Longer stalls before this instruction, as few as it takes.
@@ -280,20 +320,29 @@ impl Results {
             short -= u32::from(more);
             self.cycle += u32::from(more);
         }
-        self.pending.retain(|&(r, at, result)| {
-            !writes.contains(&r) && at + u32::from(result.given_to_any()) > self.cycle
-        });
+        self.pending
+            .retain(|p| !writes.contains(&p.register) && p.landed() > self.cycle);
+        // A guard's wait is `Guards`'; that it reads its predicate counts here.
+        let guard = guard.and_then(predicate).map(|p| PREDICATES + p as u16);
+        for p in &mut self.pending {
+            p.read |= reads.contains(&p.register) || guard == Some(p.register);
+        }
         if !variable_latency(mnemonic) {
             let result = FixedResult::of(opcode);
-            self.pending
-                .extend(writes.iter().map(|&r| (r, self.cycle, result)));
+            self.pending.extend(writes.iter().map(|&register| Pending {
+                register,
+                at: self.cycle,
+                result,
+                writer: opcode.to_string(),
+                read: false,
+            }));
         }
         let mut c = c;
         if drain {
             let ready = self
                 .pending
                 .iter()
-                .map(|&(_, at, result)| at + u32::from(result.given_to_any()))
+                .map(|p| p.at + u32::from(p.result.given_to_any()))
                 .max()
                 .unwrap_or(0);
             if ready > self.cycle + u32::from(c.stall) {
@@ -428,7 +477,7 @@ mod tests {
             if mnemonic == "NOP" {
                 c = stalled(c, 2);
             }
-            let c = r.issue(c, text, &mut cs, i + 1 == lines.len());
+            let c = r.issue(c, None, text, &mut cs, i + 1 == lines.len());
             cs.push(Some(c));
         }
         cs.into_iter().map(|c| c.unwrap().stall).collect()
@@ -476,6 +525,25 @@ mod tests {
             stalls(&["FADD R4, R5, R6", "IMAD R1, R2, R3, RZ"]),
             vec![1, 8]
         );
+    }
+
+    #[test]
+    fn an_unread_predicate_is_overwritten_by_another_pipe_only_once_it_has_landed() {
+        let overwrite = |between: &str, second: &str| {
+            let s = stalls(&["FSETP.NEU.AND P0, PT, R1, R1, PT", between, second, "EXIT"]);
+            s[0] + s[1]
+        };
+        // An ISETP over an FSETP's unread predicate: a guard's latency after it.
+        assert_eq!(
+            overwrite("MOV R2, R3", "ISETP.GE.U32.AND P0, PT, R4, R5, PT"),
+            GUARD_LATENCY + MARGIN
+        );
+        // Read in between (the reader waited for it), or the same opcode (the same pipe,
+        // in order): no more than before.
+        assert!(overwrite("SEL R2, R3, R4, P0", "ISETP.GE.U32.AND P0, PT, R4, R5, PT") < 10);
+        assert!(overwrite("MOV R2, R3", "FSETP.GT.AND P0, PT, R4, R5, PT") < 10);
+        // Another predicate: nothing to wait for.
+        assert!(overwrite("MOV R2, R3", "ISETP.GE.U32.AND P1, PT, R4, R5, PT") < 4);
     }
 
     #[test]

@@ -182,7 +182,7 @@ impl<'f> Selector<'f> {
                     scoreboards.label();
                     controls.push(None);
                 }
-                Line::Inst { text, stall, .. } => {
+                Line::Inst { guard, text, stall } => {
                     let next = self.lines.get(i + 1).map(|l| match l {
                         Line::Inst { guard, text, .. } => Some((guard.as_str(), mnemonic(text))),
                         Line::Label(_) => None,
@@ -198,7 +198,8 @@ impl<'f> Selector<'f> {
                         Some(Some((g, _))) if !jumps => Some(g),
                         _ => None,
                     };
-                    c = results.issue(c, text, &mut controls, guarded.is_none());
+                    let guard = guard.trim().trim_start_matches(['@', '!']);
+                    c = results.issue(c, Some(guard), text, &mut controls, guarded.is_none());
                     c = guards.issue(c, text, guarded);
                     c = scoreboards.issue(c, text, &mut controls);
                     controls.push(Some(c));

@@ -214,7 +214,18 @@ pub fn issue(
     } else {
         u64::from(GUARD_LATENCY)
     };
+    c.w.opcode.clone_from(&inst.op);
     let step = if on == 0 { Step::Next } else { f(&mut c, on)? };
+    if let Some((n, since)) = c.w.predicate_overtaken.take() {
+        return Err(EmuError::Hazard {
+            at: inst.addr,
+            why: format!(
+                "writes P{n} {since} cycles after another instruction's fixed-latency write \
+                 of it that nothing read; that write may land after this one (a predicate \
+                 lands {GUARD_LATENCY} cycles after its writer)"
+            ),
+        });
+    }
     let (read, wrote) = (std::mem::take(&mut c.read), std::mem::take(&mut c.wrote));
     results_ready(c.w, inst, &read, &wrote)?;
     c.w.scoreboard.issue(inst, &read, &wrote)?;

@@ -5,7 +5,9 @@
 use super::copy::Copies;
 use super::inst::Inst;
 use super::EmuError;
-use crate::codegen::FixedResult;
+use std::cell::Cell;
+
+use crate::codegen::{FixedResult, GUARD_LATENCY};
 
 pub const LANES: usize = 32;
 /// General registers per lane, R0..R254 and RZ (255, which reads 0 and ignores writes).
@@ -54,6 +56,15 @@ pub struct Warp {
     pub predicate_latency: u64,
     /// Per lane, the cycle from which each predicate may guard an instruction.
     pub guard_ready: [[u64; PT as usize]; LANES],
+    /// The opcode of the instruction being issued (see [`Warp::set_p`]).
+    pub opcode: String,
+    /// Per lane and predicate, the opcode of its latest writer and whether anything has
+    /// read it since (bit `n` of `predicate_read[lane]`; reading takes `&self`).
+    predicate_writer: [[String; PT as usize]; LANES],
+    predicate_read: [Cell<u8>; LANES],
+    /// A predicate write that may land before an earlier, unread one: the predicate and
+    /// the cycles between the two (see [`Warp::set_p`]).
+    pub predicate_overtaken: Option<(u8, u64)>,
     /// Per vector register, the latest fixed-latency write to it.
     pub results: Vec<Option<Written>>,
     /// The cycle the latest block barrier (`BAR`) issued at.
@@ -113,6 +124,10 @@ impl Warp {
             cycle: 0,
             predicate_latency: 0,
             guard_ready: [[0; PT as usize]; LANES],
+            opcode: String::new(),
+            predicate_writer: Default::default(),
+            predicate_read: Default::default(),
+            predicate_overtaken: None,
             results: vec![None; usize::from(RZ)],
             barrier_at: None,
         }
@@ -152,13 +167,37 @@ impl Warp {
     }
 
     pub fn p(&self, lane: usize, n: u8) -> bool {
+        if n < PT {
+            let read = &self.predicate_read[lane];
+            read.set(read.get() | 1 << n);
+        }
         n >= PT || self.preds[lane] >> n & 1 == 1
     }
 
+    /// Writes `Pn` of `lane`. A fixed-latency write of a predicate that an earlier
+    /// fixed-latency write by another opcode (another pipe) left unread and still in
+    /// flight (sooner than a guard could read it) may land first and be overwritten by the
+    /// older value: recorded in [`Warp::predicate_overtaken`]. ptxas's code never
+    /// overwrites an unread predicate so soon; on the H100 a `SEL` read an `FSETP`'s
+    /// predicate where an `ISETP` had written it 7 cycles after.
     pub fn set_p(&mut self, lane: usize, n: u8, v: bool) {
         if n < PT {
+            let i = usize::from(n);
+            let unread = self.predicate_read[lane].get() >> n & 1 == 0;
+            let in_flight = self.cycle < self.guard_ready[lane][i];
+            if self.predicate_latency > 0
+                && unread
+                && in_flight
+                && self.predicate_writer[lane][i] != self.opcode
+            {
+                let since = self.cycle + u64::from(GUARD_LATENCY) - self.guard_ready[lane][i];
+                self.predicate_overtaken = Some((n, since));
+            }
             self.preds[lane] = self.preds[lane] & !(1 << n) | u8::from(v) << n;
-            self.guard_ready[lane][usize::from(n)] = self.cycle + self.predicate_latency;
+            self.guard_ready[lane][i] = self.cycle + self.predicate_latency;
+            self.predicate_writer[lane][i].clone_from(&self.opcode);
+            let read = &self.predicate_read[lane];
+            read.set(read.get() & !(1 << n));
         }
     }
 
