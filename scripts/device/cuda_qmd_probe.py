@@ -74,7 +74,7 @@ def regions():
             lo, hi = (int(x, 16) for x in parts[0].split("-"))
             perms = parts[1]
             path = parts[5] if len(parts) > 5 else ""
-            if "r" not in perms or path in ("[vvar]", "[vsyscall]", "[vdso]"):
+            if "r" not in perms or path.startswith(("[vvar", "[vsyscall", "[vdso")):
                 continue
             # Code and data of loaded files cannot hold a launch's QMD.
             if path.startswith("/") and not path.startswith("/dev/"):
