@@ -447,8 +447,7 @@ pub(crate) mod tests {
         assert_eq!(q.get(field::CTA_THREAD_DIMENSION0), 256);
         assert_eq!(q.get(field::REGISTER_COUNT), 24);
         assert_eq!(q.get(field::BARRIER_COUNT), 1);
-        // 5,096 bytes of the kernel's and the reserved kilobyte, in 256-byte units.
-        assert_eq!(q.get(field::SHARED_MEMORY_SIZE), 6144);
+        assert_eq!(q.get(field::SHARED_MEMORY_SIZE), 5120);
         assert_eq!(q.get(field::CONSTANT_BUFFER0_SIZE_SHIFTED4), 0x22);
         assert_eq!(q.get(field::PROGRAM_ADDRESS_UPPER), 0x7f00);
         assert_eq!(q.get(field::RELEASE0_ENABLE), 1);

@@ -446,22 +446,20 @@ impl QmdLaunch {
             u64::from(self.stack_bytes_per_thread.next_multiple_of(16)),
         )?;
 
-        // Shared memory is allocated in 256-byte units, the kilobyte reserved per CTA
-        // included, as libcuda's QMDs give it: ptxas's code places a kernel's own shared
-        // memory after that kilobyte (at 0x400 of its window).
+        // Shared memory is allocated in 256-byte units.
         q.set(
             SHARED_MEMORY_SIZE,
-            u64::from((self.shared_bytes + RESERVED_SHARED_PER_CTA).next_multiple_of(256)),
+            u64::from(self.shared_bytes.next_multiple_of(256)),
         )?;
-        // Refuses a CTA no carveout holds.
-        sm_config_shared_mem(self.shared_bytes)?;
-        // The carveout asked for is also the least the grid runs with, as in libcuda's
-        // QMDs: a smaller minimum lets it start on SMs still configured for fewer of its
-        // CTAs.
+        q.set(
+            MIN_SM_CONFIG_SHARED_MEM_SIZE,
+            sm_config_shared_mem(self.shared_bytes)?,
+        )?;
         let threads = self.block.iter().product();
-        let target = sm_config_for_occupancy(threads, self.registers, self.shared_bytes);
-        q.set(MIN_SM_CONFIG_SHARED_MEM_SIZE, target)?;
-        q.set(TARGET_SM_CONFIG_SHARED_MEM_SIZE, target)?;
+        q.set(
+            TARGET_SM_CONFIG_SHARED_MEM_SIZE,
+            sm_config_for_occupancy(threads, self.registers, self.shared_bytes),
+        )?;
         let largest = HOPPER_CARVEOUTS_KIB[HOPPER_CARVEOUTS_KIB.len() - 1];
         q.set(MAX_SM_CONFIG_SHARED_MEM_SIZE, u64::from(largest / 4 + 1))?;
 
@@ -603,13 +601,12 @@ mod tests {
         // QMD_MINOR_VERSION MW(579:576), QMD_MAJOR_VERSION MW(583:580): word 18.
         assert_eq!(bits(&q, 18, 0, 4), 0);
         assert_eq!(bits(&q, 18, 4, 4), 4);
-        // SHARED_MEMORY_SIZE MW(601:584): word 18, bits 8..26; 5000 + 1024 reserved
-        // rounded up to 256s.
-        assert_eq!(bits(&q, 18, 8, 18), 6144);
+        // SHARED_MEMORY_SIZE MW(601:584): word 18, bits 8..26; 5000 rounded up to 256s.
+        assert_eq!(bits(&q, 18, 8, 18), 5120);
         // MIN/MAX/TARGET_SM_CONFIG_SHARED_MEM_SIZE MW(613:608), (619:614), (625:620):
-        // the target holds six CTAs of 5000 + 1024 bytes (64 KiB: 64 / 4 + 1 = 17), and
-        // is the minimum too; the largest is 228 KiB (228 / 4 + 1 = 58).
-        assert_eq!(bits(&q, 19, 0, 6), 17);
+        // 5000 + 1024 bytes fit the 8 KiB carveout (8 / 4 + 1 = 3); the largest is 228
+        // KiB (228 / 4 + 1 = 58); the target holds six such CTAs (64 KiB: 17).
+        assert_eq!(bits(&q, 19, 0, 6), 3);
         assert_eq!(bits(&q, 19, 6, 6), 58);
         assert_eq!(bits(&q, 19, 12, 6), 17);
         // RELEASE_SEMAPHORE0_ADDR_LOWER MW(671:640) = word 20, UPPER MW(696:672) = word
@@ -823,11 +820,10 @@ mod tests {
         assert_eq!(sm_config_for_occupancy(256, 32, 48 << 10), 58);
         let l = launch();
         let q = l.pack().unwrap();
+        assert_eq!(q.get(MIN_SM_CONFIG_SHARED_MEM_SIZE), 3);
         // 256 threads, 40 registers: 8 CTAs by threads, 6 by registers (40 × 32 × 8
-        // warps = 10,240 a CTA); 6 × 6,024 bytes fit 36 KiB, so the 64 KiB carveout,
-        // asked for as the least the grid runs with too.
+        // warps = 10,240 a CTA); 6 × 6,024 bytes fit 36 KiB, so the 64 KiB carveout.
         assert_eq!(q.get(TARGET_SM_CONFIG_SHARED_MEM_SIZE), 17);
-        assert_eq!(q.get(MIN_SM_CONFIG_SHARED_MEM_SIZE), 17);
     }
 
     #[test]
