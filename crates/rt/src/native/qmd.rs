@@ -67,8 +67,6 @@ pub mod field {
         QMD_GROUP_ID = 21:16;
         /// `QMD_TYPE_GRID_CTA` (2): a grid of independent CTAs.
         QMD_TYPE = 25:23;
-        /// The grid arrives at latch `ARRIVE_AT_LATCH_ID` as it completes.
-        ARRIVE_AT_LATCH_VALID = 28:28;
         /// `RELEASE_ENABLE(0)`.
         RELEASE0_ENABLE = 320:320;
         /// `RELEASE_STRUCTURE_SIZE(0)`: `SEMAPHORE_ONE_WORD` (1) writes the payload alone.
@@ -134,8 +132,6 @@ pub mod field {
         GRID_DEPTH = 1103:1088;
         /// `CWD_MEMBAR_TYPE_L1_SYSMEMBAR` (1): a system membar when a CTA ends.
         CWD_MEMBAR_TYPE = 1137:1136;
-        /// Lets the grid's completion be processed as its programs exit.
-        ENABLE_PROGRAM_PRE_EXIT = 1151:1151;
         /// Block size in threads.
         CTA_THREAD_DIMENSION0 = 1167:1152;
         CTA_THREAD_DIMENSION1 = 1183:1168;
@@ -148,8 +144,6 @@ pub mod field {
         /// offset from a code base as QMDs before Volta did.
         PROGRAM_ADDRESS_LOWER = 1247:1216;
         PROGRAM_ADDRESS_UPPER = 1272:1248;
-        /// See `ARRIVE_AT_LATCH_VALID`.
-        ARRIVE_AT_LATCH_ID = 1503:1472;
         /// `CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)`: bank 0's address >> 6.
         CONSTANT_BUFFER0_ADDR_LOWER_SHIFTED6 = 1567:1536;
         CONSTANT_BUFFER0_ADDR_UPPER_SHIFTED6 = 1586:1568;
@@ -178,8 +172,6 @@ const CONSTANT_BUFFER_PREFETCH_MAX: u64 = 63;
 const PROGRAM_PREFETCH_MAX: u64 = 0x1ff;
 /// `CWD_MEMBAR_TYPE_L1_SYSMEMBAR`.
 pub const CWD_MEMBAR_TYPE_L1_SYSMEMBAR: u64 = 1;
-/// The latch quench's grids arrive at (no grid waits on it).
-pub const ARRIVE_AT_LATCH_OWN: u64 = 0x38;
 /// `API_VISIBLE_CALL_LIMIT_NO_CHECK`.
 pub const API_VISIBLE_CALL_LIMIT_NO_CHECK: u64 = 1;
 /// The SASS version of sm_90 code (the SM's major and minor number as hex digits).
@@ -426,12 +418,6 @@ impl QmdLaunch {
         q.set(SASS_VERSION, SASS_VERSION_SM90)?;
         q.set(API_VISIBLE_CALL_LIMIT, API_VISIBLE_CALL_LIMIT_NO_CHECK)?;
         q.set(CWD_MEMBAR_TYPE, CWD_MEMBAR_TYPE_L1_SYSMEMBAR)?;
-        // As every QMD libcuda writes for a stream launch (read from its memory by
-        // scripts/device/cuda_qmd_probe.py): with these, a chained grid starts after the
-        // one before in 0.66 µs instead of 0.99 on an H100 (libcuda's graphs: 0.81).
-        q.set(ENABLE_PROGRAM_PRE_EXIT, 1)?;
-        q.set(ARRIVE_AT_LATCH_VALID, 1)?;
-        q.set(ARRIVE_AT_LATCH_ID, ARRIVE_AT_LATCH_OWN)?;
 
         q.set(GRID_WIDTH, u64::from(self.grid[0]))?;
         q.set(GRID_HEIGHT, u64::from(self.grid[1]))?;
@@ -593,11 +579,6 @@ mod tests {
         assert_eq!(bits(&q, 16, 24, 8), 0x90);
         // SHADER_LOCAL_MEMORY_HIGH_SIZE MW(567:544): word 17, bits 0..24.
         assert_eq!(bits(&q, 17, 0, 24), 0x260);
-        // ARRIVE_AT_LATCH_VALID MW(28:28): word 0 bit 28; ARRIVE_AT_LATCH_ID
-        // MW(1503:1472): word 46; ENABLE_PROGRAM_PRE_EXIT MW(1151:1151): word 35 bit 31.
-        assert_eq!(bits(&q, 0, 28, 1), 1);
-        assert_eq!(q.words()[46], 0x38);
-        assert_eq!(bits(&q, 35, 31, 1), 1);
         // QMD_MINOR_VERSION MW(579:576), QMD_MAJOR_VERSION MW(583:580): word 18.
         assert_eq!(bits(&q, 18, 0, 4), 0);
         assert_eq!(bits(&q, 18, 4, 4), 4);
