@@ -1354,11 +1354,17 @@ impl<'f> Selector<'f> {
                 format!("LOP3.LUT {d1}, {a1}, {b1}, RZ, {lut:#x}, !PT"),
             ]
         } else if let BinOp::Max | BinOp::Min = op {
-            // a > b (a < b) on the low words, then decided by the high words (`.EX`).
-            let cmp = if op == BinOp::Max { "GT" } else { "LT" };
+            // a > b for the maximum, b > a for the minimum, on the low words and then
+            // decided by the high words (`.EX`; only the 64-bit compares ptxas's code
+            // uses, see `cmp`): either way a is picked where it holds.
+            let ((x0, x1), (y0, y1)) = if op == BinOp::Max {
+                ((&a0, &a1), (&b0, &b1))
+            } else {
+                ((&b0, &b1), (&a0, &a1))
+            };
             vec![
-                format!("ISETP.{cmp}.U32.AND {SCRATCH_P}, PT, {a0}, {b0}, PT"),
-                format!("ISETP.{cmp}.U32.AND.EX {SCRATCH_P}, PT, {a1}, {b1}, PT, {SCRATCH_P}"),
+                format!("ISETP.GT.U32.AND {SCRATCH_P}, PT, {x0}, {y0}, PT"),
+                format!("ISETP.GT.U32.AND.EX {SCRATCH_P}, PT, {x1}, {y1}, PT, {SCRATCH_P}"),
                 format!("SEL {d0}, {a0}, {b0}, {SCRATCH_P}"),
                 format!("SEL {d1}, {a1}, {b1}, {SCRATCH_P}"),
             ]
@@ -1430,11 +1436,16 @@ impl<'f> Selector<'f> {
         let name = |op: CmpOp| op.name().to_uppercase();
         if kind == Kind::U64 {
             // The low words compared into P6, the high words then decide, with P6 taken
-            // where they are equal (`.EX`).
-            // The tables hold `.EX` for LE only with a negated predicate: b >= a instead.
-            let (op, a, b) = match op {
-                CmpOp::Le => (CmpOp::Ge, b, a),
-                op => (op, a, b),
+            // where they are equal (`.EX`). Only the `.EX` forms ptxas's code compares two
+            // registers with: NE, GT and GE. ptxas writes a == b as the inverse of a != b
+            // and a < b as b > a; quench's own `sample_f32` with `EQ.EX` and `LT.EX`
+            // between registers sampled a wrong token on the H100 (whether those forms
+            // are why is not yet known). LE is b >= a.
+            let (op, a, b, invert) = match op {
+                CmpOp::Le => (CmpOp::Ge, b, a, false),
+                CmpOp::Lt => (CmpOp::Gt, b, a, false),
+                CmpOp::Eq => (CmpOp::Ne, a, b, true),
+                op => (op, a, b, false),
             };
             let (la, lb) = (self.regs.loc(f, a)?, self.regs.loc(f, b)?);
             let v = result.ok_or_else(|| refuse(f, "cmp without its result"))?;
@@ -1449,6 +1460,9 @@ impl<'f> Selector<'f> {
                 "",
                 format!("ISETP.{op}.U32.AND.EX {p}, PT, {a1}, {b1}, PT, {SCRATCH_P}"),
             );
+            if invert {
+                self.emit("", format!("PLOP3.LUT {p}, PT, {p}, PT, PT, 0xf, 0x0"));
+            }
             self.pred_store(spilled);
             return Ok(());
         }
