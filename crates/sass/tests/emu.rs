@@ -736,10 +736,9 @@ fn memory_too_soon_after_a_barrier_is_an_error() {
 
 /// A predicate overwritten unread by another opcode before the first write has landed
 /// stops the run there: quench's own sample_f32 writes a predicate with `FSETP` that an
-/// `ISETP` overwrites before anything reads it (on the H100, with 7 cycles between them,
-/// the `FSETP`'s value was what a `SEL` read after the `ISETP`: the kernel sampled token
-/// 2³²−1 on every run). The code generator spaces them as a guard's latency; cut to a
-/// cycle each, the run must say so at the `ISETP`.
+/// `ISETP` overwrites before anything reads it (something ptxas's code never does sooner
+/// than 12 cycles, and then only with the same opcode). The code generator spaces them
+/// as a guard's latency; cut to a cycle each, the run must say so at the `ISETP`.
 #[test]
 fn a_predicate_overwritten_unread_too_soon_is_an_error() {
     let spec = quench_kernels::find("sample_f32").expect("library kernel");

@@ -266,8 +266,8 @@ impl Pending {
         let mut given = self.result.given_to(opcode);
         // A predicate overwritten before anything has read it, by another opcode (another
         // pipe, perhaps a shorter one): the older write must land first, and a predicate
-        // lands as late as a guard sees it. On the H100 an `ISETP` 7 cycles after an
-        // unread `FSETP` of the same predicate lost to it: a `SEL` read the `FSETP`'s.
+        // lands as late as a guard sees it. ptxas's code never overwrites an unread
+        // predicate sooner than 12 cycles, and then only with the same opcode.
         if !read && !self.read && self.register >= PREDICATES && self.writer != opcode {
             given = given.max(GUARD_LATENCY + MARGIN);
         }

@@ -178,8 +178,7 @@ impl Warp {
     /// fixed-latency write by another opcode (another pipe) left unread and still in
     /// flight (sooner than a guard could read it) may land first and be overwritten by the
     /// older value: recorded in [`Warp::predicate_overtaken`]. ptxas's code never
-    /// overwrites an unread predicate so soon; on the H100 a `SEL` read an `FSETP`'s
-    /// predicate where an `ISETP` had written it 7 cycles after.
+    /// overwrites an unread predicate so soon.
     pub fn set_p(&mut self, lane: usize, n: u8, v: bool) {
         if n < PT {
             let i = usize::from(n);
